@@ -1,0 +1,51 @@
+# Newcomer commands: `make demo` (the main job on the local default) and `make test`.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+LOCALKUBE := PYTHONPATH=e2e $(PY) -m localkube
+PYTEST_ARGS ?=
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $@
+
+venv: $(VENV)/.installed ## create the virtual environment with the package and its test extras
+
+testbin: ## build the pinned kube-apiserver, controller-manager, kubectl, etcd 3.5/3.6 and MinIO
+	e2e/testbin/build.sh
+
+up: venv testbin ## start the local control plane, MinIO and the node agent (harmless when up)
+	@$(LOCALKUBE) up
+
+down: venv ## stop everything the local default started
+	@$(LOCALKUBE) down
+
+status: venv ## show the local substrate's components
+	@$(LOCALKUBE) status
+
+crds: up ## install the CRDs into the current cluster
+	@source .localkube/env && kubectl apply --server-side -f crds/ >/dev/null && \
+	  kubectl wait --for=condition=Established crd --all --timeout=60s >/dev/null
+
+run: venv ## run the operator against the current KUBECONFIG
+	$(PY) -m etcd_operator
+
+test: venv testbin ## unit tests and the tests against the local control plane
+	@$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; exit 0; fi; exit $$rc
+
+test-unit: venv ## only the pure unit tests (no substrate)
+	@$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+demo: up crds ## the main job on the local default
+	@e2e/demo.sh
+
+.PHONY: help venv testbin up down status crds run test test-unit demo

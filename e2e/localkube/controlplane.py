@@ -1,0 +1,374 @@
+"""Starts and stops the local substrate: etcd for the API server, kube-apiserver,
+kube-controller-manager, MinIO and the process node agent."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+import secrets
+import shutil
+import ssl
+import sys
+import time
+import urllib.error
+import urllib.request
+from typing import Callable
+
+from localkube import pki, processes
+from localkube.layout import Layout
+
+SERVICE_CIDR = "10.0.0.0/24"
+S3_BUCKET = "etcd-backups"
+S3_REGION = "us-east-1"
+READY_TIMEOUT = 120.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Component:
+    name: str
+    ports: Callable[[Layout], dict[str, int]]
+    argv: Callable[[Layout], list[str]]
+    ready: Callable[[Layout], bool]
+    env: Callable[[Layout], dict[str, str]] = lambda layout: {}
+
+
+# --- readiness probes -----------------------------------------------------------------
+
+def _http_ok(url: str, context: ssl.SSLContext | None = None, expect: bytes | None = None) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2, context=context) as resp:
+            body = resp.read()
+            return resp.status == 200 and (expect is None or body.strip() == expect)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def admin_ssl_context(layout: Layout) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=str(layout.pki_dir / "ca.crt"))
+    context.load_cert_chain(layout.pki_dir / "admin.crt", layout.pki_dir / "admin.key")
+    return context
+
+
+def _insecure_context() -> ssl.SSLContext:
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+def apiserver_url(layout: Layout) -> str:
+    return f"https://127.0.0.1:{layout.ports.apiserver}"
+
+
+def apiserver_ready(layout: Layout) -> bool:
+    return _http_ok(f"{apiserver_url(layout)}/readyz", admin_ssl_context(layout), b"ok")
+
+
+def s3_endpoint(layout: Layout) -> str:
+    return f"http://127.0.0.1:{layout.ports.minio}"
+
+
+# --- kubeconfigs ----------------------------------------------------------------------
+
+def write_kubeconfig(layout: Layout, path: pathlib.Path, user: str) -> None:
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{
+            "name": "localkube",
+            "cluster": {
+                "server": apiserver_url(layout),
+                "certificate-authority": str(layout.pki_dir / "ca.crt"),
+            },
+        }],
+        "users": [{
+            "name": user,
+            "user": {
+                "client-certificate": str(layout.pki_dir / f"{user}.crt"),
+                "client-key": str(layout.pki_dir / f"{user}.key"),
+            },
+        }],
+        "contexts": [{"name": "localkube", "context": {"cluster": "localkube", "user": user}}],
+        "current-context": "localkube",
+    }
+    path.write_text(json.dumps(config, indent=2))
+    path.chmod(0o600)
+
+
+def component_kubeconfig(layout: Layout, user: str) -> pathlib.Path:
+    return layout.state_dir / f"{user}.kubeconfig"
+
+
+# --- MinIO credentials ----------------------------------------------------------------
+
+def minio_credentials(layout: Layout) -> dict[str, str]:
+    path = layout.state_dir / "minio-credentials.json"
+    if not path.exists():
+        creds = {"access_key": "localkube-" + secrets.token_hex(4), "secret_key": secrets.token_urlsafe(24)}
+        path.write_text(json.dumps(creds))
+        path.chmod(0o600)
+    return json.loads(path.read_text())
+
+
+def s3_environment(layout: Layout) -> dict[str, str]:
+    creds = minio_credentials(layout)
+    return {
+        "S3_ENDPOINT": s3_endpoint(layout),
+        "S3_BUCKET": S3_BUCKET,
+        "S3_REGION": S3_REGION,
+        "AWS_ACCESS_KEY_ID": creds["access_key"],
+        "AWS_SECRET_ACCESS_KEY": creds["secret_key"],
+    }
+
+
+def ensure_bucket(layout: Layout) -> None:
+    import boto3
+    from botocore.config import Config
+
+    env = s3_environment(layout)
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=env["S3_ENDPOINT"],
+        region_name=env["S3_REGION"],
+        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 10, "mode": "standard"}),
+    )
+    existing = {b["Name"] for b in s3.list_buckets().get("Buckets", [])}
+    if S3_BUCKET not in existing:
+        s3.create_bucket(Bucket=S3_BUCKET)
+
+
+# --- the components -------------------------------------------------------------------
+
+def _etcd_argv(layout: Layout) -> list[str]:
+    p = layout.ports
+    return [
+        str(layout.binary("etcd-3.6", "etcd")),
+        "--name=localkube",
+        f"--data-dir={layout.data_dir / 'apiserver-etcd'}",
+        f"--listen-client-urls=http://127.0.0.1:{p.etcd_client}",
+        f"--advertise-client-urls=http://127.0.0.1:{p.etcd_client}",
+        f"--listen-peer-urls=http://127.0.0.1:{p.etcd_peer}",
+        f"--initial-advertise-peer-urls=http://127.0.0.1:{p.etcd_peer}",
+        f"--initial-cluster=localkube=http://127.0.0.1:{p.etcd_peer}",
+        "--unsafe-no-fsync",
+        "--quota-backend-bytes=4294967296",
+        "--log-level=warn",
+    ]
+
+
+def _apiserver_argv(layout: Layout) -> list[str]:
+    k = layout.pki_dir
+    return [
+        str(layout.binary("kube", "kube-apiserver")),
+        f"--etcd-servers=http://127.0.0.1:{layout.ports.etcd_client}",
+        "--bind-address=127.0.0.1",
+        "--advertise-address=127.0.0.1",
+        f"--secure-port={layout.ports.apiserver}",
+        f"--cert-dir={k}",
+        f"--tls-cert-file={k / 'apiserver.crt'}",
+        f"--tls-private-key-file={k / 'apiserver.key'}",
+        f"--client-ca-file={k / 'ca.crt'}",
+        f"--service-account-key-file={k / 'sa.pub'}",
+        f"--service-account-signing-key-file={k / 'sa.key'}",
+        "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+        f"--service-cluster-ip-range={SERVICE_CIDR}",
+        "--authorization-mode=RBAC",
+        "--allow-privileged=true",
+        "--enable-priority-and-fairness=false",
+        "--profiling=false",
+        "--v=1",
+    ]
+
+
+def _controller_manager_argv(layout: Layout) -> list[str]:
+    k = layout.pki_dir
+    kubeconfig = component_kubeconfig(layout, "controller-manager")
+    return [
+        str(layout.binary("kube", "kube-controller-manager")),
+        f"--kubeconfig={kubeconfig}",
+        f"--authentication-kubeconfig={kubeconfig}",
+        f"--authorization-kubeconfig={kubeconfig}",
+        "--bind-address=127.0.0.1",
+        f"--secure-port={layout.ports.controller_manager}",
+        f"--cert-dir={layout.state_dir / 'controller-manager-certs'}",
+        "--controllers=*",
+        "--leader-elect=false",
+        "--use-service-account-credentials=true",
+        f"--service-account-private-key-file={k / 'sa.key'}",
+        f"--root-ca-file={k / 'ca.crt'}",
+        f"--cluster-signing-cert-file={k / 'ca.crt'}",
+        f"--cluster-signing-key-file={k / 'ca.key'}",
+        f"--service-cluster-ip-range={SERVICE_CIDR}",
+        "--node-monitor-grace-period=20s",
+        "--concurrent-gc-syncs=5",
+        "--v=1",
+    ]
+
+
+def _minio_argv(layout: Layout) -> list[str]:
+    p = layout.ports
+    return [
+        str(layout.binary("minio", "minio")),
+        "server",
+        str(layout.data_dir / "minio"),
+        f"--address=127.0.0.1:{p.minio}",
+        f"--console-address=127.0.0.1:{p.minio_console}",
+        "--quiet",
+    ]
+
+
+def _minio_env(layout: Layout) -> dict[str, str]:
+    creds = minio_credentials(layout)
+    return {
+        "MINIO_ROOT_USER": creds["access_key"],
+        "MINIO_ROOT_PASSWORD": creds["secret_key"],
+        "MINIO_BROWSER": "off",
+        "MINIO_UPDATE": "off",
+        "MINIO_API_REQUESTS_DEADLINE": "60s",
+    }
+
+
+def _node_agent_argv(layout: Layout) -> list[str]:
+    return [sys.executable, "-m", "nodeagent"]
+
+
+def _node_agent_env(layout: Layout) -> dict[str, str]:
+    return {
+        "KUBECONFIG": str(component_kubeconfig(layout, "node-agent")),
+        "PYTHONPATH": os.pathsep.join([str(layout.root / "e2e"), str(layout.root)]),
+        "LOCALKUBE_STATE_DIR": str(layout.state_dir),
+        "ETCD_OPERATOR_TESTBIN": str(layout.testbin),
+    }
+
+
+def components() -> list[Component]:
+    return [
+        Component(
+            "etcd",
+            lambda l: {"client": l.ports.etcd_client, "peer": l.ports.etcd_peer},
+            _etcd_argv,
+            lambda l: _http_ok(f"http://127.0.0.1:{l.ports.etcd_client}/health"),
+        ),
+        Component(
+            "kube-apiserver",
+            lambda l: {"https": l.ports.apiserver},
+            _apiserver_argv,
+            apiserver_ready,
+        ),
+        Component(
+            "kube-controller-manager",
+            lambda l: {"https": l.ports.controller_manager},
+            _controller_manager_argv,
+            lambda l: _http_ok(f"https://127.0.0.1:{l.ports.controller_manager}/healthz", _insecure_context()),
+        ),
+        Component(
+            "minio",
+            lambda l: {"s3": l.ports.minio, "console": l.ports.minio_console},
+            _minio_argv,
+            lambda l: _http_ok(f"{s3_endpoint(l)}/minio/health/live"),
+            _minio_env,
+        ),
+        Component(
+            "node-agent",
+            lambda l: {"health": l.ports.node_agent},
+            _node_agent_argv,
+            lambda l: _http_ok(f"http://127.0.0.1:{l.ports.node_agent}/healthz"),
+            _node_agent_env,
+        ),
+    ]
+
+
+def _wait_ready(layout: Layout, component: Component, pid: int) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT
+    while time.monotonic() < deadline:
+        if component.ready(layout):
+            return
+        if not processes.alive(pid):
+            break
+        time.sleep(0.25)
+    log = layout.logs_dir / f"{component.name}.log"
+    tail = log.read_text(errors="replace")[-3000:] if log.exists() else ""
+    raise RuntimeError(f"{component.name} did not become ready; last log lines of {log}:\n{tail}")
+
+
+def write_env_file(layout: Layout) -> None:
+    values = {
+        "KUBECONFIG": str(layout.kubeconfig),
+        "ETCD_OPERATOR_TESTBIN": str(layout.testbin),
+        "LOCALKUBE_POD_CIDR": layout.pod_cidr,
+        "LOCALKUBE_STATE_DIR": str(layout.state_dir),
+        "PATH": f"{layout.testbin / 'kube'}:{layout.testbin / 'etcd-3.6'}:$PATH",
+        **s3_environment(layout),
+    }
+    lines = [f'export {key}="{value}"' for key, value in values.items()]
+    layout.env_file.write_text("\n".join(lines) + "\n")
+    layout.env_file.chmod(0o600)
+
+
+def up(layout: Layout, only: set[str] | None = None) -> None:
+    for d in (layout.state_dir, layout.logs_dir, layout.run_dir, layout.data_dir):
+        d.mkdir(parents=True, exist_ok=True)
+    pki.ensure(layout.pki_dir)
+    write_kubeconfig(layout, layout.kubeconfig, "admin")
+    for user in ("controller-manager", "node-agent"):
+        write_kubeconfig(layout, component_kubeconfig(layout, user), user)
+    for component in components():
+        if only is not None and component.name not in only:
+            continue
+        pid = processes.running(layout.run_dir, component.name)
+        if pid and component.ready(layout):
+            continue
+        if pid:
+            _wait_ready(layout, component, pid)
+            continue
+        processes.require_free_ports(component.name, component.ports(layout))
+        pid = processes.start(
+            layout.run_dir, layout.logs_dir, component.name,
+            component.argv(layout), component.env(layout), cwd=layout.state_dir,
+        )
+        _wait_ready(layout, component, pid)
+        if component.name == "minio":
+            ensure_bucket(layout)
+    write_env_file(layout)
+
+
+def down(layout: Layout, purge: bool = False) -> list[str]:
+    """Stops everything; returns a list of problems (ports still bound), empty when clean."""
+    for component in reversed(components()):
+        processes.stop(layout.run_dir, component.name)
+    # Anything else started against this substrate (the demo's operator) goes too.
+    for pid_path in layout.run_dir.glob("*.pid"):
+        processes.stop(layout.run_dir, pid_path.stem)
+    # A node agent killed hard leaves pod processes behind; they are tracked by pid file.
+    pods_dir = layout.run_dir / "pods"
+    if pods_dir.exists():
+        for pid_path in pods_dir.glob("*.pid"):
+            processes.stop(pods_dir, pid_path.stem, grace=5)
+    problems = []
+    for component in components():
+        for purpose, port in component.ports(layout).items():
+            if processes.port_in_use(port):
+                problems.append(f"port {port} ({component.name} {purpose}) is still bound")
+    if purge:
+        shutil.rmtree(layout.data_dir, ignore_errors=True)
+        shutil.rmtree(layout.logs_dir, ignore_errors=True)
+    return problems
+
+
+def status(layout: Layout) -> dict[str, str]:
+    result = {}
+    for component in components():
+        pid = processes.running(layout.run_dir, component.name)
+        if not pid:
+            result[component.name] = "stopped"
+        else:
+            result[component.name] = f"ready (pid {pid})" if component.ready(layout) else f"not ready (pid {pid})"
+    return result
+
+
+def is_up(layout: Layout) -> bool:
+    return all(state.startswith("ready") for state in status(layout).values())

@@ -1,0 +1,122 @@
+"""Where the local substrate keeps its files and which ports and addresses it uses.
+
+Every checkout gets its own port block and its own 127.X.0.0/16 pod range, derived
+from the checkout's path, so two checkouts on one machine do not collide.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import pathlib
+import subprocess
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
+PORT_BLOCK_SIZE = 20
+FIRST_PORT_BASE = 20000
+PORT_BLOCKS = 1500  # 20000 .. 50000, below the usual ephemeral range
+
+
+@dataclasses.dataclass(frozen=True)
+class Ports:
+    etcd_client: int
+    etcd_peer: int
+    apiserver: int
+    controller_manager: int
+    minio: int
+    minio_console: int
+    node_agent: int
+    operator_health: int
+    operator_metrics: int
+
+    @classmethod
+    def from_base(cls, base: int) -> "Ports":
+        names = [f.name for f in dataclasses.fields(cls)]
+        return cls(**{name: base + offset for offset, name in enumerate(names)})
+
+    def named(self) -> dict[str, int]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    root: pathlib.Path
+    checkout_id: str
+    ports: Ports
+    pod_subnet_octet: int
+    testbin: pathlib.Path
+
+    @property
+    def state_dir(self) -> pathlib.Path:
+        return self.root / ".localkube"
+
+    @property
+    def pki_dir(self) -> pathlib.Path:
+        return self.state_dir / "pki"
+
+    @property
+    def logs_dir(self) -> pathlib.Path:
+        return self.state_dir / "logs"
+
+    @property
+    def run_dir(self) -> pathlib.Path:
+        return self.state_dir / "run"
+
+    @property
+    def data_dir(self) -> pathlib.Path:
+        return self.state_dir / "data"
+
+    @property
+    def kubeconfig(self) -> pathlib.Path:
+        return self.state_dir / "kubeconfig"
+
+    @property
+    def env_file(self) -> pathlib.Path:
+        return self.state_dir / "env"
+
+    @property
+    def pod_cidr(self) -> str:
+        return f"127.{self.pod_subnet_octet}.0.0/16"
+
+    def binary(self, recipe: str, name: str) -> pathlib.Path:
+        return self.testbin / recipe / name
+
+    def etcd_binary_dir(self, minor: str) -> pathlib.Path:
+        return self.testbin / f"etcd-{minor}"
+
+
+def checkout_id(root: pathlib.Path) -> str:
+    return hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:10]
+
+
+def port_base_for(identity: str) -> int:
+    block = int(identity, 16) % PORT_BLOCKS
+    return FIRST_PORT_BASE + block * PORT_BLOCK_SIZE
+
+
+def pod_octet_for(identity: str) -> int:
+    # 127.0.x.x stays for the control plane itself; 127.255 is avoided too.
+    return 1 + int(identity, 16) % 253
+
+
+def testbin_dir() -> pathlib.Path:
+    configured = os.environ.get("ETCD_OPERATOR_TESTBIN")
+    if configured:
+        return pathlib.Path(configured)
+    script = REPO_ROOT / "e2e" / "testbin" / "build.sh"
+    out = subprocess.run([str(script), "--dir"], check=True, capture_output=True, text=True)
+    return pathlib.Path(out.stdout.strip())
+
+
+def current(root: pathlib.Path = REPO_ROOT) -> Layout:
+    identity = checkout_id(root)
+    base = int(os.environ.get("LOCALKUBE_PORT_BASE", port_base_for(identity)))
+    octet = int(os.environ.get("LOCALKUBE_POD_OCTET", pod_octet_for(identity)))
+    return Layout(
+        root=root,
+        checkout_id=identity,
+        ports=Ports.from_base(base),
+        pod_subnet_octet=octet,
+        testbin=testbin_dir(),
+    )

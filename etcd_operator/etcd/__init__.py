@@ -1,0 +1,1 @@
+"""Async access to etcd members (cluster membership, maintenance, snapshots)."""

@@ -1,0 +1,244 @@
+"""An async client for one etcd member, built on aetcd's generated gRPC stubs.
+
+aetcd's high-level client has no learner calls, so membership and maintenance go through
+its stubs directly; the channel is ours so that TLS can be added without forking aetcd.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import AsyncIterator
+
+import grpc
+from aetcd import rpc
+
+DEFAULT_TIMEOUT = 5.0
+# Snapshots of large databases stream for a long time; only the idle gap is bounded.
+SNAPSHOT_MESSAGE_BYTES = 64 * 1024 * 1024
+
+
+class EtcdError(Exception):
+    """An etcd call failed; `code` is the gRPC status, `detail` etcd's own message."""
+
+    def __init__(self, endpoint: str, call: str, code: grpc.StatusCode | None, detail: str):
+        super().__init__(f"{call} on {endpoint}: {detail}")
+        self.endpoint = endpoint
+        self.call = call
+        self.code = code
+        self.detail = detail
+
+    @property
+    def unavailable(self) -> bool:
+        return self.code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+
+    @property
+    def learner_not_ready(self) -> bool:
+        return "learner" in self.detail and "in sync" in self.detail
+
+    @property
+    def cluster_not_ready(self) -> bool:
+        """etcd's own reconfiguration guard: peers were not all connected for long enough."""
+        return "unhealthy cluster" in self.detail
+
+
+@dataclasses.dataclass(frozen=True)
+class Member:
+    id: int
+    name: str
+    peer_urls: tuple[str, ...]
+    client_urls: tuple[str, ...]
+    is_learner: bool
+
+    @property
+    def started(self) -> bool:
+        # etcd reports an added-but-never-started member with an empty name.
+        return bool(self.name)
+
+    @property
+    def hex_id(self) -> str:
+        return f"{self.id:x}"
+
+
+@dataclasses.dataclass(frozen=True)
+class MemberStatus:
+    cluster_id: int
+    member_id: int
+    leader_id: int
+    version: str
+    db_size: int
+    db_size_in_use: int
+    revision: int
+    raft_index: int
+    raft_applied_index: int
+    raft_term: int
+    is_learner: bool
+    errors: tuple[str, ...]
+
+
+def _member(m) -> Member:
+    return Member(
+        id=m.ID,
+        name=m.name,
+        peer_urls=tuple(m.peerURLs),
+        client_urls=tuple(m.clientURLs),
+        is_learner=m.isLearner,
+    )
+
+
+class EtcdMemberClient:
+    """Talks to exactly one member, at `endpoint` ("host:port")."""
+
+    def __init__(self, endpoint: str, timeout: float = DEFAULT_TIMEOUT):
+        self.endpoint = endpoint
+        self.timeout = timeout
+        self._channel = grpc.aio.insecure_channel(
+            endpoint,
+            options=[
+                ("grpc.max_receive_message_length", SNAPSHOT_MESSAGE_BYTES),
+                ("grpc.enable_retries", 0),
+            ],
+        )
+        self._cluster = rpc.ClusterStub(self._channel)
+        self._maintenance = rpc.MaintenanceStub(self._channel)
+        self._kv = rpc.KVStub(self._channel)
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def __aenter__(self) -> "EtcdMemberClient":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    async def _call(self, name: str, method, request, timeout: float | None = None):
+        try:
+            return await method(request, timeout=timeout or self.timeout)
+        except grpc.aio.AioRpcError as e:
+            raise EtcdError(self.endpoint, name, e.code(), e.details() or str(e.code())) from None
+
+    # --- membership -------------------------------------------------------------------
+
+    async def member_list(self) -> tuple[int, list[Member]]:
+        """Returns (cluster_id, members), linearizable so it reflects committed changes."""
+        request = rpc.MemberListRequest()
+        if "linearizable" in {f.name for f in rpc.MemberListRequest.DESCRIPTOR.fields}:
+            request.linearizable = True
+        response = await self._call("MemberList", self._cluster.MemberList, request)
+        return response.header.cluster_id, [_member(m) for m in response.members]
+
+    async def add_learner(self, peer_urls: list[str]) -> tuple[Member, list[Member]]:
+        response = await self._call(
+            "MemberAdd", self._cluster.MemberAdd,
+            rpc.MemberAddRequest(peerURLs=peer_urls, isLearner=True),
+        )
+        return _member(response.member), [_member(m) for m in response.members]
+
+    async def add_voter(self, peer_urls: list[str]) -> tuple[Member, list[Member]]:
+        response = await self._call(
+            "MemberAdd", self._cluster.MemberAdd,
+            rpc.MemberAddRequest(peerURLs=peer_urls, isLearner=False),
+        )
+        return _member(response.member), [_member(m) for m in response.members]
+
+    async def promote(self, member_id: int) -> list[Member]:
+        response = await self._call(
+            "MemberPromote", self._cluster.MemberPromote, rpc.MemberPromoteRequest(ID=member_id)
+        )
+        return [_member(m) for m in response.members]
+
+    async def remove(self, member_id: int) -> list[Member]:
+        response = await self._call(
+            "MemberRemove", self._cluster.MemberRemove, rpc.MemberRemoveRequest(ID=member_id)
+        )
+        return [_member(m) for m in response.members]
+
+    async def move_leader(self, target_id: int) -> None:
+        """Must be sent to the current leader."""
+        await self._call(
+            "MoveLeader", self._maintenance.MoveLeader, rpc.MoveLeaderRequest(targetID=target_id),
+            timeout=max(self.timeout, 15.0),
+        )
+
+    # --- maintenance ------------------------------------------------------------------
+
+    async def status(self) -> MemberStatus:
+        r = await self._call("Status", self._maintenance.Status, rpc.StatusRequest())
+        return MemberStatus(
+            cluster_id=r.header.cluster_id,
+            member_id=r.header.member_id,
+            leader_id=r.leader,
+            version=r.version,
+            db_size=r.dbSize,
+            db_size_in_use=r.dbSizeInUse,
+            revision=r.header.revision,
+            raft_index=r.raftIndex,
+            raft_applied_index=r.raftAppliedIndex,
+            raft_term=r.raftTerm,
+            is_learner=r.isLearner,
+            errors=tuple(r.errors),
+        )
+
+    async def defragment(self, timeout: float = 120.0) -> None:
+        await self._call("Defragment", self._maintenance.Defragment, rpc.DefragmentRequest(), timeout)
+
+    async def alarms(self) -> list[tuple[int, int]]:
+        response = await self._call(
+            "Alarm", self._maintenance.Alarm,
+            rpc.AlarmRequest(action=rpc.AlarmRequest.GET, memberID=0, alarm=rpc.NONE),
+        )
+        return [(a.memberID, a.alarm) for a in response.alarms]
+
+    async def snapshot(self, idle_timeout: float = 60.0) -> AsyncIterator[bytes]:
+        """Streams the member's backend as it is read; nothing is buffered here."""
+        call = self._maintenance.Snapshot(rpc.SnapshotRequest())
+        try:
+            while True:
+                try:
+                    response = await _with_timeout(call.read(), idle_timeout)
+                except grpc.aio.AioRpcError as e:
+                    raise EtcdError(self.endpoint, "Snapshot", e.code(), e.details() or "") from None
+                if response is grpc.aio.EOF:
+                    return
+                if response.blob:
+                    yield response.blob
+        finally:
+            call.cancel()
+
+    # --- keys (used by health checks and tests) ---------------------------------------
+
+    async def put(self, key: bytes, value: bytes) -> int:
+        response = await self._call("Put", self._kv.Put, rpc.PutRequest(key=key, value=value))
+        return response.header.revision
+
+    async def get(self, key: bytes, serializable: bool = False) -> bytes | None:
+        response = await self._call(
+            "Range", self._kv.Range, rpc.RangeRequest(key=key, serializable=serializable)
+        )
+        return response.kvs[0].value if response.kvs else None
+
+    async def count_prefix(self, prefix: bytes) -> int:
+        response = await self._call(
+            "Range", self._kv.Range,
+            rpc.RangeRequest(key=prefix, range_end=_prefix_end(prefix), count_only=True),
+        )
+        return response.count
+
+
+async def _with_timeout(awaitable, seconds: float):
+    import asyncio
+
+    try:
+        return await asyncio.wait_for(awaitable, seconds)
+    except asyncio.TimeoutError:
+        raise EtcdError("", "Snapshot", grpc.StatusCode.DEADLINE_EXCEEDED,
+                        f"no snapshot data for {seconds:.0f}s") from None
+
+
+def _prefix_end(prefix: bytes) -> bytes:
+    end = bytearray(prefix)
+    for i in reversed(range(len(end))):
+        if end[i] < 0xFF:
+            end[i] += 1
+            return bytes(end[: i + 1])
+    return b"\0"

@@ -1,0 +1,26 @@
+"""kopf settings shared by every handler; registered on import."""
+
+from __future__ import annotations
+
+import logging
+
+import kopf
+
+from etcd_operator import API_GROUP
+
+FINALIZER = f"{API_GROUP}/finalizer"
+
+
+@kopf.on.startup()
+async def configure(settings: kopf.OperatorSettings, **_) -> None:
+    settings.persistence.finalizer = FINALIZER
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=API_GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=API_GROUP, key="last-handled-configuration"
+    )
+    settings.posting.level = logging.WARNING
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.watching.connect_timeout = 10
+    settings.networking.request_timeout = 30
+    settings.execution.max_workers = 8

@@ -1,0 +1,84 @@
+"""Shared fixtures: the local substrate (started once per session, or reused when
+`make up` already runs it), a fresh namespace per test, and log dumps on failure."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import uuid
+
+import pytest
+
+from localkube import controlplane, layout as localkube_layout
+
+SUBSTRATE_LOGS = ("kube-apiserver", "kube-controller-manager", "node-agent", "minio", "operator")
+DUMP_TAIL_BYTES = 6000
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    setattr(item, f"rep_{report.when}", report)
+    return report
+
+
+@pytest.fixture(scope="session")
+def substrate():
+    """The running local control plane; started here unless `make up` already did."""
+    where = localkube_layout.current()
+    started_here = not controlplane.is_up(where)
+    if started_here:
+        controlplane.up(where)
+    os.environ["KUBECONFIG"] = str(where.kubeconfig)
+    yield where
+    if started_here and not os.environ.get("LOCALKUBE_KEEP"):
+        controlplane.down(where)
+
+
+@pytest.fixture(scope="session")
+def kube_api(substrate):
+    from kubernetes import client, config
+
+    return config.new_client_from_config(config_file=str(substrate.kubeconfig))
+
+
+@pytest.fixture
+def namespace(request, substrate, kube_api):
+    """A fresh namespace for one test, deleted afterwards; logs are dumped on failure."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(kube_api)
+    name = f"t-{request.node.name[:30].lower().replace('_', '-').strip('-')}-{uuid.uuid4().hex[:5]}"
+    name = "".join(c for c in name if c.isalnum() or c == "-")
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    yield name
+    failed = any(
+        getattr(getattr(request.node, f"rep_{when}", None), "failed", False)
+        for when in ("setup", "call")
+    )
+    if failed:
+        dump_diagnostics(substrate, core, name)
+    core.delete_namespace(name)
+
+
+def dump_diagnostics(where, core, namespace: str) -> None:
+    print(f"\n===== diagnostics for namespace {namespace} =====")
+    try:
+        for event in core.list_namespaced_event(namespace).items:
+            obj = event.involved_object
+            print(f"event {event.type} {obj.kind}/{obj.name} {event.reason}: {event.message}")
+    except Exception as e:  # diagnostics must never hide the real failure
+        print(f"(could not list events: {e})")
+    for name in SUBSTRATE_LOGS:
+        _print_tail(where.logs_dir / f"{name}.log")
+    pod_logs = where.state_dir / "pods" / namespace
+    if pod_logs.exists():
+        for log in sorted(pod_logs.rglob("*.log")):
+            _print_tail(log)
+
+
+def _print_tail(path: pathlib.Path) -> None:
+    if not path.exists():
+        return
+    data = path.read_bytes()[-DUMP_TAIL_BYTES:].decode(errors="replace")
+    print(f"----- tail of {path} -----\n{data}")

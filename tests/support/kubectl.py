@@ -1,0 +1,21 @@
+"""Runs the testbin kubectl against the substrate's KUBECONFIG."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+from localkube import layout as localkube_layout
+
+
+def kubectl(*args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    binary = localkube_layout.testbin_dir() / "kube" / "kubectl"
+    return subprocess.run(
+        [str(binary), *args], input=input, capture_output=True, text=True, check=check,
+        env={**os.environ}, timeout=120,
+    )
+
+
+def kubectl_json(*args: str) -> dict:
+    return json.loads(kubectl(*args, "-o", "json").stdout)
