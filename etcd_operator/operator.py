@@ -7,12 +7,13 @@ import logging
 import kopf
 
 from etcd_operator import API_GROUP
+from etcd_operator.kube.client import KubeClient
 
 FINALIZER = f"{API_GROUP}/finalizer"
 
 
 @kopf.on.startup()
-async def configure(settings: kopf.OperatorSettings, **_) -> None:
+async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
     settings.persistence.finalizer = FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=API_GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
@@ -24,3 +25,13 @@ async def configure(settings: kopf.OperatorSettings, **_) -> None:
     settings.watching.connect_timeout = 10
     settings.networking.request_timeout = 30
     settings.execution.max_workers = 8
+    memo.kube = await KubeClient.from_environment()
+
+
+@kopf.on.cleanup()
+async def close_clients(memo: kopf.Memo, **_) -> None:
+    if getattr(memo, "kube", None) is not None:
+        await memo.kube.close()
+
+
+import etcd_operator.handlers  # noqa: E402,F401  registers the resource handlers

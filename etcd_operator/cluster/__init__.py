@@ -1,0 +1,1 @@
+"""EtcdCluster: spec, naming, manifest builders, observation, planning and actions."""

@@ -1,0 +1,145 @@
+"""The steps a planner can ask for. Each is one small, idempotent change."""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Action:
+    reason: str = ""
+
+    @property
+    def kind(self) -> str:
+        return type(self).__name__
+
+    @property
+    def changes_membership(self) -> bool:
+        return False
+
+
+@dataclasses.dataclass(frozen=True)
+class Steady(Action):
+    """Nothing to do: the cluster matches its spec."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Wait(Action):
+    """Nothing safe to do yet; look again soon."""
+
+
+@dataclasses.dataclass(frozen=True)
+class BootstrapFirstMember(Action):
+    member: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class AddLearner(Action):
+    member: str = ""
+
+    @property
+    def changes_membership(self) -> bool:
+        return True
+
+
+@dataclasses.dataclass(frozen=True)
+class CreateMemberPod(Action):
+    """Start the pod of a member etcd already knows: a fresh learner (full initial
+    cluster) or a started member whose pod is gone (rejoins as itself)."""
+
+    member: str = ""
+    member_id: int = 0
+    initial_cluster: str = ""
+    joined_before: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class SettleMemberPod(Action):
+    """Narrow a started member's pod annotations so a restart with lost data fails loudly
+    instead of silently rejoining empty."""
+
+    member: str = ""
+    member_id: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class PromoteLearner(Action):
+    member: str = ""
+    member_id: int = 0
+
+    @property
+    def changes_membership(self) -> bool:
+        return True
+
+
+@dataclasses.dataclass(frozen=True)
+class RemoveMember(Action):
+    member: str = ""
+    member_id: int = 0
+    replacing: bool = False
+
+    @property
+    def changes_membership(self) -> bool:
+        return True
+
+
+@dataclasses.dataclass(frozen=True)
+class DeleteMemberPod(Action):
+    """The member is not (or no longer) in etcd: its pod goes."""
+
+    member: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class DeleteMemberPVC(Action):
+    """The member is not in etcd and its pod is gone: its data goes."""
+
+    member: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class MoveLeader(Action):
+    from_id: int = 0
+    to_id: int = 0
+    to_member: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class RollMember(Action):
+    """Recreate a member's pod to follow the spec (image, pod settings); data stays."""
+
+    member: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Defragment(Action):
+    member: str = ""
+    member_id: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class BeginQuorumRecovery(Action):
+    """Record the survivor in status, then stop every other member."""
+
+    member: str = ""
+    member_id: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class StopMemberPod(Action):
+    """Part of quorum recovery: stop a non-survivor; its PVC stays until recovery is done."""
+
+    member: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class ForceNewCluster(Action):
+    """Restart the survivor with --force-new-cluster."""
+
+    member: str = ""
+    member_id: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class FinishQuorumRecovery(Action):
+    member: str = ""

@@ -1,0 +1,237 @@
+"""Pure manifest builders: from the spec (and a member's identity) to Kubernetes objects."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from etcd_operator.cluster import naming
+from etcd_operator.cluster.spec import ClusterSpec
+
+DATA_MOUNT = "/var/lib/etcd"
+DATA_DIR = f"{DATA_MOUNT}/data"
+STATE_NEW = "new"
+STATE_EXISTING = "existing"
+
+
+def _annotation_env(name: str, annotation: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{annotation}']"}}}
+
+
+def etcd_args(spec: ClusterSpec, cluster: str, namespace: str, member: str, token: str) -> list[str]:
+    args = [
+        f"--name={member}",
+        f"--data-dir={DATA_DIR}",
+        f"--listen-client-urls=http://$(POD_IP):{naming.CLIENT_PORT}",
+        f"--advertise-client-urls={naming.client_url(cluster, namespace, member)}",
+        f"--listen-peer-urls=http://$(POD_IP):{naming.PEER_PORT}",
+        f"--initial-advertise-peer-urls={naming.peer_url(cluster, namespace, member)}",
+        f"--listen-metrics-urls=http://$(POD_IP):{naming.METRICS_PORT}",
+        # Read from pod annotations at every container start, so the operator can narrow
+        # them once the member has joined (see ClusterActions.settle_member_pod).
+        "--initial-cluster=$(INITIAL_CLUSTER)",
+        "--initial-cluster-state=$(INITIAL_CLUSTER_STATE)",
+        "--force-new-cluster=$(FORCE_NEW_CLUSTER)",
+        f"--initial-cluster-token={token}",
+        f"--auto-compaction-mode={spec.etcd.auto_compaction_mode}",
+        f"--auto-compaction-retention={spec.etcd.auto_compaction_retention}",
+    ]
+    optional = {
+        "quota-backend-bytes": spec.etcd.quota_backend_bytes,
+        "heartbeat-interval": spec.etcd.heartbeat_interval_ms,
+        "election-timeout": spec.etcd.election_timeout_ms,
+        "snapshot-count": spec.etcd.snapshot_count,
+    }
+    args += [f"--{flag}={value}" for flag, value in optional.items() if value is not None]
+    args += [f"--{flag.lstrip('-')}={value}" for flag, value in spec.etcd.extra_args]
+    return args
+
+
+def pod_spec_hash(spec: ClusterSpec) -> str:
+    """Changes exactly when a member pod must be recreated to follow the spec."""
+    relevant = {
+        "image": spec.image,
+        "pod": spec.pod,
+        "etcd": [spec.etcd.quota_backend_bytes, spec.etcd.auto_compaction_mode,
+                 spec.etcd.auto_compaction_retention, spec.etcd.heartbeat_interval_ms,
+                 spec.etcd.election_timeout_ms, spec.etcd.snapshot_count, list(spec.etcd.extra_args)],
+    }
+    return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _probe(path: str, period: int, failures: int, initial_delay: int = 0) -> dict[str, Any]:
+    return {
+        "httpGet": {"path": path, "port": naming.METRICS_PORT},
+        "initialDelaySeconds": initial_delay,
+        "periodSeconds": period,
+        "timeoutSeconds": 5,
+        "failureThreshold": failures,
+    }
+
+
+def _default_affinity(cluster: str) -> dict[str, Any]:
+    return {
+        "podAntiAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [{
+                "weight": 100,
+                "podAffinityTerm": {
+                    "topologyKey": "kubernetes.io/hostname",
+                    "labelSelector": {"matchLabels": {naming.LABEL_CLUSTER: cluster}},
+                },
+            }],
+        },
+    }
+
+
+def member_pod(
+    spec: ClusterSpec,
+    cluster: str,
+    namespace: str,
+    member: str,
+    member_id: int | None,
+    initial_cluster: str,
+    initial_state: str,
+    token: str,
+    force_new_cluster: bool = False,
+) -> dict[str, Any]:
+    pod_settings = spec.pod
+    labels = {**(pod_settings.get("labels") or {}), **naming.member_labels(cluster, member)}
+    annotations = {
+        **(pod_settings.get("annotations") or {}),
+        naming.ANNOTATION_MEMBER_ID: member_id_text(member_id),
+        naming.ANNOTATION_INITIAL_CLUSTER: initial_cluster,
+        naming.ANNOTATION_INITIAL_STATE: initial_state,
+        naming.ANNOTATION_FORCE_NEW_CLUSTER: "true" if force_new_cluster else "false",
+        naming.ANNOTATION_SPEC_HASH: pod_spec_hash(spec),
+    }
+    if spec.storage.empty_dir:
+        empty_dir = {k: v for k, v in {"medium": spec.storage.empty_dir_medium,
+                                       "sizeLimit": spec.storage.empty_dir_size_limit}.items() if v}
+        data_volume = {"name": "data", "emptyDir": empty_dir}
+    else:
+        data_volume = {"name": "data", "persistentVolumeClaim": {"claimName": naming.pvc_name(member)}}
+    container = {
+        "name": "etcd",
+        "image": spec.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["etcd"],
+        "args": etcd_args(spec, cluster, namespace, member, token),
+        "env": [
+            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+            _annotation_env("INITIAL_CLUSTER", naming.ANNOTATION_INITIAL_CLUSTER),
+            _annotation_env("INITIAL_CLUSTER_STATE", naming.ANNOTATION_INITIAL_STATE),
+            _annotation_env("FORCE_NEW_CLUSTER", naming.ANNOTATION_FORCE_NEW_CLUSTER),
+            {"name": "ETCDCTL_API", "value": "3"},
+        ],
+        "ports": [
+            {"name": "client", "containerPort": naming.CLIENT_PORT},
+            {"name": "peer", "containerPort": naming.PEER_PORT},
+            {"name": "metrics", "containerPort": naming.METRICS_PORT},
+        ],
+        "volumeMounts": [{"name": "data", "mountPath": DATA_MOUNT}],
+        "readinessProbe": _probe("/readyz", period=5, failures=3),
+        "livenessProbe": _probe("/livez", period=10, failures=8),
+        "startupProbe": _probe("/livez", period=5, failures=60),
+        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True},
+    }
+    if pod_settings.get("resources"):
+        container["resources"] = pod_settings["resources"]
+    pod_spec: dict[str, Any] = {
+        "hostname": member,
+        "subdomain": naming.peer_service(cluster),
+        "restartPolicy": "Always",
+        "enableServiceLinks": False,
+        "automountServiceAccountToken": False,
+        "terminationGracePeriodSeconds": pod_settings.get("terminationGracePeriodSeconds", 30),
+        "containers": [container],
+        "volumes": [data_volume],
+        "affinity": pod_settings.get("affinity") or _default_affinity(cluster),
+    }
+    for key in ("nodeSelector", "tolerations", "priorityClassName"):
+        if pod_settings.get(key):
+            pod_spec[key] = pod_settings[key]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": member, "namespace": namespace, "labels": labels, "annotations": annotations},
+        "spec": pod_spec,
+    }
+
+
+def member_id_text(member_id: int | None) -> str:
+    """Member IDs are hex, as etcdctl prints them; empty before etcd assigned one."""
+    return "" if member_id is None else f"{member_id:x}"
+
+
+def member_pvc(spec: ClusterSpec, cluster: str, namespace: str, member: str,
+               member_id: int | None) -> dict[str, Any]:
+    pvc_spec: dict[str, Any] = {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": spec.storage.size}},
+    }
+    if spec.storage.storage_class:
+        pvc_spec["storageClassName"] = spec.storage.storage_class
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {
+            "name": naming.pvc_name(member),
+            "namespace": namespace,
+            "labels": naming.member_labels(cluster, member),
+            "annotations": {naming.ANNOTATION_MEMBER_ID: member_id_text(member_id)},
+        },
+        "spec": pvc_spec,
+    }
+
+
+def _service_ports() -> list[dict[str, Any]]:
+    return [
+        {"name": "client", "port": naming.CLIENT_PORT, "targetPort": naming.CLIENT_PORT},
+        {"name": "peer", "port": naming.PEER_PORT, "targetPort": naming.PEER_PORT},
+    ]
+
+
+def peer_service(cluster: str, namespace: str) -> dict[str, Any]:
+    """Headless, and publishing members before they are ready: a joining learner must
+    resolve before it can catch up."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": naming.peer_service(cluster), "namespace": namespace,
+                     "labels": naming.selector_labels(cluster)},
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": naming.selector_labels(cluster),
+            "ports": _service_ports(),
+        },
+    }
+
+
+def client_service(cluster: str, namespace: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": naming.client_service(cluster), "namespace": namespace,
+                     "labels": naming.selector_labels(cluster)},
+        "spec": {
+            "type": "ClusterIP",
+            "selector": naming.selector_labels(cluster),
+            "ports": [{"name": "client", "port": naming.CLIENT_PORT, "targetPort": naming.CLIENT_PORT}],
+        },
+    }
+
+
+def disruption_budget(spec: ClusterSpec, cluster: str, namespace: str) -> dict[str, Any]:
+    """Voluntary evictions may never take the cluster below quorum."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": naming.pdb_name(cluster), "namespace": namespace,
+                     "labels": naming.selector_labels(cluster)},
+        "spec": {
+            "minAvailable": naming.quorum(spec.size),
+            "selector": {"matchLabels": naming.selector_labels(cluster)},
+        },
+    }

@@ -1,0 +1,198 @@
+"""Carries out one planned step against Kubernetes and etcd. Every step is idempotent:
+re-running it after a crash at any point converges to the same state."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any, Callable, Mapping
+
+import kopf
+
+from etcd_operator import faults
+from etcd_operator.cluster import actions as a
+from etcd_operator.cluster import builders, naming
+from etcd_operator.cluster.observed import Observed, Operation
+from etcd_operator.cluster.planner import QUORUM_RECOVERY, self_only_cluster
+from etcd_operator.cluster.spec import ClusterSpec
+from etcd_operator.etcd.client import EtcdError
+from etcd_operator.etcd.pool import EtcdClientPool
+from etcd_operator.kube import client as kube
+
+logger = logging.getLogger(__name__)
+
+EventPoster = Callable[[str, str, str], None]  # (type, reason, message)
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    done: bool
+    message: str = ""
+    status_patch: dict | None = None
+
+
+class NotYet(Exception):
+    """The step cannot be taken right now (etcd said so); try again next pass."""
+
+
+class ClusterExecutor:
+    def __init__(self, kube_client: kube.KubeClient, etcd_clients: EtcdClientPool,
+                 body: Mapping[str, Any], post_event: EventPoster):
+        self.kube = kube_client
+        self.etcd_clients = etcd_clients
+        self.body = body
+        self.post_event = post_event
+        self.cluster = body["metadata"]["name"]
+        self.namespace = body["metadata"]["namespace"]
+        self.token = body["metadata"]["uid"]
+
+    # --- helpers ----------------------------------------------------------------------
+
+    def _owned(self, manifest: dict) -> dict:
+        kopf.adopt(manifest, owner=dict(self.body))
+        return manifest
+
+    async def _create(self, resource: kube.Resource, manifest: dict) -> None:
+        try:
+            await self.kube.create(resource, self.namespace, self._owned(manifest))
+        except kube.Conflict:
+            pass  # created by an earlier, interrupted attempt
+
+    def _leader_client(self, observed: Observed):
+        endpoint = observed.etcd.endpoints.get(observed.etcd.leader_id)
+        if not endpoint:
+            raise NotYet("no reachable leader")
+        return self.etcd_clients.get(endpoint)
+
+    def _member_client(self, observed: Observed, member_id: int):
+        endpoint = observed.etcd.endpoints.get(member_id)
+        if not endpoint:
+            raise NotYet(f"member {member_id:x} does not answer")
+        return self.etcd_clients.get(endpoint)
+
+    async def _ensure_pvc(self, spec: ClusterSpec, member: str, member_id: int | None) -> None:
+        if not spec.storage.empty_dir:
+            await self._create(kube.PVCS, builders.member_pvc(spec, self.cluster, self.namespace, member, member_id))
+
+    async def _create_pod(self, spec: ClusterSpec, member: str, member_id: int | None, initial_cluster: str,
+                          state: str, force_new_cluster: bool = False) -> None:
+        await self._ensure_pvc(spec, member, member_id)
+        pod = builders.member_pod(spec, self.cluster, self.namespace, member, member_id, initial_cluster,
+                                  state, self.token, force_new_cluster)
+        await self._create(kube.PODS, pod)
+
+    # --- the steps --------------------------------------------------------------------
+
+    async def run(self, action: a.Action, spec: ClusterSpec, observed: Observed) -> Outcome:
+        handler = getattr(self, f"_do_{action.kind}", None)
+        if handler is None:
+            return Outcome(True)
+        try:
+            return await handler(action, spec, observed) or Outcome(True)
+        except NotYet as e:
+            return Outcome(False, str(e))
+        except EtcdError as e:
+            if e.unavailable or e.learner_not_ready or e.cluster_not_ready:
+                return Outcome(False, f"etcd is not ready for {action.kind}: {e.detail}")
+            raise
+
+    async def _do_BootstrapFirstMember(self, action: a.BootstrapFirstMember, spec, observed) -> None:
+        await self._create_pod(spec, action.member, None, self_only_cluster(observed, action.member),
+                               builders.STATE_NEW)
+        self.post_event("Normal", "ClusterBootstrapping",
+                        f"Started first member {action.member} with initial-cluster-state=new")
+
+    async def _do_AddLearner(self, action: a.AddLearner, spec, observed) -> None:
+        leader = self._leader_client(observed)
+        peer = naming.peer_url(self.cluster, self.namespace, action.member)
+        learner, members = await leader.add_learner([peer])
+        self.post_event("Normal", "MemberAdded", f"Added {action.member} (id {learner.hex_id}) as a learner")
+        faults.hit(faults.AFTER_MEMBER_ADD)
+        initial = ",".join(sorted(
+            f"{m.name or action.member}={m.peer_urls[0]}" for m in members if m.name or m.id == learner.id))
+        await self._create_pod(spec, action.member, learner.id, initial, builders.STATE_EXISTING)
+
+    async def _do_CreateMemberPod(self, action: a.CreateMemberPod, spec, observed) -> None:
+        await self._create_pod(spec, action.member, action.member_id, action.initial_cluster,
+                               builders.STATE_EXISTING)
+        if action.joined_before:
+            self.post_event("Normal", "MemberRestarted", f"Recreated the pod of {action.member}; it rejoins on its data")
+
+    async def _do_SettleMemberPod(self, action: a.SettleMemberPod, spec, observed) -> None:
+        member_id = builders.member_id_text(action.member_id)
+        await self.kube.merge_patch(kube.PODS, self.namespace, action.member, {"metadata": {"annotations": {
+            naming.ANNOTATION_MEMBER_ID: member_id,
+            naming.ANNOTATION_INITIAL_CLUSTER: self_only_cluster(observed, action.member),
+            naming.ANNOTATION_INITIAL_STATE: builders.STATE_EXISTING,
+            naming.ANNOTATION_FORCE_NEW_CLUSTER: "false",
+        }}})
+        if naming.pvc_name(action.member) in observed.pvcs:
+            await self.kube.merge_patch(kube.PVCS, self.namespace, naming.pvc_name(action.member),
+                                        {"metadata": {"annotations": {naming.ANNOTATION_MEMBER_ID: member_id}}})
+
+    async def _do_PromoteLearner(self, action: a.PromoteLearner, spec, observed) -> None:
+        await self._leader_client(observed).promote(action.member_id)
+        self.post_event("Normal", "MemberPromoted", f"Promoted {action.member} to a voting member")
+
+    async def _do_RemoveMember(self, action: a.RemoveMember, spec, observed) -> None:
+        await self._leader_client(observed).remove(action.member_id)
+        reason = "MemberReplaced" if action.replacing else "MemberRemoved"
+        self.post_event("Normal" if not action.replacing else "Warning", reason,
+                        f"Removed {action.member} (id {action.member_id:x}) from etcd: {action.reason}")
+        faults.hit(faults.AFTER_MEMBER_REMOVE)
+
+    async def _do_DeleteMemberPod(self, action: a.DeleteMemberPod, spec, observed) -> None:
+        pod = observed.pods[action.member]
+        await self.kube.delete(kube.PODS, self.namespace, action.member, uid=pod.uid)
+
+    async def _do_DeleteMemberPVC(self, action: a.DeleteMemberPVC, spec, observed) -> None:
+        pvc = observed.pvcs[naming.pvc_name(action.member)]
+        await self.kube.delete(kube.PVCS, self.namespace, pvc.name, uid=pvc.uid)
+
+    async def _do_MoveLeader(self, action: a.MoveLeader, spec, observed) -> None:
+        await self._leader_client(observed).move_leader(action.to_id)
+        self.post_event("Normal", "LeaderMoved", f"Moved leadership to {action.to_member}: {action.reason}")
+
+    async def _do_RollMember(self, action: a.RollMember, spec, observed) -> None:
+        pod = observed.pods[action.member]
+        await self.kube.delete(kube.PODS, self.namespace, action.member, uid=pod.uid)
+        self.post_event("Normal", "MemberRolling", f"Restarting {action.member} with etcd {spec.version}: {action.reason}")
+
+    async def _do_Defragment(self, action: a.Defragment, spec, observed) -> None:
+        status = observed.etcd.statuses.get(action.member_id)
+        await self._member_client(observed, action.member_id).defragment()
+        freed = status.db_size - status.db_size_in_use if status else 0
+        self.post_event("Normal", "Defragmented", f"Defragmented {action.member}, freeing about {freed // 1024} KiB")
+
+    async def _do_BeginQuorumRecovery(self, action: a.BeginQuorumRecovery, spec, observed) -> Outcome:
+        operation = Operation(QUORUM_RECOVERY, action.member, action.member_id, observed.now)
+        self.post_event("Warning", "QuorumRecoveryStarted",
+                        f"Recovering quorum from {action.member}: {action.reason}. Writes that reached only "
+                        f"the lost members are gone")
+        return Outcome(True, status_patch={"operation": operation.to_dict()})
+
+    async def _do_StopMemberPod(self, action: a.StopMemberPod, spec, observed) -> None:
+        pod = observed.pods[action.member]
+        await self.kube.delete(kube.PODS, self.namespace, action.member, uid=pod.uid)
+
+    async def _do_ForceNewCluster(self, action: a.ForceNewCluster, spec, observed) -> None:
+        pod = observed.pods.get(action.member)
+        if pod is not None:
+            await self.kube.delete(kube.PODS, self.namespace, action.member, uid=pod.uid)
+            return
+        await self._create_pod(spec, action.member, action.member_id, self_only_cluster(observed, action.member),
+                               builders.STATE_EXISTING, force_new_cluster=True)
+
+    async def _do_FinishQuorumRecovery(self, action: a.FinishQuorumRecovery, spec, observed) -> Outcome:
+        self.post_event("Normal", "QuorumRecovered", f"{action.member} leads again; members are re-added one at a time")
+        return Outcome(True, status_patch={"operation": None})
+
+    # --- children that are not members -----------------------------------------------
+
+    async def ensure_services(self, spec: ClusterSpec) -> None:
+        for resource, manifest in (
+            (kube.SERVICES, builders.peer_service(self.cluster, self.namespace)),
+            (kube.SERVICES, builders.client_service(self.cluster, self.namespace)),
+            (kube.PDBS, builders.disruption_budget(spec, self.cluster, self.namespace)),
+        ):
+            await self.kube.apply(resource, self.namespace, self._owned(manifest))

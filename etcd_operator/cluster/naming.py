@@ -1,0 +1,84 @@
+"""Names, labels and URLs of a cluster's members and child objects."""
+
+from __future__ import annotations
+
+import re
+
+from etcd_operator import API_GROUP
+
+CLIENT_PORT = 2379
+PEER_PORT = 2380
+METRICS_PORT = 2381
+
+LABEL_CLUSTER = f"{API_GROUP}/cluster"
+LABEL_MEMBER = f"{API_GROUP}/member"
+ANNOTATION_MEMBER_ID = f"{API_GROUP}/member-id"
+ANNOTATION_INITIAL_CLUSTER = f"{API_GROUP}/initial-cluster"
+ANNOTATION_INITIAL_STATE = f"{API_GROUP}/initial-cluster-state"
+ANNOTATION_SPEC_HASH = f"{API_GROUP}/spec-hash"
+ANNOTATION_FORCE_NEW_CLUSTER = f"{API_GROUP}/force-new-cluster"
+ANNOTATION_APPROVE_QUORUM_RECOVERY = f"{API_GROUP}/approve-quorum-recovery"
+
+_ORDINAL = re.compile(r"^(?P<cluster>.+)-(?P<ordinal>[0-9]+)$")
+
+
+def member_name(cluster: str, ordinal: int) -> str:
+    return f"{cluster}-{ordinal}"
+
+
+def member_ordinal(cluster: str, name: str) -> int | None:
+    match = _ORDINAL.match(name)
+    if not match or match.group("cluster") != cluster:
+        return None
+    return int(match.group("ordinal"))
+
+
+def peer_service(cluster: str) -> str:
+    return f"{cluster}-peer"
+
+
+def client_service(cluster: str) -> str:
+    return f"{cluster}-client"
+
+
+def pdb_name(cluster: str) -> str:
+    return cluster
+
+
+def pvc_name(member: str) -> str:
+    return f"data-{member}"
+
+
+def member_host(cluster: str, namespace: str, member: str) -> str:
+    return f"{member}.{peer_service(cluster)}.{namespace}.svc"
+
+
+def peer_url(cluster: str, namespace: str, member: str) -> str:
+    return f"http://{member_host(cluster, namespace, member)}:{PEER_PORT}"
+
+
+def client_url(cluster: str, namespace: str, member: str) -> str:
+    return f"http://{member_host(cluster, namespace, member)}:{CLIENT_PORT}"
+
+
+def member_from_peer_url(cluster: str, namespace: str, url: str) -> str | None:
+    """The member name a peer URL of this cluster points at, if it is one of ours."""
+    suffix = f".{peer_service(cluster)}.{namespace}.svc:{PEER_PORT}"
+    host = url.removeprefix("http://").removeprefix("https://")
+    return host[: -len(suffix)] if host.endswith(suffix) else None
+
+
+def selector_labels(cluster: str) -> dict[str, str]:
+    return {"app.kubernetes.io/name": "etcd", "app.kubernetes.io/instance": cluster, LABEL_CLUSTER: cluster}
+
+
+def member_labels(cluster: str, member: str) -> dict[str, str]:
+    return {**selector_labels(cluster), "app.kubernetes.io/managed-by": "etcd-operator", LABEL_MEMBER: member}
+
+
+def label_selector(labels: dict[str, str]) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+
+
+def quorum(voters: int) -> int:
+    return voters // 2 + 1

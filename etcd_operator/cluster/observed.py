@@ -1,0 +1,89 @@
+"""What the operator sees of one cluster in one pass: its pods, PVCs and etcd's own view.
+Plain data; gathered by cluster.observer, read by the planner and the status builder."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from etcd_operator.etcd.client import Member, MemberStatus
+
+
+@dataclasses.dataclass(frozen=True)
+class PodView:
+    name: str
+    uid: str
+    member_id: int | None
+    phase: str
+    ready: bool
+    deleting: bool
+    ip: str | None
+    spec_hash: str | None
+    initial_state: str
+    initial_cluster: str
+    force_new_cluster: bool
+    restart_count: int = 0
+    waiting_reason: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class PVCView:
+    name: str
+    uid: str
+    member_id: int | None
+    deleting: bool
+    storage_class: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class EtcdView:
+    """etcd as seen through the members that answered. `members` is the leader's member
+    list when a leader answered, else the freshest local list; empty when none answered."""
+
+    members: tuple[Member, ...] = ()
+    statuses: dict[int, MemberStatus] = dataclasses.field(default_factory=dict)
+    cluster_id: int | None = None
+    leader_id: int | None = None
+    from_leader: bool = False
+    errors: dict[str, str] = dataclasses.field(default_factory=dict)
+    endpoints: dict[int, str] = dataclasses.field(default_factory=dict)  # member id -> answering endpoint
+
+    @property
+    def answered(self) -> bool:
+        return bool(self.statuses)
+
+
+@dataclasses.dataclass(frozen=True)
+class Operation:
+    """A multi-pass operation recorded in status before it starts (quorum recovery)."""
+
+    kind: str
+    member: str
+    member_id: int
+    started_at: float
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "member": self.member, "memberID": f"{self.member_id:x}",
+                "startedAt": self.started_at}
+
+    @classmethod
+    def from_dict(cls, data: dict | None) -> "Operation | None":
+        if not data or not data.get("kind"):
+            return None
+        return cls(data["kind"], data["member"], int(data["memberID"], 16), float(data["startedAt"]))
+
+
+@dataclasses.dataclass(frozen=True)
+class Observed:
+    cluster: str
+    namespace: str
+    uid: str
+    now: float
+    pods: dict[str, PodView]
+    pvcs: dict[str, PVCView]
+    etcd: EtcdView
+    unhealthy_since: dict[str, float]
+    no_quorum_since: float | None
+    running_version: str | None
+    recovery_approved: bool = False
+    operation: Operation | None = None
+    bootstrapped: bool = False  # the cluster existed once (status.clusterID was recorded)

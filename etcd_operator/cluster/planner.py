@@ -1,0 +1,284 @@
+"""Decides the one next step for a cluster from its spec and what was observed. Pure.
+
+Invariants, each covered by tests/unit/test_cluster_planner.py:
+- at most one membership change per step, and none while a learner is pending;
+- a member is removed only when the remaining healthy voters still form a quorum;
+- the leader is never removed, and never restarted while another member can lead;
+- healthy members are never removed while an unhealthy one exists;
+- pods and PVCs are only deleted for members absent from the leader's member list.
+"""
+
+from __future__ import annotations
+
+from etcd_operator.cluster import actions as a
+from etcd_operator.cluster import naming
+from etcd_operator.cluster.health import Health, HealthState, member_name
+from etcd_operator.cluster.observed import Observed
+from etcd_operator.cluster.spec import ClusterSpec, SpecProblem
+from etcd_operator.etcd.client import Member
+
+QUORUM_RECOVERY = "QuorumRecovery"
+
+
+def next_ordinal(observed: Observed) -> int:
+    names = set(observed.pods) | {n.removeprefix("data-") for n in observed.pvcs}
+    names |= {member_name(observed, m) or "" for m in observed.etcd.members}
+    ordinals = [naming.member_ordinal(observed.cluster, n) for n in names]
+    return max((o for o in ordinals if o is not None), default=-1) + 1
+
+
+def initial_cluster(observed: Observed, members: tuple[Member, ...], joining: Member) -> str:
+    entries = []
+    for m in members:
+        if m.id == joining.id or m.name:
+            entries.append(f"{member_name(observed, m)}={m.peer_urls[0]}")
+    return ",".join(sorted(entries))
+
+
+def self_only_cluster(observed: Observed, member: str) -> str:
+    return f"{member}={naming.peer_url(observed.cluster, observed.namespace, member)}"
+
+
+def removal_keeps_quorum(health: Health, member: Member) -> bool:
+    remaining = [m for m in health.voters if m.id != member.id]
+    if member.is_learner:
+        return health.has_quorum
+    healthy_remaining = [m for m in remaining if health.is_healthy(m)]
+    return bool(remaining) and len(healthy_remaining) >= naming.quorum(len(remaining))
+
+
+def _ordinal(observed: Observed, member: Member) -> int:
+    return naming.member_ordinal(observed.cluster, member_name(observed, member) or "") or -1
+
+
+def plan(
+    spec: ClusterSpec,
+    observed: Observed,
+    health: Health,
+    desired_hash: str,
+    blocking_problem: SpecProblem | None = None,
+    recovery_allowed: bool = False,
+) -> a.Action:
+    if spec.paused:
+        return a.Wait("reconciliation is paused (spec.paused)")
+    if observed.operation and observed.operation.kind == QUORUM_RECOVERY:
+        return _plan_quorum_recovery(observed, health)
+    if health.state == HealthState.QUORUM_LOST and not observed.pods and not observed.pvcs:
+        return a.Wait(health.message)
+    if health.state == HealthState.BOOTSTRAPPING:
+        return a.BootstrapFirstMember("creating the first member", naming.member_name(observed.cluster, 0))
+    if not health.members:
+        return _plan_without_member_list(observed)
+
+    names = {m.id: member_name(observed, m) for m in health.members}
+
+    step = _cleanup_removed_members(observed, health, names)
+    if step:
+        return step
+    step = _start_missing_pods(spec, observed, health, names)
+    if step:
+        return step
+    step = _settle_joined_pods(observed, health, names)
+    if step:
+        return step
+    step = _handle_learners(spec, observed, health, names)
+    if step:
+        return step
+
+    if health.state == HealthState.QUORUM_LOST:
+        return _plan_quorum_loss(observed, health, names, recovery_allowed)
+    if not health.has_quorum:
+        return a.Wait(health.message)
+
+    step = _replace_or_shrink(spec, observed, health, names)
+    if step:
+        return step
+    voters = health.voters
+    if len(voters) < spec.size:
+        name = naming.member_name(observed.cluster, next_ordinal(observed))
+        return a.AddLearner(f"scaling up to {spec.size}: {len(voters)} voting members", name)
+    if blocking_problem is None:
+        step = _roll_outdated_member(observed, health, names, desired_hash)
+        if step:
+            return step
+    step = _defragment(spec, observed, health, names)
+    if step:
+        return step
+    return a.Steady(health.message)
+
+
+def _plan_without_member_list(observed: Observed) -> a.Action:
+    """No member answered. Restart pods of members whose data is still on a PVC."""
+    for pvc in sorted(observed.pvcs.values(), key=lambda p: p.name):
+        member = pvc.name.removeprefix("data-")
+        if member in observed.pods or pvc.deleting:
+            continue
+        if pvc.member_id is None:
+            # Created for the first member, which may never have started: start it as such.
+            return a.BootstrapFirstMember("restarting the first member on its PVC", member)
+        return a.CreateMemberPod("restarting a member on its PVC", member, pvc.member_id,
+                                 self_only_cluster(observed, member), joined_before=True)
+    return a.Wait("waiting for a member to answer")
+
+
+def _cleanup_removed_members(observed: Observed, health: Health, names: dict[int, str | None]) -> a.Action | None:
+    if not observed.etcd.from_leader:
+        return None  # only the leader's member list is trusted for deletions
+    known_ids = {m.id for m in health.members}
+    known_names = {n for n in names.values() if n}
+    for pod in sorted(observed.pods.values(), key=lambda p: p.name):
+        if pod.deleting or pod.name in known_names:
+            continue
+        if pod.member_id is None or pod.member_id not in known_ids:
+            return a.DeleteMemberPod(f"{pod.name} is not a member of the cluster", pod.name)
+    for pvc in sorted(observed.pvcs.values(), key=lambda p: p.name):
+        member = pvc.name.removeprefix("data-")
+        if pvc.deleting or member in known_names or member in observed.pods:
+            continue
+        return a.DeleteMemberPVC(f"{member} is not a member of the cluster and its pod is gone", member)
+    return None
+
+
+def _start_missing_pods(spec: ClusterSpec, observed: Observed, health: Health,
+                        names: dict[int, str | None]) -> a.Action | None:
+    for member in sorted(health.members, key=lambda m: names[m.id] or ""):
+        name = names[member.id]
+        if name is None or name in observed.pods:
+            continue
+        if not member.name:
+            return a.CreateMemberPod(f"starting the pod of added member {name}", name, member.id,
+                                     initial_cluster(observed, health.members, member), joined_before=False)
+        pvc = observed.pvcs.get(naming.pvc_name(name))
+        if not spec.storage.empty_dir and pvc is not None and not pvc.deleting:
+            return a.CreateMemberPod(f"{name} lost its pod; it rejoins on its PVC", name, member.id,
+                                     self_only_cluster(observed, name), joined_before=True)
+        if health.has_quorum and removal_keeps_quorum(health, member):
+            return a.RemoveMember(f"{name} lost its data; it will be replaced", name, member.id, replacing=True)
+    return None
+
+
+def _settle_joined_pods(observed: Observed, health: Health, names: dict[int, str | None]) -> a.Action | None:
+    for member in health.members:
+        name = names[member.id]
+        pod = observed.pods.get(name or "")
+        if pod is None or pod.deleting or not member.name or not health.is_healthy(member):
+            continue
+        settled = (pod.member_id == member.id and pod.initial_state == "existing"
+                   and pod.initial_cluster == self_only_cluster(observed, name) and not pod.force_new_cluster)
+        pvc = observed.pvcs.get(naming.pvc_name(name))
+        if not settled or (pvc is not None and pvc.member_id != member.id):
+            return a.SettleMemberPod(f"{name} has joined", name, member.id)
+    return None
+
+
+def _handle_learners(spec: ClusterSpec, observed: Observed, health: Health,
+                     names: dict[int, str | None]) -> a.Action | None:
+    for learner in health.learners:
+        name = names[learner.id] or learner.hex_id
+        if learner.name and health.is_healthy(learner) and health.has_quorum:
+            return a.PromoteLearner(f"{name} has caught up", name, learner.id)
+        since = observed.unhealthy_since.get(name)
+        if since is not None and observed.now - since >= spec.recovery.member_unhealthy_timeout:
+            return a.RemoveMember(f"learner {name} did not catch up in {observed.now - since:.0f}s", name, learner.id)
+        return a.Wait(f"learner {name} is catching up")
+    return None
+
+
+def _replace_or_shrink(spec: ClusterSpec, observed: Observed, health: Health,
+                       names: dict[int, str | None]) -> a.Action | None:
+    voters = health.voters
+    unhealthy = [m for m in voters if not health.is_healthy(m)]
+    if len(voters) > spec.size:
+        if unhealthy:
+            victim = unhealthy[0]
+        else:
+            followers = [m for m in voters if m.id != health.leader_id]
+            victim = max(followers, key=lambda m: _ordinal(observed, m))
+        if removal_keeps_quorum(health, victim):
+            return a.RemoveMember(f"scaling down to {spec.size}", names[victim.id] or victim.hex_id, victim.id)
+        return a.Wait(f"scaling down to {spec.size} would lose quorum; waiting for members to recover")
+    for member in unhealthy:
+        name = names[member.id] or member.hex_id
+        since = observed.unhealthy_since.get(name)
+        if since is None or observed.now - since < spec.recovery.member_unhealthy_timeout:
+            continue
+        if removal_keeps_quorum(health, member):
+            return a.RemoveMember(f"{name} was unhealthy for {observed.now - since:.0f}s; replacing it",
+                                  name, member.id, replacing=True)
+    if unhealthy:
+        return a.Wait(health.message)
+    return None
+
+
+def _roll_outdated_member(observed: Observed, health: Health, names: dict[int, str | None],
+                          desired_hash: str) -> a.Action | None:
+    if health.state != HealthState.HEALTHY:
+        return None
+    outdated = [m for m in health.voters
+                if (pod := observed.pods.get(names[m.id] or "")) and pod.spec_hash != desired_hash]
+    if not outdated:
+        return None
+    followers = [m for m in outdated if m.id != health.leader_id]
+    if followers:
+        target = max(followers, key=lambda m: _ordinal(observed, m))
+        return a.RollMember("following the spec (followers first)", names[target.id])
+    leader = outdated[0]
+    successors = [m for m in health.voters if m.id != leader.id]
+    if successors:
+        to = min(successors, key=lambda m: _ordinal(observed, m))
+        return a.MoveLeader(f"moving leadership before restarting {names[leader.id]}",
+                            leader.id, to.id, names[to.id] or to.hex_id)
+    return a.RollMember("following the spec", names[leader.id])
+
+
+def _defragment(spec: ClusterSpec, observed: Observed, health: Health,
+                names: dict[int, str | None]) -> a.Action | None:
+    if not spec.defrag.enabled or health.state != HealthState.HEALTHY:
+        return None
+    candidates = []
+    for member in health.voters:
+        status = observed.etcd.statuses.get(member.id)
+        if status is None or status.db_size <= 0:
+            continue
+        free = status.db_size - status.db_size_in_use
+        if free >= spec.defrag.min_fragmented_bytes and free / status.db_size >= spec.defrag.min_fragmented_ratio:
+            candidates.append(member)
+    if not candidates:
+        return None
+    # The leader last: defragmenting blocks the member for a moment.
+    candidates.sort(key=lambda m: (m.id == health.leader_id, _ordinal(observed, m)))
+    target = candidates[0]
+    return a.Defragment("database is fragmented", names[target.id] or target.hex_id, target.id)
+
+
+def _plan_quorum_loss(observed: Observed, health: Health, names: dict[int, str | None],
+                      recovery_allowed: bool) -> a.Action:
+    if not recovery_allowed:
+        return a.Wait(f"{health.message}; set spec.recovery.automaticQuorumRecovery or annotate the "
+                      f"EtcdCluster with {naming.ANNOTATION_APPROVE_QUORUM_RECOVERY}=true to recover "
+                      f"from the surviving member, or restore from a backup")
+    answering = [(observed.etcd.statuses[m.id], m) for m in health.voters if m.id in observed.etcd.statuses]
+    if not answering:
+        return a.Wait(f"{health.message}; no surviving member answers, so only a restore from backup can help")
+    status, survivor = max(answering, key=lambda sm: (sm[0].raft_applied_index, sm[0].revision))
+    return a.BeginQuorumRecovery(
+        f"recovering quorum from {names[survivor.id]} (applied index {status.raft_applied_index})",
+        names[survivor.id] or survivor.hex_id, survivor.id)
+
+
+def _plan_quorum_recovery(observed: Observed, health: Health) -> a.Action:
+    op = observed.operation
+    others = sorted(p.name for p in observed.pods.values() if p.name != op.member and not p.deleting)
+    if others:
+        return a.StopMemberPod("quorum recovery: stopping the other members", others[0])
+    if any(p.deleting for p in observed.pods.values() if p.name != op.member):
+        return a.Wait("quorum recovery: waiting for the other members to stop")
+    survivor_alone = [m.id for m in health.members] == [op.member_id]
+    if survivor_alone and op.member_id in health.healthy_ids:
+        return a.FinishQuorumRecovery(f"{op.member} now leads a new single-member cluster", op.member)
+    pod = observed.pods.get(op.member)
+    if pod is not None and pod.deleting:
+        return a.Wait(f"quorum recovery: waiting for {op.member} to stop")
+    if pod is None or not pod.force_new_cluster:
+        return a.ForceNewCluster(f"restarting {op.member} with --force-new-cluster", op.member, op.member_id)
+    return a.Wait(f"quorum recovery: waiting for {op.member} to start as a single-member cluster")

@@ -1,0 +1,105 @@
+"""One reconcile pass for an EtcdCluster: observe, plan one step, take it, report."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from typing import Any, Mapping
+
+from etcd_operator import conditions as c
+from etcd_operator.cluster import actions as a
+from etcd_operator.cluster import builders
+from etcd_operator.cluster.executor import ClusterExecutor, EventPoster
+from etcd_operator.cluster.health import diagnose
+from etcd_operator.cluster.observed import Observed
+from etcd_operator.cluster.observer import ClusterObserver
+from etcd_operator.cluster.planner import plan
+from etcd_operator.cluster.spec import ClusterSpec, SpecProblem, spec_problems, version_change_problem
+from etcd_operator.cluster.status import build_status, cluster_conditions
+from etcd_operator.etcd.pool import EtcdClientPool
+from etcd_operator.kube import client as kube
+
+logger = logging.getLogger(__name__)
+
+# Seconds until the next pass, by what the last pass did.
+AFTER_STEP = 1.0
+WHILE_WAITING = 3.0
+WHEN_STEADY = 15.0
+
+
+def storage_class_problem(spec: ClusterSpec, observed: Observed) -> SpecProblem | None:
+    if spec.storage.empty_dir or not spec.storage.storage_class:
+        return None
+    existing = {p.storage_class for p in observed.pvcs.values() if p.storage_class}
+    if existing and spec.storage.storage_class not in existing:
+        return SpecProblem("StorageClassChange",
+                           f"spec.storage.storageClassName {spec.storage.storage_class} differs from the members' "
+                           f"{', '.join(sorted(existing))}; the storage class of existing members cannot change")
+    return None
+
+
+def effective_spec(spec: ClusterSpec, observed: Observed, problems: list[SpecProblem]) -> ClusterSpec:
+    """The spec the operator acts on: a rejected version change keeps the running version."""
+    if any(p.reason in ("VersionDowngrade", "MinorVersionSkip") for p in problems) and observed.running_version:
+        return dataclasses.replace(spec, version=observed.running_version)
+    return spec
+
+
+class ClusterReconciler:
+    def __init__(self, kube_client: kube.KubeClient, etcd_clients: EtcdClientPool, post_event: EventPoster):
+        self.kube = kube_client
+        self.etcd_clients = etcd_clients
+        self.post_event = post_event
+        self.observer = ClusterObserver(kube_client, etcd_clients)
+
+    async def reconcile(self, body: Mapping[str, Any]) -> float:
+        meta = body["metadata"]
+        spec = ClusterSpec.from_dict(body.get("spec") or {})
+        previous = body.get("status") or {}
+        observed = await self.observer.observe(body, time.time())
+
+        problems = spec_problems(spec)
+        for problem in (version_change_problem(observed.running_version, spec.version),
+                        storage_class_problem(spec, observed)):
+            if problem:
+                problems.append(problem)
+        acting_spec = effective_spec(spec, observed, problems)
+        rollout_blocked = next((p for p in problems if p.reason == "StorageClassChange"), None)
+
+        executor = ClusterExecutor(self.kube, self.etcd_clients, body, self.post_event)
+        if not spec.paused:
+            await executor.ensure_services(acting_spec)
+        health = diagnose(acting_spec, observed)
+        action = plan(
+            acting_spec, observed, health,
+            desired_hash=builders.pod_spec_hash(acting_spec),
+            blocking_problem=rollout_blocked,
+            recovery_allowed=spec.recovery.automatic_quorum_recovery or observed.recovery_approved,
+        )
+        if not isinstance(action, (a.Steady, a.Wait)):
+            logger.info("%s/%s: %s (%s)", meta["namespace"], meta["name"], action.kind, action.reason)
+        outcome = await executor.run(action, acting_spec, observed)
+
+        self._post_transition_events(previous, cluster_conditions(spec, observed, health, action, problems))
+        status = build_status(spec, observed, health, action, problems, previous, meta.get("generation", 0),
+                              extra=outcome.status_patch)
+        await self.kube.merge_patch(kube.ETCDCLUSTERS, meta["namespace"], meta["name"], {"status": status},
+                                    subresource="status")
+        if isinstance(action, a.Steady):
+            return WHEN_STEADY
+        if isinstance(action, a.Wait) or not outcome.done:
+            return WHILE_WAITING
+        return AFTER_STEP
+
+    def _post_transition_events(self, previous: Mapping[str, Any], current: list[c.Condition]) -> None:
+        by_type = {cond.type: cond for cond in current}
+        warnings = {
+            "QuorumLost": (by_type["QuorumLost"], True),
+            "SpecAccepted": (by_type["SpecAccepted"], False),
+            "OddSize": (by_type["OddSize"], False),
+        }
+        for name, (condition, bad_status) in warnings.items():
+            before = c.find(previous.get("conditions"), name)
+            if condition.status is bad_status and (before is None or before.get("status") != condition.status_text):
+                self.post_event("Warning", condition.reason, condition.message)

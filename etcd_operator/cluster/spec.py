@@ -1,0 +1,163 @@
+"""The EtcdCluster spec as typed values, with the defaults the CRD also declares."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+from etcd_operator.durations import parse_duration
+
+DEFAULT_REPOSITORY = "gcr.io/etcd-development/etcd"
+DEFAULT_VERSION = "3.6.16"
+DEFAULT_STORAGE_SIZE = "2Gi"
+SUPPORTED_MINORS = ((3, 5), (3, 6))
+
+# Flags the operator sets itself; spec.etcd.extraArgs may not override them.
+MANAGED_FLAGS = frozenset({
+    "name", "data-dir", "wal-dir", "listen-client-urls", "advertise-client-urls",
+    "listen-peer-urls", "initial-advertise-peer-urls", "initial-cluster",
+    "initial-cluster-state", "initial-cluster-token", "listen-metrics-urls",
+    "force-new-cluster", "quota-backend-bytes", "auto-compaction-mode",
+    "auto-compaction-retention", "heartbeat-interval", "election-timeout", "snapshot-count",
+})
+
+
+def parse_version(text: str) -> tuple[int, int, int]:
+    major, minor, patch = (int(p) for p in text.lstrip("v").split("-")[0].split("."))
+    return major, minor, patch
+
+
+@dataclasses.dataclass(frozen=True)
+class Storage:
+    size: str
+    storage_class: str | None
+    empty_dir: bool
+    empty_dir_medium: str = ""
+    empty_dir_size_limit: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class EtcdOptions:
+    quota_backend_bytes: int | None
+    auto_compaction_mode: str
+    auto_compaction_retention: str
+    heartbeat_interval_ms: int | None
+    election_timeout_ms: int | None
+    snapshot_count: int | None
+    extra_args: tuple[tuple[str, str], ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Recovery:
+    member_unhealthy_timeout: float
+    quorum_loss_timeout: float
+    automatic_quorum_recovery: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Defragmentation:
+    enabled: bool
+    min_fragmented_ratio: float
+    min_fragmented_bytes: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterSpec:
+    size: int
+    version: str
+    repository: str
+    storage: Storage
+    reclaim_policy: str
+    paused: bool
+    pod: Mapping[str, Any]
+    etcd: EtcdOptions
+    recovery: Recovery
+    defrag: Defragmentation
+
+    @property
+    def image(self) -> str:
+        return f"{self.repository}:v{self.version}"
+
+    @property
+    def minor(self) -> str:
+        major, minor, _ = parse_version(self.version)
+        return f"{major}.{minor}"
+
+    @classmethod
+    def from_dict(cls, spec: Mapping[str, Any]) -> "ClusterSpec":
+        storage = spec.get("storage") or {}
+        empty_dir = storage.get("emptyDir")
+        etcd = spec.get("etcd") or {}
+        recovery = spec.get("recovery") or {}
+        defrag = (spec.get("maintenance") or {}).get("defragmentation") or {}
+        return cls(
+            size=int(spec.get("size", 3)),
+            version=str(spec.get("version", DEFAULT_VERSION)),
+            repository=spec.get("repository") or DEFAULT_REPOSITORY,
+            storage=Storage(
+                size=str(storage.get("size") or DEFAULT_STORAGE_SIZE),
+                storage_class=storage.get("storageClassName"),
+                empty_dir=empty_dir is not None,
+                empty_dir_medium=(empty_dir or {}).get("medium", ""),
+                empty_dir_size_limit=(empty_dir or {}).get("sizeLimit"),
+            ),
+            reclaim_policy=spec.get("reclaimPolicy", "Retain"),
+            paused=bool(spec.get("paused", False)),
+            pod=spec.get("pod") or {},
+            etcd=EtcdOptions(
+                quota_backend_bytes=etcd.get("quotaBackendBytes"),
+                auto_compaction_mode=etcd.get("autoCompactionMode", "periodic"),
+                auto_compaction_retention=str(etcd.get("autoCompactionRetention", "1h")),
+                heartbeat_interval_ms=etcd.get("heartbeatIntervalMillis"),
+                election_timeout_ms=etcd.get("electionTimeoutMillis"),
+                snapshot_count=etcd.get("snapshotCount"),
+                extra_args=tuple(sorted((etcd.get("extraArgs") or {}).items())),
+            ),
+            recovery=Recovery(
+                member_unhealthy_timeout=parse_duration(recovery.get("memberUnhealthyTimeout", "3m")),
+                quorum_loss_timeout=parse_duration(recovery.get("quorumLossTimeout", "2m")),
+                automatic_quorum_recovery=bool(recovery.get("automaticQuorumRecovery", False)),
+            ),
+            defrag=Defragmentation(
+                enabled=bool(defrag.get("enabled", True)),
+                min_fragmented_ratio=float(defrag.get("minFragmentedRatio", 0.5)),
+                min_fragmented_bytes=int(defrag.get("minFragmentedBytes", 64 * 1024 * 1024)),
+            ),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class SpecProblem:
+    """A spec the schema accepted but the operator will not act on."""
+
+    reason: str
+    message: str
+
+
+def spec_problems(spec: ClusterSpec) -> list[SpecProblem]:
+    """Problems visible from the spec alone (no observed state needed)."""
+    problems = []
+    if parse_version(spec.version)[:2] not in SUPPORTED_MINORS:
+        problems.append(SpecProblem("UnsupportedVersion",
+                                    f"etcd {spec.version} is not supported; use 3.5.x or 3.6.x"))
+    managed = sorted(k for k, _ in spec.etcd.extra_args if k.lstrip("-") in MANAGED_FLAGS)
+    if managed:
+        problems.append(SpecProblem("ManagedFlag",
+                                    f"spec.etcd.extraArgs may not set {', '.join(managed)}: the operator manages them"))
+    return problems
+
+
+def version_change_problem(running: str | None, wanted: str) -> SpecProblem | None:
+    """A version change etcd cannot make safely: a downgrade or a skipped minor."""
+    if not running:
+        return None
+    have, want = parse_version(running), parse_version(wanted)
+    if want < have:
+        return SpecProblem("VersionDowngrade",
+                           f"spec.version {wanted} is older than the running {running}; etcd does not support "
+                           f"downgrades this way. Set spec.version back to {running} or newer")
+    if want[:2] > have[:2] and (want[0] != have[0] or want[1] - have[1] > 1):
+        return SpecProblem("MinorVersionSkip",
+                           f"spec.version {wanted} skips a minor version from the running {running}; "
+                           f"upgrade one minor version at a time")
+    return None

@@ -1,0 +1,138 @@
+"""Builds an EtcdCluster's status from one pass. Pure."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from etcd_operator import conditions as c
+from etcd_operator.cluster import actions as a
+from etcd_operator.cluster import naming
+from etcd_operator.cluster.health import Health, HealthState, member_name
+from etcd_operator.cluster.observed import Observed
+from etcd_operator.cluster.observer import format_time
+from etcd_operator.cluster.spec import ClusterSpec, SpecProblem
+
+PROGRESS_REASONS = {
+    "BootstrapFirstMember": "Bootstrapping",
+    "AddLearner": "AddingMember",
+    "CreateMemberPod": "StartingMember",
+    "SettleMemberPod": "MemberJoined",
+    "PromoteLearner": "PromotingLearner",
+    "RemoveMember": "RemovingMember",
+    "DeleteMemberPod": "CleaningUp",
+    "DeleteMemberPVC": "CleaningUp",
+    "MoveLeader": "MovingLeader",
+    "RollMember": "RollingUpdate",
+    "Defragment": "Defragmenting",
+    "BeginQuorumRecovery": "RecoveringQuorum",
+    "StopMemberPod": "RecoveringQuorum",
+    "ForceNewCluster": "RecoveringQuorum",
+    "FinishQuorumRecovery": "RecoveringQuorum",
+}
+
+
+def is_degraded(health: Health, observed: Observed) -> bool:
+    """Something is broken, as opposed to still being built or changed on purpose."""
+    if health.state in (HealthState.NO_QUORUM, HealthState.QUORUM_LOST):
+        return True
+    if health.state == HealthState.UNKNOWN:
+        return observed.bootstrapped
+    return any(not health.is_healthy(m) for m in health.members)
+
+
+def cluster_conditions(spec: ClusterSpec, observed: Observed, health: Health, action: a.Action,
+                       problems: list[SpecProblem]) -> list[c.Condition]:
+    available = health.has_quorum
+    progressing = not isinstance(action, (a.Steady, a.Wait)) or (
+        isinstance(action, a.Wait) and health.state in (HealthState.DEGRADED, HealthState.UNKNOWN))
+    degraded = is_degraded(health, observed)
+    result = [
+        c.Condition("Available", available,
+                    "QuorumHealthy" if available else health.state.value, health.message),
+        c.Condition("Progressing", progressing,
+                    PROGRESS_REASONS.get(action.kind, "Waiting" if progressing else "Reconciled"),
+                    action.reason),
+        c.Condition("Degraded", degraded, health.state.value if degraded else "AllMembersHealthy",
+                    health.message if degraded else ""),
+        c.Condition("QuorumLost", health.state == HealthState.QUORUM_LOST,
+                    "QuorumLost" if health.state == HealthState.QUORUM_LOST else "QuorumHeld",
+                    health.message if health.state == HealthState.QUORUM_LOST else ""),
+    ]
+    if problems:
+        result.append(c.Condition("SpecAccepted", False, problems[0].reason,
+                                  "; ".join(p.message for p in problems)))
+    else:
+        result.append(c.Condition("SpecAccepted", True, "Accepted", ""))
+    even = spec.size % 2 == 0
+    result.append(c.Condition(
+        "OddSize", not even, "EvenSize" if even else "OddSize",
+        f"size {spec.size} tolerates {(spec.size - 1) // 2} failed members, the same as size {spec.size - 1}, "
+        f"while needing a larger quorum; prefer an odd size" if even else ""))
+    return result
+
+
+def phase(spec: ClusterSpec, health: Health, action: a.Action, observed: Observed) -> str:
+    if spec.paused:
+        return "Paused"
+    if observed.operation is not None:
+        return "Recovering"
+    if health.state == HealthState.QUORUM_LOST:
+        return "QuorumLost"
+    if health.state == HealthState.BOOTSTRAPPING or not observed.bootstrapped:
+        return "Creating"
+    if isinstance(action, a.RollMember) or isinstance(action, a.MoveLeader):
+        return "Upgrading"
+    if isinstance(action, (a.AddLearner, a.PromoteLearner)) or (
+            isinstance(action, a.RemoveMember) and not action.replacing):
+        return "Scaling"
+    if health.state == HealthState.HEALTHY:
+        return "Running"
+    return "Degraded"
+
+
+def member_entries(observed: Observed, health: Health) -> list[dict[str, Any]]:
+    entries = []
+    for member in sorted(health.members, key=lambda m: member_name(observed, m) or m.hex_id):
+        name = member_name(observed, member) or member.hex_id
+        status = observed.etcd.statuses.get(member.id)
+        role = "learner" if member.is_learner else ("leader" if member.id == health.leader_id else "follower")
+        entry: dict[str, Any] = {
+            "name": name,
+            "id": member.hex_id,
+            "peerURL": member.peer_urls[0] if member.peer_urls else "",
+            "clientURL": member.client_urls[0] if member.client_urls else naming.client_url(
+                observed.cluster, observed.namespace, name),
+            "role": role,
+            "healthy": health.is_healthy(member),
+        }
+        if status is not None:
+            entry.update(dbSize=status.db_size, dbSizeInUse=status.db_size_in_use,
+                         revision=status.revision, version=status.version)
+        if name in observed.unhealthy_since:
+            entry["unhealthySince"] = format_time(observed.unhealthy_since[name])
+        entries.append(entry)
+    return entries
+
+
+def build_status(spec: ClusterSpec, observed: Observed, health: Health, action: a.Action,
+                 problems: list[SpecProblem], previous: Mapping[str, Any], generation: int,
+                 extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    now = format_time(observed.now)
+    leader = next((m for m in health.members if m.id == health.leader_id), None)
+    status: dict[str, Any] = {
+        "phase": phase(spec, health, action, observed),
+        "members": member_entries(observed, health),
+        "readyMembers": sum(1 for m in health.voters if health.is_healthy(m)),
+        "leader": (member_name(observed, leader) or leader.hex_id) if leader else "",
+        "currentVersion": observed.running_version or previous.get("currentVersion", ""),
+        "clientURL": f"http://{naming.client_service(observed.cluster)}.{observed.namespace}.svc:{naming.CLIENT_PORT}",
+        "noQuorumSince": format_time(observed.no_quorum_since) if observed.no_quorum_since else None,
+        "conditions": c.merge(previous.get("conditions"), cluster_conditions(spec, observed, health, action, problems),
+                              now, generation),
+        "observedGeneration": generation,
+    }
+    if observed.etcd.cluster_id:
+        status["clusterID"] = f"{observed.etcd.cluster_id:x}"
+    if extra:
+        status.update(extra)
+    return status

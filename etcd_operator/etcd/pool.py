@@ -1,0 +1,26 @@
+"""Reuses one gRPC channel per member endpoint across reconcile passes."""
+
+from __future__ import annotations
+
+from etcd_operator.etcd.client import EtcdMemberClient
+
+
+class EtcdClientPool:
+    def __init__(self, timeout: float = 3.0):
+        self._clients: dict[str, EtcdMemberClient] = {}
+        self._timeout = timeout
+
+    def get(self, endpoint: str) -> EtcdMemberClient:
+        client = self._clients.get(endpoint)
+        if client is None:
+            client = self._clients[endpoint] = EtcdMemberClient(endpoint, timeout=self._timeout)
+        return client
+
+    async def retain_only(self, endpoints: set[str]) -> None:
+        """Closes channels to endpoints that no longer belong to a pod."""
+        for endpoint in list(self._clients):
+            if endpoint not in endpoints:
+                await self._clients.pop(endpoint).close()
+
+    async def close(self) -> None:
+        await self.retain_only(set())

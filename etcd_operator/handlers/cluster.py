@@ -1,0 +1,81 @@
+"""EtcdCluster handlers: a daemon per cluster that reconciles from observed state, and a
+deletion handler that applies reclaimPolicy."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+
+import kopf
+
+from etcd_operator import API_GROUP, API_VERSION
+from etcd_operator.cluster import naming
+from etcd_operator.cluster.reconciler import ClusterReconciler
+from etcd_operator.etcd.pool import EtcdClientPool
+from etcd_operator.kube import client as kube
+
+ERROR_BACKOFF = 10.0
+POLL = 0.5
+
+
+def _event_poster(body: kopf.Body):
+    def post(type_: str, reason: str, message: str) -> None:
+        kopf.event(body, type=type_, reason=reason, message=message)
+    return post
+
+
+def _snapshot(body: kopf.Body) -> dict:
+    return copy.deepcopy(dict(body))
+
+
+async def _sleep(stopped: kopf.DaemonStopped, body: kopf.Body, seconds: float) -> None:
+    """Sleeps, but wakes at once when the spec or the annotations change."""
+    generation = body.get("metadata", {}).get("generation")
+    annotations = dict(body.get("metadata", {}).get("annotations") or {})
+    waited = 0.0
+    while waited < seconds and not stopped:
+        await stopped.wait(min(POLL, seconds - waited))
+        waited += POLL
+        meta = body.get("metadata", {})
+        if meta.get("generation") != generation or dict(meta.get("annotations") or {}) != annotations:
+            return
+
+
+@kopf.daemon(API_GROUP, API_VERSION, "etcdclusters", cancellation_timeout=60.0)
+async def run_cluster(body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.Memo,
+                      logger: logging.Logger, **_) -> None:
+    etcd_clients = EtcdClientPool()
+    reconciler = ClusterReconciler(memo.kube, etcd_clients, _event_poster(body))
+    try:
+        while not stopped:
+            try:
+                delay = await reconciler.reconcile(_snapshot(body))
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # one bad pass must not end the daemon
+                logger.exception("reconcile failed: %s", e)
+                delay = ERROR_BACKOFF
+            await _sleep(stopped, body, delay)
+    finally:
+        await etcd_clients.close()
+
+
+@kopf.on.delete(API_GROUP, API_VERSION, "etcdclusters")
+async def cluster_deleted(name: str, namespace: str, uid: str, spec: kopf.Spec, memo: kopf.Memo,
+                          body: kopf.Body, logger: logging.Logger, **_) -> None:
+    """Pods and Services go with the owner; PVCs follow spec.reclaimPolicy."""
+    selector = naming.label_selector(naming.selector_labels(name))
+    pvcs = await memo.kube.list(kube.PVCS, namespace, selector)
+    if spec.get("reclaimPolicy", "Retain") == "Delete":
+        for pvc in pvcs:
+            await memo.kube.delete(kube.PVCS, namespace, pvc["metadata"]["name"])
+        kopf.event(body, type="Normal", reason="DataDeleted", message=f"Deleted {len(pvcs)} member PVCs (reclaimPolicy Delete)")
+        return
+    for pvc in pvcs:
+        owners = [o for o in pvc["metadata"].get("ownerReferences") or [] if o.get("uid") != uid]
+        await memo.kube.merge_patch(kube.PVCS, namespace, pvc["metadata"]["name"],
+                                    {"metadata": {"ownerReferences": owners or None}})
+    kopf.event(body, type="Normal", reason="DataRetained",
+               message=f"Kept {len(pvcs)} member PVCs (reclaimPolicy Retain)")
+    logger.info("kept %d PVCs of %s/%s", len(pvcs), namespace, name)

@@ -1,0 +1,1 @@
+"""Kubernetes access for the operator."""

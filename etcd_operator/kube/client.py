@@ -1,0 +1,148 @@
+"""A small async Kubernetes client that speaks plain dicts, on kubernetes_asyncio's
+transport (auth, TLS, kubeconfig and in-cluster config)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from kubernetes_asyncio import client as k8s
+from kubernetes_asyncio import config as k8s_config
+from kubernetes_asyncio.client.rest import ApiException
+
+FIELD_MANAGER = "etcd-operator"
+REQUEST_TIMEOUT = 30
+
+
+class Conflict(Exception):
+    """The object changed or already exists (HTTP 409)."""
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, reason: str, message: str):
+        super().__init__(f"{status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+
+@dataclasses.dataclass(frozen=True)
+class Resource:
+    group: str
+    version: str
+    plural: str
+
+    def path(self, namespace: str | None, name: str | None = None, subresource: str | None = None) -> str:
+        base = f"/api/{self.version}" if not self.group else f"/apis/{self.group}/{self.version}"
+        if namespace is not None:
+            base += f"/namespaces/{namespace}"
+        base += f"/{self.plural}"
+        if name:
+            base += f"/{name}"
+        if subresource:
+            base += f"/{subresource}"
+        return base
+
+
+PODS = Resource("", "v1", "pods")
+PVCS = Resource("", "v1", "persistentvolumeclaims")
+SERVICES = Resource("", "v1", "services")
+SECRETS = Resource("", "v1", "secrets")
+NODES = Resource("", "v1", "nodes")
+PDBS = Resource("policy", "v1", "poddisruptionbudgets")
+LEASES = Resource("coordination.k8s.io", "v1", "leases")
+
+
+class KubeClient:
+    def __init__(self, api_client: k8s.ApiClient):
+        self.api = api_client
+
+    @classmethod
+    async def from_environment(cls) -> "KubeClient":
+        configuration = k8s.Configuration()
+        try:
+            k8s_config.load_incluster_config(client_configuration=configuration)
+        except k8s_config.ConfigException:
+            await k8s_config.load_kube_config(client_configuration=configuration)
+        return cls(k8s.ApiClient(configuration))
+
+    async def close(self) -> None:
+        await self.api.close()
+
+    async def _request(self, method: str, path: str, body: Any = None, query: dict | None = None,
+                       content_type: str = "application/json") -> dict | None:
+        try:
+            response = await self.api.call_api(
+                path, method,
+                query_params=list((query or {}).items()),
+                header_params={"Content-Type": content_type, "Accept": "application/json"},
+                body=body,
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=REQUEST_TIMEOUT,
+            )
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            try:
+                details = json.loads(e.body)
+                message, reason = details.get("message", ""), details.get("reason", "")
+            except (TypeError, ValueError):
+                message, reason = str(e.body), e.reason or ""
+            if e.status == 409:
+                raise Conflict(message) from None
+            raise ApiError(e.status, reason, message) from None
+        data = await response.read()
+        return json.loads(data) if data else {}
+
+    async def get(self, resource: Resource, namespace: str | None, name: str) -> dict | None:
+        return await self._request("GET", resource.path(namespace, name))
+
+    async def list(self, resource: Resource, namespace: str | None, label_selector: str = "") -> list[dict]:
+        query = {"labelSelector": label_selector} if label_selector else {}
+        result = await self._request("GET", resource.path(namespace), query=query)
+        return (result or {}).get("items", [])
+
+    async def create(self, resource: Resource, namespace: str | None, body: dict) -> dict:
+        """Raises Conflict when the object already exists."""
+        return await self._request("POST", resource.path(namespace), body=body)
+
+    async def merge_patch(self, resource: Resource, namespace: str | None, name: str, patch: dict,
+                          subresource: str | None = None) -> dict | None:
+        return await self._request("PATCH", resource.path(namespace, name, subresource), body=patch,
+                                   content_type="application/merge-patch+json")
+
+    async def apply(self, resource: Resource, namespace: str | None, body: dict) -> dict:
+        """Server-side apply: creates or converges the fields this operator owns."""
+        name = body["metadata"]["name"]
+        return await self._request(
+            "PATCH", resource.path(namespace, name), body=body,
+            query={"fieldManager": FIELD_MANAGER, "force": "true"},
+            content_type="application/apply-patch+yaml",
+        )
+
+    async def delete(self, resource: Resource, namespace: str | None, name: str, uid: str | None = None,
+                     grace_period: int | None = None) -> bool:
+        """Deletes if present (and, with `uid`, only that incarnation); False when already gone."""
+        options: dict[str, Any] = {"propagationPolicy": "Background"}
+        if uid:
+            options["preconditions"] = {"uid": uid}
+        if grace_period is not None:
+            options["gracePeriodSeconds"] = grace_period
+        try:
+            result = await self._request("DELETE", resource.path(namespace, name), body=options)
+        except Conflict:
+            return False  # a newer incarnation; not ours to delete
+        return result is not None
+
+
+def _custom(plural: str) -> Resource:
+    from etcd_operator import API_GROUP, API_VERSION
+
+    return Resource(API_GROUP, API_VERSION, plural)
+
+
+ETCDCLUSTERS = _custom("etcdclusters")
+ETCDBACKUPS = _custom("etcdbackups")
+ETCDRESTORES = _custom("etcdrestores")

@@ -1,0 +1,96 @@
+"""Builds Observed values for planner tests: a compact description of members, pods and
+PVCs in, the planner's input out."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from etcd_operator.cluster import naming
+from etcd_operator.cluster.health import diagnose
+from etcd_operator.cluster.observed import EtcdView, Observed, Operation, PodView, PVCView
+from etcd_operator.cluster.planner import self_only_cluster
+from etcd_operator.cluster.spec import ClusterSpec
+from etcd_operator.etcd.client import Member, MemberStatus
+
+CLUSTER, NAMESPACE = "c", "ns"
+NOW = 1_000_000.0
+HASH = "current-hash"
+
+
+@dataclasses.dataclass
+class M:
+    ordinal: int
+    started: bool = True
+    learner: bool = False
+    healthy: bool = True
+    pod: bool = True
+    pvc: bool = True
+    settled: bool = True
+    outdated: bool = False
+    unhealthy_for: float | None = None
+    applied: int = 100
+    db_size: int = 1000
+    db_in_use: int = 1000
+
+    @property
+    def name(self) -> str:
+        return naming.member_name(CLUSTER, self.ordinal)
+
+    @property
+    def id(self) -> int:
+        return 0x100 + self.ordinal
+
+
+def spec(size: int = 3, **overrides) -> ClusterSpec:
+    base = ClusterSpec.from_dict({"size": size, "recovery": {"memberUnhealthyTimeout": "60s",
+                                                             "quorumLossTimeout": "30s"}})
+    return dataclasses.replace(base, **overrides)
+
+
+def observed(members: list[M], leader: int | None = 0, extra_pods=(), extra_pvcs=(),
+             no_quorum_for: float | None = None, operation: Operation | None = None,
+             bootstrapped: bool = True) -> Observed:
+    etcd_members, statuses, pods, pvcs, unhealthy, endpoints = [], {}, {}, {}, {}, {}
+    leader_id = next((m.id for m in members if m.ordinal == leader and m.healthy), None)
+    for m in members:
+        etcd_members.append(Member(m.id, m.name if m.started else "",
+                                   (naming.peer_url(CLUSTER, NAMESPACE, m.name),),
+                                   (naming.client_url(CLUSTER, NAMESPACE, m.name),) if m.started else (),
+                                   m.learner))
+        if m.healthy and m.started and m.pod:
+            statuses[m.id] = MemberStatus(1, m.id, leader_id or 0, "3.6.16", m.db_size, m.db_in_use,
+                                          m.applied, m.applied, m.applied, 2, m.learner, ())
+            endpoints[m.id] = f"10.0.0.{m.ordinal}:2379"
+        if m.pod:
+            settled_cluster = f"{m.name}={naming.peer_url(CLUSTER, NAMESPACE, m.name)}"
+            pods[m.name] = PodView(m.name, f"uid-{m.name}", m.id if m.settled else None, "Running", m.healthy,
+                                   False, f"10.0.0.{m.ordinal}", "old-hash" if m.outdated else HASH,
+                                   "existing" if m.settled else "new",
+                                   settled_cluster if m.settled else "x", False)
+        if m.pvc:
+            pvcs[naming.pvc_name(m.name)] = PVCView(naming.pvc_name(m.name), f"pvc-{m.name}",
+                                                     m.id if m.settled else None, False, None)
+        if not m.healthy and m.unhealthy_for is not None:
+            unhealthy[m.name] = NOW - m.unhealthy_for
+    for pod in extra_pods:
+        pods[pod.name] = pod
+    for pvc in extra_pvcs:
+        pvcs[pvc.name] = pvc
+    answered = bool(statuses)
+    return Observed(
+        cluster=CLUSTER, namespace=NAMESPACE, uid="uid", now=NOW, pods=pods, pvcs=pvcs,
+        etcd=EtcdView(tuple(etcd_members) if answered else (), statuses, 1 if answered else None, leader_id,
+                      leader_id is not None, {}, endpoints),
+        unhealthy_since=unhealthy,
+        no_quorum_since=(NOW - no_quorum_for) if no_quorum_for is not None else None,
+        running_version="3.6.16" if answered else None,
+        operation=operation,
+        bootstrapped=bootstrapped,
+    )
+
+
+def health_of(s: ClusterSpec, o: Observed):
+    return diagnose(s, o)
+
+
+__all__ = ["M", "spec", "observed", "health_of", "HASH", "NOW", "self_only_cluster"]

@@ -1,0 +1,254 @@
+"""The membership planner, table-driven and by property."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from etcd_operator.cluster import actions as a
+from etcd_operator.cluster import naming
+from etcd_operator.cluster.health import HealthState
+from etcd_operator.cluster.observed import Operation, PodView
+from etcd_operator.cluster.planner import QUORUM_RECOVERY, plan
+from tests.unit.cluster_scenarios import HASH, M, health_of, observed, spec
+
+
+def next_step(s, o, **kwargs):
+    kwargs.setdefault("desired_hash", HASH)
+    return plan(s, o, health_of(s, o), **kwargs)
+
+
+def test_empty_cluster_bootstraps_member_zero():
+    step = next_step(spec(3), observed([], bootstrapped=False))
+    assert step == a.BootstrapFirstMember(step.reason, "c-0")
+
+
+def test_a_cluster_that_existed_and_vanished_entirely_is_not_silently_recreated():
+    s = spec(3)
+    o = observed([], bootstrapped=True)
+    assert health_of(s, o).state == HealthState.QUORUM_LOST
+    assert isinstance(next_step(s, o), a.Wait)
+
+
+def test_first_member_is_settled_once_it_has_joined():
+    step = next_step(spec(3), observed([M(0, settled=False)]))
+    assert isinstance(step, a.SettleMemberPod) and step.member == "c-0"
+
+
+def test_scale_up_adds_one_learner_with_the_next_ordinal():
+    step = next_step(spec(3), observed([M(0), M(1)]))
+    assert isinstance(step, a.AddLearner) and step.member == "c-2"
+
+
+def test_added_member_without_pod_gets_its_pod_with_the_full_initial_cluster():
+    step = next_step(spec(3), observed([M(0), M(1), M(2, started=False, learner=True, pod=False, pvc=False)]))
+    assert isinstance(step, a.CreateMemberPod) and step.member == "c-2" and not step.joined_before
+    assert step.initial_cluster.count("=") == 3 and "c-2=" in step.initial_cluster
+
+
+def test_learner_that_answers_is_promoted():
+    step = next_step(spec(3), observed([M(0), M(1), M(2, learner=True)]))
+    assert isinstance(step, a.PromoteLearner) and step.member == "c-2"
+
+
+def test_nothing_is_added_while_a_learner_catches_up():
+    step = next_step(spec(5), observed([M(0), M(1), M(2, learner=True, healthy=False, unhealthy_for=5)]))
+    assert isinstance(step, a.Wait)
+
+
+def test_stuck_learner_is_removed_after_the_timeout():
+    step = next_step(spec(5), observed([M(0), M(1), M(2, learner=True, healthy=False, unhealthy_for=61)]))
+    assert isinstance(step, a.RemoveMember) and step.member == "c-2"
+
+
+def test_scale_down_removes_the_highest_follower_never_the_leader():
+    step = next_step(spec(1), observed([M(0), M(1), M(2)], leader=2))
+    assert isinstance(step, a.RemoveMember) and step.member == "c-1"
+
+
+def test_scale_down_removes_an_unhealthy_member_first():
+    step = next_step(spec(3), observed([M(0), M(1, healthy=False, unhealthy_for=1), M(2), M(3), M(4)]))
+    assert isinstance(step, a.RemoveMember) and step.member == "c-1"
+
+
+def test_removed_members_pod_then_pvc_are_deleted():
+    o = observed([M(0), M(1)], extra_pods=[PodView("c-2", "u", 0x102, "Running", True, False, "10.0.0.2",
+                                                   HASH, "existing", "", False)])
+    o = dataclasses.replace(o, pvcs={**o.pvcs, "data-c-2": dataclasses.replace(o.pvcs["data-c-1"], name="data-c-2")})
+    step = next_step(spec(2), o)
+    assert step == a.DeleteMemberPod(step.reason, "c-2")
+    o = dataclasses.replace(o, pods={k: v for k, v in o.pods.items() if k != "c-2"})
+    step = next_step(spec(2), o)
+    assert step == a.DeleteMemberPVC(step.reason, "c-2")
+
+
+def test_nothing_is_deleted_on_a_member_list_not_from_the_leader():
+    o = observed([M(0), M(1)], extra_pods=[PodView("c-2", "u", 0x102, "Running", True, False, "10.0.0.2",
+                                                   HASH, "existing", "", False)])
+    o = dataclasses.replace(o, etcd=dataclasses.replace(o.etcd, from_leader=False))
+    assert not isinstance(next_step(spec(2), o), (a.DeleteMemberPod, a.DeleteMemberPVC))
+
+
+def test_member_whose_pod_is_gone_rejoins_on_its_pvc():
+    step = next_step(spec(3), observed([M(0), M(1), M(2, pod=False, healthy=False)]))
+    assert isinstance(step, a.CreateMemberPod) and step.joined_before and step.member == "c-2"
+    assert step.initial_cluster == f"c-2={naming.peer_url('c', 'ns', 'c-2')}"
+
+
+def test_member_whose_pod_and_pvc_are_gone_is_removed_for_replacement():
+    step = next_step(spec(3), observed([M(0), M(1), M(2, pod=False, pvc=False, healthy=False)]))
+    assert isinstance(step, a.RemoveMember) and step.replacing and step.member == "c-2"
+
+
+def test_unhealthy_member_is_replaced_only_after_the_timeout():
+    assert isinstance(next_step(spec(3), observed([M(0), M(1), M(2, healthy=False, unhealthy_for=10)])), a.Wait)
+    step = next_step(spec(3), observed([M(0), M(1), M(2, healthy=False, unhealthy_for=61)]))
+    assert isinstance(step, a.RemoveMember) and step.replacing
+
+
+def test_no_quorum_means_no_membership_change():
+    o = observed([M(0), M(1, healthy=False, unhealthy_for=600), M(2, healthy=False, unhealthy_for=600)])
+    assert isinstance(next_step(spec(3), o), a.Wait)
+
+
+def test_quorum_loss_without_approval_only_waits_and_says_how_to_recover():
+    o = observed([M(0), M(1, healthy=False), M(2, healthy=False)], no_quorum_for=600)
+    step = next_step(spec(3), o)
+    assert isinstance(step, a.Wait) and naming.ANNOTATION_APPROVE_QUORUM_RECOVERY in step.reason
+
+
+def test_approved_quorum_recovery_starts_from_the_member_with_the_highest_applied_index():
+    members = [M(0, healthy=False, applied=50), M(1, healthy=False, applied=90), M(2, healthy=False, pod=False, pvc=False)]
+    o = observed(members, leader=None, no_quorum_for=600)
+    # Members that answer without a leader: give them statuses as the observer would.
+    o = _answering_without_leader(o, members)
+    step = next_step(spec(3), o, recovery_allowed=True)
+    assert isinstance(step, a.BeginQuorumRecovery) and step.member == "c-1"
+
+
+def _answering_without_leader(o, members):
+    from etcd_operator.etcd.client import MemberStatus
+    statuses = {m.id: MemberStatus(1, m.id, 0, "3.6.16", 1, 1, m.applied, m.applied, m.applied, 3, False, ())
+                for m in members if m.pod}
+    return dataclasses.replace(o, etcd=dataclasses.replace(o.etcd, statuses=statuses, members=tuple(
+        __import__("etcd_operator.etcd.client", fromlist=["Member"]).Member(
+            m.id, m.name, (naming.peer_url("c", "ns", m.name),), (), False) for m in members)))
+
+
+def test_quorum_recovery_stops_others_then_forces_a_new_cluster_then_finishes():
+    op = Operation(QUORUM_RECOVERY, "c-1", 0x101, 0)
+    o = observed([M(0, healthy=False), M(1, healthy=False), M(2, healthy=False)], leader=None, operation=op)
+    step = next_step(spec(3), o)
+    assert step == a.StopMemberPod(step.reason, "c-0")
+    o = dataclasses.replace(o, pods={"c-1": o.pods["c-1"]})
+    step = next_step(spec(3), o)
+    assert isinstance(step, a.ForceNewCluster) and step.member == "c-1"
+    alone = observed([M(1)], leader=1, operation=op)
+    assert isinstance(next_step(spec(3), alone), a.FinishQuorumRecovery)
+
+
+def test_rolling_update_restarts_followers_before_the_leader_then_moves_leadership():
+    step = next_step(spec(3), observed([M(0, outdated=True), M(1, outdated=True), M(2)], leader=0))
+    assert step == a.RollMember(step.reason, "c-1")
+    step = next_step(spec(3), observed([M(0, outdated=True), M(1), M(2)], leader=0))
+    assert isinstance(step, a.MoveLeader) and step.from_id == 0x100
+
+
+def test_rolling_update_waits_for_a_healthy_cluster():
+    o = observed([M(0, outdated=True), M(1, outdated=True), M(2, healthy=False, unhealthy_for=1)])
+    assert isinstance(next_step(spec(3), o), a.Wait)
+
+
+def test_defragmentation_picks_a_fragmented_follower_before_the_leader():
+    big = dict(db_size=512 << 20, db_in_use=100 << 20)
+    step = next_step(spec(3), observed([M(0, **big), M(1, **big), M(2)], leader=0))
+    assert step == a.Defragment(step.reason, "c-1", 0x101)
+
+
+def test_paused_cluster_is_left_alone():
+    s = dataclasses.replace(spec(3), paused=True)
+    assert isinstance(next_step(s, observed([M(0), M(1)])), a.Wait)
+
+
+def test_all_pods_gone_restarts_members_from_their_pvcs():
+    o = observed([M(0, pod=False, healthy=False), M(1, pod=False, healthy=False)])
+    step = next_step(spec(2), o)
+    assert isinstance(step, a.CreateMemberPod) and step.joined_before and step.member == "c-0"
+
+
+# --- properties -------------------------------------------------------------------------
+
+usually = st.sampled_from([True, True, True, True, False])
+rarely = st.sampled_from([False, False, False, False, True])
+member_strategy = st.builds(
+    M,
+    ordinal=st.integers(0, 0),  # replaced below
+    started=usually,
+    learner=rarely,
+    healthy=usually,
+    pod=usually,
+    pvc=usually,
+    settled=usually,
+    outdated=rarely,
+    unhealthy_for=st.one_of(st.none(), st.floats(0, 1000)),
+    applied=st.integers(0, 1000),
+)
+
+
+@st.composite
+def scenarios(draw):
+    members = draw(st.lists(member_strategy, min_size=1, max_size=7))
+    for i, m in enumerate(members):
+        m.ordinal = i
+        if not m.started:
+            m.learner, m.settled = True, False
+    leader = draw(st.one_of(st.none(), st.integers(0, len(members) - 1)))
+    if leader is not None and (members[leader].learner or not members[leader].healthy or not members[leader].pod):
+        leader = None
+    size = draw(st.integers(1, 9))
+    return spec(size), observed(members, leader=leader, no_quorum_for=draw(st.one_of(st.none(), st.floats(0, 100)))), members
+
+
+@settings(max_examples=400, deadline=None)
+@given(scenarios(), st.booleans())
+def test_removals_never_break_quorum_or_take_the_leader(scenario, recovery_allowed):
+    s, o, members = scenario
+    health = health_of(s, o)
+    step = plan(s, o, health, desired_hash=HASH, recovery_allowed=recovery_allowed)
+    if isinstance(step, a.RemoveMember):
+        assert step.member_id != health.leader_id
+        removed = next(m for m in health.members if m.id == step.member_id)
+        if not removed.is_learner:
+            remaining = [m for m in health.voters if m.id != removed.id]
+            healthy = [m for m in remaining if health.is_healthy(m)]
+            assert len(healthy) >= naming.quorum(len(remaining))
+        # Never a healthy voter while an unhealthy one exists.
+        if health.is_healthy(removed) and not removed.is_learner:
+            assert all(health.is_healthy(m) for m in health.voters)
+
+
+@settings(max_examples=400, deadline=None)
+@given(scenarios())
+def test_members_are_added_only_to_a_fully_healthy_cluster_without_learners(scenario):
+    s, o, _ = scenario
+    health = health_of(s, o)
+    step = plan(s, o, health, desired_hash=HASH)
+    if isinstance(step, a.AddLearner):
+        assert not health.learners
+        assert all(health.is_healthy(m) for m in health.members)
+        assert len(health.voters) < s.size
+        assert step.member not in o.pods and naming.pvc_name(step.member) not in o.pvcs
+
+
+@settings(max_examples=400, deadline=None)
+@given(scenarios())
+def test_deletions_only_touch_objects_of_members_absent_from_the_leaders_list(scenario):
+    s, o, _ = scenario
+    health = health_of(s, o)
+    step = plan(s, o, health, desired_hash=HASH)
+    if isinstance(step, (a.DeleteMemberPod, a.DeleteMemberPVC)):
+        assert o.etcd.from_leader
+        names = {m.name for m in health.members if m.name}
+        assert step.member not in names
