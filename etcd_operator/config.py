@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import pathlib
+import socket
+import uuid
+
+# The image the operator runs from; restore pods use it to fetch snapshots.
+DEFAULT_OPERATOR_IMAGE = "ghcr.io/etcd-operator/etcd-operator:0.1.0"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -14,6 +20,10 @@ class OperatorConfig:
     peering_name: str | None
     priority: int
     log_format: str
+    operator_image: str
+    leader_election: bool
+    lease_namespace: str
+    identity: str
 
     @property
     def clusterwide(self) -> bool:
@@ -30,4 +40,13 @@ class OperatorConfig:
             peering_name=env.get("PEERING_NAME") or None,
             priority=int(env.get("PEERING_PRIORITY", "0")),
             log_format=env.get("LOG_FORMAT", "plain"),
+            operator_image=env.get("OPERATOR_IMAGE", DEFAULT_OPERATOR_IMAGE),
+            leader_election=env.get("LEADER_ELECTION", "false").lower() == "true",
+            lease_namespace=env.get("POD_NAMESPACE") or _service_account_namespace() or "default",
+            identity=env.get("POD_NAME") or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}",
         )
+
+
+def _service_account_namespace() -> str | None:
+    path = pathlib.Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+    return path.read_text().strip() if path.exists() else None

@@ -7,6 +7,7 @@ import logging
 import kopf
 
 from etcd_operator import API_GROUP
+from etcd_operator.config import OperatorConfig
 from etcd_operator.kube.client import KubeClient
 
 FINALIZER = f"{API_GROUP}/finalizer"
@@ -25,7 +26,9 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> No
     settings.watching.connect_timeout = 10
     settings.networking.request_timeout = 30
     settings.execution.max_workers = 8
+    memo.config = OperatorConfig.from_env()
     memo.kube = await KubeClient.from_environment()
+    memo.backup_locks = {}
 
 
 @kopf.on.cleanup()

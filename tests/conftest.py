@@ -12,6 +12,7 @@ import pytest
 from localkube import controlplane, layout as localkube_layout
 
 SUBSTRATE_LOGS = ("kube-apiserver", "kube-controller-manager", "node-agent", "minio", "operator")
+PER_NAMESPACE_LOGS = ("operator-{namespace}",)
 DUMP_TAIL_BYTES = 6000
 
 
@@ -69,7 +70,7 @@ def dump_diagnostics(where, core, namespace: str) -> None:
             print(f"event {event.type} {obj.kind}/{obj.name} {event.reason}: {event.message}")
     except Exception as e:  # diagnostics must never hide the real failure
         print(f"(could not list events: {e})")
-    for name in SUBSTRATE_LOGS:
+    for name in SUBSTRATE_LOGS + tuple(n.format(namespace=namespace) for n in PER_NAMESPACE_LOGS):
         _print_tail(where.logs_dir / f"{name}.log")
     pod_logs = where.state_dir / "pods" / namespace
     if pod_logs.exists():

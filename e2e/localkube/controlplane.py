@@ -179,6 +179,9 @@ def _apiserver_argv(layout: Layout) -> list[str]:
         "--authorization-mode=RBAC",
         "--allow-privileged=true",
         "--enable-priority-and-fairness=false",
+        # The lease reconciler would publish 127.0.0.1 as the kubernetes Service endpoint,
+        # which endpoints validation refuses (loopback); pods get the address directly.
+        "--endpoint-reconciler-type=none",
         "--profiling=false",
         "--v=1",
     ]

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from etcd_operator.cluster import naming
-from etcd_operator.cluster.spec import ClusterSpec
+from etcd_operator.cluster.spec import MANAGED_FLAGS, ClusterSpec
 
 DATA_MOUNT = "/var/lib/etcd"
 DATA_DIR = f"{DATA_MOUNT}/data"
@@ -44,8 +44,14 @@ def etcd_args(spec: ClusterSpec, cluster: str, namespace: str, member: str, toke
         "snapshot-count": spec.etcd.snapshot_count,
     }
     args += [f"--{flag}={value}" for flag, value in optional.items() if value is not None]
-    args += [f"--{flag.lstrip('-')}={value}" for flag, value in spec.etcd.extra_args]
+    args += [f"--{flag}={value}" for flag, value in allowed_extra_args(spec)]
     return args
+
+
+def allowed_extra_args(spec: ClusterSpec) -> list[tuple[str, str]]:
+    """spec.etcd.extraArgs without the flags the operator manages (those are reported)."""
+    return [(flag.lstrip("-"), value) for flag, value in spec.etcd.extra_args
+            if flag.lstrip("-") not in MANAGED_FLAGS]
 
 
 def pod_spec_hash(spec: ClusterSpec) -> str:
@@ -55,7 +61,7 @@ def pod_spec_hash(spec: ClusterSpec) -> str:
         "pod": spec.pod,
         "etcd": [spec.etcd.quota_backend_bytes, spec.etcd.auto_compaction_mode,
                  spec.etcd.auto_compaction_retention, spec.etcd.heartbeat_interval_ms,
-                 spec.etcd.election_timeout_ms, spec.etcd.snapshot_count, list(spec.etcd.extra_args)],
+                 spec.etcd.election_timeout_ms, spec.etcd.snapshot_count, allowed_extra_args(spec)],
     }
     return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
 

@@ -18,6 +18,8 @@ ANNOTATION_INITIAL_STATE = f"{API_GROUP}/initial-cluster-state"
 ANNOTATION_SPEC_HASH = f"{API_GROUP}/spec-hash"
 ANNOTATION_FORCE_NEW_CLUSTER = f"{API_GROUP}/force-new-cluster"
 ANNOTATION_APPROVE_QUORUM_RECOVERY = f"{API_GROUP}/approve-quorum-recovery"
+ANNOTATION_RESTORE_IN_PROGRESS = f"{API_GROUP}/restore-in-progress"
+ANNOTATION_MIN_ORDINAL = f"{API_GROUP}/min-ordinal"
 
 _ORDINAL = re.compile(r"^(?P<cluster>.+)-(?P<ordinal>[0-9]+)$")
 

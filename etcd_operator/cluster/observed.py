@@ -87,3 +87,5 @@ class Observed:
     recovery_approved: bool = False
     operation: Operation | None = None
     bootstrapped: bool = False  # the cluster existed once (status.clusterID was recorded)
+    restoring: str | None = None  # the EtcdRestore that holds this cluster stopped
+    min_ordinal: int = 0  # ordinals below this belong to data kept aside by an in-place restore

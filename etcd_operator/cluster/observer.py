@@ -99,6 +99,8 @@ class ClusterObserver:
             recovery_approved=(meta.get("annotations") or {}).get(naming.ANNOTATION_APPROVE_QUORUM_RECOVERY) == "true",
             operation=Operation.from_dict(status.get("operation")),
             bootstrapped=bool(status.get("clusterID")),
+            restoring=(meta.get("annotations") or {}).get(naming.ANNOTATION_RESTORE_IN_PROGRESS),
+            min_ordinal=int((meta.get("annotations") or {}).get(naming.ANNOTATION_MIN_ORDINAL) or 0),
         )
         return _with_timers(observed, status)
 

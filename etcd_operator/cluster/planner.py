@@ -14,7 +14,7 @@ from etcd_operator.cluster import actions as a
 from etcd_operator.cluster import naming
 from etcd_operator.cluster.health import Health, HealthState, member_name
 from etcd_operator.cluster.observed import Observed
-from etcd_operator.cluster.spec import ClusterSpec, SpecProblem
+from etcd_operator.cluster.spec import ClusterSpec
 from etcd_operator.etcd.client import Member
 
 QUORUM_RECOVERY = "QuorumRecovery"
@@ -24,7 +24,7 @@ def next_ordinal(observed: Observed) -> int:
     names = set(observed.pods) | {n.removeprefix("data-") for n in observed.pvcs}
     names |= {member_name(observed, m) or "" for m in observed.etcd.members}
     ordinals = [naming.member_ordinal(observed.cluster, n) for n in names]
-    return max((o for o in ordinals if o is not None), default=-1) + 1
+    return max(max((o for o in ordinals if o is not None), default=-1) + 1, observed.min_ordinal)
 
 
 def initial_cluster(observed: Observed, members: tuple[Member, ...], joining: Member) -> str:
@@ -56,17 +56,18 @@ def plan(
     observed: Observed,
     health: Health,
     desired_hash: str,
-    blocking_problem: SpecProblem | None = None,
     recovery_allowed: bool = False,
 ) -> a.Action:
     if spec.paused:
         return a.Wait("reconciliation is paused (spec.paused)")
+    if observed.restoring:
+        return a.Wait(f"EtcdRestore {observed.restoring} is restoring this cluster")
     if observed.operation and observed.operation.kind == QUORUM_RECOVERY:
         return _plan_quorum_recovery(observed, health)
     if health.state == HealthState.QUORUM_LOST and not observed.pods and not observed.pvcs:
         return a.Wait(health.message)
     if health.state == HealthState.BOOTSTRAPPING:
-        return a.BootstrapFirstMember("creating the first member", naming.member_name(observed.cluster, 0))
+        return a.BootstrapFirstMember("creating the first member", naming.member_name(observed.cluster, next_ordinal(observed)))
     if not health.members:
         return _plan_without_member_list(observed)
 
@@ -97,10 +98,9 @@ def plan(
     if len(voters) < spec.size:
         name = naming.member_name(observed.cluster, next_ordinal(observed))
         return a.AddLearner(f"scaling up to {spec.size}: {len(voters)} voting members", name)
-    if blocking_problem is None:
-        step = _roll_outdated_member(observed, health, names, desired_hash)
-        if step:
-            return step
+    step = _roll_outdated_member(observed, health, names, desired_hash)
+    if step:
+        return step
     step = _defragment(spec, observed, health, names)
     if step:
         return step

@@ -8,10 +8,11 @@ import time
 from typing import Any, Mapping
 
 from etcd_operator import conditions as c
+from etcd_operator import metrics
 from etcd_operator.cluster import actions as a
 from etcd_operator.cluster import builders
 from etcd_operator.cluster.executor import ClusterExecutor, EventPoster
-from etcd_operator.cluster.health import diagnose
+from etcd_operator.cluster.health import HealthState, diagnose
 from etcd_operator.cluster.observed import Observed
 from etcd_operator.cluster.observer import ClusterObserver
 from etcd_operator.cluster.planner import plan
@@ -40,9 +41,13 @@ def storage_class_problem(spec: ClusterSpec, observed: Observed) -> SpecProblem 
 
 
 def effective_spec(spec: ClusterSpec, observed: Observed, problems: list[SpecProblem]) -> ClusterSpec:
-    """The spec the operator acts on: a rejected version change keeps the running version."""
-    if any(p.reason in ("VersionDowngrade", "MinorVersionSkip") for p in problems) and observed.running_version:
-        return dataclasses.replace(spec, version=observed.running_version)
+    """The spec the operator acts on: a rejected change keeps what is running."""
+    reasons = {p.reason for p in problems}
+    if reasons & {"VersionDowngrade", "MinorVersionSkip"} and observed.running_version:
+        spec = dataclasses.replace(spec, version=observed.running_version)
+    if "StorageClassChange" in reasons:
+        existing = sorted({p.storage_class for p in observed.pvcs.values() if p.storage_class})
+        spec = dataclasses.replace(spec, storage=dataclasses.replace(spec.storage, storage_class=existing[0]))
     return spec
 
 
@@ -65,7 +70,6 @@ class ClusterReconciler:
             if problem:
                 problems.append(problem)
         acting_spec = effective_spec(spec, observed, problems)
-        rollout_blocked = next((p for p in problems if p.reason == "StorageClassChange"), None)
 
         executor = ClusterExecutor(self.kube, self.etcd_clients, body, self.post_event)
         if not spec.paused:
@@ -74,7 +78,6 @@ class ClusterReconciler:
         action = plan(
             acting_spec, observed, health,
             desired_hash=builders.pod_spec_hash(acting_spec),
-            blocking_problem=rollout_blocked,
             recovery_allowed=spec.recovery.automatic_quorum_recovery or observed.recovery_approved,
         )
         if not isinstance(action, (a.Steady, a.Wait)):
@@ -84,6 +87,13 @@ class ClusterReconciler:
         self._post_transition_events(previous, cluster_conditions(spec, observed, health, action, problems))
         status = build_status(spec, observed, health, action, problems, previous, meta.get("generation", 0),
                               extra=outcome.status_patch)
+        if not isinstance(action, (a.Steady, a.Wait)) and outcome.done:
+            metrics.reconcile_steps.labels(meta["namespace"], meta["name"], action.kind).inc()
+        metrics.record_cluster(
+            meta["namespace"], meta["name"], spec.size,
+            [(m["name"], m["role"], m["healthy"], m.get("dbSize", 0), m.get("dbSizeInUse", 0))
+             for m in status["members"]],
+            health.has_quorum, health.state == HealthState.QUORUM_LOST)
         await self.kube.merge_patch(kube.ETCDCLUSTERS, meta["namespace"], meta["name"], {"status": status},
                                     subresource="status")
         if isinstance(action, a.Steady):

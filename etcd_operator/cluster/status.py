@@ -74,6 +74,8 @@ def cluster_conditions(spec: ClusterSpec, observed: Observed, health: Health, ac
 def phase(spec: ClusterSpec, health: Health, action: a.Action, observed: Observed) -> str:
     if spec.paused:
         return "Paused"
+    if observed.restoring:
+        return "Restoring"
     if observed.operation is not None:
         return "Recovering"
     if health.state == HealthState.QUORUM_LOST:

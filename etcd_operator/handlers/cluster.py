@@ -4,61 +4,39 @@ deletion handler that applies reclaimPolicy."""
 from __future__ import annotations
 
 import asyncio
-import copy
 import logging
 
 import kopf
 
-from etcd_operator import API_GROUP, API_VERSION
+from etcd_operator import API_GROUP, API_VERSION, metrics
 from etcd_operator.cluster import naming
 from etcd_operator.cluster.reconciler import ClusterReconciler
 from etcd_operator.etcd.pool import EtcdClientPool
+from etcd_operator.handlers.common import event_poster, sleep_unless_changed, snapshot
 from etcd_operator.kube import client as kube
 
 ERROR_BACKOFF = 10.0
-POLL = 0.5
-
-
-def _event_poster(body: kopf.Body):
-    def post(type_: str, reason: str, message: str) -> None:
-        kopf.event(body, type=type_, reason=reason, message=message)
-    return post
-
-
-def _snapshot(body: kopf.Body) -> dict:
-    return copy.deepcopy(dict(body))
-
-
-async def _sleep(stopped: kopf.DaemonStopped, body: kopf.Body, seconds: float) -> None:
-    """Sleeps, but wakes at once when the spec or the annotations change."""
-    generation = body.get("metadata", {}).get("generation")
-    annotations = dict(body.get("metadata", {}).get("annotations") or {})
-    waited = 0.0
-    while waited < seconds and not stopped:
-        await stopped.wait(min(POLL, seconds - waited))
-        waited += POLL
-        meta = body.get("metadata", {})
-        if meta.get("generation") != generation or dict(meta.get("annotations") or {}) != annotations:
-            return
 
 
 @kopf.daemon(API_GROUP, API_VERSION, "etcdclusters", cancellation_timeout=60.0)
 async def run_cluster(body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.Memo,
                       logger: logging.Logger, **_) -> None:
     etcd_clients = EtcdClientPool()
-    reconciler = ClusterReconciler(memo.kube, etcd_clients, _event_poster(body))
+    reconciler = ClusterReconciler(memo.kube, etcd_clients, event_poster(body))
     try:
         while not stopped:
             try:
-                delay = await reconciler.reconcile(_snapshot(body))
+                delay = await reconciler.reconcile(snapshot(body))
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # one bad pass must not end the daemon
                 logger.exception("reconcile failed: %s", e)
+                metrics.reconcile_errors.labels(body["metadata"]["namespace"], body["metadata"]["name"]).inc()
                 delay = ERROR_BACKOFF
-            await _sleep(stopped, body, delay)
+            await sleep_unless_changed(stopped, body, delay)
     finally:
         await etcd_clients.close()
+        metrics.forget_cluster(body["metadata"]["namespace"], body["metadata"]["name"])
 
 
 @kopf.on.delete(API_GROUP, API_VERSION, "etcdclusters")

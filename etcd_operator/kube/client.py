@@ -104,9 +104,10 @@ class KubeClient:
         result = await self._request("GET", resource.path(namespace), query=query)
         return (result or {}).get("items", [])
 
-    async def create(self, resource: Resource, namespace: str | None, body: dict) -> dict:
-        """Raises Conflict when the object already exists."""
-        return await self._request("POST", resource.path(namespace), body=body)
+    async def create(self, resource: Resource, namespace: str | None, body: dict, dry_run: bool = False) -> dict:
+        """Raises Conflict when the object already exists. `dry_run` only validates."""
+        return await self._request("POST", resource.path(namespace), body=body,
+                                   query={"dryRun": "All"} if dry_run else None)
 
     async def merge_patch(self, resource: Resource, namespace: str | None, name: str, patch: dict,
                           subresource: str | None = None) -> dict | None:

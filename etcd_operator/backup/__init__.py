@@ -1,0 +1,1 @@
+"""EtcdBackup: schedules, the streaming snapshot pipeline, manifests and retention."""

@@ -1,0 +1,181 @@
+"""One backup run: snapshot a healthy member straight into S3, verify, write the manifest,
+then apply retention. Transient failures are retried with backoff; permanent ones are not."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime
+import logging
+from typing import Any, Callable, Mapping
+
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
+
+from etcd_operator import faults
+from etcd_operator.backup import retention
+from etcd_operator.backup.manifest import (MANIFEST_SUFFIX, Manifest, backup_prefix, manifest_key,
+                                           snapshot_key)
+from etcd_operator.backup.source import SourceUnavailable, find_source
+from etcd_operator.backup.stream import SnapshotCorrupt, stream_to_s3
+from etcd_operator.durations import parse_duration
+from etcd_operator.etcd.client import EtcdError, EtcdMemberClient
+from etcd_operator.kube import client as kube
+from etcd_operator.storage.credentials import s3_location
+from etcd_operator.storage.s3 import S3Storage, StorageError
+
+logger = logging.getLogger(__name__)
+
+ATTEMPTS = 3
+PROGRESS_EVERY_BYTES = 32 << 20
+
+
+class BackupFailed(Exception):
+    def __init__(self, reason: str, message: str, permanent: bool):
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+        self.permanent = permanent
+
+
+def as_failure(error: Exception) -> BackupFailed:
+    if isinstance(error, BackupFailed):
+        return error
+    if isinstance(error, StorageError):
+        reasons = {"NoSuchBucket": "BucketNotFound", "InvalidAccessKeyId": "InvalidCredentials",
+                   "SignatureDoesNotMatch": "InvalidCredentials", "AccessDenied": "AccessDenied",
+                   "SecretNotFound": "CredentialsNotFound", "SecretKeyNotFound": "CredentialsNotFound"}
+        return BackupFailed(reasons.get(error.code, "StorageError"), f"S3: {error}", error.permanent)
+    if isinstance(error, SourceUnavailable):
+        return BackupFailed("ClusterNotFound" if error.permanent else "NoHealthyMember", str(error), error.permanent)
+    if isinstance(error, EtcdError):
+        return BackupFailed("EtcdUnavailable", f"etcd: {error}", False)
+    if isinstance(error, SnapshotCorrupt):
+        return BackupFailed("SnapshotCorrupt", str(error), False)
+    return BackupFailed("Error", f"{type(error).__name__}: {error}", False)
+
+
+def _transient(error: BaseException) -> bool:
+    return isinstance(error, Exception) and not as_failure(error).permanent
+
+
+@dataclasses.dataclass(frozen=True)
+class BackupSpec:
+    cluster: str
+    s3: Mapping[str, Any]
+    prefix: str
+    part_size: int
+    concurrency: int
+    max_backups: int | None
+    max_age: float | None
+
+    @classmethod
+    def from_dict(cls, spec: Mapping[str, Any]) -> "BackupSpec":
+        s3 = spec["storage"]["s3"]
+        kept = spec.get("retention") or {}
+        return cls(
+            cluster=spec["clusterRef"]["name"],
+            s3=s3,
+            prefix=s3.get("prefix", ""),
+            part_size=int(s3.get("partSizeBytes", 8 << 20)),
+            concurrency=int(s3.get("uploadConcurrency", 2)),
+            max_backups=kept.get("maxBackups"),
+            max_age=parse_duration(kept["maxAge"]) if kept.get("maxAge") else None,
+        )
+
+
+def now_text() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class BackupRunner:
+    def __init__(self, kube_client: kube.KubeClient, on_progress: Callable[[int, str], None] = lambda n, m: None):
+        self.kube = kube_client
+        self.on_progress = on_progress
+
+    async def run(self, namespace: str, backup: str, spec: BackupSpec, slot: str) -> tuple[Manifest, list[Manifest]]:
+        """Returns the slot's manifest and the manifests retention deleted."""
+        try:
+            async for attempt in AsyncRetrying(
+                retry=retry_if_exception(_transient), stop=stop_after_attempt(ATTEMPTS),
+                wait=wait_exponential(multiplier=2, min=2, max=30), reraise=True,
+            ):
+                with attempt:
+                    return await self._attempt(namespace, backup, spec, slot)
+        except Exception as e:
+            raise as_failure(e) from e
+
+    async def _attempt(self, namespace: str, backup: str, spec: BackupSpec, slot: str):
+        location = await s3_location(self.kube, namespace, spec.s3)
+        storage = await asyncio.to_thread(S3Storage, location, spec.concurrency + 2)
+        try:
+            await storage.check_bucket()
+            key = snapshot_key(spec.prefix, namespace, backup, slot)
+            if await storage.exists(manifest_key(key)):
+                manifest = Manifest.from_json(await storage.get(manifest_key(key)))  # this slot already ran
+            else:
+                await storage.abort_stale_uploads(backup_prefix(spec.prefix, namespace, backup))
+                manifest = await self._snapshot(storage, namespace, backup, spec, slot, key)
+            deleted = await self._apply_retention(storage, namespace, backup, spec)
+            return manifest, deleted
+        finally:
+            await asyncio.to_thread(storage.close)
+
+    async def _snapshot(self, storage: S3Storage, namespace: str, backup: str, spec: BackupSpec,
+                        slot: str, key: str) -> Manifest:
+        member, _ = await find_source(self.kube, namespace, spec.cluster)
+        started = now_text()
+        revision: dict[str, int] = {}
+        reported = [0]
+
+        def progress(sent: int) -> None:
+            if sent - reported[0] >= PROGRESS_EVERY_BYTES:
+                reported[0] = sent
+                self.on_progress(sent, member.name)
+                faults.hit(faults.DURING_BACKUP_UPLOAD)
+
+        async with EtcdMemberClient(member.endpoint, timeout=10) as client:
+            status = await client.status()
+            self.on_progress(0, member.name)
+            result = await stream_to_s3(
+                client.snapshot(on_revision=lambda r: revision.setdefault("r", r)),
+                storage, key, spec.part_size, spec.concurrency, on_progress=progress,
+            )
+        manifest = Manifest(
+            snapshot_key=key, backup=backup, namespace=namespace, cluster=spec.cluster,
+            cluster_id=f"{status.cluster_id:x}", etcd_version=status.version,
+            revision=revision.get("r", status.revision), size=result.size, sha256=result.sha256,
+            created_at=now_text(), member=member.name, slot=slot,
+        )
+        await storage.put(manifest.key, manifest.to_json(), "application/json")
+        logger.info("backup %s/%s: %s (%d bytes, revision %d) from %s, started %s", namespace, backup, key,
+                    result.size, manifest.revision, member.name, started)
+        return manifest
+
+    async def _apply_retention(self, storage: S3Storage, namespace: str, backup: str,
+                               spec: BackupSpec) -> list[Manifest]:
+        if spec.max_backups is None and spec.max_age is None:
+            return []
+        manifests = await read_manifests(storage, backup_prefix(spec.prefix, namespace, backup), backup)
+        doomed = retention.expired(manifests, spec.max_backups, spec.max_age,
+                                   datetime.datetime.now(datetime.timezone.utc))
+        for manifest in doomed:
+            await storage.delete(manifest.snapshot_key)
+            await storage.delete(manifest.key)
+        return doomed
+
+
+async def read_manifests(storage: S3Storage, prefix: str, backup: str | None = None) -> list[Manifest]:
+    """Manifests this operator wrote under `prefix` (for `backup`, if given); anything else is ignored."""
+    manifests = []
+    for key in await storage.list_keys(prefix):
+        if not key.endswith(MANIFEST_SUFFIX):
+            continue
+        try:
+            manifest = Manifest.from_json(await storage.get(key))
+        except ValueError:
+            continue
+        if manifest.key != key or not manifest.snapshot_key.startswith(prefix):
+            continue
+        if backup is None or manifest.backup == backup:
+            manifests.append(manifest)
+    return manifests

@@ -1,0 +1,48 @@
+"""Chooses the member a snapshot is taken from: a healthy follower, so the leader is
+spared; the leader only when no follower is healthy."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+from etcd_operator.cluster import naming
+from etcd_operator.kube import client as kube
+
+
+class SourceUnavailable(Exception):
+    def __init__(self, message: str, permanent: bool = False):
+        super().__init__(message)
+        self.permanent = permanent
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceMember:
+    name: str
+    endpoint: str
+    role: str
+
+
+def choose_member(members: list[Mapping[str, Any]], pod_ips: Mapping[str, str]) -> SourceMember | None:
+    """Pure: from status.members and the pods' IPs."""
+    ranked = sorted(
+        (m for m in members if m.get("healthy") and m.get("role") in ("follower", "leader") and pod_ips.get(m["name"])),
+        key=lambda m: (m["role"] != "follower", m["name"]),
+    )
+    if not ranked:
+        return None
+    best = ranked[0]
+    return SourceMember(best["name"], f"{pod_ips[best['name']]}:{naming.CLIENT_PORT}", best["role"])
+
+
+async def find_source(kube_client: kube.KubeClient, namespace: str, cluster: str) -> tuple[SourceMember, dict]:
+    body = await kube_client.get(kube.ETCDCLUSTERS, namespace, cluster)
+    if body is None:
+        raise SourceUnavailable(f"EtcdCluster {namespace}/{cluster} does not exist", permanent=True)
+    pods = await kube_client.list(kube.PODS, namespace, naming.label_selector(naming.selector_labels(cluster)))
+    pod_ips = {p["metadata"]["name"]: (p.get("status") or {}).get("podIP") for p in pods
+               if not p["metadata"].get("deletionTimestamp")}
+    member = choose_member((body.get("status") or {}).get("members") or [], pod_ips)
+    if member is None:
+        raise SourceUnavailable(f"EtcdCluster {namespace}/{cluster} has no healthy member to snapshot")
+    return member, body

@@ -1,0 +1,34 @@
+"""Helpers shared by the kopf adapters."""
+
+from __future__ import annotations
+
+import copy
+
+import kopf
+
+POLL = 0.5
+
+
+def event_poster(body: kopf.Body):
+    """A (type, reason, message) callable that posts a Kubernetes Event about `body`."""
+    def post(type_: str, reason: str, message: str) -> None:
+        kopf.event(body, type=type_, reason=reason, message=message)
+    return post
+
+
+def snapshot(body: kopf.Body) -> dict:
+    """A plain, stable copy of a daemon's live body for one pass."""
+    return copy.deepcopy(dict(body))
+
+
+async def sleep_unless_changed(stopped: kopf.DaemonStopped, body: kopf.Body, seconds: float) -> None:
+    """Sleeps, but wakes at once when the spec or the annotations change."""
+    generation = body.get("metadata", {}).get("generation")
+    annotations = dict(body.get("metadata", {}).get("annotations") or {})
+    waited = 0.0
+    while waited < seconds and not stopped:
+        await stopped.wait(min(POLL, seconds - waited))
+        waited += POLL
+        meta = body.get("metadata", {})
+        if meta.get("generation") != generation or dict(meta.get("annotations") or {}) != annotations:
+            return

@@ -1,0 +1,1 @@
+"""EtcdRestore: verify a snapshot, seed one member from it, let the others join."""

@@ -1,0 +1,67 @@
+"""`python -m etcd_operator.seed`: the restore pod's first step. Downloads a snapshot from
+S3 onto the seed member's volume, verifying its sha256 on the way, and clears what an
+earlier interrupted attempt left. Settings come from the environment (see restore.builders)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import pathlib
+import shutil
+import sys
+
+from etcd_operator.storage.s3 import S3Location, S3Storage
+
+
+async def fetch(env: dict[str, str]) -> int:
+    out = pathlib.Path(env["SNAPSHOT_FILE"])
+    data_dir = pathlib.Path(env["DATA_DIR"])
+    # No etcd ever ran on this data: the member pod is created only after the restore pod succeeded.
+    if data_dir.exists():
+        shutil.rmtree(data_dir)
+    ca = pathlib.Path(env["S3_CA_FILE"]).read_bytes() if env.get("S3_CA_FILE") else None
+    storage = S3Storage(S3Location(
+        bucket=env["S3_BUCKET"], endpoint=env.get("S3_ENDPOINT") or None, region=env.get("S3_REGION") or None,
+        force_path_style=env.get("S3_FORCE_PATH_STYLE") == "true",
+        access_key=env.get("AWS_ACCESS_KEY_ID") or None, secret_key=env.get("AWS_SECRET_ACCESS_KEY") or None,
+        ca_bundle=ca,
+    ))
+    digest = hashlib.sha256()
+    partial = out.with_suffix(".partial")
+    size = 0
+    with open(partial, "wb") as f:
+        async for chunk in await storage.open_stream(env["S3_KEY"]):
+            digest.update(chunk)
+            f.write(chunk)
+            size += len(chunk)
+        f.flush()
+        os.fsync(f.fileno())
+    storage.close()
+    if digest.hexdigest() != env["EXPECTED_SHA256"]:
+        partial.unlink()
+        print(f"seed: sha256 of {env['S3_KEY']} changed since it was verified; refusing to restore", file=sys.stderr)
+        return 3
+    partial.rename(out)
+    print(f"seed: fetched {size} bytes, sha256 verified")
+    return 0
+
+
+def cleanup(env: dict[str, str]) -> int:
+    pathlib.Path(env["SNAPSHOT_FILE"]).unlink(missing_ok=True)
+    print("seed: data directory restored; snapshot file removed")
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    step = argv[1] if len(argv) > 1 else ""
+    if step == "fetch":
+        return asyncio.run(fetch(dict(os.environ)))
+    if step == "cleanup":
+        return cleanup(dict(os.environ))
+    print("usage: python -m etcd_operator.seed fetch|cleanup", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

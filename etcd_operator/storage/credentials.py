@@ -1,0 +1,43 @@
+"""Builds an S3Location from a spec's storage.s3 block and the Secrets it names.
+Secret values stay inside S3Location (repr-hidden) and are never logged or reported."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any, Mapping
+
+from etcd_operator.kube import client as kube
+from etcd_operator.storage.s3 import S3Location, StorageError
+
+
+async def _secret_value(kube_client: kube.KubeClient, namespace: str, name: str, key: str) -> bytes:
+    secret = await kube_client.get(kube.SECRETS, namespace, name)
+    if secret is None:
+        raise StorageError(f"Secret {namespace}/{name} does not exist", "SecretNotFound", permanent=True)
+    data = secret.get("data") or {}
+    if key not in data:
+        raise StorageError(f"Secret {namespace}/{name} has no key {key!r}", "SecretKeyNotFound", permanent=True)
+    return base64.b64decode(data[key])
+
+
+async def s3_location(kube_client: kube.KubeClient, namespace: str, s3: Mapping[str, Any]) -> S3Location:
+    access_key = secret_key = None
+    credentials = s3.get("credentialsSecretRef")
+    if credentials:
+        access_key = (await _secret_value(kube_client, namespace, credentials["name"],
+                                          credentials.get("accessKeyIDKey", "accessKeyID"))).decode()
+        secret_key = (await _secret_value(kube_client, namespace, credentials["name"],
+                                          credentials.get("secretAccessKeyKey", "secretAccessKey"))).decode()
+    ca_bundle = None
+    ca = s3.get("caBundleSecretRef")
+    if ca:
+        ca_bundle = await _secret_value(kube_client, namespace, ca["name"], ca.get("key", "ca.crt"))
+    return S3Location(
+        bucket=s3["bucket"],
+        endpoint=s3.get("endpoint") or None,
+        region=s3.get("region") or None,
+        force_path_style=bool(s3.get("forcePathStyle", False)),
+        access_key=access_key,
+        secret_key=secret_key,
+        ca_bundle=ca_bundle,
+    )

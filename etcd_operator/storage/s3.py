@@ -1,0 +1,183 @@
+"""S3 access for backups and restores. boto3 is synchronous, so every call runs in a
+worker thread; the event loop never waits on the network here."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import tempfile
+from typing import Any
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
+
+PERMANENT_CODES = frozenset({
+    "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "NoSuchBucket", "InvalidBucketName",
+    "AllAccessDisabled", "AuthorizationHeaderMalformed", "InvalidToken", "ExpiredToken", "AccountProblem",
+    "PermanentRedirect", "InvalidRequest",
+})
+
+
+class StorageError(Exception):
+    """An S3 call failed. `permanent` errors will not heal by retrying (credentials, bucket)."""
+
+    def __init__(self, message: str, code: str = "", permanent: bool = False):
+        super().__init__(message)
+        self.code = code
+        self.permanent = permanent
+
+
+def classify(error: Exception) -> StorageError:
+    if isinstance(error, StorageError):
+        return error
+    if isinstance(error, ClientError):
+        code = error.response.get("Error", {}).get("Code", "")
+        status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+        permanent = code in PERMANENT_CODES or (400 <= status < 500 and code not in ("RequestTimeout", "SlowDown"))
+        message = error.response.get("Error", {}).get("Message", "") or code
+        return StorageError(f"{code}: {message}", code, permanent)
+    if isinstance(error, EndpointConnectionError):
+        return StorageError(f"cannot reach the S3 endpoint: {error}", "EndpointUnreachable")
+    if isinstance(error, BotoCoreError):
+        return StorageError(str(error), type(error).__name__)
+    return StorageError(str(error), type(error).__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class S3Location:
+    """Where and how to reach a bucket. `secret_key` is never logged or reported."""
+
+    bucket: str
+    endpoint: str | None = None
+    region: str | None = None
+    force_path_style: bool = False
+    access_key: str | None = dataclasses.field(default=None, repr=False)
+    secret_key: str | None = dataclasses.field(default=None, repr=False)
+    ca_bundle: bytes | None = dataclasses.field(default=None, repr=False)
+
+
+class S3Storage:
+    def __init__(self, location: S3Location, max_pool: int = 10):
+        self.location = location
+        self.bucket = location.bucket
+        self._ca_file = None
+        verify: Any = None
+        if location.ca_bundle:
+            self._ca_file = tempfile.NamedTemporaryFile(prefix="s3-ca-", suffix=".pem")
+            self._ca_file.write(location.ca_bundle)
+            self._ca_file.flush()
+            verify = self._ca_file.name
+        config = Config(
+            s3={"addressing_style": "path" if location.force_path_style else "auto"},
+            retries={"max_attempts": 3, "mode": "standard"},
+            connect_timeout=5,
+            read_timeout=60,
+            max_pool_connections=max_pool,
+            request_checksum_calculation="when_required",
+            response_checksum_validation="when_required",
+        )
+        self._client = boto3.session.Session().client(
+            "s3",
+            endpoint_url=location.endpoint or None,
+            region_name=location.region or "us-east-1",
+            aws_access_key_id=location.access_key,
+            aws_secret_access_key=location.secret_key,
+            verify=verify,
+            config=config,
+        )
+
+    def close(self) -> None:
+        self._client.close()
+        if self._ca_file:
+            self._ca_file.close()
+
+    async def _call(self, method: str, **kwargs) -> Any:
+        try:
+            return await asyncio.to_thread(getattr(self._client, method), **kwargs)
+        except Exception as e:
+            raise classify(e) from None
+
+    async def check_bucket(self) -> None:
+        await self._call("head_bucket", Bucket=self.bucket)
+
+    async def put(self, key: str, body: bytes, content_type: str = "application/octet-stream") -> None:
+        await self._call("put_object", Bucket=self.bucket, Key=key, Body=body, ContentType=content_type)
+
+    async def get(self, key: str) -> bytes:
+        response = await self._call("get_object", Bucket=self.bucket, Key=key)
+        return await asyncio.to_thread(response["Body"].read)
+
+    async def exists(self, key: str) -> bool:
+        try:
+            await self._call("head_object", Bucket=self.bucket, Key=key)
+        except StorageError as e:
+            if e.code in ("404", "NoSuchKey", "NotFound"):
+                return False
+            raise
+        return True
+
+    async def size(self, key: str) -> int:
+        return (await self._call("head_object", Bucket=self.bucket, Key=key))["ContentLength"]
+
+    async def list_keys(self, prefix: str) -> list[str]:
+        def collect() -> list[str]:
+            keys = []
+            for page in self._client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
+                keys += [o["Key"] for o in page.get("Contents", [])]
+            return keys
+        try:
+            return await asyncio.to_thread(collect)
+        except Exception as e:
+            raise classify(e) from None
+
+    async def delete(self, key: str) -> None:
+        await self._call("delete_object", Bucket=self.bucket, Key=key)
+
+    async def open_stream(self, key: str, chunk_size: int = 1 << 20):
+        """An async iterator over the object's bytes, read in a worker thread chunk by chunk."""
+        response = await self._call("get_object", Bucket=self.bucket, Key=key)
+        body = response["Body"]
+
+        async def chunks():
+            try:
+                while True:
+                    try:
+                        chunk = await asyncio.to_thread(body.read, chunk_size)
+                    except Exception as e:
+                        raise classify(e) from None
+                    if not chunk:
+                        return
+                    yield chunk
+            finally:
+                await asyncio.to_thread(body.close)
+        return chunks()
+
+    # --- multipart ---------------------------------------------------------------------
+
+    async def start_multipart(self, key: str) -> str:
+        response = await self._call("create_multipart_upload", Bucket=self.bucket, Key=key,
+                                    ContentType="application/octet-stream")
+        return response["UploadId"]
+
+    async def upload_part(self, key: str, upload_id: str, number: int, data: bytes) -> str:
+        response = await self._call("upload_part", Bucket=self.bucket, Key=key, UploadId=upload_id,
+                                    PartNumber=number, Body=data)
+        return response["ETag"]
+
+    async def complete_multipart(self, key: str, upload_id: str, etags: list[str]) -> None:
+        parts = [{"PartNumber": i + 1, "ETag": etag} for i, etag in enumerate(etags)]
+        await self._call("complete_multipart_upload", Bucket=self.bucket, Key=key, UploadId=upload_id,
+                         MultipartUpload={"Parts": parts})
+
+    async def abort_multipart(self, key: str, upload_id: str) -> None:
+        await self._call("abort_multipart_upload", Bucket=self.bucket, Key=key, UploadId=upload_id)
+
+    async def abort_stale_uploads(self, prefix: str) -> int:
+        """Aborts unfinished multipart uploads under `prefix` (left by a crash or an outage)."""
+        response = await self._call("list_multipart_uploads", Bucket=self.bucket, Prefix=prefix)
+        uploads = response.get("Uploads", [])
+        for upload in uploads:
+            await self.abort_multipart(upload["Key"], upload["UploadId"])
+        return len(uploads)
+

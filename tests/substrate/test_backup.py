@@ -1,0 +1,186 @@
+"""EtcdBackup against real etcd members in pods and the substrate's real MinIO."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import subprocess
+
+import pytest
+
+from etcd_operator.etcd.client import EtcdMemberClient
+from localkube import controlplane, layout as localkube_layout, processes
+from tests.support.clusters import FAST_RECOVERY, apply_cluster, member_endpoints, wait_healthy
+from tests.support.kubectl import kubectl, kubectl_json
+from tests.support.operator_process import OperatorProcess
+from tests.support.s3 import (create_credentials_secret, list_keys, pending_uploads, read_json, s3_client,
+                              s3_storage_spec)
+from tests.support.waiting import wait_for
+
+pytestmark = pytest.mark.substrate
+GROUP = "etcd.operator.dev/v1alpha1"
+
+
+@pytest.fixture
+def operator(substrate, namespace):
+    process = OperatorProcess(substrate, namespace).start()
+    yield process
+    process.stop()
+
+
+@pytest.fixture
+def cluster(substrate, namespace, operator):
+    apply_cluster(namespace, "db", {"size": 3, "storage": {"size": "1Gi"}, "recovery": FAST_RECOVERY})
+    wait_healthy(namespace, "db", 3)
+    create_credentials_secret(substrate, namespace)
+    return "db"
+
+
+def fill(endpoints: list[str], count: int, value_size: int, prefix: str = "/data/") -> None:
+    async def write():
+        async with EtcdMemberClient(endpoints[0], timeout=10) as client:
+            for i in range(count):
+                await client.put(f"{prefix}{i:06}".encode(), (f"{i:06}" * (value_size // 6 + 1))[:value_size].encode())
+    asyncio.run(write())
+
+
+def apply_backup(namespace: str, name: str, spec: dict) -> None:
+    kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": GROUP, "kind": "EtcdBackup",
+                                                  "metadata": {"name": name, "namespace": namespace}, "spec": spec}))
+
+
+def get_backup(namespace: str, name: str) -> dict:
+    return kubectl_json("get", "etcdbackup", name, "-n", namespace)
+
+
+def condition(obj: dict, type_: str) -> dict:
+    return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == type_), {})
+
+
+def test_one_shot_backup_lands_verified_in_minio(substrate, namespace, cluster, tmp_path):
+    fill(member_endpoints(namespace, cluster), 300, 1024)
+    prefix = f"tests/{namespace}"
+    apply_backup(namespace, "once", {"clusterRef": {"name": cluster}, "storage": s3_storage_spec(substrate, prefix)})
+    backup = wait_for(lambda: (b := get_backup(namespace, "once"))["status"].get("phase") == "Completed" and b,
+                      120, what="one-shot backup completed")
+    last = backup["status"]["lastBackup"]
+    s3 = s3_client(substrate)
+    bucket = controlplane.S3_BUCKET
+    keys = list_keys(s3, bucket, prefix)
+    assert keys == sorted([last["key"], last["manifestKey"]])
+    manifest = read_json(s3, bucket, last["manifestKey"])
+    data = s3.get_object(Bucket=bucket, Key=last["key"])["Body"].read()
+    assert hashlib.sha256(data).hexdigest() == manifest["sha256"] == last["sha256"]
+    assert len(data) == manifest["size"]
+    assert manifest["member"] in {m["name"] for m in kubectl_json("get", "etcdcluster", cluster, "-n", namespace)
+                                  ["status"]["members"] if m["role"] == "follower"}
+    snapshot = tmp_path / "snapshot.db"
+    snapshot.write_bytes(data)
+    etcdutl = localkube_layout.testbin_dir() / "etcd-3.6" / "etcdutl"
+    out = subprocess.run([str(etcdutl), "snapshot", "status", str(snapshot), "-w", "json"],
+                         check=True, capture_output=True, text=True)
+    assert json.loads(out.stdout)["revision"] == manifest["revision"]
+    events = {e["reason"] for e in kubectl_json("get", "events", "-n", namespace)["items"]
+              if e["involvedObject"]["name"] == "once"}
+    assert "BackupSucceeded" in events
+    secret_key = controlplane.s3_environment(substrate)["AWS_SECRET_ACCESS_KEY"]
+    assert secret_key not in json.dumps(backup)
+    assert secret_key not in (substrate.logs_dir / f"operator-{namespace}.log").read_text()
+
+
+def test_scheduled_backups_keep_exactly_n_and_leave_other_files_alone(substrate, namespace, cluster):
+    prefix = f"tests/{namespace}"
+    s3 = s3_client(substrate)
+    bucket = controlplane.S3_BUCKET
+    stranger = f"{prefix}/{namespace}/every5s/not-ours.txt"
+    s3.put_object(Bucket=bucket, Key=stranger, Body=b"someone else's file")
+    apply_backup(namespace, "every5s", {"clusterRef": {"name": cluster}, "schedule": "* * * * * */5",
+                                        "retention": {"maxBackups": 2},
+                                        "storage": s3_storage_spec(substrate, prefix)})
+    wait_for(lambda: len((get_backup(namespace, "every5s")["status"].get("recentBackups") or [])) >= 2
+             and sum(1 for e in kubectl_json("get", "events", "-n", namespace)["items"]
+                     if e["reason"] == "RetentionApplied") >= 2, 120, what="several scheduled runs with retention")
+    kubectl("patch", "etcdbackup", "every5s", "-n", namespace, "--type=merge", "-p", '{"spec":{"suspend":true}}')
+    wait_for(lambda: get_backup(namespace, "every5s")["status"].get("phase") == "Suspended", 60, what="suspended")
+    keys = list_keys(s3, bucket, prefix)
+    snapshots = [k for k in keys if k.endswith(".db")]
+    manifests = [k for k in keys if k.endswith(".manifest.json")]
+    assert len(snapshots) == 2 and len(manifests) == 2, keys
+    assert stranger in keys
+    status = get_backup(namespace, "every5s")["status"]
+    assert status["lastBackup"]["key"] in snapshots
+
+
+def test_wrong_credentials_and_missing_bucket_become_clear_conditions(substrate, namespace, cluster):
+    create_credentials_secret(substrate, namespace, "bad-credentials", "nobody", "wrong-secret-value")
+    prefix = f"tests/{namespace}"
+    apply_backup(namespace, "badcreds", {"clusterRef": {"name": cluster},
+                                         "storage": s3_storage_spec(substrate, prefix, secret="bad-credentials")})
+    apply_backup(namespace, "nobucket", {"clusterRef": {"name": cluster},
+                                         "storage": s3_storage_spec(substrate, prefix, bucket="no-such-bucket")})
+    apply_backup(namespace, "nocluster", {"clusterRef": {"name": "missing"},
+                                          "storage": s3_storage_spec(substrate, prefix)})
+    expected = {"badcreds": "InvalidCredentials", "nobucket": "BucketNotFound", "nocluster": "ClusterNotFound"}
+    for name, reason in expected.items():
+        obj = wait_for(lambda: (b := get_backup(namespace, name))["status"].get("phase") == "Failed" and b, 120,
+                       what=f"{name} failed")
+        degraded = condition(obj, "Degraded")
+        assert degraded["status"] == "True" and degraded["reason"] == reason, degraded
+    assert list_keys(s3_client(substrate), controlplane.S3_BUCKET, prefix) == []
+    assert "wrong-secret-value" not in (substrate.logs_dir / f"operator-{namespace}.log").read_text()
+
+
+def test_minio_killed_mid_upload_leaves_nothing_partial_and_the_next_run_succeeds(substrate, namespace, cluster):
+    fill(member_endpoints(namespace, cluster), 96, 1 << 20)  # ~96 MiB of values
+    prefix = f"tests/{namespace}"
+    apply_backup(namespace, "outage", {"clusterRef": {"name": cluster}, "schedule": "* * * * * */20",
+                                       "storage": s3_storage_spec(substrate, prefix, partSizeBytes=5 << 20,
+                                                                  uploadConcurrency=1)})
+    wait_for(lambda: ((get_backup(namespace, "outage")["status"].get("progress") or {}).get("bytesSent") or 0) > 0,
+             120, interval=0.1, what="upload under way")
+    processes.stop(substrate.run_dir, "minio", grace=0.1)
+    try:
+        obj = wait_for(lambda: (b := get_backup(namespace, "outage"))
+                       and condition(b, "Degraded").get("status") == "True" and b, 180, what="failure reported")
+        assert condition(obj, "Degraded")["reason"] in ("StorageError", "Error")
+    finally:
+        controlplane.up(substrate, only={"minio"})
+    obj = wait_for(lambda: (b := get_backup(namespace, "outage"))["status"].get("lastSuccessfulTime") and b,
+                   180, what="the next scheduled run succeeded")
+    s3 = s3_client(substrate)
+    keys = list_keys(s3, controlplane.S3_BUCKET, prefix)
+    assert keys == sorted([obj["status"]["lastBackup"]["key"], obj["status"]["lastBackup"]["manifestKey"]])
+    assert pending_uploads(s3, controlplane.S3_BUCKET, prefix) == []
+
+
+def test_operator_killed_during_a_scheduled_run_does_not_run_it_twice(substrate, namespace):
+    operator = OperatorProcess(substrate, namespace).start()
+    try:
+        apply_cluster(namespace, "db", {"size": 1, "storage": {"size": "1Gi"}})
+        wait_healthy(namespace, "db", 1)
+        create_credentials_secret(substrate, namespace)
+        fill(member_endpoints(namespace, "db"), 80, 1 << 20)
+        operator.stop()
+
+        operator.start(faults="during-backup-upload")
+        prefix = f"tests/{namespace}"
+        apply_backup(namespace, "restart", {"clusterRef": {"name": "db"}, "schedule": "* * * * * */15",
+                                            "storage": s3_storage_spec(substrate, prefix, partSizeBytes=5 << 20)})
+        assert operator.wait_exit(120) == 86
+        interrupted = get_backup(namespace, "restart")["status"]
+        slot = interrupted["progress"]["slot"]
+
+        operator.start()
+        wait_for(lambda: (get_backup(namespace, "restart")["status"].get("lastBackup") or {}).get("key", "")
+                 .endswith(f"/{slot}.db"), 180, what=f"slot {slot} finished after the restart")
+        kubectl("patch", "etcdbackup", "restart", "-n", namespace, "--type=merge", "-p", '{"spec":{"suspend":true}}')
+        wait_for(lambda: get_backup(namespace, "restart")["status"].get("phase") == "Suspended", 60)
+        keys = list_keys(s3_client(substrate), controlplane.S3_BUCKET, prefix)
+        assert [k for k in keys if slot in k] == sorted([f"{prefix}/{namespace}/restart/{slot}.db",
+                                                         f"{prefix}/{namespace}/restart/{slot}.manifest.json"])
+        successes = [e for e in kubectl_json("get", "events", "-n", namespace)["items"]
+                     if e["reason"] == "BackupSucceeded" and slot in e["message"]]
+        assert len(successes) == 1 and successes[0].get("count", 1) == 1
+    finally:
+        operator.stop()

@@ -1,0 +1,251 @@
+"""EtcdCluster end to end on the local control plane with real etcd members in pods:
+create, scale one member at a time, heal, recover quorum, resume after the operator dies,
+and refuse bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+
+import pytest
+
+from etcd_operator.cluster import naming
+from etcd_operator.etcd.client import EtcdMemberClient
+from localkube import layout as localkube_layout
+from tests.support.clusters import (FAST_RECOVERY, apply_cluster, condition, events, get_cluster,
+                                    member_endpoints, member_pods, patch_spec, wait_condition, wait_healthy)
+from tests.support.etcd_probes import AckedWriter, MembershipRecorder, single_step
+from tests.support.kubectl import kubectl, kubectl_json
+from tests.support.operator_process import OperatorProcess
+from tests.support.waiting import wait_for
+
+pytestmark = pytest.mark.substrate
+
+
+@pytest.fixture
+def operator(substrate, namespace):
+    process = OperatorProcess(substrate, namespace).start()
+    yield process
+    process.stop()
+
+
+def etcdctl(endpoints: list[str], *args: str) -> str:
+    binary = localkube_layout.testbin_dir() / "etcd-3.6" / "etcdctl"
+    return subprocess.run([str(binary), f"--endpoints={','.join(endpoints)}", *args],
+                          check=True, capture_output=True, text=True, timeout=30).stdout
+
+
+def put_keys(endpoints: list[str], prefix: str, count: int) -> None:
+    async def write():
+        async with EtcdMemberClient(endpoints[0]) as client:
+            for i in range(count):
+                await client.put(f"{prefix}{i:04}".encode(), f"value-{i}".encode())
+    asyncio.run(write())
+
+
+def read_prefix(endpoints: list[str], prefix: str) -> dict[str, str]:
+    out = etcdctl(endpoints, "get", "--prefix", prefix, "-w", "json")
+    import base64
+    kvs = json.loads(out).get("kvs") or []
+    return {base64.b64decode(kv["key"]).decode(): base64.b64decode(kv["value"]).decode() for kv in kvs}
+
+
+def assert_all_acked_writes_present(endpoints: list[str], writer: AckedWriter) -> None:
+    stored = read_prefix(endpoints, writer.prefix)
+    missing = [n for n in writer.acked if stored.get(f"{writer.prefix}{n:08}") != str(n)]
+    assert writer.acked, "the writer never got a write acknowledged"
+    assert not missing, f"{len(missing)} acknowledged writes lost, e.g. {missing[:5]}"
+
+
+def pod_of(namespace: str, name: str) -> dict:
+    return kubectl_json("get", "pod", name, "-n", namespace)
+
+
+def restart_count(pod: dict) -> int:
+    return sum(c.get("restartCount", 0) for c in (pod.get("status") or {}).get("containerStatuses") or [])
+
+
+def test_create_scale_and_heal(namespace, operator):
+    from nodeagent import faults
+
+    apply_cluster(namespace, "demo", {"size": 3, "storage": {"size": "1Gi"}, "recovery": FAST_RECOVERY})
+    wait_healthy(namespace, "demo", 3)
+    endpoints = member_endpoints(namespace, "demo")
+    listed = json.loads(etcdctl(endpoints, "member", "list", "-w", "json"))["members"]
+    assert len(listed) == 3 and all(m.get("name") and not m.get("isLearner") for m in listed)
+    put_keys(endpoints, "/initial/", 50)
+
+    writer = AckedWriter(lambda: member_endpoints(namespace, "demo")).start()
+    recorder = MembershipRecorder(lambda: member_endpoints(namespace, "demo")).start()
+    for size in (5, 3, 1, 3):
+        patch_spec(namespace, "demo", {"size": size})
+        wait_healthy(namespace, "demo", size, timeout=300)
+    recorder.stop()
+
+    configurations = recorder.configurations()
+    voters = [sum(1 for _, learner in c if not learner) for c in configurations]
+    assert max(voters) == 5 and min(voters) == 1, voters
+    for before, after in zip(configurations, configurations[1:]):
+        assert single_step(before, after), f"more than one member changed: {before} -> {after}"
+    assert all(sample.has_quorum for sample in recorder.samples), "quorum was lost during scaling"
+
+    # A member's process dies: it restarts on its own data.
+    victim = sorted(p["metadata"]["name"] for p in member_pods(namespace, "demo"))[0]
+    before = restart_count(pod_of(namespace, victim))
+    faults.crash_container(namespace, victim, "etcd")
+    wait_for(lambda: restart_count(pod_of(namespace, victim)) > before, 60, what="container restart")
+    wait_healthy(namespace, "demo", 3)
+
+    # A member's pod is deleted: the operator recreates it and it rejoins as itself.
+    uid = pod_of(namespace, victim)["metadata"]["uid"]
+    kubectl("delete", "pod", victim, "-n", namespace, "--wait=false")
+    wait_for(lambda: pod_of(namespace, victim)["metadata"]["uid"] != uid, 120, what="pod recreated")
+    obj = wait_healthy(namespace, "demo", 3)
+    assert victim in {m["name"] for m in obj["status"]["members"]}
+
+    # A member's data is wiped: it is replaced by a new member with a new identity.
+    faults.lose_disk(namespace, naming.pvc_name(victim))
+    faults.crash_container(namespace, victim, "etcd")
+    obj = wait_for(lambda: (o := wait_healthy(namespace, "demo", 3))
+                   and victim not in {m["name"] for m in o["status"]["members"]} and o, 300,
+                   what=f"{victim} replaced")
+    writer.stop()
+
+    endpoints = member_endpoints(namespace, "demo")
+    assert len(read_prefix(endpoints, "/initial/")) == 50
+    assert_all_acked_writes_present(endpoints, writer)
+    reasons = {e["reason"] for e in events(namespace, "demo")}
+    assert {"MemberAdded", "MemberPromoted", "MemberRemoved", "MemberReplaced"} <= reasons, reasons
+
+
+def test_quorum_loss_waits_for_approval_then_recovers_from_the_best_survivor(namespace, operator):
+    from nodeagent import faults
+
+    apply_cluster(namespace, "q", {"size": 3, "storage": {"size": "1Gi"}, "recovery": FAST_RECOVERY})
+    wait_healthy(namespace, "q", 3)
+    writer = AckedWriter(lambda: member_endpoints(namespace, "q")).start()
+    wait_for(lambda: len(writer.acked) > 100, 60, what="some acknowledged writes")
+    writer.stop()
+
+    pods = sorted(p["metadata"]["name"] for p in member_pods(namespace, "q"))
+    lost = pods[1:]
+    for name in lost:
+        faults.lose_disk(namespace, naming.pvc_name(name))
+        faults.crash_container(namespace, name, "etcd")
+
+    obj = wait_condition(namespace, "q", "QuorumLost", "True", timeout=180)
+    assert condition(obj, "Available")["status"] == "False"
+    assert any(e["reason"] == "QuorumLost" and e["type"] == "Warning" for e in events(namespace, "q"))
+    # Nothing destructive without approval: every member pod and PVC is still there.
+    assert sorted(p["metadata"]["name"] for p in member_pods(namespace, "q")) == pods
+    pvcs = kubectl_json("get", "pvc", "-n", namespace)["items"]
+    assert {p["metadata"]["name"] for p in pvcs} >= {naming.pvc_name(n) for n in pods}
+
+    kubectl("annotate", "etcdcluster", "q", "-n", namespace, f"{naming.ANNOTATION_APPROVE_QUORUM_RECOVERY}=true")
+    obj = wait_healthy(namespace, "q", 3, timeout=400)
+    assert condition(obj, "QuorumLost")["status"] == "False"
+    assert_all_acked_writes_present(member_endpoints(namespace, "q"), writer)
+    assert any(e["reason"] == "QuorumRecovered" for e in events(namespace, "q"))
+
+
+def test_operator_killed_right_after_member_add_and_remove_converges(substrate, namespace):
+    operator = OperatorProcess(substrate, namespace).start(faults="after-member-add")
+    try:
+        apply_cluster(namespace, "k", {"size": 2, "storage": {"size": "1Gi"}})
+        assert operator.wait_exit(240) == 86
+        # etcd has the learner; its pod was never created.
+        endpoints = member_endpoints(namespace, "k")
+        listed = json.loads(etcdctl(endpoints, "member", "list", "-w", "json"))["members"]
+        assert len(listed) == 2 and len(member_pods(namespace, "k")) == 1
+
+        operator.start()
+        wait_healthy(namespace, "k", 2)
+        operator.stop()
+
+        operator.start(faults="after-member-remove")
+        patch_spec(namespace, "k", {"size": 1})
+        assert operator.wait_exit(240) == 86
+        listed = json.loads(etcdctl(member_endpoints(namespace, "k"), "member", "list", "-w", "json"))["members"]
+        assert len(listed) == 1 and len(member_pods(namespace, "k")) == 2  # removed, pod not yet deleted
+
+        operator.start()
+        wait_healthy(namespace, "k", 1)
+        wait_for(lambda: len(member_pods(namespace, "k")) == 1
+                 and len(kubectl_json("get", "pvc", "-n", namespace)["items"]) == 1, 120,
+                 what="the removed member's pod and PVC cleaned up")
+    finally:
+        operator.stop()
+
+
+REJECTED_BY_SCHEMA = [
+    ({"size": 0}, "greater than or equal to 1"),
+    ({"size": 10}, "less than or equal to 9"),
+    ({"size": "three"}, "must be of type integer"),
+    ({"version": "3.4.27"}, "supported etcd release"),
+    ({"version": "latest"}, "supported etcd release"),
+    ({"storage": {"emptyDir": {}, "size": "1Gi"}}, "use either emptyDir or a PVC"),
+    ({"storage": {"size": "lots"}}, "spec.storage.size"),
+    ({"reclaimPolicy": "Keep"}, "supported values"),
+    ({"etcd": {"heartbeatIntervalMillis": 100, "electionTimeoutMillis": 300}}, "at least 5 times"),
+    ({"etcd": {"quotaBackendBytes": 1024}}, "greater than or equal to 16777216"),
+    ({"etcd": {"autoCompactionMode": "hourly"}}, "supported values"),
+    ({"repository": "quay.io/coreos/etcd:v3.5.0"}, "must not contain a tag"),
+    ({"pod": {"labels": {"etcd.operator.dev/cluster": "other"}}}, "must not use the operator's own"),
+    ({"recovery": {"memberUnhealthyTimeout": "soon"}}, "spec.recovery.memberUnhealthyTimeout"),
+]
+
+
+@pytest.mark.parametrize("spec,message", REJECTED_BY_SCHEMA, ids=[m for _, m in REJECTED_BY_SCHEMA])
+def test_invalid_spec_is_rejected_with_a_clear_message(namespace, spec, message):
+    manifest = {"apiVersion": "etcd.operator.dev/v1alpha1", "kind": "EtcdCluster",
+                "metadata": {"name": "bad", "namespace": namespace}, "spec": spec}
+    refused = kubectl("apply", "-f", "-", input=json.dumps(manifest), check=False)
+    assert refused.returncode != 0 and message in refused.stderr, refused.stderr
+
+
+def test_disallowed_changes_become_a_condition_and_touch_nothing(namespace, operator):
+    apply_cluster(namespace, "c", {"size": 1, "version": "3.6.16", "storage": {"size": "1Gi"}})
+    wait_healthy(namespace, "c", 1)
+    uids = {p["metadata"]["uid"] for p in member_pods(namespace, "c")}
+
+    cases = [
+        ({"version": "3.5.35"}, "VersionDowngrade"),
+        ({"storage": {"size": "1Gi", "storageClassName": "other-class"}}, "StorageClassChange"),
+        ({"etcd": {"extraArgs": {"data-dir": "/tmp/elsewhere"}}}, "ManagedFlag"),
+    ]
+    for change, reason in cases:
+        patch_spec(namespace, "c", change)
+        obj = wait_for(lambda: (o := get_cluster(namespace, "c"))
+                       and (condition(o, "SpecAccepted") or {}).get("reason") == reason and o, 60, what=reason)
+        assert condition(obj, "SpecAccepted")["status"] == "False"
+        assert condition(obj, "Available")["status"] == "True"
+        assert {p["metadata"]["uid"] for p in member_pods(namespace, "c")} == uids, "a member pod was touched"
+        undo = {"version": "3.6.16", "storage": {"size": "1Gi", "storageClassName": None},
+                "etcd": {"extraArgs": None}}
+        patch_spec(namespace, "c", undo)
+        wait_condition(namespace, "c", "SpecAccepted", "True", timeout=60)
+    assert {p["metadata"]["uid"] for p in member_pods(namespace, "c")} == uids
+    assert any(e["reason"] == "VersionDowngrade" and e["type"] == "Warning" for e in events(namespace, "c"))
+
+
+def test_even_size_is_allowed_with_a_warning(namespace, operator):
+    apply_cluster(namespace, "even", {"size": 2, "storage": {"size": "1Gi"}})
+    obj = wait_healthy(namespace, "even", 2)
+    assert condition(obj, "OddSize")["status"] == "False" and condition(obj, "OddSize")["reason"] == "EvenSize"
+    assert any(e["reason"] == "EvenSize" and e["type"] == "Warning" for e in events(namespace, "even"))
+
+
+def test_delete_with_reclaim_policy(namespace, operator):
+    apply_cluster(namespace, "keep", {"size": 1, "storage": {"size": "1Gi"}, "reclaimPolicy": "Retain"})
+    apply_cluster(namespace, "drop", {"size": 1, "storage": {"size": "1Gi"}, "reclaimPolicy": "Delete"})
+    wait_healthy(namespace, "keep", 1)
+    wait_healthy(namespace, "drop", 1)
+    kubectl("delete", "etcdcluster", "keep", "drop", "-n", namespace, "--timeout=120s")
+
+    def pvc_names():
+        return {p["metadata"]["name"] for p in kubectl_json("get", "pvc", "-n", namespace)["items"]}
+    wait_for(lambda: not member_pods(namespace, "keep") and not member_pods(namespace, "drop")
+             and pvc_names() == {"data-keep-0"}, 120, what="pods gone, only the retained PVC left")
+    retained = kubectl_json("get", "pvc", "data-keep-0", "-n", namespace)
+    assert not retained["metadata"].get("ownerReferences")

@@ -1,0 +1,71 @@
+"""The operator as a real subprocess against the substrate, one per test, watching only
+the test's namespace. Fault points can be enabled to kill it at a chosen step."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+import time
+import urllib.request
+
+from localkube.layout import Layout
+from tests.support.etcd_process import free_port
+
+
+class OperatorProcess:
+    def __init__(self, substrate: Layout, namespace: str):
+        self.substrate = substrate
+        self.namespace = namespace
+        self.log_path = substrate.logs_dir / f"operator-{namespace}.log"
+        self.process: subprocess.Popen | None = None
+        self.health_port = free_port()
+
+    def start(self, faults: str = "") -> "OperatorProcess":
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(self.substrate.kubeconfig),
+            "WATCH_NAMESPACES": self.namespace,
+            "HEALTH_PORT": str(self.health_port),
+            "METRICS_PORT": str(free_port()),
+            "ETCD_OPERATOR_FAULTS": faults,
+        }
+        log = open(self.log_path, "ab")
+        log.write(f"\n===== operator start (faults={faults!r}) =====\n".encode())
+        log.flush()
+        self.process = subprocess.Popen([sys.executable, "-m", "etcd_operator"], env=env,
+                                        stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        self._wait_live()
+        return self
+
+    def _wait_live(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                return  # exited (maybe by a fault point); callers check exited()
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/healthz", timeout=1):
+                    return
+            except OSError:
+                time.sleep(0.2)
+        raise TimeoutError(f"operator not live; see {self.log_path}")
+
+    def exited(self) -> int | None:
+        return self.process.poll() if self.process else None
+
+    def wait_exit(self, timeout: float) -> int:
+        return self.process.wait(timeout)
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def log_text(self) -> str:
+        return pathlib.Path(self.log_path).read_text(errors="replace")
