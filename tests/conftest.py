@@ -27,10 +27,11 @@ def pytest_runtest_makereport(item, call):
 def substrate():
     """The running local control plane; started here unless `make up` already did."""
     where = localkube_layout.current()
-    started_here = not controlplane.is_up(where)
-    if started_here:
-        controlplane.up(where)
+    # Only a session that found no API server stops the substrate again afterwards.
+    started_here = not controlplane.apiserver_ready(where)
+    controlplane.up(where)
     os.environ["KUBECONFIG"] = str(where.kubeconfig)
+    install_crds()
     yield where
     if started_here and not os.environ.get("LOCALKUBE_KEEP"):
         controlplane.down(where)
@@ -60,6 +61,15 @@ def namespace(request, substrate, kube_api):
     if failed:
         dump_diagnostics(substrate, core, name)
     core.delete_namespace(name)
+
+
+def install_crds() -> None:
+    """The CRDs from this checkout, so tests never run against stale schemas."""
+    from tests.support.kubectl import kubectl
+
+    crds = pathlib.Path(__file__).resolve().parents[1] / "crds"
+    kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crds))
+    kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
 
 
 def dump_diagnostics(where, core, namespace: str) -> None:

@@ -63,6 +63,8 @@ def apiserver_url(layout: Layout) -> str:
 
 
 def apiserver_ready(layout: Layout) -> bool:
+    if not (layout.pki_dir / "admin.crt").exists():
+        return False
     return _http_ok(f"{apiserver_url(layout)}/readyz", admin_ssl_context(layout), b"ok")
 
 
@@ -198,7 +200,9 @@ def _controller_manager_argv(layout: Layout) -> list[str]:
         "--bind-address=127.0.0.1",
         f"--secure-port={layout.ports.controller_manager}",
         f"--cert-dir={layout.state_dir / 'controller-manager-certs'}",
-        "--controllers=*",
+        # Pod IPs are loopback addresses here, which EndpointSlices may not hold; the node
+        # agent resolves Services from pods itself (e2e/nodeagent/README.md).
+        "--controllers=*,-endpointslice-controller,-endpoints-controller,-endpointslice-mirroring-controller",
         "--leader-elect=false",
         "--use-service-account-credentials=true",
         f"--service-account-private-key-file={k / 'sa.key'}",

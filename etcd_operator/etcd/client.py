@@ -120,11 +120,9 @@ class EtcdMemberClient:
     # --- membership -------------------------------------------------------------------
 
     async def member_list(self) -> tuple[int, list[Member]]:
-        """Returns (cluster_id, members), linearizable so it reflects committed changes."""
-        request = rpc.MemberListRequest()
-        if "linearizable" in {f.name for f in rpc.MemberListRequest.DESCRIPTOR.fields}:
-            request.linearizable = True
-        response = await self._call("MemberList", self._cluster.MemberList, request)
+        """Returns (cluster_id, members) as this member knows them. Served locally, so it
+        answers without quorum too; the leader's answer reflects every committed change."""
+        response = await self._call("MemberList", self._cluster.MemberList, rpc.MemberListRequest())
         return response.header.cluster_id, [_member(m) for m in response.members]
 
     async def add_learner(self, peer_urls: list[str]) -> tuple[Member, list[Member]]:
