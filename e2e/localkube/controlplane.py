@@ -174,6 +174,8 @@ def _apiserver_argv(layout: Layout) -> list[str]:
         f"--tls-cert-file={k / 'apiserver.crt'}",
         f"--tls-private-key-file={k / 'apiserver.key'}",
         f"--client-ca-file={k / 'ca.crt'}",
+        f"--requestheader-client-ca-file={k / 'ca.crt'}",
+        "--requestheader-allowed-names=front-proxy-client",
         f"--service-account-key-file={k / 'sa.pub'}",
         f"--service-account-signing-key-file={k / 'sa.key'}",
         "--service-account-issuer=https://kubernetes.default.svc.cluster.local",

@@ -13,6 +13,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 
 from etcd_operator import faults
 from etcd_operator.backup import retention
+from etcd_operator.backup.bbolt import snapshot_revision
 from etcd_operator.backup.manifest import (MANIFEST_SUFFIX, Manifest, backup_prefix, manifest_key,
                                            snapshot_key)
 from etcd_operator.backup.source import SourceUnavailable, find_source
@@ -124,7 +125,6 @@ class BackupRunner:
                         slot: str, key: str) -> Manifest:
         member, _ = await find_source(self.kube, namespace, spec.cluster)
         started = now_text()
-        revision: dict[str, int] = {}
         reported = [0]
 
         def progress(sent: int) -> None:
@@ -136,14 +136,14 @@ class BackupRunner:
         async with EtcdMemberClient(member.endpoint, timeout=10) as client:
             status = await client.status()
             self.on_progress(0, member.name)
-            result = await stream_to_s3(
-                client.snapshot(on_revision=lambda r: revision.setdefault("r", r)),
-                storage, key, spec.part_size, spec.concurrency, on_progress=progress,
-            )
+            result = await stream_to_s3(client.snapshot(), storage, key, spec.part_size, spec.concurrency,
+                                        on_progress=progress)
+        # The exact revision inside the uploaded file, read back with a few ranged GETs.
+        revision = await snapshot_revision(lambda offset, length: storage.read_range(key, offset, length))
         manifest = Manifest(
             snapshot_key=key, backup=backup, namespace=namespace, cluster=spec.cluster,
             cluster_id=f"{status.cluster_id:x}", etcd_version=status.version,
-            revision=revision.get("r", status.revision), size=result.size, sha256=result.sha256,
+            revision=revision, size=result.size, sha256=result.sha256,
             created_at=now_text(), member=member.name, slot=slot,
         )
         await storage.put(manifest.key, manifest.to_json(), "application/json")

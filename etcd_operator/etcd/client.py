@@ -7,7 +7,7 @@ its stubs directly; the channel is ours so that TLS can be added without forking
 from __future__ import annotations
 
 import dataclasses
-from typing import AsyncIterator, Callable
+from typing import AsyncIterator
 
 import grpc
 from aetcd import rpc
@@ -187,10 +187,8 @@ class EtcdMemberClient:
         )
         return [(a.memberID, a.alarm) for a in response.alarms]
 
-    async def snapshot(self, idle_timeout: float = 60.0,
-                       on_revision: Callable[[int], None] | None = None) -> AsyncIterator[bytes]:
-        """Streams the member's backend as it is read; nothing is buffered here.
-        `on_revision` gets the store revision etcd reports with the first message."""
+    async def snapshot(self, idle_timeout: float = 60.0) -> AsyncIterator[bytes]:
+        """Streams the member's backend as it is read; nothing is buffered here."""
         call = self._maintenance.Snapshot(rpc.SnapshotRequest())
         try:
             while True:
@@ -200,9 +198,6 @@ class EtcdMemberClient:
                     raise EtcdError(self.endpoint, "Snapshot", e.code(), e.details() or "") from None
                 if response is grpc.aio.EOF:
                     return
-                if on_revision is not None:
-                    on_revision(response.header.revision)
-                    on_revision = None
                 if response.blob:
                     yield response.blob
         finally:

@@ -54,6 +54,20 @@ PDBS = Resource("policy", "v1", "poddisruptionbudgets")
 LEASES = Resource("coordination.k8s.io", "v1", "leases")
 
 
+def _raise_for(status: int, body: bytes | str | None, reason: str | None) -> None:
+    """404 is an answer (None); 409 is Conflict; anything else is an ApiError."""
+    if status == 404:
+        return None
+    try:
+        details = json.loads(body)
+        message, api_reason = details.get("message", ""), details.get("reason", "")
+    except (TypeError, ValueError):
+        message, api_reason = str(body), reason or ""
+    if status == 409:
+        raise Conflict(message)
+    raise ApiError(status, api_reason, message)
+
+
 class KubeClient:
     def __init__(self, api_client: k8s.ApiClient):
         self.api = api_client
@@ -83,17 +97,10 @@ class KubeClient:
                 _request_timeout=REQUEST_TIMEOUT,
             )
         except ApiException as e:
-            if e.status == 404:
-                return None
-            try:
-                details = json.loads(e.body)
-                message, reason = details.get("message", ""), details.get("reason", "")
-            except (TypeError, ValueError):
-                message, reason = str(e.body), e.reason or ""
-            if e.status == 409:
-                raise Conflict(message) from None
-            raise ApiError(e.status, reason, message) from None
+            return _raise_for(e.status, e.body, e.reason)
         data = await response.read()
+        if not 200 <= response.status <= 299:
+            return _raise_for(response.status, data, response.reason)
         return json.loads(data) if data else {}
 
     async def get(self, resource: Resource, namespace: str | None, name: str) -> dict | None:

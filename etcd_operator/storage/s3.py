@@ -99,13 +99,19 @@ class S3Storage:
             raise classify(e) from None
 
     async def check_bucket(self) -> None:
-        await self._call("head_bucket", Bucket=self.bucket)
+        """A listing, not HEAD: its error body tells bad credentials from a missing bucket."""
+        await self._call("list_objects_v2", Bucket=self.bucket, MaxKeys=1)
 
     async def put(self, key: str, body: bytes, content_type: str = "application/octet-stream") -> None:
         await self._call("put_object", Bucket=self.bucket, Key=key, Body=body, ContentType=content_type)
 
     async def get(self, key: str) -> bytes:
         response = await self._call("get_object", Bucket=self.bucket, Key=key)
+        return await asyncio.to_thread(response["Body"].read)
+
+    async def read_range(self, key: str, offset: int, length: int) -> bytes:
+        response = await self._call("get_object", Bucket=self.bucket, Key=key,
+                                    Range=f"bytes={offset}-{offset + length - 1}")
         return await asyncio.to_thread(response["Body"].read)
 
     async def exists(self, key: str) -> bool:

@@ -10,6 +10,7 @@ import subprocess
 
 import pytest
 
+from etcd_operator.backup.bbolt import snapshot_revision
 from etcd_operator.etcd.client import EtcdError, EtcdMemberClient
 from localkube import layout as localkube_layout
 from tests.support.etcd_process import EtcdProcess
@@ -118,3 +119,7 @@ async def test_snapshot_streams_to_bytes(first_member, binary_dir, tmp_path):
         check=True, capture_output=True, text=True,
     )
     assert json.loads(out.stdout)["revision"] == revision
+
+    async def read(offset, length):
+        return data[offset:offset + length]
+    assert await snapshot_revision(read) == revision, "the bbolt reader disagrees with etcdutl"
