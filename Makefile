@@ -45,7 +45,13 @@ test: venv testbin ## unit tests and the tests against the local control plane
 test-unit: venv ## only the pure unit tests (no substrate)
 	@$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
+bench: venv testbin ## benchmarks: cluster timings, backup throughput and memory, restore overhead
+	@PYTHONPATH=.:e2e $(PY) -m bench $(BENCH)
+
+e2e-kind: venv ## the e2e scenarios on a kind cluster (needs Docker and kind)
+	@e2e/kind.sh
+
 demo: up crds ## the main job on the local default
 	@e2e/demo.sh
 
-.PHONY: help venv testbin up down status crds run test test-unit demo
+.PHONY: help venv testbin up down status crds run test test-unit bench e2e-kind demo

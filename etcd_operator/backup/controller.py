@@ -109,16 +109,18 @@ class BackupController:
             progress_writes.append(asyncio.ensure_future(self._patch_status(body, patch)))
 
         lock = self.cluster_locks.setdefault((meta["namespace"], spec.cluster), asyncio.Lock())
+        runner = BackupRunner(self.kube, on_progress)
         async with lock:
             try:
-                manifest, deleted = await BackupRunner(self.kube, on_progress).run(
-                    meta["namespace"], meta["name"], spec, slot)
+                manifest, deleted = await runner.run(meta["namespace"], meta["name"], spec, slot)
             except BackupFailed as failure:
                 await asyncio.gather(*progress_writes, return_exceptions=True)
                 await self._record_failure(body, failure, one_shot)
                 return
         await asyncio.gather(*progress_writes, return_exceptions=True)
         record = {**manifest.status_record(), "startTime": started}
+        if runner.duration is not None:
+            record["durationSeconds"] = round(runner.duration, 3)
         recent = [record] + [r for r in status.get("recentBackups") or [] if r.get("key") != record["key"]]
         recent = [r for r in recent if r.get("key") not in {m.snapshot_key for m in deleted}][:RECENT_BACKUPS]
         await self._patch_status(body, {
@@ -135,8 +137,8 @@ class BackupController:
         })
         metrics.backup_last_success.labels(meta["namespace"], meta["name"]).set_to_current_time()
         metrics.backup_bytes.labels(meta["namespace"], meta["name"]).set(manifest.size)
-        metrics.backup_duration.labels(meta["namespace"], meta["name"]).observe(
-            max(0.0, (parse_time(manifest.created_at) or 0) - (parse_time(started) or 0)))
+        if runner.duration is not None:
+            metrics.backup_duration.labels(meta["namespace"], meta["name"]).observe(runner.duration)
         self.post_event("Normal", "BackupSucceeded",
                         f"Uploaded {manifest.snapshot_key} ({manifest.size} bytes, revision {manifest.revision}, "
                         f"sha256 {manifest.sha256[:12]}…) from {manifest.member}")

@@ -7,6 +7,7 @@ import asyncio
 import dataclasses
 import datetime
 import logging
+import time
 from typing import Any, Callable, Mapping
 
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
@@ -92,6 +93,7 @@ class BackupRunner:
     def __init__(self, kube_client: kube.KubeClient, on_progress: Callable[[int, str], None] = lambda n, m: None):
         self.kube = kube_client
         self.on_progress = on_progress
+        self.duration: float | None = None  # of the last snapshot this runner took
 
     async def run(self, namespace: str, backup: str, spec: BackupSpec, slot: str) -> tuple[Manifest, list[Manifest]]:
         """Returns the slot's manifest and the manifests retention deleted."""
@@ -125,6 +127,7 @@ class BackupRunner:
                         slot: str, key: str) -> Manifest:
         member, _ = await find_source(self.kube, namespace, spec.cluster)
         started = now_text()
+        clock_start = time.monotonic()
         reported = [0]
 
         def progress(sent: int) -> None:
@@ -147,6 +150,7 @@ class BackupRunner:
             created_at=now_text(), member=member.name, slot=slot,
         )
         await storage.put(manifest.key, manifest.to_json(), "application/json")
+        self.duration = time.monotonic() - clock_start
         logger.info("backup %s/%s: %s (%d bytes, revision %d) from %s, started %s", namespace, backup, key,
                     result.size, manifest.revision, member.name, started)
         return manifest

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 
 from localkube import layout as localkube_layout
@@ -11,6 +12,8 @@ from localkube import layout as localkube_layout
 
 def kubectl(*args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
     binary = localkube_layout.testbin_dir() / "kube" / "kubectl"
+    if not binary.exists():  # on kind (make e2e-kind), testbin is not built
+        binary = shutil.which("kubectl") or "kubectl"
     return subprocess.run(
         [str(binary), *args], input=input, capture_output=True, text=True, check=check,
         env={**os.environ}, timeout=120,

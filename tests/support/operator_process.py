@@ -15,9 +15,10 @@ from tests.support.etcd_process import free_port
 
 
 class OperatorProcess:
-    def __init__(self, substrate: Layout, namespace: str):
+    def __init__(self, substrate: Layout, namespace: str, kubeconfig: pathlib.Path | None = None):
         self.substrate = substrate
         self.namespace = namespace
+        self.kubeconfig = kubeconfig or substrate.kubeconfig
         self.log_path = substrate.logs_dir / f"operator-{namespace}.log"
         self.process: subprocess.Popen | None = None
         self.health_port = free_port()
@@ -25,7 +26,7 @@ class OperatorProcess:
     def start(self, faults: str = "") -> "OperatorProcess":
         env = {
             **os.environ,
-            "KUBECONFIG": str(self.substrate.kubeconfig),
+            "KUBECONFIG": str(self.kubeconfig),
             "WATCH_NAMESPACES": self.namespace,
             "HEALTH_PORT": str(self.health_port),
             "METRICS_PORT": str(free_port()),

@@ -50,7 +50,9 @@ def namespace(request, substrate, kube_api):
     from kubernetes import client
 
     core = client.CoreV1Api(kube_api)
-    name = f"t-{request.node.name[:30].lower().replace('_', '-').strip('-')}-{uuid.uuid4().hex[:5]}"
+    # The deployed operator of the e2e scenarios watches e2e-* namespaces only.
+    prefix = "e2e" if "scenarios" in request.node.path.parts else "t"
+    name = f"{prefix}-{request.node.name[:30].lower().replace('_', '-').strip('-')}-{uuid.uuid4().hex[:5]}"
     name = "".join(c for c in name if c.isalnum() or c == "-")
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     yield name
@@ -67,7 +69,7 @@ def install_crds() -> None:
     """The CRDs from this checkout, so tests never run against stale schemas."""
     from tests.support.kubectl import kubectl
 
-    crds = pathlib.Path(__file__).resolve().parents[1] / "crds"
+    crds = pathlib.Path(__file__).resolve().parent / "crds"
     kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crds))
     kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
 

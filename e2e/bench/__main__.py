@@ -1,0 +1,24 @@
+"""Runs every benchmark and prints one table. `python -m bench [cluster|backup|restore]`."""
+
+from __future__ import annotations
+
+import sys
+
+from bench import scenarios
+
+
+def main(argv: list[str]) -> int:
+    wanted = set(argv[1:]) or {"cluster", "backup", "restore"}
+    with scenarios.Bench() as bench:
+        if "cluster" in wanted:
+            bench.cluster_timings()
+        if "backup" in wanted or "restore" in wanted:
+            bench.backup_throughput_and_memory()
+        if "restore" in wanted:
+            bench.restore_overhead()
+        bench.report()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

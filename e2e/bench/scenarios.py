@@ -1,0 +1,186 @@
+"""The benchmark scenarios. Each figure is measured side by side with its baseline in the
+same run, because these machines are shared and noisy: ratios mean more than seconds."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import pathlib
+import subprocess
+import tempfile
+import time
+import uuid
+
+from etcd_operator.etcd.client import EtcdMemberClient
+from localkube import controlplane, layout as localkube_layout
+from nodeagent import faults
+from conftest import install_crds
+from tests.support.clusters import apply_cluster, get_cluster, member_endpoints, patch_spec, wait_healthy
+from tests.support.kubectl import kubectl, kubectl_json
+from tests.support.operator_process import OperatorProcess
+from tests.support.s3 import create_credentials_secret, s3_client, s3_storage_spec
+from tests.support.waiting import wait_for
+
+GROUP = "etcd.operator.dev/v1alpha1"
+MIB = 1 << 20
+SMALL_DB_MIB = 128
+LARGE_DB_MIB = 512
+
+
+def _rss_kib(pid: int, field: str) -> int:
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"{field} not in /proc/{pid}/status")
+
+
+def _reset_peak_rss(pid: int) -> None:
+    pathlib.Path(f"/proc/{pid}/clear_refs").write_text("5")
+
+
+def _fill_to(endpoint: str, target_mib: int, start: int) -> int:
+    """Writes 1 MiB values until the backend holds about `target_mib`; returns the next key index."""
+    async def write() -> int:
+        index = start
+        async with EtcdMemberClient(endpoint, timeout=30) as client:
+            while (await client.status()).db_size < target_mib * MIB:
+                for _ in range(16):
+                    await client.put(f"/bench/{index:08}".encode(), os.urandom(MIB))
+                    index += 1
+        return index
+    return asyncio.run(write())
+
+
+class Bench:
+    def __init__(self):
+        self.layout = localkube_layout.current()
+        self.namespace = f"bench-{uuid.uuid4().hex[:6]}"
+        self.rows: list[tuple[str, str, str]] = []
+        self.operator: OperatorProcess | None = None
+        self.started_substrate = False
+
+    def __enter__(self) -> "Bench":
+        self.started_substrate = not controlplane.apiserver_ready(self.layout)
+        controlplane.up(self.layout)
+        os.environ["KUBECONFIG"] = str(self.layout.kubeconfig)
+        install_crds()
+        kubectl("create", "namespace", self.namespace)
+        self.operator = OperatorProcess(self.layout, self.namespace).start()
+        create_credentials_secret(self.layout, self.namespace)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.operator.stop()
+        kubectl("delete", "namespace", self.namespace, "--wait=false", check=False)
+        if self.started_substrate:
+            controlplane.down(self.layout)
+
+    def row(self, what: str, value: str, note: str = "") -> None:
+        self.rows.append((what, value, note))
+        print(f"  {what}: {value} {note}", flush=True)
+
+    def report(self) -> None:
+        width = max(len(r[0]) for r in self.rows)
+        print("\nbenchmark results (make bench)")
+        for what, value, note in self.rows:
+            print(f"  {what:<{width}}  {value:>12}  {note}")
+
+    # --- EtcdCluster ------------------------------------------------------------------
+
+    def _time_to_healthy(self, name: str, size: int, apply) -> float:
+        start = time.monotonic()
+        apply()
+        wait_healthy(self.namespace, name, size, timeout=600)
+        return time.monotonic() - start
+
+    def cluster_timings(self) -> None:
+        storage = {"storage": {"size": "1Gi"}}
+        for size in (3, 5):
+            name = f"c{size}"
+            seconds = self._time_to_healthy(name, size, lambda: apply_cluster(self.namespace, name,
+                                                                              {"size": size, **storage}))
+            self.row(f"apply to Available, size {size}", f"{seconds:.1f} s")
+        seconds = self._time_to_healthy("c3", 5, lambda: patch_spec(self.namespace, "c3", {"size": 5}))
+        self.row("scale 3 -> 5", f"{seconds:.1f} s")
+        pod = sorted(m["name"] for m in get_cluster(self.namespace, "c3")["status"]["members"])[0]
+        start = time.monotonic()
+        faults.crash_container(self.namespace, pod, "etcd")
+        wait_for(lambda: not all(m["healthy"] for m in get_cluster(self.namespace, "c3")["status"]["members"])
+                 or time.monotonic() - start > 5, 30, interval=0.1)
+        wait_healthy(self.namespace, "c3", 5, timeout=600)
+        self.row("heal after a member's process is killed", f"{time.monotonic() - start:.1f} s",
+                 "(kill -9 until all members healthy again)")
+        for name in ("c3", "c5"):
+            kubectl("delete", "etcdcluster", name, "-n", self.namespace, "--wait=false")
+
+    # --- EtcdBackup -------------------------------------------------------------------
+
+    def _backup(self, name: str) -> dict:
+        pid = self.operator.process.pid
+        baseline = _rss_kib(pid, "VmRSS")
+        _reset_peak_rss(pid)
+        kubectl("apply", "-f", "-", input=json.dumps({
+            "apiVersion": GROUP, "kind": "EtcdBackup", "metadata": {"name": name, "namespace": self.namespace},
+            "spec": {"clusterRef": {"name": "big"}, "storage": s3_storage_spec(self.layout, f"bench/{self.namespace}")}}))
+        backup = wait_for(lambda: (b := kubectl_json("get", "etcdbackup", name, "-n", self.namespace))
+                          ["status"].get("phase") in ("Completed", "Failed") and b, 900, interval=0.5)
+        if backup["status"]["phase"] != "Completed":
+            raise RuntimeError(f"backup failed: {backup['status']}")
+        record = backup["status"]["lastBackup"]
+        record["rssGrowthMiB"] = (_rss_kib(pid, "VmHWM") - baseline) / 1024
+        return record
+
+    def backup_throughput_and_memory(self) -> None:
+        apply_cluster(self.namespace, "big", {"size": 1, "storage": {"size": "4Gi"},
+                                              "etcd": {"quotaBackendBytes": 4 * 1024 * MIB}})
+        wait_healthy(self.namespace, "big", 1, timeout=300)
+        endpoint = member_endpoints(self.namespace, "big")[0]
+        index = _fill_to(endpoint, SMALL_DB_MIB, 0)
+        small = self._backup("small")
+        self.row(f"backup {small['size'] / MIB:.0f} MiB: operator RSS growth", f"{small['rssGrowthMiB']:.1f} MiB",
+                 "(peak VmHWM during the run minus VmRSS before it)")
+        _fill_to(endpoint, LARGE_DB_MIB, index)
+        with tempfile.TemporaryDirectory(dir=self.layout.state_dir) as scratch:
+            etcdctl = localkube_layout.testbin_dir() / "etcd-3.6" / "etcdctl"
+            target = pathlib.Path(scratch) / "snapshot.db"
+            start = time.monotonic()
+            subprocess.run([str(etcdctl), f"--endpoints={endpoint}", "snapshot", "save", str(target)],
+                           check=True, capture_output=True)
+            etcdctl_seconds = time.monotonic() - start
+            size = target.stat().st_size
+        large = self._backup("large")
+        ours = large["size"] / MIB / large["durationSeconds"]
+        theirs = size / MIB / etcdctl_seconds
+        self.row(f"backup {large['size'] / MIB:.0f} MiB: operator RSS growth", f"{large['rssGrowthMiB']:.1f} MiB")
+        self.row("etcdctl snapshot save to local disk", f"{theirs:.0f} MiB/s", f"({size / MIB:.0f} MiB in {etcdctl_seconds:.1f} s)")
+        self.row("operator stream to MinIO (multipart, sha256)", f"{ours:.0f} MiB/s",
+                 f"({large['size'] / MIB:.0f} MiB in {large['durationSeconds']:.1f} s)")
+        self.row("throughput ratio operator / etcdctl", f"{ours / theirs:.2f}x", "(target >= 0.8x)")
+        self.large_backup = large
+
+    # --- EtcdRestore ------------------------------------------------------------------
+
+    def restore_overhead(self) -> None:
+        backup = self.large_backup
+        with tempfile.TemporaryDirectory(dir=self.layout.state_dir) as scratch:
+            start = time.monotonic()
+            s3_client(self.layout).download_file(controlplane.S3_BUCKET, backup["key"], f"{scratch}/snap.db")
+            etcdutl = localkube_layout.testbin_dir() / "etcd-3.6" / "etcdutl"
+            subprocess.run([str(etcdutl), "snapshot", "restore", f"{scratch}/snap.db", "--name=m",
+                            f"--data-dir={scratch}/data", "--initial-cluster=m=http://127.0.0.1:2380",
+                            "--initial-advertise-peer-urls=http://127.0.0.1:2380"], check=True, capture_output=True)
+            bare = time.monotonic() - start
+        start = time.monotonic()
+        kubectl("apply", "-f", "-", input=json.dumps({
+            "apiVersion": GROUP, "kind": "EtcdRestore", "metadata": {"name": "bench", "namespace": self.namespace},
+            "spec": {"source": {"backupRef": {"name": "large"}},
+                     "target": {"newCluster": {"name": "restored", "spec": {
+                         "size": 3, "storage": {"size": "4Gi"}, "etcd": {"quotaBackendBytes": 4 * 1024 * MIB}}}}}}))
+        wait_for(lambda: kubectl_json("get", "etcdrestore", "bench", "-n", self.namespace)["status"].get("phase")
+                 == "Completed", 1800, interval=0.5)
+        full = time.monotonic() - start
+        self.row(f"bare steps: download + etcdutl restore ({backup['size'] / MIB:.0f} MiB)", f"{bare:.1f} s")
+        self.row("EtcdRestore into a new 3-member cluster", f"{full:.1f} s",
+                 "(verify, seed, then 2 members join one at a time)")
+        self.row("restore overhead ratio", f"{full / bare:.2f}x")

@@ -1,0 +1,108 @@
+"""The shipped RBAC is enough, and no verb in it is spare: the operator runs create,
+scale, backup and restore with only a ServiceAccount bound to deploy/rbac.yaml's rules,
+and fails when one needed verb is taken away."""
+
+from __future__ import annotations
+
+import copy
+import json
+import pathlib
+
+import pytest
+import yaml
+
+from localkube import controlplane
+from tests.substrate.test_backup import apply_backup, get_backup
+from tests.substrate.test_restore import apply_restore, get_restore
+from tests.support.clusters import apply_cluster, get_cluster, patch_spec, wait_healthy
+from tests.support.kubectl import kubectl
+from tests.support.operator_process import OperatorProcess
+from tests.support.s3 import create_credentials_secret, s3_storage_spec
+from tests.support.waiting import wait_for
+
+pytestmark = pytest.mark.substrate
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def shipped_rules() -> list[dict]:
+    docs = yaml.safe_load_all((ROOT / "deploy" / "rbac.yaml").read_text())
+    return next(d for d in docs if d["kind"] == "ClusterRole")["rules"]
+
+
+def without(rules: list[dict], resource: str, verb: str) -> list[dict]:
+    trimmed = copy.deepcopy(rules)
+    for rule in trimmed:
+        if resource in rule["resources"] and verb in rule["verbs"]:
+            rule["verbs"].remove(verb)
+    return [r for r in trimmed if r["verbs"]]
+
+
+def service_account_kubeconfig(substrate, namespace: str, rules: list[dict], tmp_path: pathlib.Path) -> pathlib.Path:
+    role = f"rbac-test-{namespace}"
+    objects = [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "operator", "namespace": namespace}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": role},
+         "rules": rules},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": role},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+         "subjects": [{"kind": "ServiceAccount", "name": "operator", "namespace": namespace}]},
+    ]
+    kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+    token = kubectl("create", "token", "operator", "-n", namespace, "--duration=1h").stdout.strip()
+    config = {
+        "apiVersion": "v1", "kind": "Config", "current-context": "sa",
+        "clusters": [{"name": "local", "cluster": {"server": controlplane.apiserver_url(substrate),
+                                                   "certificate-authority": str(substrate.pki_dir / "ca.crt")}}],
+        "users": [{"name": "operator", "user": {"token": token}}],
+        "contexts": [{"name": "sa", "context": {"cluster": "local", "user": "operator"}}],
+    }
+    path = tmp_path / "operator.kubeconfig"
+    path.write_text(json.dumps(config))
+    return path
+
+
+@pytest.fixture
+def cleanup_cluster_roles(namespace):
+    yield
+    kubectl("delete", "clusterrole,clusterrolebinding", f"rbac-test-{namespace}", "--ignore-not-found")
+
+
+def test_the_shipped_rules_are_enough_for_create_scale_backup_and_restore(
+        substrate, namespace, tmp_path, cleanup_cluster_roles):
+    kubeconfig = service_account_kubeconfig(substrate, namespace, shipped_rules(), tmp_path)
+    operator = OperatorProcess(substrate, namespace, kubeconfig).start()
+    try:
+        apply_cluster(namespace, "rb", {"size": 1, "storage": {"size": "1Gi"}})
+        wait_healthy(namespace, "rb", 1)
+        patch_spec(namespace, "rb", {"size": 2})
+        wait_healthy(namespace, "rb", 2)
+        create_credentials_secret(substrate, namespace)
+        apply_backup(namespace, "b", {"clusterRef": {"name": "rb"},
+                                      "storage": s3_storage_spec(substrate, f"tests/{namespace}")})
+        wait_for(lambda: get_backup(namespace, "b")["status"].get("phase") == "Completed", 120, what="backup")
+        apply_restore(namespace, "r", {"source": {"backupRef": {"name": "b"}},
+                                       "target": {"newCluster": {"name": "rb2", "spec": {"size": 1}}}})
+        wait_for(lambda: get_restore(namespace, "r")["status"].get("phase") == "Completed", 300, what="restore")
+        assert "Forbidden" not in operator.log_text()
+    finally:
+        operator.stop()
+
+
+@pytest.mark.parametrize("resource,verb", [
+    ("pods", "create"),
+    ("persistentvolumeclaims", "create"),
+    ("etcdclusters/status", "patch"),
+    ("poddisruptionbudgets", "create"),
+])
+def test_taking_one_needed_verb_away_makes_the_operator_fail(
+        substrate, namespace, tmp_path, cleanup_cluster_roles, resource, verb):
+    kubeconfig = service_account_kubeconfig(substrate, namespace, without(shipped_rules(), resource, verb), tmp_path)
+    operator = OperatorProcess(substrate, namespace, kubeconfig).start()
+    try:
+        apply_cluster(namespace, "rb", {"size": 1, "storage": {"size": "1Gi"}})
+        wait_for(lambda: "Forbidden" in operator.log_text() or "403" in operator.log_text(), 60,
+                 what="the API server refusing the operator")
+        status = get_cluster(namespace, "rb").get("status") or {}
+        assert not (status.get("phase") == "Running" and status.get("readyMembers") == 1)
+    finally:
+        operator.stop()
