@@ -32,7 +32,7 @@ status: venv ## show the local substrate's components
 	@$(LOCALKUBE) status
 
 crds: up ## install the CRDs into the current cluster
-	@source .localkube/env && kubectl apply --server-side -f crds/ >/dev/null && \
+	@source .localkube/env && kubectl apply --server-side -k crds/ >/dev/null && \
 	  kubectl wait --for=condition=Established crd --all --timeout=60s >/dev/null
 
 run: venv ## run the operator against the current KUBECONFIG

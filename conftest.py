@@ -70,7 +70,7 @@ def install_crds() -> None:
     from tests.support.kubectl import kubectl
 
     crds = pathlib.Path(__file__).resolve().parent / "crds"
-    kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crds))
+    kubectl("apply", "--server-side", "--force-conflicts", "-k", str(crds))
     kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
 
 

@@ -4,7 +4,6 @@ binding), expansion on request, and deletion of directory and PV once Released."
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import pathlib
 import shutil
@@ -12,6 +11,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from nodeagent.fieldpaths import FieldError, parse_quantity
+from nodeagent.loops import WakeableLoop
 from nodeagent.kube import is_status
 
 if TYPE_CHECKING:
@@ -45,13 +45,13 @@ def _storage(obj_resources: dict | None) -> str | None:
     return ((obj_resources or {}).get("requests") or {}).get("storage")
 
 
-class Provisioner:
+class Provisioner(WakeableLoop):
+    interval = RETRY_INTERVAL
+    purpose = "provisioning cycle"
+
     def __init__(self, agent: "Agent"):
         self.agent = agent
-        self._wake = asyncio.Event()
-
-    def notify(self) -> None:
-        self._wake.set()
+        super().__init__()
 
     async def ensure_storage_class(self) -> None:
         path = "/apis/storage.k8s.io/v1/storageclasses"
@@ -63,19 +63,6 @@ class Provisioner:
                 if not is_status(e, 409):
                     raise
 
-    async def run(self) -> None:
-        while True:
-            try:
-                await asyncio.wait_for(self._wake.wait(), RETRY_INTERVAL)
-            except asyncio.TimeoutError:
-                pass
-            self._wake.clear()
-            try:
-                await self._cycle()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("provisioning cycle failed")
 
     async def _cycle(self) -> None:
         volumes = {pv["metadata"]["name"]: pv for pv in self.agent.pvs.items()}

@@ -3,11 +3,11 @@ the Binding subresource; pods that fit nowhere get PodScheduled=False/Unschedula
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import TYPE_CHECKING
 
 from nodeagent import clock, placement
+from nodeagent.loops import WakeableLoop
 from nodeagent.kube import is_status, pod_path
 
 if TYPE_CHECKING:
@@ -29,28 +29,16 @@ def wants_scheduling(pod: dict) -> bool:
     )
 
 
-class Scheduler:
+class Scheduler(WakeableLoop):
+    interval = RETRY_INTERVAL
+    purpose = "scheduling cycle"
+
     def __init__(self, agent: "Agent"):
         self.agent = agent
-        self._wake = asyncio.Event()
+        super().__init__()
         self.assumed: dict[str, dict] = {}  # uid -> pod as bound, until the informer shows it
 
-    def notify(self) -> None:
-        self._wake.set()
 
-    async def run(self) -> None:
-        while True:
-            try:
-                await asyncio.wait_for(self._wake.wait(), RETRY_INTERVAL)
-            except asyncio.TimeoutError:
-                pass
-            self._wake.clear()
-            try:
-                await self._cycle()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("scheduling cycle failed")
 
     async def _cycle(self) -> None:
         pods = self.agent.pods.items()

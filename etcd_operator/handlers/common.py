@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import logging
+from typing import Any, Awaitable, Callable, Mapping
 
 import kopf
 
@@ -32,3 +34,19 @@ async def sleep_unless_changed(stopped: kopf.DaemonStopped, body: kopf.Body, sec
         meta = body.get("metadata", {})
         if meta.get("generation") != generation or dict(meta.get("annotations") or {}) != annotations:
             return
+
+
+async def run_to_completion(reconcile: Callable[[Mapping[str, Any]], Awaitable[float | None]],
+                            body: kopf.Body, stopped: kopf.DaemonStopped, logger: logging.Logger,
+                            error_backoff: float) -> None:
+    """Calls `reconcile` on fresh copies of the body until it returns None (done) or the
+    daemon is stopped; sleeps the seconds it returns between passes."""
+    while not stopped:
+        try:
+            delay = await reconcile(snapshot(body))
+        except Exception as e:  # a failed pass is retried; the daemon lives on
+            logger.exception("pass failed: %s", e)
+            delay = error_backoff
+        if delay is None:
+            return
+        await sleep_unless_changed(stopped, body, delay)

@@ -22,12 +22,6 @@ pytestmark = pytest.mark.substrate
 GROUP = "etcd.operator.dev/v1alpha1"
 
 
-@pytest.fixture
-def operator(substrate, namespace):
-    process = OperatorProcess(substrate, namespace).start()
-    yield process
-    process.stop()
-
 
 @pytest.fixture
 def backed_up(substrate, namespace, operator):
