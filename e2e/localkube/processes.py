@@ -55,8 +55,13 @@ def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
     return False
 
 
-def require_free_ports(owner: str, ports: dict[str, int]) -> None:
+def require_free_ports(owner: str, ports: dict[str, int], patience: float = 15.0) -> None:
+    """Raises PortTaken naming the port; a port freed within `patience` seconds (a process
+    that just died) is waited for."""
+    deadline = time.monotonic() + patience
     for purpose, port in ports.items():
+        while port_in_use(port) and time.monotonic() < deadline:
+            time.sleep(0.2)
         if port_in_use(port):
             raise PortTaken(
                 f"port {port} on 127.0.0.1 ({owner}: {purpose}) is already in use by another "

@@ -33,8 +33,10 @@ def deployed_operator(request):
                              "-o", "jsonpath={.spec.holderIdentity}", check=False).stdout.strip(),
              120, what="a leader elected")
     yield "etcd-operator"
-    kubectl("delete", "-k", str(ROOT / "e2e" / "deploy-local"), "--ignore-not-found", "--wait=true",
-            "--timeout=120s", check=False)
+    # The operator goes; the CRDs stay (deleting them would wait on every object's finalizer).
+    kubectl("delete", "clusterrolebinding,clusterrole", "etcd-operator", "--ignore-not-found", check=False)
+    kubectl("delete", "namespace", "etcd-operator", "--ignore-not-found", "--wait=true", "--timeout=100s",
+            check=False)
 
 
 @pytest.fixture(scope="session")

@@ -94,8 +94,9 @@ class ClusterReconciler:
             [(m["name"], m["role"], m["healthy"], m.get("dbSize", 0), m.get("dbSizeInUse", 0))
              for m in status["members"]],
             health.has_quorum, health.state == HealthState.QUORUM_LOST)
-        await self.kube.merge_patch(kube.ETCDCLUSTERS, meta["namespace"], meta["name"], {"status": status},
-                                    subresource="status")
+        if any(previous.get(key) != value for key, value in status.items()):
+            await self.kube.merge_patch(kube.ETCDCLUSTERS, meta["namespace"], meta["name"], {"status": status},
+                                        subresource="status")
         if isinstance(action, a.Steady):
             return WHEN_STEADY
         if isinstance(action, a.Wait) or not outcome.done:

@@ -41,5 +41,5 @@ def test_taken_port_is_named_clearly():
         s.listen()
         port = s.getsockname()[1]
         with pytest.raises(processes.PortTaken) as taken:
-            processes.require_free_ports("kube-apiserver", {"https": port})
+            processes.require_free_ports("kube-apiserver", {"https": port}, patience=0.5)
     assert f"port {port}" in str(taken.value) and "kube-apiserver" in str(taken.value)
