@@ -21,6 +21,7 @@ from etcd_operator.backup.source import SourceUnavailable, find_source
 from etcd_operator.backup.stream import SnapshotCorrupt, stream_to_s3
 from etcd_operator.durations import parse_duration
 from etcd_operator.etcd.client import EtcdError, EtcdMemberClient
+from etcd_operator.etcd.snapshot import SnapshotStream
 from etcd_operator.kube import client as kube
 from etcd_operator.storage.credentials import s3_location
 from etcd_operator.storage.s3 import S3Storage, StorageError
@@ -139,7 +140,8 @@ class BackupRunner:
         async with EtcdMemberClient(member.endpoint, timeout=10) as client:
             status = await client.status()
             self.on_progress(0, member.name)
-            result = await stream_to_s3(client.snapshot(), storage, key, spec.part_size, spec.concurrency,
+            stream = await asyncio.to_thread(SnapshotStream, member.endpoint)
+            result = await stream_to_s3(stream, storage, key, spec.part_size, spec.concurrency,
                                         on_progress=progress)
         # The exact revision inside the uploaded file, read back with a few ranged GETs.
         revision = await snapshot_revision(lambda offset, length: storage.read_range(key, offset, length))

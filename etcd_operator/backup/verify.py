@@ -4,10 +4,9 @@ etcd's own trailing checksum, read as a stream with bounded memory."""
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 
+from etcd_operator.backup.digest import SnapshotDigest
 from etcd_operator.backup.manifest import Manifest
-from etcd_operator.backup.stream import TrailerCheck
 from etcd_operator.storage.s3 import S3Storage
 
 
@@ -26,19 +25,15 @@ class Verified:
 
 
 async def verify_snapshot(storage: S3Storage, key: str, manifest: Manifest | None) -> Verified:
-    whole = hashlib.sha256()
-    trailer = TrailerCheck()
-    size = 0
+    checked = SnapshotDigest()
     async for chunk in await storage.open_stream(key):
-        whole.update(chunk)
-        trailer.update(chunk)
-        size += len(chunk)
-    digest = whole.hexdigest()
+        checked.update(chunk)
+    digest, size = checked.sha256, checked.size
     if manifest is not None and (digest != manifest.sha256 or size != manifest.size):
         raise VerificationFailed("ChecksumMismatch",
                                  f"{key}: sha256 {digest[:16]}… and size {size} do not match the manifest "
                                  f"({manifest.sha256[:16]}…, {manifest.size} bytes); the backup is corrupt")
-    if not trailer.matches():
+    if not checked.etcd_checksum_matches:
         raise VerificationFailed("SnapshotCorrupt",
                                  f"{key}: the database does not match etcd's own checksum; the backup is corrupt")
     return Verified(key, size, digest)

@@ -25,6 +25,7 @@ logger = logging.getLogger(__name__)
 
 # Seconds until the next pass, by what the last pass did.
 AFTER_STEP = 1.0
+NOT_YET = 1.0  # etcd refused a step for now (e.g. a new voter not connected for 5 s yet)
 WHILE_WAITING = 3.0
 WHEN_STEADY = 15.0
 
@@ -83,6 +84,8 @@ class ClusterReconciler:
         if not isinstance(action, (a.Steady, a.Wait)):
             logger.info("%s/%s: %s (%s)", meta["namespace"], meta["name"], action.kind, action.reason)
         outcome = await executor.run(action, acting_spec, observed)
+        if not outcome.done:
+            logger.info("%s/%s: %s not taken yet: %s", meta["namespace"], meta["name"], action.kind, outcome.message)
 
         self._post_transition_events(previous, cluster_conditions(spec, observed, health, action, problems))
         status = build_status(spec, observed, health, action, problems, previous, meta.get("generation", 0),
@@ -99,9 +102,9 @@ class ClusterReconciler:
                                         subresource="status")
         if isinstance(action, a.Steady):
             return WHEN_STEADY
-        if isinstance(action, a.Wait) or not outcome.done:
+        if isinstance(action, a.Wait):
             return WHILE_WAITING
-        return AFTER_STEP
+        return AFTER_STEP if outcome.done else NOT_YET
 
     def _post_transition_events(self, previous: Mapping[str, Any], current: list[c.Condition]) -> None:
         by_type = {cond.type: cond for cond in current}

@@ -1,10 +1,13 @@
-"""S3 access for backups and restores. boto3 is synchronous, so every call runs in a
-worker thread; the event loop never waits on the network here."""
+"""S3 access for backups and restores. boto3 is synchronous, so every call runs in this
+storage's own worker threads; the event loop never waits on the network here, and one
+busy upload cannot starve the threads others need."""
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import dataclasses
+import functools
 import tempfile
 from typing import Any
 
@@ -61,6 +64,7 @@ class S3Storage:
     def __init__(self, location: S3Location, max_pool: int = 10):
         self.location = location
         self.bucket = location.bucket
+        self._threads = concurrent.futures.ThreadPoolExecutor(max_pool, thread_name_prefix="s3")
         self._ca_file = None
         verify: Any = None
         if location.ca_bundle:
@@ -88,13 +92,18 @@ class S3Storage:
         )
 
     def close(self) -> None:
+        self._threads.shutdown(wait=False, cancel_futures=True)
         self._client.close()
         if self._ca_file:
             self._ca_file.close()
 
+    async def _in_thread(self, function, *args, **kwargs) -> Any:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._threads, functools.partial(function, *args, **kwargs))
+
     async def _call(self, method: str, **kwargs) -> Any:
         try:
-            return await asyncio.to_thread(getattr(self._client, method), **kwargs)
+            return await self._in_thread(getattr(self._client, method), **kwargs)
         except Exception as e:
             raise classify(e) from None
 
@@ -107,12 +116,12 @@ class S3Storage:
 
     async def get(self, key: str) -> bytes:
         response = await self._call("get_object", Bucket=self.bucket, Key=key)
-        return await asyncio.to_thread(response["Body"].read)
+        return await self._in_thread(response["Body"].read)
 
     async def read_range(self, key: str, offset: int, length: int) -> bytes:
         response = await self._call("get_object", Bucket=self.bucket, Key=key,
                                     Range=f"bytes={offset}-{offset + length - 1}")
-        return await asyncio.to_thread(response["Body"].read)
+        return await self._in_thread(response["Body"].read)
 
     async def exists(self, key: str) -> bool:
         try:
@@ -133,7 +142,7 @@ class S3Storage:
                 keys += [o["Key"] for o in page.get("Contents", [])]
             return keys
         try:
-            return await asyncio.to_thread(collect)
+            return await self._in_thread(collect)
         except Exception as e:
             raise classify(e) from None
 
@@ -149,14 +158,14 @@ class S3Storage:
             try:
                 while True:
                     try:
-                        chunk = await asyncio.to_thread(body.read, chunk_size)
+                        chunk = await self._in_thread(body.read, chunk_size)
                     except Exception as e:
                         raise classify(e) from None
                     if not chunk:
                         return
                     yield chunk
             finally:
-                await asyncio.to_thread(body.close)
+                await self._in_thread(body.close)
         return chunks()
 
     # --- multipart ---------------------------------------------------------------------

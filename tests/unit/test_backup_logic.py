@@ -99,3 +99,21 @@ def test_keys_stay_under_the_backups_own_prefix():
     key = snapshot_key("/team/etcd/", "prod", "nightly", "20261121T120000Z")
     assert key == "team/etcd/prod/nightly/20261121T120000Z.db"
     assert manifest_key(key) == "team/etcd/prod/nightly/20261121T120000Z.manifest.json"
+
+
+@given(st.binary(max_size=4000), st.lists(st.integers(1, 700), max_size=40), st.booleans())
+def test_snapshot_digest_checks_etcds_trailer_and_hashes_the_whole_stream(db, cuts, corrupt):
+    import hashlib
+
+    from etcd_operator.backup.digest import SnapshotDigest
+
+    stream = bytearray(db + hashlib.sha256(db).digest())
+    if corrupt:
+        stream[len(stream) // 2] ^= 0xFF
+    digest, start = SnapshotDigest(), 0
+    for size in cuts + [len(stream)]:
+        digest.update(bytes(stream[start:start + size]))
+        start += size
+    assert digest.size == len(stream)
+    assert digest.sha256 == hashlib.sha256(stream).hexdigest()
+    assert digest.etcd_checksum_matches is not corrupt
