@@ -10,6 +10,7 @@ import sys
 import kopf
 
 from etcd_operator.config import OperatorConfig
+from etcd_operator.memory import return_large_buffers_to_the_system
 from etcd_operator.server import HealthServer
 
 LEASE_NAME = "etcd-operator-leader"
@@ -51,6 +52,7 @@ async def run(config: OperatorConfig) -> int:
 
 def main() -> int:
     config = OperatorConfig.from_env()
+    return_large_buffers_to_the_system()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     return asyncio.run(run(config))
 

@@ -1,8 +1,8 @@
 """Streams a snapshot from etcd into an S3 multipart upload as it arrives.
 
 A worker thread reads the gRPC stream, cuts it into parts and hashes them; the event loop
-uploads the parts, at most `concurrency` at a time. Memory is bounded: the parts in
-flight, one waiting and one being filled. Before the upload is completed, etcd's own
+uploads the parts, at most `concurrency` at a time. Memory is bounded by
+(concurrency + 1) parts: those in flight and the one being filled. Before the upload is completed, etcd's own
 trailing checksum is verified, so a corrupted stream never becomes a backup; a failure
 at any point aborts the multipart upload."""
 
@@ -45,28 +45,36 @@ class _PartCutter:
         self.error: BaseException | None = None
 
     def run(self) -> None:
-        pending: list[bytes] = []
-        pending_bytes = 0
+        # Parts are filled in place, exactly part_size long: no joining, no extra copy.
+        part, filled = bytearray(self.part_size), 0
         try:
             for blob in self.stream:
                 if self.stop.is_set():
                     return
-                pending.append(blob)
-                pending_bytes += len(blob)
-                if pending_bytes >= self.part_size:
-                    self._emit(b"".join(pending))
-                    pending.clear()
-                    pending_bytes = 0
-            if pending_bytes or self.digest.size == 0:
-                self._emit(b"".join(pending))
+                view = memoryview(blob)
+                while view:
+                    taken = min(len(view), self.part_size - filled)
+                    part[filled:filled + taken] = view[:taken]
+                    filled += taken
+                    view = view[taken:]
+                    if filled == self.part_size:
+                        self._emit(part)
+                        part, filled = bytearray(self.part_size), 0
+            if filled or self.digest.size == 0:
+                del part[filled:]
+                self._emit(part)
         except BaseException as e:  # handed to the event loop
             self.error = e
         finally:
             self._put(_END)
 
-    def _emit(self, part: bytes) -> None:
+    def _emit(self, part: bytearray) -> None:
         self.digest.update(part)
         self._put(part)
+        # The next part is only started once this one has been taken for upload: at most
+        # `concurrency` parts in flight plus the one being filled.
+        while self.parts.unfinished_tasks and not self.stop.is_set():
+            time.sleep(0.002)
 
     def _put(self, item: object) -> None:
         while not self.stop.is_set():
@@ -97,13 +105,14 @@ async def stream_to_s3(
     in_flight: set[asyncio.Task] = set()
     sent = 0
 
-    async def upload(number: int, data: bytes) -> None:
+    async def upload(number: int, data: bytearray) -> None:
         nonlocal sent
         try:
             etags[number] = await storage.upload_part(key, upload_id, number, data)
             sent += len(data)
             on_progress(sent)
         finally:
+            del data  # before the slot is freed, so the next part never overlaps this one
             slots.release()
 
     def next_part(deadline: float) -> object:
@@ -118,16 +127,19 @@ async def stream_to_s3(
     try:
         number = 0
         while True:
+            await slots.acquire()  # before taking a part, so no part waits here in memory
+            for task in [t for t in in_flight if t.done()]:
+                in_flight.discard(task)
+                task.result()  # a failed part fails the upload at once
             item = await asyncio.to_thread(next_part, time.monotonic() + idle_timeout)
+            if item is not None:
+                parts.task_done()
             if item is None:
                 raise EtcdError(getattr(stream, "endpoint", ""), "Snapshot", None,
                                 f"no snapshot data for {idle_timeout:.0f}s")
             if item is _END:
+                slots.release()
                 break
-            await slots.acquire()
-            for task in [t for t in in_flight if t.done()]:
-                in_flight.discard(task)
-                task.result()  # a failed part fails the upload at once
             number += 1
             in_flight.add(asyncio.create_task(upload(number, item)))
             del item

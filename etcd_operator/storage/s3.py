@@ -11,6 +11,8 @@ import functools
 import tempfile
 from typing import Any
 
+import threading
+
 import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
@@ -60,6 +62,19 @@ class S3Location:
     ca_bundle: bytes | None = dataclasses.field(default=None, repr=False)
 
 
+_SESSION_LOCK = threading.Lock()
+_SHARED_SESSION: boto3.session.Session | None = None
+
+
+def _shared_session() -> boto3.session.Session:
+    """One boto3 session for the process, so service models are parsed once and not per
+    client. Call with _SESSION_LOCK held: sessions are not thread-safe."""
+    global _SHARED_SESSION
+    if _SHARED_SESSION is None:
+        _SHARED_SESSION = boto3.session.Session()
+    return _SHARED_SESSION
+
+
 class S3Storage:
     def __init__(self, location: S3Location, max_pool: int = 10):
         self.location = location
@@ -81,15 +96,16 @@ class S3Storage:
             request_checksum_calculation="when_required",
             response_checksum_validation="when_required",
         )
-        self._client = boto3.session.Session().client(
-            "s3",
-            endpoint_url=location.endpoint or None,
-            region_name=location.region or "us-east-1",
-            aws_access_key_id=location.access_key,
-            aws_secret_access_key=location.secret_key,
-            verify=verify,
-            config=config,
-        )
+        with _SESSION_LOCK:
+            self._client = _shared_session().client(
+                "s3",
+                endpoint_url=location.endpoint or None,
+                region_name=location.region or "us-east-1",
+                aws_access_key_id=location.access_key,
+                aws_secret_access_key=location.secret_key,
+                verify=verify,
+                config=config,
+            )
 
     def close(self) -> None:
         self._threads.shutdown(wait=False, cancel_futures=True)
