@@ -19,6 +19,7 @@ import shutil
 import signal
 import time
 
+from localkube.layout import REPO_ROOT
 from nodeagent import clock
 
 log = logging.getLogger(__name__)
@@ -53,17 +54,40 @@ def record_key(uid: str, container: str) -> str:
     return f"{uid}_{container}"
 
 
+STAGE = "/.localkube-stage"
+
+
 def launch_script(spec: LaunchSpec) -> str:
+    """The shell that sets up a container's private mount namespace, then runs it.
+
+    Every host path the container needs (volume sources, this checkout, the exit-file
+    directory) is first bound under a private staging tmpfs, so that a volume mounted over
+    one of their ancestors (an emptyDir at /tmp over a checkout in /tmp) cannot hide them;
+    the checkout and the exit-file directory are then bound back at their own paths."""
     q = shlex.quote
     lines = [
+        f"S={STAGE}",
+        'mkdir -p "$S" && mount -t tmpfs localkube-stage "$S" || { echo "localkube: cannot prepare $S" >&2; exit 125; }',
+        "stage() {",
+        '  if [ -d "$2" ]; then mkdir -p "$S/$1"; else : > "$S/$1"; fi',
+        '  mount --bind "$2" "$S/$1" || { echo "localkube: cannot stage $2" >&2; exit 125; }',
+        "}",
         "m() {",
         '  if [ -d "$1" ]; then mkdir -p "$2"; else mkdir -p "$(dirname "$2")" && { [ -e "$2" ] || : > "$2"; }; fi',
         '  mount --bind "$1" "$2" || { echo "localkube: cannot mount $1 on $2" >&2; exit 125; }',
         '  if [ "$3" = ro ]; then mount -o remount,bind,ro "$2" || exit 125; fi',
         "}",
     ]
-    for mount in sorted(spec.mounts, key=lambda m: m.target.rstrip("/").count("/")):
-        lines.append(f"m {q(str(mount.source))} {q(mount.target)} {'ro' if mount.read_only else 'rw'}")
+    mounts = sorted(spec.mounts, key=lambda m: m.target.rstrip("/").count("/"))
+    kept = [str(REPO_ROOT), str(spec.exit_file.parent)]
+    for i, mount in enumerate(mounts):
+        lines.append(f"stage v{i} {q(str(mount.source))}")
+    for i, path in enumerate(kept):
+        lines.append(f"stage h{i} {q(path)}")
+    for i, mount in enumerate(mounts):
+        lines.append(f"m \"$S/v{i}\" {q(mount.target)} {'ro' if mount.read_only else 'rw'}")
+    for i, path in enumerate(kept):
+        lines.append(f"m \"$S/h{i}\" {q(path)} rw")
     lines += [
         f"hostname {q(spec.hostname)} 2>/dev/null",
         f"mkdir -p {q(spec.workdir)} && cd {q(spec.workdir)} || exit 125",
