@@ -39,7 +39,7 @@ def substrate():
 
 @pytest.fixture(scope="session")
 def kube_api(substrate):
-    from kubernetes import client, config
+    from kubernetes import config
 
     return config.new_client_from_config(config_file=str(substrate.kubeconfig))
 

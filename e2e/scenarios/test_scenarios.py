@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.support.clusters import apply_cluster, events, get_cluster, member_pods, patch_spec, wait_healthy
+from tests.support.clusters import events, get_cluster, member_pods, patch_spec, wait_healthy
 from tests.support.kubectl import kubectl, kubectl_json
 from tests.support.waiting import wait_for
 

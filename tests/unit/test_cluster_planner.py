@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import pytest
 from hypothesis import given, settings, strategies as st
 
 from etcd_operator.cluster import actions as a
