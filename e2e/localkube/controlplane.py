@@ -378,6 +378,3 @@ def status(layout: Layout) -> dict[str, str]:
             result[component.name] = f"ready (pid {pid})" if component.ready(layout) else f"not ready (pid {pid})"
     return result
 
-
-def is_up(layout: Layout) -> bool:
-    return all(state.startswith("ready") for state in status(layout).values())

@@ -87,8 +87,9 @@ class ClusterReconciler:
         if not outcome.done:
             logger.info("%s/%s: %s not taken yet: %s", meta["namespace"], meta["name"], action.kind, outcome.message)
 
-        self._post_transition_events(previous, cluster_conditions(spec, observed, health, action, problems))
-        status = build_status(spec, observed, health, action, problems, previous, meta.get("generation", 0),
+        conditions = cluster_conditions(spec, observed, health, action, problems)
+        self._post_transition_events(previous, conditions)
+        status = build_status(spec, observed, health, action, conditions, previous, meta.get("generation", 0),
                               extra=outcome.status_patch)
         if not isinstance(action, (a.Steady, a.Wait)) and outcome.done:
             metrics.reconcile_steps.labels(meta["namespace"], meta["name"], action.kind).inc()

@@ -117,7 +117,7 @@ def member_entries(observed: Observed, health: Health) -> list[dict[str, Any]]:
 
 
 def build_status(spec: ClusterSpec, observed: Observed, health: Health, action: a.Action,
-                 problems: list[SpecProblem], previous: Mapping[str, Any], generation: int,
+                 conditions: list[c.Condition], previous: Mapping[str, Any], generation: int,
                  extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
     now = format_time(observed.now)
     leader = next((m for m in health.members if m.id == health.leader_id), None)
@@ -129,8 +129,7 @@ def build_status(spec: ClusterSpec, observed: Observed, health: Health, action: 
         "currentVersion": observed.running_version or previous.get("currentVersion", ""),
         "clientURL": f"http://{naming.client_service(observed.cluster)}.{observed.namespace}.svc:{naming.CLIENT_PORT}",
         "noQuorumSince": format_time(observed.no_quorum_since) if observed.no_quorum_since else None,
-        "conditions": c.merge(previous.get("conditions"), cluster_conditions(spec, observed, health, action, problems),
-                              now, generation),
+        "conditions": c.merge(previous.get("conditions"), conditions, now, generation),
         "observedGeneration": generation,
     }
     if observed.etcd.cluster_id:

@@ -7,8 +7,6 @@ its stubs directly; the channel is ours so that TLS can be added without forking
 from __future__ import annotations
 
 import dataclasses
-from typing import AsyncIterator
-
 import grpc
 from aetcd import rpc
 
@@ -187,22 +185,6 @@ class EtcdMemberClient:
         )
         return [(a.memberID, a.alarm) for a in response.alarms]
 
-    async def snapshot(self, idle_timeout: float = 60.0) -> AsyncIterator[bytes]:
-        """Streams the member's backend as it is read; nothing is buffered here."""
-        call = self._maintenance.Snapshot(rpc.SnapshotRequest())
-        try:
-            while True:
-                try:
-                    response = await _with_timeout(call.read(), idle_timeout)
-                except grpc.aio.AioRpcError as e:
-                    raise EtcdError(self.endpoint, "Snapshot", e.code(), e.details() or "") from None
-                if response is grpc.aio.EOF:
-                    return
-                if response.blob:
-                    yield response.blob
-        finally:
-            call.cancel()
-
     # --- keys (used by health checks and tests) ---------------------------------------
 
     async def put(self, key: bytes, value: bytes) -> int:
@@ -221,16 +203,6 @@ class EtcdMemberClient:
             rpc.RangeRequest(key=prefix, range_end=_prefix_end(prefix), count_only=True),
         )
         return response.count
-
-
-async def _with_timeout(awaitable, seconds: float):
-    import asyncio
-
-    try:
-        return await asyncio.wait_for(awaitable, seconds)
-    except asyncio.TimeoutError:
-        raise EtcdError("", "Snapshot", grpc.StatusCode.DEADLINE_EXCEEDED,
-                        f"no snapshot data for {seconds:.0f}s") from None
 
 
 def _prefix_end(prefix: bytes) -> bytes:
