@@ -29,7 +29,7 @@ from etcd_operator.storage.s3 import S3Storage, StorageError
 logger = logging.getLogger(__name__)
 
 ATTEMPTS = 3
-PROGRESS_EVERY_BYTES = 32 << 20
+PROGRESS_INTERVAL_SECONDS = 2.0  # status writes during an upload: the first part, then at most this often
 
 
 class BackupFailed(Exception):
@@ -129,11 +129,11 @@ class BackupRunner:
         member, _ = await find_source(self.kube, namespace, spec.cluster)
         started = now_text()
         clock_start = time.monotonic()
-        reported = [0]
+        last_report = [0.0]
 
         def progress(sent: int) -> None:
-            if sent - reported[0] >= PROGRESS_EVERY_BYTES:
-                reported[0] = sent
+            if time.monotonic() - last_report[0] >= PROGRESS_INTERVAL_SECONDS:
+                last_report[0] = time.monotonic()
                 self.on_progress(sent, member.name)
                 faults.hit(faults.DURING_BACKUP_UPLOAD)
 

@@ -1,10 +1,12 @@
 """Streams a snapshot from etcd into an S3 multipart upload as it arrives.
 
 A worker thread reads the gRPC stream, cuts it into parts and hashes them; the event loop
-uploads the parts, at most `concurrency` at a time. Memory is bounded by
-(concurrency + 1) parts: those in flight and the one being filled. Before the upload is completed, etcd's own
-trailing checksum is verified, so a corrupted stream never becomes a backup; a failure
-at any point aborts the multipart upload."""
+uploads the parts, at most `concurrency` at a time. Parts are filled in a fixed pool of
+(concurrency + 1) buffers: those in flight and the one being filled. A buffer goes back to
+the pool only when its upload call has returned, so memory is bounded by the pool and no
+page is allocated per part. Before the upload is completed, etcd's own trailing checksum
+is verified, so a corrupted stream never becomes a backup; a failure at any point aborts
+the multipart upload."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from etcd_operator.etcd.client import EtcdError
 from etcd_operator.storage.s3 import S3Storage
 
 _END = object()
+_POLL_SECONDS = 0.5
 
 
 class SnapshotCorrupt(Exception):
@@ -33,56 +36,63 @@ class UploadResult:
     parts: int
 
 
-class _PartCutter:
-    """Runs in a worker thread: stream in, hashed parts out through a bounded queue."""
+def _wait_get(source: queue.Queue, stop: threading.Event) -> object | None:
+    while not stop.is_set():
+        try:
+            return source.get(timeout=_POLL_SECONDS)
+        except queue.Empty:
+            continue
+    return None
 
-    def __init__(self, stream: Iterable[bytes], part_size: int, parts: queue.Queue, stop: threading.Event):
+
+class _PartCutter:
+    """Runs in a worker thread: stream in, hashed parts out. A part is a pool buffer; the
+    consumer hands it back through `free` once it is uploaded. Buffers are made on demand,
+    so a small database never allocates the whole pool."""
+
+    def __init__(self, stream: Iterable[bytes], part_size: int, buffers: int, stop: threading.Event):
         self.stream = stream
         self.part_size = part_size
-        self.parts = parts
         self.stop = stop
+        self.free: queue.Queue = queue.Queue()
+        self.parts: queue.Queue = queue.Queue()
         self.digest = SnapshotDigest()
         self.error: BaseException | None = None
+        self._unmade = buffers
 
     def run(self) -> None:
-        # Parts are filled in place, exactly part_size long: no joining, no extra copy.
-        part, filled = bytearray(self.part_size), 0
         try:
+            part, filled = self._take_buffer(), 0
             for blob in self.stream:
-                if self.stop.is_set():
-                    return
                 view = memoryview(blob)
-                while view:
+                while view and part is not None:
                     taken = min(len(view), self.part_size - filled)
                     part[filled:filled + taken] = view[:taken]
                     filled += taken
                     view = view[taken:]
                     if filled == self.part_size:
-                        self._emit(part)
-                        part, filled = bytearray(self.part_size), 0
+                        self._emit(part, filled)
+                        part, filled = self._take_buffer(), 0
+                if part is None:
+                    return  # stopped
             if filled or self.digest.size == 0:
-                del part[filled:]
-                self._emit(part)
+                self._emit(part, filled)
         except BaseException as e:  # handed to the event loop
             self.error = e
         finally:
-            self._put(_END)
+            self.parts.put(_END)
 
-    def _emit(self, part: bytearray) -> None:
-        self.digest.update(part)
-        self._put(part)
-        # The next part is only started once this one has been taken for upload: at most
-        # `concurrency` parts in flight plus the one being filled.
-        while self.parts.unfinished_tasks and not self.stop.is_set():
-            time.sleep(0.002)
+    def _take_buffer(self) -> bytearray | None:
+        if self._unmade:
+            self._unmade -= 1
+            return bytearray(self.part_size)
+        return _wait_get(self.free, self.stop)
 
-    def _put(self, item: object) -> None:
-        while not self.stop.is_set():
-            try:
-                self.parts.put(item, timeout=0.5)
-                return
-            except queue.Full:
-                continue
+    def _emit(self, buffer: bytearray, length: int) -> None:
+        if length < len(buffer):
+            del buffer[length:]  # the last part: shrunk in place, never reused
+        self.digest.update(buffer)
+        self.parts.put(buffer)
 
 
 async def stream_to_s3(
@@ -96,29 +106,28 @@ async def stream_to_s3(
 ) -> UploadResult:
     """`stream` iterates the snapshot's bytes (blocking) and has `cancel()`."""
     upload_id = await storage.start_multipart(key)
-    parts: queue.Queue = queue.Queue(maxsize=1)
     stop = threading.Event()
-    cutter = _PartCutter(stream, part_size, parts, stop)
+    cutter = _PartCutter(stream, part_size, concurrency + 1, stop)
     worker = threading.Thread(target=cutter.run, name=f"snapshot-{key}", daemon=True)
     slots = asyncio.Semaphore(concurrency)
-    etags: dict[int, str] = {}
+    uploaded: list[dict[str, str]] = []
     in_flight: set[asyncio.Task] = set()
     sent = 0
 
-    async def upload(number: int, data: bytearray) -> None:
+    async def upload(number: int, buffer: bytearray) -> None:
         nonlocal sent
         try:
-            etags[number] = await storage.upload_part(key, upload_id, number, data)
-            sent += len(data)
+            uploaded.append(await storage.upload_part(key, upload_id, number, buffer))
+            sent += len(buffer)
             on_progress(sent)
+            cutter.free.put(buffer)  # only after the upload call returned: nothing reads it now
         finally:
-            del data  # before the slot is freed, so the next part never overlaps this one
             slots.release()
 
-    def next_part(deadline: float) -> object:
-        while time.monotonic() < deadline:
+    def next_part(deadline: float) -> object | None:
+        while time.monotonic() < deadline and not stop.is_set():
             try:
-                return parts.get(timeout=0.5)
+                return cutter.parts.get(timeout=_POLL_SECONDS)
             except queue.Empty:
                 continue
         return None
@@ -127,13 +136,11 @@ async def stream_to_s3(
     try:
         number = 0
         while True:
-            await slots.acquire()  # before taking a part, so no part waits here in memory
+            await slots.acquire()
             for task in [t for t in in_flight if t.done()]:
                 in_flight.discard(task)
                 task.result()  # a failed part fails the upload at once
             item = await asyncio.to_thread(next_part, time.monotonic() + idle_timeout)
-            if item is not None:
-                parts.task_done()
             if item is None:
                 raise EtcdError(getattr(stream, "endpoint", ""), "Snapshot", None,
                                 f"no snapshot data for {idle_timeout:.0f}s")
@@ -148,7 +155,7 @@ async def stream_to_s3(
         await asyncio.gather(*in_flight)
         if not cutter.digest.etcd_checksum_matches:
             raise SnapshotCorrupt("the snapshot stream does not match etcd's own checksum")
-        await storage.complete_multipart(key, upload_id, [etags[n] for n in sorted(etags)])
+        await storage.complete_multipart(key, upload_id, uploaded)
     except BaseException:
         stop.set()
         stream.cancel()
@@ -163,4 +170,4 @@ async def stream_to_s3(
     finally:
         stop.set()
         await asyncio.to_thread(worker.join, 10)
-    return UploadResult(size=cutter.digest.size, sha256=cutter.digest.sha256, parts=len(etags))
+    return UploadResult(size=cutter.digest.size, sha256=cutter.digest.sha256, parts=number)
