@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 import queue
 import threading
 import time
@@ -36,8 +37,9 @@ class UploadResult:
     parts: int
 
 
-def _wait_get(source: queue.Queue, stop: threading.Event) -> object | None:
-    while not stop.is_set():
+def _wait_get(source: queue.Queue, stop: threading.Event, deadline: float = math.inf) -> object | None:
+    """The next item, or None once `stop` is set or the monotonic `deadline` has passed."""
+    while not stop.is_set() and time.monotonic() < deadline:
         try:
             return source.get(timeout=_POLL_SECONDS)
         except queue.Empty:
@@ -124,14 +126,6 @@ async def stream_to_s3(
         finally:
             slots.release()
 
-    def next_part(deadline: float) -> object | None:
-        while time.monotonic() < deadline and not stop.is_set():
-            try:
-                return cutter.parts.get(timeout=_POLL_SECONDS)
-            except queue.Empty:
-                continue
-        return None
-
     worker.start()
     try:
         number = 0
@@ -140,7 +134,7 @@ async def stream_to_s3(
             for task in [t for t in in_flight if t.done()]:
                 in_flight.discard(task)
                 task.result()  # a failed part fails the upload at once
-            item = await asyncio.to_thread(next_part, time.monotonic() + idle_timeout)
+            item = await asyncio.to_thread(_wait_get, cutter.parts, stop, time.monotonic() + idle_timeout)
             if item is None:
                 raise EtcdError(getattr(stream, "endpoint", ""), "Snapshot", None,
                                 f"no snapshot data for {idle_timeout:.0f}s")
