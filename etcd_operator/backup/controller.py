@@ -12,8 +12,9 @@ from typing import Any, Callable, Mapping
 from etcd_operator import conditions as c
 from etcd_operator import metrics
 from etcd_operator.backup import schedule
-from etcd_operator.backup.runner import BackupFailed, BackupRunner, BackupSpec, now_text
-from etcd_operator.cluster.observer import format_time, parse_time
+from etcd_operator.backup.runner import BackupFailed, BackupRunner, BackupSpec
+from etcd_operator.timefmt import now_text
+from etcd_operator.timefmt import format_time, parse_time
 from etcd_operator.kube import client as kube
 
 logger = logging.getLogger(__name__)

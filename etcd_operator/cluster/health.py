@@ -6,9 +6,8 @@ import dataclasses
 import enum
 
 from etcd_operator.cluster import naming
-from etcd_operator.cluster.observed import Observed
+from etcd_operator.cluster.observed import Member, Observed
 from etcd_operator.cluster.spec import ClusterSpec
-from etcd_operator.etcd.client import Member
 
 
 class HealthState(str, enum.Enum):

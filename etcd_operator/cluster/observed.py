@@ -5,7 +5,39 @@ from __future__ import annotations
 
 import dataclasses
 
-from etcd_operator.etcd.client import Member, MemberStatus
+
+@dataclasses.dataclass(frozen=True)
+class Member:
+    id: int
+    name: str
+    peer_urls: tuple[str, ...]
+    client_urls: tuple[str, ...]
+    is_learner: bool
+
+    @property
+    def started(self) -> bool:
+        # etcd reports an added-but-never-started member with an empty name.
+        return bool(self.name)
+
+    @property
+    def hex_id(self) -> str:
+        return f"{self.id:x}"
+
+
+@dataclasses.dataclass(frozen=True)
+class MemberStatus:
+    cluster_id: int
+    member_id: int
+    leader_id: int
+    version: str
+    db_size: int
+    db_size_in_use: int
+    revision: int
+    raft_index: int
+    raft_applied_index: int
+    raft_term: int
+    is_learner: bool
+    errors: tuple[str, ...]
 
 
 @dataclasses.dataclass(frozen=True)

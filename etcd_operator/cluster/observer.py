@@ -3,27 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import datetime
 from typing import Any, Mapping
 
 from etcd_operator.cluster import naming
 from etcd_operator.cluster.health import member_healthy, member_name
 from etcd_operator.cluster.observed import EtcdView, Observed, Operation, PodView, PVCView
 from etcd_operator.etcd.client import EtcdError
+from etcd_operator.timefmt import parse_time
 from etcd_operator.etcd.pool import EtcdClientPool
 from etcd_operator.kube import client as kube
 
 STATUS_TIMEOUT = 2.0
-
-
-def parse_time(text: str | None) -> float | None:
-    if not text:
-        return None
-    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-
-
-def format_time(ts: float) -> str:
-    return datetime.datetime.fromtimestamp(ts, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _hex(value: str | None) -> int | None:

@@ -13,9 +13,8 @@ from __future__ import annotations
 from etcd_operator.cluster import actions as a
 from etcd_operator.cluster import naming
 from etcd_operator.cluster.health import Health, HealthState, member_name
-from etcd_operator.cluster.observed import Observed
+from etcd_operator.cluster.observed import Member, Observed
 from etcd_operator.cluster.spec import ClusterSpec
-from etcd_operator.etcd.client import Member
 
 QUORUM_RECOVERY = "QuorumRecovery"
 

@@ -9,7 +9,7 @@ from etcd_operator.cluster import actions as a
 from etcd_operator.cluster import naming
 from etcd_operator.cluster.health import Health, HealthState, member_name
 from etcd_operator.cluster.observed import Observed
-from etcd_operator.cluster.observer import format_time
+from etcd_operator.timefmt import format_time
 from etcd_operator.cluster.spec import ClusterSpec, SpecProblem
 
 PROGRESS_REASONS = {

@@ -6,9 +6,10 @@ its stubs directly; the channel is ours so that TLS can be added without forking
 
 from __future__ import annotations
 
-import dataclasses
 import grpc
 from aetcd import rpc
+
+from etcd_operator.cluster.observed import Member, MemberStatus
 
 DEFAULT_TIMEOUT = 5.0
 # Snapshots of large databases stream for a long time; only the idle gap is bounded.
@@ -37,40 +38,6 @@ class EtcdError(Exception):
     def cluster_not_ready(self) -> bool:
         """etcd's own reconfiguration guard: peers were not all connected for long enough."""
         return "unhealthy cluster" in self.detail
-
-
-@dataclasses.dataclass(frozen=True)
-class Member:
-    id: int
-    name: str
-    peer_urls: tuple[str, ...]
-    client_urls: tuple[str, ...]
-    is_learner: bool
-
-    @property
-    def started(self) -> bool:
-        # etcd reports an added-but-never-started member with an empty name.
-        return bool(self.name)
-
-    @property
-    def hex_id(self) -> str:
-        return f"{self.id:x}"
-
-
-@dataclasses.dataclass(frozen=True)
-class MemberStatus:
-    cluster_id: int
-    member_id: int
-    leader_id: int
-    version: str
-    db_size: int
-    db_size_in_use: int
-    revision: int
-    raft_index: int
-    raft_applied_index: int
-    raft_term: int
-    is_learner: bool
-    errors: tuple[str, ...]
 
 
 def _member(m) -> Member:

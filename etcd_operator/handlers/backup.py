@@ -8,7 +8,7 @@ import kopf
 
 from etcd_operator import API_GROUP, API_VERSION
 from etcd_operator.backup.controller import BackupController
-from etcd_operator.handlers.common import event_poster, run_to_completion
+from etcd_operator.handlers.common import event_poster, run_until_deleted
 
 ERROR_BACKOFF = 30.0
 
@@ -17,4 +17,4 @@ ERROR_BACKOFF = 30.0
 async def run_backup(body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.Memo,
                      logger: logging.Logger, **_) -> None:
     controller = BackupController(memo.kube, memo.backup_locks, event_poster(body))
-    await run_to_completion(controller.reconcile, body, stopped, logger, ERROR_BACKOFF)
+    await run_until_deleted(controller.reconcile, body, stopped, logger, ERROR_BACKOFF)

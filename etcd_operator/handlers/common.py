@@ -9,6 +9,8 @@ from typing import Any, Awaitable, Callable, Mapping
 import kopf
 
 POLL = 0.5
+# A finished object is looked at again when it changes, or after this long.
+IDLE_UNTIL_CHANGED = 3600.0
 
 
 def event_poster(body: kopf.Body):
@@ -36,17 +38,17 @@ async def sleep_unless_changed(stopped: kopf.DaemonStopped, body: kopf.Body, sec
             return
 
 
-async def run_to_completion(reconcile: Callable[[Mapping[str, Any]], Awaitable[float | None]],
+async def run_until_deleted(reconcile: Callable[[Mapping[str, Any]], Awaitable[float | None]],
                             body: kopf.Body, stopped: kopf.DaemonStopped, logger: logging.Logger,
                             error_backoff: float) -> None:
-    """Calls `reconcile` on fresh copies of the body until it returns None (done) or the
-    daemon is stopped; sleeps the seconds it returns between passes."""
+    """Calls `reconcile` on fresh copies of the body for as long as the object exists.
+    It returns the seconds until the next pass, or None when nothing is left to do until
+    the spec or the annotations change. The daemon never returns on its own: kopf does not
+    restart a daemon that returned, so a later fix to the spec would go unseen."""
     while not stopped:
         try:
             delay = await reconcile(snapshot(body))
         except Exception as e:  # a failed pass is retried; the daemon lives on
             logger.exception("pass failed: %s", e)
             delay = error_backoff
-        if delay is None:
-            return
-        await sleep_unless_changed(stopped, body, delay)
+        await sleep_unless_changed(stopped, body, IDLE_UNTIL_CHANGED if delay is None else delay)

@@ -7,7 +7,7 @@ import logging
 import kopf
 
 from etcd_operator import API_GROUP, API_VERSION
-from etcd_operator.handlers.common import event_poster, run_to_completion
+from etcd_operator.handlers.common import event_poster, run_until_deleted
 from etcd_operator.restore.controller import RestoreController
 
 ERROR_BACKOFF = 10.0
@@ -17,4 +17,4 @@ ERROR_BACKOFF = 10.0
 async def run_restore(body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.Memo,
                       logger: logging.Logger, **_) -> None:
     controller = RestoreController(memo.kube, memo.config.operator_image, event_poster(body))
-    await run_to_completion(controller.reconcile, body, stopped, logger, ERROR_BACKOFF)
+    await run_until_deleted(controller.reconcile, body, stopped, logger, ERROR_BACKOFF)

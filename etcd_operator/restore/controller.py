@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping
 import kopf
 
 from etcd_operator import API_GROUP, conditions as c, faults
-from etcd_operator.backup.runner import now_text
+from etcd_operator.timefmt import now_text
 from etcd_operator.backup.verify import VerificationFailed, verify_snapshot
 from etcd_operator.cluster import builders as cluster_builders
 from etcd_operator.cluster import naming

@@ -10,7 +10,7 @@ from etcd_operator.cluster.health import diagnose
 from etcd_operator.cluster.observed import EtcdView, Observed, Operation, PodView, PVCView
 from etcd_operator.cluster.planner import self_only_cluster
 from etcd_operator.cluster.spec import ClusterSpec
-from etcd_operator.etcd.client import Member, MemberStatus
+from etcd_operator.cluster.observed import Member, MemberStatus
 
 CLUSTER, NAMESPACE = "c", "ns"
 NOW = 1_000_000.0

@@ -128,7 +128,7 @@ def test_approved_quorum_recovery_starts_from_the_member_with_the_highest_applie
 
 
 def _answering_without_leader(o, members):
-    from etcd_operator.etcd.client import MemberStatus
+    from etcd_operator.cluster.observed import MemberStatus
     statuses = {m.id: MemberStatus(1, m.id, 0, "3.6.16", 1, 1, m.applied, m.applied, m.applied, 3, False, ())
                 for m in members if m.pod}
     return dataclasses.replace(o, etcd=dataclasses.replace(o.etcd, statuses=statuses, members=tuple(
