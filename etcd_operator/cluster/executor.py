@@ -12,6 +12,7 @@ import kopf
 from etcd_operator import faults
 from etcd_operator.cluster import actions as a
 from etcd_operator.cluster import builders, naming
+from etcd_operator.cluster.health import Health
 from etcd_operator.cluster.observed import Observed, Operation
 from etcd_operator.cluster.planner import QUORUM_RECOVERY, self_only_cluster
 from etcd_operator.cluster.spec import ClusterSpec
@@ -189,10 +190,11 @@ class ClusterExecutor:
 
     # --- children that are not members -----------------------------------------------
 
-    async def ensure_services(self, spec: ClusterSpec) -> None:
+    async def ensure_services(self, spec: ClusterSpec, health: Health) -> None:
+        voters = len(health.voters) or None
         for resource, manifest in (
             (kube.SERVICES, builders.peer_service(self.cluster, self.namespace)),
             (kube.SERVICES, builders.client_service(self.cluster, self.namespace)),
-            (kube.PDBS, builders.disruption_budget(spec, self.cluster, self.namespace)),
+            (kube.PDBS, builders.disruption_budget(spec, self.cluster, self.namespace, voters)),
         ):
             await self.kube.apply(resource, self.namespace, self._owned(manifest))

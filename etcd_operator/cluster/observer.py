@@ -6,10 +6,9 @@ import asyncio
 from typing import Any, Mapping
 
 from etcd_operator.cluster import naming
-from etcd_operator.cluster.health import member_healthy, member_name
+from etcd_operator.cluster.timers import carry_timers
 from etcd_operator.cluster.observed import EtcdView, Observed, Operation, PodView, PVCView
 from etcd_operator.etcd.client import EtcdError
-from etcd_operator.timefmt import parse_time
 from etcd_operator.etcd.pool import EtcdClientPool
 from etcd_operator.kube import client as kube
 
@@ -92,7 +91,7 @@ class ClusterObserver:
             restoring=(meta.get("annotations") or {}).get(naming.ANNOTATION_RESTORE_IN_PROGRESS),
             min_ordinal=int((meta.get("annotations") or {}).get(naming.ANNOTATION_MIN_ORDINAL) or 0),
         )
-        return _with_timers(observed, status)
+        return carry_timers(observed, status)
 
     async def observe_etcd(self, pods: dict[str, PodView]) -> EtcdView:
         endpoints = {name: member_endpoint(p) for name, p in pods.items() if member_endpoint(p)}
@@ -131,22 +130,3 @@ class ClusterObserver:
                 endpoints=endpoint_of,
             )
         return EtcdView(statuses=statuses, errors=errors, endpoints=endpoint_of)
-
-
-def _with_timers(observed: Observed, status: Mapping[str, Any]) -> Observed:
-    """Carries 'unhealthy since' and 'without quorum since' over from the last status."""
-    import dataclasses
-
-    previous = {m.get("name"): parse_time(m.get("unhealthySince")) for m in status.get("members") or []}
-    unhealthy_since = {}
-    for member in observed.etcd.members:
-        name = member_name(observed, member)
-        if name and not member_healthy(observed, member.id):
-            unhealthy_since[name] = previous.get(name) or observed.now
-    voters = [m for m in observed.etcd.members if not m.is_learner]
-    healthy_voters = [m for m in voters if member_healthy(observed, m.id)]
-    lacking = bool(voters) and len(healthy_voters) < naming.quorum(len(voters))
-    if not observed.etcd.members and (observed.pods or observed.pvcs) and status.get("clusterID"):
-        lacking = True  # a cluster that existed and now answers not at all
-    no_quorum_since = (parse_time(status.get("noQuorumSince")) or observed.now) if lacking else None
-    return dataclasses.replace(observed, unhealthy_since=unhealthy_since, no_quorum_since=no_quorum_since)

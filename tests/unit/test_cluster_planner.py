@@ -113,7 +113,7 @@ def test_no_quorum_means_no_membership_change():
 
 
 def test_quorum_loss_without_approval_only_waits_and_says_how_to_recover():
-    o = observed([M(0), M(1, healthy=False), M(2, healthy=False)], no_quorum_for=600)
+    o = observed([M(0), M(1, healthy=False), M(2, healthy=False)], leader=None, no_quorum_for=600)
     step = next_step(spec(3), o)
     assert isinstance(step, a.Wait) and naming.ANNOTATION_APPROVE_QUORUM_RECOVERY in step.reason
 
