@@ -1,0 +1,227 @@
+"""The model executor: one handler per action type in etcd_operator/cluster/actions.py,
+doing to the simulated world what etcd_operator/cluster/executor.py does to the real one
+(same requests, same preconditions: uid-guarded deletes, create-if-absent, the leader's
+endpoint as observed). An action type without a handler is an error, never "done"."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+from etcd_operator.cluster import actions as a
+from etcd_operator.cluster import builders, naming
+from etcd_operator.cluster.observed import Observed, Operation
+from etcd_operator.cluster.planner import QUORUM_RECOVERY, self_only_cluster
+from etcd_operator.cluster.spec import ClusterSpec
+
+from tests.sim.world import PVC, Pod, Refused, World, peer_url
+
+BAD_REPOSITORY = "registry.invalid/etcd"
+
+
+@dataclasses.dataclass
+class Outcome:
+    done: bool
+    message: str = ""
+    status_patch: dict | None = None
+    interrupted: bool = False  # the operator was killed in the middle of the step
+    aborted: bool = False  # the executor raised: the pass ends without writing status
+
+
+class Killed(Exception):
+    """The operator process died at a kill point inside a step."""
+
+
+@dataclasses.dataclass
+class Context:
+    world: World
+    spec: ClusterSpec
+    observed: Observed
+    kill_at_kill_point: bool = False  # the operator dies after the first of two requests
+
+    def kill_point(self) -> None:
+        if self.kill_at_kill_point:
+            raise Killed()
+
+
+def _ensure_pvc(ctx: Context, member: str, member_id: int | None) -> None:
+    name = naming.pvc_name(member)
+    if name not in ctx.world.pvcs:
+        ctx.world.pvcs[name] = PVC(name, ctx.world.uid("pvc"), member_id)
+
+
+def _create_pod(ctx: Context, member: str, member_id: int | None, initial_cluster: str, state: str,
+                force_new_cluster: bool = False) -> None:
+    _ensure_pvc(ctx, member, member_id)
+    if member in ctx.world.pods:
+        return  # Conflict: created by an earlier, interrupted attempt
+    spec = ctx.spec
+    pod = Pod(member, ctx.world.uid("pod"), member_id, builders.pod_spec_hash(spec), state, initial_cluster,
+              force_new_cluster, spec.version, spec.repository == BAD_REPOSITORY)
+    ctx.world.pods[member] = pod
+
+
+def _delete_pod(ctx: Context, member: str) -> None:
+    view = ctx.observed.pods[member]  # KeyError like the real executor's observed.pods[...]
+    pod = ctx.world.pods.get(member)
+    if pod is None:
+        return  # NotFound counts as deleted
+    if pod.uid != view.uid:
+        raise Refused(f"Conflict: pod {member} has uid {pod.uid}, not {view.uid}", not_yet=False)
+    ctx.world.delete_pod(pod)
+
+
+def _leader_group(ctx: Context):
+    endpoint = ctx.observed.etcd.endpoints.get(ctx.observed.etcd.leader_id)
+    if not endpoint:
+        raise Refused("no reachable leader")
+    return ctx.world.group_with_leader(endpoint)
+
+
+def do_nothing(ctx: Context, action: a.Action) -> None:
+    return None
+
+
+def do_bootstrap(ctx: Context, action: a.BootstrapFirstMember) -> None:
+    _create_pod(ctx, action.member, None, self_only_cluster(ctx.observed, action.member), builders.STATE_NEW)
+
+
+def do_add_learner(ctx: Context, action: a.AddLearner) -> None:
+    group = _leader_group(ctx)
+    if group is None:
+        return  # the request went to a foreign etcd; nothing changes here
+    learner = ctx.world.member_add_learner(group, peer_url(action.member))
+    ctx.kill_point()
+    members = group.members
+    initial = ",".join(sorted(f"{m.name or action.member}={m.peer_urls[0]}"
+                              for m in members if m.name or m.id == learner.id))
+    _create_pod(ctx, action.member, learner.id, initial, builders.STATE_EXISTING)
+
+
+def do_create_member_pod(ctx: Context, action: a.CreateMemberPod) -> None:
+    _create_pod(ctx, action.member, action.member_id, action.initial_cluster, builders.STATE_EXISTING)
+
+
+def do_settle(ctx: Context, action: a.SettleMemberPod) -> None:
+    pod = ctx.world.pods.get(action.member)
+    if pod is None:
+        raise Refused(f"NotFound: pod {action.member}", not_yet=False)
+    pod.member_id = action.member_id
+    pod.initial_cluster = self_only_cluster(ctx.observed, action.member)
+    pod.initial_state = builders.STATE_EXISTING
+    pod.force_new_cluster = False
+    ctx.kill_point()
+    if naming.pvc_name(action.member) in ctx.observed.pvcs:
+        pvc = ctx.world.pvcs.get(naming.pvc_name(action.member))
+        if pvc is None:
+            raise Refused(f"NotFound: pvc of {action.member}", not_yet=False)
+        pvc.member_id = action.member_id
+
+
+def do_promote(ctx: Context, action: a.PromoteLearner) -> None:
+    group = _leader_group(ctx)
+    if group is not None:
+        ctx.world.member_promote(group, action.member_id)
+
+
+def do_remove(ctx: Context, action: a.RemoveMember) -> None:
+    group = _leader_group(ctx)
+    if group is not None:
+        ctx.world.member_remove(group, action.member_id)
+
+
+def do_delete_pod(ctx: Context, action) -> None:
+    _delete_pod(ctx, action.member)
+
+
+def do_delete_pvc(ctx: Context, action: a.DeleteMemberPVC) -> None:
+    view = ctx.observed.pvcs[naming.pvc_name(action.member)]
+    pvc = ctx.world.pvcs.get(view.name)
+    if pvc is None:
+        return
+    if pvc.uid != view.uid:
+        raise Refused(f"Conflict: pvc {view.name} has uid {pvc.uid}, not {view.uid}", not_yet=False)
+    ctx.world.delete_pvc(pvc, by_operator=True)
+
+
+def do_move_leader(ctx: Context, action: a.MoveLeader) -> None:
+    endpoint = ctx.observed.etcd.endpoints.get(ctx.observed.etcd.leader_id)
+    if not endpoint:
+        raise Refused("no reachable leader")
+    ctx.world.move_leader(endpoint, action.to_id)
+
+
+def do_defragment(ctx: Context, action: a.Defragment) -> None:
+    endpoint = ctx.observed.etcd.endpoints.get(action.member_id)
+    if not endpoint:
+        raise Refused(f"member {action.member_id:x} does not answer")
+    found = ctx.world.process_at(endpoint)
+    if isinstance(found, tuple):
+        data = found[1]
+        data.db_size = data.db_in_use
+
+
+def do_begin_recovery(ctx: Context, action: a.BeginQuorumRecovery) -> Outcome:
+    operation = Operation(QUORUM_RECOVERY, action.member, action.member_id, ctx.observed.now)
+    return Outcome(True, status_patch={"operation": operation.to_dict()})
+
+
+def do_force_new_cluster(ctx: Context, action: a.ForceNewCluster) -> None:
+    if ctx.observed.pods.get(action.member) is not None:
+        _delete_pod(ctx, action.member)
+        return
+    _create_pod(ctx, action.member, action.member_id, self_only_cluster(ctx.observed, action.member),
+                builders.STATE_EXISTING, force_new_cluster=True)
+
+
+def do_finish_recovery(ctx: Context, action: a.FinishQuorumRecovery) -> Outcome:
+    return Outcome(True, status_patch={"operation": None})
+
+
+HANDLERS: dict[type, Callable] = {
+    a.Steady: do_nothing,
+    a.Wait: do_nothing,
+    a.BootstrapFirstMember: do_bootstrap,
+    a.AddLearner: do_add_learner,
+    a.CreateMemberPod: do_create_member_pod,
+    a.SettleMemberPod: do_settle,
+    a.PromoteLearner: do_promote,
+    a.RemoveMember: do_remove,
+    a.DeleteMemberPod: do_delete_pod,
+    a.DeleteMemberPVC: do_delete_pvc,
+    a.MoveLeader: do_move_leader,
+    a.RollMember: do_delete_pod,
+    a.Defragment: do_defragment,
+    a.BeginQuorumRecovery: do_begin_recovery,
+    a.StopMemberPod: do_delete_pod,
+    a.ForceNewCluster: do_force_new_cluster,
+    a.FinishQuorumRecovery: do_finish_recovery,
+}
+
+# Actions that take two requests: the operator may die between them.
+TWO_PHASE = {a.AddLearner, a.SettleMemberPod}
+
+
+class UnknownAction(Exception):
+    pass
+
+
+def action_types() -> list[type]:
+    """Every concrete action type the planner can return."""
+    return [t for t in vars(a).values()
+            if isinstance(t, type) and issubclass(t, a.Action) and t is not a.Action]
+
+
+def run(ctx: Context, action: a.Action) -> Outcome:
+    handler = HANDLERS.get(type(action))
+    if handler is None:
+        raise UnknownAction(f"no model handler for {action.kind}; add it to tests/sim/effects.py HANDLERS")
+    try:
+        result = handler(ctx, action)
+    except Killed:
+        return Outcome(False, "operator killed mid-step", interrupted=True)
+    except Refused as e:
+        return Outcome(False, str(e), aborted=not e.not_yet)
+    except KeyError as e:
+        return Outcome(False, f"KeyError {e}", aborted=True)
+    return result or Outcome(True)

@@ -1,0 +1,77 @@
+"""Known defects of the current planner or observer, recognised by their signature in the
+final (or failing) state of a schedule. A violation with a known signature is reported as
+that finding; any other violation fails the suite."""
+
+from __future__ import annotations
+
+from etcd_operator.cluster import naming
+
+from tests.sim import invariants as inv
+
+FINDINGS = {
+    "foreign_member_list": (
+        "observer.py takes the member list from any endpoint whose status says it leads, without checking "
+        "its cluster ID against status.clusterID: a foreign etcd answering on an address a Failed pod still "
+        "shows makes from_leader=True with a foreign list, and _cleanup_removed_members deletes our pods "
+        "(and PVCs)"),
+    "failed_pod_never_restarted": (
+        "a member pod in phase Failed (evicted, node shutdown) is never recreated although its PVC holds its "
+        "data; with quorum lost the cluster waits forever, with quorum it is replaced after "
+        "memberUnhealthyTimeout"),
+    "stuck_outdated_pod_not_rolled": (
+        "a member pod that never started (bad image) keeps its outdated spec after the spec is reverted: "
+        "rolls need HEALTHY, so it is never recreated; with 2 voters or with quorum lost the cluster never "
+        "converges"),
+    "learner_blocks_quorum_recovery": (
+        "planner._handle_learners runs before the quorum-loss branch: with quorum lost and recovery "
+        "allowed, a pending learner (which cannot be removed or promoted without a leader) makes every pass "
+        "return RemoveMember/Wait for it, so recovery never begins"),
+    "recovery_survivor_not_newest": (
+        "quorum recovery picks the newest among ANSWERING voters; a voter whose pod is down (crash loop, "
+        "Failed) may hold newer data, which is then discarded"),
+    "recovery_survivor_lost_data": (
+        "an operation recorded in status keeps pointing at its survivor after that survivor lost its data; "
+        "ForceNewCluster recreates it on an empty data dir while another member still holds the data"),
+}
+
+
+def main_voter_pods(world):
+    main = world.main
+    if main is None:
+        return []
+    found = []
+    for m in main.voters():
+        name = naming.member_from_peer_url("sim", "ns", m.peer_urls[0])
+        pvc = world.pvcs.get(naming.pvc_name(name or ""))
+        has_data = pvc is not None and pvc.data is not None and pvc.data.lineage == main.lineage
+        found.append((m, world.pods.get(name or ""), has_data))
+    return found
+
+
+def classify(sim, violation: inv.Violation) -> str | None:
+    world = sim.world
+    last = sim.replay[-1] if sim.replay else None
+    observed = last[3] if last else None
+    main = world.main
+    if (observed is not None and main is not None and observed.etcd.cluster_id not in (None, main.cluster_id)
+            and observed.etcd.from_leader):
+        return "foreign_member_list"
+    if violation.invariant == "force_new_cluster_only_after_true_loss":
+        if "no data" in violation.message:
+            return "recovery_survivor_lost_data"
+        if "while a surviving member has" in violation.message:
+            return "recovery_survivor_not_newest"
+    if violation.invariant == "converges_to_spec":
+        voters = main_voter_pods(world)
+        if any(pod is not None and pod.phase == "Failed" and has_data for _, pod, has_data in voters) or (
+                main is None and any(pod.phase == "Failed" for pod in world.pods.values())):
+            return "failed_pod_never_restarted"
+        if any(pod.bad_image for pod in world.pods.values()):
+            return "stuck_outdated_pod_not_rolled"
+        decision = sim.last_decision
+        if (decision is not None and decision.health.state == inv.HealthState.QUORUM_LOST and sim.recovery_allowed
+                and decision.health.learners
+                and getattr(decision.action, "member_id", None) in {m.id for m in decision.health.learners}
+                | {None}):
+            return "learner_blocks_quorum_recovery"
+    return None

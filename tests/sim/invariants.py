@@ -1,0 +1,278 @@
+"""Named invariants, checked against the model's TRUE state (never the operator's view).
+Each raises Violation carrying its own name."""
+
+from __future__ import annotations
+
+from etcd_operator.cluster import actions as a
+from etcd_operator.cluster import naming
+from etcd_operator.cluster.health import HealthState, quorum_loss_timeout
+
+from tests.sim.world import Group, World
+
+
+class Violation(AssertionError):
+    def __init__(self, invariant: str, message: str):
+        super().__init__(f"{invariant}: {message}")
+        self.invariant = invariant
+        self.message = message
+
+
+def _fail(invariant: str, message: str) -> None:
+    raise Violation(invariant, message)
+
+
+# --- truth helpers --------------------------------------------------------------------------
+
+def up_voters(world: World, group: Group) -> int:
+    up = world.up_members(group)
+    return sum(1 for m in group.voters() if m.id in up)
+
+
+def has_quorum(world: World, group: Group | None) -> bool:
+    if group is None:
+        return False
+    voters = group.voters()
+    return bool(voters) and up_voters(world, group) >= naming.quorum(len(voters))
+
+
+def surviving_data(world: World, exclude: str | None = None):
+    """(pvc name, data) of every data directory of our clusters that still exists."""
+    main = world.main
+    if main is None:
+        return []
+    return [(p.name, p.data) for p in world.pvcs.values()
+            if p.name != exclude and p.data is not None and not p.deleting and p.data.cluster_id == main.cluster_id]
+
+
+def true_leader_pod(world: World) -> str | None:
+    main = world.main
+    if main is None or main.leader is None:
+        return None
+    pod = world.up_members(main).get(main.leader)
+    return pod.name if pod else None
+
+
+def member_name_of(world: World, member_id: int) -> str | None:
+    main = world.main
+    member = main.member(member_id) if main else None
+    if member is None:
+        return None
+    return naming.member_from_peer_url("sim", "ns", member.peer_urls[0])
+
+
+# --- before an action: what it would break if it takes effect ---------------------------------
+
+class ActionChecks:
+    """Computed before an action runs; `after` raises once the action took effect."""
+
+    def __init__(self, world: World, action: a.Action, recovery_allowed: bool, skew_span: float,
+                 spec, quorum_lost_waiting: bool):
+        self.world = world
+        self.action = action
+        self.quorum_before = has_quorum(world, world.main)
+        self.voters_before = len(world.main.voters()) if world.main else 0
+        self.pending: list[str] = []
+        self._membership_in_flight()
+        self._recovery_needs_approval(recovery_allowed)
+        self._force_new_after_true_loss(spec, skew_span)
+        self._data_kept_while_needed()
+        self._leader_kept_while_others_can_lead()
+        self._nothing_destructive_while_waiting(quorum_lost_waiting)
+
+    def _add(self, invariant: str, message: str) -> None:
+        self.pending.append((invariant, message))
+
+    def _membership_in_flight(self) -> None:
+        """one_membership_change_in_flight: no membership change while another member is
+        added but not yet a started voter."""
+        action, main = self.action, self.world.main
+        if not action.changes_membership or main is None:
+            return
+        subject = getattr(action, "member_id", None)
+        pending = [m for m in main.members if (m.is_learner or not m.name) and m.id != subject]
+        if pending:
+            self._add("one_membership_change_in_flight",
+                      f"{action.kind} while {len(pending)} other member(s) are still joining "
+                      f"({', '.join(f'{m.id:x}' for m in pending)})")
+
+    def _recovery_needs_approval(self, allowed: bool) -> None:
+        if isinstance(self.action, (a.BeginQuorumRecovery, a.ForceNewCluster)) and not allowed:
+            self._add("recovery_needs_approval",
+                      f"{self.action.kind} without spec.recovery.automaticQuorumRecovery or the approval annotation")
+
+    def _force_new_after_true_loss(self, spec, skew_span: float) -> None:
+        """force_new_cluster_only_after_true_loss: quorum truly lost for the timeout (less the
+        clock skew the operator could not see), and the survivor holds the newest data."""
+        action, world = self.action, self.world
+        main = world.main
+        if isinstance(action, a.BeginQuorumRecovery):
+            timeout = quorum_loss_timeout(spec)
+            lost_for = None if main is None or main.lost_since is None else world.now - main.lost_since
+            if lost_for is None or lost_for < timeout - skew_span - 1.0:
+                self._add("force_new_cluster_only_after_true_loss",
+                          f"recovery begun while quorum {'held' if lost_for is None else f'was lost for only {lost_for:.0f}s'}"
+                          f" (timeout {timeout:.0f}s, skew span {skew_span:.0f}s)")
+        if isinstance(action, (a.BeginQuorumRecovery, a.ForceNewCluster)):
+            pvc = world.pvcs.get(naming.pvc_name(action.member))
+            target = pvc.data if pvc is not None else None
+            others = [d.applied for n, d in surviving_data(world, exclude=pvc.name if pvc else None)
+                      if main is not None and d.lineage == main.lineage and main.member(d.member_id) is not None]
+            newest = max(others, default=-1)
+            if target is None or target.applied < newest:
+                self._add("force_new_cluster_only_after_true_loss",
+                          f"{action.kind} on {action.member} with applied index "
+                          f"{target.applied if target else 'none (no data)'} while a surviving member has {newest}")
+
+    def _data_kept_while_needed(self) -> None:
+        action, world = self.action, self.world
+        if not isinstance(action, a.DeleteMemberPVC):
+            return
+        pvc = world.pvcs.get(naming.pvc_name(action.member))
+        if pvc is None or pvc.data is None:
+            return
+        data, main = pvc.data, world.main
+        others = surviving_data(world, exclude=pvc.name)
+        newest_other = max((d.applied for _, d in others), default=-1)
+        if main is not None and data.cluster_id == main.cluster_id and data.applied > newest_other:
+            self._add("data_kept_while_needed",
+                      f"PVC of {action.member} deleted while it holds the newest data "
+                      f"(applied {data.applied} > {newest_other} elsewhere)")
+        if main is not None and data.lineage == main.lineage and main.member(data.member_id) is not None:
+            member = main.member(data.member_id)
+            voters = main.voters()
+            with_data = {d.member_id for _, d in others if d.lineage == main.lineage}
+            if not member.is_learner and len([m for m in voters if m.id in with_data]) < naming.quorum(len(voters)):
+                self._add("data_kept_while_needed",
+                          f"PVC of voting member {action.member} deleted; fewer than a quorum of voters keep data")
+
+    def _leader_kept_while_others_can_lead(self) -> None:
+        action, world = self.action, self.world
+        voluntary = isinstance(action, a.RollMember) or (isinstance(action, a.RemoveMember) and not action.replacing)
+        if not voluntary:
+            return
+        leader = true_leader_pod(world)
+        main = world.main
+        if leader is None or action.member != leader:
+            return
+        others_up = up_voters(world, main) - 1
+        if others_up >= 1 and len(main.voters()) > 1:
+            self._add("leader_kept_while_others_can_lead",
+                      f"{action.kind} of the leader {leader} while {others_up} other voter(s) could lead")
+
+    def _nothing_destructive_while_waiting(self, waiting: bool) -> None:
+        """Where recovery is impossible without a person (QuorumLost, no approval), the
+        operator only waits."""
+        if waiting and isinstance(self.action, (a.RemoveMember, a.DeleteMemberPVC, a.StopMemberPod,
+                                                a.ForceNewCluster, a.BeginQuorumRecovery)):
+            self._add("quorum_lost_waits", f"{self.action.kind} while QuorumLost=True without approval")
+
+    def after(self, took_effect: bool) -> None:
+        if took_effect:
+            for invariant, message in self.pending:
+                _fail(invariant, message)
+            self._quorum_kept()
+
+    def _quorum_kept(self) -> None:
+        """no operator action takes the healthy voters below quorum (model truth)."""
+        if not self.quorum_before or has_quorum(self.world, self.world.main):
+            return
+        if isinstance(self.action, a.RollMember) and self.voters_before <= 2:
+            return  # a one- or two-voter cluster cannot restart a member and keep quorum
+        if isinstance(self.action, a.ForceNewCluster):
+            return  # the survivor's restart; recovery was checked when it began
+        _fail("quorum_kept_by_actions",
+              f"{self.action.kind}({getattr(self.action, 'member', '')}) took the cluster below quorum")
+
+
+# --- after every step -------------------------------------------------------------------------
+
+def single_dataset_served(world: World) -> None:
+    served = set()
+    for pod in world.pods.values():
+        if not world.member_up(pod):
+            continue
+        data = world.data_of(pod)
+        group = world.groups.get(data.lineage)
+        if group is not None and group.leader is not None:
+            served.add(data.lineage)
+    if len(served) > 1:
+        _fail("single_dataset_served", f"pods of {len(served)} datasets (lineages {sorted(served)}) serve at once")
+
+
+def at_most_one_learner(world: World) -> None:
+    main = world.main
+    if main is None:
+        return
+    joining = [m for m in main.members if m.is_learner or not m.name]
+    if len(joining) > 1:
+        _fail("one_membership_change_in_flight", f"{len(joining)} members joining at once")
+
+
+def diagnosis_matches_truth(world: World, health, unreachable: set, foreign_present: bool) -> None:
+    """With nothing hidden from the operator, a quorum that truly holds with a leader is
+    seen as a quorum (an alarm is a state, not a failure)."""
+    if unreachable or foreign_present:
+        return
+    main = world.main
+    if main is None or main.leader is None or not has_quorum(world, main):
+        return
+    if not health.has_quorum:
+        _fail("diagnosis_matches_truth",
+              f"health {health.state.value} without quorum while {up_voters(world, main)} of "
+              f"{len(main.voters())} voters are up with a leader ({health.message})")
+
+
+def converged(world: World, size: int, desired_hash: str) -> bool:
+    main = world.main
+    if main is None or main.leader is None:
+        return False
+    voters = main.voters()
+    if len(voters) != size or len(main.members) != size:
+        return False
+    up = world.up_members(main)
+    names = set()
+    for m in voters:
+        pod = up.get(m.id)
+        if pod is None or pod.spec_hash != desired_hash:
+            return False
+        names.add(pod.name)
+    return set(world.pods) == names
+
+
+def waits_by_design(world: World, status: dict, recovery_allowed: bool) -> bool:
+    """Convergence is impossible by design: the data of a quorum is gone, nobody approved
+    recovery, and the operator says QuorumLost=True."""
+    main = world.main
+    quorum_lost = next((c for c in status.get("conditions") or [] if c["type"] == "QuorumLost"), {})
+    if quorum_lost.get("status") != "True":
+        return False
+    if main is None:
+        return True
+    with_data = {d.member_id for _, d in surviving_data(world) if d.lineage == main.lineage}
+    voters_with_data = [m for m in main.voters() if m.id in with_data]
+    if not voters_with_data:
+        return True  # nothing survives: only a restore from a backup can help
+    return not recovery_allowed and len(voters_with_data) < naming.quorum(len(main.voters()))
+
+
+def converges_to_spec(world: World, size: int, desired_hash: str, status: dict, recovery_allowed: bool,
+                      health) -> None:
+    if converged(world, size, desired_hash) or waits_by_design(world, status, recovery_allowed):
+        return
+    main = world.main
+    quorum_lost = next((c for c in status.get("conditions") or [] if c["type"] == "QuorumLost"), {})
+    summary = "no cluster" if main is None else (
+        f"{len(main.voters())} voters ({up_voters(world, main)} up), {len(main.members) - len(main.voters())} "
+        f"learners, leader {'yes' if main.leader else 'no'}, pods {sorted(world.pods)}")
+    _fail("converges_to_spec", f"not converged to size {size} after faults stopped: {summary}; "
+                               f"health {health.state.value if health else '?'}, "
+                               f"QuorumLost={quorum_lost.get('status')}")
+
+
+def destructive(action: a.Action) -> bool:
+    return isinstance(action, (a.RemoveMember, a.DeleteMemberPVC, a.DeleteMemberPod, a.StopMemberPod,
+                               a.ForceNewCluster, a.BeginQuorumRecovery, a.RollMember))
+
+
+__all__ = ["Violation", "ActionChecks", "single_dataset_served", "at_most_one_learner",
+           "diagnosis_matches_truth", "converges_to_spec", "converged", "has_quorum", "HealthState"]

@@ -1,0 +1,488 @@
+"""Runs one fault schedule: the real pure pass (carry_timers -> decide -> build_status)
+against the model, its action applied through the model executor, invariants checked
+after every step. Deterministic for a seed."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import random
+
+from etcd_operator.cluster import actions as a
+from etcd_operator.cluster import builders, naming
+from etcd_operator.cluster.decision import decide
+from etcd_operator.cluster.observed import Member
+from etcd_operator.cluster.spec import ClusterSpec
+from etcd_operator.cluster.status import build_status
+
+from tests.sim import effects, findings, invariants as inv
+from tests.sim.view import observe
+from tests.sim.world import CLUSTER, PVC, Data, Foreign, Group, Pod, World, client_url, peer_url
+
+MAX_SKEW = 8.0
+SETTLE_STEPS = 260  # passes allowed after the last fault before the cluster must have converged
+REPLAY_LINES = 30
+WAITING_PASSES = 12  # passes spent waiting by design (QuorumLost, no approval) before the schedule ends
+FAMILIES = ("main", "stale_replica")
+
+# Seconds until the next pass, as the reconciler requeues (cluster/reconciler.py).
+AFTER_STEP, NOT_YET, WHILE_WAITING, WHEN_STEADY = 1.0, 1.0, 3.0, 15.0
+
+FAULT_WEIGHTS = {
+    "kill_member": 8, "crash_loop": 4, "delete_pod": 5, "evict_pod": 3, "lose_data": 3,
+    "partition": 6, "nospace": 4, "corrupt": 1, "resize": 7, "version": 4, "bad_image": 2,
+    "operator_kill": 5, "clock_skew": 3, "foreign_etcd": 3, "approve": 1, "fragment": 2,
+}
+
+
+def merge_patch(target: dict, patch: dict) -> dict:
+    """JSON merge patch (RFC 7386), as the reconciler's status write applies it: absent keys
+    stay, null deletes."""
+    result = dict(target)
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        elif isinstance(value, dict) and isinstance(result.get(key), dict):
+            result[key] = merge_patch(result[key], value)
+        else:
+            result[key] = value
+    return result
+
+
+def base_spec(size: int, auto_recovery: bool) -> dict:
+    return {
+        "size": size, "version": "3.6.16",
+        "recovery": {"memberUnhealthyTimeout": "60s", "quorumLossTimeout": "30s",
+                     "automaticQuorumRecovery": auto_recovery},
+        "maintenance": {"defragmentation": {"enabled": True, "minFragmentedBytes": 500,
+                                            "minFragmentedRatio": 0.3}},
+    }
+
+
+@dataclasses.dataclass
+class Result:
+    seed: int
+    family: str
+    violation: inv.Violation | None
+    finding: str | None
+    faults: list
+    replay: list
+    steps: int
+    actions: collections.Counter
+    stats: collections.Counter
+
+    def report(self) -> str:
+        lines = [f"seed {self.seed} family {self.family}: {self.violation}"
+                 + (f" [known finding: {self.finding}]" if self.finding else "")]
+        lines.append("faults: " + "; ".join(f"#{s} {f}" for s, f in self.faults) or "faults: none")
+        lines.append(f"last {len(self.replay)} passes (step t actor | health members | action -> outcome):")
+        lines += [f"  {line}" for line in self.replay]
+        lines.append(f"re-run: SIM_SEED={self.seed} SIM_FAMILY={self.family} "
+                     f".venv/bin/python -m pytest tests/sim -k replay -q")
+        return "\n".join(lines)
+
+
+@dataclasses.dataclass
+class Replica:
+    """One operator process: what it last wrote and what it will do when killed."""
+
+    name: str
+    kill_pending: bool = False
+
+
+class Sim:
+    def __init__(self, seed: int, family: str = "main", patches=None):
+        self.seed = seed
+        self.family = family
+        self.rng = random.Random(seed)
+        rng = self.rng
+        self.world = World(rng)
+        size = rng.choice((1, 2, 3, 3, 3, 4, 5, 5))
+        self.auto_recovery = rng.random() < 0.35
+        self.spec_dict = base_spec(size, self.auto_recovery)
+        self.annotations: dict[str, str] = {}
+        self.generation = 1
+        self._spec_cache: ClusterSpec | None = None
+        self.status: dict = {}
+        self.skew = 0.0
+        self.skew_min = self.skew_max = 0.0
+        self.unreachable: dict[str, int] = {}  # pod name -> last step it stays unreachable
+        self.fault_steps = rng.randint(8, 45)
+        self.fault_rate = rng.uniform(0.15, 0.5)
+        self.faults: list[tuple[int, str]] = []
+        self.replay: collections.deque = collections.deque(maxlen=REPLAY_LINES)
+        self.actions: collections.Counter = collections.Counter()
+        self.stats: collections.Counter = collections.Counter()
+        self.operator = Replica("op")
+        self.history: collections.deque = collections.deque(maxlen=6)  # (observed, status, spec) of past passes
+        self.stale_until = -1
+        self.stale_lag = 0
+        self.stale_status: dict | None = None
+        self.bad_image_revert_at: int | None = None
+        self.step = 0
+        self.last_decision = None
+        self.last_outcome = None
+        self._hash_of = (None, "")
+        if rng.random() < 0.15:
+            pass  # start from nothing: the operator bootstraps
+        else:
+            self._build_healthy(size)
+        if family == "stale_replica":
+            self.stale_start = rng.randint(1, max(1, self.fault_steps - 3))
+        else:
+            self.stale_start = None
+
+    # --- set-up -----------------------------------------------------------------------------
+
+    @property
+    def spec(self) -> ClusterSpec:
+        if self._spec_cache is None:
+            self._spec_cache = ClusterSpec.from_dict(self.spec_dict)
+        return self._spec_cache
+
+    def _change_spec(self, **changes) -> None:
+        self.spec_dict = {**self.spec_dict, **changes}
+        self._spec_cache = None
+        self.generation += 1
+
+    @property
+    def recovery_allowed(self) -> bool:
+        return self.auto_recovery or self.annotations.get(naming.ANNOTATION_APPROVE_QUORUM_RECOVERY) == "true"
+
+    def _build_healthy(self, size: int) -> None:
+        """A settled cluster of `size` members, as the operator leaves it."""
+        w, spec = self.world, self.spec
+        lineage = w._new_lineage()
+        cluster_id = w.rng.randint(1, 2**63)
+        names = [naming.member_name(CLUSTER, i) for i in range(size)]
+        members = tuple(Member(w.new_member_id(), n, (peer_url(n),), (client_url(n),), False) for n in names)
+        applied = w.rng.randint(50, 500)
+        group = Group(cluster_id, lineage, members, applied, applied, w.now)
+        w.groups[lineage] = group
+        w.main_lineage = lineage
+        for m, n in zip(members, names):
+            pvc = PVC(naming.pvc_name(n), w.uid("pvc"), m.id)
+            pvc.data = Data(cluster_id, lineage, m.id, applied, applied, members)
+            w.pvcs[pvc.name] = pvc
+            pod = Pod(n, w.uid("pod"), m.id, builders.pod_spec_hash(spec), "existing",
+                      f"{n}={peer_url(n)}", False, spec.version, False)
+            pod.ip, pod.phase, pod.up, pod.up_since, pod.waiting = w.allocate_ip(), "Running", True, w.now - 60, None
+            w.pods[n] = pod
+        group.leader = w.rng.choice(members).id
+        self.status = {"clusterID": f"{cluster_id:x}"}
+
+    # --- faults -----------------------------------------------------------------------------
+
+    def _log(self, text: str) -> None:
+        self.faults.append((self.step, text))
+        self.stats[f"fault:{text.split()[0]}"] += 1
+
+    def inject_faults(self) -> None:
+        rng, w = self.rng, self.world
+        if self.bad_image_revert_at is not None and self.step >= self.bad_image_revert_at:
+            self._change_spec(repository=None)
+            self.spec_dict.pop("repository", None)
+            self.bad_image_revert_at = None
+            self._log("bad_image reverted")
+        if self.step == self.fault_steps:
+            self._end_faults()
+        if self.step >= self.fault_steps or rng.random() >= self.fault_rate:
+            return
+        kind = rng.choices(list(FAULT_WEIGHTS), weights=list(FAULT_WEIGHTS.values()))[0]
+        getattr(self, f"_fault_{kind}")()
+
+    def _end_faults(self) -> None:
+        """Faults stop: alarms are disarmed (a person freed space or repaired the data)."""
+        for group in self.world.groups.values():
+            if group.alarms:
+                self._log(f"alarms {','.join(sorted(group.alarms))} disarmed")
+                group.alarms.clear()
+
+    def _some_pod(self, running: bool = False):
+        pods = [p for p in self.world.pods.values() if not p.deleting and (not running or p.up)]
+        return self.rng.choice(sorted(pods, key=lambda p: p.name)) if pods else None
+
+    def _fault_kill_member(self):
+        main = self.world.main
+        leader = inv.true_leader_pod(self.world)
+        pod = self.world.pods.get(leader) if leader and self.rng.random() < 0.4 else self._some_pod(running=True)
+        if pod:
+            self.world.stop_process(pod)
+            self._log(f"kill_member {pod.name}{' (leader)' if main and pod.name == leader else ''}")
+
+    def _fault_crash_loop(self):
+        pod = self._some_pod()
+        if pod:
+            length = self.rng.uniform(10, 120)
+            pod.crash_until = self.world.now + length
+            self.world.stop_process(pod)
+            self._log(f"crash_loop {pod.name} for {length:.0f}s")
+
+    def _fault_delete_pod(self):
+        pod = self._some_pod()
+        if pod:
+            self.world.delete_pod(pod, graceful=False)
+            self._log(f"delete_pod {pod.name}")
+
+    def _fault_evict_pod(self):
+        pod = self._some_pod()
+        if pod and pod.phase != "Failed":
+            self.world.stop_process(pod)
+            pod.phase, pod.waiting = "Failed", None
+            self.world.release_ip(pod.ip)  # the Failed pod keeps showing the address
+            self._log(f"evict_pod {pod.name}")
+
+    def _fault_lose_data(self):
+        pvcs = sorted((p for p in self.world.pvcs.values() if p.data is not None), key=lambda p: p.name)
+        if pvcs:
+            pvc = self.rng.choice(pvcs)
+            pvc.data = None
+            pod = self.world.pods.get(pvc.name.removeprefix("data-"))
+            if pod:
+                self.world.stop_process(pod)
+            self._log(f"lose_data {pvc.name}")
+
+    def _fault_partition(self):
+        names = sorted(self.world.pods)
+        if names:
+            cut = self.rng.sample(names, self.rng.randint(1, len(names)))
+            until = self.step + self.rng.randint(1, 20)
+            for n in cut:
+                self.unreachable[n] = until
+            self._log(f"partition operator from {','.join(cut)} until #{until}")
+
+    def _fault_nospace(self):
+        main = self.world.main
+        if main is None:
+            return
+        if "NOSPACE" in main.alarms:
+            main.alarms.discard("NOSPACE")
+            self._log("nospace cleared")
+        else:
+            main.alarms.add("NOSPACE")
+            self._log("nospace raised")
+
+    def _fault_corrupt(self):
+        main = self.world.main
+        if main is None:
+            return
+        if "CORRUPT" in main.alarms:
+            main.alarms.discard("CORRUPT")
+            self._log("corrupt cleared")
+        else:
+            main.alarms.add("CORRUPT")
+            self._log("corrupt raised")
+
+    def _fault_resize(self):
+        size = self.rng.randint(1, 7)
+        self._change_spec(size=size)
+        self._log(f"resize to {size}")
+
+    def _fault_version(self):
+        version = "3.6.17" if self.spec_dict["version"] == "3.6.16" else "3.6.16"
+        self._change_spec(version=version)
+        self._log(f"version {version}")
+
+    def _fault_bad_image(self):
+        if self.bad_image_revert_at is None:
+            self._change_spec(repository=effects.BAD_REPOSITORY)
+            self.bad_image_revert_at = min(self.step + self.rng.randint(2, 15), self.fault_steps)
+            self._log(f"bad_image until #{self.bad_image_revert_at}")
+
+    def _fault_operator_kill(self):
+        self.operator.kill_pending = True
+        self._log("operator_kill")
+
+    def _fault_clock_skew(self):
+        self.skew = self.rng.uniform(-MAX_SKEW, MAX_SKEW)
+        self.skew_min, self.skew_max = min(self.skew_min, self.skew), max(self.skew_max, self.skew)
+        self._log(f"clock_skew {self.skew:+.1f}s")
+
+    def _fault_foreign_etcd(self):
+        w = self.world
+        candidates = sorted(ip for ip in w.free_ips if ip not in w.foreign)
+        if not candidates:
+            return
+        ip = self.rng.choice(candidates)
+        w.free_ips.remove(ip)
+        w.foreign[ip] = Foreign(self.rng.randint(1, 2**63), w.new_member_id(), self.rng.randint(1, 10**6))
+        holders = [p.name for p in w.pods.values() if p.ip == ip]
+        self._log(f"foreign_etcd on {ip} (shown by {','.join(holders) or 'no pod'})")
+
+    def _fault_approve(self):
+        self.annotations[naming.ANNOTATION_APPROVE_QUORUM_RECOVERY] = "true"
+        self._log("approve quorum recovery")
+
+    def _fault_fragment(self):
+        main = self.world.main
+        if main is None:
+            return
+        for pvc in self.world.pvcs.values():
+            if pvc.data is not None and pvc.data.lineage == main.lineage:
+                pvc.data.db_size = pvc.data.db_in_use * 2
+        self._log("fragment databases")
+
+    # --- one operator pass ---------------------------------------------------------------------
+
+    def unreachable_now(self) -> set[str]:
+        return {n for n, until in self.unreachable.items() if until >= self.step}
+
+    def operator_pass(self) -> float:
+        w = self.world
+        spec = self.spec
+        unreachable = self.unreachable_now()
+        observed = observe(w, self.status, self.annotations, unreachable, self.skew)
+        decision = decide(spec, observed)
+        self.last_decision = decision
+        inv.diagnosis_matches_truth(w, decision.health, unreachable, bool(w.foreign))
+        killed = self.operator.kill_pending
+        self.operator.kill_pending = False
+        mode = self.rng.choice(("before", "mid", "after")) if killed else None
+        outcome = self.apply(decision, observed, "op", kill_mid=mode == "mid", skip=mode == "before")
+        self.history.append((observed, self.status, spec))
+        if mode is None and not outcome.aborted:
+            self.status = merge_patch(self.status, build_status(
+                spec, observed, decision.health, decision.action, list(decision.conditions), self.status,
+                self.generation, extra=outcome.status_patch))
+        if killed:
+            self.stats["operator_killed"] += 1
+        action = decision.action
+        if isinstance(action, a.Steady):
+            return WHEN_STEADY
+        if isinstance(action, a.Wait):
+            return WHILE_WAITING
+        return AFTER_STEP if outcome.done else NOT_YET
+
+    def stale_pass(self) -> None:
+        """A replica that lost its lease keeps acting on what it saw `stale_lag` passes ago."""
+        if len(self.history) <= self.stale_lag:
+            return
+        observed, status, spec = self.history[-1 - self.stale_lag]
+        decision = decide(spec, observed)
+        outcome = self.apply(decision, observed, "stale", spec=spec)
+        if self.rng.random() < 0.5 and not outcome.aborted:
+            self.status = merge_patch(self.status, build_status(
+                spec, observed, decision.health, decision.action, list(decision.conditions), status,
+                self.generation, extra=outcome.status_patch))
+            self.stats["stale_status_written"] += 1
+
+    def apply(self, decision, observed, actor: str, kill_mid: bool = False, skip: bool = False,
+              spec: ClusterSpec | None = None) -> effects.Outcome:
+        w = self.world
+        action = decision.action
+        acting = spec or decision.acting_spec
+        if skip:
+            outcome = effects.Outcome(False, "operator killed before the step")
+        elif isinstance(action, (a.Steady, a.Wait)):
+            outcome = effects.Outcome(True)
+        else:
+            waiting = (not self.recovery_allowed and self.status_condition("QuorumLost") == "True"
+                       and decision.health.state.value == "QuorumLost")
+            checks = inv.ActionChecks(w, action, self.recovery_allowed, self.skew_max - self.skew_min,
+                                      decision.acting_spec, waiting)
+            ctx = effects.Context(w, acting, observed, kill_at_kill_point=kill_mid)
+            leader_before = w.main.leader if w.main else None
+            outcome = effects.run(ctx, action)
+            took_effect = outcome.done or (outcome.interrupted and type(action) in effects.TWO_PHASE)
+            try:
+                checks.after(took_effect)
+            finally:
+                self.replay.append(self._replay_line(actor, observed, decision, outcome))
+            if outcome.done and not isinstance(action, (a.Steady, a.Wait)):
+                self.actions[action.kind] += 1
+            if w.main is not None and w.main.leader != leader_before and leader_before is not None:
+                self.stats["leader_changed_by_action"] += 1
+            return outcome
+        self.replay.append(self._replay_line(actor, observed, decision, outcome))
+        return outcome
+
+    def status_condition(self, kind: str) -> str | None:
+        return next((c.get("status") for c in self.status.get("conditions") or [] if c.get("type") == kind), None)
+
+    def _replay_line(self, actor, observed, decision, outcome):
+        return (self.step, self.world.now, actor, observed, decision, outcome)
+
+    def format_replay(self) -> list[str]:
+        lines = []
+        for step, now, actor, observed, decision, outcome in self.replay:
+            health = decision.health
+            members = " ".join(
+                f"{(m.name or m.hex_id)}:{'L' if m.is_learner else 'V'}{'+' if health.is_healthy(m) else '-'}"
+                f"{'*' if m.id == health.leader_id else ''}" for m in health.members)
+            pods = ",".join(f"{p.name}{'' if p.ready else '!'}{'x' if p.deleting else ''}"
+                            for p in observed.pods.values())
+            action = decision.action
+            target = getattr(action, "member", "")
+            result = "done" if outcome.done else f"not done ({outcome.message})"
+            lines.append(f"#{step} t={now - self.world_epoch:.0f} {actor} | {health.state.value} [{members}] "
+                         f"pods[{pods}] {'leader-list' if observed.etcd.from_leader else 'local-list'} | "
+                         f"{action.kind} {target} -> {result}")
+        return lines
+
+    world_epoch = 1_700_000_000.0
+
+    def desired_hash(self, spec: ClusterSpec) -> str:
+        if self._hash_of[0] is not spec:
+            self._hash_of = (spec, builders.pod_spec_hash(spec))
+        return self._hash_of[1]
+
+    # --- the schedule ----------------------------------------------------------------------------
+
+    def run(self) -> Result:
+        violation = None
+        try:
+            self._run()
+        except inv.Violation as v:
+            violation = v
+        except effects.UnknownAction:
+            raise
+        except Exception as e:  # the real pass raised: that is a defect too
+            violation = inv.Violation("pass_completes", f"{type(e).__name__}: {e}")
+        finding = findings.classify(self, violation) if violation else None
+        return Result(self.seed, self.family, violation, finding, self.faults, self.format_replay(), self.step,
+                      self.actions, self.stats)
+
+    def _run(self) -> None:
+        w = self.world
+        dt = 1.0
+        stable = waiting = 0
+        end = self.fault_steps + SETTLE_STEPS
+        while self.step < end:
+            self.inject_faults()
+            w.advance(dt * self.rng.uniform(0.8, 1.3))
+            dt = self.operator_pass()
+            if self.stale_start is not None and self.step == self.stale_start:
+                self.stale_until = self.step + self.rng.randint(3, 12)
+                self.stale_lag = self.rng.randint(1, 5)
+                self._log(f"stale_replica acts on a view {self.stale_lag} passes old until #{self.stale_until}")
+            if self.step <= self.stale_until:
+                self.stale_pass()
+            inv.single_dataset_served(w)
+            inv.at_most_one_learner(w)
+            if self.step >= self.fault_steps and self.bad_image_revert_at is None and not self.unreachable_now():
+                spec = self.last_decision.acting_spec
+                if inv.converged(w, spec.size, self.desired_hash(spec)):
+                    stable += 1
+                    if stable >= 2:
+                        break
+                elif inv.waits_by_design(w, self.status, self.recovery_allowed):
+                    waiting += 1
+                    if waiting >= WAITING_PASSES:
+                        break
+                else:
+                    stable = waiting = 0
+            self.step += 1
+        self._count_coverage()
+        spec = self.last_decision.acting_spec
+        inv.converges_to_spec(w, spec.size, self.desired_hash(spec), self.status, self.recovery_allowed,
+                              self.last_decision.health)
+
+    def _count_coverage(self) -> None:
+        main = self.world.main
+        self.stats["leader_changes"] += sum(g.leader_changes for g in self.world.groups.values())
+        if main is not None:
+            self.stats["lineages"] += len(self.world.groups)
+
+
+def run_seed(seed: int, family: str = "main") -> Result:
+    return Sim(seed, family).run()

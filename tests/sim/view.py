@@ -1,0 +1,122 @@
+"""The operator's partial view of the simulated world, built the way
+etcd_operator/cluster/observer.py builds it: statuses from the members that answer, the
+member list from the first answering leader else from the answering member with the
+highest raft index, `errors` as etcd's Status RPC formats them."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from etcd_operator.cluster import naming
+from etcd_operator.cluster.observed import EtcdView, MemberStatus, Observed, Operation, PodView, PVCView
+from etcd_operator.cluster.timers import carry_timers
+
+from tests.sim.world import CLUSTER, NAMESPACE, Foreign, World
+
+NO_LEADER = "etcdserver: no leader"
+
+
+_views: dict = {}  # frozen views are costly to build; equal inputs share one
+
+
+def pod_view(world: World, pod) -> PodView:
+    ready = False
+    if world.member_up(pod):
+        data = world.data_of(pod)
+        group = world.groups.get(data.lineage) if data else None
+        ready = group is not None and group.leader is not None
+    key = (pod.name, pod.uid, pod.member_id, pod.phase, ready, pod.deleting, pod.ip, pod.spec_hash,
+           pod.initial_state, pod.initial_cluster, pod.force_new_cluster, pod.restarts, pod.waiting)
+    view = _views.get(key)
+    if view is None:
+        if len(_views) > 50_000:
+            _views.clear()
+        view = _views[key] = PodView(*key[:-2], restart_count=pod.restarts, waiting_reason=pod.waiting)
+    return view
+
+
+def pvc_view(pvc) -> PVCView:
+    key = (pvc.name, pvc.uid, pvc.member_id, pvc.deleting, None)
+    view = _views.get(key)
+    if view is None:
+        view = _views[key] = PVCView(*key)
+    return view
+
+
+def alarm_errors(member_id: int, alarms) -> tuple[str, ...]:
+    # etcd's AlarmMember.String(): protobuf text, one per alarm, trailing space included.
+    return tuple(f"memberID:{member_id} alarm:{name} " for name in sorted(alarms))
+
+
+def status_at(world: World, ip: str, serving: dict):
+    """What etcd's Status RPC answers on an address, or an error text."""
+    foreign = world.foreign.get(ip)
+    if foreign is not None:
+        return MemberStatus(foreign.cluster_id, foreign.member_id, foreign.member_id, "3.6.16", 5000, 5000,
+                            foreign.applied, foreign.applied, foreign.applied, 7, False, ()), foreign
+    pod = serving.get(ip)
+    if pod is not None:
+        data = world.data_of(pod)
+        group = world.groups[data.lineage]
+        member = group.member(data.member_id)
+        leader = group.leader or 0
+        errors = ((NO_LEADER,) if not leader else ()) + alarm_errors(data.member_id, group.alarms)
+        key = (group.cluster_id, data.member_id, leader, pod.version, data.db_size, data.db_in_use,
+               data.revision, data.applied, data.applied, 2, bool(member and member.is_learner), errors)
+        status = _views.get(key)
+        if status is None:
+            status = _views[key] = MemberStatus(*key)
+        return status, (pod, data, group)
+    return "dial tcp " + ip + ":2379: connect: connection refused", None
+
+
+def observe(world: World, status: Mapping[str, Any], annotations: Mapping[str, str], unreachable: set[str],
+            skew: float) -> Observed:
+    pods = {name: pod_view(world, world.pods[name]) for name in sorted(world.pods)}
+    pvcs = {name: pvc_view(world.pvcs[name]) for name in sorted(world.pvcs)}
+    statuses, errors, by_endpoint, source = {}, {}, {}, {}
+    serving = {p.ip: p for p in world.pods.values() if p.ip and world.member_up(p)}
+    for name, view in pods.items():
+        if not view.ip:
+            continue
+        endpoint = f"{view.ip}:{naming.CLIENT_PORT}"
+        if name in unreachable:
+            errors[name] = "context deadline exceeded"
+            continue
+        result, where = status_at(world, view.ip, serving)
+        if isinstance(result, str):
+            errors[name] = result
+            continue
+        statuses[result.member_id] = result
+        by_endpoint[endpoint] = result
+        source[endpoint] = where
+    etcd = EtcdView(errors=errors)
+    if statuses:
+        endpoint_of = {s.member_id: e for e, s in by_endpoint.items()}
+        leaders = [e for e, s in by_endpoint.items() if s.leader_id == s.member_id and s.leader_id]
+        sources = leaders + sorted(by_endpoint, key=lambda e: -by_endpoint[e].raft_index)
+        endpoint = sources[0]
+        where, st = source[endpoint], by_endpoint[endpoint]
+        if isinstance(where, Foreign):
+            members = (_foreign_member(where),)
+        else:
+            members = where[1].members_view
+        etcd = EtcdView(members=tuple(members), statuses=statuses, cluster_id=st.cluster_id,
+                        leader_id=st.leader_id or None, from_leader=endpoint in leaders, errors=errors,
+                        endpoints=endpoint_of)
+    versions = [s.version for s in statuses.values()]
+    observed = Observed(
+        cluster=CLUSTER, namespace=NAMESPACE, uid="uid-cluster", now=world.now + skew,
+        pods=pods, pvcs=pvcs, etcd=etcd, unhealthy_since={}, no_quorum_since=None,
+        running_version=min(versions, key=lambda v: tuple(int(x) for x in v.split(".")), default=None),
+        recovery_approved=annotations.get(naming.ANNOTATION_APPROVE_QUORUM_RECOVERY) == "true",
+        operation=Operation.from_dict(status.get("operation")),
+        bootstrapped=bool(status.get("clusterID")),
+    )
+    return carry_timers(observed, status)
+
+
+def _foreign_member(foreign: Foreign):
+    from etcd_operator.cluster.observed import Member
+    return Member(foreign.member_id, "other-0", ("http://other-0.other-peer.elsewhere.svc:2380",),
+                  ("http://other-0.other-peer.elsewhere.svc:2379",), False)
