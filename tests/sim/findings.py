@@ -26,6 +26,18 @@ FINDINGS = {
         "planner._handle_learners runs before the quorum-loss branch: with quorum lost and recovery "
         "allowed, a pending learner (which cannot be removed or promoted without a leader) makes every pass "
         "return RemoveMember/Wait for it, so recovery never begins"),
+    "recovery_not_abandoned_when_quorum_returns": (
+        "_plan_quorum_recovery follows status.operation blindly: when the members come back (a leader "
+        "reported, or their pods ready) after BeginQuorumRecovery was recorded, it still stops them one by "
+        "one and breaks the quorum that had returned"),
+    "recovery_resurrects_old_members": (
+        "after FinishQuorumRecovery the stopped members' PVCs still hold the old dataset; when the survivor "
+        "does not answer for a moment, _plan_without_member_list restarts them on those PVCs (self-only, "
+        "existing), the old members regain their old quorum, and the operator then replaces the survivor "
+        "and deletes the recovered data"),
+    "quorum_timer_survives_lost_write": (
+        "noQuorumSince is only cleared by a status write; when the pass that saw quorum again is killed "
+        "before writing, the next outage inherits the old start time and QuorumLost is declared early"),
     "recovery_survivor_not_newest": (
         "quorum recovery picks the newest among ANSWERING voters; a voter whose pod is down (crash loop, "
         "Failed) may hold newer data, which is then discarded"),
@@ -49,6 +61,13 @@ def main_voter_pods(world):
 
 
 def classify(sim, violation: inv.Violation) -> str | None:
+    known = _classify(sim, violation)
+    if known is None and sim.stale_acted:
+        return "stale_replica"
+    return known
+
+
+def _classify(sim, violation: inv.Violation) -> str | None:
     world = sim.world
     last = sim.replay[-1] if sim.replay else None
     observed = last[3] if last else None
@@ -56,6 +75,16 @@ def classify(sim, violation: inv.Violation) -> str | None:
     if (observed is not None and main is not None and observed.etcd.cluster_id not in (None, main.cluster_id)
             and observed.etcd.from_leader):
         return "foreign_member_list"
+    if main is not None and any(g.cluster_id == main.cluster_id and g.lineage != main.lineage
+                                and world.up_members(g) for g in world.groups.values()):
+        return "recovery_resurrects_old_members"
+    decision = sim.last_decision
+    if (violation.invariant == "quorum_kept_by_actions" and "StopMemberPod" in violation.message
+            and decision is not None and decision.action.kind == "StopMemberPod"):
+        return "recovery_not_abandoned_when_quorum_returns"
+    if violation.invariant == "force_new_cluster_only_after_true_loss" and "recovery begun while" in violation.message \
+            and sim.lost_timer_reset:
+        return "quorum_timer_survives_lost_write"
     if violation.invariant == "force_new_cluster_only_after_true_loss":
         if "no data" in violation.message:
             return "recovery_survivor_lost_data"
@@ -75,3 +104,9 @@ def classify(sim, violation: inv.Violation) -> str | None:
                 | {None}):
             return "learner_blocks_quorum_recovery"
     return None
+STALE = {
+    "stale_replica": (
+        "a replica that lost its lease keeps acting for a while on a view several passes old, and its status "
+        "writes land: BeginQuorumRecovery from an old QuorumLost view is recorded while quorum has returned, "
+        "after which the live operator stops the members; only a write fence outside the planner prevents it"),
+}

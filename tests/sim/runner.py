@@ -123,6 +123,8 @@ class Sim:
         self.last_decision = None
         self.last_outcome = None
         self._hash_of = (None, "")
+        self.lost_timer_reset = False
+        self.stale_acted = False  # the stale replica changed something (or wrote an operation)
         if rng.random() < 0.15:
             pass  # start from nothing: the operator bootstraps
         else:
@@ -229,7 +231,7 @@ class Sim:
         if pod and pod.phase != "Failed":
             self.world.stop_process(pod)
             pod.phase, pod.waiting = "Failed", None
-            self.world.release_ip(pod.ip)  # the Failed pod keeps showing the address
+            self.world.release_ip(pod)  # the Failed pod keeps showing the address
             self._log(f"evict_pod {pod.name}")
 
     def _fault_lose_data(self):
@@ -334,7 +336,11 @@ class Sim:
         observed = observe(w, self.status, self.annotations, unreachable, self.skew)
         decision = decide(spec, observed)
         self.last_decision = decision
-        inv.diagnosis_matches_truth(w, decision.health, unreachable, bool(w.foreign))
+        try:
+            inv.diagnosis_matches_truth(w, decision.health, unreachable, bool(w.foreign))
+        except inv.Violation:
+            self.replay.append(self._replay_line("op", observed, decision, effects.Outcome(False, "not run")))
+            raise
         killed = self.operator.kill_pending
         self.operator.kill_pending = False
         mode = self.rng.choice(("before", "mid", "after")) if killed else None
@@ -344,6 +350,8 @@ class Sim:
             self.status = merge_patch(self.status, build_status(
                 spec, observed, decision.health, decision.action, list(decision.conditions), self.status,
                 self.generation, extra=outcome.status_patch))
+        elif observed.no_quorum_since is None and self.status.get("noQuorumSince"):
+            self.lost_timer_reset = True  # the pass that saw quorum again never wrote its status
         if killed:
             self.stats["operator_killed"] += 1
         action = decision.action
@@ -359,8 +367,12 @@ class Sim:
             return
         observed, status, spec = self.history[-1 - self.stale_lag]
         decision = decide(spec, observed)
+        if not isinstance(decision.action, (a.Steady, a.Wait)):
+            self.stale_acted = True
         outcome = self.apply(decision, observed, "stale", spec=spec)
         if self.rng.random() < 0.5 and not outcome.aborted:
+            if outcome.status_patch and "operation" in outcome.status_patch:
+                self.stale_acted = True
             self.status = merge_patch(self.status, build_status(
                 spec, observed, decision.health, decision.action, list(decision.conditions), status,
                 self.generation, extra=outcome.status_patch))
@@ -452,8 +464,8 @@ class Sim:
             w.advance(dt * self.rng.uniform(0.8, 1.3))
             dt = self.operator_pass()
             if self.stale_start is not None and self.step == self.stale_start:
-                self.stale_until = self.step + self.rng.randint(3, 12)
-                self.stale_lag = self.rng.randint(1, 5)
+                self.stale_until = self.step + self.rng.randint(4, 15)
+                self.stale_lag = self.rng.randint(2, 5)
                 self._log(f"stale_replica acts on a view {self.stale_lag} passes old until #{self.stale_until}")
             if self.step <= self.stale_until:
                 self.stale_pass()

@@ -63,7 +63,7 @@ class PVC:
 class Pod:
     __slots__ = ("name", "uid", "member_id", "phase", "deleting", "ip", "spec_hash", "initial_state",
                  "initial_cluster", "force_new_cluster", "restarts", "waiting", "up", "up_since",
-                 "version", "bad_image", "crash_until", "fail_reason")
+                 "version", "bad_image", "crash_until", "fail_reason", "ip_released")
 
     def __init__(self, name, uid, member_id, spec_hash, initial_state, initial_cluster, force_new_cluster,
                  version, bad_image):
@@ -85,6 +85,7 @@ class Pod:
         self.bad_image = bad_image
         self.crash_until = 0.0  # a crash-loop fault keeps the process from starting until then
         self.fail_reason = ""
+        self.ip_released = False  # a Failed pod keeps showing an address the node already reuses
 
 
 class Group:
@@ -177,9 +178,10 @@ class World:
         self.foreign.pop(ip, None)  # one pod per address
         return ip
 
-    def release_ip(self, ip: str | None) -> None:
-        if ip and ip not in self.free_ips:
-            self.free_ips.append(ip)
+    def release_ip(self, pod: Pod) -> None:
+        if pod.ip and not pod.ip_released:
+            pod.ip_released = True
+            self.free_ips.append(pod.ip)
 
     @property
     def main(self) -> Group | None:
@@ -214,7 +216,7 @@ class World:
     def remove_pod(self, pod: Pod) -> None:
         self.stop_process(pod)
         self.pods.pop(pod.name, None)
-        self.release_ip(pod.ip)
+        self.release_ip(pod)
 
     def delete_pod(self, pod: Pod, graceful: bool = True) -> None:
         """The process stops at once; the object lingers one tick as deleting."""

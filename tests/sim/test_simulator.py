@@ -1,0 +1,82 @@
+"""The fault simulator as tests: thousands of random fault schedules against the real pure
+pass, invariants after every step. A failing seed prints a short replay and the command
+that re-runs exactly that seed."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.sim import effects, findings
+from tests.sim.campaign import CAMPAIGNS, coverage_table
+from tests.sim.runner import run_seed
+
+MAIN = CAMPAIGNS["main"]
+STALE = CAMPAIGNS["stale_replica"]
+SHOWN = 3  # replays printed per failing block
+
+
+def _unknown(results):
+    return [r for r in results if r.finding is None]
+
+
+def test_every_action_type_has_a_model_handler():
+    missing = [t.__name__ for t in effects.action_types() if t not in effects.HANDLERS]
+    assert not missing, f"action types without a model effect in tests/sim/effects.py HANDLERS: {missing}"
+
+
+def test_an_action_without_handler_is_an_error():
+    class Unheard(effects.a.Action):
+        pass
+
+    with pytest.raises(effects.UnknownAction):
+        effects.run(None, Unheard("made up"))
+
+
+@pytest.mark.parametrize("block", range(MAIN.block_count))
+def test_fault_schedules_keep_every_invariant(block):
+    unknown = _unknown(MAIN.block(block))
+    assert not unknown, f"{len(unknown)} schedule(s) broke an invariant:\n\n" + "\n\n".join(
+        r.report() for r in unknown[:SHOWN])
+
+
+@pytest.mark.parametrize("name", sorted(findings.FINDINGS))
+def test_known_finding(name, request):
+    """One test per defect the simulator found in the current planner/observer. Marked
+    xfail(strict): it fails while the defect reproduces; once fixed it passes and the strict
+    xfail turns red, telling you to delete the entry from tests/sim/findings.py."""
+    request.applymarker(pytest.mark.xfail(strict=True, reason=f"known defect {name}: {findings.FINDINGS[name]}"))
+    hits = [r for r in MAIN.all_violations() if r.finding == name]
+    assert not hits, f"{len(hits)} schedules; first:\n{hits[0].report()}"
+
+
+def test_stale_replica_breaks_nothing_unexplained():
+    """A replica that lost its lease acts on an old view for a bounded window. Violations
+    it causes are the stale_replica finding below; anything else must hold."""
+    unknown = _unknown(STALE.all_violations())
+    assert not unknown, "\n\n".join(r.report() for r in unknown[:SHOWN])
+
+
+@pytest.mark.xfail(strict=True, reason=findings.STALE["stale_replica"])
+def test_stale_replica_cannot_break_invariants():
+    hits = [r for r in STALE.all_violations() if r.finding == "stale_replica"]
+    assert not hits, f"{len(hits)} schedules; first:\n{hits[0].report()}"
+
+
+def test_schedules_exercise_deletions_rolls_leader_moves_and_recoveries():
+    MAIN.all_violations()  # every block has run
+    print("\n" + coverage_table(MAIN) + "\n" + coverage_table(STALE))
+    minimum = MAIN.schedules // 100  # each appears in at least 1 % of the schedules
+    for kind in ("DeleteMemberPod", "DeleteMemberPVC", "RollMember", "MoveLeader", "RemoveMember",
+                 "AddLearner", "PromoteLearner", "BeginQuorumRecovery", "ForceNewCluster", "FinishQuorumRecovery",
+                 "Defragment", "StopMemberPod", "SettleMemberPod", "CreateMemberPod", "BootstrapFirstMember"):
+        assert MAIN.with_action[kind] >= minimum, f"only {MAIN.with_action[kind]} schedules took {kind}"
+    assert MAIN.stats["leader_changes"] >= minimum
+
+
+@pytest.mark.skipif("SIM_SEED" not in os.environ, reason="set SIM_SEED (and SIM_FAMILY) to replay one schedule")
+def test_replay():
+    result = run_seed(int(os.environ["SIM_SEED"]), os.environ.get("SIM_FAMILY", "main"))
+    print("\n" + result.report())
+    assert result.violation is None, result.report()
