@@ -91,9 +91,7 @@ def _classify(sim, violation: inv.Violation) -> str | None:
         if "while a surviving member has" in violation.message:
             return "recovery_survivor_not_newest"
     if violation.invariant == "converges_to_spec":
-        voters = main_voter_pods(world)
-        if any(pod is not None and pod.phase == "Failed" and has_data for _, pod, has_data in voters) or (
-                main is None and any(pod.phase == "Failed" for pod in world.pods.values())):
+        if any(pod.phase == "Failed" for pod in world.pods.values()):
             return "failed_pod_never_restarted"
         if any(pod.bad_image for pod in world.pods.values()):
             return "stuck_outdated_pod_not_rolled"

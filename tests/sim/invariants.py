@@ -62,6 +62,10 @@ def member_name_of(world: World, member_id: int) -> str | None:
 
 # --- before an action: what it would break if it takes effect ---------------------------------
 
+# Invariants about what the planner asks for, whether or not etcd or Kubernetes then refuse it.
+ON_ATTEMPT = {"one_membership_change_in_flight", "recovery_needs_approval", "quorum_lost_waits"}
+
+
 class ActionChecks:
     """Computed before an action runs; `after` raises once the action took effect."""
 
@@ -137,6 +141,10 @@ class ActionChecks:
             self._add("data_kept_while_needed",
                       f"PVC of {action.member} deleted while it holds the newest data "
                       f"(applied {data.applied} > {newest_other} elsewhere)")
+        if main is not None and data.lineage == main.lineage and data.applied >= main.committed:
+            self._add("data_kept_while_needed",
+                      f"PVC of {action.member} deleted while it holds every committed entry "
+                      f"(applied {data.applied} >= commit index {main.committed})")
         if main is not None and data.lineage == main.lineage and main.member(data.member_id) is not None:
             member = main.member(data.member_id)
             voters = main.voters()
@@ -162,14 +170,18 @@ class ActionChecks:
     def _nothing_destructive_while_waiting(self, waiting: bool) -> None:
         """Where recovery is impossible without a person (QuorumLost, no approval), the
         operator only waits."""
-        if waiting and isinstance(self.action, (a.RemoveMember, a.DeleteMemberPVC, a.StopMemberPod,
-                                                a.ForceNewCluster, a.BeginQuorumRecovery)):
+        main = self.world.main
+        target = main.member(getattr(self.action, "member_id", 0)) if main else None
+        learner = target is not None and target.is_learner  # removing a learner loses no data
+        if waiting and not learner and isinstance(self.action, (a.RemoveMember, a.DeleteMemberPVC, a.StopMemberPod,
+                                                                a.ForceNewCluster, a.BeginQuorumRecovery)):
             self._add("quorum_lost_waits", f"{self.action.kind} while QuorumLost=True without approval")
 
     def after(self, took_effect: bool) -> None:
-        if took_effect:
-            for invariant, message in self.pending:
+        for invariant, message in self.pending:
+            if took_effect or invariant in ON_ATTEMPT:
                 _fail(invariant, message)
+        if took_effect:
             self._quorum_kept()
 
     def _quorum_kept(self) -> None:
@@ -189,7 +201,7 @@ class ActionChecks:
 def single_dataset_served(world: World) -> None:
     served = set()
     for pod in world.pods.values():
-        if not world.member_up(pod):
+        if not world.member_up(pod) or pod.isolated_until > world.now:
             continue
         data = world.data_of(pod)
         group = world.groups.get(data.lineage)

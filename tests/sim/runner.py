@@ -20,7 +20,7 @@ from tests.sim.view import observe
 from tests.sim.world import CLUSTER, PVC, Data, Foreign, Group, Pod, World, client_url, peer_url
 
 MAX_SKEW = 8.0
-SETTLE_STEPS = 260  # passes allowed after the last fault before the cluster must have converged
+SETTLE_STEPS = 150  # passes allowed after the last fault; converging schedules need at most ~75
 REPLAY_LINES = 30
 WAITING_PASSES = 12  # passes spent waiting by design (QuorumLost, no approval) before the schedule ends
 FAMILIES = ("main", "stale_replica")
@@ -31,7 +31,7 @@ AFTER_STEP, NOT_YET, WHILE_WAITING, WHEN_STEADY = 1.0, 1.0, 3.0, 15.0
 FAULT_WEIGHTS = {
     "kill_member": 8, "crash_loop": 4, "delete_pod": 5, "evict_pod": 3, "lose_data": 3,
     "partition": 6, "nospace": 4, "corrupt": 1, "resize": 7, "version": 4, "bad_image": 2,
-    "operator_kill": 5, "clock_skew": 3, "foreign_etcd": 3, "approve": 1, "fragment": 2,
+    "operator_kill": 5, "clock_skew": 3, "foreign_etcd": 3, "approve": 1, "fragment": 2, "isolate_member": 4,
 }
 
 
@@ -252,6 +252,14 @@ class Sim:
             for n in cut:
                 self.unreachable[n] = until
             self._log(f"partition operator from {','.join(cut)} until #{until}")
+
+    def _fault_isolate_member(self):
+        """A network partition between one member and its peers; the operator may still reach it."""
+        pod = self._some_pod(running=True)
+        if pod:
+            length = self.rng.uniform(5, 90)
+            pod.isolated_until = self.world.now + length
+            self._log(f"isolate_member {pod.name} from its peers for {length:.0f}s")
 
     def _fault_nospace(self):
         main = self.world.main

@@ -37,8 +37,9 @@ def test_an_action_without_handler_is_an_error():
 @pytest.mark.parametrize("block", range(MAIN.block_count))
 def test_fault_schedules_keep_every_invariant(block):
     unknown = _unknown(MAIN.block(block))
-    assert not unknown, f"{len(unknown)} schedule(s) broke an invariant:\n\n" + "\n\n".join(
-        r.report() for r in unknown[:SHOWN])
+    if unknown:
+        pytest.fail(f"{len(unknown)} schedule(s) broke an invariant:\n\n" + "\n\n".join(
+            r.report() for r in unknown[:SHOWN]), pytrace=False)
 
 
 @pytest.mark.parametrize("name", sorted(findings.FINDINGS))
@@ -48,20 +49,23 @@ def test_known_finding(name, request):
     xfail turns red, telling you to delete the entry from tests/sim/findings.py."""
     request.applymarker(pytest.mark.xfail(strict=True, reason=f"known defect {name}: {findings.FINDINGS[name]}"))
     hits = [r for r in MAIN.all_violations() if r.finding == name]
-    assert not hits, f"{len(hits)} schedules; first:\n{hits[0].report()}"
+    if hits:
+        pytest.fail(f"{len(hits)} schedules; first:\n{hits[0].report()}", pytrace=False)
 
 
 def test_stale_replica_breaks_nothing_unexplained():
     """A replica that lost its lease acts on an old view for a bounded window. Violations
     it causes are the stale_replica finding below; anything else must hold."""
     unknown = _unknown(STALE.all_violations())
-    assert not unknown, "\n\n".join(r.report() for r in unknown[:SHOWN])
+    if unknown:
+        pytest.fail("\n\n".join(r.report() for r in unknown[:SHOWN]), pytrace=False)
 
 
 @pytest.mark.xfail(strict=True, reason=findings.STALE["stale_replica"])
 def test_stale_replica_cannot_break_invariants():
     hits = [r for r in STALE.all_violations() if r.finding == "stale_replica"]
-    assert not hits, f"{len(hits)} schedules; first:\n{hits[0].report()}"
+    if hits:
+        pytest.fail(f"{len(hits)} schedules; first:\n{hits[0].report()}", pytrace=False)
 
 
 def test_schedules_exercise_deletions_rolls_leader_moves_and_recoveries():
@@ -79,4 +83,5 @@ def test_schedules_exercise_deletions_rolls_leader_moves_and_recoveries():
 def test_replay():
     result = run_seed(int(os.environ["SIM_SEED"]), os.environ.get("SIM_FAMILY", "main"))
     print("\n" + result.report())
-    assert result.violation is None, result.report()
+    if result.violation is not None:
+        pytest.fail(result.report(), pytrace=False)

@@ -24,7 +24,7 @@ def pod_view(world: World, pod) -> PodView:
     if world.member_up(pod):
         data = world.data_of(pod)
         group = world.groups.get(data.lineage) if data else None
-        ready = group is not None and group.leader is not None
+        ready = group is not None and group.leader is not None and pod.isolated_until <= world.now
     key = (pod.name, pod.uid, pod.member_id, pod.phase, ready, pod.deleting, pod.ip, pod.spec_hash,
            pod.initial_state, pod.initial_cluster, pod.force_new_cluster, pod.restarts, pod.waiting)
     view = _views.get(key)
@@ -59,7 +59,7 @@ def status_at(world: World, ip: str, serving: dict):
         data = world.data_of(pod)
         group = world.groups[data.lineage]
         member = group.member(data.member_id)
-        leader = group.leader or 0
+        leader = 0 if pod.isolated_until > world.now else (group.leader or 0)
         errors = ((NO_LEADER,) if not leader else ()) + alarm_errors(data.member_id, group.alarms)
         key = (group.cluster_id, data.member_id, leader, pod.version, data.db_size, data.db_in_use,
                data.revision, data.applied, data.applied, 2, bool(member and member.is_learner), errors)

@@ -63,7 +63,7 @@ class PVC:
 class Pod:
     __slots__ = ("name", "uid", "member_id", "phase", "deleting", "ip", "spec_hash", "initial_state",
                  "initial_cluster", "force_new_cluster", "restarts", "waiting", "up", "up_since",
-                 "version", "bad_image", "crash_until", "fail_reason", "ip_released")
+                 "version", "bad_image", "crash_until", "fail_reason", "ip_released", "isolated_until")
 
     def __init__(self, name, uid, member_id, spec_hash, initial_state, initial_cluster, force_new_cluster,
                  version, bad_image):
@@ -86,6 +86,7 @@ class Pod:
         self.crash_until = 0.0  # a crash-loop fault keeps the process from starting until then
         self.fail_reason = ""
         self.ip_released = False  # a Failed pod keeps showing an address the node already reuses
+        self.isolated_until = 0.0  # cut off from its peers (not from the operator) until then
 
 
 class Group:
@@ -199,9 +200,9 @@ class World:
     def up_members(self, group: Group) -> dict[int, Pod]:
         """member id -> pod, for members of this group whose process runs."""
         found = {}
-        lineage, by_id, pvcs = group.lineage, group._by_id, self.pvcs
+        lineage, by_id, pvcs, now = group.lineage, group._by_id, self.pvcs, self.now
         for pod in self.pods.values():
-            if not pod.up or pod.deleting or pod.phase != "Running":
+            if not pod.up or pod.deleting or pod.phase != "Running" or pod.isolated_until > now:
                 continue
             pvc = pvcs.get("data-" + pod.name)
             data = pvc.data if pvc is not None else None
@@ -331,6 +332,8 @@ class World:
     def _force_new_cluster(self, pod: Pod, data: Data) -> None:
         old = self.groups.get(data.lineage)
         member = old.member(data.member_id) if old else None
+        if old is not None and [m.id for m in old.members] == [data.member_id]:
+            return  # already alone in its cluster: forcing again changes nothing
         me = Member(data.member_id, pod.name, (peer_url(pod.name),), (client_url(pod.name),), False)
         lineage = self._new_lineage()
         data.applied += 1
@@ -354,7 +357,7 @@ class World:
             if pvc.deleting and not any(p.name == pvc.name.removeprefix("data-") for p in self.pods.values()):
                 del self.pvcs[pvc.name]
         for pod in self.pods.values():
-            if pod.up:
+            if pod.up and pod.isolated_until <= self.now:
                 data = self.data_of(pod)
                 group = self.groups.get(data.lineage) if data is not None else None
                 if group is None or group.member(data.member_id) is None:
@@ -434,8 +437,8 @@ class World:
         found = self.process_at(endpoint)
         if isinstance(found, Foreign):
             return None
-        _, _, group = found
-        if group.leader is None:
+        pod, _, group = found
+        if group.leader is None or pod.isolated_until > self.now:
             raise Refused("etcdserver: no leader")
         return group
 
@@ -503,8 +506,8 @@ class World:
         found = self.process_at(endpoint)
         if isinstance(found, Foreign):
             raise Refused("etcdserver: not leader", not_yet=False)
-        _, data, group = found
-        if group.leader != data.member_id:
+        pod, data, group = found
+        if group.leader != data.member_id or pod.isolated_until > self.now:
             raise Refused("etcdserver: not leader", not_yet=False)
         target = group.member(to_id)
         pod = self.up_members(group).get(to_id)

@@ -1,0 +1,203 @@
+"""Mutants of the planner and health diagnosis: each removes one quorum or deletion guard.
+The simulator must kill every mutant with a NAMED invariant; a survivor means the model
+lacks coverage or the guard is redundant (documented in SURVIVORS)."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from typing import Callable
+
+from etcd_operator.cluster import actions as a
+from etcd_operator.cluster import health, naming, planner, timers
+from etcd_operator.cluster.health import HealthState, member_name
+
+
+@dataclasses.dataclass(frozen=True)
+class Mutant:
+    name: str
+    guard: str  # what the mutant removes
+    patches: tuple[tuple[object, str, Callable], ...]
+
+    @contextlib.contextmanager
+    def applied(self):
+        saved = [(module, attr, getattr(module, attr)) for module, attr, _ in self.patches]
+        try:
+            for module, attr, replacement in self.patches:
+                setattr(module, attr, replacement)
+            yield
+        finally:
+            for module, attr, original in saved:
+                setattr(module, attr, original)
+
+
+# --- replacements (each is the original with one guard taken out) ---------------------------
+
+def _learners_promote_without_quorum(spec, observed, health_, names):
+    for learner in health_.learners:
+        name = names[learner.id] or learner.hex_id
+        if learner.name:  # guard removed: `health.is_healthy(learner) and health.has_quorum`
+            return a.PromoteLearner(f"{name} has caught up", name, learner.id)
+        since = observed.unhealthy_since.get(name)
+        if since is not None and observed.now - since >= spec.recovery.member_unhealthy_timeout:
+            return a.RemoveMember(f"learner {name} did not catch up", name, learner.id)
+        return a.Wait(f"learner {name} is catching up")
+    return None
+
+
+def _shrink_leader_eligible(spec, observed, health_, names):
+    voters = health_.voters
+    if len(voters) > spec.size and not [m for m in voters if not health_.is_healthy(m)]:
+        # guard removed: the leader is no longer excluded from the scale-down victims
+        victim = max(voters, key=lambda m: planner._ordinal(observed, m))
+        if planner.removal_keeps_quorum(health_, victim):
+            return a.RemoveMember(f"scaling down to {spec.size}", names[victim.id] or victim.hex_id, victim.id)
+    return _ORIGINAL["_replace_or_shrink"](spec, observed, health_, names)
+
+
+def _cleanup_trusting_any_list(observed, health_, names):
+    # guard removed: `if not observed.etcd.from_leader: return None`
+    known_ids = {m.id for m in health_.members}
+    known_names = {n for n in names.values() if n}
+    for pod in sorted(observed.pods.values(), key=lambda p: p.name):
+        if pod.deleting or pod.name in known_names:
+            continue
+        if pod.member_id is None or pod.member_id not in known_ids:
+            return a.DeleteMemberPod(f"{pod.name} is not a member of the cluster", pod.name)
+    for pvc in sorted(observed.pvcs.values(), key=lambda p: p.name):
+        member = pvc.name.removeprefix("data-")
+        if pvc.deleting or member in known_names or member in observed.pods:
+            continue
+        return a.DeleteMemberPVC(f"{member} is not a member of the cluster and its pod is gone", member)
+    return None
+
+
+def _cleanup_pvc_while_pod_present(observed, health_, names):
+    step = _ORIGINAL["_cleanup_removed_members"](observed, health_, names)
+    if step is not None or not observed.etcd.from_leader:
+        return step
+    known_names = {n for n in names.values() if n}
+    for pvc in sorted(observed.pvcs.values(), key=lambda p: p.name):
+        member = pvc.name.removeprefix("data-")
+        # guard removed: `member in observed.pods`
+        if not pvc.deleting and member not in known_names:
+            return a.DeleteMemberPVC(f"{member} is not a member", member)
+    return None
+
+
+def _quorum_loss_without_approval(observed, health_, names, recovery_allowed):
+    return _ORIGINAL["_plan_quorum_loss"](observed, health_, names, True)  # guard removed: approval
+
+
+def _quorum_loss_oldest_survivor(observed, health_, names, recovery_allowed):
+    if not recovery_allowed:
+        return _ORIGINAL["_plan_quorum_loss"](observed, health_, names, recovery_allowed)
+    answering = [(observed.etcd.statuses[m.id], m) for m in health_.voters if m.id in observed.etcd.statuses]
+    if not answering:
+        return a.Wait("no survivor")
+    # guard removed: the survivor with the highest applied index
+    status, survivor = min(answering, key=lambda sm: (sm[0].raft_applied_index, sm[0].revision))
+    return a.BeginQuorumRecovery("recovering", names[survivor.id] or survivor.hex_id, survivor.id)
+
+
+def _roll_leader_without_moving(observed, health_, names, desired_hash):
+    if health_.state != HealthState.HEALTHY:
+        return None
+    outdated = [m for m in health_.voters
+                if (pod := observed.pods.get(names[m.id] or "")) and pod.spec_hash != desired_hash]
+    if not outdated:
+        return None
+    # guard removed: followers first, leadership moved before the leader restarts
+    target = min(outdated, key=lambda m: planner._ordinal(observed, m))
+    return a.RollMember("following the spec", names[target.id])
+
+
+def _roll_when_degraded(observed, health_, names, desired_hash):
+    if health_.state == HealthState.HEALTHY or not health_.has_quorum:
+        return _ORIGINAL["_roll_outdated_member"](observed, health_, names, desired_hash)
+    # guard removed: rolls only from HEALTHY
+    outdated = [m for m in health_.voters if health_.is_healthy(m)
+                and (pod := observed.pods.get(names[m.id] or "")) and pod.spec_hash != desired_hash
+                and m.id != health_.leader_id]
+    if outdated:
+        return a.RollMember("following the spec", names[outdated[0].id])
+    return None
+
+
+def _member_healthy_without_alarms(observed, member_id):
+    status = observed.etcd.statuses.get(member_id)
+    # the old bug: an alarm made the member unhealthy
+    return status is not None and status.leader_id != 0 and not health.alarms_of(status)
+
+
+def _evidence_always(observed):
+    return True  # guard removed: quorum loss needs evidence
+
+
+def _no_timeout(spec):
+    return 0.0  # guard removed: the quorum-loss timeout
+
+
+def _add_learner_while_learner_pending(spec, observed, health_, names):
+    step = _ORIGINAL["_handle_learners"](spec, observed, health_, names)
+    if isinstance(step, a.Wait) and len(health_.voters) < spec.size and health_.has_quorum:
+        # guard removed: no second membership change while a learner catches up
+        return a.AddLearner("scaling up", naming.member_name(observed.cluster, planner.next_ordinal(observed)))
+    return step
+
+
+def _replace_without_quorum_check(spec, observed, health_, names):
+    voters = health_.voters
+    for member in voters:
+        if health_.is_healthy(member):
+            continue
+        name = names[member.id] or member.hex_id
+        since = observed.unhealthy_since.get(name)
+        if since is not None and observed.now - since >= spec.recovery.member_unhealthy_timeout:
+            # guard removed: removal_keeps_quorum before replacing an unhealthy member
+            return a.RemoveMember(f"{name} unhealthy; replacing", name, member.id, replacing=True)
+    return _ORIGINAL["_replace_or_shrink"](spec, observed, health_, names)
+
+
+_ORIGINAL = {name: getattr(planner, name) for name in (
+    "_replace_or_shrink", "_cleanup_removed_members", "_plan_quorum_loss", "_roll_outdated_member",
+    "_handle_learners")}
+
+MUTANTS = (
+    Mutant("removal_keeps_quorum_always_true", "removal keeps a quorum of healthy voters",
+           ((planner, "removal_keeps_quorum", lambda h, m: True),)),
+    Mutant("promote_learner_without_quorum", "promote only a healthy learner while quorum holds",
+           ((planner, "_handle_learners", _learners_promote_without_quorum),)),
+    Mutant("leader_eligible_as_scale_down_victim", "never remove the leader when scaling down",
+           ((planner, "_replace_or_shrink", _shrink_leader_eligible),)),
+    Mutant("cleanup_trusts_non_leader_member_list", "deletions only from the leader's member list",
+           ((planner, "_cleanup_removed_members", _cleanup_trusting_any_list),)),
+    Mutant("cleanup_pvc_while_pod_present", "a PVC goes only after its pod is gone",
+           ((planner, "_cleanup_removed_members", _cleanup_pvc_while_pod_present),)),
+    Mutant("quorum_recovery_without_approval", "recovery needs automaticQuorumRecovery or the annotation",
+           ((planner, "_plan_quorum_loss", _quorum_loss_without_approval),)),
+    Mutant("quorum_recovery_without_timeout", "recovery only after the quorum-loss timeout",
+           ((health, "quorum_loss_timeout", _no_timeout),)),
+    Mutant("quorum_recovery_from_oldest_survivor", "recover from the survivor with the newest data",
+           ((planner, "_plan_quorum_loss", _quorum_loss_oldest_survivor),)),
+    Mutant("health_treats_alarms_as_unhealthy", "an alarm is a state, not unhealthiness",
+           ((health, "member_healthy", _member_healthy_without_alarms),
+            (timers, "member_healthy", _member_healthy_without_alarms))),
+    Mutant("quorum_loss_without_evidence", "quorum loss declared only on evidence",
+           ((health, "quorum_loss_evidence", _evidence_always), (timers, "quorum_loss_evidence", _evidence_always))),
+    Mutant("roll_leader_without_moving_leadership", "followers first, leadership moved before the leader rolls",
+           ((planner, "_roll_outdated_member", _roll_leader_without_moving),)),
+    Mutant("roll_while_degraded", "rolls only while HEALTHY",
+           ((planner, "_roll_outdated_member", _roll_when_degraded),)),
+    Mutant("add_learner_while_learner_pending", "one membership change at a time",
+           ((planner, "_handle_learners", _add_learner_while_learner_pending),)),
+    Mutant("replace_unhealthy_without_quorum_check", "replacing an unhealthy member keeps quorum",
+           ((planner, "_replace_or_shrink", _replace_without_quorum_check),)),
+)
+
+# Mutants the simulator cannot kill, and why (checked by the test: they must indeed survive).
+SURVIVORS: dict[str, str] = {}
+
+
+def member_name_unused(observed, member):  # keep the import used by replacements that need it
+    return member_name(observed, member)
