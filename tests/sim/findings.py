@@ -25,7 +25,8 @@ FINDINGS = {
     "learner_blocks_quorum_recovery": (
         "planner._handle_learners runs before the quorum-loss branch: with quorum lost and recovery "
         "allowed, a pending learner (which cannot be removed or promoted without a leader) makes every pass "
-        "return RemoveMember/Wait for it, so recovery never begins"),
+        "return RemoveMember/Wait for it, so recovery never begins; without approval it keeps asking to remove "
+        "a member it believes is a learner (from a stale list it may be a voter) while QuorumLost=True"),
     "recovery_not_abandoned_when_quorum_returns": (
         "_plan_quorum_recovery follows status.operation blindly: when the members come back (a leader "
         "reported, or their pods ready) after BeginQuorumRecovery was recorded, it still stops them one by "
@@ -82,6 +83,9 @@ def _classify(sim, violation: inv.Violation) -> str | None:
     if (violation.invariant == "quorum_kept_by_actions" and "StopMemberPod" in violation.message
             and decision is not None and decision.action.kind == "StopMemberPod"):
         return "recovery_not_abandoned_when_quorum_returns"
+    if (violation.invariant == "quorum_lost_waits" and decision is not None
+            and decision.action.kind == "RemoveMember" and decision.action.reason.startswith("learner")):
+        return "learner_blocks_quorum_recovery"  # it acts on a learner (as it sees it) instead of waiting
     if violation.invariant == "force_new_cluster_only_after_true_loss" and "recovery begun while" in violation.message \
             and sim.lost_timer_reset:
         return "quorum_timer_survives_lost_write"

@@ -10,7 +10,7 @@ from typing import Callable
 
 from etcd_operator.cluster import actions as a
 from etcd_operator.cluster import health, naming, planner, timers
-from etcd_operator.cluster.health import HealthState, member_name
+from etcd_operator.cluster.health import HealthState
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,8 +196,16 @@ MUTANTS = (
 )
 
 # Mutants the simulator cannot kill, and why (checked by the test: they must indeed survive).
-SURVIVORS: dict[str, str] = {}
-
-
-def member_name_unused(observed, member):  # keep the import used by replacements that need it
-    return member_name(observed, member)
+SURVIVORS: dict[str, str] = {
+    "removal_keeps_quorum_always_true": (
+        "redundant in the current planner: every caller already requires health.has_quorum, a scale-down "
+        "picks an unhealthy victim first, and removing an unhealthy voter (or a healthy one when all are "
+        "healthy) cannot take the healthy voters below the quorum of the remaining ones; etcd's strict "
+        "reconfiguration check would refuse it besides"),
+    "replace_unhealthy_without_quorum_check": (
+        "redundant for the same reason: replacing an unhealthy voter happens only with health.has_quorum, "
+        "and removing an unhealthy voter never lowers the healthy count"),
+    "cleanup_pvc_while_pod_present": (
+        "redundant given Kubernetes' pvc-protection finalizer (a PVC in use stays until its pod is gone, as "
+        "the model does) and because the same cleanup deletes a non-member's pod first"),
+}
