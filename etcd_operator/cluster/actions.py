@@ -91,6 +91,14 @@ class DeleteMemberPod(Action):
 
 
 @dataclasses.dataclass(frozen=True)
+class RestartFailedPod(Action):
+    """The pod failed for good (evicted, node shutdown): it goes, and its member starts
+    again on its PVC."""
+
+    member: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
 class DeleteMemberPVC(Action):
     """The member is not in etcd and its pod is gone: its data goes."""
 
