@@ -141,6 +141,16 @@ class StopMemberPod(Action):
 
 
 @dataclasses.dataclass(frozen=True)
+class SetAsideMemberData(Action):
+    """Part of quorum recovery: a non-survivor's PVC leaves the cluster's selector and owner
+    but is kept, since it may hold writes the survivor lacks; new members take higher
+    ordinals so no name collides with it."""
+
+    member: str = ""
+    min_ordinal: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
 class ForceNewCluster(Action):
     """Restart the survivor with --force-new-cluster."""
 

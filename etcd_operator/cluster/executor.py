@@ -103,6 +103,7 @@ class ClusterExecutor:
             a.Defragment: self._defragment,
             a.BeginQuorumRecovery: self._begin_quorum_recovery,
             a.StopMemberPod: self._stop_member_pod,
+            a.SetAsideMemberData: self._set_aside_member_data,
             a.ForceNewCluster: self._force_new_cluster,
             a.FinishQuorumRecovery: self._finish_quorum_recovery,
         }
@@ -210,6 +211,19 @@ class ClusterExecutor:
     async def _stop_member_pod(self, action: a.StopMemberPod, spec, observed) -> None:
         pod = observed.pods[action.member]
         await self.kube.delete(kube.PODS, self.namespace, action.member, uid=pod.uid)
+
+    async def _set_aside_member_data(self, action: a.SetAsideMemberData, spec, observed) -> None:
+        if action.min_ordinal > observed.min_ordinal:
+            await self.kube.merge_patch(kube.ETCDCLUSTERS, self.namespace, self.cluster, {"metadata": {
+                "annotations": {naming.ANNOTATION_MIN_ORDINAL: str(action.min_ordinal)}}})
+        pvc = observed.pvcs[naming.pvc_name(action.member)]
+        labels = {key: None for key in naming.member_labels(self.cluster, action.member)}
+        labels.update({naming.LABEL_SET_ASIDE_FROM: self.cluster, naming.LABEL_SET_ASIDE_BY: "quorum-recovery"})
+        await self.kube.merge_patch(kube.PVCS, self.namespace, pvc.name, {"metadata": {
+            "labels": labels, "ownerReferences": None}})
+        self.post_event("Warning", "MemberDataSetAside",
+                        f"Kept PVC {pvc.name} aside (label {naming.LABEL_SET_ASIDE_FROM}={self.cluster}): it may hold "
+                        f"writes the survivor lacks. Delete it once you no longer need it")
 
     async def _force_new_cluster(self, action: a.ForceNewCluster, spec, observed) -> None:
         pod = observed.pods.get(action.member)

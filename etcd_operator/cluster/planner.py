@@ -335,6 +335,11 @@ def _plan_quorum_recovery(observed: Observed, health: Health) -> a.Action:
         return a.StopMemberPod("quorum recovery: stopping the other members", others[0])
     if any(p.deleting for p in observed.pods.values() if p.name != op.member):
         return a.Wait("quorum recovery: waiting for the other members to stop")
+    set_aside = sorted(p.name for p in observed.pvcs.values() if p.name != naming.pvc_name(op.member))
+    if set_aside:
+        member = set_aside[0].removeprefix("data-")
+        return a.SetAsideMemberData(f"quorum recovery: keeping {member}'s data aside; it may hold writes "
+                                    f"{op.member} lacks", member, next_ordinal(observed))
     survivor_alone = [m.id for m in health.members] == [op.member_id]
     if survivor_alone and op.member_id in health.healthy_ids:
         return a.FinishQuorumRecovery(f"{op.member} now leads a new single-member cluster", op.member)

@@ -27,6 +27,7 @@ PROGRESS_REASONS = {
     "Defragment": "Defragmenting",
     "BeginQuorumRecovery": "RecoveringQuorum",
     "StopMemberPod": "RecoveringQuorum",
+    "SetAsideMemberData": "RecoveringQuorum",
     "ForceNewCluster": "RecoveringQuorum",
     "FinishQuorumRecovery": "RecoveringQuorum",
 }
