@@ -150,6 +150,10 @@ def build_status(spec: ClusterSpec, observed: Observed, health: Health, action: 
     }
     if observed.etcd.cluster_id:
         status["clusterID"] = f"{observed.etcd.cluster_id:x}"
+    if observed.restoring:
+        # A restore makes a new cluster from a snapshot: the old identity and any quorum
+        # recovery recorded for the old data no longer apply.
+        status.update(clusterID=None, operation=None)
     if extra:
         status.update(extra)
     return status

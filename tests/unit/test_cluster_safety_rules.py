@@ -217,3 +217,18 @@ def test_a_leader_reported_by_a_reachable_member_holds_even_when_other_pods_are_
     assert health_of(s, o).state == HealthState.UNREACHABLE
     assert carry_timers(o, {}).no_quorum_since is None
     assert isinstance(next_step(s, o, recovery_allowed=True), a.Wait)
+
+
+def test_a_restore_in_progress_clears_the_cluster_identity_and_any_recovery():
+    from etcd_operator.cluster.observed import Operation
+    from etcd_operator.cluster.planner import QUORUM_RECOVERY
+    from etcd_operator.cluster.status import build_status
+
+    s = spec(3)
+    o = observed([], bootstrapped=True, operation=Operation(QUORUM_RECOVERY, "c-0", 0x100, 0))
+    o = dataclasses.replace(o, restoring="r1", pods={}, pvcs={})
+    health = health_of(s, o)
+    step = next_step(s, o)
+    assert isinstance(step, a.Wait)
+    status = build_status(s, o, health, step, [], {"clusterID": "1"}, 1)
+    assert status["clusterID"] is None and status["operation"] is None
