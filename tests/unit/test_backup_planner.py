@@ -49,6 +49,7 @@ def test_february_29_is_a_schedule_that_fires(now):
     ("*/10 * * * * *", 1),           # the "10" is minutes: every second of every tenth minute
     ("0,59 5,6 * * * 0,59", 1),      # 05:59:59 then 06:00:00, across an hour boundary
     ("59,0 23,0 * * * 59,0", 1),     # 23:59:59 then 00:00:00, across midnight
+    ("0,59 3,10,11 * * * 0,59", 1),  # only 10:59:59 then 11:00:00, hours after the first fire
     ("* 3 * * 1 */3", 3),            # only on Mondays at 03:xx
 ])
 def test_a_schedule_faster_than_the_floor_is_refused_by_its_fires_not_its_text(expression, gap):
