@@ -8,6 +8,7 @@ not decisions."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import logging
 from typing import Any, Callable, Mapping
@@ -59,8 +60,10 @@ class BackupController:
             return None  # deleted; the daemon is being stopped
         meta, status = current["metadata"], current.get("status") or {}
         now = datetime.datetime.now(datetime.timezone.utc)
-        step = plan(ScheduleSpec.from_dict(current.get("spec") or {}), RunState.from_dict(status),
-                    Observed.from_metadata(meta), now)
+        # In a thread: checking a schedule's shortest gap walks up to a day of its fires
+        # (about 0.3 s for one every 10 s, once a day; cached otherwise).
+        step = await asyncio.to_thread(plan, ScheduleSpec.from_dict(current.get("spec") or {}),
+                                       RunState.from_dict(status), Observed.from_metadata(meta), now)
         if isinstance(step, (s.StartSlot, s.RunBackup, s.RefuseSchedule)):
             logger.info("%s/%s: %s (%s)", meta["namespace"], meta["name"], step.kind, step.message)
 
