@@ -64,8 +64,10 @@ class PodView:
 
     @property
     def starting(self) -> bool:
-        """Running, but still inside its startup probe's budget."""
-        return self.phase == "Running" and not self.started and not self.deleting
+        """Its container runs but has not passed its startup probe yet: inside the startup
+        budget. A container waiting to be restarted (CrashLoopBackOff) is not starting."""
+        return (self.phase == "Running" and not self.started and not self.deleting
+                and self.waiting_reason is None)
 
 
 @dataclasses.dataclass(frozen=True)

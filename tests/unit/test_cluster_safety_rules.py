@@ -232,3 +232,11 @@ def test_a_restore_in_progress_clears_the_cluster_identity_and_any_recovery():
     assert isinstance(step, a.Wait)
     status = build_status(s, o, health, step, [], {"clusterID": "1"}, 1)
     assert status["clusterID"] is None and status["operation"] is None
+
+
+def test_a_crash_looping_member_is_not_taken_for_a_starting_one():
+    o = observed([M(0), M(1), M(2, healthy=False, starting=True, unhealthy_for=10_000)])
+    crashing = dataclasses.replace(o.pods["c-2"], waiting_reason="CrashLoopBackOff")
+    o = dataclasses.replace(o, pods={**o.pods, "c-2": crashing})
+    step = next_step(spec(3), o)
+    assert step == a.RemoveMember(step.reason, "c-2", 0x102, replacing=True)
