@@ -205,3 +205,33 @@ def test_schedules_croniter_accepts_pass_the_schema(crds, namespace):
     result = kubectl("apply", "--dry-run=server", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
                                                                                 "items": docs}), check=False)
     assert result.returncode == 0, result.stderr
+
+
+def test_objects_stored_before_the_name_rules_can_still_be_updated_and_deleted(crds, namespace):
+    """Name rules run on create only: a too-long EtcdCluster stored under an older CRD keeps
+    taking status writes and can lose its finalizer, so it never hangs in deletion."""
+    name = "a" * (limits.CLUSTER_NAME_MAX + 7)
+    older = yaml.safe_load((CRDS / "etcdclusters.yaml").read_text())
+    schema = older["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    schema["x-kubernetes-validations"] = [r for r in schema["x-kubernetes-validations"]
+                                          if "metadata.name" not in r["rule"]]
+    try:
+        kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=json.dumps(older))
+        created = json.loads(manifest("EtcdCluster", name, namespace, VALID["EtcdCluster"]))
+        created["metadata"]["finalizers"] = ["etcd.operator.dev/test"]
+        kubectl("apply", "-f", "-", input=json.dumps(created))
+    finally:
+        kubectl("apply", "--server-side", "--force-conflicts", "-k", str(CRDS))
+    no_finalizers = json.dumps({"metadata": {"finalizers": None}})
+    try:
+        # The rule is in force for new objects ...
+        assert f"at most {limits.CLUSTER_NAME_MAX} characters" in dry_run("EtcdCluster", name + "b", namespace,
+                                                                              VALID["EtcdCluster"]).stderr
+        # ... and the stored one still takes a status write, a delete and the finalizer's removal.
+        kubectl("patch", "etcdcluster", name, "-n", namespace, "--subresource=status", "--type=merge",
+                "-p", json.dumps({"status": {"phase": "Running"}}))
+        kubectl("delete", "etcdcluster", name, "-n", namespace, "--wait=false")
+        kubectl("patch", "etcdcluster", name, "-n", namespace, "--type=merge", "-p", no_finalizers)
+        assert kubectl("get", "etcdcluster", name, "-n", namespace, check=False).returncode != 0
+    finally:  # never leave a finalizer behind to block the namespace's deletion
+        kubectl("patch", "etcdcluster", name, "-n", namespace, "--type=merge", "-p", no_finalizers, check=False)
