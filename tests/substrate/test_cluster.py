@@ -211,7 +211,6 @@ def test_disallowed_changes_become_a_condition_and_touch_nothing(namespace, oper
     cases = [
         ({"version": "3.5.35"}, "VersionDowngrade"),
         ({"storage": {"size": "1Gi", "storageClassName": "other-class"}}, "StorageClassChange"),
-        ({"etcd": {"extraArgs": {"data-dir": "/tmp/elsewhere"}}}, "ManagedFlag"),
     ]
     for change, reason in cases:
         patch_spec(namespace, "c", change)
