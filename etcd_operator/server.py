@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Callable
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -12,9 +13,10 @@ from etcd_operator.metrics import REGISTRY
 
 
 class HealthServer:
-    def __init__(self, port: int, ready: asyncio.Event):
+    def __init__(self, port: int, ready: asyncio.Event, leading: Callable[[], bool] | None = None):
         self.port = port
         self.ready = ready
+        self.leading = leading or (lambda: True)  # without leader election, kopf's readiness decides
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> None:
@@ -34,7 +36,8 @@ class HealthServer:
         return web.Response(text="ok")
 
     async def _readyz(self, request: web.Request) -> web.Response:
-        return web.Response(text="ok" if self.ready.is_set() else "standby", status=200 if self.ready.is_set() else 503)
+        leads = self.ready.is_set() and self.leading()
+        return web.Response(text="ok" if leads else "standby", status=200 if leads else 503)
 
     async def _metrics(self, request: web.Request) -> web.Response:
         body = generate_latest(REGISTRY)
