@@ -4,6 +4,7 @@ against an in-memory Lease store with compare-and-swap semantics."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 
 import pytest
@@ -306,3 +307,33 @@ async def test_the_lease_records_whole_seconds_and_the_holder():
     spec = store.lease["spec"]
     assert spec["leaseDurationSeconds"] == 16 and spec["holderIdentity"] == "a_1234"
     assert spec["leaseTransitions"] == 0 and spec["acquireTime"] == spec["renewTime"]
+
+
+class HangingLeaseStoreClient(LeaseStoreClient):
+    """An API server that takes writes in, then stops answering them."""
+
+    def __init__(self, store: LeaseStore):
+        super().__init__(store)
+        self.hang = False
+        self.cancelled = 0
+
+    async def merge_patch(self, resource, namespace, name, patch, subresource=None):
+        if not self.hang:
+            return await super().merge_patch(resource, namespace, name, patch, subresource)
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+
+
+async def test_a_renewal_that_hangs_is_cut_off_and_the_keeper_returns_at_the_deadline():
+    timing = LeaseTiming(lease_seconds=1.5, renew_every=0.1, stop_acting_seconds=0.6, attempt_timeout=60)
+    client = HangingLeaseStoreClient(LeaseStore())
+    lease = LeaseClock(timing)
+    keeper = LeaseElector(client, "ns", "lease", "a", lease)
+    assert await keeper.acquire()
+    client.hang = True
+    reason = await asyncio.wait_for(keeper.hold(), 20)  # an attempt alone may take 60 s
+    assert "stop-acting deadline" in reason and not lease.may_act()
+    assert client.cancelled >= 1  # the hanging renewal did not outlive the right to act
