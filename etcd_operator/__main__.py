@@ -30,7 +30,8 @@ async def run(config: OperatorConfig) -> int:
 
     ready = asyncio.Event()
     clock = LeaseClock(config.lease_timing) if config.leader_election else None
-    health = HealthServer(config.health_port, ready, leading=clock.may_act if clock else None)
+    health = HealthServer(config.health_port, ready, leading=clock.may_act if clock else None,
+                          address=config.health_address)
     await health.start()
     try:
         if clock is None:

@@ -28,6 +28,7 @@ class OperatorConfig:
     identity: str  # unique per process: a restarted container is a new candidate
     lease_timing: LeaseTiming = LeaseTiming()
     log_writes: bool = False
+    health_address: str = "0.0.0.0"
 
     @property
     def clusterwide(self) -> bool:
@@ -54,6 +55,7 @@ class OperatorConfig:
                 stop_acting_seconds=float(env.get("LEASE_STOP_ACTING_SECONDS", "12")),
             ),
             log_writes=env.get("LOG_WRITES", "false").lower() == "true",
+            health_address=env.get("HEALTH_ADDRESS") or "0.0.0.0",
         )
 
 

@@ -13,8 +13,10 @@ from etcd_operator.metrics import REGISTRY
 
 
 class HealthServer:
-    def __init__(self, port: int, ready: asyncio.Event, leading: Callable[[], bool] | None = None):
+    def __init__(self, port: int, ready: asyncio.Event, leading: Callable[[], bool] | None = None,
+                 address: str = "0.0.0.0"):
         self.port = port
+        self.address = address
         self.ready = ready
         self.leading = leading or (lambda: True)  # without leader election, kopf's readiness decides
         self._runner: web.AppRunner | None = None
@@ -26,7 +28,7 @@ class HealthServer:
         app.router.add_get("/metrics", self._metrics)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        await web.TCPSite(self._runner, "0.0.0.0", self.port).start()
+        await web.TCPSite(self._runner, self.address, self.port).start()
 
     async def stop(self) -> None:
         if self._runner:
