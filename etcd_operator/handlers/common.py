@@ -8,6 +8,8 @@ from typing import Any, Awaitable, Callable, Mapping
 
 import kopf
 
+from etcd_operator.leadership import process_write_guard
+
 POLL = 0.5
 # A finished object is looked at again when it changes, or after this long.
 IDLE_UNTIL_CHANGED = 3600.0
@@ -16,7 +18,8 @@ IDLE_UNTIL_CHANGED = 3600.0
 def event_poster(body: kopf.Body):
     """A (type, reason, message) callable that posts a Kubernetes Event about `body`."""
     def post(type_: str, reason: str, message: str) -> None:
-        kopf.event(body, type=type_, reason=reason, message=message)
+        if process_write_guard().time_left() > 0:  # a deposed replica tells nobody anything
+            kopf.event(body, type=type_, reason=reason, message=message)
     return post
 
 
