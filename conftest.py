@@ -12,7 +12,7 @@ import pytest
 from localkube import controlplane, layout as localkube_layout
 
 SUBSTRATE_LOGS = ("kube-apiserver", "kube-controller-manager", "node-agent", "minio", "operator")
-PER_NAMESPACE_LOGS = ("operator-{namespace}",)
+PER_NAMESPACE_LOGS = ("operator-{namespace}*",)  # one per operator replica
 DUMP_TAIL_BYTES = 6000
 
 
@@ -103,8 +103,11 @@ def dump_diagnostics(where, core, namespace: str) -> None:
             print(f"event {event.type} {obj.kind}/{obj.name} {event.reason}: {event.message}")
     except Exception as e:  # diagnostics must never hide the real failure
         print(f"(could not list events: {e})")
-    for name in SUBSTRATE_LOGS + tuple(n.format(namespace=namespace) for n in PER_NAMESPACE_LOGS):
+    for name in SUBSTRATE_LOGS:
         _print_tail(where.logs_dir / f"{name}.log")
+    for pattern in PER_NAMESPACE_LOGS:
+        for log in sorted(where.logs_dir.glob(f"{pattern.format(namespace=namespace)}.log")):
+            _print_tail(log)
     pod_logs = where.state_dir / "pods" / namespace
     if pod_logs.exists():
         for log in sorted(pod_logs.rglob("*.log")):

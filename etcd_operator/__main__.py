@@ -1,19 +1,27 @@
 """Entry point: `python -m etcd_operator` runs kopf with the project's settings, behind a
-Lease-based leader election when LEADER_ELECTION=true."""
+Lease-based leader election when LEADER_ELECTION=true.
+
+A leader that loses the right to act (see etcd_operator/leadership.py) exits at once with
+LOST_LEADERSHIP_EXIT_CODE: nothing it was doing needs finishing, since every step resumes
+from observed state after a kill, and a graceful kopf stop would let handlers run on for
+up to their cancellation timeout. The Deployment restarts the container as a standby."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sys
 
 import kopf
 
 from etcd_operator.config import OperatorConfig
+from etcd_operator.leadership import AlwaysActs, LeaseClock, install_process_write_guard, writes_logger
 from etcd_operator.memory import return_large_buffers_to_the_system
 from etcd_operator.server import HealthServer
 
 LEASE_NAME = "etcd-operator-leader"
+LOST_LEADERSHIP_EXIT_CODE = 3
 logger = logging.getLogger("etcd_operator")
 
 
@@ -21,39 +29,69 @@ async def run(config: OperatorConfig) -> int:
     import etcd_operator.operator  # noqa: F401  registers the handlers
 
     ready = asyncio.Event()
-    health = HealthServer(config.health_port, ready)
+    clock = LeaseClock(config.lease_timing) if config.leader_election else None
+    health = HealthServer(config.health_port, ready, leading=clock.may_act if clock else None,
+                          address=config.health_address)
     await health.start()
-    stop = asyncio.Event()
-    holder = None
     try:
-        if config.leader_election:
-            from etcd_operator.kube.client import KubeClient
-            from etcd_operator.leader import LeaseElector
-
-            kube = await KubeClient.from_environment()
-            elector = LeaseElector(kube, config.lease_namespace, LEASE_NAME, config.identity)
-            logger.info("waiting to lead (lease %s/%s as %s)", config.lease_namespace, LEASE_NAME, config.identity)
-            await elector.acquire()
-            holder = asyncio.create_task(elector.hold(stop))
-        await kopf.operator(
-            clusterwide=config.clusterwide,
-            namespaces=list(config.namespaces),
-            standalone=True,
-            stop_flag=stop,
-            ready_flag=ready,
-        )
+        if clock is None:
+            await _operate(config, ready)  # no process write guard: every write is allowed
+            return 0
+        return await _lead(config, ready, clock)
     finally:
-        if holder is not None:
-            holder.cancel()
         await health.stop()
-    # Leadership lost: exit non-zero so the pod restarts and stands for election again.
-    return 1 if holder is not None and stop.is_set() else 0
+
+
+async def _operate(config: OperatorConfig, ready: asyncio.Event) -> None:
+    await kopf.operator(
+        clusterwide=config.clusterwide,
+        namespaces=list(config.namespaces),
+        standalone=True,
+        ready_flag=ready,
+    )
+
+
+async def _lead(config: OperatorConfig, ready: asyncio.Event, clock: LeaseClock) -> int:
+    from etcd_operator.kube.client import KubeClient
+    from etcd_operator.leader import LeaseElector
+
+    # The Lease itself is written before this replica may act, so its client is not fenced.
+    lease_client = await KubeClient.from_environment(guard=AlwaysActs())
+    elector = LeaseElector(lease_client, config.lease_namespace, LEASE_NAME, config.identity, clock)
+    install_process_write_guard(clock)  # every other Kubernetes and etcd client asks the lease
+    t = config.lease_timing
+    logger.info("waiting to lead (lease %s/%s as %s; lease %gs, renew every %gs, stop acting %gs after the "
+                "last renewal sent)", config.lease_namespace, LEASE_NAME, config.identity,
+                t.lease_seconds, t.renew_every, t.stop_acting_seconds)
+    if not await elector.acquire():
+        _exit_deposed(clock.ended or "acquired too late")
+    operator = asyncio.create_task(_operate(config, ready))
+    keeper = asyncio.create_task(elector.hold())
+    await asyncio.wait({operator, keeper}, return_when=asyncio.FIRST_COMPLETED)
+    if keeper.done():
+        error = keeper.exception()
+        _exit_deposed(f"the lease keeper failed: {error!r}" if error else keeper.result())
+    # kopf stopped (SIGTERM, or it failed): stop acting first, then hand the Lease over.
+    keeper.cancel()
+    await elector.release()
+    await lease_client.close()
+    operator.result()
+    return 0
+
+
+def _exit_deposed(reason: str) -> None:
+    logger.error("lost leadership: %s; exiting now (status %d) to restart as a standby",
+                 reason, LOST_LEADERSHIP_EXIT_CODE)
+    logging.shutdown()
+    os._exit(LOST_LEADERSHIP_EXIT_CODE)
 
 
 def main() -> int:
     config = OperatorConfig.from_env()
     return_large_buffers_to_the_system()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    if config.log_writes:
+        writes_logger.setLevel(logging.DEBUG)
     return asyncio.run(run(config))
 
 

@@ -8,6 +8,8 @@ import pathlib
 import socket
 import uuid
 
+from etcd_operator.leadership import LeaseTiming
+
 # The image the operator runs from; restore pods use it to fetch snapshots.
 DEFAULT_OPERATOR_IMAGE = "ghcr.io/etcd-operator/etcd-operator:0.1.0"
 
@@ -23,7 +25,10 @@ class OperatorConfig:
     operator_image: str
     leader_election: bool
     lease_namespace: str
-    identity: str
+    identity: str  # unique per process: a restarted container is a new candidate
+    lease_timing: LeaseTiming = LeaseTiming()
+    log_writes: bool = False
+    health_address: str = "0.0.0.0"
 
     @property
     def clusterwide(self) -> bool:
@@ -43,7 +48,14 @@ class OperatorConfig:
             operator_image=env.get("OPERATOR_IMAGE", DEFAULT_OPERATOR_IMAGE),
             leader_election=env.get("LEADER_ELECTION", "false").lower() == "true",
             lease_namespace=env.get("POD_NAMESPACE") or _service_account_namespace() or "default",
-            identity=env.get("POD_NAME") or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}",
+            identity=f"{env.get('POD_NAME') or socket.gethostname()}_{uuid.uuid4().hex[:8]}",
+            lease_timing=LeaseTiming(
+                lease_seconds=float(env.get("LEASE_DURATION_SECONDS", "15")),
+                renew_every=float(env.get("LEASE_RENEW_SECONDS", "2")),
+                stop_acting_seconds=float(env.get("LEASE_STOP_ACTING_SECONDS", "12")),
+            ),
+            log_writes=env.get("LOG_WRITES", "false").lower() == "true",
+            health_address=env.get("HEALTH_ADDRESS") or "0.0.0.0",
         )
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Callable
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -12,9 +13,12 @@ from etcd_operator.metrics import REGISTRY
 
 
 class HealthServer:
-    def __init__(self, port: int, ready: asyncio.Event):
+    def __init__(self, port: int, ready: asyncio.Event, leading: Callable[[], bool] | None = None,
+                 address: str = "0.0.0.0"):
         self.port = port
+        self.address = address
         self.ready = ready
+        self.leading = leading or (lambda: True)  # without leader election, kopf's readiness decides
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> None:
@@ -24,7 +28,7 @@ class HealthServer:
         app.router.add_get("/metrics", self._metrics)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        await web.TCPSite(self._runner, "0.0.0.0", self.port).start()
+        await web.TCPSite(self._runner, self.address, self.port).start()
 
     async def stop(self) -> None:
         if self._runner:
@@ -34,7 +38,8 @@ class HealthServer:
         return web.Response(text="ok")
 
     async def _readyz(self, request: web.Request) -> web.Response:
-        return web.Response(text="ok" if self.ready.is_set() else "standby", status=200 if self.ready.is_set() else 503)
+        leads = self.ready.is_set() and self.leading()
+        return web.Response(text="ok" if leads else "standby", status=200 if leads else 503)
 
     async def _metrics(self, request: web.Request) -> web.Response:
         body = generate_latest(REGISTRY)

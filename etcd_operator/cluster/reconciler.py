@@ -75,6 +75,7 @@ class ClusterReconciler:
         by_type = {cond.type: cond for cond in current}
         warnings = {
             "QuorumLost": (by_type["QuorumLost"], True),
+            "Alarm": (by_type["Alarm"], True),
             "SpecAccepted": (by_type["SpecAccepted"], False),
             "OddSize": (by_type["OddSize"], False),
         }

@@ -10,6 +10,7 @@ import grpc
 from aetcd import rpc
 
 from etcd_operator.cluster.observed import Member, MemberStatus
+from etcd_operator.leadership import WriteGuard, permit_write
 
 DEFAULT_TIMEOUT = 5.0
 # Snapshots of large databases stream for a long time; only the idle gap is bounded.
@@ -53,9 +54,10 @@ def _member(m) -> Member:
 class EtcdMemberClient:
     """Talks to exactly one member, at `endpoint` ("host:port")."""
 
-    def __init__(self, endpoint: str, timeout: float = DEFAULT_TIMEOUT):
+    def __init__(self, endpoint: str, timeout: float = DEFAULT_TIMEOUT, guard: WriteGuard | None = None):
         self.endpoint = endpoint
         self.timeout = timeout
+        self.guard = guard  # None: the process's write guard (leader election)
         self._channel = grpc.aio.insecure_channel(
             endpoint,
             options=[
@@ -76,9 +78,17 @@ class EtcdMemberClient:
     async def __aexit__(self, *exc) -> None:
         await self.close()
 
-    async def _call(self, name: str, method, request, timeout: float | None = None):
+    async def _call(self, name: str, method, request, timeout: float | None = None, mutating: bool = False,
+                    past_deadline: bool = False):
+        """A mutating call is refused (LeadershipLost) when this replica may not act, and its
+        gRPC deadline ends with the right to act, so it is never sent later; `past_deadline`
+        keeps the call's own timeout for a call that may outlast the lease (Defragment)."""
+        timeout = timeout or self.timeout
+        if mutating:
+            left = permit_write(f"{name} on {self.endpoint}", self.guard)
+            timeout = timeout if past_deadline else min(timeout, left)
         try:
-            return await method(request, timeout=timeout or self.timeout)
+            return await method(request, timeout=timeout)
         except grpc.aio.AioRpcError as e:
             raise EtcdError(self.endpoint, name, e.code(), e.details() or str(e.code())) from None
 
@@ -93,26 +103,28 @@ class EtcdMemberClient:
     async def add_learner(self, peer_urls: list[str]) -> tuple[Member, list[Member]]:
         response = await self._call(
             "MemberAdd", self._cluster.MemberAdd,
-            rpc.MemberAddRequest(peerURLs=peer_urls, isLearner=True),
+            rpc.MemberAddRequest(peerURLs=peer_urls, isLearner=True), mutating=True,
         )
         return _member(response.member), [_member(m) for m in response.members]
 
     async def add_voter(self, peer_urls: list[str]) -> tuple[Member, list[Member]]:
         response = await self._call(
             "MemberAdd", self._cluster.MemberAdd,
-            rpc.MemberAddRequest(peerURLs=peer_urls, isLearner=False),
+            rpc.MemberAddRequest(peerURLs=peer_urls, isLearner=False), mutating=True,
         )
         return _member(response.member), [_member(m) for m in response.members]
 
     async def promote(self, member_id: int) -> list[Member]:
         response = await self._call(
-            "MemberPromote", self._cluster.MemberPromote, rpc.MemberPromoteRequest(ID=member_id)
+            "MemberPromote", self._cluster.MemberPromote, rpc.MemberPromoteRequest(ID=member_id),
+            mutating=True,
         )
         return [_member(m) for m in response.members]
 
     async def remove(self, member_id: int) -> list[Member]:
         response = await self._call(
-            "MemberRemove", self._cluster.MemberRemove, rpc.MemberRemoveRequest(ID=member_id)
+            "MemberRemove", self._cluster.MemberRemove, rpc.MemberRemoveRequest(ID=member_id),
+            mutating=True,
         )
         return [_member(m) for m in response.members]
 
@@ -120,7 +132,7 @@ class EtcdMemberClient:
         """Must be sent to the current leader."""
         await self._call(
             "MoveLeader", self._maintenance.MoveLeader, rpc.MoveLeaderRequest(targetID=target_id),
-            timeout=max(self.timeout, 15.0),
+            timeout=max(self.timeout, 15.0), mutating=True,
         )
 
     # --- maintenance ------------------------------------------------------------------
@@ -143,7 +155,8 @@ class EtcdMemberClient:
         )
 
     async def defragment(self, timeout: float = 120.0) -> None:
-        await self._call("Defragment", self._maintenance.Defragment, rpc.DefragmentRequest(), timeout)
+        await self._call("Defragment", self._maintenance.Defragment, rpc.DefragmentRequest(), timeout,
+                         mutating=True, past_deadline=True)
 
     async def alarms(self) -> list[tuple[int, int]]:
         response = await self._call(
@@ -155,7 +168,7 @@ class EtcdMemberClient:
     # --- keys (used by health checks and tests) ---------------------------------------
 
     async def put(self, key: bytes, value: bytes) -> int:
-        response = await self._call("Put", self._kv.Put, rpc.PutRequest(key=key, value=value))
+        response = await self._call("Put", self._kv.Put, rpc.PutRequest(key=key, value=value), mutating=True)
         return response.header.revision
 
     async def get(self, key: bytes, serializable: bool = False) -> bytes | None:

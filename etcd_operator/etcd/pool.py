@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 from etcd_operator.etcd.client import EtcdMemberClient
+from etcd_operator.leadership import WriteGuard
 
 
 class EtcdClientPool:
-    def __init__(self, timeout: float = 3.0):
+    def __init__(self, timeout: float = 3.0, guard: WriteGuard | None = None):
         self._clients: dict[str, EtcdMemberClient] = {}
         self._timeout = timeout
+        self._guard = guard  # None: the process's write guard (leader election)
 
     def get(self, endpoint: str) -> EtcdMemberClient:
         client = self._clients.get(endpoint)
         if client is None:
-            client = self._clients[endpoint] = EtcdMemberClient(endpoint, timeout=self._timeout)
+            client = self._clients[endpoint] = EtcdMemberClient(endpoint, timeout=self._timeout, guard=self._guard)
         return client
 
     async def retain_only(self, endpoints: set[str]) -> None:

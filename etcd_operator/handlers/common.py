@@ -8,6 +8,8 @@ from typing import Any, Awaitable, Callable, Mapping
 
 import kopf
 
+from etcd_operator.leadership import process_write_guard
+
 POLL = 0.5
 # A finished object is looked at again when it changes, or after this long.
 IDLE_UNTIL_CHANGED = 3600.0
@@ -16,7 +18,8 @@ IDLE_UNTIL_CHANGED = 3600.0
 def event_poster(body: kopf.Body):
     """A (type, reason, message) callable that posts a Kubernetes Event about `body`."""
     def post(type_: str, reason: str, message: str) -> None:
-        kopf.event(body, type=type_, reason=reason, message=message)
+        if process_write_guard().time_left() > 0:  # a deposed replica tells nobody anything
+            kopf.event(body, type=type_, reason=reason, message=message)
     return post
 
 
@@ -25,10 +28,12 @@ def snapshot(body: kopf.Body) -> dict:
     return copy.deepcopy(dict(body))
 
 
-async def sleep_unless_changed(stopped: kopf.DaemonStopped, body: kopf.Body, seconds: float) -> None:
-    """Sleeps, but wakes at once when the spec or the annotations change."""
-    generation = body.get("metadata", {}).get("generation")
-    annotations = dict(body.get("metadata", {}).get("annotations") or {})
+async def sleep_unless_changed(stopped: kopf.DaemonStopped, body: kopf.Body, seconds: float,
+                               seen: Mapping[str, Any]) -> None:
+    """Sleeps, but wakes at once when the spec or the annotations differ from `seen`, the
+    copy the last pass worked on (an edit made during that pass wakes it at once too)."""
+    generation = seen.get("metadata", {}).get("generation")
+    annotations = dict(seen.get("metadata", {}).get("annotations") or {})
     waited = 0.0
     while waited < seconds and not stopped:
         await stopped.wait(min(POLL, seconds - waited))
@@ -46,9 +51,10 @@ async def run_until_deleted(reconcile: Callable[[Mapping[str, Any]], Awaitable[f
     the spec or the annotations change. The daemon never returns on its own: kopf does not
     restart a daemon that returned, so a later fix to the spec would go unseen."""
     while not stopped:
+        seen = snapshot(body)
         try:
-            delay = await reconcile(snapshot(body))
+            delay = await reconcile(seen)
         except Exception as e:  # a failed pass is retried; the daemon lives on
             logger.exception("pass failed: %s", e)
             delay = error_backoff
-        await sleep_unless_changed(stopped, body, IDLE_UNTIL_CHANGED if delay is None else delay)
+        await sleep_unless_changed(stopped, body, IDLE_UNTIL_CHANGED if delay is None else delay, seen)

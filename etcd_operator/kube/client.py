@@ -11,6 +11,8 @@ from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client.rest import ApiException
 
+from etcd_operator.leadership import WriteGuard, permit_write
+
 FIELD_MANAGER = "etcd-operator"
 REQUEST_TIMEOUT = 30
 
@@ -69,23 +71,27 @@ def _raise_for(status: int, body: bytes | str | None, reason: str | None) -> Non
 
 
 class KubeClient:
-    def __init__(self, api_client: k8s.ApiClient):
+    def __init__(self, api_client: k8s.ApiClient, guard: WriteGuard | None = None):
         self.api = api_client
+        self.guard = guard  # None: the process's write guard (leader election)
 
     @classmethod
-    async def from_environment(cls) -> "KubeClient":
+    async def from_environment(cls, guard: WriteGuard | None = None) -> "KubeClient":
         configuration = k8s.Configuration()
         try:
             k8s_config.load_incluster_config(client_configuration=configuration)
         except k8s_config.ConfigException:
             await k8s_config.load_kube_config(client_configuration=configuration)
-        return cls(k8s.ApiClient(configuration))
+        return cls(k8s.ApiClient(configuration), guard)
 
     async def close(self) -> None:
         await self.api.close()
 
     async def _request(self, method: str, path: str, body: Any = None, query: dict | None = None,
                        content_type: str = "application/json") -> dict | None:
+        timeout: float = REQUEST_TIMEOUT
+        if method != "GET":  # a write: refused (LeadershipLost) when deposed, abandoned at the deadline
+            timeout = min(timeout, permit_write(f"{method} {path}", self.guard))
         try:
             response = await self.api.call_api(
                 path, method,
@@ -94,7 +100,7 @@ class KubeClient:
                 body=body,
                 auth_settings=["BearerToken"],
                 _preload_content=False,
-                _request_timeout=REQUEST_TIMEOUT,
+                _request_timeout=timeout,
             )
         except ApiException as e:
             return _raise_for(e.status, e.body, e.reason)

@@ -17,6 +17,8 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
 
+from etcd_operator.leadership import permit_write
+
 PERMANENT_CODES = frozenset({
     "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "NoSuchBucket", "InvalidBucketName",
     "AllAccessDisabled", "AuthorizationHeaderMalformed", "InvalidToken", "ExpiredToken", "AccountProblem",
@@ -26,6 +28,11 @@ PERMANENT_CODES = frozenset({
 
 BODY_CHECKSUM = "CRC32"
 PART_CHECKSUM_FIELD = "ChecksumCRC32"
+
+
+# Calls that change the store: a replica that lost its lease sends none of them.
+WRITES = frozenset({"put_object", "delete_object", "create_multipart_upload", "complete_multipart_upload",
+                    "abort_multipart_upload"})
 
 
 class StorageError(Exception):
@@ -125,6 +132,8 @@ class S3Storage:
         return await loop.run_in_executor(self._threads, functools.partial(function, *args, **kwargs))
 
     async def _call(self, method: str, **kwargs) -> Any:
+        if method in WRITES:
+            permit_write(f"S3 {method} {kwargs.get('Key', '')}")
         try:
             return await self._in_thread(getattr(self._client, method), **kwargs)
         except Exception as e:

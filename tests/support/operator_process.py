@@ -1,10 +1,12 @@
 """The operator as a real subprocess against the substrate, one per test, watching only
-the test's namespace. Fault points can be enabled to kill it at a chosen step."""
+the test's namespace. Fault points can be enabled to kill it at a chosen step. Several
+replicas of one namespace (leader election) get an `identity` each, with its own log."""
 
 from __future__ import annotations
 
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 import time
@@ -15,11 +17,15 @@ from tests.support.etcd_process import free_port
 
 
 class OperatorProcess:
-    def __init__(self, substrate: Layout, namespace: str, kubeconfig: pathlib.Path | None = None):
+    def __init__(self, substrate: Layout, namespace: str, kubeconfig: pathlib.Path | None = None,
+                 identity: str | None = None, env: dict[str, str] | None = None):
         self.substrate = substrate
         self.namespace = namespace
         self.kubeconfig = kubeconfig or substrate.kubeconfig
-        self.log_path = substrate.logs_dir / f"operator-{namespace}.log"
+        self.identity = identity  # POD_NAME of this replica
+        self.extra_env = dict(env or {})
+        suffix = f"-{identity}" if identity else ""
+        self.log_path = substrate.logs_dir / f"operator-{namespace}{suffix}.log"
         self.process: subprocess.Popen | None = None
         self.health_port = free_port()
 
@@ -31,6 +37,8 @@ class OperatorProcess:
             "HEALTH_PORT": str(self.health_port),
             "METRICS_PORT": str(free_port()),
             "ETCD_OPERATOR_FAULTS": faults,
+            **({"POD_NAME": self.identity} if self.identity else {}),
+            **self.extra_env,
         }
         log = open(self.log_path, "ab")
         log.write(f"\n===== operator start (faults={faults!r}) =====\n".encode())
@@ -59,8 +67,21 @@ class OperatorProcess:
     def wait_exit(self, timeout: float) -> int:
         return self.process.wait(timeout)
 
+    def freeze(self) -> None:
+        """SIGSTOP: the process stays, as a paused VM or a stalled node would."""
+        self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self.process.send_signal(signal.SIGCONT)
+
+    def mark_log(self, text: str) -> None:
+        """Appends a line to the process's log (in order with its own lines: both append)."""
+        with open(self.log_path, "a") as log:
+            log.write(f"{text}\n")
+
     def stop(self) -> None:
         if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)  # a frozen process would not see SIGTERM
             self.process.terminate()
             try:
                 self.process.wait(30)
