@@ -38,6 +38,7 @@ class Context:
     spec: ClusterSpec
     observed: Observed
     kill_at_kill_point: bool = False  # the operator dies after the first of two requests
+    annotations: dict = dataclasses.field(default_factory=dict)  # the EtcdCluster's metadata.annotations
 
     def kill_point(self) -> None:
         if self.kill_at_kill_point:
@@ -166,6 +167,18 @@ def do_begin_recovery(ctx: Context, action: a.BeginQuorumRecovery) -> Outcome:
     return Outcome(True, status_patch={"operation": operation.to_dict()})
 
 
+def do_set_aside(ctx: Context, action: a.SetAsideMemberData) -> None:
+    """The PVC leaves the cluster's selector (and owner): kept, no longer the operator's."""
+    if action.min_ordinal > ctx.observed.min_ordinal:
+        ctx.annotations[naming.ANNOTATION_MIN_ORDINAL] = str(action.min_ordinal)
+    ctx.kill_point()
+    view = ctx.observed.pvcs[naming.pvc_name(action.member)]
+    pvc = ctx.world.pvcs.get(view.name)
+    if pvc is None:
+        raise Refused(f"NotFound: pvc {view.name}", not_yet=False)
+    ctx.world.set_aside_pvc(pvc)
+
+
 def do_force_new_cluster(ctx: Context, action: a.ForceNewCluster) -> None:
     if ctx.observed.pods.get(action.member) is not None:
         _delete_pod(ctx, action.member)
@@ -188,6 +201,8 @@ HANDLERS: dict[type, Callable] = {
     a.PromoteLearner: do_promote,
     a.RemoveMember: do_remove,
     a.DeleteMemberPod: do_delete_pod,
+    a.RestartFailedPod: do_delete_pod,
+    a.SetAsideMemberData: do_set_aside,
     a.DeleteMemberPVC: do_delete_pvc,
     a.MoveLeader: do_move_leader,
     a.RollMember: do_delete_pod,
@@ -199,7 +214,7 @@ HANDLERS: dict[type, Callable] = {
 }
 
 # Actions that take two requests: the operator may die between them.
-TWO_PHASE = {a.AddLearner, a.SettleMemberPod}
+TWO_PHASE = {a.AddLearner, a.SettleMemberPod, a.SetAsideMemberData}
 
 
 class UnknownAction(Exception):

@@ -9,6 +9,11 @@ from etcd_operator.cluster import naming
 from tests.sim import invariants as inv
 
 FINDINGS = {
+    "broken_pod_rule_rolls_live_members": (
+        "planner.pod_broken counts a pod whose etcd runs but is not ready only because no leader is elected "
+        "yet (members restarting, election in progress) as broken; _restart_broken_outdated_members and "
+        "_plan_without_member_list then RollMember it during a spec change, breaking a quorum that was "
+        "forming and rolling several members at once"),
     "foreign_member_list": (
         "observer.py takes the member list from any endpoint whose status says it leads, without checking "
         "its cluster ID against status.clusterID: a foreign etcd answering on an address a Failed pod still "
@@ -86,6 +91,10 @@ def _classify(sim, violation: inv.Violation) -> str | None:
     if (violation.invariant == "quorum_lost_waits" and decision is not None
             and decision.action.kind == "RemoveMember" and decision.action.reason.startswith("learner")):
         return "learner_blocks_quorum_recovery"  # it acts on a learner (as it sees it) instead of waiting
+    if (violation.invariant == "quorum_kept_by_actions" and "RollMember" in violation.message
+            and "(its pod ran etcd)" in violation.message and decision is not None
+            and decision.health.state != inv.HealthState.HEALTHY):
+        return "broken_pod_rule_rolls_live_members"
     if violation.invariant == "force_new_cluster_only_after_true_loss" and "recovery begun while" in violation.message \
             and sim.lost_timer_reset:
         return "quorum_timer_survives_lost_write"
@@ -94,6 +103,11 @@ def _classify(sim, violation: inv.Violation) -> str | None:
             return "recovery_survivor_lost_data"
         if "while a surviving member has" in violation.message:
             return "recovery_survivor_not_newest"
+    operation = sim.status.get("operation") or {}
+    if violation.invariant == "converges_to_spec" and operation.get("member"):
+        pvc = world.pvcs.get(naming.pvc_name(operation["member"]))
+        if pvc is None or pvc.data is None:
+            return "recovery_survivor_lost_data"
     if violation.invariant == "converges_to_spec":
         if any(pod.phase == "Failed" for pod in world.pods.values()):
             return "failed_pod_never_restarted"

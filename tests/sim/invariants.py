@@ -40,8 +40,10 @@ def surviving_data(world: World, exclude: str | None = None):
     main = world.main
     if main is None:
         return []
-    return [(p.name, p.data) for p in world.pvcs.values()
+    kept = [(p.name, p.data) for p in world.pvcs.values()
             if p.name != exclude and p.data is not None and not p.deleting and p.data.cluster_id == main.cluster_id]
+    return kept + [(f"set-aside {p.name}", p.data) for p in world.set_aside
+                   if p.data is not None and p.data.cluster_id == main.cluster_id]
 
 
 def true_leader_pod(world: World) -> str | None:
@@ -74,6 +76,8 @@ class ActionChecks:
         self.world = world
         self.action = action
         self.quorum_before = has_quorum(world, world.main)
+        target = world.pods.get(getattr(action, "member", "") or "")
+        self.target_ran = target is not None and world.member_up(target)
         self.voters_before = len(world.main.voters()) if world.main else 0
         self.pending: list[str] = []
         self._membership_in_flight()
@@ -193,7 +197,8 @@ class ActionChecks:
         if isinstance(self.action, a.ForceNewCluster):
             return  # the survivor's restart; recovery was checked when it began
         _fail("quorum_kept_by_actions",
-              f"{self.action.kind}({getattr(self.action, 'member', '')}) took the cluster below quorum")
+              f"{self.action.kind}({getattr(self.action, 'member', '')}) took the cluster below quorum"
+              + (" (its pod ran etcd)" if self.target_ran else ""))
 
 
 # --- after every step -------------------------------------------------------------------------

@@ -400,7 +400,7 @@ class Sim:
                        and decision.health.state.value == "QuorumLost")
             checks = inv.ActionChecks(w, action, self.recovery_allowed, self.skew_max - self.skew_min,
                                       decision.acting_spec, waiting)
-            ctx = effects.Context(w, acting, observed, kill_at_kill_point=kill_mid)
+            ctx = effects.Context(w, acting, observed, kill_at_kill_point=kill_mid, annotations=self.annotations)
             leader_before = w.main.leader if w.main else None
             outcome = effects.run(ctx, action)
             took_effect = outcome.done or (outcome.interrupted and type(action) in effects.TWO_PHASE)

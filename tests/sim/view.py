@@ -9,6 +9,7 @@ from typing import Any, Mapping
 
 from etcd_operator.cluster import naming
 from etcd_operator.cluster.observed import EtcdView, MemberStatus, Observed, Operation, PodView, PVCView
+from etcd_operator.cluster.identity import member_list_sources, parse_cluster_id, split_foreign
 from etcd_operator.cluster.timers import carry_timers
 
 from tests.sim.world import CLUSTER, NAMESPACE, Foreign, World
@@ -25,13 +26,14 @@ def pod_view(world: World, pod) -> PodView:
         data = world.data_of(pod)
         group = world.groups.get(data.lineage) if data else None
         ready = group is not None and group.leader is not None and pod.isolated_until <= world.now
+    started = world.member_up(pod)  # the startup probe (/livez) passes once etcd runs
     key = (pod.name, pod.uid, pod.member_id, pod.phase, ready, pod.deleting, pod.ip, pod.spec_hash,
-           pod.initial_state, pod.initial_cluster, pod.force_new_cluster, pod.restarts, pod.waiting)
+           pod.initial_state, pod.initial_cluster, pod.force_new_cluster, pod.restarts, pod.waiting, started)
     view = _views.get(key)
     if view is None:
         if len(_views) > 50_000:
             _views.clear()
-        view = _views[key] = PodView(*key[:-2], restart_count=pod.restarts, waiting_reason=pod.waiting)
+        view = _views[key] = PodView(*key)
     return view
 
 
@@ -74,7 +76,8 @@ def observe(world: World, status: Mapping[str, Any], annotations: Mapping[str, s
             skew: float) -> Observed:
     pods = {name: pod_view(world, world.pods[name]) for name in sorted(world.pods)}
     pvcs = {name: pvc_view(world.pvcs[name]) for name in sorted(world.pvcs)}
-    statuses, errors, by_endpoint, source = {}, {}, {}, {}
+    recorded_cluster_id = parse_cluster_id(status.get("clusterID"))
+    errors, answers, source = {}, {}, {}
     serving = {p.ip: p for p in world.pods.values() if p.ip and world.member_up(p)}
     for name, view in pods.items():
         if not view.ip:
@@ -87,23 +90,30 @@ def observe(world: World, status: Mapping[str, Any], annotations: Mapping[str, s
         if isinstance(result, str):
             errors[name] = result
             continue
-        statuses[result.member_id] = result
-        by_endpoint[endpoint] = result
+        answers[endpoint] = result
         source[endpoint] = where
-    etcd = EtcdView(errors=errors)
+    by_endpoint, foreign = split_foreign(answers, recorded_cluster_id)
+    for endpoint, cluster_id in foreign.items():
+        errors[endpoint] = f"answers for another cluster ({cluster_id:x}); not trusted"
+    statuses = {s.member_id: s for s in by_endpoint.values()}
+    etcd = EtcdView(errors=errors, foreign=foreign)
     if statuses:
         endpoint_of = {s.member_id: e for e, s in by_endpoint.items()}
-        leaders = [e for e, s in by_endpoint.items() if s.leader_id == s.member_id and s.leader_id]
-        sources = leaders + sorted(by_endpoint, key=lambda e: -by_endpoint[e].raft_index)
-        endpoint = sources[0]
-        where, st = source[endpoint], by_endpoint[endpoint]
-        if isinstance(where, Foreign):
-            members = (_foreign_member(where),)
-        else:
-            members = where[1].members_view
-        etcd = EtcdView(members=tuple(members), statuses=statuses, cluster_id=st.cluster_id,
-                        leader_id=st.leader_id or None, from_leader=endpoint in leaders, errors=errors,
-                        endpoints=endpoint_of)
+        etcd = EtcdView(statuses=statuses, errors=errors, endpoints=endpoint_of, foreign=foreign)
+        for endpoint in member_list_sources(by_endpoint):
+            where, st = source[endpoint], by_endpoint[endpoint]
+            if isinstance(where, Foreign):
+                cluster_id, members = where.cluster_id, (_foreign_member(where),)
+            else:
+                cluster_id, members = where[2].cluster_id, where[1].members_view
+            if cluster_id != st.cluster_id:
+                errors[endpoint] = f"member list for another cluster ({cluster_id:x}); not trusted"
+                continue
+            etcd = EtcdView(members=tuple(members), statuses=statuses, cluster_id=cluster_id,
+                            leader_id=st.leader_id or None,
+                            from_leader=bool(st.leader_id) and st.leader_id == st.member_id,
+                            errors=errors, endpoints=endpoint_of, foreign=foreign)
+            break
     versions = [s.version for s in statuses.values()]
     observed = Observed(
         cluster=CLUSTER, namespace=NAMESPACE, uid="uid-cluster", now=world.now + skew,
@@ -112,6 +122,8 @@ def observe(world: World, status: Mapping[str, Any], annotations: Mapping[str, s
         recovery_approved=annotations.get(naming.ANNOTATION_APPROVE_QUORUM_RECOVERY) == "true",
         operation=Operation.from_dict(status.get("operation")),
         bootstrapped=bool(status.get("clusterID")),
+        min_ordinal=int(annotations.get(naming.ANNOTATION_MIN_ORDINAL) or 0),
+        recorded_cluster_id=recorded_cluster_id,
     )
     return carry_timers(observed, status)
 

@@ -151,6 +151,7 @@ class World:
         self.groups: dict[int, Group] = {}
         self.main_lineage: int | None = None  # the dataset the operator created or recovered last
         self.foreign: dict[str, Foreign] = {}
+        self.set_aside: list[PVC] = []  # PVCs a quorum recovery kept out of the cluster
         self.free_ips: list[str] = []
         self.next_ip = 1
         self.next_uid = 1
@@ -226,6 +227,11 @@ class World:
             pod.deleting = True
         else:
             self.remove_pod(pod)
+
+    def set_aside_pvc(self, pvc: PVC) -> None:
+        """Out of the cluster's selector: invisible to the operator, its data kept."""
+        del self.pvcs[pvc.name]
+        self.set_aside.append(pvc)
 
     def delete_pvc(self, pvc: PVC, by_operator: bool) -> None:
         pvc.deleting = True
