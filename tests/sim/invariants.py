@@ -206,11 +206,11 @@ class ActionChecks:
 def single_dataset_served(world: World) -> None:
     served = set()
     for pod in world.pods.values():
-        if not world.member_up(pod) or pod.isolated_until > world.now:
+        if not world.member_up(pod):
             continue
         data = world.data_of(pod)
         group = world.groups.get(data.lineage)
-        if group is not None and group.leader is not None:
+        if group is not None and group.leader is not None and not world.cut_off(pod, group):
             served.add(data.lineage)
     if len(served) > 1:
         _fail("single_dataset_served", f"pods of {len(served)} datasets (lineages {sorted(served)}) serve at once")
@@ -265,7 +265,10 @@ def waits_by_design(world: World, status: dict, recovery_allowed: bool) -> bool:
         return False
     if main is None:
         return True
-    with_data = {d.member_id for _, d in surviving_data(world) if d.lineage == main.lineage}
+    # A voter's data counts when that data knows itself as a voter (a promotion it never applied
+    # leaves it a learner in its own eyes, and etcd acts on its own view).
+    with_data = {d.member_id for _, d in surviving_data(world) if d.lineage == main.lineage
+                 and any(m.id == d.member_id and not m.is_learner for m in d.members_view)}
     voters_with_data = [m for m in main.voters() if m.id in with_data]
     if not voters_with_data:
         return True  # nothing survives: only a restore from a backup can help

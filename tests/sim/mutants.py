@@ -12,6 +12,8 @@ from etcd_operator.cluster import actions as a
 from etcd_operator.cluster import health, naming, planner, timers
 from etcd_operator.cluster.health import HealthState
 
+from tests.sim import view
+
 
 @dataclasses.dataclass(frozen=True)
 class Mutant:
@@ -159,6 +161,10 @@ def _replace_without_quorum_check(spec, observed, health_, names):
     return _ORIGINAL["_replace_or_shrink"](spec, observed, health_, names)
 
 
+def _trust_every_answer(answers, recorded):
+    return dict(answers), {}  # guard removed: answers carrying another cluster ID are kept
+
+
 _ORIGINAL = {name: getattr(planner, name) for name in (
     "_replace_or_shrink", "_cleanup_removed_members", "_plan_quorum_loss", "_roll_outdated_member",
     "_handle_learners")}
@@ -193,6 +199,10 @@ MUTANTS = (
            ((planner, "_handle_learners", _add_learner_while_learner_pending),)),
     Mutant("replace_unhealthy_without_quorum_check", "replacing an unhealthy member keeps quorum",
            ((planner, "_replace_or_shrink", _replace_without_quorum_check),)),
+    Mutant("act_under_alarm_or_when_cut_off", "nothing removed/replaced/rolled under an alarm or when cut off",
+           ((planner, "HOLD_STATES", frozenset()),)),
+    Mutant("foreign_answers_trusted", "answers from another cluster ID are not used (observer, identity.py)",
+           ((view, "split_foreign", _trust_every_answer),)),
 )
 
 # Mutants the simulator cannot kill, and why (checked by the test: they must indeed survive).

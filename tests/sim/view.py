@@ -25,7 +25,7 @@ def pod_view(world: World, pod) -> PodView:
     if world.member_up(pod):
         data = world.data_of(pod)
         group = world.groups.get(data.lineage) if data else None
-        ready = group is not None and group.leader is not None and pod.isolated_until <= world.now
+        ready = group is not None and group.leader is not None and not world.cut_off(pod, group)
     started = world.member_up(pod)  # the startup probe (/livez) passes once etcd runs
     key = (pod.name, pod.uid, pod.member_id, pod.phase, ready, pod.deleting, pod.ip, pod.spec_hash,
            pod.initial_state, pod.initial_cluster, pod.force_new_cluster, pod.restarts, pod.waiting, started)
@@ -60,8 +60,8 @@ def status_at(world: World, ip: str, serving: dict):
     if pod is not None:
         data = world.data_of(pod)
         group = world.groups[data.lineage]
-        member = group.member(data.member_id)
-        leader = 0 if pod.isolated_until > world.now else (group.leader or 0)
+        member = next((m for m in data.members_view if m.id == data.member_id), None)  # its local view
+        leader = 0 if world.cut_off(pod, group) else (group.leader or 0)
         errors = ((NO_LEADER,) if not leader else ()) + alarm_errors(data.member_id, group.alarms)
         key = (group.cluster_id, data.member_id, leader, pod.version, data.db_size, data.db_in_use,
                data.revision, data.applied, data.applied, 2, bool(member and member.is_learner), errors)

@@ -195,6 +195,14 @@ class World:
         pvc = self.pvcs.get(naming.pvc_name(pod.name))
         return pvc.data if pvc is not None else None
 
+    def cut_off(self, pod: Pod, group: Group) -> bool:
+        """Isolated from its peers. A lone voter still forms its own quorum and leads."""
+        if pod.isolated_until <= self.now:
+            return False
+        voters = group.voters()
+        data = self.data_of(pod)
+        return not (len(voters) == 1 and data is not None and voters[0].id == data.member_id)
+
     def member_up(self, pod: Pod) -> bool:
         return pod.up and not pod.deleting and pod.phase == "Running"
 
@@ -203,11 +211,13 @@ class World:
         found = {}
         lineage, by_id, pvcs, now = group.lineage, group._by_id, self.pvcs, self.now
         for pod in self.pods.values():
-            if not pod.up or pod.deleting or pod.phase != "Running" or pod.isolated_until > now:
+            if not pod.up or pod.deleting or pod.phase != "Running":
                 continue
             pvc = pvcs.get("data-" + pod.name)
             data = pvc.data if pvc is not None else None
             if data is not None and data.lineage == lineage and data.member_id in by_id:
+                if pod.isolated_until > now and self.cut_off(pod, group):
+                    continue
                 found[data.member_id] = pod
         return found
 
@@ -363,9 +373,11 @@ class World:
             if pvc.deleting and not any(p.name == pvc.name.removeprefix("data-") for p in self.pods.values()):
                 del self.pvcs[pvc.name]
         for pod in self.pods.values():
-            if pod.up and pod.isolated_until <= self.now:
+            if pod.up:
                 data = self.data_of(pod)
                 group = self.groups.get(data.lineage) if data is not None else None
+                if group is not None and self.cut_off(pod, group):
+                    continue  # cut off, it does not learn it was removed
                 if group is None or group.member(data.member_id) is None:
                     self._crash(pod, "the member was removed from the cluster")  # etcd exits
                 continue
@@ -411,6 +423,8 @@ class World:
         for m in group.members:
             if m.id in up and m.id not in order:
                 order.append(m.id)
+        if up[group.leader].isolated_until > self.now:
+            order = [group.leader]  # a lone voter cut off from its learner replicates to nobody
         for rank, member_id in enumerate(order):
             data = self.data_of(up[member_id])
             in_quorum = rank < needed
@@ -444,7 +458,7 @@ class World:
         if isinstance(found, Foreign):
             return None
         pod, _, group = found
-        if group.leader is None or pod.isolated_until > self.now:
+        if group.leader is None or self.cut_off(pod, group):
             raise Refused("etcdserver: no leader")
         return group
 
@@ -496,9 +510,12 @@ class World:
             raise Refused("etcdserver: member not found", not_yet=False)
         if not member.is_learner:
             raise Refused("etcdserver: can only promote a learner member", not_yet=False)
-        pod = self.up_members(group).get(member_id)
+        up = self.up_members(group)
+        pod = up.get(member_id)
         applied = self.data_of(pod).applied if pod else 0
-        if pod is None or applied < group.committed * LEARNER_READY_PERCENT:
+        leader_pod = up.get(group.leader)
+        if (pod is None or applied < group.committed * LEARNER_READY_PERCENT
+                or leader_pod is None or leader_pod.isolated_until > self.now):
             raise Refused("etcdserver: can only promote a learner member which is in sync with leader")
         voters = group.voters()
         started = [m for m in voters if m.name]
@@ -513,7 +530,7 @@ class World:
         if isinstance(found, Foreign):
             raise Refused("etcdserver: not leader", not_yet=False)
         pod, data, group = found
-        if group.leader != data.member_id or pod.isolated_until > self.now:
+        if group.leader != data.member_id or self.cut_off(pod, group):
             raise Refused("etcdserver: not leader", not_yet=False)
         target = group.member(to_id)
         pod = self.up_members(group).get(to_id)
