@@ -47,6 +47,17 @@ def main_voter_pods(world):
     return found
 
 
+def _newer_member_answered(sim) -> bool:
+    """Whether a member holding newer data than the chosen survivor answered the operator
+    (then picking the survivor was the planner's own mistake, not a blind spot)."""
+    observed, action = sim.replay[-1][3], sim.replay[-1][4].action
+    world = sim.world
+    target = world.pvcs.get(naming.pvc_name(action.member))
+    applied = target.data.applied if target is not None and target.data is not None else -1
+    return any(d.applied > applied and d.member_id in observed.etcd.statuses
+               for _, d in inv.surviving_data(world))
+
+
 def classify(sim, violation: inv.Violation) -> str | None:
     known = _classify(sim, violation)
     if known is None and sim.stale_acted:
@@ -82,7 +93,7 @@ def _classify(sim, violation: inv.Violation) -> str | None:
     if violation.invariant == "force_new_cluster_only_after_true_loss":
         if "no data" in violation.message:
             return "recovery_survivor_lost_data"
-        if "while a surviving member has" in violation.message:
+        if "while a surviving member has" in violation.message and not _newer_member_answered(sim):
             return "recovery_survivor_not_newest"
     operation = sim.status.get("operation") or {}
     if violation.invariant == "converges_to_spec" and operation.get("member"):

@@ -23,7 +23,10 @@ MAX_SKEW = 8.0
 SETTLE_STEPS = 150  # passes allowed after the last fault; converging schedules need at most ~75
 REPLAY_LINES = 30
 WAITING_PASSES = 12  # passes spent waiting by design (QuorumLost, no approval) before the schedule ends
+# Families: "main", "stale_replica", and "focus:<fault>+<fault>" (those faults ten times as
+# likely, automatic recovery on: used to hunt mutants of the guards those faults exercise).
 FAMILIES = ("main", "stale_replica")
+FOCUS = "focus:"
 
 # Seconds until the next pass, as the reconciler requeues (cluster/reconciler.py).
 AFTER_STEP, NOT_YET, WHILE_WAITING, WHEN_STEADY = 1.0, 1.0, 3.0, 15.0
@@ -99,6 +102,11 @@ class Sim:
         self.world = World(rng)
         size = rng.choice((1, 2, 3, 3, 3, 4, 5, 5))
         self.auto_recovery = rng.random() < 0.35
+        self.weights = dict(FAULT_WEIGHTS)
+        if family.startswith(FOCUS):
+            for kind in family.removeprefix(FOCUS).split("+"):
+                self.weights[kind] *= 10
+            self.auto_recovery = True
         self.spec_dict = base_spec(size, self.auto_recovery)
         self.annotations: dict[str, str] = {}
         self.generation = 1
@@ -190,7 +198,7 @@ class Sim:
             self._end_faults()
         if self.step >= self.fault_steps or rng.random() >= self.fault_rate:
             return
-        kind = rng.choices(list(FAULT_WEIGHTS), weights=list(FAULT_WEIGHTS.values()))[0]
+        kind = rng.choices(list(self.weights), weights=list(self.weights.values()))[0]
         getattr(self, f"_fault_{kind}")()
 
     def _end_faults(self) -> None:
@@ -379,8 +387,7 @@ class Sim:
             self.stale_acted = True
         outcome = self.apply(decision, observed, "stale", spec=spec)
         if self.rng.random() < 0.5 and not outcome.aborted:
-            if outcome.status_patch and "operation" in outcome.status_patch:
-                self.stale_acted = True
+            self.stale_acted = True  # its old timers and operation land in status
             self.status = merge_patch(self.status, build_status(
                 spec, observed, decision.health, decision.action, list(decision.conditions), status,
                 self.generation, extra=outcome.status_patch))
