@@ -696,8 +696,8 @@ def test_evict_stops_the_pod_for_good_and_keeps_its_volume(substrate, kube_api, 
     assert pod["status"]["reason"] == "Evicted" and "low on resource" in pod["status"]["message"]
     assert condition(pod, "DisruptionTarget") == "True" and condition(pod, "Ready") == "False"
     polite, stubborn = container_status(pod, "polite"), container_status(pod, "stubborn")
-    assert polite["state"]["terminated"]["exitCode"] == 0, polite
-    assert stubborn["state"]["terminated"]["exitCode"] == 137, stubborn  # SIGKILL after the grace
+    assert polite["state"].get("terminated", {}).get("exitCode") == 0, polite
+    assert stubborn["state"].get("terminated", {}).get("exitCode") == 137, stubborn  # SIGKILL after the grace
     assert "got TERM" in log_of(substrate, namespace, "evictee", "polite")
     assert "ignoring TERM" in log_of(substrate, namespace, "evictee", "stubborn")
     assert not any(processes.alive(pid) for pid in pids)
