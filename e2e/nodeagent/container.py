@@ -345,6 +345,7 @@ class ContainerRunner:
         state = (previous or {}).get("state") or {}
         if "terminated" in state:
             self.state = state
+        self.last_state = (previous or {}).get("lastState") or {}
         self.settle_stopped()
         self._restart_pending = False
 
