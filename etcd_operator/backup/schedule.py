@@ -1,4 +1,4 @@
-"""When a scheduled backup runs next. Pure.
+"""When a scheduled backup runs next, and whether a schedule is one the operator runs. Pure.
 
 Missed runs are handled as cron users expect: however many slots were missed while the
 operator was down, at most one catch-up run happens, for the latest missed slot."""
@@ -7,14 +7,73 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 
-from croniter import croniter
+from croniter import CroniterBadDateError, croniter
 
 UTC = datetime.timezone.utc
 
+# The shortest gap allowed between two runs of one backup. Each run streams the whole
+# database, and with retention.maxBackups a faster schedule would push every older backup
+# out of the bucket within seconds.
+MIN_INTERVAL_SECONDS = 10
+# How far ahead the next run must be. Ten years cover `0 0 29 2 *` across 2100, which is
+# not a leap year (2096 -> 2104).
+NEVER_FIRES_HORIZON_YEARS = 10
 
-def valid(expression: str) -> bool:
-    return croniter.is_valid(expression)
+INVALID_SCHEDULE = "InvalidSchedule"
+NEVER_FIRES = "ScheduleNeverFires"
+TOO_FREQUENT = "ScheduleTooFrequent"
+PROBLEM_REASONS = frozenset({INVALID_SCHEDULE, NEVER_FIRES, TOO_FREQUENT})
+
+
+@dataclasses.dataclass(frozen=True)
+class ScheduleProblem:
+    reason: str  # one of PROBLEM_REASONS
+    message: str
+
+
+def problem(expression: str, now: datetime.datetime) -> ScheduleProblem | None:
+    """Why `expression` cannot be run as a backup schedule, or None when it can."""
+    if not croniter.is_valid(expression):
+        return ScheduleProblem(INVALID_SCHEDULE, f"spec.schedule {expression!r} is not a cron expression")
+    horizon = now + datetime.timedelta(days=366 * NEVER_FIRES_HORIZON_YEARS)
+    try:
+        upcoming = croniter(expression, now, max_years_between_matches=NEVER_FIRES_HORIZON_YEARS).get_next(
+            datetime.datetime)
+    except CroniterBadDateError:
+        upcoming = None
+    if upcoming is None or upcoming > horizon:
+        return ScheduleProblem(NEVER_FIRES, f"spec.schedule {expression!r} has no date in the next "
+                                            f"{NEVER_FIRES_HORIZON_YEARS} years")
+    gap = shortest_gap(expression, now.astimezone(UTC).date())
+    if gap is not None and gap < MIN_INTERVAL_SECONDS:
+        return ScheduleProblem(TOO_FREQUENT, f"spec.schedule {expression!r} fires {gap:g}s apart; backups "
+                                             f"must be at least {MIN_INTERVAL_SECONDS}s apart")
+    return None
+
+
+@functools.lru_cache(maxsize=256)
+def shortest_gap(expression: str, day: datetime.date) -> float | None:
+    """The shortest gap in seconds between consecutive fires during one day, starting at the
+    first fire after the hour before `day`'s midnight (so midnight and every hour and minute
+    boundary of a firing day are crossed), or None when it fires less than twice in that day.
+    Stops at the first gap below the floor. A gap that only occurs across a month boundary
+    is seen on the first day of the month only."""
+    start = datetime.datetime.combine(day, datetime.time(), UTC) - datetime.timedelta(hours=1)
+    fires = croniter(expression, start, ret_type=float)
+    previous = fires.get_next()
+    end = previous + 86400
+    shortest: float | None = None
+    while True:
+        current = fires.get_next()
+        if current > end:
+            return shortest
+        gap = current - previous
+        shortest = gap if shortest is None else min(shortest, gap)
+        if shortest < MIN_INTERVAL_SECONDS:
+            return shortest
+        previous = current
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,7 +84,8 @@ class Due:
 
 def due(expression: str, last_slot: datetime.datetime | None, created: datetime.datetime,
         now: datetime.datetime) -> Due:
-    """`last_slot` is the slot of the last run started (recorded before it starts)."""
+    """`last_slot` is the slot of the last run started (recorded before it starts).
+    Only for expressions `problem` accepts."""
     start = last_slot or created
     upcoming = croniter(expression, start).get_next(datetime.datetime)
     if upcoming > now:

@@ -91,6 +91,14 @@ class DeleteMemberPod(Action):
 
 
 @dataclasses.dataclass(frozen=True)
+class RestartFailedPod(Action):
+    """The pod failed for good (evicted, node shutdown): it goes, and its member starts
+    again on its PVC."""
+
+    member: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
 class DeleteMemberPVC(Action):
     """The member is not in etcd and its pod is gone: its data goes."""
 
@@ -130,6 +138,16 @@ class StopMemberPod(Action):
     """Part of quorum recovery: stop a non-survivor; its PVC stays until recovery is done."""
 
     member: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class SetAsideMemberData(Action):
+    """Part of quorum recovery: a non-survivor's PVC leaves the cluster's selector and owner
+    but is kept, since it may hold writes the survivor lacks; new members take higher
+    ordinals so no name collides with it."""
+
+    member: str = ""
+    min_ordinal: int = 0
 
 
 @dataclasses.dataclass(frozen=True)

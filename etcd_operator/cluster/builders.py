@@ -229,15 +229,17 @@ def client_service(cluster: str, namespace: str) -> dict[str, Any]:
     }
 
 
-def disruption_budget(spec: ClusterSpec, cluster: str, namespace: str) -> dict[str, Any]:
-    """Voluntary evictions may never take the cluster below quorum."""
+def disruption_budget(spec: ClusterSpec, cluster: str, namespace: str, voters: int | None = None) -> dict[str, Any]:
+    """Voluntary evictions may never take the cluster below quorum. The quorum is that of the
+    larger of the current voters and spec.size, so that it holds during a scale-down (more
+    voters than the spec) as well as a scale-up; with no member list, spec.size."""
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
         "metadata": {"name": naming.pdb_name(cluster), "namespace": namespace,
                      "labels": naming.selector_labels(cluster)},
         "spec": {
-            "minAvailable": naming.quorum(spec.size),
+            "minAvailable": naming.quorum(max(spec.size, voters or 0)),
             "selector": {"matchLabels": naming.selector_labels(cluster)},
         },
     }

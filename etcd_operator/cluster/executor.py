@@ -12,6 +12,7 @@ import kopf
 from etcd_operator import faults
 from etcd_operator.cluster import actions as a
 from etcd_operator.cluster import builders, naming
+from etcd_operator.cluster.health import Health
 from etcd_operator.cluster.observed import Observed, Operation
 from etcd_operator.cluster.planner import QUORUM_RECOVERY, self_only_cluster
 from etcd_operator.cluster.spec import ClusterSpec
@@ -83,10 +84,34 @@ class ClusterExecutor:
 
     # --- the steps --------------------------------------------------------------------
 
+    def handlers(self) -> dict[type[a.Action], Callable]:
+        """Every step the planner can ask for, and the method that takes it."""
+        return {
+            a.Steady: self._nothing,
+            a.Wait: self._nothing,
+            a.BootstrapFirstMember: self._bootstrap_first_member,
+            a.AddLearner: self._add_learner,
+            a.CreateMemberPod: self._create_member_pod,
+            a.SettleMemberPod: self._settle_member_pod,
+            a.PromoteLearner: self._promote_learner,
+            a.RemoveMember: self._remove_member,
+            a.DeleteMemberPod: self._delete_member_pod,
+            a.RestartFailedPod: self._restart_failed_pod,
+            a.DeleteMemberPVC: self._delete_member_pvc,
+            a.MoveLeader: self._move_leader,
+            a.RollMember: self._roll_member,
+            a.Defragment: self._defragment,
+            a.BeginQuorumRecovery: self._begin_quorum_recovery,
+            a.StopMemberPod: self._stop_member_pod,
+            a.SetAsideMemberData: self._set_aside_member_data,
+            a.ForceNewCluster: self._force_new_cluster,
+            a.FinishQuorumRecovery: self._finish_quorum_recovery,
+        }
+
     async def run(self, action: a.Action, spec: ClusterSpec, observed: Observed) -> Outcome:
-        handler = getattr(self, f"_do_{action.kind}", None)
+        handler = self.handlers().get(type(action))
         if handler is None:
-            return Outcome(True)
+            raise TypeError(f"no executor step for {action.kind}")
         try:
             return await handler(action, spec, observed) or Outcome(True)
         except NotYet as e:
@@ -96,13 +121,16 @@ class ClusterExecutor:
                 return Outcome(False, f"etcd is not ready for {action.kind}: {e.detail}")
             raise
 
-    async def _do_BootstrapFirstMember(self, action: a.BootstrapFirstMember, spec, observed) -> None:
+    async def _nothing(self, action: a.Action, spec, observed) -> None:
+        return None
+
+    async def _bootstrap_first_member(self, action: a.BootstrapFirstMember, spec, observed) -> None:
         await self._create_pod(spec, action.member, None, self_only_cluster(observed, action.member),
                                builders.STATE_NEW)
         self.post_event("Normal", "ClusterBootstrapping",
                         f"Started first member {action.member} with initial-cluster-state=new")
 
-    async def _do_AddLearner(self, action: a.AddLearner, spec, observed) -> None:
+    async def _add_learner(self, action: a.AddLearner, spec, observed) -> None:
         leader = self._leader_client(observed)
         peer = naming.peer_url(self.cluster, self.namespace, action.member)
         learner, members = await leader.add_learner([peer])
@@ -112,13 +140,13 @@ class ClusterExecutor:
             f"{m.name or action.member}={m.peer_urls[0]}" for m in members if m.name or m.id == learner.id))
         await self._create_pod(spec, action.member, learner.id, initial, builders.STATE_EXISTING)
 
-    async def _do_CreateMemberPod(self, action: a.CreateMemberPod, spec, observed) -> None:
+    async def _create_member_pod(self, action: a.CreateMemberPod, spec, observed) -> None:
         await self._create_pod(spec, action.member, action.member_id, action.initial_cluster,
                                builders.STATE_EXISTING)
         if action.joined_before:
             self.post_event("Normal", "MemberRestarted", f"Recreated the pod of {action.member}; it rejoins on its data")
 
-    async def _do_SettleMemberPod(self, action: a.SettleMemberPod, spec, observed) -> None:
+    async def _settle_member_pod(self, action: a.SettleMemberPod, spec, observed) -> None:
         member_id = builders.member_id_text(action.member_id)
         await self.kube.merge_patch(kube.PODS, self.namespace, action.member, {"metadata": {"annotations": {
             naming.ANNOTATION_MEMBER_ID: member_id,
@@ -130,52 +158,74 @@ class ClusterExecutor:
             await self.kube.merge_patch(kube.PVCS, self.namespace, naming.pvc_name(action.member),
                                         {"metadata": {"annotations": {naming.ANNOTATION_MEMBER_ID: member_id}}})
 
-    async def _do_PromoteLearner(self, action: a.PromoteLearner, spec, observed) -> None:
+    async def _promote_learner(self, action: a.PromoteLearner, spec, observed) -> None:
         await self._leader_client(observed).promote(action.member_id)
         self.post_event("Normal", "MemberPromoted", f"Promoted {action.member} to a voting member")
 
-    async def _do_RemoveMember(self, action: a.RemoveMember, spec, observed) -> None:
+    async def _remove_member(self, action: a.RemoveMember, spec, observed) -> None:
         await self._leader_client(observed).remove(action.member_id)
         reason = "MemberReplaced" if action.replacing else "MemberRemoved"
         self.post_event("Normal" if not action.replacing else "Warning", reason,
                         f"Removed {action.member} (id {action.member_id:x}) from etcd: {action.reason}")
         faults.hit(faults.AFTER_MEMBER_REMOVE)
 
-    async def _do_DeleteMemberPod(self, action: a.DeleteMemberPod, spec, observed) -> None:
+    async def _delete_member_pod(self, action: a.DeleteMemberPod, spec, observed) -> None:
         pod = observed.pods[action.member]
         await self.kube.delete(kube.PODS, self.namespace, action.member, uid=pod.uid)
 
-    async def _do_DeleteMemberPVC(self, action: a.DeleteMemberPVC, spec, observed) -> None:
+    async def _restart_failed_pod(self, action: a.RestartFailedPod, spec, observed) -> None:
+        pod = observed.pods[action.member]
+        await self.kube.delete(kube.PODS, self.namespace, action.member, uid=pod.uid)
+        self.post_event("Warning", "FailedPodRestarted", f"Deleted failed pod {action.member}: {action.reason}")
+
+    async def _delete_member_pvc(self, action: a.DeleteMemberPVC, spec, observed) -> None:
         pvc = observed.pvcs[naming.pvc_name(action.member)]
         await self.kube.delete(kube.PVCS, self.namespace, pvc.name, uid=pvc.uid)
 
-    async def _do_MoveLeader(self, action: a.MoveLeader, spec, observed) -> None:
+    async def _move_leader(self, action: a.MoveLeader, spec, observed) -> None:
         await self._leader_client(observed).move_leader(action.to_id)
         self.post_event("Normal", "LeaderMoved", f"Moved leadership to {action.to_member}: {action.reason}")
 
-    async def _do_RollMember(self, action: a.RollMember, spec, observed) -> None:
+    async def _roll_member(self, action: a.RollMember, spec, observed) -> None:
         pod = observed.pods[action.member]
         await self.kube.delete(kube.PODS, self.namespace, action.member, uid=pod.uid)
         self.post_event("Normal", "MemberRolling", f"Restarting {action.member} with etcd {spec.version}: {action.reason}")
 
-    async def _do_Defragment(self, action: a.Defragment, spec, observed) -> None:
+    async def _defragment(self, action: a.Defragment, spec, observed) -> None:
         status = observed.etcd.statuses.get(action.member_id)
         await self._member_client(observed, action.member_id).defragment()
         freed = status.db_size - status.db_size_in_use if status else 0
         self.post_event("Normal", "Defragmented", f"Defragmented {action.member}, freeing about {freed // 1024} KiB")
 
-    async def _do_BeginQuorumRecovery(self, action: a.BeginQuorumRecovery, spec, observed) -> Outcome:
+    async def _begin_quorum_recovery(self, action: a.BeginQuorumRecovery, spec, observed) -> Outcome:
         operation = Operation(QUORUM_RECOVERY, action.member, action.member_id, observed.now)
+        if observed.recovery_approved:
+            # An approval is for one incident: it is used up as the recovery starts.
+            await self.kube.merge_patch(kube.ETCDCLUSTERS, self.namespace, self.cluster, {"metadata": {
+                "annotations": {naming.ANNOTATION_APPROVE_QUORUM_RECOVERY: None}}})
         self.post_event("Warning", "QuorumRecoveryStarted",
                         f"Recovering quorum from {action.member}: {action.reason}. Writes that reached only "
                         f"the lost members are gone")
         return Outcome(True, status_patch={"operation": operation.to_dict()})
 
-    async def _do_StopMemberPod(self, action: a.StopMemberPod, spec, observed) -> None:
+    async def _stop_member_pod(self, action: a.StopMemberPod, spec, observed) -> None:
         pod = observed.pods[action.member]
         await self.kube.delete(kube.PODS, self.namespace, action.member, uid=pod.uid)
 
-    async def _do_ForceNewCluster(self, action: a.ForceNewCluster, spec, observed) -> None:
+    async def _set_aside_member_data(self, action: a.SetAsideMemberData, spec, observed) -> None:
+        if action.min_ordinal > observed.min_ordinal:
+            await self.kube.merge_patch(kube.ETCDCLUSTERS, self.namespace, self.cluster, {"metadata": {
+                "annotations": {naming.ANNOTATION_MIN_ORDINAL: str(action.min_ordinal)}}})
+        pvc = observed.pvcs[naming.pvc_name(action.member)]
+        labels = {key: None for key in naming.member_labels(self.cluster, action.member)}
+        labels.update({naming.LABEL_SET_ASIDE_FROM: self.cluster, naming.LABEL_SET_ASIDE_BY: "quorum-recovery"})
+        await self.kube.merge_patch(kube.PVCS, self.namespace, pvc.name, {"metadata": {
+            "labels": labels, "ownerReferences": None}})
+        self.post_event("Warning", "MemberDataSetAside",
+                        f"Kept PVC {pvc.name} aside (label {naming.LABEL_SET_ASIDE_FROM}={self.cluster}): it may hold "
+                        f"writes the survivor lacks. Delete it once you no longer need it")
+
+    async def _force_new_cluster(self, action: a.ForceNewCluster, spec, observed) -> None:
         pod = observed.pods.get(action.member)
         if pod is not None:
             await self.kube.delete(kube.PODS, self.namespace, action.member, uid=pod.uid)
@@ -183,16 +233,17 @@ class ClusterExecutor:
         await self._create_pod(spec, action.member, action.member_id, self_only_cluster(observed, action.member),
                                builders.STATE_EXISTING, force_new_cluster=True)
 
-    async def _do_FinishQuorumRecovery(self, action: a.FinishQuorumRecovery, spec, observed) -> Outcome:
+    async def _finish_quorum_recovery(self, action: a.FinishQuorumRecovery, spec, observed) -> Outcome:
         self.post_event("Normal", "QuorumRecovered", f"{action.member} leads again; members are re-added one at a time")
         return Outcome(True, status_patch={"operation": None})
 
     # --- children that are not members -----------------------------------------------
 
-    async def ensure_services(self, spec: ClusterSpec) -> None:
+    async def ensure_services(self, spec: ClusterSpec, health: Health) -> None:
+        voters = len(health.voters) or None
         for resource, manifest in (
             (kube.SERVICES, builders.peer_service(self.cluster, self.namespace)),
             (kube.SERVICES, builders.client_service(self.cluster, self.namespace)),
-            (kube.PDBS, builders.disruption_budget(spec, self.cluster, self.namespace)),
+            (kube.PDBS, builders.disruption_budget(spec, self.cluster, self.namespace, voters)),
         ):
             await self.kube.apply(resource, self.namespace, self._owned(manifest))

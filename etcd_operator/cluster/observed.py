@@ -55,6 +55,19 @@ class PodView:
     force_new_cluster: bool
     restart_count: int = 0
     waiting_reason: str | None = None
+    started: bool = True  # the container passed its startup probe (False while starting)
+
+    @property
+    def failed(self) -> bool:
+        """Evicted, or stopped by a graceful node shutdown: the kubelet never restarts it."""
+        return self.phase == "Failed"
+
+    @property
+    def starting(self) -> bool:
+        """Its container runs but has not passed its startup probe yet: inside the startup
+        budget. A container waiting to be restarted (CrashLoopBackOff) is not starting."""
+        return (self.phase == "Running" and not self.started and not self.deleting
+                and self.waiting_reason is None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,6 +91,7 @@ class EtcdView:
     from_leader: bool = False
     errors: dict[str, str] = dataclasses.field(default_factory=dict)
     endpoints: dict[int, str] = dataclasses.field(default_factory=dict)  # member id -> answering endpoint
+    foreign: dict[str, int] = dataclasses.field(default_factory=dict)  # endpoint -> another cluster's ID
 
     @property
     def answered(self) -> bool:
@@ -121,3 +135,4 @@ class Observed:
     bootstrapped: bool = False  # the cluster existed once (status.clusterID was recorded)
     restoring: str | None = None  # the EtcdRestore that holds this cluster stopped
     min_ordinal: int = 0  # ordinals below this belong to data kept aside by an in-place restore
+    recorded_cluster_id: int | None = None  # status.clusterID: answers from any other cluster are not trusted

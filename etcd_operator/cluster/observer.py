@@ -6,10 +6,10 @@ import asyncio
 from typing import Any, Mapping
 
 from etcd_operator.cluster import naming
-from etcd_operator.cluster.health import member_healthy, member_name
+from etcd_operator.cluster.identity import member_list_sources, parse_cluster_id, split_foreign
+from etcd_operator.cluster.timers import carry_timers
 from etcd_operator.cluster.observed import EtcdView, Observed, Operation, PodView, PVCView
 from etcd_operator.etcd.client import EtcdError
-from etcd_operator.timefmt import parse_time
 from etcd_operator.etcd.pool import EtcdClientPool
 from etcd_operator.kube import client as kube
 
@@ -44,6 +44,7 @@ def pod_view(pod: Mapping[str, Any]) -> PodView:
         force_new_cluster=annotations.get(naming.ANNOTATION_FORCE_NEW_CLUSTER) == "true",
         restart_count=sum(c.get("restartCount", 0) for c in containers),
         waiting_reason=waiting,
+        started=all(c.get("started", False) for c in containers) if containers else False,
     )
 
 
@@ -77,10 +78,11 @@ class ClusterObserver:
         )
         pods = {p.name: p for p in map(pod_view, pods_raw)}
         pvcs = {p.name: p for p in map(pvc_view, pvcs_raw)}
-        etcd = await self.observe_etcd(pods)
+        status = body.get("status") or {}
+        recorded_cluster_id = parse_cluster_id(status.get("clusterID"))
+        etcd = await self.observe_etcd(pods, recorded_cluster_id)
         await self.etcd_clients.retain_only({e for e in map(member_endpoint, pods.values()) if e})
 
-        status = body.get("status") or {}
         observed = Observed(
             cluster=cluster, namespace=namespace, uid=meta["uid"], now=now,
             pods=pods, pvcs=pvcs, etcd=etcd, unhealthy_since={}, no_quorum_since=None,
@@ -91,10 +93,11 @@ class ClusterObserver:
             bootstrapped=bool(status.get("clusterID")),
             restoring=(meta.get("annotations") or {}).get(naming.ANNOTATION_RESTORE_IN_PROGRESS),
             min_ordinal=int((meta.get("annotations") or {}).get(naming.ANNOTATION_MIN_ORDINAL) or 0),
+            recorded_cluster_id=recorded_cluster_id,
         )
-        return _with_timers(observed, status)
+        return carry_timers(observed, status)
 
-    async def observe_etcd(self, pods: dict[str, PodView]) -> EtcdView:
+    async def observe_etcd(self, pods: dict[str, PodView], recorded_cluster_id: int | None) -> EtcdView:
         endpoints = {name: member_endpoint(p) for name, p in pods.items() if member_endpoint(p)}
 
         async def status_of(endpoint: str):
@@ -104,20 +107,21 @@ class ClusterObserver:
                 return e
 
         results = await asyncio.gather(*(status_of(e) for e in endpoints.values()))
-        statuses, errors, by_endpoint = {}, {}, {}
+        errors, answers = {}, {}
         for (name, endpoint), result in zip(endpoints.items(), results):
             if isinstance(result, Exception):
                 errors[name] = str(result) or type(result).__name__
             else:
-                statuses[result.member_id] = result
-                by_endpoint[endpoint] = result
-        endpoint_of = {status.member_id: endpoint for endpoint, status in by_endpoint.items()}
+                answers[endpoint] = result
+        by_endpoint, foreign = split_foreign(answers, recorded_cluster_id)
+        for endpoint, cluster_id in foreign.items():
+            errors[endpoint] = f"answers for another cluster ({cluster_id:x}); not trusted"
+        statuses = {s.member_id: s for s in by_endpoint.values()}
+        endpoint_of = {s.member_id: endpoint for endpoint, s in by_endpoint.items()}
         if not statuses:
-            return EtcdView(errors=errors)
+            return EtcdView(errors=errors, foreign=foreign)
 
-        leaders = [e for e, s in by_endpoint.items() if s.leader_id == s.member_id and s.leader_id]
-        sources = leaders + sorted(by_endpoint, key=lambda e: -by_endpoint[e].raft_index)
-        for endpoint in sources:
+        for endpoint in member_list_sources(by_endpoint):
             try:
                 cluster_id, members = await asyncio.wait_for(
                     self.etcd_clients.get(endpoint).member_list(), STATUS_TIMEOUT)
@@ -125,28 +129,13 @@ class ClusterObserver:
                 errors[endpoint] = str(e) or type(e).__name__
                 continue
             status = by_endpoint[endpoint]
+            if cluster_id != status.cluster_id:
+                errors[endpoint] = f"member list for another cluster ({cluster_id:x}); not trusted"
+                continue
             return EtcdView(
                 members=tuple(members), statuses=statuses, cluster_id=cluster_id,
-                leader_id=status.leader_id or None, from_leader=endpoint in leaders, errors=errors,
-                endpoints=endpoint_of,
+                leader_id=status.leader_id or None,
+                from_leader=bool(status.leader_id) and status.leader_id == status.member_id,
+                errors=errors, endpoints=endpoint_of, foreign=foreign,
             )
-        return EtcdView(statuses=statuses, errors=errors, endpoints=endpoint_of)
-
-
-def _with_timers(observed: Observed, status: Mapping[str, Any]) -> Observed:
-    """Carries 'unhealthy since' and 'without quorum since' over from the last status."""
-    import dataclasses
-
-    previous = {m.get("name"): parse_time(m.get("unhealthySince")) for m in status.get("members") or []}
-    unhealthy_since = {}
-    for member in observed.etcd.members:
-        name = member_name(observed, member)
-        if name and not member_healthy(observed, member.id):
-            unhealthy_since[name] = previous.get(name) or observed.now
-    voters = [m for m in observed.etcd.members if not m.is_learner]
-    healthy_voters = [m for m in voters if member_healthy(observed, m.id)]
-    lacking = bool(voters) and len(healthy_voters) < naming.quorum(len(voters))
-    if not observed.etcd.members and (observed.pods or observed.pvcs) and status.get("clusterID"):
-        lacking = True  # a cluster that existed and now answers not at all
-    no_quorum_since = (parse_time(status.get("noQuorumSince")) or observed.now) if lacking else None
-    return dataclasses.replace(observed, unhealthy_since=unhealthy_since, no_quorum_since=no_quorum_since)
+        return EtcdView(statuses=statuses, errors=errors, endpoints=endpoint_of, foreign=foreign)

@@ -1,11 +1,16 @@
 """Decides the one next step for a cluster from its spec and what was observed. Pure.
 
-Invariants, each covered by tests/unit/test_cluster_planner.py:
+Invariants, each covered by tests/unit/test_cluster_planner.py and the fault simulator
+(tests/sim):
 - at most one membership change per step, and none while a learner is pending;
 - a member is removed only when the remaining healthy voters still form a quorum;
 - the leader is never removed, and never restarted while another member can lead;
 - healthy members are never removed while an unhealthy one exists;
-- pods and PVCs are only deleted for members absent from the leader's member list.
+- pods and PVCs are only deleted for members absent from the leader's member list;
+- under an alarm (NOSPACE, CORRUPT) or when the operator is cut off from a quorum that may
+  hold, nothing is removed, replaced, rolled or recovered;
+- a member whose pod failed (evicted) or is still starting is restarted on its data, never
+  replaced for it.
 """
 
 from __future__ import annotations
@@ -17,6 +22,10 @@ from etcd_operator.cluster.observed import Member, Observed
 from etcd_operator.cluster.spec import ClusterSpec
 
 QUORUM_RECOVERY = "QuorumRecovery"
+
+# States in which nothing is removed, replaced, rolled or recovered: the cluster may be
+# fine (the operator is cut off) or a person must look (alarms).
+HOLD_STATES = frozenset({HealthState.NO_SPACE, HealthState.CORRUPT, HealthState.UNREACHABLE})
 
 
 def next_ordinal(observed: Observed) -> int:
@@ -68,22 +77,33 @@ def plan(
     if health.state == HealthState.BOOTSTRAPPING:
         return a.BootstrapFirstMember("creating the first member", naming.member_name(observed.cluster, next_ordinal(observed)))
     if not health.members:
-        return _plan_without_member_list(observed)
+        return _plan_without_member_list(spec, observed, desired_hash)
 
     names = {m.id: member_name(observed, m) for m in health.members}
 
-    step = _cleanup_removed_members(observed, health, names)
+    holding = health.state in HOLD_STATES
+    if not holding:
+        step = _cleanup_removed_members(observed, health, names)
+        if step:
+            return step
+    step = _restart_failed_pods(spec, observed)
     if step:
         return step
-    step = _start_missing_pods(spec, observed, health, names)
+    step = _start_missing_pods(spec, observed, health, names, may_remove=not holding)
     if step:
         return step
     step = _settle_joined_pods(observed, health, names)
     if step:
         return step
-    step = _handle_learners(spec, observed, health, names)
+    if holding:
+        return a.Wait(health.message)
+    step = _restart_broken_outdated_members(spec, observed, health, names, desired_hash)
     if step:
         return step
+    if health.has_quorum:
+        step = _handle_learners(spec, observed, health, names)
+        if step:
+            return step
 
     if health.state == HealthState.QUORUM_LOST:
         return _plan_quorum_loss(observed, health, names, recovery_allowed)
@@ -106,8 +126,16 @@ def plan(
     return a.Steady(health.message)
 
 
-def _plan_without_member_list(observed: Observed) -> a.Action:
+def _plan_without_member_list(spec: ClusterSpec, observed: Observed, desired_hash: str) -> a.Action:
     """No member answered. Restart pods of members whose data is still on a PVC."""
+    step = _restart_failed_pods(spec, observed)
+    if step:
+        return step
+    if not spec.storage.empty_dir:
+        for pod in sorted(observed.pods.values(), key=lambda p: p.name):
+            if pod_broken(pod) and pod.spec_hash != desired_hash:
+                return a.RollMember(f"{pod.name} does not start with its old pod spec; restarting it with the "
+                                    f"current one on its data", pod.name)
     for pvc in sorted(observed.pvcs.values(), key=lambda p: p.name):
         member = pvc.name.removeprefix("data-")
         if member in observed.pods or pvc.deleting:
@@ -138,8 +166,40 @@ def _cleanup_removed_members(observed: Observed, health: Health, names: dict[int
     return None
 
 
+def pod_broken(pod) -> bool:
+    """Running or waiting, but neither ready nor inside its startup budget."""
+    return not pod.deleting and not pod.failed and not pod.ready and not pod.starting
+
+
+def _restart_failed_pods(spec: ClusterSpec, observed: Observed) -> a.Action | None:
+    """A Failed pod (evicted, node shutdown) is never restarted by the kubelet: delete it so
+    that its member starts again on its PVC."""
+    for pod in sorted(observed.pods.values(), key=lambda p: p.name):
+        if pod.failed and not pod.deleting:
+            where = "an emptyDir: its member will be replaced" if spec.storage.empty_dir else "its PVC"
+            return a.RestartFailedPod(f"{pod.name} failed ({pod.waiting_reason or 'Failed'}); it restarts on {where}",
+                                      pod.name)
+    return None
+
+
+def _restart_broken_outdated_members(spec: ClusterSpec, observed: Observed, health: Health,
+                                     names: dict[int, str | None], desired_hash: str) -> a.Action | None:
+    """A member that stopped serving with an outdated pod (a bad image or flag that the user
+    since reverted) is restarted with the current spec. It serves nothing, so restarting it
+    takes nothing away; its data stays on its PVC."""
+    if spec.storage.empty_dir:
+        return None
+    for member in health.members:
+        pod = observed.pods.get(names[member.id] or "")
+        if pod is None or health.is_healthy(member) or pod.spec_hash == desired_hash or not pod_broken(pod):
+            continue
+        return a.RollMember(f"{pod.name} does not serve with its old pod spec; restarting it with the current one",
+                            pod.name)
+    return None
+
+
 def _start_missing_pods(spec: ClusterSpec, observed: Observed, health: Health,
-                        names: dict[int, str | None]) -> a.Action | None:
+                        names: dict[int, str | None], may_remove: bool = True) -> a.Action | None:
     for member in sorted(health.members, key=lambda m: names[m.id] or ""):
         name = names[member.id]
         if name is None or name in observed.pods:
@@ -151,7 +211,7 @@ def _start_missing_pods(spec: ClusterSpec, observed: Observed, health: Health,
         if not spec.storage.empty_dir and pvc is not None and not pvc.deleting:
             return a.CreateMemberPod(f"{name} lost its pod; it rejoins on its PVC", name, member.id,
                                      self_only_cluster(observed, name), joined_before=True)
-        if health.has_quorum and removal_keeps_quorum(health, member):
+        if may_remove and health.has_quorum and removal_keeps_quorum(health, member):
             return a.RemoveMember(f"{name} lost its data; it will be replaced", name, member.id, replacing=True)
     return None
 
@@ -201,6 +261,9 @@ def _replace_or_shrink(spec: ClusterSpec, observed: Observed, health: Health,
         since = observed.unhealthy_since.get(name)
         if since is None or observed.now - since < spec.recovery.member_unhealthy_timeout:
             continue
+        pod = observed.pods.get(name)
+        if pod is not None and (pod.starting or pod.failed):
+            continue  # restarting on its data; the startup probe bounds how long that may take
         if removal_keeps_quorum(health, member):
             return a.RemoveMember(f"{name} was unhealthy for {observed.now - since:.0f}s; replacing it",
                                   name, member.id, replacing=True)
@@ -272,6 +335,11 @@ def _plan_quorum_recovery(observed: Observed, health: Health) -> a.Action:
         return a.StopMemberPod("quorum recovery: stopping the other members", others[0])
     if any(p.deleting for p in observed.pods.values() if p.name != op.member):
         return a.Wait("quorum recovery: waiting for the other members to stop")
+    set_aside = sorted(p.name for p in observed.pvcs.values() if p.name != naming.pvc_name(op.member))
+    if set_aside:
+        member = set_aside[0].removeprefix("data-")
+        return a.SetAsideMemberData(f"quorum recovery: keeping {member}'s data aside; it may hold writes "
+                                    f"{op.member} lacks", member, next_ordinal(observed))
     survivor_alone = [m.id for m in health.members] == [op.member_id]
     if survivor_alone and op.member_id in health.healthy_ids:
         return a.FinishQuorumRecovery(f"{op.member} now leads a new single-member cluster", op.member)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from typing import Any, Mapping
@@ -10,14 +9,12 @@ from typing import Any, Mapping
 from etcd_operator import conditions as c
 from etcd_operator import metrics
 from etcd_operator.cluster import actions as a
-from etcd_operator.cluster import builders
+from etcd_operator.cluster.decision import decide
 from etcd_operator.cluster.executor import ClusterExecutor, EventPoster
-from etcd_operator.cluster.health import HealthState, diagnose
-from etcd_operator.cluster.observed import Observed
+from etcd_operator.cluster.health import HealthState
 from etcd_operator.cluster.observer import ClusterObserver
-from etcd_operator.cluster.planner import plan
-from etcd_operator.cluster.spec import ClusterSpec, SpecProblem, spec_problems, version_change_problem
-from etcd_operator.cluster.status import build_status, cluster_conditions
+from etcd_operator.cluster.spec import ClusterSpec
+from etcd_operator.cluster.status import build_status
 from etcd_operator.etcd.pool import EtcdClientPool
 from etcd_operator.kube import client as kube
 
@@ -28,28 +25,6 @@ AFTER_STEP = 1.0
 NOT_YET = 1.0  # etcd refused a step for now (e.g. a new voter not connected for 5 s yet)
 WHILE_WAITING = 3.0
 WHEN_STEADY = 15.0
-
-
-def storage_class_problem(spec: ClusterSpec, observed: Observed) -> SpecProblem | None:
-    if spec.storage.empty_dir or not spec.storage.storage_class:
-        return None
-    existing = {p.storage_class for p in observed.pvcs.values() if p.storage_class}
-    if existing and spec.storage.storage_class not in existing:
-        return SpecProblem("StorageClassChange",
-                           f"spec.storage.storageClassName {spec.storage.storage_class} differs from the members' "
-                           f"{', '.join(sorted(existing))}; the storage class of existing members cannot change")
-    return None
-
-
-def effective_spec(spec: ClusterSpec, observed: Observed, problems: list[SpecProblem]) -> ClusterSpec:
-    """The spec the operator acts on: a rejected change keeps what is running."""
-    reasons = {p.reason for p in problems}
-    if reasons & {"VersionDowngrade", "MinorVersionSkip"} and observed.running_version:
-        spec = dataclasses.replace(spec, version=observed.running_version)
-    if "StorageClassChange" in reasons:
-        existing = sorted({p.storage_class for p in observed.pvcs.values() if p.storage_class})
-        spec = dataclasses.replace(spec, storage=dataclasses.replace(spec.storage, storage_class=existing[0]))
-    return spec
 
 
 class ClusterReconciler:
@@ -65,29 +40,18 @@ class ClusterReconciler:
         previous = body.get("status") or {}
         observed = await self.observer.observe(body, time.time())
 
-        problems = spec_problems(spec)
-        for problem in (version_change_problem(observed.running_version, spec.version),
-                        storage_class_problem(spec, observed)):
-            if problem:
-                problems.append(problem)
-        acting_spec = effective_spec(spec, observed, problems)
-
         executor = ClusterExecutor(self.kube, self.etcd_clients, body, self.post_event)
+        decision = decide(spec, observed)
+        acting_spec, health, action = decision.acting_spec, decision.health, decision.action
         if not spec.paused:
-            await executor.ensure_services(acting_spec)
-        health = diagnose(acting_spec, observed)
-        action = plan(
-            acting_spec, observed, health,
-            desired_hash=builders.pod_spec_hash(acting_spec),
-            recovery_allowed=spec.recovery.automatic_quorum_recovery or observed.recovery_approved,
-        )
+            await executor.ensure_services(acting_spec, health)
         if not isinstance(action, (a.Steady, a.Wait)):
             logger.info("%s/%s: %s (%s)", meta["namespace"], meta["name"], action.kind, action.reason)
         outcome = await executor.run(action, acting_spec, observed)
         if not outcome.done:
             logger.info("%s/%s: %s not taken yet: %s", meta["namespace"], meta["name"], action.kind, outcome.message)
 
-        conditions = cluster_conditions(spec, observed, health, action, problems)
+        conditions = list(decision.conditions)
         self._post_transition_events(previous, conditions)
         status = build_status(spec, observed, health, action, conditions, previous, meta.get("generation", 0),
                               extra=outcome.status_patch)
@@ -111,6 +75,7 @@ class ClusterReconciler:
         by_type = {cond.type: cond for cond in current}
         warnings = {
             "QuorumLost": (by_type["QuorumLost"], True),
+            "Alarm": (by_type["Alarm"], True),
             "SpecAccepted": (by_type["SpecAccepted"], False),
             "OddSize": (by_type["OddSize"], False),
         }

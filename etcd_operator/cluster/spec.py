@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
+from etcd_operator.denied_flags import DENIED_FLAGS
 from etcd_operator.durations import parse_duration
 
 DEFAULT_REPOSITORY = "gcr.io/etcd-development/etcd"
@@ -12,14 +13,9 @@ DEFAULT_VERSION = "3.6.16"
 DEFAULT_STORAGE_SIZE = "2Gi"
 SUPPORTED_MINORS = ((3, 5), (3, 6))
 
-# Flags the operator sets itself; spec.etcd.extraArgs may not override them.
-MANAGED_FLAGS = frozenset({
-    "name", "data-dir", "wal-dir", "listen-client-urls", "advertise-client-urls",
-    "listen-peer-urls", "initial-advertise-peer-urls", "initial-cluster",
-    "initial-cluster-state", "initial-cluster-token", "listen-metrics-urls",
-    "force-new-cluster", "quota-backend-bytes", "auto-compaction-mode",
-    "auto-compaction-retention", "heartbeat-interval", "election-timeout", "snapshot-count",
-})
+# Flags spec.etcd.extraArgs may not set (`flag in MANAGED_FLAGS`); the CRD refuses the same
+# groups with CEL, this catches objects stored before a rule existed.
+MANAGED_FLAGS = DENIED_FLAGS
 
 
 def parse_version(text: str) -> tuple[int, int, int]:
@@ -140,10 +136,12 @@ def spec_problems(spec: ClusterSpec) -> list[SpecProblem]:
     if parse_version(spec.version)[:2] not in SUPPORTED_MINORS:
         problems.append(SpecProblem("UnsupportedVersion",
                                     f"etcd {spec.version} is not supported; use 3.5.x or 3.6.x"))
-    managed = sorted(k for k, _ in spec.etcd.extra_args if k.lstrip("-") in MANAGED_FLAGS)
-    if managed:
-        problems.append(SpecProblem("ManagedFlag",
-                                    f"spec.etcd.extraArgs may not set {', '.join(managed)}: the operator manages them"))
+    # The same test builders.allowed_extra_args uses to drop them.
+    refused = {k: MANAGED_FLAGS.reason(k.lstrip("-")) for k, _ in spec.etcd.extra_args
+               if k.lstrip("-") in MANAGED_FLAGS}
+    if refused:
+        reasons = " ".join(dict.fromkeys(refused[k] for k in sorted(refused)))
+        problems.append(SpecProblem("ManagedFlag", f"refused extraArgs {', '.join(sorted(refused))}. {reasons}"))
     return problems
 
 

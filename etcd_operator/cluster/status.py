@@ -21,11 +21,13 @@ PROGRESS_REASONS = {
     "RemoveMember": "RemovingMember",
     "DeleteMemberPod": "CleaningUp",
     "DeleteMemberPVC": "CleaningUp",
+    "RestartFailedPod": "RestartingFailedPod",
     "MoveLeader": "MovingLeader",
     "RollMember": "RollingUpdate",
     "Defragment": "Defragmenting",
     "BeginQuorumRecovery": "RecoveringQuorum",
     "StopMemberPod": "RecoveringQuorum",
+    "SetAsideMemberData": "RecoveringQuorum",
     "ForceNewCluster": "RecoveringQuorum",
     "FinishQuorumRecovery": "RecoveringQuorum",
 }
@@ -33,22 +35,36 @@ PROGRESS_REASONS = {
 
 def is_degraded(health: Health, observed: Observed) -> bool:
     """Something is broken, as opposed to still being built or changed on purpose."""
-    if health.state in (HealthState.NO_QUORUM, HealthState.QUORUM_LOST):
+    if health.state in (HealthState.NO_QUORUM, HealthState.QUORUM_LOST, HealthState.NO_SPACE,
+                        HealthState.CORRUPT, HealthState.UNREACHABLE):
         return True
     if health.state == HealthState.UNKNOWN:
         return observed.bootstrapped
     return any(not health.is_healthy(m) for m in health.members)
 
 
+def alarm_condition(health: Health) -> c.Condition:
+    if not health.alarms:
+        return c.Condition("Alarm", False, "NoAlarm")
+    reason = {"NOSPACE": "NoSpace", "CORRUPT": "Corrupt"}
+    names = health.alarm_names
+    by_member = ", ".join(f"{name} on {member:x}" for member, name in health.alarms)
+    return c.Condition("Alarm", True, reason.get(names[0], names[0].title()),
+                       f"etcd alarms raised: {by_member}; writes fail until they are resolved and disarmed")
+
+
 def cluster_conditions(spec: ClusterSpec, observed: Observed, health: Health, action: a.Action,
                        problems: list[SpecProblem]) -> list[c.Condition]:
-    available = health.has_quorum
+    available: bool | None = health.has_quorum
+    if health.state == HealthState.UNREACHABLE:
+        available = None  # the operator cannot tell
     progressing = not isinstance(action, (a.Steady, a.Wait)) or (
         isinstance(action, a.Wait) and health.state in (HealthState.DEGRADED, HealthState.UNKNOWN))
     degraded = is_degraded(health, observed)
     result = [
         c.Condition("Available", available,
                     "QuorumHealthy" if available else health.state.value, health.message),
+        alarm_condition(health),
         c.Condition("Progressing", progressing,
                     PROGRESS_REASONS.get(action.kind, "Waiting" if progressing else "Reconciled"),
                     action.reason),
@@ -134,6 +150,10 @@ def build_status(spec: ClusterSpec, observed: Observed, health: Health, action: 
     }
     if observed.etcd.cluster_id:
         status["clusterID"] = f"{observed.etcd.cluster_id:x}"
+    if observed.restoring:
+        # A restore makes a new cluster from a snapshot: the old identity and any quorum
+        # recovery recorded for the old data no longer apply.
+        status.update(clusterID=None, operation=None)
     if extra:
         status.update(extra)
     return status

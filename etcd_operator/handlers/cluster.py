@@ -25,15 +25,16 @@ async def run_cluster(body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.M
     reconciler = ClusterReconciler(memo.kube, etcd_clients, event_poster(body))
     try:
         while not stopped:
+            seen = snapshot(body)
             try:
-                delay = await reconciler.reconcile(snapshot(body))
+                delay = await reconciler.reconcile(seen)
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # one bad pass must not end the daemon
                 logger.exception("reconcile failed: %s", e)
                 metrics.reconcile_errors.labels(body["metadata"]["namespace"], body["metadata"]["name"]).inc()
                 delay = ERROR_BACKOFF
-            await sleep_unless_changed(stopped, body, delay)
+            await sleep_unless_changed(stopped, body, delay, seen)
     finally:
         await etcd_clients.close()
         metrics.forget_cluster(body["metadata"]["namespace"], body["metadata"]["name"])

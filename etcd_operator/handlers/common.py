@@ -25,10 +25,12 @@ def snapshot(body: kopf.Body) -> dict:
     return copy.deepcopy(dict(body))
 
 
-async def sleep_unless_changed(stopped: kopf.DaemonStopped, body: kopf.Body, seconds: float) -> None:
-    """Sleeps, but wakes at once when the spec or the annotations change."""
-    generation = body.get("metadata", {}).get("generation")
-    annotations = dict(body.get("metadata", {}).get("annotations") or {})
+async def sleep_unless_changed(stopped: kopf.DaemonStopped, body: kopf.Body, seconds: float,
+                               seen: Mapping[str, Any]) -> None:
+    """Sleeps, but wakes at once when the spec or the annotations differ from `seen`, the
+    copy the last pass worked on (an edit made during that pass wakes it at once too)."""
+    generation = seen.get("metadata", {}).get("generation")
+    annotations = dict(seen.get("metadata", {}).get("annotations") or {})
     waited = 0.0
     while waited < seconds and not stopped:
         await stopped.wait(min(POLL, seconds - waited))
@@ -46,9 +48,10 @@ async def run_until_deleted(reconcile: Callable[[Mapping[str, Any]], Awaitable[f
     the spec or the annotations change. The daemon never returns on its own: kopf does not
     restart a daemon that returned, so a later fix to the spec would go unseen."""
     while not stopped:
+        seen = snapshot(body)
         try:
-            delay = await reconcile(snapshot(body))
+            delay = await reconcile(seen)
         except Exception as e:  # a failed pass is retried; the daemon lives on
             logger.exception("pass failed: %s", e)
             delay = error_backoff
-        await sleep_unless_changed(stopped, body, IDLE_UNTIL_CHANGED if delay is None else delay)
+        await sleep_unless_changed(stopped, body, IDLE_UNTIL_CHANGED if delay is None else delay, seen)

@@ -87,23 +87,53 @@ def test_scheduled_backups_keep_exactly_n_and_leave_other_files_alone(substrate,
     prefix = f"tests/{namespace}"
     s3 = s3_client(substrate)
     bucket = controlplane.S3_BUCKET
-    stranger = f"{prefix}/{namespace}/every5s/not-ours.txt"
+    stranger = f"{prefix}/{namespace}/every10s/not-ours.txt"
     s3.put_object(Bucket=bucket, Key=stranger, Body=b"someone else's file")
-    apply_backup(namespace, "every5s", {"clusterRef": {"name": cluster}, "schedule": "* * * * * */5",
+    apply_backup(namespace, "every10s", {"clusterRef": {"name": cluster}, "schedule": "* * * * * */10",
                                         "retention": {"maxBackups": 2},
                                         "storage": s3_storage_spec(substrate, prefix)})
-    wait_for(lambda: len((get_backup(namespace, "every5s")["status"].get("recentBackups") or [])) >= 2
+    wait_for(lambda: len((get_backup(namespace, "every10s")["status"].get("recentBackups") or [])) >= 2
              and sum(1 for e in kubectl_json("get", "events", "-n", namespace)["items"]
                      if e["reason"] == "RetentionApplied") >= 2, 120, what="several scheduled runs with retention")
-    kubectl("patch", "etcdbackup", "every5s", "-n", namespace, "--type=merge", "-p", '{"spec":{"suspend":true}}')
-    wait_for(lambda: get_backup(namespace, "every5s")["status"].get("phase") == "Suspended", 60, what="suspended")
+    kubectl("patch", "etcdbackup", "every10s", "-n", namespace, "--type=merge", "-p", '{"spec":{"suspend":true}}')
+    wait_for(lambda: get_backup(namespace, "every10s")["status"].get("phase") == "Suspended", 60, what="suspended")
     keys = list_keys(s3, bucket, prefix)
     snapshots = [k for k in keys if k.endswith(".db")]
     manifests = [k for k in keys if k.endswith(".manifest.json")]
     assert len(snapshots) == 2 and len(manifests) == 2, keys
     assert stranger in keys
-    status = get_backup(namespace, "every5s")["status"]
+    status = get_backup(namespace, "every10s")["status"]
     assert status["lastBackup"]["key"] in snapshots
+
+
+def test_a_refused_schedule_is_reported_and_runs_once_fixed_by_the_same_operator(substrate, namespace, cluster,
+                                                                                 operator):
+    prefix = f"tests/{namespace}"
+    apply_backup(namespace, "feb31", {"clusterRef": {"name": cluster}, "schedule": "0 0 31 2 *",
+                                      "storage": s3_storage_spec(substrate, prefix)})
+    apply_backup(namespace, "toofast", {"clusterRef": {"name": cluster}, "schedule": "*/10 * * * * *",
+                                        "storage": s3_storage_spec(substrate, prefix)})
+    refused = {"feb31": "ScheduleNeverFires", "toofast": "ScheduleTooFrequent"}
+    for name, reason in refused.items():
+        obj = wait_for(lambda: (b := get_backup(namespace, name)) and condition(b, "Degraded").get("reason") == reason
+                       and b, 60, what=f"{name} refused")
+        assert condition(obj, "Degraded")["status"] == "True" and obj["status"]["phase"] == "Failed"
+        assert "progress" not in obj["status"] and "lastScheduleTime" not in obj["status"]
+    warnings = {e["reason"] for e in kubectl_json("get", "events", "-n", namespace)["items"] if e["type"] == "Warning"}
+    assert set(refused.values()) <= warnings
+    pid = operator.process.pid
+
+    kubectl("patch", "etcdbackup", "feb31", "-n", namespace, "--type=merge", "-p",
+            '{"spec":{"schedule":"* * * * * */10"}}')
+    obj = wait_for(lambda: (b := get_backup(namespace, "feb31"))["status"].get("lastSuccessfulTime")
+                   and condition(b, "Degraded").get("status") == "False" and b, 120, what="the fixed schedule ran")
+    assert operator.exited() is None and operator.process.pid == pid
+    keys = list_keys(s3_client(substrate), controlplane.S3_BUCKET, prefix)
+    assert obj["status"]["lastBackup"]["key"] in keys
+    assert not [k for k in keys if "/toofast/" in k]
+    still_refused = get_backup(namespace, "toofast")
+    assert condition(still_refused, "Degraded")["reason"] == "ScheduleTooFrequent"
+    assert "lastScheduleTime" not in still_refused["status"]
 
 
 def test_wrong_credentials_and_missing_bucket_become_clear_conditions(substrate, namespace, cluster):

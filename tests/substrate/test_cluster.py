@@ -141,6 +141,11 @@ def test_quorum_loss_waits_for_approval_then_recovers_from_the_best_survivor(nam
     assert condition(obj, "QuorumLost")["status"] == "False"
     assert_all_acked_writes_present(member_endpoints(namespace, "q"), writer)
     assert any(e["reason"] == "QuorumRecovered" for e in events(namespace, "q"))
+    # The approval was for this incident only, and the lost members' data was kept aside.
+    annotations = obj["metadata"].get("annotations") or {}
+    assert naming.ANNOTATION_APPROVE_QUORUM_RECOVERY not in annotations
+    kept = kubectl_json("get", "pvc", "-n", namespace, "-l", f"{naming.LABEL_SET_ASIDE_FROM}=q")["items"]
+    assert {p["metadata"]["name"] for p in kept} == {naming.pvc_name(n) for n in lost}
 
 
 def test_operator_killed_right_after_member_add_and_remove_converges(substrate, namespace):
@@ -206,7 +211,6 @@ def test_disallowed_changes_become_a_condition_and_touch_nothing(namespace, oper
     cases = [
         ({"version": "3.5.35"}, "VersionDowngrade"),
         ({"storage": {"size": "1Gi", "storageClassName": "other-class"}}, "StorageClassChange"),
-        ({"etcd": {"extraArgs": {"data-dir": "/tmp/elsewhere"}}}, "ManagedFlag"),
     ]
     for change, reason in cases:
         patch_spec(namespace, "c", change)

@@ -9,6 +9,8 @@ import pathlib
 import pytest
 import yaml
 
+from etcd_operator import denied_flags, schema_limits as limits
+from etcd_operator.backup import schedule
 from tests.support.kubectl import kubectl, kubectl_json
 
 pytestmark = pytest.mark.substrate
@@ -87,3 +89,149 @@ def test_restore_spec_cannot_change(crds, namespace):
     changed = {**VALID["EtcdRestore"], "target": {"newCluster": {"name": "other"}}}
     refused = kubectl("apply", "-f", "-", input=manifest("EtcdRestore", "once", namespace, changed), check=False)
     assert refused.returncode != 0 and "runs once" in refused.stderr
+
+
+def dry_run(kind: str, name: str, namespace: str, spec: dict):
+    """A server-side dry-run create: full validation, nothing stored."""
+    return kubectl("apply", "--dry-run=server", "-f", "-", input=manifest(kind, name, namespace, spec), check=False)
+
+
+MAXIMA = {"EtcdCluster": limits.CLUSTER_NAME_MAX, "EtcdBackup": limits.BACKUP_NAME_MAX,
+          "EtcdRestore": limits.RESTORE_NAME_MAX}
+
+
+@pytest.mark.parametrize("kind", sorted(MAXIMA))
+def test_names_up_to_the_maximum_are_accepted_and_longer_ones_refused(crds, namespace, kind):
+    longest = "a" * MAXIMA[kind]
+    accepted = dry_run(kind, longest, namespace, VALID[kind])
+    assert accepted.returncode == 0, accepted.stderr
+    refused = dry_run(kind, longest + "a", namespace, VALID[kind])
+    assert refused.returncode != 0
+    assert f"an {kind} name has at most {MAXIMA[kind]} characters" in refused.stderr, refused.stderr
+
+
+@pytest.mark.parametrize("name", ["1cluster", "my.cluster"])
+def test_cluster_names_must_be_usable_as_service_names(crds, namespace, name):
+    refused = dry_run("EtcdCluster", name, namespace, VALID["EtcdCluster"])
+    assert refused.returncode != 0
+    assert "an EtcdCluster name must start with a letter" in refused.stderr, refused.stderr
+
+
+def restore_into(name: str) -> dict:
+    return {**VALID["EtcdRestore"], "target": {"newCluster": {"name": name}}}
+
+
+def backup_with_schedule(schedule: str) -> dict:
+    return {**VALID["EtcdBackup"], "schedule": schedule}
+
+
+DEFRAG_MESSAGE = "spec.maintenance.defragmentation.{} must be above 0"
+EXTRA_ARGS = {  # one key per denied group, written in the ways people write flags
+    "--initial-cluster-state": "existing",
+    "listen-client-urls": "http://0.0.0.0:2379",
+    "--peer-cert-file": "/tls/peer.crt",
+    "-unsafe-no-fsync": "true",
+    "quota-backend-bytes": "1",
+    "enable-v2": "true",
+    "version": "true",
+}
+assert len(EXTRA_ARGS) == len(denied_flags.GROUPS)
+
+MORE_INVALID = [
+    ("EtcdRestore", restore_into("c" * (limits.CLUSTER_NAME_MAX + 1)), "Too long: may not be more than 53"),
+    ("EtcdRestore", restore_into("9lives"), "spec.target.newCluster.name must start with a letter"),
+    ("EtcdCluster", {"maintenance": {"defragmentation": {"minFragmentedRatio": 0}}},
+     DEFRAG_MESSAGE.format("minFragmentedRatio")),
+    ("EtcdCluster", {"maintenance": {"defragmentation": {"minFragmentedRatio": 1.5}}}, "less than or equal to 1"),
+    ("EtcdCluster", {"maintenance": {"defragmentation": {"minFragmentedBytes": 0}}},
+     DEFRAG_MESSAGE.format("minFragmentedBytes")),
+    ("EtcdCluster", {"etcd": {"extraArgs": {"log-level=debug": ""}}}, "keys must be etcd flag names"),
+    *[("EtcdCluster", {"etcd": {"extraArgs": {flag: value}}}, group.message)
+      for (flag, value), group in zip(EXTRA_ARGS.items(), denied_flags.GROUPS)],
+    ("EtcdCluster", {"recovery": {"quorumLossTimeout": f"{limits.QUORUM_LOSS_TIMEOUT_MIN_SECONDS - 1}s"}},
+     f"quorumLossTimeout must be at least {limits.QUORUM_LOSS_TIMEOUT_MIN_SECONDS}s"),
+    ("EtcdCluster", {"recovery": {"memberUnhealthyTimeout": "0.4m"}},
+     f"memberUnhealthyTimeout must be at least {limits.MEMBER_UNHEALTHY_TIMEOUT_MIN_SECONDS}s"),
+    ("EtcdBackup", backup_with_schedule("0 0 * * * * *"), "cron expression with 5 fields"),
+    ("EtcdBackup", backup_with_schedule("60 * * * *"), "the minute field (field 1) takes values 0-59"),
+    ("EtcdBackup", backup_with_schedule("0 7,24 * * *"), "the hour field (field 2) takes values 0-23"),
+    ("EtcdBackup", backup_with_schedule("0 0 0 * *"), "the day-of-month field (field 3) takes values 1-31"),
+    ("EtcdBackup", backup_with_schedule("0 0 1 1-13 *"), "the month field (field 4) takes values 1-12"),
+    ("EtcdBackup", backup_with_schedule("0 0 * *  8"), "the weekday field (field 5) takes values 0-7"),
+    ("EtcdBackup", backup_with_schedule("0 0 * * * 75"), "the seconds field (field 6) takes values 0-59"),
+]
+
+
+@pytest.mark.parametrize("kind,spec,message", MORE_INVALID, ids=[m[:60] for _, _, m in MORE_INVALID])
+def test_specs_that_defeat_the_operator_are_refused_with_a_readable_message(crds, namespace, kind, spec, message):
+    refused = dry_run(kind, "bad", namespace, spec)
+    assert refused.returncode != 0
+    assert message in refused.stderr, refused.stderr
+
+
+AT_THE_LIMITS = [
+    {"maintenance": {"defragmentation": {"minFragmentedRatio": 1, "minFragmentedBytes": 1}}},
+    {"maintenance": {"defragmentation": {"minFragmentedRatio": 0.01}}},
+    {"recovery": {"quorumLossTimeout": f"{limits.QUORUM_LOSS_TIMEOUT_MIN_SECONDS}s",
+                  "memberUnhealthyTimeout": f"{limits.MEMBER_UNHEALTHY_TIMEOUT_MIN_SECONDS}s"}},
+    {"recovery": {"quorumLossTimeout": "1h0m0.5s", "memberUnhealthyTimeout": "0.5m"}},
+    {"etcd": {"extraArgs": {"--log-level": "debug", "max-request-bytes": "2097152",
+                            "-experimental-initial-corrupt-check": "true",
+                            "feature-gates": "InitialCorruptCheck=true"}}},
+]
+
+
+@pytest.mark.parametrize("spec", AT_THE_LIMITS, ids=lambda s: json.dumps(s)[:60])
+def test_cluster_specs_at_the_limits_are_accepted(crds, namespace, spec):
+    accepted = dry_run("EtcdCluster", "ok", namespace, spec)
+    assert accepted.returncode == 0, accepted.stderr
+
+
+# Schedules croniter accepts (the operator's parser): the schema must not refuse any of them.
+CRONITER_VALID = [
+    "*/5 * * * *", "0 0-23/2 * * *", "59 23 31 12 7", "0 0 1-31/2 * *", "0 0 * JAN-MAR MON-FRI",
+    "0 0 L * *", "0 0 15W * *", "0 0 ? * 5#2", "0 0 * * sun,7", "00 09 01 01 00", "5-1 * * * *",
+    "*/5,7 * * * *", "5/10 * * * *", "0 * * * * */15", "0 * * * * 59", "R 3 * * *", "0  0 * * *", "@hourly",
+    "0 0 1-0 * *", "0 0 0-0 1 *",  # croniter takes 0 as a range end in day and month
+]
+
+
+def test_schedules_croniter_accepts_pass_the_schema(crds, namespace):
+    assert all(schedule.valid(s) for s in CRONITER_VALID)
+    out_of_range = [spec["schedule"] for _, spec, message in MORE_INVALID if "takes values" in message]
+    assert out_of_range and not any(schedule.valid(s) for s in out_of_range)
+    docs = [json.loads(manifest("EtcdBackup", f"ok-{i}", namespace, backup_with_schedule(s)))
+            for i, s in enumerate(CRONITER_VALID)]
+    result = kubectl("apply", "--dry-run=server", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
+                                                                                "items": docs}), check=False)
+    assert result.returncode == 0, result.stderr
+
+
+def test_objects_stored_before_the_name_rules_can_still_be_updated_and_deleted(crds, namespace):
+    """Name rules run on create only: a too-long EtcdCluster stored under an older CRD keeps
+    taking status writes and can lose its finalizer, so it never hangs in deletion."""
+    name = "a" * (limits.CLUSTER_NAME_MAX + 7)
+    older = yaml.safe_load((CRDS / "etcdclusters.yaml").read_text())
+    schema = older["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    schema["x-kubernetes-validations"] = [r for r in schema["x-kubernetes-validations"]
+                                          if "metadata.name" not in r["rule"]]
+    try:
+        kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=json.dumps(older))
+        created = json.loads(manifest("EtcdCluster", name, namespace, VALID["EtcdCluster"]))
+        created["metadata"]["finalizers"] = ["etcd.operator.dev/test"]
+        kubectl("apply", "-f", "-", input=json.dumps(created))
+    finally:
+        kubectl("apply", "--server-side", "--force-conflicts", "-k", str(CRDS))
+    no_finalizers = json.dumps({"metadata": {"finalizers": None}})
+    try:
+        # The rule is in force for new objects ...
+        assert f"at most {limits.CLUSTER_NAME_MAX} characters" in dry_run("EtcdCluster", name + "b", namespace,
+                                                                              VALID["EtcdCluster"]).stderr
+        # ... and the stored one still takes a status write, a delete and the finalizer's removal.
+        kubectl("patch", "etcdcluster", name, "-n", namespace, "--subresource=status", "--type=merge",
+                "-p", json.dumps({"status": {"phase": "Running"}}))
+        kubectl("delete", "etcdcluster", name, "-n", namespace, "--wait=false")
+        kubectl("patch", "etcdcluster", name, "-n", namespace, "--type=merge", "-p", no_finalizers)
+        assert kubectl("get", "etcdcluster", name, "-n", namespace, check=False).returncode != 0
+    finally:  # never leave a finalizer behind to block the namespace's deletion
+        kubectl("patch", "etcdcluster", name, "-n", namespace, "--type=merge", "-p", no_finalizers, check=False)

@@ -9,7 +9,7 @@ from tests.support.kubectl import kubectl, kubectl_json
 from tests.support.waiting import wait_for
 
 GROUP = "etcd.operator.dev/v1alpha1"
-FAST_RECOVERY = {"memberUnhealthyTimeout": "20s", "quorumLossTimeout": "15s"}
+FAST_RECOVERY = {"memberUnhealthyTimeout": "30s", "quorumLossTimeout": "15s"}
 
 
 def apply_cluster(namespace: str, name: str, spec: dict) -> None:

@@ -31,6 +31,9 @@ class M:
     applied: int = 100
     db_size: int = 1000
     db_in_use: int = 1000
+    pod_phase: str = "Running"
+    starting: bool = False  # the pod is inside its startup probe's budget
+    pod_ready: bool | None = None  # the kubelet's view; defaults to `healthy`
 
     @property
     def name(self) -> str:
@@ -49,7 +52,8 @@ def spec(size: int = 3, **overrides) -> ClusterSpec:
 
 def observed(members: list[M], leader: int | None = 0, extra_pods=(), extra_pvcs=(),
              no_quorum_for: float | None = None, operation: Operation | None = None,
-             bootstrapped: bool = True) -> Observed:
+             bootstrapped: bool = True, alarms: tuple[tuple[int, str], ...] = (),
+             reachable: set[int] | None = None) -> Observed:
     etcd_members, statuses, pods, pvcs, unhealthy, endpoints = [], {}, {}, {}, {}, {}
     leader_id = next((m.id for m in members if m.ordinal == leader and m.healthy), None)
     for m in members:
@@ -57,16 +61,18 @@ def observed(members: list[M], leader: int | None = 0, extra_pods=(), extra_pvcs
                                    (naming.peer_url(CLUSTER, NAMESPACE, m.name),),
                                    (naming.client_url(CLUSTER, NAMESPACE, m.name),) if m.started else (),
                                    m.learner))
-        if m.healthy and m.started and m.pod:
+        if m.healthy and m.started and m.pod and (reachable is None or m.ordinal in reachable):
+            errors = tuple(f"memberID:{member} alarm:{name} " for member, name in alarms)
             statuses[m.id] = MemberStatus(1, m.id, leader_id or 0, "3.6.16", m.db_size, m.db_in_use,
-                                          m.applied, m.applied, m.applied, 2, m.learner, ())
+                                          m.applied, m.applied, m.applied, 2, m.learner, errors)
             endpoints[m.id] = f"10.0.0.{m.ordinal}:2379"
         if m.pod:
             settled_cluster = f"{m.name}={naming.peer_url(CLUSTER, NAMESPACE, m.name)}"
-            pods[m.name] = PodView(m.name, f"uid-{m.name}", m.id if m.settled else None, "Running", m.healthy,
-                                   False, f"10.0.0.{m.ordinal}", "old-hash" if m.outdated else HASH,
-                                   "existing" if m.settled else "new",
-                                   settled_cluster if m.settled else "x", False)
+            ready = m.healthy if m.pod_ready is None else m.pod_ready
+            pods[m.name] = PodView(m.name, f"uid-{m.name}", m.id if m.settled else None, m.pod_phase,
+                                   ready and m.pod_phase == "Running", False, f"10.0.0.{m.ordinal}",
+                                   "old-hash" if m.outdated else HASH, "existing" if m.settled else "new",
+                                   settled_cluster if m.settled else "x", False, started=not m.starting)
         if m.pvc:
             pvcs[naming.pvc_name(m.name)] = PVCView(naming.pvc_name(m.name), f"pvc-{m.name}",
                                                      m.id if m.settled else None, False, None)
@@ -77,10 +83,11 @@ def observed(members: list[M], leader: int | None = 0, extra_pods=(), extra_pvcs
     for pvc in extra_pvcs:
         pvcs[pvc.name] = pvc
     answered = bool(statuses)
+    from_leader = leader_id is not None and leader_id in statuses
     return Observed(
         cluster=CLUSTER, namespace=NAMESPACE, uid="uid", now=NOW, pods=pods, pvcs=pvcs,
         etcd=EtcdView(tuple(etcd_members) if answered else (), statuses, 1 if answered else None, leader_id,
-                      leader_id is not None, {}, endpoints),
+                      from_leader, {}, endpoints),
         unhealthy_since=unhealthy,
         no_quorum_since=(NOW - no_quorum_for) if no_quorum_for is not None else None,
         running_version="3.6.16" if answered else None,

@@ -113,7 +113,7 @@ def test_no_quorum_means_no_membership_change():
 
 
 def test_quorum_loss_without_approval_only_waits_and_says_how_to_recover():
-    o = observed([M(0), M(1, healthy=False), M(2, healthy=False)], no_quorum_for=600)
+    o = observed([M(0), M(1, healthy=False), M(2, healthy=False)], leader=None, no_quorum_for=600)
     step = next_step(spec(3), o)
     assert isinstance(step, a.Wait) and naming.ANNOTATION_APPROVE_QUORUM_RECOVERY in step.reason
 
@@ -136,12 +136,15 @@ def _answering_without_leader(o, members):
             m.id, m.name, (naming.peer_url("c", "ns", m.name),), (), False) for m in members)))
 
 
-def test_quorum_recovery_stops_others_then_forces_a_new_cluster_then_finishes():
+def test_quorum_recovery_stops_others_keeps_their_data_aside_then_forces_a_new_cluster_then_finishes():
     op = Operation(QUORUM_RECOVERY, "c-1", 0x101, 0)
     o = observed([M(0, healthy=False), M(1, healthy=False), M(2, healthy=False)], leader=None, operation=op)
     step = next_step(spec(3), o)
     assert step == a.StopMemberPod(step.reason, "c-0")
     o = dataclasses.replace(o, pods={"c-1": o.pods["c-1"]})
+    step = next_step(spec(3), o)
+    assert step == a.SetAsideMemberData(step.reason, "c-0", min_ordinal=3)
+    o = dataclasses.replace(o, pvcs={"data-c-1": o.pvcs["data-c-1"]})
     step = next_step(spec(3), o)
     assert isinstance(step, a.ForceNewCluster) and step.member == "c-1"
     alone = observed([M(1)], leader=1, operation=op)

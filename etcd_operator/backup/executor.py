@@ -1,0 +1,86 @@
+"""Carries out one planned backup step. Only RunBackup does I/O: it runs BackupRunner for a
+slot already recorded in status. Every other step's effect is the status the pass writes."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Awaitable, Callable, Mapping
+
+from etcd_operator import metrics
+from etcd_operator.backup import steps as s
+from etcd_operator.backup.runner import BackupFailed, BackupRunner, BackupSpec
+from etcd_operator.kube import client as kube
+from etcd_operator.timefmt import now_text
+
+logger = logging.getLogger(__name__)
+
+
+class UnknownStep(TypeError):
+    """A step with no handler: a programming error, never "done"."""
+
+
+class BackupExecutor:
+    def __init__(self, kube_client: kube.KubeClient, cluster_locks: dict, body: Mapping[str, Any]):
+        self.kube = kube_client
+        self.cluster_locks = cluster_locks
+        self.body = body
+        self.namespace = body["metadata"]["namespace"]
+        self.name = body["metadata"]["name"]
+
+    async def run(self, step: s.Step) -> s.Outcome:
+        handler = HANDLERS.get(type(step))
+        if handler is None:
+            raise UnknownStep(f"no handler for backup step {step.kind}")
+        return await handler(self, step)
+
+    async def _status_only(self, step: s.Step) -> s.Outcome:
+        return s.NOTHING_DONE
+
+    async def _run_backup(self, step: s.RunBackup) -> s.Outcome:
+        spec = BackupSpec.from_dict(self.body["spec"])
+        started = ((self.body.get("status") or {}).get("progress") or {}).get("startTime") or now_text()
+        progress_writes: list[asyncio.Task] = []
+
+        def on_progress(sent: int, member: str) -> None:
+            patch = {"status": {"progress": {"slot": step.slot, "startTime": started, "bytesSent": sent,
+                                             "member": member}}}
+            progress_writes.append(asyncio.ensure_future(
+                self.kube.merge_patch(kube.ETCDBACKUPS, self.namespace, self.name, patch, subresource="status")))
+
+        lock = self.cluster_locks.setdefault((self.namespace, spec.cluster), asyncio.Lock())
+        runner = BackupRunner(self.kube, on_progress)
+        async with lock:
+            try:
+                manifest, deleted = await runner.run(self.namespace, self.name, spec, step.slot)
+            except BackupFailed as failure:
+                await asyncio.gather(*progress_writes, return_exceptions=True)
+                metrics.backup_failures.labels(self.namespace, self.name, failure.reason).inc()
+                return s.RunFailed(reason=failure.reason, message=failure.message,
+                                   events=(("Warning", "BackupFailed", f"{failure.reason}: {failure.message}"),))
+        await asyncio.gather(*progress_writes, return_exceptions=True)
+
+        record = {**manifest.status_record(), "startTime": started}
+        if runner.duration is not None:
+            record["durationSeconds"] = round(runner.duration, 3)
+            metrics.backup_duration.labels(self.namespace, self.name).observe(runner.duration)
+        metrics.backup_last_success.labels(self.namespace, self.name).set_to_current_time()
+        metrics.backup_bytes.labels(self.namespace, self.name).set(manifest.size)
+        events = [("Normal", "BackupSucceeded",
+                   f"Uploaded {manifest.snapshot_key} ({manifest.size} bytes, revision {manifest.revision}, "
+                   f"sha256 {manifest.sha256[:12]}…) from {manifest.member}")]
+        if deleted:
+            events.append(("Normal", "RetentionApplied",
+                           f"Deleted {len(deleted)} expired backups: {', '.join(m.snapshot_key for m in deleted)}"))
+        return s.RunSucceeded(record=record, completed_at=manifest.created_at,
+                              deleted_keys=tuple(m.snapshot_key for m in deleted), events=tuple(events))
+
+
+HANDLERS: dict[type[s.Step], Callable[[BackupExecutor, Any], Awaitable[s.Outcome]]] = {
+    s.Idle: BackupExecutor._status_only,
+    s.WaitForSlot: BackupExecutor._status_only,
+    s.Suspend: BackupExecutor._status_only,
+    s.RefuseSchedule: BackupExecutor._status_only,
+    s.StartSlot: BackupExecutor._status_only,
+    s.RunBackup: BackupExecutor._run_backup,
+}

@@ -1,0 +1,110 @@
+"""The status one pass over an EtcdBackup writes, built from its step and the outcome. Pure.
+
+Conditions: Available (a backup exists), Progressing (a run is under way), Degraded (the
+last run failed, or the schedule is refused). A run's failure stays reported until a run
+succeeds; a refused schedule's, until the schedule is accepted."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from etcd_operator import conditions as c
+from etcd_operator.backup import steps as s
+from etcd_operator.backup.schedule import PROBLEM_REASONS
+from etcd_operator.timefmt import format_time
+
+RECENT_BACKUPS = 10
+HEALTHY = c.Condition("Degraded", False, "Healthy")
+
+
+def build_status(step: s.Step, outcome: s.Outcome, previous: Mapping[str, Any], generation: int | None,
+                 now: str) -> dict[str, Any]:
+    """The status fields this pass sets; `now` is an RFC 3339 time."""
+    fields, progressing, degraded = _step_fields(step, outcome, previous, now)
+    merged = {**previous, **fields}
+    fields["conditions"] = c.merge(previous.get("conditions"),
+                                   [_available(merged), progressing, degraded or _carried_degraded(previous)],
+                                   now, generation)
+    fields["observedGeneration"] = generation
+    return fields
+
+
+def changes(previous: Mapping[str, Any], status: Mapping[str, Any]) -> dict[str, Any]:
+    """The merge patch from `previous` to `status`; empty when nothing changed."""
+    return {key: value for key, value in status.items() if previous.get(key) != value}
+
+
+def schedule_events(previous: Mapping[str, Any], status: Mapping[str, Any]) -> list[s.Event]:
+    """A Warning when a schedule is newly refused (run failures have their own events)."""
+    before = c.find(previous.get("conditions"), "Degraded") or {}
+    after = c.find(status.get("conditions"), "Degraded") or {}
+    if after.get("status") != "True" or after.get("reason") not in PROBLEM_REASONS:
+        return []
+    if before.get("status") == "True" and before.get("reason") == after.get("reason"):
+        return []
+    return [("Warning", after["reason"], after["message"])]
+
+
+def _step_fields(step: s.Step, outcome: s.Outcome, previous: Mapping[str, Any],
+                 now: str) -> tuple[dict[str, Any], c.Condition, c.Condition | None]:
+    """(status fields, Progressing, Degraded or None to carry the previous one)."""
+    match step:
+        case s.Idle():
+            return {"nextScheduleTime": None}, c.Condition("Progressing", False, "Idle", step.message), None
+        case s.WaitForSlot():
+            fields = {"phase": "Scheduled", "nextScheduleTime": format_time(step.next_slot.timestamp())}
+            return fields, c.Condition("Progressing", False, "WaitingForSlot", step.message), None
+        case s.Suspend():
+            fields = {"phase": "Suspended", "nextScheduleTime": None}
+            return fields, c.Condition("Progressing", False, "Suspended", step.message), None
+        case s.RefuseSchedule():
+            fields = {"phase": "Failed", "nextScheduleTime": None}
+            return (fields, c.Condition("Progressing", False, step.reason, step.message),
+                    c.Condition("Degraded", True, step.reason, step.message))
+        case s.StartSlot():
+            fields = {"phase": "Running", "progress": {"slot": step.slot, "startTime": now, "bytesSent": 0},
+                      "nextScheduleTime": format_time(step.next_slot.timestamp()) if step.next_slot else None}
+            if step.slot_time is not None:
+                fields["lastScheduleTime"] = format_time(step.slot_time.timestamp())
+            return fields, c.Condition("Progressing", True, "BackupRunning", f"snapshot for slot {step.slot}"), None
+        case s.RunBackup():
+            return _run_fields(step, outcome, previous)
+    raise TypeError(f"no status for step {step.kind}")
+
+
+def _run_fields(step: s.RunBackup, outcome: s.Outcome,
+                previous: Mapping[str, Any]) -> tuple[dict[str, Any], c.Condition, c.Condition]:
+    idle = c.Condition("Progressing", False, "Idle")
+    match outcome:
+        case s.RunSucceeded():
+            deleted = set(outcome.deleted_keys)
+            key = outcome.record.get("key")
+            recent = [dict(outcome.record)] + [r for r in previous.get("recentBackups") or []
+                                               if r.get("key") != key and r.get("key") not in deleted]
+            return {
+                "phase": "Completed" if step.one_shot else "Scheduled",
+                "lastBackup": dict(outcome.record),
+                "lastSuccessfulTime": outcome.completed_at,
+                "recentBackups": recent[:RECENT_BACKUPS],
+                "progress": None,
+            }, idle, HEALTHY
+        case s.RunFailed():
+            return ({"phase": "Failed" if step.one_shot else "Scheduled", "progress": None}, idle,
+                    c.Condition("Degraded", True, outcome.reason, outcome.message))
+    raise TypeError(f"a {step.kind} step ended without a run outcome: {outcome!r}")
+
+
+def _available(status: Mapping[str, Any]) -> c.Condition:
+    if not status.get("lastSuccessfulTime"):
+        return c.Condition("Available", False, "NoBackupYet", "no backup has succeeded yet")
+    key = (status.get("lastBackup") or {}).get("key", "")
+    return c.Condition("Available", True, "BackupAvailable", f"latest backup {key}")
+
+
+def _carried_degraded(previous: Mapping[str, Any]) -> c.Condition:
+    """A failed run stays reported until a run succeeds; a refused schedule does not outlive
+    its refusal."""
+    before = c.find(previous.get("conditions"), "Degraded")
+    if not before or before.get("status") != "True" or before.get("reason") in PROBLEM_REASONS:
+        return HEALTHY
+    return c.Condition("Degraded", True, before.get("reason", ""), before.get("message", ""))

@@ -1,0 +1,85 @@
+"""What one pass over an EtcdBackup can do, and what came of it. Pure data."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from typing import Any, Mapping
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Step:
+    message: str = ""  # for people: logs and condition messages
+
+    @property
+    def kind(self) -> str:
+        return type(self).__name__
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Idle(Step):
+    """A one-shot backup that finished: nothing to do until its spec changes."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class WaitForSlot(Step):
+    next_slot: datetime.datetime
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Suspend(Step):
+    """spec.suspend: start nothing, not even an interrupted slot."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RefuseSchedule(Step):
+    """A schedule the operator does not run (see schedule.problem); nothing runs."""
+
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StartSlot(Step):
+    """Record the slot in status before anything is uploaded, so that a restarted operator
+    finishes this slot under the same key instead of starting another."""
+
+    slot: str
+    slot_time: datetime.datetime | None  # the cron slot; None for a one-shot backup
+    next_slot: datetime.datetime | None  # the cron slot after it
+    one_shot: bool
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunBackup(Step):
+    """Take and upload the snapshot of a slot already recorded in status."""
+
+    slot: str
+    one_shot: bool
+
+
+ALL_STEPS: tuple[type[Step], ...] = (Idle, WaitForSlot, Suspend, RefuseSchedule, StartSlot, RunBackup)
+
+Event = tuple[str, str, str]  # (type, reason, message)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Outcome:
+    """What carrying out a step did. Events are posted after the status is written."""
+
+    events: tuple[Event, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunSucceeded(Outcome):
+    record: Mapping[str, Any]  # the backup's entry for status.lastBackup / recentBackups
+    completed_at: str
+    deleted_keys: tuple[str, ...] = ()  # snapshots retention removed
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunFailed(Outcome):
+    reason: str
+    message: str
+
+
+NOTHING_DONE = Outcome()
