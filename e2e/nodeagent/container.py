@@ -327,6 +327,28 @@ class ContainerRunner:
         if self.process is not None and self.process.running():
             await terminate(self.process, deadline)
 
+    def settle_stopped(self) -> None:
+        """The pod ended for good (eviction): a container that was not running when it was
+        stopped reports its last termination, or an unknown one, as kubelet does."""
+        if "running" in self.state and self.process is not None and self.process.exit_code is not None:
+            self.state = terminated(self.process.exit_code, self.state["running"].get("startedAt"), self.container_id)
+        elif "terminated" not in self.state:
+            self.state = self.last_state if "terminated" in self.last_state else terminated(
+                137, None, self.container_id, "ContainerStatusUnknown",
+                "The container could not be located when the pod was terminated")
+        self.done, self.started = True, False
+        self.ready = self.init and self.state["terminated"].get("exitCode") == 0
+
+    def keep_terminated(self, previous: dict | None) -> None:
+        """After an agent restart, a container of a pod that ended for good keeps the
+        state the API has for it (it never restarts)."""
+        state = (previous or {}).get("state") or {}
+        if "terminated" in state:
+            self.state = state
+        self.last_state = (previous or {}).get("lastState") or {}
+        self.settle_stopped()
+        self._restart_pending = False
+
     def restart_now(self) -> None:
         """Restarts promptly (e.g. the image changed), counting as a restart."""
         if self.process is not None and self.process.running():

@@ -6,6 +6,7 @@ HTTP port (127.0.0.1 only) and read container logs from the state directory.
     faults.freeze_container("ns", "etcd-0"); faults.thaw_container("ns", "etcd-0")
     faults.lose_node("localkube-node-1"); faults.restore_node("localkube-node-1")
     faults.lose_disk("ns", "data-etcd-0")             # wipes the claim's directory
+    faults.evict("ns", "etcd-0")                      # phase Failed, reason Evicted, never restarted
     faults.read_log("ns", "etcd-0", "etcd")
 """
 
@@ -89,6 +90,21 @@ def lose_disk(namespace: str, claim: str, where=None) -> str:
     """Wipes the directory behind a PersistentVolumeClaim (whether or not a pod runs);
     returns the directory."""
     return _call("POST", "/faults/lose-disk", {"namespace": namespace, "claim": claim}, where)["path"]
+
+
+def evict(namespace: str, pod: str, message: str | None = None, grace: int | None = None,
+          where=None) -> dict:
+    """Ends the pod as a kubelet eviction or a graceful node shutdown does: SIGTERM to its
+    containers, SIGKILL after `grace` (default: terminationGracePeriodSeconds), then
+    phase Failed, reason Evicted, `message`; it is never restarted and the object stays
+    until someone deletes it. Volumes are untouched. Returns at once with
+    {pod, uid, grace}; wait for the phase to see the end."""
+    body: dict = {"namespace": namespace, "pod": pod}
+    if message:
+        body["message"] = message
+    if grace is not None:
+        body["grace"] = grace
+    return _call("POST", "/faults/evict", body, where)
 
 
 def pod_info(namespace: str, pod: str, where=None) -> dict:

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+DEFAULT_EVICTION_MESSAGE = "The node was low on resource: ephemeral-storage."
 CONTAINER_SIGNALS = {"crash": signal.SIGKILL, "freeze": signal.SIGSTOP, "thaw": signal.SIGCONT}
 
 
@@ -32,6 +33,8 @@ class FaultInjector:
             return self._restore_node(body["node"])
         if action == "lose-disk":
             return self._lose_disk(body["namespace"], body["claim"])
+        if action == "evict":
+            return self._evict(body)
         raise FaultError(404, f"unknown fault {action!r}")
 
     def _worker(self, namespace: str, pod: str) -> "PodWorker":
@@ -50,6 +53,16 @@ class FaultInjector:
             raise FaultError(409, f"container {runner.name} of {worker.describe()} is not running")
         log.info("fault %s: %s container %s (pid %d)", action, worker.describe(), runner.name, pid)
         return {"pid": pid, "container": runner.name}
+
+    def _evict(self, body: dict) -> dict:
+        worker = self._worker(body["namespace"], body["pod"])
+        if worker.terminal or worker.eviction:
+            raise FaultError(409, f"{worker.describe()} has already ended ({worker.terminal or 'evicted'})")
+        grace = body.get("grace")
+        message = body.get("message") or DEFAULT_EVICTION_MESSAGE
+        grace = worker.evict(message, None if grace is None else int(grace))
+        log.info("fault evict: %s (grace %ss)", worker.describe(), grace)
+        return {"pod": worker.describe(), "uid": worker.uid, "grace": grace}
 
     def _lose_node(self, node: str) -> dict:
         if node not in self.agent.nodes:

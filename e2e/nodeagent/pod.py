@@ -25,6 +25,7 @@ DEFAULT_GRACE = 30
 FORCED_GRACE = 2  # the object is already gone (force deletion)
 STATUS_DEBOUNCE = 0.1
 TOKEN_REFRESH_CHECK = 30.0
+LIFECYCLE_SETTLE = 1.0  # an evicted pod's stopped runners finish on their own within this
 
 
 def _resource_version(obj: dict) -> int:
@@ -63,6 +64,7 @@ class PodWorker:
         self.volumes = PodVolumes(agent.kube, agent.paths, pod, self._runs_operator_image())
         self.initialized = not self.init_runners
         self.terminal: str | None = None
+        self.eviction: tuple[str, str] | None = None  # (reason, message) once evicted
         self.terminating = False
         self.deadline = float("inf")
         self._changed = asyncio.Event()
@@ -220,6 +222,8 @@ class PodWorker:
             self.ip = self.agent.ipam.allocate(self.uid)
         if status.get("phase") in ("Succeeded", "Failed"):
             self.terminal = status["phase"]
+            if status.get("reason"):
+                self.eviction = (status["reason"], status.get("message") or "")
         self._resume(status)
 
     def _resume(self, status: dict) -> None:
@@ -241,6 +245,8 @@ class PodWorker:
                 if process is not None:
                     process.signal(signal.SIGKILL)
                 runner.resume(prior, None, exit_code)
+                if self.eviction:
+                    runner.keep_terminated(prior)
                 continue
             runner.resume(prior, process, exit_code)
         if self.init_runners and all(r.done and r.ready for r in self.init_runners):
@@ -294,6 +300,7 @@ class PodWorker:
             statuses=[r.status() for r in self.runners],
             initialized=self.initialized, terminal=self.terminal, conditions=self.conditions,
             other_conditions=(self.pod.get("status") or {}).get("conditions") or [],
+            eviction=self.eviction if self.terminal else None,
         )
 
     async def _publish_status(self) -> None:
@@ -370,6 +377,34 @@ class PodWorker:
         """The node died under the pod: every process goes at once."""
         for runner in self.all_runners():
             runner.signal(signal.SIGKILL)
+
+    def evict(self, message: str, grace: int | None) -> int:
+        """Ends the pod for good, as a kubelet eviction or a graceful node shutdown does:
+        SIGTERM, SIGKILL after the grace, then phase Failed with reason Evicted; nothing
+        restarts, whatever the restartPolicy. Returns the grace used."""
+        grace = self.spec_grace() if grace is None else grace
+        self.eviction = ("Evicted", message)
+        self.deadline = time.monotonic() + grace
+        self.event("Warning", "Evicted", message)
+        asyncio.ensure_future(self._stop_evicted())
+        return grace
+
+    async def _stop_evicted(self) -> None:
+        running = [r for r in self.all_runners() if r.process is not None and r.process.running()]
+        if running:
+            self.event("Normal", "Killing", "Stopping container(s) " + ", ".join(r.name for r in running))
+        await asyncio.gather(*(r.stop(lambda: self.deadline) for r in self.all_runners()))
+        if self._lifecycle is not None:
+            await asyncio.wait([self._lifecycle], timeout=LIFECYCLE_SETTLE)  # runners record their exit
+            self._lifecycle.cancel()
+            await asyncio.gather(self._lifecycle, return_exceptions=True)
+        # a process launched while the first stop ran goes too
+        await asyncio.gather(*(r.stop(lambda: self.deadline) for r in self.all_runners()))
+        for runner in self.all_runners():
+            runner.settle_stopped()
+        self.terminal = "Failed"
+        log.info("%s: evicted (%s)", self.describe(), self.eviction[1])
+        self.changed()
 
     async def shutdown(self) -> None:
         """The agent stops: processes stop (see Agent.shutdown), nothing is reported."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 from nodeagent import clock
 
 OUR_CONDITIONS = ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled")
-MANAGED_FIELDS = ("phase", "conditions", "podIP", "podIPs", "hostIP", "hostIPs", "startTime",
+MANAGED_FIELDS = ("phase", "reason", "message", "conditions", "podIP", "podIPs", "hostIP", "hostIPs", "startTime",
                   "containerStatuses", "initContainerStatuses")
 
 
@@ -50,7 +50,10 @@ def phase_of(statuses: list[dict], initialized: bool, terminal: str | None) -> s
 def build(
     *, ip: str | None, host_ip: str, start_time: str, init_statuses: list[dict], statuses: list[dict],
     initialized: bool, terminal: str | None, conditions: ConditionClock, other_conditions: list[dict],
+    eviction: tuple[str, str] | None = None,
 ) -> dict:
+    """eviction: (reason, message) of a pod the node stopped for good (kubelet eviction or
+    node shutdown); reported as the pod's reason and message with DisruptionTarget=True."""
     phase = phase_of(statuses, initialized, terminal)
     not_ready = [s["name"] for s in statuses if not s["ready"]]
     pending_init = [s["name"] for s in init_statuses if not s["ready"]]
@@ -72,14 +75,19 @@ def build(
         conditions.condition("ContainersReady", all_ready, ready_reason, ready_message),
         conditions.condition("PodScheduled", True),
     ]
+    if eviction:
+        conds.append(conditions.condition("DisruptionTarget", True, "TerminationByKubelet", eviction[1]))
+    ours = {c["type"] for c in conds}
     status = {
         "phase": phase,
-        "conditions": conds + [c for c in other_conditions if c["type"] not in OUR_CONDITIONS],
+        "conditions": conds + [c for c in other_conditions if c["type"] not in OUR_CONDITIONS + tuple(ours)],
         "hostIP": host_ip,
         "hostIPs": [{"ip": host_ip}],
         "startTime": start_time,
         "containerStatuses": statuses,
     }
+    if eviction:
+        status["reason"], status["message"] = eviction
     if ip:
         status["podIP"] = ip
         status["podIPs"] = [{"ip": ip}]

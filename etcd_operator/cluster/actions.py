@@ -161,3 +161,9 @@ class ForceNewCluster(Action):
 @dataclasses.dataclass(frozen=True)
 class FinishQuorumRecovery(Action):
     member: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class AbandonQuorumRecovery(Action):
+    """Call off a recorded recovery before the survivor was forced: quorum came back, or the
+    survivor's data is gone."""

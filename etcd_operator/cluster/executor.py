@@ -106,6 +106,7 @@ class ClusterExecutor:
             a.SetAsideMemberData: self._set_aside_member_data,
             a.ForceNewCluster: self._force_new_cluster,
             a.FinishQuorumRecovery: self._finish_quorum_recovery,
+            a.AbandonQuorumRecovery: self._abandon_quorum_recovery,
         }
 
     async def run(self, action: a.Action, spec: ClusterSpec, observed: Observed) -> Outcome:
@@ -235,6 +236,10 @@ class ClusterExecutor:
 
     async def _finish_quorum_recovery(self, action: a.FinishQuorumRecovery, spec, observed) -> Outcome:
         self.post_event("Normal", "QuorumRecovered", f"{action.member} leads again; members are re-added one at a time")
+        return Outcome(True, status_patch={"operation": None})
+
+    async def _abandon_quorum_recovery(self, action: a.AbandonQuorumRecovery, spec, observed) -> Outcome:
+        self.post_event("Warning", "QuorumRecoveryAbandoned", f"Quorum recovery called off: {action.reason}")
         return Outcome(True, status_patch={"operation": None})
 
     # --- children that are not members -----------------------------------------------

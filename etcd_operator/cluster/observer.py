@@ -67,6 +67,8 @@ class ClusterObserver:
     def __init__(self, kube_client: kube.KubeClient, etcd_clients: EtcdClientPool):
         self.kube = kube_client
         self.etcd_clients = etcd_clients
+        # When this process began to see, pass after pass, evidence of a lost quorum.
+        self.quorum_loss_seen_since: float | None = None
 
     async def observe(self, body: Mapping[str, Any], now: float) -> Observed:
         meta = body["metadata"]
@@ -95,7 +97,9 @@ class ClusterObserver:
             min_ordinal=int((meta.get("annotations") or {}).get(naming.ANNOTATION_MIN_ORDINAL) or 0),
             recorded_cluster_id=recorded_cluster_id,
         )
-        return carry_timers(observed, status)
+        observed = carry_timers(observed, status, self.quorum_loss_seen_since)
+        self.quorum_loss_seen_since = observed.no_quorum_since
+        return observed
 
     async def observe_etcd(self, pods: dict[str, PodView], recorded_cluster_id: int | None) -> EtcdView:
         endpoints = {name: member_endpoint(p) for name, p in pods.items() if member_endpoint(p)}

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from etcd_operator.cluster import actions as a
 from etcd_operator.cluster import naming
-from etcd_operator.cluster.health import Health, HealthState, member_name
+from etcd_operator.cluster.health import Health, HealthState, member_name, quorum_loss_evidence
 from etcd_operator.cluster.observed import Member, Observed
 from etcd_operator.cluster.spec import ClusterSpec
 
@@ -71,7 +71,7 @@ def plan(
     if observed.restoring:
         return a.Wait(f"EtcdRestore {observed.restoring} is restoring this cluster")
     if observed.operation and observed.operation.kind == QUORUM_RECOVERY:
-        return _plan_quorum_recovery(observed, health)
+        return _plan_quorum_recovery(spec, observed, health)
     if health.state == HealthState.QUORUM_LOST and not observed.pods and not observed.pvcs:
         return a.Wait(health.message)
     if health.state == HealthState.BOOTSTRAPPING:
@@ -106,7 +106,7 @@ def plan(
             return step
 
     if health.state == HealthState.QUORUM_LOST:
-        return _plan_quorum_loss(observed, health, names, recovery_allowed)
+        return _plan_quorum_loss(spec, observed, health, names, recovery_allowed)
     if not health.has_quorum:
         return a.Wait(health.message)
 
@@ -313,8 +313,11 @@ def _defragment(spec: ClusterSpec, observed: Observed, health: Health,
     return a.Defragment("database is fragmented", names[target.id] or target.hex_id, target.id)
 
 
-def _plan_quorum_loss(observed: Observed, health: Health, names: dict[int, str | None],
+def _plan_quorum_loss(spec: ClusterSpec, observed: Observed, health: Health, names: dict[int, str | None],
                       recovery_allowed: bool) -> a.Action:
+    if spec.storage.empty_dir:
+        return a.Wait(f"{health.message}; recovering quorum restarts the survivor, which would lose its emptyDir "
+                      f"data: restore from a backup with an EtcdRestore")
     if not recovery_allowed:
         return a.Wait(f"{health.message}; set spec.recovery.automaticQuorumRecovery or annotate the "
                       f"EtcdCluster with {naming.ANNOTATION_APPROVE_QUORUM_RECOVERY}=true to recover "
@@ -328,8 +331,17 @@ def _plan_quorum_loss(observed: Observed, health: Health, names: dict[int, str |
         names[survivor.id] or survivor.hex_id, survivor.id)
 
 
-def _plan_quorum_recovery(observed: Observed, health: Health) -> a.Action:
+def _plan_quorum_recovery(spec: ClusterSpec, observed: Observed, health: Health) -> a.Action:
     op = observed.operation
+    survivor_pod = observed.pods.get(op.member)
+    forced = survivor_pod is not None and survivor_pod.force_new_cluster
+    if not forced:
+        # Until the survivor restarts as a new one-member cluster, the recovery can be called off.
+        if not quorum_loss_evidence(observed):
+            return a.AbandonQuorumRecovery("quorum came back before the survivor was restarted; the members "
+                                           "that were stopped restart on their data")
+        if not spec.storage.empty_dir and naming.pvc_name(op.member) not in observed.pvcs:
+            return a.AbandonQuorumRecovery(f"the survivor {op.member} lost its data; nothing is forced")
     others = sorted(p.name for p in observed.pods.values() if p.name != op.member and not p.deleting)
     if others:
         return a.StopMemberPod("quorum recovery: stopping the other members", others[0])

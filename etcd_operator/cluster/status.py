@@ -30,6 +30,7 @@ PROGRESS_REASONS = {
     "SetAsideMemberData": "RecoveringQuorum",
     "ForceNewCluster": "RecoveringQuorum",
     "FinishQuorumRecovery": "RecoveringQuorum",
+    "AbandonQuorumRecovery": "RecoveryAbandoned",
 }
 
 

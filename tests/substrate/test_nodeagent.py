@@ -17,6 +17,7 @@ from kubernetes import client, watch
 from localkube import controlplane, processes
 from nodeagent import faults
 from nodeagent.paths import Paths
+from tests.support.waiting import holds_throughout
 
 pytestmark = pytest.mark.substrate
 
@@ -674,6 +675,49 @@ def test_disk_loss_while_running_and_while_stopped(substrate, kube_api, namespac
     wait_ready(kube_api, namespace, "third")
     assert [log_of(substrate, namespace, p, "c").strip() for p in ("first", "second", "third")] == \
         ["missing", "missing", "missing"]
+
+
+def test_evict_stops_the_pod_for_good_and_keeps_its_volume(substrate, kube_api, namespace):
+    api = core(kube_api)
+    api.create_namespaced_persistent_volume_claim(namespace, claim("data"))
+    create_pod(kube_api, namespace, pod_manifest("evictee", [
+        container("polite", "trap 'echo got TERM; exit 0' TERM; echo kept > /data/file; "
+                            "while true; do sleep 0.2; done", volumeMounts=[mount("data", "/data")]),
+        container("stubborn", "trap 'echo ignoring TERM' TERM; while true; do sleep 0.2; done"),
+    ], terminationGracePeriodSeconds=2, volumes=[{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]))
+    uid = wait_ready(kube_api, namespace, "evictee")["metadata"]["uid"]
+    pids = [faults.container_pid(namespace, "evictee", c, where=substrate) for c in ("polite", "stubborn")]
+    directory = api.read_persistent_volume(api.read_namespaced_persistent_volume_claim("data", namespace)
+                                           .spec.volume_name).spec.host_path.path
+    wait_until(lambda: os.path.exists(os.path.join(directory, "file")), 10, what="the file on the claim")
+
+    assert faults.evict(namespace, "evictee", where=substrate)["uid"] == uid
+    pod = wait_phase(kube_api, namespace, "evictee", "Failed", timeout=20)
+    assert pod["status"]["reason"] == "Evicted" and "low on resource" in pod["status"]["message"]
+    assert condition(pod, "DisruptionTarget") == "True" and condition(pod, "Ready") == "False"
+    polite, stubborn = container_status(pod, "polite"), container_status(pod, "stubborn")
+    assert polite["state"].get("terminated", {}).get("exitCode") == 0, polite
+    assert stubborn["state"].get("terminated", {}).get("exitCode") == 137, stubborn  # SIGKILL after the grace
+    assert "got TERM" in log_of(substrate, namespace, "evictee", "polite")
+    assert "ignoring TERM" in log_of(substrate, namespace, "evictee", "stubborn")
+    assert not any(processes.alive(pid) for pid in pids)
+    with pytest.raises(faults.FaultFailed, match="409"):
+        faults.evict(namespace, "evictee", where=substrate)
+
+    # restartPolicy Always notwithstanding, nothing starts again (back-off base is 1 s).
+    def still_stopped() -> None:
+        pod = get_pod(kube_api, namespace, "evictee")
+        assert pod["metadata"]["uid"] == uid and pod["status"]["phase"] == "Failed"
+        assert all(s["restartCount"] == 0 and "terminated" in s["state"] for s in pod["status"]["containerStatuses"])
+        assert all(c["pid"] is None for c in faults.pod_info(namespace, "evictee", where=substrate)["containers"].values())
+    holds_throughout(still_stopped, 5, interval=0.5, what="the evicted pod stays stopped")
+    events = api.list_namespaced_event(namespace, field_selector="involvedObject.name=evictee").items
+    assert any(e.reason == "Evicted" and e.type == "Warning" for e in events)
+
+    api.delete_namespaced_pod("evictee", namespace)
+    wait_gone(kube_api, namespace, "evictee", timeout=10)
+    assert api.read_namespaced_persistent_volume_claim("data", namespace).status.phase == "Bound"
+    assert open(os.path.join(directory, "file")).read() == "kept\n"
 
 
 def test_service_account_credentials_with_rbac(substrate, kube_api, namespace):

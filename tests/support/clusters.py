@@ -42,18 +42,22 @@ def wait_healthy(namespace: str, name: str, size: int, timeout: float = 240) -> 
     """Available, not Progressing, not Degraded, `size` healthy voting members, generation observed."""
     def check():
         obj = get_cluster(namespace, name)
-        status = obj.get("status") or {}
-        members = status.get("members") or []
-        ok = (
-            status.get("observedGeneration") == obj["metadata"]["generation"]
-            and (condition(obj, "Available") or {}).get("status") == "True"
-            and (condition(obj, "Degraded") or {}).get("status") == "False"
-            and status.get("phase") == "Running"
-            and len(members) == size
-            and all(m["healthy"] and m["role"] in ("leader", "follower") for m in members)
-        )
-        return obj if ok else None
+        return obj if is_healthy(obj, size) else None
     return wait_for(check, timeout, interval=1.0, what=f"{namespace}/{name} healthy with {size} members")
+
+
+def is_healthy(obj: dict, size: int) -> bool:
+    """What wait_healthy waits for, on one EtcdCluster object."""
+    status = obj.get("status") or {}
+    members = status.get("members") or []
+    return (
+        status.get("observedGeneration") == obj["metadata"]["generation"]
+        and (condition(obj, "Available") or {}).get("status") == "True"
+        and (condition(obj, "Degraded") or {}).get("status") == "False"
+        and status.get("phase") == "Running"
+        and len(members) == size
+        and all(m["healthy"] and m["role"] in ("leader", "follower") for m in members)
+    )
 
 
 def member_pods(namespace: str, cluster: str) -> list[dict]:

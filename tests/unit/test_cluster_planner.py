@@ -148,6 +148,8 @@ def test_quorum_recovery_stops_others_keeps_their_data_aside_then_forces_a_new_c
     step = next_step(spec(3), o)
     assert isinstance(step, a.ForceNewCluster) and step.member == "c-1"
     alone = observed([M(1)], leader=1, operation=op)
+    forced = dataclasses.replace(alone.pods["c-1"], force_new_cluster=True)
+    alone = dataclasses.replace(alone, pods={"c-1": forced})
     assert isinstance(next_step(spec(3), alone), a.FinishQuorumRecovery)
 
 

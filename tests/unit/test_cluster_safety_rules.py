@@ -88,9 +88,18 @@ def test_unreachable_members_with_ready_pods_are_not_evidence_of_quorum_loss():
 
 def test_the_quorum_loss_clock_does_not_start_without_evidence():
     o = observed([M(0), M(1), M(2)], leader=0, reachable={2})
-    assert carry_timers(o, {}).no_quorum_since is None
+    assert carry_timers(o, {}, evidence_seen_since=o.now - 100).no_quorum_since is None
     lost = observed([M(0), M(1, healthy=False), M(2, healthy=False)], leader=None)
-    assert carry_timers(lost, {}).no_quorum_since == lost.now
+    assert carry_timers(lost, {}, evidence_seen_since=None).no_quorum_since == lost.now
+
+
+def test_the_quorum_loss_clock_is_this_process_own_not_a_start_time_left_in_status():
+    # An earlier outage's start was never cleared (the pass that saw quorum again was killed
+    # before its status write): it must not shorten this outage's timeout.
+    lost = observed([M(0), M(1, healthy=False), M(2, healthy=False)], leader=None)
+    stale = {"noQuorumSince": "1970-01-01T00:00:00Z"}
+    assert carry_timers(lost, stale, evidence_seen_since=None).no_quorum_since == lost.now
+    assert carry_timers(lost, stale, evidence_seen_since=lost.now - 30).no_quorum_since == lost.now - 30
 
 
 def test_quorum_loss_with_evidence_and_approval_starts_recovery():
@@ -215,7 +224,7 @@ def test_a_leader_reported_by_a_reachable_member_holds_even_when_other_pods_are_
                  no_quorum_for=10_000)
     s = auto_recovery(3)
     assert health_of(s, o).state == HealthState.UNREACHABLE
-    assert carry_timers(o, {}).no_quorum_since is None
+    assert carry_timers(o, {}, evidence_seen_since=None).no_quorum_since is None
     assert isinstance(next_step(s, o, recovery_allowed=True), a.Wait)
 
 
@@ -240,3 +249,35 @@ def test_a_crash_looping_member_is_not_taken_for_a_starting_one():
     o = dataclasses.replace(o, pods={**o.pods, "c-2": crashing})
     step = next_step(spec(3), o)
     assert step == a.RemoveMember(step.reason, "c-2", 0x102, replacing=True)
+
+
+def _recovering(members, **kwargs):
+    from etcd_operator.cluster.observed import Operation
+    from etcd_operator.cluster.planner import QUORUM_RECOVERY
+
+    return observed(members, operation=Operation(QUORUM_RECOVERY, "c-0", 0x100, 0), **kwargs)
+
+
+def test_a_recovery_is_called_off_when_quorum_comes_back_before_the_survivor_is_forced():
+    o = _recovering([M(0), M(1), M(2)], leader=1)
+    step = next_step(spec(3), o)
+    assert isinstance(step, a.AbandonQuorumRecovery)
+
+
+def test_a_recovery_is_called_off_when_the_survivor_lost_its_data():
+    o = _recovering([M(0, healthy=False, pvc=False), M(1, healthy=False), M(2, healthy=False)], leader=None)
+    assert isinstance(next_step(spec(3), o), a.AbandonQuorumRecovery)
+
+
+def test_a_recovery_goes_on_while_quorum_is_still_lost():
+    o = _recovering([M(0), M(1, healthy=False), M(2, healthy=False)], leader=None)
+    step = next_step(spec(3), o)
+    assert step == a.StopMemberPod(step.reason, "c-1")
+
+
+def test_quorum_is_never_recovered_on_empty_dir():
+    s = auto_recovery(3)
+    s = dataclasses.replace(s, storage=dataclasses.replace(s.storage, empty_dir=True))
+    o = observed([M(0), M(1, healthy=False), M(2, healthy=False)], leader=None, no_quorum_for=600)
+    step = next_step(s, o, recovery_allowed=True)
+    assert isinstance(step, a.Wait) and "EtcdRestore" in step.reason
