@@ -211,6 +211,7 @@ HANDLERS: dict[type, Callable] = {
     a.StopMemberPod: do_delete_pod,
     a.ForceNewCluster: do_force_new_cluster,
     a.FinishQuorumRecovery: do_finish_recovery,
+    a.AbandonQuorumRecovery: do_finish_recovery,  # both clear status.operation
 }
 
 # Actions that take two requests: the operator may die between them.

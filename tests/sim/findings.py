@@ -18,19 +18,13 @@ FINDINGS = {
         "during a quorum recovery (status.operation set) plan() goes straight to _plan_quorum_recovery, so "
         "RestartFailedPod and the restart of a broken outdated pod never apply there: when the survivor's "
         "force-new pod is evicted (Failed) or stuck on a reverted bad image, recovery waits for it forever"),
-    "recovery_not_abandoned_when_quorum_returns": (
-        "_plan_quorum_recovery follows status.operation blindly: when the members come back (a leader "
-        "reported, or their pods ready) after BeginQuorumRecovery was recorded, it still stops them one by "
-        "one and breaks the quorum that had returned"),
-    "quorum_timer_survives_lost_write": (
-        "noQuorumSince is only cleared by a status write; when the pass that saw quorum again is killed "
-        "before writing, the next outage inherits the old start time and QuorumLost is declared early"),
     "recovery_survivor_not_newest": (
         "quorum recovery picks the newest among ANSWERING voters; a voter whose pod is down (crash loop, "
         "Failed) may hold newer data, which is then discarded"),
     "recovery_survivor_lost_data": (
-        "an operation recorded in status keeps pointing at its survivor after that survivor lost its data; "
-        "ForceNewCluster recreates it on an empty data dir while another member still holds the data"),
+        "the survivor's data dir is emptied (disk wiped or replaced; the PVC itself stays) between "
+        "BeginQuorumRecovery and ForceNewCluster: the recovery only checks that the PVC exists, forces an empty "
+        "member that crash-loops, and the other members' data is already set aside"),
 }
 
 
@@ -113,7 +107,8 @@ def _classify(sim, violation: inv.Violation) -> str | None:
     return None
 # Found on main at 10d8d78 and fixed by main at 25d1e7b (cluster-ID check in the observer, learners
 # handled only with quorum, set-aside of non-survivor data, RestartFailedPod, restart of broken
-# outdated members); their signatures stay so that a regression is named.
+# outdated members) and 0cb7c57 (recovery called off when quorum returns, the quorum-loss clock
+# kept by the acting process); their signatures stay so that a regression is named.
 FIXED = {
     "foreign_member_list": (
         "observer.py takes the member list from any endpoint whose status says it leads, without checking "
@@ -130,6 +125,13 @@ FIXED = {
         "does not answer for a moment, _plan_without_member_list restarts them on those PVCs (self-only, "
         "existing), the old members regain their old quorum, and the operator then replaces the survivor "
         "and deletes the recovered data"),
+    "recovery_not_abandoned_when_quorum_returns": (
+        "_plan_quorum_recovery follows status.operation blindly: when the members come back (a leader "
+        "reported, or their pods ready) after BeginQuorumRecovery was recorded, it still stops them one by "
+        "one and breaks the quorum that had returned"),
+    "quorum_timer_survives_lost_write": (
+        "noQuorumSince is only cleared by a status write; when the pass that saw quorum again is killed "
+        "before writing, the next outage inherits the old start time and QuorumLost is declared early"),
     "failed_pod_never_restarted": (
         "a member pod in phase Failed (evicted, node shutdown) was never recreated although its PVC held its "
         "data; with quorum lost the cluster waited forever"),
@@ -138,7 +140,7 @@ FIXED = {
 }
 
 # Findings too rare to reproduce in every campaign (xfail without strict).
-RARE = {"quorum_timer_survives_lost_write"}
+RARE = {"recovery_survivor_not_newest"}
 
 STALE = {
     "stale_replica": (

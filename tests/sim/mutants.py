@@ -88,13 +88,13 @@ def _cleanup_pvc_while_pod_present(observed, health_, names):
     return None
 
 
-def _quorum_loss_without_approval(observed, health_, names, recovery_allowed):
-    return _ORIGINAL["_plan_quorum_loss"](observed, health_, names, True)  # guard removed: approval
+def _quorum_loss_without_approval(spec, observed, health_, names, recovery_allowed):
+    return _ORIGINAL["_plan_quorum_loss"](spec, observed, health_, names, True)  # guard removed: approval
 
 
-def _quorum_loss_oldest_survivor(observed, health_, names, recovery_allowed):
+def _quorum_loss_oldest_survivor(spec, observed, health_, names, recovery_allowed):
     if not recovery_allowed:
-        return _ORIGINAL["_plan_quorum_loss"](observed, health_, names, recovery_allowed)
+        return _ORIGINAL["_plan_quorum_loss"](spec, observed, health_, names, recovery_allowed)
     answering = [(observed.etcd.statuses[m.id], m) for m in health_.voters if m.id in observed.etcd.statuses]
     if not answering:
         return a.Wait("no survivor")
@@ -191,7 +191,8 @@ MUTANTS = (
            ((health, "member_healthy", _member_healthy_without_alarms),
             (timers, "member_healthy", _member_healthy_without_alarms))),
     Mutant("quorum_loss_without_evidence", "quorum loss declared only on evidence",
-           ((health, "quorum_loss_evidence", _evidence_always), (timers, "quorum_loss_evidence", _evidence_always))),
+           ((health, "quorum_loss_evidence", _evidence_always), (timers, "quorum_loss_evidence", _evidence_always),
+            (planner, "quorum_loss_evidence", _evidence_always))),
     Mutant("roll_leader_without_moving_leadership", "followers first, leadership moved before the leader rolls",
            ((planner, "_roll_outdated_member", _roll_leader_without_moving),)),
     Mutant("roll_while_degraded", "rolls only while HEALTHY",
@@ -202,6 +203,8 @@ MUTANTS = (
            ((planner, "_replace_or_shrink", _replace_without_quorum_check),)),
     Mutant("act_under_alarm_or_when_cut_off", "nothing removed/replaced/rolled under an alarm or when cut off",
            ((planner, "HOLD_STATES", frozenset()),)),
+    Mutant("recovery_not_called_off_when_quorum_returns", "a recorded recovery is abandoned once quorum is back",
+           ((planner, "quorum_loss_evidence", _evidence_always),), "focus:kill_member+crash_loop+partition"),
     Mutant("foreign_answers_trusted", "answers from another cluster ID are not used (observer, identity.py)",
            ((view, "split_foreign", _trust_every_answer),), "focus:foreign_etcd+evict_pod"),
 )

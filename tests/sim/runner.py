@@ -91,6 +91,7 @@ class Replica:
 
     name: str
     kill_pending: bool = False
+    quorum_loss_seen_since: float | None = None  # in the process's memory: lost when it is killed
 
 
 class Sim:
@@ -349,7 +350,9 @@ class Sim:
         w = self.world
         spec = self.spec
         unreachable = self.unreachable_now()
-        observed = observe(w, self.status, self.annotations, unreachable, self.skew)
+        observed = observe(w, self.status, self.annotations, unreachable, self.skew,
+                           self.operator.quorum_loss_seen_since)
+        self.operator.quorum_loss_seen_since = observed.no_quorum_since
         decision = decide(spec, observed)
         self.last_decision = decision
         try:
@@ -370,6 +373,7 @@ class Sim:
             self.lost_timer_reset = True  # the pass that saw quorum again never wrote its status
         if killed:
             self.stats["operator_killed"] += 1
+            self.operator.quorum_loss_seen_since = None  # a new process remembers nothing
         action = decision.action
         if isinstance(action, a.Steady):
             return WHEN_STEADY

@@ -73,7 +73,8 @@ def status_at(world: World, ip: str, serving: dict):
 
 
 def observe(world: World, status: Mapping[str, Any], annotations: Mapping[str, str], unreachable: set[str],
-            skew: float) -> Observed:
+            skew: float, evidence_seen_since: float | None) -> Observed:
+    """`evidence_seen_since` is the observing process's own memory (ClusterObserver.quorum_loss_seen_since)."""
     pods = {name: pod_view(world, world.pods[name]) for name in sorted(world.pods)}
     pvcs = {name: pvc_view(world.pvcs[name]) for name in sorted(world.pvcs)}
     recorded_cluster_id = parse_cluster_id(status.get("clusterID"))
@@ -125,7 +126,7 @@ def observe(world: World, status: Mapping[str, Any], annotations: Mapping[str, s
         min_ordinal=int(annotations.get(naming.ANNOTATION_MIN_ORDINAL) or 0),
         recorded_cluster_id=recorded_cluster_id,
     )
-    return carry_timers(observed, status)
+    return carry_timers(observed, status, evidence_seen_since)
 
 
 def _foreign_member(foreign: Foreign):
