@@ -144,7 +144,10 @@ RARE = {"recovery_survivor_not_newest"}
 
 STALE = {
     "stale_replica": (
-        "a replica that lost its lease keeps acting for a while on a view several passes old, and its status "
-        "writes land: BeginQuorumRecovery from an old QuorumLost view is recorded while quorum has returned, "
-        "after which the live operator stops the members; only a write fence outside the planner prevents it"),
+        "a replica that lost its lease but keeps acting for a while on a view 2-5 passes old, its status "
+        "writes landing: it asks for AddLearner while the live replica's learner is pending (etcd refuses: "
+        "one learner at most) and it can begin a quorum recovery from an old QuorumLost view after quorum "
+        "returned, which the live replica then carries out (stops members). The planner cannot tell an old "
+        "view; the lease fence outside it (the stop-acting deadline and fenced Kubernetes/etcd writes, "
+        "etcd_operator/leader.py) is what prevents this"),
 }

@@ -58,9 +58,9 @@ def test_mutant_table():
     for mutant in MUTANTS:
         if mutant.name not in TABLE:
             TABLE[mutant.name] = hunt(mutant)
-    lines = [f"{'mutant':<40} {'invariant':<40} {'first seed':<10} family"]
+    lines = [f"{'mutant':<44} {'invariant':<40} {'first seed':<10} family"]
     for mutant in MUTANTS:
         seed, invariant = TABLE[mutant.name]
-        note = "  (redundant, see SURVIVORS)" if mutant.name in SURVIVORS else ""
-        lines.append(f"{mutant.name:<40} {invariant:<40} {'-' if seed is None else seed:<10} {mutant.family}{note}")
+        note = "  (survivor, see mutants.SURVIVORS)" if mutant.name in SURVIVORS else ""
+        lines.append(f"{mutant.name:<44} {invariant:<40} {'-' if seed is None else seed:<10} {mutant.family}{note}")
     print("\n" + "\n".join(lines))

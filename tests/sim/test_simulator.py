@@ -76,7 +76,8 @@ def test_schedules_exercise_deletions_rolls_leader_moves_and_recoveries():
     minimum = MAIN.schedules // 100  # each appears in at least 1 % of the schedules
     for kind in ("DeleteMemberPod", "DeleteMemberPVC", "RollMember", "MoveLeader", "RemoveMember",
                  "AddLearner", "PromoteLearner", "BeginQuorumRecovery", "ForceNewCluster", "FinishQuorumRecovery",
-                 "Defragment", "StopMemberPod", "SettleMemberPod", "CreateMemberPod", "BootstrapFirstMember"):
+                 "Defragment", "StopMemberPod", "SettleMemberPod", "CreateMemberPod", "BootstrapFirstMember",
+                 "RestartFailedPod", "SetAsideMemberData"):
         assert MAIN.with_action[kind] >= minimum, f"only {MAIN.with_action[kind]} schedules took {kind}"
     assert MAIN.stats["leader_changes"] >= minimum
 
