@@ -22,9 +22,10 @@ FINDINGS = {
         "quorum recovery picks the newest among ANSWERING voters; a voter whose pod is down (crash loop, "
         "Failed) may hold newer data, which is then discarded"),
     "recovery_survivor_lost_data": (
-        "the survivor's data dir is emptied (disk wiped or replaced; the PVC itself stays) between "
-        "BeginQuorumRecovery and ForceNewCluster: the recovery only checks that the PVC exists, forces an empty "
-        "member that crash-loops, and the other members' data is already set aside"),
+        "the survivor's data dir is emptied (disk wiped or replaced; the PVC itself stays) during a quorum "
+        "recovery: the call-off checks only that the PVC exists, and nothing is checked once the survivor was "
+        "forced, so ForceNewCluster keeps recreating a force-new pod on the empty dir (it crash-loops) while "
+        "the other members' data is set aside: the recovery never ends and says nothing"),
 }
 
 
