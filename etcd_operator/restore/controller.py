@@ -25,7 +25,6 @@ logger = logging.getLogger(__name__)
 AFTER_STATUS_STEP = 0.1   # the step only wrote status; go on at once
 AFTER_STEP = 0.5
 WHILE_WAITING = 2.0
-AFTER_TRANSIENT_ERROR = 10.0
 STATUS_ONLY = (s.StartVerifying, s.BeginRestore, s.RecordPreservedData, s.ChooseSeed)
 TERMINAL = (s.Idle, s.Fail, s.SkipAlreadyApplied, s.Complete)
 
@@ -60,7 +59,7 @@ class RestoreController:
         if outcome.failure or isinstance(step, TERMINAL):
             return None
         if not outcome.done:
-            return AFTER_TRANSIENT_ERROR
+            return outcome.retry_in
         if isinstance(step, s.Wait):
             return WHILE_WAITING
         return AFTER_STATUS_STEP if isinstance(step, STATUS_ONLY) else AFTER_STEP

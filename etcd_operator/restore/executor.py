@@ -26,6 +26,7 @@ from etcd_operator.storage.s3 import S3Storage, StorageError
 logger = logging.getLogger(__name__)
 
 EventPoster = Callable[[str, str, str], None]  # (type, reason, message)
+TRANSIENT_RETRY = 10.0  # seconds before S3 is tried again after a transient error
 Handler = Callable[[Any, Any, RestoreSpec, RestoreStatus, Observed], Awaitable[s.Outcome | None]]
 
 
@@ -85,7 +86,7 @@ class RestoreExecutor:
         except StorageError as e:
             if not e.permanent:
                 logger.warning("%s/%s: verification hit a transient error: %s", self.namespace, self.name, e)
-                return s.Outcome(False, f"S3: {e}; retrying")
+                return s.Outcome(False, f"S3: {e}; retrying", retry_in=TRANSIENT_RETRY)
             reason = "CredentialsNotFound" if e.code.startswith("Secret") else "StorageError"
             return s.Outcome(failure=(reason, f"S3: {e}"))
 

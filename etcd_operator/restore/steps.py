@@ -178,3 +178,4 @@ class Outcome:
     message: str = ""
     facts: tuple[tuple[str, object], ...] = ()
     failure: tuple[str, str] | None = None
+    retry_in: float = 1.0  # when not done: seconds until the next pass
