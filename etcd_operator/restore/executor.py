@@ -200,7 +200,8 @@ class RestoreExecutor:
     async def _mark_seed(self, step: s.MarkSeedRestored, spec, status, observed: Observed) -> None:
         await self.kube.merge_patch(kube.PVCS, self.namespace, step.pvc, {"metadata": {"annotations": {
             builders.ANNOTATION_RESTORED_BY: observed.uid}}})
-        self.post_event("Normal", "SnapshotRestored", f"{status.seed_member}'s data directory was restored with etcdutl")
+        self.post_event("Normal", "SnapshotRestored",
+                        f"{status.seed_member}'s data directory was restored with etcdutl")
 
     async def _retry_seed(self, step: s.RetrySeedPod, spec, status, observed) -> None:
         await self.kube.delete(kube.PODS, self.namespace, builders.restore_pod_name(self.name), uid=step.pod_uid)

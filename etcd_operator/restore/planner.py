@@ -127,7 +127,8 @@ def _target_problem(spec: RestoreSpec, observed: Observed) -> s.Step | None:
             return s.SkipAlreadyApplied(
                 f"EtcdRestore {observed.restore} with this spec was already applied to EtcdCluster {target} at "
                 f"{applied.completed_at} (from {applied.source_key}, by the object with uid {applied.uid}); nothing "
-                f"was touched. To restore again, create an EtcdRestore with a new name", applied_at=applied.completed_at)
+                f"was touched. To restore again, create an EtcdRestore with a new name",
+                applied_at=applied.completed_at)
     if spec.in_place:
         if cluster is None:
             return s.Fail(f"EtcdCluster {namespace}/{target} does not exist", code="ClusterNotFound")

@@ -187,8 +187,8 @@ def test_bad_restores_are_reported_clearly_and_touch_nothing(substrate, namespac
     s3_client(substrate).copy_object(Bucket=controlplane.S3_BUCKET, Key=bare_key,
                                      CopySource={"Bucket": controlplane.S3_BUCKET, "Key": backed_up["key"]})
     bare = {k: v for k, v in s3_storage_spec(substrate, "")["s3"].items() if k != "prefix"}
-    bad = BAD_RESTORES + [({"source": {"s3": {**bare, "key": bare_key}},
-                            "target": {"newCluster": {"name": "x6", "spec": {"version": "3.5.35"}}}}, "VersionTooOld")]
+    into_35 = {"newCluster": {"name": "x6", "spec": {"size": 1, "version": "3.5.35"}}}
+    bad = BAD_RESTORES + [({"source": {"s3": {**bare, "key": bare_key}}, "target": into_35}, "VersionTooOld")]
     for i, (spec, reason) in enumerate(bad):
         apply_restore(namespace, f"bad{i}", spec)
     for i, (spec, reason) in enumerate(bad):
@@ -257,9 +257,12 @@ def test_an_in_place_restore_applied_again_is_recognised_and_touches_nothing(sub
     small_cluster_with_backup(substrate, namespace, "one")
     spec = {"source": {"backupRef": {"name": "nightly"}}, "target": {"inPlace": {"clusterName": "one",
                                                                                   "confirm": True}}}
+    # An approval of a quorum recovery was about the old data; the restore drops it.
+    kubectl("annotate", "etcdcluster", "one", "-n", namespace, f"{naming.ANNOTATION_APPROVE_QUORUM_RECOVERY}=true")
     apply_restore(namespace, "rewind", spec)
     wait_phase(namespace, "rewind", "Completed", timeout=300)
     wait_healthy(namespace, "one", 1)
+    assert naming.ANNOTATION_APPROVE_QUORUM_RECOVERY not in get_cluster(namespace, "one")["metadata"]["annotations"]
     assert read_prefix(member_endpoints(namespace, "one"), "/b/") == {}
     fill(member_endpoints(namespace, "one"), 10, 64, prefix="/c/")
     pods, pvcs = {p["metadata"]["uid"] for p in member_pods(namespace, "one")}, pvc_uids(namespace)

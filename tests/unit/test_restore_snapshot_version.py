@@ -59,7 +59,8 @@ def snapshot(meta_entries: list[tuple[bytes, bytes, int]], meta_name: bytes = b"
         1: meta(1, 2, 2),
         2: branch(2, [(b"cluster", 3), (b"meta", 4)]),
         3: leaf(3, [(b"cluster", inline_bucket([]), BUCKET_LEAF), (b"key", keys, BUCKET_LEAF)]),
-        4: leaf(4, [(b"members", inline_bucket([]), BUCKET_LEAF), (meta_name, inline_bucket(meta_entries), BUCKET_LEAF)]),
+        4: leaf(4, [(b"members", inline_bucket([]), BUCKET_LEAF),
+                    (meta_name, inline_bucket(meta_entries), BUCKET_LEAF)]),
     }
     return b"".join(pages[i].ljust(PAGE, b"\0") for i in range(len(pages)))
 
