@@ -208,14 +208,17 @@ def _plan_restoring(spec: RestoreSpec, status: RestoreStatus, observed: Observed
     if any(r.uid == observed.uid for r in cluster.records):
         return _plan_completion(cluster)
     if cluster.holder != me:
-        if cluster.holder is None and spec.in_place and not status.preserved and status.seed_member is None:
-            return s.HoldCluster(f"stopping EtcdCluster {target} for an in-place restore")
-        if cluster.holder is None and spec.in_place:
+        if cluster.holder is not None:
+            return s.Fail(f"EtcdCluster {target} is held by EtcdRestore {cluster.holder}; it is not touched",
+                          code="TargetBusy")
+        if not spec.in_place:
+            return s.Fail(f"EtcdCluster {target} was not created by this restore; it is not touched",
+                          code="TargetExists")
+        if status.preserved or status.seed_member:
             return s.Fail(f"the annotation {naming.ANNOTATION_RESTORE_IN_PROGRESS} was removed from EtcdCluster "
                           f"{target} during the restore; the restore stops here. The old data is in "
                           f"{', '.join(status.preserved) or 'the cluster PVCs'}", code="Aborted")
-        held = f"held by EtcdRestore {cluster.holder}" if cluster.holder else "not created by this restore"
-        return s.Fail(f"EtcdCluster {target} is {held}; it is not touched", code="TargetExists")
+        return s.HoldCluster(f"stopping EtcdCluster {target} for an in-place restore")
 
     if spec.in_place:
         if cluster.operation or cluster.recovery_approved:

@@ -100,8 +100,10 @@ def test_an_existing_cluster_is_never_a_new_target():
     for target in (cluster(), cluster(holder="r1"), cluster(holder="other")):
         step = step_for(NEW, VERIFIED, observed(target))
         assert isinstance(step, s.Fail) and step.code == "TargetExists"
-    step = step_for(NEW, RESTORING, observed(cluster(holder="someone-else")))
+    step = step_for(NEW, RESTORING, observed(cluster()))
     assert isinstance(step, s.Fail) and step.code == "TargetExists"
+    step = step_for(NEW, RESTORING, observed(cluster(holder="someone-else")))
+    assert isinstance(step, s.Fail) and step.code == "TargetBusy"
 
 
 def test_a_snapshot_goes_only_into_a_volume_this_restore_created():
@@ -296,8 +298,8 @@ def test_a_hold_removed_by_hand_after_data_was_set_aside_stops_the_restore():
 def test_another_restore_holding_the_target_is_refused():
     step = step_for(IN_PLACE, RestoreStatus(), observed(cluster(holder="other")))
     assert isinstance(step, s.Fail) and step.code == "TargetBusy"
-    step = step_for(IN_PLACE, RESTORING, observed(cluster(holder="other")))
-    assert isinstance(step, s.Fail)
+    step = step_for(IN_PLACE, RESTORING, observed(cluster(holder="other")))  # it won the race to hold it
+    assert isinstance(step, s.Fail) and step.code == "TargetBusy"
 
 
 def test_the_seed_is_restored_once_and_retried_a_bounded_number_of_times():
