@@ -48,13 +48,14 @@ def get_restore(namespace: str, name: str) -> dict:
 
 
 def wait_phase(namespace: str, name: str, phase: str, timeout: float = 300) -> dict:
+    """Waits for `phase`; a restore that ends in another phase fails the test at once."""
     def check():
         obj = get_restore(namespace, name)
         got = (obj.get("status") or {}).get("phase")
-        if got in ("Completed", "Failed", "AlreadyApplied") and got != phase:
-            raise AssertionError(f"restore ended {got}: {obj['status']}")
-        return obj if got == phase else None
-    return wait_for(check, timeout, what=f"restore {name} {phase}")
+        return obj if got == phase or got in ("Completed", "Failed", "AlreadyApplied") else None
+    obj = wait_for(check, timeout, what=f"restore {name} {phase}")
+    assert obj["status"]["phase"] == phase, f"restore {name} ended {obj['status']['phase']}: {obj['status']}"
+    return obj
 
 
 def assert_holds_exactly_the_backup(namespace: str, cluster: str) -> None:
