@@ -1,6 +1,7 @@
 """Reads the store revision of an etcd snapshot (a bbolt file) with a handful of random
 reads: the newest key of etcd's "key" bucket, whose keys are revisions. The same number
-`etcdutl snapshot status` reports, without downloading the whole file."""
+`etcdutl snapshot status` reports, without downloading the whole file; and the storage
+version etcd 3.6+ records in its "meta" bucket."""
 
 from __future__ import annotations
 
@@ -71,34 +72,43 @@ def _branch_child(page: bytes, index: int) -> int:
     return struct.unpack_from("<IIQ", page, at)[2]
 
 
-async def _find_bucket(pages: _Pages, root: int, name: bytes) -> bytes:
-    """The bucket header (+ inline page) stored under `name` in the root bucket."""
-    pgid = root
+async def _lookup(pages: _Pages, page: bytes, name: bytes) -> tuple[int, bytes] | None:
+    """(element flags, value) stored under `name` in the tree whose top page is `page`."""
     for _ in range(MAX_DEPTH):
-        page = await pages.page(pgid)
         flags, count = _elements(page)
         if flags & LEAF:
             for i in range(count):
                 entry_flags, key, value = _leaf_entry(page, i)
-                if key == name and entry_flags & BUCKET_LEAF:
-                    return value
-            raise NotASnapshot(f"no {name.decode()!r} bucket: not an etcd snapshot")
+                if key == name:
+                    return entry_flags, value
+            return None
+        if count == 0:
+            return None
         keys = []
         for i in range(count):
             at = PAGE_HEADER + i * ELEMENT
             pos, ksize, child = struct.unpack_from("<IIQ", page, at)
             keys.append((page[at + pos: at + pos + ksize], child))
         candidates = [child for key, child in keys if key <= name]
-        pgid = candidates[-1] if candidates else keys[0][1]
+        page = await pages.page(candidates[-1] if candidates else keys[0][1])
     raise NotASnapshot("bucket tree too deep")
 
 
-async def _last_key(pages: _Pages, bucket: bytes) -> bytes | None:
+async def _find_bucket(pages: _Pages, root: int, name: bytes) -> bytes:
+    """The bucket header (+ inline page) stored under `name` in the root bucket."""
+    found = await _lookup(pages, await pages.page(root), name)
+    if found is None or not found[0] & BUCKET_LEAF:
+        raise NotASnapshot(f"no {name.decode()!r} bucket: not an etcd snapshot")
+    return found[1]
+
+
+async def _bucket_top_page(pages: _Pages, bucket: bytes) -> bytes:
     root = struct.unpack_from("<Q", bucket, 0)[0]
-    if root == 0:
-        page = bucket[16:]  # inline bucket: its only page follows the header
-    else:
-        page = await pages.page(root)
+    return bucket[16:] if root == 0 else await pages.page(root)  # inline: its only page follows the header
+
+
+async def _last_key(pages: _Pages, bucket: bytes) -> bytes | None:
+    page = await _bucket_top_page(pages, bucket)
     for _ in range(MAX_DEPTH):
         flags, count = _elements(page)
         if count == 0:
@@ -109,7 +119,8 @@ async def _last_key(pages: _Pages, bucket: bytes) -> bytes | None:
     raise NotASnapshot("key tree too deep")
 
 
-async def snapshot_revision(read: ReadRange) -> int:
+async def _open(read: ReadRange) -> tuple[_Pages, int]:
+    """The pages of a snapshot and the root bucket page id of its newest valid meta page."""
     first = await read(0, 4096)
     meta0 = _meta(first)
     if meta0 is None:
@@ -117,8 +128,26 @@ async def snapshot_revision(read: ReadRange) -> int:
     page_size = meta0[0]
     meta1 = _meta(await read(page_size, page_size))
     _, root, _ = max((m for m in (meta0, meta1) if m), key=lambda m: m[2])
-    pages = _Pages(read, page_size)
+    return _Pages(read, page_size), root
+
+
+async def snapshot_revision(read: ReadRange) -> int:
+    pages, root = await _open(read)
     last = await _last_key(pages, await _find_bucket(pages, root, b"key"))
     if last is None:
         return 1  # an empty store is at revision 1
     return struct.unpack_from(">q", last, 0)[0]
+
+
+async def snapshot_storage_version(read: ReadRange) -> str | None:
+    """The storage version etcd 3.6+ records in the "meta" bucket under "storageVersion"
+    (e.g. "3.6.0"; empty while a 3.6 member is still migrating). None when the key is
+    absent: the data was written in the schema of etcd 3.5 or older."""
+    pages, root = await _open(read)
+    meta = await _bucket_top_page(pages, await _find_bucket(pages, root, b"meta"))
+    found = await _lookup(pages, meta, b"storageVersion")
+    if found is None:
+        return None
+    if found[0] & BUCKET_LEAF:
+        raise NotASnapshot("meta/storageVersion is a bucket: not an etcd snapshot")
+    return found[1].decode("ascii", errors="replace")

@@ -33,9 +33,14 @@ class ScheduleProblem:
     message: str
 
 
+def parses(expression: str) -> bool:
+    """The cron parser accepts it (5 fields, an optional sixth for seconds, or a macro)."""
+    return croniter.is_valid(expression)
+
+
 def problem(expression: str, now: datetime.datetime) -> ScheduleProblem | None:
     """Why `expression` cannot be run as a backup schedule, or None when it can."""
-    if not croniter.is_valid(expression):
+    if not parses(expression):
         return ScheduleProblem(INVALID_SCHEDULE, f"spec.schedule {expression!r} is not a cron expression")
     horizon = now + datetime.timedelta(days=366 * NEVER_FIRES_HORIZON_YEARS)
     try:

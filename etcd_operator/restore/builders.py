@@ -1,21 +1,70 @@
-"""The restore pod: fetch the verified snapshot onto the seed member's PVC (operator
-image), restore the data directory with the target version's own etcdutl (etcd image),
-then remove the snapshot file. Pure."""
+"""What a restore creates and writes: the target EtcdCluster of a newCluster restore, the
+seed PVC, the patches that set old data aside, and the restore pod (fetch the verified
+snapshot onto the seed member's PVC with the operator image, restore the data directory
+with the target version's own etcdutl, then remove the snapshot file). Pure."""
 
 from __future__ import annotations
 
 from typing import Any, Mapping
 
-from etcd_operator import API_GROUP
+from etcd_operator import API_GROUP, API_VERSION
 from etcd_operator.cluster import builders as cluster_builders
 from etcd_operator.cluster import naming
+from etcd_operator.cluster.spec import ClusterSpec
 
 SNAPSHOT_FILE = f"{cluster_builders.DATA_MOUNT}/restore-snapshot.db"
 LABEL_RESTORE = f"{API_GROUP}/restore"
+LABEL_PRESERVED_BY = f"{API_GROUP}/preserved-by-restore"
+LABEL_PRESERVED_FROM = f"{API_GROUP}/preserved-from-cluster"
+ANNOTATION_RESTORED_FROM = f"{API_GROUP}/restored-from"   # on the EtcdCluster: the restores applied to it
+ANNOTATION_RESTORED_BY = f"{API_GROUP}/restored-by"       # on the seed PVC: the restore pod succeeded
+ANNOTATION_SEED_OF = f"{API_GROUP}/seed-of-restore"       # on the seed PVC: created by this restore
+LABEL_VALUE_MAX = 63
 
 
 def restore_pod_name(restore: str) -> str:
     return f"{restore}-seed"
+
+
+def label_values(restore: str, cluster: str) -> dict[str, str]:
+    """Every label value a restore writes, by where it goes."""
+    return {f"{LABEL_RESTORE} (restore pod)": restore, LABEL_PRESERVED_BY: restore,
+            LABEL_PRESERVED_FROM: cluster, naming.LABEL_CLUSTER: cluster}
+
+
+def cluster_owner(namespace: str, name: str, uid: str) -> dict[str, Any]:
+    """Enough of an EtcdCluster's body to adopt children to it."""
+    return {"apiVersion": f"{API_GROUP}/{API_VERSION}", "kind": "EtcdCluster",
+            "metadata": {"name": name, "namespace": namespace, "uid": uid}}
+
+
+def new_cluster(restore: str, namespace: str, name: str, spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The EtcdCluster a newCluster restore creates, held stopped by the restore until the
+    seed member's data is in place."""
+    return {
+        "apiVersion": f"{API_GROUP}/{API_VERSION}",
+        "kind": "EtcdCluster",
+        "metadata": {"name": name, "namespace": namespace,
+                     "annotations": {naming.ANNOTATION_RESTORE_IN_PROGRESS: restore}},
+        "spec": dict(spec),
+    }
+
+
+def seed_pvc(spec: ClusterSpec, cluster: str, namespace: str, member: str, restore_uid: str) -> dict[str, Any]:
+    """The seed member's PVC, marked as this restore's own: a restore only ever writes a
+    snapshot into a volume it created."""
+    manifest = cluster_builders.member_pvc(spec, cluster, namespace, member, None)
+    manifest["metadata"]["annotations"][ANNOTATION_SEED_OF] = restore_uid
+    return manifest
+
+
+def set_aside_patch(restore: str, cluster: str, owners: list[Mapping[str, Any]], cluster_uid: str) -> dict:
+    """Takes an old PVC out of the cluster (no member label, no owner reference to it)
+    and marks who kept it. The PVC and its data stay."""
+    labels: dict[str, Any] = {k: None for k in naming.member_labels(cluster, "")}
+    labels.update({LABEL_PRESERVED_BY: restore, LABEL_PRESERVED_FROM: cluster})
+    kept = [dict(o) for o in owners if o.get("uid") != cluster_uid]
+    return {"metadata": {"labels": labels, "ownerReferences": kept or None}}
 
 
 def _s3_env(source: Mapping[str, Any], key: str, sha256: str) -> list[dict[str, Any]]:

@@ -48,13 +48,14 @@ def get_restore(namespace: str, name: str) -> dict:
 
 
 def wait_phase(namespace: str, name: str, phase: str, timeout: float = 300) -> dict:
+    """Waits for `phase`; a restore that ends in another phase fails the test at once."""
     def check():
         obj = get_restore(namespace, name)
         got = (obj.get("status") or {}).get("phase")
-        if got in ("Completed", "Failed") and got != phase:
-            raise AssertionError(f"restore ended {got}: {obj['status']}")
-        return obj if got == phase else None
-    return wait_for(check, timeout, what=f"restore {name} {phase}")
+        return obj if got == phase or got in ("Completed", "Failed", "AlreadyApplied") else None
+    obj = wait_for(check, timeout, what=f"restore {name} {phase}")
+    assert obj["status"]["phase"] == phase, f"restore {name} ended {obj['status']['phase']}: {obj['status']}"
+    return obj
 
 
 def assert_holds_exactly_the_backup(namespace: str, cluster: str) -> None:
@@ -175,16 +176,27 @@ BAD_RESTORES = [
       "target": {"inPlace": {"clusterName": "ghost", "confirm": True}}}, "ClusterNotFound"),
     ({"source": {"backupRef": {"name": "nightly"}},
       "target": {"newCluster": {"name": "x4", "spec": {"size": 12}}}}, "InvalidClusterSpec"),
+    ({"source": {"backupRef": {"name": "nightly"}},
+      "target": {"newCluster": {"name": "x5", "spec": {"size": 1, "storage": {"emptyDir": {}}}}}}, "EmptyDirTarget"),
 ]
 
 
-def test_bad_restores_are_reported_clearly_and_touch_nothing(namespace, backed_up):
-    for i, (spec, reason) in enumerate(BAD_RESTORES):
+def test_bad_restores_are_reported_clearly_and_touch_nothing(substrate, namespace, backed_up):
+    # A 3.6 snapshot with no manifest beside it (as `etcdctl snapshot save` leaves it): its
+    # version is read from the snapshot itself.
+    bare_key = f"tests/{namespace}/bare/snapshot.db"
+    s3_client(substrate).copy_object(Bucket=controlplane.S3_BUCKET, Key=bare_key,
+                                     CopySource={"Bucket": controlplane.S3_BUCKET, "Key": backed_up["key"]})
+    bare = {k: v for k, v in s3_storage_spec(substrate, "")["s3"].items() if k != "prefix"}
+    into_35 = {"newCluster": {"name": "x6", "spec": {"size": 1, "version": "3.5.35"}}}
+    bad = BAD_RESTORES + [({"source": {"s3": {**bare, "key": bare_key}}, "target": into_35}, "VersionTooOld")]
+    for i, (spec, reason) in enumerate(bad):
         apply_restore(namespace, f"bad{i}", spec)
-    for i, (spec, reason) in enumerate(BAD_RESTORES):
+    for i, (spec, reason) in enumerate(bad):
         failed = wait_phase(namespace, f"bad{i}", "Failed", timeout=120)
         got = next(c for c in failed["status"]["conditions"] if c["type"] == "Failed")
         assert got["reason"] == reason, (spec, got)
+    assert get_restore(namespace, f"bad{len(bad) - 1}")["status"]["snapshotEtcdVersion"].startswith("3.6")
     clusters = {c["metadata"]["name"] for c in kubectl_json("get", "etcdclusters", "-n", namespace)["items"]}
     assert clusters == {"src"}
     for missing_opt_in in ({"clusterName": "src"}, {"clusterName": "src", "confirm": False}):
@@ -192,3 +204,81 @@ def test_bad_restores_are_reported_clearly_and_touch_nothing(namespace, backed_u
             "apiVersion": GROUP, "kind": "EtcdRestore", "metadata": {"name": "noopt", "namespace": namespace},
             "spec": {"source": {"backupRef": {"name": "nightly"}}, "target": {"inPlace": missing_opt_in}}}))
         assert refused.returncode != 0 and "confirm" in refused.stderr
+
+
+# --- a restore never destroys data it was not asked to replace --------------------------
+
+def small_cluster_with_backup(substrate, namespace: str, cluster: str) -> dict:
+    """A 1-member cluster holding /a/*, a completed backup of it, then /b/* written after."""
+    apply_cluster(namespace, cluster, {"size": 1, "storage": {"size": "1Gi"}})
+    wait_healthy(namespace, cluster, 1)
+    create_credentials_secret(substrate, namespace)
+    fill(member_endpoints(namespace, cluster), 20, 64, prefix="/a/")
+    apply_backup(namespace, "nightly", {"clusterRef": {"name": cluster},
+                                        "storage": s3_storage_spec(substrate, f"tests/{namespace}")})
+    backup = wait_for(lambda: (b := get_backup(namespace, "nightly"))["status"].get("phase") == "Completed" and b,
+                      120, what="backup completed")
+    fill(member_endpoints(namespace, cluster), 10, 64, prefix="/b/")
+    return backup["status"]["lastBackup"]
+
+
+def pvc_uids(namespace: str) -> dict[str, str]:
+    return {p["metadata"]["name"]: p["metadata"]["uid"] for p in kubectl_json("get", "pvc", "-n", namespace)["items"]}
+
+
+def reason_of(restore: dict, type_: str) -> str:
+    return next(c for c in restore["status"]["conditions"] if c["type"] == type_)["reason"]
+
+
+def test_a_new_cluster_restore_never_takes_over_retained_data(substrate, namespace, operator):
+    backup = small_cluster_with_backup(substrate, namespace, "keep")
+    kubectl("delete", "etcdcluster", "keep", "-n", namespace, "--wait=true", "--timeout=120s")
+    wait_for(lambda: not member_pods(namespace, "keep"), 120, what="keep's pods gone")
+    retained = pvc_uids(namespace)
+    assert list(retained) == ["data-keep-0"]
+
+    apply_restore(namespace, "into-keep", {"source": {"backupRef": {"name": "nightly", "key": backup["key"]}},
+                                           "target": {"newCluster": {"name": "keep", "spec": {
+                                               "size": 1, "storage": {"size": "1Gi"}}}}})
+    refused = wait_phase(namespace, "into-keep", "Failed", timeout=120)
+    assert reason_of(refused, "Failed") == "TargetDataExists"
+    assert "PersistentVolumeClaim data-keep-0" in refused["status"]["progress"]
+    assert kubectl("get", "etcdcluster", "keep", "-n", namespace, check=False).returncode != 0
+    assert pvc_uids(namespace) == retained
+
+    # The retained data is whole: the cluster comes back on it, with the writes newer than the backup.
+    apply_cluster(namespace, "keep", {"size": 1, "storage": {"size": "1Gi"}})
+    wait_healthy(namespace, "keep", 1)
+    endpoints = member_endpoints(namespace, "keep")
+    assert len(read_prefix(endpoints, "/a/")) == 20 and len(read_prefix(endpoints, "/b/")) == 10
+    assert pvc_uids(namespace) == retained
+
+
+def test_an_in_place_restore_applied_again_is_recognised_and_touches_nothing(substrate, namespace, operator):
+    small_cluster_with_backup(substrate, namespace, "one")
+    spec = {"source": {"backupRef": {"name": "nightly"}}, "target": {"inPlace": {"clusterName": "one",
+                                                                                  "confirm": True}}}
+    # An approval of a quorum recovery was about the old data; the restore drops it.
+    kubectl("annotate", "etcdcluster", "one", "-n", namespace, f"{naming.ANNOTATION_APPROVE_QUORUM_RECOVERY}=true")
+    apply_restore(namespace, "rewind", spec)
+    wait_phase(namespace, "rewind", "Completed", timeout=300)
+    wait_healthy(namespace, "one", 1)
+    assert naming.ANNOTATION_APPROVE_QUORUM_RECOVERY not in get_cluster(namespace, "one")["metadata"]["annotations"]
+    assert read_prefix(member_endpoints(namespace, "one"), "/b/") == {}
+    fill(member_endpoints(namespace, "one"), 10, 64, prefix="/c/")
+    pods, pvcs = {p["metadata"]["uid"] for p in member_pods(namespace, "one")}, pvc_uids(namespace)
+    applied = json.loads(get_cluster(namespace, "one")["metadata"]["annotations"]["etcd.operator.dev/restored-from"])
+    assert [r["restore"] for r in applied] == ["rewind"]
+
+    # What a GitOps re-sync does: the same object, deleted and applied again.
+    kubectl("delete", "etcdrestore", "rewind", "-n", namespace, "--wait=true")
+    apply_restore(namespace, "rewind", spec)
+    again = wait_phase(namespace, "rewind", "AlreadyApplied", timeout=120)
+    assert reason_of(again, "Completed") == "AlreadyApplied" and reason_of(again, "Failed") == "NoFailure"
+    assert applied[0]["completedAt"] in again["status"]["progress"]
+
+    endpoints = member_endpoints(namespace, "one")
+    assert len(read_prefix(endpoints, "/c/")) == 10
+    assert {p["metadata"]["uid"] for p in member_pods(namespace, "one")} == pods
+    assert pvc_uids(namespace) == pvcs
+    assert not kubectl_json("get", "pods", "-n", namespace, "-l", "etcd.operator.dev/restore=rewind")["items"]

@@ -17,7 +17,7 @@ from etcd_operator.backup import manifest
 from etcd_operator.cluster import builders, naming
 from etcd_operator.cluster.spec import MANAGED_FLAGS, ClusterSpec, spec_problems
 from etcd_operator.restore import builders as restore_builders
-from etcd_operator.restore.controller import LABEL_PRESERVED_BY
+from etcd_operator.restore.builders import LABEL_PRESERVED_BY
 
 CRDS = pathlib.Path(__file__).resolve().parents[2] / "crds"
 

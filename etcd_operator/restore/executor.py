@@ -1,0 +1,242 @@
+"""Carries out one planned restore step against Kubernetes and S3. Each step is
+idempotent: re-running it after a crash at any point converges to the same state. The
+executor decides nothing; an unknown step is an error."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Awaitable, Callable, Mapping
+
+import kopf
+
+from etcd_operator import faults
+from etcd_operator.backup.bbolt import NotASnapshot, snapshot_revision, snapshot_storage_version
+from etcd_operator.backup.verify import VerificationFailed, verify_snapshot
+from etcd_operator.cluster import naming
+from etcd_operator.kube import client as kube
+from etcd_operator.restore import builders, source as sources
+from etcd_operator.restore import steps as s
+from etcd_operator.restore.observed import Observed
+from etcd_operator.restore.planner import snapshot_etcd_version
+from etcd_operator.restore.spec import RestoreSpec, RestoreStatus
+from etcd_operator.storage.credentials import s3_location
+from etcd_operator.storage.s3 import S3Storage, StorageError
+
+logger = logging.getLogger(__name__)
+
+EventPoster = Callable[[str, str, str], None]  # (type, reason, message)
+TRANSIENT_RETRY = 10.0  # seconds before S3 is tried again after a transient error
+Handler = Callable[[Any, Any, RestoreSpec, RestoreStatus, Observed], Awaitable[s.Outcome | None]]
+
+
+class UnknownStep(Exception):
+    """The planner asked for a step no handler carries out: a bug, never 'done'."""
+
+
+class RestoreExecutor:
+    def __init__(self, kube_client: kube.KubeClient, operator_image: str, body: Mapping[str, Any],
+                 post_event: EventPoster):
+        self.kube = kube_client
+        self.operator_image = operator_image
+        self.body = body
+        self.post_event = post_event
+        self.namespace = body["metadata"]["namespace"]
+        self.name = body["metadata"]["name"]
+
+    async def run(self, step: s.Step, spec: RestoreSpec, status: RestoreStatus, observed: Observed) -> s.Outcome:
+        handler = HANDLERS.get(type(step))
+        if handler is None:
+            raise UnknownStep(f"no handler for restore step {step.kind}")
+        try:
+            return await handler(self, step, spec, status, observed) or s.Outcome()
+        except kube.Conflict as e:
+            return s.Outcome(False, f"{step.kind}: an object changed meanwhile ({e}); looking again")
+
+    # --- status only ------------------------------------------------------------------
+
+    async def _nothing(self, step, spec, status, observed) -> None:
+        return None
+
+    async def _fail(self, step: s.Fail, spec, status, observed) -> None:
+        self.post_event("Warning", step.code, step.reason)
+
+    async def _skip(self, step: s.SkipAlreadyApplied, spec, status, observed) -> None:
+        self.post_event("Normal", "AlreadyApplied", step.reason)
+
+    async def _complete(self, step: s.Complete, spec, status, observed) -> None:
+        self.post_event("Normal", "RestoreCompleted",
+                        f"EtcdCluster {spec.target} is available with {step.ready} members from {status.source_key}")
+
+    async def _begin(self, step: s.BeginRestore, spec, status, observed) -> None:
+        self.post_event("Normal", "SnapshotVerified",
+                        f"{status.source_key}: sha256 {(status.sha256 or '')[:12]}… and etcd's checksum match; "
+                        f"{step.reason}")
+
+    async def _record_preserved(self, step, spec, status, observed) -> None:
+        return None  # the status write of this pass records them
+
+    # --- reads only: verification -----------------------------------------------------
+
+    async def _verify(self, step: s.VerifySnapshot, spec: RestoreSpec, status, observed) -> s.Outcome:
+        try:
+            return await self._verified_facts(spec)
+        except VerificationFailed as e:
+            return s.Outcome(failure=(e.reason, e.message))
+        except StorageError as e:
+            if not e.permanent:
+                logger.warning("%s/%s: verification hit a transient error: %s", self.namespace, self.name, e)
+                return s.Outcome(False, f"S3: {e}; retrying", retry_in=TRANSIENT_RETRY)
+            reason = "CredentialsNotFound" if e.code.startswith("Secret") else "StorageError"
+            return s.Outcome(failure=(reason, f"S3: {e}"))
+
+    async def _verified_facts(self, spec: RestoreSpec) -> s.Outcome:
+        s3 = await sources.s3_block(self.kube, self.namespace, spec.source)
+        storage = await asyncio.to_thread(S3Storage, await s3_location(self.kube, self.namespace, s3))
+        try:
+            await storage.check_bucket()
+            snapshot = await sources.resolve(storage, self.namespace, spec.source, s3)
+            verified = await verify_snapshot(storage, snapshot.key, snapshot.manifest)
+
+            def read(offset: int, length: int):
+                return storage.read_range(snapshot.key, offset, length)
+            try:
+                storage_version, readable = await snapshot_storage_version(read), True
+                revision = await snapshot_revision(read)
+            except NotASnapshot as e:
+                logger.warning("%s/%s: cannot read %s's storage version: %s", self.namespace, self.name,
+                               snapshot.key, e)
+                storage_version, readable, revision = None, False, None
+        finally:
+            await asyncio.to_thread(storage.close)
+        manifest = snapshot.manifest
+        facts: dict[str, Any] = {"sourceKey": verified.key, "sourceBucket": s3["bucket"], "sha256": verified.sha256}
+        version = snapshot_etcd_version(manifest.etcd_version if manifest else None, storage_version, readable)
+        if version:
+            facts["snapshotEtcdVersion"] = version
+        if manifest is not None:
+            facts["restoredRevision"] = manifest.revision
+        elif revision is not None:
+            facts["restoredRevision"] = revision
+        return s.Outcome(message=f"verified {verified.size} bytes", facts=tuple(facts.items()))
+
+    # --- the target -------------------------------------------------------------------
+
+    async def _create_cluster(self, step: s.CreateTargetCluster, spec: RestoreSpec, status, observed) -> None:
+        manifest = builders.new_cluster(self.name, self.namespace, spec.target, spec.new_cluster_spec)
+        try:
+            await self.kube.create(kube.ETCDCLUSTERS, self.namespace, manifest)
+        except kube.Conflict:
+            pass  # the next pass tells whether it is the one this restore created (held by it)
+
+    async def _patch_cluster(self, observed: Observed, patch: dict) -> None:
+        """Patches the target only if it is still the version observed this pass."""
+        patch.setdefault("metadata", {})["resourceVersion"] = observed.cluster.resource_version
+        await self.kube.merge_patch(kube.ETCDCLUSTERS, self.namespace, observed.cluster.name, patch)
+
+    async def _hold(self, step: s.HoldCluster, spec, status, observed: Observed) -> None:
+        await self._patch_cluster(observed, {"metadata": {"annotations": {
+            naming.ANNOTATION_RESTORE_IN_PROGRESS: self.name}}})
+        self.post_event("Normal", "ClusterStopping", f"Stopping EtcdCluster {spec.target} for an in-place restore")
+
+    async def _clear_recovery(self, step: s.ClearQuorumRecovery, spec, status, observed: Observed) -> None:
+        if step.clear_operation:
+            await self.kube.merge_patch(kube.ETCDCLUSTERS, self.namespace, spec.target, {"status": {"operation": None}},
+                                        subresource="status")
+        if step.clear_approval:
+            await self.kube.merge_patch(kube.ETCDCLUSTERS, self.namespace, spec.target, {"metadata": {"annotations": {
+                naming.ANNOTATION_APPROVE_QUORUM_RECOVERY: None}}})
+        self.post_event("Normal", "QuorumRecoveryCleared", step.reason)
+
+    async def _stop_members(self, step: s.StopMembers, spec, status, observed) -> None:
+        for name, uid in step.pods:
+            await self.kube.delete(kube.PODS, self.namespace, name, uid=uid)
+        self.post_event("Normal", "MembersStopping", step.reason)
+
+    async def _set_aside(self, step: s.SetAsideData, spec, status, observed: Observed) -> None:
+        for name, uid in step.pvcs:
+            pvc = await self.kube.get(kube.PVCS, self.namespace, name)
+            if pvc is None or pvc["metadata"]["uid"] != uid:
+                continue  # gone or replaced: the next pass looks again
+            patch = builders.set_aside_patch(self.name, spec.target, pvc["metadata"].get("ownerReferences") or [],
+                                             observed.cluster.uid)
+            patch["metadata"]["resourceVersion"] = pvc["metadata"]["resourceVersion"]
+            await self.kube.merge_patch(kube.PVCS, self.namespace, name, patch)
+        self.post_event("Normal", "OldDataPreserved", step.reason)
+
+    async def _choose_seed(self, step: s.ChooseSeed, spec: RestoreSpec, status, observed: Observed) -> None:
+        if spec.in_place:
+            await self._patch_cluster(observed, {"metadata": {"annotations": {
+                naming.ANNOTATION_MIN_ORDINAL: str(step.min_ordinal)}}})
+
+    async def _create_seed_volume(self, step: s.CreateSeedVolume, spec, status, observed: Observed) -> None:
+        cluster = observed.cluster
+        manifest = builders.seed_pvc(cluster.spec, cluster.name, self.namespace, step.member, observed.uid)
+        kopf.adopt(manifest, owner=builders.cluster_owner(self.namespace, cluster.name, cluster.uid))
+        try:
+            await self.kube.create(kube.PVCS, self.namespace, manifest)
+        except kube.Conflict:
+            pass  # the next pass checks that it is this restore's own
+
+    async def _start_seed_pod(self, step: s.StartSeedPod, spec: RestoreSpec, status: RestoreStatus,
+                              observed: Observed) -> s.Outcome | None:
+        try:
+            s3 = await sources.s3_block(self.kube, self.namespace, spec.source)
+        except VerificationFailed as e:
+            return s.Outcome(failure=(e.reason, e.message))
+        cluster = observed.cluster
+        manifest = builders.restore_pod(
+            self.name, self.namespace, cluster.name, step.member, cluster.uid, cluster.spec.image,
+            self.operator_image, s3, status.source_key, status.sha256)
+        kopf.adopt(manifest, owner=dict(self.body))
+        try:
+            await self.kube.create(kube.PODS, self.namespace, manifest)
+        except kube.Conflict:
+            return None
+        self.post_event("Normal", "SeedingMember", f"Restoring {step.member}'s data directory from {status.source_key}")
+        faults.hit(faults.DURING_RESTORE)
+        return None
+
+    async def _mark_seed(self, step: s.MarkSeedRestored, spec, status, observed: Observed) -> None:
+        await self.kube.merge_patch(kube.PVCS, self.namespace, step.pvc, {"metadata": {"annotations": {
+            builders.ANNOTATION_RESTORED_BY: observed.uid}}})
+        self.post_event("Normal", "SnapshotRestored",
+                        f"{status.seed_member}'s data directory was restored with etcdutl")
+
+    async def _retry_seed(self, step: s.RetrySeedPod, spec, status, observed) -> None:
+        await self.kube.delete(kube.PODS, self.namespace, builders.restore_pod_name(self.name), uid=step.pod_uid)
+        self.post_event("Warning", "SeedPodFailed", step.reason)
+
+    async def _remove_seed_pod(self, step: s.RemoveSeedPod, spec, status, observed) -> None:
+        await self.kube.delete(kube.PODS, self.namespace, builders.restore_pod_name(self.name), uid=step.pod_uid)
+
+    async def _release(self, step: s.ReleaseCluster, spec, status, observed: Observed) -> None:
+        await self._patch_cluster(observed, {"metadata": {"annotations": {
+            naming.ANNOTATION_RESTORE_IN_PROGRESS: None,
+            builders.ANNOTATION_RESTORED_FROM: step.records}}})
+        self.post_event("Normal", "ClusterReleased", step.reason)
+
+
+HANDLERS: dict[type[s.Step], Handler] = {
+    s.Idle: RestoreExecutor._nothing,
+    s.Wait: RestoreExecutor._nothing,
+    s.Fail: RestoreExecutor._fail,
+    s.SkipAlreadyApplied: RestoreExecutor._skip,
+    s.Complete: RestoreExecutor._complete,
+    s.StartVerifying: RestoreExecutor._nothing,
+    s.VerifySnapshot: RestoreExecutor._verify,
+    s.BeginRestore: RestoreExecutor._begin,
+    s.CreateTargetCluster: RestoreExecutor._create_cluster,
+    s.HoldCluster: RestoreExecutor._hold,
+    s.ClearQuorumRecovery: RestoreExecutor._clear_recovery,
+    s.StopMembers: RestoreExecutor._stop_members,
+    s.RecordPreservedData: RestoreExecutor._record_preserved,
+    s.SetAsideData: RestoreExecutor._set_aside,
+    s.ChooseSeed: RestoreExecutor._choose_seed,
+    s.CreateSeedVolume: RestoreExecutor._create_seed_volume,
+    s.StartSeedPod: RestoreExecutor._start_seed_pod,
+    s.MarkSeedRestored: RestoreExecutor._mark_seed,
+    s.RetrySeedPod: RestoreExecutor._retry_seed,
+    s.RemoveSeedPod: RestoreExecutor._remove_seed_pod,
+    s.ReleaseCluster: RestoreExecutor._release,
+}

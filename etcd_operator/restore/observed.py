@@ -1,0 +1,116 @@
+"""What the operator sees of one EtcdRestore and its target in one pass. Plain data;
+gathered by restore.observer, read by the planner."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from etcd_operator.cluster.spec import ClusterSpec
+
+RECORD_HISTORY = 20  # applied restores remembered on a cluster
+
+
+@dataclasses.dataclass(frozen=True)
+class RestoreRecord:
+    """One restore applied to a cluster, kept on the EtcdCluster itself (annotation
+    etcd.operator.dev/restored-from) so that the same restore applied again is recognised
+    even after its EtcdRestore object was deleted."""
+
+    restore: str        # the EtcdRestore's name
+    uid: str            # ... and uid, generation and spec digest at the time
+    generation: int
+    spec_hash: str
+    source_key: str
+    sha256: str
+    completed_at: str   # RFC 3339: when the restored data was handed to the cluster
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"restore": self.restore, "uid": self.uid, "generation": self.generation,
+                "specHash": self.spec_hash, "sourceKey": self.source_key, "sha256": self.sha256,
+                "completedAt": self.completed_at}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "RestoreRecord":
+        if not isinstance(data, dict):
+            raise ValueError("a record is a JSON object")
+        try:
+            return cls(str(data["restore"]), str(data["uid"]), int(data["generation"]), str(data["specHash"]),
+                       str(data["sourceKey"]), str(data["sha256"]), str(data["completedAt"]))
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"record lacks or mistypes {e}") from None
+
+
+def parse_records(text: str | None) -> tuple[RestoreRecord, ...]:
+    """The records in an annotation value (a JSON list, oldest first). Raises ValueError
+    when the value is not one this operator wrote."""
+    if not text:
+        return ()
+    try:
+        data = json.loads(text)
+    except ValueError as e:
+        raise ValueError(f"not JSON: {e}") from None
+    if not isinstance(data, list):
+        raise ValueError("not a JSON list")
+    return tuple(RestoreRecord.from_dict(item) for item in data)
+
+
+def records_text(records: tuple[RestoreRecord, ...]) -> str:
+    return json.dumps([r.to_dict() for r in records[-RECORD_HISTORY:]], sort_keys=True, separators=(",", ":"))
+
+
+@dataclasses.dataclass(frozen=True)
+class ObjectState:
+    kind: str           # Pod, PersistentVolumeClaim, Service, PodDisruptionBudget
+    name: str
+    uid: str
+    deleting: bool = False
+    phase: str = ""                       # pods
+    labels: tuple[tuple[str, str], ...] = ()
+    annotations: tuple[tuple[str, str], ...] = ()
+    owner_uids: tuple[str, ...] = ()
+
+    def annotation(self, key: str) -> str | None:
+        return dict(self.annotations).get(key)
+
+    @property
+    def ref(self) -> str:
+        return f"{self.kind} {self.name}"
+
+
+@dataclasses.dataclass(frozen=True)
+class TargetCluster:
+    """The EtcdCluster a restore writes into, as it is now."""
+
+    name: str
+    uid: str
+    resource_version: str
+    spec: ClusterSpec | None          # None when its spec cannot be read
+    spec_error: str | None
+    holder: str | None                # the EtcdRestore holding it stopped (restore-in-progress)
+    records: tuple[RestoreRecord, ...]
+    records_error: str | None         # the restored-from annotation could not be read
+    operation: str | None             # status.operation.kind, e.g. QuorumRecovery
+    recovery_approved: bool           # the approve-quorum-recovery annotation is present
+    min_ordinal: int
+    phase: str | None
+    available: bool
+    ready_members: int
+    cluster_id: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Observed:
+    namespace: str
+    restore: str
+    uid: str
+    generation: int
+    cluster: TargetCluster | None
+    pods: tuple[ObjectState, ...] = ()        # pods carrying the target's labels
+    pvcs: tuple[ObjectState, ...] = ()        # PVCs carrying the target's labels
+    # target absent: the namespace's pods, PVCs, Services and PDBs (what a new cluster could take over)
+    namespace_objects: tuple[ObjectState, ...] = ()
+    seed_pvc: ObjectState | None = None
+    seed_pod: ObjectState | None = None
+    new_cluster_problem: str | None = None    # server-side dry run of the cluster to create

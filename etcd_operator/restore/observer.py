@@ -1,0 +1,108 @@
+"""Gathers one pass's view of an EtcdRestore's target from Kubernetes. Reads only (the
+new cluster's spec is checked with a server-side dry run, which stores nothing)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Mapping
+
+from etcd_operator import conditions as c
+from etcd_operator.cluster import naming
+from etcd_operator.cluster.spec import ClusterSpec
+from etcd_operator.kube import client as kube
+from etcd_operator.restore import builders
+from etcd_operator.restore.observed import ObjectState, Observed, TargetCluster, parse_records
+from etcd_operator.restore.spec import RestoreSpec, RestoreStatus
+
+KINDS = ((kube.PODS, "Pod"), (kube.PVCS, "PersistentVolumeClaim"), (kube.SERVICES, "Service"),
+         (kube.PDBS, "PodDisruptionBudget"))
+
+
+def object_state(kind: str, obj: Mapping[str, Any]) -> ObjectState:
+    meta = obj["metadata"]
+    return ObjectState(
+        kind=kind, name=meta["name"], uid=meta["uid"], deleting=bool(meta.get("deletionTimestamp")),
+        phase=(obj.get("status") or {}).get("phase", "") if kind == "Pod" else "",
+        labels=tuple(sorted((meta.get("labels") or {}).items())),
+        annotations=tuple(sorted((meta.get("annotations") or {}).items())),
+        owner_uids=tuple(o.get("uid", "") for o in meta.get("ownerReferences") or []),
+    )
+
+
+def target_cluster(obj: Mapping[str, Any]) -> TargetCluster:
+    meta, status = obj["metadata"], obj.get("status") or {}
+    annotations = meta.get("annotations") or {}
+    try:
+        spec, spec_error = ClusterSpec.from_dict(obj.get("spec") or {}), None
+    except (TypeError, ValueError) as e:
+        spec, spec_error = None, str(e)
+    try:
+        records, records_error = parse_records(annotations.get(builders.ANNOTATION_RESTORED_FROM)), None
+    except ValueError as e:
+        records, records_error = (), str(e)
+    try:
+        min_ordinal = int(annotations.get(naming.ANNOTATION_MIN_ORDINAL) or 0)
+    except ValueError:
+        min_ordinal = 0
+    return TargetCluster(
+        name=meta["name"], uid=meta["uid"], resource_version=meta.get("resourceVersion", ""),
+        spec=spec, spec_error=spec_error,
+        holder=annotations.get(naming.ANNOTATION_RESTORE_IN_PROGRESS) or None,
+        records=records, records_error=records_error,
+        operation=(status.get("operation") or {}).get("kind") or None,
+        recovery_approved=naming.ANNOTATION_APPROVE_QUORUM_RECOVERY in annotations,
+        min_ordinal=min_ordinal,
+        phase=status.get("phase"),
+        available=(c.find(status.get("conditions"), "Available") or {}).get("status") == "True",
+        ready_members=int(status.get("readyMembers") or 0),
+        cluster_id=status.get("clusterID"),
+    )
+
+
+class RestoreObserver:
+    def __init__(self, kube_client: kube.KubeClient):
+        self.kube = kube_client
+
+    async def observe(self, body: Mapping[str, Any], spec: RestoreSpec, status: RestoreStatus) -> Observed:
+        meta = body["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        raw = await self.kube.get(kube.ETCDCLUSTERS, namespace, spec.target)
+        cluster = target_cluster(raw) if raw is not None else None
+        pods: tuple[ObjectState, ...] = ()
+        pvcs: tuple[ObjectState, ...] = ()
+        around: tuple[ObjectState, ...] = ()
+        problem = None
+        if cluster is not None:
+            selector = naming.label_selector(naming.selector_labels(spec.target))
+            pods_raw, pvcs_raw = await asyncio.gather(self.kube.list(kube.PODS, namespace, selector),
+                                                      self.kube.list(kube.PVCS, namespace, selector))
+            pods = tuple(object_state("Pod", p) for p in pods_raw)
+            pvcs = tuple(object_state("PersistentVolumeClaim", p) for p in pvcs_raw)
+        elif not spec.in_place:
+            around = await self._namespace_objects(namespace)
+            if status.phase in (None, "Pending", "Verifying"):
+                problem = await self._dry_run(name, namespace, spec)
+        seed_pvc = seed_pod = None
+        if status.seed_member:
+            found = await self.kube.get(kube.PVCS, namespace, naming.pvc_name(status.seed_member))
+            seed_pvc = object_state("PersistentVolumeClaim", found) if found else None
+        if len(name) <= builders.LABEL_VALUE_MAX:
+            found = await self.kube.get(kube.PODS, namespace, builders.restore_pod_name(name))
+            seed_pod = object_state("Pod", found) if found else None
+        return Observed(namespace=namespace, restore=name, uid=meta["uid"], generation=meta.get("generation") or 0,
+                        cluster=cluster, pods=pods, pvcs=pvcs, namespace_objects=around,
+                        seed_pvc=seed_pvc, seed_pod=seed_pod, new_cluster_problem=problem)
+
+    async def _namespace_objects(self, namespace: str) -> tuple[ObjectState, ...]:
+        listed = await asyncio.gather(*(self.kube.list(resource, namespace) for resource, _ in KINDS))
+        return tuple(object_state(kind, obj) for (_, kind), objs in zip(KINDS, listed) for obj in objs)
+
+    async def _dry_run(self, restore: str, namespace: str, spec: RestoreSpec) -> str | None:
+        manifest = builders.new_cluster(restore, namespace, spec.target, spec.new_cluster_spec)
+        try:
+            await self.kube.create(kube.ETCDCLUSTERS, namespace, manifest, dry_run=True)
+        except kube.ApiError as e:
+            return e.message
+        except kube.Conflict:
+            pass  # it exists now: the planner sees that next pass
+        return None

@@ -1,0 +1,293 @@
+"""Decides the one next step of an EtcdRestore from its spec, its status and what was
+observed. Pure.
+
+Invariants, each covered by tests/unit/test_restore_planner.py:
+- nothing outside the restore's own status is changed before the snapshot verified and
+  every check on the target passed (names fit labels, the version can restore it, the
+  target is not emptyDir, not held by another restore);
+- a newCluster restore never creates its cluster over existing objects: if the target's
+  PVCs, pods, Services or PDB (by the cluster's labels or member names) exist, it stops;
+- a restore whose name and spec are recorded on the target as applied is not applied
+  again (AlreadyApplied); a second run needs a new name (or a changed spec);
+- a snapshot is only ever written into a volume this restore created, and at most once
+  (the seed PVC is marked when the restore pod succeeded);
+- old data is never deleted: in place, every old PVC is recorded in status, then set aside;
+- an in-place target is released only without a recorded quorum recovery or its approval,
+  and the release and the record of this restore are one patch.
+"""
+
+from __future__ import annotations
+
+from etcd_operator.cluster import naming
+from etcd_operator.cluster.spec import ClusterSpec, parse_version
+from etcd_operator.restore import builders
+from etcd_operator.restore import steps as s
+from etcd_operator.restore.observed import ObjectState, Observed, RestoreRecord, TargetCluster, records_text
+from etcd_operator.restore.spec import TERMINAL_PHASES, RestoreSpec, RestoreStatus
+from etcd_operator.timefmt import format_time
+
+SEED_ATTEMPTS = 3
+PRE_3_6_STORAGE = "3.5"   # a snapshot without meta/storageVersion is in etcd 3.5's schema (or older)
+
+
+# --- versions ---------------------------------------------------------------------------
+
+def _minor(version: str | None) -> tuple[int, int] | None:
+    try:
+        major, minor = (int(p) for p in (version or "").lstrip("v").split("-")[0].split(".")[:2])
+    except ValueError:
+        return None
+    return major, minor
+
+
+def snapshot_etcd_version(manifest_version: str | None, storage_version: str | None,
+                          storage_readable: bool) -> str | None:
+    """The etcd version a snapshot needs, read from the snapshot itself and, when there is
+    one, from its manifest: the newer of the two. None when it cannot be known.
+    `storage_version` is meta/storageVersion: None when absent (3.5 schema or older), ""
+    while a 3.6 member was migrating (3.6), else e.g. "3.6.0"."""
+    if not storage_readable:
+        return None
+    from_data = PRE_3_6_STORAGE if storage_version is None else (storage_version or "3.6")
+    if _minor(from_data) is None:
+        return None
+    if manifest_version is None:
+        return from_data
+    if _minor(manifest_version) is None:
+        return None
+    return manifest_version if _minor(manifest_version) >= _minor(from_data) else from_data
+
+
+def version_problem(target_version: str, snapshot_version: str | None) -> s.Fail | None:
+    need = _minor(snapshot_version)
+    if need is None:
+        return s.Fail("the etcd version of the snapshot is unknown (no manifest, and its storage version "
+                      "cannot be read); it is not restored into a cluster that may not be able to read it",
+                      code="SnapshotVersionUnknown")
+    have = _minor(target_version)
+    if have is None or have < need:
+        return s.Fail(f"the snapshot needs etcd {snapshot_version}; etcd {target_version} cannot restore it. "
+                      f"Use {need[0]}.{need[1]}.x or newer", code="VersionTooOld")
+    return None
+
+
+# --- the target -------------------------------------------------------------------------
+
+def belongs_to(cluster: str, obj: ObjectState, labels: dict[str, str]) -> bool:
+    """Whether an object would be taken over by an EtcdCluster of this name: it carries its
+    labels, or has the name of one of its members' pods or PVCs, Services or PDB."""
+    if labels.get(naming.LABEL_CLUSTER) == cluster or labels.get(builders.LABEL_PRESERVED_FROM) == cluster:
+        return True
+    if labels.get("app.kubernetes.io/name") == "etcd" and labels.get("app.kubernetes.io/instance") == cluster:
+        return True
+    if obj.kind == "Pod":
+        return naming.member_ordinal(cluster, obj.name) is not None
+    if obj.kind == "PersistentVolumeClaim":
+        return obj.name.startswith("data-") and naming.member_ordinal(cluster, obj.name[5:]) is not None
+    if obj.kind == "Service":
+        return obj.name in (naming.peer_service(cluster), naming.client_service(cluster))
+    if obj.kind == "PodDisruptionBudget":
+        return obj.name == naming.pdb_name(cluster)
+    return False
+
+
+def existing_objects(cluster: str, observed: Observed) -> list[str]:
+    return sorted(o.ref for o in observed.namespace_objects if belongs_to(cluster, o, dict(o.labels)))
+
+
+def _applied_before(spec: RestoreSpec, observed: Observed, cluster: TargetCluster) -> RestoreRecord | None:
+    """The record of this restore (same name and spec) applied by another EtcdRestore object."""
+    return next((r for r in reversed(cluster.records)
+                 if r.restore == observed.restore and r.spec_hash == spec.digest and r.uid != observed.uid), None)
+
+
+def _name_problem(observed: Observed, target: str) -> s.Fail | None:
+    too_long = {where: value for where, value in builders.label_values(observed.restore, target).items()
+                if len(value) > builders.LABEL_VALUE_MAX}
+    if not too_long:
+        return None
+    listed = ", ".join(f"{where}={value!r} ({len(value)})" for where, value in sorted(too_long.items()))
+    return s.Fail(f"label values are at most {builders.LABEL_VALUE_MAX} characters, and this restore would "
+                  f"write {listed}; use a shorter name", code="NameTooLong")
+
+
+def _target_problem(spec: RestoreSpec, observed: Observed) -> s.Step | None:
+    """Why the target cannot take this restore now, checked before anything is touched."""
+    namespace, target, cluster = observed.namespace, spec.target, observed.cluster
+    problem = _name_problem(observed, target)
+    if problem:
+        return problem
+    if cluster is not None:
+        if cluster.records_error:
+            return s.Wait(f"the annotation {builders.ANNOTATION_RESTORED_FROM} on EtcdCluster {target} cannot be "
+                          f"read ({cluster.records_error}), so it is unknown whether this restore was applied "
+                          f"already; fix or remove the annotation", code="RestoreRecordUnreadable")
+        applied = _applied_before(spec, observed, cluster)
+        if applied:
+            return s.SkipAlreadyApplied(
+                f"EtcdRestore {observed.restore} with this spec was already applied to EtcdCluster {target} at "
+                f"{applied.completed_at} (from {applied.source_key}, by the object with uid {applied.uid}); nothing "
+                f"was touched. To restore again, create an EtcdRestore with a new name",
+                applied_at=applied.completed_at)
+    if spec.in_place:
+        if cluster is None:
+            return s.Fail(f"EtcdCluster {namespace}/{target} does not exist", code="ClusterNotFound")
+        if cluster.holder:
+            return s.Fail(f"EtcdCluster {target} is held by EtcdRestore {cluster.holder} (annotation "
+                          f"{naming.ANNOTATION_RESTORE_IN_PROGRESS}); one restore at a time", code="TargetBusy")
+        if cluster.spec is None:
+            return s.Fail(f"EtcdCluster {target}'s spec cannot be read: {cluster.spec_error}",
+                          code="InvalidClusterSpec")
+        target_spec = cluster.spec
+    else:
+        if cluster is not None:
+            return s.Fail(f"EtcdCluster {namespace}/{target} already exists; a restore into a new cluster never "
+                          f"touches an existing one", code="TargetExists")
+        existing = existing_objects(target, observed)
+        if existing:
+            return s.Fail(f"objects of a cluster named {target} already exist: {', '.join(existing)}. They may hold "
+                          f"data (a deleted EtcdCluster keeps its PVCs); a restore into a new cluster never "
+                          f"touches them. Choose another name, or delete them if their data is not needed",
+                          code="TargetDataExists")
+        if observed.new_cluster_problem:
+            return s.Fail(f"spec.target.newCluster.spec: {observed.new_cluster_problem}", code="InvalidClusterSpec")
+        try:
+            target_spec = ClusterSpec.from_dict(spec.new_cluster_spec)
+            parse_version(target_spec.version)
+        except (TypeError, ValueError) as e:
+            return s.Fail(f"spec.target.newCluster.spec: {e}", code="InvalidClusterSpec")
+    if target_spec.storage.empty_dir:
+        return s.Fail(f"EtcdCluster {target} keeps its data in emptyDir volumes, which a restored data directory "
+                      f"cannot be put into; restore into a cluster with persistent storage", code="EmptyDirTarget")
+    return None
+
+
+def _target_version(spec: RestoreSpec, observed: Observed) -> str:
+    if spec.in_place and observed.cluster is not None and observed.cluster.spec is not None:
+        return observed.cluster.spec.version
+    return ClusterSpec.from_dict(spec.new_cluster_spec).version
+
+
+# --- the plan ---------------------------------------------------------------------------
+
+def plan(spec: RestoreSpec, status: RestoreStatus, observed: Observed, now: float) -> s.Step:
+    if status.phase in TERMINAL_PHASES:
+        return s.Idle(f"the restore ended: {status.phase}")
+    if status.phase in (None, "Pending", "Verifying"):
+        return _plan_checks(spec, status, observed)
+    return _plan_restoring(spec, status, observed, now)
+
+
+def _plan_checks(spec: RestoreSpec, status: RestoreStatus, observed: Observed) -> s.Step:
+    """Reads only: the target is checked on every pass, the snapshot once."""
+    problem = _target_problem(spec, observed)
+    if problem:
+        return problem
+    if status.phase in (None, "Pending"):
+        return s.StartVerifying("verifying the snapshot")
+    if not status.verified:
+        return s.VerifySnapshot("verifying the snapshot")
+    problem = version_problem(_target_version(spec, observed), status.snapshot_version)
+    if problem:
+        return problem
+    return s.BeginRestore(f"snapshot verified; restoring into {'the existing' if spec.in_place else 'new'} "
+                          f"EtcdCluster {spec.target}", target=spec.target)
+
+
+def _plan_restoring(spec: RestoreSpec, status: RestoreStatus, observed: Observed, now: float) -> s.Step:
+    cluster, target, me = observed.cluster, spec.target, observed.restore
+    if cluster is None:
+        if spec.in_place:
+            return s.Fail(f"EtcdCluster {observed.namespace}/{target} disappeared during the restore",
+                          code="ClusterNotFound")
+        existing = existing_objects(target, observed)
+        if existing:
+            return s.Fail(f"objects of a cluster named {target} exist but the EtcdCluster does not: "
+                          f"{', '.join(existing)}; it is not created over them", code="TargetDataExists")
+        return s.CreateTargetCluster(f"creating EtcdCluster {target}, held until its data is restored")
+    if any(r.uid == observed.uid for r in cluster.records):
+        return _plan_completion(cluster)
+    if cluster.holder != me:
+        if cluster.holder is not None:
+            return s.Fail(f"EtcdCluster {target} is held by EtcdRestore {cluster.holder}; it is not touched",
+                          code="TargetBusy")
+        if not spec.in_place:
+            return s.Fail(f"EtcdCluster {target} was not created by this restore; it is not touched",
+                          code="TargetExists")
+        if status.preserved or status.seed_member:
+            return s.Fail(f"the annotation {naming.ANNOTATION_RESTORE_IN_PROGRESS} was removed from EtcdCluster "
+                          f"{target} during the restore; the restore stops here. The old data is in "
+                          f"{', '.join(status.preserved) or 'the cluster PVCs'}", code="Aborted")
+        return s.HoldCluster(f"stopping EtcdCluster {target} for an in-place restore")
+
+    if spec.in_place:
+        if cluster.operation or cluster.recovery_approved:
+            return s.ClearQuorumRecovery(
+                f"dropping the recorded {cluster.operation or 'quorum recovery approval'} of {target}: it was "
+                f"about the old data", clear_operation=bool(cluster.operation),
+                clear_approval=cluster.recovery_approved)
+        if status.seed_member is None:
+            return _plan_set_aside(status, observed, cluster)
+    elif status.seed_member is None:
+        return s.ChooseSeed(f"restoring into {naming.member_name(target, 0)}", member=naming.member_name(target, 0))
+    return _plan_seed(spec, status, observed, cluster, now)
+
+
+def _plan_set_aside(status: RestoreStatus, observed: Observed, cluster: TargetCluster) -> s.Step:
+    live = tuple((p.name, p.uid) for p in observed.pods if not p.deleting)
+    if live:
+        return s.StopMembers(f"stopping {len(live)} members", pods=live)
+    if observed.pods:
+        return s.Wait(f"waiting for {len(observed.pods)} members to stop", code="Restoring")
+    names = {p.name for p in observed.pvcs}
+    recorded = tuple(sorted(set(status.preserved) | names))
+    if recorded != status.preserved:
+        return s.RecordPreservedData("recording the old data before it is set aside", pvcs=recorded)
+    if observed.pvcs:
+        return s.SetAsideData(f"keeping the old data aside in {', '.join(sorted(names))} until the restore succeeds",
+                              pvcs=tuple(sorted((p.name, p.uid) for p in observed.pvcs)))
+    ordinals = [naming.member_ordinal(cluster.name, n.removeprefix("data-")) for n in status.preserved]
+    seed = max(max((o for o in ordinals if o is not None), default=-1) + 1, cluster.min_ordinal)
+    member = naming.member_name(cluster.name, seed)
+    return s.ChooseSeed(f"restoring into a fresh member {member}", member=member, min_ordinal=seed)
+
+
+def _plan_seed(spec: RestoreSpec, status: RestoreStatus, observed: Observed, cluster: TargetCluster,
+               now: float) -> s.Step:
+    seed, pvc, pod = status.seed_member, observed.seed_pvc, observed.seed_pod
+    if pvc is None:
+        return s.CreateSeedVolume(f"creating {naming.pvc_name(seed)}", member=seed)
+    if pvc.annotation(builders.ANNOTATION_SEED_OF) != observed.uid:
+        return s.Fail(f"PVC {pvc.name} exists but was not created by this restore; a snapshot is only restored "
+                      f"into a volume the restore created", code="SeedVolumeNotOurs")
+    if pod is not None and observed.uid not in pod.owner_uids:
+        return s.Fail(f"pod {pod.name} exists and does not belong to this restore", code="SeedPodNameTaken")
+    if pvc.annotation(builders.ANNOTATION_RESTORED_BY) != observed.uid:
+        if pod is None:
+            return s.StartSeedPod(f"seeding {seed}", member=seed)
+        if pod.phase == "Succeeded":
+            return s.MarkSeedRestored(f"{seed}'s data directory was restored", pvc=pvc.name)
+        if pod.phase == "Failed":
+            attempt = status.seed_attempts + 1
+            if attempt >= SEED_ATTEMPTS:
+                return s.Fail(f"the restore pod {pod.name} failed {attempt} times; see its logs", code="SeedFailed")
+            return s.RetrySeedPod(f"the restore pod failed; attempt {attempt + 1} of {SEED_ATTEMPTS}",
+                                  pod_uid=pod.uid, attempt=attempt)
+        return s.Wait(f"seeding {seed}", code="Restoring")
+    if pod is not None:
+        return s.RemoveSeedPod("the seed is restored; removing the restore pod", pod_uid=pod.uid)
+    if cluster.records_error:
+        return s.Wait(f"the annotation {builders.ANNOTATION_RESTORED_FROM} on EtcdCluster {cluster.name} cannot be "
+                      f"read ({cluster.records_error}); it is not overwritten", code="RestoreRecordUnreadable")
+    record = RestoreRecord(observed.restore, observed.uid, observed.generation, spec.digest,
+                           status.source_key or "", status.sha256 or "", format_time(now))
+    return s.ReleaseCluster(f"{seed} holds the restored data; the other members join one at a time",
+                            records=records_text(cluster.records + (record,)))
+
+
+def _plan_completion(cluster: TargetCluster) -> s.Step:
+    size = cluster.spec.size if cluster.spec else 0
+    progress = f"{cluster.ready_members}/{size} members ready"
+    if cluster.available and size and cluster.ready_members >= size and cluster.phase == "Running":
+        return s.Complete(progress, cluster_id=cluster.cluster_id or "", ready=cluster.ready_members, size=size)
+    return s.Wait(progress, code="Restoring")

@@ -1,0 +1,68 @@
+"""The EtcdRestore spec and status as typed values. Pure."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from typing import Any, Mapping
+
+TERMINAL_PHASES = ("Completed", "Failed", "AlreadyApplied")
+
+
+def spec_hash(spec: Mapping[str, Any]) -> str:
+    """A stable digest of a restore's spec: the same manifest applied again hashes the same."""
+    return hashlib.sha256(json.dumps(spec, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
+
+
+@dataclasses.dataclass(frozen=True)
+class RestoreSpec:
+    source: Mapping[str, Any]
+    in_place: bool
+    target: str                      # the EtcdCluster restored into
+    new_cluster_spec: Mapping[str, Any]  # newCluster only: the spec of the cluster to create
+    digest: str                      # spec_hash of the whole spec
+
+    @classmethod
+    def from_dict(cls, spec: Mapping[str, Any]) -> "RestoreSpec":
+        target = spec.get("target") or {}
+        if "inPlace" in target:
+            return cls(spec.get("source") or {}, True, target["inPlace"]["clusterName"], {}, spec_hash(spec))
+        new = target["newCluster"]
+        return cls(spec.get("source") or {}, False, new["name"], dict(new.get("spec") or {}), spec_hash(spec))
+
+
+@dataclasses.dataclass(frozen=True)
+class RestoreStatus:
+    """What earlier passes recorded; the planner's memory across passes and restarts."""
+
+    phase: str | None = None
+    source_key: str | None = None
+    sha256: str | None = None        # set once the snapshot verified
+    snapshot_version: str | None = None
+    restored_revision: int | None = None
+    target: str | None = None
+    seed_member: str | None = None
+    seed_attempts: int = 0
+    preserved: tuple[str, ...] = ()
+    progress: str = ""
+
+    @property
+    def verified(self) -> bool:
+        return bool(self.sha256)
+
+    @classmethod
+    def from_dict(cls, status: Mapping[str, Any] | None) -> "RestoreStatus":
+        status = status or {}
+        return cls(
+            phase=status.get("phase"),
+            source_key=status.get("sourceKey"),
+            sha256=status.get("sha256"),
+            snapshot_version=status.get("snapshotEtcdVersion"),
+            restored_revision=status.get("restoredRevision"),
+            target=status.get("targetCluster"),
+            seed_member=status.get("seedMember"),
+            seed_attempts=int(status.get("seedAttempts") or 0),
+            preserved=tuple(sorted(status.get("preservedData") or ())),
+            progress=status.get("progress") or "",
+        )

@@ -1,0 +1,181 @@
+"""The steps the restore planner can ask for. Each is one small, idempotent change (or
+none); the executor carries out exactly one per pass."""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    reason: str = ""
+
+    @property
+    def kind(self) -> str:
+        return type(self).__name__
+
+
+# --- no change ---------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Idle(Step):
+    """The restore has ended (Completed, Failed, AlreadyApplied): nothing more, ever."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Wait(Step):
+    """Nothing safe to do yet; look again soon. `code` is the Progressing reason."""
+
+    code: str = "Waiting"
+
+
+# --- status only: the end of a restore ----------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Fail(Step):
+    """Stop for good with a reason. Nothing further is touched."""
+
+    code: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class SkipAlreadyApplied(Step):
+    """This very restore (name and spec) was already applied to the target: do nothing."""
+
+    applied_at: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Complete(Step):
+    cluster_id: str = ""
+    ready: int = 0
+    size: int = 0
+
+
+# --- before anything is touched ---------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class StartVerifying(Step):
+    """Record the start (phase Verifying)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class VerifySnapshot(Step):
+    """Resolve the source, stream it (sha256 against the manifest, etcd's own checksum),
+    read its storage version. Reads only."""
+
+
+@dataclasses.dataclass(frozen=True)
+class BeginRestore(Step):
+    """Every check passed: record the target (phase Restoring). From here on the target
+    is changed, one step at a time."""
+
+    target: str = ""
+
+
+# --- the target -------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class CreateTargetCluster(Step):
+    """newCluster: create the EtcdCluster, held by this restore."""
+
+
+@dataclasses.dataclass(frozen=True)
+class HoldCluster(Step):
+    """inPlace: mark the EtcdCluster as held, so its controller stops acting on it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ClearQuorumRecovery(Step):
+    """inPlace: drop a recorded quorum recovery (status.operation) and its approval, so
+    the cluster does not resume a recovery over the restored data."""
+
+    clear_operation: bool = False
+    clear_approval: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class StopMembers(Step):
+    """inPlace: delete the member pods (their data stays on the PVCs)."""
+
+    pods: tuple[tuple[str, str], ...] = ()  # (name, uid)
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordPreservedData(Step):
+    """inPlace: write the PVCs about to be set aside into status, before they move."""
+
+    pvcs: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class SetAsideData(Step):
+    """inPlace: relabel the old PVCs so that no member uses them; they are kept."""
+
+    pvcs: tuple[tuple[str, str], ...] = ()  # (name, uid)
+
+
+@dataclasses.dataclass(frozen=True)
+class ChooseSeed(Step):
+    """Name the member whose data directory is restored; in place, members below its
+    ordinal are never created again (their data is set aside)."""
+
+    member: str = ""
+    min_ordinal: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class CreateSeedVolume(Step):
+    member: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class StartSeedPod(Step):
+    """Fetch the verified snapshot onto the seed PVC and run etcdutl snapshot restore."""
+
+    member: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class MarkSeedRestored(Step):
+    """The restore pod succeeded: mark the seed PVC so the seed is never restored twice."""
+
+    pvc: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class RetrySeedPod(Step):
+    pod_uid: str = ""
+    attempt: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class RemoveSeedPod(Step):
+    pod_uid: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class ReleaseCluster(Step):
+    """Hand the restored data to the cluster and record, on the cluster itself, that this
+    restore was applied (one patch)."""
+
+    records: str = ""  # the new value of the restored-from annotation
+
+
+ALL_STEPS: tuple[type[Step], ...] = (
+    Idle, Wait, Fail, SkipAlreadyApplied, Complete, StartVerifying, VerifySnapshot, BeginRestore,
+    CreateTargetCluster, HoldCluster, ClearQuorumRecovery, StopMembers, RecordPreservedData, SetAsideData,
+    ChooseSeed, CreateSeedVolume, StartSeedPod, MarkSeedRestored, RetrySeedPod, RemoveSeedPod, ReleaseCluster,
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """What carrying out a step found. `facts` are status fields only the executor can know
+    (what verification read); `failure` is a (reason, message) that ends the restore."""
+
+    done: bool = True
+    message: str = ""
+    facts: tuple[tuple[str, object], ...] = ()
+    failure: tuple[str, str] | None = None
+    retry_in: float = 1.0  # when not done: seconds until the next pass

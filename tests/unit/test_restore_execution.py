@@ -1,0 +1,79 @@
+"""The restore executor's dispatch table and the status a pass writes."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import inspect
+
+import pytest
+
+from etcd_operator.restore import executor, steps as s
+from etcd_operator.restore.observed import Observed
+from etcd_operator.restore.spec import RestoreSpec, RestoreStatus
+from etcd_operator.restore.status import build_status, changed
+
+NOW = "2026-11-21T12:00:00Z"
+
+
+def test_every_step_type_has_a_handler():
+    defined = {obj for _, obj in inspect.getmembers(s, inspect.isclass)
+               if issubclass(obj, s.Step) and obj is not s.Step}
+    assert defined == set(s.ALL_STEPS)
+    assert set(executor.HANDLERS) == defined
+    assert all(inspect.iscoroutinefunction(h) for h in executor.HANDLERS.values())
+
+
+def test_an_unknown_step_is_an_error_never_done():
+    @dataclasses.dataclass(frozen=True)
+    class Unplanned(s.Step):
+        pass
+
+    body = {"metadata": {"name": "r1", "namespace": "ns", "uid": "u"}, "spec": {}}
+    runner = executor.RestoreExecutor(None, "image", body, lambda *_: None)
+    spec = RestoreSpec.from_dict({"source": {}, "target": {"inPlace": {"clusterName": "c", "confirm": True}}})
+    with pytest.raises(executor.UnknownStep):
+        asyncio.run(runner.run(Unplanned(), spec, RestoreStatus(), Observed("ns", "r1", "u", 1, None)))
+
+
+def conditions_of(status: dict) -> dict:
+    return {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+
+
+def test_a_failure_ends_the_restore_with_its_reason():
+    status = build_status({"phase": "Verifying"}, s.Fail("nope", code="TargetDataExists"), s.Outcome(), 1, NOW)
+    assert status["phase"] == "Failed" and status["completionTime"] == NOW and status["progress"] == "nope"
+    assert conditions_of(status) == {"Progressing": ("False", "TargetDataExists"),
+                                     "Failed": ("True", "TargetDataExists"), "Completed": ("False", "NotYet")}
+
+
+def test_already_applied_is_its_own_terminal_phase_not_a_failure():
+    status = build_status({"phase": "Pending"}, s.SkipAlreadyApplied("applied at T"), s.Outcome(), 1, NOW)
+    assert status["phase"] == "AlreadyApplied"
+    assert conditions_of(status) == {"Progressing": ("False", "AlreadyApplied"), "Failed": ("False", "NoFailure"),
+                                     "Completed": ("False", "AlreadyApplied")}
+
+
+def test_verification_facts_and_failures_come_from_the_outcome():
+    facts = (("sha256", "ab"), ("snapshotEtcdVersion", "3.6.0"))
+    status = build_status({"phase": "Verifying"}, s.VerifySnapshot("v"), s.Outcome(facts=facts), 1, NOW)
+    assert status["phase"] == "Verifying" and status["sha256"] == "ab" and status["snapshotEtcdVersion"] == "3.6.0"
+    failed = build_status({"phase": "Verifying"}, s.VerifySnapshot("v"),
+                          s.Outcome(failure=("ChecksumMismatch", "bad")), 1, NOW)
+    assert failed["phase"] == "Failed" and conditions_of(failed)["Failed"] == ("True", "ChecksumMismatch")
+
+
+def test_a_step_not_taken_changes_only_the_progress():
+    previous = {"phase": "Restoring", "progress": "x"}
+    status = build_status(previous, s.ChooseSeed("seed", member="c-3"), s.Outcome(False, "conflict"), 1, NOW)
+    assert changed(previous, status) == {"progress": "conflict"}
+
+
+def test_status_fields_follow_the_step():
+    status = build_status({"phase": "Restoring"}, s.RecordPreservedData("r", pvcs=("data-c-0",)), s.Outcome(), 1, NOW)
+    assert status["preservedData"] == ["data-c-0"] and status["phase"] == "Restoring"
+    status = build_status({"phase": "Verifying"}, s.BeginRestore("b", target="c"), s.Outcome(), 1, NOW)
+    assert status["targetCluster"] == "c" and status["phase"] == "Restoring"
+    status = build_status({"phase": "Restoring"}, s.Complete("1/1", cluster_id="abc"), s.Outcome(), 1, NOW)
+    assert status["phase"] == "Completed" and status["clusterID"] == "abc"
+    assert conditions_of(status)["Completed"] == ("True", "Restored")

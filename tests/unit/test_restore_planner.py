@@ -1,0 +1,360 @@
+"""The restore planner, pure: every check happens before anything is touched, existing
+data is never restored over, a restore is applied once, the version is read from the
+snapshot, recorded quorum recoveries are dropped, names fit labels."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from etcd_operator.cluster import naming
+from etcd_operator.cluster.spec import ClusterSpec
+from etcd_operator.restore import builders
+from etcd_operator.restore import steps as s
+from etcd_operator.restore.observed import ObjectState, Observed, RestoreRecord, TargetCluster, parse_records
+from etcd_operator.restore.planner import SEED_ATTEMPTS, plan, snapshot_etcd_version
+from etcd_operator.restore.spec import RestoreSpec, RestoreStatus, spec_hash
+from etcd_operator.timefmt import format_time
+
+UID = "uid-of-this-restore"
+SOURCE = {"backupRef": {"name": "nightly"}}
+NEW = {"source": SOURCE, "target": {"newCluster": {"name": "keep", "spec": {"size": 1}}}}
+IN_PLACE = {"source": SOURCE, "target": {"inPlace": {"clusterName": "keep", "confirm": True}}}
+VERIFIED = RestoreStatus(phase="Verifying", source_key="ns/nightly/1.db", sha256="ab" * 32,
+                         snapshot_version="3.6.16")
+RESTORING = dataclasses.replace(VERIFIED, phase="Restoring", target="keep")
+NOW = 1_800_000_000.0
+
+# Steps that change nothing outside the restore's own status.
+READ_ONLY = (s.Idle, s.Wait, s.Fail, s.SkipAlreadyApplied, s.StartVerifying, s.VerifySnapshot, s.BeginRestore)
+
+
+def cluster(name: str = "keep", *, spec: dict | None = None, holder: str | None = None,
+            records: tuple[RestoreRecord, ...] = (), records_error: str | None = None,
+            operation: str | None = None, approved: bool = False, ready: int = 0, available: bool = False,
+            phase: str | None = None, min_ordinal: int = 0) -> TargetCluster:
+    return TargetCluster(name, "cluster-uid", "42", ClusterSpec.from_dict(spec or {"size": 1}), None, holder,
+                         records, records_error, operation, approved, min_ordinal, phase, available, ready, "c1d")
+
+
+def observed(target: TargetCluster | None = None, *, restore: str = "r1", uid: str = UID, **fields) -> Observed:
+    return Observed("ns", restore, uid, 1, target, **fields)
+
+
+def obj(kind: str, name: str, labels: dict | None = None, **fields) -> ObjectState:
+    return ObjectState(kind, name, f"uid-{name}", labels=tuple(sorted((labels or {}).items())), **fields)
+
+
+def record(restore: str = "r1", spec: dict = IN_PLACE, uid: str = "uid-of-an-earlier-object") -> RestoreRecord:
+    return RestoreRecord(restore, uid, 1, spec_hash(spec), "ns/nightly/1.db", "ab" * 32, "2026-11-21T12:00:00Z")
+
+
+def step_for(spec: dict, status: RestoreStatus, seen: Observed) -> s.Step:
+    return plan(RestoreSpec.from_dict(spec), status, seen, NOW)
+
+
+# --- 1. a new cluster never takes over existing objects -----------------------------------
+
+@pytest.mark.parametrize("existing", [
+    obj("PersistentVolumeClaim", "data-keep-0"),                      # retained by a deleted cluster
+    obj("PersistentVolumeClaim", "data-keep-7", {builders.LABEL_PRESERVED_BY: "old"}),
+    obj("PersistentVolumeClaim", "something", {naming.LABEL_CLUSTER: "keep"}),
+    obj("Pod", "keep-2"),
+    obj("Pod", "x", {"app.kubernetes.io/name": "etcd", "app.kubernetes.io/instance": "keep"}),
+    obj("Service", "keep-peer"),
+    obj("Service", "keep-client"),
+    obj("PodDisruptionBudget", "keep"),
+])
+@pytest.mark.parametrize("status", [RestoreStatus(), RestoreStatus(phase="Pending"), VERIFIED])
+def test_a_new_cluster_is_refused_when_objects_of_its_name_exist(existing, status):
+    seen = observed(namespace_objects=(obj("PersistentVolumeClaim", "data-other-0"), existing))
+    step = step_for(NEW, status, seen)
+    assert isinstance(step, s.Fail) and step.code == "TargetDataExists"
+    assert existing.ref in step.reason and "data-other-0" not in step.reason
+
+
+@pytest.mark.parametrize("unrelated", [
+    obj("PersistentVolumeClaim", "data-keeper-0"),
+    obj("PersistentVolumeClaim", "data-keep-x"),
+    obj("Pod", "keep-seed"),
+    obj("Service", "keep-peer-x"),
+    obj("PodDisruptionBudget", "keeper"),
+    obj("Pod", "keep-0x", {naming.LABEL_CLUSTER: "other", "app.kubernetes.io/instance": "keep"}),
+])
+def test_objects_of_other_names_do_not_block_a_new_cluster(unrelated):
+    step = step_for(NEW, VERIFIED, observed(namespace_objects=(unrelated,)))
+    assert isinstance(step, s.BeginRestore)
+
+
+def test_a_new_cluster_is_not_created_over_objects_that_appeared_after_the_checks():
+    seen = observed(namespace_objects=(obj("PersistentVolumeClaim", "data-keep-0"),))
+    step = step_for(NEW, RESTORING, seen)
+    assert isinstance(step, s.Fail) and step.code == "TargetDataExists"
+    assert isinstance(step_for(NEW, RESTORING, observed()), s.CreateTargetCluster)
+
+
+def test_an_existing_cluster_is_never_a_new_target():
+    for target in (cluster(), cluster(holder="r1"), cluster(holder="other")):
+        step = step_for(NEW, VERIFIED, observed(target))
+        assert isinstance(step, s.Fail) and step.code == "TargetExists"
+    step = step_for(NEW, RESTORING, observed(cluster()))
+    assert isinstance(step, s.Fail) and step.code == "TargetExists"
+    step = step_for(NEW, RESTORING, observed(cluster(holder="someone-else")))
+    assert isinstance(step, s.Fail) and step.code == "TargetBusy"
+
+
+def test_a_snapshot_goes_only_into_a_volume_this_restore_created():
+    status = dataclasses.replace(RESTORING, seed_member="keep-0")
+    foreign = obj("PersistentVolumeClaim", "data-keep-0")
+    step = step_for(NEW, status, observed(cluster(holder="r1"), seed_pvc=foreign))
+    assert isinstance(step, s.Fail) and step.code == "SeedVolumeNotOurs"
+    ours = dataclasses.replace(foreign, annotations=((builders.ANNOTATION_SEED_OF, UID),))
+    assert isinstance(step_for(NEW, status, observed(cluster(holder="r1"), seed_pvc=ours)), s.StartSeedPod)
+
+
+# --- 2. a restore is applied once --------------------------------------------------------
+
+@pytest.mark.parametrize("spec", [IN_PLACE, NEW])
+@pytest.mark.parametrize("status", [RestoreStatus(), VERIFIED])
+def test_the_same_restore_applied_again_is_recognised_from_the_record_on_the_target(spec, status):
+    step = step_for(spec, status, observed(cluster(records=(record(spec=spec),))))
+    assert isinstance(step, s.SkipAlreadyApplied)
+    assert "2026-11-21T12:00:00Z" in step.reason and "new name" in step.reason
+
+
+def test_a_new_name_or_a_changed_spec_is_a_new_intent():
+    target = cluster(records=(record(spec=IN_PLACE),))
+    assert isinstance(step_for(IN_PLACE, RestoreStatus(), observed(target, restore="r2")), s.StartVerifying)
+    changed = {**IN_PLACE, "source": {"backupRef": {"name": "nightly", "key": "ns/nightly/0.db"}}}
+    assert isinstance(step_for(changed, RestoreStatus(), observed(target)), s.StartVerifying)
+
+
+def test_an_older_record_is_remembered_too():
+    target = cluster(records=(record(spec=IN_PLACE), record("r2", uid="u2"), record("r3", uid="u3")))
+    assert isinstance(step_for(IN_PLACE, RestoreStatus(), observed(target)), s.SkipAlreadyApplied)
+
+
+def test_an_unreadable_record_means_waiting_not_guessing():
+    step = step_for(IN_PLACE, RestoreStatus(), observed(cluster(records_error="not JSON")))
+    assert isinstance(step, s.Wait) and step.code == "RestoreRecordUnreadable"
+
+
+def released_state(spec: dict, **cluster_fields) -> tuple[RestoreStatus, Observed]:
+    status = dataclasses.replace(RESTORING, seed_member="keep-3", preserved=("data-keep-0",))
+    pvc = obj("PersistentVolumeClaim", "data-keep-3",
+              annotations=((builders.ANNOTATION_SEED_OF, UID), (builders.ANNOTATION_RESTORED_BY, UID)))
+    return status, observed(cluster(holder="r1", **cluster_fields), seed_pvc=pvc)
+
+
+@pytest.mark.parametrize("spec", [IN_PLACE, NEW])
+def test_the_release_records_this_restore_on_the_target_in_the_same_patch(spec):
+    earlier = record("r0", uid="u0")
+    status, seen = released_state(spec, records=(earlier,))
+    step = step_for(spec, status, seen)
+    assert isinstance(step, s.ReleaseCluster)
+    records = parse_records(step.records)
+    assert records[0] == earlier
+    assert records[1] == RestoreRecord("r1", UID, 1, spec_hash(spec), "ns/nightly/1.db", "ab" * 32,
+                                       format_time(NOW))
+
+
+def test_its_own_record_leads_to_completion_not_to_a_skip():
+    own = record(uid=UID)
+    waiting = step_for(IN_PLACE, RESTORING, observed(cluster(records=(own,), ready=0)))
+    assert isinstance(waiting, s.Wait)
+    done = step_for(IN_PLACE, RESTORING, observed(cluster(records=(own,), ready=1, available=True, phase="Running")))
+    assert isinstance(done, s.Complete) and done.cluster_id == "c1d"
+
+
+def test_records_keep_a_bounded_history():
+    from etcd_operator.restore.observed import RECORD_HISTORY, records_text
+    many = tuple(record(f"r{i}", uid=f"u{i}") for i in range(RECORD_HISTORY + 5))
+    kept = parse_records(records_text(many))
+    assert len(kept) == RECORD_HISTORY and kept[-1].restore == f"r{RECORD_HISTORY + 4}"
+    with pytest.raises(ValueError):
+        parse_records(json.dumps({"restore": "r1"}))
+
+
+# --- 3. the version comes from the snapshot ----------------------------------------------
+
+@pytest.mark.parametrize("manifest, storage, readable, expected", [
+    (None, "3.6.0", True, "3.6.0"),       # etcdctl snapshot save from 3.6: no manifest
+    (None, None, True, "3.5"),            # 3.5 (or older) schema
+    (None, "", True, "3.6"),              # a 3.6 member still migrating
+    ("3.6.16", "3.6.0", True, "3.6.16"),
+    ("3.6.16", None, True, "3.6.16"),     # the manifest knows better
+    ("3.5.35", "3.6.0", True, "3.6.0"),   # the data knows better
+    (None, "garbage", True, None),
+    (None, None, False, None),            # the storage version cannot be read: unknown
+    ("3.6.16", None, False, None),
+])
+def test_snapshot_version(manifest, storage, readable, expected):
+    assert snapshot_etcd_version(manifest, storage, readable) == expected
+
+
+def version_step(snapshot_version: str | None, target_version: str) -> s.Step:
+    status = dataclasses.replace(VERIFIED, snapshot_version=snapshot_version)
+    spec = {**NEW, "target": {"newCluster": {"name": "keep", "spec": {"version": target_version}}}}
+    return step_for(spec, status, observed())
+
+
+def test_a_36_snapshot_without_manifest_is_not_restored_into_35():
+    step = version_step(snapshot_etcd_version(None, "3.6.0", True), "3.5.35")
+    assert isinstance(step, s.Fail) and step.code == "VersionTooOld"
+    assert isinstance(version_step("3.6.0", "3.6.16"), s.BeginRestore)
+    assert isinstance(version_step("3.5", "3.5.35"), s.BeginRestore)
+    assert isinstance(version_step("3.5", "3.6.16"), s.BeginRestore)
+
+
+def test_an_unknown_snapshot_version_is_refused():
+    step = version_step(None, "3.6.16")
+    assert isinstance(step, s.Fail) and step.code == "SnapshotVersionUnknown"
+
+
+def test_in_place_uses_the_target_clusters_version():
+    status = dataclasses.replace(VERIFIED, snapshot_version="3.6.0")
+    step = step_for(IN_PLACE, status, observed(cluster(spec={"version": "3.5.35"})))
+    assert isinstance(step, s.Fail) and step.code == "VersionTooOld"
+
+
+# --- 4. never into emptyDir --------------------------------------------------------------
+
+def test_an_empty_dir_target_is_refused_before_anything():
+    empty = {"size": 1, "storage": {"emptyDir": {}}}
+    spec = {**NEW, "target": {"newCluster": {"name": "keep", "spec": empty}}}
+    for status in (RestoreStatus(), VERIFIED):
+        step = step_for(spec, status, observed())
+        assert isinstance(step, s.Fail) and step.code == "EmptyDirTarget"
+    step = step_for(IN_PLACE, RestoreStatus(), observed(cluster(spec=empty)))
+    assert isinstance(step, s.Fail) and step.code == "EmptyDirTarget"
+
+
+# --- 5. a recorded quorum recovery does not survive an in-place restore -----------------
+
+@pytest.mark.parametrize("operation, approved", [("QuorumRecovery", False), (None, True), ("QuorumRecovery", True)])
+def test_a_recorded_quorum_recovery_is_cleared_before_the_release(operation, approved):
+    for status in (RESTORING, dataclasses.replace(RESTORING, seed_member="keep-3")):
+        step = step_for(IN_PLACE, status, observed(cluster(holder="r1", operation=operation, approved=approved)))
+        assert isinstance(step, s.ClearQuorumRecovery)
+        assert step.clear_operation == bool(operation) and step.clear_approval == approved
+    status, seen = released_state(IN_PLACE, operation=operation, approved=approved)
+    assert isinstance(step_for(IN_PLACE, status, seen), s.ClearQuorumRecovery)
+    status, seen = released_state(IN_PLACE)
+    assert isinstance(step_for(IN_PLACE, status, seen), s.ReleaseCluster)
+
+
+# --- 6. names must fit label values ------------------------------------------------------
+
+def test_a_restore_name_too_long_for_a_label_is_refused_first():
+    long_name = "r" * 64
+    step = step_for(IN_PLACE, RestoreStatus(), observed(cluster(), restore=long_name))
+    assert isinstance(step, s.Fail) and step.code == "NameTooLong" and "64" in step.reason
+    assert isinstance(step_for(IN_PLACE, RestoreStatus(), observed(cluster(), restore="r" * 63)), s.StartVerifying)
+
+
+def test_a_target_name_too_long_for_a_label_is_refused():
+    spec = {"source": SOURCE, "target": {"inPlace": {"clusterName": "c" * 64, "confirm": True}}}
+    step = step_for(spec, RestoreStatus(), observed(cluster("c" * 64)))
+    assert isinstance(step, s.Fail) and step.code == "NameTooLong"
+
+
+# --- 7. verification first, old data kept ------------------------------------------------
+
+def test_the_order_of_a_clean_run():
+    assert isinstance(step_for(IN_PLACE, RestoreStatus(), observed(cluster())), s.StartVerifying)
+    assert isinstance(step_for(IN_PLACE, RestoreStatus(phase="Verifying"), observed(cluster())), s.VerifySnapshot)
+    assert isinstance(step_for(IN_PLACE, VERIFIED, observed(cluster())), s.BeginRestore)
+    assert isinstance(step_for(IN_PLACE, RESTORING, observed(cluster())), s.HoldCluster)
+
+
+def test_in_place_stops_records_sets_aside_then_chooses_a_fresh_seed():
+    held = cluster(holder="r1", min_ordinal=0)
+    pods = (obj("Pod", "keep-0", phase="Running"), obj("Pod", "keep-1", deleting=True))
+    pvcs = (obj("PersistentVolumeClaim", "data-keep-0"), obj("PersistentVolumeClaim", "data-keep-1"))
+    step = step_for(IN_PLACE, RESTORING, observed(held, pods=pods, pvcs=pvcs))
+    assert isinstance(step, s.StopMembers) and step.pods == (("keep-0", "uid-keep-0"),)
+    step = step_for(IN_PLACE, RESTORING, observed(held, pods=pods[1:], pvcs=pvcs))
+    assert isinstance(step, s.Wait)
+    step = step_for(IN_PLACE, RESTORING, observed(held, pvcs=pvcs))
+    assert isinstance(step, s.RecordPreservedData) and step.pvcs == ("data-keep-0", "data-keep-1")
+    recorded = dataclasses.replace(RESTORING, preserved=step.pvcs)
+    step = step_for(IN_PLACE, recorded, observed(held, pvcs=pvcs))
+    assert isinstance(step, s.SetAsideData) and [n for n, _ in step.pvcs] == ["data-keep-0", "data-keep-1"]
+    step = step_for(IN_PLACE, recorded, observed(held))
+    assert isinstance(step, s.ChooseSeed) and step.member == "keep-2" and step.min_ordinal == 2
+    step = step_for(IN_PLACE, recorded, observed(cluster(holder="r1", min_ordinal=5)))
+    assert step.member == "keep-5"
+
+
+def test_a_hold_removed_by_hand_after_data_was_set_aside_stops_the_restore():
+    status = dataclasses.replace(RESTORING, preserved=("data-keep-0",))
+    step = step_for(IN_PLACE, status, observed(cluster()))
+    assert isinstance(step, s.Fail) and step.code == "Aborted" and "data-keep-0" in step.reason
+
+
+def test_another_restore_holding_the_target_is_refused():
+    step = step_for(IN_PLACE, RestoreStatus(), observed(cluster(holder="other")))
+    assert isinstance(step, s.Fail) and step.code == "TargetBusy"
+    step = step_for(IN_PLACE, RESTORING, observed(cluster(holder="other")))  # it won the race to hold it
+    assert isinstance(step, s.Fail) and step.code == "TargetBusy"
+
+
+def test_the_seed_is_restored_once_and_retried_a_bounded_number_of_times():
+    ours = (builders.ANNOTATION_SEED_OF, UID)
+    pvc = obj("PersistentVolumeClaim", "data-keep-0", annotations=(ours,))
+    status = dataclasses.replace(RESTORING, seed_member="keep-0")
+    held = cluster(holder="r1")
+    pod = obj("Pod", "r1-seed", phase="Succeeded", owner_uids=(UID,))
+    assert isinstance(step_for(NEW, status, observed(held, seed_pvc=pvc, seed_pod=pod)), s.MarkSeedRestored)
+    failed = dataclasses.replace(pod, phase="Failed")
+    step = step_for(NEW, status, observed(held, seed_pvc=pvc, seed_pod=failed))
+    assert isinstance(step, s.RetrySeedPod) and step.attempt == 1
+    last = dataclasses.replace(status, seed_attempts=SEED_ATTEMPTS - 1)
+    step = step_for(NEW, last, observed(held, seed_pvc=pvc, seed_pod=failed))
+    assert isinstance(step, s.Fail) and step.code == "SeedFailed"
+    foreign = dataclasses.replace(pod, owner_uids=("someone",))
+    step = step_for(NEW, status, observed(held, seed_pvc=pvc, seed_pod=foreign))
+    assert isinstance(step, s.Fail) and step.code == "SeedPodNameTaken"
+    restored = dataclasses.replace(pvc, annotations=(ours, (builders.ANNOTATION_RESTORED_BY, UID)))
+    step = step_for(NEW, status, observed(held, seed_pvc=restored, seed_pod=pod))
+    assert isinstance(step, s.RemoveSeedPod)
+
+
+def test_ended_restores_stay_ended():
+    for phase in ("Completed", "Failed", "AlreadyApplied"):
+        assert isinstance(step_for(IN_PLACE, RestoreStatus(phase=phase), observed(cluster())), s.Idle)
+
+
+KEEPS = {("Pod", "keep-0"), ("Pod", "keep-1"), ("PersistentVolumeClaim", "data-keep-0"), ("Service", "keep-peer"),
+         ("Service", "keep-client"), ("PodDisruptionBudget", "keep")}
+names = st.sampled_from(["keep-0", "keep-1", "data-keep-0", "keep", "keep-peer", "keep-client", "x", "data-x-0"])
+kinds = st.sampled_from(["Pod", "PersistentVolumeClaim", "Service", "PodDisruptionBudget"])
+objects = st.builds(lambda k, n, own: obj(k, n, {naming.LABEL_CLUSTER: "keep"} if own else {}), kinds, names,
+                    st.booleans())
+targets = st.one_of(st.none(), st.builds(
+    lambda holder, records, operation, approved: cluster(holder=holder, records=records, operation=operation,
+                                                         approved=approved),
+    st.sampled_from([None, "r1", "other"]), st.sampled_from([(), (record(),), (record(spec=NEW),)]),
+    st.sampled_from([None, "QuorumRecovery"]), st.booleans()))
+statuses = st.sampled_from([RestoreStatus(), RestoreStatus(phase="Pending"), RestoreStatus(phase="Verifying"),
+                            VERIFIED, dataclasses.replace(VERIFIED, snapshot_version=None)])
+
+
+@settings(max_examples=300)
+@given(spec=st.sampled_from([IN_PLACE, NEW]), status=statuses, target=targets,
+       around=st.lists(objects, max_size=4), restore=st.sampled_from(["r1", "r" * 70]))
+def test_nothing_is_touched_before_every_check_passed(spec, status, target, around, restore):
+    """Before phase Restoring, every step is read-only; and a step that begins restoring
+    only comes after a verified snapshot, with no objects in the way of a new cluster."""
+    seen = observed(target, restore=restore, namespace_objects=tuple(around) if target is None else ())
+    step = step_for(spec, status, seen)
+    assert isinstance(step, READ_ONLY)
+    if isinstance(step, s.BeginRestore):
+        assert status.verified and len(restore) <= 63
+        if spec is NEW:
+            assert target is None and not [o for o in around if dict(o.labels) or (o.kind, o.name) in KEEPS]
+        else:
+            assert target is not None and target.holder is None
