@@ -71,7 +71,7 @@ def plan(
     if observed.restoring:
         return a.Wait(f"EtcdRestore {observed.restoring} is restoring this cluster")
     if observed.operation and observed.operation.kind == QUORUM_RECOVERY:
-        return _plan_quorum_recovery(spec, observed, health)
+        return _plan_quorum_recovery(spec, observed, health, desired_hash)
     if health.state == HealthState.QUORUM_LOST and not observed.pods and not observed.pvcs:
         return a.Wait(health.message)
     if health.state == HealthState.BOOTSTRAPPING:
@@ -166,9 +166,15 @@ def _cleanup_removed_members(observed: Observed, health: Health, names: dict[int
     return None
 
 
+# Why a container does not run: etcd never starts with this pod spec. A pod that runs but is
+# not ready (no leader elected yet) is not broken.
+BROKEN_WAITING_REASONS = frozenset({"CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "InvalidImageName",
+                                    "CreateContainerConfigError", "CreateContainerError", "RunContainerError"})
+
+
 def pod_broken(pod) -> bool:
-    """Running or waiting, but neither ready nor inside its startup budget."""
-    return not pod.deleting and not pod.failed and not pod.ready and not pod.starting
+    """etcd does not run in this pod, and the kubelet cannot make it run as it is."""
+    return not pod.deleting and not pod.failed and pod.waiting_reason in BROKEN_WAITING_REASONS
 
 
 def _restart_failed_pods(spec: ClusterSpec, observed: Observed) -> a.Action | None:
@@ -331,7 +337,7 @@ def _plan_quorum_loss(spec: ClusterSpec, observed: Observed, health: Health, nam
         names[survivor.id] or survivor.hex_id, survivor.id)
 
 
-def _plan_quorum_recovery(spec: ClusterSpec, observed: Observed, health: Health) -> a.Action:
+def _plan_quorum_recovery(spec: ClusterSpec, observed: Observed, health: Health, desired_hash: str) -> a.Action:
     op = observed.operation
     survivor_pod = observed.pods.get(op.member)
     forced = survivor_pod is not None and survivor_pod.force_new_cluster
@@ -342,6 +348,9 @@ def _plan_quorum_recovery(spec: ClusterSpec, observed: Observed, health: Health)
                                            "that were stopped restart on their data")
         if not spec.storage.empty_dir and naming.pvc_name(op.member) not in observed.pvcs:
             return a.AbandonQuorumRecovery(f"the survivor {op.member} lost its data; nothing is forced")
+        if survivor_pod is not None and pod_broken(survivor_pod) and survivor_pod.spec_hash == desired_hash:
+            return a.AbandonQuorumRecovery(f"the survivor {op.member} no longer starts on its data; nothing is "
+                                           f"forced")
     others = sorted(p.name for p in observed.pods.values() if p.name != op.member and not p.deleting)
     if others:
         return a.StopMemberPod("quorum recovery: stopping the other members", others[0])
@@ -360,4 +369,13 @@ def _plan_quorum_recovery(spec: ClusterSpec, observed: Observed, health: Health)
         return a.Wait(f"quorum recovery: waiting for {op.member} to stop")
     if pod is None or not pod.force_new_cluster:
         return a.ForceNewCluster(f"restarting {op.member} with --force-new-cluster", op.member, op.member_id)
+    if pod.failed or (pod_broken(pod) and pod.spec_hash != desired_hash):
+        return a.ForceNewCluster(f"{op.member}'s pod failed or has an outdated spec; starting it again with "
+                                 f"--force-new-cluster", op.member, op.member_id)
+    if pod_broken(pod):
+        # Nothing more can be forced; should it start later, it leads a one-member cluster as usual.
+        return a.AbandonQuorumRecovery(
+            f"{op.member} does not start after --force-new-cluster; its data may be gone. The other members' "
+            f"data is kept in PVCs labelled {naming.LABEL_SET_ASIDE_FROM}={observed.cluster}; restore from a "
+            f"backup, or from one of them by hand")
     return a.Wait(f"quorum recovery: waiting for {op.member} to start as a single-member cluster")

@@ -9,23 +9,15 @@ from etcd_operator.cluster import naming
 from tests.sim import invariants as inv
 
 FINDINGS = {
-    "broken_pod_rule_rolls_live_members": (
-        "planner.pod_broken counts a pod whose etcd runs but is not ready only because no leader is elected "
-        "yet (members restarting, election in progress) as broken; _restart_broken_outdated_members and "
-        "_plan_without_member_list then RollMember it during a spec change, breaking a quorum that was "
-        "forming and rolling several members at once"),
-    "recovery_waits_on_broken_survivor_pod": (
-        "during a quorum recovery (status.operation set) plan() goes straight to _plan_quorum_recovery, so "
-        "RestartFailedPod and the restart of a broken outdated pod never apply there: when the survivor's "
-        "force-new pod is evicted (Failed) or stuck on a reverted bad image, recovery waits for it forever"),
     "recovery_survivor_not_newest": (
         "quorum recovery picks the newest among ANSWERING voters; a voter whose pod is down (crash loop, "
         "Failed) may hold newer data, which is then discarded"),
     "recovery_survivor_lost_data": (
-        "the survivor's data dir is emptied (disk wiped or replaced; the PVC itself stays) during a quorum "
-        "recovery: the call-off checks only that the PVC exists, and nothing is checked once the survivor was "
-        "forced, so ForceNewCluster keeps recreating a force-new pod on the empty dir (it crash-loops) while "
-        "the other members' data is set aside: the recovery never ends and says nothing"),
+        "the survivor's data dir is wiped while its pod is down between the two ForceNewCluster passes (the PVC "
+        "stays): nothing the operator can observe tells, so the force-new pod is created on the empty dir. It "
+        "then fails to start and the recovery is called off (AbandonQuorumRecovery), with the other members' "
+        "data still set aside; no data is deleted. Only storage-level evidence (a data-dir marker the operator "
+        "could read) would close this"),
 }
 
 
@@ -111,6 +103,15 @@ def _classify(sim, violation: inv.Violation) -> str | None:
 # outdated members) and 0cb7c57 (recovery called off when quorum returns, the quorum-loss clock
 # kept by the acting process); their signatures stay so that a regression is named.
 FIXED = {
+    "recovery_waits_on_broken_survivor_pod": (
+        "during a quorum recovery (status.operation set) plan() goes straight to _plan_quorum_recovery, so "
+        "RestartFailedPod and the restart of a broken outdated pod never apply there: when the survivor's "
+        "force-new pod is evicted (Failed) or stuck on a reverted bad image, recovery waits for it forever"),
+    "broken_pod_rule_rolls_live_members": (
+        "planner.pod_broken counts a pod whose etcd runs but is not ready only because no leader is elected "
+        "yet (members restarting, election in progress) as broken; _restart_broken_outdated_members and "
+        "_plan_without_member_list then RollMember it during a spec change, breaking a quorum that was "
+        "forming and rolling several members at once"),
     "foreign_member_list": (
         "observer.py takes the member list from any endpoint whose status says it leads, without checking "
         "its cluster ID against status.clusterID: a foreign etcd answering on an address a Failed pod still "

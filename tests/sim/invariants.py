@@ -257,8 +257,8 @@ def converged(world: World, size: int, desired_hash: str) -> bool:
 
 
 def waits_by_design(world: World, status: dict, recovery_allowed: bool) -> bool:
-    """Convergence is impossible by design: the data of a quorum is gone, nobody approved
-    recovery, and the operator says QuorumLost=True."""
+    """Convergence is impossible by design: the data of a quorum is gone (or only set aside by
+    a quorum recovery), nobody approved recovery, and the operator says QuorumLost=True."""
     main = world.main
     quorum_lost = next((c for c in status.get("conditions") or [] if c["type"] == "QuorumLost"), {})
     if quorum_lost.get("status") != "True":
@@ -267,7 +267,10 @@ def waits_by_design(world: World, status: dict, recovery_allowed: bool) -> bool:
         return True
     # A voter's data counts when that data knows itself as a voter (a promotion it never applied
     # leaves it a learner in its own eyes, and etcd acts on its own view).
-    with_data = {d.member_id for _, d in surviving_data(world) if d.lineage == main.lineage
+    # Data a quorum recovery set aside survives, but only a person brings it back: the
+    # operator never restarts a member from it.
+    with_data = {d.member_id for name, d in surviving_data(world) if d.lineage == main.lineage
+                 and not name.startswith("set-aside ")
                  and any(m.id == d.member_id and not m.is_learner for m in d.members_view)}
     voters_with_data = [m for m in main.voters() if m.id in with_data]
     if not voters_with_data:

@@ -34,6 +34,7 @@ class M:
     pod_phase: str = "Running"
     starting: bool = False  # the pod is inside its startup probe's budget
     pod_ready: bool | None = None  # the kubelet's view; defaults to `healthy`
+    waiting: str | None = None  # why the container does not run (CrashLoopBackOff, ImagePullBackOff)
 
     @property
     def name(self) -> str:
@@ -72,7 +73,8 @@ def observed(members: list[M], leader: int | None = 0, extra_pods=(), extra_pvcs
             pods[m.name] = PodView(m.name, f"uid-{m.name}", m.id if m.settled else None, m.pod_phase,
                                    ready and m.pod_phase == "Running", False, f"10.0.0.{m.ordinal}",
                                    "old-hash" if m.outdated else HASH, "existing" if m.settled else "new",
-                                   settled_cluster if m.settled else "x", False, started=not m.starting)
+                                   settled_cluster if m.settled else "x", False, waiting_reason=m.waiting,
+                                   started=not m.starting and m.waiting is None)
         if m.pvc:
             pvcs[naming.pvc_name(m.name)] = PVCView(naming.pvc_name(m.name), f"pvc-{m.name}",
                                                      m.id if m.settled else None, False, None)

@@ -160,21 +160,29 @@ def test_failed_pods_restart_even_when_no_member_answers():
 
 def test_a_reverted_bad_roll_is_rolled_back_on_size_one():
     # The only member crash-loops with the old (bad) pod spec; the spec was reverted.
-    o = observed([M(0, healthy=False, outdated=True)], leader=None)
+    o = observed([M(0, healthy=False, outdated=True, waiting="CrashLoopBackOff")], leader=None)
     step = next_step(spec(1), o)
     assert step == a.RollMember(step.reason, "c-0")
 
 
 def test_a_reverted_bad_roll_is_rolled_back_before_anything_is_replaced():
-    o = observed([M(0), M(1), M(2, healthy=False, outdated=True, unhealthy_for=10_000)])
+    o = observed([M(0), M(1), M(2, healthy=False, outdated=True, unhealthy_for=10_000, waiting="ImagePullBackOff")])
     step = next_step(spec(3), o)
     assert step == a.RollMember(step.reason, "c-2")
+
+
+def test_an_outdated_member_that_runs_but_has_no_leader_yet_is_not_rolled():
+    # Found by the simulator (seed 153): etcd runs, is not ready only because no leader is
+    # elected yet; restarting it would take away a quorum that is forming.
+    o = observed([M(0, healthy=False, outdated=True), M(1, healthy=False, outdated=True),
+                  M(2, healthy=False, outdated=True)], leader=None)
+    assert not isinstance(next_step(spec(3), o), a.RollMember)
 
 
 def test_a_broken_outdated_member_is_not_rolled_on_empty_dir():
     s = spec(1)
     s = dataclasses.replace(s, storage=dataclasses.replace(s.storage, empty_dir=True))
-    o = observed([M(0, healthy=False, outdated=True)], leader=None)
+    o = observed([M(0, healthy=False, outdated=True, waiting="CrashLoopBackOff")], leader=None)
     assert not isinstance(next_step(s, o), a.RollMember)
 
 
@@ -281,3 +289,26 @@ def test_quorum_is_never_recovered_on_empty_dir():
     o = observed([M(0), M(1, healthy=False), M(2, healthy=False)], leader=None, no_quorum_for=600)
     step = next_step(s, o, recovery_allowed=True)
     assert isinstance(step, a.Wait) and "EtcdRestore" in step.reason
+
+
+def _forced_survivor(**pod_changes):
+    o = _recovering([M(0, healthy=False), M(1, healthy=False, pod=False, pvc=False),
+                     M(2, healthy=False, pod=False, pvc=False)], leader=None)
+    survivor = dataclasses.replace(o.pods["c-0"], force_new_cluster=True, **pod_changes)
+    return dataclasses.replace(o, pods={"c-0": survivor})
+
+
+def test_a_failed_survivor_pod_is_forced_again_during_recovery():
+    step = next_step(spec(3), _forced_survivor(phase="Failed"))
+    assert step == a.ForceNewCluster(step.reason, "c-0", 0x100)
+
+
+def test_a_survivor_that_does_not_start_after_forcing_ends_the_recovery_and_says_where_the_data_is():
+    step = next_step(spec(3), _forced_survivor(waiting_reason="CrashLoopBackOff", ready=False))
+    assert isinstance(step, a.AbandonQuorumRecovery) and "set-aside-from-cluster" in step.reason
+
+
+def test_a_recovery_is_called_off_when_the_survivor_stops_starting_before_it_is_forced():
+    o = _recovering([M(0, healthy=False, waiting="CrashLoopBackOff"), M(1, healthy=False), M(2, healthy=False)],
+                    leader=None)
+    assert isinstance(next_step(spec(3), o), a.AbandonQuorumRecovery)
