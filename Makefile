@@ -42,8 +42,8 @@ test: venv testbin ## unit tests and the tests against the local control plane
 	@$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; exit 0; fi; exit $$rc
 
-test-unit: venv ## only the pure unit tests (no substrate)
-	@$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+test-unit: venv ## the pure unit tests and the fault simulator (no substrate)
+	@$(PY) -m pytest tests/unit tests/sim $(PYTEST_ARGS)
 
 bench: venv testbin ## benchmarks: cluster timings, backup throughput and memory, restore overhead
 	@PYTHONPATH=.:e2e $(PY) -m bench $(BENCH)
