@@ -59,20 +59,9 @@ def _shrink_leader_eligible(spec, observed, health_, names):
 
 
 def _cleanup_trusting_any_list(observed, health_, names):
-    # guard removed: `if not observed.etcd.from_leader: return None`
-    known_ids = {m.id for m in health_.members}
-    known_names = {n for n in names.values() if n}
-    for pod in sorted(observed.pods.values(), key=lambda p: p.name):
-        if pod.deleting or pod.name in known_names:
-            continue
-        if pod.member_id is None or pod.member_id not in known_ids:
-            return a.DeleteMemberPod(f"{pod.name} is not a member of the cluster", pod.name)
-    for pvc in sorted(observed.pvcs.values(), key=lambda p: p.name):
-        member = pvc.name.removeprefix("data-")
-        if pvc.deleting or member in known_names or member in observed.pods:
-            continue
-        return a.DeleteMemberPVC(f"{member} is not a member of the cluster and its pod is gone", member)
-    return None
+    # guard removed: `if not observed.etcd.from_leader: return None` (any answering member's list is trusted)
+    trusted = dataclasses.replace(observed, etcd=dataclasses.replace(observed.etcd, from_leader=True))
+    return _ORIGINAL["_cleanup_removed_members"](trusted, health_, names)
 
 
 def _cleanup_pvc_while_pod_present(observed, health_, names):

@@ -270,27 +270,22 @@ class Sim:
             pod.isolated_until = self.world.now + length
             self._log(f"isolate_member {pod.name} from its peers for {length:.0f}s")
 
-    def _fault_nospace(self):
+    def _toggle_alarm(self, alarm: str) -> None:
         main = self.world.main
         if main is None:
             return
-        if "NOSPACE" in main.alarms:
-            main.alarms.discard("NOSPACE")
-            self._log("nospace cleared")
+        if alarm in main.alarms:
+            main.alarms.discard(alarm)
+            self._log(f"{alarm.lower()} cleared")
         else:
-            main.alarms.add("NOSPACE")
-            self._log("nospace raised")
+            main.alarms.add(alarm)
+            self._log(f"{alarm.lower()} raised")
+
+    def _fault_nospace(self):
+        self._toggle_alarm("NOSPACE")
 
     def _fault_corrupt(self):
-        main = self.world.main
-        if main is None:
-            return
-        if "CORRUPT" in main.alarms:
-            main.alarms.discard("CORRUPT")
-            self._log("corrupt cleared")
-        else:
-            main.alarms.add("CORRUPT")
-            self._log("corrupt raised")
+        self._toggle_alarm("CORRUPT")
 
     def _fault_resize(self):
         size = self.rng.randint(1, 7)
