@@ -11,7 +11,8 @@ from tests.sim import invariants as inv
 FINDINGS = {
     "recovery_survivor_not_newest": (
         "quorum recovery picks the newest among ANSWERING voters; a voter whose pod is down (crash loop, "
-        "Failed) may hold newer data, which is then discarded"),
+        "Failed) may hold a slightly newer applied index. Its data is set aside (kept, not deleted) but not "
+        "used; the operator has no way to read a silent member's index"),
     "recovery_survivor_lost_data": (
         "the survivor's data dir is wiped while its pod is down between the two ForceNewCluster passes (the PVC "
         "stays): nothing the operator can observe tells, so the force-new pod is created on the empty dir. It "
