@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from typing import Any, Mapping
 
 from etcd_operator.cluster import naming
 from etcd_operator.cluster.spec import MANAGED_FLAGS, ClusterSpec
@@ -243,3 +243,13 @@ def disruption_budget(spec: ClusterSpec, cluster: str, namespace: str, voters: i
             "selector": {"matchLabels": naming.selector_labels(cluster)},
         },
     }
+
+
+def set_aside_pvc_patch(cluster: str, cluster_uid: str, owners: list[Mapping[str, Any]],
+                        marks: Mapping[str, str]) -> dict[str, Any]:
+    """Takes a member's PVC out of the cluster (no selector labels, no owner reference to the
+    cluster) and labels it with `marks`, saying who kept it and why. The PVC and its data stay."""
+    labels: dict[str, Any] = {key: None for key in naming.member_labels(cluster, "")}
+    labels.update(marks)
+    kept = [dict(o) for o in owners if o.get("uid") != cluster_uid]
+    return {"metadata": {"labels": labels, "ownerReferences": kept or None}}

@@ -218,10 +218,9 @@ class ClusterExecutor:
             await self.kube.merge_patch(kube.ETCDCLUSTERS, self.namespace, self.cluster, {"metadata": {
                 "annotations": {naming.ANNOTATION_MIN_ORDINAL: str(action.min_ordinal)}}})
         pvc = observed.pvcs[naming.pvc_name(action.member)]
-        labels = {key: None for key in naming.member_labels(self.cluster, action.member)}
-        labels.update({naming.LABEL_SET_ASIDE_FROM: self.cluster, naming.LABEL_SET_ASIDE_BY: "quorum-recovery"})
-        await self.kube.merge_patch(kube.PVCS, self.namespace, pvc.name, {"metadata": {
-            "labels": labels, "ownerReferences": None}})
+        patch = builders.set_aside_pvc_patch(self.cluster, self.token, [], {
+            naming.LABEL_SET_ASIDE_FROM: self.cluster, naming.LABEL_SET_ASIDE_BY: "quorum-recovery"})
+        await self.kube.merge_patch(kube.PVCS, self.namespace, pvc.name, patch)
         self.post_event("Warning", "MemberDataSetAside",
                         f"Kept PVC {pvc.name} aside (label {naming.LABEL_SET_ASIDE_FROM}={self.cluster}): it may hold "
                         f"writes the survivor lacks. Delete it once you no longer need it")

@@ -82,10 +82,6 @@ class Health:
     def alarm_names(self) -> tuple[str, ...]:
         return tuple(sorted({name for _, name in self.alarms}))
 
-    @property
-    def writes_blocked(self) -> bool:
-        return bool(self.alarms)
-
     def is_healthy(self, member: Member) -> bool:
         return member.id in self.healthy_ids
 

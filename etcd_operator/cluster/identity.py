@@ -9,7 +9,8 @@ from __future__ import annotations
 from etcd_operator.cluster.observed import MemberStatus
 
 
-def parse_cluster_id(text: str | None) -> int | None:
+def parse_hex_id(text: str | None) -> int | None:
+    """A member or cluster ID as status and annotations write it (hex); None if absent or bad."""
     try:
         return int(text, 16) if text else None
     except ValueError:

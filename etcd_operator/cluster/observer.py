@@ -6,7 +6,7 @@ import asyncio
 from typing import Any, Mapping
 
 from etcd_operator.cluster import naming
-from etcd_operator.cluster.identity import member_list_sources, parse_cluster_id, split_foreign
+from etcd_operator.cluster.identity import member_list_sources, parse_hex_id, split_foreign
 from etcd_operator.cluster.timers import carry_timers
 from etcd_operator.cluster.observed import EtcdView, Observed, Operation, PodView, PVCView
 from etcd_operator.etcd.client import EtcdError
@@ -14,13 +14,6 @@ from etcd_operator.etcd.pool import EtcdClientPool
 from etcd_operator.kube import client as kube
 
 STATUS_TIMEOUT = 2.0
-
-
-def _hex(value: str | None) -> int | None:
-    try:
-        return int(value, 16) if value else None
-    except ValueError:
-        return None
 
 
 def pod_view(pod: Mapping[str, Any]) -> PodView:
@@ -33,7 +26,7 @@ def pod_view(pod: Mapping[str, Any]) -> PodView:
     return PodView(
         name=meta["name"],
         uid=meta["uid"],
-        member_id=_hex(annotations.get(naming.ANNOTATION_MEMBER_ID)),
+        member_id=parse_hex_id(annotations.get(naming.ANNOTATION_MEMBER_ID)),
         phase=status.get("phase", "Pending"),
         ready=conditions.get("Ready") == "True",
         deleting=bool(meta.get("deletionTimestamp")),
@@ -53,7 +46,7 @@ def pvc_view(pvc: Mapping[str, Any]) -> PVCView:
     return PVCView(
         name=meta["name"],
         uid=meta["uid"],
-        member_id=_hex((meta.get("annotations") or {}).get(naming.ANNOTATION_MEMBER_ID)),
+        member_id=parse_hex_id((meta.get("annotations") or {}).get(naming.ANNOTATION_MEMBER_ID)),
         deleting=bool(meta.get("deletionTimestamp")),
         storage_class=(pvc.get("spec") or {}).get("storageClassName"),
     )
@@ -81,7 +74,7 @@ class ClusterObserver:
         pods = {p.name: p for p in map(pod_view, pods_raw)}
         pvcs = {p.name: p for p in map(pvc_view, pvcs_raw)}
         status = body.get("status") or {}
-        recorded_cluster_id = parse_cluster_id(status.get("clusterID"))
+        recorded_cluster_id = parse_hex_id(status.get("clusterID"))
         etcd = await self.observe_etcd(pods, recorded_cluster_id)
         await self.etcd_clients.retain_only({e for e in map(member_endpoint, pods.values()) if e})
 

@@ -61,10 +61,8 @@ def seed_pvc(spec: ClusterSpec, cluster: str, namespace: str, member: str, resto
 def set_aside_patch(restore: str, cluster: str, owners: list[Mapping[str, Any]], cluster_uid: str) -> dict:
     """Takes an old PVC out of the cluster (no member label, no owner reference to it)
     and marks who kept it. The PVC and its data stay."""
-    labels: dict[str, Any] = {k: None for k in naming.member_labels(cluster, "")}
-    labels.update({LABEL_PRESERVED_BY: restore, LABEL_PRESERVED_FROM: cluster})
-    kept = [dict(o) for o in owners if o.get("uid") != cluster_uid]
-    return {"metadata": {"labels": labels, "ownerReferences": kept or None}}
+    return cluster_builders.set_aside_pvc_patch(cluster, cluster_uid, owners,
+                                                {LABEL_PRESERVED_BY: restore, LABEL_PRESERVED_FROM: cluster})
 
 
 def _s3_env(source: Mapping[str, Any], key: str, sha256: str) -> list[dict[str, Any]]:

@@ -189,7 +189,7 @@ class Sim:
         self.stats[f"fault:{text.split()[0]}"] += 1
 
     def inject_faults(self) -> None:
-        rng, w = self.rng, self.world
+        rng = self.rng
         if self.bad_image_revert_at is not None and self.step >= self.bad_image_revert_at:
             self._change_spec(repository=None)
             self.spec_dict.pop("repository", None)

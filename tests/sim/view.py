@@ -9,7 +9,7 @@ from typing import Any, Mapping
 
 from etcd_operator.cluster import naming
 from etcd_operator.cluster.observed import EtcdView, MemberStatus, Observed, Operation, PodView, PVCView
-from etcd_operator.cluster.identity import member_list_sources, parse_cluster_id, split_foreign
+from etcd_operator.cluster.identity import member_list_sources, parse_hex_id, split_foreign
 from etcd_operator.cluster.timers import carry_timers
 
 from tests.sim.world import CLUSTER, NAMESPACE, Foreign, World
@@ -77,7 +77,7 @@ def observe(world: World, status: Mapping[str, Any], annotations: Mapping[str, s
     """`evidence_seen_since` is the observing process's own memory (ClusterObserver.quorum_loss_seen_since)."""
     pods = {name: pod_view(world, world.pods[name]) for name in sorted(world.pods)}
     pvcs = {name: pvc_view(world.pvcs[name]) for name in sorted(world.pvcs)}
-    recorded_cluster_id = parse_cluster_id(status.get("clusterID"))
+    recorded_cluster_id = parse_hex_id(status.get("clusterID"))
     errors, answers, source = {}, {}, {}
     serving = {p.ip: p for p in world.pods.values() if p.ip and world.member_up(p)}
     for name, view in pods.items():
