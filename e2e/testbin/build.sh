@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds the pinned local-substrate binaries from their Go modules and caches them
-# outside git. A recipe is rebuilt only when its go.mod, go.sum or this table changes.
+# outside git. Each recipe is a folder here with a go.mod pinning the module and a
+# `binaries` table (name | package | ldflags); a recipe is rebuilt only when its go.mod,
+# go.sum or table changes. One line per binary is printed; Go's own output goes to a log.
 #
 #   testbin/build.sh            build what is missing, print where the binaries are
 #   testbin/build.sh --dir      print the cache directory only
@@ -14,55 +16,76 @@ if [[ "${1:-}" == "--dir" ]]; then
   exit 0
 fi
 
-kube_version="$(awk '$1 == "require" && $2 == "k8s.io/kubernetes" {print $3}' "$here/kube/go.mod")"
-kube_minor="$(echo "$kube_version" | cut -d. -f2)"
-kube_ldflags="-s -w \
- -X k8s.io/component-base/version.gitVersion=$kube_version \
- -X k8s.io/component-base/version.gitMajor=1 \
- -X k8s.io/component-base/version.gitMinor=$kube_minor \
- -X k8s.io/component-base/version.gitTreeState=clean \
- -X k8s.io/client-go/pkg/version.gitVersion=$kube_version"
+recipes() {
+  local dir
+  for dir in "$here"/*/; do
+    [[ -f "$dir/go.mod" && -f "$dir/binaries" ]] && basename "$dir"
+  done
+}
 
-# recipe | binary | package | ldflags
-binaries="
-kube|kube-apiserver|k8s.io/kubernetes/cmd/kube-apiserver|$kube_ldflags
-kube|kube-controller-manager|k8s.io/kubernetes/cmd/kube-controller-manager|$kube_ldflags
-kube|kubectl|k8s.io/kubernetes/cmd/kubectl|$kube_ldflags
-etcd-3.5|etcd|go.etcd.io/etcd/server/v3|-s -w
-etcd-3.5|etcdctl|go.etcd.io/etcd/etcdctl/v3|-s -w
-etcd-3.5|etcdutl|go.etcd.io/etcd/etcdutl/v3|-s -w
-etcd-3.6|etcd|go.etcd.io/etcd/server/v3|-s -w
-etcd-3.6|etcdctl|go.etcd.io/etcd/etcdctl/v3|-s -w
-etcd-3.6|etcdutl|go.etcd.io/etcd/etcdutl/v3|-s -w
-minio|minio|github.com/minio/minio|-s -w
-"
+module_version() {  # the version go.mod requires of a module
+  awk -v m="$2" '($1 == "require" && $2 == m) {print $3} ($1 == m) {print $2}' "$here/$1/go.mod" | head -1
+}
+
+# Expands {version:<module>} and {minor:<module>} in a ldflags template.
+expand_ldflags() {
+  local recipe="$1" flags="$2" module version
+  while [[ "$flags" =~ \{(version|minor):([^}]+)\} ]]; do
+    module="${BASH_REMATCH[2]}"
+    version="$(module_version "$recipe" "$module")"
+    if [[ "${BASH_REMATCH[1]}" == minor ]]; then version="$(echo "$version" | cut -d. -f2)"; fi
+    flags="${flags//"${BASH_REMATCH[0]}"/$version}"
+  done
+  echo "$flags"
+}
+
+# recipe|name|package|ldflags, one line per binary
+table() {
+  local recipe="$1" name pkg ldflags
+  while IFS='|' read -r name pkg ldflags; do
+    [[ -z "$name" || "$name" == \#* ]] && continue
+    echo "$recipe|$name|$pkg|$(expand_ldflags "$recipe" "$ldflags")"
+  done <"$here/$recipe/binaries"
+}
 
 recipe_stamp() {
   local recipe="$1"
   {
     cat "$here/$recipe/go.mod" "$here/$recipe/go.sum"
-    echo "$binaries" | grep "^$recipe|"
+    echo "$(table "$recipe")"
     go env GOVERSION
   } | sha256sum | cut -c1-12
 }
 
-mkdir -p "$cache"
-for recipe in kube etcd-3.5 etcd-3.6 minio; do
+mkdir -p "$cache/logs"
+started=$SECONDS
+built=0
+for recipe in $(recipes); do
   out="$cache/$recipe-$(recipe_stamp "$recipe")"
   if [[ ! -f "$out/.complete" ]]; then
-    echo ">> building $recipe into $out" >&2
     rm -rf "$out" && mkdir -p "$out"
-    while IFS='|' read -r r name pkg ldflags; do
-      [[ "$r" == "$recipe" ]] || continue
-      (cd "$here/$recipe" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "$ldflags" -o "$out/$name" "$pkg")
-    done <<<"$binaries"
+    log="$cache/logs/$recipe.log"
+    : >"$log"
+    while IFS='|' read -r _ name pkg ldflags; do
+      t0=$SECONDS
+      printf 'testbin: building %-28s' "$recipe/$name" >&2
+      if ! (cd "$here/$recipe" && CGO_ENABLED=0 GOFLAGS=-mod=mod \
+            go build -trimpath -ldflags "$ldflags" -o "$out/$name" "$pkg") >>"$log" 2>&1; then
+        echo " FAILED after $((SECONDS - t0))s; Go's output: $log" >&2
+        tail -n 20 "$log" >&2
+        exit 1
+      fi
+      echo " $((SECONDS - t0))s" >&2
+      built=$((built + 1))
+    done < <(table "$recipe")
     touch "$out/.complete"
   fi
   ln -sfn "$(basename "$out")" "$cache/$recipe"
 done
 
-echo "testbin binaries are in $cache:" >&2
-for recipe in kube etcd-3.5 etcd-3.6 minio; do
-  echo "  $cache/$recipe/ ($(ls "$cache/$recipe" | tr '\n' ' '))" >&2
-done
+if [[ $built -gt 0 ]]; then
+  echo "testbin: built $built binaries in $((SECONDS - started))s into $cache (logs in $cache/logs/)" >&2
+else
+  echo "testbin: up to date in $cache ($(recipes | tr '\n' ' '))" >&2
+fi
 echo "$cache"
