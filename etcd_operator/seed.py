@@ -25,7 +25,7 @@ async def fetch(env: dict[str, str]) -> int:
         bucket=env["S3_BUCKET"], endpoint=env.get("S3_ENDPOINT") or None, region=env.get("S3_REGION") or None,
         force_path_style=env.get("S3_FORCE_PATH_STYLE") == "true",
         access_key=env.get("AWS_ACCESS_KEY_ID") or None, secret_key=env.get("AWS_SECRET_ACCESS_KEY") or None,
-        ca_bundle=ca,
+        ca_bundle=ca, insecure=env.get("S3_INSECURE") == "true",
     ))
     digest = hashlib.sha256()
     partial = out.with_suffix(".partial")

@@ -30,7 +30,8 @@ def owned_leftovers(namespace: str) -> list[str]:
 
 def s3_spec(s3: dict, namespace: str) -> dict:
     return {"s3": {"bucket": s3["bucket"], "prefix": f"e2e/{namespace}", "endpoint": s3["endpoint"],
-                   "forcePathStyle": True, "credentialsSecretRef": {"name": "s3"}}}
+                   "forcePathStyle": True, "insecure": s3["endpoint"].startswith("http://"),
+                   "credentialsSecretRef": {"name": "s3"}}}
 
 
 def test_create_scale_kill_and_delete_leaving_nothing_behind(namespace):

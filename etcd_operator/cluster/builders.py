@@ -6,6 +6,7 @@ import hashlib
 import json
 from typing import Any, Mapping
 
+from etcd_operator import pod_security
 from etcd_operator.cluster import naming
 from etcd_operator.cluster.spec import MANAGED_FLAGS, ClusterSpec
 
@@ -13,6 +14,9 @@ DATA_MOUNT = "/var/lib/etcd"
 DATA_DIR = f"{DATA_MOUNT}/data"
 STATE_NEW = "new"
 STATE_EXISTING = "existing"
+# Requests when spec.pod.resources is unset, so a member is Burstable, not BestEffort
+# (evicted first under node pressure). No limits: a memory limit risks OOM-killing a member.
+DEFAULT_MEMBER_REQUESTS = {"cpu": "100m", "memory": "128Mi"}
 
 
 def _annotation_env(name: str, annotation: str) -> dict[str, Any]:
@@ -139,10 +143,8 @@ def member_pod(
         "readinessProbe": _probe("/readyz", period=5, failures=3),
         "livenessProbe": _probe("/livez", period=10, failures=8),
         "startupProbe": _probe("/livez", period=5, failures=60),
-        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True},
     }
-    if pod_settings.get("resources"):
-        container["resources"] = pod_settings["resources"]
+    container["resources"] = pod_settings.get("resources") or {"requests": dict(DEFAULT_MEMBER_REQUESTS)}
     pod_spec: dict[str, Any] = {
         "hostname": member,
         "subdomain": naming.peer_service(cluster),
@@ -161,7 +163,7 @@ def member_pod(
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": member, "namespace": namespace, "labels": labels, "annotations": annotations},
-        "spec": pod_spec,
+        "spec": pod_security.restricted(pod_spec),
     }
 
 

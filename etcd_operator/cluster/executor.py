@@ -11,7 +11,7 @@ import kopf
 
 from etcd_operator import faults
 from etcd_operator.cluster import actions as a
-from etcd_operator.cluster import builders, naming
+from etcd_operator.cluster import builders, naming, network_policy
 from etcd_operator.cluster.health import Health
 from etcd_operator.cluster.observed import Observed, Operation
 from etcd_operator.cluster.planner import QUORUM_RECOVERY, self_only_cluster
@@ -38,8 +38,9 @@ class NotYet(Exception):
 
 class ClusterExecutor:
     def __init__(self, kube_client: kube.KubeClient, etcd_clients: EtcdClientPool,
-                 body: Mapping[str, Any], post_event: EventPoster):
+                 body: Mapping[str, Any], post_event: EventPoster, operator_namespace: str = "default"):
         self.kube = kube_client
+        self.operator_namespace = operator_namespace  # where the operator's pods run (NetworkPolicy)
         self.etcd_clients = etcd_clients
         self.body = body
         self.post_event = post_event
@@ -251,3 +252,12 @@ class ClusterExecutor:
             (kube.PDBS, builders.disruption_budget(spec, self.cluster, self.namespace, voters)),
         ):
             await self.kube.apply(resource, self.namespace, self._owned(manifest))
+        await self.ensure_network_policy()
+
+    async def ensure_network_policy(self) -> None:
+        settings = (self.body.get("spec") or {}).get("networkPolicy")
+        if network_policy.enabled(settings):
+            await self.kube.apply(kube.NETWORK_POLICIES, self.namespace, self._owned(network_policy.network_policy(
+                self.cluster, self.namespace, settings, self.operator_namespace)))
+        else:
+            await self.kube.delete(kube.NETWORK_POLICIES, self.namespace, network_policy.policy_name(self.cluster))

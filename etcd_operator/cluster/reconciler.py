@@ -28,8 +28,10 @@ WHEN_STEADY = 15.0
 
 
 class ClusterReconciler:
-    def __init__(self, kube_client: kube.KubeClient, etcd_clients: EtcdClientPool, post_event: EventPoster):
+    def __init__(self, kube_client: kube.KubeClient, etcd_clients: EtcdClientPool, post_event: EventPoster,
+                 operator_namespace: str = "default"):
         self.kube = kube_client
+        self.operator_namespace = operator_namespace
         self.etcd_clients = etcd_clients
         self.post_event = post_event
         self.observer = ClusterObserver(kube_client, etcd_clients)
@@ -40,7 +42,7 @@ class ClusterReconciler:
         previous = body.get("status") or {}
         observed = await self.observer.observe(body, time.time())
 
-        executor = ClusterExecutor(self.kube, self.etcd_clients, body, self.post_event)
+        executor = ClusterExecutor(self.kube, self.etcd_clients, body, self.post_event, self.operator_namespace)
         decision = decide(spec, observed)
         acting_spec, health, action = decision.acting_spec, decision.health, decision.action
         if not spec.paused:

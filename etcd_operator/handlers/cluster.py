@@ -22,7 +22,7 @@ ERROR_BACKOFF = 10.0
 async def run_cluster(body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.Memo,
                       logger: logging.Logger, **_) -> None:
     etcd_clients = EtcdClientPool()
-    reconciler = ClusterReconciler(memo.kube, etcd_clients, event_poster(body))
+    reconciler = ClusterReconciler(memo.kube, etcd_clients, event_poster(body), memo.config.lease_namespace)
     try:
         while not stopped:
             seen = snapshot(body)

@@ -53,6 +53,7 @@ SERVICES = Resource("", "v1", "services")
 SECRETS = Resource("", "v1", "secrets")
 NODES = Resource("", "v1", "nodes")
 PDBS = Resource("policy", "v1", "poddisruptionbudgets")
+NETWORK_POLICIES = Resource("networking.k8s.io", "v1", "networkpolicies")
 LEASES = Resource("coordination.k8s.io", "v1", "leases")
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from etcd_operator import API_GROUP, API_VERSION
+from etcd_operator import API_GROUP, API_VERSION, pod_security
 from etcd_operator.cluster import builders as cluster_builders
 from etcd_operator.cluster import naming
 from etcd_operator.cluster.spec import ClusterSpec
@@ -72,16 +72,16 @@ def _s3_env(source: Mapping[str, Any], key: str, sha256: str) -> list[dict[str, 
         {"name": "S3_ENDPOINT", "value": source.get("endpoint") or ""},
         {"name": "S3_REGION", "value": source.get("region") or ""},
         {"name": "S3_FORCE_PATH_STYLE", "value": "true" if source.get("forcePathStyle") else "false"},
+        {"name": "S3_INSECURE", "value": "true" if source.get("insecure") else "false"},
         {"name": "EXPECTED_SHA256", "value": sha256},
         {"name": "SNAPSHOT_FILE", "value": SNAPSHOT_FILE},
         {"name": "DATA_DIR", "value": cluster_builders.DATA_DIR},
     ]
     credentials = source.get("credentialsSecretRef")
     if credentials:
-        for var, key_field, default in (("AWS_ACCESS_KEY_ID", "accessKeyIDKey", "accessKeyID"),
-                                        ("AWS_SECRET_ACCESS_KEY", "secretAccessKeyKey", "secretAccessKey")):
-            env.append({"name": var, "valueFrom": {"secretKeyRef": {
-                "name": credentials["name"], "key": credentials.get(key_field, default)}}})
+        # Fixed key names only, as the operator reads them (storage.credentials).
+        for var, key in (("AWS_ACCESS_KEY_ID", "accessKeyID"), ("AWS_SECRET_ACCESS_KEY", "secretAccessKey")):
+            env.append({"name": var, "valueFrom": {"secretKeyRef": {"name": credentials["name"], "key": key}}})
     if source.get("caBundleSecretRef"):
         env.append({"name": "S3_CA_FILE", "value": "/etc/s3-ca/ca.crt"})
     return env
@@ -108,8 +108,6 @@ def restore_pod(
         volumes.append({"name": "s3-ca", "secret": {"secretName": ca["name"],
                                                      "items": [{"key": ca.get("key", "ca.crt"), "path": "ca.crt"}]}})
         fetch_mounts.append({"name": "s3-ca", "mountPath": "/etc/s3-ca", "readOnly": True})
-    hardened = {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                "capabilities": {"drop": ["ALL"]}}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -118,7 +116,7 @@ def restore_pod(
             "namespace": namespace,
             "labels": {LABEL_RESTORE: restore},
         },
-        "spec": {
+        "spec": pod_security.restricted({
             "restartPolicy": "Never",
             "automountServiceAccountToken": False,
             "enableServiceLinks": False,
@@ -130,7 +128,6 @@ def restore_pod(
                     "command": ["python", "-m", "etcd_operator.seed", "fetch"],
                     "env": _s3_env(source, key, sha256),
                     "volumeMounts": fetch_mounts,
-                    "securityContext": hardened,
                 },
                 {
                     "name": "restore",
@@ -145,7 +142,6 @@ def restore_pod(
                         f"--initial-cluster-token={token}",
                     ],
                     "volumeMounts": mounts,
-                    "securityContext": hardened,
                 },
             ],
             "containers": [{
@@ -154,7 +150,6 @@ def restore_pod(
                 "command": ["python", "-m", "etcd_operator.seed", "cleanup"],
                 "env": [{"name": "SNAPSHOT_FILE", "value": SNAPSHOT_FILE}],
                 "volumeMounts": mounts,
-                "securityContext": hardened,
             }],
-        },
+        }),
     }

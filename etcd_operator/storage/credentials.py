@@ -20,14 +20,30 @@ async def _secret_value(kube_client: kube.KubeClient, namespace: str, name: str,
     return base64.b64decode(data[key])
 
 
+# The only keys read from a credentials Secret. A spec that could name any key of any
+# Secret could send, say, a ServiceAccount token as the access key ID (SigV4 sends it in
+# clear) to an endpoint its author controls.
+ACCESS_KEY_ID_KEY = "accessKeyID"
+SECRET_ACCESS_KEY_KEY = "secretAccessKey"
+KEY_FIELDS = {"accessKeyIDKey": ACCESS_KEY_ID_KEY, "secretAccessKeyKey": SECRET_ACCESS_KEY_KEY}
+
+
+def check_credential_keys(credentials: Mapping[str, Any]) -> None:
+    """Objects stored before the CRD pinned the key names may still name others: refused."""
+    for field, fixed in KEY_FIELDS.items():
+        if credentials.get(field, fixed) != fixed:
+            raise StorageError(f"credentialsSecretRef.{field} must be {fixed!r}: only the fixed key names "
+                               f"are read from a credentials Secret", "CredentialKeyRefused", permanent=True)
+
+
 async def s3_location(kube_client: kube.KubeClient, namespace: str, s3: Mapping[str, Any]) -> S3Location:
     access_key = secret_key = None
     credentials = s3.get("credentialsSecretRef")
     if credentials:
-        access_key = (await _secret_value(kube_client, namespace, credentials["name"],
-                                          credentials.get("accessKeyIDKey", "accessKeyID"))).decode()
+        check_credential_keys(credentials)
+        access_key = (await _secret_value(kube_client, namespace, credentials["name"], ACCESS_KEY_ID_KEY)).decode()
         secret_key = (await _secret_value(kube_client, namespace, credentials["name"],
-                                          credentials.get("secretAccessKeyKey", "secretAccessKey"))).decode()
+                                          SECRET_ACCESS_KEY_KEY)).decode()
     ca_bundle = None
     ca = s3.get("caBundleSecretRef")
     if ca:
@@ -40,4 +56,7 @@ async def s3_location(kube_client: kube.KubeClient, namespace: str, s3: Mapping[
         access_key=access_key,
         secret_key=secret_key,
         ca_bundle=ca_bundle,
+        insecure=bool(s3.get("insecure", False)),
+        encryption=(s3.get("serverSideEncryption") or {}).get("mode"),
+        kms_key_id=(s3.get("serverSideEncryption") or {}).get("kmsKeyID"),
     )

@@ -35,6 +35,7 @@ def s3_storage_spec(substrate: Layout, prefix: str, secret: str = "s3-credential
     env = controlplane.s3_environment(substrate)
     return {"s3": {"bucket": bucket or env["S3_BUCKET"], "prefix": prefix, "endpoint": env["S3_ENDPOINT"],
                    "region": env["S3_REGION"], "forcePathStyle": True,
+                   "insecure": env["S3_ENDPOINT"].startswith("http://"),
                    "credentialsSecretRef": {"name": secret}, **extra}}
 
 
