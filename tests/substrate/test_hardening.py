@@ -1,0 +1,159 @@
+"""Hardening against the real API server and MinIO:
+- the namespaced install (deploy-namespaced/: a Role in the watched namespace, CRD discovery
+  cluster-wide, nothing else) runs create, scale, backup and restore, in a namespace that
+  enforces the `restricted` Pod Security level, so every pod the operator creates is admitted;
+- the cluster's NetworkPolicy is applied, owned by the cluster, and passes server-side dry-run;
+- a backup or restore cannot name any key of a Secret, nor use http:// without `insecure: true`;
+- over http, every upload's payload is signed (a recording proxy sees what a man in the middle would)."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import pytest
+import yaml
+
+from etcd_operator.cluster import naming, network_policy
+from localkube import controlplane
+from tests.substrate.test_backup import GROUP, apply_backup, get_backup
+from tests.substrate.test_rbac import token_kubeconfig
+from tests.substrate.test_restore import apply_restore, get_restore
+from tests.support.clusters import apply_cluster, patch_spec, wait_healthy
+from tests.support.kubectl import kubectl, kubectl_json
+from tests.support.operator_process import OperatorProcess
+from tests.support.recording_proxy import RecordingProxy
+from tests.support.s3 import create_credentials_secret, s3_storage_spec
+from tests.support.waiting import wait_for
+
+pytestmark = pytest.mark.substrate
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+NAMESPACED = ROOT / "deploy-namespaced"
+
+
+def shipped(path: pathlib.Path, kind: str) -> dict:
+    return next(d for d in yaml.safe_load_all(path.read_text()) if d and d["kind"] == kind)
+
+
+def namespaced_install_kubeconfig(substrate, namespace: str, tmp_path: pathlib.Path) -> pathlib.Path:
+    """The ServiceAccount `operator` bound as deploy-namespaced/ binds the operator: the
+    shipped Role in `namespace`, the shipped discovery ClusterRole, nothing else."""
+    role = shipped(NAMESPACED / "watched" / "role.yaml", "Role")
+    discovery = shipped(NAMESPACED / "discovery.yaml", "ClusterRole")
+    cluster_role = f"discovery-{namespace}"
+    subject = [{"kind": "ServiceAccount", "name": "operator", "namespace": namespace}]
+    objects = [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "operator", "namespace": namespace}},
+        {**role, "metadata": {"name": "etcd-operator", "namespace": namespace}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {"name": "etcd-operator", "namespace": namespace},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "etcd-operator"},
+         "subjects": subject},
+        {**discovery, "metadata": {"name": cluster_role}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": cluster_role},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cluster_role},
+         "subjects": subject},
+    ]
+    kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+    return token_kubeconfig(substrate, namespace, tmp_path)
+
+
+@pytest.fixture
+def restricted_namespace(namespace):
+    kubectl("label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted",
+            "pod-security.kubernetes.io/enforce-version=latest")
+    yield namespace
+    kubectl("delete", "clusterrole,clusterrolebinding", f"discovery-{namespace}", "--ignore-not-found")
+
+
+def test_the_namespaced_install_runs_everything_in_a_restricted_namespace(substrate, restricted_namespace, tmp_path):
+    namespace = restricted_namespace
+    kubeconfig = namespaced_install_kubeconfig(substrate, namespace, tmp_path)
+    # The RBAC is really namespaced: no pod rights anywhere else.
+    assert kubectl("auth", "can-i", "list", "pods", "-n", "default", f"--kubeconfig={kubeconfig}",
+                   check=False).stdout.strip() == "no"
+    operator = OperatorProcess(substrate, namespace, kubeconfig).start()
+    try:
+        apply_cluster(namespace, "hd", {"size": 1, "storage": {"size": "1Gi"},
+                                        "networkPolicy": {"clientSelector": {"matchLabels": {"etcd-client": "hd"}}}})
+        wait_healthy(namespace, "hd", 1)
+        patch_spec(namespace, "hd", {"size": 2})
+        wait_healthy(namespace, "hd", 2)
+
+        policy = kubectl_json("get", "networkpolicy", network_policy.policy_name("hd"), "-n", namespace)
+        cluster_uid = kubectl_json("get", "etcdcluster", "hd", "-n", namespace)["metadata"]["uid"]
+        assert [o["uid"] for o in policy["metadata"]["ownerReferences"]] == [cluster_uid]
+        rules = {r["ports"][0]["port"]: r.get("from") for r in policy["spec"]["ingress"]}
+        assert rules[naming.PEER_PORT] == [{"podSelector": {"matchLabels": naming.selector_labels("hd")}}]
+        assert {"podSelector": {"matchLabels": {"etcd-client": "hd"}}} in rules[naming.CLIENT_PORT]
+
+        create_credentials_secret(substrate, namespace)
+        apply_backup(namespace, "b", {"clusterRef": {"name": "hd"},
+                                      "storage": s3_storage_spec(substrate, f"tests/{namespace}")})
+        wait_for(lambda: get_backup(namespace, "b")["status"].get("phase") == "Completed", 120, what="backup")
+        apply_restore(namespace, "r", {"source": {"backupRef": {"name": "b"}},
+                                       "target": {"newCluster": {"name": "hd2", "spec": {"size": 1}}}})
+        wait_for(lambda: get_restore(namespace, "r")["status"].get("phase") == "Completed", 240, what="restore")
+        wait_healthy(namespace, "hd2", 1)
+        log = operator.log_text()
+        assert "Forbidden" not in log and "violates PodSecurity" not in log
+    finally:
+        operator.stop()
+
+
+def test_the_network_policy_passes_server_side_dry_run(substrate, namespace):
+    settings = {"clientSelector": {"matchExpressions": [{"key": "role", "operator": "In", "values": ["app"]}]},
+                "clientNamespaceSelector": {"matchLabels": {"team": "a"}}}
+    manifest = network_policy.network_policy("np", namespace, settings, "etcd-operator")
+    result = kubectl("apply", "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(manifest), check=False)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["spec"]["ingress"] == manifest["spec"]["ingress"]
+
+
+def backup_manifest(namespace: str, s3: dict) -> str:
+    return json.dumps({"apiVersion": GROUP, "kind": "EtcdBackup", "metadata": {"name": "x", "namespace": namespace},
+                       "spec": {"clusterRef": {"name": "c"}, "storage": {"s3": s3}}})
+
+
+@pytest.mark.parametrize("field,key", [("accessKeyIDKey", "token"), ("secretAccessKeyKey", "ca.crt")])
+def test_a_backup_cannot_name_another_secret_key(substrate, namespace, field, key):
+    s3 = s3_storage_spec(substrate, "x")["s3"]
+    s3["credentialsSecretRef"][field] = key
+    result = kubectl("apply", "--dry-run=server", "-f", "-", input=backup_manifest(namespace, s3), check=False)
+    assert result.returncode != 0 and f"credentialsSecretRef.{field}" in result.stderr, result.stderr
+    restore = {"apiVersion": GROUP, "kind": "EtcdRestore", "metadata": {"name": "x", "namespace": namespace},
+               "spec": {"source": {"s3": {**{k: v for k, v in s3.items() if k != "prefix"}, "key": "k"}},
+                        "target": {"inPlace": {"clusterName": "c", "confirm": True}}}}
+    result = kubectl("apply", "--dry-run=server", "-f", "-", input=json.dumps(restore), check=False)
+    assert result.returncode != 0 and f"credentialsSecretRef.{field}" in result.stderr, result.stderr
+
+
+def test_an_http_endpoint_needs_insecure(substrate, namespace):
+    s3 = {**s3_storage_spec(substrate, "x")["s3"], "endpoint": "http://s3.example:9000"}
+    s3.pop("insecure")
+    result = kubectl("apply", "--dry-run=server", "-f", "-", input=backup_manifest(namespace, s3), check=False)
+    assert result.returncode != 0 and "needs insecure: true" in result.stderr, result.stderr
+    allowed = kubectl("apply", "--dry-run=server", "-f", "-", check=False,
+                      input=backup_manifest(namespace, {**s3, "insecure": True}))
+    assert allowed.returncode == 0, allowed.stderr
+
+
+def test_every_upload_over_http_has_a_signed_payload(substrate, namespace, operator):
+    apply_cluster(namespace, "sg", {"size": 1, "storage": {"size": "1Gi"}})
+    wait_healthy(namespace, "sg", 1)
+    create_credentials_secret(substrate, namespace)
+    with RecordingProxy(controlplane.s3_environment(substrate)["S3_ENDPOINT"]) as proxy:
+        storage = s3_storage_spec(substrate, f"tests/{namespace}")
+        storage["s3"].update(endpoint=proxy.url, insecure=True)
+        apply_backup(namespace, "signed", {"clusterRef": {"name": "sg"}, "storage": storage})
+        wait_for(lambda: get_backup(namespace, "signed")["status"].get("phase") == "Completed", 120,
+                 what="backup through the proxy")
+        uploads = proxy.uploads()
+    assert uploads, "no upload went through the proxy"
+    for request in uploads:
+        # The SigV4 signature covers x-amz-content-sha256; it must be the body's own hash,
+        # not UNSIGNED-PAYLOAD, or a man in the middle could swap the body.
+        assert request.headers.get("x-amz-content-sha256") == request.body_sha256, \
+            f"{request.method} {request.path}: x-amz-content-sha256={request.headers.get('x-amz-content-sha256')}"
+        assert "x-amz-content-sha256" in request.headers["authorization"]
