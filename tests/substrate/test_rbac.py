@@ -97,7 +97,7 @@ def test_the_shipped_rules_are_enough_for_create_scale_backup_and_restore(
     ("pods", "create"),
     ("persistentvolumeclaims", "create"),
     ("etcdclusters/status", "patch"),
-    ("poddisruptionbudgets", "patch"),  # written by server-side apply
+    ("poddisruptionbudgets", "create"),
 ])
 def test_taking_one_needed_verb_away_makes_the_operator_fail(
         substrate, namespace, tmp_path, cleanup_cluster_roles, resource, verb):
