@@ -14,7 +14,9 @@ import pathlib
 import pytest
 import yaml
 
-from etcd_operator.cluster import naming, network_policy
+from etcd_operator.cluster import builders, naming, network_policy
+from etcd_operator.cluster.spec import ClusterSpec
+from etcd_operator.restore import builders as restore_builders
 from localkube import controlplane
 from tests.substrate.test_backup import GROUP, apply_backup, get_backup
 from tests.substrate.test_rbac import token_kubeconfig
@@ -29,6 +31,7 @@ from tests.support.waiting import wait_for
 pytestmark = pytest.mark.substrate
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 NAMESPACED = ROOT / "deploy-namespaced"
+OPERATOR_IMAGE = "ghcr.io/etcd-operator/etcd-operator:0.1.0"
 
 
 def shipped(path: pathlib.Path, kind: str) -> dict:
@@ -100,6 +103,42 @@ def test_the_namespaced_install_runs_everything_in_a_restricted_namespace(substr
         assert "Forbidden" not in log and "violates PodSecurity" not in log
     finally:
         operator.stop()
+
+
+def test_every_pod_the_operator_builds_is_admitted_by_a_restricted_namespace(substrate, restricted_namespace):
+    """Server-side dry-run goes through admission, PodSecurity included: fast, and it
+    names the violated rule when one fails."""
+    namespace = restricted_namespace
+    spec = ClusterSpec.from_dict({"size": 3})
+    source = {"bucket": "b", "endpoint": "https://s3.example", "credentialsSecretRef": {"name": "creds"},
+              "caBundleSecretRef": {"name": "ca"}}
+    pods = [
+        builders.member_pod(spec, "c", namespace, "c-0", None, "c-0=http://c-0:2380", "new", "token"),
+        builders.member_pod(ClusterSpec.from_dict({"size": 1, "storage": {"emptyDir": {}}}), "e", namespace,
+                            "e-0", None, "e-0=http://e-0:2380", "new", "token"),
+        restore_builders.restore_pod("r", namespace, "c", "c-0", "uid", spec.image, OPERATOR_IMAGE, source,
+                                     "k.db", "ab" * 32),
+    ]
+    for pod in pods:
+        result = kubectl("apply", "--dry-run=server", "-f", "-", input=json.dumps(pod), check=False)
+        assert result.returncode == 0, f"{pod['metadata']['name']}: {result.stderr}"
+
+
+def test_the_namespaced_install_passes_server_side_dry_run(substrate, namespace):
+    """deploy-namespaced/ as kustomize renders it, with the operator's and the watched
+    namespace both moved into this test's namespace."""
+    docs = [d for d in yaml.safe_load_all(kubectl("kustomize", str(NAMESPACED)).stdout) if d]
+    assert {d["kind"] for d in docs} >= {"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Deployment"}
+    assert "etcd-operator" not in {d["metadata"]["name"] for d in docs if d["kind"] == "ClusterRole"}
+    for doc in docs:
+        if doc["kind"] == "Namespace":
+            doc["metadata"]["name"] = namespace
+        if doc["metadata"].get("namespace") in ("etcd-operator", "etcd"):
+            doc["metadata"]["namespace"] = namespace
+        for subject in doc.get("subjects") or []:
+            subject["namespace"] = namespace
+    result = kubectl("apply", "--dry-run=server", "-f", "-", check=False, input=yaml.safe_dump_all(docs))
+    assert result.returncode == 0, result.stderr
 
 
 def test_the_network_policy_passes_server_side_dry_run(substrate, namespace):
