@@ -68,6 +68,9 @@ class BackupController:
             logger.info("%s/%s: %s (%s)", meta["namespace"], meta["name"], step.kind, step.message)
 
         outcome = await BackupExecutor(self.kube, self.cluster_locks, current).run(step)
+        if outcome is not s.NOTHING_DONE:
+            # A run patches status while it works (progress, pending uploads): diff against that.
+            status = ((await self.observe(body)) or current).get("status") or {}
 
         new_status = build_status(step, outcome, status, meta.get("generation"), now_text())
         patch = changes(status, new_status)

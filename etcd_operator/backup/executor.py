@@ -9,6 +9,7 @@ from typing import Any, Awaitable, Callable, Mapping
 
 from etcd_operator import metrics
 from etcd_operator.backup import steps as s
+from etcd_operator.backup.manifest import Identity
 from etcd_operator.backup.runner import BackupFailed, BackupRunner, BackupSpec
 from etcd_operator.kube import client as kube
 from etcd_operator.timefmt import now_text
@@ -48,15 +49,23 @@ class BackupExecutor:
             progress_writes.append(asyncio.ensure_future(
                 self.kube.merge_patch(kube.ETCDBACKUPS, self.namespace, self.name, patch, subresource="status")))
 
+        async def record_uploads(pending: list[dict[str, str]]) -> None:
+            # Awaited: the key and upload ID are in status before any part is sent.
+            await self.kube.merge_patch(kube.ETCDBACKUPS, self.namespace, self.name,
+                                        {"status": {"pendingUploads": pending}}, subresource="status")
+
         lock = self.cluster_locks.setdefault((self.namespace, spec.cluster), asyncio.Lock())
-        runner = BackupRunner(self.kube, on_progress)
+        status = self.body.get("status") or {}
+        runner = BackupRunner(self.kube, on_progress, status.get("pendingUploads"), record_uploads)
+        identity = Identity(self.namespace, self.name, self.body["metadata"]["uid"])
         async with lock:
             try:
-                manifest, deleted = await runner.run(self.namespace, self.name, spec, step.slot)
+                manifest, deleted = await runner.run(identity, spec, step.slot)
             except BackupFailed as failure:
                 await asyncio.gather(*progress_writes, return_exceptions=True)
                 metrics.backup_failures.labels(self.namespace, self.name, failure.reason).inc()
                 return s.RunFailed(reason=failure.reason, message=failure.message,
+                                   pending_uploads=tuple(runner.pending_uploads),
                                    events=(("Warning", "BackupFailed", f"{failure.reason}: {failure.message}"),))
         await asyncio.gather(*progress_writes, return_exceptions=True)
 
@@ -73,6 +82,7 @@ class BackupExecutor:
             events.append(("Normal", "RetentionApplied",
                            f"Deleted {len(deleted)} expired backups: {', '.join(m.snapshot_key for m in deleted)}"))
         return s.RunSucceeded(record=record, completed_at=manifest.created_at,
+                              pending_uploads=tuple(runner.pending_uploads),
                               deleted_keys=tuple(m.snapshot_key for m in deleted), events=tuple(events))
 
 

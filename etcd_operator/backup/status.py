@@ -87,11 +87,17 @@ def _run_fields(step: s.RunBackup, outcome: s.Outcome,
                 "lastSuccessfulTime": outcome.completed_at,
                 "recentBackups": recent[:RECENT_BACKUPS],
                 "progress": None,
+                "pendingUploads": _pending(outcome),
             }, idle, HEALTHY
         case s.RunFailed():
-            return ({"phase": "Failed" if step.one_shot else "Scheduled", "progress": None}, idle,
+            return ({"phase": "Failed" if step.one_shot else "Scheduled", "progress": None,
+                     "pendingUploads": _pending(outcome)}, idle,
                     c.Condition("Degraded", True, outcome.reason, outcome.message))
     raise TypeError(f"a {step.kind} step ended without a run outcome: {outcome!r}")
+
+
+def _pending(outcome: s.RunOutcome) -> list[dict[str, str]] | None:
+    return [dict(u) for u in outcome.pending_uploads] or None
 
 
 def _available(status: Mapping[str, Any]) -> c.Condition:

@@ -70,14 +70,22 @@ class Outcome:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class RunSucceeded(Outcome):
+class RunOutcome(Outcome):
+    """How a run ended. `pending_uploads` ({key, uploadId}) are multipart uploads not known
+    to be finished or aborted; status keeps them, and the next run aborts them by key."""
+
+    pending_uploads: tuple[Mapping[str, str], ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunSucceeded(RunOutcome):
     record: Mapping[str, Any]  # the backup's entry for status.lastBackup / recentBackups
     completed_at: str
     deleted_keys: tuple[str, ...] = ()  # snapshots retention removed
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class RunFailed(Outcome):
+class RunFailed(RunOutcome):
     reason: str
     message: str
 
