@@ -11,7 +11,9 @@ from etcd_operator import metrics
 from etcd_operator.backup import steps as s
 from etcd_operator.backup.manifest import Identity
 from etcd_operator.backup.runner import BackupFailed, BackupRunner, BackupSpec
+from etcd_operator.backup.verification import BackupVerifier, VerificationError
 from etcd_operator.kube import client as kube
+from etcd_operator.storage.s3 import StorageError
 from etcd_operator.timefmt import now_text
 
 logger = logging.getLogger(__name__)
@@ -22,8 +24,10 @@ class UnknownStep(TypeError):
 
 
 class BackupExecutor:
-    def __init__(self, kube_client: kube.KubeClient, cluster_locks: dict, body: Mapping[str, Any]):
+    def __init__(self, kube_client: kube.KubeClient, cluster_locks: dict, body: Mapping[str, Any],
+                 operator_image: str = ""):
         self.kube = kube_client
+        self.operator_image = operator_image
         self.cluster_locks = cluster_locks
         self.body = body
         self.namespace = body["metadata"]["namespace"]
@@ -86,6 +90,25 @@ class BackupExecutor:
                               deleted_keys=tuple(m.snapshot_key for m in deleted), events=tuple(events))
 
 
+    async def _verify_backup(self, step: s.VerifyBackup) -> s.Outcome:
+        try:
+            verdict, at = await BackupVerifier(self.kube, self.operator_image, self.body).verify(step.key)
+        except (VerificationError, StorageError) as e:
+            reason, message = (e.reason, e.message) if isinstance(e, VerificationError) else ("StorageError", str(e))
+            return s.VerificationDone(key=step.key, verified=None, reason=reason, message=message, at=now_text(),
+                                      events=(("Warning", "VerificationIncomplete", f"{step.key}: {message}"),))
+        if verdict.verified:
+            metrics.backup_last_verified.labels(self.namespace, self.name).set_to_current_time()
+            event = ("Normal", "BackupVerified", f"{step.key}: {verdict.message}")
+        elif verdict.verified is False:
+            metrics.backup_verification_failures.labels(self.namespace, self.name, verdict.reason).inc()
+            event = ("Warning", "BackupVerificationFailed", f"{step.key}: {verdict.reason}: {verdict.message}")
+        else:
+            event = ("Normal", "VerificationInconclusive", f"{step.key}: {verdict.reason}: {verdict.message}")
+        return s.VerificationDone(key=step.key, verified=verdict.verified, reason=verdict.reason,
+                                  message=verdict.message, at=at, events=(event,))
+
+
 HANDLERS: dict[type[s.Step], Callable[[BackupExecutor, Any], Awaitable[s.Outcome]]] = {
     s.Idle: BackupExecutor._status_only,
     s.WaitForSlot: BackupExecutor._status_only,
@@ -93,4 +116,5 @@ HANDLERS: dict[type[s.Step], Callable[[BackupExecutor, Any], Awaitable[s.Outcome
     s.RefuseSchedule: BackupExecutor._status_only,
     s.StartSlot: BackupExecutor._status_only,
     s.RunBackup: BackupExecutor._run_backup,
+    s.VerifyBackup: BackupExecutor._verify_backup,
 }
