@@ -85,3 +85,75 @@ def test_degraded_stays_true_through_new_slots_until_a_run_succeeds():
         status = {**status, **build_status(step, s.NOTHING_DONE, status, 1, now)}
         degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
         assert degraded["status"] == "True" and degraded["reason"] == "StorageError"
+
+
+# --- the runner against an in-memory store (no snapshot is taken in these cases) -------
+
+import asyncio  # noqa: E402
+
+import pytest  # noqa: E402
+
+from etcd_operator.backup import runner as runner_module  # noqa: E402
+from etcd_operator.backup.manifest import manifest_key, snapshot_key  # noqa: E402
+from etcd_operator.backup.runner import BackupFailed, BackupRunner, BackupSpec  # noqa: E402
+
+SPEC = BackupSpec.from_dict({"clusterRef": {"name": "c"}, "storage": {"s3": {"bucket": "bk", "prefix": "p"}}})
+
+
+class CatalogueStore:
+    """Objects in a dict; records every abort and delete."""
+
+    def __init__(self, objects: dict[str, bytes]):
+        self.objects = dict(objects)
+        self.aborted: list[tuple[str, str]] = []
+        self.listed_uploads: list[str] = []
+        self.deleted: list[str] = []
+
+    async def check_bucket(self): pass
+    async def exists(self, key): return key in self.objects
+    async def get(self, key): return self.objects[key]
+    async def abort_multipart(self, key, upload_id): self.aborted.append((key, upload_id))
+    async def abort_stale_uploads(self, prefix): self.listed_uploads.append(prefix); return 0
+    async def delete(self, key): self.deleted.append(key); self.objects.pop(key, None)
+    async def list_keys(self, prefix): return sorted(k for k in self.objects if k.startswith(prefix))
+    def close(self): pass
+
+
+def run_slot(store: CatalogueStore, slot: str, pending=None) -> tuple[BackupRunner, object]:
+    async def location(*_): return None
+    runner = BackupRunner(None, pending_uploads=pending)
+    patch = pytest.MonkeyPatch()
+    patch.setattr(runner_module, "s3_location", location)
+    patch.setattr(runner_module, "S3Storage", lambda *_: store)
+    try:
+        return runner, asyncio.run(runner._attempt(ME, SPEC, slot))
+    except BackupFailed as failure:
+        return runner, failure
+    finally:
+        patch.undo()
+
+
+def slot_manifest(slot: str, uid: str) -> Manifest:
+    return dataclasses.replace(manifest(0, 5), snapshot_key=snapshot_key("p", "ns", "b", slot), slot=slot,
+                               backup_uid=uid)
+
+
+def test_a_slot_counts_as_done_only_with_this_backups_own_manifest():
+    own = slot_manifest("s1", "uid-1")
+    _, result = run_slot(CatalogueStore({own.key: own.to_json()}), "s1")
+    assert result == (own, [])
+    foreign = slot_manifest("s1", "uid-of-another-cluster")
+    store = CatalogueStore({foreign.key: foreign.to_json(), foreign.snapshot_key: b"theirs"})
+    _, result = run_slot(store, "s1")
+    assert isinstance(result, BackupFailed) and result.reason == "SlotTakenByForeignBackup"
+    assert store.deleted == [] and store.objects[foreign.key] == foreign.to_json()
+
+
+def test_recorded_uploads_are_aborted_by_exact_key_before_the_run():
+    own = slot_manifest("s2", "uid-1")
+    pending = [{"key": "p/ns/b/s1.db", "uploadId": "u-1"}]
+    store = CatalogueStore({own.key: own.to_json()})
+    runner, _ = run_slot(store, "s2", pending)
+    assert store.aborted == [("p/ns/b/s1.db", "u-1")] and "p/ns/b/s1.db" in store.listed_uploads
+    assert runner.pending_uploads == []
+    assert manifest_key(own.snapshot_key) == own.key
