@@ -57,3 +57,10 @@ def record_cluster(namespace: str, cluster: str, desired: int, members: list[tup
     for role in ("leader", "follower", "learner"):
         for healthy in ("true", "false"):
             cluster_members.labels(namespace, cluster, role, healthy).set(counts.get((role, healthy), 0))
+
+backup_last_verified = Gauge("etcd_operator_backup_last_verified_timestamp_seconds",
+                             "Unix time of the last backup whose verification succeeded", ("namespace", "backup"),
+                             registry=REGISTRY)
+backup_verification_failures = Counter("etcd_operator_backup_verification_failures_total",
+                                       "Verifications that found a backup differing from its source, by reason",
+                                       ("namespace", "backup", "reason"), registry=REGISTRY)

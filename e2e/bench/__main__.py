@@ -1,4 +1,4 @@
-"""Runs every benchmark and prints one table. `python -m bench [cluster|backup|restore]`."""
+"""Runs every benchmark and prints one table. `python -m bench [cluster|backup|restore|verification]`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from bench import scenarios
 
 
 def main(argv: list[str]) -> int:
-    wanted = set(argv[1:]) or {"cluster", "backup", "restore"}
+    wanted = set(argv[1:]) or {"cluster", "backup", "restore", "verification"}
     with scenarios.Bench() as bench:
         if "cluster" in wanted:
             bench.cluster_timings()
@@ -16,6 +16,8 @@ def main(argv: list[str]) -> int:
             bench.backup_throughput_and_memory()
         if "restore" in wanted:
             bench.restore_overhead()
+        if "verification" in wanted:
+            bench.verification_time()
         bench.report()
     return 0
 

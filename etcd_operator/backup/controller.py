@@ -33,7 +33,7 @@ EventPoster = Callable[[str, str, str], None]
 def delay_after(step: s.Step, now: datetime.datetime) -> float | None:
     """Seconds until the next pass, or None to wait for a change to the object."""
     match step:
-        case s.StartSlot() | s.RunBackup():
+        case s.StartSlot() | s.RunBackup() | s.VerifyBackup():
             return 0.0
         case s.WaitForSlot():
             return min(max((step.next_slot - now).total_seconds(), SOONEST_RECHECK), IDLE_RECHECK)
@@ -43,8 +43,10 @@ def delay_after(step: s.Step, now: datetime.datetime) -> float | None:
 
 
 class BackupController:
-    def __init__(self, kube_client: kube.KubeClient, cluster_locks: dict, post_event: EventPoster):
+    def __init__(self, kube_client: kube.KubeClient, cluster_locks: dict, post_event: EventPoster,
+                 operator_image: str = ""):
         self.kube = kube_client
+        self.operator_image = operator_image
         self.cluster_locks = cluster_locks
         self.post_event = post_event
 
@@ -64,10 +66,13 @@ class BackupController:
         # (about 0.3 s for one every 10 s, once a day; cached otherwise).
         step = await asyncio.to_thread(plan, ScheduleSpec.from_dict(current.get("spec") or {}),
                                        RunState.from_dict(status), Observed.from_metadata(meta), now)
-        if isinstance(step, (s.StartSlot, s.RunBackup, s.RefuseSchedule)):
+        if isinstance(step, (s.StartSlot, s.RunBackup, s.RefuseSchedule, s.VerifyBackup)):
             logger.info("%s/%s: %s (%s)", meta["namespace"], meta["name"], step.kind, step.message)
 
-        outcome = await BackupExecutor(self.kube, self.cluster_locks, current).run(step)
+        outcome = await BackupExecutor(self.kube, self.cluster_locks, current, self.operator_image).run(step)
+        if outcome is not s.NOTHING_DONE:
+            # A run patches status while it works (progress, pending uploads): diff against that.
+            status = ((await self.observe(body)) or current).get("status") or {}
 
         new_status = build_status(step, outcome, status, meta.get("generation"), now_text())
         patch = changes(status, new_status)

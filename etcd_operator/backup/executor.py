@@ -9,8 +9,11 @@ from typing import Any, Awaitable, Callable, Mapping
 
 from etcd_operator import metrics
 from etcd_operator.backup import steps as s
+from etcd_operator.backup.manifest import Identity
 from etcd_operator.backup.runner import BackupFailed, BackupRunner, BackupSpec
+from etcd_operator.backup.verification import BackupVerifier, VerificationError
 from etcd_operator.kube import client as kube
+from etcd_operator.storage.s3 import StorageError
 from etcd_operator.timefmt import now_text
 
 logger = logging.getLogger(__name__)
@@ -21,8 +24,10 @@ class UnknownStep(TypeError):
 
 
 class BackupExecutor:
-    def __init__(self, kube_client: kube.KubeClient, cluster_locks: dict, body: Mapping[str, Any]):
+    def __init__(self, kube_client: kube.KubeClient, cluster_locks: dict, body: Mapping[str, Any],
+                 operator_image: str = ""):
         self.kube = kube_client
+        self.operator_image = operator_image
         self.cluster_locks = cluster_locks
         self.body = body
         self.namespace = body["metadata"]["namespace"]
@@ -48,15 +53,23 @@ class BackupExecutor:
             progress_writes.append(asyncio.ensure_future(
                 self.kube.merge_patch(kube.ETCDBACKUPS, self.namespace, self.name, patch, subresource="status")))
 
+        async def record_uploads(pending: list[dict[str, str]]) -> None:
+            # Awaited: the key and upload ID are in status before any part is sent.
+            await self.kube.merge_patch(kube.ETCDBACKUPS, self.namespace, self.name,
+                                        {"status": {"pendingUploads": pending}}, subresource="status")
+
         lock = self.cluster_locks.setdefault((self.namespace, spec.cluster), asyncio.Lock())
-        runner = BackupRunner(self.kube, on_progress)
+        status = self.body.get("status") or {}
+        runner = BackupRunner(self.kube, on_progress, status.get("pendingUploads"), record_uploads)
+        identity = Identity(self.namespace, self.name, self.body["metadata"]["uid"])
         async with lock:
             try:
-                manifest, deleted = await runner.run(self.namespace, self.name, spec, step.slot)
+                manifest, deleted = await runner.run(identity, spec, step.slot)
             except BackupFailed as failure:
                 await asyncio.gather(*progress_writes, return_exceptions=True)
                 metrics.backup_failures.labels(self.namespace, self.name, failure.reason).inc()
                 return s.RunFailed(reason=failure.reason, message=failure.message,
+                                   pending_uploads=tuple(runner.pending_uploads),
                                    events=(("Warning", "BackupFailed", f"{failure.reason}: {failure.message}"),))
         await asyncio.gather(*progress_writes, return_exceptions=True)
 
@@ -73,7 +86,27 @@ class BackupExecutor:
             events.append(("Normal", "RetentionApplied",
                            f"Deleted {len(deleted)} expired backups: {', '.join(m.snapshot_key for m in deleted)}"))
         return s.RunSucceeded(record=record, completed_at=manifest.created_at,
+                              pending_uploads=tuple(runner.pending_uploads),
                               deleted_keys=tuple(m.snapshot_key for m in deleted), events=tuple(events))
+
+
+    async def _verify_backup(self, step: s.VerifyBackup) -> s.Outcome:
+        try:
+            verdict, at = await BackupVerifier(self.kube, self.operator_image, self.body).verify(step.key)
+        except (VerificationError, StorageError) as e:
+            reason, message = (e.reason, e.message) if isinstance(e, VerificationError) else ("StorageError", str(e))
+            return s.VerificationDone(key=step.key, verified=None, reason=reason, message=message, at=now_text(),
+                                      events=(("Warning", "VerificationIncomplete", f"{step.key}: {message}"),))
+        if verdict.verified:
+            metrics.backup_last_verified.labels(self.namespace, self.name).set_to_current_time()
+            event = ("Normal", "BackupVerified", f"{step.key}: {verdict.message}")
+        elif verdict.verified is False:
+            metrics.backup_verification_failures.labels(self.namespace, self.name, verdict.reason).inc()
+            event = ("Warning", "BackupVerificationFailed", f"{step.key}: {verdict.reason}: {verdict.message}")
+        else:
+            event = ("Normal", "VerificationInconclusive", f"{step.key}: {verdict.reason}: {verdict.message}")
+        return s.VerificationDone(key=step.key, verified=verdict.verified, reason=verdict.reason,
+                                  message=verdict.message, at=at, events=(event,))
 
 
 HANDLERS: dict[type[s.Step], Callable[[BackupExecutor, Any], Awaitable[s.Outcome]]] = {
@@ -83,4 +116,5 @@ HANDLERS: dict[type[s.Step], Callable[[BackupExecutor, Any], Awaitable[s.Outcome
     s.RefuseSchedule: BackupExecutor._status_only,
     s.StartSlot: BackupExecutor._status_only,
     s.RunBackup: BackupExecutor._run_backup,
+    s.VerifyBackup: BackupExecutor._verify_backup,
 }

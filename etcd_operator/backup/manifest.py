@@ -1,5 +1,12 @@
 """The small JSON document written beside every snapshot. Retention and restore trust
-only what manifests say, never object names."""
+only what manifests say, never object names.
+
+A manifest names the EtcdBackup that wrote it (namespace, name, UID) and the source
+cluster's ID. Only manifests of this backup's own identity count for it (retention,
+"this slot already ran"); anything else under its prefix is foreign and never touched.
+Manifests written before identities existed have no UID: they stay readable (restore can
+still pick them by name), but they match no identity, so retention never deletes them and
+they never count as a finished slot of a current backup."""
 
 from __future__ import annotations
 
@@ -27,13 +34,25 @@ class Manifest:
     created_at: str  # RFC 3339, UTC
     member: str
     slot: str
+    # Optional: absent from manifests written by older versions.
+    backup_uid: str = ""                  # "" matches no identity
+    key_count: int | None = None          # keys at `revision` in the source, right after the snapshot
+    hash_kv: int | None = None            # the source's HashKV at `revision`
+    compact_revision: int | None = None   # the source's compaction point when that hash was taken
+    verified: bool | None = None          # None: never verified; False: a verification failed
+    verified_at: str | None = None
+    verification: dict[str, Any] | None = None  # what the scratch member answered, and why it failed
+
+    def belongs_to(self, identity: "Identity") -> bool:
+        return (self.namespace, self.backup, self.backup_uid) == (identity.namespace, identity.backup,
+                                                                  identity.uid) and bool(identity.uid)
 
     @property
     def key(self) -> str:
         return manifest_key(self.snapshot_key)
 
     def to_json(self) -> bytes:
-        body = {"format": FORMAT, "writer": WRITER, **{_camel(k): v for k, v in dataclasses.asdict(self).items()}}
+        body = {"format": FORMAT, "writer": WRITER, **{_camel(k): v for k, v in dataclasses.asdict(self).items() if v is not None}}
         return json.dumps(body, indent=2, sort_keys=True).encode()
 
     @classmethod
@@ -45,10 +64,12 @@ class Manifest:
             raise ValueError(f"not JSON: {e}") from None
         if not isinstance(body, dict) or body.get("format") != FORMAT or body.get("writer") != WRITER:
             raise ValueError("not an etcd-operator snapshot manifest")
-        try:
-            fields = {f.name: body[_camel(f.name)] for f in dataclasses.fields(cls)}
-        except KeyError as e:
-            raise ValueError(f"manifest lacks {e}") from None
+        fields = {}
+        for field in dataclasses.fields(cls):
+            if _camel(field.name) in body:
+                fields[field.name] = body[_camel(field.name)]
+            elif field.default is dataclasses.MISSING:
+                raise ValueError(f"manifest lacks {_camel(field.name)!r}")
         fields["revision"], fields["size"] = int(fields["revision"]), int(fields["size"])
         return cls(**fields)
 
@@ -56,6 +77,15 @@ class Manifest:
         return {"key": self.snapshot_key, "manifestKey": self.key, "revision": self.revision, "size": self.size,
                 "sha256": self.sha256, "etcdVersion": self.etcd_version, "clusterID": self.cluster_id,
                 "member": self.member, "completionTime": self.created_at}
+
+
+@dataclasses.dataclass(frozen=True)
+class Identity:
+    """The EtcdBackup a manifest must name to count as this backup's own."""
+
+    namespace: str
+    backup: str
+    uid: str
 
 
 def _camel(name: str) -> str:

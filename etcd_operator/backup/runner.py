@@ -8,14 +8,14 @@ import dataclasses
 import datetime
 import logging
 import time
-from typing import Any, Callable, Mapping
+from typing import Any, Awaitable, Callable, Mapping
 
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from etcd_operator import faults
 from etcd_operator.backup import retention
 from etcd_operator.backup.bbolt import snapshot_revision
-from etcd_operator.backup.manifest import (MANIFEST_SUFFIX, Manifest, backup_prefix, manifest_key,
+from etcd_operator.backup.manifest import (MANIFEST_SUFFIX, Identity, Manifest, backup_prefix, manifest_key,
                                            snapshot_key)
 from etcd_operator.backup.source import SourceUnavailable, find_source
 from etcd_operator.backup.stream import SnapshotCorrupt, stream_to_s3
@@ -89,13 +89,28 @@ class BackupSpec:
 
 
 
+UploadStarted = Callable[[list[dict[str, str]]], Awaitable[None]]
+
+
+async def _no_record(pending: list[dict[str, str]]) -> None:
+    return None
+
+
 class BackupRunner:
-    def __init__(self, kube_client: kube.KubeClient, on_progress: Callable[[int, str], None] = lambda n, m: None):
+    """`pending_uploads` ({key, uploadId} from status) are multipart uploads an earlier run
+    started and may not have aborted; `on_upload_started` records the new list in status,
+    and must have done so before any part is sent. `pending_uploads` is what is left after
+    the run, for status, whether it succeeded or not."""
+
+    def __init__(self, kube_client: kube.KubeClient, on_progress: Callable[[int, str], None] = lambda n, m: None,
+                 pending_uploads: list[dict[str, str]] | None = None, on_upload_started: UploadStarted = _no_record):
         self.kube = kube_client
         self.on_progress = on_progress
+        self.pending_uploads = [dict(u) for u in pending_uploads or []]
+        self.on_upload_started = on_upload_started
         self.duration: float | None = None  # of the last snapshot this runner took
 
-    async def run(self, namespace: str, backup: str, spec: BackupSpec, slot: str) -> tuple[Manifest, list[Manifest]]:
+    async def run(self, identity: Identity, spec: BackupSpec, slot: str) -> tuple[Manifest, list[Manifest]]:
         """Returns the slot's manifest and the manifests retention deleted."""
         try:
             async for attempt in AsyncRetrying(
@@ -103,28 +118,50 @@ class BackupRunner:
                 wait=wait_exponential(multiplier=2, min=2, max=30), reraise=True,
             ):
                 with attempt:
-                    return await self._attempt(namespace, backup, spec, slot)
+                    return await self._attempt(identity, spec, slot)
         except Exception as e:
             raise as_failure(e) from e
 
-    async def _attempt(self, namespace: str, backup: str, spec: BackupSpec, slot: str):
+    async def _attempt(self, identity: Identity, spec: BackupSpec, slot: str):
+        namespace, backup = identity.namespace, identity.backup
         location = await s3_location(self.kube, namespace, spec.s3)
         storage = await asyncio.to_thread(S3Storage, location, spec.concurrency + 2)
         try:
             await storage.check_bucket()
             key = snapshot_key(spec.prefix, namespace, backup, slot)
+            await self._abort_pending(storage)
             if await storage.exists(manifest_key(key)):
-                manifest = Manifest.from_json(await storage.get(manifest_key(key)))  # this slot already ran
+                manifest = Manifest.from_json(await storage.get(manifest_key(key)))
+                if not manifest.belongs_to(identity):
+                    raise BackupFailed("SlotTakenByForeignBackup",
+                                       f"{manifest_key(key)} was written by {manifest.namespace}/{manifest.backup} "
+                                       f"(uid {manifest.backup_uid or 'none'}), not by this EtcdBackup; "
+                                       "it is left untouched and this slot is not run", permanent=True)
+                # this slot already ran
             else:
                 await storage.abort_stale_uploads(backup_prefix(spec.prefix, namespace, backup))
-                manifest = await self._snapshot(storage, namespace, backup, spec, slot, key)
-            deleted = await self._apply_retention(storage, namespace, backup, spec)
+                manifest = await self._snapshot(storage, identity, spec, slot, key)
+            deleted = await self._apply_retention(storage, identity, spec, keep=manifest.snapshot_key)
             return manifest, deleted
         finally:
             await asyncio.to_thread(storage.close)
 
-    async def _snapshot(self, storage: S3Storage, namespace: str, backup: str, spec: BackupSpec,
+    async def _abort_pending(self, storage: S3Storage) -> None:
+        """Aborts the uploads recorded in status by their exact key (MinIO lists multipart
+        uploads only by exact key, never by a folder prefix). An entry is dropped only once
+        the store has answered for it."""
+        for upload in list(self.pending_uploads):
+            try:
+                await storage.abort_multipart(upload["key"], upload["uploadId"])
+            except StorageError as e:
+                if e.code not in ("NoSuchUpload", "404", "NoSuchKey"):
+                    raise
+            await storage.abort_stale_uploads(upload["key"])
+            self.pending_uploads.remove(upload)
+
+    async def _snapshot(self, storage: S3Storage, identity: Identity, spec: BackupSpec,
                         slot: str, key: str) -> Manifest:
+        namespace, backup = identity.namespace, identity.backup
         member, _ = await find_source(self.kube, namespace, spec.cluster)
         started = now_text()
         clock_start = time.monotonic()
@@ -139,16 +176,22 @@ class BackupRunner:
         async with EtcdMemberClient(member.endpoint, timeout=10) as client:
             status = await client.status()
             self.on_progress(0, member.name)
+            upload = {"key": key, "uploadId": await storage.start_multipart(key)}
+            self.pending_uploads.append(upload)
+            await self.on_upload_started(list(self.pending_uploads))
             stream = await asyncio.to_thread(SnapshotStream, member.endpoint)
             result = await stream_to_s3(stream, storage, key, spec.part_size, spec.concurrency,
-                                        on_progress=progress)
-        # The exact revision inside the uploaded file, read back with a few ranged GETs.
-        revision = await snapshot_revision(lambda offset, length: storage.read_range(key, offset, length))
+                                        on_progress=progress, upload_id=upload["uploadId"])
+            self.pending_uploads.remove(upload)
+            # The exact revision inside the uploaded file, read back with a few ranged GETs.
+            revision = await snapshot_revision(lambda offset, length: storage.read_range(key, offset, length))
+            key_count, hash_kv, compact_revision = await _source_digest(client, revision)
         manifest = Manifest(
             snapshot_key=key, backup=backup, namespace=namespace, cluster=spec.cluster,
             cluster_id=f"{status.cluster_id:x}", etcd_version=status.version,
             revision=revision, size=result.size, sha256=result.sha256,
-            created_at=now_text(), member=member.name, slot=slot,
+            created_at=now_text(), member=member.name, slot=slot, backup_uid=identity.uid,
+            key_count=key_count, hash_kv=hash_kv, compact_revision=compact_revision,
         )
         await storage.put(manifest.key, manifest.to_json(), "application/json")
         self.duration = time.monotonic() - clock_start
@@ -156,21 +199,37 @@ class BackupRunner:
                     result.size, manifest.revision, member.name, started)
         return manifest
 
-    async def _apply_retention(self, storage: S3Storage, namespace: str, backup: str,
-                               spec: BackupSpec) -> list[Manifest]:
+    async def _apply_retention(self, storage: S3Storage, identity: Identity, spec: BackupSpec,
+                               keep: str) -> list[Manifest]:
         if spec.max_backups is None and spec.max_age is None:
             return []
-        manifests = await read_manifests(storage, backup_prefix(spec.prefix, namespace, backup), backup)
-        doomed = retention.expired(manifests, spec.max_backups, spec.max_age,
-                                   datetime.datetime.now(datetime.timezone.utc))
+        manifests = await read_manifests(storage, backup_prefix(spec.prefix, identity.namespace, identity.backup),
+                                         identity.backup)
+        own = [m for m in manifests if m.belongs_to(identity)]  # everything else is foreign
+        doomed = retention.expired(own, spec.max_backups, spec.max_age,
+                                   datetime.datetime.now(datetime.timezone.utc), keep_keys={keep})
         for manifest in doomed:
             await storage.delete(manifest.snapshot_key)
             await storage.delete(manifest.key)
         return doomed
 
 
+async def _source_digest(client: EtcdMemberClient, revision: int) -> tuple[int | None, int | None, int | None]:
+    """(keys, HashKV, compact revision) of the source at the snapshot's revision, taken
+    right after the snapshot, before compaction can remove that revision. All None when
+    the member no longer has it: the backup stands, but verification cannot compare."""
+    try:
+        hash_kv, compact_revision = await client.hash_kv(revision)
+        return await client.count_keys(revision), hash_kv, compact_revision
+    except EtcdError as e:
+        logger.warning("no HashKV at revision %d from %s: %s", revision, client.endpoint, e.detail)
+        return None, None, None
+
+
 async def read_manifests(storage: S3Storage, prefix: str, backup: str | None = None) -> list[Manifest]:
-    """Manifests this operator wrote under `prefix` (for `backup`, if given); anything else is ignored."""
+    """Manifests this operator wrote directly in the folder `prefix` (for `backup`, if
+    given); anything else, including deeper folders of other backups whose prefix happens to
+    start the same, is ignored. Callers that delete must also check the identity."""
     manifests = []
     for key in await storage.list_keys(prefix):
         if not key.endswith(MANIFEST_SUFFIX):
@@ -179,7 +238,8 @@ async def read_manifests(storage: S3Storage, prefix: str, backup: str | None = N
             manifest = Manifest.from_json(await storage.get(key))
         except ValueError:
             continue
-        if manifest.key != key or not manifest.snapshot_key.startswith(prefix):
+        if manifest.key != key or not manifest.snapshot_key.startswith(prefix) \
+                or "/" in manifest.snapshot_key[len(prefix):]:
             continue
         if backup is None or manifest.backup == backup:
             manifests.append(manifest)

@@ -18,13 +18,28 @@ def _utc(text: str | None) -> datetime.datetime | None:
 
 
 @dataclasses.dataclass(frozen=True)
+class VerificationPolicy:
+    enabled: bool = False
+    every_n: int = 1
+    schedule: str | None = None  # set: verify on this schedule instead of every N backups
+
+    @classmethod
+    def from_dict(cls, verification: Mapping[str, Any], scheduled: bool) -> "VerificationPolicy":
+        return cls(bool(verification.get("enabled", scheduled)), max(int(verification.get("everyN", 1)), 1),
+                   verification.get("schedule") or None)
+
+
+@dataclasses.dataclass(frozen=True)
 class ScheduleSpec:
     schedule: str | None  # None: a one-shot backup
     suspend: bool = False
+    verification: VerificationPolicy = VerificationPolicy()
 
     @classmethod
     def from_dict(cls, spec: Mapping[str, Any]) -> "ScheduleSpec":
-        return cls(spec.get("schedule") or None, bool(spec.get("suspend")))
+        schedule = spec.get("schedule") or None
+        return cls(schedule, bool(spec.get("suspend")),
+                   VerificationPolicy.from_dict(spec.get("verification") or {}, scheduled=schedule is not None))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,6 +48,10 @@ class RunState:
     slot_in_progress: str | None = None   # recorded before its run started, cleared when it ends
     last_slot: datetime.datetime | None = None  # the cron slot last started
     observed_generation: int | None = None
+    last_backup_key: str | None = None
+    last_verification_key: str | None = None      # the backup last verified (whatever the verdict)
+    backups_since_verification: int = 0
+    last_verification_slot: datetime.datetime | None = None
 
     @classmethod
     def from_dict(cls, status: Mapping[str, Any]) -> "RunState":
@@ -41,6 +60,10 @@ class RunState:
             slot_in_progress=(status.get("progress") or {}).get("slot"),
             last_slot=_utc(status.get("lastScheduleTime")),
             observed_generation=status.get("observedGeneration"),
+            last_backup_key=(status.get("lastBackup") or {}).get("key"),
+            last_verification_key=(status.get("lastVerification") or {}).get("key"),
+            backups_since_verification=int(status.get("backupsSinceVerification") or 0),
+            last_verification_slot=_utc(status.get("lastVerificationSlot")),
         )
 
 

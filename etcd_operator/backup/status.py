@@ -15,6 +15,7 @@ from etcd_operator.timefmt import format_time
 
 RECENT_BACKUPS = 10
 HEALTHY = c.Condition("Degraded", False, "Healthy")
+VERIFICATION_FAILED = "BackupVerificationFailed"
 
 
 def build_status(step: s.Step, outcome: s.Outcome, previous: Mapping[str, Any], generation: int | None,
@@ -69,6 +70,8 @@ def _step_fields(step: s.Step, outcome: s.Outcome, previous: Mapping[str, Any],
             return fields, c.Condition("Progressing", True, "BackupRunning", f"snapshot for slot {step.slot}"), None
         case s.RunBackup():
             return _run_fields(step, outcome, previous)
+        case s.VerifyBackup():
+            return _verification_fields(step, outcome, previous)
     raise TypeError(f"no status for step {step.kind}")
 
 
@@ -79,6 +82,7 @@ def _run_fields(step: s.RunBackup, outcome: s.Outcome,
         case s.RunSucceeded():
             deleted = set(outcome.deleted_keys)
             key = outcome.record.get("key")
+            new_backup = key != (previous.get("lastBackup") or {}).get("key")
             recent = [dict(outcome.record)] + [r for r in previous.get("recentBackups") or []
                                                if r.get("key") != key and r.get("key") not in deleted]
             return {
@@ -87,11 +91,63 @@ def _run_fields(step: s.RunBackup, outcome: s.Outcome,
                 "lastSuccessfulTime": outcome.completed_at,
                 "recentBackups": recent[:RECENT_BACKUPS],
                 "progress": None,
-            }, idle, HEALTHY
+                "pendingUploads": _pending(outcome),
+                "backupsSinceVerification": int(previous.get("backupsSinceVerification") or 0) + new_backup,
+            }, idle, _unless_verification_failed(previous)
         case s.RunFailed():
-            return ({"phase": "Failed" if step.one_shot else "Scheduled", "progress": None}, idle,
+            return ({"phase": "Failed" if step.one_shot else "Scheduled", "progress": None,
+                     "pendingUploads": _pending(outcome)}, idle,
                     c.Condition("Degraded", True, outcome.reason, outcome.message))
     raise TypeError(f"a {step.kind} step ended without a run outcome: {outcome!r}")
+
+
+def _verification_fields(step: s.VerifyBackup, outcome: s.Outcome,
+                         previous: Mapping[str, Any]) -> tuple[dict[str, Any], c.Condition, c.Condition | None]:
+    idle = c.Condition("Progressing", False, "Idle")
+    if not isinstance(outcome, s.VerificationDone):
+        raise TypeError(f"a {step.kind} step ended without a verification outcome: {outcome!r}")
+    record = {"key": outcome.key, "reason": outcome.reason, "message": outcome.message}
+    if outcome.verified is not None:
+        record.update(verified=outcome.verified, verifiedAt=outcome.at)
+    fields: dict[str, Any] = {
+        "lastVerification": record,
+        "backupsSinceVerification": 0,
+        "recentBackups": [{**r, "verification": record} if r.get("key") == outcome.key else r
+                          for r in previous.get("recentBackups") or []],
+    }
+    if (previous.get("lastBackup") or {}).get("key") == outcome.key:
+        fields["lastBackup"] = {**previous["lastBackup"], "verification": record}
+    if outcome.verified:
+        fields["lastVerifiedTime"] = outcome.at
+    if step.slot_time is not None:
+        fields["lastVerificationSlot"] = format_time(step.slot_time.timestamp())
+    if outcome.verified is False:
+        return fields, idle, c.Condition("Degraded", True, VERIFICATION_FAILED,
+                                         f"backup {outcome.key} failed verification ({outcome.reason}): "
+                                         f"{outcome.message}")
+    if outcome.verified:
+        return fields, idle, _unless_run_failed(previous)
+    return fields, idle, None
+
+
+def _unless_verification_failed(previous: Mapping[str, Any]) -> c.Condition:
+    """After a successful run: a failed verification stays reported until one succeeds."""
+    before = c.find(previous.get("conditions"), "Degraded") or {}
+    if before.get("status") == "True" and before.get("reason") == VERIFICATION_FAILED:
+        return c.Condition("Degraded", True, VERIFICATION_FAILED, before.get("message", ""))
+    return HEALTHY
+
+
+def _unless_run_failed(previous: Mapping[str, Any]) -> c.Condition:
+    """After a successful verification: clears a failed verification, nothing else."""
+    before = c.find(previous.get("conditions"), "Degraded") or {}
+    if before.get("status") == "True" and before.get("reason") != VERIFICATION_FAILED:
+        return _carried_degraded(previous)
+    return HEALTHY
+
+
+def _pending(outcome: s.RunOutcome) -> list[dict[str, str]] | None:
+    return [dict(u) for u in outcome.pending_uploads] or None
 
 
 def _available(status: Mapping[str, Any]) -> c.Condition:

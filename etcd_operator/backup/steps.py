@@ -57,7 +57,16 @@ class RunBackup(Step):
     one_shot: bool
 
 
-ALL_STEPS: tuple[type[Step], ...] = (Idle, WaitForSlot, Suspend, RefuseSchedule, StartSlot, RunBackup)
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class VerifyBackup(Step):
+    """Restore the backup at `key` into a scratch member and compare it with the source."""
+
+    key: str
+    slot_time: datetime.datetime | None = None  # the verification schedule's slot, if it has one
+
+
+ALL_STEPS: tuple[type[Step], ...] = (Idle, WaitForSlot, Suspend, RefuseSchedule, StartSlot, RunBackup,
+                                     VerifyBackup)
 
 Event = tuple[str, str, str]  # (type, reason, message)
 
@@ -70,16 +79,36 @@ class Outcome:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class RunSucceeded(Outcome):
+class RunOutcome(Outcome):
+    """How a run ended. `pending_uploads` ({key, uploadId}) are multipart uploads not known
+    to be finished or aborted; status keeps them, and the next run aborts them by key."""
+
+    pending_uploads: tuple[Mapping[str, str], ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunSucceeded(RunOutcome):
     record: Mapping[str, Any]  # the backup's entry for status.lastBackup / recentBackups
     completed_at: str
     deleted_keys: tuple[str, ...] = ()  # snapshots retention removed
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class RunFailed(Outcome):
+class RunFailed(RunOutcome):
     reason: str
     message: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class VerificationDone(Outcome):
+    """`verified`: True, False (the backup differs from its source: corrupt), or None (no
+    verdict: the scratch member could not be compared, e.g. the source hash is missing)."""
+
+    key: str
+    verified: bool | None
+    reason: str
+    message: str
+    at: str
 
 
 NOTHING_DONE = Outcome()

@@ -105,9 +105,11 @@ async def stream_to_s3(
     concurrency: int,
     on_progress: Callable[[int], None] = lambda sent: None,
     idle_timeout: float = 60.0,
+    upload_id: str | None = None,
 ) -> UploadResult:
-    """`stream` iterates the snapshot's bytes (blocking) and has `cancel()`."""
-    upload_id = await storage.start_multipart(key)
+    """`stream` iterates the snapshot's bytes (blocking) and has `cancel()`. `upload_id`:
+    a multipart upload the caller started (and recorded) itself."""
+    upload_id = upload_id or await storage.start_multipart(key)
     stop = threading.Event()
     cutter = _PartCutter(stream, part_size, concurrency + 1, stop)
     worker = threading.Thread(target=cutter.run, name=f"snapshot-{key}", daemon=True)

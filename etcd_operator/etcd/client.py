@@ -165,7 +165,23 @@ class EtcdMemberClient:
         )
         return [(a.memberID, a.alarm) for a in response.alarms]
 
+    async def hash_kv(self, revision: int, timeout: float = 60.0) -> tuple[int, int]:
+        """(hash, compact revision) of the key-value store up to `revision`: equal on every
+        member, and on a member restored from a snapshot at that revision, as long as the
+        compact revision is the same."""
+        response = await self._call("HashKV", self._maintenance.HashKV, rpc.HashKVRequest(revision=revision),
+                                    timeout)
+        return response.hash, response.compact_revision
+
     # --- keys (used by health checks and tests) ---------------------------------------
+
+    async def count_keys(self, revision: int = 0) -> int:
+        """All keys at `revision` (0: now)."""
+        response = await self._call(
+            "Range", self._kv.Range,
+            rpc.RangeRequest(key=b"\0", range_end=b"\0", count_only=True, revision=revision),
+        )
+        return response.count
 
     async def put(self, key: bytes, value: bytes) -> int:
         response = await self._call("Put", self._kv.Put, rpc.PutRequest(key=key, value=value), mutating=True)

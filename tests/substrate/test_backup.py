@@ -16,7 +16,7 @@ from tests.support.kubectl import kubectl, kubectl_json
 from tests.support.operator_process import OperatorProcess
 from tests.support.s3 import (create_credentials_secret, list_keys, pending_uploads, read_json, s3_client,
                               s3_storage_spec)
-from tests.support.waiting import wait_for
+from tests.support.waiting import wait_for, wait_for_holding
 
 pytestmark = pytest.mark.substrate
 GROUP = "etcd.operator.dev/v1alpha1"
@@ -90,7 +90,7 @@ def test_scheduled_backups_keep_exactly_n_and_leave_other_files_alone(substrate,
     stranger = f"{prefix}/{namespace}/every10s/not-ours.txt"
     s3.put_object(Bucket=bucket, Key=stranger, Body=b"someone else's file")
     apply_backup(namespace, "every10s", {"clusterRef": {"name": cluster}, "schedule": "* * * * * */10",
-                                        "retention": {"maxBackups": 2},
+                                        "retention": {"maxBackups": 2}, "verification": {"enabled": False},
                                         "storage": s3_storage_spec(substrate, prefix)})
     wait_for(lambda: len((get_backup(namespace, "every10s")["status"].get("recentBackups") or [])) >= 2
              and sum(1 for e in kubectl_json("get", "events", "-n", namespace)["items"]
@@ -159,15 +159,30 @@ def test_minio_killed_mid_upload_leaves_nothing_partial_and_the_next_run_succeed
     fill(member_endpoints(namespace, cluster), 96, 1 << 20)  # ~96 MiB of values
     prefix = f"tests/{namespace}"
     apply_backup(namespace, "outage", {"clusterRef": {"name": cluster}, "schedule": "* * * * * */20",
+                                       "verification": {"enabled": False},
                                        "storage": s3_storage_spec(substrate, prefix, partSizeBytes=5 << 20,
                                                                   uploadConcurrency=1)})
-    wait_for(lambda: ((get_backup(namespace, "outage")["status"].get("progress") or {}).get("bytesSent") or 0) > 0,
-             120, interval=0.1, what="upload under way")
+    status = wait_for(lambda: (st := get_backup(namespace, "outage")["status"])
+                      and ((st.get("progress") or {}).get("bytesSent") or 0) > 0 and st,
+                      120, interval=0.1, what="upload under way")
+    # The key and upload ID were in status before the first part was sent.
+    recorded = status["pendingUploads"]
+    assert [u["key"] for u in recorded] == [f"{prefix}/{namespace}/outage/{status['progress']['slot']}.db"]
     processes.stop(substrate.run_dir, "minio", grace=0.1)
     try:
         obj = wait_for(lambda: (b := get_backup(namespace, "outage"))
                        and condition(b, "Degraded").get("status") == "True" and b, 180, what="failure reported")
         assert condition(obj, "Degraded")["reason"] in ("StorageError", "Error")
+        assert obj["status"]["pendingUploads"] == recorded  # kept through the failure
+        failed_slot = obj["status"]["lastScheduleTime"]
+
+        def still_degraded():
+            assert condition(get_backup(namespace, "outage"), "Degraded").get("status") == "True"
+
+        # Through the outage Degraded stays True, while a later slot starts and fails too.
+        wait_for_holding(lambda: (st := get_backup(namespace, "outage")["status"]).get("lastScheduleTime")
+                         != failed_slot and not st.get("progress"), still_degraded, 180, interval=0.5,
+                         what="a later slot failed during the outage")
     finally:
         controlplane.up(substrate, only={"minio"})
     obj = wait_for(lambda: (b := get_backup(namespace, "outage"))["status"].get("lastSuccessfulTime") and b,
@@ -175,7 +190,11 @@ def test_minio_killed_mid_upload_leaves_nothing_partial_and_the_next_run_succeed
     s3 = s3_client(substrate)
     keys = list_keys(s3, controlplane.S3_BUCKET, prefix)
     assert keys == sorted([obj["status"]["lastBackup"]["key"], obj["status"]["lastBackup"]["manifestKey"]])
+    # MinIO lists multipart uploads only by exact key: look where the interrupted one was.
+    for upload in recorded:
+        assert pending_uploads(s3, controlplane.S3_BUCKET, upload["key"]) == []
     assert pending_uploads(s3, controlplane.S3_BUCKET, prefix) == []
+    assert not obj["status"].get("pendingUploads")
 
 
 def test_operator_killed_during_a_scheduled_run_does_not_run_it_twice(substrate, namespace):

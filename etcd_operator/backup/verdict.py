@@ -1,0 +1,40 @@
+"""The verdict of a verification: the scratch member's answers against what the source
+answered right after the snapshot (in the manifest). Pure."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+from etcd_operator.backup.manifest import Manifest
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    verified: bool | None  # None: no verdict (could not compare)
+    reason: str
+    message: str
+    observed: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def compare(manifest: Manifest, revision: int, key_count: int, hash_kv: int, compact_revision: int) -> Verdict:
+    """Pure: the scratch member's answers against the source's, as recorded in the manifest."""
+    observed = {"revision": revision, "keyCount": key_count, "hashKv": hash_kv, "compactRevision": compact_revision}
+    if revision != manifest.revision:
+        return Verdict(False, "RevisionMismatch",
+                       f"restored revision {revision}, the manifest says {manifest.revision}", observed)
+    if manifest.key_count is not None and key_count != manifest.key_count:
+        return Verdict(False, "KeyCountMismatch",
+                       f"{key_count} keys restored at revision {revision}, the source had {manifest.key_count}",
+                       observed)
+    if manifest.hash_kv is None:
+        return Verdict(None, "NoSourceHash", "the source's HashKV was not captured with this backup", observed)
+    if compact_revision != manifest.compact_revision:
+        return Verdict(None, "HashNotComparable",
+                       f"compacted at {compact_revision}, the source hash was taken at {manifest.compact_revision}",
+                       observed)
+    if hash_kv != manifest.hash_kv:
+        return Verdict(False, "HashKVMismatch",
+                       f"HashKV at revision {revision} is {hash_kv}, the source's was {manifest.hash_kv}", observed)
+    return Verdict(True, "Verified", f"revision {revision}, {key_count} keys and HashKV {hash_kv} match the source",
+                   observed)

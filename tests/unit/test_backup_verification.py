@@ -1,0 +1,137 @@
+"""When a backup is verified, what the verdict is, and what status says about it. Pure."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+
+import pytest
+
+from etcd_operator.backup import steps as s
+from etcd_operator.backup.manifest import Manifest
+from etcd_operator.backup.planner import plan
+from etcd_operator.backup.state import Observed, RunState, ScheduleSpec, VerificationPolicy
+from etcd_operator.backup.status import VERIFICATION_FAILED, build_status
+from etcd_operator.backup.verdict import compare
+from etcd_operator.backup.verification_pod import verification_pod
+
+UTC = datetime.timezone.utc
+T0 = datetime.datetime(2026, 11, 21, 12, 0, 1, tzinfo=UTC)
+CREATED = Observed(T0, generation=1)
+NOW = "2026-11-21T12:00:05Z"
+EVERY_MINUTE = "* * * * *"
+
+
+def at(minutes: float) -> datetime.datetime:
+    return T0 + datetime.timedelta(minutes=minutes)
+
+
+def test_scheduled_backups_are_verified_by_default_one_shot_ones_only_when_asked():
+    assert ScheduleSpec.from_dict({"schedule": EVERY_MINUTE}).verification.enabled
+    assert not ScheduleSpec.from_dict({}).verification.enabled
+    assert ScheduleSpec.from_dict({"verification": {"enabled": True}}).verification.enabled
+
+
+def test_every_backup_is_verified_once_before_the_next_slot_starts():
+    state = RunState(last_slot=at(0), last_backup_key="k1", backups_since_verification=1)
+    step = plan(ScheduleSpec(EVERY_MINUTE, verification=VerificationPolicy(True)), state, CREATED, at(5))
+    assert step == s.VerifyBackup(key="k1", message="verifying k1")
+    done = dataclasses.replace(state, last_verification_key="k1", backups_since_verification=0)
+    assert isinstance(plan(ScheduleSpec(EVERY_MINUTE, verification=VerificationPolicy(True)), done, CREATED, at(5)),
+                      s.StartSlot)
+
+
+def test_a_recorded_slot_is_finished_before_any_verification():
+    state = RunState(slot_in_progress="x", last_backup_key="k1", backups_since_verification=3)
+    assert isinstance(plan(ScheduleSpec(EVERY_MINUTE, verification=VerificationPolicy(True)), state, CREATED, at(5)),
+                      s.RunBackup)
+
+
+@pytest.mark.parametrize("since, due", [(1, False), (2, False), (3, True)])
+def test_every_nth_backup(since, due):
+    state = RunState(last_slot=at(0), last_backup_key="k", backups_since_verification=since)
+    step = plan(ScheduleSpec(EVERY_MINUTE, verification=VerificationPolicy(True, every_n=3)), state, CREATED, at(0.5))
+    assert isinstance(step, s.VerifyBackup) is due
+
+
+def test_its_own_schedule():
+    policy = VerificationPolicy(True, schedule="0 * * * *")
+    state = RunState(last_slot=at(0), last_backup_key="k", backups_since_verification=5,
+                     last_verification_slot=T0.replace(minute=0, second=0))
+    assert not isinstance(plan(ScheduleSpec(EVERY_MINUTE, verification=policy), state, CREATED, at(0.5)),
+                          s.VerifyBackup)
+    step = plan(ScheduleSpec(EVERY_MINUTE, verification=policy), state, CREATED, at(61))
+    assert isinstance(step, s.VerifyBackup) and step.slot_time == T0.replace(hour=13, minute=0, second=0)
+
+
+def test_suspended_or_refused_runs_no_verification():
+    state = RunState(last_backup_key="k", backups_since_verification=1)
+    policy = VerificationPolicy(True)
+    assert isinstance(plan(ScheduleSpec(EVERY_MINUTE, True, policy), state, CREATED, at(1)), s.Suspend)
+    assert isinstance(plan(ScheduleSpec("0 0 31 2 *", False, policy), state, CREATED, at(1)), s.RefuseSchedule)
+
+
+def manifest(**extra) -> Manifest:
+    fields = dict(key_count=60, hash_kv=1234, compact_revision=1)
+    fields.update(extra)
+    return Manifest("p/ns/b/x.db", "b", "ns", "c", "1", "3.6.0", 61, 10, "x" * 64, NOW, "c-0", "x",
+                    backup_uid="u", **fields)
+
+
+@pytest.mark.parametrize("answers, verified, reason", [
+    ((61, 60, 1234, 1), True, "Verified"),
+    ((61, 60, 999, 1), False, "HashKVMismatch"),
+    ((61, 59, 1234, 1), False, "KeyCountMismatch"),
+    ((60, 60, 1234, 1), False, "RevisionMismatch"),
+    ((61, 60, 999, 5), None, "HashNotComparable"),
+])
+def test_compare(answers, verified, reason):
+    verdict = compare(manifest(), *answers)
+    assert (verdict.verified, verdict.reason) == (verified, reason)
+
+
+def test_no_source_hash_gives_no_verdict():
+    assert compare(manifest(hash_kv=None, compact_revision=None), 61, 60, 1, 1).verified is None
+
+
+def verified(key: str, ok: bool | None, reason: str = "Verified") -> s.VerificationDone:
+    return s.VerificationDone(key=key, verified=ok, reason=reason, message="m", at=NOW)
+
+
+def degraded(status: dict) -> dict:
+    return next(c for c in status["conditions"] if c["type"] == "Degraded")
+
+
+def test_a_failed_verification_is_degraded_until_a_verification_succeeds():
+    record = {"key": "k1"}
+    status = {"lastBackup": record, "recentBackups": [record], "backupsSinceVerification": 1}
+    status = {**status, **build_status(s.VerifyBackup(key="k1"), verified("k1", False, "HashKVMismatch"),
+                                       status, 1, NOW)}
+    assert degraded(status)["status"] == "True" and degraded(status)["reason"] == VERIFICATION_FAILED
+    assert status["recentBackups"][0]["verification"]["verified"] is False
+    assert "lastVerifiedTime" not in status and status["backupsSinceVerification"] == 0
+    run = s.RunSucceeded(record={"key": "k2"}, completed_at=NOW)
+    status = {**status, **build_status(s.RunBackup(slot="2", one_shot=False), run, status, 1, NOW)}
+    assert degraded(status)["reason"] == VERIFICATION_FAILED and status["backupsSinceVerification"] == 1
+    status = {**status, **build_status(s.VerifyBackup(key="k2"), verified("k2", True), status, 1, NOW)}
+    assert degraded(status)["status"] == "False" and status["lastVerifiedTime"] == NOW
+
+
+def test_a_successful_verification_does_not_hide_a_failed_run():
+    status = build_status(s.RunBackup(slot="a", one_shot=False), s.RunFailed(reason="StorageError", message="x"),
+                          {}, 1, NOW)
+    status = {**status, **build_status(s.VerifyBackup(key="k0"), verified("k0", True), status, 1, NOW)}
+    assert degraded(status)["reason"] == "StorageError"
+
+
+def test_the_verification_pod_passes_the_restricted_level_and_serves_on_its_own_ip():
+    pod = verification_pod("b", "ns", "uid", "etcd:v3.6.0", "op:1", {"bucket": "bk"}, "p/x.db", "f" * 64)
+    assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+    assert pod["spec"]["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    containers = pod["spec"]["initContainers"] + pod["spec"]["containers"]
+    for container in containers:
+        context = container["securityContext"]
+        assert context["allowPrivilegeEscalation"] is False and context["capabilities"] == {"drop": ["ALL"]}
+    assert all(v.get("emptyDir") is not None for v in pod["spec"]["volumes"])
+    assert pod["metadata"]["ownerReferences"][0]["uid"] == "uid"
+    assert "--skip-hash-check" not in " ".join(pod["spec"]["initContainers"][1]["args"])
