@@ -86,10 +86,25 @@ def _exit_deposed(reason: str) -> None:
     os._exit(LOST_LEADERSHIP_EXIT_CODE)
 
 
+USAGE = """usage: python -m etcd_operator
+
+Runs the etcd operator against the cluster of the in-cluster ServiceAccount or KUBECONFIG.
+Settings come from the environment:
+  WATCH_NAMESPACES   comma-separated names or globs to watch (default: every namespace)
+  LEADER_ELECTION    true: a Lease elects the one replica that acts (POD_NAMESPACE holds it)
+  HEALTH_PORT        /healthz, /readyz and /metrics (default 8080); HEALTH_ADDRESS binds it
+  OPERATOR_IMAGE     the image restore pods run to fetch snapshots
+  LOG_LEVEL          DEBUG, INFO (default), WARNING or ERROR
+"""
+
+
 def main() -> int:
+    if any(arg in ("-h", "--help") for arg in sys.argv[1:]):
+        print(USAGE, end="")
+        return 0
     config = OperatorConfig.from_env()
     return_large_buffers_to_the_system()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.basicConfig(level=os.environ.get("LOG_LEVEL", "INFO").upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
     if config.log_writes:
         writes_logger.setLevel(logging.DEBUG)
     return asyncio.run(run(config))

@@ -1,0 +1,8 @@
+//go:build tools
+
+// Package tools pins the helm command that testbin builds.
+package tools
+
+import (
+	_ "helm.sh/helm/v3/cmd/helm"
+)

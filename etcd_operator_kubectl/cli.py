@@ -1,0 +1,193 @@
+"""`kubectl etcd` (the console script kubectl-etcd): day-2 commands for etcd clusters run by
+the operator. Every change goes through the operator's own resources and annotations."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import json
+import secrets
+import sys
+from typing import Any, Awaitable, Callable
+
+from etcd_operator_kubectl import views
+
+Command = Callable[[argparse.Namespace, Any, str], Awaitable[int]]
+
+
+def now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
+def emit(args: argparse.Namespace, data: Any, text: str) -> None:
+    if args.output == "json":
+        print(json.dumps(data, indent=2, sort_keys=True))
+    elif args.output == "yaml":
+        import yaml
+
+        print(yaml.safe_dump(data, sort_keys=True), end="")
+    else:
+        print(text)
+
+
+def confirm(args: argparse.Namespace, question: str) -> bool:
+    if args.yes:
+        return True
+    if not sys.stdin.isatty():
+        print("Not confirmed: stdin is not a terminal; pass --yes to proceed.", file=sys.stderr)
+        return False
+    return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
+
+
+async def cmd_status(args, kube, namespace) -> int:
+    view = views.status_view(await kube.get(namespace, "etcdclusters", args.cluster))
+    emit(args, view, views.status_table(view))
+    return 0
+
+
+async def cmd_backups(args, kube, namespace) -> int:
+    from etcd_operator_kubectl.access import read_catalogue
+
+    entries = await read_catalogue(kube, namespace, await kube.get(namespace, "etcdbackups", args.backup))
+    emit(args, [e.as_dict() for e in entries], views.backups_table(entries, now()))
+    return 0
+
+
+async def cmd_restore(args, kube, namespace) -> int:
+    from etcd_operator_kubectl.access import read_catalogue
+
+    backup = await kube.get(namespace, "etcdbackups", args.backup)
+    entry = views.choose_backup(await read_catalogue(kube, namespace, backup), args.revision, args.key)
+    new_spec = None
+    if args.new_cluster:
+        new_spec = await _source_spec(kube, namespace, backup["spec"]["clusterRef"]["name"])
+        if args.size:
+            new_spec["size"] = args.size
+    name = args.name or f"{args.in_place or args.new_cluster}-from-{entry.revision}"
+    restore = views.restore_object(namespace, name, args.backup, entry, args.in_place, args.new_cluster, new_spec)
+    print(views.restore_plan(restore, entry, now()), file=sys.stderr)
+    if not confirm(args, "Create this EtcdRestore?"):
+        return 1
+    created = await kube.create(namespace, "etcdrestores", restore)
+    emit(args, created, f"etcdrestore.etcd.operator.dev/{name} created; follow it with "
+                        f"`kubectl get etcdrestore {name} -n {namespace} -w`")
+    return 0
+
+
+async def _source_spec(kube, namespace: str, cluster: str) -> dict[str, Any]:
+    """The new cluster starts with the backed-up cluster's spec when that cluster still exists."""
+    from kubernetes_asyncio.client import ApiException
+
+    try:
+        spec = dict((await kube.get(namespace, "etcdclusters", cluster)).get("spec") or {})
+    except ApiException as e:
+        if e.status != 404:
+            raise
+        return {"size": 3}
+    return spec
+
+
+async def cmd_approve_recovery(args, kube, namespace) -> int:
+    cluster = await kube.get(namespace, "etcdclusters", args.cluster)
+    conditions = (cluster.get("status") or {}).get("conditions") or []
+    print(f"EtcdCluster {namespace}/{args.cluster}: approving quorum recovery lets the operator restart the "
+          "most advanced surviving member as a new single-member cluster (force-new-cluster); the other "
+          "members' PVCs are kept aside. One approval covers one incident.", file=sys.stderr)
+    for c in conditions:
+        if c.get("status") != "True" or c.get("type") in ("Degraded", "QuorumLost"):
+            print(f"  {c.get('type')}={c.get('status')} {c.get('reason', '')}: {c.get('message', '')}", file=sys.stderr)
+    if not confirm(args, "Approve quorum recovery?"):
+        return 1
+    patched = await kube.annotate(namespace, "etcdclusters", args.cluster, {views.APPROVE_RECOVERY_ANNOTATION: "true"})
+    emit(args, patched["metadata"]["annotations"], f"etcdcluster.etcd.operator.dev/{args.cluster} quorum recovery approved")
+    return 0
+
+
+async def cmd_defrag(args, kube, namespace) -> int:
+    token = f"{now():%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
+    patched = await kube.annotate(namespace, "etcdclusters", args.cluster, {views.DEFRAGMENT_ANNOTATION: token})
+    emit(args, patched["metadata"]["annotations"],
+         f"etcdcluster.etcd.operator.dev/{args.cluster} defragmentation requested (token {token})")
+    return 0
+
+
+async def cmd_snapshot(args, kube, namespace) -> int:
+    template = await kube.get(namespace, "etcdbackups", args.storage_from)
+    name = args.name or f"{args.cluster}-snapshot-{now():%Y%m%d%H%M%S}"
+    body = {"apiVersion": "etcd.operator.dev/v1alpha1", "kind": "EtcdBackup",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"clusterRef": {"name": args.cluster}, "storage": template["spec"]["storage"]}}
+    created = await kube.create(namespace, "etcdbackups", body)
+    emit(args, created, f"etcdbackup.etcd.operator.dev/{name} created (one-shot); list it with "
+                        f"`kubectl etcd backups {name} -n {namespace}`")
+    return 0
+
+
+COMMANDS: dict[str, Command] = {
+    "status": cmd_status, "backups": cmd_backups, "restore": cmd_restore,
+    "approve-recovery": cmd_approve_recovery, "defrag": cmd_defrag, "snapshot": cmd_snapshot,
+}
+
+
+def parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-n", "--namespace", help="namespace (default: the context's)")
+    common.add_argument("-o", "--output", choices=("json", "yaml"), help="machine-readable output")
+    common.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")
+    common.add_argument("--context", help="kubeconfig context")
+    top = argparse.ArgumentParser(prog="kubectl etcd", description=__doc__)
+    sub = top.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("status", parents=[common], help="members: role, health, lag, db size, alarms; conditions")
+    p.add_argument("cluster")
+    p = sub.add_parser("backups", parents=[common], help="the catalogue of an EtcdBackup, read from its manifests")
+    p.add_argument("backup")
+    p = sub.add_parser("restore", parents=[common], help="create an EtcdRestore from one snapshot of a backup")
+    p.add_argument("backup")
+    target = p.add_mutually_exclusive_group(required=True)
+    target.add_argument("--in-place", metavar="CLUSTER", help="replace this cluster's data")
+    target.add_argument("--new-cluster", metavar="NAME", help="restore into a new cluster")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--revision", type=int, help="the snapshot at this revision (default: the newest)")
+    which.add_argument("--key", help="the snapshot with this key")
+    p.add_argument("--size", type=int, help="size of the new cluster (default: the source cluster's)")
+    p.add_argument("--name", help="name of the EtcdRestore")
+    p.add_argument("--yes", action="store_true", help="do not ask")
+    p = sub.add_parser("approve-recovery", parents=[common], help="approve one quorum recovery")
+    p.add_argument("cluster")
+    p.add_argument("--yes", action="store_true", help="do not ask")
+    p = sub.add_parser("defrag", parents=[common], help="ask the operator to defragment every member once")
+    p.add_argument("cluster")
+    p = sub.add_parser("snapshot", parents=[common], help="a one-shot EtcdBackup now")
+    p.add_argument("cluster")
+    p.add_argument("--storage-from", metavar="BACKUP", required=True,
+                   help="an EtcdBackup whose storage (bucket, prefix, credentials) to use")
+    p.add_argument("--name", help="name of the EtcdBackup")
+    return top
+
+
+async def run(args: argparse.Namespace) -> int:
+    from kubernetes_asyncio.client import ApiException
+
+    from etcd_operator_kubectl.access import Kube
+
+    kube, context_namespace = await Kube.connect(args.kubeconfig, args.context)
+    try:
+        return await COMMANDS[args.command](args, kube, args.namespace or context_namespace)
+    except ApiException as e:
+        reason = json.loads(e.body).get("message") if e.body and e.body.startswith("{") else e.reason
+        print(f"error: {reason}", file=sys.stderr)
+        return 1
+    except LookupError as e:
+        print(f"error: {e.args[0] if e.args else e}", file=sys.stderr)
+        return 1
+    finally:
+        await kube.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    return asyncio.run(run(parser().parse_args(argv)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
