@@ -42,6 +42,7 @@ ${backup#*|}
       endpoint: $S3_ENDPOINT
       region: $S3_REGION
       forcePathStyle: true
+      insecure: true  # the local MinIO speaks plain http
       credentialsSecretRef:
         name: minio-credentials
 YAML

@@ -47,7 +47,8 @@ def as_failure(error: Exception) -> BackupFailed:
     if isinstance(error, StorageError):
         reasons = {"NoSuchBucket": "BucketNotFound", "InvalidAccessKeyId": "InvalidCredentials",
                    "SignatureDoesNotMatch": "InvalidCredentials", "AccessDenied": "AccessDenied",
-                   "SecretNotFound": "CredentialsNotFound", "SecretKeyNotFound": "CredentialsNotFound"}
+                   "SecretNotFound": "CredentialsNotFound", "SecretKeyNotFound": "CredentialsNotFound",
+                   "CredentialKeyRefused": "CredentialsRefused", "InsecureEndpoint": "InsecureEndpoint"}
         return BackupFailed(reasons.get(error.code, "StorageError"), f"S3: {error}", error.permanent)
     if isinstance(error, SourceUnavailable):
         return BackupFailed("ClusterNotFound" if error.permanent else "NoHealthyMember", str(error), error.permanent)
