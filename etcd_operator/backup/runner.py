@@ -19,6 +19,7 @@ from etcd_operator.backup.manifest import (MANIFEST_SUFFIX, Manifest, backup_pre
                                            snapshot_key)
 from etcd_operator.backup.source import SourceUnavailable, find_source
 from etcd_operator.backup.stream import SnapshotCorrupt, stream_to_s3
+from etcd_operator.cluster.tls_observer import operator_credentials
 from etcd_operator.durations import parse_duration
 from etcd_operator.etcd.client import EtcdError, EtcdMemberClient
 from etcd_operator.timefmt import now_text
@@ -125,7 +126,8 @@ class BackupRunner:
 
     async def _snapshot(self, storage: S3Storage, namespace: str, backup: str, spec: BackupSpec,
                         slot: str, key: str) -> Manifest:
-        member, _ = await find_source(self.kube, namespace, spec.cluster)
+        member, cluster_body = await find_source(self.kube, namespace, spec.cluster)
+        tls = await operator_credentials(self.kube, cluster_body)
         started = now_text()
         clock_start = time.monotonic()
         last_report = [0.0]
@@ -136,10 +138,10 @@ class BackupRunner:
                 self.on_progress(sent, member.name)
                 faults.hit(faults.DURING_BACKUP_UPLOAD)
 
-        async with EtcdMemberClient(member.endpoint, timeout=10) as client:
+        async with EtcdMemberClient(member.endpoint, timeout=10, tls=tls) as client:
             status = await client.status()
             self.on_progress(0, member.name)
-            stream = await asyncio.to_thread(SnapshotStream, member.endpoint)
+            stream = await asyncio.to_thread(SnapshotStream, member.endpoint, tls)
             result = await stream_to_s3(stream, storage, key, spec.part_size, spec.concurrency,
                                         on_progress=progress)
         # The exact revision inside the uploaded file, read back with a few ranged GETs.

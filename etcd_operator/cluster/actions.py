@@ -167,3 +167,18 @@ class FinishQuorumRecovery(Action):
 class AbandonQuorumRecovery(Action):
     """Call off a recorded recovery before the survivor was forced: quorum came back, or the
     survivor's data is gone."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordTransport(Action):
+    """Record in status, before any member exists, that this cluster serves TLS; a cluster
+    without the record and with members predates TLS and is plaintext."""
+
+    transport: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class IssueCertificate(Action):
+    """Create or renew one certificate Secret of the Managed issuer (certs.CertKind value)."""
+
+    certificate: str = ""

@@ -58,12 +58,20 @@ def member_host(cluster: str, namespace: str, member: str) -> str:
     return f"{member}.{peer_service(cluster)}.{namespace}.svc"
 
 
-def peer_url(cluster: str, namespace: str, member: str) -> str:
-    return f"http://{member_host(cluster, namespace, member)}:{PEER_PORT}"
+def scheme(tls: bool) -> str:
+    return "https" if tls else "http"
 
 
-def client_url(cluster: str, namespace: str, member: str) -> str:
-    return f"http://{member_host(cluster, namespace, member)}:{CLIENT_PORT}"
+def peer_url(cluster: str, namespace: str, member: str, tls: bool = False) -> str:
+    return f"{scheme(tls)}://{member_host(cluster, namespace, member)}:{PEER_PORT}"
+
+
+def client_url(cluster: str, namespace: str, member: str, tls: bool = False) -> str:
+    return f"{scheme(tls)}://{member_host(cluster, namespace, member)}:{CLIENT_PORT}"
+
+
+def client_service_host(cluster: str, namespace: str) -> str:
+    return f"{client_service(cluster)}.{namespace}.svc"
 
 
 def member_from_peer_url(cluster: str, namespace: str, url: str) -> str | None:
