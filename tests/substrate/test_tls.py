@@ -1,0 +1,180 @@
+"""TLS clusters on the substrate, sharing one 3-member cluster: only clients with a
+certificate from the cluster's CA get in; etcdctl works with <cluster>-client-tls; a second
+kube-apiserver stores its data in the cluster over TLS; a plaintext cluster is left alone
+when spec.tls is turned on."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import subprocess
+import time
+import uuid
+
+import pytest
+
+from conftest import release_finalizers
+from etcd_operator.cluster import certs, naming, pki
+from etcd_operator.cluster.spec import ClusterSpec
+from etcd_operator.etcd.client import ClientTLS, EtcdError, EtcdMemberClient
+from localkube import controlplane
+from localkube import layout as localkube_layout
+from tests.support.clusters import apply_cluster, condition, get_cluster, member_endpoints, member_pods, patch_spec
+from tests.support.clusters import wait_condition, wait_healthy
+from tests.support.etcd_process import free_port
+from tests.support.kubectl import kubectl, kubectl_json
+from tests.support.operator_process import OperatorProcess
+from tests.support.waiting import wait_for
+
+pytestmark = pytest.mark.substrate
+
+CLUSTER = "secure"
+
+
+@pytest.fixture(scope="module")
+def tls_namespace(substrate, kube_api):
+    name = f"t-tls-{uuid.uuid4().hex[:5]}"
+    kubectl("create", "namespace", name)
+    operator = OperatorProcess(substrate, name).start()
+    yield name
+    operator.stop()
+    kubectl("delete", "namespace", name, "--wait=false")
+    release_finalizers(kube_api, name)
+
+
+@pytest.fixture(scope="module")
+def tls_cluster(tls_namespace):
+    """A 3-member cluster created with the defaults: TLS on, Managed issuer."""
+    apply_cluster(tls_namespace, CLUSTER, {"size": 3, "storage": {"emptyDir": {}}})
+    wait_healthy(tls_namespace, CLUSTER, 3, timeout=300)
+    return tls_namespace
+
+
+def secret_files(namespace: str, name: str, directory) -> dict[str, str]:
+    data = kubectl_json("get", "secret", name, "-n", namespace)["data"]
+    paths = {}
+    for key in (certs.CERT_KEY, certs.PRIVATE_KEY_KEY, certs.CA_KEY):
+        path = directory / f"{name}-{key}"
+        path.write_bytes(base64.b64decode(data[key]))
+        path.chmod(0o600)
+        paths[key] = str(path)
+    return paths
+
+
+def secret_bytes(namespace: str, name: str) -> dict[str, bytes]:
+    data = kubectl_json("get", "secret", name, "-n", namespace)["data"]
+    return {k: base64.b64decode(v) for k, v in data.items()}
+
+
+def member_urls(namespace: str) -> list[str]:
+    return sorted(naming.client_url(CLUSTER, namespace, p["metadata"]["name"], tls=True)
+                  for p in member_pods(namespace, CLUSTER))
+
+
+def etcdctl(urls: list[str], files: dict[str, str] | None, *args: str) -> subprocess.CompletedProcess:
+    binary = localkube_layout.testbin_dir() / "etcd-3.6" / "etcdctl"
+    tls = [f"--cacert={files[certs.CA_KEY]}", f"--cert={files[certs.CERT_KEY]}",
+           f"--key={files[certs.PRIVATE_KEY_KEY]}"] if files else []
+    return subprocess.run([str(binary), f"--endpoints={','.join(urls)}", "--command-timeout=5s",
+                           "--dial-timeout=3s", *tls, *args], capture_output=True, text=True, timeout=30)
+
+
+def status_with(endpoint: str, tls: ClientTLS | None):
+    async def call():
+        async with EtcdMemberClient(endpoint, timeout=3, tls=tls) as client:
+            return await client.status()
+    return asyncio.run(call())
+
+
+def test_tls_cluster_accepts_only_its_own_client_certificates(tls_cluster, tmp_path):
+    namespace = tls_cluster
+    status = get_cluster(namespace, CLUSTER)["status"]
+    assert status["tls"]["transport"] == "https"
+    assert status["clientURL"].startswith("https://")
+    assert all(m["peerURL"].startswith("https://") and m["clientURL"].startswith("https://")
+               for m in status["members"])
+    endpoint = member_endpoints(namespace, CLUSTER)[0]
+    own = secret_bytes(namespace, certs.secret_name(ClusterSpec.from_dict({"tls": {}}), CLUSTER,
+                                                    certs.CertKind.OPERATOR))
+    server_name = naming.client_service_host(CLUSTER, namespace)
+    # The operator's own certificate gets in (the control case for the two refusals below).
+    assert status_with(endpoint, ClientTLS(own["ca.crt"], own["tls.crt"], own["tls.key"], server_name)).version
+
+    with pytest.raises(EtcdError) as plaintext:
+        status_with(endpoint, None)
+    assert plaintext.value.unavailable
+
+    spec = ClusterSpec.from_dict({"tls": {}})
+    now = time.time()
+    other_ca = pki.new_ca(certs.request_for(spec, "other", namespace, certs.CertKind.CA), now)
+    foreign = pki.issue_leaf(certs.request_for(spec, "other", namespace, certs.CertKind.OPERATOR), other_ca, None, now)
+    with pytest.raises(EtcdError) as wrong_ca:
+        status_with(endpoint, ClientTLS(own["ca.crt"], foreign["tls.crt"], foreign["tls.key"], server_name))
+    assert wrong_ca.value.unavailable
+
+    user = secret_files(namespace, f"{CLUSTER}-client-tls", tmp_path)
+    urls = member_urls(namespace)
+    put = etcdctl(urls, user, "put", "/tls/hello", "world")
+    assert put.returncode == 0, put.stderr
+    got = etcdctl(urls, user, "get", "/tls/hello", "--print-value-only")
+    assert got.stdout.strip() == "world", got.stderr
+    refused = etcdctl([u.replace("https://", "http://") for u in urls], None, "get", "/tls/hello")
+    assert refused.returncode != 0
+
+
+def test_kube_apiserver_stores_in_the_tls_cluster(tls_cluster, substrate, tmp_path):
+    namespace = tls_cluster
+    spec = ClusterSpec.from_dict({"tls": {}})
+    files = secret_files(namespace, certs.secret_name(spec, CLUSTER, certs.CertKind.OPERATOR), tmp_path)
+    port = free_port()
+    argv = [a for a in controlplane._apiserver_argv(substrate)
+            if not a.startswith(("--etcd-servers=", "--secure-port="))]
+    argv += [f"--etcd-servers={','.join(member_urls(namespace))}", f"--secure-port={port}",
+             f"--etcd-cafile={files[certs.CA_KEY]}", f"--etcd-certfile={files[certs.CERT_KEY]}",
+             f"--etcd-keyfile={files[certs.PRIVATE_KEY_KEY]}", f"--cert-dir={tmp_path / 'certs'}"]
+    log = open(substrate.logs_dir / f"apiserver-on-{namespace}.log", "wb")
+    process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        url = f"https://127.0.0.1:{port}"
+        context = controlplane.admin_ssl_context(substrate)
+        wait_for(lambda: process.poll() is not None or controlplane._http_ok(f"{url}/readyz", context, b"ok"),
+                 120, what="the second kube-apiserver to be ready")
+        assert process.poll() is None, (substrate.logs_dir / f"apiserver-on-{namespace}.log").read_text()[-2000:]
+        config = json.loads(kubectl("config", "view", "--raw", "-o", "json"))
+        for c in config["clusters"]:
+            c["cluster"]["server"] = url
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(json.dumps(config))
+        env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+        run = lambda *args: subprocess.run(["kubectl", *args], env=env, capture_output=True, text=True, timeout=30)
+        created = run("create", "configmap", "stored-over-tls", "-n", "default", "--from-literal=k=v")
+        assert created.returncode == 0, created.stderr
+        read = run("get", "configmap", "stored-over-tls", "-n", "default", "-o", "jsonpath={.data.k}")
+        assert read.stdout == "v", read.stderr
+    finally:
+        os.killpg(process.pid, 15)
+        process.wait(30)
+        log.close()
+    user = secret_files(namespace, f"{CLUSTER}-client-tls", tmp_path)
+    keys = etcdctl(member_urls(namespace), user, "get", "/registry/configmaps/default/stored-over-tls",
+                   "--keys-only")
+    assert "stored-over-tls" in keys.stdout, keys.stderr
+
+
+def test_plaintext_cluster_is_left_alone_when_tls_is_turned_on(tls_namespace):
+    namespace, name = tls_namespace, "plain"
+    apply_cluster(namespace, name, {"size": 1, "storage": {"emptyDir": {}}, "tls": {"enabled": False}})
+    before = wait_healthy(namespace, name, 1)
+    assert before["status"]["tls"]["transport"] == "http"
+    pod_uids = {p["metadata"]["uid"] for p in member_pods(namespace, name)}
+
+    patch_spec(namespace, name, {"tls": {"enabled": True}})
+    refused = wait_condition(namespace, name, "SpecAccepted", "False")
+    assert condition(refused, "SpecAccepted")["reason"] == "TLSMigrationUnsupported"
+    after = wait_for(lambda: (obj := get_cluster(namespace, name))["status"].get("observedGeneration")
+                     == obj["metadata"]["generation"] and obj, 60, what="the refused generation observed")
+    assert after["status"]["tls"]["transport"] == "http"
+    assert {p["metadata"]["uid"] for p in member_pods(namespace, name)} == pod_uids
+    assert status_with(member_endpoints(namespace, name)[0], None).version
