@@ -142,7 +142,7 @@ def test_kube_apiserver_stores_in_the_tls_cluster(tls_cluster, substrate, tmp_pa
         wait_for(lambda: process.poll() is not None or controlplane._http_ok(f"{url}/readyz", context, b"ok"),
                  120, what="the second kube-apiserver to be ready")
         assert process.poll() is None, (substrate.logs_dir / f"apiserver-on-{namespace}.log").read_text()[-2000:]
-        config = json.loads(kubectl("config", "view", "--raw", "-o", "json"))
+        config = json.loads(kubectl("config", "view", "--raw", "-o", "json").stdout)
         for c in config["clusters"]:
             c["cluster"]["server"] = url
         kubeconfig = tmp_path / "kubeconfig"
