@@ -1,0 +1,154 @@
+"""TLS decisions (cluster.tls_plan, cluster.certs), table-driven, and the certificates
+cluster.pki signs for them."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from etcd_operator.cluster import actions as a
+from etcd_operator.cluster import builders, certs, pki, tls_plan
+from etcd_operator.cluster.certs import CertKind, CertView, TLSView
+from etcd_operator.cluster.decision import decide
+from etcd_operator.cluster.spec import ClusterSpec
+from tests.unit.cluster_scenarios import NOW, M, observed
+
+TLS_SPEC = ClusterSpec.from_dict({"size": 3, "tls": {}})
+PLAIN_SPEC = ClusterSpec.from_dict({"size": 3, "tls": {"enabled": False}})
+CA_FP = "ca" * 32
+
+
+def cert(fingerprint="leaf", issuer=CA_FP, age=0.0, lifetime=1000.0, **kw) -> CertView:
+    return CertView(fingerprint=fingerprint, not_before=NOW - age, not_after=NOW - age + lifetime,
+                    issuer_fingerprint=issuer, trusted=(CA_FP,), **kw)
+
+
+def good_certs(**overrides) -> dict:
+    views = {
+        CertKind.CA: CertView(CA_FP, NOW - 10, NOW + 10**8, issuer_fingerprint=CA_FP, trusted=(CA_FP,), is_ca=True),
+        CertKind.MEMBER: cert(dns_names=certs.member_dns_names("c", "ns")),
+        CertKind.OPERATOR: cert(),
+        CertKind.CLIENT: cert(),
+    }
+    views.update(overrides)
+    return views
+
+
+def new_cluster(transport=None, views=None):
+    return dataclasses.replace(observed([], leader=None, bootstrapped=False),
+                               tls=TLSView(transport=transport, certs=views or {}))
+
+
+def running(transport, views=None, bootstrapped=True):
+    """Three healthy members whose pods match the spec of their transport."""
+    seen = observed([M(0), M(1), M(2)], bootstrapped=bootstrapped)
+    current = builders.pod_spec_hash(TLS_SPEC if transport == tls_plan.HTTPS else PLAIN_SPEC)
+    pods = {name: dataclasses.replace(pod, spec_hash=current) for name, pod in seen.pods.items()}
+    return dataclasses.replace(seen, pods=pods, tls=TLSView(transport=transport, certs=views or {}))
+
+
+@pytest.mark.parametrize("spec, seen, expected", [
+    # A new cluster takes spec.tls.
+    (TLS_SPEC, new_cluster(), tls_plan.HTTPS),
+    (PLAIN_SPEC, new_cluster(), tls_plan.HTTP),
+    # Members and no record: created before TLS, plaintext, whatever the (defaulted) spec says.
+    (TLS_SPEC, running(None), tls_plan.HTTP),
+    (TLS_SPEC, running(None, bootstrapped=False), tls_plan.HTTP),
+])
+def test_the_transport_is_recorded_first(spec, seen, expected):
+    step = tls_plan.next_step(spec, seen)
+    assert isinstance(step, a.RecordTransport) and step.transport == expected
+    assert isinstance(decide(spec, seen).action, a.RecordTransport)
+
+
+def test_a_plaintext_cluster_is_not_switched_to_tls():
+    seen = running(tls_plan.HTTP)
+    decision = decide(TLS_SPEC, seen)
+    assert not decision.acting_spec.tls.enabled
+    accepted = next(c for c in decision.conditions if c.type == "SpecAccepted")
+    assert (accepted.status, accepted.reason) == (False, "TLSMigrationUnsupported")
+    assert not isinstance(decision.action, (a.RecordTransport, a.IssueCertificate, a.RollMember))
+
+
+def test_a_legacy_cluster_keeps_its_pods_when_the_default_turns_tls_on():
+    seen = running(None)
+    decision = decide(TLS_SPEC, seen)
+    assert not decision.acting_spec.tls.enabled
+    assert builders.pod_spec_hash(decision.acting_spec) == builders.pod_spec_hash(PLAIN_SPEC)
+
+
+def test_a_tls_cluster_is_not_switched_to_plaintext():
+    seen = running(tls_plan.HTTPS, good_certs())
+    decision = decide(PLAIN_SPEC, seen)
+    assert decision.acting_spec.tls.enabled
+    accepted = next(c for c in decision.conditions if c.type == "SpecAccepted")
+    assert (accepted.status, accepted.reason) == (False, "TLSDisableUnsupported")
+
+
+@pytest.mark.parametrize("views, kind", [
+    ({}, CertKind.CA),
+    (good_certs(**{CertKind.MEMBER: None}), CertKind.MEMBER),
+    (good_certs(**{CertKind.OPERATOR: None}), CertKind.OPERATOR),
+    (good_certs(**{CertKind.CLIENT: None}), CertKind.CLIENT),
+    (good_certs(**{CertKind.MEMBER: cert(dns_names=("x",))}), CertKind.MEMBER),
+    (good_certs(**{CertKind.OPERATOR: cert(issuer="other")}), CertKind.OPERATOR),
+    (good_certs(**{CertKind.CLIENT: cert(problem="tls.key does not match tls.crt")}), CertKind.CLIENT),
+])
+def test_certificates_are_issued_before_the_first_member(views, kind):
+    step = tls_plan.next_step(TLS_SPEC, new_cluster(tls_plan.HTTPS, views))
+    assert isinstance(step, a.IssueCertificate) and step.certificate == kind.value
+
+
+def test_the_first_member_starts_once_every_certificate_is_there():
+    step = decide(TLS_SPEC, new_cluster(tls_plan.HTTPS, good_certs())).action
+    assert isinstance(step, a.BootstrapFirstMember)
+
+
+@pytest.mark.parametrize("ca", [None, CertView("", 0, 0, problem="no tls.crt")])
+def test_a_ca_that_members_trust_is_never_replaced(ca):
+    seen = running(tls_plan.HTTPS, good_certs(**{CertKind.CA: ca}))
+    step = tls_plan.next_step(TLS_SPEC, seen)
+    assert isinstance(step, a.Wait) and "does not replace a CA" in step.reason
+
+
+def test_leaves_are_renewed_at_the_configured_fraction():
+    spec = ClusterSpec.from_dict({"tls": {"renewAtFraction": 0.5}})
+    young = running(tls_plan.HTTPS, good_certs(**{CertKind.OPERATOR: cert(age=499)}))
+    assert tls_plan.next_step(spec, young) is None
+    due = running(tls_plan.HTTPS, good_certs(**{CertKind.OPERATOR: cert(age=500)}))
+    step = tls_plan.next_step(spec, due)
+    assert isinstance(step, a.IssueCertificate) and step.certificate == "operator" and "renewing" in step.reason
+
+
+def test_provided_secrets_are_waited_for_not_issued():
+    spec = ClusterSpec.from_dict({"tls": {"issuer": "Secrets", "memberSecretName": "m", "operatorSecretName": "o"}})
+    step = tls_plan.next_step(spec, new_cluster(tls_plan.HTTPS, {CertKind.MEMBER: None, CertKind.OPERATOR: None}))
+    assert isinstance(step, a.Wait) and "Secret m" in step.reason
+    assert certs.secret_name(spec, "c", CertKind.MEMBER) == "m"
+    assert certs.kinds_to_observe(spec) == (CertKind.MEMBER, CertKind.OPERATOR)
+
+
+def test_tls_members_get_https_urls_and_client_certificate_auth():
+    pod = builders.member_pod(TLS_SPEC, "c", "ns", "c-0", None, "c-0=https://x", "new", "tok")
+    args = pod["spec"]["containers"][0]["args"]
+    assert "--client-cert-auth=true" in args and "--peer-client-cert-auth=true" in args
+    assert "--listen-client-urls=https://$(POD_IP):2379" in args
+    assert "--initial-advertise-peer-urls=https://c-0.c-peer.ns.svc:2380" in args
+    assert any(v.get("secret", {}).get("secretName") == "c-member-tls" for v in pod["spec"]["volumes"])
+    plain = builders.member_pod(PLAIN_SPEC, "c", "ns", "c-0", None, "c-0=http://x", "new", "tok")
+    assert not any("cert" in arg for arg in plain["spec"]["containers"][0]["args"])
+
+
+def test_issued_certificates_chain_to_the_ca_and_renewal_keeps_the_key():
+    ca = pki.new_ca(certs.request_for(TLS_SPEC, "c", "ns", CertKind.CA), NOW)
+    member = pki.issue_leaf(certs.request_for(TLS_SPEC, "c", "ns", CertKind.MEMBER), ca, None, NOW)
+    ca_view, member_view = pki.describe(ca), pki.describe(member)
+    assert ca_view.is_ca and member_view.issuer_fingerprint == ca_view.fingerprint
+    assert set(certs.member_dns_names("c", "ns")) <= set(member_view.dns_names)
+    assert member_view.problem is None
+    renewed = pki.issue_leaf(certs.request_for(TLS_SPEC, "c", "ns", CertKind.MEMBER), ca, member, NOW + 10)
+    assert renewed["tls.key"] == member["tls.key"] and renewed["tls.crt"] != member["tls.crt"]
+    mismatched = pki.describe({**member, "tls.key": pki.new_ca(
+        certs.request_for(TLS_SPEC, "c", "ns", CertKind.CA), NOW)["tls.key"]})
+    assert mismatched.problem == "tls.key does not match tls.crt"
