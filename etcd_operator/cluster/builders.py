@@ -81,7 +81,7 @@ def pod_spec_hash(spec: ClusterSpec) -> str:
                  spec.etcd.election_timeout_ms, spec.etcd.snapshot_count, allowed_extra_args(spec)],
     }
     if spec.tls.enabled:
-        relevant["tls"] = [spec.tls.issuer, spec.tls.member_secret]
+        relevant["tls"] = [spec.tls.issuer, spec.tls.member_secret, list(spec.tls.trusted)]
     return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -13,6 +13,9 @@ from etcd_operator.cluster.spec import ISSUER_MANAGED, ClusterSpec
 CERT_KEY = "tls.crt"
 PRIVATE_KEY_KEY = "tls.key"
 CA_KEY = "ca.crt"
+# The Managed CA Secret also holds, during a CA rotation, the CA that takes over.
+NEXT_CERT_KEY = "next.crt"
+NEXT_PRIVATE_KEY_KEY = "next.key"
 
 # Where member pods mount their certificate.
 MOUNT_DIR = "/etc/etcd/tls"
@@ -112,6 +115,37 @@ class CertView:
         return {"fingerprint": self.fingerprint[:16], "notAfter": self.not_after}
 
 
+ROTATE_LEAVES = "Leaves"
+ROTATE_CA = "CA"
+# CA rotation phases, in order; each is rolled through every member before the next.
+PHASE_TRUST = "TrustNewCA"      # the trust bundle holds the old and the new CA
+PHASE_ISSUE = "IssueLeaves"     # the new CA signs; every leaf is reissued by it
+PHASE_DROP = "DropOldCA"        # the trust bundle holds the new CA only
+PHASE_RENEW = "RenewLeaves"     # a leaf rotation's only phase
+
+
+@dataclasses.dataclass(frozen=True)
+class Rotation:
+    """A rotation in flight, recorded in status.tls.rotation before its first step so that a
+    restarted operator resumes it. `replaced`: fingerprints of the leaves (Leaves) or the
+    CA (CA) being replaced."""
+
+    kind: str
+    request: str
+    phase: str
+    replaced: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "request": self.request, "phase": self.phase, "replaced": list(self.replaced)}
+
+    @classmethod
+    def from_dict(cls, data) -> "Rotation | None":
+        if not data or not data.get("kind"):
+            return None
+        return cls(data["kind"], str(data.get("request", "")), data.get("phase", ""),
+                   tuple(data.get("replaced") or ()))
+
+
 @dataclasses.dataclass(frozen=True)
 class TLSView:
     """What the operator knows of a cluster's TLS: the transport recorded in status (None
@@ -119,6 +153,15 @@ class TLSView:
 
     transport: str | None = "http"  # built by hand (tests, simulator): plaintext; the observer reads status
     certs: dict[CertKind, CertView | None] = dataclasses.field(default_factory=dict)
+    next_ca: CertView | None = None  # the CA taking over during a CA rotation
+    rotation: Rotation | None = None
+    requested: dict[str, str] = dataclasses.field(default_factory=dict)  # kind -> annotation value
+    rotated: dict[str, str] = dataclasses.field(default_factory=dict)    # kind -> last request completed
+    served: dict[str, str] | None = None  # member -> fingerprint it serves (observed during rotations)
 
     def cert(self, kind: CertKind) -> CertView | None:
         return self.certs.get(kind)
+
+    def pending_request(self, kind: str) -> str | None:
+        request = self.requested.get(kind)
+        return request if request and request != self.rotated.get(kind) else None

@@ -15,6 +15,7 @@ from etcd_operator.cluster.planner import plan
 from etcd_operator.cluster.spec import ClusterSpec, SpecProblem, spec_problems, version_change_problem
 from etcd_operator.cluster.status import cluster_conditions
 from etcd_operator.cluster import tls_plan
+from etcd_operator.cluster.certs import CertKind
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,8 +44,10 @@ def effective_spec(spec: ClusterSpec, observed: Observed, problems: list[SpecPro
     if reasons & {"VersionDowngrade", "MinorVersionSkip"} and observed.running_version:
         spec = dataclasses.replace(spec, version=observed.running_version)
     tls_on = tls_plan.serves_tls(spec, observed)
-    if tls_on != spec.tls.enabled:
-        spec = dataclasses.replace(spec, tls=dataclasses.replace(spec.tls, enabled=tls_on))
+    member_cert = observed.tls.cert(CertKind.MEMBER) if tls_on else None
+    trusted = tuple(sorted(member_cert.trusted)) if member_cert and not member_cert.problem else ()
+    if tls_on != spec.tls.enabled or trusted != spec.tls.trusted:
+        spec = dataclasses.replace(spec, tls=dataclasses.replace(spec.tls, enabled=tls_on, trusted=trusted))
     if "StorageClassChange" in reasons:
         existing = sorted({p.storage_class for p in observed.pvcs.values() if p.storage_class})
         spec = dataclasses.replace(spec, storage=dataclasses.replace(spec.storage, storage_class=existing[0]))

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any, Mapping
 
 from etcd_operator.cluster import naming
 from etcd_operator.cluster.identity import member_list_sources, parse_hex_id, split_foreign
 from etcd_operator.cluster.timers import carry_timers
-from etcd_operator.cluster.tls_observer import observe_tls
+from etcd_operator.cluster.tls_observer import observe_tls, served_certificates
 from etcd_operator.cluster.observed import EtcdView, Observed, Operation, PodView, PVCView
 from etcd_operator.etcd.client import EtcdError
 from etcd_operator.etcd.pool import EtcdClientPool
@@ -94,6 +95,9 @@ class ClusterObserver:
             recorded_cluster_id=recorded_cluster_id,
             tls=tls,
         )
+        if tls.rotation is not None:
+            observed = dataclasses.replace(observed, tls=dataclasses.replace(
+                tls, served=await served_certificates(pods, credentials)))
         observed = carry_timers(observed, status, self.quorum_loss_seen_since)
         self.quorum_loss_seen_since = observed.no_quorum_since
         return observed

@@ -15,7 +15,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from etcd_operator.cluster.certs import CA_KEY, CERT_KEY, PRIVATE_KEY_KEY, CertRequest, CertView
+from etcd_operator.cluster.certs import (CA_KEY, CERT_KEY, NEXT_CERT_KEY, NEXT_PRIVATE_KEY_KEY, PRIVATE_KEY_KEY,
+                                         CertRequest, CertView)
 
 BACKDATE = datetime.timedelta(minutes=5)  # tolerates clocks a little behind ours
 
@@ -55,6 +56,32 @@ def new_ca(request: CertRequest, now: float) -> dict[str, bytes]:
                                          key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
             .sign(key, hashes.SHA256()))
     return {CERT_KEY: _pem_cert(cert), PRIVATE_KEY_KEY: _pem_key(key), CA_KEY: _pem_cert(cert)}
+
+
+def change_ca(current: Mapping[str, bytes], change: str, request: CertRequest, now: float) -> dict[str, bytes]:
+    """One step of a CA rotation on the CA Secret's data (see UpdateCASecret)."""
+    data = dict(current)
+    if change == "add-next":
+        fresh = new_ca(request, now)
+        data[NEXT_CERT_KEY], data[NEXT_PRIVATE_KEY_KEY] = fresh[CERT_KEY], fresh[PRIVATE_KEY_KEY]
+        data[CA_KEY] = current[CERT_KEY] + fresh[CERT_KEY]
+    elif change == "promote-next":
+        if NEXT_CERT_KEY not in data:
+            raise ValueError("no next CA to promote")
+        data[CERT_KEY], data[PRIVATE_KEY_KEY] = data.pop(NEXT_CERT_KEY), data.pop(NEXT_PRIVATE_KEY_KEY)
+        data[CA_KEY] = current[CA_KEY]
+    elif change == "drop-old":
+        data[CA_KEY] = current[CERT_KEY]
+    else:
+        raise ValueError(f"unknown CA change {change!r}")
+    return data
+
+
+def describe_next_ca(data: Mapping[str, bytes]) -> CertView | None:
+    if NEXT_CERT_KEY not in data:
+        return None
+    return describe({CERT_KEY: data[NEXT_CERT_KEY], PRIVATE_KEY_KEY: data.get(NEXT_PRIVATE_KEY_KEY, b""),
+                     CA_KEY: data.get(CA_KEY, b"")})
 
 
 def issue_leaf(request: CertRequest, ca: Mapping[str, bytes], previous: Mapping[str, bytes] | None,

@@ -55,7 +55,7 @@ class ClusterReconciler:
         conditions = list(decision.conditions)
         self._post_transition_events(previous, conditions)
         extra = dict(outcome.status_patch or {})
-        tls_status = tls_plan.tls_status(spec, observed, (extra.get("tls") or {}).get("transport"))
+        tls_status = tls_plan.tls_status(spec, observed, extra.get("tls"))
         if tls_status:
             extra["tls"] = tls_status
         status = build_status(spec, observed, health, action, conditions, previous, meta.get("generation", 0),

@@ -73,6 +73,9 @@ class TLSOptions:
     certificate_lifetime: float = 90 * 24 * 3600.0
     renew_at_fraction: float = 0.66
     ca_lifetime: float = 10 * 365 * 24 * 3600.0
+    # Not from the user: fingerprints of the CAs in the members' trust bundle, set on the
+    # acting spec so that members restart (one at a time) when the bundle changes.
+    trusted: tuple[str, ...] = ()
 
     @classmethod
     def from_dict(cls, tls: Mapping[str, Any] | None) -> "TLSOptions":

@@ -33,6 +33,9 @@ PROGRESS_REASONS = {
     "AbandonQuorumRecovery": "RecoveryAbandoned",
     "RecordTransport": "Bootstrapping",
     "IssueCertificate": "IssuingCertificate",
+    "RecordRotation": "RotatingCertificates",
+    "UpdateCASecret": "RotatingCertificates",
+    "SyncTrustBundle": "RotatingCertificates",
 }
 
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
+import ssl
+import tempfile
 from typing import Any, Mapping
 
 from etcd_operator.cluster import naming, pki
-from etcd_operator.cluster.certs import (CA_KEY, CERT_KEY, PRIVATE_KEY_KEY, CertKind, CertView, TLSView,
-                                         kinds_to_observe, secret_name)
+from etcd_operator.cluster.certs import (CA_KEY, CERT_KEY, PRIVATE_KEY_KEY, ROTATE_CA, ROTATE_LEAVES, CertKind,
+                                         CertView, Rotation, TLSView, kinds_to_observe, secret_name)
 from etcd_operator.cluster.spec import ClusterSpec
 from etcd_operator.etcd.client import ClientTLS
 from etcd_operator.kube import client as kube
@@ -62,6 +65,50 @@ async def observe_tls(kube_client: kube.KubeClient, body: Mapping[str, Any]) -> 
     views: dict[CertKind, CertView | None] = {}
     for kind, data in zip(kinds, secrets):
         views[kind] = None if data is None else await asyncio.to_thread(pki.describe, data)
-    operator_data = dict(zip(kinds, secrets)).get(CertKind.OPERATOR)
-    credentials = client_tls(cluster, namespace, operator_data) if transport == HTTPS else None
-    return TLSView(transport=transport, certs=views), credentials
+    by_kind = dict(zip(kinds, secrets))
+    credentials = client_tls(cluster, namespace, by_kind.get(CertKind.OPERATOR)) if transport == HTTPS else None
+    ca_data = by_kind.get(CertKind.CA)
+    next_ca = await asyncio.to_thread(pki.describe_next_ca, ca_data) if ca_data else None
+    tls_status = status.get("tls") or {}
+    annotations = meta.get("annotations") or {}
+    rotation = Rotation.from_dict(tls_status.get("rotation"))
+    requested = {kind: annotations[key] for kind, key in ((ROTATE_LEAVES, naming.ANNOTATION_ROTATE_CERTIFICATES),
+                                                          (ROTATE_CA, naming.ANNOTATION_ROTATE_CA))
+                 if annotations.get(key)}
+    return TLSView(transport=transport, certs=views, next_ca=next_ca, rotation=rotation, requested=requested,
+                   rotated=dict(tls_status.get("rotated") or {})), credentials
+
+
+async def served_certificates(pods: Mapping[str, Any], credentials: ClientTLS | None,
+                              timeout: float = 2.0) -> dict[str, str] | None:
+    """The fingerprint of the certificate each member serves on a new connection (pod name ->
+    SHA-256), read with a TLS handshake; members that do not answer are left out."""
+    if credentials is None:
+        return None
+    context = await asyncio.to_thread(_ssl_context, credentials)
+
+    async def one(ip: str) -> str | None:
+        try:
+            _, writer = await asyncio.wait_for(asyncio.open_connection(
+                ip, naming.CLIENT_PORT, ssl=context, server_hostname=credentials.server_name), timeout)
+        except (OSError, asyncio.TimeoutError, ssl.SSLError):
+            return None
+        der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
+        writer.close()
+        return hashlib.sha256(der).hexdigest() if der else None
+
+    names = [name for name, pod in pods.items() if pod.ip and not pod.deleting]
+    results = await asyncio.gather(*(one(pods[name].ip) for name in names))
+    return {name: fp for name, fp in zip(names, results) if fp}
+
+
+def _ssl_context(credentials: ClientTLS) -> ssl.SSLContext:
+    context = ssl.create_default_context(cadata=credentials.ca.decode())
+    with tempfile.TemporaryDirectory() as directory:  # ssl loads a client key from files only
+        cert, key = f"{directory}/tls.crt", f"{directory}/tls.key"
+        with open(cert, "wb") as f:
+            f.write(credentials.cert)
+        with open(key, "wb") as f:
+            f.write(credentials.key)
+        context.load_cert_chain(cert, key)
+    return context

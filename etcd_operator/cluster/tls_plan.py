@@ -14,10 +14,13 @@ Invariants (tests/unit/test_tls_plan.py):
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from etcd_operator.cluster import actions as a
-from etcd_operator.cluster.certs import LEAVES, CertKind, member_dns_names, secret_name
+from etcd_operator.cluster import builders
+from etcd_operator.cluster.certs import (LEAVES, PHASE_DROP, PHASE_ISSUE, PHASE_RENEW, PHASE_TRUST, ROTATE_CA,
+                                         ROTATE_LEAVES, CertKind, Rotation, member_dns_names, secret_name)
 from etcd_operator.cluster.observed import Observed
 from etcd_operator.cluster.spec import ISSUER_MANAGED, ClusterSpec, SpecProblem
 from etcd_operator.timefmt import format_time
@@ -83,27 +86,109 @@ def next_step(spec: ClusterSpec, observed: Observed) -> a.Action | None:
             return a.Wait(f"the CA Secret {name} {what} while members run; the operator does not replace a CA the "
                           f"members trust. Restore the Secret from your backup of it")
         return a.IssueCertificate(f"creating the cluster's CA in Secret {name}", CertKind.CA.value)
+    rotation = observed.tls.rotation
+    if rotation is None:
+        step = _start_rotation(observed, ca)
+        if step:
+            return step
+    elif rotation.kind == ROTATE_CA:
+        step = _ca_secret_step(rotation, ca, observed)
+        if step:
+            return step
     for kind in LEAVES:
-        reason = _leaf_reason(spec, observed, kind, ca.fingerprint)
+        name = secret_name(spec, observed.cluster, kind)
+        reason = _leaf_reason(spec, observed, kind, ca, rotation)
+        if reason == SYNC_TRUST:
+            return a.SyncTrustBundle(f"{name}: taking the CA Secret's trust bundle", kind.value)
         if reason:
-            return a.IssueCertificate(f"{secret_name(spec, observed.cluster, kind)}: {reason}", kind.value)
+            return a.IssueCertificate(f"{name}: {reason}", kind.value)
+    if rotation is not None:
+        return _advance(spec, observed, rotation)
     return None
 
 
-def _leaf_reason(spec: ClusterSpec, observed: Observed, kind: CertKind, ca_fingerprint: str) -> str | None:
+SYNC_TRUST = "sync-trust"
+
+
+def _start_rotation(observed: Observed, ca) -> a.Action | None:
+    request = observed.tls.pending_request(ROTATE_CA)
+    if request:
+        return a.RecordRotation(f"CA rotation {request!r} requested; phase {PHASE_TRUST}",
+                                Rotation(ROTATE_CA, request, PHASE_TRUST, (ca.fingerprint,)))
+    request = observed.tls.pending_request(ROTATE_LEAVES)
+    if request:
+        leaves = tuple(c.fingerprint for k in LEAVES if (c := observed.tls.cert(k)) is not None)
+        return a.RecordRotation(f"leaf rotation {request!r} requested", Rotation(ROTATE_LEAVES, request, PHASE_RENEW,
+                                                                                   leaves))
+    return None
+
+
+def _ca_secret_step(rotation: Rotation, ca, observed: Observed) -> a.Action | None:
+    old = set(rotation.replaced)
+    next_ca = observed.tls.next_ca
+    if rotation.phase == PHASE_TRUST and ca.fingerprint in old and (
+            next_ca is None or next_ca.problem or next_ca.fingerprint not in ca.trusted):
+        return a.UpdateCASecret("adding a new CA, trusted next to the old one", "add-next")
+    if rotation.phase == PHASE_ISSUE and ca.fingerprint in old:
+        return a.UpdateCASecret("the new CA signs from now on", "promote-next")
+    if rotation.phase == PHASE_DROP and old & set(ca.trusted):
+        return a.UpdateCASecret("dropping the old CA from the trust bundle", "drop-old")
+    return None
+
+
+def _advance(spec: ClusterSpec, observed: Observed, rotation: Rotation) -> a.Action | None:
+    """The rotation's next phase once every member has taken this one; None while members
+    are rolled (the planner restarts outdated members one at a time, leader last)."""
+    rolled = _members_follow(spec, observed)
+    serving = _members_serve_current_leaf(observed)
+    if rotation.kind == ROTATE_LEAVES:
+        if serving:
+            return a.RecordRotation(f"leaf rotation {rotation.request!r} done: every member serves its new "
+                                    f"certificate", None, (ROTATE_LEAVES, rotation.request))
+        return None
+    if rotation.phase == PHASE_TRUST and rolled:
+        return a.RecordRotation(f"every member trusts the new CA; phase {PHASE_ISSUE}",
+                                dataclasses.replace(rotation, phase=PHASE_ISSUE))
+    if rotation.phase == PHASE_ISSUE and rolled and serving:
+        return a.RecordRotation(f"every member serves a certificate of the new CA; phase {PHASE_DROP}",
+                                dataclasses.replace(rotation, phase=PHASE_DROP))
+    if rotation.phase == PHASE_DROP and rolled and serving:
+        return a.RecordRotation(f"CA rotation {rotation.request!r} done: the old CA is trusted no more", None,
+                                (ROTATE_CA, rotation.request))
+    return None
+
+
+def _members_follow(spec: ClusterSpec, observed: Observed) -> bool:
+    """Every member runs in a pod built for the current trust bundle."""
+    desired = builders.pod_spec_hash(spec)
+    return bool(observed.pods) and all(p.spec_hash == desired and not p.deleting for p in observed.pods.values())
+
+
+def _members_serve_current_leaf(observed: Observed) -> bool:
+    member = observed.tls.cert(CertKind.MEMBER)
+    served = observed.tls.served
+    if member is None or served is None:
+        return False
+    return set(served) >= set(observed.pods) and all(served.get(name) == member.fingerprint
+                                                     for name in observed.pods)
+
+
+def _leaf_reason(spec: ClusterSpec, observed: Observed, kind: CertKind, ca, rotation: Rotation | None) -> str | None:
     cert = observed.tls.cert(kind)
     if cert is None:
         return "issuing"
     if cert.problem:
         return f"reissuing ({cert.problem})"
-    if cert.issuer_fingerprint != ca_fingerprint:
+    if cert.issuer_fingerprint != ca.fingerprint:
         return "reissuing from the cluster's CA (signed by another)"
-    if ca_fingerprint not in cert.trusted:
-        return "reissuing with the cluster's CA in ca.crt"
     if kind == CertKind.MEMBER and not set(member_dns_names(observed.cluster, observed.namespace)) <= set(cert.dns_names):
         return "reissuing with every member and Service name"
+    if rotation is not None and rotation.kind == ROTATE_LEAVES and cert.fingerprint in rotation.replaced:
+        return f"renewing (rotation {rotation.request!r})"
     if cert.renewal_due(spec.tls.renew_at_fraction, observed.now):
         return f"renewing ({spec.tls.renew_at_fraction:.0%} of its lifetime passed)"
+    if set(cert.trusted) != set(ca.trusted):
+        return SYNC_TRUST
     return None
 
 
@@ -119,12 +204,18 @@ def _wait_for_provided_secrets(spec: ClusterSpec, observed: Observed) -> a.Actio
     return None
 
 
-def tls_status(spec: ClusterSpec, observed: Observed, recorded: str | None) -> dict[str, Any] | None:
-    """status.tls: the transport and, per certificate, fingerprint prefix and expiry."""
-    serving = recorded or observed.tls.transport
+def tls_status(spec: ClusterSpec, observed: Observed, patch: dict[str, Any] | None) -> dict[str, Any] | None:
+    """status.tls: the transport, the rotation in flight and those done, and per certificate
+    its fingerprint prefix and expiry. `patch`: what this pass's step recorded."""
+    patch = patch or {}
+    serving = patch.get("transport") or observed.tls.transport
     if serving is None:
         return None
+    rotation = observed.tls.rotation.to_dict() if observed.tls.rotation else None
     certificates = {kind.value: {"secretName": secret_name(spec, observed.cluster, kind),
                                  "fingerprint": cert.fingerprint[:16], "notAfter": format_time(cert.not_after)}
                     for kind, cert in sorted(observed.tls.certs.items()) if cert is not None and not cert.problem}
-    return {"transport": serving, "certificates": certificates}
+    status = {"transport": serving, "certificates": certificates, "rotation": rotation,
+              "rotated": dict(observed.tls.rotated) or None}
+    status.update(patch)
+    return status
