@@ -23,6 +23,7 @@ from localkube import controlplane
 from localkube import layout as localkube_layout
 from tests.support.clusters import apply_cluster, condition, get_cluster, member_endpoints, member_pods, patch_spec
 from tests.support.clusters import wait_condition, wait_healthy
+from tests.support.etcd_probes import _LoopThread
 from tests.support.etcd_process import free_port
 from tests.support.kubectl import kubectl, kubectl_json
 from tests.support.operator_process import OperatorProcess
@@ -47,7 +48,7 @@ def tls_namespace(substrate, kube_api):
 @pytest.fixture(scope="module")
 def tls_cluster(tls_namespace):
     """A 3-member cluster created with the defaults: TLS on, Managed issuer."""
-    apply_cluster(tls_namespace, CLUSTER, {"size": 3, "storage": {"emptyDir": {}}})
+    apply_cluster(tls_namespace, CLUSTER, {"size": 3, "storage": {"size": "1Gi"}})
     wait_healthy(tls_namespace, CLUSTER, 3, timeout=300)
     return tls_namespace
 
@@ -178,3 +179,136 @@ def test_plaintext_cluster_is_left_alone_when_tls_is_turned_on(tls_namespace):
     assert after["status"]["tls"]["transport"] == "http"
     assert {p["metadata"]["uid"] for p in member_pods(namespace, name)} == pod_uids
     assert status_with(member_endpoints(namespace, name)[0], None).version
+
+
+class TLSLoad(_LoopThread):
+    """Puts and gets against every member, as a client with the user certificate would:
+    credentials re-read when their Secret changes, and a request that a member cannot
+    serve (it is restarting, or lost leadership) retried on the next member, within a
+    deadline. A request counts as failed when no member served it in time, and any TLS
+    handshake error counts as failed whether or not a retry succeeded."""
+
+    DEADLINE = 15.0
+
+    def __init__(self, namespace: str):
+        super().__init__()
+        self.namespace = namespace
+        self.ok = self.failed = self.retried = 0
+        self.failures: list[str] = []
+
+    def _credentials(self) -> ClientTLS:
+        data = secret_bytes(self.namespace, f"{CLUSTER}-client-tls")
+        return ClientTLS(data["ca.crt"], data["tls.crt"], data["tls.key"],
+                         naming.client_service_host(CLUSTER, self.namespace))
+
+    async def main(self) -> None:
+        clients: dict[str, EtcdMemberClient] = {}
+        credentials, endpoints, refreshed, n = None, [], 0.0, 0
+        try:
+            while not self.stopping:
+                if time.monotonic() - refreshed > 1.0:
+                    fresh = await asyncio.to_thread(self._credentials)
+                    endpoints = await asyncio.to_thread(member_endpoints, self.namespace, CLUSTER) or endpoints
+                    refreshed = time.monotonic()
+                    if fresh != credentials:
+                        credentials = fresh
+                        for client in clients.values():
+                            await client.close()
+                        clients.clear()
+                n += 1
+                await self._request(clients, endpoints, credentials, n)
+                await asyncio.sleep(0.02)
+        finally:
+            for client in clients.values():
+                await client.close()
+
+    async def _request(self, clients, endpoints, credentials, n: int) -> None:
+        key, value = f"/load/{n % 64}".encode(), str(n).encode()
+        started, attempt = time.monotonic(), 0
+        while True:
+            endpoint = endpoints[(n + attempt) % len(endpoints)]
+            client = clients.get(endpoint) or clients.setdefault(
+                endpoint, EtcdMemberClient(endpoint, timeout=3.0, tls=credentials))
+            try:
+                await client.put(key, value)
+                if await client.get(key) != value:
+                    raise AssertionError(f"read back a different value for {key!r}")
+                self.ok += 1
+                return
+            except EtcdError as e:
+                if any(word in e.detail.lower() for word in ("ssl", "handshake", "certificate", "tls")):
+                    self.failed += 1
+                    self.failures.append(f"TLS: {e}")
+                if not e.unavailable or time.monotonic() - started > self.DEADLINE:
+                    self.failed += 1
+                    self.failures.append(str(e))
+                    return
+                self.retried += 1
+                attempt += 1
+                await asyncio.sleep(0.1)
+
+
+def served_fingerprint(host: str, port: int, tls: ClientTLS) -> str:
+    import hashlib
+    import ssl
+    import socket
+    context = ssl.create_default_context(cadata=tls.ca.decode())
+    directory = __import__("tempfile").mkdtemp()
+    cert, key = f"{directory}/c", f"{directory}/k"
+    open(cert, "wb").write(tls.cert)
+    open(key, "wb").write(tls.key)
+    context.load_cert_chain(cert, key)
+    with socket.create_connection((host, port), timeout=5) as raw:
+        with context.wrap_socket(raw, server_hostname=tls.server_name) as conn:
+            return hashlib.sha256(conn.getpeercert(binary_form=True)).hexdigest()
+
+
+def operator_tls(namespace: str) -> ClientTLS:
+    data = secret_bytes(namespace, f"{CLUSTER}-operator-tls")
+    return ClientTLS(data["ca.crt"], data["tls.crt"], data["tls.key"], naming.client_service_host(CLUSTER, namespace))
+
+
+def rotated(namespace: str, kind: str, request: str) -> dict | None:
+    obj = get_cluster(namespace, CLUSTER)
+    return obj if ((obj.get("status") or {}).get("tls") or {}).get("rotated", {}).get(kind) == request else None
+
+
+def test_leaf_then_ca_rotation_under_load_fails_no_request(tls_cluster):
+    namespace = tls_cluster
+    wait_healthy(namespace, CLUSTER, 3)
+    pods_before = {p["metadata"]["name"]: p["metadata"]["uid"] for p in member_pods(namespace, CLUSTER)}
+    old_member = pki.describe(secret_bytes(namespace, f"{CLUSTER}-member-tls"))
+    old_ca = pki.describe(secret_bytes(namespace, f"{CLUSTER}-ca"))
+    load = TLSLoad(namespace).start()
+    try:
+        wait_for(lambda: load.ok >= 20, 60, what="the load to get going")
+
+        # Leaves: renewed in place; etcd serves the new certificate on new client and peer
+        # connections without a restart.
+        kubectl("annotate", "etcdcluster", CLUSTER, "-n", namespace, f"{naming.ANNOTATION_ROTATE_CERTIFICATES}=leaves-1")
+        wait_for(lambda: rotated(namespace, "Leaves", "leaves-1"), 120, what="the leaf rotation to finish")
+        new_member = pki.describe(secret_bytes(namespace, f"{CLUSTER}-member-tls"))
+        assert new_member.fingerprint != old_member.fingerprint
+        tls = operator_tls(namespace)
+        for pod in member_pods(namespace, CLUSTER):
+            for port in (naming.CLIENT_PORT, naming.PEER_PORT):
+                assert served_fingerprint(pod["status"]["podIP"], port, tls) == new_member.fingerprint, (pod, port)
+        assert {p["metadata"]["name"]: p["metadata"]["uid"] for p in member_pods(namespace, CLUSTER)} == pods_before
+        leaf_phase = (load.ok, load.failed, load.retried)
+
+        # CA: trust both, issue from the new, drop the old; members restarted one at a time.
+        kubectl("annotate", "etcdcluster", CLUSTER, "-n", namespace, f"{naming.ANNOTATION_ROTATE_CA}=ca-1")
+        wait_for(lambda: rotated(namespace, "CA", "ca-1"), 300, interval=2.0, what="the CA rotation to finish")
+        wait_healthy(namespace, CLUSTER, 3)
+        wait_for(lambda: load.ok >= leaf_phase[0] + 20, 60, what="the load to go on after the rotation")
+    finally:
+        load.stop()
+    print(f"load: {load.ok} requests served, {load.failed} failed, {load.retried} retried on another member; "
+          f"after the leaf rotation: {leaf_phase}")
+    assert load.failed == 0, load.failures[:5]
+    ca = pki.describe(secret_bytes(namespace, f"{CLUSTER}-ca"))
+    assert ca.fingerprint != old_ca.fingerprint and ca.trusted == (ca.fingerprint,)
+    for kind in ("member", "operator", "client"):
+        leaf = pki.describe(secret_bytes(namespace, f"{CLUSTER}-{kind}-tls"))
+        assert leaf.issuer_fingerprint == ca.fingerprint and leaf.trusted == (ca.fingerprint,), kind
+    assert {p["metadata"]["uid"] for p in member_pods(namespace, CLUSTER)}.isdisjoint(pods_before.values())
