@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from etcd_operator.cluster import actions as a
-from etcd_operator.cluster import builders, certs, pki, tls_plan
+from etcd_operator.cluster import builders, certs, naming, pki, tls_plan
 from etcd_operator.cluster.certs import CertKind, CertView, TLSView
 from etcd_operator.cluster.decision import decide
 from etcd_operator.cluster.spec import ClusterSpec
@@ -44,7 +44,10 @@ def running(transport, views=None, bootstrapped=True):
     """Three healthy members whose pods match the spec of their transport."""
     seen = observed([M(0), M(1), M(2)], bootstrapped=bootstrapped)
     current = builders.pod_spec_hash(TLS_SPEC if transport == tls_plan.HTTPS else PLAIN_SPEC)
-    pods = {name: dataclasses.replace(pod, spec_hash=current) for name, pod in seen.pods.items()}
+    tls = transport == tls_plan.HTTPS
+    pods = {name: dataclasses.replace(pod, spec_hash=current, initial_cluster=(
+                f"{name}={naming.peer_url('c', 'ns', name, tls)}"))
+            for name, pod in seen.pods.items()}
     return dataclasses.replace(seen, pods=pods, tls=TLSView(transport=transport, certs=views or {}))
 
 
@@ -152,3 +155,86 @@ def test_issued_certificates_chain_to_the_ca_and_renewal_keeps_the_key():
     mismatched = pki.describe({**member, "tls.key": pki.new_ca(
         certs.request_for(TLS_SPEC, "c", "ns", CertKind.CA), NOW)["tls.key"]})
     assert mismatched.problem == "tls.key does not match tls.crt"
+
+
+NEW_FP = "nw" * 32
+
+
+def rotating(phase, ca_fp, trusted, leaf_issuer, served_fp="leaf", pods_follow=True, next_ca=True):
+    """Three running members in a CA rotation (old CA CA_FP -> NEW_FP) at `phase`."""
+    ca = CertView(ca_fp, NOW - 10, NOW + 10**8, issuer_fingerprint=ca_fp, trusted=trusted, is_ca=True)
+    leaf = lambda **kw: CertView("leaf", NOW, NOW + 1000, issuer_fingerprint=leaf_issuer, trusted=trusted, **kw)
+    views = {CertKind.CA: ca, CertKind.MEMBER: leaf(dns_names=certs.member_dns_names("c", "ns")),
+             CertKind.OPERATOR: leaf(), CertKind.CLIENT: leaf()}
+    seen = running(tls_plan.HTTPS, views)
+    acting = decide(TLS_SPEC, seen).acting_spec
+    current = builders.pod_spec_hash(acting) if pods_follow else "before-the-bundle-changed"
+    pods = {n: dataclasses.replace(p, spec_hash=current) for n, p in seen.pods.items()}
+    next_view = CertView(NEW_FP, NOW, NOW + 10**8, issuer_fingerprint=NEW_FP, trusted=trusted, is_ca=True)
+    tls = TLSView(tls_plan.HTTPS, views, next_ca=next_view if next_ca else None,
+                  rotation=certs.Rotation(certs.ROTATE_CA, "r1", phase, (CA_FP,)),
+                  served={n: served_fp for n in pods})
+    return dataclasses.replace(seen, pods=pods, tls=tls)
+
+
+BOTH = (CA_FP, NEW_FP)
+
+
+@pytest.mark.parametrize("seen, expected", [
+    # Trust: a new CA next to the old, the bundle copied into each leaf Secret, members
+    # restarted by the planner (outdated pod hash), then the next phase.
+    (rotating(certs.PHASE_TRUST, CA_FP, (CA_FP,), CA_FP, next_ca=False), ("UpdateCASecret", "add-next")),
+    (rotating(certs.PHASE_TRUST, CA_FP, BOTH, CA_FP, pods_follow=False), None),
+    (rotating(certs.PHASE_TRUST, CA_FP, BOTH, CA_FP), ("RecordRotation", certs.PHASE_ISSUE)),
+    # Issue: the new CA signs, leaves are reissued, and the phase ends once members serve them.
+    (rotating(certs.PHASE_ISSUE, CA_FP, BOTH, CA_FP), ("UpdateCASecret", "promote-next")),
+    (rotating(certs.PHASE_ISSUE, NEW_FP, BOTH, CA_FP), ("IssueCertificate", "member")),
+    (rotating(certs.PHASE_ISSUE, NEW_FP, BOTH, NEW_FP, served_fp="old-leaf"), None),
+    (rotating(certs.PHASE_ISSUE, NEW_FP, BOTH, NEW_FP), ("RecordRotation", certs.PHASE_DROP)),
+    # Drop: the old CA leaves the bundle, members restart, done.
+    (rotating(certs.PHASE_DROP, NEW_FP, BOTH, NEW_FP), ("UpdateCASecret", "drop-old")),
+    (rotating(certs.PHASE_DROP, NEW_FP, (NEW_FP,), NEW_FP, pods_follow=False), None),
+    (rotating(certs.PHASE_DROP, NEW_FP, (NEW_FP,), NEW_FP), ("RecordRotation", None)),
+])
+def test_ca_rotation_phases(seen, expected):
+    decision = decide(TLS_SPEC, seen)
+    step = tls_plan.next_step(decision.acting_spec, seen)
+    if expected is None:
+        assert step is None
+        if any(p.spec_hash == "before-the-bundle-changed" for p in seen.pods.values()):
+            assert isinstance(decision.action, (a.RollMember, a.MoveLeader))  # one member at a time, leader last
+        return
+    kind, detail = expected
+    assert step.kind == kind, step
+    if kind == "UpdateCASecret":
+        assert step.change == detail
+    elif kind == "IssueCertificate":
+        assert step.certificate == detail
+    else:
+        assert (step.rotation.phase if step.rotation else None) == detail
+
+
+def test_the_trust_bundle_reaches_every_leaf_secret():
+    seen = rotating(certs.PHASE_TRUST, CA_FP, (CA_FP,), CA_FP)
+    ca = dataclasses.replace(seen.tls.cert(CertKind.CA), trusted=BOTH)
+    seen = dataclasses.replace(seen, tls=dataclasses.replace(seen.tls, certs={**seen.tls.certs, CertKind.CA: ca}))
+    step = tls_plan.next_step(TLS_SPEC, seen)
+    assert isinstance(step, a.SyncTrustBundle) and step.certificate == "member"
+
+
+def test_a_changed_trust_bundle_restarts_members_through_the_pod_hash():
+    before = running(tls_plan.HTTPS, good_certs())
+    after_certs = {k: dataclasses.replace(v, trusted=BOTH) for k, v in good_certs().items()}
+    after = running(tls_plan.HTTPS, after_certs)
+    assert builders.pod_spec_hash(decide(TLS_SPEC, before).acting_spec) != \
+        builders.pod_spec_hash(decide(TLS_SPEC, after).acting_spec)
+
+
+def test_a_requested_rotation_is_recorded_before_it_starts():
+    seen = running(tls_plan.HTTPS, good_certs())
+    seen = dataclasses.replace(seen, tls=dataclasses.replace(seen.tls, requested={"CA": "r1", "Leaves": "l1"},
+                                                             rotated={"Leaves": "l1"}))
+    step = tls_plan.next_step(TLS_SPEC, seen)
+    assert isinstance(step, a.RecordRotation) and step.rotation.kind == "CA" and step.rotation.replaced == (CA_FP,)
+    done = dataclasses.replace(seen, tls=dataclasses.replace(seen.tls, rotated={"Leaves": "l1", "CA": "r1"}))
+    assert tls_plan.next_step(TLS_SPEC, done) is None
