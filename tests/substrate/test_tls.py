@@ -9,7 +9,9 @@ import asyncio
 import base64
 import json
 import os
+import pathlib
 import subprocess
+import tempfile
 import time
 import uuid
 
@@ -26,6 +28,9 @@ from tests.support.clusters import wait_condition, wait_healthy
 from tests.support.etcd_probes import _LoopThread
 from tests.support.etcd_process import free_port
 from tests.support.kubectl import kubectl, kubectl_json
+from tests.support.s3 import create_credentials_secret, s3_storage_spec
+from tests.substrate.test_backup import apply_backup, get_backup
+from tests.substrate.test_restore import apply_restore, wait_phase
 from tests.support.operator_process import OperatorProcess
 from tests.support.waiting import wait_for
 
@@ -47,8 +52,8 @@ def tls_namespace(substrate, kube_api):
 
 @pytest.fixture(scope="module")
 def tls_cluster(tls_namespace):
-    """A 3-member cluster created with the defaults: TLS on, Managed issuer."""
-    apply_cluster(tls_namespace, CLUSTER, {"size": 3, "storage": {"size": "1Gi"}})
+    """A 3-member cluster with TLS as the CRD defaults it: on, Managed issuer."""
+    apply_cluster(tls_namespace, CLUSTER, {"size": 3, "storage": {"size": "1Gi"}, "tls": {}})
     wait_healthy(tls_namespace, CLUSTER, 3, timeout=300)
     return tls_namespace
 
@@ -166,7 +171,7 @@ def test_kube_apiserver_stores_in_the_tls_cluster(tls_cluster, substrate, tmp_pa
 
 def test_plaintext_cluster_is_left_alone_when_tls_is_turned_on(tls_namespace):
     namespace, name = tls_namespace, "plain"
-    apply_cluster(namespace, name, {"size": 1, "storage": {"emptyDir": {}}, "tls": {"enabled": False}})
+    apply_cluster(namespace, name, {"size": 1, "storage": {"emptyDir": {}}})  # plaintext, see PLAINTEXT
     before = wait_healthy(namespace, name, 1)
     assert before["status"]["tls"]["transport"] == "http"
     pod_uids = {p["metadata"]["uid"] for p in member_pods(namespace, name)}
@@ -179,6 +184,39 @@ def test_plaintext_cluster_is_left_alone_when_tls_is_turned_on(tls_namespace):
     assert after["status"]["tls"]["transport"] == "http"
     assert {p["metadata"]["uid"] for p in member_pods(namespace, name)} == pod_uids
     assert status_with(member_endpoints(namespace, name)[0], None).version
+
+
+def test_backup_and_restore_of_a_tls_cluster(tls_cluster, substrate):
+    """The snapshot streams over TLS with the operator's certificate; the restored cluster is
+    a TLS cluster whose seeded member advertises https peer URLs."""
+    namespace = tls_cluster
+    user = ClientTLS(**{k: v for k, v in zip(("ca", "cert", "key"), (
+        lambda d: (d["ca.crt"], d["tls.crt"], d["tls.key"]))(secret_bytes(namespace, f"{CLUSTER}-client-tls")))},
+        server_name=naming.client_service_host(CLUSTER, namespace))
+
+    async def write():
+        async with EtcdMemberClient(member_endpoints(namespace, CLUSTER)[0], tls=user) as client:
+            await client.put(b"/backed-up/key", b"over-tls")
+    asyncio.run(write())
+    create_credentials_secret(substrate, namespace)
+    apply_backup(namespace, "tls-backup", {"clusterRef": {"name": CLUSTER},
+                                           "storage": s3_storage_spec(substrate, f"tests/{namespace}")})
+    wait_for(lambda: get_backup(namespace, "tls-backup")["status"].get("phase") == "Completed", 120,
+             what="the backup of the TLS cluster")
+    apply_restore(namespace, "tls-restore", {"source": {"backupRef": {"name": "tls-backup"}},
+                                             "target": {"newCluster": {"name": "secure-copy", "spec": {
+                                                 "size": 1, "storage": {"size": "1Gi"}}}}})
+    restore = wait_phase(namespace, "tls-restore", "Completed", timeout=240)
+    copy = wait_healthy(namespace, "secure-copy", 1)
+    assert copy["status"]["tls"]["transport"] == "https"
+    assert copy["status"]["members"][0]["peerURL"].startswith("https://")
+    assert restore["status"]["restoredRevision"] >= 1
+    with tempfile.TemporaryDirectory() as directory:
+        files = secret_files(namespace, "secure-copy-client-tls", pathlib.Path(directory))
+        urls = [naming.client_url("secure-copy", namespace, p["metadata"]["name"], tls=True)
+                for p in member_pods(namespace, "secure-copy")]
+        got = etcdctl(urls, files, "get", "/backed-up/key", "--print-value-only")
+    assert got.stdout.strip() == "over-tls", got.stderr
 
 
 class TLSLoad(_LoopThread):
