@@ -217,5 +217,8 @@ def tls_status(spec: ClusterSpec, observed: Observed, patch: dict[str, Any] | No
                     for kind, cert in sorted(observed.tls.certs.items()) if cert is not None and not cert.problem}
     status = {"transport": serving, "certificates": certificates, "rotation": rotation,
               "rotated": dict(observed.tls.rotated) or None}
+    # Absent rather than null, as the API server stores it (so an unchanged status is not
+    # written again); a null in this pass's patch still clears a finished rotation.
+    status = {k: v for k, v in status.items() if v is not None}
     status.update(patch)
     return status

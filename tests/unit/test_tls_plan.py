@@ -238,3 +238,12 @@ def test_a_requested_rotation_is_recorded_before_it_starts():
     assert isinstance(step, a.RecordRotation) and step.rotation.kind == "CA" and step.rotation.replaced == (CA_FP,)
     done = dataclasses.replace(seen, tls=dataclasses.replace(seen.tls, rotated={"Leaves": "l1", "CA": "r1"}))
     assert tls_plan.next_step(TLS_SPEC, done) is None
+
+
+def test_tls_status_has_no_nulls_unless_a_step_clears_a_field():
+    seen = running(tls_plan.HTTPS, good_certs())
+    status = tls_plan.tls_status(TLS_SPEC, seen, None)
+    assert None not in status.values() and status["transport"] == "https"
+    assert "fingerprint" in status["certificates"]["member"] and "tls.key" not in str(status)
+    cleared = tls_plan.tls_status(TLS_SPEC, seen, {"rotation": None, "rotated": {"CA": "r1"}})
+    assert cleared["rotation"] is None and cleared["rotated"] == {"CA": "r1"}
