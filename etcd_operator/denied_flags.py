@@ -46,7 +46,7 @@ GROUPS = (
         "|(peer|client)-cert-allowed-(cn|hostname)|(experimental-)?peer-skip-client-san-verification"
         "|self-signed-cert-validity|cipher-suites|tls-(min|max)-version",
         _PREFIX + "TLS flags (auto-tls, peer-auto-tls, *-cert-file, *-key-file, *trusted-ca-file, *-crl-file, "
-        "client-cert-auth, ...): TLS belongs to the operator, which sets http:// URLs and must reach every member"),
+        "client-cert-auth, ...): TLS belongs to the operator (spec.tls), which sets the URLs and certificates and must reach every member"),
     FlagGroup(
         "unsafe-.+|strict-reconfig-check|max-learners",
         _PREFIX + "unsafe-*, strict-reconfig-check or max-learners: they switch off etcd's own safety checks "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import time
 from typing import TYPE_CHECKING
@@ -25,6 +26,9 @@ DEFAULT_GRACE = 30
 FORCED_GRACE = 2  # the object is already gone (force deletion)
 STATUS_DEBOUNCE = 0.1
 TOKEN_REFRESH_CHECK = 30.0
+# How often Secret and ConfigMap volumes follow their sources (the kubelet's sync period,
+# shortened: nothing on this substrate needs to wait a minute for it).
+VOLUME_SYNC = float(os.environ.get("LOCALKUBE_VOLUME_SYNC_SECONDS", "5"))
 LIFECYCLE_SETTLE = 1.0  # an evicted pod's stopped runners finish on their own within this
 
 
@@ -157,7 +161,8 @@ class PodWorker:
         self._setup()
         self._lifecycle = asyncio.ensure_future(self._run_lifecycle())
         self._tasks = [asyncio.ensure_future(self._publish_status()),
-                       asyncio.ensure_future(self._refresh_tokens())]
+                       asyncio.ensure_future(self._refresh_tokens()),
+                       asyncio.ensure_future(self._sync_volumes())]
 
     def update(self, pod: dict) -> None:
         if pod["metadata"]["uid"] != self.uid:
@@ -290,6 +295,16 @@ class PodWorker:
                     log.info("%s: refreshed service-account tokens", self.describe())
                 except Exception as e:
                     log.warning("%s: token refresh failed: %s", self.describe(), e)
+
+    async def _sync_volumes(self) -> None:
+        while True:
+            await asyncio.sleep(VOLUME_SYNC)
+            if self.node.lost or not self.volumes.host_paths:
+                continue
+            try:
+                await self.volumes.refresh()
+            except Exception as e:  # a deleted Secret keeps the last files, as on a kubelet
+                log.debug("%s: volume sync: %s", self.describe(), e)
 
     # --- status -----------------------------------------------------------------------
 

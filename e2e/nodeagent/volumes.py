@@ -8,6 +8,7 @@ import logging
 import os
 import pathlib
 import shutil
+import time
 from urllib.parse import quote
 
 from nodeagent import fieldpaths, tokens
@@ -84,6 +85,14 @@ class PodVolumes:
         data = ConfigData(self.kube, self.namespace)
         for volume in self.volumes:
             self.host_paths[volume["name"]] = await self._prepare(volume, data)
+
+    async def refresh(self) -> None:
+        """Rewrites the Secret, ConfigMap, downward API and projected volumes from their
+        sources, as the kubelet's periodic sync does; each volume changes in one atomic step."""
+        data = ConfigData(self.kube, self.namespace)
+        for volume in self.volumes:
+            if any(kind in volume for kind in ALWAYS_READ_ONLY):
+                self.host_paths[volume["name"]] = await self._prepare(volume, data)
 
     async def _prepare(self, volume: dict, data: ConfigData) -> pathlib.Path:
         name = volume["name"]
@@ -239,24 +248,68 @@ def _host_path(source: dict) -> pathlib.Path:
     return path
 
 
+DATA_LINK = "..data"
+
+
 def _write_files(directory: pathlib.Path, files: dict[str, tuple[bytes, int]]) -> None:
-    """Makes `directory` hold exactly `files`; each file is replaced atomically."""
+    """Makes `directory` hold exactly `files`, the way the kubelet's atomic writer does: the
+    files live in a timestamped directory that the `..data` symlink points at, each visible
+    name is a symlink through `..data`, and a change swaps `..data` in one rename, so a
+    reader never sees a mix of old and new files (a certificate with another key)."""
     directory.mkdir(parents=True, exist_ok=True)
-    wanted = set()
+    link = directory / DATA_LINK
+    current = directory / os.readlink(link) if link.is_symlink() else None
+    if current is not None and _holds_exactly(current, files):
+        _link_names(directory, files)
+        return
+    version = directory / f"..{time.strftime('%Y_%m_%d_%H_%M_%S')}.{time.monotonic_ns()}"
+    version.mkdir()
     for rel, (content, mode) in files.items():
-        target = directory / rel
-        wanted.add(target)
-        wanted.update(p for p in target.parents if directory in p.parents)
+        target = version / rel
         target.parent.mkdir(parents=True, exist_ok=True)
-        if target.is_file() and target.read_bytes() == content and (target.stat().st_mode & 0o7777) == mode:
+        target.write_bytes(content)
+        target.chmod(mode)
+    staged = directory / "..data_tmp"
+    staged.unlink(missing_ok=True)
+    staged.symlink_to(version.name)
+    os.replace(staged, link)
+    _link_names(directory, files)
+    if current is not None and current.name != version.name:
+        shutil.rmtree(current, ignore_errors=True)
+
+
+def _holds_exactly(version: pathlib.Path, files: dict[str, tuple[bytes, int]]) -> bool:
+    present = {str(p.relative_to(version)) for p in version.rglob("*") if p.is_file()}
+    if present != set(files):
+        return False
+    return all((version / rel).read_bytes() == content and ((version / rel).stat().st_mode & 0o7777) == mode
+               for rel, (content, mode) in files.items())
+
+
+def _link_names(directory: pathlib.Path, files: dict[str, tuple[bytes, int]]) -> None:
+    """Top-level names point through ..data; names no longer in the volume go."""
+    tops = {pathlib.PurePosixPath(rel).parts[0] for rel in files}
+    for top in tops:
+        entry = directory / top
+        wanted = f"{DATA_LINK}/{top}"
+        if entry.is_symlink() and os.readlink(entry) == wanted:
             continue
-        tmp = target.with_name(f".{target.name}.tmp")
-        tmp.write_bytes(content)
-        tmp.chmod(mode)
-        os.replace(tmp, target)
-    for path in sorted(directory.rglob("*"), key=lambda p: len(p.parts), reverse=True):
-        if path not in wanted:
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path, ignore_errors=True)
+        staged = directory / f"..{top}.tmp"
+        staged.unlink(missing_ok=True)
+        staged.symlink_to(wanted)
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        os.replace(staged, entry)
+    current = os.readlink(directory / DATA_LINK)
+    for entry in directory.iterdir():
+        if entry.name.startswith(".."):
+            if entry.is_symlink() and entry.name != DATA_LINK:
+                entry.unlink(missing_ok=True)  # a staged link left by an interrupted write
+            elif entry.is_dir() and not entry.is_symlink() and entry.name != current:
+                shutil.rmtree(entry, ignore_errors=True)  # an older version
+            continue
+        if entry.name not in tops:
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
             else:
-                path.unlink(missing_ok=True)
+                entry.unlink(missing_ok=True)

@@ -19,6 +19,7 @@ from etcd_operator.backup.manifest import (MANIFEST_SUFFIX, Identity, Manifest, 
                                            snapshot_key)
 from etcd_operator.backup.source import SourceUnavailable, find_source
 from etcd_operator.backup.stream import SnapshotCorrupt, stream_to_s3
+from etcd_operator.cluster.tls_observer import operator_credentials
 from etcd_operator.durations import parse_duration
 from etcd_operator.etcd.client import EtcdError, EtcdMemberClient
 from etcd_operator.timefmt import now_text
@@ -163,7 +164,8 @@ class BackupRunner:
     async def _snapshot(self, storage: S3Storage, identity: Identity, spec: BackupSpec,
                         slot: str, key: str) -> Manifest:
         namespace, backup = identity.namespace, identity.backup
-        member, _ = await find_source(self.kube, namespace, spec.cluster)
+        member, cluster_body = await find_source(self.kube, namespace, spec.cluster)
+        tls = await operator_credentials(self.kube, cluster_body)
         started = now_text()
         clock_start = time.monotonic()
         last_report = [0.0]
@@ -174,13 +176,13 @@ class BackupRunner:
                 self.on_progress(sent, member.name)
                 faults.hit(faults.DURING_BACKUP_UPLOAD)
 
-        async with EtcdMemberClient(member.endpoint, timeout=10) as client:
+        async with EtcdMemberClient(member.endpoint, timeout=10, tls=tls) as client:
             status = await client.status()
             self.on_progress(0, member.name)
             upload = {"key": key, "uploadId": await storage.start_multipart(key)}
             self.pending_uploads.append(upload)
             await self.on_upload_started(list(self.pending_uploads))
-            stream = await asyncio.to_thread(SnapshotStream, member.endpoint)
+            stream = await asyncio.to_thread(SnapshotStream, member.endpoint, tls)
             result = await stream_to_s3(stream, storage, key, spec.part_size, spec.concurrency,
                                         on_progress=progress, upload_id=upload["uploadId"])
             self.pending_uploads.remove(upload)

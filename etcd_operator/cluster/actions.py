@@ -167,3 +167,42 @@ class FinishQuorumRecovery(Action):
 class AbandonQuorumRecovery(Action):
     """Call off a recorded recovery before the survivor was forced: quorum came back, or the
     survivor's data is gone."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordTransport(Action):
+    """Record in status, before any member exists, that this cluster serves TLS; a cluster
+    without the record and with members predates TLS and is plaintext."""
+
+    transport: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class IssueCertificate(Action):
+    """Create or renew one certificate Secret of the Managed issuer (certs.CertKind value)."""
+
+    certificate: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordRotation(Action):
+    """Record a certificate rotation's start or next phase in status.tls.rotation (None:
+    finished, and `finished` = (kind, request) is recorded as done)."""
+
+    rotation: object = None  # certs.Rotation | None
+    finished: tuple[str, str] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class UpdateCASecret(Action):
+    """A CA rotation's change to the Managed CA Secret: `add-next` (a new CA, trusted next to
+    the old), `promote-next` (the new CA signs), `drop-old` (only the new CA is trusted)."""
+
+    change: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class SyncTrustBundle(Action):
+    """Copy the CA Secret's trust bundle (ca.crt) into a leaf Secret; the leaf stays."""
+
+    certificate: str = ""

@@ -7,7 +7,7 @@ import json
 from typing import Any, Mapping
 
 from etcd_operator import pod_security
-from etcd_operator.cluster import naming
+from etcd_operator.cluster import certs, naming
 from etcd_operator.cluster.spec import MANAGED_FLAGS, ClusterSpec
 
 DATA_MOUNT = "/var/lib/etcd"
@@ -24,13 +24,15 @@ def _annotation_env(name: str, annotation: str) -> dict[str, Any]:
 
 
 def etcd_args(spec: ClusterSpec, cluster: str, namespace: str, member: str, token: str) -> list[str]:
+    tls = spec.tls.enabled
+    scheme = naming.scheme(tls)
     args = [
         f"--name={member}",
         f"--data-dir={DATA_DIR}",
-        f"--listen-client-urls=http://$(POD_IP):{naming.CLIENT_PORT}",
-        f"--advertise-client-urls={naming.client_url(cluster, namespace, member)}",
-        f"--listen-peer-urls=http://$(POD_IP):{naming.PEER_PORT}",
-        f"--initial-advertise-peer-urls={naming.peer_url(cluster, namespace, member)}",
+        f"--listen-client-urls={scheme}://$(POD_IP):{naming.CLIENT_PORT}",
+        f"--advertise-client-urls={naming.client_url(cluster, namespace, member, tls)}",
+        f"--listen-peer-urls={scheme}://$(POD_IP):{naming.PEER_PORT}",
+        f"--initial-advertise-peer-urls={naming.peer_url(cluster, namespace, member, tls)}",
         f"--listen-metrics-urls=http://$(POD_IP):{naming.METRICS_PORT}",
         # Read from pod annotations at every container start, so the operator can narrow
         # them once the member has joined (see ClusterActions.settle_member_pod).
@@ -48,8 +50,23 @@ def etcd_args(spec: ClusterSpec, cluster: str, namespace: str, member: str, toke
         "snapshot-count": spec.etcd.snapshot_count,
     }
     args += [f"--{flag}={value}" for flag, value in optional.items() if value is not None]
+    if tls:
+        args += tls_args()
     args += [f"--{flag}={value}" for flag, value in allowed_extra_args(spec)]
     return args
+
+
+def tls_args() -> list[str]:
+    """Client and peer TLS from the mounted member Secret, with client certificates required
+    on both. etcd reads the certificate files at each handshake, and the CAs at start."""
+    cert = f"{certs.MOUNT_DIR}/{certs.CERT_KEY}"
+    key = f"{certs.MOUNT_DIR}/{certs.PRIVATE_KEY_KEY}"
+    ca = f"{certs.MOUNT_DIR}/{certs.CA_KEY}"
+    return [
+        f"--cert-file={cert}", f"--key-file={key}", f"--trusted-ca-file={ca}", "--client-cert-auth=true",
+        f"--peer-cert-file={cert}", f"--peer-key-file={key}", f"--peer-trusted-ca-file={ca}",
+        "--peer-client-cert-auth=true",
+    ]
 
 
 def allowed_extra_args(spec: ClusterSpec) -> list[tuple[str, str]]:
@@ -67,6 +84,8 @@ def pod_spec_hash(spec: ClusterSpec) -> str:
                  spec.etcd.auto_compaction_retention, spec.etcd.heartbeat_interval_ms,
                  spec.etcd.election_timeout_ms, spec.etcd.snapshot_count, allowed_extra_args(spec)],
     }
+    if spec.tls.enabled:
+        relevant["tls"] = [spec.tls.issuer, spec.tls.member_secret, list(spec.tls.trusted)]
     return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -139,7 +158,8 @@ def member_pod(
             {"name": "peer", "containerPort": naming.PEER_PORT},
             {"name": "metrics", "containerPort": naming.METRICS_PORT},
         ],
-        "volumeMounts": [{"name": "data", "mountPath": DATA_MOUNT}],
+        "volumeMounts": [{"name": "data", "mountPath": DATA_MOUNT}]
+        + ([{"name": "tls", "mountPath": certs.MOUNT_DIR, "readOnly": True}] if spec.tls.enabled else []),
         "readinessProbe": _probe("/readyz", period=5, failures=3),
         "livenessProbe": _probe("/livez", period=10, failures=8),
         "startupProbe": _probe("/livez", period=5, failures=60),
@@ -153,7 +173,10 @@ def member_pod(
         "automountServiceAccountToken": False,
         "terminationGracePeriodSeconds": pod_settings.get("terminationGracePeriodSeconds", 30),
         "containers": [container],
-        "volumes": [data_volume],
+        "volumes": [data_volume] + ([{"name": "tls", "secret": {
+            "secretName": certs.secret_name(spec, cluster, certs.CertKind.MEMBER), "defaultMode": 0o400,
+            "items": [{"key": k, "path": k} for k in (certs.CERT_KEY, certs.PRIVATE_KEY_KEY, certs.CA_KEY)]}}]
+            if spec.tls.enabled else []),
         "affinity": pod_settings.get("affinity") or _default_affinity(cluster),
     }
     for key in ("nodeSelector", "tolerations", "priorityClassName"):

@@ -14,6 +14,8 @@ from etcd_operator.cluster.observed import Observed
 from etcd_operator.cluster.planner import plan
 from etcd_operator.cluster.spec import ClusterSpec, SpecProblem, spec_problems, version_change_problem
 from etcd_operator.cluster.status import cluster_conditions
+from etcd_operator.cluster import tls_plan
+from etcd_operator.cluster.certs import CertKind
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +43,11 @@ def effective_spec(spec: ClusterSpec, observed: Observed, problems: list[SpecPro
     reasons = {p.reason for p in problems}
     if reasons & {"VersionDowngrade", "MinorVersionSkip"} and observed.running_version:
         spec = dataclasses.replace(spec, version=observed.running_version)
+    tls_on = tls_plan.serves_tls(spec, observed)
+    member_cert = observed.tls.cert(CertKind.MEMBER) if tls_on else None
+    trusted = tuple(sorted(member_cert.trusted)) if member_cert and not member_cert.problem else ()
+    if tls_on != spec.tls.enabled or trusted != spec.tls.trusted:
+        spec = dataclasses.replace(spec, tls=dataclasses.replace(spec.tls, enabled=tls_on, trusted=trusted))
     if "StorageClassChange" in reasons:
         existing = sorted({p.storage_class for p in observed.pvcs.values() if p.storage_class})
         spec = dataclasses.replace(spec, storage=dataclasses.replace(spec.storage, storage_class=existing[0]))
@@ -50,7 +57,7 @@ def effective_spec(spec: ClusterSpec, observed: Observed, problems: list[SpecPro
 def decide(spec: ClusterSpec, observed: Observed) -> Decision:
     problems = spec_problems(spec)
     for problem in (version_change_problem(observed.running_version, spec.version),
-                    storage_class_problem(spec, observed)):
+                    storage_class_problem(spec, observed), tls_plan.transport_problem(spec, observed)):
         if problem:
             problems.append(problem)
     acting_spec = effective_spec(spec, observed, problems)

@@ -3,6 +3,8 @@ re-running it after a crash at any point converges to the same state."""
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import dataclasses
 import logging
 from typing import Any, Callable, Mapping
@@ -11,7 +13,8 @@ import kopf
 
 from etcd_operator import faults
 from etcd_operator.cluster import actions as a
-from etcd_operator.cluster import builders, naming, network_policy
+from etcd_operator.cluster import builders, certs, naming, network_policy, pki
+from etcd_operator.cluster.tls_observer import read_secret
 from etcd_operator.cluster.health import Health
 from etcd_operator.cluster.observed import Observed, Operation
 from etcd_operator.cluster.planner import QUORUM_RECOVERY, self_only_cluster
@@ -108,6 +111,11 @@ class ClusterExecutor:
             a.ForceNewCluster: self._force_new_cluster,
             a.FinishQuorumRecovery: self._finish_quorum_recovery,
             a.AbandonQuorumRecovery: self._abandon_quorum_recovery,
+            a.RecordTransport: self._record_transport,
+            a.IssueCertificate: self._issue_certificate,
+            a.RecordRotation: self._record_rotation,
+            a.UpdateCASecret: self._update_ca_secret,
+            a.SyncTrustBundle: self._sync_trust_bundle,
         }
 
     async def run(self, action: a.Action, spec: ClusterSpec, observed: Observed) -> Outcome:
@@ -134,7 +142,7 @@ class ClusterExecutor:
 
     async def _add_learner(self, action: a.AddLearner, spec, observed) -> None:
         leader = self._leader_client(observed)
-        peer = naming.peer_url(self.cluster, self.namespace, action.member)
+        peer = naming.peer_url(self.cluster, self.namespace, action.member, spec.tls.enabled)
         learner, members = await leader.add_learner([peer])
         self.post_event("Normal", "MemberAdded", f"Added {action.member} (id {learner.hex_id}) as a learner")
         faults.hit(faults.AFTER_MEMBER_ADD)
@@ -241,6 +249,58 @@ class ClusterExecutor:
     async def _abandon_quorum_recovery(self, action: a.AbandonQuorumRecovery, spec, observed) -> Outcome:
         self.post_event("Warning", "QuorumRecoveryAbandoned", f"Quorum recovery called off: {action.reason}")
         return Outcome(True, status_patch={"operation": None})
+
+    async def _record_transport(self, action: a.RecordTransport, spec, observed) -> Outcome:
+        return Outcome(True, status_patch={"tls": {"transport": action.transport}})
+
+    async def _issue_certificate(self, action: a.IssueCertificate, spec: ClusterSpec, observed) -> None:
+        kind = certs.CertKind(action.certificate)
+        request = certs.request_for(spec, self.cluster, self.namespace, kind)
+        name = certs.secret_name(spec, self.cluster, kind)
+        if kind == certs.CertKind.CA:
+            data = await asyncio.to_thread(pki.new_ca, request, observed.now)
+        else:
+            ca = await read_secret(self.kube, self.namespace, certs.secret_name(spec, self.cluster, certs.CertKind.CA))
+            if ca is None:
+                raise NotYet("the CA Secret is not readable yet")
+            previous = await read_secret(self.kube, self.namespace, name)
+            data = await asyncio.to_thread(pki.issue_leaf, request, ca, previous, observed.now)
+        await self._write_secret(name, data)
+        self.post_event("Normal", "CertificateIssued", f"Secret {name}: {action.reason}")
+
+    async def _write_secret(self, name: str, data: Mapping[str, bytes]) -> None:
+        secret = {
+            "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+            "metadata": {"name": name, "namespace": self.namespace, "labels": naming.selector_labels(self.cluster)},
+            "data": {k: base64.b64encode(v).decode() for k, v in data.items()},
+        }
+        await self.kube.apply(kube.SECRETS, self.namespace, self._owned(secret))
+
+    async def _record_rotation(self, action: a.RecordRotation, spec, observed) -> Outcome:
+        patch: dict[str, Any] = {"rotation": action.rotation.to_dict() if action.rotation else None}
+        if action.finished:
+            patch["rotated"] = {**observed.tls.rotated, action.finished[0]: action.finished[1]}
+        self.post_event("Normal", "CertificateRotation", action.reason)
+        return Outcome(True, status_patch={"tls": patch})
+
+    async def _update_ca_secret(self, action: a.UpdateCASecret, spec: ClusterSpec, observed) -> None:
+        name = certs.secret_name(spec, self.cluster, certs.CertKind.CA)
+        current = await read_secret(self.kube, self.namespace, name)
+        if current is None:
+            raise NotYet(f"the CA Secret {name} is not readable")
+        request = certs.request_for(spec, self.cluster, self.namespace, certs.CertKind.CA)
+        updated = await asyncio.to_thread(pki.change_ca, current, action.change, request, observed.now)
+        await self._write_secret(name, updated)
+        self.post_event("Normal", "CertificateRotation", f"Secret {name}: {action.reason}")
+
+    async def _sync_trust_bundle(self, action: a.SyncTrustBundle, spec: ClusterSpec, observed) -> None:
+        kind = certs.CertKind(action.certificate)
+        ca = await read_secret(self.kube, self.namespace, certs.secret_name(spec, self.cluster, certs.CertKind.CA))
+        name = certs.secret_name(spec, self.cluster, kind)
+        leaf = await read_secret(self.kube, self.namespace, name)
+        if ca is None or leaf is None:
+            raise NotYet("the CA or leaf Secret is not readable")
+        await self._write_secret(name, {**leaf, certs.CA_KEY: ca[certs.CA_KEY]})
 
     # --- children that are not members -----------------------------------------------
 

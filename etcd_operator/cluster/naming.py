@@ -20,6 +20,9 @@ ANNOTATION_FORCE_NEW_CLUSTER = f"{API_GROUP}/force-new-cluster"
 ANNOTATION_APPROVE_QUORUM_RECOVERY = f"{API_GROUP}/approve-quorum-recovery"
 ANNOTATION_RESTORE_IN_PROGRESS = f"{API_GROUP}/restore-in-progress"
 ANNOTATION_MIN_ORDINAL = f"{API_GROUP}/min-ordinal"
+# Set to any new value to request a rotation of the leaf certificates, or of the CA.
+ANNOTATION_ROTATE_CERTIFICATES = f"{API_GROUP}/rotate-certificates"
+ANNOTATION_ROTATE_CA = f"{API_GROUP}/rotate-ca"
 # Data of members left behind by a quorum recovery: kept, out of the cluster's selector.
 LABEL_SET_ASIDE_FROM = f"{API_GROUP}/set-aside-from-cluster"
 LABEL_SET_ASIDE_BY = f"{API_GROUP}/set-aside-by"
@@ -58,12 +61,20 @@ def member_host(cluster: str, namespace: str, member: str) -> str:
     return f"{member}.{peer_service(cluster)}.{namespace}.svc"
 
 
-def peer_url(cluster: str, namespace: str, member: str) -> str:
-    return f"http://{member_host(cluster, namespace, member)}:{PEER_PORT}"
+def scheme(tls: bool) -> str:
+    return "https" if tls else "http"
 
 
-def client_url(cluster: str, namespace: str, member: str) -> str:
-    return f"http://{member_host(cluster, namespace, member)}:{CLIENT_PORT}"
+def peer_url(cluster: str, namespace: str, member: str, tls: bool = False) -> str:
+    return f"{scheme(tls)}://{member_host(cluster, namespace, member)}:{PEER_PORT}"
+
+
+def client_url(cluster: str, namespace: str, member: str, tls: bool = False) -> str:
+    return f"{scheme(tls)}://{member_host(cluster, namespace, member)}:{CLIENT_PORT}"
+
+
+def client_service_host(cluster: str, namespace: str) -> str:
+    return f"{client_service(cluster)}.{namespace}.svc"
 
 
 def member_from_peer_url(cluster: str, namespace: str, url: str) -> str | None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from etcd_operator.cluster.certs import TLSView
+
 
 @dataclasses.dataclass(frozen=True)
 class Member:
@@ -136,3 +138,4 @@ class Observed:
     restoring: str | None = None  # the EtcdRestore that holds this cluster stopped
     min_ordinal: int = 0  # ordinals below this belong to data kept aside by an in-place restore
     recorded_cluster_id: int | None = None  # status.clusterID: answers from any other cluster are not trusted
+    tls: TLSView = dataclasses.field(default_factory=TLSView)  # recorded transport and certificate Secrets

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any, Mapping
 
 from etcd_operator.cluster import naming
 from etcd_operator.cluster.identity import member_list_sources, parse_hex_id, split_foreign
 from etcd_operator.cluster.timers import carry_timers
+from etcd_operator.cluster.tls_observer import observe_tls, served_certificates
 from etcd_operator.cluster.observed import EtcdView, Observed, Operation, PodView, PVCView
 from etcd_operator.etcd.client import EtcdError
 from etcd_operator.etcd.pool import EtcdClientPool
@@ -75,6 +77,8 @@ class ClusterObserver:
         pvcs = {p.name: p for p in map(pvc_view, pvcs_raw)}
         status = body.get("status") or {}
         recorded_cluster_id = parse_hex_id(status.get("clusterID"))
+        tls, credentials = await observe_tls(self.kube, body)
+        await self.etcd_clients.use_tls(credentials)
         etcd = await self.observe_etcd(pods, recorded_cluster_id)
         await self.etcd_clients.retain_only({e for e in map(member_endpoint, pods.values()) if e})
 
@@ -89,7 +93,11 @@ class ClusterObserver:
             restoring=(meta.get("annotations") or {}).get(naming.ANNOTATION_RESTORE_IN_PROGRESS),
             min_ordinal=int((meta.get("annotations") or {}).get(naming.ANNOTATION_MIN_ORDINAL) or 0),
             recorded_cluster_id=recorded_cluster_id,
+            tls=tls,
         )
+        if tls.rotation is not None:
+            observed = dataclasses.replace(observed, tls=dataclasses.replace(
+                tls, served=await served_certificates(pods, credentials)))
         observed = carry_timers(observed, status, self.quorum_loss_seen_since)
         self.quorum_loss_seen_since = observed.no_quorum_since
         return observed

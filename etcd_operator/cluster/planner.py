@@ -16,7 +16,7 @@ Invariants, each covered by tests/unit/test_cluster_planner.py and the fault sim
 from __future__ import annotations
 
 from etcd_operator.cluster import actions as a
-from etcd_operator.cluster import naming
+from etcd_operator.cluster import naming, tls_plan
 from etcd_operator.cluster.health import Health, HealthState, member_name, quorum_loss_evidence
 from etcd_operator.cluster.observed import Member, Observed
 from etcd_operator.cluster.spec import ClusterSpec
@@ -44,7 +44,7 @@ def initial_cluster(observed: Observed, members: tuple[Member, ...], joining: Me
 
 
 def self_only_cluster(observed: Observed, member: str) -> str:
-    return f"{member}={naming.peer_url(observed.cluster, observed.namespace, member)}"
+    return f"{member}={naming.peer_url(observed.cluster, observed.namespace, member, tls_plan.serves_tls_observed(observed))}"
 
 
 def removal_keeps_quorum(health: Health, member: Member) -> bool:
@@ -68,6 +68,9 @@ def plan(
 ) -> a.Action:
     if spec.paused:
         return a.Wait("reconciliation is paused (spec.paused)")
+    step = tls_plan.next_step(spec, observed)
+    if step:
+        return step
     if observed.restoring:
         return a.Wait(f"EtcdRestore {observed.restoring} is restoring this cluster")
     if observed.operation and observed.operation.kind == QUORUM_RECOVERY:

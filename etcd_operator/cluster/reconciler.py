@@ -15,6 +15,7 @@ from etcd_operator.cluster.health import HealthState
 from etcd_operator.cluster.observer import ClusterObserver
 from etcd_operator.cluster.spec import ClusterSpec
 from etcd_operator.cluster.status import build_status
+from etcd_operator.cluster import tls_plan
 from etcd_operator.etcd.pool import EtcdClientPool
 from etcd_operator.kube import client as kube
 
@@ -55,8 +56,12 @@ class ClusterReconciler:
 
         conditions = list(decision.conditions)
         self._post_transition_events(previous, conditions)
+        extra = dict(outcome.status_patch or {})
+        tls_status = tls_plan.tls_status(spec, observed, extra.get("tls"))
+        if tls_status:
+            extra["tls"] = tls_status
         status = build_status(spec, observed, health, action, conditions, previous, meta.get("generation", 0),
-                              extra=outcome.status_patch)
+                              extra=extra)
         if not isinstance(action, (a.Steady, a.Wait)) and outcome.done:
             metrics.reconcile_steps.labels(meta["namespace"], meta["name"], action.kind).inc()
         metrics.record_cluster(

@@ -57,6 +57,41 @@ class Defragmentation:
     min_fragmented_bytes: int
 
 
+ISSUER_MANAGED = "Managed"
+ISSUER_SECRETS = "Secrets"
+
+
+@dataclasses.dataclass(frozen=True)
+class TLSOptions:
+    """spec.tls. A spec without a tls block is plaintext: the API server defaults every stored
+    object to enabled, so only hand-built specs (unit tests, the simulator) lack it."""
+
+    enabled: bool = False
+    issuer: str = ISSUER_MANAGED
+    member_secret: str | None = None
+    operator_secret: str | None = None
+    certificate_lifetime: float = 90 * 24 * 3600.0
+    renew_at_fraction: float = 0.66
+    ca_lifetime: float = 10 * 365 * 24 * 3600.0
+    # Not from the user: fingerprints of the CAs in the members' trust bundle, set on the
+    # acting spec so that members restart (one at a time) when the bundle changes.
+    trusted: tuple[str, ...] = ()
+
+    @classmethod
+    def from_dict(cls, tls: Mapping[str, Any] | None) -> "TLSOptions":
+        if tls is None:
+            return cls()
+        return cls(
+            enabled=bool(tls.get("enabled", True)),
+            issuer=tls.get("issuer") or ISSUER_MANAGED,
+            member_secret=tls.get("memberSecretName"),
+            operator_secret=tls.get("operatorSecretName"),
+            certificate_lifetime=parse_duration(tls.get("certificateLifetime", "2160h")),
+            renew_at_fraction=float(tls.get("renewAtFraction", 0.66)),
+            ca_lifetime=parse_duration(tls.get("caLifetime", "87600h")),
+        )
+
+
 @dataclasses.dataclass(frozen=True)
 class ClusterSpec:
     size: int
@@ -69,6 +104,7 @@ class ClusterSpec:
     etcd: EtcdOptions
     recovery: Recovery
     defrag: Defragmentation
+    tls: TLSOptions = TLSOptions()
 
     @property
     def image(self) -> str:
@@ -119,6 +155,7 @@ class ClusterSpec:
                 min_fragmented_ratio=float(defrag.get("minFragmentedRatio", 0.5)),
                 min_fragmented_bytes=int(defrag.get("minFragmentedBytes", 64 * 1024 * 1024)),
             ),
+            tls=TLSOptions.from_dict(spec.get("tls")),
         )
 
 

@@ -6,7 +6,7 @@ from typing import Any, Mapping
 
 from etcd_operator import conditions as c
 from etcd_operator.cluster import actions as a
-from etcd_operator.cluster import naming
+from etcd_operator.cluster import naming, tls_plan
 from etcd_operator.cluster.health import Health, HealthState, member_name
 from etcd_operator.cluster.observed import Observed
 from etcd_operator.timefmt import format_time
@@ -31,6 +31,11 @@ PROGRESS_REASONS = {
     "ForceNewCluster": "RecoveringQuorum",
     "FinishQuorumRecovery": "RecoveringQuorum",
     "AbandonQuorumRecovery": "RecoveryAbandoned",
+    "RecordTransport": "Bootstrapping",
+    "IssueCertificate": "IssuingCertificate",
+    "RecordRotation": "RotatingCertificates",
+    "UpdateCASecret": "RotatingCertificates",
+    "SyncTrustBundle": "RotatingCertificates",
 }
 
 
@@ -144,7 +149,8 @@ def build_status(spec: ClusterSpec, observed: Observed, health: Health, action: 
         "readyMembers": sum(1 for m in health.voters if health.is_healthy(m)),
         "leader": (member_name(observed, leader) or leader.hex_id) if leader else "",
         "currentVersion": observed.running_version or previous.get("currentVersion", ""),
-        "clientURL": f"http://{naming.client_service(observed.cluster)}.{observed.namespace}.svc:{naming.CLIENT_PORT}",
+        "clientURL": f"{naming.scheme(tls_plan.serves_tls(spec, observed))}://{naming.client_service_host(observed.cluster, observed.namespace)}"
+                     f":{naming.CLIENT_PORT}",
         "noQuorumSince": format_time(observed.no_quorum_since) if observed.no_quorum_since else None,
         "conditions": c.merge(previous.get("conditions"), conditions, now, generation),
         "observedGeneration": generation,

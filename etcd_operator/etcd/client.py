@@ -6,6 +6,8 @@ its stubs directly; the channel is ours so that TLS can be added without forking
 
 from __future__ import annotations
 
+import dataclasses
+
 import grpc
 from aetcd import rpc
 
@@ -41,6 +43,28 @@ class EtcdError(Exception):
         return "unhealthy cluster" in self.detail
 
 
+@dataclasses.dataclass(frozen=True)
+class ClientTLS:
+    """The operator's client certificate for a TLS cluster. Members are dialled by pod IP
+    and their certificate is checked against `server_name`, a name every member's
+    certificate carries (the client Service's)."""
+
+    ca: bytes = dataclasses.field(repr=False)
+    cert: bytes = dataclasses.field(repr=False)
+    key: bytes = dataclasses.field(repr=False)
+    server_name: str = ""
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        return grpc.ssl_channel_credentials(root_certificates=self.ca, private_key=self.key,
+                                            certificate_chain=self.cert)
+
+    def options(self, options: list[tuple[str, object]]) -> list[tuple[str, object]]:
+        return [*options, ("grpc.ssl_target_name_override", self.server_name)]
+
+    def channel(self, endpoint: str, options: list[tuple[str, object]]) -> grpc.aio.Channel:
+        return grpc.aio.secure_channel(endpoint, self.credentials(), options=self.options(options))
+
+
 def _member(m) -> Member:
     return Member(
         id=m.ID,
@@ -54,17 +78,16 @@ def _member(m) -> Member:
 class EtcdMemberClient:
     """Talks to exactly one member, at `endpoint` ("host:port")."""
 
-    def __init__(self, endpoint: str, timeout: float = DEFAULT_TIMEOUT, guard: WriteGuard | None = None):
+    def __init__(self, endpoint: str, timeout: float = DEFAULT_TIMEOUT, guard: WriteGuard | None = None,
+                 tls: ClientTLS | None = None):
         self.endpoint = endpoint
         self.timeout = timeout
         self.guard = guard  # None: the process's write guard (leader election)
-        self._channel = grpc.aio.insecure_channel(
-            endpoint,
-            options=[
-                ("grpc.max_receive_message_length", SNAPSHOT_MESSAGE_BYTES),
-                ("grpc.enable_retries", 0),
-            ],
-        )
+        options = [
+            ("grpc.max_receive_message_length", SNAPSHOT_MESSAGE_BYTES),
+            ("grpc.enable_retries", 0),
+        ]
+        self._channel = tls.channel(endpoint, options) if tls else grpc.aio.insecure_channel(endpoint, options=options)
         self._cluster = rpc.ClusterStub(self._channel)
         self._maintenance = rpc.MaintenanceStub(self._channel)
         self._kv = rpc.KVStub(self._channel)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from etcd_operator.etcd.client import EtcdMemberClient
+from etcd_operator.etcd.client import ClientTLS, EtcdMemberClient
 from etcd_operator.leadership import WriteGuard
 
 
@@ -11,11 +11,19 @@ class EtcdClientPool:
         self._clients: dict[str, EtcdMemberClient] = {}
         self._timeout = timeout
         self._guard = guard  # None: the process's write guard (leader election)
+        self._tls: ClientTLS | None = None
+
+    async def use_tls(self, tls: ClientTLS | None) -> None:
+        """Dial with these credentials (None: plaintext); open channels that use others close."""
+        if tls != self._tls:
+            self._tls = tls
+            await self.close()
 
     def get(self, endpoint: str) -> EtcdMemberClient:
         client = self._clients.get(endpoint)
         if client is None:
-            client = self._clients[endpoint] = EtcdMemberClient(endpoint, timeout=self._timeout, guard=self._guard)
+            client = self._clients[endpoint] = EtcdMemberClient(endpoint, timeout=self._timeout, guard=self._guard,
+                                                                     tls=self._tls)
         return client
 
     async def retain_only(self, endpoints: set[str]) -> None:

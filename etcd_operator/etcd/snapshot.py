@@ -13,7 +13,7 @@ import grpc
 import grpc.experimental
 from aetcd import rpc
 
-from etcd_operator.etcd.client import SNAPSHOT_MESSAGE_BYTES, EtcdError
+from etcd_operator.etcd.client import SNAPSHOT_MESSAGE_BYTES, ClientTLS, EtcdError
 
 SNAPSHOT_DEADLINE = 6 * 3600.0  # a very large database; stalls are caught by an idle timer
 STREAM_WINDOW_BYTES = 1 << 20
@@ -28,9 +28,10 @@ CHANNEL_OPTIONS = [
 class SnapshotStream:
     """Iterates the snapshot's bytes; `cancel()` may be called from any thread."""
 
-    def __init__(self, endpoint: str):
+    def __init__(self, endpoint: str, tls: ClientTLS | None = None):
         self.endpoint = endpoint
-        self._channel = grpc.insecure_channel(endpoint, options=CHANNEL_OPTIONS)
+        self._channel = (grpc.secure_channel(endpoint, tls.credentials(), options=tls.options(CHANNEL_OPTIONS))
+                         if tls else grpc.insecure_channel(endpoint, options=CHANNEL_OPTIONS))
         self._call = rpc.MaintenanceStub(self._channel).Snapshot(rpc.SnapshotRequest(), timeout=SNAPSHOT_DEADLINE)
 
     def __iter__(self) -> Iterator[bytes]:

@@ -98,8 +98,9 @@ def restore_pod(
     source: Mapping[str, Any],
     key: str,
     sha256: str,
+    tls: bool = False,
 ) -> dict[str, Any]:
-    peer = naming.peer_url(cluster, namespace, member)
+    peer = naming.peer_url(cluster, namespace, member, tls)
     volumes: list[dict[str, Any]] = [{"name": "data", "persistentVolumeClaim": {"claimName": naming.pvc_name(member)}}]
     mounts: list[dict[str, Any]] = [{"name": "data", "mountPath": cluster_builders.DATA_MOUNT}]
     fetch_mounts = list(mounts)

@@ -187,7 +187,8 @@ class RestoreExecutor:
         cluster = observed.cluster
         manifest = builders.restore_pod(
             self.name, self.namespace, cluster.name, step.member, cluster.uid, cluster.spec.image,
-            self.operator_image, s3, status.source_key, status.sha256)
+            self.operator_image, s3, status.source_key, status.sha256,
+            tls=cluster.transport == "https" if cluster.transport else cluster.spec.tls.enabled)
         kopf.adopt(manifest, owner=dict(self.body))
         try:
             await self.kube.create(kube.PODS, self.namespace, manifest)

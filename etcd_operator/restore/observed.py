@@ -98,6 +98,7 @@ class TargetCluster:
     available: bool
     ready_members: int
     cluster_id: str | None
+    transport: str | None = None      # status.tls.transport: http or https, once the cluster recorded it
 
 
 @dataclasses.dataclass(frozen=True)

@@ -56,6 +56,7 @@ def target_cluster(obj: Mapping[str, Any]) -> TargetCluster:
         available=(c.find(status.get("conditions"), "Available") or {}).get("status") == "True",
         ready_members=int(status.get("readyMembers") or 0),
         cluster_id=status.get("clusterID"),
+        transport=(status.get("tls") or {}).get("transport"),
     )
 
 

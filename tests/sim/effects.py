@@ -212,6 +212,14 @@ HANDLERS: dict[type, Callable] = {
     a.ForceNewCluster: do_force_new_cluster,
     a.FinishQuorumRecovery: do_finish_recovery,
     a.AbandonQuorumRecovery: do_finish_recovery,  # both clear status.operation
+    # Certificates and status.tls are not modelled: the simulated clusters are plaintext
+    # (a hand-built Observed records transport http), so the planner never asks for these;
+    # tests/unit/test_tls_plan.py covers their decisions and tests/substrate/test_tls.py their effects.
+    a.RecordTransport: do_nothing,
+    a.IssueCertificate: do_nothing,
+    a.RecordRotation: do_nothing,
+    a.UpdateCASecret: do_nothing,
+    a.SyncTrustBundle: do_nothing,
 }
 
 # Actions that take two requests: the operator may die between them.

@@ -471,6 +471,26 @@ def test_secret_and_configmap_volumes(substrate, kube_api, namespace):
             "config=readonly"} <= lines, lines
 
 
+def test_a_secret_update_reaches_a_running_pod_in_one_step(substrate, kube_api, namespace):
+    """As on a kubelet: the files follow the Secret, and change together (the ..data swap)."""
+    api = core(kube_api)
+    def secret(version: str) -> dict:
+        return {"metadata": {"name": "pair"}, "data": {k: base64.b64encode(f"{k}-{version}".encode()).decode()
+                                                       for k in ("tls.crt", "tls.key")}}
+    api.create_namespaced_secret(namespace, secret("v1"))
+    create_pod(kube_api, namespace, pod_manifest("follower", [
+        container("c", "exec sleep 3600", volumeMounts=[mount("pair", "/etc/pair")]),
+    ], volumes=[{"name": "pair", "secret": {"secretName": "pair"}}]))
+    uid = wait_ready(kube_api, namespace, "follower")["metadata"]["uid"]
+    volume = Paths(substrate.state_dir).volume_dir(uid, "pair")
+    assert (volume / "tls.crt").read_text() == "tls.crt-v1"
+    first = os.readlink(volume / "..data")
+    api.replace_namespaced_secret("pair", namespace, secret("v2"))
+    wait_until(lambda: (volume / "tls.key").read_text() == "tls.key-v2", 30, what="the Secret update in the volume")
+    assert (volume / "tls.crt").read_text() == "tls.crt-v2"
+    assert os.readlink(volume / "tls.crt") == "..data/tls.crt" and os.readlink(volume / "..data") != first
+
+
 def test_empty_dir_is_removed_with_the_pod(substrate, kube_api, namespace):
     create_pod(kube_api, namespace, pod_manifest("scratch", [
         container("c", "echo data > /scratch/file; exec sleep 3600", volumeMounts=[mount("scratch", "/scratch")]),

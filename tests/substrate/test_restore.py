@@ -11,7 +11,7 @@ from etcd_operator.cluster import naming
 from localkube import controlplane
 from tests.substrate.test_backup import apply_backup, fill, get_backup
 from tests.substrate.test_cluster import etcdctl, read_prefix
-from tests.support.clusters import (FAST_RECOVERY, apply_cluster, events, get_cluster, member_endpoints,
+from tests.support.clusters import (FAST_RECOVERY, PLAINTEXT, apply_cluster, events, get_cluster, member_endpoints,
                                     member_pods, wait_healthy)
 from tests.support.kubectl import kubectl, kubectl_json
 from tests.support.operator_process import OperatorProcess
@@ -66,7 +66,7 @@ def assert_holds_exactly_the_backup(namespace: str, cluster: str) -> None:
 
 def test_round_trip_into_a_new_cluster(namespace, backed_up):
     apply_restore(namespace, "r1", {"source": {"backupRef": {"name": "nightly"}},
-                                    "target": {"newCluster": {"name": "copy", "spec": {"size": 3,
+                                    "target": {"newCluster": {"name": "copy", "spec": {**PLAINTEXT, "size": 3,
                                                                                        "storage": {"size": "1Gi"}}}}})
     restore = wait_phase(namespace, "r1", "Completed", timeout=400)
     status = restore["status"]
@@ -142,7 +142,7 @@ def test_operator_killed_mid_restore_resumes_without_restoring_twice(substrate, 
     operator.stop()
     faulty = OperatorProcess(substrate, namespace).start(faults="during-restore")
     apply_restore(namespace, "once", {"source": {"backupRef": {"name": "nightly"}},
-                                      "target": {"newCluster": {"name": "again", "spec": {"size": 1,
+                                      "target": {"newCluster": {"name": "again", "spec": {**PLAINTEXT, "size": 1,
                                                                                           "storage": {"size": "1Gi"}}}}})
     assert faulty.wait_exit(180) == 86
     kubectl_json("get", "pod", "once-seed", "-n", namespace)  # the killed operator had created it
@@ -159,7 +159,7 @@ def test_operator_killed_mid_restore_resumes_without_restoring_twice(substrate, 
     assert len(read_prefix(member_endpoints(namespace, "again"), "/a/")) == 200
     # Re-applying the finished restore does nothing.
     apply_restore(namespace, "once", {"source": {"backupRef": {"name": "nightly"}},
-                                      "target": {"newCluster": {"name": "again", "spec": {"size": 1,
+                                      "target": {"newCluster": {"name": "again", "spec": {**PLAINTEXT, "size": 1,
                                                                                           "storage": {"size": "1Gi"}}}}})
     assert get_restore(namespace, "once")["status"]["phase"] == "Completed"
     assert [e["reason"] for e in events(namespace, "once")].count("SnapshotRestored") == 1

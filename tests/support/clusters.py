@@ -12,7 +12,13 @@ GROUP = "etcd.operator.dev/v1alpha1"
 FAST_RECOVERY = {"memberUnhealthyTimeout": "30s", "quorumLossTimeout": "15s"}
 
 
+# The scenario tests talk plaintext to members (probes, etcdctl, the acked writer); they ask
+# for plaintext clusters unless the spec says otherwise. TLS clusters: tests/substrate/test_tls.py.
+PLAINTEXT = {"tls": {"enabled": False}}
+
+
 def apply_cluster(namespace: str, name: str, spec: dict) -> None:
+    spec = {**PLAINTEXT, **spec}
     manifest = {"apiVersion": GROUP, "kind": "EtcdCluster",
                 "metadata": {"name": name, "namespace": namespace}, "spec": spec}
     kubectl("apply", "-f", "-", input=json.dumps(manifest))

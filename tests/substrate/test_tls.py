@@ -1,0 +1,352 @@
+"""TLS clusters on the substrate, sharing one 3-member cluster: only clients with a
+certificate from the cluster's CA get in; etcdctl works with <cluster>-client-tls; a second
+kube-apiserver stores its data in the cluster over TLS; a plaintext cluster is left alone
+when spec.tls is turned on."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import pathlib
+import subprocess
+import tempfile
+import time
+import uuid
+
+import pytest
+
+from conftest import release_finalizers
+from etcd_operator.cluster import certs, naming, pki
+from etcd_operator.cluster.spec import ClusterSpec
+from etcd_operator.etcd.client import ClientTLS, EtcdError, EtcdMemberClient
+from localkube import controlplane
+from localkube import layout as localkube_layout
+from tests.support.clusters import apply_cluster, condition, get_cluster, member_endpoints, member_pods, patch_spec
+from tests.support.clusters import wait_condition, wait_healthy
+from tests.support.etcd_probes import _LoopThread
+from tests.support.etcd_process import free_port
+from tests.support.kubectl import kubectl, kubectl_json
+from tests.support.s3 import create_credentials_secret, s3_storage_spec
+from tests.substrate.test_backup import apply_backup, get_backup
+from tests.substrate.test_restore import apply_restore, wait_phase
+from tests.support.operator_process import OperatorProcess
+from tests.support.waiting import wait_for
+
+pytestmark = pytest.mark.substrate
+
+CLUSTER = "secure"
+
+
+@pytest.fixture(scope="module")
+def tls_namespace(substrate, kube_api):
+    name = f"t-tls-{uuid.uuid4().hex[:5]}"
+    kubectl("create", "namespace", name)
+    operator = OperatorProcess(substrate, name).start()
+    yield name
+    operator.stop()
+    kubectl("delete", "namespace", name, "--wait=false")
+    release_finalizers(kube_api, name)
+
+
+@pytest.fixture(scope="module")
+def tls_cluster(tls_namespace):
+    """A 3-member cluster with TLS as the CRD defaults it: on, Managed issuer."""
+    apply_cluster(tls_namespace, CLUSTER, {"size": 3, "storage": {"size": "1Gi"}, "tls": {}})
+    wait_healthy(tls_namespace, CLUSTER, 3, timeout=300)
+    return tls_namespace
+
+
+def secret_files(namespace: str, name: str, directory) -> dict[str, str]:
+    data = kubectl_json("get", "secret", name, "-n", namespace)["data"]
+    paths = {}
+    for key in (certs.CERT_KEY, certs.PRIVATE_KEY_KEY, certs.CA_KEY):
+        path = directory / f"{name}-{key}"
+        path.write_bytes(base64.b64decode(data[key]))
+        path.chmod(0o600)
+        paths[key] = str(path)
+    return paths
+
+
+def secret_bytes(namespace: str, name: str) -> dict[str, bytes]:
+    data = kubectl_json("get", "secret", name, "-n", namespace)["data"]
+    return {k: base64.b64decode(v) for k, v in data.items()}
+
+
+def member_urls(namespace: str) -> list[str]:
+    return sorted(naming.client_url(CLUSTER, namespace, p["metadata"]["name"], tls=True)
+                  for p in member_pods(namespace, CLUSTER))
+
+
+def etcdctl(urls: list[str], files: dict[str, str] | None, *args: str) -> subprocess.CompletedProcess:
+    binary = localkube_layout.testbin_dir() / "etcd-3.6" / "etcdctl"
+    tls = [f"--cacert={files[certs.CA_KEY]}", f"--cert={files[certs.CERT_KEY]}",
+           f"--key={files[certs.PRIVATE_KEY_KEY]}"] if files else []
+    return subprocess.run([str(binary), f"--endpoints={','.join(urls)}", "--command-timeout=5s",
+                           "--dial-timeout=3s", *tls, *args], capture_output=True, text=True, timeout=30)
+
+
+def status_with(endpoint: str, tls: ClientTLS | None):
+    async def call():
+        async with EtcdMemberClient(endpoint, timeout=3, tls=tls) as client:
+            return await client.status()
+    return asyncio.run(call())
+
+
+def test_tls_cluster_accepts_only_its_own_client_certificates(tls_cluster, tmp_path):
+    namespace = tls_cluster
+    status = get_cluster(namespace, CLUSTER)["status"]
+    assert status["tls"]["transport"] == "https"
+    assert status["clientURL"].startswith("https://")
+    assert all(m["peerURL"].startswith("https://") and m["clientURL"].startswith("https://")
+               for m in status["members"])
+    endpoint = member_endpoints(namespace, CLUSTER)[0]
+    own = secret_bytes(namespace, certs.secret_name(ClusterSpec.from_dict({"tls": {}}), CLUSTER,
+                                                    certs.CertKind.OPERATOR))
+    server_name = naming.client_service_host(CLUSTER, namespace)
+    # The operator's own certificate gets in (the control case for the two refusals below).
+    assert status_with(endpoint, ClientTLS(own["ca.crt"], own["tls.crt"], own["tls.key"], server_name)).version
+
+    with pytest.raises(EtcdError) as plaintext:
+        status_with(endpoint, None)
+    assert plaintext.value.unavailable
+
+    spec = ClusterSpec.from_dict({"tls": {}})
+    now = time.time()
+    other_ca = pki.new_ca(certs.request_for(spec, "other", namespace, certs.CertKind.CA), now)
+    foreign = pki.issue_leaf(certs.request_for(spec, "other", namespace, certs.CertKind.OPERATOR), other_ca, None, now)
+    with pytest.raises(EtcdError) as wrong_ca:
+        status_with(endpoint, ClientTLS(own["ca.crt"], foreign["tls.crt"], foreign["tls.key"], server_name))
+    assert wrong_ca.value.unavailable
+
+    user = secret_files(namespace, f"{CLUSTER}-client-tls", tmp_path)
+    urls = member_urls(namespace)
+    put = etcdctl(urls, user, "put", "/tls/hello", "world")
+    assert put.returncode == 0, put.stderr
+    got = etcdctl(urls, user, "get", "/tls/hello", "--print-value-only")
+    assert got.stdout.strip() == "world", got.stderr
+    refused = etcdctl([u.replace("https://", "http://") for u in urls], None, "get", "/tls/hello")
+    assert refused.returncode != 0
+
+
+def test_kube_apiserver_stores_in_the_tls_cluster(tls_cluster, substrate, tmp_path):
+    namespace = tls_cluster
+    spec = ClusterSpec.from_dict({"tls": {}})
+    files = secret_files(namespace, certs.secret_name(spec, CLUSTER, certs.CertKind.OPERATOR), tmp_path)
+    port = free_port()
+    argv = [a for a in controlplane._apiserver_argv(substrate)
+            if not a.startswith(("--etcd-servers=", "--secure-port="))]
+    argv += [f"--etcd-servers={','.join(member_urls(namespace))}", f"--secure-port={port}",
+             f"--etcd-cafile={files[certs.CA_KEY]}", f"--etcd-certfile={files[certs.CERT_KEY]}",
+             f"--etcd-keyfile={files[certs.PRIVATE_KEY_KEY]}", f"--cert-dir={tmp_path / 'certs'}"]
+    log = open(substrate.logs_dir / f"apiserver-on-{namespace}.log", "wb")
+    process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        url = f"https://127.0.0.1:{port}"
+        context = controlplane.admin_ssl_context(substrate)
+        wait_for(lambda: process.poll() is not None or controlplane._http_ok(f"{url}/readyz", context, b"ok"),
+                 120, what="the second kube-apiserver to be ready")
+        assert process.poll() is None, (substrate.logs_dir / f"apiserver-on-{namespace}.log").read_text()[-2000:]
+        config = json.loads(kubectl("config", "view", "--raw", "-o", "json").stdout)
+        for c in config["clusters"]:
+            c["cluster"]["server"] = url
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(json.dumps(config))
+        env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+        run = lambda *args: subprocess.run(["kubectl", *args], env=env, capture_output=True, text=True, timeout=30)
+        created = run("create", "configmap", "stored-over-tls", "-n", "default", "--from-literal=k=v")
+        assert created.returncode == 0, created.stderr
+        read = run("get", "configmap", "stored-over-tls", "-n", "default", "-o", "jsonpath={.data.k}")
+        assert read.stdout == "v", read.stderr
+    finally:
+        os.killpg(process.pid, 15)
+        process.wait(30)
+        log.close()
+    user = secret_files(namespace, f"{CLUSTER}-client-tls", tmp_path)
+    keys = etcdctl(member_urls(namespace), user, "get", "/registry/configmaps/default/stored-over-tls",
+                   "--keys-only")
+    assert "stored-over-tls" in keys.stdout, keys.stderr
+
+
+def test_plaintext_cluster_is_left_alone_when_tls_is_turned_on(tls_namespace):
+    namespace, name = tls_namespace, "plain"
+    apply_cluster(namespace, name, {"size": 1, "storage": {"emptyDir": {}}})  # plaintext, see PLAINTEXT
+    before = wait_healthy(namespace, name, 1)
+    assert before["status"]["tls"]["transport"] == "http"
+    pod_uids = {p["metadata"]["uid"] for p in member_pods(namespace, name)}
+
+    patch_spec(namespace, name, {"tls": {"enabled": True}})
+    refused = wait_condition(namespace, name, "SpecAccepted", "False")
+    assert condition(refused, "SpecAccepted")["reason"] == "TLSMigrationUnsupported"
+    after = wait_for(lambda: (obj := get_cluster(namespace, name))["status"].get("observedGeneration")
+                     == obj["metadata"]["generation"] and obj, 60, what="the refused generation observed")
+    assert after["status"]["tls"]["transport"] == "http"
+    assert {p["metadata"]["uid"] for p in member_pods(namespace, name)} == pod_uids
+    assert status_with(member_endpoints(namespace, name)[0], None).version
+
+
+def test_backup_and_restore_of_a_tls_cluster(tls_cluster, substrate):
+    """The snapshot streams over TLS with the operator's certificate; the restored cluster is
+    a TLS cluster whose seeded member advertises https peer URLs."""
+    namespace = tls_cluster
+    user = ClientTLS(**{k: v for k, v in zip(("ca", "cert", "key"), (
+        lambda d: (d["ca.crt"], d["tls.crt"], d["tls.key"]))(secret_bytes(namespace, f"{CLUSTER}-client-tls")))},
+        server_name=naming.client_service_host(CLUSTER, namespace))
+
+    async def write():
+        async with EtcdMemberClient(member_endpoints(namespace, CLUSTER)[0], tls=user) as client:
+            await client.put(b"/backed-up/key", b"over-tls")
+    asyncio.run(write())
+    create_credentials_secret(substrate, namespace)
+    apply_backup(namespace, "tls-backup", {"clusterRef": {"name": CLUSTER},
+                                           "storage": s3_storage_spec(substrate, f"tests/{namespace}")})
+    wait_for(lambda: get_backup(namespace, "tls-backup")["status"].get("phase") == "Completed", 120,
+             what="the backup of the TLS cluster")
+    apply_restore(namespace, "tls-restore", {"source": {"backupRef": {"name": "tls-backup"}},
+                                             "target": {"newCluster": {"name": "secure-copy", "spec": {
+                                                 "size": 1, "storage": {"size": "1Gi"}}}}})
+    restore = wait_phase(namespace, "tls-restore", "Completed", timeout=240)
+    copy = wait_healthy(namespace, "secure-copy", 1)
+    assert copy["status"]["tls"]["transport"] == "https"
+    assert copy["status"]["members"][0]["peerURL"].startswith("https://")
+    assert restore["status"]["restoredRevision"] >= 1
+    with tempfile.TemporaryDirectory() as directory:
+        files = secret_files(namespace, "secure-copy-client-tls", pathlib.Path(directory))
+        urls = [naming.client_url("secure-copy", namespace, p["metadata"]["name"], tls=True)
+                for p in member_pods(namespace, "secure-copy")]
+        got = etcdctl(urls, files, "get", "/backed-up/key", "--print-value-only")
+    assert got.stdout.strip() == "over-tls", got.stderr
+
+
+class TLSLoad(_LoopThread):
+    """Puts and gets against every member, as a client with the user certificate would:
+    credentials re-read when their Secret changes, and a request that a member cannot
+    serve (it is restarting, or lost leadership) retried on the next member, within a
+    deadline. A request counts as failed when no member served it in time, and any TLS
+    handshake error counts as failed whether or not a retry succeeded."""
+
+    DEADLINE = 15.0
+
+    def __init__(self, namespace: str):
+        super().__init__()
+        self.namespace = namespace
+        self.ok = self.failed = self.retried = 0
+        self.failures: list[str] = []
+
+    def _credentials(self) -> ClientTLS:
+        data = secret_bytes(self.namespace, f"{CLUSTER}-client-tls")
+        return ClientTLS(data["ca.crt"], data["tls.crt"], data["tls.key"],
+                         naming.client_service_host(CLUSTER, self.namespace))
+
+    async def main(self) -> None:
+        clients: dict[str, EtcdMemberClient] = {}
+        credentials, endpoints, refreshed, n = None, [], 0.0, 0
+        try:
+            while not self.stopping:
+                if time.monotonic() - refreshed > 1.0:
+                    fresh = await asyncio.to_thread(self._credentials)
+                    endpoints = await asyncio.to_thread(member_endpoints, self.namespace, CLUSTER) or endpoints
+                    refreshed = time.monotonic()
+                    if fresh != credentials:
+                        credentials = fresh
+                        for client in clients.values():
+                            await client.close()
+                        clients.clear()
+                n += 1
+                await self._request(clients, endpoints, credentials, n)
+                await asyncio.sleep(0.02)
+        finally:
+            for client in clients.values():
+                await client.close()
+
+    async def _request(self, clients, endpoints, credentials, n: int) -> None:
+        key, value = f"/load/{n % 64}".encode(), str(n).encode()
+        started, attempt = time.monotonic(), 0
+        while True:
+            endpoint = endpoints[(n + attempt) % len(endpoints)]
+            client = clients.get(endpoint) or clients.setdefault(
+                endpoint, EtcdMemberClient(endpoint, timeout=3.0, tls=credentials))
+            try:
+                await client.put(key, value)
+                if await client.get(key) != value:
+                    raise AssertionError(f"read back a different value for {key!r}")
+                self.ok += 1
+                return
+            except EtcdError as e:
+                if any(word in e.detail.lower() for word in ("ssl", "handshake", "certificate", "tls")):
+                    self.failed += 1
+                    self.failures.append(f"TLS: {e}")
+                if not e.unavailable or time.monotonic() - started > self.DEADLINE:
+                    self.failed += 1
+                    self.failures.append(str(e))
+                    return
+                self.retried += 1
+                attempt += 1
+                await asyncio.sleep(0.1)
+
+
+def served_fingerprint(host: str, port: int, tls: ClientTLS) -> str:
+    import hashlib
+    import ssl
+    import socket
+    context = ssl.create_default_context(cadata=tls.ca.decode())
+    directory = __import__("tempfile").mkdtemp()
+    cert, key = f"{directory}/c", f"{directory}/k"
+    open(cert, "wb").write(tls.cert)
+    open(key, "wb").write(tls.key)
+    context.load_cert_chain(cert, key)
+    with socket.create_connection((host, port), timeout=5) as raw:
+        with context.wrap_socket(raw, server_hostname=tls.server_name) as conn:
+            return hashlib.sha256(conn.getpeercert(binary_form=True)).hexdigest()
+
+
+def operator_tls(namespace: str) -> ClientTLS:
+    data = secret_bytes(namespace, f"{CLUSTER}-operator-tls")
+    return ClientTLS(data["ca.crt"], data["tls.crt"], data["tls.key"], naming.client_service_host(CLUSTER, namespace))
+
+
+def rotated(namespace: str, kind: str, request: str) -> dict | None:
+    obj = get_cluster(namespace, CLUSTER)
+    return obj if ((obj.get("status") or {}).get("tls") or {}).get("rotated", {}).get(kind) == request else None
+
+
+def test_leaf_then_ca_rotation_under_load_fails_no_request(tls_cluster):
+    namespace = tls_cluster
+    wait_healthy(namespace, CLUSTER, 3)
+    pods_before = {p["metadata"]["name"]: p["metadata"]["uid"] for p in member_pods(namespace, CLUSTER)}
+    old_member = pki.describe(secret_bytes(namespace, f"{CLUSTER}-member-tls"))
+    old_ca = pki.describe(secret_bytes(namespace, f"{CLUSTER}-ca"))
+    load = TLSLoad(namespace).start()
+    try:
+        wait_for(lambda: load.ok >= 20, 60, what="the load to get going")
+
+        # Leaves: renewed in place; etcd serves the new certificate on new client and peer
+        # connections without a restart.
+        kubectl("annotate", "etcdcluster", CLUSTER, "-n", namespace, f"{naming.ANNOTATION_ROTATE_CERTIFICATES}=leaves-1")
+        wait_for(lambda: rotated(namespace, "Leaves", "leaves-1"), 120, what="the leaf rotation to finish")
+        new_member = pki.describe(secret_bytes(namespace, f"{CLUSTER}-member-tls"))
+        assert new_member.fingerprint != old_member.fingerprint
+        tls = operator_tls(namespace)
+        for pod in member_pods(namespace, CLUSTER):
+            for port in (naming.CLIENT_PORT, naming.PEER_PORT):
+                assert served_fingerprint(pod["status"]["podIP"], port, tls) == new_member.fingerprint, (pod, port)
+        assert {p["metadata"]["name"]: p["metadata"]["uid"] for p in member_pods(namespace, CLUSTER)} == pods_before
+        leaf_phase = (load.ok, load.failed, load.retried)
+
+        # CA: trust both, issue from the new, drop the old; members restarted one at a time.
+        kubectl("annotate", "etcdcluster", CLUSTER, "-n", namespace, f"{naming.ANNOTATION_ROTATE_CA}=ca-1")
+        wait_for(lambda: rotated(namespace, "CA", "ca-1"), 300, interval=2.0, what="the CA rotation to finish")
+        wait_healthy(namespace, CLUSTER, 3)
+        wait_for(lambda: load.ok >= leaf_phase[0] + 20, 60, what="the load to go on after the rotation")
+    finally:
+        load.stop()
+    print(f"load: {load.ok} requests served, {load.failed} failed, {load.retried} retried on another member; "
+          f"after the leaf rotation: {leaf_phase}")
+    assert load.failed == 0, load.failures[:5]
+    ca = pki.describe(secret_bytes(namespace, f"{CLUSTER}-ca"))
+    assert ca.fingerprint != old_ca.fingerprint and ca.trusted == (ca.fingerprint,)
+    for kind in ("member", "operator", "client"):
+        leaf = pki.describe(secret_bytes(namespace, f"{CLUSTER}-{kind}-tls"))
+        assert leaf.issuer_fingerprint == ca.fingerprint and leaf.trusted == (ca.fingerprint,), kind
+    assert {p["metadata"]["uid"] for p in member_pods(namespace, CLUSTER)}.isdisjoint(pods_before.values())

@@ -1,0 +1,249 @@
+"""TLS decisions (cluster.tls_plan, cluster.certs), table-driven, and the certificates
+cluster.pki signs for them."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from etcd_operator.cluster import actions as a
+from etcd_operator.cluster import builders, certs, naming, pki, tls_plan
+from etcd_operator.cluster.certs import CertKind, CertView, TLSView
+from etcd_operator.cluster.decision import decide
+from etcd_operator.cluster.spec import ClusterSpec
+from tests.unit.cluster_scenarios import NOW, M, observed
+
+TLS_SPEC = ClusterSpec.from_dict({"size": 3, "tls": {}})
+PLAIN_SPEC = ClusterSpec.from_dict({"size": 3, "tls": {"enabled": False}})
+CA_FP = "ca" * 32
+
+
+def cert(fingerprint="leaf", issuer=CA_FP, age=0.0, lifetime=1000.0, **kw) -> CertView:
+    return CertView(fingerprint=fingerprint, not_before=NOW - age, not_after=NOW - age + lifetime,
+                    issuer_fingerprint=issuer, trusted=(CA_FP,), **kw)
+
+
+def good_certs(**overrides) -> dict:
+    views = {
+        CertKind.CA: CertView(CA_FP, NOW - 10, NOW + 10**8, issuer_fingerprint=CA_FP, trusted=(CA_FP,), is_ca=True),
+        CertKind.MEMBER: cert(dns_names=certs.member_dns_names("c", "ns")),
+        CertKind.OPERATOR: cert(),
+        CertKind.CLIENT: cert(),
+    }
+    views.update(overrides)
+    return views
+
+
+def new_cluster(transport=None, views=None):
+    return dataclasses.replace(observed([], leader=None, bootstrapped=False),
+                               tls=TLSView(transport=transport, certs=views or {}))
+
+
+def running(transport, views=None, bootstrapped=True):
+    """Three healthy members whose pods match the spec of their transport."""
+    seen = observed([M(0), M(1), M(2)], bootstrapped=bootstrapped)
+    current = builders.pod_spec_hash(TLS_SPEC if transport == tls_plan.HTTPS else PLAIN_SPEC)
+    tls = transport == tls_plan.HTTPS
+    pods = {name: dataclasses.replace(pod, spec_hash=current, initial_cluster=(
+                f"{name}={naming.peer_url('c', 'ns', name, tls)}"))
+            for name, pod in seen.pods.items()}
+    return dataclasses.replace(seen, pods=pods, tls=TLSView(transport=transport, certs=views or {}))
+
+
+@pytest.mark.parametrize("spec, seen, expected", [
+    # A new cluster takes spec.tls.
+    (TLS_SPEC, new_cluster(), tls_plan.HTTPS),
+    (PLAIN_SPEC, new_cluster(), tls_plan.HTTP),
+    # Members and no record: created before TLS, plaintext, whatever the (defaulted) spec says.
+    (TLS_SPEC, running(None), tls_plan.HTTP),
+    (TLS_SPEC, running(None, bootstrapped=False), tls_plan.HTTP),
+])
+def test_the_transport_is_recorded_first(spec, seen, expected):
+    step = tls_plan.next_step(spec, seen)
+    assert isinstance(step, a.RecordTransport) and step.transport == expected
+    assert isinstance(decide(spec, seen).action, a.RecordTransport)
+
+
+def test_a_plaintext_cluster_is_not_switched_to_tls():
+    seen = running(tls_plan.HTTP)
+    decision = decide(TLS_SPEC, seen)
+    assert not decision.acting_spec.tls.enabled
+    accepted = next(c for c in decision.conditions if c.type == "SpecAccepted")
+    assert (accepted.status, accepted.reason) == (False, "TLSMigrationUnsupported")
+    assert not isinstance(decision.action, (a.RecordTransport, a.IssueCertificate, a.RollMember))
+
+
+def test_a_legacy_cluster_keeps_its_pods_when_the_default_turns_tls_on():
+    seen = running(None)
+    decision = decide(TLS_SPEC, seen)
+    assert not decision.acting_spec.tls.enabled
+    assert builders.pod_spec_hash(decision.acting_spec) == builders.pod_spec_hash(PLAIN_SPEC)
+
+
+def test_a_tls_cluster_is_not_switched_to_plaintext():
+    seen = running(tls_plan.HTTPS, good_certs())
+    decision = decide(PLAIN_SPEC, seen)
+    assert decision.acting_spec.tls.enabled
+    accepted = next(c for c in decision.conditions if c.type == "SpecAccepted")
+    assert (accepted.status, accepted.reason) == (False, "TLSDisableUnsupported")
+
+
+@pytest.mark.parametrize("views, kind", [
+    ({}, CertKind.CA),
+    (good_certs(**{CertKind.MEMBER: None}), CertKind.MEMBER),
+    (good_certs(**{CertKind.OPERATOR: None}), CertKind.OPERATOR),
+    (good_certs(**{CertKind.CLIENT: None}), CertKind.CLIENT),
+    (good_certs(**{CertKind.MEMBER: cert(dns_names=("x",))}), CertKind.MEMBER),
+    (good_certs(**{CertKind.OPERATOR: cert(issuer="other")}), CertKind.OPERATOR),
+    (good_certs(**{CertKind.CLIENT: cert(problem="tls.key does not match tls.crt")}), CertKind.CLIENT),
+])
+def test_certificates_are_issued_before_the_first_member(views, kind):
+    step = tls_plan.next_step(TLS_SPEC, new_cluster(tls_plan.HTTPS, views))
+    assert isinstance(step, a.IssueCertificate) and step.certificate == kind.value
+
+
+def test_the_first_member_starts_once_every_certificate_is_there():
+    step = decide(TLS_SPEC, new_cluster(tls_plan.HTTPS, good_certs())).action
+    assert isinstance(step, a.BootstrapFirstMember)
+
+
+@pytest.mark.parametrize("ca", [None, CertView("", 0, 0, problem="no tls.crt")])
+def test_a_ca_that_members_trust_is_never_replaced(ca):
+    seen = running(tls_plan.HTTPS, good_certs(**{CertKind.CA: ca}))
+    step = tls_plan.next_step(TLS_SPEC, seen)
+    assert isinstance(step, a.Wait) and "does not replace a CA" in step.reason
+
+
+def test_leaves_are_renewed_at_the_configured_fraction():
+    spec = ClusterSpec.from_dict({"tls": {"renewAtFraction": 0.5}})
+    young = running(tls_plan.HTTPS, good_certs(**{CertKind.OPERATOR: cert(age=499)}))
+    assert tls_plan.next_step(spec, young) is None
+    due = running(tls_plan.HTTPS, good_certs(**{CertKind.OPERATOR: cert(age=500)}))
+    step = tls_plan.next_step(spec, due)
+    assert isinstance(step, a.IssueCertificate) and step.certificate == "operator" and "renewing" in step.reason
+
+
+def test_provided_secrets_are_waited_for_not_issued():
+    spec = ClusterSpec.from_dict({"tls": {"issuer": "Secrets", "memberSecretName": "m", "operatorSecretName": "o"}})
+    step = tls_plan.next_step(spec, new_cluster(tls_plan.HTTPS, {CertKind.MEMBER: None, CertKind.OPERATOR: None}))
+    assert isinstance(step, a.Wait) and "Secret m" in step.reason
+    assert certs.secret_name(spec, "c", CertKind.MEMBER) == "m"
+    assert certs.kinds_to_observe(spec) == (CertKind.MEMBER, CertKind.OPERATOR)
+
+
+def test_tls_members_get_https_urls_and_client_certificate_auth():
+    pod = builders.member_pod(TLS_SPEC, "c", "ns", "c-0", None, "c-0=https://x", "new", "tok")
+    args = pod["spec"]["containers"][0]["args"]
+    assert "--client-cert-auth=true" in args and "--peer-client-cert-auth=true" in args
+    assert "--listen-client-urls=https://$(POD_IP):2379" in args
+    assert "--initial-advertise-peer-urls=https://c-0.c-peer.ns.svc:2380" in args
+    assert any(v.get("secret", {}).get("secretName") == "c-member-tls" for v in pod["spec"]["volumes"])
+    plain = builders.member_pod(PLAIN_SPEC, "c", "ns", "c-0", None, "c-0=http://x", "new", "tok")
+    assert not any("cert" in arg for arg in plain["spec"]["containers"][0]["args"])
+
+
+def test_issued_certificates_chain_to_the_ca_and_renewal_keeps_the_key():
+    ca = pki.new_ca(certs.request_for(TLS_SPEC, "c", "ns", CertKind.CA), NOW)
+    member = pki.issue_leaf(certs.request_for(TLS_SPEC, "c", "ns", CertKind.MEMBER), ca, None, NOW)
+    ca_view, member_view = pki.describe(ca), pki.describe(member)
+    assert ca_view.is_ca and member_view.issuer_fingerprint == ca_view.fingerprint
+    assert set(certs.member_dns_names("c", "ns")) <= set(member_view.dns_names)
+    assert member_view.problem is None
+    renewed = pki.issue_leaf(certs.request_for(TLS_SPEC, "c", "ns", CertKind.MEMBER), ca, member, NOW + 10)
+    assert renewed["tls.key"] == member["tls.key"] and renewed["tls.crt"] != member["tls.crt"]
+    mismatched = pki.describe({**member, "tls.key": pki.new_ca(
+        certs.request_for(TLS_SPEC, "c", "ns", CertKind.CA), NOW)["tls.key"]})
+    assert mismatched.problem == "tls.key does not match tls.crt"
+
+
+NEW_FP = "nw" * 32
+
+
+def rotating(phase, ca_fp, trusted, leaf_issuer, served_fp="leaf", pods_follow=True, next_ca=True):
+    """Three running members in a CA rotation (old CA CA_FP -> NEW_FP) at `phase`."""
+    ca = CertView(ca_fp, NOW - 10, NOW + 10**8, issuer_fingerprint=ca_fp, trusted=trusted, is_ca=True)
+    leaf = lambda **kw: CertView("leaf", NOW, NOW + 1000, issuer_fingerprint=leaf_issuer, trusted=trusted, **kw)
+    views = {CertKind.CA: ca, CertKind.MEMBER: leaf(dns_names=certs.member_dns_names("c", "ns")),
+             CertKind.OPERATOR: leaf(), CertKind.CLIENT: leaf()}
+    seen = running(tls_plan.HTTPS, views)
+    acting = decide(TLS_SPEC, seen).acting_spec
+    current = builders.pod_spec_hash(acting) if pods_follow else "before-the-bundle-changed"
+    pods = {n: dataclasses.replace(p, spec_hash=current) for n, p in seen.pods.items()}
+    next_view = CertView(NEW_FP, NOW, NOW + 10**8, issuer_fingerprint=NEW_FP, trusted=trusted, is_ca=True)
+    tls = TLSView(tls_plan.HTTPS, views, next_ca=next_view if next_ca else None,
+                  rotation=certs.Rotation(certs.ROTATE_CA, "r1", phase, (CA_FP,)),
+                  served={n: served_fp for n in pods})
+    return dataclasses.replace(seen, pods=pods, tls=tls)
+
+
+BOTH = (CA_FP, NEW_FP)
+
+
+@pytest.mark.parametrize("seen, expected", [
+    # Trust: a new CA next to the old, the bundle copied into each leaf Secret, members
+    # restarted by the planner (outdated pod hash), then the next phase.
+    (rotating(certs.PHASE_TRUST, CA_FP, (CA_FP,), CA_FP, next_ca=False), ("UpdateCASecret", "add-next")),
+    (rotating(certs.PHASE_TRUST, CA_FP, BOTH, CA_FP, pods_follow=False), None),
+    (rotating(certs.PHASE_TRUST, CA_FP, BOTH, CA_FP), ("RecordRotation", certs.PHASE_ISSUE)),
+    # Issue: the new CA signs, leaves are reissued, and the phase ends once members serve them.
+    (rotating(certs.PHASE_ISSUE, CA_FP, BOTH, CA_FP), ("UpdateCASecret", "promote-next")),
+    (rotating(certs.PHASE_ISSUE, NEW_FP, BOTH, CA_FP), ("IssueCertificate", "member")),
+    (rotating(certs.PHASE_ISSUE, NEW_FP, BOTH, NEW_FP, served_fp="old-leaf"), None),
+    (rotating(certs.PHASE_ISSUE, NEW_FP, BOTH, NEW_FP), ("RecordRotation", certs.PHASE_DROP)),
+    # Drop: the old CA leaves the bundle, members restart, done.
+    (rotating(certs.PHASE_DROP, NEW_FP, BOTH, NEW_FP), ("UpdateCASecret", "drop-old")),
+    (rotating(certs.PHASE_DROP, NEW_FP, (NEW_FP,), NEW_FP, pods_follow=False), None),
+    (rotating(certs.PHASE_DROP, NEW_FP, (NEW_FP,), NEW_FP), ("RecordRotation", None)),
+])
+def test_ca_rotation_phases(seen, expected):
+    decision = decide(TLS_SPEC, seen)
+    step = tls_plan.next_step(decision.acting_spec, seen)
+    if expected is None:
+        assert step is None
+        if any(p.spec_hash == "before-the-bundle-changed" for p in seen.pods.values()):
+            assert isinstance(decision.action, (a.RollMember, a.MoveLeader))  # one member at a time, leader last
+        return
+    kind, detail = expected
+    assert step.kind == kind, step
+    if kind == "UpdateCASecret":
+        assert step.change == detail
+    elif kind == "IssueCertificate":
+        assert step.certificate == detail
+    else:
+        assert (step.rotation.phase if step.rotation else None) == detail
+
+
+def test_the_trust_bundle_reaches_every_leaf_secret():
+    seen = rotating(certs.PHASE_TRUST, CA_FP, (CA_FP,), CA_FP)
+    ca = dataclasses.replace(seen.tls.cert(CertKind.CA), trusted=BOTH)
+    seen = dataclasses.replace(seen, tls=dataclasses.replace(seen.tls, certs={**seen.tls.certs, CertKind.CA: ca}))
+    step = tls_plan.next_step(TLS_SPEC, seen)
+    assert isinstance(step, a.SyncTrustBundle) and step.certificate == "member"
+
+
+def test_a_changed_trust_bundle_restarts_members_through_the_pod_hash():
+    before = running(tls_plan.HTTPS, good_certs())
+    after_certs = {k: dataclasses.replace(v, trusted=BOTH) for k, v in good_certs().items()}
+    after = running(tls_plan.HTTPS, after_certs)
+    assert builders.pod_spec_hash(decide(TLS_SPEC, before).acting_spec) != \
+        builders.pod_spec_hash(decide(TLS_SPEC, after).acting_spec)
+
+
+def test_a_requested_rotation_is_recorded_before_it_starts():
+    seen = running(tls_plan.HTTPS, good_certs())
+    seen = dataclasses.replace(seen, tls=dataclasses.replace(seen.tls, requested={"CA": "r1", "Leaves": "l1"},
+                                                             rotated={"Leaves": "l1"}))
+    step = tls_plan.next_step(TLS_SPEC, seen)
+    assert isinstance(step, a.RecordRotation) and step.rotation.kind == "CA" and step.rotation.replaced == (CA_FP,)
+    done = dataclasses.replace(seen, tls=dataclasses.replace(seen.tls, rotated={"Leaves": "l1", "CA": "r1"}))
+    assert tls_plan.next_step(TLS_SPEC, done) is None
+
+
+def test_tls_status_has_no_nulls_unless_a_step_clears_a_field():
+    seen = running(tls_plan.HTTPS, good_certs())
+    status = tls_plan.tls_status(TLS_SPEC, seen, None)
+    assert None not in status.values() and status["transport"] == "https"
+    assert "fingerprint" in status["certificates"]["member"] and "tls.key" not in str(status)
+    cleared = tls_plan.tls_status(TLS_SPEC, seen, {"rotation": None, "rotated": {"CA": "r1"}})
+    assert cleared["rotation"] is None and cleared["rotated"] == {"CA": "r1"}
