@@ -1,8 +1,10 @@
 """The status one pass over an EtcdBackup writes, built from its step and the outcome. Pure.
 
 Conditions: Available (a backup exists), Progressing (a run is under way), Degraded (the
-last run failed, or the schedule is refused). A run's failure stays reported until a run
-succeeds; a refused schedule's, until the schedule is accepted."""
+last run failed, a verification found a backup that differs from its source, or the
+schedule is refused). A run's failure stays reported until a run succeeds, through every
+new slot of an outage; a failed verification's, until a verification succeeds; a refused
+schedule's, until the schedule is accepted."""
 
 from __future__ import annotations
 

@@ -202,3 +202,19 @@ def test_two_backups_with_colliding_prefixes_never_touch_each_others_objects(sub
     b_folder = f"{inner}/{b}/same/"
     assert len([k for k in keys if k.startswith(b_folder)]) == 2
     assert len([k for k in keys if not k.startswith(b_folder)]) == 2
+
+
+@pytest.mark.parametrize("prefix", [".", "..", "a/./b", "a/../b", "backups/.."])
+def test_a_prefix_with_dot_segments_is_refused_by_the_schema(substrate, shared, prefix):
+    ns, _ = shared
+    refused = kubectl("apply", "--dry-run=server", "-f", "-", check=False, input=json.dumps({
+        "apiVersion": GROUP, "kind": "EtcdBackup", "metadata": {"name": "dots", "namespace": ns},
+        "spec": {"clusterRef": {"name": "db"}, "storage": s3_storage_spec(substrate, prefix)}}))
+    assert refused.returncode != 0 and "must not contain '.' or '..' path segments" in refused.stderr
+
+
+def test_a_prefix_with_dots_inside_segments_is_accepted(substrate, shared):
+    ns, _ = shared
+    kubectl("apply", "--dry-run=server", "-f", "-", input=json.dumps({
+        "apiVersion": GROUP, "kind": "EtcdBackup", "metadata": {"name": "dots", "namespace": ns},
+        "spec": {"clusterRef": {"name": "db"}, "storage": s3_storage_spec(substrate, "v1.2/..x/a..")}}))
