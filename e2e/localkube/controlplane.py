@@ -3,6 +3,7 @@ kube-controller-manager, MinIO and the process node agent."""
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 import os
@@ -112,6 +113,17 @@ def minio_credentials(layout: Layout) -> dict[str, str]:
         path.write_text(json.dumps(creds))
         path.chmod(0o600)
     return json.loads(path.read_text())
+
+
+MINIO_KMS_KEY_ID = "localkube-kms"  # MinIO's built-in KMS key: SSE-S3 and SSE-KMS work against it
+
+
+def minio_kms_secret(layout: Layout) -> str:
+    path = layout.state_dir / "minio-kms-key"
+    if not path.exists():
+        path.write_text(base64.b64encode(secrets.token_bytes(32)).decode())
+        path.chmod(0o600)
+    return f"{MINIO_KMS_KEY_ID}:{path.read_text().strip()}"
 
 
 def s3_environment(layout: Layout) -> dict[str, str]:
@@ -238,6 +250,7 @@ def _minio_env(layout: Layout) -> dict[str, str]:
         "MINIO_BROWSER": "off",
         "MINIO_UPDATE": "off",
         "MINIO_API_REQUESTS_DEADLINE": "60s",
+        "MINIO_KMS_SECRET_KEY": minio_kms_secret(layout),
     }
 
 

@@ -25,7 +25,7 @@ from tests.support.clusters import apply_cluster, patch_spec, wait_healthy
 from tests.support.kubectl import kubectl, kubectl_json
 from tests.support.operator_process import OperatorProcess
 from tests.support.recording_proxy import RecordingProxy
-from tests.support.s3 import create_credentials_secret, s3_storage_spec
+from tests.support.s3 import create_credentials_secret, s3_client, s3_storage_spec
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.substrate
@@ -178,16 +178,19 @@ def test_an_http_endpoint_needs_insecure(substrate, namespace):
     assert allowed.returncode == 0, allowed.stderr
 
 
-def test_every_upload_over_http_has_a_signed_payload(substrate, namespace, operator):
+def test_uploads_over_http_are_signed_and_encrypted_at_rest_as_asked(substrate, namespace, operator):
+    """One cluster, two backups: SSE-KMS through a recording proxy (every upload's payload
+    must be signed), then SSE-S3. MinIO runs with a built-in KMS key (localkube), so both
+    encryption modes are real here."""
     apply_cluster(namespace, "sg", {"size": 1, "storage": {"size": "1Gi"}})
     wait_healthy(namespace, "sg", 1)
     create_credentials_secret(substrate, namespace)
+    kms = {"mode": "SSE-KMS", "kmsKeyID": controlplane.MINIO_KMS_KEY_ID}
     with RecordingProxy(controlplane.s3_environment(substrate)["S3_ENDPOINT"]) as proxy:
-        storage = s3_storage_spec(substrate, f"tests/{namespace}")
+        storage = s3_storage_spec(substrate, f"tests/{namespace}", serverSideEncryption=kms)
         storage["s3"].update(endpoint=proxy.url, insecure=True)
         apply_backup(namespace, "signed", {"clusterRef": {"name": "sg"}, "storage": storage})
-        wait_for(lambda: get_backup(namespace, "signed")["status"].get("phase") == "Completed", 120,
-                 what="backup through the proxy")
+        signed = completed_backup(namespace, "signed")
         uploads = proxy.uploads()
     assert uploads, "no upload went through the proxy"
     for request in uploads:
@@ -196,3 +199,23 @@ def test_every_upload_over_http_has_a_signed_payload(substrate, namespace, opera
         assert request.headers.get("x-amz-content-sha256") == request.body_sha256, \
             f"{request.method} {request.path}: x-amz-content-sha256={request.headers.get('x-amz-content-sha256')}"
         assert "x-amz-content-sha256" in request.headers["authorization"]
+    assert_encrypted(substrate, signed, "aws:kms")
+
+    apply_backup(namespace, "sse-s3", {"clusterRef": {"name": "sg"}, "storage": s3_storage_spec(
+        substrate, f"tests/{namespace}", serverSideEncryption={"mode": "SSE-S3"})})
+    assert_encrypted(substrate, completed_backup(namespace, "sse-s3"), "AES256")
+
+
+def completed_backup(namespace: str, name: str) -> dict:
+    return wait_for(lambda: (b := get_backup(namespace, name))["status"].get("phase") == "Completed" and b, 120,
+                    what=f"backup {name} completed")
+
+
+def assert_encrypted(substrate, backup: dict, algorithm: str) -> None:
+    client = s3_client(substrate)
+    bucket = controlplane.s3_environment(substrate)["S3_BUCKET"]
+    for key in (backup["status"]["lastBackup"]["key"], backup["status"]["lastBackup"]["manifestKey"]):
+        head = client.head_object(Bucket=bucket, Key=key)
+        assert head.get("ServerSideEncryption") == algorithm, (key, head.get("ServerSideEncryption"))
+        if algorithm == "aws:kms":
+            assert controlplane.MINIO_KMS_KEY_ID in head.get("SSEKMSKeyId", ""), head.get("SSEKMSKeyId")
