@@ -37,7 +37,10 @@ def confirm(args: argparse.Namespace, question: str) -> bool:
     if not sys.stdin.isatty():
         print("Not confirmed: stdin is not a terminal; pass --yes to proceed.", file=sys.stderr)
         return False
-    return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
+    try:
+        return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
+    except EOFError:
+        return False
 
 
 async def cmd_status(args, kube, namespace) -> int:
