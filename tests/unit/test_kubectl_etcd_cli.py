@@ -55,3 +55,15 @@ def test_without_a_terminal_only_yes_confirms(monkeypatch):
     assert asyncio.run(cli.cmd_approve_recovery(cli.parser().parse_args(["approve-recovery", "c", "--yes"]),
                                                 kube, "ns")) == 0
     assert kube.patches == [{"etcd.operator.dev/approve-quorum-recovery": "true"}]
+
+
+def test_output_follows_kubectl_formats(capsys):
+    import json
+
+    import yaml
+
+    for fmt, load in (("json", json.loads), ("yaml", yaml.safe_load)):
+        cli.emit(cli.parser().parse_args(["status", "c", "-o", fmt]), {"name": "c", "members": []}, "table")
+        assert load(capsys.readouterr().out) == {"name": "c", "members": []}
+    cli.emit(cli.parser().parse_args(["status", "c"]), {"name": "c"}, "table")
+    assert capsys.readouterr().out == "table\n"
