@@ -170,6 +170,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 async def run(args: argparse.Namespace) -> int:
+    import aiohttp
+    from botocore.exceptions import BotoCoreError, ClientError as S3ClientError
     from kubernetes_asyncio.client import ApiException
 
     from etcd_operator_kubectl.access import Kube
@@ -183,6 +185,12 @@ async def run(args: argparse.Namespace) -> int:
         return 1
     except LookupError as e:
         print(f"error: {e.args[0] if e.args else e}", file=sys.stderr)
+        return 1
+    except (aiohttp.ClientError, OSError) as e:
+        print(f"error: cannot reach the API server ({e})", file=sys.stderr)
+        return 1
+    except (BotoCoreError, S3ClientError) as e:  # S3 unreachable or refused, while reading manifests
+        print(f"error: reading the backup's manifests from S3 failed: {e}", file=sys.stderr)
         return 1
     finally:
         await kube.close()
