@@ -1,5 +1,8 @@
 # The operator image: multi-stage on a slim Python base, non-root, works with a
 # read-only root filesystem (give it an emptyDir at /tmp), starts `python -m etcd_operator`.
+# `make image` builds the same image without Docker (packaging/image/build.sh: Debian
+# bookworm's Python 3.11, user nonroot 65532:65532, the same entrypoint and port);
+# tests/image/test_oci_image.py checks that both agree.
 FROM python:3.11-slim AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
@@ -14,7 +17,8 @@ COPY --from=build /wheels /wheels
 RUN pip install --no-compile /wheels/*.whl \
  && rm -rf /wheels /root/.cache \
  && find /usr/local/lib/python3.11 -name '__pycache__' -prune -exec rm -rf {} + \
- && useradd --uid 65532 --no-create-home --shell /usr/sbin/nologin operator
+ && groupadd --gid 65532 nonroot \
+ && useradd --uid 65532 --gid 65532 --no-create-home --shell /usr/sbin/nologin nonroot
 USER 65532:65532
 EXPOSE 8080
 ENTRYPOINT ["python", "-m", "etcd_operator"]

@@ -11,16 +11,19 @@ PYTEST_ARGS ?=
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
+# pip's own output goes to a log, named when it fails.
 $(VENV)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
-	touch $@
+	@echo "venv: installing the package and its test extras into $(VENV) (log: $(VENV)/install.log)"
+	@$(PYTHON) -m venv $(VENV) && start=$$SECONDS && \
+	  { $(PY) -m pip install --upgrade pip && $(PY) -m pip install -e '.[test]'; } >$(VENV)/install.log 2>&1 \
+	  || { echo "venv: pip failed; see $(VENV)/install.log"; tail -n 20 $(VENV)/install.log; exit 1; }; \
+	  echo "venv: done in $$((SECONDS - start))s"
+	@touch $@
 
 venv: $(VENV)/.installed ## create the virtual environment with the package and its test extras
 
 testbin: ## build the pinned kube-apiserver, controller-manager, kubectl, etcd 3.5/3.6 and MinIO
-	e2e/testbin/build.sh
+	@e2e/testbin/build.sh >/dev/null  # progress and the cache directory go to stderr
 
 up: venv testbin ## start the local control plane, MinIO and the node agent (harmless when up)
 	@$(LOCALKUBE) up
@@ -48,10 +51,16 @@ test-unit: venv ## the pure unit tests and the fault simulator (no substrate)
 bench: venv testbin ## benchmarks: cluster timings, backup throughput and memory, restore overhead
 	@PYTHONPATH=.:e2e $(PY) -m bench $(BENCH)
 
-e2e-kind: venv ## the e2e scenarios on a kind cluster (needs Docker and kind)
+e2e-kind: venv ## the e2e scenarios on a kind cluster, in external mode (needs Docker and kind)
 	@e2e/kind.sh
+
+image: venv ## the operator's OCI image archive, without Docker (needs mmdebstrap and umoci)
+	@packaging/image/build.sh
+
+chart-crds: ## copy crds/ into the Helm chart (tests/substrate/test_helm_release.py checks they match)
+	@cp crds/etcd*.yaml charts/etcd-operator/crds/
 
 demo: up crds ## the main job on the local default
 	@e2e/demo.sh
 
-.PHONY: help venv testbin up down status crds run test test-unit bench e2e-kind demo
+.PHONY: help venv testbin up down status crds run test test-unit bench e2e-kind image chart-crds demo

@@ -1,5 +1,8 @@
 """Shared fixtures: the local substrate (started once per session, or reused when
-`make up` already runs it), a fresh namespace per test, and log dumps on failure."""
+`make up` already runs it), a fresh namespace per test, and log dumps on failure.
+
+With E2E_TARGET=external (or kind) nothing local is started: tests talk to whatever
+KUBECONFIG points at, and a test that needs the local substrate is skipped."""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ from localkube import controlplane, layout as localkube_layout
 SUBSTRATE_LOGS = ("kube-apiserver", "kube-controller-manager", "node-agent", "minio", "operator")
 PER_NAMESPACE_LOGS = ("operator-{namespace}*",)  # one per operator replica
 DUMP_TAIL_BYTES = 6000
+EXTERNAL = os.environ.get("E2E_TARGET") in ("external", "kind")
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -26,6 +30,8 @@ def pytest_runtest_makereport(item, call):
 @pytest.fixture(scope="session")
 def substrate():
     """The running local control plane; started here unless `make up` already did."""
+    if EXTERNAL:
+        pytest.skip(f"E2E_TARGET={os.environ['E2E_TARGET']}: this test needs the local substrate")
     where = localkube_layout.current()
     # Only a session that found no API server stops the substrate again afterwards.
     started_here = not controlplane.apiserver_ready(where)
@@ -38,16 +44,22 @@ def substrate():
 
 
 @pytest.fixture(scope="session")
-def kube_api(substrate):
+def kube_api(request):
+    """A client for the target cluster: KUBECONFIG when external, else the local substrate."""
     from kubernetes import config
 
+    if EXTERNAL:
+        return config.new_client_from_config(config_file=os.environ.get("KUBECONFIG"))
+    substrate = request.getfixturevalue("substrate")
     return config.new_client_from_config(config_file=str(substrate.kubeconfig))
 
 
 @pytest.fixture
-def namespace(request, substrate, kube_api):
+def namespace(request, kube_api):
     """A fresh namespace for one test, deleted afterwards; logs are dumped on failure."""
     from kubernetes import client
+
+    substrate = None if EXTERNAL else request.getfixturevalue("substrate")
 
     core = client.CoreV1Api(kube_api)
     # The deployed operator of the e2e scenarios watches e2e-* namespaces only.
@@ -96,6 +108,7 @@ def install_crds() -> None:
 
 
 def dump_diagnostics(where, core, namespace: str) -> None:
+    """Events, then local logs (substrate) or the installed operator's pod logs (external)."""
     print(f"\n===== diagnostics for namespace {namespace} =====")
     try:
         for event in core.list_namespaced_event(namespace).items:
@@ -103,6 +116,9 @@ def dump_diagnostics(where, core, namespace: str) -> None:
             print(f"event {event.type} {obj.kind}/{obj.name} {event.reason}: {event.message}")
     except Exception as e:  # diagnostics must never hide the real failure
         print(f"(could not list events: {e})")
+    if where is None:
+        _print_operator_pod_logs(os.environ.get("E2E_OPERATOR_NAMESPACE", "etcd-operator"))
+        return
     for name in SUBSTRATE_LOGS:
         _print_tail(where.logs_dir / f"{name}.log")
     for pattern in PER_NAMESPACE_LOGS:
@@ -119,3 +135,11 @@ def _print_tail(path: pathlib.Path) -> None:
         return
     data = path.read_bytes()[-DUMP_TAIL_BYTES:].decode(errors="replace")
     print(f"----- tail of {path} -----\n{data}")
+
+
+def _print_operator_pod_logs(operator_namespace: str) -> None:
+    from tests.support.kubectl import kubectl
+
+    logs = kubectl("logs", "-n", operator_namespace, "-l", "app.kubernetes.io/name=etcd-operator",
+                   "--all-containers", "--prefix", "--tail=80", check=False)
+    print(f"----- operator pods in {operator_namespace} -----\n{logs.stdout}{logs.stderr}")

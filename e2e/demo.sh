@@ -64,6 +64,8 @@ The local default is up: a healthy 3-member etcd cluster and its backups. Try:
   kubectl get etcdcluster demo -n $NS -o yaml          # members, leader, conditions
   kubectl scale etcdcluster demo -n $NS --replicas=5   # grows one learner at a time
   kubectl get events -n $NS --sort-by=.lastTimestamp
+  PATH=\$PWD/.venv/bin:\$PATH kubectl etcd status demo -n $NS   # the plugin: lag, db size, alarms
+  PATH=\$PWD/.venv/bin:\$PATH kubectl etcd backups demo-first-backup -n $NS
   etcdctl --endpoints=\$(kubectl get pod demo-0 -n $NS -o jsonpath='{.status.podIP}'):2379 put hello world
   sed s/demo-backup/demo-first-backup/ examples/restore-new-cluster.yaml | kubectl apply -n $NS -f -
                                                        # restore the first backup into a new cluster

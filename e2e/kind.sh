@@ -29,7 +29,7 @@ kubectl rollout status -n etcd-operator deployment/etcd-operator --timeout=180s
 kubectl apply -f e2e/kind/minio.yaml
 kubectl wait -n minio --for=condition=complete job/create-bucket --timeout=300s
 
-export E2E_TARGET=kind
+export E2E_TARGET=external E2E_OPERATOR_NAMESPACE=etcd-operator
 export E2E_S3_ENDPOINT=http://minio.minio.svc:9000 E2E_S3_BUCKET=etcd-backups
 export E2E_S3_ACCESS_KEY=e2e-access-key E2E_S3_SECRET_KEY=e2e-secret-key-not-for-production
 .venv/bin/python -m pytest e2e/scenarios -v

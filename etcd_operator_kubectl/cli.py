@@ -37,7 +37,10 @@ def confirm(args: argparse.Namespace, question: str) -> bool:
     if not sys.stdin.isatty():
         print("Not confirmed: stdin is not a terminal; pass --yes to proceed.", file=sys.stderr)
         return False
-    return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
+    try:
+        return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
+    except EOFError:
+        return False
 
 
 async def cmd_status(args, kube, namespace) -> int:
@@ -167,6 +170,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 async def run(args: argparse.Namespace) -> int:
+    import aiohttp
+    from botocore.exceptions import BotoCoreError, ClientError as S3ClientError
     from kubernetes_asyncio.client import ApiException
 
     from etcd_operator_kubectl.access import Kube
@@ -180,6 +185,12 @@ async def run(args: argparse.Namespace) -> int:
         return 1
     except LookupError as e:
         print(f"error: {e.args[0] if e.args else e}", file=sys.stderr)
+        return 1
+    except (aiohttp.ClientError, OSError) as e:
+        print(f"error: cannot reach the API server ({e})", file=sys.stderr)
+        return 1
+    except (BotoCoreError, S3ClientError) as e:  # S3 unreachable or refused, while reading manifests
+        print(f"error: reading the backup's manifests from S3 failed: {e}", file=sys.stderr)
         return 1
     finally:
         await kube.close()

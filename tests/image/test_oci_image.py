@@ -1,0 +1,84 @@
+"""The OCI image `make image` builds (packaging/image/build.sh, cached by input hash):
+its config says what the Dockerfile says, and the operator starts from its root filesystem."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import tarfile
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.skipif(not (shutil.which("mmdebstrap") and shutil.which("umoci")),
+                                reason="make image needs mmdebstrap and umoci (apt-get install mmdebstrap umoci)")
+
+
+@pytest.fixture(scope="module")
+def image(tmp_path_factory) -> tuple[dict, pathlib.Path]:
+    """The image's config and its unpacked root filesystem."""
+    build = subprocess.run([str(ROOT / "packaging" / "image" / "build.sh")], capture_output=True, text=True,
+                           timeout=1500, env={**os.environ, "PYTHON": str(ROOT / ".venv" / "bin" / "python")})
+    assert build.returncode == 0, build.stderr
+    archive = pathlib.Path(build.stdout.strip().splitlines()[-1])
+    layout = tmp_path_factory.mktemp("oci")
+    with tarfile.open(archive) as tar:
+        tar.extractall(layout, filter="tar")
+    blob = lambda digest: layout / "blobs" / digest.replace(":", "/", 1)
+    index = json.loads((layout / "index.json").read_text())
+    manifest = json.loads(blob(index["manifests"][0]["digest"]).read_text())
+    config = json.loads(blob(manifest["config"]["digest"]).read_text())
+    rootfs = tmp_path_factory.mktemp("rootfs")
+    for layer in manifest["layers"]:
+        with tarfile.open(blob(layer["digest"])) as tar:
+            tar.extractall(rootfs, filter="fully_trusted")
+    return config, rootfs
+
+
+def dockerfile_says(instruction: str) -> str:
+    lines = [line for line in (ROOT / "Dockerfile").read_text().splitlines() if line.startswith(instruction + " ")]
+    return lines[-1].split(" ", 1)[1]
+
+
+def test_config_runs_as_the_dockerfiles_non_root_user_with_its_entrypoint(image):
+    config, _ = image
+    user = config["config"]["User"]
+    assert user == dockerfile_says("USER") and not user.startswith("0") and user.split(":")[0] != "root"
+    assert config["config"]["Entrypoint"] == json.loads(dockerfile_says("ENTRYPOINT")) == ["python", "-m", "etcd_operator"]
+    assert "8080/tcp" in config["config"]["ExposedPorts"]
+
+
+def test_python_version_matches_the_dockerfile_base(image):
+    _, rootfs = image
+    base = re.search(r"python:(\d+\.\d+)", dockerfile_says("FROM")).group(1)
+    assert list((rootfs / "usr" / "lib").glob(f"python{base}")), f"no Python {base} in the image"
+
+
+def test_the_operator_answers_help_from_the_unpacked_root_filesystem_as_its_user(image):
+    config, rootfs = image
+    uid, gid = config["config"]["User"].split(":")
+    command = ["chroot", f"--userspec={uid}:{gid}", str(rootfs), *config["config"]["Entrypoint"], "--help"]
+    if os.geteuid() != 0:
+        command = ["unshare", "--map-root-user", *command]
+    env = dict(e.split("=", 1) for e in config["config"]["Env"])
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("usage: python -m etcd_operator"), result.stdout
+
+
+def test_every_operator_module_imports_inside_the_image(image):
+    """--help imports kopf and aiohttp only; the handlers pull in the Kubernetes client,
+    aetcd/grpc and boto3 too."""
+    config, rootfs = image
+    uid, gid = config["config"]["User"].split(":")
+    command = ["chroot", f"--userspec={uid}:{gid}", str(rootfs), "python", "-c",
+               "import etcd_operator.operator, etcd_operator.seed; print('ok')"]
+    if os.geteuid() != 0:
+        command = ["unshare", "--map-root-user", *command]
+    env = dict(e.split("=", 1) for e in config["config"]["Env"])
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr

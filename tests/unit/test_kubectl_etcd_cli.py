@@ -1,0 +1,69 @@
+"""kubectl-etcd's command line: kubectl's flags, and no change without a confirmation."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+
+import pytest
+
+from etcd_operator_kubectl import cli
+
+
+def test_kubectl_conventions_are_accepted_on_every_command():
+    for argv in (["status", "c"], ["backups", "b"], ["restore", "b", "--in-place", "c"], ["approve-recovery", "c"],
+                 ["defrag", "c"], ["snapshot", "c", "--storage-from", "b"]):
+        args = cli.parser().parse_args(argv + ["-n", "ns", "-o", "yaml", "--kubeconfig", "/k", "--context", "x"])
+        assert (args.namespace, args.output, args.kubeconfig, args.context) == ("ns", "yaml", "/k", "x")
+    assert set(cli.COMMANDS) == {"status", "backups", "restore", "approve-recovery", "defrag", "snapshot"}
+
+
+def test_restore_needs_exactly_one_target():
+    with pytest.raises(SystemExit):
+        cli.parser().parse_args(["restore", "b"])
+    with pytest.raises(SystemExit):
+        cli.parser().parse_args(["restore", "b", "--in-place", "c", "--new-cluster", "d"])
+
+
+class RecordingKube:
+    def __init__(self, cluster):
+        self.cluster, self.patches = cluster, []
+
+    async def get(self, namespace, plural, name):
+        return self.cluster
+
+    async def annotate(self, namespace, plural, name, annotations):
+        self.patches.append(annotations)
+        return {"metadata": {"annotations": annotations}}
+
+
+@pytest.mark.parametrize("answer, patched", [("", False), ("n\n", False), ("y\n", True)])
+def test_approve_recovery_changes_nothing_unless_confirmed(monkeypatch, answer, patched):
+    stdin = io.StringIO(answer)
+    stdin.isatty = lambda: True
+    monkeypatch.setattr("sys.stdin", stdin)
+    kube = RecordingKube({"metadata": {"name": "c"}, "status": {"conditions": []}})
+    args = cli.parser().parse_args(["approve-recovery", "c"])
+    code = asyncio.run(cli.cmd_approve_recovery(args, kube, "ns"))
+    assert (code == 0) == patched and bool(kube.patches) == patched
+
+
+def test_without_a_terminal_only_yes_confirms(monkeypatch):
+    monkeypatch.setattr("sys.stdin", io.StringIO("y\n"))  # piped "y" is not a person answering
+    kube = RecordingKube({"metadata": {"name": "c"}, "status": {}})
+    assert asyncio.run(cli.cmd_approve_recovery(cli.parser().parse_args(["approve-recovery", "c"]), kube, "ns")) == 1
+    assert asyncio.run(cli.cmd_approve_recovery(cli.parser().parse_args(["approve-recovery", "c", "--yes"]),
+                                                kube, "ns")) == 0
+    assert kube.patches == [{"etcd.operator.dev/approve-quorum-recovery": "true"}]
+
+
+def test_output_follows_kubectl_formats(capsys):
+    import json
+
+    import yaml
+
+    for fmt, load in (("json", json.loads), ("yaml", yaml.safe_load)):
+        cli.emit(cli.parser().parse_args(["status", "c", "-o", fmt]), {"name": "c", "members": []}, "table")
+        assert load(capsys.readouterr().out) == {"name": "c", "members": []}
+    cli.emit(cli.parser().parse_args(["status", "c"]), {"name": "c"}, "table")
+    assert capsys.readouterr().out == "table\n"
