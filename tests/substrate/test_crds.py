@@ -244,8 +244,9 @@ def backup_with_parts(part_size: int, concurrency: int) -> dict:
 
 def test_part_buffers_of_one_backup_are_capped(crds, namespace):
     """partSizeBytes × (uploadConcurrency + 1) is what one backup holds in memory."""
-    refused = dry_run("EtcdBackup", "bad", namespace, backup_with_parts(32 << 20, 4))
+    refused = dry_run("EtcdBackup", "bad", namespace, backup_with_parts(32 << 20, 2))
     assert refused.returncode != 0
-    assert "partSizeBytes × (uploadConcurrency + 1)" in refused.stderr and "128 MiB" in refused.stderr, refused.stderr
-    assert dry_run("EtcdBackup", "ok", namespace, backup_with_parts(32 << 20, 3)).returncode == 0
-    assert dry_run("EtcdBackup", "ok", namespace, backup_with_parts(64 << 20, 1)).returncode == 0
+    assert "partSizeBytes × (uploadConcurrency + 1)" in refused.stderr and "64 MiB" in refused.stderr, refused.stderr
+    assert dry_run("EtcdBackup", "ok", namespace, backup_with_parts(32 << 20, 1)).returncode == 0
+    assert dry_run("EtcdBackup", "ok", namespace, backup_with_parts(8 << 20, 7)).returncode == 0
+    assert dry_run("EtcdBackup", "ok", namespace, {**VALID["EtcdBackup"]}).returncode == 0  # the defaults

@@ -177,3 +177,16 @@ async def test_budget_released_from_another_thread_wakes_the_waiter():
     await asyncio.to_thread(budget.release, 4)
     await asyncio.wait_for(waiter, 5)
     assert budget.used == 3
+
+
+def test_a_backup_whose_part_exceeds_the_budget_fails_for_good_and_is_not_retried():
+    from etcd_operator.backup.runner import as_failure
+    failure = as_failure(BudgetTooSmall("a part of 64 MiB exceeds the budget"))
+    assert failure.permanent and failure.reason == "MemoryBudgetTooSmall"
+
+
+def test_the_budget_is_read_from_the_environment_with_a_default():
+    from etcd_operator.config import OperatorConfig
+    from etcd_operator.membudget import DEFAULT_LIMIT_BYTES
+    assert OperatorConfig.from_env({}).memory_budget_bytes == DEFAULT_LIMIT_BYTES
+    assert OperatorConfig.from_env({"MEMORY_BUDGET_BYTES": "16777216"}).memory_budget_bytes == 16 << 20
