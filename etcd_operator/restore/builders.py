@@ -22,7 +22,7 @@ LABEL_RESTORE_MEMBER = f"{API_GROUP}/restore-member"   # on a restore pod: the m
 LABEL_PRESERVED_BY = f"{API_GROUP}/preserved-by-restore"
 LABEL_PRESERVED_FROM = f"{API_GROUP}/preserved-from-cluster"
 ANNOTATION_RESTORED_FROM = f"{API_GROUP}/restored-from"   # on the EtcdCluster: the restores applied to it
-ANNOTATION_RESTORED_BY = f"{API_GROUP}/restored-by"       # on a member's PVC: its restore pod succeeded
+ANNOTATION_RESTORED_BY = naming.ANNOTATION_RESTORED_BY   # on a member's PVC: its restore pod succeeded
 ANNOTATION_SEED_OF = f"{API_GROUP}/seed-of-restore"       # on a member's PVC: created by this restore
 LABEL_VALUE_MAX = 63
 
