@@ -289,7 +289,7 @@ def _plan_seed(spec: RestoreSpec, status: RestoreStatus, observed: Observed, clu
         return s.MarkSeedsRestored(f"{', '.join(succeeded)}: data directory restored",
                                    pvcs=tuple(naming.pvc_name(m) for m in succeeded),
                                    timings=tuple((m, pods[m].started_at, pods[m].finished_at) for m in succeeded))
-    failed = [pods[m] for m in pending if m in pods and pods[m].phase == "Failed"]
+    failed = [pods[m] for m in pending if m in pods and pods[m].phase == "Failed" and not pods[m].deleting]
     if failed:
         attempt = status.seed_attempts + 1
         if attempt >= SEED_ATTEMPTS:

@@ -357,6 +357,8 @@ def test_a_member_is_restored_once_and_pods_are_retried_a_bounded_number_of_time
     pods = [seed_pod("keep-1", "Failed"), seed_pod("keep-2")]
     step = step_for(NEW, status, three(pvcs, pods))
     assert isinstance(step, s.RetrySeedPod) and step.attempt == 1 and step.pod == "r1-s1"
+    going = [dataclasses.replace(pods[0], deleting=True), pods[1]]
+    assert isinstance(step_for(NEW, status, three(pvcs, going)), s.Wait)  # a retry counts once, not per pass
     last = dataclasses.replace(status, seed_attempts=SEED_ATTEMPTS - 1)
     step = step_for(NEW, last, three(pvcs, pods))
     assert isinstance(step, s.Fail) and step.code == "SeedFailed"
