@@ -9,6 +9,7 @@ import socket
 import uuid
 
 from etcd_operator.leadership import LeaseTiming
+from etcd_operator.membudget import DEFAULT_LIMIT_BYTES
 
 # The image the operator runs from; restore pods use it to fetch snapshots.
 DEFAULT_OPERATOR_IMAGE = "ghcr.io/etcd-operator/etcd-operator:0.1.0"
@@ -29,6 +30,7 @@ class OperatorConfig:
     lease_timing: LeaseTiming = LeaseTiming()
     log_writes: bool = False
     health_address: str = "0.0.0.0"
+    memory_budget_bytes: int = DEFAULT_LIMIT_BYTES  # all backups' part buffers together
 
     @property
     def clusterwide(self) -> bool:
@@ -56,6 +58,7 @@ class OperatorConfig:
             ),
             log_writes=env.get("LOG_WRITES", "false").lower() == "true",
             health_address=env.get("HEALTH_ADDRESS") or "0.0.0.0",
+            memory_budget_bytes=int(env.get("MEMORY_BUDGET_BYTES") or DEFAULT_LIMIT_BYTES),
         )
 
 

@@ -6,7 +6,7 @@ import logging
 
 import kopf
 
-from etcd_operator import API_GROUP
+from etcd_operator import API_GROUP, membudget
 from etcd_operator.config import OperatorConfig
 from etcd_operator.kube.client import KubeClient
 
@@ -27,6 +27,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> No
     settings.networking.request_timeout = 30
     settings.execution.max_workers = 8
     memo.config = OperatorConfig.from_env()
+    membudget.configure(memo.config.memory_budget_bytes)  # before any backup can resume
     memo.kube = await KubeClient.from_environment()
     memo.backup_locks = {}
 

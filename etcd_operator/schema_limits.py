@@ -22,7 +22,7 @@ MEMBER_ORDINAL_DIGITS = 4
 CLUSTER_NAME_MAX = 53
 CLUSTER_NAME_PATTERN = "^[a-z]([-a-z0-9]*[a-z0-9])?$"
 
-# EtcdRestore: the restore pod `<restore>-seed` (kept a DNS label so its hostname is its
+# EtcdRestore: the restore pods `<restore>-s<ordinal>` (DNS labels for ordinals below 1000, so their hostnames are their
 # name) and the label values etcd.operator.dev/restore and preserved-by-restore.
 RESTORE_NAME_MAX = 58
 

@@ -1,6 +1,7 @@
-"""`python -m etcd_operator.seed`: the restore pod's first step. Downloads a snapshot from
-S3 onto the seed member's volume, verifying its sha256 on the way, and clears what an
-earlier interrupted attempt left. Settings come from the environment (see restore.builders)."""
+"""`python -m etcd_operator.seed fetch`: a restore pod's first step. Downloads a snapshot
+from S3 onto the pod's scratch space, checking its sha256 again on the way, and clears
+what an earlier interrupted attempt left in the member's data directory. Settings come
+from the environment (see restore.builders)."""
 
 from __future__ import annotations
 
@@ -47,19 +48,11 @@ async def fetch(env: dict[str, str]) -> int:
     return 0
 
 
-def cleanup(env: dict[str, str]) -> int:
-    pathlib.Path(env["SNAPSHOT_FILE"]).unlink(missing_ok=True)
-    print("seed: data directory restored; snapshot file removed")
-    return 0
-
-
 def main(argv: list[str]) -> int:
     step = argv[1] if len(argv) > 1 else ""
     if step == "fetch":
         return asyncio.run(fetch(dict(os.environ)))
-    if step == "cleanup":
-        return cleanup(dict(os.environ))
-    print("usage: python -m etcd_operator.seed fetch|cleanup", file=sys.stderr)
+    print("usage: python -m etcd_operator.seed fetch", file=sys.stderr)
     return 2
 
 

@@ -1,4 +1,4 @@
-"""Runs every benchmark and prints one table. `python -m bench [cluster|backup|restore|verification]`."""
+"""Runs every benchmark and prints one table. `python -m bench [cluster|backup|restore|verification|memory]`."""
 
 from __future__ import annotations
 
@@ -8,16 +8,18 @@ from bench import scenarios
 
 
 def main(argv: list[str]) -> int:
-    wanted = set(argv[1:]) or {"cluster", "backup", "restore", "verification"}
+    wanted = set(argv[1:]) or {"cluster", "backup", "restore", "verification", "memory"}
     with scenarios.Bench() as bench:
         if "cluster" in wanted:
             bench.cluster_timings()
-        if "backup" in wanted or "restore" in wanted:
+        if wanted & {"backup", "restore", "memory"}:
             bench.backup_throughput_and_memory()
         if "restore" in wanted:
             bench.restore_overhead()
         if "verification" in wanted:
             bench.verification_time()
+        if "memory" in wanted:
+            bench.concurrent_backup_memory()
         bench.report()
     return 0
 

@@ -20,6 +20,7 @@ from etcd_operator.backup.manifest import (MANIFEST_SUFFIX, Identity, Manifest, 
 from etcd_operator.backup.source import SourceUnavailable, find_source
 from etcd_operator.backup.stream import SnapshotCorrupt, stream_to_s3
 from etcd_operator.cluster.tls_observer import operator_credentials
+from etcd_operator.membudget import BudgetTooSmall
 from etcd_operator.durations import parse_duration
 from etcd_operator.etcd.client import EtcdError, EtcdMemberClient
 from etcd_operator.timefmt import now_text
@@ -57,6 +58,8 @@ def as_failure(error: Exception) -> BackupFailed:
         return BackupFailed("EtcdUnavailable", f"etcd: {error}", False)
     if isinstance(error, SnapshotCorrupt):
         return BackupFailed("SnapshotCorrupt", str(error), False)
+    if isinstance(error, BudgetTooSmall):
+        return BackupFailed("MemoryBudgetTooSmall", str(error), True)
     return BackupFailed("Error", f"{type(error).__name__}: {error}", False)
 
 

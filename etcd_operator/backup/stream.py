@@ -6,7 +6,11 @@ uploads the parts, at most `concurrency` at a time. Parts are filled in a fixed 
 the pool only when its upload call has returned, so memory is bounded by the pool and no
 page is allocated per part. Before the upload is completed, etcd's own trailing checksum
 is verified, so a corrupted stream never becomes a backup; a failure at any point aborts
-the multipart upload."""
+the multipart upload.
+
+The pool's buffers are drawn from the operator-wide memory budget (etcd_operator.membudget):
+the first one is waited for, later ones are taken only while the budget has room, else the
+cutter reuses the buffers it has. All are given back when the upload ends."""
 
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from typing import Callable, Iterable
 
 from etcd_operator.backup.digest import SnapshotDigest
 from etcd_operator.etcd.client import EtcdError
+from etcd_operator.membudget import MemoryBudget, process_budget
 from etcd_operator.storage.s3 import S3Storage
 
 _END = object()
@@ -50,17 +55,22 @@ def _wait_get(source: queue.Queue, stop: threading.Event, deadline: float = math
 class _PartCutter:
     """Runs in a worker thread: stream in, hashed parts out. A part is a pool buffer; the
     consumer hands it back through `free` once it is uploaded. Buffers are made on demand,
-    so a small database never allocates the whole pool."""
+    so a small database never allocates the whole pool, and only while the memory budget
+    has room: the first buffer was granted before the cutter started (`granted` = 1)."""
 
-    def __init__(self, stream: Iterable[bytes], part_size: int, buffers: int, stop: threading.Event):
+    def __init__(self, stream: Iterable[bytes], part_size: int, buffers: int, stop: threading.Event,
+                 budget: MemoryBudget):
         self.stream = stream
         self.part_size = part_size
         self.stop = stop
+        self.budget = budget
         self.free: queue.Queue = queue.Queue()
         self.parts: queue.Queue = queue.Queue()
         self.digest = SnapshotDigest()
         self.error: BaseException | None = None
         self._unmade = buffers
+        self.granted = 1  # buffers' worth of budget this upload holds
+        self._prepaid = True
 
     def run(self) -> None:
         try:
@@ -85,10 +95,23 @@ class _PartCutter:
             self.parts.put(_END)
 
     def _take_buffer(self) -> bytearray | None:
-        if self._unmade:
-            self._unmade -= 1
-            return bytearray(self.part_size)
-        return _wait_get(self.free, self.stop)
+        """A free buffer, a new one if the budget allows, else the next one handed back.
+        None once stopped. Never waits for budget: at least one buffer is ours."""
+        while not self.stop.is_set():
+            try:
+                return self.free.get_nowait()
+            except queue.Empty:
+                pass
+            if self._unmade and (self._prepaid or self.budget.try_acquire(self.part_size)):
+                self.granted += 0 if self._prepaid else 1
+                self._prepaid = False
+                self._unmade -= 1
+                return bytearray(self.part_size)
+            try:
+                return self.free.get(timeout=_POLL_SECONDS)
+            except queue.Empty:
+                continue
+        return None
 
     def _emit(self, buffer: bytearray, length: int) -> None:
         if length < len(buffer):
@@ -105,13 +128,31 @@ async def stream_to_s3(
     concurrency: int,
     on_progress: Callable[[int], None] = lambda sent: None,
     idle_timeout: float = 60.0,
+    budget: MemoryBudget | None = None,
     upload_id: str | None = None,
 ) -> UploadResult:
-    """`stream` iterates the snapshot's bytes (blocking) and has `cancel()`. `upload_id`:
-    a multipart upload the caller started (and recorded) itself."""
-    upload_id = upload_id or await storage.start_multipart(key)
+    """`stream` iterates the snapshot's bytes (blocking) and has `cancel()`. Waits for the
+    memory budget (the operator-wide one unless given) before anything is read. `upload_id`:
+    a multipart upload the caller started (and recorded) itself; otherwise one is started."""
+    budget = budget or process_budget()
+    try:
+        await budget.acquire(part_size)
+    except BaseException:
+        stream.cancel()
+        raise
     stop = threading.Event()
-    cutter = _PartCutter(stream, part_size, concurrency + 1, stop)
+    cutter = _PartCutter(stream, part_size, concurrency + 1, stop, budget)
+    try:
+        return await _upload(stream, storage, key, concurrency, on_progress, idle_timeout, stop, cutter,
+                             upload_id)
+    finally:
+        budget.release(cutter.granted * part_size)
+
+
+async def _upload(stream, storage: S3Storage, key: str, concurrency: int, on_progress: Callable[[int], None],
+                  idle_timeout: float, stop: threading.Event, cutter: _PartCutter,
+                  upload_id: str | None) -> UploadResult:
+    upload_id = upload_id or await storage.start_multipart(key)
     worker = threading.Thread(target=cutter.run, name=f"snapshot-{key}", daemon=True)
     slots = asyncio.Semaphore(concurrency)
     uploaded: list[dict[str, str]] = []

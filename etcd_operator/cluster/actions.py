@@ -31,6 +31,7 @@ class Wait(Action):
 @dataclasses.dataclass(frozen=True)
 class BootstrapFirstMember(Action):
     member: str = ""
+    initial_cluster: str = ""  # a restored member: every member its restored data holds; else itself only
 
 
 @dataclasses.dataclass(frozen=True)

@@ -135,8 +135,8 @@ class ClusterExecutor:
         return None
 
     async def _bootstrap_first_member(self, action: a.BootstrapFirstMember, spec, observed) -> None:
-        await self._create_pod(spec, action.member, None, self_only_cluster(observed, action.member),
-                               builders.STATE_NEW)
+        await self._create_pod(spec, action.member, None,
+                               action.initial_cluster or self_only_cluster(observed, action.member), builders.STATE_NEW)
         self.post_event("Normal", "ClusterBootstrapping",
                         f"Started first member {action.member} with initial-cluster-state=new")
 

@@ -23,6 +23,8 @@ ANNOTATION_MIN_ORDINAL = f"{API_GROUP}/min-ordinal"
 # Set to any new value to request a rotation of the leaf certificates, or of the CA.
 ANNOTATION_ROTATE_CERTIFICATES = f"{API_GROUP}/rotate-certificates"
 ANNOTATION_ROTATE_CA = f"{API_GROUP}/rotate-ca"
+# On a member's PVC: its data directory was restored from a snapshot by this EtcdRestore (uid).
+ANNOTATION_RESTORED_BY = f"{API_GROUP}/restored-by"
 # Data of members left behind by a quorum recovery: kept, out of the cluster's selector.
 LABEL_SET_ASIDE_FROM = f"{API_GROUP}/set-aside-from-cluster"
 LABEL_SET_ASIDE_BY = f"{API_GROUP}/set-aside-by"

@@ -79,6 +79,7 @@ class PVCView:
     member_id: int | None
     deleting: bool
     storage_class: str | None
+    restored: bool = False  # its data directory was restored from a snapshot (EtcdRestore)
 
 
 @dataclasses.dataclass(frozen=True)

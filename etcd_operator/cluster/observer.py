@@ -51,6 +51,7 @@ def pvc_view(pvc: Mapping[str, Any]) -> PVCView:
         member_id=parse_hex_id((meta.get("annotations") or {}).get(naming.ANNOTATION_MEMBER_ID)),
         deleting=bool(meta.get("deletionTimestamp")),
         storage_class=(pvc.get("spec") or {}).get("storageClassName"),
+        restored=naming.ANNOTATION_RESTORED_BY in (meta.get("annotations") or {}),
     )
 
 

@@ -47,6 +47,13 @@ def self_only_cluster(observed: Observed, member: str) -> str:
     return f"{member}={naming.peer_url(observed.cluster, observed.namespace, member, tls_plan.serves_tls_observed(observed))}"
 
 
+def restored_cluster(observed: Observed) -> str:
+    """The initial cluster a restore wrote into its members' data: every member whose PVC
+    was restored and has not joined yet."""
+    members = sorted(p.name.removeprefix("data-") for p in observed.pvcs.values() if p.restored and p.member_id is None)
+    return ",".join(f"{m}={naming.peer_url(observed.cluster, observed.namespace, m)}" for m in members)
+
+
 def removal_keeps_quorum(health: Health, member: Member) -> bool:
     remaining = [m for m in health.voters if m.id != member.id]
     if member.is_learner:
@@ -143,6 +150,10 @@ def _plan_without_member_list(spec: ClusterSpec, observed: Observed, desired_has
         member = pvc.name.removeprefix("data-")
         if member in observed.pods or pvc.deleting:
             continue
+        if pvc.member_id is None and pvc.restored:
+            # Restored from a snapshot together with the others: started as its data says.
+            return a.BootstrapFirstMember(f"starting {member} on its restored data", member,
+                                          restored_cluster(observed))
         if pvc.member_id is None:
             # Created for the first member, which may never have started: start it as such.
             return a.BootstrapFirstMember("restarting the first member on its PVC", member)

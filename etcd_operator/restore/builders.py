@@ -1,7 +1,8 @@
 """What a restore creates and writes: the target EtcdCluster of a newCluster restore, the
-seed PVC, the patches that set old data aside, and the restore pod (fetch the verified
-snapshot onto the seed member's PVC with the operator image, restore the data directory
-with the target version's own etcdutl, then remove the snapshot file). Pure."""
+members' PVCs, the patches that set old data aside, and one restore pod per member (fetch
+the verified snapshot onto scratch space with the operator image, checking its sha256
+again, then restore the member's data directory with the target version's own etcdutl,
+the full initial cluster and a token of this restore). Pure."""
 
 from __future__ import annotations
 
@@ -12,18 +13,37 @@ from etcd_operator.cluster import builders as cluster_builders
 from etcd_operator.cluster import naming
 from etcd_operator.cluster.spec import ClusterSpec
 
-SNAPSHOT_FILE = f"{cluster_builders.DATA_MOUNT}/restore-snapshot.db"
+SCRATCH_MOUNT = "/scratch"
+SNAPSHOT_FILE = f"{SCRATCH_MOUNT}/snapshot.db"
+SCRATCH_SPARE_BYTES = 64 << 20  # beyond the snapshot: the partial file's rename, filesystem overhead
 LABEL_RESTORE = f"{API_GROUP}/restore"
+LABEL_RESTORE_MEMBER = f"{API_GROUP}/restore-member"   # on a restore pod: the member it restores
 LABEL_PRESERVED_BY = f"{API_GROUP}/preserved-by-restore"
 LABEL_PRESERVED_FROM = f"{API_GROUP}/preserved-from-cluster"
 ANNOTATION_RESTORED_FROM = f"{API_GROUP}/restored-from"   # on the EtcdCluster: the restores applied to it
-ANNOTATION_RESTORED_BY = f"{API_GROUP}/restored-by"       # on the seed PVC: the restore pod succeeded
-ANNOTATION_SEED_OF = f"{API_GROUP}/seed-of-restore"       # on the seed PVC: created by this restore
+ANNOTATION_RESTORED_BY = naming.ANNOTATION_RESTORED_BY   # on a member's PVC: its restore pod succeeded
+ANNOTATION_SEED_OF = f"{API_GROUP}/seed-of-restore"       # on a member's PVC: created by this restore
 LABEL_VALUE_MAX = 63
 
 
-def restore_pod_name(restore: str) -> str:
-    return f"{restore}-seed"
+def restore_pod_name(restore: str, ordinal: int) -> str:
+    """Within a DNS label for a maximal restore name (58) and ordinals below 1000."""
+    return f"{restore}-s{ordinal}"
+
+
+def restore_token(restore_uid: str) -> str:
+    """The initial-cluster token of a restored cluster: new for every restore, so the
+    restored cluster never takes peers of the old one (or of another restore) for its own."""
+    return f"restore-{restore_uid}"
+
+
+def initial_cluster(cluster: str, namespace: str, members: tuple[str, ...] | list[str], tls: bool = False) -> str:
+    return ",".join(f"{m}={naming.peer_url(cluster, namespace, m, tls)}" for m in sorted(members))
+
+
+def scratch_size(snapshot_bytes: int | None) -> str:
+    """The emptyDir a restore pod stages the snapshot on: the snapshot and some spare."""
+    return str((snapshot_bytes or 0) + SCRATCH_SPARE_BYTES)
 
 
 def label_values(restore: str, cluster: str) -> dict[str, str]:
@@ -76,6 +96,7 @@ def _s3_env(source: Mapping[str, Any], key: str, sha256: str) -> list[dict[str, 
         {"name": "EXPECTED_SHA256", "value": sha256},
         {"name": "SNAPSHOT_FILE", "value": SNAPSHOT_FILE},
         {"name": "DATA_DIR", "value": cluster_builders.DATA_DIR},
+        {"name": "HOME", "value": SCRATCH_MOUNT},  # the root filesystem is read-only
     ]
     credentials = source.get("credentialsSecretRef")
     if credentials:
@@ -87,22 +108,32 @@ def _s3_env(source: Mapping[str, Any], key: str, sha256: str) -> list[dict[str, 
     return env
 
 
+
 def restore_pod(
     restore: str,
     namespace: str,
     cluster: str,
     member: str,
+    members: tuple[str, ...],
     token: str,
     etcd_image: str,
     operator_image: str,
     source: Mapping[str, Any],
     key: str,
     sha256: str,
+    snapshot_bytes: int | None,
     tls: bool = False,
 ) -> dict[str, Any]:
+    """Restores one member's data directory; every member's pod gets the same snapshot,
+    the same initial cluster (all `members`) and the same token."""
     peer = naming.peer_url(cluster, namespace, member, tls)
-    volumes: list[dict[str, Any]] = [{"name": "data", "persistentVolumeClaim": {"claimName": naming.pvc_name(member)}}]
-    mounts: list[dict[str, Any]] = [{"name": "data", "mountPath": cluster_builders.DATA_MOUNT}]
+    ordinal = naming.member_ordinal(cluster, member)
+    volumes: list[dict[str, Any]] = [
+        {"name": "data", "persistentVolumeClaim": {"claimName": naming.pvc_name(member)}},
+        {"name": "scratch", "emptyDir": {"sizeLimit": scratch_size(snapshot_bytes)}},
+    ]
+    mounts: list[dict[str, Any]] = [{"name": "data", "mountPath": cluster_builders.DATA_MOUNT},
+                                    {"name": "scratch", "mountPath": SCRATCH_MOUNT}]
     fetch_mounts = list(mounts)
     if source.get("caBundleSecretRef"):
         ca = source["caBundleSecretRef"]
@@ -113,43 +144,34 @@ def restore_pod(
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": restore_pod_name(restore),
+            "name": restore_pod_name(restore, ordinal if ordinal is not None else 0),
             "namespace": namespace,
-            "labels": {LABEL_RESTORE: restore},
+            "labels": {LABEL_RESTORE: restore, LABEL_RESTORE_MEMBER: member},
         },
         "spec": pod_security.restricted({
             "restartPolicy": "Never",
             "automountServiceAccountToken": False,
             "enableServiceLinks": False,
             "volumes": volumes,
-            "initContainers": [
-                {
-                    "name": "fetch",
-                    "image": operator_image,
-                    "command": ["python", "-m", "etcd_operator.seed", "fetch"],
-                    "env": _s3_env(source, key, sha256),
-                    "volumeMounts": fetch_mounts,
-                },
-                {
-                    "name": "restore",
-                    "image": etcd_image,
-                    "command": ["etcdutl"],
-                    "args": [
-                        "snapshot", "restore", SNAPSHOT_FILE,
-                        f"--name={member}",
-                        f"--data-dir={cluster_builders.DATA_DIR}",
-                        f"--initial-cluster={member}={peer}",
-                        f"--initial-advertise-peer-urls={peer}",
-                        f"--initial-cluster-token={token}",
-                    ],
-                    "volumeMounts": mounts,
-                },
-            ],
-            "containers": [{
-                "name": "cleanup",
+            "initContainers": [{
+                "name": "fetch",
                 "image": operator_image,
-                "command": ["python", "-m", "etcd_operator.seed", "cleanup"],
-                "env": [{"name": "SNAPSHOT_FILE", "value": SNAPSHOT_FILE}],
+                "command": ["python", "-m", "etcd_operator.seed", "fetch"],
+                "env": _s3_env(source, key, sha256),
+                "volumeMounts": fetch_mounts,
+            }],
+            "containers": [{
+                "name": "restore",
+                "image": etcd_image,
+                "command": ["etcdutl"],
+                "args": [
+                    "snapshot", "restore", SNAPSHOT_FILE,
+                    f"--name={member}",
+                    f"--data-dir={cluster_builders.DATA_DIR}",
+                    f"--initial-cluster={initial_cluster(cluster, namespace, members, tls)}",
+                    f"--initial-advertise-peer-urls={peer}",
+                    f"--initial-cluster-token={token}",
+                ],
                 "volumeMounts": mounts,
             }],
         }),

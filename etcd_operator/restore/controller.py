@@ -25,7 +25,7 @@ logger = logging.getLogger(__name__)
 AFTER_STATUS_STEP = 0.1   # the step only wrote status; go on at once
 AFTER_STEP = 0.5
 WHILE_WAITING = 2.0
-STATUS_ONLY = (s.StartVerifying, s.BeginRestore, s.RecordPreservedData, s.ChooseSeed)
+STATUS_ONLY = (s.StartVerifying, s.BeginRestore, s.RecordPreservedData, s.ChooseMembers)
 TERMINAL = (s.Idle, s.Fail, s.SkipAlreadyApplied, s.Complete)
 
 

@@ -110,7 +110,8 @@ class RestoreExecutor:
         finally:
             await asyncio.to_thread(storage.close)
         manifest = snapshot.manifest
-        facts: dict[str, Any] = {"sourceKey": verified.key, "sourceBucket": s3["bucket"], "sha256": verified.sha256}
+        facts: dict[str, Any] = {"sourceKey": verified.key, "sourceBucket": s3["bucket"], "sha256": verified.sha256,
+                                 "snapshotSize": verified.size}
         version = snapshot_etcd_version(manifest.etcd_version if manifest else None, storage_version, readable)
         if version:
             facts["snapshotEtcdVersion"] = version
@@ -164,52 +165,71 @@ class RestoreExecutor:
             await self.kube.merge_patch(kube.PVCS, self.namespace, name, patch)
         self.post_event("Normal", "OldDataPreserved", step.reason)
 
-    async def _choose_seed(self, step: s.ChooseSeed, spec: RestoreSpec, status, observed: Observed) -> None:
+    async def _choose_members(self, step: s.ChooseMembers, spec: RestoreSpec, status, observed: Observed) -> None:
         if spec.in_place:
             await self._patch_cluster(observed, {"metadata": {"annotations": {
                 naming.ANNOTATION_MIN_ORDINAL: str(step.min_ordinal)}}})
 
-    async def _create_seed_volume(self, step: s.CreateSeedVolume, spec, status, observed: Observed) -> None:
+    async def _create_seed_volumes(self, step: s.CreateSeedVolumes, spec, status, observed: Observed) -> None:
         cluster = observed.cluster
-        manifest = builders.seed_pvc(cluster.spec, cluster.name, self.namespace, step.member, observed.uid)
-        kopf.adopt(manifest, owner=builders.cluster_owner(self.namespace, cluster.name, cluster.uid))
-        try:
-            await self.kube.create(kube.PVCS, self.namespace, manifest)
-        except kube.Conflict:
-            pass  # the next pass checks that it is this restore's own
+        for member in step.members:
+            manifest = builders.seed_pvc(cluster.spec, cluster.name, self.namespace, member, observed.uid)
+            kopf.adopt(manifest, owner=builders.cluster_owner(self.namespace, cluster.name, cluster.uid))
+            try:
+                await self.kube.create(kube.PVCS, self.namespace, manifest)
+            except kube.Conflict:
+                pass  # the next pass checks that it is this restore's own
 
-    async def _start_seed_pod(self, step: s.StartSeedPod, spec: RestoreSpec, status: RestoreStatus,
-                              observed: Observed) -> s.Outcome | None:
+    async def _start_seed_pods(self, step: s.StartSeedPods, spec: RestoreSpec, status: RestoreStatus,
+                               observed: Observed) -> s.Outcome | None:
         try:
             s3 = await sources.s3_block(self.kube, self.namespace, spec.source)
         except VerificationFailed as e:
             return s.Outcome(failure=(e.reason, e.message))
         cluster = observed.cluster
-        manifest = builders.restore_pod(
-            self.name, self.namespace, cluster.name, step.member, cluster.uid, cluster.spec.image,
-            self.operator_image, s3, status.source_key, status.sha256,
-            tls=cluster.transport == "https" if cluster.transport else cluster.spec.tls.enabled)
-        kopf.adopt(manifest, owner=dict(self.body))
-        try:
-            await self.kube.create(kube.PODS, self.namespace, manifest)
-        except kube.Conflict:
+        tls = cluster.transport == "https" if cluster.transport else cluster.spec.tls.enabled
+        manifests = []
+        for member in step.members:
+            manifest = builders.restore_pod(
+                self.name, self.namespace, cluster.name, member, status.seed_members,
+                builders.restore_token(observed.uid), cluster.spec.image, self.operator_image, s3,
+                status.source_key, status.sha256, status.snapshot_size, tls=tls)
+            kopf.adopt(manifest, owner=dict(self.body))
+            manifests.append(manifest)
+
+        async def create(manifest: dict) -> str | None:
+            try:
+                await self.kube.create(kube.PODS, self.namespace, manifest)
+            except kube.Conflict:
+                found = await self.kube.get(kube.PODS, self.namespace, manifest["metadata"]["name"])
+                owners = [o.get("uid") for o in ((found or {}).get("metadata") or {}).get("ownerReferences") or []]
+                if found is not None and observed.uid not in owners:
+                    return manifest["metadata"]["name"]
             return None
-        self.post_event("Normal", "SeedingMember", f"Restoring {step.member}'s data directory from {status.source_key}")
+
+        taken = [n for n in await asyncio.gather(*(create(m) for m in manifests)) if n]
+        if taken:
+            return s.Outcome(failure=("SeedPodNameTaken", f"pod {', '.join(taken)} exists and does not belong to "
+                                                          f"this restore"))
+        self.post_event("Normal", "SeedingMembers",
+                        f"Restoring {', '.join(step.members)} from {status.source_key} in parallel")
         faults.hit(faults.DURING_RESTORE)
         return None
 
-    async def _mark_seed(self, step: s.MarkSeedRestored, spec, status, observed: Observed) -> None:
-        await self.kube.merge_patch(kube.PVCS, self.namespace, step.pvc, {"metadata": {"annotations": {
-            builders.ANNOTATION_RESTORED_BY: observed.uid}}})
+    async def _mark_seeds(self, step: s.MarkSeedsRestored, spec, status, observed: Observed) -> None:
+        for pvc in step.pvcs:
+            await self.kube.merge_patch(kube.PVCS, self.namespace, pvc, {"metadata": {"annotations": {
+                builders.ANNOTATION_RESTORED_BY: observed.uid}}})
         self.post_event("Normal", "SnapshotRestored",
-                        f"{status.seed_member}'s data directory was restored with etcdutl")
+                        f"{', '.join(m for m, _, _ in step.timings)}: data directory restored with etcdutl")
 
     async def _retry_seed(self, step: s.RetrySeedPod, spec, status, observed) -> None:
-        await self.kube.delete(kube.PODS, self.namespace, builders.restore_pod_name(self.name), uid=step.pod_uid)
+        await self.kube.delete(kube.PODS, self.namespace, step.pod, uid=step.pod_uid)
         self.post_event("Warning", "SeedPodFailed", step.reason)
 
-    async def _remove_seed_pod(self, step: s.RemoveSeedPod, spec, status, observed) -> None:
-        await self.kube.delete(kube.PODS, self.namespace, builders.restore_pod_name(self.name), uid=step.pod_uid)
+    async def _remove_seed_pods(self, step: s.RemoveSeedPods, spec, status, observed) -> None:
+        for name, uid in step.pods:
+            await self.kube.delete(kube.PODS, self.namespace, name, uid=uid)
 
     async def _release(self, step: s.ReleaseCluster, spec, status, observed: Observed) -> None:
         await self._patch_cluster(observed, {"metadata": {"annotations": {
@@ -233,11 +253,11 @@ HANDLERS: dict[type[s.Step], Handler] = {
     s.StopMembers: RestoreExecutor._stop_members,
     s.RecordPreservedData: RestoreExecutor._record_preserved,
     s.SetAsideData: RestoreExecutor._set_aside,
-    s.ChooseSeed: RestoreExecutor._choose_seed,
-    s.CreateSeedVolume: RestoreExecutor._create_seed_volume,
-    s.StartSeedPod: RestoreExecutor._start_seed_pod,
-    s.MarkSeedRestored: RestoreExecutor._mark_seed,
+    s.ChooseMembers: RestoreExecutor._choose_members,
+    s.CreateSeedVolumes: RestoreExecutor._create_seed_volumes,
+    s.StartSeedPods: RestoreExecutor._start_seed_pods,
+    s.MarkSeedsRestored: RestoreExecutor._mark_seeds,
     s.RetrySeedPod: RestoreExecutor._retry_seed,
-    s.RemoveSeedPod: RestoreExecutor._remove_seed_pod,
+    s.RemoveSeedPods: RestoreExecutor._remove_seed_pods,
     s.ReleaseCluster: RestoreExecutor._release,
 }

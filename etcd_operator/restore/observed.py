@@ -70,6 +70,11 @@ class ObjectState:
     labels: tuple[tuple[str, str], ...] = ()
     annotations: tuple[tuple[str, str], ...] = ()
     owner_uids: tuple[str, ...] = ()
+    started_at: str = ""                  # pods: when the first container started
+    finished_at: str = ""                 # pods: when the last container ended
+
+    def label(self, key: str) -> str | None:
+        return dict(self.labels).get(key)
 
     def annotation(self, key: str) -> str | None:
         return dict(self.annotations).get(key)
@@ -112,6 +117,6 @@ class Observed:
     pvcs: tuple[ObjectState, ...] = ()        # PVCs carrying the target's labels
     # target absent: the namespace's pods, PVCs, Services and PDBs (what a new cluster could take over)
     namespace_objects: tuple[ObjectState, ...] = ()
-    seed_pvc: ObjectState | None = None
-    seed_pod: ObjectState | None = None
+    seed_pvcs: tuple[ObjectState, ...] = ()   # the PVCs of status.seedMembers that exist
+    seed_pods: tuple[ObjectState, ...] = ()   # pods carrying this restore's label
     new_cluster_problem: str | None = None    # server-side dry run of the cluster to create

@@ -18,14 +18,27 @@ KINDS = ((kube.PODS, "Pod"), (kube.PVCS, "PersistentVolumeClaim"), (kube.SERVICE
          (kube.PDBS, "PodDisruptionBudget"))
 
 
+def _pod_times(obj: Mapping[str, Any]) -> tuple[str, str]:
+    """When the pod's first container started and its last one ended (RFC 3339, "" if unknown)."""
+    status = obj.get("status") or {}
+    states = [s.get("state") or {} for s in (status.get("initContainerStatuses") or [])
+              + (status.get("containerStatuses") or [])]
+    started = [t for state in states for t in [(state.get("running") or state.get("terminated") or {}).get("startedAt")]
+               if t]
+    finished = [t for state in states for t in [(state.get("terminated") or {}).get("finishedAt")] if t]
+    return (min(started) if started else ""), (max(finished) if finished else "")
+
+
 def object_state(kind: str, obj: Mapping[str, Any]) -> ObjectState:
     meta = obj["metadata"]
+    started, finished = _pod_times(obj) if kind == "Pod" else ("", "")
     return ObjectState(
         kind=kind, name=meta["name"], uid=meta["uid"], deleting=bool(meta.get("deletionTimestamp")),
         phase=(obj.get("status") or {}).get("phase", "") if kind == "Pod" else "",
         labels=tuple(sorted((meta.get("labels") or {}).items())),
         annotations=tuple(sorted((meta.get("annotations") or {}).items())),
         owner_uids=tuple(o.get("uid", "") for o in meta.get("ownerReferences") or []),
+        started_at=started, finished_at=finished,
     )
 
 
@@ -83,16 +96,19 @@ class RestoreObserver:
             around = await self._namespace_objects(namespace)
             if status.phase in (None, "Pending", "Verifying"):
                 problem = await self._dry_run(name, namespace, spec)
-        seed_pvc = seed_pod = None
-        if status.seed_member:
-            found = await self.kube.get(kube.PVCS, namespace, naming.pvc_name(status.seed_member))
-            seed_pvc = object_state("PersistentVolumeClaim", found) if found else None
+        seed_pvcs: tuple[ObjectState, ...] = ()
+        seed_pods: tuple[ObjectState, ...] = ()
+        if status.seed_members:
+            found = await asyncio.gather(*(self.kube.get(kube.PVCS, namespace, naming.pvc_name(m))
+                                           for m in status.seed_members))
+            seed_pvcs = tuple(object_state("PersistentVolumeClaim", p) for p in found if p)
         if len(name) <= builders.LABEL_VALUE_MAX:
-            found = await self.kube.get(kube.PODS, namespace, builders.restore_pod_name(name))
-            seed_pod = object_state("Pod", found) if found else None
+            listed = await self.kube.list(kube.PODS, namespace,
+                                          naming.label_selector({builders.LABEL_RESTORE: name}))
+            seed_pods = tuple(object_state("Pod", p) for p in listed)
         return Observed(namespace=namespace, restore=name, uid=meta["uid"], generation=meta.get("generation") or 0,
                         cluster=cluster, pods=pods, pvcs=pvcs, namespace_objects=around,
-                        seed_pvc=seed_pvc, seed_pod=seed_pod, new_cluster_problem=problem)
+                        seed_pvcs=seed_pvcs, seed_pods=seed_pods, new_cluster_problem=problem)
 
     async def _namespace_objects(self, namespace: str) -> tuple[ObjectState, ...]:
         listed = await asyncio.gather(*(self.kube.list(resource, namespace) for resource, _ in KINDS))

@@ -9,8 +9,11 @@ Invariants, each covered by tests/unit/test_restore_planner.py:
   PVCs, pods, Services or PDB (by the cluster's labels or member names) exist, it stops;
 - a restore whose name and spec are recorded on the target as applied is not applied
   again (AlreadyApplied); a second run needs a new name (or a changed spec);
+- every member of the target is restored from the same snapshot, in parallel, with the
+  full initial cluster and a token of this restore; the cluster is released only when
+  every member's data directory is in place;
 - a snapshot is only ever written into a volume this restore created, and at most once
-  (the seed PVC is marked when the restore pod succeeded);
+  per member (its PVC is marked when its restore pod succeeded);
 - old data is never deleted: in place, every old PVC is recorded in status, then set aside;
 - an in-place target is released only without a recorded quorum recovery or its approval,
   and the release and the record of this restore are one patch.
@@ -26,7 +29,7 @@ from etcd_operator.restore.observed import ObjectState, Observed, RestoreRecord,
 from etcd_operator.restore.spec import TERMINAL_PHASES, RestoreSpec, RestoreStatus
 from etcd_operator.timefmt import format_time
 
-SEED_ATTEMPTS = 3
+SEED_ATTEMPTS = 3   # restore pods that may fail, over all members, before the restore fails
 PRE_3_6_STORAGE = "3.5"   # a snapshot without meta/storageVersion is in etcd 3.5's schema (or older)
 
 
@@ -175,6 +178,7 @@ def plan(spec: RestoreSpec, status: RestoreStatus, observed: Observed, now: floa
         return s.Idle(f"the restore ended: {status.phase}")
     if status.phase in (None, "Pending", "Verifying"):
         return _plan_checks(spec, status, observed)
+
     return _plan_restoring(spec, status, observed, now)
 
 
@@ -214,11 +218,14 @@ def _plan_restoring(spec: RestoreSpec, status: RestoreStatus, observed: Observed
         if not spec.in_place:
             return s.Fail(f"EtcdCluster {target} was not created by this restore; it is not touched",
                           code="TargetExists")
-        if status.preserved or status.seed_member:
+        if status.preserved or status.seed_members:
             return s.Fail(f"the annotation {naming.ANNOTATION_RESTORE_IN_PROGRESS} was removed from EtcdCluster "
                           f"{target} during the restore; the restore stops here. The old data is in "
                           f"{', '.join(status.preserved) or 'the cluster PVCs'}", code="Aborted")
         return s.HoldCluster(f"stopping EtcdCluster {target} for an in-place restore")
+    if cluster.spec is None:
+        return s.Wait(f"EtcdCluster {target}'s spec cannot be read ({cluster.spec_error}); the restore waits until "
+                      f"it is fixed", code="InvalidClusterSpec")
 
     if spec.in_place:
         if cluster.operation or cluster.recovery_approved:
@@ -226,11 +233,18 @@ def _plan_restoring(spec: RestoreSpec, status: RestoreStatus, observed: Observed
                 f"dropping the recorded {cluster.operation or 'quorum recovery approval'} of {target}: it was "
                 f"about the old data", clear_operation=bool(cluster.operation),
                 clear_approval=cluster.recovery_approved)
-        if status.seed_member is None:
+        if not status.seed_members:
             return _plan_set_aside(status, observed, cluster)
-    elif status.seed_member is None:
-        return s.ChooseSeed(f"restoring into {naming.member_name(target, 0)}", member=naming.member_name(target, 0))
+    elif not status.seed_members:
+        return _choose_members(cluster, 0)
     return _plan_seed(spec, status, observed, cluster, now)
+
+
+def _choose_members(cluster: TargetCluster, first: int) -> s.Step:
+    size = cluster.spec.size if cluster.spec else 1
+    members = tuple(naming.member_name(cluster.name, first + i) for i in range(max(size, 1)))
+    return s.ChooseMembers(f"restoring {', '.join(members)} from the snapshot, all at once", members=members,
+                           min_ordinal=first)
 
 
 def _plan_set_aside(status: RestoreStatus, observed: Observed, cluster: TargetCluster) -> s.Step:
@@ -247,41 +261,56 @@ def _plan_set_aside(status: RestoreStatus, observed: Observed, cluster: TargetCl
         return s.SetAsideData(f"keeping the old data aside in {', '.join(sorted(names))} until the restore succeeds",
                               pvcs=tuple(sorted((p.name, p.uid) for p in observed.pvcs)))
     ordinals = [naming.member_ordinal(cluster.name, n.removeprefix("data-")) for n in status.preserved]
-    seed = max(max((o for o in ordinals if o is not None), default=-1) + 1, cluster.min_ordinal)
-    member = naming.member_name(cluster.name, seed)
-    return s.ChooseSeed(f"restoring into a fresh member {member}", member=member, min_ordinal=seed)
+    first = max(max((o for o in ordinals if o is not None), default=-1) + 1, cluster.min_ordinal)
+    return _choose_members(cluster, first)
 
 
 def _plan_seed(spec: RestoreSpec, status: RestoreStatus, observed: Observed, cluster: TargetCluster,
                now: float) -> s.Step:
-    seed, pvc, pod = status.seed_member, observed.seed_pvc, observed.seed_pod
-    if pvc is None:
-        return s.CreateSeedVolume(f"creating {naming.pvc_name(seed)}", member=seed)
-    if pvc.annotation(builders.ANNOTATION_SEED_OF) != observed.uid:
-        return s.Fail(f"PVC {pvc.name} exists but was not created by this restore; a snapshot is only restored "
-                      f"into a volume the restore created", code="SeedVolumeNotOurs")
-    if pod is not None and observed.uid not in pod.owner_uids:
-        return s.Fail(f"pod {pod.name} exists and does not belong to this restore", code="SeedPodNameTaken")
-    if pvc.annotation(builders.ANNOTATION_RESTORED_BY) != observed.uid:
-        if pod is None:
-            return s.StartSeedPod(f"seeding {seed}", member=seed)
-        if pod.phase == "Succeeded":
-            return s.MarkSeedRestored(f"{seed}'s data directory was restored", pvc=pvc.name)
-        if pod.phase == "Failed":
-            attempt = status.seed_attempts + 1
-            if attempt >= SEED_ATTEMPTS:
-                return s.Fail(f"the restore pod {pod.name} failed {attempt} times; see its logs", code="SeedFailed")
-            return s.RetrySeedPod(f"the restore pod failed; attempt {attempt + 1} of {SEED_ATTEMPTS}",
-                                  pod_uid=pod.uid, attempt=attempt)
-        return s.Wait(f"seeding {seed}", code="Restoring")
-    if pod is not None:
-        return s.RemoveSeedPod("the seed is restored; removing the restore pod", pod_uid=pod.uid)
+    members = status.seed_members
+    pvcs = {p.name: p for p in observed.seed_pvcs}
+    missing = tuple(m for m in members if naming.pvc_name(m) not in pvcs)
+    if missing:
+        return s.CreateSeedVolumes(f"creating {', '.join(naming.pvc_name(m) for m in missing)}", members=missing)
+    for member in members:
+        pvc = pvcs[naming.pvc_name(member)]
+        if pvc.annotation(builders.ANNOTATION_SEED_OF) != observed.uid:
+            return s.Fail(f"PVC {pvc.name} exists but was not created by this restore; a snapshot is only restored "
+                          f"into a volume the restore created", code="SeedVolumeNotOurs")
+    pods = {}
+    for pod in observed.seed_pods:
+        if observed.uid not in pod.owner_uids:
+            return s.Fail(f"pod {pod.name} exists and does not belong to this restore", code="SeedPodNameTaken")
+        pods[pod.label(builders.LABEL_RESTORE_MEMBER)] = pod
+    pending = [m for m in members
+               if pvcs[naming.pvc_name(m)].annotation(builders.ANNOTATION_RESTORED_BY) != observed.uid]
+    succeeded = [m for m in pending if m in pods and pods[m].phase == "Succeeded"]
+    if succeeded:
+        return s.MarkSeedsRestored(f"{', '.join(succeeded)}: data directory restored",
+                                   pvcs=tuple(naming.pvc_name(m) for m in succeeded),
+                                   timings=tuple((m, pods[m].started_at, pods[m].finished_at) for m in succeeded))
+    failed = [pods[m] for m in pending if m in pods and pods[m].phase == "Failed" and not pods[m].deleting]
+    if failed:
+        attempt = status.seed_attempts + 1
+        if attempt >= SEED_ATTEMPTS:
+            return s.Fail(f"restore pods failed {attempt} times, the last {failed[0].name}; see its logs",
+                          code="SeedFailed")
+        return s.RetrySeedPod(f"the restore pod {failed[0].name} failed; attempt {attempt + 1} of {SEED_ATTEMPTS}",
+                              pod=failed[0].name, pod_uid=failed[0].uid, attempt=attempt)
+    unstarted = tuple(m for m in pending if m not in pods)
+    if unstarted:
+        return s.StartSeedPods(f"restoring {', '.join(unstarted)} in parallel", members=unstarted)
+    if pending:
+        return s.Wait(f"restoring {', '.join(pending)} in parallel", code="Restoring")
+    done = tuple(sorted((p.name, p.uid) for p in pods.values()))
+    if done:
+        return s.RemoveSeedPods("every member is restored; removing the restore pods", pods=done)
     if cluster.records_error:
         return s.Wait(f"the annotation {builders.ANNOTATION_RESTORED_FROM} on EtcdCluster {cluster.name} cannot be "
                       f"read ({cluster.records_error}); it is not overwritten", code="RestoreRecordUnreadable")
     record = RestoreRecord(observed.restore, observed.uid, observed.generation, spec.digest,
                            status.source_key or "", status.sha256 or "", format_time(now))
-    return s.ReleaseCluster(f"{seed} holds the restored data; the other members join one at a time",
+    return s.ReleaseCluster(f"{', '.join(members)} hold the restored data; they start together",
                             records=records_text(cluster.records + (record,)))
 
 

@@ -42,7 +42,8 @@ class RestoreStatus:
     snapshot_version: str | None = None
     restored_revision: int | None = None
     target: str | None = None
-    seed_member: str | None = None
+    seed_members: tuple[str, ...] = ()    # every member restored from the snapshot
+    snapshot_size: int | None = None      # bytes, as verified
     seed_attempts: int = 0
     preserved: tuple[str, ...] = ()
     progress: str = ""
@@ -61,7 +62,8 @@ class RestoreStatus:
             snapshot_version=status.get("snapshotEtcdVersion"),
             restored_revision=status.get("restoredRevision"),
             target=status.get("targetCluster"),
-            seed_member=status.get("seedMember"),
+            seed_members=tuple(status.get("seedMembers") or ()),
+            snapshot_size=status.get("snapshotSize"),
             seed_attempts=int(status.get("seedAttempts") or 0),
             preserved=tuple(sorted(status.get("preservedData") or ())),
             progress=status.get("progress") or "",

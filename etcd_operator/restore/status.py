@@ -52,8 +52,14 @@ def _step_fields(step: s.Step, previous: Mapping[str, Any], now: str) -> dict[st
         return {"targetCluster": step.target}
     if isinstance(step, s.RecordPreservedData):
         return {"preservedData": list(step.pvcs)}
-    if isinstance(step, s.ChooseSeed):
-        return {"seedMember": step.member}
+    if isinstance(step, s.ChooseMembers):
+        return {"seedMembers": list(step.members)}
+    if isinstance(step, s.MarkSeedsRestored):
+        timings = list(previous.get("seedPods") or [])
+        known = {t.get("member") for t in timings}
+        timings += [{"member": m, "startedAt": started, "finishedAt": finished}
+                    for m, started, finished in step.timings if m not in known]
+        return {"seedPods": timings}
     if isinstance(step, s.RetrySeedPod):
         return {"seedAttempts": step.attempt}
     if isinstance(step, s.Complete):

@@ -116,42 +116,50 @@ class SetAsideData(Step):
 
 
 @dataclasses.dataclass(frozen=True)
-class ChooseSeed(Step):
-    """Name the member whose data directory is restored; in place, members below its
-    ordinal are never created again (their data is set aside)."""
+class ChooseMembers(Step):
+    """Name the members whose data directories are restored, every member of the target
+    at once; in place, members below the first ordinal are never created again (their
+    data is set aside)."""
 
-    member: str = ""
+    members: tuple[str, ...] = ()
     min_ordinal: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
-class CreateSeedVolume(Step):
-    member: str = ""
+class CreateSeedVolumes(Step):
+    """Create the members' PVCs, each marked as this restore's own."""
+
+    members: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
-class StartSeedPod(Step):
-    """Fetch the verified snapshot onto the seed PVC and run etcdutl snapshot restore."""
+class StartSeedPods(Step):
+    """One restore pod per member, all at once: fetch the verified snapshot onto scratch
+    space, check its sha256 again, run etcdutl snapshot restore with the member's name,
+    the full initial cluster and this restore's token."""
 
-    member: str = ""
+    members: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
-class MarkSeedRestored(Step):
-    """The restore pod succeeded: mark the seed PVC so the seed is never restored twice."""
+class MarkSeedsRestored(Step):
+    """Restore pods succeeded: mark their PVCs so that no member is restored twice, and
+    record when each pod ran (member, started, finished)."""
 
-    pvc: str = ""
+    pvcs: tuple[str, ...] = ()
+    timings: tuple[tuple[str, str, str], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
 class RetrySeedPod(Step):
+    pod: str = ""
     pod_uid: str = ""
     attempt: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
-class RemoveSeedPod(Step):
-    pod_uid: str = ""
+class RemoveSeedPods(Step):
+    pods: tuple[tuple[str, str], ...] = ()  # (name, uid)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,7 +173,7 @@ class ReleaseCluster(Step):
 ALL_STEPS: tuple[type[Step], ...] = (
     Idle, Wait, Fail, SkipAlreadyApplied, Complete, StartVerifying, VerifySnapshot, BeginRestore,
     CreateTargetCluster, HoldCluster, ClearQuorumRecovery, StopMembers, RecordPreservedData, SetAsideData,
-    ChooseSeed, CreateSeedVolume, StartSeedPod, MarkSeedRestored, RetrySeedPod, RemoveSeedPod, ReleaseCluster,
+    ChooseMembers, CreateSeedVolumes, StartSeedPods, MarkSeedsRestored, RetrySeedPod, RemoveSeedPods, ReleaseCluster,
 )
 
 

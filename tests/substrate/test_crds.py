@@ -235,3 +235,18 @@ def test_objects_stored_before_the_name_rules_can_still_be_updated_and_deleted(c
         assert kubectl("get", "etcdcluster", name, "-n", namespace, check=False).returncode != 0
     finally:  # never leave a finalizer behind to block the namespace's deletion
         kubectl("patch", "etcdcluster", name, "-n", namespace, "--type=merge", "-p", no_finalizers, check=False)
+
+
+def backup_with_parts(part_size: int, concurrency: int) -> dict:
+    s3 = {"bucket": "etcd-backups", "partSizeBytes": part_size, "uploadConcurrency": concurrency}
+    return {**VALID["EtcdBackup"], "storage": {"s3": s3}}
+
+
+def test_part_buffers_of_one_backup_are_capped(crds, namespace):
+    """partSizeBytes × (uploadConcurrency + 1) is what one backup holds in memory."""
+    refused = dry_run("EtcdBackup", "bad", namespace, backup_with_parts(32 << 20, 2))
+    assert refused.returncode != 0
+    assert "partSizeBytes × (uploadConcurrency + 1)" in refused.stderr and "64 MiB" in refused.stderr, refused.stderr
+    assert dry_run("EtcdBackup", "ok", namespace, backup_with_parts(32 << 20, 1)).returncode == 0
+    assert dry_run("EtcdBackup", "ok", namespace, backup_with_parts(8 << 20, 7)).returncode == 0
+    assert dry_run("EtcdBackup", "ok", namespace, {**VALID["EtcdBackup"]}).returncode == 0  # the defaults

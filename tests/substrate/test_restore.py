@@ -3,6 +3,7 @@ is touched, old data kept, once only."""
 
 from __future__ import annotations
 
+import base64
 import json
 
 import pytest
@@ -64,7 +65,15 @@ def assert_holds_exactly_the_backup(namespace: str, cluster: str) -> None:
     assert read_prefix(endpoints, "/b/") == {}
 
 
-def test_round_trip_into_a_new_cluster(namespace, backed_up):
+def keyspace(endpoints: list[str], revision: int | None = None) -> dict[bytes, bytes]:
+    """Every key and value (as bytes), at `revision` if given."""
+    args = ["get", "", "--prefix", "-w", "json"] + ([f"--rev={revision}"] if revision else [])
+    kvs = json.loads(etcdctl(endpoints, *args)).get("kvs") or []
+    return {base64.b64decode(kv["key"]): base64.b64decode(kv.get("value", "")) for kv in kvs}
+
+
+def test_round_trip_restores_every_member_in_parallel_and_the_data_exactly(namespace, backed_up):
+    source_at_backup = keyspace(member_endpoints(namespace, "src"), backed_up["revision"])
     apply_restore(namespace, "r1", {"source": {"backupRef": {"name": "nightly"}},
                                     "target": {"newCluster": {"name": "copy", "spec": {**PLAINTEXT, "size": 3,
                                                                                        "storage": {"size": "1Gi"}}}}})
@@ -72,13 +81,21 @@ def test_round_trip_into_a_new_cluster(namespace, backed_up):
     status = restore["status"]
     assert status["sourceKey"] == backed_up["key"] and status["sha256"] == backed_up["sha256"]
     assert status["restoredRevision"] == backed_up["revision"]
+    # Every member was restored from the snapshot, and the restore pods ran at the same time.
+    assert status["seedMembers"] == ["copy-0", "copy-1", "copy-2"]
+    pods = status["seedPods"]
+    assert sorted(p["member"] for p in pods) == status["seedMembers"]
+    assert max(p["startedAt"] for p in pods) < min(p["finishedAt"] for p in pods), f"not in parallel: {pods}"
     cluster = wait_healthy(namespace, "copy", 3)
     assert status["clusterID"] == cluster["status"]["clusterID"] != get_cluster(namespace, "src")["status"]["clusterID"]
-    assert_holds_exactly_the_backup(namespace, "copy")
+    restored = keyspace(member_endpoints(namespace, "copy"))
+    assert len(restored) == len(source_at_backup) >= 200
+    assert restored == source_at_backup  # every key and value, exactly as at the backup's revision
     listed = json.loads(etcdctl(member_endpoints(namespace, "copy"), "member", "list", "-w", "json"))["members"]
     assert len(listed) == 3 and not any(m.get("isLearner") for m in listed)
+    assert sorted(m["name"] for m in listed) == status["seedMembers"]  # none joined later from the leader
     reasons = [e["reason"] for e in events(namespace, "r1")]
-    assert reasons.count("SnapshotRestored") == 1 and "RestoreCompleted" in reasons
+    assert "RestoreCompleted" in reasons and reasons.count("SeedingMembers") == 1
 
 
 def test_corrupt_backup_is_refused_and_the_target_is_untouched(substrate, namespace, backed_up):
@@ -107,7 +124,7 @@ def test_in_place_restore_keeps_the_old_data_while_it_runs(namespace, backed_up)
     old_pvcs = {p["metadata"]["name"] for p in kubectl_json("get", "pvc", "-n", namespace)["items"]}
     apply_restore(namespace, "inplace", {"source": {"backupRef": {"name": "nightly"}},
                                          "target": {"inPlace": {"clusterName": "src", "confirm": True}}})
-    seen_preserved = wait_for(lambda: (r := get_restore(namespace, "inplace"))["status"].get("seedMember")
+    seen_preserved = wait_for(lambda: (r := get_restore(namespace, "inplace"))["status"].get("seedMembers")
                               and r["status"].get("phase") == "Restoring" and r, 180, interval=0.3,
                               what="old data set aside")
     assert set(seen_preserved["status"]["preservedData"]) == old_pvcs
@@ -145,7 +162,7 @@ def test_operator_killed_mid_restore_resumes_without_restoring_twice(substrate, 
                                       "target": {"newCluster": {"name": "again", "spec": {**PLAINTEXT, "size": 1,
                                                                                           "storage": {"size": "1Gi"}}}}})
     assert faulty.wait_exit(180) == 86
-    kubectl_json("get", "pod", "once-seed", "-n", namespace)  # the killed operator had created it
+    kubectl_json("get", "pod", "once-s0", "-n", namespace)  # the killed operator had created it
     faulty.start()
     try:
         wait_phase(namespace, "once", "Completed", timeout=300)
@@ -153,9 +170,9 @@ def test_operator_killed_mid_restore_resumes_without_restoring_twice(substrate, 
         faulty.stop()
     # The killed operator created the restore pod; the restarted one reused it, never a second.
     agent_log = (substrate.logs_dir / "node-agent.log").read_text()
-    assert agent_log.count(f"{namespace}/once-seed: started container fetch") == 1
+    assert agent_log.count(f"{namespace}/once-s0: started container fetch") == 1
     reasons = [e["reason"] for e in events(namespace, "once")]
-    assert reasons.count("SnapshotRestored") == 1 and "SeedingMember" not in reasons[1:]
+    assert reasons.count("SnapshotRestored") == 1 and "SeedingMembers" not in reasons[1:]
     assert len(read_prefix(member_endpoints(namespace, "again"), "/a/")) == 200
     # Re-applying the finished restore does nothing.
     apply_restore(namespace, "once", {"source": {"backupRef": {"name": "nightly"}},

@@ -99,13 +99,43 @@ def test_version_changes(running, wanted, reason):
 
 def test_restore_pod_takes_credentials_by_reference_only():
     source = {"bucket": "b", "endpoint": "http://s3:9000", "credentialsSecretRef": {"name": "creds"}}
-    manifest = restore_builders.restore_pod("r", "ns", "c", "c-3", "uid", "gcr.io/etcd-development/etcd:v3.6.16",
-                                            "ghcr.io/etcd-operator/etcd-operator:0.1.0", source, "k.db", "ab" * 32)
-    fetch, restore = manifest["spec"]["initContainers"]
+    members = ("c-3", "c-4", "c-5")
+    manifest = restore_builders.restore_pod("r", "ns", "c", "c-4", members, "tok", "gcr.io/etcd-development/etcd:v3.6.16",
+                                            "ghcr.io/etcd-operator/etcd-operator:0.1.0", source, "k.db", "ab" * 32,
+                                            100 << 20)
+    [fetch] = manifest["spec"]["initContainers"]
+    [restore] = manifest["spec"]["containers"]
     env = {e["name"]: e for e in fetch["env"]}
     assert env["AWS_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"] == {"name": "creds", "key": "secretAccessKey"}
     assert "value" not in env["AWS_SECRET_ACCESS_KEY"]
+    assert env["EXPECTED_SHA256"]["value"] == "ab" * 32
     assert restore["image"] == "gcr.io/etcd-development/etcd:v3.6.16" and restore["command"] == ["etcdutl"]
-    assert "--initial-cluster=c-3=" + naming.peer_url("c", "ns", "c-3") in restore["args"]
-    assert "--initial-cluster-token=uid" in restore["args"]
+    full = ",".join(f"{m}={naming.peer_url('c', 'ns', m)}" for m in members)
+    assert f"--initial-cluster={full}" in restore["args"] and "--name=c-4" in restore["args"]
+    assert "--initial-cluster-token=tok" in restore["args"]
     assert manifest["spec"]["restartPolicy"] == "Never"
+    assert manifest["metadata"]["name"] == "r-s4"
+
+
+def test_restore_pod_stages_the_snapshot_on_scratch_space_sized_from_the_manifest():
+    manifest = restore_builders.restore_pod("r", "ns", "c", "c-0", ("c-0",), "tok", "etcd:v3.6.16", "op:1",
+                                            {"bucket": "b"}, "k.db", "ab" * 32, 512 << 20)
+    volumes = {v["name"]: v for v in manifest["spec"]["volumes"]}
+    assert int(volumes["scratch"]["emptyDir"]["sizeLimit"]) >= 512 << 20
+    [fetch], [restore] = manifest["spec"]["initContainers"], manifest["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in fetch["env"]}
+    assert env["SNAPSHOT_FILE"].startswith(restore_builders.SCRATCH_MOUNT + "/")
+    assert not env["SNAPSHOT_FILE"].startswith(env["DATA_DIR"].rsplit("/", 1)[0])  # not on the member's PVC
+    assert env["SNAPSHOT_FILE"] in restore["args"]
+
+
+def test_restore_pod_passes_the_restricted_pod_security_level():
+    manifest = restore_builders.restore_pod("r", "ns", "c", "c-0", ("c-0",), "tok", "etcd:v3.6.16", "op:1",
+                                            {"bucket": "b"}, "k.db", "ab" * 32, None)
+    pod = manifest["spec"]["securityContext"]
+    assert pod["runAsNonRoot"] is True and pod["runAsUser"] == pod["fsGroup"] == 65532
+    assert pod["seccompProfile"] == {"type": "RuntimeDefault"}
+    for container in manifest["spec"]["initContainers"] + manifest["spec"]["containers"]:
+        security = container["securityContext"]
+        assert security["allowPrivilegeEscalation"] is False and security["capabilities"] == {"drop": ["ALL"]}
+    assert all(set(v) <= {"name", "persistentVolumeClaim", "emptyDir", "secret"} for v in manifest["spec"]["volumes"])

@@ -256,3 +256,16 @@ def test_deletions_only_touch_objects_of_members_absent_from_the_leaders_list(sc
         assert o.etcd.from_leader
         names = {m.name for m in health.members if m.name}
         assert step.member not in names
+
+
+def test_restored_members_start_with_the_full_initial_cluster_of_their_data():
+    from etcd_operator.cluster.observed import PVCView
+    restored = tuple(PVCView(naming.pvc_name(f"c-{i}"), f"pvc-{i}", None, False, None, restored=True)
+                     for i in range(3))
+    o = observed([], bootstrapped=False, extra_pvcs=restored)
+    step = next_step(spec(3), o)
+    full = ",".join(f"c-{i}={naming.peer_url('c', o.namespace, f'c-{i}')}" for i in range(3))
+    assert isinstance(step, a.BootstrapFirstMember) and step.member == "c-0" and step.initial_cluster == full
+    plain = tuple(dataclasses.replace(p, restored=False) for p in restored)
+    step = next_step(spec(3), observed([], bootstrapped=False, extra_pvcs=plain))
+    assert isinstance(step, a.BootstrapFirstMember) and step.initial_cluster == ""  # itself only

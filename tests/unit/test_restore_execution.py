@@ -65,7 +65,7 @@ def test_verification_facts_and_failures_come_from_the_outcome():
 
 def test_a_step_not_taken_changes_only_the_progress():
     previous = {"phase": "Restoring", "progress": "x"}
-    status = build_status(previous, s.ChooseSeed("seed", member="c-3"), s.Outcome(False, "conflict"), 1, NOW)
+    status = build_status(previous, s.ChooseMembers("seed", members=("c-3",)), s.Outcome(False, "conflict"), 1, NOW)
     assert changed(previous, status) == {"progress": "conflict"}
 
 
@@ -74,6 +74,14 @@ def test_status_fields_follow_the_step():
     assert status["preservedData"] == ["data-c-0"] and status["phase"] == "Restoring"
     status = build_status({"phase": "Verifying"}, s.BeginRestore("b", target="c"), s.Outcome(), 1, NOW)
     assert status["targetCluster"] == "c" and status["phase"] == "Restoring"
+    status = build_status({"phase": "Restoring"}, s.ChooseMembers("m", members=("c-0", "c-1")), s.Outcome(), 1, NOW)
+    assert status["seedMembers"] == ["c-0", "c-1"]
+    status = build_status(status, s.MarkSeedsRestored("m", pvcs=("data-c-1",), timings=(("c-1", "t0", "t1"),)),
+                          s.Outcome(), 1, NOW)
+    status = build_status(status, s.MarkSeedsRestored("m", pvcs=("data-c-0",), timings=(("c-0", "t2", "t3"),)),
+                          s.Outcome(), 1, NOW)
+    assert status["seedPods"] == [{"member": "c-1", "startedAt": "t0", "finishedAt": "t1"},
+                                  {"member": "c-0", "startedAt": "t2", "finishedAt": "t3"}]
     status = build_status({"phase": "Restoring"}, s.Complete("1/1", cluster_id="abc"), s.Outcome(), 1, NOW)
     assert status["phase"] == "Completed" and status["clusterID"] == "abc"
     assert conditions_of(status)["Completed"] == ("True", "Restored")

@@ -107,12 +107,14 @@ def test_an_existing_cluster_is_never_a_new_target():
 
 
 def test_a_snapshot_goes_only_into_a_volume_this_restore_created():
-    status = dataclasses.replace(RESTORING, seed_member="keep-0")
-    foreign = obj("PersistentVolumeClaim", "data-keep-0")
-    step = step_for(NEW, status, observed(cluster(holder="r1"), seed_pvc=foreign))
-    assert isinstance(step, s.Fail) and step.code == "SeedVolumeNotOurs"
-    ours = dataclasses.replace(foreign, annotations=((builders.ANNOTATION_SEED_OF, UID),))
-    assert isinstance(step_for(NEW, status, observed(cluster(holder="r1"), seed_pvc=ours)), s.StartSeedPod)
+    status = dataclasses.replace(RESTORING, seed_members=("keep-0", "keep-1"))
+    foreign = obj("PersistentVolumeClaim", "data-keep-1")
+    ours = obj("PersistentVolumeClaim", "data-keep-0", annotations=((builders.ANNOTATION_SEED_OF, UID),))
+    step = step_for(NEW, status, observed(cluster(holder="r1"), seed_pvcs=(ours, foreign)))
+    assert isinstance(step, s.Fail) and step.code == "SeedVolumeNotOurs" and "data-keep-1" in step.reason
+    ours_too = dataclasses.replace(foreign, annotations=((builders.ANNOTATION_SEED_OF, UID),))
+    step = step_for(NEW, status, observed(cluster(holder="r1"), seed_pvcs=(ours, ours_too)))
+    assert isinstance(step, s.StartSeedPods) and step.members == ("keep-0", "keep-1")
 
 
 # --- 2. a restore is applied once --------------------------------------------------------
@@ -143,10 +145,10 @@ def test_an_unreadable_record_means_waiting_not_guessing():
 
 
 def released_state(spec: dict, **cluster_fields) -> tuple[RestoreStatus, Observed]:
-    status = dataclasses.replace(RESTORING, seed_member="keep-3", preserved=("data-keep-0",))
+    status = dataclasses.replace(RESTORING, seed_members=("keep-3",), preserved=("data-keep-0",))
     pvc = obj("PersistentVolumeClaim", "data-keep-3",
               annotations=((builders.ANNOTATION_SEED_OF, UID), (builders.ANNOTATION_RESTORED_BY, UID)))
-    return status, observed(cluster(holder="r1", **cluster_fields), seed_pvc=pvc)
+    return status, observed(cluster(holder="r1", **cluster_fields), seed_pvcs=(pvc,))
 
 
 @pytest.mark.parametrize("spec", [IN_PLACE, NEW])
@@ -236,7 +238,7 @@ def test_an_empty_dir_target_is_refused_before_anything():
 
 @pytest.mark.parametrize("operation, approved", [("QuorumRecovery", False), (None, True), ("QuorumRecovery", True)])
 def test_a_recorded_quorum_recovery_is_cleared_before_the_release(operation, approved):
-    for status in (RESTORING, dataclasses.replace(RESTORING, seed_member="keep-3")):
+    for status in (RESTORING, dataclasses.replace(RESTORING, seed_members=("keep-3",))):
         step = step_for(IN_PLACE, status, observed(cluster(holder="r1", operation=operation, approved=approved)))
         assert isinstance(step, s.ClearQuorumRecovery)
         assert step.clear_operation == bool(operation) and step.clear_approval == approved
@@ -284,9 +286,9 @@ def test_in_place_stops_records_sets_aside_then_chooses_a_fresh_seed():
     step = step_for(IN_PLACE, recorded, observed(held, pvcs=pvcs))
     assert isinstance(step, s.SetAsideData) and [n for n, _ in step.pvcs] == ["data-keep-0", "data-keep-1"]
     step = step_for(IN_PLACE, recorded, observed(held))
-    assert isinstance(step, s.ChooseSeed) and step.member == "keep-2" and step.min_ordinal == 2
-    step = step_for(IN_PLACE, recorded, observed(cluster(holder="r1", min_ordinal=5)))
-    assert step.member == "keep-5"
+    assert isinstance(step, s.ChooseMembers) and step.members == ("keep-2",) and step.min_ordinal == 2
+    step = step_for(IN_PLACE, recorded, observed(cluster(holder="r1", min_ordinal=5, spec={"size": 3})))
+    assert step.members == ("keep-5", "keep-6", "keep-7") and step.min_ordinal == 5
 
 
 def test_a_hold_removed_by_hand_after_data_was_set_aside_stops_the_restore():
@@ -302,25 +304,73 @@ def test_another_restore_holding_the_target_is_refused():
     assert isinstance(step, s.Fail) and step.code == "TargetBusy"
 
 
-def test_the_seed_is_restored_once_and_retried_a_bounded_number_of_times():
-    ours = (builders.ANNOTATION_SEED_OF, UID)
-    pvc = obj("PersistentVolumeClaim", "data-keep-0", annotations=(ours,))
-    status = dataclasses.replace(RESTORING, seed_member="keep-0")
-    held = cluster(holder="r1")
-    pod = obj("Pod", "r1-seed", phase="Succeeded", owner_uids=(UID,))
-    assert isinstance(step_for(NEW, status, observed(held, seed_pvc=pvc, seed_pod=pod)), s.MarkSeedRestored)
-    failed = dataclasses.replace(pod, phase="Failed")
-    step = step_for(NEW, status, observed(held, seed_pvc=pvc, seed_pod=failed))
-    assert isinstance(step, s.RetrySeedPod) and step.attempt == 1
+MEMBERS = ("keep-0", "keep-1", "keep-2")
+OURS = (builders.ANNOTATION_SEED_OF, UID)
+MARKED = (builders.ANNOTATION_RESTORED_BY, UID)
+
+
+def seed_pvc(member: str, restored: bool = False) -> ObjectState:
+    return obj("PersistentVolumeClaim", f"data-{member}", annotations=(OURS, MARKED) if restored else (OURS,))
+
+
+def seed_pod(member: str, phase: str = "Running", owner: str = UID) -> ObjectState:
+    return obj("Pod", f"r1-s{member[-1]}", {builders.LABEL_RESTORE: "r1", builders.LABEL_RESTORE_MEMBER: member},
+               phase=phase, owner_uids=(owner,), started_at=f"2026-11-21T12:00:0{member[-1]}Z",
+               finished_at="2026-11-21T12:00:30Z" if phase == "Succeeded" else "")
+
+
+def three(pvcs=(), pods=()) -> Observed:
+    return observed(cluster(holder="r1", spec={"size": 3}), seed_pvcs=tuple(pvcs), seed_pods=tuple(pods))
+
+
+def test_every_member_is_restored_at_once_and_the_cluster_released_only_when_all_are():
+    step = step_for(NEW, RESTORING, three())
+    assert isinstance(step, s.ChooseMembers) and step.members == MEMBERS
+    status = dataclasses.replace(RESTORING, seed_members=MEMBERS)
+    step = step_for(NEW, status, three([seed_pvc("keep-1")]))
+    assert isinstance(step, s.CreateSeedVolumes) and step.members == ("keep-0", "keep-2")
+    pvcs = [seed_pvc(m) for m in MEMBERS]
+    step = step_for(NEW, status, three(pvcs))
+    assert isinstance(step, s.StartSeedPods) and step.members == MEMBERS  # one step: all pods at once
+    step = step_for(NEW, status, three(pvcs, [seed_pod("keep-0")]))
+    assert isinstance(step, s.StartSeedPods) and step.members == ("keep-1", "keep-2")
+    running = [seed_pod(m) for m in MEMBERS]
+    assert isinstance(step_for(NEW, status, three(pvcs, running)), s.Wait)
+    running[1] = seed_pod("keep-1", "Succeeded")
+    step = step_for(NEW, status, three(pvcs, running))
+    assert isinstance(step, s.MarkSeedsRestored) and step.pvcs == ("data-keep-1",)
+    assert step.timings == (("keep-1", "2026-11-21T12:00:01Z", "2026-11-21T12:00:30Z"),)
+    pvcs[1] = seed_pvc("keep-1", restored=True)
+    assert isinstance(step_for(NEW, status, three(pvcs, running)), s.Wait)  # two still restoring: held
+    done = [seed_pod(m, "Succeeded") for m in MEMBERS]
+    all_marked = [seed_pvc(m, restored=True) for m in MEMBERS]
+    step = step_for(NEW, status, three(all_marked, done))
+    assert isinstance(step, s.RemoveSeedPods) and len(step.pods) == 3
+    assert isinstance(step_for(NEW, status, three(all_marked)), s.ReleaseCluster)
+
+
+def test_a_member_is_restored_once_and_pods_are_retried_a_bounded_number_of_times():
+    status = dataclasses.replace(RESTORING, seed_members=MEMBERS)
+    pvcs = [seed_pvc("keep-0", restored=True), seed_pvc("keep-1"), seed_pvc("keep-2")]
+    step = step_for(NEW, status, three(pvcs))
+    assert isinstance(step, s.StartSeedPods) and step.members == ("keep-1", "keep-2")  # never keep-0 again
+    pods = [seed_pod("keep-1", "Failed"), seed_pod("keep-2")]
+    step = step_for(NEW, status, three(pvcs, pods))
+    assert isinstance(step, s.RetrySeedPod) and step.attempt == 1 and step.pod == "r1-s1"
+    going = [dataclasses.replace(pods[0], deleting=True), pods[1]]
+    assert isinstance(step_for(NEW, status, three(pvcs, going)), s.Wait)  # a retry counts once, not per pass
     last = dataclasses.replace(status, seed_attempts=SEED_ATTEMPTS - 1)
-    step = step_for(NEW, last, observed(held, seed_pvc=pvc, seed_pod=failed))
+    step = step_for(NEW, last, three(pvcs, pods))
     assert isinstance(step, s.Fail) and step.code == "SeedFailed"
-    foreign = dataclasses.replace(pod, owner_uids=("someone",))
-    step = step_for(NEW, status, observed(held, seed_pvc=pvc, seed_pod=foreign))
+    foreign = seed_pod("keep-2", owner="someone")
+    step = step_for(NEW, status, three(pvcs, [foreign]))
     assert isinstance(step, s.Fail) and step.code == "SeedPodNameTaken"
-    restored = dataclasses.replace(pvc, annotations=(ours, (builders.ANNOTATION_RESTORED_BY, UID)))
-    step = step_for(NEW, status, observed(held, seed_pvc=restored, seed_pod=pod))
-    assert isinstance(step, s.RemoveSeedPod)
+
+
+def test_an_unreadable_target_spec_mid_restore_waits():
+    target = dataclasses.replace(cluster(holder="r1"), spec=None, spec_error="bad")
+    step = step_for(NEW, RESTORING, observed(target))
+    assert isinstance(step, s.Wait) and step.code == "InvalidClusterSpec"
 
 
 def test_ended_restores_stay_ended():

@@ -89,8 +89,8 @@ def test_one_character_more_overflows_a_derived_name():
 
 
 def restore_names(restore: str) -> dict[str, str]:
-    pod = restore_builders.restore_pod(restore, "ns", "c", "c-0", "token", "etcd:v3.6.16", "operator:1",
-                                       {"bucket": "b"}, "key", "0" * 64)
+    pod = restore_builders.restore_pod(restore, "ns", "c", "c-999", ("c-999",), "token", "etcd:v3.6.16",
+                                       "operator:1", {"bucket": "b"}, "key", "0" * 64, None)
     return {"pod": pod["metadata"]["name"],
             **{f"label {k}": v for k, v in pod["metadata"]["labels"].items()},
             f"label {LABEL_PRESERVED_BY}": restore}

@@ -11,6 +11,7 @@ import os
 import pytest
 
 from etcd_operator.backup.stream import SnapshotCorrupt, stream_to_s3
+from etcd_operator.membudget import BudgetTooSmall, MemoryBudget
 
 PART = 64 * 1024
 
@@ -112,3 +113,80 @@ async def test_a_failed_part_aborts_the_upload_and_stops_the_reader():
     with pytest.raises(OSError):
         await stream_to_s3(stream, store, "k", PART, concurrency=2)
     assert store.aborted and store.completed is None and stream.cancelled
+
+
+# --- the operator-wide memory budget ----------------------------------------------------
+
+async def test_concurrent_uploads_never_hold_more_than_the_budget():
+    budget = MemoryBudget(PART * 4)
+    stores = [MemoryStore() for _ in range(5)]
+    datas = [snapshot_bytes(PART * 12 + i) for i in range(5)]
+    results = await asyncio.gather(*(stream_to_s3(FakeStream(d), st, "k", PART, concurrency=3, budget=budget)
+                                     for d, st in zip(datas, stores)))
+    assert [st.object() for st in stores] == datas
+    assert all(r.size == len(d) for r, d in zip(results, datas))
+    assert budget.peak <= budget.limit
+    assert budget.peak > PART  # several uploads did run at once
+    assert budget.used == 0  # everything was given back
+
+
+async def test_budget_is_given_back_after_a_failed_upload():
+    budget = MemoryBudget(PART * 2)
+    with pytest.raises(OSError):
+        await stream_to_s3(FakeStream(snapshot_bytes(PART * 10)), MemoryStore(fail_part=3), "k", PART,
+                           concurrency=2, budget=budget)
+    assert budget.used == 0
+
+
+async def test_a_part_larger_than_the_budget_is_refused_before_anything_starts():
+    budget = MemoryBudget(PART - 1)
+    store, stream = MemoryStore(), FakeStream(snapshot_bytes(PART * 2))
+    with pytest.raises(BudgetTooSmall):
+        await stream_to_s3(stream, store, "k", PART, concurrency=2, budget=budget)
+    assert stream.cancelled and store.parts == {} and budget.used == 0
+
+
+async def test_budget_waiters_are_served_in_order_and_a_cancelled_waiter_leaves_nothing_taken():
+    budget = MemoryBudget(10)
+    await budget.acquire(8)
+    order: list[str] = []
+
+    async def take(name: str, size: int) -> None:
+        await budget.acquire(size)
+        order.append(name)
+
+    first = asyncio.create_task(take("first", 5))
+    cancelled = asyncio.create_task(take("cancelled", 5))
+    second = asyncio.create_task(take("second", 2))
+    await asyncio.sleep(0)
+    assert not budget.try_acquire(1)  # someone waits: no overtaking
+    cancelled.cancel()
+    await asyncio.gather(cancelled, return_exceptions=True)
+    budget.release(8)
+    await asyncio.gather(first, second)
+    assert order == ["first", "second"] and budget.used == 7
+    budget.release(7)
+    assert budget.used == 0 and budget.try_acquire(10)
+
+
+async def test_budget_released_from_another_thread_wakes_the_waiter():
+    budget = MemoryBudget(4)
+    assert budget.try_acquire(4)
+    waiter = asyncio.create_task(budget.acquire(3))
+    await asyncio.sleep(0)
+    await asyncio.to_thread(budget.release, 4)
+    await asyncio.wait_for(waiter, 5)
+    assert budget.used == 3
+
+
+def test_a_backup_whose_part_exceeds_the_budget_fails_for_good_and_is_not_retried():
+    from etcd_operator.backup.runner import as_failure
+    failure = as_failure(BudgetTooSmall("a part of 64 MiB exceeds the budget"))
+    assert failure.permanent and failure.reason == "MemoryBudgetTooSmall"
+
+
+def test_the_budget_is_read_from_the_environment_with_a_default():
+    from etcd_operator.config import OperatorConfig
+    from etcd_operator.membudget import DEFAULT_LIMIT_BYTES
+    assert OperatorConfig.from_env({}).memory_budget_bytes == DEFAULT_LIMIT_BYTES
+    assert OperatorConfig.from_env({"MEMORY_BUDGET_BYTES": "16777216"}).memory_budget_bytes == 16 << 20
