@@ -153,6 +153,7 @@ async def test_watcher_scrapes_in_the_background_and_forgets_gone_members():
     watcher.poke(pods, NOW)
     await started.wait()
     watcher.poke(pods, NOW + 60)  # one scrape at a time: the hung one is not doubled
+    await asyncio.sleep(0.01)
     assert fetched == ["http://10.0.0.1:2381/metrics"]  # no IP, no scrape
     release.set()
     await watcher._task
