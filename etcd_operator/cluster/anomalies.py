@@ -62,8 +62,8 @@ def _latency_warning(kind: str, what: str, old, new, limit: float, span: float,
     p99 = quantile(0.99, increase)
     if p99 is None or p99 <= limit:
         return None
-    return MemberWarning(kind, f"{what} p99 {p99 * 1000:.0f} ms over the last {span:.0f} s "
-                               f"(etcd's guidance: under {limit * 1000:.0f} ms); check the disk")
+    return MemberWarning(kind, f"{what} p99 {p99 * 1000:.0f} ms (etcd's guidance: under {limit * 1000:.0f} ms); "
+                               f"check the disk")
 
 
 def member_warnings(history: Sequence[MetricsSample], applied_lag: int | None, now: float,
@@ -84,10 +84,10 @@ def member_warnings(history: Sequence[MetricsSample], applied_lag: int | None, n
         changes = counter_increase(first.leader_changes, last.leader_changes)
         if changes >= t.leader_changes:
             found.append(MemberWarning("FrequentLeaderChanges",
-                                       f"{changes:.0f} leader changes in the last {span:.0f} s"))
+                                       f"{changes:.0f} leader changes within {t.window / 60:.0f} minutes"))
         failed = counter_increase(first.proposals_failed, last.proposals_failed)
         if failed >= t.proposals_failed:
-            found.append(MemberWarning("ProposalsFailing", f"{failed:.0f} proposals failed in the last {span:.0f} s"))
+            found.append(MemberWarning("ProposalsFailing", f"{failed:.0f} proposals failed within {t.window / 60:.0f} minutes"))
         if last.quota > 0 and last.db_size > t.quota_fraction * last.quota:
             found.append(MemberWarning(
                 "DatabaseNearQuota",
