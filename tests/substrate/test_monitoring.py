@@ -7,6 +7,7 @@ operator's anomaly detection sees a database near its quota in a member's real m
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 import subprocess
 import urllib.parse
@@ -181,3 +182,39 @@ def test_database_near_quota_is_detected_from_member_metrics(monitored):
     assert alarm.get("status") == "False", f"near, not over the quota: {alarm} {obj['status']['members']}"
     wait_for(lambda: [e for e in events(ns, CLUSTER) if e["reason"] == "DatabaseNearQuota"
                       and e["type"] == "Warning"], 30, what="a DatabaseNearQuota event")
+
+
+def series_of(operator: OperatorProcess, name: str, **labels: str) -> list[float]:
+    page = http_text(f"http://127.0.0.1:{operator.health_port}/metrics")
+    from prometheus_client.parser import text_string_to_metric_families
+    return [s.value for f in text_string_to_metric_families(page) for s in f.samples
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())]
+
+
+def test_backup_freshness_comes_from_status_and_deleted_objects_lose_their_series(substrate, monitored):
+    """Last in this module: it restarts the operator and deletes the cluster."""
+    from tests.support.s3 import create_credentials_secret, s3_storage_spec
+
+    ns, operator = monitored
+    create_credentials_secret(substrate, ns)
+    kubectl("apply", "-f", "-", input=json.dumps({
+        "apiVersion": "etcd.operator.dev/v1alpha1", "kind": "EtcdBackup", "metadata": {"name": "once", "namespace": ns},
+        "spec": {"clusterRef": {"name": CLUSTER}, "storage": s3_storage_spec(substrate, f"tests/{ns}")}}))
+    finished = wait_for(lambda: json.loads(kubectl("get", "etcdbackup", "once", "-n", ns, "-o", "json").stdout)
+                        ["status"].get("lastSuccessfulTime"), 120, what="backup completed")
+    expected = datetime.datetime.fromisoformat(finished.replace("Z", "+00:00")).timestamp()
+
+    # A new process (as after a failover) knows nothing but what it reads from status.
+    operator.stop()
+    operator.start()
+    metric = "etcd_operator_backup_last_success_timestamp_seconds"
+    assert wait_for(lambda: series_of(operator, metric, namespace=ns, backup="once"), 60,
+                    what="backup freshness exported by the new process") == [expected]
+
+    kubectl("delete", "etcdbackup", "once", "-n", ns)
+    wait_for(lambda: not series_of(operator, metric, namespace=ns), 60, what="the deleted backup's series gone")
+    assert series_of(operator, "etcd_operator_cluster_desired_members", namespace=ns, cluster=CLUSTER) == [3]
+    kubectl("delete", "etcdcluster", CLUSTER, "-n", ns)
+    wait_for(lambda: not series_of(operator, "etcd_operator_cluster_desired_members", namespace=ns)
+             and not series_of(operator, "etcd_operator_cluster_members", namespace=ns), 60,
+             what="the deleted cluster's series gone")
