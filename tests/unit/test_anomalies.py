@@ -200,3 +200,21 @@ def test_backup_freshness_comes_from_status_and_members_removed_lose_their_serie
     metrics.record_member_warnings("ns-b", "c", {"etcd-0": (an.MemberWarning("FarBehind", ""),)})
     metrics.record_member_warnings("ns-b", "c", {})
     assert 'etcd_operator_member_warning{namespace="ns-b"' not in text_of_registry()  # cleared
+
+
+async def test_a_member_that_never_answers_costs_at_most_the_timeout():
+    from etcd_operator.etcd.scrape import ScrapeError, read_metrics
+
+    answered = asyncio.Event()  # never set: the member hangs
+
+    async def silent(reader, writer):
+        await answered.wait()
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        # Without its own timeout the read would hang and wait_for would raise TimeoutError instead.
+        with pytest.raises(ScrapeError):
+            await asyncio.wait_for(read_metrics(f"http://127.0.0.1:{port}/metrics", 0.3), 30)
+    finally:
+        server.close()
