@@ -59,6 +59,19 @@ def running_pods(ns: str) -> list[dict]:
             if (p.get("status") or {}).get("podIP") and not p["metadata"].get("deletionTimestamp")]
 
 
+def test_monitoring_objects_pass_server_side_dry_run_against_the_prometheus_operator_crds(substrate):
+    for crd in monitoring.prometheus_operator_crds():
+        kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crd))
+    kubectl("wait", "--for=condition=Established", "--timeout=60s",
+            *(f"crd/{kind}.monitoring.coreos.com" for kind in monitoring.MONITORING_CRDS))
+    docs = [d for d in yaml.safe_load_all(kubectl("kustomize", str(monitoring.MONITORING)).stdout) if d]
+    for doc in docs:
+        doc["metadata"]["namespace"] = "default"
+    result = kubectl("apply", "--dry-run=server", "-f", "-", check=False, input=yaml.safe_dump_all(docs))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("(server dry run)") == 4, result.stdout
+
+
 def test_rules_and_dashboard_use_only_exposed_metric_names(monitored):
     ns, operator = monitored
     pod = running_pods(ns)[0]

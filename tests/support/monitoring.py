@@ -8,6 +8,7 @@ import copy
 import json
 import pathlib
 import re
+import subprocess
 
 import yaml
 
@@ -30,6 +31,19 @@ NOT_YET_EXPORTED = {
 PROMQL_WORDS = {"by", "on", "sum", "max", "min", "rate", "increase", "time", "absent", "histogram_quantile",
                 "and", "or", "unless", "without", "ignoring", "group_left", "group_right", "bool", "count",
                 "label_values"}
+
+
+# The Prometheus Operator release whose CRDs the monitoring objects are checked against,
+# fetched with the Go module proxy like the testbin recipes.
+PROMETHEUS_OPERATOR = "github.com/prometheus-operator/prometheus-operator@v0.80.1"
+MONITORING_CRDS = ("servicemonitors", "podmonitors", "prometheusrules")
+
+
+def prometheus_operator_crds() -> list[pathlib.Path]:
+    out = subprocess.run(["go", "mod", "download", "-json", PROMETHEUS_OPERATOR], check=True,
+                         capture_output=True, text=True, timeout=300).stdout
+    folder = pathlib.Path(json.loads(out)["Dir"]) / "example" / "prometheus-operator-crd"
+    return [folder / f"monitoring.coreos.com_{kind}.yaml" for kind in MONITORING_CRDS]
 
 
 def prometheus_binary(name: str) -> pathlib.Path:
