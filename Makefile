@@ -22,7 +22,7 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed ## create the virtual environment with the package and its test extras
 
-testbin: ## build the pinned kube-apiserver, controller-manager, kubectl, etcd 3.5/3.6 and MinIO
+testbin: ## build the pinned kube-apiserver, controller-manager, kubectl, etcd 3.5/3.6, MinIO, helm, Prometheus and promtool
 	@e2e/testbin/build.sh >/dev/null  # progress and the cache directory go to stderr
 
 up: venv testbin ## start the local control plane, MinIO and the node agent (harmless when up)

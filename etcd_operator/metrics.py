@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 REGISTRY = CollectorRegistry()
@@ -33,12 +35,90 @@ backup_duration = Histogram("etcd_operator_backup_duration_seconds", "Duration o
                             buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1800))
 
 
-def forget_cluster(namespace: str, cluster: str) -> None:
-    for gauge in (cluster_desired, cluster_quorum, cluster_quorum_lost):
+member_warning = Gauge("etcd_operator_member_warning",
+                       "1 while the operator's anomaly detection warns about a member (see status.members[].warnings)",
+                       LABELS + ("member", "kind"), registry=REGISTRY)
+cluster_alarm = Gauge("etcd_operator_cluster_alarm", "1 while etcd reports this alarm (NOSPACE, CORRUPT)",
+                      LABELS + ("alarm",), registry=REGISTRY)
+
+# Label names of every series kept per cluster and per backup, for removing them when the
+# object is deleted (stale series would keep alerts firing for good).
+PER_CLUSTER = ((cluster_members, LABELS + ("role", "healthy")), (cluster_desired, LABELS), (cluster_quorum, LABELS),
+               (cluster_quorum_lost, LABELS), (member_db_size, LABELS + ("member",)),
+               (member_db_in_use, LABELS + ("member",)), (reconcile_steps, LABELS + ("step",)),
+               (reconcile_errors, LABELS), (member_warning, LABELS + ("member", "kind")),
+               (cluster_alarm, LABELS + ("alarm",)))
+backup_last_verified = Gauge("etcd_operator_backup_last_verified_timestamp_seconds",
+                             "Unix time of the last backup whose verification succeeded", ("namespace", "backup"),
+                             registry=REGISTRY)
+backup_verification_failures = Counter("etcd_operator_backup_verification_failures_total",
+                                       "Verifications that found a backup differing from its source, by reason",
+                                       ("namespace", "backup", "reason"), registry=REGISTRY)
+
+PER_BACKUP = ((backup_last_success, ("namespace", "backup")), (backup_bytes, ("namespace", "backup")),
+              (backup_failures, ("namespace", "backup", "reason")), (backup_duration, ("namespace", "backup")),
+              (backup_last_verified, ("namespace", "backup")),
+              (backup_verification_failures, ("namespace", "backup", "reason")))
+
+
+def _remove_series(metric, labelnames: tuple[str, ...], match: dict[str, str],
+                   keep: set[tuple[str, ...]] = frozenset()) -> None:
+    """Removes the children of `metric` whose labels include `match`, except those in `keep`."""
+    children = set()
+    for family in metric.collect():
+        for sample in family.samples:
+            if all(sample.labels.get(k) == v for k, v in match.items()):
+                children.add(tuple(sample.labels.get(n, "") for n in labelnames))
+    for values in children - set(keep):
         try:
-            gauge.remove(namespace, cluster)
+            metric.remove(*values)
         except KeyError:
             pass
+
+
+def forget_cluster(namespace: str, cluster: str) -> None:
+    for metric, labelnames in PER_CLUSTER:
+        _remove_series(metric, labelnames, {"namespace": namespace, "cluster": cluster})
+
+
+def forget_backup(namespace: str, backup: str) -> None:
+    for metric, labelnames in PER_BACKUP:
+        _remove_series(metric, labelnames, {"namespace": namespace, "backup": backup})
+
+
+def record_member_warnings(namespace: str, cluster: str, warnings: dict[str, tuple]) -> None:
+    """`warnings`: member name -> its warnings (each with a `kind`); others are removed."""
+    current = {(namespace, cluster, member, w.kind) for member, ws in warnings.items() for w in ws}
+    _remove_series(member_warning, LABELS + ("member", "kind"), {"namespace": namespace, "cluster": cluster},
+                   keep=current)
+    for labels in current:
+        member_warning.labels(*labels).set(1)
+
+
+def record_alarms(namespace: str, cluster: str, alarms: tuple[str, ...]) -> None:
+    current = {(namespace, cluster, alarm) for alarm in alarms}
+    _remove_series(cluster_alarm, LABELS + ("alarm",), {"namespace": namespace, "cluster": cluster}, keep=current)
+    for labels in current:
+        cluster_alarm.labels(*labels).set(1)
+
+
+def record_backup_status(namespace: str, backup: str, status: dict) -> None:
+    """Backup freshness from the object's status, so whichever replica leads exports the
+    same value (a failover keeps it; a restart does not reset it)."""
+    verified = status.get("lastVerifiedTime")
+    if verified:
+        backup_last_verified.labels(namespace, backup).set(_unix_time(verified))
+    finished = status.get("lastSuccessfulTime")
+    if not finished:
+        return
+    backup_last_success.labels(namespace, backup).set(_unix_time(finished))
+    size = (status.get("lastBackup") or {}).get("size")
+    if size is not None:
+        backup_bytes.labels(namespace, backup).set(size)
+
+
+def _unix_time(text: str) -> float:
+    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
 def record_cluster(namespace: str, cluster: str, desired: int, members: list[tuple[str, str, bool, int, int]],
@@ -48,6 +128,9 @@ def record_cluster(namespace: str, cluster: str, desired: int, members: list[tup
     cluster_quorum.labels(namespace, cluster).set(1 if has_quorum else 0)
     cluster_quorum_lost.labels(namespace, cluster).set(1 if quorum_lost else 0)
     counts: dict[tuple[str, str], int] = {}
+    present = {(namespace, cluster, m[0]) for m in members}
+    for gauge in (member_db_size, member_db_in_use):  # members removed since
+        _remove_series(gauge, LABELS + ("member",), {"namespace": namespace, "cluster": cluster}, keep=present)
     for name, role, healthy, db_size, in_use in members:
         key = (role, "true" if healthy else "false")
         counts[key] = counts.get(key, 0) + 1
@@ -57,10 +140,3 @@ def record_cluster(namespace: str, cluster: str, desired: int, members: list[tup
     for role in ("leader", "follower", "learner"):
         for healthy in ("true", "false"):
             cluster_members.labels(namespace, cluster, role, healthy).set(counts.get((role, healthy), 0))
-
-backup_last_verified = Gauge("etcd_operator_backup_last_verified_timestamp_seconds",
-                             "Unix time of the last backup whose verification succeeded", ("namespace", "backup"),
-                             registry=REGISTRY)
-backup_verification_failures = Counter("etcd_operator_backup_verification_failures_total",
-                                       "Verifications that found a backup differing from its source, by reason",
-                                       ("namespace", "backup", "reason"), registry=REGISTRY)

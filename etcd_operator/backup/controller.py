@@ -13,6 +13,7 @@ import datetime
 import logging
 from typing import Any, Callable, Mapping
 
+from etcd_operator import metrics
 from etcd_operator.backup import steps as s
 from etcd_operator.backup.executor import BackupExecutor
 from etcd_operator.backup.planner import plan
@@ -79,6 +80,7 @@ class BackupController:
         if patch:
             await self.kube.merge_patch(kube.ETCDBACKUPS, meta["namespace"], meta["name"], {"status": patch},
                                         subresource="status")
+        metrics.record_backup_status(meta["namespace"], meta["name"], {**status, **patch})
         for event in (*outcome.events, *schedule_events(status, new_status)):
             self.post_event(*event)
         return delay_after(step, now)

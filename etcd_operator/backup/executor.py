@@ -77,8 +77,6 @@ class BackupExecutor:
         if runner.duration is not None:
             record["durationSeconds"] = round(runner.duration, 3)
             metrics.backup_duration.labels(self.namespace, self.name).observe(runner.duration)
-        metrics.backup_last_success.labels(self.namespace, self.name).set_to_current_time()
-        metrics.backup_bytes.labels(self.namespace, self.name).set(manifest.size)
         events = [("Normal", "BackupSucceeded",
                    f"Uploaded {manifest.snapshot_key} ({manifest.size} bytes, revision {manifest.revision}, "
                    f"sha256 {manifest.sha256[:12]}…) from {manifest.member}")]
@@ -98,7 +96,6 @@ class BackupExecutor:
             return s.VerificationDone(key=step.key, verified=None, reason=reason, message=message, at=now_text(),
                                       events=(("Warning", "VerificationIncomplete", f"{step.key}: {message}"),))
         if verdict.verified:
-            metrics.backup_last_verified.labels(self.namespace, self.name).set_to_current_time()
             event = ("Normal", "BackupVerified", f"{step.key}: {verdict.message}")
         elif verdict.verified is False:
             metrics.backup_verification_failures.labels(self.namespace, self.name, verdict.reason).inc()

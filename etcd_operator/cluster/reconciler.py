@@ -9,9 +9,11 @@ from typing import Any, Mapping
 from etcd_operator import conditions as c
 from etcd_operator import metrics
 from etcd_operator.cluster import actions as a
+from etcd_operator.cluster import anomalies
 from etcd_operator.cluster.decision import decide
 from etcd_operator.cluster.executor import ClusterExecutor, EventPoster
 from etcd_operator.cluster.health import HealthState
+from etcd_operator.cluster.insights import MemberMetricsWatcher
 from etcd_operator.cluster.observer import ClusterObserver
 from etcd_operator.cluster.spec import ClusterSpec
 from etcd_operator.cluster.status import build_status
@@ -36,12 +38,18 @@ class ClusterReconciler:
         self.etcd_clients = etcd_clients
         self.post_event = post_event
         self.observer = ClusterObserver(kube_client, etcd_clients)
+        self.member_metrics = MemberMetricsWatcher()
+
+    async def close(self) -> None:
+        await self.member_metrics.close()
 
     async def reconcile(self, body: Mapping[str, Any]) -> float:
         meta = body["metadata"]
         spec = ClusterSpec.from_dict(body.get("spec") or {})
         previous = body.get("status") or {}
         observed = await self.observer.observe(body, time.time())
+        self.member_metrics.poke(observed.pods, observed.now)
+        warnings, scraped = self.member_metrics.warnings(observed)
 
         executor = ClusterExecutor(self.kube, self.etcd_clients, body, self.post_event, self.operator_namespace)
         decision = decide(spec, observed)
@@ -54,7 +62,7 @@ class ClusterReconciler:
         if not outcome.done:
             logger.info("%s/%s: %s not taken yet: %s", meta["namespace"], meta["name"], action.kind, outcome.message)
 
-        conditions = list(decision.conditions)
+        conditions = [*decision.conditions, anomalies.condition(warnings, scraped)]
         self._post_transition_events(previous, conditions)
         extra = dict(outcome.status_patch or {})
         tls_status = tls_plan.tls_status(spec, observed, extra.get("tls"))
@@ -62,6 +70,9 @@ class ClusterReconciler:
             extra["tls"] = tls_status
         status = build_status(spec, observed, health, action, conditions, previous, meta.get("generation", 0),
                               extra=extra)
+        status["members"] = anomalies.with_warnings(status["members"], warnings)
+        for member, warning in anomalies.appeared(previous.get("members"), warnings):
+            self.post_event("Warning", warning.kind, f"member {member}: {warning.message}")
         if not isinstance(action, (a.Steady, a.Wait)) and outcome.done:
             metrics.reconcile_steps.labels(meta["namespace"], meta["name"], action.kind).inc()
         metrics.record_cluster(
@@ -69,6 +80,8 @@ class ClusterReconciler:
             [(m["name"], m["role"], m["healthy"], m.get("dbSize", 0), m.get("dbSizeInUse", 0))
              for m in status["members"]],
             health.has_quorum, health.state == HealthState.QUORUM_LOST)
+        metrics.record_member_warnings(meta["namespace"], meta["name"], warnings)
+        metrics.record_alarms(meta["namespace"], meta["name"], tuple(health.alarm_names))
         if any(previous.get(key) != value for key, value in status.items()):
             await self.kube.merge_patch(kube.ETCDCLUSTERS, meta["namespace"], meta["name"], {"status": status},
                                         subresource="status")

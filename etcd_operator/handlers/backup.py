@@ -6,7 +6,7 @@ import logging
 
 import kopf
 
-from etcd_operator import API_GROUP, API_VERSION
+from etcd_operator import API_GROUP, API_VERSION, metrics
 from etcd_operator.backup.controller import BackupController
 from etcd_operator.handlers.common import event_poster, run_until_deleted
 
@@ -17,4 +17,7 @@ ERROR_BACKOFF = 30.0
 async def run_backup(body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.Memo,
                      logger: logging.Logger, **_) -> None:
     controller = BackupController(memo.kube, memo.backup_locks, event_poster(body), memo.config.operator_image)
-    await run_until_deleted(controller.reconcile, body, stopped, logger, ERROR_BACKOFF)
+    try:
+        await run_until_deleted(controller.reconcile, body, stopped, logger, ERROR_BACKOFF)
+    finally:
+        metrics.forget_backup(body["metadata"]["namespace"], body["metadata"]["name"])

@@ -36,6 +36,7 @@ async def run_cluster(body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.M
                 delay = ERROR_BACKOFF
             await sleep_unless_changed(stopped, body, delay, seen)
     finally:
+        await reconciler.close()
         await etcd_clients.close()
         metrics.forget_cluster(body["metadata"]["namespace"], body["metadata"]["name"])
 

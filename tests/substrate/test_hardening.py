@@ -116,8 +116,8 @@ def test_every_pod_the_operator_builds_is_admitted_by_a_restricted_namespace(sub
         builders.member_pod(spec, "c", namespace, "c-0", None, "c-0=http://c-0:2380", "new", "token"),
         builders.member_pod(ClusterSpec.from_dict({"size": 1, "storage": {"emptyDir": {}}}), "e", namespace,
                             "e-0", None, "e-0=http://e-0:2380", "new", "token"),
-        restore_builders.restore_pod("r", namespace, "c", "c-0", "uid", spec.image, OPERATOR_IMAGE, source,
-                                     "k.db", "ab" * 32),
+        restore_builders.restore_pod("r", namespace, "c", "c-0", ("c-0", "c-1", "c-2"), "restore-uid", spec.image,
+                                     OPERATOR_IMAGE, source, "k.db", "ab" * 32, 1 << 20),
     ]
     for pod in pods:
         result = kubectl("apply", "--dry-run=server", "-f", "-", input=json.dumps(pod), check=False)

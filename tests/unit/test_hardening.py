@@ -22,8 +22,8 @@ def member(**fields) -> dict:
 
 
 def restore_pod(**source) -> dict:
-    return restore_builders.restore_pod("r", "ns", "c", "c-1", "uid", ETCD_IMAGE, OPERATOR_IMAGE,
-                                        {"bucket": "b", **source}, "k.db", "ab" * 32)
+    return restore_builders.restore_pod("r", "ns", "c", "c-1", ("c-0", "c-1", "c-2"), "restore-uid", ETCD_IMAGE,
+                                        OPERATOR_IMAGE, {"bucket": "b", **source}, "k.db", "ab" * 32, 1 << 20)
 
 
 def restricted_violations(pod: dict) -> list[str]:

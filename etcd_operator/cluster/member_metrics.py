@@ -1,0 +1,85 @@
+"""What the operator reads from one member's /metrics: the few series its anomaly
+detection needs, parsed from Prometheus's text format into plain data. Pure."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from prometheus_client.parser import text_string_to_metric_families
+
+WAL_FSYNC = "etcd_disk_wal_fsync_duration_seconds"
+BACKEND_COMMIT = "etcd_disk_backend_commit_duration_seconds"
+LEADER_CHANGES = "etcd_server_leader_changes_seen_total"
+PROPOSALS_FAILED = "etcd_server_proposals_failed_total"
+DB_SIZE = "etcd_mvcc_db_total_size_in_bytes"
+QUOTA = "etcd_server_quota_backend_bytes"
+
+Buckets = tuple[tuple[float, float], ...]  # (upper bound `le`, cumulative count), ascending
+
+
+@dataclasses.dataclass(frozen=True)
+class MetricsSample:
+    """One scrape of one member, taken at `at` (Unix seconds)."""
+
+    at: float
+    wal_fsync: Buckets = ()
+    backend_commit: Buckets = ()
+    leader_changes: float = 0.0
+    proposals_failed: float = 0.0
+    db_size: float = 0.0
+    quota: float = 0.0
+
+
+def parse(text: str, at: float) -> MetricsSample:
+    histograms: dict[str, dict[float, float]] = {WAL_FSYNC: {}, BACKEND_COMMIT: {}}
+    scalars: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name.endswith("_bucket") and sample.name[:-len("_bucket")] in histograms:
+                le = float(sample.labels["le"])
+                buckets = histograms[sample.name[:-len("_bucket")]]
+                buckets[le] = buckets.get(le, 0.0) + sample.value
+            elif sample.name in (LEADER_CHANGES, PROPOSALS_FAILED, DB_SIZE, QUOTA):
+                scalars[sample.name] = scalars.get(sample.name, 0.0) + sample.value
+    return MetricsSample(
+        at=at,
+        wal_fsync=tuple(sorted(histograms[WAL_FSYNC].items())),
+        backend_commit=tuple(sorted(histograms[BACKEND_COMMIT].items())),
+        leader_changes=scalars.get(LEADER_CHANGES, 0.0),
+        proposals_failed=scalars.get(PROPOSALS_FAILED, 0.0),
+        db_size=scalars.get(DB_SIZE, 0.0),
+        quota=scalars.get(QUOTA, 0.0),
+    )
+
+
+def counter_increase(old: float, new: float) -> float:
+    """A counter that went down was reset (the member restarted): it counted `new` since."""
+    return new - old if new >= old else new
+
+
+def bucket_increase(old: Buckets, new: Buckets) -> Buckets:
+    """Observations between two scrapes, per bucket; a reset counts from zero."""
+    before = dict(old)
+    if any(count < before.get(le, 0.0) for le, count in new):
+        return new
+    return tuple((le, count - before.get(le, 0.0)) for le, count in new)
+
+
+def quantile(q: float, buckets: Buckets) -> float | None:
+    """The q-quantile of cumulative buckets, interpolated linearly inside the bucket that
+    holds it (as PromQL's histogram_quantile does); None without observations. A quantile
+    in the +Inf bucket is reported as the largest finite bound."""
+    if not buckets or buckets[-1][1] <= 0:
+        return None
+    rank = q * buckets[-1][1]
+    lower_bound, lower_count = 0.0, 0.0
+    for le, count in buckets:
+        if count >= rank:
+            if math.isinf(le):
+                return lower_bound
+            if count == lower_count:
+                return le
+            return lower_bound + (le - lower_bound) * (rank - lower_count) / (count - lower_count)
+        lower_bound, lower_count = le, count
+    return lower_bound

@@ -1,0 +1,220 @@
+"""Anomaly detection from member metrics (cluster.member_metrics, cluster.anomalies) and the
+lifecycle of the operator's series (metrics.forget_*), table-driven, no substrate."""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+
+import pytest
+
+from etcd_operator import metrics
+from etcd_operator.cluster import anomalies as an
+from etcd_operator.cluster.insights import MemberMetricsWatcher
+from etcd_operator.cluster.member_metrics import MetricsSample, bucket_increase, parse, quantile
+from etcd_operator.cluster.observed import EtcdView, MemberStatus, Observed, PodView
+
+REAL_PAGE = (pathlib.Path(__file__).parent / "data" / "etcd-3.6-metrics.txt").read_text()
+BOUNDS = (0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, float("inf"))
+
+
+def buckets(*counts: float):
+    """Cumulative buckets over BOUNDS from per-bucket counts."""
+    total, result = 0.0, []
+    for le, count in zip(BOUNDS, counts):
+        total += count
+        result.append((le, total))
+    return tuple(result)
+
+
+def test_parse_reads_a_real_etcd_page():
+    sample = parse(REAL_PAGE, at=10.0)
+    assert sample.quota == 1048576 and sample.db_size == 28672
+    assert sample.leader_changes == 1 and sample.proposals_failed == 0
+    assert sample.wal_fsync[-1] == (float("inf"), 7.0)
+    assert [le for le, _ in sample.wal_fsync] == sorted(le for le, _ in sample.wal_fsync)
+    assert sample.backend_commit and sample.backend_commit[-1][0] == float("inf")
+
+
+@pytest.mark.parametrize("counts, expected", [
+    ((0, 0, 0, 0, 0, 0, 0, 0), None),
+    ((100, 0, 0, 0, 0, 0, 0, 0), 0.00099),   # p99 inside the first bucket
+    ((0, 0, 0, 0, 100, 0, 0, 0), 0.01592),   # inside (0.008, 0.016]
+    ((99, 0, 0, 0, 0, 0, 0, 1), 0.001),      # exactly at the boundary of the first bucket
+    ((0, 0, 0, 0, 0, 0, 0, 10), 0.064),      # in +Inf: the largest finite bound
+])
+def test_quantile_interpolates_like_promql(counts, expected):
+    result = quantile(0.99, buckets(*counts))
+    assert result == (None if expected is None else pytest.approx(expected, rel=1e-3))
+
+
+def test_bucket_increase_handles_a_reset():
+    old, new = buckets(10, 10, 0, 0, 0, 0, 0, 0), buckets(1, 0, 0, 0, 0, 0, 0, 0)
+    assert bucket_increase(old, new) == new
+    assert bucket_increase(buckets(1, 0, 0, 0, 0, 0, 0, 0), buckets(1, 5, 0, 0, 0, 0, 0, 0))[1] == (0.002, 5.0)
+
+
+def sample(at, fsync=buckets(0, 0, 0, 0, 0, 0, 0, 0), commit=buckets(0, 0, 0, 0, 0, 0, 0, 0),
+           leaders=1.0, failed=0.0, db=1000.0, quota=10000.0):
+    return MetricsSample(at, fsync, commit, leaders, failed, db, quota)
+
+
+NOW = 10_000.0
+QUIET = [sample(NOW - 300), sample(NOW)]
+
+
+def kinds(history, lag=None):
+    return [w.kind for w in an.member_warnings(history, lag, NOW)]
+
+
+@pytest.mark.parametrize("history, lag, expected", [
+    (QUIET, 0, []),
+    # sustained slow WAL fsync: 100 fsyncs between 16 and 32 ms over 300 s
+    ([sample(NOW - 300), sample(NOW, fsync=buckets(0, 0, 0, 0, 0, 100, 0, 0))], None, ["SlowWALFsync"]),
+    # fast fsyncs: no warning
+    ([sample(NOW - 300), sample(NOW, fsync=buckets(100, 0, 0, 0, 0, 0, 0, 0))], None, []),
+    # slow, but over too short a window to call it sustained
+    ([sample(NOW - 30), sample(NOW, fsync=buckets(0, 0, 0, 0, 0, 100, 0, 0))], None, []),
+    # slow, but too few observations
+    ([sample(NOW - 300), sample(NOW, fsync=buckets(0, 0, 0, 0, 0, 5, 0, 0))], None, []),
+    # slow backend commits (p99 in (32, 64] ms > 25 ms); 20 ms would be fine
+    ([sample(NOW - 300), sample(NOW, commit=buckets(0, 0, 0, 0, 0, 0, 100, 0))], None, ["SlowBackendCommit"]),
+    ([sample(NOW - 300), sample(NOW, commit=buckets(0, 0, 0, 0, 100, 0, 0, 0))], None, []),
+    # leader churn: 3 new leaders in the window; 2 are not enough
+    ([sample(NOW - 300, leaders=1), sample(NOW, leaders=4)], None, ["FrequentLeaderChanges"]),
+    ([sample(NOW - 300, leaders=1), sample(NOW, leaders=3)], None, []),
+    # a restart resets the counter: 4 changes since it
+    ([sample(NOW - 300, leaders=10), sample(NOW, leaders=4)], None, ["FrequentLeaderChanges"]),
+    # old changes outside the window do not count
+    ([sample(NOW - 2000, leaders=1), sample(NOW - 300, leaders=9), sample(NOW, leaders=9)], None, []),
+    ([sample(NOW - 300, failed=0), sample(NOW, failed=5)], None, ["ProposalsFailing"]),
+    ([sample(NOW - 300, failed=0), sample(NOW, failed=4)], None, []),
+    # database over 80 % of the quota, from the latest scrape alone
+    ([sample(NOW, db=8100, quota=10000)], None, ["DatabaseNearQuota"]),
+    ([sample(NOW, db=8000, quota=10000)], None, []),
+    ([sample(NOW, db=8100, quota=0)], None, []),  # no quota reported: no ratio
+    (QUIET, 5000, ["FarBehind"]),
+    (QUIET, 4999, []),
+    ([], None, []),
+])
+def test_member_warnings(history, lag, expected):
+    assert kinds(history, lag) == expected
+
+
+def test_condition_is_unknown_without_metrics_never_healthy():
+    assert an.condition({}, scraped_any=False).status is None
+    assert an.condition({}, scraped_any=True).status is False
+    warned = an.condition({"etcd-1": (an.MemberWarning("DatabaseNearQuota", "x"),)}, True)
+    assert (warned.status, warned.reason) == (True, "Warning") and "etcd-1: DatabaseNearQuota" in warned.message
+
+
+def test_status_entries_and_events_of_warnings():
+    warning = an.MemberWarning("FarBehind", "applied index 9000 entries behind the leader")
+    members = [{"name": "etcd-0", "warnings": [{"kind": "Old", "message": ""}]}, {"name": "etcd-1"}]
+    entries = an.with_warnings(members, {"etcd-1": (warning,)})
+    assert entries == [{"name": "etcd-0"}, {"name": "etcd-1", "warnings": [warning.to_dict()]}]
+    assert an.appeared(members, {"etcd-1": (warning,)}) == [("etcd-1", warning)]
+    assert an.appeared(entries, {"etcd-1": (warning,)}) == []  # already shown: no second event
+
+
+def pod(name, member_id, ip="10.0.0.1"):
+    return PodView(name, "uid", member_id, "Running", True, False, ip, None, "", "", False)
+
+
+def status(member_id, raft_index, applied):
+    return MemberStatus(1, member_id, 1, "3.6.0", 0, 0, 0, raft_index, applied, 2, False, ())
+
+
+def observed_with(pods, statuses, leader=1, now=NOW):
+    return Observed("c", "ns", "uid", now, {p.name: p for p in pods}, {},
+                    EtcdView(statuses={s.member_id: s for s in statuses}, leader_id=leader),
+                    {}, None, None)
+
+
+def test_applied_lag_against_the_leader():
+    observed = observed_with([pod("etcd-0", 1), pod("etcd-1", 2), pod("etcd-2", None)],
+                             [status(1, 10_000, 10_000), status(2, 9_000, 4_000)])
+    assert an.applied_lags(observed) == {"etcd-0": 0, "etcd-1": 6000}
+    assert an.applied_lags(observed_with([pod("etcd-0", 1)], [status(1, 5, 5)], leader=None)) == {}
+
+
+async def test_watcher_scrapes_in_the_background_and_forgets_gone_members():
+    started, release = asyncio.Event(), asyncio.Event()
+    fetched = []
+
+    async def fetch(url, timeout):
+        fetched.append(url)
+        started.set()
+        await release.wait()
+        return REAL_PAGE
+
+    watcher = MemberMetricsWatcher(fetch, every=30.0)
+    pods = {"etcd-0": pod("etcd-0", 1, "10.0.0.1"), "etcd-1": pod("etcd-1", 2, None)}
+    watcher.poke(pods, NOW)
+    await started.wait()
+    watcher.poke(pods, NOW + 60)  # one scrape at a time: the hung one is not doubled
+    await asyncio.sleep(0.01)
+    assert fetched == ["http://10.0.0.1:2381/metrics"]  # no IP, no scrape
+    release.set()
+    await watcher._task
+    assert [s.db_size for s in watcher.histories["etcd-0"]] == [28672]
+    watcher.poke(pods, NOW + 10)  # not due yet
+    assert len(fetched) == 1
+    watcher.poke({}, NOW + 100)
+    assert watcher.histories == {}
+    await watcher.close()
+
+
+def text_of_registry() -> str:
+    from prometheus_client import generate_latest
+    return generate_latest(metrics.REGISTRY).decode()
+
+
+def test_series_of_a_deleted_cluster_and_backup_are_removed():
+    metrics.record_cluster("ns-a", "gone", 3, [("etcd-0", "leader", True, 100, 50)], True, False)
+    metrics.record_cluster("ns-a", "kept", 3, [("etcd-0", "leader", True, 100, 50)], True, False)
+    metrics.record_member_warnings("ns-a", "gone", {"etcd-0": (an.MemberWarning("FarBehind", ""),)})
+    metrics.record_alarms("ns-a", "gone", ("NOSPACE",))
+    metrics.reconcile_steps.labels("ns-a", "gone", "AddLearner").inc()
+    metrics.reconcile_errors.labels("ns-a", "gone").inc()
+    metrics.record_backup_status("ns-a", "nightly", {"lastSuccessfulTime": "2026-11-21T10:00:00Z",
+                                                      "lastBackup": {"size": 123}})
+    metrics.backup_failures.labels("ns-a", "nightly", "Timeout").inc()
+    metrics.backup_duration.labels("ns-a", "nightly").observe(3)
+    assert 'cluster="gone"' in text_of_registry() and 'backup="nightly"' in text_of_registry()
+
+    metrics.forget_cluster("ns-a", "gone")
+    metrics.forget_backup("ns-a", "nightly")
+    text = text_of_registry()
+    assert 'cluster="gone"' not in text and 'backup="nightly"' not in text
+    assert 'cluster="kept"' in text
+
+
+def test_backup_freshness_comes_from_status_and_members_removed_lose_their_series():
+    metrics.record_backup_status("ns-b", "hourly", {"lastSuccessfulTime": "2026-11-21T10:00:00Z"})
+    assert metrics.backup_last_success.labels("ns-b", "hourly")._value.get() == 1795255200.0
+    metrics.record_cluster("ns-b", "c", 3, [("etcd-0", "leader", True, 1, 1), ("etcd-1", "follower", True, 1, 1)],
+                           True, False)
+    metrics.record_cluster("ns-b", "c", 3, [("etcd-0", "leader", True, 1, 1)], True, False)
+    assert 'member="etcd-1"' not in text_of_registry()
+    metrics.record_member_warnings("ns-b", "c", {"etcd-0": (an.MemberWarning("FarBehind", ""),)})
+    metrics.record_member_warnings("ns-b", "c", {})
+    assert 'etcd_operator_member_warning{namespace="ns-b"' not in text_of_registry()  # cleared
+
+
+async def test_a_member_that_never_answers_costs_at_most_the_timeout():
+    from etcd_operator.etcd.scrape import ScrapeError, read_metrics
+
+    answered = asyncio.Event()  # never set: the member hangs
+
+    async def silent(reader, writer):
+        await answered.wait()
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        # Without its own timeout the read would hang and wait_for would raise TimeoutError instead.
+        with pytest.raises(ScrapeError):
+            await asyncio.wait_for(read_metrics(f"http://127.0.0.1:{port}/metrics", 0.3), 30)
+    finally:
+        server.close()
