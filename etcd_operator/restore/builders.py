@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from etcd_operator import API_GROUP, API_VERSION, pod_security
+from etcd_operator import API_GROUP, API_VERSION, pod_security, snapshot_fetch
 from etcd_operator.cluster import builders as cluster_builders
 from etcd_operator.cluster import naming
 from etcd_operator.cluster.spec import ClusterSpec
@@ -85,28 +85,6 @@ def set_aside_patch(restore: str, cluster: str, owners: list[Mapping[str, Any]],
                                                 {LABEL_PRESERVED_BY: restore, LABEL_PRESERVED_FROM: cluster})
 
 
-def _s3_env(source: Mapping[str, Any], key: str, sha256: str) -> list[dict[str, Any]]:
-    env = [
-        {"name": "S3_BUCKET", "value": source["bucket"]},
-        {"name": "S3_KEY", "value": key},
-        {"name": "S3_ENDPOINT", "value": source.get("endpoint") or ""},
-        {"name": "S3_REGION", "value": source.get("region") or ""},
-        {"name": "S3_FORCE_PATH_STYLE", "value": "true" if source.get("forcePathStyle") else "false"},
-        {"name": "S3_INSECURE", "value": "true" if source.get("insecure") else "false"},
-        {"name": "EXPECTED_SHA256", "value": sha256},
-        {"name": "SNAPSHOT_FILE", "value": SNAPSHOT_FILE},
-        {"name": "DATA_DIR", "value": cluster_builders.DATA_DIR},
-        {"name": "HOME", "value": SCRATCH_MOUNT},  # the root filesystem is read-only
-    ]
-    credentials = source.get("credentialsSecretRef")
-    if credentials:
-        # Fixed key names only, as the operator reads them (storage.credentials).
-        for var, key in (("AWS_ACCESS_KEY_ID", "accessKeyID"), ("AWS_SECRET_ACCESS_KEY", "secretAccessKey")):
-            env.append({"name": var, "valueFrom": {"secretKeyRef": {"name": credentials["name"], "key": key}}})
-    if source.get("caBundleSecretRef"):
-        env.append({"name": "S3_CA_FILE", "value": "/etc/s3-ca/ca.crt"})
-    return env
-
 
 
 def restore_pod(
@@ -134,12 +112,9 @@ def restore_pod(
     ]
     mounts: list[dict[str, Any]] = [{"name": "data", "mountPath": cluster_builders.DATA_MOUNT},
                                     {"name": "scratch", "mountPath": SCRATCH_MOUNT}]
-    fetch_mounts = list(mounts)
-    if source.get("caBundleSecretRef"):
-        ca = source["caBundleSecretRef"]
-        volumes.append({"name": "s3-ca", "secret": {"secretName": ca["name"],
-                                                     "items": [{"key": ca.get("key", "ca.crt"), "path": "ca.crt"}]}})
-        fetch_mounts.append({"name": "s3-ca", "mountPath": "/etc/s3-ca", "readOnly": True})
+    ca_volumes, ca_mounts = snapshot_fetch.ca_bundle(source)
+    volumes += ca_volumes
+    fetch_mounts = mounts + ca_mounts
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -157,7 +132,8 @@ def restore_pod(
                 "name": "fetch",
                 "image": operator_image,
                 "command": ["python", "-m", "etcd_operator.seed", "fetch"],
-                "env": _s3_env(source, key, sha256),
+                "env": snapshot_fetch.fetch_env(source, key, sha256, SNAPSHOT_FILE, cluster_builders.DATA_DIR,
+                                                home=SCRATCH_MOUNT),
                 "volumeMounts": fetch_mounts,
             }],
             "containers": [{
