@@ -120,6 +120,15 @@ class RollMember(Action):
 
 
 @dataclasses.dataclass(frozen=True)
+class RollFailed(Action):
+    """A rolled member did not become healthy with the new pod spec: record the failure in
+    status (status.rollout) and tell people. The spec acted on then becomes the last good one."""
+
+    member: str = ""
+    pod_spec_hash: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
 class Defragment(Action):
     member: str = ""
     member_id: int = 0

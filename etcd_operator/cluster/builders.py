@@ -13,6 +13,9 @@ DATA_MOUNT = "/var/lib/etcd"
 DATA_DIR = f"{DATA_MOUNT}/data"
 STATE_NEW = "new"
 STATE_EXISTING = "existing"
+# The startup probe's budget (period x failures) also bounds how long a rolled member may take.
+STARTUP_PROBE_PERIOD = 5
+STARTUP_PROBE_FAILURES = 60
 
 
 def _annotation_env(name: str, annotation: str) -> dict[str, Any]:
@@ -138,7 +141,7 @@ def member_pod(
         "volumeMounts": [{"name": "data", "mountPath": DATA_MOUNT}],
         "readinessProbe": _probe("/readyz", period=5, failures=3),
         "livenessProbe": _probe("/livez", period=10, failures=8),
-        "startupProbe": _probe("/livez", period=5, failures=60),
+        "startupProbe": _probe("/livez", period=STARTUP_PROBE_PERIOD, failures=STARTUP_PROBE_FAILURES),
         "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True},
     }
     if pod_settings.get("resources"):

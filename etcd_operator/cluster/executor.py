@@ -100,6 +100,7 @@ class ClusterExecutor:
             a.DeleteMemberPVC: self._delete_member_pvc,
             a.MoveLeader: self._move_leader,
             a.RollMember: self._roll_member,
+            a.RollFailed: self._roll_failed,
             a.Defragment: self._defragment,
             a.BeginQuorumRecovery: self._begin_quorum_recovery,
             a.StopMemberPod: self._stop_member_pod,
@@ -191,6 +192,9 @@ class ClusterExecutor:
         pod = observed.pods[action.member]
         await self.kube.delete(kube.PODS, self.namespace, action.member, uid=pod.uid)
         self.post_event("Normal", "MemberRolling", f"Restarting {action.member} with etcd {spec.version}: {action.reason}")
+
+    async def _roll_failed(self, action: a.RollFailed, spec, observed) -> None:
+        self.post_event("Warning", "RollFailed", f"Roll paused and rolled back: {action.reason}")
 
     async def _defragment(self, action: a.Defragment, spec, observed) -> None:
         status = observed.etcd.statuses.get(action.member_id)

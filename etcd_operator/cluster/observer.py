@@ -8,7 +8,7 @@ from typing import Any, Mapping
 from etcd_operator.cluster import naming
 from etcd_operator.cluster.identity import member_list_sources, parse_hex_id, split_foreign
 from etcd_operator.cluster.timers import carry_timers
-from etcd_operator.cluster.observed import EtcdView, Observed, Operation, PodView, PVCView
+from etcd_operator.cluster.observed import EtcdView, Observed, Operation, PodView, PVCView, RollRecord
 from etcd_operator.etcd.client import EtcdError
 from etcd_operator.etcd.pool import EtcdClientPool
 from etcd_operator.kube import client as kube
@@ -89,6 +89,7 @@ class ClusterObserver:
             restoring=(meta.get("annotations") or {}).get(naming.ANNOTATION_RESTORE_IN_PROGRESS),
             min_ordinal=int((meta.get("annotations") or {}).get(naming.ANNOTATION_MIN_ORDINAL) or 0),
             recorded_cluster_id=recorded_cluster_id,
+            rollout=RollRecord.from_dict(status.get("rollout")),
         )
         observed = carry_timers(observed, status, self.quorum_loss_seen_since)
         self.quorum_loss_seen_since = observed.no_quorum_since

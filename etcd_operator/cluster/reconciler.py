@@ -41,7 +41,7 @@ class ClusterReconciler:
         observed = await self.observer.observe(body, time.time())
 
         executor = ClusterExecutor(self.kube, self.etcd_clients, body, self.post_event)
-        decision = decide(spec, observed)
+        decision = decide(spec, observed, body.get("spec") or {})
         acting_spec, health, action = decision.acting_spec, decision.health, decision.action
         if not spec.paused:
             await executor.ensure_services(acting_spec, health)
@@ -54,7 +54,7 @@ class ClusterReconciler:
         conditions = list(decision.conditions)
         self._post_transition_events(previous, conditions)
         status = build_status(spec, observed, health, action, conditions, previous, meta.get("generation", 0),
-                              extra=outcome.status_patch)
+                              extra={**decision.status_fields(), **(outcome.status_patch or {})})
         if not isinstance(action, (a.Steady, a.Wait)) and outcome.done:
             metrics.reconcile_steps.labels(meta["namespace"], meta["name"], action.kind).inc()
         metrics.record_cluster(

@@ -24,6 +24,7 @@ PROGRESS_REASONS = {
     "RestartFailedPod": "RestartingFailedPod",
     "MoveLeader": "MovingLeader",
     "RollMember": "RollingUpdate",
+    "RollFailed": "RollFailed",
     "Defragment": "Defragmenting",
     "BeginQuorumRecovery": "RecoveringQuorum",
     "StopMemberPod": "RecoveringQuorum",

@@ -206,6 +206,7 @@ HANDLERS: dict[type, Callable] = {
     a.DeleteMemberPVC: do_delete_pvc,
     a.MoveLeader: do_move_leader,
     a.RollMember: do_delete_pod,
+    a.RollFailed: do_nothing,  # status.rollout is written from the decision
     a.Defragment: do_defragment,
     a.BeginQuorumRecovery: do_begin_recovery,
     a.StopMemberPod: do_delete_pod,
