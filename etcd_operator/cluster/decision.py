@@ -52,8 +52,8 @@ VERSION_REFUSALS = frozenset({"VersionDowngrade", "MinorVersionSkip", "UpgradeNe
 def effective_spec(spec: ClusterSpec, observed: Observed, problems: list[SpecProblem]) -> ClusterSpec:
     """The spec the operator acts on: a refused change keeps what is running."""
     reasons = {p.reason for p in problems}
-    if reasons & VERSION_REFUSALS and observed.running_version:
-        spec = dataclasses.replace(spec, version=observed.running_version)
+    if reasons & VERSION_REFUSALS and observed.known_version:
+        spec = dataclasses.replace(spec, version=observed.known_version)
     if "StorageClassChange" in reasons:
         existing = sorted({p.storage_class for p in observed.pvcs.values() if p.storage_class})
         spec = dataclasses.replace(spec, storage=dataclasses.replace(spec.storage, storage_class=existing[0]))
@@ -64,11 +64,13 @@ def decide(spec: ClusterSpec, observed: Observed, raw_spec: Mapping[str, Any] | 
     """`raw_spec` is the EtcdCluster's spec as stored; it is recorded as the last good one
     once every member runs it healthily (without it, none is recorded)."""
     problems = spec_problems(spec)
-    for found in (versions.release_problem(spec.version), versions.upgrade_problem(observed.running_version,
+    for found in (versions.release_problem(spec.version), versions.upgrade_problem(observed.known_version,
                                                                                    spec.version)):
         if found and found.reason not in {p.reason for p in problems}:
             problems.append(SpecProblem(found.reason, found.message))
-    for problem in (version_change_problem(observed.running_version, spec.version),
+    # With no member answering, the version they last ran still decides: a refused change
+    # must not reach pods recreated during an outage.
+    for problem in (version_change_problem(observed.known_version, spec.version),
                     storage_class_problem(spec, observed)):
         if problem:
             problems.append(problem)

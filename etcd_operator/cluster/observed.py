@@ -170,3 +170,9 @@ class Observed:
     min_ordinal: int = 0  # ordinals below this belong to data kept aside by an in-place restore
     recorded_cluster_id: int | None = None  # status.clusterID: answers from any other cluster are not trusted
     rollout: RollRecord = RollRecord()  # status.rollout: the last good pod spec, a failed roll
+    recorded_version: str | None = None  # status.currentVersion: what ran when a member last answered
+
+    @property
+    def known_version(self) -> str | None:
+        """The version the members run; when none answers, the one they ran last."""
+        return self.running_version or self.recorded_version

@@ -90,6 +90,7 @@ class ClusterObserver:
             min_ordinal=int((meta.get("annotations") or {}).get(naming.ANNOTATION_MIN_ORDINAL) or 0),
             recorded_cluster_id=recorded_cluster_id,
             rollout=RollRecord.from_dict(status.get("rollout")),
+            recorded_version=status.get("currentVersion") or None,
         )
         observed = carry_timers(observed, status, self.quorum_loss_seen_since)
         self.quorum_loss_seen_since = observed.no_quorum_since

@@ -126,6 +126,7 @@ def observe(world: World, status: Mapping[str, Any], annotations: Mapping[str, s
         min_ordinal=int(annotations.get(naming.ANNOTATION_MIN_ORDINAL) or 0),
         recorded_cluster_id=recorded_cluster_id,
         rollout=RollRecord.from_dict(status.get("rollout")),
+        recorded_version=status.get("currentVersion") or None,
     )
     return carry_timers(observed, status, evidence_seen_since)
 

@@ -149,3 +149,13 @@ def test_gate_keeps_the_running_version():
 def test_version_skew():
     assert versions.skew(["3.5.35", "3.6.16"]) == {"clusterVersion": "3.5.0", "mixedVersions": True}
     assert versions.skew(["3.6.16", "3.6.16"]) == {"clusterVersion": "3.6.0", "mixedVersions": False}
+
+
+def test_a_refused_downgrade_holds_while_no_member_answers():
+    # An outage: nobody answers; the version last seen running still refuses the downgrade,
+    # so a pod recreated now keeps 3.6.16.
+    o = dataclasses.replace(observed([M(0, healthy=False)], leader=None), recorded_version="3.6.16")
+    assert o.running_version is None
+    d = decide(ClusterSpec.from_dict({**OLD, "size": 1, "version": "3.5.35"}), o)
+    assert d.acting_spec.version == "3.6.16"
+    assert next(c for c in d.conditions if c.type == "SpecAccepted").reason == "VersionDowngrade"
