@@ -133,7 +133,11 @@ async def test_downgrade_validate_and_cancel_on_3_6(tmp_path):
         member.wait_healthy()
         async with EtcdMemberClient(member.endpoint) as client:
             assert (await client.downgrade("VALIDATE", "3.5")).startswith("3.6")
-            with pytest.raises(EtcdError, match="no inflight downgrade"):
-                await client.downgrade("CANCEL", "3.5")
+            with pytest.raises(EtcdError, match="invalid downgrade target"):
+                await client.downgrade("VALIDATE", "3.4")
+            await client.downgrade("ENABLE", "3.5")
+            with pytest.raises(EtcdError, match="downgrade job in progress"):
+                await client.downgrade("ENABLE", "3.5")
+            await client.downgrade("CANCEL", "3.5")
     finally:
         member.stop()
