@@ -79,3 +79,21 @@ def skew(server_versions: list[str]) -> dict[str, object]:
         return {"clusterVersion": None, "mixedVersions": None}
     lowest = min(map(parse, server_versions))
     return {"clusterVersion": text(lowest[:2]) + ".0", "mixedVersions": len(set(server_versions)) > 1}
+
+
+# Minor downgrades through etcd's downgrade API: from a minor to the one below it, to a patch
+# that could be upgraded from again (UPGRADE_FROM), so a downgrade can always be undone.
+DOWNGRADE_FROM = frozenset({(3, 6)})
+
+
+def downgrade_target(running: str | None, wanted: str) -> str | None:
+    """The target minor ("3.5") when `wanted` is a supported downgrade from what runs."""
+    if not running:
+        return None
+    have, want = parse(running), parse(wanted)
+    if have[:2] not in DOWNGRADE_FROM or want[:2] != (have[0], have[1] - 1):
+        return None
+    needed = UPGRADE_FROM.get(have[:2])
+    if needed is not None and want < needed:
+        return None
+    return text(want[:2])

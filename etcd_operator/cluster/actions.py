@@ -129,6 +129,28 @@ class RollFailed(Action):
 
 
 @dataclasses.dataclass(frozen=True)
+class EnableDowngrade(Action):
+    """Validate, then enable etcd's downgrade to `target` (a minor, "3.5") on the leader;
+    status.downgrade records it."""
+
+    target: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class CancelDowngrade(Action):
+    """The spec went back: cancel etcd's downgrade job and forget status.downgrade."""
+
+    target: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class FinishDowngrade(Action):
+    """Every member runs the target minor: forget status.downgrade."""
+
+    target: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
 class Defragment(Action):
     member: str = ""
     member_id: int = 0

@@ -10,7 +10,7 @@ from typing import Any, Mapping
 from etcd_operator import conditions as c
 from etcd_operator import versions
 from etcd_operator.cluster import actions as a
-from etcd_operator.cluster import builders, roll
+from etcd_operator.cluster import builders, downgrade, roll
 from etcd_operator.cluster.health import Health, diagnose
 from etcd_operator.cluster.observed import Observed, RollRecord
 from etcd_operator.cluster.planner import plan
@@ -74,7 +74,14 @@ def decide(spec: ClusterSpec, observed: Observed, raw_spec: Mapping[str, Any] | 
                     storage_class_problem(spec, observed)):
         if problem:
             problems.append(problem)
-    acting_spec, roll_held = roll.acting_spec(effective_spec(spec, observed, problems), observed.rollout)
+    if downgrade.acting_version(spec.version, observed) or observed.downgrade_target:
+        # A downgrade through etcd's API: not refused; the downgrade module paces it.
+        problems = [p for p in problems if p.reason != "VersionDowngrade"]
+    acting_spec = effective_spec(spec, observed, problems)
+    held_version = downgrade.acting_version(spec.version, observed)
+    if held_version:
+        acting_spec = dataclasses.replace(acting_spec, version=held_version)
+    acting_spec, roll_held = roll.acting_spec(acting_spec, observed.rollout)
     desired_hash = builders.pod_spec_hash(acting_spec)
     health = diagnose(acting_spec, observed)
     action = plan(
@@ -82,6 +89,8 @@ def decide(spec: ClusterSpec, observed: Observed, raw_spec: Mapping[str, Any] | 
         desired_hash=desired_hash,
         recovery_allowed=spec.recovery.automatic_quorum_recovery or observed.recovery_approved,
     )
+    if not (spec.paused or observed.restoring or observed.operation):
+        action = downgrade.step(spec.version, observed, health, action) or action
     conditions = cluster_conditions(spec, observed, health, action, problems)
     rollout = roll.next_record(raw_spec, observed, health, action, desired_hash, roll_held, not problems)
     conditions.append(roll.roll_condition(rollout, roll_held or isinstance(action, a.RollFailed)))

@@ -171,6 +171,8 @@ class Observed:
     recorded_cluster_id: int | None = None  # status.clusterID: answers from any other cluster are not trusted
     rollout: RollRecord = RollRecord()  # status.rollout: the last good pod spec, a failed roll
     recorded_version: str | None = None  # status.currentVersion: what ran when a member last answered
+    cluster_version: str | None = None  # etcd's cluster version (x.y.0), as the leader reports it
+    downgrade_target: str | None = None  # status.downgrade.target: a downgrade enabled in etcd
 
     @property
     def known_version(self) -> str | None:

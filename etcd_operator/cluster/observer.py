@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+
+import aiohttp
 from typing import Any, Mapping
 
 from etcd_operator.cluster import naming
@@ -14,6 +17,21 @@ from etcd_operator.etcd.pool import EtcdClientPool
 from etcd_operator.kube import client as kube
 
 STATUS_TIMEOUT = 2.0
+logger = logging.getLogger(__name__)
+
+
+async def fetch_cluster_version(endpoint: str | None) -> str | None:
+    """etcd's cluster version ("3.5.0") from a member's /version; None if it does not say."""
+    if not endpoint:
+        return None
+    try:
+        timeout = aiohttp.ClientTimeout(total=STATUS_TIMEOUT)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            async with session.get(f"http://{endpoint}/version") as response:
+                return (await response.json(content_type=None)).get("etcdcluster") or None
+    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as e:
+        logger.debug("no cluster version from %s: %s", endpoint, e)
+        return None
 
 
 def pod_view(pod: Mapping[str, Any]) -> PodView:
@@ -91,6 +109,8 @@ class ClusterObserver:
             recorded_cluster_id=recorded_cluster_id,
             rollout=RollRecord.from_dict(status.get("rollout")),
             recorded_version=status.get("currentVersion") or None,
+            cluster_version=await fetch_cluster_version(etcd.endpoints.get(etcd.leader_id)),
+            downgrade_target=(status.get("downgrade") or {}).get("target"),
         )
         observed = carry_timers(observed, status, self.quorum_loss_seen_since)
         self.quorum_loss_seen_since = observed.no_quorum_since

@@ -1,6 +1,6 @@
 """Version lifecycle on the substrate: the 3.5 -> 3.6 upgrade gate under a put/get load with
-zero failed requests, and a bad image that is rolled back automatically on its own PVC, on
-size 3 and on size 1."""
+zero failed requests, a bad image that is rolled back automatically on its own PVC (size 3
+and size 1), and a 3.6 -> 3.5 downgrade through etcd's downgrade API, on one shared cluster."""
 
 from __future__ import annotations
 
@@ -92,6 +92,16 @@ def test_upgrade_through_the_gate_under_load_then_a_bad_image_rolls_back(namespa
     assert missing_keys(member_endpoints(namespace, "v"), load.written) == []
     patch_spec(namespace, "v", {"repository": None})
     wait_condition(namespace, "v", "RollPaused", "False", timeout=60)
+    assert pvc_uids(namespace) == pvcs
+
+    # A downgrade through etcd's API: enable, cluster version drops, members roll, leader last.
+    patch_spec(namespace, "v", {"version": "3.5.35"})
+    obj = wait_for(lambda: all_on(namespace, "v", 3, "3.5.35", []), 300, interval=1.0, what="all on 3.5.35 again")
+    wait_for(lambda: not (get_cluster(namespace, "v").get("status") or {}).get("downgrade"), 60,
+             what="the downgrade finished")
+    assert missing_keys(member_endpoints(namespace, "v"), load.written) == []
+    reasons = [e["reason"] for e in events(namespace, "v")]
+    assert "DowngradeEnabled" in reasons and "DowngradeFinished" in reasons
     assert pvc_uids(namespace) == pvcs
 
 

@@ -156,6 +156,42 @@ def test_a_refused_downgrade_holds_while_no_member_answers():
     # so a pod recreated now keeps 3.6.16.
     o = dataclasses.replace(observed([M(0, healthy=False)], leader=None), recorded_version="3.6.16")
     assert o.running_version is None
-    d = decide(ClusterSpec.from_dict({**OLD, "size": 1, "version": "3.5.35"}), o)
+    d = decide(ClusterSpec.from_dict({**OLD, "size": 1, "version": "3.5.21"}), o)
     assert d.acting_spec.version == "3.6.16"
     assert next(c for c in d.conditions if c.type == "SpecAccepted").reason == "VersionDowngrade"
+    # A supported downgrade is not refused, but it waits for a healthy cluster all the same.
+    d = decide(ClusterSpec.from_dict({**OLD, "size": 1, "version": "3.5.35"}), o)
+    assert d.acting_spec.version == "3.6.16" and not isinstance(d.action, a.EnableDowngrade)
+
+
+# --- downgrades through etcd's API ---------------------------------------------------------
+
+DOWN = {**OLD, "version": "3.5.35"}
+
+
+def test_a_downgrade_is_enabled_on_a_healthy_cluster_and_rolls_only_once_the_cluster_version_dropped():
+    o = observed([M(0), M(1), M(2)])
+    pods = {n: dataclasses.replace(p, spec_hash=hash_of(OLD)) for n, p in o.pods.items()}
+    o = dataclasses.replace(o, pods=pods, rollout=LAST_GOOD, cluster_version="3.6.0")
+    d = decide(ClusterSpec.from_dict(DOWN), o, DOWN)
+    assert isinstance(d.action, a.EnableDowngrade) and d.action.target == "3.5"
+    assert d.acting_spec.version == "3.6.16"
+    enabled = dataclasses.replace(o, downgrade_target="3.5")
+    d = decide(ClusterSpec.from_dict(DOWN), enabled, DOWN)
+    assert isinstance(d.action, a.Wait) and "cluster version" in d.action.reason
+    dropped = dataclasses.replace(enabled, cluster_version="3.5.0")
+    d = decide(ClusterSpec.from_dict(DOWN), dropped, DOWN)
+    assert d.acting_spec.version == "3.5.35"
+    assert isinstance(d.action, a.RollMember) and d.action.member != "c-0"  # followers first; c-0 leads
+
+
+def test_a_revert_mid_downgrade_cancels_it():
+    o = dataclasses.replace(observed([M(0), M(1), M(2)]), downgrade_target="3.5", cluster_version="3.5.0")
+    d = decide(ClusterSpec.from_dict(OLD), o, OLD)
+    assert isinstance(d.action, a.CancelDowngrade)
+
+
+def test_a_downgrade_below_the_reupgrade_patch_is_refused():
+    assert versions.downgrade_target("3.6.16", "3.5.31") is None
+    assert versions.downgrade_target("3.6.16", "3.5.35") == "3.5"
+    assert versions.downgrade_target("3.5.35", "3.5.21") is None
