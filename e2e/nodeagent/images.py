@@ -1,7 +1,8 @@
 """The image map: which local executable a container image stands for.
 
 - etcd images (repository ending in `etcd`, tag carrying a version such as v3.5.35 or
-  3.5.12-0) run the testbin binaries of that minor version;
+  3.5.12-0) run the testbin binaries of that minor version, except the patches listed in
+  PINNED_PATCHES, which run their own recipe (an old patch for the upgrade-gate tests);
 - the operator's image (repository ending in `etcd-operator`) runs this checkout's Python;
 - busybox runs the host's /bin/sh and coreutils;
 - anything else is an unknown image (the container waits in ErrImagePull/ImagePullBackOff).
@@ -19,7 +20,9 @@ from localkube.layout import REPO_ROOT
 
 HOST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 ETCD_TOOLS = ("etcd", "etcdctl", "etcdutl")
-ETCD_VERSION = re.compile(r"^v?(\d+)\.(\d+)\.\d+")
+ETCD_VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)")
+# Exact etcd versions built by a recipe of their own (e2e/testbin/<recipe>/go.mod pins it).
+PINNED_PATCHES = {"3.5.21": "etcd-3.5-old"}
 PYTHON_NAMES = re.compile(r"^python(3(\.\d+)?)?$")
 
 
@@ -116,7 +119,8 @@ def _etcd(image: str, ref: Reference, testbin: pathlib.Path) -> ImageRuntime:
     if not match:
         raise UnknownImage(f'etcd image "{image}" has no version tag (like v3.5.35)')
     minor = f"{match.group(1)}.{match.group(2)}"
-    bin_dir = testbin / f"etcd-{minor}"
+    recipe = PINNED_PATCHES.get(f"{minor}.{match.group(3)}", f"etcd-{minor}")
+    bin_dir = testbin / recipe
     if not (bin_dir / "etcd").exists():
         raise UnknownImage(f'etcd {minor} is not built in the testbin ({bin_dir}); image "{image}"')
     return ImageRuntime(

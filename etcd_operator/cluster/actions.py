@@ -121,6 +121,37 @@ class RollMember(Action):
 
 
 @dataclasses.dataclass(frozen=True)
+class RollFailed(Action):
+    """A rolled member did not become healthy with the new pod spec: record the failure in
+    status (status.rollout) and tell people. The spec acted on then becomes the last good one."""
+
+    member: str = ""
+    pod_spec_hash: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class EnableDowngrade(Action):
+    """Validate, then enable etcd's downgrade to `target` (a minor, "3.5") on the leader;
+    status.downgrade records it."""
+
+    target: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class CancelDowngrade(Action):
+    """The spec went back: cancel etcd's downgrade job and forget status.downgrade."""
+
+    target: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class FinishDowngrade(Action):
+    """Every member runs the target minor: forget status.downgrade."""
+
+    target: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
 class Defragment(Action):
     member: str = ""
     member_id: int = 0

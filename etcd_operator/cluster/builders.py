@@ -17,6 +17,9 @@ STATE_EXISTING = "existing"
 # Requests when spec.pod.resources is unset, so a member is Burstable, not BestEffort
 # (evicted first under node pressure). No limits: a memory limit risks OOM-killing a member.
 DEFAULT_MEMBER_REQUESTS = {"cpu": "100m", "memory": "128Mi"}
+# The startup probe's budget (period x failures) also bounds how long a rolled member may take.
+STARTUP_PROBE_PERIOD = 5
+STARTUP_PROBE_FAILURES = 60
 
 
 def _annotation_env(name: str, annotation: str) -> dict[str, Any]:
@@ -162,7 +165,7 @@ def member_pod(
         + ([{"name": "tls", "mountPath": certs.MOUNT_DIR, "readOnly": True}] if spec.tls.enabled else []),
         "readinessProbe": _probe("/readyz", period=5, failures=3),
         "livenessProbe": _probe("/livez", period=10, failures=8),
-        "startupProbe": _probe("/livez", period=5, failures=60),
+        "startupProbe": _probe("/livez", period=STARTUP_PROBE_PERIOD, failures=STARTUP_PROBE_FAILURES),
     }
     container["resources"] = pod_settings.get("resources") or {"requests": dict(DEFAULT_MEMBER_REQUESTS)}
     pod_spec: dict[str, Any] = {

@@ -5,12 +5,14 @@ it with I/O; the fault simulator drives it directly."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Any, Mapping
 
 from etcd_operator import conditions as c
+from etcd_operator import versions
 from etcd_operator.cluster import actions as a
-from etcd_operator.cluster import builders
+from etcd_operator.cluster import builders, downgrade, roll
 from etcd_operator.cluster.health import Health, diagnose
-from etcd_operator.cluster.observed import Observed
+from etcd_operator.cluster.observed import Observed, RollRecord
 from etcd_operator.cluster.planner import plan
 from etcd_operator.cluster.spec import ClusterSpec, SpecProblem, spec_problems, version_change_problem
 from etcd_operator.cluster.status import cluster_conditions
@@ -25,6 +27,12 @@ class Decision:
     health: Health
     action: a.Action
     conditions: tuple[c.Condition, ...]
+    rollout: RollRecord = RollRecord()  # status.rollout after this pass
+    version_skew: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # clusterVersion, mixedVersions
+
+    def status_fields(self) -> dict[str, Any]:
+        """What this module adds to status, next to status.build_status's fields."""
+        return {"rollout": self.rollout.to_dict(), **self.version_skew}
 
 
 def storage_class_problem(spec: ClusterSpec, observed: Observed) -> SpecProblem | None:
@@ -38,11 +46,16 @@ def storage_class_problem(spec: ClusterSpec, observed: Observed) -> SpecProblem 
     return None
 
 
+# Refused version changes: the members keep the version they run.
+VERSION_REFUSALS = frozenset({"VersionDowngrade", "MinorVersionSkip", "UpgradeNeedsPatch", "KnownBadVersion",
+                              "UnsupportedVersion"})
+
+
 def effective_spec(spec: ClusterSpec, observed: Observed, problems: list[SpecProblem]) -> ClusterSpec:
     """The spec the operator acts on: a refused change keeps what is running."""
     reasons = {p.reason for p in problems}
-    if reasons & {"VersionDowngrade", "MinorVersionSkip"} and observed.running_version:
-        spec = dataclasses.replace(spec, version=observed.running_version)
+    if reasons & VERSION_REFUSALS and observed.known_version:
+        spec = dataclasses.replace(spec, version=observed.known_version)
     tls_on = tls_plan.serves_tls(spec, observed)
     member_cert = observed.tls.cert(CertKind.MEMBER) if tls_on else None
     trusted = tuple(sorted(member_cert.trusted)) if member_cert and not member_cert.problem else ()
@@ -54,18 +67,45 @@ def effective_spec(spec: ClusterSpec, observed: Observed, problems: list[SpecPro
     return spec
 
 
-def decide(spec: ClusterSpec, observed: Observed) -> Decision:
+def decide(spec: ClusterSpec, observed: Observed, raw_spec: Mapping[str, Any] | None = None) -> Decision:
+    """`raw_spec` is the EtcdCluster's spec as stored; it is recorded as the last good one
+    once every member runs it healthily (without it, none is recorded)."""
     problems = spec_problems(spec)
-    for problem in (version_change_problem(observed.running_version, spec.version),
+    for found in (versions.release_problem(spec.version), versions.upgrade_problem(observed.known_version,
+                                                                                   spec.version)):
+        if found and found.reason not in {p.reason for p in problems}:
+            problems.append(SpecProblem(found.reason, found.message))
+    # With no member answering, the version they last ran still decides: a refused change
+    # must not reach pods recreated during an outage.
+    for problem in (version_change_problem(observed.known_version, spec.version),
                     storage_class_problem(spec, observed), tls_plan.transport_problem(spec, observed)):
         if problem:
             problems.append(problem)
+    if downgrade.acting_version(spec.version, observed) or observed.downgrade_target:
+        # A downgrade through etcd's API: not refused; the downgrade module paces it.
+        problems = [p for p in problems if p.reason != "VersionDowngrade"]
     acting_spec = effective_spec(spec, observed, problems)
+    held_version = downgrade.acting_version(spec.version, observed)
+    if held_version:
+        acting_spec = dataclasses.replace(acting_spec, version=held_version)
+    acting_spec, roll_held = roll.acting_spec(acting_spec, observed.rollout)
+    desired_hash = builders.pod_spec_hash(acting_spec)
     health = diagnose(acting_spec, observed)
     action = plan(
         acting_spec, observed, health,
-        desired_hash=builders.pod_spec_hash(acting_spec),
+        desired_hash=desired_hash,
         recovery_allowed=spec.recovery.automatic_quorum_recovery or observed.recovery_approved,
     )
+    if not (spec.paused or observed.restoring or observed.operation):
+        action = downgrade.step(spec.version, observed, health, action) or action
     conditions = cluster_conditions(spec, observed, health, action, problems)
-    return Decision(acting_spec, tuple(problems), health, action, tuple(conditions))
+    rollout = roll.next_record(raw_spec, observed, health, action, desired_hash, roll_held, not problems)
+    conditions.append(roll.roll_condition(rollout, roll_held or isinstance(action, a.RollFailed)))
+    skew = versions.skew([s.version for s in observed.etcd.statuses.values()])
+    if skew["mixedVersions"]:
+        conditions.append(c.Condition("VersionSkew", True, "MixedVersions",
+                                      "members run different etcd versions: " + ", ".join(sorted(
+                                          {s.version for s in observed.etcd.statuses.values()}))))
+    else:
+        conditions.append(c.Condition("VersionSkew", False, "SameVersion", ""))
+    return Decision(acting_spec, tuple(problems), health, action, tuple(conditions), rollout, skew)

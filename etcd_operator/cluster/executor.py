@@ -104,6 +104,10 @@ class ClusterExecutor:
             a.DeleteMemberPVC: self._delete_member_pvc,
             a.MoveLeader: self._move_leader,
             a.RollMember: self._roll_member,
+            a.RollFailed: self._roll_failed,
+            a.EnableDowngrade: self._enable_downgrade,
+            a.CancelDowngrade: self._cancel_downgrade,
+            a.FinishDowngrade: self._finish_downgrade,
             a.Defragment: self._defragment,
             a.BeginQuorumRecovery: self._begin_quorum_recovery,
             a.StopMemberPod: self._stop_member_pod,
@@ -200,6 +204,33 @@ class ClusterExecutor:
         pod = observed.pods[action.member]
         await self.kube.delete(kube.PODS, self.namespace, action.member, uid=pod.uid)
         self.post_event("Normal", "MemberRolling", f"Restarting {action.member} with etcd {spec.version}: {action.reason}")
+
+    async def _roll_failed(self, action: a.RollFailed, spec, observed) -> None:
+        self.post_event("Warning", "RollFailed", f"Roll paused and rolled back: {action.reason}")
+
+    async def _enable_downgrade(self, action: a.EnableDowngrade, spec, observed) -> Outcome:
+        leader = self._leader_client(observed)
+        try:
+            await leader.downgrade("VALIDATE", action.target)
+            await leader.downgrade("ENABLE", action.target)
+        except EtcdError as e:
+            if "downgrade job in progress" not in e.detail:  # enabled by an interrupted pass
+                raise
+        self.post_event("Normal", "DowngradeEnabled", f"Enabled etcd's downgrade to {action.target}: {action.reason}")
+        return Outcome(True, status_patch={"downgrade": {"target": action.target}})
+
+    async def _cancel_downgrade(self, action: a.CancelDowngrade, spec, observed) -> Outcome:
+        try:
+            await self._leader_client(observed).downgrade("CANCEL", action.target)
+        except EtcdError as e:
+            if "no inflight downgrade" not in e.detail:  # ended already
+                raise
+        self.post_event("Normal", "DowngradeCancelled", f"Cancelled the downgrade to {action.target}: {action.reason}")
+        return Outcome(True, status_patch={"downgrade": None})
+
+    async def _finish_downgrade(self, action: a.FinishDowngrade, spec, observed) -> Outcome:
+        self.post_event("Normal", "DowngradeFinished", f"Downgraded to {action.target}: {action.reason}")
+        return Outcome(True, status_patch={"downgrade": None})
 
     async def _defragment(self, action: a.Defragment, spec, observed) -> None:
         status = observed.etcd.statuses.get(action.member_id)

@@ -202,3 +202,14 @@ def diagnose(spec: ClusterSpec, observed: Observed) -> Health:
     if len(voters) != spec.size:
         return health(HealthState.DEGRADED, f"{len(voters)} voting members, {spec.size} wanted")
     return health(HealthState.HEALTHY, f"{len(voters)} healthy voting members")
+
+
+# Why a container does not run: etcd never starts with this pod spec. A pod that runs but is
+# not ready (no leader elected yet) is not broken.
+BROKEN_WAITING_REASONS = frozenset({"CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "InvalidImageName",
+                                    "CreateContainerConfigError", "CreateContainerError", "RunContainerError"})
+
+
+def pod_broken(pod: PodView) -> bool:
+    """etcd does not run in this pod, and the kubelet cannot make it run as it is."""
+    return not pod.deleting and not pod.failed and pod.waiting_reason in BROKEN_WAITING_REASONS

@@ -4,8 +4,11 @@ Plain data; gathered by cluster.observer, read by the planner and the status bui
 from __future__ import annotations
 
 import dataclasses
+import json
+from typing import Any, Mapping
 
 from etcd_operator.cluster.certs import TLSView
+from etcd_operator.cluster.spec import ClusterSpec
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,6 +125,35 @@ class Operation:
 
 
 @dataclasses.dataclass(frozen=True)
+class RollRecord:
+    """status.rollout: the last pod spec every member ran healthily, and a failed roll."""
+
+    last_good_spec: Mapping[str, Any] | None = None
+    failed_hash: str | None = None
+    failed_member: str = ""
+    failed_reason: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        # The spec is kept as one JSON string: a merge patch would merge a nested object with
+        # the old one and keep fields the user has since removed. Empty strings, never null,
+        # so an unchanged record compares equal to what status holds.
+        return {"lastGoodSpec": json.dumps(self.last_good_spec, sort_keys=True) if self.last_good_spec else "",
+                "failedPodSpecHash": self.failed_hash or "", "failedMember": self.failed_member,
+                "failedReason": self.failed_reason}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> "RollRecord":
+        data = data or {}
+        spec = data.get("lastGoodSpec")
+        return cls(json.loads(spec) if spec else None, data.get("failedPodSpecHash") or None,
+                   data.get("failedMember") or "", data.get("failedReason") or "")
+
+    @property
+    def last_good(self) -> ClusterSpec | None:
+        return ClusterSpec.from_dict(self.last_good_spec) if self.last_good_spec is not None else None
+
+
+@dataclasses.dataclass(frozen=True)
 class Observed:
     cluster: str
     namespace: str
@@ -140,3 +172,12 @@ class Observed:
     min_ordinal: int = 0  # ordinals below this belong to data kept aside by an in-place restore
     recorded_cluster_id: int | None = None  # status.clusterID: answers from any other cluster are not trusted
     tls: TLSView = dataclasses.field(default_factory=TLSView)  # recorded transport and certificate Secrets
+    rollout: RollRecord = RollRecord()  # status.rollout: the last good pod spec, a failed roll
+    recorded_version: str | None = None  # status.currentVersion: what ran when a member last answered
+    cluster_version: str | None = None  # etcd's cluster version (x.y.0), as the leader reports it
+    downgrade_target: str | None = None  # status.downgrade.target: a downgrade enabled in etcd
+
+    @property
+    def known_version(self) -> str | None:
+        """The version the members run; when none answers, the one they ran last."""
+        return self.running_version or self.recorded_version

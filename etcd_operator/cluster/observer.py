@@ -4,18 +4,52 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 from typing import Any, Mapping
+
+import aiohttp
 
 from etcd_operator.cluster import naming
 from etcd_operator.cluster.identity import member_list_sources, parse_hex_id, split_foreign
 from etcd_operator.cluster.timers import carry_timers
 from etcd_operator.cluster.tls_observer import observe_tls, served_certificates
-from etcd_operator.cluster.observed import EtcdView, Observed, Operation, PodView, PVCView
+from etcd_operator.cluster.observed import EtcdView, Observed, Operation, PodView, PVCView, RollRecord
 from etcd_operator.etcd.client import EtcdError
 from etcd_operator.etcd.pool import EtcdClientPool
 from etcd_operator.kube import client as kube
 
 STATUS_TIMEOUT = 2.0
+logger = logging.getLogger(__name__)
+
+
+async def fetch_cluster_version(endpoint: str | None) -> str | None:
+    """etcd's cluster version ("3.5.0") from a member's gauge `etcd_cluster_version`, read
+    on its plain-HTTP metrics port, which needs no client certificate on a TLS cluster; the
+    page is read only up to that line. None if the member does not say."""
+    if not endpoint:
+        return None
+    host = endpoint.rsplit(":", 1)[0]
+    try:
+        timeout = aiohttp.ClientTimeout(total=STATUS_TIMEOUT)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            async with session.get(f"http://{host}:{naming.METRICS_PORT}/metrics") as response:
+                async for line in response.content:
+                    if line.startswith(CLUSTER_VERSION_GAUGE):
+                        return cluster_version_from_gauge(line.decode())
+    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as e:
+        logger.debug("no cluster version from %s: %s", endpoint, e)
+    return None
+
+
+CLUSTER_VERSION_GAUGE = b'etcd_cluster_version{cluster_version="'
+
+
+def cluster_version_from_gauge(line: str) -> str | None:
+    """`etcd_cluster_version{cluster_version="3.6"} 1` -> "3.6.0"."""
+    version = line.split('cluster_version="', 1)[1].split('"', 1)[0]
+    if not version:
+        return None
+    return version if version.count(".") == 2 else f"{version}.0"
 
 
 def pod_view(pod: Mapping[str, Any]) -> PodView:
@@ -95,6 +129,10 @@ class ClusterObserver:
             min_ordinal=int((meta.get("annotations") or {}).get(naming.ANNOTATION_MIN_ORDINAL) or 0),
             recorded_cluster_id=recorded_cluster_id,
             tls=tls,
+            rollout=RollRecord.from_dict(status.get("rollout")),
+            recorded_version=status.get("currentVersion") or None,
+            cluster_version=await fetch_cluster_version(etcd.endpoints.get(etcd.leader_id)),
+            downgrade_target=(status.get("downgrade") or {}).get("target"),
         )
         if tls.rotation is not None:
             observed = dataclasses.replace(observed, tls=dataclasses.replace(

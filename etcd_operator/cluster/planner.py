@@ -16,8 +16,9 @@ Invariants, each covered by tests/unit/test_cluster_planner.py and the fault sim
 from __future__ import annotations
 
 from etcd_operator.cluster import actions as a
-from etcd_operator.cluster import naming, tls_plan
-from etcd_operator.cluster.health import Health, HealthState, member_name, quorum_loss_evidence
+from etcd_operator.cluster import naming, roll, tls_plan
+from etcd_operator.cluster.health import (BROKEN_WAITING_REASONS, Health, HealthState,  # noqa: F401
+                                          member_name, pod_broken, quorum_loss_evidence)
 from etcd_operator.cluster.observed import Member, Observed
 from etcd_operator.cluster.spec import ClusterSpec
 
@@ -86,6 +87,9 @@ def plan(
         return a.Wait(health.message)
     if health.state == HealthState.BOOTSTRAPPING:
         return a.BootstrapFirstMember("creating the first member", naming.member_name(observed.cluster, next_ordinal(observed)))
+    step = roll.roll_failure(observed, health, desired_hash)
+    if step:
+        return step
     if not health.members:
         return _plan_without_member_list(spec, observed, desired_hash)
 
@@ -119,6 +123,9 @@ def plan(
         return _plan_quorum_loss(spec, observed, health, names, recovery_allowed)
     if not health.has_quorum:
         return a.Wait(health.message)
+    step = roll.rollback_step(observed, health, desired_hash) or roll.roll_gate(observed, health, desired_hash)
+    if step:
+        return step
 
     step = _replace_or_shrink(spec, observed, health, names)
     if step:
@@ -178,17 +185,6 @@ def _cleanup_removed_members(observed: Observed, health: Health, names: dict[int
             continue
         return a.DeleteMemberPVC(f"{member} is not a member of the cluster and its pod is gone", member)
     return None
-
-
-# Why a container does not run: etcd never starts with this pod spec. A pod that runs but is
-# not ready (no leader elected yet) is not broken.
-BROKEN_WAITING_REASONS = frozenset({"CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "InvalidImageName",
-                                    "CreateContainerConfigError", "CreateContainerError", "RunContainerError"})
-
-
-def pod_broken(pod) -> bool:
-    """etcd does not run in this pod, and the kubelet cannot make it run as it is."""
-    return not pod.deleting and not pod.failed and pod.waiting_reason in BROKEN_WAITING_REASONS
 
 
 def _restart_failed_pods(spec: ClusterSpec, observed: Observed) -> a.Action | None:

@@ -52,7 +52,7 @@ class ClusterReconciler:
         warnings, scraped = self.member_metrics.warnings(observed)
 
         executor = ClusterExecutor(self.kube, self.etcd_clients, body, self.post_event, self.operator_namespace)
-        decision = decide(spec, observed)
+        decision = decide(spec, observed, body.get("spec") or {})
         acting_spec, health, action = decision.acting_spec, decision.health, decision.action
         if not spec.paused:
             await executor.ensure_services(acting_spec, health)
@@ -64,7 +64,7 @@ class ClusterReconciler:
 
         conditions = [*decision.conditions, anomalies.condition(warnings, scraped)]
         self._post_transition_events(previous, conditions)
-        extra = dict(outcome.status_patch or {})
+        extra = {**decision.status_fields(), **(outcome.status_patch or {})}
         tls_status = tls_plan.tls_status(spec, observed, extra.get("tls"))
         if tls_status:
             extra["tls"] = tls_status

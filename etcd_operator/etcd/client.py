@@ -181,6 +181,16 @@ class EtcdMemberClient:
         await self._call("Defragment", self._maintenance.Defragment, rpc.DefragmentRequest(), timeout,
                          mutating=True, past_deadline=True)
 
+    async def downgrade(self, action: str, version: str) -> str:
+        """etcd's downgrade API (Maintenance.Downgrade, 3.6+): action VALIDATE, ENABLE or
+        CANCEL, version the target minor ("3.5"). Returns the cluster version etcd reports."""
+        response = await self._call(
+            "Downgrade", self._maintenance.Downgrade,
+            rpc.DowngradeRequest(action=rpc.DowngradeRequest.DowngradeAction.Value(action), version=version),
+            mutating=action != "VALIDATE",
+        )
+        return response.version
+
     async def alarms(self) -> list[tuple[int, int]]:
         response = await self._call(
             "Alarm", self._maintenance.Alarm,

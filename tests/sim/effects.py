@@ -206,6 +206,11 @@ HANDLERS: dict[type, Callable] = {
     a.DeleteMemberPVC: do_delete_pvc,
     a.MoveLeader: do_move_leader,
     a.RollMember: do_delete_pod,
+    a.RollFailed: do_nothing,  # status.rollout is written from the decision
+    # Downgrades are not simulated (the simulator's versions are 3.6 patches only).
+    a.EnableDowngrade: do_nothing,
+    a.CancelDowngrade: do_nothing,
+    a.FinishDowngrade: do_nothing,
     a.Defragment: do_defragment,
     a.BeginQuorumRecovery: do_begin_recovery,
     a.StopMemberPod: do_delete_pod,

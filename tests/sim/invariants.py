@@ -84,6 +84,7 @@ class ActionChecks:
         self._recovery_needs_approval(recovery_allowed)
         self._force_new_after_true_loss(spec, skew_span)
         self._data_kept_while_needed()
+        self._failed_roll_keeps_members()
         self._leader_kept_while_others_can_lead()
         self._nothing_destructive_while_waiting(quorum_lost_waiting)
 
@@ -156,6 +157,20 @@ class ActionChecks:
             if not member.is_learner and len([m for m in voters if m.id in with_data]) < naming.quorum(len(voters)):
                 self._add("data_kept_while_needed",
                           f"PVC of voting member {action.member} deleted; fewer than a quorum of voters keep data")
+
+    def _failed_roll_keeps_members(self) -> None:
+        """failed_roll_keeps_members: a member whose pod cannot start its image (a bad image
+        rolled onto it) still holds its data: it is rolled back or re-rolled, never replaced."""
+        action, world = self.action, self.world
+        if not (isinstance(action, a.RemoveMember) and action.replacing) or world.main is None:
+            return
+        pod = world.pods.get(action.member)
+        pvc = world.pvcs.get(naming.pvc_name(action.member))
+        if pod is None or not pod.bad_image or pvc is None or pvc.data is None:
+            return
+        if pvc.data.lineage == world.main.lineage and pvc.data.member_id == action.member_id:
+            self._add("failed_roll_keeps_members",
+                      f"{action.member} replaced while only its image fails (its data is intact on its PVC)")
 
     def _leader_kept_while_others_can_lead(self) -> None:
         action, world = self.action, self.world

@@ -12,6 +12,7 @@ from etcd_operator.cluster import actions as a
 from etcd_operator.cluster import builders, naming
 from etcd_operator.cluster.decision import decide
 from etcd_operator.cluster.observed import Member
+from etcd_operator.cluster.observed import RollRecord
 from etcd_operator.cluster.spec import ClusterSpec
 from etcd_operator.cluster.status import build_status
 
@@ -180,7 +181,7 @@ class Sim:
             pod.ip, pod.phase, pod.up, pod.up_since, pod.waiting = w.allocate_ip(), "Running", True, w.now - 60, None
             w.pods[n] = pod
         group.leader = w.rng.choice(members).id
-        self.status = {"clusterID": f"{cluster_id:x}"}
+        self.status = {"clusterID": f"{cluster_id:x}", "rollout": RollRecord(last_good_spec=self.spec_dict).to_dict()}
 
     # --- faults -----------------------------------------------------------------------------
 
@@ -348,7 +349,7 @@ class Sim:
         observed = observe(w, self.status, self.annotations, unreachable, self.skew,
                            self.operator.quorum_loss_seen_since)
         self.operator.quorum_loss_seen_since = observed.no_quorum_since
-        decision = decide(spec, observed)
+        decision = decide(spec, observed, self.spec_dict)
         self.last_decision = decision
         try:
             inv.diagnosis_matches_truth(w, decision.health, unreachable, bool(w.foreign))
@@ -363,7 +364,7 @@ class Sim:
         if mode is None and not outcome.aborted:
             self.status = merge_patch(self.status, build_status(
                 spec, observed, decision.health, decision.action, list(decision.conditions), self.status,
-                self.generation, extra=outcome.status_patch))
+                self.generation, extra={**decision.status_fields(), **(outcome.status_patch or {})}))
         elif observed.no_quorum_since is None and self.status.get("noQuorumSince"):
             self.lost_timer_reset = True  # the pass that saw quorum again never wrote its status
         if killed:
@@ -389,7 +390,7 @@ class Sim:
             self.stale_acted = True  # its old timers and operation land in status
             self.status = merge_patch(self.status, build_status(
                 spec, observed, decision.health, decision.action, list(decision.conditions), status,
-                self.generation, extra=outcome.status_patch))
+                self.generation, extra={**decision.status_fields(), **(outcome.status_patch or {})}))
             self.stats["stale_status_written"] += 1
 
     def apply(self, decision, observed, actor: str, kill_mid: bool = False, skip: bool = False,

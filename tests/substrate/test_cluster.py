@@ -209,7 +209,7 @@ def test_disallowed_changes_become_a_condition_and_touch_nothing(namespace, oper
     uids = {p["metadata"]["uid"] for p in member_pods(namespace, "c")}
 
     cases = [
-        ({"version": "3.5.35"}, "VersionDowngrade"),
+        ({"version": "3.5.21"}, "VersionDowngrade"),  # below 3.5.32: no downgrade path (etcd_operator/versions.py)
         ({"storage": {"size": "1Gi", "storageClassName": "other-class"}}, "StorageClassChange"),
     ]
     for change, reason in cases:

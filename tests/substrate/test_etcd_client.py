@@ -125,3 +125,19 @@ async def test_snapshot_streams_to_bytes(first_member, binary_dir, tmp_path):
     async def read(offset, length):
         return data[offset:offset + length]
     assert await snapshot_revision(read) == revision, "the bbolt reader disagrees with etcdutl"
+
+
+async def test_downgrade_validate_and_cancel_on_3_6(tmp_path):
+    member = EtcdProcess("m0", localkube_layout.testbin_dir() / "etcd-3.6", tmp_path / "m0").start()
+    try:
+        member.wait_healthy()
+        async with EtcdMemberClient(member.endpoint) as client:
+            assert (await client.downgrade("VALIDATE", "3.5")).startswith("3.6")
+            with pytest.raises(EtcdError, match="invalid downgrade target"):
+                await client.downgrade("VALIDATE", "3.4")
+            await client.downgrade("ENABLE", "3.5")
+            with pytest.raises(EtcdError, match="downgrade job in progress"):
+                await client.downgrade("ENABLE", "3.5")
+            await client.downgrade("CANCEL", "3.5")
+    finally:
+        member.stop()

@@ -56,6 +56,14 @@ def test_etcd_images_map_to_testbin_minor(tmp_path, image, minor):
     assert runtime.argv(None, ["etcdctl", "get", "k"], "127.1.1.2")[0] == str(tmp_path / f"etcd-{minor}" / "etcdctl")
 
 
+def test_pinned_old_patch_runs_its_own_recipe(tmp_path):
+    testbin = _testbin(tmp_path)
+    (testbin / "etcd-3.5-old").mkdir()
+    (testbin / "etcd-3.5-old" / "etcd").write_text("")
+    assert images.resolve("gcr.io/etcd-development/etcd:v3.5.21", testbin).bin_dir == testbin / "etcd-3.5-old"
+    assert images.resolve("gcr.io/etcd-development/etcd:v3.5.22", testbin).bin_dir == testbin / "etcd-3.5"
+
+
 def test_bare_etcd_image_listens_on_pod_ip(tmp_path):
     argv = images.resolve("quay.io/coreos/etcd:v3.5.35", _testbin(tmp_path)).argv(None, None, "127.1.1.9")
     assert argv[0].endswith("etcd-3.5/etcd")
