@@ -343,11 +343,11 @@ class ClusterExecutor:
             (kube.PDBS, builders.disruption_budget(spec, self.cluster, self.namespace, voters)),
         ):
             await self.kube.apply(resource, self.namespace, self._owned(manifest))
-        await self.ensure_network_policy()
+        await self.ensure_network_policy(spec.tls.enabled)
 
-    async def ensure_network_policy(self) -> None:
+    async def ensure_network_policy(self, serves_tls: bool) -> None:
         settings = (self.body.get("spec") or {}).get("networkPolicy")
-        if network_policy.enabled(settings):
+        if network_policy.enabled(settings, serves_tls):
             await self.kube.apply(kube.NETWORK_POLICIES, self.namespace, self._owned(network_policy.network_policy(
                 self.cluster, self.namespace, settings, self.operator_namespace)))
         else:

@@ -24,8 +24,12 @@ def policy_name(cluster: str) -> str:
     return f"{cluster}-etcd"
 
 
-def enabled(settings: Mapping[str, Any] | None) -> bool:
-    return bool((settings or {}).get("enabled", True))
+def enabled(settings: Mapping[str, Any] | None, serves_tls: bool) -> bool:
+    """An explicit `enabled` wins. Unset, the policy is on for clusters that serve TLS, that is
+    every cluster created by this operator version with its defaults, and off for plaintext
+    ones: a cluster that predates the policy keeps its clients, who may not match clientSelector."""
+    explicit = (settings or {}).get("enabled")
+    return serves_tls if explicit is None else bool(explicit)
 
 
 def _port(number: int) -> list[dict[str, Any]]:

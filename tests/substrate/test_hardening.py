@@ -80,7 +80,8 @@ def test_the_namespaced_install_runs_everything_in_a_restricted_namespace(substr
     operator = OperatorProcess(substrate, namespace, kubeconfig).start()
     try:
         apply_cluster(namespace, "hd", {"size": 1, "storage": {"size": "1Gi"},
-                                        "networkPolicy": {"clientSelector": {"matchLabels": {"etcd-client": "hd"}}}})
+                                        "networkPolicy": {"enabled": True,
+                                                          "clientSelector": {"matchLabels": {"etcd-client": "hd"}}}})
         wait_healthy(namespace, "hd", 1)
         patch_spec(namespace, "hd", {"size": 2})
         wait_healthy(namespace, "hd", 2)

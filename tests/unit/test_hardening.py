@@ -126,7 +126,10 @@ def test_network_policy_adds_the_chosen_clients_to_the_client_port_only():
     assert by_port[naming.CLIENT_PORT][-1] == {"podSelector": {"matchLabels": {"etcd-client": "c"}},
                                                "namespaceSelector": {"matchLabels": {"team": "a"}}}
     assert len(by_port[naming.PEER_PORT]) == 1
-    assert network_policy.enabled(None) and not network_policy.enabled({"enabled": False})
+    assert network_policy.enabled(None, serves_tls=True) and not network_policy.enabled({"enabled": False}, True)
+    # A plaintext cluster (one that predates the policy, or opted out of TLS) keeps its clients
+    # unless the policy is asked for.
+    assert not network_policy.enabled(None, serves_tls=False) and network_policy.enabled({"enabled": True}, False)
 
 
 @pytest.mark.parametrize("field,value", [("accessKeyIDKey", "token"), ("secretAccessKeyKey", "ca.crt")])
