@@ -8,7 +8,7 @@ import dataclasses
 
 from etcd_operator import conditions as c
 from etcd_operator.cluster import actions as a
-from etcd_operator.cluster import builders
+from etcd_operator.cluster import builders, space
 from etcd_operator.cluster.health import Health, diagnose
 from etcd_operator.cluster.observed import Observed
 from etcd_operator.cluster.planner import plan
@@ -53,7 +53,8 @@ def decide(spec: ClusterSpec, observed: Observed) -> Decision:
                     storage_class_problem(spec, observed)):
         if problem:
             problems.append(problem)
-    acting_spec = effective_spec(spec, observed, problems)
+    problems += space.storage_problems(spec, observed)
+    acting_spec = space.acting_storage(effective_spec(spec, observed, problems), observed, problems)
     health = diagnose(acting_spec, observed)
     action = plan(
         acting_spec, observed, health,
@@ -61,4 +62,5 @@ def decide(spec: ClusterSpec, observed: Observed) -> Decision:
         recovery_allowed=spec.recovery.automatic_quorum_recovery or observed.recovery_approved,
     )
     conditions = cluster_conditions(spec, observed, health, action, problems)
+    conditions += space.space_conditions(acting_spec, observed, health, action)
     return Decision(acting_spec, tuple(problems), health, action, tuple(conditions))

@@ -20,6 +20,7 @@ ANNOTATION_FORCE_NEW_CLUSTER = f"{API_GROUP}/force-new-cluster"
 ANNOTATION_APPROVE_QUORUM_RECOVERY = f"{API_GROUP}/approve-quorum-recovery"
 ANNOTATION_RESTORE_IN_PROGRESS = f"{API_GROUP}/restore-in-progress"
 ANNOTATION_MIN_ORDINAL = f"{API_GROUP}/min-ordinal"
+ANNOTATION_DEFRAGMENT = f"{API_GROUP}/defragment"  # a new token asks for one defragmentation of every member
 # Data of members left behind by a quorum recovery: kept, out of the cluster's selector.
 LABEL_SET_ASIDE_FROM = f"{API_GROUP}/set-aside-from-cluster"
 LABEL_SET_ASIDE_BY = f"{API_GROUP}/set-aside-by"

@@ -77,6 +77,10 @@ class PVCView:
     member_id: int | None
     deleting: bool
     storage_class: str | None
+    requested: int | None = None  # spec.resources.requests.storage, bytes
+    capacity: int | None = None  # status.capacity.storage, bytes: what the volume has
+    # Whether the PVC's StorageClass sets allowVolumeExpansion; None when unknown.
+    expandable: bool | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,6 +123,46 @@ class Operation:
 
 
 @dataclasses.dataclass(frozen=True)
+class SpaceRecoveryRecord:
+    """NOSPACE remediation in progress (status.spaceRecovery): the revision compacted to
+    (None: not yet) and the members defragmented since."""
+
+    started_at: float
+    compacted_revision: int | None = None
+    defragmented: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        return {"startedAt": self.started_at, "compactedRevision": self.compacted_revision,
+                "defragmented": list(self.defragmented)}
+
+    @classmethod
+    def from_dict(cls, data: dict | None) -> "SpaceRecoveryRecord | None":
+        if not data or data.get("startedAt") is None:
+            return None
+        revision = data.get("compactedRevision")
+        return cls(float(data["startedAt"]), None if revision is None else int(revision),
+                   tuple(data.get("defragmented") or ()))
+
+
+@dataclasses.dataclass(frozen=True)
+class DefragmentationRecord:
+    """status.defragmentation: the last request token done, and the one in progress with
+    the members defragmented for it so far."""
+
+    last_token: str | None = None
+    token: str | None = None
+    defragmented: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        return {"lastToken": self.last_token, "token": self.token, "defragmented": list(self.defragmented)}
+
+    @classmethod
+    def from_dict(cls, data: dict | None) -> "DefragmentationRecord":
+        data = data or {}
+        return cls(data.get("lastToken"), data.get("token"), tuple(data.get("defragmented") or ()))
+
+
+@dataclasses.dataclass(frozen=True)
 class Observed:
     cluster: str
     namespace: str
@@ -136,3 +180,6 @@ class Observed:
     restoring: str | None = None  # the EtcdRestore that holds this cluster stopped
     min_ordinal: int = 0  # ordinals below this belong to data kept aside by an in-place restore
     recorded_cluster_id: int | None = None  # status.clusterID: answers from any other cluster are not trusted
+    space_recovery: SpaceRecoveryRecord | None = None  # status.spaceRecovery
+    defrag_requested: str | None = None  # the etcd.operator.dev/defragment annotation's token
+    defragmentation: DefragmentationRecord = DefragmentationRecord()  # status.defragmentation

@@ -31,6 +31,14 @@ PROGRESS_REASONS = {
     "ForceNewCluster": "RecoveringQuorum",
     "FinishQuorumRecovery": "RecoveringQuorum",
     "AbandonQuorumRecovery": "RecoveryAbandoned",
+    "BeginSpaceRecovery": "RecoveringSpace",
+    "CompactRevisions": "RecoveringSpace",
+    "DefragmentForSpace": "RecoveringSpace",
+    "DisarmNoSpaceAlarm": "RecoveringSpace",
+    "FinishSpaceRecovery": "RecoveringSpace",
+    "DefragmentOnRequest": "Defragmenting",
+    "FinishDefragmentRequest": "Defragmenting",
+    "ExpandMemberPVC": "ExpandingStorage",
 }
 
 

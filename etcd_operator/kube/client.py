@@ -54,6 +54,7 @@ SECRETS = Resource("", "v1", "secrets")
 NODES = Resource("", "v1", "nodes")
 PDBS = Resource("policy", "v1", "poddisruptionbudgets")
 LEASES = Resource("coordination.k8s.io", "v1", "leases")
+STORAGECLASSES = Resource("storage.k8s.io", "v1", "storageclasses")
 
 
 def _raise_for(status: int, body: bytes | str | None, reason: str | None) -> None:
