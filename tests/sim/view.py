@@ -8,7 +8,8 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from etcd_operator.cluster import naming
-from etcd_operator.cluster.observed import EtcdView, MemberStatus, Observed, Operation, PodView, PVCView
+from etcd_operator.cluster.observed import (DefragmentationRecord, EtcdView, MemberStatus, Observed, Operation, PodView,
+                                            PVCView, SpaceRecoveryRecord)
 from etcd_operator.cluster.identity import member_list_sources, parse_hex_id, split_foreign
 from etcd_operator.cluster.timers import carry_timers
 
@@ -125,6 +126,9 @@ def observe(world: World, status: Mapping[str, Any], annotations: Mapping[str, s
         bootstrapped=bool(status.get("clusterID")),
         min_ordinal=int(annotations.get(naming.ANNOTATION_MIN_ORDINAL) or 0),
         recorded_cluster_id=recorded_cluster_id,
+        space_recovery=SpaceRecoveryRecord.from_dict(status.get("spaceRecovery")),
+        defrag_requested=annotations.get(naming.ANNOTATION_DEFRAGMENT) or None,
+        defragmentation=DefragmentationRecord.from_dict(status.get("defragmentation")),
     )
     return carry_timers(observed, status, evidence_seen_since)
 
