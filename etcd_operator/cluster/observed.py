@@ -56,6 +56,7 @@ class PodView:
     restart_count: int = 0
     waiting_reason: str | None = None
     started: bool = True  # the container passed its startup probe (False while starting)
+    quota_bytes: int | None = None  # its etcd's --quota-backend-bytes; None: unset (etcd's default)
 
     @property
     def failed(self) -> bool:

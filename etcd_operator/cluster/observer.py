@@ -39,7 +39,16 @@ def pod_view(pod: Mapping[str, Any]) -> PodView:
         restart_count=sum(c.get("restartCount", 0) for c in containers),
         waiting_reason=waiting,
         started=all(c.get("started", False) for c in containers) if containers else False,
+        quota_bytes=quota_arg((pod.get("spec") or {}).get("containers") or []),
     )
+
+
+def quota_arg(containers: list) -> int | None:
+    for container in containers:
+        for arg in container.get("args") or []:
+            if arg.startswith("--quota-backend-bytes="):
+                return quota.parse_quantity(arg.split("=", 1)[1])
+    return None
 
 
 def pvc_view(pvc: Mapping[str, Any], expandable: Mapping[str, bool] | None = None) -> PVCView:

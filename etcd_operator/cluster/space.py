@@ -97,7 +97,17 @@ def acting_storage(spec: ClusterSpec, observed: Observed, problems: list[SpecPro
     limit = max(quota.MIN_QUOTA, quota.quota_for_disk(disk))
     wanted = spec.etcd.quota_backend_bytes
     resolved = limit if wanted is None or "QuotaExceedsStorage" in reasons else min(wanted, limit)
+    if wanted is None and resolved < largest_database(observed) + quota.fits_headroom(resolved):
+        # A derived quota never drops below data already stored (a cluster created before
+        # quotas were derived): restarting into NOSPACE would make it read-only.
+        running = {p.quota_bytes for p in observed.pods.values() if not p.deleting}
+        if len(running) == 1:
+            resolved = running.pop()
     return dataclasses.replace(spec, etcd=dataclasses.replace(spec.etcd, quota_backend_bytes=resolved))
+
+
+def largest_database(observed: Observed) -> int:
+    return max((s.db_size for s in observed.etcd.statuses.values()), default=0)
 
 
 def quota_in_effect(spec: ClusterSpec) -> int:

@@ -265,3 +265,20 @@ def test_pvc_view_parses_sizes_and_expansion():
     assert (view.requested, view.capacity, view.expandable) == (2 << 30, 1 << 30, True)
     assert pvc_view(raw, {}).expandable is None
     assert isinstance(view, PVCView)
+
+
+def test_a_derived_quota_never_drops_below_the_stored_data():
+    """A cluster created before quotas were derived (etcd's 2 GiB default) keeps its quota
+    while its database is larger than the derived one would allow."""
+    s = ClusterSpec.from_dict({"storage": {"size": "2Gi"}})
+    big = observed([M(0, db_size=1 << 30, db_in_use=1 << 30)])
+    assert decide(s, big).acting_spec.etcd.quota_backend_bytes is None  # as running: no --quota-backend-bytes
+    small = observed([M(0, db_size=100 * MiB, db_in_use=100 * MiB)])
+    assert decide(s, small).acting_spec.etcd.quota_backend_bytes == 832 * MiB
+
+
+def test_pod_view_reads_the_running_quota():
+    from etcd_operator.cluster.observer import quota_arg
+
+    assert quota_arg([{"args": ["--name=c-0", "--quota-backend-bytes=16777216"]}]) == 16 * MiB
+    assert quota_arg([{"args": ["--name=c-0"]}]) is None
