@@ -238,3 +238,63 @@ class SyncTrustBundle(Action):
     """Copy the CA Secret's trust bundle (ca.crt) into a leaf Secret; the leaf stays."""
 
     certificate: str = ""
+
+
+# --- space: NOSPACE remediation, requested defragmentation, volume expansion ------------
+
+
+@dataclasses.dataclass(frozen=True)
+class BeginSpaceRecovery(Action):
+    """The NOSPACE alarm is raised: record in status that remediation starts."""
+
+
+@dataclasses.dataclass(frozen=True)
+class CompactRevisions(Action):
+    """NOSPACE remediation: compact the key history up to `revision` (cluster-wide)."""
+
+    revision: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class DefragmentForSpace(Action):
+    """NOSPACE remediation: defragment one member, then record it in status."""
+
+    member: str = ""
+    member_id: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class DisarmNoSpaceAlarm(Action):
+    """Every member's database fits under the quota again: disarm NOSPACE."""
+
+    member_ids: tuple[int, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class FinishSpaceRecovery(Action):
+    """The NOSPACE alarm is gone: drop the remediation record."""
+
+
+@dataclasses.dataclass(frozen=True)
+class DefragmentOnRequest(Action):
+    """A defragmentation asked for by the etcd.operator.dev/defragment annotation: one
+    member, then record it in status."""
+
+    member: str = ""
+    member_id: int = 0
+    token: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class FinishDefragmentRequest(Action):
+    """Every member was defragmented for `token`: record it as done."""
+
+    token: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class ExpandMemberPVC(Action):
+    """Raise a member PVC's storage request to `size` (the StorageClass allows expansion)."""
+
+    member: str = ""
+    size: str = ""

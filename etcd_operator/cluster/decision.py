@@ -10,7 +10,7 @@ from typing import Any, Mapping
 from etcd_operator import conditions as c
 from etcd_operator import versions
 from etcd_operator.cluster import actions as a
-from etcd_operator.cluster import builders, downgrade, roll
+from etcd_operator.cluster import builders, downgrade, roll, space
 from etcd_operator.cluster.health import Health, diagnose
 from etcd_operator.cluster.observed import Observed, RollRecord
 from etcd_operator.cluster.planner import plan
@@ -81,10 +81,11 @@ def decide(spec: ClusterSpec, observed: Observed, raw_spec: Mapping[str, Any] | 
                     storage_class_problem(spec, observed), tls_plan.transport_problem(spec, observed)):
         if problem:
             problems.append(problem)
+    problems += space.storage_problems(spec, observed)
     if downgrade.acting_version(spec.version, observed) or observed.downgrade_target:
         # A downgrade through etcd's API: not refused; the downgrade module paces it.
         problems = [p for p in problems if p.reason != "VersionDowngrade"]
-    acting_spec = effective_spec(spec, observed, problems)
+    acting_spec = space.acting_storage(effective_spec(spec, observed, problems), observed, problems)
     held_version = downgrade.acting_version(spec.version, observed)
     if held_version:
         acting_spec = dataclasses.replace(acting_spec, version=held_version)
@@ -108,4 +109,5 @@ def decide(spec: ClusterSpec, observed: Observed, raw_spec: Mapping[str, Any] | 
                                           {s.version for s in observed.etcd.statuses.values()}))))
     else:
         conditions.append(c.Condition("VersionSkew", False, "SameVersion", ""))
+    conditions += space.space_conditions(acting_spec, observed, health, action)
     return Decision(acting_spec, tuple(problems), health, action, tuple(conditions), rollout, skew)

@@ -16,7 +16,7 @@ from etcd_operator.cluster import actions as a
 from etcd_operator.cluster import builders, certs, naming, network_policy, pki
 from etcd_operator.cluster.tls_observer import read_secret
 from etcd_operator.cluster.health import Health
-from etcd_operator.cluster.observed import Observed, Operation
+from etcd_operator.cluster.observed import DefragmentationRecord, Observed, Operation, SpaceRecoveryRecord
 from etcd_operator.cluster.planner import QUORUM_RECOVERY, self_only_cluster
 from etcd_operator.cluster.spec import ClusterSpec
 from etcd_operator.etcd.client import EtcdError
@@ -120,6 +120,14 @@ class ClusterExecutor:
             a.RecordRotation: self._record_rotation,
             a.UpdateCASecret: self._update_ca_secret,
             a.SyncTrustBundle: self._sync_trust_bundle,
+            a.BeginSpaceRecovery: self._begin_space_recovery,
+            a.CompactRevisions: self._compact_revisions,
+            a.DefragmentForSpace: self._defragment_for_space,
+            a.DisarmNoSpaceAlarm: self._disarm_nospace_alarm,
+            a.FinishSpaceRecovery: self._finish_space_recovery,
+            a.DefragmentOnRequest: self._defragment_on_request,
+            a.FinishDefragmentRequest: self._finish_defragment_request,
+            a.ExpandMemberPVC: self._expand_member_pvc,
         }
 
     async def run(self, action: a.Action, spec: ClusterSpec, observed: Observed) -> Outcome:
@@ -332,6 +340,62 @@ class ClusterExecutor:
         if ca is None or leaf is None:
             raise NotYet("the CA or leaf Secret is not readable")
         await self._write_secret(name, {**leaf, certs.CA_KEY: ca[certs.CA_KEY]})
+
+    # --- space: each step re-runs harmlessly; its progress is recorded in status ---------
+
+    async def _begin_space_recovery(self, action: a.BeginSpaceRecovery, spec, observed) -> Outcome:
+        self.post_event("Normal", "NoSpaceAlarmDetected", f"etcd raised the NOSPACE alarm: {action.reason}")
+        return Outcome(True, status_patch={"spaceRecovery": SpaceRecoveryRecord(observed.now).to_dict()})
+
+    async def _compact_revisions(self, action: a.CompactRevisions, spec, observed) -> Outcome:
+        if action.revision > 0:
+            await self._leader_client(observed).compact(action.revision)
+        record = dataclasses.replace(observed.space_recovery or SpaceRecoveryRecord(observed.now),
+                                     compacted_revision=action.revision, defragmented=())
+        self.post_event("Normal", "RevisionsCompacted", f"Compacted revisions up to {action.revision}: {action.reason}")
+        return Outcome(True, status_patch={"spaceRecovery": record.to_dict()})
+
+    async def _defragment_member(self, observed: Observed, member: str, member_id: int) -> str:
+        status = observed.etcd.statuses.get(member_id)
+        await self._member_client(observed, member_id).defragment()
+        freed = status.db_size - status.db_size_in_use if status else 0
+        return f"Defragmented {member}, freeing about {freed // 1024} KiB"
+
+    async def _defragment_for_space(self, action: a.DefragmentForSpace, spec, observed) -> Outcome:
+        message = await self._defragment_member(observed, action.member, action.member_id)
+        record = observed.space_recovery or SpaceRecoveryRecord(observed.now)
+        record = dataclasses.replace(record, defragmented=tuple(sorted({*record.defragmented, action.member})))
+        self.post_event("Normal", "MemberDefragmented", f"{message}: {action.reason}")
+        return Outcome(True, status_patch={"spaceRecovery": record.to_dict()})
+
+    async def _disarm_nospace_alarm(self, action: a.DisarmNoSpaceAlarm, spec, observed) -> Outcome:
+        leader = self._leader_client(observed)
+        for member_id in action.member_ids:
+            await leader.disarm_alarm(member_id)
+        self.post_event("Normal", "NoSpaceAlarmDisarmed", f"Disarmed the NOSPACE alarm: {action.reason}")
+        return Outcome(True, status_patch={"spaceRecovery": None})
+
+    async def _finish_space_recovery(self, action: a.FinishSpaceRecovery, spec, observed) -> Outcome:
+        return Outcome(True, status_patch={"spaceRecovery": None})
+
+    async def _defragment_on_request(self, action: a.DefragmentOnRequest, spec, observed) -> Outcome:
+        message = await self._defragment_member(observed, action.member, action.member_id)
+        record = observed.defragmentation
+        done = record.defragmented if record.token == action.token else ()
+        record = dataclasses.replace(record, token=action.token, defragmented=tuple(sorted({*done, action.member})))
+        self.post_event("Normal", "MemberDefragmented", f"{message}: {action.reason}")
+        return Outcome(True, status_patch={"defragmentation": record.to_dict()})
+
+    async def _finish_defragment_request(self, action: a.FinishDefragmentRequest, spec, observed) -> Outcome:
+        record = DefragmentationRecord(last_token=action.token)
+        self.post_event("Normal", "DefragmentationDone", f"Every member was defragmented for request {action.token}")
+        return Outcome(True, status_patch={"defragmentation": record.to_dict()})
+
+    async def _expand_member_pvc(self, action: a.ExpandMemberPVC, spec, observed) -> None:
+        await self.kube.merge_patch(kube.PVCS, self.namespace, naming.pvc_name(action.member),
+                                    {"spec": {"resources": {"requests": {"storage": action.size}}}})
+        self.post_event("Normal", "VolumeExpansionRequested",
+                        f"Asked for {naming.pvc_name(action.member)} to grow to {action.size}: {action.reason}")
 
     # --- children that are not members -----------------------------------------------
 

@@ -61,6 +61,7 @@ class PodView:
     restart_count: int = 0
     waiting_reason: str | None = None
     started: bool = True  # the container passed its startup probe (False while starting)
+    quota_bytes: int | None = None  # its etcd's --quota-backend-bytes; None: unset (etcd's default)
 
     @property
     def failed(self) -> bool:
@@ -83,6 +84,10 @@ class PVCView:
     deleting: bool
     storage_class: str | None
     restored: bool = False  # its data directory was restored from a snapshot (EtcdRestore)
+    requested: int | None = None  # spec.resources.requests.storage, bytes
+    capacity: int | None = None  # status.capacity.storage, bytes: what the volume has
+    # Whether the PVC's StorageClass sets allowVolumeExpansion; None when unknown.
+    expandable: bool | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,6 +159,46 @@ class RollRecord:
 
 
 @dataclasses.dataclass(frozen=True)
+class SpaceRecoveryRecord:
+    """NOSPACE remediation in progress (status.spaceRecovery): the revision compacted to
+    (None: not yet) and the members defragmented since."""
+
+    started_at: float
+    compacted_revision: int | None = None
+    defragmented: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        return {"startedAt": self.started_at, "compactedRevision": self.compacted_revision,
+                "defragmented": list(self.defragmented)}
+
+    @classmethod
+    def from_dict(cls, data: dict | None) -> "SpaceRecoveryRecord | None":
+        if not data or data.get("startedAt") is None:
+            return None
+        revision = data.get("compactedRevision")
+        return cls(float(data["startedAt"]), None if revision is None else int(revision),
+                   tuple(data.get("defragmented") or ()))
+
+
+@dataclasses.dataclass(frozen=True)
+class DefragmentationRecord:
+    """status.defragmentation: the last request token done, and the one in progress with
+    the members defragmented for it so far."""
+
+    last_token: str | None = None
+    token: str | None = None
+    defragmented: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        return {"lastToken": self.last_token, "token": self.token, "defragmented": list(self.defragmented)}
+
+    @classmethod
+    def from_dict(cls, data: dict | None) -> "DefragmentationRecord":
+        data = data or {}
+        return cls(data.get("lastToken"), data.get("token"), tuple(data.get("defragmented") or ()))
+
+
+@dataclasses.dataclass(frozen=True)
 class Observed:
     cluster: str
     namespace: str
@@ -181,3 +226,6 @@ class Observed:
     def known_version(self) -> str | None:
         """The version the members run; when none answers, the one they ran last."""
         return self.running_version or self.recorded_version
+    space_recovery: SpaceRecoveryRecord | None = None  # status.spaceRecovery
+    defrag_requested: str | None = None  # the etcd.operator.dev/defragment annotation's token
+    defragmentation: DefragmentationRecord = DefragmentationRecord()  # status.defragmentation

@@ -9,11 +9,12 @@ from typing import Any, Mapping
 
 import aiohttp
 
-from etcd_operator.cluster import naming
+from etcd_operator.cluster import naming, quota
 from etcd_operator.cluster.identity import member_list_sources, parse_hex_id, split_foreign
 from etcd_operator.cluster.timers import carry_timers
 from etcd_operator.cluster.tls_observer import observe_tls, served_certificates
-from etcd_operator.cluster.observed import EtcdView, Observed, Operation, PodView, PVCView, RollRecord
+from etcd_operator.cluster.observed import (DefragmentationRecord, EtcdView, Observed, Operation, PodView, PVCView,
+                                            RollRecord, SpaceRecoveryRecord)
 from etcd_operator.etcd.client import EtcdError
 from etcd_operator.etcd.pool import EtcdClientPool
 from etcd_operator.kube import client as kube
@@ -74,17 +75,31 @@ def pod_view(pod: Mapping[str, Any]) -> PodView:
         restart_count=sum(c.get("restartCount", 0) for c in containers),
         waiting_reason=waiting,
         started=all(c.get("started", False) for c in containers) if containers else False,
+        quota_bytes=quota_arg((pod.get("spec") or {}).get("containers") or []),
     )
 
 
-def pvc_view(pvc: Mapping[str, Any]) -> PVCView:
-    meta = pvc["metadata"]
+def quota_arg(containers: list) -> int | None:
+    for container in containers:
+        for arg in container.get("args") or []:
+            if arg.startswith("--quota-backend-bytes="):
+                return quota.parse_quantity(arg.split("=", 1)[1])
+    return None
+
+
+def pvc_view(pvc: Mapping[str, Any], expandable: Mapping[str, bool] | None = None) -> PVCView:
+    """`expandable`: allowVolumeExpansion by StorageClass name, for the classes that were read."""
+    meta, spec = pvc["metadata"], pvc.get("spec") or {}
+    storage_class = spec.get("storageClassName")
     return PVCView(
         name=meta["name"],
         uid=meta["uid"],
         member_id=parse_hex_id((meta.get("annotations") or {}).get(naming.ANNOTATION_MEMBER_ID)),
         deleting=bool(meta.get("deletionTimestamp")),
-        storage_class=(pvc.get("spec") or {}).get("storageClassName"),
+        storage_class=storage_class,
+        requested=quota.parse_quantity(((spec.get("resources") or {}).get("requests") or {}).get("storage")),
+        capacity=quota.parse_quantity(((pvc.get("status") or {}).get("capacity") or {}).get("storage")),
+        expandable=(expandable or {}).get(storage_class or "") if storage_class else False,
         restored=naming.ANNOTATION_RESTORED_BY in (meta.get("annotations") or {}),
     )
 
@@ -109,7 +124,9 @@ class ClusterObserver:
             self.kube.list(kube.PVCS, namespace, selector),
         )
         pods = {p.name: p for p in map(pod_view, pods_raw)}
-        pvcs = {p.name: p for p in map(pvc_view, pvcs_raw)}
+        expandable = await self.storage_class_expansion({(p.get("spec") or {}).get("storageClassName")
+                                                          for p in pvcs_raw})
+        pvcs = {p.name: p for p in (pvc_view(raw, expandable) for raw in pvcs_raw)}
         status = body.get("status") or {}
         recorded_cluster_id = parse_hex_id(status.get("clusterID"))
         tls, credentials = await observe_tls(self.kube, body)
@@ -133,6 +150,9 @@ class ClusterObserver:
             recorded_version=status.get("currentVersion") or None,
             cluster_version=await fetch_cluster_version(etcd.endpoints.get(etcd.leader_id)),
             downgrade_target=(status.get("downgrade") or {}).get("target"),
+            space_recovery=SpaceRecoveryRecord.from_dict(status.get("spaceRecovery")),
+            defrag_requested=(meta.get("annotations") or {}).get(naming.ANNOTATION_DEFRAGMENT) or None,
+            defragmentation=DefragmentationRecord.from_dict(status.get("defragmentation")),
         )
         if tls.rotation is not None:
             observed = dataclasses.replace(observed, tls=dataclasses.replace(
@@ -140,6 +160,18 @@ class ClusterObserver:
         observed = carry_timers(observed, status, self.quorum_loss_seen_since)
         self.quorum_loss_seen_since = observed.no_quorum_since
         return observed
+
+    async def storage_class_expansion(self, names: set[str | None]) -> dict[str, bool]:
+        """allowVolumeExpansion of each named StorageClass that could be read."""
+        found = {}
+        for name in sorted(n for n in names if n):
+            try:
+                storage_class = await self.kube.get(kube.STORAGECLASSES, None, name)
+            except kube.ApiError:
+                continue  # unknown: nothing is expanded, a condition says why
+            if storage_class is not None:
+                found[name] = bool(storage_class.get("allowVolumeExpansion"))
+        return found
 
     async def observe_etcd(self, pods: dict[str, PodView], recorded_cluster_id: int | None) -> EtcdView:
         endpoints = {name: member_endpoint(p) for name, p in pods.items() if member_endpoint(p)}

@@ -16,7 +16,7 @@ Invariants, each covered by tests/unit/test_cluster_planner.py and the fault sim
 from __future__ import annotations
 
 from etcd_operator.cluster import actions as a
-from etcd_operator.cluster import naming, roll, tls_plan
+from etcd_operator.cluster import naming, roll, space, tls_plan
 from etcd_operator.cluster.health import (BROKEN_WAITING_REASONS, Health, HealthState,  # noqa: F401
                                           member_name, pod_broken, quorum_loss_evidence)
 from etcd_operator.cluster.observed import Member, Observed
@@ -96,6 +96,9 @@ def plan(
     names = {m.id: member_name(observed, m) for m in health.members}
 
     holding = health.state in HOLD_STATES
+    step = space.finish_space_recovery(observed, health)
+    if step:
+        return step
     if not holding:
         step = _cleanup_removed_members(observed, health, names)
         if step:
@@ -110,6 +113,8 @@ def plan(
     if step:
         return step
     if holding:
+        if health.state == HealthState.NO_SPACE:
+            return space.plan_no_space(spec, observed, health, names)  # in place: never removes or rolls
         return a.Wait(health.message)
     step = _restart_broken_outdated_members(spec, observed, health, names, desired_hash)
     if step:
@@ -134,7 +139,13 @@ def plan(
     if len(voters) < spec.size:
         name = naming.member_name(observed.cluster, next_ordinal(observed))
         return a.AddLearner(f"scaling up to {spec.size}: {len(voters)} voting members", name)
+    step = space.plan_volume_expansion(spec, observed)
+    if step:
+        return step
     step = _roll_outdated_member(observed, health, names, desired_hash)
+    if step:
+        return step
+    step = space.plan_requested_defragmentation(spec, observed, health, names)
     if step:
         return step
     step = _defragment(spec, observed, health, names)
@@ -313,11 +324,15 @@ def _defragment(spec: ClusterSpec, observed: Observed, health: Health,
                 names: dict[int, str | None]) -> a.Action | None:
     if not spec.defrag.enabled or health.state != HealthState.HEALTHY:
         return None
+    if not space.in_defrag_window(spec, observed.now):
+        return None
     candidates = []
     for member in health.voters:
         status = observed.etcd.statuses.get(member.id)
         if status is None or status.db_size <= 0:
             continue
+        if space.defrag_room(spec, observed, names[member.id] or member.hex_id, member.id):
+            continue  # no room on its volume for the defragmented copy
         free = status.db_size - status.db_size_in_use
         if free >= spec.defrag.min_fragmented_bytes and free / status.db_size >= spec.defrag.min_fragmented_ratio:
             candidates.append(member)

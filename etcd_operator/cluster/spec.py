@@ -55,6 +55,17 @@ class Defragmentation:
     enabled: bool
     min_fragmented_ratio: float
     min_fragmented_bytes: int
+    # Automatic (threshold) defragmentation only inside a daily UTC window starting at
+    # window_start ("HH:MM") and lasting window_seconds; None: at any time.
+    window_start: str | None = None
+    window_seconds: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class SpaceRecovery:
+    """NOSPACE remediation: compaction keeps this many revisions before the current one."""
+
+    retain_revisions: int = 100
 
 
 ISSUER_MANAGED = "Managed"
@@ -105,6 +116,7 @@ class ClusterSpec:
     recovery: Recovery
     defrag: Defragmentation
     tls: TLSOptions = TLSOptions()
+    space_recovery: SpaceRecovery = SpaceRecovery()
 
     @property
     def image(self) -> str:
@@ -122,6 +134,8 @@ class ClusterSpec:
         etcd = spec.get("etcd") or {}
         recovery = spec.get("recovery") or {}
         defrag = (spec.get("maintenance") or {}).get("defragmentation") or {}
+        defrag_window = defrag.get("window") or {}
+        space_recovery = (spec.get("maintenance") or {}).get("spaceRecovery") or {}
         return cls(
             size=int(spec.get("size", 3)),
             version=str(spec.get("version", DEFAULT_VERSION)),
@@ -154,6 +168,11 @@ class ClusterSpec:
                 enabled=bool(defrag.get("enabled", True)),
                 min_fragmented_ratio=float(defrag.get("minFragmentedRatio", 0.5)),
                 min_fragmented_bytes=int(defrag.get("minFragmentedBytes", 64 * 1024 * 1024)),
+                window_start=defrag_window.get("start"),
+                window_seconds=parse_duration(defrag_window.get("duration") or "0s"),
+            ),
+            space_recovery=SpaceRecovery(
+                retain_revisions=int(space_recovery.get("retainRevisions", SpaceRecovery.retain_revisions)),
             ),
             tls=TLSOptions.from_dict(spec.get("tls")),
         )

@@ -40,6 +40,14 @@ PROGRESS_REASONS = {
     "RecordRotation": "RotatingCertificates",
     "UpdateCASecret": "RotatingCertificates",
     "SyncTrustBundle": "RotatingCertificates",
+    "BeginSpaceRecovery": "RecoveringSpace",
+    "CompactRevisions": "RecoveringSpace",
+    "DefragmentForSpace": "RecoveringSpace",
+    "DisarmNoSpaceAlarm": "RecoveringSpace",
+    "FinishSpaceRecovery": "RecoveringSpace",
+    "DefragmentOnRequest": "Defragmenting",
+    "FinishDefragmentRequest": "Defragmenting",
+    "ExpandMemberPVC": "ExpandingStorage",
 }
 
 

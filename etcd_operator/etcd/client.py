@@ -38,6 +38,11 @@ class EtcdError(Exception):
         return "learner" in self.detail and "in sync" in self.detail
 
     @property
+    def already_compacted(self) -> bool:
+        """etcd's ErrCompacted: the revision asked for is at or below the compacted one."""
+        return "required revision has been compacted" in self.detail
+
+    @property
     def cluster_not_ready(self) -> bool:
         """etcd's own reconfiguration guard: peers were not all connected for long enough."""
         return "unhealthy cluster" in self.detail
@@ -205,6 +210,25 @@ class EtcdMemberClient:
         response = await self._call("HashKV", self._maintenance.HashKV, rpc.HashKVRequest(revision=revision),
                                     timeout)
         return response.hash, response.compact_revision
+
+    async def compact(self, revision: int, timeout: float = 60.0) -> bool:
+        """Compacts the key history up to `revision`, waiting until this member applied it
+        (physical). False when etcd had already compacted at or past it."""
+        try:
+            await self._call("Compact", self._kv.Compact, rpc.CompactionRequest(revision=revision, physical=True),
+                             timeout, mutating=True, past_deadline=True)
+        except EtcdError as e:
+            if e.already_compacted:
+                return False
+            raise
+        return True
+
+    async def disarm_alarm(self, member_id: int, alarm: int = rpc.NOSPACE) -> None:
+        """Deactivates one raised alarm (etcdctl alarm disarm does the same per alarm)."""
+        await self._call(
+            "Alarm", self._maintenance.Alarm,
+            rpc.AlarmRequest(action=rpc.AlarmRequest.DEACTIVATE, memberID=member_id, alarm=alarm), mutating=True,
+        )
 
     # --- keys (used by health checks and tests) ---------------------------------------
 

@@ -55,6 +55,7 @@ NODES = Resource("", "v1", "nodes")
 PDBS = Resource("policy", "v1", "poddisruptionbudgets")
 NETWORK_POLICIES = Resource("networking.k8s.io", "v1", "networkpolicies")
 LEASES = Resource("coordination.k8s.io", "v1", "leases")
+STORAGECLASSES = Resource("storage.k8s.io", "v1", "storageclasses")
 
 
 def _raise_for(status: int, body: bytes | str | None, reason: str | None) -> None:

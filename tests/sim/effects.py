@@ -10,7 +10,7 @@ from typing import Callable
 
 from etcd_operator.cluster import actions as a
 from etcd_operator.cluster import builders, naming
-from etcd_operator.cluster.observed import Observed, Operation
+from etcd_operator.cluster.observed import DefragmentationRecord, Observed, Operation, SpaceRecoveryRecord
 from etcd_operator.cluster.planner import QUORUM_RECOVERY, self_only_cluster
 from etcd_operator.cluster.spec import ClusterSpec
 
@@ -162,6 +162,69 @@ def do_defragment(ctx: Context, action: a.Defragment) -> None:
         data.db_size = data.db_in_use
 
 
+def _leader_group(ctx: Context):
+    """The group of the reachable leader (maintenance calls go to it), or Refused."""
+    endpoint = ctx.observed.etcd.endpoints.get(ctx.observed.etcd.leader_id)
+    if not endpoint:
+        raise Refused("no reachable leader")
+    found = ctx.world.process_at(endpoint)
+    if not isinstance(found, tuple):
+        return None  # a foreign etcd answers there; nothing of ours changes
+    return found[2]
+
+
+def _space_record(ctx: Context) -> SpaceRecoveryRecord:
+    return ctx.observed.space_recovery or SpaceRecoveryRecord(ctx.observed.now)
+
+
+def do_begin_space_recovery(ctx: Context, action: a.BeginSpaceRecovery) -> Outcome:
+    return Outcome(True, status_patch={"spaceRecovery": SpaceRecoveryRecord(ctx.observed.now).to_dict()})
+
+
+def do_compact(ctx: Context, action: a.CompactRevisions) -> Outcome:
+    """The model's database sizes follow revisions, not history, so compaction frees nothing
+    here; it still needs a leader, and its record is written after it."""
+    _leader_group(ctx)
+    record = dataclasses.replace(_space_record(ctx), compacted_revision=action.revision, defragmented=())
+    return Outcome(True, status_patch={"spaceRecovery": record.to_dict()})
+
+
+def do_defragment_for_space(ctx: Context, action: a.DefragmentForSpace) -> Outcome:
+    do_defragment(ctx, a.Defragment(action.reason, action.member, action.member_id))
+    record = _space_record(ctx)
+    record = dataclasses.replace(record, defragmented=tuple(sorted({*record.defragmented, action.member})))
+    return Outcome(True, status_patch={"spaceRecovery": record.to_dict()})
+
+
+def do_disarm_nospace(ctx: Context, action: a.DisarmNoSpaceAlarm) -> Outcome:
+    group = _leader_group(ctx)
+    if group is not None:
+        group.alarms.discard("NOSPACE")
+    ctx.kill_point()  # disarmed, but the record is not yet cleared
+    return Outcome(True, status_patch={"spaceRecovery": None})
+
+
+def do_finish_space_recovery(ctx: Context, action: a.FinishSpaceRecovery) -> Outcome:
+    return Outcome(True, status_patch={"spaceRecovery": None})
+
+
+def do_defragment_on_request(ctx: Context, action: a.DefragmentOnRequest) -> Outcome:
+    do_defragment(ctx, a.Defragment(action.reason, action.member, action.member_id))
+    record = ctx.observed.defragmentation
+    done = record.defragmented if record.token == action.token else ()
+    record = dataclasses.replace(record, token=action.token, defragmented=tuple(sorted({*done, action.member})))
+    return Outcome(True, status_patch={"defragmentation": record.to_dict()})
+
+
+def do_finish_defragment_request(ctx: Context, action: a.FinishDefragmentRequest) -> Outcome:
+    return Outcome(True, status_patch={"defragmentation": DefragmentationRecord(last_token=action.token).to_dict()})
+
+
+def do_expand_pvc(ctx: Context, action: a.ExpandMemberPVC) -> None:
+    """The model's PVCs carry no sizes, so the planner never asks for this here."""
+    raise Refused("the model does not size PVCs", not_yet=False)
+
+
 def do_begin_recovery(ctx: Context, action: a.BeginQuorumRecovery) -> Outcome:
     operation = Operation(QUORUM_RECOVERY, action.member, action.member_id, ctx.observed.now)
     return Outcome(True, status_patch={"operation": operation.to_dict()})
@@ -225,10 +288,18 @@ HANDLERS: dict[type, Callable] = {
     a.RecordRotation: do_nothing,
     a.UpdateCASecret: do_nothing,
     a.SyncTrustBundle: do_nothing,
+    a.BeginSpaceRecovery: do_begin_space_recovery,
+    a.CompactRevisions: do_compact,
+    a.DefragmentForSpace: do_defragment_for_space,
+    a.DisarmNoSpaceAlarm: do_disarm_nospace,
+    a.FinishSpaceRecovery: do_finish_space_recovery,
+    a.DefragmentOnRequest: do_defragment_on_request,
+    a.FinishDefragmentRequest: do_finish_defragment_request,
+    a.ExpandMemberPVC: do_expand_pvc,
 }
 
 # Actions that take two requests: the operator may die between them.
-TWO_PHASE = {a.AddLearner, a.SettleMemberPod, a.SetAsideMemberData}
+TWO_PHASE = {a.AddLearner, a.SettleMemberPod, a.SetAsideMemberData, a.DisarmNoSpaceAlarm}
 
 
 class UnknownAction(Exception):

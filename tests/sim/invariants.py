@@ -87,6 +87,7 @@ class ActionChecks:
         self._failed_roll_keeps_members()
         self._leader_kept_while_others_can_lead()
         self._nothing_destructive_while_waiting(quorum_lost_waiting)
+        self._nospace_remediated_in_place()
 
     def _add(self, invariant: str, message: str) -> None:
         self.pending.append((invariant, message))
@@ -195,6 +196,17 @@ class ActionChecks:
         if waiting and not learner and isinstance(self.action, (a.RemoveMember, a.DeleteMemberPVC, a.StopMemberPod,
                                                                 a.ForceNewCluster, a.BeginQuorumRecovery)):
             self._add("quorum_lost_waits", f"{self.action.kind} while QuorumLost=True without approval")
+
+    def _nospace_remediated_in_place(self) -> None:
+        """nospace_in_place: while NOSPACE is raised on a quorum that serves (model truth), no
+        member is removed or replaced, no running member rolled or stopped, nothing recovered;
+        only compaction, defragmentation and disarm."""
+        main = self.world.main
+        if main is None or "NOSPACE" not in main.alarms or main.leader is None or not self.quorum_before:
+            return  # without a serving quorum the alarm is not what the operator acts on
+        if isinstance(self.action, (a.RemoveMember, a.DeleteMemberPVC, a.ForceNewCluster, a.BeginQuorumRecovery)) or (
+                isinstance(self.action, (a.RollMember, a.StopMemberPod)) and self.target_ran):
+            self._add("nospace_in_place", f"{self.action.kind} while NOSPACE is raised and quorum serves")
 
     def after(self, took_effect: bool) -> None:
         for invariant, message in self.pending:

@@ -212,10 +212,6 @@ SURVIVORS: dict[str, str] = {
         "redundant in the current planner: plan() reaches _roll_outdated_member only after _replace_or_shrink "
         "returned nothing (so every voter is healthy), no learner is pending, the voter count equals spec.size "
         "and no alarm or cut-off holds, which is HEALTHY"),
-    "act_under_alarm_or_when_cut_off": (
-        "redundant given the other guards in the model: under NOSPACE/CORRUPT members stay healthy (no "
-        "replacement) and rolls need HEALTHY; when cut off (UNREACHABLE) has_quorum is false, so nothing is "
-        "replaced, and cleanup still needs the leader's list. Defense in depth"),
     "cleanup_trusts_non_leader_member_list": (
         "a coverage gap rather than a redundant guard: a non-leader list can only lack a started voter if it "
         "comes from a member that missed an add (etcd's strict check refuses adds while any voter is "

@@ -77,7 +77,8 @@ def test_schedules_exercise_deletions_rolls_leader_moves_and_recoveries():
     for kind in ("DeleteMemberPod", "DeleteMemberPVC", "RollMember", "MoveLeader", "RemoveMember",
                  "AddLearner", "PromoteLearner", "BeginQuorumRecovery", "ForceNewCluster", "FinishQuorumRecovery",
                  "Defragment", "StopMemberPod", "SettleMemberPod", "CreateMemberPod", "BootstrapFirstMember",
-                 "RestartFailedPod", "SetAsideMemberData"):
+                 "RestartFailedPod", "SetAsideMemberData", "BeginSpaceRecovery", "CompactRevisions",
+                 "DefragmentForSpace", "DisarmNoSpaceAlarm"):
         assert MAIN.with_action[kind] >= minimum, f"only {MAIN.with_action[kind]} schedules took {kind}"
     assert MAIN.stats["leader_changes"] >= minimum
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from etcd_operator.cluster import naming
-from etcd_operator.cluster.observed import EtcdView, MemberStatus, Observed, Operation, PodView, PVCView, RollRecord
+from etcd_operator.cluster.observed import (DefragmentationRecord, EtcdView, MemberStatus, Observed, Operation, PodView,
+                                            PVCView, RollRecord, SpaceRecoveryRecord)
 from etcd_operator.cluster.identity import member_list_sources, parse_hex_id, split_foreign
 from etcd_operator.cluster.timers import carry_timers
 
@@ -127,6 +128,9 @@ def observe(world: World, status: Mapping[str, Any], annotations: Mapping[str, s
         recorded_cluster_id=recorded_cluster_id,
         rollout=RollRecord.from_dict(status.get("rollout")),
         recorded_version=status.get("currentVersion") or None,
+        space_recovery=SpaceRecoveryRecord.from_dict(status.get("spaceRecovery")),
+        defrag_requested=annotations.get(naming.ANNOTATION_DEFRAGMENT) or None,
+        defragmentation=DefragmentationRecord.from_dict(status.get("defragmentation")),
     )
     return carry_timers(observed, status, evidence_seen_since)
 

@@ -14,8 +14,8 @@ from etcd_operator.cluster import naming
 from nodeagent import faults
 from etcd_operator.etcd.client import EtcdError
 from tests.support.clusters import apply_cluster, condition, is_healthy, wait_healthy
-from tests.support.etcd_data import (ALARM_NOSPACE, alarms, fill_until_nospace, member_ids, put_markers,
-                                     read_keys)
+from tests.support.etcd_data import (ALARM_NOSPACE, alarms, fill_history_until_nospace, member_ids, put_key,
+                                     put_markers, read_keys)
 from tests.support.waiting import holds_throughout, wait_for, wait_for_holding
 
 pytestmark = pytest.mark.substrate
@@ -24,7 +24,8 @@ GROUP, VERSION = "etcd.operator.dev", "v1alpha1"
 QUOTA = 16 * 1024 * 1024
 QUORUM_LOSS_TIMEOUT = 30
 OBSERVATION_MARGIN = 30
-DESTRUCTIVE_EVENTS = {"QuorumRecoveryStarted", "MemberRemoved", "MemberReplaced"}
+DESTRUCTIVE_EVENTS = {"QuorumRecoveryStarted", "MemberRemoved", "MemberReplaced", "MemberRolling"}
+SPACE_RECOVERY_EVENTS = ["NoSpaceAlarmDetected", "RevisionsCompacted", "MemberDefragmented", "NoSpaceAlarmDisarmed"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,11 +78,15 @@ def hex_ids(ids: frozenset[int] | None) -> list[str] | None:
     return None if ids is None else sorted(f"{i:x}" for i in ids)
 
 
-def test_nospace_alarm_is_not_quorum_loss(kube_api, namespace, operator):
+def test_nospace_alarm_is_remediated_in_place(kube_api, namespace, operator):
+    """A full database is neither quorum loss nor a reason to replace anyone: the operator
+    compacts, defragments one member at a time, disarms the alarm, and every member, pod,
+    PVC and key stays."""
     name = "full"
     apply_cluster(namespace, name, {
         "size": 3, "storage": {"size": "1Gi"}, "etcd": {"quotaBackendBytes": QUOTA},
         "recovery": {"automaticQuorumRecovery": True, "quorumLossTimeout": f"{QUORUM_LOSS_TIMEOUT}s"},
+        "maintenance": {"spaceRecovery": {"retainRevisions": 5}},
     })
     wait_healthy(namespace, name, 3)
     view = ClusterView(kube_api, namespace, name)
@@ -90,10 +95,9 @@ def test_nospace_alarm_is_not_quorum_loss(kube_api, namespace, operator):
     endpoints = view.serving_endpoints()
     markers = put_markers(endpoints, "/marker/", 5)
 
-    accepted = fill_until_nospace(endpoints[0])
+    accepted = fill_history_until_nospace(endpoints[0])
     alarm_raised = time.monotonic()
     assert accepted > 0
-    assert any(kind == ALARM_NOSPACE for _, kind in alarms(endpoints)), "etcd raised no NOSPACE alarm"
 
     def nothing_destroyed() -> None:
         obj = view.cluster()
@@ -111,18 +115,28 @@ def test_nospace_alarm_is_not_quorum_loss(kube_api, namespace, operator):
     # Watched until the quorum-loss timeout and a margin have passed since the alarm.
     window_end = alarm_raised + QUORUM_LOSS_TIMEOUT + OBSERVATION_MARGIN
 
-    def alarm_condition():
-        obj = view.cluster()
-        alarm = condition(obj, "Alarm")
-        return alarm if alarm and alarm["status"] == "True" else None
-    alarm = wait_for_holding(alarm_condition, nothing_destroyed, window_end - time.monotonic(), interval=1.0,
-                             what="condition Alarm=True")
-    assert alarm["reason"] == "NoSpace", alarm
+    def remediated():
+        reasons = view.event_reasons("Normal")
+        if not set(SPACE_RECOVERY_EVENTS) <= reasons:
+            return None
+        if any(kind == ALARM_NOSPACE for _, kind in alarms(view.serving_endpoints())):
+            return None
+        fits = condition(view.cluster(), "DatabaseFits") or {}
+        return reasons if fits.get("status") == "True" else None
+    wait_for_holding(remediated, nothing_destroyed, max(60.0, window_end - time.monotonic()), interval=1.0,
+                     what="NOSPACE compacted, defragmented and disarmed")
+    assert "NoSpace" in view.event_reasons("Warning"), "the alarm was never reported"
+    defragmented = [e for e in view.core.list_namespaced_event(
+        namespace, field_selector=f"involvedObject.name={name}").items if e.reason == "MemberDefragmented"]
+    assert len(defragmented) >= 3, [e.message for e in defragmented]
+
+    put_key(view.serving_endpoints(), "/after/nospace", "written")
     holds_throughout(nothing_destroyed, max(0.0, window_end - time.monotonic()), interval=1.0,
                      what="a NOSPACE cluster left intact")
 
     assert view.identity().members == before.members
     assert read_keys(view.serving_endpoints(), list(markers)) == markers
+    assert read_keys(view.serving_endpoints(), ["/after/nospace"]) == {"/after/nospace": "written"}
 
 
 def test_failed_member_pod_restarts_on_its_data(kube_api, namespace, operator):

@@ -78,3 +78,25 @@ def fill_until_nospace(endpoint: str, value_bytes: int = 256 * 1024, max_writes:
 def alarms(endpoints: list[str]) -> list[tuple[int, int]]:
     """(member id, alarm type) of every raised alarm."""
     return _first_answer(endpoints, lambda client: client.alarms())
+
+
+def fill_history_until_nospace(endpoint: str, value_bytes: int = 256 * 1024, max_writes: int = 400) -> int:
+    """Like fill_until_nospace, but rewrites one key, so that the space is taken by its
+    history: compaction can free it. Returns the number of accepted writes."""
+    async def run() -> int:
+        value = b"y" * value_bytes
+        async with EtcdMemberClient(endpoint, timeout=15.0) as client:
+            for n in range(max_writes):
+                try:
+                    await client.put(b"/fill/history", value)
+                except EtcdError as e:
+                    if NOSPACE in e.detail:
+                        return n
+                    raise
+        raise AssertionError(f"no NOSPACE after {max_writes} writes of {value_bytes} bytes")
+    return asyncio.run(run())
+
+
+def put_key(endpoints: list[str], key: str, value: str) -> int:
+    """One write; returns its revision."""
+    return _first_answer(endpoints, lambda client: client.put(key.encode(), value.encode()))

@@ -16,7 +16,10 @@ from etcd_operator.cluster.spec import ClusterSpec
 
 from tests.unit.cluster_scenarios import M, observed
 
-OLD = {"size": 3, "version": "3.6.16", "recovery": {"memberUnhealthyTimeout": "60s"}}
+# An explicit quota below what the volume holds: the acting spec keeps it, so the pods'
+# hashes below are the ones the planner expects (a derived quota would enter the hash).
+OLD = {"size": 3, "version": "3.6.16", "recovery": {"memberUnhealthyTimeout": "60s"},
+       "etcd": {"quotaBackendBytes": 128 * 1024 * 1024}}
 BAD = {**OLD, "repository": "registry.invalid/etcd"}
 
 
