@@ -59,20 +59,25 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 - apiGroups: [etcd.operator.dev]
   resources: [etcdclusters/finalizers, etcdrestores/finalizers]
   verbs: [update]  # owner references with blockOwnerDeletion
-# Member pods and their data.
+# Member pods and their data (read by get and list; the operator watches no pods).
 - apiGroups: [""]
   resources: [pods, persistentvolumeclaims]
-  verbs: [get, list, watch, create, patch, delete]
+  verbs: [get, list, create, patch, delete]
+# Services, PDB and NetworkPolicy are written by server-side apply (create when absent, patch).
 - apiGroups: [""]
   resources: [services]
-  verbs: [get, list, watch, create, patch]
+  verbs: [list, create, patch]
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
-  verbs: [get, list, watch, create, patch]
-# S3 credentials and CA bundles named by EtcdBackup and EtcdRestore.
+  verbs: [list, create, patch]
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [create, patch, delete]  # delete: spec.networkPolicy.enabled turned off
+# S3 credentials and CA bundles named by EtcdBackup and EtcdRestore; the certificate
+# Secrets of TLS clusters (the Managed issuer creates and renews them with server-side apply).
 - apiGroups: [""]
   resources: [secrets]
-  verbs: [get]
+  verbs: [get, create, patch]
 # Events for people.
 - apiGroups: ["", events.k8s.io]
   resources: [events]
@@ -87,4 +92,8 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 - apiGroups: [""]
   resources: [namespaces]
   verbs: [list, watch]
+# Whether member PVCs may grow (allowVolumeExpansion).
+- apiGroups: [storage.k8s.io]
+  resources: [storageclasses]
+  verbs: [get]
 {{- end -}}
