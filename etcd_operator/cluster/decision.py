@@ -32,7 +32,8 @@ class Decision:
 
     def status_fields(self) -> dict[str, Any]:
         """What this module adds to status, next to status.build_status's fields."""
-        return {"rollout": self.rollout.to_dict(), **self.version_skew}
+        return {"rollout": self.rollout.to_dict(), **self.version_skew,
+                "quota": {"backendBytes": self.acting_spec.etcd.quota_backend_bytes}}
 
 
 def storage_class_problem(spec: ClusterSpec, observed: Observed) -> SpecProblem | None:
@@ -85,11 +86,16 @@ def decide(spec: ClusterSpec, observed: Observed, raw_spec: Mapping[str, Any] | 
     if downgrade.acting_version(spec.version, observed) or observed.downgrade_target:
         # A downgrade through etcd's API: not refused; the downgrade module paces it.
         problems = [p for p in problems if p.reason != "VersionDowngrade"]
-    acting_spec = space.acting_storage(effective_spec(spec, observed, problems), observed, problems)
+    acting_spec = effective_spec(spec, observed, problems)
     held_version = downgrade.acting_version(spec.version, observed)
     if held_version:
         acting_spec = dataclasses.replace(acting_spec, version=held_version)
+    # The quota is resolved before the roll compares pod spec hashes, and again on a
+    # rolled-back spec, so every hash here is of the pod spec the members would really run.
+    acting_spec = space.acting_storage(acting_spec, observed, problems)
     acting_spec, roll_held = roll.acting_spec(acting_spec, observed.rollout)
+    if roll_held:
+        acting_spec = space.acting_storage(acting_spec, observed, problems)
     desired_hash = builders.pod_spec_hash(acting_spec)
     health = diagnose(acting_spec, observed)
     action = plan(

@@ -137,6 +137,9 @@ class RollRecord:
     failed_hash: str | None = None
     failed_member: str = ""
     failed_reason: str = ""
+    # The pod spec hash the members ran when last_good_spec was recorded: it includes what the
+    # operator resolves beyond the spec (a derived quota, the trusted CAs).
+    last_good_hash: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         # The spec is kept as one JSON string: a merge patch would merge a nested object with
@@ -144,14 +147,15 @@ class RollRecord:
         # so an unchanged record compares equal to what status holds.
         return {"lastGoodSpec": json.dumps(self.last_good_spec, sort_keys=True) if self.last_good_spec else "",
                 "failedPodSpecHash": self.failed_hash or "", "failedMember": self.failed_member,
-                "failedReason": self.failed_reason}
+                "failedReason": self.failed_reason, "lastGoodPodSpecHash": self.last_good_hash or ""}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> "RollRecord":
         data = data or {}
         spec = data.get("lastGoodSpec")
         return cls(json.loads(spec) if spec else None, data.get("failedPodSpecHash") or None,
-                   data.get("failedMember") or "", data.get("failedReason") or "")
+                   data.get("failedMember") or "", data.get("failedReason") or "",
+                   data.get("lastGoodPodSpecHash") or None)
 
     @property
     def last_good(self) -> ClusterSpec | None:
@@ -221,6 +225,10 @@ class Observed:
     recorded_version: str | None = None  # status.currentVersion: what ran when a member last answered
     cluster_version: str | None = None  # etcd's cluster version (x.y.0), as the leader reports it
     downgrade_target: str | None = None  # status.downgrade.target: a downgrade enabled in etcd
+    # status.quota.backendBytes: the quota the operator resolved last (None: etcd's default);
+    # quota_recorded is False until the operator first recorded one.
+    recorded_quota: int | None = None
+    quota_recorded: bool = False
 
     @property
     def known_version(self) -> str | None:

@@ -148,6 +148,8 @@ class ClusterObserver:
             tls=tls,
             rollout=RollRecord.from_dict(status.get("rollout")),
             recorded_version=status.get("currentVersion") or None,
+            recorded_quota=(status.get("quota") or {}).get("backendBytes"),
+            quota_recorded=isinstance(status.get("quota"), dict),
             cluster_version=await fetch_cluster_version(etcd.endpoints.get(etcd.leader_id)),
             downgrade_target=(status.get("downgrade") or {}).get("target"),
             space_recovery=SpaceRecoveryRecord.from_dict(status.get("spaceRecovery")),

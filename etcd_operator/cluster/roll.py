@@ -49,7 +49,9 @@ def acting_spec(spec: ClusterSpec, record: RollRecord) -> tuple[ClusterSpec, boo
 
 
 def _last_good_hash(record: RollRecord) -> str | None:
-    last_good = record.last_good
+    if record.last_good_hash:
+        return record.last_good_hash
+    last_good = record.last_good  # recorded before the hash was kept beside it
     return builders.pod_spec_hash(last_good) if last_good is not None else None
 
 
@@ -138,7 +140,7 @@ def next_record(raw_spec: Mapping[str, Any] | None, observed: Observed, health: 
     settled = (health.state == HealthState.HEALTHY and not held and spec_accepted and raw_spec is not None
                and observed.pods and all(p.spec_hash == desired_hash for p in observed.pods.values()))
     if settled:
-        return RollRecord(last_good_spec=dict(raw_spec))
+        return RollRecord(last_good_spec=dict(raw_spec), last_good_hash=desired_hash)
     return record
 
 

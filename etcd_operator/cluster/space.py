@@ -92,22 +92,21 @@ def acting_storage(spec: ClusterSpec, observed: Observed, problems: list[SpecPro
         largest = max(p.requested for p in observed.pvcs.values() if p.requested)
         spec = dataclasses.replace(spec, storage=dataclasses.replace(spec.storage, size=str(largest)))
     wanted = spec.etcd.quota_backend_bytes
-    running = {p.quota_bytes for p in observed.pods.values() if not p.deleting}
-    if wanted is None and running == {None}:
-        # Members created before quotas were derived keep etcd's default: an operator
-        # upgrade never restarts running members by itself (set quotaBackendBytes to change it).
+    if wanted is None and not observed.quota_recorded and (observed.pods or observed.bootstrapped):
+        # A cluster created before quotas were derived keeps etcd's default (recorded as such
+        # in status from now on): an operator upgrade never restarts its members by itself.
         return spec
+    if wanted is None and observed.quota_recorded and observed.recorded_quota is None:
+        return spec  # etcd's default, as recorded: set quotaBackendBytes to change it
     disk = smallest_disk(spec, observed)
     if disk is None:
         return spec  # unbounded emptyDir: etcd's default unless set
     limit = max(quota.MIN_QUOTA, quota.quota_for_disk(disk))
     resolved = limit if wanted is None or "QuotaExceedsStorage" in reasons else min(wanted, limit)
-    if wanted is None and resolved < largest_database(observed) + quota.fits_headroom(resolved):
-        # A derived quota never drops below data already stored (a cluster created before
-        # quotas were derived): restarting into NOSPACE would make it read-only.
-        running = {p.quota_bytes for p in observed.pods.values() if not p.deleting}
-        if len(running) == 1:
-            resolved = running.pop()
+    if wanted is None and observed.recorded_quota is not None and resolved < observed.recorded_quota:
+        # A derived quota follows volume growth, never down: the quota recorded in status is
+        # the one the members run (from status, not from pods, which come and go).
+        resolved = observed.recorded_quota
     return dataclasses.replace(spec, etcd=dataclasses.replace(spec.etcd, quota_backend_bytes=resolved))
 
 

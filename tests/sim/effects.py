@@ -59,6 +59,7 @@ def _create_pod(ctx: Context, member: str, member_id: int | None, initial_cluste
     spec = ctx.spec
     pod = Pod(member, ctx.world.uid("pod"), member_id, builders.pod_spec_hash(spec), state, initial_cluster,
               force_new_cluster, spec.version, spec.repository == BAD_REPOSITORY)
+    pod.quota_bytes = spec.etcd.quota_backend_bytes
     ctx.world.pods[member] = pod
 
 

@@ -29,7 +29,8 @@ def pod_view(world: World, pod) -> PodView:
         ready = group is not None and group.leader is not None and not world.cut_off(pod, group)
     started = world.member_up(pod)  # the startup probe (/livez) passes once etcd runs
     key = (pod.name, pod.uid, pod.member_id, pod.phase, ready, pod.deleting, pod.ip, pod.spec_hash,
-           pod.initial_state, pod.initial_cluster, pod.force_new_cluster, pod.restarts, pod.waiting, started)
+           pod.initial_state, pod.initial_cluster, pod.force_new_cluster, pod.restarts, pod.waiting, started,
+           pod.quota_bytes)
     view = _views.get(key)
     if view is None:
         if len(_views) > 50_000:
@@ -128,6 +129,8 @@ def observe(world: World, status: Mapping[str, Any], annotations: Mapping[str, s
         recorded_cluster_id=recorded_cluster_id,
         rollout=RollRecord.from_dict(status.get("rollout")),
         recorded_version=status.get("currentVersion") or None,
+        recorded_quota=(status.get("quota") or {}).get("backendBytes"),
+        quota_recorded=isinstance(status.get("quota"), dict),
         space_recovery=SpaceRecoveryRecord.from_dict(status.get("spaceRecovery")),
         defrag_requested=annotations.get(naming.ANNOTATION_DEFRAGMENT) or None,
         defragmentation=DefragmentationRecord.from_dict(status.get("defragmentation")),

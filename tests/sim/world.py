@@ -63,7 +63,7 @@ class PVC:
 class Pod:
     __slots__ = ("name", "uid", "member_id", "phase", "deleting", "ip", "spec_hash", "initial_state",
                  "initial_cluster", "force_new_cluster", "restarts", "waiting", "up", "up_since",
-                 "version", "bad_image", "crash_until", "fail_reason", "ip_released", "isolated_until")
+                 "version", "bad_image", "crash_until", "fail_reason", "ip_released", "isolated_until", "quota_bytes")
 
     def __init__(self, name, uid, member_id, spec_hash, initial_state, initial_cluster, force_new_cluster,
                  version, bad_image):
@@ -83,6 +83,7 @@ class Pod:
         self.up_since = 0.0
         self.version = version
         self.bad_image = bad_image
+        self.quota_bytes: int | None = None  # --quota-backend-bytes of its etcd (None: etcd's default)
         self.crash_until = 0.0  # a crash-loop fault keeps the process from starting until then
         self.fail_reason = ""
         self.ip_released = False  # a Failed pod keeps showing an address the node already reuses

@@ -109,7 +109,7 @@ def test_a_revert_lifts_the_pause_and_a_settled_cluster_records_its_spec():
     o = world([M(0), M(1), M(2)], set(), FAILED)
     d = decide(ClusterSpec.from_dict(OLD), o, OLD)
     assert next(c for c in d.conditions if c.type == "RollPaused").status is False
-    assert d.rollout == RollRecord(last_good_spec=OLD)
+    assert d.rollout == RollRecord(last_good_spec=OLD, last_good_hash=hash_of(OLD))
     assert RollRecord.from_dict(d.rollout.to_dict()) == d.rollout
 
 

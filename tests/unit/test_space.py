@@ -134,7 +134,7 @@ def test_quota_derives_from_the_volume(size, expected):
 
 
 def test_default_storage_and_quota_are_consistent():
-    decision = decide(ClusterSpec.from_dict({}), observed([]))
+    decision = decide(ClusterSpec.from_dict({}), observed([], bootstrapped=False))
     q = decision.acting_spec.etcd.quota_backend_bytes
     assert quota.disk_needed(q) <= quota.parse_quantity("2Gi")
 
@@ -150,7 +150,7 @@ def test_a_quota_larger_than_the_disk_is_refused():
 
 def test_the_quota_follows_the_smallest_volume_until_it_grew():
     s = ClusterSpec.from_dict({"storage": {"size": "2Gi"}})
-    o = with_quota(observed([M(0), M(1), M(2)]), 832 * MiB)
+    o = with_quota(observed([M(0), M(1), M(2)]), 320 * MiB)
     small = {n: dataclasses.replace(p, requested=1 << 30, capacity=1 << 30, expandable=True)
              for n, p in o.pvcs.items()}
     o = dataclasses.replace(o, pvcs=small)
@@ -267,29 +267,33 @@ def test_pvc_view_parses_sizes_and_expansion():
     assert isinstance(view, PVCView)
 
 
-def test_a_derived_quota_never_drops_below_the_stored_data():
-    """Members that run a derived quota keep it while their database is larger than the
-    quota derived from a smaller volume would allow."""
+def test_a_derived_quota_follows_volume_growth_and_never_drops():
+    """The quota recorded in status is what the members run: a derived quota rises with the
+    volume, and never drops below the recorded one (data may already fill it)."""
     s = ClusterSpec.from_dict({"storage": {"size": "2Gi"}})
-    big = with_quota(observed([M(0, db_size=1 << 30, db_in_use=1 << 30)]), 3 << 30)
-    assert decide(s, big).acting_spec.etcd.quota_backend_bytes == 3 << 30  # as running
-    small = with_quota(observed([M(0, db_size=100 * MiB, db_in_use=100 * MiB)]), 3 << 30)
-    assert decide(s, small).acting_spec.etcd.quota_backend_bytes == 832 * MiB
+    assert decide(s, with_quota(observed([M(0)]), 3 << 30)).acting_spec.etcd.quota_backend_bytes == 3 << 30
+    assert decide(s, with_quota(observed([M(0)]), 320 * MiB)).acting_spec.etcd.quota_backend_bytes == 832 * MiB
 
 
 def test_members_created_before_quotas_were_derived_keep_etcds_default():
-    """An operator upgrade never restarts running members by itself: pods without
-    --quota-backend-bytes keep etcd's default until quotaBackendBytes is set."""
+    """An operator upgrade never restarts running members by itself: a cluster with members
+    and no quota recorded keeps etcd's default, and records it, until quotaBackendBytes is set."""
     s = ClusterSpec.from_dict({"storage": {"size": "2Gi"}})
     legacy = observed([M(0, db_size=100 * MiB, db_in_use=100 * MiB)])
-    assert {p.quota_bytes for p in legacy.pods.values()} == {None}
+    assert not legacy.quota_recorded
     decision = decide(s, legacy)
     assert decision.acting_spec.etcd.quota_backend_bytes is None
     assert not isinstance(decision.action, a.RollMember)
+    assert decision.status_fields()["quota"] == {"backendBytes": None}
+    recorded = dataclasses.replace(legacy, quota_recorded=True, recorded_quota=None)
+    assert decide(s, recorded).acting_spec.etcd.quota_backend_bytes is None
+    # A new cluster (no member yet) gets the derived quota, and records it.
+    assert decide(s, observed([], bootstrapped=False)).status_fields()["quota"] == {"backendBytes": 832 * MiB}
 
 
 def with_quota(o, quota_bytes: int):
-    return dataclasses.replace(o, pods={n: dataclasses.replace(p, quota_bytes=quota_bytes) for n, p in o.pods.items()})
+    """As if the operator had recorded `quota_bytes` in status.quota."""
+    return dataclasses.replace(o, quota_recorded=True, recorded_quota=quota_bytes)
 
 
 def test_pod_view_reads_the_running_quota():
