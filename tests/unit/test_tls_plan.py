@@ -247,3 +247,19 @@ def test_tls_status_has_no_nulls_unless_a_step_clears_a_field():
     assert "fingerprint" in status["certificates"]["member"] and "tls.key" not in str(status)
     cleared = tls_plan.tls_status(TLS_SPEC, seen, {"rotation": None, "rotated": {"CA": "r1"}})
     assert cleared["rotation"] is None and cleared["rotated"] == {"CA": "r1"}
+
+
+def test_a_settled_tls_cluster_is_not_taken_for_a_roll():
+    """The pod spec hash of a TLS cluster covers what the operator resolves beyond the spec
+    (the trusted CAs): the last good hash is recorded as the members run it, so a settled
+    cluster is not seen as rolling (which would gate and roll back ordinary failures)."""
+    from etcd_operator.cluster import roll
+
+    raw = {"size": 3, "tls": {}}
+    seen = running(tls_plan.HTTPS, good_certs())
+    desired = builders.pod_spec_hash(decide(TLS_SPEC, seen, raw).acting_spec)
+    seen = dataclasses.replace(seen, pods={n: dataclasses.replace(p, spec_hash=desired) for n, p in seen.pods.items()})
+    settled = decide(TLS_SPEC, seen, raw)
+    assert settled.rollout.last_good_spec == raw and settled.rollout.last_good_hash == desired
+    seen = dataclasses.replace(seen, rollout=settled.rollout)
+    assert not roll.rolling(seen, builders.pod_spec_hash(decide(TLS_SPEC, seen, raw).acting_spec))
