@@ -82,8 +82,8 @@ def test_every_values_preset_passes_server_side_dry_run(substrate, preset):
     try:
         result = kubectl("apply", "--dry-run=server", "-f", "-", check=False, input=yaml.safe_dump_all(docs))
     finally:
-        for name in watched:
-            kubectl("delete", "namespace", name, "--wait=false", check=False)
+        for name in watched:  # waited for, so the next run can create them again
+            kubectl("delete", "namespace", name, "--timeout=120s", check=False)
     assert result.returncode == 0, result.stderr
 
 
