@@ -26,31 +26,40 @@ logger = logging.getLogger(__name__)
 async def fetch_cluster_version(endpoint: str | None) -> str | None:
     """etcd's cluster version ("3.5.0") from a member's gauge `etcd_cluster_version`, read
     on its plain-HTTP metrics port, which needs no client certificate on a TLS cluster; the
-    page is read only up to that line. None if the member does not say."""
+    page is read only up to the gauge's lines. None if the member does not say."""
     if not endpoint:
         return None
     host = endpoint.rsplit(":", 1)[0]
+    lines: list[str] = []
     try:
         timeout = aiohttp.ClientTimeout(total=STATUS_TIMEOUT)
         async with aiohttp.ClientSession(timeout=timeout) as session:
             async with session.get(f"http://{host}:{naming.METRICS_PORT}/metrics") as response:
                 async for line in response.content:
                     if line.startswith(CLUSTER_VERSION_GAUGE):
-                        return cluster_version_from_gauge(line.decode())
+                        lines.append(line.decode())
+                    elif lines:
+                        break  # the gauge's lines are adjacent
     except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as e:
         logger.debug("no cluster version from %s: %s", endpoint, e)
-    return None
+        return None
+    return cluster_version_from_gauge(lines)
 
 
 CLUSTER_VERSION_GAUGE = b'etcd_cluster_version{cluster_version="'
 
 
-def cluster_version_from_gauge(line: str) -> str | None:
-    """`etcd_cluster_version{cluster_version="3.6"} 1` -> "3.6.0"."""
-    version = line.split('cluster_version="', 1)[1].split('"', 1)[0]
-    if not version:
-        return None
-    return version if version.count(".") == 2 else f"{version}.0"
+def cluster_version_from_gauge(lines: list[str]) -> str | None:
+    """The version whose `etcd_cluster_version{cluster_version="3.6"} 1` line is set: etcd
+    keeps the previous version's line at 0 after the cluster version changes."""
+    for line in lines:
+        labels, _, value = line.rpartition(" ")
+        if value.strip() in ("", "0"):
+            continue
+        version = labels.split('cluster_version="', 1)[1].split('"', 1)[0]
+        if version:
+            return version if version.count(".") == 2 else f"{version}.0"
+    return None
 
 
 def pod_view(pod: Mapping[str, Any]) -> PodView:

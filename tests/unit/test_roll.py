@@ -200,11 +200,17 @@ def test_a_downgrade_below_the_reupgrade_patch_is_refused():
     assert versions.downgrade_target("3.5.35", "3.5.21") is None
 
 
-@pytest.mark.parametrize("line, version", [
-    ('etcd_cluster_version{cluster_version="3.5"} 1\n', "3.5.0"),
-    ('etcd_cluster_version{cluster_version="3.6.0"} 1\n', "3.6.0"),
-    ('etcd_cluster_version{cluster_version=""} 1\n', None),
+@pytest.mark.parametrize("lines, version", [
+    (['etcd_cluster_version{cluster_version="3.5"} 1\n'], "3.5.0"),
+    (['etcd_cluster_version{cluster_version="3.6.0"} 1\n'], "3.6.0"),
+    # After a change etcd keeps the old version's line at 0: the set one decides.
+    (['etcd_cluster_version{cluster_version="3.5"} 0\n', 'etcd_cluster_version{cluster_version="3.6"} 1\n'],
+     "3.6.0"),
+    (['etcd_cluster_version{cluster_version="3.5"} 1\n', 'etcd_cluster_version{cluster_version="3.6"} 0\n'],
+     "3.5.0"),
+    (['etcd_cluster_version{cluster_version=""} 1\n'], None),
+    ([], None),
 ])
-def test_the_cluster_version_is_read_from_the_members_gauge(line, version):
+def test_the_cluster_version_is_read_from_the_members_gauge(lines, version):
     from etcd_operator.cluster.observer import cluster_version_from_gauge
-    assert cluster_version_from_gauge(line) == version
+    assert cluster_version_from_gauge(lines) == version
