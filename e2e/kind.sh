@@ -21,7 +21,14 @@ cleanup() {
 }
 trap cleanup EXIT
 
-kind create cluster --config e2e/kind.yaml --wait 120s
+# The node image runs the Kubernetes release testbin builds; kind (v0.30.0 or later) builds
+# it once from that release's official server tarball.
+KUBE_VERSION=$(awk '$1 == "require" && $2 == "k8s.io/kubernetes" {print $3}' e2e/testbin/kube/go.mod)
+NODE_IMAGE="kindest/node:${KUBE_VERSION}-etcd-operator"
+if ! docker image inspect "$NODE_IMAGE" >/dev/null 2>&1; then
+  kind build node-image --type release "$KUBE_VERSION" --image "$NODE_IMAGE"
+fi
+kind create cluster --config e2e/kind.yaml --image "$NODE_IMAGE" --wait 120s
 docker build -t "$IMAGE" .
 kind load docker-image "$IMAGE" --name "$CLUSTER"
 kubectl apply --server-side -k e2e/deploy-local
