@@ -57,32 +57,16 @@ def read_keys(endpoints: list[str], keys: list[str]) -> dict[str, str | None]:
     return _first_answer(endpoints, call)
 
 
-def fill_until_nospace(endpoint: str, value_bytes: int = 256 * 1024, max_writes: int = 400) -> int:
-    """Writes distinct keys of value_bytes to one member until etcd refuses with
-    `mvcc: database space exceeded`; returns the number of accepted writes. Fails if the
-    quota is not reached within max_writes or another error comes back."""
-    async def run() -> int:
-        value = b"x" * value_bytes
-        async with EtcdMemberClient(endpoint, timeout=15.0) as client:
-            for n in range(max_writes):
-                try:
-                    await client.put(f"/fill/{n:05}".encode(), value)
-                except EtcdError as e:
-                    if NOSPACE in e.detail:
-                        return n
-                    raise
-        raise AssertionError(f"no NOSPACE after {max_writes} writes of {value_bytes} bytes")
-    return asyncio.run(run())
-
-
 def alarms(endpoints: list[str]) -> list[tuple[int, int]]:
     """(member id, alarm type) of every raised alarm."""
     return _first_answer(endpoints, lambda client: client.alarms())
 
 
 def fill_history_until_nospace(endpoint: str, value_bytes: int = 256 * 1024, max_writes: int = 400) -> int:
-    """Like fill_until_nospace, but rewrites one key, so that the space is taken by its
-    history: compaction can free it. Returns the number of accepted writes."""
+    """Rewrites one key with values of value_bytes until etcd refuses with `mvcc: database
+    space exceeded`, so that the space is taken by the key's history (compaction can free
+    it). Returns the number of accepted writes; fails if the quota is not reached within
+    max_writes or another error comes back."""
     async def run() -> int:
         value = b"y" * value_bytes
         async with EtcdMemberClient(endpoint, timeout=15.0) as client:
