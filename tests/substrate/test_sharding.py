@@ -145,10 +145,11 @@ def test_two_shards_never_touch_each_others_clusters(substrate, namespace, kube_
         operators["a"].freeze()
         try:
             kubectl("label", "etcdcluster", "alpha", "-n", namespace, "shard=b", "--overwrite")
-            wait_for(lambda: f"{namespace}/alpha matches this shard's selector but is held by "
-                             "etcd.operator.dev/finalizer-a" in operators["b"].log_text(), 30, interval=0.2,
-                     what="shard b waits for shard a to let alpha go")
+            waiting = f"{namespace}/alpha matches this shard's selector but is held by etcd.operator.dev/finalizer-a"
+            wait_for(lambda: waiting in operators["b"].log_text() or alpha_finalizers(namespace) != [
+                "etcd.operator.dev/finalizer-a"], 30, interval=0.2, what="shard b saw alpha relabelled")
             assert alpha_finalizers(namespace) == ["etcd.operator.dev/finalizer-a"]
+            assert waiting in operators["b"].log_text()
             assert metrics_clusters(operators["b"]) == {"bravo"}
         finally:
             operators["a"].resume()
