@@ -180,7 +180,16 @@ class Shard:
 
     def owns(self, labels: Mapping[str, str] | None, finalizers: Iterable[str] | None) -> bool:
         """Whether this instance may work on an object with these labels and finalizers."""
-        return self.selector.matches(labels) and not self.foreign_claims(finalizers)
+        return self.why_not_owned(labels, finalizers) is None
+
+    def why_not_owned(self, labels: Mapping[str, str] | None, finalizers: Iterable[str] | None) -> str | None:
+        """None when this instance may work on the object; otherwise why not, for people."""
+        if not self.selector.matches(labels):
+            return f"its labels do not match the selector {str(self.selector)!r} of shard {self.name!r}"
+        claims = self.foreign_claims(finalizers)
+        if claims:
+            return f"another operator instance holds it ({', '.join(claims)})"
+        return None
 
     def describe(self) -> str:
         if not self.name:
