@@ -12,9 +12,12 @@ Invariants:
   finalizer of its own name from every object no handler of its matches: with a shared name,
   each shard would strip the other's).
 - An object is worked on only while it matches the selector AND carries no finalizer of
-  another instance of this operator. The first shard to set its finalizer owns the object;
-  the previous owner releases it (kopf removes its finalizer and stops its daemons) when the
-  object stops matching its selector, and only then does the next shard take it.
+  another instance of this operator. The first shard to set its finalizer owns the object.
+- A cluster that leaves its shard's selector stops being worked on at once, but its shard
+  keeps holding it (its finalizer, so a deletion still applies reclaimPolicy) until another
+  shard whose selector it matches asks for it (HANDOVER_ANNOTATION); only then does the old
+  shard remove its finalizer, and only after that does the new shard take it. A cluster
+  relabelled to no shard is never left without an owner.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from etcd_operator import API_GROUP
 
 LEASE_NAME = "etcd-operator-leader"
 FINALIZER = f"{API_GROUP}/finalizer"
+# Set by a shard that wants a cluster another instance still holds: the shard's name.
+HANDOVER_ANNOTATION = f"{API_GROUP}/shard-handover-to"
 # A shard name goes into a Lease name and a finalizer, each at most 63 characters.
 MAX_SHARD_NAME = 40
 
@@ -190,6 +195,23 @@ class Shard:
         if claims:
             return f"another operator instance holds it ({', '.join(claims)})"
         return None
+
+    def holds(self, labels: Mapping[str, str] | None, finalizers: Iterable[str] | None,
+              annotations: Mapping[str, str] | None) -> bool:
+        """Whether this instance keeps its finalizer on the object (and applies deletion to
+        it): while it may work on it, and afterwards until another shard asks for it."""
+        if self.owns(labels, finalizers):
+            return True
+        requested = (annotations or {}).get(HANDOVER_ANNOTATION) or ""
+        return (self.finalizer in (finalizers or ()) and not self.foreign_claims(finalizers)
+                and requested in ("", self.name))
+
+    def wants_handover(self, labels: Mapping[str, str] | None, finalizers: Iterable[str] | None,
+                       annotations: Mapping[str, str] | None) -> bool:
+        """Whether to ask for the object: it matches this shard's selector but another
+        instance holds it, and this shard has not asked yet. An unnamed instance never asks."""
+        return (bool(self.name) and self.selector.matches(labels) and bool(self.foreign_claims(finalizers))
+                and (annotations or {}).get(HANDOVER_ANNOTATION) != self.name)
 
     def describe(self) -> str:
         if not self.name:

@@ -9,7 +9,7 @@ import kopf
 from etcd_operator import API_GROUP, API_VERSION, metrics
 from etcd_operator.backup.controller import BackupController
 from etcd_operator.handlers.common import event_poster, run_until_deleted
-from etcd_operator.handlers.shard_filter import in_shard
+from etcd_operator.handlers.sharding import in_shard
 
 ERROR_BACKOFF = 30.0
 

@@ -13,7 +13,7 @@ from etcd_operator.cluster import naming
 from etcd_operator.cluster.reconciler import ClusterReconciler
 from etcd_operator.etcd.pool import EtcdClientPool
 from etcd_operator.handlers.common import event_poster, sleep_unless_changed, snapshot
-from etcd_operator.handlers.shard_filter import in_shard
+from etcd_operator.handlers.sharding import held_by_shard, in_shard
 from etcd_operator.kube import client as kube
 
 ERROR_BACKOFF = 10.0
@@ -42,7 +42,7 @@ async def run_cluster(body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.M
         metrics.forget_cluster(body["metadata"]["namespace"], body["metadata"]["name"])
 
 
-@kopf.on.delete(API_GROUP, API_VERSION, "etcdclusters", when=in_shard)
+@kopf.on.delete(API_GROUP, API_VERSION, "etcdclusters", when=held_by_shard)
 async def cluster_deleted(name: str, namespace: str, uid: str, spec: kopf.Spec, memo: kopf.Memo,
                           body: kopf.Body, logger: logging.Logger, **_) -> None:
     """Pods and Services go with the owner; PVCs follow spec.reclaimPolicy."""

@@ -8,7 +8,7 @@ import kopf
 
 from etcd_operator import API_GROUP, API_VERSION
 from etcd_operator.handlers.common import event_poster, run_until_deleted
-from etcd_operator.handlers.shard_filter import in_shard
+from etcd_operator.handlers.sharding import in_shard
 from etcd_operator.restore.controller import RestoreController
 
 ERROR_BACKOFF = 10.0

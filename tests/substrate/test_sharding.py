@@ -1,7 +1,8 @@
 """Two operator instances split the clusters of one namespace by label (SHARD_SELECTOR), each
 behind its own Lease: each reconciles its own cluster to health and never touches the other's,
-neither with a write of its own nor through kopf's finalizer. Relabelling a cluster hands it
-over: the old shard lets go (its daemon stops, its finalizer goes), then the new one takes it."""
+neither with a write of its own nor through kopf's finalizer. A cluster relabelled out of its
+shard stops being worked on but stays held (its finalizer) until another shard asks for it;
+then the old shard lets go, and only then does the new one take it."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from etcd_operator.shard import shard_from_settings
+from etcd_operator.shard import HANDOVER_ANNOTATION, shard_from_settings
 from tests.support.clusters import PLAINTEXT, wait_healthy
 from tests.support.kubectl import kubectl, kubectl_json
 from tests.support.operator_process import OperatorProcess
@@ -22,7 +23,8 @@ pytestmark = pytest.mark.substrate
 WRITE_TRACE = "etcd_operator.writes sending"  # LOG_WRITES=true: one line per write let through
 SHARDS = {"a": "shard=a", "b": "shard in (b),tier!=test"}
 CLUSTERS = {"a": "alpha", "b": "bravo"}  # the cluster each shard's selector takes
-HANDED_OVER = "===== test: alpha relabelled to shard b ====="
+RELEASED = "===== test: shard a stopped working on alpha ====="
+FINALIZERS = {shard: shard_from_settings(shard, "").finalizer for shard in SHARDS}
 
 
 class FinalizerRecorder:
@@ -89,8 +91,8 @@ def apply_labelled_cluster(namespace: str, name: str, labels: dict[str, str]) ->
     kubectl("apply", "-f", "-", input=json.dumps(manifest))
 
 
-def alpha_finalizers(namespace: str) -> list[str]:
-    return kubectl_json("get", "etcdcluster", "alpha", "-n", namespace)["metadata"].get("finalizers") or []
+def alpha_meta(namespace: str) -> dict:
+    return kubectl_json("get", "etcdcluster", "alpha", "-n", namespace)["metadata"]
 
 
 def metrics_clusters(operator: OperatorProcess) -> set[str]:
@@ -134,34 +136,37 @@ def test_two_shards_never_touch_each_others_clusters(substrate, namespace, kube_
         # ... nor through kopf: each cluster only ever carried its own shard's finalizer, and kept it.
         assert recorder.error is None, recorder.error
         for shard, name in CLUSTERS.items():
-            finalizer = f"etcd.operator.dev/finalizer-{shard}"
+            finalizer = FINALIZERS[shard]
             assert recorder.finalizers_ever(name) == {finalizer}, recorder.history[name]
             assert not recorder.lost_after_set(name, finalizer), \
                 f"{name} lost {finalizer} while not being deleted: {recorder.history[name]}"
 
-        # Hand-over: alpha moves to shard b. While shard a is frozen it cannot let go, so
-        # shard b must leave alpha alone; once a lets go (its daemon stops, its finalizer
-        # goes), b takes alpha.
+        # Relabelled to no shard, alpha is no longer worked on, but shard a keeps holding it
+        # (its finalizer), so a deletion would still apply reclaimPolicy.
+        kubectl("label", "etcdcluster", "alpha", "-n", namespace, "shard=nobody", "--overwrite")
+        wait_for(lambda: "alpha" not in metrics_clusters(operators["a"]), 60, interval=0.2,
+                 what="shard a's daemon for alpha stopped")
+        operators["a"].mark_log(RELEASED)
+        assert alpha_meta(namespace).get("finalizers") == [FINALIZERS["a"]]
+
+        # Hand-over to shard b: b asks; while a is frozen it cannot let go, so b leaves alpha
+        # alone; once a lets go (its finalizer goes), b takes alpha.
         operators["a"].freeze()
         try:
             kubectl("label", "etcdcluster", "alpha", "-n", namespace, "shard=b", "--overwrite")
-            waiting = f"{namespace}/alpha matches this shard's selector but is held by etcd.operator.dev/finalizer-a"
-            wait_for(lambda: waiting in operators["b"].log_text() or alpha_finalizers(namespace) != [
-                "etcd.operator.dev/finalizer-a"], 30, interval=0.2, what="shard b saw alpha relabelled")
-            assert alpha_finalizers(namespace) == ["etcd.operator.dev/finalizer-a"]
-            assert waiting in operators["b"].log_text()
+            wait_for(lambda: alpha_meta(namespace).get("annotations", {}).get(HANDOVER_ANNOTATION) == "b"
+                     or alpha_meta(namespace).get("finalizers") != [FINALIZERS["a"]], 30, interval=0.2,
+                     what="shard b asks for alpha")
+            assert alpha_meta(namespace).get("finalizers") == [FINALIZERS["a"]]
             assert metrics_clusters(operators["b"]) == {"bravo"}
         finally:
             operators["a"].resume()
-        wait_for(lambda: "alpha" not in metrics_clusters(operators["a"]), 60, interval=0.2,
-                 what="shard a's daemon for alpha stopped")
-        operators["a"].mark_log(HANDED_OVER)
-        wait_for(lambda: alpha_finalizers(namespace) == ["etcd.operator.dev/finalizer-b"], 30, interval=0.2,
+        wait_for(lambda: alpha_meta(namespace).get("finalizers") == [FINALIZERS["b"]], 30, interval=0.2,
                  what="alpha held by shard b alone")
         wait_for(lambda: metrics_clusters(operators["b"]) == {"alpha", "bravo"}, 30, interval=0.2,
                  what="shard b works on alpha")
         wait_healthy(namespace, "alpha", 1, timeout=60)
-        after_release = operators["a"].log_text().rsplit(HANDED_OVER, 1)[1]
+        after_release = operators["a"].log_text().rsplit(RELEASED, 1)[1]
         assert not writes_naming(after_release, "alpha"), after_release
         assert not any(len(f) > 1 for f in recorder.history["alpha"]), \
             f"alpha was held by both shards at once: {recorder.history['alpha']}"

@@ -126,11 +126,11 @@ def test_the_operator_refuses_to_start_on_an_invalid_selector(monkeypatch, capsy
 def test_the_handlers_filter_says_once_that_it_waits_for_another_instance(caplog):
     from types import SimpleNamespace
 
-    from etcd_operator.handlers.shard_filter import in_shard
+    from etcd_operator.handlers.sharding import in_shard
 
     memo = SimpleNamespace(config=SimpleNamespace(shard=shard_from_settings("a", "tier=gold")))
     held = {"uid": "u1", "namespace": "ns", "name": "c", "finalizers": ["etcd.operator.dev/finalizer-b"]}
-    with caplog.at_level("INFO", logger="etcd_operator.handlers.shard_filter"):
+    with caplog.at_level("INFO", logger="etcd_operator.handlers.sharding"):
         assert not in_shard(labels={"tier": "gold"}, meta=held, memo=memo)
         assert not in_shard(labels={"tier": "gold"}, meta=held, memo=memo)
     assert [r.getMessage() for r in caplog.records] == [
@@ -138,3 +138,38 @@ def test_the_handlers_filter_says_once_that_it_waits_for_another_instance(caplog
         "waiting until that instance releases it"]
     assert in_shard(labels={"tier": "gold"}, meta={**held, "finalizers": []}, memo=memo)
     assert not in_shard(labels={"tier": "silver"}, meta={**held, "finalizers": []}, memo=memo)
+
+
+FA, FB = "etcd.operator.dev/finalizer-a", "etcd.operator.dev/finalizer-b"
+ASKED_BY_B = {"etcd.operator.dev/shard-handover-to": "b"}
+
+
+@pytest.mark.parametrize("labels, finalizers, annotations, held", [
+    ({"tier": "gold"}, [FA], {}, True),              # in the shard
+    ({"tier": "gold"}, [], {}, True),                # in the shard, not claimed yet
+    ({"tier": "silver"}, [FA], {}, True),            # left the shard: held until someone asks
+    ({"tier": "silver"}, [FA], {"etcd.operator.dev/shard-handover-to": "a"}, True),  # asked for by itself
+    ({"tier": "silver"}, [FA], ASKED_BY_B, False),   # shard b asked: let go
+    ({"tier": "silver"}, [], {}, False),             # never ours
+    ({"tier": "silver"}, [FA, FB], {}, False),       # another instance holds it too
+    ({"tier": "gold"}, [FB], {}, False),
+])
+def test_a_shard_holds_a_cluster_that_left_it_until_another_shard_asks(labels, finalizers, annotations, held):
+    assert shard_from_settings("a", "tier=gold").holds(labels, finalizers, annotations) is held
+
+
+@pytest.mark.parametrize("labels, finalizers, annotations, wants", [
+    ({"tier": "silver"}, [FA], {}, True),
+    ({"tier": "silver"}, [FA], {"etcd.operator.dev/shard-handover-to": "c"}, True),
+    ({"tier": "silver"}, [FA], ASKED_BY_B, False),   # asked already: one write
+    ({"tier": "silver"}, [], {}, False),             # nobody holds it: claim, do not ask
+    ({"tier": "silver"}, [FB], {}, False),           # its own
+    ({"tier": "gold"}, [FA], {}, False),             # not of its selector
+])
+def test_a_shard_asks_for_a_cluster_of_its_selector_that_another_instance_holds(labels, finalizers, annotations,
+                                                                                wants):
+    assert shard_from_settings("b", "tier=silver").wants_handover(labels, finalizers, annotations) is wants
+
+
+def test_an_unnamed_instance_never_asks_for_a_cluster():
+    assert not Shard().wants_handover({}, [FA], {})
