@@ -168,8 +168,13 @@ def test_two_shards_never_touch_each_others_clusters(substrate, namespace, kube_
         wait_healthy(namespace, "alpha", 1, timeout=60)
         after_release = operators["a"].log_text().rsplit(RELEASED, 1)[1]
         assert not writes_naming(after_release, "alpha"), after_release
+        assert recorder.error is None, recorder.error
         assert not any(len(f) > 1 for f in recorder.history["alpha"]), \
             f"alpha was held by both shards at once: {recorder.history['alpha']}"
+        assert recorder.finalizers_ever("bravo") == {FINALIZERS["b"]}, recorder.history["bravo"]
+        assert not recorder.lost_after_set("bravo", FINALIZERS["b"]), recorder.history["bravo"]
+        bravo_writes_of_a = writes_naming(operators["a"].log_text(), "bravo")
+        assert not bravo_writes_of_a, "\n".join(bravo_writes_of_a)
         for shard, operator in operators.items():
             assert operator.exited() is None, f"shard {shard} exited:\n{operator.log_text()[-4000:]}"
     except BaseException:
