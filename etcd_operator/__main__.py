@@ -19,9 +19,10 @@ from etcd_operator.config import OperatorConfig
 from etcd_operator.leadership import AlwaysActs, LeaseClock, install_process_write_guard, writes_logger
 from etcd_operator.memory import return_large_buffers_to_the_system
 from etcd_operator.server import HealthServer
+from etcd_operator.shard import LEASE_NAME, InvalidShardSetting  # noqa: F401  LEASE_NAME: the default, for tests
 
-LEASE_NAME = "etcd-operator-leader"
 LOST_LEADERSHIP_EXIT_CODE = 3
+CONFIG_ERROR_EXIT_CODE = 2
 logger = logging.getLogger("etcd_operator")
 
 
@@ -57,11 +58,12 @@ async def _lead(config: OperatorConfig, ready: asyncio.Event, clock: LeaseClock)
 
     # The Lease itself is written before this replica may act, so its client is not fenced.
     lease_client = await KubeClient.from_environment(guard=AlwaysActs())
-    elector = LeaseElector(lease_client, config.lease_namespace, LEASE_NAME, config.identity, clock)
+    lease_name = config.shard.lease_name  # each shard its own Lease
+    elector = LeaseElector(lease_client, config.lease_namespace, lease_name, config.identity, clock)
     install_process_write_guard(clock)  # every other Kubernetes and etcd client asks the lease
     t = config.lease_timing
     logger.info("waiting to lead (lease %s/%s as %s; lease %gs, renew every %gs, stop acting %gs after the "
-                "last renewal sent)", config.lease_namespace, LEASE_NAME, config.identity,
+                "last renewal sent)", config.lease_namespace, lease_name, config.identity,
                 t.lease_seconds, t.renew_every, t.stop_acting_seconds)
     if not await elector.acquire():
         _exit_deposed(clock.ended or "acquired too late")
@@ -92,6 +94,9 @@ Runs the etcd operator against the cluster of the in-cluster ServiceAccount or K
 Settings come from the environment:
   WATCH_NAMESPACES   comma-separated names or globs to watch (default: every namespace)
   LEADER_ELECTION    true: a Lease elects the one replica that acts (POD_NAMESPACE holds it)
+  SHARD_NAME         this instance's shard: its own Lease and finalizer (default: unsharded)
+  SHARD_SELECTOR     label selector of the EtcdClusters, EtcdBackups and EtcdRestores it
+                     works on (needs SHARD_NAME), e.g. "tenant in (a,b),tier!=test"
   HEALTH_PORT        /healthz, /readyz and /metrics (default 8080); HEALTH_ADDRESS binds it
   OPERATOR_IMAGE     the image restore pods run to fetch snapshots
   LOG_LEVEL          DEBUG, INFO (default), WARNING or ERROR
@@ -102,9 +107,14 @@ def main() -> int:
     if any(arg in ("-h", "--help") for arg in sys.argv[1:]):
         print(USAGE, end="")
         return 0
-    config = OperatorConfig.from_env()
+    try:
+        config = OperatorConfig.from_env()
+    except InvalidShardSetting as e:
+        print(f"etcd-operator: {e}", file=sys.stderr)
+        return CONFIG_ERROR_EXIT_CODE
     return_large_buffers_to_the_system()
     logging.basicConfig(level=os.environ.get("LOG_LEVEL", "INFO").upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logger.info("%s", config.shard.describe())
     if config.log_writes:
         writes_logger.setLevel(logging.DEBUG)
     return asyncio.run(run(config))

@@ -10,6 +10,7 @@ import uuid
 
 from etcd_operator.leadership import LeaseTiming
 from etcd_operator.membudget import DEFAULT_LIMIT_BYTES
+from etcd_operator.shard import Shard, shard_from_settings
 
 # The image the operator runs from; restore pods use it to fetch snapshots.
 DEFAULT_OPERATOR_IMAGE = "ghcr.io/etcd-operator/etcd-operator:0.1.0"
@@ -31,6 +32,7 @@ class OperatorConfig:
     log_writes: bool = False
     health_address: str = "0.0.0.0"
     memory_budget_bytes: int = DEFAULT_LIMIT_BYTES  # all backups' part buffers together
+    shard: Shard = Shard()  # SHARD_NAME, SHARD_SELECTOR: the objects this instance works on
 
     @property
     def clusterwide(self) -> bool:
@@ -59,6 +61,7 @@ class OperatorConfig:
             log_writes=env.get("LOG_WRITES", "false").lower() == "true",
             health_address=env.get("HEALTH_ADDRESS") or "0.0.0.0",
             memory_budget_bytes=int(env.get("MEMORY_BUDGET_BYTES") or DEFAULT_LIMIT_BYTES),
+            shard=shard_from_settings(env.get("SHARD_NAME", ""), env.get("SHARD_SELECTOR", "")),
         )
 
 

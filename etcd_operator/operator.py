@@ -6,16 +6,17 @@ import logging
 
 import kopf
 
-from etcd_operator import API_GROUP, membudget
+from etcd_operator import API_GROUP, membudget, shard
 from etcd_operator.config import OperatorConfig
 from etcd_operator.kube.client import KubeClient
 
-FINALIZER = f"{API_GROUP}/finalizer"
+FINALIZER = shard.FINALIZER  # of an unsharded instance; a shard's is `config.shard.finalizer`
 
 
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
-    settings.persistence.finalizer = FINALIZER
+    memo.config = OperatorConfig.from_env()
+    settings.persistence.finalizer = memo.config.shard.finalizer  # also the shard's claim on an object
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=API_GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=API_GROUP, key="last-handled-configuration"
@@ -26,7 +27,6 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> No
     settings.watching.connect_timeout = 10
     settings.networking.request_timeout = 30
     settings.execution.max_workers = 8
-    memo.config = OperatorConfig.from_env()
     membudget.configure(memo.config.memory_budget_bytes)  # before any backup can resume
     memo.kube = await KubeClient.from_environment()
     memo.backup_locks = {}

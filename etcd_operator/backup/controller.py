@@ -20,6 +20,7 @@ from etcd_operator.backup.planner import plan
 from etcd_operator.backup.state import Observed, RunState, ScheduleSpec
 from etcd_operator.backup.status import build_status, changes, schedule_events
 from etcd_operator.kube import client as kube
+from etcd_operator.shard import Shard
 from etcd_operator.timefmt import now_text
 
 logger = logging.getLogger(__name__)
@@ -45,8 +46,9 @@ def delay_after(step: s.Step, now: datetime.datetime) -> float | None:
 
 class BackupController:
     def __init__(self, kube_client: kube.KubeClient, cluster_locks: dict, post_event: EventPoster,
-                 operator_image: str = ""):
+                 operator_image: str = "", shard: Shard = Shard()):
         self.kube = kube_client
+        self.shard = shard
         self.operator_image = operator_image
         self.cluster_locks = cluster_locks
         self.post_event = post_event
@@ -70,7 +72,8 @@ class BackupController:
         if isinstance(step, (s.StartSlot, s.RunBackup, s.RefuseSchedule, s.VerifyBackup)):
             logger.info("%s/%s: %s (%s)", meta["namespace"], meta["name"], step.kind, step.message)
 
-        outcome = await BackupExecutor(self.kube, self.cluster_locks, current, self.operator_image).run(step)
+        outcome = await BackupExecutor(self.kube, self.cluster_locks, current, self.operator_image,
+                                       self.shard).run(step)
         if outcome is not s.NOTHING_DONE:
             # A run patches status while it works (progress, pending uploads): diff against that.
             status = ((await self.observe(body)) or current).get("status") or {}

@@ -13,6 +13,7 @@ from etcd_operator.backup.manifest import Identity
 from etcd_operator.backup.runner import BackupFailed, BackupRunner, BackupSpec
 from etcd_operator.backup.verification import BackupVerifier, VerificationError
 from etcd_operator.kube import client as kube
+from etcd_operator.shard import Shard
 from etcd_operator.storage.s3 import StorageError
 from etcd_operator.timefmt import now_text
 
@@ -25,8 +26,9 @@ class UnknownStep(TypeError):
 
 class BackupExecutor:
     def __init__(self, kube_client: kube.KubeClient, cluster_locks: dict, body: Mapping[str, Any],
-                 operator_image: str = ""):
+                 operator_image: str = "", shard: Shard = Shard()):
         self.kube = kube_client
+        self.shard = shard
         self.operator_image = operator_image
         self.cluster_locks = cluster_locks
         self.body = body
@@ -60,7 +62,7 @@ class BackupExecutor:
 
         lock = self.cluster_locks.setdefault((self.namespace, spec.cluster), asyncio.Lock())
         status = self.body.get("status") or {}
-        runner = BackupRunner(self.kube, on_progress, status.get("pendingUploads"), record_uploads)
+        runner = BackupRunner(self.kube, on_progress, status.get("pendingUploads"), record_uploads, self.shard)
         identity = Identity(self.namespace, self.name, self.body["metadata"]["uid"])
         async with lock:
             try:

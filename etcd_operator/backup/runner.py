@@ -26,6 +26,7 @@ from etcd_operator.etcd.client import EtcdError, EtcdMemberClient
 from etcd_operator.timefmt import now_text
 from etcd_operator.etcd.snapshot import SnapshotStream
 from etcd_operator.kube import client as kube
+from etcd_operator.shard import Shard
 from etcd_operator.storage.credentials import s3_location
 from etcd_operator.storage.s3 import S3Storage, StorageError
 
@@ -53,7 +54,8 @@ def as_failure(error: Exception) -> BackupFailed:
                    "CredentialKeyRefused": "CredentialsRefused", "InsecureEndpoint": "InsecureEndpoint"}
         return BackupFailed(reasons.get(error.code, "StorageError"), f"S3: {error}", error.permanent)
     if isinstance(error, SourceUnavailable):
-        return BackupFailed("ClusterNotFound" if error.permanent else "NoHealthyMember", str(error), error.permanent)
+        reason = error.reason or ("ClusterNotFound" if error.permanent else "NoHealthyMember")
+        return BackupFailed(reason, str(error), error.permanent)
     if isinstance(error, EtcdError):
         return BackupFailed("EtcdUnavailable", f"etcd: {error}", False)
     if isinstance(error, SnapshotCorrupt):
@@ -108,8 +110,10 @@ class BackupRunner:
     the run, for status, whether it succeeded or not."""
 
     def __init__(self, kube_client: kube.KubeClient, on_progress: Callable[[int, str], None] = lambda n, m: None,
-                 pending_uploads: list[dict[str, str]] | None = None, on_upload_started: UploadStarted = _no_record):
+                 pending_uploads: list[dict[str, str]] | None = None, on_upload_started: UploadStarted = _no_record,
+                 shard: Shard = Shard()):
         self.kube = kube_client
+        self.shard = shard  # a cluster outside it is refused (ClusterOutsideShard)
         self.on_progress = on_progress
         self.pending_uploads = [dict(u) for u in pending_uploads or []]
         self.on_upload_started = on_upload_started
@@ -167,7 +171,7 @@ class BackupRunner:
     async def _snapshot(self, storage: S3Storage, identity: Identity, spec: BackupSpec,
                         slot: str, key: str) -> Manifest:
         namespace, backup = identity.namespace, identity.backup
-        member, cluster_body = await find_source(self.kube, namespace, spec.cluster)
+        member, cluster_body = await find_source(self.kube, namespace, spec.cluster, self.shard)
         tls = await operator_credentials(self.kube, cluster_body)
         started = now_text()
         clock_start = time.monotonic()

@@ -8,12 +8,14 @@ from typing import Any, Mapping
 
 from etcd_operator.cluster import naming
 from etcd_operator.kube import client as kube
+from etcd_operator.shard import Shard
 
 
 class SourceUnavailable(Exception):
-    def __init__(self, message: str, permanent: bool = False):
+    def __init__(self, message: str, permanent: bool = False, reason: str | None = None):
         super().__init__(message)
         self.permanent = permanent
+        self.reason = reason  # None: ClusterNotFound when permanent, else NoHealthyMember
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,10 +37,17 @@ def choose_member(members: list[Mapping[str, Any]], pod_ips: Mapping[str, str]) 
     return SourceMember(best["name"], f"{pod_ips[best['name']]}:{naming.CLIENT_PORT}", best["role"])
 
 
-async def find_source(kube_client: kube.KubeClient, namespace: str, cluster: str) -> tuple[SourceMember, dict]:
+async def find_source(kube_client: kube.KubeClient, namespace: str, cluster: str,
+                      shard: Shard = Shard()) -> tuple[SourceMember, dict]:
     body = await kube_client.get(kube.ETCDCLUSTERS, namespace, cluster)
     if body is None:
         raise SourceUnavailable(f"EtcdCluster {namespace}/{cluster} does not exist", permanent=True)
+    meta = body["metadata"]
+    outside = shard.why_not_owned(meta.get("labels"), meta.get("finalizers"))
+    if outside:
+        raise SourceUnavailable(f"EtcdCluster {namespace}/{cluster} is not this operator's shard's: {outside}. "
+                                f"Label this EtcdBackup like its cluster", permanent=True,
+                                reason="ClusterOutsideShard")
     pods = await kube_client.list(kube.PODS, namespace, naming.label_selector(naming.selector_labels(cluster)))
     pod_ips = {p["metadata"]["name"]: (p.get("status") or {}).get("podIP") for p in pods
                if not p["metadata"].get("deletionTimestamp")}

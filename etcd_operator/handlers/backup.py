@@ -9,14 +9,16 @@ import kopf
 from etcd_operator import API_GROUP, API_VERSION, metrics
 from etcd_operator.backup.controller import BackupController
 from etcd_operator.handlers.common import event_poster, run_until_deleted
+from etcd_operator.handlers.sharding import in_shard
 
 ERROR_BACKOFF = 30.0
 
 
-@kopf.daemon(API_GROUP, API_VERSION, "etcdbackups", cancellation_timeout=30.0)
+@kopf.daemon(API_GROUP, API_VERSION, "etcdbackups", cancellation_timeout=30.0, when=in_shard)
 async def run_backup(body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.Memo,
                      logger: logging.Logger, **_) -> None:
-    controller = BackupController(memo.kube, memo.backup_locks, event_poster(body), memo.config.operator_image)
+    controller = BackupController(memo.kube, memo.backup_locks, event_poster(body), memo.config.operator_image,
+                                  memo.config.shard)
     try:
         await run_until_deleted(controller.reconcile, body, stopped, logger, ERROR_BACKOFF)
     finally:

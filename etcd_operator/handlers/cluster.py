@@ -13,12 +13,13 @@ from etcd_operator.cluster import naming
 from etcd_operator.cluster.reconciler import ClusterReconciler
 from etcd_operator.etcd.pool import EtcdClientPool
 from etcd_operator.handlers.common import event_poster, sleep_unless_changed, snapshot
+from etcd_operator.handlers.sharding import held_by_shard, in_shard
 from etcd_operator.kube import client as kube
 
 ERROR_BACKOFF = 10.0
 
 
-@kopf.daemon(API_GROUP, API_VERSION, "etcdclusters", cancellation_timeout=60.0)
+@kopf.daemon(API_GROUP, API_VERSION, "etcdclusters", cancellation_timeout=60.0, when=in_shard)
 async def run_cluster(body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.Memo,
                       logger: logging.Logger, **_) -> None:
     etcd_clients = EtcdClientPool()
@@ -41,7 +42,7 @@ async def run_cluster(body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.M
         metrics.forget_cluster(body["metadata"]["namespace"], body["metadata"]["name"])
 
 
-@kopf.on.delete(API_GROUP, API_VERSION, "etcdclusters")
+@kopf.on.delete(API_GROUP, API_VERSION, "etcdclusters", when=held_by_shard)
 async def cluster_deleted(name: str, namespace: str, uid: str, spec: kopf.Spec, memo: kopf.Memo,
                           body: kopf.Body, logger: logging.Logger, **_) -> None:
     """Pods and Services go with the owner; PVCs follow spec.reclaimPolicy."""

@@ -8,13 +8,14 @@ import kopf
 
 from etcd_operator import API_GROUP, API_VERSION
 from etcd_operator.handlers.common import event_poster, run_until_deleted
+from etcd_operator.handlers.sharding import in_shard
 from etcd_operator.restore.controller import RestoreController
 
 ERROR_BACKOFF = 10.0
 
 
-@kopf.daemon(API_GROUP, API_VERSION, "etcdrestores", cancellation_timeout=30.0)
+@kopf.daemon(API_GROUP, API_VERSION, "etcdrestores", cancellation_timeout=30.0, when=in_shard)
 async def run_restore(body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.Memo,
                       logger: logging.Logger, **_) -> None:
-    controller = RestoreController(memo.kube, memo.config.operator_image, event_poster(body))
+    controller = RestoreController(memo.kube, memo.config.operator_image, event_poster(body), memo.config.shard)
     await run_until_deleted(controller.reconcile, body, stopped, logger, ERROR_BACKOFF)

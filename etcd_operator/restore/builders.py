@@ -58,14 +58,19 @@ def cluster_owner(namespace: str, name: str, uid: str) -> dict[str, Any]:
             "metadata": {"name": name, "namespace": namespace, "uid": uid}}
 
 
-def new_cluster(restore: str, namespace: str, name: str, spec: Mapping[str, Any]) -> dict[str, Any]:
+def new_cluster(restore: str, namespace: str, name: str, spec: Mapping[str, Any],
+                labels: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The EtcdCluster a newCluster restore creates, held stopped by the restore until the
-    seed member's data is in place."""
+    seed member's data is in place. It carries the restore's labels, so that a sharded
+    operator's shard that took the restore takes the new cluster too."""
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace,
+                                "annotations": {naming.ANNOTATION_RESTORE_IN_PROGRESS: restore}}
+    if labels:
+        metadata["labels"] = dict(labels)
     return {
         "apiVersion": f"{API_GROUP}/{API_VERSION}",
         "kind": "EtcdCluster",
-        "metadata": {"name": name, "namespace": namespace,
-                     "annotations": {naming.ANNOTATION_RESTORE_IN_PROGRESS: restore}},
+        "metadata": metadata,
         "spec": dict(spec),
     }
 

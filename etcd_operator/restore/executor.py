@@ -124,7 +124,8 @@ class RestoreExecutor:
     # --- the target -------------------------------------------------------------------
 
     async def _create_cluster(self, step: s.CreateTargetCluster, spec: RestoreSpec, status, observed) -> None:
-        manifest = builders.new_cluster(self.name, self.namespace, spec.target, spec.new_cluster_spec)
+        manifest = builders.new_cluster(self.name, self.namespace, spec.target, spec.new_cluster_spec,
+                                        self.body["metadata"].get("labels"))
         try:
             await self.kube.create(kube.ETCDCLUSTERS, self.namespace, manifest)
         except kube.Conflict:

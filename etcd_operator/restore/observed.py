@@ -104,6 +104,7 @@ class TargetCluster:
     ready_members: int
     cluster_id: str | None
     transport: str | None = None      # status.tls.transport: http or https, once the cluster recorded it
+    outside_shard: str | None = None  # why this operator's shard does not own it (None: it does)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,6 +13,7 @@ from etcd_operator.kube import client as kube
 from etcd_operator.restore import builders
 from etcd_operator.restore.observed import ObjectState, Observed, TargetCluster, parse_records
 from etcd_operator.restore.spec import RestoreSpec, RestoreStatus
+from etcd_operator.shard import Shard
 
 KINDS = ((kube.PODS, "Pod"), (kube.PVCS, "PersistentVolumeClaim"), (kube.SERVICES, "Service"),
          (kube.PDBS, "PodDisruptionBudget"))
@@ -42,7 +43,7 @@ def object_state(kind: str, obj: Mapping[str, Any]) -> ObjectState:
     )
 
 
-def target_cluster(obj: Mapping[str, Any]) -> TargetCluster:
+def target_cluster(obj: Mapping[str, Any], shard: Shard = Shard()) -> TargetCluster:
     meta, status = obj["metadata"], obj.get("status") or {}
     annotations = meta.get("annotations") or {}
     try:
@@ -70,18 +71,20 @@ def target_cluster(obj: Mapping[str, Any]) -> TargetCluster:
         ready_members=int(status.get("readyMembers") or 0),
         cluster_id=status.get("clusterID"),
         transport=(status.get("tls") or {}).get("transport"),
+        outside_shard=shard.why_not_owned(meta.get("labels"), meta.get("finalizers")),
     )
 
 
 class RestoreObserver:
-    def __init__(self, kube_client: kube.KubeClient):
+    def __init__(self, kube_client: kube.KubeClient, shard: Shard = Shard()):
         self.kube = kube_client
+        self.shard = shard
 
     async def observe(self, body: Mapping[str, Any], spec: RestoreSpec, status: RestoreStatus) -> Observed:
         meta = body["metadata"]
         namespace, name = meta["namespace"], meta["name"]
         raw = await self.kube.get(kube.ETCDCLUSTERS, namespace, spec.target)
-        cluster = target_cluster(raw) if raw is not None else None
+        cluster = target_cluster(raw, self.shard) if raw is not None else None
         pods: tuple[ObjectState, ...] = ()
         pvcs: tuple[ObjectState, ...] = ()
         around: tuple[ObjectState, ...] = ()

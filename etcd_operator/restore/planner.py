@@ -15,6 +15,8 @@ Invariants, each covered by tests/unit/test_restore_planner.py:
 - a snapshot is only ever written into a volume this restore created, and at most once
   per member (its PVC is marked when its restore pod succeeded);
 - old data is never deleted: in place, every old PVC is recorded in status, then set aside;
+- an in-place restore changes nothing while its target is not this operator's shard's
+  (etcd_operator/shard.py): it waits, saying why (TargetOutsideShard; tests/unit/test_shard_restore.py);
 - an in-place target is released only without a recorded quorum recovery or its approval,
   and the release and the record of this restore are one patch.
 """
@@ -135,6 +137,10 @@ def _target_problem(spec: RestoreSpec, observed: Observed) -> s.Step | None:
     if spec.in_place:
         if cluster is None:
             return s.Fail(f"EtcdCluster {namespace}/{target} does not exist", code="ClusterNotFound")
+        if cluster.outside_shard:
+            return s.Wait(f"EtcdCluster {target} is not this operator's to change: {cluster.outside_shard}. "
+                          f"Label this EtcdRestore like its cluster, so that the cluster's own shard restores it",
+                          code="TargetOutsideShard")
         if cluster.holder:
             return s.Fail(f"EtcdCluster {target} is held by EtcdRestore {cluster.holder} (annotation "
                           f"{naming.ANNOTATION_RESTORE_IN_PROGRESS}); one restore at a time", code="TargetBusy")

@@ -1,0 +1,56 @@
+"""The shard filters of the resource handlers (etcd_operator/shard.py), and the hand-over
+request a shard makes for a cluster another instance still holds.
+
+kopf evaluates the filters on every event. A daemon runs only while its object is in this
+shard (`in_shard`): it is stopped when the object leaves. The cluster deletion handler keeps
+this shard's finalizer on a cluster for as long as the shard holds it (`held_by_shard`), so
+a cluster that left every shard still has its reclaimPolicy applied when it is deleted."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Mapping
+
+import kopf
+
+from etcd_operator import API_GROUP, API_VERSION
+from etcd_operator.shard import HANDOVER_ANNOTATION
+
+logger = logging.getLogger(__name__)
+# Objects this instance was told about once as held by another instance: uid -> claims.
+_waiting: dict[str, tuple[str, ...]] = {}
+
+
+def in_shard(labels: Mapping[str, str], meta: Mapping[str, Any], memo: Any, **_: Any) -> bool:
+    shard = memo.config.shard
+    if not shard.selector.matches(labels):
+        return False
+    claims = tuple(shard.foreign_claims(meta.get("finalizers")))
+    uid = meta.get("uid", "")
+    if not claims:
+        _waiting.pop(uid, None)
+        return True
+    if _waiting.get(uid) != claims:  # said once per object and holder, not on every event
+        _waiting[uid] = claims
+        logger.info("%s/%s matches this shard's selector but is held by %s; waiting until that instance "
+                    "releases it", meta.get("namespace"), meta.get("name"), ", ".join(claims))
+    return False
+
+
+def held_by_shard(labels: Mapping[str, str], meta: Mapping[str, Any], annotations: Mapping[str, str],
+                  memo: Any, **_: Any) -> bool:
+    return memo.config.shard.holds(labels, meta.get("finalizers"), annotations)
+
+
+def wants_handover(labels: Mapping[str, str], meta: Mapping[str, Any], annotations: Mapping[str, str],
+                   memo: Any, **_: Any) -> bool:
+    return memo.config.shard.wants_handover(labels, meta.get("finalizers"), annotations)
+
+
+@kopf.on.event(API_GROUP, API_VERSION, "etcdclusters", when=wants_handover)
+async def request_handover(patch: kopf.Patch, meta: kopf.Meta, memo: kopf.Memo, **_: Any) -> None:
+    """Asks the instance holding a cluster of this shard's selector to let it go; that
+    instance does once the cluster no longer matches its own selector."""
+    name = memo.config.shard.name
+    logger.info("%s/%s: asking its holder to hand it over to shard %s", meta.get("namespace"), meta.get("name"), name)
+    patch.meta.annotations[HANDOVER_ANNOTATION] = name
