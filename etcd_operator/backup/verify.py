@@ -3,7 +3,9 @@ etcd's own trailing checksum, read as a stream with bounded memory."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+from typing import AsyncIterator, Callable
 
 from etcd_operator.backup.digest import SnapshotDigest
 from etcd_operator.backup.manifest import Manifest
@@ -24,10 +26,29 @@ class Verified:
     sha256: str
 
 
+VERIFY_CHUNK_BYTES = 2 << 20  # two chunks in memory at a time: one hashed, the next downloading
+
+
+async def consume_in_order(chunks: AsyncIterator[bytes], sink: Callable[[bytes], object]) -> None:
+    """Calls `sink` on every chunk, in order, in a worker thread while the next chunk
+    downloads, so hashing (and writing) overlaps the network and never runs on the event loop."""
+    pending: asyncio.Future | None = None
+    try:
+        async for chunk in chunks:
+            if pending is not None:
+                await pending
+            pending = asyncio.ensure_future(asyncio.to_thread(sink, chunk))
+        if pending is not None:
+            await pending
+    except BaseException:
+        if pending is not None and not pending.done():
+            await asyncio.wait([pending])  # the thread cannot be interrupted; it ends with its chunk
+        raise
+
+
 async def verify_snapshot(storage: S3Storage, key: str, manifest: Manifest | None) -> Verified:
     checked = SnapshotDigest()
-    async for chunk in await storage.open_stream(key):
-        checked.update(chunk)
+    await consume_in_order(await storage.open_stream(key, VERIFY_CHUNK_BYTES), checked.update)
     digest, size = checked.sha256, checked.size
     if manifest is not None and (digest != manifest.sha256 or size != manifest.size):
         raise VerificationFailed("ChecksumMismatch",
