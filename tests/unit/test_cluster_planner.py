@@ -284,3 +284,6 @@ def test_restored_members_whose_pods_exist_are_not_started_again():
     step = next_step(spec(3), o)
     assert isinstance(step, a.StartRestoredMembers) and step.members == ("c-0", "c-2")
     assert step.initial_cluster.count("=") == 3  # still every member the data holds
+    going = tuple(dataclasses.replace(p, deleting=True) if p.name == "data-c-2" else p for p in restored)
+    step = next_step(spec(3), dataclasses.replace(o, pvcs={p.name: p for p in going}))
+    assert isinstance(step, a.StartRestoredMembers) and step.members == ("c-0",)  # never on a PVC being deleted
