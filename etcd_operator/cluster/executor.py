@@ -94,6 +94,7 @@ class ClusterExecutor:
             a.Steady: self._nothing,
             a.Wait: self._nothing,
             a.BootstrapFirstMember: self._bootstrap_first_member,
+            a.StartRestoredMembers: self._start_restored_members,
             a.AddLearner: self._add_learner,
             a.CreateMemberPod: self._create_member_pod,
             a.SettleMemberPod: self._settle_member_pod,
@@ -151,6 +152,12 @@ class ClusterExecutor:
                                action.initial_cluster or self_only_cluster(observed, action.member), builders.STATE_NEW)
         self.post_event("Normal", "ClusterBootstrapping",
                         f"Started first member {action.member} with initial-cluster-state=new")
+
+    async def _start_restored_members(self, action: a.StartRestoredMembers, spec, observed) -> None:
+        await asyncio.gather(*(self._create_pod(spec, member, None, action.initial_cluster, builders.STATE_NEW)
+                               for member in action.members))
+        self.post_event("Normal", "ClusterBootstrapping",
+                        f"Started {', '.join(action.members)} together on their restored data")
 
     async def _add_learner(self, action: a.AddLearner, spec, observed) -> None:
         leader = self._leader_client(observed)

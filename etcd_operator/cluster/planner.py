@@ -164,20 +164,31 @@ def _plan_without_member_list(spec: ClusterSpec, observed: Observed, desired_has
             if pod_broken(pod) and pod.spec_hash != desired_hash:
                 return a.RollMember(f"{pod.name} does not start with its old pod spec; restarting it with the "
                                     f"current one on its data", pod.name)
+    step = _start_restored_members(observed)
+    if step:
+        return step
     for pvc in sorted(observed.pvcs.values(), key=lambda p: p.name):
         member = pvc.name.removeprefix("data-")
         if member in observed.pods or pvc.deleting:
             continue
-        if pvc.member_id is None and pvc.restored:
-            # Restored from a snapshot together with the others: started as its data says.
-            return a.BootstrapFirstMember(f"starting {member} on its restored data", member,
-                                          restored_cluster(observed))
         if pvc.member_id is None:
             # Created for the first member, which may never have started: start it as such.
             return a.BootstrapFirstMember("restarting the first member on its PVC", member)
         return a.CreateMemberPod("restarting a member on its PVC", member, pvc.member_id,
                                  self_only_cluster(observed, member), joined_before=True)
     return a.Wait("waiting for a member to answer")
+
+
+def _start_restored_members(observed: Observed) -> a.Action | None:
+    """Members restored from one snapshot (their PVCs marked by the restore, never joined)
+    start together, each as its data says; only pods that do not exist yet are created."""
+    waiting = tuple(sorted(p.name.removeprefix("data-") for p in observed.pvcs.values()
+                           if p.restored and p.member_id is None and not p.deleting
+                           and p.name.removeprefix("data-") not in observed.pods))
+    if not waiting:
+        return None
+    return a.StartRestoredMembers(f"starting {', '.join(waiting)} together on their restored data", waiting,
+                                  restored_cluster(observed))
 
 
 def _cleanup_removed_members(observed: Observed, health: Health, names: dict[int, str | None]) -> a.Action | None:

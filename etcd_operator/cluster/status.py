@@ -14,6 +14,7 @@ from etcd_operator.cluster.spec import ClusterSpec, SpecProblem
 
 PROGRESS_REASONS = {
     "BootstrapFirstMember": "Bootstrapping",
+    "StartRestoredMembers": "Bootstrapping",
     "AddLearner": "AddingMember",
     "CreateMemberPod": "StartingMember",
     "SettleMemberPod": "MemberJoined",

@@ -26,6 +26,7 @@ logger = logging.getLogger(__name__)
 AFTER_STATUS_STEP = 0.1   # the step only wrote status; go on at once
 AFTER_STEP = 0.5
 WHILE_WAITING = 2.0
+WHILE_RESTORING = 0.5     # restore pods or members are about to finish: each pass is a few list calls
 STATUS_ONLY = (s.StartVerifying, s.BeginRestore, s.RecordPreservedData, s.ChooseMembers)
 TERMINAL = (s.Idle, s.Fail, s.SkipAlreadyApplied, s.Complete)
 
@@ -63,6 +64,6 @@ class RestoreController:
         if not outcome.done:
             return outcome.retry_in
         if isinstance(step, s.Wait):
-            return WHILE_WAITING
+            return WHILE_RESTORING if step.code == "Restoring" else WHILE_WAITING
         return AFTER_STATUS_STEP if isinstance(step, STATUS_ONLY) else AFTER_STEP
 

@@ -88,6 +88,14 @@ def do_bootstrap(ctx: Context, action: a.BootstrapFirstMember) -> None:
     _create_pod(ctx, action.member, None, self_only_cluster(ctx.observed, action.member), builders.STATE_NEW)
 
 
+def do_start_restored(ctx: Context, action: a.StartRestoredMembers) -> None:
+    # The simulated world has no restored PVCs (restores are not modelled), so the planner
+    # never asks for this here; tests/unit/test_cluster_planner.py covers the decision.
+    for member in action.members:
+        _create_pod(ctx, member, None, action.initial_cluster, builders.STATE_NEW)
+        ctx.kill_point()
+
+
 def do_add_learner(ctx: Context, action: a.AddLearner) -> None:
     group = _leader_group(ctx)
     if group is None:
@@ -259,6 +267,7 @@ HANDLERS: dict[type, Callable] = {
     a.Steady: do_nothing,
     a.Wait: do_nothing,
     a.BootstrapFirstMember: do_bootstrap,
+    a.StartRestoredMembers: do_start_restored,
     a.AddLearner: do_add_learner,
     a.CreateMemberPod: do_create_member_pod,
     a.SettleMemberPod: do_settle,

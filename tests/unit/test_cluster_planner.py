@@ -265,7 +265,25 @@ def test_restored_members_start_with_the_full_initial_cluster_of_their_data():
     o = observed([], bootstrapped=False, extra_pvcs=restored)
     step = next_step(spec(3), o)
     full = ",".join(f"c-{i}={naming.peer_url('c', o.namespace, f'c-{i}')}" for i in range(3))
-    assert isinstance(step, a.BootstrapFirstMember) and step.member == "c-0" and step.initial_cluster == full
+    # All of them in one step: none can elect a leader alone.
+    assert isinstance(step, a.StartRestoredMembers) and step.members == ("c-0", "c-1", "c-2")
+    assert step.initial_cluster == full
     plain = tuple(dataclasses.replace(p, restored=False) for p in restored)
     step = next_step(spec(3), observed([], bootstrapped=False, extra_pvcs=plain))
     assert isinstance(step, a.BootstrapFirstMember) and step.initial_cluster == ""  # itself only
+
+
+def test_restored_members_whose_pods_exist_are_not_started_again():
+    """An operator killed while starting restored members: the next pass starts only the rest."""
+    from etcd_operator.cluster.observed import PVCView
+    restored = tuple(PVCView(naming.pvc_name(f"c-{i}"), f"pvc-{i}", None, False, None, restored=True)
+                     for i in range(3))
+    o = observed([], bootstrapped=False, extra_pvcs=restored,
+                 extra_pods=(PodView("c-1", "uid-c-1", None, "Running", False, False, "10.0.0.1", HASH, "new", "x",
+                                     False),))
+    step = next_step(spec(3), o)
+    assert isinstance(step, a.StartRestoredMembers) and step.members == ("c-0", "c-2")
+    assert step.initial_cluster.count("=") == 3  # still every member the data holds
+    going = tuple(dataclasses.replace(p, deleting=True) if p.name == "data-c-2" else p for p in restored)
+    step = next_step(spec(3), dataclasses.replace(o, pvcs={p.name: p for p in going}))
+    assert isinstance(step, a.StartRestoredMembers) and step.members == ("c-0",)  # never on a PVC being deleted
