@@ -357,7 +357,7 @@ class Bench:
         name = getattr(self, "large_backup_name", None)
         if name is None:
             apply_cluster(self.namespace, "big", {"size": 1, "storage": {"size": "4Gi"},
-                                                  "etcd": {"quotaBackendBytes": 4 * 1024 * MIB}})
+                                                  "etcd": {"quotaBackendBytes": BIG_QUOTA_BYTES}})
             wait_healthy(self.namespace, "big", 1, timeout=300)
             _fill_to(member_endpoints(self.namespace, "big")[0], LARGE_DB_MIB, 0)
             name = "verify-source"
@@ -382,7 +382,7 @@ class Bench:
         """4 backups of 512 MiB at once (one cluster each: backups of a cluster never
         overlap), with the default budget and part settings."""
         clusters = ["big"] + [f"big{i}" for i in range(1, CONCURRENT_BACKUPS)]
-        spec = {"size": 1, "storage": {"size": "4Gi"}, "etcd": {"quotaBackendBytes": 4 * 1024 * MIB}}
+        spec = {"size": 1, "storage": {"size": "4Gi"}, "etcd": {"quotaBackendBytes": BIG_QUOTA_BYTES}}
         for name in clusters[1:]:
             apply_cluster(self.namespace, name, spec)
         for name in clusters[1:]:
