@@ -29,6 +29,12 @@ class Wait(Action):
 
 
 @dataclasses.dataclass(frozen=True)
+class WaitForLearner(Wait):
+    """A learner is catching up; it is promoted once it serves (cluster.pacing looks again
+    sooner than for other waits)."""
+
+
+@dataclasses.dataclass(frozen=True)
 class BootstrapFirstMember(Action):
     member: str = ""
     initial_cluster: str = ""  # a restored member: every member its restored data holds; else itself only

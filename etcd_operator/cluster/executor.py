@@ -13,7 +13,7 @@ import kopf
 
 from etcd_operator import faults
 from etcd_operator.cluster import actions as a
-from etcd_operator.cluster import builders, certs, naming, network_policy, pki
+from etcd_operator.cluster import builders, certs, naming, network_policy, pacing, pki
 from etcd_operator.cluster.tls_observer import read_secret
 from etcd_operator.cluster.health import Health
 from etcd_operator.cluster.observed import DefragmentationRecord, Observed, Operation, SpaceRecoveryRecord
@@ -33,6 +33,7 @@ class Outcome:
     done: bool
     message: str = ""
     status_patch: dict | None = None
+    retry_after: float | None = None  # seconds until the next pass; None: the reconciler's default
 
 
 class NotYet(Exception):
@@ -93,6 +94,7 @@ class ClusterExecutor:
         return {
             a.Steady: self._nothing,
             a.Wait: self._nothing,
+            a.WaitForLearner: self._nothing,
             a.BootstrapFirstMember: self._bootstrap_first_member,
             a.AddLearner: self._add_learner,
             a.CreateMemberPod: self._create_member_pod,
@@ -135,13 +137,14 @@ class ClusterExecutor:
         if handler is None:
             raise TypeError(f"no executor step for {action.kind}")
         try:
-            return await handler(action, spec, observed) or Outcome(True)
+            outcome = await handler(action, spec, observed) or Outcome(True)
         except NotYet as e:
-            return Outcome(False, str(e))
+            outcome = Outcome(False, str(e))
         except EtcdError as e:
-            if e.unavailable or e.learner_not_ready or e.cluster_not_ready:
-                return Outcome(False, f"etcd is not ready for {action.kind}: {e.detail}")
-            raise
+            if not (e.unavailable or e.learner_not_ready or e.cluster_not_ready):
+                raise
+            outcome = Outcome(False, f"etcd is not ready for {action.kind}: {e.detail}")
+        return dataclasses.replace(outcome, retry_after=pacing.next_pass(action, outcome.done))
 
     async def _nothing(self, action: a.Action, spec, observed) -> None:
         return None

@@ -1,0 +1,44 @@
+"""How soon the next pass looks again while a member is being added. Pure.
+
+Passes are otherwise paced by the reconciler's defaults (about a second after a step, a
+few seconds while waiting). Adding a member is a chain of steps, each of which waits on
+something short: a pod starting, a learner catching up, etcd's reconfiguration guard.
+Here the next pass comes sooner. Nothing here decides or allows a step: a pass only
+observes again and plans as always, and etcd's own guards still refuse a step that is
+not safe yet (a refusal is "not yet", never an error)."""
+
+from __future__ import annotations
+
+from etcd_operator.cluster import actions as a
+
+# The pod of a first member or a learner was created: it serves within about a second.
+POD_STARTING = 0.3
+# A bookkeeping step of a member addition (the transport record, a joined pod's
+# annotations) or a promotion: the next step of the chain can follow at once.
+CHAIN_STEP = 0.2
+# A learner is catching up, or etcd refused its promotion until it has.
+LEARNER_CATCHING_UP = 0.3
+# etcd refused a member add: its leader has not been connected to enough voters for its
+# HealthInterval (5 s) yet. The refusal says nothing of when it will pass.
+ADD_REFUSED = 0.5
+
+_AFTER_DONE: dict[type[a.Action], float] = {
+    a.RecordTransport: CHAIN_STEP,
+    a.BootstrapFirstMember: POD_STARTING,
+    a.AddLearner: POD_STARTING,
+    a.SettleMemberPod: CHAIN_STEP,
+    a.PromoteLearner: CHAIN_STEP,
+    a.WaitForLearner: LEARNER_CATCHING_UP,
+}
+
+_AFTER_REFUSED: dict[type[a.Action], float] = {
+    a.AddLearner: ADD_REFUSED,
+    a.PromoteLearner: LEARNER_CATCHING_UP,
+}
+
+
+def next_pass(action: a.Action, done: bool) -> float | None:
+    """Seconds until the next pass after `action`, or None for the reconciler's default."""
+    if isinstance(action, a.CreateMemberPod):
+        return None if action.joined_before else POD_STARTING  # a restart waits as usual
+    return (_AFTER_DONE if done else _AFTER_REFUSED).get(type(action))
