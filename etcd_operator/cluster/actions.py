@@ -30,8 +30,10 @@ class Wait(Action):
 
 @dataclasses.dataclass(frozen=True)
 class WaitForLearner(Wait):
-    """A learner is catching up; it is promoted once it serves (cluster.pacing looks again
-    sooner than for other waits)."""
+    """A learner is catching up; it is promoted once it serves. While it is new, the next
+    pass comes sooner than for other waits (cluster.pacing)."""
+
+    catching_up_for: float = 0.0  # seconds it has been unhealthy (0: since this pass)
 
 
 @dataclasses.dataclass(frozen=True)

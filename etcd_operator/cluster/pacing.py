@@ -18,6 +18,9 @@ POD_STARTING = 0.3
 CHAIN_STEP = 0.2
 # A learner is catching up, or etcd refused its promotion until it has.
 LEARNER_CATCHING_UP = 0.3
+# A learner still catching up after this long is not just starting: the passes slow to
+# the reconciler's default (until spec.recovery.memberUnhealthyTimeout replaces it).
+NEW_LEARNER_WINDOW = 10.0
 # etcd refused a member add: its leader has not been connected to enough voters for its
 # HealthInterval (5 s) yet. The refusal says nothing of when it will pass.
 ADD_REFUSED = 0.5
@@ -28,7 +31,6 @@ _AFTER_DONE: dict[type[a.Action], float] = {
     a.AddLearner: POD_STARTING,
     a.SettleMemberPod: CHAIN_STEP,
     a.PromoteLearner: CHAIN_STEP,
-    a.WaitForLearner: LEARNER_CATCHING_UP,
 }
 
 _AFTER_REFUSED: dict[type[a.Action], float] = {
@@ -39,6 +41,8 @@ _AFTER_REFUSED: dict[type[a.Action], float] = {
 
 def next_pass(action: a.Action, done: bool) -> float | None:
     """Seconds until the next pass after `action`, or None for the reconciler's default."""
+    if isinstance(action, a.WaitForLearner):
+        return LEARNER_CATCHING_UP if action.catching_up_for < NEW_LEARNER_WINDOW else None
     if isinstance(action, a.CreateMemberPod):
         return None if action.joined_before else POD_STARTING  # a restart waits as usual
     return (_AFTER_DONE if done else _AFTER_REFUSED).get(type(action))

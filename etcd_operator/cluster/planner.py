@@ -266,7 +266,7 @@ def _handle_learners(spec: ClusterSpec, observed: Observed, health: Health,
         since = observed.unhealthy_since.get(name)
         if since is not None and observed.now - since >= spec.recovery.member_unhealthy_timeout:
             return a.RemoveMember(f"learner {name} did not catch up in {observed.now - since:.0f}s", name, learner.id)
-        return a.WaitForLearner(f"learner {name} is catching up")
+        return a.WaitForLearner(f"learner {name} is catching up", max(0.0, observed.now - (since or observed.now)))
     return None
 
 
