@@ -16,7 +16,7 @@ POD_STARTING = 0.3
 # A bookkeeping step of a member addition (the transport record, a joined pod's
 # annotations) or a promotion: the next step of the chain can follow at once.
 CHAIN_STEP = 0.2
-# A learner is catching up, or etcd refused its promotion until it has.
+# A new learner is catching up.
 LEARNER_CATCHING_UP = 0.3
 # A learner still catching up after this long is not just starting: the passes slow to
 # the reconciler's default (until spec.recovery.memberUnhealthyTimeout replaces it).
@@ -33,9 +33,10 @@ _AFTER_DONE: dict[type[a.Action], float] = {
     a.PromoteLearner: CHAIN_STEP,
 }
 
+# A refused promotion keeps the default: a learner that answers but does not catch up
+# (cut off from the leader) is refused again and again.
 _AFTER_REFUSED: dict[type[a.Action], float] = {
     a.AddLearner: ADD_REFUSED,
-    a.PromoteLearner: LEARNER_CATCHING_UP,
 }
 
 
