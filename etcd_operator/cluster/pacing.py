@@ -21,8 +21,8 @@ LEARNER_CATCHING_UP = 0.3
 # A learner still catching up after this long is not just starting: the passes slow to
 # the reconciler's default (until spec.recovery.memberUnhealthyTimeout replaces it).
 NEW_LEARNER_WINDOW = 10.0
-# etcd refused a member add: its leader has not been connected to enough voters for its
-# HealthInterval (5 s) yet. The refusal says nothing of when it will pass.
+# Every voter refused a member add: none has been connected to a quorum of voters for
+# etcd's HealthInterval (5 s) yet. The refusal says nothing of when it will pass.
 ADD_REFUSED = 0.5
 
 _AFTER_DONE: dict[type[a.Action], float] = {
