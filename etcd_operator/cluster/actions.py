@@ -29,6 +29,14 @@ class Wait(Action):
 
 
 @dataclasses.dataclass(frozen=True)
+class WaitForLearner(Wait):
+    """A learner is catching up; it is promoted once it serves. While it is new, the next
+    pass comes sooner than for other waits (cluster.pacing)."""
+
+    catching_up_for: float = 0.0  # seconds it has been unhealthy (0: since this pass)
+
+
+@dataclasses.dataclass(frozen=True)
 class BootstrapFirstMember(Action):
     member: str = ""
     initial_cluster: str = ""  # a restored member: every member its restored data holds; else itself only

@@ -13,11 +13,11 @@ import kopf
 
 from etcd_operator import faults
 from etcd_operator.cluster import actions as a
-from etcd_operator.cluster import builders, certs, naming, network_policy, pki
+from etcd_operator.cluster import builders, certs, naming, network_policy, pacing, pki
 from etcd_operator.cluster.tls_observer import read_secret
 from etcd_operator.cluster.health import Health
 from etcd_operator.cluster.observed import DefragmentationRecord, Observed, Operation, SpaceRecoveryRecord
-from etcd_operator.cluster.planner import QUORUM_RECOVERY, self_only_cluster
+from etcd_operator.cluster.planner import QUORUM_RECOVERY, member_add_receivers, self_only_cluster
 from etcd_operator.cluster.spec import ClusterSpec
 from etcd_operator.etcd.client import EtcdError
 from etcd_operator.etcd.pool import EtcdClientPool
@@ -33,6 +33,7 @@ class Outcome:
     done: bool
     message: str = ""
     status_patch: dict | None = None
+    retry_after: float | None = None  # seconds until the next pass; None: the reconciler's default
 
 
 class NotYet(Exception):
@@ -93,6 +94,7 @@ class ClusterExecutor:
         return {
             a.Steady: self._nothing,
             a.Wait: self._nothing,
+            a.WaitForLearner: self._nothing,
             a.BootstrapFirstMember: self._bootstrap_first_member,
             a.StartRestoredMembers: self._start_restored_members,
             a.AddLearner: self._add_learner,
@@ -136,13 +138,14 @@ class ClusterExecutor:
         if handler is None:
             raise TypeError(f"no executor step for {action.kind}")
         try:
-            return await handler(action, spec, observed) or Outcome(True)
+            outcome = await handler(action, spec, observed) or Outcome(True)
         except NotYet as e:
-            return Outcome(False, str(e))
+            outcome = Outcome(False, str(e))
         except EtcdError as e:
-            if e.unavailable or e.learner_not_ready or e.cluster_not_ready:
-                return Outcome(False, f"etcd is not ready for {action.kind}: {e.detail}")
-            raise
+            if not (e.unavailable or e.learner_not_ready or e.cluster_not_ready):
+                raise
+            outcome = Outcome(False, f"etcd is not ready for {action.kind}: {e.detail}")
+        return dataclasses.replace(outcome, retry_after=pacing.next_pass(action, outcome.done))
 
     async def _nothing(self, action: a.Action, spec, observed) -> None:
         return None
@@ -160,14 +163,30 @@ class ClusterExecutor:
                         f"Started {', '.join(action.members)} together on their restored data")
 
     async def _add_learner(self, action: a.AddLearner, spec, observed) -> None:
-        leader = self._leader_client(observed)
         peer = naming.peer_url(self.cluster, self.namespace, action.member, spec.tls.enabled)
-        learner, members = await leader.add_learner([peer])
+        learner, members = await self._member_add(observed, peer)
         self.post_event("Normal", "MemberAdded", f"Added {action.member} (id {learner.hex_id}) as a learner")
         faults.hit(faults.AFTER_MEMBER_ADD)
         initial = ",".join(sorted(
             f"{m.name or action.member}={m.peer_urls[0]}" for m in members if m.name or m.id == learner.id))
         await self._create_pod(spec, action.member, learner.id, initial, builders.STATE_EXISTING)
+
+    async def _member_add(self, observed: Observed, peer: str):
+        """Offers the add to each healthy voter in turn (planner.member_add_receivers) until
+        one accepts. Only etcd's own refusal of an unhealthy cluster moves on to the next:
+        nothing was proposed then. Any other error ends the step as before."""
+        receivers = member_add_receivers(observed)
+        if not receivers:
+            raise NotYet("no voting member answers")
+        refused: EtcdError | None = None
+        for member_id in receivers:
+            try:
+                return await self._member_client(observed, member_id).add_learner([peer])
+            except EtcdError as e:
+                if not e.cluster_not_ready:
+                    raise
+                refused = e
+        raise refused
 
     async def _create_member_pod(self, action: a.CreateMemberPod, spec, observed) -> None:
         await self._create_pod(spec, action.member, action.member_id, action.initial_cluster,

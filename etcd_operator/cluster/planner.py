@@ -18,7 +18,7 @@ from __future__ import annotations
 from etcd_operator.cluster import actions as a
 from etcd_operator.cluster import naming, roll, space, tls_plan
 from etcd_operator.cluster.health import (BROKEN_WAITING_REASONS, Health, HealthState,  # noqa: F401
-                                          member_name, pod_broken, quorum_loss_evidence)
+                                          member_healthy, member_name, pod_broken, quorum_loss_evidence)
 from etcd_operator.cluster.observed import Member, Observed
 from etcd_operator.cluster.spec import ClusterSpec
 
@@ -42,6 +42,22 @@ def initial_cluster(observed: Observed, members: tuple[Member, ...], joining: Me
         if m.id == joining.id or m.name:
             entries.append(f"{member_name(observed, m)}={m.peer_urls[0]}")
     return ",".join(sorted(entries))
+
+
+def member_add_receivers(observed: Observed) -> list[int]:
+    """The voters a member add may be sent to, in order: the leader, then the others,
+    newest first. etcd checks an add on the member that receives it (it must have been
+    connected to a quorum of voters for its HealthInterval, 5 s) with that member's own
+    connection clocks. The leader's clock for the newest member often starts late: it
+    dialled the member's name the moment it was added, before its pod had an address, and
+    name lookups that failed are cached for a few seconds (the Go resolver re-reads
+    /etc/hosts at most every 5 s; cluster DNS caches a missing name too). The newest
+    member dialled everyone by names that resolved from its first second."""
+    voters = [m for m in observed.etcd.members if not m.is_learner and member_healthy(observed, m.id)
+              and m.id in observed.etcd.endpoints]
+    leader = observed.etcd.leader_id
+    others = sorted((m for m in voters if m.id != leader), key=lambda m: -_ordinal(observed, m))
+    return [m.id for m in voters if m.id == leader] + [m.id for m in others]
 
 
 def self_only_cluster(observed: Observed, member: str) -> str:
@@ -277,7 +293,7 @@ def _handle_learners(spec: ClusterSpec, observed: Observed, health: Health,
         since = observed.unhealthy_since.get(name)
         if since is not None and observed.now - since >= spec.recovery.member_unhealthy_timeout:
             return a.RemoveMember(f"learner {name} did not catch up in {observed.now - since:.0f}s", name, learner.id)
-        return a.Wait(f"learner {name} is catching up")
+        return a.WaitForLearner(f"learner {name} is catching up", max(0.0, observed.now - (since or observed.now)))
     return None
 
 

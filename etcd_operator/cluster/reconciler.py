@@ -85,6 +85,8 @@ class ClusterReconciler:
         if any(previous.get(key) != value for key, value in status.items()):
             await self.kube.merge_patch(kube.ETCDCLUSTERS, meta["namespace"], meta["name"], {"status": status},
                                         subresource="status")
+        if outcome.retry_after is not None:
+            return outcome.retry_after  # a member addition in flight (cluster.pacing)
         if isinstance(action, a.Steady):
             return WHEN_STEADY
         if isinstance(action, a.Wait):

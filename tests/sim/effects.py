@@ -266,6 +266,7 @@ def do_finish_recovery(ctx: Context, action: a.FinishQuorumRecovery) -> Outcome:
 HANDLERS: dict[type, Callable] = {
     a.Steady: do_nothing,
     a.Wait: do_nothing,
+    a.WaitForLearner: do_nothing,
     a.BootstrapFirstMember: do_bootstrap,
     a.StartRestoredMembers: do_start_restored,
     a.AddLearner: do_add_learner,

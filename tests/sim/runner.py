@@ -29,7 +29,9 @@ WAITING_PASSES = 12  # passes spent waiting by design (QuorumLost, no approval) 
 FAMILIES = ("main", "stale_replica")
 FOCUS = "focus:"
 
-# Seconds until the next pass, as the reconciler requeues (cluster/reconciler.py).
+# Seconds until the next pass, as the reconciler requeues (cluster/reconciler.py). The
+# shorter passes of cluster/pacing.py while a member is added are not modelled: the
+# schedules' pass budgets (SETTLE_STEPS) assume this cadence.
 AFTER_STEP, NOT_YET, WHILE_WAITING, WHEN_STEADY = 1.0, 1.0, 3.0, 15.0
 
 FAULT_WEIGHTS = {

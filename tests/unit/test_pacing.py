@@ -1,0 +1,50 @@
+"""How soon the next pass comes while a member is added (cluster.pacing), and that the
+planner says when a learner is new."""
+
+from __future__ import annotations
+
+import pytest
+
+from etcd_operator.cluster import actions as a
+from etcd_operator.cluster import pacing
+from tests.unit.cluster_scenarios import M, observed, spec
+from tests.unit.test_cluster_planner import next_step
+
+
+@pytest.mark.parametrize("action, done, expected", [
+    (a.RecordTransport("", "plaintext"), True, pacing.CHAIN_STEP),
+    (a.BootstrapFirstMember("", "c-0"), True, pacing.POD_STARTING),
+    (a.AddLearner("", "c-1"), True, pacing.POD_STARTING),
+    (a.AddLearner("", "c-1"), False, pacing.ADD_REFUSED),
+    (a.CreateMemberPod("", "c-1", 1, "", joined_before=False), True, pacing.POD_STARTING),
+    (a.SettleMemberPod("", "c-1", 1), True, pacing.CHAIN_STEP),
+    (a.PromoteLearner("", "c-1", 1), True, pacing.CHAIN_STEP),
+    (a.WaitForLearner("", 0.0), True, pacing.LEARNER_CATCHING_UP),
+])
+def test_a_member_addition_comes_back_sooner(action, done, expected):
+    assert pacing.next_pass(action, done) == expected
+    assert expected < 1.0  # the reconciler's default after a step
+
+
+@pytest.mark.parametrize("action, done", [
+    (a.Steady(""), True),
+    (a.Wait("reconciliation is paused (spec.paused)"), True),
+    (a.WaitForLearner("", pacing.NEW_LEARNER_WINDOW), True),  # stuck, not starting
+    (a.CreateMemberPod("", "c-1", 1, "", joined_before=True), True),  # a restart on its data
+    (a.SettleMemberPod("", "c-1", 1), False),
+    (a.PromoteLearner("", "c-1", 1), False),  # a learner cut off from the leader is refused again and again
+    (a.RemoveMember("", "c-1", 1), True),
+    (a.RollMember("", "c-1"), True),
+    (a.BootstrapFirstMember("", "c-0"), False),
+])
+def test_everything_else_keeps_the_reconcilers_pace(action, done):
+    assert pacing.next_pass(action, done) is None
+
+
+def test_a_learner_catching_up_says_for_how_long():
+    new = next_step(spec(5), observed([M(0), M(1), M(2, learner=True, healthy=False)]))
+    assert isinstance(new, a.WaitForLearner) and new.catching_up_for == 0.0
+    old = next_step(spec(5), observed([M(0), M(1), M(2, learner=True, healthy=False, unhealthy_for=12)]))
+    assert isinstance(old, a.WaitForLearner) and old.catching_up_for == pytest.approx(12)
+    assert pacing.next_pass(new, True) == pacing.LEARNER_CATCHING_UP
+    assert pacing.next_pass(old, True) is None
