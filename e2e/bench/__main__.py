@@ -1,14 +1,14 @@
-"""Runs every benchmark and prints one table. `python -m bench [cluster|backup|restore|verification|memory]`."""
+"""Runs every benchmark and prints one table. `python -m bench [cluster|backup|restore|verification|memory|race]`."""
 
 from __future__ import annotations
 
 import sys
 
-from bench import scenarios
+from bench import race, scenarios
 
 
 def main(argv: list[str]) -> int:
-    wanted = set(argv[1:]) or {"cluster", "backup", "restore", "verification", "memory"}
+    wanted = set(argv[1:]) or {"cluster", "backup", "restore", "verification", "memory", "race"}
     with scenarios.Bench() as bench:
         if "cluster" in wanted:
             bench.cluster_timings()
@@ -20,6 +20,8 @@ def main(argv: list[str]) -> int:
             bench.verification_time()
         if "memory" in wanted:
             bench.concurrent_backup_memory()
+        if "race" in wanted:
+            race.run(bench)  # last: it installs a second EtcdCluster CRD (another group)
         bench.report()
     return 0
 

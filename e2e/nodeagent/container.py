@@ -9,7 +9,7 @@ import signal
 import time
 from typing import TYPE_CHECKING
 
-from nodeagent import clock, images, probes
+from nodeagent import clock, images, probes, wildcard
 from nodeagent.envvars import ConfigError, expand_all
 from nodeagent.launcher import ContainerProcess, LaunchSpec
 from nodeagent.volumes import VolumeError
@@ -222,6 +222,8 @@ class ContainerRunner:
         env = await self.pod.container_env(self.spec, runtime)
         argv = runtime.argv(expand_all(self.spec.get("command"), env), expand_all(self.spec.get("args"), env),
                             self.pod.ip)
+        # A wildcard bind inside a pod means the pod's own address (see wildcard.py).
+        argv[1:] = wildcard.bind_all_to_pod(argv[1:], self.pod.ip)
         mounts = self.pod.volumes.mounts(self.spec, env, runtime.kind == "operator")
         paths = self.pod.paths
         self.env = env

@@ -61,6 +61,9 @@ class ImageRuntime:
     path: str
     env: tuple[tuple[str, str], ...] = ()
     bin_dir: pathlib.Path | None = None
+    # Variables the image's program reads for its bind address, set to the pod IP unless
+    # the container sets them: what it would otherwise bind by default is the wildcard.
+    pod_ip_env: tuple[str, ...] = ()
 
     def argv(self, command: list[str] | None, args: list[str] | None, pod_ip: str) -> list[str]:
         """Kubernetes' rule: command replaces the entrypoint (and drops the image's
@@ -137,4 +140,5 @@ def _operator() -> ImageRuntime:
         (),
         f"{venv_bin}:{HOST_PATH}",
         env=(("PYTHONPATH", str(REPO_ROOT)), ("PYTHONUNBUFFERED", "1")),
+        pod_ip_env=("HEALTH_ADDRESS",),  # its health server binds 0.0.0.0 otherwise
     )

@@ -10,7 +10,7 @@ import signal
 import time
 from typing import TYPE_CHECKING
 
-from nodeagent import clock, envvars, images, podstatus
+from nodeagent import clock, envvars, images, podstatus, wildcard
 from nodeagent.configdata import ConfigData
 from nodeagent.container import ContainerRunner
 from nodeagent.kube import is_status, pod_path
@@ -127,9 +127,11 @@ class PodWorker:
             "HOSTNAME": self.hostname,
             **self.agent.service_env(),
             **dict(runtime.env),
+            **{name: self.ip for name in runtime.pod_ip_env if self.ip},
         }
         pod = self._pod_with_addresses()
-        return await envvars.container_env(pod, container, ConfigData(self.agent.kube, self.namespace), base)
+        env = await envvars.container_env(pod, container, ConfigData(self.agent.kube, self.namespace), base)
+        return wildcard.env_bound_to_pod(env, self.ip)
 
     def _pod_with_addresses(self) -> dict:
         status = dict(self.pod.get("status") or {})

@@ -365,6 +365,28 @@ def test_readiness_probes_http_tcp_and_exec(substrate, kube_api, namespace):
     assert any(e.reason == "Unhealthy" and "404" in e.message for e in events.items)
 
 
+def test_two_pods_binding_the_wildcard_address_run_side_by_side(substrate, kube_api, namespace):
+    """Both bind 0.0.0.0:8080, as servers in real pods do: one in its args, one through an
+    environment variable. Each must own port 8080 on its own pod IP only."""
+    names = {"name": {"fieldRef": {"fieldPath": "metadata.name"}}}
+    site = {"name": "site", "downwardAPI": {"items": [{"path": k, **v} for k, v in names.items()]}}
+    serve = ["python3", "-m", "http.server", "8080", "--directory", "/srv", "--bind"]
+    probe = {"httpGet": {"path": "/name", "port": 8080}, "periodSeconds": 1}
+    create_pod(kube_api, namespace, pod_manifest("wide-args", [
+        container("http", image=OPERATOR_IMAGE, command=serve + ["0.0.0.0"], readinessProbe=probe,
+                  volumeMounts=[mount("site", "/srv")]),
+    ], volumes=[site]))
+    create_pod(kube_api, namespace, pod_manifest("wide-env", [
+        container("http", image=OPERATOR_IMAGE, command=serve + ["$(BIND)"], readinessProbe=probe,
+                  env=[{"name": "BIND", "value": "0.0.0.0"}], volumeMounts=[mount("site", "/srv")]),
+    ], volumes=[site]))
+    for name in ("wide-args", "wide-env"):
+        ip = wait_ready(kube_api, namespace, name)["status"]["podIP"]
+        with urllib.request.urlopen(f"http://{ip}:8080/name", timeout=5) as reply:
+            assert reply.read().decode() == name
+        assert container_status(get_pod(kube_api, namespace, name), "http")["restartCount"] == 0
+
+
 def test_liveness_and_startup_probes_restart_containers(substrate, kube_api, namespace):
     create_pod(kube_api, namespace, pod_manifest("liveness", [
         container("c", "touch /w/alive; sleep 1; rm /w/alive; exec sleep 3600", volumeMounts=[mount("work", "/w")],

@@ -1,5 +1,5 @@
 """The node agent's pure parts: $(VAR) expansion, the image map, placement, the hosts
-file block, name records and address allocation. No control plane needed."""
+file block, name records, address allocation and the wildcard-bind rewrite. No control plane needed."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from nodeagent import envvars, hostsfile, images, ipam, names, placement
+from nodeagent import envvars, hostsfile, images, ipam, names, placement, wildcard
 
 
 # --- $(VAR) expansion ------------------------------------------------------------------
@@ -202,3 +202,47 @@ def test_ip_pool_avoids_odd_addresses_and_persists(tmp_path):
     assert again.lookup("uid-5") == addresses[5]
     again.release("uid-5")
     assert again.allocate("new") != addresses[5]
+
+
+# --- wildcard binds become the pod IP --------------------------------------------------
+
+POD = "127.9.1.7"
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("--listen-client-urls=http://0.0.0.0:2379", f"--listen-client-urls=http://{POD}:2379"),
+    ("--listen-peer-urls=http://[::]:2380", f"--listen-peer-urls=http://{POD}:2380"),
+    ("http://0.0.0.0:2379,http://127.0.0.1:2379", f"http://{POD}:2379,http://127.0.0.1:2379"),
+    ("0.0.0.0:8080", f"{POD}:8080"),
+    ("0.0.0.0", POD),
+    ("[::]:8080", f"{POD}:8080"),
+    ("::", POD),
+    ("--bind=::", f"--bind={POD}"),
+    (":8080", f"{POD}:8080"),
+    ("--metrics-bind-address=:8443", f"--metrics-bind-address={POD}:8443"),
+    ("http://:2379", f"http://{POD}:2379"),
+    ("exec server --bind 0.0.0.0 --port 80", f"exec server --bind {POD} --port 80"),
+    # not wildcard addresses: left as written
+    ("0.0.0.0/0", "0.0.0.0/0"),
+    ("10.0.0.0", "10.0.0.0"),
+    ("100.0.0.0:1", "100.0.0.0:1"),
+    ("0.0.0.01", "0.0.0.01"),
+    ("--health-probe-bind-address=0", "--health-probe-bind-address=0"),
+    ("http://etcd-0.etcd.ns.svc:2379", "http://etcd-0.etcd.ns.svc:2379"),
+    ("fe80::1", "fe80::1"),
+    ("a::b", "a::b"),
+    ("12:30", "12:30"),
+    ("--name=$(POD_NAME)", "--name=$(POD_NAME)"),
+])
+def test_wildcard_listen_addresses_become_the_pod_ip(value, expected):
+    assert wildcard.bind_to_pod(value, POD) == expected
+
+
+def test_environment_values_are_rewritten_not_names():
+    env = {"ETCD_LISTEN_CLIENT_URLS": "http://0.0.0.0:2379", "HEALTH_ADDRESS": "0.0.0.0", "0.0.0.0": "x"}
+    assert wildcard.env_bound_to_pod(env, POD) == {
+        "ETCD_LISTEN_CLIENT_URLS": f"http://{POD}:2379", "HEALTH_ADDRESS": POD, "0.0.0.0": "x"}
+
+
+def test_the_operator_image_binds_its_health_server_to_the_pod_ip_by_default():
+    assert images.resolve("etcd-operator:dev", pathlib.Path("/nonexistent")).pod_ip_env == ("HEALTH_ADDRESS",)
