@@ -88,7 +88,7 @@ class BackupSpec:
             s3=s3,
             prefix=s3.get("prefix", ""),
             part_size=int(s3.get("partSizeBytes", 8 << 20)),
-            concurrency=int(s3.get("uploadConcurrency", 2)),
+            concurrency=int(s3.get("uploadConcurrency", 3)),
             max_backups=kept.get("maxBackups"),
             max_age=parse_duration(kept["maxAge"]) if kept.get("maxAge") else None,
         )
