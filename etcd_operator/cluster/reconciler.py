@@ -138,6 +138,9 @@ class ClusterReconciler:
         if any(previous.get(key) != value for key, value in status.items()):
             await self.kube.merge_patch(kube.ETCDCLUSTERS, meta["namespace"], meta["name"], {"status": status},
                                         subresource="status")
+        if isinstance(action, a.Steady) and not isinstance(last, a.Steady):
+            logger.info("%s/%s: steady; members polled every %gs, a child's change wakes the next pass at once",
+                        meta["namespace"], meta["name"], self.steady_poll)
         self.last_action = action if outcome.done or isinstance(action, (a.Steady, a.Wait)) else None
         if resync:
             self._schedule_resync()
