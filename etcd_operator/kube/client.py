@@ -150,14 +150,18 @@ class KubeClient:
             if not 200 <= response.status <= 299:
                 _raise_for(response.status, await response.read(), response.reason)
                 raise ApiError(response.status, response.reason or "", "watch refused")
-            async for line in response.content:
-                if not line.strip():
-                    continue
-                event = json.loads(line)
-                if event.get("type") == "ERROR":
-                    status = event.get("object") or {}
-                    raise ApiError(int(status.get("code") or 500), status.get("reason", ""), status.get("message", ""))
-                yield event
+            pending = b""  # one event per line; a line may be longer than any read buffer
+            async for chunk in response.content.iter_any():
+                *lines, pending = (pending + chunk).split(b"\n")
+                for line in lines:
+                    if not line.strip():
+                        continue
+                    event = json.loads(line)
+                    if event.get("type") == "ERROR":
+                        status = event.get("object") or {}
+                        raise ApiError(int(status.get("code") or 500), status.get("reason", ""),
+                                       status.get("message", ""))
+                    yield event
         finally:
             response.close()
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 
 import pytest
 
@@ -255,3 +256,46 @@ def test_child_services_are_applied_once_then_only_when_they_change_or_at_resync
     reconciler.next_resync = 0.0
     asyncio.run(reconciler.reconcile(BODY))
     assert len([w for w in kube_client.writes if w[0] in ("apply", "delete")]) == 4
+
+
+# --- the watch stream's framing -------------------------------------------------------------
+
+class StreamedResponse:
+    status, reason = 200, "OK"
+
+    def __init__(self, data: bytes, chunk: int):
+        self.data, self.chunk, self.closed = data, chunk, False
+
+    @property
+    def content(self):
+        outer = self
+
+        class Content:
+            async def iter_any(self):
+                for i in range(0, len(outer.data), outer.chunk):
+                    yield outer.data[i:i + outer.chunk]
+        return Content()
+
+    def close(self):
+        self.closed = True
+
+
+def test_a_watch_stream_is_split_into_events_across_reads_and_gone_is_an_error():
+    events = [{"type": "ADDED", "object": pod(f"a-{i}", "a")} for i in range(3)]
+    gone = {"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired"}}
+    data = b"".join(json.dumps(e).encode() + b"\n" for e in [*events, gone])
+    response = StreamedResponse(data, chunk=7)
+
+    class Transport:
+        async def call_api(self, *args, **kwargs):
+            return response
+
+    async def consume():
+        seen = []
+        with pytest.raises(kube.ApiError) as raised:
+            async for event in kube.KubeClient(Transport()).watch(kube.PODS, "ns", "", "1"):
+                seen.append(event["object"]["metadata"]["name"])
+        return seen, raised.value.status
+
+    assert asyncio.run(consume()) == (["a-0", "a-1", "a-2"], 410)
+    assert response.closed
