@@ -61,6 +61,13 @@ class ClusterReconciler:
     async def close(self) -> None:
         await self.member_metrics.close()
 
+    @property
+    def wakeable(self) -> bool:
+        """Whether a child's change may cut the sleep after this pass short: only after a pass
+        that took no step, so that steps keep their pace (a step's own pod and PVC events
+        would otherwise start the next step at once)."""
+        return isinstance(self.last_action, (a.Steady, a.Wait))
+
     def _resync_due(self) -> bool:
         return self.clock() >= self.next_resync
 

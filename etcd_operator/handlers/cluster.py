@@ -42,7 +42,7 @@ async def run_cluster(body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.M
                 logger.exception("reconcile failed: %s", e)
                 metrics.reconcile_errors.labels(body["metadata"]["namespace"], body["metadata"]["name"]).inc()
                 delay = ERROR_BACKOFF
-            await sleep_unless_changed(stopped, body, delay, seen, wake)
+            await sleep_unless_changed(stopped, body, delay, seen, wake if reconciler.wakeable else None)
     finally:
         if wake is not None:
             children.wakeups.forget(namespace, name, wake)

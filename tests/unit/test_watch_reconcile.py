@@ -299,3 +299,11 @@ def test_a_watch_stream_is_split_into_events_across_reads_and_gone_is_an_error()
 
     assert asyncio.run(consume()) == (["a-0", "a-1", "a-2"], 410)
     assert response.closed
+
+
+def test_only_a_pass_that_took_no_step_may_be_woken_early():
+    reconciler = ClusterReconciler(RecordingKube(), None, lambda *_: None)
+    assert not reconciler.wakeable  # no pass yet
+    for action, wakeable in ((a.Steady(), True), (a.Wait(), True), (a.RemoveMember(), False), (None, False)):
+        reconciler.last_action = action
+        assert reconciler.wakeable is wakeable
