@@ -33,6 +33,10 @@ class OperatorConfig:
     health_address: str = "0.0.0.0"
     memory_budget_bytes: int = DEFAULT_LIMIT_BYTES  # all backups' part buffers together
     shard: Shard = Shard()  # SHARD_NAME, SHARD_SELECTOR: the objects this instance works on
+    # Watch-driven reconciliation (README "Watch-driven reconciliation").
+    watch_children: bool = True  # pods and PVCs through operator-wide watches; false: every pass lists them
+    steady_poll_seconds: float = 15.0  # a steady cluster's members are asked for their status this often
+    resync_seconds: float = 600.0  # a full live pass per cluster about this often (jittered per cluster)
 
     @property
     def clusterwide(self) -> bool:
@@ -62,6 +66,9 @@ class OperatorConfig:
             health_address=env.get("HEALTH_ADDRESS") or "0.0.0.0",
             memory_budget_bytes=int(env.get("MEMORY_BUDGET_BYTES") or DEFAULT_LIMIT_BYTES),
             shard=shard_from_settings(env.get("SHARD_NAME", ""), env.get("SHARD_SELECTOR", "")),
+            watch_children=env.get("WATCH_CHILDREN", "true").lower() != "false",
+            steady_poll_seconds=float(env.get("STEADY_POLL_SECONDS") or 15.0),
+            resync_seconds=float(env.get("RESYNC_SECONDS") or 600.0),
         )
 
 

@@ -8,7 +8,9 @@ import kopf
 
 from etcd_operator import API_GROUP, membudget, shard
 from etcd_operator.config import OperatorConfig
+from etcd_operator.cluster.observer import StorageClassExpansion
 from etcd_operator.kube.client import KubeClient
+from etcd_operator.kube.informer import ChildCaches
 
 FINALIZER = shard.FINALIZER  # of an unsharded instance; a shard's is `config.shard.finalizer`
 
@@ -30,10 +32,17 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> No
     membudget.configure(memo.config.memory_budget_bytes)  # before any backup can resume
     memo.kube = await KubeClient.from_environment()
     memo.backup_locks = {}
+    memo.storage_classes = StorageClassExpansion(memo.kube, ttl=memo.config.resync_seconds)
+    memo.children = None
+    if memo.config.watch_children:  # one pod and one PVC watch for every cluster of this operator
+        memo.children = ChildCaches(memo.kube, memo.config.namespaces)
+        memo.children.start()
 
 
 @kopf.on.cleanup()
 async def close_clients(memo: kopf.Memo, **_) -> None:
+    if getattr(memo, "children", None) is not None:
+        await memo.children.stop()
     if getattr(memo, "kube", None) is not None:
         await memo.kube.close()
 

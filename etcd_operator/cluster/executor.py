@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import dataclasses
+import hashlib
+import json
 import logging
 from typing import Any, Callable, Mapping
 
@@ -425,20 +427,27 @@ class ClusterExecutor:
 
     # --- children that are not members -----------------------------------------------
 
-    async def ensure_services(self, spec: ClusterSpec, health: Health) -> None:
+    async def ensure_services(self, spec: ClusterSpec, health: Health, applied: str | None = None,
+                              force: bool = True) -> str:
+        """Applies the Services, the PDB and the NetworkPolicy (or deletes the policy when it is
+        off), unless `force` is off and their manifests hash to `applied`, what this reconciler
+        last applied in full. Returns the hash of what is now in place."""
         voters = len(health.voters) or None
-        for resource, manifest in (
-            (kube.SERVICES, builders.peer_service(self.cluster, self.namespace)),
-            (kube.SERVICES, builders.client_service(self.cluster, self.namespace)),
-            (kube.PDBS, builders.disruption_budget(spec, self.cluster, self.namespace, voters)),
-        ):
-            await self.kube.apply(resource, self.namespace, self._owned(manifest))
-        await self.ensure_network_policy(spec.tls.enabled)
-
-    async def ensure_network_policy(self, serves_tls: bool) -> None:
+        manifests = [
+            (kube.SERVICES, self._owned(builders.peer_service(self.cluster, self.namespace))),
+            (kube.SERVICES, self._owned(builders.client_service(self.cluster, self.namespace))),
+            (kube.PDBS, self._owned(builders.disruption_budget(spec, self.cluster, self.namespace, voters))),
+        ]
         settings = (self.body.get("spec") or {}).get("networkPolicy")
-        if network_policy.enabled(settings, serves_tls):
-            await self.kube.apply(kube.NETWORK_POLICIES, self.namespace, self._owned(network_policy.network_policy(
-                self.cluster, self.namespace, settings, self.operator_namespace)))
-        else:
+        if network_policy.enabled(settings, spec.tls.enabled):
+            manifests.append((kube.NETWORK_POLICIES, self._owned(network_policy.network_policy(
+                self.cluster, self.namespace, settings, self.operator_namespace))))
+        digest = hashlib.sha256(json.dumps([(r.plural, m) for r, m in manifests], sort_keys=True,
+                                           default=str).encode()).hexdigest()
+        if digest == applied and not force:
+            return digest
+        for resource, manifest in manifests:
+            await self.kube.apply(resource, self.namespace, manifest)
+        if manifests[-1][0] is not kube.NETWORK_POLICIES:
             await self.kube.delete(kube.NETWORK_POLICIES, self.namespace, network_policy.policy_name(self.cluster))
+        return digest

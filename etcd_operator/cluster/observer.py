@@ -5,14 +5,15 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from typing import Any, Mapping
+import time
+from typing import Any, Callable, Mapping
 
 import aiohttp
 
 from etcd_operator.cluster import naming, quota
 from etcd_operator.cluster.identity import member_list_sources, parse_hex_id, split_foreign
 from etcd_operator.cluster.timers import carry_timers
-from etcd_operator.cluster.tls_observer import observe_tls, served_certificates
+from etcd_operator.cluster.tls_observer import TLSSecrets, served_certificates
 from etcd_operator.cluster.observed import (DefragmentationRecord, EtcdView, Observed, Operation, PodView, PVCView,
                                             RollRecord, SpaceRecoveryRecord)
 from etcd_operator.etcd.client import EtcdError
@@ -117,28 +118,67 @@ def member_endpoint(pod: PodView) -> str | None:
     return f"{pod.ip}:{naming.CLIENT_PORT}" if pod.ip else None
 
 
+class StorageClassExpansion:
+    """allowVolumeExpansion by StorageClass, shared by every cluster of the operator: read
+    again once older than `ttl` seconds, or on demand (`live`)."""
+
+    def __init__(self, kube_client: kube.KubeClient, ttl: float, clock: Callable[[], float] = time.monotonic):
+        self.kube = kube_client
+        self.ttl = ttl
+        self.clock = clock
+        self._known: dict[str, tuple[float, bool | None]] = {}  # name -> (read at, allowed; None: absent)
+
+    async def lookup(self, names: set[str | None], live: bool = False) -> dict[str, bool]:
+        """allowVolumeExpansion of each named StorageClass that could be read."""
+        found = {}
+        for name in sorted(n for n in names if n):
+            known = self._known.get(name)
+            if live or known is None or self.clock() - known[0] >= self.ttl:
+                try:
+                    storage_class = await self.kube.get(kube.STORAGECLASSES, None, name)
+                except kube.ApiError:
+                    self._known.pop(name, None)
+                    continue  # unknown: nothing is expanded, a condition says why
+                known = (self.clock(), None if storage_class is None else bool(storage_class.get("allowVolumeExpansion")))
+                self._known[name] = known
+            if known[1] is not None:
+                found[name] = known[1]
+        return found
+
+
 class ClusterObserver:
-    def __init__(self, kube_client: kube.KubeClient, etcd_clients: EtcdClientPool):
+    def __init__(self, kube_client: kube.KubeClient, etcd_clients: EtcdClientPool,
+                 storage_classes: StorageClassExpansion | None = None, secrets: TLSSecrets | None = None):
         self.kube = kube_client
         self.etcd_clients = etcd_clients
+        self.storage_classes = storage_classes or StorageClassExpansion(kube_client, ttl=0.0)
+        self.secrets = secrets or TLSSecrets()
         # When this process began to see, pass after pass, evidence of a lost quorum.
         self.quorum_loss_seen_since: float | None = None
 
-    async def observe(self, body: Mapping[str, Any], now: float) -> Observed:
+    async def observe(self, body: Mapping[str, Any], now: float,
+                      children: tuple[list[dict], list[dict]] | None = None, live_secrets: bool = True) -> Observed:
+        """`children`: the cluster's (pods, PVCs) from the operator's caches; None lists them
+        live, with the StorageClasses and (unless `live_secrets` is False) the TLS Secrets."""
         meta = body["metadata"]
         cluster, namespace = meta["name"], meta["namespace"]
-        selector = naming.label_selector(naming.selector_labels(cluster))
-        pods_raw, pvcs_raw = await asyncio.gather(
-            self.kube.list(kube.PODS, namespace, selector),
-            self.kube.list(kube.PVCS, namespace, selector),
-        )
+        live = children is None
+        if live:
+            selector = naming.label_selector(naming.selector_labels(cluster))
+            children = await asyncio.gather(
+                self.kube.list(kube.PODS, namespace, selector),
+                self.kube.list(kube.PVCS, namespace, selector),
+            )
+        pods_raw, pvcs_raw = children
         pods = {p.name: p for p in map(pod_view, pods_raw)}
-        expandable = await self.storage_class_expansion({(p.get("spec") or {}).get("storageClassName")
-                                                          for p in pvcs_raw})
+        # A StorageClass setting up to a TTL old: the API server itself refuses an expansion
+        # its class does not allow, so a stale answer can only delay or fail a resize.
+        expandable = await self.storage_classes.lookup({(p.get("spec") or {}).get("storageClassName")
+                                                         for p in pvcs_raw})
         pvcs = {p.name: p for p in (pvc_view(raw, expandable) for raw in pvcs_raw)}
         status = body.get("status") or {}
         recorded_cluster_id = parse_hex_id(status.get("clusterID"))
-        tls, credentials = await observe_tls(self.kube, body)
+        tls, credentials = await self.secrets.observe(self.kube, body, live=live or live_secrets)
         await self.etcd_clients.use_tls(credentials)
         etcd = await self.observe_etcd(pods, recorded_cluster_id)
         await self.etcd_clients.retain_only({e for e in map(member_endpoint, pods.values()) if e})
@@ -171,18 +211,6 @@ class ClusterObserver:
         observed = carry_timers(observed, status, self.quorum_loss_seen_since)
         self.quorum_loss_seen_since = observed.no_quorum_since
         return observed
-
-    async def storage_class_expansion(self, names: set[str | None]) -> dict[str, bool]:
-        """allowVolumeExpansion of each named StorageClass that could be read."""
-        found = {}
-        for name in sorted(n for n in names if n):
-            try:
-                storage_class = await self.kube.get(kube.STORAGECLASSES, None, name)
-            except kube.ApiError:
-                continue  # unknown: nothing is expanded, a condition says why
-            if storage_class is not None:
-                found[name] = bool(storage_class.get("allowVolumeExpansion"))
-        return found
 
     async def observe_etcd(self, pods: dict[str, PodView], recorded_cluster_id: int | None) -> EtcdView:
         endpoints = {name: member_endpoint(p) for name, p in pods.items() if member_endpoint(p)}

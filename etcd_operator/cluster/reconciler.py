@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import logging
+import random
 import time
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from etcd_operator import conditions as c
 from etcd_operator import metrics
@@ -14,7 +15,7 @@ from etcd_operator.cluster.decision import decide
 from etcd_operator.cluster.executor import ClusterExecutor, EventPoster
 from etcd_operator.cluster.health import HealthState
 from etcd_operator.cluster.insights import MemberMetricsWatcher
-from etcd_operator.cluster.observer import ClusterObserver
+from etcd_operator.cluster.observer import ClusterObserver, StorageClassExpansion
 from etcd_operator.cluster.spec import ClusterSpec
 from etcd_operator.cluster.status import build_status
 from etcd_operator.cluster import tls_plan
@@ -27,35 +28,94 @@ logger = logging.getLogger(__name__)
 AFTER_STEP = 1.0
 NOT_YET = 1.0  # etcd refused a step for now (e.g. a new voter not connected for 5 s yet)
 WHILE_WAITING = 3.0
-WHEN_STEADY = 15.0
+WHEN_STEADY = 15.0  # the default of OperatorConfig.steady_poll_seconds
+RESYNC = 600.0  # the default of OperatorConfig.resync_seconds
+RESYNC_JITTER = 0.25  # each cluster's resync interval varies by this fraction, so clusters drift apart
+
+ChildSource = Callable[[str, str], "tuple[list[dict], list[dict]] | None"]  # (namespace, cluster) -> (pods, PVCs)
 
 
 class ClusterReconciler:
     def __init__(self, kube_client: kube.KubeClient, etcd_clients: EtcdClientPool, post_event: EventPoster,
-                 operator_namespace: str = "default"):
+                 operator_namespace: str = "default", cached_children: ChildSource | None = None,
+                 storage_classes: StorageClassExpansion | None = None, steady_poll: float = WHEN_STEADY,
+                 resync: float = RESYNC, clock: Callable[[], float] = time.monotonic):
+        """`cached_children`: the operator's pod and PVC caches (None: every pass lists live)."""
         self.kube = kube_client
         self.operator_namespace = operator_namespace
         self.etcd_clients = etcd_clients
         self.post_event = post_event
-        self.observer = ClusterObserver(kube_client, etcd_clients)
+        self.observer = ClusterObserver(kube_client, etcd_clients, storage_classes)
         self.member_metrics = MemberMetricsWatcher()
+        self.cached_children = cached_children
+        self.steady_poll = steady_poll
+        self.resync = resync
+        self.clock = clock
+        self.next_resync = 0.0  # the first pass is live
+        self.last_action: a.Action | None = None  # what the previous pass decided; None: no pass yet
+        self.services_applied: str | None = None  # hash of the child manifests last applied in full
+        self.live_passes = 0  # counters for tests and logs
+        self.cached_passes = 0
+        self.redecided = 0
 
     async def close(self) -> None:
         await self.member_metrics.close()
+
+    @property
+    def wakeable(self) -> bool:
+        """Whether a child's change may cut the sleep after this pass short: only after a pass
+        that took no step, so that steps keep their pace (a step's own pod and PVC events
+        would otherwise start the next step at once)."""
+        return isinstance(self.last_action, (a.Steady, a.Wait))
+
+    def _resync_due(self) -> bool:
+        return self.clock() >= self.next_resync
+
+    def _schedule_resync(self) -> None:
+        self.next_resync = self.clock() + self.resync * random.uniform(1 - RESYNC_JITTER, 1 + RESYNC_JITTER)
+
+    def _cached(self, meta: Mapping[str, Any], last: a.Action | None) -> tuple[list[dict], list[dict]] | None:
+        """The children from the caches, when this pass may read them: the previous pass ended
+        without a step (`last`), no resync is due and the caches hold a full listing."""
+        if self.cached_children is None or self._resync_due():
+            return None
+        if not isinstance(last, (a.Steady, a.Wait)):
+            return None
+        return self.cached_children(meta["namespace"], meta["name"])
 
     async def reconcile(self, body: Mapping[str, Any]) -> float:
         meta = body["metadata"]
         spec = ClusterSpec.from_dict(body.get("spec") or {})
         previous = body.get("status") or {}
-        observed = await self.observer.observe(body, time.time())
+        resync = self._resync_due()
+        last, self.last_action = self.last_action, None  # a pass that fails is followed by a live one
+        children = self._cached(meta, last)
+        # TLS Secrets: reused only on a pass after a steady one (a rotation is always read live).
+        live_secrets = children is None or not isinstance(last, a.Steady)
+        observed = await self.observer.observe(body, time.time(), children, live_secrets=live_secrets)
+        decision = decide(spec, observed, body.get("spec") or {})
+        if children is not None and not isinstance(decision.action, (a.Steady, a.Wait)):
+            # No step is ever taken on cached data: look again, live, and decide again.
+            logger.info("%s/%s: %s decided on cached state; observing live before acting", meta["namespace"],
+                        meta["name"], decision.action.kind)
+            self.redecided += 1
+            children = None
+            observed = await self.observer.observe(body, time.time(), None, live_secrets=True)
+            decision = decide(spec, observed, body.get("spec") or {})
+        if children is None:
+            self.live_passes += 1
+        else:
+            self.cached_passes += 1
         self.member_metrics.poke(observed.pods, observed.now)
         warnings, scraped = self.member_metrics.warnings(observed)
 
         executor = ClusterExecutor(self.kube, self.etcd_clients, body, self.post_event, self.operator_namespace)
-        decision = decide(spec, observed, body.get("spec") or {})
         acting_spec, health, action = decision.acting_spec, decision.health, decision.action
         if not spec.paused:
-            await executor.ensure_services(acting_spec, health)
+            # Applied when what they should be changed, and at every resync.
+            applied, self.services_applied = self.services_applied, None  # unknown until the apply completes
+            self.services_applied = await executor.ensure_services(acting_spec, health, applied=applied,
+                                                                   force=resync)
         if not isinstance(action, (a.Steady, a.Wait)):
             logger.info("%s/%s: %s (%s)", meta["namespace"], meta["name"], action.kind, action.reason)
         outcome = await executor.run(action, acting_spec, observed)
@@ -85,10 +145,16 @@ class ClusterReconciler:
         if any(previous.get(key) != value for key, value in status.items()):
             await self.kube.merge_patch(kube.ETCDCLUSTERS, meta["namespace"], meta["name"], {"status": status},
                                         subresource="status")
+        if isinstance(action, a.Steady) and not isinstance(last, a.Steady):
+            logger.info("%s/%s: steady; members polled every %gs, a child's change wakes the next pass at once",
+                        meta["namespace"], meta["name"], self.steady_poll)
+        self.last_action = action if outcome.done or isinstance(action, (a.Steady, a.Wait)) else None
+        if resync:
+            self._schedule_resync()
         if outcome.retry_after is not None:
             return outcome.retry_after  # a member addition in flight (cluster.pacing)
         if isinstance(action, a.Steady):
-            return WHEN_STEADY
+            return self.steady_poll
         if isinstance(action, a.Wait):
             return WHILE_WAITING
         return AFTER_STEP if outcome.done else NOT_YET

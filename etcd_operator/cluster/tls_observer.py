@@ -51,32 +51,59 @@ async def operator_credentials(kube_client: kube.KubeClient, body: Mapping[str, 
     return client_tls(meta["name"], meta["namespace"], data)
 
 
+class TLSSecrets:
+    """What a cluster's certificate Secrets hold, read live or reused from the last live read.
+    Renewals are planned days ahead, so a steady pass may reuse a read from the last resync;
+    a rotation in progress or requested is always read live."""
+
+    def __init__(self) -> None:
+        self._last: tuple[tuple, dict, Any, ClientTLS | None] | None = None  # (names, views, next CA, credentials)
+
+    async def observe(self, kube_client: kube.KubeClient, body: Mapping[str, Any],
+                      live: bool = True) -> tuple[TLSView, ClientTLS | None]:
+        meta, status = body["metadata"], body.get("status") or {}
+        cluster, namespace = meta["name"], meta["namespace"]
+        spec = ClusterSpec.from_dict(body.get("spec") or {})
+        transport = recorded_transport(body)
+        wanted = transport == HTTPS or (transport is None and spec.tls.enabled and not status.get("clusterID"))
+        if not wanted:
+            self._last = None
+            return TLSView(transport=transport), None
+        tls_status = status.get("tls") or {}
+        annotations = meta.get("annotations") or {}
+        rotation = Rotation.from_dict(tls_status.get("rotation"))
+        requested = {kind: annotations[key] for kind, key in ((ROTATE_LEAVES, naming.ANNOTATION_ROTATE_CERTIFICATES),
+                                                              (ROTATE_CA, naming.ANNOTATION_ROTATE_CA))
+                     if annotations.get(key)}
+        kinds = kinds_to_observe(spec)
+        names = (transport, tuple((k, secret_name(spec, cluster, k)) for k in kinds))
+        reuse = not live and rotation is None and not requested and self._last is not None and self._last[0] == names
+        if reuse:
+            _, views, next_ca, credentials = self._last
+        else:
+            views, next_ca, credentials = await self._read(kube_client, cluster, namespace, spec, kinds, transport)
+            self._last = (names, views, next_ca, credentials)
+        return TLSView(transport=transport, certs=dict(views), next_ca=next_ca, rotation=rotation,
+                       requested=requested, rotated=dict(tls_status.get("rotated") or {})), credentials
+
+    @staticmethod
+    async def _read(kube_client: kube.KubeClient, cluster: str, namespace: str, spec: ClusterSpec,
+                    kinds: tuple[CertKind, ...], transport: str | None):
+        secrets = await asyncio.gather(*(read_secret(kube_client, namespace, secret_name(spec, cluster, k))
+                                         for k in kinds))
+        views: dict[CertKind, CertView | None] = {}
+        for kind, data in zip(kinds, secrets):
+            views[kind] = None if data is None else await asyncio.to_thread(pki.describe, data)
+        by_kind = dict(zip(kinds, secrets))
+        credentials = client_tls(cluster, namespace, by_kind.get(CertKind.OPERATOR)) if transport == HTTPS else None
+        ca_data = by_kind.get(CertKind.CA)
+        next_ca = await asyncio.to_thread(pki.describe_next_ca, ca_data) if ca_data else None
+        return views, next_ca, credentials
+
+
 async def observe_tls(kube_client: kube.KubeClient, body: Mapping[str, Any]) -> tuple[TLSView, ClientTLS | None]:
-    meta, status = body["metadata"], body.get("status") or {}
-    cluster, namespace = meta["name"], meta["namespace"]
-    spec = ClusterSpec.from_dict(body.get("spec") or {})
-    transport = recorded_transport(body)
-    wanted = transport == HTTPS or (transport is None and spec.tls.enabled and not status.get("clusterID"))
-    if not wanted:
-        return TLSView(transport=transport), None
-    kinds = kinds_to_observe(spec)
-    secrets = await asyncio.gather(*(read_secret(kube_client, namespace, secret_name(spec, cluster, k))
-                                     for k in kinds))
-    views: dict[CertKind, CertView | None] = {}
-    for kind, data in zip(kinds, secrets):
-        views[kind] = None if data is None else await asyncio.to_thread(pki.describe, data)
-    by_kind = dict(zip(kinds, secrets))
-    credentials = client_tls(cluster, namespace, by_kind.get(CertKind.OPERATOR)) if transport == HTTPS else None
-    ca_data = by_kind.get(CertKind.CA)
-    next_ca = await asyncio.to_thread(pki.describe_next_ca, ca_data) if ca_data else None
-    tls_status = status.get("tls") or {}
-    annotations = meta.get("annotations") or {}
-    rotation = Rotation.from_dict(tls_status.get("rotation"))
-    requested = {kind: annotations[key] for kind, key in ((ROTATE_LEAVES, naming.ANNOTATION_ROTATE_CERTIFICATES),
-                                                          (ROTATE_CA, naming.ANNOTATION_ROTATE_CA))
-                 if annotations.get(key)}
-    return TLSView(transport=transport, certs=views, next_ca=next_ca, rotation=rotation, requested=requested,
-                   rotated=dict(tls_status.get("rotated") or {})), credentials
+    """One live read of a cluster's certificate Secrets."""
+    return await TLSSecrets().observe(kube_client, body, live=True)
 
 
 async def served_certificates(pods: Mapping[str, Any], credentials: ClientTLS | None,

@@ -23,9 +23,17 @@ ERROR_BACKOFF = 10.0
 async def run_cluster(body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.Memo,
                       logger: logging.Logger, **_) -> None:
     etcd_clients = EtcdClientPool()
-    reconciler = ClusterReconciler(memo.kube, etcd_clients, event_poster(body), memo.config.lease_namespace)
+    namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+    children = getattr(memo, "children", None)  # the operator's pod and PVC watches; None: list every pass
+    wake = children.wakeups.register(namespace, name) if children else None
+    reconciler = ClusterReconciler(memo.kube, etcd_clients, event_poster(body), memo.config.lease_namespace,
+                                   cached_children=children.children if children else None,
+                                   storage_classes=memo.storage_classes,
+                                   steady_poll=memo.config.steady_poll_seconds, resync=memo.config.resync_seconds)
     try:
         while not stopped:
+            if wake is not None:
+                wake.clear()  # a child that changes during this pass wakes the next one at once
             seen = snapshot(body)
             try:
                 delay = await reconciler.reconcile(seen)
@@ -35,8 +43,10 @@ async def run_cluster(body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.M
                 logger.exception("reconcile failed: %s", e)
                 metrics.reconcile_errors.labels(body["metadata"]["namespace"], body["metadata"]["name"]).inc()
                 delay = ERROR_BACKOFF
-            await sleep_unless_changed(stopped, body, delay, seen)
+            await sleep_unless_changed(stopped, body, delay, seen, wake if reconciler.wakeable else None)
     finally:
+        if wake is not None:
+            children.wakeups.forget(namespace, name, wake)
         await reconciler.close()
         await etcd_clients.close()
         metrics.forget_cluster(body["metadata"]["namespace"], body["metadata"]["name"])

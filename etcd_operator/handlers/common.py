@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import logging
+import time
 from typing import Any, Awaitable, Callable, Mapping
 
 import kopf
@@ -13,6 +15,7 @@ from etcd_operator.leadership import process_write_guard
 POLL = 0.5
 # A finished object is looked at again when it changes, or after this long.
 IDLE_UNTIL_CHANGED = 3600.0
+WAKE_COALESCE = 0.1  # after a wake-up, so that one pass sees a burst of watch events together
 
 
 def event_poster(body: kopf.Body):
@@ -29,15 +32,27 @@ def snapshot(body: kopf.Body) -> dict:
 
 
 async def sleep_unless_changed(stopped: kopf.DaemonStopped, body: kopf.Body, seconds: float,
-                               seen: Mapping[str, Any]) -> None:
+                               seen: Mapping[str, Any], wake: asyncio.Event | None = None) -> None:
     """Sleeps, but wakes at once when the spec or the annotations differ from `seen`, the
-    copy the last pass worked on (an edit made during that pass wakes it at once too)."""
+    copy the last pass worked on (an edit made during that pass wakes it at once too), or
+    when `wake` is set (a child of the object changed; the caller clears it as a pass starts)."""
     generation = seen.get("metadata", {}).get("generation")
     annotations = dict(seen.get("metadata", {}).get("annotations") or {})
-    waited = 0.0
-    while waited < seconds and not stopped:
-        await stopped.wait(min(POLL, seconds - waited))
-        waited += POLL
+    deadline = time.monotonic() + seconds
+    while not stopped:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        if wake is None:
+            await stopped.wait(min(POLL, left))
+        else:
+            try:
+                await asyncio.wait_for(wake.wait(), min(POLL, left))
+            except asyncio.TimeoutError:
+                pass
+            if wake.is_set():
+                await asyncio.sleep(WAKE_COALESCE)  # the events of one change come in a burst
+                return
         meta = body.get("metadata", {})
         if meta.get("generation") != generation or dict(meta.get("annotations") or {}) != annotations:
             return

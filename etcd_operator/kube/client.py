@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any
+from typing import Any, AsyncIterator
 
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio import config as k8s_config
@@ -15,6 +15,8 @@ from etcd_operator.leadership import WriteGuard, permit_write
 
 FIELD_MANAGER = "etcd-operator"
 REQUEST_TIMEOUT = 30
+WATCH_TIMEOUT = 300  # the server ends a watch after this long; it is resumed from its last version
+WATCH_READ_GRACE = 30  # seconds of silence past the server's own timeout before the stream counts as dead
 
 
 class Conflict(Exception):
@@ -118,6 +120,50 @@ class KubeClient:
         query = {"labelSelector": label_selector} if label_selector else {}
         result = await self._request("GET", resource.path(namespace), query=query)
         return (result or {}).get("items", [])
+
+    async def list_with_version(self, resource: Resource, namespace: str | None,
+                                label_selector: str = "") -> tuple[list[dict], str]:
+        """The items and the list's resourceVersion, where a watch picks up."""
+        query = {"labelSelector": label_selector} if label_selector else {}
+        result = await self._request("GET", resource.path(namespace), query=query) or {}
+        return result.get("items", []), (result.get("metadata") or {}).get("resourceVersion", "")
+
+    async def watch(self, resource: Resource, namespace: str | None, label_selector: str, resource_version: str,
+                    timeout_seconds: int = WATCH_TIMEOUT) -> AsyncIterator[dict]:
+        """The watch events ({"type", "object"}) after `resource_version`, with bookmarks, until the
+        server ends the stream. An expired version (410 Gone) raises ApiError with status 410,
+        whether the server refuses the request or sends it as an ERROR event."""
+        query = {"watch": "true", "allowWatchBookmarks": "true", "resourceVersion": resource_version,
+                 "timeoutSeconds": str(timeout_seconds)}
+        if label_selector:
+            query["labelSelector"] = label_selector
+        try:
+            response = await self.api.call_api(
+                resource.path(namespace), "GET", query_params=list(query.items()),
+                header_params={"Accept": "application/json"}, auth_settings=["BearerToken"],
+                _preload_content=False, _request_timeout=(REQUEST_TIMEOUT, timeout_seconds + WATCH_READ_GRACE),
+            )
+        except ApiException as e:
+            _raise_for(e.status, e.body, e.reason)
+            raise ApiError(e.status, e.reason or "", "watch refused")
+        try:
+            if not 200 <= response.status <= 299:
+                _raise_for(response.status, await response.read(), response.reason)
+                raise ApiError(response.status, response.reason or "", "watch refused")
+            pending = b""  # one event per line; a line may be longer than any read buffer
+            async for chunk in response.content.iter_any():
+                *lines, pending = (pending + chunk).split(b"\n")
+                for line in lines:
+                    if not line.strip():
+                        continue
+                    event = json.loads(line)
+                    if event.get("type") == "ERROR":
+                        status = event.get("object") or {}
+                        raise ApiError(int(status.get("code") or 500), status.get("reason", ""),
+                                       status.get("message", ""))
+                    yield event
+        finally:
+            response.close()
 
     async def create(self, resource: Resource, namespace: str | None, body: dict, dry_run: bool = False) -> dict:
         """Raises Conflict when the object already exists. `dry_run` only validates."""

@@ -59,10 +59,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 - apiGroups: [etcd.operator.dev]
   resources: [etcdclusters/finalizers, etcdrestores/finalizers]
   verbs: [update]  # owner references with blockOwnerDeletion
-# Member pods and their data (read by get and list; the operator watches no pods).
+# Member pods and their data (read by get and list; one operator-wide watch per kind).
 - apiGroups: [""]
   resources: [pods, persistentvolumeclaims]
-  verbs: [get, list, create, patch, delete]
+  verbs: [get, list, watch, create, patch, delete]
 # Services, PDB and NetworkPolicy are written by server-side apply (create when absent, patch).
 - apiGroups: [""]
   resources: [services]
