@@ -35,6 +35,7 @@ from localkube import layout as localkube_layout
 from tests.support.clusters import PLAINTEXT, is_healthy
 from tests.support.kubectl import kubectl, kubectl_json
 from tests.support.operator_process import OperatorProcess
+from tests.support.processes import stop_gracefully
 
 OFFICIAL_TAG = "v0.2.0"
 OFFICIAL_REPOSITORY = "https://github.com/etcd-io/etcd-operator"
@@ -269,13 +270,7 @@ class Official(Side):
                 stdout=log, stderr=subprocess.STDOUT, env={**os.environ})
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_gracefully(self.process, 10)
 
     def pid(self) -> int:
         if self.process.poll() is not None:

@@ -22,6 +22,7 @@ from etcd_operator.etcd.client import EtcdMemberClient
 from tests.support import monitoring
 from tests.support.clusters import apply_cluster, condition, events, get_cluster, member_pods, wait_healthy
 from tests.support.etcd_process import free_port
+from tests.support.processes import stop_gracefully
 from tests.support.kubectl import kubectl
 from tests.support.operator_process import OperatorProcess
 from tests.support.waiting import wait_for
@@ -122,12 +123,7 @@ class Prometheus:
                 and a["labels"].get("namespace") == ns and a["state"] == "firing"]
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(20)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        stop_gracefully(self.process, 20)
         self.log.close()
 
 

@@ -10,6 +10,8 @@ import subprocess
 import time
 import urllib.request
 
+from tests.support.processes import stop_gracefully
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -70,10 +72,4 @@ class EtcdProcess:
         raise TimeoutError(f"etcd {self.name} not healthy after {timeout}s")
 
     def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_gracefully(self.process, 10)

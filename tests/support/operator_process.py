@@ -14,6 +14,7 @@ import urllib.request
 
 from localkube.layout import Layout
 from tests.support.etcd_process import free_port
+from tests.support.processes import stop_gracefully
 
 
 class OperatorProcess:
@@ -82,12 +83,7 @@ class OperatorProcess:
     def stop(self) -> None:
         if self.process and self.process.poll() is None:
             self.process.send_signal(signal.SIGCONT)  # a frozen process would not see SIGTERM
-            self.process.terminate()
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+            stop_gracefully(self.process, 30)
 
     def log_text(self) -> str:
         return pathlib.Path(self.log_path).read_text(errors="replace")
