@@ -1,4 +1,5 @@
-"""Runs every benchmark and prints one table. `python -m bench [cluster|backup|restore|verification|memory]`."""
+"""Runs every benchmark and prints one table. `python -m bench [cluster|backup|restore|verification|memory]`.
+`python -m bench scale` (many small clusters, about 20 minutes) runs only when named: bench/scale.py."""
 
 from __future__ import annotations
 
@@ -9,6 +10,13 @@ from bench import scenarios
 
 def main(argv: list[str]) -> int:
     wanted = set(argv[1:]) or {"cluster", "backup", "restore", "verification", "memory"}
+    if "scale" in wanted:
+        from bench import scale
+
+        scale.run()
+        wanted.discard("scale")
+        if not wanted:
+            return 0
     with scenarios.Bench() as bench:
         if "cluster" in wanted:
             bench.cluster_timings()
