@@ -166,7 +166,8 @@ class AuditLog:
         with open(self.path, "rb") as f:
             f.seek(since)
             data = f.read()
-        return [json.loads(line) for line in data.split(b"\n") if line.strip().endswith(b"}")]
+        complete = data[:data.rfind(b"\n") + 1]  # a line still being written waits for the next read
+        return [json.loads(line) for line in complete.splitlines() if line.strip()]
 
 
 # --- the benchmark ---------------------------------------------------------------------
