@@ -94,6 +94,20 @@ def test_audit_time_keeps_microseconds():
     assert scale.audit_time("2026-11-21T21:00:00.250000Z") - T0 == pytest.approx(0.25)
 
 
+def test_requests_of_the_operators_user_under_another_agent_are_named():
+    def by(user: str, agent: str, at: float = 1) -> dict:
+        return {**event(at, "list", agent=agent), "user": {"username": user}}
+    events = [
+        by("admin", "etcd-operator/0.1.0"),
+        by("admin", "kopf/1.45.2"),
+        by("admin", "kubectl/v1.35.4"),  # the bench itself
+        by("admin", "OpenAPI-Generator/36.1.0/python"),  # a client without the operator's agent
+        by("admin", "OpenAPI-Generator/36.1.0/python", at=-5),  # outside the window
+        by("node-agent", "Python/3.11 aiohttp/3.14.5"),  # another user
+    ]
+    assert scale.unattributed_agents(events, T0, T0 + 60) == {"OpenAPI-Generator/36.1.0/python": 1}
+
+
 # --- the reaction time ---
 
 def test_reaction_runs_from_the_deletion_to_the_operators_create():
