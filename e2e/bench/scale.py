@@ -31,7 +31,8 @@ BATCH = 10
 PROJECT_TO = (100, 1000)
 # The operator's own client (etcd_operator/kube/client.py USER_AGENT) and kopf's.
 OPERATOR_AGENTS = ("etcd-operator/", "kopf/")
-WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
+# The bench's own clients on the same Kubernetes user: kubectl, and localkube's readiness probe.
+BENCH_AGENTS = ("kubectl/", "Python-urllib/")
 TARGET_REQUESTS_PER_CLUSTER_MINUTE = 1.0
 TARGET_RSS_MIB_AT_100 = 150.0
 # "Unchanged" reaction time, for a noisy shared machine: within 1 s or 25 % of N = 1's.
@@ -75,6 +76,16 @@ def is_operator(event: dict, agents: tuple[str, ...] = OPERATOR_AGENTS) -> bool:
     return event.get("userAgent", "").startswith(agents)
 
 
+def stands_for_request(event: dict) -> bool:
+    """The one event of each request: a watch's ResponseStarted (it completes much later),
+    any other request's ResponseComplete."""
+    return event.get("stage") == ("ResponseStarted" if event.get("verb") == "watch" else "ResponseComplete")
+
+
+def in_window(event: dict, start: float, end: float) -> bool:
+    return start <= audit_time(event["requestReceivedTimestamp"]) < end
+
+
 @dataclasses.dataclass(frozen=True)
 class RequestCount:
     requests: int  # completed non-watch requests
@@ -87,17 +98,13 @@ class RequestCount:
 
 def count_requests(events: Iterable[dict], start: float, end: float,
                    agents: tuple[str, ...] = OPERATOR_AGENTS) -> RequestCount:
-    """Requests by `agents` received in [start, end). A non-watch request is counted at its
-    ResponseComplete event, a watch at its ResponseStarted (a watch completes much later)."""
+    """Requests by `agents` received in [start, end), watches apart."""
     requests = watches = 0
     by_kind: collections.Counter[str] = collections.Counter()
     for event in events:
-        if not is_operator(event, agents) or not start <= audit_time(event["requestReceivedTimestamp"]) < end:
+        if not (is_operator(event, agents) and stands_for_request(event) and in_window(event, start, end)):
             continue
-        watch = event.get("verb") == "watch"
-        if event.get("stage") != ("ResponseStarted" if watch else "ResponseComplete"):
-            continue
-        if watch:
+        if event.get("verb") == "watch":
             watches += 1
         else:
             requests += 1
@@ -111,16 +118,16 @@ def count_requests(events: Iterable[dict], start: float, end: float,
 
 def unattributed_agents(events: Iterable[dict], start: float, end: float,
                         agents: tuple[str, ...] = OPERATOR_AGENTS,
-                        bench_agents: tuple[str, ...] = ("kubectl/",)) -> dict[str, int]:
+                        bench_agents: tuple[str, ...] = BENCH_AGENTS) -> dict[str, int]:
     """Requests in the window by the operator's Kubernetes user under some other agent (the
     bench's kubectl excepted): a client the agent selection would miss, e.g. a new one that
-    does not go through KubeClient.from_environment."""
-    events = [e for e in events if start <= audit_time(e["requestReceivedTimestamp"]) < end
-              and e.get("stage") == ("ResponseStarted" if e.get("verb") == "watch" else "ResponseComplete")]
+    does not go through KubeClient.from_environment. The bench's own agents are left out."""
+    events = [e for e in events if stands_for_request(e) and in_window(e, start, end)]
     users = {(e.get("user") or {}).get("username") for e in events if is_operator(e, agents)}
+    known = agents + bench_agents
     found: collections.Counter[str] = collections.Counter(
         e.get("userAgent", "") for e in events
-        if (e.get("user") or {}).get("username") in users and not e.get("userAgent", "").startswith(agents + bench_agents))
+        if (e.get("user") or {}).get("username") in users and not e.get("userAgent", "").startswith(known))
     return dict(found)
 
 
@@ -197,7 +204,6 @@ class Sample:
     scrapes: float
     cpu_seconds: float
     rss_mib: float
-    reaction: Reaction | None = None
 
     def per_minute(self, value: float) -> float:
         return value * 60 / self.seconds
@@ -387,11 +393,12 @@ class ScaleBench:
         projected = all(api.at(n) / n <= TARGET_REQUESTS_PER_CLUSTER_MINUTE for n in PROJECT_TO)
         print(f"    <= {TARGET_REQUESTS_PER_CLUSTER_MINUTE:g} API request per cluster per minute (watches excluded): "
               f"{verdict(measured and projected)} (measured "
-              + ", ".join(f"{s.api.per_minute(s.seconds)[0] / s.clusters:.2f} at N={s.clusters}" for s in self.samples)
+              + ", ".join(f"{s.api.per_minute(s.seconds)[0] / s.clusters:.2f} at N={s.clusters}"
+                          for s in self.samples)
               + "; projected " + ", ".join(f"{api.at(n) / n:.2f} at N={n}" for n in PROJECT_TO) + ")")
         rss = lines["RSS MiB"].at(100)
-        print(f"    RSS <= {TARGET_RSS_MIB_AT_100:.0f} MiB projected for 100 clusters: {verdict(rss <= TARGET_RSS_MIB_AT_100)}"
-              f" ({rss:.0f} MiB)")
+        print(f"    RSS <= {TARGET_RSS_MIB_AT_100:.0f} MiB projected for 100 clusters: "
+              f"{verdict(rss <= TARGET_RSS_MIB_AT_100)} ({rss:.0f} MiB)")
         if len(self.reactions) >= 2:
             (few, first), (many, last) = sorted(self.reactions.items())[0], sorted(self.reactions.items())[-1]
             small, large = (statistics.median(r.seconds for r in rs) for rs in (first, last))
