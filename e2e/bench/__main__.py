@@ -1,5 +1,5 @@
 """Runs every benchmark and prints one table. `python -m bench [cluster|backup|restore|verification|memory]`.
-`python -m bench scale` (many small clusters, about 20 minutes) runs only when named: bench/scale.py."""
+`python -m bench scale` (many small clusters, about 15 minutes) runs only when named: bench/scale.py."""
 
 from __future__ import annotations
 
