@@ -3,8 +3,9 @@ storage's own worker threads; the event loop never waits on the network here, an
 busy upload cannot starve the threads others need.
 
 boto3 and botocore are imported by the first S3Storage (or the first error to classify),
-not with this module: they cost about 24 MiB of resident memory, which an operator that
-never backs up or restores should not carry (README, "The scale benchmark")."""
+not with this module: about 8 MiB of resident memory on top of the operator's other
+imports, which an operator that never backs up or restores should not carry (README, "The
+scale benchmark")."""
 
 from __future__ import annotations
 
