@@ -1,4 +1,5 @@
-"""Runs every benchmark and prints one table. `python -m bench [cluster|backup|restore|verification|memory|race]`."""
+"""Runs every benchmark and prints one table. `python -m bench [cluster|backup|restore|verification|memory|race]`.
+`python -m bench scale` (many small clusters, about 15 minutes) runs only when named: bench/scale.py."""
 
 from __future__ import annotations
 
@@ -9,6 +10,13 @@ from bench import race, scenarios
 
 def main(argv: list[str]) -> int:
     wanted = set(argv[1:]) or {"cluster", "backup", "restore", "verification", "memory", "race"}
+    if "scale" in wanted:
+        from bench import scale
+
+        scale.run()
+        wanted.discard("scale")
+        if not wanted:
+            return 0
     with scenarios.Bench() as bench:
         if "cluster" in wanted:
             bench.cluster_timings()

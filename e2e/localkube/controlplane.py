@@ -24,6 +24,18 @@ SERVICE_CIDR = "10.0.0.0/24"
 S3_BUCKET = "etcd-backups"
 S3_REGION = "us-east-1"
 READY_TIMEOUT = 120.0
+# Opt-in: LOCALKUBE_AUDIT=1 starts kube-apiserver with a Metadata-level audit log (who,
+# verb, resource, user agent, timestamps per request), for the scale benchmark. Off by
+# default, so tests pay nothing; a running kube-apiserver without it is restarted by `up`.
+AUDIT_ENV = "LOCALKUBE_AUDIT"
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    # One event per request (ResponseComplete); watches also log ResponseStarted when opened.
+    "omitStages": ["RequestReceived"],
+    "rules": [{"level": "Metadata"}],
+}
+AUDIT_LOG_MAX_MIB = 2048  # rotation would lose events under a reader: keep it far away
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,6 +45,8 @@ class Component:
     argv: Callable[[Layout], list[str]]
     ready: Callable[[Layout], bool]
     env: Callable[[Layout], dict[str, str]] = lambda layout: {}
+    # True when a running process must be restarted to get the argv now wanted.
+    outdated: Callable[[Layout, int], bool] = lambda layout, pid: False
 
 
 # --- readiness probes -----------------------------------------------------------------
@@ -67,6 +81,42 @@ def apiserver_ready(layout: Layout) -> bool:
     if not (layout.pki_dir / "admin.crt").exists():
         return False
     return _http_ok(f"{apiserver_url(layout)}/readyz", admin_ssl_context(layout), b"ok")
+
+
+def audit_wanted() -> bool:
+    return os.environ.get(AUDIT_ENV, "").lower() in ("1", "true", "yes")
+
+
+def audit_log_path(layout: Layout) -> pathlib.Path:
+    return layout.logs_dir / "kube-apiserver-audit.log"
+
+
+def _audit_policy_path(layout: Layout) -> pathlib.Path:
+    return layout.state_dir / "audit-policy.json"
+
+
+def _audit_args(layout: Layout) -> list[str]:
+    if not audit_wanted():
+        return []
+    _audit_policy_path(layout).write_text(json.dumps(AUDIT_POLICY, indent=2))
+    return [
+        f"--audit-policy-file={_audit_policy_path(layout)}",
+        f"--audit-log-path={audit_log_path(layout)}",
+        "--audit-log-format=json",
+        f"--audit-log-maxsize={AUDIT_LOG_MAX_MIB}",
+        "--audit-log-maxbackup=1",
+    ]
+
+
+def _lacks_wanted_audit(layout: Layout, pid: int) -> bool:
+    """A running kube-apiserver started without the audit log that is now wanted."""
+    if not audit_wanted():
+        return False
+    try:
+        argv = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return f"--audit-log-path={audit_log_path(layout)}".encode() not in argv
 
 
 def s3_endpoint(layout: Layout) -> str:
@@ -200,6 +250,7 @@ def _apiserver_argv(layout: Layout) -> list[str]:
         "--endpoint-reconciler-type=none",
         "--profiling=false",
         "--v=1",
+        *_audit_args(layout),
     ]
 
 
@@ -280,6 +331,7 @@ def components() -> list[Component]:
             lambda l: {"https": l.ports.apiserver},
             _apiserver_argv,
             apiserver_ready,
+            outdated=_lacks_wanted_audit,
         ),
         Component(
             "kube-controller-manager",
@@ -342,6 +394,9 @@ def up(layout: Layout, only: set[str] | None = None) -> None:
         if only is not None and component.name not in only:
             continue
         pid = processes.running(layout.run_dir, component.name)
+        if pid and component.outdated(layout, pid):
+            processes.stop(layout.run_dir, component.name)
+            pid = None
         if pid and component.ready(layout):
             continue
         if pid:

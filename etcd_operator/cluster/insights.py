@@ -14,7 +14,7 @@ import time
 from typing import Awaitable, Callable, Mapping
 
 from etcd_operator.cluster import anomalies, naming
-from etcd_operator.cluster.member_metrics import MetricsSample, parse
+from etcd_operator.cluster.member_metrics import MetricsSample, parse, sharing_unchanged
 from etcd_operator.cluster.observed import Observed, PodView
 from etcd_operator.etcd.scrape import ScrapeError, read_metrics
 
@@ -22,7 +22,7 @@ logger = logging.getLogger(__name__)
 
 SCRAPE_EVERY = float(os.environ.get("MEMBER_METRICS_INTERVAL_SECONDS", "30"))
 SCRAPE_TIMEOUT = 3.0
-KEEP = 64  # samples per member; the detection window decides which ones count
+KEEP = 64  # samples per member at most; those older than the detection window are dropped
 
 Fetch = Callable[[str, float], Awaitable[str]]
 
@@ -69,7 +69,11 @@ class MemberMetricsWatcher:
             except ValueError as e:
                 logger.warning("metrics of %s unreadable: %s", name, e)
                 continue
-            self.histories.setdefault(name, collections.deque(maxlen=KEEP)).append(sample)
+            history = self.histories.setdefault(name, collections.deque(maxlen=KEEP))
+            history.append(sharing_unchanged(history[-1] if history else None, sample))
+            # Detection compares samples within the window only; older ones never count again.
+            while at - history[0].at > self.thresholds.window:
+                history.popleft()
 
     def warnings(self, observed: Observed) -> tuple[dict[str, tuple[anomalies.MemberWarning, ...]], bool]:
         """Warnings per member, and whether any member has a sample in the window."""

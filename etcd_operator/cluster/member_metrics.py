@@ -18,7 +18,7 @@ QUOTA = "etcd_server_quota_backend_bytes"
 Buckets = tuple[tuple[float, float], ...]  # (upper bound `le`, cumulative count), ascending
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class MetricsSample:
     """One scrape of one member, taken at `at` (Unix seconds)."""
 
@@ -51,6 +51,24 @@ def parse(text: str, at: float) -> MetricsSample:
         db_size=scalars.get(DB_SIZE, 0.0),
         quota=scalars.get(QUOTA, 0.0),
     )
+
+
+def _shared_buckets(previous: Buckets, new: Buckets) -> Buckets:
+    if new == previous:
+        return previous
+    if len(new) != len(previous):
+        return new
+    return tuple(old if old == pair else pair for old, pair in zip(previous, new))
+
+
+def sharing_unchanged(previous: MetricsSample | None, sample: MetricsSample) -> MetricsSample:
+    """`sample`, equal in value, whose buckets reuse `previous`'s objects where they did not
+    change. A quiet member's histograms stay the same from scrape to scrape; a history of
+    them then costs one set of buckets, not one per scrape (about 4 KiB each)."""
+    if previous is None:
+        return sample
+    return dataclasses.replace(sample, wal_fsync=_shared_buckets(previous.wal_fsync, sample.wal_fsync),
+                               backend_commit=_shared_buckets(previous.backend_commit, sample.backend_commit))
 
 
 def counter_increase(old: float, new: float) -> float:

@@ -4,6 +4,7 @@ transport (auth, TLS, kubeconfig and in-cluster config)."""
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
 import json
 from typing import Any, AsyncIterator
 
@@ -14,6 +15,16 @@ from kubernetes_asyncio.client.rest import ApiException
 from etcd_operator.leadership import WriteGuard, permit_write
 
 FIELD_MANAGER = "etcd-operator"
+
+
+def _user_agent() -> str:
+    try:
+        return f"etcd-operator/{importlib.metadata.version('etcd-operator')}"
+    except importlib.metadata.PackageNotFoundError:
+        return "etcd-operator/unknown"
+
+
+USER_AGENT = _user_agent()
 REQUEST_TIMEOUT = 30
 WATCH_TIMEOUT = 300  # the server ends a watch after this long; it is resumed from its last version
 WATCH_READ_GRACE = 30  # seconds of silence past the server's own timeout before the stream counts as dead
@@ -81,12 +92,16 @@ class KubeClient:
 
     @classmethod
     async def from_environment(cls, guard: WriteGuard | None = None) -> "KubeClient":
+        """In-cluster config, else the kubeconfig. Requests carry USER_AGENT, so the API
+        server's audit log can tell the operator's own requests (kopf's say "kopf/...")."""
         configuration = k8s.Configuration()
         try:
             k8s_config.load_incluster_config(client_configuration=configuration)
         except k8s_config.ConfigException:
             await k8s_config.load_kube_config(client_configuration=configuration)
-        return cls(k8s.ApiClient(configuration), guard)
+        api = k8s.ApiClient(configuration)
+        api.user_agent = USER_AGENT
+        return cls(api, guard)
 
     async def close(self) -> None:
         await self.api.close()

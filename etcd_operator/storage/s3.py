@@ -1,6 +1,11 @@
 """S3 access for backups and restores. boto3 is synchronous, so every call runs in this
 storage's own worker threads; the event loop never waits on the network here, and one
-busy upload cannot starve the threads others need."""
+busy upload cannot starve the threads others need.
+
+boto3 and botocore are imported by the first S3Storage (or the first error to classify),
+not with this module: about 8 MiB of resident memory on top of the operator's other
+imports, which an operator that never backs up or restores should not carry (README, "The
+scale benchmark")."""
 
 from __future__ import annotations
 
@@ -9,15 +14,13 @@ import concurrent.futures
 import dataclasses
 import functools
 import tempfile
-from typing import Any
-
 import threading
-
-import boto3
-from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
+from typing import TYPE_CHECKING, Any
 
 from etcd_operator.leadership import permit_write
+
+if TYPE_CHECKING:
+    import boto3
 
 PERMANENT_CODES = frozenset({
     "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "NoSuchBucket", "InvalidBucketName",
@@ -47,6 +50,8 @@ class StorageError(Exception):
 def classify(error: Exception) -> StorageError:
     if isinstance(error, StorageError):
         return error
+    from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
+
     if isinstance(error, ClientError):
         code = error.response.get("Error", {}).get("Code", "")
         status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
@@ -112,6 +117,8 @@ def _shared_session() -> boto3.session.Session:
     client. Call with _SESSION_LOCK held: sessions are not thread-safe."""
     global _SHARED_SESSION
     if _SHARED_SESSION is None:
+        import boto3.session
+
         _SHARED_SESSION = boto3.session.Session()
     return _SHARED_SESSION
 
@@ -132,6 +139,8 @@ class S3Storage:
             self._ca_file.write(location.ca_bundle)
             self._ca_file.flush()
             verify = self._ca_file.name
+        from botocore.config import Config
+
         config = Config(
             # Over https, bodies carry a CRC32 the store verifies instead of a SigV4 payload
             # hash: the same transit check for a fraction of the CPU (see README). Over http

@@ -19,8 +19,11 @@ from tests.support.processes import stop_gracefully
 
 class OperatorProcess:
     def __init__(self, substrate: Layout, namespace: str, kubeconfig: pathlib.Path | None = None,
-                 identity: str | None = None, env: dict[str, str] | None = None):
+                 identity: str | None = None, env: dict[str, str] | None = None, python: str | None = None):
         self.substrate = substrate
+        # Another interpreter (e.g. a production install's) runs isolated (-I): its own
+        # installed package, not this checkout's through PYTHONPATH or the working directory.
+        self.command = [python, "-I", "-m", "etcd_operator"] if python else [sys.executable, "-m", "etcd_operator"]
         self.namespace = namespace
         self.kubeconfig = kubeconfig or substrate.kubeconfig
         self.identity = identity  # POD_NAME of this replica
@@ -44,7 +47,7 @@ class OperatorProcess:
         log = open(self.log_path, "ab")
         log.write(f"\n===== operator start (faults={faults!r}) =====\n".encode())
         log.flush()
-        self.process = subprocess.Popen([sys.executable, "-m", "etcd_operator"], env=env,
+        self.process = subprocess.Popen(self.command, env=env,
                                         stdout=log, stderr=subprocess.STDOUT)
         log.close()
         self._wait_live()

@@ -4,14 +4,16 @@ lifecycle of the operator's series (metrics.forget_*), table-driven, no substrat
 from __future__ import annotations
 
 import asyncio
+import collections
 import pathlib
+import time
 
 import pytest
 
 from etcd_operator import metrics
 from etcd_operator.cluster import anomalies as an
 from etcd_operator.cluster.insights import MemberMetricsWatcher
-from etcd_operator.cluster.member_metrics import MetricsSample, bucket_increase, parse, quantile
+from etcd_operator.cluster.member_metrics import MetricsSample, bucket_increase, parse, quantile, sharing_unchanged
 from etcd_operator.cluster.observed import EtcdView, MemberStatus, Observed, PodView
 
 REAL_PAGE = (pathlib.Path(__file__).parent / "data" / "etcd-3.6-metrics.txt").read_text()
@@ -162,6 +164,35 @@ async def test_watcher_scrapes_in_the_background_and_forgets_gone_members():
     assert len(fetched) == 1
     watcher.poke({}, NOW + 100)
     assert watcher.histories == {}
+    await watcher.close()
+
+
+def test_a_sample_shares_the_unchanged_buckets_of_the_previous_one():
+    first = parse(REAL_PAGE, at=10.0)
+    same = parse(REAL_PAGE, at=40.0)
+    shared = sharing_unchanged(first, same)
+    assert shared == same and shared.wal_fsync is first.wal_fsync and shared.backend_commit is first.backend_commit
+    grown = MetricsSample(at=70.0, wal_fsync=first.wal_fsync[:-1] + ((float("inf"), 8.0),),
+                          backend_commit=first.backend_commit)
+    partly = sharing_unchanged(first, grown)
+    assert partly == grown
+    assert all(a is b for a, b in zip(partly.wal_fsync[:-1], first.wal_fsync[:-1]))
+    assert partly.wal_fsync[-1] == (float("inf"), 8.0)
+    assert sharing_unchanged(None, first) is first
+
+
+async def test_watcher_keeps_no_sample_older_than_the_detection_window():
+    async def fetch(url, timeout):
+        return REAL_PAGE
+
+    watcher = MemberMetricsWatcher(fetch, every=30.0, thresholds=an.Thresholds(window=900.0))
+    now = time.time()
+    old, recent = parse(REAL_PAGE, now - 1000), parse(REAL_PAGE, now - 500)
+    watcher.histories["etcd-0"] = collections.deque([old, recent], maxlen=64)
+    watcher.poke({"etcd-0": pod("etcd-0", 1)}, NOW)
+    await watcher._task
+    assert [s.at for s in watcher.histories["etcd-0"]][:1] == [recent.at]
+    assert len(watcher.histories["etcd-0"]) == 2
     await watcher.close()
 
 
