@@ -14,9 +14,9 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1
 COPY --from=build /wheels /wheels
-RUN pip install --no-compile /wheels/*.whl \
+# Bytecode is shipped: compiling every import at start (read-only root) costs ~26 MiB of RSS.
+RUN pip install /wheels/*.whl \
  && rm -rf /wheels /root/.cache \
- && find /usr/local/lib/python3.11 -name '__pycache__' -prune -exec rm -rf {} + \
  && groupadd --gid 65532 nonroot \
  && useradd --uid 65532 --gid 65532 --no-create-home --shell /usr/sbin/nologin nonroot
 USER 65532:65532

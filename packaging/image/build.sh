@@ -66,7 +66,10 @@ site="$work/rootfs/usr/local/lib/python3.11/dist-packages"  # on Debian's python
 { "$python" -m pip wheel --quiet --no-deps --wheel-dir "$work/wheel" "$root" &&
   "$python" -m pip install --quiet --no-compile --no-warn-script-location --target "$site" \
     --only-binary=:all: --python-version 3.11 --implementation cp "$work"/wheel/*.whl &&
-  rm -rf "$site/bin" && find "$site" -name '__pycache__' -prune -exec rm -rf {} +; } >>"$log" 2>&1 || fail
+  rm -rf "$site/bin" && find "$site" -name '__pycache__' -prune -exec rm -rf {} + &&
+  # Bytecode by the image's own interpreter: a process that compiles its imports at every
+  # start (the root filesystem is read-only) keeps about 26 MiB more resident.
+  chroot "$work/rootfs" python3 -m compileall -q -j 0 /usr/local/lib/python3.11/dist-packages; } >>"$log" 2>&1 || fail
 [[ "$(chroot "$work/rootfs" python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')" == 3.11 ]] || {
   echo " the Debian python3 is not 3.11" >&2; exit 1; }
 done_step
