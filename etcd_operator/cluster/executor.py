@@ -439,7 +439,8 @@ class ClusterExecutor:
             (kube.PDBS, self._owned(builders.disruption_budget(spec, self.cluster, self.namespace, voters))),
         ]
         settings = (self.body.get("spec") or {}).get("networkPolicy")
-        if network_policy.enabled(settings, spec.tls.enabled):
+        policy_on = network_policy.enabled(settings, spec.tls.enabled)
+        if policy_on:
             manifests.append((kube.NETWORK_POLICIES, self._owned(network_policy.network_policy(
                 self.cluster, self.namespace, settings, self.operator_namespace))))
         digest = hashlib.sha256(json.dumps([(r.plural, m) for r, m in manifests], sort_keys=True,
@@ -448,6 +449,6 @@ class ClusterExecutor:
             return digest
         for resource, manifest in manifests:
             await self.kube.apply(resource, self.namespace, manifest)
-        if manifests[-1][0] is not kube.NETWORK_POLICIES:
+        if not policy_on:
             await self.kube.delete(kube.NETWORK_POLICIES, self.namespace, network_policy.policy_name(self.cluster))
         return digest

@@ -132,9 +132,8 @@ class KubeClient:
         return await self._request("GET", resource.path(namespace, name))
 
     async def list(self, resource: Resource, namespace: str | None, label_selector: str = "") -> list[dict]:
-        query = {"labelSelector": label_selector} if label_selector else {}
-        result = await self._request("GET", resource.path(namespace), query=query)
-        return (result or {}).get("items", [])
+        items, _ = await self.list_with_version(resource, namespace, label_selector)
+        return items
 
     async def list_with_version(self, resource: Resource, namespace: str | None,
                                 label_selector: str = "") -> tuple[list[dict], str]:
