@@ -75,7 +75,12 @@ async def test_learner_add_promote_remove(first_member, binary_dir, tmp_path):
             assert [m.is_learner for m in promoted if m.id == learner.id] == [False]
 
             async with EtcdMemberClient(joiner.endpoint) as joined:
-                status = await joined.status()
+                # The joiner learns of its promotion when it applies that entry, a moment
+                # after the leader committed it.
+                async def joiner_status():
+                    status = await joined.status()
+                    return status if not status.is_learner else None
+                status = await wait_until(joiner_status)
                 assert not status.is_learner
                 assert await joined.get(b"/k") == b"before-join"
 
