@@ -1,10 +1,12 @@
-"""Background observers of a real etcd cluster for scenario tests: a writer that counts
-acknowledged writes, and a recorder of every membership configuration seen."""
+"""Observers of a real etcd cluster for scenario tests: a writer that counts acknowledged
+writes, a sampler of membership and health, and etcd's own record of every membership
+change, read from a member's log."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import threading
 import time
 from typing import Callable
@@ -146,10 +148,103 @@ class MembershipRecorder(_LoopThread):
         return distinct
 
 
-def single_step(before: frozenset[tuple[int, bool]], after: frozenset[tuple[int, bool]]) -> bool:
-    """One member added, removed or promoted; nothing more."""
-    ids_before = {i for i, _ in before}
-    ids_after = {i for i, _ in after}
-    if ids_before == ids_after:
-        return len(before ^ after) == 2  # one (id, learner) flipped
-    return len(ids_before ^ ids_after) == 1 and before & after == (before if len(before) < len(after) else after)
+Configuration = frozenset[tuple[int, bool]]  # (member id, is learner)
+
+# etcd's log lines for an applied membership change (membership/cluster.go, 3.5 and 3.6).
+_CHANGE_MESSAGES = {"added member": "added", "promote member": "promoted", "removed member": "removed"}
+_CHANGE_ID_FIELDS = {"added": "added-peer-id", "promoted": "promoted-member-id", "removed": "removed-remote-peer-id"}
+
+
+@dataclasses.dataclass(frozen=True)
+class MembershipChange:
+    kind: str  # "added", "promoted" or "removed"
+    member_id: int
+    learner: bool = False  # for "added": joined as a learner
+
+
+class MembershipLog:
+    """etcd's own record of membership: every change a member applied, in raft order, read
+    from its log. Unlike a sampler it cannot miss a configuration between two polls.
+
+    `mark()` notes where each member's log ends; `configurations()` replays what one member
+    applied since then onto the configuration at the mark. The witness is a member that was
+    in the cluster, on one process, from the mark to the end: its replay must reproduce the
+    live member list exactly."""
+
+    def __init__(self, namespace: str, pods: list[str], read_log: Callable[[str, str, str], str]):
+        self.namespace = namespace
+        self.pods = list(pods)
+        self._read_log = read_log
+        self._offsets: dict[str, int] = {}
+
+    def mark(self) -> "MembershipLog":
+        self._offsets = {pod: len(self._read_log(self.namespace, pod, "etcd")) for pod in self.pods}
+        return self
+
+    def changes(self, pod: str) -> list[MembershipChange]:
+        """The changes `pod`'s etcd applied since the mark; a restart in between is refused,
+        since a restarted member may log its replayed changes again."""
+        text = self._read_log(self.namespace, pod, "etcd")[self._offsets[pod]:]
+        changes, local_ids = [], set()
+        for line in text.splitlines():
+            if not line.startswith("{"):
+                continue
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if entry.get("local-member-id"):
+                local_ids.add(entry["local-member-id"])
+            kind = _CHANGE_MESSAGES.get(entry.get("msg"))
+            if kind is None:
+                continue
+            changes.append(MembershipChange(kind, int(entry[_CHANGE_ID_FIELDS[kind]], 16),
+                                            bool(entry.get("added-peer-is-learner"))))
+        if len(local_ids) > 1:
+            raise ValueError(f"{pod} ran as more than one member since the mark: {sorted(local_ids)}")
+        return changes
+
+    def configurations(self, start: Configuration, final: Configuration) -> list[Configuration]:
+        """Every configuration from `start` (the membership at the mark) to `final` (the live
+        membership now), as the first witness whose replay ends exactly at `final` applied them."""
+        refused = {}
+        for pod in self.pods:
+            try:
+                replayed = replay(start, self.changes(pod))
+            except ValueError as e:
+                refused[pod] = str(e)
+                continue
+            if replayed[-1] == final:
+                return replayed
+            refused[pod] = f"its record ends at {sorted(replayed[-1])}"
+        raise AssertionError(f"no member recorded every change from {sorted(start)} to {sorted(final)}: {refused}")
+
+
+def replay(start: Configuration, changes: list[MembershipChange]) -> list[Configuration]:
+    """The configurations `changes` lead through from `start`; a change that does not fit
+    the configuration before it (adding a member twice, promoting a voter) is refused."""
+    members = dict(start)
+    configurations = [frozenset(members.items())]
+    for change in changes:
+        present = change.member_id in members
+        if change.kind == "added" and not present:
+            members[change.member_id] = change.learner
+        elif change.kind == "promoted" and members.get(change.member_id):
+            members[change.member_id] = False
+        elif change.kind == "removed" and present:
+            del members[change.member_id]
+        else:
+            raise ValueError(f"{change} does not fit {sorted(members.items())}")
+        configurations.append(frozenset(members.items()))
+    return configurations
+
+
+def voter_counts(configurations: list[Configuration]) -> list[int]:
+    """The number of voters through `configurations`, repeats collapsed: [3, 4, 5] for two
+    members added and promoted one after the other."""
+    counts: list[int] = []
+    for configuration in configurations:
+        voters = sum(1 for _, learner in configuration if not learner)
+        if not counts or counts[-1] != voters:
+            counts.append(voters)
+    return counts
