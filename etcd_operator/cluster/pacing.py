@@ -1,9 +1,10 @@
-"""How soon the next pass looks again while a member is being added. Pure.
+"""How soon the next pass looks again while a member is being added or removed. Pure.
 
 Passes are otherwise paced by the reconciler's defaults (about a second after a step, a
 few seconds while waiting). Adding a member is a chain of steps, each of which waits on
 something short: a pod starting, a learner catching up, etcd's reconfiguration guard.
-Here the next pass comes sooner. Nothing here decides or allows a step: a pass only
+Removing one is a chain too: the member, then its pod, then its PVC. Here the next pass
+comes sooner. Nothing here decides or allows a step: a pass only
 observes again and plans as always, and etcd's own guards still refuse a step that is
 not safe yet (a refusal is "not yet", never an error)."""
 
@@ -14,7 +15,8 @@ from etcd_operator.cluster import actions as a
 # The pod of a first member or a learner was created: it serves within about a second.
 POD_STARTING = 0.3
 # A bookkeeping step of a member addition (the transport record, a joined pod's
-# annotations) or a promotion: the next step of the chain can follow at once.
+# annotations), a promotion, or a step of a removal: the next step of the chain can follow
+# at once.
 CHAIN_STEP = 0.2
 # A new learner is catching up.
 LEARNER_CATCHING_UP = 0.3
@@ -31,6 +33,9 @@ _AFTER_DONE: dict[type[a.Action], float] = {
     a.AddLearner: POD_STARTING,
     a.SettleMemberPod: CHAIN_STEP,
     a.PromoteLearner: CHAIN_STEP,
+    a.RemoveMember: CHAIN_STEP,
+    a.DeleteMemberPod: CHAIN_STEP,
+    a.DeleteMemberPVC: CHAIN_STEP,
 }
 
 # A refused promotion keeps the default: a learner that answers but does not catch up

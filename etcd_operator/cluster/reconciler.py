@@ -152,7 +152,7 @@ class ClusterReconciler:
         if resync:
             self._schedule_resync()
         if outcome.retry_after is not None:
-            return outcome.retry_after  # a member addition in flight (cluster.pacing)
+            return outcome.retry_after  # a member being added or removed (cluster.pacing)
         if isinstance(action, a.Steady):
             return self.steady_poll
         if isinstance(action, a.Wait):
