@@ -24,7 +24,7 @@ from typing import Any, Mapping
 from etcd_operator import conditions as c
 from etcd_operator.cluster import actions as a
 from etcd_operator.cluster import builders
-from etcd_operator.cluster.health import Health, HealthState, member_name, pod_broken
+from etcd_operator.cluster.health import Health, HealthState, member_name, pod_broken, pod_serving
 from etcd_operator.cluster.observed import Observed, PodView, RollRecord
 from etcd_operator.cluster.spec import ClusterSpec
 
@@ -116,15 +116,19 @@ def roll_gate(observed: Observed, health: Health, desired_hash: str) -> a.Wait |
 def rollback_step(observed: Observed, health: Health, desired_hash: str) -> a.RollMember | None:
     """After a failed roll, a member still on the failed pod spec that does not serve is
     restarted with the spec acted on now (the last good one) on its PVC. A broken pod is
-    handled the same way by the planner's outdated-broken rule."""
+    handled the same way by the planner's outdated-broken rule. "Does not serve" needs
+    evidence: a member the operator cannot reach whose pod is ready may be serving, even
+    leading, so it is left to the ordinary, gated roll."""
     failed = observed.rollout.failed_hash
     if not failed or failed == desired_hash:
         return None
     ids = {member_name(observed, m): m for m in health.members}
     for pod in sorted(observed.pods.values(), key=lambda p: p.name):
         member = ids.get(pod.name)
-        if pod.deleting or pod.spec_hash != failed or (member is not None and health.is_healthy(member)):
-            continue  # a serving member follows the spec through the ordinary, gated roll
+        if pod.deleting or pod.spec_hash != failed:
+            continue
+        if (member is not None and health.is_healthy(member)) or pod_serving(pod):
+            continue  # serving, or maybe serving out of the operator's sight: the ordinary, gated roll
         return a.RollMember(f"rolling {pod.name} back to the last good pod spec on its data: "
                             f"{observed.rollout.failed_reason}", pod.name)
     return None

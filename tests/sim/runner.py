@@ -9,7 +9,7 @@ import dataclasses
 import random
 
 from etcd_operator.cluster import actions as a
-from etcd_operator.cluster import builders, naming
+from etcd_operator.cluster import builders, naming, pacing
 from etcd_operator.cluster.decision import decide
 from etcd_operator.cluster.observed import Member
 from etcd_operator.cluster.observed import RollRecord
@@ -29,9 +29,8 @@ WAITING_PASSES = 12  # passes spent waiting by design (QuorumLost, no approval) 
 FAMILIES = ("main", "stale_replica")
 FOCUS = "focus:"
 
-# Seconds until the next pass, as the reconciler requeues (cluster/reconciler.py). The
-# shorter passes of cluster/pacing.py while a member is added are not modelled: the
-# schedules' pass budgets (SETTLE_STEPS) assume this cadence.
+# Seconds until the next pass, as the reconciler requeues (cluster/reconciler.py), and
+# sooner while a member is added or removed (cluster/pacing.py).
 AFTER_STEP, NOT_YET, WHILE_WAITING, WHEN_STEADY = 1.0, 1.0, 3.0, 15.0
 
 FAULT_WEIGHTS = {
@@ -373,6 +372,9 @@ class Sim:
             self.stats["operator_killed"] += 1
             self.operator.quorum_loss_seen_since = None  # a new process remembers nothing
         action = decision.action
+        paced = pacing.next_pass(action, outcome.done)
+        if paced is not None:
+            return paced
         if isinstance(action, a.Steady):
             return WHEN_STEADY
         if isinstance(action, a.Wait):

@@ -58,6 +58,18 @@ def test_a_failed_roll_rolls_the_member_back_on_its_data_never_replaces_it():
     assert cond.status is True and cond.reason == "RolledBack"
 
 
+def test_a_rolled_back_roll_leaves_a_ready_member_it_cannot_reach_alone():
+    # c-0 still runs the failed spec, serves and leads (the others report it as their
+    # leader), but the operator is cut off from it: no evidence that it does not serve.
+    o = world([M(0), M(1), M(2)], {0}, FAILED, reachable={1, 2})
+    d = decide(ClusterSpec.from_dict(BAD), o, BAD)
+    assert not (isinstance(d.action, a.RollMember) and d.action.member == "c-0"), d.action
+    # Once its pod is not ready either, it is rolled back.
+    o = world([M(0, pod_ready=False), M(1), M(2)], {0}, FAILED, reachable={1, 2})
+    d = decide(ClusterSpec.from_dict(BAD), o, BAD)
+    assert isinstance(d.action, a.RollMember) and d.action.member == "c-0", d.action
+
+
 def test_a_rolled_member_that_runs_but_does_not_serve_is_waited_for_not_replaced():
     # Running, not broken, unhealthy longer than memberUnhealthyTimeout (60 s) but inside
     # the roll deadline: the roll waits; no member is removed.
