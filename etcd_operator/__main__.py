@@ -97,9 +97,14 @@ Settings come from the environment:
   SHARD_NAME         this instance's shard: its own Lease and finalizer (default: unsharded)
   SHARD_SELECTOR     label selector of the EtcdClusters, EtcdBackups and EtcdRestores it
                      works on (needs SHARD_NAME), e.g. "tenant in (a,b),tier!=test"
+  WATCH_CHILDREN     false: every pass lists pods and PVCs instead of reading the watches
+  STEADY_POLL_SECONDS  how often a steady cluster's members are polled (default 15)
+  RESYNC_SECONDS     a full live pass per cluster about this often (default 600, jittered)
   HEALTH_PORT        /healthz, /readyz and /metrics (default 8080); HEALTH_ADDRESS binds it
   OPERATOR_IMAGE     the image restore pods run to fetch snapshots
   LOG_LEVEL          DEBUG, INFO (default), WARNING or ERROR
+Every setting, with its default (the Lease timings, MEMORY_BUDGET_BYTES, LOG_WRITES…):
+README.md, "Installing", the table "Operator settings (environment)".
 """
 
 
