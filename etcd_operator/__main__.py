@@ -104,7 +104,7 @@ Settings come from the environment:
   OPERATOR_IMAGE     the image restore pods run to fetch snapshots
   LOG_LEVEL          DEBUG, INFO (default), WARNING or ERROR
 Every setting, with its default (the Lease timings, MEMORY_BUDGET_BYTES, LOG_WRITES…):
-README.md, "Installing", the table "Operator settings (environment)".
+README.md, the table "Operator settings (environment)".
 """
 
 
