@@ -8,6 +8,7 @@ a cluster that left every shard still has its reclaimPolicy applied when it is d
 
 from __future__ import annotations
 
+import collections
 import logging
 from typing import Any, Mapping
 
@@ -18,7 +19,10 @@ from etcd_operator.shard import HANDOVER_ANNOTATION
 
 logger = logging.getLogger(__name__)
 # Objects this instance was told about once as held by another instance: uid -> claims.
-_waiting: dict[str, tuple[str, ...]] = {}
+# Only a log line's repetition depends on it, so the oldest entries are dropped past a bound
+# (an object deleted while held is never seen unclaimed).
+_waiting: collections.OrderedDict[str, tuple[str, ...]] = collections.OrderedDict()
+WAITING_REMEMBERED = 4096
 
 
 def in_shard(labels: Mapping[str, str], meta: Mapping[str, Any], memo: Any, **_: Any) -> bool:
@@ -32,6 +36,9 @@ def in_shard(labels: Mapping[str, str], meta: Mapping[str, Any], memo: Any, **_:
         return True
     if _waiting.get(uid) != claims:  # said once per object and holder, not on every event
         _waiting[uid] = claims
+        _waiting.move_to_end(uid)
+        while len(_waiting) > WAITING_REMEMBERED:
+            _waiting.popitem(last=False)
         logger.info("%s/%s matches this shard's selector but is held by %s; waiting until that instance "
                     "releases it", meta.get("namespace"), meta.get("name"), ", ".join(claims))
     return False

@@ -173,3 +173,18 @@ def test_a_shard_asks_for_a_cluster_of_its_selector_that_another_instance_holds(
 
 def test_an_unnamed_instance_never_asks_for_a_cluster():
     assert not Shard().wants_handover({}, [FA], {})
+
+
+def test_objects_held_elsewhere_are_remembered_up_to_a_bound(monkeypatch):
+    import collections
+    from types import SimpleNamespace
+
+    from etcd_operator.handlers import sharding
+    monkeypatch.setattr(sharding, "WAITING_REMEMBERED", 3)
+    monkeypatch.setattr(sharding, "_waiting", collections.OrderedDict())
+    memo = SimpleNamespace(config=SimpleNamespace(shard=shard_from_settings("a", "")))
+    for i in range(10):  # e.g. deleted while shard b held them: never seen unclaimed
+        assert not sharding.in_shard({}, {"uid": f"u{i}", "finalizers": ["etcd.operator.dev/finalizer-b"]}, memo)
+    assert list(sharding._waiting) == ["u7", "u8", "u9"]
+    assert sharding.in_shard({}, {"uid": "u8", "finalizers": []}, memo)
+    assert list(sharding._waiting) == ["u7", "u9"]
