@@ -35,7 +35,7 @@ def test_scheduled_backups_are_verified_by_default_one_shot_ones_only_when_asked
 def test_every_backup_is_verified_once_before_the_next_slot_starts():
     state = RunState(last_slot=at(0), last_backup_key="k1", backups_since_verification=1)
     step = plan(ScheduleSpec(EVERY_MINUTE, verification=VerificationPolicy(True)), state, CREATED, at(5))
-    assert step == s.VerifyBackup(key="k1", message="verifying k1")
+    assert step == s.StartVerification(key="k1", attempt=1, message="verifying k1")
     done = dataclasses.replace(state, last_verification_key="k1", backups_since_verification=0)
     assert isinstance(plan(ScheduleSpec(EVERY_MINUTE, verification=VerificationPolicy(True)), done, CREATED, at(5)),
                       s.StartSlot)
@@ -51,7 +51,7 @@ def test_a_recorded_slot_is_finished_before_any_verification():
 def test_every_nth_backup(since, due):
     state = RunState(last_slot=at(0), last_backup_key="k", backups_since_verification=since)
     step = plan(ScheduleSpec(EVERY_MINUTE, verification=VerificationPolicy(True, every_n=3)), state, CREATED, at(0.5))
-    assert isinstance(step, s.VerifyBackup) is due
+    assert isinstance(step, s.StartVerification) is due
 
 
 def test_its_own_schedule():
@@ -59,9 +59,9 @@ def test_its_own_schedule():
     state = RunState(last_slot=at(0), last_backup_key="k", backups_since_verification=5,
                      last_verification_slot=T0.replace(minute=0, second=0))
     assert not isinstance(plan(ScheduleSpec(EVERY_MINUTE, verification=policy), state, CREATED, at(0.5)),
-                          s.VerifyBackup)
+                          s.StartVerification)
     step = plan(ScheduleSpec(EVERY_MINUTE, verification=policy), state, CREATED, at(61))
-    assert isinstance(step, s.VerifyBackup) and step.slot_time == T0.replace(hour=13, minute=0, second=0)
+    assert isinstance(step, s.StartVerification) and step.slot_time == T0.replace(hour=13, minute=0, second=0)
 
 
 def test_suspended_or_refused_runs_no_verification():
@@ -94,6 +94,10 @@ def test_no_source_hash_gives_no_verdict():
     assert compare(manifest(hash_kv=None, compact_revision=None), 61, 60, 1, 1).verified is None
 
 
+def comparing(key: str) -> s.CompareVerification:
+    return s.CompareVerification(key=key, pod_name="b-verify", pod_uid="u1", pod_ip="10.0.0.1")
+
+
 def verified(key: str, ok: bool | None, reason: str = "Verified") -> s.VerificationDone:
     return s.VerificationDone(key=key, verified=ok, reason=reason, message="m", at=NOW)
 
@@ -105,7 +109,7 @@ def degraded(status: dict) -> dict:
 def test_a_failed_verification_is_degraded_until_a_verification_succeeds():
     record = {"key": "k1"}
     status = {"lastBackup": record, "recentBackups": [record], "backupsSinceVerification": 1}
-    status = {**status, **build_status(s.VerifyBackup(key="k1"), verified("k1", False, "HashKVMismatch"),
+    status = {**status, **build_status(comparing("k1"), verified("k1", False, "HashKVMismatch"),
                                        status, 1, NOW)}
     assert degraded(status)["status"] == "True" and degraded(status)["reason"] == VERIFICATION_FAILED
     assert status["recentBackups"][0]["verification"]["verified"] is False
@@ -113,14 +117,14 @@ def test_a_failed_verification_is_degraded_until_a_verification_succeeds():
     run = s.RunSucceeded(record={"key": "k2"}, completed_at=NOW)
     status = {**status, **build_status(s.RunBackup(slot="2", one_shot=False), run, status, 1, NOW)}
     assert degraded(status)["reason"] == VERIFICATION_FAILED and status["backupsSinceVerification"] == 1
-    status = {**status, **build_status(s.VerifyBackup(key="k2"), verified("k2", True), status, 1, NOW)}
+    status = {**status, **build_status(comparing("k2"), verified("k2", True), status, 1, NOW)}
     assert degraded(status)["status"] == "False" and status["lastVerifiedTime"] == NOW
 
 
 def test_a_successful_verification_does_not_hide_a_failed_run():
     status = build_status(s.RunBackup(slot="a", one_shot=False), s.RunFailed(reason="StorageError", message="x"),
                           {}, 1, NOW)
-    status = {**status, **build_status(s.VerifyBackup(key="k0"), verified("k0", True), status, 1, NOW)}
+    status = {**status, **build_status(comparing("k0"), verified("k0", True), status, 1, NOW)}
     assert degraded(status)["reason"] == "StorageError"
 
 
