@@ -138,9 +138,9 @@ class ScratchPod:
         ready = bool(containers) and all(c.get("ready") for c in containers)
         phase = status.get("phase") or ""
         serving = status.get("podIP") if phase == "Running" and ready and status.get("podIP") else None
-        message = status.get("message") or (f"phase {phase or 'unknown'}, " + (waiting_on or "etcd not ready yet"))
-        return cls(name=meta.get("name", ""), uid=meta.get("uid", ""), owned=owned, phase=phase, serving_ip=serving, init_failure=failure,
-                   message=message)
+        message = status.get("message") or f"phase {phase or 'unknown'}, {waiting_on or 'etcd not ready yet'}"
+        return cls(name=meta.get("name", ""), uid=meta.get("uid", ""), owned=owned, phase=phase, serving_ip=serving,
+                   init_failure=failure, message=message)
 
 
 @dataclasses.dataclass(frozen=True)

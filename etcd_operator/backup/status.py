@@ -62,7 +62,8 @@ def verification_events(previous: Mapping[str, Any], status: Mapping[str, Any]) 
     after = status.get("verification")
     if not after or not before.get("startTime") or after.get("startTime") or not after.get("reason"):
         return []
-    what = f"{after['key']}: attempt {after.get('attempts')} gave no verdict ({after['reason']}: {after.get('message')})"
+    what = (f"{after['key']}: attempt {after.get('attempts')} gave no verdict "
+            f"({after['reason']}: {after.get('message')})")
     if after.get("nextAttemptTime"):
         return [("Normal", "VerificationRetryScheduled", f"{what}; next attempt at {after['nextAttemptTime']}")]
     return [("Warning", VERIFICATION_INCOMPLETE, f"{what}; that was the last of {retry.MAX_ATTEMPTS} attempts")]
@@ -93,7 +94,8 @@ def _step_fields(step: s.Step, outcome: s.Outcome, previous: Mapping[str, Any],
         case s.RunBackup():
             return _run_fields(step, outcome, previous)
         case s.StartVerification():
-            fields = {"verification": _replacing(previous.get("verification"), {"key": step.key, "attempts": step.attempt, "startTime": now})}
+            record = {"key": step.key, "attempts": step.attempt, "startTime": now}
+            fields = {"verification": _replacing(previous.get("verification"), record)}
             if step.slot_time is not None:
                 fields["lastVerificationSlot"] = format_time(step.slot_time.timestamp())
             return fields, _verifying(f"attempt {step.attempt} of {retry.MAX_ATTEMPTS} at verifying {step.key} "

@@ -10,9 +10,9 @@ import pytest
 from etcd_operator.backup import steps as s
 from etcd_operator.backup.manifest import Manifest
 from etcd_operator.backup.planner import plan
-from etcd_operator.backup.state import Observed, RunState, ScheduleSpec, VerificationPolicy
+from etcd_operator.backup.state import InitFailure, Observed, RunState, ScheduleSpec, ScratchPod, VerificationPolicy
 from etcd_operator.backup.status import VERIFICATION_FAILED, build_status
-from etcd_operator.backup.verdict import compare
+from etcd_operator.backup.verdict import compare, init_failure_verdict
 from etcd_operator.backup.verification_pod import verification_pod
 
 UTC = datetime.timezone.utc
@@ -139,3 +139,31 @@ def test_the_verification_pod_passes_the_restricted_level_and_serves_on_its_own_
     assert all(v.get("emptyDir") is not None for v in pod["spec"]["volumes"])
     assert pod["metadata"]["ownerReferences"][0]["uid"] == "uid"
     assert "--skip-hash-check" not in " ".join(pod["spec"]["initContainers"][1]["args"])
+
+
+def pod_as_observed(phase: str, init: list[dict], ready: bool | None = None, ip: str = "10.0.0.3",
+                    owner: str = "backup-uid") -> ScratchPod:
+    status = {"phase": phase, "podIP": ip, "initContainerStatuses": init}
+    if ready is not None:
+        status["containerStatuses"] = [{"name": "etcd", "ready": ready}]
+    return ScratchPod.from_pod({"metadata": {"name": "b-verify", "uid": "u1", "ownerReferences": [{"uid": owner}]},
+                                "status": status}, "backup-uid")
+
+
+def test_the_scratch_pod_as_the_planner_sees_it():
+    fetching = pod_as_observed("Pending", [{"name": "fetch", "state": {"running": {}}},
+                                           {"name": "restore", "state": {"waiting": {}}}])
+    assert fetching.owned and fetching.serving_ip is None and fetching.init_failure is None
+    assert "init container fetch" in fetching.message
+    refused = pod_as_observed("Pending", [{"name": "fetch", "state": {"terminated": {"exitCode": 0}}},
+                                          {"name": "restore", "state": {"terminated": {"exitCode": 2, "message": "x"}}}])
+    assert refused.init_failure == InitFailure("restore", 2, "x")
+    assert pod_as_observed("Running", [], ready=False).serving_ip is None
+    assert pod_as_observed("Running", [], ready=True).serving_ip == "10.0.0.3"
+    assert not pod_as_observed("Running", [], ready=True, owner="someone-else").owned
+
+
+def test_what_an_init_container_failure_says_about_the_backup():
+    assert init_failure_verdict("restore", 1, "").verified is False
+    assert init_failure_verdict("fetch", 3, "").reason == "ChecksumMismatch"
+    assert init_failure_verdict("fetch", 1, "refused").verified is None  # the store, not the backup
