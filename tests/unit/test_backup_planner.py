@@ -342,13 +342,17 @@ def test_how_an_attempt_ends_without_comparing(pod, verified, reason):
     assert ("nextAttemptTime" in status.get("verification", {})) is (verified is None)
 
 
+HOURLY_VERIFICATION = ScheduleSpec("0 0 * * *", verification=VerificationPolicy(True, schedule="0 * * * *"))
+
+
+@pytest.mark.parametrize("spec", [DAILY, HOURLY_VERIFICATION])
 @pytest.mark.parametrize("verified", [True, False, None])
-def test_a_verdict_or_an_inconclusive_comparison_is_never_retried(verified):
+def test_a_verdict_or_an_inconclusive_comparison_is_never_retried(verified, spec):
     done = s.VerificationDone(key="k1", verified=verified, reason="R", message="m", at=text(at(2)))
-    _, status, _ = verify_pass(in_progress("u1"), at(2), pod=SERVING, outcome=done)
+    _, status, _ = verify_pass(in_progress("u1"), at(2), pod=SERVING, outcome=done, spec=spec)
     assert "verification" not in status and status["lastVerification"]["key"] == "k1"
-    for minutes in (3, 10, 60, 600):
-        step, status, _ = verify_pass(status, at(minutes))
+    for minutes in (3, 10, 60, 61, 125, 600):
+        step, status, _ = verify_pass(status, at(minutes), spec=spec)
         assert not isinstance(step, s.StartVerification), step
 
 
