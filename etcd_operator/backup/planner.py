@@ -187,5 +187,7 @@ def _plan_scheduled(expression: str, suspend: bool, policy: VerificationPolicy, 
     verify = retry_due(policy, state, now)
     if verify is not None:
         return verify
-    return s.WaitForSlot(next_slot=due.next_slot, recheck_at=_retry_at(policy, state),
-                         message=f"next slot {schedule.slot_name(due.next_slot)}")
+    retry_at = _retry_at(policy, state)
+    retrying = f"; verification of {state.verification.key} retried at {retry_at.isoformat()}" if retry_at else ""
+    return s.WaitForSlot(next_slot=due.next_slot, recheck_at=retry_at,
+                         message=f"next slot {schedule.slot_name(due.next_slot)}{retrying}")
