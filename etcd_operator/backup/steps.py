@@ -121,7 +121,8 @@ class FinishVerification(Step):
 ALL_STEPS: tuple[type[Step], ...] = (Idle, WaitForSlot, Suspend, RefuseSchedule, StartSlot, RunBackup,
                                      StartVerification, CreateScratchPod, DeleteStrayScratchPod, WaitForScratchPod,
                                      CompareVerification, FinishVerification)
-VERIFICATION_STEPS: tuple[type[Step], ...] = ALL_STEPS[6:]
+VERIFICATION_STEPS: tuple[type[Step], ...] = (StartVerification, CreateScratchPod, DeleteStrayScratchPod,
+                                              WaitForScratchPod, CompareVerification, FinishVerification)
 
 Event = tuple[str, str, str]  # (type, reason, message)
 

@@ -392,7 +392,11 @@ def test_an_incomplete_verification_is_retried_with_backoff_a_bounded_number_of_
         later, status, _ = verify_pass(status, now + datetime.timedelta(hours=hours))
         assert isinstance(later, s.WaitForSlot) and later.recheck_at is None
     assert condition_of(status, "Degraded")["reason"] == VERIFICATION_INCOMPLETE
-    # a successful run keeps it reported; a verdict on a later backup clears it
+    # a failed run reports itself; a successful run after it reports the verification again;
+    # a verdict on a later backup clears it
+    failed = s.RunFailed(reason="StorageError", message="down")
+    status = merge_patch(status, build_status(s.RunBackup(slot="w", one_shot=False), failed, status, 1, text(now)))
+    assert condition_of(status, "Degraded")["reason"] == "StorageError"
     run = s.RunSucceeded(record={"key": "k2"}, completed_at=text(now))
     status = merge_patch(status, build_status(s.RunBackup(slot="x", one_shot=False), run, status, 1, text(now)))
     assert condition_of(status, "Degraded")["reason"] == VERIFICATION_INCOMPLETE
