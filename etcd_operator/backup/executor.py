@@ -9,7 +9,7 @@ import asyncio
 import logging
 from typing import Any, Awaitable, Callable, Mapping
 
-from etcd_operator import metrics
+from etcd_operator import faults, metrics
 from etcd_operator.backup import steps as s
 from etcd_operator.backup.manifest import Identity
 from etcd_operator.backup.runner import BackupFailed, BackupRunner, BackupSpec
@@ -21,6 +21,10 @@ from etcd_operator.storage.s3 import StorageError
 from etcd_operator.timefmt import now_text
 
 logger = logging.getLogger(__name__)
+
+# A fault point (etcd_operator/faults.py): the operator dies in the first pass after the one
+# that recorded its scratch pod, so that a test can see the attempt resumed with that pod.
+AFTER_SCRATCH_POD_RECORDED = "after-scratch-pod-recorded"
 
 
 class UnknownStep(TypeError):
@@ -112,7 +116,12 @@ class BackupExecutor:
         await self._verifier().delete_pod(step.pod_name, step.pod_uid)
         return s.NOTHING_DONE
 
+    async def _wait_for_scratch_pod(self, step: s.WaitForScratchPod) -> s.Outcome:
+        faults.hit(AFTER_SCRATCH_POD_RECORDED)
+        return s.NOTHING_DONE
+
     async def _compare(self, step: s.CompareVerification) -> s.Outcome:
+        faults.hit(AFTER_SCRATCH_POD_RECORDED)
         verifier = self._verifier()
         try:
             verdict, at = await verifier.compare(step.key, step.pod_ip)
@@ -165,7 +174,7 @@ HANDLERS: dict[type[s.Step], Callable[[BackupExecutor, Any], Awaitable[s.Outcome
     s.StartVerification: BackupExecutor._status_only,
     s.CreateScratchPod: BackupExecutor._create_scratch_pod,
     s.DeleteStrayScratchPod: BackupExecutor._delete_stray_scratch_pod,
-    s.WaitForScratchPod: BackupExecutor._status_only,
+    s.WaitForScratchPod: BackupExecutor._wait_for_scratch_pod,
     s.CompareVerification: BackupExecutor._compare,
     s.FinishVerification: BackupExecutor._finish,
 }

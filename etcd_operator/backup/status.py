@@ -209,10 +209,16 @@ def _incomplete_fields(outcome: s.VerificationDone, previous: Mapping[str, Any],
 
 def _unless_verification_failed(previous: Mapping[str, Any]) -> c.Condition:
     """After a successful run: a failed or incomplete verification stays reported until a
-    verification gives a verdict."""
+    verification gives a verdict; one that used up its attempts, even if a failed run
+    reported something else in between."""
     before = c.find(previous.get("conditions"), "Degraded") or {}
     if before.get("status") == "True" and before.get("reason") in VERIFICATION_REASONS:
         return c.Condition("Degraded", True, before["reason"], before.get("message", ""))
+    tried = previous.get("verification") or {}
+    if tried.get("key") and not tried.get("startTime") and int(tried.get("attempts") or 0) >= retry.MAX_ATTEMPTS:
+        return c.Condition("Degraded", True, VERIFICATION_INCOMPLETE,
+                           f"backup {tried['key']} got no verdict in {tried['attempts']} verification attempts; "
+                           f"the last: {tried.get('reason')}: {tried.get('message')}")
     return HEALTHY
 
 

@@ -9,6 +9,7 @@ import subprocess
 
 import pytest
 
+from etcd_operator.backup.executor import AFTER_SCRATCH_POD_RECORDED
 from etcd_operator.etcd.client import EtcdMemberClient
 from localkube import controlplane, layout as localkube_layout, processes
 from tests.support.clusters import FAST_RECOVERY, apply_cluster, member_endpoints, wait_healthy
@@ -63,7 +64,7 @@ def event_reasons(namespace: str, name: str) -> set[str]:
 def test_one_shot_backup_lands_verified_in_minio(substrate, namespace, cluster, operator, tmp_path):
     """The backup lands in MinIO; then its verification, asked for with the store down, is
     incomplete and retried after its backoff, in passes that show the scratch pod in status,
-    and survives an operator killed while that pod starts."""
+    and is resumed with that same pod by an operator restarted after dying mid-verification."""
     fill(member_endpoints(namespace, cluster), 300, 1024)
     prefix = f"tests/{namespace}"
     apply_backup(namespace, "once", {"clusterRef": {"name": cluster}, "storage": s3_storage_spec(substrate, prefix)})
@@ -106,16 +107,17 @@ def test_one_shot_backup_lands_verified_in_minio(substrate, namespace, cluster, 
     assert "lastVerification" not in obj["status"] and condition(obj, "Degraded")["status"] == "False"
     assert "VerificationRetryScheduled" in event_reasons(namespace, "once")
 
-    # The retry, after its backoff: its scratch pod is recorded by uid while it starts.
-    obj = wait_for(lambda: (b := get_backup(namespace, "once"))
-                   and ((b["status"].get("verification") or {}).get("pod") or {}).get("uid") and b,
-                   150, interval=0.1, what="the retry's scratch pod recorded in status")
+    # The retry, after its backoff, records its scratch pod by uid; the operator dies in the
+    # next pass (a fault point), while that pod runs.
+    operator.stop()
+    operator.start(faults=AFTER_SCRATCH_POD_RECORDED)
+    assert operator.wait_exit(150) == 86
+    obj = get_backup(namespace, "once")
     attempt = obj["status"]["verification"]
     assert attempt["attempts"] == 2 and attempt["key"] == last["key"] and attempt["startTime"], attempt
     progressing = condition(obj, "Progressing")
     assert (progressing["status"], progressing["reason"]) == ("True", "Verifying"), progressing
-    operator.process.kill()  # SIGKILL while the scratch pod starts
-    operator.process.wait()
+    assert attempt["pod"]["name"] in progressing["message"]
     scratch = kubectl_json("get", "pods", "-n", namespace, "-l", "etcd.operator.dev/verifies-backup")["items"]
     assert [p["metadata"]["uid"] for p in scratch] == [attempt["pod"]["uid"]]
     operator.start()
