@@ -9,9 +9,8 @@ schedule's, until the schedule is accepted."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping
-
 import datetime
+from typing import Any, Mapping
 
 from etcd_operator import conditions as c
 from etcd_operator.backup import retry
