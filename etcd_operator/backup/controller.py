@@ -4,21 +4,24 @@ A run's slot is recorded in status by its own pass (StartSlot) before the pass t
 (RunBackup), so a restarted operator finishes that slot under the same key instead of
 running it twice. Two runs of one cluster never overlap (a lock per cluster). While a run
 uploads, its progress is patched into status.progress; those writes are progress reports,
-not decisions."""
+not decisions. A verification takes several passes (backup/planner.py); while one is recorded
+in progress, each pass also looks at its scratch pod and comes back within VERIFY_RECHECK."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 import logging
 from typing import Any, Callable, Mapping
 
 from etcd_operator import metrics
 from etcd_operator.backup import steps as s
+from etcd_operator.backup import verification_pod
 from etcd_operator.backup.executor import BackupExecutor
 from etcd_operator.backup.planner import plan
-from etcd_operator.backup.state import Observed, RunState, ScheduleSpec
-from etcd_operator.backup.status import build_status, changes, schedule_events
+from etcd_operator.backup.state import Observed, RunState, ScheduleSpec, ScratchPod
+from etcd_operator.backup.status import build_status, changes, schedule_events, verification_events
 from etcd_operator.kube import client as kube
 from etcd_operator.shard import Shard
 from etcd_operator.timefmt import now_text
@@ -28,6 +31,7 @@ logger = logging.getLogger(__name__)
 # Longest wait between passes of a scheduled backup; None: until the spec or annotations change.
 IDLE_RECHECK = 60.0
 SOONEST_RECHECK = 0.5
+VERIFY_RECHECK = 2.0  # while a scratch pod starts or goes
 
 EventPoster = Callable[[str, str, str], None]
 
@@ -35,10 +39,15 @@ EventPoster = Callable[[str, str, str], None]
 def delay_after(step: s.Step, now: datetime.datetime) -> float | None:
     """Seconds until the next pass, or None to wait for a change to the object."""
     match step:
-        case s.StartSlot() | s.RunBackup() | s.VerifyBackup():
+        case s.StartSlot() | s.RunBackup() | s.StartVerification() | s.CompareVerification() | s.FinishVerification():
             return 0.0
+        case s.CreateScratchPod() | s.DeleteStrayScratchPod() | s.WaitForScratchPod():
+            return VERIFY_RECHECK
         case s.WaitForSlot():
-            return min(max((step.next_slot - now).total_seconds(), SOONEST_RECHECK), IDLE_RECHECK)
+            wake = min(step.next_slot, step.recheck_at) if step.recheck_at else step.next_slot
+            return min(max((wake - now).total_seconds(), SOONEST_RECHECK), IDLE_RECHECK)
+        case s.Idle() if step.recheck_at is not None:
+            return max((step.recheck_at - now).total_seconds(), SOONEST_RECHECK)
         case s.Idle() | s.Suspend() | s.RefuseSchedule():
             return None
     raise TypeError(f"no delay for step {step.kind}")
@@ -59,17 +68,29 @@ class BackupController:
         meta = body["metadata"]
         return await self.kube.get(kube.ETCDBACKUPS, meta["namespace"], meta["name"])
 
+    async def observe_scratch_pod(self, meta: Mapping[str, Any], state: RunState) -> Observed:
+        """The object's metadata, and its scratch pod while a verification is recorded in
+        progress (one GET; none otherwise)."""
+        observed = Observed.from_metadata(meta)
+        if state.verification is None or not state.verification.in_progress:
+            return observed
+        pod = await self.kube.get(kube.PODS, meta["namespace"], verification_pod.pod_name(meta["name"]))
+        return dataclasses.replace(observed, scratch_pod_observed=True,
+                                   scratch_pod=None if pod is None else ScratchPod.from_pod(pod, meta["uid"]))
+
     async def reconcile(self, body: Mapping[str, Any]) -> float | None:
         current = await self.observe(body)
         if current is None:
             return None  # deleted; the daemon is being stopped
         meta, status = current["metadata"], current.get("status") or {}
+        state = RunState.from_dict(status)
+        observed = await self.observe_scratch_pod(meta, state)
         now = datetime.datetime.now(datetime.timezone.utc)
         # In a thread: checking a schedule's shortest gap walks up to a day of its fires
         # (about 0.3 s for one every 10 s, once a day; cached otherwise).
-        step = await asyncio.to_thread(plan, ScheduleSpec.from_dict(current.get("spec") or {}),
-                                       RunState.from_dict(status), Observed.from_metadata(meta), now)
-        if isinstance(step, (s.StartSlot, s.RunBackup, s.RefuseSchedule, s.VerifyBackup)):
+        step = await asyncio.to_thread(plan, ScheduleSpec.from_dict(current.get("spec") or {}), state, observed, now)
+        if isinstance(step, (s.StartSlot, s.RunBackup, s.RefuseSchedule, *s.VERIFICATION_STEPS)) \
+                and not isinstance(step, s.WaitForScratchPod):
             logger.info("%s/%s: %s (%s)", meta["namespace"], meta["name"], step.kind, step.message)
 
         outcome = await BackupExecutor(self.kube, self.cluster_locks, current, self.operator_image,
@@ -84,6 +105,6 @@ class BackupController:
             await self.kube.merge_patch(kube.ETCDBACKUPS, meta["namespace"], meta["name"], {"status": patch},
                                         subresource="status")
         metrics.record_backup_status(meta["namespace"], meta["name"], {**status, **patch})
-        for event in (*outcome.events, *schedule_events(status, new_status)):
+        for event in (*outcome.events, *schedule_events(status, new_status), *verification_events(status, new_status)):
             self.post_event(*event)
         return delay_after(step, now)

@@ -1,5 +1,7 @@
-"""Carries out one planned backup step. Only RunBackup does I/O: it runs BackupRunner for a
-slot already recorded in status. Every other step's effect is the status the pass writes."""
+"""Carries out one planned backup step. RunBackup runs BackupRunner for a slot already
+recorded in status; the verification steps each make one call to BackupVerifier (create the
+scratch pod, delete a stray one, compare, finish). Every other step's effect is the status
+the pass writes."""
 
 from __future__ import annotations
 
@@ -7,10 +9,11 @@ import asyncio
 import logging
 from typing import Any, Awaitable, Callable, Mapping
 
-from etcd_operator import metrics
+from etcd_operator import faults, metrics
 from etcd_operator.backup import steps as s
 from etcd_operator.backup.manifest import Identity
 from etcd_operator.backup.runner import BackupFailed, BackupRunner, BackupSpec
+from etcd_operator.backup.verdict import Verdict
 from etcd_operator.backup.verification import BackupVerifier, VerificationError
 from etcd_operator.kube import client as kube
 from etcd_operator.shard import Shard
@@ -18,6 +21,10 @@ from etcd_operator.storage.s3 import StorageError
 from etcd_operator.timefmt import now_text
 
 logger = logging.getLogger(__name__)
+
+# A fault point (etcd_operator/faults.py): the operator dies in the first pass after the one
+# that recorded its scratch pod, so that a test can see the attempt resumed with that pod.
+AFTER_SCRATCH_POD_RECORDED = "after-scratch-pod-recorded"
 
 
 class UnknownStep(TypeError):
@@ -90,22 +97,71 @@ class BackupExecutor:
                               deleted_keys=tuple(m.snapshot_key for m in deleted), events=tuple(events))
 
 
-    async def _verify_backup(self, step: s.VerifyBackup) -> s.Outcome:
+    def _verifier(self) -> BackupVerifier:
+        return BackupVerifier(self.kube, self.operator_image, self.body)
+
+    async def _create_scratch_pod(self, step: s.CreateScratchPod) -> s.Outcome:
         try:
-            verdict, at = await BackupVerifier(self.kube, self.operator_image, self.body).verify(step.key)
+            pod = await self._verifier().create_pod(step.key)
+        except kube.Conflict:
+            return s.NOTHING_DONE  # a pod of that name appeared: the next pass looks at it
         except (VerificationError, StorageError) as e:
-            reason, message = (e.reason, e.message) if isinstance(e, VerificationError) else ("StorageError", str(e))
-            return s.VerificationDone(key=step.key, verified=None, reason=reason, message=message, at=now_text(),
-                                      events=(("Warning", "VerificationIncomplete", f"{step.key}: {message}"),))
+            return _incomplete(step.key, e)
+        name, uid = pod["metadata"]["name"], pod["metadata"]["uid"]
+        return s.ScratchPodCreated(pod_name=name, pod_uid=uid,
+                                   events=(("Normal", "VerificationStarted",
+                                            f"{step.key}: scratch pod {name} (uid {uid}) created"),))
+
+    async def _delete_stray_scratch_pod(self, step: s.DeleteStrayScratchPod) -> s.Outcome:
+        await self._verifier().delete_pod(step.pod_name, step.pod_uid)
+        return s.NOTHING_DONE
+
+    async def _wait_for_scratch_pod(self, step: s.WaitForScratchPod) -> s.Outcome:
+        faults.hit(AFTER_SCRATCH_POD_RECORDED)
+        return s.NOTHING_DONE
+
+    async def _compare(self, step: s.CompareVerification) -> s.Outcome:
+        faults.hit(AFTER_SCRATCH_POD_RECORDED)
+        verifier = self._verifier()
+        try:
+            verdict, at = await verifier.compare(step.key, step.pod_ip)
+        except (VerificationError, StorageError) as e:
+            return _incomplete(step.key, e)
+        finally:
+            await verifier.delete_pod(step.pod_name, step.pod_uid)
+        return self._verdict(step.key, verdict, at, complete=True)
+
+    async def _finish(self, step: s.FinishVerification) -> s.Outcome:
+        verifier = self._verifier()
+        if step.pod_name and step.pod_uid:
+            await verifier.delete_pod(step.pod_name, step.pod_uid)
+        if step.verified is None:
+            return s.VerificationDone(key=step.key, verified=None, reason=step.reason, message=step.message,
+                                      at=now_text(), complete=False)
+        verdict = Verdict(step.verified, step.reason, step.message)
+        try:
+            at = await verifier.record_verdict(step.key, verdict)
+        except (VerificationError, StorageError) as e:
+            return _incomplete(step.key, e)
+        return self._verdict(step.key, verdict, at, complete=True)
+
+    def _verdict(self, key: str, verdict: Verdict, at: str, complete: bool) -> s.VerificationDone:
         if verdict.verified:
-            event = ("Normal", "BackupVerified", f"{step.key}: {verdict.message}")
+            event = ("Normal", "BackupVerified", f"{key}: {verdict.message}")
         elif verdict.verified is False:
             metrics.backup_verification_failures.labels(self.namespace, self.name, verdict.reason).inc()
-            event = ("Warning", "BackupVerificationFailed", f"{step.key}: {verdict.reason}: {verdict.message}")
+            event = ("Warning", "BackupVerificationFailed", f"{key}: {verdict.reason}: {verdict.message}")
         else:
-            event = ("Normal", "VerificationInconclusive", f"{step.key}: {verdict.reason}: {verdict.message}")
-        return s.VerificationDone(key=step.key, verified=verdict.verified, reason=verdict.reason,
-                                  message=verdict.message, at=at, events=(event,))
+            event = ("Normal", "VerificationInconclusive", f"{key}: {verdict.reason}: {verdict.message}")
+        return s.VerificationDone(key=key, verified=verdict.verified, reason=verdict.reason,
+                                  message=verdict.message, at=at, complete=complete, events=(event,))
+
+
+def _incomplete(key: str, error: Exception) -> s.VerificationDone:
+    """No verdict: the attempt could not compare. Its events come from the status it leaves."""
+    reason, message = ((error.reason, error.message) if isinstance(error, VerificationError)
+                       else ("StorageError", str(error)))
+    return s.VerificationDone(key=key, verified=None, reason=reason, message=message, at=now_text(), complete=False)
 
 
 HANDLERS: dict[type[s.Step], Callable[[BackupExecutor, Any], Awaitable[s.Outcome]]] = {
@@ -115,5 +171,10 @@ HANDLERS: dict[type[s.Step], Callable[[BackupExecutor, Any], Awaitable[s.Outcome
     s.RefuseSchedule: BackupExecutor._status_only,
     s.StartSlot: BackupExecutor._status_only,
     s.RunBackup: BackupExecutor._run_backup,
-    s.VerifyBackup: BackupExecutor._verify_backup,
+    s.StartVerification: BackupExecutor._status_only,
+    s.CreateScratchPod: BackupExecutor._create_scratch_pod,
+    s.DeleteStrayScratchPod: BackupExecutor._delete_stray_scratch_pod,
+    s.WaitForScratchPod: BackupExecutor._wait_for_scratch_pod,
+    s.CompareVerification: BackupExecutor._compare,
+    s.FinishVerification: BackupExecutor._finish,
 }

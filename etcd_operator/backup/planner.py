@@ -11,16 +11,32 @@ Invariants, each covered by tests/unit/test_backup_planner.py:
   spec changed; a schedule set later on either makes it a scheduled backup;
 - a verification never interrupts a run: it comes after a recorded slot is finished and
   before the next one starts; it verifies the newest backup, once, when the policy says
-  (every Nth backup, or its own schedule).
+  (every Nth backup, or its own schedule);
+- a verification takes several passes: its attempt is recorded in status (StartVerification:
+  key, attempt, start time) before its scratch pod is created, and the pod's name and uid
+  are recorded by the pass that created it; an attempt in progress is carried to its end
+  before anything else happens (even when suspended or the schedule is refused since), so
+  its scratch pod is never left behind;
+- only the recorded pod is trusted: a pod of this backup under the scratch pod's name with
+  another uid is deleted (by its uid) and never compared; a pod this backup does not own is
+  never touched (the attempt ends without a verdict);
+- an attempt gives up when its pod does not serve within START_TIMEOUT_SECONDS of the
+  recorded start, whatever the operator's restarts in between;
+- a verdict (verified True or False) or an inconclusive comparison is never retried; an
+  attempt that could not compare (incomplete) is retried for the same key with exponential
+  backoff, at most MAX_ATTEMPTS times per key (backup/retry.py), and not after the backup
+  left status; a due backup slot comes before a retry, and a newer backup the policy would
+  verify comes before a retry of an older one.
 """
 
 from __future__ import annotations
 
 import datetime
 
-from etcd_operator.backup import schedule
+from etcd_operator.backup import retry, schedule
 from etcd_operator.backup import steps as s
-from etcd_operator.backup.state import Observed, RunState, ScheduleSpec, VerificationPolicy
+from etcd_operator.backup.state import Observed, RunState, ScheduleSpec, VerificationAttempts, VerificationPolicy
+from etcd_operator.backup.verdict import init_failure_verdict
 
 COMPLETED = "Completed"
 FAILED = "Failed"
@@ -31,26 +47,102 @@ def one_shot_slot(observed: Observed) -> str:
 
 
 def plan(spec: ScheduleSpec, state: RunState, observed: Observed, now: datetime.datetime) -> s.Step:
+    if state.verification is not None and state.verification.in_progress:
+        return verification_in_progress(state.verification, observed, now)
     if spec.schedule is None:
         return _plan_one_shot(spec.verification, state, observed, now)
     return _plan_scheduled(spec.schedule, spec.suspend, spec.verification, state, observed, now)
 
 
 def verification_due(policy: VerificationPolicy, state: RunState, observed: Observed,
-                     now: datetime.datetime) -> s.VerifyBackup | None:
+                     now: datetime.datetime) -> s.StartVerification | None:
+    """A first attempt at verifying the newest backup, when the policy says so."""
     key = state.last_backup_key
     if not policy.enabled or not key or key == state.last_verification_key:
         return None
+    if state.verification is not None and state.verification.key == key:
+        return None  # already tried: retries follow the backoff (retry_due)
     if policy.schedule is not None:
         if schedule.problem(policy.schedule, now):
             return None
         due = schedule.due(policy.schedule, state.last_verification_slot, observed.created, now)
         if due.slot is None:
             return None
-        return s.VerifyBackup(key=key, slot_time=due.slot, message=f"verification slot for {key}")
+        return s.StartVerification(key=key, attempt=1, slot_time=due.slot, message=f"verification slot for {key}")
     if state.backups_since_verification < policy.every_n:
         return None
-    return s.VerifyBackup(key=key, message=f"verifying {key}")
+    return s.StartVerification(key=key, attempt=1, message=f"verifying {key}")
+
+
+def _retry(policy: VerificationPolicy, state: RunState) -> VerificationAttempts | None:
+    """The incomplete verification waiting for its next attempt, if it may still have one."""
+    tried = state.verification
+    if not policy.enabled or tried is None or not retry.pending(tried):
+        return None
+    if tried.key == state.last_verification_key:
+        return None
+    if tried.key != state.last_backup_key and tried.key not in state.recent_keys:
+        return None  # the backup left status (retention): nothing left to retry
+    return tried
+
+
+def retry_due(policy: VerificationPolicy, state: RunState, now: datetime.datetime) -> s.StartVerification | None:
+    tried = _retry(policy, state)
+    if tried is None or tried.next_attempt > now:
+        return None
+    attempt = tried.attempts + 1
+    return s.StartVerification(key=tried.key, attempt=attempt,
+                               message=f"verifying {tried.key} again (attempt {attempt} of {retry.MAX_ATTEMPTS}; "
+                                       f"the last gave no verdict: {tried.reason})")
+
+
+def _retry_at(policy: VerificationPolicy, state: RunState) -> datetime.datetime | None:
+    tried = _retry(policy, state)
+    return None if tried is None else tried.next_attempt
+
+
+def verification_in_progress(attempt: VerificationAttempts, observed: Observed, now: datetime.datetime) -> s.Step:
+    """The next step of the attempt recorded in status, from its scratch pod as observed."""
+    key = attempt.key
+    timed_out = (now - attempt.start_time).total_seconds() > retry.START_TIMEOUT_SECONDS
+    timeout = s.FinishVerification(key=key, pod_name=attempt.pod_name, pod_uid=attempt.pod_uid, verified=None,
+                                   reason="ScratchPodTimeout",
+                                   message=f"the scratch pod did not serve within {retry.START_TIMEOUT_SECONDS:.0f}s "
+                                           f"of the attempt's start")
+    if not observed.scratch_pod_observed:
+        return s.WaitForScratchPod(key=key, message="the scratch pod was not observed in this pass")
+    pod = observed.scratch_pod
+    if pod is not None and not pod.owned:
+        return s.FinishVerification(key=key, pod_name=None, pod_uid=None, verified=None, reason="ScratchPodNameTaken",
+                                    message=f"pod {pod.name} is not owned by this EtcdBackup; it is left alone")
+    if pod is not None and pod.uid != attempt.pod_uid:
+        if timed_out:
+            return timeout
+        return s.DeleteStrayScratchPod(key=key, pod_name=pod.name, pod_uid=pod.uid,
+                                       message=f"deleting pod {pod.name} (uid {pod.uid}): not the scratch pod this "
+                                               f"attempt recorded")
+    if pod is None:
+        if attempt.pod_uid is None:
+            return timeout if timed_out else s.CreateScratchPod(key=key, message=f"creating the scratch pod for {key}")
+        return s.FinishVerification(key=key, pod_name=attempt.pod_name, pod_uid=attempt.pod_uid, verified=None,
+                                    reason="ScratchPodGone",
+                                    message=f"scratch pod {attempt.pod_name} (uid {attempt.pod_uid}) disappeared "
+                                            f"before it was compared")
+    if pod.init_failure is not None:
+        failure = pod.init_failure
+        verdict = init_failure_verdict(failure.container, failure.exit_code, failure.message)
+        return s.FinishVerification(key=key, pod_name=pod.name, pod_uid=pod.uid, verified=verdict.verified,
+                                    reason=verdict.reason, message=verdict.message)
+    if pod.phase == "Failed":
+        return s.FinishVerification(key=key, pod_name=pod.name, pod_uid=pod.uid, verified=None,
+                                    reason="ScratchPodFailed", message=f"pod {pod.name} failed: {pod.message}")
+    if pod.serving_ip:
+        return s.CompareVerification(key=key, pod_name=pod.name, pod_uid=pod.uid, pod_ip=pod.serving_ip,
+                                     message=f"comparing {key} restored in pod {pod.name} with its manifest")
+    if timed_out:
+        return timeout
+    return s.WaitForScratchPod(key=key, message=f"waiting for scratch pod {pod.name} to serve {key} "
+                                                f"(attempt {attempt.attempts}): {pod.message}")
 
 
 def _plan_one_shot(policy: VerificationPolicy, state: RunState, observed: Observed,
@@ -59,9 +151,13 @@ def _plan_one_shot(policy: VerificationPolicy, state: RunState, observed: Observ
         return s.RunBackup(slot=state.slot_in_progress, one_shot=True,
                            message=f"finishing slot {state.slot_in_progress}")
     if state.phase == COMPLETED:
-        verify = verification_due(policy, state, observed, now)
+        verify = verification_due(policy, state, observed, now) or retry_due(policy, state, now)
         if verify is not None:
             return verify
+        retry_at = _retry_at(policy, state)
+        if retry_at is not None:
+            return s.Idle(recheck_at=retry_at, message=f"the one-shot backup completed; its verification is "
+                                                       f"retried at {retry_at.isoformat()}")
         return s.Idle(message="the one-shot backup completed")
     if state.phase == FAILED and state.observed_generation == observed.generation:
         return s.Idle(message="the one-shot backup failed; it runs again when its spec changes")
@@ -88,4 +184,10 @@ def _plan_scheduled(expression: str, suspend: bool, policy: VerificationPolicy, 
         slot = schedule.slot_name(due.slot)
         return s.StartSlot(slot=slot, slot_time=due.slot, next_slot=due.next_slot, one_shot=False,
                            message=f"scheduled slot {slot}")
-    return s.WaitForSlot(next_slot=due.next_slot, message=f"next slot {schedule.slot_name(due.next_slot)}")
+    verify = retry_due(policy, state, now)
+    if verify is not None:
+        return verify
+    retry_at = _retry_at(policy, state)
+    retrying = f"; verification of {state.verification.key} retried at {retry_at.isoformat()}" if retry_at else ""
+    return s.WaitForSlot(next_slot=due.next_slot, recheck_at=retry_at,
+                         message=f"next slot {schedule.slot_name(due.next_slot)}{retrying}")

@@ -43,15 +43,48 @@ class ScheduleSpec:
 
 
 @dataclasses.dataclass(frozen=True)
+class VerificationAttempts:
+    """status.verification: the attempts at verifying one backup key that have not given a
+    verdict yet. While an attempt runs, its start time and (once created) its scratch pod are
+    recorded; after an attempt ended without a verdict, why, and when the next one is due
+    (none after the last attempt)."""
+
+    key: str
+    attempts: int = 0                              # attempts started for this key
+    start_time: datetime.datetime | None = None    # the attempt in progress, if any
+    pod_name: str | None = None                    # its scratch pod, once created
+    pod_uid: str | None = None
+    next_attempt: datetime.datetime | None = None  # after an incomplete attempt
+    reason: str = ""                               # why the last attempt gave no verdict
+    message: str = ""
+
+    @property
+    def in_progress(self) -> bool:
+        return self.start_time is not None
+
+    @classmethod
+    def from_dict(cls, record: Mapping[str, Any] | None) -> "VerificationAttempts | None":
+        if not record or not record.get("key"):
+            return None
+        pod = record.get("pod") or {}
+        return cls(key=record["key"], attempts=int(record.get("attempts") or 0),
+                   start_time=_utc(record.get("startTime")), pod_name=pod.get("name"), pod_uid=pod.get("uid"),
+                   next_attempt=_utc(record.get("nextAttemptTime")), reason=record.get("reason") or "",
+                   message=record.get("message") or "")
+
+
+@dataclasses.dataclass(frozen=True)
 class RunState:
     phase: str | None = None
     slot_in_progress: str | None = None   # recorded before its run started, cleared when it ends
     last_slot: datetime.datetime | None = None  # the cron slot last started
     observed_generation: int | None = None
     last_backup_key: str | None = None
-    last_verification_key: str | None = None      # the backup last verified (whatever the verdict)
+    last_verification_key: str | None = None      # the backup last compared (a verdict, or inconclusive)
     backups_since_verification: int = 0
     last_verification_slot: datetime.datetime | None = None
+    verification: VerificationAttempts | None = None  # attempts without a verdict yet
+    recent_keys: frozenset[str] = frozenset()  # the backups status still lists
 
     @classmethod
     def from_dict(cls, status: Mapping[str, Any]) -> "RunState":
@@ -64,13 +97,60 @@ class RunState:
             last_verification_key=(status.get("lastVerification") or {}).get("key"),
             backups_since_verification=int(status.get("backupsSinceVerification") or 0),
             last_verification_slot=_utc(status.get("lastVerificationSlot")),
+            verification=VerificationAttempts.from_dict(status.get("verification")),
+            recent_keys=frozenset(r["key"] for r in status.get("recentBackups") or [] if r.get("key")),
         )
+
+
+@dataclasses.dataclass(frozen=True)
+class InitFailure:
+    container: str
+    exit_code: int | None
+    message: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ScratchPod:
+    """The verification pod as the API server has it."""
+
+    name: str
+    uid: str
+    owned: bool                     # an owner reference to this EtcdBackup (by uid)
+    phase: str = ""
+    serving_ip: str | None = None   # Running, its etcd ready, with an IP
+    init_failure: InitFailure | None = None
+    message: str = ""               # what it is doing, for people
+
+    @classmethod
+    def from_pod(cls, pod: Mapping[str, Any], backup_uid: str) -> "ScratchPod":
+        meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+        owned = any(ref.get("uid") == backup_uid for ref in meta.get("ownerReferences") or [])
+        failure, waiting_on = None, ""
+        for container in status.get("initContainerStatuses") or []:
+            state = container.get("state") or {}
+            done = state.get("terminated") or {}
+            if done and done.get("exitCode") not in (None, 0) and failure is None:
+                failure = InitFailure(container.get("name", ""), done.get("exitCode"),
+                                      (done.get("message") or "").strip()[-300:])
+            if not waiting_on and not done:
+                waiting_on = f"init container {container.get('name')}"
+        containers = status.get("containerStatuses") or []
+        ready = bool(containers) and all(c.get("ready") for c in containers)
+        phase = status.get("phase") or ""
+        serving = status.get("podIP") if phase == "Running" and ready and status.get("podIP") else None
+        message = status.get("message") or f"phase {phase or 'unknown'}, {waiting_on or 'etcd not ready yet'}"
+        return cls(name=meta.get("name", ""), uid=meta.get("uid", ""), owned=owned, phase=phase, serving_ip=serving,
+                   init_failure=failure, message=message)
 
 
 @dataclasses.dataclass(frozen=True)
 class Observed:
     created: datetime.datetime
     generation: int | None
+    # The pod named for this backup's verification; looked at only while one is recorded in
+    # progress (scratch_pod_observed), None when there is no such pod.
+    scratch_pod: ScratchPod | None = None
+    scratch_pod_observed: bool = False
 
     @classmethod
     def from_metadata(cls, meta: Mapping[str, Any]) -> "Observed":

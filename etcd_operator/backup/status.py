@@ -1,23 +1,29 @@
 """The status one pass over an EtcdBackup writes, built from its step and the outcome. Pure.
 
-Conditions: Available (a backup exists), Progressing (a run is under way), Degraded (the
-last run failed, a verification found a backup that differs from its source, or the
-schedule is refused). A run's failure stays reported until a run succeeds, through every
-new slot of an outage; a failed verification's, until a verification succeeds; a refused
+Conditions: Available (a backup exists), Progressing (a run or a verification is under
+way), Degraded (the last run failed, a verification found a backup that differs from its
+source, a verification gave no verdict in all its attempts, or the schedule is refused). A
+run's failure stays reported until a run succeeds, through every new slot of an outage; a
+failed or incomplete verification's, until a verification gives a verdict; a refused
 schedule's, until the schedule is accepted."""
 
 from __future__ import annotations
 
+import datetime
 from typing import Any, Mapping
 
 from etcd_operator import conditions as c
+from etcd_operator.backup import retry
 from etcd_operator.backup import steps as s
 from etcd_operator.backup.schedule import PROBLEM_REASONS
-from etcd_operator.timefmt import format_time
+from etcd_operator.timefmt import format_time, parse_time
 
 RECENT_BACKUPS = 10
 HEALTHY = c.Condition("Degraded", False, "Healthy")
 VERIFICATION_FAILED = "BackupVerificationFailed"
+VERIFICATION_INCOMPLETE = "VerificationIncomplete"
+VERIFYING = "Verifying"
+VERIFICATION_REASONS = (VERIFICATION_FAILED, VERIFICATION_INCOMPLETE)
 
 
 def build_status(step: s.Step, outcome: s.Outcome, previous: Mapping[str, Any], generation: int | None,
@@ -48,6 +54,20 @@ def schedule_events(previous: Mapping[str, Any], status: Mapping[str, Any]) -> l
     return [("Warning", after["reason"], after["message"])]
 
 
+def verification_events(previous: Mapping[str, Any], status: Mapping[str, Any]) -> list[s.Event]:
+    """When an attempt ended without a verdict: Normal while attempts are left, Warning after
+    the last. `status` holds the fields this pass sets."""
+    before = previous.get("verification") or {}
+    after = status.get("verification")
+    if not after or not before.get("startTime") or after.get("startTime") or not after.get("reason"):
+        return []
+    what = (f"{after['key']}: attempt {after.get('attempts')} gave no verdict "
+            f"({after['reason']}: {after.get('message')})")
+    if after.get("nextAttemptTime"):
+        return [("Normal", "VerificationRetryScheduled", f"{what}; next attempt at {after['nextAttemptTime']}")]
+    return [("Warning", VERIFICATION_INCOMPLETE, f"{what}; that was the last of {retry.MAX_ATTEMPTS} attempts")]
+
+
 def _step_fields(step: s.Step, outcome: s.Outcome, previous: Mapping[str, Any],
                  now: str) -> tuple[dict[str, Any], c.Condition, c.Condition | None]:
     """(status fields, Progressing, Degraded or None to carry the previous one)."""
@@ -72,9 +92,40 @@ def _step_fields(step: s.Step, outcome: s.Outcome, previous: Mapping[str, Any],
             return fields, c.Condition("Progressing", True, "BackupRunning", f"snapshot for slot {step.slot}"), None
         case s.RunBackup():
             return _run_fields(step, outcome, previous)
-        case s.VerifyBackup():
-            return _verification_fields(step, outcome, previous)
+        case s.StartVerification():
+            record = {"key": step.key, "attempts": step.attempt, "startTime": now}
+            fields = {"verification": _replacing(previous.get("verification"), record)}
+            if step.slot_time is not None:
+                fields["lastVerificationSlot"] = format_time(step.slot_time.timestamp())
+            return fields, _verifying(f"attempt {step.attempt} of {retry.MAX_ATTEMPTS} at verifying {step.key} "
+                                      f"started; creating its scratch pod"), None
+        case s.CreateScratchPod():
+            if isinstance(outcome, s.ScratchPodCreated):
+                record = {**(previous.get("verification") or {}),
+                          "pod": {"name": outcome.pod_name, "uid": outcome.pod_uid}}
+                return ({"verification": record},
+                        _verifying(f"scratch pod {outcome.pod_name} created; waiting for it to serve {step.key}"), None)
+            if isinstance(outcome, s.VerificationDone):
+                return _verification_fields(step, outcome, previous, now)
+            return {}, _verifying(f"the scratch pod for {step.key} could not be created yet; looking again"), None
+        case s.DeleteStrayScratchPod() | s.WaitForScratchPod():
+            return {}, _verifying(step.message), None
+        case s.CompareVerification() | s.FinishVerification():
+            return _verification_fields(step, outcome, previous, now)
     raise TypeError(f"no status for step {step.kind}")
+
+
+def _verifying(message: str) -> c.Condition:
+    return c.Condition("Progressing", True, VERIFYING, message)
+
+
+def _same_key(previous: Mapping[str, Any], key: str) -> bool:
+    return (previous.get("verification") or {}).get("key") == key
+
+
+def _replacing(before: Mapping[str, Any] | None, after: dict[str, Any]) -> dict[str, Any]:
+    """`after`, with the fields only `before` has set to None: a merge patch removes them."""
+    return {**{k: None for k in before or {} if k not in after}, **after}
 
 
 def _run_fields(step: s.RunBackup, outcome: s.Outcome,
@@ -103,15 +154,18 @@ def _run_fields(step: s.RunBackup, outcome: s.Outcome,
     raise TypeError(f"a {step.kind} step ended without a run outcome: {outcome!r}")
 
 
-def _verification_fields(step: s.VerifyBackup, outcome: s.Outcome,
-                         previous: Mapping[str, Any]) -> tuple[dict[str, Any], c.Condition, c.Condition | None]:
+def _verification_fields(step: s.Step, outcome: s.Outcome, previous: Mapping[str, Any],
+                         now: str) -> tuple[dict[str, Any], c.Condition, c.Condition | None]:
     idle = c.Condition("Progressing", False, "Idle")
     if not isinstance(outcome, s.VerificationDone):
         raise TypeError(f"a {step.kind} step ended without a verification outcome: {outcome!r}")
+    if outcome.verified is None and not outcome.complete:
+        return _incomplete_fields(outcome, previous, now)
     record = {"key": outcome.key, "reason": outcome.reason, "message": outcome.message}
     if outcome.verified is not None:
         record.update(verified=outcome.verified, verifiedAt=outcome.at)
     fields: dict[str, Any] = {
+        "verification": None,
         "lastVerification": record,
         "backupsSinceVerification": 0,
         "recentBackups": [{**r, "verification": record} if r.get("key") == outcome.key else r
@@ -121,8 +175,6 @@ def _verification_fields(step: s.VerifyBackup, outcome: s.Outcome,
         fields["lastBackup"] = {**previous["lastBackup"], "verification": record}
     if outcome.verified:
         fields["lastVerifiedTime"] = outcome.at
-    if step.slot_time is not None:
-        fields["lastVerificationSlot"] = format_time(step.slot_time.timestamp())
     if outcome.verified is False:
         return fields, idle, c.Condition("Degraded", True, VERIFICATION_FAILED,
                                          f"backup {outcome.key} failed verification ({outcome.reason}): "
@@ -132,18 +184,47 @@ def _verification_fields(step: s.VerifyBackup, outcome: s.Outcome,
     return fields, idle, None
 
 
+def _incomplete_fields(outcome: s.VerificationDone, previous: Mapping[str, Any],
+                       now: str) -> tuple[dict[str, Any], c.Condition, c.Condition | None]:
+    """The attempt ended without comparing: counted; the next one is scheduled, or none."""
+    before = previous.get("verification") if _same_key(previous, outcome.key) else None
+    attempts = max(int((before or {}).get("attempts") or 0), 1)
+    ended = datetime.datetime.fromtimestamp(parse_time(now), datetime.timezone.utc)
+    next_attempt = retry.next_attempt(attempts, ended)
+    record: dict[str, Any] = {"key": outcome.key, "attempts": attempts, "reason": outcome.reason,
+                              "message": outcome.message}
+    if next_attempt is not None:
+        record["nextAttemptTime"] = format_time(next_attempt.timestamp())
+    fields = {"verification": _replacing(previous.get("verification"), record), "backupsSinceVerification": 0}
+    if next_attempt is not None:
+        return (fields, c.Condition("Progressing", False, "VerificationRetryScheduled",
+                                    f"attempt {attempts} at verifying {outcome.key} gave no verdict "
+                                    f"({outcome.reason}); next attempt at {record['nextAttemptTime']}"), None)
+    return (fields, c.Condition("Progressing", False, "Idle"),
+            c.Condition("Degraded", True, VERIFICATION_INCOMPLETE,
+                        f"backup {outcome.key} got no verdict in {attempts} verification attempts; the last: "
+                        f"{outcome.reason}: {outcome.message}"))
+
+
 def _unless_verification_failed(previous: Mapping[str, Any]) -> c.Condition:
-    """After a successful run: a failed verification stays reported until one succeeds."""
+    """After a successful run: a failed or incomplete verification stays reported until a
+    verification gives a verdict; one that used up its attempts, even if a failed run
+    reported something else in between."""
     before = c.find(previous.get("conditions"), "Degraded") or {}
-    if before.get("status") == "True" and before.get("reason") == VERIFICATION_FAILED:
-        return c.Condition("Degraded", True, VERIFICATION_FAILED, before.get("message", ""))
+    if before.get("status") == "True" and before.get("reason") in VERIFICATION_REASONS:
+        return c.Condition("Degraded", True, before["reason"], before.get("message", ""))
+    tried = previous.get("verification") or {}
+    if tried.get("key") and not tried.get("startTime") and int(tried.get("attempts") or 0) >= retry.MAX_ATTEMPTS:
+        return c.Condition("Degraded", True, VERIFICATION_INCOMPLETE,
+                           f"backup {tried['key']} got no verdict in {tried['attempts']} verification attempts; "
+                           f"the last: {tried.get('reason')}: {tried.get('message')}")
     return HEALTHY
 
 
 def _unless_run_failed(previous: Mapping[str, Any]) -> c.Condition:
-    """After a successful verification: clears a failed verification, nothing else."""
+    """After a successful verification: clears a failed or incomplete verification, nothing else."""
     before = c.find(previous.get("conditions"), "Degraded") or {}
-    if before.get("status") == "True" and before.get("reason") != VERIFICATION_FAILED:
+    if before.get("status") == "True" and before.get("reason") not in VERIFICATION_REASONS:
         return _carried_degraded(previous)
     return HEALTHY
 

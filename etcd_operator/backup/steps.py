@@ -18,12 +18,16 @@ class Step:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Idle(Step):
-    """A one-shot backup that finished: nothing to do until its spec changes."""
+    """A one-shot backup that finished: nothing to do until its spec changes, or until a
+    verification retry is due (`recheck_at`)."""
+
+    recheck_at: datetime.datetime | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class WaitForSlot(Step):
     next_slot: datetime.datetime
+    recheck_at: datetime.datetime | None = None  # a verification retry due before the slot
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -58,15 +62,67 @@ class RunBackup(Step):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class VerifyBackup(Step):
-    """Restore the backup at `key` into a scratch member and compare it with the source."""
+class StartVerification(Step):
+    """Record in status that an attempt at verifying `key` starts now (attempt number and
+    start time), before its scratch pod exists; the start timeout counts from here."""
 
     key: str
+    attempt: int
     slot_time: datetime.datetime | None = None  # the verification schedule's slot, if it has one
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CreateScratchPod(Step):
+    """Create the scratch pod of the attempt recorded in status (no pod of that name exists)."""
+
+    key: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DeleteStrayScratchPod(Step):
+    """A pod of this backup under the scratch pod's name whose uid is not the recorded one:
+    never trusted, deleted by its uid."""
+
+    key: str
+    pod_name: str
+    pod_uid: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class WaitForScratchPod(Step):
+    """The recorded scratch pod does not serve yet; look again soon."""
+
+    key: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CompareVerification(Step):
+    """The recorded scratch pod serves: compare it with the manifest, mark the manifest with
+    the verdict, delete the pod by its uid."""
+
+    key: str
+    pod_name: str
+    pod_uid: str
+    pod_ip: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FinishVerification(Step):
+    """End the attempt without comparing: a verdict the pod already gave (its snapshot was
+    refused), or none (timeout, pod failed or gone). Deletes the recorded pod by its uid."""
+
+    key: str
+    pod_name: str | None
+    pod_uid: str | None
+    verified: bool | None
+    reason: str
+
+
 ALL_STEPS: tuple[type[Step], ...] = (Idle, WaitForSlot, Suspend, RefuseSchedule, StartSlot, RunBackup,
-                                     VerifyBackup)
+                                     StartVerification, CreateScratchPod, DeleteStrayScratchPod, WaitForScratchPod,
+                                     CompareVerification, FinishVerification)
+VERIFICATION_STEPS: tuple[type[Step], ...] = (StartVerification, CreateScratchPod, DeleteStrayScratchPod,
+                                              WaitForScratchPod, CompareVerification, FinishVerification)
 
 Event = tuple[str, str, str]  # (type, reason, message)
 
@@ -100,15 +156,24 @@ class RunFailed(RunOutcome):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class ScratchPodCreated(Outcome):
+    pod_name: str
+    pod_uid: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class VerificationDone(Outcome):
     """`verified`: True, False (the backup differs from its source: corrupt), or None (no
-    verdict: the scratch member could not be compared, e.g. the source hash is missing)."""
+    verdict). Without a verdict, `complete` says whether the scratch member was compared
+    (inconclusive, e.g. the source hash is missing: retrying cannot change it) or the attempt
+    could not compare at all (incomplete: retried with backoff)."""
 
     key: str
     verified: bool | None
     reason: str
     message: str
     at: str
+    complete: bool = True
 
 
 NOTHING_DONE = Outcome()

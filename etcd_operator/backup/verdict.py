@@ -38,3 +38,18 @@ def compare(manifest: Manifest, revision: int, key_count: int, hash_kv: int, com
                        f"HashKV at revision {revision} is {hash_kv}, the source's was {manifest.hash_kv}", observed)
     return Verdict(True, "Verified", f"revision {revision}, {key_count} keys and HashKV {hash_kv} match the source",
                    observed)
+
+
+SHA256_REFUSED = 3  # etcd_operator.seed: the object's sha256 differs from the manifest's
+
+
+def init_failure_verdict(container: str, exit_code: int | None, detail: str) -> Verdict:
+    """The scratch pod's init container failed. etcdutl refusing the snapshot, or the object
+    differing from its manifest, is a verdict; any other fetch failure (the store
+    unreachable) is none (verified None: the attempt is incomplete)."""
+    text = f"{container} exited with {exit_code}" + (f": {detail}" if detail else "")
+    if container == "restore":
+        return Verdict(False, "SnapshotNotRestorable", text)
+    if exit_code == SHA256_REFUSED:
+        return Verdict(False, "ChecksumMismatch", text)
+    return Verdict(None, "SnapshotNotFetched", text)

@@ -1,15 +1,16 @@
-"""Verifies one backup by restoring it: starts the scratch pod (verification_pod), waits for
-its etcd, and compares revision, key count and HashKV at the snapshot's revision with what
-the source answered right after the snapshot (in the manifest). The verdict is written into
-the manifest. Never deletes a backup; deletes only its own scratch pod."""
+"""The I/O of verifying one backup, one call per pass (the planner decides which): create
+the scratch pod (verification_pod) for a key, compare the serving scratch member's revision,
+key count and HashKV at the snapshot's revision with what the source answered right after
+the snapshot (in the manifest), mark the manifest with the verdict, and delete the scratch
+pod by its uid. Never deletes a backup or a manifest; deletes only its own scratch pod."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
-import time
-from typing import Any, Mapping
+from typing import Any, AsyncIterator, Mapping
 
 from etcd_operator.backup import verification_pod as builder
 from etcd_operator.backup.manifest import Identity, Manifest, manifest_key
@@ -24,9 +25,6 @@ from etcd_operator.storage.s3 import S3Storage, StorageError
 from etcd_operator.timefmt import now_text
 
 logger = logging.getLogger(__name__)
-
-POD_START_TIMEOUT = 300.0
-POLL_SECONDS = 1.0
 
 
 class VerificationError(Exception):
@@ -46,27 +44,69 @@ class BackupVerifier:
         self.identity = Identity(meta["namespace"], meta["name"], meta["uid"])
         self.spec = BackupSpec.from_dict(body["spec"])
 
-    async def verify(self, key: str) -> tuple[Verdict, str]:
-        """(verdict, time of the verdict). The manifest is updated with it."""
-        namespace = self.identity.namespace
-        location = await s3_location(self.kube, namespace, self.spec.s3)
+    @property
+    def pod_name(self) -> str:
+        return builder.pod_name(self.identity.backup)
+
+    async def create_pod(self, key: str) -> dict:
+        """Creates the scratch pod for `key`; raises kube.Conflict when a pod of that name exists."""
+        async with self._storage() as storage:
+            manifest = await self._manifest(storage, key)
+        body = builder.verification_pod(self.identity.backup, self.identity.namespace, self.identity.uid,
+                                        await self._image(manifest), self.operator_image, self.spec.s3,
+                                        manifest.snapshot_key, manifest.sha256)
+        return await self.kube.create(kube.PODS, self.identity.namespace, body)
+
+    async def compare(self, key: str, pod_ip: str) -> tuple[Verdict, str]:
+        """(verdict, its time): the scratch member at `pod_ip` against the manifest, which is
+        marked with a verdict when there is one."""
+        async with self._storage() as storage:
+            manifest = await self._manifest(storage, key)
+            try:
+                async with EtcdMemberClient(f"{pod_ip}:{naming.CLIENT_PORT}", timeout=30) as client:
+                    revision = (await client.status()).revision
+                    hash_kv, compact_revision = await client.hash_kv(manifest.revision)
+                    key_count = await client.count_keys(manifest.revision)
+            except EtcdError as e:
+                raise VerificationError("ScratchMemberUnavailable", f"the scratch member did not answer: {e}") from None
+            verdict = compare(manifest, revision, key_count, hash_kv, compact_revision)
+            return verdict, await self._mark(storage, manifest, verdict)
+
+    async def record_verdict(self, key: str, verdict: Verdict) -> str:
+        """Marks the manifest with a verdict the scratch pod gave without serving (its
+        snapshot was refused); the verdict's time."""
+        async with self._storage() as storage:
+            return await self._mark(storage, await self._manifest(storage, key), verdict)
+
+    async def delete_pod(self, name: str, uid: str) -> None:
+        """Only that incarnation: a pod of the same name with another uid is left alone."""
+        await self.kube.delete(kube.PODS, self.identity.namespace, name, uid=uid, grace_period=0)
+
+    @contextlib.asynccontextmanager
+    async def _storage(self) -> AsyncIterator[S3Storage]:
+        location = await s3_location(self.kube, self.identity.namespace, self.spec.s3)
         storage = await asyncio.to_thread(S3Storage, location, 2)
         try:
-            try:
-                manifest = Manifest.from_json(await storage.get(manifest_key(key)))
-            except StorageError as e:
-                raise VerificationError("ManifestUnreadable", f"{manifest_key(key)}: {e}") from None
-            if not manifest.belongs_to(self.identity):
-                raise VerificationError("ForeignManifest", f"{manifest_key(key)} was not written by this EtcdBackup")
-            verdict = await self._restore_and_compare(manifest)
-            at = now_text()
-            if verdict.verified is not None:
-                updated = dataclasses.replace(manifest, verified=verdict.verified, verified_at=at, verification={
-                    "reason": verdict.reason, "message": verdict.message, **verdict.observed})
-                await storage.put(updated.key, updated.to_json(), "application/json")
-            return verdict, at
+            yield storage
         finally:
             await asyncio.to_thread(storage.close)
+
+    async def _manifest(self, storage: S3Storage, key: str) -> Manifest:
+        try:
+            manifest = Manifest.from_json(await storage.get(manifest_key(key)))
+        except StorageError as e:
+            raise VerificationError("ManifestUnreadable", f"{manifest_key(key)}: {e}") from None
+        if not manifest.belongs_to(self.identity):
+            raise VerificationError("ForeignManifest", f"{manifest_key(key)} was not written by this EtcdBackup")
+        return manifest
+
+    async def _mark(self, storage: S3Storage, manifest: Manifest, verdict: Verdict) -> str:
+        at = now_text()
+        if verdict.verified is not None:
+            updated = dataclasses.replace(manifest, verified=verdict.verified, verified_at=at, verification={
+                "reason": verdict.reason, "message": verdict.message, **verdict.observed})
+            await storage.put(updated.key, updated.to_json(), "application/json")
+        return at
 
     async def _image(self, manifest: Manifest) -> str:
         cluster = await self.kube.get(kube.ETCDCLUSTERS, self.identity.namespace, self.spec.cluster)
@@ -74,76 +114,3 @@ class BackupVerifier:
             raise VerificationError("ClusterNotFound", f"EtcdCluster {self.spec.cluster} is gone; its image "
                                     "repository is unknown")
         return f"{ClusterSpec.from_dict(cluster.get('spec') or {}).repository}:v{manifest.etcd_version}"
-
-    async def _restore_and_compare(self, manifest: Manifest) -> Verdict:
-        namespace, name = self.identity.namespace, builder.pod_name(self.identity.backup)
-        body = builder.verification_pod(self.identity.backup, namespace, self.identity.uid,
-                                        await self._image(manifest), self.operator_image, self.spec.s3,
-                                        manifest.snapshot_key, manifest.sha256)
-        existing = await self.kube.get(kube.PODS, namespace, name)
-        if existing is not None:  # left by an interrupted verification: never reused
-            await self.kube.delete(kube.PODS, namespace, name, uid=existing["metadata"]["uid"], grace_period=0)
-            await self._wait_gone(namespace, name)
-        pod = await self.kube.create(kube.PODS, namespace, body)
-        try:
-            ip = await self._wait_serving(namespace, name)
-            async with EtcdMemberClient(f"{ip}:{naming.CLIENT_PORT}", timeout=30) as client:
-                revision = (await client.status()).revision
-                hash_kv, compact_revision = await client.hash_kv(manifest.revision)
-                key_count = await client.count_keys(manifest.revision)
-            return compare(manifest, revision, key_count, hash_kv, compact_revision)
-        except _InitFailed as failure:
-            return init_failure_verdict(failure)
-        except EtcdError as e:
-            raise VerificationError("ScratchMemberUnavailable", f"the scratch member did not answer: {e}") from None
-        finally:
-            await self.kube.delete(kube.PODS, namespace, name, uid=pod["metadata"]["uid"], grace_period=0)
-
-    async def _wait_gone(self, namespace: str, name: str) -> None:
-        deadline = time.monotonic() + POD_START_TIMEOUT
-        while await self.kube.get(kube.PODS, namespace, name) is not None:
-            if time.monotonic() > deadline:
-                raise VerificationError("ScratchPodStuck", f"pod {name} from an earlier verification is not gone")
-            await asyncio.sleep(POLL_SECONDS)
-
-    async def _wait_serving(self, namespace: str, name: str) -> str:
-        """The pod IP once its etcd is ready. A failed init container is a verdict about
-        the snapshot (it could not be fetched with its sha256, or not restored)."""
-        deadline = time.monotonic() + POD_START_TIMEOUT
-        while time.monotonic() < deadline:
-            pod = await self.kube.get(kube.PODS, namespace, name) or {}
-            status = pod.get("status") or {}
-            for container in (status.get("initContainerStatuses") or []):
-                done = (container.get("state") or {}).get("terminated") or {}
-                if done and done.get("exitCode") not in (None, 0):
-                    raise _InitFailed(container["name"], done)
-            if status.get("phase") == "Failed":
-                raise VerificationError("ScratchPodFailed", f"pod {name} failed: {status.get('message', '')}")
-            ready = all(c.get("ready") for c in status.get("containerStatuses") or [{}])
-            if status.get("phase") == "Running" and ready and status.get("podIP"):
-                return status["podIP"]
-            await asyncio.sleep(POLL_SECONDS)
-        raise VerificationError("ScratchPodTimeout", f"pod {name} did not serve within {POD_START_TIMEOUT:.0f}s")
-
-
-class _InitFailed(Exception):
-    def __init__(self, container: str, terminated: Mapping[str, Any]):
-        super().__init__(container)
-        self.container = container
-        self.terminated = terminated
-
-
-SHA256_REFUSED = 3  # etcd_operator.seed: the object's sha256 differs from the manifest's
-
-
-def init_failure_verdict(failure: _InitFailed) -> Verdict:
-    """etcdutl refusing the snapshot, or the object differing from its manifest, is a
-    verdict; any other fetch failure (the store unreachable) is not."""
-    code = failure.terminated.get("exitCode")
-    detail = (failure.terminated.get("message") or "").strip()[-300:]
-    text = f"{failure.container} exited with {code}" + (f": {detail}" if detail else "")
-    if failure.container == "restore":
-        return Verdict(False, "SnapshotNotRestorable", text)
-    if code == SHA256_REFUSED:
-        return Verdict(False, "ChecksumMismatch", text)
-    raise VerificationError("SnapshotNotFetched", text)

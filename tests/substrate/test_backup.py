@@ -9,6 +9,7 @@ import subprocess
 
 import pytest
 
+from etcd_operator.backup.executor import AFTER_SCRATCH_POD_RECORDED
 from etcd_operator.etcd.client import EtcdMemberClient
 from localkube import controlplane, layout as localkube_layout, processes
 from tests.support.clusters import FAST_RECOVERY, apply_cluster, member_endpoints, wait_healthy
@@ -52,7 +53,18 @@ def condition(obj: dict, type_: str) -> dict:
     return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == type_), {})
 
 
-def test_one_shot_backup_lands_verified_in_minio(substrate, namespace, cluster, tmp_path):
+def events_of(namespace: str, name: str) -> list[dict]:
+    return [e for e in kubectl_json("get", "events", "-n", namespace)["items"] if e["involvedObject"]["name"] == name]
+
+
+def event_reasons(namespace: str, name: str) -> set[str]:
+    return {e["reason"] for e in events_of(namespace, name)}
+
+
+def test_one_shot_backup_lands_verified_in_minio(substrate, namespace, cluster, operator, tmp_path):
+    """The backup lands in MinIO; then its verification, asked for with the store down, is
+    incomplete and retried after its backoff, in passes that show the scratch pod in status,
+    and is resumed with that same pod by an operator restarted after dying mid-verification."""
     fill(member_endpoints(namespace, cluster), 300, 1024)
     prefix = f"tests/{namespace}"
     apply_backup(namespace, "once", {"clusterRef": {"name": cluster}, "storage": s3_storage_spec(substrate, prefix)})
@@ -75,12 +87,52 @@ def test_one_shot_backup_lands_verified_in_minio(substrate, namespace, cluster, 
     out = subprocess.run([str(etcdutl), "snapshot", "status", str(snapshot), "-w", "json"],
                          check=True, capture_output=True, text=True)
     assert json.loads(out.stdout)["revision"] == manifest["revision"]
-    events = {e["reason"] for e in kubectl_json("get", "events", "-n", namespace)["items"]
-              if e["involvedObject"]["name"] == "once"}
-    assert "BackupSucceeded" in events
+    assert "BackupSucceeded" in event_reasons(namespace, "once")
     secret_key = controlplane.s3_environment(substrate)["AWS_SECRET_ACCESS_KEY"]
     assert secret_key not in json.dumps(backup)
     assert secret_key not in (substrate.logs_dir / f"operator-{namespace}.log").read_text()
+
+    # Verification asked for while the store is down: no verdict, so a retry is scheduled.
+    processes.stop(substrate.run_dir, "minio", grace=0.1)
+    try:
+        kubectl("patch", "etcdbackup", "once", "-n", namespace, "--type=merge", "-p",
+                '{"spec":{"verification":{"enabled":true}}}')
+        tried = wait_for(lambda: (v := get_backup(namespace, "once")["status"].get("verification") or {})
+                         .get("nextAttemptTime") and v, 60, interval=0.2, what="an incomplete verification")
+    finally:
+        controlplane.up(substrate, only={"minio"})
+    assert tried["key"] == last["key"] and tried["attempts"] == 1 and "pod" not in tried, tried
+    assert tried["reason"] in ("ManifestUnreadable", "StorageError"), tried
+    obj = get_backup(namespace, "once")
+    assert "lastVerification" not in obj["status"] and condition(obj, "Degraded")["status"] == "False"
+    assert "VerificationRetryScheduled" in event_reasons(namespace, "once")
+
+    # The retry, after its backoff, records its scratch pod by uid; the operator dies in the
+    # next pass (a fault point), while that pod runs.
+    operator.stop()
+    operator.start(faults=AFTER_SCRATCH_POD_RECORDED)
+    assert operator.wait_exit(150) == 86
+    obj = get_backup(namespace, "once")
+    attempt = obj["status"]["verification"]
+    assert attempt["attempts"] == 2 and attempt["key"] == last["key"] and attempt["startTime"], attempt
+    progressing = condition(obj, "Progressing")
+    assert (progressing["status"], progressing["reason"]) == ("True", "Verifying"), progressing
+    assert attempt["pod"]["name"] in progressing["message"]
+    scratch = kubectl_json("get", "pods", "-n", namespace, "-l", "etcd.operator.dev/verifies-backup")["items"]
+    assert [p["metadata"]["uid"] for p in scratch] == [attempt["pod"]["uid"]]
+    operator.start()
+
+    obj = wait_for(lambda: (b := get_backup(namespace, "once"))["status"].get("lastVerification") and b, 120,
+                   what="the verification's verdict after the restart")
+    verification = obj["status"]["lastVerification"]
+    assert verification["verified"] is True and verification["key"] == last["key"], verification
+    assert "verification" not in obj["status"] and condition(obj, "Degraded")["status"] == "False"
+    started = [e for e in events_of(namespace, "once") if e["reason"] == "VerificationStarted"]
+    assert len(started) == 1 and started[0].get("count", 1) == 1, started  # the same pod, resumed
+    assert attempt["pod"]["uid"] in started[0]["message"]
+    wait_for(lambda: not kubectl_json("get", "pods", "-n", namespace, "-l",
+                                      "etcd.operator.dev/verifies-backup")["items"], 60, what="the scratch pod deleted")
+    assert read_json(s3, bucket, last["manifestKey"])["verified"] is True
 
 
 def test_scheduled_backups_keep_exactly_n_and_leave_other_files_alone(substrate, namespace, cluster):

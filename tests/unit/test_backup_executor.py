@@ -1,4 +1,5 @@
-"""The backup executor's step table: every step has a handler; an unknown step is an error."""
+"""The backup executor: every step has a handler, an unknown step is an error, and the
+verification steps delete only the scratch pod they were given, by its uid (a fake verifier)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,17 @@ import datetime
 
 import pytest
 
+from etcd_operator.backup import executor
 from etcd_operator.backup import steps as s
 from etcd_operator.backup.controller import delay_after
 from etcd_operator.backup.executor import HANDLERS, BackupExecutor, UnknownStep
 from etcd_operator.backup.status import build_status
+from etcd_operator.backup.verdict import Verdict
+from etcd_operator.backup.verification import VerificationError
+from etcd_operator.kube.client import Conflict
+from etcd_operator.storage.s3 import StorageError
 
-BODY = {"metadata": {"namespace": "ns", "name": "b"}, "spec": {}}
+BODY = {"metadata": {"namespace": "ns", "name": "b", "uid": "backup-uid"}, "spec": {}}
 NOW = datetime.datetime(2026, 11, 21, tzinfo=datetime.timezone.utc)
 
 
@@ -49,3 +55,81 @@ def test_an_unknown_step_is_an_error_not_done():
                                   s.StartSlot(slot="x", slot_time=None, next_slot=None, one_shot=True)])
 def test_steps_without_io_change_nothing_but_status(step):
     assert asyncio.run(BackupExecutor(None, {}, BODY).run(step)) is s.NOTHING_DONE
+
+
+@pytest.mark.parametrize("step", [s.StartVerification(key="k", attempt=1), s.WaitForScratchPod(key="k")])
+def test_verification_steps_that_only_record_change_nothing_but_status(step):
+    assert asyncio.run(BackupExecutor(None, {}, BODY).run(step)) is s.NOTHING_DONE
+
+
+class FakeVerifier:
+    """Records the calls the executor makes; `fail` makes compare/create raise."""
+
+    calls: list = []
+    fail: Exception | None = None
+
+    def __init__(self, *_):
+        pass
+
+    async def create_pod(self, key):
+        FakeVerifier.calls.append(("create", key))
+        if self.fail:
+            raise self.fail
+        return {"metadata": {"name": "b-verify", "uid": "u-new"}}
+
+    async def compare(self, key, ip):
+        FakeVerifier.calls.append(("compare", key, ip))
+        if self.fail:
+            raise self.fail
+        return Verdict(True, "Verified", "ok"), "2026-11-21T00:00:00Z"
+
+    async def record_verdict(self, key, verdict):
+        FakeVerifier.calls.append(("record", key, verdict.verified))
+        return "2026-11-21T00:00:00Z"
+
+    async def delete_pod(self, name, uid):
+        FakeVerifier.calls.append(("delete", name, uid))
+
+
+@pytest.fixture
+def verifier(monkeypatch):
+    monkeypatch.setattr(executor, "BackupVerifier", FakeVerifier)
+    FakeVerifier.calls, FakeVerifier.fail = [], None
+    return FakeVerifier
+
+
+COMPARE = s.CompareVerification(key="k", pod_name="b-verify", pod_uid="u1", pod_ip="10.0.0.1")
+
+
+def test_the_scratch_pod_is_deleted_by_its_uid_whether_the_comparison_gave_a_verdict_or_not(verifier):
+    done = asyncio.run(BackupExecutor(None, {}, BODY).run(COMPARE))
+    assert done.verified is True and verifier.calls[-1] == ("delete", "b-verify", "u1")
+    verifier.fail = VerificationError("ScratchMemberUnavailable", "no answer")
+    done = asyncio.run(BackupExecutor(None, {}, BODY).run(COMPARE))
+    assert (done.verified, done.complete, done.reason) == (None, False, "ScratchMemberUnavailable")
+    assert verifier.calls[-1] == ("delete", "b-verify", "u1")
+
+
+def test_finishing_deletes_the_recorded_pod_and_marks_only_a_verdict(verifier):
+    refused = s.FinishVerification(key="k", pod_name="b-verify", pod_uid="u1", verified=False,
+                                   reason="SnapshotNotRestorable")
+    done = asyncio.run(BackupExecutor(None, {}, BODY).run(refused))
+    assert done.verified is False and verifier.calls == [("delete", "b-verify", "u1"), ("record", "k", False)]
+    verifier.calls.clear()
+    timeout = s.FinishVerification(key="k", pod_name="b-verify", pod_uid="u1", verified=None, reason="ScratchPodTimeout")
+    done = asyncio.run(BackupExecutor(None, {}, BODY).run(timeout))
+    assert not done.complete and verifier.calls == [("delete", "b-verify", "u1")]
+    verifier.calls.clear()
+    foreign = s.FinishVerification(key="k", pod_name=None, pod_uid=None, verified=None, reason="ScratchPodNameTaken")
+    asyncio.run(BackupExecutor(None, {}, BODY).run(foreign))
+    assert verifier.calls == []
+
+
+def test_creating_reports_the_new_pod_or_an_incomplete_attempt(verifier):
+    created = asyncio.run(BackupExecutor(None, {}, BODY).run(s.CreateScratchPod(key="k")))
+    assert (created.pod_name, created.pod_uid) == ("b-verify", "u-new")
+    verifier.fail = Conflict("exists")
+    assert asyncio.run(BackupExecutor(None, {}, BODY).run(s.CreateScratchPod(key="k"))) is s.NOTHING_DONE
+    verifier.fail = StorageError("store down")
+    lost = asyncio.run(BackupExecutor(None, {}, BODY).run(s.CreateScratchPod(key="k")))
+    assert (lost.verified, lost.complete, lost.reason) == (None, False, "StorageError")

@@ -10,9 +10,9 @@ import pytest
 from etcd_operator.backup import steps as s
 from etcd_operator.backup.manifest import Manifest
 from etcd_operator.backup.planner import plan
-from etcd_operator.backup.state import Observed, RunState, ScheduleSpec, VerificationPolicy
+from etcd_operator.backup.state import InitFailure, Observed, RunState, ScheduleSpec, ScratchPod, VerificationPolicy
 from etcd_operator.backup.status import VERIFICATION_FAILED, build_status
-from etcd_operator.backup.verdict import compare
+from etcd_operator.backup.verdict import compare, init_failure_verdict
 from etcd_operator.backup.verification_pod import verification_pod
 
 UTC = datetime.timezone.utc
@@ -35,7 +35,7 @@ def test_scheduled_backups_are_verified_by_default_one_shot_ones_only_when_asked
 def test_every_backup_is_verified_once_before_the_next_slot_starts():
     state = RunState(last_slot=at(0), last_backup_key="k1", backups_since_verification=1)
     step = plan(ScheduleSpec(EVERY_MINUTE, verification=VerificationPolicy(True)), state, CREATED, at(5))
-    assert step == s.VerifyBackup(key="k1", message="verifying k1")
+    assert step == s.StartVerification(key="k1", attempt=1, message="verifying k1")
     done = dataclasses.replace(state, last_verification_key="k1", backups_since_verification=0)
     assert isinstance(plan(ScheduleSpec(EVERY_MINUTE, verification=VerificationPolicy(True)), done, CREATED, at(5)),
                       s.StartSlot)
@@ -51,7 +51,7 @@ def test_a_recorded_slot_is_finished_before_any_verification():
 def test_every_nth_backup(since, due):
     state = RunState(last_slot=at(0), last_backup_key="k", backups_since_verification=since)
     step = plan(ScheduleSpec(EVERY_MINUTE, verification=VerificationPolicy(True, every_n=3)), state, CREATED, at(0.5))
-    assert isinstance(step, s.VerifyBackup) is due
+    assert isinstance(step, s.StartVerification) is due
 
 
 def test_its_own_schedule():
@@ -59,9 +59,9 @@ def test_its_own_schedule():
     state = RunState(last_slot=at(0), last_backup_key="k", backups_since_verification=5,
                      last_verification_slot=T0.replace(minute=0, second=0))
     assert not isinstance(plan(ScheduleSpec(EVERY_MINUTE, verification=policy), state, CREATED, at(0.5)),
-                          s.VerifyBackup)
+                          s.StartVerification)
     step = plan(ScheduleSpec(EVERY_MINUTE, verification=policy), state, CREATED, at(61))
-    assert isinstance(step, s.VerifyBackup) and step.slot_time == T0.replace(hour=13, minute=0, second=0)
+    assert isinstance(step, s.StartVerification) and step.slot_time == T0.replace(hour=13, minute=0, second=0)
 
 
 def test_suspended_or_refused_runs_no_verification():
@@ -94,6 +94,10 @@ def test_no_source_hash_gives_no_verdict():
     assert compare(manifest(hash_kv=None, compact_revision=None), 61, 60, 1, 1).verified is None
 
 
+def comparing(key: str) -> s.CompareVerification:
+    return s.CompareVerification(key=key, pod_name="b-verify", pod_uid="u1", pod_ip="10.0.0.1")
+
+
 def verified(key: str, ok: bool | None, reason: str = "Verified") -> s.VerificationDone:
     return s.VerificationDone(key=key, verified=ok, reason=reason, message="m", at=NOW)
 
@@ -105,7 +109,7 @@ def degraded(status: dict) -> dict:
 def test_a_failed_verification_is_degraded_until_a_verification_succeeds():
     record = {"key": "k1"}
     status = {"lastBackup": record, "recentBackups": [record], "backupsSinceVerification": 1}
-    status = {**status, **build_status(s.VerifyBackup(key="k1"), verified("k1", False, "HashKVMismatch"),
+    status = {**status, **build_status(comparing("k1"), verified("k1", False, "HashKVMismatch"),
                                        status, 1, NOW)}
     assert degraded(status)["status"] == "True" and degraded(status)["reason"] == VERIFICATION_FAILED
     assert status["recentBackups"][0]["verification"]["verified"] is False
@@ -113,14 +117,14 @@ def test_a_failed_verification_is_degraded_until_a_verification_succeeds():
     run = s.RunSucceeded(record={"key": "k2"}, completed_at=NOW)
     status = {**status, **build_status(s.RunBackup(slot="2", one_shot=False), run, status, 1, NOW)}
     assert degraded(status)["reason"] == VERIFICATION_FAILED and status["backupsSinceVerification"] == 1
-    status = {**status, **build_status(s.VerifyBackup(key="k2"), verified("k2", True), status, 1, NOW)}
+    status = {**status, **build_status(comparing("k2"), verified("k2", True), status, 1, NOW)}
     assert degraded(status)["status"] == "False" and status["lastVerifiedTime"] == NOW
 
 
 def test_a_successful_verification_does_not_hide_a_failed_run():
     status = build_status(s.RunBackup(slot="a", one_shot=False), s.RunFailed(reason="StorageError", message="x"),
                           {}, 1, NOW)
-    status = {**status, **build_status(s.VerifyBackup(key="k0"), verified("k0", True), status, 1, NOW)}
+    status = {**status, **build_status(comparing("k0"), verified("k0", True), status, 1, NOW)}
     assert degraded(status)["reason"] == "StorageError"
 
 
@@ -135,3 +139,31 @@ def test_the_verification_pod_passes_the_restricted_level_and_serves_on_its_own_
     assert all(v.get("emptyDir") is not None for v in pod["spec"]["volumes"])
     assert pod["metadata"]["ownerReferences"][0]["uid"] == "uid"
     assert "--skip-hash-check" not in " ".join(pod["spec"]["initContainers"][1]["args"])
+
+
+def pod_as_observed(phase: str, init: list[dict], ready: bool | None = None, ip: str = "10.0.0.3",
+                    owner: str = "backup-uid") -> ScratchPod:
+    status = {"phase": phase, "podIP": ip, "initContainerStatuses": init}
+    if ready is not None:
+        status["containerStatuses"] = [{"name": "etcd", "ready": ready}]
+    return ScratchPod.from_pod({"metadata": {"name": "b-verify", "uid": "u1", "ownerReferences": [{"uid": owner}]},
+                                "status": status}, "backup-uid")
+
+
+def test_the_scratch_pod_as_the_planner_sees_it():
+    fetching = pod_as_observed("Pending", [{"name": "fetch", "state": {"running": {}}},
+                                           {"name": "restore", "state": {"waiting": {}}}])
+    assert fetching.owned and fetching.serving_ip is None and fetching.init_failure is None
+    assert "init container fetch" in fetching.message
+    refused = pod_as_observed("Pending", [{"name": "fetch", "state": {"terminated": {"exitCode": 0}}},
+                                          {"name": "restore", "state": {"terminated": {"exitCode": 2, "message": "x"}}}])
+    assert refused.init_failure == InitFailure("restore", 2, "x")
+    assert pod_as_observed("Running", [], ready=False).serving_ip is None
+    assert pod_as_observed("Running", [], ready=True).serving_ip == "10.0.0.3"
+    assert not pod_as_observed("Running", [], ready=True, owner="someone-else").owned
+
+
+def test_what_an_init_container_failure_says_about_the_backup():
+    assert init_failure_verdict("restore", 1, "").verified is False
+    assert init_failure_verdict("fetch", 3, "").reason == "ChecksumMismatch"
+    assert init_failure_verdict("fetch", 1, "refused").verified is None  # the store, not the backup
