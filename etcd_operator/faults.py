@@ -12,6 +12,9 @@ AFTER_MEMBER_ADD = "after-member-add"
 AFTER_MEMBER_REMOVE = "after-member-remove"
 DURING_BACKUP_UPLOAD = "during-backup-upload"
 DURING_RESTORE = "during-restore"
+# The first backup pass after the one that recorded its verification's scratch pod: the
+# attempt must resume with that same pod.
+AFTER_SCRATCH_POD_RECORDED = "after-scratch-pod-recorded"
 
 
 def enabled() -> frozenset[str]:

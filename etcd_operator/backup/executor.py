@@ -22,11 +22,6 @@ from etcd_operator.timefmt import now_text
 
 logger = logging.getLogger(__name__)
 
-# A fault point (etcd_operator/faults.py): the operator dies in the first pass after the one
-# that recorded its scratch pod, so that a test can see the attempt resumed with that pod.
-AFTER_SCRATCH_POD_RECORDED = "after-scratch-pod-recorded"
-
-
 class UnknownStep(TypeError):
     """A step with no handler: a programming error, never "done"."""
 
@@ -117,11 +112,11 @@ class BackupExecutor:
         return s.NOTHING_DONE
 
     async def _wait_for_scratch_pod(self, step: s.WaitForScratchPod) -> s.Outcome:
-        faults.hit(AFTER_SCRATCH_POD_RECORDED)
+        faults.hit(faults.AFTER_SCRATCH_POD_RECORDED)
         return s.NOTHING_DONE
 
     async def _compare(self, step: s.CompareVerification) -> s.Outcome:
-        faults.hit(AFTER_SCRATCH_POD_RECORDED)
+        faults.hit(faults.AFTER_SCRATCH_POD_RECORDED)
         verifier = self._verifier()
         try:
             verdict, at = await verifier.compare(step.key, step.pod_ip)

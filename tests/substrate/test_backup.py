@@ -9,8 +9,8 @@ import subprocess
 
 import pytest
 
-from etcd_operator.backup.executor import AFTER_SCRATCH_POD_RECORDED
 from etcd_operator.etcd.client import EtcdMemberClient
+from etcd_operator.faults import AFTER_SCRATCH_POD_RECORDED
 from localkube import controlplane, layout as localkube_layout, processes
 from tests.support.clusters import FAST_RECOVERY, apply_cluster, member_endpoints, wait_healthy
 from tests.support.kubectl import kubectl, kubectl_json
