@@ -18,9 +18,13 @@ async def read_metrics(url: str, timeout: float) -> str:
             async with session.get(url) as response:
                 if response.status != 200:
                     raise ScrapeError(f"{url}: HTTP {response.status}")
-                body = await response.content.read(MAX_BYTES + 1)
-                if len(body) > MAX_BYTES:
-                    raise ScrapeError(f"{url}: more than {MAX_BYTES} bytes")
-                return body.decode(errors="replace")
+                # read(n) returns what has arrived so far, not n bytes: read on to the end.
+                chunks, size = [], 0
+                async for chunk in response.content.iter_any():
+                    size += len(chunk)
+                    if size > MAX_BYTES:
+                        raise ScrapeError(f"{url}: more than {MAX_BYTES} bytes")
+                    chunks.append(chunk)
+                return b"".join(chunks).decode(errors="replace")
     except (aiohttp.ClientError, TimeoutError, UnicodeError) as e:
         raise ScrapeError(f"{url}: {e!r}") from None

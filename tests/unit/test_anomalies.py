@@ -249,3 +249,30 @@ async def test_a_member_that_never_answers_costs_at_most_the_timeout():
             await asyncio.wait_for(read_metrics(f"http://127.0.0.1:{port}/metrics", 0.3), 30)
     finally:
         server.close()
+
+
+async def test_a_page_that_arrives_in_pieces_is_read_whole(monkeypatch):
+    from etcd_operator.etcd import scrape
+
+    lines = [f'etcd_disk_wal_fsync_duration_seconds_bucket{{le="{2 ** i / 1000}"}} {i}\n' for i in range(14)]
+    page = ("".join(lines) * 300).encode()  # about 250 KiB, like etcd's own page
+
+    async def in_pieces(reader, writer):
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n"
+                     + f"Content-Length: {len(page)}\r\n\r\n".encode())
+        for start in range(0, len(page), 8192):  # a slow member: each piece after a pause
+            writer.write(page[start:start + 8192])
+            await writer.drain()
+            await asyncio.sleep(0.002)
+        writer.close()
+
+    server = await asyncio.start_server(in_pieces, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        assert await scrape.read_metrics(f"http://127.0.0.1:{port}/metrics", 10) == page.decode()
+        monkeypatch.setattr(scrape, "MAX_BYTES", len(page) - 1)
+        with pytest.raises(scrape.ScrapeError, match="more than"):
+            await scrape.read_metrics(f"http://127.0.0.1:{port}/metrics", 10)
+    finally:
+        server.close()
