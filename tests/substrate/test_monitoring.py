@@ -166,14 +166,22 @@ def test_database_near_quota_is_detected_from_member_metrics(monitored):
     endpoints = [f"{p['status']['podIP']}:{naming.CLIENT_PORT}" for p in running_pods(ns)]
 
     # 128 KiB values until the written member's database is over 82 % of the quota, not
-    # full (that would be NOSPACE); etcd reports the size as of its last backend commit.
+    # full (that would be NOSPACE). etcd reports the size as of its last backend commit
+    # (every 100 ms, later under load), so after each put the size is read again until it
+    # moved: otherwise many puts can land before the size shows them (CI saw 17043456).
     async def fill() -> int:
         async with EtcdMemberClient(endpoints[0], timeout=30) as client:
+            size = (await client.status()).db_size
             for i in range(200):
-                size = (await client.status()).db_size
                 if size > 0.82 * QUOTA:
                     return size
                 await client.put(f"/fill/{i:03}".encode(), bytes(128 * 1024))
+                before = size
+                for _ in range(100):
+                    size = (await client.status()).db_size
+                    if size != before:
+                        break
+                    await asyncio.sleep(0.05)
         raise AssertionError(f"the database never passed 82 % of {QUOTA}")
 
     assert asyncio.run(fill()) < QUOTA
