@@ -12,6 +12,7 @@ import pathlib
 import shutil
 import sys
 
+from etcd_operator.backup.verdict import SHA256_REFUSED
 from etcd_operator.backup.verify import consume_in_order
 from etcd_operator.storage.s3 import S3Location, S3Storage
 
@@ -47,7 +48,7 @@ async def fetch(env: dict[str, str]) -> int:
     if digest.hexdigest() != env["EXPECTED_SHA256"]:
         partial.unlink()
         print(f"seed: sha256 of {env['S3_KEY']} changed since it was verified; refusing to restore", file=sys.stderr)
-        return 3
+        return SHA256_REFUSED
     partial.rename(out)
     print(f"seed: fetched {size} bytes, sha256 verified")
     return 0

@@ -22,6 +22,7 @@ from etcd_operator.timefmt import now_text
 
 logger = logging.getLogger(__name__)
 
+
 class UnknownStep(TypeError):
     """A step with no handler: a programming error, never "done"."""
 
@@ -124,7 +125,7 @@ class BackupExecutor:
             return _incomplete(step.key, e)
         finally:
             await verifier.delete_pod(step.pod_name, step.pod_uid)
-        return self._verdict(step.key, verdict, at, complete=True)
+        return self._verdict(step.key, verdict, at)
 
     async def _finish(self, step: s.FinishVerification) -> s.Outcome:
         verifier = self._verifier()
@@ -138,9 +139,10 @@ class BackupExecutor:
             at = await verifier.record_verdict(step.key, verdict)
         except (VerificationError, StorageError) as e:
             return _incomplete(step.key, e)
-        return self._verdict(step.key, verdict, at, complete=True)
+        return self._verdict(step.key, verdict, at)
 
-    def _verdict(self, key: str, verdict: Verdict, at: str, complete: bool) -> s.VerificationDone:
+    def _verdict(self, key: str, verdict: Verdict, at: str) -> s.VerificationDone:
+        """A comparison's outcome (a verdict or an inconclusive one): never retried."""
         if verdict.verified:
             event = ("Normal", "BackupVerified", f"{key}: {verdict.message}")
         elif verdict.verified is False:
@@ -149,7 +151,7 @@ class BackupExecutor:
         else:
             event = ("Normal", "VerificationInconclusive", f"{key}: {verdict.reason}: {verdict.message}")
         return s.VerificationDone(key=key, verified=verdict.verified, reason=verdict.reason,
-                                  message=verdict.message, at=at, complete=complete, events=(event,))
+                                  message=verdict.message, at=at, events=(event,))
 
 
 def _incomplete(key: str, error: Exception) -> s.VerificationDone:

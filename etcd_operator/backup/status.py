@@ -16,6 +16,7 @@ from etcd_operator import conditions as c
 from etcd_operator.backup import retry
 from etcd_operator.backup import steps as s
 from etcd_operator.backup.schedule import PROBLEM_REASONS
+from etcd_operator.backup.state import VerificationAttempts
 from etcd_operator.timefmt import format_time, parse_time
 
 RECENT_BACKUPS = 10
@@ -201,9 +202,12 @@ def _incomplete_fields(outcome: s.VerificationDone, previous: Mapping[str, Any],
                                     f"attempt {attempts} at verifying {outcome.key} gave no verdict "
                                     f"({outcome.reason}); next attempt at {record['nextAttemptTime']}"), None)
     return (fields, c.Condition("Progressing", False, "Idle"),
-            c.Condition("Degraded", True, VERIFICATION_INCOMPLETE,
-                        f"backup {outcome.key} got no verdict in {attempts} verification attempts; the last: "
-                        f"{outcome.reason}: {outcome.message}"))
+            _no_verdict(outcome.key, attempts, outcome.reason, outcome.message))
+
+
+def _no_verdict(key: str, attempts: int, reason: str, message: str) -> c.Condition:
+    return c.Condition("Degraded", True, VERIFICATION_INCOMPLETE,
+                       f"backup {key} got no verdict in {attempts} verification attempts; the last: {reason}: {message}")
 
 
 def _unless_verification_failed(previous: Mapping[str, Any]) -> c.Condition:
@@ -213,11 +217,9 @@ def _unless_verification_failed(previous: Mapping[str, Any]) -> c.Condition:
     before = c.find(previous.get("conditions"), "Degraded") or {}
     if before.get("status") == "True" and before.get("reason") in VERIFICATION_REASONS:
         return c.Condition("Degraded", True, before["reason"], before.get("message", ""))
-    tried = previous.get("verification") or {}
-    if tried.get("key") and not tried.get("startTime") and int(tried.get("attempts") or 0) >= retry.MAX_ATTEMPTS:
-        return c.Condition("Degraded", True, VERIFICATION_INCOMPLETE,
-                           f"backup {tried['key']} got no verdict in {tried['attempts']} verification attempts; "
-                           f"the last: {tried.get('reason')}: {tried.get('message')}")
+    tried = VerificationAttempts.from_dict(previous.get("verification"))
+    if tried is not None and retry.exhausted(tried):
+        return _no_verdict(tried.key, tried.attempts, tried.reason, tried.message)
     return HEALTHY
 
 

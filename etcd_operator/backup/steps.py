@@ -118,11 +118,10 @@ class FinishVerification(Step):
     reason: str
 
 
-ALL_STEPS: tuple[type[Step], ...] = (Idle, WaitForSlot, Suspend, RefuseSchedule, StartSlot, RunBackup,
-                                     StartVerification, CreateScratchPod, DeleteStrayScratchPod, WaitForScratchPod,
-                                     CompareVerification, FinishVerification)
 VERIFICATION_STEPS: tuple[type[Step], ...] = (StartVerification, CreateScratchPod, DeleteStrayScratchPod,
                                               WaitForScratchPod, CompareVerification, FinishVerification)
+ALL_STEPS: tuple[type[Step], ...] = (Idle, WaitForSlot, Suspend, RefuseSchedule, StartSlot, RunBackup,
+                                     *VERIFICATION_STEPS)
 
 Event = tuple[str, str, str]  # (type, reason, message)
 

@@ -40,7 +40,7 @@ def compare(manifest: Manifest, revision: int, key_count: int, hash_kv: int, com
                    observed)
 
 
-SHA256_REFUSED = 3  # etcd_operator.seed: the object's sha256 differs from the manifest's
+SHA256_REFUSED = 3  # etcd_operator.seed's exit status: the object's sha256 differs from the manifest's
 
 
 def init_failure_verdict(container: str, exit_code: int | None, detail: str) -> Verdict:
