@@ -1,7 +1,8 @@
 """Streams a snapshot from etcd into an S3 multipart upload as it arrives.
 
-A worker thread reads the gRPC stream, cuts it into parts and hashes them; the event loop
-uploads the parts, at most `concurrency` at a time. Parts are filled in a fixed pool of
+A worker thread reads the gRPC stream and cuts it into parts; a second one hashes each part
+in order, so the reader never waits on sha256; the event loop uploads the hashed parts, at
+most `concurrency` at a time. Parts are filled in a fixed pool of
 (concurrency + 1) buffers: those in flight and the one being filled. A buffer goes back to
 the pool only when its upload call has returned, so memory is bounded by the pool and no
 page is allocated per part. Before the upload is completed, etcd's own trailing checksum
@@ -53,10 +54,11 @@ def _wait_get(source: queue.Queue, stop: threading.Event, deadline: float = math
 
 
 class _PartCutter:
-    """Runs in a worker thread: stream in, hashed parts out. A part is a pool buffer; the
-    consumer hands it back through `free` once it is uploaded. Buffers are made on demand,
-    so a small database never allocates the whole pool, and only while the memory budget
-    has room: the first buffer was granted before the cutter started (`granted` = 1)."""
+    """Runs in two worker threads: `run` reads the stream into parts, `hash_parts` hashes
+    them in order and hands them on. A part is a pool buffer; the consumer hands it back
+    through `free` once it is uploaded. Buffers are made on demand, so a small database
+    never allocates the whole pool, and only while the memory budget has room: the first
+    buffer was granted before the cutter started (`granted` = 1)."""
 
     def __init__(self, stream: Iterable[bytes], part_size: int, buffers: int, stop: threading.Event,
                  budget: MemoryBudget):
@@ -65,10 +67,12 @@ class _PartCutter:
         self.stop = stop
         self.budget = budget
         self.free: queue.Queue = queue.Queue()
-        self.parts: queue.Queue = queue.Queue()
+        self.cut: queue.Queue = queue.Queue()    # parts read, not yet hashed
+        self.parts: queue.Queue = queue.Queue()  # parts hashed, ready to upload
         self.digest = SnapshotDigest()
         self.error: BaseException | None = None
         self._unmade = buffers
+        self._cut_any = False
         self.granted = 1  # buffers' worth of budget this upload holds
         self._prepaid = True
 
@@ -87,10 +91,20 @@ class _PartCutter:
                         part, filled = self._take_buffer(), 0
                 if part is None:
                     return  # stopped
-            if filled or self.digest.size == 0:
+            if filled or not self._cut_any:
                 self._emit(part, filled)
         except BaseException as e:  # handed to the event loop
             self.error = e
+        finally:
+            self.cut.put(_END)
+
+    def hash_parts(self) -> None:
+        try:
+            while (part := _wait_get(self.cut, self.stop)) not in (None, _END):
+                self.digest.update(part)
+                self.parts.put(part)
+        except BaseException as e:
+            self.error = self.error or e
         finally:
             self.parts.put(_END)
 
@@ -116,8 +130,8 @@ class _PartCutter:
     def _emit(self, buffer: bytearray, length: int) -> None:
         if length < len(buffer):
             del buffer[length:]  # the last part: shrunk in place, never reused
-        self.digest.update(buffer)
-        self.parts.put(buffer)
+        self._cut_any = True
+        self.cut.put(buffer)
 
 
 async def stream_to_s3(
@@ -153,7 +167,8 @@ async def _upload(stream, storage: S3Storage, key: str, concurrency: int, on_pro
                   idle_timeout: float, stop: threading.Event, cutter: _PartCutter,
                   upload_id: str | None) -> UploadResult:
     upload_id = upload_id or await storage.start_multipart(key)
-    worker = threading.Thread(target=cutter.run, name=f"snapshot-{key}", daemon=True)
+    workers = [threading.Thread(target=cutter.run, name=f"snapshot-{key}", daemon=True),
+               threading.Thread(target=cutter.hash_parts, name=f"sha256-{key}", daemon=True)]
     slots = asyncio.Semaphore(concurrency)
     uploaded: list[dict[str, str]] = []
     in_flight: set[asyncio.Task] = set()
@@ -169,7 +184,8 @@ async def _upload(stream, storage: S3Storage, key: str, concurrency: int, on_pro
         finally:
             slots.release()
 
-    worker.start()
+    for worker in workers:
+        worker.start()
     try:
         number = 0
         while True:
@@ -206,5 +222,6 @@ async def _upload(stream, storage: S3Storage, key: str, concurrency: int, on_pro
         raise
     finally:
         stop.set()
-        await asyncio.to_thread(worker.join, 10)
+        for worker in workers:
+            await asyncio.to_thread(worker.join, 10)
     return UploadResult(size=cutter.digest.size, sha256=cutter.digest.sha256, parts=number)

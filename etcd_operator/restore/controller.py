@@ -24,7 +24,7 @@ logger = logging.getLogger(__name__)
 
 # Seconds until the next pass, by what the last pass did.
 AFTER_STATUS_STEP = 0.1   # the step only wrote status; go on at once
-AFTER_STEP = 0.5
+AFTER_STEP = 0.2          # the next step usually follows at once (the pass reads live objects)
 WHILE_WAITING = 2.0
 WHILE_RESTORING = 0.5     # restore pods or members are about to finish: each pass is a few list calls
 STATUS_ONLY = (s.StartVerifying, s.BeginRestore, s.RecordPreservedData, s.ChooseMembers)

@@ -11,6 +11,7 @@ import pytest
 
 from etcd_operator.backup import verify
 from etcd_operator.backup.verify import consume_in_order
+from etcd_operator.membudget import MemoryBudget
 
 
 async def chunks(n: int, fail_at: int | None = None):
@@ -73,3 +74,57 @@ def test_an_object_that_shrinks_while_read_is_refused():
     with pytest.raises(verify.VerificationFailed) as failed:
         asyncio.run(consume_in_order(verify.ranged_chunks(store, "k", len(data)), lambda chunk: None))
     assert failed.value.reason == "ChecksumMismatch"
+
+
+class BudgetedStore(RangedStore):
+    """Also answers the object's size, and records the budget held during each read."""
+
+    def __init__(self, data: bytes, budget: MemoryBudget):
+        super().__init__(data)
+        self.budget = budget
+        self.held_while_reading: set[int] = set()
+
+    async def size(self, key: str) -> int:
+        return len(self.data)
+
+    async def read_range(self, key: str, offset: int, length: int) -> bytes:
+        self.held_while_reading.add(self.budget.used)
+        return await super().read_range(key, offset, length)
+
+
+def _snapshot(size: int) -> bytes:
+    db = bytes(range(256)) * (size // 256)
+    return db + hashlib.sha256(db).digest()  # etcd appends the database's sha256
+
+
+def test_verification_reads_hold_their_memory_in_the_budget_and_give_it_back():
+    budget = MemoryBudget(48 << 20)
+    store = BudgetedStore(_snapshot(3 * verify.RANGE_BYTES), budget)
+    asyncio.run(verify.verify_snapshot(store, "k", None, budget))
+    assert store.held_while_reading == {verify.RANGE_BYTES * verify.CHUNKS_HELD}
+    assert budget.used == 0
+    broken = BudgetedStore(_snapshot(3 * verify.RANGE_BYTES)[:-1] + b"x", budget)
+    with pytest.raises(verify.VerificationFailed):
+        asyncio.run(verify.verify_snapshot(broken, "k", None, budget))
+    assert budget.used == 0
+
+
+def test_verification_waits_for_the_budget_a_backup_holds():
+    async def scenario():
+        budget = MemoryBudget(32 << 20)
+        await budget.acquire(24 << 20)  # a backup's part buffers
+        store = BudgetedStore(_snapshot(2 * verify.RANGE_BYTES), budget)
+        verifying = asyncio.ensure_future(verify.verify_snapshot(store, "k", None, budget))
+        await asyncio.sleep(0.05)
+        assert not verifying.done() and not store.held_while_reading
+        budget.release(24 << 20)
+        await verifying
+        assert max(store.held_while_reading) <= budget.limit
+    asyncio.run(scenario())
+
+
+def test_a_small_budget_reads_in_smaller_ranges():
+    assert verify.range_size(48 << 20) == verify.RANGE_BYTES
+    assert verify.range_size(8 << 20) == 2 << 20
+    assert verify.range_size(5 << 20) == 1 << 20
+    assert verify.range_size(3 << 20) == verify.MIN_RANGE_BYTES

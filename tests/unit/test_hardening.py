@@ -3,6 +3,9 @@ checks run in tests/substrate/test_hardening.py)."""
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
+
 import pytest
 
 from etcd_operator import pod_security
@@ -159,6 +162,40 @@ def test_http_endpoints_need_insecure_and_sign_payloads():
         storage.close()
     assert not signs_payload(S3Location(bucket="b", endpoint="https://s3:9000"))
     assert not signs_payload(S3Location(bucket="b"))
+
+
+def _sent_part_headers(location: S3Location, body: bytes) -> dict[str, str]:
+    """The headers of an UploadPart as it leaves the client, signed; nothing is sent."""
+    from botocore.awsrequest import AWSResponse
+
+    class EmptyBody:
+        def stream(self, **_):
+            return iter(())
+
+    storage = S3Storage(location)
+    sent = {}
+
+    def capture(request, **_):
+        sent.update({k.lower(): v.decode() if isinstance(v, bytes) else v for k, v in request.headers.items()})
+        return AWSResponse(request.url, 200, {"ETag": '"e"'}, EmptyBody())
+    storage._client.meta.events.register_first("before-send.s3.UploadPart", capture)
+    try:
+        asyncio.run(storage.upload_part("k", "u", 1, body))
+    finally:
+        storage.close()
+    return sent
+
+
+def test_every_part_is_checked_by_the_store_with_one_hash_not_two():
+    body = b"part" * 1000
+    over_http = _sent_part_headers(S3Location(bucket="b", endpoint="http://s3:9000", insecure=True,
+                                              access_key="a", secret_key="s"), body)
+    assert over_http["x-amz-content-sha256"] == hashlib.sha256(body).hexdigest()
+    assert not [h for h in over_http if h.startswith("x-amz-checksum-")]
+    over_https = _sent_part_headers(S3Location(bucket="b", endpoint="https://s3:9000", access_key="a",
+                                               secret_key="s"), body)
+    assert over_https["x-amz-content-sha256"] in ("UNSIGNED-PAYLOAD", "STREAMING-UNSIGNED-PAYLOAD-TRAILER")
+    assert "x-amz-checksum-crc32" in (over_https.get("x-amz-trailer"), *over_https)  # a trailer or a header
 
 
 def test_server_side_encryption_arguments():

@@ -190,3 +190,49 @@ def test_the_budget_is_read_from_the_environment_with_a_default():
     from etcd_operator.membudget import DEFAULT_LIMIT_BYTES
     assert OperatorConfig.from_env({}).memory_budget_bytes == DEFAULT_LIMIT_BYTES
     assert OperatorConfig.from_env({"MEMORY_BUDGET_BYTES": "16777216"}).memory_budget_bytes == 16 << 20
+
+
+def test_the_reader_keeps_reading_while_a_part_is_being_hashed(monkeypatch):
+    """sha256 runs in its own thread: while the first part's hash is held up, the reader
+    still fills the pool's other buffers from the stream."""
+    import threading
+
+    from etcd_operator.backup import digest, stream as stream_module
+
+    hashing = threading.Event()
+    release = threading.Event()
+    original = digest.SnapshotDigest.update
+
+    def slow_update(self, data):
+        hashing.set()
+        assert release.wait(10), "the hash was never released"
+        original(self, data)
+    monkeypatch.setattr(digest.SnapshotDigest, "update", slow_update)
+    data = snapshot_bytes(PART * 3 - 32)
+    consumed = []
+
+    class WatchedStream(FakeStream):
+        def __iter__(self):
+            for chunk in super().__iter__():
+                consumed.append(len(chunk))
+                yield chunk
+    watched = WatchedStream(data)
+    stop = threading.Event()
+    cutter = stream_module._PartCutter(watched, PART, 4, stop, MemoryBudget(PART * 4))
+    reader = threading.Thread(target=cutter.run)
+    hasher = threading.Thread(target=cutter.hash_parts)
+    reader.start()
+    hasher.start()
+    try:
+        assert hashing.wait(10)
+        reader.join(5)
+        assert not reader.is_alive(), "the reader waited for the hash"
+        assert sum(consumed) == len(data)
+    finally:
+        release.set()
+        hasher.join(10)
+        stop.set()
+    parts = []
+    while (item := cutter.parts.get(timeout=1)) is not stream_module._END:
+        parts.append(bytes(item))
+    assert b"".join(parts) == data and cutter.digest.sha256 == hashlib.sha256(data).hexdigest()
