@@ -330,7 +330,8 @@ class Bench:
             theirs.append(size / MIB / seconds)
             etcdctl_cpus.append(etcdctl_cpu)
             _recycle_page_cache(self.layout.state_dir)
-            two_pass.append(size / MIB / self._two_pass(endpoint))
+            two_pass_seconds = self._two_pass(endpoint)
+            two_pass.append(size / MIB / two_pass_seconds)
             data = os.urandom(size)
             from_memory.append(size / MIB / self._store_from_memory(data))
             del data
@@ -345,7 +346,7 @@ class Bench:
             # at least their CPU time over the CPU count.
             cpu_floor = (record["operatorCpuSeconds"] + record["storeCpuSeconds"] + record["sourceCpuSeconds"]) \
                 / os.cpu_count()
-            cpu_bounds.append(size / MIB / two_pass[-1] / cpu_floor)
+            cpu_bounds.append(two_pass_seconds / cpu_floor)
             records.append(record)
             ours.append(record["size"] / MIB / record["durationSeconds"])
             ratios.append(ours[-1] / theirs[-1])
@@ -402,15 +403,16 @@ class Bench:
                         f"--data-dir={scratch}/data", "--initial-cluster=m=http://127.0.0.1:2380",
                         "--initial-advertise-peer-urls=http://127.0.0.1:2380"], check=True, capture_output=True)
 
-    def _bare_restore_three(self, key: str) -> float:
-        """The same bare steps for 3 members at once on this one machine (its disk and 2 CPUs):
-        the work a 3-member restore has to do here. Seconds."""
+    def _time_bare_restores(self, key: str, members: int) -> float:
+        """Seconds for the bare steps of `members` members at once on this one machine (its
+        disk and 2 CPUs): for 3, the work a 3-member restore has to do here."""
+        _recycle_page_cache(self.layout.state_dir)
         with tempfile.TemporaryDirectory(dir=self.layout.state_dir) as scratch:
-            folders = [pathlib.Path(scratch) / f"m{i}" for i in range(3)]
+            folders = [pathlib.Path(scratch) / f"m{i}" for i in range(members)]
             for folder in folders:
                 folder.mkdir()
             start = time.monotonic()
-            with concurrent.futures.ThreadPoolExecutor(3) as pool:
+            with concurrent.futures.ThreadPoolExecutor(members) as pool:
                 list(pool.map(lambda f: self._bare_restore(key, str(f)), folders))
             return time.monotonic() - start
 
@@ -436,13 +438,8 @@ class Bench:
         backup = self.large_backup
         bares, bare_threes, fulls, phases = [], [], [], []
         for run in range(1, RESTORE_RUNS + 1):
-            with tempfile.TemporaryDirectory(dir=self.layout.state_dir) as scratch:
-                _recycle_page_cache(self.layout.state_dir)
-                start = time.monotonic()
-                self._bare_restore(backup["key"], scratch)
-                bares.append(time.monotonic() - start)
-            _recycle_page_cache(self.layout.state_dir)
-            bare_threes.append(self._bare_restore_three(backup["key"]))
+            bares.append(self._time_bare_restores(backup["key"], 1))
+            bare_threes.append(self._time_bare_restores(backup["key"], 3))
             _recycle_page_cache(self.layout.state_dir)
             target = f"restored-{run}"
             full, restore, wall_start = self._restore(f"bench-{run}", target)

@@ -110,7 +110,7 @@ def signs_payload(location: S3Location) -> bool:
 
 def body_checksum(location: S3Location) -> dict[str, str]:
     """The store checks every body on receipt, by one hash: the signed payload's sha256, or
-    else a CRC32 header. Both on one body would cost the client and the store a pass each
+    else a CRC32 checksum. Both on one body would cost the client and the store a pass each
     (about 0.3 CPU s per GiB on each side) for nothing."""
     return {} if signs_payload(location) else {"ChecksumAlgorithm": BODY_CHECKSUM}
 

@@ -12,6 +12,7 @@ import pytest
 from etcd_operator.backup import verify
 from etcd_operator.backup.verify import consume_in_order
 from etcd_operator.membudget import MemoryBudget
+from tests.unit.test_snapshot_upload import snapshot_bytes
 
 
 async def chunks(n: int, fail_at: int | None = None):
@@ -92,18 +93,13 @@ class BudgetedStore(RangedStore):
         return await super().read_range(key, offset, length)
 
 
-def _snapshot(size: int) -> bytes:
-    db = bytes(range(256)) * (size // 256)
-    return db + hashlib.sha256(db).digest()  # etcd appends the database's sha256
-
-
 def test_verification_reads_hold_their_memory_in_the_budget_and_give_it_back():
     budget = MemoryBudget(48 << 20)
-    store = BudgetedStore(_snapshot(3 * verify.RANGE_BYTES), budget)
+    store = BudgetedStore(snapshot_bytes(3 * verify.RANGE_BYTES), budget)
     asyncio.run(verify.verify_snapshot(store, "k", None, budget))
     assert store.held_while_reading == {verify.RANGE_BYTES * verify.CHUNKS_HELD}
     assert budget.used == 0
-    broken = BudgetedStore(_snapshot(3 * verify.RANGE_BYTES)[:-1] + b"x", budget)
+    broken = BudgetedStore(snapshot_bytes(3 * verify.RANGE_BYTES)[:-1] + b"x", budget)
     with pytest.raises(verify.VerificationFailed):
         asyncio.run(verify.verify_snapshot(broken, "k", None, budget))
     assert budget.used == 0
@@ -113,7 +109,7 @@ def test_verification_waits_for_the_budget_a_backup_holds():
     async def scenario():
         budget = MemoryBudget(32 << 20)
         await budget.acquire(24 << 20)  # a backup's part buffers
-        store = BudgetedStore(_snapshot(2 * verify.RANGE_BYTES), budget)
+        store = BudgetedStore(snapshot_bytes(2 * verify.RANGE_BYTES), budget)
         verifying = asyncio.ensure_future(verify.verify_snapshot(store, "k", None, budget))
         await asyncio.sleep(0.05)
         assert not verifying.done() and not store.held_while_reading

@@ -7,9 +7,11 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import threading
 
 import pytest
 
+from etcd_operator.backup import digest, stream as stream_module
 from etcd_operator.backup.stream import SnapshotCorrupt, stream_to_s3
 from etcd_operator.membudget import BudgetTooSmall, MemoryBudget
 
@@ -195,10 +197,6 @@ def test_the_budget_is_read_from_the_environment_with_a_default():
 def test_the_reader_keeps_reading_while_a_part_is_being_hashed(monkeypatch):
     """sha256 runs in its own thread: while the first part's hash is held up, the reader
     still fills the pool's other buffers from the stream."""
-    import threading
-
-    from etcd_operator.backup import digest, stream as stream_module
-
     hashing = threading.Event()
     release = threading.Event()
     original = digest.SnapshotDigest.update
