@@ -7,6 +7,7 @@ HTTP port (127.0.0.1 only) and read container logs from the state directory.
     faults.lose_node("localkube-node-1"); faults.restore_node("localkube-node-1")
     faults.lose_disk("ns", "data-etcd-0")             # wipes the claim's directory
     faults.evict("ns", "etcd-0")                      # phase Failed, reason Evicted, never restarted
+    faults.slow_stops("ns", 2.5)                      # deleted pods run 2.5 s before SIGTERM
     faults.read_log("ns", "etcd-0", "etcd")
 """
 
@@ -105,6 +106,12 @@ def evict(namespace: str, pod: str, message: str | None = None, grace: int | Non
     if grace is not None:
         body["grace"] = grace
     return _call("POST", "/faults/evict", body, where)
+
+
+def slow_stops(namespace: str, seconds: float, where=None) -> None:
+    """From now on, a pod of `namespace` that is deleted keeps running `seconds` (at most its
+    grace period) before its containers get SIGTERM, as on a busy node; 0 ends this."""
+    _call("POST", "/faults/slow-stops", {"namespace": namespace, "seconds": seconds}, where)
 
 
 def pod_info(namespace: str, pod: str, where=None) -> dict:

@@ -23,6 +23,7 @@ CONTAINER_SIGNALS = {"crash": signal.SIGKILL, "freeze": signal.SIGSTOP, "thaw": 
 class FaultInjector:
     def __init__(self, agent: "Agent"):
         self.agent = agent
+        self.slow_stops: dict[str, float] = {}  # namespace -> seconds a deleted pod runs before SIGTERM
 
     async def inject(self, action: str, body: dict) -> dict:
         if action in CONTAINER_SIGNALS:
@@ -35,6 +36,8 @@ class FaultInjector:
             return self._lose_disk(body["namespace"], body["claim"])
         if action == "evict":
             return self._evict(body)
+        if action == "slow-stops":
+            return self._slow_stops(body["namespace"], float(body["seconds"]))
         raise FaultError(404, f"unknown fault {action!r}")
 
     def _worker(self, namespace: str, pod: str) -> "PodWorker":
@@ -63,6 +66,17 @@ class FaultInjector:
         grace = worker.evict(message, None if grace is None else int(grace))
         log.info("fault evict: %s (grace %ss)", worker.describe(), grace)
         return {"pod": worker.describe(), "uid": worker.uid, "grace": grace}
+
+    def _slow_stops(self, namespace: str, seconds: float) -> dict:
+        if seconds > 0:
+            self.slow_stops[namespace] = seconds
+        else:
+            self.slow_stops.pop(namespace, None)
+        log.info("fault slow-stops: deleted pods in %s run %ss before SIGTERM", namespace, seconds)
+        return {"namespace": namespace, "seconds": seconds}
+
+    def stop_delay(self, namespace: str) -> float:
+        return self.slow_stops.get(namespace, 0.0)
 
     def _lose_node(self, node: str) -> dict:
         if node not in self.agent.nodes:

@@ -357,6 +357,10 @@ class PodWorker:
         asyncio.ensure_future(self._terminate(grace, release))
 
     async def _terminate(self, grace: int, release: bool) -> None:
+        delay = min(self.agent.injector.stop_delay(self.namespace), max(0.0, self.deadline - time.monotonic()))
+        if release and delay:
+            log.info("%s: deleted; its containers run %.1fs more (slow-stops fault)", self.describe(), delay)
+            await asyncio.sleep(delay)
         log.info("%s: terminating (grace %ss)", self.describe(), grace)
         running = [r for r in self.all_runners() if r.process is not None and r.process.running()]
         if running:

@@ -31,8 +31,8 @@ class HealthState(str, enum.Enum):
     BOOTSTRAPPING = "Bootstrapping"
     # Every voter answers and sees a leader, and there are spec.size of them.
     HEALTHY = "Healthy"
-    # A quorum of voters answers, but a member is unhealthy, a learner is catching up,
-    # or the member count differs from spec.size.
+    # A quorum of voters answers, but a member is unhealthy, a voter's pod is stopping, a
+    # learner is catching up, or the member count differs from spec.size.
     DEGRADED = "Degraded"
     # A quorum answers, but etcd raised the NOSPACE alarm: writes fail until space is freed
     # and the alarm disarmed. Nothing is removed, replaced or recovered for it.
@@ -60,6 +60,7 @@ class Health:
     leader_id: int | None
     message: str
     alarms: tuple[tuple[int, str], ...] = ()  # (member id, alarm name), as etcd reports them
+    stopping_ids: frozenset[int] = frozenset()  # voters whose pod is being deleted: answering, but leaving
 
     @property
     def voters(self) -> list[Member]:
@@ -84,6 +85,10 @@ class Health:
 
     def is_healthy(self, member: Member) -> bool:
         return member.id in self.healthy_ids
+
+    def stays(self, member: Member) -> bool:
+        """Healthy, and its pod is not being deleted: counts towards a quorum after the next step."""
+        return member.id in self.healthy_ids and member.id not in self.stopping_ids
 
 
 def alarms_of(status: MemberStatus) -> tuple[tuple[int, str], ...]:
@@ -118,6 +123,12 @@ def pod_serving(pod: PodView | None) -> bool:
     return pod is not None and not pod.deleting and pod.phase == "Running" and pod.ready
 
 
+def pod_stopping(observed: Observed, member: Member) -> bool:
+    """The member's pod is being deleted: its etcd may still answer, but is about to stop."""
+    pod = observed.pods.get(member_name(observed, member) or "")
+    return pod is not None and pod.deleting
+
+
 def leader_reported(observed: Observed) -> bool:
     return any(s.leader_id for s in observed.etcd.statuses.values())
 
@@ -150,9 +161,10 @@ def diagnose(spec: ClusterSpec, observed: Observed) -> Health:
     healthy = frozenset(m.id for m in members if member_healthy(observed, m.id))
     leader = observed.etcd.leader_id if observed.etcd.leader_id in healthy else None
     alarms = cluster_alarms(observed)
+    stopping = frozenset(m.id for m in members if not m.is_learner and pod_stopping(observed, m))
 
     def health(state: HealthState, message: str) -> Health:
-        return Health(state, members, healthy, leader, message, alarms)
+        return Health(state, members, healthy, leader, message, alarms, stopping)
 
     def lost_for() -> float | None:
         since = observed.no_quorum_since
@@ -197,6 +209,10 @@ def diagnose(spec: ClusterSpec, observed: Observed) -> Health:
     learners = [member_name(observed, m) or m.hex_id for m in members if m.is_learner]
     if unhealthy:
         return health(HealthState.DEGRADED, f"unhealthy members: {', '.join(sorted(unhealthy))}")
+    if stopping:
+        leaving = sorted(member_name(observed, m) or m.hex_id for m in members if m.id in stopping)
+        return health(HealthState.DEGRADED, f"member pods stopping: {', '.join(leaving)}; "
+                                            f"no other member is restarted until they have")
     if learners:
         return health(HealthState.DEGRADED, f"learner catching up: {', '.join(sorted(learners))}")
     if len(voters) != spec.size:

@@ -75,8 +75,8 @@ def removal_keeps_quorum(health: Health, member: Member) -> bool:
     remaining = [m for m in health.voters if m.id != member.id]
     if member.is_learner:
         return health.has_quorum
-    healthy_remaining = [m for m in remaining if health.is_healthy(m)]
-    return bool(remaining) and len(healthy_remaining) >= naming.quorum(len(remaining))
+    staying = [m for m in remaining if health.stays(m)]
+    return bool(remaining) and len(staying) >= naming.quorum(len(remaining))
 
 
 def _ordinal(observed: Observed, member: Member) -> int:
@@ -158,6 +158,8 @@ def plan(
     step = space.plan_volume_expansion(spec, observed)
     if step:
         return step
+    if health.stopping_ids:
+        return a.Wait(health.message)  # a roll or defragmentation now could leave too few voters
     step = _roll_outdated_member(observed, health, names, desired_hash)
     if step:
         return step

@@ -132,8 +132,9 @@ def _followers_then_leader(observed: Observed, health: Health, members, names: d
 
 
 def blocking_keeps_quorum(health: Health, member: Member) -> bool:
-    """While `member` is blocked (defragmenting), the other healthy voters still form a quorum."""
-    others = [m for m in health.healthy_voters if m.id != member.id]
+    """While `member` is blocked (defragmenting), the other healthy voters whose pods are not
+    stopping still form a quorum."""
+    others = [m for m in health.voters if m.id != member.id and health.stays(m)]
     return len(others) >= naming.quorum(len(health.voters))
 
 

@@ -23,16 +23,17 @@ def _fail(invariant: str, message: str) -> None:
 
 # --- truth helpers --------------------------------------------------------------------------
 
-def up_voters(world: World, group: Group) -> int:
+def up_voters(world: World, group: Group, staying: bool = False) -> int:
+    """Voters whose etcd runs; `staying`: leaving out pods being deleted (they stop soon)."""
     up = world.up_members(group)
-    return sum(1 for m in group.voters() if m.id in up)
+    return sum(1 for m in group.voters() if m.id in up and not (staying and up[m.id].deleting))
 
 
-def has_quorum(world: World, group: Group | None) -> bool:
+def has_quorum(world: World, group: Group | None, staying: bool = False) -> bool:
     if group is None:
         return False
     voters = group.voters()
-    return bool(voters) and up_voters(world, group) >= naming.quorum(len(voters))
+    return bool(voters) and up_voters(world, group, staying) >= naming.quorum(len(voters))
 
 
 def surviving_data(world: World, exclude: str | None = None):
@@ -75,7 +76,7 @@ class ActionChecks:
                  spec, quorum_lost_waiting: bool):
         self.world = world
         self.action = action
-        self.quorum_before = has_quorum(world, world.main)
+        self.quorum_before = has_quorum(world, world.main, staying=True)
         target = world.pods.get(getattr(action, "member", "") or "")
         self.target_ran = target is not None and world.member_up(target)
         self.voters_before = len(world.main.voters()) if world.main else 0
@@ -88,6 +89,7 @@ class ActionChecks:
         self._leader_kept_while_others_can_lead()
         self._nothing_destructive_while_waiting(quorum_lost_waiting)
         self._nospace_remediated_in_place()
+        self._one_member_stops_at_a_time()
 
     def _add(self, invariant: str, message: str) -> None:
         self.pending.append((invariant, message))
@@ -197,6 +199,29 @@ class ActionChecks:
                                                                 a.ForceNewCluster, a.BeginQuorumRecovery)):
             self._add("quorum_lost_waits", f"{self.action.kind} while QuorumLost=True without approval")
 
+    def _one_member_stops_at_a_time(self) -> None:
+        """one_member_stops_at_a_time: a pod being deleted still runs etcd for a while. A roll,
+        defragmentation or scale-down must not leave fewer than a quorum of voters running once
+        such a pod has stopped, and a pod already stopping is not rolled again."""
+        action, world, main = self.action, self.world, self.world.main
+        disrupts = isinstance(action, (a.RollMember, a.Defragment, a.DefragmentForSpace, a.DefragmentOnRequest)) or (
+            isinstance(action, a.RemoveMember) and not action.replacing)
+        if main is None or not disrupts or not self.target_ran:
+            return  # restarting or removing a member whose etcd does not run takes nothing away
+        target = world.pods.get(action.member)
+        if isinstance(action, a.RollMember) and target is not None and target.deleting:
+            self._add("one_member_stops_at_a_time", f"RollMember of {action.member}, whose pod is already stopping")
+            return
+        up = world.up_members(main)
+        voters = [m for m in main.voters() if not (isinstance(action, a.RemoveMember) and m.id == action.member_id)]
+        stopping = sorted(up[m.id].name for m in voters if m.id in up and up[m.id].deleting
+                          and up[m.id].name != action.member)
+        staying = [m for m in voters if m.id in up and not up[m.id].deleting and up[m.id].name != action.member]
+        if stopping and len(staying) < naming.quorum(len(voters)):
+            self._add("one_member_stops_at_a_time",
+                      f"{action.kind} of {action.member} while the pod of {', '.join(stopping)} is stopping: "
+                      f"{len(staying)} of {len(voters)} voters would stay up")
+
     def _nospace_remediated_in_place(self) -> None:
         """nospace_in_place: while NOSPACE is raised on a quorum that serves (model truth), no
         member is removed or replaced, no running member rolled or stopped, nothing recovered;
@@ -216,8 +241,9 @@ class ActionChecks:
             self._quorum_kept()
 
     def _quorum_kept(self) -> None:
-        """no operator action takes the healthy voters below quorum (model truth)."""
-        if not self.quorum_before or has_quorum(self.world, self.world.main):
+        """no operator action takes the healthy voters below quorum (model truth; a pod being
+        deleted counts as down, since its etcd stops whatever happens next)."""
+        if not self.quorum_before or has_quorum(self.world, self.world.main, staying=True):
             return
         if isinstance(self.action, a.RollMember) and self.voters_before <= 2:
             return  # a one- or two-voter cluster cannot restart a member and keep quorum

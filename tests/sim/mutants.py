@@ -151,6 +151,10 @@ def _replace_without_quorum_check(spec, observed, health_, names):
     return _ORIGINAL["_replace_or_shrink"](spec, observed, health_, names)
 
 
+def _no_pod_stopping(observed, member):
+    return False  # guard removed: a voter whose pod is being deleted counts as staying
+
+
 def _trust_every_answer(answers, recorded):
     return dict(answers), {}  # guard removed: answers carrying another cluster ID are kept
 
@@ -194,6 +198,8 @@ MUTANTS = (
            ((planner, "HOLD_STATES", frozenset()),)),
     Mutant("recovery_not_called_off_when_quorum_returns", "a recorded recovery is abandoned once quorum is back",
            ((planner, "quorum_loss_evidence", _evidence_always),), "focus:kill_member+crash_loop+partition"),
+    Mutant("disrupt_while_a_pod_stops", "nothing rolled, defragmented or removed while a voter's pod stops",
+           ((health, "pod_stopping", _no_pod_stopping),), "focus:version+resize"),
     Mutant("foreign_answers_trusted", "answers from another cluster ID are not used (observer, identity.py)",
            ((view, "split_foreign", _trust_every_answer),), "focus:foreign_etcd+evict_pod"),
 )
@@ -210,8 +216,9 @@ SURVIVORS: dict[str, str] = {
         "and removing an unhealthy voter never lowers the healthy count"),
     "roll_while_degraded": (
         "redundant in the current planner: plan() reaches _roll_outdated_member only after _replace_or_shrink "
-        "returned nothing (so every voter is healthy), no learner is pending, the voter count equals spec.size "
-        "and no alarm or cut-off holds, which is HEALTHY"),
+        "returned nothing (so every voter is healthy), no learner is pending, the voter count equals spec.size, "
+        "no voter's pod is stopping (the planner waits for it first) and no alarm or cut-off holds, which is "
+        "HEALTHY"),
     "cleanup_trusts_non_leader_member_list": (
         "a coverage gap rather than a redundant guard: a non-leader list can only lack a started voter if it "
         "comes from a member that missed an add (etcd's strict check refuses adds while any voter is "

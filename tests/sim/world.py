@@ -20,6 +20,7 @@ LEARNER_READY_PERCENT = 0.9  # etcd promotes a learner once its match index is 9
 ELECTION_TIMEOUT = 1.0
 MAX_LEARNERS = 1
 GOOD_VERSIONS = ("3.6.16", "3.6.17")
+GRACEFUL_STOP_SECONDS = (0.0, 0.0, 1.5, 2.5)  # from a pod's deletion until its etcd stops
 
 
 class Refused(Exception):
@@ -63,7 +64,8 @@ class PVC:
 class Pod:
     __slots__ = ("name", "uid", "member_id", "phase", "deleting", "ip", "spec_hash", "initial_state",
                  "initial_cluster", "force_new_cluster", "restarts", "waiting", "up", "up_since",
-                 "version", "bad_image", "crash_until", "fail_reason", "ip_released", "isolated_until", "quota_bytes")
+                 "version", "bad_image", "crash_until", "fail_reason", "ip_released", "isolated_until", "quota_bytes",
+                 "stops_at")
 
     def __init__(self, name, uid, member_id, spec_hash, initial_state, initial_cluster, force_new_cluster,
                  version, bad_image):
@@ -88,6 +90,7 @@ class Pod:
         self.fail_reason = ""
         self.ip_released = False  # a Failed pod keeps showing an address the node already reuses
         self.isolated_until = 0.0  # cut off from its peers (not from the operator) until then
+        self.stops_at = 0.0  # once deleting: etcd runs until then (SIGTERM, then its graceful stop)
 
 
 class Group:
@@ -146,6 +149,9 @@ def client_url(name: str) -> str:
 class World:
     def __init__(self, rng: random.Random):
         self.rng = rng
+        # Graceful stops draw from their own generator, seeded without drawing from `rng`, so
+        # that they leave the fault schedule of a seed as it was.
+        self.stop_rng = random.Random(repr(rng.getstate()[1][:8]))
         self.now = EPOCH
         self.pods: dict[str, Pod] = {}
         self.pvcs: dict[str, PVC] = {}
@@ -205,14 +211,15 @@ class World:
         return not (len(voters) == 1 and data is not None and voters[0].id == data.member_id)
 
     def member_up(self, pod: Pod) -> bool:
-        return pod.up and not pod.deleting and pod.phase == "Running"
+        """etcd runs in the pod; a pod being deleted serves until its process stops."""
+        return pod.up and pod.phase == "Running"
 
     def up_members(self, group: Group) -> dict[int, Pod]:
         """member id -> pod, for members of this group whose process runs."""
         found = {}
         lineage, by_id, pvcs, now = group.lineage, group._by_id, self.pvcs, self.now
         for pod in self.pods.values():
-            if not pod.up or pod.deleting or pod.phase != "Running":
+            if not pod.up or pod.phase != "Running":
                 continue
             pvc = pvcs.get("data-" + pod.name)
             data = pvc.data if pvc is not None else None
@@ -232,10 +239,13 @@ class World:
         self.release_ip(pod)
 
     def delete_pod(self, pod: Pod, graceful: bool = True) -> None:
-        """The process stops at once; the object lingers one tick as deleting."""
-        self.stop_process(pod)
+        """Graceful: the object shows as deleting while etcd still serves, for up to about
+        two passes (the kubelet's SIGTERM and etcd's own stop take a while); once the process
+        has stopped, the object lingers one more tick. Otherwise both go at once."""
         if graceful:
-            pod.deleting = True
+            if not pod.deleting:
+                pod.deleting = True
+                pod.stops_at = self.now + self.stop_rng.choice(GRACEFUL_STOP_SECONDS)
         else:
             self.remove_pod(pod)
 
@@ -368,7 +378,9 @@ class World:
     def advance(self, dt: float) -> None:
         self.now += dt
         for pod in list(self.pods.values()):
-            if pod.deleting:
+            if pod.deleting and pod.up and self.now >= pod.stops_at:
+                self.stop_process(pod)
+            elif pod.deleting and not pod.up:
                 self.remove_pod(pod)
         for pvc in list(self.pvcs.values()):
             if pvc.deleting and not any(p.name == pvc.name.removeprefix("data-") for p in self.pods.values()):
@@ -382,7 +394,7 @@ class World:
                 if group is None or group.member(data.member_id) is None:
                     self._crash(pod, "the member was removed from the cluster")  # etcd exits
                 continue
-            if pod.phase != "Failed":
+            if pod.phase != "Failed" and not pod.deleting:
                 self.try_start(pod)
         for group in list(self.groups.values()):
             self._raft(group)

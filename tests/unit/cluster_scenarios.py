@@ -35,6 +35,7 @@ class M:
     starting: bool = False  # the pod is inside its startup probe's budget
     pod_ready: bool | None = None  # the kubelet's view; defaults to `healthy`
     waiting: str | None = None  # why the container does not run (CrashLoopBackOff, ImagePullBackOff)
+    stopping: bool = False  # its pod is being deleted (its etcd may still answer)
 
     @property
     def name(self) -> str:
@@ -71,7 +72,7 @@ def observed(members: list[M], leader: int | None = 0, extra_pods=(), extra_pvcs
             settled_cluster = f"{m.name}={naming.peer_url(CLUSTER, NAMESPACE, m.name)}"
             ready = m.healthy if m.pod_ready is None else m.pod_ready
             pods[m.name] = PodView(m.name, f"uid-{m.name}", m.id if m.settled else None, m.pod_phase,
-                                   ready and m.pod_phase == "Running", False, f"10.0.0.{m.ordinal}",
+                                   ready and m.pod_phase == "Running", m.stopping, f"10.0.0.{m.ordinal}",
                                    "old-hash" if m.outdated else HASH, "existing" if m.settled else "new",
                                    settled_cluster if m.settled else "x", False, waiting_reason=m.waiting,
                                    started=not m.starting and m.waiting is None)

@@ -165,6 +165,30 @@ def test_rolling_update_waits_for_a_healthy_cluster():
     assert isinstance(next_step(spec(3), o), a.Wait)
 
 
+def test_a_rolled_member_still_answering_while_its_pod_stops_is_not_rolled_again_nor_is_another():
+    """Between a roll's pod deletion and the pod being gone, etcd still answers: the next
+    pass waits instead of rolling a member again or another one (two members down at once)."""
+    o = observed([M(0, outdated=True), M(1, outdated=True, stopping=True), M(2, outdated=True)], leader=0)
+    health = health_of(spec(3), o)
+    assert health.state == HealthState.DEGRADED and "c-1" in health.message
+    step = next_step(spec(3), o)
+    assert isinstance(step, a.Wait) and "c-1" in step.reason
+
+
+def test_no_defragmentation_while_a_members_pod_stops():
+    big = dict(db_size=512 << 20, db_in_use=100 << 20)
+    o = observed([M(0, **big), M(1, **big), M(2, stopping=True)], leader=0)
+    assert isinstance(next_step(spec(3), o), a.Wait)
+
+
+def test_scale_down_waits_while_another_members_pod_stops():
+    """Removing c-2 leaves 2 voters, quorum 2, and c-1's pod is stopping: one would stay."""
+    o = observed([M(0), M(1, stopping=True), M(2)], leader=0)
+    step = next_step(spec(1), o)
+    assert isinstance(step, a.Wait), step
+    assert isinstance(next_step(spec(1), observed([M(0), M(1), M(2)], leader=0)), a.RemoveMember)
+
+
 def test_defragmentation_picks_a_fragmented_follower_before_the_leader():
     big = dict(db_size=512 << 20, db_in_use=100 << 20)
     step = next_step(spec(3), observed([M(0, **big), M(1, **big), M(2)], leader=0))
