@@ -357,8 +357,8 @@ class PodWorker:
         asyncio.ensure_future(self._terminate(grace, release))
 
     async def _terminate(self, grace: int, release: bool) -> None:
-        delay = min(self.agent.injector.stop_delay(self.namespace), max(0.0, self.deadline - time.monotonic()))
-        if release and delay:
+        if release and (delay := min(self.agent.injector.stop_delay(self.namespace),
+                                     max(0.0, self.deadline - time.monotonic()))):
             log.info("%s: deleted; its containers run %.1fs more (slow-stops fault)", self.describe(), delay)
             await asyncio.sleep(delay)
         log.info("%s: terminating (grace %ss)", self.describe(), grace)

@@ -214,9 +214,9 @@ class ActionChecks:
             return
         up = world.up_members(main)
         voters = [m for m in main.voters() if not (isinstance(action, a.RemoveMember) and m.id == action.member_id)]
-        stopping = sorted(up[m.id].name for m in voters if m.id in up and up[m.id].deleting
-                          and up[m.id].name != action.member)
-        staying = [m for m in voters if m.id in up and not up[m.id].deleting and up[m.id].name != action.member]
+        others = [up[m.id] for m in voters if m.id in up and up[m.id].name != action.member]
+        stopping = sorted(pod.name for pod in others if pod.deleting)
+        staying = [pod for pod in others if not pod.deleting]
         if stopping and len(staying) < naming.quorum(len(voters)):
             self._add("one_member_stops_at_a_time",
                       f"{action.kind} of {action.member} while the pod of {', '.join(stopping)} is stopping: "
