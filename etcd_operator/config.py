@@ -42,6 +42,14 @@ class OperatorConfig:
     def clusterwide(self) -> bool:
         return not self.namespaces
 
+    @property
+    def names_only(self) -> bool:
+        """WATCH_NAMESPACES names namespaces, with no glob: kopf then watches exactly these,
+        without scanning namespaces. Its scanning drops a namespace as soon as it is marked
+        for deletion, before the objects in it are gone, and their finalizers would never be
+        released: the namespace would stay Terminating (a known limit of globs)."""
+        return bool(self.namespaces) and not any(is_pattern(n) for n in self.namespaces)
+
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> "OperatorConfig":
         env = os.environ if env is None else env
@@ -70,6 +78,13 @@ class OperatorConfig:
             steady_poll_seconds=float(env.get("STEADY_POLL_SECONDS") or 15.0),
             resync_seconds=float(env.get("RESYNC_SECONDS") or 600.0),
         )
+
+
+PATTERN_CHARACTERS = "*?[]!"
+
+
+def is_pattern(namespace: str) -> bool:
+    return any(ch in namespace for ch in PATTERN_CHARACTERS)
 
 
 def _service_account_namespace() -> str | None:

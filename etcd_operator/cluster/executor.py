@@ -42,10 +42,18 @@ class NotYet(Exception):
     """The step cannot be taken right now (etcd said so); try again next pass."""
 
 
+class BeingDeleted(Exception):
+    """The EtcdCluster was marked for deletion during the pass: nothing more is created for it."""
+
+
 class ClusterExecutor:
     def __init__(self, kube_client: kube.KubeClient, etcd_clients: EtcdClientPool,
-                 body: Mapping[str, Any], post_event: EventPoster, operator_namespace: str = "default"):
+                 body: Mapping[str, Any], post_event: EventPoster, operator_namespace: str = "default",
+                 being_deleted: Callable[[], bool] = lambda: False):
+        """`being_deleted` reads the live object: once it is marked for deletion, every create
+        and apply is refused here (BeingDeleted), before it reaches the API server."""
         self.kube = kube_client
+        self.being_deleted = being_deleted
         self.operator_namespace = operator_namespace  # where the operator's pods run (NetworkPolicy)
         self.etcd_clients = etcd_clients
         self.body = body
@@ -60,11 +68,21 @@ class ClusterExecutor:
         kopf.adopt(manifest, owner=dict(self.body))
         return manifest
 
+    def _fence(self) -> None:
+        if self.being_deleted():
+            raise BeingDeleted(f"EtcdCluster {self.namespace}/{self.cluster} is being deleted")
+
     async def _create(self, resource: kube.Resource, manifest: dict) -> None:
+        """Creates `manifest` as is: the caller decides whether the cluster owns it."""
+        self._fence()
         try:
-            await self.kube.create(resource, self.namespace, self._owned(manifest))
+            await self.kube.create(resource, self.namespace, manifest)
         except kube.Conflict:
             pass  # created by an earlier, interrupted attempt
+
+    async def _apply(self, resource: kube.Resource, manifest: dict) -> None:
+        self._fence()
+        await self.kube.apply(resource, self.namespace, manifest)
 
     def _leader_client(self, observed: Observed):
         endpoint = observed.etcd.endpoints.get(observed.etcd.leader_id)
@@ -79,6 +97,9 @@ class ClusterExecutor:
         return self.etcd_clients.get(endpoint)
 
     async def _ensure_pvc(self, spec: ClusterSpec, member: str, member_id: int | None) -> None:
+        """A member's PVC has no owner reference: the garbage collector must never take the
+        data (foreground deletion, a finalizer removed by hand). The deletion handler finds
+        PVCs by their labels and applies reclaimPolicy."""
         if not spec.storage.empty_dir:
             await self._create(kube.PVCS, builders.member_pvc(spec, self.cluster, self.namespace, member, member_id))
 
@@ -87,7 +108,7 @@ class ClusterExecutor:
         await self._ensure_pvc(spec, member, member_id)
         pod = builders.member_pod(spec, self.cluster, self.namespace, member, member_id, initial_cluster,
                                   state, self.token, force_new_cluster)
-        await self._create(kube.PODS, pod)
+        await self._create(kube.PODS, self._owned(pod))
 
     # --- the steps --------------------------------------------------------------------
 
@@ -341,7 +362,7 @@ class ClusterExecutor:
             "metadata": {"name": name, "namespace": self.namespace, "labels": naming.selector_labels(self.cluster)},
             "data": {k: base64.b64encode(v).decode() for k, v in data.items()},
         }
-        await self.kube.apply(kube.SECRETS, self.namespace, self._owned(secret))
+        await self._apply(kube.SECRETS, self._owned(secret))
 
     async def _record_rotation(self, action: a.RecordRotation, spec, observed) -> Outcome:
         patch: dict[str, Any] = {"rotation": action.rotation.to_dict() if action.rotation else None}
@@ -427,6 +448,19 @@ class ClusterExecutor:
 
     # --- children that are not members -----------------------------------------------
 
+    async def disown_member_pvcs(self, observed: Observed) -> None:
+        """Takes the cluster's owner reference off member PVCs that an older operator set, so
+        that the garbage collector can never take their data (see _ensure_pvc)."""
+        for name in sorted(n for n, pvc in observed.pvcs.items() if pvc.owned_by_cluster):
+            pvc = await self.kube.get(kube.PVCS, self.namespace, name)
+            if pvc is None:
+                continue
+            meta = pvc["metadata"]
+            kept = [o for o in meta.get("ownerReferences") or [] if o.get("uid") != self.token]
+            await self.kube.merge_patch(kube.PVCS, self.namespace, name, {"metadata": {
+                "ownerReferences": kept or None, "resourceVersion": meta["resourceVersion"]}})
+            logger.info("%s/%s: PVC %s no longer has the cluster as its owner", self.namespace, self.cluster, name)
+
     async def ensure_services(self, spec: ClusterSpec, health: Health, applied: str | None = None,
                               force: bool = True) -> str:
         """Applies the Services, the PDB and the NetworkPolicy (or deletes the policy when it is
@@ -448,7 +482,7 @@ class ClusterExecutor:
         if digest == applied and not force:
             return digest
         for resource, manifest in manifests:
-            await self.kube.apply(resource, self.namespace, manifest)
+            await self._apply(resource, manifest)
         if not policy_on:
             await self.kube.delete(kube.NETWORK_POLICIES, self.namespace, network_policy.policy_name(self.cluster))
         return digest

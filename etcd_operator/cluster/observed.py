@@ -88,6 +88,7 @@ class PVCView:
     capacity: int | None = None  # status.capacity.storage, bytes: what the volume has
     # Whether the PVC's StorageClass sets allowVolumeExpansion; None when unknown.
     expandable: bool | None = None
+    owned_by_cluster: bool = False  # an owner reference to the EtcdCluster (older operators set one)
 
 
 @dataclasses.dataclass(frozen=True)

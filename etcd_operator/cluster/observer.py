@@ -97,7 +97,8 @@ def quota_arg(containers: list) -> int | None:
     return None
 
 
-def pvc_view(pvc: Mapping[str, Any], expandable: Mapping[str, bool] | None = None) -> PVCView:
+def pvc_view(pvc: Mapping[str, Any], expandable: Mapping[str, bool] | None = None,
+             cluster_uid: str | None = None) -> PVCView:
     """`expandable`: allowVolumeExpansion by StorageClass name, for the classes that were read."""
     meta, spec = pvc["metadata"], pvc.get("spec") or {}
     storage_class = spec.get("storageClassName")
@@ -111,6 +112,8 @@ def pvc_view(pvc: Mapping[str, Any], expandable: Mapping[str, bool] | None = Non
         capacity=quota.parse_quantity(((pvc.get("status") or {}).get("capacity") or {}).get("storage")),
         expandable=(expandable or {}).get(storage_class or "") if storage_class else False,
         restored=naming.ANNOTATION_RESTORED_BY in (meta.get("annotations") or {}),
+        owned_by_cluster=bool(cluster_uid) and any(o.get("uid") == cluster_uid
+                                                   for o in meta.get("ownerReferences") or []),
     )
 
 
@@ -175,7 +178,7 @@ class ClusterObserver:
         # its class does not allow, so a stale answer can only delay or fail a resize.
         expandable = await self.storage_classes.lookup({(p.get("spec") or {}).get("storageClassName")
                                                          for p in pvcs_raw})
-        pvcs = {p.name: p for p in (pvc_view(raw, expandable) for raw in pvcs_raw)}
+        pvcs = {p.name: p for p in (pvc_view(raw, expandable, meta["uid"]) for raw in pvcs_raw)}
         status = body.get("status") or {}
         recorded_cluster_id = parse_hex_id(status.get("clusterID"))
         tls, credentials = await self.secrets.observe(self.kube, body, live=live or live_secrets)

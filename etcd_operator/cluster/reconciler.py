@@ -12,7 +12,7 @@ from etcd_operator import metrics
 from etcd_operator.cluster import actions as a
 from etcd_operator.cluster import anomalies
 from etcd_operator.cluster.decision import decide
-from etcd_operator.cluster.executor import ClusterExecutor, EventPoster
+from etcd_operator.cluster.executor import BeingDeleted, ClusterExecutor, EventPoster
 from etcd_operator.cluster.health import HealthState
 from etcd_operator.cluster.insights import MemberMetricsWatcher
 from etcd_operator.cluster.observer import ClusterObserver, StorageClassExpansion
@@ -28,6 +28,7 @@ logger = logging.getLogger(__name__)
 AFTER_STEP = 1.0
 NOT_YET = 1.0  # etcd refused a step for now (e.g. a new voter not connected for 5 s yet)
 WHILE_WAITING = 3.0
+WHILE_DELETED = 10.0  # until kopf stops the daemon of an object being deleted
 WHEN_STEADY = 15.0  # the default of OperatorConfig.steady_poll_seconds
 RESYNC = 600.0  # the default of OperatorConfig.resync_seconds
 RESYNC_JITTER = 0.25  # each cluster's resync interval varies by this fraction, so clusters drift apart
@@ -39,8 +40,11 @@ class ClusterReconciler:
     def __init__(self, kube_client: kube.KubeClient, etcd_clients: EtcdClientPool, post_event: EventPoster,
                  operator_namespace: str = "default", cached_children: ChildSource | None = None,
                  storage_classes: StorageClassExpansion | None = None, steady_poll: float = WHEN_STEADY,
-                 resync: float = RESYNC, clock: Callable[[], float] = time.monotonic):
-        """`cached_children`: the operator's pod and PVC caches (None: every pass lists live)."""
+                 resync: float = RESYNC, clock: Callable[[], float] = time.monotonic,
+                 being_deleted: Callable[[], bool] = lambda: False):
+        """`cached_children`: the operator's pod and PVC caches (None: every pass lists live).
+        `being_deleted` reads the live object's deletionTimestamp: once it is set, no pass
+        acts and nothing more is created (kopf stops the daemon, the deletion handler runs)."""
         self.kube = kube_client
         self.operator_namespace = operator_namespace
         self.etcd_clients = etcd_clients
@@ -57,6 +61,8 @@ class ClusterReconciler:
         self.live_passes = 0  # counters for tests and logs
         self.cached_passes = 0
         self.redecided = 0
+        self.being_deleted = being_deleted
+        self.namespace_terminating = False  # a create was refused: the namespace is being deleted
 
     async def close(self) -> None:
         await self.member_metrics.close()
@@ -83,7 +89,26 @@ class ClusterReconciler:
             return None
         return self.cached_children(meta["namespace"], meta["name"])
 
+    def _left_alone(self, meta: Mapping[str, Any]) -> bool:
+        """An object marked for deletion, or in a namespace being deleted, gets no pass."""
+        return bool(meta.get("deletionTimestamp")) or self.being_deleted() or self.namespace_terminating
+
     async def reconcile(self, body: Mapping[str, Any]) -> float:
+        meta = body["metadata"]
+        if self._left_alone(meta):
+            return WHILE_DELETED
+        try:
+            return await self._pass(body)
+        except BeingDeleted:
+            logger.info("%s/%s: marked for deletion during the pass; nothing more is created",
+                        meta["namespace"], meta["name"])
+        except kube.NamespaceTerminating:
+            self.namespace_terminating = True  # for good: a namespace never stops terminating
+            logger.info("%s/%s: namespace %s is being deleted; nothing more is created for this cluster",
+                        meta["namespace"], meta["name"], meta["namespace"])
+        return WHILE_DELETED
+
+    async def _pass(self, body: Mapping[str, Any]) -> float:
         meta = body["metadata"]
         spec = ClusterSpec.from_dict(body.get("spec") or {})
         previous = body.get("status") or {}
@@ -109,8 +134,10 @@ class ClusterReconciler:
         self.member_metrics.poke(observed.pods, observed.now)
         warnings, scraped = self.member_metrics.warnings(observed)
 
-        executor = ClusterExecutor(self.kube, self.etcd_clients, body, self.post_event, self.operator_namespace)
+        executor = ClusterExecutor(self.kube, self.etcd_clients, body, self.post_event, self.operator_namespace,
+                                   self.being_deleted)
         acting_spec, health, action = decision.acting_spec, decision.health, decision.action
+        await executor.disown_member_pvcs(observed)  # even when paused: it protects data
         if not spec.paused:
             # Applied when what they should be changed, and at every resync.
             applied, self.services_applied = self.services_applied, None  # unknown until the apply completes

@@ -10,6 +10,7 @@ import kopf
 
 from etcd_operator import API_GROUP, API_VERSION, metrics
 from etcd_operator.cluster import naming
+from etcd_operator.cluster.reclaim import RETAIN, reclaim
 from etcd_operator.cluster.reconciler import ClusterReconciler
 from etcd_operator.etcd.pool import EtcdClientPool
 from etcd_operator.handlers.common import event_poster, sleep_unless_changed, snapshot
@@ -29,7 +30,8 @@ async def run_cluster(body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.M
     reconciler = ClusterReconciler(memo.kube, etcd_clients, event_poster(body), memo.config.lease_namespace,
                                    cached_children=children.children if children else None,
                                    storage_classes=memo.storage_classes,
-                                   steady_poll=memo.config.steady_poll_seconds, resync=memo.config.resync_seconds)
+                                   steady_poll=memo.config.steady_poll_seconds, resync=memo.config.resync_seconds,
+                                   being_deleted=lambda: bool(body.get("metadata", {}).get("deletionTimestamp")))
     try:
         while not stopped:
             if wake is not None:
@@ -53,20 +55,20 @@ async def run_cluster(body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.M
 
 
 @kopf.on.delete(API_GROUP, API_VERSION, "etcdclusters", when=held_by_shard)
-async def cluster_deleted(name: str, namespace: str, uid: str, spec: kopf.Spec, memo: kopf.Memo,
-                          body: kopf.Body, logger: logging.Logger, **_) -> None:
-    """Pods and Services go with the owner; PVCs follow spec.reclaimPolicy."""
+async def cluster_deleted(name: str, namespace: str, spec: kopf.Spec, memo: kopf.Memo, body: kopf.Body,
+                          logger: logging.Logger, **_) -> None:
+    """Pods, Services and Secrets go with the owner; PVCs follow spec.reclaimPolicy (cluster/reclaim.py)."""
     selector = naming.label_selector(naming.selector_labels(name))
-    pvcs = await memo.kube.list(kube.PVCS, namespace, selector)
-    if spec.get("reclaimPolicy", "Retain") == "Delete":
-        for pvc in pvcs:
-            await memo.kube.delete(kube.PVCS, namespace, pvc["metadata"]["name"])
-        kopf.event(body, type="Normal", reason="DataDeleted", message=f"Deleted {len(pvcs)} member PVCs (reclaimPolicy Delete)")
-        return
-    for pvc in pvcs:
-        owners = [o for o in pvc["metadata"].get("ownerReferences") or [] if o.get("uid") != uid]
-        await memo.kube.merge_patch(kube.PVCS, namespace, pvc["metadata"]["name"],
-                                    {"metadata": {"ownerReferences": owners or None}})
-    kopf.event(body, type="Normal", reason="DataRetained",
-               message=f"Kept {len(pvcs)} member PVCs (reclaimPolicy Retain)")
-    logger.info("kept %d PVCs of %s/%s", len(pvcs), namespace, name)
+    pvcs, pods = await asyncio.gather(memo.kube.list(kube.PVCS, namespace, selector),
+                                      memo.kube.list(kube.PODS, namespace, selector))
+    outcome = reclaim(spec.get("reclaimPolicy", RETAIN), body["metadata"], pvcs, pods)
+    for pvc in pvcs:  # an older operator made the cluster their owner: the collector must not act
+        meta = pvc["metadata"]
+        owners = meta.get("ownerReferences") or []
+        if meta["name"] in outcome.keep and any(o.get("uid") == body["metadata"]["uid"] for o in owners):
+            kept = [o for o in owners if o.get("uid") != body["metadata"]["uid"]]
+            await memo.kube.merge_patch(kube.PVCS, namespace, meta["name"], {"metadata": {"ownerReferences": kept or None}})
+    for pvc_name in outcome.delete:
+        await memo.kube.delete(kube.PVCS, namespace, pvc_name)
+    event_poster(body)("Normal", outcome.reason, outcome.message)
+    logger.info("%s/%s deleted: %s", namespace, name, outcome.message)

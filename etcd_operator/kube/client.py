@@ -42,6 +42,16 @@ class ApiError(Exception):
         self.message = message
 
 
+class NamespaceTerminating(ApiError):
+    """A create refused because the namespace is being deleted (403, cause NamespaceTerminating)."""
+
+
+def _terminating(status: int, details: dict) -> bool:
+    causes = ((details.get("details") or {}).get("causes") or [])
+    return status == 403 and (any(c.get("reason") == "NamespaceTerminating" for c in causes)
+                              or "because it is being terminated" in details.get("message", ""))
+
+
 @dataclasses.dataclass(frozen=True)
 class Resource:
     group: str
@@ -79,9 +89,11 @@ def _raise_for(status: int, body: bytes | str | None, reason: str | None) -> Non
         details = json.loads(body)
         message, api_reason = details.get("message", ""), details.get("reason", "")
     except (TypeError, ValueError):
-        message, api_reason = str(body), reason or ""
+        details, message, api_reason = {}, str(body), reason or ""
     if status == 409:
         raise Conflict(message)
+    if _terminating(status, details):
+        raise NamespaceTerminating(status, api_reason, message)
     raise ApiError(status, api_reason, message)
 
 

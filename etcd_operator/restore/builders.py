@@ -52,12 +52,6 @@ def label_values(restore: str, cluster: str) -> dict[str, str]:
             LABEL_PRESERVED_FROM: cluster, naming.LABEL_CLUSTER: cluster}
 
 
-def cluster_owner(namespace: str, name: str, uid: str) -> dict[str, Any]:
-    """Enough of an EtcdCluster's body to adopt children to it."""
-    return {"apiVersion": f"{API_GROUP}/{API_VERSION}", "kind": "EtcdCluster",
-            "metadata": {"name": name, "namespace": namespace, "uid": uid}}
-
-
 def new_cluster(restore: str, namespace: str, name: str, spec: Mapping[str, Any],
                 labels: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The EtcdCluster a newCluster restore creates, held stopped by the restore until the

@@ -174,8 +174,8 @@ class RestoreExecutor:
     async def _create_seed_volumes(self, step: s.CreateSeedVolumes, spec, status, observed: Observed) -> None:
         cluster = observed.cluster
         for member in step.members:
+            # No owner reference, like every member PVC: the garbage collector never takes data.
             manifest = builders.seed_pvc(cluster.spec, cluster.name, self.namespace, member, observed.uid)
-            kopf.adopt(manifest, owner=builders.cluster_owner(self.namespace, cluster.name, cluster.uid))
             try:
                 await self.kube.create(kube.PVCS, self.namespace, manifest)
             except kube.Conflict:
