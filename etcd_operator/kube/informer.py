@@ -12,6 +12,7 @@ import random
 from typing import Any, Callable, Iterable, Mapping
 
 from etcd_operator.cluster import naming
+from etcd_operator.config import is_pattern
 from etcd_operator.kube import client as kube
 
 logger = logging.getLogger(__name__)
@@ -154,7 +155,7 @@ class Informer:
         self.resource = resource
         self.selector = selector
         names = tuple(namespaces)
-        plain = names and all(not any(ch in n for ch in "*?[]!") for n in names)
+        plain = names and not any(is_pattern(n) for n in names)
         self.scopes: dict[str | None, ScopeCache] = (
             {n: ScopeCache(on_change) for n in names} if plain else {None: ScopeCache(on_change)})
         self._tasks: list[asyncio.Task] = []
