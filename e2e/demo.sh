@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # `make demo`: the main job on the local default. The control plane, MinIO and the node
-# agent are up (make up); this runs the operator, applies a 3-member cluster, an hourly
-# backup schedule and a first backup to MinIO, waits until all are healthy, and says
-# what to try next.
+# agent are up (make up); this runs the operator, applies the demo's one manifest
+# (e2e/demo/demo.yaml: a namespace, S3 credentials, a 3-member TLS cluster, an hourly backup
+# schedule and a first backup) at once, waits until all are healthy, writes and reads a key
+# with the commands it prints, and says what to try next. Running it again changes nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source .localkube/env
@@ -17,39 +18,11 @@ if ! { [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }; then
   echo "operator started, watching namespace $NS (log: .localkube/logs/operator.log)"
 fi
 
-kubectl create namespace $NS --dry-run=client -o yaml | kubectl apply -f - >/dev/null
-kubectl -n $NS create secret generic minio-credentials \
-  --from-literal=accessKeyID="$AWS_ACCESS_KEY_ID" --from-literal=secretAccessKey="$AWS_SECRET_ACCESS_KEY" \
-  --dry-run=client -o yaml | kubectl apply -f - >/dev/null
-kubectl apply -n $NS -f examples/etcdcluster.yaml
-for backup in "demo-backup|  schedule: \"0 * * * *\"
-  retention:
-    maxBackups: 24" "demo-first-backup|"; do
-  name=${backup%%|*}
-  kubectl apply -n $NS -f - <<YAML
-apiVersion: etcd.operator.dev/v1alpha1
-kind: EtcdBackup
-metadata:
-  name: $name
-spec:
-  clusterRef:
-    name: demo
-${backup#*|}
-  storage:
-    s3:
-      bucket: $S3_BUCKET
-      prefix: demo
-      endpoint: $S3_ENDPOINT
-      region: $S3_REGION
-      forcePathStyle: true
-      insecure: true  # the local MinIO speaks plain http
-      credentialsSecretRef:
-        name: minio-credentials
-YAML
-done
+NAMESPACE=$NS $PY -c 'import os, string, sys; print(string.Template(sys.stdin.read()).substitute(os.environ))' \
+  <e2e/demo/demo.yaml | kubectl apply -f -
 
-echo "waiting for the 3-member cluster to be Running ..."
-kubectl wait -n $NS etcdcluster/demo --for=jsonpath='{.status.phase}'=Running --timeout=300s >/dev/null
+echo "waiting for the 3-member cluster to be Available ..."
+kubectl wait -n $NS etcdcluster/demo --for=condition=Available --timeout=300s >/dev/null
 kubectl wait -n $NS etcdcluster/demo --for=jsonpath='{.status.readyMembers}'=3 --timeout=300s >/dev/null
 echo "waiting for the first backup ..."
 kubectl wait -n $NS etcdbackup/demo-first-backup --for=jsonpath='{.status.phase}'=Completed --timeout=300s >/dev/null
@@ -57,16 +30,30 @@ kubectl wait -n $NS etcdbackup/demo-backup --for=jsonpath='{.status.phase}'=Sche
 kubectl get -n $NS etcdclusters,etcdbackups
 echo
 echo "first backup in MinIO: s3://$S3_BUCKET/$(kubectl get -n $NS etcdbackup demo-first-backup -o jsonpath='{.status.lastBackup.key}')"
+
+# The client certificate hint, run here exactly as printed below.
+certs=.localkube/demo-client-tls
+mkdir -p $certs
+for f in ca.crt tls.crt tls.key; do
+  kubectl get secret demo-client-tls -n $NS -o "jsonpath={.data.${f/./\\.}}" | base64 -d >"$certs/$f"
+done
+etcdctl() { command etcdctl --endpoints=https://demo-client.$NS.svc:2379 \
+  --cacert=$certs/ca.crt --cert=$certs/tls.crt --key=$certs/tls.key "$@"; }
+etcdctl put hello world >/dev/null
+[[ "$(etcdctl get hello --print-value-only)" == world ]] || { echo "demo: reading hello back failed" >&2; exit 1; }
+
 cat <<MSG
 
-The local default is up: a healthy 3-member etcd cluster and its backups. Try:
+The local default is up: a healthy 3-member etcd cluster (TLS on) and its backups. Try:
   source .localkube/env
   kubectl get etcdcluster demo -n $NS -o yaml          # members, leader, conditions
   kubectl scale etcdcluster demo -n $NS --replicas=5   # grows one learner at a time
   kubectl get events -n $NS --sort-by=.lastTimestamp
   PATH=\$PWD/.venv/bin:\$PATH kubectl etcd status demo -n $NS   # the plugin: lag, db size, alarms
   PATH=\$PWD/.venv/bin:\$PATH kubectl etcd backups demo-first-backup -n $NS
-  etcdctl --endpoints=\$(kubectl get pod demo-0 -n $NS -o jsonpath='{.status.podIP}'):2379 put hello world
+  # etcdctl with the client certificate of Secret demo-client-tls (written to $certs):
+  etcdctl --endpoints=https://demo-client.$NS.svc:2379 --cacert=$certs/ca.crt \\
+    --cert=$certs/tls.crt --key=$certs/tls.key get hello
   sed s/demo-backup/demo-first-backup/ examples/restore-new-cluster.yaml | kubectl apply -n $NS -f -
                                                        # restore the first backup into a new cluster
   make down                                            # stops everything

@@ -19,32 +19,21 @@ import pytest
 import yaml
 
 from conftest import release_finalizers
-from localkube import controlplane, layout as localkube_layout
+from localkube import controlplane
 from tests.support import rendered
 from tests.support.clusters import apply_cluster, get_cluster, wait_healthy
+from tests.support.helm import CHART, helm
 from tests.support.kubectl import kubectl, kubectl_json
 from tests.support.s3 import create_credentials_secret, s3_storage_spec
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.substrate
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-CHART = ROOT / "charts" / "etcd-operator"
 PRESETS = [None] + sorted(p.name for p in (CHART / "ci").glob("*-values.yaml"))
 RELEASE = "etcd-operator-chart"  # not "etcd-operator": never adopts objects of deploy/
 RELEASE_NAMESPACE = "etcd-operator-chart"
 PLUGIN = pathlib.Path(sys.executable).parent / "kubectl-etcd"
 GROUP = "etcd.operator.dev/v1alpha1"
-
-
-def helm(*args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
-    binary = localkube_layout.testbin_dir() / "helm" / "helm"
-    result = subprocess.run([str(binary), *args], capture_output=True, text=True, timeout=timeout,
-                            env={**os.environ, "HELM_CACHE_HOME": str(ROOT / ".helm" / "cache"),
-                                 "HELM_CONFIG_HOME": str(ROOT / ".helm" / "config"),
-                                 "HELM_DATA_HOME": str(ROOT / ".helm" / "data")})
-    if check:
-        assert result.returncode == 0, f"helm {' '.join(args)}: {result.stderr}"
-    return result
 
 
 def render(*args: str) -> list[dict]:

@@ -1,0 +1,244 @@
+"""The first things a user does, done as they do them: everything applied at once in one
+manifest (in either order of arrival), applied again unchanged, deleted in every way (each
+propagation policy, the namespace, with the operator down, the finalizer removed by hand),
+and the chart upgraded and uninstalled with a cluster in place. Portable: kubectl and helm
+only, no node-agent faults and no pod IPs, so the same file runs on any cluster.
+
+The helm journey uninstalls and reinstalls the operator: it stays last."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import string
+import time
+
+import pytest
+import yaml
+
+from tests.support.clusters import condition, member_pods
+from tests.support.helm import CHART, helm
+from tests.support.journeys import RELEASE, install_values, journey_namespace
+from tests.support.kubectl import kubectl, kubectl_json
+from tests.support.waiting import wait_for
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+GROUP = "etcd.operator.dev/v1alpha1"
+pytestmark = pytest.mark.usefixtures("operator")
+
+
+# --- what a user writes -------------------------------------------------------------------
+
+def resource(kind: str, name: str, namespace: str, spec: dict) -> dict:
+    return {"apiVersion": GROUP, "kind": kind, "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+
+
+def storage(s3: dict, namespace: str) -> dict:
+    return {"s3": {"bucket": s3["BUCKET"], "prefix": namespace, "endpoint": s3["ENDPOINT"], "region": s3["REGION"],
+                   "forcePathStyle": True, "insecure": s3["ENDPOINT"].startswith("http://"),
+                   "credentialsSecretRef": {"name": "s3-credentials"}}}
+
+
+def everything(namespace: str, s3: dict) -> dict[str, dict]:
+    """One of each: a namespace, the S3 Secret, a cluster, a scheduled and a one-shot backup,
+    and a restore of the one-shot backup into a new cluster."""
+    return {
+        "namespace": {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+        "secret": {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s3-credentials", "namespace": namespace},
+                   "stringData": {"accessKeyID": s3["ACCESS_KEY"], "secretAccessKey": s3["SECRET_KEY"]}},
+        "cluster": resource("EtcdCluster", "app", namespace, {"size": 1, "storage": {"size": "1Gi"}}),
+        "schedule": resource("EtcdBackup", "hourly", namespace, {"clusterRef": {"name": "app"},
+                                                                 "schedule": "0 * * * *",
+                                                                 "storage": storage(s3, namespace)}),
+        "backup": resource("EtcdBackup", "first", namespace, {"clusterRef": {"name": "app"},
+                                                              "storage": storage(s3, namespace)}),
+        "restore": resource("EtcdRestore", "copy", namespace, {
+            "source": {"backupRef": {"name": "first"}},
+            "target": {"newCluster": {"name": "copy", "spec": {"size": 1, "storage": {"size": "1Gi"}}}}}),
+    }
+
+
+def apply(*documents: dict) -> list[str]:
+    """`kubectl apply` of one manifest; the lines it printed, one per object."""
+    out = kubectl("apply", "-f", "-", input=yaml.safe_dump_all(documents)).stdout
+    return [line for line in out.splitlines() if line.strip()]
+
+
+def assert_unchanged(lines: list[str]) -> None:
+    assert lines and all(line.endswith(" unchanged") for line in lines), lines
+
+
+# --- what a user looks at -----------------------------------------------------------------
+
+def get(kind: str, namespace: str, name: str) -> dict | None:
+    result = kubectl("get", kind, name, "-n", namespace, "-o", "json", check=False)
+    return json.loads(result.stdout) if result.returncode == 0 else None
+
+
+def phase(kind: str, namespace: str, name: str) -> str | None:
+    return ((get(kind, namespace, name) or {}).get("status") or {}).get("phase")
+
+
+def wait_phase(kind: str, namespace: str, name: str, wanted: str, timeout: float = 300) -> dict:
+    final = {"Completed", "Failed"}
+    obj = wait_for(lambda: phase(kind, namespace, name) in {wanted} | final and get(kind, namespace, name),
+                   timeout, what=f"{kind} {name} {wanted}")
+    assert obj["status"]["phase"] == wanted, obj["status"]
+    return obj
+
+
+def wait_available(namespace: str, name: str, size: int, timeout: float = 300) -> dict:
+    def available():
+        obj = get("etcdcluster", namespace, name)
+        cond = condition(obj or {}, "Available")
+        ready = (obj or {}).get("status", {}).get("readyMembers")
+        return cond is not None and cond["status"] == "True" and ready == size and obj
+    return wait_for(available, timeout, what=f"EtcdCluster {name} Available with {size} ready members")
+
+
+def pvc_uids(namespace: str) -> dict[str, str]:
+    return {p["metadata"]["name"]: p["metadata"]["uid"] for p in kubectl_json("get", "pvc", "-n", namespace)["items"]}
+
+
+def pod_uids(namespace: str, cluster: str) -> set[str]:
+    return {p["metadata"]["uid"] for p in member_pods(namespace, cluster)}
+
+
+def delete_namespace(namespace: str, timeout: float = 120) -> float:
+    """Deletes the namespace as a user does and waits until it is gone: no finalizer is
+    removed by hand. Returns the seconds it took."""
+    started = time.monotonic()
+    kubectl("delete", "namespace", namespace, "--wait=false")
+    wait_for(lambda: kubectl("get", "namespace", namespace, check=False).returncode != 0, timeout,
+             what=f"namespace {namespace} gone")
+    return time.monotonic() - started
+
+
+# --- the journeys -------------------------------------------------------------------------
+
+def test_the_demo_manifest_applied_at_once_ends_with_a_completed_first_backup(s3_settings):
+    namespace = journey_namespace("demo")
+    settings = {"NAMESPACE": namespace, "S3_BUCKET": s3_settings["BUCKET"], "S3_ENDPOINT": s3_settings["ENDPOINT"],
+                "S3_REGION": s3_settings["REGION"], "AWS_ACCESS_KEY_ID": s3_settings["ACCESS_KEY"],
+                "AWS_SECRET_ACCESS_KEY": s3_settings["SECRET_KEY"]}
+    manifest = string.Template((ROOT / "e2e" / "demo" / "demo.yaml").read_text()).substitute(settings)
+    kubectl("apply", "-f", "-", input=manifest)
+    wait_available(namespace, "demo", 3)
+    first = wait_phase("etcdbackup", namespace, "demo-first-backup", "Completed")
+    assert first["status"]["lastBackup"]["key"]
+    wait_phase("etcdbackup", namespace, "demo-backup", "Scheduled", timeout=120)
+    assert_unchanged(kubectl("apply", "-f", "-", input=manifest).stdout.splitlines())
+    print(f"namespace {namespace} deleted in {delete_namespace(namespace):.1f}s")
+
+
+def converge_everything(namespace: str, objects: dict[str, dict]) -> None:
+    wait_available(namespace, "app", 1)
+    wait_phase("etcdbackup", namespace, "first", "Completed")
+    wait_phase("etcdbackup", namespace, "hourly", "Scheduled", timeout=120)
+    wait_phase("etcdrestore", namespace, "copy", "Completed")
+    wait_available(namespace, "copy", 1)
+    assert_unchanged(apply(*objects.values()))
+
+
+def test_everything_applied_at_once_with_the_backups_and_restore_before_their_cluster(s3_settings):
+    namespace = journey_namespace("before-cluster")
+    objects = everything(namespace, s3_settings)
+    order = ("namespace", "secret", "restore", "backup", "schedule", "cluster")
+    apply(*(objects[k] for k in order))
+    converge_everything(namespace, objects)
+    seconds = delete_namespace(namespace)
+    print(f"namespace {namespace} with 2 clusters, 2 backups and a restore deleted in {seconds:.1f}s")
+    assert seconds <= 60, f"deleting the namespace took {seconds:.0f}s"
+
+
+def test_everything_applied_at_once_with_the_secret_last(s3_settings):
+    namespace = journey_namespace("before-secret")
+    objects = everything(namespace, s3_settings)
+    apply(*(objects[k] for k in ("namespace", "cluster", "schedule", "backup", "restore")))
+    def waits_for_the_secret():
+        backup = get("etcdbackup", namespace, "first") or {}
+        status = backup.get("status") or {}
+        said = " ".join(c.get("message", "") for c in status.get("conditions") or [])
+        return status.get("phase") == "Pending" and "s3-credentials" in said
+    wait_for(waits_for_the_secret, 180, what="the one-shot backup Pending, waiting for Secret s3-credentials")
+    apply(*objects.values())  # the Secret arrives
+    converge_everything(namespace, objects)
+    delete_namespace(namespace)
+
+
+POLICIES = [(reclaim, cascade) for reclaim in ("Retain", "Delete") for cascade in ("background", "foreground", "orphan")]
+
+
+def test_each_propagation_policy_keeps_or_deletes_the_pvcs_as_reclaim_policy_says():
+    namespace = journey_namespace("propagation")
+    names = {policy: f"{policy[0].lower()}-{policy[1]}" for policy in POLICIES}
+    apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+          *(resource("EtcdCluster", name, namespace, {"size": 1, "storage": {"size": "1Gi"}, "reclaimPolicy": reclaim})
+            for (reclaim, _), name in names.items()))
+    for name in names.values():
+        wait_available(namespace, name, 1)
+    before = pvc_uids(namespace)
+    running = {name: pod_uids(namespace, name) for name in names.values()}
+    for (reclaim, cascade), name in names.items():
+        kubectl("delete", "etcdcluster", name, "-n", namespace, f"--cascade={cascade}", "--timeout=120s")
+    after = pvc_uids(namespace)
+    for (reclaim, cascade), name in names.items():
+        pvc = f"data-{name}-0"
+        kept = after.get(pvc) == before[pvc]
+        print(f"reclaimPolicy {reclaim}, --cascade={cascade}: PVC {pvc} uid {before[pvc]} "
+              f"{'kept' if kept else 'deleted' if pvc not in after else 'replaced: ' + after[pvc]}")
+        assert kept is (reclaim == "Retain" or cascade == "orphan"), (reclaim, cascade, before[pvc], after.get(pvc))
+    orphan = names[("Retain", "orphan")]
+    assert pod_uids(namespace, orphan) == running[orphan], "an orphaned member pod did not run on"
+    delete_namespace(namespace)
+
+
+def test_deleting_with_the_operator_down_or_the_finalizer_removed_keeps_retained_data(operator):
+    namespace = journey_namespace("operator-down")
+    clusters = {"kept": "Retain", "dropped": "Delete", "forced": "Retain"}
+    apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+          *(resource("EtcdCluster", name, namespace, {"size": 1, "storage": {"size": "1Gi"}, "reclaimPolicy": reclaim})
+            for name, reclaim in clusters.items()))
+    for name in clusters:
+        wait_available(namespace, name, 1)
+    before = pvc_uids(namespace)
+
+    operator.scale(0)
+    kubectl("delete", "etcdcluster", "kept", "dropped", "-n", namespace, "--cascade=foreground", "--wait=false")
+    kubectl("patch", "etcdcluster", "forced", "-n", namespace, "--type=merge", "-p",
+            json.dumps({"metadata": {"finalizers": None}}))
+    kubectl("delete", "etcdcluster", "forced", "-n", namespace, "--cascade=foreground", "--timeout=120s")
+    wait_for(lambda: not any(member_pods(namespace, name) for name in clusters), 180,
+             what="the garbage collector took every member pod")
+    assert pvc_uids(namespace) == before, "a PVC went while the operator was down"
+
+    operator.scale(1)
+    wait_for(lambda: not kubectl_json("get", "etcdclusters", "-n", namespace)["items"], 180,
+             what="the operator released the deleted clusters")
+    after = pvc_uids(namespace)
+    assert after == {p: uid for p, uid in before.items() if p != "data-dropped-0"}, (before, after)
+    delete_namespace(namespace)
+
+
+def test_helm_upgrade_and_uninstall_leave_a_running_cluster_alone(operator):
+    if operator.release is None:
+        pytest.skip("the operator was installed by someone else (E2E_TARGET=external)")
+    namespace = journey_namespace("helm")
+    apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+          resource("EtcdCluster", "app", namespace, {"size": 3, "storage": {"size": "1Gi"}}))
+    wait_available(namespace, "app", 3)
+    members = pod_uids(namespace, "app")
+
+    helm("upgrade", RELEASE, str(CHART), "-n", RELEASE, *install_values(), "--set", "logLevel=DEBUG",
+         "--wait", "--timeout", "180s")
+    kubectl("rollout", "status", f"deployment/{RELEASE}", "-n", RELEASE, "--timeout=180s")
+    assert wait_available(namespace, "app", 3) and pod_uids(namespace, "app") == members
+
+    helm("uninstall", RELEASE, "-n", RELEASE, "--wait", "--timeout", "180s")
+    assert get("etcdcluster", namespace, "app") is not None, "uninstalling the chart deleted a cluster"
+    assert pod_uids(namespace, "app") == members, "uninstalling the chart touched a member"
+
+    helm("install", RELEASE, str(CHART), "-n", RELEASE, *install_values(), "--wait", "--timeout", "180s")
+    wait_available(namespace, "app", 3)
+    assert pod_uids(namespace, "app") == members
+    delete_namespace(namespace)

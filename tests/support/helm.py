@@ -1,0 +1,24 @@
+"""The pinned helm of the testbin, with its caches kept inside the checkout."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+
+from localkube import layout as localkube_layout
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "etcd-operator"
+LOCAL_VALUES = ROOT / "e2e" / "helm-local-values.yaml"
+
+
+def helm(*args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
+    binary = localkube_layout.testbin_dir() / "helm" / "helm"
+    result = subprocess.run([str(binary), *args], capture_output=True, text=True, timeout=timeout,
+                            env={**os.environ, "HELM_CACHE_HOME": str(ROOT / ".helm" / "cache"),
+                                 "HELM_CONFIG_HOME": str(ROOT / ".helm" / "config"),
+                                 "HELM_DATA_HOME": str(ROOT / ".helm" / "data")})
+    if check:
+        assert result.returncode == 0, f"helm {' '.join(args)}: {result.stderr}"
+    return result
