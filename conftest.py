@@ -13,6 +13,7 @@ import uuid
 import pytest
 
 from localkube import controlplane, layout as localkube_layout
+from tests.support.finalizers import release_finalizers
 
 SUBSTRATE_LOGS = ("kube-apiserver", "kube-controller-manager", "node-agent", "minio", "operator")
 PER_NAMESPACE_LOGS = ("operator-{namespace}*",)  # one per operator replica
@@ -76,26 +77,6 @@ def namespace(request, kube_api):
         dump_diagnostics(substrate, core, name)
     core.delete_namespace(name)
     release_finalizers(kube_api, name)
-
-
-def release_finalizers(kube_api, namespace: str) -> None:
-    """The test's operator has stopped; without this, the operator's finalizers would keep
-    the namespace (and the etcd processes of its pods) alive for good."""
-    from kubernetes import client
-
-    custom = client.CustomObjectsApi(kube_api)
-    for plural in ("etcdclusters", "etcdbackups", "etcdrestores"):
-        try:
-            items = custom.list_namespaced_custom_object("etcd.operator.dev", "v1alpha1", namespace, plural)["items"]
-        except client.ApiException:
-            continue
-        for item in items:
-            if item["metadata"].get("finalizers"):
-                try:
-                    custom.patch_namespaced_custom_object("etcd.operator.dev", "v1alpha1", namespace, plural,
-                                                          item["metadata"]["name"], {"metadata": {"finalizers": None}})
-                except client.ApiException:
-                    pass
 
 
 def install_crds() -> None:

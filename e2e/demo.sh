@@ -18,6 +18,8 @@ if ! { [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }; then
   echo "operator started, watching namespace $NS (log: .localkube/logs/operator.log)"
 fi
 
+export ACCESS_KEY_ID_BASE64=$(printf %s "$AWS_ACCESS_KEY_ID" | base64 -w0)
+export SECRET_ACCESS_KEY_BASE64=$(printf %s "$AWS_SECRET_ACCESS_KEY" | base64 -w0)
 NAMESPACE=$NS $PY -c 'import os, string, sys; print(string.Template(sys.stdin.read()).substitute(os.environ))' \
   <e2e/demo/demo.yaml | kubectl apply -f -
 

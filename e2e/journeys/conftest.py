@@ -15,8 +15,9 @@ import os
 import pytest
 
 from localkube import controlplane
+from tests.support.finalizers import release_finalizers
 from tests.support.helm import CHART, helm
-from tests.support.journeys import RELEASE, install_values
+from tests.support.journeys import JOURNEYS, RELEASE, install_values, journey_namespace
 from tests.support.kubectl import kubectl
 from tests.support.waiting import wait_for
 
@@ -61,3 +62,19 @@ def s3_settings(request) -> dict[str, str]:
     env = controlplane.s3_environment(request.getfixturevalue("substrate"))
     return {"ENDPOINT": env["S3_ENDPOINT"], "BUCKET": env["S3_BUCKET"], "ACCESS_KEY": env["AWS_ACCESS_KEY_ID"],
             "SECRET_KEY": env["AWS_SECRET_ACCESS_KEY"], "REGION": env["S3_REGION"]}
+
+
+@pytest.fixture(autouse=True)
+def leave_no_namespace_behind(request, kube_api):
+    """After a journey, pass or fail: its namespace is deleted, and if the operator did not
+    release its objects in time (the journey has failed already), their finalizers are
+    removed by hand so that nothing outlives the session."""
+    yield
+    for journey in JOURNEYS:
+        namespace = journey_namespace(journey)
+        if kubectl("get", "namespace", namespace, check=False).returncode != 0:
+            continue
+        kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+        gone = kubectl("wait", "--for=delete", f"namespace/{namespace}", "--timeout=90s", check=False)
+        if gone.returncode != 0:
+            release_finalizers(kube_api, namespace)

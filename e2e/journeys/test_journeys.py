@@ -8,16 +8,19 @@ The helm journey uninstalls and reinstalls the operator: it stays last."""
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 import pathlib
 import string
+import subprocess
 import time
 
 import pytest
 import yaml
 
 from tests.support.clusters import condition, member_pods
-from tests.support.helm import CHART, helm
+from tests.support.helm import CHART, LOCAL_VALUES, helm, helm_binary, helm_environment
 from tests.support.journeys import RELEASE, install_values, journey_namespace
 from tests.support.kubectl import kubectl, kubectl_json
 from tests.support.waiting import wait_for
@@ -28,6 +31,11 @@ pytestmark = pytest.mark.usefixtures("operator")
 
 
 # --- what a user writes -------------------------------------------------------------------
+
+def base64_text(value: str) -> str:
+    """Secret data as `data:` (`kubectl apply` of stringData reports a change every time)."""
+    return base64.b64encode(value.encode()).decode()
+
 
 def resource(kind: str, name: str, namespace: str, spec: dict) -> dict:
     return {"apiVersion": GROUP, "kind": kind, "metadata": {"name": name, "namespace": namespace}, "spec": spec}
@@ -45,7 +53,8 @@ def everything(namespace: str, s3: dict) -> dict[str, dict]:
     return {
         "namespace": {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
         "secret": {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s3-credentials", "namespace": namespace},
-                   "stringData": {"accessKeyID": s3["ACCESS_KEY"], "secretAccessKey": s3["SECRET_KEY"]}},
+                   "data": {"accessKeyID": base64_text(s3["ACCESS_KEY"]),
+                            "secretAccessKey": base64_text(s3["SECRET_KEY"])}},
         "cluster": resource("EtcdCluster", "app", namespace, {"size": 1, "storage": {"size": "1Gi"}}),
         "schedule": resource("EtcdBackup", "hourly", namespace, {"clusterRef": {"name": "app"},
                                                                  "schedule": "0 * * * *",
@@ -83,7 +92,7 @@ def wait_phase(kind: str, namespace: str, name: str, wanted: str, timeout: float
     final = {"Completed", "Failed"}
     obj = wait_for(lambda: phase(kind, namespace, name) in {wanted} | final and get(kind, namespace, name),
                    timeout, what=f"{kind} {name} {wanted}")
-    assert obj["status"]["phase"] == wanted, obj["status"]
+    assert obj["status"]["phase"] == wanted, f"{kind} {name}: {json.dumps(obj['status'])}"
     return obj
 
 
@@ -119,8 +128,8 @@ def delete_namespace(namespace: str, timeout: float = 120) -> float:
 def test_the_demo_manifest_applied_at_once_ends_with_a_completed_first_backup(s3_settings):
     namespace = journey_namespace("demo")
     settings = {"NAMESPACE": namespace, "S3_BUCKET": s3_settings["BUCKET"], "S3_ENDPOINT": s3_settings["ENDPOINT"],
-                "S3_REGION": s3_settings["REGION"], "AWS_ACCESS_KEY_ID": s3_settings["ACCESS_KEY"],
-                "AWS_SECRET_ACCESS_KEY": s3_settings["SECRET_KEY"]}
+                "S3_REGION": s3_settings["REGION"], "ACCESS_KEY_ID_BASE64": base64_text(s3_settings["ACCESS_KEY"]),
+                "SECRET_ACCESS_KEY_BASE64": base64_text(s3_settings["SECRET_KEY"])}
     manifest = string.Template((ROOT / "e2e" / "demo" / "demo.yaml").read_text()).substitute(settings)
     kubectl("apply", "-f", "-", input=manifest)
     wait_available(namespace, "demo", 3)
@@ -218,6 +227,36 @@ def test_deleting_with_the_operator_down_or_the_finalizer_removed_keeps_retained
     after = pvc_uids(namespace)
     assert after == {p: uid for p, uid in before.items() if p != "data-dropped-0"}, (before, after)
     delete_namespace(namespace)
+
+
+def readme_quickstart() -> str:
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Quickstart with Helm", 1)[1]
+    return section.split("```sh\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_readme_quickstart_runs_as_printed(operator, tmp_path):
+    if operator.release is None:
+        pytest.skip("the quickstart installs the chart itself (E2E_TARGET=external)")
+    # On the local default every pod shares the host's network: `helm install` gets the
+    # local values too (each replica serves health on its own pod address).
+    real = helm_binary()
+    shim = tmp_path / "helm"
+    shim.write_text(f'#!/bin/sh\nif [ "$1" = install ]; then exec {real} "$@" -f {LOCAL_VALUES}; fi\n'
+                    f'exec {real} "$@"\n')
+    shim.chmod(0o755)
+    env = {**os.environ, **helm_environment(), "PATH": f"{tmp_path}:{os.environ['PATH']}"}
+    script = "set -euxo pipefail\n" + readme_quickstart()
+    try:
+        result = subprocess.run(["bash", "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
+                                timeout=900)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        assert "demo" in result.stdout and "Running" in result.stdout, result.stdout
+    finally:
+        subprocess.run([str(real), "uninstall", "etcd-operator", "-n", "etcd-operator"], env=env,
+                       capture_output=True, check=False)
+        kubectl("delete", "namespace", "etcd-quickstart", "etcd-operator", "--ignore-not-found", "--wait=false",
+                check=False)
 
 
 def test_helm_upgrade_and_uninstall_leave_a_running_cluster_alone(operator):

@@ -70,5 +70,14 @@ async def cluster_deleted(name: str, namespace: str, spec: kopf.Spec, memo: kopf
             await memo.kube.merge_patch(kube.PVCS, namespace, meta["name"], {"metadata": {"ownerReferences": kept or None}})
     for pvc_name in outcome.delete:
         await memo.kube.delete(kube.PVCS, namespace, pvc_name)
-    event_poster(body)("Normal", outcome.reason, outcome.message)
+    if not await namespace_terminating(memo.kube, namespace):  # it takes no Event any more
+        event_poster(body)("Normal", outcome.reason, outcome.message)
     logger.info("%s/%s deleted: %s", namespace, name, outcome.message)
+
+
+async def namespace_terminating(kube_client: kube.KubeClient, namespace: str) -> bool:
+    try:
+        found = await kube_client.get(kube.NAMESPACES, None, namespace)
+    except kube.ApiError:
+        return False  # unknown: the Event is tried
+    return found is None or bool(found["metadata"].get("deletionTimestamp"))

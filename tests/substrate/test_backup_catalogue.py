@@ -55,7 +55,7 @@ def shared(substrate, kube_api):
         yield namespaces
     finally:
         operator.stop()
-        from conftest import release_finalizers
+        from tests.support.finalizers import release_finalizers
         for ns in namespaces:
             kubectl("delete", "namespace", ns, "--wait=false")
             release_finalizers(kube_api, ns)

@@ -18,7 +18,7 @@ import uuid
 import pytest
 import yaml
 
-from conftest import release_finalizers
+from tests.support.finalizers import release_finalizers
 from localkube import controlplane
 from tests.support import rendered
 from tests.support.clusters import apply_cluster, get_cluster, wait_healthy

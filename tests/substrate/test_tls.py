@@ -17,7 +17,7 @@ import uuid
 
 import pytest
 
-from conftest import release_finalizers
+from tests.support.finalizers import release_finalizers
 from etcd_operator.cluster import certs, naming, pki
 from etcd_operator.cluster.spec import ClusterSpec
 from etcd_operator.etcd.client import ClientTLS, EtcdError, EtcdMemberClient

@@ -13,12 +13,19 @@ CHART = ROOT / "charts" / "etcd-operator"
 LOCAL_VALUES = ROOT / "e2e" / "helm-local-values.yaml"
 
 
+def helm_binary() -> pathlib.Path:
+    return localkube_layout.testbin_dir() / "helm" / "helm"
+
+
+def helm_environment() -> dict[str, str]:
+    """Helm's caches and configuration inside the checkout, never the user's."""
+    return {"HELM_CACHE_HOME": str(ROOT / ".helm" / "cache"), "HELM_CONFIG_HOME": str(ROOT / ".helm" / "config"),
+            "HELM_DATA_HOME": str(ROOT / ".helm" / "data")}
+
+
 def helm(*args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
-    binary = localkube_layout.testbin_dir() / "helm" / "helm"
-    result = subprocess.run([str(binary), *args], capture_output=True, text=True, timeout=timeout,
-                            env={**os.environ, "HELM_CACHE_HOME": str(ROOT / ".helm" / "cache"),
-                                 "HELM_CONFIG_HOME": str(ROOT / ".helm" / "config"),
-                                 "HELM_DATA_HOME": str(ROOT / ".helm" / "data")})
+    result = subprocess.run([str(helm_binary()), *args], capture_output=True, text=True, timeout=timeout,
+                            env={**os.environ, **helm_environment()})
     if check:
         assert result.returncode == 0, f"helm {' '.join(args)}: {result.stderr}"
     return result

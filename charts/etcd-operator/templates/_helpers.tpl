@@ -91,7 +91,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
   verbs: [list, watch]
 - apiGroups: [""]
   resources: [namespaces]
-  verbs: [list, watch]
+  verbs: [get, list, watch]  # get: is a namespace being deleted (no events are posted there)
 # Whether member PVCs may grow (allowVolumeExpansion).
 - apiGroups: [storage.k8s.io]
   resources: [storageclasses]
