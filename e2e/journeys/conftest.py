@@ -51,7 +51,7 @@ def operator(request) -> Operator:
          "--wait", "--timeout", "180s")
     yield Operator(RELEASE, RELEASE)
     helm("uninstall", RELEASE, "-n", RELEASE, "--wait", check=False)
-    kubectl("delete", "namespace", RELEASE, "--ignore-not-found", "--wait=false", check=False)
+    kubectl("delete", "namespace", RELEASE, "--ignore-not-found", "--timeout=120s", check=False)
 
 
 @pytest.fixture(scope="session")
