@@ -273,11 +273,16 @@ def disruption_budget(spec: ClusterSpec, cluster: str, namespace: str, voters: i
     }
 
 
+def owners_without(owners: list[Mapping[str, Any]], cluster_uid: str) -> list[dict[str, Any]] | None:
+    """A PVC's owner references less the cluster's (None, in a merge patch, removes the field)."""
+    kept = [dict(o) for o in owners if o.get("uid") != cluster_uid]
+    return kept or None
+
+
 def set_aside_pvc_patch(cluster: str, cluster_uid: str, owners: list[Mapping[str, Any]],
                         marks: Mapping[str, str]) -> dict[str, Any]:
     """Takes a member's PVC out of the cluster (no selector labels, no owner reference to the
     cluster) and labels it with `marks`, saying who kept it and why. The PVC and its data stay."""
     labels: dict[str, Any] = {key: None for key in naming.member_labels(cluster, "")}
     labels.update(marks)
-    kept = [dict(o) for o in owners if o.get("uid") != cluster_uid]
-    return {"metadata": {"labels": labels, "ownerReferences": kept or None}}
+    return {"metadata": {"labels": labels, "ownerReferences": owners_without(owners, cluster_uid)}}

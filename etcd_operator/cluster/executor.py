@@ -456,9 +456,9 @@ class ClusterExecutor:
             if pvc is None:
                 continue
             meta = pvc["metadata"]
-            kept = [o for o in meta.get("ownerReferences") or [] if o.get("uid") != self.token]
             await self.kube.merge_patch(kube.PVCS, self.namespace, name, {"metadata": {
-                "ownerReferences": kept or None, "resourceVersion": meta["resourceVersion"]}})
+                "ownerReferences": builders.owners_without(meta.get("ownerReferences") or [], self.token),
+                "resourceVersion": meta["resourceVersion"]}})
             logger.info("%s/%s: PVC %s no longer has the cluster as its owner", self.namespace, self.cluster, name)
 
     async def ensure_services(self, spec: ClusterSpec, health: Health, applied: str | None = None,

@@ -9,7 +9,7 @@ import logging
 import kopf
 
 from etcd_operator import API_GROUP, API_VERSION, metrics
-from etcd_operator.cluster import naming
+from etcd_operator.cluster import builders, naming
 from etcd_operator.cluster.reclaim import RETAIN, reclaim
 from etcd_operator.cluster.reconciler import ClusterReconciler
 from etcd_operator.etcd.pool import EtcdClientPool
@@ -62,12 +62,13 @@ async def cluster_deleted(name: str, namespace: str, spec: kopf.Spec, memo: kopf
     pvcs, pods = await asyncio.gather(memo.kube.list(kube.PVCS, namespace, selector),
                                       memo.kube.list(kube.PODS, namespace, selector))
     outcome = reclaim(spec.get("reclaimPolicy", RETAIN), body["metadata"], pvcs, pods)
-    for pvc in pvcs:  # an older operator made the cluster their owner: the collector must not act
+    uid = body["metadata"]["uid"]
+    for pvc in pvcs:  # a kept PVC that an older version made owned by the cluster: the collector must not act
         meta = pvc["metadata"]
         owners = meta.get("ownerReferences") or []
-        if meta["name"] in outcome.keep and any(o.get("uid") == body["metadata"]["uid"] for o in owners):
-            kept = [o for o in owners if o.get("uid") != body["metadata"]["uid"]]
-            await memo.kube.merge_patch(kube.PVCS, namespace, meta["name"], {"metadata": {"ownerReferences": kept or None}})
+        if meta["name"] in outcome.keep and any(o.get("uid") == uid for o in owners):
+            await memo.kube.merge_patch(kube.PVCS, namespace, meta["name"],
+                                        {"metadata": {"ownerReferences": builders.owners_without(owners, uid)}})
     for pvc_name in outcome.delete:
         await memo.kube.delete(kube.PVCS, namespace, pvc_name)
     if not await namespace_terminating(memo.kube, namespace):  # it takes no Event any more
