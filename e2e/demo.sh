@@ -41,6 +41,12 @@ for f in ca.crt tls.crt tls.key; do
 done
 etcdctl() { command etcdctl --endpoints=https://demo-client.$NS.svc:2379 \
   --cacert=$certs/ca.crt --cert=$certs/tls.crt --key=$certs/tls.key "$@"; }
+# After `make down` and `make up`, status may still say Available while the members restart
+# and their names are published again: the first write is retried for up to a minute.
+for _ in $(seq 30); do
+  etcdctl --command-timeout=2s put hello world >/dev/null 2>&1 && break
+  sleep 2
+done
 etcdctl put hello world >/dev/null
 [[ "$(etcdctl get hello --print-value-only)" == world ]] || { echo "demo: reading hello back failed" >&2; exit 1; }
 
