@@ -12,7 +12,7 @@ import copy
 import pytest
 
 from etcd_operator.cluster import actions as a
-from etcd_operator.cluster import certs, pki, tls_plan
+from etcd_operator.cluster import certs, pacing, pki, tls_plan
 from etcd_operator.cluster.certs import CertKind
 from etcd_operator.cluster.decision import decide
 from etcd_operator.cluster.executor import ClusterExecutor
@@ -87,7 +87,8 @@ def run_passes(store: SecretStore, events: list[str], before_step=None) -> list[
             before_step, hook = None, before_step
             hook(store)
         executor = ClusterExecutor(store, None, BODY, lambda kind, reason, message: events.append(message))
-        asyncio.run(executor.run(action, TLS_SPEC, seen))
+        outcome = asyncio.run(executor.run(action, TLS_SPEC, seen))
+        assert outcome.retry_after == (pacing.CERTIFICATE_WRITTEN if outcome.done else None)
     raise AssertionError(f"no end to the certificate steps: {steps}")
 
 
