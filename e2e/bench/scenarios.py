@@ -38,6 +38,7 @@ CONCURRENT_BACKUPS = 4
 BIG_QUOTA_BYTES = 1536 * MIB
 CLUSTER_RUNS = int(os.environ.get("BENCH_CLUSTER_RUNS", "3"))
 CREATE_3_TARGET, CREATE_5_TARGET = 10.0, 20.0  # seconds to a healthy cluster (issue 17)
+CREATE_3_TLS_TARGET = 10.0  # the default path, TLS on (issue 24)
 FIXED_OVERHEAD_MIB = 32  # beyond the part buffers, for 4 backups at once (tests/substrate/test_backup_memory.py)
 
 
@@ -189,20 +190,35 @@ class Bench:
             steps.append([stamp - since, step, 1])
         return ", ".join(f"{at:.1f} {step}" + (f" x{count}" if count > 1 else "") for at, step, count in steps)
 
+    def _apply_default(self, name: str, spec: dict) -> None:
+        """An EtcdCluster as a user writes it: no spec.tls, so TLS is on (the CRD's default)."""
+        kubectl("apply", "-f", "-", input=json.dumps({
+            "apiVersion": GROUP, "kind": "EtcdCluster", "metadata": {"name": name, "namespace": self.namespace},
+            "spec": spec}))
+
     def cluster_timings(self) -> None:
         """Creation of 3 and 5 members and scaling 3 -> 5, CLUSTER_RUNS times each (medians,
         with their spread), then the heal after kill -9 once. Targets (issue 17): a healthy
-        3-member cluster in at most 10 s, 5 members in at most 20 s."""
+        3-member cluster in at most 10 s, 5 members in at most 20 s. Besides each plaintext
+        3-member creation, in turn before and after it, a default one (TLS on; issue 24:
+        at most 10 s too)."""
         storage = {"storage": {"size": "1Gi"}}
-        timings: dict[str, list[float]] = {"create 3": [], "create 5": [], "scale 3 -> 5": []}
+        timings: dict[str, list[float]] = {"create 3": [], "create 3 TLS": [], "create 5": [], "scale 3 -> 5": []}
         for run in range(1, CLUSTER_RUNS + 1):
-            for size in (3, 5):
-                name = f"c{size}-{run}"
+            creations = [(f"c3-{run}", "create 3", 3, lambda name: apply_cluster(self.namespace, name,
+                                                                                {"size": 3, **storage})),
+                         (f"t3-{run}", "create 3 TLS", 3, lambda name: self._apply_default(name,
+                                                                                          {"size": 3, **storage}))]
+            if run % 2 == 0:
+                creations.reverse()  # neither goes first every time
+            creations.append((f"c5-{run}", "create 5", 5, lambda name: apply_cluster(self.namespace, name,
+                                                                                    {"size": 5, **storage})))
+            for name, key, size, apply in creations:
                 wall = time.time()
-                seconds = self._time_to_healthy(name, size, lambda: apply_cluster(self.namespace, name,
-                                                                                  {"size": size, **storage}))
-                timings[f"create {size}"].append(seconds)
-                print(f"  run {run}: create {size} in {seconds:.1f} s: {self._step_timeline(name, wall)}", flush=True)
+                seconds = self._time_to_healthy(name, size, lambda: apply(name))
+                timings[key].append(seconds)
+                print(f"  run {run}: {key} in {seconds:.1f} s: {self._step_timeline(name, wall)}", flush=True)
+            kubectl("delete", "etcdcluster", f"t3-{run}", "-n", self.namespace, "--wait=false")
             name = f"c3-{run}"
             wall = time.time()
             seconds = self._time_to_healthy(name, 5, lambda: patch_spec(self.namespace, name, {"size": 5}))
@@ -211,15 +227,18 @@ class Bench:
             if run < CLUSTER_RUNS:
                 for size in (3, 5):
                     kubectl("delete", "etcdcluster", f"c{size}-{run}", "-n", self.namespace, "--wait=false")
-        targets = {"create 3": CREATE_3_TARGET, "create 5": CREATE_5_TARGET}
-        labels = {"create 3": "apply to Available, size 3", "create 5": "apply to Available, size 5",
-                  "scale 3 -> 5": "scale 3 -> 5"}
+        targets = {"create 3": CREATE_3_TARGET, "create 3 TLS": CREATE_3_TLS_TARGET, "create 5": CREATE_5_TARGET}
+        labels = {"create 3": "apply to Available, size 3", "create 3 TLS": "apply to Available, size 3, TLS (default)",
+                  "create 5": "apply to Available, size 5", "scale 3 -> 5": "scale 3 -> 5"}
         for key, values in timings.items():
             median = statistics.median(values)
             note = f"(median of {len(values)}: {_spread(values, '.1f')}"
             if key in targets:
                 note += f"; target <= {targets[key]:.0f} s: {'met' if median <= targets[key] else 'NOT met'}"
             self.row(labels[key], f"{median:.1f} s", note + ")")
+        ratios = [tls / plain for tls, plain in zip(timings["create 3 TLS"], timings["create 3"])]
+        self.row("TLS (default) / plaintext, size 3", f"{statistics.median(ratios):.2f}x",
+                 f"(median of the pairs: {_spread(ratios, '.2f')})")
         name = f"c3-{CLUSTER_RUNS}"
         pod = sorted(m["name"] for m in get_cluster(self.namespace, name)["status"]["members"])[0]
         start = time.monotonic()

@@ -228,9 +228,14 @@ class RecordTransport(Action):
 
 @dataclasses.dataclass(frozen=True)
 class IssueCertificate(Action):
-    """Create or renew one certificate Secret of the Managed issuer (certs.CertKind value)."""
+    """Create or renew certificate Secrets of the Managed issuer, in order: (certs.CertKind
+    value, why) pairs. More than one only before the first member exists (tls_plan)."""
 
-    certificate: str = ""
+    certificates: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        return tuple(kind for kind, _ in self.certificates)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,7 +16,7 @@ import kopf
 from etcd_operator import faults
 from etcd_operator.cluster import actions as a
 from etcd_operator.cluster import builders, certs, naming, network_policy, pacing, pki
-from etcd_operator.cluster.tls_observer import read_secret
+from etcd_operator.cluster.tls_observer import read_secret, secret_bytes
 from etcd_operator.cluster.health import Health
 from etcd_operator.cluster.observed import DefragmentationRecord, Observed, Operation, SpaceRecoveryRecord
 from etcd_operator.cluster.planner import QUORUM_RECOVERY, member_add_receivers, self_only_cluster
@@ -342,27 +342,44 @@ class ClusterExecutor:
         return Outcome(True, status_patch={"tls": {"transport": action.transport}})
 
     async def _issue_certificate(self, action: a.IssueCertificate, spec: ClusterSpec, observed) -> None:
-        kind = certs.CertKind(action.certificate)
-        request = certs.request_for(spec, self.cluster, self.namespace, kind)
-        name = certs.secret_name(spec, self.cluster, kind)
-        if kind == certs.CertKind.CA:
-            data = await asyncio.to_thread(pki.new_ca, request, observed.now)
-        else:
-            ca = await read_secret(self.kube, self.namespace, certs.secret_name(spec, self.cluster, certs.CertKind.CA))
-            if ca is None:
-                raise NotYet("the CA Secret is not readable yet")
-            previous = await read_secret(self.kube, self.namespace, name)
-            data = await asyncio.to_thread(pki.issue_leaf, request, ca, previous, observed.now)
-        await self._write_secret(name, data)
-        self.post_event("Normal", "CertificateIssued", f"Secret {name}: {action.reason}")
+        """Issues each certificate in order (the CA first when it is one of them). Leaves are
+        signed by the CA as its Secret holds it: read live, or as this step created it."""
+        ca_name = certs.secret_name(spec, self.cluster, certs.CertKind.CA)
+        ca: dict[str, bytes] | None = None
+        for value, reason in action.certificates:
+            kind = certs.CertKind(value)
+            request = certs.request_for(spec, self.cluster, self.namespace, kind)
+            name = certs.secret_name(spec, self.cluster, kind)
+            seen_absent = observed.tls.cert(kind) is None
+            if kind == certs.CertKind.CA:
+                data = await asyncio.to_thread(pki.new_ca, request, observed.now)
+            else:
+                ca = ca or await read_secret(self.kube, self.namespace, ca_name)
+                if ca is None:
+                    raise NotYet("the CA Secret is not readable yet")
+                previous = None if seen_absent else await read_secret(self.kube, self.namespace, name)
+                data = await asyncio.to_thread(pki.issue_leaf, request, ca, previous, observed.now)
+            written = await self._write_secret(name, data, create=seen_absent)
+            if kind == certs.CertKind.CA:
+                ca = written
+            self.post_event("Normal", "CertificateIssued", f"Secret {name}: {reason}")
 
-    async def _write_secret(self, name: str, data: Mapping[str, bytes]) -> None:
-        secret = {
+    async def _write_secret(self, name: str, data: Mapping[str, bytes], create: bool = False) -> dict[str, bytes]:
+        """Applies a certificate Secret, or with `create` creates it: a Secret this pass saw
+        absent is never written over, and one that appeared since ends the step (NotYet; the
+        next pass looks again). Returns the data as stored."""
+        secret = self._owned({
             "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
             "metadata": {"name": name, "namespace": self.namespace, "labels": naming.selector_labels(self.cluster)},
             "data": {k: base64.b64encode(v).decode() for k, v in data.items()},
-        }
-        await self._apply(kube.SECRETS, self._owned(secret))
+        })
+        self._fence()
+        if not create:
+            return secret_bytes(await self.kube.apply(kube.SECRETS, self.namespace, secret))
+        try:
+            return secret_bytes(await self.kube.create(kube.SECRETS, self.namespace, secret))
+        except kube.Conflict:
+            raise NotYet(f"Secret {name} appeared after this pass looked; the next pass reads it") from None
 
     async def _record_rotation(self, action: a.RecordRotation, spec, observed) -> Outcome:
         patch: dict[str, Any] = {"rotation": action.rotation.to_dict() if action.rotation else None}

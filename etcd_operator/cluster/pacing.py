@@ -1,4 +1,5 @@
-"""How soon the next pass looks again while a member is being added or removed. Pure.
+"""How soon the next pass looks again while a member is being added or removed, or
+after a certificate was written. Pure.
 
 Passes are otherwise paced by the reconciler's defaults (about a second after a step, a
 few seconds while waiting). Adding a member is a chain of steps, each of which waits on
@@ -6,7 +7,11 @@ something short: a pod starting, a learner catching up, etcd's reconfiguration g
 Removing one is a chain too: the member, then its pod, then its PVC. Here the next pass
 comes sooner. Nothing here decides or allows a step: a pass only
 observes again and plans as always, and etcd's own guards still refuse a step that is
-not safe yet (a refusal is "not yet", never an error)."""
+not safe yet (a refusal is "not yet", never an error).
+
+A new TLS cluster records its transport, issues its certificates and starts its first
+member: after a certificate step the next pass, which reads the Secrets live, comes at once
+too."""
 
 from __future__ import annotations
 
@@ -18,6 +23,9 @@ POD_STARTING = 0.3
 # annotations), a promotion, or a step of a removal: the next step of the chain can follow
 # at once.
 CHAIN_STEP = 0.2
+# A certificate Secret was written (issued, or given the CA's trust bundle): what follows
+# waits on nothing but the next pass.
+CERTIFICATE_WRITTEN = 0.2
 # A new learner is catching up.
 LEARNER_CATCHING_UP = 0.3
 # A learner still catching up after this long is not just starting: the passes slow to
@@ -36,6 +44,8 @@ _AFTER_DONE: dict[type[a.Action], float] = {
     a.RemoveMember: CHAIN_STEP,
     a.DeleteMemberPod: CHAIN_STEP,
     a.DeleteMemberPVC: CHAIN_STEP,
+    a.IssueCertificate: CERTIFICATE_WRITTEN,
+    a.SyncTrustBundle: CERTIFICATE_WRITTEN,
 }
 
 # A refused promotion keeps the default: a learner that answers but does not catch up

@@ -9,7 +9,10 @@ Invariants (tests/unit/test_tls_plan.py):
 - a CA that running members trust is never replaced by a new one: a missing or unreadable
   CA Secret while members exist is a wait, not an issue;
 - leaves are issued only from the CA in the CA Secret, and renewed once
-  spec.tls.renewAtFraction of their lifetime has passed.
+  spec.tls.renewAtFraction of their lifetime has passed;
+- before any member runs, one step issues every certificate the passes would otherwise
+  issue one at a time, in the same order (a new cluster's CA and leaves); with members
+  running, one certificate per step.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from typing import Any
 from etcd_operator.cluster import actions as a
 from etcd_operator.cluster import builders
 from etcd_operator.cluster.certs import (LEAVES, PHASE_DROP, PHASE_ISSUE, PHASE_RENEW, PHASE_TRUST, ROTATE_CA,
-                                         ROTATE_LEAVES, CertKind, Rotation, member_dns_names, secret_name)
+                                         ROTATE_LEAVES, CertKind, CertView, Rotation, member_dns_names,
+                                         request_for, secret_name)
 from etcd_operator.cluster.observed import Observed
 from etcd_operator.cluster.spec import ISSUER_MANAGED, ClusterSpec, SpecProblem
 from etcd_operator.timefmt import format_time
@@ -68,6 +72,51 @@ def serves_tls_observed(observed: Observed) -> bool:
 
 def next_step(spec: ClusterSpec, observed: Observed) -> a.Action | None:
     """The certificate step to take before anything else, if any. `spec` is the acting spec."""
+    step = _one_step(spec, observed)
+    if isinstance(step, a.IssueCertificate) and not observed.pods:
+        return _with_the_issues_that_follow(spec, observed, step)
+    return step
+
+
+def _with_the_issues_that_follow(spec: ClusterSpec, observed: Observed,
+                                 first: a.IssueCertificate) -> a.IssueCertificate:
+    """Before any member runs, one step issues what the next passes would issue one by one:
+    the same certificates in the same order, each planned as if those before it were in
+    place. It stops at the first step of another kind, or one that repeats a certificate."""
+    certificates = list(first.certificates)
+    seen = observed
+    while True:
+        seen = _as_issued(spec, seen, CertKind(certificates[-1][0]))
+        step = _one_step(spec, seen)
+        if not isinstance(step, a.IssueCertificate) or set(step.kinds) & {kind for kind, _ in certificates}:
+            break
+        certificates += step.certificates
+    if len(certificates) == 1:
+        return first
+    return a.IssueCertificate("; ".join(why for _, why in certificates), tuple(certificates))
+
+
+def _as_issued(spec: ClusterSpec, observed: Observed, kind: CertKind) -> Observed:
+    """`observed` as the next pass would see it once `kind` is issued (cluster.pki): a
+    placeholder fingerprint, signed by the CA in place, trusting its bundle."""
+    now, tls = observed.now, observed.tls
+    request = request_for(spec, observed.cluster, observed.namespace, kind)
+    if kind == CertKind.CA:
+        fingerprint = f"issued in this step: {kind.value}"
+        view = CertView(fingerprint, now, now + request.lifetime, issuer_fingerprint=fingerprint,
+                        trusted=(fingerprint,), is_ca=True)
+    else:
+        ca = tls.cert(CertKind.CA)
+        view = CertView(f"issued in this step: {kind.value}", now, now + request.lifetime,
+                        dns_names=request.dns_names, issuer_fingerprint=ca.fingerprint, trusted=ca.trusted)
+    return dataclasses.replace(observed, tls=dataclasses.replace(tls, certs={**tls.certs, kind: view}))
+
+
+def _issue(reason: str, kind: CertKind) -> a.IssueCertificate:
+    return a.IssueCertificate(reason, ((kind.value, reason),))
+
+
+def _one_step(spec: ClusterSpec, observed: Observed) -> a.Action | None:
     if observed.tls.transport is None:
         if transport(observed) == HTTP:
             return a.RecordTransport("recording that this cluster, created before TLS, serves plaintext", HTTP)
@@ -85,7 +134,7 @@ def next_step(spec: ClusterSpec, observed: Observed) -> a.Action | None:
             what = "is missing" if ca is None else f"is unusable ({ca.problem or 'not a CA'})"
             return a.Wait(f"the CA Secret {name} {what} while members run; the operator does not replace a CA the "
                           f"members trust. Restore the Secret from your backup of it")
-        return a.IssueCertificate(f"creating the cluster's CA in Secret {name}", CertKind.CA.value)
+        return _issue(f"creating the cluster's CA in Secret {name}", CertKind.CA)
     rotation = observed.tls.rotation
     if rotation is None:
         step = _start_rotation(observed, ca)
@@ -101,7 +150,7 @@ def next_step(spec: ClusterSpec, observed: Observed) -> a.Action | None:
         if reason == SYNC_TRUST:
             return a.SyncTrustBundle(f"{name}: taking the CA Secret's trust bundle", kind.value)
         if reason:
-            return a.IssueCertificate(f"{name}: {reason}", kind.value)
+            return _issue(f"{name}: {reason}", kind)
     if rotation is not None:
         return _advance(spec, observed, rotation)
     return None

@@ -1,5 +1,5 @@
-"""How soon the next pass comes while a member is added or removed (cluster.pacing), and that the
-planner says when a learner is new."""
+"""How soon the next pass comes while a member is added or removed or after a certificate step
+(cluster.pacing), and that the planner says when a learner is new."""
 
 from __future__ import annotations
 
@@ -29,8 +29,23 @@ def test_a_membership_change_comes_back_sooner(action, done, expected):
     assert expected < 1.0  # the reconciler's default after a step
 
 
+NEW_CLUSTER_CERTIFICATES = (("ca", ""), ("member", ""), ("operator", ""), ("client", ""))
+
+
+@pytest.mark.parametrize("action, done, expected", [
+    (a.IssueCertificate("", NEW_CLUSTER_CERTIFICATES), True, pacing.CERTIFICATE_WRITTEN),
+    (a.IssueCertificate("", (("operator", "renewing"),)), True, pacing.CERTIFICATE_WRITTEN),
+    (a.SyncTrustBundle("", "member"), True, pacing.CERTIFICATE_WRITTEN),
+])
+def test_a_certificate_step_comes_back_sooner(action, done, expected):
+    assert pacing.next_pass(action, done) == expected
+    assert expected < 1.0  # the reconciler's default after a step
+
+
 @pytest.mark.parametrize("action, done", [
     (a.Steady(""), True),
+    (a.IssueCertificate("", NEW_CLUSTER_CERTIFICATES), False),  # the CA Secret unreadable, or appeared since
+    (a.UpdateCASecret("", "add-next"), True),  # members are rolled next, at the planner's pace
     (a.Wait("reconciliation is paused (spec.paused)"), True),
     (a.WaitForLearner("", pacing.NEW_LEARNER_WINDOW), True),  # stuck, not starting
     (a.CreateMemberPod("", "c-1", 1, "", joined_before=True), True),  # a restart on its data

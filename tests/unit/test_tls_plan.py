@@ -89,18 +89,47 @@ def test_a_tls_cluster_is_not_switched_to_plaintext():
     assert (accepted.status, accepted.reason) == (False, "TLSDisableUnsupported")
 
 
-@pytest.mark.parametrize("views, kind", [
-    ({}, CertKind.CA),
-    (good_certs(**{CertKind.MEMBER: None}), CertKind.MEMBER),
-    (good_certs(**{CertKind.OPERATOR: None}), CertKind.OPERATOR),
-    (good_certs(**{CertKind.CLIENT: None}), CertKind.CLIENT),
-    (good_certs(**{CertKind.MEMBER: cert(dns_names=("x",))}), CertKind.MEMBER),
-    (good_certs(**{CertKind.OPERATOR: cert(issuer="other")}), CertKind.OPERATOR),
-    (good_certs(**{CertKind.CLIENT: cert(problem="tls.key does not match tls.crt")}), CertKind.CLIENT),
+ALL = ("ca", "member", "operator", "client")
+
+
+@pytest.mark.parametrize("views, requested, kinds", [
+    # A new cluster: its CA and every leaf, the CA first, in one step.
+    ({}, {}, ALL),
+    # Leaves left from an earlier CA (or a crash after some Secrets): the new CA signs them all.
+    ({CertKind.MEMBER: cert(issuer="old"), CertKind.CLIENT: cert(issuer="old")}, {}, ALL),
+    (good_certs(**{CertKind.CA: CertView("", 0, 0, problem="no tls.crt")}), {}, ALL),
+    # A crash after the CA, or after some leaves: what is missing, in the same order.
+    (good_certs(**{CertKind.MEMBER: None, CertKind.OPERATOR: None, CertKind.CLIENT: None}), {},
+     ("member", "operator", "client")),
+    (good_certs(**{CertKind.MEMBER: None, CertKind.CLIENT: None}), {}, ("member", "client")),
+    (good_certs(**{CertKind.MEMBER: None}), {}, ("member",)),
+    (good_certs(**{CertKind.OPERATOR: None}), {}, ("operator",)),
+    (good_certs(**{CertKind.CLIENT: None}), {}, ("client",)),
+    (good_certs(**{CertKind.MEMBER: cert(dns_names=("x",))}), {}, ("member",)),
+    (good_certs(**{CertKind.OPERATOR: cert(issuer="other")}), {}, ("operator",)),
+    (good_certs(**{CertKind.CLIENT: cert(problem="tls.key does not match tls.crt")}), {}, ("client",)),
+    (good_certs(**{CertKind.OPERATOR: cert(age=900), CertKind.CLIENT: cert(age=900)}), {}, ("operator", "client")),
+    # The step ends where the next pass would take a step of another kind: a requested CA
+    # rotation is recorded before any leaf.
+    ({}, {"CA": "r1"}, ("ca",)),
 ])
-def test_certificates_are_issued_before_the_first_member(views, kind):
-    step = tls_plan.next_step(TLS_SPEC, new_cluster(tls_plan.HTTPS, views))
-    assert isinstance(step, a.IssueCertificate) and step.certificate == kind.value
+def test_certificates_are_issued_before_the_first_member_in_one_step(views, requested, kinds):
+    seen = new_cluster(tls_plan.HTTPS, views)
+    seen = dataclasses.replace(seen, tls=dataclasses.replace(seen.tls, requested=requested))
+    step = tls_plan.next_step(TLS_SPEC, seen)
+    assert isinstance(step, a.IssueCertificate) and step.kinds == kinds
+    assert all(why in step.reason for _, why in step.certificates)
+
+
+@pytest.mark.parametrize("views, kind", [
+    # With members running, one certificate per step, as before.
+    (good_certs(**{CertKind.MEMBER: None, CertKind.CLIENT: None}), "member"),
+    (good_certs(**{CertKind.OPERATOR: cert(age=900), CertKind.CLIENT: cert(age=900)}), "operator"),
+    (good_certs(**{CertKind.CLIENT: cert(issuer="other")}), "client"),
+])
+def test_with_members_running_one_certificate_per_step(views, kind):
+    step = tls_plan.next_step(TLS_SPEC, running(tls_plan.HTTPS, views))
+    assert isinstance(step, a.IssueCertificate) and step.kinds == (kind,)
 
 
 def test_the_first_member_starts_once_every_certificate_is_there():
@@ -121,7 +150,7 @@ def test_leaves_are_renewed_at_the_configured_fraction():
     assert tls_plan.next_step(spec, young) is None
     due = running(tls_plan.HTTPS, good_certs(**{CertKind.OPERATOR: cert(age=500)}))
     step = tls_plan.next_step(spec, due)
-    assert isinstance(step, a.IssueCertificate) and step.certificate == "operator" and "renewing" in step.reason
+    assert isinstance(step, a.IssueCertificate) and step.kinds == ("operator",) and "renewing" in step.reason
 
 
 def test_provided_secrets_are_waited_for_not_issued():
@@ -209,7 +238,7 @@ def test_ca_rotation_phases(seen, expected):
     if kind == "UpdateCASecret":
         assert step.change == detail
     elif kind == "IssueCertificate":
-        assert step.certificate == detail
+        assert step.kinds == (detail,)
     else:
         assert (step.rotation.phase if step.rotation else None) == detail
 
