@@ -16,13 +16,14 @@ from etcd_operator.backup import steps as s
 from etcd_operator.backup.controller import PREREQUISITE_RECHECK, delay_after
 from etcd_operator.backup.planner import one_shot_slot, plan
 from etcd_operator.backup.runner import BackupFailed, as_failure
-from etcd_operator.backup.source import SourceUnavailable
+from etcd_operator.backup.source import SourceUnavailable, find_source
+from etcd_operator.backup.stream import SnapshotCorrupt
 from etcd_operator.backup.state import Observed, Prerequisites, RunState, ScheduleSpec, VerificationPolicy
 from etcd_operator.backup.status import build_status, changes, run_events
 from etcd_operator.etcd.client import EtcdError
 from etcd_operator.leadership import LeadershipLost
 from etcd_operator.membudget import BudgetTooSmall
-from etcd_operator.backup.stream import SnapshotCorrupt
+from etcd_operator.storage.credentials import s3_location
 from etcd_operator.storage.s3 import StorageError
 
 UTC = datetime.timezone.utc
@@ -360,3 +361,41 @@ def test_retries_reuse_their_slot_stay_bounded_and_never_overlap_another_slot(hi
         status = merge_patch(status, changes(status, build_status(step, outcome, status, 1, text(at(seconds)))))
         if status.get("nextAttemptTime"):
             assert not status.get("progress")  # a slot waits for its retry, or runs; never both
+
+
+class KubeWith:
+    """A fake client holding only the given objects (resource plural, name) -> body."""
+
+    def __init__(self, objects: dict | None = None):
+        self.objects = objects or {}
+
+    async def get(self, resource, namespace, name):
+        return self.objects.get((resource.plural, name))
+
+    async def list(self, resource, namespace, selector=None):
+        return []
+
+
+def failure_of(call) -> BackupFailed:
+    import asyncio
+    try:
+        asyncio.run(call)
+    except Exception as e:  # noqa: BLE001 - classified below
+        return as_failure(e)
+    raise AssertionError("no failure")
+
+
+S3_WITH_SECRET = {"bucket": "bk", "credentialsSecretRef": {"name": "creds"}}
+
+
+@pytest.mark.parametrize("call, reason, transient", [
+    (lambda: find_source(KubeWith(), "ns", "db"), "ClusterNotFound", True),
+    (lambda: s3_location(KubeWith(), "ns", S3_WITH_SECRET), "SecretNotFound", True),
+    (lambda: s3_location(KubeWith({("secrets", "creds"): {"data": {"accessKeyID": "eA=="}}}), "ns", S3_WITH_SECRET),
+     "CredentialsNotFound", False),
+])
+def test_what_a_run_finds_missing_is_classified_where_it_is_found(call, reason, transient):
+    """The cluster or the Secret gone between the pass that looked and the run may come
+    back (the next pass waits for it); a Secret without its keys will not fix itself."""
+    failure = failure_of(call())
+    assert (failure.reason, not failure.permanent) == (reason, transient)
