@@ -5,7 +5,9 @@ A run's slot is recorded in status by its own pass (StartSlot) before the pass t
 running it twice. Two runs of one cluster never overlap (a lock per cluster). While a run
 uploads, its progress is patched into status.progress; those writes are progress reports,
 not decisions. A verification takes several passes (backup/planner.py); while one is recorded
-in progress, each pass also looks at its scratch pod and comes back within VERIFY_RECHECK."""
+in progress, each pass also looks at its scratch pod and comes back within VERIFY_RECHECK.
+Each pass also looks at what a run needs (the EtcdCluster, the Secrets spec.storage.s3
+names): a due run waits for them, looking again every PREREQUISITE_RECHECK."""
 
 from __future__ import annotations
 
@@ -20,9 +22,10 @@ from etcd_operator.backup import steps as s
 from etcd_operator.backup import verification_pod
 from etcd_operator.backup.executor import BackupExecutor
 from etcd_operator.backup.planner import plan
-from etcd_operator.backup.state import Observed, RunState, ScheduleSpec, ScratchPod
-from etcd_operator.backup.status import build_status, changes, schedule_events, verification_events
+from etcd_operator.backup.state import Observed, Prerequisites, RunState, ScheduleSpec, ScratchPod
+from etcd_operator.backup.status import build_status, changes, run_events, schedule_events, verification_events
 from etcd_operator.kube import client as kube
+from etcd_operator.prerequisites import ClusterReadiness, secret_names
 from etcd_operator.shard import Shard
 from etcd_operator.timefmt import now_text
 
@@ -32,6 +35,7 @@ logger = logging.getLogger(__name__)
 IDLE_RECHECK = 60.0
 SOONEST_RECHECK = 0.5
 VERIFY_RECHECK = 2.0  # while a scratch pod starts or goes
+PREREQUISITE_RECHECK = 3.0  # while a due run waits for its cluster or a Secret
 
 EventPoster = Callable[[str, str, str], None]
 
@@ -39,8 +43,14 @@ EventPoster = Callable[[str, str, str], None]
 def delay_after(step: s.Step, now: datetime.datetime) -> float | None:
     """Seconds until the next pass, or None to wait for a change to the object."""
     match step:
-        case s.StartSlot() | s.RunBackup() | s.StartVerification() | s.CompareVerification() | s.FinishVerification():
+        case s.StartSlot() | s.RetrySlot() | s.RunBackup() | s.StartVerification() | s.CompareVerification() \
+                | s.FinishVerification():
             return 0.0
+        case s.WaitForPrerequisite():
+            return PREREQUISITE_RECHECK
+        case s.WaitForRetry():
+            wake = min(t for t in (step.retry_at, step.next_slot, step.recheck_at) if t is not None)
+            return min(max((wake - now).total_seconds(), SOONEST_RECHECK), IDLE_RECHECK)
         case s.CreateScratchPod() | s.DeleteStrayScratchPod() | s.WaitForScratchPod():
             return VERIFY_RECHECK
         case s.WaitForSlot():
@@ -78,6 +88,17 @@ class BackupController:
         return dataclasses.replace(observed, scratch_pod_observed=True,
                                    scratch_pod=None if pod is None else ScratchPod.from_pod(pod, meta["uid"]))
 
+    async def observe_prerequisites(self, meta: Mapping[str, Any], spec: Mapping[str, Any]) -> Prerequisites:
+        """Whether the cluster exists and has served, and which named Secrets are missing.
+        A Secret's data is not read here (nor ever reported)."""
+        namespace, cluster_name = meta["namespace"], spec["clusterRef"]["name"]
+        names = secret_names(spec["storage"]["s3"])
+        cluster, *secrets = await asyncio.gather(self.kube.get(kube.ETCDCLUSTERS, namespace, cluster_name),
+                                                 *(self.kube.get(kube.SECRETS, namespace, n) for n in names))
+        return Prerequisites(namespace, cluster_name,
+                             None if cluster is None else ClusterReadiness.from_body(cluster),
+                             tuple(n for n, secret in zip(names, secrets) if secret is None))
+
     async def reconcile(self, body: Mapping[str, Any]) -> float | None:
         current = await self.observe(body)
         if current is None:
@@ -85,11 +106,12 @@ class BackupController:
         meta, status = current["metadata"], current.get("status") or {}
         state = RunState.from_dict(status)
         observed = await self.observe_scratch_pod(meta, state)
+        observed = dataclasses.replace(observed, prerequisites=await self.observe_prerequisites(meta, current["spec"]))
         now = datetime.datetime.now(datetime.timezone.utc)
         # In a thread: checking a schedule's shortest gap walks up to a day of its fires
         # (about 0.3 s for one every 10 s, once a day; cached otherwise).
         step = await asyncio.to_thread(plan, ScheduleSpec.from_dict(current.get("spec") or {}), state, observed, now)
-        if isinstance(step, (s.StartSlot, s.RunBackup, s.RefuseSchedule, *s.VERIFICATION_STEPS)) \
+        if isinstance(step, (s.StartSlot, s.RetrySlot, s.RunBackup, s.RefuseSchedule, *s.VERIFICATION_STEPS)) \
                 and not isinstance(step, s.WaitForScratchPod):
             logger.info("%s/%s: %s (%s)", meta["namespace"], meta["name"], step.kind, step.message)
 
@@ -105,6 +127,7 @@ class BackupController:
             await self.kube.merge_patch(kube.ETCDBACKUPS, meta["namespace"], meta["name"], {"status": patch},
                                         subresource="status")
         metrics.record_backup_status(meta["namespace"], meta["name"], {**status, **patch})
-        for event in (*outcome.events, *schedule_events(status, new_status), *verification_events(status, new_status)):
+        for event in (*outcome.events, *run_events(step, outcome, new_status), *schedule_events(status, new_status),
+                      *verification_events(status, new_status)):
             self.post_event(*event)
         return delay_after(step, now)

@@ -1,5 +1,5 @@
-"""Carries out one planned backup step. RunBackup runs BackupRunner for a slot already
-recorded in status; the verification steps each make one call to BackupVerifier (create the
+"""Carries out one planned backup step. RunBackup runs BackupRunner, once, for a slot (and
+attempt) already recorded in status; a failure is returned for the planner to retry; the verification steps each make one call to BackupVerifier (create the
 scratch pod, delete a stray one, compare, finish). Every other step's effect is the status
 the pass writes."""
 
@@ -73,9 +73,9 @@ class BackupExecutor:
             except BackupFailed as failure:
                 await asyncio.gather(*progress_writes, return_exceptions=True)
                 metrics.backup_failures.labels(self.namespace, self.name, failure.reason).inc()
-                return s.RunFailed(reason=failure.reason, message=failure.message,
-                                   pending_uploads=tuple(runner.pending_uploads),
-                                   events=(("Warning", "BackupFailed", f"{failure.reason}: {failure.message}"),))
+                # Its Warning event comes from the status it leaves (status.run_events).
+                return s.RunFailed(reason=failure.reason, message=failure.message, transient=not failure.permanent,
+                                   pending_uploads=tuple(runner.pending_uploads))
         await asyncio.gather(*progress_writes, return_exceptions=True)
 
         record = {**manifest.status_record(), "startTime": started}
@@ -166,7 +166,10 @@ HANDLERS: dict[type[s.Step], Callable[[BackupExecutor, Any], Awaitable[s.Outcome
     s.WaitForSlot: BackupExecutor._status_only,
     s.Suspend: BackupExecutor._status_only,
     s.RefuseSchedule: BackupExecutor._status_only,
+    s.WaitForPrerequisite: BackupExecutor._status_only,
+    s.WaitForRetry: BackupExecutor._status_only,
     s.StartSlot: BackupExecutor._status_only,
+    s.RetrySlot: BackupExecutor._status_only,
     s.RunBackup: BackupExecutor._run_backup,
     s.StartVerification: BackupExecutor._status_only,
     s.CreateScratchPod: BackupExecutor._create_scratch_pod,

@@ -26,7 +26,15 @@ Invariants, each covered by tests/unit/test_backup_planner.py:
   attempt that could not compare (incomplete) is retried for the same key with exponential
   backoff, at most MAX_ATTEMPTS times per key (backup/retry.py), and not after the backup
   left status; a due backup slot comes before a retry, and a newer backup the policy would
-  verify comes before a retry of an older one.
+  verify comes before a retry of an older one;
+- nothing is started for an EtcdBackup being deleted (no slot, no run, no scratch pod);
+- a run that is due waits, in phase Pending and without using an attempt, while its cluster
+  does not exist or has never served yet, or a Secret it reads does not exist
+  (etcd_operator/prerequisites.py); it starts on the first pass after they are there;
+- a run that failed for a cause that may pass is retried under the same slot name after a
+  backoff (backup/backoff.py), at most spec.backoffLimit times; each retry is recorded in
+  status (RetrySlot) before it runs; a newer due cron slot replaces a retry of an older one,
+  so two slots are never in flight.
 """
 
 from __future__ import annotations
@@ -47,11 +55,42 @@ def one_shot_slot(observed: Observed) -> str:
 
 
 def plan(spec: ScheduleSpec, state: RunState, observed: Observed, now: datetime.datetime) -> s.Step:
+    if observed.deleting:
+        return s.Idle(message="the EtcdBackup is being deleted; nothing is started for it")
     if state.verification is not None and state.verification.in_progress:
         return verification_in_progress(state.verification, observed, now)
     if spec.schedule is None:
-        return _plan_one_shot(spec.verification, state, observed, now)
-    return _plan_scheduled(spec.schedule, spec.suspend, spec.verification, state, observed, now)
+        return _plan_one_shot(spec, state, observed, now)
+    return _plan_scheduled(spec, state, observed, now)
+
+
+def when_ready(step: s.Step, observed: Observed) -> s.Step:
+    """`step` starts or runs a slot: while what a run needs is missing, it waits instead."""
+    wait = observed.prerequisites.wait() if observed.prerequisites is not None else None
+    if wait is None:
+        return step
+    return s.WaitForPrerequisite(reason=wait.reason, message=wait.message)
+
+
+def _run(spec: ScheduleSpec, state: RunState, slot: str, one_shot: bool) -> s.RunBackup:
+    attempt = max(state.attempts, 1)
+    return s.RunBackup(slot=slot, one_shot=one_shot, attempt=attempt, backoff_limit=spec.backoff_limit,
+                       message=f"finishing slot {slot} (attempt {attempt} of {spec.backoff_limit + 1})")
+
+
+def _retry_run(spec: ScheduleSpec, state: RunState, observed: Observed, one_shot: bool) -> s.Step:
+    """The retry of a failed slot, now due."""
+    attempt = state.attempts + 1
+    return when_ready(s.RetrySlot(slot=state.retry_slot, attempt=attempt, one_shot=one_shot,
+                                  message=f"slot {state.retry_slot} again: attempt {attempt} of "
+                                          f"{spec.backoff_limit + 1}"), observed)
+
+
+def _waiting_for_retry(state: RunState, next_slot: datetime.datetime | None = None,
+                       recheck_at: datetime.datetime | None = None) -> s.WaitForRetry:
+    return s.WaitForRetry(slot=state.retry_slot, retry_at=state.next_attempt, next_slot=next_slot,
+                          recheck_at=recheck_at,
+                          message=f"slot {state.retry_slot} is tried again at {state.next_attempt.isoformat()}")
 
 
 def verification_due(policy: VerificationPolicy, state: RunState, observed: Observed,
@@ -145,11 +184,14 @@ def verification_in_progress(attempt: VerificationAttempts, observed: Observed, 
                                                 f"(attempt {attempt.attempts}): {pod.message}")
 
 
-def _plan_one_shot(policy: VerificationPolicy, state: RunState, observed: Observed,
-                   now: datetime.datetime) -> s.Step:
+def _plan_one_shot(spec: ScheduleSpec, state: RunState, observed: Observed, now: datetime.datetime) -> s.Step:
+    policy = spec.verification
     if state.slot_in_progress:
-        return s.RunBackup(slot=state.slot_in_progress, one_shot=True,
-                           message=f"finishing slot {state.slot_in_progress}")
+        return when_ready(_run(spec, state, state.slot_in_progress, one_shot=True), observed)
+    if state.retry_slot:
+        if state.next_attempt > now:
+            return _waiting_for_retry(state)
+        return _retry_run(spec, state, observed, one_shot=True)
     if state.phase == COMPLETED:
         verify = verification_due(policy, state, observed, now) or retry_due(policy, state, now)
         if verify is not None:
@@ -162,32 +204,35 @@ def _plan_one_shot(policy: VerificationPolicy, state: RunState, observed: Observ
     if state.phase == FAILED and state.observed_generation == observed.generation:
         return s.Idle(message="the one-shot backup failed; it runs again when its spec changes")
     slot = one_shot_slot(observed)
-    return s.StartSlot(slot=slot, slot_time=None, next_slot=None, one_shot=True,
-                       message=f"one-shot backup, slot {slot}")
+    return when_ready(s.StartSlot(slot=slot, slot_time=None, next_slot=None, one_shot=True,
+                                  message=f"one-shot backup, slot {slot}"), observed)
 
 
-def _plan_scheduled(expression: str, suspend: bool, policy: VerificationPolicy, state: RunState,
-                    observed: Observed, now: datetime.datetime) -> s.Step:
+def _plan_scheduled(spec: ScheduleSpec, state: RunState, observed: Observed, now: datetime.datetime) -> s.Step:
+    expression, policy = spec.schedule, spec.verification
     problem = schedule.problem(expression, now)
     if problem:
         return s.RefuseSchedule(reason=problem.reason, message=problem.message)
-    if suspend:
+    if spec.suspend:
         return s.Suspend(message="spec.suspend is set")
     if state.slot_in_progress:
-        return s.RunBackup(slot=state.slot_in_progress, one_shot=False,
-                           message=f"finishing slot {state.slot_in_progress}")
+        return when_ready(_run(spec, state, state.slot_in_progress, one_shot=False), observed)
     verify = verification_due(policy, state, observed, now)
     if verify is not None:
         return verify
     due = schedule.due(expression, state.last_slot, observed.created, now)
-    if due.slot is not None:
+    if due.slot is not None:  # a newer slot replaces a retry of an older one
         slot = schedule.slot_name(due.slot)
-        return s.StartSlot(slot=slot, slot_time=due.slot, next_slot=due.next_slot, one_shot=False,
-                           message=f"scheduled slot {slot}")
+        return when_ready(s.StartSlot(slot=slot, slot_time=due.slot, next_slot=due.next_slot, one_shot=False,
+                                      message=f"scheduled slot {slot}"), observed)
+    if state.retry_slot and state.next_attempt <= now:
+        return _retry_run(spec, state, observed, one_shot=False)
     verify = retry_due(policy, state, now)
     if verify is not None:
         return verify
     retry_at = _retry_at(policy, state)
+    if state.retry_slot:
+        return _waiting_for_retry(state, due.next_slot, retry_at)
     retrying = f"; verification of {state.verification.key} retried at {retry_at.isoformat()}" if retry_at else ""
     return s.WaitForSlot(next_slot=due.next_slot, recheck_at=retry_at,
                          message=f"next slot {schedule.slot_name(due.next_slot)}{retrying}")

@@ -1,5 +1,7 @@
 """One backup run: snapshot a healthy member straight into S3, verify, write the manifest,
-then apply retention. Transient failures are retried with backoff; permanent ones are not."""
+then apply retention. A run is one attempt: a failure is classified (as_failure) as
+permanent or transient, and the planner retries a transient one after a backoff, with each
+attempt in status (backup/backoff.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +11,6 @@ import datetime
 import logging
 import time
 from typing import Any, Awaitable, Callable, Mapping
-
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from etcd_operator import faults
 from etcd_operator.backup import retention
@@ -23,6 +23,7 @@ from etcd_operator.cluster.tls_observer import operator_credentials
 from etcd_operator.membudget import BudgetTooSmall
 from etcd_operator.durations import parse_duration
 from etcd_operator.etcd.client import EtcdError, EtcdMemberClient
+from etcd_operator.leadership import LeadershipLost
 from etcd_operator.timefmt import now_text
 from etcd_operator.etcd.snapshot import SnapshotStream
 from etcd_operator.kube import client as kube
@@ -32,7 +33,6 @@ from etcd_operator.storage.s3 import S3Storage, StorageError
 
 logger = logging.getLogger(__name__)
 
-ATTEMPTS = 3
 PROGRESS_INTERVAL_SECONDS = 2.0  # status writes during an upload: the first part, then at most this often
 
 
@@ -45,12 +45,21 @@ class BackupFailed(Exception):
 
 
 def as_failure(error: Exception) -> BackupFailed:
+    """The reason for a failed attempt, and whether its cause cannot pass by itself
+    (permanent: the slot ends at once) or may (transient: retried, spec.backoffLimit).
+    Permanent: a Secret without the credential keys, credential key names refused, a missing
+    or refused bucket, access denied, invalid credentials, an http endpoint without
+    `insecure`, another backup's manifest in the slot, a cluster of another shard, a part
+    larger than the memory budget. Transient: the cluster or its Secret gone since the pass
+    looked, no healthy member, the store unreachable or erring (5xx, throttling), etcd
+    errors (including a leader change), a snapshot corrupted in transit, timeouts, this
+    operator losing its leadership, anything unexpected."""
     if isinstance(error, BackupFailed):
         return error
     if isinstance(error, StorageError):
         reasons = {"NoSuchBucket": "BucketNotFound", "InvalidAccessKeyId": "InvalidCredentials",
                    "SignatureDoesNotMatch": "InvalidCredentials", "AccessDenied": "AccessDenied",
-                   "SecretNotFound": "CredentialsNotFound", "SecretKeyNotFound": "CredentialsNotFound",
+                   "SecretNotFound": "SecretNotFound", "SecretKeyNotFound": "CredentialsNotFound",
                    "CredentialKeyRefused": "CredentialsRefused", "InsecureEndpoint": "InsecureEndpoint"}
         return BackupFailed(reasons.get(error.code, "StorageError"), f"S3: {error}", error.permanent)
     if isinstance(error, SourceUnavailable):
@@ -62,11 +71,11 @@ def as_failure(error: Exception) -> BackupFailed:
         return BackupFailed("SnapshotCorrupt", str(error), False)
     if isinstance(error, BudgetTooSmall):
         return BackupFailed("MemoryBudgetTooSmall", str(error), True)
+    if isinstance(error, (asyncio.TimeoutError, TimeoutError)):
+        return BackupFailed("Timeout", f"timed out: {error or type(error).__name__}", False)
+    if isinstance(error, LeadershipLost):
+        return BackupFailed("LeadershipLost", str(error), False)
     return BackupFailed("Error", f"{type(error).__name__}: {error}", False)
-
-
-def _transient(error: BaseException) -> bool:
-    return isinstance(error, Exception) and not as_failure(error).permanent
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,12 +131,7 @@ class BackupRunner:
     async def run(self, identity: Identity, spec: BackupSpec, slot: str) -> tuple[Manifest, list[Manifest]]:
         """Returns the slot's manifest and the manifests retention deleted."""
         try:
-            async for attempt in AsyncRetrying(
-                retry=retry_if_exception(_transient), stop=stop_after_attempt(ATTEMPTS),
-                wait=wait_exponential(multiplier=2, min=2, max=30), reraise=True,
-            ):
-                with attempt:
-                    return await self._attempt(identity, spec, slot)
+            return await self._attempt(identity, spec, slot)
         except Exception as e:
             raise as_failure(e) from e
 

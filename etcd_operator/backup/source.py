@@ -41,7 +41,8 @@ async def find_source(kube_client: kube.KubeClient, namespace: str, cluster: str
                       shard: Shard = Shard()) -> tuple[SourceMember, dict]:
     body = await kube_client.get(kube.ETCDCLUSTERS, namespace, cluster)
     if body is None:
-        raise SourceUnavailable(f"EtcdCluster {namespace}/{cluster} does not exist", permanent=True)
+        # The pass that started this run saw it; it may come back (the planner waits for it).
+        raise SourceUnavailable(f"EtcdCluster {namespace}/{cluster} does not exist", reason="ClusterNotFound")
     meta = body["metadata"]
     outside = shard.why_not_owned(meta.get("labels"), meta.get("finalizers"))
     if outside:

@@ -7,6 +7,8 @@ import dataclasses
 import datetime
 from typing import Any, Mapping
 
+from etcd_operator.backup.backoff import DEFAULT_BACKOFF_LIMIT
+from etcd_operator.prerequisites import ClusterReadiness, Wait, cluster_wait, secrets_wait
 from etcd_operator.timefmt import parse_time
 
 UTC = datetime.timezone.utc
@@ -34,12 +36,15 @@ class ScheduleSpec:
     schedule: str | None  # None: a one-shot backup
     suspend: bool = False
     verification: VerificationPolicy = VerificationPolicy()
+    backoff_limit: int = DEFAULT_BACKOFF_LIMIT  # retries of a slot after a failure that may pass
 
     @classmethod
     def from_dict(cls, spec: Mapping[str, Any]) -> "ScheduleSpec":
         schedule = spec.get("schedule") or None
+        limit = spec.get("backoffLimit")
         return cls(schedule, bool(spec.get("suspend")),
-                   VerificationPolicy.from_dict(spec.get("verification") or {}, scheduled=schedule is not None))
+                   VerificationPolicy.from_dict(spec.get("verification") or {}, scheduled=schedule is not None),
+                   DEFAULT_BACKOFF_LIMIT if limit is None else max(int(limit), 0))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,9 +90,15 @@ class RunState:
     last_verification_slot: datetime.datetime | None = None
     verification: VerificationAttempts | None = None  # attempts without a verdict yet
     recent_keys: frozenset[str] = frozenset()  # the backups status still lists
+    attempts: int = 0                     # attempts started for the current slot
+    # A slot whose last attempt failed for a cause that may pass, and when it is tried again.
+    retry_slot: str | None = None
+    next_attempt: datetime.datetime | None = None
 
     @classmethod
     def from_dict(cls, status: Mapping[str, Any]) -> "RunState":
+        next_attempt = _utc(status.get("nextAttemptTime"))
+        retry_slot = (status.get("lastFailure") or {}).get("slot") if next_attempt else None
         return cls(
             phase=status.get("phase"),
             slot_in_progress=(status.get("progress") or {}).get("slot"),
@@ -99,6 +110,9 @@ class RunState:
             last_verification_slot=_utc(status.get("lastVerificationSlot")),
             verification=VerificationAttempts.from_dict(status.get("verification")),
             recent_keys=frozenset(r["key"] for r in status.get("recentBackups") or [] if r.get("key")),
+            attempts=int(status.get("attempts") or 0),
+            retry_slot=retry_slot,
+            next_attempt=next_attempt if retry_slot else None,
         )
 
 
@@ -144,6 +158,23 @@ class ScratchPod:
 
 
 @dataclasses.dataclass(frozen=True)
+class Prerequisites:
+    """What a run needs, as observed in this pass: the EtcdCluster (None: it does not exist)
+    and the Secrets spec.storage.s3 names that do not exist."""
+
+    namespace: str
+    cluster_name: str
+    cluster: ClusterReadiness | None
+    missing_secrets: tuple[str, ...] = ()
+
+    def wait(self) -> Wait | None:
+        """What a run must wait for, or None when it can start."""
+        what = "the backup"
+        return (cluster_wait(self.namespace, self.cluster_name, self.cluster, what)
+                or secrets_wait(self.namespace, self.missing_secrets, what))
+
+
+@dataclasses.dataclass(frozen=True)
 class Observed:
     created: datetime.datetime
     generation: int | None
@@ -151,7 +182,11 @@ class Observed:
     # progress (scratch_pod_observed), None when there is no such pod.
     scratch_pod: ScratchPod | None = None
     scratch_pod_observed: bool = False
+    deleting: bool = False  # the object has a deletionTimestamp: nothing is started for it
+    # None: not looked at (a test of something else); the controller always looks.
+    prerequisites: Prerequisites | None = None
 
     @classmethod
     def from_metadata(cls, meta: Mapping[str, Any]) -> "Observed":
-        return cls(_utc(meta["creationTimestamp"]), meta.get("generation"))
+        return cls(_utc(meta["creationTimestamp"]), meta.get("generation"),
+                   deleting=bool(meta.get("deletionTimestamp")))

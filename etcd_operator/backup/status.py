@@ -1,7 +1,8 @@
 """The status one pass over an EtcdBackup writes, built from its step and the outcome. Pure.
 
 Conditions: Available (a backup exists), Progressing (a run or a verification is under
-way), Degraded (the last run failed, a verification found a backup that differs from its
+way; False with reason WaitingFor... while a due run waits for its cluster or a Secret, and
+BackupRetryScheduled while a failed attempt waits for its retry), Degraded (the last run failed, a verification found a backup that differs from its
 source, a verification gave no verdict in all its attempts, or the schedule is refused). A
 run's failure stays reported until a run succeeds, through every new slot of an outage; a
 failed or incomplete verification's, until a verification gives a verdict; a refused
@@ -13,7 +14,7 @@ import datetime
 from typing import Any, Mapping
 
 from etcd_operator import conditions as c
-from etcd_operator.backup import retry
+from etcd_operator.backup import backoff, retry
 from etcd_operator.backup import steps as s
 from etcd_operator.backup.schedule import PROBLEM_REASONS
 from etcd_operator.backup.state import VerificationAttempts
@@ -25,6 +26,8 @@ VERIFICATION_FAILED = "BackupVerificationFailed"
 VERIFICATION_INCOMPLETE = "VerificationIncomplete"
 VERIFYING = "Verifying"
 VERIFICATION_REASONS = (VERIFICATION_FAILED, VERIFICATION_INCOMPLETE)
+RETRY_SCHEDULED = "BackupRetryScheduled"
+BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
 
 
 def build_status(step: s.Step, outcome: s.Outcome, previous: Mapping[str, Any], generation: int | None,
@@ -69,6 +72,24 @@ def verification_events(previous: Mapping[str, Any], status: Mapping[str, Any]) 
     return [("Warning", VERIFICATION_INCOMPLETE, f"{what}; that was the last of {retry.MAX_ATTEMPTS} attempts")]
 
 
+def run_events(step: s.Step, outcome: s.Outcome, status: Mapping[str, Any]) -> list[s.Event]:
+    """A Warning for every failed attempt, saying whether and when it is tried again.
+    `status` holds the fields this pass sets."""
+    if not isinstance(step, s.RunBackup) or not isinstance(outcome, s.RunFailed):
+        return []
+    what = (f"attempt {step.attempt} of {step.backoff_limit + 1} at slot {step.slot} failed: "
+            f"{outcome.reason}: {outcome.message}")
+    if status.get("nextAttemptTime"):
+        return [("Warning", "BackupAttemptFailed", f"{what}; tried again at {status['nextAttemptTime']}")]
+    return [("Warning", "BackupFailed", f"{what}; {_not_retried(step, outcome)}")]
+
+
+def _not_retried(step: s.RunBackup, outcome: s.RunFailed) -> str:
+    if outcome.transient:
+        return f"not tried again: spec.backoffLimit ({step.backoff_limit}) retries were used"
+    return "not tried again: this cause does not pass by itself"
+
+
 def _step_fields(step: s.Step, outcome: s.Outcome, previous: Mapping[str, Any],
                  now: str) -> tuple[dict[str, Any], c.Condition, c.Condition | None]:
     """(status fields, Progressing, Degraded or None to carry the previous one)."""
@@ -85,14 +106,27 @@ def _step_fields(step: s.Step, outcome: s.Outcome, previous: Mapping[str, Any],
             fields = {"phase": "Failed", "nextScheduleTime": None}
             return (fields, c.Condition("Progressing", False, step.reason, step.message),
                     c.Condition("Degraded", True, step.reason, step.message))
-        case s.StartSlot():
-            fields = {"phase": "Running", "progress": {"slot": step.slot, "startTime": now, "bytesSent": 0},
+        case s.WaitForPrerequisite():
+            return {"phase": "Pending"}, c.Condition("Progressing", False, step.reason, step.message), None
+        case s.WaitForRetry():
+            fields = {"phase": "Retrying",
                       "nextScheduleTime": format_time(step.next_slot.timestamp()) if step.next_slot else None}
+            return fields, c.Condition("Progressing", False, RETRY_SCHEDULED, _retry_message(previous)), None
+        case s.StartSlot():
+            # A new slot: a retry of an older one, if any, is dropped (nextAttemptTime).
+            fields = {"phase": "Running", "progress": {"slot": step.slot, "startTime": now, "bytesSent": 0},
+                      "nextScheduleTime": format_time(step.next_slot.timestamp()) if step.next_slot else None,
+                      "attempts": 1, "failedAttempts": 0, "nextAttemptTime": None}
             if step.slot_time is not None:
                 fields["lastScheduleTime"] = format_time(step.slot_time.timestamp())
             return fields, c.Condition("Progressing", True, "BackupRunning", f"snapshot for slot {step.slot}"), None
+        case s.RetrySlot():
+            fields = {"phase": "Running", "progress": {"slot": step.slot, "startTime": now, "bytesSent": 0},
+                      "attempts": step.attempt, "nextAttemptTime": None}
+            return fields, c.Condition("Progressing", True, "BackupRunning",
+                                       f"snapshot for slot {step.slot}, attempt {step.attempt}"), None
         case s.RunBackup():
-            return _run_fields(step, outcome, previous)
+            return _run_fields(step, outcome, previous, now)
         case s.StartVerification():
             record = {"key": step.key, "attempts": step.attempt, "startTime": now}
             fields = {"verification": _replacing(previous.get("verification"), record)}
@@ -116,6 +150,12 @@ def _step_fields(step: s.Step, outcome: s.Outcome, previous: Mapping[str, Any],
     raise TypeError(f"no status for step {step.kind}")
 
 
+def _retry_message(status: Mapping[str, Any]) -> str:
+    failure = status.get("lastFailure") or {}
+    return (f"attempt {failure.get('attempt')} at slot {failure.get('slot')} failed ({failure.get('reason')}: "
+            f"{failure.get('message')}); it is tried again at {status.get('nextAttemptTime')}")
+
+
 def _verifying(message: str) -> c.Condition:
     return c.Condition("Progressing", True, VERIFYING, message)
 
@@ -129,8 +169,8 @@ def _replacing(before: Mapping[str, Any] | None, after: dict[str, Any]) -> dict[
     return {**{k: None for k in before or {} if k not in after}, **after}
 
 
-def _run_fields(step: s.RunBackup, outcome: s.Outcome,
-                previous: Mapping[str, Any]) -> tuple[dict[str, Any], c.Condition, c.Condition]:
+def _run_fields(step: s.RunBackup, outcome: s.Outcome, previous: Mapping[str, Any],
+                now: str) -> tuple[dict[str, Any], c.Condition, c.Condition]:
     idle = c.Condition("Progressing", False, "Idle")
     match outcome:
         case s.RunSucceeded():
@@ -147,12 +187,35 @@ def _run_fields(step: s.RunBackup, outcome: s.Outcome,
                 "progress": None,
                 "pendingUploads": _pending(outcome),
                 "backupsSinceVerification": int(previous.get("backupsSinceVerification") or 0) + new_backup,
+                "nextAttemptTime": None,
             }, idle, _unless_verification_failed(previous)
         case s.RunFailed():
-            return ({"phase": "Failed" if step.one_shot else "Scheduled", "progress": None,
-                     "pendingUploads": _pending(outcome)}, idle,
-                    c.Condition("Degraded", True, outcome.reason, outcome.message))
+            return _failed_fields(step, outcome, previous, now)
     raise TypeError(f"a {step.kind} step ended without a run outcome: {outcome!r}")
+
+
+def _failed_fields(step: s.RunBackup, outcome: s.RunFailed, previous: Mapping[str, Any],
+                   now: str) -> tuple[dict[str, Any], c.Condition, c.Condition]:
+    """An attempt failed: recorded; retried after a backoff if its cause may pass and
+    spec.backoffLimit allows, else the slot ends (a one-shot backup: Failed)."""
+    ended = datetime.datetime.fromtimestamp(parse_time(now), datetime.timezone.utc)
+    retry_at = backoff.next_attempt(step.attempt, step.backoff_limit, ended) if outcome.transient else None
+    fields: dict[str, Any] = {
+        "progress": None, "pendingUploads": _pending(outcome),
+        "failedAttempts": int(previous.get("failedAttempts") or 0) + 1,
+        "lastFailure": {"reason": outcome.reason, "message": outcome.message, "time": now, "slot": step.slot,
+                        "attempt": step.attempt},
+        "nextAttemptTime": format_time(retry_at.timestamp()) if retry_at else None,
+    }
+    if retry_at is not None:
+        fields["phase"] = "Retrying"
+        return (fields, c.Condition("Progressing", False, RETRY_SCHEDULED, _retry_message(fields)),
+                c.Condition("Degraded", True, outcome.reason, outcome.message))
+    fields["phase"] = "Failed" if step.one_shot else "Scheduled"
+    ended_why = _not_retried(step, outcome)
+    progressing = c.Condition("Progressing", False, BACKOFF_LIMIT_EXCEEDED if outcome.transient else "Idle",
+                              f"slot {step.slot} {ended_why}")
+    return fields, progressing, c.Condition("Degraded", True, outcome.reason, f"{outcome.message} ({ended_why})")
 
 
 def _verification_fields(step: s.Step, outcome: s.Outcome, previous: Mapping[str, Any],

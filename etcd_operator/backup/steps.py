@@ -6,6 +6,8 @@ import dataclasses
 import datetime
 from typing import Any, Mapping
 
+from etcd_operator.backup.backoff import DEFAULT_BACKOFF_LIMIT
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Step:
@@ -43,6 +45,26 @@ class RefuseSchedule(Step):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class WaitForPrerequisite(Step):
+    """A run is due but cannot start yet: its cluster does not exist or has not served yet,
+    or a Secret it reads does not exist (prerequisites.WAIT_REASONS). Phase Pending; looked
+    at again every few seconds."""
+
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class WaitForRetry(Step):
+    """The last attempt of `slot` failed for a cause that may pass; it is tried again at
+    `retry_at`, unless the next cron slot (`next_slot`) comes first and replaces it."""
+
+    slot: str
+    retry_at: datetime.datetime
+    next_slot: datetime.datetime | None = None
+    recheck_at: datetime.datetime | None = None  # a verification retry due before then
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class StartSlot(Step):
     """Record the slot in status before anything is uploaded, so that a restarted operator
     finishes this slot under the same key instead of starting another."""
@@ -54,11 +76,24 @@ class StartSlot(Step):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class RetrySlot(Step):
+    """Record in status that attempt `attempt` of a slot that failed starts now, under the
+    slot's own name (so it cannot make a second backup), before it runs."""
+
+    slot: str
+    attempt: int
+    one_shot: bool
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class RunBackup(Step):
-    """Take and upload the snapshot of a slot already recorded in status."""
+    """Take and upload the snapshot of a slot already recorded in status. A failure that may
+    pass is retried while `attempt` <= `backoff_limit` (backup/backoff.py)."""
 
     slot: str
     one_shot: bool
+    attempt: int = 1
+    backoff_limit: int = DEFAULT_BACKOFF_LIMIT
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -120,8 +155,8 @@ class FinishVerification(Step):
 
 VERIFICATION_STEPS: tuple[type[Step], ...] = (StartVerification, CreateScratchPod, DeleteStrayScratchPod,
                                               WaitForScratchPod, CompareVerification, FinishVerification)
-ALL_STEPS: tuple[type[Step], ...] = (Idle, WaitForSlot, Suspend, RefuseSchedule, StartSlot, RunBackup,
-                                     *VERIFICATION_STEPS)
+ALL_STEPS: tuple[type[Step], ...] = (Idle, WaitForSlot, Suspend, RefuseSchedule, WaitForPrerequisite, WaitForRetry,
+                                     StartSlot, RetrySlot, RunBackup, *VERIFICATION_STEPS)
 
 Event = tuple[str, str, str]  # (type, reason, message)
 
@@ -150,8 +185,12 @@ class RunSucceeded(RunOutcome):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class RunFailed(RunOutcome):
+    """`transient`: the cause may pass (runner.as_failure), so the slot may be retried;
+    anything else ends the slot at once."""
+
     reason: str
     message: str
+    transient: bool = False
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -108,6 +108,19 @@ class TargetCluster:
 
 
 @dataclasses.dataclass(frozen=True)
+class SourceState:
+    """What the snapshot's source needs before it can be verified, as observed: the
+    EtcdBackup of a backupRef, and the Secrets its storage.s3 block names (the backup's, or
+    spec.source.s3)."""
+
+    backup: str | None = None         # spec.source.backupRef.name, if that is the source
+    backup_found: bool = True
+    backup_completed: bool = True     # it has completed a backup (status.lastSuccessfulTime)
+    backup_phase: str = ""
+    missing_secrets: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
 class Observed:
     namespace: str
     restore: str
@@ -121,3 +134,5 @@ class Observed:
     seed_pvcs: tuple[ObjectState, ...] = ()   # the PVCs of status.seedMembers that exist
     seed_pods: tuple[ObjectState, ...] = ()   # pods carrying this restore's label
     new_cluster_problem: str | None = None    # server-side dry run of the cluster to create
+    deleting: bool = False                    # the EtcdRestore has a deletionTimestamp
+    source: SourceState | None = None         # looked at until the snapshot is verified

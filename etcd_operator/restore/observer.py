@@ -11,7 +11,8 @@ from etcd_operator.cluster import naming
 from etcd_operator.cluster.spec import ClusterSpec
 from etcd_operator.kube import client as kube
 from etcd_operator.restore import builders
-from etcd_operator.restore.observed import ObjectState, Observed, TargetCluster, parse_records
+from etcd_operator.prerequisites import secret_names
+from etcd_operator.restore.observed import ObjectState, Observed, SourceState, TargetCluster, parse_records
 from etcd_operator.restore.spec import RestoreSpec, RestoreStatus
 from etcd_operator.shard import Shard
 
@@ -109,9 +110,34 @@ class RestoreObserver:
             listed = await self.kube.list(kube.PODS, namespace,
                                           naming.label_selector({builders.LABEL_RESTORE: name}))
             seed_pods = tuple(object_state("Pod", p) for p in listed)
+        source = None
+        if not status.verified and status.phase in (None, "Pending", "Verifying"):
+            source = await self._source(namespace, spec)
         return Observed(namespace=namespace, restore=name, uid=meta["uid"], generation=meta.get("generation") or 0,
                         cluster=cluster, pods=pods, pvcs=pvcs, namespace_objects=around,
-                        seed_pvcs=seed_pvcs, seed_pods=seed_pods, new_cluster_problem=problem)
+                        seed_pvcs=seed_pvcs, seed_pods=seed_pods, new_cluster_problem=problem,
+                        deleting=bool(meta.get("deletionTimestamp")), source=source)
+
+    async def _source(self, namespace: str, spec: RestoreSpec) -> SourceState:
+        """Whether the source EtcdBackup exists and has completed a backup, and which of the
+        Secrets its storage names are missing (a Secret's data is not read here)."""
+        backup_name = (spec.source.get("backupRef") or {}).get("name")
+        if backup_name is None:
+            s3 = spec.source.get("s3") or {}
+            return SourceState(missing_secrets=await self._missing_secrets(namespace, s3))
+        backup = await self.kube.get(kube.ETCDBACKUPS, namespace, backup_name)
+        if backup is None:
+            return SourceState(backup_name, backup_found=False, backup_completed=False)
+        status = backup.get("status") or {}
+        s3 = ((backup.get("spec") or {}).get("storage") or {}).get("s3") or {}
+        return SourceState(backup_name, backup_completed=bool(status.get("lastSuccessfulTime")),
+                           backup_phase=status.get("phase") or "",
+                           missing_secrets=await self._missing_secrets(namespace, s3))
+
+    async def _missing_secrets(self, namespace: str, s3: Mapping[str, Any]) -> tuple[str, ...]:
+        names = secret_names(s3)
+        found = await asyncio.gather(*(self.kube.get(kube.SECRETS, namespace, n) for n in names))
+        return tuple(n for n, secret in zip(names, found) if secret is None)
 
     async def _namespace_objects(self, namespace: str) -> tuple[ObjectState, ...]:
         listed = await asyncio.gather(*(self.kube.list(resource, namespace) for resource, _ in KINDS))

@@ -18,12 +18,18 @@ Invariants, each covered by tests/unit/test_restore_planner.py:
 - an in-place restore changes nothing while its target is not this operator's shard's
   (etcd_operator/shard.py): it waits, saying why (TargetOutsideShard; tests/unit/test_shard_restore.py);
 - an in-place target is released only without a recorded quorum recovery or its approval,
-  and the release and the record of this restore are one patch.
+  and the release and the record of this restore are one patch;
+- a restore that arrives early waits (phase Pending, the Progressing reason and message
+  say for what) and is not failed: an in-place target that does not exist yet or has not
+  served yet, a source EtcdBackup that does not exist or has not completed a backup yet, a
+  credentials or CA Secret that does not exist yet (etcd_operator/prerequisites.py);
+- nothing is created or changed for an EtcdRestore being deleted.
 """
 
 from __future__ import annotations
 
 from etcd_operator.cluster import naming
+from etcd_operator import prerequisites as pre
 from etcd_operator.cluster.spec import ClusterSpec, parse_version
 from etcd_operator.restore import builders
 from etcd_operator.restore import steps as s
@@ -136,7 +142,7 @@ def _target_problem(spec: RestoreSpec, observed: Observed) -> s.Step | None:
                 applied_at=applied.completed_at)
     if spec.in_place:
         if cluster is None:
-            return s.Fail(f"EtcdCluster {namespace}/{target} does not exist", code="ClusterNotFound")
+            return _wait(pre.cluster_wait(namespace, target, None, "the restore"))
         if cluster.outside_shard:
             return s.Wait(f"EtcdCluster {target} is not this operator's to change: {cluster.outside_shard}. "
                           f"Label this EtcdRestore like its cluster, so that the cluster's own shard restores it",
@@ -147,6 +153,9 @@ def _target_problem(spec: RestoreSpec, observed: Observed) -> s.Step | None:
         if cluster.spec is None:
             return s.Fail(f"EtcdCluster {target}'s spec cannot be read: {cluster.spec_error}",
                           code="InvalidClusterSpec")
+        readiness = pre.ClusterReadiness(cluster.phase or "", cluster.available, cluster.ready_members)
+        if readiness.bootstrapping:
+            return _wait(pre.cluster_wait(namespace, target, readiness, "the restore"))
         target_spec = cluster.spec
     else:
         if cluster is not None:
@@ -171,6 +180,26 @@ def _target_problem(spec: RestoreSpec, observed: Observed) -> s.Step | None:
     return None
 
 
+def _wait(wait: pre.Wait) -> s.Wait:
+    return s.Wait(wait.message, code=wait.reason)
+
+
+def _source_wait(observed: Observed) -> s.Wait | None:
+    """What the snapshot's source still lacks before it can be verified, or None."""
+    source, namespace = observed.source, observed.namespace
+    if source is None:
+        return None
+    if source.backup is not None and not source.backup_found:
+        return s.Wait(f"EtcdBackup {namespace}/{source.backup} does not exist yet; the restore starts once it has "
+                      f"completed a backup", code=pre.WAITING_FOR_BACKUP)
+    if source.backup is not None and not source.backup_completed:
+        return s.Wait(f"EtcdBackup {namespace}/{source.backup} has not completed a backup yet (phase "
+                      f"{source.backup_phase or 'not reported yet'}); the restore starts once it has",
+                      code=pre.WAITING_FOR_BACKUP)
+    wait = pre.secrets_wait(namespace, source.missing_secrets, "the restore")
+    return _wait(wait) if wait else None
+
+
 def _target_version(spec: RestoreSpec, observed: Observed) -> str:
     if spec.in_place and observed.cluster is not None and observed.cluster.spec is not None:
         return observed.cluster.spec.version
@@ -182,6 +211,9 @@ def _target_version(spec: RestoreSpec, observed: Observed) -> str:
 def plan(spec: RestoreSpec, status: RestoreStatus, observed: Observed, now: float) -> s.Step:
     if status.phase in TERMINAL_PHASES:
         return s.Idle(f"the restore ended: {status.phase}")
+    if observed.deleting:
+        return s.Wait("the EtcdRestore is being deleted; nothing more is created or changed for it",
+                      code="Deleting")
     if status.phase in (None, "Pending", "Verifying"):
         return _plan_checks(spec, status, observed)
 
@@ -193,6 +225,10 @@ def _plan_checks(spec: RestoreSpec, status: RestoreStatus, observed: Observed) -
     problem = _target_problem(spec, observed)
     if problem:
         return problem
+    if not status.verified:
+        waiting = _source_wait(observed)
+        if waiting:
+            return waiting
     if status.phase in (None, "Pending"):
         return s.StartVerifying("verifying the snapshot")
     if not status.verified:

@@ -13,7 +13,8 @@ from etcd_operator.storage.s3 import S3Location, StorageError
 async def _secret_value(kube_client: kube.KubeClient, namespace: str, name: str, key: str) -> bytes:
     secret = await kube_client.get(kube.SECRETS, namespace, name)
     if secret is None:
-        raise StorageError(f"Secret {namespace}/{name} does not exist", "SecretNotFound", permanent=True)
+        # Not permanent: it may still be created (a backup or restore waits for it).
+        raise StorageError(f"Secret {namespace}/{name} does not exist", "SecretNotFound")
     data = secret.get("data") or {}
     if key not in data:
         raise StorageError(f"Secret {namespace}/{name} has no key {key!r}", "SecretKeyNotFound", permanent=True)

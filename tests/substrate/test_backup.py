@@ -197,14 +197,62 @@ def test_wrong_credentials_and_missing_bucket_become_clear_conditions(substrate,
                                          "storage": s3_storage_spec(substrate, prefix, bucket="no-such-bucket")})
     apply_backup(namespace, "nocluster", {"clusterRef": {"name": "missing"},
                                           "storage": s3_storage_spec(substrate, prefix)})
-    expected = {"badcreds": "InvalidCredentials", "nobucket": "BucketNotFound", "nocluster": "ClusterNotFound"}
+    # Permanent causes: Failed at once, after one attempt.
+    expected = {"badcreds": "InvalidCredentials", "nobucket": "BucketNotFound"}
     for name, reason in expected.items():
         obj = wait_for(lambda: (b := get_backup(namespace, name))["status"].get("phase") == "Failed" and b, 120,
                        what=f"{name} failed")
         degraded = condition(obj, "Degraded")
         assert degraded["status"] == "True" and degraded["reason"] == reason, degraded
+        assert obj["status"]["failedAttempts"] == 1 and not obj["status"].get("nextAttemptTime")
+    # A cluster that does not exist may still come: the backup waits for it.
+    waiting = wait_for(lambda: (b := get_backup(namespace, "nocluster"))["status"].get("phase") == "Pending" and b,
+                       60, what="nocluster pending")
+    assert condition(waiting, "Progressing")["reason"] == "WaitingForCluster"
+    assert f"EtcdCluster {namespace}/missing does not exist yet" in condition(waiting, "Progressing")["message"]
     assert list_keys(s3_client(substrate), controlplane.S3_BUCKET, prefix) == []
     assert "wrong-secret-value" not in (substrate.logs_dir / f"operator-{namespace}.log").read_text()
+
+
+def wait_until_waiting_for(namespace: str, name: str, reason: str) -> dict:
+    return wait_for(lambda: (b := get_backup(namespace, name))["status"].get("phase") == "Pending"
+                    and condition(b, "Progressing").get("reason") == reason and b, 60,
+                    what=f"{name} pending, {reason}")
+
+
+def test_a_one_shot_backup_applied_before_its_cluster_waits_then_completes(substrate, namespace, operator):
+    """As `make demo` and every GitOps tool apply them: the backup first, then its cluster.
+    It waits in Pending, and completes with no change to its spec."""
+    create_credentials_secret(substrate, namespace)
+    prefix = f"tests/{namespace}"
+    apply_backup(namespace, "early", {"clusterRef": {"name": "late"}, "storage": s3_storage_spec(substrate, prefix)})
+    waiting = wait_until_waiting_for(namespace, "early", "WaitingForCluster")
+    assert condition(waiting, "Progressing")["status"] == "False"
+    assert condition(waiting, "Progressing")["observedGeneration"] == 1
+    assert not waiting["status"].get("attempts") and not waiting["status"].get("progress")
+
+    apply_cluster(namespace, "late", {"size": 1, "storage": {"size": "1Gi"}})
+    done = wait_for(lambda: (b := get_backup(namespace, "early"))["status"].get("phase") == "Completed" and b, 240,
+                    what="the early backup completed")
+    assert done["metadata"]["generation"] == 1  # no spec change was needed
+    assert condition(done, "Available")["status"] == "True" and condition(done, "Degraded")["status"] == "False"
+    key = done["status"]["lastBackup"]["key"]
+    assert key in list_keys(s3_client(substrate), controlplane.S3_BUCKET, prefix)
+    assert "BackupFailed" not in event_reasons(namespace, "early")
+
+
+def test_a_backup_whose_secret_arrives_after_it_waits_then_completes(substrate, namespace, cluster):
+    prefix = f"tests/{namespace}"
+    apply_backup(namespace, "nosecret", {"clusterRef": {"name": cluster},
+                                         "storage": s3_storage_spec(substrate, prefix, secret="late-credentials")})
+    waiting = wait_until_waiting_for(namespace, "nosecret", "WaitingForSecret")
+    assert f"Secret {namespace}/late-credentials does not exist yet" in condition(waiting, "Progressing")["message"]
+    create_credentials_secret(substrate, namespace, "late-credentials")
+    done = wait_for(lambda: (b := get_backup(namespace, "nosecret"))["status"].get("phase") == "Completed" and b, 120,
+                    what="the backup completed once its Secret existed")
+    assert done["metadata"]["generation"] == 1 and done["status"]["attempts"] == 1
+    secret_key = controlplane.s3_environment(substrate)["AWS_SECRET_ACCESS_KEY"]
+    assert secret_key not in json.dumps(done) and secret_key not in json.dumps(events_of(namespace, "nosecret"))
 
 
 def test_minio_killed_mid_upload_leaves_nothing_partial_and_the_next_run_succeeds(substrate, namespace, cluster):

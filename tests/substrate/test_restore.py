@@ -160,6 +160,33 @@ def test_total_loss_is_recovered_by_one_restore_from_the_latest_backup(substrate
     assert_holds_exactly_the_backup(namespace, "src")
 
 
+def test_a_restore_applied_before_its_backup_and_secret_waits_then_completes(substrate, namespace, operator):
+    """Applied in the worst order: the restore, then the backup, then the cluster, then the
+    Secret. Everything waits for what it needs and converges with no spec change."""
+    new_cluster = {"name": "copy", "spec": {**PLAINTEXT, "size": 1, "storage": {"size": "1Gi"}}}
+    apply_restore(namespace, "early", {"source": {"backupRef": {"name": "first"}},
+                                       "target": {"newCluster": new_cluster}})
+    waiting = wait_for(lambda: (r := get_restore(namespace, "early")).get("status", {}).get("phase") == "Pending"
+                       and r, 60, what="the restore pending")
+    progressing = next(c for c in waiting["status"]["conditions"] if c["type"] == "Progressing")
+    assert progressing["reason"] == "WaitingForBackup" and "does not exist yet" in progressing["message"]
+    apply_backup(namespace, "first", {"clusterRef": {"name": "origin"},
+                                      "storage": s3_storage_spec(substrate, f"tests/{namespace}")})
+    wait_for(lambda: "has not completed a backup yet" in next(
+        c for c in get_restore(namespace, "early")["status"]["conditions"] if c["type"] == "Progressing")["message"],
+        60, what="the restore waiting for the backup to complete")
+    apply_cluster(namespace, "origin", {"size": 1, "storage": {"size": "1Gi"}})
+    wait_for(lambda: (get_backup(namespace, "first")["status"].get("conditions") and next(
+        c for c in get_backup(namespace, "first")["status"]["conditions"] if c["type"] == "Progressing")["reason"]
+        == "WaitingForSecret"), 240, what="the backup waiting for its Secret")
+    fill(member_endpoints(namespace, "origin"), 20, 64, prefix="/a/")
+    create_credentials_secret(substrate, namespace)
+    done = wait_phase(namespace, "early", "Completed", timeout=400)
+    assert done["metadata"]["generation"] == 1
+    assert get_backup(namespace, "first")["status"]["phase"] == "Completed"
+    assert len(read_prefix(member_endpoints(namespace, "copy"), "/a/")) == 20
+
+
 def test_operator_killed_mid_restore_resumes_without_restoring_twice(substrate, namespace, backed_up, operator):
     operator.stop()
     faulty = OperatorProcess(substrate, namespace).start(faults="during-restore")
@@ -187,15 +214,18 @@ def test_operator_killed_mid_restore_resumes_without_restoring_twice(substrate, 
     assert [e["reason"] for e in events(namespace, "once")].count("SnapshotRestored") == 1
 
 
-BAD_RESTORES = [
-    ({"source": {"backupRef": {"name": "missing"}}, "target": {"newCluster": {"name": "x1"}}}, "BackupNotFound"),
+# What may still arrive is waited for (phase Pending), not failed.
+EARLY_RESTORES = [
+    ({"source": {"backupRef": {"name": "missing"}}, "target": {"newCluster": {"name": "x1"}}}, "WaitingForBackup"),
     ({"source": {"s3": {"bucket": "etcd-backups", "key": "k.db", "credentialsSecretRef": {"name": "nope"}}},
-      "target": {"newCluster": {"name": "x2"}}}, "CredentialsNotFound"),
+      "target": {"newCluster": {"name": "x2"}}}, "WaitingForSecret"),
+    ({"source": {"backupRef": {"name": "nightly"}},
+      "target": {"inPlace": {"clusterName": "ghost", "confirm": True}}}, "WaitingForCluster"),
+]
+BAD_RESTORES = [
     ({"source": {"backupRef": {"name": "nightly"}},
       "target": {"newCluster": {"name": "x3", "spec": {"version": "3.5.35"}}}}, "VersionTooOld"),
     ({"source": {"backupRef": {"name": "nightly"}}, "target": {"newCluster": {"name": "src"}}}, "TargetExists"),
-    ({"source": {"backupRef": {"name": "nightly"}},
-      "target": {"inPlace": {"clusterName": "ghost", "confirm": True}}}, "ClusterNotFound"),
     ({"source": {"backupRef": {"name": "nightly"}},
       "target": {"newCluster": {"name": "x4", "spec": {"size": 12}}}}, "InvalidClusterSpec"),
     ({"source": {"backupRef": {"name": "nightly"}},
@@ -219,6 +249,13 @@ def test_bad_restores_are_reported_clearly_and_touch_nothing(substrate, namespac
         got = next(c for c in failed["status"]["conditions"] if c["type"] == "Failed")
         assert got["reason"] == reason, (spec, got)
     assert get_restore(namespace, f"bad{len(bad) - 1}")["status"]["snapshotEtcdVersion"].startswith("3.6")
+    for i, (spec, reason) in enumerate(EARLY_RESTORES):
+        apply_restore(namespace, f"early{i}", spec)
+    for i, (spec, reason) in enumerate(EARLY_RESTORES):
+        waiting = wait_for(lambda: (r := get_restore(namespace, f"early{i}")).get("status", {}).get("phase") == "Pending"
+                           and next(c for c in r["status"]["conditions"] if c["type"] == "Progressing")["reason"]
+                           == reason and r, 60, what=f"early{i} waiting, {reason}")
+        assert next(c for c in waiting["status"]["conditions"] if c["type"] == "Failed")["status"] == "False"
     clusters = {c["metadata"]["name"] for c in kubectl_json("get", "etcdclusters", "-n", namespace)["items"]}
     assert clusters == {"src"}
     for missing_opt_in in ({"clusterName": "src"}, {"clusterName": "src", "confirm": False}):

@@ -14,7 +14,10 @@ from etcd_operator.cluster import naming
 from etcd_operator.cluster.spec import ClusterSpec
 from etcd_operator.restore import builders
 from etcd_operator.restore import steps as s
-from etcd_operator.restore.observed import ObjectState, Observed, RestoreRecord, TargetCluster, parse_records
+from etcd_operator import prerequisites as pre
+from etcd_operator.restore.observed import (ObjectState, Observed, RestoreRecord, SourceState, TargetCluster,
+                                            parse_records)
+from etcd_operator.restore.status import build_status
 from etcd_operator.restore.planner import SEED_ATTEMPTS, plan, snapshot_etcd_version
 from etcd_operator.restore.spec import RestoreSpec, RestoreStatus, spec_hash
 from etcd_operator.timefmt import format_time
@@ -35,7 +38,8 @@ READ_ONLY = (s.Idle, s.Wait, s.Fail, s.SkipAlreadyApplied, s.StartVerifying, s.V
 def cluster(name: str = "keep", *, spec: dict | None = None, holder: str | None = None,
             records: tuple[RestoreRecord, ...] = (), records_error: str | None = None,
             operation: str | None = None, approved: bool = False, ready: int = 0, available: bool = False,
-            phase: str | None = None, min_ordinal: int = 0) -> TargetCluster:
+            phase: str | None = "Running", min_ordinal: int = 0) -> TargetCluster:
+    """A cluster that has served (phase Running), unless told otherwise."""
     return TargetCluster(name, "cluster-uid", "42", ClusterSpec.from_dict(spec or {"size": 1}), None, holder,
                          records, records_error, operation, approved, min_ordinal, phase, available, ready, "c1d")
 
@@ -408,3 +412,60 @@ def test_nothing_is_touched_before_every_check_passed(spec, status, target, arou
             assert target is None and not [o for o in around if dict(o.labels) or (o.kind, o.name) in KEEPS]
         else:
             assert target is not None and target.holder is None
+
+
+# --- a restore that arrives early waits; one being deleted creates nothing -------------------
+
+S3_SOURCE = {"s3": {"bucket": "bk", "key": "k.db", "credentialsSecretRef": {"name": "creds"}}}
+NEW_FROM_S3 = {**NEW, "source": S3_SOURCE}
+NO_SUCH_BACKUP = SourceState("nightly", backup_found=False, backup_completed=False)
+BACKUP_RUNNING = SourceState("nightly", backup_completed=False, backup_phase="Pending")
+EARLY = [
+    # (spec, target cluster, source, the Progressing reason, words its message must hold)
+    (IN_PLACE, None, SourceState("nightly"), pre.WAITING_FOR_CLUSTER, "EtcdCluster ns/keep does not exist yet"),
+    (IN_PLACE, cluster(phase=None), SourceState("nightly"), pre.WAITING_FOR_BOOTSTRAP, "still bootstrapping"),
+    (IN_PLACE, cluster(phase="Creating", ready=1), SourceState("nightly"), pre.WAITING_FOR_BOOTSTRAP, "Creating"),
+    (NEW, None, NO_SUCH_BACKUP, pre.WAITING_FOR_BACKUP, "EtcdBackup ns/nightly does not exist yet"),
+    (NEW, None, BACKUP_RUNNING, pre.WAITING_FOR_BACKUP, "has not completed a backup yet (phase Pending)"),
+    (NEW, None, SourceState("nightly", missing_secrets=("creds",)), pre.WAITING_FOR_SECRET, "Secret ns/creds"),
+    (NEW_FROM_S3, None, SourceState(missing_secrets=("creds",)), pre.WAITING_FOR_SECRET, "Secret ns/creds"),
+    (IN_PLACE, cluster(), NO_SUCH_BACKUP, pre.WAITING_FOR_BACKUP, "does not exist yet"),
+]
+
+
+@pytest.mark.parametrize("spec, target, source, code, words", EARLY)
+@pytest.mark.parametrize("status", [RestoreStatus(), RestoreStatus(phase="Pending")])
+def test_a_restore_that_arrives_early_waits_pending_and_says_for_what(spec, target, source, code, words, status):
+    step = step_for(spec, status, observed(target, source=source))
+    assert isinstance(step, s.Wait) and step.code == code and words in step.reason, step
+    written = build_status({}, step, s.Outcome(), 1, "2026-11-21T12:00:00Z")
+    assert written["phase"] == "Pending"
+    progressing = next(c for c in written["conditions"] if c["type"] == "Progressing")
+    assert (progressing["status"], progressing["reason"], progressing["message"]) == ("True", code, step.reason)
+    assert next(c for c in written["conditions"] if c["type"] == "Failed")["status"] == "False"
+
+
+@pytest.mark.parametrize("spec, target", [(NEW, None), (IN_PLACE, cluster(phase="Running", ready=1, available=True)),
+                                          (IN_PLACE, cluster(phase="QuorumLost")), (NEW_FROM_S3, None)])
+def test_once_everything_is_there_it_starts_without_a_spec_change(spec, target):
+    source = SourceState() if "s3" in spec["source"] else SourceState("nightly")
+    assert isinstance(step_for(spec, RestoreStatus(phase="Pending"), observed(target, source=source)),
+                      s.StartVerifying)
+
+
+def test_a_verified_snapshot_does_not_wait_for_its_source_again():
+    step = step_for(NEW, VERIFIED, observed(None, source=NO_SUCH_BACKUP))
+    assert isinstance(step, s.BeginRestore)
+
+
+@pytest.mark.parametrize("status, seen", [
+    (RestoreStatus(), observed(None, source=SourceState("nightly"))),
+    (VERIFIED, observed(None)),                                               # would begin
+    (RESTORING, observed(None)),                                              # would create the cluster
+    (dataclasses.replace(RESTORING, seed_members=MEMBERS),
+     three([seed_pvc(m) for m in MEMBERS])),                                  # would start seed pods
+    (dataclasses.replace(RESTORING, seed_members=MEMBERS), three()),          # would create seed volumes
+])
+def test_nothing_is_created_for_a_restore_being_deleted(status, seen):
+    step = step_for(NEW, status, dataclasses.replace(seen, deleting=True))
+    assert isinstance(step, s.Wait) and step.code == "Deleting"
