@@ -73,7 +73,7 @@ class ActionChecks:
     """Computed before an action runs; `after` raises once the action took effect."""
 
     def __init__(self, world: World, action: a.Action, recovery_allowed: bool, skew_span: float,
-                 spec, quorum_lost_waiting: bool):
+                 spec, quorum_lost_waiting: bool, seen_unhealthy_for: dict | None = None):
         self.world = world
         self.action = action
         self.quorum_before = has_quorum(world, world.main, staying=True)
@@ -90,6 +90,7 @@ class ActionChecks:
         self._nothing_destructive_while_waiting(quorum_lost_waiting)
         self._nospace_remediated_in_place()
         self._one_member_stops_at_a_time()
+        self._replaced_after_own_timeout(spec, seen_unhealthy_for)
 
     def _add(self, invariant: str, message: str) -> None:
         self.pending.append((invariant, message))
@@ -134,6 +135,24 @@ class ActionChecks:
                 self._add("force_new_cluster_only_after_true_loss",
                           f"{action.kind} on {action.member} with applied index "
                           f"{target.applied if target else 'none (no data)'} while a surviving member has {newest}")
+
+    def _replaced_after_own_timeout(self, spec, seen_unhealthy_for: dict | None) -> None:
+        """member_replaced_after_own_timeout: a member whose PVC is still there is replaced only
+        after the acting process itself saw it unhealthy, in every one of its passes, for
+        memberUnhealthyTimeout of model time. A restarted or newly elected operator waits the
+        full timeout again. (A member whose PVC is gone is replaced on that evidence, untimed.)"""
+        action, world = self.action, self.world
+        if not (isinstance(action, a.RemoveMember) and action.replacing) or seen_unhealthy_for is None:
+            return
+        pvc = world.pvcs.get(naming.pvc_name(action.member))
+        if pvc is None or pvc.deleting:
+            return
+        seen = seen_unhealthy_for.get(action.member_id)
+        timeout = spec.recovery.member_unhealthy_timeout
+        if seen is None or seen < timeout:
+            self._add("member_replaced_after_own_timeout",
+                      f"{action.member} replaced after the acting process saw it unhealthy for "
+                      f"{'no pass' if seen is None else f'{seen:.0f}s'} (memberUnhealthyTimeout {timeout:.0f}s)")
 
     def _data_kept_while_needed(self) -> None:
         action, world = self.action, self.world
