@@ -212,8 +212,10 @@ class Observed:
     pods: dict[str, PodView]
     pvcs: dict[str, PVCView]
     etcd: EtcdView
-    unhealthy_since: dict[str, float]
-    no_quorum_since: float | None
+    # Seconds this operator process has itself seen each unhealthy member unhealthy, and
+    # evidence of a lost quorum, on its monotonic clock (cluster/timers.py); never from status.
+    unhealthy_for: dict[str, float]
+    no_quorum_for: float | None
     running_version: str | None
     recovery_approved: bool = False
     operation: Operation | None = None

@@ -20,14 +20,6 @@ FINDINGS = {
         "then fails to start and the recovery is called off (AbandonQuorumRecovery), with the other members' "
         "data still set aside; no data is deleted. Only storage-level evidence (a data-dir marker the operator "
         "could read) would close this"),
-    "unhealthy_timer_read_from_status": (
-        "memberUnhealthyTimeout is timed from status.members[].unhealthySince, a wall-clock time read back "
-        "from status (cluster/timers.py carry_timers): after operator downtime (the member recovered and "
-        "failed again unseen) or a restart, or under a standby whose clock is ahead, a member is replaced "
-        "(RemoveMember replacing=True, its PVC deleted) long before the acting process saw it unhealthy for "
-        "the timeout (the second-truncated start time alone makes it up to 1 s early); under a standby whose "
-        "clock is behind, the start time lies in its future and an unhealthy member is never replaced (a "
-        "learner that never catches up never removed)"),
 }
 
 
@@ -144,8 +136,18 @@ def _classify(sim, violation: inv.Violation) -> str | None:
 # Found on main at 10d8d78 and fixed by main at 25d1e7b (cluster-ID check in the observer, learners
 # handled only with quorum, set-aside of non-survivor data, RestartFailedPod, restart of broken
 # outdated members) and 0cb7c57 (recovery called off when quorum returns, the quorum-loss clock
-# kept by the acting process); their signatures stay so that a regression is named.
+# kept by the acting process); unhealthy_timer_read_from_status found at 2262756 (operator_down,
+# standby_takeover; seed 11) and fixed by the commit after it (cluster/timers.py: every timer on the
+# acting process's monotonic clock); their signatures stay so that a regression is named.
 FIXED = {
+    "unhealthy_timer_read_from_status": (
+        "memberUnhealthyTimeout is timed from status.members[].unhealthySince, a wall-clock time read back "
+        "from status (cluster/timers.py carry_timers): after operator downtime (the member recovered and "
+        "failed again unseen) or a restart, or under a standby whose clock is ahead, a member is replaced "
+        "(RemoveMember replacing=True, its PVC deleted) long before the acting process saw it unhealthy for "
+        "the timeout (the second-truncated start time alone makes it up to 1 s early); under a standby whose "
+        "clock is behind, the start time lies in its future and an unhealthy member is never replaced (a "
+        "learner that never catches up never removed)"),
     "recovery_waits_on_broken_survivor_pod": (
         "during a quorum recovery (status.operation set) plan() goes straight to _plan_quorum_recovery, so "
         "RestartFailedPod and the restart of a broken outdated pod never apply there: when the survivor's "

@@ -72,7 +72,7 @@ ON_ATTEMPT = {"one_membership_change_in_flight", "recovery_needs_approval", "quo
 class ActionChecks:
     """Computed before an action runs; `after` raises once the action took effect."""
 
-    def __init__(self, world: World, action: a.Action, recovery_allowed: bool, skew_span: float,
+    def __init__(self, world: World, action: a.Action, recovery_allowed: bool,
                  spec, quorum_lost_waiting: bool, seen_unhealthy_for: dict | None = None):
         self.world = world
         self.action = action
@@ -83,7 +83,7 @@ class ActionChecks:
         self.pending: list[str] = []
         self._membership_in_flight()
         self._recovery_needs_approval(recovery_allowed)
-        self._force_new_after_true_loss(spec, skew_span)
+        self._force_new_after_true_loss(spec)
         self._data_kept_while_needed()
         self._failed_roll_keeps_members()
         self._leader_kept_while_others_can_lead()
@@ -113,18 +113,19 @@ class ActionChecks:
             self._add("recovery_needs_approval",
                       f"{self.action.kind} without spec.recovery.automaticQuorumRecovery or the approval annotation")
 
-    def _force_new_after_true_loss(self, spec, skew_span: float) -> None:
-        """force_new_cluster_only_after_true_loss: quorum truly lost for the timeout (less the
-        clock skew the operator could not see), and the survivor holds the newest data."""
+    def _force_new_after_true_loss(self, spec) -> None:
+        """force_new_cluster_only_after_true_loss: quorum truly lost for the timeout (the
+        operator times it on its monotonic clock: wall-clock steps do not count), and the
+        survivor holds the newest data."""
         action, world = self.action, self.world
         main = world.main
         if isinstance(action, a.BeginQuorumRecovery):
             timeout = quorum_loss_timeout(spec)
             lost_for = None if main is None or main.lost_since is None else world.now - main.lost_since
-            if lost_for is None or lost_for < timeout - skew_span - 1.0:
+            if lost_for is None or lost_for < timeout - 1.0:
                 self._add("force_new_cluster_only_after_true_loss",
                           f"recovery begun while quorum {'held' if lost_for is None else f'was lost for only {lost_for:.0f}s'}"
-                          f" (timeout {timeout:.0f}s, skew span {skew_span:.0f}s)")
+                          f" (timeout {timeout:.0f}s)")
         if isinstance(action, (a.BeginQuorumRecovery, a.ForceNewCluster)):
             pvc = world.pvcs.get(naming.pvc_name(action.member))
             target = pvc.data if pvc is not None else None

@@ -15,6 +15,7 @@ from etcd_operator.cluster.observed import Member
 from etcd_operator.cluster.observed import RollRecord
 from etcd_operator.cluster.spec import ClusterSpec
 from etcd_operator.cluster.status import build_status
+from etcd_operator.cluster.timers import Sightings
 from etcd_operator.timefmt import parse_time
 
 from tests.sim import effects, findings, invariants as inv
@@ -44,6 +45,7 @@ NEW_PROCESS_FAULTS = ("operator_down", "standby_takeover")
 OPERATOR_DOWN_SECONDS = (20.0, 240.0)
 DOWN_TICK = 2.0  # the world advances in these steps while no operator runs
 STANDBY_CLOCK_ERROR = (-60.0, 600.0)  # a standby's wall clock, against the true time
+PROCESS_CLOCK_ORIGIN = 1000.0  # a process's monotonic clock when it starts (the node's uptime)
 
 
 def status_unhealthy_for(status: dict, now: float) -> dict:
@@ -109,9 +111,10 @@ class Replica:
     """One operator process: what it last wrote and what it will do when killed."""
 
     name: str
+    started_at: float  # true time
     clock_error: float = 0.0  # its wall clock against the true time, before any clock_skew step
     kill_pending: bool = False
-    quorum_loss_seen_since: float | None = None  # in the process's memory: lost when it is killed
+    sightings: Sightings = Sightings()  # the operator's memory (ClusterObserver.sightings): lost with the process
     # Model truth about this process, for the invariant (not the operator's memory): member id
     # -> the true time since which every pass of this process has shown the member unhealthy.
     saw_unhealthy_since: dict = dataclasses.field(default_factory=dict)
@@ -125,6 +128,10 @@ class Replica:
             if status is None or status.leader_id == 0:
                 seen[member.id] = self.saw_unhealthy_since.get(member.id, now)
         self.saw_unhealthy_since = seen
+
+    def monotonic(self, now: float) -> float:
+        """The process's monotonic clock: it runs with the true time from an origin of its own."""
+        return now - self.started_at + PROCESS_CLOCK_ORIGIN
 
     def unhealthy_for(self, now: float) -> dict:
         return {member_id: now - since for member_id, since in self.saw_unhealthy_since.items()}
@@ -157,7 +164,6 @@ class Sim:
         self._spec_cache: ClusterSpec | None = None
         self.status: dict = {}
         self.skew = 0.0
-        self.skew_min = self.skew_max = 0.0
         self.unreachable: dict[str, int] = {}  # pod name -> last step it stays unreachable
         self.fault_steps = rng.randint(8, 45)
         self.fault_rate = rng.uniform(0.15, 0.5)
@@ -165,7 +171,7 @@ class Sim:
         self.replay: collections.deque = collections.deque(maxlen=REPLAY_LINES)
         self.actions: collections.Counter = collections.Counter()
         self.stats: collections.Counter = collections.Counter()
-        self.operator = Replica("op")
+        self.operator = Replica("op", self.world.now)
         self.status_unhealthy_for: dict = {}  # by member name, as status showed it before the last step
         self.history: collections.deque = collections.deque(maxlen=6)  # (observed, status, spec) of past passes
         self.stale_until = -1
@@ -354,16 +360,15 @@ class Sim:
     def _fault_clock_skew(self):
         """The operator's wall clock is stepped (NTP) around its error."""
         self.skew = self.operator.clock_error + self.rng.uniform(-MAX_SKEW, MAX_SKEW)
-        self.skew_min, self.skew_max = min(self.skew_min, self.skew), max(self.skew_max, self.skew)
         self._log(f"clock_skew {self.skew:+.1f}s")
 
     def _new_process(self, clock_error: float | None = None) -> None:
         """Another operator process acts from now on: it remembers nothing, and its wall clock
-        may differ (the clock-step span is counted per process)."""
+        may differ."""
         if clock_error is None:
             clock_error = self.operator.clock_error
-        self.operator = Replica("op", clock_error=clock_error)
-        self.skew = self.skew_min = self.skew_max = clock_error
+        self.operator = Replica("op", self.world.now, clock_error=clock_error)
+        self.skew = clock_error
 
     def _fault_operator_down(self):
         """The operator is down for a while (no pass runs; its status stays as it last wrote it)
@@ -426,9 +431,8 @@ class Sim:
         w = self.world
         spec = self.spec
         unreachable = self.unreachable_now()
-        observed = observe(w, self.status, self.annotations, unreachable, self.skew,
-                           self.operator.quorum_loss_seen_since)
-        self.operator.quorum_loss_seen_since = observed.no_quorum_since
+        observed, self.operator.sightings = observe(w, self.status, self.annotations, unreachable, self.skew,
+                                                    self.operator.sightings, self.operator.monotonic(w.now))
         self.operator.saw(observed, w.now)
         self.status_unhealthy_for = status_unhealthy_for(self.status, observed.now)
         decision = decide(spec, observed, self.spec_dict)
@@ -448,7 +452,7 @@ class Sim:
             self.status = merge_patch(self.status, build_status(
                 spec, observed, decision.health, decision.action, list(decision.conditions), self.status,
                 self.generation, extra={**decision.status_fields(), **(outcome.status_patch or {})}))
-        elif observed.no_quorum_since is None and self.status.get("noQuorumSince"):
+        elif observed.no_quorum_for is None and self.status.get("noQuorumSince"):
             self.lost_timer_reset = True  # the pass that saw quorum again never wrote its status
         if killed:
             self.stats["operator_killed"] += 1
@@ -493,7 +497,7 @@ class Sim:
         else:
             waiting = (not self.recovery_allowed and self.status_condition("QuorumLost") == "True"
                        and decision.health.state.value == "QuorumLost")
-            checks = inv.ActionChecks(w, action, self.recovery_allowed, self.skew_max - self.skew_min,
+            checks = inv.ActionChecks(w, action, self.recovery_allowed,
                                       decision.acting_spec, waiting, seen_unhealthy_for)
             ctx = effects.Context(w, acting, observed, kill_at_kill_point=kill_mid, annotations=self.annotations)
             leader_before = w.main.leader if w.main else None
