@@ -222,6 +222,7 @@ class Observed:
     bootstrapped: bool = False  # the cluster existed once (status.clusterID was recorded)
     restoring: str | None = None  # the EtcdRestore that holds this cluster stopped
     min_ordinal: int = 0  # ordinals below this belong to data kept aside by an in-place restore
+    annotation_problems: tuple[str, ...] = ()  # annotations ignored as malformed, and why
     recorded_cluster_id: int | None = None  # status.clusterID: answers from any other cluster are not trusted
     tls: TLSView = dataclasses.field(default_factory=TLSView)  # recorded transport and certificate Secrets
     rollout: RollRecord = RollRecord()  # status.rollout: the last good pod spec, a failed roll

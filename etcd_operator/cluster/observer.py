@@ -183,6 +183,7 @@ class ClusterObserver:
                                                          for p in pvcs_raw})
         pvcs = {p.name: p for p in (pvc_view(raw, expandable, meta["uid"]) for raw in pvcs_raw)}
         status = body.get("status") or {}
+        min_ordinal, min_ordinal_problem = naming.min_ordinal(meta.get("annotations") or {})
         recorded_cluster_id = parse_hex_id(status.get("clusterID"))
         tls, credentials = await self.secrets.observe(self.kube, body, live=live or live_secrets)
         await self.etcd_clients.use_tls(credentials)
@@ -198,7 +199,8 @@ class ClusterObserver:
             operation=Operation.from_dict(status.get("operation")),
             bootstrapped=bool(status.get("clusterID")),
             restoring=(meta.get("annotations") or {}).get(naming.ANNOTATION_RESTORE_IN_PROGRESS),
-            min_ordinal=int((meta.get("annotations") or {}).get(naming.ANNOTATION_MIN_ORDINAL) or 0),
+            min_ordinal=min_ordinal,
+            annotation_problems=(min_ordinal_problem,) if min_ordinal_problem else (),
             recorded_cluster_id=recorded_cluster_id,
             tls=tls,
             rollout=RollRecord.from_dict(status.get("rollout")),

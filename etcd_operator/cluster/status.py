@@ -98,6 +98,11 @@ def cluster_conditions(spec: ClusterSpec, observed: Observed, health: Health, ac
                                   "; ".join(p.message for p in problems)))
     else:
         result.append(c.Condition("SpecAccepted", True, "Accepted", ""))
+    if observed.annotation_problems:
+        result.append(c.Condition("AnnotationsAccepted", False, "InvalidAnnotation",
+                                  "; ".join(observed.annotation_problems)))
+    else:
+        result.append(c.Condition("AnnotationsAccepted", True, "Accepted", ""))
     even = spec.size % 2 == 0
     result.append(c.Condition(
         "OddSize", not even, "EvenSize" if even else "OddSize",

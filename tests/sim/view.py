@@ -126,7 +126,7 @@ def observe(world: World, status: Mapping[str, Any], annotations: Mapping[str, s
         recovery_approved=annotations.get(naming.ANNOTATION_APPROVE_QUORUM_RECOVERY) == "true",
         operation=Operation.from_dict(status.get("operation")),
         bootstrapped=bool(status.get("clusterID")),
-        min_ordinal=int(annotations.get(naming.ANNOTATION_MIN_ORDINAL) or 0),
+        min_ordinal=naming.min_ordinal(annotations)[0],
         recorded_cluster_id=recorded_cluster_id,
         rollout=RollRecord.from_dict(status.get("rollout")),
         recorded_version=status.get("currentVersion") or None,
