@@ -10,7 +10,8 @@ Phases, recorded in status.downgrade so a restarted operator resumes:
    roll: a member that does not come back healthy is rolled back);
 4. when every member runs the target minor, the downgrade is done (etcd ends its job itself).
 If the spec goes back to the higher minor mid-way, the downgrade is cancelled (CancelDowngrade)
-and the members already downgraded are upgraded again by the ordinary roll.
+and the members already downgraded are upgraded again by the ordinary roll. The cancel goes
+before ordinary steps only (CANCEL_GOES_BEFORE), and waits for a reachable leader.
 """
 
 from __future__ import annotations
@@ -19,6 +20,23 @@ from etcd_operator import versions
 from etcd_operator.cluster import actions as a
 from etcd_operator.cluster.health import Health, HealthState
 from etcd_operator.cluster.observed import Observed
+
+
+# Steps that change a working cluster on purpose: a cancel goes first, so that the roll back up
+# starts with etcd's downgrade off. Every other step the planner chooses is one that keeps or
+# regains quorum, members or data (quorum recovery, restarting failed or lost pods, replacing a
+# failed member, settling a joined member, recording a failed roll, NOSPACE remediation,
+# certificate issue and rotation, a first member): it goes first, and the cancel, which changes
+# nothing while it waits, follows in a later pass.
+CANCEL_GOES_BEFORE = (a.Steady, a.Wait, a.RollMember, a.MoveLeader, a.AddLearner, a.PromoteLearner,
+                      a.Defragment, a.DefragmentOnRequest, a.FinishDefragmentRequest, a.ExpandMemberPVC,
+                      a.DeleteMemberPod, a.DeleteMemberPVC)
+
+
+def cancel_may_go_before(planned: a.Action) -> bool:
+    if isinstance(planned, a.RemoveMember):
+        return not planned.replacing  # a scale-down; replacing a failed member is a repair
+    return isinstance(planned, CANCEL_GOES_BEFORE)
 
 
 def _minor(version: str) -> str:
@@ -44,13 +62,23 @@ def acting_version(spec_version: str, observed: Observed) -> str | None:
     return observed.known_version if waiting else None
 
 
+def _cancel(spec_version: str, record: str, observed: Observed, planned: a.Action) -> a.Action | None:
+    if not cancel_may_go_before(planned):
+        return None
+    if observed.etcd.leader_id not in observed.etcd.endpoints:  # etcd takes the cancel on the leader only
+        if type(planned) is a.Wait:
+            return a.Wait(f"{planned.reason}; cancelling the downgrade to {record} waits for a reachable leader")
+        return None
+    return a.CancelDowngrade(f"spec.version {spec_version} is no longer a {record} version; cancelling the "
+                             f"downgrade", record)
+
+
 def step(spec_version: str, observed: Observed, health: Health, planned: a.Action) -> a.Action | None:
     """The downgrade step that comes before what the planner chose, if any."""
     record = observed.downgrade_target
     if record is not None:
         if _minor(spec_version) != record:
-            return a.CancelDowngrade(f"spec.version {spec_version} is no longer a {record} version; cancelling the "
-                                     f"downgrade", record)
+            return _cancel(spec_version, record, observed, planned)
         if health.state == HealthState.HEALTHY and members_minors(observed) == {record}:
             return a.FinishDowngrade(f"every member runs {record}", record)
         if not cluster_at(observed, record) and isinstance(planned, (a.Steady, a.Wait)):

@@ -166,17 +166,13 @@ def diagnose(spec: ClusterSpec, observed: Observed) -> Health:
     def health(state: HealthState, message: str) -> Health:
         return Health(state, members, healthy, leader, message, alarms, stopping)
 
-    def lost_for() -> float | None:
-        since = observed.no_quorum_since
-        return None if since is None else observed.now - since
-
     if not members:
         if not observed.pods and not observed.pvcs:
             if observed.bootstrapped:
                 return health(HealthState.QUORUM_LOST,
                               "every member and its data is gone; restore from a backup with an EtcdRestore")
             return health(HealthState.BOOTSTRAPPING, "creating the first member")
-        lasted = lost_for()
+        lasted = observed.no_quorum_for
         if lasted is not None and quorum_loss_evidence(observed):
             state = HealthState.QUORUM_LOST if lasted >= quorum_loss_timeout(spec) else HealthState.NO_QUORUM
             return health(state, f"no member answers and no member pod is ready (for {lasted:.0f}s)")
@@ -194,7 +190,7 @@ def diagnose(spec: ClusterSpec, observed: Observed) -> Health:
             return health(HealthState.UNREACHABLE,
                           f"only {counts}, but a reachable member reports a leader or unreachable members' pods "
                           f"are ready: quorum may hold; waiting")
-        lasted = lost_for()
+        lasted = observed.no_quorum_for
         if lasted is not None and lasted >= quorum_loss_timeout(spec):
             return health(HealthState.QUORUM_LOST, f"only {counts} for {lasted:.0f}s")
         return health(HealthState.NO_QUORUM, f"only {counts}")

@@ -33,6 +33,18 @@ LABEL_SET_ASIDE_BY = f"{API_GROUP}/set-aside-by"
 _ORDINAL = re.compile(r"^(?P<cluster>.+)-(?P<ordinal>[0-9]+)$")
 
 
+def min_ordinal(annotations: dict[str, str]) -> tuple[int, str | None]:
+    """The lowest ordinal a new member may take (ANNOTATION_MIN_ORDINAL, set by an in-place
+    restore), and why the annotation is ignored if it is: anything but a non-negative integer
+    counts as absent (0)."""
+    text = (annotations.get(ANNOTATION_MIN_ORDINAL) or "").strip()
+    if not text:
+        return 0, None
+    if not (text.isascii() and text.isdigit()):
+        return 0, f"annotation {ANNOTATION_MIN_ORDINAL}={text!r} is not a non-negative integer; ignored"
+    return int(text), None
+
+
 def member_name(cluster: str, ordinal: int) -> str:
     return f"{cluster}-{ordinal}"
 

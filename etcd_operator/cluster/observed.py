@@ -212,14 +212,17 @@ class Observed:
     pods: dict[str, PodView]
     pvcs: dict[str, PVCView]
     etcd: EtcdView
-    unhealthy_since: dict[str, float]
-    no_quorum_since: float | None
+    # Seconds this operator process has itself seen each unhealthy member unhealthy, and
+    # evidence of a lost quorum, on its monotonic clock (cluster/timers.py); never from status.
+    unhealthy_for: dict[str, float]
+    no_quorum_for: float | None
     running_version: str | None
     recovery_approved: bool = False
     operation: Operation | None = None
     bootstrapped: bool = False  # the cluster existed once (status.clusterID was recorded)
     restoring: str | None = None  # the EtcdRestore that holds this cluster stopped
     min_ordinal: int = 0  # ordinals below this belong to data kept aside by an in-place restore
+    annotation_problems: tuple[str, ...] = ()  # annotations ignored as malformed, and why
     recorded_cluster_id: int | None = None  # status.clusterID: answers from any other cluster are not trusted
     tls: TLSView = dataclasses.field(default_factory=TLSView)  # recorded transport and certificate Secrets
     rollout: RollRecord = RollRecord()  # status.rollout: the last good pod spec, a failed roll

@@ -12,7 +12,7 @@ import aiohttp
 
 from etcd_operator.cluster import naming, quota
 from etcd_operator.cluster.identity import member_list_sources, parse_hex_id, split_foreign
-from etcd_operator.cluster.timers import carry_timers
+from etcd_operator.cluster.timers import Sightings, carry_timers
 from etcd_operator.cluster.tls_observer import TLSSecrets, served_certificates
 from etcd_operator.cluster.observed import (DefragmentationRecord, EtcdView, Observed, Operation, PodView, PVCView,
                                             RollRecord, SpaceRecoveryRecord)
@@ -151,13 +151,16 @@ class StorageClassExpansion:
 
 class ClusterObserver:
     def __init__(self, kube_client: kube.KubeClient, etcd_clients: EtcdClientPool,
-                 storage_classes: StorageClassExpansion | None = None, secrets: TLSSecrets | None = None):
+                 storage_classes: StorageClassExpansion | None = None, secrets: TLSSecrets | None = None,
+                 clock: Callable[[], float] = time.monotonic):
         self.kube = kube_client
         self.etcd_clients = etcd_clients
         self.storage_classes = storage_classes or StorageClassExpansion(kube_client, ttl=0.0)
         self.secrets = secrets or TLSSecrets()
-        # When this process began to see, pass after pass, evidence of a lost quorum.
-        self.quorum_loss_seen_since: float | None = None
+        # What this process saw unhealthy, and since when on `clock` (cluster/timers.py): the
+        # memory that times replacements and quorum recovery, lost with the process.
+        self.clock = clock
+        self.sightings = Sightings()
 
     async def observe(self, body: Mapping[str, Any], now: float,
                       children: tuple[list[dict], list[dict]] | None = None, live_secrets: bool = True) -> Observed:
@@ -180,6 +183,7 @@ class ClusterObserver:
                                                          for p in pvcs_raw})
         pvcs = {p.name: p for p in (pvc_view(raw, expandable, meta["uid"]) for raw in pvcs_raw)}
         status = body.get("status") or {}
+        min_ordinal, min_ordinal_problem = naming.min_ordinal(meta.get("annotations") or {})
         recorded_cluster_id = parse_hex_id(status.get("clusterID"))
         tls, credentials = await self.secrets.observe(self.kube, body, live=live or live_secrets)
         await self.etcd_clients.use_tls(credentials)
@@ -188,14 +192,15 @@ class ClusterObserver:
 
         observed = Observed(
             cluster=cluster, namespace=namespace, uid=meta["uid"], now=now,
-            pods=pods, pvcs=pvcs, etcd=etcd, unhealthy_since={}, no_quorum_since=None,
+            pods=pods, pvcs=pvcs, etcd=etcd, unhealthy_for={}, no_quorum_for=None,
             running_version=min((s.version for s in etcd.statuses.values()),
                                 key=lambda v: tuple(int(x) for x in v.split(".")), default=None),
             recovery_approved=(meta.get("annotations") or {}).get(naming.ANNOTATION_APPROVE_QUORUM_RECOVERY) == "true",
             operation=Operation.from_dict(status.get("operation")),
             bootstrapped=bool(status.get("clusterID")),
             restoring=(meta.get("annotations") or {}).get(naming.ANNOTATION_RESTORE_IN_PROGRESS),
-            min_ordinal=int((meta.get("annotations") or {}).get(naming.ANNOTATION_MIN_ORDINAL) or 0),
+            min_ordinal=min_ordinal,
+            annotation_problems=(min_ordinal_problem,) if min_ordinal_problem else (),
             recorded_cluster_id=recorded_cluster_id,
             tls=tls,
             rollout=RollRecord.from_dict(status.get("rollout")),
@@ -211,8 +216,7 @@ class ClusterObserver:
         if tls.rotation is not None:
             observed = dataclasses.replace(observed, tls=dataclasses.replace(
                 tls, served=await served_certificates(pods, credentials)))
-        observed = carry_timers(observed, status, self.quorum_loss_seen_since)
-        self.quorum_loss_seen_since = observed.no_quorum_since
+        observed, self.sightings = carry_timers(observed, self.sightings, self.clock())
         return observed
 
     async def observe_etcd(self, pods: dict[str, PodView], recorded_cluster_id: int | None) -> EtcdView:

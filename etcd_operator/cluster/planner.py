@@ -292,10 +292,10 @@ def _handle_learners(spec: ClusterSpec, observed: Observed, health: Health,
         name = names[learner.id] or learner.hex_id
         if learner.name and health.is_healthy(learner) and health.has_quorum:
             return a.PromoteLearner(f"{name} has caught up", name, learner.id)
-        since = observed.unhealthy_since.get(name)
-        if since is not None and observed.now - since >= spec.recovery.member_unhealthy_timeout:
-            return a.RemoveMember(f"learner {name} did not catch up in {observed.now - since:.0f}s", name, learner.id)
-        return a.WaitForLearner(f"learner {name} is catching up", max(0.0, observed.now - (since or observed.now)))
+        unhealthy_for = observed.unhealthy_for.get(name)
+        if unhealthy_for is not None and unhealthy_for >= spec.recovery.member_unhealthy_timeout:
+            return a.RemoveMember(f"learner {name} did not catch up in {unhealthy_for:.0f}s", name, learner.id)
+        return a.WaitForLearner(f"learner {name} is catching up", unhealthy_for or 0.0)
     return None
 
 
@@ -314,14 +314,14 @@ def _replace_or_shrink(spec: ClusterSpec, observed: Observed, health: Health,
         return a.Wait(f"scaling down to {spec.size} would lose quorum; waiting for members to recover")
     for member in unhealthy:
         name = names[member.id] or member.hex_id
-        since = observed.unhealthy_since.get(name)
-        if since is None or observed.now - since < spec.recovery.member_unhealthy_timeout:
+        unhealthy_for = observed.unhealthy_for.get(name)
+        if unhealthy_for is None or unhealthy_for < spec.recovery.member_unhealthy_timeout:
             continue
         pod = observed.pods.get(name)
         if pod is not None and (pod.starting or pod.failed):
             continue  # restarting on its data; the startup probe bounds how long that may take
         if removal_keeps_quorum(health, member):
-            return a.RemoveMember(f"{name} was unhealthy for {observed.now - since:.0f}s; replacing it",
+            return a.RemoveMember(f"{name} was unhealthy for {unhealthy_for:.0f}s; replacing it",
                                   name, member.id, replacing=True)
     if unhealthy:
         return a.Wait(health.message)

@@ -192,6 +192,7 @@ class ClusterReconciler:
             "QuorumLost": (by_type["QuorumLost"], True),
             "Alarm": (by_type["Alarm"], True),
             "SpecAccepted": (by_type["SpecAccepted"], False),
+            "AnnotationsAccepted": (by_type["AnnotationsAccepted"], False),
             "OddSize": (by_type["OddSize"], False),
         }
         for name, (condition, bad_status) in warnings.items():

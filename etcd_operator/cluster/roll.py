@@ -87,9 +87,9 @@ def roll_failure(observed: Observed, health: Health, desired_hash: str) -> a.Rol
             return a.RollFailed(f"{pod.name} does not run etcd with the new pod spec ({pod.waiting_reason})",
                                 pod.name, desired_hash)
         member_id = ids.get(pod.name)
-        since = observed.unhealthy_since.get(pod.name)
-        if member_id is not None and since is not None and observed.now - since >= ROLL_DEADLINE:
-            return a.RollFailed(f"{pod.name} was not healthy {observed.now - since:.0f}s after it was rolled "
+        unhealthy_for = observed.unhealthy_for.get(pod.name)
+        if member_id is not None and unhealthy_for is not None and unhealthy_for >= ROLL_DEADLINE:
+            return a.RollFailed(f"{pod.name} was not healthy {unhealthy_for:.0f}s after it was rolled "
                                 f"(limit {ROLL_DEADLINE:.0f}s, from its startup probe)", pod.name, desired_hash)
     return None
 

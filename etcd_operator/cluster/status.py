@@ -98,6 +98,11 @@ def cluster_conditions(spec: ClusterSpec, observed: Observed, health: Health, ac
                                   "; ".join(p.message for p in problems)))
     else:
         result.append(c.Condition("SpecAccepted", True, "Accepted", ""))
+    if observed.annotation_problems:
+        result.append(c.Condition("AnnotationsAccepted", False, "InvalidAnnotation",
+                                  "; ".join(observed.annotation_problems)))
+    else:
+        result.append(c.Condition("AnnotationsAccepted", True, "Accepted", ""))
     even = spec.size % 2 == 0
     result.append(c.Condition(
         "OddSize", not even, "EvenSize" if even else "OddSize",
@@ -145,8 +150,8 @@ def member_entries(observed: Observed, health: Health) -> list[dict[str, Any]]:
         if status is not None:
             entry.update(dbSize=status.db_size, dbSizeInUse=status.db_size_in_use,
                          revision=status.revision, version=status.version)
-        if name in observed.unhealthy_since:
-            entry["unhealthySince"] = format_time(observed.unhealthy_since[name])
+        if name in observed.unhealthy_for:  # for people: no decision reads it back (cluster/timers.py)
+            entry["unhealthySince"] = format_time(observed.now - observed.unhealthy_for[name])
         entries.append(entry)
     return entries
 
@@ -164,7 +169,7 @@ def build_status(spec: ClusterSpec, observed: Observed, health: Health, action: 
         "currentVersion": observed.running_version or previous.get("currentVersion", ""),
         "clientURL": f"{naming.scheme(tls_plan.serves_tls(spec, observed))}://{naming.client_service_host(observed.cluster, observed.namespace)}"
                      f":{naming.CLIENT_PORT}",
-        "noQuorumSince": format_time(observed.no_quorum_since) if observed.no_quorum_since else None,
+        "noQuorumSince": None if observed.no_quorum_for is None else format_time(observed.now - observed.no_quorum_for),
         "conditions": c.merge(previous.get("conditions"), conditions, now, generation),
         "observedGeneration": generation,
     }

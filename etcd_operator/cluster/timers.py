@@ -1,30 +1,52 @@
-"""Carries the 'unhealthy since' and 'quorum lost since' clocks into this pass's
-observation. Pure."""
+"""The clocks behind the timed destructive steps: how long THIS operator process has itself
+seen each member unhealthy (memberUnhealthyTimeout: replacement, a learner's removal, a
+failed roll) and evidence that quorum is lost (quorumLossTimeout: recovery). Pure: the
+process's memory (Sightings) and its monotonic clock's reading come in as arguments.
+
+No start time is read back from status. One left there may belong to an earlier outage
+whose end was never written (the operator was down while the member recovered), or to
+another replica whose clock differs; either would declare the timeout early. A restarted
+or newly elected operator therefore waits the full timeout again."""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from typing import Mapping
 
 from etcd_operator.cluster.health import member_healthy, member_name, quorum_loss_evidence
 from etcd_operator.cluster.observed import Observed
-from etcd_operator.timefmt import parse_time
+
+# Sightings older than this are forgotten: a process that did not look for so long (its
+# passes failed) did not see what happened meanwhile. Passes come every few seconds while a
+# timer runs (the reconciler waits 3 s, or 10 s after a failed pass).
+SIGHTINGS_EXPIRE = 60.0
 
 
-def carry_timers(observed: Observed, previous_status: Mapping[str, Any],
-                 evidence_seen_since: float | None) -> Observed:
-    """`evidence_seen_since` is when this operator process began to see, in every pass since,
-    evidence that quorum is lost (None if its last pass did not see it). The quorum-loss
-    clock starts there and only there: a start time read back from status may belong to an
-    earlier outage whose end was never written, or to another replica, and would declare
-    the loss early. A restarted operator therefore waits the full timeout again."""
-    previous = {m.get("name"): parse_time(m.get("unhealthySince")) for m in previous_status.get("members") or []}
+@dataclasses.dataclass(frozen=True)
+class Sightings:
+    """What one operator process saw, on its own monotonic clock, pass after pass."""
+
+    at: float | None = None  # the pass that recorded them
+    unhealthy_since: Mapping[str, float] = dataclasses.field(default_factory=dict)  # member -> unhealthy in every pass since
+    quorum_loss_since: float | None = None  # evidence of a lost quorum in every pass since
+
+
+def carry_timers(observed: Observed, seen: Sightings, monotonic_now: float) -> tuple[Observed, Sightings]:
+    """This pass's timers (`observed.unhealthy_for`, `observed.no_quorum_for`, in seconds)
+    and the sightings to remember for the next pass. A member seen healthy, or not seen in
+    the member list, starts from zero the next time it is seen unhealthy."""
+    if seen.at is None or not 0.0 <= monotonic_now - seen.at <= SIGHTINGS_EXPIRE:
+        seen = Sightings()
     unhealthy_since = {}
     for member in observed.etcd.members:
         name = member_name(observed, member)
         if name and not member_healthy(observed, member.id):
-            unhealthy_since[name] = previous.get(name) or observed.now
-    no_quorum_since = None
+            unhealthy_since[name] = seen.unhealthy_since.get(name, monotonic_now)
+    quorum_loss_since = None
     if quorum_loss_evidence(observed):
-        no_quorum_since = evidence_seen_since if evidence_seen_since is not None else observed.now
-    return dataclasses.replace(observed, unhealthy_since=unhealthy_since, no_quorum_since=no_quorum_since)
+        quorum_loss_since = seen.quorum_loss_since if seen.quorum_loss_since is not None else monotonic_now
+    observed = dataclasses.replace(
+        observed,
+        unhealthy_for={name: monotonic_now - since for name, since in unhealthy_since.items()},
+        no_quorum_for=None if quorum_loss_since is None else monotonic_now - quorum_loss_since)
+    return observed, Sightings(monotonic_now, unhealthy_since, quorum_loss_since)

@@ -55,10 +55,7 @@ def target_cluster(obj: Mapping[str, Any], shard: Shard = Shard()) -> TargetClus
         records, records_error = parse_records(annotations.get(builders.ANNOTATION_RESTORED_FROM)), None
     except ValueError as e:
         records, records_error = (), str(e)
-    try:
-        min_ordinal = int(annotations.get(naming.ANNOTATION_MIN_ORDINAL) or 0)
-    except ValueError:
-        min_ordinal = 0
+    min_ordinal, _ = naming.min_ordinal(annotations)  # the cluster's own condition reports a bad one
     return TargetCluster(
         name=meta["name"], uid=meta["uid"], resource_version=meta.get("resourceVersion", ""),
         spec=spec, spec_error=spec_error,

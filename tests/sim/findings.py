@@ -4,6 +4,7 @@ that finding; any other violation fails the suite."""
 
 from __future__ import annotations
 
+from etcd_operator.cluster import actions as a
 from etcd_operator.cluster import naming
 
 from tests.sim import invariants as inv
@@ -46,6 +47,34 @@ def _newer_member_answered(sim) -> bool:
                for _, d in inv.surviving_data(world))
 
 
+def _status_and_own_timer(sim, name: str | None, member_id: int | None) -> tuple[float | None, float]:
+    """How long status showed the member unhealthy (read on the acting process's clock), and
+    how long the acting process itself had seen it unhealthy."""
+    shown = sim.status_unhealthy_for.get(name)
+    return shown, sim.operator.unhealthy_for(sim.world.now).get(member_id, 0.0)
+
+
+def _replaced_on_status_timer(sim) -> bool:
+    action, spec = sim.last_decision.action, sim.last_decision.acting_spec
+    shown, seen = _status_and_own_timer(sim, action.member, action.member_id)
+    return shown is not None and shown >= spec.recovery.member_unhealthy_timeout > seen
+
+
+def _timer_in_the_future(sim) -> bool:
+    """Status's start time for an unhealthy member lies ahead of the acting process's clock (a
+    standby whose clock is behind): its timer stays at zero and it is never replaced (or, a
+    learner, never removed)."""
+    health = sim.last_decision.health
+    for member in health.members:
+        if health.is_healthy(member):
+            continue
+        name = naming.member_from_peer_url("sim", "ns", member.peer_urls[0])
+        shown, seen = _status_and_own_timer(sim, name, member.id)
+        if shown is not None and shown < seen - 1.0:
+            return True
+    return False
+
+
 def classify(sim, violation: inv.Violation) -> str | None:
     known = _classify(sim, violation)
     if known is None and sim.stale_acted:
@@ -65,6 +94,8 @@ def _classify(sim, violation: inv.Violation) -> str | None:
                                 and world.up_members(g) for g in world.groups.values()):
         return "recovery_resurrects_old_members"
     decision = sim.last_decision
+    if violation.invariant == "member_replaced_after_own_timeout" and _replaced_on_status_timer(sim):
+        return "unhealthy_timer_read_from_status"
     if (violation.invariant == "quorum_kept_by_actions" and "StopMemberPod" in violation.message
             and decision is not None and decision.action.kind == "StopMemberPod"):
         return "recovery_not_abandoned_when_quorum_returns"
@@ -83,6 +114,9 @@ def _classify(sim, violation: inv.Violation) -> str | None:
             return "recovery_survivor_lost_data"
         if "while a surviving member has" in violation.message and not _newer_member_answered(sim):
             return "recovery_survivor_not_newest"
+    if violation.invariant == "converges_to_spec" and isinstance(decision.action, a.Wait) \
+            and _timer_in_the_future(sim):
+        return "unhealthy_timer_read_from_status"
     operation = sim.status.get("operation") or {}
     if violation.invariant == "converges_to_spec" and operation.get("member"):
         pvc = world.pvcs.get(naming.pvc_name(operation["member"]))
@@ -102,8 +136,18 @@ def _classify(sim, violation: inv.Violation) -> str | None:
 # Found on main at 10d8d78 and fixed by main at 25d1e7b (cluster-ID check in the observer, learners
 # handled only with quorum, set-aside of non-survivor data, RestartFailedPod, restart of broken
 # outdated members) and 0cb7c57 (recovery called off when quorum returns, the quorum-loss clock
-# kept by the acting process); their signatures stay so that a regression is named.
+# kept by the acting process); unhealthy_timer_read_from_status found at 2262756 (operator_down,
+# standby_takeover; seed 11) and fixed by the commit after it (cluster/timers.py: every timer on the
+# acting process's monotonic clock); their signatures stay so that a regression is named.
 FIXED = {
+    "unhealthy_timer_read_from_status": (
+        "memberUnhealthyTimeout is timed from status.members[].unhealthySince, a wall-clock time read back "
+        "from status (cluster/timers.py carry_timers): after operator downtime (the member recovered and "
+        "failed again unseen) or a restart, or under a standby whose clock is ahead, a member is replaced "
+        "(RemoveMember replacing=True, its PVC deleted) long before the acting process saw it unhealthy for "
+        "the timeout (the second-truncated start time alone makes it up to 1 s early); under a standby whose "
+        "clock is behind, the start time lies in its future and an unhealthy member is never replaced (a "
+        "learner that never catches up never removed)"),
     "recovery_waits_on_broken_survivor_pod": (
         "during a quorum recovery (status.operation set) plan() goes straight to _plan_quorum_recovery, so "
         "RestartFailedPod and the restart of a broken outdated pod never apply there: when the survivor's "

@@ -72,8 +72,8 @@ ON_ATTEMPT = {"one_membership_change_in_flight", "recovery_needs_approval", "quo
 class ActionChecks:
     """Computed before an action runs; `after` raises once the action took effect."""
 
-    def __init__(self, world: World, action: a.Action, recovery_allowed: bool, skew_span: float,
-                 spec, quorum_lost_waiting: bool):
+    def __init__(self, world: World, action: a.Action, recovery_allowed: bool,
+                 spec, quorum_lost_waiting: bool, seen_unhealthy_for: dict | None = None):
         self.world = world
         self.action = action
         self.quorum_before = has_quorum(world, world.main, staying=True)
@@ -83,13 +83,14 @@ class ActionChecks:
         self.pending: list[str] = []
         self._membership_in_flight()
         self._recovery_needs_approval(recovery_allowed)
-        self._force_new_after_true_loss(spec, skew_span)
+        self._force_new_after_true_loss(spec)
         self._data_kept_while_needed()
         self._failed_roll_keeps_members()
         self._leader_kept_while_others_can_lead()
         self._nothing_destructive_while_waiting(quorum_lost_waiting)
         self._nospace_remediated_in_place()
         self._one_member_stops_at_a_time()
+        self._replaced_after_own_timeout(spec, seen_unhealthy_for)
 
     def _add(self, invariant: str, message: str) -> None:
         self.pending.append((invariant, message))
@@ -112,18 +113,19 @@ class ActionChecks:
             self._add("recovery_needs_approval",
                       f"{self.action.kind} without spec.recovery.automaticQuorumRecovery or the approval annotation")
 
-    def _force_new_after_true_loss(self, spec, skew_span: float) -> None:
-        """force_new_cluster_only_after_true_loss: quorum truly lost for the timeout (less the
-        clock skew the operator could not see), and the survivor holds the newest data."""
+    def _force_new_after_true_loss(self, spec) -> None:
+        """force_new_cluster_only_after_true_loss: quorum truly lost for the timeout (the
+        operator times it on its monotonic clock: wall-clock steps do not count), and the
+        survivor holds the newest data."""
         action, world = self.action, self.world
         main = world.main
         if isinstance(action, a.BeginQuorumRecovery):
             timeout = quorum_loss_timeout(spec)
             lost_for = None if main is None or main.lost_since is None else world.now - main.lost_since
-            if lost_for is None or lost_for < timeout - skew_span - 1.0:
+            if lost_for is None or lost_for < timeout - 1.0:
                 self._add("force_new_cluster_only_after_true_loss",
                           f"recovery begun while quorum {'held' if lost_for is None else f'was lost for only {lost_for:.0f}s'}"
-                          f" (timeout {timeout:.0f}s, skew span {skew_span:.0f}s)")
+                          f" (timeout {timeout:.0f}s)")
         if isinstance(action, (a.BeginQuorumRecovery, a.ForceNewCluster)):
             pvc = world.pvcs.get(naming.pvc_name(action.member))
             target = pvc.data if pvc is not None else None
@@ -134,6 +136,24 @@ class ActionChecks:
                 self._add("force_new_cluster_only_after_true_loss",
                           f"{action.kind} on {action.member} with applied index "
                           f"{target.applied if target else 'none (no data)'} while a surviving member has {newest}")
+
+    def _replaced_after_own_timeout(self, spec, seen_unhealthy_for: dict | None) -> None:
+        """member_replaced_after_own_timeout: a member whose PVC is still there is replaced only
+        after the acting process itself saw it unhealthy, in every one of its passes, for
+        memberUnhealthyTimeout of model time. A restarted or newly elected operator waits the
+        full timeout again. (A member whose PVC is gone is replaced on that evidence, untimed.)"""
+        action, world = self.action, self.world
+        if not (isinstance(action, a.RemoveMember) and action.replacing) or seen_unhealthy_for is None:
+            return
+        pvc = world.pvcs.get(naming.pvc_name(action.member))
+        if pvc is None or pvc.deleting:
+            return
+        seen = seen_unhealthy_for.get(action.member_id)
+        timeout = spec.recovery.member_unhealthy_timeout
+        if seen is None or seen < timeout:
+            self._add("member_replaced_after_own_timeout",
+                      f"{action.member} replaced after the acting process saw it unhealthy for "
+                      f"{'no pass' if seen is None else f'{seen:.0f}s'} (memberUnhealthyTimeout {timeout:.0f}s)")
 
     def _data_kept_while_needed(self) -> None:
         action, world = self.action, self.world

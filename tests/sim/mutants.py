@@ -41,8 +41,8 @@ def _learners_promote_without_quorum(spec, observed, health_, names):
         name = names[learner.id] or learner.hex_id
         if learner.name:  # guard removed: `health.is_healthy(learner) and health.has_quorum`
             return a.PromoteLearner(f"{name} has caught up", name, learner.id)
-        since = observed.unhealthy_since.get(name)
-        if since is not None and observed.now - since >= spec.recovery.member_unhealthy_timeout:
+        unhealthy_for = observed.unhealthy_for.get(name)
+        if unhealthy_for is not None and unhealthy_for >= spec.recovery.member_unhealthy_timeout:
             return a.RemoveMember(f"learner {name} did not catch up", name, learner.id)
         return a.Wait(f"learner {name} is catching up")
     return None
@@ -144,11 +144,17 @@ def _replace_without_quorum_check(spec, observed, health_, names):
         if health_.is_healthy(member):
             continue
         name = names[member.id] or member.hex_id
-        since = observed.unhealthy_since.get(name)
-        if since is not None and observed.now - since >= spec.recovery.member_unhealthy_timeout:
+        unhealthy_for = observed.unhealthy_for.get(name)
+        if unhealthy_for is not None and unhealthy_for >= spec.recovery.member_unhealthy_timeout:
             # guard removed: removal_keeps_quorum before replacing an unhealthy member
             return a.RemoveMember(f"{name} unhealthy; replacing", name, member.id, replacing=True)
     return _ORIGINAL["_replace_or_shrink"](spec, observed, health_, names)
+
+
+def _replace_without_waiting(spec, observed, health_, names):
+    # guard removed: an unhealthy member is replaced only after memberUnhealthyTimeout
+    hasty = dataclasses.replace(spec, recovery=dataclasses.replace(spec.recovery, member_unhealthy_timeout=0.0))
+    return _ORIGINAL["_replace_or_shrink"](hasty, observed, health_, names)
 
 
 def _no_pod_stopping(observed, member):
@@ -194,6 +200,8 @@ MUTANTS = (
            ((planner, "_handle_learners", _add_learner_while_learner_pending),)),
     Mutant("replace_unhealthy_without_quorum_check", "replacing an unhealthy member keeps quorum",
            ((planner, "_replace_or_shrink", _replace_without_quorum_check),)),
+    Mutant("replace_without_waiting_the_timeout", "an unhealthy member is replaced only after memberUnhealthyTimeout",
+           ((planner, "_replace_or_shrink", _replace_without_waiting),)),
     Mutant("act_under_alarm_or_when_cut_off", "nothing removed/replaced/rolled under an alarm or when cut off",
            ((planner, "HOLD_STATES", frozenset()),)),
     Mutant("recovery_not_called_off_when_quorum_returns", "a recorded recovery is abandoned once quorum is back",

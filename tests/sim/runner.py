@@ -15,6 +15,8 @@ from etcd_operator.cluster.observed import Member
 from etcd_operator.cluster.observed import RollRecord
 from etcd_operator.cluster.spec import ClusterSpec
 from etcd_operator.cluster.status import build_status
+from etcd_operator.cluster.timers import Sightings
+from etcd_operator.timefmt import parse_time
 
 from tests.sim import effects, findings, invariants as inv
 from tests.sim.view import observe
@@ -37,7 +39,24 @@ FAULT_WEIGHTS = {
     "kill_member": 8, "crash_loop": 4, "delete_pod": 5, "evict_pod": 3, "lose_data": 3,
     "partition": 6, "nospace": 4, "corrupt": 1, "resize": 7, "version": 4, "bad_image": 2,
     "operator_kill": 5, "clock_skew": 3, "foreign_etcd": 3, "approve": 1, "fragment": 2, "isolate_member": 4,
+    "operator_down": 2, "standby_takeover": 2,
 }
+NEW_PROCESS_FAULTS = ("operator_down", "standby_takeover")
+OPERATOR_DOWN_SECONDS = (20.0, 240.0)
+DOWN_TICK = 2.0  # the world advances in these steps while no operator runs
+STANDBY_CLOCK_ERROR = (-60.0, 600.0)  # a standby's wall clock, against the true time
+PROCESS_CLOCK_ORIGIN = 1000.0  # a process's monotonic clock when it starts (the node's uptime)
+
+
+def status_unhealthy_for(status: dict, now: float) -> dict:
+    """How long status.members[].unhealthySince says each member has been unhealthy, read on
+    a clock showing `now`."""
+    found = {}
+    for member in status.get("members") or []:
+        since = parse_time(member.get("unhealthySince"))
+        if since is not None:
+            found[member.get("name")] = now - since
+    return found
 
 
 def merge_patch(target: dict, patch: dict) -> dict:
@@ -92,8 +111,30 @@ class Replica:
     """One operator process: what it last wrote and what it will do when killed."""
 
     name: str
+    started_at: float  # true time
+    clock_error: float = 0.0  # its wall clock against the true time, before any clock_skew step
     kill_pending: bool = False
-    quorum_loss_seen_since: float | None = None  # in the process's memory: lost when it is killed
+    sightings: Sightings = Sightings()  # the operator's memory (ClusterObserver.sightings): lost with the process
+    # Model truth about this process, for the invariant (not the operator's memory): member id
+    # -> the true time since which every pass of this process has shown the member unhealthy.
+    saw_unhealthy_since: dict = dataclasses.field(default_factory=dict)
+
+    def saw(self, observed, now: float) -> None:
+        """Records one pass's observation: a member in the member list that does not answer
+        with a leader is unhealthy; anything else ends the run of unhealthy sightings."""
+        seen = {}
+        for member in observed.etcd.members:
+            status = observed.etcd.statuses.get(member.id)
+            if status is None or status.leader_id == 0:
+                seen[member.id] = self.saw_unhealthy_since.get(member.id, now)
+        self.saw_unhealthy_since = seen
+
+    def monotonic(self, now: float) -> float:
+        """The process's monotonic clock: it runs with the true time from an origin of its own."""
+        return now - self.started_at + PROCESS_CLOCK_ORIGIN
+
+    def unhealthy_for(self, now: float) -> dict:
+        return {member_id: now - since for member_id, since in self.saw_unhealthy_since.items()}
 
 
 class Sim:
@@ -106,9 +147,16 @@ class Sim:
         size = rng.choice((1, 2, 3, 3, 3, 4, 5, 5))
         self.auto_recovery = rng.random() < 0.35
         self.weights = dict(FAULT_WEIGHTS)
-        if family.startswith(FOCUS):
-            for kind in family.removeprefix(FOCUS).split("+"):
-                self.weights[kind] *= 10
+        focused = family.removeprefix(FOCUS).split("+") if family.startswith(FOCUS) else []
+        for kind in focused:
+            self.weights[kind] *= 10
+        if family != "main":
+            for kind in set(NEW_PROCESS_FAULTS) - set(focused):
+                # A new operator process only restarts its timers, which the main family covers.
+                # Weight 0 draws exactly as before, so the other families keep their schedules
+                # (and the rare seeds that kill the mutants hunted in focus families).
+                self.weights[kind] = 0
+        if focused:
             self.auto_recovery = True
         self.spec_dict = base_spec(size, self.auto_recovery)
         self.annotations: dict[str, str] = {}
@@ -116,7 +164,6 @@ class Sim:
         self._spec_cache: ClusterSpec | None = None
         self.status: dict = {}
         self.skew = 0.0
-        self.skew_min = self.skew_max = 0.0
         self.unreachable: dict[str, int] = {}  # pod name -> last step it stays unreachable
         self.fault_steps = rng.randint(8, 45)
         self.fault_rate = rng.uniform(0.15, 0.5)
@@ -124,7 +171,8 @@ class Sim:
         self.replay: collections.deque = collections.deque(maxlen=REPLAY_LINES)
         self.actions: collections.Counter = collections.Counter()
         self.stats: collections.Counter = collections.Counter()
-        self.operator = Replica("op")
+        self.operator = Replica("op", self.world.now)
+        self.status_unhealthy_for: dict = {}  # by member name, as status showed it before the last step
         self.history: collections.deque = collections.deque(maxlen=6)  # (observed, status, spec) of past passes
         self.stale_until = -1
         self.stale_lag = 0
@@ -310,9 +358,45 @@ class Sim:
         self._log("operator_kill")
 
     def _fault_clock_skew(self):
-        self.skew = self.rng.uniform(-MAX_SKEW, MAX_SKEW)
-        self.skew_min, self.skew_max = min(self.skew_min, self.skew), max(self.skew_max, self.skew)
+        """The operator's wall clock is stepped (NTP) around its error."""
+        self.skew = self.operator.clock_error + self.rng.uniform(-MAX_SKEW, MAX_SKEW)
         self._log(f"clock_skew {self.skew:+.1f}s")
+
+    def _new_process(self, clock_error: float | None = None) -> None:
+        """Another operator process acts from now on: it remembers nothing, and its wall clock
+        may differ."""
+        if clock_error is None:
+            clock_error = self.operator.clock_error
+        self.operator = Replica("op", self.world.now, clock_error=clock_error)
+        self.skew = clock_error
+
+    def _fault_operator_down(self):
+        """The operator is down for a while (no pass runs; its status stays as it last wrote it)
+        and a new process starts. Half the time a member fails just before it returns, preferably
+        one that status shows unhealthy from before (it recovered meanwhile, or never did)."""
+        w = self.world
+        length = self.rng.uniform(*OPERATOR_DOWN_SECONDS)
+        flap = None
+        if self.rng.random() < 0.5:
+            listed = {m.get("name") for m in self.status.get("members") or [] if m.get("unhealthySince")}
+            pods = sorted((p for p in w.pods.values() if not p.deleting), key=lambda p: (p.name not in listed, p.name))
+            flap = pods[0] if pods and pods[0].name in listed else self._some_pod()
+        before = self.rng.uniform(1.0, 10.0) if flap else 0.0  # it fails this long before the operator returns
+        end = w.now + length
+        while w.now < end - before:
+            w.advance(min(DOWN_TICK, end - before - w.now))
+        if flap:
+            flap.isolated_until = w.now + self.rng.uniform(30.0, 120.0)
+        while w.now < end:
+            w.advance(min(DOWN_TICK, end - w.now))
+        self._new_process()
+        self._log(f"operator_down for {length:.0f}s"
+                  + (f", {flap.name} isolated from its peers {before:.0f}s before it returns" if flap else ""))
+
+    def _fault_standby_takeover(self):
+        """A standby takes over at once; its wall clock differs from the old leader's."""
+        self._new_process(self.rng.uniform(*STANDBY_CLOCK_ERROR))
+        self._log(f"standby_takeover with its clock {self.operator.clock_error:+.0f}s off")
 
     def _fault_foreign_etcd(self):
         w = self.world
@@ -347,9 +431,10 @@ class Sim:
         w = self.world
         spec = self.spec
         unreachable = self.unreachable_now()
-        observed = observe(w, self.status, self.annotations, unreachable, self.skew,
-                           self.operator.quorum_loss_seen_since)
-        self.operator.quorum_loss_seen_since = observed.no_quorum_since
+        observed, self.operator.sightings = observe(w, self.status, self.annotations, unreachable, self.skew,
+                                                    self.operator.sightings, self.operator.monotonic(w.now))
+        self.operator.saw(observed, w.now)
+        self.status_unhealthy_for = status_unhealthy_for(self.status, observed.now)
         decision = decide(spec, observed, self.spec_dict)
         self.last_decision = decision
         try:
@@ -360,17 +445,18 @@ class Sim:
         killed = self.operator.kill_pending
         self.operator.kill_pending = False
         mode = self.rng.choice(("before", "mid", "after")) if killed else None
-        outcome = self.apply(decision, observed, "op", kill_mid=mode == "mid", skip=mode == "before")
+        outcome = self.apply(decision, observed, "op", kill_mid=mode == "mid", skip=mode == "before",
+                             seen_unhealthy_for=self.operator.unhealthy_for(w.now))
         self.history.append((observed, self.status, spec))
         if mode is None and not outcome.aborted:
             self.status = merge_patch(self.status, build_status(
                 spec, observed, decision.health, decision.action, list(decision.conditions), self.status,
                 self.generation, extra={**decision.status_fields(), **(outcome.status_patch or {})}))
-        elif observed.no_quorum_since is None and self.status.get("noQuorumSince"):
+        elif observed.no_quorum_for is None and self.status.get("noQuorumSince"):
             self.lost_timer_reset = True  # the pass that saw quorum again never wrote its status
         if killed:
             self.stats["operator_killed"] += 1
-            self.operator.quorum_loss_seen_since = None  # a new process remembers nothing
+            self._new_process()  # a new process remembers nothing
         action = decision.action
         paced = pacing.next_pass(action, outcome.done)
         if paced is not None:
@@ -398,7 +484,9 @@ class Sim:
             self.stats["stale_status_written"] += 1
 
     def apply(self, decision, observed, actor: str, kill_mid: bool = False, skip: bool = False,
-              spec: ClusterSpec | None = None) -> effects.Outcome:
+              spec: ClusterSpec | None = None, seen_unhealthy_for: dict | None = None) -> effects.Outcome:
+        """`seen_unhealthy_for`: how long the acting process saw each member unhealthy (model
+        time); None for the stale replica, whose view is the live process's of passes ago."""
         w = self.world
         action = decision.action
         acting = spec or decision.acting_spec
@@ -409,8 +497,8 @@ class Sim:
         else:
             waiting = (not self.recovery_allowed and self.status_condition("QuorumLost") == "True"
                        and decision.health.state.value == "QuorumLost")
-            checks = inv.ActionChecks(w, action, self.recovery_allowed, self.skew_max - self.skew_min,
-                                      decision.acting_spec, waiting)
+            checks = inv.ActionChecks(w, action, self.recovery_allowed,
+                                      decision.acting_spec, waiting, seen_unhealthy_for)
             ctx = effects.Context(w, acting, observed, kill_at_kill_point=kill_mid, annotations=self.annotations)
             leader_before = w.main.leader if w.main else None
             outcome = effects.run(ctx, action)

@@ -11,7 +11,7 @@ from etcd_operator.cluster import naming
 from etcd_operator.cluster.observed import (DefragmentationRecord, EtcdView, MemberStatus, Observed, Operation, PodView,
                                             PVCView, RollRecord, SpaceRecoveryRecord)
 from etcd_operator.cluster.identity import member_list_sources, parse_hex_id, split_foreign
-from etcd_operator.cluster.timers import carry_timers
+from etcd_operator.cluster.timers import Sightings, carry_timers
 
 from tests.sim.world import CLUSTER, NAMESPACE, Foreign, World
 
@@ -75,8 +75,9 @@ def status_at(world: World, ip: str, serving: dict):
 
 
 def observe(world: World, status: Mapping[str, Any], annotations: Mapping[str, str], unreachable: set[str],
-            skew: float, evidence_seen_since: float | None) -> Observed:
-    """`evidence_seen_since` is the observing process's own memory (ClusterObserver.quorum_loss_seen_since)."""
+            skew: float, sightings: Sightings, monotonic_now: float) -> tuple[Observed, Sightings]:
+    """`sightings` and `monotonic_now` are the observing process's own memory and clock
+    (ClusterObserver.sightings and .clock); `skew` is its wall clock's error."""
     pods = {name: pod_view(world, world.pods[name]) for name in sorted(world.pods)}
     pvcs = {name: pvc_view(world.pvcs[name]) for name in sorted(world.pvcs)}
     recorded_cluster_id = parse_hex_id(status.get("clusterID"))
@@ -120,12 +121,12 @@ def observe(world: World, status: Mapping[str, Any], annotations: Mapping[str, s
     versions = [s.version for s in statuses.values()]
     observed = Observed(
         cluster=CLUSTER, namespace=NAMESPACE, uid="uid-cluster", now=world.now + skew,
-        pods=pods, pvcs=pvcs, etcd=etcd, unhealthy_since={}, no_quorum_since=None,
+        pods=pods, pvcs=pvcs, etcd=etcd, unhealthy_for={}, no_quorum_for=None,
         running_version=min(versions, key=lambda v: tuple(int(x) for x in v.split(".")), default=None),
         recovery_approved=annotations.get(naming.ANNOTATION_APPROVE_QUORUM_RECOVERY) == "true",
         operation=Operation.from_dict(status.get("operation")),
         bootstrapped=bool(status.get("clusterID")),
-        min_ordinal=int(annotations.get(naming.ANNOTATION_MIN_ORDINAL) or 0),
+        min_ordinal=naming.min_ordinal(annotations)[0],
         recorded_cluster_id=recorded_cluster_id,
         rollout=RollRecord.from_dict(status.get("rollout")),
         recorded_version=status.get("currentVersion") or None,
@@ -135,7 +136,7 @@ def observe(world: World, status: Mapping[str, Any], annotations: Mapping[str, s
         defrag_requested=annotations.get(naming.ANNOTATION_DEFRAGMENT) or None,
         defragmentation=DefragmentationRecord.from_dict(status.get("defragmentation")),
     )
-    return carry_timers(observed, status, evidence_seen_since)
+    return carry_timers(observed, sightings, monotonic_now)
 
 
 def _foreign_member(foreign: Foreign):

@@ -80,7 +80,7 @@ def observed(members: list[M], leader: int | None = 0, extra_pods=(), extra_pvcs
             pvcs[naming.pvc_name(m.name)] = PVCView(naming.pvc_name(m.name), f"pvc-{m.name}",
                                                      m.id if m.settled else None, False, None)
         if not m.healthy and m.unhealthy_for is not None:
-            unhealthy[m.name] = NOW - m.unhealthy_for
+            unhealthy[m.name] = m.unhealthy_for
     for pod in extra_pods:
         pods[pod.name] = pod
     for pvc in extra_pvcs:
@@ -91,8 +91,8 @@ def observed(members: list[M], leader: int | None = 0, extra_pods=(), extra_pvcs
         cluster=CLUSTER, namespace=NAMESPACE, uid="uid", now=NOW, pods=pods, pvcs=pvcs,
         etcd=EtcdView(tuple(etcd_members) if answered else (), statuses, 1 if answered else None, leader_id,
                       from_leader, {}, endpoints),
-        unhealthy_since=unhealthy,
-        no_quorum_since=(NOW - no_quorum_for) if no_quorum_for is not None else None,
+        unhealthy_for=unhealthy,
+        no_quorum_for=no_quorum_for,
         running_version="3.6.16" if answered else None,
         operation=operation,
         bootstrapped=bootstrapped,

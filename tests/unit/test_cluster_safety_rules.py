@@ -13,7 +13,7 @@ from etcd_operator.cluster.health import HealthState, quorum_loss_timeout
 from etcd_operator.cluster.identity import split_foreign
 from etcd_operator.cluster.observed import MemberStatus
 from etcd_operator.cluster.status import cluster_conditions
-from etcd_operator.cluster.timers import carry_timers
+from etcd_operator.cluster.timers import Sightings, carry_timers
 from tests.unit.cluster_scenarios import HASH, M, health_of, observed, spec
 
 NOSPACE = ((0x100, "NOSPACE"),)
@@ -91,18 +91,18 @@ def test_unreachable_members_with_ready_pods_are_not_evidence_of_quorum_loss():
 
 def test_the_quorum_loss_clock_does_not_start_without_evidence():
     o = observed([M(0), M(1), M(2)], leader=0, reachable={2})
-    assert carry_timers(o, {}, evidence_seen_since=o.now - 100).no_quorum_since is None
+    timed, seen = carry_timers(o, Sightings(at=997.0, quorum_loss_since=900.0), 1000.0)
+    assert timed.no_quorum_for is None and seen.quorum_loss_since is None
     lost = observed([M(0), M(1, healthy=False), M(2, healthy=False)], leader=None)
-    assert carry_timers(lost, {}, evidence_seen_since=None).no_quorum_since == lost.now
+    timed, seen = carry_timers(lost, Sightings(), 1000.0)
+    assert timed.no_quorum_for == 0.0 and seen.quorum_loss_since == 1000.0
 
 
-def test_the_quorum_loss_clock_is_this_process_own_not_a_start_time_left_in_status():
-    # An earlier outage's start was never cleared (the pass that saw quorum again was killed
-    # before its status write): it must not shorten this outage's timeout.
+def test_the_quorum_loss_clock_is_this_process_own():
+    # A new process starts from zero; a running one continues from what it saw itself.
     lost = observed([M(0), M(1, healthy=False), M(2, healthy=False)], leader=None)
-    stale = {"noQuorumSince": "1970-01-01T00:00:00Z"}
-    assert carry_timers(lost, stale, evidence_seen_since=None).no_quorum_since == lost.now
-    assert carry_timers(lost, stale, evidence_seen_since=lost.now - 30).no_quorum_since == lost.now - 30
+    assert carry_timers(lost, Sightings(), 1000.0)[0].no_quorum_for == 0.0
+    assert carry_timers(lost, Sightings(at=997.0, quorum_loss_since=970.0), 1000.0)[0].no_quorum_for == 30.0
 
 
 def test_quorum_loss_with_evidence_and_approval_starts_recovery():
@@ -235,7 +235,7 @@ def test_a_leader_reported_by_a_reachable_member_holds_even_when_other_pods_are_
                  no_quorum_for=10_000)
     s = auto_recovery(3)
     assert health_of(s, o).state == HealthState.UNREACHABLE
-    assert carry_timers(o, {}, evidence_seen_since=None).no_quorum_since is None
+    assert carry_timers(o, Sightings(), 1000.0)[0].no_quorum_for is None
     assert isinstance(next_step(s, o, recovery_allowed=True), a.Wait)
 
 
