@@ -20,6 +20,7 @@ from etcd_operator.backup.source import SourceUnavailable, find_source
 from etcd_operator.backup.stream import SnapshotCorrupt
 from etcd_operator.backup.state import Observed, Prerequisites, RunState, ScheduleSpec, VerificationPolicy
 from etcd_operator.backup.status import build_status, changes, run_events
+from tests.unit.test_backup_planner import merge_patch
 from etcd_operator.etcd.client import EtcdError
 from etcd_operator.leadership import LeadershipLost
 from etcd_operator.membudget import BudgetTooSmall
@@ -44,19 +45,6 @@ def text(moment: datetime.datetime) -> str:
 
 def seen(prerequisites: Prerequisites | None = READY, generation: int = 1, deleting: bool = False) -> Observed:
     return Observed(T0, generation, prerequisites=prerequisites, deleting=deleting)
-
-
-def merge_patch(target: dict, patch: dict) -> dict:
-    """RFC 7386, as the API server applies the status patch."""
-    merged = dict(target)
-    for key, value in patch.items():
-        if value is None:
-            merged.pop(key, None)
-        elif isinstance(value, dict):
-            merged[key] = merge_patch(merged.get(key) if isinstance(merged.get(key), dict) else {}, value)
-        else:
-            merged[key] = value
-    return merged
 
 
 def one_pass(spec: ScheduleSpec, status: dict, now: datetime.datetime, observed: Observed | None = None,
