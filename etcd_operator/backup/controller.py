@@ -25,8 +25,9 @@ from etcd_operator.backup.planner import plan
 from etcd_operator.backup.state import Observed, Prerequisites, RunState, ScheduleSpec, ScratchPod
 from etcd_operator.backup.status import build_status, changes, run_events, schedule_events, verification_events
 from etcd_operator.kube import client as kube
-from etcd_operator.prerequisites import ClusterReadiness, secret_names
+from etcd_operator.prerequisites import ClusterReadiness
 from etcd_operator.shard import Shard
+from etcd_operator.storage.credentials import missing_secrets
 from etcd_operator.timefmt import now_text
 
 logger = logging.getLogger(__name__)
@@ -92,12 +93,10 @@ class BackupController:
         """Whether the cluster exists and has served, and which named Secrets are missing.
         A Secret's data is not read here (nor ever reported)."""
         namespace, cluster_name = meta["namespace"], spec["clusterRef"]["name"]
-        names = secret_names(spec["storage"]["s3"])
-        cluster, *secrets = await asyncio.gather(self.kube.get(kube.ETCDCLUSTERS, namespace, cluster_name),
-                                                 *(self.kube.get(kube.SECRETS, namespace, n) for n in names))
+        cluster, missing = await asyncio.gather(self.kube.get(kube.ETCDCLUSTERS, namespace, cluster_name),
+                                                missing_secrets(self.kube, namespace, spec["storage"]["s3"]))
         return Prerequisites(namespace, cluster_name,
-                             None if cluster is None else ClusterReadiness.from_body(cluster),
-                             tuple(n for n, secret in zip(names, secrets) if secret is None))
+                             None if cluster is None else ClusterReadiness.from_body(cluster), missing)
 
     async def reconcile(self, body: Mapping[str, Any]) -> float | None:
         current = await self.observe(body)

@@ -2,11 +2,12 @@
 
 Conditions: Available (a backup exists), Progressing (a run or a verification is under
 way; False with reason WaitingFor... while a due run waits for its cluster or a Secret, and
-BackupRetryScheduled while a failed attempt waits for its retry), Degraded (the last run failed, a verification found a backup that differs from its
-source, a verification gave no verdict in all its attempts, or the schedule is refused). A
-run's failure stays reported until a run succeeds, through every new slot of an outage; a
-failed or incomplete verification's, until a verification gives a verdict; a refused
-schedule's, until the schedule is accepted."""
+BackupRetryScheduled while a failed attempt waits for its retry), Degraded (the last run
+failed, a verification found a backup that differs from its source, a verification gave no
+verdict in all its attempts, or the schedule is refused). A run's failure stays reported
+until a run succeeds, through every new slot of an outage; a failed or incomplete
+verification's, until a verification gives a verdict; a refused schedule's, until the
+schedule is accepted."""
 
 from __future__ import annotations
 

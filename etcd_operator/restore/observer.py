@@ -11,10 +11,10 @@ from etcd_operator.cluster import naming
 from etcd_operator.cluster.spec import ClusterSpec
 from etcd_operator.kube import client as kube
 from etcd_operator.restore import builders
-from etcd_operator.prerequisites import secret_names
 from etcd_operator.restore.observed import ObjectState, Observed, SourceState, TargetCluster, parse_records
 from etcd_operator.restore.spec import RestoreSpec, RestoreStatus
 from etcd_operator.shard import Shard
+from etcd_operator.storage.credentials import missing_secrets
 
 KINDS = ((kube.PODS, "Pod"), (kube.PVCS, "PersistentVolumeClaim"), (kube.SERVICES, "Service"),
          (kube.PDBS, "PodDisruptionBudget"))
@@ -121,7 +121,7 @@ class RestoreObserver:
         backup_name = (spec.source.get("backupRef") or {}).get("name")
         if backup_name is None:
             s3 = spec.source.get("s3") or {}
-            return SourceState(missing_secrets=await self._missing_secrets(namespace, s3))
+            return SourceState(missing_secrets=await missing_secrets(self.kube, namespace, s3))
         backup = await self.kube.get(kube.ETCDBACKUPS, namespace, backup_name)
         if backup is None:
             return SourceState(backup_name, backup_found=False, backup_completed=False)
@@ -129,12 +129,8 @@ class RestoreObserver:
         s3 = ((backup.get("spec") or {}).get("storage") or {}).get("s3") or {}
         return SourceState(backup_name, backup_completed=bool(status.get("lastSuccessfulTime")),
                            backup_phase=status.get("phase") or "",
-                           missing_secrets=await self._missing_secrets(namespace, s3))
+                           missing_secrets=await missing_secrets(self.kube, namespace, s3))
 
-    async def _missing_secrets(self, namespace: str, s3: Mapping[str, Any]) -> tuple[str, ...]:
-        names = secret_names(s3)
-        found = await asyncio.gather(*(self.kube.get(kube.SECRETS, namespace, n) for n in names))
-        return tuple(n for n, secret in zip(names, found) if secret is None)
 
     async def _namespace_objects(self, namespace: str) -> tuple[ObjectState, ...]:
         listed = await asyncio.gather(*(self.kube.list(resource, namespace) for resource, _ in KINDS))

@@ -3,10 +3,12 @@ Secret values stay inside S3Location (repr-hidden) and are never logged or repor
 
 from __future__ import annotations
 
+import asyncio
 import base64
 from typing import Any, Mapping
 
 from etcd_operator.kube import client as kube
+from etcd_operator.prerequisites import secret_names
 from etcd_operator.storage.s3 import S3Location, StorageError
 
 
@@ -19,6 +21,13 @@ async def _secret_value(kube_client: kube.KubeClient, namespace: str, name: str,
     if key not in data:
         raise StorageError(f"Secret {namespace}/{name} has no key {key!r}", "SecretKeyNotFound", permanent=True)
     return base64.b64decode(data[key])
+
+
+async def missing_secrets(kube_client: kube.KubeClient, namespace: str, s3: Mapping[str, Any]) -> tuple[str, ...]:
+    """The Secrets a storage.s3 block names that do not exist (their data is not read here)."""
+    names = secret_names(s3)
+    found = await asyncio.gather(*(kube_client.get(kube.SECRETS, namespace, n) for n in names))
+    return tuple(n for n, secret in zip(names, found) if secret is None)
 
 
 # The only keys read from a credentials Secret. A spec that could name any key of any
