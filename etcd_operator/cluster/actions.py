@@ -95,6 +95,7 @@ class RemoveMember(Action):
     member: str = ""
     member_id: int = 0
     replacing: bool = False
+    learner_not_caught_up: bool = False  # counted in status.learnerJoins (cluster/learners.py)
 
     @property
     def changes_membership(self) -> bool:

@@ -10,9 +10,9 @@ from typing import Any, Mapping
 from etcd_operator import conditions as c
 from etcd_operator import versions
 from etcd_operator.cluster import actions as a
-from etcd_operator.cluster import builders, downgrade, roll, space
+from etcd_operator.cluster import builders, downgrade, learners, roll, space
 from etcd_operator.cluster.health import Health, diagnose
-from etcd_operator.cluster.observed import Observed, RollRecord
+from etcd_operator.cluster.observed import JoinRecord, Observed, RollRecord
 from etcd_operator.cluster.planner import plan
 from etcd_operator.cluster.spec import ClusterSpec, SpecProblem, spec_problems, version_change_problem
 from etcd_operator.cluster.status import cluster_conditions
@@ -28,11 +28,12 @@ class Decision:
     action: a.Action
     conditions: tuple[c.Condition, ...]
     rollout: RollRecord = RollRecord()  # status.rollout after this pass
+    learner_joins: JoinRecord = JoinRecord()  # status.learnerJoins after this pass
     version_skew: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # clusterVersion, mixedVersions
 
     def status_fields(self) -> dict[str, Any]:
         """What this module adds to status, next to status.build_status's fields."""
-        return {"rollout": self.rollout.to_dict(), **self.version_skew,
+        return {"rollout": self.rollout.to_dict(), "learnerJoins": self.learner_joins.to_dict(), **self.version_skew,
                 "quota": {"backendBytes": self.acting_spec.etcd.quota_backend_bytes}}
 
 
@@ -116,4 +117,6 @@ def decide(spec: ClusterSpec, observed: Observed, raw_spec: Mapping[str, Any] | 
     else:
         conditions.append(c.Condition("VersionSkew", False, "SameVersion", ""))
     conditions += space.space_conditions(acting_spec, observed, health, action)
-    return Decision(acting_spec, tuple(problems), health, action, tuple(conditions), rollout, skew)
+    conditions.append(learners.condition(observed, health, action))
+    return Decision(acting_spec, tuple(problems), health, action, tuple(conditions), rollout,
+                    learners.next_record(observed, action), skew)

@@ -236,7 +236,9 @@ class ClusterExecutor:
     async def _remove_member(self, action: a.RemoveMember, spec, observed) -> None:
         await self._leader_client(observed).remove(action.member_id)
         reason = "MemberReplaced" if action.replacing else "MemberRemoved"
-        self.post_event("Normal" if not action.replacing else "Warning", reason,
+        if action.learner_not_caught_up:
+            reason = "LearnerNotCaughtUp"
+        self.post_event("Warning" if action.replacing or action.learner_not_caught_up else "Normal", reason,
                         f"Removed {action.member} (id {action.member_id:x}) from etcd: {action.reason}")
         faults.hit(faults.AFTER_MEMBER_REMOVE)
 

@@ -9,6 +9,7 @@ from typing import Any, Mapping
 
 from etcd_operator.cluster.certs import TLSView
 from etcd_operator.cluster.spec import ClusterSpec
+from etcd_operator.timefmt import format_time, parse_time
 
 
 @dataclasses.dataclass(frozen=True)
@@ -204,6 +205,32 @@ class DefragmentationRecord:
 
 
 @dataclasses.dataclass(frozen=True)
+class JoinRecord:
+    """status.learnerJoins: learners removed in a row because they did not catch up."""
+
+    failures: int = 0
+    last_failure_at: float | None = None  # wall clock, when the last one was removed
+    last_member_id: int | None = None  # the last one removed: a retried removal counts once
+    last_reason: str = ""
+
+    def to_dict(self) -> dict[str, Any] | None:
+        if not self.failures:
+            return None
+        return {"failures": self.failures, "lastFailureAt": format_time(self.last_failure_at or 0.0),
+                "lastMemberID": f"{self.last_member_id or 0:x}", "lastReason": self.last_reason}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> "JoinRecord":
+        if not data or not data.get("failures"):
+            return cls()
+        try:
+            return cls(int(data["failures"]), parse_time(data.get("lastFailureAt") or ""),
+                       int(data.get("lastMemberID") or "0", 16), str(data.get("lastReason") or ""))
+        except (TypeError, ValueError):
+            return cls()  # unreadable: no wait rather than a pass that raises
+
+
+@dataclasses.dataclass(frozen=True)
 class Observed:
     cluster: str
     namespace: str
@@ -241,3 +268,4 @@ class Observed:
     space_recovery: SpaceRecoveryRecord | None = None  # status.spaceRecovery
     defrag_requested: str | None = None  # the etcd.operator.dev/defragment annotation's token
     defragmentation: DefragmentationRecord = DefragmentationRecord()  # status.defragmentation
+    learner_joins: JoinRecord = JoinRecord()  # status.learnerJoins: learners that did not catch up (cluster/learners.py)

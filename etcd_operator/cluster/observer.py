@@ -15,7 +15,7 @@ from etcd_operator.cluster.identity import member_list_sources, parse_hex_id, sp
 from etcd_operator.cluster.timers import Sightings, carry_timers
 from etcd_operator.cluster.tls_observer import TLSSecrets, served_certificates
 from etcd_operator.cluster.observed import (DefragmentationRecord, EtcdView, Observed, Operation, PodView, PVCView,
-                                            RollRecord, SpaceRecoveryRecord)
+                                            JoinRecord, RollRecord, SpaceRecoveryRecord)
 from etcd_operator.etcd.client import EtcdError
 from etcd_operator.etcd.pool import EtcdClientPool
 from etcd_operator.kube import client as kube
@@ -212,6 +212,7 @@ class ClusterObserver:
             space_recovery=SpaceRecoveryRecord.from_dict(status.get("spaceRecovery")),
             defrag_requested=(meta.get("annotations") or {}).get(naming.ANNOTATION_DEFRAGMENT) or None,
             defragmentation=DefragmentationRecord.from_dict(status.get("defragmentation")),
+            learner_joins=JoinRecord.from_dict(status.get("learnerJoins")),
         )
         if tls.rotation is not None:
             observed = dataclasses.replace(observed, tls=dataclasses.replace(

@@ -16,7 +16,7 @@ Invariants, each covered by tests/unit/test_cluster_planner.py and the fault sim
 from __future__ import annotations
 
 from etcd_operator.cluster import actions as a
-from etcd_operator.cluster import naming, roll, space, tls_plan
+from etcd_operator.cluster import learners, naming, roll, space, tls_plan
 from etcd_operator.cluster.health import (BROKEN_WAITING_REASONS, Health, HealthState,  # noqa: F401
                                           member_healthy, member_name, pod_broken, quorum_loss_evidence)
 from etcd_operator.cluster.observed import Member, Observed
@@ -153,6 +153,9 @@ def plan(
         return step
     voters = health.voters
     if len(voters) < spec.size:
+        step = learners.add_backoff(observed)
+        if step:
+            return step
         name = naming.member_name(observed.cluster, next_ordinal(observed))
         return a.AddLearner(f"scaling up to {spec.size}: {len(voters)} voting members", name)
     step = space.plan_volume_expansion(spec, observed)
@@ -293,9 +296,13 @@ def _handle_learners(spec: ClusterSpec, observed: Observed, health: Health,
         if learner.name and health.is_healthy(learner) and health.has_quorum:
             return a.PromoteLearner(f"{name} has caught up", name, learner.id)
         unhealthy_for = observed.unhealthy_for.get(name)
+        how = learners.progress(observed, learner).describe()
         if unhealthy_for is not None and unhealthy_for >= spec.recovery.member_unhealthy_timeout:
-            return a.RemoveMember(f"learner {name} did not catch up in {unhealthy_for:.0f}s", name, learner.id)
-        return a.WaitForLearner(f"learner {name} is catching up", unhealthy_for or 0.0)
+            failures = observed.learner_joins.failures + 1
+            return a.RemoveMember(f"learner {name} did not catch up in {unhealthy_for:.0f}s: {how}; the next member "
+                                  f"is added after {learners.join_backoff(failures):.0f}s (failure {failures} in a row)",
+                                  name, learner.id, learner_not_caught_up=True)
+        return a.WaitForLearner(f"learner {name} is catching up: {how}", unhealthy_for or 0.0)
     return None
 
 

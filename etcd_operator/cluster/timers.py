@@ -40,7 +40,8 @@ def carry_timers(observed: Observed, seen: Sightings, monotonic_now: float) -> t
     unhealthy_since = {}
     for member in observed.etcd.members:
         name = member_name(observed, member)
-        if name and not member_healthy(observed, member.id):
+        # A learner that has not published itself serves nothing, whatever Status says.
+        if name and (not member_healthy(observed, member.id) or (member.is_learner and not member.name)):
             unhealthy_since[name] = seen.unhealthy_since.get(name, monotonic_now)
     quorum_loss_since = None
     if quorum_loss_evidence(observed):

@@ -1,0 +1,113 @@
+"""A joining learner says how far it is, a learner that did not catch up is counted, and the
+next member is added only after a backoff (cluster/learners.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from etcd_operator.cluster import actions as a
+from etcd_operator.cluster import learners
+from etcd_operator.cluster.decision import decide
+from etcd_operator.cluster.observed import JoinRecord, MemberStatus
+from etcd_operator.cluster.timers import Sightings, carry_timers
+from tests.unit.cluster_scenarios import NOW, M, health_of, observed, spec
+from tests.unit.test_cluster_planner import next_step
+
+LEARNER = M(3, learner=True, started=False, healthy=False, unhealthy_for=10)
+
+
+def answering_learner(applied: int, committed: int, leader_committed: int = 20_000, unhealthy_for: float = 10):
+    """Three voters and a learner that answers Status but has not published itself."""
+    o = observed([M(0, applied=leader_committed), M(1), M(2), dataclasses.replace(LEARNER, unhealthy_for=unhealthy_for)])
+    learner = next(m for m in o.etcd.members if m.is_learner)
+    leader = o.etcd.statuses[o.etcd.leader_id]
+    statuses = {**o.etcd.statuses, learner.id: MemberStatus(1, learner.id, leader.member_id, "3.6.16", 1, 1, 5,
+                                                            committed, applied, 2, True, ())}
+    return dataclasses.replace(o, etcd=dataclasses.replace(o.etcd, statuses=statuses))
+
+
+def condition(o, s=None):
+    s = s or spec(5)
+    return learners.condition(o, health_of(s, o), next_step(s, o))
+
+
+def test_a_learner_too_far_behind_to_publish_says_so():
+    o = answering_learner(applied=2_100, committed=9_000)
+    cond = condition(o)
+    assert (cond.status, cond.reason) == (True, "TooFarBehind")
+    assert "applied index 2100 of the leader's 20000 (17900 behind)" in cond.message
+    assert "too many requests" in cond.message and "not published" in cond.message
+
+
+def test_a_learner_catching_up_within_the_gap_is_catching_up():
+    cond = condition(answering_learner(applied=8_000, committed=9_000))
+    assert (cond.status, cond.reason) == (True, "CatchingUp")
+    assert "too many requests" not in cond.message
+
+
+def test_a_learner_that_does_not_answer_is_unreachable():
+    cond = condition(observed([M(0), M(1), M(2), LEARNER]))
+    assert (cond.status, cond.reason) == (True, "LearnerUnreachable")
+
+
+def test_no_learner_no_backoff():
+    cond = condition(observed([M(0), M(1), M(2)]), spec(3))
+    assert (cond.status, cond.reason) == (False, "NoLearner")
+
+
+def test_an_unpublished_learner_that_answers_runs_the_timer_and_is_removed_with_its_progress():
+    # Status answers with a leader, so the member is "healthy"; unpublished, it serves
+    # nothing, and the catch-up timer must run for it all the same.
+    o = answering_learner(applied=2_100, committed=9_000)
+    o = dataclasses.replace(o, unhealthy_for={})
+    o, seen = carry_timers(o, Sightings(), 100.0)
+    assert o.unhealthy_for == {"c-3": 0.0}
+    o, seen = carry_timers(o, seen, 140.0)  # passes come every few seconds
+    o, _ = carry_timers(o, seen, 161.0)
+    assert o.unhealthy_for == {"c-3": 61.0}
+    step = next_step(spec(5), o)
+    assert isinstance(step, a.RemoveMember) and step.learner_not_caught_up and not step.replacing
+    assert "did not catch up in 61s" in step.reason and "too many requests" in step.reason
+    assert "the next member is added after 30s (failure 1 in a row)" in step.reason
+
+
+def test_a_removal_is_counted_once_per_learner_and_a_promotion_clears_the_count():
+    o = answering_learner(applied=2_100, committed=9_000, unhealthy_for=61)
+    step = next_step(spec(5), o)
+    record = learners.next_record(o, step)
+    assert (record.failures, record.last_failure_at, record.last_member_id) == (1, NOW, step.member_id)
+    retried = dataclasses.replace(o, learner_joins=record, now=NOW + 5)  # the removal failed; tried again
+    assert learners.next_record(retried, next_step(spec(5), retried)) == record
+    promoting = dataclasses.replace(observed([M(0), M(1), M(2), M(3, learner=True)]), learner_joins=record)
+    assert isinstance(next_step(spec(5), promoting), a.PromoteLearner)
+    assert learners.next_record(promoting, next_step(spec(5), promoting)) == JoinRecord()
+
+
+def test_the_next_add_waits_a_backoff_that_doubles_with_each_failure():
+    three = observed([M(0), M(1), M(2)])
+    once = dataclasses.replace(three, learner_joins=JoinRecord(1, NOW, 0x103, "it did not catch up"))
+    assert isinstance(next_step(spec(5), dataclasses.replace(once, now=NOW + 29)), a.Wait)
+    assert isinstance(next_step(spec(5), dataclasses.replace(once, now=NOW + 30)), a.AddLearner)
+    twice = dataclasses.replace(three, learner_joins=JoinRecord(2, NOW, 0x104, "it did not catch up"))
+    waiting = next_step(spec(5), dataclasses.replace(twice, now=NOW + 59))
+    assert isinstance(waiting, a.Wait) and "2 learner(s) in a row did not catch up" in waiting.reason
+    assert isinstance(next_step(spec(5), dataclasses.replace(twice, now=NOW + 60)), a.AddLearner)
+    cond = condition(dataclasses.replace(twice, now=NOW + 59))
+    assert (cond.status, cond.reason) == (False, "BackingOff")
+    assert learners.join_backoff(20) == learners.JOIN_BACKOFF_MAX
+
+
+def test_the_record_round_trips_through_status_and_a_malformed_one_is_ignored():
+    record = JoinRecord(2, 1_700_000_000.0, 0xABC, "learner c-3 did not catch up")
+    assert JoinRecord.from_dict(record.to_dict()) == record
+    assert JoinRecord().to_dict() is None
+    assert JoinRecord.from_dict({"failures": 2, "lastFailureAt": "yesterday"}) == JoinRecord()
+
+
+def test_decide_writes_the_record_and_the_condition():
+    o = answering_learner(applied=2_100, committed=9_000, unhealthy_for=61)
+    decision = decide(spec(5), o)
+    assert isinstance(decision.action, a.RemoveMember)
+    assert decision.status_fields()["learnerJoins"]["failures"] == 1
+    joining = next(cond for cond in decision.conditions if cond.type == "LearnerJoining")
+    assert joining.reason == "NotCaughtUp"
