@@ -24,7 +24,7 @@ from etcd_operator.etcd.client import ClientTLS, EtcdError, EtcdMemberClient
 from localkube import controlplane
 from localkube import layout as localkube_layout
 from tests.support.clusters import apply_cluster, condition, get_cluster, member_endpoints, member_pods, patch_spec
-from tests.support.clusters import wait_condition, wait_healthy
+from tests.support.clusters import FAST_RECOVERY, wait_condition, wait_healthy
 from tests.support.etcd_probes import _LoopThread
 from tests.support.etcd_process import free_port
 from tests.support.kubectl import kubectl, kubectl_json
@@ -222,7 +222,7 @@ def test_backup_and_restore_of_a_tls_cluster(tls_cluster, substrate):
 class TLSLoad(_LoopThread):
     """Puts and gets against every member, as a client with the user certificate would:
     credentials re-read when their Secret changes, and a request that a member cannot
-    serve (it is restarting, or lost leadership) retried on the next member, within a
+    serve (it is restarting, lost leadership, or is a learner) retried on the next member, within a
     deadline. A request counts as failed when no member served it in time, and any TLS
     handshake error counts as failed whether or not a retry succeeded."""
 
@@ -277,7 +277,9 @@ class TLSLoad(_LoopThread):
                 if any(word in e.detail.lower() for word in ("ssl", "handshake", "certificate", "tls")):
                     self.failed += 1
                     self.failures.append(f"TLS: {e}")
-                if not e.unavailable or time.monotonic() - started > self.DEADLINE:
+                # A learner refuses client requests; a client with every endpoint tries the next.
+                learner = "not supported for learner" in e.detail
+                if not (e.unavailable or learner) or time.monotonic() - started > self.DEADLINE:
                     self.failed += 1
                     self.failures.append(str(e))
                     return
@@ -350,3 +352,44 @@ def test_leaf_then_ca_rotation_under_load_fails_no_request(tls_cluster):
         leaf = pki.describe(secret_bytes(namespace, f"{CLUSTER}-{kind}-tls"))
         assert leaf.issuer_fingerprint == ca.fingerprint and leaf.trusted == (ca.fingerprint,), kind
     assert {p["metadata"]["uid"] for p in member_pods(namespace, CLUSTER)}.isdisjoint(pods_before.values())
+
+
+def test_after_a_ca_rotation_the_cluster_grows_and_replaces_a_member_under_load(tls_cluster):
+    """Rotate the CA, then scale up, then replace a member whose data is lost, all under a
+    client load that follows the client Secret: every new member must join with
+    certificates from the new CA and be trusted by members that started before it."""
+    namespace = tls_cluster
+    wait_healthy(namespace, CLUSTER, 3)
+    load = TLSLoad(namespace).start()
+    try:
+        wait_for(lambda: load.ok >= 20, 60, what="the load to get going")
+        kubectl("annotate", "etcdcluster", CLUSTER, "-n", namespace, "--overwrite",
+                f"{naming.ANNOTATION_ROTATE_CA}=ca-grow")
+        wait_for(lambda: rotated(namespace, "CA", "ca-grow"), 300, interval=2.0, what="the CA rotation to finish")
+        wait_healthy(namespace, CLUSTER, 3)
+
+        patch_spec(namespace, CLUSTER, {"size": 5, "recovery": FAST_RECOVERY})
+        wait_healthy(namespace, CLUSTER, 5, timeout=300)
+
+        from nodeagent import faults
+        victim = sorted(p["metadata"]["name"] for p in member_pods(namespace, CLUSTER))[-1]
+        victim_ids = {m["id"] for m in get_cluster(namespace, CLUSTER)["status"]["members"] if m["name"] == victim}
+        faults.lose_disk(namespace, naming.pvc_name(victim))
+        faults.crash_container(namespace, victim, "etcd")
+        # The replacement may take the freed name: it is a new member by its id.
+        wait_for(lambda: (o := wait_healthy(namespace, CLUSTER, 5, timeout=300))
+                 and victim_ids.isdisjoint(m["id"] for m in o["status"]["members"]) and o, 300,
+                 what=f"{victim} replaced after the CA rotation")
+        served = load.ok
+        wait_for(lambda: load.ok >= served + 20, 60, what="the load to go on")
+    finally:
+        load.stop()
+        patch_spec(namespace, CLUSTER, {"size": 3})
+    print(f"load: {load.ok} requests served, {load.failed} failed, {load.retried} retried on another member")
+    assert load.failed == 0, load.failures[:5]
+    ca = pki.describe(secret_bytes(namespace, f"{CLUSTER}-ca"))
+    obj = get_cluster(namespace, CLUSTER)
+    assert condition(obj, "LearnerJoining")["reason"] in ("NoLearner", "CatchingUp")
+    assert not (obj["status"].get("learnerJoins") or {}).get("failures"), obj["status"]["learnerJoins"]
+    assert pki.describe(secret_bytes(namespace, f"{CLUSTER}-member-tls")).issuer_fingerprint == ca.fingerprint
+    wait_healthy(namespace, CLUSTER, 3, timeout=300)
