@@ -397,3 +397,22 @@ def test_a_truncated_snapshot_fails_its_verification(substrate, namespace, clust
     assert verification["verified"] is False and verification["reason"] == "SnapshotNotRestorable", verification
     assert read_json(s3, bucket, manifest_key)["verified"] is False
     wait_for(lambda: not scratch_pods(namespace), 60, what="the scratch pod deleted")
+
+
+def test_a_backup_takes_no_snapshot_from_members_answering_with_another_cluster_id(substrate, namespace, cluster):
+    """status.clusterID says another cluster than the members answer for: the run snapshots
+    nothing and its condition names both IDs."""
+    real_id = kubectl_json("get", "etcdcluster", cluster, "-n", namespace)["status"]["clusterID"]
+    recorded = "deadbeef" if real_id != "deadbeef" else "feedface"
+    kubectl("patch", "etcdcluster", cluster, "-n", namespace, "--subresource=status", "--type=merge", "-p",
+            json.dumps({"status": {"clusterID": recorded}}))
+    prefix = f"tests/{namespace}"
+    apply_backup(namespace, "foreign", {"clusterRef": {"name": cluster}, "backoffLimit": 0,
+                                        "storage": s3_storage_spec(substrate, prefix)})
+    obj = wait_for(lambda: (b := get_backup(namespace, "foreign"))["status"].get("phase") == "Failed" and b, 120,
+                   what="the backup refused")
+    degraded = condition(obj, "Degraded")
+    assert degraded["status"] == "True" and degraded["reason"] == "ClusterIDMismatch", degraded
+    assert f"answered for cluster {real_id}" in degraded["message"] and recorded in degraded["message"], degraded
+    assert "lastBackup" not in obj["status"]
+    assert list_keys(s3_client(substrate), controlplane.S3_BUCKET, prefix) == []
