@@ -149,8 +149,8 @@ def verification_in_progress(attempt: VerificationAttempts, observed: Observed, 
     timed_out = (now - attempt.start_time).total_seconds() > retry.START_TIMEOUT_SECONDS
     timeout = s.FinishVerification(key=key, pod_name=attempt.pod_name, pod_uid=attempt.pod_uid, verified=None,
                                    reason="ScratchPodTimeout",
-                                   message=f"the scratch pod did not serve within {retry.START_TIMEOUT_SECONDS:.0f}s "
-                                           f"of the attempt's start")
+                                   message=f"the scratch pod did not finish its check within "
+                                           f"{retry.START_TIMEOUT_SECONDS:.0f}s of the attempt's start")
     if not observed.scratch_pod_observed:
         return s.WaitForScratchPod(key=key, message="the scratch pod was not observed in this pass")
     pod = observed.scratch_pod
