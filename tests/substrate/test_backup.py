@@ -413,6 +413,6 @@ def test_a_backup_takes_no_snapshot_from_members_answering_with_another_cluster_
                    what="the backup refused")
     degraded = condition(obj, "Degraded")
     assert degraded["status"] == "True" and degraded["reason"] == "ClusterIDMismatch", degraded
-    assert f"answered for cluster {real_id}" in degraded["message"] and recorded in degraded["message"], degraded
+    assert f"for cluster {real_id}" in degraded["message"] and recorded in degraded["message"], degraded
     assert "lastBackup" not in obj["status"]
     assert list_keys(s3_client(substrate), controlplane.S3_BUCKET, prefix) == []

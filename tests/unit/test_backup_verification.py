@@ -10,6 +10,7 @@ import pytest
 from etcd_operator.backup import steps as s
 from etcd_operator.backup.manifest import Manifest
 from etcd_operator.backup.planner import plan
+from etcd_operator.backup.scratch_check import expected_from
 from etcd_operator.backup.state import (CheckResult, InitFailure, Observed, RunState, ScheduleSpec, ScratchPod,
                                         VerificationPolicy)
 from etcd_operator.backup.status import VERIFICATION_FAILED, build_status
@@ -111,6 +112,12 @@ def test_an_exit_code_that_names_no_comparison_is_an_attempt_to_retry(exit_code)
 def test_the_exit_codes_are_distinct_and_none_is_a_python_crash():
     assert len(set(CHECK_EXIT_CODES.values())) == len(CHECK_EXIT_CODES)
     assert CHECK_EXIT_CODES["Verified"] == 0 and not {1, 2} & set(CHECK_EXIT_CODES.values())
+
+
+def test_the_check_container_reads_the_manifest_values_the_builder_gave_it():
+    env = {e["name"]: e["value"] for e in next(c for c in scratch_pod()["spec"]["containers"]
+                                               if c["name"] == CHECK_CONTAINER)["env"]}
+    assert expected_from(env) == Expected(61, 60, 1234, None)
 
 
 def comparing(key: str) -> s.FinishVerification:
