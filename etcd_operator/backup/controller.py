@@ -44,8 +44,7 @@ EventPoster = Callable[[str, str, str], None]
 def delay_after(step: s.Step, now: datetime.datetime) -> float | None:
     """Seconds until the next pass, or None to wait for a change to the object."""
     match step:
-        case s.StartSlot() | s.RetrySlot() | s.RunBackup() | s.StartVerification() | s.CompareVerification() \
-                | s.FinishVerification():
+        case s.StartSlot() | s.RetrySlot() | s.RunBackup() | s.StartVerification() | s.FinishVerification():
             return 0.0
         case s.WaitForPrerequisite():
             return PREREQUISITE_RECHECK

@@ -1,6 +1,6 @@
 """Carries out one planned backup step. RunBackup runs BackupRunner, once, for a slot (and
 attempt) already recorded in status; a failure is returned for the planner to retry; the verification steps each make one call to BackupVerifier (create the
-scratch pod, delete a stray one, compare, finish). Every other step's effect is the status
+scratch pod, delete a stray one, record the pod's verdict and delete the pod). Every other step's effect is the status
 the pass writes."""
 
 from __future__ import annotations
@@ -116,22 +116,12 @@ class BackupExecutor:
         faults.hit(faults.AFTER_SCRATCH_POD_RECORDED)
         return s.NOTHING_DONE
 
-    async def _compare(self, step: s.CompareVerification) -> s.Outcome:
-        faults.hit(faults.AFTER_SCRATCH_POD_RECORDED)
-        verifier = self._verifier()
-        try:
-            verdict, at = await verifier.compare(step.key, step.pod_ip)
-        except (VerificationError, StorageError) as e:
-            return _incomplete(step.key, e)
-        finally:
-            await verifier.delete_pod(step.pod_name, step.pod_uid)
-        return self._verdict(step.key, verdict, at)
-
     async def _finish(self, step: s.FinishVerification) -> s.Outcome:
         verifier = self._verifier()
         if step.pod_name and step.pod_uid:
+            faults.hit(faults.AFTER_SCRATCH_POD_RECORDED)
             await verifier.delete_pod(step.pod_name, step.pod_uid)
-        if step.verified is None:
+        if step.verified is None and not step.complete:
             return s.VerificationDone(key=step.key, verified=None, reason=step.reason, message=step.message,
                                       at=now_text(), complete=False)
         verdict = Verdict(step.verified, step.reason, step.message)
@@ -175,6 +165,5 @@ HANDLERS: dict[type[s.Step], Callable[[BackupExecutor, Any], Awaitable[s.Outcome
     s.CreateScratchPod: BackupExecutor._create_scratch_pod,
     s.DeleteStrayScratchPod: BackupExecutor._delete_stray_scratch_pod,
     s.WaitForScratchPod: BackupExecutor._wait_for_scratch_pod,
-    s.CompareVerification: BackupExecutor._compare,
     s.FinishVerification: BackupExecutor._finish,
 }

@@ -20,8 +20,10 @@ Invariants, each covered by tests/unit/test_backup_planner.py:
 - only the recorded pod is trusted: a pod of this backup under the scratch pod's name with
   another uid is deleted (by its uid) and never compared; a pod this backup does not own is
   never touched (the attempt ends without a verdict);
-- an attempt gives up when its pod does not serve within START_TIMEOUT_SECONDS of the
-  recorded start, whatever the operator's restarts in between;
+- the verdict comes from the recorded pod's own status (its check container's exit code):
+  the operator never connects to the scratch member, which listens on no network port;
+- an attempt gives up when its pod has not finished its check within START_TIMEOUT_SECONDS
+  of the recorded start, whatever the operator's restarts in between;
 - a verdict (verified True or False) or an inconclusive comparison is never retried; an
   attempt that could not compare (incomplete) is retried for the same key with exponential
   backoff, at most MAX_ATTEMPTS times per key (backup/retry.py), and not after the backup
@@ -43,8 +45,9 @@ import datetime
 
 from etcd_operator.backup import retry, schedule
 from etcd_operator.backup import steps as s
-from etcd_operator.backup.state import Observed, RunState, ScheduleSpec, VerificationAttempts, VerificationPolicy
-from etcd_operator.backup.verdict import init_failure_verdict
+from etcd_operator.backup.state import (Observed, RunState, ScheduleSpec, ScratchPod, VerificationAttempts,
+                                        VerificationPolicy)
+from etcd_operator.backup.verdict import Verdict, check_verdict, init_failure_verdict
 
 COMPLETED = "Completed"
 FAILED = "Failed"
@@ -146,8 +149,8 @@ def verification_in_progress(attempt: VerificationAttempts, observed: Observed, 
     timed_out = (now - attempt.start_time).total_seconds() > retry.START_TIMEOUT_SECONDS
     timeout = s.FinishVerification(key=key, pod_name=attempt.pod_name, pod_uid=attempt.pod_uid, verified=None,
                                    reason="ScratchPodTimeout",
-                                   message=f"the scratch pod did not serve within {retry.START_TIMEOUT_SECONDS:.0f}s "
-                                           f"of the attempt's start")
+                                   message=f"the scratch pod did not finish its check within "
+                                           f"{retry.START_TIMEOUT_SECONDS:.0f}s of the attempt's start")
     if not observed.scratch_pod_observed:
         return s.WaitForScratchPod(key=key, message="the scratch pod was not observed in this pass")
     pod = observed.scratch_pod
@@ -170,18 +173,21 @@ def verification_in_progress(attempt: VerificationAttempts, observed: Observed, 
     if pod.init_failure is not None:
         failure = pod.init_failure
         verdict = init_failure_verdict(failure.container, failure.exit_code, failure.message)
-        return s.FinishVerification(key=key, pod_name=pod.name, pod_uid=pod.uid, verified=verdict.verified,
-                                    reason=verdict.reason, message=verdict.message)
+        return _finish(key, pod, verdict)
+    if pod.check is not None:
+        return _finish(key, pod, check_verdict(pod.check.exit_code, pod.check.message))
     if pod.phase == "Failed":
         return s.FinishVerification(key=key, pod_name=pod.name, pod_uid=pod.uid, verified=None,
                                     reason="ScratchPodFailed", message=f"pod {pod.name} failed: {pod.message}")
-    if pod.serving_ip:
-        return s.CompareVerification(key=key, pod_name=pod.name, pod_uid=pod.uid, pod_ip=pod.serving_ip,
-                                     message=f"comparing {key} restored in pod {pod.name} with its manifest")
     if timed_out:
         return timeout
-    return s.WaitForScratchPod(key=key, message=f"waiting for scratch pod {pod.name} to serve {key} "
+    return s.WaitForScratchPod(key=key, message=f"waiting for scratch pod {pod.name} to check {key} "
                                                 f"(attempt {attempt.attempts}): {pod.message}")
+
+
+def _finish(key: str, pod: ScratchPod, verdict: Verdict) -> s.FinishVerification:
+    return s.FinishVerification(key=key, pod_name=pod.name, pod_uid=pod.uid, verified=verdict.verified,
+                                reason=verdict.reason, message=verdict.message, complete=verdict.complete)
 
 
 def _plan_one_shot(spec: ScheduleSpec, state: RunState, observed: Observed, now: datetime.datetime) -> s.Step:

@@ -1,5 +1,5 @@
-"""One backup run: snapshot a healthy member straight into S3, verify, write the manifest,
-then apply retention. A run is one attempt: a failure is classified (as_failure) as
+"""One backup run: snapshot a member that answers with the cluster's recorded ID
+(backup/source_choice.py) straight into S3, verify, write the manifest, then apply retention. A run is one attempt: a failure is classified (as_failure) as
 permanent or transient, and the planner retries a transient one after a backoff, with each
 attempt in status (backup/backoff.py)."""
 
@@ -17,7 +17,8 @@ from etcd_operator.backup import retention
 from etcd_operator.backup.bbolt import snapshot_revision
 from etcd_operator.backup.manifest import (MANIFEST_SUFFIX, Identity, Manifest, backup_prefix, manifest_key,
                                            snapshot_key)
-from etcd_operator.backup.source import SourceUnavailable, find_source
+from etcd_operator.backup.source import SourceUnavailable, ask_candidates, chosen, find_candidates
+from etcd_operator.backup.source_choice import CLUSTER_ID_MISMATCH
 from etcd_operator.backup.stream import SnapshotCorrupt, stream_to_s3
 from etcd_operator.cluster.tls_observer import operator_credentials
 from etcd_operator.membudget import BudgetTooSmall
@@ -51,7 +52,7 @@ def as_failure(error: Exception) -> BackupFailed:
     or refused bucket, access denied, invalid credentials, an http endpoint without
     `insecure`, another backup's manifest in the slot, a cluster of another shard, a part
     larger than the memory budget. Transient: the cluster or its Secret gone since the pass
-    looked, no healthy member, the store unreachable or erring (5xx, throttling), etcd
+    looked, no healthy member, members answering for another cluster (ClusterIDMismatch), the store unreachable or erring (5xx, throttling), etcd
     errors (including a leader change), a snapshot corrupted in transit, timeouts, this
     operator losing its leadership, anything unexpected."""
     if isinstance(error, BackupFailed):
@@ -175,8 +176,9 @@ class BackupRunner:
     async def _snapshot(self, storage: S3Storage, identity: Identity, spec: BackupSpec,
                         slot: str, key: str) -> Manifest:
         namespace, backup = identity.namespace, identity.backup
-        member, cluster_body = await find_source(self.kube, namespace, spec.cluster, self.shard)
+        candidates, cluster_body = await find_candidates(self.kube, namespace, spec.cluster, self.shard)
         tls = await operator_credentials(self.kube, cluster_body)
+        member = chosen(candidates, await ask_candidates(candidates, tls), cluster_body)
         started = now_text()
         clock_start = time.monotonic()
         last_report = [0.0]
@@ -189,6 +191,10 @@ class BackupRunner:
 
         async with EtcdMemberClient(member.endpoint, timeout=10, tls=tls) as client:
             status = await client.status()
+            if status.cluster_id != member.cluster_id:  # the address changed hands since it was asked
+                raise SourceUnavailable(f"{member.name} now answers for cluster {status.cluster_id:x}, not "
+                                        f"{member.cluster_id:x}; no snapshot is taken from another cluster",
+                                        reason=CLUSTER_ID_MISMATCH)
             self.on_progress(0, member.name)
             upload = {"key": key, "uploadId": await storage.start_multipart(key)}
             self.pending_uploads.append(upload)

@@ -1,14 +1,20 @@
-"""Chooses the member a snapshot is taken from: a healthy follower, so the leader is
-spared; the leader only when no follower is healthy."""
+"""Gathers the evidence for choosing the member a snapshot is taken from: the EtcdCluster
+(its shard and recorded cluster ID), its member pods, and what each pod answers to a Status
+call; the choice itself is backup/source_choice.choose_source (pure)."""
 
 from __future__ import annotations
 
-import dataclasses
+import asyncio
 from typing import Any, Mapping
 
+from etcd_operator.backup.source_choice import Answer, Candidate, Refusal, SourceMember, choose_source
 from etcd_operator.cluster import naming
+from etcd_operator.cluster.identity import parse_hex_id
+from etcd_operator.etcd.client import ClientTLS, EtcdError, EtcdMemberClient
 from etcd_operator.kube import client as kube
 from etcd_operator.shard import Shard
+
+STATUS_TIMEOUT = 5.0
 
 
 class SourceUnavailable(Exception):
@@ -18,27 +24,16 @@ class SourceUnavailable(Exception):
         self.reason = reason  # None: ClusterNotFound when permanent, else NoHealthyMember
 
 
-@dataclasses.dataclass(frozen=True)
-class SourceMember:
-    name: str
-    endpoint: str
-    role: str
+def rank_candidates(members: list[Mapping[str, Any]], pod_ips: Mapping[str, str]) -> list[Candidate]:
+    """Every member pod with an address, those status.members lists as followers first (a
+    hint only: the choice rests on the live answers)."""
+    roles = {m.get("name"): m.get("role") for m in members}
+    names = sorted((n for n, ip in pod_ips.items() if ip), key=lambda n: (roles.get(n) != "follower", n))
+    return [Candidate(n, f"{pod_ips[n]}:{naming.CLIENT_PORT}") for n in names]
 
 
-def choose_member(members: list[Mapping[str, Any]], pod_ips: Mapping[str, str]) -> SourceMember | None:
-    """Pure: from status.members and the pods' IPs."""
-    ranked = sorted(
-        (m for m in members if m.get("healthy") and m.get("role") in ("follower", "leader") and pod_ips.get(m["name"])),
-        key=lambda m: (m["role"] != "follower", m["name"]),
-    )
-    if not ranked:
-        return None
-    best = ranked[0]
-    return SourceMember(best["name"], f"{pod_ips[best['name']]}:{naming.CLIENT_PORT}", best["role"])
-
-
-async def find_source(kube_client: kube.KubeClient, namespace: str, cluster: str,
-                      shard: Shard = Shard()) -> tuple[SourceMember, dict]:
+async def find_candidates(kube_client: kube.KubeClient, namespace: str, cluster: str,
+                          shard: Shard = Shard()) -> tuple[list[Candidate], dict]:
     body = await kube_client.get(kube.ETCDCLUSTERS, namespace, cluster)
     if body is None:
         # The pass that started this run saw it; it may come back (the planner waits for it).
@@ -52,7 +47,27 @@ async def find_source(kube_client: kube.KubeClient, namespace: str, cluster: str
     pods = await kube_client.list(kube.PODS, namespace, naming.label_selector(naming.selector_labels(cluster)))
     pod_ips = {p["metadata"]["name"]: (p.get("status") or {}).get("podIP") for p in pods
                if not p["metadata"].get("deletionTimestamp")}
-    member = choose_member((body.get("status") or {}).get("members") or [], pod_ips)
-    if member is None:
-        raise SourceUnavailable(f"EtcdCluster {namespace}/{cluster} has no healthy member to snapshot")
-    return member, body
+    return rank_candidates((body.get("status") or {}).get("members") or [], pod_ips), body
+
+
+async def ask_candidates(candidates: list[Candidate], tls: ClientTLS | None) -> dict[str, Answer]:
+    """Each candidate's Status answer, asked at once; an error or timeout is an answer too."""
+    async def ask(candidate: Candidate) -> Answer:
+        try:
+            async with EtcdMemberClient(candidate.endpoint, timeout=STATUS_TIMEOUT, tls=tls) as client:
+                status = await client.status()
+        except (EtcdError, asyncio.TimeoutError) as e:
+            return Answer(error=str(e) or type(e).__name__)
+        return Answer(status.cluster_id, status.member_id, status.leader_id, status.is_learner)
+    answers = await asyncio.gather(*(ask(c) for c in candidates))
+    return {c.name: a for c, a in zip(candidates, answers)}
+
+
+def chosen(candidates: list[Candidate], answers: Mapping[str, Answer], body: Mapping[str, Any]) -> SourceMember:
+    """The member choose_source picks against the EtcdCluster's recorded ID; its refusal raised."""
+    choice = choose_source(candidates, answers, parse_hex_id((body.get("status") or {}).get("clusterID")))
+    if isinstance(choice, Refusal):
+        meta = body["metadata"]
+        raise SourceUnavailable(f"EtcdCluster {meta['namespace']}/{meta['name']}: {choice.message}",
+                                reason=choice.reason)
+    return choice

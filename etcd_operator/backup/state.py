@@ -8,6 +8,7 @@ import datetime
 from typing import Any, Mapping
 
 from etcd_operator.backup.backoff import DEFAULT_BACKOFF_LIMIT
+from etcd_operator.backup.verification_pod import CHECK_CONTAINER
 from etcd_operator.prerequisites import ClusterReadiness, Wait, cluster_wait, secrets_wait
 from etcd_operator.timefmt import parse_time
 
@@ -124,6 +125,15 @@ class InitFailure:
 
 
 @dataclasses.dataclass(frozen=True)
+class CheckResult:
+    """The scratch pod's check container ended: its exit code is the verdict
+    (verdict.check_verdict), its termination message the words for people."""
+
+    exit_code: int | None
+    message: str
+
+
+@dataclasses.dataclass(frozen=True)
 class ScratchPod:
     """The verification pod as the API server has it."""
 
@@ -131,7 +141,7 @@ class ScratchPod:
     uid: str
     owned: bool                     # an owner reference to this EtcdBackup (by uid)
     phase: str = ""
-    serving_ip: str | None = None   # Running, its etcd ready, with an IP
+    check: CheckResult | None = None  # the check container ended
     init_failure: InitFailure | None = None
     message: str = ""               # what it is doing, for people
 
@@ -148,12 +158,14 @@ class ScratchPod:
                                       (done.get("message") or "").strip()[-300:])
             if not waiting_on and not done:
                 waiting_on = f"init container {container.get('name')}"
-        containers = status.get("containerStatuses") or []
-        ready = bool(containers) and all(c.get("ready") for c in containers)
+        check = None
+        for container in status.get("containerStatuses") or []:
+            done = (container.get("state") or {}).get("terminated") or {}
+            if container.get("name") == CHECK_CONTAINER and done:
+                check = CheckResult(done.get("exitCode"), (done.get("message") or "").strip()[-300:])
         phase = status.get("phase") or ""
-        serving = status.get("podIP") if phase == "Running" and ready and status.get("podIP") else None
-        message = status.get("message") or f"phase {phase or 'unknown'}, {waiting_on or 'etcd not ready yet'}"
-        return cls(name=meta.get("name", ""), uid=meta.get("uid", ""), owned=owned, phase=phase, serving_ip=serving,
+        message = status.get("message") or f"phase {phase or 'unknown'}, {waiting_on or 'the check is running'}"
+        return cls(name=meta.get("name", ""), uid=meta.get("uid", ""), owned=owned, phase=phase, check=check,
                    init_failure=failure, message=message)
 
 

@@ -140,13 +140,13 @@ def _step_fields(step: s.Step, outcome: s.Outcome, previous: Mapping[str, Any],
                 record = {**(previous.get("verification") or {}),
                           "pod": {"name": outcome.pod_name, "uid": outcome.pod_uid}}
                 return ({"verification": record},
-                        _verifying(f"scratch pod {outcome.pod_name} created; waiting for it to serve {step.key}"), None)
+                        _verifying(f"scratch pod {outcome.pod_name} created; waiting for it to check {step.key}"), None)
             if isinstance(outcome, s.VerificationDone):
                 return _verification_fields(step, outcome, previous, now)
             return {}, _verifying(f"the scratch pod for {step.key} could not be created yet; looking again"), None
         case s.DeleteStrayScratchPod() | s.WaitForScratchPod():
             return {}, _verifying(step.message), None
-        case s.CompareVerification() | s.FinishVerification():
+        case s.FinishVerification():
             return _verification_fields(step, outcome, previous, now)
     raise TypeError(f"no status for step {step.kind}")
 

@@ -125,36 +125,28 @@ class DeleteStrayScratchPod(Step):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class WaitForScratchPod(Step):
-    """The recorded scratch pod does not serve yet; look again soon."""
+    """The recorded scratch pod has not finished its check yet; look again soon."""
 
     key: str
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class CompareVerification(Step):
-    """The recorded scratch pod serves: compare it with the manifest, mark the manifest with
-    the verdict, delete the pod by its uid."""
-
-    key: str
-    pod_name: str
-    pod_uid: str
-    pod_ip: str
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class FinishVerification(Step):
-    """End the attempt without comparing: a verdict the pod already gave (its snapshot was
-    refused), or none (timeout, pod failed or gone). Deletes the recorded pod by its uid."""
+    """End the attempt: the verdict the recorded pod gave (its check's exit code, or its
+    snapshot refused), or none (timeout, pod failed or gone). Marks the manifest with a
+    verdict and deletes the recorded pod by its uid. `complete`: the pod compared (a
+    verdict, or an inconclusive comparison, never retried); otherwise retried."""
 
     key: str
     pod_name: str | None
     pod_uid: str | None
     verified: bool | None
     reason: str
+    complete: bool = False
 
 
 VERIFICATION_STEPS: tuple[type[Step], ...] = (StartVerification, CreateScratchPod, DeleteStrayScratchPod,
-                                              WaitForScratchPod, CompareVerification, FinishVerification)
+                                              WaitForScratchPod, FinishVerification)
 ALL_STEPS: tuple[type[Step], ...] = (Idle, WaitForSlot, Suspend, RefuseSchedule, WaitForPrerequisite, WaitForRetry,
                                      StartSlot, RetrySlot, RunBackup, *VERIFICATION_STEPS)
 

@@ -1,5 +1,6 @@
 """The verdict of a verification: the scratch member's answers against what the source
-answered right after the snapshot (in the manifest). Pure."""
+answered right after the snapshot (in the manifest), and how the scratch pod's check
+container reports it (its exit code). Pure."""
 
 from __future__ import annotations
 
@@ -15,9 +16,25 @@ class Verdict:
     reason: str
     message: str
     observed: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    # False: the attempt could not compare at all (retried); an inconclusive comparison is complete.
+    complete: bool = True
 
 
-def compare(manifest: Manifest, revision: int, key_count: int, hash_kv: int, compact_revision: int) -> Verdict:
+@dataclasses.dataclass(frozen=True)
+class Expected:
+    """What the source answered right after the snapshot, as its manifest records it."""
+
+    revision: int
+    key_count: int | None
+    hash_kv: int | None
+    compact_revision: int | None
+
+    @classmethod
+    def of(cls, manifest: Manifest) -> "Expected":
+        return cls(manifest.revision, manifest.key_count, manifest.hash_kv, manifest.compact_revision)
+
+
+def compare(manifest: Expected, revision: int, key_count: int, hash_kv: int, compact_revision: int) -> Verdict:
     """Pure: the scratch member's answers against the source's, as recorded in the manifest."""
     observed = {"revision": revision, "keyCount": key_count, "hashKv": hash_kv, "compactRevision": compact_revision}
     if revision != manifest.revision:
@@ -52,4 +69,28 @@ def init_failure_verdict(container: str, exit_code: int | None, detail: str) -> 
         return Verdict(False, "SnapshotNotRestorable", text)
     if exit_code == SHA256_REFUSED:
         return Verdict(False, "ChecksumMismatch", text)
-    return Verdict(None, "SnapshotNotFetched", text)
+    return Verdict(None, "SnapshotNotFetched", text, complete=False)
+
+
+# The scratch pod's check container exits with the code of its verdict's reason; the
+# operator reads the verdict from the pod's status, and no port is ever opened for it.
+CHECK_EXIT_CODES = {"Verified": 0, "RevisionMismatch": 10, "KeyCountMismatch": 11, "HashKVMismatch": 12,
+                    "NoSourceHash": 13, "HashNotComparable": 14, "ScratchMemberUnavailable": 15}
+_REASON_OF_EXIT_CODE = {code: reason for reason, code in CHECK_EXIT_CODES.items()}
+_VERIFIED_OF_REASON = {"Verified": True, "RevisionMismatch": False, "KeyCountMismatch": False,
+                       "HashKVMismatch": False, "NoSourceHash": None, "HashNotComparable": None}
+
+
+def check_exit_code(verdict: Verdict) -> int:
+    return CHECK_EXIT_CODES[verdict.reason]
+
+
+def check_verdict(exit_code: int | None, message: str) -> Verdict:
+    """The verdict the check container reported by its exit code; `message` is its
+    termination message, for people (empty where the runtime keeps none). An exit code
+    that names no verdict (the checker crashed) is an attempt that could not compare."""
+    reason = _REASON_OF_EXIT_CODE.get(exit_code) if exit_code is not None else None
+    if reason is None or reason not in _VERIFIED_OF_REASON:
+        return Verdict(None, reason or "ScratchCheckFailed",
+                       message or f"the scratch pod's check exited with {exit_code}", complete=False)
+    return Verdict(_VERIFIED_OF_REASON[reason], reason, message or f"the scratch pod's check reported {reason}")

@@ -1,8 +1,8 @@
 """The I/O of verifying one backup, one call per pass (the planner decides which): create
-the scratch pod (verification_pod) for a key, compare the serving scratch member's revision,
-key count and HashKV at the snapshot's revision with what the source answered right after
-the snapshot (in the manifest), mark the manifest with the verdict, and delete the scratch
-pod by its uid. Never deletes a backup or a manifest; deletes only its own scratch pod."""
+the scratch pod (verification_pod) for a key, with what the source answered right after the
+snapshot (in the manifest) for the pod to compare its restored copy against; mark the
+manifest with the verdict the pod gave; delete the scratch pod by its uid. Never connects to
+the scratch member, never deletes a backup or a manifest; deletes only its own scratch pod."""
 
 from __future__ import annotations
 
@@ -15,10 +15,8 @@ from typing import Any, AsyncIterator, Mapping
 from etcd_operator.backup import verification_pod as builder
 from etcd_operator.backup.manifest import Identity, Manifest, manifest_key
 from etcd_operator.backup.runner import BackupSpec
-from etcd_operator.backup.verdict import Verdict, compare
-from etcd_operator.cluster import naming
+from etcd_operator.backup.verdict import Expected, Verdict
 from etcd_operator.cluster.spec import ClusterSpec
-from etcd_operator.etcd.client import EtcdError, EtcdMemberClient
 from etcd_operator.kube import client as kube
 from etcd_operator.storage.credentials import s3_location
 from etcd_operator.storage.s3 import S3Storage, StorageError
@@ -54,29 +52,20 @@ class BackupVerifier:
             manifest = await self._manifest(storage, key)
         body = builder.verification_pod(self.identity.backup, self.identity.namespace, self.identity.uid,
                                         await self._image(manifest), self.operator_image, self.spec.s3,
-                                        manifest.snapshot_key, manifest.sha256)
+                                        manifest.snapshot_key, manifest.sha256, Expected.of(manifest))
         return await self.kube.create(kube.PODS, self.identity.namespace, body)
 
-    async def compare(self, key: str, pod_ip: str) -> tuple[Verdict, str]:
-        """(verdict, its time): the scratch member at `pod_ip` against the manifest, which is
-        marked with a verdict when there is one."""
+    async def record_verdict(self, key: str, verdict: Verdict) -> str:
+        """Marks the manifest with the verdict the scratch pod gave (in its own status);
+        the verdict's time."""
         async with self._storage() as storage:
             manifest = await self._manifest(storage, key)
-            try:
-                async with EtcdMemberClient(f"{pod_ip}:{naming.CLIENT_PORT}", timeout=30) as client:
-                    revision = (await client.status()).revision
-                    hash_kv, compact_revision = await client.hash_kv(manifest.revision)
-                    key_count = await client.count_keys(manifest.revision)
-            except EtcdError as e:
-                raise VerificationError("ScratchMemberUnavailable", f"the scratch member did not answer: {e}") from None
-            verdict = compare(manifest, revision, key_count, hash_kv, compact_revision)
-            return verdict, await self._mark(storage, manifest, verdict)
-
-    async def record_verdict(self, key: str, verdict: Verdict) -> str:
-        """Marks the manifest with a verdict the scratch pod gave without serving (its
-        snapshot was refused); the verdict's time."""
-        async with self._storage() as storage:
-            return await self._mark(storage, await self._manifest(storage, key), verdict)
+            if verdict.verified and not verdict.observed:
+                # "Verified" is the pod's finding that each answer equals the manifest's.
+                verdict = dataclasses.replace(verdict, observed={
+                    "revision": manifest.revision, "keyCount": manifest.key_count, "hashKv": manifest.hash_kv,
+                    "compactRevision": manifest.compact_revision})
+            return await self._mark(storage, manifest, verdict)
 
     async def delete_pod(self, name: str, uid: str) -> None:
         """Only that incarnation: a pod of the same name with another uid is left alone."""

@@ -1,7 +1,10 @@
 """The short-lived pod that verifies one backup: fetch the snapshot onto an emptyDir
-(re-checking its sha256), restore it with the source version's own etcdutl, and serve it
-from a scratch single-member etcd that the operator then queries. It touches no cluster
-data and is deleted when the verification ends. Pure."""
+(re-checking its sha256), restore it with the source version's own etcdutl, start a scratch
+single-member etcd on it that listens only on unix sockets inside that emptyDir (no TCP
+port, so nothing outside the pod can read the restored data), and compare its answers with
+the manifest in a check container of the same pod (backup/scratch_check.py), whose exit
+code is the verdict. It touches no cluster data and is deleted when the verification
+ends. Pure."""
 
 from __future__ import annotations
 
@@ -9,14 +12,22 @@ import hashlib
 from typing import Any, Mapping
 
 from etcd_operator import API_GROUP, API_VERSION, pod_security, snapshot_fetch
-from etcd_operator.cluster import naming
+from etcd_operator.backup.verdict import Expected
 
 LABEL_VERIFIES = f"{API_GROUP}/verifies-backup"
 ANNOTATION_KEY = f"{API_GROUP}/verified-key"
 SCRATCH = "/var/lib/etcd-verify"
 SNAPSHOT_FILE = f"{SCRATCH}/snapshot.db"
 DATA_DIR = f"{SCRATCH}/data"
+VERDICT_FILE = f"{SCRATCH}/verdict"
 MEMBER = "verify"
+CHECK_CONTAINER = "check"
+# etcd names a unix listener's socket file "host:port" in its working directory (SCRATCH).
+CLIENT_SOCKET_URL = "unix://etcd-client:0"
+PEER_SOCKET_URL = "unix://etcd-peer:0"
+CLIENT_SOCKET = f"{SCRATCH}/etcd-client:0"
+# Recorded in the restored member list only; nothing listens there.
+PLACEHOLDER_PEER_URL = "http://localhost:2380"
 
 
 def pod_name(backup: str) -> str:
@@ -26,14 +37,14 @@ def pod_name(backup: str) -> str:
 
 
 def verification_pod(backup: str, namespace: str, backup_uid: str, etcd_image: str, operator_image: str,
-                     source: Mapping[str, Any], key: str, sha256: str) -> dict[str, Any]:
-    peer = f"http://$(POD_IP):{naming.PEER_PORT}"
-    pod_ip = {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+                     source: Mapping[str, Any], key: str, sha256: str, expected: Expected) -> dict[str, Any]:
     scratch = [{"name": "scratch", "mountPath": SCRATCH}]
     volumes: list[dict[str, Any]] = [{"name": "scratch", "emptyDir": {}}]
     ca_volumes, ca_mounts = snapshot_fetch.ca_bundle(source)
     volumes += ca_volumes
     fetch_mounts = scratch + ca_mounts
+    expected_env = {"EXPECTED_REVISION": expected.revision, "EXPECTED_KEY_COUNT": expected.key_count,
+                    "EXPECTED_HASH_KV": expected.hash_kv, "EXPECTED_COMPACT_REVISION": expected.compact_revision}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -41,7 +52,7 @@ def verification_pod(backup: str, namespace: str, backup_uid: str, etcd_image: s
             "name": pod_name(backup),
             "namespace": namespace,
             "labels": {LABEL_VERIFIES: backup[:63]},
-            # Which backup this pod serves; a pod for another key is replaced, never reused.
+            # Which backup this pod checks; a pod for another key is replaced, never reused.
             "annotations": {ANNOTATION_KEY: key},
             "ownerReferences": [{"apiVersion": f"{API_GROUP}/{API_VERSION}", "kind": "EtcdBackup",
                                  "name": backup, "uid": backup_uid, "controller": True,
@@ -59,25 +70,27 @@ def verification_pod(backup: str, namespace: str, backup_uid: str, etcd_image: s
                  "volumeMounts": fetch_mounts},
                 {"name": "restore", "image": etcd_image, "command": ["etcdutl"],
                  "args": ["snapshot", "restore", SNAPSHOT_FILE, f"--name={MEMBER}", f"--data-dir={DATA_DIR}",
-                          f"--initial-cluster={MEMBER}={peer}", f"--initial-advertise-peer-urls={peer}",
+                          f"--initial-cluster={MEMBER}={PLACEHOLDER_PEER_URL}",
+                          f"--initial-advertise-peer-urls={PLACEHOLDER_PEER_URL}",
                           f"--initial-cluster-token=verify-{hashlib.sha256(key.encode()).hexdigest()[:12]}"],
-                 "env": [pod_ip], "volumeMounts": scratch},
+                 "volumeMounts": scratch},
             ],
-            "containers": [{
-                "name": "etcd", "image": etcd_image, "command": ["etcd"],
-                "args": [f"--name={MEMBER}", f"--data-dir={DATA_DIR}",
-                         f"--listen-client-urls=http://$(POD_IP):{naming.CLIENT_PORT}",
-                         f"--advertise-client-urls=http://$(POD_IP):{naming.CLIENT_PORT}",
-                         f"--listen-peer-urls=http://$(POD_IP):{naming.PEER_PORT}",
-                         f"--initial-advertise-peer-urls={peer}",
-                         f"--listen-metrics-urls=http://$(POD_IP):{naming.METRICS_PORT}",
-                         # Nothing may change the restored store while it is compared.
-                         "--auto-compaction-retention=0"],
-                "env": [pod_ip],
-                "ports": [{"name": "client", "containerPort": naming.CLIENT_PORT}],
-                "readinessProbe": {"httpGet": {"path": "/readyz", "port": naming.METRICS_PORT},
-                                   "periodSeconds": 1, "failureThreshold": 3},
-                "volumeMounts": scratch,
-            }],
+            "containers": [
+                {"name": "etcd", "image": etcd_image, "command": ["etcd"], "workingDir": SCRATCH,
+                 "args": [f"--name={MEMBER}", f"--data-dir={DATA_DIR}",
+                          f"--listen-client-urls={CLIENT_SOCKET_URL}", f"--advertise-client-urls={CLIENT_SOCKET_URL}",
+                          f"--listen-peer-urls={PEER_SOCKET_URL}",
+                          # Nothing may change the restored store while it is compared.
+                          "--auto-compaction-retention=0"],
+                 "volumeMounts": scratch},
+                {"name": CHECK_CONTAINER, "image": operator_image,
+                 "command": ["python", "-m", "etcd_operator.backup.scratch_check"],
+                 "env": [{"name": "ETCD_SOCKET", "value": CLIENT_SOCKET},
+                         {"name": "VERDICT_FILE", "value": VERDICT_FILE},
+                         *({"name": name, "value": "" if value is None else str(value)}
+                           for name, value in expected_env.items())],
+                 "terminationMessagePath": VERDICT_FILE,
+                 "volumeMounts": scratch},
+            ],
         }),
     }

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from etcd_operator.etcd.client import EtcdMemberClient
+from etcd_operator.etcd.client import EtcdError, EtcdMemberClient
 from etcd_operator.faults import AFTER_SCRATCH_POD_RECORDED
 from localkube import controlplane, layout as localkube_layout, processes
 from tests.support.clusters import FAST_RECOVERY, apply_cluster, member_endpoints, wait_healthy
@@ -327,3 +327,92 @@ def test_operator_killed_during_a_scheduled_run_does_not_run_it_twice(substrate,
         assert len(successes) == 1 and successes[0].get("count", 1) == 1
     finally:
         operator.stop()
+
+
+def scratch_pods(namespace: str) -> list[dict]:
+    return kubectl_json("get", "pods", "-n", namespace, "-l", "etcd.operator.dev/verifies-backup")["items"]
+
+
+def scratch_member_started(pod: dict) -> bool:
+    """Its check container ended (it got answers from the scratch member), or its etcd is ready."""
+    containers = (pod.get("status") or {}).get("containerStatuses") or []
+    return any(c["name"] == "check" and (c.get("state") or {}).get("terminated") for c in containers) \
+        or any(c["name"] == "etcd" and c.get("ready") for c in containers)
+
+
+def tcp_listeners_on(address: str) -> list[str]:
+    out = subprocess.run(["ss", "-ltnH"], check=True, capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if f" {address}:" in f" {line.split()[3]}"]
+
+
+def test_a_running_verification_serves_the_restored_data_to_nobody(substrate, namespace, cluster, operator):
+    """The operator dies right after recording its scratch pod, so the pod stays up after its
+    scratch member has started: nothing listens on the pod's IP and a plain client gets
+    nothing. The restarted operator then takes the pod's verdict and deletes it."""
+    fill(member_endpoints(namespace, cluster), 50, 100, prefix="/secret/")
+    operator.stop()
+    operator.start(faults=AFTER_SCRATCH_POD_RECORDED)
+    apply_backup(namespace, "checked", {"clusterRef": {"name": cluster}, "verification": {"enabled": True},
+                                        "storage": s3_storage_spec(substrate, f"tests/{namespace}")})
+    assert operator.wait_exit(150) == 86
+    pod = wait_for(lambda: (pods := scratch_pods(namespace)) and scratch_member_started(pods[0]) and pods[0], 120,
+                   what="the scratch member started")
+    ip = pod["status"]["podIP"]
+    assert tcp_listeners_on(ip) == []
+
+    async def plain_get() -> int:
+        async with EtcdMemberClient(f"{ip}:2379", timeout=3) as client:
+            return await client.count_keys(0)
+    with pytest.raises(EtcdError):
+        asyncio.run(plain_get())
+
+    operator.start()
+    obj = wait_for(lambda: (b := get_backup(namespace, "checked"))["status"].get("lastVerification") and b, 120,
+                   what="the verification's verdict")
+    assert obj["status"]["lastVerification"]["verified"] is True, obj["status"]["lastVerification"]
+    wait_for(lambda: not scratch_pods(namespace), 60, what="the scratch pod deleted")
+
+
+def test_a_truncated_snapshot_fails_its_verification(substrate, namespace, cluster, operator):
+    """Cut short in the store, with its manifest's sha256 made to match: the scratch pod's
+    etcdutl refuses it (etcd's own trailing checksum), and the manifest says so."""
+    fill(member_endpoints(namespace, cluster), 50, 100)
+    prefix = f"tests/{namespace}"
+    apply_backup(namespace, "cut", {"clusterRef": {"name": cluster}, "storage": s3_storage_spec(substrate, prefix)})
+    obj = wait_for(lambda: (b := get_backup(namespace, "cut"))["status"].get("phase") == "Completed" and b, 120,
+                   what="one-shot backup completed")
+    key, manifest_key = obj["status"]["lastBackup"]["key"], obj["status"]["lastBackup"]["manifestKey"]
+    s3, bucket = s3_client(substrate), controlplane.S3_BUCKET
+    data = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+    cut = data[:len(data) - 4096]
+    manifest = read_json(s3, bucket, manifest_key)
+    manifest.update(sha256=hashlib.sha256(cut).hexdigest(), size=len(cut))
+    s3.put_object(Bucket=bucket, Key=key, Body=cut)
+    s3.put_object(Bucket=bucket, Key=manifest_key, Body=json.dumps(manifest).encode())
+    kubectl("patch", "etcdbackup", "cut", "-n", namespace, "--type=merge", "-p",
+            '{"spec":{"verification":{"enabled":true}}}')
+    obj = wait_for(lambda: (b := get_backup(namespace, "cut"))["status"].get("lastVerification") and b, 180,
+                   what="the verification of the truncated backup")
+    verification = obj["status"]["lastVerification"]
+    assert verification["verified"] is False and verification["reason"] == "SnapshotNotRestorable", verification
+    assert read_json(s3, bucket, manifest_key)["verified"] is False
+    wait_for(lambda: not scratch_pods(namespace), 60, what="the scratch pod deleted")
+
+
+def test_a_backup_takes_no_snapshot_from_members_answering_with_another_cluster_id(substrate, namespace, cluster):
+    """status.clusterID says another cluster than the members answer for: the run snapshots
+    nothing and its condition names both IDs."""
+    real_id = kubectl_json("get", "etcdcluster", cluster, "-n", namespace)["status"]["clusterID"]
+    recorded = "deadbeef" if real_id != "deadbeef" else "feedface"
+    kubectl("patch", "etcdcluster", cluster, "-n", namespace, "--subresource=status", "--type=merge", "-p",
+            json.dumps({"status": {"clusterID": recorded}}))
+    prefix = f"tests/{namespace}"
+    apply_backup(namespace, "foreign", {"clusterRef": {"name": cluster}, "backoffLimit": 0,
+                                        "storage": s3_storage_spec(substrate, prefix)})
+    obj = wait_for(lambda: (b := get_backup(namespace, "foreign"))["status"].get("phase") == "Failed" and b, 120,
+                   what="the backup refused")
+    degraded = condition(obj, "Degraded")
+    assert degraded["status"] == "True" and degraded["reason"] == "ClusterIDMismatch", degraded
+    assert f"for cluster {real_id}" in degraded["message"] and recorded in degraded["message"], degraded
+    assert "lastBackup" not in obj["status"]
+    assert list_keys(s3_client(substrate), controlplane.S3_BUCKET, prefix) == []

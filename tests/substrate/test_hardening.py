@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from etcd_operator.backup import verification_pod
+from etcd_operator.backup.verdict import Expected
 from etcd_operator.cluster import builders, naming, network_policy
 from etcd_operator.cluster.spec import ClusterSpec
 from etcd_operator.restore import builders as restore_builders
@@ -121,7 +122,7 @@ def test_every_pod_the_operator_builds_is_admitted_by_a_restricted_namespace(sub
         restore_builders.restore_pod("r", namespace, "c", "c-0", ("c-0", "c-1", "c-2"), "restore-uid", spec.image,
                                      OPERATOR_IMAGE, source, "k.db", "ab" * 32, 1 << 20),
         verification_pod.verification_pod("b", namespace, "00000000-0000-0000-0000-000000000000", spec.image,
-                                          OPERATOR_IMAGE, source, "k.db", "ab" * 32),
+                                          OPERATOR_IMAGE, source, "k.db", "ab" * 32, Expected(61, 60, 1234, 1)),
     ]
     for pod in pods:
         result = kubectl("apply", "--dry-run=server", "-f", "-", input=json.dumps(pod), check=False)

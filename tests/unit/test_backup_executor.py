@@ -14,7 +14,6 @@ from etcd_operator.backup import steps as s
 from etcd_operator.backup.controller import delay_after
 from etcd_operator.backup.executor import HANDLERS, BackupExecutor, UnknownStep
 from etcd_operator.backup.status import build_status
-from etcd_operator.backup.verdict import Verdict
 from etcd_operator.backup.verification import VerificationError
 from etcd_operator.kube.client import Conflict
 from etcd_operator.storage.s3 import StorageError
@@ -63,7 +62,7 @@ def test_verification_steps_that_only_record_change_nothing_but_status(step):
 
 
 class FakeVerifier:
-    """Records the calls the executor makes; `fail` makes compare/create raise."""
+    """Records the calls the executor makes; `fail` makes create raise."""
 
     calls: list = []
     fail: Exception | None = None
@@ -76,12 +75,6 @@ class FakeVerifier:
         if self.fail:
             raise self.fail
         return {"metadata": {"name": "b-verify", "uid": "u-new"}}
-
-    async def compare(self, key, ip):
-        FakeVerifier.calls.append(("compare", key, ip))
-        if self.fail:
-            raise self.fail
-        return Verdict(True, "Verified", "ok"), "2026-11-21T00:00:00Z"
 
     async def record_verdict(self, key, verdict):
         FakeVerifier.calls.append(("record", key, verdict.verified))
@@ -98,16 +91,17 @@ def verifier(monkeypatch):
     return FakeVerifier
 
 
-COMPARE = s.CompareVerification(key="k", pod_name="b-verify", pod_uid="u1", pod_ip="10.0.0.1")
-
-
-def test_the_scratch_pod_is_deleted_by_its_uid_whether_the_comparison_gave_a_verdict_or_not(verifier):
-    done = asyncio.run(BackupExecutor(None, {}, BODY).run(COMPARE))
-    assert done.verified is True and verifier.calls[-1] == ("delete", "b-verify", "u1")
-    verifier.fail = VerificationError("ScratchMemberUnavailable", "no answer")
-    done = asyncio.run(BackupExecutor(None, {}, BODY).run(COMPARE))
-    assert (done.verified, done.complete, done.reason) == (None, False, "ScratchMemberUnavailable")
-    assert verifier.calls[-1] == ("delete", "b-verify", "u1")
+def test_the_pods_verdict_is_recorded_and_the_pod_deleted_by_its_uid(verifier):
+    checked = s.FinishVerification(key="k", pod_name="b-verify", pod_uid="u1", verified=True, reason="Verified",
+                                   complete=True)
+    done = asyncio.run(BackupExecutor(None, {}, BODY).run(checked))
+    assert done.verified is True and verifier.calls == [("delete", "b-verify", "u1"), ("record", "k", True)]
+    verifier.calls.clear()
+    inconclusive = s.FinishVerification(key="k", pod_name="b-verify", pod_uid="u1", verified=None,
+                                        reason="NoSourceHash", complete=True)
+    done = asyncio.run(BackupExecutor(None, {}, BODY).run(inconclusive))
+    assert (done.verified, done.complete) == (None, True)
+    assert verifier.calls == [("delete", "b-verify", "u1"), ("record", "k", None)]
 
 
 def test_finishing_deletes_the_recorded_pod_and_marks_only_a_verdict(verifier):

@@ -13,7 +13,8 @@ from etcd_operator.backup import retry, schedule
 from etcd_operator.backup import steps as s
 from etcd_operator.backup.controller import VERIFY_RECHECK, delay_after
 from etcd_operator.backup.planner import one_shot_slot, plan
-from etcd_operator.backup.state import InitFailure, Observed, RunState, ScheduleSpec, ScratchPod, VerificationPolicy
+from etcd_operator.backup.state import (CheckResult, InitFailure, Observed, RunState, ScheduleSpec, ScratchPod,
+                                        VerificationPolicy)
 from etcd_operator.backup.status import VERIFICATION_INCOMPLETE, build_status, changes, verification_events
 
 UTC = datetime.timezone.utc
@@ -217,12 +218,13 @@ def merge_patch(target: dict, patch: dict) -> dict:
     return merged
 
 
-def scratch(uid: str = "u1", owned: bool = True, phase: str = "Pending", ip: str | None = None,
+def scratch(uid: str = "u1", owned: bool = True, phase: str = "Pending", exit_code: int | None = None,
             failure: InitFailure | None = None) -> ScratchPod:
-    return ScratchPod(name="b-verify", uid=uid, owned=owned, phase=phase, serving_ip=ip, init_failure=failure)
+    check = None if exit_code is None else CheckResult(exit_code, "")
+    return ScratchPod(name="b-verify", uid=uid, owned=owned, phase=phase, check=check, init_failure=failure)
 
 
-SERVING = scratch(phase="Running", ip="10.0.0.9")
+CHECKED = scratch(phase="Running", exit_code=0)  # its check container reported Verified
 
 
 def executed(step: s.Step, verified: bool | None = True) -> s.Outcome:
@@ -230,12 +232,9 @@ def executed(step: s.Step, verified: bool | None = True) -> s.Outcome:
     match step:
         case s.CreateScratchPod():
             return s.ScratchPodCreated(pod_name="b-verify", pod_uid="u1")
-        case s.CompareVerification():
-            return s.VerificationDone(key=step.key, verified=verified, reason="R", message="m",
-                                      at="2026-11-21T12:00:00Z")
         case s.FinishVerification():
             return s.VerificationDone(key=step.key, verified=step.verified, reason=step.reason, message=step.message,
-                                      at="2026-11-21T12:00:00Z", complete=step.verified is not None)
+                                      at="2026-11-21T12:00:00Z", complete=step.complete)
     return s.NOTHING_DONE
 
 
@@ -270,9 +269,9 @@ def test_an_attempt_is_recorded_before_its_scratch_pod_and_the_pod_by_name_and_u
     progressing = condition_of(status, "Progressing")
     assert (progressing["status"], progressing["reason"]) == ("True", "Verifying")
     assert "waiting for scratch pod b-verify" in progressing["message"]
-    step, status, _ = verify_pass(status, at(1.2), pod=SERVING)
-    assert step == s.CompareVerification(key="k1", pod_name="b-verify", pod_uid="u1", pod_ip="10.0.0.9",
-                                         message=step.message)
+    step, status, _ = verify_pass(status, at(1.2), pod=CHECKED)
+    assert step == s.FinishVerification(key="k1", pod_name="b-verify", pod_uid="u1", verified=True,
+                                        reason="Verified", complete=True, message=step.message)
     assert "verification" not in status and status["lastVerification"]["verified"] is True
     assert condition_of(status, "Progressing")["status"] == "False"
 
@@ -285,10 +284,10 @@ def in_progress(pod_uid: str | None = "u1", start: datetime.datetime = at(1), at
 
 
 def test_a_pod_whose_uid_is_not_the_recorded_one_is_deleted_by_its_uid_never_compared():
-    step, status, _ = verify_pass(in_progress("u1"), at(2), pod=scratch(uid="u2", phase="Running", ip="10.0.0.2"))
+    step, status, _ = verify_pass(in_progress("u1"), at(2), pod=scratch(uid="u2", phase="Running", exit_code=0))
     assert step == s.DeleteStrayScratchPod(key="k1", pod_name="b-verify", pod_uid="u2", message=step.message)
     # killed after creating its pod, before recording it: that pod is not trusted either
-    step, _, _ = verify_pass(in_progress(None), at(2), pod=scratch(uid="u9", phase="Running", ip="10.0.0.2"))
+    step, _, _ = verify_pass(in_progress(None), at(2), pod=scratch(uid="u9", phase="Running", exit_code=0))
     assert step == s.DeleteStrayScratchPod(key="k1", pod_name="b-verify", pod_uid="u9", message=step.message)
     step, _, _ = verify_pass(in_progress(None), at(2), pod=None)
     assert isinstance(step, s.CreateScratchPod)
@@ -305,10 +304,10 @@ def test_a_pod_this_backup_does_not_own_is_never_touched():
                                   ScheduleSpec("0 0 31 2 *", verification=VerificationPolicy(True)),
                                   ScheduleSpec("0 0 * * *", verification=VerificationPolicy(False))])
 def test_an_attempt_in_progress_is_resumed_with_its_own_pod_and_carried_to_its_end(spec):
-    """A restarted operator reads the same status: it compares the recorded pod, even when the
-    backup was suspended, its schedule refused or verification turned off since."""
-    step, status, _ = verify_pass(in_progress("u1"), at(3), pod=SERVING, spec=spec)
-    assert isinstance(step, s.CompareVerification) and step.pod_uid == "u1"
+    """A restarted operator reads the same status: it takes the recorded pod's verdict, even when
+    the backup was suspended, its schedule refused or verification turned off since."""
+    step, status, _ = verify_pass(in_progress("u1"), at(3), pod=CHECKED, spec=spec)
+    assert isinstance(step, s.FinishVerification) and step.pod_uid == "u1" and step.verified is True
     assert "verification" not in status
 
 
@@ -333,6 +332,8 @@ def test_the_start_timeout_counts_from_the_recorded_start():
     (scratch(failure=InitFailure("fetch", 3, "sha256 differs")), False, "ChecksumMismatch"),
     (scratch(failure=InitFailure("fetch", 1, "connection refused")), None, "SnapshotNotFetched"),
     (scratch(phase="Failed"), None, "ScratchPodFailed"),
+    (scratch(phase="Running", exit_code=15), None, "ScratchMemberUnavailable"),
+    (scratch(phase="Running", exit_code=1), None, "ScratchCheckFailed"),
     (None, None, "ScratchPodGone"),
 ])
 def test_how_an_attempt_ends_without_comparing(pod, verified, reason):
@@ -349,7 +350,7 @@ HOURLY_VERIFICATION = ScheduleSpec("0 0 * * *", verification=VerificationPolicy(
 @pytest.mark.parametrize("verified", [True, False, None])
 def test_a_verdict_or_an_inconclusive_comparison_is_never_retried(verified, spec):
     done = s.VerificationDone(key="k1", verified=verified, reason="R", message="m", at=text(at(2)))
-    _, status, _ = verify_pass(in_progress("u1"), at(2), pod=SERVING, outcome=done, spec=spec)
+    _, status, _ = verify_pass(in_progress("u1"), at(2), pod=CHECKED, outcome=done, spec=spec)
     assert "verification" not in status and status["lastVerification"]["key"] == "k1"
     for minutes in (3, 10, 60, 61, 125, 600):
         step, status, _ = verify_pass(status, at(minutes), spec=spec)
@@ -404,7 +405,7 @@ def test_an_incomplete_verification_is_retried_with_backoff_a_bounded_number_of_
     assert step.key == "k2" and step.attempt == 1 and status["verification"] == {
         "key": "k2", "attempts": 1, "startTime": text(now)}
     for _ in range(3):
-        step, status, _ = verify_pass(status, now, pod=SERVING if status.get("verification", {}).get("pod") else None)
+        step, status, _ = verify_pass(status, now, pod=CHECKED if status.get("verification", {}).get("pod") else None)
     assert status["lastVerification"]["key"] == "k2" and condition_of(status, "Degraded")["status"] == "False"
 
 
@@ -463,14 +464,14 @@ def test_whatever_happens_only_the_recorded_pod_is_compared_and_attempts_stay_bo
         minutes += advance
         recorded = (status.get("verification") or {}).get("pod", {}).get("uid")
         pod = {"none": None, "pending": scratch(uid=recorded or "u1"),
-               "serving": scratch(uid=recorded or "u1", phase="Running", ip="10.0.0.1"),
-               "stray": scratch(uid="other"), "stray-serving": scratch(uid="other", phase="Running", ip="10.0.0.2"),
+               "serving": scratch(uid=recorded or "u1", phase="Running", exit_code=0),
+               "stray": scratch(uid="other"), "stray-serving": scratch(uid="other", phase="Running", exit_code=0),
                "fetch-failed": scratch(uid=recorded or "u1", failure=InitFailure("fetch", 1, "x")),
                "store-down": None, "crash": None}[event]
         state = RunState.from_dict(status)
         observed = Observed(T0, 1, scratch_pod=pod, scratch_pod_observed=True)
         step = plan(DAILY, state, observed, at(minutes))
-        if isinstance(step, (s.CompareVerification, s.FinishVerification)) and step.pod_uid is not None:
+        if isinstance(step, s.FinishVerification) and step.pod_uid is not None:
             assert step.pod_uid == recorded
         if isinstance(step, s.DeleteStrayScratchPod):
             assert step.pod_uid != recorded and step.pod_uid == pod.uid

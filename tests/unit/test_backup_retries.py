@@ -16,7 +16,7 @@ from etcd_operator.backup import steps as s
 from etcd_operator.backup.controller import PREREQUISITE_RECHECK, delay_after
 from etcd_operator.backup.planner import one_shot_slot, plan
 from etcd_operator.backup.runner import BackupFailed, as_failure
-from etcd_operator.backup.source import SourceUnavailable, find_source
+from etcd_operator.backup.source import SourceUnavailable, find_candidates
 from etcd_operator.backup.stream import SnapshotCorrupt
 from etcd_operator.backup.state import Observed, Prerequisites, RunState, ScheduleSpec, VerificationPolicy
 from etcd_operator.backup.status import build_status, changes, run_events
@@ -228,6 +228,7 @@ def test_waiting_for_the_cluster_does_not_use_an_attempt():
 CAUSES = [
     (SourceUnavailable("no healthy member"), "NoHealthyMember", True),
     (SourceUnavailable("gone", reason="ClusterNotFound"), "ClusterNotFound", True),
+    (SourceUnavailable("db-0 answered for cluster b2", reason="ClusterIDMismatch"), "ClusterIDMismatch", True),
     (StorageError("Secret ns/x does not exist", "SecretNotFound"), "SecretNotFound", True),
     (StorageError("cannot reach", "EndpointUnreachable"), "StorageError", True),
     (StorageError("InternalError", "InternalError"), "StorageError", True),
@@ -377,7 +378,7 @@ S3_WITH_SECRET = {"bucket": "bk", "credentialsSecretRef": {"name": "creds"}}
 
 
 @pytest.mark.parametrize("call, reason, transient", [
-    (lambda: find_source(KubeWith(), "ns", "db"), "ClusterNotFound", True),
+    (lambda: find_candidates(KubeWith(), "ns", "db"), "ClusterNotFound", True),
     (lambda: s3_location(KubeWith(), "ns", S3_WITH_SECRET), "SecretNotFound", True),
     (lambda: s3_location(KubeWith({("secrets", "creds"): {"data": {"accessKeyID": "eA=="}}}), "ns", S3_WITH_SECRET),
      "CredentialsNotFound", False),

@@ -10,10 +10,13 @@ import pytest
 from etcd_operator.backup import steps as s
 from etcd_operator.backup.manifest import Manifest
 from etcd_operator.backup.planner import plan
-from etcd_operator.backup.state import InitFailure, Observed, RunState, ScheduleSpec, ScratchPod, VerificationPolicy
+from etcd_operator.backup.scratch_check import expected_from
+from etcd_operator.backup.state import (CheckResult, InitFailure, Observed, RunState, ScheduleSpec, ScratchPod,
+                                        VerificationPolicy)
 from etcd_operator.backup.status import VERIFICATION_FAILED, build_status
-from etcd_operator.backup.verdict import compare, init_failure_verdict
-from etcd_operator.backup.verification_pod import verification_pod
+from etcd_operator.backup.verdict import (CHECK_EXIT_CODES, Expected, check_exit_code, check_verdict, compare,
+                                          init_failure_verdict)
+from etcd_operator.backup.verification_pod import CHECK_CONTAINER, CLIENT_SOCKET, SCRATCH, verification_pod
 
 UTC = datetime.timezone.utc
 T0 = datetime.datetime(2026, 11, 21, 12, 0, 1, tzinfo=UTC)
@@ -86,16 +89,40 @@ def manifest(**extra) -> Manifest:
     ((61, 60, 999, 5), None, "HashNotComparable"),
 ])
 def test_compare(answers, verified, reason):
-    verdict = compare(manifest(), *answers)
+    verdict = compare(Expected.of(manifest()), *answers)
     assert (verdict.verified, verdict.reason) == (verified, reason)
+    # the check container's exit code carries the same verdict to the operator
+    assert check_verdict(check_exit_code(verdict), "").verified == verified
+    assert check_verdict(check_exit_code(verdict), "").reason == reason
 
 
 def test_no_source_hash_gives_no_verdict():
-    assert compare(manifest(hash_kv=None, compact_revision=None), 61, 60, 1, 1).verified is None
+    verdict = compare(Expected.of(manifest(hash_kv=None, compact_revision=None)), 61, 60, 1, 1)
+    assert verdict.verified is None and verdict.complete
+    reported = check_verdict(check_exit_code(verdict), "")
+    assert (reported.verified, reported.reason, reported.complete) == (None, "NoSourceHash", True)
 
 
-def comparing(key: str) -> s.CompareVerification:
-    return s.CompareVerification(key=key, pod_name="b-verify", pod_uid="u1", pod_ip="10.0.0.1")
+@pytest.mark.parametrize("exit_code", [None, 1, 2, 137, CHECK_EXIT_CODES["ScratchMemberUnavailable"]])
+def test_an_exit_code_that_names_no_comparison_is_an_attempt_to_retry(exit_code):
+    verdict = check_verdict(exit_code, "")
+    assert verdict.verified is None and not verdict.complete
+
+
+def test_the_exit_codes_are_distinct_and_none_is_a_python_crash():
+    assert len(set(CHECK_EXIT_CODES.values())) == len(CHECK_EXIT_CODES)
+    assert CHECK_EXIT_CODES["Verified"] == 0 and not {1, 2} & set(CHECK_EXIT_CODES.values())
+
+
+def test_the_check_container_reads_the_manifest_values_the_builder_gave_it():
+    env = {e["name"]: e["value"] for e in next(c for c in scratch_pod()["spec"]["containers"]
+                                               if c["name"] == CHECK_CONTAINER)["env"]}
+    assert expected_from(env) == Expected(61, 60, 1234, None)
+
+
+def comparing(key: str) -> s.FinishVerification:
+    return s.FinishVerification(key=key, pod_name="b-verify", pod_uid="u1", verified=True, reason="Verified",
+                                complete=True)
 
 
 def verified(key: str, ok: bool | None, reason: str = "Verified") -> s.VerificationDone:
@@ -128,8 +155,13 @@ def test_a_successful_verification_does_not_hide_a_failed_run():
     assert degraded(status)["reason"] == "StorageError"
 
 
-def test_the_verification_pod_passes_the_restricted_level_and_serves_on_its_own_ip():
-    pod = verification_pod("b", "ns", "uid", "etcd:v3.6.0", "op:1", {"bucket": "bk"}, "p/x.db", "f" * 64)
+def scratch_pod() -> dict:
+    return verification_pod("b", "ns", "uid", "etcd:v3.6.0", "op:1", {"bucket": "bk"}, "p/x.db", "f" * 64,
+                            Expected(61, 60, 1234, None))
+
+
+def test_the_verification_pod_passes_the_restricted_level():
+    pod = scratch_pod()
     assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
     assert pod["spec"]["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     containers = pod["spec"]["initContainers"] + pod["spec"]["containers"]
@@ -141,11 +173,28 @@ def test_the_verification_pod_passes_the_restricted_level_and_serves_on_its_own_
     assert "--skip-hash-check" not in " ".join(pod["spec"]["initContainers"][1]["args"])
 
 
-def pod_as_observed(phase: str, init: list[dict], ready: bool | None = None, ip: str = "10.0.0.3",
+def test_the_scratch_member_listens_on_no_network_address():
+    """Its client and peer listeners are unix sockets on the pod's own emptyDir; no metrics
+    listener, no container port, no pod IP anywhere in its flags."""
+    pod = scratch_pod()
+    containers = pod["spec"]["initContainers"] + pod["spec"]["containers"]
+    assert all("ports" not in c for c in containers)
+    etcd = next(c for c in pod["spec"]["containers"] if c["name"] == "etcd")
+    listeners = [a for a in etcd["args"] if a.startswith(("--listen-", "--advertise-client"))]
+    assert listeners and all(a.split("=", 1)[1].startswith("unix://") for a in listeners), listeners
+    assert etcd["workingDir"] == SCRATCH and not any("POD_IP" in str(c) for c in containers)
+    check = next(c for c in pod["spec"]["containers"] if c["name"] == CHECK_CONTAINER)
+    env = {e["name"]: e["value"] for e in check["env"]}
+    assert env["ETCD_SOCKET"] == CLIENT_SOCKET and CLIENT_SOCKET.startswith(SCRATCH + "/")
+    assert (env["EXPECTED_REVISION"], env["EXPECTED_KEY_COUNT"], env["EXPECTED_HASH_KV"],
+            env["EXPECTED_COMPACT_REVISION"]) == ("61", "60", "1234", "")
+
+
+def pod_as_observed(phase: str, init: list[dict], check: dict | None = None,
                     owner: str = "backup-uid") -> ScratchPod:
-    status = {"phase": phase, "podIP": ip, "initContainerStatuses": init}
-    if ready is not None:
-        status["containerStatuses"] = [{"name": "etcd", "ready": ready}]
+    status = {"phase": phase, "podIP": "10.0.0.3", "initContainerStatuses": init,
+              "containerStatuses": [{"name": "etcd", "state": {"running": {}}},
+                                    {"name": CHECK_CONTAINER, "state": check or {"running": {}}}]}
     return ScratchPod.from_pod({"metadata": {"name": "b-verify", "uid": "u1", "ownerReferences": [{"uid": owner}]},
                                 "status": status}, "backup-uid")
 
@@ -153,14 +202,15 @@ def pod_as_observed(phase: str, init: list[dict], ready: bool | None = None, ip:
 def test_the_scratch_pod_as_the_planner_sees_it():
     fetching = pod_as_observed("Pending", [{"name": "fetch", "state": {"running": {}}},
                                            {"name": "restore", "state": {"waiting": {}}}])
-    assert fetching.owned and fetching.serving_ip is None and fetching.init_failure is None
+    assert fetching.owned and fetching.check is None and fetching.init_failure is None
     assert "init container fetch" in fetching.message
     refused = pod_as_observed("Pending", [{"name": "fetch", "state": {"terminated": {"exitCode": 0}}},
                                           {"name": "restore", "state": {"terminated": {"exitCode": 2, "message": "x"}}}])
     assert refused.init_failure == InitFailure("restore", 2, "x")
-    assert pod_as_observed("Running", [], ready=False).serving_ip is None
-    assert pod_as_observed("Running", [], ready=True).serving_ip == "10.0.0.3"
-    assert not pod_as_observed("Running", [], ready=True, owner="someone-else").owned
+    assert pod_as_observed("Running", []).check is None
+    checked = pod_as_observed("Running", [], check={"terminated": {"exitCode": 12, "message": "HashKV differs"}})
+    assert checked.check == CheckResult(12, "HashKV differs")
+    assert not pod_as_observed("Running", [], owner="someone-else").owned
 
 
 def test_what_an_init_container_failure_says_about_the_backup():

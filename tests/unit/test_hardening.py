@@ -12,6 +12,7 @@ from etcd_operator import pod_security
 from etcd_operator.cluster import builders, naming, network_policy
 from etcd_operator.cluster.spec import ClusterSpec
 from etcd_operator.backup import verification_pod
+from etcd_operator.backup.verdict import Expected
 from etcd_operator.restore import builders as restore_builders
 from etcd_operator.storage import credentials
 from etcd_operator.storage.s3 import S3Location, S3Storage, StorageError, encryption_arguments, signs_payload
@@ -73,7 +74,8 @@ def restricted_violations(pod: dict) -> list[str]:
     restore_pod(),
     restore_pod(caBundleSecretRef={"name": "ca"}, credentialsSecretRef={"name": "creds"}),
     verification_pod.verification_pod("b", "ns", "uid", ETCD_IMAGE, OPERATOR_IMAGE,
-                                      {"bucket": "b", "caBundleSecretRef": {"name": "ca"}}, "k.db", "ab" * 32),
+                                      {"bucket": "b", "caBundleSecretRef": {"name": "ca"}}, "k.db", "ab" * 32,
+                                      Expected(61, 60, 1234, 1)),
 ], ids=["member", "member-emptydir", "member-resources", "restore", "restore-ca-creds", "verification"])
 def test_every_pod_passes_the_restricted_level(pod):
     assert restricted_violations(pod) == []

@@ -8,14 +8,14 @@ import asyncio
 import pytest
 
 from etcd_operator.backup.runner import as_failure
-from etcd_operator.backup.source import SourceUnavailable, find_source
+from etcd_operator.backup.source import SourceUnavailable, find_candidates
 from etcd_operator.shard import Shard, shard_from_settings
 
 SHARD_A = shard_from_settings("a", "shard=a")
 
 
 class ClusterOnlyKube:
-    """Answers the two reads find_source makes: the EtcdCluster, and its pods."""
+    """Answers the two reads find_candidates makes: the EtcdCluster, and its pods."""
 
     def __init__(self, labels: dict, finalizers: list):
         self.cluster = {"metadata": {"name": "c", "namespace": "ns", "labels": labels, "finalizers": finalizers},
@@ -37,7 +37,7 @@ class ClusterOnlyKube:
 def test_a_backup_of_a_cluster_outside_the_shard_is_refused_before_etcd_is_asked(labels, finalizers, why):
     kube = ClusterOnlyKube(labels, finalizers)
     with pytest.raises(SourceUnavailable) as refused:
-        asyncio.run(find_source(kube, "ns", "c", SHARD_A))
+        asyncio.run(find_candidates(kube, "ns", "c", SHARD_A))
     assert refused.value.permanent and refused.value.reason == "ClusterOutsideShard"
     assert why in str(refused.value) and "Label this EtcdBackup like its cluster" in str(refused.value)
     assert not kube.pods_listed
@@ -46,14 +46,15 @@ def test_a_backup_of_a_cluster_outside_the_shard_is_refused_before_etcd_is_asked
 
 
 def test_a_backup_of_a_cluster_of_its_own_shard_finds_its_source():
-    member, _ = asyncio.run(find_source(ClusterOnlyKube({"shard": "a"}, ["etcd.operator.dev/finalizer-a"]),
-                                        "ns", "c", SHARD_A))
-    assert member.endpoint == "10.0.0.1:2379"
+    candidates, _ = asyncio.run(find_candidates(ClusterOnlyKube({"shard": "a"}, ["etcd.operator.dev/finalizer-a"]),
+                                                "ns", "c", SHARD_A))
+    assert [c.endpoint for c in candidates] == ["10.0.0.1:2379"]
 
 
 def test_an_unsharded_operator_backs_up_any_cluster_it_holds():
-    member, _ = asyncio.run(find_source(ClusterOnlyKube({}, ["etcd.operator.dev/finalizer"]), "ns", "c", Shard()))
-    assert member.name == "c-0"
+    candidates, _ = asyncio.run(find_candidates(ClusterOnlyKube({}, ["etcd.operator.dev/finalizer"]), "ns", "c",
+                                                Shard()))
+    assert [c.name for c in candidates] == ["c-0"]
 
 
 def test_the_other_source_failures_keep_their_reasons():
