@@ -139,7 +139,8 @@ def test_client_history_stays_linearizable_through_every_operator_action(namespa
     checked = time.monotonic() - checking
     successes = sorted(o.returned for o in operations if o.returned is not None)
     print(f"\n{len(operations)} operations in {ran:.0f}s ({len(operations) / ran:.0f}/s), "
-          f"{unknown_outcomes(operations)} puts of unknown outcome, failed calls by code: {dict(workload.errors)}")
+          f"{unknown_outcomes(operations)} puts of unknown outcome, failed calls by code: {dict(workload.errors)}, "
+          f"the clients' event loop at most {workload.loop_lag:.2f}s late")
     for name, start, end in log.windows:
         print(f"  {name}: {(end - start) / 1e9:.1f}s, longest without a successful operation "
               f"{longest_gap(successes, start, end) / 1e9:.2f}s")

@@ -39,6 +39,7 @@ class KeyValueWorkload(_LoopThread):
         self.operations: list[Operation] = []
         self.errors: collections.Counter[str] = collections.Counter()  # gRPC code -> failed calls
         self.unread: list[str] = []  # keys whose final read failed
+        self.loop_lag = 0.0  # the longest this event loop was late for a timer, in seconds
         self._endpoints: list[str] = []
         self._credentials: ClientTLS | None = None
 
@@ -58,14 +59,22 @@ class KeyValueWorkload(_LoopThread):
                 pass
             await asyncio.sleep(self.REFRESH_SECONDS)
 
+    async def _watch_loop(self) -> None:
+        """A stalled loop would time calls out for the test's own sake, not the cluster's."""
+        while True:
+            before = time.monotonic()
+            await asyncio.sleep(0.1)
+            self.loop_lag = max(self.loop_lag, time.monotonic() - before - 0.1)
+
     async def main(self) -> None:
         await self._refresh()
-        refresher = asyncio.create_task(self._refresher())
+        helpers = [asyncio.create_task(self._refresher()), asyncio.create_task(self._watch_loop())]
         try:
             await asyncio.gather(*(self._client(n) for n in range(self.clients)))
             await self._final_reads()
         finally:
-            refresher.cancel()
+            for helper in helpers:
+                helper.cancel()
 
     async def _client(self, n: int) -> None:
         rng = random.Random(n)
