@@ -2,7 +2,8 @@
 # Builds the pinned local-substrate binaries from their Go modules and caches them
 # outside git. Each recipe is a folder here with a go.mod pinning the module and a
 # `binaries` table (name | package | ldflags); a recipe is rebuilt only when its go.mod,
-# go.sum or table changes. One line per binary is printed; Go's own output goes to a log.
+# go.sum, table or own program (porcupine/main.go) changes. One line per binary is
+# printed; Go's own output goes to a log.
 #
 #   testbin/build.sh            build what is missing, print where the binaries are
 #   testbin/build.sh --dir      print the cache directory only
@@ -48,12 +49,16 @@ table() {
   done <"$here/$recipe/binaries"
 }
 
+# A recipe's own program (Go files beside go.mod other than tools.go) is part of its stamp;
+# recipes that only pin modules keep the stamp they always had.
 recipe_stamp() {
-  local recipe="$1"
+  local recipe="$1" sources
+  sources="$(find "$here/$recipe" -maxdepth 1 -name '*.go' ! -name tools.go | sort)"
   {
     cat "$here/$recipe/go.mod" "$here/$recipe/go.sum"
     echo "$(table "$recipe")"
     go env GOVERSION
+    if [[ -n "$sources" ]]; then cat $sources; fi
   } | sha256sum | cut -c1-12
 }
 

@@ -78,6 +78,11 @@ class OperatorProcess:
     def resume(self) -> None:
         self.process.send_signal(signal.SIGCONT)
 
+    def kill(self) -> None:
+        """SIGKILL: no graceful stop, as an OOM kill or a lost node would end it."""
+        self.process.kill()
+        self.process.wait(30)
+
     def mark_log(self, text: str) -> None:
         """Appends a line to the process's log (in order with its own lines: both append)."""
         with open(self.log_path, "a") as log:
