@@ -170,6 +170,7 @@ HANDLERS: dict[type[s.Step], Callable[[BackupExecutor, Any], Awaitable[s.Outcome
     s.WaitForSlot: BackupExecutor._status_only,
     s.Suspend: BackupExecutor._status_only,
     s.RefuseSchedule: BackupExecutor._status_only,
+    s.RefuseCredentials: BackupExecutor._status_only,
     s.WaitForPrerequisite: BackupExecutor._status_only,
     s.WaitForRetry: BackupExecutor._status_only,
     s.StartSlot: BackupExecutor._status_only,

@@ -107,6 +107,10 @@ def _step_fields(step: s.Step, outcome: s.Outcome, previous: Mapping[str, Any],
             fields = {"phase": "Failed", "nextScheduleTime": None}
             return (fields, c.Condition("Progressing", False, step.reason, step.message),
                     c.Condition("Degraded", True, step.reason, step.message))
+        case s.RefuseCredentials():
+            # Pending, not Failed: allowed later (a new install setting), a one-shot backup still runs.
+            return ({"phase": "Pending"}, c.Condition("Progressing", False, step.reason, step.message),
+                    c.Condition("Degraded", True, step.reason, step.message))
         case s.WaitForPrerequisite():
             return {"phase": "Pending"}, c.Condition("Progressing", False, step.reason, step.message), None
         case s.WaitForRetry():
