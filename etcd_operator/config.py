@@ -11,6 +11,7 @@ import uuid
 from etcd_operator.leadership import LeaseTiming
 from etcd_operator.membudget import DEFAULT_LIMIT_BYTES
 from etcd_operator.shard import Shard, shard_from_settings
+from etcd_operator.storage_policy import StoragePolicy
 
 # The image the operator runs from; restore pods use it to fetch snapshots.
 DEFAULT_OPERATOR_IMAGE = "ghcr.io/etcd-operator/etcd-operator:0.1.0"
@@ -37,6 +38,8 @@ class OperatorConfig:
     watch_children: bool = True  # pods and PVCs through operator-wide watches; false: every pass lists them
     steady_poll_seconds: float = 15.0  # a steady cluster's members are asked for their status this often
     resync_seconds: float = 600.0  # a full live pass per cluster about this often (jittered per cluster)
+    # AMBIENT_CREDENTIALS_NAMESPACES, ORPHANED_UPLOAD_GRACE_SECONDS (storage_policy.py)
+    storage_policy: StoragePolicy = StoragePolicy()
 
     @property
     def clusterwide(self) -> bool:
@@ -77,6 +80,8 @@ class OperatorConfig:
             watch_children=env.get("WATCH_CHILDREN", "true").lower() != "false",
             steady_poll_seconds=float(env.get("STEADY_POLL_SECONDS") or 15.0),
             resync_seconds=float(env.get("RESYNC_SECONDS") or 600.0),
+            storage_policy=StoragePolicy.from_settings(env.get("AMBIENT_CREDENTIALS_NAMESPACES", ""),
+                                                       env.get("ORPHANED_UPLOAD_GRACE_SECONDS", "")),
         )
 
 

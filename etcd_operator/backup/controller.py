@@ -28,6 +28,7 @@ from etcd_operator.kube import client as kube
 from etcd_operator.prerequisites import ClusterReadiness
 from etcd_operator.shard import Shard
 from etcd_operator.storage.credentials import missing_secrets
+from etcd_operator.storage_policy import StoragePolicy
 from etcd_operator.timefmt import now_text
 
 logger = logging.getLogger(__name__)
@@ -58,15 +59,16 @@ def delay_after(step: s.Step, now: datetime.datetime) -> float | None:
             return min(max((wake - now).total_seconds(), SOONEST_RECHECK), IDLE_RECHECK)
         case s.Idle() if step.recheck_at is not None:
             return max((step.recheck_at - now).total_seconds(), SOONEST_RECHECK)
-        case s.Idle() | s.Suspend() | s.RefuseSchedule():
+        case s.Idle() | s.Suspend() | s.RefuseSchedule() | s.RefuseCredentials():
             return None
     raise TypeError(f"no delay for step {step.kind}")
 
 
 class BackupController:
     def __init__(self, kube_client: kube.KubeClient, cluster_locks: dict, post_event: EventPoster,
-                 operator_image: str = "", shard: Shard = Shard()):
+                 operator_image: str = "", shard: Shard = Shard(), storage_policy: StoragePolicy = StoragePolicy()):
         self.kube = kube_client
+        self.storage_policy = storage_policy
         self.shard = shard
         self.operator_image = operator_image
         self.cluster_locks = cluster_locks
@@ -104,17 +106,20 @@ class BackupController:
         meta, status = current["metadata"], current.get("status") or {}
         state = RunState.from_dict(status)
         observed = await self.observe_scratch_pod(meta, state)
-        observed = dataclasses.replace(observed, prerequisites=await self.observe_prerequisites(meta, current["spec"]))
+        observed = dataclasses.replace(observed, prerequisites=await self.observe_prerequisites(meta, current["spec"]),
+                                       credentials_refusal=self.storage_policy.ambient_refusal(
+                                           meta["namespace"], current["spec"]["storage"]["s3"]))
         now = datetime.datetime.now(datetime.timezone.utc)
         # In a thread: checking a schedule's shortest gap walks up to a day of its fires
         # (about 0.3 s for one every 10 s, once a day; cached otherwise).
         step = await asyncio.to_thread(plan, ScheduleSpec.from_dict(current.get("spec") or {}), state, observed, now)
-        if isinstance(step, (s.StartSlot, s.RetrySlot, s.RunBackup, s.RefuseSchedule, *s.VERIFICATION_STEPS)) \
+        if isinstance(step, (s.StartSlot, s.RetrySlot, s.RunBackup, s.RefuseSchedule, s.RefuseCredentials,
+                             *s.VERIFICATION_STEPS)) \
                 and not isinstance(step, s.WaitForScratchPod):
             logger.info("%s/%s: %s (%s)", meta["namespace"], meta["name"], step.kind, step.message)
 
         outcome = await BackupExecutor(self.kube, self.cluster_locks, current, self.operator_image,
-                                       self.shard).run(step)
+                                       self.shard, self.storage_policy.orphan_grace_seconds).run(step)
         if outcome is not s.NOTHING_DONE:
             # A run patches status while it works (progress, pending uploads): diff against that.
             status = ((await self.observe(body)) or current).get("status") or {}

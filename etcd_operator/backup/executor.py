@@ -10,6 +10,7 @@ import logging
 from typing import Any, Awaitable, Callable, Mapping
 
 from etcd_operator import faults, metrics
+from etcd_operator.backup import orphans
 from etcd_operator.backup import steps as s
 from etcd_operator.backup.manifest import Identity
 from etcd_operator.backup.runner import BackupFailed, BackupRunner, BackupSpec
@@ -29,8 +30,10 @@ class UnknownStep(TypeError):
 
 class BackupExecutor:
     def __init__(self, kube_client: kube.KubeClient, cluster_locks: dict, body: Mapping[str, Any],
-                 operator_image: str = "", shard: Shard = Shard()):
+                 operator_image: str = "", shard: Shard = Shard(),
+                 orphan_grace_seconds: float = orphans.DEFAULT_GRACE_SECONDS):
         self.kube = kube_client
+        self.orphan_grace_seconds = orphan_grace_seconds
         self.shard = shard
         self.operator_image = operator_image
         self.cluster_locks = cluster_locks
@@ -65,7 +68,8 @@ class BackupExecutor:
 
         lock = self.cluster_locks.setdefault((self.namespace, spec.cluster), asyncio.Lock())
         status = self.body.get("status") or {}
-        runner = BackupRunner(self.kube, on_progress, status.get("pendingUploads"), record_uploads, self.shard)
+        runner = BackupRunner(self.kube, on_progress, status.get("pendingUploads"), record_uploads, self.shard,
+                              status.get("clusterIDHistory") or (), self.orphan_grace_seconds)
         identity = Identity(self.namespace, self.name, self.body["metadata"]["uid"])
         async with lock:
             try:
@@ -156,6 +160,7 @@ HANDLERS: dict[type[s.Step], Callable[[BackupExecutor, Any], Awaitable[s.Outcome
     s.WaitForSlot: BackupExecutor._status_only,
     s.Suspend: BackupExecutor._status_only,
     s.RefuseSchedule: BackupExecutor._status_only,
+    s.RefuseCredentials: BackupExecutor._status_only,
     s.WaitForPrerequisite: BackupExecutor._status_only,
     s.WaitForRetry: BackupExecutor._status_only,
     s.StartSlot: BackupExecutor._status_only,

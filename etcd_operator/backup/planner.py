@@ -30,6 +30,9 @@ Invariants, each covered by tests/unit/test_backup_planner.py:
   left status; a due backup slot comes before a retry, and a newer backup the policy would
   verify comes before a retry of an older one;
 - nothing is started for an EtcdBackup being deleted (no slot, no run, no scratch pod);
+- nothing runs or is verified while storage.s3 names no credentials Secret and the install
+  does not allow ambient credentials in the namespace (RefuseCredentials; storage_policy.py);
+  a verification in progress then waits too, its scratch pod left until it may go on;
 - a run that is due waits, in phase Pending and without using an attempt, while its cluster
   does not exist or has never served yet, or a Secret it reads does not exist
   (etcd_operator/prerequisites.py); it starts on the first pass after they are there;
@@ -48,6 +51,7 @@ from etcd_operator.backup import steps as s
 from etcd_operator.backup.state import (Observed, RunState, ScheduleSpec, ScratchPod, VerificationAttempts,
                                         VerificationPolicy)
 from etcd_operator.backup.verdict import Verdict, check_verdict, init_failure_verdict
+from etcd_operator.storage_policy import AMBIENT_NOT_ALLOWED
 
 COMPLETED = "Completed"
 FAILED = "Failed"
@@ -60,6 +64,8 @@ def one_shot_slot(observed: Observed) -> str:
 def plan(spec: ScheduleSpec, state: RunState, observed: Observed, now: datetime.datetime) -> s.Step:
     if observed.deleting:
         return s.Idle(message="the EtcdBackup is being deleted; nothing is started for it")
+    if observed.credentials_refusal:
+        return s.RefuseCredentials(reason=AMBIENT_NOT_ALLOWED, message=observed.credentials_refusal)
     if state.verification is not None and state.verification.in_progress:
         return verification_in_progress(state.verification, observed, now)
     if spec.schedule is None:

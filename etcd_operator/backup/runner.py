@@ -10,10 +10,10 @@ import dataclasses
 import datetime
 import logging
 import time
-from typing import Any, Awaitable, Callable, Mapping
+from typing import Any, Awaitable, Callable, Mapping, Sequence
 
 from etcd_operator import faults
-from etcd_operator.backup import retention
+from etcd_operator.backup import orphans, retention
 from etcd_operator.backup.bbolt import snapshot_revision
 from etcd_operator.backup.manifest import (MANIFEST_SUFFIX, Identity, Manifest, backup_prefix, manifest_key,
                                            snapshot_key)
@@ -121,8 +121,11 @@ class BackupRunner:
 
     def __init__(self, kube_client: kube.KubeClient, on_progress: Callable[[int, str], None] = lambda n, m: None,
                  pending_uploads: list[dict[str, str]] | None = None, on_upload_started: UploadStarted = _no_record,
-                 shard: Shard = Shard()):
+                 shard: Shard = Shard(), cluster_id_history: Sequence[str] = (),
+                 orphan_grace_seconds: float = orphans.DEFAULT_GRACE_SECONDS):
         self.kube = kube_client
+        self.cluster_id_history = tuple(cluster_id_history)  # status.clusterIDHistory (retention.py)
+        self.orphan_grace_seconds = orphan_grace_seconds
         self.shard = shard  # a cluster outside it is refused (ClusterOutsideShard)
         self.on_progress = on_progress
         self.pending_uploads = [dict(u) for u in pending_uploads or []]
@@ -144,6 +147,7 @@ class BackupRunner:
             await storage.check_bucket()
             key = snapshot_key(spec.prefix, namespace, backup, slot)
             await self._abort_pending(storage)
+            await self._abort_orphans(storage, backup_prefix(spec.prefix, namespace, backup), key)
             if await storage.exists(manifest_key(key)):
                 manifest = Manifest.from_json(await storage.get(manifest_key(key)))
                 if not manifest.belongs_to(identity):
@@ -153,25 +157,44 @@ class BackupRunner:
                                        "it is left untouched and this slot is not run", permanent=True)
                 # this slot already ran
             else:
-                await storage.abort_stale_uploads(backup_prefix(spec.prefix, namespace, backup))
                 manifest = await self._snapshot(storage, identity, spec, slot, key)
-            deleted = await self._apply_retention(storage, identity, spec, keep=manifest.snapshot_key)
+            history = retention.extend_history(self.cluster_id_history, manifest.cluster_id)
+            deleted = await self._apply_retention(storage, identity, spec, manifest.snapshot_key, history)
             return manifest, deleted
         finally:
             await asyncio.to_thread(storage.close)
 
     async def _abort_pending(self, storage: S3Storage) -> None:
-        """Aborts the uploads recorded in status by their exact key (MinIO lists multipart
-        uploads only by exact key, never by a folder prefix). An entry is dropped only once
-        the store has answered for it."""
+        """Aborts the uploads recorded in status by their exact key and ID. An entry is
+        dropped only once the store has answered for it."""
         for upload in list(self.pending_uploads):
             try:
                 await storage.abort_multipart(upload["key"], upload["uploadId"])
             except StorageError as e:
                 if e.code not in ("NoSuchUpload", "404", "NoSuchKey"):
                     raise
-            await storage.abort_stale_uploads(upload["key"])
             self.pending_uploads.remove(upload)
+
+    async def _abort_orphans(self, storage: S3Storage, folder: str, slot_key: str) -> None:
+        """Aborts the uploads orphans.orphaned picks among those listed for this backup's
+        folder. The slot's own key is listed too, and, when the folder lists nothing, the
+        bucket without a prefix: MinIO lists uploads by exact key only, and without a
+        prefix those started since it started (orphans.orphaned keeps only this folder's)."""
+        listed, store_now = await storage.list_uploads(folder)
+        prefixes = [slot_key] if listed else [slot_key, ""]
+        for prefix in prefixes:
+            more, answered_at = await storage.list_uploads(prefix)
+            listed, store_now = listed + more, answered_at or store_now
+        found = {upload_id: orphans.Upload(key, upload_id, initiated) for key, upload_id, initiated in listed}
+        recorded = {u["uploadId"] for u in self.pending_uploads}
+        for upload in orphans.orphaned(found.values(), folder, recorded, store_now, self.orphan_grace_seconds):
+            try:
+                await storage.abort_multipart(upload.key, upload.upload_id)
+            except StorageError as e:
+                if e.code not in ("NoSuchUpload", "404", "NoSuchKey"):
+                    raise
+            logger.info("aborted orphaned multipart upload %s (%s, initiated %s)", upload.key, upload.upload_id,
+                        upload.initiated.isoformat())
 
     async def _snapshot(self, storage: S3Storage, identity: Identity, spec: BackupSpec,
                         slot: str, key: str) -> Manifest:
@@ -220,14 +243,19 @@ class BackupRunner:
         return manifest
 
     async def _apply_retention(self, storage: S3Storage, identity: Identity, spec: BackupSpec,
-                               keep: str) -> list[Manifest]:
+                               keep: str, history: Sequence[str]) -> list[Manifest]:
         if spec.max_backups is None and spec.max_age is None:
             return []
-        manifests = await read_manifests(storage, backup_prefix(spec.prefix, identity.namespace, identity.backup),
-                                         identity.backup)
+        folder = backup_prefix(spec.prefix, identity.namespace, identity.backup)
+        manifests = await read_manifests(storage, folder, identity.backup)
         own = [m for m in manifests if m.belongs_to(identity)]  # everything else is foreign
+        store = None
+        if spec.max_age is not None:
+            modified, store_now = await storage.list_modified(folder)
+            store = retention.StoreTimes(store_now, modified) if store_now is not None else None
         doomed = retention.expired(own, spec.max_backups, spec.max_age,
-                                   datetime.datetime.now(datetime.timezone.utc), keep_keys={keep})
+                                   datetime.datetime.now(datetime.timezone.utc), keep_keys={keep},
+                                   history=history, store=store)
         for manifest in doomed:
             await storage.delete(manifest.snapshot_key)
             await storage.delete(manifest.key)

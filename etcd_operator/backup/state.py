@@ -197,6 +197,7 @@ class Observed:
     deleting: bool = False  # the object has a deletionTimestamp: nothing is started for it
     # None: not looked at (a test of something else); the controller always looks.
     prerequisites: Prerequisites | None = None
+    credentials_refusal: str | None = None  # why storage.s3 may not be used here (storage_policy.py)
 
     @classmethod
     def from_metadata(cls, meta: Mapping[str, Any]) -> "Observed":

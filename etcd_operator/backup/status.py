@@ -15,7 +15,7 @@ import datetime
 from typing import Any, Mapping
 
 from etcd_operator import conditions as c
-from etcd_operator.backup import backoff, retry
+from etcd_operator.backup import backoff, retention, retry
 from etcd_operator.backup import steps as s
 from etcd_operator.backup.schedule import PROBLEM_REASONS
 from etcd_operator.backup.state import VerificationAttempts
@@ -107,6 +107,10 @@ def _step_fields(step: s.Step, outcome: s.Outcome, previous: Mapping[str, Any],
             fields = {"phase": "Failed", "nextScheduleTime": None}
             return (fields, c.Condition("Progressing", False, step.reason, step.message),
                     c.Condition("Degraded", True, step.reason, step.message))
+        case s.RefuseCredentials():
+            # Pending, not Failed: allowed later (a new install setting), a one-shot backup still runs.
+            return ({"phase": "Pending"}, c.Condition("Progressing", False, step.reason, step.message),
+                    c.Condition("Degraded", True, step.reason, step.message))
         case s.WaitForPrerequisite():
             return {"phase": "Pending"}, c.Condition("Progressing", False, step.reason, step.message), None
         case s.WaitForRetry():
@@ -187,6 +191,8 @@ def _run_fields(step: s.RunBackup, outcome: s.Outcome, previous: Mapping[str, An
                 "recentBackups": recent[:RECENT_BACKUPS],
                 "progress": None,
                 "pendingUploads": _pending(outcome),
+                "clusterIDHistory": list(retention.extend_history(previous.get("clusterIDHistory") or (),
+                                                                  outcome.record.get("clusterID") or "")),
                 "backupsSinceVerification": int(previous.get("backupsSinceVerification") or 0) + new_backup,
                 "nextAttemptTime": None,
             }, idle, _unless_verification_failed(previous)

@@ -54,6 +54,14 @@ class WaitForPrerequisite(Step):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class RefuseCredentials(Step):
+    """storage.s3 names no credentials Secret and the install does not allow ambient
+    credentials in this namespace (storage_policy.py): nothing runs, nothing is verified."""
+
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class WaitForRetry(Step):
     """The last attempt of `slot` failed for a cause that may pass; it is tried again at
     `retry_at`, unless the next cron slot (`next_slot`) comes first and replaces it."""
@@ -147,7 +155,8 @@ class FinishVerification(Step):
 
 VERIFICATION_STEPS: tuple[type[Step], ...] = (StartVerification, CreateScratchPod, DeleteStrayScratchPod,
                                               WaitForScratchPod, FinishVerification)
-ALL_STEPS: tuple[type[Step], ...] = (Idle, WaitForSlot, Suspend, RefuseSchedule, WaitForPrerequisite, WaitForRetry,
+ALL_STEPS: tuple[type[Step], ...] = (Idle, WaitForSlot, Suspend, RefuseSchedule, RefuseCredentials,
+                                     WaitForPrerequisite, WaitForRetry,
                                      StartSlot, RetrySlot, RunBackup, *VERIFICATION_STEPS)
 
 Event = tuple[str, str, str]  # (type, reason, message)

@@ -18,7 +18,7 @@ ERROR_BACKOFF = 30.0
 async def run_backup(body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.Memo,
                      logger: logging.Logger, **_) -> None:
     controller = BackupController(memo.kube, memo.backup_locks, event_poster(body), memo.config.operator_image,
-                                  memo.config.shard)
+                                  memo.config.shard, memo.config.storage_policy)
     try:
         await run_until_deleted(controller.reconcile, body, stopped, logger, ERROR_BACKOFF)
     finally:

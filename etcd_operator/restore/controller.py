@@ -18,6 +18,7 @@ from etcd_operator.restore.planner import plan
 from etcd_operator.restore.spec import TERMINAL_PHASES, RestoreSpec, RestoreStatus
 from etcd_operator.restore.status import build_status, changed
 from etcd_operator.shard import Shard
+from etcd_operator.storage_policy import StoragePolicy
 from etcd_operator.timefmt import format_time
 
 logger = logging.getLogger(__name__)
@@ -33,11 +34,11 @@ TERMINAL = (s.Idle, s.Fail, s.SkipAlreadyApplied, s.Complete)
 
 class RestoreController:
     def __init__(self, kube_client: kube.KubeClient, operator_image: str, post_event: EventPoster,
-                 shard: Shard = Shard()):
+                 shard: Shard = Shard(), storage_policy: StoragePolicy = StoragePolicy()):
         self.kube = kube_client
         self.operator_image = operator_image
         self.post_event = post_event
-        self.observer = RestoreObserver(kube_client, shard)
+        self.observer = RestoreObserver(kube_client, shard, storage_policy)
 
     async def reconcile(self, body: Mapping[str, Any]) -> float | None:
         meta = body["metadata"]

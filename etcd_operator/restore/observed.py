@@ -118,6 +118,7 @@ class SourceState:
     backup_completed: bool = True     # it has completed a backup (status.lastSuccessfulTime)
     backup_phase: str = ""
     missing_secrets: tuple[str, ...] = ()
+    credentials_refusal: str | None = None  # why its storage may not be used (storage_policy.py)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,6 +14,7 @@ from etcd_operator.restore import builders
 from etcd_operator.restore.observed import ObjectState, Observed, SourceState, TargetCluster, parse_records
 from etcd_operator.restore.spec import RestoreSpec, RestoreStatus
 from etcd_operator.shard import Shard
+from etcd_operator.storage_policy import StoragePolicy
 from etcd_operator.storage.credentials import missing_secrets
 
 KINDS = ((kube.PODS, "Pod"), (kube.PVCS, "PersistentVolumeClaim"), (kube.SERVICES, "Service"),
@@ -74,9 +75,11 @@ def target_cluster(obj: Mapping[str, Any], shard: Shard = Shard()) -> TargetClus
 
 
 class RestoreObserver:
-    def __init__(self, kube_client: kube.KubeClient, shard: Shard = Shard()):
+    def __init__(self, kube_client: kube.KubeClient, shard: Shard = Shard(),
+                 storage_policy: StoragePolicy = StoragePolicy()):
         self.kube = kube_client
         self.shard = shard
+        self.storage_policy = storage_policy
 
     async def observe(self, body: Mapping[str, Any], spec: RestoreSpec, status: RestoreStatus) -> Observed:
         meta = body["metadata"]
@@ -121,7 +124,8 @@ class RestoreObserver:
         backup_name = (spec.source.get("backupRef") or {}).get("name")
         if backup_name is None:
             s3 = spec.source.get("s3") or {}
-            return SourceState(missing_secrets=await missing_secrets(self.kube, namespace, s3))
+            return SourceState(missing_secrets=await missing_secrets(self.kube, namespace, s3),
+                               credentials_refusal=self.storage_policy.ambient_refusal(namespace, s3))
         backup = await self.kube.get(kube.ETCDBACKUPS, namespace, backup_name)
         if backup is None:
             return SourceState(backup_name, backup_found=False, backup_completed=False)
@@ -129,7 +133,8 @@ class RestoreObserver:
         s3 = ((backup.get("spec") or {}).get("storage") or {}).get("s3") or {}
         return SourceState(backup_name, backup_completed=bool(status.get("lastSuccessfulTime")),
                            backup_phase=status.get("phase") or "",
-                           missing_secrets=await missing_secrets(self.kube, namespace, s3))
+                           missing_secrets=await missing_secrets(self.kube, namespace, s3),
+                           credentials_refusal=self.storage_policy.ambient_refusal(namespace, s3))
 
 
     async def _namespace_objects(self, namespace: str) -> tuple[ObjectState, ...]:

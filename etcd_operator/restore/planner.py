@@ -23,6 +23,9 @@ Invariants, each covered by tests/unit/test_restore_planner.py:
   say for what) and is not failed: an in-place target that does not exist yet or has not
   served yet, a source EtcdBackup that does not exist or has not completed a backup yet, a
   credentials or CA Secret that does not exist yet (etcd_operator/prerequisites.py);
+- a source without credentialsSecretRef, in a namespace the install does not allow ambient
+  credentials for, is never read: the restore waits (AmbientCredentialsNotAllowed;
+  etcd_operator/storage_policy.py);
 - nothing is created or changed for an EtcdRestore being deleted.
 """
 
@@ -35,6 +38,7 @@ from etcd_operator.restore import builders
 from etcd_operator.restore import steps as s
 from etcd_operator.restore.observed import ObjectState, Observed, RestoreRecord, TargetCluster, records_text
 from etcd_operator.restore.spec import TERMINAL_PHASES, RestoreSpec, RestoreStatus
+from etcd_operator.storage_policy import AMBIENT_NOT_ALLOWED
 from etcd_operator.timefmt import format_time
 
 SEED_ATTEMPTS = 3   # restore pods that may fail, over all members, before the restore fails
@@ -192,6 +196,8 @@ def _source_wait(observed: Observed) -> s.Wait | None:
     if source.backup is not None and not source.backup_found:
         return s.Wait(f"EtcdBackup {namespace}/{source.backup} does not exist yet; the restore starts once it has "
                       f"completed a backup", code=pre.WAITING_FOR_BACKUP)
+    if source.credentials_refusal:
+        return s.Wait(source.credentials_refusal, code=AMBIENT_NOT_ALLOWED)
     if source.backup is not None and not source.backup_completed:
         return s.Wait(f"EtcdBackup {namespace}/{source.backup} has not completed a backup yet (phase "
                       f"{source.backup_phase or 'not reported yet'}); the restore starts once it has",

@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import dataclasses
+import datetime
+import email.utils
 import functools
 import tempfile
 import threading
@@ -231,6 +233,20 @@ class S3Storage:
         except Exception as e:
             raise classify(e) from None
 
+    async def list_modified(self, prefix: str) -> tuple[dict[str, datetime.datetime], datetime.datetime | None]:
+        """Each key's LastModified under `prefix`, and the store's own time when it answered
+        (its Date header; None without one): two times from the store's one clock."""
+        def collect():
+            modified, store_now = {}, None
+            for page in self._client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
+                modified.update({o["Key"]: o["LastModified"] for o in page.get("Contents", [])})
+                store_now = _store_time(page) or store_now
+            return modified, store_now
+        try:
+            return await self._in_thread(collect)
+        except Exception as e:
+            raise classify(e) from None
+
     async def delete(self, key: str) -> None:
         await self._call("delete_object", Bucket=self.bucket, Key=key)
 
@@ -277,11 +293,29 @@ class S3Storage:
     async def abort_multipart(self, key: str, upload_id: str) -> None:
         await self._call("abort_multipart_upload", Bucket=self.bucket, Key=key, UploadId=upload_id)
 
-    async def abort_stale_uploads(self, prefix: str) -> int:
-        """Aborts unfinished multipart uploads under `prefix` (left by a crash or an outage)."""
-        response = await self._call("list_multipart_uploads", Bucket=self.bucket, Prefix=prefix)
-        uploads = response.get("Uploads", [])
-        for upload in uploads:
-            await self.abort_multipart(upload["Key"], upload["UploadId"])
-        return len(uploads)
+    async def list_uploads(self, prefix: str) -> tuple[list[tuple[str, str, datetime.datetime]],
+                                                      datetime.datetime | None]:
+        """Unfinished multipart uploads (key, upload ID, initiated) the store lists for
+        `prefix`, and the store's own time when it answered (None without a Date header).
+        Stores differ in what `prefix` matches: AWS S3 and Ceph match a key prefix; MinIO
+        matches an exact key, and lists without a prefix the uploads started since it started."""
+        def collect():
+            uploads, store_now = [], None
+            pages = self._client.get_paginator("list_multipart_uploads").paginate(Bucket=self.bucket, Prefix=prefix)
+            for page in pages:
+                uploads += [(u["Key"], u["UploadId"], u["Initiated"]) for u in page.get("Uploads", [])]
+                store_now = _store_time(page) or store_now
+            return uploads, store_now
+        try:
+            return await self._in_thread(collect)
+        except Exception as e:
+            raise classify(e) from None
+
+
+def _store_time(response: dict) -> datetime.datetime | None:
+    date = (response.get("ResponseMetadata") or {}).get("HTTPHeaders", {}).get("date")
+    try:
+        return email.utils.parsedate_to_datetime(date) if date else None
+    except (TypeError, ValueError):
+        return None
 

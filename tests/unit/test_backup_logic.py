@@ -60,17 +60,24 @@ def manifest(minutes: float, revision: int, key: str | None = None) -> Manifest:
                     created, "c-1", str(minutes))
 
 
-def test_retention_orders_by_time_and_revision_not_by_name():
+def store_times(backups: list[Manifest], now: datetime.datetime) -> retention.StoreTimes:
+    """The store's clock agreeing with the writers'."""
+    return retention.StoreTimes(now, {b.snapshot_key: datetime.datetime.fromisoformat(b.created_at.replace("Z", "+00:00"))
+                                      for b in backups})
+
+
+def test_retention_orders_by_revision_not_by_name():
     # Key names that sort the wrong way (the revision gained a digit): coreos/etcd-operator#2113.
     old = manifest(0, 999, "p/ns/b/r999.db")
     new = manifest(10, 1000, "p/ns/b/r1000.db")
-    doomed = retention.expired([old, new], max_backups=1, max_age_seconds=None, now=at(11))
+    doomed = retention.expired([old, new], max_backups=1, max_age_seconds=None, now=at(11), history=("1",))
     assert doomed == [old]
 
 
 def test_retention_never_deletes_the_newest_backup_even_when_everything_is_too_old():
     backups = [manifest(0, 1), manifest(5, 2)]
-    doomed = retention.expired(backups, max_backups=None, max_age_seconds=60, now=at(1000))
+    doomed = retention.expired(backups, max_backups=None, max_age_seconds=60, now=at(1000), history=("1",),
+                               store=store_times(backups, at(1000)))
     assert doomed == [backups[0]]
 
 
@@ -78,8 +85,9 @@ def test_retention_never_deletes_the_newest_backup_even_when_everything_is_too_o
        st.one_of(st.none(), st.integers(1, 10)), st.one_of(st.none(), st.floats(1, 10**6)))
 def test_retention_properties(entries, max_backups, max_age):
     backups = [manifest(m, r, f"p/ns/b/{i}.db") for i, (m, r) in enumerate(entries)]
-    doomed = retention.expired(backups, max_backups, max_age, now=at(20_000))
-    newest = retention.newest_first(backups)[0]
+    doomed = retention.expired(backups, max_backups, max_age, now=at(20_000), history=("1",),
+                               store=store_times(backups, at(20_000)))
+    newest = retention.newest_first(backups, ("1",))[0]
     assert newest not in doomed
     kept = [b for b in backups if b not in doomed]
     if max_backups is not None:
