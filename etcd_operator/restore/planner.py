@@ -19,6 +19,10 @@ Invariants, each covered by tests/unit/test_restore_planner.py:
   (etcd_operator/shard.py): it waits, saying why (TargetOutsideShard; tests/unit/test_shard_restore.py);
 - an in-place target is released only without a recorded quorum recovery or its approval,
   and the release and the record of this restore are one patch;
+- nothing is stopped, set aside or created in the target before its own controller has
+  acknowledged this restore's hold (status.restoreHold names this restore's name and uid):
+  a cluster pass that decided on a copy without the hold may still be running until then
+  (WaitingForHoldAck; the cluster executor's live fence, HeldByRestore, is the second guard);
 - a restore that arrives early waits (phase Pending, the Progressing reason and message
   say for what) and is not failed: an in-place target that does not exist yet or has not
   served yet, a source EtcdBackup that does not exist or has not completed a backup yet, a
@@ -264,7 +268,13 @@ def _plan_restoring(spec: RestoreSpec, status: RestoreStatus, observed: Observed
             return s.Fail(f"the annotation {naming.ANNOTATION_RESTORE_IN_PROGRESS} was removed from EtcdCluster "
                           f"{target} during the restore; the restore stops here. The old data is in "
                           f"{', '.join(status.preserved) or 'the cluster PVCs'}", code="Aborted")
-        return s.HoldCluster(f"stopping EtcdCluster {target} for an in-place restore")
+        return s.HoldCluster(f"holding EtcdCluster {target} for an in-place restore")
+    if cluster.hold_uid != observed.uid:
+        return s.HoldCluster(f"marking the hold on EtcdCluster {target} with this restore's uid")
+    if cluster.hold_ack != (me, observed.uid):
+        return s.Wait(f"waiting for EtcdCluster {target}'s controller to acknowledge this restore's hold "
+                      f"(status.restoreHold); nothing is stopped or created before it does",
+                      code="WaitingForHoldAck")
     if cluster.spec is None:
         return s.Wait(f"EtcdCluster {target}'s spec cannot be read ({cluster.spec_error}); the restore waits until "
                       f"it is fixed", code="InvalidClusterSpec")
