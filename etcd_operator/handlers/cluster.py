@@ -8,7 +8,7 @@ import logging
 
 import kopf
 
-from etcd_operator import API_GROUP, API_VERSION, metrics
+from etcd_operator import API_GROUP, API_VERSION, faults, metrics
 from etcd_operator.cluster import builders, naming
 from etcd_operator.cluster.reclaim import RETAIN, reclaim
 from etcd_operator.cluster.reconciler import ClusterReconciler
@@ -38,6 +38,9 @@ async def run_cluster(body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.M
             if wake is not None:
                 wake.clear()  # a child that changes during this pass wakes the next one at once
             seen = snapshot(body)
+            if not restore_hold(seen):
+                await faults.stall_once(faults.STALE_CLUSTER_PASS, f"{namespace}/{name}",
+                                        lambda: bool(restore_hold(body)))
             try:
                 delay = await reconciler.reconcile(seen)
             except asyncio.CancelledError:

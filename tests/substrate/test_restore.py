@@ -341,3 +341,69 @@ def test_an_in_place_restore_applied_again_is_recognised_and_touches_nothing(sub
     assert {p["metadata"]["uid"] for p in member_pods(namespace, "one")} == pods
     assert pvc_uids(namespace) == pvcs
     assert not kubectl_json("get", "pods", "-n", namespace, "-l", "etcd.operator.dev/restore=rewind")["items"]
+
+
+# --- the restore and the cluster hand over explicitly ----------------------------------
+
+def made_during_hold(namespace: str, cluster: str, before: set[str]) -> tuple[bool, list[str]]:
+    """Whether the cluster was held all through one look, and the member pods and PVCs that
+    look found which were not there `before` the restore (a PVC the restore created for a
+    member, annotated as its seed, is the restore's own)."""
+    def held() -> str | None:
+        return (get_cluster(namespace, cluster)["metadata"].get("annotations") or {}).get(
+            naming.ANNOTATION_RESTORE_IN_PROGRESS)
+    first = held()
+    selector = naming.label_selector(naming.selector_labels(cluster))
+    pods = kubectl_json("get", "pods", "-n", namespace, "-l", selector)["items"]
+    pvcs = kubectl_json("get", "pvc", "-n", namespace, "-l", selector)["items"]
+    if not first or held() != first:
+        return False, []
+    new = [f"pod {p['metadata']['name']}" for p in pods if p["metadata"]["uid"] not in before]
+    new += [f"pvc {p['metadata']['name']}" for p in pvcs if p["metadata"]["uid"] not in before
+            and "etcd.operator.dev/seed-of-restore" not in (p["metadata"].get("annotations") or {})]
+    return True, new
+
+
+def test_a_cluster_pass_that_decided_before_the_hold_creates_nothing_while_it_stands(substrate, namespace,
+                                                                                   operator):
+    """Issue 25: the cluster's daemon decides on the copy of its object taken as its pass
+    began. Here the pass that began before the restore's hold goes on 12 s after the hold
+    (fault point stale-cluster-pass). The restore stops nothing before the cluster's
+    controller acknowledged the hold, and the cluster executor checks the live hold: no
+    member pod or PVC appears while the hold stands."""
+    from etcd_operator import faults
+
+    small_cluster_with_backup(substrate, namespace, "held")
+    operator.stop()
+    stale = OperatorProcess(substrate, namespace, env={faults.STALE_PASS_LAG: "12"}).start(
+        faults=faults.STALE_CLUSTER_PASS)
+    try:
+        wait_for(lambda: f"{faults.STALE_CLUSTER_PASS}: {namespace}/held waits" in stale.log_text(), 60,
+                 what="a cluster pass waiting on its old copy")
+        selector = naming.label_selector(naming.selector_labels("held"))
+        before = {o["metadata"]["uid"] for kind in ("pods", "pvc")
+                  for o in kubectl_json("get", kind, "-n", namespace, "-l", selector)["items"]}
+        apply_restore(namespace, "rewind", {"source": {"backupRef": {"name": "nightly"}},
+                                            "target": {"inPlace": {"clusterName": "held", "confirm": True}}})
+        created: list[str] = []
+        reasons: set[str] = set()
+
+        def look():
+            restore = get_restore(namespace, "rewind")
+            status = restore.get("status") or {}
+            reasons.update(c["reason"] for c in status.get("conditions") or [] if c["type"] == "Progressing")
+            _, new = made_during_hold(namespace, "held", before)
+            created.extend(n for n in new if n not in created)
+            return status.get("phase") in ("Completed", "Failed") and restore
+        done = wait_for(look, 400, interval=0.3, what="the restore ended")
+        assert f"{faults.STALE_CLUSTER_PASS}: {namespace}/held goes on" in stale.log_text()
+        assert created == [], f"created while the restore held the cluster: {created}"
+        assert done["status"]["phase"] == "Completed", done["status"]
+        assert "WaitingForHoldAck" in reasons
+        wait_healthy(namespace, "held", 1)
+        endpoints = member_endpoints(namespace, "held")
+        assert len(read_prefix(endpoints, "/a/")) == 20 and read_prefix(endpoints, "/b/") == {}
+        ack = get_cluster(namespace, "held")["status"].get("restoreHold")
+        assert ack is None, f"the acknowledgement outlived the hold: {ack}"
+    finally:
+        stale.stop()
