@@ -18,6 +18,7 @@ from tests.support.kubectl import kubectl, kubectl_json
 from tests.support.operator_process import OperatorProcess
 from tests.support.s3 import create_credentials_secret, s3_client, s3_storage_spec
 from tests.support.waiting import wait_for
+from tests.support.watch_events import WatchEvents
 
 pytestmark = pytest.mark.substrate
 GROUP = "etcd.operator.dev/v1alpha1"
@@ -345,29 +346,32 @@ def test_an_in_place_restore_applied_again_is_recognised_and_touches_nothing(sub
 
 # --- the restore and the cluster hand over explicitly ----------------------------------
 
-def made_during_hold(namespace: str, cluster: str, before: set[str]) -> tuple[bool, list[str]]:
-    """Whether the cluster was held all through one look, and the member pods and PVCs that
-    look found which were not there `before` the restore (a PVC the restore created for a
-    member, annotated as its seed, is the restore's own)."""
-    def held() -> str | None:
-        return (get_cluster(namespace, cluster)["metadata"].get("annotations") or {}).get(
-            naming.ANNOTATION_RESTORE_IN_PROGRESS)
-    first = held()
-    selector = naming.label_selector(naming.selector_labels(cluster))
-    pods = kubectl_json("get", "pods", "-n", namespace, "-l", selector)["items"]
-    pvcs = kubectl_json("get", "pvc", "-n", namespace, "-l", selector)["items"]
-    if not first or held() != first:
-        return False, []
-    new = [f"pod {p['metadata']['name']}" for p in pods if p["metadata"]["uid"] not in before]
-    new += [f"pvc {p['metadata']['name']}" for p in pvcs if p["metadata"]["uid"] not in before
-            and "etcd.operator.dev/seed-of-restore" not in (p["metadata"].get("annotations") or {})]
-    return True, new
+def created_during_hold(cluster_events: list, child_events: list, before: set[str]) -> list[str]:
+    """The member pods and PVCs created while the cluster carried a restore's hold, from watch
+    events. They are ordered by resourceVersion: on the substrate's one etcd it is the
+    revision of the write, shared by every kind. A PVC the restore created for a member,
+    annotated as its seed, is the restore's own."""
+    holds = sorted((int(obj["metadata"]["resourceVersion"]),
+                    (obj["metadata"].get("annotations") or {}).get(naming.ANNOTATION_RESTORE_IN_PROGRESS))
+                   for _, obj in cluster_events)
+    found = []
+    for kind, obj in child_events:
+        meta = obj.get("metadata") or {}
+        if kind != "ADDED" or meta.get("uid") in before:
+            continue
+        if "etcd.operator.dev/seed-of-restore" in (meta.get("annotations") or {}):
+            continue
+        written = int(meta["resourceVersion"])
+        hold = next((h for rv, h in reversed(holds) if rv <= written), None)
+        if hold:
+            found.append(f"{obj.get('kind', '')} {meta['name']} (held by {hold})")
+    return found
 
 
 def test_a_cluster_pass_that_decided_before_the_hold_creates_nothing_while_it_stands(substrate, namespace,
                                                                                    operator):
     """Issue 25: the cluster's daemon decides on the copy of its object taken as its pass
-    began. Here the pass that began before the restore's hold goes on 12 s after the hold
+    began. Here the pass that began before the restore's hold goes on 6 s after the hold
     (fault point stale-cluster-pass). The restore stops nothing before the cluster's
     controller acknowledged the hold, and the cluster executor checks the live hold: no
     member pod or PVC appears while the hold stands."""
@@ -375,7 +379,7 @@ def test_a_cluster_pass_that_decided_before_the_hold_creates_nothing_while_it_st
 
     small_cluster_with_backup(substrate, namespace, "held")
     operator.stop()
-    stale = OperatorProcess(substrate, namespace, env={faults.STALE_PASS_LAG: "12"}).start(
+    stale = OperatorProcess(substrate, namespace, env={faults.STALE_PASS_LAG: "6"}).start(
         faults=faults.STALE_CLUSTER_PASS)
     try:
         wait_for(lambda: f"{faults.STALE_CLUSTER_PASS}: {namespace}/held waits" in stale.log_text(), 60,
@@ -383,20 +387,23 @@ def test_a_cluster_pass_that_decided_before_the_hold_creates_nothing_while_it_st
         selector = naming.label_selector(naming.selector_labels("held"))
         before = {o["metadata"]["uid"] for kind in ("pods", "pvc")
                   for o in kubectl_json("get", kind, "-n", namespace, "-l", selector)["items"]}
+        watches = [WatchEvents(kind, "-n", namespace, "-l", selector) for kind in ("pods", "pvc")]
+        cluster_watch = WatchEvents("etcdcluster", "held", "-n", namespace)
         apply_restore(namespace, "rewind", {"source": {"backupRef": {"name": "nightly"}},
                                             "target": {"inPlace": {"clusterName": "held", "confirm": True}}})
-        created: list[str] = []
         reasons: set[str] = set()
 
-        def look():
+        def ended():
             restore = get_restore(namespace, "rewind")
             status = restore.get("status") or {}
             reasons.update(c["reason"] for c in status.get("conditions") or [] if c["type"] == "Progressing")
-            _, new = made_during_hold(namespace, "held", before)
-            created.extend(n for n in new if n not in created)
             return status.get("phase") in ("Completed", "Failed") and restore
-        done = wait_for(look, 400, interval=0.3, what="the restore ended")
+        try:
+            done = wait_for(ended, 400, interval=0.3, what="the restore ended")
+        finally:
+            cluster_events, child_events = cluster_watch.stop(), [e for w in watches for e in w.stop()]
         assert f"{faults.STALE_CLUSTER_PASS}: {namespace}/held goes on" in stale.log_text()
+        created = created_during_hold(cluster_events, child_events, before)
         assert created == [], f"created while the restore held the cluster: {created}"
         assert done["status"]["phase"] == "Completed", done["status"]
         assert "WaitingForHoldAck" in reasons
