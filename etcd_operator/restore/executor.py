@@ -239,6 +239,11 @@ class RestoreExecutor:
             builders.ANNOTATION_RESTORED_FROM: step.records}}})
         self.post_event("Normal", "ClusterReleased", step.reason)
 
+    async def _release_hold(self, step: s.ReleaseHold, spec, status, observed: Observed) -> None:
+        await self._patch_cluster(observed, {"metadata": {"annotations": {
+            naming.ANNOTATION_RESTORE_IN_PROGRESS: None, naming.ANNOTATION_RESTORE_HOLD: None}}})
+        self.post_event("Normal", "ClusterReleased", step.reason)
+
 
 HANDLERS: dict[type[s.Step], Handler] = {
     s.Idle: RestoreExecutor._nothing,
@@ -262,4 +267,5 @@ HANDLERS: dict[type[s.Step], Handler] = {
     s.RetrySeedPod: RestoreExecutor._retry_seed,
     s.RemoveSeedPods: RestoreExecutor._remove_seed_pods,
     s.ReleaseCluster: RestoreExecutor._release,
+    s.ReleaseHold: RestoreExecutor._release_hold,
 }

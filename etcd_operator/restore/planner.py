@@ -27,7 +27,10 @@ Invariants, each covered by tests/unit/test_restore_planner.py:
   say for what) and is not failed: an in-place target that does not exist yet or has not
   served yet, a source EtcdBackup that does not exist or has not completed a backup yet, a
   credentials or CA Secret that does not exist yet (etcd_operator/prerequisites.py);
-- nothing is created or changed for an EtcdRestore being deleted.
+- nothing is created or changed for an EtcdRestore being deleted, except that its hold is
+  taken off an in-place target it has not stopped or set aside anything of yet
+  (plan_deletion); a hold on a target whose data it set aside, or on the new cluster it
+  created, stays, and says so.
 """
 
 from __future__ import annotations
@@ -372,3 +375,24 @@ def _plan_completion(cluster: TargetCluster) -> s.Step:
     if cluster.available and size and cluster.ready_members >= size and cluster.phase == "Running":
         return s.Complete(progress, cluster_id=cluster.cluster_id or "", ready=cluster.ready_members, size=size)
     return s.Wait(progress, code="Restoring")
+
+
+def plan_deletion(spec: RestoreSpec, status: RestoreStatus, observed: Observed) -> s.Step:
+    """What an EtcdRestore being deleted does to its target's hold: release it only if this
+    restore holds it and has stopped or set aside nothing (no member pod of the target is
+    going away, none was recorded as preserved, no member was chosen for seeding)."""
+    cluster, me = observed.cluster, observed.restore
+    if cluster is None or cluster.holder != me or cluster.hold_uid not in (None, observed.uid):
+        return s.Idle("this restore holds nothing")
+    if not spec.in_place:
+        return s.Wait(f"EtcdCluster {cluster.name} was created by this restore and stays held: delete it, or "
+                      f"remove its annotation {naming.ANNOTATION_RESTORE_IN_PROGRESS} to start it empty",
+                      code="HeldAfterDeletion")
+    stopping = [p.name for p in observed.pods if p.deleting]
+    if status.preserved or status.seed_members or stopping:
+        kept = ", ".join(status.preserved) or "the cluster's PVCs"
+        return s.Wait(f"EtcdCluster {cluster.name} stays held: this restore stopped its members and keeps the old "
+                      f"data in {kept}; remove the annotation {naming.ANNOTATION_RESTORE_IN_PROGRESS} once you "
+                      f"decide what the cluster starts from", code="HeldAfterDeletion")
+    return s.ReleaseHold(f"EtcdRestore {me} was deleted before it stopped anything; EtcdCluster {cluster.name} "
+                         f"goes on as before")

@@ -414,3 +414,38 @@ def test_a_cluster_pass_that_decided_before_the_hold_creates_nothing_while_it_st
         assert ack is None, f"the acknowledgement outlived the hold: {ack}"
     finally:
         stale.stop()
+
+
+def test_a_restore_deleted_while_it_waits_for_the_acknowledgement_lets_the_cluster_go(substrate, namespace,
+                                                                                      operator):
+    """The cluster's pass that began before the hold goes on 20 s late, so the restore waits
+    for the acknowledgement that long; deleted meanwhile, it takes its hold off, and the
+    cluster goes on with its members and data untouched."""
+    from etcd_operator import faults
+
+    small_cluster_with_backup(substrate, namespace, "kept")
+    operator.stop()
+    stale = OperatorProcess(substrate, namespace, env={faults.STALE_PASS_LAG: "20"}).start(
+        faults=faults.STALE_CLUSTER_PASS)
+    try:
+        wait_for(lambda: f"{faults.STALE_CLUSTER_PASS}: {namespace}/kept waits" in stale.log_text(), 60,
+                 what="a cluster pass waiting on its old copy")
+        pods = {p["metadata"]["uid"] for p in member_pods(namespace, "kept")}
+        apply_restore(namespace, "undo", {"source": {"backupRef": {"name": "nightly"}},
+                                          "target": {"inPlace": {"clusterName": "kept", "confirm": True}}})
+        wait_for(lambda: reason_of(get_restore(namespace, "undo"), "Progressing") == "WaitingForHoldAck", 120,
+                 interval=0.3, what="the restore waiting for the acknowledgement")
+        kubectl("delete", "etcdrestore", "undo", "-n", namespace, "--wait=true", "--timeout=60s")
+        annotations = get_cluster(namespace, "kept")["metadata"].get("annotations") or {}
+        assert naming.ANNOTATION_RESTORE_IN_PROGRESS not in annotations, annotations
+        assert naming.ANNOTATION_RESTORE_HOLD not in annotations, annotations
+        wait_for(lambda: "ClusterReleased" in [e["reason"] for e in events(namespace, "undo")], 30,
+                 what="the release told in an event")
+        wait_for(lambda: f"{faults.STALE_CLUSTER_PASS}: {namespace}/kept goes on" in stale.log_text(), 60,
+                 what="the late pass going on")
+        wait_healthy(namespace, "kept", 1)
+        assert {p["metadata"]["uid"] for p in member_pods(namespace, "kept")} == pods
+        assert len(read_prefix(member_endpoints(namespace, "kept"), "/b/")) == 10
+        assert get_cluster(namespace, "kept")["status"].get("restoreHold") is None
+    finally:
+        stale.stop()

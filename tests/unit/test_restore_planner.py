@@ -18,7 +18,7 @@ from etcd_operator import prerequisites as pre
 from etcd_operator.restore.observed import (ObjectState, Observed, RestoreRecord, SourceState, TargetCluster,
                                             parse_records)
 from etcd_operator.restore.status import build_status
-from etcd_operator.restore.planner import SEED_ATTEMPTS, plan, snapshot_etcd_version
+from etcd_operator.restore.planner import SEED_ATTEMPTS, plan, plan_deletion, snapshot_etcd_version
 from etcd_operator.restore.spec import RestoreSpec, RestoreStatus, spec_hash
 from etcd_operator.timefmt import format_time
 
@@ -369,6 +369,35 @@ def test_the_hold_carries_the_restores_name_and_uid():
                                                     naming.ANNOTATION_RESTORE_HOLD: UID}
     created = builders.new_cluster("r1", "ns", "keep", {"size": 1}, restore_uid=UID)
     assert created["metadata"]["annotations"] == builders.hold_annotations("r1", UID)
+
+
+def deletion_step(spec: dict, status: RestoreStatus, seen: Observed) -> s.Step:
+    return plan_deletion(RestoreSpec.from_dict(spec), status, seen)
+
+
+def test_a_restore_deleted_before_it_stopped_anything_releases_its_hold():
+    running = (obj("Pod", "keep-0", phase="Running"),)
+    for ack in (None, ("r1", UID)):  # acknowledged or not yet
+        seen = observed(cluster(holder="r1", hold_ack=ack), pods=running)
+        assert isinstance(deletion_step(IN_PLACE, RESTORING, seen), s.ReleaseHold)
+
+
+@pytest.mark.parametrize("status, pods", [
+    (RESTORING, (obj("Pod", "keep-0", deleting=True),)),            # its members are stopping
+    (dataclasses.replace(RESTORING, preserved=("data-keep-0",)), ()),  # the old data is recorded, set aside
+    (dataclasses.replace(RESTORING, preserved=("data-keep-0",), seed_members=("keep-1",)), ()),
+])
+def test_a_restore_deleted_after_it_stopped_the_cluster_leaves_the_hold_and_says_why(status, pods):
+    step = deletion_step(IN_PLACE, status, observed(cluster(holder="r1"), pods=pods))
+    assert isinstance(step, s.Wait) and step.code == "HeldAfterDeletion"
+    assert naming.ANNOTATION_RESTORE_IN_PROGRESS in step.reason
+
+
+def test_a_deleted_restore_never_releases_a_hold_that_is_not_its_own():
+    for target in (None, cluster(), cluster(holder="other"), cluster(holder="r1", hold_uid="uid-of-another-r1")):
+        assert isinstance(deletion_step(IN_PLACE, RESTORING, observed(target)), s.Idle)
+    step = deletion_step(NEW, RESTORING, observed(cluster(holder="r1")))  # the cluster it created
+    assert isinstance(step, s.Wait) and step.code == "HeldAfterDeletion"
 
 
 def three(pvcs=(), pods=()) -> Observed:
