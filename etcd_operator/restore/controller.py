@@ -79,6 +79,8 @@ class RestoreController:
         step = plan_deletion(spec, status, observed)
         if not isinstance(step, s.Idle):
             logger.info("%s/%s deleted: %s (%s)", meta["namespace"], meta["name"], step.kind, step.reason)
+        if isinstance(step, s.Wait):
+            self.post_event("Warning", step.code, step.reason)
         outcome = await RestoreExecutor(self.kube, self.operator_image, body, self.post_event).run(
             step, spec, status, observed)
         return outcome.done
