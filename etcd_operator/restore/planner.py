@@ -28,9 +28,8 @@ Invariants, each covered by tests/unit/test_restore_planner.py:
   served yet, a source EtcdBackup that does not exist or has not completed a backup yet, a
   credentials or CA Secret that does not exist yet (etcd_operator/prerequisites.py);
 - nothing is created or changed for an EtcdRestore being deleted, except that its hold is
-  taken off an in-place target it has not stopped or set aside anything of yet
-  (plan_deletion); a hold on a target whose data it set aside, or on the new cluster it
-  created, stays, and says so.
+  taken off an in-place target that has not acknowledged it yet (plan_deletion); a hold
+  the cluster acknowledged, or on the new cluster the restore created, stays, and says so.
 """
 
 from __future__ import annotations
@@ -379,14 +378,23 @@ def _plan_completion(cluster: TargetCluster) -> s.Step:
 
 def plan_deletion(spec: RestoreSpec, status: RestoreStatus, observed: Observed) -> s.Step:
     """What an EtcdRestore being deleted does to its target's hold: release it only if this
-    restore holds it and has stopped or set aside nothing (no member pod of the target is
-    going away, none was recorded as preserved, no member was chosen for seeding)."""
+    restore holds it, the cluster has not acknowledged the hold yet, and nothing was stopped
+    or set aside (no member pod of the target is going away, none was recorded as preserved,
+    no member was chosen for seeding). The release patch is guarded by the resourceVersion
+    observed, so an acknowledgement written meanwhile makes it look again."""
     cluster, me = observed.cluster, observed.restore
     if cluster is None or cluster.holder != me or cluster.hold_uid not in (None, observed.uid):
         return s.Idle("this restore holds nothing")
     if not spec.in_place:
         return s.Wait(f"EtcdCluster {cluster.name} was created by this restore and stays held: delete it, or "
                       f"remove its annotation {naming.ANNOTATION_RESTORE_IN_PROGRESS} to start it empty",
+                      code="HeldAfterDeletion")
+    if cluster.hold_ack == (me, observed.uid):
+        # The pass that acknowledged the hold also dropped status.clusterID (a restored cluster
+        # gets a new identity): released now, a cluster that lost every member could look new.
+        return s.Wait(f"EtcdCluster {cluster.name} stays held: its controller acknowledged the hold and no longer "
+                      f"records the old cluster's identity; remove the annotation "
+                      f"{naming.ANNOTATION_RESTORE_IN_PROGRESS} once you decide what the cluster starts from",
                       code="HeldAfterDeletion")
     stopping = [p.name for p in observed.pods if p.deleting]
     if status.preserved or status.seed_members or stopping:

@@ -375,11 +375,13 @@ def deletion_step(spec: dict, status: RestoreStatus, seen: Observed) -> s.Step:
     return plan_deletion(RestoreSpec.from_dict(spec), status, seen)
 
 
-def test_a_restore_deleted_before_it_stopped_anything_releases_its_hold():
+def test_a_restore_deleted_before_the_cluster_acknowledged_its_hold_releases_it():
     running = (obj("Pod", "keep-0", phase="Running"),)
-    for ack in (None, ("r1", UID)):  # acknowledged or not yet
-        seen = observed(cluster(holder="r1", hold_ack=ack), pods=running)
+    for ack in (None, ("r1", "uid-of-an-earlier-r1")):  # not acknowledged (yet)
+        seen = observed(dataclasses.replace(cluster(holder="r1"), hold_ack=ack), pods=running)
         assert isinstance(deletion_step(IN_PLACE, RESTORING, seen), s.ReleaseHold)
+    step = deletion_step(IN_PLACE, RESTORING, observed(cluster(holder="r1"), pods=running))  # acknowledged
+    assert isinstance(step, s.Wait) and step.code == "HeldAfterDeletion" and "identity" in step.reason
 
 
 @pytest.mark.parametrize("status, pods", [
@@ -388,7 +390,8 @@ def test_a_restore_deleted_before_it_stopped_anything_releases_its_hold():
     (dataclasses.replace(RESTORING, preserved=("data-keep-0",), seed_members=("keep-1",)), ()),
 ])
 def test_a_restore_deleted_after_it_stopped_the_cluster_leaves_the_hold_and_says_why(status, pods):
-    step = deletion_step(IN_PLACE, status, observed(cluster(holder="r1"), pods=pods))
+    unacknowledged = dataclasses.replace(cluster(holder="r1"), hold_ack=None)  # as if the ack had been lost
+    step = deletion_step(IN_PLACE, status, observed(unacknowledged, pods=pods))
     assert isinstance(step, s.Wait) and step.code == "HeldAfterDeletion"
     assert naming.ANNOTATION_RESTORE_IN_PROGRESS in step.reason
 
