@@ -46,14 +46,31 @@ class BeingDeleted(Exception):
     """The EtcdCluster was marked for deletion during the pass: nothing more is created for it."""
 
 
+class HeldByRestore(Exception):
+    """An EtcdRestore holds the EtcdCluster, as the live object says, though this pass decided
+    on an older copy: no member pod or PVC is created and no member step is taken."""
+
+
+# What a pass may still do while a restore holds the cluster: wait, and keep its
+# certificates (a restored member starts with them). Nothing that touches a member.
+PERMITTED_WHILE_HELD = (a.Steady, a.Wait, a.RecordTransport, a.IssueCertificate, a.RecordRotation,
+                        a.UpdateCASecret, a.SyncTrustBundle)
+MEMBER_RESOURCES = (kube.PODS, kube.PVCS)
+
+
 class ClusterExecutor:
     def __init__(self, kube_client: kube.KubeClient, etcd_clients: EtcdClientPool,
                  body: Mapping[str, Any], post_event: EventPoster, operator_namespace: str = "default",
-                 being_deleted: Callable[[], bool] = lambda: False):
+                 being_deleted: Callable[[], bool] = lambda: False,
+                 held_by: Callable[[], str | None] = lambda: None):
         """`being_deleted` reads the live object: once it is marked for deletion, every create
-        and apply is refused here (BeingDeleted), before it reaches the API server."""
+        and apply is refused here (BeingDeleted), before it reaches the API server.
+        `held_by` reads the live object's restore hold (the EtcdRestore's name): while one
+        stands, every member step and every pod or PVC create is refused (HeldByRestore),
+        whatever copy of the object the pass decided on."""
         self.kube = kube_client
         self.being_deleted = being_deleted
+        self.held_by = held_by
         self.operator_namespace = operator_namespace  # where the operator's pods run (NetworkPolicy)
         self.etcd_clients = etcd_clients
         self.body = body
@@ -72,9 +89,17 @@ class ClusterExecutor:
         if self.being_deleted():
             raise BeingDeleted(f"EtcdCluster {self.namespace}/{self.cluster} is being deleted")
 
+    def _hold_fence(self, what: str) -> None:
+        holder = self.held_by()
+        if holder:
+            raise HeldByRestore(f"EtcdCluster {self.namespace}/{self.cluster} is held by EtcdRestore {holder}; "
+                                f"{what} is not done")
+
     async def _create(self, resource: kube.Resource, manifest: dict) -> None:
         """Creates `manifest` as is: the caller decides whether the cluster owns it."""
         self._fence()
+        if resource in MEMBER_RESOURCES:
+            self._hold_fence(f"{resource.plural} {manifest['metadata']['name']}")
         try:
             await self.kube.create(resource, self.namespace, manifest)
         except kube.Conflict:
@@ -160,6 +185,8 @@ class ClusterExecutor:
         handler = self.handlers().get(type(action))
         if handler is None:
             raise TypeError(f"no executor step for {action.kind}")
+        if not isinstance(action, PERMITTED_WHILE_HELD):
+            self._hold_fence(action.kind)
         try:
             outcome = await handler(action, spec, observed) or Outcome(True)
         except NotYet as e:

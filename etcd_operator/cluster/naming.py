@@ -18,7 +18,8 @@ ANNOTATION_INITIAL_STATE = f"{API_GROUP}/initial-cluster-state"
 ANNOTATION_SPEC_HASH = f"{API_GROUP}/spec-hash"
 ANNOTATION_FORCE_NEW_CLUSTER = f"{API_GROUP}/force-new-cluster"
 ANNOTATION_APPROVE_QUORUM_RECOVERY = f"{API_GROUP}/approve-quorum-recovery"
-ANNOTATION_RESTORE_IN_PROGRESS = f"{API_GROUP}/restore-in-progress"
+ANNOTATION_RESTORE_IN_PROGRESS = f"{API_GROUP}/restore-in-progress"  # the holding EtcdRestore's name
+ANNOTATION_RESTORE_HOLD = f"{API_GROUP}/restore-hold"  # ... and its uid: which hold status.restoreHold acknowledges
 ANNOTATION_MIN_ORDINAL = f"{API_GROUP}/min-ordinal"
 # Set to any new value to request a rotation of the leaf certificates, or of the CA.
 ANNOTATION_ROTATE_CERTIFICATES = f"{API_GROUP}/rotate-certificates"

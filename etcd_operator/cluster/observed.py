@@ -248,6 +248,7 @@ class Observed:
     operation: Operation | None = None
     bootstrapped: bool = False  # the cluster existed once (status.clusterID was recorded)
     restoring: str | None = None  # the EtcdRestore that holds this cluster stopped
+    restore_hold: str | None = None  # that EtcdRestore's uid, as its hold names it
     min_ordinal: int = 0  # ordinals below this belong to data kept aside by an in-place restore
     annotation_problems: tuple[str, ...] = ()  # annotations ignored as malformed, and why
     recorded_cluster_id: int | None = None  # status.clusterID: answers from any other cluster are not trusted

@@ -199,6 +199,7 @@ class ClusterObserver:
             operation=Operation.from_dict(status.get("operation")),
             bootstrapped=bool(status.get("clusterID")),
             restoring=(meta.get("annotations") or {}).get(naming.ANNOTATION_RESTORE_IN_PROGRESS),
+            restore_hold=(meta.get("annotations") or {}).get(naming.ANNOTATION_RESTORE_HOLD),
             min_ordinal=min_ordinal,
             annotation_problems=(min_ordinal_problem,) if min_ordinal_problem else (),
             recorded_cluster_id=recorded_cluster_id,

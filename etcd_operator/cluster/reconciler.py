@@ -12,7 +12,7 @@ from etcd_operator import metrics
 from etcd_operator.cluster import actions as a
 from etcd_operator.cluster import anomalies
 from etcd_operator.cluster.decision import decide
-from etcd_operator.cluster.executor import BeingDeleted, ClusterExecutor, EventPoster
+from etcd_operator.cluster.executor import BeingDeleted, ClusterExecutor, EventPoster, HeldByRestore
 from etcd_operator.cluster.health import HealthState
 from etcd_operator.cluster.insights import MemberMetricsWatcher
 from etcd_operator.cluster.observer import ClusterObserver, StorageClassExpansion
@@ -41,10 +41,13 @@ class ClusterReconciler:
                  operator_namespace: str = "default", cached_children: ChildSource | None = None,
                  storage_classes: StorageClassExpansion | None = None, steady_poll: float = WHEN_STEADY,
                  resync: float = RESYNC, clock: Callable[[], float] = time.monotonic,
-                 being_deleted: Callable[[], bool] = lambda: False):
+                 being_deleted: Callable[[], bool] = lambda: False,
+                 held_by: Callable[[], str | None] = lambda: None):
         """`cached_children`: the operator's pod and PVC caches (None: every pass lists live).
         `being_deleted` reads the live object's deletionTimestamp: once it is set, no pass
-        acts and nothing more is created (kopf stops the daemon, the deletion handler runs)."""
+        acts and nothing more is created (kopf stops the daemon, the deletion handler runs).
+        `held_by` reads the live object's restore hold: a pass that decided on an older copy
+        takes no member step while it stands (executor.HeldByRestore)."""
         self.kube = kube_client
         self.operator_namespace = operator_namespace
         self.etcd_clients = etcd_clients
@@ -62,6 +65,7 @@ class ClusterReconciler:
         self.cached_passes = 0
         self.redecided = 0
         self.being_deleted = being_deleted
+        self.held_by = held_by
         self.namespace_terminating = False  # a create was refused: the namespace is being deleted
 
     async def close(self) -> None:
@@ -102,6 +106,11 @@ class ClusterReconciler:
         except BeingDeleted:
             logger.info("%s/%s: marked for deletion during the pass; nothing more is created",
                         meta["namespace"], meta["name"])
+        except HeldByRestore as e:
+            # The next pass decides on a copy with the hold, and acknowledges it in status.
+            logger.info("%s/%s: the pass decided on a copy without the restore hold: %s", meta["namespace"],
+                        meta["name"], e)
+            return AFTER_STEP
         except kube.NamespaceTerminating:
             self.namespace_terminating = True  # for good: a namespace never stops terminating
             logger.info("%s/%s: namespace %s is being deleted; nothing more is created for this cluster",
@@ -135,7 +144,7 @@ class ClusterReconciler:
         warnings, scraped = self.member_metrics.warnings(observed)
 
         executor = ClusterExecutor(self.kube, self.etcd_clients, body, self.post_event, self.operator_namespace,
-                                   self.being_deleted)
+                                   self.being_deleted, self.held_by)
         acting_spec, health, action = decision.acting_spec, decision.health, decision.action
         await executor.disown_member_pvcs(observed)  # even when paused: it protects data
         if not spec.paused:

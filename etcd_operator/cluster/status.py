@@ -156,6 +156,13 @@ def member_entries(observed: Observed, health: Health) -> list[dict[str, Any]]:
     return entries
 
 
+def restore_hold_ack(observed: Observed) -> dict[str, Any] | None:
+    """status.restoreHold: the hold this pass saw (the EtcdRestore's name and uid), or None."""
+    if not observed.restoring:
+        return None
+    return {"restore": observed.restoring, "uid": observed.restore_hold or ""}
+
+
 def build_status(spec: ClusterSpec, observed: Observed, health: Health, action: a.Action,
                  conditions: list[c.Condition], previous: Mapping[str, Any], generation: int,
                  extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -175,6 +182,9 @@ def build_status(spec: ClusterSpec, observed: Observed, health: Health, action: 
     }
     if observed.etcd.cluster_id:
         status["clusterID"] = f"{observed.etcd.cluster_id:x}"
+    # The acknowledgement a restore waits for before it stops or creates anything: this
+    # pass decided on a copy of the object that carries the hold (restore/planner.py).
+    status["restoreHold"] = restore_hold_ack(observed)
     if observed.restoring:
         # A restore makes a new cluster from a snapshot: the old identity and any quorum
         # recovery recorded for the old data no longer apply.

@@ -8,7 +8,7 @@ import logging
 
 import kopf
 
-from etcd_operator import API_GROUP, API_VERSION, metrics
+from etcd_operator import API_GROUP, API_VERSION, faults, metrics
 from etcd_operator.cluster import builders, naming
 from etcd_operator.cluster.reclaim import RETAIN, reclaim
 from etcd_operator.cluster.reconciler import ClusterReconciler
@@ -31,12 +31,16 @@ async def run_cluster(body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.M
                                    cached_children=children.children if children else None,
                                    storage_classes=memo.storage_classes,
                                    steady_poll=memo.config.steady_poll_seconds, resync=memo.config.resync_seconds,
-                                   being_deleted=lambda: bool(body.get("metadata", {}).get("deletionTimestamp")))
+                                   being_deleted=lambda: bool(body.get("metadata", {}).get("deletionTimestamp")),
+                                   held_by=lambda: restore_hold(body))
     try:
         while not stopped:
             if wake is not None:
                 wake.clear()  # a child that changes during this pass wakes the next one at once
             seen = snapshot(body)
+            if not restore_hold(seen):
+                await faults.stall_once(faults.STALE_CLUSTER_PASS, f"{namespace}/{name}",
+                                        lambda: bool(restore_hold(body)))
             try:
                 delay = await reconciler.reconcile(seen)
             except asyncio.CancelledError:
@@ -52,6 +56,11 @@ async def run_cluster(body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.M
         await reconciler.close()
         await etcd_clients.close()
         metrics.forget_cluster(body["metadata"]["namespace"], body["metadata"]["name"])
+
+
+def restore_hold(obj) -> str | None:
+    """The EtcdRestore holding the cluster, as this copy (or the live body) says."""
+    return (obj.get("metadata", {}).get("annotations") or {}).get(naming.ANNOTATION_RESTORE_IN_PROGRESS)
 
 
 @kopf.on.delete(API_GROUP, API_VERSION, "etcdclusters", when=held_by_shard)

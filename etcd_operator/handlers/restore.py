@@ -1,4 +1,5 @@
-"""EtcdRestore handlers: a daemon per restore that drives it once to the end."""
+"""EtcdRestore handlers: a daemon per restore that drives it once to the end, and a
+deletion handler that takes its hold off a target it has not touched yet."""
 
 from __future__ import annotations
 
@@ -20,3 +21,10 @@ async def run_restore(body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.M
     controller = RestoreController(memo.kube, memo.config.operator_image, event_poster(body), memo.config.shard,
                                    memo.config.storage_policy)
     await run_until_deleted(controller.reconcile, body, stopped, logger, ERROR_BACKOFF)
+
+
+@kopf.on.delete(API_GROUP, API_VERSION, "etcdrestores", when=in_shard)
+async def restore_deleted(body: kopf.Body, memo: kopf.Memo, **_) -> None:
+    controller = RestoreController(memo.kube, memo.config.operator_image, event_poster(body), memo.config.shard)
+    if not await controller.release_on_deletion(body):
+        raise kopf.TemporaryError("the target changed meanwhile; looking again", delay=1)

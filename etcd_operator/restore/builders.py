@@ -52,13 +52,19 @@ def label_values(restore: str, cluster: str) -> dict[str, str]:
             LABEL_PRESERVED_FROM: cluster, naming.LABEL_CLUSTER: cluster}
 
 
+def hold_annotations(restore: str, restore_uid: str) -> dict[str, str]:
+    """The hold a restore puts on its target: its name, and its uid, which the cluster's
+    controller acknowledges in status.restoreHold before the restore changes anything."""
+    return {naming.ANNOTATION_RESTORE_IN_PROGRESS: restore, naming.ANNOTATION_RESTORE_HOLD: restore_uid}
+
+
 def new_cluster(restore: str, namespace: str, name: str, spec: Mapping[str, Any],
-                labels: Mapping[str, str] | None = None) -> dict[str, Any]:
+                labels: Mapping[str, str] | None = None, restore_uid: str = "") -> dict[str, Any]:
     """The EtcdCluster a newCluster restore creates, held stopped by the restore until the
     seed member's data is in place. It carries the restore's labels, so that a sharded
     operator's shard that took the restore takes the new cluster too."""
     metadata: dict[str, Any] = {"name": name, "namespace": namespace,
-                                "annotations": {naming.ANNOTATION_RESTORE_IN_PROGRESS: restore}}
+                                "annotations": hold_annotations(restore, restore_uid)}
     if labels:
         metadata["labels"] = dict(labels)
     return {

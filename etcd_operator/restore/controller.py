@@ -14,7 +14,7 @@ from etcd_operator.kube import client as kube
 from etcd_operator.restore import steps as s
 from etcd_operator.restore.executor import EventPoster, RestoreExecutor
 from etcd_operator.restore.observer import RestoreObserver
-from etcd_operator.restore.planner import plan
+from etcd_operator.restore.planner import plan, plan_deletion
 from etcd_operator.restore.spec import TERMINAL_PHASES, RestoreSpec, RestoreStatus
 from etcd_operator.restore.status import build_status, changed
 from etcd_operator.shard import Shard
@@ -68,3 +68,20 @@ class RestoreController:
             return WHILE_RESTORING if step.code == "Restoring" else WHILE_WAITING
         return AFTER_STATUS_STEP if isinstance(step, STATUS_ONLY) else AFTER_STEP
 
+
+    async def release_on_deletion(self, body: Mapping[str, Any]) -> bool:
+        """The EtcdRestore is being deleted: take its hold off the target when that is safe
+        (restore.planner.plan_deletion). False when the target changed meanwhile (try again)."""
+        meta = body["metadata"]
+        spec, status = RestoreSpec.from_dict(body["spec"]), RestoreStatus.from_dict(body.get("status") or {})
+        if status.phase in TERMINAL_PHASES:
+            return True
+        observed = await self.observer.observe(body, spec, status)
+        step = plan_deletion(spec, status, observed)
+        if not isinstance(step, s.Idle):
+            logger.info("%s/%s deleted: %s (%s)", meta["namespace"], meta["name"], step.kind, step.reason)
+        if isinstance(step, s.Wait):
+            self.post_event("Warning", step.code, step.reason)
+        outcome = await RestoreExecutor(self.kube, self.operator_image, body, self.post_event).run(
+            step, spec, status, observed)
+        return outcome.done

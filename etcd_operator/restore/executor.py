@@ -125,7 +125,7 @@ class RestoreExecutor:
 
     async def _create_cluster(self, step: s.CreateTargetCluster, spec: RestoreSpec, status, observed) -> None:
         manifest = builders.new_cluster(self.name, self.namespace, spec.target, spec.new_cluster_spec,
-                                        self.body["metadata"].get("labels"))
+                                        self.body["metadata"].get("labels"), restore_uid=observed.uid)
         try:
             await self.kube.create(kube.ETCDCLUSTERS, self.namespace, manifest)
         except kube.Conflict:
@@ -137,9 +137,10 @@ class RestoreExecutor:
         await self.kube.merge_patch(kube.ETCDCLUSTERS, self.namespace, observed.cluster.name, patch)
 
     async def _hold(self, step: s.HoldCluster, spec, status, observed: Observed) -> None:
-        await self._patch_cluster(observed, {"metadata": {"annotations": {
-            naming.ANNOTATION_RESTORE_IN_PROGRESS: self.name}}})
-        self.post_event("Normal", "ClusterStopping", f"Stopping EtcdCluster {spec.target} for an in-place restore")
+        await self._patch_cluster(observed, {"metadata": {"annotations": builders.hold_annotations(
+            self.name, observed.uid)}})
+        self.post_event("Normal", "ClusterHeld", f"Holding EtcdCluster {spec.target} for the restore; nothing is "
+                                                 f"stopped before its controller acknowledges the hold")
 
     async def _clear_recovery(self, step: s.ClearQuorumRecovery, spec, status, observed: Observed) -> None:
         if step.clear_operation:
@@ -234,8 +235,13 @@ class RestoreExecutor:
 
     async def _release(self, step: s.ReleaseCluster, spec, status, observed: Observed) -> None:
         await self._patch_cluster(observed, {"metadata": {"annotations": {
-            naming.ANNOTATION_RESTORE_IN_PROGRESS: None,
+            naming.ANNOTATION_RESTORE_IN_PROGRESS: None, naming.ANNOTATION_RESTORE_HOLD: None,
             builders.ANNOTATION_RESTORED_FROM: step.records}}})
+        self.post_event("Normal", "ClusterReleased", step.reason)
+
+    async def _release_hold(self, step: s.ReleaseHold, spec, status, observed: Observed) -> None:
+        await self._patch_cluster(observed, {"metadata": {"annotations": {
+            naming.ANNOTATION_RESTORE_IN_PROGRESS: None, naming.ANNOTATION_RESTORE_HOLD: None}}})
         self.post_event("Normal", "ClusterReleased", step.reason)
 
 
@@ -261,4 +267,5 @@ HANDLERS: dict[type[s.Step], Handler] = {
     s.RetrySeedPod: RestoreExecutor._retry_seed,
     s.RemoveSeedPods: RestoreExecutor._remove_seed_pods,
     s.ReleaseCluster: RestoreExecutor._release,
+    s.ReleaseHold: RestoreExecutor._release_hold,
 }

@@ -94,6 +94,8 @@ class TargetCluster:
     spec: ClusterSpec | None          # None when its spec cannot be read
     spec_error: str | None
     holder: str | None                # the EtcdRestore holding it stopped (restore-in-progress)
+    hold_uid: str | None              # ... and its uid (restore-hold)
+    hold_ack: tuple[str, str] | None  # the hold (name, uid) its controller acknowledged (status.restoreHold)
     records: tuple[RestoreRecord, ...]
     records_error: str | None         # the restored-from annotation could not be read
     operation: str | None             # status.operation.kind, e.g. QuorumRecovery

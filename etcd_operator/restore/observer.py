@@ -45,6 +45,12 @@ def object_state(kind: str, obj: Mapping[str, Any]) -> ObjectState:
     )
 
 
+def _hold_ack(ack: Any) -> tuple[str, str] | None:
+    if not isinstance(ack, dict) or not ack.get("restore"):
+        return None
+    return str(ack["restore"]), str(ack.get("uid") or "")
+
+
 def target_cluster(obj: Mapping[str, Any], shard: Shard = Shard()) -> TargetCluster:
     meta, status = obj["metadata"], obj.get("status") or {}
     annotations = meta.get("annotations") or {}
@@ -61,6 +67,8 @@ def target_cluster(obj: Mapping[str, Any], shard: Shard = Shard()) -> TargetClus
         name=meta["name"], uid=meta["uid"], resource_version=meta.get("resourceVersion", ""),
         spec=spec, spec_error=spec_error,
         holder=annotations.get(naming.ANNOTATION_RESTORE_IN_PROGRESS) or None,
+        hold_uid=annotations.get(naming.ANNOTATION_RESTORE_HOLD) or None,
+        hold_ack=_hold_ack(status.get("restoreHold")),
         records=records, records_error=records_error,
         operation=(status.get("operation") or {}).get("kind") or None,
         recovery_approved=naming.ANNOTATION_APPROVE_QUORUM_RECOVERY in annotations,
@@ -142,7 +150,8 @@ class RestoreObserver:
         return tuple(object_state(kind, obj) for (_, kind), objs in zip(KINDS, listed) for obj in objs)
 
     async def _dry_run(self, restore: str, namespace: str, spec: RestoreSpec) -> str | None:
-        manifest = builders.new_cluster(restore, namespace, spec.target, spec.new_cluster_spec)
+        manifest = builders.new_cluster(restore, namespace, spec.target, spec.new_cluster_spec,
+                                        restore_uid="dry-run")
         try:
             await self.kube.create(kube.ETCDCLUSTERS, namespace, manifest, dry_run=True)
         except kube.ApiError as e:

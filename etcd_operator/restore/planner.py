@@ -19,6 +19,10 @@ Invariants, each covered by tests/unit/test_restore_planner.py:
   (etcd_operator/shard.py): it waits, saying why (TargetOutsideShard; tests/unit/test_shard_restore.py);
 - an in-place target is released only without a recorded quorum recovery or its approval,
   and the release and the record of this restore are one patch;
+- nothing is stopped, set aside or created in the target before its own controller has
+  acknowledged this restore's hold (status.restoreHold names this restore's name and uid):
+  a cluster pass that decided on a copy without the hold may still be running until then
+  (WaitingForHoldAck; the cluster executor's live fence, HeldByRestore, is the second guard);
 - a restore that arrives early waits (phase Pending, the Progressing reason and message
   say for what) and is not failed: an in-place target that does not exist yet or has not
   served yet, a source EtcdBackup that does not exist or has not completed a backup yet, a
@@ -26,7 +30,9 @@ Invariants, each covered by tests/unit/test_restore_planner.py:
 - a source without credentialsSecretRef, in a namespace the install does not allow ambient
   credentials for, is never read: the restore waits (AmbientCredentialsNotAllowed;
   etcd_operator/storage_policy.py);
-- nothing is created or changed for an EtcdRestore being deleted.
+- nothing is created or changed for an EtcdRestore being deleted, except that its hold is
+  taken off an in-place target that has not acknowledged it yet (plan_deletion); a hold
+  the cluster acknowledged, or on the new cluster the restore created, stays, and says so.
 """
 
 from __future__ import annotations
@@ -270,7 +276,13 @@ def _plan_restoring(spec: RestoreSpec, status: RestoreStatus, observed: Observed
             return s.Fail(f"the annotation {naming.ANNOTATION_RESTORE_IN_PROGRESS} was removed from EtcdCluster "
                           f"{target} during the restore; the restore stops here. The old data is in "
                           f"{', '.join(status.preserved) or 'the cluster PVCs'}", code="Aborted")
-        return s.HoldCluster(f"stopping EtcdCluster {target} for an in-place restore")
+        return s.HoldCluster(f"holding EtcdCluster {target} for an in-place restore")
+    if cluster.hold_uid != observed.uid:
+        return s.HoldCluster(f"marking the hold on EtcdCluster {target} with this restore's uid")
+    if cluster.hold_ack != (me, observed.uid):
+        return s.Wait(f"waiting for EtcdCluster {target}'s controller to acknowledge this restore's hold "
+                      f"(status.restoreHold); nothing is stopped or created before it does",
+                      code="WaitingForHoldAck")
     if cluster.spec is None:
         return s.Wait(f"EtcdCluster {target}'s spec cannot be read ({cluster.spec_error}); the restore waits until "
                       f"it is fixed", code="InvalidClusterSpec")
@@ -368,3 +380,33 @@ def _plan_completion(cluster: TargetCluster) -> s.Step:
     if cluster.available and size and cluster.ready_members >= size and cluster.phase == "Running":
         return s.Complete(progress, cluster_id=cluster.cluster_id or "", ready=cluster.ready_members, size=size)
     return s.Wait(progress, code="Restoring")
+
+
+def plan_deletion(spec: RestoreSpec, status: RestoreStatus, observed: Observed) -> s.Step:
+    """What an EtcdRestore being deleted does to its target's hold: release it only if this
+    restore holds it, the cluster has not acknowledged the hold yet, and nothing was stopped
+    or set aside (no member pod of the target is going away, none was recorded as preserved,
+    no member was chosen for seeding). The release patch is guarded by the resourceVersion
+    observed, so an acknowledgement written meanwhile makes it look again."""
+    cluster, me = observed.cluster, observed.restore
+    if cluster is None or cluster.holder != me or cluster.hold_uid not in (None, observed.uid):
+        return s.Idle("this restore holds nothing")
+    if not spec.in_place:
+        return s.Wait(f"EtcdCluster {cluster.name} was created by this restore and stays held: delete it, or "
+                      f"remove its annotation {naming.ANNOTATION_RESTORE_IN_PROGRESS} to start it empty",
+                      code="HeldAfterDeletion")
+    if cluster.hold_ack == (me, observed.uid):
+        # The pass that acknowledged the hold also dropped status.clusterID (a restored cluster
+        # gets a new identity): released now, a cluster that lost every member could look new.
+        return s.Wait(f"EtcdCluster {cluster.name} stays held: its controller acknowledged the hold and no longer "
+                      f"records the old cluster's identity; remove the annotation "
+                      f"{naming.ANNOTATION_RESTORE_IN_PROGRESS} once you decide what the cluster starts from",
+                      code="HeldAfterDeletion")
+    stopping = [p.name for p in observed.pods if p.deleting]
+    if status.preserved or status.seed_members or stopping:
+        kept = ", ".join(status.preserved) or "the cluster's PVCs"
+        return s.Wait(f"EtcdCluster {cluster.name} stays held: this restore stopped its members and keeps the old "
+                      f"data in {kept}; remove the annotation {naming.ANNOTATION_RESTORE_IN_PROGRESS} once you "
+                      f"decide what the cluster starts from", code="HeldAfterDeletion")
+    return s.ReleaseHold(f"EtcdRestore {me} was deleted before it stopped anything; EtcdCluster {cluster.name} "
+                         f"goes on as before")

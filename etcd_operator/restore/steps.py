@@ -170,10 +170,17 @@ class ReleaseCluster(Step):
     records: str = ""  # the new value of the restored-from annotation
 
 
+@dataclasses.dataclass(frozen=True)
+class ReleaseHold(Step):
+    """The EtcdRestore is being deleted before it stopped or set aside anything: take its
+    hold off the target, which then goes on as before."""
+
+
 ALL_STEPS: tuple[type[Step], ...] = (
     Idle, Wait, Fail, SkipAlreadyApplied, Complete, StartVerifying, VerifySnapshot, BeginRestore,
     CreateTargetCluster, HoldCluster, ClearQuorumRecovery, StopMembers, RecordPreservedData, SetAsideData,
     ChooseMembers, CreateSeedVolumes, StartSeedPods, MarkSeedsRestored, RetrySeedPod, RemoveSeedPods, ReleaseCluster,
+    ReleaseHold,
 )
 
 

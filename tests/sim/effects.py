@@ -10,6 +10,7 @@ from typing import Callable
 
 from etcd_operator.cluster import actions as a
 from etcd_operator.cluster import builders, naming
+from etcd_operator.cluster.executor import PERMITTED_WHILE_HELD
 from etcd_operator.cluster.observed import DefragmentationRecord, Observed, Operation, SpaceRecoveryRecord
 from etcd_operator.cluster.planner import QUORUM_RECOVERY, self_only_cluster
 from etcd_operator.cluster.spec import ClusterSpec
@@ -327,6 +328,10 @@ def run(ctx: Context, action: a.Action) -> Outcome:
     handler = HANDLERS.get(type(action))
     if handler is None:
         raise UnknownAction(f"no model handler for {action.kind}; add it to tests/sim/effects.py HANDLERS")
+    holder = ctx.annotations.get(naming.ANNOTATION_RESTORE_IN_PROGRESS)
+    if holder and not isinstance(action, PERMITTED_WHILE_HELD):
+        # executor.HeldByRestore: the live object is held, whatever copy the pass decided on.
+        return Outcome(False, f"held by EtcdRestore {holder}", aborted=True)
     try:
         result = handler(ctx, action)
     except Killed:

@@ -73,9 +73,14 @@ class ActionChecks:
     """Computed before an action runs; `after` raises once the action took effect."""
 
     def __init__(self, world: World, action: a.Action, recovery_allowed: bool,
-                 spec, quorum_lost_waiting: bool, seen_unhealthy_for: dict | None = None):
+                 spec, quorum_lost_waiting: bool, seen_unhealthy_for: dict | None = None,
+                 held_by: str | None = None):
         self.world = world
         self.action = action
+        self.held_by = held_by  # the EtcdRestore holding the cluster as the step runs (live annotations)
+        self.children_before = {("pod", p.uid) for p in world.pods.values()} | {
+            ("pvc", p.uid) for p in world.pvcs.values()}
+        self.members_before = tuple(world.main.members) if world.main else ()
         self.quorum_before = has_quorum(world, world.main, staying=True)
         target = world.pods.get(getattr(action, "member", "") or "")
         self.target_ran = target is not None and world.member_up(target)
@@ -254,11 +259,27 @@ class ActionChecks:
             self._add("nospace_in_place", f"{self.action.kind} while NOSPACE is raised and quorum serves")
 
     def after(self, took_effect: bool) -> None:
+        self._nothing_created_while_held()
         for invariant, message in self.pending:
             if took_effect or invariant in ON_ATTEMPT:
                 _fail(invariant, message)
         if took_effect:
             self._quorum_kept()
+
+    def _nothing_created_while_held(self) -> None:
+        """no_member_created_while_held: while an EtcdRestore holds the cluster, no member pod or
+        PVC is created and the membership does not change, whatever view the step was decided on."""
+        if not self.held_by:
+            return
+        world = self.world
+        children = {("pod", p.uid) for p in world.pods.values()} | {("pvc", p.uid) for p in world.pvcs.values()}
+        created = sorted(uid for uid in children - self.children_before)
+        members = tuple(world.main.members) if world.main else ()
+        if created or members != self.members_before:
+            _fail("no_member_created_while_held",
+                  f"{self.action.kind}({getattr(self.action, 'member', '')}) while EtcdRestore {self.held_by} "
+                  f"holds the cluster: {len(created)} pod(s)/PVC(s) created"
+                  + ("" if members == self.members_before else ", membership changed"))
 
     def _quorum_kept(self) -> None:
         """no operator action takes the healthy voters below quorum (model truth; a pod being

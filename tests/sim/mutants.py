@@ -12,7 +12,7 @@ from etcd_operator.cluster import actions as a
 from etcd_operator.cluster import health, naming, planner, timers
 from etcd_operator.cluster.health import HealthState
 
-from tests.sim import view
+from tests.sim import effects, view
 
 
 @dataclasses.dataclass(frozen=True)
@@ -210,6 +210,9 @@ MUTANTS = (
            ((health, "pod_stopping", _no_pod_stopping),), "focus:version+resize"),
     Mutant("foreign_answers_trusted", "answers from another cluster ID are not used (observer, identity.py)",
            ((view, "split_foreign", _trust_every_answer),), "focus:foreign_etcd+evict_pod"),
+    # The executor's live hold fence, as the model executor mirrors it (cluster/executor.py HeldByRestore).
+    Mutant("steps_taken_against_a_live_hold", "no member step while the live object carries a restore hold",
+           ((effects, "PERMITTED_WHILE_HELD", (a.Action,)),), "restore_hold"),
 )
 
 # Mutants the simulator cannot kill, and why (checked by the test: they must indeed survive).

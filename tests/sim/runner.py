@@ -28,7 +28,12 @@ REPLAY_LINES = 30
 WAITING_PASSES = 12  # passes spent waiting by design (QuorumLost, no approval) before the schedule ends
 # Families: "main", "stale_replica", and "focus:<fault>+<fault>" (those faults ten times as
 # likely, automatic recovery on: used to hunt mutants of the guards those faults exercise).
-FAMILIES = ("main", "stale_replica")
+FAMILIES = ("main", "stale_replica", "restore_hold")
+# Family "restore_hold": an EtcdRestore holds the cluster for a while; the hold lands while a
+# pass decides, so that pass acts on a view without it (issue 25).
+RESTORE_HOLD = "restore_hold"
+HOLD_WEIGHT = 8
+HOLD_STEPS = (1, 1)  # released before the next pass: the restore was deleted before any acknowledgement
 FOCUS = "focus:"
 
 # Seconds until the next pass, as the reconciler requeues (cluster/reconciler.py), and
@@ -158,6 +163,10 @@ class Sim:
                 self.weights[kind] = 0
         if focused:
             self.auto_recovery = True
+        if family == RESTORE_HOLD:
+            self.weights["restore_hold"] = HOLD_WEIGHT  # a key the other families lack: their draws stay
+        self.hold_until: int | None = None
+        self.hold_mid_pass = False
         self.spec_dict = base_spec(size, self.auto_recovery)
         self.annotations: dict[str, str] = {}
         self.generation = 1
@@ -240,6 +249,11 @@ class Sim:
 
     def inject_faults(self) -> None:
         rng = self.rng
+        if self.hold_until is not None and self.step >= self.hold_until:
+            self.annotations.pop(naming.ANNOTATION_RESTORE_IN_PROGRESS, None)
+            self.annotations.pop(naming.ANNOTATION_RESTORE_HOLD, None)
+            self.hold_until = None
+            self._log("restore_hold released")
         if self.bad_image_revert_at is not None and self.step >= self.bad_image_revert_at:
             self._change_spec(repository=None)
             self.spec_dict.pop("repository", None)
@@ -398,6 +412,16 @@ class Sim:
         self._new_process(self.rng.uniform(*STANDBY_CLOCK_ERROR))
         self._log(f"standby_takeover with its clock {self.operator.clock_error:+.0f}s off")
 
+    def _fault_restore_hold(self):
+        """An EtcdRestore's hold lands while the next pass decides (after it observed, before it
+        acts) and is gone before the pass after: the restore was deleted before the cluster
+        acknowledged it, so it had stopped nothing (restore.planner). What a restore then does
+        to the members is not modelled."""
+        if self.hold_until is None and not self.hold_mid_pass:
+            self.hold_mid_pass = True
+            self.hold_until = self.step + self.rng.randint(*HOLD_STEPS)
+            self._log("restore_hold set while the next pass decides, released before the pass after")
+
     def _fault_foreign_etcd(self):
         w = self.world
         candidates = sorted(ip for ip in w.free_ips if ip not in w.foreign)
@@ -442,6 +466,12 @@ class Sim:
         except inv.Violation:
             self.replay.append(self._replay_line("op", observed, decision, effects.Outcome(False, "not run")))
             raise
+        if self.hold_mid_pass:
+            self.hold_mid_pass = False
+            self.annotations[naming.ANNOTATION_RESTORE_IN_PROGRESS] = "r1"
+            self.annotations[naming.ANNOTATION_RESTORE_HOLD] = "uid-r1"
+            if not isinstance(decision.action, (a.Steady, a.Wait)):
+                self.stats["step_decided_before_hold"] += 1
         killed = self.operator.kill_pending
         self.operator.kill_pending = False
         mode = self.rng.choice(("before", "mid", "after")) if killed else None
@@ -498,7 +528,8 @@ class Sim:
             waiting = (not self.recovery_allowed and self.status_condition("QuorumLost") == "True"
                        and decision.health.state.value == "QuorumLost")
             checks = inv.ActionChecks(w, action, self.recovery_allowed,
-                                      decision.acting_spec, waiting, seen_unhealthy_for)
+                                      decision.acting_spec, waiting, seen_unhealthy_for,
+                                      held_by=self.annotations.get(naming.ANNOTATION_RESTORE_IN_PROGRESS))
             ctx = effects.Context(w, acting, observed, kill_at_kill_point=kill_mid, annotations=self.annotations)
             leader_before = w.main.leader if w.main else None
             outcome = effects.run(ctx, action)

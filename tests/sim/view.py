@@ -127,6 +127,8 @@ def observe(world: World, status: Mapping[str, Any], annotations: Mapping[str, s
         operation=Operation.from_dict(status.get("operation")),
         bootstrapped=bool(status.get("clusterID")),
         min_ordinal=naming.min_ordinal(annotations)[0],
+        restoring=annotations.get(naming.ANNOTATION_RESTORE_IN_PROGRESS),
+        restore_hold=annotations.get(naming.ANNOTATION_RESTORE_HOLD),
         recorded_cluster_id=recorded_cluster_id,
         rollout=RollRecord.from_dict(status.get("rollout")),
         recorded_version=status.get("currentVersion") or None,

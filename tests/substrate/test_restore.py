@@ -18,6 +18,7 @@ from tests.support.kubectl import kubectl, kubectl_json
 from tests.support.operator_process import OperatorProcess
 from tests.support.s3 import create_credentials_secret, s3_client, s3_storage_spec
 from tests.support.waiting import wait_for
+from tests.support.watch_events import WatchEvents
 
 pytestmark = pytest.mark.substrate
 GROUP = "etcd.operator.dev/v1alpha1"
@@ -341,3 +342,110 @@ def test_an_in_place_restore_applied_again_is_recognised_and_touches_nothing(sub
     assert {p["metadata"]["uid"] for p in member_pods(namespace, "one")} == pods
     assert pvc_uids(namespace) == pvcs
     assert not kubectl_json("get", "pods", "-n", namespace, "-l", "etcd.operator.dev/restore=rewind")["items"]
+
+
+# --- the restore and the cluster hand over explicitly ----------------------------------
+
+def created_during_hold(cluster_events: list, child_events: list, before: set[str]) -> list[str]:
+    """The member pods and PVCs created while the cluster carried a restore's hold, from watch
+    events. They are ordered by resourceVersion: on the substrate's one etcd it is the
+    revision of the write, shared by every kind. A PVC the restore created for a member,
+    annotated as its seed, is the restore's own."""
+    holds = sorted((int(obj["metadata"]["resourceVersion"]),
+                    (obj["metadata"].get("annotations") or {}).get(naming.ANNOTATION_RESTORE_IN_PROGRESS))
+                   for _, obj in cluster_events)
+    found = []
+    for kind, obj in child_events:
+        meta = obj.get("metadata") or {}
+        if kind != "ADDED" or meta.get("uid") in before:
+            continue
+        if "etcd.operator.dev/seed-of-restore" in (meta.get("annotations") or {}):
+            continue
+        written = int(meta["resourceVersion"])
+        hold = next((h for rv, h in reversed(holds) if rv <= written), None)
+        if hold:
+            found.append(f"{obj.get('kind', '')} {meta['name']} (held by {hold})")
+    return found
+
+
+def test_a_cluster_pass_that_decided_before_the_hold_creates_nothing_while_it_stands(substrate, namespace,
+                                                                                   operator):
+    """Issue 25: the cluster's daemon decides on the copy of its object taken as its pass
+    began. Here the pass that began before the restore's hold goes on 6 s after the hold
+    (fault point stale-cluster-pass). The restore stops nothing before the cluster's
+    controller acknowledged the hold, and the cluster executor checks the live hold: no
+    member pod or PVC appears while the hold stands."""
+    from etcd_operator import faults
+
+    small_cluster_with_backup(substrate, namespace, "held")
+    operator.stop()
+    stale = OperatorProcess(substrate, namespace, env={faults.STALE_PASS_LAG: "6"}).start(
+        faults=faults.STALE_CLUSTER_PASS)
+    try:
+        wait_for(lambda: f"{faults.STALE_CLUSTER_PASS}: {namespace}/held waits" in stale.log_text(), 60,
+                 what="a cluster pass waiting on its old copy")
+        selector = naming.label_selector(naming.selector_labels("held"))
+        before = {o["metadata"]["uid"] for kind in ("pods", "pvc")
+                  for o in kubectl_json("get", kind, "-n", namespace, "-l", selector)["items"]}
+        watches = [WatchEvents(kind, "-n", namespace, "-l", selector) for kind in ("pods", "pvc")]
+        cluster_watch = WatchEvents("etcdcluster", "held", "-n", namespace)
+        apply_restore(namespace, "rewind", {"source": {"backupRef": {"name": "nightly"}},
+                                            "target": {"inPlace": {"clusterName": "held", "confirm": True}}})
+        reasons: set[str] = set()
+
+        def ended():
+            restore = get_restore(namespace, "rewind")
+            status = restore.get("status") or {}
+            reasons.update(c["reason"] for c in status.get("conditions") or [] if c["type"] == "Progressing")
+            return status.get("phase") in ("Completed", "Failed") and restore
+        try:
+            done = wait_for(ended, 400, interval=0.3, what="the restore ended")
+        finally:
+            cluster_events, child_events = cluster_watch.stop(), [e for w in watches for e in w.stop()]
+        assert f"{faults.STALE_CLUSTER_PASS}: {namespace}/held goes on" in stale.log_text()
+        created = created_during_hold(cluster_events, child_events, before)
+        assert created == [], f"created while the restore held the cluster: {created}"
+        assert done["status"]["phase"] == "Completed", done["status"]
+        assert "WaitingForHoldAck" in reasons
+        wait_healthy(namespace, "held", 1)
+        endpoints = member_endpoints(namespace, "held")
+        assert len(read_prefix(endpoints, "/a/")) == 20 and read_prefix(endpoints, "/b/") == {}
+        ack = get_cluster(namespace, "held")["status"].get("restoreHold")
+        assert ack is None, f"the acknowledgement outlived the hold: {ack}"
+    finally:
+        stale.stop()
+
+
+def test_a_restore_deleted_while_it_waits_for_the_acknowledgement_lets_the_cluster_go(substrate, namespace,
+                                                                                      operator):
+    """The cluster's pass that began before the hold goes on 20 s late, so the restore waits
+    for the acknowledgement that long; deleted meanwhile, it takes its hold off, and the
+    cluster goes on with its members and data untouched."""
+    from etcd_operator import faults
+
+    small_cluster_with_backup(substrate, namespace, "kept")
+    operator.stop()
+    stale = OperatorProcess(substrate, namespace, env={faults.STALE_PASS_LAG: "20"}).start(
+        faults=faults.STALE_CLUSTER_PASS)
+    try:
+        wait_for(lambda: f"{faults.STALE_CLUSTER_PASS}: {namespace}/kept waits" in stale.log_text(), 60,
+                 what="a cluster pass waiting on its old copy")
+        pods = {p["metadata"]["uid"] for p in member_pods(namespace, "kept")}
+        apply_restore(namespace, "undo", {"source": {"backupRef": {"name": "nightly"}},
+                                          "target": {"inPlace": {"clusterName": "kept", "confirm": True}}})
+        wait_for(lambda: reason_of(get_restore(namespace, "undo"), "Progressing") == "WaitingForHoldAck", 120,
+                 interval=0.3, what="the restore waiting for the acknowledgement")
+        kubectl("delete", "etcdrestore", "undo", "-n", namespace, "--wait=true", "--timeout=60s")
+        annotations = get_cluster(namespace, "kept")["metadata"].get("annotations") or {}
+        assert naming.ANNOTATION_RESTORE_IN_PROGRESS not in annotations, annotations
+        assert naming.ANNOTATION_RESTORE_HOLD not in annotations, annotations
+        wait_for(lambda: "ClusterReleased" in [e["reason"] for e in events(namespace, "undo")], 30,
+                 what="the release told in an event")
+        wait_for(lambda: f"{faults.STALE_CLUSTER_PASS}: {namespace}/kept goes on" in stale.log_text(), 60,
+                 what="the late pass going on")
+        wait_healthy(namespace, "kept", 1)
+        assert {p["metadata"]["uid"] for p in member_pods(namespace, "kept")} == pods
+        assert len(read_prefix(member_endpoints(namespace, "kept"), "/b/")) == 10
+        assert get_cluster(namespace, "kept")["status"].get("restoreHold") is None
+    finally:
+        stale.stop()

@@ -18,7 +18,7 @@ from etcd_operator import prerequisites as pre
 from etcd_operator.restore.observed import (ObjectState, Observed, RestoreRecord, SourceState, TargetCluster,
                                             parse_records)
 from etcd_operator.restore.status import build_status
-from etcd_operator.restore.planner import SEED_ATTEMPTS, plan, snapshot_etcd_version
+from etcd_operator.restore.planner import SEED_ATTEMPTS, plan, plan_deletion, snapshot_etcd_version
 from etcd_operator.restore.spec import RestoreSpec, RestoreStatus, spec_hash
 from etcd_operator.timefmt import format_time
 
@@ -38,9 +38,13 @@ READ_ONLY = (s.Idle, s.Wait, s.Fail, s.SkipAlreadyApplied, s.StartVerifying, s.V
 def cluster(name: str = "keep", *, spec: dict | None = None, holder: str | None = None,
             records: tuple[RestoreRecord, ...] = (), records_error: str | None = None,
             operation: str | None = None, approved: bool = False, ready: int = 0, available: bool = False,
-            phase: str | None = "Running", min_ordinal: int = 0) -> TargetCluster:
-    """A cluster that has served (phase Running), unless told otherwise."""
+            phase: str | None = "Running", min_ordinal: int = 0, hold_uid: str | None = None,
+            hold_ack: tuple[str, str] | None = None) -> TargetCluster:
+    """A cluster that has served (phase Running), unless told otherwise. A hold by this
+    restore (r1) carries its uid and is acknowledged, unless told otherwise."""
+    ours = holder == "r1"
     return TargetCluster(name, "cluster-uid", "42", ClusterSpec.from_dict(spec or {"size": 1}), None, holder,
+                         hold_uid or (UID if ours else None), hold_ack or ((holder, UID) if ours else None),
                          records, records_error, operation, approved, min_ordinal, phase, available, ready, "c1d")
 
 
@@ -321,6 +325,82 @@ def seed_pod(member: str, phase: str = "Running", owner: str = UID) -> ObjectSta
     return obj("Pod", f"r1-s{member[-1]}", {builders.LABEL_RESTORE: "r1", builders.LABEL_RESTORE_MEMBER: member},
                phase=phase, owner_uids=(owner,), started_at=f"2026-11-21T12:00:0{member[-1]}Z",
                finished_at="2026-11-21T12:00:30Z" if phase == "Succeeded" else "")
+
+
+# Every state of a restore in which, once the hold is acknowledged, it stops or creates something.
+TOUCHING = [
+    (IN_PLACE, RESTORING, dict(pods=(obj("Pod", "keep-0", phase="Running"),),
+                               pvcs=(obj("PersistentVolumeClaim", "data-keep-0"),)), s.StopMembers),
+    (IN_PLACE, dataclasses.replace(RESTORING, preserved=("data-keep-0",)),
+     dict(pvcs=(obj("PersistentVolumeClaim", "data-keep-0"),)), s.SetAsideData),
+    (IN_PLACE, dataclasses.replace(RESTORING, preserved=("data-keep-0",), seed_members=("keep-1",)), {},
+     s.CreateSeedVolumes),
+    (NEW, dataclasses.replace(RESTORING, seed_members=("keep-0",)), dict(seed_pvcs=(seed_pvc("keep-0"),)),
+     s.StartSeedPods),
+]
+UNACKNOWLEDGED = [
+    None,                      # the cluster's controller has not run a pass on a copy with the hold
+    ("r1", "uid-of-an-earlier-r1"),  # the ack of an earlier restore of the same name
+    ("other", UID),
+]
+
+
+@pytest.mark.parametrize("spec, status, fields, touching", TOUCHING)
+@pytest.mark.parametrize("ack", UNACKNOWLEDGED)
+def test_nothing_is_stopped_or_created_before_the_cluster_acknowledges_this_hold(spec, status, fields, touching,
+                                                                                    ack):
+    acknowledged = cluster(holder="r1", hold_ack=("r1", UID))
+    assert isinstance(step_for(spec, status, observed(acknowledged, **fields)), touching)
+    unacknowledged = dataclasses.replace(acknowledged, hold_ack=ack)
+    step = step_for(spec, status, observed(unacknowledged, **fields))
+    assert isinstance(step, s.Wait) and step.code == "WaitingForHoldAck", step
+    assert "status.restoreHold" in step.reason
+
+
+def test_a_hold_without_this_restores_uid_is_marked_again_before_anything_else():
+    """A hold set by an operator that did not write the uid: marked again, then acknowledged."""
+    seen = observed(dataclasses.replace(cluster(holder="r1"), hold_uid=None, hold_ack=("r1", "")),
+                    pods=(obj("Pod", "keep-0", phase="Running"),))
+    assert isinstance(step_for(IN_PLACE, RESTORING, seen), s.HoldCluster)
+
+
+def test_the_hold_carries_the_restores_name_and_uid():
+    assert builders.hold_annotations("r1", UID) == {naming.ANNOTATION_RESTORE_IN_PROGRESS: "r1",
+                                                    naming.ANNOTATION_RESTORE_HOLD: UID}
+    created = builders.new_cluster("r1", "ns", "keep", {"size": 1}, restore_uid=UID)
+    assert created["metadata"]["annotations"] == builders.hold_annotations("r1", UID)
+
+
+def deletion_step(spec: dict, status: RestoreStatus, seen: Observed) -> s.Step:
+    return plan_deletion(RestoreSpec.from_dict(spec), status, seen)
+
+
+def test_a_restore_deleted_before_the_cluster_acknowledged_its_hold_releases_it():
+    running = (obj("Pod", "keep-0", phase="Running"),)
+    for ack in (None, ("r1", "uid-of-an-earlier-r1")):  # not acknowledged (yet)
+        seen = observed(dataclasses.replace(cluster(holder="r1"), hold_ack=ack), pods=running)
+        assert isinstance(deletion_step(IN_PLACE, RESTORING, seen), s.ReleaseHold)
+    step = deletion_step(IN_PLACE, RESTORING, observed(cluster(holder="r1"), pods=running))  # acknowledged
+    assert isinstance(step, s.Wait) and step.code == "HeldAfterDeletion" and "identity" in step.reason
+
+
+@pytest.mark.parametrize("status, pods", [
+    (RESTORING, (obj("Pod", "keep-0", deleting=True),)),            # its members are stopping
+    (dataclasses.replace(RESTORING, preserved=("data-keep-0",)), ()),  # the old data is recorded, set aside
+    (dataclasses.replace(RESTORING, preserved=("data-keep-0",), seed_members=("keep-1",)), ()),
+])
+def test_a_restore_deleted_after_it_stopped_the_cluster_leaves_the_hold_and_says_why(status, pods):
+    unacknowledged = dataclasses.replace(cluster(holder="r1"), hold_ack=None)  # as if the ack had been lost
+    step = deletion_step(IN_PLACE, status, observed(unacknowledged, pods=pods))
+    assert isinstance(step, s.Wait) and step.code == "HeldAfterDeletion"
+    assert naming.ANNOTATION_RESTORE_IN_PROGRESS in step.reason
+
+
+def test_a_deleted_restore_never_releases_a_hold_that_is_not_its_own():
+    for target in (None, cluster(), cluster(holder="other"), cluster(holder="r1", hold_uid="uid-of-another-r1")):
+        assert isinstance(deletion_step(IN_PLACE, RESTORING, observed(target)), s.Idle)
+    step = deletion_step(NEW, RESTORING, observed(cluster(holder="r1")))  # the cluster it created
+    assert isinstance(step, s.Wait) and step.code == "HeldAfterDeletion"
 
 
 def three(pvcs=(), pods=()) -> Observed:
