@@ -15,10 +15,11 @@ import kopf
 
 from etcd_operator import faults
 from etcd_operator.cluster import actions as a
-from etcd_operator.cluster import builders, certs, naming, network_policy, pacing, pki
+from etcd_operator.cluster import admission, builders, certs, naming, network_policy, pacing, pki
 from etcd_operator.cluster.tls_observer import read_secret, secret_bytes
 from etcd_operator.cluster.health import Health
-from etcd_operator.cluster.observed import DefragmentationRecord, Observed, Operation, SpaceRecoveryRecord
+from etcd_operator.cluster.observed import (DefragmentationRecord, Observed, Operation, PodAdmission,
+                                            SpaceRecoveryRecord)
 from etcd_operator.cluster.planner import QUORUM_RECOVERY, member_add_receivers, self_only_cluster
 from etcd_operator.cluster.spec import ClusterSpec
 from etcd_operator.etcd.client import EtcdError
@@ -36,6 +37,20 @@ class Outcome:
     message: str = ""
     status_patch: dict | None = None
     retry_after: float | None = None  # seconds until the next pass; None: the reconciler's default
+    admission: PodAdmission | None = None  # the API server's answer to a member pod (dry run or create)
+
+
+# Statuses with which the API server refuses an object it will refuse again as long as the
+# object stays the same: invalid (422), refused by an admission plugin or quota (403), malformed (400).
+REFUSED = frozenset({400, 403, 422})
+
+
+class PodRefused(Exception):
+    """The API server refused to create a member pod; nothing was created."""
+
+    def __init__(self, answer: PodAdmission):
+        super().__init__(admission.describe(answer))
+        self.answer = answer
 
 
 class NotYet(Exception):
@@ -103,12 +118,54 @@ class ClusterExecutor:
         if not spec.storage.empty_dir:
             await self._create(kube.PVCS, builders.member_pvc(spec, self.cluster, self.namespace, member, member_id))
 
+    def _member_pod(self, spec: ClusterSpec, member: str, member_id: int | None, initial_cluster: str,
+                    state: str, force_new_cluster: bool = False) -> dict:
+        return self._owned(builders.member_pod(spec, self.cluster, self.namespace, member, member_id,
+                                               initial_cluster, state, self.token, force_new_cluster))
+
     async def _create_pod(self, spec: ClusterSpec, member: str, member_id: int | None, initial_cluster: str,
                           state: str, force_new_cluster: bool = False) -> None:
+        """Raises PodRefused when the API server refuses the pod (the answer says why)."""
         await self._ensure_pvc(spec, member, member_id)
-        pod = builders.member_pod(spec, self.cluster, self.namespace, member, member_id, initial_cluster,
-                                  state, self.token, force_new_cluster)
-        await self._create(kube.PODS, self._owned(pod))
+        pod = self._member_pod(spec, member, member_id, initial_cluster, state, force_new_cluster)
+        try:
+            await self._create(kube.PODS, pod)
+        except kube.NamespaceTerminating:
+            raise
+        except kube.ApiError as e:
+            if e.status not in REFUSED:
+                raise
+            raise PodRefused(await self._refusal(spec, member, e)) from None
+
+    async def _dry_run_pod(self, spec: ClusterSpec, member: str) -> kube.ApiError | None:
+        """The API server's refusal of `member`'s pod built from `spec` (None: accepted).
+        Server-side dry run: admission plugins and quotas run, nothing is stored."""
+        self._fence()
+        itself = f"{member}={naming.peer_url(self.cluster, self.namespace, member, spec.tls.enabled)}"
+        pod = self._member_pod(spec, member, None, itself, builders.STATE_EXISTING)
+        try:
+            await self.kube.create(kube.PODS, self.namespace, pod, dry_run=True)
+        except kube.Conflict:
+            return None  # the pod exists: only the name collides, which a re-create will not
+        except kube.NamespaceTerminating:
+            raise
+        except kube.ApiError as e:
+            if e.status not in REFUSED:
+                raise
+            return e
+        return None
+
+    async def _refusal(self, spec: ClusterSpec, member: str, error: kube.ApiError) -> PodAdmission:
+        """The answer for a refused pod, naming the spec.pod settings refused: those the server
+        named, else those without which a dry run is accepted."""
+        fields = tuple(dict.fromkeys(admission.spec_field(f) for f in error.fields))
+        if not fields:
+            found = []
+            for key in admission.settings_in(spec):
+                if await self._dry_run_pod(admission.without_setting(spec, key), member) is None:
+                    found.append(f"spec.pod.{key}")
+            fields = tuple(found)
+        return PodAdmission(member, builders.pod_spec_hash(spec), error.message or str(error), fields)
 
     # --- the steps --------------------------------------------------------------------
 
@@ -121,6 +178,7 @@ class ClusterExecutor:
             a.BootstrapFirstMember: self._bootstrap_first_member,
             a.StartRestoredMembers: self._start_restored_members,
             a.AddLearner: self._add_learner,
+            a.CheckPodSpec: self._check_pod_spec,
             a.CreateMemberPod: self._create_member_pod,
             a.SettleMemberPod: self._settle_member_pod,
             a.PromoteLearner: self._promote_learner,
@@ -164,6 +222,9 @@ class ClusterExecutor:
             outcome = await handler(action, spec, observed) or Outcome(True)
         except NotYet as e:
             outcome = Outcome(False, str(e))
+        except PodRefused as e:
+            # Not an error of the pass: status says what is refused, and the planner waits.
+            outcome = Outcome(False, str(e), admission=e.answer)
         except EtcdError as e:
             if not (e.unavailable or e.learner_not_ready or e.cluster_not_ready):
                 raise
@@ -210,6 +271,15 @@ class ClusterExecutor:
                     raise
                 refused = e
         raise refused
+
+    async def _check_pod_spec(self, action: a.CheckPodSpec, spec: ClusterSpec, observed) -> Outcome:
+        refused = await self._dry_run_pod(spec, action.member)
+        if refused is None:
+            return Outcome(True, admission=PodAdmission(action.member, action.pod_spec_hash))
+        answer = dataclasses.replace(await self._refusal(spec, action.member, refused),
+                                     pod_spec_hash=action.pod_spec_hash)
+        logger.warning("%s/%s: %s", self.namespace, self.cluster, admission.describe(answer))
+        return Outcome(True, admission=answer)
 
     async def _create_member_pod(self, action: a.CreateMemberPod, spec, observed) -> None:
         await self._create_pod(spec, action.member, action.member_id, action.initial_cluster,
