@@ -94,6 +94,8 @@ def _classify(sim, violation: inv.Violation) -> str | None:
                                 and world.up_members(g) for g in world.groups.values()):
         return "recovery_resurrects_old_members"
     decision = sim.last_decision
+    if violation.invariant == "pod_recreatable":
+        return "pod_taken_while_its_replacement_is_refused"
     if violation.invariant == "member_replaced_after_own_timeout" and _replaced_on_status_timer(sim):
         return "unhealthy_timer_read_from_status"
     if (violation.invariant == "quorum_kept_by_actions" and "StopMemberPod" in violation.message
@@ -140,6 +142,12 @@ def _classify(sim, violation: inv.Violation) -> str | None:
 # standby_takeover; seed 11) and fixed by the commit after it (cluster/timers.py: every timer on the
 # acting process's monotonic clock); their signatures stay so that a regression is named.
 FIXED = {
+    "pod_taken_while_its_replacement_is_refused": (
+        "a spec.pod field the CRD accepts but the API server refuses (a missing PriorityClass): RollMember "
+        "deleted the member's pod and CreateMemberPod was refused on every later pass (the cluster stayed at "
+        "N-1), and AddLearner added a member whose pod could not be created. Found with the refused_pod family "
+        "(refused_pod_spec fault) and fixed by cluster/admission.py: a dry run of the new pod first, a wait on "
+        "a refusal"),
     "unhealthy_timer_read_from_status": (
         "memberUnhealthyTimeout is timed from status.members[].unhealthySince, a wall-clock time read back "
         "from status (cluster/timers.py carry_timers): after operator downtime (the member recovered and "
