@@ -109,3 +109,14 @@ def test_settings_probed_are_those_the_spec_sets():
     s = ClusterSpec.from_dict({"size": 3, "pod": {"priorityClassName": "x", "labels": {}, "tolerations": []}})
     assert admission.settings_in(s) == ("priorityClassName",)
     assert "priorityClassName" not in admission.without_setting(s, "priorityClassName").pod
+
+
+def test_the_fields_the_api_server_names_reach_the_error():
+    from etcd_operator.kube import client as kube
+
+    body = ('{"kind": "Status", "reason": "Invalid", "message": "Pod \\"c-2\\" is invalid", "details": {"causes": '
+            '[{"field": "spec.tolerations[0].effect"}, {"field": "spec.tolerations[0].effect"}, {"reason": "x"}]}}')
+    with pytest.raises(kube.ApiError) as refused:
+        kube._raise_for(422, body, "Unprocessable Entity")
+    assert refused.value.fields == ("spec.tolerations[0].effect",)
+    assert refused.value.message == 'Pod "c-2" is invalid'
