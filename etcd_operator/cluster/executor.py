@@ -16,6 +16,7 @@ import kopf
 from etcd_operator import faults
 from etcd_operator.cluster import actions as a
 from etcd_operator.cluster import admission, builders, certs, naming, network_policy, pacing, pki
+from etcd_operator.cluster.pod_dry_run import PodDryRun, is_refusal
 from etcd_operator.cluster.tls_observer import read_secret, secret_bytes
 from etcd_operator.cluster.health import Health
 from etcd_operator.cluster.observed import (DefragmentationRecord, Observed, Operation, PodAdmission,
@@ -38,11 +39,6 @@ class Outcome:
     status_patch: dict | None = None
     retry_after: float | None = None  # seconds until the next pass; None: the reconciler's default
     admission: PodAdmission | None = None  # the API server's answer to a member pod (dry run or create)
-
-
-# Statuses with which the API server refuses an object it will refuse again as long as the
-# object stays the same: invalid (422), refused by an admission plugin or quota (403), malformed (400).
-REFUSED = frozenset({400, 403, 422})
 
 
 class PodRefused(Exception):
@@ -130,42 +126,18 @@ class ClusterExecutor:
         pod = self._member_pod(spec, member, member_id, initial_cluster, state, force_new_cluster)
         try:
             await self._create(kube.PODS, pod)
-        except kube.NamespaceTerminating:
-            raise
         except kube.ApiError as e:
-            if e.status not in REFUSED:
+            if not is_refusal(e):
                 raise
-            raise PodRefused(await self._refusal(spec, member, e)) from None
+            raise PodRefused(await self._dry_runs().answer(spec, member, e)) from None
 
-    async def _dry_run_pod(self, spec: ClusterSpec, member: str) -> kube.ApiError | None:
-        """The API server's refusal of `member`'s pod built from `spec` (None: accepted).
-        Server-side dry run: admission plugins and quotas run, nothing is stored."""
+    def _dry_runs(self) -> PodDryRun:
+        """Dry runs of a member's pod as a re-create would send it (its etcd ID aside)."""
+        def build(spec: ClusterSpec, member: str) -> dict:
+            itself = f"{member}={naming.peer_url(self.cluster, self.namespace, member, spec.tls.enabled)}"
+            return self._member_pod(spec, member, None, itself, builders.STATE_EXISTING)
         self._fence()
-        itself = f"{member}={naming.peer_url(self.cluster, self.namespace, member, spec.tls.enabled)}"
-        pod = self._member_pod(spec, member, None, itself, builders.STATE_EXISTING)
-        try:
-            await self.kube.create(kube.PODS, self.namespace, pod, dry_run=True)
-        except kube.Conflict:
-            return None  # the pod exists: only the name collides, which a re-create will not
-        except kube.NamespaceTerminating:
-            raise
-        except kube.ApiError as e:
-            if e.status not in REFUSED:
-                raise
-            return e
-        return None
-
-    async def _refusal(self, spec: ClusterSpec, member: str, error: kube.ApiError) -> PodAdmission:
-        """The answer for a refused pod, naming the spec.pod settings refused: those the server
-        named, else those without which a dry run is accepted."""
-        fields = tuple(dict.fromkeys(admission.spec_field(f) for f in error.fields))
-        if not fields:
-            found = []
-            for key in admission.settings_in(spec):
-                if await self._dry_run_pod(admission.without_setting(spec, key), member) is None:
-                    found.append(f"spec.pod.{key}")
-            fields = tuple(found)
-        return PodAdmission(member, builders.pod_spec_hash(spec), error.message or str(error), fields)
+        return PodDryRun(self.kube, self.namespace, build)
 
     # --- the steps --------------------------------------------------------------------
 
@@ -273,12 +245,10 @@ class ClusterExecutor:
         raise refused
 
     async def _check_pod_spec(self, action: a.CheckPodSpec, spec: ClusterSpec, observed) -> Outcome:
-        refused = await self._dry_run_pod(spec, action.member)
-        if refused is None:
-            return Outcome(True, admission=PodAdmission(action.member, action.pod_spec_hash))
-        answer = dataclasses.replace(await self._refusal(spec, action.member, refused),
+        answer = dataclasses.replace(await self._dry_runs().check(spec, action.member),
                                      pod_spec_hash=action.pod_spec_hash)
-        logger.warning("%s/%s: %s", self.namespace, self.cluster, admission.describe(answer))
+        if not answer.accepted:
+            logger.warning("%s/%s: %s", self.namespace, self.cluster, admission.describe(answer))
         return Outcome(True, admission=answer)
 
     async def _create_member_pod(self, action: a.CreateMemberPod, spec, observed) -> None:
