@@ -76,6 +76,8 @@ def _timer_in_the_future(sim) -> bool:
 
 
 def classify(sim, violation: inv.Violation) -> str | None:
+    if sim.replay and sim.replay[-1][2] == "stale":
+        return "stale_replica"  # raised by the stale replica's own step, taken on its old view
     known = _classify(sim, violation)
     if known is None and sim.stale_acted:
         return "stale_replica"
