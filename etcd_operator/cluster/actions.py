@@ -72,6 +72,18 @@ class CreateMemberPod(Action):
 
 
 @dataclasses.dataclass(frozen=True)
+class CheckPodSpec(Action):
+    """Ask the API server, with a dry run, whether it accepts `member`'s pod with the pod
+    spec `pod_spec_hash` stands for, before a step (`before`) takes a pod away or adds a
+    member. Changes nothing; the answer is evidence for the next pass (cluster/admission.py)."""
+
+    member: str = ""
+    member_id: int = 0  # 0: a member etcd does not know yet
+    pod_spec_hash: str = ""
+    before: str = ""  # the kind of the step that waits for the answer
+
+
+@dataclasses.dataclass(frozen=True)
 class SettleMemberPod(Action):
     """Narrow a started member's pod annotations so a restart with lost data fails loudly
     instead of silently rejoining empty."""

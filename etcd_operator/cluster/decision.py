@@ -10,7 +10,7 @@ from typing import Any, Mapping
 from etcd_operator import conditions as c
 from etcd_operator import versions
 from etcd_operator.cluster import actions as a
-from etcd_operator.cluster import builders, downgrade, learners, roll, space
+from etcd_operator.cluster import admission, builders, downgrade, learners, roll, space
 from etcd_operator.cluster.health import Health, diagnose
 from etcd_operator.cluster.observed import JoinRecord, Observed, RollRecord
 from etcd_operator.cluster.planner import plan
@@ -118,5 +118,6 @@ def decide(spec: ClusterSpec, observed: Observed, raw_spec: Mapping[str, Any] | 
         conditions.append(c.Condition("VersionSkew", False, "SameVersion", ""))
     conditions += space.space_conditions(acting_spec, observed, health, action)
     conditions.append(learners.condition(observed, health, action))
+    conditions.append(admission.condition(observed, desired_hash))
     return Decision(acting_spec, tuple(problems), health, action, tuple(conditions), rollout,
                     learners.next_record(observed, action), skew)

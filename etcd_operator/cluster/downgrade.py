@@ -34,6 +34,8 @@ CANCEL_GOES_BEFORE = (a.Steady, a.Wait, a.RollMember, a.MoveLeader, a.AddLearner
 
 
 def cancel_may_go_before(planned: a.Action) -> bool:
+    if isinstance(planned, a.CheckPodSpec):  # asked for the step that follows: judged as that step
+        return planned.before in {kind.__name__ for kind in CANCEL_GOES_BEFORE}
     if isinstance(planned, a.RemoveMember):
         return not planned.replacing  # a scale-down; replacing a failed member is a repair
     return isinstance(planned, CANCEL_GOES_BEFORE)

@@ -15,10 +15,12 @@ import kopf
 
 from etcd_operator import faults
 from etcd_operator.cluster import actions as a
-from etcd_operator.cluster import builders, certs, naming, network_policy, pacing, pki
+from etcd_operator.cluster import admission, builders, certs, naming, network_policy, pacing, pki
+from etcd_operator.cluster.pod_dry_run import PodDryRun, is_refusal
 from etcd_operator.cluster.tls_observer import read_secret, secret_bytes
 from etcd_operator.cluster.health import Health
-from etcd_operator.cluster.observed import DefragmentationRecord, Observed, Operation, SpaceRecoveryRecord
+from etcd_operator.cluster.observed import (DefragmentationRecord, Observed, Operation, PodAdmission,
+                                            SpaceRecoveryRecord)
 from etcd_operator.cluster.planner import QUORUM_RECOVERY, member_add_receivers, self_only_cluster
 from etcd_operator.cluster.spec import ClusterSpec
 from etcd_operator.etcd.client import EtcdError
@@ -36,6 +38,15 @@ class Outcome:
     message: str = ""
     status_patch: dict | None = None
     retry_after: float | None = None  # seconds until the next pass; None: the reconciler's default
+    admission: PodAdmission | None = None  # the API server's answer to a member pod (dry run or create)
+
+
+class PodRefused(Exception):
+    """The API server refused to create a member pod; nothing was created."""
+
+    def __init__(self, answer: PodAdmission):
+        super().__init__(admission.describe(answer))
+        self.answer = answer
 
 
 class NotYet(Exception):
@@ -128,12 +139,30 @@ class ClusterExecutor:
         if not spec.storage.empty_dir:
             await self._create(kube.PVCS, builders.member_pvc(spec, self.cluster, self.namespace, member, member_id))
 
+    def _member_pod(self, spec: ClusterSpec, member: str, member_id: int | None, initial_cluster: str,
+                    state: str, force_new_cluster: bool = False) -> dict:
+        return self._owned(builders.member_pod(spec, self.cluster, self.namespace, member, member_id,
+                                               initial_cluster, state, self.token, force_new_cluster))
+
     async def _create_pod(self, spec: ClusterSpec, member: str, member_id: int | None, initial_cluster: str,
                           state: str, force_new_cluster: bool = False) -> None:
+        """Raises PodRefused when the API server refuses the pod (the answer says why)."""
         await self._ensure_pvc(spec, member, member_id)
-        pod = builders.member_pod(spec, self.cluster, self.namespace, member, member_id, initial_cluster,
-                                  state, self.token, force_new_cluster)
-        await self._create(kube.PODS, self._owned(pod))
+        pod = self._member_pod(spec, member, member_id, initial_cluster, state, force_new_cluster)
+        try:
+            await self._create(kube.PODS, pod)
+        except kube.ApiError as e:
+            if not is_refusal(e):
+                raise
+            raise PodRefused(await self._dry_runs().answer(spec, member, e)) from None
+
+    def _dry_runs(self) -> PodDryRun:
+        """Dry runs of a member's pod as a re-create would send it (its etcd ID aside)."""
+        def build(spec: ClusterSpec, member: str) -> dict:
+            itself = f"{member}={naming.peer_url(self.cluster, self.namespace, member, spec.tls.enabled)}"
+            return self._member_pod(spec, member, None, itself, builders.STATE_EXISTING)
+        self._fence()
+        return PodDryRun(self.kube, self.namespace, build)
 
     # --- the steps --------------------------------------------------------------------
 
@@ -146,6 +175,7 @@ class ClusterExecutor:
             a.BootstrapFirstMember: self._bootstrap_first_member,
             a.StartRestoredMembers: self._start_restored_members,
             a.AddLearner: self._add_learner,
+            a.CheckPodSpec: self._check_pod_spec,
             a.CreateMemberPod: self._create_member_pod,
             a.SettleMemberPod: self._settle_member_pod,
             a.PromoteLearner: self._promote_learner,
@@ -191,6 +221,9 @@ class ClusterExecutor:
             outcome = await handler(action, spec, observed) or Outcome(True)
         except NotYet as e:
             outcome = Outcome(False, str(e))
+        except PodRefused as e:
+            # Not an error of the pass: status says what is refused, and the planner waits.
+            outcome = Outcome(False, str(e), admission=e.answer)
         except EtcdError as e:
             if not (e.unavailable or e.learner_not_ready or e.cluster_not_ready):
                 raise
@@ -237,6 +270,13 @@ class ClusterExecutor:
                     raise
                 refused = e
         raise refused
+
+    async def _check_pod_spec(self, action: a.CheckPodSpec, spec: ClusterSpec, observed) -> Outcome:
+        answer = dataclasses.replace(await self._dry_runs().check(spec, action.member),
+                                     pod_spec_hash=action.pod_spec_hash)
+        if not answer.accepted:
+            logger.warning("%s/%s: %s", self.namespace, self.cluster, admission.describe(answer))
+        return Outcome(True, admission=answer)
 
     async def _create_member_pod(self, action: a.CreateMemberPod, spec, observed) -> None:
         await self._create_pod(spec, action.member, action.member_id, action.initial_cluster,

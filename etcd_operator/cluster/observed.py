@@ -231,6 +231,22 @@ class JoinRecord:
 
 
 @dataclasses.dataclass(frozen=True)
+class PodAdmission:
+    """The API server's answer to creating a member's pod with one pod spec, as this
+    operator process got it: from a dry run, or from a create it refused."""
+
+    member: str
+    pod_spec_hash: str
+    refused: str | None = None  # the API server's message; None: accepted
+    fields: tuple[str, ...] = ()  # the refused fields, as the spec names them ("spec.pod.priorityClassName")
+    age: float = 0.0  # seconds since the answer, on the acting process's monotonic clock
+
+    @property
+    def accepted(self) -> bool:
+        return self.refused is None
+
+
+@dataclasses.dataclass(frozen=True)
 class Observed:
     cluster: str
     namespace: str
@@ -270,3 +286,5 @@ class Observed:
     defrag_requested: str | None = None  # the etcd.operator.dev/defragment annotation's token
     defragmentation: DefragmentationRecord = DefragmentationRecord()  # status.defragmentation
     learner_joins: JoinRecord = JoinRecord()  # status.learnerJoins: learners that did not catch up (cluster/learners.py)
+    # The API server's latest answers for member pods, by member (cluster/admission.py).
+    pod_admissions: Mapping[str, PodAdmission] = dataclasses.field(default_factory=dict)

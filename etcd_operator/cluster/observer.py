@@ -10,12 +10,12 @@ from typing import Any, Callable, Mapping
 
 import aiohttp
 
-from etcd_operator.cluster import naming, quota
+from etcd_operator.cluster import admission, naming, quota
 from etcd_operator.cluster.identity import member_list_sources, parse_hex_id, split_foreign
 from etcd_operator.cluster.timers import Sightings, carry_timers
 from etcd_operator.cluster.tls_observer import TLSSecrets, served_certificates
-from etcd_operator.cluster.observed import (DefragmentationRecord, EtcdView, Observed, Operation, PodView, PVCView,
-                                            JoinRecord, RollRecord, SpaceRecoveryRecord)
+from etcd_operator.cluster.observed import (DefragmentationRecord, EtcdView, JoinRecord, Observed, Operation,
+                                            PodAdmission, PodView, PVCView, RollRecord, SpaceRecoveryRecord)
 from etcd_operator.etcd.client import EtcdError
 from etcd_operator.etcd.pool import EtcdClientPool
 from etcd_operator.kube import client as kube
@@ -161,6 +161,11 @@ class ClusterObserver:
         # memory that times replacements and quorum recovery, lost with the process.
         self.clock = clock
         self.sightings = Sightings()
+        # The API server's answers for member pods (dry runs, refused creates), on `clock`.
+        self.admissions: admission.Memory = {}
+
+    def remember(self, answer: PodAdmission) -> None:
+        self.admissions = admission.remember(self.admissions, answer, self.clock())
 
     async def observe(self, body: Mapping[str, Any], now: float,
                       children: tuple[list[dict], list[dict]] | None = None, live_secrets: bool = True) -> Observed:
@@ -218,8 +223,9 @@ class ClusterObserver:
         if tls.rotation is not None:
             observed = dataclasses.replace(observed, tls=dataclasses.replace(
                 tls, served=await served_certificates(pods, credentials)))
-        observed, self.sightings = carry_timers(observed, self.sightings, self.clock())
-        return observed
+        monotonic_now = self.clock()
+        observed, self.sightings = carry_timers(observed, self.sightings, monotonic_now)
+        return admission.carry(observed, self.admissions, monotonic_now)
 
     async def observe_etcd(self, pods: dict[str, PodView], recorded_cluster_id: int | None) -> EtcdView:
         endpoints = {name: member_endpoint(p) for name, p in pods.items() if member_endpoint(p)}

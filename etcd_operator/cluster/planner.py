@@ -10,13 +10,15 @@ Invariants, each covered by tests/unit/test_cluster_planner.py and the fault sim
 - under an alarm (NOSPACE, CORRUPT) or when the operator is cut off from a quorum that may
   hold, nothing is removed, replaced, rolled or recovered;
 - a member whose pod failed (evicted) or is still starting is restarted on its data, never
-  replaced for it.
+  replaced for it;
+- no pod is taken away to be re-created, and no member added, without the API server's
+  recent acceptance of its new pod (a dry run; cluster/admission.py).
 """
 
 from __future__ import annotations
 
 from etcd_operator.cluster import actions as a
-from etcd_operator.cluster import learners, naming, roll, space, tls_plan
+from etcd_operator.cluster import admission, learners, naming, roll, space, tls_plan
 from etcd_operator.cluster.health import (BROKEN_WAITING_REASONS, Health, HealthState,  # noqa: F401
                                           member_healthy, member_name, pod_broken, quorum_loss_evidence)
 from etcd_operator.cluster.observed import Member, Observed
@@ -90,6 +92,11 @@ def plan(
     desired_hash: str,
     recovery_allowed: bool = False,
 ) -> a.Action:
+    return admission.gate(_plan(spec, observed, health, desired_hash, recovery_allowed), observed, desired_hash)
+
+
+def _plan(spec: ClusterSpec, observed: Observed, health: Health, desired_hash: str,
+          recovery_allowed: bool) -> a.Action:
     if spec.paused:
         return a.Wait("reconciliation is paused (spec.paused)")
     step = tls_plan.next_step(spec, observed)

@@ -155,6 +155,8 @@ class ClusterReconciler:
         if not isinstance(action, (a.Steady, a.Wait)):
             logger.info("%s/%s: %s (%s)", meta["namespace"], meta["name"], action.kind, action.reason)
         outcome = await executor.run(action, acting_spec, observed)
+        if outcome.admission is not None:
+            self.observer.remember(outcome.admission)  # evidence for the next pass (cluster/admission.py)
         if not outcome.done:
             logger.info("%s/%s: %s not taken yet: %s", meta["namespace"], meta["name"], action.kind, outcome.message)
 
@@ -203,6 +205,7 @@ class ClusterReconciler:
             "SpecAccepted": (by_type["SpecAccepted"], False),
             "AnnotationsAccepted": (by_type["AnnotationsAccepted"], False),
             "OddSize": (by_type["OddSize"], False),
+            "PodSpecAccepted": (by_type["PodSpecAccepted"], False),
         }
         for name, (condition, bad_status) in warnings.items():
             before = c.find(previous.get("conditions"), name)

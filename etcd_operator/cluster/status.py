@@ -16,6 +16,7 @@ PROGRESS_REASONS = {
     "BootstrapFirstMember": "Bootstrapping",
     "StartRestoredMembers": "Bootstrapping",
     "AddLearner": "AddingMember",
+    "CheckPodSpec": "CheckingPodSpec",
     "CreateMemberPod": "StartingMember",
     "SettleMemberPod": "MemberJoined",
     "PromoteLearner": "PromotingLearner",

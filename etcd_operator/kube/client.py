@@ -35,11 +35,12 @@ class Conflict(Exception):
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, reason: str, message: str):
+    def __init__(self, status: int, reason: str, message: str, fields: tuple[str, ...] = ()):
         super().__init__(f"{status} {reason}: {message}")
         self.status = status
         self.reason = reason
         self.message = message
+        self.fields = fields  # the refused fields the server named (details.causes[].field)
 
 
 class NamespaceTerminating(ApiError):
@@ -95,7 +96,9 @@ def _raise_for(status: int, body: bytes | str | None, reason: str | None) -> Non
         raise Conflict(message)
     if _terminating(status, details):
         raise NamespaceTerminating(status, api_reason, message)
-    raise ApiError(status, api_reason, message)
+    causes = (details.get("details") or {}).get("causes") or [] if isinstance(details, dict) else []
+    fields = tuple(dict.fromkeys(c["field"] for c in causes if isinstance(c, dict) and c.get("field")))
+    raise ApiError(status, api_reason, message, fields)
 
 
 class KubeClient:

@@ -11,11 +11,12 @@ from typing import Callable
 from etcd_operator.cluster import actions as a
 from etcd_operator.cluster import builders, naming
 from etcd_operator.cluster.executor import PERMITTED_WHILE_HELD
-from etcd_operator.cluster.observed import DefragmentationRecord, Observed, Operation, SpaceRecoveryRecord
+from etcd_operator.cluster.observed import (DefragmentationRecord, Observed, Operation, PodAdmission,
+                                            SpaceRecoveryRecord)
 from etcd_operator.cluster.planner import QUORUM_RECOVERY, self_only_cluster
 from etcd_operator.cluster.spec import ClusterSpec
 
-from tests.sim.world import PVC, Pod, Refused, World, peer_url
+from tests.sim.world import POD_REFUSAL, PVC, Pod, Refused, World, api_refuses_pod, peer_url
 
 BAD_REPOSITORY = "registry.invalid/etcd"
 
@@ -27,6 +28,21 @@ class Outcome:
     status_patch: dict | None = None
     interrupted: bool = False  # the operator was killed in the middle of the step
     aborted: bool = False  # the executor raised: the pass ends without writing status
+    admission: PodAdmission | None = None  # the API server's answer to a member pod
+
+
+class PodRefused(Exception):
+    """The API server refused a member pod (executor.PodRefused): an outcome, not an abort."""
+
+    def __init__(self, answer: PodAdmission):
+        super().__init__(answer.refused)
+        self.answer = answer
+
+
+def _answer(ctx: Context, member: str) -> PodAdmission:
+    refused = api_refuses_pod(ctx.spec)
+    return PodAdmission(member, builders.pod_spec_hash(ctx.spec), POD_REFUSAL if refused else None,
+                        ("spec.pod.priorityClassName",) if refused else ())
 
 
 class Killed(Exception):
@@ -57,6 +73,8 @@ def _create_pod(ctx: Context, member: str, member_id: int | None, initial_cluste
     _ensure_pvc(ctx, member, member_id)
     if member in ctx.world.pods:
         return  # Conflict: created by an earlier, interrupted attempt
+    if api_refuses_pod(ctx.spec):
+        raise PodRefused(_answer(ctx, member))
     spec = ctx.spec
     pod = Pod(member, ctx.world.uid("pod"), member_id, builders.pod_spec_hash(spec), state, initial_cluster,
               force_new_cluster, spec.version, spec.repository == BAD_REPOSITORY)
@@ -107,6 +125,12 @@ def do_add_learner(ctx: Context, action: a.AddLearner) -> None:
     initial = ",".join(sorted(f"{m.name or action.member}={m.peer_urls[0]}"
                               for m in members if m.name or m.id == learner.id))
     _create_pod(ctx, action.member, learner.id, initial, builders.STATE_EXISTING)
+
+
+def do_check_pod_spec(ctx: Context, action: a.CheckPodSpec) -> Outcome:
+    """A server-side dry run: nothing changes in the world."""
+    return Outcome(True, admission=dataclasses.replace(_answer(ctx, action.member),
+                                                       pod_spec_hash=action.pod_spec_hash))
 
 
 def do_create_member_pod(ctx: Context, action: a.CreateMemberPod) -> None:
@@ -271,6 +295,7 @@ HANDLERS: dict[type, Callable] = {
     a.BootstrapFirstMember: do_bootstrap,
     a.StartRestoredMembers: do_start_restored,
     a.AddLearner: do_add_learner,
+    a.CheckPodSpec: do_check_pod_spec,
     a.CreateMemberPod: do_create_member_pod,
     a.SettleMemberPod: do_settle,
     a.PromoteLearner: do_promote,
@@ -336,6 +361,8 @@ def run(ctx: Context, action: a.Action) -> Outcome:
         result = handler(ctx, action)
     except Killed:
         return Outcome(False, "operator killed mid-step", interrupted=True)
+    except PodRefused as e:
+        return Outcome(False, str(e), admission=e.answer)
     except Refused as e:
         return Outcome(False, str(e), aborted=not e.not_yet)
     except KeyError as e:

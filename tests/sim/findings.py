@@ -76,6 +76,8 @@ def _timer_in_the_future(sim) -> bool:
 
 
 def classify(sim, violation: inv.Violation) -> str | None:
+    if sim.replay and sim.replay[-1][2] == "stale":
+        return "stale_replica"  # raised by the stale replica's own step, taken on its old view
     known = _classify(sim, violation)
     if known is None and sim.stale_acted:
         return "stale_replica"
@@ -96,6 +98,8 @@ def _classify(sim, violation: inv.Violation) -> str | None:
                                 and world.up_members(g) for g in world.groups.values()):
         return "recovery_resurrects_old_members"
     decision = sim.last_decision
+    if violation.invariant == "pod_recreatable":
+        return "pod_taken_while_its_replacement_is_refused"
     if violation.invariant == "member_replaced_after_own_timeout" and _replaced_on_status_timer(sim):
         return "unhealthy_timer_read_from_status"
     if (violation.invariant == "quorum_kept_by_actions" and "StopMemberPod" in violation.message
@@ -149,6 +153,12 @@ FIXED = {
         "restore_hold family (17 of seeds 0-199, first seed 2: PromoteLearner under the hold) with the fence "
         "taken out; fixed by the executor's live hold check (HeldByRestore) and the restore waiting for the "
         "cluster's acknowledgement (status.restoreHold)"),
+    "pod_taken_while_its_replacement_is_refused": (
+        "a spec.pod field the CRD accepts but the API server refuses (a missing PriorityClass): RollMember "
+        "deleted the member's pod and CreateMemberPod was refused on every later pass (the cluster stayed at "
+        "N-1), and AddLearner added a member whose pod could not be created. Found with the refused_pod family "
+        "(refused_pod_spec fault) and fixed by cluster/admission.py: a dry run of the new pod first, a wait on "
+        "a refusal"),
     "unhealthy_timer_read_from_status": (
         "memberUnhealthyTimeout is timed from status.members[].unhealthySince, a wall-clock time read back "
         "from status (cluster/timers.py carry_timers): after operator downtime (the member recovered and "

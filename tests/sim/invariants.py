@@ -7,7 +7,7 @@ from etcd_operator.cluster import actions as a
 from etcd_operator.cluster import naming
 from etcd_operator.cluster.health import HealthState, quorum_loss_timeout
 
-from tests.sim.world import Group, World
+from tests.sim.world import Group, World, api_refuses_pod
 
 
 class Violation(AssertionError):
@@ -96,6 +96,7 @@ class ActionChecks:
         self._nospace_remediated_in_place()
         self._one_member_stops_at_a_time()
         self._replaced_after_own_timeout(spec, seen_unhealthy_for)
+        self._pod_recreatable(spec)
 
     def _add(self, invariant: str, message: str) -> None:
         self.pending.append((invariant, message))
@@ -159,6 +160,15 @@ class ActionChecks:
             self._add("member_replaced_after_own_timeout",
                       f"{action.member} replaced after the acting process saw it unhealthy for "
                       f"{'no pass' if seen is None else f'{seen:.0f}s'} (memberUnhealthyTimeout {timeout:.0f}s)")
+
+    def _pod_recreatable(self, spec) -> None:
+        """pod_recreatable: no step deletes a member's pod to re-create it, or adds a member,
+        while the API server refuses that member's new pod (model truth)."""
+        action, world = self.action, self.world
+        takes_pod = isinstance(action, (a.RollMember, a.RestartFailedPod)) or (
+            isinstance(action, a.ForceNewCluster) and action.member in world.pods)
+        if (takes_pod or isinstance(action, a.AddLearner)) and api_refuses_pod(spec):
+            self._add("pod_recreatable", f"{action.kind} of {action.member} while the API server refuses its new pod")
 
     def _data_kept_while_needed(self) -> None:
         action, world = self.action, self.world

@@ -9,7 +9,7 @@ import dataclasses
 from typing import Callable
 
 from etcd_operator.cluster import actions as a
-from etcd_operator.cluster import health, naming, planner, timers
+from etcd_operator.cluster import admission, health, naming, planner, timers
 from etcd_operator.cluster.health import HealthState
 
 from tests.sim import effects, view
@@ -208,6 +208,9 @@ MUTANTS = (
            ((planner, "quorum_loss_evidence", _evidence_always),), "focus:kill_member+crash_loop+partition"),
     Mutant("disrupt_while_a_pod_stops", "nothing rolled, defragmented or removed while a voter's pod stops",
            ((health, "pod_stopping", _no_pod_stopping),), "focus:version+resize"),
+    Mutant("pod_taken_without_dry_run", "a pod is taken away, or a member added, only on the API server's "
+           "acceptance of its new pod (admission.gate)",
+           ((admission, "gate", lambda action, observed, pod_spec_hash: action),), "refused_pod"),
     Mutant("foreign_answers_trusted", "answers from another cluster ID are not used (observer, identity.py)",
            ((view, "split_foreign", _trust_every_answer),), "focus:foreign_etcd+evict_pod"),
     # The executor's live hold fence, as the model executor mirrors it (cluster/executor.py HeldByRestore).

@@ -9,7 +9,7 @@ import dataclasses
 import random
 
 from etcd_operator.cluster import actions as a
-from etcd_operator.cluster import builders, naming, pacing
+from etcd_operator.cluster import admission, builders, naming, pacing
 from etcd_operator.cluster.decision import decide
 from etcd_operator.cluster.observed import Member
 from etcd_operator.cluster.observed import RollRecord
@@ -20,7 +20,8 @@ from etcd_operator.timefmt import parse_time
 
 from tests.sim import effects, findings, invariants as inv
 from tests.sim.view import observe
-from tests.sim.world import CLUSTER, PVC, Data, Foreign, Group, Pod, World, client_url, peer_url
+from tests.sim.world import (CLUSTER, MISSING_PRIORITY_CLASS, PVC, Data, Foreign, Group, Pod, World, client_url,
+                             peer_url)
 
 MAX_SKEW = 8.0
 SETTLE_STEPS = 150  # passes allowed after the last fault; converging schedules need at most ~75
@@ -28,7 +29,7 @@ REPLAY_LINES = 30
 WAITING_PASSES = 12  # passes spent waiting by design (QuorumLost, no approval) before the schedule ends
 # Families: "main", "stale_replica", and "focus:<fault>+<fault>" (those faults ten times as
 # likely, automatic recovery on: used to hunt mutants of the guards those faults exercise).
-FAMILIES = ("main", "stale_replica", "restore_hold")
+FAMILIES = ("main", "stale_replica", "restore_hold", "refused_pod")
 # Family "restore_hold": an EtcdRestore holds the cluster for a while; the hold lands while a
 # pass decides, so that pass acts on a view without it (issue 25).
 RESTORE_HOLD = "restore_hold"
@@ -45,7 +46,11 @@ FAULT_WEIGHTS = {
     "partition": 6, "nospace": 4, "corrupt": 1, "resize": 7, "version": 4, "bad_image": 2,
     "operator_kill": 5, "clock_skew": 3, "foreign_etcd": 3, "approve": 1, "fragment": 2, "isolate_member": 4,
     "operator_down": 2, "standby_takeover": 2,
+    # Last, at weight 0 in the main family, so that its schedules draw exactly as before; the
+    # refused_pod family gives it a weight.
+    "refused_pod_spec": 0,
 }
+REFUSED_POD_WEIGHT = 6
 NEW_PROCESS_FAULTS = ("operator_down", "standby_takeover")
 OPERATOR_DOWN_SECONDS = (20.0, 240.0)
 DOWN_TICK = 2.0  # the world advances in these steps while no operator runs
@@ -120,6 +125,7 @@ class Replica:
     clock_error: float = 0.0  # its wall clock against the true time, before any clock_skew step
     kill_pending: bool = False
     sightings: Sightings = Sightings()  # the operator's memory (ClusterObserver.sightings): lost with the process
+    admissions: dict = dataclasses.field(default_factory=dict)  # ClusterObserver.admissions: lost with it too
     # Model truth about this process, for the invariant (not the operator's memory): member id
     # -> the true time since which every pass of this process has shown the member unhealthy.
     saw_unhealthy_since: dict = dataclasses.field(default_factory=dict)
@@ -167,6 +173,8 @@ class Sim:
             self.weights["restore_hold"] = HOLD_WEIGHT  # a key the other families lack: their draws stay
         self.hold_until: int | None = None
         self.hold_mid_pass = False
+        if family == "refused_pod":
+            self.weights["refused_pod_spec"] = REFUSED_POD_WEIGHT
         self.spec_dict = base_spec(size, self.auto_recovery)
         self.annotations: dict[str, str] = {}
         self.generation = 1
@@ -187,6 +195,7 @@ class Sim:
         self.stale_lag = 0
         self.stale_status: dict | None = None
         self.bad_image_revert_at: int | None = None
+        self.refused_pod_revert_at: int | None = None
         self.step = 0
         self.last_decision = None
         self.last_outcome = None
@@ -254,6 +263,11 @@ class Sim:
             self.annotations.pop(naming.ANNOTATION_RESTORE_HOLD, None)
             self.hold_until = None
             self._log("restore_hold released")
+        if self.refused_pod_revert_at is not None and self.step >= self.refused_pod_revert_at:
+            self._change_spec()
+            self.spec_dict.pop("pod", None)
+            self.refused_pod_revert_at = None
+            self._log("refused_pod_spec reverted")
         if self.bad_image_revert_at is not None and self.step >= self.bad_image_revert_at:
             self._change_spec(repository=None)
             self.spec_dict.pop("repository", None)
@@ -367,6 +381,14 @@ class Sim:
             self.bad_image_revert_at = min(self.step + self.rng.randint(2, 15), self.fault_steps)
             self._log(f"bad_image until #{self.bad_image_revert_at}")
 
+    def _fault_refused_pod_spec(self):
+        """spec.pod names a PriorityClass that does not exist: the CRD accepts it, the API
+        server refuses every member pod built from it, until the spec is reverted."""
+        if self.refused_pod_revert_at is None:
+            self._change_spec(pod={"priorityClassName": MISSING_PRIORITY_CLASS})
+            self.refused_pod_revert_at = min(self.step + self.rng.randint(5, 30), self.fault_steps)
+            self._log(f"refused_pod_spec until #{self.refused_pod_revert_at}")
+
     def _fault_operator_kill(self):
         self.operator.kill_pending = True
         self._log("operator_kill")
@@ -457,6 +479,7 @@ class Sim:
         unreachable = self.unreachable_now()
         observed, self.operator.sightings = observe(w, self.status, self.annotations, unreachable, self.skew,
                                                     self.operator.sightings, self.operator.monotonic(w.now))
+        observed = admission.carry(observed, self.operator.admissions, self.operator.monotonic(w.now))
         self.operator.saw(observed, w.now)
         self.status_unhealthy_for = status_unhealthy_for(self.status, observed.now)
         decision = decide(spec, observed, self.spec_dict)
@@ -477,6 +500,9 @@ class Sim:
         mode = self.rng.choice(("before", "mid", "after")) if killed else None
         outcome = self.apply(decision, observed, "op", kill_mid=mode == "mid", skip=mode == "before",
                              seen_unhealthy_for=self.operator.unhealthy_for(w.now))
+        if outcome.admission is not None:
+            self.operator.admissions = admission.remember(self.operator.admissions, outcome.admission,
+                                                          self.operator.monotonic(w.now))
         self.history.append((observed, self.status, spec))
         if mode is None and not outcome.aborted:
             self.status = merge_patch(self.status, build_status(
@@ -609,7 +635,8 @@ class Sim:
                 self.stale_pass()
             inv.single_dataset_served(w)
             inv.at_most_one_learner(w)
-            if self.step >= self.fault_steps and self.bad_image_revert_at is None and not self.unreachable_now():
+            if (self.step >= self.fault_steps and self.bad_image_revert_at is None
+                    and self.refused_pod_revert_at is None and not self.unreachable_now()):
                 spec = self.last_decision.acting_spec
                 if inv.converged(w, spec.size, self.desired_hash(spec)):
                     stable += 1

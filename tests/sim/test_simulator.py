@@ -15,6 +15,7 @@ from tests.sim.runner import run_seed
 MAIN = CAMPAIGNS["main"]
 STALE = CAMPAIGNS["stale_replica"]
 HOLD = CAMPAIGNS["restore_hold"]
+REFUSED_POD = CAMPAIGNS["refused_pod"]
 SHOWN = 3  # replays printed per failing block
 
 
@@ -42,6 +43,18 @@ def test_fault_schedules_keep_every_invariant(block):
     if unknown:
         pytest.fail(f"{len(unknown)} schedule(s) broke an invariant:\n\n" + "\n\n".join(
             r.report() for r in unknown[:SHOWN]), pytrace=False)
+
+
+def test_a_refused_pod_spec_never_costs_a_member():
+    """The refused_pod family: spec.pod names a PriorityClass that does not exist for a while.
+    No step may take a pod away, or add a member, whose new pod the API server refuses
+    (pod_recreatable), and every other invariant holds."""
+    unknown = _unknown(REFUSED_POD.all_violations())
+    if unknown:
+        pytest.fail(f"{len(unknown)} schedule(s) broke an invariant:\n\n" + "\n\n".join(
+            r.report() for r in unknown[:SHOWN]), pytrace=False)
+    assert REFUSED_POD.stats["fault:refused_pod_spec"] >= REFUSED_POD.schedules // 10
+    assert REFUSED_POD.with_action["CheckPodSpec"] >= REFUSED_POD.schedules // 10
 
 
 @pytest.mark.parametrize("name", sorted(findings.FINDINGS))

@@ -32,6 +32,17 @@ class Refused(Exception):
         self.not_yet = not_yet
 
 
+# A PriorityClass that does not exist: the CRD accepts it in spec.pod, the API server refuses
+# every pod that names it (the refused_pod_spec fault).
+MISSING_PRIORITY_CLASS = "no-such-class"
+POD_REFUSAL = f"pods is forbidden: no PriorityClass with name {MISSING_PRIORITY_CLASS} was found"
+
+
+def api_refuses_pod(spec) -> bool:
+    """Whether the API server refuses a member pod built from `spec`."""
+    return spec.pod.get("priorityClassName") == MISSING_PRIORITY_CLASS
+
+
 class Data:
     """The content of one data directory (a PVC). Empty directories are None on the PVC."""
 

@@ -13,9 +13,10 @@ from kubernetes import client, watch
 from etcd_operator.cluster import naming
 from nodeagent import faults
 from etcd_operator.etcd.client import EtcdError
-from tests.support.clusters import apply_cluster, condition, is_healthy, wait_healthy
+from tests.support.clusters import apply_cluster, condition, is_healthy, patch_spec, wait_healthy
 from tests.support.etcd_data import (ALARM_NOSPACE, alarms, fill_history_until_nospace, member_ids, put_key,
                                      put_markers, read_keys)
+from tests.support.kubectl import kubectl
 from tests.support.waiting import holds_throughout, wait_for, wait_for_holding
 
 pytestmark = pytest.mark.substrate
@@ -186,3 +187,96 @@ def test_failed_member_pod_restarts_on_its_data(kube_api, namespace, operator):
     assert after.pods[victim] != before.pods[victim]
     assert {m["name"] for m in obj["status"]["members"]} == set(before.pods)
     assert read_keys(view.serving_endpoints(), list(markers)) == markers
+
+
+MISSING_PRIORITY_CLASS = "no-such-class"
+
+
+def test_a_pod_spec_the_api_server_refuses_costs_no_member(kube_api, namespace, operator):
+    """spec.pod.priorityClassName naming a class that does not exist: the CRD accepts it, the
+    API server refuses every pod built from it. The roll must not delete a member's pod for
+    it, nor a scale-up add a member; PodSpecAccepted=False names the field and the server's
+    message. Once the spec names a class that exists, the roll proceeds."""
+    name = "pa"
+    apply_cluster(namespace, name, {"size": 3, "storage": {"size": "1Gi"}})
+    wait_healthy(namespace, name, 3)
+    view = ClusterView(kube_api, namespace, name)
+    before = view.identity()
+    assert len(before.members) == 3 and len(before.pods) == 3, before
+
+    def same_members_and_pods() -> None:
+        pods = view.pods()
+        uids = {p.metadata.name: p.metadata.uid for p in pods}
+        assert uids == before.pods, f"member pods changed: {before.pods} -> {uids}"
+        stopping = sorted(p.metadata.name for p in pods if p.metadata.deletion_timestamp)
+        assert not stopping, f"member pods being deleted: {stopping}"
+        members = member_ids(view.serving_endpoints())
+        assert members == before.members, f"member list changed: {hex_ids(before.members)} -> {hex_ids(members)}"
+
+    def refused_condition(step: str):
+        def check():
+            obj = view.cluster()
+            accepted = condition(obj, "PodSpecAccepted") or {}
+            progressing = (condition(obj, "Progressing") or {}).get("message", "")
+            if accepted.get("status") == "False" and step in progressing:
+                return obj
+            return None
+        return check
+
+    patch_spec(namespace, name, {"pod": {"priorityClassName": MISSING_PRIORITY_CLASS}})
+    obj = wait_for_holding(refused_condition("RollMember"), same_members_and_pods, 120, interval=1.0,
+                           what="PodSpecAccepted=False while the roll waits")
+    accepted = condition(obj, "PodSpecAccepted")
+    assert accepted["reason"] == "RejectedByAPIServer", accepted
+    assert "spec.pod.priorityClassName" in accepted["message"], accepted
+    assert f"no PriorityClass with name {MISSING_PRIORITY_CLASS} was found" in accepted["message"], accepted
+    assert accepted["observedGeneration"] == obj["metadata"]["generation"]
+    wait_for(lambda: "RejectedByAPIServer" in view.event_reasons("Warning"), 30, what="a Warning event")
+    holds_throughout(same_members_and_pods, 15, what="no member pod taken away while the pod spec is refused")
+
+    # A scale-up meets the same refusal before any member is added.
+    patch_spec(namespace, name, {"size": 4})
+    wait_for_holding(refused_condition("AddLearner"), same_members_and_pods, 120, interval=1.0,
+                     what="the scale-up waits on the refused pod spec")
+    holds_throughout(same_members_and_pods, 15, what="no member added while its pod would be refused")
+    assert "MemberRolling" not in view.event_reasons()
+
+    # A pod lost by other means cannot be re-created either: the refused create is no error of
+    # the pass; status says what is refused and the member keeps its place and its data.
+    lost = naming.member_name(name, 1)
+    view.core.delete_namespaced_pod(lost, namespace, grace_period_seconds=0)
+    before_loss = dataclasses.replace(before, pods={n: u for n, u in before.pods.items() if n != lost})
+
+    def members_kept() -> None:
+        uids = {p.metadata.name: p.metadata.uid for p in view.pods() if not p.metadata.deletion_timestamp}
+        assert uids.items() <= before.pods.items(), f"member pods changed: {before.pods} -> {uids}"
+        members = member_ids(view.serving_endpoints())
+        assert members == before.members, f"member list changed: {hex_ids(before.members)} -> {hex_ids(members)}"
+        assert view.pvcs() == before.pvcs
+
+    def create_refused():
+        obj = view.cluster()
+        accepted = condition(obj, "PodSpecAccepted") or {}
+        progressing = (condition(obj, "Progressing") or {}).get("message", "")
+        return obj if (f"CreateMemberPod of {lost} waits" in progressing and accepted.get("status") == "False"
+                       and f"the pod of {lost}" in accepted.get("message", "")) else None
+    wait_for_holding(create_refused, members_kept, 120, interval=1.0, what=f"status says why {lost} has no pod")
+    assert set(view.identity().pods) == set(before_loss.pods)
+
+    priority_class = f"etcd-{namespace}"
+    kubectl("create", "priorityclass", priority_class, "--value=1000")
+    try:
+        patch_spec(namespace, name, {"size": 3, "pod": {"priorityClassName": priority_class}})
+
+        def rolled():
+            obj = view.cluster()
+            pods = view.pods()
+            on_class = [p for p in pods if p.spec.priority_class_name == priority_class
+                        and p.metadata.uid not in before.pods.values()]
+            accepted = condition(obj, "PodSpecAccepted") or {}
+            return obj if accepted.get("status") == "True" and len(on_class) == 3 and is_healthy(obj, 3) else None
+        wait_for(rolled, 360, interval=2.0, what="the condition cleared and every member rolled onto the class")
+        assert member_ids(view.serving_endpoints()) == before.members
+        assert view.pvcs() == before.pvcs
+    finally:
+        kubectl("delete", "priorityclass", priority_class, "--ignore-not-found")

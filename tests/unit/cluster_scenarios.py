@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 
+from etcd_operator.cluster import actions as a
 from etcd_operator.cluster import naming
+from etcd_operator.cluster.decision import Decision, decide
 from etcd_operator.cluster.health import diagnose
-from etcd_operator.cluster.observed import EtcdView, Observed, Operation, PodView, PVCView
-from etcd_operator.cluster.planner import self_only_cluster
+from etcd_operator.cluster.observed import EtcdView, Observed, Operation, PodAdmission, PodView, PVCView
+from etcd_operator.cluster.planner import plan, self_only_cluster
 from etcd_operator.cluster.spec import ClusterSpec
 from etcd_operator.cluster.observed import Member, MemberStatus
 
@@ -101,6 +103,29 @@ def observed(members: list[M], leader: int | None = 0, extra_pods=(), extra_pvcs
 
 def health_of(s: ClusterSpec, o: Observed):
     return diagnose(s, o)
+
+
+def pod_accepted(o: Observed, check: a.CheckPodSpec) -> Observed:
+    """`o` with the API server's acceptance of the pod `check` asks about, just answered."""
+    answer = PodAdmission(check.member, check.pod_spec_hash)
+    return dataclasses.replace(o, pod_admissions={**o.pod_admissions, check.member: answer})
+
+
+def plan_accepting(s: ClusterSpec, o: Observed, health, **kwargs) -> a.Action:
+    """The planner's step where the API server accepts every member pod: a dry run it asks
+    for is answered "accepted" (as the executor would) and the next pass plans again."""
+    step = plan(s, o, health, **kwargs)
+    if isinstance(step, a.CheckPodSpec):
+        step = plan(s, pod_accepted(o, step), health, **kwargs)
+    return step
+
+
+def decide_accepting(s: ClusterSpec, o: Observed, raw=None) -> Decision:
+    """decide(), where the API server accepts every member pod (see plan_accepting)."""
+    decision = decide(s, o, raw)
+    if isinstance(decision.action, a.CheckPodSpec):
+        decision = decide(s, pod_accepted(o, decision.action), raw)
+    return decision
 
 
 __all__ = ["M", "spec", "observed", "health_of", "HASH", "NOW", "self_only_cluster"]

@@ -14,16 +14,14 @@ from etcd_operator.cluster.identity import split_foreign
 from etcd_operator.cluster.observed import MemberStatus
 from etcd_operator.cluster.status import cluster_conditions
 from etcd_operator.cluster.timers import Sightings, carry_timers
-from tests.unit.cluster_scenarios import HASH, M, health_of, observed, spec
+from tests.unit.cluster_scenarios import HASH, M, health_of, observed, plan_accepting, spec
 
 NOSPACE = ((0x100, "NOSPACE"),)
 IN_PLACE_SPACE_STEPS = (a.Wait, a.BeginSpaceRecovery, a.CompactRevisions, a.DefragmentForSpace, a.DisarmNoSpaceAlarm)
 
 
 def next_step(s, o, recovery_allowed=False):
-    from etcd_operator.cluster.planner import plan
-
-    return plan(s, o, health_of(s, o), desired_hash=HASH, recovery_allowed=recovery_allowed)
+    return plan_accepting(s, o, health_of(s, o), desired_hash=HASH, recovery_allowed=recovery_allowed)
 
 
 def auto_recovery(size=3):

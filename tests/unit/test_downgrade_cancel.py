@@ -10,11 +10,10 @@ import pytest
 
 from etcd_operator.cluster import actions as a
 from etcd_operator.cluster import builders
-from etcd_operator.cluster.decision import decide
 from etcd_operator.cluster.observed import Observed
 from etcd_operator.cluster.spec import ClusterSpec
 
-from tests.unit.cluster_scenarios import M, observed
+from tests.unit.cluster_scenarios import M, decide_accepting, observed
 
 # Back on 3.6 while etcd's downgrade to 3.5 is enabled (status.downgrade.target).
 REVERTED = {"size": 3, "version": "3.6.16",
@@ -55,11 +54,11 @@ ROWS = [
 
 @pytest.mark.parametrize("name,o,expected", ROWS, ids=[r[0] for r in ROWS])
 def test_a_downgrade_cancel_never_displaces_a_safety_step(name, o, expected):
-    action = decide(ClusterSpec.from_dict(REVERTED), o, REVERTED).action
+    action = decide_accepting(ClusterSpec.from_dict(REVERTED), o, REVERTED).action
     assert type(action) is expected, f"{action.kind}: {action.reason}"
 
 
 def test_without_a_leader_the_pass_says_the_cancel_waits():
     o = downgrading(observed([M(0), M(1, healthy=False), M(2, healthy=False)], leader=None, no_quorum_for=5))
-    action = decide(ClusterSpec.from_dict(REVERTED), o, REVERTED).action
+    action = decide_accepting(ClusterSpec.from_dict(REVERTED), o, REVERTED).action
     assert "cancelling the downgrade to 3.5 waits for a reachable leader" in action.reason

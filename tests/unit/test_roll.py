@@ -10,11 +10,10 @@ import pytest
 from etcd_operator import versions
 from etcd_operator.cluster import actions as a
 from etcd_operator.cluster import builders, roll
-from etcd_operator.cluster.decision import decide
 from etcd_operator.cluster.observed import RollRecord
 from etcd_operator.cluster.spec import ClusterSpec
 
-from tests.unit.cluster_scenarios import M, observed
+from tests.unit.cluster_scenarios import M, decide_accepting, observed
 
 # An explicit quota below what the volume holds: the acting spec keeps it, so the pods'
 # hashes below are the ones the planner expects (a derived quota would enter the hash).
@@ -42,7 +41,7 @@ FAILED = dataclasses.replace(LAST_GOOD, failed_hash=hash_of(BAD), failed_member=
 
 def test_a_broken_rolled_member_fails_the_roll():
     o = world([M(0), M(1), M(2, healthy=False, waiting="ImagePullBackOff", unhealthy_for=5)], {2}, LAST_GOOD)
-    d = decide(ClusterSpec.from_dict(BAD), o, BAD)
+    d = decide_accepting(ClusterSpec.from_dict(BAD), o, BAD)
     assert isinstance(d.action, a.RollFailed) and d.action.member == "c-2"
     assert d.rollout.failed_hash == hash_of(BAD)
     assert next(c for c in d.conditions if c.type == "RollPaused").status is True
@@ -51,7 +50,7 @@ def test_a_broken_rolled_member_fails_the_roll():
 def test_a_failed_roll_rolls_the_member_back_on_its_data_never_replaces_it():
     # Unhealthy far longer than memberUnhealthyTimeout: still rolled back, not replaced.
     o = world([M(0), M(1), M(2, healthy=False, waiting="ImagePullBackOff", unhealthy_for=3600)], {2}, FAILED)
-    d = decide(ClusterSpec.from_dict(BAD), o, BAD)
+    d = decide_accepting(ClusterSpec.from_dict(BAD), o, BAD)
     assert d.acting_spec.image == ClusterSpec.from_dict(OLD).image
     assert isinstance(d.action, a.RollMember) and d.action.member == "c-2"
     cond = next(c for c in d.conditions if c.type == "RollPaused")
@@ -62,11 +61,11 @@ def test_a_rolled_back_roll_leaves_a_ready_member_it_cannot_reach_alone():
     # c-0 still runs the failed spec, serves and leads (the others report it as their
     # leader), but the operator is cut off from it: no evidence that it does not serve.
     o = world([M(0), M(1), M(2)], {0}, FAILED, reachable={1, 2})
-    d = decide(ClusterSpec.from_dict(BAD), o, BAD)
+    d = decide_accepting(ClusterSpec.from_dict(BAD), o, BAD)
     assert not (isinstance(d.action, a.RollMember) and d.action.member == "c-0"), d.action
     # Once its pod is not ready either, it is rolled back.
     o = world([M(0, pod_ready=False), M(1), M(2)], {0}, FAILED, reachable={1, 2})
-    d = decide(ClusterSpec.from_dict(BAD), o, BAD)
+    d = decide_accepting(ClusterSpec.from_dict(BAD), o, BAD)
     assert isinstance(d.action, a.RollMember) and d.action.member == "c-0", d.action
 
 
@@ -74,7 +73,7 @@ def test_a_rolled_member_that_runs_but_does_not_serve_is_waited_for_not_replaced
     # Running, not broken, unhealthy longer than memberUnhealthyTimeout (60 s) but inside
     # the roll deadline: the roll waits; no member is removed.
     o = world([M(0), M(1), M(2, healthy=False, unhealthy_for=120, pod_ready=False)], {2}, LAST_GOOD)
-    d = decide(ClusterSpec.from_dict(BAD), o, BAD)
+    d = decide_accepting(ClusterSpec.from_dict(BAD), o, BAD)
     assert isinstance(d.action, a.Wait), d.action
     assert "rolled member c-2" in d.action.reason
 
@@ -82,19 +81,19 @@ def test_a_rolled_member_that_runs_but_does_not_serve_is_waited_for_not_replaced
 def test_past_the_deadline_the_roll_fails_and_the_member_goes_back():
     o = world([M(0), M(1), M(2, healthy=False, unhealthy_for=roll.ROLL_DEADLINE + 1, pod_ready=False)], {2},
               LAST_GOOD)
-    d = decide(ClusterSpec.from_dict(BAD), o, BAD)
+    d = decide_accepting(ClusterSpec.from_dict(BAD), o, BAD)
     assert isinstance(d.action, a.RollFailed)
     o2 = dataclasses.replace(o, rollout=d.rollout)
-    d2 = decide(ClusterSpec.from_dict(BAD), o2, BAD)
+    d2 = decide_accepting(ClusterSpec.from_dict(BAD), o2, BAD)
     assert isinstance(d2.action, a.RollMember) and d2.action.member == "c-2"
 
 
 def test_the_next_member_waits_until_the_rolled_one_caught_up():
     o = world([M(0, applied=50_000), M(1), M(2, applied=100)], {2}, LAST_GOOD)
-    d = decide(ClusterSpec.from_dict(BAD), o, BAD)
+    d = decide_accepting(ClusterSpec.from_dict(BAD), o, BAD)
     assert isinstance(d.action, a.Wait) and "trails the leader" in d.action.reason
     caught_up = world([M(0, applied=500), M(1), M(2, applied=450)], {2}, LAST_GOOD)
-    assert isinstance(decide(ClusterSpec.from_dict(BAD), caught_up, BAD).action, a.RollMember)
+    assert isinstance(decide_accepting(ClusterSpec.from_dict(BAD), caught_up, BAD).action, a.RollMember)
 
 
 def test_size_one_broken_roll_fails_and_restarts_on_the_last_good_spec():
@@ -102,9 +101,9 @@ def test_size_one_broken_roll_fails_and_restarts_on_the_last_good_spec():
     o = world(members, {0}, LAST_GOOD, new={**BAD, "size": 1}, old={**OLD, "size": 1}, leader=None)
     record = RollRecord(last_good_spec={**OLD, "size": 1})
     o = dataclasses.replace(o, rollout=record)
-    d = decide(ClusterSpec.from_dict({**BAD, "size": 1}), o, {**BAD, "size": 1})
+    d = decide_accepting(ClusterSpec.from_dict({**BAD, "size": 1}), o, {**BAD, "size": 1})
     assert isinstance(d.action, a.RollFailed)
-    d2 = decide(ClusterSpec.from_dict({**BAD, "size": 1}), dataclasses.replace(o, rollout=d.rollout),
+    d2 = decide_accepting(ClusterSpec.from_dict({**BAD, "size": 1}), dataclasses.replace(o, rollout=d.rollout),
                 {**BAD, "size": 1})
     assert isinstance(d2.action, a.RollMember) and d2.action.member == "c-0"
     assert d2.acting_spec.image == ClusterSpec.from_dict(OLD).image
@@ -113,13 +112,13 @@ def test_size_one_broken_roll_fails_and_restarts_on_the_last_good_spec():
 def test_size_one_user_revert_restarts_the_broken_pod():
     o = world([M(0, healthy=False, waiting="ImagePullBackOff")], {0}, RollRecord(),
               new={**BAD, "size": 1}, old={**OLD, "size": 1}, leader=None)
-    d = decide(ClusterSpec.from_dict({**OLD, "size": 1}), o, {**OLD, "size": 1})
+    d = decide_accepting(ClusterSpec.from_dict({**OLD, "size": 1}), o, {**OLD, "size": 1})
     assert isinstance(d.action, a.RollMember) and d.action.member == "c-0"
 
 
 def test_a_revert_lifts_the_pause_and_a_settled_cluster_records_its_spec():
     o = world([M(0), M(1), M(2)], set(), FAILED)
-    d = decide(ClusterSpec.from_dict(OLD), o, OLD)
+    d = decide_accepting(ClusterSpec.from_dict(OLD), o, OLD)
     assert next(c for c in d.conditions if c.type == "RollPaused").status is False
     assert d.rollout == RollRecord(last_good_spec=OLD, last_good_hash=hash_of(OLD))
     assert RollRecord.from_dict(d.rollout.to_dict()) == d.rollout
@@ -127,7 +126,7 @@ def test_a_revert_lifts_the_pause_and_a_settled_cluster_records_its_spec():
 
 def test_without_a_last_good_spec_rolls_are_not_gated():
     o = world([M(0), M(1), M(2, healthy=False, waiting="ImagePullBackOff", unhealthy_for=5)], {2}, RollRecord())
-    assert not isinstance(decide(ClusterSpec.from_dict(BAD), o, BAD).action, a.RollFailed)
+    assert not isinstance(decide_accepting(ClusterSpec.from_dict(BAD), o, BAD).action, a.RollFailed)
 
 
 # --- the version table ---------------------------------------------------------------------
@@ -155,7 +154,7 @@ def test_minor_upgrade_gate(running, wanted, refused):
 
 def test_gate_keeps_the_running_version():
     o = dataclasses.replace(observed([M(0), M(1), M(2)]), running_version="3.5.21")
-    d = decide(ClusterSpec.from_dict({**OLD, "version": "3.6.16"}), o)
+    d = decide_accepting(ClusterSpec.from_dict({**OLD, "version": "3.6.16"}), o)
     assert d.acting_spec.version == "3.5.21"
     accepted = next(c for c in d.conditions if c.type == "SpecAccepted")
     assert accepted.status is False and accepted.reason == "UpgradeNeedsPatch"
@@ -171,11 +170,11 @@ def test_a_refused_downgrade_holds_while_no_member_answers():
     # so a pod recreated now keeps 3.6.16.
     o = dataclasses.replace(observed([M(0, healthy=False)], leader=None), recorded_version="3.6.16")
     assert o.running_version is None
-    d = decide(ClusterSpec.from_dict({**OLD, "size": 1, "version": "3.5.21"}), o)
+    d = decide_accepting(ClusterSpec.from_dict({**OLD, "size": 1, "version": "3.5.21"}), o)
     assert d.acting_spec.version == "3.6.16"
     assert next(c for c in d.conditions if c.type == "SpecAccepted").reason == "VersionDowngrade"
     # A supported downgrade is not refused, but it waits for a healthy cluster all the same.
-    d = decide(ClusterSpec.from_dict({**OLD, "size": 1, "version": "3.5.35"}), o)
+    d = decide_accepting(ClusterSpec.from_dict({**OLD, "size": 1, "version": "3.5.35"}), o)
     assert d.acting_spec.version == "3.6.16" and not isinstance(d.action, a.EnableDowngrade)
 
 
@@ -188,21 +187,21 @@ def test_a_downgrade_is_enabled_on_a_healthy_cluster_and_rolls_only_once_the_clu
     o = observed([M(0), M(1), M(2)])
     pods = {n: dataclasses.replace(p, spec_hash=hash_of(OLD)) for n, p in o.pods.items()}
     o = dataclasses.replace(o, pods=pods, rollout=LAST_GOOD, cluster_version="3.6.0")
-    d = decide(ClusterSpec.from_dict(DOWN), o, DOWN)
+    d = decide_accepting(ClusterSpec.from_dict(DOWN), o, DOWN)
     assert isinstance(d.action, a.EnableDowngrade) and d.action.target == "3.5"
     assert d.acting_spec.version == "3.6.16"
     enabled = dataclasses.replace(o, downgrade_target="3.5")
-    d = decide(ClusterSpec.from_dict(DOWN), enabled, DOWN)
+    d = decide_accepting(ClusterSpec.from_dict(DOWN), enabled, DOWN)
     assert isinstance(d.action, a.Wait) and "cluster version" in d.action.reason
     dropped = dataclasses.replace(enabled, cluster_version="3.5.0")
-    d = decide(ClusterSpec.from_dict(DOWN), dropped, DOWN)
+    d = decide_accepting(ClusterSpec.from_dict(DOWN), dropped, DOWN)
     assert d.acting_spec.version == "3.5.35"
     assert isinstance(d.action, a.RollMember) and d.action.member != "c-0"  # followers first; c-0 leads
 
 
 def test_a_revert_mid_downgrade_cancels_it():
     o = dataclasses.replace(observed([M(0), M(1), M(2)]), downgrade_target="3.5", cluster_version="3.5.0")
-    d = decide(ClusterSpec.from_dict(OLD), o, OLD)
+    d = decide_accepting(ClusterSpec.from_dict(OLD), o, OLD)
     assert isinstance(d.action, a.CancelDowngrade)
 
 

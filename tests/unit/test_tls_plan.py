@@ -12,7 +12,7 @@ from etcd_operator.cluster import builders, certs, naming, pki, tls_plan
 from etcd_operator.cluster.certs import CertKind, CertView, TLSView
 from etcd_operator.cluster.decision import decide
 from etcd_operator.cluster.spec import ClusterSpec
-from tests.unit.cluster_scenarios import NOW, M, observed
+from tests.unit.cluster_scenarios import NOW, M, decide_accepting, observed
 
 TLS_SPEC = ClusterSpec.from_dict({"size": 3, "tls": {}})
 PLAIN_SPEC = ClusterSpec.from_dict({"size": 3, "tls": {"enabled": False}})
@@ -226,7 +226,7 @@ BOTH = (CA_FP, NEW_FP)
     (rotating(certs.PHASE_DROP, NEW_FP, (NEW_FP,), NEW_FP), ("RecordRotation", None)),
 ])
 def test_ca_rotation_phases(seen, expected):
-    decision = decide(TLS_SPEC, seen)
+    decision = decide_accepting(TLS_SPEC, seen)
     step = tls_plan.next_step(decision.acting_spec, seen)
     if expected is None:
         assert step is None
