@@ -222,30 +222,29 @@ class S3Storage:
     async def size(self, key: str) -> int:
         return (await self._call("head_object", Bucket=self.bucket, Key=key))["ContentLength"]
 
-    async def list_keys(self, prefix: str) -> list[str]:
-        def collect() -> list[str]:
-            keys = []
-            for page in self._client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
-                keys += [o["Key"] for o in page.get("Contents", [])]
-            return keys
+    async def _listed(self, operation: str, field: str, prefix: str) -> tuple[list[dict], datetime.datetime | None]:
+        """Every item of `field` on every page `operation` lists for `prefix`, and the store's
+        own time when it answered (its Date header; None without one)."""
+        def collect():
+            items, store_now = [], None
+            for page in self._client.get_paginator(operation).paginate(Bucket=self.bucket, Prefix=prefix):
+                items += page.get(field, [])
+                store_now = _store_time(page) or store_now
+            return items, store_now
         try:
             return await self._in_thread(collect)
         except Exception as e:
             raise classify(e) from None
 
+    async def list_keys(self, prefix: str) -> list[str]:
+        objects, _ = await self._listed("list_objects_v2", "Contents", prefix)
+        return [o["Key"] for o in objects]
+
     async def list_modified(self, prefix: str) -> tuple[dict[str, datetime.datetime], datetime.datetime | None]:
         """Each key's LastModified under `prefix`, and the store's own time when it answered
         (its Date header; None without one): two times from the store's one clock."""
-        def collect():
-            modified, store_now = {}, None
-            for page in self._client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
-                modified.update({o["Key"]: o["LastModified"] for o in page.get("Contents", [])})
-                store_now = _store_time(page) or store_now
-            return modified, store_now
-        try:
-            return await self._in_thread(collect)
-        except Exception as e:
-            raise classify(e) from None
+        objects, store_now = await self._listed("list_objects_v2", "Contents", prefix)
+        return {o["Key"]: o["LastModified"] for o in objects}, store_now
 
     async def delete(self, key: str) -> None:
         await self._call("delete_object", Bucket=self.bucket, Key=key)
@@ -299,17 +298,8 @@ class S3Storage:
         `prefix`, and the store's own time when it answered (None without a Date header).
         Stores differ in what `prefix` matches: AWS S3 and Ceph match a key prefix; MinIO
         matches an exact key, and lists without a prefix the uploads started since it started."""
-        def collect():
-            uploads, store_now = [], None
-            pages = self._client.get_paginator("list_multipart_uploads").paginate(Bucket=self.bucket, Prefix=prefix)
-            for page in pages:
-                uploads += [(u["Key"], u["UploadId"], u["Initiated"]) for u in page.get("Uploads", [])]
-                store_now = _store_time(page) or store_now
-            return uploads, store_now
-        try:
-            return await self._in_thread(collect)
-        except Exception as e:
-            raise classify(e) from None
+        uploads, store_now = await self._listed("list_multipart_uploads", "Uploads", prefix)
+        return [(u["Key"], u["UploadId"], u["Initiated"]) for u in uploads], store_now
 
 
 def _store_time(response: dict) -> datetime.datetime | None:

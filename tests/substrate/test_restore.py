@@ -368,6 +368,24 @@ def created_during_hold(cluster_events: list, child_events: list, before: set[st
     return found
 
 
+def operator_with_a_late_pass(substrate, namespace: str, operator, cluster: str, lag: float) -> OperatorProcess:
+    """The operator restarted so that its first cluster pass, begun before any hold, waits
+    until the live object is held and then `lag` seconds more (fault point
+    stale-cluster-pass); returned once that pass waits."""
+    from etcd_operator import faults
+
+    operator.stop()
+    stale = OperatorProcess(substrate, namespace, env={faults.STALE_PASS_LAG: str(lag)}).start(
+        faults=faults.STALE_CLUSTER_PASS)
+    try:
+        wait_for(lambda: f"{faults.STALE_CLUSTER_PASS}: {namespace}/{cluster} waits" in stale.log_text(), 60,
+                 what="a cluster pass waiting on its old copy")
+    except BaseException:
+        stale.stop()
+        raise
+    return stale
+
+
 def test_a_cluster_pass_that_decided_before_the_hold_creates_nothing_while_it_stands(substrate, namespace,
                                                                                    operator):
     """Issue 25: the cluster's daemon decides on the copy of its object taken as its pass
@@ -378,12 +396,8 @@ def test_a_cluster_pass_that_decided_before_the_hold_creates_nothing_while_it_st
     from etcd_operator import faults
 
     small_cluster_with_backup(substrate, namespace, "held")
-    operator.stop()
-    stale = OperatorProcess(substrate, namespace, env={faults.STALE_PASS_LAG: "6"}).start(
-        faults=faults.STALE_CLUSTER_PASS)
+    stale = operator_with_a_late_pass(substrate, namespace, operator, "held", 6)
     try:
-        wait_for(lambda: f"{faults.STALE_CLUSTER_PASS}: {namespace}/held waits" in stale.log_text(), 60,
-                 what="a cluster pass waiting on its old copy")
         selector = naming.label_selector(naming.selector_labels("held"))
         before = {o["metadata"]["uid"] for kind in ("pods", "pvc")
                   for o in kubectl_json("get", kind, "-n", namespace, "-l", selector)["items"]}
@@ -424,12 +438,8 @@ def test_a_restore_deleted_while_it_waits_for_the_acknowledgement_lets_the_clust
     from etcd_operator import faults
 
     small_cluster_with_backup(substrate, namespace, "kept")
-    operator.stop()
-    stale = OperatorProcess(substrate, namespace, env={faults.STALE_PASS_LAG: "20"}).start(
-        faults=faults.STALE_CLUSTER_PASS)
+    stale = operator_with_a_late_pass(substrate, namespace, operator, "kept", 20)
     try:
-        wait_for(lambda: f"{faults.STALE_CLUSTER_PASS}: {namespace}/kept waits" in stale.log_text(), 60,
-                 what="a cluster pass waiting on its old copy")
         pods = {p["metadata"]["uid"] for p in member_pods(namespace, "kept")}
         apply_restore(namespace, "undo", {"source": {"backupRef": {"name": "nightly"}},
                                           "target": {"inPlace": {"clusterName": "kept", "confirm": True}}})
