@@ -9,9 +9,10 @@ than MAX_APPLY_GAP entries ahead of its applied index, its own publish included
 
 A learner removed because it did not catch up is counted in status.learnerJoins. The next
 add waits JOIN_BACKOFF doubled for each failure in a row, up to JOIN_BACKOFF_MAX, so a
-learner that cannot join is not added and removed in a tight loop. The wait is measured on
-the wall clock against the time recorded in status: it only delays an add, never takes
-anything away. A promoted learner clears the count."""
+learner that cannot join is not added and removed in a tight loop. The wait is timed on the
+acting process's own monotonic clock from the first pass in which it saw the failure
+(cluster/timers.py), never from the time in status: a restarted or newly elected operator
+waits the full backoff again. A promoted learner clears the count."""
 
 from __future__ import annotations
 
@@ -21,7 +22,6 @@ from etcd_operator import conditions as c
 from etcd_operator.cluster import actions as a
 from etcd_operator.cluster.health import Health, member_name
 from etcd_operator.cluster.observed import JoinRecord, Member, Observed
-from etcd_operator.timefmt import format_time
 
 MAX_APPLY_GAP = 5000  # etcd's maxGapBetweenApplyAndCommitIndex
 JOIN_BACKOFF = 30.0
@@ -79,20 +79,22 @@ def progress(observed: Observed, learner: Member) -> Progress:
                     leader.raft_index if leader is not None else None)
 
 
-def next_add_at(record: JoinRecord) -> float | None:
-    if not record.failures or record.last_failure_at is None:
-        return None
-    return record.last_failure_at + join_backoff(record.failures)
+def failures_after_removing(record: JoinRecord, member_id: int) -> int:
+    """The count once this learner is removed: a removal tried again counts once."""
+    return record.failures if member_id == record.last_member_id else record.failures + 1
 
 
 def add_backoff(observed: Observed) -> a.Wait | None:
-    """A wait before adding a member while the last learner's failure is recent."""
+    """A wait before adding a member while the last learner's failure is recent. A failure
+    in status that this process has not timed yet (no sighting) is waited for in full."""
     record = observed.learner_joins
-    at = next_add_at(record)
-    if at is None or observed.now >= at:
+    if not record.failures:
+        return None
+    backoff, waited = join_backoff(record.failures), observed.since_join_failure or 0.0
+    if waited >= backoff:
         return None
     return a.Wait(f"{record.failures} learner(s) in a row did not catch up (last: {record.last_reason}); the next "
-                  f"member is added at {format_time(at)}")
+                  f"member is added in {backoff - waited:.0f}s")
 
 
 def next_record(observed: Observed, action: a.Action) -> JoinRecord:
@@ -101,7 +103,8 @@ def next_record(observed: Observed, action: a.Action) -> JoinRecord:
         return JoinRecord()
     if isinstance(action, a.RemoveMember) and action.learner_not_caught_up \
             and action.member_id != record.last_member_id:
-        return JoinRecord(record.failures + 1, observed.now, action.member_id, action.reason)
+        return JoinRecord(failures_after_removing(record, action.member_id), observed.now, action.member_id,
+                          action.reason)
     return record
 
 

@@ -209,7 +209,7 @@ class JoinRecord:
     """status.learnerJoins: learners removed in a row because they did not catch up."""
 
     failures: int = 0
-    last_failure_at: float | None = None  # wall clock, when the last one was removed
+    last_failure_at: float | None = None  # wall clock, when the last one was removed: for people only
     last_member_id: int | None = None  # the last one removed: a retried removal counts once
     last_reason: str = ""
 
@@ -286,5 +286,8 @@ class Observed:
     defrag_requested: str | None = None  # the etcd.operator.dev/defragment annotation's token
     defragmentation: DefragmentationRecord = DefragmentationRecord()  # status.defragmentation
     learner_joins: JoinRecord = JoinRecord()  # status.learnerJoins: learners that did not catch up (cluster/learners.py)
+    # Seconds since this process first saw learner_joins' last failure, on its monotonic clock
+    # (cluster/timers.py); None: no failure recorded.
+    since_join_failure: float | None = None
     # The API server's latest answers for member pods, by member (cluster/admission.py).
     pod_admissions: Mapping[str, PodAdmission] = dataclasses.field(default_factory=dict)

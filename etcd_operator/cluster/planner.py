@@ -305,7 +305,7 @@ def _handle_learners(spec: ClusterSpec, observed: Observed, health: Health,
         unhealthy_for = observed.unhealthy_for.get(name)
         how = learners.progress(observed, learner).describe()
         if unhealthy_for is not None and unhealthy_for >= spec.recovery.member_unhealthy_timeout:
-            failures = observed.learner_joins.failures + 1
+            failures = learners.failures_after_removing(observed.learner_joins, learner.id)
             return a.RemoveMember(f"learner {name} did not catch up in {unhealthy_for:.0f}s: {how}; the next member "
                                   f"is added after {learners.join_backoff(failures):.0f}s (failure {failures} in a row)",
                                   name, learner.id, learner_not_caught_up=True)

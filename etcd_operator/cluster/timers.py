@@ -29,12 +29,16 @@ class Sightings:
     at: float | None = None  # the pass that recorded them
     unhealthy_since: Mapping[str, float] = dataclasses.field(default_factory=dict)  # member -> unhealthy in every pass since
     quorum_loss_since: float | None = None  # evidence of a lost quorum in every pass since
+    # status.learnerJoins' last failure (the removed learner's id), and when this process first saw it
+    join_failure_since: tuple[int, float] | None = None
 
 
 def carry_timers(observed: Observed, seen: Sightings, monotonic_now: float) -> tuple[Observed, Sightings]:
     """This pass's timers (`observed.unhealthy_for`, `observed.no_quorum_for`, in seconds)
     and the sightings to remember for the next pass. A member seen healthy, or not seen in
-    the member list, starts from zero the next time it is seen unhealthy."""
+    the member list, starts from zero the next time it is seen unhealthy. A learner's join
+    failure recorded in status is timed from this process's first pass that saw it
+    (`observed.since_join_failure`)."""
     if seen.at is None or not 0.0 <= monotonic_now - seen.at <= SIGHTINGS_EXPIRE:
         seen = Sightings()
     unhealthy_since = {}
@@ -46,8 +50,15 @@ def carry_timers(observed: Observed, seen: Sightings, monotonic_now: float) -> t
     quorum_loss_since = None
     if quorum_loss_evidence(observed):
         quorum_loss_since = seen.quorum_loss_since if seen.quorum_loss_since is not None else monotonic_now
+    join_failure_since = None
+    record = observed.learner_joins
+    if record.failures and record.last_member_id is not None:
+        earlier = seen.join_failure_since
+        join_failure_since = earlier if earlier and earlier[0] == record.last_member_id else (
+            record.last_member_id, monotonic_now)
     observed = dataclasses.replace(
         observed,
         unhealthy_for={name: monotonic_now - since for name, since in unhealthy_since.items()},
-        no_quorum_for=None if quorum_loss_since is None else monotonic_now - quorum_loss_since)
-    return observed, Sightings(monotonic_now, unhealthy_since, quorum_loss_since)
+        no_quorum_for=None if quorum_loss_since is None else monotonic_now - quorum_loss_since,
+        since_join_failure=None if join_failure_since is None else monotonic_now - join_failure_since[1])
+    return observed, Sightings(monotonic_now, unhealthy_since, quorum_loss_since, join_failure_since)

@@ -86,15 +86,40 @@ def test_a_removal_is_counted_once_per_learner_and_a_promotion_clears_the_count(
 def test_the_next_add_waits_a_backoff_that_doubles_with_each_failure():
     three = observed([M(0), M(1), M(2)])
     once = dataclasses.replace(three, learner_joins=JoinRecord(1, NOW, 0x103, "it did not catch up"))
-    assert isinstance(next_step(spec(5), dataclasses.replace(once, now=NOW + 29)), a.Wait)
-    assert isinstance(next_step(spec(5), dataclasses.replace(once, now=NOW + 30)), a.AddLearner)
+    assert isinstance(next_step(spec(5), dataclasses.replace(once, since_join_failure=29)), a.Wait)
+    assert isinstance(next_step(spec(5), dataclasses.replace(once, since_join_failure=30)), a.AddLearner)
     twice = dataclasses.replace(three, learner_joins=JoinRecord(2, NOW, 0x104, "it did not catch up"))
-    waiting = next_step(spec(5), dataclasses.replace(twice, now=NOW + 59))
+    waiting = next_step(spec(5), dataclasses.replace(twice, since_join_failure=59))
     assert isinstance(waiting, a.Wait) and "2 learner(s) in a row did not catch up" in waiting.reason
-    assert isinstance(next_step(spec(5), dataclasses.replace(twice, now=NOW + 60)), a.AddLearner)
-    cond = condition(dataclasses.replace(twice, now=NOW + 59))
+    assert isinstance(next_step(spec(5), dataclasses.replace(twice, since_join_failure=60)), a.AddLearner)
+    cond = condition(dataclasses.replace(twice, since_join_failure=59))
     assert (cond.status, cond.reason) == (False, "BackingOff")
     assert learners.join_backoff(20) == learners.JOIN_BACKOFF_MAX
+
+
+def test_the_backoff_is_timed_by_this_process_never_from_the_time_in_status():
+    # The failure's time in status is long past (or from a clock ahead): a process that has
+    # not seen it yet waits the full backoff from its own first sighting.
+    long_ago = JoinRecord(1, NOW - 3600, 0x103, "it did not catch up")
+    o = dataclasses.replace(observed([M(0), M(1), M(2)]), learner_joins=long_ago)
+    o1, seen = carry_timers(o, Sightings(), 500.0)
+    assert o1.since_join_failure == 0.0 and isinstance(next_step(spec(5), o1), a.Wait)
+    o2, seen = carry_timers(o, seen, 520.0)
+    assert o2.since_join_failure == 20.0 and isinstance(next_step(spec(5), o2), a.Wait)
+    o3, seen = carry_timers(o, seen, 530.0)
+    assert isinstance(next_step(spec(5), o3), a.AddLearner)
+    # A new failure (another learner's id) starts the clock again.
+    again = dataclasses.replace(o, learner_joins=JoinRecord(2, NOW, 0x104, "it did not catch up"))
+    o4, _ = carry_timers(again, seen, 535.0)
+    assert o4.since_join_failure == 0.0 and isinstance(next_step(spec(5), o4), a.Wait)
+
+
+def test_a_removal_tried_again_is_announced_with_the_same_count():
+    o = answering_learner(applied=2_100, committed=9_000, unhealthy_for=61)
+    first = next_step(spec(5), o)
+    recorded = dataclasses.replace(o, learner_joins=learners.next_record(o, first))
+    again = next_step(spec(5), recorded)
+    assert "(failure 1 in a row)" in first.reason and "(failure 1 in a row)" in again.reason
 
 
 def test_the_record_round_trips_through_status_and_a_malformed_one_is_ignored():
