@@ -157,7 +157,9 @@ def _target_problem(spec: RestoreSpec, observed: Observed) -> s.Step | None:
             return s.Wait(f"EtcdCluster {target} is not this operator's to change: {cluster.outside_shard}. "
                           f"Label this EtcdRestore like its cluster, so that the cluster's own shard restores it",
                           code="TargetOutsideShard")
-        if cluster.holder:
+        # Its own hold (name and uid) is no obstacle: a pass on a copy of this restore's status
+        # from before BeginRestore was recorded can see the hold it set since.
+        if cluster.holder and (cluster.holder, cluster.hold_uid) != (observed.restore, observed.uid):
             return s.Fail(f"EtcdCluster {target} is held by EtcdRestore {cluster.holder} (annotation "
                           f"{naming.ANNOTATION_RESTORE_IN_PROGRESS}); one restore at a time", code="TargetBusy")
         if cluster.spec is None:

@@ -305,6 +305,14 @@ class ActionChecks:
               + (" (its pod ran etcd)" if self.target_ran else ""))
 
 
+def restore_waits_for_hold_ack(step: str, acknowledged: bool) -> None:
+    """restore_waits_for_hold_ack: an EtcdRestore stops, sets aside, creates or clears nothing
+    in its target before the cluster's controller has acknowledged its hold (a status write of
+    a pass that saw the hold)."""
+    if not acknowledged:
+        _fail("restore_waits_for_hold_ack", f"the restore took {step} before the cluster acknowledged its hold")
+
+
 # --- after every step -------------------------------------------------------------------------
 
 def single_dataset_served(world: World) -> None:

@@ -11,6 +11,7 @@ from typing import Callable
 from etcd_operator.cluster import actions as a
 from etcd_operator.cluster import admission, health, naming, planner, timers
 from etcd_operator.cluster.health import HealthState
+from etcd_operator.restore import planner as restore_planner
 
 from tests.sim import effects, view
 
@@ -161,6 +162,18 @@ def _no_pod_stopping(observed, member):
     return False  # guard removed: a voter whose pod is being deleted counts as staying
 
 
+_plan_restoring = restore_planner._plan_restoring
+
+
+def _restoring_without_hold_ack(spec, status, observed, now):
+    """The restore planner as before 0bee3fe: its own hold counts as acknowledged at once."""
+    cluster = observed.cluster
+    if cluster is not None and (cluster.holder, cluster.hold_uid) == (observed.restore, observed.uid):
+        observed = dataclasses.replace(observed, cluster=dataclasses.replace(
+            cluster, hold_ack=(observed.restore, observed.uid)))
+    return _plan_restoring(spec, status, observed, now)
+
+
 def _trust_every_answer(answers, recorded):
     return dict(answers), {}  # guard removed: answers carrying another cluster ID are kept
 
@@ -216,6 +229,9 @@ MUTANTS = (
     # The executor's live hold fence, as the model executor mirrors it (cluster/executor.py HeldByRestore).
     Mutant("steps_taken_against_a_live_hold", "no member step while the live object carries a restore hold",
            ((effects, "PERMITTED_WHILE_HELD", (a.Action,)),), "restore_hold"),
+    Mutant("restore_skips_hold_ack", "an in-place restore touches nothing before the cluster acknowledged its "
+           "hold (restore.planner WaitingForHoldAck)",
+           ((restore_planner, "_plan_restoring", _restoring_without_hold_ack),), "restore_race"),
 )
 
 # Mutants the simulator cannot kill, and why (checked by the test: they must indeed survive).

@@ -312,6 +312,16 @@ def test_another_restore_holding_the_target_is_refused():
     assert isinstance(step, s.Fail) and step.code == "TargetBusy"
 
 
+def test_its_own_hold_seen_on_an_old_copy_of_its_status_is_no_obstacle():
+    """A pass on a copy of its status from before BeginRestore was recorded sees the hold it
+    set since (tests/sim family restore_race): it goes on instead of failing as TargetBusy,
+    which left the cluster held forever. The same name with another uid is another object."""
+    step = step_for(IN_PLACE, VERIFIED, observed(cluster(holder="r1")))
+    assert isinstance(step, s.BeginRestore)
+    step = step_for(IN_PLACE, VERIFIED, observed(cluster(holder="r1", hold_uid="uid-of-an-earlier-object")))
+    assert isinstance(step, s.Fail) and step.code == "TargetBusy"
+
+
 MEMBERS = ("keep-0", "keep-1", "keep-2")
 OURS = (builders.ANNOTATION_SEED_OF, UID)
 MARKED = (builders.ANNOTATION_RESTORED_BY, UID)
