@@ -313,6 +313,21 @@ def restore_waits_for_hold_ack(step: str, acknowledged: bool) -> None:
         _fail("restore_waits_for_hold_ack", f"the restore took {step} before the cluster acknowledged its hold")
 
 
+def snapshot_from_the_cluster_itself(problem: str | None) -> None:
+    """snapshot_from_the_cluster_itself: a backup run starting now would snapshot only a member
+    serving the cluster's current dataset (backup.source_choice against status.clusterID)."""
+    if problem:
+        _fail("snapshot_from_the_cluster_itself", f"a backup would snapshot {problem}")
+
+
+def verification_serves_only_inside_its_pod(found: list[str]) -> None:
+    """verification_serves_only_inside_its_pod: the pod backup.verification_pod builds declares
+    no port, and its scratch etcd listens on unix sockets only."""
+    if found:
+        _fail("verification_serves_only_inside_its_pod", "the verification pod serves outside itself: "
+                                                          + "; ".join(found))
+
+
 # --- after every step -------------------------------------------------------------------------
 
 def single_dataset_served(world: World) -> None:

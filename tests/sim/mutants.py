@@ -11,6 +11,7 @@ from typing import Callable
 from etcd_operator.cluster import actions as a
 from etcd_operator.cluster import admission, health, naming, planner, timers
 from etcd_operator.cluster.health import HealthState
+from etcd_operator.backup import source_choice, verification_pod
 from etcd_operator.restore import planner as restore_planner
 
 from tests.sim import effects, view
@@ -174,6 +175,16 @@ def _restoring_without_hold_ack(spec, status, observed, now):
     return _plan_restoring(spec, status, observed, now)
 
 
+_choose_source = source_choice.choose_source
+
+
+def _choose_source_of_any_cluster(candidates, answers, recorded_cluster_id):
+    """backup.source_choice without its cluster-ID check: every answer counts as the recorded cluster's."""
+    answers = {name: dataclasses.replace(answer, cluster_id=recorded_cluster_id)
+               if answer.cluster_id is not None else answer for name, answer in answers.items()}
+    return _choose_source(candidates, answers, recorded_cluster_id)
+
+
 def _trust_every_answer(answers, recorded):
     return dict(answers), {}  # guard removed: answers carrying another cluster ID are kept
 
@@ -232,6 +243,12 @@ MUTANTS = (
     Mutant("restore_skips_hold_ack", "an in-place restore touches nothing before the cluster acknowledged its "
            "hold (restore.planner WaitingForHoldAck)",
            ((restore_planner, "_plan_restoring", _restoring_without_hold_ack),), "restore_race"),
+    Mutant("snapshot_source_of_any_cluster", "a snapshot only from a member answering with status.clusterID "
+           "(backup.source_choice)",
+           ((source_choice, "choose_source", _choose_source_of_any_cluster),), "focus:foreign_etcd+evict_pod"),
+    Mutant("verification_listens_on_the_pod_ip", "the verification's scratch etcd listens on unix sockets only "
+           "(backup.verification_pod)",
+           ((verification_pod, "CLIENT_SOCKET_URL", "http://0.0.0.0:2379"),), "restore_race"),
 )
 
 # Mutants the simulator cannot kill, and why (checked by the test: they must indeed survive).

@@ -18,7 +18,7 @@ from etcd_operator.cluster.status import build_status
 from etcd_operator.cluster.timers import Sightings
 from etcd_operator.timefmt import parse_time
 
-from tests.sim import effects, findings, invariants as inv
+from tests.sim import backup_model, effects, findings, invariants as inv
 from tests.sim.restore_model import NAME as RESTORE_NAME, UID as RESTORE_UID, ClusterCopy, RestoreActor
 from tests.sim.view import observe
 from tests.sim.world import (CLUSTER, MISSING_PRIORITY_CLASS, PVC, Data, Foreign, Group, Pod, World, client_url,
@@ -568,6 +568,18 @@ class Sim:
             self.faults.append((self.step, f"restore {step.kind}" + (f" ({step.reason})" if step.kind == "Fail" else "")))
             self.stats[f"restore:{step.kind}"] += 1
 
+    def backup_check(self) -> None:
+        """restore_race and the focus families (mutant hunts): a backup run starting now snapshots
+        only the cluster's current data (cluster IDs change with a restore, and a foreign etcd
+        answers on an address one of our pods shows); the
+        first pass also checks the verification pod the real builder returns."""
+        if self.step == 0:
+            pod = backup_model.some_verification_pod(random.Random(self.seed))
+            inv.verification_serves_only_inside_its_pod(backup_model.exposure(pod))
+        choice, behind = backup_model.snapshot_source(self.world, self.status)
+        inv.snapshot_from_the_cluster_itself(backup_model.snapshot_truth(self.world, choice, behind))
+        self.stats["snapshot_source_chosen" if hasattr(choice, "role") else f"snapshot_refused:{choice.reason}"] += 1
+
     def restore_pending(self) -> bool:
         return self.restore_at is not None and (self.restore is None or not self.restore.done)
 
@@ -674,6 +686,8 @@ class Sim:
         while self.step < end:
             self.inject_faults()
             w.advance(dt * self.rng.uniform(0.8, 1.3))
+            if self.restore_at is not None or self.family.startswith(FOCUS):
+                self.backup_check()  # a backup run may start at any moment, also before the cluster's pass
             dt = self.operator_pass()
             if self.stale_start is not None and self.step == self.stale_start:
                 self.stale_until = self.step + self.rng.randint(4, 15)

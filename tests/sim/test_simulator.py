@@ -101,8 +101,10 @@ def test_an_in_place_restore_beside_its_cluster_breaks_nothing():
     each now and then on a copy of the EtcdCluster some passes old (the restore also on an old
     copy of its own status). No member pod or PVC is created and the membership does not
     change while the hold stands (no_member_created_while_held), the restore touches nothing
-    before the cluster acknowledged its hold (restore_waits_for_hold_ack), and the cluster
-    converges on the restored data."""
+    before the cluster acknowledged its hold (restore_waits_for_hold_ack), the cluster
+    converges on the restored data, a backup starting at any pass would snapshot only the
+    cluster's current data (snapshot_from_the_cluster_itself) and the verification pod serves
+    nothing outside itself (verification_serves_only_inside_its_pod)."""
     unknown = _unknown(RESTORE_RACE.all_violations())
     if unknown:
         pytest.fail("\n\n".join(r.report() for r in unknown[:SHOWN]), pytrace=False)
@@ -113,6 +115,10 @@ def test_an_in_place_restore_beside_its_cluster_breaks_nothing():
                  "old_cluster_copy", "old_restore_copy"):
         assert RESTORE_RACE.stats[stat] >= 3 * quarter, f"{stat}\n{table}"
     assert RESTORE_RACE.with_action["StartRestoredMembers"] >= 3 * quarter, table
+    # Backup runs were chosen a source before and after the cluster ID changed, and refused
+    # while the restore had dropped it (snapshot_from_the_cluster_itself, backup_model.py).
+    assert RESTORE_RACE.stats["snapshot_source_chosen"] >= 3 * quarter, table
+    assert RESTORE_RACE.stats["snapshot_refused:ClusterIDUnknown"] >= 2 * quarter, table
     assert RESTORE_RACE.stats["step_decided_on_a_copy_without_the_hold"] >= RESTORE_RACE.schedules // 20, table
 
 
