@@ -14,7 +14,9 @@ from etcd_operator.cluster.health import HealthState
 from etcd_operator.backup import source_choice, verification_pod
 from etcd_operator.restore import planner as restore_planner
 
-from tests.sim import effects, view
+from etcd_operator.timefmt import parse_time
+
+from tests.sim import effects, runner, view
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,6 +177,17 @@ def _restoring_without_hold_ack(spec, status, observed, now):
     return _plan_restoring(spec, status, observed, now)
 
 
+def _observe_reading_status_timers(world, status, *args):
+    """The observation before cluster/timers.py: a member's unhealthy time is counted from
+    status.members[].unhealthySince, read on the acting process's wall clock."""
+    observed, sightings = _observe(world, status, *args)
+    shown = {m.get("name"): parse_time(m.get("unhealthySince")) for m in status.get("members") or []}
+    unhealthy_for = {name: observed.now - shown[name] if shown.get(name) is not None else seconds
+                     for name, seconds in observed.unhealthy_for.items()}
+    return dataclasses.replace(observed, unhealthy_for=unhealthy_for), sightings
+
+
+_observe = runner.observe
 _choose_source = source_choice.choose_source
 
 
@@ -243,6 +256,9 @@ MUTANTS = (
     Mutant("restore_skips_hold_ack", "an in-place restore touches nothing before the cluster acknowledged its "
            "hold (restore.planner WaitingForHoldAck)",
            ((restore_planner, "_plan_restoring", _restoring_without_hold_ack),), "restore_race"),
+    Mutant("unhealthy_timer_read_from_status", "memberUnhealthyTimeout timed on the acting process's own "
+           "clock (cluster/timers.py), never from status.members[].unhealthySince",
+           ((runner, "observe", _observe_reading_status_timers),)),
     Mutant("snapshot_source_of_any_cluster", "a snapshot only from a member answering with status.clusterID "
            "(backup.source_choice)",
            ((source_choice, "choose_source", _choose_source_of_any_cluster),), "focus:foreign_etcd+evict_pod"),
