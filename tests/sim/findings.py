@@ -89,6 +89,9 @@ def _restore_finding(sim, violation: inv.Violation) -> str | None:
     restore = sim.restore
     if violation.invariant == "restore_waits_for_hold_ack":
         return "restore_touched_before_ack"
+    if violation.invariant == "nothing_created_for_an_object_being_deleted" and restore is not None:
+        return "restore_creates_for_a_deleted_cluster" if restore.decided_on_deletion else (
+            "restore_creates_on_a_copy_from_before_the_deletion")
     if restore is None or violation.invariant != "converges_to_spec":
         return None
     held_by_itself = sim.annotations.get(naming.ANNOTATION_RESTORE_IN_PROGRESS) == "r1"
@@ -172,11 +175,17 @@ FIXED = {
         "hold could still act (issue 25). Reproduced in the restore_race family by the mutant "
         "restore_skips_hold_ack (mutants.py: the planner's WaitingForHoldAck taken out); fixed by 0bee3fe "
         "(the restore waits until status.restoreHold names its name and uid)"),
+    "restore_creates_for_a_deleted_cluster": (
+        "an in-place restore went on creating its seed PVCs and restore pods for an EtcdCluster with a "
+        "deletionTimestamp (its observation did not carry it): the PVCs, which have no owner, outlived the "
+        "cluster with restored data in them. Found in the restore_race family's deletion cascade (10 of seeds "
+        "0-199 on a copy that showed the deletion, first seed 10); fixed by TargetCluster.deleting "
+        "(restore/observer.py) and the planner waiting (ClusterBeingDeleted) until the cluster is gone"),
     "restore_fails_on_its_own_hold": (
         "a restore pass on a copy of its own status from before BeginRestore was recorded (the daemon's "
         "body lags its own status patch: the next pass starts 0.1 s after a status-only step) saw the target "
         "held by the hold it had just set and failed as TargetBusy; a failed restore never releases, so the "
-        "cluster stayed held and never served again. Found in the restore_race family (17 of seeds 0-199, "
+        "cluster stayed held and never served again. Found in the restore_race family at 88de505 (17 of seeds 0-199, "
         "first seed 18); fixed in restore.planner._target_problem: a hold with this restore's name and uid "
         "is its own"),
     "created_while_held": (
@@ -241,6 +250,11 @@ FIXED = {
 # Open findings of the restore_race family (restore_model.py), kept out of FINDINGS (whose tests
 # read the main campaign).
 RESTORE_RACE = {
+    "restore_creates_on_a_copy_from_before_the_deletion": (
+        "a restore pass decides on its GET of the EtcdCluster; a deletion that lands before its step runs is "
+        "not seen, and CreateSeedVolumes/StartSeedPods create for a cluster being deleted (the planner cannot "
+        "tell; a check of the live object right before each create in restore/executor.py, like the "
+        "cluster's hold fence, would close the window). Its seed PVCs then outlive the cluster"),
     "restore_forgets_set_aside_data": (
         "an in-place restore's memory of the PVCs it set aside is status.preservedData only: a pass on a copy "
         "of its own status from before RecordPreservedData landed (the daemon's body lags its own patch) "

@@ -313,6 +313,13 @@ def restore_waits_for_hold_ack(step: str, acknowledged: bool) -> None:
         _fail("restore_waits_for_hold_ack", f"the restore took {step} before the cluster acknowledged its hold")
 
 
+def nothing_created_for_an_object_being_deleted(step: str, owner: str, deleting: bool) -> None:
+    """nothing_created_for_an_object_being_deleted: no step creates an object for one that has a
+    deletionTimestamp (it would outlive it, or be created only to be collected)."""
+    if deleting:
+        _fail("nothing_created_for_an_object_being_deleted", f"{step} for {owner}, which is being deleted")
+
+
 def snapshot_from_the_cluster_itself(problem: str | None) -> None:
     """snapshot_from_the_cluster_itself: a backup run starting now would snapshot only a member
     serving the cluster's current dataset (backup.source_choice against status.clusterID)."""

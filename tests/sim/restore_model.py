@@ -33,6 +33,8 @@ SPEC = RestoreSpec.from_dict({"source": {"backupRef": {"name": "b1"}},
                               "target": {"inPlace": {"clusterName": CLUSTER}}})
 VERIFIED = (("sha256", "ab" * 32), ("snapshotEtcdVersion", "3.6.0"), ("sourceKey", "b1/snap.db"),
             ("restoredRevision", SNAPSHOT_REVISION), ("snapshotSize", 4096))
+# Steps that create objects in the target's namespace for it.
+CREATING = (s.CreateSeedVolumes, s.StartSeedPods, s.CreateTargetCluster)
 # Steps that change the target's members or data: each needs the cluster's acknowledgement first.
 TOUCHING = (s.StopMembers, s.SetAsideData, s.CreateSeedVolumes, s.StartSeedPods, s.ClearQuorumRecovery)
 
@@ -44,6 +46,7 @@ class ClusterCopy:
     annotations: dict
     status: dict
     spec: dict
+    deleting: bool = False  # metadata.deletionTimestamp is set
 
 
 @dataclasses.dataclass
@@ -69,6 +72,7 @@ class RestoreActor:
         self.stale_cluster = 0  # passes that decided on an old copy of the EtcdCluster
         self.steps = collections.Counter()
         self.failed: str | None = None  # the code of the Fail step that ended the restore
+        self.decided_on_deletion = False  # the last pass's copy of the cluster showed its deletionTimestamp
 
     @property
     def done(self) -> bool:
@@ -76,8 +80,11 @@ class RestoreActor:
 
     # --- what one pass sees ----------------------------------------------------------------
 
-    def observe(self, copy: ClusterCopy) -> Observed:
-        world, annotations, status = self.world, copy.annotations, copy.status
+    def observe(self, copy: ClusterCopy | None) -> Observed:
+        world = self.world
+        if copy is None:  # the EtcdCluster is gone
+            return Observed(NAMESPACE, NAME, UID, 1, None)
+        annotations, status = copy.annotations, copy.status
         ack = status.get("restoreHold") or {}
         available = any(c.get("type") == "Available" and c.get("status") == "True"
                         for c in status.get("conditions") or [])
@@ -90,7 +97,8 @@ class RestoreActor:
             operation=(status.get("operation") or {}).get("kind"),
             recovery_approved=annotations.get(naming.ANNOTATION_APPROVE_QUORUM_RECOVERY) == "true",
             min_ordinal=naming.min_ordinal(annotations)[0], phase=status.get("phase"), available=available,
-            ready_members=int(status.get("readyMembers") or 0), cluster_id=status.get("clusterID"))
+            ready_members=int(status.get("readyMembers") or 0), cluster_id=status.get("clusterID"),
+            deleting=copy.deleting)
         pods = tuple(ObjectState("Pod", p.name, p.uid, p.deleting, p.phase) for p in
                      sorted(world.pods.values(), key=lambda p: p.name))
         pvcs = tuple(self._pvc_state(p) for p in sorted(world.pvcs.values(), key=lambda p: p.name))
@@ -111,17 +119,21 @@ class RestoreActor:
 
     # --- one pass --------------------------------------------------------------------------
 
-    def act(self, sim, copy: ClusterCopy, own: dict, hold_acknowledged: bool) -> s.Step:
+    def act(self, sim, copy: ClusterCopy | None, own: dict, hold_acknowledged: bool,
+            cluster_deleting: bool = False) -> s.Step:
         """One pass on `copy` of the cluster and `own` (a copy of its status); `sim` holds the
         live EtcdCluster (annotations, status). Returns the step taken."""
         self._finish_seed_pods()
         observed = self.observe(copy)
+        self.decided_on_deletion = copy is not None and copy.deleting
         step = restore_planner.plan(SPEC, RestoreStatus.from_dict(own), observed, self.world.now)
         self.last_step = step
         if isinstance(step, s.Fail):
             self.failed = step.code
         if isinstance(step, TOUCHING):
             inv.restore_waits_for_hold_ack(step.kind, hold_acknowledged)
+        if isinstance(step, CREATING):
+            inv.nothing_created_for_an_object_being_deleted(step.kind, "EtcdCluster " + CLUSTER, cluster_deleting)
         outcome = self._carry_out(sim, step, observed)
         if outcome.done and not isinstance(step, (s.Wait, s.Idle)):
             self.steps[step.kind] += 1

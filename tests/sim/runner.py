@@ -43,6 +43,12 @@ FOCUS = "focus:"
 RESTORE_RACE = "restore_race"
 OLD_COPY_CHANCE = 0.3
 OLD_COPY_PASSES = (1, 3)
+# A deletion cascade in a quarter of its schedules: the EtcdCluster gets a deletionTimestamp
+# while the restore is under way; its controller takes no more passes (reconciler.being_deleted),
+# the garbage collector deletes its pods, and the object goes some passes later (its finalizer).
+CLUSTER_DELETED_CHANCE = 0.25
+CLUSTER_DELETED_AFTER = (1, 15)  # passes after the restore began
+CLUSTER_GONE_AFTER = (1, 4)  # passes the object stays with its deletionTimestamp
 
 # Seconds until the next pass, as the reconciler requeues (cluster/reconciler.py), and
 # sooner while a member is added or removed (cluster/pacing.py).
@@ -221,6 +227,13 @@ class Sim:
         self.restore_at = rng.randint(1, self.fault_steps) if family == RESTORE_RACE else None
         self.copies: collections.deque = collections.deque(maxlen=OLD_COPY_PASSES[1] + 1)  # ClusterCopy per pass
         self.hold_acknowledged = False  # a status write of a pass that saw the restore's hold
+        self.cluster_deleted_at: int | None = None  # the step the EtcdCluster got its deletionTimestamp
+        self.cluster_gone_at: int | None = None  # ... and the step it is gone
+        if self.restore_at is not None:
+            deletion = random.Random(f"deletion {seed}")  # its own draws: the other schedules stay as they were
+            if deletion.random() < CLUSTER_DELETED_CHANCE:
+                self.cluster_deleted_at = self.restore_at + deletion.randint(*CLUSTER_DELETED_AFTER)
+                self.cluster_gone_at = self.cluster_deleted_at + deletion.randint(*CLUSTER_GONE_AFTER)
 
     # --- set-up -----------------------------------------------------------------------------
 
@@ -544,7 +557,7 @@ class Sim:
     def cluster_copy(self) -> ClusterCopy:
         """The EtcdCluster as a controller's copy shows it: the live object, or (restore_race)
         now and then one some passes old."""
-        live = ClusterCopy(self.annotations, self.status, self.spec_dict)
+        live = ClusterCopy(self.annotations, self.status, self.spec_dict, self.cluster_deleting())
         if self.restore_at is None or not self.copies or self.rng.random() >= OLD_COPY_CHANCE:
             return live
         back = min(self.rng.randint(*OLD_COPY_PASSES), len(self.copies))
@@ -563,7 +576,8 @@ class Sim:
         if restore.own_copies and self.rng.random() < OLD_COPY_CHANCE:
             own = restore.own_copies[-min(self.rng.randint(*OLD_COPY_PASSES), len(restore.own_copies))]
             self.stats["old_restore_copy"] += 1
-        step = restore.act(self, self.cluster_copy(), own, self.hold_acknowledged)
+        copy = None if self.cluster_gone() else self.cluster_copy()
+        step = restore.act(self, copy, own, self.hold_acknowledged, self.cluster_deleting())
         if step.kind not in ("Wait", "Idle"):
             self.faults.append((self.step, f"restore {step.kind}" + (f" ({step.reason})" if step.kind == "Fail" else "")))
             self.stats[f"restore:{step.kind}"] += 1
@@ -581,7 +595,25 @@ class Sim:
         self.stats["snapshot_source_chosen" if hasattr(choice, "role") else f"snapshot_refused:{choice.reason}"] += 1
 
     def restore_pending(self) -> bool:
-        return self.restore_at is not None and (self.restore is None or not self.restore.done)
+        return (self.restore_at is not None and (self.restore is None or not self.restore.done)
+                and not self.cluster_gone())
+
+    def cluster_deleting(self) -> bool:
+        return self.cluster_deleted_at is not None and self.step >= self.cluster_deleted_at
+
+    def cluster_gone(self) -> bool:
+        return self.cluster_gone_at is not None and self.step >= self.cluster_gone_at
+
+    def delete_cluster(self) -> None:
+        """The deletion cascade: the garbage collector deletes the member pods (owned by the
+        EtcdCluster); PVCs stay (no owner reference)."""
+        if self.step == self.cluster_deleted_at:
+            self.faults.append((self.step, "EtcdCluster deleted (deletionTimestamp)"))
+            self.stats["cluster_deleted"] += 1
+        for pod in list(self.world.pods.values()):
+            self.world.delete_pod(pod)
+        if self.step == self.cluster_gone_at:
+            self.faults.append((self.step, "EtcdCluster gone"))
 
     def stale_pass(self) -> None:
         """A replica that lost its lease keeps acting on what it saw `stale_lag` passes ago."""
@@ -688,7 +720,11 @@ class Sim:
             w.advance(dt * self.rng.uniform(0.8, 1.3))
             if self.restore_at is not None or self.family.startswith(FOCUS):
                 self.backup_check()  # a backup run may start at any moment, also before the cluster's pass
-            dt = self.operator_pass()
+            if self.cluster_deleting():
+                self.delete_cluster()  # reconciler.being_deleted: no cluster pass any more
+                dt = WHILE_WAITING
+            else:
+                dt = self.operator_pass()
             if self.stale_start is not None and self.step == self.stale_start:
                 self.stale_until = self.step + self.rng.randint(4, 15)
                 self.stale_lag = self.rng.randint(2, 5)
@@ -697,8 +733,11 @@ class Sim:
                 self.stale_pass()
             if self.restore_at is not None and self.step >= self.restore_at:
                 self.restore_pass()
+            if self.cluster_gone() and not self.restore_pending():
+                break  # nothing left to converge: the cluster is gone and its restore ended
             if self.restore_at is not None:
-                self.copies.append(ClusterCopy(dict(self.annotations), dict(self.status), dict(self.spec_dict)))
+                self.copies.append(ClusterCopy(dict(self.annotations), dict(self.status), dict(self.spec_dict),
+                                               self.cluster_deleting()))
             inv.single_dataset_served(w)
             inv.at_most_one_learner(w)
             if (self.step >= self.fault_steps and self.bad_image_revert_at is None
@@ -717,6 +756,8 @@ class Sim:
                     stable = waiting = 0
             self.step += 1
         self._count_coverage()
+        if self.cluster_gone():
+            return
         spec = self.last_decision.acting_spec
         inv.converges_to_spec(w, spec.size, self.desired_hash(spec), self.status, self.recovery_allowed,
                               self.last_decision.health)

@@ -322,6 +322,15 @@ def test_its_own_hold_seen_on_an_old_copy_of_its_status_is_no_obstacle():
     assert isinstance(step, s.Fail) and step.code == "TargetBusy"
 
 
+def test_nothing_is_created_for_a_target_being_deleted():
+    """tests/sim family restore_race, deletion cascade: the seed PVCs outlived the cluster."""
+    deleting = dataclasses.replace(cluster(holder="r1"), deleting=True)
+    for status in (VERIFIED, RESTORING):
+        step = step_for(IN_PLACE, status, observed(deleting))
+        assert isinstance(step, s.Wait) and step.code == "ClusterBeingDeleted"
+    assert isinstance(step_for(IN_PLACE, RESTORING, observed(None)), s.Fail)
+
+
 MEMBERS = ("keep-0", "keep-1", "keep-2")
 OURS = (builders.ANNOTATION_SEED_OF, UID)
 MARKED = (builders.ANNOTATION_RESTORED_BY, UID)
