@@ -107,6 +107,7 @@ class TargetCluster:
     cluster_id: str | None
     transport: str | None = None      # status.tls.transport: http or https, once the cluster recorded it
     outside_shard: str | None = None  # why this operator's shard does not own it (None: it does)
+    deleting: bool = False            # it has a deletionTimestamp
 
 
 @dataclasses.dataclass(frozen=True)

@@ -79,6 +79,7 @@ def target_cluster(obj: Mapping[str, Any], shard: Shard = Shard()) -> TargetClus
         cluster_id=status.get("clusterID"),
         transport=(status.get("tls") or {}).get("transport"),
         outside_shard=shard.why_not_owned(meta.get("labels"), meta.get("finalizers")),
+        deleting=bool(meta.get("deletionTimestamp")),
     )
 
 

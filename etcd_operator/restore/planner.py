@@ -30,6 +30,8 @@ Invariants, each covered by tests/unit/test_restore_planner.py:
 - a source without credentialsSecretRef, in a namespace the install does not allow ambient
   credentials for, is never read: the restore waits (AmbientCredentialsNotAllowed;
   etcd_operator/storage_policy.py);
+- nothing is created or changed for a target EtcdCluster being deleted (ClusterBeingDeleted);
+  once it is gone, an in-place restore fails (ClusterNotFound);
 - nothing is created or changed for an EtcdRestore being deleted, except that its hold is
   taken off an in-place target that has not acknowledged it yet (plan_deletion); a hold
   the cluster acknowledged, or on the new cluster the restore created, stays, and says so.
@@ -139,6 +141,8 @@ def _target_problem(spec: RestoreSpec, observed: Observed) -> s.Step | None:
     if problem:
         return problem
     if cluster is not None:
+        if cluster.deleting:
+            return _target_deleted(target)
         if cluster.records_error:
             return s.Wait(f"the annotation {builders.ANNOTATION_RESTORED_FROM} on EtcdCluster {target} cannot be "
                           f"read ({cluster.records_error}), so it is unknown whether this restore was applied "
@@ -157,7 +161,9 @@ def _target_problem(spec: RestoreSpec, observed: Observed) -> s.Step | None:
             return s.Wait(f"EtcdCluster {target} is not this operator's to change: {cluster.outside_shard}. "
                           f"Label this EtcdRestore like its cluster, so that the cluster's own shard restores it",
                           code="TargetOutsideShard")
-        if cluster.holder:
+        # Its own hold (name and uid) is no obstacle: a pass on a copy of this restore's status
+        # from before BeginRestore was recorded can see the hold it set since.
+        if cluster.holder and (cluster.holder, cluster.hold_uid) != (observed.restore, observed.uid):
             return s.Fail(f"EtcdCluster {target} is held by EtcdRestore {cluster.holder} (annotation "
                           f"{naming.ANNOTATION_RESTORE_IN_PROGRESS}); one restore at a time", code="TargetBusy")
         if cluster.spec is None:
@@ -188,6 +194,11 @@ def _target_problem(spec: RestoreSpec, observed: Observed) -> s.Step | None:
         return s.Fail(f"EtcdCluster {target} keeps its data in emptyDir volumes, which a restored data directory "
                       f"cannot be put into; restore into a cluster with persistent storage", code="EmptyDirTarget")
     return None
+
+
+def _target_deleted(target: str) -> s.Wait:
+    return s.Wait(f"EtcdCluster {target} is being deleted; nothing is created or changed for it (the restore fails "
+                  f"once it is gone)", code="ClusterBeingDeleted")
 
 
 def _wait(wait: pre.Wait) -> s.Wait:
@@ -254,6 +265,8 @@ def _plan_checks(spec: RestoreSpec, status: RestoreStatus, observed: Observed) -
 
 def _plan_restoring(spec: RestoreSpec, status: RestoreStatus, observed: Observed, now: float) -> s.Step:
     cluster, target, me = observed.cluster, spec.target, observed.restore
+    if cluster is not None and cluster.deleting:
+        return _target_deleted(target)
     if cluster is None:
         if spec.in_place:
             return s.Fail(f"EtcdCluster {observed.namespace}/{target} disappeared during the restore",

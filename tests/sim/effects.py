@@ -108,8 +108,7 @@ def do_bootstrap(ctx: Context, action: a.BootstrapFirstMember) -> None:
 
 
 def do_start_restored(ctx: Context, action: a.StartRestoredMembers) -> None:
-    # The simulated world has no restored PVCs (restores are not modelled), so the planner
-    # never asks for this here; tests/unit/test_cluster_planner.py covers the decision.
+    # Restored PVCs come from the restore_race family's EtcdRestore (restore_model.py).
     for member in action.members:
         _create_pod(ctx, member, None, action.initial_cluster, builders.STATE_NEW)
         ctx.kill_point()

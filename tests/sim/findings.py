@@ -84,9 +84,32 @@ def classify(sim, violation: inv.Violation) -> str | None:
     return known
 
 
+def _restore_finding(sim, violation: inv.Violation) -> str | None:
+    """restore_race: how the EtcdRestore beside the cluster ended (restore_model.py)."""
+    restore = sim.restore
+    if violation.invariant == "restore_waits_for_hold_ack":
+        return "restore_touched_before_ack"
+    if violation.invariant == "nothing_created_for_an_object_being_deleted" and restore is not None:
+        return "restore_creates_for_a_deleted_cluster" if restore.decided_on_deletion else (
+            "restore_creates_on_a_copy_from_before_the_deletion")
+    if restore is None or violation.invariant != "converges_to_spec":
+        return None
+    held_by_itself = sim.annotations.get(naming.ANNOTATION_RESTORE_IN_PROGRESS) == "r1"
+    if restore.failed == "TargetBusy" and held_by_itself:
+        return "restore_fails_on_its_own_hold"
+    set_aside = {p.name for p in sim.world.set_aside}
+    chosen = {naming.pvc_name(m) for m in restore.status.get("seedMembers") or ()}
+    if restore.failed == "SeedVolumeNotOurs" and held_by_itself and chosen & set_aside:
+        return "restore_forgets_set_aside_data"
+    return None
+
+
 def _classify(sim, violation: inv.Violation) -> str | None:
     if violation.invariant == "no_member_created_while_held":
         return "created_while_held"
+    restore = _restore_finding(sim, violation)
+    if restore:
+        return restore
     world = sim.world
     last = sim.replay[-1] if sim.replay else None
     observed = last[3] if last else None
@@ -146,6 +169,25 @@ def _classify(sim, violation: inv.Violation) -> str | None:
 # standby_takeover; seed 11) and fixed by the commit after it (cluster/timers.py: every timer on the
 # acting process's monotonic clock); their signatures stay so that a regression is named.
 FIXED = {
+    "restore_touched_before_ack": (
+        "an in-place EtcdRestore stopped the target's members (StopMembers) and set their data aside as soon "
+        "as its hold annotation was on the cluster, while a cluster pass that decided on a copy without the "
+        "hold could still act (issue 25). Reproduced in the restore_race family by the mutant "
+        "restore_skips_hold_ack (mutants.py: the planner's WaitingForHoldAck taken out); fixed by 0bee3fe "
+        "(the restore waits until status.restoreHold names its name and uid)"),
+    "restore_creates_for_a_deleted_cluster": (
+        "an in-place restore went on creating its seed PVCs and restore pods for an EtcdCluster with a "
+        "deletionTimestamp (its observation did not carry it): the PVCs, which have no owner, outlived the "
+        "cluster with restored data in them. Found in the restore_race family's deletion cascade (10 of seeds "
+        "0-199 on a copy that showed the deletion, first seed 10); fixed by TargetCluster.deleting "
+        "(restore/observer.py) and the planner waiting (ClusterBeingDeleted) until the cluster is gone"),
+    "restore_fails_on_its_own_hold": (
+        "a restore pass on a copy of its own status from before BeginRestore was recorded (the daemon's "
+        "body lags its own status patch: the next pass starts 0.1 s after a status-only step) saw the target "
+        "held by the hold it had just set and failed as TargetBusy; a failed restore never releases, so the "
+        "cluster stayed held and never served again. Found in the restore_race family at 88de505 (17 of seeds 0-199, "
+        "first seed 18); fixed in restore.planner._target_problem: a hold with this restore's name and uid "
+        "is its own"),
     "created_while_held": (
         "a cluster pass decides on the copy of the EtcdCluster taken as it began; a restore's hold set while it "
         "decides did not stop it: it created member pods and PVCs or changed the membership under the hold "
@@ -203,6 +245,24 @@ FIXED = {
         "data; with quorum lost the cluster waited forever"),
     "stuck_outdated_pod_not_rolled": (
         "a member pod that never started (bad image) kept its outdated spec after the spec was reverted"),
+}
+
+# Open findings of the restore_race family (restore_model.py), kept out of FINDINGS (whose tests
+# read the main campaign).
+RESTORE_RACE = {
+    "restore_creates_on_a_copy_from_before_the_deletion": (
+        "a restore pass decides on its GET of the EtcdCluster; a deletion that lands before its step runs is "
+        "not seen, and CreateSeedVolumes/StartSeedPods create for a cluster being deleted (the planner cannot "
+        "tell; a check of the live object right before each create in restore/executor.py, like the "
+        "cluster's hold fence, would close the window). Its seed PVCs then outlive the cluster"),
+    "restore_forgets_set_aside_data": (
+        "an in-place restore's memory of the PVCs it set aside is status.preservedData only: a pass on a copy "
+        "of its own status from before RecordPreservedData landed (the daemon's body lags its own patch) "
+        "finds no member PVC left (they are set aside, relabelled, under the same names) and chooses members "
+        "from ordinal 0; CreateSeedVolumes then meets the set-aside data-<cluster>-0 and the restore fails "
+        "(SeedVolumeNotOurs) with the cluster held and its members stopped: no data is lost, but a person has "
+        "to release the cluster. A fix lists the PVCs labelled preserved-from the target in the restore's "
+        "observation (restore/observer.py) and counts them in _plan_set_aside"),
 }
 
 # Findings too rare to reproduce in every campaign (xfail without strict).

@@ -305,6 +305,36 @@ class ActionChecks:
               + (" (its pod ran etcd)" if self.target_ran else ""))
 
 
+def restore_waits_for_hold_ack(step: str, acknowledged: bool) -> None:
+    """restore_waits_for_hold_ack: an EtcdRestore stops, sets aside, creates or clears nothing
+    in its target before the cluster's controller has acknowledged its hold (a status write of
+    a pass that saw the hold)."""
+    if not acknowledged:
+        _fail("restore_waits_for_hold_ack", f"the restore took {step} before the cluster acknowledged its hold")
+
+
+def nothing_created_for_an_object_being_deleted(step: str, owner: str, deleting: bool) -> None:
+    """nothing_created_for_an_object_being_deleted: no step creates an object for one that has a
+    deletionTimestamp (it would outlive it, or be created only to be collected)."""
+    if deleting:
+        _fail("nothing_created_for_an_object_being_deleted", f"{step} for {owner}, which is being deleted")
+
+
+def snapshot_from_the_cluster_itself(problem: str | None) -> None:
+    """snapshot_from_the_cluster_itself: a backup run starting now would snapshot only a member
+    serving the cluster's current dataset (backup.source_choice against status.clusterID)."""
+    if problem:
+        _fail("snapshot_from_the_cluster_itself", f"a backup would snapshot {problem}")
+
+
+def verification_serves_only_inside_its_pod(found: list[str]) -> None:
+    """verification_serves_only_inside_its_pod: the pod backup.verification_pod builds declares
+    no port, and its scratch etcd listens on unix sockets only."""
+    if found:
+        _fail("verification_serves_only_inside_its_pod", "the verification pod serves outside itself: "
+                                                          + "; ".join(found))
+
+
 # --- after every step -------------------------------------------------------------------------
 
 def single_dataset_served(world: World) -> None:

@@ -11,8 +11,12 @@ from typing import Callable
 from etcd_operator.cluster import actions as a
 from etcd_operator.cluster import admission, health, naming, planner, timers
 from etcd_operator.cluster.health import HealthState
+from etcd_operator.backup import source_choice, verification_pod
+from etcd_operator.restore import planner as restore_planner
 
-from tests.sim import effects, view
+from etcd_operator.timefmt import parse_time
+
+from tests.sim import effects, runner, view
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,6 +165,39 @@ def _no_pod_stopping(observed, member):
     return False  # guard removed: a voter whose pod is being deleted counts as staying
 
 
+_plan_restoring = restore_planner._plan_restoring
+
+
+def _restoring_without_hold_ack(spec, status, observed, now):
+    """The restore planner as before 0bee3fe: its own hold counts as acknowledged at once."""
+    cluster = observed.cluster
+    if cluster is not None and (cluster.holder, cluster.hold_uid) == (observed.restore, observed.uid):
+        observed = dataclasses.replace(observed, cluster=dataclasses.replace(
+            cluster, hold_ack=(observed.restore, observed.uid)))
+    return _plan_restoring(spec, status, observed, now)
+
+
+def _observe_reading_status_timers(world, status, *args):
+    """The observation before cluster/timers.py: a member's unhealthy time is counted from
+    status.members[].unhealthySince, read on the acting process's wall clock."""
+    observed, sightings = _observe(world, status, *args)
+    shown = {m.get("name"): parse_time(m.get("unhealthySince")) for m in status.get("members") or []}
+    unhealthy_for = {name: observed.now - shown[name] if shown.get(name) is not None else seconds
+                     for name, seconds in observed.unhealthy_for.items()}
+    return dataclasses.replace(observed, unhealthy_for=unhealthy_for), sightings
+
+
+_observe = runner.observe
+_choose_source = source_choice.choose_source
+
+
+def _choose_source_of_any_cluster(candidates, answers, recorded_cluster_id):
+    """backup.source_choice without its cluster-ID check: every answer counts as the recorded cluster's."""
+    answers = {name: dataclasses.replace(answer, cluster_id=recorded_cluster_id)
+               if answer.cluster_id is not None else answer for name, answer in answers.items()}
+    return _choose_source(candidates, answers, recorded_cluster_id)
+
+
 def _trust_every_answer(answers, recorded):
     return dict(answers), {}  # guard removed: answers carrying another cluster ID are kept
 
@@ -216,6 +253,18 @@ MUTANTS = (
     # The executor's live hold fence, as the model executor mirrors it (cluster/executor.py HeldByRestore).
     Mutant("steps_taken_against_a_live_hold", "no member step while the live object carries a restore hold",
            ((effects, "PERMITTED_WHILE_HELD", (a.Action,)),), "restore_hold"),
+    Mutant("restore_skips_hold_ack", "an in-place restore touches nothing before the cluster acknowledged its "
+           "hold (restore.planner WaitingForHoldAck)",
+           ((restore_planner, "_plan_restoring", _restoring_without_hold_ack),), "restore_race"),
+    Mutant("unhealthy_timer_read_from_status", "memberUnhealthyTimeout timed on the acting process's own "
+           "clock (cluster/timers.py), never from status.members[].unhealthySince",
+           ((runner, "observe", _observe_reading_status_timers),)),
+    Mutant("snapshot_source_of_any_cluster", "a snapshot only from a member answering with status.clusterID "
+           "(backup.source_choice)",
+           ((source_choice, "choose_source", _choose_source_of_any_cluster),), "focus:foreign_etcd+evict_pod"),
+    Mutant("verification_listens_on_the_pod_ip", "the verification's scratch etcd listens on unix sockets only "
+           "(backup.verification_pod)",
+           ((verification_pod, "CLIENT_SOCKET_URL", "http://0.0.0.0:2379"),), "restore_race"),
 )
 
 # Mutants the simulator cannot kill, and why (checked by the test: they must indeed survive).

@@ -18,7 +18,8 @@ from etcd_operator.cluster.status import build_status
 from etcd_operator.cluster.timers import Sightings
 from etcd_operator.timefmt import parse_time
 
-from tests.sim import effects, findings, invariants as inv
+from tests.sim import backup_model, effects, findings, invariants as inv
+from tests.sim.restore_model import NAME as RESTORE_NAME, UID as RESTORE_UID, ClusterCopy, RestoreActor
 from tests.sim.view import observe
 from tests.sim.world import (CLUSTER, MISSING_PRIORITY_CLASS, PVC, Data, Foreign, Group, Pod, World, client_url,
                              peer_url)
@@ -29,13 +30,25 @@ REPLAY_LINES = 30
 WAITING_PASSES = 12  # passes spent waiting by design (QuorumLost, no approval) before the schedule ends
 # Families: "main", "stale_replica", and "focus:<fault>+<fault>" (those faults ten times as
 # likely, automatic recovery on: used to hunt mutants of the guards those faults exercise).
-FAMILIES = ("main", "stale_replica", "restore_hold", "refused_pod")
+FAMILIES = ("main", "stale_replica", "restore_hold", "refused_pod", "restore_race")
 # Family "restore_hold": an EtcdRestore holds the cluster for a while; the hold lands while a
 # pass decides, so that pass acts on a view without it (issue 25).
 RESTORE_HOLD = "restore_hold"
 HOLD_WEIGHT = 8
 HOLD_STEPS = (1, 1)  # released before the next pass: the restore was deleted before any acknowledgement
 FOCUS = "focus:"
+# Family "restore_race": an in-place EtcdRestore (the real restore planner, restore_model.py)
+# acts beside the cluster's controller from a random pass on; each decides now and then on a
+# copy of the EtcdCluster (and the restore on a copy of its own status) some passes old.
+RESTORE_RACE = "restore_race"
+OLD_COPY_CHANCE = 0.3
+OLD_COPY_PASSES = (1, 3)
+# A deletion cascade in a quarter of its schedules: the EtcdCluster gets a deletionTimestamp
+# while the restore is under way; its controller takes no more passes (reconciler.being_deleted),
+# the garbage collector deletes its pods, and the object goes some passes later (its finalizer).
+CLUSTER_DELETED_CHANCE = 0.25
+CLUSTER_DELETED_AFTER = (1, 15)  # passes after the restore began
+CLUSTER_GONE_AFTER = (1, 4)  # passes the object stays with its deletionTimestamp
 
 # Seconds until the next pass, as the reconciler requeues (cluster/reconciler.py), and
 # sooner while a member is added or removed (cluster/pacing.py).
@@ -210,6 +223,17 @@ class Sim:
             self.stale_start = rng.randint(1, max(1, self.fault_steps - 3))
         else:
             self.stale_start = None
+        self.restore: RestoreActor | None = None
+        self.restore_at = rng.randint(1, self.fault_steps) if family == RESTORE_RACE else None
+        self.copies: collections.deque = collections.deque(maxlen=OLD_COPY_PASSES[1] + 1)  # ClusterCopy per pass
+        self.hold_acknowledged = False  # a status write of a pass that saw the restore's hold
+        self.cluster_deleted_at: int | None = None  # the step the EtcdCluster got its deletionTimestamp
+        self.cluster_gone_at: int | None = None  # ... and the step it is gone
+        if self.restore_at is not None:
+            deletion = random.Random(f"deletion {seed}")  # its own draws: the other schedules stay as they were
+            if deletion.random() < CLUSTER_DELETED_CHANCE:
+                self.cluster_deleted_at = self.restore_at + deletion.randint(*CLUSTER_DELETED_AFTER)
+                self.cluster_gone_at = self.cluster_deleted_at + deletion.randint(*CLUSTER_GONE_AFTER)
 
     # --- set-up -----------------------------------------------------------------------------
 
@@ -477,7 +501,8 @@ class Sim:
         w = self.world
         spec = self.spec
         unreachable = self.unreachable_now()
-        observed, self.operator.sightings = observe(w, self.status, self.annotations, unreachable, self.skew,
+        annotations = self.cluster_copy().annotations if self.restore_at is not None else self.annotations
+        observed, self.operator.sightings = observe(w, self.status, annotations, unreachable, self.skew,
                                                     self.operator.sightings, self.operator.monotonic(w.now))
         observed = admission.carry(observed, self.operator.admissions, self.operator.monotonic(w.now))
         self.operator.saw(observed, w.now)
@@ -489,6 +514,10 @@ class Sim:
         except inv.Violation:
             self.replay.append(self._replay_line("op", observed, decision, effects.Outcome(False, "not run")))
             raise
+        if (annotations is not self.annotations and naming.ANNOTATION_RESTORE_IN_PROGRESS in self.annotations
+                and naming.ANNOTATION_RESTORE_IN_PROGRESS not in annotations
+                and not isinstance(decision.action, (a.Steady, a.Wait))):
+            self.stats["step_decided_on_a_copy_without_the_hold"] += 1
         if self.hold_mid_pass:
             self.hold_mid_pass = False
             self.annotations[naming.ANNOTATION_RESTORE_IN_PROGRESS] = "r1"
@@ -508,6 +537,8 @@ class Sim:
             self.status = merge_patch(self.status, build_status(
                 spec, observed, decision.health, decision.action, list(decision.conditions), self.status,
                 self.generation, extra={**decision.status_fields(), **(outcome.status_patch or {})}))
+            if self.status.get("restoreHold") == {"restore": RESTORE_NAME, "uid": RESTORE_UID}:
+                self.hold_acknowledged = True
         elif observed.no_quorum_for is None and self.status.get("noQuorumSince"):
             self.lost_timer_reset = True  # the pass that saw quorum again never wrote its status
         if killed:
@@ -522,6 +553,67 @@ class Sim:
         if isinstance(action, a.Wait):
             return WHILE_WAITING
         return AFTER_STEP if outcome.done else NOT_YET
+
+    def cluster_copy(self) -> ClusterCopy:
+        """The EtcdCluster as a controller's copy shows it: the live object, or (restore_race)
+        now and then one some passes old."""
+        live = ClusterCopy(self.annotations, self.status, self.spec_dict, self.cluster_deleting())
+        if self.restore_at is None or not self.copies or self.rng.random() >= OLD_COPY_CHANCE:
+            return live
+        back = min(self.rng.randint(*OLD_COPY_PASSES), len(self.copies))
+        self.stats["old_cluster_copy"] += 1
+        return self.copies[-back]
+
+    def restore_pass(self) -> None:
+        """The EtcdRestore's controller takes one pass (restore_race)."""
+        if self.restore is None:
+            self.restore = RestoreActor(self.world)
+            self.faults.append((self.step, "EtcdRestore r1 (in place) created"))
+        restore = self.restore
+        if restore.done:
+            return
+        own = restore.status
+        if restore.own_copies and self.rng.random() < OLD_COPY_CHANCE:
+            own = restore.own_copies[-min(self.rng.randint(*OLD_COPY_PASSES), len(restore.own_copies))]
+            self.stats["old_restore_copy"] += 1
+        copy = None if self.cluster_gone() else self.cluster_copy()
+        step = restore.act(self, copy, own, self.hold_acknowledged, self.cluster_deleting())
+        if step.kind not in ("Wait", "Idle"):
+            self.faults.append((self.step, f"restore {step.kind}" + (f" ({step.reason})" if step.kind == "Fail" else "")))
+            self.stats[f"restore:{step.kind}"] += 1
+
+    def backup_check(self) -> None:
+        """restore_race and the focus families (mutant hunts): a backup run starting now snapshots
+        only the cluster's current data (cluster IDs change with a restore, and a foreign etcd
+        answers on an address one of our pods shows); the
+        first pass also checks the verification pod the real builder returns."""
+        if self.step == 0:
+            pod = backup_model.some_verification_pod(random.Random(self.seed))
+            inv.verification_serves_only_inside_its_pod(backup_model.exposure(pod))
+        choice, behind = backup_model.snapshot_source(self.world, self.status)
+        inv.snapshot_from_the_cluster_itself(backup_model.snapshot_truth(self.world, choice, behind))
+        self.stats["snapshot_source_chosen" if hasattr(choice, "role") else f"snapshot_refused:{choice.reason}"] += 1
+
+    def restore_pending(self) -> bool:
+        return (self.restore_at is not None and (self.restore is None or not self.restore.done)
+                and not self.cluster_gone())
+
+    def cluster_deleting(self) -> bool:
+        return self.cluster_deleted_at is not None and self.step >= self.cluster_deleted_at
+
+    def cluster_gone(self) -> bool:
+        return self.cluster_gone_at is not None and self.step >= self.cluster_gone_at
+
+    def delete_cluster(self) -> None:
+        """The deletion cascade: the garbage collector deletes the member pods (owned by the
+        EtcdCluster); PVCs stay (no owner reference)."""
+        if self.step == self.cluster_deleted_at:
+            self.faults.append((self.step, "EtcdCluster deleted (deletionTimestamp)"))
+            self.stats["cluster_deleted"] += 1
+        for pod in list(self.world.pods.values()):
+            self.world.delete_pod(pod)
+        if self.step == self.cluster_gone_at:
+            self.faults.append((self.step, "EtcdCluster gone"))
 
     def stale_pass(self) -> None:
         """A replica that lost its lease keeps acting on what it saw `stale_lag` passes ago."""
@@ -626,17 +718,31 @@ class Sim:
         while self.step < end:
             self.inject_faults()
             w.advance(dt * self.rng.uniform(0.8, 1.3))
-            dt = self.operator_pass()
+            if self.restore_at is not None or self.family.startswith(FOCUS):
+                self.backup_check()  # a backup run may start at any moment, also before the cluster's pass
+            if self.cluster_deleting():
+                self.delete_cluster()  # reconciler.being_deleted: no cluster pass any more
+                dt = WHILE_WAITING
+            else:
+                dt = self.operator_pass()
             if self.stale_start is not None and self.step == self.stale_start:
                 self.stale_until = self.step + self.rng.randint(4, 15)
                 self.stale_lag = self.rng.randint(2, 5)
                 self._log(f"stale_replica acts on a view {self.stale_lag} passes old until #{self.stale_until}")
             if self.step <= self.stale_until:
                 self.stale_pass()
+            if self.restore_at is not None and self.step >= self.restore_at:
+                self.restore_pass()
+            if self.cluster_gone() and not self.restore_pending():
+                break  # nothing left to converge: the cluster is gone and its restore ended
+            if self.restore_at is not None:
+                self.copies.append(ClusterCopy(dict(self.annotations), dict(self.status), dict(self.spec_dict),
+                                               self.cluster_deleting()))
             inv.single_dataset_served(w)
             inv.at_most_one_learner(w)
             if (self.step >= self.fault_steps and self.bad_image_revert_at is None
-                    and self.refused_pod_revert_at is None and not self.unreachable_now()):
+                    and self.refused_pod_revert_at is None and not self.unreachable_now()
+                    and not self.restore_pending()):
                 spec = self.last_decision.acting_spec
                 if inv.converged(w, spec.size, self.desired_hash(spec)):
                     stable += 1
@@ -650,6 +756,8 @@ class Sim:
                     stable = waiting = 0
             self.step += 1
         self._count_coverage()
+        if self.cluster_gone():
+            return
         spec = self.last_decision.acting_spec
         inv.converges_to_spec(w, spec.size, self.desired_hash(spec), self.status, self.recovery_allowed,
                               self.last_decision.health)

@@ -40,7 +40,7 @@ def pod_view(world: World, pod) -> PodView:
 
 
 def pvc_view(pvc) -> PVCView:
-    key = (pvc.name, pvc.uid, pvc.member_id, pvc.deleting, None)
+    key = (pvc.name, pvc.uid, pvc.member_id, pvc.deleting, None, pvc.restored)
     view = _views.get(key)
     if view is None:
         view = _views[key] = PVCView(*key)

@@ -61,7 +61,7 @@ class Data:
 
 
 class PVC:
-    __slots__ = ("name", "uid", "member_id", "deleting", "data", "deleted_by_operator")
+    __slots__ = ("name", "uid", "member_id", "deleting", "data", "deleted_by_operator", "restored")
 
     def __init__(self, name, uid, member_id):
         self.name = name
@@ -70,6 +70,7 @@ class PVC:
         self.deleting = False
         self.data: Data | None = None
         self.deleted_by_operator = False
+        self.restored = False  # an EtcdRestore's pod wrote its data directory (the restored-by annotation)
 
 
 class Pod:

@@ -1,0 +1,219 @@
+"""An in-place EtcdRestore acting beside the cluster's controller in the simulated world: the
+REAL restore planner (restore.planner.plan, looked up on its module so that mutants can patch
+it) decides on a copy of the EtcdCluster that may be some passes old, and on a copy of its own
+status that may be too; its steps are carried out here against the world, as
+restore/executor.py does them against the API server.
+
+Restore pods are not run: a restore pod succeeds at the restore's next pass and leaves on its
+member's PVC the data `etcdutl snapshot restore` writes (a new cluster ID, every member named,
+the snapshot's revision)."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+
+from etcd_operator.cluster import naming
+from etcd_operator.cluster.spec import ClusterSpec
+from etcd_operator.restore import builders
+from etcd_operator.restore import planner as restore_planner
+from etcd_operator.restore import steps as s
+from etcd_operator.restore.observed import ObjectState, Observed, TargetCluster, parse_records
+from etcd_operator.restore.spec import TERMINAL_PHASES, RestoreSpec, RestoreStatus
+from etcd_operator.restore.status import build_status, changed
+from etcd_operator.cluster.observed import Member
+from etcd_operator.timefmt import format_time
+
+from tests.sim import invariants as inv
+from tests.sim.world import CLUSTER, NAMESPACE, PVC, Data, Group, World, client_url, peer_url
+
+NAME, UID = "r1", "uid-r1"
+SNAPSHOT_REVISION = 10_000
+SPEC = RestoreSpec.from_dict({"source": {"backupRef": {"name": "b1"}},
+                              "target": {"inPlace": {"clusterName": CLUSTER}}})
+VERIFIED = (("sha256", "ab" * 32), ("snapshotEtcdVersion", "3.6.0"), ("sourceKey", "b1/snap.db"),
+            ("restoredRevision", SNAPSHOT_REVISION), ("snapshotSize", 4096))
+# Steps that create objects in the target's namespace for it.
+CREATING = (s.CreateSeedVolumes, s.StartSeedPods, s.CreateTargetCluster)
+# Steps that change the target's members or data: each needs the cluster's acknowledgement first.
+TOUCHING = (s.StopMembers, s.SetAsideData, s.CreateSeedVolumes, s.StartSeedPods, s.ClearQuorumRecovery)
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterCopy:
+    """The EtcdCluster object as one GET or watch event showed it."""
+
+    annotations: dict
+    status: dict
+    spec: dict
+    deleting: bool = False  # metadata.deletionTimestamp is set
+
+
+@dataclasses.dataclass
+class SeedPod:
+    name: str
+    uid: str
+    member: str
+    phase: str = "Pending"
+    deleting: bool = False
+
+
+class RestoreActor:
+    def __init__(self, world: World):
+        self.world = world
+        self.status: dict = {}
+        self.own_copies: collections.deque = collections.deque(maxlen=4)  # its own status, as past passes saw it
+        self.seed_of: dict[str, str] = {}  # PVC name -> uid of the restore that created it
+        self.restored_by: dict[str, str] = {}
+        self.seed_pods: dict[str, SeedPod] = {}
+        self.restored_group: Group | None = None
+        self.last_step: s.Step | None = None
+        self.stale_own = 0  # passes that decided on an old copy of the restore's own status
+        self.stale_cluster = 0  # passes that decided on an old copy of the EtcdCluster
+        self.steps = collections.Counter()
+        self.failed: str | None = None  # the code of the Fail step that ended the restore
+        self.decided_on_deletion = False  # the last pass's copy of the cluster showed its deletionTimestamp
+
+    @property
+    def done(self) -> bool:
+        return self.status.get("phase") in TERMINAL_PHASES
+
+    # --- what one pass sees ----------------------------------------------------------------
+
+    def observe(self, copy: ClusterCopy | None) -> Observed:
+        world = self.world
+        if copy is None:  # the EtcdCluster is gone
+            return Observed(NAMESPACE, NAME, UID, 1, None)
+        annotations, status = copy.annotations, copy.status
+        ack = status.get("restoreHold") or {}
+        available = any(c.get("type") == "Available" and c.get("status") == "True"
+                        for c in status.get("conditions") or [])
+        cluster = TargetCluster(
+            name=CLUSTER, uid="uid-cluster", resource_version="1", spec=ClusterSpec.from_dict(copy.spec),
+            spec_error=None, holder=annotations.get(naming.ANNOTATION_RESTORE_IN_PROGRESS),
+            hold_uid=annotations.get(naming.ANNOTATION_RESTORE_HOLD),
+            hold_ack=(ack["restore"], ack.get("uid") or "") if ack.get("restore") else None,
+            records=parse_records(annotations.get(builders.ANNOTATION_RESTORED_FROM)), records_error=None,
+            operation=(status.get("operation") or {}).get("kind"),
+            recovery_approved=annotations.get(naming.ANNOTATION_APPROVE_QUORUM_RECOVERY) == "true",
+            min_ordinal=naming.min_ordinal(annotations)[0], phase=status.get("phase"), available=available,
+            ready_members=int(status.get("readyMembers") or 0), cluster_id=status.get("clusterID"),
+            deleting=copy.deleting)
+        pods = tuple(ObjectState("Pod", p.name, p.uid, p.deleting, p.phase) for p in
+                     sorted(world.pods.values(), key=lambda p: p.name))
+        pvcs = tuple(self._pvc_state(p) for p in sorted(world.pvcs.values(), key=lambda p: p.name))
+        seeds = {naming.pvc_name(m) for m in RestoreStatus.from_dict(self.status).seed_members}
+        # By name: a PVC set aside keeps its name (only its labels change).
+        seed_pvcs = tuple(self._pvc_state(p) for p in (*world.pvcs.values(), *world.set_aside) if p.name in seeds)
+        seed_pods = tuple(ObjectState("Pod", p.name, p.uid, p.deleting, p.phase,
+                                      labels=((builders.LABEL_RESTORE_MEMBER, p.member),), owner_uids=(UID,))
+                          for p in self.seed_pods.values())
+        return Observed(NAMESPACE, NAME, UID, 1, cluster, pods=pods, pvcs=pvcs, seed_pvcs=seed_pvcs,
+                        seed_pods=seed_pods)
+
+    def _pvc_state(self, pvc: PVC) -> ObjectState:
+        annotations = tuple((k, v) for k, v in ((builders.ANNOTATION_SEED_OF, self.seed_of.get(pvc.name)),
+                                                (builders.ANNOTATION_RESTORED_BY, self.restored_by.get(pvc.name)))
+                            if v is not None)
+        return ObjectState("PersistentVolumeClaim", pvc.name, pvc.uid, pvc.deleting, annotations=annotations)
+
+    # --- one pass --------------------------------------------------------------------------
+
+    def act(self, sim, copy: ClusterCopy | None, own: dict, hold_acknowledged: bool,
+            cluster_deleting: bool = False) -> s.Step:
+        """One pass on `copy` of the cluster and `own` (a copy of its status); `sim` holds the
+        live EtcdCluster (annotations, status). Returns the step taken."""
+        self._finish_seed_pods()
+        observed = self.observe(copy)
+        self.decided_on_deletion = copy is not None and copy.deleting
+        step = restore_planner.plan(SPEC, RestoreStatus.from_dict(own), observed, self.world.now)
+        self.last_step = step
+        if isinstance(step, s.Fail):
+            self.failed = step.code
+        if isinstance(step, TOUCHING):
+            inv.restore_waits_for_hold_ack(step.kind, hold_acknowledged)
+        if isinstance(step, CREATING):
+            inv.nothing_created_for_an_object_being_deleted(step.kind, "EtcdCluster " + CLUSTER, cluster_deleting)
+        outcome = self._carry_out(sim, step, observed)
+        if outcome.done and not isinstance(step, (s.Wait, s.Idle)):
+            self.steps[step.kind] += 1
+        new = build_status(own, step, outcome, 1, format_time(self.world.now))
+        self.status = {**self.status, **changed(own, new)}  # the status patch: what differs from its copy
+        self.own_copies.append(dict(self.status))
+        return step
+
+    def _carry_out(self, sim, step: s.Step, observed: Observed) -> s.Outcome:
+        world = self.world
+        if isinstance(step, s.VerifySnapshot):
+            return s.Outcome(facts=VERIFIED)
+        if isinstance(step, s.HoldCluster):
+            sim.annotations[naming.ANNOTATION_RESTORE_IN_PROGRESS] = NAME
+            sim.annotations[naming.ANNOTATION_RESTORE_HOLD] = UID
+        elif isinstance(step, s.ClearQuorumRecovery):
+            if step.clear_operation:
+                sim.status = {k: v for k, v in sim.status.items() if k != "operation"}
+            if step.clear_approval:
+                sim.annotations.pop(naming.ANNOTATION_APPROVE_QUORUM_RECOVERY, None)
+        elif isinstance(step, s.StopMembers):
+            for name, uid in step.pods:
+                pod = world.pods.get(name)
+                if pod is not None and pod.uid == uid:
+                    world.delete_pod(pod)
+        elif isinstance(step, s.SetAsideData):
+            for name, uid in step.pvcs:
+                pvc = world.pvcs.get(name)
+                if pvc is not None and pvc.uid == uid:
+                    world.set_aside_pvc(pvc)
+        elif isinstance(step, s.ChooseMembers):
+            sim.annotations[naming.ANNOTATION_MIN_ORDINAL] = str(step.min_ordinal)
+        elif isinstance(step, s.CreateSeedVolumes):
+            for member in step.members:
+                name = naming.pvc_name(member)
+                taken = name in world.pvcs or any(p.name == name for p in world.set_aside)
+                if not taken:  # a Conflict is left for the next pass to look at
+                    world.pvcs[name] = PVC(name, world.uid("pvc"), None)
+                    self.seed_of[name] = UID
+        elif isinstance(step, s.StartSeedPods):
+            for member in step.members:
+                self.seed_pods.setdefault(member, SeedPod(f"{member}-restore", world.uid("seedpod"), member))
+        elif isinstance(step, s.MarkSeedsRestored):
+            for name in step.pvcs:
+                self.restored_by[name] = UID
+                world.pvcs[name].restored = True
+        elif isinstance(step, s.RemoveSeedPods):
+            for name, _ in step.pods:
+                self.seed_pods = {m: p for m, p in self.seed_pods.items() if p.name != name}
+        elif isinstance(step, s.ReleaseCluster):
+            sim.annotations.pop(naming.ANNOTATION_RESTORE_IN_PROGRESS, None)
+            sim.annotations.pop(naming.ANNOTATION_RESTORE_HOLD, None)
+            sim.annotations[builders.ANNOTATION_RESTORED_FROM] = step.records
+        return s.Outcome()
+
+    def _finish_seed_pods(self) -> None:
+        """Each restore pod started before this pass has written its member's data directory."""
+        members = RestoreStatus.from_dict(self.status).seed_members
+        for pod in self.seed_pods.values():
+            if pod.phase != "Pending":
+                continue
+            pvc = self.world.pvcs.get(naming.pvc_name(pod.member))
+            if pvc is None or pvc.deleting:
+                pod.phase = "Failed"
+                continue
+            group = self._restored(members)
+            member = next(m for m in group.members if m.name == pod.member)
+            pvc.data = Data(group.cluster_id, group.lineage, member.id, SNAPSHOT_REVISION, SNAPSHOT_REVISION,
+                            group.members)
+            pod.phase = "Succeeded"
+
+    def _restored(self, members: tuple[str, ...]) -> Group:
+        """The raft group `etcdutl snapshot restore` writes: one for all members (same token)."""
+        world = self.world
+        if self.restored_group is None:
+            started = tuple(Member(world.new_member_id(), m, (peer_url(m),), (client_url(m),), False)
+                            for m in members)
+            group = Group(world.rng.randint(1, 2**63), world._new_lineage(), started, SNAPSHOT_REVISION,
+                          SNAPSHOT_REVISION, world.now)
+            world.groups[group.lineage] = group
+            world.main_lineage = group.lineage
+            self.restored_group = group
+        return self.restored_group
