@@ -1,0 +1,17 @@
+"""The image names the nodes, the product and the tests refer to, fully qualified as the
+CRI normalizes them (`busybox:1.36` is looked up as `docker.io/library/busybox:1.36`)."""
+
+from __future__ import annotations
+
+# containerd's sandbox_image on every node.
+PAUSE = "registry.k8s.io/pause:3.10"
+# etcd_operator/cluster/spec.py DEFAULT_REPOSITORY; the tag is `v<version>` (EtcdSpec.image).
+ETCD_REPOSITORY = "gcr.io/etcd-development/etcd"
+# tests/substrate/test_nodeagent.py uses busybox:1.36.
+BUSYBOX = "docker.io/library/busybox:1.36"
+# etcd_operator/config.py DEFAULT_OPERATOR_IMAGE, the Helm chart's repository:appVersion.
+OPERATOR = "ghcr.io/etcd-operator/etcd-operator:0.1.0"
+
+
+def etcd(version: str) -> str:
+    return f"{ETCD_REPOSITORY}:v{version.removeprefix('v')}"

@@ -1,0 +1,211 @@
+"""What each image holds, built from this machine's files, and the cached build of each.
+
+- pause: e2e/images/pause/pause.c compiled with `gcc -static`, the one file of the image;
+- etcd: the testbin binaries of each etcd recipe on a distroless-like base (no shell), as
+  upstream's image lays them out (/usr/local/bin, WORKDIR /var/lib/etcd, CMD etcd);
+- busybox: Debian's busybox-static with every applet linked in /bin, CMD sh.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+from collections.abc import Callable
+
+from images import cache, names, oci
+
+HERE = pathlib.Path(__file__).resolve().parent
+TESTBIN_RECIPES = HERE.parent / "testbin"
+ETCD_TOOLS = ("etcd", "etcdctl", "etcdutl")
+ETCD_MODULE = "go.etcd.io/etcd/server/v3"
+HOST_CA_BUNDLE = pathlib.Path("/etc/ssl/certs/ca-certificates.crt")
+BUSYBOX_BINARY = pathlib.Path("/bin/busybox")
+
+
+class Missing(Exception):
+    """An input of an image is not on this machine (a package or a testbin binary)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+    name: str
+    entries: Callable[[], list[oci.Entry]]
+    config: oci.Config
+    # For archives built elsewhere whose index names only a tag (see containerd.import_archive).
+    base_name: str | None = None
+
+
+def build(recipe: Recipe) -> pathlib.Path:
+    """The recipe's archive, written unless one of the same inputs is cached."""
+    entries = recipe.entries()
+    inputs = {"name": recipe.name, "config": dataclasses.asdict(recipe.config),
+              "entries": [entry.fingerprint() for entry in entries]}
+    archive = cache.archive_path(recipe.name, inputs)
+    if not archive.exists():
+        oci.write_archive(archive, recipe.name, entries, recipe.config)
+    return archive
+
+
+# --- pause -------------------------------------------------------------------------------
+
+def pause_binary() -> pathlib.Path:
+    """pause.c compiled statically, cached by the source and the compiler's version."""
+    source = HERE / "pause" / "pause.c"
+    gcc = shutil.which("gcc")
+    if not gcc:
+        raise Missing("gcc is missing (apt-get install gcc libc6-dev)")
+    compiler = subprocess.run([gcc, "--version"], capture_output=True, text=True, check=True).stdout
+    stamp = hashlib.sha256(source.read_bytes() + compiler.encode()).hexdigest()[:12]
+    binary = cache.directory() / "bin" / f"pause-{stamp}"
+    if not binary.exists():
+        binary.parent.mkdir(parents=True, exist_ok=True)
+        partial = binary.with_name(binary.name + ".partial")
+        compiled = subprocess.run([gcc, "-static", "-O2", "-s", "-Wall", "-Wextra", "-Werror",
+                                   "-o", str(partial), str(source)], capture_output=True, text=True)
+        if compiled.returncode != 0:
+            raise Missing(f"gcc -static failed (is libc6-dev installed?):\n{compiled.stderr}")
+        partial.replace(binary)
+    return binary
+
+
+def pause_entries() -> list[oci.Entry]:
+    return [oci.file("pause", pause_binary())]
+
+
+PAUSE = Recipe(names.PAUSE, pause_entries,
+               oci.Config(entrypoint=("/pause",), user="65535:65535", env=()))
+
+
+# --- a distroless-like base: users, name service, CA certificates, /tmp; no shell ------------
+
+PASSWD = """root:x:0:0:root:/root:/sbin/nologin
+nobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin
+nonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin
+"""
+GROUP = """root:x:0:
+nobody:x:65534:
+tty:x:5:
+staff:x:50:
+nonroot:x:65532:
+"""
+NSSWITCH = "hosts: files dns\nnetworks: files\n"
+
+
+def distroless_base() -> list[oci.Entry]:
+    entries = [
+        oci.text("etc/passwd", PASSWD),
+        oci.text("etc/group", GROUP),
+        oci.text("etc/nsswitch.conf", NSSWITCH),
+        oci.directory("tmp", mode=0o1777),
+        oci.directory("root", mode=0o700),
+        oci.directory("home/nonroot", mode=0o700, uid=65532, gid=65532),
+    ]
+    if HOST_CA_BUNDLE.exists():
+        entries.append(oci.file("etc/ssl/certs/ca-certificates.crt", HOST_CA_BUNDLE, mode=0o644))
+    return entries
+
+
+# --- etcd --------------------------------------------------------------------------------
+
+def testbin_dir() -> pathlib.Path:
+    """Where e2e/testbin/build.sh keeps its binaries (the same rule as the script)."""
+    if os.environ.get("ETCD_OPERATOR_TESTBIN"):
+        return pathlib.Path(os.environ["ETCD_OPERATOR_TESTBIN"])
+    base = os.environ.get("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache"
+    return pathlib.Path(base) / "etcd-operator" / "testbin"
+
+
+def etcd_recipes() -> dict[str, str]:
+    """testbin recipe -> the etcd version its go.mod pins (etcd-3.5 -> 3.5.35)."""
+    found = {}
+    for go_mod in sorted(TESTBIN_RECIPES.glob("etcd-*/go.mod")):
+        match = re.search(rf"^\s*(?:require\s+)?{re.escape(ETCD_MODULE)}\s+v(\S+)", go_mod.read_text(), re.M)
+        if match:
+            found[go_mod.parent.name] = match.group(1)
+    return found
+
+
+def etcd_entries(recipe: str) -> Callable[[], list[oci.Entry]]:
+    def entries() -> list[oci.Entry]:
+        binaries = testbin_dir() / recipe
+        missing = [tool for tool in ETCD_TOOLS if not (binaries / tool).exists()]
+        if missing:
+            raise Missing(f"{binaries} lacks {', '.join(missing)}: run `make testbin`")
+        return distroless_base() + [
+            *(oci.file(f"usr/local/bin/{tool}", binaries / tool) for tool in ETCD_TOOLS),
+            oci.directory("var/etcd"),
+            oci.directory("var/lib/etcd"),
+        ]
+    return entries
+
+
+ETCD_CONFIG = oci.Config(
+    cmd=("/usr/local/bin/etcd",),
+    env=("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+         "SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt"),
+    working_dir="/var/lib/etcd",
+    exposed_ports=("2379/tcp", "2380/tcp"),
+)
+
+
+def etcd_images() -> list[Recipe]:
+    return [Recipe(names.etcd(version), etcd_entries(recipe), ETCD_CONFIG)
+            for recipe, version in etcd_recipes().items()]
+
+
+# --- busybox -----------------------------------------------------------------------------
+
+BUSYBOX_PASSWD = """root:x:0:0:root:/root:/bin/sh
+daemon:x:1:1:daemon:/usr/sbin:/bin/false
+nobody:x:65534:65534:nobody:/home:/bin/false
+"""
+BUSYBOX_GROUP = "root:x:0:\ndaemon:x:1:\nnogroup:x:65534:\n"
+
+
+def busybox_applets(binary: pathlib.Path) -> list[str]:
+    listed = subprocess.run([str(binary), "--list"], capture_output=True, text=True, check=True).stdout
+    return sorted({applet for applet in listed.split() if applet != "busybox"})
+
+
+def busybox_entries() -> list[oci.Entry]:
+    if not BUSYBOX_BINARY.exists() or not is_static(BUSYBOX_BINARY):
+        raise Missing(f"{BUSYBOX_BINARY} is missing or not static (apt-get install busybox-static)")
+    return [
+        oci.file("bin/busybox", BUSYBOX_BINARY),
+        *(oci.symlink(f"bin/{applet}", "busybox") for applet in busybox_applets(BUSYBOX_BINARY)),
+        oci.text("etc/passwd", BUSYBOX_PASSWD),
+        oci.text("etc/group", BUSYBOX_GROUP),
+        oci.text("etc/nsswitch.conf", NSSWITCH),
+        oci.directory("tmp", mode=0o1777),
+        oci.directory("root", mode=0o700),
+        oci.directory("home"),
+        oci.directory("usr/sbin"),
+        oci.directory("var"),
+    ]
+
+
+def is_static(path: pathlib.Path) -> bool:
+    """True for a 64-bit ELF without a program interpreter (PT_INTERP): no dynamic loader."""
+    with open(path, "rb") as elf:
+        header = elf.read(64)
+        if header[:5] != b"\x7fELF\x02":
+            return False
+        phoff = int.from_bytes(header[0x20:0x28], "little")
+        entry_size = int.from_bytes(header[0x36:0x38], "little")
+        count = int.from_bytes(header[0x38:0x3a], "little")
+        elf.seek(phoff)
+        table = elf.read(entry_size * count)
+    return all(int.from_bytes(table[i:i + 4], "little") != 3 for i in range(0, len(table), entry_size))
+
+
+BUSYBOX = Recipe(names.BUSYBOX, busybox_entries,
+                 oci.Config(cmd=("sh",), env=("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",)))
+
+
+def all_recipes() -> list[Recipe]:
+    return [PAUSE, *etcd_images(), BUSYBOX]
