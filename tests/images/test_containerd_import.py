@@ -1,0 +1,85 @@
+"""The images import into a real containerd (a throwaway one, its own root and socket) and
+run under runc: pause waits and stops on SIGTERM, etcd has no shell, busybox has one."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+from images import containerd, names, recipes
+
+pytestmark = [
+    pytest.mark.substrate,
+    pytest.mark.skipif(not (shutil.which("containerd") and shutil.which("ctr") and shutil.which("runc")),
+                       reason="needs containerd, ctr and runc (apt-get install containerd runc)"),
+    pytest.mark.skipif(os.geteuid() != 0, reason="a throwaway containerd runs as root"),
+]
+
+
+@pytest.fixture(scope="module")
+def node():
+    # A short base: the socket path must fit in 108 bytes.
+    base = pathlib.Path(tempfile.mkdtemp(prefix="ctd-", dir="/tmp"))
+    try:
+        with containerd.Throwaway(base) as throwaway:
+            yield throwaway
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def imported(node, recipe: recipes.Recipe) -> str:
+    containerd.import_archive(node.socket, recipes.build(recipe), recipe.base_name)
+    assert recipe.name in containerd.image_names(node.socket)
+    return recipe.name
+
+
+def wait_for(condition, timeout: float = 30.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def task_row(node, task: str) -> list[str]:
+    """`ctr tasks ls` columns of one task: name, host PID, status (empty when absent)."""
+    rows = [line.split() for line in containerd.ctr(node.socket, "tasks", "ls").splitlines()[1:]]
+    return next((row for row in rows if row and row[0] == task), [])
+
+
+def test_pause_runs_as_its_user_and_exits_zero_on_sigterm(node):
+    image = imported(node, recipes.PAUSE)
+    started = subprocess.Popen(["ctr", "--address", str(node.socket), "-n", containerd.NAMESPACE,
+                                "run", "--rm", image, "pause-test"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: task_row(node, "pause-test")[-1:] == ["RUNNING"], what="the pause task")
+        pid = task_row(node, "pause-test")[1]
+        status = dict(line.split(":", 1) for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines())
+        assert status["Uid"].split()[0] == status["Gid"].split()[0] == "65535"
+        containerd.ctr(node.socket, "tasks", "kill", "--signal", "SIGTERM", "pause-test")
+        assert started.wait(timeout=30) == 0
+    finally:
+        if started.poll() is None:
+            started.kill()
+
+
+def test_etcd_images_run_their_binaries_and_have_no_shell(node):
+    recipe = next(recipe for recipe in recipes.etcd_images() if recipe.name == names.etcd("3.6.16"))
+    image = imported(node, recipe)
+    version = node.run(image, "etcd-version", "etcd", "--version")
+    assert version.returncode == 0 and "etcd Version: 3.6.16" in version.stdout, version
+    shell = node.run(image, "etcd-shell", "/bin/sh", "-c", "true")
+    assert shell.returncode != 0
+
+
+def test_busybox_runs_its_shell_on_a_read_only_root(node):
+    image = imported(node, recipes.BUSYBOX)
+    done = node.run(image, "busybox-sh", "sh", "-c", "echo hello from $(id -u); touch /x 2>/dev/null || echo ro",
+                    read_only=True)
+    assert done.returncode == 0 and done.stdout.split() == ["hello", "from", "0", "ro"], done
