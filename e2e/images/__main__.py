@@ -48,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{recipe.name} {archive}")
                 continue
             containerd.import_archive(args.address, archive, recipe.base_name)
+            if recipe.name not in containerd.image_names(args.address):
+                raise containerd.ContainerdError(f"{archive} did not import as {recipe.name}")
             print(f"images: imported {recipe.name} in {time.monotonic() - started:.1f}s", file=sys.stderr)
     except (recipes.Missing, containerd.ContainerdError) as e:
         print(f"images: {e}", file=sys.stderr)

@@ -3,7 +3,8 @@
 - pause: e2e/images/pause/pause.c compiled with `gcc -static`, the one file of the image;
 - etcd: the testbin binaries of each etcd recipe on a distroless-like base (no shell), as
   upstream's image lays them out (/usr/local/bin, WORKDIR /var/lib/etcd, CMD etcd);
-- busybox: Debian's busybox-static with every applet linked in /bin, CMD sh.
+- busybox: Debian's busybox-static with every applet linked in /bin, CMD sh;
+- the operator: the archive `make image` builds (packaging/image/build.sh).
 """
 
 from __future__ import annotations
@@ -34,14 +35,17 @@ class Missing(Exception):
 @dataclasses.dataclass(frozen=True)
 class Recipe:
     name: str
-    entries: Callable[[], list[oci.Entry]]
-    config: oci.Config
-    # For archives built elsewhere whose index names only a tag (see containerd.import_archive).
+    entries: Callable[[], list[oci.Entry]] | None = None
+    config: oci.Config | None = None
+    # Or an archive built by another tool (which caches it), and the name its index lacks.
+    prebuilt: Callable[[], pathlib.Path] | None = None
     base_name: str | None = None
 
 
 def build(recipe: Recipe) -> pathlib.Path:
     """The recipe's archive, written unless one of the same inputs is cached."""
+    if recipe.prebuilt:
+        return recipe.prebuilt()
     entries = recipe.entries()
     inputs = {"name": recipe.name, "config": dataclasses.asdict(recipe.config),
               "entries": [entry.fingerprint() for entry in entries]}
@@ -77,8 +81,7 @@ def pause_entries() -> list[oci.Entry]:
     return [oci.file("pause", pause_binary())]
 
 
-PAUSE = Recipe(names.PAUSE, pause_entries,
-               oci.Config(entrypoint=("/pause",), user="65535:65535", env=()))
+PAUSE = Recipe(names.PAUSE, pause_entries, oci.Config(entrypoint=("/pause",), user="65535:65535", env=()))
 
 
 # --- a distroless-like base: users, name service, CA certificates, /tmp; no shell ------------
@@ -207,5 +210,19 @@ BUSYBOX = Recipe(names.BUSYBOX, busybox_entries,
                  oci.Config(cmd=("sh",), env=("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",)))
 
 
+# --- the operator ------------------------------------------------------------------------
+
+def operator_archive() -> pathlib.Path:
+    """`make image`'s archive (built unless cached). umoci names the image by tag only."""
+    script = HERE.parent.parent / "packaging" / "image" / "build.sh"
+    built = subprocess.run([str(script)], capture_output=True, text=True)
+    if built.returncode != 0:
+        raise Missing(f"packaging/image/build.sh failed:\n{built.stderr[-2000:]}")
+    return pathlib.Path(built.stdout.strip().splitlines()[-1])
+
+
+OPERATOR = Recipe(names.OPERATOR, prebuilt=operator_archive, base_name=oci.split_reference(names.OPERATOR)[0])
+
+
 def all_recipes() -> list[Recipe]:
-    return [PAUSE, *etcd_images(), BUSYBOX]
+    return [PAUSE, *etcd_images(), BUSYBOX, OPERATOR]

@@ -83,3 +83,14 @@ def test_busybox_runs_its_shell_on_a_read_only_root(node):
     done = node.run(image, "busybox-sh", "sh", "-c", "echo hello from $(id -u); touch /x 2>/dev/null || echo ro",
                     read_only=True)
     assert done.returncode == 0 and done.stdout.split() == ["hello", "from", "0", "ro"], done
+
+
+@pytest.mark.skipif(not (shutil.which("mmdebstrap") and shutil.which("umoci")),
+                    reason="make image needs mmdebstrap and umoci (apt-get install mmdebstrap umoci)")
+def test_operator_image_imports_under_the_charts_name_and_imports_its_pod_modules_read_only(node):
+    image = imported(node, recipes.OPERATOR)
+    # What the operator's own pods run in this image: the operator, seed fetch, scratch_check.
+    modules = "etcd_operator.operator, etcd_operator.seed, etcd_operator.backup.scratch_check"
+    done = node.run(image, "operator-import", "python", "-c", f"import os, {modules}; print(os.getuid())",
+                    read_only=True)
+    assert done.returncode == 0 and done.stdout.strip() == "65532", done
