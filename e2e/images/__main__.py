@@ -4,7 +4,8 @@
   python -m images import --address SOCK [NAME...]  build, then import into that containerd (k8s.io)
   python -m images names                           the image names, one a line
 
-NAME filters by substring (`pause`, `etcd:v3.6`); without one, every image.
+NAME filters by substring (`pause`, `etcd:v3.6`); without one, every image. An image whose
+inputs are missing is reported and skipped; the exit code is then 1.
 """
 
 from __future__ import annotations
@@ -41,8 +42,14 @@ def main(argv: list[str] | None = None) -> int:
             print(recipe.name)
         return 0
     try:
-        for recipe in selected(args.names):
-            started = time.monotonic()
+        chosen = selected(args.names)
+    except recipes.Missing as e:
+        print(f"images: {e}", file=sys.stderr)
+        return 1
+    failed = 0
+    for recipe in chosen:
+        started = time.monotonic()
+        try:
             archive = recipes.build(recipe)
             if args.command == "build":
                 print(f"{recipe.name} {archive}")
@@ -51,11 +58,10 @@ def main(argv: list[str] | None = None) -> int:
             if recipe.name not in containerd.image_names(args.address):
                 raise containerd.ContainerdError(f"{archive} did not import as {recipe.name}")
             print(f"images: imported {recipe.name} in {time.monotonic() - started:.1f}s", file=sys.stderr)
-    except (recipes.Missing, containerd.ContainerdError) as e:
-        print(f"images: {e}", file=sys.stderr)
-        return 1
-    return 0
-
+        except (recipes.Missing, containerd.ContainerdError) as e:
+            print(f"images: {recipe.name}: {e}", file=sys.stderr)
+            failed += 1
+    return 1 if failed else 0
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -43,6 +43,7 @@ class Entry:
     mode: int = 0o644
     uid: int = 0
     gid: int = 0
+    xattrs: tuple[tuple[str, bytes], ...] = ()  # e.g. ("security.capability", <vfs_cap_data>)
 
     def __post_init__(self):
         kinds = [self.source is not None, self.data is not None, self.link is not None, self.directory]
@@ -60,11 +61,13 @@ class Entry:
         content = self.content()
         return {"path": self.path, "mode": self.mode, "uid": self.uid, "gid": self.gid,
                 "link": self.link, "directory": self.directory,
+                "xattrs": [(name, value.hex()) for name, value in self.xattrs],
                 "sha256": hashlib.sha256(content).hexdigest() if content is not None else None}
 
 
-def file(path: str, source: pathlib.Path | str, mode: int = 0o755, uid: int = 0, gid: int = 0) -> Entry:
-    return Entry(path, source=pathlib.Path(source), mode=mode, uid=uid, gid=gid)
+def file(path: str, source: pathlib.Path | str, mode: int = 0o755, uid: int = 0, gid: int = 0,
+         xattrs: tuple[tuple[str, bytes], ...] = ()) -> Entry:
+    return Entry(path, source=pathlib.Path(source), mode=mode, uid=uid, gid=gid, xattrs=xattrs)
 
 
 def text(path: str, content: str, mode: int = 0o644) -> Entry:
@@ -147,6 +150,9 @@ def layer_tar(entries: list[Entry]) -> bytes:
             info = tarfile.TarInfo(entry.path + ("/" if entry.directory else ""))
             info.mtime, info.mode, info.uid, info.gid = EPOCH, entry.mode, entry.uid, entry.gid
             info.uname = info.gname = ""
+            # PAX records carry extended attributes; binary values pass as surrogate escapes.
+            info.pax_headers = {f"SCHILY.xattr.{name}": value.decode("utf-8", "surrogateescape")
+                                for name, value in entry.xattrs}
             if entry.directory:
                 info.type = tarfile.DIRTYPE
                 tar.addfile(info)

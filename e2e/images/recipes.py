@@ -4,6 +4,7 @@
 - etcd: the testbin binaries of each etcd recipe on a distroless-like base (no shell), as
   upstream's image lays them out (/usr/local/bin, WORKDIR /var/lib/etcd, CMD etcd);
 - busybox: Debian's busybox-static with every applet linked in /bin, CMD sh;
+- coredns and local-path-provisioner: their testbin builds, laid out as upstream's images;
 - the operator: the archive `make image` builds (packaging/image/build.sh).
 """
 
@@ -15,6 +16,7 @@ import os
 import pathlib
 import re
 import shutil
+import struct
 import subprocess
 from collections.abc import Callable
 
@@ -123,13 +125,29 @@ def testbin_dir() -> pathlib.Path:
     return pathlib.Path(base) / "etcd-operator" / "testbin"
 
 
+def pinned_version(recipe: str, module: str) -> str | None:
+    """The version (without v) e2e/testbin/<recipe>/go.mod requires of `module`."""
+    go_mod = TESTBIN_RECIPES / recipe / "go.mod"
+    if not go_mod.exists():
+        return None
+    match = re.search(rf"^\s*(?:require\s+)?{re.escape(module)}\s+v(\S+)", go_mod.read_text(), re.M)
+    return match.group(1) if match else None
+
+
+def testbin_binary(recipe: str, name: str) -> pathlib.Path:
+    binary = testbin_dir() / recipe / name
+    if not binary.exists():
+        raise Missing(f"{binary} is missing: run `make testbin`")
+    return binary
+
+
 def etcd_recipes() -> dict[str, str]:
     """testbin recipe -> the etcd version its go.mod pins (etcd-3.5 -> 3.5.35)."""
     found = {}
     for go_mod in sorted(TESTBIN_RECIPES.glob("etcd-*/go.mod")):
-        match = re.search(rf"^\s*(?:require\s+)?{re.escape(ETCD_MODULE)}\s+v(\S+)", go_mod.read_text(), re.M)
-        if match:
-            found[go_mod.parent.name] = match.group(1)
+        version = pinned_version(go_mod.parent.name, ETCD_MODULE)
+        if version:
+            found[go_mod.parent.name] = version
     return found
 
 
@@ -159,6 +177,43 @@ ETCD_CONFIG = oci.Config(
 def etcd_images() -> list[Recipe]:
     return [Recipe(names.etcd(version), etcd_entries(recipe), ETCD_CONFIG)
             for recipe, version in etcd_recipes().items()]
+
+
+# --- coredns and local-path-provisioner -----------------------------------------------------
+
+COREDNS_MODULE = "github.com/coredns/coredns"
+LOCAL_PATH_PROVISIONER_MODULE = "github.com/rancher/local-path-provisioner"
+CAP_NET_BIND_SERVICE = 10
+# struct vfs_cap_data, revision 2, effective: what `setcap cap_net_bind_service=+ep` writes.
+NET_BIND_SERVICE_FILE_CAPABILITY = struct.pack("<IIIII", 0x02000001, 1 << CAP_NET_BIND_SERVICE, 0, 0, 0)
+
+
+def coredns_entries() -> list[oci.Entry]:
+    """Upstream: distroless static (nonroot), /coredns with cap_net_bind_service=+ep so that
+    user 65532 may bind port 53."""
+    capability = (("security.capability", NET_BIND_SERVICE_FILE_CAPABILITY),)
+    return distroless_base() + [oci.file("coredns", testbin_binary("coredns", "coredns"), xattrs=capability)]
+
+
+def local_path_provisioner_entries() -> list[oci.Entry]:
+    """Upstream puts the binary in /usr/bin on alpine; here on the distroless-like base
+    (the provisioner runs no shell itself, its helper pods run busybox's)."""
+    binary = testbin_binary("local-path-provisioner", "local-path-provisioner")
+    return distroless_base() + [oci.file("usr/bin/local-path-provisioner", binary)]
+
+
+def addon_images() -> list[Recipe]:
+    found = []
+    coredns = pinned_version("coredns", COREDNS_MODULE)
+    if coredns:
+        found.append(Recipe(names.coredns(coredns), coredns_entries, oci.Config(
+            entrypoint=("/coredns",), user="65532:65532", working_dir="/",
+            exposed_ports=("53/tcp", "53/udp"))))
+    provisioner = pinned_version("local-path-provisioner", LOCAL_PATH_PROVISIONER_MODULE)
+    if provisioner:
+        found.append(Recipe(names.local_path_provisioner(provisioner), local_path_provisioner_entries,
+                            oci.Config(cmd=("local-path-provisioner",))))
+    return found
 
 
 # --- busybox -----------------------------------------------------------------------------
@@ -225,4 +280,4 @@ OPERATOR = Recipe(names.OPERATOR, prebuilt=operator_archive, base_name=oci.split
 
 
 def all_recipes() -> list[Recipe]:
-    return [PAUSE, *etcd_images(), BUSYBOX, OPERATOR]
+    return [PAUSE, *etcd_images(), BUSYBOX, *addon_images(), OPERATOR]
