@@ -132,3 +132,13 @@ def test_a_path_given_twice_is_refused(tmp_path):
 def test_a_name_without_tag_is_refused(tmp_path):
     with pytest.raises(ValueError, match="tag"):
         oci.write_archive(tmp_path / "a.tar", "localhost:5000/hello", [oci.text("a", "1")], CONFIG)
+
+
+def test_extended_attributes_travel_as_pax_records(tmp_path, program):
+    capability = b"\x01\x00\x00\x02\x00\x04\x00\x00" + bytes(12)
+    entry = oci.file("coredns", program, xattrs=(("security.capability", capability),))
+    written = oci.write_archive(tmp_path / "a.tar", NAME, [entry], CONFIG)
+    layer = gzip.decompress(blob(read_layout(written.archive), written.layer_digest))
+    with tarfile.open(fileobj=io.BytesIO(layer)) as tar:
+        record = tar.getmember("coredns").pax_headers["SCHILY.xattr.security.capability"]
+    assert record.encode("utf-8", "surrogateescape") == capability
