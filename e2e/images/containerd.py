@@ -3,8 +3,10 @@ root, state, socket and config under one directory) to prove that they import an
 
 from __future__ import annotations
 
+import os
 import pathlib
 import shutil
+import signal
 import subprocess
 import time
 
@@ -90,12 +92,51 @@ class Throwaway:
 
     def __exit__(self, *exc):
         if self.process and self.process.poll() is None:
+            self._remove_containers()
             self.process.terminate()
             try:
                 self.process.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        # Shims outlive their containerd by design; these are this containerd's only.
+        for pid in self._shims():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for mount in self._mounts():
+            subprocess.run(["umount", "--lazy", mount], capture_output=True)
+
+    def _remove_containers(self):
+        try:
+            listed = ctr(self.socket, "containers", "ls", "--quiet", timeout=20).split()
+            for container in listed:
+                if self._has_task(container):
+                    ctr(self.socket, "tasks", "delete", "--force", container, timeout=20)
+                ctr(self.socket, "containers", "delete", container, timeout=20)
+        except (ContainerdError, subprocess.TimeoutExpired):
+            pass  # the shims and mounts are cleaned up below all the same
+
+    def _has_task(self, container: str) -> bool:
+        rows = ctr(self.socket, "tasks", "ls", timeout=20).splitlines()[1:]
+        return any(row.split()[:1] == [container] for row in rows)
+
+    def _shims(self) -> list[int]:
+        pids = []
+        for cmdline in pathlib.Path("/proc").glob("[0-9]*/cmdline"):
+            try:
+                argv = cmdline.read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"-address" in argv and str(self.socket).encode() in argv and b"shim" in argv[0]:
+                pids.append(int(cmdline.parent.name))
+        return pids
+
+    def _mounts(self) -> list[str]:
+        """Mount points under base, deepest first."""
+        points = [line.split()[1] for line in pathlib.Path("/proc/mounts").read_text().splitlines()]
+        return sorted((point for point in points if point.startswith(str(self.base) + "/")), reverse=True)
 
     def run(self, image: str, name: str, *command: str, read_only: bool = False,
             timeout: float = 60.0) -> subprocess.CompletedProcess:

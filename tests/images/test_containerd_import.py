@@ -39,7 +39,7 @@ def imported(node, recipe: recipes.Recipe) -> str:
     return recipe.name
 
 
-def wait_for(condition, timeout: float = 30.0, what: str = "condition"):
+def wait_for(condition, timeout: float = 60.0, what: str = "condition"):
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
@@ -54,15 +54,45 @@ def task_row(node, task: str) -> list[str]:
 
 def test_pause_runs_as_its_user_and_exits_zero_on_sigterm(node):
     image = imported(node, recipes.PAUSE)
-    started = subprocess.Popen(["ctr", "--address", str(node.socket), "-n", containerd.NAMESPACE,
-                                "run", "--rm", image, "pause-test"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    started = started_task(node, image, "pause-test")
     try:
         wait_for(lambda: task_row(node, "pause-test")[-1:] == ["RUNNING"], what="the pause task")
-        pid = task_row(node, "pause-test")[1]
-        status = dict(line.split(":", 1) for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines())
-        assert status["Uid"].split()[0] == status["Gid"].split()[0] == "65535"
+        assert ids(task_row(node, "pause-test")[1]) == ("65535", "65535")
         containerd.ctr(node.socket, "tasks", "kill", "--signal", "SIGTERM", "pause-test")
+        assert started.wait(timeout=30) == 0
+    finally:
+        if started.poll() is None:
+            started.kill()
+
+
+def started_task(node, image: str, task: str) -> subprocess.Popen:
+    return subprocess.Popen(["ctr", "--address", str(node.socket), "-n", containerd.NAMESPACE,
+                             "run", "--rm", image, task],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def ids(pid: str) -> tuple[str, str]:
+    """The real uid and gid of a host process."""
+    status = dict(line.split(":", 1) for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines())
+    return status["Uid"].split()[0], status["Gid"].split()[0]
+
+
+def test_coredns_binds_port_53_as_nonroot_through_its_file_capability(node):
+    recipe = next((recipe for recipe in recipes.addon_images() if recipe.name.startswith(names.COREDNS_REPOSITORY)),
+                  None)
+    if recipe is None or not (recipes.testbin_dir() / "coredns" / "coredns").exists():
+        pytest.skip("no coredns testbin build (make testbin)")
+    image = imported(node, recipe)
+    started = started_task(node, image, "coredns-test")
+    try:
+        output = []
+        while not any("CoreDNS-" in line or "denied" in line for line in output):
+            line = started.stdout.readline()
+            assert line, f"coredns stopped: {''.join(output)}"
+            output.append(line)
+        assert ".:53\n" in output, output  # with no Corefile: the whoami server on port 53
+        assert ids(task_row(node, "coredns-test")[1]) == ("65532", "65532")
+        containerd.ctr(node.socket, "tasks", "kill", "--signal", "SIGTERM", "coredns-test")
         assert started.wait(timeout=30) == 0
     finally:
         if started.poll() is None:
