@@ -124,3 +124,13 @@ def test_operator_image_imports_under_the_charts_name_and_imports_its_pod_module
     done = node.run(image, "operator-import", "python", "-c", f"import os, {modules}; print(os.getuid())",
                     read_only=True)
     assert done.returncode == 0 and done.stdout.strip() == "65532", done
+
+
+def test_local_path_provisioner_runs_its_pinned_version(node):
+    recipe = next((recipe for recipe in recipes.addon_images()
+                   if recipe.name.startswith(names.LOCAL_PATH_PROVISIONER_REPOSITORY)), None)
+    if recipe is None or not (recipes.testbin_dir() / "local-path-provisioner" / "local-path-provisioner").exists():
+        pytest.skip("no local-path-provisioner testbin build (make testbin)")
+    image = imported(node, recipe)
+    done = node.run(image, "provisioner-version", "local-path-provisioner", "--version", read_only=True)
+    assert done.returncode == 0 and done.stdout.split()[-1] == recipe.name.rsplit(":", 1)[1], done
