@@ -134,3 +134,35 @@ def test_local_path_provisioner_runs_its_pinned_version(node):
     image = imported(node, recipe)
     done = node.run(image, "provisioner-version", "local-path-provisioner", "--version", read_only=True)
     assert done.returncode == 0 and done.stdout.split()[-1] == recipe.name.rsplit(":", 1)[1], done
+
+
+def test_etcd_serves_from_a_data_mount_on_a_read_only_root(node, tmp_path):
+    """As in the verification pod: unix listeners in the working directory, a data dir on
+    a mounted volume, the root file system read-only, the default seccomp profile."""
+    recipe = next(recipe for recipe in recipes.etcd_images() if recipe.name == names.etcd("3.6.16"))
+    image = imported(node, recipe)
+    data = tmp_path / "volume"
+    data.mkdir()
+    ctr = ["ctr", "--address", str(node.socket), "-n", containerd.NAMESPACE]
+    started = subprocess.Popen(
+        [*ctr, "run", "--rm", "--read-only", "--seccomp", "--cwd", "/var/lib/etcd",
+         "--mount", f"type=bind,src={data},dst=/var/lib/etcd,options=rbind:rw", image, "etcd-member",
+         "etcd", "--name=m", "--data-dir=/var/lib/etcd/data", "--listen-client-urls=unix://client:0",
+         "--advertise-client-urls=unix://client:0", "--listen-peer-urls=unix://peer:0"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for(lambda: (data / "client:0").exists(), what="etcd's client socket")
+        etcdctl = [*ctr, "tasks", "exec", "--exec-id"]
+        endpoint = "--endpoints=unix:///var/lib/etcd/client:0"
+        put = subprocess.run([*etcdctl, "put", "etcd-member", "etcdctl", endpoint, "put", "k", "v"],
+                             capture_output=True, text=True, timeout=60)
+        assert put.stdout.strip() == "OK", put
+        got = subprocess.run([*etcdctl, "get", "etcd-member", "etcdctl", endpoint, "get", "k", "--print-value-only"],
+                             capture_output=True, text=True, timeout=60)
+        assert got.stdout.strip() == "v", got
+        assert (data / "data" / "member" / "wal").is_dir()
+        containerd.ctr(node.socket, "tasks", "kill", "--signal", "SIGTERM", "etcd-member")
+        assert started.wait(timeout=30) == 0
+    finally:
+        if started.poll() is None:
+            started.kill()
