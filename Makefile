@@ -72,10 +72,13 @@ e2e-kind: venv ## the e2e scenarios on a kind cluster, in external mode (needs D
 image: venv ## the operator's OCI image archive, without Docker (needs mmdebstrap and umoci)
 	@packaging/image/build.sh
 
+images: venv testbin ## the images real nodes run (pause, etcd, busybox, operator) as OCI archives
+	@PYTHONPATH=e2e $(PY) -m images build
+
 chart-crds: ## copy crds/ into the Helm chart (tests/substrate/test_helm_release.py checks they match)
 	@cp crds/etcd*.yaml charts/etcd-operator/crds/
 
 demo: up crds ## the main job on the local default
 	@e2e/demo.sh
 
-.PHONY: help venv venv-prod testbin up down status crds run test test-unit bench e2e-kind image chart-crds demo
+.PHONY: help venv venv-prod testbin up down status crds run test test-unit bench e2e-kind image images chart-crds demo
