@@ -1,6 +1,10 @@
 """Host state that real nodes change: recorded before the first node starts, restored by
 `down`, and snapshotted so that a test can compare the host before `up` and after `down`.
 
+The record is host-wide (RECORD): the first checkout whose real nodes start writes it, later
+ones join it as owners, and the last one to go down restores it, so that a checkout starting
+beside another one's running nodes never takes their changes for the host's own values.
+
 Kubelets set a few global sysctls (their protectKernelDefaults is off); the host's resolver
 is pointed at the substrate's DNS; `ip netns add` may mount /run/netns; containerd, the
 kubelet and the CNI plugins leave files under /run/containerd, /var/lib/cni and
@@ -41,6 +45,7 @@ CREATED_PATHS = [
     pathlib.Path("/run/xtables.lock"),  # iptables -w in the nodes' namespaces
 ]
 RESOLVER_MARKER = "# localkube real nodes of checkout "
+RECORD = pathlib.Path("/run/localkube/host-state.json")
 
 
 def _sysctl_path(name: str) -> pathlib.Path:
@@ -66,28 +71,41 @@ def is_mountpoint(path: pathlib.Path) -> bool:
     return str(path) in mountpoints()
 
 
-def record(path: pathlib.Path) -> None:
-    """Writes the record once; a second `up` keeps the first one."""
-    if path.exists():
-        return
-    state = {
-        "sysctls": read_sysctls(),
-        "resolv_conf": RESOLV_CONF.read_text(),
-        "absent_paths": [str(p) for p in CREATED_PATHS if not p.exists()],
-        "run_netns_mounted": is_mountpoint(pathlib.Path("/run/netns")),
-    }
-    path.write_text(json.dumps(state, indent=2))
+def _write(state: dict) -> None:
+    RECORD.parent.mkdir(parents=True, exist_ok=True)
+    RECORD.write_text(json.dumps(state, indent=2))
 
 
-def recorded(path: pathlib.Path) -> dict | None:
+def record(owner: str) -> None:
+    """Records the host as found, or joins the record another checkout made."""
+    state = recorded()
+    if state is None:
+        state = {
+            "sysctls": read_sysctls(),
+            "resolv_conf": RESOLV_CONF.read_text(),
+            "absent_paths": [str(p) for p in [*CREATED_PATHS, RECORD.parent] if not p.exists()],
+            "run_netns_mounted": is_mountpoint(pathlib.Path("/run/netns")),
+            "owners": [],
+        }
+    if owner not in state["owners"]:
+        state["owners"].append(owner)
+    _write(state)
+
+
+def recorded() -> dict | None:
     try:
-        return json.loads(path.read_text())
+        return json.loads(RECORD.read_text())
     except FileNotFoundError:
         return None
 
 
-def upstream_nameservers(path: pathlib.Path) -> list[str]:
-    state = recorded(path)
+def owns(owner: str) -> bool:
+    state = recorded()
+    return state is not None and owner in state["owners"]
+
+
+def upstream_nameservers() -> list[str]:
+    state = recorded()
     text = state["resolv_conf"] if state else RESOLV_CONF.read_text()
     return re.findall(r"^\s*nameserver\s+(\S+)", text, re.MULTILINE)
 
@@ -116,9 +134,16 @@ def unmount_below(root: pathlib.Path) -> list[str]:
     return problems
 
 
-def restore(path: pathlib.Path, owner: str) -> list[str]:
-    state = recorded(path)
-    if state is None:
+def restore(owner: str) -> list[str]:
+    """Leaves the record; the last owner puts the host back as recorded."""
+    state = recorded()
+    if state is None or owner not in state["owners"]:
+        return []
+    if RESOLVER_MARKER + owner in RESOLV_CONF.read_text():
+        RESOLV_CONF.write_text(state["resolv_conf"])
+    state["owners"].remove(owner)
+    if state["owners"]:
+        _write(state)
         return []
     problems = []
     for name, value in state["sysctls"].items():
@@ -127,8 +152,7 @@ def restore(path: pathlib.Path, owner: str) -> list[str]:
                 _sysctl_path(name).write_text(value)
             except OSError as e:
                 problems.append(f"could not restore {name}={value}: {e}")
-    if RESOLVER_MARKER + owner in RESOLV_CONF.read_text():
-        RESOLV_CONF.write_text(state["resolv_conf"])
+    RECORD.unlink()
     for absent in map(pathlib.Path, state["absent_paths"]):
         if absent == pathlib.Path("/run/netns"):
             continue
@@ -141,7 +165,6 @@ def restore(path: pathlib.Path, owner: str) -> list[str]:
         subprocess.run(["umount", str(run_netns)], capture_output=True)
     if str(run_netns) in state["absent_paths"] and run_netns.exists() and not is_mountpoint(run_netns):
         _remove_if_empty_tree(run_netns)
-    path.unlink()
     return problems
 
 
@@ -172,6 +195,6 @@ def snapshot() -> dict:
         "routes": sorted(routes.splitlines()),
         "resolv_conf": RESOLV_CONF.read_text(),
         "netns": sorted(p.name for p in pathlib.Path("/run/netns").glob("*")),
-        "paths": {str(p): p.exists() for p in CREATED_PATHS},
+        "paths": {str(p): p.exists() for p in [*CREATED_PATHS, RECORD]},
         "cgroups": sorted(str(p) for p in pathlib.Path("/sys/fs/cgroup").glob("*/localkube-*")),
     }

@@ -12,6 +12,8 @@ import json
 import os
 import pathlib
 import signal
+import socket
+import struct
 import subprocess
 import time
 
@@ -70,10 +72,6 @@ def cgroup_name(layout: Layout, index: int) -> str:
 
 def cni_network_name(layout: Layout) -> str:
     return f"localkube-{_short(layout)}"
-
-
-def hoststate_file(layout: Layout) -> pathlib.Path:
-    return layout.state_dir / "host-state.json"
 
 
 def _in_node(layout: Layout, index: int, argv: list[str]) -> list[str]:
@@ -356,7 +354,7 @@ def _write_kube_proxy_config(layout: Layout, index: int) -> pathlib.Path:
 
 def _write_corefile(layout: Layout) -> pathlib.Path:
     net = layout.node_network
-    upstreams = " ".join(hoststate.upstream_nameservers(hoststate_file(layout))) or "/etc/resolv.conf"
+    upstreams = " ".join(hoststate.upstream_nameservers()) or "/etc/resolv.conf"
     kubeconfig = controlplane.component_kubeconfig(layout, "coredns")
     text = f"""{CLUSTER_DOMAIN}:53 {{
     bind {net.dns_address}
@@ -459,10 +457,8 @@ def coredns_binary(layout: Layout) -> pathlib.Path:
     return layout.binary("coredns", "coredns")
 
 
-def _dns_query_answers(server: str, name: str) -> bool:
+def dns_answers(server: str, name: str) -> bool:
     """One A query over UDP; True on an answer with at least one record."""
-    import socket
-    import struct
 
     header = struct.pack(">HHHHHH", 0x4c4b, 0x0100, 1, 0, 0, 0)
     question = b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\0" + struct.pack(">HH", 1, 1)
@@ -506,7 +502,7 @@ def prepare_host(layout: Layout) -> None:
         if not layout.binary(recipe, binary).exists():
             raise RuntimeError(f"{layout.binary(recipe, binary)} is missing: run `make testbin`")
     layout.state_dir.mkdir(parents=True, exist_ok=True)
-    hoststate.record(hoststate_file(layout))
+    hoststate.record(layout.checkout_id)
     _ensure_network(layout)
     _ensure_cgroups(layout)
     pki.ensure(layout.pki_dir)
@@ -522,7 +518,7 @@ def up(layout: Layout) -> None:
     _start(layout, "kube-scheduler", _scheduler_argv(layout))
     if coredns_binary(layout).exists():
         _start(layout, "coredns", [str(coredns_binary(layout)), "-conf", str(_write_corefile(layout))])
-        _wait(layout, "CoreDNS to answer", lambda: _dns_query_answers(
+        _wait(layout, "CoreDNS to answer", lambda: dns_answers(
             layout.node_network.dns_address, f"kubernetes.default.svc.{CLUSTER_DOMAIN}"), ["coredns"])
         if not hoststate.point_resolver(layout.node_network.dns_address, layout.checkout_id):
             print("localkube: /etc/resolv.conf belongs to another checkout's real nodes; "
@@ -583,7 +579,7 @@ def _remove_leftover_files(layout: Layout) -> None:
 
 
 def down(layout: Layout) -> list[str]:
-    if hoststate.recorded(hoststate_file(layout)) is None and not nodes_dir(layout).exists():
+    if not hoststate.owns(layout.checkout_id) and not nodes_dir(layout).exists():
         return []
     problems = []
     for index in range(1, NODE_COUNT + 1):
@@ -595,7 +591,7 @@ def down(layout: Layout) -> list[str]:
         problems += _remove_cgroups(layout, index)
     problems += _remove_network(layout)
     _remove_leftover_files(layout)
-    problems += hoststate.restore(hoststate_file(layout), layout.checkout_id)
+    problems += hoststate.restore(layout.checkout_id)
     return problems
 
 

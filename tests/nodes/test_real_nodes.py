@@ -135,6 +135,7 @@ def test_service_names_resolve_from_a_pod_and_from_the_host(real_nodes, core, na
     lookup = f"nslookup web.{namespace}.svc.cluster.local | grep -q {cluster_ip}"
     core.create_namespaced_pod(namespace, busybox_pod("lookup", "node-2", lookup))
     assert finished_phase(core, namespace, "lookup") == "Succeeded"
+    assert realnodes.dns_answers(real_nodes.node_network.dns_address, f"web.{namespace}.svc.cluster.local")
     if hoststate.RESOLVER_MARKER + real_nodes.checkout_id not in hoststate.RESOLV_CONF.read_text():
         pytest.skip("/etc/resolv.conf belongs to another checkout's real nodes")
     # The host's resolver: its search list completes `<name>.<namespace>.svc`.
@@ -166,14 +167,33 @@ def test_a_stopped_node_runs_pods_again_once_healed(real_nodes, core, namespace)
     running_pod_ip(core, namespace, "after-restart")
 
 
+def _is_ours(item: str, where) -> bool:
+    marks = (f"lk{where.checkout_id[:6]}", where.checkout_id, str(where.state_dir),
+             f"10.{where.node_network.octet}.")
+    return any(mark in item for mark in marks)
+
+
+def _is_another_checkouts(item: str) -> bool:
+    """Links, routes, namespaces and cgroups of other checkouts' real nodes on this machine."""
+    return item.startswith("lk") or " dev lk" in item or "/localkube-" in item
+
+
 def test_down_gives_the_host_back_as_found(real_nodes, host_before):
     during = hoststate.snapshot()
-    assert during["links"] != host_before["links"]  # the nodes did change the host
+    assert [link for link in during["links"] if _is_ours(link, real_nodes)]  # the nodes did change the host
     assert controlplane.down(real_nodes) == []
     after = hoststate.snapshot()
-    # Other work on this machine mounts and unmounts too: only the nodes' places count.
+    # This machine is shared: other work mounts and unmounts, other checkouts' real nodes come
+    # and go. Nothing of these nodes may stay, nothing else may have been taken away.
+    for aspect in ("links", "routes", "netns", "cgroups"):
+        changed = set(after[aspect]) ^ set(host_before[aspect])
+        assert [item for item in changed if _is_ours(item, real_nodes)] == [], aspect
+        assert [item for item in changed if not _is_another_checkouts(item)] == [], aspect
     ours = (str(real_nodes.state_dir), "/run/netns", "/run/containerd", "/var/lib/kubelet", "/var/lib/cni")
     changed = set(after["mounts"]) ^ set(host_before["mounts"])
     assert [m for m in changed if m.startswith(ours)] == []
-    for aspect in host_before.keys() - {"mounts"}:
+    assert hoststate.RESOLVER_MARKER + real_nodes.checkout_id not in after["resolv_conf"]
+    if hoststate.RESOLVER_MARKER not in after["resolv_conf"]:  # else another checkout took it since
+        assert after["resolv_conf"] == host_before["resolv_conf"]
+    for aspect in ("sysctls", "iptables", "paths"):
         assert after[aspect] == host_before[aspect], aspect
