@@ -40,8 +40,11 @@ venv-prod: $(PROD_VENV)/.installed ## the production install (no test extras) th
 testbin: ## build the pinned kube-apiserver, controller-manager, kubectl, kubelet, kube-proxy, kube-scheduler, etcd 3.5/3.6, MinIO, helm, Prometheus and promtool
 	@e2e/testbin/build.sh >/dev/null  # progress and the cache directory go to stderr
 
-up: venv testbin ## start the local control plane, MinIO and the node agent (harmless when up)
-	@$(LOCALKUBE) up
+# NODES=real: three real nodes (containerd, kubelet, kube-proxy in network namespaces)
+# instead of the node agent; see e2e/README.md.
+NODES ?=
+up: venv testbin ## start the local control plane, MinIO and the node agent, or with NODES=real three real nodes (harmless when up)
+	@$(LOCALKUBE) up $(if $(NODES),--nodes $(NODES))
 
 down: venv ## stop everything the local default started
 	@$(LOCALKUBE) down

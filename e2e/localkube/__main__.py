@@ -11,7 +11,11 @@ from localkube import controlplane, layout, processes
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="localkube", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("up", help="start whatever is not running yet (harmless when already up)")
+    up = sub.add_parser("up", help="start whatever is not running yet (harmless when already up)")
+    up.add_argument("--nodes", choices=["agent", "real"], default=None,
+                    help="agent: the process node agent (default); real: three real nodes "
+                         "(containerd, kubelet, kube-proxy) in network namespaces; "
+                         "also LOCALKUBE_NODES; kept until `down`")
     down = sub.add_parser("down", help="stop everything and check that no port stays bound")
     down.add_argument("--purge", action="store_true", help="also delete the data and logs")
     sub.add_parser("status", help="show each component")
@@ -21,23 +25,32 @@ def main(argv: list[str] | None = None) -> int:
     where = layout.current()
     if args.command == "up":
         try:
-            controlplane.up(where)
+            controlplane.up(where, nodes=args.nodes)
         except processes.PortTaken as e:
             print(f"localkube: {e}", file=sys.stderr)
             return 2
+        pods = where.node_network.pods_cidr if controlplane.real_nodes(where) else where.pod_cidr
         print(f"localkube is up (apiserver {controlplane.apiserver_url(where)}, "
-              f"S3 {controlplane.s3_endpoint(where)}, pods in {where.pod_cidr})", file=sys.stderr)
+              f"S3 {controlplane.s3_endpoint(where)}, pods in {pods})", file=sys.stderr)
         print(f"export KUBECONFIG={where.kubeconfig}")
         print(f"# S3 endpoint, bucket and credentials: source {where.env_file}")
         return 0
     if args.command == "down":
-        problems = controlplane.down(where, purge=args.purge)
+        problems = []
+        # Substrates of their own that tests start under this one (tests/nodes) go too.
+        for nested in sorted(where.state_dir.glob("*/.localkube")):
+            problems += controlplane.down(layout.current(nested.parent), purge=args.purge)
+        problems += controlplane.down(where, purge=args.purge)
         for problem in problems:
             print(f"localkube: {problem}", file=sys.stderr)
         return 1 if problems else 0
     if args.command == "status":
         for name, state in controlplane.status(where).items():
             print(f"{name:26} {state}")
+        if controlplane.real_nodes(where):
+            from localkube import realnodes
+            for name, state in realnodes.status(where).items():
+                print(f"{name:26} {state}")
         return 0
     if args.command == "env":
         print(where.env_file)

@@ -1,5 +1,6 @@
 """Starts and stops the local substrate: etcd for the API server, kube-apiserver,
-kube-controller-manager, MinIO and the process node agent."""
+kube-controller-manager, MinIO and the process node agent (or, with real nodes, the
+nodes of localkube.realnodes instead of the node agent)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ from localkube import pki, processes
 from localkube.layout import Layout
 
 SERVICE_CIDR = "10.0.0.0/24"
+# `up --nodes real` (or LOCALKUBE_NODES=real) records the mode here until `down`.
+NODES_MODE_FILE = "nodes-mode"
 S3_BUCKET = "etcd-backups"
 S3_REGION = "us-east-1"
 READY_TIMEOUT = 120.0
@@ -47,6 +50,8 @@ class Component:
     env: Callable[[Layout], dict[str, str]] = lambda layout: {}
     # True when a running process must be restarted to get the argv now wanted.
     outdated: Callable[[Layout, int], bool] = lambda layout, pid: False
+    # False when this node mode does without the component (stopped if running).
+    wanted: Callable[[Layout], bool] = lambda layout: True
 
 
 # --- readiness probes -----------------------------------------------------------------
@@ -73,8 +78,24 @@ def _insecure_context() -> ssl.SSLContext:
     return context
 
 
+def real_nodes(layout: Layout) -> bool:
+    try:
+        return (layout.state_dir / NODES_MODE_FILE).read_text().strip() == "real"
+    except FileNotFoundError:
+        return False
+
+
+def apiserver_host(layout: Layout) -> str:
+    """Real nodes' pods reach the apiserver on the host side of their bridge."""
+    return layout.node_network.bridge_address if real_nodes(layout) else "127.0.0.1"
+
+
+def service_cidr(layout: Layout) -> str:
+    return layout.node_network.service_cidr if real_nodes(layout) else SERVICE_CIDR
+
+
 def apiserver_url(layout: Layout) -> str:
-    return f"https://127.0.0.1:{layout.ports.apiserver}"
+    return f"https://{apiserver_host(layout)}:{layout.ports.apiserver}"
 
 
 def apiserver_ready(layout: Layout) -> bool:
@@ -224,13 +245,43 @@ def _etcd_argv(layout: Layout) -> list[str]:
     ]
 
 
+def _serves_other_mode(layout: Layout, pid: int) -> bool:
+    """A running apiserver or controller-manager started for the other node mode."""
+    try:
+        argv = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return f"--service-cluster-ip-range={service_cidr(layout)}".encode() not in argv
+
+
+def _apiserver_mode_args(layout: Layout) -> list[str]:
+    k = layout.pki_dir
+    if not real_nodes(layout):
+        return [
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            "--authorization-mode=RBAC",
+            # The lease reconciler would publish 127.0.0.1 as the kubernetes Service endpoint,
+            # which endpoints validation refuses (loopback); pods get the address directly.
+            "--endpoint-reconciler-type=none",
+        ]
+    address = layout.node_network.bridge_address
+    return [
+        f"--bind-address={address}",
+        f"--advertise-address={address}",
+        "--authorization-mode=Node,RBAC",
+        "--kubelet-preferred-address-types=InternalIP",
+        f"--kubelet-client-certificate={k / 'admin.crt'}",
+        f"--kubelet-client-key={k / 'admin.key'}",
+    ]
+
+
 def _apiserver_argv(layout: Layout) -> list[str]:
     k = layout.pki_dir
     return [
         str(layout.binary("kube", "kube-apiserver")),
         f"--etcd-servers=http://127.0.0.1:{layout.ports.etcd_client}",
-        "--bind-address=127.0.0.1",
-        "--advertise-address=127.0.0.1",
+        *_apiserver_mode_args(layout),
         f"--secure-port={layout.ports.apiserver}",
         f"--cert-dir={k}",
         f"--tls-cert-file={k / 'apiserver.crt'}",
@@ -241,13 +292,9 @@ def _apiserver_argv(layout: Layout) -> list[str]:
         f"--service-account-key-file={k / 'sa.pub'}",
         f"--service-account-signing-key-file={k / 'sa.key'}",
         "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-        f"--service-cluster-ip-range={SERVICE_CIDR}",
-        "--authorization-mode=RBAC",
+        f"--service-cluster-ip-range={service_cidr(layout)}",
         "--allow-privileged=true",
         "--enable-priority-and-fairness=false",
-        # The lease reconciler would publish 127.0.0.1 as the kubernetes Service endpoint,
-        # which endpoints validation refuses (loopback); pods get the address directly.
-        "--endpoint-reconciler-type=none",
         "--profiling=false",
         "--v=1",
         *_audit_args(layout),
@@ -265,20 +312,26 @@ def _controller_manager_argv(layout: Layout) -> list[str]:
         "--bind-address=127.0.0.1",
         f"--secure-port={layout.ports.controller_manager}",
         f"--cert-dir={layout.state_dir / 'controller-manager-certs'}",
-        # Pod IPs are loopback addresses here, which EndpointSlices may not hold; the node
-        # agent resolves Services from pods itself (e2e/nodeagent/README.md).
-        "--controllers=*,-endpointslice-controller,-endpoints-controller,-endpointslice-mirroring-controller",
+        *_controller_selection(layout),
         "--leader-elect=false",
         "--use-service-account-credentials=true",
         f"--service-account-private-key-file={k / 'sa.key'}",
         f"--root-ca-file={k / 'ca.crt'}",
         f"--cluster-signing-cert-file={k / 'ca.crt'}",
         f"--cluster-signing-key-file={k / 'ca.key'}",
-        f"--service-cluster-ip-range={SERVICE_CIDR}",
+        f"--service-cluster-ip-range={service_cidr(layout)}",
         "--node-monitor-grace-period=20s",
         "--concurrent-gc-syncs=5",
         "--v=1",
     ]
+
+
+def _controller_selection(layout: Layout) -> list[str]:
+    if real_nodes(layout):
+        return []
+    # Pod IPs are loopback addresses here, which EndpointSlices may not hold; the node
+    # agent resolves Services from pods itself (e2e/nodeagent/README.md).
+    return ["--controllers=*,-endpointslice-controller,-endpoints-controller,-endpointslice-mirroring-controller"]
 
 
 def _minio_argv(layout: Layout) -> list[str]:
@@ -331,13 +384,14 @@ def components() -> list[Component]:
             lambda l: {"https": l.ports.apiserver},
             _apiserver_argv,
             apiserver_ready,
-            outdated=_lacks_wanted_audit,
+            outdated=lambda l, pid: _lacks_wanted_audit(l, pid) or _serves_other_mode(l, pid),
         ),
         Component(
             "kube-controller-manager",
             lambda l: {"https": l.ports.controller_manager},
             _controller_manager_argv,
             lambda l: _http_ok(f"https://127.0.0.1:{l.ports.controller_manager}/healthz", _insecure_context()),
+            outdated=_serves_other_mode,
         ),
         Component(
             "minio",
@@ -352,6 +406,7 @@ def components() -> list[Component]:
             _node_agent_argv,
             lambda l: _http_ok(f"http://127.0.0.1:{l.ports.node_agent}/healthz"),
             _node_agent_env,
+            wanted=lambda l: not real_nodes(l),
         ),
     ]
 
@@ -383,15 +438,37 @@ def write_env_file(layout: Layout) -> None:
     layout.env_file.chmod(0o600)
 
 
-def up(layout: Layout, only: set[str] | None = None) -> None:
+def _record_mode(layout: Layout, nodes: str | None) -> None:
+    """An explicit mode (argument, else LOCALKUBE_NODES) is kept until `down`; without one
+    the mode already recorded stays."""
+    nodes = nodes or os.environ.get("LOCALKUBE_NODES") or None
+    if nodes is None:
+        return
+    if nodes not in ("agent", "real"):
+        raise ValueError(f"unknown node mode {nodes!r} (agent or real)")
+    path = layout.state_dir / NODES_MODE_FILE
+    if nodes == "real":
+        path.write_text("real\n")
+    elif real_nodes(layout):
+        raise RuntimeError("real nodes are up; `make down` before switching back to the node agent")
+
+
+def up(layout: Layout, only: set[str] | None = None, nodes: str | None = None) -> None:
     for d in (layout.state_dir, layout.logs_dir, layout.run_dir, layout.data_dir):
         d.mkdir(parents=True, exist_ok=True)
+    _record_mode(layout, nodes)
+    if real_nodes(layout):
+        from localkube import realnodes
+        realnodes.prepare_host(layout)
     pki.ensure(layout.pki_dir)
     write_kubeconfig(layout, layout.kubeconfig, "admin")
     for user in ("controller-manager", "node-agent"):
         write_kubeconfig(layout, component_kubeconfig(layout, user), user)
     for component in components():
         if only is not None and component.name not in only:
+            continue
+        if not component.wanted(layout):
+            processes.stop(layout.run_dir, component.name)
             continue
         pid = processes.running(layout.run_dir, component.name)
         if pid and component.outdated(layout, pid):
@@ -410,11 +487,17 @@ def up(layout: Layout, only: set[str] | None = None) -> None:
         _wait_ready(layout, component, pid)
         if component.name == "minio":
             ensure_bucket(layout)
+    if real_nodes(layout) and only is None:
+        from localkube import realnodes
+        realnodes.up(layout)
     write_env_file(layout)
 
 
 def down(layout: Layout, purge: bool = False) -> list[str]:
     """Stops everything; returns a list of problems (ports still bound), empty when clean."""
+    from localkube import realnodes
+    problems = realnodes.down(layout)
+    (layout.state_dir / NODES_MODE_FILE).unlink(missing_ok=True)
     for component in reversed(components()):
         processes.stop(layout.run_dir, component.name)
     # Anything else started against this substrate (the demo's operator) goes too.
@@ -425,7 +508,6 @@ def down(layout: Layout, purge: bool = False) -> list[str]:
     if pods_dir.exists():
         for pid_path in pods_dir.glob("*.pid"):
             processes.stop(pods_dir, pid_path.stem, grace=5)
-    problems = []
     for component in components():
         for purpose, port in component.ports(layout).items():
             if processes.port_in_use(port):

@@ -1,7 +1,8 @@
 """Where the local substrate keeps its files and which ports and addresses it uses.
 
 Every checkout gets its own port block and its own 127.X.0.0/16 pod range, derived
-from the checkout's path, so two checkouts on one machine do not collide.
+from the checkout's path, so two checkouts on one machine do not collide. Real nodes
+(`up --nodes real`) get a 10.Y.0.0/16 of their own, derived the same way.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class Ports:
     node_agent: int
     operator_health: int
     operator_metrics: int
+    kube_scheduler: int
 
     @classmethod
     def from_base(cls, base: int) -> "Ports":
@@ -41,6 +43,52 @@ class Ports:
         return dataclasses.asdict(self)
 
 
+NODE_COUNT = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeNetwork:
+    """Addresses of the real-node substrate inside 10.<octet>.0.0/16:
+    10.o.0.0/24 the bridge (host side .1) and the nodes (.11, .12, ...),
+    10.o.(64+i).0/24 the pods of node i (all inside 10.o.64.0/19), 10.o.96.0/24 the Services."""
+
+    octet: int
+
+    @property
+    def block(self) -> str:
+        return f"10.{self.octet}.0.0/16"
+
+    @property
+    def node_subnet(self) -> str:
+        return f"10.{self.octet}.0.0/24"
+
+    @property
+    def bridge_address(self) -> str:
+        return f"10.{self.octet}.0.1"
+
+    @property
+    def dns_address(self) -> str:
+        return self.bridge_address
+
+    def node_address(self, index: int) -> str:
+        return f"10.{self.octet}.0.{10 + index}"
+
+    def pod_cidr(self, index: int) -> str:
+        return f"10.{self.octet}.{64 + index}.0/24"
+
+    @property
+    def pods_cidr(self) -> str:
+        return f"10.{self.octet}.64.0/19"
+
+    @property
+    def service_cidr(self) -> str:
+        return f"10.{self.octet}.96.0/24"
+
+    @property
+    def kubernetes_service_ip(self) -> str:
+        return f"10.{self.octet}.96.1"
+
+
 @dataclasses.dataclass(frozen=True)
 class Layout:
     root: pathlib.Path
@@ -48,6 +96,7 @@ class Layout:
     ports: Ports
     pod_subnet_octet: int
     testbin: pathlib.Path
+    node_network: NodeNetwork = NodeNetwork(octet=1)
 
     @property
     def state_dir(self) -> pathlib.Path:
@@ -102,6 +151,11 @@ def pod_octet_for(identity: str) -> int:
     return 1 + int(identity, 16) % 253
 
 
+def node_octet_for(identity: str) -> int:
+    # 10.0 holds the default mode's Service range; 10.255 this machine's resolver.
+    return 1 + int(identity, 16) // 7 % 250
+
+
 def testbin_dir() -> pathlib.Path:
     configured = os.environ.get("ETCD_OPERATOR_TESTBIN")
     if configured:
@@ -121,4 +175,5 @@ def current(root: pathlib.Path = REPO_ROOT) -> Layout:
         ports=Ports.from_base(base),
         pod_subnet_octet=octet,
         testbin=testbin_dir(),
+        node_network=NodeNetwork(int(os.environ.get("LOCALKUBE_NODE_OCTET", node_octet_for(identity)))),
     )

@@ -132,3 +132,31 @@ def ensure(pki: pathlib.Path) -> None:
                 serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
             )
         )
+
+
+def _serving_ips(path: pathlib.Path) -> set[str]:
+    cert = x509.load_pem_x509_certificate(path.read_bytes())
+    try:
+        names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return set()
+    return {str(ip) for ip in names.get_values_for_type(x509.IPAddress)}
+
+
+def ensure_real_nodes(pki: pathlib.Path, apiserver_ips: list[str], node_names: list[str]) -> None:
+    """Real nodes: the apiserver certificate also names the bridge and Service addresses
+    (reissued under the same CA when it does not), and each node component gets a client
+    certificate in the identity the Node authorizer and the default RBAC bindings expect."""
+    wanted = [*APISERVER_IPS, *apiserver_ips]
+    if not set(wanted) <= _serving_ips(pki / "apiserver.crt"):
+        _issue(pki, "apiserver", _name("kube-apiserver"), ExtendedKeyUsageOID.SERVER_AUTH,
+               APISERVER_DNS_NAMES, wanted)
+    clients = {
+        "kube-proxy": _name("system:kube-proxy"),
+        "kube-scheduler": _name("system:kube-scheduler"),
+        "coredns": _name("localkube-coredns", "system:masters"),
+        **{f"kubelet-{node}": _name(f"system:node:{node}", "system:nodes") for node in node_names},
+    }
+    for stem, subject in clients.items():
+        if not (pki / f"{stem}.crt").exists():
+            _issue(pki, stem, subject, ExtendedKeyUsageOID.CLIENT_AUTH)
