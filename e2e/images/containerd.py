@@ -3,11 +3,13 @@ root, state, socket and config under one directory) to prove that they import an
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import shutil
 import signal
 import subprocess
+import tarfile
 import time
 
 NAMESPACE = "k8s.io"  # the namespace the CRI (and so the kubelet) looks in
@@ -38,6 +40,23 @@ def import_archive(address: str | pathlib.Path, archive: pathlib.Path, base_name
 def image_names(address: str | pathlib.Path) -> list[str]:
     listed = ctr(address, "images", "ls", "--quiet")
     return sorted(line for line in listed.splitlines() if line.strip())
+
+
+def image_digests(address: str | pathlib.Path) -> dict[str, str]:
+    """Each image's name and the digest of what it points at (its index or manifest)."""
+    rows = ctr(address, "images", "ls").splitlines()[1:]
+    return {row.split()[0]: row.split()[2] for row in rows if len(row.split()) >= 3}
+
+
+def archive_digest(archive: pathlib.Path) -> str:
+    """The digest an archive's image gets on import: its index.json's first manifest."""
+    with tarfile.open(archive) as tar:
+        names = [m for m in tar.getmembers() if m.name.lstrip("./") == "index.json"]
+        member = tar.extractfile(names[0]) if names else None
+        if member is None:
+            raise ContainerdError(f"{archive} has no index.json")
+        index = json.load(member)
+    return index["manifests"][0]["digest"]
 
 
 CONFIG = """version = 2

@@ -141,7 +141,8 @@ def _lacks_wanted_audit(layout: Layout, pid: int) -> bool:
 
 
 def s3_endpoint(layout: Layout) -> str:
-    return f"http://127.0.0.1:{layout.ports.minio}"
+    """Real nodes' pods reach MinIO on the host side of their bridge, as they reach the apiserver."""
+    return f"http://{apiserver_host(layout)}:{layout.ports.minio}"
 
 
 # --- kubeconfigs ----------------------------------------------------------------------
@@ -340,8 +341,8 @@ def _minio_argv(layout: Layout) -> list[str]:
         str(layout.binary("minio", "minio")),
         "server",
         str(layout.data_dir / "minio"),
-        f"--address=127.0.0.1:{p.minio}",
-        f"--console-address=127.0.0.1:{p.minio_console}",
+        f"--address={apiserver_host(layout)}:{p.minio}",
+        f"--console-address={apiserver_host(layout)}:{p.minio_console}",
         "--quiet",
     ]
 

@@ -18,14 +18,12 @@ import subprocess
 import time
 
 from images import names as image_names
-from localkube import controlplane, hoststate, pki, processes
+from localkube import controlplane, hoststate, local_path, pki, processes
 from localkube.layout import NODE_COUNT, Layout
 
 CNI_BIN_DIR = "/usr/lib/cni"
 CLUSTER_DOMAIN = "cluster.local"
 NODES_READY_TIMEOUT = 180.0
-# Built by e2e/images and imported into every node's containerd at `up`.
-NODE_IMAGES = [image_names.PAUSE, image_names.BUSYBOX]
 
 
 # --- names and paths ------------------------------------------------------------------
@@ -356,10 +354,13 @@ def _write_corefile(layout: Layout) -> pathlib.Path:
     net = layout.node_network
     upstreams = " ".join(hoststate.upstream_nameservers()) or "/etc/resolv.conf"
     kubeconfig = controlplane.component_kubeconfig(layout, "coredns")
-    text = f"""{CLUSTER_DOMAIN}:53 {{
+    # Pod and Service addresses answer reverse lookups as on kubeadm and kind clusters: etcd
+    # checks a peer's certificate names against the PTR record of its address.
+    reverse_zone = f"{net.octet}.10.in-addr.arpa"
+    text = f"""{CLUSTER_DOMAIN}:53 {reverse_zone}:53 {{
     bind {net.dns_address}
     errors
-    kubernetes {CLUSTER_DOMAIN} {{
+    kubernetes {CLUSTER_DOMAIN} {reverse_zone} {{
         kubeconfig {kubeconfig} localkube
         pods insecure
     }}
@@ -405,12 +406,15 @@ def _containerd_answers(layout: Layout, index: int) -> bool:
 
 
 def _import_images(layout: Layout, index: int) -> None:
+    """Every image e2e/images builds, as a registry would offer them; nothing is pulled."""
     from images import containerd, recipes
 
-    present = set(containerd.image_names(containerd_socket(layout, index)))
+    socket = containerd_socket(layout, index)
+    present = containerd.image_digests(socket)
     for recipe in recipes.all_recipes():
-        if recipe.name in NODE_IMAGES and recipe.name not in present:
-            containerd.import_archive(containerd_socket(layout, index), recipes.build(recipe), recipe.base_name)
+        archive = recipes.build(recipe)
+        if present.get(recipe.name) != containerd.archive_digest(archive):
+            containerd.import_archive(socket, archive, recipe.base_name)
 
 
 def start_node(layout: Layout, index: int) -> None:
@@ -530,6 +534,7 @@ def up(layout: Layout) -> None:
     components = [f"{c}-node-{i}" for i in range(1, NODE_COUNT + 1) for c in ("containerd", "kubelet")]
     _wait(layout, f"{NODE_COUNT} Ready nodes", lambda: len(ready_nodes(layout)) == NODE_COUNT,
           components, timeout=NODES_READY_TIMEOUT)
+    local_path.install(layout, nodes_dir(layout), node_names(), str(layout.binary("kube", "kubectl")))
 
 
 def _shim_pids(layout: Layout, index: int) -> list[int]:

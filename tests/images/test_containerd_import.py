@@ -7,6 +7,7 @@ import os
 import pathlib
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -166,3 +167,18 @@ def test_etcd_serves_from_a_data_mount_on_a_read_only_root(node, tmp_path):
     finally:
         if started.poll() is None:
             started.kill()
+
+
+def test_the_readme_commands_build_every_image_and_import_them(node):
+    """README's `make images`, then `python -m images import --address <socket>`."""
+    root = pathlib.Path(__file__).resolve().parents[2]
+    built = subprocess.run(["make", "-s", "images"], cwd=root, capture_output=True, text=True, timeout=900)
+    assert built.returncode == 0, built.stderr
+    # make may print its own lines first (a venv being reinstalled); the images' are "name archive".
+    printed = {line.split()[0] for line in built.stdout.splitlines() if line.endswith(".oci.tar")}
+    assert printed == {recipe.name for recipe in recipes.all_recipes()}
+    env = {**os.environ, "PYTHONPATH": str(root / "e2e")}
+    loaded = subprocess.run([sys.executable, "-m", "images", "import", "--address", str(node.socket), "pause", "busybox"],
+                            cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert loaded.returncode == 0, loaded.stderr
+    assert {names.PAUSE, names.BUSYBOX} <= set(containerd.image_names(node.socket))

@@ -11,14 +11,15 @@ from localkube import controlplane, hoststate, layout as localkube_layout
 TEST_ROOT = localkube_layout.REPO_ROOT / ".localkube" / "realnodes-test"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def host_before():
-    """The host as found, before any real node of this module starts."""
+    """The host as found, before the real nodes of these tests start."""
     return hoststate.snapshot()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def real_nodes(host_before):
+    """One instance for all of tests/nodes; test_real_nodes.py takes it down last, to check the host."""
     TEST_ROOT.mkdir(parents=True, exist_ok=True)
     where = localkube_layout.current(TEST_ROOT)
     controlplane.up(where, nodes="real")
@@ -26,7 +27,7 @@ def real_nodes(host_before):
     controlplane.down(where)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def nodes_api(real_nodes):
     from kubernetes import config
 

@@ -1,0 +1,185 @@
+"""The product on real nodes, installed as users install it: the chart runs the operator as a
+pod from the image built here, with restricted Pod Security that runc enforces; a TLS cluster
+spreads its members over the three nodes and serves the host by the names its certificates
+carry; a node that stops costs its member, which is replaced once the operator itself saw it
+unhealthy for memberUnhealthyTimeout, with the data kept."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import time
+
+import pytest
+
+from etcd_operator.cluster import naming
+from localkube import hoststate, layout as localkube_layout, nodefaults
+from tests.support.clusters import events, get_cluster, member_pods, wait_healthy
+from tests.support.helm import CHART, helm
+from tests.support.kubectl import kubectl, kubectl_json
+from tests.support.waiting import wait_for
+
+pytestmark = pytest.mark.substrate
+
+RELEASE = "etcd-operator"
+OPERATOR_NAMESPACE = "etcd-operator"
+NAMESPACE = "on-real-nodes"
+CLUSTER = "spread"
+UNHEALTHY_TIMEOUT_SECONDS = 45  # the CRD's minimum is 30 s
+
+
+@pytest.fixture(scope="module")
+def kubeconfig(real_nodes):
+    """tests.support's kubectl helpers follow KUBECONFIG: point it at the real nodes."""
+    before = os.environ.get("KUBECONFIG")
+    os.environ["KUBECONFIG"] = str(real_nodes.kubeconfig)
+    yield real_nodes.kubeconfig
+    if before is None:
+        os.environ.pop("KUBECONFIG", None)
+    else:
+        os.environ["KUBECONFIG"] = before
+
+
+def restricted_namespace(name: str) -> None:
+    namespace = {"apiVersion": "v1", "kind": "Namespace",
+                 "metadata": {"name": name, "labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}
+    kubectl("apply", "-f", "-", input=json.dumps(namespace))
+
+
+def delete_namespace(name: str) -> None:
+    kubectl("delete", "namespace", name, "--ignore-not-found", "--timeout=120s", check=False)
+
+
+@pytest.fixture(scope="module")
+def release(kubeconfig):
+    kubectl("apply", "--server-side", "-k", str(localkube_layout.REPO_ROOT / "crds"))
+    kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+    restricted_namespace(OPERATOR_NAMESPACE)
+    helm("install", RELEASE, str(CHART), "-n", OPERATOR_NAMESPACE, "--kubeconfig", str(kubeconfig),
+         "--wait", "--timeout", "180s")
+    yield RELEASE
+    helm("uninstall", RELEASE, "-n", OPERATOR_NAMESPACE, "--kubeconfig", str(kubeconfig), "--wait", check=False)
+    delete_namespace(OPERATOR_NAMESPACE)
+
+
+@pytest.fixture(scope="module")
+def host_resolves_cluster_names(real_nodes):
+    """etcdctl on the host reaches members by the names their certificates carry."""
+    if hoststate.RESOLVER_MARKER + real_nodes.checkout_id not in hoststate.RESOLV_CONF.read_text():
+        pytest.skip("/etc/resolv.conf belongs to another checkout's real nodes")
+
+
+@pytest.fixture(scope="module")
+def cluster(release):
+    restricted_namespace(NAMESPACE)
+    manifest = {"apiVersion": "etcd.operator.dev/v1alpha1", "kind": "EtcdCluster",
+                "metadata": {"name": CLUSTER, "namespace": NAMESPACE},
+                "spec": {"size": 3, "version": "3.6.16", "storage": {"size": "1Gi"},
+                         "recovery": {"memberUnhealthyTimeout": f"{UNHEALTHY_TIMEOUT_SECONDS}s"}}}
+    kubectl("apply", "-f", "-", input=json.dumps(manifest))
+    wait_healthy(NAMESPACE, CLUSTER, 3, timeout=300)
+    yield CLUSTER
+    # The operator is still there to release the cluster's finalizer.
+    delete_namespace(NAMESPACE)
+
+
+def operator_pods() -> list[dict]:
+    return kubectl_json("get", "pods", "-n", OPERATOR_NAMESPACE, "-l",
+                        f"app.kubernetes.io/name={CHART.name}")["items"]
+
+
+def client_files(tmp_path) -> list[str]:
+    data = kubectl_json("get", "secret", f"{CLUSTER}-client-tls", "-n", NAMESPACE)["data"]
+    paths = {}
+    for key in ("ca.crt", "tls.crt", "tls.key"):
+        path = tmp_path / key
+        path.write_bytes(base64.b64decode(data[key]))
+        path.chmod(0o600)
+        paths[key] = str(path)
+    return [f"--cacert={paths['ca.crt']}", f"--cert={paths['tls.crt']}", f"--key={paths['tls.key']}"]
+
+
+def etcdctl(urls: list[str], tls: list[str], *args: str) -> subprocess.CompletedProcess:
+    binary = localkube_layout.testbin_dir() / "etcd-3.6" / "etcdctl"
+    return subprocess.run([str(binary), f"--endpoints={','.join(urls)}", "--command-timeout=5s",
+                           "--dial-timeout=3s", *tls, *args], capture_output=True, text=True, timeout=30)
+
+
+def member_urls(pods: list[dict]) -> list[str]:
+    return sorted(naming.client_url(CLUSTER, NAMESPACE, p["metadata"]["name"], tls=True) for p in pods)
+
+
+def live_members() -> list[dict]:
+    return [p for p in member_pods(NAMESPACE, CLUSTER) if not p["metadata"].get("deletionTimestamp")]
+
+
+def test_the_chart_runs_the_operator_as_a_pod_that_the_runtime_confines(release):
+    pods = operator_pods()
+    assert len(pods) == 2 and all(p["status"]["phase"] == "Running" for p in pods)
+    for pod in pods:
+        image = pod["status"]["containerStatuses"][0]["image"]
+        assert image.startswith("ghcr.io/etcd-operator/etcd-operator:")
+        probe = kubectl("exec", "-n", OPERATOR_NAMESPACE, pod["metadata"]["name"], "--", "python", "-c",
+                        "import os, pathlib\n"
+                        "print(os.getuid(), os.getgid())\n"
+                        "try:\n pathlib.Path('/etc/written').write_text('x'); print('writable')\n"
+                        "except OSError as e:\n print('read-only', e.errno)\n"
+                        "status = dict(l.split(':', 1) for l in open('/proc/self/status').read().splitlines())\n"
+                        "print(status['CapBnd'].strip(), status['NoNewPrivs'].strip(), status['Seccomp'].strip())",
+                        check=False)
+        assert probe.returncode == 0, probe.stderr
+        uid_gid, root, confinement = probe.stdout.split("\n")[:3]
+        assert uid_gid == "65532 65532"
+        assert root == "read-only 30"  # EROFS
+        bounding_capabilities, no_new_privileges, seccomp_mode = confinement.split()
+        assert int(bounding_capabilities, 16) == 0  # capabilities: drop ALL
+        assert no_new_privileges == "1"  # allowPrivilegeEscalation: false
+        assert seccomp_mode == "2"  # RuntimeDefault: a filter
+
+
+def test_a_tls_cluster_spreads_over_the_nodes_and_serves_the_host_by_name(cluster, host_resolves_cluster_names,
+                                                                          tmp_path):
+    pods = live_members()
+    assert sorted(p["spec"]["nodeName"] for p in pods) == ["node-1", "node-2", "node-3"]
+    tls = client_files(tmp_path)
+    written = etcdctl(member_urls(pods), tls, "put", "/on-real-nodes/kept", "before-the-node-stops")
+    assert written.returncode == 0, written.stderr
+    without_certificate = etcdctl(member_urls(pods), [f"--cacert={tmp_path / 'ca.crt'}"], "get", "/on-real-nodes/kept")
+    assert without_certificate.returncode != 0
+
+
+def test_a_stopped_node_costs_its_member_which_is_replaced_after_the_timeout(cluster, real_nodes,
+                                                                            host_resolves_cluster_names, tmp_path):
+    tls = client_files(tmp_path)
+    written = etcdctl(member_urls(live_members()), tls, "put", "/on-real-nodes/kept", "before-the-node-stops")
+    assert written.returncode == 0, written.stderr
+    before = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in live_members()}
+    leader = next(m["name"] for m in get_cluster(NAMESPACE, CLUSTER)["status"]["members"] if m["role"] == "leader")
+    victim, node = next((name, n) for name, n in sorted(before.items()) if name != leader)
+    stopped_at = time.monotonic()
+    assert nodefaults.stop(real_nodes, node) == []
+    try:
+        def replaced():
+            now = {p["metadata"]["name"] for p in live_members()}
+            return victim not in now and len(now) == 3 and now
+        members = wait_for(replaced, UNHEALTHY_TIMEOUT_SECONDS + 240, interval=2.0,
+                           what=f"{victim} on stopped {node} replaced")
+        try:
+            wait_healthy(NAMESPACE, CLUSTER, 3, timeout=240)
+        except TimeoutError as e:
+            seen = kubectl("get", "pods,pvc", "-A", "-o", "wide", check=False).stdout
+            raise AssertionError(f"{e}\n{seen}") from None
+        recovered_after = time.monotonic() - stopped_at
+        replacement = events(NAMESPACE, CLUSTER)
+        reasons = [e["message"] for e in replacement if e.get("reason") == "MemberReplaced"]
+        assert any(victim in m for m in reasons), reasons
+        # Not before the operator itself saw the member unhealthy for the whole timeout.
+        assert recovered_after >= UNHEALTHY_TIMEOUT_SECONDS
+        print(f"{victim} on {node}: healthy with a replacement {recovered_after:.0f}s after the node stopped")
+        survivors = [p for p in live_members() if p["metadata"]["name"] in members]
+        read = etcdctl(member_urls(survivors), tls, "get", "/on-real-nodes/kept", "--print-value-only")
+        assert read.returncode == 0 and read.stdout.strip() == "before-the-node-stops", read.stderr
+    finally:
+        nodefaults.heal(real_nodes, node)
