@@ -15,7 +15,7 @@ from etcd_operator.backup.bbolt import NotASnapshot, snapshot_revision, snapshot
 from etcd_operator.backup.verify import VerificationFailed, verify_snapshot
 from etcd_operator.cluster import naming
 from etcd_operator.kube import client as kube
-from etcd_operator.restore import builders, source as sources
+from etcd_operator.restore import builders, fence, source as sources
 from etcd_operator.restore import steps as s
 from etcd_operator.restore.observed import Observed
 from etcd_operator.restore.planner import snapshot_etcd_version
@@ -27,11 +27,17 @@ logger = logging.getLogger(__name__)
 
 EventPoster = Callable[[str, str, str], None]  # (type, reason, message)
 TRANSIENT_RETRY = 10.0  # seconds before S3 is tried again after a transient error
+WHILE_NAMESPACE_TERMINATING = 10.0  # until the namespace's deletion takes the EtcdRestore too
 Handler = Callable[[Any, Any, RestoreSpec, RestoreStatus, Observed], Awaitable[s.Outcome | None]]
 
 
 class UnknownStep(Exception):
     """The planner asked for a step no handler carries out: a bug, never 'done'."""
+
+
+class NothingCreated(Exception):
+    """The live target is gone, replaced or being deleted (fence.creation_refusal): the pass
+    decided on an older copy, and nothing is created for it."""
 
 
 class RestoreExecutor:
@@ -52,6 +58,11 @@ class RestoreExecutor:
             return await handler(self, step, spec, status, observed) or s.Outcome()
         except kube.Conflict as e:
             return s.Outcome(False, f"{step.kind}: an object changed meanwhile ({e}); looking again")
+        except NothingCreated as e:
+            return s.Outcome(False, f"{step.kind}: {e}; nothing is created for it")
+        except kube.NamespaceTerminating:
+            return s.Outcome(False, f"{step.kind}: namespace {self.namespace} is being deleted; nothing is created "
+                                    f"in it", retry_in=WHILE_NAMESPACE_TERMINATING)
 
     # --- status only ------------------------------------------------------------------
 
@@ -131,6 +142,13 @@ class RestoreExecutor:
         except kube.Conflict:
             pass  # the next pass tells whether it is the one this restore created (held by it)
 
+    async def _fence(self, observed: Observed) -> None:
+        """Right before a create for the target: the live object, not the pass's copy, decides."""
+        live = await self.kube.get(kube.ETCDCLUSTERS, self.namespace, observed.cluster.name)
+        refusal = fence.creation_refusal(observed.cluster, live)
+        if refusal:
+            raise NothingCreated(refusal)
+
     async def _patch_cluster(self, observed: Observed, patch: dict) -> None:
         """Patches the target only if it is still the version observed this pass."""
         patch.setdefault("metadata", {})["resourceVersion"] = observed.cluster.resource_version
@@ -177,6 +195,7 @@ class RestoreExecutor:
         for member in step.members:
             # No owner reference, like every member PVC: the garbage collector never takes data.
             manifest = builders.seed_pvc(cluster.spec, cluster.name, self.namespace, member, observed.uid)
+            await self._fence(observed)
             try:
                 await self.kube.create(kube.PVCS, self.namespace, manifest)
             except kube.Conflict:
@@ -200,6 +219,7 @@ class RestoreExecutor:
             manifests.append(manifest)
 
         async def create(manifest: dict) -> str | None:
+            await self._fence(observed)
             try:
                 await self.kube.create(kube.PODS, self.namespace, manifest)
             except kube.Conflict:

@@ -133,6 +133,8 @@ class Observed:
     cluster: TargetCluster | None
     pods: tuple[ObjectState, ...] = ()        # pods carrying the target's labels
     pvcs: tuple[ObjectState, ...] = ()        # PVCs carrying the target's labels
+    # PVCs a restore set aside from the target (label preserved-from-cluster): their names stay taken
+    preserved_pvcs: tuple[ObjectState, ...] = ()
     # target absent: the namespace's pods, PVCs, Services and PDBs (what a new cluster could take over)
     namespace_objects: tuple[ObjectState, ...] = ()
     seed_pvcs: tuple[ObjectState, ...] = ()   # the PVCs of status.seedMembers that exist

@@ -97,14 +97,18 @@ class RestoreObserver:
         cluster = target_cluster(raw, self.shard) if raw is not None else None
         pods: tuple[ObjectState, ...] = ()
         pvcs: tuple[ObjectState, ...] = ()
+        preserved: tuple[ObjectState, ...] = ()
         around: tuple[ObjectState, ...] = ()
         problem = None
         if cluster is not None:
             selector = naming.label_selector(naming.selector_labels(spec.target))
-            pods_raw, pvcs_raw = await asyncio.gather(self.kube.list(kube.PODS, namespace, selector),
-                                                      self.kube.list(kube.PVCS, namespace, selector))
+            kept_selector = naming.label_selector({builders.LABEL_PRESERVED_FROM: spec.target})
+            pods_raw, pvcs_raw, preserved_raw = await asyncio.gather(
+                self.kube.list(kube.PODS, namespace, selector), self.kube.list(kube.PVCS, namespace, selector),
+                self.kube.list(kube.PVCS, namespace, kept_selector))
             pods = tuple(object_state("Pod", p) for p in pods_raw)
             pvcs = tuple(object_state("PersistentVolumeClaim", p) for p in pvcs_raw)
+            preserved = tuple(object_state("PersistentVolumeClaim", p) for p in preserved_raw)
         elif not spec.in_place:
             around = await self._namespace_objects(namespace)
             if status.phase in (None, "Pending", "Verifying"):
@@ -123,7 +127,7 @@ class RestoreObserver:
         if not status.verified and status.phase in (None, "Pending", "Verifying"):
             source = await self._source(namespace, spec)
         return Observed(namespace=namespace, restore=name, uid=meta["uid"], generation=meta.get("generation") or 0,
-                        cluster=cluster, pods=pods, pvcs=pvcs, namespace_objects=around,
+                        cluster=cluster, pods=pods, pvcs=pvcs, preserved_pvcs=preserved, namespace_objects=around,
                         seed_pvcs=seed_pvcs, seed_pods=seed_pods, new_cluster_problem=problem,
                         deleting=bool(meta.get("deletionTimestamp")), source=source)
 

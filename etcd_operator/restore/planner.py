@@ -15,6 +15,9 @@ Invariants, each covered by tests/unit/test_restore_planner.py:
 - a snapshot is only ever written into a volume this restore created, and at most once
   per member (its PVC is marked when its restore pod succeeded);
 - old data is never deleted: in place, every old PVC is recorded in status, then set aside;
+  the members restored in place get ordinals above every PVC set aside from the target, as
+  status.preservedData records them and as observed by their label (a pass on an old copy of
+  its own status still sees them);
 - an in-place restore changes nothing while its target is not this operator's shard's
   (etcd_operator/shard.py): it waits, saying why (TargetOutsideShard; tests/unit/test_shard_restore.py);
 - an in-place target is released only without a recorded quorum recovery or its approval,
@@ -333,7 +336,9 @@ def _plan_set_aside(status: RestoreStatus, observed: Observed, cluster: TargetCl
     if observed.pvcs:
         return s.SetAsideData(f"keeping the old data aside in {', '.join(sorted(names))} until the restore succeeds",
                               pvcs=tuple(sorted((p.name, p.uid) for p in observed.pvcs)))
-    ordinals = [naming.member_ordinal(cluster.name, n.removeprefix("data-")) for n in status.preserved]
+    # The observed set-aside PVCs count too: an old copy of this restore's status may not list them yet.
+    kept = set(status.preserved) | {p.name for p in observed.preserved_pvcs}
+    ordinals = [naming.member_ordinal(cluster.name, n.removeprefix("data-")) for n in kept]
     first = max(max((o for o in ordinals if o is not None), default=-1) + 1, cluster.min_ordinal)
     return _choose_members(cluster, first)
 

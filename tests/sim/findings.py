@@ -169,6 +169,24 @@ def _classify(sim, violation: inv.Violation) -> str | None:
 # standby_takeover; seed 11) and fixed by the commit after it (cluster/timers.py: every timer on the
 # acting process's monotonic clock); their signatures stay so that a regression is named.
 FIXED = {
+    "restore_creates_on_a_copy_from_before_the_deletion": (
+        "a restore pass decided on its GET of the EtcdCluster; a deletion that landed before its step ran was "
+        "not seen, and CreateSeedVolumes/StartSeedPods created seed PVCs (no owner reference) and restore pods "
+        "for a cluster being deleted, which then outlived it. Found in the restore_race family's deletion "
+        "cascade at a469c00 (4 of seeds 0-199, first seed 31: CreateSeedVolumes one pass after ChooseMembers, "
+        "on a copy from before the deletionTimestamp); fixed by the restore executor's live fence "
+        "(restore/executor.py _fence, restore/fence.py creation_refusal): right before each create it reads "
+        "the target again and creates nothing when it is gone, another object or being deleted, and a create "
+        "the API server refuses in a terminating namespace (NamespaceTerminating) ends the step, not the pass"),
+    "restore_forgets_set_aside_data": (
+        "an in-place restore's memory of the PVCs it set aside was status.preservedData only: a pass on a copy "
+        "of its own status from before RecordPreservedData landed found no member PVC left (set aside, "
+        "relabelled, under the same names) and chose members from ordinal 0; CreateSeedVolumes then met the "
+        "set-aside data-<cluster>-0 and the restore failed (SeedVolumeNotOurs) with the cluster held and its "
+        "members stopped. Found in the restore_race family at a469c00 (10 of seeds 0-199, first seed 32); "
+        "fixed by the restore's observation listing the PVCs labelled preserved-from the target "
+        "(restore/observer.py, Observed.preserved_pvcs) and restore.planner._plan_set_aside choosing ordinals "
+        "above them as well as above status.preservedData"),
     "restore_touched_before_ack": (
         "an in-place EtcdRestore stopped the target's members (StopMembers) and set their data aside as soon "
         "as its hold annotation was on the cluster, while a cluster pass that decided on a copy without the "
@@ -248,22 +266,8 @@ FIXED = {
 }
 
 # Open findings of the restore_race family (restore_model.py), kept out of FINDINGS (whose tests
-# read the main campaign).
-RESTORE_RACE = {
-    "restore_creates_on_a_copy_from_before_the_deletion": (
-        "a restore pass decides on its GET of the EtcdCluster; a deletion that lands before its step runs is "
-        "not seen, and CreateSeedVolumes/StartSeedPods create for a cluster being deleted (the planner cannot "
-        "tell; a check of the live object right before each create in restore/executor.py, like the "
-        "cluster's hold fence, would close the window). Its seed PVCs then outlive the cluster"),
-    "restore_forgets_set_aside_data": (
-        "an in-place restore's memory of the PVCs it set aside is status.preservedData only: a pass on a copy "
-        "of its own status from before RecordPreservedData landed (the daemon's body lags its own patch) "
-        "finds no member PVC left (they are set aside, relabelled, under the same names) and chooses members "
-        "from ordinal 0; CreateSeedVolumes then meets the set-aside data-<cluster>-0 and the restore fails "
-        "(SeedVolumeNotOurs) with the cluster held and its members stopped: no data is lost, but a person has "
-        "to release the cluster. A fix lists the PVCs labelled preserved-from the target in the restore's "
-        "observation (restore/observer.py) and counts them in _plan_set_aside"),
-}
+# read the main campaign). None is open now.
+RESTORE_RACE: dict[str, str] = {}
 
 # Findings too rare to reproduce in every campaign (xfail without strict).
 RARE = {"recovery_survivor_not_newest"}

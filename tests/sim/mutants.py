@@ -12,6 +12,7 @@ from etcd_operator.cluster import actions as a
 from etcd_operator.cluster import admission, health, naming, planner, timers
 from etcd_operator.cluster.health import HealthState
 from etcd_operator.backup import source_choice, verification_pod
+from etcd_operator.restore import fence as restore_fence
 from etcd_operator.restore import planner as restore_planner
 
 from etcd_operator.timefmt import parse_time
@@ -177,6 +178,14 @@ def _restoring_without_hold_ack(spec, status, observed, now):
     return _plan_restoring(spec, status, observed, now)
 
 
+_plan_set_aside = restore_planner._plan_set_aside
+
+
+def _set_aside_forgetting_preserved_pvcs(status, observed, cluster):
+    """restore.planner._plan_set_aside as before: only status.preservedData tells which data it set aside."""
+    return _plan_set_aside(status, dataclasses.replace(observed, preserved_pvcs=()), cluster)
+
+
 def _observe_reading_status_timers(world, status, *args):
     """The observation before cluster/timers.py: a member's unhealthy time is counted from
     status.members[].unhealthySince, read on the acting process's wall clock."""
@@ -256,6 +265,13 @@ MUTANTS = (
     Mutant("restore_skips_hold_ack", "an in-place restore touches nothing before the cluster acknowledged its "
            "hold (restore.planner WaitingForHoldAck)",
            ((restore_planner, "_plan_restoring", _restoring_without_hold_ack),), "restore_race"),
+    # The restore executor's live fence, as the model executor mirrors it (restore/executor.py _fence).
+    Mutant("restore_creates_without_live_fence", "the restore creates nothing for a target the live object "
+           "shows gone or being deleted (restore.fence.creation_refusal)",
+           ((restore_fence, "creation_refusal", lambda decided_on, live: None),), "restore_race"),
+    Mutant("restore_forgets_set_aside_pvcs", "an in-place restore chooses members above the PVCs observed as set "
+           "aside from the target (restore.planner._plan_set_aside)",
+           ((restore_planner, "_plan_set_aside", _set_aside_forgetting_preserved_pvcs),), "restore_race"),
     Mutant("unhealthy_timer_read_from_status", "memberUnhealthyTimeout timed on the acting process's own "
            "clock (cluster/timers.py), never from status.members[].unhealthySince",
            ((runner, "observe", _observe_reading_status_timers),)),

@@ -2,7 +2,8 @@
 REAL restore planner (restore.planner.plan, looked up on its module so that mutants can patch
 it) decides on a copy of the EtcdCluster that may be some passes old, and on a copy of its own
 status that may be too; its steps are carried out here against the world, as
-restore/executor.py does them against the API server.
+restore/executor.py does them against the API server (with its live fence before a create,
+restore.fence, looked up on its module so that mutants can patch it).
 
 Restore pods are not run: a restore pod succeeds at the restore's next pass and leaves on its
 member's PVC the data `etcdutl snapshot restore` writes (a new cluster ID, every member named,
@@ -16,6 +17,7 @@ import dataclasses
 from etcd_operator.cluster import naming
 from etcd_operator.cluster.spec import ClusterSpec
 from etcd_operator.restore import builders
+from etcd_operator.restore import fence as restore_fence
 from etcd_operator.restore import planner as restore_planner
 from etcd_operator.restore import steps as s
 from etcd_operator.restore.observed import ObjectState, Observed, TargetCluster, parse_records
@@ -28,13 +30,12 @@ from tests.sim import invariants as inv
 from tests.sim.world import CLUSTER, NAMESPACE, PVC, Data, Group, World, client_url, peer_url
 
 NAME, UID = "r1", "uid-r1"
+CLUSTER_UID = "uid-cluster"
 SNAPSHOT_REVISION = 10_000
 SPEC = RestoreSpec.from_dict({"source": {"backupRef": {"name": "b1"}},
                               "target": {"inPlace": {"clusterName": CLUSTER}}})
 VERIFIED = (("sha256", "ab" * 32), ("snapshotEtcdVersion", "3.6.0"), ("sourceKey", "b1/snap.db"),
             ("restoredRevision", SNAPSHOT_REVISION), ("snapshotSize", 4096))
-# Steps that create objects in the target's namespace for it.
-CREATING = (s.CreateSeedVolumes, s.StartSeedPods, s.CreateTargetCluster)
 # Steps that change the target's members or data: each needs the cluster's acknowledgement first.
 TOUCHING = (s.StopMembers, s.SetAsideData, s.CreateSeedVolumes, s.StartSeedPods, s.ClearQuorumRecovery)
 
@@ -73,6 +74,9 @@ class RestoreActor:
         self.steps = collections.Counter()
         self.failed: str | None = None  # the code of the Fail step that ended the restore
         self.decided_on_deletion = False  # the last pass's copy of the cluster showed its deletionTimestamp
+        self.preserved_uids: set[str] = set()  # PVCs it set aside (labelled preserved-from the cluster)
+        self.pass_stats = collections.Counter()  # what the last pass met, for the coverage table
+        self.refusal: str | None = None  # why the last pass's executor created nothing (the live fence)
 
     @property
     def done(self) -> bool:
@@ -89,7 +93,7 @@ class RestoreActor:
         available = any(c.get("type") == "Available" and c.get("status") == "True"
                         for c in status.get("conditions") or [])
         cluster = TargetCluster(
-            name=CLUSTER, uid="uid-cluster", resource_version="1", spec=ClusterSpec.from_dict(copy.spec),
+            name=CLUSTER, uid=CLUSTER_UID, resource_version="1", spec=ClusterSpec.from_dict(copy.spec),
             spec_error=None, holder=annotations.get(naming.ANNOTATION_RESTORE_IN_PROGRESS),
             hold_uid=annotations.get(naming.ANNOTATION_RESTORE_HOLD),
             hold_ack=(ack["restore"], ack.get("uid") or "") if ack.get("restore") else None,
@@ -108,8 +112,12 @@ class RestoreActor:
         seed_pods = tuple(ObjectState("Pod", p.name, p.uid, p.deleting, p.phase,
                                       labels=((builders.LABEL_RESTORE_MEMBER, p.member),), owner_uids=(UID,))
                           for p in self.seed_pods.values())
-        return Observed(NAMESPACE, NAME, UID, 1, cluster, pods=pods, pvcs=pvcs, seed_pvcs=seed_pvcs,
-                        seed_pods=seed_pods)
+        preserved = tuple(ObjectState("PersistentVolumeClaim", p.name, p.uid, p.deleting,
+                                      labels=((builders.LABEL_PRESERVED_BY, NAME),
+                                              (builders.LABEL_PRESERVED_FROM, CLUSTER)))
+                          for p in world.set_aside if p.uid in self.preserved_uids)
+        return Observed(NAMESPACE, NAME, UID, 1, cluster, pods=pods, pvcs=pvcs, preserved_pvcs=preserved,
+                        seed_pvcs=seed_pvcs, seed_pods=seed_pods)
 
     def _pvc_state(self, pvc: PVC) -> ObjectState:
         annotations = tuple((k, v) for k, v in ((builders.ANNOTATION_SEED_OF, self.seed_of.get(pvc.name)),
@@ -124,17 +132,19 @@ class RestoreActor:
         """One pass on `copy` of the cluster and `own` (a copy of its status); `sim` holds the
         live EtcdCluster (annotations, status). Returns the step taken."""
         self._finish_seed_pods()
+        self.pass_stats, self.refusal = collections.Counter(), None
         observed = self.observe(copy)
         self.decided_on_deletion = copy is not None and copy.deleting
-        step = restore_planner.plan(SPEC, RestoreStatus.from_dict(own), observed, self.world.now)
+        status = RestoreStatus.from_dict(own)
+        step = restore_planner.plan(SPEC, status, observed, self.world.now)
         self.last_step = step
         if isinstance(step, s.Fail):
             self.failed = step.code
         if isinstance(step, TOUCHING):
             inv.restore_waits_for_hold_ack(step.kind, hold_acknowledged)
-        if isinstance(step, CREATING):
-            inv.nothing_created_for_an_object_being_deleted(step.kind, "EtcdCluster " + CLUSTER, cluster_deleting)
-        outcome = self._carry_out(sim, step, observed)
+        if isinstance(step, s.ChooseMembers) and {p.name for p in observed.preserved_pvcs} - set(status.preserved):
+            self.pass_stats["members_chosen_on_a_copy_without_the_set_aside_data"] += 1
+        outcome = self._carry_out(sim, step, observed, cluster_deleting)
         if outcome.done and not isinstance(step, (s.Wait, s.Idle)):
             self.steps[step.kind] += 1
         new = build_status(own, step, outcome, 1, format_time(self.world.now))
@@ -142,8 +152,26 @@ class RestoreActor:
         self.own_copies.append(dict(self.status))
         return step
 
-    def _carry_out(self, sim, step: s.Step, observed: Observed) -> s.Outcome:
+    def _live_cluster(self, sim, deleting: bool) -> dict | None:
+        """The EtcdCluster as a GET now returns it (the executor's fence reads this)."""
+        if sim.cluster_gone():
+            return None
+        marks = {"deletionTimestamp": "2026-11-26T00:00:00Z"} if deleting else {}
+        return {"metadata": {"name": CLUSTER, "uid": CLUSTER_UID, **marks}}
+
+    def _created(self, step: s.Step, cluster_deleting: bool) -> None:
+        """One object created for the cluster, as the API server accepts it."""
+        inv.nothing_created_for_an_object_being_deleted(step.kind, "EtcdCluster " + CLUSTER, cluster_deleting)
+
+    def _carry_out(self, sim, step: s.Step, observed: Observed, cluster_deleting: bool) -> s.Outcome:
         world = self.world
+        if isinstance(step, (s.CreateSeedVolumes, s.StartSeedPods)):
+            # restore/executor.py reads the live target right before each create.
+            refusal = restore_fence.creation_refusal(observed.cluster, self._live_cluster(sim, cluster_deleting))
+            if refusal:
+                self.pass_stats["create_refused_by_the_live_target"] += 1
+                self.refusal = refusal
+                return s.Outcome(False, refusal)
         if isinstance(step, s.VerifySnapshot):
             return s.Outcome(facts=VERIFIED)
         if isinstance(step, s.HoldCluster):
@@ -164,6 +192,7 @@ class RestoreActor:
                 pvc = world.pvcs.get(name)
                 if pvc is not None and pvc.uid == uid:
                     world.set_aside_pvc(pvc)
+                    self.preserved_uids.add(pvc.uid)
         elif isinstance(step, s.ChooseMembers):
             sim.annotations[naming.ANNOTATION_MIN_ORDINAL] = str(step.min_ordinal)
         elif isinstance(step, s.CreateSeedVolumes):
@@ -171,11 +200,14 @@ class RestoreActor:
                 name = naming.pvc_name(member)
                 taken = name in world.pvcs or any(p.name == name for p in world.set_aside)
                 if not taken:  # a Conflict is left for the next pass to look at
+                    self._created(step, cluster_deleting)
                     world.pvcs[name] = PVC(name, world.uid("pvc"), None)
                     self.seed_of[name] = UID
         elif isinstance(step, s.StartSeedPods):
             for member in step.members:
-                self.seed_pods.setdefault(member, SeedPod(f"{member}-restore", world.uid("seedpod"), member))
+                if member not in self.seed_pods:
+                    self._created(step, cluster_deleting)
+                    self.seed_pods[member] = SeedPod(f"{member}-restore", world.uid("seedpod"), member)
         elif isinstance(step, s.MarkSeedsRestored):
             for name in step.pvcs:
                 self.restored_by[name] = UID

@@ -578,8 +578,11 @@ class Sim:
             self.stats["old_restore_copy"] += 1
         copy = None if self.cluster_gone() else self.cluster_copy()
         step = restore.act(self, copy, own, self.hold_acknowledged, self.cluster_deleting())
+        self.stats.update(restore.pass_stats)
         if step.kind not in ("Wait", "Idle"):
-            self.faults.append((self.step, f"restore {step.kind}" + (f" ({step.reason})" if step.kind == "Fail" else "")))
+            refused = f" (nothing created: {restore.refusal})" if restore.refusal else ""
+            self.faults.append((self.step, f"restore {step.kind}" + (f" ({step.reason})" if step.kind == "Fail" else "")
+                                + refused))
             self.stats[f"restore:{step.kind}"] += 1
 
     def backup_check(self) -> None:

@@ -571,3 +571,55 @@ def test_a_verified_snapshot_does_not_wait_for_its_source_again():
 def test_nothing_is_created_for_a_restore_being_deleted(status, seen):
     step = step_for(NEW, status, dataclasses.replace(seen, deleting=True))
     assert isinstance(step, s.Wait) and step.code == "Deleting"
+
+
+# --- in place, the data set aside keeps its names, whatever copy of the status a pass reads ---
+
+def preserved_pvc(name: str, by: str = "r1") -> ObjectState:
+    return obj("PersistentVolumeClaim", name, {builders.LABEL_PRESERVED_BY: by, builders.LABEL_PRESERVED_FROM: "keep"})
+
+
+@pytest.mark.parametrize("listed, seen, min_ordinal, members", [
+    # An old copy of this restore's status, from before RecordPreservedData landed: it lists nothing.
+    ((), ("data-keep-0", "data-keep-1"), 0, ("keep-2", "keep-3")),
+    # ... or lists part of what was set aside.
+    (("data-keep-0",), ("data-keep-0", "data-keep-1", "data-keep-2"), 0, ("keep-3", "keep-4")),
+    # A status that lists more than is observed (a PVC deleted by hand since) still counts it.
+    (("data-keep-0", "data-keep-4"), ("data-keep-0",), 0, ("keep-5", "keep-6")),
+    # The cluster's minimum ordinal is above the set-aside data: it decides.
+    ((), ("data-keep-0",), 7, ("keep-7", "keep-8")),
+])
+def test_members_are_chosen_above_the_data_observed_set_aside(listed, seen, min_ordinal, members):
+    status = dataclasses.replace(RESTORING, preserved=listed)
+    target = cluster(holder="r1", min_ordinal=min_ordinal, spec={"size": 2})
+    step = step_for(IN_PLACE, status, observed(target, preserved_pvcs=tuple(preserved_pvc(n) for n in seen)))
+    assert isinstance(step, s.ChooseMembers)
+    assert (step.members, step.min_ordinal) == (members, int(members[0].split("-")[1]))
+
+
+def test_data_an_earlier_restore_set_aside_keeps_its_names_too():
+    earlier = (preserved_pvc("data-keep-0", by="r0"), preserved_pvc("data-keep-1", by="r0"))
+    step = step_for(IN_PLACE, RESTORING, observed(cluster(holder="r1"), preserved_pvcs=earlier))
+    assert isinstance(step, s.ChooseMembers) and step.members == ("keep-2",)
+
+
+def test_a_stale_copy_of_the_status_without_the_set_aside_data_chose_ordinal_0_before():
+    """The defect this guards against (restore_forgets_set_aside_data): without the observed
+    set-aside PVCs, an old copy of the status leads to ordinal 0, whose PVC name is taken."""
+    target = cluster(holder="r1", spec={"size": 1})
+    assert step_for(IN_PLACE, RESTORING, observed(target)).members == ("keep-0",)
+    step = step_for(IN_PLACE, RESTORING, observed(target, preserved_pvcs=(preserved_pvc("data-keep-0"),)))
+    assert step.members == ("keep-1",)
+
+
+@settings(max_examples=200, deadline=None)
+@given(set_aside=st.sets(st.integers(0, 40), max_size=6), listed_share=st.integers(0, 6),
+       min_ordinal=st.integers(0, 45), size=st.integers(1, 7))
+def test_a_chosen_member_never_takes_the_name_of_data_set_aside(set_aside, listed_share, min_ordinal, size):
+    names = sorted(f"data-keep-{o}" for o in set_aside)
+    status = dataclasses.replace(RESTORING, preserved=tuple(names[:listed_share]))
+    target = cluster(holder="r1", min_ordinal=min_ordinal, spec={"size": size})
+    step = step_for(IN_PLACE, status, observed(target, preserved_pvcs=tuple(preserved_pvc(n) for n in names)))
+    assert isinstance(step, s.ChooseMembers) and len(step.members) == size
+    assert not {naming.pvc_name(m) for m in step.members} & set(names)
+    assert step.min_ordinal >= min_ordinal

@@ -1,0 +1,28 @@
+"""The restore executor's live fence before a create. Pure.
+
+A pass decides on its GET of the target EtcdCluster; a deletion that lands after that GET is
+not in its observation. Right before each object it creates for the target (a seed PVC, a
+restore pod), the executor reads the target again and creates nothing when the live object
+is gone, is another object under the same name, or is being deleted: a seed PVC has no owner
+reference and would outlive the cluster. The next pass observes the deletion and the planner
+waits (ClusterBeingDeleted)."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from etcd_operator.restore.observed import TargetCluster
+
+
+def creation_refusal(decided_on: TargetCluster, live: Mapping[str, Any] | None) -> str | None:
+    """Why nothing may be created for the target the pass decided on, as the `live` object
+    (None: not found) says; None when it is still that object and not being deleted."""
+    name = decided_on.name
+    if live is None:
+        return f"EtcdCluster {name} is gone"
+    meta = live.get("metadata") or {}
+    if meta.get("uid") != decided_on.uid:
+        return f"EtcdCluster {name} is another object now (uid {meta.get('uid')}, not {decided_on.uid})"
+    if meta.get("deletionTimestamp"):
+        return f"EtcdCluster {name} is being deleted"
+    return None
