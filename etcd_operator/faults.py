@@ -5,9 +5,10 @@ ETCD_OPERATOR_FAULTS."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import os
-from typing import Callable
+from typing import Awaitable, Callable
 
 logger = logging.getLogger(__name__)
 
@@ -22,6 +23,9 @@ AFTER_SCRATCH_POD_RECORDED = "after-scratch-pod-recorded"
 # carries one, then STALE_PASS_LAG seconds more, and goes on with the copy it took: a daemon
 # whose pass decides on an old copy and acts late (its re-observation can come seconds later).
 STALE_CLUSTER_PASS = "stale-cluster-pass"
+# The first restore pass that decided CreateSeedVolumes waits until the live target EtcdCluster
+# is being deleted (or gone), then STALE_PASS_LAG seconds more, and goes on with its decision.
+STALE_RESTORE_PASS = "stale-restore-pass"
 STALE_PASS_LAG = "ETCD_OPERATOR_STALE_PASS_LAG"  # seconds; default 10
 STALL_POLL = 0.2
 _stalled: set[str] = set()
@@ -39,15 +43,20 @@ def hit(point: str) -> None:
         os._exit(86)
 
 
-async def stall_once(point: str, key: str, until: Callable[[], bool]) -> None:
-    """When `point` is enabled, the first call for `key` waits until `until()` is true, then
-    STALE_PASS_LAG seconds more. Every later call returns at once."""
+async def stall_once(point: str, key: str, until: Callable[[], bool | Awaitable[bool]]) -> None:
+    """When `point` is enabled, the first call for `key` waits until `until()` (or what it
+    returns, awaited) is true, then STALE_PASS_LAG seconds more. Every later call returns at once."""
     if point not in enabled() or key in _stalled:
         return
     _stalled.add(key)
     logger.warning("fault point %s: %s waits for its condition", point, key)
-    while not until():
+    while not await _holds(until):
         await asyncio.sleep(STALL_POLL)
     lag = float(os.environ.get(STALE_PASS_LAG, "10"))
     logger.warning("fault point %s: %s goes on %gs late", point, key, lag)
     await asyncio.sleep(lag)
+
+
+async def _holds(until: Callable[[], bool | Awaitable[bool]]) -> bool:
+    result = until()
+    return bool(await result) if inspect.isawaitable(result) else bool(result)

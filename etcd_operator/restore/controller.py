@@ -10,6 +10,7 @@ import logging
 import time
 from typing import Any, Mapping
 
+from etcd_operator import faults
 from etcd_operator.kube import client as kube
 from etcd_operator.restore import steps as s
 from etcd_operator.restore.executor import EventPoster, RestoreExecutor
@@ -51,8 +52,13 @@ class RestoreController:
         step = plan(spec, status, observed, now)
         if not isinstance(step, (s.Idle, s.Wait)):
             logger.info("%s/%s: %s (%s)", meta["namespace"], meta["name"], step.kind, step.reason)
+        if isinstance(step, s.CreateSeedVolumes):
+            await faults.stall_once(faults.STALE_RESTORE_PASS, f"{meta['namespace']}/{meta['name']}",
+                                    lambda: self._target_being_deleted(meta["namespace"], spec.target))
         outcome = await RestoreExecutor(self.kube, self.operator_image, body, self.post_event).run(
             step, spec, status, observed)
+        if not outcome.done:
+            logger.info("%s/%s: %s not done: %s", meta["namespace"], meta["name"], step.kind, outcome.message)
         if isinstance(step, s.Idle):
             return None
         new_status = build_status(previous, step, outcome, meta.get("generation"), format_time(now))
@@ -68,6 +74,10 @@ class RestoreController:
             return WHILE_RESTORING if step.code == "Restoring" else WHILE_WAITING
         return AFTER_STATUS_STEP if isinstance(step, STATUS_ONLY) else AFTER_STEP
 
+
+    async def _target_being_deleted(self, namespace: str, target: str) -> bool:
+        live = await self.kube.get(kube.ETCDCLUSTERS, namespace, target)
+        return live is None or bool(live["metadata"].get("deletionTimestamp"))
 
     async def release_on_deletion(self, body: Mapping[str, Any]) -> bool:
         """The EtcdRestore is being deleted: take its hold off the target when that is safe

@@ -459,3 +459,42 @@ def test_a_restore_deleted_while_it_waits_for_the_acknowledgement_lets_the_clust
         assert get_cluster(namespace, "kept")["status"].get("restoreHold") is None
     finally:
         stale.stop()
+
+
+def test_a_restore_pass_that_decided_before_the_cluster_was_deleted_creates_nothing_for_it(substrate, namespace,
+                                                                                         operator):
+    """Race 1 of issue 25 with the real API server: the restore's pass decides CreateSeedVolumes
+    on its GET of the EtcdCluster, and the cluster is deleted before the step runs (fault point
+    stale-restore-pass: the pass waits until the live cluster is being deleted, then goes on).
+    The executor reads the live target right before each create (restore/fence.py): no seed
+    PVC, which would have no owner and outlive the cluster, is created; the old data stays
+    aside and the restore fails once the cluster is gone."""
+    from etcd_operator import faults
+
+    small_cluster_with_backup(substrate, namespace, "doomed")
+    operator.stop()
+    late = OperatorProcess(substrate, namespace, env={faults.STALE_PASS_LAG: "1"}).start(
+        faults=faults.STALE_RESTORE_PASS)
+    try:
+        apply_restore(namespace, "rewind", {"source": {"backupRef": {"name": "nightly"}},
+                                            "target": {"inPlace": {"clusterName": "doomed", "confirm": True}}})
+        wait_for(lambda: f"{faults.STALE_RESTORE_PASS}: {namespace}/rewind waits" in late.log_text(), 300,
+                 interval=0.3, what="the restore pass that decided CreateSeedVolumes waiting")
+        kubectl("delete", "etcdcluster", "doomed", "-n", namespace, "--wait=false")
+        wait_for(lambda: f"{faults.STALE_RESTORE_PASS}: {namespace}/rewind goes on" in late.log_text(), 120,
+                 what="the late restore pass going on")
+        failed = wait_phase(namespace, "rewind", "Failed", timeout=180)
+        assert reason_of(failed, "Failed") == "ClusterNotFound", failed["status"]
+        wait_for(lambda: not kubectl_json("get", "etcdcluster", "-n", namespace)["items"], 120,
+                 what="the EtcdCluster gone")
+        pvcs = kubectl_json("get", "pvc", "-n", namespace)["items"]
+        seeds = [p["metadata"]["name"] for p in pvcs
+                 if "etcd.operator.dev/seed-of-restore" in (p["metadata"].get("annotations") or {})]
+        assert seeds == [], f"seed PVCs created for a cluster being deleted: {seeds}"
+        kept = [p["metadata"]["name"] for p in pvcs
+                if (p["metadata"].get("labels") or {}).get("etcd.operator.dev/preserved-from-cluster") == "doomed"]
+        assert kept == ["data-doomed-0"], f"the old data set aside: {kept}"
+        assert f"{namespace}/rewind: CreateSeedVolumes not done: CreateSeedVolumes: EtcdCluster doomed is" \
+            in late.log_text()
+    finally:
+        late.stop()

@@ -168,3 +168,22 @@ def test_the_observation_lists_the_pvcs_set_aside_from_the_target():
     assert sorted(p.name for p in seen.preserved_pvcs) == ["data-keep-0", "data-keep-1"]
     assert dict(seen.preserved_pvcs[0].labels)[builders.LABEL_PRESERVED_BY] == "r0"
     assert ("persistentvolumeclaims", f"{builders.LABEL_PRESERVED_FROM}=keep") in api.selectors
+
+
+# --- the fault point the substrate test uses (tests/substrate/test_restore.py) -----------
+
+def test_a_stalled_pass_waits_until_an_async_condition_holds(monkeypatch):
+    from etcd_operator import faults
+
+    monkeypatch.setenv("ETCD_OPERATOR_FAULTS", faults.STALE_RESTORE_PASS)
+    monkeypatch.setenv(faults.STALE_PASS_LAG, "0")
+    monkeypatch.setattr(faults, "STALL_POLL", 0.0)
+    monkeypatch.setattr(faults, "_stalled", set())
+    answers = [False, False, True]
+
+    async def deleted() -> bool:
+        return answers.pop(0)
+
+    asyncio.run(faults.stall_once(faults.STALE_RESTORE_PASS, "ns/r1", deleted))
+    assert answers == []
+    asyncio.run(faults.stall_once(faults.STALE_RESTORE_PASS, "ns/r1", deleted))  # once per key: not asked again
