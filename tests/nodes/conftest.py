@@ -74,6 +74,10 @@ def operator_release(real_nodes, kubeconfig):
     kubectl("apply", "--server-side", "-k", str(localkube_layout.REPO_ROOT / "crds"))
     kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
     restricted_namespace(OPERATOR_NAMESPACE)
+    # The instance keeps its API objects across `down`: an earlier session that ended with
+    # test_real_nodes.py's `down` left its release there.
+    helm("uninstall", RELEASE, "-n", OPERATOR_NAMESPACE, "--kubeconfig", str(kubeconfig), "--wait",
+         "--ignore-not-found", check=False)
     helm("install", RELEASE, str(CHART), "-n", OPERATOR_NAMESPACE, "--kubeconfig", str(kubeconfig),
          "--wait", "--timeout", "180s")
     yield RELEASE

@@ -200,7 +200,10 @@ def test_a_drained_node_keeps_its_member_which_waits_for_the_node_while_the_budg
         unchanged("MemberReplaced events", replacements(), replaced)
 
     try:
-        drain = kubectl("drain", node, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=180s", check=False)
+        # --force: other tests' bare pods may sit on the node (the instance keeps them across
+        # sessions); pods with a controller, as members are, still go through the Eviction API.
+        drain = kubectl("drain", node, "--ignore-daemonsets", "--delete-emptydir-data", "--force",
+                        "--timeout=180s", check=False)
         assert drain.returncode == 0, drain.stderr
         # The operator re-creates the evicted pod on its PVC; the volume holds it to the cordoned node.
         waiting = wait_for(lambda: (p := member_pod(victim)) and p["metadata"]["uid"] != pods[victim]
