@@ -134,6 +134,29 @@ def read_locally(member_url: str, key: str) -> str | None:
     return read.stdout.strip() if read.returncode == 0 else None
 
 
+def member_replaced(before: dict[str, tuple[str, str]], victim: str):
+    """A predicate: three members again, all with IDs, the victim's ID gone. The replacement
+    may take the victim's name (the operator reuses the next free ordinal)."""
+    gone = before[victim][0]
+
+    def replaced():
+        now = identities()
+        ids = [member_id for member_id, _ in now.values()]
+        return len(now) == 3 and None not in ids and gone not in ids and now
+    return replaced
+
+
+def newcomer(before: dict[str, tuple[str, str]], now: dict[str, tuple[str, str]]) -> str:
+    known = {member_id for member_id, _ in before.values()}
+    (name,) = [name for name, (member_id, _) in now.items() if member_id not in known]
+    return name
+
+
+def replacement_event(victim: str, member_id: str) -> str:
+    """The start of the MemberReplaced event the operator posts for this very member."""
+    return f"Removed {victim} (id {int(member_id, 16):x})"
+
+
 def unchanged(what: str, now, before) -> None:
     assert now == before, f"{what} changed: {before} -> {now}"
 
@@ -253,18 +276,14 @@ def test_a_member_that_lost_its_data_is_replaced_on_the_node_left_without_a_memb
     lost_at = time.monotonic()
     kubectl("delete", "pvc", naming.pvc_name(victim), "-n", NAMESPACE, "--wait=false")
     kubectl("delete", "pod", victim, "-n", NAMESPACE, "--wait=false")
-
-    def replaced():
-        now = identities()
-        return victim not in now and len(now) == 3 and now
-    wait_for(replaced, 300, interval=2.0, what=f"{victim} replaced")
+    wait_for(member_replaced(before, victim), 300, interval=2.0, what=f"{victim} replaced")
     wait_healthy(NAMESPACE, CLUSTER, 3, timeout=240)
     recovered_after = time.monotonic() - lost_at
     now = identities()
-    (replacement,) = set(now) - set(before)
+    replacement = newcomer(before, now)
     assert now[replacement][1] == node, f"{replacement} landed on {now[replacement][1]}, {node} has no member"
     assert sorted(n for _, n in now.values()) == realnodes.node_names()
-    assert any(victim in m for m in replacements())
+    assert any(m.startswith(replacement_event(victim, before[victim][0])) for m in replacements())
     replacement_url = url(member_pod(replacement))
     wait_for(lambda: read_locally(replacement_url, key) == "written-before-the-data-loss", 60, interval=1.0,
              what=f"{replacement} holding the data")
@@ -305,7 +324,7 @@ def nearly_full(path: pathlib.Path, headroom: int):
 
 
 def test_a_member_whose_volume_fills_up_crashes_and_is_replaced_after_the_timeout(spread):
-    before, replaced = identities(), replacements()
+    before = identities()
     victim, node = follower_away_from_the_operator()
     others = [url(p) for p in live_members() if p["metadata"]["name"] != victim]
     path = volume_path(victim)
@@ -334,14 +353,16 @@ def test_a_member_whose_volume_fills_up_crashes_and_is_replaced_after_the_timeou
                 cluster = get_cluster(NAMESPACE, CLUSTER)
                 assert (condition(cluster, "Alarm") or {}).get("status") != "True", condition(cluster, "Alarm")
                 assert (condition(cluster, "Available") or {}).get("status") == "True", condition(cluster, "Available")
-            wait_for_holding(lambda: any(victim in m for m in replacements() if m not in replaced), quorum_and_no_alarm,
+            removed = replacement_event(victim, before[victim][0])
+            wait_for_holding(lambda: any(m.startswith(removed) for m in replacements()), quorum_and_no_alarm,
                              UNHEALTHY_TIMEOUT_SECONDS + 240, interval=2.0, what=f"{victim} on a full volume replaced")
     finally:
         patch_spec(NAMESPACE, CLUSTER, {"paused": False})
+    wait_for(member_replaced(before, victim), 240, interval=2.0, what=f"a new member in place of {victim}")
     wait_healthy(NAMESPACE, CLUSTER, 3, timeout=300)
     recovered_after = time.monotonic() - filling_at
     now = identities()
-    (replacement,) = set(now) - set(before)
+    replacement = newcomer(before, now)
     print(f"full volume of {victim} on {node}: it crashed {crashed_after:.0f}s after the writes began; replaced by "
           f"{replacement} on {now[replacement][1]}, healthy again {recovered_after:.0f}s after the writes began")
     assert sorted(n for _, n in now.values()) == realnodes.node_names()
