@@ -10,7 +10,8 @@ Invariants, each covered by tests/unit/test_cluster_planner.py and the fault sim
 - under an alarm (NOSPACE, CORRUPT) or when the operator is cut off from a quorum that may
   hold, nothing is removed, replaced, rolled or recovered;
 - a member whose pod failed (evicted) or is still starting is restarted on its data, never
-  replaced for it;
+  replaced for it; nor is one whose pod is Pending (not placed or not started, as on a
+  cordoned node its volume is pinned to) while its PVC is kept;
 - no pod is taken away to be re-created, and no member added, without the API server's
   recent acceptance of its new pod (a dry run; cluster/admission.py).
 """
@@ -326,6 +327,7 @@ def _replace_or_shrink(spec: ClusterSpec, observed: Observed, health: Health,
         if removal_keeps_quorum(health, victim):
             return a.RemoveMember(f"scaling down to {spec.size}", names[victim.id] or victim.hex_id, victim.id)
         return a.Wait(f"scaling down to {spec.size} would lose quorum; waiting for members to recover")
+    waiting_for_node: list[str] = []
     for member in unhealthy:
         name = names[member.id] or member.hex_id
         unhealthy_for = observed.unhealthy_for.get(name)
@@ -334,12 +336,27 @@ def _replace_or_shrink(spec: ClusterSpec, observed: Observed, health: Health,
         pod = observed.pods.get(name)
         if pod is not None and (pod.starting or pod.failed):
             continue  # restarting on its data; the startup probe bounds how long that may take
+        if pod is not None and pod.phase == "Pending" and _data_kept(spec, observed, name):
+            waiting_for_node.append(name)
+            continue  # not running yet (a drained node's volume): its data waits on its PVC
         if removal_keeps_quorum(health, member):
             return a.RemoveMember(f"{name} was unhealthy for {unhealthy_for:.0f}s; replacing it",
                                   name, member.id, replacing=True)
+    if waiting_for_node:
+        return a.Wait(f"{', '.join(waiting_for_node)} not running for longer than memberUnhealthyTimeout: "
+                      f"its pod is Pending and its data is kept on its PVC, so it is not replaced (a volume "
+                      f"pinned to a cordoned or lost node waits for that node; delete the PVC to replace the "
+                      f"member elsewhere); {health.message}")
     if unhealthy:
         return a.Wait(health.message)
     return None
+
+
+def _data_kept(spec: ClusterSpec, observed: Observed, name: str) -> bool:
+    if spec.storage.empty_dir:
+        return False
+    pvc = observed.pvcs.get(naming.pvc_name(name))
+    return pvc is not None and not pvc.deleting
 
 
 def _roll_outdated_member(observed: Observed, health: Health, names: dict[int, str | None],

@@ -107,6 +107,24 @@ def test_unhealthy_member_is_replaced_only_after_the_timeout():
     assert isinstance(step, a.RemoveMember) and step.replacing
 
 
+def test_a_member_whose_pod_is_pending_on_its_kept_pvc_is_not_replaced_after_the_timeout():
+    """A drained node's member: its pod, re-created, waits for the node its volume is pinned to."""
+    for waiting in (None, "ContainerCreating"):
+        o = observed([M(0), M(1), M(2, healthy=False, unhealthy_for=600, pod_phase="Pending", waiting=waiting)])
+        step = next_step(spec(3), o)
+        assert isinstance(step, a.Wait) and "c-2" in step.reason and "PVC" in step.reason
+
+
+def test_a_member_whose_pod_is_pending_without_its_data_is_still_replaced_after_the_timeout():
+    o = observed([M(0), M(1), M(2, healthy=False, unhealthy_for=61, pod_phase="Pending", pvc=False)])
+    step = next_step(spec(3), o)
+    assert isinstance(step, a.RemoveMember) and step.replacing and step.member == "c-2"
+    on_empty_dir = dataclasses.replace(spec(3), storage=dataclasses.replace(spec(3).storage, empty_dir=True))
+    o = observed([M(0), M(1), M(2, healthy=False, unhealthy_for=61, pod_phase="Pending")])
+    step = next_step(on_empty_dir, o)
+    assert isinstance(step, a.RemoveMember) and step.replacing
+
+
 def test_no_quorum_means_no_membership_change():
     o = observed([M(0), M(1, healthy=False, unhealthy_for=600), M(2, healthy=False, unhealthy_for=600)])
     assert isinstance(next_step(spec(3), o), a.Wait)
