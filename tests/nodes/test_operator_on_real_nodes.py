@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import subprocess
 import time
 
@@ -16,52 +15,20 @@ import pytest
 
 from etcd_operator.cluster import naming
 from localkube import hoststate, layout as localkube_layout, nodefaults
+from tests.support import chart_release
+from tests.support.chart_release import delete_namespace, restricted_namespace
 from tests.support.clusters import events, get_cluster, member_pods, wait_healthy
-from tests.support.helm import CHART, helm
+from tests.support.helm import CHART
 from tests.support.kubectl import kubectl, kubectl_json
 from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.substrate
+pytestmark = [pytest.mark.substrate, pytest.mark.real_nodes,
+              pytest.mark.usefixtures("kubectl_on_real_nodes")]
 
-RELEASE = "etcd-operator"
-OPERATOR_NAMESPACE = "etcd-operator"
+OPERATOR_NAMESPACE = chart_release.NAMESPACE
 NAMESPACE = "on-real-nodes"
 CLUSTER = "spread"
 UNHEALTHY_TIMEOUT_SECONDS = 45  # the CRD's minimum is 30 s
-
-
-@pytest.fixture(scope="module")
-def kubeconfig(real_nodes):
-    """tests.support's kubectl helpers follow KUBECONFIG: point it at the real nodes."""
-    before = os.environ.get("KUBECONFIG")
-    os.environ["KUBECONFIG"] = str(real_nodes.kubeconfig)
-    yield real_nodes.kubeconfig
-    if before is None:
-        os.environ.pop("KUBECONFIG", None)
-    else:
-        os.environ["KUBECONFIG"] = before
-
-
-def restricted_namespace(name: str) -> None:
-    namespace = {"apiVersion": "v1", "kind": "Namespace",
-                 "metadata": {"name": name, "labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}
-    kubectl("apply", "-f", "-", input=json.dumps(namespace))
-
-
-def delete_namespace(name: str) -> None:
-    kubectl("delete", "namespace", name, "--ignore-not-found", "--timeout=120s", check=False)
-
-
-@pytest.fixture(scope="module")
-def release(kubeconfig):
-    kubectl("apply", "--server-side", "-k", str(localkube_layout.REPO_ROOT / "crds"))
-    kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
-    restricted_namespace(OPERATOR_NAMESPACE)
-    helm("install", RELEASE, str(CHART), "-n", OPERATOR_NAMESPACE, "--kubeconfig", str(kubeconfig),
-         "--wait", "--timeout", "180s")
-    yield RELEASE
-    helm("uninstall", RELEASE, "-n", OPERATOR_NAMESPACE, "--kubeconfig", str(kubeconfig), "--wait", check=False)
-    delete_namespace(OPERATOR_NAMESPACE)
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +39,7 @@ def host_resolves_cluster_names(real_nodes):
 
 
 @pytest.fixture(scope="module")
-def cluster(release):
+def cluster(operator_release, kubectl_on_real_nodes):
     restricted_namespace(NAMESPACE)
     manifest = {"apiVersion": "etcd.operator.dev/v1alpha1", "kind": "EtcdCluster",
                 "metadata": {"name": CLUSTER, "namespace": NAMESPACE},
@@ -115,7 +82,7 @@ def live_members() -> list[dict]:
     return [p for p in member_pods(NAMESPACE, CLUSTER) if not p["metadata"].get("deletionTimestamp")]
 
 
-def test_the_chart_runs_the_operator_as_a_pod_that_the_runtime_confines(release):
+def test_the_chart_runs_the_operator_as_a_pod_that_the_runtime_confines(operator_release):
     pods = operator_pods()
     assert len(pods) == 2 and all(p["status"]["phase"] == "Running" for p in pods)
     for pod in pods:
