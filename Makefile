@@ -81,7 +81,7 @@ images: venv testbin ## the images real nodes run (pause, etcd, busybox, operato
 chart-crds: ## copy crds/ into the Helm chart (tests/substrate/test_helm_release.py checks they match)
 	@cp crds/etcd*.yaml charts/etcd-operator/crds/
 
-demo: up crds ## the main job on the local default
+demo: up crds ## the main job on the local default (NODES=real: on real nodes, the operator installed by the chart)
 	@e2e/demo.sh
 
 .PHONY: help venv venv-prod testbin up down status crds run test test-unit bench e2e-kind image images chart-crds demo

@@ -1,5 +1,7 @@
 """Shared fixtures: the local substrate (started once per session, or reused when
-`make up` already runs it), a fresh namespace per test, and log dumps on failure.
+`make up` already runs it), a fresh namespace per test, and log dumps on failure; the
+session's real nodes (tests/nodes, e2e/journeys, e2e/scenarios) and the operator the chart
+installs on them.
 
 With E2E_TARGET=external (or kind) nothing local is started: tests talk to whatever
 KUBECONFIG points at, and a test that needs the local substrate is skipped."""
@@ -12,13 +14,15 @@ import uuid
 
 import pytest
 
-from localkube import controlplane, layout as localkube_layout
+from localkube import controlplane, hoststate, layout as localkube_layout
+from tests.support import chart_release
 from tests.support.finalizers import release_finalizers
 
 SUBSTRATE_LOGS = ("kube-apiserver", "kube-controller-manager", "node-agent", "minio", "operator")
 PER_NAMESPACE_LOGS = ("operator-{namespace}*",)  # one per operator replica
 DUMP_TAIL_BYTES = 6000
 EXTERNAL = os.environ.get("E2E_TARGET") in ("external", "kind")
+REAL_NODES_ROOT = localkube_layout.REPO_ROOT / ".localkube" / "realnodes-test"
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -26,6 +30,66 @@ def pytest_runtest_makereport(item, call):
     report = yield
     setattr(item, f"rep_{report.when}", report)
     return report
+
+
+def pytest_collection_modifyitems(config, items):
+    """Everything marked real_nodes runs together, where the first of it was collected (so the
+    session's real nodes are up only while needed), and what takes them down,
+    `real_nodes(takes_them_down=True)`, runs after all of it."""
+    marked = [item for item in items if item.get_closest_marker("real_nodes")]
+    if not marked:
+        return
+    last = [item for item in marked if item.get_closest_marker("real_nodes").kwargs.get("takes_them_down")]
+    group = [item for item in marked if item not in last] + last
+    start = items.index(marked[0])
+    others = [item for item in items if not item.get_closest_marker("real_nodes")]
+    items[:] = others[:start] + group + others[start:]
+
+
+@pytest.fixture(scope="session")
+def host_before():
+    """The host as found, before the session's real nodes start."""
+    return hoststate.snapshot()
+
+
+@pytest.fixture(scope="session")
+def real_nodes(host_before):
+    """Real nodes (`localkube up --nodes real`), once per session, in an instance of their own
+    rooted in <checkout>/.localkube/realnodes-test, so that the checkout's default substrate
+    (the node agent) can keep running beside it; `make down` stops it too.
+    tests/nodes/test_real_nodes.py takes it down after everything else on it, to check the host."""
+    REAL_NODES_ROOT.mkdir(parents=True, exist_ok=True)
+    where = localkube_layout.current(REAL_NODES_ROOT)
+    controlplane.up(where, nodes="real")
+    yield where
+    controlplane.down(where)
+
+
+@pytest.fixture(scope="session")
+def nodes_api(real_nodes):
+    from kubernetes import config
+
+    return config.new_client_from_config(config_file=str(real_nodes.kubeconfig))
+
+
+@pytest.fixture(scope="module")
+def kubectl_on_real_nodes(real_nodes):
+    """For one module, tests.support's kubectl and helm talk to the real nodes."""
+    with chart_release.kubeconfig_env(real_nodes.kubeconfig):
+        yield real_nodes.kubeconfig
+
+
+@pytest.fixture(scope="session")
+def operator_release(real_nodes):
+    """The operator on the real nodes as users install it: the chart from this checkout, the
+    image built here, restricted Pod Security (tests/support/chart_release.py)."""
+    # The instance keeps its data between sessions: a release an earlier session left
+    # (test_real_nodes.py takes the nodes down before this teardown) goes first.
+    chart_release.uninstall(real_nodes.kubeconfig)
+    chart_release.install(real_nodes.kubeconfig)
+    yield chart_release.RELEASE
+    if controlplane.apiserver_ready(real_nodes):  # else test_real_nodes.py took the nodes down
+        chart_release.uninstall(real_nodes.kubeconfig)
 
 
 @pytest.fixture(scope="session")
@@ -55,12 +119,18 @@ def kube_api(request):
     return config.new_client_from_config(config_file=str(substrate.kubeconfig))
 
 
+@pytest.fixture(scope="session")
+def explain_failure(request):
+    """What a failed test prints about its namespace: events, then the substrate's logs (or,
+    when external, the installed operator's pod logs). e2e/conftest.py has its own."""
+    substrate = None if EXTERNAL else request.getfixturevalue("substrate")
+    return lambda core, namespace: dump_diagnostics(substrate, core, namespace)
+
+
 @pytest.fixture
-def namespace(request, kube_api):
+def namespace(request, kube_api, explain_failure):
     """A fresh namespace for one test, deleted afterwards; logs are dumped on failure."""
     from kubernetes import client
-
-    substrate = None if EXTERNAL else request.getfixturevalue("substrate")
 
     core = client.CoreV1Api(kube_api)
     # The deployed operator of the e2e scenarios watches e2e-* namespaces only.
@@ -74,7 +144,7 @@ def namespace(request, kube_api):
         for when in ("setup", "call")
     )
     if failed:
-        dump_diagnostics(substrate, core, name)
+        explain_failure(core, name)
     core.delete_namespace(name)
     release_finalizers(kube_api, name)
 

@@ -1,21 +1,38 @@
 #!/usr/bin/env bash
 # `make demo`: the main job on the local default. The control plane, MinIO and the node
-# agent are up (make up); this runs the operator, applies the demo's one manifest
+# agent are up (make up); this runs the operator (on real nodes, `make demo NODES=real`: the
+# chart installs it as pods from the image built here), applies the demo's one manifest
 # (e2e/demo/demo.yaml: a namespace, S3 credentials, a 3-member TLS cluster, an hourly backup
 # schedule and a first backup) at once, waits until all are healthy, writes and reads a key
 # with the commands it prints, and says what to try next. Running it again changes nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source .localkube/env
+STATE=${LOCALKUBE_STATE_DIR:-.localkube}  # the substrate's state (tests point it at theirs)
+source "$STATE/env"
 PY=.venv/bin/python
-NS=demo
+NS=${DEMO_NAMESPACE:-demo}  # tests use their own: the node agent publishes pod names in /etc/hosts
 
-pidfile=.localkube/run/operator.pid
-if ! { [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }; then
-  HEALTH_PORT=$(PYTHONPATH=e2e $PY -c 'from localkube import layout; print(layout.current().ports.operator_health)')
-  WATCH_NAMESPACES=$NS HEALTH_PORT=$HEALTH_PORT setsid $PY -m etcd_operator >>.localkube/logs/operator.log 2>&1 </dev/null &
-  echo $! >"$pidfile"
-  echo "operator started, watching namespace $NS (log: .localkube/logs/operator.log)"
+if [[ "$(cat "$STATE/nodes-mode" 2>/dev/null)" == real ]]; then
+  helm() { HELM_CACHE_HOME=$PWD/.helm/cache HELM_CONFIG_HOME=$PWD/.helm/config HELM_DATA_HOME=$PWD/.helm/data \
+    "$ETCD_OPERATOR_TESTBIN/helm/helm" "$@"; }
+  if ! helm status etcd-operator -n etcd-operator >/dev/null 2>&1; then
+    kubectl apply -f - >/dev/null <<'YAML'
+{"apiVersion": "v1", "kind": "Namespace",
+ "metadata": {"name": "etcd-operator", "labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}
+YAML
+    helm install etcd-operator charts/etcd-operator -n etcd-operator --set "watchNamespaces={$NS}" \
+      --wait --timeout 180s >/dev/null
+    echo "operator installed by the chart: two pods in namespace etcd-operator, watching namespace $NS" \
+      "(logs: kubectl logs -n etcd-operator deployment/etcd-operator)"
+  fi
+else
+  pidfile=$STATE/run/operator.pid
+  if ! { [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }; then
+    HEALTH_PORT=$(PYTHONPATH=e2e $PY -c 'from localkube import layout; print(layout.current().ports.operator_health)')
+    WATCH_NAMESPACES=$NS HEALTH_PORT=$HEALTH_PORT setsid $PY -m etcd_operator >>"$STATE/logs/operator.log" 2>&1 </dev/null &
+    echo $! >"$pidfile"
+    echo "operator started, watching namespace $NS (log: $STATE/logs/operator.log)"
+  fi
 fi
 
 export ACCESS_KEY_ID_BASE64=$(printf %s "$AWS_ACCESS_KEY_ID" | base64 -w0)
@@ -34,7 +51,7 @@ echo
 echo "first backup in MinIO: s3://$S3_BUCKET/$(kubectl get -n $NS etcdbackup demo-first-backup -o jsonpath='{.status.lastBackup.key}')"
 
 # The client certificate hint, run here exactly as printed below.
-certs=.localkube/demo-client-tls
+certs=$STATE/demo-client-tls
 mkdir -p $certs
 for f in ca.crt tls.crt tls.key; do
   kubectl get secret demo-client-tls -n $NS -o "jsonpath={.data.${f/./\\.}}" | base64 -d >"$certs/$f"
@@ -53,7 +70,7 @@ etcdctl put hello world >/dev/null
 cat <<MSG
 
 The local default is up: a healthy 3-member etcd cluster (TLS on) and its backups. Try:
-  source .localkube/env
+  source $STATE/env
   kubectl get etcdcluster demo -n $NS -o yaml          # members, leader, conditions
   kubectl scale etcdcluster demo -n $NS --replicas=5   # grows one learner at a time
   kubectl get events -n $NS --sort-by=.lastTimestamp

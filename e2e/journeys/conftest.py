@@ -1,35 +1,37 @@
-"""The journeys: what a new user does first, done the way they do it, against whatever
-KUBECONFIG points at. Each journey has its own namespace.
-
-- unset E2E_TARGET: the local substrate; this conftest installs the operator with the Helm
-  chart (watching exactly the journeys' namespaces, by name) and removes it afterwards.
-- E2E_TARGET=external: the operator is installed already, watching every namespace (or the
-  `journey-*` names), with S3 settings from E2E_S3_ENDPOINT, E2E_S3_BUCKET,
-  E2E_S3_ACCESS_KEY and E2E_S3_SECRET_KEY."""
+"""The journeys: what a new user does first, done the way they do it, each in its own
+namespace. Where they run: e2e/conftest.py. On the real nodes they share the session's one
+release (`operator_release`, watching every namespace); the journeys that need it gone or
+reinstalled (README's quickstart, helm) put it back as it was. E2E_TARGET=external: the
+operator is installed already, watching every namespace (or the `journey-*` names)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import os
+import pathlib
 
 import pytest
 
-from localkube import controlplane
+from tests.support import chart_release
 from tests.support.finalizers import release_finalizers
-from tests.support.helm import CHART, helm
-from tests.support.journeys import JOURNEYS, RELEASE, install_values, journey_namespace
-from tests.support.kubectl import kubectl
+from tests.support.helm import CHART
+from tests.support.journeys import JOURNEYS, journey_namespace
+from tests.support.kubectl import kubectl, kubectl_json
 from tests.support.waiting import wait_for
 
-EXTERNAL = os.environ.get("E2E_TARGET") in ("external", "kind")
+
 @dataclasses.dataclass(frozen=True)
 class Operator:
     namespace: str
     release: str | None  # None: installed by someone else (E2E_TARGET=external)
+    kubeconfig: pathlib.Path | None = None
 
     @property
     def deployment(self) -> str:
         return self.release or "etcd-operator"
+
+    def replicas(self) -> int:
+        return kubectl_json("get", f"deployment/{self.deployment}", "-n", self.namespace)["spec"]["replicas"]
 
     def scale(self, replicas: int) -> None:
         kubectl("scale", f"deployment/{self.deployment}", "-n", self.namespace, f"--replicas={replicas}")
@@ -40,28 +42,26 @@ class Operator:
                                          "-l", f"app.kubernetes.io/name={CHART.name}").stdout.strip(),
                      120, what="the operator's pods gone")
 
+    def install(self) -> None:
+        """The session's release installed again, as operator_release installs it."""
+        chart_release.install(self.kubeconfig)
+
+    @contextlib.contextmanager
+    def set_aside(self):
+        """No operator on the cluster for a while (the release and its namespace gone), then
+        the session's release installed again, whatever happened meanwhile."""
+        chart_release.uninstall(self.kubeconfig)
+        try:
+            yield
+        finally:
+            self.install()
+
 
 @pytest.fixture(scope="session")
-def operator(request) -> Operator:
-    if EXTERNAL:
-        yield Operator(os.environ.get("E2E_OPERATOR_NAMESPACE", "etcd-operator"), None)
-        return
-    request.getfixturevalue("substrate")
-    helm("install", RELEASE, str(CHART), "-n", RELEASE, "--create-namespace", *install_values(),
-         "--wait", "--timeout", "180s")
-    yield Operator(RELEASE, RELEASE)
-    helm("uninstall", RELEASE, "-n", RELEASE, "--wait", check=False)
-    kubectl("delete", "namespace", RELEASE, "--ignore-not-found", "--timeout=120s", check=False)
-
-
-@pytest.fixture(scope="session")
-def s3_settings(request) -> dict[str, str]:
-    if EXTERNAL:
-        return {k: os.environ[f"E2E_S3_{k}"] for k in ("ENDPOINT", "BUCKET", "ACCESS_KEY", "SECRET_KEY")} | {
-            "REGION": os.environ.get("E2E_S3_REGION", "us-east-1")}
-    env = controlplane.s3_environment(request.getfixturevalue("substrate"))
-    return {"ENDPOINT": env["S3_ENDPOINT"], "BUCKET": env["S3_BUCKET"], "ACCESS_KEY": env["AWS_ACCESS_KEY_ID"],
-            "SECRET_KEY": env["AWS_SECRET_ACCESS_KEY"], "REGION": env["S3_REGION"]}
+def operator(request, operator_namespace, e2e_nodes) -> Operator:
+    if e2e_nodes is None:
+        return Operator(operator_namespace, None)
+    return Operator(operator_namespace, request.getfixturevalue("operator_release"), e2e_nodes.kubeconfig)
 
 
 @pytest.fixture(autouse=True)

@@ -2,9 +2,9 @@
 manifest (in either order of arrival), applied again unchanged, deleted in every way (each
 propagation policy, the namespace, with the operator down, the finalizer removed by hand),
 and the chart upgraded and uninstalled with a cluster in place. Portable: kubectl and helm
-only, no node-agent faults and no pod IPs, so the same file runs on any cluster.
+only, no node faults and no pod IPs, so the same file runs on any cluster.
 
-The helm journey uninstalls and reinstalls the operator: it stays last."""
+The quickstart and helm journeys uninstall and reinstall the operator: they stay last."""
 
 from __future__ import annotations
 
@@ -19,15 +19,16 @@ import time
 import pytest
 import yaml
 
+from localkube import layout as localkube_layout
 from tests.support.clusters import condition, member_pods
-from tests.support.helm import CHART, LOCAL_VALUES, helm, helm_binary, helm_environment
-from tests.support.journeys import RELEASE, install_values, journey_namespace
+from tests.support.helm import CHART, helm, helm_environment
+from tests.support.journeys import journey_namespace
 from tests.support.kubectl import kubectl, kubectl_json
 from tests.support.waiting import wait_for
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 GROUP = "etcd.operator.dev/v1alpha1"
-pytestmark = pytest.mark.usefixtures("operator")
+pytestmark = [pytest.mark.usefixtures("operator"), pytest.mark.real_nodes]
 
 
 # --- what a user writes -------------------------------------------------------------------
@@ -42,8 +43,8 @@ def resource(kind: str, name: str, namespace: str, spec: dict) -> dict:
 
 
 def storage(s3: dict, namespace: str) -> dict:
-    return {"s3": {"bucket": s3["BUCKET"], "prefix": namespace, "endpoint": s3["ENDPOINT"], "region": s3["REGION"],
-                   "forcePathStyle": True, "insecure": s3["ENDPOINT"].startswith("http://"),
+    return {"s3": {"bucket": s3["bucket"], "prefix": namespace, "endpoint": s3["endpoint"], "region": s3["region"],
+                   "forcePathStyle": True, "insecure": s3["endpoint"].startswith("http://"),
                    "credentialsSecretRef": {"name": "s3-credentials"}}}
 
 
@@ -53,8 +54,8 @@ def everything(namespace: str, s3: dict) -> dict[str, dict]:
     return {
         "namespace": {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
         "secret": {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s3-credentials", "namespace": namespace},
-                   "data": {"accessKeyID": base64_text(s3["ACCESS_KEY"]),
-                            "secretAccessKey": base64_text(s3["SECRET_KEY"])}},
+                   "data": {"accessKeyID": base64_text(s3["access_key"]),
+                            "secretAccessKey": base64_text(s3["secret_key"])}},
         "cluster": resource("EtcdCluster", "app", namespace, {"size": 1, "storage": {"size": "1Gi"}}),
         "schedule": resource("EtcdBackup", "hourly", namespace, {"clusterRef": {"name": "app"},
                                                                  "schedule": "0 * * * *",
@@ -127,9 +128,9 @@ def delete_namespace(namespace: str, timeout: float = 120) -> float:
 
 def test_the_demo_manifest_applied_at_once_ends_with_a_completed_first_backup(s3_settings):
     namespace = journey_namespace("demo")
-    settings = {"NAMESPACE": namespace, "S3_BUCKET": s3_settings["BUCKET"], "S3_ENDPOINT": s3_settings["ENDPOINT"],
-                "S3_REGION": s3_settings["REGION"], "ACCESS_KEY_ID_BASE64": base64_text(s3_settings["ACCESS_KEY"]),
-                "SECRET_ACCESS_KEY_BASE64": base64_text(s3_settings["SECRET_KEY"])}
+    settings = {"NAMESPACE": namespace, "S3_BUCKET": s3_settings["bucket"], "S3_ENDPOINT": s3_settings["endpoint"],
+                "S3_REGION": s3_settings["region"], "ACCESS_KEY_ID_BASE64": base64_text(s3_settings["access_key"]),
+                "SECRET_ACCESS_KEY_BASE64": base64_text(s3_settings["secret_key"])}
     manifest = string.Template((ROOT / "e2e" / "demo" / "demo.yaml").read_text()).substitute(settings)
     kubectl("apply", "-f", "-", input=manifest)
     wait_available(namespace, "demo", 3)
@@ -212,6 +213,7 @@ def test_deleting_with_the_operator_down_or_the_finalizer_removed_keeps_retained
         wait_available(namespace, name, 1)
     before = pvc_uids(namespace)
 
+    replicas = operator.replicas()
     operator.scale(0)
     kubectl("delete", "etcdcluster", "kept", "dropped", "-n", namespace, "--cascade=foreground", "--wait=false")
     kubectl("patch", "etcdcluster", "forced", "-n", namespace, "--type=merge", "-p",
@@ -221,7 +223,7 @@ def test_deleting_with_the_operator_down_or_the_finalizer_removed_keeps_retained
              what="the garbage collector took every member pod")
     assert pvc_uids(namespace) == before, "a PVC went while the operator was down"
 
-    operator.scale(1)
+    operator.scale(replicas)
     wait_for(lambda: not kubectl_json("get", "etcdclusters", "-n", namespace)["items"], 180,
              what="the operator released the deleted clusters")
     after = pvc_uids(namespace)
@@ -235,28 +237,24 @@ def readme_quickstart() -> str:
     return section.split("```sh\n", 1)[1].split("```", 1)[0]
 
 
-def test_the_readme_quickstart_runs_as_printed(operator, tmp_path):
+def test_the_readme_quickstart_runs_as_printed(operator):
     if operator.release is None:
         pytest.skip("the quickstart installs the chart itself (E2E_TARGET=external)")
-    # On the local default every pod shares the host's network: `helm install` gets the
-    # local values too (each replica serves health on its own pod address).
-    real = helm_binary()
-    shim = tmp_path / "helm"
-    shim.write_text(f'#!/bin/sh\nif [ "$1" = install ]; then exec {real} "$@" -f {LOCAL_VALUES}; fi\n'
-                    f'exec {real} "$@"\n')
-    shim.chmod(0o755)
-    env = {**os.environ, **helm_environment(), "PATH": f"{tmp_path}:{os.environ['PATH']}"}
+    # As after `source .localkube/env`, with testbin's helm on PATH too.
+    testbin = localkube_layout.testbin_dir()
+    env = {**os.environ, **helm_environment(), "PATH": f"{testbin / 'helm'}:{testbin / 'kube'}:{os.environ['PATH']}"}
     script = "set -euxo pipefail\n" + readme_quickstart()
-    try:
-        result = subprocess.run(["bash", "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
-                                timeout=900)
-        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-        assert "demo" in result.stdout and "Running" in result.stdout, result.stdout
-    finally:
-        subprocess.run([str(real), "uninstall", "etcd-operator", "-n", "etcd-operator"], env=env,
-                       capture_output=True, check=False)
-        kubectl("delete", "namespace", "etcd-quickstart", "etcd-operator", "--ignore-not-found", "--wait=false",
-                check=False)
+    # The quickstart installs the release `etcd-operator` itself, on a cluster without an operator.
+    with operator.set_aside():
+        try:
+            result = subprocess.run(["bash", "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
+                                    timeout=900)
+            assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+            assert "demo" in result.stdout and "Running" in result.stdout, result.stdout
+        finally:
+            helm("uninstall", "etcd-operator", "-n", "etcd-operator", check=False)
+            kubectl("delete", "namespace", "etcd-quickstart", "etcd-operator", "--ignore-not-found", "--timeout=120s",
+                    check=False)
 
 
 def test_helm_upgrade_and_uninstall_leave_a_running_cluster_alone(operator):
@@ -268,16 +266,16 @@ def test_helm_upgrade_and_uninstall_leave_a_running_cluster_alone(operator):
     wait_available(namespace, "app", 3)
     members = pod_uids(namespace, "app")
 
-    helm("upgrade", RELEASE, str(CHART), "-n", RELEASE, *install_values(), "--set", "logLevel=DEBUG",
+    helm("upgrade", operator.release, str(CHART), "-n", operator.namespace, "--set", "logLevel=DEBUG",
          "--wait", "--timeout", "180s")
-    kubectl("rollout", "status", f"deployment/{RELEASE}", "-n", RELEASE, "--timeout=180s")
+    kubectl("rollout", "status", f"deployment/{operator.deployment}", "-n", operator.namespace, "--timeout=180s")
     assert wait_available(namespace, "app", 3) and pod_uids(namespace, "app") == members
 
-    helm("uninstall", RELEASE, "-n", RELEASE, "--wait", "--timeout", "180s")
+    helm("uninstall", operator.release, "-n", operator.namespace, "--wait", "--timeout", "180s")
     assert get("etcdcluster", namespace, "app") is not None, "uninstalling the chart deleted a cluster"
     assert pod_uids(namespace, "app") == members, "uninstalling the chart touched a member"
 
-    helm("install", RELEASE, str(CHART), "-n", RELEASE, *install_values(), "--wait", "--timeout", "180s")
+    operator.install()
     wait_available(namespace, "app", 3)
     assert pod_uids(namespace, "app") == members
     delete_namespace(namespace)

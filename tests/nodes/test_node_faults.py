@@ -23,13 +23,17 @@ import pytest
 
 from etcd_operator.cluster import naming
 from localkube import layout as localkube_layout, nodefaults, realnodes
-from tests.nodes.conftest import OPERATOR_NAMESPACE, delete_namespace, restricted_namespace
+from tests.support import chart_release
+from tests.support.chart_release import delete_namespace, restricted_namespace
 from tests.support.clusters import (apply_cluster, condition, events, get_cluster, member_pods, patch_spec,
                                    wait_healthy)
 from tests.support.kubectl import kubectl, kubectl_json
 from tests.support.waiting import holds_throughout, wait_for, wait_for_holding
 
-pytestmark = pytest.mark.substrate
+pytestmark = [pytest.mark.substrate, pytest.mark.real_nodes,
+              pytest.mark.usefixtures("kubectl_on_real_nodes")]
+
+OPERATOR_NAMESPACE = chart_release.NAMESPACE
 
 NAMESPACE = "node-faults"
 CLUSTER = "faults"
@@ -45,7 +49,7 @@ def core(nodes_api):
 
 
 @pytest.fixture(scope="module")
-def cluster(operator_release):
+def cluster(operator_release, kubectl_on_real_nodes):
     """Plaintext, so that the host reaches each member by its pod IP whoever owns /etc/resolv.conf."""
     restricted_namespace(NAMESPACE)
     apply_cluster(NAMESPACE, CLUSTER, {"size": 3, "version": "3.6.16", "storage": {"size": "1Gi"},

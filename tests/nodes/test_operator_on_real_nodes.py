@@ -15,14 +15,17 @@ import pytest
 
 from etcd_operator.cluster import naming
 from localkube import hoststate, layout as localkube_layout, nodefaults
-from tests.nodes.conftest import OPERATOR_NAMESPACE, delete_namespace, restricted_namespace
+from tests.support import chart_release
+from tests.support.chart_release import delete_namespace, restricted_namespace
 from tests.support.clusters import events, get_cluster, member_pods, wait_healthy
 from tests.support.helm import CHART
 from tests.support.kubectl import kubectl, kubectl_json
 from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.substrate
+pytestmark = [pytest.mark.substrate, pytest.mark.real_nodes,
+              pytest.mark.usefixtures("kubectl_on_real_nodes")]
 
+OPERATOR_NAMESPACE = chart_release.NAMESPACE
 NAMESPACE = "on-real-nodes"
 CLUSTER = "spread"
 UNHEALTHY_TIMEOUT_SECONDS = 45  # the CRD's minimum is 30 s
@@ -36,7 +39,7 @@ def host_resolves_cluster_names(real_nodes):
 
 
 @pytest.fixture(scope="module")
-def cluster(operator_release):
+def cluster(operator_release, kubectl_on_real_nodes):
     restricted_namespace(NAMESPACE)
     manifest = {"apiVersion": "etcd.operator.dev/v1alpha1", "kind": "EtcdCluster",
                 "metadata": {"name": CLUSTER, "namespace": NAMESPACE},

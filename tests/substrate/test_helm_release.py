@@ -3,8 +3,9 @@
 One release serves the whole module, in file order: lint and render every values preset
 (server-side dry-run), compare the chart with deploy/, `helm install` with the operator
 running as a pod (the node agent runs this checkout for the operator image), a cluster
-brought to 3 voters, every `kubectl etcd` command against it, the e2e scenarios in
-external mode in a separate pytest process, then `helm upgrade` and `helm uninstall`."""
+brought to 3 voters, every `kubectl etcd` command against it, then `helm upgrade` and
+`helm uninstall`. The e2e scenarios run on the real nodes instead
+(tests/nodes/test_e2e_scenarios_on_real_nodes.py)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,6 @@ import pytest
 import yaml
 
 from tests.support.finalizers import release_finalizers
-from localkube import controlplane
 from tests.support import rendered
 from tests.support.clusters import apply_cluster, get_cluster, wait_healthy
 from tests.support.helm import CHART, helm
@@ -211,22 +211,6 @@ def test_kubectl_etcd_approve_recovery_asks_first_then_annotates(cluster_namespa
     assert annotation not in (get_cluster(cluster_namespace, "app")["metadata"].get("annotations") or {})
     assert plugin_json("approve-recovery", "app", "--yes", "-n", cluster_namespace)[annotation] == "true"
     kubectl("annotate", "etcdcluster", "app", "-n", cluster_namespace, f"{annotation}-")
-
-
-# ---- the e2e scenarios against the installed operator --------------------------------
-
-def test_e2e_scenarios_pass_in_external_mode(substrate, release):
-    """A separate pytest process that starts nothing: KUBECONFIG, the installed operator and
-    S3 settings from the environment, exactly as `make e2e-kind` runs it."""
-    s3 = controlplane.s3_environment(substrate)
-    env = {**os.environ, "E2E_TARGET": "external", "KUBECONFIG": str(substrate.kubeconfig),
-           "E2E_OPERATOR_NAMESPACE": RELEASE_NAMESPACE, "E2E_S3_ENDPOINT": s3["S3_ENDPOINT"],
-           "E2E_S3_BUCKET": s3["S3_BUCKET"], "E2E_S3_ACCESS_KEY": s3["AWS_ACCESS_KEY_ID"],
-           "E2E_S3_SECRET_KEY": s3["AWS_SECRET_ACCESS_KEY"]}
-    result = subprocess.run([sys.executable, "-m", "pytest", "e2e/scenarios", "-q", "-p", "no:cacheprovider"],
-                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
-    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
-    assert " passed" in result.stdout and "skipped" not in result.stdout, result.stdout[-2000:]
 
 
 # ---- upgrade and uninstall -----------------------------------------------------------
