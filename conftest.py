@@ -16,6 +16,7 @@ import pytest
 
 from localkube import controlplane, hoststate, layout as localkube_layout
 from tests.support import chart_release
+from tests.support.diagnostics import print_events
 from tests.support.finalizers import release_finalizers
 
 SUBSTRATE_LOGS = ("kube-apiserver", "kube-controller-manager", "node-agent", "minio", "operator")
@@ -160,13 +161,7 @@ def install_crds() -> None:
 
 def dump_diagnostics(where, core, namespace: str) -> None:
     """Events, then local logs (substrate) or the installed operator's pod logs (external)."""
-    print(f"\n===== diagnostics for namespace {namespace} =====")
-    try:
-        for event in core.list_namespaced_event(namespace).items:
-            obj = event.involved_object
-            print(f"event {event.type} {obj.kind}/{obj.name} {event.reason}: {event.message}")
-    except Exception as e:  # diagnostics must never hide the real failure
-        print(f"(could not list events: {e})")
+    print_events(core, namespace)
     if where is None:
         _print_operator_pod_logs(os.environ.get("E2E_OPERATOR_NAMESPACE", "etcd-operator"))
         return

@@ -16,6 +16,7 @@ import pytest
 
 from localkube import controlplane
 from tests.support import chart_release
+from tests.support.diagnostics import print_events
 from tests.support.kubectl import kubectl
 
 EXTERNAL = os.environ.get("E2E_TARGET") in ("external", "kind")
@@ -68,13 +69,7 @@ def s3_settings(e2e_nodes) -> dict[str, str]:
 def explain_failure(operator_namespace):
     """A failed test's namespace: its events, the logs of its pods and of the operator's."""
     def explain(core, namespace: str) -> None:
-        print(f"\n===== diagnostics for namespace {namespace} =====")
-        try:
-            for event in core.list_namespaced_event(namespace).items:
-                obj = event.involved_object
-                print(f"event {event.type} {obj.kind}/{obj.name} {event.reason}: {event.message}")
-        except Exception as e:  # diagnostics must never hide the real failure
-            print(f"(could not list events: {e})")
+        print_events(core, namespace)
         for where, selector in ((operator_namespace, "app.kubernetes.io/name=etcd-operator"),
                                 (namespace, "app.kubernetes.io/name")):
             logs = kubectl("logs", "-n", where, "-l", selector, "--all-containers", "--prefix", "--tail=80",
