@@ -69,8 +69,12 @@ def self_only_cluster(observed: Observed, member: str) -> str:
 
 def restored_cluster(observed: Observed) -> str:
     """The initial cluster a restore wrote into its members' data: every member whose PVC
-    was restored and has not joined yet."""
-    members = sorted(p.name.removeprefix("data-") for p in observed.pvcs.values() if p.restored and p.member_id is None)
+    was restored, also those that have joined (started and settled) since. A member started
+    later on its own (its pod was lost, or never started) gets the same full list: its data
+    directory, if intact, ignores it; if it is empty, etcd bootstraps from the flags, and a
+    list naming only itself would make it a new one-member cluster serving no data, while
+    the full list (with the cluster's token, not the restore's) never reaches a quorum."""
+    members = sorted(p.name.removeprefix("data-") for p in observed.pvcs.values() if p.restored)
     return ",".join(f"{m}={naming.peer_url(observed.cluster, observed.namespace, m)}" for m in members)
 
 

@@ -84,9 +84,19 @@ def classify(sim, violation: inv.Violation) -> str | None:
     return known
 
 
+def _restored_member_bootstrapped_alone(sim) -> bool:
+    """A PVC the restore wrote holds another cluster's data: a restored member started on its
+    emptied data directory bootstrapped a cluster of its own (a quorum recovery keeps the ID)."""
+    group = sim.restore.restored_group if sim.restore is not None else None
+    return group is not None and any(p.restored and p.data is not None and p.data.cluster_id != group.cluster_id
+                                     for p in sim.world.pvcs.values())
+
+
 def _restore_finding(sim, violation: inv.Violation) -> str | None:
     """restore_race: how the EtcdRestore beside the cluster ended (restore_model.py)."""
     restore = sim.restore
+    if _restored_member_bootstrapped_alone(sim):
+        return "restored_member_bootstraps_alone"
     if violation.invariant == "restore_waits_for_hold_ack":
         return "restore_touched_before_ack"
     if violation.invariant == "nothing_created_for_an_object_being_deleted" and restore is not None:
@@ -169,6 +179,16 @@ def _classify(sim, violation: inv.Violation) -> str | None:
 # standby_takeover; seed 11) and fixed by the commit after it (cluster/timers.py: every timer on the
 # acting process's monotonic clock); their signatures stay so that a regression is named.
 FIXED = {
+    "restored_member_bootstraps_alone": (
+        "a restored member that had not joined (its data directory lost before it started, so it never "
+        "settled) was started again (StartRestoredMembers, no member answering) after the other restored "
+        "members had joined: cluster.planner.restored_cluster listed only the restored PVCs without a member "
+        "ID, so its --initial-cluster named itself alone, and etcd on the empty data directory bootstrapped a "
+        "new one-member cluster serving no data beside the restored one (split brain). Found in the "
+        "restore_race family at fcbc590 beyond the campaign's seeds (seeds 612, diagnosis_matches_truth, and "
+        "1033, snapshot_from_the_cluster_itself, of 200-1199); fixed by restored_cluster listing every "
+        "restored PVC, joined or not: with the full list (and the cluster's token, not the restore's) an "
+        "empty member never reaches a quorum of its own"),
     "restore_creates_on_a_copy_from_before_the_deletion": (
         "a restore pass decided on its GET of the EtcdCluster; a deletion that landed before its step ran was "
         "not seen, and CreateSeedVolumes/StartSeedPods created seed PVCs (no owner reference) and restore pods "

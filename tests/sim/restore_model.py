@@ -1,9 +1,10 @@
 """An in-place EtcdRestore acting beside the cluster's controller in the simulated world: the
 REAL restore planner (restore.planner.plan, looked up on its module so that mutants can patch
-it) decides on a copy of the EtcdCluster that may be some passes old, and on a copy of its own
-status that may be too; its steps are carried out here against the world, as
-restore/executor.py does them against the API server (with its live fence before a create,
-restore.fence, looked up on its module so that mutants can patch it).
+it) decides on a copy of the EtcdCluster that may miss what the cluster's controller wrote
+during the restore's pass (its GET came first; never older than the restore's previous pass),
+and on a copy of its own status that may be some passes old; its steps are carried out here
+against the world, as restore/executor.py does them against the API server (with its live
+fence before a create, restore.fence, looked up on its module so that mutants can patch it).
 
 Restore pods are not run: a restore pod succeeds at the restore's next pass and leaves on its
 member's PVC the data `etcdutl snapshot restore` writes (a new cluster ID, every member named,

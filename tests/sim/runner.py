@@ -38,8 +38,10 @@ HOLD_WEIGHT = 8
 HOLD_STEPS = (1, 1)  # released before the next pass: the restore was deleted before any acknowledgement
 FOCUS = "focus:"
 # Family "restore_race": an in-place EtcdRestore (the real restore planner, restore_model.py)
-# acts beside the cluster's controller from a random pass on; each decides now and then on a
-# copy of the EtcdCluster (and the restore on a copy of its own status) some passes old.
+# acts beside the cluster's controller from a random pass on; each decides now and then on an
+# old copy of the EtcdCluster (the cluster's controller some passes old, the restore's GET
+# without the cluster pass of the same step) and the restore on a copy of its own status
+# some passes old.
 RESTORE_RACE = "restore_race"
 OLD_COPY_CHANCE = 0.3
 OLD_COPY_PASSES = (1, 3)
@@ -554,15 +556,19 @@ class Sim:
             return WHILE_WAITING
         return AFTER_STEP if outcome.done else NOT_YET
 
-    def cluster_copy(self) -> ClusterCopy:
+    def cluster_copy(self, for_restore: bool = False) -> ClusterCopy:
         """The EtcdCluster as a controller's copy shows it: the live object, or (restore_race)
-        now and then one some passes old."""
+        now and then one some passes old (the cluster's controller decides on its kopf body,
+        which lags). The restore's copy is a GET at the start of its pass (restore/observer.py),
+        made after its previous pass ended: it can miss what the cluster's pass of this step
+        wrote meanwhile, never anything from before (the hold it set itself, say), so it is
+        at most the copy taken after the restore's previous pass (the same draws either way)."""
         live = ClusterCopy(self.annotations, self.status, self.spec_dict, self.cluster_deleting())
         if self.restore_at is None or not self.copies or self.rng.random() >= OLD_COPY_CHANCE:
             return live
         back = min(self.rng.randint(*OLD_COPY_PASSES), len(self.copies))
         self.stats["old_cluster_copy"] += 1
-        return self.copies[-back]
+        return self.copies[-1 if for_restore else -back]
 
     def restore_pass(self) -> None:
         """The EtcdRestore's controller takes one pass (restore_race)."""
@@ -576,7 +582,7 @@ class Sim:
         if restore.own_copies and self.rng.random() < OLD_COPY_CHANCE:
             own = restore.own_copies[-min(self.rng.randint(*OLD_COPY_PASSES), len(restore.own_copies))]
             self.stats["old_restore_copy"] += 1
-        copy = None if self.cluster_gone() else self.cluster_copy()
+        copy = None if self.cluster_gone() else self.cluster_copy(for_restore=True)
         step = restore.act(self, copy, own, self.hold_acknowledged, self.cluster_deleting())
         self.stats.update(restore.pass_stats)
         if step.kind not in ("Wait", "Idle"):

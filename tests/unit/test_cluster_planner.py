@@ -315,6 +315,23 @@ def test_restored_members_start_with_the_full_initial_cluster_of_their_data():
     assert isinstance(step, a.BootstrapFirstMember) and step.initial_cluster == ""  # itself only
 
 
+def test_a_restored_member_started_after_the_others_joined_gets_every_restored_member():
+    """Found by the simulator (restore_race, seed 612): a restored member whose data was lost
+    before it started never joined; the others did (their PVCs carry their member IDs). When
+    no member answers and it is started again, a list naming only itself would make etcd, on
+    its empty data directory, bootstrap a new one-member cluster serving no data. It gets the
+    full initial cluster the restore wrote, with which it never reaches a quorum of its own."""
+    from etcd_operator.cluster.observed import PVCView
+    restored = (PVCView("data-c-0", "pvc-0", None, False, None, restored=True),
+                PVCView("data-c-1", "pvc-1", 0x101, False, None, restored=True),
+                PVCView("data-c-2", "pvc-2", 0x102, False, None, restored=True))
+    o = observed([], bootstrapped=True, no_quorum_for=5, extra_pvcs=restored)
+    step = next_step(spec(3), o)
+    full = ",".join(f"c-{i}={naming.peer_url('c', o.namespace, f'c-{i}')}" for i in range(3))
+    assert isinstance(step, a.StartRestoredMembers) and step.members == ("c-0",)
+    assert step.initial_cluster == full
+
+
 def test_restored_members_whose_pods_exist_are_not_started_again():
     """An operator killed while starting restored members: the next pass starts only the rest."""
     from etcd_operator.cluster.observed import PVCView
