@@ -31,11 +31,14 @@ def run_demo(real_nodes) -> subprocess.CompletedProcess:
                           timeout=900)
 
 
-def test_the_demo_installs_the_operator_with_the_chart_and_passes(real_nodes, operator_release):
+def test_the_demo_installs_the_operator_with_the_chart_and_passes(real_nodes):
     if hoststate.RESOLVER_MARKER + real_nodes.checkout_id not in hoststate.RESOLV_CONF.read_text():
         pytest.skip("/etc/resolv.conf belongs to another checkout's real nodes: the demo's etcdctl cannot "
                     "resolve the client Service from the host")
-    # The demo installs the release `etcd-operator` itself, watching only its namespace.
+    # The demo installs the release `etcd-operator` itself, watching only its namespace. It
+    # runs first on the nodes, before `operator_release` installs the session's release; if
+    # that release is there already, it is set aside and put back.
+    found = chart_release.installed(real_nodes.kubeconfig)
     chart_release.uninstall(real_nodes.kubeconfig)
     try:
         first = run_demo(real_nodes)
@@ -57,4 +60,5 @@ def test_the_demo_installs_the_operator_with_the_chart_and_passes(real_nodes, op
         kubectl("delete", "namespace", DEMO_NAMESPACE, "--ignore-not-found", "--timeout=180s", check=False)
         helm("uninstall", chart_release.RELEASE, "-n", chart_release.NAMESPACE, "--wait", check=False)
         chart_release.delete_namespace(chart_release.NAMESPACE)
-        chart_release.install(real_nodes.kubeconfig)
+        if found:
+            chart_release.install(real_nodes.kubeconfig)

@@ -167,21 +167,21 @@ def test_database_near_quota_is_detected_from_member_metrics(monitored):
 
     # 128 KiB values until the written member's database is over 82 % of the quota, not
     # full (that would be NOSPACE). etcd reports the size as of its last backend commit
-    # (every 100 ms, later under load), so after each put the size is read again until it
-    # moved: otherwise many puts can land before the size shows them (CI saw 17043456).
+    # (every 100 ms, later under load), and the size grows in steps, not with every put. A
+    # Hash call commits the backend first, so the size read after it is current, and the
+    # fill stops on the put that crossed the line (CI once overshot to 17043456).
     async def fill() -> int:
-        async with EtcdMemberClient(endpoints[0], timeout=30) as client:
-            size = (await client.status()).db_size
+        import grpc
+        from aetcd import rpc
+        async with EtcdMemberClient(endpoints[0], timeout=30) as client, \
+                grpc.aio.insecure_channel(endpoints[0]) as channel:
+            maintenance = rpc.MaintenanceStub(channel)
             for i in range(200):
+                await maintenance.Hash(rpc.HashRequest(), timeout=30)
+                size = (await client.status()).db_size
                 if size > 0.82 * QUOTA:
                     return size
                 await client.put(f"/fill/{i:03}".encode(), bytes(128 * 1024))
-                before = size
-                for _ in range(100):
-                    size = (await client.status()).db_size
-                    if size != before:
-                        break
-                    await asyncio.sleep(0.05)
         raise AssertionError(f"the database never passed 82 % of {QUOTA}")
 
     assert asyncio.run(fill()) < QUOTA

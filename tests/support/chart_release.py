@@ -53,6 +53,11 @@ def install(kubeconfig: os.PathLike | str) -> None:
              "--wait", "--timeout", "180s")
 
 
+def installed(kubeconfig: os.PathLike | str) -> bool:
+    with kubeconfig_env(kubeconfig):
+        return helm("status", RELEASE, "-n", NAMESPACE, "--kubeconfig", str(kubeconfig), check=False).returncode == 0
+
+
 def uninstall(kubeconfig: os.PathLike | str) -> None:
     with kubeconfig_env(kubeconfig):
         helm("uninstall", RELEASE, "-n", NAMESPACE, "--kubeconfig", str(kubeconfig), "--wait", check=False)
