@@ -27,6 +27,8 @@ stamp="$( { cat "$0" "$root/pyproject.toml" "$root/README.md";
             echo "$suite $packages"; } | sha256sum | cut -c1-12)"
 out="$cache/$stamp"
 archive="$out/etcd-operator-$tag.oci.tar"
+# One build at a time per cache: `make test` builds it from two pytest runs at once.
+mkdir -p "$cache" && exec 9>"$cache/.build.lock" && flock 9
 if [[ -f "$out/.complete" ]]; then
   echo "image: up to date ($archive, $(du -h "$archive" | cut -f1))" >&2
   echo "$archive"
