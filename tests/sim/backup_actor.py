@@ -194,6 +194,8 @@ class BackupActor:
                            "3.6.16", 1, 1, "00", format_time(self.world.now - 3600), "x", FOREIGN_SLOT,
                            backup_uid="uid-of-an-earlier-b1")
         self.bucket.objects[foreign.key] = foreign.to_json()
+        for key in FOREIGN_KEYS:  # others' uploads in progress, long started
+            self.bucket.uploads[f"theirs-{key}"] = (key, self.world.now - 3600)
         self.scratch_pod: ScratchPod | None = None
         self.started_slots: dict[str, int] = {}  # slot name -> step its StartSlot landed
         self.last_cron_slot: datetime.datetime | None = None
@@ -365,6 +367,7 @@ class BackupActor:
         key = snapshot_key(PREFIX, NAMESPACE, NAME, step.slot)
         drive(runner._abort_pending(self.bucket))
         drive(runner._abort_orphans(self.bucket, FOLDER, key))
+        self._check_uploads()
         existing = slot_already_ran(self.bucket, key)
         if existing is not None:
             if not existing.belongs_to(identity):
@@ -434,6 +437,14 @@ class BackupActor:
         self.taken_at[key] = world.now
         sim.stats["backup_snapshot_taken"] += 1
         return manifest
+
+    def _check_uploads(self) -> None:
+        """After a run's aborts: none of this backup's uploads older than the grace is left, and
+        nobody else's was touched."""
+        theirs = [key for upload_id, (key, _) in self.bucket.uploads.items() if upload_id.startswith("theirs-")]
+        left = [key for upload_id, (key, initiated) in self.bucket.uploads.items()
+                if not upload_id.startswith("theirs-") and self.world.now - initiated >= ORPHAN_GRACE_SECONDS]
+        inv.orphaned_uploads_aborted_only_own(left, sorted(set(FOREIGN_KEYS) - set(theirs)))
 
     # --- retention, against the truth -----------------------------------------------------------
 

@@ -361,6 +361,14 @@ def one_snapshot_per_slot(key: str, written_before: bool) -> None:
         _fail("one_snapshot_per_slot", f"a second snapshot for {key}")
 
 
+def orphaned_uploads_aborted_only_own(left: list[str], foreign_aborted: list[str]) -> None:
+    """orphaned_uploads_aborted_only_own: after a run's aborts, no upload of this backup that was
+    left unfinished (the operator killed before or after recording it, the store failing
+    mid-stream) and is older than the grace remains, and no upload of anyone else was aborted."""
+    if left or foreign_aborted:
+        _fail("orphaned_uploads_aborted_only_own", f"left unfinished: {left}; others' aborted: {foreign_aborted}")
+
+
 def retention_stays_in_its_folder(key: str, own: bool) -> None:
     """retention_stays_in_its_folder: retention deletes only this backup's own objects directly
     in its folder (never a sibling prefix, a deeper folder or another backup's manifest)."""

@@ -14,7 +14,7 @@ from etcd_operator.cluster import admission, health, naming, planner, timers
 from etcd_operator.cluster.health import HealthState
 from etcd_operator.backup import fence as backup_fence
 from etcd_operator.backup import planner as backup_planner
-from etcd_operator.backup import retention, schedule, source_choice, verification_pod
+from etcd_operator.backup import orphans, retention, schedule, source_choice, verification_pod
 from etcd_operator.backup import state as backup_state
 from etcd_operator.backup.manifest import Manifest
 from etcd_operator.restore import fence as restore_fence
@@ -353,6 +353,11 @@ MUTANTS = (
            ((retention, "newest_first", _newest_first_by_position),), "backup_race"),
     Mutant("retention_forgets_the_newest_verified", "retention keeps the newest verified backup "
            "(backup.retention.newest_verified)", ((retention, "newest_verified", lambda manifests, history=(): None),),
+           "backup_race"),
+    Mutant("orphaned_uploads_never_aborted", "an upload status does not record is found by listing and aborted "
+           "(backup.orphans.orphaned)", ((orphans, "orphaned", lambda *args: []),), "backup_race"),
+    Mutant("orphans_of_deeper_folders_aborted", "only snapshot keys directly in the backup's folder "
+           "(backup.orphans.in_folder)", ((orphans, "in_folder", lambda key, folder: key.startswith(folder)),),
            "backup_race"),
     Mutant("retention_takes_a_namesakes_backups", "retention deletes only manifests naming this EtcdBackup's "
            "uid (Manifest.belongs_to)", ((Manifest, "belongs_to", _belongs_by_name),), "backup_race"),

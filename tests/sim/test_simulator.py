@@ -158,7 +158,8 @@ def test_a_backup_beside_its_cluster_breaks_nothing():
     (slot_started_once, catch_up_starts_the_latest_slot_once); a slot's snapshot is taken once
     (one_snapshot_per_slot) and only from the cluster itself (snapshot_from_the_cluster_itself);
     retention keeps the newest, N by revision, honours maxAge on the true age, and deletes only
-    its own objects (retention_*); nothing is started or created for a backup or cluster being
+    its own objects (retention_*); unfinished uploads are aborted, only its own
+    (orphaned_uploads_aborted_only_own); nothing is started or created for a backup or cluster being
     deleted (nothing_created_for_an_object_being_deleted); every other invariant holds."""
     unknown = _unknown(BACKUP_RACE.all_violations())
     if unknown:
