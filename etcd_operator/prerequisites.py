@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
-WAITING_FOR_CLUSTER = "WaitingForCluster"                  # no such EtcdCluster yet
+WAITING_FOR_CLUSTER = "WaitingForCluster"                  # no such EtcdCluster yet, or it is being deleted
 WAITING_FOR_BOOTSTRAP = "WaitingForClusterBootstrap"       # it exists, and has never served yet
 WAITING_FOR_CLUSTER_RESTORE = "WaitingForClusterRestore"   # its data is being replaced
 WAITING_FOR_SECRET = "WaitingForSecret"                    # a Secret named in spec.storage.s3
@@ -34,13 +34,15 @@ class ClusterReadiness:
     phase: str = ""
     available: bool = False
     ready_members: int = 0
+    deleting: bool = False  # metadata.deletionTimestamp is set: nothing new starts on it
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> "ClusterReadiness":
         status = body.get("status") or {}
         available = any(c.get("type") == "Available" and c.get("status") == "True"
                         for c in status.get("conditions") or [])
-        return cls(status.get("phase") or "", available, int(status.get("readyMembers") or 0))
+        deleting = bool((body.get("metadata") or {}).get("deletionTimestamp"))
+        return cls(status.get("phase") or "", available, int(status.get("readyMembers") or 0), deleting)
 
     @property
     def bootstrapping(self) -> bool:
@@ -54,6 +56,9 @@ def cluster_wait(namespace: str, name: str, cluster: ClusterReadiness | None, wh
     if cluster is None:
         return Wait(WAITING_FOR_CLUSTER, f"EtcdCluster {namespace}/{name} does not exist yet; {what} starts "
                                          f"once it exists and is Available")
+    if cluster.deleting:
+        return Wait(WAITING_FOR_CLUSTER, f"EtcdCluster {namespace}/{name} is being deleted; {what} starts only "
+                                         f"on a cluster that is not")
     if cluster.phase == "Restoring":
         return Wait(WAITING_FOR_CLUSTER_RESTORE, f"EtcdCluster {namespace}/{name} is being restored; {what} "
                                                  f"starts once it is Available again")

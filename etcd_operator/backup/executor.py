@@ -10,7 +10,7 @@ import logging
 from typing import Any, Awaitable, Callable, Mapping
 
 from etcd_operator import faults, metrics
-from etcd_operator.backup import orphans
+from etcd_operator.backup import fence, orphans
 from etcd_operator.backup import steps as s
 from etcd_operator.backup.manifest import Identity
 from etcd_operator.backup.runner import BackupFailed, BackupRunner, BackupSpec
@@ -50,8 +50,21 @@ class BackupExecutor:
     async def _status_only(self, step: s.Step) -> s.Outcome:
         return s.NOTHING_DONE
 
+    async def _fence(self, cluster_name: str | None) -> str | None:
+        """Right before a run or a scratch pod: the live objects, not the pass's copies, decide."""
+        backup = await self.kube.get(kube.ETCDBACKUPS, self.namespace, self.name)
+        cluster = None if cluster_name is None else await self.kube.get(kube.ETCDCLUSTERS, self.namespace,
+                                                                        cluster_name)
+        return fence.creation_refusal(self.body["metadata"]["uid"], backup, cluster_name, cluster)
+
     async def _run_backup(self, step: s.RunBackup) -> s.Outcome:
         spec = BackupSpec.from_dict(self.body["spec"])
+        refusal = await self._fence(spec.cluster)
+        if refusal:
+            # Nothing was uploaded: the next pass sees the deletion and starts nothing.
+            status = self.body.get("status") or {}
+            return s.RunFailed(reason=fence.BEING_DELETED, message=f"no snapshot taken: {refusal}", transient=True,
+                               pending_uploads=tuple(status.get("pendingUploads") or ()))
         started = ((self.body.get("status") or {}).get("progress") or {}).get("startTime") or now_text()
         progress_writes: list[asyncio.Task] = []
 
@@ -101,6 +114,10 @@ class BackupExecutor:
         return BackupVerifier(self.kube, self.operator_image, self.body)
 
     async def _create_scratch_pod(self, step: s.CreateScratchPod) -> s.Outcome:
+        refusal = await self._fence(None)
+        if refusal:
+            logger.info("%s/%s: no scratch pod created: %s", self.namespace, self.name, refusal)
+            return s.NOTHING_DONE  # the next pass sees the deletion
         try:
             pod = await self._verifier().create_pod(step.key)
         except kube.Conflict:

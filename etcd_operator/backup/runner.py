@@ -122,8 +122,10 @@ class BackupRunner:
     def __init__(self, kube_client: kube.KubeClient, on_progress: Callable[[int, str], None] = lambda n, m: None,
                  pending_uploads: list[dict[str, str]] | None = None, on_upload_started: UploadStarted = _no_record,
                  shard: Shard = Shard(), cluster_id_history: Sequence[str] = (),
-                 orphan_grace_seconds: float = orphans.DEFAULT_GRACE_SECONDS):
+                 orphan_grace_seconds: float = orphans.DEFAULT_GRACE_SECONDS,
+                 clock: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.timezone.utc)):
         self.kube = kube_client
+        self.clock = clock  # this process's wall clock: retention's maxAge also asks the store's
         self.cluster_id_history = tuple(cluster_id_history)  # status.clusterIDHistory (retention.py)
         self.orphan_grace_seconds = orphan_grace_seconds
         self.shard = shard  # a cluster outside it is refused (ClusterOutsideShard)
@@ -254,7 +256,7 @@ class BackupRunner:
             modified, store_now = await storage.list_modified(folder)
             store = retention.StoreTimes(store_now, modified) if store_now is not None else None
         doomed = retention.expired(own, spec.max_backups, spec.max_age,
-                                   datetime.datetime.now(datetime.timezone.utc), keep_keys={keep},
+                                   self.clock(), keep_keys={keep},
                                    history=history, store=store)
         for manifest in doomed:
             await storage.delete(manifest.snapshot_key)

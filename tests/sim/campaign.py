@@ -14,7 +14,8 @@ SCHEDULES = {"main": int(os.environ.get("SIM_SCHEDULES", "10000")),
              "stale_replica": int(os.environ.get("SIM_STALE_SCHEDULES", "1000")),
              "restore_hold": int(os.environ.get("SIM_RESTORE_HOLD_SCHEDULES", "500")),
              "refused_pod": int(os.environ.get("SIM_REFUSED_POD_SCHEDULES", "500")),
-             "restore_race": int(os.environ.get("SIM_RESTORE_RACE_SCHEDULES", "200"))}
+             "restore_race": int(os.environ.get("SIM_RESTORE_RACE_SCHEDULES", "200")),
+             "backup_race": int(os.environ.get("SIM_BACKUP_RACE_SCHEDULES", "150"))}
 
 
 class Campaign:

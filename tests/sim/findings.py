@@ -114,7 +114,23 @@ def _restore_finding(sim, violation: inv.Violation) -> str | None:
     return None
 
 
+def _backup_finding(sim, violation: inv.Violation) -> str | None:
+    """backup_race: what the EtcdBackup beside the cluster did (backup_actor.py)."""
+    backup = sim.backup
+    if backup is None:
+        return None
+    if violation.invariant == "nothing_created_for_an_object_being_deleted" and (
+            "RunBackup" in violation.message or "StartSlot" in violation.message or "RetrySlot" in violation.message
+            or "CreateScratchPod" in violation.message):
+        return ("backup_runs_for_an_object_being_deleted" if backup.decided_on_deletion
+                else "backup_creates_on_a_copy_from_before_the_deletion")
+    return None
+
+
 def _classify(sim, violation: inv.Violation) -> str | None:
+    backup = _backup_finding(sim, violation)
+    if backup:
+        return backup
     if violation.invariant == "no_member_created_while_held":
         return "created_while_held"
     restore = _restore_finding(sim, violation)
@@ -179,6 +195,21 @@ def _classify(sim, violation: inv.Violation) -> str | None:
 # standby_takeover; seed 11) and fixed by the commit after it (cluster/timers.py: every timer on the
 # acting process's monotonic clock); their signatures stay so that a regression is named.
 FIXED = {
+    "backup_runs_for_an_object_being_deleted": (
+        "a scheduled EtcdBackup started and ran slots (StartSlot, RunBackup) for an EtcdCluster with a "
+        "deletionTimestamp: prerequisites.ClusterReadiness did not carry the deletion, so a cluster being "
+        "deleted counted as ready, and the run raced the deletion cascade (a snapshot of a cluster going "
+        "away, or NoHealthyMember failures and retries reported as Degraded). Found in the backup_race family "
+        "at 54adc70 (7 of seeds 0-99, first seed 7: RunBackup on a copy that showed the deletion); fixed by "
+        "ClusterReadiness.deleting and cluster_wait waiting (WaitingForCluster: being deleted)"),
+    "backup_creates_on_a_copy_from_before_the_deletion": (
+        "a backup pass decided on its GET of the EtcdBackup; a deletion that landed before its step ran was "
+        "not seen, and RunBackup started a snapshot upload (or CreateScratchPod a scratch pod) for a backup "
+        "being deleted. Found in the backup_race family at 54adc70 (3 of seeds 0-99, first seed 18: the "
+        "deletion landed while a pass decided RunBackup); fixed by the backup executor's live fence "
+        "(backup/fence.py creation_refusal, executor._fence): right before a run or a scratch pod it reads "
+        "the backup (and, for a run, the cluster) again and creates nothing when either is gone or being "
+        "deleted"),
     "restored_member_bootstraps_alone": (
         "a restored member that had not joined (its data directory lost before it started, so it never "
         "settled) was started again (StartRestoredMembers, no member answering) after the other restored "

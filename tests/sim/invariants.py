@@ -335,6 +335,71 @@ def verification_serves_only_inside_its_pod(found: list[str]) -> None:
                                                           + "; ".join(found))
 
 
+def slot_started_once(slot: str, started_at_step: int | None) -> None:
+    """slot_started_once: a backup slot (a cron slot, or a one-shot backup's only one) is
+    started at most once: its StartSlot status write lands once (backup.planner)."""
+    if started_at_step is not None:
+        _fail("slot_started_once", f"slot {slot} started again (first started at #{started_at_step})")
+
+
+def catch_up_starts_the_latest_slot_once(slot: str, slot_time, last_started, next_fire, now) -> None:
+    """catch_up_starts_the_latest_slot_once: cron slots start in order, and after missed slots
+    (downtime, a clock behind) one catch-up run starts, for the latest slot the deciding clock
+    has passed (schedule.due)."""
+    if last_started is not None and slot_time <= last_started:
+        _fail("catch_up_starts_the_latest_slot_once", f"slot {slot} started after the later slot "
+                                                      f"{last_started.isoformat()}")
+    if next_fire <= now:
+        _fail("catch_up_starts_the_latest_slot_once", f"slot {slot} started at {now.isoformat()}, when the later "
+                                                      f"slot {next_fire.isoformat()} had passed too")
+
+
+def one_snapshot_per_slot(key: str, written_before: bool) -> None:
+    """one_snapshot_per_slot: one slot's snapshot is taken and its manifest written once; a
+    slot run again finds its manifest and takes nothing (backup/runner.py)."""
+    if written_before:
+        _fail("one_snapshot_per_slot", f"a second snapshot for {key}")
+
+
+def orphaned_uploads_aborted_only_own(left: list[str], foreign_aborted: list[str]) -> None:
+    """orphaned_uploads_aborted_only_own: after a run's aborts, no upload of this backup that was
+    left unfinished (the operator killed before or after recording it, the store failing
+    mid-stream) and is older than the grace remains, and no upload of anyone else was aborted."""
+    if left or foreign_aborted:
+        _fail("orphaned_uploads_aborted_only_own", f"left unfinished: {left}; others' aborted: {foreign_aborted}")
+
+
+def retention_stays_in_its_folder(key: str, own: bool) -> None:
+    """retention_stays_in_its_folder: retention deletes only this backup's own objects directly
+    in its folder (never a sibling prefix, a deeper folder or another backup's manifest)."""
+    if not own:
+        _fail("retention_stays_in_its_folder", f"retention deleted {key}, which is not this backup's own")
+
+
+def retention_keeps_the_newest(key: str, written: str) -> None:
+    """retention_keeps_the_newest: retention never deletes the snapshot just written, nor the
+    newest complete snapshot (by revision) of the dataset the cluster serves, nor its newest
+    verified one."""
+    _fail("retention_keeps_the_newest", f"retention deleted {key} (the run wrote {written})")
+
+
+def retention_respects_max_age(key: str, true_age: float, max_age: float) -> None:
+    """retention_respects_max_age: retention.maxAge deletes only what is truly older than it,
+    whatever the clock of the process that applies it or of the one that wrote the manifest."""
+    if true_age <= max_age:
+        _fail("retention_respects_max_age", f"retention deleted {key}, {true_age:.0f}s old, under maxAge "
+                                            f"{max_age:.0f}s")
+
+
+def retention_keeps_n_by_revision(n: int, missing: list[str], unverified_extra: list[str], verified_extra: int) -> None:
+    """retention_keeps_n_by_revision: after a run with maxBackups N, the N newest snapshots of
+    the cluster's dataset by revision are kept, and beyond them only the one just written and
+    one verified snapshot (the newest verified is kept)."""
+    if missing or unverified_extra or verified_extra > 1:
+        _fail("retention_keeps_n_by_revision", f"maxBackups {n}: missing {missing}, kept beyond them "
+                                               f"{unverified_extra} and {verified_extra} verified")
+
+
 # --- after every step -------------------------------------------------------------------------
 
 def single_dataset_served(world: World) -> None:

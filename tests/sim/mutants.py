@@ -6,18 +6,24 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime
 from typing import Callable
 
 from etcd_operator.cluster import actions as a
 from etcd_operator.cluster import admission, health, naming, planner, timers
 from etcd_operator.cluster.health import HealthState
-from etcd_operator.backup import source_choice, verification_pod
+from etcd_operator.backup import fence as backup_fence
+from etcd_operator.backup import planner as backup_planner
+from etcd_operator.backup import orphans, retention, schedule, source_choice, verification_pod
+from etcd_operator.backup import state as backup_state
+from etcd_operator.backup.manifest import Manifest
 from etcd_operator.restore import fence as restore_fence
 from etcd_operator.restore import planner as restore_planner
 
 from etcd_operator.timefmt import parse_time
+from croniter import croniter
 
-from tests.sim import effects, runner, view
+from tests.sim import backup_actor, effects, runner, view
 
 
 @dataclasses.dataclass(frozen=True)
@@ -211,6 +217,49 @@ def _trust_every_answer(answers, recorded):
     return dict(answers), {}  # guard removed: answers carrying another cluster ID are kept
 
 
+_due = schedule.due
+_cluster_wait = backup_state.cluster_wait
+
+
+def _due_forgetting_the_last_slot(expression, last_slot, created, now):
+    """backup.schedule.due without `latest <= last_slot`: a slot already started counts as missed."""
+    due = _due(expression, last_slot, created, now)
+    if due.slot is not None or last_slot is None:
+        return due
+    latest = croniter(expression, now).get_prev(datetime.datetime)
+    return schedule.Due(latest, due.next_slot) if latest == last_slot else due
+
+
+def _due_oldest_missed_slot(expression, last_slot, created, now):
+    """backup.schedule.due catching up from the oldest missed slot, one at a time, not the latest once."""
+    due = _due(expression, last_slot, created, now)
+    if due.slot is None:
+        return due
+    oldest = croniter(expression, last_slot or created).get_next(datetime.datetime)
+    return schedule.Due(oldest, croniter(expression, oldest).get_next(datetime.datetime))
+
+
+def _cluster_wait_ignoring_deletion(namespace, name, cluster, what):
+    """prerequisites.cluster_wait as before: a cluster being deleted is ready for a run."""
+    return _cluster_wait(namespace, name, None if cluster is None else dataclasses.replace(cluster, deleting=False),
+                         what)
+
+
+def _age_on_the_operators_clock(manifest, now, store):
+    """retention's age of a backup on the applying process's clock alone, without the store's (issue 25)."""
+    return (now - retention._created(manifest)).total_seconds()
+
+
+def _newest_first_by_position(manifests, history=()):
+    """retention.newest_first without the revision order: by the position the listing gave (key order)."""
+    return sorted(manifests, key=lambda m: m.snapshot_key)
+
+
+def _belongs_by_name(self, identity):
+    """Manifest.belongs_to by name only, without the EtcdBackup's uid."""
+    return (self.namespace, self.backup) == (identity.namespace, identity.backup)
+
+
 _ORIGINAL = {name: getattr(planner, name) for name in (
     "_replace_or_shrink", "_cleanup_removed_members", "_plan_quorum_loss", "_roll_outdated_member",
     "_handle_learners")}
@@ -281,6 +330,37 @@ MUTANTS = (
     Mutant("verification_listens_on_the_pod_ip", "the verification's scratch etcd listens on unix sockets only "
            "(backup.verification_pod)",
            ((verification_pod, "CLIENT_SOCKET_URL", "http://0.0.0.0:2379"),), "restore_race"),
+    # The backup controller beside the cluster (backup_race, backup_actor.py).
+    Mutant("backup_slot_started_again", "a cron slot is started once (backup.schedule.due: latest <= last_slot)",
+           ((schedule, "due", _due_forgetting_the_last_slot),), "backup_race"),
+    Mutant("backup_catch_up_from_the_oldest_slot", "after missed slots one catch-up run, for the latest "
+           "(backup.schedule.due)", ((schedule, "due", _due_oldest_missed_slot),), "backup_race"),
+    Mutant("backup_one_shot_runs_again", "a completed one-shot backup never runs again (backup.planner)",
+           ((backup_planner, "COMPLETED", "NeverCompleted"),), "backup_race"),
+    Mutant("backup_runs_on_a_cluster_being_deleted", "a run waits while its cluster is being deleted "
+           "(prerequisites.cluster_wait)", ((backup_state, "cluster_wait", _cluster_wait_ignoring_deletion),),
+           "backup_race"),
+    Mutant("backup_creates_without_live_fence", "no upload or scratch pod for a backup (or a run's cluster) the "
+           "live object shows being deleted (backup.fence.creation_refusal)",
+           ((backup_fence, "creation_refusal", lambda *args: None),), "backup_race"),
+    # The runner's manifest check, as the model runs it (backup/runner.py _attempt).
+    Mutant("backup_slot_snapshotted_again", "a slot run again finds its manifest and takes no second snapshot",
+           ((backup_actor, "slot_already_ran", lambda bucket, key: None),), "backup_race"),
+    Mutant("retention_ages_on_the_operators_clock", "maxAge needs the store's clock to agree with the operator's "
+           "(backup.retention._age_seconds)", ((retention, "_age_seconds", _age_on_the_operators_clock),),
+           "backup_race"),
+    Mutant("retention_ignores_the_order", "retention keeps the newest by revision (backup.retention.newest_first)",
+           ((retention, "newest_first", _newest_first_by_position),), "backup_race"),
+    Mutant("retention_forgets_the_newest_verified", "retention keeps the newest verified backup "
+           "(backup.retention.newest_verified)", ((retention, "newest_verified", lambda manifests, history=(): None),),
+           "backup_race"),
+    Mutant("orphaned_uploads_never_aborted", "an upload status does not record is found by listing and aborted "
+           "(backup.orphans.orphaned)", ((orphans, "orphaned", lambda *args: []),), "backup_race"),
+    Mutant("orphans_of_deeper_folders_aborted", "only snapshot keys directly in the backup's folder "
+           "(backup.orphans.in_folder)", ((orphans, "in_folder", lambda key, folder: key.startswith(folder)),),
+           "backup_race"),
+    Mutant("retention_takes_a_namesakes_backups", "retention deletes only manifests naming this EtcdBackup's "
+           "uid (Manifest.belongs_to)", ((Manifest, "belongs_to", _belongs_by_name),), "backup_race"),
 )
 
 # Mutants the simulator cannot kill, and why (checked by the test: they must indeed survive).

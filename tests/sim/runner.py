@@ -19,6 +19,7 @@ from etcd_operator.cluster.timers import Sightings
 from etcd_operator.timefmt import parse_time
 
 from tests.sim import backup_model, effects, findings, invariants as inv
+from tests.sim.backup_actor import BackupActor
 from tests.sim.restore_model import NAME as RESTORE_NAME, UID as RESTORE_UID, ClusterCopy, RestoreActor
 from tests.sim.view import observe
 from tests.sim.world import (CLUSTER, MISSING_PRIORITY_CLASS, PVC, Data, Foreign, Group, Pod, World, client_url,
@@ -30,7 +31,7 @@ REPLAY_LINES = 30
 WAITING_PASSES = 12  # passes spent waiting by design (QuorumLost, no approval) before the schedule ends
 # Families: "main", "stale_replica", and "focus:<fault>+<fault>" (those faults ten times as
 # likely, automatic recovery on: used to hunt mutants of the guards those faults exercise).
-FAMILIES = ("main", "stale_replica", "restore_hold", "refused_pod", "restore_race")
+FAMILIES = ("main", "stale_replica", "restore_hold", "refused_pod", "restore_race", "backup_race")
 # Family "restore_hold": an EtcdRestore holds the cluster for a while; the hold lands while a
 # pass decides, so that pass acts on a view without it (issue 25).
 RESTORE_HOLD = "restore_hold"
@@ -51,6 +52,20 @@ OLD_COPY_PASSES = (1, 3)
 CLUSTER_DELETED_CHANCE = 0.25
 CLUSTER_DELETED_AFTER = (1, 15)  # passes after the restore began
 CLUSTER_GONE_AFTER = (1, 4)  # passes the object stays with its deletionTimestamp
+# Family "backup_race": an EtcdBackup (scheduled, or one-shot) whose controller (the real
+# backup planner, backup_actor.py) takes a pass after each of the cluster's, with the operator's
+# downtime and standby takeovers (a wall-clock gap, a skewed clock, status from before), old
+# copies of the EtcdCluster, and in some schedules an in-place restore beside it, the backup,
+# the cluster or the whole namespace deleted.
+BACKUP_RACE = "backup_race"
+BACKUP_RESTORE_CHANCE = 0.25
+BACKUP_STANDBY_WEIGHT = 6
+BACKUP_DELETED_CHANCE, BACKUP_CLUSTER_DELETED_CHANCE, NAMESPACE_DELETED_CHANCE = 0.15, 0.12, 0.08
+BACKUP_DELETED_AT = (3, 50)
+BACKUP_GONE_AFTER = (5, 25)  # passes an object stays with its deletionTimestamp (finalizers)
+DELETION_MID_PASS = 0.5
+MID_PASS_WAIT = 15  # passes a deletion waits to land while a pass decides to create
+BACKUP_PASSES = 30  # passes after the faults before a converged schedule may end: several slots run
 
 # Seconds until the next pass, as the reconciler requeues (cluster/reconciler.py), and
 # sooner while a member is added or removed (cluster/pacing.py).
@@ -176,7 +191,7 @@ class Sim:
         focused = family.removeprefix(FOCUS).split("+") if family.startswith(FOCUS) else []
         for kind in focused:
             self.weights[kind] *= 10
-        if family != "main":
+        if family not in ("main", BACKUP_RACE):
             for kind in set(NEW_PROCESS_FAULTS) - set(focused):
                 # A new operator process only restarts its timers, which the main family covers.
                 # Weight 0 draws exactly as before, so the other families keep their schedules
@@ -188,6 +203,8 @@ class Sim:
             self.weights["restore_hold"] = HOLD_WEIGHT  # a key the other families lack: their draws stay
         self.hold_until: int | None = None
         self.hold_mid_pass = False
+        if family == BACKUP_RACE:
+            self.weights["standby_takeover"] = BACKUP_STANDBY_WEIGHT  # clocks that disagree write its manifests
         if family == "refused_pod":
             self.weights["refused_pod_spec"] = REFUSED_POD_WEIGHT
         self.spec_dict = base_spec(size, self.auto_recovery)
@@ -236,8 +253,50 @@ class Sim:
             if deletion.random() < CLUSTER_DELETED_CHANCE:
                 self.cluster_deleted_at = self.restore_at + deletion.randint(*CLUSTER_DELETED_AFTER)
                 self.cluster_gone_at = self.cluster_deleted_at + deletion.randint(*CLUSTER_GONE_AFTER)
+        self.backup: BackupActor | None = None
+        self.backup_deleted_at = self.backup_gone_at = None
+        if family == BACKUP_RACE:
+            self._set_up_backup(seed)
 
     # --- set-up -----------------------------------------------------------------------------
+
+    def _set_up_backup(self, seed: int) -> None:
+        self.backup = BackupActor(self, seed)
+        draws = random.Random(f"backup faults {seed}")  # its own draws
+        if draws.random() < BACKUP_RESTORE_CHANCE:
+            self.restore_at = draws.randint(1, self.fault_steps)
+        deletion = draws.random()
+        at = draws.randint(*BACKUP_DELETED_AT)
+        if deletion < NAMESPACE_DELETED_CHANCE:  # everything in it gets a deletionTimestamp at once
+            self.backup.namespace_terminating = True
+            self.backup_deleted_at = self.cluster_deleted_at = at
+            self.cluster_gone_at = at + draws.randint(*BACKUP_GONE_AFTER)
+            self.backup_gone_at = at + draws.randint(*BACKUP_GONE_AFTER)
+        elif deletion < NAMESPACE_DELETED_CHANCE + BACKUP_DELETED_CHANCE:
+            self.backup_deleted_at = at
+            self.backup_gone_at = at + draws.randint(*BACKUP_GONE_AFTER)
+        elif deletion < NAMESPACE_DELETED_CHANCE + BACKUP_DELETED_CHANCE + BACKUP_CLUSTER_DELETED_CHANCE:
+            self.cluster_deleted_at = at
+            self.cluster_gone_at = at + draws.randint(*BACKUP_GONE_AFTER)
+
+    def backup_pass(self) -> None:
+        """The EtcdBackup's controller takes one pass (backup_race), at the operator's wall clock."""
+        backup = self.backup
+        if self.step == self.backup_deleted_at:
+            self.stats["backup_deleted"] += 1
+            if not backup.namespace_terminating and backup.rng.random() < DELETION_MID_PASS:
+                backup.deletion_mid_pass = True  # lands after the GET of a pass that decides to create
+            else:
+                backup.deleting = True
+                self.faults.append((self.step, "EtcdBackup deleted" + (" (the namespace is terminating)" if
+                                                                       backup.namespace_terminating else "")))
+        elif backup.deletion_mid_pass and self.step >= self.backup_deleted_at + MID_PASS_WAIT:
+            backup.deleting, backup.deletion_mid_pass = True, False
+        if self.backup_gone_at is not None and self.step >= self.backup_gone_at:
+            backup.gone, backup.scratch_pod = True, None  # the garbage collector takes its scratch pod
+            return
+        copy = None if self.cluster_gone() else self.cluster_copy(for_restore=True)
+        backup.act(self.world.now + self.skew, copy)
 
     @property
     def spec(self) -> ClusterSpec:
@@ -564,7 +623,7 @@ class Sim:
         wrote meanwhile, never anything from before (the hold it set itself, say), so it is
         at most the copy taken after the restore's previous pass (the same draws either way)."""
         live = ClusterCopy(self.annotations, self.status, self.spec_dict, self.cluster_deleting())
-        if self.restore_at is None or not self.copies or self.rng.random() >= OLD_COPY_CHANCE:
+        if (self.restore_at is None and self.backup is None) or not self.copies or self.rng.random() >= OLD_COPY_CHANCE:
             return live
         back = min(self.rng.randint(*OLD_COPY_PASSES), len(self.copies))
         self.stats["old_cluster_copy"] += 1
@@ -742,16 +801,19 @@ class Sim:
                 self.stale_pass()
             if self.restore_at is not None and self.step >= self.restore_at:
                 self.restore_pass()
+            if self.backup is not None:
+                self.backup_pass()
             if self.cluster_gone() and not self.restore_pending():
                 break  # nothing left to converge: the cluster is gone and its restore ended
-            if self.restore_at is not None:
+            if self.restore_at is not None or self.backup is not None:
                 self.copies.append(ClusterCopy(dict(self.annotations), dict(self.status), dict(self.spec_dict),
                                                self.cluster_deleting()))
             inv.single_dataset_served(w)
             inv.at_most_one_learner(w)
             if (self.step >= self.fault_steps and self.bad_image_revert_at is None
                     and self.refused_pod_revert_at is None and not self.unreachable_now()
-                    and not self.restore_pending()):
+                    and not self.restore_pending()
+                    and (self.backup is None or self.step >= self.fault_steps + BACKUP_PASSES)):
                 spec = self.last_decision.acting_spec
                 if inv.converged(w, spec.size, self.desired_hash(spec)):
                     stable += 1

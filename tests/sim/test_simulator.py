@@ -17,6 +17,7 @@ STALE = CAMPAIGNS["stale_replica"]
 HOLD = CAMPAIGNS["restore_hold"]
 REFUSED_POD = CAMPAIGNS["refused_pod"]
 RESTORE_RACE = CAMPAIGNS["restore_race"]
+BACKUP_RACE = CAMPAIGNS["backup_race"]
 SHOWN = 3  # replays printed per failing block
 
 
@@ -146,6 +147,46 @@ def test_a_restore_on_an_old_copy_of_its_status_keeps_track_of_the_data_it_set_a
     # Not vacuous: members were chosen on copies of the status that did not list the data set aside.
     assert RESTORE_RACE.stats["members_chosen_on_a_copy_without_the_set_aside_data"] >= \
         RESTORE_RACE.schedules // 50, coverage_table(RESTORE_RACE)
+
+
+def test_a_backup_beside_its_cluster_breaks_nothing():
+    """The backup_race family: the real backup planner (a scheduled or a one-shot EtcdBackup)
+    takes a pass after each of the cluster's, on the operator's wall clock (downtime, standby
+    takeovers with a skewed clock, status from before), on old copies of the EtcdCluster, with
+    S3 and API refusals, uploads cut off, and the backup, the cluster or the namespace deleted.
+    A slot starts once, and after missed slots one catch-up run starts, for the latest
+    (slot_started_once, catch_up_starts_the_latest_slot_once); a slot's snapshot is taken once
+    (one_snapshot_per_slot) and only from the cluster itself (snapshot_from_the_cluster_itself);
+    retention keeps the newest, N by revision, honours maxAge on the true age, and deletes only
+    its own objects (retention_*); unfinished uploads are aborted, only its own
+    (orphaned_uploads_aborted_only_own); nothing is started or created for a backup or cluster being
+    deleted (nothing_created_for_an_object_being_deleted); every other invariant holds."""
+    unknown = _unknown(BACKUP_RACE.all_violations())
+    if unknown:
+        pytest.fail("\n\n".join(r.report() for r in unknown[:SHOWN]), pytrace=False)
+    # Not vacuous: each fault and each path of the planner and the runner was met.
+    table = coverage_table(BACKUP_RACE)
+    tenth = BACKUP_RACE.schedules // 10
+    for stat in ("backup:StartSlot", "backup:RunBackup", "backup_snapshot_taken", "backup_retention_deleted",
+                 "backup:StartVerification", "backup:CreateScratchPod", "backup:FinishVerification",
+                 "backup:RetrySlot", "backup_killed", "backup_s3_refused", "backup_status_write_refused",
+                 "backup_upload_failed", "backup_pod_create_refused", "backup_deleted", "cluster_deleted",
+                 "fault:operator_down", "fault:standby_takeover", "old_cluster_copy", "restore:Complete"):
+        assert BACKUP_RACE.stats[stat] >= tenth, f"{stat}\n{table}"
+    for stat in ("backup_slot_already_ran", "backup_create_refused_by_the_live_fence",
+                 "backup:WaitForPrerequisite", "backup_deleted_mid_pass"):
+        assert BACKUP_RACE.stats[stat] >= 2, f"{stat}\n{table}"
+
+
+def test_a_backup_starts_nothing_for_an_object_being_deleted():
+    """FIXED backup_runs_for_an_object_being_deleted and backup_creates_on_a_copy_from_before_the_deletion:
+    a due run waits while its cluster is being deleted (prerequisites.cluster_wait), and the
+    executor reads the backup and the cluster right before an upload or a scratch pod
+    (backup/fence.py)."""
+    names = ("backup_runs_for_an_object_being_deleted", "backup_creates_on_a_copy_from_before_the_deletion")
+    hits = [r for r in BACKUP_RACE.all_violations() if r.finding in names]
+    if hits:
+        pytest.fail(f"{len(hits)} schedules; first:\n{hits[0].report()}", pytrace=False)
 
 
 @pytest.mark.parametrize("seed", (604, 612, 1033))

@@ -119,11 +119,18 @@ def test_finishing_deletes_the_recorded_pod_and_marks_only_a_verdict(verifier):
     assert verifier.calls == []
 
 
+class LiveBackup:
+    """The API server, for the executor's fence: the backup is there and not being deleted."""
+
+    async def get(self, resource, namespace, name):
+        return {"metadata": {"name": name, "uid": BODY["metadata"]["uid"]}}
+
+
 def test_creating_reports_the_new_pod_or_an_incomplete_attempt(verifier):
-    created = asyncio.run(BackupExecutor(None, {}, BODY).run(s.CreateScratchPod(key="k")))
+    created = asyncio.run(BackupExecutor(LiveBackup(), {}, BODY).run(s.CreateScratchPod(key="k")))
     assert (created.pod_name, created.pod_uid) == ("b-verify", "u-new")
     verifier.fail = Conflict("exists")
-    assert asyncio.run(BackupExecutor(None, {}, BODY).run(s.CreateScratchPod(key="k"))) is s.NOTHING_DONE
+    assert asyncio.run(BackupExecutor(LiveBackup(), {}, BODY).run(s.CreateScratchPod(key="k"))) is s.NOTHING_DONE
     verifier.fail = StorageError("store down")
-    lost = asyncio.run(BackupExecutor(None, {}, BODY).run(s.CreateScratchPod(key="k")))
+    lost = asyncio.run(BackupExecutor(LiveBackup(), {}, BODY).run(s.CreateScratchPod(key="k")))
     assert (lost.verified, lost.complete, lost.reason) == (None, False, "StorageError")
