@@ -61,10 +61,9 @@ class BackupExecutor:
         spec = BackupSpec.from_dict(self.body["spec"])
         refusal = await self._fence(spec.cluster)
         if refusal:
-            # Nothing was uploaded: the next pass sees the deletion and starts nothing.
-            status = self.body.get("status") or {}
-            return s.RunFailed(reason=fence.BEING_DELETED, message=f"no snapshot taken: {refusal}", transient=True,
-                               pending_uploads=tuple(status.get("pendingUploads") or ()))
+            # Not a failed attempt: nothing started, and the next pass sees the deletion (the
+            # backup starts nothing; a run waits for a cluster that is not being deleted).
+            return s.RunNotStarted(message=f"no snapshot taken: {refusal}")
         started = ((self.body.get("status") or {}).get("progress") or {}).get("startTime") or now_text()
         progress_writes: list[asyncio.Task] = []
 

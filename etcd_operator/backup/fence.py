@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-BEING_DELETED = "BeingDeleted"  # a run's failure reason when the fence refused it
-
 
 def creation_refusal(backup_uid: str, live_backup: Mapping[str, Any] | None, cluster_name: str | None,
                      live_cluster: Mapping[str, Any] | None) -> str | None:

@@ -26,6 +26,7 @@ HEALTHY = c.Condition("Degraded", False, "Healthy")
 VERIFICATION_FAILED = "BackupVerificationFailed"
 VERIFICATION_INCOMPLETE = "VerificationIncomplete"
 VERIFYING = "Verifying"
+NOT_STARTED = "RunNotStarted"  # the live fence refused a run: nothing started
 VERIFICATION_REASONS = (VERIFICATION_FAILED, VERIFICATION_INCOMPLETE)
 RETRY_SCHEDULED = "BackupRetryScheduled"
 BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
@@ -198,6 +199,8 @@ def _run_fields(step: s.RunBackup, outcome: s.Outcome, previous: Mapping[str, An
             }, idle, _unless_verification_failed(previous)
         case s.RunFailed():
             return _failed_fields(step, outcome, previous, now)
+        case s.RunNotStarted():
+            return {}, c.Condition("Progressing", False, NOT_STARTED, outcome.message), None
     raise TypeError(f"a {step.kind} step ended without a run outcome: {outcome!r}")
 
 

@@ -195,6 +195,14 @@ class RunFailed(RunOutcome):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class RunNotStarted(Outcome):
+    """The executor's live fence refused the run (backup/fence.py): nothing started, so no
+    attempt is spent; the next pass observes why."""
+
+    message: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class ScratchPodCreated(Outcome):
     pod_name: str
     pod_uid: str

@@ -300,8 +300,7 @@ class BackupActor:
         if isinstance(step, s.RunBackup):
             refusal = self._live(CLUSTER)
             if refusal:
-                return s.RunFailed(reason=backup_fence.BEING_DELETED, message=refusal, transient=True,
-                                   pending_uploads=tuple(self.status.get("pendingUploads") or ()))
+                return s.RunNotStarted(message=refusal)
             return self._run(step, now)
         if isinstance(step, s.CreateScratchPod):
             if self._live(None):

@@ -13,7 +13,7 @@ from etcd_operator import prerequisites as p
 from etcd_operator.backup import executor
 from etcd_operator.backup import steps as s
 from etcd_operator.backup.executor import BackupExecutor
-from etcd_operator.backup.fence import BEING_DELETED, creation_refusal
+from etcd_operator.backup.fence import creation_refusal
 from etcd_operator.kube import client as kube
 
 UID = "backup-uid"
@@ -64,13 +64,14 @@ def test_a_run_decided_before_the_backups_deletion_uploads_nothing(monkeypatch):
     monkeypatch.setattr(executor, "BackupRunner", no_runner)
     live = FakeKube({(kube.ETCDBACKUPS, "b"): {"metadata": {"uid": UID, **DELETING}},
                      (kube.ETCDCLUSTERS, "db"): CLUSTER})
+    # Not a failed attempt (no retry spent, no Degraded): nothing started, status unchanged,
+    # so the pending uploads are still aborted by the next run.
     outcome = asyncio.run(BackupExecutor(live, {}, BODY).run(s.RunBackup(slot="x", one_shot=False)))
-    assert isinstance(outcome, s.RunFailed) and outcome.reason == BEING_DELETED and outcome.transient
-    assert outcome.pending_uploads == ({"key": "k", "uploadId": "u"},)  # still aborted by the next run
+    assert outcome == s.RunNotStarted(message="no snapshot taken: the EtcdBackup is being deleted")
     live = FakeKube({(kube.ETCDBACKUPS, "b"): {"metadata": {"uid": UID}},
                      (kube.ETCDCLUSTERS, "db"): {"metadata": {"name": "db", **DELETING}}})
     outcome = asyncio.run(BackupExecutor(live, {}, BODY).run(s.RunBackup(slot="x", one_shot=False)))
-    assert "EtcdCluster db is being deleted" in outcome.message
+    assert outcome == s.RunNotStarted(message="no snapshot taken: EtcdCluster db is being deleted")
 
 
 def test_a_scratch_pod_decided_before_the_backups_deletion_is_not_created(monkeypatch):
