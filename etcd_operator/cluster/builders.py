@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from typing import Any, Mapping
@@ -20,6 +21,9 @@ DEFAULT_MEMBER_REQUESTS = {"cpu": "100m", "memory": "128Mi"}
 # The startup probe's budget (period x failures) also bounds how long a rolled member may take.
 STARTUP_PROBE_PERIOD = 5
 STARTUP_PROBE_FAILURES = 60
+# A joining TLS member's init container: waits until its peer name resolves to its pod IP (etcd_operator/peer_name.py).
+PEER_NAME_CONTAINER = "peer-name"
+PEER_NAME_WAIT_SECONDS = 60
 
 
 def _annotation_env(name: str, annotation: str) -> dict[str, Any]:
@@ -126,7 +130,11 @@ def member_pod(
     initial_state: str,
     token: str,
     force_new_cluster: bool = False,
+    joining_image: str | None = None,
 ) -> dict[str, Any]:
+    """`joining_image`: the member joins the cluster (a learner's first pod); with TLS its etcd
+    starts only once its peer name resolves to its pod IP, or after PEER_NAME_WAIT_SECONDS,
+    waited for by an init container of that image (the operator's): see peer_name_container."""
     pod_settings = spec.pod
     labels = {**(pod_settings.get("labels") or {}), **naming.member_labels(cluster, member)}
     annotations = {
@@ -182,6 +190,9 @@ def member_pod(
             if spec.tls.enabled else []),
         "affinity": pod_settings.get("affinity") or _default_affinity(cluster),
     }
+    if spec.tls.enabled and joining_image:
+        pod_spec["initContainers"] = [peer_name_container(cluster, namespace, member, joining_image,
+                                                          container["resources"])]
     for key in ("nodeSelector", "tolerations", "priorityClassName"):
         if pod_settings.get(key):
             pod_spec[key] = pod_settings[key]
@@ -190,6 +201,27 @@ def member_pod(
         "kind": "Pod",
         "metadata": {"name": member, "namespace": namespace, "labels": labels, "annotations": annotations},
         "spec": pod_security.restricted(pod_spec),
+    }
+
+
+def peer_name_container(cluster: str, namespace: str, member: str, operator_image: str,
+                        resources: Mapping[str, Any]) -> dict[str, Any]:
+    """The members a TLS member joins check its peer certificate's names against its address
+    by DNS: before its record exists under the peer Service they refuse it, and a joining etcd
+    exits (one that restarts on its data retries instead: no wait for it). The etcd image has
+    no shell, the operator's has Python. The etcd container's resources, so that the pod's
+    requests are unchanged and a quota that needs them admits it."""
+    return {
+        "name": PEER_NAME_CONTAINER,
+        "image": operator_image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["python", "-m", "etcd_operator.peer_name"],
+        "env": [
+            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+            {"name": "PEER_NAME", "value": naming.member_host(cluster, namespace, member)},
+            {"name": "PEER_NAME_WAIT_SECONDS", "value": str(PEER_NAME_WAIT_SECONDS)},
+        ],
+        "resources": copy.deepcopy(dict(resources)),
     }
 
 

@@ -23,6 +23,7 @@ from etcd_operator.cluster.observed import (DefragmentationRecord, Observed, Ope
                                             SpaceRecoveryRecord)
 from etcd_operator.cluster.planner import QUORUM_RECOVERY, member_add_receivers, self_only_cluster
 from etcd_operator.cluster.spec import ClusterSpec
+from etcd_operator.config import DEFAULT_OPERATOR_IMAGE
 from etcd_operator.etcd.client import EtcdError
 from etcd_operator.etcd.pool import EtcdClientPool
 from etcd_operator.kube import client as kube
@@ -73,7 +74,8 @@ class ClusterExecutor:
     def __init__(self, kube_client: kube.KubeClient, etcd_clients: EtcdClientPool,
                  body: Mapping[str, Any], post_event: EventPoster, operator_namespace: str = "default",
                  being_deleted: Callable[[], bool] = lambda: False,
-                 held_by: Callable[[], str | None] = lambda: None):
+                 held_by: Callable[[], str | None] = lambda: None,
+                 operator_image: str = DEFAULT_OPERATOR_IMAGE):
         """`being_deleted` reads the live object: once it is marked for deletion, every create
         and apply is refused here (BeingDeleted), before it reaches the API server.
         `held_by` reads the live object's restore hold (the EtcdRestore's name): while one
@@ -82,6 +84,7 @@ class ClusterExecutor:
         self.kube = kube_client
         self.being_deleted = being_deleted
         self.held_by = held_by
+        self.operator_image = operator_image  # a joining TLS member's init container (builders.peer_name_container)
         self.operator_namespace = operator_namespace  # where the operator's pods run (NetworkPolicy)
         self.etcd_clients = etcd_clients
         self.body = body
@@ -140,15 +143,17 @@ class ClusterExecutor:
             await self._create(kube.PVCS, builders.member_pvc(spec, self.cluster, self.namespace, member, member_id))
 
     def _member_pod(self, spec: ClusterSpec, member: str, member_id: int | None, initial_cluster: str,
-                    state: str, force_new_cluster: bool = False) -> dict:
+                    state: str, force_new_cluster: bool = False, joining: bool = False) -> dict:
         return self._owned(builders.member_pod(spec, self.cluster, self.namespace, member, member_id,
-                                               initial_cluster, state, self.token, force_new_cluster))
+                                               initial_cluster, state, self.token, force_new_cluster,
+                                               joining_image=self.operator_image if joining else None))
 
     async def _create_pod(self, spec: ClusterSpec, member: str, member_id: int | None, initial_cluster: str,
-                          state: str, force_new_cluster: bool = False) -> None:
-        """Raises PodRefused when the API server refuses the pod (the answer says why)."""
+                          state: str, force_new_cluster: bool = False, joining: bool = False) -> None:
+        """Raises PodRefused when the API server refuses the pod (the answer says why).
+        `joining`: the member's first pod after its add (builders.peer_name_container)."""
         await self._ensure_pvc(spec, member, member_id)
-        pod = self._member_pod(spec, member, member_id, initial_cluster, state, force_new_cluster)
+        pod = self._member_pod(spec, member, member_id, initial_cluster, state, force_new_cluster, joining)
         try:
             await self._create(kube.PODS, pod)
         except kube.ApiError as e:
@@ -252,7 +257,7 @@ class ClusterExecutor:
         faults.hit(faults.AFTER_MEMBER_ADD)
         initial = ",".join(sorted(
             f"{m.name or action.member}={m.peer_urls[0]}" for m in members if m.name or m.id == learner.id))
-        await self._create_pod(spec, action.member, learner.id, initial, builders.STATE_EXISTING)
+        await self._create_pod(spec, action.member, learner.id, initial, builders.STATE_EXISTING, joining=True)
 
     async def _member_add(self, observed: Observed, peer: str):
         """Offers the add to each healthy voter in turn (planner.member_add_receivers) until
@@ -280,7 +285,7 @@ class ClusterExecutor:
 
     async def _create_member_pod(self, action: a.CreateMemberPod, spec, observed) -> None:
         await self._create_pod(spec, action.member, action.member_id, action.initial_cluster,
-                               builders.STATE_EXISTING)
+                               builders.STATE_EXISTING, joining=not action.joined_before)
         if action.joined_before:
             self.post_event("Normal", "MemberRestarted", f"Recreated the pod of {action.member}; it rejoins on its data")
 

@@ -68,7 +68,8 @@ def pod_view(pod: Mapping[str, Any]) -> PodView:
     annotations = meta.get("annotations") or {}
     conditions = {c["type"]: c["status"] for c in status.get("conditions") or []}
     containers = status.get("containerStatuses") or []
-    waiting = next((c["state"]["waiting"].get("reason") for c in containers
+    # Init containers first: one that cannot start (its image not pulled) holds etcd in PodInitializing.
+    waiting = next((c["state"]["waiting"].get("reason") for c in (status.get("initContainerStatuses") or []) + containers
                     if (c.get("state") or {}).get("waiting")), None)
     return PodView(
         name=meta["name"],

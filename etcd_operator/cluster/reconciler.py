@@ -19,6 +19,7 @@ from etcd_operator.cluster.observer import ClusterObserver, StorageClassExpansio
 from etcd_operator.cluster.spec import ClusterSpec
 from etcd_operator.cluster.status import build_status
 from etcd_operator.cluster import tls_plan
+from etcd_operator.config import DEFAULT_OPERATOR_IMAGE
 from etcd_operator.etcd.pool import EtcdClientPool
 from etcd_operator.kube import client as kube
 
@@ -42,7 +43,8 @@ class ClusterReconciler:
                  storage_classes: StorageClassExpansion | None = None, steady_poll: float = WHEN_STEADY,
                  resync: float = RESYNC, clock: Callable[[], float] = time.monotonic,
                  being_deleted: Callable[[], bool] = lambda: False,
-                 held_by: Callable[[], str | None] = lambda: None):
+                 held_by: Callable[[], str | None] = lambda: None,
+                 operator_image: str = DEFAULT_OPERATOR_IMAGE):
         """`cached_children`: the operator's pod and PVC caches (None: every pass lists live).
         `being_deleted` reads the live object's deletionTimestamp: once it is set, no pass
         acts and nothing more is created (kopf stops the daemon, the deletion handler runs).
@@ -50,6 +52,7 @@ class ClusterReconciler:
         takes no member step while it stands (executor.HeldByRestore)."""
         self.kube = kube_client
         self.operator_namespace = operator_namespace
+        self.operator_image = operator_image
         self.etcd_clients = etcd_clients
         self.post_event = post_event
         self.observer = ClusterObserver(kube_client, etcd_clients, storage_classes)
@@ -144,7 +147,7 @@ class ClusterReconciler:
         warnings, scraped = self.member_metrics.warnings(observed)
 
         executor = ClusterExecutor(self.kube, self.etcd_clients, body, self.post_event, self.operator_namespace,
-                                   self.being_deleted, self.held_by)
+                                   self.being_deleted, self.held_by, self.operator_image)
         acting_spec, health, action = decision.acting_spec, decision.health, decision.action
         await executor.disown_member_pvcs(observed)  # even when paused: it protects data
         if not spec.paused:

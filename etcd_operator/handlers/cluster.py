@@ -32,7 +32,8 @@ async def run_cluster(body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.M
                                    storage_classes=memo.storage_classes,
                                    steady_poll=memo.config.steady_poll_seconds, resync=memo.config.resync_seconds,
                                    being_deleted=lambda: bool(body.get("metadata", {}).get("deletionTimestamp")),
-                                   held_by=lambda: restore_hold(body))
+                                   held_by=lambda: restore_hold(body),
+                                   operator_image=memo.config.operator_image)
     try:
         while not stopped:
             if wake is not None:

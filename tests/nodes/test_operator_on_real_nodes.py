@@ -2,7 +2,9 @@
 pod from the image built here, with restricted Pod Security that runc enforces; a TLS cluster
 spreads its members over the three nodes and serves the host by the names its certificates
 carry; a node that stops costs its member, which is replaced once the operator itself saw it
-unhealthy for memberUnhealthyTimeout, with the data kept."""
+unhealthy for memberUnhealthyTimeout, with the data kept. Every member that joins (two at the
+cluster's creation, the replacement) starts its etcd once: the members it joins never refuse its
+peer certificate for a name that does not resolve yet."""
 
 from __future__ import annotations
 
@@ -29,6 +31,8 @@ OPERATOR_NAMESPACE = chart_release.NAMESPACE
 NAMESPACE = "on-real-nodes"
 CLUSTER = "spread"
 UNHEALTHY_TIMEOUT_SECONDS = 45  # the CRD's minimum is 30 s
+# What etcd logs when it refuses a peer whose certificate's names do not resolve to its address.
+NAME_REFUSAL = "does not match any of DNSNames"
 
 
 @pytest.fixture(scope="module")
@@ -82,6 +86,24 @@ def live_members() -> list[dict]:
     return [p for p in member_pods(NAMESPACE, CLUSTER) if not p["metadata"].get("deletionTimestamp")]
 
 
+def started_once(pods: list[dict]) -> str:
+    """Per member, what says its etcd did not start just once: restarts, and refusals of a
+    peer's certificate in its log. Empty when nothing does."""
+    found = {}
+    for pod in pods:
+        name = pod["metadata"]["name"]
+        etcd = next(s for s in pod["status"]["containerStatuses"] if s["name"] == "etcd")
+        log = kubectl("logs", "-n", NAMESPACE, name, "-c", "etcd").stdout
+        problems = [line[:700] for line in log.splitlines() if NAME_REFUSAL in line][:2]
+        if etcd["restartCount"]:
+            previous = kubectl("logs", "-n", NAMESPACE, name, "-c", "etcd", "--previous", check=False).stdout
+            problems.insert(0, f"restarted {etcd['restartCount']} time(s); the last lines before: "
+                               + "\n".join(line[:700] for line in previous.splitlines()[-3:]))
+        if problems:
+            found[name] = problems
+    return "\n".join(f"{name}: {problem}" for name, problems in found.items() for problem in problems)
+
+
 def test_the_chart_runs_the_operator_as_a_pod_that_the_runtime_confines(operator_release):
     pods = operator_pods()
     assert len(pods) == 2 and all(p["status"]["phase"] == "Running" for p in pods)
@@ -110,6 +132,7 @@ def test_a_tls_cluster_spreads_over_the_nodes_and_serves_the_host_by_name(cluste
                                                                           tmp_path):
     pods = live_members()
     assert sorted(p["spec"]["nodeName"] for p in pods) == ["node-1", "node-2", "node-3"]
+    assert not (problems := started_once(pods)), problems  # two of them joined the first
     tls = client_files(tmp_path)
     written = etcdctl(member_urls(pods), tls, "put", "/on-real-nodes/kept", "before-the-node-stops")
     assert written.returncode == 0, written.stderr
@@ -146,6 +169,7 @@ def test_a_stopped_node_costs_its_member_which_is_replaced_after_the_timeout(clu
         assert recovered_after >= UNHEALTHY_TIMEOUT_SECONDS
         print(f"{victim} on {node}: healthy with a replacement {recovered_after:.0f}s after the node stopped")
         survivors = [p for p in live_members() if p["metadata"]["name"] in members]
+        assert not (problems := started_once([p for p in survivors if p["spec"]["nodeName"] != node])), problems
         read = etcdctl(member_urls(survivors), tls, "get", "/on-real-nodes/kept", "--print-value-only")
         assert read.returncode == 0 and read.stdout.strip() == "before-the-node-stops", read.stderr
     finally:
