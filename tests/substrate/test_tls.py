@@ -283,9 +283,11 @@ class TLSLoad(_LoopThread):
                 if not killed and any(word in detail for word in ("ssl", "handshake", "certificate", "tls")):
                     self.failed += 1
                     self.failures.append(f"TLS: {e}")
-                # A learner refuses client requests; a client with every endpoint tries the next.
+                # A learner refuses client requests, and a proposal that raft dropped (during a
+                # leader transfer) was never applied: a client with every endpoint tries the next.
                 learner = "not supported for learner" in e.detail
-                if not (e.unavailable or learner) or time.monotonic() - started > self.DEADLINE:
+                dropped = "raft proposal dropped" in e.detail
+                if not (e.unavailable or learner or dropped) or time.monotonic() - started > self.DEADLINE:
                     self.failed += 1
                     self.failures.append(str(e))
                     return
