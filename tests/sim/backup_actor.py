@@ -38,7 +38,7 @@ from etcd_operator.timefmt import format_time
 
 from tests.sim import backup_model
 from tests.sim import invariants as inv
-from tests.sim.world import CLUSTER, NAMESPACE
+from tests.sim.world import CLUSTER, NAMESPACE, merge_patch
 
 NAME, UID = "b1", "uid-b1"
 PREFIX = "nightly"
@@ -67,18 +67,6 @@ def drive(coroutine):
     except StopIteration as done:
         return done.value
     raise RuntimeError("the model bucket never suspends")
-
-
-def merge_patch(target: dict, patch: dict) -> dict:
-    result = dict(target)
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        elif isinstance(value, dict) and isinstance(result.get(key), dict):
-            result[key] = merge_patch(result[key], value)
-        else:
-            result[key] = value
-    return result
 
 
 def slot_already_ran(bucket: "Bucket", key: str) -> Manifest | None:

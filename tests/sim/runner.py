@@ -23,7 +23,7 @@ from tests.sim.backup_actor import BackupActor
 from tests.sim.restore_model import NAME as RESTORE_NAME, UID as RESTORE_UID, ClusterCopy, RestoreActor
 from tests.sim.view import observe
 from tests.sim.world import (CLUSTER, MISSING_PRIORITY_CLASS, PVC, Data, Foreign, Group, Pod, World, client_url,
-                             peer_url)
+                             merge_patch, peer_url)
 
 MAX_SKEW = 8.0
 SETTLE_STEPS = 150  # passes allowed after the last fault; converging schedules need at most ~75
@@ -97,20 +97,6 @@ def status_unhealthy_for(status: dict, now: float) -> dict:
         if since is not None:
             found[member.get("name")] = now - since
     return found
-
-
-def merge_patch(target: dict, patch: dict) -> dict:
-    """JSON merge patch (RFC 7386), as the reconciler's status write applies it: absent keys
-    stay, null deletes."""
-    result = dict(target)
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        elif isinstance(value, dict) and isinstance(result.get(key), dict):
-            result[key] = merge_patch(result[key], value)
-        else:
-            result[key] = value
-    return result
 
 
 def base_spec(size: int, auto_recovery: bool) -> dict:

@@ -565,3 +565,17 @@ class World:
         group.leader = to_id
         group.leader_changes += 1
         self.leader_moves += 1
+
+
+def merge_patch(target: dict, patch: dict) -> dict:
+    """JSON merge patch (RFC 7386), as the reconciler's status write applies it: absent keys
+    stay, null deletes."""
+    result = dict(target)
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        elif isinstance(value, dict) and isinstance(result.get(key), dict):
+            result[key] = merge_patch(result[key], value)
+        else:
+            result[key] = value
+    return result
