@@ -40,14 +40,14 @@ venv-prod: $(PROD_VENV)/.installed ## the production install (no test extras) th
 testbin: ## build the pinned kube-apiserver, controller-manager, kubectl, kubelet, kube-proxy, kube-scheduler, etcd 3.5/3.6, MinIO, helm, Prometheus and promtool
 	@e2e/testbin/build.sh >/dev/null  # progress and the cache directory go to stderr
 
-# NODES=real: three real nodes (containerd, kubelet, kube-proxy in network namespaces)
-# instead of the node agent; see e2e/README.md.
-NODES ?=
-up: venv testbin ## start the local control plane, MinIO and the node agent, or with NODES=real three real nodes (harmless when up)
-	@$(LOCALKUBE) up $(if $(NODES),--nodes $(NODES))
+# Three real nodes (containerd, runc, kubelet, kube-proxy in network namespaces; e2e/README.md).
+# NODES=agent: the process node agent instead (no root needed; the demo needs real nodes).
+NODES ?= real
+up: venv testbin ## start the local control plane, MinIO and three real nodes (NODES=agent: the node agent); harmless when up
+	@$(LOCALKUBE) up --nodes $(NODES)
 
-down: venv ## stop everything the local default started
-	@$(LOCALKUBE) down
+down: venv ## stop everything the local default started, and the tests' substrates (PURGE=1: delete their data too)
+	@$(LOCALKUBE) down $(if $(PURGE),--purge)
 
 status: venv ## show the local substrate's components
 	@$(LOCALKUBE) status
@@ -80,7 +80,7 @@ images: venv testbin ## the images real nodes run (pause, etcd, busybox, operato
 chart-crds: ## copy crds/ into the Helm chart (tests/substrate/test_helm_release.py checks they match)
 	@cp crds/etcd*.yaml charts/etcd-operator/crds/
 
-demo: up crds ## the main job on the local default (NODES=real: on real nodes, the operator installed by the chart)
+demo: up crds ## the main job on the local default: real nodes, the operator installed by the chart, a cluster and its backups
 	@e2e/demo.sh
 
 .PHONY: help venv venv-prod testbin up down status crds run test test-unit bench e2e-kind image images chart-crds demo

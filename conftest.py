@@ -1,7 +1,7 @@
-"""Shared fixtures: the local substrate (started once per session, or reused when
-`make up` already runs it), a fresh namespace per test, and log dumps on failure; the
-session's real nodes (tests/nodes, e2e/journeys, e2e/scenarios) and the operator the chart
-installs on them.
+"""Shared fixtures: the tests' node-agent substrate (an instance of its own, started once per
+session), a fresh namespace per test, and log dumps on failure; the session's real nodes
+(tests/nodes, e2e/journeys, e2e/scenarios) and the operator the chart installs on them.
+Neither is the instance `make up` runs: `make test` leaves the demo alone.
 
 With E2E_TARGET=external (or kind) nothing local is started: tests talk to whatever
 KUBECONFIG points at, and a test that needs the local substrate is skipped."""
@@ -23,7 +23,7 @@ SUBSTRATE_LOGS = ("kube-apiserver", "kube-controller-manager", "node-agent", "mi
 PER_NAMESPACE_LOGS = ("operator-{namespace}*",)  # one per operator replica
 DUMP_TAIL_BYTES = 6000
 EXTERNAL = os.environ.get("E2E_TARGET") in ("external", "kind")
-REAL_NODES_ROOT = localkube_layout.REPO_ROOT / ".localkube" / "realnodes-test"
+REAL_NODES_ROOT = localkube_layout.REAL_NODES_TEST_ROOT
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -95,14 +95,18 @@ def operator_release(real_nodes):
 
 @pytest.fixture(scope="session")
 def substrate():
-    """The running local control plane; started here unless `make up` already did."""
+    """The node agent's substrate for the tests that run operator processes (tests/substrate),
+    rooted in <checkout>/.localkube/node-agent: started here unless an earlier session left it
+    up (LOCALKUBE_KEEP=1 keeps it for the next one); `make down` stops it too."""
     if EXTERNAL:
         pytest.skip(f"E2E_TARGET={os.environ['E2E_TARGET']}: this test needs the local substrate")
-    where = localkube_layout.current()
-    # Only a session that found no API server stops the substrate again afterwards.
+    localkube_layout.NODE_AGENT_ROOT.mkdir(parents=True, exist_ok=True)
+    where = localkube_layout.current(localkube_layout.NODE_AGENT_ROOT)
     started_here = not controlplane.apiserver_ready(where)
-    controlplane.up(where)
+    controlplane.up(where, nodes="agent")
     os.environ["KUBECONFIG"] = str(where.kubeconfig)
+    # Helpers that find the substrate without being given it (nodeagent.faults) look here.
+    os.environ["LOCALKUBE_STATE_DIR"] = str(where.state_dir)
     install_crds()
     yield where
     if started_here and not os.environ.get("LOCALKUBE_KEEP"):

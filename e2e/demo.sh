@@ -1,38 +1,33 @@
 #!/usr/bin/env bash
-# `make demo`: the main job on the local default. The control plane, MinIO and the node
-# agent are up (make up); this runs the operator (on real nodes, `make demo NODES=real`: the
-# chart installs it as pods from the image built here), applies the demo's one manifest
-# (e2e/demo/demo.yaml: a namespace, S3 credentials, a 3-member TLS cluster, an hourly backup
-# schedule and a first backup) at once, waits until all are healthy, writes and reads a key
-# with the commands it prints, and says what to try next. Running it again changes nothing.
+# `make demo`: the main job on the local default. The control plane, MinIO and three real
+# nodes are up (make up); the chart installs the operator as pods from the image built here,
+# then this applies the demo's one manifest (e2e/demo/demo.yaml: a namespace, S3 credentials, a
+# 3-member TLS cluster, an hourly backup schedule and a first backup) at once, waits until all
+# are healthy, writes and reads a key with the commands it prints, and says what to try next.
+# Running it again changes nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STATE=${LOCALKUBE_STATE_DIR:-.localkube}  # the substrate's state (tests point it at theirs)
 source "$STATE/env"
 PY=.venv/bin/python
-NS=${DEMO_NAMESPACE:-demo}  # tests use their own: the node agent publishes pod names in /etc/hosts
+NS=${DEMO_NAMESPACE:-demo}
 
-if [[ "$(cat "$STATE/nodes-mode" 2>/dev/null)" == real ]]; then
-  helm() { HELM_CACHE_HOME=$PWD/.helm/cache HELM_CONFIG_HOME=$PWD/.helm/config HELM_DATA_HOME=$PWD/.helm/data \
-    "$ETCD_OPERATOR_TESTBIN/helm/helm" "$@"; }
-  if ! helm status etcd-operator -n etcd-operator >/dev/null 2>&1; then
-    kubectl apply -f - >/dev/null <<'YAML'
+if [[ "$(cat "$STATE/nodes-mode" 2>/dev/null)" != real ]]; then
+  echo "demo: the substrate in $STATE runs the node agent, and the demo runs on real nodes:" \
+    "\`make down\`, then \`make demo\`" >&2
+  exit 1
+fi
+helm() { HELM_CACHE_HOME=$PWD/.helm/cache HELM_CONFIG_HOME=$PWD/.helm/config HELM_DATA_HOME=$PWD/.helm/data \
+  "$ETCD_OPERATOR_TESTBIN/helm/helm" "$@"; }
+if ! helm status etcd-operator -n etcd-operator >/dev/null 2>&1; then
+  kubectl apply -f - >/dev/null <<'YAML'
 {"apiVersion": "v1", "kind": "Namespace",
  "metadata": {"name": "etcd-operator", "labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}
 YAML
-    helm install etcd-operator charts/etcd-operator -n etcd-operator --set "watchNamespaces={$NS}" \
-      --wait --timeout 180s >/dev/null
-    echo "operator installed by the chart: two pods in namespace etcd-operator, watching namespace $NS" \
-      "(logs: kubectl logs -n etcd-operator deployment/etcd-operator)"
-  fi
-else
-  pidfile=$STATE/run/operator.pid
-  if ! { [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }; then
-    HEALTH_PORT=$(PYTHONPATH=e2e $PY -c 'from localkube import layout; print(layout.current().ports.operator_health)')
-    WATCH_NAMESPACES=$NS HEALTH_PORT=$HEALTH_PORT setsid $PY -m etcd_operator >>"$STATE/logs/operator.log" 2>&1 </dev/null &
-    echo $! >"$pidfile"
-    echo "operator started, watching namespace $NS (log: $STATE/logs/operator.log)"
-  fi
+  helm install etcd-operator charts/etcd-operator -n etcd-operator --set "watchNamespaces={$NS}" \
+    --wait --timeout 180s >/dev/null
+  echo "operator installed by the chart: two pods in namespace etcd-operator, watching namespace $NS" \
+    "(logs: kubectl logs -n etcd-operator deployment/etcd-operator)"
 fi
 
 export ACCESS_KEY_ID_BASE64=$(printf %s "$AWS_ACCESS_KEY_ID" | base64 -w0)
@@ -58,8 +53,8 @@ for f in ca.crt tls.crt tls.key; do
 done
 etcdctl() { command etcdctl --endpoints=https://demo-client.$NS.svc:2379 \
   --cacert=$certs/ca.crt --cert=$certs/tls.crt --key=$certs/tls.key "$@"; }
-# After `make down` and `make up`, status may still say Available while the members restart
-# and their names are published again: the first write is retried for up to a minute.
+# After `make down` and `make up`, status may still say Available while the members' pods
+# start again and their names come back into DNS: the first write is retried for up to a minute.
 for _ in $(seq 30); do
   etcdctl --command-timeout=2s put hello world >/dev/null 2>&1 && break
   sleep 2

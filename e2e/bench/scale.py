@@ -243,7 +243,7 @@ class ScaleBench:
     def __init__(self):
         from localkube import layout as localkube_layout
 
-        self.layout = localkube_layout.current()
+        self.layout = localkube_layout.current(localkube_layout.NODE_AGENT_ROOT)  # the tests' node agent
         self.namespace = f"scale-{uuid.uuid4().hex[:6]}"
         self.operator = None
         self.started_substrate = False
@@ -259,7 +259,8 @@ class ScaleBench:
 
         os.environ[controlplane.AUDIT_ENV] = "1"
         self.started_substrate = not controlplane.apiserver_ready(self.layout)
-        controlplane.up(self.layout)  # restarts a kube-apiserver that has no audit log
+        controlplane.up(self.layout, nodes="agent")  # restarts a kube-apiserver that has no audit log
+        os.environ["LOCALKUBE_STATE_DIR"] = str(self.layout.state_dir)
         self.audit = AuditLog(controlplane.audit_log_path(self.layout))
         os.environ["KUBECONFIG"] = str(self.layout.kubeconfig)
         install_crds()

@@ -104,7 +104,7 @@ def _fill_to(endpoint: str, target_mib: int, start: int) -> int:
 
 class Bench:
     def __init__(self):
-        self.layout = localkube_layout.current()
+        self.layout = localkube_layout.current(localkube_layout.NODE_AGENT_ROOT)  # the tests' node agent
         self.namespace = f"bench-{uuid.uuid4().hex[:6]}"
         self.s3_prefix = f"bench/{self.namespace}"
         self.rows: list[tuple[str, str, str]] = []
@@ -113,8 +113,9 @@ class Bench:
 
     def __enter__(self) -> "Bench":
         self.started_substrate = not controlplane.apiserver_ready(self.layout)
-        controlplane.up(self.layout)
+        controlplane.up(self.layout, nodes="agent")
         os.environ["KUBECONFIG"] = str(self.layout.kubeconfig)
+        os.environ["LOCALKUBE_STATE_DIR"] = str(self.layout.state_dir)
         install_crds()
         kubectl("create", "namespace", self.namespace)
         self.operator = OperatorProcess(self.layout, self.namespace).start()

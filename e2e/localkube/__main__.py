@@ -13,9 +13,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up", help="start whatever is not running yet (harmless when already up)")
     up.add_argument("--nodes", choices=["agent", "real"], default=None,
-                    help="agent: the process node agent (default); real: three real nodes "
-                         "(containerd, kubelet, kube-proxy) in network namespaces; "
-                         "also LOCALKUBE_NODES; kept until `down`")
+                    help="real: three real nodes (containerd, kubelet, kube-proxy) in network "
+                         "namespaces, what `make up` asks for; agent: the process node agent, what "
+                         "an instance without a recorded mode runs; also LOCALKUBE_NODES; kept until `down`")
     down = sub.add_parser("down", help="stop everything and check that no port stays bound")
     down.add_argument("--purge", action="store_true", help="also delete the data and logs")
     sub.add_parser("status", help="show each component")
@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "up":
         try:
             controlplane.up(where, nodes=args.nodes)
-        except processes.PortTaken as e:
+        except (processes.PortTaken, controlplane.ModeConflict) as e:
             print(f"localkube: {e}", file=sys.stderr)
             return 2
         pods = where.node_network.pods_cidr if controlplane.real_nodes(where) else where.pod_cidr

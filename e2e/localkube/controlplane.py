@@ -19,7 +19,7 @@ import urllib.request
 from typing import Callable
 
 from localkube import pki, processes
-from localkube.layout import Layout
+from localkube.layout import REPO_ROOT, Layout
 
 SERVICE_CIDR = "10.0.0.0/24"
 # `up --nodes real` (or LOCALKUBE_NODES=real) records the mode here until `down`.
@@ -366,7 +366,7 @@ def _node_agent_argv(layout: Layout) -> list[str]:
 def _node_agent_env(layout: Layout) -> dict[str, str]:
     return {
         "KUBECONFIG": str(component_kubeconfig(layout, "node-agent")),
-        "PYTHONPATH": os.pathsep.join([str(layout.root / "e2e"), str(layout.root)]),
+        "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "e2e"), str(REPO_ROOT)]),
         "LOCALKUBE_STATE_DIR": str(layout.state_dir),
         "ETCD_OPERATOR_TESTBIN": str(layout.testbin),
     }
@@ -439,6 +439,37 @@ def write_env_file(layout: Layout) -> None:
     layout.env_file.chmod(0o600)
 
 
+class ModeConflict(RuntimeError):
+    """`up` in a node mode that the running instance or its stored objects do not fit."""
+
+
+# In the data directory, kept by `down` and removed with it by `down --purge`.
+STORE_MODE_FILE = "store-made-for"
+
+
+def _claim_store(layout: Layout) -> None:
+    """The API server's store keeps the objects of the node mode it was made with (the node
+    agent's StorageClass, volumes and nodes are not real nodes' ones), so a store made for the
+    other mode is refused by name instead of half-working. A store from before this record was
+    made for real nodes if they left their directories, else for the node agent."""
+    mode = "real" if real_nodes(layout) else "agent"
+    record = layout.data_dir / STORE_MODE_FILE
+    if record.exists():
+        made_for = record.read_text().strip()
+    else:
+        if (layout.data_dir / "apiserver-etcd").exists():
+            made_for = "real" if (layout.state_dir / "nodes").exists() else "agent"
+        else:
+            made_for = mode
+        record.write_text(made_for + "\n")
+    if made_for != mode:
+        names = {"agent": "the node agent", "real": "real nodes"}
+        raise ModeConflict(
+            f"the API server's store in {layout.data_dir} was made for {names[made_for]}, not for "
+            f"{names[mode]}; `make down PURGE=1` deletes it with the volumes' data, then `make up` "
+            f"(or keep it: `make up NODES={made_for}`)")
+
+
 def _record_mode(layout: Layout, nodes: str | None) -> None:
     """An explicit mode (argument, else LOCALKUBE_NODES) is kept until `down`; without one
     the mode already recorded stays."""
@@ -451,13 +482,20 @@ def _record_mode(layout: Layout, nodes: str | None) -> None:
     if nodes == "real":
         path.write_text("real\n")
     elif real_nodes(layout):
-        raise RuntimeError("real nodes are up; `make down` before switching back to the node agent")
+        raise ModeConflict("real nodes are up; `make down` before switching back to the node agent")
 
 
 def up(layout: Layout, only: set[str] | None = None, nodes: str | None = None) -> None:
     for d in (layout.state_dir, layout.logs_dir, layout.run_dir, layout.data_dir):
         d.mkdir(parents=True, exist_ok=True)
+    was_real = real_nodes(layout)
     _record_mode(layout, nodes)
+    try:
+        _claim_store(layout)
+    except ModeConflict:
+        if not was_real:  # nothing started in the mode just recorded
+            (layout.state_dir / NODES_MODE_FILE).unlink(missing_ok=True)
+        raise
     if real_nodes(layout):
         from localkube import realnodes
         realnodes.prepare_host(layout)
@@ -494,6 +532,11 @@ def up(layout: Layout, only: set[str] | None = None, nodes: str | None = None) -
     write_env_file(layout)
 
 
+def _mount_points() -> list[str]:
+    with open("/proc/self/mounts") as mounts:
+        return [line.split()[1] for line in mounts]
+
+
 def down(layout: Layout, purge: bool = False) -> list[str]:
     """Stops everything; returns a list of problems (ports still bound), empty when clean."""
     from localkube import realnodes
@@ -516,6 +559,11 @@ def down(layout: Layout, purge: bool = False) -> list[str]:
     if purge:
         shutil.rmtree(layout.data_dir, ignore_errors=True)
         shutil.rmtree(layout.logs_dir, ignore_errors=True)
+        nodes_dir = realnodes.nodes_dir(layout)  # the real nodes' volumes, once nothing is mounted there
+        if not any(mount.startswith(str(nodes_dir)) for mount in _mount_points()):
+            shutil.rmtree(nodes_dir, ignore_errors=True)
+        else:
+            problems.append(f"{nodes_dir} still has mounts: kept")
     return problems
 
 

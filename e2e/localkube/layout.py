@@ -1,8 +1,12 @@
 """Where the local substrate keeps its files and which ports and addresses it uses.
 
-Every checkout gets its own port block and its own 127.X.0.0/16 pod range, derived
-from the checkout's path, so two checkouts on one machine do not collide. Real nodes
+Every instance gets its own port block and its own 127.X.0.0/16 pod range, derived
+from its root's path, so two checkouts on one machine do not collide. Real nodes
 (`up --nodes real`) get a 10.Y.0.0/16 of their own, derived the same way.
+
+A checkout's default instance (`make up`) is rooted at the checkout; the tests' instances are
+rooted below its `.localkube`: the node agent's (NODE_AGENT_ROOT) and the real nodes'
+(REAL_NODES_TEST_ROOT), so that `make test` never touches what `make up` runs.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ import pathlib
 import subprocess
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
+NODE_AGENT_ROOT = REPO_ROOT / ".localkube" / "node-agent"
+REAL_NODES_TEST_ROOT = REPO_ROOT / ".localkube" / "realnodes-test"
 PORT_BLOCK_SIZE = 20
 FIRST_PORT_BASE = 20000
 # 20000 .. 32760: below Linux's ephemeral range (32768-60999), so that no outgoing
@@ -165,7 +171,13 @@ def testbin_dir() -> pathlib.Path:
     return pathlib.Path(out.stdout.strip())
 
 
-def current(root: pathlib.Path = REPO_ROOT) -> Layout:
+def current(root: pathlib.Path | None = None) -> Layout:
+    """The instance rooted at `root`; without one, the instance whose state directory
+    LOCALKUBE_STATE_DIR names (what its env file exports and its processes are given), else
+    the checkout's default instance."""
+    if root is None:
+        state_dir = os.environ.get("LOCALKUBE_STATE_DIR")
+        root = pathlib.Path(state_dir).resolve().parent if state_dir else REPO_ROOT
     identity = checkout_id(root)
     base = int(os.environ.get("LOCALKUBE_PORT_BASE", port_base_for(identity)))
     octet = int(os.environ.get("LOCALKUBE_POD_OCTET", pod_octet_for(identity)))

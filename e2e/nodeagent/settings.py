@@ -38,10 +38,7 @@ class Settings:
 
 
 def from_environment() -> Settings:
-    layout = localkube_layout.current()
-    state_dir = os.environ.get("LOCALKUBE_STATE_DIR")
-    if state_dir and pathlib.Path(state_dir).resolve() != layout.state_dir.resolve():
-        layout = dataclasses.replace(layout, root=pathlib.Path(state_dir).resolve().parent)
+    layout = localkube_layout.current()  # the instance LOCALKUBE_STATE_DIR names
     return Settings(
         layout=layout,
         kubeconfig=pathlib.Path(os.environ.get("KUBECONFIG", layout.state_dir / "node-agent.kubeconfig")),

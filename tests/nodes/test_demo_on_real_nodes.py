@@ -1,8 +1,8 @@
-"""`make demo NODES=real`: e2e/demo.sh on real nodes installs the operator with the chart (pods
-from the image built here) instead of starting it as a host process, and the demo passes:
-a 3-member TLS cluster, its first backup in MinIO, a key written and read back with etcdctl
-on the host by the client Service's name. Run again, it changes nothing. Here the script runs
-against the session's real nodes (the same `up --nodes real`, in the tests' own instance)."""
+"""`make demo`: e2e/demo.sh on real nodes installs the operator with the chart (pods from the
+image built here), and the demo passes: a 3-member TLS cluster, its first backup in MinIO, a key
+written and read back with etcdctl on the host by the client Service's name. Run again, it
+changes nothing. Here the script runs against the session's real nodes (the same
+`up --nodes real` as `make up`, in the tests' own instance); on the node agent it refuses."""
 
 from __future__ import annotations
 
@@ -20,8 +20,7 @@ from tests.support.kubectl import kubectl, kubectl_json
 
 pytestmark = [pytest.mark.substrate, pytest.mark.real_nodes, pytest.mark.usefixtures("kubectl_on_real_nodes")]
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-# Not `demo`: a node agent's demo on this host (CI runs `make demo` first) publishes the names
-# of its members in /etc/hosts, which the host would resolve before asking the nodes' DNS.
+# Not `demo`, so that its names never meet those of a user's own demo on this host.
 DEMO_NAMESPACE = "demo-on-real-nodes"
 
 

@@ -3,7 +3,9 @@ controller that finishes deletions, and an idempotent `up`."""
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
 
 import pytest
 
@@ -43,3 +45,15 @@ def test_taken_port_is_named_clearly():
         with pytest.raises(processes.PortTaken) as taken:
             processes.require_free_ports("kube-apiserver", {"https": port}, patience=0.5)
     assert f"port {port}" in str(taken.value) and "kube-apiserver" in str(taken.value)
+
+
+def test_the_demo_refuses_the_node_agent_and_says_how_to_get_real_nodes(substrate):
+    """`make demo` runs on real nodes; on a substrate left in node-agent mode (`make up
+    NODES=agent`) it changes nothing and names the way out."""
+    root = controlplane.REPO_ROOT
+    env = {**os.environ, "LOCALKUBE_STATE_DIR": str(substrate.state_dir), "DEMO_NAMESPACE": "demo-refused"}
+    run = subprocess.run([str(root / "e2e" / "demo.sh")], cwd=root, env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "runs the node agent" in run.stderr and "make down" in run.stderr, run.stderr
+    assert kubectl("get", "namespace", "demo-refused", check=False).returncode != 0

@@ -10,6 +10,7 @@ import pytest
 
 from etcd_operator.cluster import naming
 from localkube import controlplane
+from localkube.layout import REPO_ROOT
 from tests.substrate.test_backup import apply_backup, fill, get_backup
 from tests.substrate.test_cluster import etcdctl, read_prefix
 from tests.support.clusters import (FAST_RECOVERY, PLAINTEXT, apply_cluster, events, get_cluster, member_endpoints,
@@ -153,7 +154,7 @@ def test_total_loss_is_recovered_by_one_restore_from_the_latest_backup(substrate
     wait_for(lambda: (c := next((c for c in get_cluster(namespace, "src")["status"]["conditions"]
                                  if c["type"] == "Available"), None)) and c["status"] == "False", 120,
              what="cluster unavailable")
-    manifest = (substrate.root / "examples" / "restore-after-total-loss.yaml").read_text()
+    manifest = (REPO_ROOT / "examples" / "restore-after-total-loss.yaml").read_text()
     kubectl("apply", "-n", namespace, "-f", "-",
             input=manifest.replace("name: demo-backup", "name: nightly").replace("clusterName: demo", "clusterName: src"))
     wait_phase(namespace, "recover-demo", "Completed", timeout=400)

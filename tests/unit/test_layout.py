@@ -50,3 +50,17 @@ def test_real_node_ranges_nest_in_the_block_without_overlapping():
     assert all(p.subnet_of(ipaddress.ip_network(net.pods_cidr)) for p in pods)
     assert not ipaddress.ip_network(net.service_cidr).overlaps(ipaddress.ip_network(net.pods_cidr))
     assert ipaddress.ip_address(net.kubernetes_service_ip) in ipaddress.ip_network(net.service_cidr)
+
+
+def test_without_a_root_the_instance_is_the_one_its_state_directory_names(tmp_path, monkeypatch):
+    """A nested instance's processes (its node agent, the helpers of its tests) are given only
+    LOCALKUBE_STATE_DIR; they must find that instance's ports, not the checkout's."""
+    monkeypatch.setenv("ETCD_OPERATOR_TESTBIN", str(tmp_path / "testbin"))
+    for name in ("LOCALKUBE_PORT_BASE", "LOCALKUBE_POD_OCTET", "LOCALKUBE_NODE_OCTET"):
+        monkeypatch.delenv(name, raising=False)
+    nested = tmp_path / ".localkube" / "node-agent"
+    monkeypatch.setenv("LOCALKUBE_STATE_DIR", str(nested / ".localkube"))
+    assert layout.current() == layout.current(nested)
+    assert layout.current().state_dir == nested / ".localkube"
+    monkeypatch.delenv("LOCALKUBE_STATE_DIR")
+    assert layout.current().root == layout.REPO_ROOT
