@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import time
 import uuid
 
 import pytest
@@ -31,6 +32,16 @@ def pytest_runtest_makereport(item, call):
     report = yield
     setattr(item, f"rep_{report.when}", report)
     return report
+
+
+def pytest_terminal_summary(terminalreporter):
+    """What the real-node tests measured, whether or not output was captured."""
+    from tests.support import measured
+
+    if measured.REPORTED:
+        terminalreporter.section("measured on the real nodes")
+        for line in measured.REPORTED:
+            terminalreporter.write_line(line)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -59,9 +70,13 @@ def real_nodes(host_before):
     rooted in <checkout>/.localkube/realnodes-test, so that the checkout's default substrate
     (the node agent) can keep running beside it; `make down` stops it too.
     tests/nodes/test_real_nodes.py takes it down after everything else on it, to check the host."""
+    from tests.support import measured
+
     REAL_NODES_ROOT.mkdir(parents=True, exist_ok=True)
     where = localkube_layout.current(REAL_NODES_ROOT)
+    started = time.monotonic()
     controlplane.up(where, nodes="real")
+    measured.report(f"real nodes: control plane and three Ready nodes up in {time.monotonic() - started:.1f}s")
     yield where
     controlplane.down(where)
 

@@ -9,11 +9,12 @@ from __future__ import annotations
 import os
 import pathlib
 import subprocess
+import time
 
 import pytest
 
 from localkube import hoststate
-from tests.support import chart_release
+from tests.support import chart_release, measured
 from tests.support.clusters import member_pods
 from tests.support.helm import CHART, helm
 from tests.support.kubectl import kubectl, kubectl_json
@@ -40,7 +41,10 @@ def test_the_demo_installs_the_operator_with_the_chart_and_passes(real_nodes):
     found = chart_release.installed(real_nodes.kubeconfig)
     chart_release.uninstall(real_nodes.kubeconfig)
     try:
+        started = time.monotonic()
         first = run_demo(real_nodes)
+        measured.report(f"the demo (e2e/demo.sh, the chart installed first) on real nodes: "
+                        f"{time.monotonic() - started:.0f}s")
         assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
         assert "operator installed by the chart" in first.stdout, first.stdout
         assert "operator started" not in first.stdout, "the demo started a host process on real nodes"

@@ -23,7 +23,7 @@ import pytest
 
 from etcd_operator.cluster import naming
 from localkube import layout as localkube_layout, nodefaults, realnodes
-from tests.support import chart_release
+from tests.support import chart_release, measured
 from tests.support.chart_release import delete_namespace, restricted_namespace
 from tests.support.clusters import (apply_cluster, condition, events, get_cluster, member_pods, patch_spec,
                                    wait_healthy)
@@ -200,8 +200,8 @@ def test_a_partition_healed_before_the_timeout_replaces_nothing_and_the_member_c
              what=f"{victim} catching up after the heal")
     wait_healthy(NAMESPACE, CLUSTER, 3, timeout=180)
     recovered_after = time.monotonic() - healed_at
-    print(f"partition of {node} ({victim}): healed {unhealthy_for:.0f}s after the operator saw it unhealthy "
-          f"(timeout {UNHEALTHY_TIMEOUT_SECONDS}s); healthy again {recovered_after:.0f}s after the heal")
+    measured.report(f"partition of {node} ({victim}): healed {unhealthy_for:.0f}s after the operator saw it unhealthy "
+                   f"(timeout {UNHEALTHY_TIMEOUT_SECONDS}s); healthy again {recovered_after:.0f}s after the heal")
     unchanged("members", identities(), members)
     unchanged("member pods", pod_uids(), pods)
     unchanged("member PVCs", pvc_uids(), pvcs)
@@ -264,7 +264,7 @@ def test_a_drained_node_keeps_its_member_which_waits_for_the_node_while_the_budg
     wait_for(lambda: read_locally(victim_url, key) == "written-during-the-drain", 120, interval=1.0,
              what=f"{victim} back on {node} with the write made while it was away")
     recovered_after = time.monotonic() - uncordoned_at
-    print(f"drain of {node} ({victim}): healthy again {recovered_after:.0f}s after the uncordon")
+    measured.report(f"drain of {node} ({victim}): healthy again {recovered_after:.0f}s after the uncordon")
     unchanged("members and their nodes", identities(), members)
     unchanged("member PVCs", pvc_uids(), pvcs)
     unchanged("MemberReplaced events", replacements(), replaced)
@@ -291,8 +291,8 @@ def test_a_member_that_lost_its_data_is_replaced_on_the_node_left_without_a_memb
     replacement_url = url(member_pod(replacement))
     wait_for(lambda: read_locally(replacement_url, key) == "written-before-the-data-loss", 60, interval=1.0,
              what=f"{replacement} holding the data")
-    print(f"data loss of {victim} on {node}: replaced by {replacement} on {node}; "
-          f"healthy again {recovered_after:.0f}s after the PVC was deleted")
+    measured.report(f"data loss of {victim} on {node}: replaced by {replacement} on {node}; "
+                   f"healthy again {recovered_after:.0f}s after the PVC was deleted")
 
 
 def volume_path(member: str) -> pathlib.Path:
@@ -367,6 +367,6 @@ def test_a_member_whose_volume_fills_up_crashes_and_is_replaced_after_the_timeou
     recovered_after = time.monotonic() - filling_at
     now = identities()
     replacement = newcomer(before, now)
-    print(f"full volume of {victim} on {node}: it crashed {crashed_after:.0f}s after the writes began; replaced by "
-          f"{replacement} on {now[replacement][1]}, healthy again {recovered_after:.0f}s after the writes began")
+    measured.report(f"full volume of {victim} on {node}: it crashed {crashed_after:.0f}s after the writes began; replaced by "
+                   f"{replacement} on {now[replacement][1]}, healthy again {recovered_after:.0f}s after the writes began")
     assert sorted(n for _, n in now.values()) == realnodes.node_names()

@@ -17,7 +17,7 @@ import pytest
 
 from etcd_operator.cluster import naming
 from localkube import hoststate, layout as localkube_layout, nodefaults
-from tests.support import chart_release
+from tests.support import chart_release, measured
 from tests.support.chart_release import delete_namespace, restricted_namespace
 from tests.support.clusters import events, get_cluster, member_pods, wait_healthy
 from tests.support.helm import CHART
@@ -167,7 +167,7 @@ def test_a_stopped_node_costs_its_member_which_is_replaced_after_the_timeout(clu
         assert any(victim in m for m in reasons), reasons
         # Not before the operator itself saw the member unhealthy for the whole timeout.
         assert recovered_after >= UNHEALTHY_TIMEOUT_SECONDS
-        print(f"{victim} on {node}: healthy with a replacement {recovered_after:.0f}s after the node stopped")
+        measured.report(f"{victim} on {node}: healthy with a replacement {recovered_after:.0f}s after the node stopped")
         survivors = [p for p in live_members() if p["metadata"]["name"] in members]
         assert not (problems := started_once([p for p in survivors if p["spec"]["nodeName"] != node])), problems
         read = etcdctl(member_urls(survivors), tls, "get", "/on-real-nodes/kept", "--print-value-only")
