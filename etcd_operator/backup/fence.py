@@ -12,22 +12,14 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from etcd_operator.live_fence import refusal
+
 
 def creation_refusal(backup_uid: str, live_backup: Mapping[str, Any] | None, cluster_name: str | None,
                      live_cluster: Mapping[str, Any] | None) -> str | None:
     """Why nothing may be created now, from the live objects (None: not found); `cluster_name`
     None: the cluster does not matter (a scratch pod). None when creating may go on."""
-    if live_backup is None:
-        return "the EtcdBackup is gone"
-    meta = live_backup.get("metadata") or {}
-    if meta.get("uid") != backup_uid:
-        return f"the EtcdBackup is another object now (uid {meta.get('uid')}, not {backup_uid})"
-    if meta.get("deletionTimestamp"):
-        return "the EtcdBackup is being deleted"
-    if cluster_name is None:
-        return None
-    if live_cluster is None:
-        return f"EtcdCluster {cluster_name} is gone"
-    if (live_cluster.get("metadata") or {}).get("deletionTimestamp"):
-        return f"EtcdCluster {cluster_name} is being deleted"
-    return None
+    refused = refusal("the EtcdBackup", live_backup, backup_uid)
+    if refused or cluster_name is None:
+        return refused
+    return refusal(f"EtcdCluster {cluster_name}", live_cluster)

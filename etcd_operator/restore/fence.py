@@ -11,18 +11,11 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from etcd_operator.live_fence import refusal
 from etcd_operator.restore.observed import TargetCluster
 
 
 def creation_refusal(decided_on: TargetCluster, live: Mapping[str, Any] | None) -> str | None:
     """Why nothing may be created for the target the pass decided on, as the `live` object
     (None: not found) says; None when it is still that object and not being deleted."""
-    name = decided_on.name
-    if live is None:
-        return f"EtcdCluster {name} is gone"
-    meta = live.get("metadata") or {}
-    if meta.get("uid") != decided_on.uid:
-        return f"EtcdCluster {name} is another object now (uid {meta.get('uid')}, not {decided_on.uid})"
-    if meta.get("deletionTimestamp"):
-        return f"EtcdCluster {name} is being deleted"
-    return None
+    return refusal(f"EtcdCluster {decided_on.name}", live, decided_on.uid)

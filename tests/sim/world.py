@@ -568,14 +568,15 @@ class World:
 
 
 def merge_patch(target: dict, patch: dict) -> dict:
-    """JSON merge patch (RFC 7386), as the reconciler's status write applies it: absent keys
-    stay, null deletes."""
+    """JSON merge patch (RFC 7386), as the API server applies a status write: absent keys
+    stay, null deletes, and an object merges into what was there (into {} if that was no
+    object). The unit tests of status writes use it too."""
     result = dict(target)
     for key, value in patch.items():
         if value is None:
             result.pop(key, None)
-        elif isinstance(value, dict) and isinstance(result.get(key), dict):
-            result[key] = merge_patch(result[key], value)
+        elif isinstance(value, dict):
+            result[key] = merge_patch(result[key] if isinstance(result.get(key), dict) else {}, value)
         else:
             result[key] = value
     return result

@@ -16,6 +16,7 @@ from etcd_operator.backup.planner import one_shot_slot, plan
 from etcd_operator.backup.state import (CheckResult, InitFailure, Observed, RunState, ScheduleSpec, ScratchPod,
                                         VerificationPolicy)
 from etcd_operator.backup.status import VERIFICATION_INCOMPLETE, build_status, changes, verification_events
+from tests.sim.world import merge_patch
 
 UTC = datetime.timezone.utc
 T0 = datetime.datetime(2026, 11, 21, 12, 0, 1, tzinfo=UTC)
@@ -203,19 +204,6 @@ def test_no_slot_is_started_twice_and_runs_only_finish_recorded_slots(history):
 DAILY = ScheduleSpec("0 0 * * *", verification=VerificationPolicy(True))  # no slot due within 12 h of T0
 BACKED_UP = {"phase": "Scheduled", "lastBackup": {"key": "k1"}, "recentBackups": [{"key": "k1"}],
              "lastSuccessfulTime": "2026-11-21T12:00:01Z", "backupsSinceVerification": 1}
-
-
-def merge_patch(target: dict, patch: dict) -> dict:
-    """RFC 7386, as the API server applies the status patch."""
-    merged = dict(target)
-    for key, value in patch.items():
-        if value is None:
-            merged.pop(key, None)
-        elif isinstance(value, dict):
-            merged[key] = merge_patch(merged.get(key) if isinstance(merged.get(key), dict) else {}, value)
-        else:
-            merged[key] = value
-    return merged
 
 
 def scratch(uid: str = "u1", owned: bool = True, phase: str = "Pending", exit_code: int | None = None,
