@@ -16,6 +16,7 @@ from etcd_operator.backup import verification_pod as builder
 from etcd_operator.backup.manifest import Identity, Manifest, manifest_key
 from etcd_operator.backup.runner import BackupSpec
 from etcd_operator.backup.verdict import Expected, Verdict
+from etcd_operator.cluster.builders import image_pull_secrets
 from etcd_operator.cluster.spec import ClusterSpec
 from etcd_operator.kube import client as kube
 from etcd_operator.storage.credentials import s3_location
@@ -50,9 +51,11 @@ class BackupVerifier:
         """Creates the scratch pod for `key`; raises kube.Conflict when a pod of that name exists."""
         async with self._storage() as storage:
             manifest = await self._manifest(storage, key)
+        image, pull_secrets = await self._images(manifest)
         body = builder.verification_pod(self.identity.backup, self.identity.namespace, self.identity.uid,
-                                        await self._image(manifest), self.operator_image, self.spec.s3,
-                                        manifest.snapshot_key, manifest.sha256, Expected.of(manifest))
+                                        image, self.operator_image, self.spec.s3,
+                                        manifest.snapshot_key, manifest.sha256, Expected.of(manifest),
+                                        pull_secrets=pull_secrets)
         return await self.kube.create(kube.PODS, self.identity.namespace, body)
 
     async def record_verdict(self, key: str, verdict: Verdict) -> str:
@@ -97,9 +100,12 @@ class BackupVerifier:
             await storage.put(updated.key, updated.to_json(), "application/json")
         return at
 
-    async def _image(self, manifest: Manifest) -> str:
+    async def _images(self, manifest: Manifest) -> tuple[str, list[dict[str, str]]]:
+        """The etcd image of the snapshot's version in the cluster's repository, and the
+        cluster's pull secrets."""
         cluster = await self.kube.get(kube.ETCDCLUSTERS, self.identity.namespace, self.spec.cluster)
         if cluster is None:
             raise VerificationError("ClusterNotFound", f"EtcdCluster {self.spec.cluster} is gone; its image "
                                     "repository is unknown")
-        return f"{ClusterSpec.from_dict(cluster.get('spec') or {}).repository}:v{manifest.etcd_version}"
+        spec = ClusterSpec.from_dict(cluster.get("spec") or {})
+        return f"{spec.repository}:v{manifest.etcd_version}", image_pull_secrets(spec)

@@ -13,6 +13,7 @@ from typing import Any, Mapping
 
 from etcd_operator import API_GROUP, API_VERSION, pod_security, snapshot_fetch
 from etcd_operator.backup.verdict import Expected
+from etcd_operator.cluster.builders import with_pull_secrets
 
 LABEL_VERIFIES = f"{API_GROUP}/verifies-backup"
 ANNOTATION_KEY = f"{API_GROUP}/verified-key"
@@ -37,7 +38,9 @@ def pod_name(backup: str) -> str:
 
 
 def verification_pod(backup: str, namespace: str, backup_uid: str, etcd_image: str, operator_image: str,
-                     source: Mapping[str, Any], key: str, sha256: str, expected: Expected) -> dict[str, Any]:
+                     source: Mapping[str, Any], key: str, sha256: str, expected: Expected,
+                     pull_secrets: list[dict[str, str]] | None = None) -> dict[str, Any]:
+    """`pull_secrets`: the cluster's (spec.pod.imagePullSecrets), for its etcd image and ours."""
     scratch = [{"name": "scratch", "mountPath": SCRATCH}]
     volumes: list[dict[str, Any]] = [{"name": "scratch", "emptyDir": {}}]
     ca_volumes, ca_mounts = snapshot_fetch.ca_bundle(source)
@@ -58,7 +61,7 @@ def verification_pod(backup: str, namespace: str, backup_uid: str, etcd_image: s
                                  "name": backup, "uid": backup_uid, "controller": True,
                                  "blockOwnerDeletion": True}],
         },
-        "spec": pod_security.restricted({
+        "spec": pod_security.restricted(with_pull_secrets({
             "restartPolicy": "Never",
             "automountServiceAccountToken": False,
             "enableServiceLinks": False,
@@ -92,5 +95,5 @@ def verification_pod(backup: str, namespace: str, backup_uid: str, etcd_image: s
                  "terminationMessagePath": VERDICT_FILE,
                  "volumeMounts": scratch},
             ],
-        }),
+        }, pull_secrets or [])),
     }

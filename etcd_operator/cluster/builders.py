@@ -86,7 +86,8 @@ def pod_spec_hash(spec: ClusterSpec) -> str:
     """Changes exactly when a member pod must be recreated to follow the spec."""
     relevant = {
         "image": spec.image,
-        "pod": spec.pod,
+        # Pull secrets matter only to the next pull: changing them rolls no member.
+        "pod": {key: value for key, value in spec.pod.items() if key != "imagePullSecrets"},
         "etcd": [spec.etcd.quota_backend_bytes, spec.etcd.auto_compaction_mode,
                  spec.etcd.auto_compaction_retention, spec.etcd.heartbeat_interval_ms,
                  spec.etcd.election_timeout_ms, spec.etcd.snapshot_count, allowed_extra_args(spec)],
@@ -200,8 +201,19 @@ def member_pod(
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": member, "namespace": namespace, "labels": labels, "annotations": annotations},
-        "spec": pod_security.restricted(pod_spec),
+        "spec": pod_security.restricted(with_pull_secrets(pod_spec, image_pull_secrets(spec))),
     }
+
+
+def image_pull_secrets(spec: ClusterSpec) -> list[dict[str, str]]:
+    """The `imagePullSecrets` of every pod made for the cluster (members, restores,
+    verifications), from spec.pod."""
+    return [{"name": entry["name"]} for entry in spec.pod.get("imagePullSecrets") or [] if entry.get("name")]
+
+
+def with_pull_secrets(pod_spec: dict[str, Any], secrets: list[dict[str, str]]) -> dict[str, Any]:
+    """`pod_spec` with `secrets` as its imagePullSecrets; unchanged (no key) when there are none."""
+    return {**pod_spec, "imagePullSecrets": list(secrets)} if secrets else pod_spec
 
 
 def peer_name_container(cluster: str, namespace: str, member: str, operator_image: str,

@@ -106,6 +106,7 @@ def restore_pod(
     sha256: str,
     snapshot_bytes: int | None,
     tls: bool = False,
+    pull_secrets: list[dict[str, str]] | None = None,
 ) -> dict[str, Any]:
     """Restores one member's data directory; every member's pod gets the same snapshot,
     the same initial cluster (all `members`) and the same token."""
@@ -128,7 +129,7 @@ def restore_pod(
             "namespace": namespace,
             "labels": {LABEL_RESTORE: restore, LABEL_RESTORE_MEMBER: member},
         },
-        "spec": pod_security.restricted({
+        "spec": pod_security.restricted(cluster_builders.with_pull_secrets({
             "restartPolicy": "Never",
             "automountServiceAccountToken": False,
             "enableServiceLinks": False,
@@ -155,5 +156,5 @@ def restore_pod(
                 ],
                 "volumeMounts": mounts,
             }],
-        }),
+        }, pull_secrets or [])),
     }

@@ -13,7 +13,7 @@ import kopf
 from etcd_operator import faults
 from etcd_operator.backup.bbolt import NotASnapshot, snapshot_revision, snapshot_storage_version
 from etcd_operator.backup.verify import VerificationFailed, verify_snapshot
-from etcd_operator.cluster import naming
+from etcd_operator.cluster import builders as cluster_builders, naming
 from etcd_operator.kube import client as kube
 from etcd_operator.restore import builders, fence, source as sources
 from etcd_operator.restore import steps as s
@@ -214,7 +214,8 @@ class RestoreExecutor:
             manifest = builders.restore_pod(
                 self.name, self.namespace, cluster.name, member, status.seed_members,
                 builders.restore_token(observed.uid), cluster.spec.image, self.operator_image, s3,
-                status.source_key, status.sha256, status.snapshot_size, tls=tls)
+                status.source_key, status.sha256, status.snapshot_size, tls=tls,
+                pull_secrets=cluster_builders.image_pull_secrets(cluster.spec))
             kopf.adopt(manifest, owner=dict(self.body))
             manifests.append(manifest)
 

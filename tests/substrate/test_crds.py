@@ -159,6 +159,8 @@ MORE_INVALID = [
     ("EtcdBackup", backup_with_schedule("0 0 1 1-13 *"), "the month field (field 4) takes values 1-12"),
     ("EtcdBackup", backup_with_schedule("0 0 * *  8"), "the weekday field (field 5) takes values 0-7"),
     ("EtcdBackup", backup_with_schedule("0 0 * * * 75"), "the seconds field (field 6) takes values 0-59"),
+    ("EtcdCluster", {"pod": {"imagePullSecrets": [{}]}}, "spec.pod.imagePullSecrets[0].name: Required value"),
+    ("EtcdCluster", {"pod": {"imagePullSecrets": [{"name": ""}]}}, "should be at least 1 chars long"),
 ]
 
 
@@ -178,6 +180,7 @@ AT_THE_LIMITS = [
     {"etcd": {"extraArgs": {"--log-level": "debug", "max-request-bytes": "2097152",
                             "-experimental-initial-corrupt-check": "true",
                             "feature-gates": "InitialCorruptCheck=true"}}},
+    {"pod": {"imagePullSecrets": [{"name": "registry-a"}, {"name": "registry-b"}]}},
 ]
 
 

@@ -139,3 +139,39 @@ def test_restore_pod_passes_the_restricted_pod_security_level():
         security = container["securityContext"]
         assert security["allowPrivilegeEscalation"] is False and security["capabilities"] == {"drop": ["ALL"]}
     assert all(set(v) <= {"name", "persistentVolumeClaim", "emptyDir", "secret"} for v in manifest["spec"]["volumes"])
+
+
+PULL_SECRETS = [{"name": "registry-a"}, {"name": "registry-b"}]
+
+
+def test_every_pod_made_for_a_cluster_pulls_with_its_secrets():
+    """spec.pod.imagePullSecrets reach member pods (whose init container runs the operator's
+    image), restore pods and backup verification pods alike."""
+    from etcd_operator.backup.verdict import Expected
+    from etcd_operator.backup.verification_pod import verification_pod
+
+    s = spec(tls={"enabled": True}, pod={"imagePullSecrets": PULL_SECRETS})
+    member = builders.member_pod(s, "c", "ns", "c-1", None, "c-0=https://x:2380", "existing", "tok",
+                                 joining_image="registry-a.example/etcd-operator:1")
+    assert member["spec"]["imagePullSecrets"] == PULL_SECRETS
+    assert member["spec"]["initContainers"][0]["image"] == "registry-a.example/etcd-operator:1"
+    restore = restore_builders.restore_pod("r", "ns", "c", "c-0", ("c-0",), "tok", "etcd:v3.6.16", "op:1",
+                                           {"bucket": "b"}, "k.db", "ab" * 32, None,
+                                           pull_secrets=builders.image_pull_secrets(s))
+    assert restore["spec"]["imagePullSecrets"] == PULL_SECRETS
+    verification = verification_pod("b", "ns", "uid", "etcd:v3.6.0", "op:1", {"bucket": "bk"}, "p/x.db", "f" * 64,
+                                    Expected(61, 60, 1234, None), pull_secrets=builders.image_pull_secrets(s))
+    assert verification["spec"]["imagePullSecrets"] == PULL_SECRETS
+
+
+def test_without_pull_secrets_pods_have_no_such_key():
+    assert "imagePullSecrets" not in pod(spec())["spec"]
+    assert "imagePullSecrets" not in pod(spec(pod={"imagePullSecrets": []}))["spec"]
+
+
+def test_changing_pull_secrets_rolls_no_member():
+    """They matter to the next pull only: the spec hash, which decides rolls, ignores them."""
+    plain = spec(pod={"priorityClassName": "high"})
+    with_secrets = spec(pod={"priorityClassName": "high", "imagePullSecrets": PULL_SECRETS})
+    assert builders.pod_spec_hash(plain) == builders.pod_spec_hash(with_secrets)
+    assert builders.pod_spec_hash(plain) != builders.pod_spec_hash(spec(pod={"priorityClassName": "low"}))
