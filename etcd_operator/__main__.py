@@ -19,7 +19,7 @@ from etcd_operator.config import OperatorConfig
 from etcd_operator.leadership import AlwaysActs, LeaseClock, install_process_write_guard, writes_logger
 from etcd_operator.memory import return_large_buffers_to_the_system
 from etcd_operator.server import HealthServer
-from etcd_operator.shard import LEASE_NAME, InvalidShardSetting  # noqa: F401  LEASE_NAME: the default, for tests
+from etcd_operator.shard import LEASE_NAME  # noqa: F401  the default, for tests
 
 LOST_LEADERSHIP_EXIT_CODE = 3
 CONFIG_ERROR_EXIT_CODE = 2
@@ -102,6 +102,7 @@ Settings come from the environment:
   RESYNC_SECONDS     a full live pass per cluster about this often (default 600, jittered)
   HEALTH_PORT        /healthz, /readyz and /metrics (default 8080); HEALTH_ADDRESS binds it
   OPERATOR_IMAGE     the image restore pods run to fetch snapshots
+  CLUSTER_DOMAIN     the Kubernetes cluster's DNS domain (default cluster.local)
   LOG_LEVEL          DEBUG, INFO (default), WARNING or ERROR
 Every setting, with its default (the Lease timings, MEMORY_BUDGET_BYTES, LOG_WRITES…):
 README.md, the table "Operator settings (environment)".
@@ -114,7 +115,7 @@ def main() -> int:
         return 0
     try:
         config = OperatorConfig.from_env()
-    except InvalidShardSetting as e:
+    except ValueError as e:  # InvalidShardSetting, CLUSTER_DOMAIN, a number that is none
         print(f"etcd-operator: {e}", file=sys.stderr)
         return CONFIG_ERROR_EXIT_CODE
     return_large_buffers_to_the_system()

@@ -5,9 +5,11 @@ from __future__ import annotations
 import dataclasses
 import os
 import pathlib
+import re
 import socket
 import uuid
 
+from etcd_operator.cluster.naming import DEFAULT_CLUSTER_DOMAIN
 from etcd_operator.leadership import LeaseTiming
 from etcd_operator.membudget import DEFAULT_LIMIT_BYTES
 from etcd_operator.shard import Shard, shard_from_settings
@@ -40,6 +42,9 @@ class OperatorConfig:
     resync_seconds: float = 600.0  # a full live pass per cluster about this often (jittered per cluster)
     # AMBIENT_CREDENTIALS_NAMESPACES, ORPHANED_UPLOAD_GRACE_SECONDS (storage_policy.py)
     storage_policy: StoragePolicy = StoragePolicy()
+    # CLUSTER_DOMAIN: the Kubernetes cluster's DNS domain, in the members' certificate names
+    # (etcd checks a peer's certificate against the name its address resolves back to).
+    cluster_domain: str = DEFAULT_CLUSTER_DOMAIN
 
     @property
     def clusterwide(self) -> bool:
@@ -82,10 +87,20 @@ class OperatorConfig:
             resync_seconds=float(env.get("RESYNC_SECONDS") or 600.0),
             storage_policy=StoragePolicy.from_settings(env.get("AMBIENT_CREDENTIALS_NAMESPACES", ""),
                                                        env.get("ORPHANED_UPLOAD_GRACE_SECONDS", "")),
+            cluster_domain=cluster_domain_setting(env.get("CLUSTER_DOMAIN", "")),
         )
 
 
 PATTERN_CHARACTERS = "*?[]!"
+_DOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def cluster_domain_setting(value: str) -> str:
+    """CLUSTER_DOMAIN, without a trailing dot; empty: cluster.local."""
+    domain = value.strip().rstrip(".").lower() or DEFAULT_CLUSTER_DOMAIN
+    if len(domain) > 253 or not _DOMAIN.match(domain):
+        raise ValueError(f"CLUSTER_DOMAIN {value!r} is not a DNS domain (e.g. cluster.local)")
+    return domain
 
 
 def is_pattern(namespace: str) -> bool:

@@ -53,15 +53,17 @@ def kinds_to_observe(spec: ClusterSpec) -> tuple[CertKind, ...]:
     return (CertKind.MEMBER, CertKind.OPERATOR)
 
 
-def member_dns_names(cluster: str, namespace: str) -> tuple[str, ...]:
+def member_dns_names(cluster: str, namespace: str,
+                     domain: str = naming.DEFAULT_CLUSTER_DOMAIN) -> tuple[str, ...]:
     """Every name a client or peer may use for a member: the member's own DNS name (by
     wildcard, so members added later are covered), the client Service with and without
-    namespace, svc and cluster.local suffixes, and localhost for clients on the member's
-    host. Clients that dial a pod IP verify one of these names instead (the operator does)."""
+    namespace, svc and cluster-domain suffixes, and localhost for clients on the member's
+    host. Clients that dial a pod IP verify one of these names instead (the operator does).
+    Peers are checked by the name their address resolves back to, which ends in `domain`."""
     peer, client = naming.peer_service(cluster), naming.client_service(cluster)
     names = []
     for service, wildcard in ((peer, True), (client, False)):
-        for suffix in ("", f".{namespace}", f".{namespace}.svc", f".{namespace}.svc.cluster.local"):
+        for suffix in ("", f".{namespace}", f".{namespace}.svc", f".{namespace}.svc.{domain}"):
             names.append(f"*.{service}{suffix}" if wildcard else f"{service}{suffix}")
     names.append("localhost")
     return tuple(names)
@@ -83,12 +85,13 @@ class CertRequest:
     lifetime: float = 0.0
 
 
-def request_for(spec: ClusterSpec, cluster: str, namespace: str, kind: CertKind) -> CertRequest:
+def request_for(spec: ClusterSpec, cluster: str, namespace: str, kind: CertKind,
+                domain: str = naming.DEFAULT_CLUSTER_DOMAIN) -> CertRequest:
     lifetime = spec.tls.certificate_lifetime
     if kind == CertKind.CA:
         return CertRequest(kind, f"etcd-ca {namespace}/{cluster}", lifetime=spec.tls.ca_lifetime)
     if kind == CertKind.MEMBER:
-        return CertRequest(kind, f"{cluster}-member", member_dns_names(cluster, namespace), MEMBER_IP_ADDRESSES,
+        return CertRequest(kind, f"{cluster}-member", member_dns_names(cluster, namespace, domain), MEMBER_IP_ADDRESSES,
                            server_auth=True, client_auth=True, lifetime=lifetime)
     common = OPERATOR_COMMON_NAME if kind == CertKind.OPERATOR else USER_COMMON_NAME
     return CertRequest(kind, common, client_auth=True, lifetime=lifetime)

@@ -6,6 +6,8 @@ import re
 
 from etcd_operator import API_GROUP
 
+# The Kubernetes cluster DNS domain unless CLUSTER_DOMAIN says otherwise.
+DEFAULT_CLUSTER_DOMAIN = "cluster.local"
 CLIENT_PORT = 2379
 PEER_PORT = 2380
 METRICS_PORT = 2381

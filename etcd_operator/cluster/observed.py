@@ -8,6 +8,7 @@ import json
 from typing import Any, Mapping
 
 from etcd_operator.cluster.certs import TLSView
+from etcd_operator.cluster.naming import DEFAULT_CLUSTER_DOMAIN
 from etcd_operator.cluster.spec import ClusterSpec
 from etcd_operator.timefmt import format_time, parse_time
 
@@ -291,3 +292,4 @@ class Observed:
     since_join_failure: float | None = None
     # The API server's latest answers for member pods, by member (cluster/admission.py).
     pod_admissions: Mapping[str, PodAdmission] = dataclasses.field(default_factory=dict)
+    cluster_domain: str = DEFAULT_CLUSTER_DOMAIN  # the operator's CLUSTER_DOMAIN (member certificate names)

@@ -153,8 +153,9 @@ class StorageClassExpansion:
 class ClusterObserver:
     def __init__(self, kube_client: kube.KubeClient, etcd_clients: EtcdClientPool,
                  storage_classes: StorageClassExpansion | None = None, secrets: TLSSecrets | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, cluster_domain: str = naming.DEFAULT_CLUSTER_DOMAIN):
         self.kube = kube_client
+        self.cluster_domain = cluster_domain
         self.etcd_clients = etcd_clients
         self.storage_classes = storage_classes or StorageClassExpansion(kube_client, ttl=0.0)
         self.secrets = secrets or TLSSecrets()
@@ -220,6 +221,7 @@ class ClusterObserver:
             defrag_requested=(meta.get("annotations") or {}).get(naming.ANNOTATION_DEFRAGMENT) or None,
             defragmentation=DefragmentationRecord.from_dict(status.get("defragmentation")),
             learner_joins=JoinRecord.from_dict(status.get("learnerJoins")),
+            cluster_domain=self.cluster_domain,
         )
         if tls.rotation is not None:
             observed = dataclasses.replace(observed, tls=dataclasses.replace(

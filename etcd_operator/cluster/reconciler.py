@@ -19,6 +19,7 @@ from etcd_operator.cluster.observer import ClusterObserver, StorageClassExpansio
 from etcd_operator.cluster.spec import ClusterSpec
 from etcd_operator.cluster.status import build_status
 from etcd_operator.cluster import tls_plan
+from etcd_operator.cluster.naming import DEFAULT_CLUSTER_DOMAIN
 from etcd_operator.config import DEFAULT_OPERATOR_IMAGE
 from etcd_operator.etcd.pool import EtcdClientPool
 from etcd_operator.kube import client as kube
@@ -44,7 +45,7 @@ class ClusterReconciler:
                  resync: float = RESYNC, clock: Callable[[], float] = time.monotonic,
                  being_deleted: Callable[[], bool] = lambda: False,
                  held_by: Callable[[], str | None] = lambda: None,
-                 operator_image: str = DEFAULT_OPERATOR_IMAGE):
+                 operator_image: str = DEFAULT_OPERATOR_IMAGE, cluster_domain: str = DEFAULT_CLUSTER_DOMAIN):
         """`cached_children`: the operator's pod and PVC caches (None: every pass lists live).
         `being_deleted` reads the live object's deletionTimestamp: once it is set, no pass
         acts and nothing more is created (kopf stops the daemon, the deletion handler runs).
@@ -53,9 +54,10 @@ class ClusterReconciler:
         self.kube = kube_client
         self.operator_namespace = operator_namespace
         self.operator_image = operator_image
+        self.cluster_domain = cluster_domain
         self.etcd_clients = etcd_clients
         self.post_event = post_event
-        self.observer = ClusterObserver(kube_client, etcd_clients, storage_classes)
+        self.observer = ClusterObserver(kube_client, etcd_clients, storage_classes, cluster_domain=cluster_domain)
         self.member_metrics = MemberMetricsWatcher()
         self.cached_children = cached_children
         self.steady_poll = steady_poll
@@ -147,7 +149,7 @@ class ClusterReconciler:
         warnings, scraped = self.member_metrics.warnings(observed)
 
         executor = ClusterExecutor(self.kube, self.etcd_clients, body, self.post_event, self.operator_namespace,
-                                   self.being_deleted, self.held_by, self.operator_image)
+                                   self.being_deleted, self.held_by, self.operator_image, self.cluster_domain)
         acting_spec, health, action = decision.acting_spec, decision.health, decision.action
         await executor.disown_member_pvcs(observed)  # even when paused: it protects data
         if not spec.paused:

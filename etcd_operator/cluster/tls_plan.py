@@ -100,7 +100,7 @@ def _as_issued(spec: ClusterSpec, observed: Observed, kind: CertKind) -> Observe
     """`observed` as the next pass would see it once `kind` is issued (cluster.pki): a
     placeholder fingerprint, signed by the CA in place, trusting its bundle."""
     now, tls = observed.now, observed.tls
-    request = request_for(spec, observed.cluster, observed.namespace, kind)
+    request = request_for(spec, observed.cluster, observed.namespace, kind, observed.cluster_domain)
     if kind == CertKind.CA:
         fingerprint = f"issued in this step: {kind.value}"
         view = CertView(fingerprint, now, now + request.lifetime, issuer_fingerprint=fingerprint,
@@ -230,7 +230,8 @@ def _leaf_reason(spec: ClusterSpec, observed: Observed, kind: CertKind, ca, rota
         return f"reissuing ({cert.problem})"
     if cert.issuer_fingerprint != ca.fingerprint:
         return "reissuing from the cluster's CA (signed by another)"
-    if kind == CertKind.MEMBER and not set(member_dns_names(observed.cluster, observed.namespace)) <= set(cert.dns_names):
+    wanted_names = member_dns_names(observed.cluster, observed.namespace, observed.cluster_domain)
+    if kind == CertKind.MEMBER and not set(wanted_names) <= set(cert.dns_names):
         return "reissuing with every member and Service name"
     if rotation is not None and rotation.kind == ROTATE_LEAVES and cert.fingerprint in rotation.replaced:
         return f"renewing (rotation {rotation.request!r})"

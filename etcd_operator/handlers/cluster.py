@@ -33,7 +33,8 @@ async def run_cluster(body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.M
                                    steady_poll=memo.config.steady_poll_seconds, resync=memo.config.resync_seconds,
                                    being_deleted=lambda: bool(body.get("metadata", {}).get("deletionTimestamp")),
                                    held_by=lambda: restore_hold(body),
-                                   operator_image=memo.config.operator_image)
+                                   operator_image=memo.config.operator_image,
+                                   cluster_domain=memo.config.cluster_domain)
     try:
         while not stopped:
             if wake is not None:

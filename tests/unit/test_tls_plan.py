@@ -292,3 +292,39 @@ def test_a_settled_tls_cluster_is_not_taken_for_a_roll():
     assert settled.rollout.last_good_spec == raw and settled.rollout.last_good_hash == desired
     seen = dataclasses.replace(seen, rollout=settled.rollout)
     assert not roll.rolling(seen, builders.pod_spec_hash(decide(TLS_SPEC, seen, raw).acting_spec))
+
+
+def test_member_certificates_carry_the_cluster_domain_the_operator_is_given():
+    """etcd checks a joining peer's certificate against the name its address resolves back
+    to, which ends in the Kubernetes cluster's domain (CLUSTER_DOMAIN)."""
+    names = certs.member_dns_names("c", "ns", "k8s.example")
+    assert "*.c-peer.ns.svc.k8s.example" in names and "c-client.ns.svc.k8s.example" in names
+    assert not any(n.endswith("cluster.local") for n in names)
+    request = certs.request_for(TLS_SPEC, "c", "ns", CertKind.MEMBER, "k8s.example")
+    assert set(request.dns_names) == set(names)
+
+
+def test_a_member_certificate_without_the_cluster_domain_is_reissued_once():
+    seen = dataclasses.replace(running(tls_plan.HTTPS, good_certs()), cluster_domain="k8s.example")
+    step = tls_plan.next_step(TLS_SPEC, seen)
+    assert isinstance(step, a.IssueCertificate) and step.kinds == ("member",), step
+    assert "every member and Service name" in step.reason
+    reissued = good_certs(**{CertKind.MEMBER: cert(dns_names=certs.member_dns_names("c", "ns", "k8s.example"))})
+    assert tls_plan.next_step(TLS_SPEC, dataclasses.replace(seen, tls=TLSView(
+        transport=tls_plan.HTTPS, certs=reissued))) is None
+
+
+@pytest.mark.parametrize("value, domain", [("", "cluster.local"), ("Cluster.Local.", "cluster.local"),
+                                           ("k8s.example", "k8s.example")])
+def test_the_cluster_domain_setting(value, domain):
+    from etcd_operator.config import cluster_domain_setting
+
+    assert cluster_domain_setting(value) == domain
+
+
+@pytest.mark.parametrize("value", ["*.example", "a..b", "under_score.local", "-x.local"])
+def test_a_cluster_domain_that_is_no_dns_domain_is_refused(value):
+    from etcd_operator.config import cluster_domain_setting
+
+    with pytest.raises(ValueError, match="CLUSTER_DOMAIN"):
+        cluster_domain_setting(value)
