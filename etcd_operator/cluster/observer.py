@@ -120,6 +120,8 @@ def pvc_view(pvc: Mapping[str, Any], expandable: Mapping[str, bool] | None = Non
 
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
+# Answers that tell nothing of a node: refused (no rights), failed, or none in time.
+UNREADABLE = (kube.ApiError, aiohttp.ClientError, asyncio.TimeoutError)
 
 
 def pinned_hostname(pv: Mapping[str, Any]) -> str | None:
@@ -146,8 +148,8 @@ async def volume_pin(kube_client: kube.KubeClient, pvc: Mapping[str, Any]) -> Vo
         return None
     try:
         pv = await kube_client.get(kube.PVS, None, volume)
-    except kube.ApiError as e:
-        return VolumePin(None, unknown=f"cannot read PersistentVolume {volume}: {e}")
+    except UNREADABLE as e:
+        return VolumePin(None, unknown=f"cannot read PersistentVolume {volume}: {str(e) or type(e).__name__}")
     if pv is None:
         return VolumePin(None, unknown=f"PersistentVolume {volume} is not found")
     hostname = pinned_hostname(pv)
@@ -157,8 +159,8 @@ async def volume_pin(kube_client: kube.KubeClient, pvc: Mapping[str, Any]) -> Vo
     # from its name; a GET by that value could miss a Node that is there.
     try:
         nodes = await kube_client.list(kube.NODES, None, naming.label_selector({HOSTNAME_LABEL: hostname}))
-    except kube.ApiError as e:
-        return VolumePin(hostname, unknown=f"cannot read Nodes: {e}")
+    except UNREADABLE as e:
+        return VolumePin(hostname, unknown=f"cannot read Nodes: {str(e) or type(e).__name__}")
     return VolumePin(hostname, node_gone=not nodes)
 
 

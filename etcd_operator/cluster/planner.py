@@ -381,7 +381,7 @@ def _pins_unknown(observed: Observed, names: list[str]) -> str:
                if (pvc := observed.pvcs.get(naming.pvc_name(name))) and (pin := pvc.pin) and pin.unknown]
     if not unknown:
         return ""
-    return (f"; whether the node holding the data still exists is unknown, so it is taken to "
+    return (f"; the operator cannot tell whether the node holding the data still exists, so it waits "
             f"({'; '.join(unknown)})")
 
 

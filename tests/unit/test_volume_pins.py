@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from etcd_operator.cluster.observed import PodView, PVCView, VolumePin
 from etcd_operator.cluster.observer import pin_waiting_volumes, pinned_hostname, volume_pin
 from etcd_operator.kube import client as kube
@@ -25,14 +27,17 @@ class FakeKube:
     """Answers GETs of PVs and label-selected lists of Nodes; `refuse` names the kinds it
     answers 403 for, as a namespaced install's rights do."""
 
-    def __init__(self, pvs: dict[str, dict], hostnames: set[str], refuse: frozenset = frozenset()):
-        self.pvs, self.hostnames, self.refuse = pvs, hostnames, refuse
+    def __init__(self, pvs: dict[str, dict], hostnames: set[str], refuse: frozenset = frozenset(),
+                 time_out: frozenset = frozenset()):
+        self.pvs, self.hostnames, self.refuse, self.time_out = pvs, hostnames, refuse, time_out
         self.calls: list[tuple[str, str]] = []
 
     def _check(self, resource: kube.Resource, what: str) -> None:
         self.calls.append((resource.plural, what))
         if resource.plural in self.refuse:
             raise kube.ApiError(403, "Forbidden", f"cannot get {resource.plural}")
+        if resource.plural in self.time_out:
+            raise asyncio.TimeoutError()
 
     async def get(self, resource: kube.Resource, namespace, name: str):
         self._check(resource, name)
@@ -76,6 +81,13 @@ async def test_without_the_rights_to_read_pvs_or_nodes_it_is_unknown():
     assert no_pvs.node is None and not no_pvs.node_gone and "403" in no_pvs.unknown
     no_nodes = await volume_pin(FakeKube(pvs, set(), refuse=frozenset({"nodes"})), pvc())
     assert no_nodes.node == "node-2" and not no_nodes.node_gone and "403" in no_nodes.unknown
+
+
+async def test_a_read_that_fails_or_times_out_is_unknown_and_does_not_fail_the_pass():
+    pvs = {"pv-1": pv([on_host("node-2")])}
+    for kind in ("persistentvolumes", "nodes"):
+        pin = await volume_pin(FakeKube(pvs, set(), time_out=frozenset({kind})), pvc())
+        assert not pin.node_gone and pin.unknown.endswith("TimeoutError")
 
 
 async def test_an_unbound_claim_or_a_missing_pv_is_no_evidence():
