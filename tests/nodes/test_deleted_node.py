@@ -38,10 +38,11 @@ def cluster(operator_release, kubectl_on_real_nodes):
     restricted_namespace(NAMESPACE)
     apply_cluster(NAMESPACE, CLUSTER, {"size": 3, "version": "3.6.16", "storage": {"size": "1Gi"},
                                        "recovery": {"memberUnhealthyTimeout": f"{UNHEALTHY_TIMEOUT_SECONDS}s"}})
-    wait_healthy(NAMESPACE, CLUSTER, 3, timeout=300)
-    assert sorted(p["spec"]["nodeName"] for p in live_members()) == realnodes.node_names()
-    yield CLUSTER
-    delete_namespace(NAMESPACE)
+    try:
+        wait_healthy(NAMESPACE, CLUSTER, 3, timeout=300)
+        yield CLUSTER
+    finally:
+        delete_namespace(NAMESPACE)
 
 
 def live_members() -> list[dict]:
@@ -54,6 +55,11 @@ def status_members() -> dict[str, dict]:
 
 def member_ids() -> dict[str, str]:
     return {name: m["id"] for name, m in status_members().items()}
+
+
+def pvc_uids() -> set[str]:
+    selector = naming.label_selector(naming.selector_labels(CLUSTER))
+    return {p["metadata"]["uid"] for p in kubectl_json("get", "pvc", "-n", NAMESPACE, "-l", selector)["items"]}
 
 
 def replacements() -> list[str]:
@@ -75,9 +81,11 @@ def node_exists(node: str) -> bool:
 
 
 def test_a_member_whose_node_is_deleted_from_the_api_is_replaced_on_another_node(cluster, real_nodes):
+    assert sorted(p["spec"]["nodeName"] for p in live_members()) == realnodes.node_names()
     ids_before = member_ids()
     victim, node = follower_away_from_the_operator()
     victim_pod_uid = kubectl_json("get", "pod", victim, "-n", NAMESPACE)["metadata"]["uid"]
+    victim_pvc_uid = kubectl_json("get", "pvc", naming.pvc_name(victim), "-n", NAMESPACE)["metadata"]["uid"]
     others = [url(p) for p in live_members() if p["metadata"]["name"] != victim]
     key = "/deleted-node/before"
     put(others, key, "written-before-the-node-went")
@@ -121,11 +129,12 @@ def test_a_member_whose_node_is_deleted_from_the_api_is_replaced_on_another_node
         wait_for_holding(replaced, quorum_kept, 240, interval=2.0, what=f"a new member in place of {victim}")
         wait_healthy(NAMESPACE, CLUSTER, 3, timeout=240)
         recovered_after = time.monotonic() - deleted_at
-        (newcomer,) = set(member_ids()) - set(ids_before)
+        # The newcomer may take the victim's name (the operator reuses the next free ordinal).
+        (newcomer,) = [name for name, member_id in member_ids().items() if member_id not in ids_before.values()]
         placed = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in live_members()}
-        assert victim not in placed and placed[newcomer] != node, placed
-        wait_for(lambda: kubectl("get", "pvc", naming.pvc_name(victim), "-n", NAMESPACE, check=False).returncode
-                 != 0, 60, interval=1.0, what=f"{victim}'s PVC, pinned to the gone node, deleted")
+        assert placed[newcomer] != node, placed
+        wait_for(lambda: victim_pvc_uid not in pvc_uids(), 60, interval=1.0,
+                 what=f"{victim}'s PVC, pinned to the gone node, deleted")
         newcomer_url = url(kubectl_json("get", "pod", newcomer, "-n", NAMESPACE))
         wait_for(lambda: read_locally(newcomer_url, key) == "written-before-the-node-went", 60, interval=1.0,
                  what=f"{newcomer} holding the key written before {node} went")
