@@ -79,6 +79,16 @@ class PodView:
 
 
 @dataclasses.dataclass(frozen=True)
+class VolumePin:
+    """The node a PVC's volume is pinned to (its PV's required node affinity on
+    kubernetes.io/hostname, as local volumes have), and what the API server says of it."""
+
+    node: str | None  # None: the PV pins the volume to no single node, or could not be read
+    node_gone: bool = False  # the API server has no Node with that hostname: gone for good
+    unknown: str | None = None  # why the PV or the Node could not be read (the operator's rights)
+
+
+@dataclasses.dataclass(frozen=True)
 class PVCView:
     name: str
     uid: str
@@ -91,6 +101,8 @@ class PVCView:
     # Whether the PVC's StorageClass sets allowVolumeExpansion; None when unknown.
     expandable: bool | None = None
     owned_by_cluster: bool = False  # an owner reference to the EtcdCluster (older operators set one)
+    # Where its volume lives, looked up only while its member's pod is Pending (cluster/observer.py).
+    pin: VolumePin | None = None
 
 
 @dataclasses.dataclass(frozen=True)

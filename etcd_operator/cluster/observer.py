@@ -15,7 +15,8 @@ from etcd_operator.cluster.identity import member_list_sources, parse_hex_id, sp
 from etcd_operator.cluster.timers import Sightings, carry_timers
 from etcd_operator.cluster.tls_observer import TLSSecrets, served_certificates
 from etcd_operator.cluster.observed import (DefragmentationRecord, EtcdView, JoinRecord, Observed, Operation,
-                                            PodAdmission, PodView, PVCView, RollRecord, SpaceRecoveryRecord)
+                                            PodAdmission, PodView, PVCView, RollRecord, SpaceRecoveryRecord,
+                                            VolumePin)
 from etcd_operator.etcd.client import EtcdError
 from etcd_operator.etcd.pool import EtcdClientPool
 from etcd_operator.kube import client as kube
@@ -118,6 +119,64 @@ def pvc_view(pvc: Mapping[str, Any], expandable: Mapping[str, bool] | None = Non
     )
 
 
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+# Answers that tell nothing of a node: refused (no rights), failed, or none in time.
+UNREADABLE = (kube.ApiError, aiohttp.ClientError, asyncio.TimeoutError)
+
+
+def pinned_hostname(pv: Mapping[str, Any]) -> str | None:
+    """The one hostname a PV's required node affinity allows (local volumes: local-path,
+    `local`), or None when it allows none or several, or says nothing of hostnames."""
+    terms = ((((pv.get("spec") or {}).get("nodeAffinity") or {}).get("required") or {})
+             .get("nodeSelectorTerms") or [])
+    hostnames = set()
+    for term in terms:  # the terms are ORed: each must pin the same one host
+        pins = [e.get("values") or [] for e in term.get("matchExpressions") or []
+                if e.get("key") == HOSTNAME_LABEL and e.get("operator") == "In"]
+        if len(pins) != 1 or len(pins[0]) != 1:
+            return None
+        hostnames.add(pins[0][0])
+    return hostnames.pop() if len(hostnames) == 1 else None
+
+
+async def volume_pin(kube_client: kube.KubeClient, pvc: Mapping[str, Any]) -> VolumePin | None:
+    """Where a bound PVC's volume lives and whether that node is still in the API. Only an
+    answer that no Node has the PV's hostname counts as gone; an error reading the PV or
+    the Nodes (no rights in a namespaced install) leaves it unknown. None: not bound."""
+    volume = (pvc.get("spec") or {}).get("volumeName")
+    if not volume or (pvc.get("status") or {}).get("phase") != "Bound":
+        return None
+    try:
+        pv = await kube_client.get(kube.PVS, None, volume)
+    except UNREADABLE as e:
+        return VolumePin(None, unknown=f"cannot read PersistentVolume {volume}: {str(e) or type(e).__name__}")
+    if pv is None:
+        return VolumePin(None, unknown=f"PersistentVolume {volume} is not found")
+    hostname = pinned_hostname(pv)
+    if hostname is None:
+        return VolumePin(None)
+    # By label, not by name: the affinity matches the Node's hostname label, which may differ
+    # from its name; a GET by that value could miss a Node that is there.
+    try:
+        nodes = await kube_client.list(kube.NODES, None, naming.label_selector({HOSTNAME_LABEL: hostname}))
+    except UNREADABLE as e:
+        return VolumePin(hostname, unknown=f"cannot read Nodes: {str(e) or type(e).__name__}")
+    return VolumePin(hostname, node_gone=not nodes)
+
+
+async def pin_waiting_volumes(kube_client: kube.KubeClient, pvcs: dict[str, PVCView], pvcs_raw: list[dict],
+                              pods: dict[str, PodView]) -> dict[str, PVCView]:
+    """`pvcs` with the pins of the volumes whose member pod is Pending: only there does the
+    planner ask whether a node is gone, so a steady cluster costs no reads."""
+    waiting = [raw for raw in pvcs_raw
+               if (pod := pods.get(raw["metadata"]["name"].removeprefix("data-")))
+               and pod.phase == "Pending" and not pod.deleting]
+    pins = await asyncio.gather(*(volume_pin(kube_client, raw) for raw in waiting))
+    pinned = {raw["metadata"]["name"]: pin for raw, pin in zip(waiting, pins) if pin is not None}
+    return {name: dataclasses.replace(pvc, pin=pinned[name]) if name in pinned else pvc
+            for name, pvc in pvcs.items()}
+
+
 def member_endpoint(pod: PodView) -> str | None:
     return f"{pod.ip}:{naming.CLIENT_PORT}" if pod.ip else None
 
@@ -189,6 +248,7 @@ class ClusterObserver:
         expandable = await self.storage_classes.lookup({(p.get("spec") or {}).get("storageClassName")
                                                          for p in pvcs_raw})
         pvcs = {p.name: p for p in (pvc_view(raw, expandable, meta["uid"]) for raw in pvcs_raw)}
+        pvcs = await pin_waiting_volumes(self.kube, pvcs, pvcs_raw, pods)
         status = body.get("status") or {}
         min_ordinal, min_ordinal_problem = naming.min_ordinal(meta.get("annotations") or {})
         recorded_cluster_id = parse_hex_id(status.get("clusterID"))

@@ -11,7 +11,8 @@ Invariants, each covered by tests/unit/test_cluster_planner.py and the fault sim
   hold, nothing is removed, replaced, rolled or recovered;
 - a member whose pod failed (evicted) or is still starting is restarted on its data, never
   replaced for it; nor is one whose pod is Pending (not placed or not started, as on a
-  cordoned node its volume is pinned to) while its PVC is kept;
+  cordoned node its volume is pinned to) while its PVC is kept, unless the API server has
+  no Node left where its volume is pinned (deleted: the data is out of reach for good);
 - no pod is taken away to be re-created, and no member added, without the API server's
   recent acceptance of its new pod (a dry run; cluster/admission.py).
 """
@@ -340,17 +341,21 @@ def _replace_or_shrink(spec: ClusterSpec, observed: Observed, health: Health,
         pod = observed.pods.get(name)
         if pod is not None and (pod.starting or pod.failed):
             continue  # restarting on its data; the startup probe bounds how long that may take
+        why = f"{name} was unhealthy for {unhealthy_for:.0f}s"
         if pod is not None and pod.phase == "Pending" and _data_kept(spec, observed, name):
-            waiting_for_node.append(name)
-            continue  # not running yet (a drained node's volume): its data waits on its PVC
+            gone_node = _gone_node(observed, name)
+            if gone_node is None:
+                waiting_for_node.append(name)
+                continue  # not running yet (a drained node's volume): its data waits on its PVC
+            why += f" and node {gone_node} is gone from the API (its PV pins the member's data there)"
         if removal_keeps_quorum(health, member):
-            return a.RemoveMember(f"{name} was unhealthy for {unhealthy_for:.0f}s; replacing it",
-                                  name, member.id, replacing=True)
+            return a.RemoveMember(f"{why}; replacing it", name, member.id, replacing=True)
     if waiting_for_node:
         return a.Wait(f"{', '.join(waiting_for_node)} not running for longer than memberUnhealthyTimeout: "
                       f"its pod is Pending and its data is kept on its PVC, so it is not replaced (a volume "
-                      f"pinned to a cordoned or lost node waits for that node; delete the PVC to replace the "
-                      f"member elsewhere); {health.message}")
+                      f"pinned to a cordoned or unreachable node waits for that node, and is replaced once "
+                      f"that Node is deleted from the API; delete the PVC to replace the member elsewhere now)"
+                      f"{_pins_unknown(observed, waiting_for_node)}; {health.message}")
     if unhealthy:
         return a.Wait(health.message)
     return None
@@ -361,6 +366,23 @@ def _data_kept(spec: ClusterSpec, observed: Observed, name: str) -> bool:
         return False
     pvc = observed.pvcs.get(naming.pvc_name(name))
     return pvc is not None and not pvc.deleting
+
+
+def _gone_node(observed: Observed, name: str) -> str | None:
+    """The node the member's volume is pinned to, when the API server says it has no such
+    Node; None while the Node exists or is unknown (then the member waits for it)."""
+    pvc = observed.pvcs.get(naming.pvc_name(name))
+    pin = pvc.pin if pvc is not None else None
+    return pin.node if pin is not None and pin.node_gone and not pin.unknown else None
+
+
+def _pins_unknown(observed: Observed, names: list[str]) -> str:
+    unknown = [f"{name}: {pin.unknown}" for name in names
+               if (pvc := observed.pvcs.get(naming.pvc_name(name))) and (pin := pvc.pin) and pin.unknown]
+    if not unknown:
+        return ""
+    return (f"; the operator cannot tell whether the node holding the data still exists, so it waits "
+            f"({'; '.join(unknown)})")
 
 
 def _roll_outdated_member(observed: Observed, health: Health, names: dict[int, str | None],

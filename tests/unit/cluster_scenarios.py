@@ -9,7 +9,8 @@ from etcd_operator.cluster import actions as a
 from etcd_operator.cluster import naming
 from etcd_operator.cluster.decision import Decision, decide
 from etcd_operator.cluster.health import diagnose
-from etcd_operator.cluster.observed import EtcdView, Observed, Operation, PodAdmission, PodView, PVCView
+from etcd_operator.cluster.observed import (EtcdView, Observed, Operation, PodAdmission, PodView, PVCView,
+                                            VolumePin)
 from etcd_operator.cluster.planner import plan, self_only_cluster
 from etcd_operator.cluster.spec import ClusterSpec
 from etcd_operator.cluster.observed import Member, MemberStatus
@@ -38,6 +39,7 @@ class M:
     pod_ready: bool | None = None  # the kubelet's view; defaults to `healthy`
     waiting: str | None = None  # why the container does not run (CrashLoopBackOff, ImagePullBackOff)
     stopping: bool = False  # its pod is being deleted (its etcd may still answer)
+    pin: VolumePin | None = None  # the node its PVC's volume is pinned to, as observed
 
     @property
     def name(self) -> str:
@@ -80,7 +82,7 @@ def observed(members: list[M], leader: int | None = 0, extra_pods=(), extra_pvcs
                                    started=not m.starting and m.waiting is None)
         if m.pvc:
             pvcs[naming.pvc_name(m.name)] = PVCView(naming.pvc_name(m.name), f"pvc-{m.name}",
-                                                     m.id if m.settled else None, False, None)
+                                                     m.id if m.settled else None, False, None, pin=m.pin)
         if not m.healthy and m.unhealthy_for is not None:
             unhealthy[m.name] = m.unhealthy_for
     for pod in extra_pods:

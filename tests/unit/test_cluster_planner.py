@@ -9,7 +9,7 @@ from hypothesis import given, settings, strategies as st
 from etcd_operator.cluster import actions as a
 from etcd_operator.cluster import naming
 from etcd_operator.cluster.health import HealthState
-from etcd_operator.cluster.observed import Operation, PodView
+from etcd_operator.cluster.observed import Operation, PodView, VolumePin
 from etcd_operator.cluster.planner import QUORUM_RECOVERY
 from tests.unit.cluster_scenarios import HASH, M, health_of, observed, plan_accepting, spec
 
@@ -113,6 +113,46 @@ def test_a_member_whose_pod_is_pending_on_its_kept_pvc_is_not_replaced_after_the
         o = observed([M(0), M(1), M(2, healthy=False, unhealthy_for=600, pod_phase="Pending", waiting=waiting)])
         step = next_step(spec(3), o)
         assert isinstance(step, a.Wait) and "c-2" in step.reason and "PVC" in step.reason
+
+
+def test_a_member_pending_on_a_volume_whose_node_is_gone_from_the_api_is_replaced_after_the_timeout():
+    """The Node its PV pins the data to was deleted: the data is out of reach for good."""
+    gone = VolumePin("node-2", node_gone=True)
+    o = observed([M(0), M(1), M(2, healthy=False, unhealthy_for=61, pod_phase="Pending", pin=gone)])
+    step = next_step(spec(3), o)
+    assert isinstance(step, a.RemoveMember) and step.replacing and step.member == "c-2"
+    assert "node node-2 is gone from the API (its PV pins the member's data there)" in step.reason
+
+
+def test_a_member_pending_on_a_volume_whose_node_still_exists_waits_for_it():
+    """A cordoned or NotReady node is still in the API: it may come back with the data."""
+    there = VolumePin("node-2")
+    o = observed([M(0), M(1), M(2, healthy=False, unhealthy_for=600, pod_phase="Pending", pin=there)])
+    step = next_step(spec(3), o)
+    assert isinstance(step, a.Wait) and "c-2 not running for longer than memberUnhealthyTimeout" in step.reason
+
+
+def test_a_member_pending_on_a_volume_whose_node_is_unknown_waits_and_says_why():
+    """No rights to read PVs or Nodes (a namespaced install), or an error: no evidence."""
+    for unknown in (VolumePin(None, unknown="cannot read PersistentVolume pv-2: 403 Forbidden: no"),
+                    VolumePin("node-2", node_gone=True, unknown="cannot read Nodes: 403 Forbidden: no")):
+        o = observed([M(0), M(1), M(2, healthy=False, unhealthy_for=600, pod_phase="Pending", pin=unknown)])
+        step = next_step(spec(3), o)
+        assert isinstance(step, a.Wait) and "c-2 not running for longer than memberUnhealthyTimeout" in step.reason
+        assert f"c-2: {unknown.unknown}" in step.reason
+
+
+def test_a_member_pending_on_a_volume_whose_node_is_gone_waits_for_the_timeout():
+    gone = VolumePin("node-2", node_gone=True)
+    o = observed([M(0), M(1), M(2, healthy=False, unhealthy_for=59, pod_phase="Pending", pin=gone)])
+    assert isinstance(next_step(spec(3), o), a.Wait)
+
+
+def test_a_member_pending_on_a_gone_node_is_not_replaced_when_its_removal_would_lose_quorum():
+    gone = VolumePin("node-2", node_gone=True)
+    o = observed([M(0), M(1, healthy=False, unhealthy_for=600),
+                  M(2, healthy=False, unhealthy_for=600, pod_phase="Pending", pin=gone)])
+    assert not isinstance(next_step(spec(3), o), a.RemoveMember)
 
 
 def test_a_member_whose_pod_is_pending_without_its_data_is_still_replaced_after_the_timeout():

@@ -84,6 +84,18 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
   verbs: [create, patch]
 {{- end -}}
 
+{{/* Whether the node a member's local volume is pinned to (its PV's node affinity) is still
+in the API: a member whose node was deleted is replaced instead of waiting for it. Only with
+rbac.scope=cluster (as deploy/rbac.yaml); namespaced, such a member waits, and says why. */}}
+{{- define "etcd-operator.volumeNodeRules" -}}
+- apiGroups: [""]
+  resources: [persistentvolumes]
+  verbs: [get]
+- apiGroups: [""]
+  resources: [nodes]
+  verbs: [list]  # by the PV's kubernetes.io/hostname label, which need not be the Node's name
+{{- end -}}
+
 {{/* Cluster-scoped discovery: kopf follows CRDs, and namespaces when watching globs. */}}
 {{- define "etcd-operator.discoveryRules" -}}
 - apiGroups: [apiextensions.k8s.io]
