@@ -16,7 +16,7 @@ import pytest
 from etcd_operator.cluster import naming
 from localkube import nodefaults, realnodes
 from tests.nodes.test_node_faults import put, read_locally, replacement_event, url
-from tests.support import chart_release
+from tests.support import chart_release, measured
 from tests.support.chart_release import delete_namespace, restricted_namespace
 from tests.support.clusters import apply_cluster, condition, events, get_cluster, member_pods, wait_healthy
 from tests.support.kubectl import kubectl, kubectl_json
@@ -138,8 +138,9 @@ def test_a_member_whose_node_is_deleted_from_the_api_is_replaced_on_another_node
         newcomer_url = url(kubectl_json("get", "pod", newcomer, "-n", NAMESPACE))
         wait_for(lambda: read_locally(newcomer_url, key) == "written-before-the-node-went", 60, interval=1.0,
                  what=f"{newcomer} holding the key written before {node} went")
-        print(f"{node} deleted ({victim}): {event}\n  replaced {replaced_after:.0f}s after the Node was deleted "
-              f"by {newcomer} on {placed[newcomer]}; healthy again {recovered_after:.0f}s after it")
+        measured.report(f"node {node} deleted for good ({victim}): replaced {replaced_after:.0f}s after the Node "
+                        f"was deleted by {newcomer} on {placed[newcomer]}; healthy again {recovered_after:.0f}s "
+                        f"after it")
     finally:
         nodefaults.heal(real_nodes, node)  # its kubelet starts again and registers the Node anew
         if node_exists(node):
