@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# `make test`: the pure tests (unit, simulator, image and checker; no substrate) run niced
-# beside the tests against the substrate, so that the second core works while those wait on
-# clusters. With arguments, one pytest run of exactly those, as before.
+# `make test`: three pytest runs side by side, each on what is its own, so that the second core
+# works while the others wait on clusters:
+#   - the tests on the node agent's substrate (its own instance), reported here as they run;
+#   - the tests on the real nodes (their own instance), reported after;
+#   - the pure tests (unit, simulator, image and checker; no substrate), niced, reported last.
+# With arguments, one pytest run of exactly those, as before.
 #
 #   tests/run.sh [pytest arguments]
 set -uo pipefail
@@ -16,17 +19,27 @@ if [[ $# -gt 0 ]]; then
   exit "$(status $?)"
 fi
 
-log="$(mktemp -t pure-tests.XXXXXX.log)"
-echo "tests: the pure tests run beside, niced; their report follows (log: $log)"
-nice -n 10 "$python" -m pytest -p no:cacheprovider -m "not substrate and not real_nodes" >"$log" 2>&1 &
+real_log="$(mktemp -t real-node-tests.XXXXXX.log)"
+pure_log="$(mktemp -t pure-tests.XXXXXX.log)"
+echo "tests: the real-node tests and the pure tests (niced) run beside; their reports follow" \
+  "(logs: $real_log, $pure_log)"
+"$python" -m pytest -p no:cacheprovider -m "real_nodes" >"$real_log" 2>&1 &
+real=$!
+nice -n 10 "$python" -m pytest -p no:cacheprovider -m "not substrate and not real_nodes" >"$pure_log" 2>&1 &
 pure=$!
-trap 'kill "$pure" 2>/dev/null; exit 130' INT TERM
-"$python" -m pytest -m "substrate or real_nodes"
-substrate_rc="$(status $?)"
+trap 'kill "$real" "$pure" 2>/dev/null; exit 130' INT TERM
+"$python" -m pytest -m "substrate and not real_nodes"
+agent_rc="$(status $?)"
+wait "$real"
+real_rc="$(status $?)"
 wait "$pure"
 pure_rc="$(status $?)"
+echo "=================== the tests on the real nodes ==================="
+cat "$real_log"
 echo "=================== the pure tests (unit, simulator, image, checker) ==================="
-cat "$log"
-echo "tests: substrate exit $substrate_rc, pure exit $pure_rc"
-[[ $substrate_rc -eq 0 ]] || exit "$substrate_rc"
-exit "$pure_rc"
+cat "$pure_log"
+echo "tests: node agent exit $agent_rc, real nodes exit $real_rc, pure exit $pure_rc"
+for rc in "$agent_rc" "$real_rc" "$pure_rc"; do
+  [[ $rc -eq 0 ]] || exit "$rc"
+done
+exit 0

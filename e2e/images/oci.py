@@ -17,6 +17,7 @@ import gzip
 import hashlib
 import io
 import json
+import os
 import pathlib
 import tarfile
 
@@ -234,7 +235,7 @@ def write_archive(out: pathlib.Path, name: str, entries: list[Entry], config: Co
     for digest, blob in blobs.items():
         members["blobs/" + digest.replace(":", "/", 1)] = blob
     out.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.with_name(out.name + ".partial")
+    partial = out.with_name(f"{out.name}.{os.getpid()}.partial")  # two writers never share one
     with tarfile.open(partial, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for directory_name in ("blobs", "blobs/sha256"):
             info = tarfile.TarInfo(directory_name + "/")
