@@ -160,13 +160,15 @@ class ClusterExecutor:
         except kube.ApiError as e:
             if not is_refusal(e):
                 raise
-            raise PodRefused(await self._dry_runs().answer(spec, member, e)) from None
+            raise PodRefused(await self._dry_runs(joining).answer(spec, member, e)) from None
 
-    def _dry_runs(self) -> PodDryRun:
-        """Dry runs of a member's pod as a re-create would send it (its etcd ID aside)."""
+    def _dry_runs(self, joining: bool = False) -> PodDryRun:
+        """Dry runs of a member's pod as the create would send it (its etcd ID aside): a
+        re-create's, or with `joining` a new member's first pod (with TLS, its peer-name init
+        container in the operator's image, which a policy may refuse where etcd's is allowed)."""
         def build(spec: ClusterSpec, member: str) -> dict:
             itself = f"{member}={naming.peer_url(self.cluster, self.namespace, member, spec.tls.enabled)}"
-            return self._member_pod(spec, member, None, itself, builders.STATE_EXISTING)
+            return self._member_pod(spec, member, None, itself, builders.STATE_EXISTING, joining=joining)
         self._fence()
         return PodDryRun(self.kube, self.namespace, build)
 
@@ -278,7 +280,8 @@ class ClusterExecutor:
         raise refused
 
     async def _check_pod_spec(self, action: a.CheckPodSpec, spec: ClusterSpec, observed) -> Outcome:
-        answer = dataclasses.replace(await self._dry_runs().check(spec, action.member),
+        joining = action.before == a.AddLearner.__name__
+        answer = dataclasses.replace(await self._dry_runs(joining).check(spec, action.member),
                                      pod_spec_hash=action.pod_spec_hash)
         if not answer.accepted:
             logger.warning("%s/%s: %s", self.namespace, self.cluster, admission.describe(answer))

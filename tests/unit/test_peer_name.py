@@ -161,3 +161,28 @@ async def test_a_member_that_restarts_on_its_data_does_not_wait(joined_before, w
     action = a.CreateMemberPod("start", "c-3", 0x103, "c-3=https://c-3.c-peer.ns.svc:2380", joined_before=joined_before)
     assert (await executor.run(action, tls_spec(3), o)).done
     assert ("initContainers" in created_pod(kube)["spec"]) is waits
+
+
+class DryRunKube:
+    """Takes dry runs only, and remembers the pods they carried."""
+
+    def __init__(self):
+        self.dry_runs = []
+
+    async def create(self, resource, namespace, manifest, dry_run=False):
+        assert dry_run, "a dry run step created an object"
+        self.dry_runs.append(manifest)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("before, waits", [("AddLearner", True), ("RollMember", False)])
+async def test_the_dry_run_asks_about_the_pod_the_step_will_create(before, waits):
+    """Before an add, the joining pod with its init container in the operator's image (which
+    a policy may refuse where etcd's image passes); before a roll, the re-created pod."""
+    o = scenarios.observed([scenarios.M(0), scenarios.M(1), scenarios.M(2)])
+    kube = DryRunKube()
+    executor = ClusterExecutor(kube, None, receivers.BODY, lambda *_: None, operator_image=IMAGE)
+    action = a.CheckPodSpec("asking", "c-3", 0, "hash", before)
+    assert (await executor.run(action, tls_spec(3), o)).done
+    [pod] = kube.dry_runs
+    assert ("initContainers" in pod["spec"]) is waits
