@@ -67,8 +67,8 @@ def host_before():
 @pytest.fixture(scope="session")
 def real_nodes(host_before):
     """Real nodes (`localkube up --nodes real`), once per session, in an instance of their own
-    rooted in <checkout>/.localkube/realnodes-test, so that the checkout's default substrate
-    (the node agent) can keep running beside it; `make down` stops it too.
+    rooted in <checkout>/.localkube/realnodes-test, so that the checkout's own instance (`make
+    up`) and the node agent's test instance can run beside it; `make down` stops it too.
     tests/nodes/test_real_nodes.py takes it down after everything else on it, to check the host."""
     from tests.support import measured
 
