@@ -75,7 +75,7 @@ class ClusterExecutor:
                  body: Mapping[str, Any], post_event: EventPoster, operator_namespace: str = "default",
                  being_deleted: Callable[[], bool] = lambda: False,
                  held_by: Callable[[], str | None] = lambda: None,
-                 operator_image: str = DEFAULT_OPERATOR_IMAGE, cluster_domain: str = naming.DEFAULT_CLUSTER_DOMAIN):
+                 operator_image: str = DEFAULT_OPERATOR_IMAGE):
         """`being_deleted` reads the live object: once it is marked for deletion, every create
         and apply is refused here (BeingDeleted), before it reaches the API server.
         `held_by` reads the live object's restore hold (the EtcdRestore's name): while one
@@ -85,7 +85,6 @@ class ClusterExecutor:
         self.being_deleted = being_deleted
         self.held_by = held_by
         self.operator_image = operator_image  # a joining TLS member's init container (builders.peer_name_container)
-        self.cluster_domain = cluster_domain  # in the member certificate's names
         self.operator_namespace = operator_namespace  # where the operator's pods run (NetworkPolicy)
         self.etcd_clients = etcd_clients
         self.body = body
@@ -426,7 +425,7 @@ class ClusterExecutor:
         ca: dict[str, bytes] | None = None
         for value, reason in action.certificates:
             kind = certs.CertKind(value)
-            request = certs.request_for(spec, self.cluster, self.namespace, kind, self.cluster_domain)
+            request = certs.request_for(spec, self.cluster, self.namespace, kind, observed.cluster_domain)
             name = certs.secret_name(spec, self.cluster, kind)
             seen_absent = observed.tls.cert(kind) is None
             if kind == certs.CertKind.CA:

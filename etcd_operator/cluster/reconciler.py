@@ -54,7 +54,6 @@ class ClusterReconciler:
         self.kube = kube_client
         self.operator_namespace = operator_namespace
         self.operator_image = operator_image
-        self.cluster_domain = cluster_domain
         self.etcd_clients = etcd_clients
         self.post_event = post_event
         self.observer = ClusterObserver(kube_client, etcd_clients, storage_classes, cluster_domain=cluster_domain)
@@ -149,7 +148,7 @@ class ClusterReconciler:
         warnings, scraped = self.member_metrics.warnings(observed)
 
         executor = ClusterExecutor(self.kube, self.etcd_clients, body, self.post_event, self.operator_namespace,
-                                   self.being_deleted, self.held_by, self.operator_image, self.cluster_domain)
+                                   self.being_deleted, self.held_by, self.operator_image)
         acting_spec, health, action = decision.acting_spec, decision.health, decision.action
         await executor.disown_member_pvcs(observed)  # even when paused: it protects data
         if not spec.paused:
