@@ -75,6 +75,11 @@ def pvc_name(member: str) -> str:
     return f"data-{member}"
 
 
+def pvc_member(pvc: str) -> str:
+    """The member whose data the PVC named `pvc` holds (pvc_name's inverse)."""
+    return pvc.removeprefix("data-")
+
+
 def member_host(cluster: str, namespace: str, member: str) -> str:
     return f"{member}.{peer_service(cluster)}.{namespace}.svc"
 

@@ -169,7 +169,7 @@ async def pin_waiting_volumes(kube_client: kube.KubeClient, pvcs: dict[str, PVCV
     """`pvcs` with the pins of the volumes whose member pod is Pending: only there does the
     planner ask whether a node is gone, so a steady cluster costs no reads."""
     waiting = [raw for raw in pvcs_raw
-               if (pod := pods.get(raw["metadata"]["name"].removeprefix("data-")))
+               if (pod := pods.get(naming.pvc_member(raw["metadata"]["name"])))
                and pod.phase == "Pending" and not pod.deleting]
     pins = await asyncio.gather(*(volume_pin(kube_client, raw) for raw in waiting))
     pinned = {raw["metadata"]["name"]: pin for raw, pin in zip(waiting, pins) if pin is not None}

@@ -34,7 +34,7 @@ HOLD_STATES = frozenset({HealthState.NO_SPACE, HealthState.CORRUPT, HealthState.
 
 
 def next_ordinal(observed: Observed) -> int:
-    names = set(observed.pods) | {n.removeprefix("data-") for n in observed.pvcs}
+    names = set(observed.pods) | {naming.pvc_member(n) for n in observed.pvcs}
     names |= {member_name(observed, m) or "" for m in observed.etcd.members}
     ordinals = [naming.member_ordinal(observed.cluster, n) for n in names]
     return max(max((o for o in ordinals if o is not None), default=-1) + 1, observed.min_ordinal)
@@ -75,7 +75,7 @@ def restored_cluster(observed: Observed) -> str:
     directory, if intact, ignores it; if it is empty, etcd bootstraps from the flags, and a
     list naming only itself would make it a new one-member cluster serving no data, while
     the full list (with the cluster's token, not the restore's) never reaches a quorum."""
-    members = sorted(p.name.removeprefix("data-") for p in observed.pvcs.values() if p.restored)
+    members = sorted(naming.pvc_member(p.name) for p in observed.pvcs.values() if p.restored)
     return ",".join(f"{m}={naming.peer_url(observed.cluster, observed.namespace, m)}" for m in members)
 
 
@@ -202,7 +202,7 @@ def _plan_without_member_list(spec: ClusterSpec, observed: Observed, desired_has
     if step:
         return step
     for pvc in sorted(observed.pvcs.values(), key=lambda p: p.name):
-        member = pvc.name.removeprefix("data-")
+        member = naming.pvc_member(pvc.name)
         if member in observed.pods or pvc.deleting:
             continue
         if pvc.member_id is None:
@@ -216,9 +216,9 @@ def _plan_without_member_list(spec: ClusterSpec, observed: Observed, desired_has
 def _start_restored_members(observed: Observed) -> a.Action | None:
     """Members restored from one snapshot (their PVCs marked by the restore, never joined)
     start together, each as its data says; only pods that do not exist yet are created."""
-    waiting = tuple(sorted(p.name.removeprefix("data-") for p in observed.pvcs.values()
+    waiting = tuple(sorted(naming.pvc_member(p.name) for p in observed.pvcs.values()
                            if p.restored and p.member_id is None and not p.deleting
-                           and p.name.removeprefix("data-") not in observed.pods))
+                           and naming.pvc_member(p.name) not in observed.pods))
     if not waiting:
         return None
     return a.StartRestoredMembers(f"starting {', '.join(waiting)} together on their restored data", waiting,
@@ -236,7 +236,7 @@ def _cleanup_removed_members(observed: Observed, health: Health, names: dict[int
         if pod.member_id is None or pod.member_id not in known_ids:
             return a.DeleteMemberPod(f"{pod.name} is not a member of the cluster", pod.name)
     for pvc in sorted(observed.pvcs.values(), key=lambda p: p.name):
-        member = pvc.name.removeprefix("data-")
+        member = naming.pvc_member(pvc.name)
         if pvc.deleting or member in known_names or member in observed.pods:
             continue
         return a.DeleteMemberPVC(f"{member} is not a member of the cluster and its pod is gone", member)
@@ -469,7 +469,7 @@ def _plan_quorum_recovery(spec: ClusterSpec, observed: Observed, health: Health,
         return a.Wait("quorum recovery: waiting for the other members to stop")
     set_aside = sorted(p.name for p in observed.pvcs.values() if p.name != naming.pvc_name(op.member))
     if set_aside:
-        member = set_aside[0].removeprefix("data-")
+        member = naming.pvc_member(set_aside[0])
         return a.SetAsideMemberData(f"quorum recovery: keeping {member}'s data aside; it may hold writes "
                                     f"{op.member} lacks", member, next_ordinal(observed))
     survivor_alone = [m.id for m in health.members] == [op.member_id]

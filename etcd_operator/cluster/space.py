@@ -257,7 +257,7 @@ def plan_volume_expansion(spec: ClusterSpec, observed: Observed) -> a.Action | N
     for pvc in sorted(observed.pvcs.values(), key=lambda p: p.name):
         if pvc.deleting or pvc.requested is None or pvc.requested >= wanted or not pvc.expandable:
             continue
-        member = pvc.name.removeprefix("data-")
+        member = naming.pvc_member(pvc.name)
         return a.ExpandMemberPVC(f"spec.storage.size grew to {spec.storage.size}", member, spec.storage.size)
     return None
 

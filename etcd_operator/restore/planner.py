@@ -338,7 +338,7 @@ def _plan_set_aside(status: RestoreStatus, observed: Observed, cluster: TargetCl
                               pvcs=tuple(sorted((p.name, p.uid) for p in observed.pvcs)))
     # The observed set-aside PVCs count too: an old copy of this restore's status may not list them yet.
     kept = set(status.preserved) | {p.name for p in observed.preserved_pvcs}
-    ordinals = [naming.member_ordinal(cluster.name, n.removeprefix("data-")) for n in kept]
+    ordinals = [naming.member_ordinal(cluster.name, naming.pvc_member(n)) for n in kept]
     first = max(max((o for o in ordinals if o is not None), default=-1) + 1, cluster.min_ordinal)
     return _choose_members(cluster, first)
 

@@ -81,7 +81,7 @@ def _cleanup_pvc_while_pod_present(observed, health_, names):
         return step
     known_names = {n for n in names.values() if n}
     for pvc in sorted(observed.pvcs.values(), key=lambda p: p.name):
-        member = pvc.name.removeprefix("data-")
+        member = naming.pvc_member(pvc.name)
         # guard removed: `member in observed.pods`
         if not pvc.deleting and member not in known_names:
             return a.DeleteMemberPVC(f"{member} is not a member", member)

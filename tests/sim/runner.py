@@ -397,7 +397,7 @@ class Sim:
         if pvcs:
             pvc = self.rng.choice(pvcs)
             pvc.data = None
-            pod = self.world.pods.get(pvc.name.removeprefix("data-"))
+            pod = self.world.pods.get(naming.pvc_member(pvc.name))
             if pod:
                 self.world.stop_process(pod)
             self._log(f"lose_data {pvc.name}")

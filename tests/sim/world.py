@@ -233,7 +233,7 @@ class World:
         for pod in self.pods.values():
             if not pod.up or pod.phase != "Running":
                 continue
-            pvc = pvcs.get("data-" + pod.name)
+            pvc = pvcs.get(naming.pvc_name(pod.name))
             data = pvc.data if pvc is not None else None
             if data is not None and data.lineage == lineage and data.member_id in by_id:
                 if pod.isolated_until > now and self.cut_off(pod, group):
@@ -395,7 +395,7 @@ class World:
             elif pod.deleting and not pod.up:
                 self.remove_pod(pod)
         for pvc in list(self.pvcs.values()):
-            if pvc.deleting and not any(p.name == pvc.name.removeprefix("data-") for p in self.pods.values()):
+            if pvc.deleting and not any(p.name == naming.pvc_member(pvc.name) for p in self.pods.values()):
                 del self.pvcs[pvc.name]
         for pod in self.pods.values():
             if pod.up:
