@@ -5,7 +5,7 @@
 # 3-member TLS cluster, an hourly backup schedule and a first backup) at once, waits until all
 # are healthy, writes and reads a key with the commands it prints, and says what to try next.
 # Running it again changes nothing.
-set -euo pipefail
+set -Eeuo pipefail  # -E: the ERR trap below fires inside functions too
 cd "$(dirname "$0")/.."
 STATE=${LOCALKUBE_STATE_DIR:-.localkube}  # the substrate's state (tests point it at theirs)
 source "$STATE/env"
@@ -29,6 +29,23 @@ YAML
   echo "operator installed by the chart: two pods in namespace etcd-operator, watching namespace $NS" \
     "(logs: kubectl logs -n etcd-operator deployment/etcd-operator)"
 fi
+
+# On a failure, what a user would look at next: the resources' conditions, the pods and the
+# nodes they ran on, the namespace's events and the operator's last log lines.
+explain_failure() {
+  trap - ERR
+  echo "demo: failed; what the substrate shows:" >&2
+  {
+    kubectl get nodes -o wide
+    getent hosts demo-client.$NS.svc || echo "demo-client.$NS.svc does not resolve on this host" \
+      "(/etc/resolv.conf: $(grep -m1 nameserver /etc/resolv.conf); only one checkout's real nodes serve the host)"
+    kubectl get -n $NS etcdclusters,etcdbackups -o yaml | sed -n '/^  status:/,/^- apiVersion/p'
+    kubectl get -n $NS pods,pvc -o wide
+    kubectl get events -n $NS --sort-by=.lastTimestamp | tail -n 40
+    kubectl logs -n etcd-operator -l app.kubernetes.io/name=etcd-operator --prefix --tail=60
+  } >&2 2>&1 || true
+}
+trap explain_failure ERR
 
 export ACCESS_KEY_ID_BASE64=$(printf %s "$AWS_ACCESS_KEY_ID" | base64 -w0)
 export SECRET_ACCESS_KEY_BASE64=$(printf %s "$AWS_SECRET_ACCESS_KEY" | base64 -w0)

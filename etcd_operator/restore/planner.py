@@ -109,7 +109,8 @@ def belongs_to(cluster: str, obj: ObjectState, labels: dict[str, str]) -> bool:
     if obj.kind == "Pod":
         return naming.member_ordinal(cluster, obj.name) is not None
     if obj.kind == "PersistentVolumeClaim":
-        return obj.name.startswith("data-") and naming.member_ordinal(cluster, obj.name[5:]) is not None
+        member = naming.pvc_member(obj.name)
+        return naming.pvc_name(member) == obj.name and naming.member_ordinal(cluster, member) is not None
     if obj.kind == "Service":
         return obj.name in (naming.peer_service(cluster), naming.client_service(cluster))
     if obj.kind == "PodDisruptionBudget":

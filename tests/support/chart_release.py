@@ -2,14 +2,17 @@
 default values (every namespace watched, two replicas) into the namespace `etcd-operator`,
 labelled for restricted Pod Security. The `operator_release` fixture installs it once per
 session; the journeys that need the name free (README's quickstart) or reinstall it (helm)
-take it away and put it back with these functions."""
+take it away and put it back with these functions. A test that needs an operator with settings
+of its own installs a second release as a shard (`shard_release`) beside it."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import pathlib
+import tempfile
 
 from tests.support.helm import CHART, helm
 from tests.support.kubectl import kubectl
@@ -62,3 +65,52 @@ def uninstall(kubeconfig: os.PathLike | str) -> None:
     with kubeconfig_env(kubeconfig):
         helm("uninstall", RELEASE, "-n", NAMESPACE, "--kubeconfig", str(kubeconfig), "--wait", check=False)
         delete_namespace(NAMESPACE)
+
+
+# The label a shard release selects on (SHARD_SELECTOR `<key>=<release>`).
+SHARD_LABEL = "etcd.operator.dev/test-shard"
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardRelease:
+    """A second release of the chart that works only on the objects it claims."""
+    name: str
+
+    def claim(self, manifest: dict) -> dict:
+        """The manifest with the shard's label and its finalizer already set: the session's
+        unsharded release leaves an object another instance holds (etcd_operator/shard.py),
+        and holding it from its creation on leaves no moment in which both could take it."""
+        meta = manifest.setdefault("metadata", {})
+        meta.setdefault("labels", {})[SHARD_LABEL] = self.name
+        meta["finalizers"] = [f"etcd.operator.dev/finalizer-{self.name}"]
+        return manifest
+
+    def logs(self) -> str:
+        """The log of the release's one operator pod (the container's whole log)."""
+        return kubectl("logs", "-n", self.name, "-l", f"app.kubernetes.io/instance={self.name}",
+                       "--tail=-1").stdout
+
+
+@contextlib.contextmanager
+def shard_release(kubeconfig: os.PathLike | str, name: str, namespaces: list[str], env: dict[str, str]):
+    """The chart installed once more, as release and namespace `name`: one replica, shard
+    `name` selecting `SHARD_LABEL=name`, watching `namespaces`, with `env` added to the
+    operator's. On the way out the objects it holds there are deleted (it removes its
+    finalizers) before it is uninstalled."""
+    values = {"replicas": 1, "watchNamespaces": namespaces,
+              "shard": {"name": name, "selector": f"{SHARD_LABEL}={name}"},
+              "extraEnv": [{"name": k, "value": v} for k, v in env.items()]}
+    with kubeconfig_env(kubeconfig), tempfile.NamedTemporaryFile("w", suffix=".json") as file:
+        json.dump(values, file)
+        file.flush()
+        restricted_namespace(name)
+        try:
+            helm("install", name, str(CHART), "-n", name, "--kubeconfig", str(kubeconfig), "-f", file.name,
+                 "--wait", "--timeout", "180s")
+            yield ShardRelease(name)
+        finally:
+            for namespace in namespaces:
+                kubectl("delete", "etcdrestores,etcdbackups,etcdclusters", "--all", "-n", namespace,
+                        "--timeout=120s", check=False)
+            helm("uninstall", name, "-n", name, "--kubeconfig", str(kubeconfig), "--wait", check=False)
+            delete_namespace(name)

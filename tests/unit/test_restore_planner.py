@@ -87,6 +87,7 @@ def test_a_new_cluster_is_refused_when_objects_of_its_name_exist(existing, statu
 @pytest.mark.parametrize("unrelated", [
     obj("PersistentVolumeClaim", "data-keeper-0"),
     obj("PersistentVolumeClaim", "data-keep-x"),
+    obj("PersistentVolumeClaim", "keep-0"),                           # a member's name, not its PVC's
     obj("Pod", "keep-seed"),
     obj("Service", "keep-peer-x"),
     obj("PodDisruptionBudget", "keeper"),

@@ -1,6 +1,8 @@
-"""Version lifecycle on the substrate: the 3.5 -> 3.6 upgrade gate under a put/get load with
-zero failed requests, a bad image that is rolled back automatically on its own PVC (size 3
-and size 1), and a 3.6 -> 3.5 downgrade through etcd's downgrade API, on one shared cluster."""
+"""Version lifecycle on real nodes, with the operator the chart installed: the 3.5 -> 3.6
+upgrade gate under a put/get load from the host (to the members' pod IPs) with zero failed
+requests, an image no node has and no registry serves (the kubelet's ErrImagePull) rolled
+back automatically on its own PVC (size 3 and size 1), and a 3.6 -> 3.5 downgrade through
+etcd's downgrade API, on one shared cluster. Each test has a namespace of its own."""
 
 from __future__ import annotations
 
@@ -16,10 +18,11 @@ from tests.support.kubectl import kubectl, kubectl_json
 from tests.support.load import BoundedLoad
 from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.substrate
+pytestmark = [pytest.mark.substrate, pytest.mark.real_nodes,
+              pytest.mark.usefixtures("kubectl_on_real_nodes", "operator_release")]
 
 OLD_PATCH = "3.5.21"  # e2e/testbin/etcd-3.5-old: below the 3.5.32 that 3.6 requires
-BAD_REPOSITORY = "registry.invalid/etcd-missing"  # not in the node agent's image map: ErrImagePull
+BAD_REPOSITORY = "registry.invalid/etcd-missing"  # imported into no node; the pull fails: ErrImagePull
 
 
 def pvc_uids(namespace: str) -> dict[str, str]:
@@ -56,7 +59,7 @@ def wait_rolled_back(namespace: str, cluster: str, size: int) -> dict:
     return wait_for(check, 240, interval=1.0, what=f"{cluster} rolled back to the last good pod spec")
 
 
-def test_upgrade_through_the_gate_under_load_then_a_bad_image_rolls_back(namespace, operator):
+def test_upgrade_through_the_gate_under_load_then_a_bad_image_rolls_back(namespace):
     apply_cluster(namespace, "v", {"size": 3, "version": OLD_PATCH, "storage": {"size": "1Gi"}})
     obj = wait_healthy(namespace, "v", 3)
     assert obj["status"]["currentVersion"] == OLD_PATCH
@@ -105,7 +108,7 @@ def test_upgrade_through_the_gate_under_load_then_a_bad_image_rolls_back(namespa
     assert pvc_uids(namespace) == pvcs
 
 
-def test_size_one_bad_image_rolls_back_and_a_revert_keeps_it(namespace, operator):
+def test_size_one_bad_image_rolls_back_and_a_revert_keeps_it(namespace):
     apply_cluster(namespace, "one", {"size": 1, "version": "3.6.16", "storage": {"size": "1Gi"}})
     wait_healthy(namespace, "one", 1)
     wait_for(lambda: (get_cluster(namespace, "one").get("status") or {}).get("rollout", {}).get("lastGoodSpec"),

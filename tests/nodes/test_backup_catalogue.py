@@ -1,6 +1,6 @@
-"""Verified backups and a catalogue that cannot be confused, against real etcd members and
-the substrate's real MinIO. One operator and two one-member source clusters (in two
-namespaces) are shared by every test of this module; data stays small."""
+"""Verified backups and a catalogue that cannot be confused, on real nodes against the
+substrate's MinIO (on the nodes' bridge). The operator the chart installed and two one-member
+source clusters (in two namespaces) are shared by every test of this module; data stays small."""
 
 from __future__ import annotations
 
@@ -13,13 +13,13 @@ import pytest
 
 from etcd_operator.etcd.client import EtcdMemberClient
 from localkube import controlplane
+from tests.support.chart_release import restricted_namespace
 from tests.support.clusters import apply_cluster, member_endpoints, wait_healthy
 from tests.support.kubectl import kubectl, kubectl_json
-from tests.support.operator_process import OperatorProcess
 from tests.support.s3 import create_credentials_secret, list_keys, read_json, s3_client, s3_storage_spec
 from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.substrate
+pytestmark = [pytest.mark.substrate, pytest.mark.real_nodes, pytest.mark.usefixtures("kubectl_on_real_nodes")]
 GROUP = "etcd.operator.dev/v1alpha1"
 EVERY_10S = "* * * * * */10"
 UNVERIFIED = {"enabled": False}
@@ -31,20 +31,18 @@ def payload(i: int) -> bytes:
 
 
 @pytest.fixture(scope="module")
-def shared(substrate, kube_api):
+def shared(real_nodes, operator_release, kubectl_on_real_nodes):
     """(namespace a, namespace b): a one-member cluster `db` holding VALUES keys in each,
-    S3 credentials, and one operator watching both."""
+    and S3 credentials; the session's operator watches both."""
     suffix = uuid.uuid4().hex[:5]
     namespaces = (f"t-catalogue-a-{suffix}", f"t-catalogue-b-{suffix}")
-    for ns in namespaces:
-        kubectl("create", "namespace", ns)
-    operator = OperatorProcess(substrate, ",".join(namespaces)).start()
     try:
         for ns in namespaces:
+            restricted_namespace(ns)
             apply_cluster(ns, "db", {"size": 1, "storage": {"size": "1Gi"}})
-            create_credentials_secret(substrate, ns)
+            create_credentials_secret(real_nodes, ns)
         for ns in namespaces:
-            wait_healthy(ns, "db", 1)
+            wait_healthy(ns, "db", 1, timeout=300)
 
         async def fill(endpoint: str) -> None:
             async with EtcdMemberClient(endpoint, timeout=10) as client:
@@ -54,11 +52,8 @@ def shared(substrate, kube_api):
             asyncio.run(fill(member_endpoints(ns, "db")[0]))
         yield namespaces
     finally:
-        operator.stop()
-        from tests.support.finalizers import release_finalizers
         for ns in namespaces:
-            kubectl("delete", "namespace", ns, "--wait=false")
-            release_finalizers(kube_api, ns)
+            kubectl("delete", "namespace", ns, "--wait=false", check=False)
 
 
 def apply_backup(namespace: str, name: str, spec: dict) -> None:
@@ -88,17 +83,17 @@ def reasons(namespace: str, name: str) -> list[str]:
             if e["involvedObject"]["name"] == name]
 
 
-def test_a_scheduled_backup_is_verified_automatically(substrate, shared):
+def test_a_scheduled_backup_is_verified_automatically(real_nodes, shared):
     ns, _ = shared
     prefix = f"verify-{ns}"
     apply_backup(ns, "nightly", {"clusterRef": {"name": "db"}, "schedule": EVERY_10S,
-                                 "storage": s3_storage_spec(substrate, prefix)})
+                                 "storage": s3_storage_spec(real_nodes, prefix)})
     obj = wait_for(lambda: (b := get_backup(ns, "nightly"))["status"].get("lastVerifiedTime") and b, 180,
                    what="a scheduled backup verified")
     suspend(ns, "nightly")
     verification = obj["status"]["lastVerification"]
     assert verification["verified"] is True and verification["reason"] == "Verified", verification
-    manifest = read_json(s3_client(substrate), controlplane.S3_BUCKET, verification["key"].removesuffix(".db")
+    manifest = read_json(s3_client(real_nodes), controlplane.S3_BUCKET, verification["key"].removesuffix(".db")
                          + ".manifest.json")
     assert manifest["verified"] is True and manifest["verifiedAt"] == obj["status"]["lastVerifiedTime"]
     assert manifest["hashKv"] == manifest["verification"]["hashKv"] and manifest["keyCount"] >= VALUES
@@ -119,15 +114,15 @@ def corrupt_one_value(snapshot: bytes) -> bytes:
     return body + hashlib.sha256(body).digest()
 
 
-def test_a_backup_corrupted_in_s3_fails_its_next_verification(substrate, shared):
+def test_a_backup_corrupted_in_s3_fails_its_next_verification(real_nodes, shared):
     ns, _ = shared
     prefix = f"corrupt-{ns}"
-    apply_backup(ns, "once", {"clusterRef": {"name": "db"}, "storage": s3_storage_spec(substrate, prefix)})
+    apply_backup(ns, "once", {"clusterRef": {"name": "db"}, "storage": s3_storage_spec(real_nodes, prefix)})
     obj = wait_for(lambda: (b := get_backup(ns, "once"))["status"].get("phase") == "Completed" and b, 120,
                    what="one-shot backup completed")
     assert "lastVerification" not in obj["status"]  # one-shot backups are not verified unless asked
     key, manifest_key = obj["status"]["lastBackup"]["key"], obj["status"]["lastBackup"]["manifestKey"]
-    s3, bucket = s3_client(substrate), controlplane.S3_BUCKET
+    s3, bucket = s3_client(real_nodes), controlplane.S3_BUCKET
     corrupted = corrupt_one_value(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
     manifest = read_json(s3, bucket, manifest_key)
     manifest["sha256"] = hashlib.sha256(corrupted).hexdigest()
@@ -156,15 +151,15 @@ def cluster_id(namespace: str) -> str:
     return f"{asyncio.run(ask()):x}"
 
 
-def test_retention_keeps_the_newest_by_revision_despite_a_clock_in_the_future(substrate, shared):
+def test_retention_keeps_the_newest_by_revision_despite_a_clock_in_the_future(real_nodes, shared):
     ns, _ = shared
     prefix = f"clock-{ns}"
     apply_backup(ns, "keep", {"clusterRef": {"name": "db"}, "schedule": EVERY_10S, "suspend": True,
                               "retention": {"maxBackups": 1}, "verification": UNVERIFIED,
-                              "storage": s3_storage_spec(substrate, prefix)})
+                              "storage": s3_storage_spec(real_nodes, prefix)})
     obj = wait_for(lambda: (b := get_backup(ns, "keep")).get("status", {}).get("phase") == "Suspended" and b, 60,
                    what="created suspended")
-    s3, bucket = s3_client(substrate), controlplane.S3_BUCKET
+    s3, bucket = s3_client(real_nodes), controlplane.S3_BUCKET
     folder = f"{prefix}/{ns}/keep/"
     ahead = {"format": "etcd-operator.snapshot/v1", "writer": "etcd-operator", "snapshotKey": f"{folder}ahead.db",
              "backup": "keep", "namespace": ns, "backupUid": obj["metadata"]["uid"], "cluster": "db",
@@ -182,19 +177,19 @@ def test_retention_keeps_the_newest_by_revision_despite_a_clock_in_the_future(su
     assert last["revision"] > ahead["revision"]
 
 
-def test_two_backups_with_colliding_prefixes_never_touch_each_others_objects(substrate, shared):
+def test_two_backups_with_colliding_prefixes_never_touch_each_others_objects(real_nodes, shared):
     a, b = shared
     outer = f"collide-{a}"
     inner = f"{outer}/{a}/same"  # b's folder lies inside a's: {outer}/{a}/same/{b}/same/
     for ns, prefix in ((a, outer), (b, inner)):
         apply_backup(ns, "same", {"clusterRef": {"name": "db"}, "schedule": EVERY_10S,
                                   "retention": {"maxBackups": 1}, "verification": UNVERIFIED,
-                                  "storage": s3_storage_spec(substrate, prefix)})
+                                  "storage": s3_storage_spec(real_nodes, prefix)})
     wait_for(lambda: all(reasons(ns, "same").count("BackupSucceeded") >= 2 for ns in (a, b)), 150,
              what="two runs of each backup")
     for ns in (a, b):
         suspend(ns, "same")
-    s3, bucket = s3_client(substrate), controlplane.S3_BUCKET
+    s3, bucket = s3_client(real_nodes), controlplane.S3_BUCKET
     keys = list_keys(s3, bucket, outer)
     for ns in (a, b):
         last = get_backup(ns, "same")["status"]["lastBackup"]
@@ -205,16 +200,16 @@ def test_two_backups_with_colliding_prefixes_never_touch_each_others_objects(sub
 
 
 @pytest.mark.parametrize("prefix", [".", "..", "a/./b", "a/../b", "backups/.."])
-def test_a_prefix_with_dot_segments_is_refused_by_the_schema(substrate, shared, prefix):
+def test_a_prefix_with_dot_segments_is_refused_by_the_schema(real_nodes, shared, prefix):
     ns, _ = shared
     refused = kubectl("apply", "--dry-run=server", "-f", "-", check=False, input=json.dumps({
         "apiVersion": GROUP, "kind": "EtcdBackup", "metadata": {"name": "dots", "namespace": ns},
-        "spec": {"clusterRef": {"name": "db"}, "storage": s3_storage_spec(substrate, prefix)}}))
+        "spec": {"clusterRef": {"name": "db"}, "storage": s3_storage_spec(real_nodes, prefix)}}))
     assert refused.returncode != 0 and "must not contain '.' or '..' path segments" in refused.stderr
 
 
-def test_a_prefix_with_dots_inside_segments_is_accepted(substrate, shared):
+def test_a_prefix_with_dots_inside_segments_is_accepted(real_nodes, shared):
     ns, _ = shared
     kubectl("apply", "--dry-run=server", "-f", "-", input=json.dumps({
         "apiVersion": GROUP, "kind": "EtcdBackup", "metadata": {"name": "dots", "namespace": ns},
-        "spec": {"clusterRef": {"name": "db"}, "storage": s3_storage_spec(substrate, "v1.2/..x/a..")}}))
+        "spec": {"clusterRef": {"name": "db"}, "storage": s3_storage_spec(real_nodes, "v1.2/..x/a..")}}))
