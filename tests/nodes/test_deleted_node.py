@@ -15,11 +15,11 @@ import pytest
 
 from etcd_operator.cluster import naming
 from localkube import nodefaults, realnodes
-from tests.nodes.test_node_faults import put, read_locally, replacement_event, url
 from tests.support import chart_release, measured
 from tests.support.chart_release import delete_namespace, restricted_namespace
 from tests.support.clusters import apply_cluster, condition, events, get_cluster, member_pods, wait_healthy
 from tests.support.kubectl import kubectl, kubectl_json
+from tests.support.members_from_host import put, read_locally, replacement_event, url
 from tests.support.waiting import wait_for, wait_for_holding
 
 pytestmark = [pytest.mark.substrate, pytest.mark.real_nodes,

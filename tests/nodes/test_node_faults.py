@@ -22,12 +22,13 @@ from datetime import datetime
 import pytest
 
 from etcd_operator.cluster import naming
-from localkube import layout as localkube_layout, nodefaults, realnodes
+from localkube import nodefaults, realnodes
 from tests.support import chart_release, measured
 from tests.support.chart_release import delete_namespace, restricted_namespace
 from tests.support.clusters import (apply_cluster, condition, events, get_cluster, member_pods, patch_spec,
                                    wait_healthy)
 from tests.support.kubectl import kubectl, kubectl_json
+from tests.support.members_from_host import put, read_locally, replacement_event, url
 from tests.support.waiting import holds_throughout, wait_for, wait_for_holding
 
 pytestmark = [pytest.mark.substrate, pytest.mark.real_nodes,
@@ -77,10 +78,6 @@ def member_pod(name: str) -> dict:
     return kubectl_json("get", "pod", name, "-n", NAMESPACE)
 
 
-def url(pod: dict) -> str:
-    return f"http://{pod['status']['podIP']}:{naming.CLIENT_PORT}"
-
-
 def status_members() -> dict[str, dict]:
     return {m["name"]: m for m in get_cluster(NAMESPACE, CLUSTER)["status"]["members"]}
 
@@ -119,25 +116,6 @@ def follower_away_from_the_operator() -> tuple[str, str]:
     return next((name, node) for name, node in placed if name != leader and node != operator_node)
 
 
-def etcdctl(urls: list[str], *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    binary = localkube_layout.testbin_dir() / "etcd-3.6" / "etcdctl"
-    return subprocess.run([str(binary), f"--endpoints={','.join(urls)}", "--command-timeout=5s",
-                           "--dial-timeout=3s", *args], input=stdin, capture_output=True, text=True, timeout=30)
-
-
-def put(urls: list[str], key: str, value: str) -> None:
-    """The value goes through stdin: large ones exceed an argument's size limit."""
-    written = wait_for(lambda: etcdctl(urls, "put", key, stdin=value).returncode == 0, 60, interval=1.0,
-                       what=f"{key} written through {urls}")
-    assert written
-
-
-def read_locally(member_url: str, key: str) -> str | None:
-    """What this one member has applied: a serializable read is answered from its own data."""
-    read = etcdctl([member_url], "get", key, "--consistency=s", "--print-value-only")
-    return read.stdout.strip() if read.returncode == 0 else None
-
-
 def member_replaced(before: dict[str, tuple[str, str]], victim: str):
     """A predicate: three members again, all with IDs, the victim's ID gone. The replacement
     may take the victim's name (the operator reuses the next free ordinal)."""
@@ -154,11 +132,6 @@ def newcomer(before: dict[str, tuple[str, str]], now: dict[str, tuple[str, str]]
     known = {member_id for member_id, _ in before.values()}
     (name,) = [name for name, (member_id, _) in now.items() if member_id not in known]
     return name
-
-
-def replacement_event(victim: str, member_id: str) -> str:
-    """The start of the MemberReplaced event the operator posts for this very member."""
-    return f"Removed {victim} (id {int(member_id, 16):x})"
 
 
 def unchanged(what: str, now, before) -> None:
