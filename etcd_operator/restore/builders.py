@@ -59,14 +59,19 @@ def hold_annotations(restore: str, restore_uid: str) -> dict[str, str]:
 
 
 def new_cluster(restore: str, namespace: str, name: str, spec: Mapping[str, Any],
-                labels: Mapping[str, str] | None = None, restore_uid: str = "") -> dict[str, Any]:
+                labels: Mapping[str, str] | None = None, restore_uid: str = "",
+                finalizer: str | None = None) -> dict[str, Any]:
     """The EtcdCluster a newCluster restore creates, held stopped by the restore until the
     seed member's data is in place. It carries the restore's labels, so that a sharded
-    operator's shard that took the restore takes the new cluster too."""
+    operator's shard that took the restore takes the new cluster too, and that instance's
+    `finalizer`: held by it from its creation, no other instance whose selector it also
+    matches can take it first."""
     metadata: dict[str, Any] = {"name": name, "namespace": namespace,
                                 "annotations": hold_annotations(restore, restore_uid)}
     if labels:
         metadata["labels"] = dict(labels)
+    if finalizer:
+        metadata["finalizers"] = [finalizer]
     return {
         "apiVersion": f"{API_GROUP}/{API_VERSION}",
         "kind": "EtcdCluster",

@@ -39,6 +39,7 @@ class RestoreController:
         self.kube = kube_client
         self.operator_image = operator_image
         self.post_event = post_event
+        self.finalizer = shard.finalizer
         self.observer = RestoreObserver(kube_client, shard, storage_policy)
 
     async def reconcile(self, body: Mapping[str, Any]) -> float | None:
@@ -55,8 +56,8 @@ class RestoreController:
         if isinstance(step, s.CreateSeedVolumes):
             await faults.stall_once(faults.STALE_RESTORE_PASS, f"{meta['namespace']}/{meta['name']}",
                                     lambda: self._target_being_deleted(meta["namespace"], spec.target))
-        outcome = await RestoreExecutor(self.kube, self.operator_image, body, self.post_event).run(
-            step, spec, status, observed)
+        outcome = await RestoreExecutor(self.kube, self.operator_image, body, self.post_event,
+                                        self.finalizer).run(step, spec, status, observed)
         if not outcome.done:
             logger.info("%s/%s: %s not done: %s", meta["namespace"], meta["name"], step.kind, outcome.message)
         if isinstance(step, s.Idle):
@@ -92,6 +93,6 @@ class RestoreController:
             logger.info("%s/%s deleted: %s (%s)", meta["namespace"], meta["name"], step.kind, step.reason)
         if isinstance(step, s.Wait):
             self.post_event("Warning", step.code, step.reason)
-        outcome = await RestoreExecutor(self.kube, self.operator_image, body, self.post_event).run(
-            step, spec, status, observed)
+        outcome = await RestoreExecutor(self.kube, self.operator_image, body, self.post_event,
+                                        self.finalizer).run(step, spec, status, observed)
         return outcome.done

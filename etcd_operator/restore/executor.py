@@ -42,11 +42,12 @@ class NothingCreated(Exception):
 
 class RestoreExecutor:
     def __init__(self, kube_client: kube.KubeClient, operator_image: str, body: Mapping[str, Any],
-                 post_event: EventPoster):
+                 post_event: EventPoster, finalizer: str | None = None):
         self.kube = kube_client
         self.operator_image = operator_image
         self.body = body
         self.post_event = post_event
+        self.finalizer = finalizer  # this instance's (its shard's): a new target cluster carries it
         self.namespace = body["metadata"]["namespace"]
         self.name = body["metadata"]["name"]
 
@@ -136,7 +137,8 @@ class RestoreExecutor:
 
     async def _create_cluster(self, step: s.CreateTargetCluster, spec: RestoreSpec, status, observed) -> None:
         manifest = builders.new_cluster(self.name, self.namespace, spec.target, spec.new_cluster_spec,
-                                        self.body["metadata"].get("labels"), restore_uid=observed.uid)
+                                        self.body["metadata"].get("labels"), restore_uid=observed.uid,
+                                        finalizer=self.finalizer)
         try:
             await self.kube.create(kube.ETCDCLUSTERS, self.namespace, manifest)
         except kube.Conflict:

@@ -1,7 +1,7 @@
-"""Hardening against the real API server and MinIO:
-- the namespaced install (deploy-namespaced/: a Role in the watched namespace, CRD discovery
-  cluster-wide, nothing else) runs create, scale, backup and restore, in a namespace that
-  enforces the `restricted` Pod Security level, so every pod the operator creates is admitted;
+"""Hardening against the real API server and MinIO (the namespaced install running create,
+scale, backup and restore in a restricted namespace is tests/nodes/test_namespaced_release.py):
+- every pod the operator builds is admitted by a namespace that enforces the `restricted` Pod
+  Security level, and the namespaced install (deploy-namespaced/) passes server-side dry run;
 - the cluster's NetworkPolicy is applied, owned by the cluster, and passes server-side dry-run;
 - a backup or restore cannot name any key of a Secret, nor use http:// without `insecure: true`;
 - over http, every upload's payload is signed (a recording proxy sees what a man in the middle would)."""
@@ -16,16 +16,13 @@ import yaml
 
 from etcd_operator.backup import verification_pod
 from etcd_operator.backup.verdict import Expected
-from etcd_operator.cluster import builders, naming, network_policy
+from etcd_operator.cluster import builders, network_policy
 from etcd_operator.cluster.spec import ClusterSpec
 from etcd_operator.restore import builders as restore_builders
 from localkube import controlplane
 from tests.substrate.test_backup import GROUP, apply_backup, get_backup
-from tests.substrate.test_rbac import token_kubeconfig
-from tests.substrate.test_restore import apply_restore, get_restore
-from tests.support.clusters import apply_cluster, patch_spec, wait_healthy
-from tests.support.kubectl import kubectl, kubectl_json
-from tests.support.operator_process import OperatorProcess
+from tests.support.clusters import apply_cluster, wait_healthy
+from tests.support.kubectl import kubectl
 from tests.support.recording_proxy import RecordingProxy
 from tests.support.s3 import create_credentials_secret, s3_client, s3_storage_spec
 from tests.support.waiting import wait_for
@@ -36,76 +33,12 @@ NAMESPACED = ROOT / "deploy-namespaced"
 OPERATOR_IMAGE = "ghcr.io/etcd-operator/etcd-operator:0.1.0"
 
 
-def shipped(path: pathlib.Path, kind: str) -> dict:
-    return next(d for d in yaml.safe_load_all(path.read_text()) if d and d["kind"] == kind)
-
-
-def namespaced_install_kubeconfig(substrate, namespace: str, tmp_path: pathlib.Path) -> pathlib.Path:
-    """The ServiceAccount `operator` bound as deploy-namespaced/ binds the operator: the
-    shipped Role in `namespace`, the shipped discovery ClusterRole, nothing else."""
-    role = shipped(NAMESPACED / "watched" / "role.yaml", "Role")
-    discovery = shipped(NAMESPACED / "discovery.yaml", "ClusterRole")
-    cluster_role = f"discovery-{namespace}"
-    subject = [{"kind": "ServiceAccount", "name": "operator", "namespace": namespace}]
-    objects = [
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "operator", "namespace": namespace}},
-        {**role, "metadata": {"name": "etcd-operator", "namespace": namespace}},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-         "metadata": {"name": "etcd-operator", "namespace": namespace},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "etcd-operator"},
-         "subjects": subject},
-        {**discovery, "metadata": {"name": cluster_role}},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-         "metadata": {"name": cluster_role},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cluster_role},
-         "subjects": subject},
-    ]
-    kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
-    return token_kubeconfig(substrate, namespace, tmp_path)
-
-
 @pytest.fixture
 def restricted_namespace(namespace):
     kubectl("label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted",
             "pod-security.kubernetes.io/enforce-version=latest")
     yield namespace
     kubectl("delete", "clusterrole,clusterrolebinding", f"discovery-{namespace}", "--ignore-not-found")
-
-
-def test_the_namespaced_install_runs_everything_in_a_restricted_namespace(substrate, restricted_namespace, tmp_path):
-    namespace = restricted_namespace
-    kubeconfig = namespaced_install_kubeconfig(substrate, namespace, tmp_path)
-    # The RBAC is really namespaced: no pod rights anywhere else.
-    assert kubectl("auth", "can-i", "list", "pods", "-n", "default", f"--kubeconfig={kubeconfig}",
-                   check=False).stdout.strip() == "no"
-    operator = OperatorProcess(substrate, namespace, kubeconfig).start()
-    try:
-        apply_cluster(namespace, "hd", {"size": 1, "storage": {"size": "1Gi"},
-                                        "networkPolicy": {"enabled": True,
-                                                          "clientSelector": {"matchLabels": {"etcd-client": "hd"}}}})
-        wait_healthy(namespace, "hd", 1)
-        patch_spec(namespace, "hd", {"size": 2})
-        wait_healthy(namespace, "hd", 2)
-
-        policy = kubectl_json("get", "networkpolicy", network_policy.policy_name("hd"), "-n", namespace)
-        cluster_uid = kubectl_json("get", "etcdcluster", "hd", "-n", namespace)["metadata"]["uid"]
-        assert [o["uid"] for o in policy["metadata"]["ownerReferences"]] == [cluster_uid]
-        rules = {r["ports"][0]["port"]: r.get("from") for r in policy["spec"]["ingress"]}
-        assert rules[naming.PEER_PORT] == [{"podSelector": {"matchLabels": naming.selector_labels("hd")}}]
-        assert {"podSelector": {"matchLabels": {"etcd-client": "hd"}}} in rules[naming.CLIENT_PORT]
-
-        create_credentials_secret(substrate, namespace)
-        apply_backup(namespace, "b", {"clusterRef": {"name": "hd"},
-                                      "storage": s3_storage_spec(substrate, f"tests/{namespace}")})
-        wait_for(lambda: get_backup(namespace, "b")["status"].get("phase") == "Completed", 120, what="backup")
-        apply_restore(namespace, "r", {"source": {"backupRef": {"name": "b"}},
-                                       "target": {"newCluster": {"name": "hd2", "spec": {"size": 1}}}})
-        wait_for(lambda: get_restore(namespace, "r")["status"].get("phase") == "Completed", 240, what="restore")
-        wait_healthy(namespace, "hd2", 1)
-        log = operator.log_text()
-        assert "Forbidden" not in log and "violates PodSecurity" not in log
-    finally:
-        operator.stop()
 
 
 def test_every_pod_the_operator_builds_is_admitted_by_a_restricted_namespace(substrate, restricted_namespace):

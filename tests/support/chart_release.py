@@ -92,14 +92,15 @@ class ShardRelease:
 
 
 @contextlib.contextmanager
-def shard_release(kubeconfig: os.PathLike | str, name: str, namespaces: list[str], env: dict[str, str]):
+def shard_release(kubeconfig: os.PathLike | str, name: str, namespaces: list[str], env: dict[str, str],
+                  values: dict | None = None):
     """The chart installed once more, as release and namespace `name`: one replica, shard
     `name` selecting `SHARD_LABEL=name`, watching `namespaces`, with `env` added to the
-    operator's. On the way out the objects it holds there are deleted (it removes its
-    finalizers) before it is uninstalled."""
+    operator's and `values` over the chart's. On the way out the objects it holds there are
+    deleted (it removes its finalizers) before it is uninstalled."""
     values = {"replicas": 1, "watchNamespaces": namespaces,
               "shard": {"name": name, "selector": f"{SHARD_LABEL}={name}"},
-              "extraEnv": [{"name": k, "value": v} for k, v in env.items()]}
+              "extraEnv": [{"name": k, "value": v} for k, v in env.items()], **(values or {})}
     with kubeconfig_env(kubeconfig), tempfile.NamedTemporaryFile("w", suffix=".json") as file:
         json.dump(values, file)
         file.flush()

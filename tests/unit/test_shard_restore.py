@@ -8,7 +8,7 @@ import dataclasses
 
 import pytest
 
-from etcd_operator.restore import builders
+from etcd_operator.restore import builders, executor
 from etcd_operator.restore import steps as s
 from etcd_operator.restore.observer import target_cluster
 from etcd_operator.restore.spec import RestoreStatus
@@ -57,3 +57,35 @@ def test_the_new_cluster_of_a_restore_carries_the_restores_labels():
     manifest = builders.new_cluster("r1", "ns", "fresh", {"size": 1}, {"shard": "a", "team": "x"})
     assert manifest["metadata"]["labels"] == {"shard": "a", "team": "x"}
     assert "labels" not in builders.new_cluster("r1", "ns", "fresh", {"size": 1})["metadata"]
+
+
+class RecordingKube:
+    def __init__(self):
+        self.created: list[dict] = []
+
+    async def create(self, resource, namespace, manifest, dry_run=False):
+        self.created.append(manifest)
+
+
+@pytest.mark.parametrize("shard", [SHARD_A, Shard()])
+def test_the_new_cluster_of_a_restore_is_held_by_the_restoring_instance_from_its_creation(shard):
+    """An unsharded instance beside a shard (or two shards with overlapping selectors) would
+    otherwise both see an unclaimed cluster; the first finalizer decides, and here it is set
+    by the create itself."""
+    import asyncio
+
+    from etcd_operator.restore.controller import RestoreController
+    from etcd_operator.restore.spec import RestoreSpec
+
+    kube_client = RecordingKube()
+    controller = RestoreController(kube_client, "operator-image", lambda *_: None, shard=shard)
+    body = {"metadata": {"name": "r1", "namespace": "ns", "uid": "uid-r1", "labels": {"shard": "a"}}, "spec": {}}
+    spec = RestoreSpec.from_dict({"source": {"backupRef": {"name": "nightly"}},
+                                  "target": {"newCluster": {"name": "fresh", "spec": {"size": 1}}}})
+    runner = executor.RestoreExecutor(kube_client, "operator-image", body, lambda *_: None, controller.finalizer)
+    outcome = asyncio.run(runner.run(s.CreateTargetCluster("creating fresh"), spec, VERIFIED,
+                                     observed()))
+    assert outcome.done
+    (manifest,) = kube_client.created
+    assert manifest["metadata"]["finalizers"] == [shard.finalizer]
+    assert manifest["metadata"]["labels"] == {"shard": "a"}
