@@ -8,6 +8,7 @@ Host state that the nodes change is recorded and restored by localkube.hoststate
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import pathlib
@@ -488,14 +489,28 @@ def _api_get(layout: Layout, path: str) -> dict | None:
         return None
 
 
-def ready_nodes(layout: Layout) -> set[str]:
+def ready_nodes(layout: Layout, heard_since: dict[str, float] | None = None) -> set[str]:
+    """The nodes whose Ready condition is True; a node named in `heard_since` counts only once
+    its kubelet reported at or after that time (whole seconds, as the API keeps it): a kubelet
+    just started again finds its Node still Ready from before it stopped."""
     listing = _api_get(layout, "/api/v1/nodes") or {"items": []}
     ready = set()
     for node in listing["items"]:
+        name = node["metadata"]["name"]
         for condition in node.get("status", {}).get("conditions", []):
             if condition["type"] == "Ready" and condition["status"] == "True":
-                ready.add(node["metadata"]["name"])
+                since = (heard_since or {}).get(name)
+                if since is None or _api_seconds(condition.get("lastHeartbeatTime")) >= int(since):
+                    ready.add(name)
     return ready
+
+
+def _api_seconds(timestamp: str | None) -> float:
+    """An API server timestamp (RFC 3339 in UTC, whole seconds) as seconds since the epoch."""
+    if not timestamp:
+        return 0.0
+    return datetime.datetime.strptime(timestamp, "%Y-%m-%dT%H:%M:%SZ").replace(
+        tzinfo=datetime.timezone.utc).timestamp()
 
 
 # --- up and down ----------------------------------------------------------------------
@@ -529,10 +544,12 @@ def up(layout: Layout) -> None:
                   "this checkout's names resolve from pods only", flush=True)
     else:
         print(f"localkube: {coredns_binary(layout)} is missing: no cluster DNS", flush=True)
+    started = time.time()
+    restarted = {name: started for name in node_names() if not processes.running(layout.run_dir, f"kubelet-{name}")}
     for index in range(1, NODE_COUNT + 1):
         start_node(layout, index)
     components = [f"{c}-node-{i}" for i in range(1, NODE_COUNT + 1) for c in ("containerd", "kubelet")]
-    _wait(layout, f"{NODE_COUNT} Ready nodes", lambda: len(ready_nodes(layout)) == NODE_COUNT,
+    _wait(layout, f"{NODE_COUNT} Ready nodes", lambda: len(ready_nodes(layout, restarted)) == NODE_COUNT,
           components, timeout=NODES_READY_TIMEOUT)
     local_path.install(layout, nodes_dir(layout), node_names(), str(layout.binary("kube", "kubectl")))
 
