@@ -11,13 +11,12 @@ from __future__ import annotations
 import os
 import pathlib
 import time
-import uuid
 
 import pytest
 
 from localkube import controlplane, hoststate, layout as localkube_layout
 from tests.support import chart_release
-from tests.support.diagnostics import print_events
+from tests.support.diagnostics import print_events, print_operator_pod_logs, fresh_namespace_name
 from tests.support.finalizers import release_finalizers
 
 SUBSTRATE_LOGS = ("kube-apiserver", "kube-controller-manager", "node-agent", "minio", "operator")
@@ -155,8 +154,7 @@ def namespace(request, kube_api, explain_failure):
     core = client.CoreV1Api(kube_api)
     # The deployed operator of the e2e scenarios watches e2e-* namespaces only.
     prefix = "e2e" if "scenarios" in request.node.path.parts else "t"
-    name = f"{prefix}-{request.node.name[:30].lower().replace('_', '-').strip('-')}-{uuid.uuid4().hex[:5]}"
-    name = "".join(c for c in name if c.isalnum() or c == "-")
+    name = fresh_namespace_name(prefix, request.node.name)
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     yield name
     failed = any(
@@ -182,7 +180,7 @@ def dump_diagnostics(where, core, namespace: str) -> None:
     """Events, then local logs (substrate) or the installed operator's pod logs (external)."""
     print_events(core, namespace)
     if where is None:
-        _print_operator_pod_logs(os.environ.get("E2E_OPERATOR_NAMESPACE", "etcd-operator"))
+        print_operator_pod_logs(os.environ.get("E2E_OPERATOR_NAMESPACE", "etcd-operator"))
         return
     for name in SUBSTRATE_LOGS:
         _print_tail(where.logs_dir / f"{name}.log")
@@ -200,11 +198,3 @@ def _print_tail(path: pathlib.Path) -> None:
         return
     data = path.read_bytes()[-DUMP_TAIL_BYTES:].decode(errors="replace")
     print(f"----- tail of {path} -----\n{data}")
-
-
-def _print_operator_pod_logs(operator_namespace: str) -> None:
-    from tests.support.kubectl import kubectl
-
-    logs = kubectl("logs", "-n", operator_namespace, "-l", "app.kubernetes.io/name=etcd-operator",
-                   "--all-containers", "--prefix", "--tail=80", check=False)
-    print(f"----- operator pods in {operator_namespace} -----\n{logs.stdout}{logs.stderr}")

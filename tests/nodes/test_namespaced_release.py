@@ -69,6 +69,5 @@ def test_the_namespaced_release_runs_everything_in_a_restricted_namespace(real_n
 
         log = operator.logs()
         assert "Forbidden" not in log and "violates PodSecurity" not in log, log[-4000:]
-        shared = kubectl("logs", "-n", chart_release.NAMESPACE, "-l", "app.kubernetes.io/instance=etcd-operator",
-                         "--tail=-1").stdout
+        shared = chart_release.release_logs()
         assert f"{namespace}/hd:" not in shared and f"{namespace}/hd2:" not in shared

@@ -59,8 +59,7 @@ def test_a_deleted_member_pod_is_recreated_on_the_watch_event_not_at_the_next_po
         assert REDECIDED_LINE in after[len(before):], after[-3000:]
         wait_healthy(namespace, "demo", 3, timeout=300)
         # The session's unsharded operator left the claimed cluster alone throughout.
-        shared = kubectl("logs", "-n", chart_release.NAMESPACE, "-l", "app.kubernetes.io/instance=etcd-operator",
-                         "--tail=-1").stdout
+        shared = chart_release.release_logs()
         assert f"{namespace}/demo matches this shard's selector but is held by " \
                f"etcd.operator.dev/finalizer-watch-test" in shared
         assert f"{namespace}/demo:" not in shared

@@ -67,6 +67,11 @@ def uninstall(kubeconfig: os.PathLike | str) -> None:
         delete_namespace(NAMESPACE)
 
 
+def release_logs(release: str = RELEASE, namespace: str = NAMESPACE) -> str:
+    """The whole logs of a release's operator pods, one after the other."""
+    return kubectl("logs", "-n", namespace, "-l", f"app.kubernetes.io/instance={release}", "--tail=-1").stdout
+
+
 # The label a shard release selects on (SHARD_SELECTOR `<key>=<release>`).
 SHARD_LABEL = "etcd.operator.dev/test-shard"
 
@@ -87,8 +92,7 @@ class ShardRelease:
 
     def logs(self) -> str:
         """The log of the release's one operator pod (the container's whole log)."""
-        return kubectl("logs", "-n", self.name, "-l", f"app.kubernetes.io/instance={self.name}",
-                       "--tail=-1").stdout
+        return release_logs(self.name, self.name)
 
 
 @contextlib.contextmanager

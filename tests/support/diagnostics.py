@@ -3,6 +3,8 @@ conftests."""
 
 from __future__ import annotations
 
+import uuid
+
 
 def print_events(core, namespace: str) -> None:
     """The namespace's events, one line each; a failure to list them is printed, never raised."""
@@ -13,3 +15,18 @@ def print_events(core, namespace: str) -> None:
             print(f"event {event.type} {obj.kind}/{obj.name} {event.reason}: {event.message}")
     except Exception as e:  # diagnostics must never hide the real failure
         print(f"(could not list events: {e})")
+
+
+def print_operator_pod_logs(operator_namespace: str, tail: int = 80) -> None:
+    """The last lines of every operator pod's log in `operator_namespace` (KUBECONFIG's cluster)."""
+    from tests.support.kubectl import kubectl
+
+    logs = kubectl("logs", "-n", operator_namespace, "-l", "app.kubernetes.io/name=etcd-operator",
+                   "--all-containers", "--prefix", f"--tail={tail}", check=False)
+    print(f"----- operator pods in {operator_namespace} -----\n{logs.stdout}{logs.stderr}")
+
+
+def fresh_namespace_name(prefix: str, test_name: str) -> str:
+    """A fresh namespace name for one test: the prefix, the test's name, a random suffix."""
+    name = f"{prefix}-{test_name[:30].lower().replace('_', '-').strip('-')}-{uuid.uuid4().hex[:5]}"
+    return "".join(c for c in name if c.isalnum() or c == "-")
