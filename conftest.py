@@ -10,18 +10,16 @@ from __future__ import annotations
 
 import os
 import pathlib
-import time
 
 import pytest
 
-from localkube import controlplane, hoststate, layout as localkube_layout
-from tests.support import chart_release
-from tests.support.diagnostics import print_events, print_operator_pod_logs, fresh_namespace_name
+from localkube import controlplane, layout as localkube_layout
+from tests.support import chart_release, shared_real_nodes
+from tests.support.diagnostics import print_events, print_operator_pod_logs, print_tail, fresh_namespace_name
 from tests.support.finalizers import release_finalizers
 
 SUBSTRATE_LOGS = ("kube-apiserver", "kube-controller-manager", "node-agent", "minio", "operator")
 PER_NAMESPACE_LOGS = ("operator-{namespace}*",)  # one per operator replica
-DUMP_TAIL_BYTES = 6000
 EXTERNAL = os.environ.get("E2E_TARGET") in ("external", "kind")
 REAL_NODES_ROOT = localkube_layout.REAL_NODES_TEST_ROOT
 
@@ -58,26 +56,25 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session")
-def host_before():
-    """The host as found, before the session's real nodes start."""
-    return hoststate.snapshot()
+def real_nodes_use():
+    """Real nodes (`localkube up --nodes real`), rooted in <checkout>/.localkube/realnodes-test,
+    so that the checkout's own instance (`make up`) and the node agent's test instance can run
+    beside it; shared with the other pytest runs of `make test` that use it at the same time
+    (tests/support/shared_real_nodes.py); `make down` stops it too. tests/nodes/test_real_nodes.py
+    takes it down after everything else on it, to check the host."""
+    with shared_real_nodes.used(REAL_NODES_ROOT) as use:
+        yield use
 
 
 @pytest.fixture(scope="session")
-def real_nodes(host_before):
-    """Real nodes (`localkube up --nodes real`), once per session, in an instance of their own
-    rooted in <checkout>/.localkube/realnodes-test, so that the checkout's own instance (`make
-    up`) and the node agent's test instance can run beside it; `make down` stops it too.
-    tests/nodes/test_real_nodes.py takes it down after everything else on it, to check the host."""
-    from tests.support import measured
+def real_nodes(real_nodes_use):
+    return real_nodes_use.where
 
-    REAL_NODES_ROOT.mkdir(parents=True, exist_ok=True)
-    where = localkube_layout.current(REAL_NODES_ROOT)
-    started = time.monotonic()
-    controlplane.up(where, nodes="real")
-    measured.report(f"real nodes: control plane and three Ready nodes up in {time.monotonic() - started:.1f}s")
-    yield where
-    controlplane.down(where)
+
+@pytest.fixture(scope="session")
+def host_before(real_nodes_use):
+    """The host as found, before the real nodes started."""
+    return real_nodes_use.host_before()
 
 
 @pytest.fixture(scope="session")
@@ -183,18 +180,11 @@ def dump_diagnostics(where, core, namespace: str) -> None:
         print_operator_pod_logs(os.environ.get("E2E_OPERATOR_NAMESPACE", "etcd-operator"))
         return
     for name in SUBSTRATE_LOGS:
-        _print_tail(where.logs_dir / f"{name}.log")
+        print_tail(where.logs_dir / f"{name}.log")
     for pattern in PER_NAMESPACE_LOGS:
         for log in sorted(where.logs_dir.glob(f"{pattern.format(namespace=namespace)}.log")):
-            _print_tail(log)
+            print_tail(log)
     pod_logs = where.state_dir / "pods" / namespace
     if pod_logs.exists():
         for log in sorted(pod_logs.rglob("*.log")):
-            _print_tail(log)
-
-
-def _print_tail(path: pathlib.Path) -> None:
-    if not path.exists():
-        return
-    data = path.read_bytes()[-DUMP_TAIL_BYTES:].decode(errors="replace")
-    print(f"----- tail of {path} -----\n{data}")
+            print_tail(log)

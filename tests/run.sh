@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# `make test`: three pytest runs side by side, each on what is its own, so that the second core
-# works while the others wait on clusters:
-#   - the tests on the node agent's substrate (its own instance), reported here as they run;
-#   - the tests on the real nodes (their own instance), reported after;
+# `make test`: three pytest runs side by side, so that the second core works while the others
+# wait on clusters:
+#   - the tests with operator processes on the host (marked substrate): first those against the
+#     real nodes (tests/nodes/host_operator), then those on the node agent's substrate (its own
+#     instance); reported here as they run;
+#   - the tests on the real nodes with the chart's release, reported after; the two runs share
+#     the real-node instance (tests/support/shared_real_nodes.py);
 #   - the pure tests (unit, simulator, image and checker; no substrate), niced, reported last.
 # With arguments, one pytest run of exactly those, as before.
 #

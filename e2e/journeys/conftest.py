@@ -14,10 +14,8 @@ import pytest
 
 from tests.support import chart_release
 from tests.support.finalizers import release_finalizers
-from tests.support.helm import CHART
 from tests.support.journeys import JOURNEYS, journey_namespace
-from tests.support.kubectl import kubectl, kubectl_json
-from tests.support.waiting import wait_for
+from tests.support.kubectl import kubectl
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,16 +29,10 @@ class Operator:
         return self.release or "etcd-operator"
 
     def replicas(self) -> int:
-        return kubectl_json("get", f"deployment/{self.deployment}", "-n", self.namespace)["spec"]["replicas"]
+        return chart_release.replicas(self.deployment, self.namespace)
 
     def scale(self, replicas: int) -> None:
-        kubectl("scale", f"deployment/{self.deployment}", "-n", self.namespace, f"--replicas={replicas}")
-        if replicas:
-            kubectl("rollout", "status", f"deployment/{self.deployment}", "-n", self.namespace, "--timeout=180s")
-        else:
-            wait_for(lambda: not kubectl("get", "pods", "-n", self.namespace, "-o", "name",
-                                         "-l", f"app.kubernetes.io/name={CHART.name}").stdout.strip(),
-                     120, what="the operator's pods gone")
+        chart_release.scale(replicas, self.deployment, self.namespace)
 
     def install(self) -> None:
         """The session's release installed again, as operator_release installs it."""

@@ -477,7 +477,7 @@ def dns_answers(server: str, name: str) -> bool:
     return len(reply) >= 12 and reply[3] & 0x0F == 0 and struct.unpack(">H", reply[6:8])[0] > 0
 
 
-def _api_get(layout: Layout, path: str) -> dict | None:
+def api_get(layout: Layout, path: str) -> dict | None:
     import urllib.error
     import urllib.request
 
@@ -493,7 +493,7 @@ def ready_nodes(layout: Layout, heard_since: dict[str, float] | None = None) -> 
     """The nodes whose Ready condition is True; a node named in `heard_since` counts only once
     its kubelet reported at or after that time (whole seconds, as the API keeps it): a kubelet
     just started again finds its Node still Ready from before it stopped."""
-    listing = _api_get(layout, "/api/v1/nodes") or {"items": []}
+    listing = api_get(layout, "/api/v1/nodes") or {"items": []}
     ready = set()
     for node in listing["items"]:
         name = node["metadata"]["name"]

@@ -179,7 +179,8 @@ def _is_another_checkouts(item: str) -> bool:
 
 
 @pytest.mark.real_nodes(takes_them_down=True)
-def test_down_gives_the_host_back_as_found(real_nodes, host_before):
+def test_down_gives_the_host_back_as_found(real_nodes_use, real_nodes, host_before):
+    real_nodes_use.wait_until_only_user()
     during = hoststate.snapshot()
     assert [link for link in during["links"] if _is_ours(link, real_nodes)]  # the nodes did change the host
     assert controlplane.down(real_nodes) == []

@@ -12,6 +12,7 @@ import pytest
 from etcd_operator.etcd.client import EtcdError, EtcdMemberClient
 from etcd_operator.faults import AFTER_SCRATCH_POD_RECORDED
 from localkube import controlplane, layout as localkube_layout, processes
+from tests.support.backups import apply_backup, fill, get_backup
 from tests.support.clusters import FAST_RECOVERY, apply_cluster, member_endpoints, wait_healthy
 from tests.support.kubectl import kubectl, kubectl_json
 from tests.support.operator_process import OperatorProcess
@@ -20,8 +21,6 @@ from tests.support.s3 import (create_credentials_secret, list_keys, pending_uplo
 from tests.support.waiting import wait_for, wait_for_holding
 
 pytestmark = pytest.mark.substrate
-GROUP = "etcd.operator.dev/v1alpha1"
-
 
 
 @pytest.fixture
@@ -30,23 +29,6 @@ def cluster(substrate, namespace, operator):
     wait_healthy(namespace, "db", 3)
     create_credentials_secret(substrate, namespace)
     return "db"
-
-
-def fill(endpoints: list[str], count: int, value_size: int, prefix: str = "/data/") -> None:
-    async def write():
-        async with EtcdMemberClient(endpoints[0], timeout=10) as client:
-            for i in range(count):
-                await client.put(f"{prefix}{i:06}".encode(), (f"{i:06}" * (value_size // 6 + 1))[:value_size].encode())
-    asyncio.run(write())
-
-
-def apply_backup(namespace: str, name: str, spec: dict) -> None:
-    kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": GROUP, "kind": "EtcdBackup",
-                                                  "metadata": {"name": name, "namespace": namespace}, "spec": spec}))
-
-
-def get_backup(namespace: str, name: str) -> dict:
-    return kubectl_json("get", "etcdbackup", name, "-n", namespace)
 
 
 def condition(obj: dict, type_: str) -> dict:

@@ -10,7 +10,8 @@ import json
 import pytest
 
 from localkube import controlplane
-from tests.substrate.test_backup import apply_backup, condition, get_backup
+from tests.support.backups import apply_backup, get_backup
+from tests.substrate.test_backup import condition
 from tests.support.clusters import apply_cluster, wait_healthy
 from tests.support.kubectl import kubectl, kubectl_json
 from tests.support.operator_process import OperatorProcess

@@ -20,7 +20,8 @@ from etcd_operator.cluster import builders, network_policy
 from etcd_operator.cluster.spec import ClusterSpec
 from etcd_operator.restore import builders as restore_builders
 from localkube import controlplane
-from tests.substrate.test_backup import GROUP, apply_backup, get_backup
+from tests.support.backups import apply_backup, get_backup
+from tests.support.clusters import GROUP
 from tests.support.clusters import apply_cluster, wait_healthy
 from tests.support.kubectl import kubectl
 from tests.support.recording_proxy import RecordingProxy

@@ -27,10 +27,9 @@ from tests.support.clusters import apply_cluster, condition, get_cluster, member
 from tests.support.clusters import FAST_RECOVERY, wait_condition, wait_healthy
 from tests.support.etcd_probes import _LoopThread
 from tests.support.etcd_process import free_port
-from tests.support.kubectl import kubectl, kubectl_json
+from tests.support.kubectl import kubectl, kubectl_json, secret_bytes
 from tests.support.s3 import create_credentials_secret, s3_storage_spec
-from tests.substrate.test_backup import apply_backup, get_backup
-from tests.substrate.test_restore import apply_restore, wait_phase
+from tests.support.backups import apply_backup, apply_restore, get_backup, wait_phase
 from tests.support.operator_process import OperatorProcess
 from tests.support.waiting import wait_for
 
@@ -67,11 +66,6 @@ def secret_files(namespace: str, name: str, directory) -> dict[str, str]:
         path.chmod(0o600)
         paths[key] = str(path)
     return paths
-
-
-def secret_bytes(namespace: str, name: str) -> dict[str, bytes]:
-    data = kubectl_json("get", "secret", name, "-n", namespace)["data"]
-    return {k: base64.b64decode(v) for k, v in data.items()}
 
 
 def member_urls(namespace: str) -> list[str]:

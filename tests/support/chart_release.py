@@ -14,8 +14,10 @@ import os
 import pathlib
 import tempfile
 
+from tests.support import claims
 from tests.support.helm import CHART, helm
-from tests.support.kubectl import kubectl
+from tests.support.kubectl import kubectl, kubectl_json
+from tests.support.waiting import wait_for
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 RELEASE = "etcd-operator"
@@ -67,13 +69,24 @@ def uninstall(kubeconfig: os.PathLike | str) -> None:
         delete_namespace(NAMESPACE)
 
 
+def replicas(release: str = RELEASE, namespace: str = NAMESPACE) -> int:
+    return kubectl_json("get", f"deployment/{release}", "-n", namespace)["spec"]["replicas"]
+
+
+def scale(replicas: int, release: str = RELEASE, namespace: str = NAMESPACE) -> None:
+    """Scales the release's Deployment and waits: rolled out, or every operator pod gone."""
+    kubectl("scale", f"deployment/{release}", "-n", namespace, f"--replicas={replicas}")
+    if replicas:
+        kubectl("rollout", "status", f"deployment/{release}", "-n", namespace, "--timeout=180s")
+    else:
+        wait_for(lambda: not kubectl("get", "pods", "-n", namespace, "-o", "name",
+                                     "-l", f"app.kubernetes.io/name={CHART.name}").stdout.strip(),
+                 120, what="the operator's pods gone")
+
+
 def release_logs(release: str = RELEASE, namespace: str = NAMESPACE) -> str:
     """The whole logs of a release's operator pods, one after the other."""
     return kubectl("logs", "-n", namespace, "-l", f"app.kubernetes.io/instance={release}", "--tail=-1").stdout
-
-
-# The label a shard release selects on (SHARD_SELECTOR `<key>=<release>`).
-SHARD_LABEL = "etcd.operator.dev/test-shard"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,13 +95,8 @@ class ShardRelease:
     name: str
 
     def claim(self, manifest: dict) -> dict:
-        """The manifest with the shard's label and its finalizer already set: the session's
-        unsharded release leaves an object another instance holds (etcd_operator/shard.py),
-        and holding it from its creation on leaves no moment in which both could take it."""
-        meta = manifest.setdefault("metadata", {})
-        meta.setdefault("labels", {})[SHARD_LABEL] = self.name
-        meta["finalizers"] = [f"etcd.operator.dev/finalizer-{self.name}"]
-        return manifest
+        """The manifest held by this release from its creation on (tests/support/claims.py)."""
+        return claims.claim(manifest, self.name)
 
     def logs(self) -> str:
         """The log of the release's one operator pod (the container's whole log)."""
@@ -99,11 +107,11 @@ class ShardRelease:
 def shard_release(kubeconfig: os.PathLike | str, name: str, namespaces: list[str], env: dict[str, str],
                   values: dict | None = None):
     """The chart installed once more, as release and namespace `name`: one replica, shard
-    `name` selecting `SHARD_LABEL=name`, watching `namespaces`, with `env` added to the
+    `name` selecting `claims.SHARD_LABEL=name`, watching `namespaces`, with `env` added to the
     operator's and `values` over the chart's. On the way out the objects it holds there are
     deleted (it removes its finalizers) before it is uninstalled."""
     values = {"replicas": 1, "watchNamespaces": namespaces,
-              "shard": {"name": name, "selector": f"{SHARD_LABEL}={name}"},
+              "shard": {"name": name, "selector": claims.shard_env(name)["SHARD_SELECTOR"]},
               "extraEnv": [{"name": k, "value": v} for k, v in env.items()], **(values or {})}
     with kubeconfig_env(kubeconfig), tempfile.NamedTemporaryFile("w", suffix=".json") as file:
         json.dump(values, file)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from etcd_operator.cluster import naming
+from tests.support.claims import claimed
 from tests.support.kubectl import kubectl, kubectl_json
 from tests.support.waiting import wait_for
 
@@ -21,7 +22,7 @@ def apply_cluster(namespace: str, name: str, spec: dict) -> None:
     spec = {**PLAINTEXT, **spec}
     manifest = {"apiVersion": GROUP, "kind": "EtcdCluster",
                 "metadata": {"name": name, "namespace": namespace}, "spec": spec}
-    kubectl("apply", "-f", "-", input=json.dumps(manifest))
+    kubectl("apply", "-f", "-", input=json.dumps(claimed(manifest)))
 
 
 def patch_spec(namespace: str, name: str, spec: dict) -> None:

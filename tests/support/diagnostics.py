@@ -3,7 +3,10 @@ conftests."""
 
 from __future__ import annotations
 
+import pathlib
 import uuid
+
+TAIL_BYTES = 6000
 
 
 def print_events(core, namespace: str) -> None:
@@ -24,6 +27,13 @@ def print_operator_pod_logs(operator_namespace: str, tail: int = 80) -> None:
     logs = kubectl("logs", "-n", operator_namespace, "-l", "app.kubernetes.io/name=etcd-operator",
                    "--all-containers", "--prefix", f"--tail={tail}", check=False)
     print(f"----- operator pods in {operator_namespace} -----\n{logs.stdout}{logs.stderr}")
+
+
+def print_tail(path: pathlib.Path, size: int = TAIL_BYTES) -> None:
+    """The last `size` bytes of a log file, if it exists."""
+    if path.exists():
+        data = path.read_bytes()[-size:].decode(errors="replace")
+        print(f"----- tail of {path} -----\n{data}")
 
 
 def fresh_namespace_name(prefix: str, test_name: str) -> str:

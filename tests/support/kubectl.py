@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -22,3 +23,9 @@ def kubectl(*args: str, input: str | None = None, check: bool = True) -> subproc
 
 def kubectl_json(*args: str) -> dict:
     return json.loads(kubectl(*args, "-o", "json").stdout)
+
+
+def secret_bytes(namespace: str, name: str) -> dict[str, bytes]:
+    """A Secret's data, decoded."""
+    data = kubectl_json("get", "secret", name, "-n", namespace)["data"]
+    return {k: base64.b64decode(v) for k, v in data.items()}

@@ -1,6 +1,10 @@
 """The operator as a real subprocess against the substrate, one per test, watching only
 the test's namespace. Fault points can be enabled to kill it at a chosen step. Several
-replicas of one namespace (leader election) get an `identity` each, with its own log."""
+replicas of one namespace (leader election) get an `identity` each, with its own log.
+
+On real nodes (`resolver`: their DNS address) it runs as on a node: with the host's network,
+which routes pod IPs, and in a mount namespace of its own whose /etc/resolv.conf names that
+DNS, so members' names resolve whichever checkout owns the host's resolver."""
 
 from __future__ import annotations
 
@@ -19,7 +23,8 @@ from tests.support.processes import stop_gracefully
 
 class OperatorProcess:
     def __init__(self, substrate: Layout, namespace: str, kubeconfig: pathlib.Path | None = None,
-                 identity: str | None = None, env: dict[str, str] | None = None, python: str | None = None):
+                 identity: str | None = None, env: dict[str, str] | None = None, python: str | None = None,
+                 resolver: str | None = None):
         self.substrate = substrate
         # Another interpreter (e.g. a production install's) runs isolated (-I): its own
         # installed package, not this checkout's through PYTHONPATH or the working directory.
@@ -32,6 +37,15 @@ class OperatorProcess:
         self.log_path = substrate.logs_dir / f"operator-{namespace}{suffix}.log"
         self.process: subprocess.Popen | None = None
         self.health_port = free_port()
+        if resolver:
+            self.command = self._with_resolver(resolver) + self.command
+
+    def _with_resolver(self, resolver: str) -> list[str]:
+        resolv_conf = self.substrate.run_dir / f"operator-{self.namespace}-resolv.conf"
+        resolv_conf.write_text(f"nameserver {resolver}\nsearch cluster.local\noptions ndots:5\n")
+        # unshare execs sh, which execs the operator: the Popen's pid is the operator's.
+        return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
+                'mount --bind "$0" /etc/resolv.conf && exec "$@"', str(resolv_conf)]
 
     def start(self, faults: str = "") -> "OperatorProcess":
         env = {

@@ -19,7 +19,7 @@ def node(name: str, status: str, heartbeat: str) -> dict:
 @pytest.fixture
 def nodes(monkeypatch):
     listing = {"items": []}
-    monkeypatch.setattr(realnodes, "_api_get", lambda layout, path: listing)
+    monkeypatch.setattr(realnodes, "api_get", lambda layout, path: listing)
     return listing["items"]
 
 

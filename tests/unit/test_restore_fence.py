@@ -170,7 +170,7 @@ def test_the_observation_lists_the_pvcs_set_aside_from_the_target():
     assert ("persistentvolumeclaims", f"{builders.LABEL_PRESERVED_FROM}=keep") in api.selectors
 
 
-# --- the fault point the substrate test uses (tests/substrate/test_restore.py) -----------
+# --- the fault point the substrate test uses (tests/nodes/host_operator/test_restore.py) -----------
 
 def test_a_stalled_pass_waits_until_an_async_condition_holds(monkeypatch):
     from etcd_operator import faults

@@ -1,8 +1,9 @@
-"""Monitoring on the real substrate, on one shared 3-member cluster: the metric names the
+"""Monitoring on the real nodes, on one shared 3-member cluster: the metric names the
 shipped rules and dashboard use are really exposed by the operator and a member; a Prometheus
 server from testbin scrapes both through file service discovery and shows the shipped
 EtcdMembersDown alert firing while a member is stopped and resolved once it is back; the
-operator's anomaly detection sees a database near its quota in a member's real metrics."""
+operator's anomaly detection sees a database near its quota in a member's real metrics. The
+operator is a process on the host; Prometheus scrapes it on loopback and the members by pod IP."""
 
 from __future__ import annotations
 
@@ -20,8 +21,11 @@ import yaml
 from etcd_operator.cluster import naming
 from etcd_operator.etcd.client import EtcdMemberClient
 from tests.support import monitoring
+from tests.support.backups import apply_backup
+from tests.support.chart_release import restricted_namespace
 from tests.support.clusters import apply_cluster, condition, events, get_cluster, member_pods, wait_healthy
 from tests.support.etcd_process import free_port
+from tests.support.finalizers import release_finalizers
 from tests.support.processes import stop_gracefully
 from tests.support.kubectl import kubectl
 from tests.support.operator_process import OperatorProcess
@@ -34,20 +38,19 @@ QUOTA = 16 * 1024 * 1024  # the smallest the CRD allows
 
 
 @pytest.fixture(scope="module")
-def monitored(substrate):
+def monitored(operator_process, kubectl_on_real_nodes, kube_api):
     """A namespace, an operator scraping member metrics every 3 s, and a healthy cluster."""
-    ns = f"t-monitoring-{uuid.uuid4().hex[:5]}"
-    kubectl("create", "namespace", ns)
-    operator = OperatorProcess(substrate, ns, env={"MEMBER_METRICS_INTERVAL_SECONDS": "3"}).start()
+    ns = f"h-monitoring-{uuid.uuid4().hex[:5]}"
+    restricted_namespace(ns)
+    operator = operator_process(ns, env={"MEMBER_METRICS_INTERVAL_SECONDS": "3"}).start()
     try:
         apply_cluster(ns, CLUSTER, {"size": 3, "storage": {"size": "1Gi"}, "etcd": {"quotaBackendBytes": QUOTA}})
         wait_healthy(ns, CLUSTER, 3)
         yield ns, operator
     finally:
         operator.stop()
-        kubectl("patch", "etcdcluster", CLUSTER, "-n", ns, "--type=merge", "-p",
-                json.dumps({"metadata": {"finalizers": None}}), check=False)
         kubectl("delete", "namespace", ns, "--wait=false", check=False)
+        release_finalizers(kube_api, ns)
 
 
 def http_text(url: str) -> str:
@@ -60,7 +63,7 @@ def running_pods(ns: str) -> list[dict]:
             if (p.get("status") or {}).get("podIP") and not p["metadata"].get("deletionTimestamp")]
 
 
-def test_monitoring_objects_pass_server_side_dry_run_against_the_prometheus_operator_crds(substrate):
+def test_monitoring_objects_pass_server_side_dry_run_against_the_prometheus_operator_crds(kubectl_on_real_nodes):
     for crd in monitoring.prometheus_operator_crds():
         kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crd))
     kubectl("wait", "--for=condition=Established", "--timeout=60s",
@@ -137,9 +140,7 @@ def prometheus(monitored, tmp_path):
         print((tmp_path / "prometheus.log").read_text()[-4000:])
 
 
-def test_prometheus_sees_the_members_down_alert_fire_and_resolve(monitored, prometheus):
-    from nodeagent import faults
-
+def test_prometheus_sees_the_members_down_alert_fire_and_resolve(monitored, prometheus, container_faults):
     ns, _ = monitored
     # Both kinds of target are scraped: three members report a leader, the operator its view.
     wait_for(lambda: prometheus.api("query", query=f'count(etcd_server_has_leader{{namespace="{ns}"}} == 1)')
@@ -149,13 +150,13 @@ def test_prometheus_sees_the_members_down_alert_fire_and_resolve(monitored, prom
     assert prometheus.firing("EtcdMembersDown", ns) == []
 
     victim = running_pods(ns)[-1]["metadata"]["name"]
-    faults.freeze_container(ns, victim, "etcd")  # the member stops answering, as a hung process would
+    container_faults.freeze_container(ns, victim, "etcd")  # the member stops answering, as a hung process would
     try:
         alert = wait_for(lambda: prometheus.firing("EtcdMembersDown", ns), 120, interval=1.0,
                          what="EtcdMembersDown firing")[0]
         assert alert["labels"]["cluster"] == CLUSTER and alert["labels"]["severity"] == "warning"
     finally:
-        faults.thaw_container(ns, victim, "etcd")
+        container_faults.thaw_container(ns, victim, "etcd")
     wait_healthy(ns, CLUSTER, 3)
     wait_for(lambda: prometheus.firing("EtcdMembersDown", ns) == [], 60, interval=1.0,
              what="EtcdMembersDown resolved")
@@ -208,15 +209,13 @@ def series_of(operator: OperatorProcess, name: str, **labels: str) -> list[float
             if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())]
 
 
-def test_backup_freshness_comes_from_status_and_deleted_objects_lose_their_series(substrate, monitored):
+def test_backup_freshness_comes_from_status_and_deleted_objects_lose_their_series(real_nodes, monitored):
     """Last in this module: it restarts the operator and deletes the cluster."""
     from tests.support.s3 import create_credentials_secret, s3_storage_spec
 
     ns, operator = monitored
-    create_credentials_secret(substrate, ns)
-    kubectl("apply", "-f", "-", input=json.dumps({
-        "apiVersion": "etcd.operator.dev/v1alpha1", "kind": "EtcdBackup", "metadata": {"name": "once", "namespace": ns},
-        "spec": {"clusterRef": {"name": CLUSTER}, "storage": s3_storage_spec(substrate, f"tests/{ns}")}}))
+    create_credentials_secret(real_nodes, ns)
+    apply_backup(ns, "once", {"clusterRef": {"name": CLUSTER}, "storage": s3_storage_spec(real_nodes, f"tests/{ns}")})
     finished = wait_for(lambda: json.loads(kubectl("get", "etcdbackup", "once", "-n", ns, "-o", "json").stdout)
                         ["status"].get("lastSuccessfulTime"), 120, what="backup completed")
     expected = datetime.datetime.fromisoformat(finished.replace("Z", "+00:00")).timestamp()

@@ -1,6 +1,7 @@
 """The shipped RBAC is enough, and no verb in it is spare: the operator runs create,
 scale, backup and restore with only a ServiceAccount bound to deploy/rbac.yaml's rules,
-and fails when one needed verb is taken away."""
+and fails when one needed verb is taken away. On the real nodes, with the operator as a
+process on the host authenticating with the ServiceAccount's token."""
 
 from __future__ import annotations
 
@@ -12,20 +13,18 @@ import pytest
 import yaml
 
 from localkube import controlplane
-from tests.substrate.test_backup import apply_backup, get_backup
-from tests.substrate.test_restore import apply_restore, get_restore
+from localkube.layout import REPO_ROOT
+from tests.support.backups import apply_backup, apply_restore, get_backup, get_restore
 from tests.support.clusters import apply_cluster, get_cluster, patch_spec, wait_healthy
 from tests.support.kubectl import kubectl
-from tests.support.operator_process import OperatorProcess
 from tests.support.s3 import create_credentials_secret, s3_storage_spec
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.substrate
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def shipped_rules() -> list[dict]:
-    docs = yaml.safe_load_all((ROOT / "deploy" / "rbac.yaml").read_text())
+    docs = yaml.safe_load_all((REPO_ROOT / "deploy" / "rbac.yaml").read_text())
     return next(d for d in docs if d["kind"] == "ClusterRole")["rules"]
 
 
@@ -37,7 +36,7 @@ def without(rules: list[dict], resource: str, verb: str) -> list[dict]:
     return [r for r in trimmed if r["verbs"]]
 
 
-def service_account_kubeconfig(substrate, namespace: str, rules: list[dict], tmp_path: pathlib.Path) -> pathlib.Path:
+def service_account_kubeconfig(real_nodes, namespace: str, rules: list[dict], tmp_path: pathlib.Path) -> pathlib.Path:
     role = f"rbac-test-{namespace}"
     objects = [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "operator", "namespace": namespace}},
@@ -48,16 +47,16 @@ def service_account_kubeconfig(substrate, namespace: str, rules: list[dict], tmp
          "subjects": [{"kind": "ServiceAccount", "name": "operator", "namespace": namespace}]},
     ]
     kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
-    return token_kubeconfig(substrate, namespace, tmp_path)
+    return token_kubeconfig(real_nodes, namespace, tmp_path)
 
 
-def token_kubeconfig(substrate, namespace: str, tmp_path: pathlib.Path) -> pathlib.Path:
+def token_kubeconfig(real_nodes, namespace: str, tmp_path: pathlib.Path) -> pathlib.Path:
     """A kubeconfig that authenticates as the ServiceAccount `operator` of `namespace`."""
     token = kubectl("create", "token", "operator", "-n", namespace, "--duration=1h").stdout.strip()
     config = {
         "apiVersion": "v1", "kind": "Config", "current-context": "sa",
-        "clusters": [{"name": "local", "cluster": {"server": controlplane.apiserver_url(substrate),
-                                                   "certificate-authority": str(substrate.pki_dir / "ca.crt")}}],
+        "clusters": [{"name": "local", "cluster": {"server": controlplane.apiserver_url(real_nodes),
+                                                   "certificate-authority": str(real_nodes.pki_dir / "ca.crt")}}],
         "users": [{"name": "operator", "user": {"token": token}}],
         "contexts": [{"name": "sa", "context": {"cluster": "local", "user": "operator"}}],
     }
@@ -73,17 +72,17 @@ def cleanup_cluster_roles(namespace):
 
 
 def test_the_shipped_rules_are_enough_for_create_scale_backup_and_restore(
-        substrate, namespace, tmp_path, cleanup_cluster_roles):
-    kubeconfig = service_account_kubeconfig(substrate, namespace, shipped_rules(), tmp_path)
-    operator = OperatorProcess(substrate, namespace, kubeconfig).start()
+        real_nodes, operator_process, namespace, tmp_path, cleanup_cluster_roles):
+    kubeconfig = service_account_kubeconfig(real_nodes, namespace, shipped_rules(), tmp_path)
+    operator = operator_process(namespace, kubeconfig=kubeconfig).start()
     try:
         apply_cluster(namespace, "rb", {"size": 1, "storage": {"size": "1Gi"}})
         wait_healthy(namespace, "rb", 1)
         patch_spec(namespace, "rb", {"size": 2})
         wait_healthy(namespace, "rb", 2)
-        create_credentials_secret(substrate, namespace)
+        create_credentials_secret(real_nodes, namespace)
         apply_backup(namespace, "b", {"clusterRef": {"name": "rb"},
-                                      "storage": s3_storage_spec(substrate, f"tests/{namespace}")})
+                                      "storage": s3_storage_spec(real_nodes, f"tests/{namespace}")})
         wait_for(lambda: get_backup(namespace, "b")["status"].get("phase") == "Completed", 120, what="backup")
         apply_restore(namespace, "r", {"source": {"backupRef": {"name": "b"}},
                                        "target": {"newCluster": {"name": "rb2", "spec": {"size": 1}}}})
@@ -100,9 +99,9 @@ def test_the_shipped_rules_are_enough_for_create_scale_backup_and_restore(
     ("poddisruptionbudgets", "create"),
 ])
 def test_taking_one_needed_verb_away_makes_the_operator_fail(
-        substrate, namespace, tmp_path, cleanup_cluster_roles, resource, verb):
-    kubeconfig = service_account_kubeconfig(substrate, namespace, without(shipped_rules(), resource, verb), tmp_path)
-    operator = OperatorProcess(substrate, namespace, kubeconfig).start()
+        real_nodes, operator_process, namespace, tmp_path, cleanup_cluster_roles, resource, verb):
+    kubeconfig = service_account_kubeconfig(real_nodes, namespace, without(shipped_rules(), resource, verb), tmp_path)
+    operator = operator_process(namespace, kubeconfig=kubeconfig).start()
     try:
         apply_cluster(namespace, "rb", {"size": 1, "storage": {"size": "1Gi"}})
         wait_for(lambda: "Forbidden" in operator.log_text() or "403" in operator.log_text(), 60,

@@ -1,6 +1,7 @@
 """The operator must not destroy healthy data: states that look bad but leave every member
-and its data intact (a full database, a member pod that ended) are repaired in place,
-never by quorum recovery or member replacement."""
+and its data intact (a full database, a pod spec the API server refuses) are repaired in
+place, never by quorum recovery, member replacement or a member's pod taken away. On the real
+nodes, with the operator as a process on the host."""
 
 from __future__ import annotations
 
@@ -8,11 +9,9 @@ import dataclasses
 import time
 
 import pytest
-from kubernetes import client, watch
 
 from etcd_operator.cluster import naming
-from nodeagent import faults
-from etcd_operator.etcd.client import EtcdError
+from tests.support.cluster_view import DESTRUCTIVE_EVENTS, ClusterView, hex_ids
 from tests.support.clusters import apply_cluster, condition, is_healthy, patch_spec, wait_healthy
 from tests.support.etcd_data import (ALARM_NOSPACE, alarms, fill_history_until_nospace, member_ids, put_key,
                                      put_markers, read_keys)
@@ -21,62 +20,10 @@ from tests.support.waiting import holds_throughout, wait_for, wait_for_holding
 
 pytestmark = pytest.mark.substrate
 
-GROUP, VERSION = "etcd.operator.dev", "v1alpha1"
 QUOTA = 16 * 1024 * 1024
 QUORUM_LOSS_TIMEOUT = 30
 OBSERVATION_MARGIN = 30
-DESTRUCTIVE_EVENTS = {"QuorumRecoveryStarted", "MemberRemoved", "MemberReplaced", "MemberRolling"}
 SPACE_RECOVERY_EVENTS = ["NoSpaceAlarmDetected", "RevisionsCompacted", "MemberDefragmented", "NoSpaceAlarmDisarmed"]
-
-
-@dataclasses.dataclass(frozen=True)
-class Identity:
-    """Who the cluster's members are: etcd member IDs, pod and PVC UIDs by name."""
-
-    members: frozenset[int] | None  # None: no member answered
-    pods: dict[str, str]
-    pvcs: dict[str, str]
-
-
-class ClusterView:
-    """Reads one EtcdCluster, its pods, PVCs, events and etcd member list."""
-
-    def __init__(self, kube_api, namespace: str, name: str):
-        self.core = client.CoreV1Api(kube_api)
-        self.custom = client.CustomObjectsApi(kube_api)
-        self.namespace, self.name = namespace, name
-        self.selector = naming.label_selector(naming.selector_labels(name))
-
-    def cluster(self) -> dict:
-        return self.custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, "etcdclusters", self.name)
-
-    def pods(self) -> list:
-        return self.core.list_namespaced_pod(self.namespace, label_selector=self.selector).items
-
-    def pvcs(self) -> dict[str, str]:
-        items = self.core.list_namespaced_persistent_volume_claim(self.namespace, label_selector=self.selector).items
-        return {p.metadata.name: p.metadata.uid for p in items}
-
-    def serving_endpoints(self) -> list[str]:
-        """Client endpoints of the member pods that run (not ended, not being deleted)."""
-        return sorted(f"{p.status.pod_ip}:{naming.CLIENT_PORT}" for p in self.pods()
-                      if p.status.phase == "Running" and p.status.pod_ip and not p.metadata.deletion_timestamp)
-
-    def identity(self) -> Identity:
-        pods = {p.metadata.name: p.metadata.uid for p in self.pods()}
-        try:
-            members = member_ids(self.serving_endpoints())
-        except EtcdError:
-            members = None
-        return Identity(members, pods, self.pvcs())
-
-    def event_reasons(self, kind: str | None = None) -> set[str]:
-        events = self.core.list_namespaced_event(self.namespace, field_selector=f"involvedObject.name={self.name}")
-        return {e.reason for e in events.items if kind is None or e.type == kind}
-
-
-def hex_ids(ids: frozenset[int] | None) -> list[str] | None:
-    return None if ids is None else sorted(f"{i:x}" for i in ids)
 
 
 def test_nospace_alarm_is_remediated_in_place(kube_api, namespace, operator):
@@ -138,55 +85,6 @@ def test_nospace_alarm_is_remediated_in_place(kube_api, namespace, operator):
     assert view.identity().members == before.members
     assert read_keys(view.serving_endpoints(), list(markers)) == markers
     assert read_keys(view.serving_endpoints(), ["/after/nospace"]) == {"/after/nospace": "written"}
-
-
-def test_failed_member_pod_restarts_on_its_data(kube_api, namespace, operator):
-    name = "ev"
-    victim = naming.member_name(name, 1)
-    # A member unhealthy for 60 s is replaced; one that only lost its pod must be back before, on its data.
-    apply_cluster(namespace, name, {"size": 3, "storage": {"size": "1Gi"},
-                                    "recovery": {"memberUnhealthyTimeout": "60s"}})
-    wait_healthy(namespace, name, 3)
-    view = ClusterView(kube_api, namespace, name)
-    before = view.identity()
-    assert len(before.members) == 3 and victim in before.pods, before
-    markers = put_markers(view.serving_endpoints(), "/marker/", 5)
-
-    since = view.core.read_namespaced_pod(victim, namespace).metadata.resource_version
-    faults.evict(namespace, victim)
-    # Watched, not polled: the operator restarts a Failed pod within a moment of the event.
-    evicted = next((e["object"] for e in watch.Watch().stream(
-        view.core.list_namespaced_pod, namespace, field_selector=f"metadata.name={victim}",
-        resource_version=since, timeout_seconds=60)
-        if e["object"].metadata.uid == before.pods[victim] and e["object"].status.phase == "Failed"), None)
-    assert evicted is not None, f"{victim} never went Failed"
-    assert evicted.status.reason == "Evicted" and evicted.metadata.uid == before.pods[victim]
-
-    def same_members_and_data() -> None:
-        now = view.identity()
-        if now.members is not None:
-            assert now.members == before.members, \
-                f"member list changed: {hex_ids(before.members)} -> {hex_ids(now.members)}"
-        assert now.pvcs == before.pvcs, f"member PVCs changed: {before.pvcs} -> {now.pvcs}"
-        destructive = view.event_reasons() & DESTRUCTIVE_EVENTS
-        assert not destructive, f"destructive events for an evicted member: {sorted(destructive)}"
-
-    def back_on_its_data():
-        pods = {p.metadata.name: p for p in view.pods()}
-        pod = pods.get(victim)
-        if pod is None or pod.metadata.uid == before.pods[victim] or pod.status.phase != "Running":
-            return None
-        obj = view.cluster()
-        return obj if is_healthy(obj, 3) else None
-    obj = wait_for_holding(back_on_its_data, same_members_and_data, 240, interval=2.0,
-                           what=f"{victim} recreated and the cluster healthy with 3 members")
-
-    after = view.identity()
-    assert after.members == before.members
-    assert after.pvcs == before.pvcs
-    assert after.pods[victim] != before.pods[victim]
-    assert {m["name"] for m in obj["status"]["members"]} == set(before.pods)
-    assert read_keys(view.serving_endpoints(), list(markers)) == markers
 
 
 MISSING_PRIORITY_CLASS = "no-such-class"

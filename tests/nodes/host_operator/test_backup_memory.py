@@ -1,6 +1,7 @@
 """The operator-wide memory budget on the real path: several large backups at once keep
 the operator's resident memory within the budget plus a fixed overhead. Small budget,
-moderate data; the 512 MiB version is in make bench (e2e/bench)."""
+moderate data; the 512 MiB version is in make bench (e2e/bench). On the real nodes, with the
+operator as a process on the host, whose memory is read from /proc."""
 
 from __future__ import annotations
 
@@ -9,9 +10,8 @@ import pathlib
 
 import pytest
 
-from tests.substrate.test_backup import apply_backup, fill, get_backup
+from tests.support.backups import apply_backup, fill, get_backup
 from tests.support.clusters import apply_cluster, member_endpoints, wait_healthy
-from tests.support.operator_process import OperatorProcess
 from tests.support.s3 import create_credentials_secret, s3_storage_spec
 from tests.support.waiting import wait_for
 
@@ -39,17 +39,18 @@ def reset_peak(pid: int) -> None:
     pathlib.Path(f"/proc/{pid}/clear_refs").write_text("5")  # VmHWM := VmRSS
 
 
-def test_concurrent_large_backups_stay_within_the_memory_budget(substrate, namespace):
-    operator = OperatorProcess(substrate, namespace, env={"MEMORY_BUDGET_BYTES": str(BUDGET)}).start()
+def test_concurrent_large_backups_stay_within_the_memory_budget(real_nodes, operator_process, namespace):
+    operator = operator_process(namespace, env={"MEMORY_BUDGET_BYTES": str(BUDGET)}).start()
     try:
-        create_credentials_secret(substrate, namespace)
+        create_credentials_secret(real_nodes, namespace)
         clusters = [f"m{i}" for i in range(BACKUPS)]
         for name in clusters:
             apply_cluster(namespace, name, {"size": 1, "storage": {"size": "1Gi"}})
         for name in clusters:
             wait_healthy(namespace, name, 1)
         # One small backup first, so that loading the S3 client (boto3's models) is not counted.
-        storage = s3_storage_spec(substrate, f"tests/{namespace}", partSizeBytes=PART, uploadConcurrency=CONCURRENCY)
+        storage = s3_storage_spec(real_nodes, f"tests/{namespace}", partSizeBytes=PART,
+                                  uploadConcurrency=CONCURRENCY)
         apply_backup(namespace, "warmup", {"clusterRef": {"name": clusters[0]}, "storage": storage})
         wait_for(lambda: get_backup(namespace, "warmup").get("status", {}).get("phase") == "Completed", 120,
                  what="warm-up backup completed")

@@ -1,6 +1,8 @@
 """Two operator replicas with leader election: the leader is frozen (SIGSTOP) in the middle
 of a scale-up, the standby takes over and finishes it, and the old leader, once resumed,
-sends not a single write: it exits, and etcd went through one change at a time."""
+sends not a single write: it exits, and etcd went through one change at a time. The replicas
+are processes on the host against the real nodes (one can be frozen), the session's release
+set aside."""
 
 from __future__ import annotations
 
@@ -10,8 +12,9 @@ import time
 
 import pytest
 
-from etcd_operator.__main__ import LEASE_NAME, LOST_LEADERSHIP_EXIT_CODE
-from tests.substrate.test_cluster import etcdctl, live_configuration
+from etcd_operator.__main__ import LOST_LEADERSHIP_EXIT_CODE
+from tests.support import claims
+from tests.support.cluster_checks import etcdctl, live_configuration
 from tests.support.clusters import apply_cluster, member_endpoints, member_pods, patch_spec, wait_healthy
 from tests.support.etcd_probes import MembershipLog, MembershipRecorder
 from tests.support.kubectl import kubectl_json
@@ -20,17 +23,18 @@ from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.substrate
 
+LEASE = claims.shard(claims.HOST_OPERATOR_SHARD).lease_name
 RESUMED = "===== test: SIGCONT sent to this replica ====="
 WRITE_TRACE = "etcd_operator.writes sending"  # LOG_WRITES=true: one line per write let through
 
 
 def lease_holder(namespace: str) -> str:
-    return (kubectl_json("get", "lease", LEASE_NAME, "-n", namespace).get("spec") or {}).get("holderIdentity") or ""
+    return (kubectl_json("get", "lease", LEASE, "-n", namespace).get("spec") or {}).get("holderIdentity") or ""
 
 
-def replica(substrate, namespace: str, identity: str) -> OperatorProcess:
+def replica(operator_process, namespace: str, identity: str) -> OperatorProcess:
     env = {"LEADER_ELECTION": "true", "POD_NAMESPACE": namespace, "LOG_WRITES": "true"}
-    return OperatorProcess(substrate, namespace, identity=identity, env=env)
+    return operator_process(namespace, identity=identity, env=env)
 
 
 def print_logs(*replicas: OperatorProcess) -> None:
@@ -39,10 +43,9 @@ def print_logs(*replicas: OperatorProcess) -> None:
             print(f"----- tail of {r.log_path} -----\n{r.log_text()[-8000:]}")
 
 
-def test_a_frozen_leader_is_replaced_mid_scale_up_and_never_writes_again(substrate, namespace):
-    from nodeagent import faults
-
-    a, b = replica(substrate, namespace, "replica-a"), replica(substrate, namespace, "replica-b")
+def test_a_frozen_leader_is_replaced_mid_scale_up_and_never_writes_again(operator_process, namespace,
+                                                                          container_faults):
+    a, b = replica(operator_process, namespace, "replica-a"), replica(operator_process, namespace, "replica-b")
     recorder = None
     try:
         a.start()
@@ -54,7 +57,7 @@ def test_a_frozen_leader_is_replaced_mid_scale_up_and_never_writes_again(substra
 
         start = live_configuration(member_endpoints(namespace, "ha"))
         membership = MembershipLog(namespace, [p["metadata"]["name"] for p in member_pods(namespace, "ha")],
-                                   faults.read_log).mark()
+                                   container_faults.read_log).mark()
         recorder = MembershipRecorder(lambda: member_endpoints(namespace, "ha"), interval=0.1).start()
         patch_spec(namespace, "ha", {"size": 3})
         wait_for(lambda: any(learner for s in recorder.samples for _, learner in s.members), 120,

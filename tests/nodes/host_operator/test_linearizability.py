@@ -1,9 +1,10 @@
 """The operator under a linearizability check: four clients put and read a few keys over
-TLS while the operator scales a 3.6 cluster up and down, replaces a member that lost its
-data, rolls every member to a new version, rotates the leaf certificates and then the CA
+TLS while the operator scales a 3.5 cluster up and down, replaces a member that lost its
+data, upgrades every member to 3.6, rotates the leaf certificates and then the CA
 with a scale-up after each, and is killed twice. The recorded history goes to porcupine
 (e2e/testbin/porcupine): a lost acknowledged write or a stale read fails the test. It
-prints, for each action, the longest time without a successful operation."""
+prints, for each action, the longest time without a successful operation. On the real nodes,
+with the operator as a process on the host and the clients dialling pod IPs."""
 
 from __future__ import annotations
 
@@ -17,15 +18,14 @@ from etcd_operator.etcd.client import ClientTLS
 from tests.support.clusters import (FAST_RECOVERY, apply_cluster, get_cluster, is_healthy, member_endpoints,
                                     member_pods, patch_spec, wait_healthy)
 from tests.support.history import check, longest_gap, to_json, unknown_outcomes
-from tests.support.kubectl import kubectl
+from tests.support.kubectl import kubectl, secret_bytes
 from tests.support.kv_workload import KeyValueWorkload
-from tests.substrate.test_tls import secret_bytes
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.substrate
 
 CLUSTER = "lin"
-FROM_VERSION, TO_VERSION = "3.6.15", "3.6.16"  # one build runs both: the roll is what is tested
+FROM_VERSION, TO_VERSION = "3.5.35", "3.6.16"  # the testbin's two etcd builds, imported into every node
 
 
 def user_credentials(namespace: str) -> ClientTLS:
@@ -66,9 +66,8 @@ class ActionLog:
         self.windows.append((name, start, time.monotonic_ns()))
 
 
-def test_client_history_stays_linearizable_through_every_operator_action(namespace, operator, tmp_path):
-    from nodeagent import faults
-
+def test_client_history_stays_linearizable_through_every_operator_action(namespace, operator, container_faults,
+                                                                           tmp_path):
     apply_cluster(namespace, CLUSTER, {"size": 3, "version": FROM_VERSION, "storage": {"size": "1Gi"},
                                        "tls": {}, "recovery": FAST_RECOVERY})
     wait_healthy(namespace, CLUSTER, 3, timeout=300)
@@ -93,8 +92,8 @@ def test_client_history_stays_linearizable_through_every_operator_action(namespa
 
         with log.action("member replaced after losing its data"):
             victim = sorted(members_named(namespace))[0]
-            faults.lose_disk(namespace, naming.pvc_name(victim))
-            faults.crash_container(namespace, victim, "etcd")
+            container_faults.lose_disk(namespace, naming.pvc_name(victim))
+            container_faults.crash_container(namespace, victim, "etcd")
             wait_for(lambda: replaced(namespace, victim), 300, interval=1.0, what=f"{victim} replaced")
 
         with log.action(f"rolling upgrade {FROM_VERSION} -> {TO_VERSION}, operator SIGKILLed mid-roll"):

@@ -1,5 +1,6 @@
-"""EtcdRestore against real MinIO and real etcd members in pods: verified before anything
-is touched, old data kept, once only."""
+"""EtcdRestore against real MinIO and real etcd members in pods on the real nodes, with the
+operator as a process on the host: verified before anything is touched, old data kept, once
+only, and safe against passes of the operator that decided on an old copy."""
 
 from __future__ import annotations
 
@@ -7,14 +8,16 @@ import base64
 import json
 
 import pytest
+import yaml
 
 from etcd_operator.cluster import naming
 from localkube import controlplane
 from localkube.layout import REPO_ROOT
-from tests.substrate.test_backup import apply_backup, fill, get_backup
-from tests.substrate.test_cluster import etcdctl, read_prefix
-from tests.support.clusters import (FAST_RECOVERY, PLAINTEXT, apply_cluster, events, get_cluster, member_endpoints,
-                                    member_pods, wait_healthy)
+from tests.support.backups import apply_backup, apply_restore, fill, get_backup, get_restore, wait_phase
+from tests.support.claims import claimed
+from tests.support.cluster_checks import etcdctl, read_prefix
+from tests.support.clusters import (FAST_RECOVERY, GROUP, PLAINTEXT, apply_cluster, events, get_cluster,
+                                    member_endpoints, member_pods, wait_healthy)
 from tests.support.kubectl import kubectl, kubectl_json
 from tests.support.operator_process import OperatorProcess
 from tests.support.s3 import create_credentials_secret, s3_client, s3_storage_spec
@@ -22,43 +25,21 @@ from tests.support.waiting import wait_for
 from tests.support.watch_events import WatchEvents
 
 pytestmark = pytest.mark.substrate
-GROUP = "etcd.operator.dev/v1alpha1"
-
 
 
 @pytest.fixture
-def backed_up(substrate, namespace, operator):
+def backed_up(real_nodes, namespace, operator):
     """A 3-member cluster holding /a/*, a completed backup of it, then /b/* written after."""
     apply_cluster(namespace, "src", {"size": 3, "storage": {"size": "1Gi"}, "recovery": FAST_RECOVERY})
     wait_healthy(namespace, "src", 3)
-    create_credentials_secret(substrate, namespace)
+    create_credentials_secret(real_nodes, namespace)
     fill(member_endpoints(namespace, "src"), 200, 256, prefix="/a/")
     apply_backup(namespace, "nightly", {"clusterRef": {"name": "src"},
-                                        "storage": s3_storage_spec(substrate, f"tests/{namespace}")})
+                                        "storage": s3_storage_spec(real_nodes, f"tests/{namespace}")})
     backup = wait_for(lambda: (b := get_backup(namespace, "nightly"))["status"].get("phase") == "Completed" and b,
                       120, what="backup completed")
     fill(member_endpoints(namespace, "src"), 50, 64, prefix="/b/")
     return backup["status"]["lastBackup"]
-
-
-def apply_restore(namespace: str, name: str, spec: dict) -> None:
-    kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": GROUP, "kind": "EtcdRestore",
-                                                  "metadata": {"name": name, "namespace": namespace}, "spec": spec}))
-
-
-def get_restore(namespace: str, name: str) -> dict:
-    return kubectl_json("get", "etcdrestore", name, "-n", namespace)
-
-
-def wait_phase(namespace: str, name: str, phase: str, timeout: float = 300) -> dict:
-    """Waits for `phase`; a restore that ends in another phase fails the test at once."""
-    def check():
-        obj = get_restore(namespace, name)
-        got = (obj.get("status") or {}).get("phase")
-        return obj if got == phase or got in ("Completed", "Failed", "AlreadyApplied") else None
-    obj = wait_for(check, timeout, what=f"restore {name} {phase}")
-    assert obj["status"]["phase"] == phase, f"restore {name} ended {obj['status']['phase']}: {obj['status']}"
-    return obj
 
 
 def assert_holds_exactly_the_backup(namespace: str, cluster: str) -> None:
@@ -105,8 +86,8 @@ def test_round_trip_restores_every_member_in_parallel_and_the_data_exactly(names
     assert "RestoreCompleted" in reasons and reasons.count("SeedingMembers") == 1
 
 
-def test_corrupt_backup_is_refused_and_the_target_is_untouched(substrate, namespace, backed_up):
-    s3 = s3_client(substrate)
+def test_corrupt_backup_is_refused_and_the_target_is_untouched(real_nodes, namespace, backed_up):
+    s3 = s3_client(real_nodes)
     data = bytearray(s3.get_object(Bucket=controlplane.S3_BUCKET, Key=backed_up["key"])["Body"].read())
     data[len(data) // 2] ^= 0x01
     s3.put_object(Bucket=controlplane.S3_BUCKET, Key=backed_up["key"], Body=bytes(data))
@@ -145,24 +126,23 @@ def test_in_place_restore_keeps_the_old_data_while_it_runs(namespace, backed_up)
     assert {p["metadata"]["name"] for p in kept["items"]} == old_pvcs
 
 
-def test_total_loss_is_recovered_by_one_restore_from_the_latest_backup(substrate, namespace, backed_up):
-    from nodeagent import faults
-
+def test_total_loss_is_recovered_by_one_restore_from_the_latest_backup(namespace, backed_up, container_faults):
     for pod in member_pods(namespace, "src"):
-        faults.lose_disk(namespace, naming.pvc_name(pod["metadata"]["name"]))
-        faults.crash_container(namespace, pod["metadata"]["name"], "etcd")
+        container_faults.lose_disk(namespace, naming.pvc_name(pod["metadata"]["name"]))
+        container_faults.crash_container(namespace, pod["metadata"]["name"], "etcd")
     wait_for(lambda: (c := next((c for c in get_cluster(namespace, "src")["status"]["conditions"]
                                  if c["type"] == "Available"), None)) and c["status"] == "False", 120,
              what="cluster unavailable")
     manifest = (REPO_ROOT / "examples" / "restore-after-total-loss.yaml").read_text()
-    kubectl("apply", "-n", namespace, "-f", "-",
-            input=manifest.replace("name: demo-backup", "name: nightly").replace("clusterName: demo", "clusterName: src"))
+    restore = yaml.safe_load(manifest.replace("name: demo-backup", "name: nightly")
+                             .replace("clusterName: demo", "clusterName: src"))
+    kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(claimed(restore)))
     wait_phase(namespace, "recover-demo", "Completed", timeout=400)
     wait_healthy(namespace, "src", 3)
     assert_holds_exactly_the_backup(namespace, "src")
 
 
-def test_a_restore_applied_before_its_backup_and_secret_waits_then_completes(substrate, namespace, operator):
+def test_a_restore_applied_before_its_backup_and_secret_waits_then_completes(real_nodes, namespace, operator):
     """Applied in the worst order: the restore, then the backup, then the cluster, then the
     Secret. Everything waits for what it needs and converges with no spec change."""
     new_cluster = {"name": "copy", "spec": {**PLAINTEXT, "size": 1, "storage": {"size": "1Gi"}}}
@@ -173,7 +153,7 @@ def test_a_restore_applied_before_its_backup_and_secret_waits_then_completes(sub
     progressing = next(c for c in waiting["status"]["conditions"] if c["type"] == "Progressing")
     assert progressing["reason"] == "WaitingForBackup" and "does not exist yet" in progressing["message"]
     apply_backup(namespace, "first", {"clusterRef": {"name": "origin"},
-                                      "storage": s3_storage_spec(substrate, f"tests/{namespace}")})
+                                      "storage": s3_storage_spec(real_nodes, f"tests/{namespace}")})
     wait_for(lambda: "has not completed a backup yet" in next(
         c for c in get_restore(namespace, "early")["status"]["conditions"] if c["type"] == "Progressing")["message"],
         60, what="the restore waiting for the backup to complete")
@@ -182,29 +162,34 @@ def test_a_restore_applied_before_its_backup_and_secret_waits_then_completes(sub
         c for c in get_backup(namespace, "first")["status"]["conditions"] if c["type"] == "Progressing")["reason"]
         == "WaitingForSecret"), 240, what="the backup waiting for its Secret")
     fill(member_endpoints(namespace, "origin"), 20, 64, prefix="/a/")
-    create_credentials_secret(substrate, namespace)
+    create_credentials_secret(real_nodes, namespace)
     done = wait_phase(namespace, "early", "Completed", timeout=400)
     assert done["metadata"]["generation"] == 1
     assert get_backup(namespace, "first")["status"]["phase"] == "Completed"
     assert len(read_prefix(member_endpoints(namespace, "copy"), "/a/")) == 20
 
 
-def test_operator_killed_mid_restore_resumes_without_restoring_twice(substrate, namespace, backed_up, operator):
+def test_operator_killed_mid_restore_resumes_without_restoring_twice(operator_process, namespace, backed_up,
+                                                                     operator):
     operator.stop()
-    faulty = OperatorProcess(substrate, namespace).start(faults="during-restore")
+    faulty = operator_process(namespace).start(faults="during-restore")
     apply_restore(namespace, "once", {"source": {"backupRef": {"name": "nightly"}},
                                       "target": {"newCluster": {"name": "again", "spec": {**PLAINTEXT, "size": 1,
                                                                                           "storage": {"size": "1Gi"}}}}})
     assert faulty.wait_exit(180) == 86
-    kubectl_json("get", "pod", "once-s0", "-n", namespace)  # the killed operator had created it
+    created = kubectl_json("get", "pod", "once-s0", "-n", namespace)  # the killed operator had created it
     faulty.start()
     try:
         wait_phase(namespace, "once", "Completed", timeout=300)
     finally:
         faulty.stop()
-    # The killed operator created the restore pod; the restarted one reused it, never a second.
-    agent_log = (substrate.logs_dir / "node-agent.log").read_text()
-    assert agent_log.count(f"{namespace}/once-s0: started container fetch") == 1
+    # The killed operator created the restore pod; the restarted one reused it, never a second:
+    # the kubelet started its fetch container once, in that one pod.
+    started = [e for e in kubectl_json("get", "events", "-n", namespace)["items"]
+               if e["involvedObject"]["name"] == "once-s0" and e["reason"] == "Started"
+               and e["message"] == "Started container fetch"]
+    assert {e["involvedObject"]["uid"] for e in started} == {created["metadata"]["uid"]}, started
+    assert sum(e.get("count") or 1 for e in started) == 1, started
     reasons = [e["reason"] for e in events(namespace, "once")]
     assert reasons.count("SnapshotRestored") == 1 and "SeedingMembers" not in reasons[1:]
     assert len(read_prefix(member_endpoints(namespace, "again"), "/a/")) == 200
@@ -235,13 +220,13 @@ BAD_RESTORES = [
 ]
 
 
-def test_bad_restores_are_reported_clearly_and_touch_nothing(substrate, namespace, backed_up):
+def test_bad_restores_are_reported_clearly_and_touch_nothing(real_nodes, namespace, backed_up):
     # A 3.6 snapshot with no manifest beside it (as `etcdctl snapshot save` leaves it): its
     # version is read from the snapshot itself.
     bare_key = f"tests/{namespace}/bare/snapshot.db"
-    s3_client(substrate).copy_object(Bucket=controlplane.S3_BUCKET, Key=bare_key,
+    s3_client(real_nodes).copy_object(Bucket=controlplane.S3_BUCKET, Key=bare_key,
                                      CopySource={"Bucket": controlplane.S3_BUCKET, "Key": backed_up["key"]})
-    bare = {k: v for k, v in s3_storage_spec(substrate, "")["s3"].items() if k != "prefix"}
+    bare = {k: v for k, v in s3_storage_spec(real_nodes, "")["s3"].items() if k != "prefix"}
     into_35 = {"newCluster": {"name": "x6", "spec": {"size": 1, "version": "3.5.35"}}}
     bad = BAD_RESTORES + [({"source": {"s3": {**bare, "key": bare_key}}, "target": into_35}, "VersionTooOld")]
     for i, (spec, reason) in enumerate(bad):
@@ -269,14 +254,14 @@ def test_bad_restores_are_reported_clearly_and_touch_nothing(substrate, namespac
 
 # --- a restore never destroys data it was not asked to replace --------------------------
 
-def small_cluster_with_backup(substrate, namespace: str, cluster: str) -> dict:
+def small_cluster_with_backup(real_nodes, namespace: str, cluster: str) -> dict:
     """A 1-member cluster holding /a/*, a completed backup of it, then /b/* written after."""
     apply_cluster(namespace, cluster, {"size": 1, "storage": {"size": "1Gi"}})
     wait_healthy(namespace, cluster, 1)
-    create_credentials_secret(substrate, namespace)
+    create_credentials_secret(real_nodes, namespace)
     fill(member_endpoints(namespace, cluster), 20, 64, prefix="/a/")
     apply_backup(namespace, "nightly", {"clusterRef": {"name": cluster},
-                                        "storage": s3_storage_spec(substrate, f"tests/{namespace}")})
+                                        "storage": s3_storage_spec(real_nodes, f"tests/{namespace}")})
     backup = wait_for(lambda: (b := get_backup(namespace, "nightly"))["status"].get("phase") == "Completed" and b,
                       120, what="backup completed")
     fill(member_endpoints(namespace, cluster), 10, 64, prefix="/b/")
@@ -291,8 +276,8 @@ def reason_of(restore: dict, type_: str) -> str:
     return next(c for c in restore["status"]["conditions"] if c["type"] == type_)["reason"]
 
 
-def test_a_new_cluster_restore_never_takes_over_retained_data(substrate, namespace, operator):
-    backup = small_cluster_with_backup(substrate, namespace, "keep")
+def test_a_new_cluster_restore_never_takes_over_retained_data(real_nodes, namespace, operator):
+    backup = small_cluster_with_backup(real_nodes, namespace, "keep")
     kubectl("delete", "etcdcluster", "keep", "-n", namespace, "--wait=true", "--timeout=120s")
     wait_for(lambda: not member_pods(namespace, "keep"), 120, what="keep's pods gone")
     retained = pvc_uids(namespace)
@@ -315,8 +300,8 @@ def test_a_new_cluster_restore_never_takes_over_retained_data(substrate, namespa
     assert pvc_uids(namespace) == retained
 
 
-def test_an_in_place_restore_applied_again_is_recognised_and_touches_nothing(substrate, namespace, operator):
-    small_cluster_with_backup(substrate, namespace, "one")
+def test_an_in_place_restore_applied_again_is_recognised_and_touches_nothing(real_nodes, namespace, operator):
+    small_cluster_with_backup(real_nodes, namespace, "one")
     spec = {"source": {"backupRef": {"name": "nightly"}}, "target": {"inPlace": {"clusterName": "one",
                                                                                   "confirm": True}}}
     # An approval of a quorum recovery was about the old data; the restore drops it.
@@ -349,7 +334,7 @@ def test_an_in_place_restore_applied_again_is_recognised_and_touches_nothing(sub
 
 def created_during_hold(cluster_events: list, child_events: list, before: set[str]) -> list[str]:
     """The member pods and PVCs created while the cluster carried a restore's hold, from watch
-    events. They are ordered by resourceVersion: on the substrate's one etcd it is the
+    events. They are ordered by resourceVersion: on the API server's one etcd it is the
     revision of the write, shared by every kind. A PVC the restore created for a member,
     annotated as its seed, is the restore's own."""
     holds = sorted((int(obj["metadata"]["resourceVersion"]),
@@ -369,14 +354,15 @@ def created_during_hold(cluster_events: list, child_events: list, before: set[st
     return found
 
 
-def operator_with_a_late_pass(substrate, namespace: str, operator, cluster: str, lag: float) -> OperatorProcess:
+def operator_with_a_late_pass(operator_process, namespace: str, operator, cluster: str,
+                              lag: float) -> OperatorProcess:
     """The operator restarted so that its first cluster pass, begun before any hold, waits
     until the live object is held and then `lag` seconds more (fault point
     stale-cluster-pass); returned once that pass waits."""
     from etcd_operator import faults
 
     operator.stop()
-    stale = OperatorProcess(substrate, namespace, env={faults.STALE_PASS_LAG: str(lag)}).start(
+    stale = operator_process(namespace, env={faults.STALE_PASS_LAG: str(lag)}).start(
         faults=faults.STALE_CLUSTER_PASS)
     try:
         wait_for(lambda: f"{faults.STALE_CLUSTER_PASS}: {namespace}/{cluster} waits" in stale.log_text(), 60,
@@ -387,8 +373,8 @@ def operator_with_a_late_pass(substrate, namespace: str, operator, cluster: str,
     return stale
 
 
-def test_a_cluster_pass_that_decided_before_the_hold_creates_nothing_while_it_stands(substrate, namespace,
-                                                                                   operator):
+def test_a_cluster_pass_that_decided_before_the_hold_creates_nothing_while_it_stands(real_nodes, namespace,
+                                                                                   operator, operator_process):
     """Issue 25: the cluster's daemon decides on the copy of its object taken as its pass
     began. Here the pass that began before the restore's hold goes on 6 s after the hold
     (fault point stale-cluster-pass). The restore stops nothing before the cluster's
@@ -396,8 +382,8 @@ def test_a_cluster_pass_that_decided_before_the_hold_creates_nothing_while_it_st
     member pod or PVC appears while the hold stands."""
     from etcd_operator import faults
 
-    small_cluster_with_backup(substrate, namespace, "held")
-    stale = operator_with_a_late_pass(substrate, namespace, operator, "held", 6)
+    small_cluster_with_backup(real_nodes, namespace, "held")
+    stale = operator_with_a_late_pass(operator_process, namespace, operator, "held", 6)
     try:
         selector = naming.label_selector(naming.selector_labels("held"))
         before = {o["metadata"]["uid"] for kind in ("pods", "pvc")
@@ -431,15 +417,15 @@ def test_a_cluster_pass_that_decided_before_the_hold_creates_nothing_while_it_st
         stale.stop()
 
 
-def test_a_restore_deleted_while_it_waits_for_the_acknowledgement_lets_the_cluster_go(substrate, namespace,
-                                                                                      operator):
+def test_a_restore_deleted_while_it_waits_for_the_acknowledgement_lets_the_cluster_go(real_nodes, namespace,
+                                                                                      operator, operator_process):
     """The cluster's pass that began before the hold goes on 20 s late, so the restore waits
     for the acknowledgement that long; deleted meanwhile, it takes its hold off, and the
     cluster goes on with its members and data untouched."""
     from etcd_operator import faults
 
-    small_cluster_with_backup(substrate, namespace, "kept")
-    stale = operator_with_a_late_pass(substrate, namespace, operator, "kept", 20)
+    small_cluster_with_backup(real_nodes, namespace, "kept")
+    stale = operator_with_a_late_pass(operator_process, namespace, operator, "kept", 20)
     try:
         pods = {p["metadata"]["uid"] for p in member_pods(namespace, "kept")}
         apply_restore(namespace, "undo", {"source": {"backupRef": {"name": "nightly"}},
@@ -462,8 +448,8 @@ def test_a_restore_deleted_while_it_waits_for_the_acknowledgement_lets_the_clust
         stale.stop()
 
 
-def test_a_restore_pass_that_decided_before_the_cluster_was_deleted_creates_nothing_for_it(substrate, namespace,
-                                                                                         operator):
+def test_a_restore_pass_that_decided_before_the_cluster_was_deleted_creates_nothing_for_it(real_nodes, namespace,
+                                                                                         operator, operator_process):
     """Race 1 of issue 25 with the real API server: the restore's pass decides CreateSeedVolumes
     on its GET of the EtcdCluster, and the cluster is deleted before the step runs (fault point
     stale-restore-pass: the pass waits until the live cluster is being deleted, then goes on).
@@ -472,9 +458,9 @@ def test_a_restore_pass_that_decided_before_the_cluster_was_deleted_creates_noth
     aside and the restore fails once the cluster is gone."""
     from etcd_operator import faults
 
-    small_cluster_with_backup(substrate, namespace, "doomed")
+    small_cluster_with_backup(real_nodes, namespace, "doomed")
     operator.stop()
-    late = OperatorProcess(substrate, namespace, env={faults.STALE_PASS_LAG: "1"}).start(
+    late = operator_process(namespace, env={faults.STALE_PASS_LAG: "1"}).start(
         faults=faults.STALE_RESTORE_PASS)
     try:
         apply_restore(namespace, "rewind", {"source": {"backupRef": {"name": "nightly"}},

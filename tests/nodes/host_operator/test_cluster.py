@@ -1,85 +1,38 @@
-"""EtcdCluster end to end on the local control plane with real etcd members in pods:
-create, scale one member at a time, heal, recover quorum, resume after the operator dies,
-and refuse bad input."""
+"""EtcdCluster end to end on the real nodes, with the operator as a process on the host:
+create, scale one member at a time, heal members crashed or wiped in their containers,
+recover quorum, resume after the operator dies at a fault point, and refuse bad input."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import subprocess
 
 import pytest
 
 from etcd_operator.cluster import naming
-from etcd_operator.etcd.client import EtcdMemberClient
-from localkube import layout as localkube_layout
 from tests.support.clusters import (FAST_RECOVERY, apply_cluster, condition, events, get_cluster,
                                     member_endpoints, member_pods, patch_spec, wait_condition, wait_healthy)
+from tests.support.cluster_checks import (assert_all_acked_writes_present, etcdctl, live_configuration, pod_of,
+                                          read_prefix, restart_count)
+from tests.support.etcd_data import put_markers
 from tests.support.etcd_probes import AckedWriter, MembershipLog, MembershipRecorder, voter_counts
 from tests.support.kubectl import kubectl, kubectl_json
-from tests.support.operator_process import OperatorProcess
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.substrate
 
-
-
-def etcdctl(endpoints: list[str], *args: str) -> str:
-    binary = localkube_layout.testbin_dir() / "etcd-3.6" / "etcdctl"
-    return subprocess.run([str(binary), f"--endpoints={','.join(endpoints)}", *args],
-                          check=True, capture_output=True, text=True, timeout=30).stdout
-
-
-def put_keys(endpoints: list[str], prefix: str, count: int) -> None:
-    async def write():
-        async with EtcdMemberClient(endpoints[0]) as client:
-            for i in range(count):
-                await client.put(f"{prefix}{i:04}".encode(), f"value-{i}".encode())
-    asyncio.run(write())
-
-
-def read_prefix(endpoints: list[str], prefix: str) -> dict[str, str]:
-    out = etcdctl(endpoints, "get", "--prefix", prefix, "-w", "json")
-    import base64
-    kvs = json.loads(out).get("kvs") or []
-    return {base64.b64decode(kv["key"]).decode(): base64.b64decode(kv["value"]).decode() for kv in kvs}
-
-
-def assert_all_acked_writes_present(endpoints: list[str], writer: AckedWriter) -> None:
-    stored = read_prefix(endpoints, writer.prefix)
-    missing = [n for n in writer.acked if stored.get(f"{writer.prefix}{n:08}") != str(n)]
-    assert writer.acked, "the writer never got a write acknowledged"
-    assert not missing, f"{len(missing)} acknowledged writes lost, e.g. {missing[:5]}"
-
-
-def live_configuration(endpoints: list[str]) -> frozenset[tuple[int, bool]]:
-    listed = json.loads(etcdctl(endpoints, "member", "list", "-w", "json"))["members"]
-    return frozenset((int(m["ID"]), bool(m.get("isLearner"))) for m in listed)
-
-
-def pod_of(namespace: str, name: str) -> dict:
-    return kubectl_json("get", "pod", name, "-n", namespace)
-
-
-def restart_count(pod: dict) -> int:
-    return sum(c.get("restartCount", 0) for c in (pod.get("status") or {}).get("containerStatuses") or [])
-
-
-def test_create_scale_and_heal(namespace, operator):
-    from nodeagent import faults
-
+def test_create_scale_and_heal(namespace, operator, container_faults):
     apply_cluster(namespace, "demo", {"size": 3, "storage": {"size": "1Gi"}, "recovery": FAST_RECOVERY})
     wait_healthy(namespace, "demo", 3)
     endpoints = member_endpoints(namespace, "demo")
     listed = json.loads(etcdctl(endpoints, "member", "list", "-w", "json"))["members"]
     assert len(listed) == 3 and all(m.get("name") and not m.get("isLearner") for m in listed)
-    put_keys(endpoints, "/initial/", 50)
+    put_markers(endpoints, "/initial/", 50)
 
     writer = AckedWriter(lambda: member_endpoints(namespace, "demo")).start()
     recorder = MembershipRecorder(lambda: member_endpoints(namespace, "demo")).start()
     start = live_configuration(endpoints)
     membership = MembershipLog(namespace, [p["metadata"]["name"] for p in member_pods(namespace, "demo")],
-                               faults.read_log).mark()
+                               container_faults.read_log).mark()
     for size in (5, 3, 1, 3):
         patch_spec(namespace, "demo", {"size": size})
         wait_healthy(namespace, "demo", size, timeout=300)
@@ -98,7 +51,7 @@ def test_create_scale_and_heal(namespace, operator):
     # A member's process dies: it restarts on its own data.
     victim = sorted(p["metadata"]["name"] for p in member_pods(namespace, "demo"))[0]
     before = restart_count(pod_of(namespace, victim))
-    faults.crash_container(namespace, victim, "etcd")
+    container_faults.crash_container(namespace, victim, "etcd")
     wait_for(lambda: restart_count(pod_of(namespace, victim)) > before, 60, what="container restart")
     wait_healthy(namespace, "demo", 3)
 
@@ -110,8 +63,8 @@ def test_create_scale_and_heal(namespace, operator):
     assert victim in {m["name"] for m in obj["status"]["members"]}
 
     # A member's data is wiped: it is replaced by a new member with a new identity.
-    faults.lose_disk(namespace, naming.pvc_name(victim))
-    faults.crash_container(namespace, victim, "etcd")
+    container_faults.lose_disk(namespace, naming.pvc_name(victim))
+    container_faults.crash_container(namespace, victim, "etcd")
     obj = wait_for(lambda: (o := wait_healthy(namespace, "demo", 3))
                    and victim not in {m["name"] for m in o["status"]["members"]} and o, 300,
                    what=f"{victim} replaced")
@@ -124,9 +77,8 @@ def test_create_scale_and_heal(namespace, operator):
     assert {"MemberAdded", "MemberPromoted", "MemberRemoved", "MemberReplaced"} <= reasons, reasons
 
 
-def test_quorum_loss_waits_for_approval_then_recovers_from_the_best_survivor(namespace, operator):
-    from nodeagent import faults
-
+def test_quorum_loss_waits_for_approval_then_recovers_from_the_best_survivor(namespace, operator,
+                                                                              container_faults):
     apply_cluster(namespace, "q", {"size": 3, "storage": {"size": "1Gi"}, "recovery": FAST_RECOVERY})
     wait_healthy(namespace, "q", 3)
     writer = AckedWriter(lambda: member_endpoints(namespace, "q")).start()
@@ -136,8 +88,8 @@ def test_quorum_loss_waits_for_approval_then_recovers_from_the_best_survivor(nam
     pods = sorted(p["metadata"]["name"] for p in member_pods(namespace, "q"))
     lost = pods[1:]
     for name in lost:
-        faults.lose_disk(namespace, naming.pvc_name(name))
-        faults.crash_container(namespace, name, "etcd")
+        container_faults.lose_disk(namespace, naming.pvc_name(name))
+        container_faults.crash_container(namespace, name, "etcd")
 
     obj = wait_condition(namespace, "q", "QuorumLost", "True", timeout=180)
     assert condition(obj, "Available")["status"] == "False"
@@ -159,8 +111,8 @@ def test_quorum_loss_waits_for_approval_then_recovers_from_the_best_survivor(nam
     assert {p["metadata"]["name"] for p in kept} == {naming.pvc_name(n) for n in lost}
 
 
-def test_operator_killed_right_after_member_add_and_remove_converges(substrate, namespace):
-    operator = OperatorProcess(substrate, namespace).start(faults="after-member-add")
+def test_operator_killed_right_after_member_add_and_remove_converges(operator_process, namespace):
+    operator = operator_process(namespace).start(faults="after-member-add")
     try:
         apply_cluster(namespace, "k", {"size": 2, "storage": {"size": "1Gi"}})
         assert operator.wait_exit(240) == 86
@@ -259,27 +211,3 @@ def test_delete_with_reclaim_policy(namespace, operator):
     retained = kubectl_json("get", "pvc", "data-keep-0", "-n", namespace)
     assert not retained["metadata"].get("ownerReferences")
 
-
-def test_rolling_upgrade_from_3_5_to_3_6_keeps_quorum_and_data(namespace, operator):
-    from nodeagent import faults
-
-    apply_cluster(namespace, "up", {"size": 3, "version": "3.5.35", "storage": {"size": "1Gi"}})
-    obj = wait_healthy(namespace, "up", 3)
-    assert obj["status"]["currentVersion"] == "3.5.35"
-    writer = AckedWriter(lambda: member_endpoints(namespace, "up")).start()
-    recorder = MembershipRecorder(lambda: member_endpoints(namespace, "up")).start()
-    # As on a busy node, a rolled member's etcd keeps answering for a while after its pod's
-    # deletion: the roll must wait for it to stop, not roll it again or roll another member.
-    faults.slow_stops(namespace, 2.5)
-    patch_spec(namespace, "up", {"version": "3.6.16"})
-    wait_for(lambda: (o := wait_healthy(namespace, "up", 3)) and o["status"]["currentVersion"] == "3.6.16"
-             and all(p["spec"]["containers"][0]["image"].endswith(":v3.6.16") for p in member_pods(namespace, "up")),
-             400, what="every member on 3.6.16")
-    faults.slow_stops(namespace, 0)
-    recorder.stop()
-    writer.stop()
-    assert all(sample.has_quorum for sample in recorder.samples), "quorum was lost during the upgrade"
-    assert len(recorder.configurations()) == 1, "an upgrade must not change membership"
-    assert_all_acked_writes_present(member_endpoints(namespace, "up"), writer)
-    reasons = [e["reason"] for e in events(namespace, "up")]
-    assert reasons.count("MemberRolling") == 3 and "LeaderMoved" in reasons, f"each member rolled once: {reasons}"

@@ -1,0 +1,67 @@
+"""A member pod that ended (evicted by its node: phase Failed, reason Evicted, never restarted)
+is re-created on its data, never replaced. It stays on the node agent, which ends a pod as
+a kubelet eviction does (`faults.evict`): the real kubelets here run with no hard eviction
+thresholds, so nothing evicts there."""
+
+from __future__ import annotations
+
+import pytest
+from kubernetes import watch
+
+from etcd_operator.cluster import naming
+from nodeagent import faults
+from tests.support.cluster_view import DESTRUCTIVE_EVENTS, ClusterView, hex_ids
+from tests.support.clusters import apply_cluster, is_healthy, wait_healthy
+from tests.support.etcd_data import put_markers, read_keys
+from tests.support.waiting import wait_for_holding
+
+pytestmark = pytest.mark.substrate
+
+
+def test_failed_member_pod_restarts_on_its_data(kube_api, namespace, operator):
+    name = "ev"
+    victim = naming.member_name(name, 1)
+    # A member unhealthy for 60 s is replaced; one that only lost its pod must be back before, on its data.
+    apply_cluster(namespace, name, {"size": 3, "storage": {"size": "1Gi"},
+                                    "recovery": {"memberUnhealthyTimeout": "60s"}})
+    wait_healthy(namespace, name, 3)
+    view = ClusterView(kube_api, namespace, name)
+    before = view.identity()
+    assert len(before.members) == 3 and victim in before.pods, before
+    markers = put_markers(view.serving_endpoints(), "/marker/", 5)
+
+    since = view.core.read_namespaced_pod(victim, namespace).metadata.resource_version
+    faults.evict(namespace, victim)
+    # Watched, not polled: the operator restarts a Failed pod within a moment of the event.
+    evicted = next((e["object"] for e in watch.Watch().stream(
+        view.core.list_namespaced_pod, namespace, field_selector=f"metadata.name={victim}",
+        resource_version=since, timeout_seconds=60)
+        if e["object"].metadata.uid == before.pods[victim] and e["object"].status.phase == "Failed"), None)
+    assert evicted is not None, f"{victim} never went Failed"
+    assert evicted.status.reason == "Evicted" and evicted.metadata.uid == before.pods[victim]
+
+    def same_members_and_data() -> None:
+        now = view.identity()
+        if now.members is not None:
+            assert now.members == before.members, \
+                f"member list changed: {hex_ids(before.members)} -> {hex_ids(now.members)}"
+        assert now.pvcs == before.pvcs, f"member PVCs changed: {before.pvcs} -> {now.pvcs}"
+        destructive = view.event_reasons() & DESTRUCTIVE_EVENTS
+        assert not destructive, f"destructive events for an evicted member: {sorted(destructive)}"
+
+    def back_on_its_data():
+        pods = {p.metadata.name: p for p in view.pods()}
+        pod = pods.get(victim)
+        if pod is None or pod.metadata.uid == before.pods[victim] or pod.status.phase != "Running":
+            return None
+        obj = view.cluster()
+        return obj if is_healthy(obj, 3) else None
+    obj = wait_for_holding(back_on_its_data, same_members_and_data, 240, interval=2.0,
+                           what=f"{victim} recreated and the cluster healthy with 3 members")
+
+    after = view.identity()
+    assert after.members == before.members
+    assert after.pvcs == before.pvcs
+    assert after.pods[victim] != before.pods[victim]
+    assert {m["name"] for m in obj["status"]["members"]} == set(before.pods)
+    assert read_keys(view.serving_endpoints(), list(markers)) == markers

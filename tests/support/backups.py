@@ -1,0 +1,54 @@
+"""Helpers for EtcdBackup and EtcdRestore scenario tests: create and read them (claimed for
+the current test's shard, tests/support/claims.py), wait for a restore's phase, and fill a
+cluster with keys to back up."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from etcd_operator.etcd.client import EtcdMemberClient
+from tests.support.claims import claimed
+from tests.support.clusters import GROUP
+from tests.support.kubectl import kubectl, kubectl_json
+from tests.support.waiting import wait_for
+
+
+def fill(endpoints: list[str], count: int, value_size: int, prefix: str = "/data/") -> None:
+    async def write():
+        async with EtcdMemberClient(endpoints[0], timeout=10) as client:
+            for i in range(count):
+                await client.put(f"{prefix}{i:06}".encode(), (f"{i:06}" * (value_size // 6 + 1))[:value_size].encode())
+    asyncio.run(write())
+
+
+def _apply(kind: str, namespace: str, name: str, spec: dict) -> None:
+    manifest = {"apiVersion": GROUP, "kind": kind, "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+    kubectl("apply", "-f", "-", input=json.dumps(claimed(manifest)))
+
+
+def apply_backup(namespace: str, name: str, spec: dict) -> None:
+    _apply("EtcdBackup", namespace, name, spec)
+
+
+def get_backup(namespace: str, name: str) -> dict:
+    return kubectl_json("get", "etcdbackup", name, "-n", namespace)
+
+
+def apply_restore(namespace: str, name: str, spec: dict) -> None:
+    _apply("EtcdRestore", namespace, name, spec)
+
+
+def get_restore(namespace: str, name: str) -> dict:
+    return kubectl_json("get", "etcdrestore", name, "-n", namespace)
+
+
+def wait_phase(namespace: str, name: str, phase: str, timeout: float = 300) -> dict:
+    """Waits for `phase`; a restore that ends in another phase fails the test at once."""
+    def check():
+        obj = get_restore(namespace, name)
+        got = (obj.get("status") or {}).get("phase")
+        return obj if got == phase or got in ("Completed", "Failed", "AlreadyApplied") else None
+    obj = wait_for(check, timeout, what=f"restore {name} {phase}")
+    assert obj["status"]["phase"] == phase, f"restore {name} ended {obj['status']['phase']}: {obj['status']}"
+    return obj
