@@ -41,15 +41,26 @@ def pytest_terminal_summary(terminalreporter):
             terminalreporter.write_line(line)
 
 
+NODE_FAULT_FIXTURES = ("nodes_to_the_module", "nodes_to_the_test")  # tests/nodes/conftest.py
+HOST_OPERATOR_TESTS = pathlib.Path(__file__).resolve().parent / "tests" / "nodes" / "host_operator"
+
+
 def pytest_collection_modifyitems(config, items):
     """Everything marked real_nodes runs together, where the first of it was collected (so the
-    session's real nodes are up only while needed), and what takes them down,
-    `real_nodes(takes_them_down=True)`, runs after all of it."""
+    session's real nodes are up only while needed): first the modules that fault nodes, and
+    what takes the nodes down, `real_nodes(takes_them_down=True)`, after all of it. The
+    operator-process tests on the real nodes (tests/nodes/host_operator) run after the other
+    tests of their run. So, in `make test`, the node faults run while the other run is on the
+    node agent, and neither waits for the other's hold on the nodes (shared_real_nodes)."""
+    host_operator = [item for item in items if HOST_OPERATOR_TESTS in item.path.parents]
+    items[:] = [item for item in items if item not in host_operator] + host_operator
     marked = [item for item in items if item.get_closest_marker("real_nodes")]
     if not marked:
         return
     last = [item for item in marked if item.get_closest_marker("real_nodes").kwargs.get("takes_them_down")]
-    group = [item for item in marked if item not in last] + last
+    faulting = {item.path for item in marked if set(NODE_FAULT_FIXTURES) & set(item.fixturenames)}
+    group = ([item for item in marked if item.path in faulting and item not in last]
+             + [item for item in marked if item.path not in faulting and item not in last] + last)
     start = items.index(marked[0])
     others = [item for item in items if not item.get_closest_marker("real_nodes")]
     items[:] = others[:start] + group + others[start:]

@@ -219,6 +219,16 @@ def _remove_cgroups(layout: Layout, index: int) -> list[str]:
 
 # --- configuration files --------------------------------------------------------------
 
+def _write_if_changed(path: pathlib.Path, text: str) -> None:
+    """A daemon's file, replaced whole and only when its content changes: kube-proxy exits when
+    its configuration file changes, and would read a half-written one (`up` on running nodes)."""
+    if path.exists() and path.read_text() == text:
+        return
+    partial = path.with_name(f".{path.name}.new")
+    partial.write_text(text)
+    partial.replace(path)
+
+
 def _write_containerd_config(layout: Layout, index: int) -> pathlib.Path:
     d = node_dir(layout, index)
     cri = 'plugins."io.containerd.grpc.v1.cri"'
@@ -256,7 +266,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
   conf_dir = "{d / 'cni'}"
 """
     path = d / "containerd.toml"
-    path.write_text(text)
+    _write_if_changed(path, text)
     return path
 
 
@@ -283,14 +293,14 @@ def _write_cni_config(layout: Layout, index: int) -> None:
             {"type": "portmap", "capabilities": {"portMappings": True}},
         ],
     }
-    (conf_dir / "10-localkube.conflist").write_text(json.dumps(config, indent=2))
+    _write_if_changed(conf_dir / "10-localkube.conflist", json.dumps(config, indent=2))
 
 
 def _write_kubelet_config(layout: Layout, index: int) -> pathlib.Path:
     d = node_dir(layout, index)
     net = layout.node_network
     resolv = d / "resolv.conf"
-    resolv.write_text(f"nameserver {net.dns_address}\n")
+    _write_if_changed(resolv, f"nameserver {net.dns_address}\n")
     config = {
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
@@ -328,7 +338,7 @@ def _write_kubelet_config(layout: Layout, index: int) -> pathlib.Path:
         "maxPods": 60,
     }
     path = d / "kubelet.yaml"
-    path.write_text(json.dumps(config, indent=2))
+    _write_if_changed(path, json.dumps(config, indent=2))
     return path
 
 
@@ -347,7 +357,7 @@ def _write_kube_proxy_config(layout: Layout, index: int) -> pathlib.Path:
         "conntrack": {"maxPerCore": 0, "min": 0, "tcpEstablishedTimeout": "0s", "tcpCloseWaitTimeout": "0s"},
     }
     path = node_dir(layout, index) / "kube-proxy.yaml"
-    path.write_text(json.dumps(config, indent=2))
+    _write_if_changed(path, json.dumps(config, indent=2))
     return path
 
 
@@ -375,7 +385,7 @@ def _write_corefile(layout: Layout) -> pathlib.Path:
 """
     nodes_dir(layout).mkdir(parents=True, exist_ok=True)
     path = nodes_dir(layout) / "Corefile"
-    path.write_text(text)
+    _write_if_changed(path, text)
     return path
 
 

@@ -23,7 +23,7 @@ from tests.support.members_from_host import put, read_locally, replacement_event
 from tests.support.waiting import wait_for, wait_for_holding
 
 pytestmark = [pytest.mark.substrate, pytest.mark.real_nodes,
-              pytest.mark.usefixtures("kubectl_on_real_nodes")]
+              pytest.mark.usefixtures("nodes_to_the_module", "kubectl_on_real_nodes")]
 
 OPERATOR_NAMESPACE = chart_release.NAMESPACE
 NAMESPACE = "deleted-node"

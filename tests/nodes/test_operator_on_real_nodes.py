@@ -25,7 +25,7 @@ from tests.support.kubectl import kubectl, kubectl_json
 from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.substrate, pytest.mark.real_nodes,
-              pytest.mark.usefixtures("kubectl_on_real_nodes")]
+              pytest.mark.usefixtures("nodes_to_the_module", "kubectl_on_real_nodes")]
 
 OPERATOR_NAMESPACE = chart_release.NAMESPACE
 NAMESPACE = "on-real-nodes"

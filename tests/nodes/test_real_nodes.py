@@ -143,7 +143,7 @@ def test_service_names_resolve_from_a_pod_and_from_the_host(real_nodes, core, na
     assert found == {cluster_ip}
 
 
-def test_a_partitioned_node_is_unreachable_until_healed(real_nodes, core, namespace, web):
+def test_a_partitioned_node_is_unreachable_until_healed(real_nodes, core, namespace, web, nodes_to_the_test):
     fetch = fetch_command(web)
     nodefaults.partition(real_nodes, "node-3")
     try:
@@ -156,7 +156,7 @@ def test_a_partitioned_node_is_unreachable_until_healed(real_nodes, core, namesp
     assert finished_phase(core, namespace, "after-healing") == "Succeeded"
 
 
-def test_a_stopped_node_runs_pods_again_once_healed(real_nodes, core, namespace):
+def test_a_stopped_node_runs_pods_again_once_healed(real_nodes, core, namespace, nodes_to_the_test):
     assert nodefaults.stop(real_nodes, "node-2") == []
     assert nodefaults.stopped(real_nodes, "node-2")
     assert realnodes.containers_left(real_nodes, 2) == []

@@ -6,8 +6,14 @@ in its root:
   host first (`host-before.json`), so that the check of `down` compares with the host as found
   whichever run came first;
 - `users.lock`, held shared by every run while it uses the instance. A run takes the instance
-  down when it is done only if it brought it up and no other run holds it; the check of `down`
-  waits until it is the only user.
+  down when it is done only if no other run holds it;
+- `down-check.lock`, held by the run whose check of `down` waits to be the only user (flock
+  gives its shared lock up while it waits for the exclusive one, so the others look here
+  first): while it is held, no other run takes the instance down;
+- `nodes.lock`, held shared while a test works on the nodes (`nodes_kept`) and exclusively by
+  a test that stops, partitions, drains or deletes a node (`nodes_to_itself`), so that a node
+  fault never hits another run's clusters; `nodes-turnstile.lock` lets a waiting node fault
+  in before the next test takes its shared lock.
 """
 
 from __future__ import annotations
@@ -45,6 +51,8 @@ class SharedUse:
         self.root, self.where = root, where
         self.started_here = False
         self._users = None
+        self._down_check = None
+        self._kept = 0
 
     def start(self) -> "SharedUse":
         self.root.mkdir(parents=True, exist_ok=True)
@@ -61,21 +69,55 @@ class SharedUse:
         """The host as the run that brought the instance up found it."""
         return json.loads(_host_before_file(self.root).read_text())
 
+    @contextlib.contextmanager
+    def nodes_kept(self) -> Iterator[None]:
+        """While the block runs, no other run faults a node (re-entrant within this run)."""
+        if self._kept:
+            self._kept += 1
+            try:
+                yield
+            finally:
+                self._kept -= 1
+            return
+        with _locked(self.root / "nodes-turnstile.lock", fcntl.LOCK_SH):
+            pass  # waits while a node fault waits or runs
+        with _locked(self.root / "nodes.lock", fcntl.LOCK_SH):
+            self._kept = 1
+            try:
+                yield
+            finally:
+                self._kept = 0
+
+    @contextlib.contextmanager
+    def nodes_to_itself(self) -> Iterator[None]:
+        """While the block runs, no other run's test works on the nodes."""
+        with _locked(self.root / "nodes-turnstile.lock", fcntl.LOCK_EX):
+            with _locked(self.root / "nodes.lock", fcntl.LOCK_EX):
+                yield
+
     def wait_until_only_user(self) -> None:
-        """Blocks until every other run let go of the instance."""
+        """Blocks until every other run let go of the instance, which is then this run's to
+        take down."""
+        self._down_check = open(self.root / "down-check.lock", "a")
+        fcntl.flock(self._down_check, fcntl.LOCK_EX)
         fcntl.flock(self._users, fcntl.LOCK_EX)
 
     def end(self) -> None:
-        """Lets go; takes the instance down if this run brought it up and is its last user."""
+        """Lets go; takes the instance down if this run is its last user, unless another run's
+        check of `down` waits for it."""
         try:
-            if self.started_here and controlplane.apiserver_ready(self.where):
-                try:
-                    fcntl.flock(self._users, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    return  # another run still uses it, and takes it down after the check
-                controlplane.down(self.where)
+            if self._down_check is None and controlplane.apiserver_ready(self.where):
+                with open(self.root / "down-check.lock", "a") as down_check:
+                    try:
+                        fcntl.flock(down_check, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        fcntl.flock(self._users, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    except BlockingIOError:
+                        return  # another run still uses it, or checks `down` and takes it down
+                    controlplane.down(self.where)
         finally:
             self._users.close()
+            if self._down_check is not None:
+                self._down_check.close()
 
 
 @contextlib.contextmanager

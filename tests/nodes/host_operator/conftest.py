@@ -3,7 +3,7 @@ fault points, freeze it, run several replicas or shards of it, or crash, freeze 
 members' containers. These run beside the node agent's tests (marked `substrate`, so `make
 test` runs them in that pytest run) while the chart's tests use the same real nodes in the
 other run: the instance is shared (tests/support/shared_real_nodes.py), from this package's
-first test to its last.
+first test to its last, and the other run's node faults wait for the test that runs here.
 
 Each operator process is a shard of its own (`claims.HOST_OPERATOR_SHARD`), and every
 EtcdCluster, EtcdBackup and EtcdRestore a test creates is claimed for it (tests/support/claims.py),
@@ -25,9 +25,22 @@ from tests.support.kubectl import kubectl
 from tests.support.operator_process import OperatorProcess
 
 @pytest.fixture(scope="package")
-def real_nodes():
+def real_nodes_use():
     with shared_real_nodes.used(REAL_NODES_TEST_ROOT) as use:
-        yield use.where
+        yield use
+
+
+@pytest.fixture(scope="package")
+def real_nodes(real_nodes_use):
+    return real_nodes_use.where
+
+
+@pytest.fixture(autouse=True)
+def nodes_kept(real_nodes_use):
+    """No node is stopped, partitioned, drained or deleted by the other run while a test here
+    runs."""
+    with real_nodes_use.nodes_kept():
+        yield
 
 
 @pytest.fixture(scope="package")

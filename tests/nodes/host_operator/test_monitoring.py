@@ -38,15 +38,17 @@ QUOTA = 16 * 1024 * 1024  # the smallest the CRD allows
 
 
 @pytest.fixture(scope="module")
-def monitored(operator_process, kubectl_on_real_nodes, kube_api):
-    """A namespace, an operator scraping member metrics every 3 s, and a healthy cluster."""
+def monitored(operator_process, kubectl_on_real_nodes, kube_api, real_nodes_use):
+    """A namespace, an operator scraping member metrics every 3 s, and a healthy cluster, with
+    the nodes kept from the other run's node faults for the whole module."""
     ns = f"h-monitoring-{uuid.uuid4().hex[:5]}"
     restricted_namespace(ns)
     operator = operator_process(ns, env={"MEMBER_METRICS_INTERVAL_SECONDS": "3"}).start()
     try:
-        apply_cluster(ns, CLUSTER, {"size": 3, "storage": {"size": "1Gi"}, "etcd": {"quotaBackendBytes": QUOTA}})
-        wait_healthy(ns, CLUSTER, 3)
-        yield ns, operator
+        with real_nodes_use.nodes_kept():
+            apply_cluster(ns, CLUSTER, {"size": 3, "storage": {"size": "1Gi"}, "etcd": {"quotaBackendBytes": QUOTA}})
+            wait_healthy(ns, CLUSTER, 3)
+            yield ns, operator
     finally:
         operator.stop()
         kubectl("delete", "namespace", ns, "--wait=false", check=False)

@@ -187,7 +187,7 @@ def test_operator_killed_mid_restore_resumes_without_restoring_twice(operator_pr
     # the kubelet started its fetch container once, in that one pod.
     started = [e for e in kubectl_json("get", "events", "-n", namespace)["items"]
                if e["involvedObject"]["name"] == "once-s0" and e["reason"] == "Started"
-               and e["message"] == "Started container fetch"]
+               and e["involvedObject"].get("fieldPath") == "spec.initContainers{fetch}"]
     assert {e["involvedObject"]["uid"] for e in started} == {created["metadata"]["uid"]}, started
     assert sum(e.get("count") or 1 for e in started) == 1, started
     reasons = [e["reason"] for e in events(namespace, "once")]

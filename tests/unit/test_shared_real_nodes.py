@@ -1,0 +1,100 @@
+"""The two pytest runs of `make test` share one real-node instance: it comes up once, and the
+check of `down` (the chart's run) is the one that takes it down, even when the other run ends
+while that check waits for it."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from tests.support import shared_real_nodes
+
+
+class Instance:
+    def __init__(self):
+        self.running, self.ups, self.downs = False, 0, 0
+
+    def up(self, where, nodes):
+        if not self.running:
+            self.running, self.ups = True, self.ups + 1
+
+    def down(self, where):
+        self.running, self.downs = False, self.downs + 1
+        return []
+
+
+@pytest.fixture
+def instance(monkeypatch):
+    fake = Instance()
+    monkeypatch.setattr(shared_real_nodes.controlplane, "up", fake.up)
+    monkeypatch.setattr(shared_real_nodes.controlplane, "down", fake.down)
+    monkeypatch.setattr(shared_real_nodes.controlplane, "apiserver_ready", lambda where: fake.running)
+    monkeypatch.setattr(shared_real_nodes.hoststate, "snapshot", lambda: {"links": ["as found"]})
+    return fake
+
+
+def test_the_instance_comes_up_once_and_the_first_run_records_the_host(instance, tmp_path):
+    first = shared_real_nodes.SharedUse(tmp_path, None).start()
+    second = shared_real_nodes.SharedUse(tmp_path, None).start()
+    assert (first.started_here, second.started_here, instance.ups) == (True, False, 1)
+    assert second.host_before() == {"links": ["as found"]}
+
+
+def test_a_run_ending_while_the_down_check_waits_leaves_the_instance_to_it(instance, tmp_path):
+    operators = shared_real_nodes.SharedUse(tmp_path, None).start()   # brought it up
+    chart = shared_real_nodes.SharedUse(tmp_path, None).start()
+    only_user = threading.Event()
+
+    def down_check():
+        chart.wait_until_only_user()
+        only_user.set()
+    waiting = threading.Thread(target=down_check)
+    waiting.start()
+    assert not only_user.wait(0.5), "the check went on while the other run still used the instance"
+
+    operators.end()
+    waiting.join(10)
+    assert only_user.is_set()
+    assert instance.downs == 0 and instance.running, "the other run took the instance from under the check"
+    chart.end()
+    assert instance.downs == 0  # the check itself takes it down
+
+
+def test_the_last_run_to_end_takes_the_instance_down(instance, tmp_path):
+    first = shared_real_nodes.SharedUse(tmp_path, None).start()
+    second = shared_real_nodes.SharedUse(tmp_path, None).start()
+    first.end()
+    assert instance.downs == 0
+    second.end()
+    assert instance.downs == 1 and not instance.running
+
+
+def test_a_node_fault_waits_for_the_running_test_and_goes_before_the_next(instance, tmp_path):
+    operators = shared_real_nodes.SharedUse(tmp_path, None).start()
+    chart = shared_real_nodes.SharedUse(tmp_path, None).start()
+    order: list[str] = []
+    fault_waits, fault_done = threading.Event(), threading.Event()
+
+    def node_fault():
+        fault_waits.set()
+        with chart.nodes_to_itself():
+            order.append("node fault")
+        fault_done.set()
+
+    def next_test():
+        with operators.nodes_kept():
+            order.append("next test")
+
+    with operators.nodes_kept():
+        with operators.nodes_kept():  # a module's hold and its test's, in one run
+            fault = threading.Thread(target=node_fault)
+            fault.start()
+            fault_waits.wait(5)
+            assert not fault_done.wait(0.5), "a node was faulted while a test worked on the nodes"
+        order.append("test")
+    following = threading.Thread(target=next_test)
+    following.start()
+    fault.join(10)
+    following.join(10)
+    assert order == ["test", "node fault", "next test"]
