@@ -19,10 +19,12 @@ import pytest
 from localkube import containerfaults
 from localkube.layout import REAL_NODES_TEST_ROOT
 from tests.support import claims, shared_real_nodes
+from tests.support.chart_release import kubeconfig_env, restricted_namespace
 from tests.support.diagnostics import fresh_namespace_name, print_events, print_tail
 from tests.support.finalizers import release_finalizers
 from tests.support.kubectl import kubectl
 from tests.support.operator_process import OperatorProcess
+
 
 @pytest.fixture(scope="package")
 def real_nodes_use():
@@ -57,8 +59,6 @@ def kube_api(nodes_api):
 
 @pytest.fixture(scope="package")
 def kubectl_on_real_nodes(real_nodes):
-    from tests.support.chart_release import kubeconfig_env
-
     with kubeconfig_env(real_nodes.kubeconfig):
         yield real_nodes.kubeconfig
 
@@ -76,8 +76,6 @@ def namespace(request, real_nodes, nodes_api, kubectl_on_real_nodes):
     Afterwards it is deleted and, its operator process being gone, the finalizers left are
     removed by hand; on failure its events and the operator processes' logs are printed first."""
     from kubernetes import client
-
-    from tests.support.chart_release import restricted_namespace
 
     name = fresh_namespace_name("h", request.node.name)
     restricted_namespace(name)
