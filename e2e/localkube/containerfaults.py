@@ -62,8 +62,7 @@ def _task(layout: Layout, namespace: str, pod: str, container: str | None) -> tu
     return realnodes.containerd_socket(layout, _node_index(found)), container_id.removeprefix("containerd://")
 
 
-def pid(layout: Layout, namespace: str, pod: str, container: str | None = None) -> int | None:
-    socket, container_id = _task(layout, namespace, pod, container)
+def _task_pid(socket: pathlib.Path, container_id: str) -> int | None:
     for row in containerd.ctr(socket, "tasks", "ls", timeout=30).splitlines()[1:]:
         fields = row.split()
         if len(fields) >= 3 and fields[0] == container_id and fields[2] != "STOPPED":
@@ -71,12 +70,16 @@ def pid(layout: Layout, namespace: str, pod: str, container: str | None = None) 
     return None
 
 
+def pid(layout: Layout, namespace: str, pod: str, container: str | None = None) -> int | None:
+    return _task_pid(*_task(layout, namespace, pod, container))
+
+
 def crash(layout: Layout, namespace: str, pod: str, container: str | None = None) -> int:
     """SIGKILL to the container's main process, as an OOM kill would; returns its pid."""
-    killed = pid(layout, namespace, pod, container)
+    socket, container_id = _task(layout, namespace, pod, container)
+    killed = _task_pid(socket, container_id)
     if killed is None:
         raise ContainerFaultFailed(f"{namespace}/{pod} {container}: no running process to kill")
-    socket, container_id = _task(layout, namespace, pod, container)
     containerd.ctr(socket, "tasks", "kill", "--signal", "SIGKILL", container_id, timeout=30)
     return killed
 
