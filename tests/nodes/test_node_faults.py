@@ -22,7 +22,7 @@ from datetime import datetime
 import pytest
 
 from etcd_operator.cluster import naming
-from localkube import nodefaults, realnodes
+from localkube import containerfaults, nodefaults, realnodes
 from tests.support import chart_release, measured
 from tests.support.chart_release import delete_namespace, restricted_namespace
 from tests.support.clusters import (apply_cluster, condition, events, get_cluster, member_pods, patch_spec,
@@ -268,13 +268,6 @@ def test_a_member_that_lost_its_data_is_replaced_on_the_node_left_without_a_memb
                    f"healthy again {recovered_after:.0f}s after the PVC was deleted")
 
 
-def volume_path(member: str) -> pathlib.Path:
-    """The member's local-path folder on the host (the nodes share the host's mounts)."""
-    volume = kubectl_json("get", "pvc", naming.pvc_name(member), "-n", NAMESPACE)["spec"]["volumeName"]
-    source = kubectl_json("get", "pv", volume)["spec"]
-    return pathlib.Path((source.get("hostPath") or source.get("local"))["path"])
-
-
 def mounted(path: pathlib.Path) -> bool:
     return subprocess.run(["mountpoint", "-q", str(path)]).returncode == 0
 
@@ -300,11 +293,11 @@ def nearly_full(path: pathlib.Path, headroom: int):
         shutil.rmtree(stash, ignore_errors=True)
 
 
-def test_a_member_whose_volume_fills_up_crashes_and_is_replaced_after_the_timeout(spread):
+def test_a_member_whose_volume_fills_up_crashes_and_is_replaced_after_the_timeout(real_nodes, spread):
     before = identities()
     victim, node = follower_away_from_the_operator()
     others = [url(p) for p in live_members() if p["metadata"]["name"] != victim]
-    path = volume_path(victim)
+    path = containerfaults.volume_path(real_nodes, NAMESPACE, naming.pvc_name(victim))
     patch_spec(NAMESPACE, CLUSTER, {"paused": True})
     try:
         wait_for(lambda: get_cluster(NAMESPACE, CLUSTER)["status"].get("phase") == "Paused", 60,
