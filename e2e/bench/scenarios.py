@@ -39,7 +39,7 @@ BIG_QUOTA_BYTES = 1536 * MIB
 CLUSTER_RUNS = int(os.environ.get("BENCH_CLUSTER_RUNS", "3"))
 CREATE_3_TARGET, CREATE_5_TARGET = 10.0, 20.0  # seconds to a healthy cluster (issue 17)
 CREATE_3_TLS_TARGET = 10.0  # the default path, TLS on (issue 24)
-FIXED_OVERHEAD_MIB = 32  # beyond the part buffers, for 4 backups at once (tests/substrate/test_backup_memory.py)
+FIXED_OVERHEAD_MIB = 32  # beyond the part buffers, for 4 backups at once (tests/nodes/host_operator/test_backup_memory.py)
 
 
 def _rss_kib(pid: int, field: str) -> int:

@@ -272,14 +272,25 @@ def test_helm_upgrade_and_uninstall_leave_a_running_cluster_alone(operator):
     wait_available(namespace, "app", 3)
     members = pod_uids(namespace, "app")
 
+    revision = json.loads(helm("status", operator.release, "-n", operator.namespace, "-o", "json").stdout)["version"]
     helm("upgrade", operator.release, str(CHART), "-n", operator.namespace, "--set", "logLevel=DEBUG",
          "--wait", "--timeout", "180s")
     kubectl("rollout", "status", f"deployment/{operator.deployment}", "-n", operator.namespace, "--timeout=180s")
+    upgraded = json.loads(helm("status", operator.release, "-n", operator.namespace, "-o", "json").stdout)
+    assert upgraded["version"] == revision + 1
+    container = get("deployment", operator.namespace, operator.deployment)["spec"]["template"]["spec"]["containers"][0]
+    assert {e["name"]: e.get("value") for e in container["env"]}["LOG_LEVEL"] == "DEBUG"
     assert wait_available(namespace, "app", 3) and pod_uids(namespace, "app") == members
 
     helm("uninstall", operator.release, "-n", operator.namespace, "--wait", "--timeout", "180s")
     assert get("etcdcluster", namespace, "app") is not None, "uninstalling the chart deleted a cluster"
     assert pod_uids(namespace, "app") == members, "uninstalling the chart touched a member"
+    left = kubectl_json("get", "deployments,serviceaccounts,roles,rolebindings", "-n", operator.namespace,
+                        "-l", f"app.kubernetes.io/instance={operator.release}")["items"]
+    assert not left, [f"{o['kind']}/{o['metadata']['name']}" for o in left]
+    assert kubectl("get", "clusterrole", operator.deployment, check=False).returncode != 0
+    assert kubectl("get", "crd", "etcdclusters.etcd.operator.dev", check=False).returncode == 0, \
+        "uninstalling the chart took the CRDs"
 
     operator.install()
     wait_available(namespace, "app", 3)

@@ -347,7 +347,7 @@ def _minio_argv(layout: Layout) -> list[str]:
     ]
 
 
-def _minio_env(layout: Layout) -> dict[str, str]:
+def minio_environment(layout: Layout) -> dict[str, str]:
     creds = minio_credentials(layout)
     return {
         "MINIO_ROOT_USER": creds["access_key"],
@@ -399,7 +399,7 @@ def components() -> list[Component]:
             lambda l: {"s3": l.ports.minio, "console": l.ports.minio_console},
             _minio_argv,
             lambda l: _http_ok(f"{s3_endpoint(l)}/minio/health/live"),
-            _minio_env,
+            minio_environment,
         ),
         Component(
             "node-agent",

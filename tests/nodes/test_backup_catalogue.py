@@ -13,6 +13,7 @@ import pytest
 
 from etcd_operator.etcd.client import EtcdMemberClient
 from localkube import controlplane
+from tests.support.backups import condition
 from tests.support.chart_release import restricted_namespace
 from tests.support.clusters import apply_cluster, member_endpoints, wait_healthy
 from tests.support.kubectl import kubectl, kubectl_json
@@ -72,10 +73,6 @@ def patch_backup(namespace: str, name: str, spec: dict) -> None:
 def suspend(namespace: str, name: str) -> None:
     patch_backup(namespace, name, {"suspend": True})
     wait_for(lambda: get_backup(namespace, name)["status"].get("phase") == "Suspended", 60, what="suspended")
-
-
-def condition(obj: dict, type_: str) -> dict:
-    return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == type_), {})
 
 
 def reasons(namespace: str, name: str) -> list[str]:

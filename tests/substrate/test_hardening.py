@@ -1,10 +1,11 @@
-"""Hardening against the real API server and MinIO (the namespaced install running create,
-scale, backup and restore in a restricted namespace is tests/nodes/test_namespaced_release.py):
+"""Hardening against the real API server, by server-side dry runs (the namespaced install
+running create, scale, backup and restore in a restricted namespace is
+tests/nodes/test_namespaced_release.py; signed and encrypted uploads are
+tests/nodes/host_operator/test_backup.py):
 - every pod the operator builds is admitted by a namespace that enforces the `restricted` Pod
   Security level, and the namespaced install (deploy-namespaced/) passes server-side dry run;
-- the cluster's NetworkPolicy is applied, owned by the cluster, and passes server-side dry-run;
-- a backup or restore cannot name any key of a Secret, nor use http:// without `insecure: true`;
-- over http, every upload's payload is signed (a recording proxy sees what a man in the middle would)."""
+- the cluster's NetworkPolicy passes server-side dry-run;
+- a backup or restore cannot name any key of a Secret, nor use http:// without `insecure: true`."""
 
 from __future__ import annotations
 
@@ -19,14 +20,9 @@ from etcd_operator.backup.verdict import Expected
 from etcd_operator.cluster import builders, network_policy
 from etcd_operator.cluster.spec import ClusterSpec
 from etcd_operator.restore import builders as restore_builders
-from localkube import controlplane
-from tests.support.backups import apply_backup, get_backup
 from tests.support.clusters import GROUP
-from tests.support.clusters import apply_cluster, wait_healthy
 from tests.support.kubectl import kubectl
-from tests.support.recording_proxy import RecordingProxy
-from tests.support.s3 import create_credentials_secret, s3_client, s3_storage_spec
-from tests.support.waiting import wait_for
+from tests.support.s3 import s3_storage_spec
 
 pytestmark = pytest.mark.substrate
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -115,46 +111,3 @@ def test_an_http_endpoint_needs_insecure(substrate, namespace):
     allowed = kubectl("apply", "--dry-run=server", "-f", "-", check=False,
                       input=backup_manifest(namespace, {**s3, "insecure": True}))
     assert allowed.returncode == 0, allowed.stderr
-
-
-def test_uploads_over_http_are_signed_and_encrypted_at_rest_as_asked(substrate, namespace, operator):
-    """One cluster, two backups: SSE-KMS through a recording proxy (every upload's payload
-    must be signed), then SSE-S3. MinIO runs with a built-in KMS key (localkube), so both
-    encryption modes are real here."""
-    apply_cluster(namespace, "sg", {"size": 1, "storage": {"size": "1Gi"}})
-    wait_healthy(namespace, "sg", 1)
-    create_credentials_secret(substrate, namespace)
-    kms = {"mode": "SSE-KMS", "kmsKeyID": controlplane.MINIO_KMS_KEY_ID}
-    with RecordingProxy(controlplane.s3_environment(substrate)["S3_ENDPOINT"]) as proxy:
-        storage = s3_storage_spec(substrate, f"tests/{namespace}", serverSideEncryption=kms)
-        storage["s3"].update(endpoint=proxy.url, insecure=True)
-        apply_backup(namespace, "signed", {"clusterRef": {"name": "sg"}, "storage": storage})
-        signed = completed_backup(namespace, "signed")
-        uploads = proxy.uploads()
-    assert uploads, "no upload went through the proxy"
-    for request in uploads:
-        # The SigV4 signature covers x-amz-content-sha256; it must be the body's own hash,
-        # not UNSIGNED-PAYLOAD, or a man in the middle could swap the body.
-        assert request.headers.get("x-amz-content-sha256") == request.body_sha256, \
-            f"{request.method} {request.path}: x-amz-content-sha256={request.headers.get('x-amz-content-sha256')}"
-        assert "x-amz-content-sha256" in request.headers["authorization"]
-    assert_encrypted(substrate, signed, "aws:kms")
-
-    apply_backup(namespace, "sse-s3", {"clusterRef": {"name": "sg"}, "storage": s3_storage_spec(
-        substrate, f"tests/{namespace}", serverSideEncryption={"mode": "SSE-S3"})})
-    assert_encrypted(substrate, completed_backup(namespace, "sse-s3"), "AES256")
-
-
-def completed_backup(namespace: str, name: str) -> dict:
-    return wait_for(lambda: (b := get_backup(namespace, name))["status"].get("phase") == "Completed" and b, 120,
-                    what=f"backup {name} completed")
-
-
-def assert_encrypted(substrate, backup: dict, algorithm: str) -> None:
-    client = s3_client(substrate)
-    bucket = controlplane.s3_environment(substrate)["S3_BUCKET"]
-    for key in (backup["status"]["lastBackup"]["key"], backup["status"]["lastBackup"]["manifestKey"]):
-        head = client.head_object(Bucket=bucket, Key=key)
-        assert head.get("ServerSideEncryption") == algorithm, (key, head.get("ServerSideEncryption"))
-        if algorithm == "aws:kms":
-            assert controlplane.MINIO_KMS_KEY_ID in head.get("SSEKMSKeyId", ""), head.get("SSEKMSKeyId")

@@ -52,3 +52,8 @@ def wait_phase(namespace: str, name: str, phase: str, timeout: float = 300) -> d
     obj = wait_for(check, timeout, what=f"restore {name} {phase}")
     assert obj["status"]["phase"] == phase, f"restore {name} ended {obj['status']['phase']}: {obj['status']}"
     return obj
+
+
+def condition(obj: dict, type_: str) -> dict:
+    """The condition of that type in an object's status, or {}."""
+    return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == type_), {})

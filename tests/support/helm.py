@@ -10,7 +10,6 @@ from localkube import layout as localkube_layout
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "etcd-operator"
-LOCAL_VALUES = ROOT / "e2e" / "helm-local-values.yaml"
 
 
 def helm_binary() -> pathlib.Path:

@@ -3,8 +3,7 @@ the test's namespace. Fault points can be enabled to kill it at a chosen step. S
 replicas of one namespace (leader election) get an `identity` each, with its own log.
 
 On real nodes (`resolver`: their DNS address) it runs as on a node: with the host's network,
-which routes pod IPs, and in a mount namespace of its own whose /etc/resolv.conf names that
-DNS, so members' names resolve whichever checkout owns the host's resolver."""
+which routes pod IPs, and the nodes' DNS (tests/support/nodes_resolver.py)."""
 
 from __future__ import annotations
 
@@ -17,6 +16,7 @@ import time
 import urllib.request
 
 from localkube.layout import Layout
+from tests.support import nodes_resolver
 from tests.support.etcd_process import free_port
 from tests.support.processes import stop_gracefully
 
@@ -38,14 +38,8 @@ class OperatorProcess:
         self.process: subprocess.Popen | None = None
         self.health_port = free_port()
         if resolver:
-            self.command = self._with_resolver(resolver) + self.command
-
-    def _with_resolver(self, resolver: str) -> list[str]:
-        resolv_conf = self.substrate.run_dir / f"operator-{self.namespace}-resolv.conf"
-        resolv_conf.write_text(f"nameserver {resolver}\nsearch cluster.local\noptions ndots:5\n")
-        # unshare execs sh, which execs the operator: the Popen's pid is the operator's.
-        return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
-                'mount --bind "$0" /etc/resolv.conf && exec "$@"', str(resolv_conf)]
+            resolv_conf = substrate.run_dir / f"operator-{namespace}-resolv.conf"
+            self.command = nodes_resolver.command(resolv_conf, resolver, self.command)
 
     def start(self, faults: str = "") -> "OperatorProcess":
         env = {

@@ -24,17 +24,20 @@ class Recorded:
 
 
 class RecordingProxy:
-    def __init__(self, upstream: str):
+    """Listens on `host` (where pods reach it, on real nodes) at a port of its own."""
+
+    def __init__(self, upstream: str, host: str = "127.0.0.1"):
         target = urllib.parse.urlsplit(upstream)
         self.upstream_host, self.upstream_port = target.hostname, target.port or 80
         self.requests: list[Recorded] = []
         self._lock = threading.Lock()
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server = http.server.ThreadingHTTPServer((host, 0), self._handler())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
 
     def __enter__(self) -> "RecordingProxy":
         self._thread.start()

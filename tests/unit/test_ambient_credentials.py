@@ -1,6 +1,6 @@
 """Ambient credentials (a storage.s3 block without credentialsSecretRef) are used only in
 the namespaces the install lists: the setting, the backup planner and status, the restore
-planner. Pure. The real refusal is tests/substrate/test_backup_storage.py."""
+planner. Pure. The real refusal is tests/nodes/host_operator/test_backup_storage.py."""
 
 from __future__ import annotations
 

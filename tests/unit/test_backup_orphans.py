@@ -1,6 +1,6 @@
 """Orphaned multipart uploads: which a run aborts (pure), and the runner finding them with
 either store's listing semantics (an in-memory store). The real MinIO case is
-tests/substrate/test_backup_storage.py."""
+tests/nodes/host_operator/test_backup_storage.py."""
 
 from __future__ import annotations
 

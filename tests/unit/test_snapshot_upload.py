@@ -1,6 +1,6 @@
 """The part cutter between the snapshot stream and the multipart upload, against an
 in-memory store: parts, buffer reuse, bounds and aborts. The real path (etcd, MinIO) is
-covered in tests/substrate/test_backup.py."""
+covered in tests/nodes/host_operator/test_backup.py."""
 
 from __future__ import annotations
 

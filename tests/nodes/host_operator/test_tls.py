@@ -1,5 +1,6 @@
-"""TLS clusters on the substrate, sharing one 3-member cluster: only clients with a
-certificate from the cluster's CA get in; etcdctl works with <cluster>-client-tls; a second
+"""TLS clusters on the real nodes, sharing one 3-member cluster, with the operator as a process
+on the host: only clients with a certificate from the cluster's CA get in; etcdctl on the host
+works with <cluster>-client-tls by the members' names (the nodes' DNS); a second
 kube-apiserver stores its data in the cluster over TLS; a plaintext cluster is left alone
 when spec.tls is turned on."""
 
@@ -17,20 +18,21 @@ import uuid
 
 import pytest
 
-from tests.support.finalizers import release_finalizers
 from etcd_operator.cluster import certs, naming, pki
 from etcd_operator.cluster.spec import ClusterSpec
 from etcd_operator.etcd.client import ClientTLS, EtcdError, EtcdMemberClient
 from localkube import controlplane
 from localkube import layout as localkube_layout
+from tests.support import nodes_resolver
+from tests.support.backups import apply_backup, apply_restore, get_backup, wait_phase
+from tests.support.chart_release import restricted_namespace
 from tests.support.clusters import apply_cluster, condition, get_cluster, member_endpoints, member_pods, patch_spec
 from tests.support.clusters import FAST_RECOVERY, wait_condition, wait_healthy
 from tests.support.etcd_probes import _LoopThread
 from tests.support.etcd_process import free_port
+from tests.support.finalizers import release_finalizers
 from tests.support.kubectl import kubectl, kubectl_json, secret_bytes
 from tests.support.s3 import create_credentials_secret, s3_storage_spec
-from tests.support.backups import apply_backup, apply_restore, get_backup, wait_phase
-from tests.support.operator_process import OperatorProcess
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.substrate
@@ -39,13 +41,20 @@ CLUSTER = "secure"
 
 
 @pytest.fixture(scope="module")
-def tls_namespace(substrate, kube_api):
-    name = f"t-tls-{uuid.uuid4().hex[:5]}"
-    kubectl("create", "namespace", name)
-    operator = OperatorProcess(substrate, name).start()
+def nodes_kept_for_the_module(real_nodes_use):
+    """The shared cluster lives through the module: no node fault of the other run meanwhile."""
+    with real_nodes_use.nodes_kept():
+        yield
+
+
+@pytest.fixture(scope="module")
+def tls_namespace(nodes_kept_for_the_module, operator_process, kubectl_on_real_nodes, kube_api):
+    name = f"h-tls-{uuid.uuid4().hex[:5]}"
+    restricted_namespace(name)
+    operator = operator_process(name).start()
     yield name
     operator.stop()
-    kubectl("delete", "namespace", name, "--wait=false")
+    kubectl("delete", "namespace", name, "--wait=false", check=False)
     release_finalizers(kube_api, name)
 
 
@@ -55,6 +64,13 @@ def tls_cluster(tls_namespace):
     apply_cluster(tls_namespace, CLUSTER, {"size": 3, "storage": {"size": "1Gi"}, "tls": {}})
     wait_healthy(tls_namespace, CLUSTER, 3, timeout=300)
     return tls_namespace
+
+
+@pytest.fixture(scope="module")
+def on_nodes_dns(real_nodes):
+    """Runs a host command with the nodes' DNS, so that members' names resolve."""
+    resolv_conf = real_nodes.run_dir / "tls-tests-resolv.conf"
+    return lambda argv: nodes_resolver.command(resolv_conf, real_nodes.node_network.dns_address, argv)
 
 
 def secret_files(namespace: str, name: str, directory) -> dict[str, str]:
@@ -73,12 +89,13 @@ def member_urls(namespace: str) -> list[str]:
                   for p in member_pods(namespace, CLUSTER))
 
 
-def etcdctl(urls: list[str], files: dict[str, str] | None, *args: str) -> subprocess.CompletedProcess:
+def etcdctl(on_nodes_dns, urls: list[str], files: dict[str, str] | None, *args: str) -> subprocess.CompletedProcess:
     binary = localkube_layout.testbin_dir() / "etcd-3.6" / "etcdctl"
     tls = [f"--cacert={files[certs.CA_KEY]}", f"--cert={files[certs.CERT_KEY]}",
            f"--key={files[certs.PRIVATE_KEY_KEY]}"] if files else []
-    return subprocess.run([str(binary), f"--endpoints={','.join(urls)}", "--command-timeout=5s",
-                           "--dial-timeout=3s", *tls, *args], capture_output=True, text=True, timeout=30)
+    return subprocess.run(on_nodes_dns([str(binary), f"--endpoints={','.join(urls)}", "--command-timeout=5s",
+                                        "--dial-timeout=3s", *tls, *args]),
+                          capture_output=True, text=True, timeout=30)
 
 
 def status_with(endpoint: str, tls: ClientTLS | None):
@@ -88,7 +105,7 @@ def status_with(endpoint: str, tls: ClientTLS | None):
     return asyncio.run(call())
 
 
-def test_tls_cluster_accepts_only_its_own_client_certificates(tls_cluster, tmp_path):
+def test_tls_cluster_accepts_only_its_own_client_certificates(tls_cluster, on_nodes_dns, tmp_path):
     namespace = tls_cluster
     status = get_cluster(namespace, CLUSTER)["status"]
     assert status["tls"]["transport"] == "https"
@@ -116,32 +133,35 @@ def test_tls_cluster_accepts_only_its_own_client_certificates(tls_cluster, tmp_p
 
     user = secret_files(namespace, f"{CLUSTER}-client-tls", tmp_path)
     urls = member_urls(namespace)
-    put = etcdctl(urls, user, "put", "/tls/hello", "world")
+    put = etcdctl(on_nodes_dns, urls, user, "put", "/tls/hello", "world")
     assert put.returncode == 0, put.stderr
-    got = etcdctl(urls, user, "get", "/tls/hello", "--print-value-only")
+    got = etcdctl(on_nodes_dns, urls, user, "get", "/tls/hello", "--print-value-only")
     assert got.stdout.strip() == "world", got.stderr
-    refused = etcdctl([u.replace("https://", "http://") for u in urls], None, "get", "/tls/hello")
+    refused = etcdctl(on_nodes_dns, [u.replace("https://", "http://") for u in urls], None, "get", "/tls/hello")
     assert refused.returncode != 0
 
 
-def test_kube_apiserver_stores_in_the_tls_cluster(tls_cluster, substrate, tmp_path):
+def test_kube_apiserver_stores_in_the_tls_cluster(tls_cluster, real_nodes, on_nodes_dns, tmp_path):
+    """The second kube-apiserver runs on the host as the substrate's does, with the nodes' DNS,
+    and reaches the members by the names their certificates carry."""
     namespace = tls_cluster
     spec = ClusterSpec.from_dict({"tls": {}})
     files = secret_files(namespace, certs.secret_name(spec, CLUSTER, certs.CertKind.OPERATOR), tmp_path)
     port = free_port()
-    argv = [a for a in controlplane._apiserver_argv(substrate)
+    argv = [a for a in controlplane._apiserver_argv(real_nodes)
             if not a.startswith(("--etcd-servers=", "--secure-port="))]
     argv += [f"--etcd-servers={','.join(member_urls(namespace))}", f"--secure-port={port}",
              f"--etcd-cafile={files[certs.CA_KEY]}", f"--etcd-certfile={files[certs.CERT_KEY]}",
              f"--etcd-keyfile={files[certs.PRIVATE_KEY_KEY]}", f"--cert-dir={tmp_path / 'certs'}"]
-    log = open(substrate.logs_dir / f"apiserver-on-{namespace}.log", "wb")
-    process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    log_path = real_nodes.logs_dir / f"apiserver-on-{namespace}.log"
+    log = open(log_path, "wb")
+    process = subprocess.Popen(on_nodes_dns(argv), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        url = f"https://127.0.0.1:{port}"
-        context = controlplane.admin_ssl_context(substrate)
+        url = f"https://{controlplane.apiserver_host(real_nodes)}:{port}"
+        context = controlplane.admin_ssl_context(real_nodes)
         wait_for(lambda: process.poll() is not None or controlplane._http_ok(f"{url}/readyz", context, b"ok"),
                  120, what="the second kube-apiserver to be ready")
-        assert process.poll() is None, (substrate.logs_dir / f"apiserver-on-{namespace}.log").read_text()[-2000:]
+        assert process.poll() is None, log_path.read_text()[-2000:]
         config = json.loads(kubectl("config", "view", "--raw", "-o", "json").stdout)
         for c in config["clusters"]:
             c["cluster"]["server"] = url
@@ -158,7 +178,7 @@ def test_kube_apiserver_stores_in_the_tls_cluster(tls_cluster, substrate, tmp_pa
         process.wait(30)
         log.close()
     user = secret_files(namespace, f"{CLUSTER}-client-tls", tmp_path)
-    keys = etcdctl(member_urls(namespace), user, "get", "/registry/configmaps/default/stored-over-tls",
+    keys = etcdctl(on_nodes_dns, member_urls(namespace), user, "get", "/registry/configmaps/default/stored-over-tls",
                    "--keys-only")
     assert "stored-over-tls" in keys.stdout, keys.stderr
 
@@ -180,7 +200,7 @@ def test_plaintext_cluster_is_left_alone_when_tls_is_turned_on(tls_namespace):
     assert status_with(member_endpoints(namespace, name)[0], None).version
 
 
-def test_backup_and_restore_of_a_tls_cluster(tls_cluster, substrate):
+def test_backup_and_restore_of_a_tls_cluster(tls_cluster, real_nodes, on_nodes_dns):
     """The snapshot streams over TLS with the operator's certificate; the restored cluster is
     a TLS cluster whose seeded member advertises https peer URLs."""
     namespace = tls_cluster
@@ -192,9 +212,9 @@ def test_backup_and_restore_of_a_tls_cluster(tls_cluster, substrate):
         async with EtcdMemberClient(member_endpoints(namespace, CLUSTER)[0], tls=user) as client:
             await client.put(b"/backed-up/key", b"over-tls")
     asyncio.run(write())
-    create_credentials_secret(substrate, namespace)
+    create_credentials_secret(real_nodes, namespace)
     apply_backup(namespace, "tls-backup", {"clusterRef": {"name": CLUSTER},
-                                           "storage": s3_storage_spec(substrate, f"tests/{namespace}")})
+                                           "storage": s3_storage_spec(real_nodes, f"tests/{namespace}")})
     wait_for(lambda: get_backup(namespace, "tls-backup")["status"].get("phase") == "Completed", 120,
              what="the backup of the TLS cluster")
     apply_restore(namespace, "tls-restore", {"source": {"backupRef": {"name": "tls-backup"}},
@@ -209,7 +229,7 @@ def test_backup_and_restore_of_a_tls_cluster(tls_cluster, substrate):
         files = secret_files(namespace, "secure-copy-client-tls", pathlib.Path(directory))
         urls = [naming.client_url("secure-copy", namespace, p["metadata"]["name"], tls=True)
                 for p in member_pods(namespace, "secure-copy")]
-        got = etcdctl(urls, files, "get", "/backed-up/key", "--print-value-only")
+        got = etcdctl(on_nodes_dns, urls, files, "get", "/backed-up/key", "--print-value-only")
     assert got.stdout.strip() == "over-tls", got.stderr
 
 
@@ -356,7 +376,7 @@ def test_leaf_then_ca_rotation_under_load_fails_no_request(tls_cluster):
     assert {p["metadata"]["uid"] for p in member_pods(namespace, CLUSTER)}.isdisjoint(pods_before.values())
 
 
-def test_after_a_ca_rotation_the_cluster_grows_and_replaces_a_member_under_load(tls_cluster):
+def test_after_a_ca_rotation_the_cluster_grows_and_replaces_a_member_under_load(tls_cluster, container_faults):
     """Rotate the CA, then scale up, then replace a member whose data is lost, all under a
     client load that follows the client Secret: every new member must join with
     certificates from the new CA and be trusted by members that started before it."""
@@ -373,13 +393,12 @@ def test_after_a_ca_rotation_the_cluster_grows_and_replaces_a_member_under_load(
         patch_spec(namespace, CLUSTER, {"size": 5, "recovery": FAST_RECOVERY})
         wait_healthy(namespace, CLUSTER, 5, timeout=300)
 
-        from nodeagent import faults
         victim = sorted(p["metadata"]["name"] for p in member_pods(namespace, CLUSTER))[-1]
         victim_ids = {m["id"] for m in get_cluster(namespace, CLUSTER)["status"]["members"] if m["name"] == victim}
         load.down = {f"{p['status']['podIP']}:{naming.CLIENT_PORT}"
                      for p in member_pods(namespace, CLUSTER) if p["metadata"]["name"] == victim}
-        faults.lose_disk(namespace, naming.pvc_name(victim))
-        faults.crash_container(namespace, victim, "etcd")
+        container_faults.lose_disk(namespace, naming.pvc_name(victim))
+        container_faults.crash_container(namespace, victim, "etcd")
         # The replacement may take the freed name: it is a new member by its id.
         wait_for(lambda: (o := wait_healthy(namespace, CLUSTER, 5, timeout=300))
                  and victim_ids.isdisjoint(m["id"] for m in o["status"]["members"]) and o, 300,

@@ -1,20 +1,18 @@
-"""Storage guards of EtcdBackup and EtcdRestore against the substrate's real MinIO:
+"""Storage guards of EtcdBackup and EtcdRestore against the substrate's real MinIO, with the
+operator as a process on the host given settings of its own, on the real nodes:
 orphaned multipart uploads in a backup's own folder are aborted and no others; ambient
 credentials are refused unless the install allows them for the namespace."""
 
 from __future__ import annotations
 
 import email.utils
-import json
 
 import pytest
 
 from localkube import controlplane
-from tests.support.backups import apply_backup, get_backup
-from tests.substrate.test_backup import condition
+from tests.support.backups import apply_backup, apply_restore, condition, get_backup
 from tests.support.clusters import apply_cluster, wait_healthy
 from tests.support.kubectl import kubectl, kubectl_json
-from tests.support.operator_process import OperatorProcess
 from tests.support.s3 import create_credentials_secret, list_keys, pending_uploads, s3_client, s3_storage_spec
 from tests.support.waiting import wait_for
 
@@ -30,10 +28,11 @@ def store_age(s3, bucket: str, key: str) -> float:
     return min(((now - u["Initiated"]).total_seconds() for u in response.get("Uploads", [])), default=0.0)
 
 
-def test_orphaned_uploads_in_the_backups_own_folder_are_aborted_and_no_others(substrate, namespace):
-    operator = OperatorProcess(substrate, namespace, env={"ORPHANED_UPLOAD_GRACE_SECONDS": str(GRACE_SECONDS)})
+def test_orphaned_uploads_in_the_backups_own_folder_are_aborted_and_no_others(real_nodes, namespace,
+                                                                             operator_process):
+    operator = operator_process(namespace, env={"ORPHANED_UPLOAD_GRACE_SECONDS": str(GRACE_SECONDS)})
     operator.start()
-    s3, bucket = s3_client(substrate), controlplane.S3_BUCKET
+    s3, bucket = s3_client(real_nodes), controlplane.S3_BUCKET
     prefix = f"tests/{namespace}"
     folder = f"{prefix}/{namespace}/orphans/"
     # An operator killed between starting an upload and recording it left this one...
@@ -44,11 +43,11 @@ def test_orphaned_uploads_in_the_backups_own_folder_are_aborted_and_no_others(su
     try:
         apply_cluster(namespace, "db", {"size": 1, "storage": {"size": "1Gi"}})
         wait_healthy(namespace, "db", 1)
-        create_credentials_secret(substrate, namespace)
+        create_credentials_secret(real_nodes, namespace)
         wait_for(lambda: all(store_age(s3, bucket, key) > GRACE_SECONDS for key in started), 60,
                  what="the uploads older than the grace on the store's clock")
         apply_backup(namespace, "orphans", {"clusterRef": {"name": "db"}, "verification": {"enabled": False},
-                                            "storage": s3_storage_spec(substrate, prefix)})
+                                            "storage": s3_storage_spec(real_nodes, prefix)})
         done = wait_for(lambda: (b := get_backup(namespace, "orphans"))["status"].get("phase") == "Completed" and b,
                         120, what="the backup completed")
         # MinIO lists multipart uploads by exact key: look at each one.
@@ -64,23 +63,22 @@ def test_orphaned_uploads_in_the_backups_own_folder_are_aborted_and_no_others(su
                 s3.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id)
 
 
-def test_ambient_credentials_are_refused_unless_the_install_allows_the_namespace(substrate, namespace):
-    env = controlplane.s3_environment(substrate)
+def test_ambient_credentials_are_refused_unless_the_install_allows_the_namespace(real_nodes, namespace,
+                                                                                operator_process):
+    env = controlplane.s3_environment(real_nodes)
     # The operator's own identity reaches the bucket: without the guard it would be used.
     ambient = {"AWS_ACCESS_KEY_ID": env["AWS_ACCESS_KEY_ID"], "AWS_SECRET_ACCESS_KEY": env["AWS_SECRET_ACCESS_KEY"]}
-    operator = OperatorProcess(substrate, namespace, env=ambient).start()
+    operator = operator_process(namespace, env=ambient).start()
     prefix = f"tests/{namespace}"
-    s3 = {k: v for k, v in s3_storage_spec(substrate, prefix)["s3"].items() if k != "credentialsSecretRef"}
+    s3 = {k: v for k, v in s3_storage_spec(real_nodes, prefix)["s3"].items() if k != "credentialsSecretRef"}
     try:
         apply_cluster(namespace, "db", {"size": 1, "storage": {"size": "1Gi"}})
         wait_healthy(namespace, "db", 1)
         apply_backup(namespace, "ambient", {"clusterRef": {"name": "db"}, "verification": {"enabled": False},
                                             "storage": {"s3": s3}})
-        kubectl("apply", "-f", "-", input=json.dumps({
-            "apiVersion": "etcd.operator.dev/v1alpha1", "kind": "EtcdRestore",
-            "metadata": {"name": "ambient", "namespace": namespace},
-            "spec": {"source": {"s3": {**{k: v for k, v in s3.items() if k != "prefix"}, "key": f"{prefix}/x.db"}},
-                     "target": {"newCluster": {"name": "restored", "spec": {"size": 1}}}}}))
+        apply_restore(namespace, "ambient", {
+            "source": {"s3": {**{k: v for k, v in s3.items() if k != "prefix"}, "key": f"{prefix}/x.db"}},
+            "target": {"newCluster": {"name": "restored", "spec": {"size": 1}}}})
         refused = wait_for(lambda: (b := get_backup(namespace, "ambient"))
                            and condition(b, "Degraded").get("reason") == AMBIENT_NOT_ALLOWED and b,
                            60, what="the backup refused")
@@ -90,12 +88,12 @@ def test_ambient_credentials_are_refused_unless_the_install_allows_the_namespace
                            and condition(r, "Progressing").get("reason") == AMBIENT_NOT_ALLOWED and r,
                            60, what="the restore refused")
         assert restore["status"]["phase"] == "Pending"
-        assert list_keys(s3_client(substrate), controlplane.S3_BUCKET, prefix) == []
+        assert list_keys(s3_client(real_nodes), controlplane.S3_BUCKET, prefix) == []
         kubectl("delete", "etcdrestore", "ambient", "-n", namespace, "--wait=false")
 
         operator.stop()
-        operator = OperatorProcess(substrate, namespace,
-                                   env={**ambient, "AMBIENT_CREDENTIALS_NAMESPACES": f"other,{namespace}"}).start()
+        operator = operator_process(namespace,
+                                    env={**ambient, "AMBIENT_CREDENTIALS_NAMESPACES": f"other,{namespace}"}).start()
         done = wait_for(lambda: (b := get_backup(namespace, "ambient"))["status"].get("phase") == "Completed" and b,
                         120, what="the backup completed once the install allowed ambient credentials here")
         assert condition(done, "Degraded")["status"] == "False"
