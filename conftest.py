@@ -14,7 +14,7 @@ import pathlib
 import pytest
 
 from localkube import controlplane, layout as localkube_layout
-from tests.support import chart_release, shared_real_nodes
+from tests.support import chart_release, crds, shared_real_nodes
 from tests.support.diagnostics import print_events, print_operator_pod_logs, print_tail, fresh_namespace_name
 from tests.support.finalizers import release_finalizers
 
@@ -130,7 +130,7 @@ def substrate():
     os.environ["KUBECONFIG"] = str(where.kubeconfig)
     # Helpers that find the substrate without being given it (nodeagent.faults) look here.
     os.environ["LOCALKUBE_STATE_DIR"] = str(where.state_dir)
-    install_crds()
+    crds.install()
     yield where
     if started_here and not os.environ.get("LOCALKUBE_KEEP"):
         controlplane.down(where)
@@ -174,15 +174,6 @@ def namespace(request, kube_api, explain_failure):
         explain_failure(core, name)
     core.delete_namespace(name)
     release_finalizers(kube_api, name)
-
-
-def install_crds() -> None:
-    """The CRDs from this checkout, so tests never run against stale schemas."""
-    from tests.support.kubectl import kubectl
-
-    crds = pathlib.Path(__file__).resolve().parent / "crds"
-    kubectl("apply", "--server-side", "--force-conflicts", "-k", str(crds))
-    kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
 
 
 def dump_diagnostics(where, core, namespace: str) -> None:

@@ -252,7 +252,7 @@ class ScaleBench:
         self.samples: list[Sample] = []
 
     def __enter__(self) -> "ScaleBench":
-        from conftest import install_crds
+        from tests.support import crds
         from localkube import controlplane
         from tests.support.kubectl import kubectl
         from tests.support.operator_process import OperatorProcess
@@ -263,7 +263,7 @@ class ScaleBench:
         os.environ["LOCALKUBE_STATE_DIR"] = str(self.layout.state_dir)
         self.audit = AuditLog(controlplane.audit_log_path(self.layout))
         os.environ["KUBECONFIG"] = str(self.layout.kubeconfig)
-        install_crds()
+        crds.install()
         kubectl("create", "namespace", self.namespace)
         self.operator = OperatorProcess(self.layout, self.namespace, python=OPERATOR_PYTHON).start()
         self.environment = operator_environment(OPERATOR_PYTHON)

@@ -19,7 +19,7 @@ from etcd_operator.membudget import DEFAULT_LIMIT_BYTES
 from etcd_operator.timefmt import parse_time
 from localkube import controlplane, layout as localkube_layout, processes
 from nodeagent import faults
-from conftest import install_crds
+from tests.support import crds
 from tests.support.clusters import (apply_cluster, get_cluster, is_healthy, member_endpoints, patch_spec,
                                    wait_healthy)
 from tests.support.kubectl import kubectl, kubectl_json
@@ -116,7 +116,7 @@ class Bench:
         controlplane.up(self.layout, nodes="agent")
         os.environ["KUBECONFIG"] = str(self.layout.kubeconfig)
         os.environ["LOCALKUBE_STATE_DIR"] = str(self.layout.state_dir)
-        install_crds()
+        crds.install()
         kubectl("create", "namespace", self.namespace)
         self.operator = OperatorProcess(self.layout, self.namespace).start()
         create_credentials_secret(self.layout, self.namespace)

@@ -18,7 +18,7 @@ import pytest
 
 from localkube import containerfaults
 from localkube.layout import REAL_NODES_TEST_ROOT
-from tests.support import claims, shared_real_nodes
+from tests.support import claims, crds, shared_real_nodes
 from tests.support.chart_release import kubeconfig_env, restricted_namespace
 from tests.support.diagnostics import fresh_namespace_name, print_events, print_tail
 from tests.support.finalizers import release_finalizers
@@ -61,6 +61,12 @@ def kube_api(nodes_api):
 def kubectl_on_real_nodes(real_nodes):
     with kubeconfig_env(real_nodes.kubeconfig):
         yield real_nodes.kubeconfig
+
+
+@pytest.fixture(scope="package", autouse=True)
+def crds_installed(kubectl_on_real_nodes):
+    """The CRDs, whether or not the other run's chart release installed them yet."""
+    crds.install()
 
 
 @pytest.fixture(scope="package", autouse=True)
