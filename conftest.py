@@ -47,21 +47,20 @@ HOST_OPERATOR_TESTS = pathlib.Path(__file__).resolve().parent / "tests" / "nodes
 
 def pytest_collection_modifyitems(config, items):
     """Everything marked real_nodes runs together, where the first of it was collected (so the
-    session's real nodes are up only while needed): the modules that fault nodes after the
-    others, and what takes the nodes down, `real_nodes(takes_them_down=True)`, after all of it.
-    The operator-process tests on the real nodes (tests/nodes/host_operator) run before the
-    other tests of their run, which are on the node agent. So, in `make test`, the operator
-    processes use the nodes while the other run's chart tests do, and the node faults, which
-    have the nodes to themselves (shared_real_nodes), come while the node agent's tests run."""
+    session's real nodes are up only while needed): first the modules that fault nodes, and
+    what takes the nodes down, `real_nodes(takes_them_down=True)`, after all of it. The
+    operator-process tests on the real nodes (tests/nodes/host_operator) run after the other
+    tests of their run. So, in `make test`, the node faults run while the other run is on the
+    node agent, and neither waits for the other's hold on the nodes (shared_real_nodes)."""
     host_operator = [item for item in items if HOST_OPERATOR_TESTS in item.path.parents]
-    items[:] = host_operator + [item for item in items if item not in host_operator]
+    items[:] = [item for item in items if item not in host_operator] + host_operator
     marked = [item for item in items if item.get_closest_marker("real_nodes")]
     if not marked:
         return
     last = [item for item in marked if item.get_closest_marker("real_nodes").kwargs.get("takes_them_down")]
     faulting = {item.path for item in marked if set(NODE_FAULT_FIXTURES) & set(item.fixturenames)}
-    group = ([item for item in marked if item.path not in faulting and item not in last]
-             + [item for item in marked if item.path in faulting and item not in last] + last)
+    group = ([item for item in marked if item.path in faulting and item not in last]
+             + [item for item in marked if item.path not in faulting and item not in last] + last)
     start = items.index(marked[0])
     others = [item for item in items if not item.get_closest_marker("real_nodes")]
     items[:] = others[:start] + group + others[start:]
