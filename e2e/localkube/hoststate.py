@@ -3,7 +3,12 @@
 
 The record is host-wide (RECORD): the first checkout whose real nodes start writes it, later
 ones join it as owners, and the last one to go down restores it, so that a checkout starting
-beside another one's running nodes never takes their changes for the host's own values.
+beside another one's running nodes never takes their changes for the host's own values. An
+owner whose processes were all killed (a CI job cut off, a machine stopped) never runs its
+`down`: the next `up` finds it dead, drops it and takes back the resolver it held.
+
+The host's resolver keeps its own nameservers after the substrate's DNS, so that a killed
+substrate never leaves the host unable to resolve names (pip, apt) while it waits for that.
 
 Kubelets set a few global sysctls (their protectKernelDefaults is off); the host's resolver
 is pointed at the substrate's DNS; `ip netns add` may mount /run/netns; containerd, the
@@ -20,6 +25,8 @@ import pathlib
 import re
 import shutil
 import subprocess
+
+from localkube.layout import CLUSTER_DOMAIN
 
 SYSCTLS = [
     "kernel.panic",
@@ -76,27 +83,33 @@ def _write(state: dict) -> None:
     RECORD.write_text(json.dumps(state, indent=2))
 
 
-def record(owner: str) -> None:
-    """Records the host as found, or joins the record another checkout made."""
+def record(owner: str, run_dir: pathlib.Path) -> list[str]:
+    """Records the host as found, or joins the record another checkout made. Owners found dead
+    are dropped first (and returned); `run_dir` holds the pid files that show this one alive."""
     state = recorded()
     if state is None:
         state = {
             "sysctls": read_sysctls(),
-            "resolv_conf": RESOLV_CONF.read_text(),
+            "resolv_conf": _host_resolver_text(RESOLV_CONF.read_text()),
             "absent_paths": [str(p) for p in [*CREATED_PATHS, RECORD.parent] if not p.exists()],
             "run_netns_mounted": is_mountpoint(pathlib.Path("/run/netns")),
-            "owners": [],
+            "owners": {},
         }
-    if owner not in state["owners"]:
-        state["owners"].append(owner)
+    dead = drop_dead_owners(state)
+    # The recording process shows the owner alive until its first pid file is written.
+    state["owners"][owner] = {"pid": os.getpid(), "run_dir": str(run_dir)}
     _write(state)
+    return dead
 
 
 def recorded() -> dict | None:
     try:
-        return json.loads(RECORD.read_text())
+        state = json.loads(RECORD.read_text())
     except FileNotFoundError:
         return None
+    if isinstance(state["owners"], list):  # a record from before owners were tracked: no way to
+        state["owners"] = {owner: {} for owner in state["owners"]}  # tell them alive
+    return state
 
 
 def owns(owner: str) -> bool:
@@ -104,10 +117,75 @@ def owns(owner: str) -> bool:
     return state is not None and owner in state["owners"]
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def owner_alive(owner: dict) -> bool:
+    """The recording process or any process of the owner's pid files still runs."""
+    pids = [owner["pid"]] if owner.get("pid") else []
+    if owner.get("run_dir"):
+        for pid_file in pathlib.Path(owner["run_dir"]).glob("*.pid"):
+            try:
+                pids.append(int(pid_file.read_text().strip()))
+            except (OSError, ValueError):
+                pass
+    return any(_pid_alive(pid) for pid in pids)
+
+
+def drop_dead_owners(state: dict) -> list[str]:
+    """Removes owners with no live process from `state`, then gives back the resolver when no
+    remaining owner holds it."""
+    dead = [name for name, owner in state["owners"].items() if not owner_alive(owner)]
+    for name in dead:
+        del state["owners"][name]
+    text = RESOLV_CONF.read_text()
+    if RESOLVER_MARKER in text and not any(RESOLVER_MARKER + name in text for name in state["owners"]):
+        RESOLV_CONF.write_text(state["resolv_conf"])
+    return dead
+
+
+def _host_resolver_text(text: str) -> str:
+    """The host's own resolver file: as found, or with a substrate's lines taken out when a
+    killed one left them and no record survived (/run is emptied by a reboot, /etc is not)."""
+    if RESOLVER_MARKER not in text:
+        return text
+    lines = text.splitlines()
+    marker_at = next(i for i, line in enumerate(lines) if line.startswith(RESOLVER_MARKER))
+    substrate_lines = set(lines[marker_at:marker_at + 2])  # the marker and the substrate's DNS
+    kept = []
+    for line in lines:
+        if line in substrate_lines:
+            continue
+        if line.startswith("search "):
+            domains = [d for d in line.split()[1:] if d != CLUSTER_DOMAIN]
+            if not domains:
+                continue
+            line = "search " + " ".join(domains)
+        kept.append(line)
+    return "\n".join(kept) + "\n"
+
+
 def upstream_nameservers() -> list[str]:
     state = recorded()
     text = state["resolv_conf"] if state else RESOLV_CONF.read_text()
     return re.findall(r"^\s*nameserver\s+(\S+)", text, re.MULTILINE)
+
+
+def substrate_resolver_text(host_text: str, dns_address: str, owner: str) -> str:
+    """The substrate's DNS first, then the host's own nameservers (glibc reads three at most),
+    options and search domains, after the substrate's."""
+    nameservers = re.findall(r"^\s*nameserver\s+\S+.*$", host_text, re.MULTILINE)[:2]
+    options = re.findall(r"^\s*options\s.*$", host_text, re.MULTILINE)
+    searches = re.findall(r"^\s*(?:search|domain)\s+(.*)$", host_text, re.MULTILINE)
+    domains = [CLUSTER_DOMAIN, *(searches[-1].split() if searches else [])]
+    lines = [RESOLVER_MARKER + owner, f"nameserver {dns_address}", *nameservers, *options,
+             "search " + " ".join(dict.fromkeys(domains))]
+    return "\n".join(lines) + "\n"
 
 
 def point_resolver(dns_address: str, owner: str) -> bool:
@@ -118,8 +196,10 @@ def point_resolver(dns_address: str, owner: str) -> bool:
         return True
     if RESOLVER_MARKER in text:
         return False
+    state = recorded()
+    host_text = state["resolv_conf"] if state else text
     # Written in place: /etc/resolv.conf may be a bind mount that a rename would miss.
-    RESOLV_CONF.write_text(f"{marker}\nnameserver {dns_address}\nsearch cluster.local\n")
+    RESOLV_CONF.write_text(substrate_resolver_text(host_text, dns_address, owner))
     return True
 
 
@@ -135,13 +215,12 @@ def unmount_below(root: pathlib.Path) -> list[str]:
 
 
 def restore(owner: str) -> list[str]:
-    """Leaves the record; the last owner puts the host back as recorded."""
+    """Leaves the record; the last live owner puts the host back as recorded."""
     state = recorded()
     if state is None or owner not in state["owners"]:
         return []
-    if RESOLVER_MARKER + owner in RESOLV_CONF.read_text():
-        RESOLV_CONF.write_text(state["resolv_conf"])
-    state["owners"].remove(owner)
+    del state["owners"][owner]
+    drop_dead_owners(state)  # and gives back the resolver, held by this owner or a dead one
     if state["owners"]:
         _write(state)
         return []

@@ -50,6 +50,7 @@ class Ports:
 
 
 NODE_COUNT = 3
+CLUSTER_DOMAIN = "cluster.local"  # the real nodes' (kubelets, CoreDNS, the host's search list)
 
 
 @dataclasses.dataclass(frozen=True)

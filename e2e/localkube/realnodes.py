@@ -20,10 +20,9 @@ import time
 
 from images import names as image_names
 from localkube import controlplane, hoststate, local_path, pki, processes
-from localkube.layout import NODE_COUNT, Layout
+from localkube.layout import CLUSTER_DOMAIN, NODE_COUNT, Layout
 
 CNI_BIN_DIR = "/usr/lib/cni"
-CLUSTER_DOMAIN = "cluster.local"
 NODES_READY_TIMEOUT = 180.0
 
 
@@ -531,7 +530,9 @@ def prepare_host(layout: Layout) -> None:
         if not layout.binary(recipe, binary).exists():
             raise RuntimeError(f"{layout.binary(recipe, binary)} is missing: run `make testbin`")
     layout.state_dir.mkdir(parents=True, exist_ok=True)
-    hoststate.record(layout.checkout_id)
+    for dead in hoststate.record(layout.checkout_id, layout.run_dir):
+        print(f"localkube: the real nodes of checkout {dead} were killed without `down`; "
+              "their hold on the host's resolver is released", flush=True)
     _ensure_network(layout)
     _ensure_cgroups(layout)
     pki.ensure(layout.pki_dir)
