@@ -380,7 +380,7 @@ def _report(bench, scenarios: list[Scenario]) -> None:
     print(f"\nside-by-side race with etcd-io/etcd-operator {OFFICIAL_TAG} (done: etcd's own view for both;"
           " this operator must also report Available)")
     for r in [head] + rows:
-        print("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+        print("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
     for s in scenarios:
         for who, turn in (("official", s.official), ("ours", s.ours)):
             if turn.seconds is None:

@@ -370,9 +370,9 @@ class ScaleBench:
             deleted_at = min((audit_time(e["requestReceivedTimestamp"]) for e in self.audit.events(offset)
                               if e.get("verb") == "delete" and e.get("userAgent", "").startswith("kubectl")
                               and (e.get("objectRef") or {}).get("name") == pod), default=requested)
-            results.append(wait_for(lambda: pod_reaction(self.audit.events(offset), self.namespace, pod,
-                                                         deleted_at), 300, interval=0.5,
-                                    what=f"the operator's replacement of {pod}"))
+            results.append(wait_for(lambda offset=offset, deleted_at=deleted_at: pod_reaction(
+                self.audit.events(offset), self.namespace, pod, deleted_at), 300, interval=0.5,
+                what=f"the operator's replacement of {pod}"))
             wait_healthy(self.namespace, cluster, 1, timeout=300)
         print(f"  reaction at N={self.created}: " + ", ".join(
             f"{r.seconds:.1f} s" + (f" ({r.after_gone:.1f} s after the pod was gone)" if r.after_gone is not None

@@ -216,13 +216,13 @@ class Bench:
                                                                                     {"size": 5, **storage})))
             for name, key, size, apply in creations:
                 wall = time.time()
-                seconds = self._time_to_healthy(name, size, lambda: apply(name))
+                seconds = self._time_to_healthy(name, size, lambda apply=apply, name=name: apply(name))
                 timings[key].append(seconds)
                 print(f"  run {run}: {key} in {seconds:.1f} s: {self._step_timeline(name, wall)}", flush=True)
             kubectl("delete", "etcdcluster", f"t3-{run}", "-n", self.namespace, "--wait=false")
             name = f"c3-{run}"
             wall = time.time()
-            seconds = self._time_to_healthy(name, 5, lambda: patch_spec(self.namespace, name, {"size": 5}))
+            seconds = self._time_to_healthy(name, 5, lambda name=name: patch_spec(self.namespace, name, {"size": 5}))
             timings["scale 3 -> 5"].append(seconds)
             print(f"  run {run}: scale 3 -> 5 in {seconds:.1f} s: {self._step_timeline(name, wall)}", flush=True)
             if run < CLUSTER_RUNS:
@@ -237,7 +237,7 @@ class Bench:
             if key in targets:
                 note += f"; target <= {targets[key]:.0f} s: {'met' if median <= targets[key] else 'NOT met'}"
             self.row(labels[key], f"{median:.1f} s", note + ")")
-        ratios = [tls / plain for tls, plain in zip(timings["create 3 TLS"], timings["create 3"])]
+        ratios = [tls / plain for tls, plain in zip(timings["create 3 TLS"], timings["create 3"], strict=True)]
         self.row("TLS (default) / plaintext, size 3", f"{statistics.median(ratios):.2f}x",
                  f"(median of the pairs: {_spread(ratios, '.2f')})")
         name = f"c3-{CLUSTER_RUNS}"
@@ -394,7 +394,7 @@ class Bench:
         # A stream is no faster than its slower half: etcd sending the snapshot (b) or the
         # store taking it in (c). So (a) over the slower of the two bounds any streaming
         # backup on this machine, however it is built.
-        bounds = [min(b, c) / a for a, b, c in zip(two_pass, theirs, from_memory)]
+        bounds = [min(b, c) / a for a, b, c in zip(two_pass, theirs, from_memory, strict=True)]
         self.row("best speed-up any stream can reach here", f"{statistics.median(bounds):.2f}x",
                  f"(median of the runs: {_spread(bounds, '.2f')}; (a) over the slower of (b) and (c))")
         self.row("best speed-up this stream's CPU allows here", f"{statistics.median(cpu_bounds):.2f}x",
@@ -476,8 +476,8 @@ class Bench:
                      f"{phases[-1][2]:.0f} s to Completed" if pods else "") + ")", flush=True)
             kubectl("delete", "etcdcluster", target, "-n", self.namespace, "--timeout=300s", check=False)
         size = f"{backup['size'] / MIB:.0f} MiB"
-        ratios = [f / b for f, b in zip(fulls, bares)]
-        ratios_three = [f / b for f, b in zip(fulls, bare_threes)]
+        ratios = [f / b for f, b in zip(fulls, bares, strict=True)]
+        ratios_three = [f / b for f, b in zip(fulls, bare_threes, strict=True)]
         self.row(f"bare steps: download + etcdutl restore ({size})", f"{statistics.median(bares):.1f} s",
                  f"(median of {RESTORE_RUNS}: {_spread(bares, '.1f')})")
         self.row("bare steps for 3 members at once on this machine", f"{statistics.median(bare_threes):.1f} s",

@@ -189,7 +189,7 @@ def test_each_propagation_policy_keeps_or_deletes_the_pvcs_as_reclaim_policy_say
         wait_available(namespace, name, 1)
     before = pvc_uids(namespace)
     running = {name: pod_uids(namespace, name) for name in names.values()}
-    for (reclaim, cascade), name in names.items():
+    for (_, cascade), name in names.items():
         kubectl("delete", "etcdcluster", name, "-n", namespace, f"--cascade={cascade}", "--timeout=120s")
     keeps = {f"data-{name}-0": reclaim == "Retain" or cascade == "orphan" for (reclaim, cascade), name in names.items()}
     # A deleted PVC goes once no pod mounts it (pvc-protection); under a background cascade the

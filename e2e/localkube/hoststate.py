@@ -251,7 +251,7 @@ def _remove_if_empty_tree(root: pathlib.Path) -> None:
     """Removes a tree holding only directories (no files another user may still need)."""
     if not root.is_dir():
         return
-    for dirpath, _, files in os.walk(root):
+    for _, _, files in os.walk(root):
         if files:
             return
     shutil.rmtree(root, ignore_errors=True)

@@ -141,7 +141,8 @@ class ContainerProcess:
             if self.child is not None:
                 self.exit_code = exit_code_of(await self.child.wait())
             else:
-                while self.ticks is not None and process_start_ticks(self.pid) == self.ticks:
+                # A process this agent did not start (adopted after a restart) gives no event to wait on.
+                while self.ticks is not None and process_start_ticks(self.pid) == self.ticks:  # noqa: ASYNC110
                     await asyncio.sleep(POLL_INTERVAL)
                 self.exit_code = _read_exit_file(self.exit_file, KILLED_EXIT)
         finally:
@@ -212,7 +213,7 @@ class Launcher:
         spec.log_file.parent.mkdir(parents=True, exist_ok=True)
         spec.exit_file.parent.mkdir(parents=True, exist_ok=True)
         spec.exit_file.unlink(missing_ok=True)
-        with open(spec.log_file, "ab") as logf:
+        with await asyncio.to_thread(open, spec.log_file, "ab") as logf:
             child = await asyncio.create_subprocess_exec(
                 self.unshare, "--mount", "--uts", "--propagation", "private",
                 "/bin/sh", "-c", launch_script(spec), "localkube-container", *spec.argv,

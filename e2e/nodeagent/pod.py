@@ -72,6 +72,7 @@ class PodWorker:
         self.terminating = False
         self.deadline = float("inf")
         self._changed = asyncio.Event()
+        self._stopping: set[asyncio.Task] = set()  # held so that a running stop is never collected
         self._last_sent: dict | None = None
         self._last_patch_version = 0
         self._tasks: list[asyncio.Task] = []
@@ -176,7 +177,8 @@ class PodWorker:
             grace = self.spec_grace() if grace is None else int(grace)
             self._begin_termination(grace, release=True)
             return
-        for runner, spec in zip(self.all_runners(), (pod["spec"].get("initContainers") or []) + pod["spec"]["containers"]):
+        specs = (pod["spec"].get("initContainers") or []) + pod["spec"]["containers"]
+        for runner, spec in zip(self.all_runners(), specs, strict=True):
             if spec.get("image") != runner.image:
                 runner.spec = spec
                 log.info("%s: image of %s changed to %s", self.describe(), runner.name, runner.image)
@@ -347,6 +349,10 @@ class PodWorker:
 
     # --- termination ------------------------------------------------------------------
 
+    def _keep(self, task: asyncio.Future) -> None:
+        self._stopping.add(task)
+        task.add_done_callback(self._stopping.discard)
+
     def _begin_termination(self, grace: int, release: bool) -> None:
         deadline = time.monotonic() + grace
         if self.terminating:
@@ -354,7 +360,7 @@ class PodWorker:
             return
         self.terminating = True
         self.deadline = deadline
-        asyncio.ensure_future(self._terminate(grace, release))
+        self._keep(asyncio.ensure_future(self._terminate(grace, release)))
 
     async def _terminate(self, grace: int, release: bool) -> None:
         if release and (delay := min(self.agent.injector.stop_delay(self.namespace),
@@ -407,7 +413,7 @@ class PodWorker:
         self.eviction = ("Evicted", message)
         self.deadline = time.monotonic() + grace
         self.event("Warning", "Evicted", message)
-        asyncio.ensure_future(self._stop_evicted())
+        self._keep(asyncio.ensure_future(self._stop_evicted()))
         return grace
 
     async def _stop_evicted(self) -> None:

@@ -4,6 +4,7 @@ downwardAPI and projected (including service-account tokens, refreshed before ex
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import pathlib
@@ -142,7 +143,7 @@ class PodVolumes:
         if not path:
             raise VolumeError(f'persistentvolume "{volume_name}" has no hostPath or local path')
         host = pathlib.Path(path)
-        host.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(host.mkdir, parents=True, exist_ok=True)
         return host
 
     async def _add_keyed(self, files, kind, name, source, data: ConfigData, mode: int, prefix: str = "") -> None:

@@ -28,7 +28,9 @@ def image(tmp_path_factory) -> tuple[dict, pathlib.Path]:
     layout = tmp_path_factory.mktemp("oci")
     with tarfile.open(archive) as tar:
         tar.extractall(layout, filter="tar")
-    blob = lambda digest: layout / "blobs" / digest.replace(":", "/", 1)
+    def blob(digest: str):
+        return layout / "blobs" / digest.replace(":", "/", 1)
+
     index = json.loads((layout / "index.json").read_text())
     manifest = json.loads(blob(index["manifests"][0]["digest"]).read_text())
     config = json.loads(blob(manifest["config"]["digest"]).read_text())

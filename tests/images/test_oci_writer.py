@@ -111,7 +111,9 @@ def test_cache_key_follows_the_content_not_the_source_path(tmp_path, program, mo
     monkeypatch.setenv("ETCD_OPERATOR_IMAGES", str(tmp_path / "cache"))
     copy = tmp_path / "elsewhere"
     copy.write_bytes(program.read_bytes())
-    key = lambda path: cache.archive_path(NAME, [oci.file("bin/hello", path).fingerprint()])
+    def key(path):
+        return cache.archive_path(NAME, [oci.file("bin/hello", path).fingerprint()])
+
     assert key(program) == key(copy)
     assert key(program).parent == tmp_path / "cache"
     copy.write_bytes(b"other")

@@ -104,7 +104,7 @@ def test_three_nodes_are_ready_with_real_runtimes(real_nodes, core):
 def test_a_pod_on_each_node_gets_an_ip_from_its_node_range(real_nodes, core, namespace):
     import ipaddress
 
-    for index, node in enumerate(realnodes.node_names(), start=1):
+    for node in realnodes.node_names():
         core.create_namespaced_pod(namespace, busybox_pod(f"idle-{node}", node, "sleep 3600", "Always"))
     for index, node in enumerate(realnodes.node_names(), start=1):
         ip = running_pod_ip(core, namespace, f"idle-{node}")

@@ -310,7 +310,7 @@ class Sim:
         group = Group(cluster_id, lineage, members, applied, applied, w.now)
         w.groups[lineage] = group
         w.main_lineage = lineage
-        for m, n in zip(members, names):
+        for m, n in zip(members, names, strict=True):
             pvc = PVC(naming.pvc_name(n), w.uid("pvc"), m.id)
             pvc.data = Data(cluster_id, lineage, m.id, applied, applied, members)
             w.pvcs[pvc.name] = pvc

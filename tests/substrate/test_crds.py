@@ -147,7 +147,7 @@ MORE_INVALID = [
      DEFRAG_MESSAGE.format("minFragmentedBytes")),
     ("EtcdCluster", {"etcd": {"extraArgs": {"log-level=debug": ""}}}, "keys must be etcd flag names"),
     *[("EtcdCluster", {"etcd": {"extraArgs": {flag: value}}}, group.message)
-      for (flag, value), group in zip(EXTRA_ARGS.items(), denied_flags.GROUPS)],
+      for (flag, value), group in zip(EXTRA_ARGS.items(), denied_flags.GROUPS, strict=True)],
     ("EtcdCluster", {"recovery": {"quorumLossTimeout": f"{limits.QUORUM_LOSS_TIMEOUT_MIN_SECONDS - 1}s"}},
      f"quorumLossTimeout must be at least {limits.QUORUM_LOSS_TIMEOUT_MIN_SECONDS}s"),
     ("EtcdCluster", {"recovery": {"memberUnhealthyTimeout": "0.4m"}},

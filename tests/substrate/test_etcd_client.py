@@ -121,8 +121,8 @@ async def test_snapshot_streams_to_bytes(first_member, binary_dir, tmp_path):
 
     snapshot_file = tmp_path / "snap.db"
     snapshot_file.write_bytes(data)
-    out = subprocess.run(
-        [str(binary_dir / "etcdutl"), "snapshot", "status", str(snapshot_file), "-w", "json"],
+    out = await asyncio.to_thread(
+        subprocess.run, [str(binary_dir / "etcdutl"), "snapshot", "status", str(snapshot_file), "-w", "json"],
         check=True, capture_output=True, text=True,
     )
     assert json.loads(out.stdout)["revision"] == revision

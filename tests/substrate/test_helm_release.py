@@ -81,5 +81,8 @@ def test_chart_and_deploy_grant_and_run_the_same(substrate, variant):
     assert rendered.kinds(chart) == rendered.kinds(deploy)
     assert rendered.permissions(chart) == rendered.permissions(deploy)
     assert rendered.deployment_differences(rendered.the(chart, "Deployment"), deployment) == []
-    crds = lambda docs: {d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "CustomResourceDefinition"}
+
+    def crds(docs):
+        return {d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "CustomResourceDefinition"}
+
     assert crds(chart) == crds(deploy), "charts/etcd-operator/crds/ differs from crds/: run `make chart-crds`"

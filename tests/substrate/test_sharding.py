@@ -112,10 +112,10 @@ def test_two_shards_never_touch_each_others_clusters(substrate, namespace, kube_
     operators = {shard: shard_operator(substrate, namespace, shard) for shard in SHARDS}
     recorder = FinalizerRecorder(kube_api, namespace).start()
     try:
-        for shard, operator in operators.items():
+        for operator in operators.values():
             operator.start()
         for shard in SHARDS:
-            wait_for(lambda: lease_holder(namespace, shard).startswith(f"shard-{shard}_"), 30,
+            wait_for(lambda shard=shard: lease_holder(namespace, shard).startswith(f"shard-{shard}_"), 30,
                      what=f"shard {shard} holds its own lease")
 
         apply_labelled_cluster(namespace, "alpha", {"shard": "a"})
@@ -123,7 +123,7 @@ def test_two_shards_never_touch_each_others_clusters(substrate, namespace, kube_
         for name in CLUSTERS.values():
             wait_healthy(namespace, name, 1, timeout=120)
         for shard, name in CLUSTERS.items():
-            wait_for(lambda: name in metrics_clusters(operators[shard]), 30, what=f"shard {shard} works on {name}")
+            wait_for(lambda shard=shard, name=name: name in metrics_clusters(operators[shard]), 30, what=f"shard {shard} works on {name}")
 
         # Each shard wrote to its own cluster, never a byte to the other's.
         for shard, name in CLUSTERS.items():

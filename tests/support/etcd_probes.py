@@ -122,7 +122,7 @@ class MembershipRecorder(_LoopThread):
             while not self.stopping:
                 clients = await _clients(await asyncio.to_thread(self.endpoints), cache)
                 statuses = await asyncio.gather(*(c.status() for c in clients), return_exceptions=True)
-                answered = [(c, s) for c, s in zip(clients, statuses) if not isinstance(s, BaseException)]
+                answered = [(c, s) for c, s in zip(clients, statuses, strict=True) if not isinstance(s, BaseException)]
                 leader = next((c for c, s in answered if s.leader_id and s.leader_id == s.member_id), None)
                 if leader is not None:
                     try:

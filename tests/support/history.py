@@ -5,6 +5,7 @@ outcomes, and the longest stretch without a successful operation in a window."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import subprocess
 
@@ -60,4 +61,4 @@ def longest_gap(successes: list[int], start: int, end: int) -> int:
     sorted return times of the successful operations."""
     inside = [t for t in successes if start <= t <= end]
     edges = [start, *inside, end]
-    return max(b - a for a, b in zip(edges, edges[1:]))
+    return max(b - a for a, b in itertools.pairwise(edges))

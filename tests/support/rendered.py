@@ -54,7 +54,7 @@ def deployment_differences(chart: dict, deploy: dict) -> list[str]:
     out = []
     if chart["spec"].get("replicas") != deploy["spec"].get("replicas"):
         out.append(f"replicas: chart {chart['spec'].get('replicas')} != deploy {deploy['spec'].get('replicas')}")
-    for ca, cb in zip(a.pop("containers"), b.pop("containers")):
+    for ca, cb in zip(a.pop("containers"), b.pop("containers"), strict=True):
         env_a, env_b = ca.pop("env"), cb.pop("env")
         for name in sorted(set(env_a) | set(env_b)):
             if name in CHART_ONLY_ENV and name not in env_b:

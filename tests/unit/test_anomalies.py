@@ -23,7 +23,7 @@ BOUNDS = (0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, float("inf"))
 def buckets(*counts: float):
     """Cumulative buckets over BOUNDS from per-bucket counts."""
     total, result = 0.0, []
-    for le, count in zip(BOUNDS, counts):
+    for le, count in zip(BOUNDS, counts, strict=True):
         total += count
         result.append((le, total))
     return tuple(result)
@@ -56,8 +56,10 @@ def test_bucket_increase_handles_a_reset():
     assert bucket_increase(buckets(1, 0, 0, 0, 0, 0, 0, 0), buckets(1, 5, 0, 0, 0, 0, 0, 0))[1] == (0.002, 5.0)
 
 
-def sample(at, fsync=buckets(0, 0, 0, 0, 0, 0, 0, 0), commit=buckets(0, 0, 0, 0, 0, 0, 0, 0),
-           leaders=1.0, failed=0.0, db=1000.0, quota=10000.0):
+QUIET = buckets(0, 0, 0, 0, 0, 0, 0, 0)
+
+
+def sample(at, fsync=QUIET, commit=QUIET, leaders=1.0, failed=0.0, db=1000.0, quota=10000.0):
     return MetricsSample(at, fsync, commit, leaders, failed, db, quota)
 
 
@@ -176,7 +178,7 @@ def test_a_sample_shares_the_unchanged_buckets_of_the_previous_one():
                           backend_commit=first.backend_commit)
     partly = sharing_unchanged(first, grown)
     assert partly == grown
-    assert all(a is b for a, b in zip(partly.wal_fsync[:-1], first.wal_fsync[:-1]))
+    assert all(a is b for a, b in zip(partly.wal_fsync[:-1], first.wal_fsync[:-1], strict=True))
     assert partly.wal_fsync[-1] == (float("inf"), 8.0)
     assert sharing_unchanged(None, first) is first
 

@@ -176,7 +176,10 @@ class CatalogueStore:
     async def check_bucket(self): pass
     async def exists(self, key): return key in self.objects
     async def get(self, key): return self.objects[key]
-    async def delete(self, key): self.deleted.append(key); self.objects.pop(key, None)
+    async def delete(self, key):
+        self.deleted.append(key)
+        self.objects.pop(key, None)
+
     async def list_keys(self, prefix): return sorted(k for k in self.objects if k.startswith(prefix))
     def close(self): pass
 

@@ -264,7 +264,10 @@ def test_an_attempt_is_recorded_before_its_scratch_pod_and_the_pod_by_name_and_u
     assert condition_of(status, "Progressing")["status"] == "False"
 
 
-def in_progress(pod_uid: str | None = "u1", start: datetime.datetime = at(1), attempts: int = 1) -> dict:
+ONE_MINUTE_IN = at(1)
+
+
+def in_progress(pod_uid: str | None = "u1", start: datetime.datetime = ONE_MINUTE_IN, attempts: int = 1) -> dict:
     record = {"key": "k1", "attempts": attempts, "startTime": text(start)}
     if pod_uid:
         record["pod"] = {"name": "b-verify", "uid": pod_uid}

@@ -124,9 +124,9 @@ async def test_concurrent_uploads_never_hold_more_than_the_budget():
     stores = [MemoryStore() for _ in range(5)]
     datas = [snapshot_bytes(PART * 12 + i) for i in range(5)]
     results = await asyncio.gather(*(stream_to_s3(FakeStream(d), st, "k", PART, concurrency=3, budget=budget)
-                                     for d, st in zip(datas, stores)))
+                                     for d, st in zip(datas, stores, strict=True)))
     assert [st.object() for st in stores] == datas
-    assert all(r.size == len(d) for r, d in zip(results, datas))
+    assert all(r.size == len(d) for r, d in zip(results, datas, strict=True))
     assert budget.peak <= budget.limit
     assert budget.peak > PART  # several uploads did run at once
     assert budget.used == 0  # everything was given back

@@ -192,7 +192,10 @@ NEW_FP = "nw" * 32
 def rotating(phase, ca_fp, trusted, leaf_issuer, served_fp="leaf", pods_follow=True, next_ca=True):
     """Three running members in a CA rotation (old CA CA_FP -> NEW_FP) at `phase`."""
     ca = CertView(ca_fp, NOW - 10, NOW + 10**8, issuer_fingerprint=ca_fp, trusted=trusted, is_ca=True)
-    leaf = lambda **kw: CertView("leaf", NOW, NOW + 1000, issuer_fingerprint=leaf_issuer, trusted=trusted, **kw)
+
+    def leaf(**kw):
+        return CertView("leaf", NOW, NOW + 1000, issuer_fingerprint=leaf_issuer, trusted=trusted, **kw)
+
     views = {CertKind.CA: ca, CertKind.MEMBER: leaf(dns_names=certs.member_dns_names("c", "ns")),
              CertKind.OPERATOR: leaf(), CertKind.CLIENT: leaf()}
     seen = running(tls_plan.HTTPS, views)

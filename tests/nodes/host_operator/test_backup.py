@@ -155,8 +155,8 @@ def test_a_refused_schedule_is_reported_and_runs_once_fixed_by_the_same_operator
                                         "storage": s3_storage_spec(real_nodes, prefix)})
     refused = {"feb31": "ScheduleNeverFires", "toofast": "ScheduleTooFrequent"}
     for name, reason in refused.items():
-        obj = wait_for(lambda: (b := get_backup(namespace, name)) and condition(b, "Degraded").get("reason") == reason
-                       and b, 60, what=f"{name} refused")
+        obj = wait_for(lambda name=name, reason=reason: (b := get_backup(namespace, name))
+                       and condition(b, "Degraded").get("reason") == reason and b, 60, what=f"{name} refused")
         assert condition(obj, "Degraded")["status"] == "True" and obj["status"]["phase"] == "Failed"
         assert "progress" not in obj["status"] and "lastScheduleTime" not in obj["status"]
     warnings = {e["reason"] for e in kubectl_json("get", "events", "-n", namespace)["items"] if e["type"] == "Warning"}
@@ -188,7 +188,7 @@ def test_wrong_credentials_and_missing_bucket_become_clear_conditions(real_nodes
     # Permanent causes: Failed at once, after one attempt.
     expected = {"badcreds": "InvalidCredentials", "nobucket": "BucketNotFound"}
     for name, reason in expected.items():
-        obj = wait_for(lambda: (b := get_backup(namespace, name))["status"].get("phase") == "Failed" and b, 120,
+        obj = wait_for(lambda name=name: (b := get_backup(namespace, name))["status"].get("phase") == "Failed" and b, 120,
                        what=f"{name} failed")
         degraded = condition(obj, "Degraded")
         assert degraded["status"] == "True" and degraded["reason"] == reason, degraded

@@ -4,6 +4,7 @@ recover quorum, resume after the operator dies at a fault point, and refuse bad 
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
@@ -42,7 +43,7 @@ def test_create_scale_and_heal(namespace, operator, container_faults):
     # two polls): one member at a time, each joining as a learner, straight to each size.
     configurations = membership.configurations(start, live_configuration(member_endpoints(namespace, "demo")))
     assert voter_counts(configurations) == [3, 4, 5, 4, 3, 2, 1, 2, 3], configurations
-    for before, after in zip(configurations, configurations[1:]):
+    for before, after in itertools.pairwise(configurations):
         joined = dict(after).keys() - dict(before).keys()
         assert all(dict(after)[member] for member in joined), f"a member joined as a voter: {before} -> {after}"
     assert all(sum(learner for _, learner in c) <= 1 for c in configurations), "two members were joining at once"
@@ -177,7 +178,7 @@ def test_disallowed_changes_become_a_condition_and_touch_nothing(namespace, oper
     ]
     for change, reason in cases:
         patch_spec(namespace, "c", change)
-        obj = wait_for(lambda: (o := get_cluster(namespace, "c"))
+        obj = wait_for(lambda reason=reason: (o := get_cluster(namespace, "c"))
                        and (condition(o, "SpecAccepted") or {}).get("reason") == reason and o, 60, what=reason)
         assert condition(obj, "SpecAccepted")["status"] == "False"
         assert condition(obj, "Available")["status"] == "True"

@@ -229,17 +229,17 @@ def test_bad_restores_are_reported_clearly_and_touch_nothing(real_nodes, namespa
     bare = {k: v for k, v in s3_storage_spec(real_nodes, "")["s3"].items() if k != "prefix"}
     into_35 = {"newCluster": {"name": "x6", "spec": {"size": 1, "version": "3.5.35"}}}
     bad = BAD_RESTORES + [({"source": {"s3": {**bare, "key": bare_key}}, "target": into_35}, "VersionTooOld")]
-    for i, (spec, reason) in enumerate(bad):
+    for i, (spec, _) in enumerate(bad):
         apply_restore(namespace, f"bad{i}", spec)
     for i, (spec, reason) in enumerate(bad):
         failed = wait_phase(namespace, f"bad{i}", "Failed", timeout=120)
         got = next(c for c in failed["status"]["conditions"] if c["type"] == "Failed")
         assert got["reason"] == reason, (spec, got)
     assert get_restore(namespace, f"bad{len(bad) - 1}")["status"]["snapshotEtcdVersion"].startswith("3.6")
-    for i, (spec, reason) in enumerate(EARLY_RESTORES):
+    for i, (spec, _) in enumerate(EARLY_RESTORES):
         apply_restore(namespace, f"early{i}", spec)
-    for i, (spec, reason) in enumerate(EARLY_RESTORES):
-        waiting = wait_for(lambda: (r := get_restore(namespace, f"early{i}")).get("status", {}).get("phase") == "Pending"
+    for i, (_, reason) in enumerate(EARLY_RESTORES):
+        waiting = wait_for(lambda i=i, reason=reason: (r := get_restore(namespace, f"early{i}")).get("status", {}).get("phase") == "Pending"
                            and next(c for c in r["status"]["conditions"] if c["type"] == "Progressing")["reason"]
                            == reason and r, 60, what=f"early{i} waiting, {reason}")
         assert next(c for c in waiting["status"]["conditions"] if c["type"] == "Failed")["status"] == "False"

@@ -168,7 +168,10 @@ def test_kube_apiserver_stores_in_the_tls_cluster(tls_cluster, real_nodes, on_no
         kubeconfig = tmp_path / "kubeconfig"
         kubeconfig.write_text(json.dumps(config))
         env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
-        run = lambda *args: subprocess.run(["kubectl", *args], env=env, capture_output=True, text=True, timeout=30)
+
+        def run(*args):
+            return subprocess.run(["kubectl", *args], env=env, capture_output=True, text=True, timeout=30)
+
         created = run("create", "configmap", "stored-over-tls", "-n", "default", "--from-literal=k=v")
         assert created.returncode == 0, created.stderr
         read = run("get", "configmap", "stored-over-tls", "-n", "default", "-o", "jsonpath={.data.k}")
@@ -204,9 +207,9 @@ def test_backup_and_restore_of_a_tls_cluster(tls_cluster, real_nodes, on_nodes_d
     """The snapshot streams over TLS with the operator's certificate; the restored cluster is
     a TLS cluster whose seeded member advertises https peer URLs."""
     namespace = tls_cluster
-    user = ClientTLS(**{k: v for k, v in zip(("ca", "cert", "key"), (
-        lambda d: (d["ca.crt"], d["tls.crt"], d["tls.key"]))(secret_bytes(namespace, f"{CLUSTER}-client-tls")))},
-        server_name=naming.client_service_host(CLUSTER, namespace))
+    client = secret_bytes(namespace, f"{CLUSTER}-client-tls")
+    user = ClientTLS(ca=client["ca.crt"], cert=client["tls.crt"], key=client["tls.key"],
+                     server_name=naming.client_service_host(CLUSTER, namespace))
 
     async def write():
         async with EtcdMemberClient(member_endpoints(namespace, CLUSTER)[0], tls=user) as client:
