@@ -8,6 +8,7 @@ import pathlib
 import re
 import socket
 import uuid
+from collections.abc import Mapping
 
 from etcd_operator.cluster.naming import DEFAULT_CLUSTER_DOMAIN
 from etcd_operator.leadership import LeaseTiming
@@ -59,8 +60,8 @@ class OperatorConfig:
         return bool(self.namespaces) and not any(is_pattern(n) for n in self.namespaces)
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None) -> "OperatorConfig":
-        env = os.environ if env is None else env
+    def from_env(cls, environment: Mapping[str, str] | None = None) -> "OperatorConfig":
+        env = os.environ if environment is None else environment
         namespaces = tuple(n for n in env.get("WATCH_NAMESPACES", "").split(",") if n.strip())
         return cls(
             namespaces=tuple(n.strip() for n in namespaces),

@@ -4,6 +4,7 @@ the EtcdBackup names."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import os
 from typing import Any
@@ -30,7 +31,8 @@ class Kube:
             path = path.split(":")[0]  # kubectl merges a list; the first file holds the context here
         cfg = client.Configuration()
         namespace = "default"
-        if path or os.path.exists(os.path.expanduser(config.kube_config.KUBE_CONFIG_DEFAULT_LOCATION)):
+        default_file = os.path.expanduser(config.kube_config.KUBE_CONFIG_DEFAULT_LOCATION)
+        if path or await asyncio.to_thread(os.path.exists, default_file):
             await config.load_kube_config(config_file=path, context=context, client_configuration=cfg)
             contexts, active = config.list_kube_config_contexts(config_file=path)
             chosen = next((c for c in contexts if c["name"] == context), active) if context else active
@@ -52,7 +54,7 @@ class Kube:
     async def annotate(self, namespace: str, plural: str, name: str, annotations: dict[str, str]) -> dict[str, Any]:
         return await self.custom.patch_namespaced_custom_object(
             GROUP, VERSION, namespace, plural, name, {"metadata": {"annotations": annotations}},
-            _content_type="application/merge-patch+json")
+            _content_type="application/merge-patch+json")  # type: ignore[call-arg]  # the stubs omit it
 
     async def secret_value(self, namespace: str, name: str, key: str) -> str:
         secret = await self.core.read_namespaced_secret(name, namespace)

@@ -169,6 +169,17 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
+def api_error_message(body: bytes | str | None, reason: str | None) -> str:
+    """The API server's message from an error response (its body arrives as bytes), else the reason."""
+    text = body.decode(errors="replace") if isinstance(body, bytes) else body or ""
+    if text.startswith("{"):
+        try:
+            return json.loads(text).get("message") or reason or ""
+        except ValueError:
+            pass
+    return reason or ""
+
+
 async def run(args: argparse.Namespace) -> int:
     import aiohttp
     from botocore.exceptions import BotoCoreError, ClientError as S3ClientError
@@ -180,8 +191,7 @@ async def run(args: argparse.Namespace) -> int:
     try:
         return await COMMANDS[args.command](args, kube, args.namespace or context_namespace)
     except ApiException as e:
-        reason = json.loads(e.body).get("message") if e.body and e.body.startswith("{") else e.reason
-        print(f"error: {reason}", file=sys.stderr)
+        print(f"error: {api_error_message(e.body, e.reason)}", file=sys.stderr)
         return 1
     except LookupError as e:
         print(f"error: {e.args[0] if e.args else e}", file=sys.stderr)

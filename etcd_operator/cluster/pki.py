@@ -12,13 +12,16 @@ from typing import Mapping
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import dsa, ec, ed448, ed25519, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from etcd_operator.cluster.certs import (CA_KEY, CERT_KEY, NEXT_CERT_KEY, NEXT_PRIVATE_KEY_KEY, PRIVATE_KEY_KEY,
                                          CertRequest, CertView)
 
 BACKDATE = datetime.timedelta(minutes=5)  # tolerates clocks a little behind ours
+
+CAN_SIGN_CERTIFICATES = (ec.EllipticCurvePrivateKey, rsa.RSAPrivateKey, dsa.DSAPrivateKey,
+                         ed25519.Ed25519PrivateKey, ed448.Ed448PrivateKey)
 
 
 def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
@@ -91,6 +94,8 @@ def issue_leaf(request: CertRequest, ca: Mapping[str, bytes], previous: Mapping[
     certificate with an old key (the key changes when the leaf is reissued)."""
     ca_cert = x509.load_pem_x509_certificate(ca[CERT_KEY])
     ca_key = serialization.load_pem_private_key(ca[PRIVATE_KEY_KEY], None)
+    if not isinstance(ca_key, CAN_SIGN_CERTIFICATES):
+        raise TypeError(f"the CA key ({type(ca_key).__name__}) cannot sign certificates")
     key = _reusable_key(previous)
     if key is None:
         key = ec.generate_private_key(ec.SECP256R1())
@@ -123,6 +128,13 @@ def _reusable_key(previous: Mapping[str, bytes] | None) -> ec.EllipticCurvePriva
     return key if isinstance(key, ec.EllipticCurvePrivateKey) and key.curve.name == "secp256r1" else None
 
 
+def _public_numbers(public_key: object) -> object:
+    """Keys without public numbers (Ed25519, X25519, ...) are not keys this PKI uses."""
+    if not isinstance(public_key, (ec.EllipticCurvePublicKey, rsa.RSAPublicKey, dsa.DSAPublicKey)):
+        raise TypeError(f"unusable key type {type(public_key).__name__}")
+    return public_key.public_numbers()
+
+
 def describe(data: Mapping[str, bytes]) -> CertView:
     """What a certificate Secret holds, without its key: problems are reported, not raised."""
     try:
@@ -138,7 +150,7 @@ def describe(data: Mapping[str, bytes]) -> CertView:
     problem = None
     try:
         key = serialization.load_pem_private_key(data[PRIVATE_KEY_KEY], None)
-        if key.public_key().public_numbers() != cert.public_key().public_numbers():
+        if _public_numbers(key.public_key()) != _public_numbers(cert.public_key()):
             problem = f"{PRIVATE_KEY_KEY} does not match {CERT_KEY}"
     except KeyError:
         problem = f"no {PRIVATE_KEY_KEY}"

@@ -3,11 +3,13 @@ transport (auth, TLS, kubeconfig and in-cluster config)."""
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import importlib.metadata
 import json
 from typing import Any, AsyncIterator
 
+import aiohttp
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client.rest import ApiException
@@ -89,7 +91,7 @@ def _raise_for(status: int, body: bytes | str | None, reason: str | None) -> Non
     if status == 404:
         return None
     try:
-        details = json.loads(body)
+        details = json.loads(body or "")
         message, api_reason = details.get("message", ""), details.get("reason", "")
     except (TypeError, ValueError):
         details, message, api_reason = {}, str(body), reason or ""
@@ -139,10 +141,12 @@ class KubeClient:
                 _request_timeout=timeout,
             )
         except ApiException as e:
-            return _raise_for(e.status, e.body, e.reason)
+            _raise_for(e.status, e.body, e.reason)
+            return None
         data = await response.read()
         if not 200 <= response.status <= 299:
-            return _raise_for(response.status, data, response.reason)
+            _raise_for(response.status, data, response.reason)
+            return None
         return json.loads(data) if data else {}
 
     async def get(self, resource: Resource, namespace: str | None, name: str) -> dict | None:
@@ -153,7 +157,7 @@ class KubeClient:
         return items
 
     async def list_with_version(self, resource: Resource, namespace: str | None,
-                                label_selector: str = "") -> tuple[list[dict], str]:
+                                label_selector: str = "") -> tuple[builtins.list[dict], str]:
         """The items and the list's resourceVersion, where a watch picks up."""
         query = {"labelSelector": label_selector} if label_selector else {}
         result = await self._request("GET", resource.path(namespace), query=query) or {}
@@ -172,7 +176,8 @@ class KubeClient:
             response = await self.api.call_api(
                 resource.path(namespace), "GET", query_params=list(query.items()),
                 header_params={"Accept": "application/json"}, auth_settings=["BearerToken"],
-                _preload_content=False, _request_timeout=(REQUEST_TIMEOUT, timeout_seconds + WATCH_READ_GRACE),
+                _preload_content=False, _request_timeout=aiohttp.ClientTimeout(
+                    connect=REQUEST_TIMEOUT, sock_connect=REQUEST_TIMEOUT, sock_read=timeout_seconds + WATCH_READ_GRACE),
             )
         except ApiException as e:
             _raise_for(e.status, e.body, e.reason)
@@ -196,7 +201,8 @@ class KubeClient:
         finally:
             response.close()
 
-    async def create(self, resource: Resource, namespace: str | None, body: dict, dry_run: bool = False) -> dict:
+    async def create(self, resource: Resource, namespace: str | None, body: dict,
+                     dry_run: bool = False) -> dict | None:
         """Raises Conflict when the object already exists. `dry_run` only validates."""
         return await self._request("POST", resource.path(namespace), body=body,
                                    query={"dryRun": "All"} if dry_run else None)
@@ -206,7 +212,7 @@ class KubeClient:
         return await self._request("PATCH", resource.path(namespace, name, subresource), body=patch,
                                    content_type="application/merge-patch+json")
 
-    async def apply(self, resource: Resource, namespace: str | None, body: dict) -> dict:
+    async def apply(self, resource: Resource, namespace: str | None, body: dict) -> dict | None:
         """Server-side apply: creates or converges the fields this operator owns."""
         name = body["metadata"]["name"]
         return await self._request(

@@ -61,7 +61,8 @@ def test_kubectl_etcd_status_shows_every_member_and_the_conditions(cluster_names
                for m in view["members"])
     assert {"Available"} <= {c["type"] for c in view["conditions"]} and "Available" in table.stdout
     missing = plugin("status", "nope", "-n", cluster_namespace)
-    assert missing.returncode == 1 and "not found" in missing.stderr
+    assert missing.returncode == 1 and "Traceback" not in missing.stderr, missing.stderr
+    assert missing.stderr.startswith('error: etcdclusters.etcd.operator.dev "nope" not found'), missing.stderr
 
 
 def test_kubectl_etcd_snapshot_then_backups_lists_it_from_the_manifest(real_nodes, cluster_namespace):

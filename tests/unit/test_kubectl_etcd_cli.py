@@ -67,3 +67,12 @@ def test_output_follows_kubectl_formats(capsys):
         assert load(capsys.readouterr().out) == {"name": "c", "members": []}
     cli.emit(cli.parser().parse_args(["status", "c"]), {"name": "c"}, "table")
     assert capsys.readouterr().out == "table\n"
+
+
+def test_an_api_error_is_reported_by_its_message_as_the_client_delivers_it():
+    """kubernetes_asyncio hands the error body over as bytes."""
+    body = b'{"kind":"Status","message":"etcdclusters.etcd.operator.dev \\"nope\\" not found","reason":"NotFound"}'
+    assert cli.api_error_message(body, "Not Found") == 'etcdclusters.etcd.operator.dev "nope" not found'
+    assert cli.api_error_message(body.decode(), "Not Found") == 'etcdclusters.etcd.operator.dev "nope" not found'
+    assert cli.api_error_message(b"<html>bad gateway</html>", "Bad Gateway") == "Bad Gateway"
+    assert cli.api_error_message(None, "Forbidden") == "Forbidden"
