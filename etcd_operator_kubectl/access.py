@@ -32,7 +32,8 @@ class Kube:
         cfg = client.Configuration()
         namespace = "default"
         default_file = os.path.expanduser(config.kube_config.KUBE_CONFIG_DEFAULT_LOCATION)
-        if path or await asyncio.to_thread(os.path.exists, default_file):
+        has_default_file: bool = await asyncio.to_thread(os.path.exists, default_file)
+        if path or has_default_file:
             await config.load_kube_config(config_file=path, context=context, client_configuration=cfg)
             contexts, active = config.list_kube_config_contexts(config_file=path)
             chosen = next((c for c in contexts if c["name"] == context), active) if context else active
