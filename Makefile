@@ -80,7 +80,10 @@ images: venv testbin ## the images real nodes run (pause, etcd, busybox, operato
 chart-crds: ## copy crds/ into the Helm chart (tests/substrate/test_helm_release.py checks they match)
 	@cp crds/etcd*.yaml charts/etcd-operator/crds/
 
+docs: venv ## regenerate docs/reference/fields.md from crds/ (tests/unit/test_docs_fields_reference.py checks it)
+	@$(PY) hack/crd_reference.py
+
 demo: up crds ## the main job on the local default: real nodes, the operator installed by the chart, a cluster and its backups
 	@e2e/demo.sh
 
-.PHONY: help venv venv-prod testbin up down status crds run test test-unit bench e2e-kind image images chart-crds demo
+.PHONY: help venv venv-prod testbin up down status crds run test test-unit bench e2e-kind image images chart-crds docs demo

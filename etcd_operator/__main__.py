@@ -105,7 +105,7 @@ Settings come from the environment:
   CLUSTER_DOMAIN     the Kubernetes cluster's DNS domain (default cluster.local)
   LOG_LEVEL          DEBUG, INFO (default), WARNING or ERROR
 Every setting, with its default (the Lease timings, MEMORY_BUDGET_BYTES, LOG_WRITES…):
-README.md, the table "Operator settings (environment)".
+docs/reference/operator-settings.md.
 """
 
 

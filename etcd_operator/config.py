@@ -37,7 +37,7 @@ class OperatorConfig:
     health_address: str = "0.0.0.0"
     memory_budget_bytes: int = DEFAULT_LIMIT_BYTES  # all backups' part buffers together
     shard: Shard = Shard()  # SHARD_NAME, SHARD_SELECTOR: the objects this instance works on
-    # Watch-driven reconciliation (README "Watch-driven reconciliation").
+    # Watch-driven reconciliation (docs/concepts.md, "Watch-driven reconciliation").
     watch_children: bool = True  # pods and PVCs through operator-wide watches; false: every pass lists them
     steady_poll_seconds: float = 15.0  # a steady cluster's members are asked for their status this often
     resync_seconds: float = 600.0  # a full live pass per cluster about this often (jittered per cluster)

@@ -1,4 +1,4 @@
-"""The supported etcd versions and upgrade paths. Pure; README's version table says the same.
+"""The supported etcd versions and upgrade paths. Pure; docs/operations/upgrades.md's version table says the same.
 
 - MINIMUM_PATCH: the oldest patch of each supported minor the operator runs;
 - KNOWN_BAD: patches it refuses, with why;

@@ -4,7 +4,7 @@ busy upload cannot starve the threads others need.
 
 boto3 and botocore are imported by the first S3Storage (or the first error to classify),
 not with this module: about 8 MiB of resident memory on top of the operator's other
-imports, which an operator that never backs up or restores should not carry (README, "The
+imports, which an operator that never backs up or restores should not carry (docs/benchmarks.md, "The
 scale benchmark")."""
 
 from __future__ import annotations
@@ -153,8 +153,8 @@ class S3Storage:
 
         config = Config(
             # Over https, bodies carry a CRC32 the store verifies instead of a SigV4 payload
-            # hash: the same transit check for a fraction of the CPU (see README). Over http
-            # the signature covers the payload.
+            # hash: the same transit check for a fraction of the CPU (docs/operations/backup.md,
+            # "The data path"). Over http the signature covers the payload.
             s3={"addressing_style": "path" if location.force_path_style else "auto",
                 "payload_signing_enabled": signs_payload(location)},
             retries={"max_attempts": 3, "mode": "standard"},

@@ -179,7 +179,7 @@ def test_etcd_serves_from_a_data_mount_on_a_read_only_root(node, tmp_path):
 
 
 def test_the_readme_commands_build_every_image_and_import_them(node):
-    """README's `make images`, then `python -m images import --address <socket>`."""
+    """`make images` (docs/development.md), then `python -m images import --address <socket>`."""
     root = pathlib.Path(__file__).resolve().parents[2]
     built = subprocess.run(["make", "-s", "images"], cwd=root, capture_output=True, text=True, timeout=900)
     assert built.returncode == 0, built.stderr
