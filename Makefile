@@ -59,8 +59,17 @@ crds: up ## install the CRDs into the current cluster
 run: venv ## run the operator against the current KUBECONFIG
 	$(PY) -m etcd_operator
 
-test: venv testbin ## unit tests and the simulator, beside the tests against the local control plane
+test: venv testbin ## lint and types first, then unit tests and the simulator beside the tests against the local control plane
 	@PYTHON=$(PY) tests/run.sh $(PYTEST_ARGS)
+
+lint: venv ## ruff (lint and format) and mypy (strict over the pure core), what `make test` runs first
+	@$(PY) -m ruff check .
+	@$(PY) -m ruff format --check .
+	@$(PY) hack/typecheck.py
+
+format: venv ## apply ruff's fixes and formatting
+	@$(PY) -m ruff check --fix .
+	@$(PY) -m ruff format .
 
 test-unit: venv ## the pure unit tests and the fault simulator (no substrate)
 	@$(PY) -m pytest tests/unit tests/sim $(PYTEST_ARGS)
@@ -86,4 +95,4 @@ docs: venv ## regenerate docs/reference/fields.md from crds/ (tests/unit/test_do
 demo: up crds ## the main job on the local default: real nodes, the operator installed by the chart, a cluster and its backups
 	@e2e/demo.sh
 
-.PHONY: help venv venv-prod testbin up down status crds run test test-unit bench e2e-kind image images chart-crds docs demo
+.PHONY: help venv venv-prod testbin up down status crds run test lint format test-unit bench e2e-kind image images chart-crds docs demo
