@@ -21,6 +21,7 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Mapping
 from typing import Callable
 
 DEFAULT_WAIT_SECONDS = 60.0
@@ -29,7 +30,7 @@ INTERVAL_SECONDS = 0.5
 
 def addresses(name: str) -> set[str]:
     """What the pod's resolver answers for `name` (raises OSError when it does not)."""
-    return {info[4][0] for info in socket.getaddrinfo(name, None, proto=socket.IPPROTO_TCP)}
+    return {str(info[4][0]) for info in socket.getaddrinfo(name, None, proto=socket.IPPROTO_TCP)}
 
 
 def same_address(a: str, b: str) -> bool:
@@ -57,8 +58,8 @@ def wait(name: str, ip: str, seconds: float, resolve: Callable[[str], set[str]] 
         sleep(INTERVAL_SECONDS)
 
 
-def main(env: dict[str, str] | None = None) -> int:
-    env = os.environ if env is None else env
+def main(environment: Mapping[str, str] | None = None) -> int:
+    env = os.environ if environment is None else environment
     name, ip = env["PEER_NAME"], env["POD_IP"]
     seconds = float(env.get("PEER_NAME_WAIT_SECONDS") or DEFAULT_WAIT_SECONDS)
     started = time.monotonic()

@@ -15,7 +15,7 @@ class SnapshotDigest:
         self._held = b""
         self.size = 0
 
-    def update(self, data: bytes) -> None:
+    def update(self, data: bytes | bytearray) -> None:
         self.size += len(data)
         if len(data) >= ETCD_CHECKSUM_BYTES:
             self._hash.update(self._held)

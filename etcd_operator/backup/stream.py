@@ -21,7 +21,7 @@ import math
 import queue
 import threading
 import time
-from typing import Callable, Iterable
+from typing import Callable, Iterable, cast
 
 from etcd_operator.backup.digest import SnapshotDigest
 from etcd_operator.etcd.client import EtcdError
@@ -91,6 +91,8 @@ class _PartCutter:
                         part, filled = self._take_buffer(), 0
                 if part is None:
                     return  # stopped
+            if part is None:
+                return  # stopped before the first buffer
             if filled or not self._cut_any:
                 self._emit(part, filled)
         except BaseException as e:  # handed to the event loop
@@ -101,7 +103,7 @@ class _PartCutter:
     def hash_parts(self) -> None:
         try:
             while (part := _wait_get(self.cut, self.stop)) not in (None, _END):
-                self.digest.update(part)
+                self.digest.update(cast(bytearray, part))
                 self.parts.put(part)
         except BaseException as e:
             self.error = self.error or e
@@ -201,7 +203,7 @@ async def _upload(stream, storage: S3Storage, key: str, concurrency: int, on_pro
                 slots.release()
                 break
             number += 1
-            in_flight.add(asyncio.create_task(upload(number, item)))
+            in_flight.add(asyncio.create_task(upload(number, cast(bytearray, item))))
             del item
         if cutter.error is not None:
             raise cutter.error

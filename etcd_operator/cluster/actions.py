@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from etcd_operator.cluster.certs import Rotation
+
 
 @dataclasses.dataclass(frozen=True)
 class Action:
@@ -256,7 +258,7 @@ class RecordRotation(Action):
     """Record a certificate rotation's start or next phase in status.tls.rotation (None:
     finished, and `finished` = (kind, request) is recorded as done)."""
 
-    rotation: object = None  # certs.Rotation | None
+    rotation: Rotation | None = None
     finished: tuple[str, str] | None = None
 
 

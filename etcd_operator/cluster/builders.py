@@ -84,7 +84,7 @@ def allowed_extra_args(spec: ClusterSpec) -> list[tuple[str, str]]:
 
 def pod_spec_hash(spec: ClusterSpec) -> str:
     """Changes exactly when a member pod must be recreated to follow the spec."""
-    relevant = {
+    relevant: dict[str, Any] = {
         "image": spec.image,
         # Pull secrets matter only to the next pull: changing them rolls no member.
         "pod": {key: value for key, value in spec.pod.items() if key != "imagePullSecrets"},
@@ -152,7 +152,7 @@ def member_pod(
         data_volume = {"name": "data", "emptyDir": empty_dir}
     else:
         data_volume = {"name": "data", "persistentVolumeClaim": {"claimName": naming.pvc_name(member)}}
-    container = {
+    container: dict[str, Any] = {
         "name": "etcd",
         "image": spec.image,
         "imagePullPolicy": "IfNotPresent",

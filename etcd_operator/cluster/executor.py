@@ -9,7 +9,7 @@ import dataclasses
 import hashlib
 import json
 import logging
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, cast
 
 import kopf
 
@@ -96,7 +96,7 @@ class ClusterExecutor:
     # --- helpers ----------------------------------------------------------------------
 
     def _owned(self, manifest: dict) -> dict:
-        kopf.adopt(manifest, owner=dict(self.body))
+        kopf.adopt(manifest, owner=cast(kopf.Body, dict(self.body)))
         return manifest
 
     def _fence(self) -> None:
@@ -124,7 +124,8 @@ class ClusterExecutor:
         await self.kube.apply(resource, self.namespace, manifest)
 
     def _leader_client(self, observed: Observed):
-        endpoint = observed.etcd.endpoints.get(observed.etcd.leader_id)
+        leader = observed.etcd.leader_id
+        endpoint = observed.etcd.endpoints.get(leader) if leader is not None else None
         if not endpoint:
             raise NotYet("no reachable leader")
         return self.etcd_clients.get(endpoint)
@@ -276,7 +277,7 @@ class ClusterExecutor:
                 if not e.cluster_not_ready:
                     raise
                 refused = e
-        raise refused
+        raise refused or NotYet("no voting member answers")
 
     async def _check_pod_spec(self, action: a.CheckPodSpec, spec: ClusterSpec, observed) -> Outcome:
         joining = action.before == a.AddLearner.__name__
@@ -452,11 +453,15 @@ class ClusterExecutor:
         })
         self._fence()
         if not create:
-            return secret_bytes(await self.kube.apply(kube.SECRETS, self.namespace, secret))
-        try:
-            return secret_bytes(await self.kube.create(kube.SECRETS, self.namespace, secret))
-        except kube.Conflict:
-            raise NotYet(f"Secret {name} appeared after this pass looked; the next pass reads it") from None
+            written = await self.kube.apply(kube.SECRETS, self.namespace, secret)
+        else:
+            try:
+                written = await self.kube.create(kube.SECRETS, self.namespace, secret)
+            except kube.Conflict:
+                raise NotYet(f"Secret {name} appeared after this pass looked; the next pass reads it") from None
+        if (data_written := secret_bytes(written)) is None:
+            raise NotYet(f"Secret {name}: its namespace is gone")
+        return data_written
 
     async def _record_rotation(self, action: a.RecordRotation, spec, observed) -> Outcome:
         patch: dict[str, Any] = {"rotation": action.rotation.to_dict() if action.rotation else None}

@@ -59,7 +59,7 @@ class Progress:
         parts = [f"learner {self.name} has applied index {self.applied}"]
         if self.leader_committed is not None:
             parts[0] += f" of the leader's {self.leader_committed} ({self.behind} behind)"
-        if self.refuses_requests:
+        if self.refuses_requests and self.committed is not None and self.applied is not None:
             parts.append(f"its committed index {self.committed} runs {self.committed - self.applied} entries ahead "
                          f"of its applied index, over etcd's {MAX_APPLY_GAP}, so it refuses requests "
                          f"(etcdserver: too many requests), its own publish included")

@@ -29,7 +29,7 @@ class Reclaim:
 
 def _claims(pod: Mapping[str, Any]) -> set[str]:
     volumes = (pod.get("spec") or {}).get("volumes") or []
-    return {(v.get("persistentVolumeClaim") or {}).get("claimName") for v in volumes} - {None}
+    return {claim for v in volumes if (claim := (v.get("persistentVolumeClaim") or {}).get("claimName")) is not None}
 
 
 def _orphaned(pod: Mapping[str, Any], cluster_uid: str) -> bool:

@@ -143,7 +143,7 @@ def next_record(raw_spec: Mapping[str, Any] | None, observed: Observed, health: 
                                    failed_reason=action.reason)
     settled = (health.state == HealthState.HEALTHY and not held and spec_accepted and raw_spec is not None
                and observed.pods and all(p.spec_hash == desired_hash for p in observed.pods.values()))
-    if settled:
+    if settled and raw_spec is not None:
         return RollRecord(last_good_spec=dict(raw_spec), last_good_hash=desired_hash)
     return record
 

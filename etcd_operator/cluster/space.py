@@ -16,6 +16,7 @@ Invariants (tests/unit/test_space.py):
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 
 from etcd_operator import conditions as c
 from etcd_operator.cluster import actions as a
@@ -144,7 +145,7 @@ def compaction_target(spec: ClusterSpec, observed: Observed) -> int:
 
 
 def shortfall(spec: ClusterSpec, observed: Observed, health: Health,
-              names: dict[int, str | None]) -> tuple[str, int] | None:
+              names: Mapping[int, str | None]) -> tuple[str, int] | None:
     """The member whose database misses the quota (less headroom) by the most bytes, and
     by how many; None when every answering member fits."""
     limit = quota_in_effect(spec) - quota.fits_headroom(quota_in_effect(spec))
@@ -193,8 +194,8 @@ def plan_no_space(spec: ClusterSpec, observed: Observed, health: Health, names: 
         return a.DefragmentForSpace(f"NOSPACE: defragmenting {role} {name}", name, member.id)
     worst = shortfall(spec, observed, health, names)
     if worst is not None:
-        member, missing = worst
-        return a.Wait(f"NOSPACE: after compaction and defragmentation the database of {member} is {missing} bytes "
+        too_large, missing = worst
+        return a.Wait(f"NOSPACE: after compaction and defragmentation the database of {too_large} is {missing} bytes "
                       f"too large for the quota {quota_in_effect(spec)} (less "
                       f"{quota.fits_headroom(quota_in_effect(spec))} bytes headroom); delete keys (deletes are "
                       f"allowed under the alarm) or raise the quota and storage")

@@ -193,8 +193,8 @@ def spec_problems(spec: ClusterSpec) -> list[SpecProblem]:
         problems.append(SpecProblem("UnsupportedVersion",
                                     f"etcd {spec.version} is not supported; use 3.5.x or 3.6.x"))
     # The same test builders.allowed_extra_args uses to drop them.
-    refused = {k: MANAGED_FLAGS.reason(k.lstrip("-")) for k, _ in spec.etcd.extra_args
-               if k.lstrip("-") in MANAGED_FLAGS}
+    refused = {k: reason for k, _ in spec.etcd.extra_args
+               if (reason := MANAGED_FLAGS.reason(k.lstrip("-"))) is not None}
     if refused:
         reasons = " ".join(dict.fromkeys(refused[k] for k in sorted(refused)))
         problems.append(SpecProblem("ManagedFlag", f"refused extraArgs {', '.join(sorted(refused))}. {reasons}"))

@@ -77,9 +77,10 @@ class TLSSecrets:
                      if annotations.get(key)}
         kinds = kinds_to_observe(spec)
         names = (transport, tuple((k, secret_name(spec, cluster, k)) for k in kinds))
-        reuse = not live and rotation is None and not requested and self._last is not None and self._last[0] == names
-        if reuse:
-            _, views, next_ca, credentials = self._last
+        reusable = not live and rotation is None and not requested
+        cached = self._last if reusable and self._last is not None and self._last[0] == names else None
+        if cached is not None:
+            _, views, next_ca, credentials = cached
         else:
             views, next_ca, credentials = await self._read(kube_client, cluster, namespace, spec, kinds, transport)
             self._last = (names, views, next_ca, credentials)

@@ -107,6 +107,8 @@ def _as_issued(spec: ClusterSpec, observed: Observed, kind: CertKind) -> Observe
                         trusted=(fingerprint,), is_ca=True)
     else:
         ca = tls.cert(CertKind.CA)
+        if ca is None:
+            raise ValueError(f"{kind.value} is issued under the CA, and there is none yet")
         view = CertView(f"issued in this step: {kind.value}", now, now + request.lifetime,
                         dns_names=request.dns_names, issuer_fingerprint=ca.fingerprint, trusted=ca.trusted)
     return dataclasses.replace(observed, tls=dataclasses.replace(tls, certs={**tls.certs, kind: view}))

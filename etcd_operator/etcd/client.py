@@ -7,6 +7,7 @@ its stubs directly; the channel is ours so that TLS can be added without forking
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 import grpc
 from aetcd import rpc
@@ -63,10 +64,10 @@ class ClientTLS:
         return grpc.ssl_channel_credentials(root_certificates=self.ca, private_key=self.key,
                                             certificate_chain=self.cert)
 
-    def options(self, options: list[tuple[str, object]]) -> list[tuple[str, object]]:
+    def options(self, options: Sequence[tuple[str, object]]) -> list[tuple[str, object]]:
         return [*options, ("grpc.ssl_target_name_override", self.server_name)]
 
-    def channel(self, endpoint: str, options: list[tuple[str, object]]) -> grpc.aio.Channel:
+    def channel(self, endpoint: str, options: Sequence[tuple[str, object]]) -> grpc.aio.Channel:
         return grpc.aio.secure_channel(endpoint, self.credentials(), options=self.options(options))
 
 

@@ -84,7 +84,7 @@ class S3Location:
 
     @property
     def over_http(self) -> bool:
-        return bool(self.endpoint) and self.endpoint.lower().startswith("http://")
+        return self.endpoint is not None and self.endpoint.lower().startswith("http://")
 
 
 SSE_S3 = "SSE-S3"
@@ -276,7 +276,7 @@ class S3Storage:
                                     **self._encryption)
         return response["UploadId"]
 
-    async def upload_part(self, key: str, upload_id: str, number: int, data: bytes) -> dict[str, str]:
+    async def upload_part(self, key: str, upload_id: str, number: int, data: bytes | bytearray) -> dict[str, str]:
         """Returns the part's entry for `complete_multipart`."""
         response = await self._call("upload_part", Bucket=self.bucket, Key=key, UploadId=upload_id,
                                     PartNumber=number, Body=data, **self._checksum)
