@@ -292,7 +292,7 @@ def _settle_joined_pods(observed: Observed, health: Health, names: dict[int, str
     for member in health.members:
         name = names[member.id]
         pod = observed.pods.get(name or "")
-        if pod is None or pod.deleting or not member.name or not health.is_healthy(member):
+        if name is None or pod is None or pod.deleting or not member.name or not health.is_healthy(member):
             continue
         settled = (pod.member_id == member.id and pod.initial_state == "existing"
                    and pod.initial_cluster == self_only_cluster(observed, name) and not pod.force_new_cluster)
@@ -389,21 +389,21 @@ def _roll_outdated_member(observed: Observed, health: Health, names: dict[int, s
                           desired_hash: str) -> a.Action | None:
     if health.state != HealthState.HEALTHY:
         return None
-    outdated = [m for m in health.voters
-                if (pod := observed.pods.get(names[m.id] or "")) and pod.spec_hash != desired_hash]
+    outdated = {m: name for m in health.voters
+                if (name := names[m.id]) and (pod := observed.pods.get(name)) and pod.spec_hash != desired_hash}
     if not outdated:
         return None
     followers = [m for m in outdated if m.id != health.leader_id]
     if followers:
         target = max(followers, key=lambda m: _ordinal(observed, m))
-        return a.RollMember("following the spec (followers first)", names[target.id])
-    leader = outdated[0]
+        return a.RollMember("following the spec (followers first)", outdated[target])
+    leader, leader_name = next(iter(outdated.items()))
     successors = [m for m in health.voters if m.id != leader.id]
     if successors:
         to = min(successors, key=lambda m: _ordinal(observed, m))
-        return a.MoveLeader(f"moving leadership before restarting {names[leader.id]}",
+        return a.MoveLeader(f"moving leadership before restarting {leader_name}",
                             leader.id, to.id, names[to.id] or to.hex_id)
-    return a.RollMember("following the spec", names[leader.id])
+    return a.RollMember("following the spec", leader_name)
 
 
 def _defragment(spec: ClusterSpec, observed: Observed, health: Health,
@@ -450,6 +450,8 @@ def _plan_quorum_loss(spec: ClusterSpec, observed: Observed, health: Health, nam
 
 def _plan_quorum_recovery(spec: ClusterSpec, observed: Observed, health: Health, desired_hash: str) -> a.Action:
     op = observed.operation
+    if op is None:
+        raise ValueError("planned a quorum recovery's next step without one under way")
     survivor_pod = observed.pods.get(op.member)
     forced = survivor_pod is not None and survivor_pod.force_new_cluster
     if not forced:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Awaitable, Callable, Mapping
+from typing import Any, Awaitable, Callable, Mapping, cast
 
 import kopf
 
@@ -146,15 +146,15 @@ class RestoreExecutor:
 
     async def _fence(self, observed: Observed) -> None:
         """Right before a create for the target: the live object, not the pass's copy, decides."""
-        live = await self.kube.get(kube.ETCDCLUSTERS, self.namespace, observed.cluster.name)
-        refusal = fence.creation_refusal(observed.cluster, live)
+        live = await self.kube.get(kube.ETCDCLUSTERS, self.namespace, observed.target.name)
+        refusal = fence.creation_refusal(observed.target, live)
         if refusal:
             raise NothingCreated(refusal)
 
     async def _patch_cluster(self, observed: Observed, patch: dict) -> None:
         """Patches the target only if it is still the version observed this pass."""
-        patch.setdefault("metadata", {})["resourceVersion"] = observed.cluster.resource_version
-        await self.kube.merge_patch(kube.ETCDCLUSTERS, self.namespace, observed.cluster.name, patch)
+        patch.setdefault("metadata", {})["resourceVersion"] = observed.target.resource_version
+        await self.kube.merge_patch(kube.ETCDCLUSTERS, self.namespace, observed.target.name, patch)
 
     async def _hold(self, step: s.HoldCluster, spec, status, observed: Observed) -> None:
         await self._patch_cluster(observed, {"metadata": {"annotations": builders.hold_annotations(
@@ -182,7 +182,7 @@ class RestoreExecutor:
             if pvc is None or pvc["metadata"]["uid"] != uid:
                 continue  # gone or replaced: the next pass looks again
             patch = builders.set_aside_patch(self.name, spec.target, pvc["metadata"].get("ownerReferences") or [],
-                                             observed.cluster.uid)
+                                             observed.target.uid)
             patch["metadata"]["resourceVersion"] = pvc["metadata"]["resourceVersion"]
             await self.kube.merge_patch(kube.PVCS, self.namespace, name, patch)
         self.post_event("Normal", "OldDataPreserved", step.reason)
@@ -193,10 +193,10 @@ class RestoreExecutor:
                 naming.ANNOTATION_MIN_ORDINAL: str(step.min_ordinal)}}})
 
     async def _create_seed_volumes(self, step: s.CreateSeedVolumes, spec, status, observed: Observed) -> None:
-        cluster = observed.cluster
+        cluster, cluster_spec = observed.target, observed.target_spec
         for member in step.members:
             # No owner reference, like every member PVC: the garbage collector never takes data.
-            manifest = builders.seed_pvc(cluster.spec, cluster.name, self.namespace, member, observed.uid)
+            manifest = builders.seed_pvc(cluster_spec, cluster.name, self.namespace, member, observed.uid)
             await self._fence(observed)
             try:
                 await self.kube.create(kube.PVCS, self.namespace, manifest)
@@ -209,16 +209,18 @@ class RestoreExecutor:
             s3 = await sources.s3_block(self.kube, self.namespace, spec.source)
         except VerificationFailed as e:
             return s.Outcome(failure=(e.reason, e.message))
-        cluster = observed.cluster
-        tls = cluster.transport == "https" if cluster.transport else cluster.spec.tls.enabled
+        cluster, cluster_spec = observed.target, observed.target_spec
+        if status.source_key is None or status.sha256 is None:
+            raise RuntimeError(f"seed pods for {self.name} were planned before its snapshot was verified")
+        tls = cluster.transport == "https" if cluster.transport else cluster_spec.tls.enabled
         manifests = []
         for member in step.members:
             manifest = builders.restore_pod(
                 self.name, self.namespace, cluster.name, member, status.seed_members,
-                builders.restore_token(observed.uid), cluster.spec.image, self.operator_image, s3,
+                builders.restore_token(observed.uid), cluster_spec.image, self.operator_image, s3,
                 status.source_key, status.sha256, status.snapshot_size, tls=tls,
-                pull_secrets=cluster_builders.image_pull_secrets(cluster.spec))
-            kopf.adopt(manifest, owner=dict(self.body))
+                pull_secrets=cluster_builders.image_pull_secrets(cluster_spec))
+            kopf.adopt(manifest, owner=cast(kopf.Body, dict(self.body)))
             manifests.append(manifest)
 
         async def create(manifest: dict) -> str | None:

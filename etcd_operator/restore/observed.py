@@ -142,3 +142,17 @@ class Observed:
     new_cluster_problem: str | None = None    # server-side dry run of the cluster to create
     deleting: bool = False                    # the EtcdRestore has a deletionTimestamp
     source: SourceState | None = None         # looked at until the snapshot is verified
+
+    @property
+    def target(self) -> TargetCluster:
+        """The target cluster, which every step acting on it is planned with."""
+        if self.cluster is None:
+            raise RuntimeError(f"a step on the target of {self.restore} was planned with no target observed")
+        return self.cluster
+
+    @property
+    def target_spec(self) -> ClusterSpec:
+        """The target's spec, which every step creating members for it is planned with."""
+        if (spec := self.target.spec) is None:
+            raise RuntimeError(f"a step creating members for {self.restore} was planned with an unreadable spec")
+        return spec
