@@ -35,7 +35,7 @@ class ScheduleProblem:
 
 def parses(expression: str) -> bool:
     """The cron parser accepts it (5 fields, an optional sixth for seconds, or a macro)."""
-    return croniter.is_valid(expression)
+    return bool(croniter.is_valid(expression))
 
 
 def problem(expression: str, now: datetime.datetime) -> ScheduleProblem | None:

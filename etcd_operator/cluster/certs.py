@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+from collections.abc import Mapping
+from typing import Any
 
 from etcd_operator.cluster import naming
 from etcd_operator.cluster.spec import ISSUER_MANAGED, ClusterSpec
@@ -114,7 +116,7 @@ class CertView:
     def renewal_due(self, fraction: float, now: float) -> bool:
         return now >= self.not_before + fraction * (self.not_after - self.not_before)
 
-    def to_status(self) -> dict:
+    def to_status(self) -> dict[str, Any]:
         return {"fingerprint": self.fingerprint[:16], "notAfter": self.not_after}
 
 
@@ -138,11 +140,11 @@ class Rotation:
     phase: str
     replaced: tuple[str, ...] = ()
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "request": self.request, "phase": self.phase, "replaced": list(self.replaced)}
 
     @classmethod
-    def from_dict(cls, data) -> "Rotation | None":
+    def from_dict(cls, data: Mapping[str, Any] | None) -> "Rotation | None":
         if not data or not data.get("kind"):
             return None
         return cls(data["kind"], str(data.get("request", "")), data.get("phase", ""),

@@ -29,7 +29,7 @@ JOIN_BACKOFF_MAX = 600.0
 
 
 def join_backoff(failures: int) -> float:
-    return min(JOIN_BACKOFF * 2 ** max(failures - 1, 0), JOIN_BACKOFF_MAX)
+    return min(JOIN_BACKOFF * 2.0 ** max(failures - 1, 0), JOIN_BACKOFF_MAX)
 
 
 @dataclasses.dataclass(frozen=True)

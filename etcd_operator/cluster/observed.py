@@ -133,12 +133,12 @@ class Operation:
     member_id: int
     started_at: float
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "member": self.member, "memberID": f"{self.member_id:x}",
                 "startedAt": self.started_at}
 
     @classmethod
-    def from_dict(cls, data: dict | None) -> "Operation | None":
+    def from_dict(cls, data: Mapping[str, Any] | None) -> "Operation | None":
         if not data or not data.get("kind"):
             return None
         return cls(data["kind"], data["member"], int(data["memberID"], 16), float(data["startedAt"]))
@@ -186,12 +186,12 @@ class SpaceRecoveryRecord:
     compacted_revision: int | None = None
     defragmented: tuple[str, ...] = ()
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"startedAt": self.started_at, "compactedRevision": self.compacted_revision,
                 "defragmented": list(self.defragmented)}
 
     @classmethod
-    def from_dict(cls, data: dict | None) -> "SpaceRecoveryRecord | None":
+    def from_dict(cls, data: Mapping[str, Any] | None) -> "SpaceRecoveryRecord | None":
         if not data or data.get("startedAt") is None:
             return None
         revision = data.get("compactedRevision")
@@ -208,11 +208,11 @@ class DefragmentationRecord:
     token: str | None = None
     defragmented: tuple[str, ...] = ()
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"lastToken": self.last_token, "token": self.token, "defragmented": list(self.defragmented)}
 
     @classmethod
-    def from_dict(cls, data: dict | None) -> "DefragmentationRecord":
+    def from_dict(cls, data: Mapping[str, Any] | None) -> "DefragmentationRecord":
         data = data or {}
         return cls(data.get("lastToken"), data.get("token"), tuple(data.get("defragmented") or ()))
 

@@ -16,7 +16,7 @@ Invariants (tests/unit/test_space.py):
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from etcd_operator import conditions as c
 from etcd_operator.cluster import actions as a
@@ -128,7 +128,8 @@ def _ordinal(observed: Observed, name: str) -> int:
     return ordinal if ordinal is not None else 1 << 30
 
 
-def _followers_then_leader(observed: Observed, health: Health, members, names: dict[int, str | None]) -> list[Member]:
+def _followers_then_leader(observed: Observed, health: Health, members: Iterable[Member],
+                           names: Mapping[int, str | None]) -> list[Member]:
     return sorted(members, key=lambda m: (m.id == health.leader_id, _ordinal(observed, names[m.id] or m.hex_id)))
 
 

@@ -161,7 +161,7 @@ def _one_step(spec: ClusterSpec, observed: Observed) -> a.Action | None:
 SYNC_TRUST = "sync-trust"
 
 
-def _start_rotation(observed: Observed, ca) -> a.Action | None:
+def _start_rotation(observed: Observed, ca: CertView) -> a.Action | None:
     request = observed.tls.pending_request(ROTATE_CA)
     if request:
         return a.RecordRotation(f"CA rotation {request!r} requested; phase {PHASE_TRUST}",
@@ -174,7 +174,7 @@ def _start_rotation(observed: Observed, ca) -> a.Action | None:
     return None
 
 
-def _ca_secret_step(rotation: Rotation, ca, observed: Observed) -> a.Action | None:
+def _ca_secret_step(rotation: Rotation, ca: CertView, observed: Observed) -> a.Action | None:
     old = set(rotation.replaced)
     next_ca = observed.tls.next_ca
     if rotation.phase == PHASE_TRUST and ca.fingerprint in old and (
@@ -224,7 +224,8 @@ def _members_serve_current_leaf(observed: Observed) -> bool:
                                                      for name in observed.pods)
 
 
-def _leaf_reason(spec: ClusterSpec, observed: Observed, kind: CertKind, ca, rotation: Rotation | None) -> str | None:
+def _leaf_reason(spec: ClusterSpec, observed: Observed, kind: CertKind, ca: CertView,
+                 rotation: Rotation | None) -> str | None:
     cert = observed.tls.cert(kind)
     if cert is None:
         return "issuing"

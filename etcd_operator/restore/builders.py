@@ -88,7 +88,7 @@ def seed_pvc(spec: ClusterSpec, cluster: str, namespace: str, member: str, resto
     return manifest
 
 
-def set_aside_patch(restore: str, cluster: str, owners: list[Mapping[str, Any]], cluster_uid: str) -> dict:
+def set_aside_patch(restore: str, cluster: str, owners: list[Mapping[str, Any]], cluster_uid: str) -> dict[str, Any]:
     """Takes an old PVC out of the cluster (no member label, no owner reference to it)
     and marks who kept it. The PVC and its data stay."""
     return cluster_builders.set_aside_pvc_patch(cluster, cluster_uid, owners,
