@@ -62,7 +62,7 @@ run: venv ## run the operator against the current KUBECONFIG
 test: venv testbin ## unit tests and the simulator, beside the tests against the local control plane
 	@PYTHON=$(PY) tests/run.sh $(PYTEST_ARGS)
 
-test-unit: venv ## the pure unit tests and the fault simulator (no substrate)
+test-unit: venv ## the pure unit tests and the fault simulator (no substrate, and nothing of the harness in e2e/)
 	@$(PY) -m pytest tests/unit tests/sim $(PYTEST_ARGS)
 
 bench: venv venv-prod testbin ## benchmarks: cluster timings, backup throughput and memory, restore overhead
