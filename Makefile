@@ -71,7 +71,7 @@ format: venv ## apply ruff's fixes and formatting
 	@$(PY) -m ruff check --fix .
 	@$(PY) -m ruff format .
 
-test-unit: venv ## the pure unit tests and the fault simulator (no substrate)
+test-unit: venv ## the pure unit tests and the fault simulator (no substrate, and nothing of the harness in e2e/)
 	@$(PY) -m pytest tests/unit tests/sim $(PYTEST_ARGS)
 
 bench: venv venv-prod testbin ## benchmarks: cluster timings, backup throughput and memory, restore overhead

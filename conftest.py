@@ -1,27 +1,22 @@
-"""Shared fixtures: the tests' node-agent substrate (an instance of its own, started once per
-session), a fresh namespace per test, and log dumps on failure; the session's real nodes
-(tests/nodes, e2e/journeys, e2e/scenarios) and the operator the chart installs on them.
-Neither is the instance `make up` runs: `make test` leaves the demo alone.
+"""Shared hooks and the one shared fixture: the order of the real-node tests, what they measured,
+each test's outcome for the fixtures that print diagnostics, and a fresh namespace per test.
 
-With E2E_TARGET=external (or kind) nothing local is started: tests talk to whatever
-KUBECONFIG points at, and a test that needs the local substrate is skipped."""
+Nothing here imports the test harness (e2e/localkube, e2e/nodeagent, e2e/bench, e2e/images), so
+the pure tiers (tests/unit, tests/sim) run without it (tests/unit/test_tiers_stand_alone.py).
+The tiers that need the harness register its fixtures from their own conftest:
+tests/support/substrate_fixtures.py (the node agent's substrate: tests/substrate, e2e/tests)
+and tests/support/real_nodes_fixtures.py (the session's real nodes and the chart's release:
+tests/nodes, e2e/journeys, e2e/scenarios). Neither is the instance `make up` runs: `make test`
+leaves the demo alone."""
 
 from __future__ import annotations
 
-import os
 import pathlib
 
 import pytest
 
-from localkube import controlplane, layout as localkube_layout
-from tests.support import chart_release, crds, shared_real_nodes
-from tests.support.diagnostics import print_events, print_operator_pod_logs, print_tail, fresh_namespace_name
+from tests.support.diagnostics import fresh_namespace_name
 from tests.support.finalizers import release_finalizers
-
-SUBSTRATE_LOGS = ("kube-apiserver", "kube-controller-manager", "node-agent", "minio", "operator")
-PER_NAMESPACE_LOGS = ("operator-{namespace}*",)  # one per operator replica
-EXTERNAL = os.environ.get("E2E_TARGET") in ("external", "kind")
-REAL_NODES_ROOT = localkube_layout.REAL_NODES_TEST_ROOT
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -66,97 +61,10 @@ def pytest_collection_modifyitems(config, items):
     items[:] = others[:start] + group + others[start:]
 
 
-@pytest.fixture(scope="session")
-def real_nodes_use():
-    """Real nodes (`localkube up --nodes real`), rooted in <checkout>/.localkube/realnodes-test,
-    so that the checkout's own instance (`make up`) and the node agent's test instance can run
-    beside it; shared with the other pytest runs of `make test` that use it at the same time
-    (tests/support/shared_real_nodes.py); `make down` stops it too. tests/nodes/test_real_nodes.py
-    takes it down after everything else on it, to check the host."""
-    with shared_real_nodes.used(REAL_NODES_ROOT) as use:
-        yield use
-
-
-@pytest.fixture(scope="session")
-def real_nodes(real_nodes_use):
-    return real_nodes_use.where
-
-
-@pytest.fixture(scope="session")
-def host_before(real_nodes_use):
-    """The host as found, before the real nodes started."""
-    return real_nodes_use.host_before()
-
-
-@pytest.fixture(scope="session")
-def nodes_api(real_nodes):
-    from kubernetes import config
-
-    return config.new_client_from_config(config_file=str(real_nodes.kubeconfig))
-
-
-@pytest.fixture(scope="module")
-def kubectl_on_real_nodes(real_nodes):
-    """For one module, tests.support's kubectl and helm talk to the real nodes."""
-    with chart_release.kubeconfig_env(real_nodes.kubeconfig):
-        yield real_nodes.kubeconfig
-
-
-@pytest.fixture(scope="session")
-def operator_release(real_nodes):
-    """The operator on the real nodes as users install it: the chart from this checkout, the
-    image built here, restricted Pod Security (tests/support/chart_release.py)."""
-    # The instance keeps its data between sessions: a release an earlier session left
-    # (test_real_nodes.py takes the nodes down before this teardown) goes first.
-    chart_release.uninstall(real_nodes.kubeconfig)
-    chart_release.install(real_nodes.kubeconfig)
-    yield chart_release.RELEASE
-    if controlplane.apiserver_ready(real_nodes):  # else test_real_nodes.py took the nodes down
-        chart_release.uninstall(real_nodes.kubeconfig)
-
-
-@pytest.fixture(scope="session")
-def substrate():
-    """The node agent's substrate for the tests that run operator processes (tests/substrate),
-    rooted in <checkout>/.localkube/node-agent: started here unless an earlier session left it
-    up (LOCALKUBE_KEEP=1 keeps it for the next one); `make down` stops it too."""
-    if EXTERNAL:
-        pytest.skip(f"E2E_TARGET={os.environ['E2E_TARGET']}: this test needs the local substrate")
-    localkube_layout.NODE_AGENT_ROOT.mkdir(parents=True, exist_ok=True)
-    where = localkube_layout.current(localkube_layout.NODE_AGENT_ROOT)
-    started_here = not controlplane.apiserver_ready(where)
-    controlplane.up(where, nodes="agent")
-    os.environ["KUBECONFIG"] = str(where.kubeconfig)
-    # Helpers that find the substrate without being given it (nodeagent.faults) look here.
-    os.environ["LOCALKUBE_STATE_DIR"] = str(where.state_dir)
-    crds.install()
-    yield where
-    if started_here and not os.environ.get("LOCALKUBE_KEEP"):
-        controlplane.down(where)
-
-
-@pytest.fixture(scope="session")
-def kube_api(request):
-    """A client for the target cluster: KUBECONFIG when external, else the local substrate."""
-    from kubernetes import config
-
-    if EXTERNAL:
-        return config.new_client_from_config(config_file=os.environ.get("KUBECONFIG"))
-    substrate = request.getfixturevalue("substrate")
-    return config.new_client_from_config(config_file=str(substrate.kubeconfig))
-
-
-@pytest.fixture(scope="session")
-def explain_failure(request):
-    """What a failed test prints about its namespace: events, then the substrate's logs (or,
-    when external, the installed operator's pod logs). e2e/conftest.py has its own."""
-    substrate = None if EXTERNAL else request.getfixturevalue("substrate")
-    return lambda core, namespace: dump_diagnostics(substrate, core, namespace)
-
-
 @pytest.fixture
 def namespace(request, kube_api, explain_failure):
-    """A fresh namespace for one test, deleted afterwards; logs are dumped on failure."""
+    """A fresh namespace for one test, deleted afterwards; logs are dumped on failure. The tier
+    gives `kube_api` and `explain_failure` (tests/support/substrate_fixtures.py, e2e/target.py)."""
     from kubernetes import client
 
     core = client.CoreV1Api(kube_api)
@@ -173,20 +81,3 @@ def namespace(request, kube_api, explain_failure):
         explain_failure(core, name)
     core.delete_namespace(name)
     release_finalizers(kube_api, name)
-
-
-def dump_diagnostics(where, core, namespace: str) -> None:
-    """Events, then local logs (substrate) or the installed operator's pod logs (external)."""
-    print_events(core, namespace)
-    if where is None:
-        print_operator_pod_logs(os.environ.get("E2E_OPERATOR_NAMESPACE", "etcd-operator"))
-        return
-    for name in SUBSTRATE_LOGS:
-        print_tail(where.logs_dir / f"{name}.log")
-    for pattern in PER_NAMESPACE_LOGS:
-        for log in sorted(where.logs_dir.glob(f"{pattern.format(namespace=namespace)}.log")):
-            print_tail(log)
-    pod_logs = where.state_dir / "pods" / namespace
-    if pod_logs.exists():
-        for log in sorted(pod_logs.rglob("*.log")):
-            print_tail(log)

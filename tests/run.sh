@@ -3,10 +3,11 @@
 # that the second core works while the others wait on clusters:
 #   - the tests with operator processes on the host (marked substrate): first those against the
 #     real nodes (tests/nodes/host_operator), then those on the node agent's substrate (its own
-#     instance); reported here as they run;
+#     instance: tests/substrate, and the harness's own in e2e/tests); reported here as they run;
 #   - the tests on the real nodes with the chart's release, reported after; the two runs share
 #     the real-node instance (tests/support/shared_real_nodes.py);
-#   - the pure tests (unit, simulator, image and checker; no substrate), niced, reported last.
+#   - the pure tests (unit, simulator, image, checker and the harness's pure ones in e2e/tests;
+#     no substrate), niced, reported last.
 # With arguments, one pytest run of exactly those, as before.
 #
 #   tests/run.sh [pytest arguments]

@@ -48,7 +48,7 @@ REACTION_TARGET_SECONDS = 2.0  # issue 17's watch-driven target, shown beside "u
 OPERATOR_PYTHON = os.environ.get("BENCH_OPERATOR_PYTHON") or None
 
 
-# --- pure helpers (tests/unit/test_bench_scale.py) -------------------------------------
+# --- pure helpers (e2e/tests/test_bench_scale.py) --------------------------------------
 
 @dataclasses.dataclass(frozen=True)
 class Line:

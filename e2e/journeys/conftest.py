@@ -1,5 +1,5 @@
 """The journeys: what a new user does first, done the way they do it, each in its own
-namespace. Where they run: e2e/conftest.py. On the real nodes they share the session's one
+namespace. Where they run: e2e/target.py. On the real nodes they share the session's one
 release (`operator_release`, watching every namespace); the journeys that need it gone or
 reinstalled (README's quickstart, helm) put it back as it was. E2E_TARGET=external: the
 operator is installed already, watching every namespace (or the `journey-*` names)."""
@@ -12,6 +12,15 @@ import pathlib
 
 import pytest
 
+from target import (  # noqa: F401  (fixtures and the hook that registers the real nodes' fixtures)
+    e2e_kubeconfig,
+    e2e_nodes,
+    explain_failure,
+    kube_api,
+    operator_namespace,
+    pytest_configure,
+    s3_settings,
+)
 from tests.support import chart_release
 from tests.support.finalizers import release_finalizers
 from tests.support.journeys import JOURNEYS, journey_namespace

@@ -1,7 +1,7 @@
 """What a user does with the operator, end to end, against the operator running as a pod under
 its ServiceAccount, as the Helm chart installs it (so the real API server enforces the shipped
 RBAC). Portable: no node-agent fault helpers and no direct access to pod IPs, so the same file
-runs on kind. Where it runs: e2e/conftest.py.
+runs on kind. Where it runs: e2e/target.py.
 
 `make test` runs this file in external mode on the session's real nodes, in a separate pytest
 process (tests/nodes/test_e2e_scenarios_on_real_nodes.py), so that the mode `make e2e-kind`

@@ -1,12 +1,17 @@
-"""Fixtures for the tests on the session's real nodes."""
+"""Fixtures for the tests on the session's real nodes (those of the real nodes themselves and
+of the chart's release: tests/support/real_nodes_fixtures.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.support import chart_release
+from tests.support import chart_release, real_nodes_fixtures
 from tests.support.diagnostics import fresh_namespace_name, print_events, print_operator_pod_logs
 from tests.support.kubectl import kubectl
+
+
+def pytest_configure(config):
+    real_nodes_fixtures.register(config)
 
 
 @pytest.fixture

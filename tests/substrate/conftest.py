@@ -1,10 +1,16 @@
-"""Fixtures for the substrate tier."""
+"""Fixtures for the substrate tier: the node agent's substrate (tests/support/substrate_fixtures.py)
+and the operator as a process on it."""
 
 from __future__ import annotations
 
 import pytest
 
+from tests.support import substrate_fixtures
 from tests.support.operator_process import OperatorProcess
+
+
+def pytest_configure(config):
+    substrate_fixtures.register(config)
 
 
 @pytest.fixture

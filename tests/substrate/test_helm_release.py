@@ -1,8 +1,8 @@
 """The Helm chart without a release: lint and render every values preset (server-side
 dry-run against the API server; no nodes), and compare the chart with deploy/. The chart is
-installed, upgraded and uninstalled on the real nodes (the root conftest's `operator_release`,
-e2e/journeys, tests/nodes/test_operator_on_real_nodes.py), where `kubectl etcd` runs too
-(tests/nodes/test_kubectl_etcd.py)."""
+installed, upgraded and uninstalled on the real nodes (`operator_release` in
+tests/support/real_nodes_fixtures.py, e2e/journeys, tests/nodes/test_operator_on_real_nodes.py),
+where `kubectl etcd` runs too (tests/nodes/test_kubectl_etcd.py)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,10 @@
-"""Where the e2e tiers (journeys, scenarios) run.
+"""Where the e2e tiers (journeys, scenarios) run: their fixtures, which e2e/journeys/conftest.py
+and e2e/scenarios/conftest.py take from here (the harness's own tests in e2e/tests run on the
+node agent's substrate instead).
 
-- unset E2E_TARGET: on the session's real nodes (the root conftest's `real_nodes`, shared with
-  tests/nodes), against the operator the chart installs there (`operator_release`: every
-  namespace watched, two replicas, restricted Pod Security), with the substrate's MinIO,
+- unset E2E_TARGET: on the session's real nodes (`real_nodes`, tests/support/real_nodes_fixtures.py,
+  shared with tests/nodes), against the operator the chart installs there (`operator_release`:
+  every namespace watched, two replicas, restricted Pod Security), with the substrate's MinIO,
   which pods on the real nodes reach on the bridge's host address.
 - E2E_TARGET=external (or kind): whatever KUBECONFIG points at, the operator installed
   already (in E2E_OPERATOR_NAMESPACE, default etcd-operator), S3 from E2E_S3_ENDPOINT,
@@ -15,11 +17,15 @@ import os
 import pytest
 
 from localkube import controlplane
-from tests.support import chart_release
+from tests.support import chart_release, real_nodes_fixtures
 from tests.support.diagnostics import print_events
 from tests.support.kubectl import kubectl
 
 EXTERNAL = os.environ.get("E2E_TARGET") in ("external", "kind")
+
+
+def pytest_configure(config):
+    real_nodes_fixtures.register(config)
 
 
 @pytest.fixture(scope="session")

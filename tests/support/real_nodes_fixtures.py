@@ -1,0 +1,73 @@
+"""The session's real nodes and the operator the chart installs on them, as pytest fixtures:
+a plugin, registered by the tiers that run there (tests/nodes/conftest.py, e2e/journeys and
+e2e/scenarios through e2e/target.py), not by the root conftest, so that the pure tiers
+(tests/unit, tests/sim) load nothing of the harness. Registered once per session however
+many tiers ask (`register`), so that the tiers of one session share one instance and one release."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from localkube import controlplane, layout as localkube_layout
+from tests.support import chart_release, shared_real_nodes
+
+REAL_NODES_ROOT = localkube_layout.REAL_NODES_TEST_ROOT
+
+
+def register(config: pytest.Config) -> None:
+    """From a conftest's pytest_configure: these fixtures, for the whole session (a plugin's
+    fixtures are seen everywhere, as the root conftest's are), once."""
+    this = sys.modules[__name__]
+    if not config.pluginmanager.is_registered(this):
+        config.pluginmanager.register(this, __name__)
+
+
+@pytest.fixture(scope="session")
+def real_nodes_use():
+    """Real nodes (`localkube up --nodes real`), rooted in <checkout>/.localkube/realnodes-test,
+    so that the checkout's own instance (`make up`) and the node agent's test instance can run
+    beside it; shared with the other pytest runs of `make test` that use it at the same time
+    (tests/support/shared_real_nodes.py); `make down` stops it too. tests/nodes/test_real_nodes.py
+    takes it down after everything else on it, to check the host."""
+    with shared_real_nodes.used(REAL_NODES_ROOT) as use:
+        yield use
+
+
+@pytest.fixture(scope="session")
+def real_nodes(real_nodes_use):
+    return real_nodes_use.where
+
+
+@pytest.fixture(scope="session")
+def host_before(real_nodes_use):
+    """The host as found, before the real nodes started."""
+    return real_nodes_use.host_before()
+
+
+@pytest.fixture(scope="session")
+def nodes_api(real_nodes):
+    from kubernetes import config
+
+    return config.new_client_from_config(config_file=str(real_nodes.kubeconfig))
+
+
+@pytest.fixture(scope="module")
+def kubectl_on_real_nodes(real_nodes):
+    """For one module, tests.support's kubectl and helm talk to the real nodes."""
+    with chart_release.kubeconfig_env(real_nodes.kubeconfig):
+        yield real_nodes.kubeconfig
+
+
+@pytest.fixture(scope="session")
+def operator_release(real_nodes):
+    """The operator on the real nodes as users install it: the chart from this checkout, the
+    image built here, restricted Pod Security (tests/support/chart_release.py)."""
+    # The instance keeps its data between sessions: a release an earlier session left
+    # (test_real_nodes.py takes the nodes down before this teardown) goes first.
+    chart_release.uninstall(real_nodes.kubeconfig)
+    chart_release.install(real_nodes.kubeconfig)
+    yield chart_release.RELEASE
+    if controlplane.apiserver_ready(real_nodes):  # else test_real_nodes.py took the nodes down
+        chart_release.uninstall(real_nodes.kubeconfig)
