@@ -25,7 +25,7 @@ OPERATOR_COMMON_NAME = "etcd-operator"
 USER_COMMON_NAME = "etcd-client"
 
 
-class CertKind(str, enum.Enum):
+class CertKind(enum.StrEnum):
     CA = "ca"              # the Managed issuer's CA (tls.crt, tls.key) and trust bundle (ca.crt)
     MEMBER = "member"      # members' server and peer certificate
     OPERATOR = "operator"  # the operator's client certificate

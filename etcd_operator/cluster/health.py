@@ -26,7 +26,7 @@ CORRUPT = "CORRUPT"
 _ALARM = re.compile(r"memberID:\s*(?P<member>\d+)\s+alarm:\s*(?P<alarm>[A-Z]+)")
 
 
-class HealthState(str, enum.Enum):
+class HealthState(enum.StrEnum):
     # No member was ever created: the first one is still to start.
     BOOTSTRAPPING = "Bootstrapping"
     # Every voter answers and sees a leader, and there are spec.size of them.
