@@ -10,6 +10,7 @@ from typing import Any, Callable, Mapping
 
 import aiohttp
 
+from etcd_operator import versions
 from etcd_operator.cluster import admission, naming, quota
 from etcd_operator.cluster.identity import member_list_sources, parse_hex_id, split_foreign
 from etcd_operator.cluster.timers import Sightings, carry_timers
@@ -261,7 +262,7 @@ class ClusterObserver:
             cluster=cluster, namespace=namespace, uid=meta["uid"], now=now,
             pods=pods, pvcs=pvcs, etcd=etcd, unhealthy_for={}, no_quorum_for=None,
             running_version=min((s.version for s in etcd.statuses.values()),
-                                key=lambda v: tuple(int(x) for x in v.split(".")), default=None),
+                                key=versions.parse, default=None),
             recovery_approved=(meta.get("annotations") or {}).get(naming.ANNOTATION_APPROVE_QUORUM_RECOVERY) == "true",
             operation=Operation.from_dict(status.get("operation")),
             bootstrapped=bool(status.get("clusterID")),
