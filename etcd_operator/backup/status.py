@@ -43,11 +43,6 @@ def build_status(step: s.Step, outcome: s.Outcome, previous: Mapping[str, Any], 
     return fields
 
 
-def changes(previous: Mapping[str, Any], status: Mapping[str, Any]) -> dict[str, Any]:
-    """The merge patch from `previous` to `status`; empty when nothing changed."""
-    return {key: value for key, value in status.items() if previous.get(key) != value}
-
-
 def schedule_events(previous: Mapping[str, Any], status: Mapping[str, Any]) -> list[s.Event]:
     """A Warning when a schedule is newly refused (run failures have their own events)."""
     before = c.find(previous.get("conditions"), "Degraded") or {}

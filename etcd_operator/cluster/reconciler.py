@@ -23,6 +23,7 @@ from etcd_operator.cluster.naming import DEFAULT_CLUSTER_DOMAIN
 from etcd_operator.config import DEFAULT_OPERATOR_IMAGE
 from etcd_operator.etcd.pool import EtcdClientPool
 from etcd_operator.kube import client as kube
+from etcd_operator.status_patch import changed_fields
 
 logger = logging.getLogger(__name__)
 
@@ -184,7 +185,7 @@ class ClusterReconciler:
             health.has_quorum, health.state == HealthState.QUORUM_LOST)
         metrics.record_member_warnings(meta["namespace"], meta["name"], warnings)
         metrics.record_alarms(meta["namespace"], meta["name"], tuple(health.alarm_names))
-        if any(previous.get(key) != value for key, value in status.items()):
+        if changed_fields(previous, status):  # the whole status is written
             await self.kube.merge_patch(kube.ETCDCLUSTERS, meta["namespace"], meta["name"], {"status": status},
                                         subresource="status")
         if isinstance(action, a.Steady) and not isinstance(last, a.Steady):

@@ -19,7 +19,8 @@ from etcd_operator.backup.runner import BackupFailed, as_failure
 from etcd_operator.backup.source import SourceUnavailable, find_candidates
 from etcd_operator.backup.stream import SnapshotCorrupt
 from etcd_operator.backup.state import Observed, Prerequisites, RunState, ScheduleSpec, VerificationPolicy
-from etcd_operator.backup.status import build_status, changes, run_events
+from etcd_operator.backup.status import build_status, run_events
+from etcd_operator.status_patch import changed_fields as changes
 from tests.unit.test_backup_planner import merge_patch
 from etcd_operator.etcd.client import EtcdError
 from etcd_operator.leadership import LeadershipLost
