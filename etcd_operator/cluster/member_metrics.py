@@ -14,6 +14,7 @@ LEADER_CHANGES = "etcd_server_leader_changes_seen_total"
 PROPOSALS_FAILED = "etcd_server_proposals_failed_total"
 DB_SIZE = "etcd_mvcc_db_total_size_in_bytes"
 QUOTA = "etcd_server_quota_backend_bytes"
+CLUSTER_VERSION = "etcd_cluster_version"
 
 Buckets = tuple[tuple[float, float], ...]  # (upper bound `le`, cumulative count), ascending
 
@@ -51,6 +52,17 @@ def parse(text: str, at: float) -> MetricsSample:
         db_size=scalars.get(DB_SIZE, 0.0),
         quota=scalars.get(QUOTA, 0.0),
     )
+
+
+def cluster_version_from_gauge(lines: list[str]) -> str | None:
+    """The version whose `etcd_cluster_version{cluster_version="3.6"} 1` line is set: etcd
+    keeps the previous version's line at 0 after the cluster version changes."""
+    for family in text_string_to_metric_families("".join(lines)):
+        for sample in family.samples:
+            version = sample.labels.get("cluster_version") if sample.name == CLUSTER_VERSION else None
+            if version and sample.value != 0:
+                return version if version.count(".") == 2 else f"{version}.0"
+    return None
 
 
 def _shared_buckets(previous: Buckets, new: Buckets) -> Buckets:
