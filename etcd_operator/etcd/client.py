@@ -249,19 +249,3 @@ class EtcdMemberClient:
             "Range", self._kv.Range, rpc.RangeRequest(key=key, serializable=serializable)
         )
         return response.kvs[0].value if response.kvs else None
-
-    async def count_prefix(self, prefix: bytes) -> int:
-        response = await self._call(
-            "Range", self._kv.Range,
-            rpc.RangeRequest(key=prefix, range_end=_prefix_end(prefix), count_only=True),
-        )
-        return response.count
-
-
-def _prefix_end(prefix: bytes) -> bytes:
-    end = bytearray(prefix)
-    for i in reversed(range(len(end))):
-        if end[i] < 0xFF:
-            end[i] += 1
-            return bytes(end[: i + 1])
-    return b"\0"
