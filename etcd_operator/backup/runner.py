@@ -24,7 +24,7 @@ from etcd_operator.cluster.tls_observer import operator_credentials
 from etcd_operator.membudget import BudgetTooSmall
 from etcd_operator.durations import parse_duration
 from etcd_operator.etcd.client import EtcdError, EtcdMemberClient
-from etcd_operator.leadership import LeadershipLost
+from etcd_operator.leadership_fence import LeadershipLost
 from etcd_operator.timefmt import now_text
 from etcd_operator.etcd.snapshot import SnapshotStream
 from etcd_operator.kube import client as kube

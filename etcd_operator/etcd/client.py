@@ -12,7 +12,7 @@ import grpc
 from aetcd import rpc
 
 from etcd_operator.cluster.observed import Member, MemberStatus
-from etcd_operator.leadership import WriteGuard, permit_write
+from etcd_operator.leadership_fence import WriteGuard, permit_write
 
 DEFAULT_TIMEOUT = 5.0
 # Snapshots of large databases stream for a long time; only the idle gap is bounded.

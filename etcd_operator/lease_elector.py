@@ -13,7 +13,7 @@ import logging
 import math
 
 from etcd_operator.kube import client as kube
-from etcd_operator.leadership import LeaseClock, RivalLease
+from etcd_operator.leadership_fence import LeaseClock, RivalLease
 from etcd_operator.timefmt import now_micro_text
 
 logger = logging.getLogger(__name__)
