@@ -17,7 +17,7 @@ import kopf
 
 from etcd_operator.config import OperatorConfig
 from etcd_operator.leadership_fence import AlwaysActs, LeaseClock, install_process_write_guard, writes_logger
-from etcd_operator.memory import return_large_buffers_to_the_system
+from etcd_operator.malloc_tuning import return_large_buffers_to_the_system
 from etcd_operator.server import HealthServer
 from etcd_operator.shard import LEASE_NAME  # noqa: F401  the default, for tests
 

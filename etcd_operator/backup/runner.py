@@ -21,7 +21,7 @@ from etcd_operator.backup.source import SourceUnavailable, ask_candidates, chose
 from etcd_operator.backup.source_choice import CLUSTER_ID_MISMATCH
 from etcd_operator.backup.stream import SnapshotCorrupt, stream_to_s3
 from etcd_operator.cluster.tls_observer import operator_credentials
-from etcd_operator.membudget import BudgetTooSmall
+from etcd_operator.buffer_budget import BudgetTooSmall
 from etcd_operator.durations import parse_duration
 from etcd_operator.etcd.client import EtcdError, EtcdMemberClient
 from etcd_operator.leadership_fence import LeadershipLost

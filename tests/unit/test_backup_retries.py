@@ -24,7 +24,7 @@ from etcd_operator.status_patch import changed_fields as changes
 from tests.unit.test_backup_planner import merge_patch
 from etcd_operator.etcd.client import EtcdError
 from etcd_operator.leadership_fence import LeadershipLost
-from etcd_operator.membudget import BudgetTooSmall
+from etcd_operator.buffer_budget import BudgetTooSmall
 from etcd_operator.storage.credentials import s3_location
 from etcd_operator.storage.s3 import StorageError
 
