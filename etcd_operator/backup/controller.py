@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping
 
 from etcd_operator import metrics
 from etcd_operator.backup import steps as s
-from etcd_operator.backup import verification_pod
+from etcd_operator.backup import scratch_pod
 from etcd_operator.backup.executor import BackupExecutor
 from etcd_operator.backup.planner import plan
 from etcd_operator.backup.state import Observed, Prerequisites, RunState, ScheduleSpec, ScratchPod
@@ -87,7 +87,7 @@ class BackupController:
         observed = Observed.from_metadata(meta)
         if state.verification is None or not state.verification.in_progress:
             return observed
-        pod = await self.kube.get(kube.PODS, meta["namespace"], verification_pod.pod_name(meta["name"]))
+        pod = await self.kube.get(kube.PODS, meta["namespace"], scratch_pod.pod_name(meta["name"]))
         return dataclasses.replace(observed, scratch_pod_observed=True,
                                    scratch_pod=None if pod is None else ScratchPod.from_pod(pod, meta["uid"]))
 

@@ -8,7 +8,7 @@ import datetime
 from typing import Any, Mapping
 
 from etcd_operator.backup.backoff import DEFAULT_BACKOFF_LIMIT
-from etcd_operator.backup.verification_pod import CHECK_CONTAINER
+from etcd_operator.backup.scratch_pod import CHECK_CONTAINER
 from etcd_operator.prerequisites import ClusterReadiness, Wait, cluster_wait, secrets_wait
 from etcd_operator.timefmt import parse_utc
 

@@ -12,7 +12,7 @@ import kopf
 
 from etcd_operator import faults
 from etcd_operator.backup.bbolt import NotASnapshot, snapshot_revision, snapshot_storage_version
-from etcd_operator.backup.verify import VerificationFailed, verify_snapshot
+from etcd_operator.backup.snapshot_integrity import VerificationFailed, verify_snapshot
 from etcd_operator.cluster import builders as cluster_builders, naming
 from etcd_operator.kube import client as kube
 from etcd_operator.restore import builders, fence, source as sources
