@@ -12,7 +12,7 @@ import aiohttp
 
 from etcd_operator import versions
 from etcd_operator.cluster import admission, naming, quota
-from etcd_operator.cluster.member_metrics import cluster_version_from_gauge
+from etcd_operator.cluster.metrics_sample import cluster_version_from_gauge
 from etcd_operator.cluster.identity import member_list_sources, parse_hex_id, split_foreign
 from etcd_operator.cluster.timers import Sightings, carry_timers
 from etcd_operator.cluster.tls_observer import TLSSecrets, served_certificates

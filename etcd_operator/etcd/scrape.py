@@ -1,5 +1,5 @@
 """Reads a member's Prometheus /metrics over plain HTTP (its --listen-metrics-urls port).
-The one fetcher of the page; cluster/member_metrics parses it."""
+The one fetcher of the page; cluster/metrics_sample parses it."""
 
 from __future__ import annotations
 
