@@ -16,7 +16,7 @@ from etcd_operator.backup import steps as s
 from etcd_operator.backup.controller import PREREQUISITE_RECHECK, delay_after
 from etcd_operator.backup.planner import one_shot_slot, plan
 from etcd_operator.backup.runner import BackupFailed, as_failure
-from etcd_operator.backup.source import SourceUnavailable, find_candidates
+from etcd_operator.backup.source_candidates import SourceUnavailable, find_candidates
 from etcd_operator.backup.stream import SnapshotCorrupt
 from etcd_operator.backup.state import Observed, Prerequisites, RunState, ScheduleSpec, VerificationPolicy
 from etcd_operator.backup.status import build_status, run_events
