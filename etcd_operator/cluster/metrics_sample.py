@@ -1,5 +1,6 @@
 """What the operator reads from one member's /metrics: the few series its anomaly
-detection needs, parsed from Prometheus's text format into plain data. Pure."""
+detection needs, and the cluster version gauge, parsed from Prometheus's text format into
+plain data. Pure; the one parser of the page (etcd/scrape fetches it)."""
 
 from __future__ import annotations
 
@@ -56,12 +57,16 @@ def parse(text: str, at: float) -> MetricsSample:
 
 def cluster_version_from_gauge(lines: list[str]) -> str | None:
     """The version whose `etcd_cluster_version{cluster_version="3.6"} 1` line is set: etcd
-    keeps the previous version's line at 0 after the cluster version changes."""
-    for family in text_string_to_metric_families("".join(lines)):
-        for sample in family.samples:
-            version = sample.labels.get("cluster_version") if sample.name == CLUSTER_VERSION else None
-            if version and sample.value != 0:
-                return version if version.count(".") == 2 else f"{version}.0"
+    keeps the previous version's line at 0 after the cluster version changes. None when no
+    line is set or the lines cannot be read."""
+    try:
+        samples = [s for family in text_string_to_metric_families("".join(lines)) for s in family.samples]
+    except ValueError:
+        return None
+    for sample in samples:
+        version = sample.labels.get("cluster_version") if sample.name == CLUSTER_VERSION else None
+        if version and sample.value != 0:
+            return version if version.count(".") == 2 else f"{version}.0"
     return None
 
 
