@@ -40,8 +40,3 @@ def merge(previous: Iterable[Mapping[str, Any]] | None, current: Iterable[Condit
 
 def find(conditions: Iterable[Mapping[str, Any]] | None, type_: str) -> Mapping[str, Any] | None:
     return next((c for c in conditions or [] if c.get("type") == type_), None)
-
-
-def became_true(previous: Iterable[Mapping[str, Any]] | None, condition: Condition) -> bool:
-    before = find(previous, condition.type)
-    return condition.status is True and (before is None or before.get("status") != "True")

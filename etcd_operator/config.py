@@ -11,8 +11,8 @@ import uuid
 from collections.abc import Mapping
 
 from etcd_operator.cluster.naming import DEFAULT_CLUSTER_DOMAIN
-from etcd_operator.leadership import LeaseTiming
-from etcd_operator.membudget import DEFAULT_LIMIT_BYTES
+from etcd_operator.leadership_fence import LeaseTiming
+from etcd_operator.buffer_budget import DEFAULT_LIMIT_BYTES
 from etcd_operator.shard import Shard, shard_from_settings
 from etcd_operator.storage_policy import StoragePolicy
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import datetime
-
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from etcd_operator.timefmt import parse_time
 
 REGISTRY = CollectorRegistry()
 LABELS = ("namespace", "cluster")
@@ -107,18 +107,14 @@ def record_backup_status(namespace: str, backup: str, status: dict) -> None:
     same value (a failover keeps it; a restart does not reset it)."""
     verified = status.get("lastVerifiedTime")
     if verified:
-        backup_last_verified.labels(namespace, backup).set(_unix_time(verified))
+        backup_last_verified.labels(namespace, backup).set(parse_time(verified))
     finished = status.get("lastSuccessfulTime")
     if not finished:
         return
-    backup_last_success.labels(namespace, backup).set(_unix_time(finished))
+    backup_last_success.labels(namespace, backup).set(parse_time(finished))
     size = (status.get("lastBackup") or {}).get("size")
     if size is not None:
         backup_bytes.labels(namespace, backup).set(size)
-
-
-def _unix_time(text: str) -> float:
-    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
 def record_cluster(namespace: str, cluster: str, desired: int, members: list[tuple[str, str, bool, int, int]],

@@ -6,7 +6,7 @@ import logging
 
 import kopf
 
-from etcd_operator import API_GROUP, membudget, shard
+from etcd_operator import API_GROUP, buffer_budget, shard
 from etcd_operator.config import OperatorConfig
 from etcd_operator.cluster.observer import StorageClassExpansion
 from etcd_operator.kube.client import KubeClient
@@ -30,7 +30,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> No
     settings.networking.request_timeout = 30
     settings.execution.max_workers = 8
     settings.scanning.disabled = memo.config.names_only  # see OperatorConfig.names_only
-    membudget.configure(memo.config.memory_budget_bytes)  # before any backup can resume
+    buffer_budget.configure(memo.config.memory_budget_bytes)  # before any backup can resume
     memo.kube = await KubeClient.from_environment()
     memo.backup_locks = {}
     memo.storage_classes = StorageClassExpansion(memo.kube, ttl=memo.config.resync_seconds)

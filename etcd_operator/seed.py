@@ -12,8 +12,8 @@ import pathlib
 import shutil
 import sys
 
-from etcd_operator.backup.verdict import SHA256_REFUSED
-from etcd_operator.backup.verify import consume_in_order
+from etcd_operator.backup.scratch_verdict import SHA256_REFUSED
+from etcd_operator.backup.snapshot_integrity import consume_in_order
 from etcd_operator.storage.s3 import S3Location, S3Storage
 
 FETCH_CHUNK_BYTES = 1 << 20  # larger reads cost more CPU in urllib3 (measured: 2 MiB +30%, 8 MiB +45%)

@@ -26,9 +26,20 @@ KNOWN_BAD: dict[Version, str] = {
 UPGRADE_FROM: dict[tuple[int, int], Version] = {(3, 6): (3, 5, 32)}
 
 
+def _numbers(text: str) -> list[str]:
+    return text.lstrip("v").split("-")[0].split(".")
+
+
 def parse(text: str) -> Version:
-    major, minor, patch = (int(p) for p in text.lstrip("v").split("-")[0].split("."))
+    """(major, minor, patch) of "3.6.1", "v3.6.1" or "3.6.1-rc.0"; ValueError otherwise."""
+    major, minor, patch = (int(p) for p in _numbers(text))
     return major, minor, patch
+
+
+def parse_minor(text: str) -> tuple[int, int]:
+    """(major, minor) of "3.6" or of any version `parse` reads; ValueError otherwise."""
+    major, minor = (int(p) for p in _numbers(text)[:2])
+    return major, minor
 
 
 def text(version: Version) -> str:

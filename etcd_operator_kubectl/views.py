@@ -9,6 +9,7 @@ import json
 from typing import Any, Mapping
 
 from etcd_operator.backup.manifest import FORMAT, MANIFEST_SUFFIX, WRITER
+from etcd_operator.timefmt import parse_datetime
 
 ETCD_DEFAULT_QUOTA_BYTES = 2 * 1024**3  # etcd's own default when quotaBackendBytes is unset
 DEFRAGMENT_ANNOTATION = "etcd.operator.dev/defragment"
@@ -30,7 +31,7 @@ def human_age(then: str | None, now: datetime.datetime) -> str:
     if not then:
         return "-"
     try:
-        moment = datetime.datetime.fromisoformat(then.replace("Z", "+00:00"))
+        moment = parse_datetime(then)
     except ValueError:
         return "-"
     seconds = max(0, int((now - moment).total_seconds()))

@@ -15,7 +15,7 @@ import time
 import uuid
 
 from etcd_operator.etcd.client import EtcdMemberClient
-from etcd_operator.membudget import DEFAULT_LIMIT_BYTES
+from etcd_operator.buffer_budget import DEFAULT_LIMIT_BYTES
 from etcd_operator.timefmt import parse_time
 from localkube import controlplane, layout as localkube_layout, processes
 from nodeagent import faults

@@ -19,14 +19,15 @@ from typing import Any, Callable, Mapping
 
 from etcd_operator import metrics
 from etcd_operator.backup import steps as s
-from etcd_operator.backup import verification_pod
+from etcd_operator.backup import scratch_pod
 from etcd_operator.backup.executor import BackupExecutor
 from etcd_operator.backup.planner import plan
 from etcd_operator.backup.state import Observed, Prerequisites, RunState, ScheduleSpec, ScratchPod
-from etcd_operator.backup.status import build_status, changes, run_events, schedule_events, verification_events
+from etcd_operator.backup.status import build_status, run_events, schedule_events, verification_events
 from etcd_operator.kube import client as kube
 from etcd_operator.prerequisites import ClusterReadiness
 from etcd_operator.shard import Shard
+from etcd_operator.status_patch import changed_fields
 from etcd_operator.storage.credentials import missing_secrets
 from etcd_operator.storage_policy import StoragePolicy
 from etcd_operator.timefmt import now_text
@@ -86,7 +87,7 @@ class BackupController:
         observed = Observed.from_metadata(meta)
         if state.verification is None or not state.verification.in_progress:
             return observed
-        pod = await self.kube.get(kube.PODS, meta["namespace"], verification_pod.pod_name(meta["name"]))
+        pod = await self.kube.get(kube.PODS, meta["namespace"], scratch_pod.pod_name(meta["name"]))
         return dataclasses.replace(observed, scratch_pod_observed=True,
                                    scratch_pod=None if pod is None else ScratchPod.from_pod(pod, meta["uid"]))
 
@@ -125,7 +126,7 @@ class BackupController:
             status = ((await self.observe(body)) or current).get("status") or {}
 
         new_status = build_status(step, outcome, status, meta.get("generation"), now_text())
-        patch = changes(status, new_status)
+        patch = changed_fields(status, new_status)
         if patch:
             await self.kube.merge_patch(kube.ETCDBACKUPS, meta["namespace"], meta["name"], {"status": patch},
                                         subresource="status")

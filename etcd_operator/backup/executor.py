@@ -14,8 +14,8 @@ from etcd_operator.backup import fence, orphans
 from etcd_operator.backup import steps as s
 from etcd_operator.backup.manifest import Identity
 from etcd_operator.backup.runner import BackupFailed, BackupRunner, BackupSpec
-from etcd_operator.backup.verdict import Verdict
-from etcd_operator.backup.verification import BackupVerifier, VerificationError
+from etcd_operator.backup.scratch_verdict import Verdict
+from etcd_operator.backup.scratch_verifier import BackupVerifier, VerificationError
 from etcd_operator.kube import client as kube
 from etcd_operator.shard import Shard
 from etcd_operator.storage.s3 import StorageError

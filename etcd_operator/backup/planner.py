@@ -50,7 +50,7 @@ from etcd_operator.backup import retry, schedule
 from etcd_operator.backup import steps as s
 from etcd_operator.backup.state import (Observed, RunState, ScheduleSpec, ScratchPod, VerificationAttempts,
                                         VerificationPolicy)
-from etcd_operator.backup.verdict import Verdict, check_verdict, init_failure_verdict
+from etcd_operator.backup.scratch_verdict import Verdict, check_verdict, init_failure_verdict
 from etcd_operator.storage_policy import AMBIENT_NOT_ALLOWED
 
 COMPLETED = "Completed"

@@ -30,6 +30,7 @@ import datetime
 from typing import Collection, Mapping, Sequence
 
 from etcd_operator.backup.manifest import Manifest
+from etcd_operator.timefmt import parse_datetime
 
 HISTORY_LENGTH = 32  # cluster IDs kept in status.clusterIDHistory (the oldest go first)
 
@@ -52,7 +53,7 @@ def extend_history(history: Sequence[str], cluster_id: str) -> tuple[str, ...]:
 
 
 def _created(manifest: Manifest) -> datetime.datetime:
-    return datetime.datetime.fromisoformat(manifest.created_at.replace("Z", "+00:00"))
+    return parse_datetime(manifest.created_at)
 
 
 def _by_revision(manifest: Manifest) -> tuple[int, str]:

@@ -17,14 +17,14 @@ from etcd_operator.backup import orphans, retention
 from etcd_operator.backup.bbolt import snapshot_revision
 from etcd_operator.backup.manifest import (MANIFEST_SUFFIX, Identity, Manifest, backup_prefix, manifest_key,
                                            snapshot_key)
-from etcd_operator.backup.source import SourceUnavailable, ask_candidates, chosen, find_candidates
+from etcd_operator.backup.source_candidates import SourceUnavailable, ask_candidates, chosen, find_candidates
 from etcd_operator.backup.source_choice import CLUSTER_ID_MISMATCH
 from etcd_operator.backup.stream import SnapshotCorrupt, stream_to_s3
 from etcd_operator.cluster.tls_observer import operator_credentials
-from etcd_operator.membudget import BudgetTooSmall
+from etcd_operator.buffer_budget import BudgetTooSmall
 from etcd_operator.durations import parse_duration
 from etcd_operator.etcd.client import EtcdError, EtcdMemberClient
-from etcd_operator.leadership import LeadershipLost
+from etcd_operator.leadership_fence import LeadershipLost
 from etcd_operator.timefmt import now_text
 from etcd_operator.etcd.snapshot import SnapshotStream
 from etcd_operator.kube import client as kube

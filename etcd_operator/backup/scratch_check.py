@@ -14,7 +14,7 @@ import sys
 import time
 from typing import Mapping
 
-from etcd_operator.backup.verdict import Expected, Verdict, check_exit_code, compare
+from etcd_operator.backup.scratch_verdict import Expected, Verdict, check_exit_code, compare
 from etcd_operator.etcd.client import EtcdError, EtcdMemberClient
 
 ANSWER_WAIT_SECONDS = 120.0  # from this container's start until the scratch member must answer

@@ -8,16 +8,9 @@ import datetime
 from typing import Any, Mapping
 
 from etcd_operator.backup.backoff import DEFAULT_BACKOFF_LIMIT
-from etcd_operator.backup.verification_pod import CHECK_CONTAINER
+from etcd_operator.backup.scratch_pod import CHECK_CONTAINER
 from etcd_operator.prerequisites import ClusterReadiness, Wait, cluster_wait, secrets_wait
-from etcd_operator.timefmt import parse_time
-
-UTC = datetime.timezone.utc
-
-
-def _utc(text: str | None) -> datetime.datetime | None:
-    ts = parse_time(text)
-    return None if ts is None else datetime.datetime.fromtimestamp(ts, UTC)
+from etcd_operator.timefmt import parse_utc
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,8 +67,8 @@ class VerificationAttempts:
             return None
         pod = record.get("pod") or {}
         return cls(key=record["key"], attempts=int(record.get("attempts") or 0),
-                   start_time=_utc(record.get("startTime")), pod_name=pod.get("name"), pod_uid=pod.get("uid"),
-                   next_attempt=_utc(record.get("nextAttemptTime")), reason=record.get("reason") or "",
+                   start_time=parse_utc(record.get("startTime")), pod_name=pod.get("name"), pod_uid=pod.get("uid"),
+                   next_attempt=parse_utc(record.get("nextAttemptTime")), reason=record.get("reason") or "",
                    message=record.get("message") or "")
 
 
@@ -98,17 +91,17 @@ class RunState:
 
     @classmethod
     def from_dict(cls, status: Mapping[str, Any]) -> "RunState":
-        next_attempt = _utc(status.get("nextAttemptTime"))
+        next_attempt = parse_utc(status.get("nextAttemptTime"))
         retry_slot = (status.get("lastFailure") or {}).get("slot") if next_attempt else None
         return cls(
             phase=status.get("phase"),
             slot_in_progress=(status.get("progress") or {}).get("slot"),
-            last_slot=_utc(status.get("lastScheduleTime")),
+            last_slot=parse_utc(status.get("lastScheduleTime")),
             observed_generation=status.get("observedGeneration"),
             last_backup_key=(status.get("lastBackup") or {}).get("key"),
             last_verification_key=(status.get("lastVerification") or {}).get("key"),
             backups_since_verification=int(status.get("backupsSinceVerification") or 0),
-            last_verification_slot=_utc(status.get("lastVerificationSlot")),
+            last_verification_slot=parse_utc(status.get("lastVerificationSlot")),
             verification=VerificationAttempts.from_dict(status.get("verification")),
             recent_keys=frozenset(r["key"] for r in status.get("recentBackups") or [] if r.get("key")),
             attempts=int(status.get("attempts") or 0),
@@ -201,5 +194,5 @@ class Observed:
 
     @classmethod
     def from_metadata(cls, meta: Mapping[str, Any]) -> "Observed":
-        return cls(_utc(meta["creationTimestamp"]), meta.get("generation"),
+        return cls(parse_utc(meta["creationTimestamp"]), meta.get("generation"),
                    deleting=bool(meta.get("deletionTimestamp")))

@@ -11,7 +11,6 @@ schedule is accepted."""
 
 from __future__ import annotations
 
-import datetime
 from typing import Any, Mapping
 
 from etcd_operator import conditions as c
@@ -19,7 +18,7 @@ from etcd_operator.backup import backoff, retention, retry
 from etcd_operator.backup import steps as s
 from etcd_operator.backup.schedule import PROBLEM_REASONS
 from etcd_operator.backup.state import VerificationAttempts
-from etcd_operator.timefmt import format_time, parse_time
+from etcd_operator.timefmt import format_time, parse_utc
 
 RECENT_BACKUPS = 10
 HEALTHY = c.Condition("Degraded", False, "Healthy")
@@ -42,11 +41,6 @@ def build_status(step: s.Step, outcome: s.Outcome, previous: Mapping[str, Any], 
                                    now, generation)
     fields["observedGeneration"] = generation
     return fields
-
-
-def changes(previous: Mapping[str, Any], status: Mapping[str, Any]) -> dict[str, Any]:
-    """The merge patch from `previous` to `status`; empty when nothing changed."""
-    return {key: value for key, value in status.items() if previous.get(key) != value}
 
 
 def schedule_events(previous: Mapping[str, Any], status: Mapping[str, Any]) -> list[s.Event]:
@@ -208,7 +202,7 @@ def _failed_fields(step: s.RunBackup, outcome: s.RunFailed, previous: Mapping[st
                    now: str) -> tuple[dict[str, Any], c.Condition, c.Condition]:
     """An attempt failed: recorded; retried after a backoff if its cause may pass and
     spec.backoffLimit allows, else the slot ends (a one-shot backup: Failed)."""
-    ended = datetime.datetime.fromtimestamp(parse_time(now), datetime.timezone.utc)
+    ended = parse_utc(now)
     retry_at = backoff.next_attempt(step.attempt, step.backoff_limit, ended) if outcome.transient else None
     fields: dict[str, Any] = {
         "progress": None, "pendingUploads": _pending(outcome),
@@ -263,7 +257,7 @@ def _incomplete_fields(outcome: s.VerificationDone, previous: Mapping[str, Any],
     """The attempt ended without comparing: counted; the next one is scheduled, or none."""
     before = previous.get("verification") if _same_key(previous, outcome.key) else None
     attempts = max(int((before or {}).get("attempts") or 0), 1)
-    ended = datetime.datetime.fromtimestamp(parse_time(now), datetime.timezone.utc)
+    ended = parse_utc(now)
     next_attempt = retry.next_attempt(attempts, ended)
     record: dict[str, Any] = {"key": outcome.key, "attempts": attempts, "reason": outcome.reason,
                               "message": outcome.message}

@@ -9,7 +9,7 @@ page is allocated per part. Before the upload is completed, etcd's own trailing 
 is verified, so a corrupted stream never becomes a backup; a failure at any point aborts
 the multipart upload.
 
-The pool's buffers are drawn from the operator-wide memory budget (etcd_operator.membudget):
+The pool's buffers are drawn from the operator-wide memory budget (etcd_operator.buffer_budget):
 the first one is waited for, later ones are taken only while the budget has room, else the
 cutter reuses the buffers it has. All are given back when the upload ends."""
 
@@ -25,7 +25,7 @@ from typing import Callable, Iterable, cast
 
 from etcd_operator.backup.digest import SnapshotDigest
 from etcd_operator.etcd.client import EtcdError
-from etcd_operator.membudget import MemoryBudget, process_budget
+from etcd_operator.buffer_budget import MemoryBudget, process_budget
 from etcd_operator.storage.s3 import S3Storage
 
 _END = object()

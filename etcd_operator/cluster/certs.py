@@ -116,10 +116,6 @@ class CertView:
     def renewal_due(self, fraction: float, now: float) -> bool:
         return now >= self.not_before + fraction * (self.not_after - self.not_before)
 
-    def to_status(self) -> dict[str, Any]:
-        return {"fingerprint": self.fingerprint[:16], "notAfter": self.not_after}
-
-
 ROTATE_LEAVES = "Leaves"
 ROTATE_CA = "CA"
 # CA rotation phases, in order; each is rolled through every member before the next.

@@ -10,7 +10,9 @@ from typing import Any, Callable, Mapping
 
 import aiohttp
 
+from etcd_operator import versions
 from etcd_operator.cluster import admission, naming, quota
+from etcd_operator.cluster.metrics_sample import cluster_version_from_gauge
 from etcd_operator.cluster.identity import member_list_sources, parse_hex_id, split_foreign
 from etcd_operator.cluster.timers import Sightings, carry_timers
 from etcd_operator.cluster.tls_observer import TLSSecrets, served_certificates
@@ -19,6 +21,7 @@ from etcd_operator.cluster.observed import (DefragmentationRecord, EtcdView, Joi
                                             VolumePin)
 from etcd_operator.etcd.client import EtcdError
 from etcd_operator.etcd.pool import EtcdClientPool
+from etcd_operator.etcd.scrape import ScrapeError, read_metrics
 from etcd_operator.kube import client as kube
 
 STATUS_TIMEOUT = 2.0
@@ -32,36 +35,16 @@ async def fetch_cluster_version(endpoint: str | None) -> str | None:
     if not endpoint:
         return None
     host = endpoint.rsplit(":", 1)[0]
-    lines: list[str] = []
     try:
-        timeout = aiohttp.ClientTimeout(total=STATUS_TIMEOUT)
-        async with aiohttp.ClientSession(timeout=timeout) as session:
-            async with session.get(f"http://{host}:{naming.METRICS_PORT}/metrics") as response:
-                async for line in response.content:
-                    if line.startswith(CLUSTER_VERSION_GAUGE):
-                        lines.append(line.decode())
-                    elif lines:
-                        break  # the gauge's lines are adjacent
-    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as e:
+        page = await read_metrics(f"http://{host}:{naming.METRICS_PORT}/metrics", STATUS_TIMEOUT,
+                                  series=CLUSTER_VERSION_GAUGE)
+    except ScrapeError as e:
         logger.debug("no cluster version from %s: %s", endpoint, e)
         return None
-    return cluster_version_from_gauge(lines)
+    return cluster_version_from_gauge(page.splitlines(keepends=True))
 
 
 CLUSTER_VERSION_GAUGE = b'etcd_cluster_version{cluster_version="'
-
-
-def cluster_version_from_gauge(lines: list[str]) -> str | None:
-    """The version whose `etcd_cluster_version{cluster_version="3.6"} 1` line is set: etcd
-    keeps the previous version's line at 0 after the cluster version changes."""
-    for line in lines:
-        labels, _, value = line.rpartition(" ")
-        if value.strip() in ("", "0"):
-            continue
-        version = labels.split('cluster_version="', 1)[1].split('"', 1)[0]
-        if version:
-            return version if version.count(".") == 2 else f"{version}.0"
-    return None
 
 
 def pod_view(pod: Mapping[str, Any]) -> PodView:
@@ -261,7 +244,7 @@ class ClusterObserver:
             cluster=cluster, namespace=namespace, uid=meta["uid"], now=now,
             pods=pods, pvcs=pvcs, etcd=etcd, unhealthy_for={}, no_quorum_for=None,
             running_version=min((s.version for s in etcd.statuses.values()),
-                                key=lambda v: tuple(int(x) for x in v.split(".")), default=None),
+                                key=versions.parse, default=None),
             recovery_approved=(meta.get("annotations") or {}).get(naming.ANNOTATION_APPROVE_QUORUM_RECOVERY) == "true",
             operation=Operation.from_dict(status.get("operation")),
             bootstrapped=bool(status.get("clusterID")),

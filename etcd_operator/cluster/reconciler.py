@@ -10,11 +10,11 @@ from typing import Any, Callable, Mapping
 from etcd_operator import conditions as c
 from etcd_operator import metrics
 from etcd_operator.cluster import actions as a
-from etcd_operator.cluster import anomalies
+from etcd_operator.cluster import anomaly_detection
 from etcd_operator.cluster.decision import decide
 from etcd_operator.cluster.executor import BeingDeleted, ClusterExecutor, EventPoster, HeldByRestore
 from etcd_operator.cluster.health import HealthState
-from etcd_operator.cluster.insights import MemberMetricsWatcher
+from etcd_operator.cluster.metrics_watcher import MemberMetricsWatcher
 from etcd_operator.cluster.observer import ClusterObserver, StorageClassExpansion
 from etcd_operator.cluster.spec import ClusterSpec
 from etcd_operator.cluster.status import build_status
@@ -23,6 +23,7 @@ from etcd_operator.cluster.naming import DEFAULT_CLUSTER_DOMAIN
 from etcd_operator.config import DEFAULT_OPERATOR_IMAGE
 from etcd_operator.etcd.pool import EtcdClientPool
 from etcd_operator.kube import client as kube
+from etcd_operator.status_patch import changed_fields
 
 logger = logging.getLogger(__name__)
 
@@ -164,7 +165,7 @@ class ClusterReconciler:
         if not outcome.done:
             logger.info("%s/%s: %s not taken yet: %s", meta["namespace"], meta["name"], action.kind, outcome.message)
 
-        conditions = [*decision.conditions, anomalies.condition(warnings, scraped)]
+        conditions = [*decision.conditions, anomaly_detection.condition(warnings, scraped)]
         self._post_transition_events(previous, conditions)
         extra = {**decision.status_fields(), **(outcome.status_patch or {})}
         tls_status = tls_plan.tls_status(spec, observed, extra.get("tls"))
@@ -172,8 +173,8 @@ class ClusterReconciler:
             extra["tls"] = tls_status
         status = build_status(spec, observed, health, action, conditions, previous, meta.get("generation", 0),
                               extra=extra)
-        status["members"] = anomalies.with_warnings(status["members"], warnings)
-        for member, warning in anomalies.appeared(previous.get("members"), warnings):
+        status["members"] = anomaly_detection.with_warnings(status["members"], warnings)
+        for member, warning in anomaly_detection.appeared(previous.get("members"), warnings):
             self.post_event("Warning", warning.kind, f"member {member}: {warning.message}")
         if not isinstance(action, (a.Steady, a.Wait)) and outcome.done:
             metrics.reconcile_steps.labels(meta["namespace"], meta["name"], action.kind).inc()
@@ -184,7 +185,7 @@ class ClusterReconciler:
             health.has_quorum, health.state == HealthState.QUORUM_LOST)
         metrics.record_member_warnings(meta["namespace"], meta["name"], warnings)
         metrics.record_alarms(meta["namespace"], meta["name"], tuple(health.alarm_names))
-        if any(previous.get(key) != value for key, value in status.items()):
+        if changed_fields(previous, status):  # the whole status is written
             await self.kube.merge_patch(kube.ETCDCLUSTERS, meta["namespace"], meta["name"], {"status": status},
                                         subresource="status")
         if isinstance(action, a.Steady) and not isinstance(last, a.Steady):

@@ -111,10 +111,6 @@ def acting_storage(spec: ClusterSpec, observed: Observed, problems: list[SpecPro
     return dataclasses.replace(spec, etcd=dataclasses.replace(spec.etcd, quota_backend_bytes=resolved))
 
 
-def largest_database(observed: Observed) -> int:
-    return max((s.db_size for s in observed.etcd.statuses.values()), default=0)
-
-
 def quota_in_effect(spec: ClusterSpec) -> int:
     """The acting spec's quota (see acting_storage), or etcd's default."""
     return spec.etcd.quota_backend_bytes or ETCD_DEFAULT_QUOTA

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
+from etcd_operator import versions
 from etcd_operator.denied_flags import DENIED_FLAGS
 from etcd_operator.durations import parse_duration
 
@@ -16,11 +17,6 @@ SUPPORTED_MINORS = ((3, 5), (3, 6))
 # Flags spec.etcd.extraArgs may not set (`flag in MANAGED_FLAGS`); the CRD refuses the same
 # groups with CEL, this catches objects stored before a rule existed.
 MANAGED_FLAGS = DENIED_FLAGS
-
-
-def parse_version(text: str) -> tuple[int, int, int]:
-    major, minor, patch = (int(p) for p in text.lstrip("v").split("-")[0].split("."))
-    return major, minor, patch
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,7 +120,7 @@ class ClusterSpec:
 
     @property
     def minor(self) -> str:
-        major, minor, _ = parse_version(self.version)
+        major, minor, _ = versions.parse(self.version)
         return f"{major}.{minor}"
 
     @classmethod
@@ -189,7 +185,7 @@ class SpecProblem:
 def spec_problems(spec: ClusterSpec) -> list[SpecProblem]:
     """Problems visible from the spec alone (no observed state needed)."""
     problems = []
-    if parse_version(spec.version)[:2] not in SUPPORTED_MINORS:
+    if versions.parse(spec.version)[:2] not in SUPPORTED_MINORS:
         problems.append(SpecProblem("UnsupportedVersion",
                                     f"etcd {spec.version} is not supported; use 3.5.x or 3.6.x"))
     # The same test builders.allowed_extra_args uses to drop them.
@@ -205,7 +201,7 @@ def version_change_problem(running: str | None, wanted: str) -> SpecProblem | No
     """A version change etcd cannot make safely: a downgrade or a skipped minor."""
     if not running:
         return None
-    have, want = parse_version(running), parse_version(wanted)
+    have, want = versions.parse(running), versions.parse(wanted)
     if want < have:
         return SpecProblem("VersionDowngrade",
                            f"spec.version {wanted} is older than the running {running}; etcd does not support "

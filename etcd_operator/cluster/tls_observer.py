@@ -102,11 +102,6 @@ class TLSSecrets:
         return views, next_ca, credentials
 
 
-async def observe_tls(kube_client: kube.KubeClient, body: Mapping[str, Any]) -> tuple[TLSView, ClientTLS | None]:
-    """One live read of a cluster's certificate Secrets."""
-    return await TLSSecrets().observe(kube_client, body, live=True)
-
-
 async def served_certificates(pods: Mapping[str, Any], credentials: ClientTLS | None,
                               timeout: float = 2.0) -> dict[str, str] | None:
     """The fingerprint of the certificate each member serves on a new connection (pod name ->

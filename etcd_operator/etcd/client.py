@@ -13,7 +13,7 @@ import grpc
 from aetcd import rpc
 
 from etcd_operator.cluster.observed import Member, MemberStatus
-from etcd_operator.leadership import WriteGuard, permit_write
+from etcd_operator.leadership_fence import WriteGuard, permit_write
 
 DEFAULT_TIMEOUT = 5.0
 # Snapshots of large databases stream for a long time; only the idle gap is bounded.
@@ -250,19 +250,3 @@ class EtcdMemberClient:
             "Range", self._kv.Range, rpc.RangeRequest(key=key, serializable=serializable)
         )
         return response.kvs[0].value if response.kvs else None
-
-    async def count_prefix(self, prefix: bytes) -> int:
-        response = await self._call(
-            "Range", self._kv.Range,
-            rpc.RangeRequest(key=prefix, range_end=_prefix_end(prefix), count_only=True),
-        )
-        return response.count
-
-
-def _prefix_end(prefix: bytes) -> bytes:
-    end = bytearray(prefix)
-    for i in reversed(range(len(end))):
-        if end[i] < 0xFF:
-            end[i] += 1
-            return bytes(end[: i + 1])
-    return b"\0"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from etcd_operator.etcd.client import ClientTLS, EtcdMemberClient
-from etcd_operator.leadership import WriteGuard
+from etcd_operator.leadership_fence import WriteGuard
 
 
 class EtcdClientPool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any, Mapping
 
 import kopf
 
@@ -13,7 +14,7 @@ from etcd_operator.cluster import builders, naming
 from etcd_operator.cluster.reclaim import RETAIN, reclaim
 from etcd_operator.cluster.reconciler import ClusterReconciler
 from etcd_operator.etcd.pool import EtcdClientPool
-from etcd_operator.handlers.common import event_poster, sleep_unless_changed, snapshot
+from etcd_operator.handlers.common import event_poster, run_until_deleted
 from etcd_operator.handlers.sharding import held_by_shard, in_shard
 from etcd_operator.kube import client as kube
 
@@ -35,23 +36,16 @@ async def run_cluster(body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.M
                                    held_by=lambda: restore_hold(body),
                                    operator_image=memo.config.operator_image,
                                    cluster_domain=memo.config.cluster_domain)
+
+    async def stall_unless_held(seen: Mapping[str, Any]) -> None:
+        if not restore_hold(seen):
+            await faults.stall_once(faults.STALE_CLUSTER_PASS, f"{namespace}/{name}", lambda: bool(restore_hold(body)))
+
     try:
-        while not stopped:
-            if wake is not None:
-                wake.clear()  # a child that changes during this pass wakes the next one at once
-            seen = snapshot(body)
-            if not restore_hold(seen):
-                await faults.stall_once(faults.STALE_CLUSTER_PASS, f"{namespace}/{name}",
-                                        lambda: bool(restore_hold(body)))
-            try:
-                delay = await reconciler.reconcile(seen)
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:  # one bad pass must not end the daemon
-                logger.exception("reconcile failed: %s", e)
-                metrics.reconcile_errors.labels(body["metadata"]["namespace"], body["metadata"]["name"]).inc()
-                delay = ERROR_BACKOFF
-            await sleep_unless_changed(stopped, body, delay, seen, wake if reconciler.wakeable else None)
+        await run_until_deleted(reconciler.reconcile, body, stopped, logger, ERROR_BACKOFF,
+                                before_pass=stall_unless_held,
+                                on_error=lambda: metrics.reconcile_errors.labels(namespace, name).inc(),
+                                wake=wake, wakeable=lambda: reconciler.wakeable)
     finally:
         if wake is not None:
             children.wakeups.forget(namespace, name, wake)

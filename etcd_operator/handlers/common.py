@@ -10,7 +10,7 @@ from typing import Any, Awaitable, Callable, Mapping
 
 import kopf
 
-from etcd_operator.leadership import process_write_guard
+from etcd_operator.leadership_fence import process_write_guard
 
 POLL = 0.5
 # A finished object is looked at again when it changes, or after this long.
@@ -60,16 +60,29 @@ async def sleep_unless_changed(stopped: kopf.DaemonStopped, body: kopf.Body, sec
 
 async def run_until_deleted(reconcile: Callable[[Mapping[str, Any]], Awaitable[float | None]],
                             body: kopf.Body, stopped: kopf.DaemonStopped, logger: logging.Logger,
-                            error_backoff: float) -> None:
-    """Calls `reconcile` on fresh copies of the body for as long as the object exists.
-    It returns the seconds until the next pass, or None when nothing is left to do until
-    the spec or the annotations change. The daemon never returns on its own: kopf does not
-    restart a daemon that returned, so a later fix to the spec would go unseen."""
+                            error_backoff: float, *,
+                            before_pass: Callable[[Mapping[str, Any]], Awaitable[None]] | None = None,
+                            on_error: Callable[[], None] | None = None,
+                            wake: asyncio.Event | None = None,
+                            wakeable: Callable[[], bool] = lambda: True) -> None:
+    """The daemon loop: calls `reconcile` on fresh copies of the body for as long as the
+    object exists. It returns the seconds until the next pass, or None when nothing is left
+    to do until the spec or the annotations change. `before_pass` runs on each copy first;
+    `on_error` after a failed pass; `wake` (when `wakeable()` after a pass) ends the sleep
+    early. The daemon never returns on its own: kopf does not restart a daemon that
+    returned, so a later fix to the spec would go unseen."""
     while not stopped:
+        if wake is not None:
+            wake.clear()  # a child that changes during this pass wakes the next one at once
         seen = snapshot(body)
+        if before_pass is not None:
+            await before_pass(seen)
         try:
             delay = await reconcile(seen)
         except Exception as e:  # a failed pass is retried; the daemon lives on
-            logger.exception("pass failed: %s", e)
+            logger.exception("reconcile failed: %s", e)
+            if on_error is not None:
+                on_error()
             delay = error_backoff
-        await sleep_unless_changed(stopped, body, IDLE_UNTIL_CHANGED if delay is None else delay, seen)
+        await sleep_unless_changed(stopped, body, IDLE_UNTIL_CHANGED if delay is None else delay, seen,
+                                   wake if wakeable() else None)

@@ -14,7 +14,7 @@ from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client.rest import ApiException
 
-from etcd_operator.leadership import WriteGuard, permit_write
+from etcd_operator.leadership_fence import WriteGuard, permit_write
 
 FIELD_MANAGER = "etcd-operator"
 

@@ -17,7 +17,8 @@ from etcd_operator.restore.executor import EventPoster, RestoreExecutor
 from etcd_operator.restore.observer import RestoreObserver
 from etcd_operator.restore.planner import plan, plan_deletion
 from etcd_operator.restore.spec import TERMINAL_PHASES, RestoreSpec, RestoreStatus
-from etcd_operator.restore.status import build_status, changed
+from etcd_operator.restore.status import build_status
+from etcd_operator.status_patch import changed_fields
 from etcd_operator.shard import Shard
 from etcd_operator.storage_policy import StoragePolicy
 from etcd_operator.timefmt import format_time
@@ -63,7 +64,7 @@ class RestoreController:
         if isinstance(step, s.Idle):
             return None
         new_status = build_status(previous, step, outcome, meta.get("generation"), format_time(now))
-        patch = changed(previous, new_status)
+        patch = changed_fields(previous, new_status)
         if patch:
             await self.kube.merge_patch(kube.ETCDRESTORES, meta["namespace"], meta["name"], {"status": patch},
                                         subresource="status")

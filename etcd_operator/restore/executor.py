@@ -12,10 +12,10 @@ import kopf
 
 from etcd_operator import faults
 from etcd_operator.backup.bbolt import NotASnapshot, snapshot_revision, snapshot_storage_version
-from etcd_operator.backup.verify import VerificationFailed, verify_snapshot
+from etcd_operator.backup.snapshot_integrity import VerificationFailed, verify_snapshot
 from etcd_operator.cluster import builders as cluster_builders, naming
 from etcd_operator.kube import client as kube
-from etcd_operator.restore import builders, fence, source as sources
+from etcd_operator.restore import builders, fence, snapshot_lookup
 from etcd_operator.restore import steps as s
 from etcd_operator.restore.observed import Observed
 from etcd_operator.restore.planner import snapshot_etcd_version
@@ -103,11 +103,11 @@ class RestoreExecutor:
             return s.Outcome(failure=(reason, f"S3: {e}"))
 
     async def _verified_facts(self, spec: RestoreSpec) -> s.Outcome:
-        s3 = await sources.s3_block(self.kube, self.namespace, spec.source)
+        s3 = await snapshot_lookup.s3_block(self.kube, self.namespace, spec.source)
         storage = await asyncio.to_thread(S3Storage, await s3_location(self.kube, self.namespace, s3))
         try:
             await storage.check_bucket()
-            snapshot = await sources.resolve(storage, self.namespace, spec.source, s3)
+            snapshot = await snapshot_lookup.resolve(storage, self.namespace, spec.source, s3)
             verified = await verify_snapshot(storage, snapshot.key, snapshot.manifest)
 
             def read(offset: int, length: int):
@@ -206,7 +206,7 @@ class RestoreExecutor:
     async def _start_seed_pods(self, step: s.StartSeedPods, spec: RestoreSpec, status: RestoreStatus,
                                observed: Observed) -> s.Outcome | None:
         try:
-            s3 = await sources.s3_block(self.kube, self.namespace, spec.source)
+            s3 = await snapshot_lookup.s3_block(self.kube, self.namespace, spec.source)
         except VerificationFailed as e:
             return s.Outcome(failure=(e.reason, e.message))
         cluster, cluster_spec = observed.target, observed.target_spec

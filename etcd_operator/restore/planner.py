@@ -44,7 +44,8 @@ from __future__ import annotations
 
 from etcd_operator.cluster import naming
 from etcd_operator import prerequisites as pre
-from etcd_operator.cluster.spec import ClusterSpec, parse_version
+from etcd_operator import versions
+from etcd_operator.cluster.spec import ClusterSpec
 from etcd_operator.restore import builders
 from etcd_operator.restore import steps as s
 from etcd_operator.restore.observed import ObjectState, Observed, RestoreRecord, TargetCluster, records_text
@@ -60,10 +61,9 @@ PRE_3_6_STORAGE = "3.5"   # a snapshot without meta/storageVersion is in etcd 3.
 
 def _minor(version: str | None) -> tuple[int, int] | None:
     try:
-        major, minor = (int(p) for p in (version or "").lstrip("v").split("-")[0].split(".")[:2])
+        return versions.parse_minor(version or "")
     except ValueError:
         return None
-    return major, minor
 
 
 def snapshot_etcd_version(manifest_version: str | None, storage_version: str | None,
@@ -191,7 +191,7 @@ def _target_problem(spec: RestoreSpec, observed: Observed) -> s.Step | None:
             return s.Fail(f"spec.target.newCluster.spec: {observed.new_cluster_problem}", code="InvalidClusterSpec")
         try:
             target_spec = ClusterSpec.from_dict(spec.new_cluster_spec)
-            parse_version(target_spec.version)
+            versions.parse(target_spec.version)
         except (TypeError, ValueError) as e:
             return s.Fail(f"spec.target.newCluster.spec: {e}", code="InvalidClusterSpec")
     if target_spec.storage.empty_dir:

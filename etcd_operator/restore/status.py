@@ -85,8 +85,3 @@ def build_status(previous: Mapping[str, Any], step: s.Step, outcome: s.Outcome, 
     status.update(phase=phase, progress=message, observedGeneration=generation,
                   conditions=c.merge(previous.get("conditions"), _conditions(phase, code, message), now, generation))
     return status
-
-
-def changed(previous: Mapping[str, Any], status: Mapping[str, Any]) -> dict[str, Any]:
-    """The fields to patch: those that differ (None removes a field)."""
-    return {k: v for k, v in status.items() if previous.get(k) != v}

@@ -19,7 +19,7 @@ import tempfile
 import threading
 from typing import TYPE_CHECKING, Any
 
-from etcd_operator.leadership import permit_write
+from etcd_operator.leadership_fence import permit_write
 
 if TYPE_CHECKING:
     import boto3

@@ -30,7 +30,8 @@ from etcd_operator.backup import steps as s
 from etcd_operator.backup.manifest import (MANIFEST_SUFFIX, SNAPSHOT_SUFFIX, Identity, Manifest, backup_prefix,
                                            manifest_key, snapshot_key)
 from etcd_operator.backup.state import CheckResult, Observed, Prerequisites, RunState, ScheduleSpec, ScratchPod
-from etcd_operator.backup.status import build_status, changes
+from etcd_operator.backup.status import build_status
+from etcd_operator.status_patch import changed_fields as changes
 from etcd_operator.durations import parse_duration
 from etcd_operator.prerequisites import ClusterReadiness
 from etcd_operator.storage.s3 import StorageError

@@ -1,7 +1,7 @@
 """What an EtcdBackup's run and verification would do in the simulated world at this moment:
 the member a snapshot is taken from (the REAL backup.source_choice, given what each member pod
-answers to a Status call, as backup/source.py gathers it), and the verification pod the REAL
-builder (backup.verification_pod) returns. Both are looked up on their modules so that mutants
+answers to a Status call, as backup/source_candidates.py gathers it), and the verification pod the REAL
+builder (backup.scratch_pod) returns. Both are looked up on their modules so that mutants
 can patch them."""
 
 from __future__ import annotations
@@ -9,9 +9,10 @@ from __future__ import annotations
 import random
 import shlex
 
-from etcd_operator.backup import source as backup_source
-from etcd_operator.backup import source_choice, verification_pod
-from etcd_operator.backup.verdict import Expected
+from etcd_operator.backup import source_candidates as backup_source
+from etcd_operator.backup import source_choice
+from etcd_operator.backup import scratch_pod as verification_pod
+from etcd_operator.backup.scratch_verdict import Expected
 from etcd_operator.cluster.identity import parse_hex_id
 
 from tests.sim.view import status_at

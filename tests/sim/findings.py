@@ -330,5 +330,5 @@ STALE = {
         "one learner at most) and it can begin a quorum recovery from an old QuorumLost view after quorum "
         "returned, which the live replica then carries out (stops members). The planner cannot tell an old "
         "view; the lease fence outside it (the stop-acting deadline and fenced Kubernetes/etcd writes, "
-        "etcd_operator/leader.py) is what prevents this"),
+        "etcd_operator/lease_elector.py) is what prevents this"),
 }

@@ -328,7 +328,7 @@ def snapshot_from_the_cluster_itself(problem: str | None) -> None:
 
 
 def verification_serves_only_inside_its_pod(found: list[str]) -> None:
-    """verification_serves_only_inside_its_pod: the pod backup.verification_pod builds declares
+    """verification_serves_only_inside_its_pod: the pod backup.scratch_pod builds declares
     no port, and its scratch etcd listens on unix sockets only."""
     if found:
         _fail("verification_serves_only_inside_its_pod", "the verification pod serves outside itself: "

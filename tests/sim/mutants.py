@@ -14,7 +14,8 @@ from etcd_operator.cluster import admission, health, naming, planner, timers
 from etcd_operator.cluster.health import HealthState
 from etcd_operator.backup import fence as backup_fence
 from etcd_operator.backup import planner as backup_planner
-from etcd_operator.backup import orphans, retention, schedule, source_choice, verification_pod
+from etcd_operator.backup import orphans, retention, schedule, source_choice
+from etcd_operator.backup import scratch_pod as verification_pod
 from etcd_operator.backup import state as backup_state
 from etcd_operator.backup.manifest import Manifest
 from etcd_operator.restore import fence as restore_fence
@@ -328,7 +329,7 @@ MUTANTS = (
            "(backup.source_choice)",
            ((source_choice, "choose_source", _choose_source_of_any_cluster),), "focus:foreign_etcd+evict_pod"),
     Mutant("verification_listens_on_the_pod_ip", "the verification's scratch etcd listens on unix sockets only "
-           "(backup.verification_pod)",
+           "(backup.scratch_pod)",
            ((verification_pod, "CLIENT_SOCKET_URL", "http://0.0.0.0:2379"),), "restore_race"),
     # The backup controller beside the cluster (backup_race, backup_actor.py).
     Mutant("backup_slot_started_again", "a cron slot is started once (backup.schedule.due: latest <= last_slot)",

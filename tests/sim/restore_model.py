@@ -23,7 +23,8 @@ from etcd_operator.restore import planner as restore_planner
 from etcd_operator.restore import steps as s
 from etcd_operator.restore.observed import ObjectState, Observed, TargetCluster, parse_records
 from etcd_operator.restore.spec import TERMINAL_PHASES, RestoreSpec, RestoreStatus
-from etcd_operator.restore.status import build_status, changed
+from etcd_operator.restore.status import build_status
+from etcd_operator.status_patch import changed_fields as changed
 from etcd_operator.cluster.observed import Member
 from etcd_operator.timefmt import format_time
 

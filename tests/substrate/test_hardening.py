@@ -15,8 +15,8 @@ import pathlib
 import pytest
 import yaml
 
-from etcd_operator.backup import verification_pod
-from etcd_operator.backup.verdict import Expected
+from etcd_operator.backup import scratch_pod as verification_pod
+from etcd_operator.backup.scratch_verdict import Expected
 from etcd_operator.cluster import builders, network_policy
 from etcd_operator.cluster.spec import ClusterSpec
 from etcd_operator.restore import builders as restore_builders

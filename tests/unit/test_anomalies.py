@@ -1,4 +1,4 @@
-"""Anomaly detection from member metrics (cluster.member_metrics, cluster.anomalies) and the
+"""Anomaly detection from member metrics (cluster.metrics_sample, cluster.anomaly_detection) and the
 lifecycle of the operator's series (metrics.forget_*), table-driven, no substrate."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import time
 import pytest
 
 from etcd_operator import metrics
-from etcd_operator.cluster import anomalies as an
-from etcd_operator.cluster.insights import MemberMetricsWatcher
-from etcd_operator.cluster.member_metrics import MetricsSample, bucket_increase, parse, quantile, sharing_unchanged
+from etcd_operator.cluster import anomaly_detection as an
+from etcd_operator.cluster.metrics_watcher import MemberMetricsWatcher
+from etcd_operator.cluster.metrics_sample import MetricsSample, bucket_increase, parse, quantile, sharing_unchanged
 from etcd_operator.cluster.observed import EtcdView, MemberStatus, Observed, PodView
 
 REAL_PAGE = (pathlib.Path(__file__).parent / "data" / "etcd-3.6-metrics.txt").read_text()

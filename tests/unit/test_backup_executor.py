@@ -14,7 +14,7 @@ from etcd_operator.backup import steps as s
 from etcd_operator.backup.controller import delay_after
 from etcd_operator.backup.executor import HANDLERS, BackupExecutor, UnknownStep
 from etcd_operator.backup.status import build_status
-from etcd_operator.backup.verification import VerificationError
+from etcd_operator.backup.scratch_verifier import VerificationError
 from etcd_operator.kube.client import Conflict
 from etcd_operator.storage.s3 import StorageError
 

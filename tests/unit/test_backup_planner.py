@@ -15,7 +15,8 @@ from etcd_operator.backup.controller import VERIFY_RECHECK, delay_after
 from etcd_operator.backup.planner import one_shot_slot, plan
 from etcd_operator.backup.state import (CheckResult, InitFailure, Observed, RunState, ScheduleSpec, ScratchPod,
                                         VerificationPolicy)
-from etcd_operator.backup.status import VERIFICATION_INCOMPLETE, build_status, changes, verification_events
+from etcd_operator.backup.status import VERIFICATION_INCOMPLETE, build_status, verification_events
+from etcd_operator.status_patch import changed_fields as changes
 from tests.sim.world import merge_patch
 
 UTC = datetime.timezone.utc

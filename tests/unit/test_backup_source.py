@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hypothesis import given, strategies as st
 
-from etcd_operator.backup.source import rank_candidates
+from etcd_operator.backup.source_candidates import rank_candidates
 from etcd_operator.backup.source_choice import (CLUSTER_ID_MISMATCH, CLUSTER_ID_UNKNOWN, NO_HEALTHY_MEMBER, Answer,
                                                 Candidate, Refusal, SourceMember, choose_source)
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import datetime
 
 from etcd_operator.backup import steps as s
-from etcd_operator.backup.status import RECENT_BACKUPS, build_status, changes, schedule_events
+from etcd_operator.backup.status import RECENT_BACKUPS, build_status, schedule_events
+from etcd_operator.status_patch import changed_fields as changes
 
 UTC = datetime.timezone.utc
 NEXT = datetime.datetime(2026, 11, 21, 12, 10, tzinfo=UTC)

@@ -14,9 +14,9 @@ from etcd_operator.backup.scratch_check import expected_from
 from etcd_operator.backup.state import (CheckResult, InitFailure, Observed, RunState, ScheduleSpec, ScratchPod,
                                         VerificationPolicy)
 from etcd_operator.backup.status import VERIFICATION_FAILED, build_status
-from etcd_operator.backup.verdict import (CHECK_EXIT_CODES, Expected, check_exit_code, check_verdict, compare,
+from etcd_operator.backup.scratch_verdict import (CHECK_EXIT_CODES, Expected, check_exit_code, check_verdict, compare,
                                           init_failure_verdict)
-from etcd_operator.backup.verification_pod import CHECK_CONTAINER, CLIENT_SOCKET, SCRATCH, verification_pod
+from etcd_operator.backup.scratch_pod import CHECK_CONTAINER, CLIENT_SOCKET, SCRATCH, verification_pod
 
 UTC = datetime.timezone.utc
 T0 = datetime.datetime(2026, 11, 21, 12, 0, 1, tzinfo=UTC)

@@ -147,8 +147,8 @@ PULL_SECRETS = [{"name": "registry-a"}, {"name": "registry-b"}]
 def test_every_pod_made_for_a_cluster_pulls_with_its_secrets():
     """spec.pod.imagePullSecrets reach member pods (whose init container runs the operator's
     image), restore pods and backup verification pods alike."""
-    from etcd_operator.backup.verdict import Expected
-    from etcd_operator.backup.verification_pod import verification_pod
+    from etcd_operator.backup.scratch_verdict import Expected
+    from etcd_operator.backup.scratch_pod import verification_pod
 
     s = spec(tls={"enabled": True}, pod={"imagePullSecrets": PULL_SECRETS})
     member = builders.member_pod(s, "c", "ns", "c-1", None, "c-0=https://x:2380", "existing", "tok",

@@ -11,8 +11,8 @@ import pytest
 from etcd_operator import pod_security
 from etcd_operator.cluster import builders, naming, network_policy
 from etcd_operator.cluster.spec import ClusterSpec
-from etcd_operator.backup import verification_pod
-from etcd_operator.backup.verdict import Expected
+from etcd_operator.backup import scratch_pod as verification_pod
+from etcd_operator.backup.scratch_verdict import Expected
 from etcd_operator.restore import builders as restore_builders
 from etcd_operator.storage import credentials
 from etcd_operator.storage.s3 import S3Location, S3Storage, StorageError, encryption_arguments, signs_payload

@@ -12,8 +12,8 @@ import pytest
 from etcd_operator.etcd.client import EtcdMemberClient
 from etcd_operator.etcd.pool import EtcdClientPool
 from etcd_operator.kube import client as kube
-from etcd_operator.leader import LeaseElector, LeaseTakenOver
-from etcd_operator.leadership import AlwaysActs, LeadershipLost, LeaseClock, LeaseTiming
+from etcd_operator.lease_elector import LeaseElector, LeaseTakenOver
+from etcd_operator.leadership_fence import AlwaysActs, LeadershipLost, LeaseClock, LeaseTiming
 
 TIMING = LeaseTiming(lease_seconds=15, renew_every=2, stop_acting_seconds=12, attempt_timeout=5)
 

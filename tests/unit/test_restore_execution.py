@@ -11,7 +11,8 @@ import pytest
 from etcd_operator.restore import executor, steps as s
 from etcd_operator.restore.observed import Observed
 from etcd_operator.restore.spec import RestoreSpec, RestoreStatus
-from etcd_operator.restore.status import build_status, changed
+from etcd_operator.restore.status import build_status
+from etcd_operator.status_patch import changed_fields as changed
 
 NOW = "2026-11-21T12:00:00Z"
 

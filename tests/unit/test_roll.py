@@ -223,5 +223,5 @@ def test_a_downgrade_below_the_reupgrade_patch_is_refused():
     ([], None),
 ])
 def test_the_cluster_version_is_read_from_the_members_gauge(lines, version):
-    from etcd_operator.cluster.observer import cluster_version_from_gauge
+    from etcd_operator.cluster.metrics_sample import cluster_version_from_gauge
     assert cluster_version_from_gauge(lines) == version

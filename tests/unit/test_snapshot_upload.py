@@ -13,7 +13,7 @@ import pytest
 
 from etcd_operator.backup import digest, stream as stream_module
 from etcd_operator.backup.stream import SnapshotCorrupt, stream_to_s3
-from etcd_operator.membudget import BudgetTooSmall, MemoryBudget
+from etcd_operator.buffer_budget import BudgetTooSmall, MemoryBudget
 
 PART = 64 * 1024
 
@@ -189,7 +189,7 @@ def test_a_backup_whose_part_exceeds_the_budget_fails_for_good_and_is_not_retrie
 
 def test_the_budget_is_read_from_the_environment_with_a_default():
     from etcd_operator.config import OperatorConfig
-    from etcd_operator.membudget import DEFAULT_LIMIT_BYTES
+    from etcd_operator.buffer_budget import DEFAULT_LIMIT_BYTES
     assert OperatorConfig.from_env({}).memory_budget_bytes == DEFAULT_LIMIT_BYTES
     assert OperatorConfig.from_env({"MEMORY_BUDGET_BYTES": "16777216"}).memory_budget_bytes == 16 << 20
 

@@ -12,7 +12,7 @@ import pytest
 
 from etcd_operator.cluster import actions as a
 from etcd_operator.cluster import builders, naming
-from etcd_operator.cluster.insights import MemberMetricsWatcher
+from etcd_operator.cluster.metrics_watcher import MemberMetricsWatcher
 from etcd_operator.cluster.reconciler import ClusterReconciler
 from etcd_operator.kube import client as kube
 from etcd_operator.kube.informer import Informer, ScopeCache, Wakeups

@@ -1,5 +1,5 @@
 """Reads the members' /metrics at a low rate, in the background, and keeps a short history
-per member for the pure anomaly detection (cluster.anomalies). A reconcile pass never
+per member for the pure anomaly detection (cluster.anomaly_detection). A reconcile pass never
 waits for a scrape: it starts one when due and uses the samples already gathered; each
 scrape is bounded by a timeout, so a hung member delays nothing and no other cluster."""
 
@@ -13,8 +13,8 @@ import os
 import time
 from typing import Awaitable, Callable, Mapping
 
-from etcd_operator.cluster import anomalies, naming
-from etcd_operator.cluster.member_metrics import MetricsSample, parse, sharing_unchanged
+from etcd_operator.cluster import anomaly_detection, naming
+from etcd_operator.cluster.metrics_sample import MetricsSample, parse, sharing_unchanged
 from etcd_operator.cluster.observed import Observed, PodView
 from etcd_operator.etcd.scrape import ScrapeError, read_metrics
 
@@ -33,7 +33,7 @@ def metrics_url(pod: PodView) -> str:
 
 class MemberMetricsWatcher:
     def __init__(self, fetch: Fetch = read_metrics, every: float = SCRAPE_EVERY,
-                 thresholds: anomalies.Thresholds = anomalies.Thresholds()):
+                 thresholds: anomaly_detection.Thresholds = anomaly_detection.Thresholds()):
         self.fetch = fetch
         self.every = every
         self.thresholds = thresholds
@@ -75,11 +75,12 @@ class MemberMetricsWatcher:
             while at - history[0].at > self.thresholds.window:
                 history.popleft()
 
-    def warnings(self, observed: Observed) -> tuple[dict[str, tuple[anomalies.MemberWarning, ...]], bool]:
+    def warnings(self, observed: Observed) -> tuple[dict[str, tuple[anomaly_detection.MemberWarning, ...]], bool]:
         """Warnings per member, and whether any member has a sample in the window."""
         current = {name: list(h) for name, h in self.histories.items() if name in observed.pods}
-        scraped = any(anomalies.in_window(h, observed.now, self.thresholds) for h in current.values())
-        found = anomalies.detect(current, anomalies.applied_lags(observed), observed.now, self.thresholds)
+        scraped = any(anomaly_detection.in_window(h, observed.now, self.thresholds) for h in current.values())
+        found = anomaly_detection.detect(current, anomaly_detection.applied_lags(observed), observed.now,
+                                         self.thresholds)
         return found, scraped
 
     async def close(self) -> None:

@@ -1,5 +1,5 @@
 """The I/O of verifying one backup, one call per pass (the planner decides which): create
-the scratch pod (verification_pod) for a key, with what the source answered right after the
+the scratch pod (backup.scratch_pod) for a key, with what the source answered right after the
 snapshot (in the manifest) for the pod to compare its restored copy against; mark the
 manifest with the verdict the pod gave; delete the scratch pod by its uid. Never connects to
 the scratch member, never deletes a backup or a manifest; deletes only its own scratch pod."""
@@ -12,10 +12,10 @@ import dataclasses
 import logging
 from typing import Any, AsyncIterator, Mapping
 
-from etcd_operator.backup import verification_pod as builder
+from etcd_operator.backup import scratch_pod as builder
 from etcd_operator.backup.manifest import Identity, Manifest, manifest_key
 from etcd_operator.backup.runner import BackupSpec
-from etcd_operator.backup.verdict import Expected, Verdict
+from etcd_operator.backup.scratch_verdict import Expected, Verdict
 from etcd_operator.cluster.builders import image_pull_secrets
 from etcd_operator.cluster.spec import ClusterSpec
 from etcd_operator.kube import client as kube

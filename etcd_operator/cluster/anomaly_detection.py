@@ -19,7 +19,7 @@ import dataclasses
 from typing import Any, Iterable, Mapping, Sequence
 
 from etcd_operator import conditions as c
-from etcd_operator.cluster.member_metrics import MetricsSample, bucket_increase, counter_increase, quantile
+from etcd_operator.cluster.metrics_sample import MetricsSample, bucket_increase, counter_increase, quantile
 from etcd_operator.cluster.observed import Observed
 
 CONDITION = "MemberWarnings"

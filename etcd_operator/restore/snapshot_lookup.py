@@ -9,7 +9,7 @@ from typing import Any, Mapping
 from etcd_operator.backup import retention
 from etcd_operator.backup.manifest import Manifest, backup_prefix, manifest_key
 from etcd_operator.backup.runner import read_manifests
-from etcd_operator.backup.verify import VerificationFailed
+from etcd_operator.backup.snapshot_integrity import VerificationFailed
 from etcd_operator.kube import client as kube
 from etcd_operator.storage.s3 import S3Storage
 

@@ -9,19 +9,14 @@ write carries the resourceVersion it read, so two candidates can never both win.
 from __future__ import annotations
 
 import asyncio
-import datetime
 import logging
 import math
 
 from etcd_operator.kube import client as kube
-from etcd_operator.leadership import LeaseClock, RivalLease
+from etcd_operator.leadership_fence import LeaseClock, RivalLease
+from etcd_operator.timefmt import now_micro_text
 
 logger = logging.getLogger(__name__)
-
-
-def _wall_time() -> str:
-    """renewTime/acquireTime are for people (kubectl); no decision reads them."""
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class LeaseTakenOver(Exception):
@@ -43,7 +38,7 @@ class LeaseElector:
         self._last_sent = clock.now()
 
     def _spec(self, previous: dict | None, acquire: bool) -> dict:
-        now = _wall_time()
+        now = now_micro_text()
         spec = {"holderIdentity": self.identity, "leaseDurationSeconds": math.ceil(self.timing.lease_seconds),
                 "renewTime": now}
         if acquire:
@@ -139,7 +134,7 @@ class LeaseElector:
             lease = await asyncio.wait_for(self._read(), self.timing.attempt_timeout)
             if lease is not None and (lease.get("spec") or {}).get("holderIdentity") == self.identity:
                 await asyncio.wait_for(
-                    self._write(lease, {"holderIdentity": None, "renewTime": _wall_time()}),
+                    self._write(lease, {"holderIdentity": None, "renewTime": now_micro_text()}),
                     self.timing.attempt_timeout)
                 logger.info("released the lease %s/%s", self.namespace, self.name)
         except Exception as e:

@@ -1,6 +1,6 @@
 """Verifies a stored snapshot without touching anything: sha256 against its manifest and
 etcd's own trailing checksum, read in ranges with memory drawn from the operator-wide
-budget (etcd_operator.membudget), like the backups' part buffers."""
+budget (etcd_operator.buffer_budget), like the backups' part buffers."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import AsyncIterator, Callable
 
 from etcd_operator.backup.digest import SnapshotDigest
 from etcd_operator.backup.manifest import Manifest
-from etcd_operator.membudget import MemoryBudget, process_budget
+from etcd_operator.buffer_budget import MemoryBudget, process_budget
 from etcd_operator.storage.s3 import S3Storage
 
 

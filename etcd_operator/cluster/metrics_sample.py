@@ -1,5 +1,6 @@
 """What the operator reads from one member's /metrics: the few series its anomaly
-detection needs, parsed from Prometheus's text format into plain data. Pure."""
+detection needs, and the cluster version gauge, parsed from Prometheus's text format into
+plain data. Pure; the one parser of the page (etcd/scrape fetches it)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ LEADER_CHANGES = "etcd_server_leader_changes_seen_total"
 PROPOSALS_FAILED = "etcd_server_proposals_failed_total"
 DB_SIZE = "etcd_mvcc_db_total_size_in_bytes"
 QUOTA = "etcd_server_quota_backend_bytes"
+CLUSTER_VERSION = "etcd_cluster_version"
 
 Buckets = tuple[tuple[float, float], ...]  # (upper bound `le`, cumulative count), ascending
 
@@ -51,6 +53,21 @@ def parse(text: str, at: float) -> MetricsSample:
         db_size=scalars.get(DB_SIZE, 0.0),
         quota=scalars.get(QUOTA, 0.0),
     )
+
+
+def cluster_version_from_gauge(lines: list[str]) -> str | None:
+    """The version whose `etcd_cluster_version{cluster_version="3.6"} 1` line is set: etcd
+    keeps the previous version's line at 0 after the cluster version changes. None when no
+    line is set or the lines cannot be read."""
+    try:
+        samples = [s for family in text_string_to_metric_families("".join(lines)) for s in family.samples]
+    except ValueError:
+        return None
+    for sample in samples:
+        version = sample.labels.get("cluster_version") if sample.name == CLUSTER_VERSION else None
+        if version and sample.value != 0:
+            return version if version.count(".") == 2 else f"{version}.0"
+    return None
 
 
 def _shared_buckets(previous: Buckets, new: Buckets) -> Buckets:

@@ -12,7 +12,7 @@ import hashlib
 from typing import Any, Mapping
 
 from etcd_operator import API_GROUP, API_VERSION, pod_security, snapshot_fetch
-from etcd_operator.backup.verdict import Expected
+from etcd_operator.backup.scratch_verdict import Expected
 from etcd_operator.cluster.builders import with_pull_secrets
 
 LABEL_VERIFIES = f"{API_GROUP}/verifies-backup"
