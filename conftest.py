@@ -54,8 +54,11 @@ def pytest_collection_modifyitems(config, items):
         return
     last = [item for item in marked if item.get_closest_marker("real_nodes").kwargs.get("takes_them_down")]
     faulting = {item.path for item in marked if set(NODE_FAULT_FIXTURES) & set(item.fixturenames)}
-    group = ([item for item in marked if item.path in faulting and item not in last]
-             + [item for item in marked if item.path not in faulting and item not in last] + last)
+    group = (
+        [item for item in marked if item.path in faulting and item not in last]
+        + [item for item in marked if item.path not in faulting and item not in last]
+        + last
+    )
     start = items.index(marked[0])
     others = [item for item in items if not item.get_closest_marker("real_nodes")]
     items[:] = others[:start] + group + others[start:]
@@ -73,10 +76,7 @@ def namespace(request, kube_api, explain_failure):
     name = fresh_namespace_name(prefix, request.node.name)
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     yield name
-    failed = any(
-        getattr(getattr(request.node, f"rep_{when}", None), "failed", False)
-        for when in ("setup", "call")
-    )
+    failed = any(getattr(getattr(request.node, f"rep_{when}", None), "failed", False) for when in ("setup", "call"))
     if failed:
         explain_failure(core, name)
     core.delete_namespace(name)

@@ -65,20 +65,40 @@ def operator_namespace(request) -> str:
 def s3_settings(e2e_nodes) -> dict[str, str]:
     if e2e_nodes is None:
         return {k: os.environ[f"E2E_S3_{k.upper()}"] for k in ("endpoint", "bucket", "access_key", "secret_key")} | {
-            "region": os.environ.get("E2E_S3_REGION", "us-east-1")}
+            "region": os.environ.get("E2E_S3_REGION", "us-east-1")
+        }
     env = controlplane.s3_environment(e2e_nodes)
-    return {"endpoint": env["S3_ENDPOINT"], "bucket": env["S3_BUCKET"], "access_key": env["AWS_ACCESS_KEY_ID"],
-            "secret_key": env["AWS_SECRET_ACCESS_KEY"], "region": env["S3_REGION"]}
+    return {
+        "endpoint": env["S3_ENDPOINT"],
+        "bucket": env["S3_BUCKET"],
+        "access_key": env["AWS_ACCESS_KEY_ID"],
+        "secret_key": env["AWS_SECRET_ACCESS_KEY"],
+        "region": env["S3_REGION"],
+    }
 
 
 @pytest.fixture(scope="session")
 def explain_failure(operator_namespace):
     """A failed test's namespace: its events, the logs of its pods and of the operator's."""
+
     def explain(core, namespace: str) -> None:
         print_events(core, namespace)
-        for where, selector in ((operator_namespace, "app.kubernetes.io/name=etcd-operator"),
-                                (namespace, "app.kubernetes.io/name")):
-            logs = kubectl("logs", "-n", where, "-l", selector, "--all-containers", "--prefix", "--tail=80",
-                           "--max-log-requests=20", check=False)
+        for where, selector in (
+            (operator_namespace, "app.kubernetes.io/name=etcd-operator"),
+            (namespace, "app.kubernetes.io/name"),
+        ):
+            logs = kubectl(
+                "logs",
+                "-n",
+                where,
+                "-l",
+                selector,
+                "--all-containers",
+                "--prefix",
+                "--tail=80",
+                "--max-log-requests=20",
+                check=False,
+            )
             print(f"----- pods in {where} -----\n{logs.stdout}{logs.stderr}")
+
     return explain

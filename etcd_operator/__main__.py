@@ -31,8 +31,9 @@ async def run(config: OperatorConfig) -> int:
 
     ready = asyncio.Event()
     clock = LeaseClock(config.lease_timing) if config.leader_election else None
-    health = HealthServer(config.health_port, ready, leading=clock.may_act if clock else None,
-                          address=config.health_address)
+    health = HealthServer(
+        config.health_port, ready, leading=clock.may_act if clock else None, address=config.health_address
+    )
     await health.start()
     try:
         if clock is None:
@@ -62,9 +63,15 @@ async def _lead(config: OperatorConfig, ready: asyncio.Event, clock: LeaseClock)
     elector = LeaseElector(lease_client, config.lease_namespace, lease_name, config.identity, clock)
     install_process_write_guard(clock)  # every other Kubernetes and etcd client asks the lease
     t = config.lease_timing
-    logger.info("waiting to lead (lease %s/%s as %s; lease %gs, renew every %gs, stop acting %gs after the "
-                "last renewal sent)", config.lease_namespace, lease_name, config.identity,
-                t.lease_seconds, t.renew_every, t.stop_acting_seconds)
+    logger.info(
+        "waiting to lead (lease %s/%s as %s; lease %gs, renew every %gs, stop acting %gs after the last renewal sent)",
+        config.lease_namespace,
+        lease_name,
+        config.identity,
+        t.lease_seconds,
+        t.renew_every,
+        t.stop_acting_seconds,
+    )
     if not await elector.acquire():
         _exit_deposed(clock.ended or "acquired too late")
     operator = asyncio.create_task(_operate(config, ready))
@@ -82,8 +89,9 @@ async def _lead(config: OperatorConfig, ready: asyncio.Event, clock: LeaseClock)
 
 
 def _exit_deposed(reason: str) -> None:
-    logger.error("lost leadership: %s; exiting now (status %d) to restart as a standby",
-                 reason, LOST_LEADERSHIP_EXIT_CODE)
+    logger.error(
+        "lost leadership: %s; exiting now (status %d) to restart as a standby", reason, LOST_LEADERSHIP_EXIT_CODE
+    )
     logging.shutdown()
     os._exit(LOST_LEADERSHIP_EXIT_CODE)
 
@@ -119,7 +127,9 @@ def main() -> int:
         print(f"etcd-operator: {e}", file=sys.stderr)
         return CONFIG_ERROR_EXIT_CODE
     return_large_buffers_to_the_system()
-    logging.basicConfig(level=os.environ.get("LOG_LEVEL", "INFO").upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.basicConfig(
+        level=os.environ.get("LOG_LEVEL", "INFO").upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
     logger.info("%s", config.shard.describe())
     if config.log_writes:
         writes_logger.setLevel(logging.DEBUG)

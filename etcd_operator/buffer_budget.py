@@ -57,8 +57,10 @@ class MemoryBudget:
 
     def check(self, size: int) -> None:
         if size > self.limit:
-            raise BudgetTooSmall(f"a part of {size} bytes exceeds the operator's memory budget for part buffers "
-                                 f"({self.limit} bytes, MEMORY_BUDGET_BYTES); use a smaller partSizeBytes")
+            raise BudgetTooSmall(
+                f"a part of {size} bytes exceeds the operator's memory budget for part buffers "
+                f"({self.limit} bytes, MEMORY_BUDGET_BYTES); use a smaller partSizeBytes"
+            )
 
     def try_acquire(self, size: int) -> bool:
         """Takes `size` bytes if they are free now and nobody waits before us."""

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 
 @dataclasses.dataclass(frozen=True)
@@ -18,8 +19,9 @@ class Condition:
         return {True: "True", False: "False", None: "Unknown"}[self.status]
 
 
-def merge(previous: Iterable[Mapping[str, Any]] | None, current: Iterable[Condition],
-          now: str, generation: int | None) -> list[dict[str, Any]]:
+def merge(
+    previous: Iterable[Mapping[str, Any]] | None, current: Iterable[Condition], now: str, generation: int | None
+) -> list[dict[str, Any]]:
     old = {c.get("type"): c for c in previous or []}
     merged = []
     for condition in current:
@@ -30,7 +32,9 @@ def merge(previous: Iterable[Mapping[str, Any]] | None, current: Iterable[Condit
             "status": condition.status_text,
             "reason": condition.reason,
             "message": condition.message,
-            "lastTransitionTime": now if changed or not before.get("lastTransitionTime") else before["lastTransitionTime"],
+            "lastTransitionTime": now
+            if changed or not before.get("lastTransitionTime")
+            else before["lastTransitionTime"],
         }
         if generation is not None:
             entry["observedGeneration"] = generation

@@ -10,9 +10,9 @@ import socket
 import uuid
 from collections.abc import Mapping
 
+from etcd_operator.buffer_budget import DEFAULT_LIMIT_BYTES
 from etcd_operator.cluster.naming import DEFAULT_CLUSTER_DOMAIN
 from etcd_operator.leadership_fence import LeaseTiming
-from etcd_operator.buffer_budget import DEFAULT_LIMIT_BYTES
 from etcd_operator.shard import Shard, shard_from_settings
 from etcd_operator.storage_policy import StoragePolicy
 
@@ -60,7 +60,7 @@ class OperatorConfig:
         return bool(self.namespaces) and not any(is_pattern(n) for n in self.namespaces)
 
     @classmethod
-    def from_env(cls, environment: Mapping[str, str] | None = None) -> "OperatorConfig":
+    def from_env(cls, environment: Mapping[str, str] | None = None) -> OperatorConfig:
         env = os.environ if environment is None else environment
         namespaces = tuple(n for n in env.get("WATCH_NAMESPACES", "").split(",") if n.strip())
         return cls(
@@ -86,8 +86,9 @@ class OperatorConfig:
             watch_children=env.get("WATCH_CHILDREN", "true").lower() != "false",
             steady_poll_seconds=float(env.get("STEADY_POLL_SECONDS") or 15.0),
             resync_seconds=float(env.get("RESYNC_SECONDS") or 600.0),
-            storage_policy=StoragePolicy.from_settings(env.get("AMBIENT_CREDENTIALS_NAMESPACES", ""),
-                                                       env.get("ORPHANED_UPLOAD_GRACE_SECONDS", "")),
+            storage_policy=StoragePolicy.from_settings(
+                env.get("AMBIENT_CREDENTIALS_NAMESPACES", ""), env.get("ORPHANED_UPLOAD_GRACE_SECONDS", "")
+            ),
             cluster_domain=cluster_domain_setting(env.get("CLUSTER_DOMAIN", "")),
         )
 

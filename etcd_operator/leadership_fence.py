@@ -22,7 +22,8 @@ import dataclasses
 import logging
 import math
 import time
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 logger = logging.getLogger(__name__)
 # Every mutating call this replica lets through, at DEBUG (LOG_WRITES=true turns it on).
@@ -72,7 +73,8 @@ class LeaseTiming:
         if not 0 < self.renew_every < self.stop_acting_seconds < self.lease_seconds:
             raise ValueError(
                 "leader election needs 0 < renew period < stop-acting deadline < lease duration, got "
-                f"{self.renew_every} / {self.stop_acting_seconds} / {self.lease_seconds} s")
+                f"{self.renew_every} / {self.stop_acting_seconds} / {self.lease_seconds} s"
+            )
         if self.attempt_timeout <= 0:
             raise ValueError("a renewal attempt needs a positive timeout")
 

@@ -24,8 +24,7 @@ class LeaseTakenOver(Exception):
 
 
 class LeaseElector:
-    def __init__(self, kube_client: kube.KubeClient, namespace: str, name: str, identity: str,
-                 clock: LeaseClock):
+    def __init__(self, kube_client: kube.KubeClient, namespace: str, name: str, identity: str, clock: LeaseClock):
         """`kube_client` must not be fenced by `clock` itself (the Lease is written before
         this replica may act)."""
         self.kube = kube_client
@@ -39,8 +38,11 @@ class LeaseElector:
 
     def _spec(self, previous: dict | None, acquire: bool) -> dict:
         now = now_micro_text()
-        spec = {"holderIdentity": self.identity, "leaseDurationSeconds": math.ceil(self.timing.lease_seconds),
-                "renewTime": now}
+        spec = {
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": math.ceil(self.timing.lease_seconds),
+            "renewTime": now,
+        }
         if acquire:
             transitions = int((previous or {}).get("leaseTransitions") or 0)
             spec.update(acquireTime=now, leaseTransitions=transitions + (1 if previous else 0))
@@ -63,8 +65,12 @@ class LeaseElector:
         lease would expire (the next attempt is worth making then)."""
         lease = await self._read()
         if lease is None:
-            body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                    "metadata": {"name": self.name, "namespace": self.namespace}, "spec": self._spec(None, True)}
+            body = {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {"name": self.name, "namespace": self.namespace},
+                "spec": self._spec(None, True),
+            }
             try:
                 await self.kube.create(kube.LEASES, self.namespace, body)
             except kube.Conflict:
@@ -122,8 +128,11 @@ class LeaseElector:
             except LeaseTakenOver as e:
                 self.clock.end(str(e))
             except Exception as e:  # not renewed this time; the deadline decides
-                logger.warning("could not renew the lease (%.1fs left to act): %s",
-                               self.clock.time_left(), str(e) or type(e).__name__)
+                logger.warning(
+                    "could not renew the lease (%.1fs left to act): %s",
+                    self.clock.time_left(),
+                    str(e) or type(e).__name__,
+                )
         return self.clock.ended or "the right to act ended"
 
     async def release(self) -> None:
@@ -135,7 +144,8 @@ class LeaseElector:
             if lease is not None and (lease.get("spec") or {}).get("holderIdentity") == self.identity:
                 await asyncio.wait_for(
                     self._write(lease, {"holderIdentity": None, "renewTime": now_micro_text()}),
-                    self.timing.attempt_timeout)
+                    self.timing.attempt_timeout,
+                )
                 logger.info("released the lease %s/%s", self.namespace, self.name)
         except Exception as e:
             logger.warning("could not release the lease (it expires on its own): %s", str(e) or type(e).__name__)

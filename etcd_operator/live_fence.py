@@ -3,7 +3,8 @@ must still be the one the pass decided on, and not be going away. Pure."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 
 def refusal(subject: str, live: Mapping[str, Any] | None, decided_uid: str | None = None) -> str | None:

@@ -7,8 +7,8 @@ import logging
 import kopf
 
 from etcd_operator import API_GROUP, buffer_budget, shard
-from etcd_operator.config import OperatorConfig
 from etcd_operator.cluster.observer import StorageClassExpansion
+from etcd_operator.config import OperatorConfig
 from etcd_operator.kube.client import KubeClient
 from etcd_operator.kube.informer import ChildCaches
 

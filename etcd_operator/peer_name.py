@@ -21,8 +21,7 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Mapping
-from typing import Callable
+from collections.abc import Callable, Mapping
 
 DEFAULT_WAIT_SECONDS = 60.0
 INTERVAL_SECONDS = 0.5
@@ -40,9 +39,14 @@ def same_address(a: str, b: str) -> bool:
         return a == b
 
 
-def wait(name: str, ip: str, seconds: float, resolve: Callable[[str], set[str]] = addresses,
-         clock: Callable[[], float] = time.monotonic,
-         sleep: Callable[[float], None] = time.sleep) -> tuple[bool, str]:
+def wait(
+    name: str,
+    ip: str,
+    seconds: float,
+    resolve: Callable[[str], set[str]] = addresses,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> tuple[bool, str]:
     """(resolved to `ip` in time, the last answer)."""
     deadline = clock() + seconds
     while True:
@@ -68,8 +72,12 @@ def main(environment: Mapping[str, str] | None = None) -> int:
     if resolved:
         print(f"{name} resolves to {ip} after {took:.1f}s", flush=True)
     else:
-        print(f"{name} did not resolve to {ip} within {seconds:.0f}s (last answer: {last}); starting etcd "
-              "anyway: the members it joins refuse its peer certificate until it does", file=sys.stderr, flush=True)
+        print(
+            f"{name} did not resolve to {ip} within {seconds:.0f}s (last answer: {last}); starting etcd "
+            "anyway: the members it joins refuse its peer certificate until it does",
+            file=sys.stderr,
+            flush=True,
+        )
     return 0
 
 

@@ -10,7 +10,8 @@ file system (processes write only to their mounted volumes)."""
 from __future__ import annotations
 
 import copy
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 # The distroless "nonroot" user; any image works, the user needs no /etc/passwd entry.
 RUN_AS_USER = 65532
@@ -49,6 +50,5 @@ def restricted(pod_spec: Mapping[str, Any]) -> dict[str, Any]:
     hardened["securityContext"] = {**(hardened.get("securityContext") or {}), **pod_security_context()}
     for field in CONTAINER_LISTS:
         for container in hardened.get(field) or []:
-            container["securityContext"] = {**(container.get("securityContext") or {}),
-                                            **container_security_context()}
+            container["securityContext"] = {**(container.get("securityContext") or {}), **container_security_context()}
     return hardened

@@ -8,22 +8,24 @@ it is not failed, since every one of these can still arrive."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
-WAITING_FOR_CLUSTER = "WaitingForCluster"                  # no such EtcdCluster yet, or it is being deleted
-WAITING_FOR_BOOTSTRAP = "WaitingForClusterBootstrap"       # it exists, and has never served yet
-WAITING_FOR_CLUSTER_RESTORE = "WaitingForClusterRestore"   # its data is being replaced
-WAITING_FOR_SECRET = "WaitingForSecret"                    # a Secret named in spec.storage.s3
-WAITING_FOR_BACKUP = "WaitingForBackup"                    # a restore's source EtcdBackup
-WAIT_REASONS = frozenset({WAITING_FOR_CLUSTER, WAITING_FOR_BOOTSTRAP, WAITING_FOR_CLUSTER_RESTORE,
-                          WAITING_FOR_SECRET, WAITING_FOR_BACKUP})
+WAITING_FOR_CLUSTER = "WaitingForCluster"  # no such EtcdCluster yet, or it is being deleted
+WAITING_FOR_BOOTSTRAP = "WaitingForClusterBootstrap"  # it exists, and has never served yet
+WAITING_FOR_CLUSTER_RESTORE = "WaitingForClusterRestore"  # its data is being replaced
+WAITING_FOR_SECRET = "WaitingForSecret"  # a Secret named in spec.storage.s3
+WAITING_FOR_BACKUP = "WaitingForBackup"  # a restore's source EtcdBackup
+WAIT_REASONS = frozenset(
+    {WAITING_FOR_CLUSTER, WAITING_FOR_BOOTSTRAP, WAITING_FOR_CLUSTER_RESTORE, WAITING_FOR_SECRET, WAITING_FOR_BACKUP}
+)
 
 BOOTSTRAP_PHASES = ("", "Creating")  # a cluster's phase before it first served
 
 
 @dataclasses.dataclass(frozen=True)
 class Wait:
-    reason: str   # one of WAIT_REASONS: the condition's reason
+    reason: str  # one of WAIT_REASONS: the condition's reason
     message: str  # exactly what is missing, for people
 
 
@@ -37,10 +39,11 @@ class ClusterReadiness:
     deleting: bool = False  # metadata.deletionTimestamp is set: nothing new starts on it
 
     @classmethod
-    def from_body(cls, body: Mapping[str, Any]) -> "ClusterReadiness":
+    def from_body(cls, body: Mapping[str, Any]) -> ClusterReadiness:
         status = body.get("status") or {}
-        available = any(c.get("type") == "Available" and c.get("status") == "True"
-                        for c in status.get("conditions") or [])
+        available = any(
+            c.get("type") == "Available" and c.get("status") == "True" for c in status.get("conditions") or []
+        )
         deleting = bool((body.get("metadata") or {}).get("deletionTimestamp"))
         return cls(status.get("phase") or "", available, int(status.get("readyMembers") or 0), deleting)
 
@@ -54,18 +57,27 @@ class ClusterReadiness:
 def cluster_wait(namespace: str, name: str, cluster: ClusterReadiness | None, what: str) -> Wait | None:
     """Why `what` (e.g. "the backup") cannot start on this cluster yet, or None."""
     if cluster is None:
-        return Wait(WAITING_FOR_CLUSTER, f"EtcdCluster {namespace}/{name} does not exist yet; {what} starts "
-                                         f"once it exists and is Available")
+        return Wait(
+            WAITING_FOR_CLUSTER,
+            f"EtcdCluster {namespace}/{name} does not exist yet; {what} starts once it exists and is Available",
+        )
     if cluster.deleting:
-        return Wait(WAITING_FOR_CLUSTER, f"EtcdCluster {namespace}/{name} is being deleted; {what} starts only "
-                                         f"on a cluster that is not")
+        return Wait(
+            WAITING_FOR_CLUSTER,
+            f"EtcdCluster {namespace}/{name} is being deleted; {what} starts only on a cluster that is not",
+        )
     if cluster.phase == "Restoring":
-        return Wait(WAITING_FOR_CLUSTER_RESTORE, f"EtcdCluster {namespace}/{name} is being restored; {what} "
-                                                 f"starts once it is Available again")
+        return Wait(
+            WAITING_FOR_CLUSTER_RESTORE,
+            f"EtcdCluster {namespace}/{name} is being restored; {what} starts once it is Available again",
+        )
     if cluster.bootstrapping:
-        return Wait(WAITING_FOR_BOOTSTRAP, f"EtcdCluster {namespace}/{name} is still bootstrapping (phase "
-                                           f"{cluster.phase or 'not reported yet'}, {cluster.ready_members} "
-                                           f"members ready); {what} starts once it is Available")
+        return Wait(
+            WAITING_FOR_BOOTSTRAP,
+            f"EtcdCluster {namespace}/{name} is still bootstrapping (phase "
+            f"{cluster.phase or 'not reported yet'}, {cluster.ready_members} "
+            f"members ready); {what} starts once it is Available",
+        )
     return None
 
 

@@ -23,26 +23,34 @@ async def fetch(env: dict[str, str]) -> int:
     out = pathlib.Path(env["SNAPSHOT_FILE"])
     data_dir = pathlib.Path(env["DATA_DIR"])
     # No etcd ever ran on this data: the member pod is created only after the restore pod succeeded.
-    if data_dir.exists():
-        shutil.rmtree(data_dir)
-    ca = pathlib.Path(env["S3_CA_FILE"]).read_bytes() if env.get("S3_CA_FILE") else None
-    storage = S3Storage(S3Location(
-        bucket=env["S3_BUCKET"], endpoint=env.get("S3_ENDPOINT") or None, region=env.get("S3_REGION") or None,
-        force_path_style=env.get("S3_FORCE_PATH_STYLE") == "true",
-        access_key=env.get("AWS_ACCESS_KEY_ID") or None, secret_key=env.get("AWS_SECRET_ACCESS_KEY") or None,
-        ca_bundle=ca, insecure=env.get("S3_INSECURE") == "true",
-    ))
+    if await asyncio.to_thread(data_dir.exists):
+        await asyncio.to_thread(shutil.rmtree, data_dir)
+    ca = await asyncio.to_thread(pathlib.Path(env["S3_CA_FILE"]).read_bytes) if env.get("S3_CA_FILE") else None
+    storage = S3Storage(
+        S3Location(
+            bucket=env["S3_BUCKET"],
+            endpoint=env.get("S3_ENDPOINT") or None,
+            region=env.get("S3_REGION") or None,
+            force_path_style=env.get("S3_FORCE_PATH_STYLE") == "true",
+            access_key=env.get("AWS_ACCESS_KEY_ID") or None,
+            secret_key=env.get("AWS_SECRET_ACCESS_KEY") or None,
+            ca_bundle=ca,
+            insecure=env.get("S3_INSECURE") == "true",
+        )
+    )
     digest = hashlib.sha256()
     size = 0
     partial = out.with_suffix(".partial")
     # Not fsynced: the scratch file lives only as long as this pod (an emptyDir); etcdutl
     # reads it right after, and writes (and syncs) the member's data directory itself.
-    with open(partial, "wb") as f:
+    with await asyncio.to_thread(open, partial, "wb") as f:
+
         def take(chunk: bytes) -> None:
             nonlocal size
             digest.update(chunk)
             f.write(chunk)
             size += len(chunk)
+
         await consume_in_order(await storage.open_stream(env["S3_KEY"], FETCH_CHUNK_BYTES), take)
     storage.close()
     if digest.hexdigest() != env["EXPECTED_SHA256"]:

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Callable
+from collections.abc import Callable
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -13,8 +13,9 @@ from etcd_operator.metrics import REGISTRY
 
 
 class HealthServer:
-    def __init__(self, port: int, ready: asyncio.Event, leading: Callable[[], bool] | None = None,
-                 address: str = "0.0.0.0"):
+    def __init__(
+        self, port: int, ready: asyncio.Event, leading: Callable[[], bool] | None = None, address: str = "0.0.0.0"
+    ):
         self.port = port
         self.address = address
         self.ready = ready

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from etcd_operator import API_GROUP
 
@@ -47,6 +47,7 @@ class InvalidShardSetting(ValueError):
 @dataclasses.dataclass(frozen=True)
 class Requirement:
     """One term of a selector. `operator` is one of =, !=, in, notin, exists, !exists."""
+
     key: str
     operator: str
     values: tuple[str, ...] = ()
@@ -75,6 +76,7 @@ class Requirement:
 @dataclasses.dataclass(frozen=True)
 class LabelSelector:
     """A Kubernetes label selector; every requirement must hold. Empty selects everything."""
+
     requirements: tuple[Requirement, ...] = ()
 
     def matches(self, labels: Mapping[str, str] | None) -> bool:
@@ -146,8 +148,9 @@ def _parse_term(term: str) -> Requirement:
     if term.startswith("!"):
         return Requirement(_check_key(term[1:].strip(), term), "!exists")
     if re.search(r"[\s=!<>(),]", term):
-        raise InvalidShardSetting(f"selector term {term!r}: expected key, !key, key=value, key!=value, "
-                                  f"key in (v1,v2) or key notin (v1,v2)")
+        raise InvalidShardSetting(
+            f"selector term {term!r}: expected key, !key, key=value, key!=value, key in (v1,v2) or key notin (v1,v2)"
+        )
     return Requirement(_check_key(term, term), "exists")
 
 
@@ -168,6 +171,7 @@ def _check_value(value: str, term: str) -> None:
 @dataclasses.dataclass(frozen=True)
 class Shard:
     """This instance's share of the objects. The default, unnamed, takes everything."""
+
     name: str = ""
     selector: LabelSelector = LabelSelector()
 
@@ -196,22 +200,31 @@ class Shard:
             return f"another operator instance holds it ({', '.join(claims)})"
         return None
 
-    def holds(self, labels: Mapping[str, str] | None, finalizers: Iterable[str] | None,
-              annotations: Mapping[str, str] | None) -> bool:
+    def holds(
+        self, labels: Mapping[str, str] | None, finalizers: Iterable[str] | None, annotations: Mapping[str, str] | None
+    ) -> bool:
         """Whether this instance keeps its finalizer on the object (and applies deletion to
         it): while it may work on it, and afterwards until another shard asks for it."""
         if self.owns(labels, finalizers):
             return True
         requested = (annotations or {}).get(HANDOVER_ANNOTATION) or ""
-        return (self.finalizer in (finalizers or ()) and not self.foreign_claims(finalizers)
-                and requested in ("", self.name))
+        return (
+            self.finalizer in (finalizers or ())
+            and not self.foreign_claims(finalizers)
+            and requested in ("", self.name)
+        )
 
-    def wants_handover(self, labels: Mapping[str, str] | None, finalizers: Iterable[str] | None,
-                       annotations: Mapping[str, str] | None) -> bool:
+    def wants_handover(
+        self, labels: Mapping[str, str] | None, finalizers: Iterable[str] | None, annotations: Mapping[str, str] | None
+    ) -> bool:
         """Whether to ask for the object: it matches this shard's selector but another
         instance holds it, and this shard has not asked yet. An unnamed instance never asks."""
-        return (bool(self.name) and self.selector.matches(labels) and bool(self.foreign_claims(finalizers))
-                and (annotations or {}).get(HANDOVER_ANNOTATION) != self.name)
+        return (
+            bool(self.name)
+            and self.selector.matches(labels)
+            and bool(self.foreign_claims(finalizers))
+            and (annotations or {}).get(HANDOVER_ANNOTATION) != self.name
+        )
 
     def describe(self) -> str:
         if not self.name:
@@ -227,10 +240,14 @@ def shard_from_settings(name: str, selector: str) -> Shard:
     """SHARD_NAME and SHARD_SELECTOR as given; raises InvalidShardSetting with the reason."""
     name, selector = name.strip(), selector.strip()
     if name and (len(name) > MAX_SHARD_NAME or not _SHARD_NAME.match(name)):
-        raise InvalidShardSetting(f"SHARD_NAME {name!r}: lower-case letters, digits and '-', starting and "
-                                  f"ending with a letter or digit, at most {MAX_SHARD_NAME} characters")
+        raise InvalidShardSetting(
+            f"SHARD_NAME {name!r}: lower-case letters, digits and '-', starting and "
+            f"ending with a letter or digit, at most {MAX_SHARD_NAME} characters"
+        )
     parsed = parse_selector(selector)
     if parsed and not name:
-        raise InvalidShardSetting("SHARD_SELECTOR needs SHARD_NAME: every shard needs its own Lease and "
-                                  "finalizer, or shards would take each other's")
+        raise InvalidShardSetting(
+            "SHARD_SELECTOR needs SHARD_NAME: every shard needs its own Lease and "
+            "finalizer, or shards would take each other's"
+        )
     return Shard(name, parsed)

@@ -4,7 +4,8 @@ from S3 and re-check its sha256. Pure."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 CA_VOLUME = "s3-ca"
 CA_MOUNT = "/etc/s3-ca"
@@ -12,8 +13,9 @@ CA_MOUNT = "/etc/s3-ca"
 CREDENTIAL_KEYS = (("AWS_ACCESS_KEY_ID", "accessKeyID"), ("AWS_SECRET_ACCESS_KEY", "secretAccessKey"))
 
 
-def fetch_env(source: Mapping[str, Any], key: str, sha256: str, snapshot_file: str, data_dir: str,
-              home: str) -> list[dict[str, Any]]:
+def fetch_env(
+    source: Mapping[str, Any], key: str, sha256: str, snapshot_file: str, data_dir: str, home: str
+) -> list[dict[str, Any]]:
     """`home`: a writable folder (the root filesystem is read-only)."""
     env = [
         {"name": "S3_BUCKET", "value": source["bucket"]},
@@ -41,6 +43,8 @@ def ca_bundle(source: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[dic
     ca = source.get("caBundleSecretRef")
     if not ca:
         return [], []
-    volume = {"name": CA_VOLUME, "secret": {"secretName": ca["name"],
-                                            "items": [{"key": ca.get("key", "ca.crt"), "path": "ca.crt"}]}}
+    volume = {
+        "name": CA_VOLUME,
+        "secret": {"secretName": ca["name"], "items": [{"key": ca.get("key", "ca.crt"), "path": "ca.crt"}]},
+    }
     return [volume], [{"name": CA_VOLUME, "mountPath": CA_MOUNT, "readOnly": True}]

@@ -11,7 +11,8 @@ by default in none. Elsewhere the backup or restore does nothing and says why
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from etcd_operator.backup.orphans import DEFAULT_GRACE_SECONDS
 
@@ -24,7 +25,7 @@ class StoragePolicy:
     orphan_grace_seconds: float = DEFAULT_GRACE_SECONDS  # backup/orphans.py
 
     @classmethod
-    def from_settings(cls, ambient_namespaces: str, orphan_grace: str) -> "StoragePolicy":
+    def from_settings(cls, ambient_namespaces: str, orphan_grace: str) -> StoragePolicy:
         names = frozenset(n.strip() for n in ambient_namespaces.split(",") if n.strip())
         return cls(names, float(orphan_grace) if orphan_grace else DEFAULT_GRACE_SECONDS)
 
@@ -32,7 +33,9 @@ class StoragePolicy:
         """Why this storage.s3 block may not be used in `namespace`, or None when it may."""
         if s3.get("credentialsSecretRef") or namespace in self.ambient_namespaces:
             return None
-        return (f"storage.s3 names no credentialsSecretRef, and this operator's install does not allow "
-                f"ambient credentials (its own cloud identity) for namespace {namespace} "
-                f"(AMBIENT_CREDENTIALS_NAMESPACES); nothing is read from or written to bucket "
-                f"{s3.get('bucket', '')!r}. Name a credentials Secret, or ask the operator's administrator")
+        return (
+            f"storage.s3 names no credentialsSecretRef, and this operator's install does not allow "
+            f"ambient credentials (its own cloud identity) for namespace {namespace} "
+            f"(AMBIENT_CREDENTIALS_NAMESPACES); nothing is read from or written to bucket "
+            f"{s3.get('bucket', '')!r}. Name a credentials Secret, or ask the operator's administrator"
+        )

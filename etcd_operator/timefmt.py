@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import datetime
 
-UTC = datetime.timezone.utc
-TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"              # metav1.Time
-MICRO_TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"     # metav1.MicroTime (a Lease's renewTime)
+UTC = datetime.UTC
+TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"  # metav1.Time
+MICRO_TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"  # metav1.MicroTime (a Lease's renewTime)
 
 
 def parse_datetime(text: str) -> datetime.datetime:

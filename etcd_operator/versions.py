@@ -62,8 +62,9 @@ def release_problem(wanted: str) -> VersionProblem | None:
     if version in KNOWN_BAD:
         return VersionProblem("KnownBadVersion", f"etcd {wanted} is refused: {KNOWN_BAD[version]}")
     if version[2] < minimum:
-        return VersionProblem("UnsupportedVersion", f"etcd {wanted} is older than the oldest supported "
-                                                    f"{text(version[:2] + (minimum,))}")
+        return VersionProblem(
+            "UnsupportedVersion", f"etcd {wanted} is older than the oldest supported {text(version[:2] + (minimum,))}"
+        )
     return None
 
 
@@ -76,10 +77,12 @@ def upgrade_problem(running: str | None, wanted: str) -> VersionProblem | None:
     needed = UPGRADE_FROM.get(want[:2])
     if want[:2] <= have[:2] or needed is None or have[:2] != needed[:2] or have >= needed:
         return None
-    return VersionProblem("UpgradeNeedsPatch",
-                          f"upgrading to {wanted} needs every member on {text(needed)} or later first (etcd's upgrade "
-                          f"guide); the cluster runs {running}. Set spec.version to {text(needed[:2])}.x "
-                          f"(>= {text(needed)}), let it roll, then to {wanted}")
+    return VersionProblem(
+        "UpgradeNeedsPatch",
+        f"upgrading to {wanted} needs every member on {text(needed)} or later first (etcd's upgrade "
+        f"guide); the cluster runs {running}. Set spec.version to {text(needed[:2])}.x "
+        f"(>= {text(needed)}), let it roll, then to {wanted}",
+    )
 
 
 def skew(server_versions: list[str]) -> dict[str, object]:

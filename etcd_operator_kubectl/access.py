@@ -24,15 +24,16 @@ class Kube:
         self.core = client.CoreV1Api(api)
 
     @classmethod
-    async def connect(cls, kubeconfig: str | None, context: str | None) -> tuple["Kube", str]:
+    async def connect(cls, kubeconfig: str | None, context: str | None) -> tuple[Kube, str]:
         """The client and the namespace the context names (kubectl's default)."""
         path = kubeconfig or os.environ.get("KUBECONFIG") or None
         if path and ":" in path:
             path = path.split(":")[0]  # kubectl merges a list; the first file holds the context here
         cfg = client.Configuration()
         namespace = "default"
-        default_file = os.path.expanduser(config.kube_config.KUBE_CONFIG_DEFAULT_LOCATION)
-        has_default_file: bool = await asyncio.to_thread(os.path.exists, default_file)
+        has_default_file: bool = await asyncio.to_thread(
+            lambda: os.path.exists(os.path.expanduser(config.kube_config.KUBE_CONFIG_DEFAULT_LOCATION))
+        )
         if path or has_default_file:
             await config.load_kube_config(config_file=path, context=context, client_configuration=cfg)
             contexts, active = config.list_kube_config_contexts(config_file=path)
@@ -54,8 +55,14 @@ class Kube:
 
     async def annotate(self, namespace: str, plural: str, name: str, annotations: dict[str, str]) -> dict[str, Any]:
         return await self.custom.patch_namespaced_custom_object(
-            GROUP, VERSION, namespace, plural, name, {"metadata": {"annotations": annotations}},
-            _content_type="application/merge-patch+json")  # type: ignore[call-arg]  # the stubs omit it
+            GROUP,
+            VERSION,
+            namespace,
+            plural,
+            name,
+            {"metadata": {"annotations": annotations}},
+            _content_type="application/merge-patch+json",
+        )  # type: ignore[call-arg]  # the stubs omit it
 
     async def secret_value(self, namespace: str, name: str, key: str) -> str:
         secret = await self.core.read_namespaced_secret(name, namespace)
@@ -71,14 +78,24 @@ async def read_catalogue(kube: Kube, namespace: str, backup: dict[str, Any]) -> 
     creds = s3.get("credentialsSecretRef")
     keys: dict[str, Any] = {}
     if creds:
-        keys["aws_access_key_id"] = await kube.secret_value(namespace, creds["name"],
-                                                            creds.get("accessKeyIDKey", "accessKeyID"))
-        keys["aws_secret_access_key"] = await kube.secret_value(namespace, creds["name"],
-                                                                creds.get("secretAccessKeyKey", "secretAccessKey"))
+        keys["aws_access_key_id"] = await kube.secret_value(
+            namespace, creds["name"], creds.get("accessKeyIDKey", "accessKeyID")
+        )
+        keys["aws_secret_access_key"] = await kube.secret_value(
+            namespace, creds["name"], creds.get("secretAccessKeyKey", "secretAccessKey")
+        )
     bucket = boto3.client(
-        "s3", endpoint_url=s3.get("endpoint"), region_name=s3.get("region") or "us-east-1",
-        config=Config(s3={"addressing_style": "path" if s3.get("forcePathStyle") else "auto"},
-                      retries={"max_attempts": 2}, connect_timeout=5, read_timeout=20), **keys)
+        "s3",
+        endpoint_url=s3.get("endpoint"),
+        region_name=s3.get("region") or "us-east-1",
+        config=Config(
+            s3={"addressing_style": "path" if s3.get("forcePathStyle") else "auto"},
+            retries={"max_attempts": 2},
+            connect_timeout=5,
+            read_timeout=20,
+        ),
+        **keys,
+    )
     prefix = backup_prefix(s3.get("prefix", ""), namespace, backup["metadata"]["name"])
     entries = []
     for page in bucket.get_paginator("list_objects_v2").paginate(Bucket=s3["bucket"], Prefix=prefix):

@@ -9,7 +9,8 @@ import datetime
 import json
 import secrets
 import sys
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from etcd_operator_kubectl import views
 
@@ -17,7 +18,7 @@ Command = Callable[[argparse.Namespace, Any, str], Awaitable[int]]
 
 
 def now() -> datetime.datetime:
-    return datetime.datetime.now(datetime.timezone.utc)
+    return datetime.datetime.now(datetime.UTC)
 
 
 def emit(args: argparse.Namespace, data: Any, text: str) -> None:
@@ -73,8 +74,12 @@ async def cmd_restore(args, kube, namespace) -> int:
     if not confirm(args, "Create this EtcdRestore?"):
         return 1
     created = await kube.create(namespace, "etcdrestores", restore)
-    emit(args, created, f"etcdrestore.etcd.operator.dev/{name} created; follow it with "
-                        f"`kubectl get etcdrestore {name} -n {namespace} -w`")
+    emit(
+        args,
+        created,
+        f"etcdrestore.etcd.operator.dev/{name} created; follow it with "
+        f"`kubectl get etcdrestore {name} -n {namespace} -w`",
+    )
     return 0
 
 
@@ -94,42 +99,63 @@ async def _source_spec(kube, namespace: str, cluster: str) -> dict[str, Any]:
 async def cmd_approve_recovery(args, kube, namespace) -> int:
     cluster = await kube.get(namespace, "etcdclusters", args.cluster)
     conditions = (cluster.get("status") or {}).get("conditions") or []
-    print(f"EtcdCluster {namespace}/{args.cluster}: approving quorum recovery lets the operator restart the "
-          "most advanced surviving member as a new single-member cluster (force-new-cluster); the other "
-          "members' PVCs are kept aside. One approval covers one incident.", file=sys.stderr)
+    print(
+        f"EtcdCluster {namespace}/{args.cluster}: approving quorum recovery lets the operator restart the "
+        "most advanced surviving member as a new single-member cluster (force-new-cluster); the other "
+        "members' PVCs are kept aside. One approval covers one incident.",
+        file=sys.stderr,
+    )
     for c in conditions:
         if c.get("status") != "True" or c.get("type") in ("Degraded", "QuorumLost"):
             print(f"  {c.get('type')}={c.get('status')} {c.get('reason', '')}: {c.get('message', '')}", file=sys.stderr)
     if not confirm(args, "Approve quorum recovery?"):
         return 1
     patched = await kube.annotate(namespace, "etcdclusters", args.cluster, {views.APPROVE_RECOVERY_ANNOTATION: "true"})
-    emit(args, patched["metadata"]["annotations"], f"etcdcluster.etcd.operator.dev/{args.cluster} quorum recovery approved")
+    emit(
+        args,
+        patched["metadata"]["annotations"],
+        f"etcdcluster.etcd.operator.dev/{args.cluster} quorum recovery approved",
+    )
     return 0
 
 
 async def cmd_defrag(args, kube, namespace) -> int:
     token = f"{now():%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
     patched = await kube.annotate(namespace, "etcdclusters", args.cluster, {views.DEFRAGMENT_ANNOTATION: token})
-    emit(args, patched["metadata"]["annotations"],
-         f"etcdcluster.etcd.operator.dev/{args.cluster} defragmentation requested (token {token})")
+    emit(
+        args,
+        patched["metadata"]["annotations"],
+        f"etcdcluster.etcd.operator.dev/{args.cluster} defragmentation requested (token {token})",
+    )
     return 0
 
 
 async def cmd_snapshot(args, kube, namespace) -> int:
     template = await kube.get(namespace, "etcdbackups", args.storage_from)
     name = args.name or f"{args.cluster}-snapshot-{now():%Y%m%d%H%M%S}"
-    body = {"apiVersion": "etcd.operator.dev/v1alpha1", "kind": "EtcdBackup",
-            "metadata": {"name": name, "namespace": namespace},
-            "spec": {"clusterRef": {"name": args.cluster}, "storage": template["spec"]["storage"]}}
+    body = {
+        "apiVersion": "etcd.operator.dev/v1alpha1",
+        "kind": "EtcdBackup",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"clusterRef": {"name": args.cluster}, "storage": template["spec"]["storage"]},
+    }
     created = await kube.create(namespace, "etcdbackups", body)
-    emit(args, created, f"etcdbackup.etcd.operator.dev/{name} created (one-shot); list it with "
-                        f"`kubectl etcd backups {name} -n {namespace}`")
+    emit(
+        args,
+        created,
+        f"etcdbackup.etcd.operator.dev/{name} created (one-shot); list it with "
+        f"`kubectl etcd backups {name} -n {namespace}`",
+    )
     return 0
 
 
 COMMANDS: dict[str, Command] = {
-    "status": cmd_status, "backups": cmd_backups, "restore": cmd_restore,
-    "approve-recovery": cmd_approve_recovery, "defrag": cmd_defrag, "snapshot": cmd_snapshot,
+    "status": cmd_status,
+    "backups": cmd_backups,
+    "restore": cmd_restore,
+    "approve-recovery": cmd_approve_recovery,
+    "defrag": cmd_defrag,
+    "snapshot": cmd_snapshot,
 }
 
 
@@ -163,8 +189,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("cluster")
     p = sub.add_parser("snapshot", parents=[common], help="a one-shot EtcdBackup now")
     p.add_argument("cluster")
-    p.add_argument("--storage-from", metavar="BACKUP", required=True,
-                   help="an EtcdBackup whose storage (bucket, prefix, credentials) to use")
+    p.add_argument(
+        "--storage-from",
+        metavar="BACKUP",
+        required=True,
+        help="an EtcdBackup whose storage (bucket, prefix, credentials) to use",
+    )
     p.add_argument("--name", help="name of the EtcdBackup")
     return top
 
@@ -182,7 +212,8 @@ def api_error_message(body: bytes | str | None, reason: str | None) -> str:
 
 async def run(args: argparse.Namespace) -> int:
     import aiohttp
-    from botocore.exceptions import BotoCoreError, ClientError as S3ClientError
+    from botocore.exceptions import BotoCoreError
+    from botocore.exceptions import ClientError as S3ClientError
     from kubernetes_asyncio.client import ApiException
 
     from etcd_operator_kubectl.access import Kube

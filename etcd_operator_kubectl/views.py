@@ -6,7 +6,8 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from etcd_operator.backup.manifest import FORMAT, MANIFEST_SUFFIX, WRITER
 from etcd_operator.timefmt import parse_datetime
@@ -43,6 +44,7 @@ def human_age(then: str | None, now: datetime.datetime) -> str:
 
 # ---- status -------------------------------------------------------------------------
 
+
 def member_rows(cluster: Mapping[str, Any]) -> list[dict[str, Any]]:
     """One row per member of status.members: role, health, revision lag against the most
     advanced member, database size against the quota, alarms and version."""
@@ -54,20 +56,23 @@ def member_rows(cluster: Mapping[str, Any]) -> list[dict[str, Any]]:
     cluster_alarms = status.get("alarms") or []
     rows = []
     for m in members:
-        alarms = list(m.get("alarms") or []) + [a.get("alarm", "") for a in cluster_alarms
-                                                 if isinstance(a, dict) and a.get("member") == m.get("name")]
+        alarms = list(m.get("alarms") or []) + [
+            a.get("alarm", "") for a in cluster_alarms if isinstance(a, dict) and a.get("member") == m.get("name")
+        ]
         revision = m.get("revision")
-        rows.append({
-            "name": m.get("name", "?"),
-            "role": m.get("role") or "-",
-            "healthy": m.get("healthy"),
-            "revision": revision,
-            "revisionLag": newest - revision if newest is not None and isinstance(revision, int) else None,
-            "dbSize": m.get("dbSize"),
-            "quotaBytes": quota,
-            "alarms": sorted(set(a for a in alarms if a)),
-            "version": m.get("version") or "-",
-        })
+        rows.append(
+            {
+                "name": m.get("name", "?"),
+                "role": m.get("role") or "-",
+                "healthy": m.get("healthy"),
+                "revision": revision,
+                "revisionLag": newest - revision if newest is not None and isinstance(revision, int) else None,
+                "dbSize": m.get("dbSize"),
+                "quotaBytes": quota,
+                "alarms": sorted(set(a for a in alarms if a)),
+                "version": m.get("version") or "-",
+            }
+        )
     return rows
 
 
@@ -81,30 +86,45 @@ def status_view(cluster: Mapping[str, Any]) -> dict[str, Any]:
         "leader": status.get("leader"),
         "version": status.get("currentVersion"),
         "members": member_rows(cluster),
-        "conditions": [{k: c.get(k) for k in ("type", "status", "reason", "message")}
-                       for c in status.get("conditions") or []],
+        "conditions": [
+            {k: c.get(k) for k in ("type", "status", "reason", "message")} for c in status.get("conditions") or []
+        ],
     }
 
 
 def status_table(view: Mapping[str, Any]) -> str:
-    header = (f"Cluster {view['namespace']}/{view['name']}: phase {view['phase'] or '-'}, "
-              f"size {view['size']}, leader {view['leader'] or '-'}, version {view['version'] or '-'}")
+    header = (
+        f"Cluster {view['namespace']}/{view['name']}: phase {view['phase'] or '-'}, "
+        f"size {view['size']}, leader {view['leader'] or '-'}, version {view['version'] or '-'}"
+    )
     rows = [["MEMBER", "ROLE", "HEALTH", "REVISION", "LAG", "DB SIZE / QUOTA", "ALARMS", "VERSION"]]
     for m in view["members"]:
         used = f"{human_bytes(m['dbSize'])} / {human_bytes(m['quotaBytes'])}"
         if m["dbSize"] is not None:
             used += f" ({100 * m['dbSize'] // m['quotaBytes']}%)"
         health = {True: "healthy", False: "UNHEALTHY"}.get(m["healthy"], "unknown")
-        rows.append([m["name"], m["role"], health, _or_dash(m["revision"]), _or_dash(m["revisionLag"]), used,
-                     ",".join(m["alarms"]) or "-", m["version"]])
+        rows.append(
+            [
+                m["name"],
+                m["role"],
+                health,
+                _or_dash(m["revision"]),
+                _or_dash(m["revisionLag"]),
+                used,
+                ",".join(m["alarms"]) or "-",
+                m["version"],
+            ]
+        )
     conditions = [["CONDITION", "STATUS", "REASON", "MESSAGE"]] + [
-        [c["type"], c["status"], c["reason"] or "-", c["message"] or ""] for c in view["conditions"]]
+        [c["type"], c["status"], c["reason"] or "-", c["message"] or ""] for c in view["conditions"]
+    ]
     if len(rows) == 1:
         rows.append(["(no members observed yet)", "", "", "", "", "", "", ""])
     return "\n".join([header, "", table(rows), "", table(conditions)])
 
 
 # ---- backups ------------------------------------------------------------------------
+
 
 @dataclasses.dataclass(frozen=True)
 class CatalogueEntry:
@@ -119,13 +139,33 @@ class CatalogueEntry:
     extra: dict[str, Any]  # manifest fields this version of the plugin does not name
 
     def as_dict(self) -> dict[str, Any]:
-        return {"key": self.key, "revision": self.revision, "size": self.size, "sha256": self.sha256,
-                "createdAt": self.created_at, "clusterID": self.cluster_id, "etcdVersion": self.etcd_version,
-                "verification": self.verification, **({"extra": self.extra} if self.extra else {})}
+        return {
+            "key": self.key,
+            "revision": self.revision,
+            "size": self.size,
+            "sha256": self.sha256,
+            "createdAt": self.created_at,
+            "clusterID": self.cluster_id,
+            "etcdVersion": self.etcd_version,
+            "verification": self.verification,
+            **({"extra": self.extra} if self.extra else {}),
+        }
 
 
-_NAMED = {"format", "writer", "snapshotKey", "revision", "size", "sha256", "createdAt", "clusterId",
-          "etcdVersion", "verification", "verified", "verifiedAt"}
+_NAMED = {
+    "format",
+    "writer",
+    "snapshotKey",
+    "revision",
+    "size",
+    "sha256",
+    "createdAt",
+    "clusterId",
+    "etcdVersion",
+    "verification",
+    "verified",
+    "verifiedAt",
+}
 
 
 def parse_manifest(data: bytes) -> CatalogueEntry | None:
@@ -140,10 +180,16 @@ def parse_manifest(data: bytes) -> CatalogueEntry | None:
     if not body.get("snapshotKey"):
         return None
     return CatalogueEntry(
-        key=body["snapshotKey"], revision=_int(body.get("revision")), size=_int(body.get("size")),
-        sha256=body.get("sha256"), created_at=body.get("createdAt"), cluster_id=body.get("clusterId"),
-        etcd_version=body.get("etcdVersion"), verification=_verification(body),
-        extra={k: v for k, v in body.items() if k not in _NAMED})
+        key=body["snapshotKey"],
+        revision=_int(body.get("revision")),
+        size=_int(body.get("size")),
+        sha256=body.get("sha256"),
+        created_at=body.get("createdAt"),
+        cluster_id=body.get("clusterId"),
+        etcd_version=body.get("etcdVersion"),
+        verification=_verification(body),
+        extra={k: v for k, v in body.items() if k not in _NAMED},
+    )
 
 
 def _verification(body: Mapping[str, Any]) -> str:
@@ -171,8 +217,17 @@ def catalogue(entries: list[CatalogueEntry]) -> list[CatalogueEntry]:
 def backups_table(entries: list[CatalogueEntry], now: datetime.datetime) -> str:
     rows = [["REVISION", "SIZE", "VERIFICATION", "AGE", "ETCD", "CLUSTER ID", "KEY"]]
     for e in entries:
-        rows.append([_or_dash(e.revision), human_bytes(e.size), e.verification, human_age(e.created_at, now),
-                     e.etcd_version or "-", e.cluster_id or "-", e.key])
+        rows.append(
+            [
+                _or_dash(e.revision),
+                human_bytes(e.size),
+                e.verification,
+                human_age(e.created_at, now),
+                e.etcd_version or "-",
+                e.cluster_id or "-",
+                e.key,
+            ]
+        )
     if len(rows) == 1:
         return "No backups found."
     return table(rows)
@@ -193,27 +248,44 @@ def choose_backup(entries: list[CatalogueEntry], revision: int | None, key: str 
     return matches[0]
 
 
-def restore_object(namespace: str, name: str, backup: str, entry: CatalogueEntry,
-                   in_place: str | None, new_cluster: str | None, new_spec: Mapping[str, Any] | None) -> dict:
+def restore_object(
+    namespace: str,
+    name: str,
+    backup: str,
+    entry: CatalogueEntry,
+    in_place: str | None,
+    new_cluster: str | None,
+    new_spec: Mapping[str, Any] | None,
+) -> dict:
     if (in_place is None) == (new_cluster is None):
         raise ValueError("choose exactly one target: --in-place CLUSTER or --new-cluster NAME")
-    target: dict[str, Any] = ({"inPlace": {"clusterName": in_place, "confirm": True}} if in_place else
-                              {"newCluster": {"name": new_cluster, **({"spec": dict(new_spec)} if new_spec else {})}})
-    return {"apiVersion": "etcd.operator.dev/v1alpha1", "kind": "EtcdRestore",
-            "metadata": {"name": name, "namespace": namespace},
-            "spec": {"source": {"backupRef": {"name": backup, "key": entry.key}}, "target": target}}
+    target: dict[str, Any] = (
+        {"inPlace": {"clusterName": in_place, "confirm": True}}
+        if in_place
+        else {"newCluster": {"name": new_cluster, **({"spec": dict(new_spec)} if new_spec else {})}}
+    )
+    return {
+        "apiVersion": "etcd.operator.dev/v1alpha1",
+        "kind": "EtcdRestore",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"source": {"backupRef": {"name": backup, "key": entry.key}}, "target": target},
+    }
 
 
 def restore_plan(restore: Mapping[str, Any], entry: CatalogueEntry, now: datetime.datetime) -> str:
     target = restore["spec"]["target"]
-    lines = [f"EtcdRestore {restore['metadata']['namespace']}/{restore['metadata']['name']} will restore",
-             f"  snapshot  {entry.key}",
-             f"  revision  {_or_dash(entry.revision)}, {human_bytes(entry.size)}, taken {human_age(entry.created_at, now)} "
-             f"ago, verification: {entry.verification}"]
+    lines = [
+        f"EtcdRestore {restore['metadata']['namespace']}/{restore['metadata']['name']} will restore",
+        f"  snapshot  {entry.key}",
+        f"  revision  {_or_dash(entry.revision)}, {human_bytes(entry.size)}, taken {human_age(entry.created_at, now)} "
+        f"ago, verification: {entry.verification}",
+    ]
     if "inPlace" in target:
-        lines += [f"  INTO the existing cluster {target['inPlace']['clusterName']}: it is stopped and its data "
-                  "replaced; every write after this revision is lost. The old PVCs are kept aside until the "
-                  "restore succeeds."]
+        lines += [
+            f"  INTO the existing cluster {target['inPlace']['clusterName']}: it is stopped and its data "
+            "replaced; every write after this revision is lost. The old PVCs are kept aside until the "
+            "restore succeeds."
+        ]
     else:
         lines += [f"  into a NEW cluster {target['newCluster']['name']}; existing clusters are not touched."]
     return "\n".join(lines)
@@ -221,9 +293,10 @@ def restore_plan(restore: Mapping[str, Any], entry: CatalogueEntry, now: datetim
 
 # ---- shared -------------------------------------------------------------------------
 
+
 def table(rows: list[list[Any]]) -> str:
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("   ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+    return "\n".join("   ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
 
 
 def _or_dash(value: Any) -> Any:

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import yaml
 
@@ -100,9 +101,14 @@ def limits_of(schema: dict[str, Any], required: bool) -> str:
         parts.append(("> " if schema.get("exclusiveMinimum") else "≥ ") + str(low))
     if high is not None:
         parts.append(("< " if schema.get("exclusiveMaximum") else "≤ ") + str(high))
-    for key, label in (("minLength", "length ≥"), ("maxLength", "length ≤"),
-                       ("minItems", "items ≥"), ("maxItems", "items ≤"),
-                       ("minProperties", "keys ≥"), ("maxProperties", "keys ≤")):
+    for key, label in (
+        ("minLength", "length ≥"),
+        ("maxLength", "length ≤"),
+        ("minItems", "items ≥"),
+        ("maxItems", "items ≤"),
+        ("minProperties", "keys ≥"),
+        ("maxProperties", "keys ≤"),
+    ):
         if key in schema:
             parts.append(f"{label} {schema[key]}")
     if "pattern" in schema:
@@ -111,8 +117,7 @@ def limits_of(schema: dict[str, Any], required: bool) -> str:
         parts.append("nullable")
     if schema.get("x-kubernetes-list-type"):
         keys = schema.get("x-kubernetes-list-map-keys")
-        parts.append(f"list type {schema['x-kubernetes-list-type']}"
-                     + (f" (keys {', '.join(keys)})" if keys else ""))
+        parts.append(f"list type {schema['x-kubernetes-list-type']}" + (f" (keys {', '.join(keys)})" if keys else ""))
     return "; ".join(parts)
 
 
@@ -137,8 +142,9 @@ def walk(schema: dict[str, Any], path: str, required: bool) -> Iterator[tuple[st
     for name, sub in props.items():
         yield from walk(sub, f"{path}.{name}" if path else name, name in needed)
     items = schema.get("items")
-    if isinstance(items, dict) and (items.get("properties") or items.get("items")
-                                    or items.get("x-kubernetes-validations")):
+    if isinstance(items, dict) and (
+        items.get("properties") or items.get("items") or items.get("x-kubernetes-validations")
+    ):
         yield from walk(items, f"{path}[]", False)
     extra = schema.get("additionalProperties")
     if isinstance(extra, dict) and (extra.get("properties") or extra.get("x-kubernetes-validations")):
@@ -162,13 +168,14 @@ def render_kind(crd: dict[str, Any]) -> list[str]:
     subresources = sorted((version.get("subresources") or {}).keys())
     if subresources:
         facts.append("subresources " + ", ".join(f"`{s}`" for s in subresources))
-    out.append(f"{_cell(root.get('description', ''))} ({'; '.join(facts)}). "
-               f"Behaviour: [{NARRATIVE.get(kind, '')}]({NARRATIVE.get(kind, '')}).")
+    out.append(
+        f"{_cell(root.get('description', ''))} ({'; '.join(facts)}). "
+        f"Behaviour: [{NARRATIVE.get(kind, '')}]({NARRATIVE.get(kind, '')})."
+    )
     out.append("")
     columns = version.get("additionalPrinterColumns") or []
     if columns:
-        out.append("`kubectl get` columns: " + ", ".join(
-            f"{c['name']} (`{c['jsonPath']}`)" for c in columns) + ".")
+        out.append("`kubectl get` columns: " + ", ".join(f"{c['name']} (`{c['jsonPath']}`)" for c in columns) + ".")
         out.append("")
     top = rules_of(root)
     if top:
@@ -185,14 +192,20 @@ def render_kind(crd: dict[str, Any]) -> list[str]:
         for path, schema, required in walk(sub, name, name in needed):
             default = _code(schema["default"]) if "default" in schema else ""
             messages = "<br>".join(_cell(m) for m in rules_of(schema))
-            out.append("| " + " | ".join([
-                f"`{path}`",
-                _cell(type_of(schema)),
-                _code_cell(default),
-                _code_cell(limits_of(schema, required)),
-                _cell(schema.get("description", "")),
-                messages,
-            ]) + " |")
+            out.append(
+                "| "
+                + " | ".join(
+                    [
+                        f"`{path}`",
+                        _cell(type_of(schema)),
+                        _code_cell(default),
+                        _code_cell(limits_of(schema, required)),
+                        _cell(schema.get("description", "")),
+                        messages,
+                    ]
+                )
+                + " |"
+            )
     out.append("")
     return out
 

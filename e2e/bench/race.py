@@ -29,7 +29,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from typing import Callable
+from collections.abc import Callable
 
 from localkube import layout as localkube_layout
 from tests.support.clusters import PLAINTEXT, is_healthy
@@ -56,9 +56,11 @@ REPO = HERE.parent.parent
 
 # --- building the official operator ---------------------------------------------------------
 
+
 def _cache_dir() -> pathlib.Path:
-    testbin = subprocess.run([str(REPO / "e2e" / "testbin" / "build.sh"), "--dir"], check=True,
-                             capture_output=True, text=True).stdout.strip()
+    testbin = subprocess.run(
+        [str(REPO / "e2e" / "testbin" / "build.sh"), "--dir"], check=True, capture_output=True, text=True
+    ).stdout.strip()
     return pathlib.Path(testbin) / f"official-etcd-operator-{OFFICIAL_TAG}"
 
 
@@ -75,23 +77,31 @@ def official_build() -> tuple[pathlib.Path, pathlib.Path]:
         else:
             source = pathlib.Path(scratch) / "etcd-operator"
             print(f"  cloning {OFFICIAL_REPOSITORY} at {OFFICIAL_TAG} (set OFFICIAL_OPERATOR_SRC to skip)", flush=True)
-            subprocess.run(["git", "clone", "--quiet", "--depth=1", "--branch", OFFICIAL_TAG,
-                            OFFICIAL_REPOSITORY, str(source)], check=True)
+            subprocess.run(
+                ["git", "clone", "--quiet", "--depth=1", "--branch", OFFICIAL_TAG, OFFICIAL_REPOSITORY, str(source)],
+                check=True,
+            )
         if f"module {OFFICIAL_MODULE}" not in (source / "go.mod").read_text():
             raise RuntimeError(f"{source} is not a checkout of {OFFICIAL_MODULE}")
         cache.mkdir(parents=True, exist_ok=True)
         log = cache / "build.log"
         print(f"  building the official operator from {source} (a few minutes; log {log})", flush=True)
         with open(log, "w") as out:
-            subprocess.run(["go", "build", "-o", str(binary) + ".tmp", "./cmd"], cwd=source, check=True,
-                           stdout=out, stderr=subprocess.STDOUT,
-                           env={**os.environ, "GOFLAGS": "-buildvcs=false"})
+            subprocess.run(
+                ["go", "build", "-o", str(binary) + ".tmp", "./cmd"],
+                cwd=source,
+                check=True,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "GOFLAGS": "-buildvcs=false"},
+            )
         shutil.copyfile(source / OFFICIAL_CRD, crd)
         os.replace(str(binary) + ".tmp", binary)
     return binary, crd
 
 
 # --- measuring ------------------------------------------------------------------------------
+
 
 def _cpu_seconds(pid: int) -> float:
     fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -101,9 +111,20 @@ def _cpu_seconds(pid: int) -> float:
 def _etcdctl(endpoints: list[str], *args: str) -> dict | list | None:
     binary = localkube_layout.testbin_dir() / "etcd-3.6" / "etcdctl"
     try:
-        done = subprocess.run([str(binary), f"--endpoints={','.join(endpoints)}", "--dial-timeout=1s",
-                               "--command-timeout=2s", "-w", "json", *args],
-                              capture_output=True, text=True, timeout=10)
+        done = subprocess.run(
+            [
+                str(binary),
+                f"--endpoints={','.join(endpoints)}",
+                "--dial-timeout=1s",
+                "--command-timeout=2s",
+                "-w",
+                "json",
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
     except subprocess.TimeoutExpired:
         return None
     if done.returncode != 0:
@@ -145,6 +166,7 @@ class Turn:
 
 # --- the two contestants ---------------------------------------------------------------------
 
+
 class Side:
     """One operator, its namespace and its clusters."""
 
@@ -168,8 +190,16 @@ class Side:
         kubectl("apply", "-f", "-", input=json.dumps(self.manifest(name, size)))
 
     def scale(self, name: str, size: int) -> None:
-        kubectl("patch", self.resource, name, "-n", self.namespace, "--type=merge", "-p",
-                json.dumps({"spec": {"size": size}}))
+        kubectl(
+            "patch",
+            self.resource,
+            name,
+            "-n",
+            self.namespace,
+            "--type=merge",
+            "-p",
+            json.dumps({"spec": {"size": size}}),
+        )
 
     def delete(self, name: str) -> None:
         kubectl("delete", self.resource, name, "-n", self.namespace, "--wait=false", check=False)
@@ -180,8 +210,11 @@ class Side:
     def lose_member(self, name: str) -> str:
         """Deletes one member's pod and its PVC together; returns the pod's uid."""
         pod = sorted(self.pods(name), key=lambda p: p["metadata"]["name"])[0]
-        claims = [v["persistentVolumeClaim"]["claimName"] for v in pod["spec"].get("volumes") or []
-                  if v.get("persistentVolumeClaim")]
+        claims = [
+            v["persistentVolumeClaim"]["claimName"]
+            for v in pod["spec"].get("volumes") or []
+            if v.get("persistentVolumeClaim")
+        ]
         if not claims:
             raise RuntimeError(f"{self.label}: pod {pod['metadata']['name']} has no PVC")
         for claim in claims:
@@ -189,8 +222,9 @@ class Side:
         kubectl("delete", "pod", pod["metadata"]["name"], "-n", self.namespace, "--wait=false")
         return pod["metadata"]["uid"]
 
-    def turn(self, act: Callable[[], object], name: str, size: int, timeout: float,
-             gone: Callable[[], str] | None = None) -> Turn:
+    def turn(
+        self, act: Callable[[], object], name: str, size: int, timeout: float, gone: Callable[[], str] | None = None
+    ) -> Turn:
         pid = self.pid()
         cpu = _cpu_seconds(pid)
         start = time.monotonic()
@@ -213,8 +247,10 @@ class Side:
         for p in sorted(pods, key=lambda p: p["metadata"]["name"]):
             for s in (p.get("status") or {}).get("containerStatuses") or []:
                 waiting = (s.get("state") or {}).get("waiting") or {}
-                states.append(f"{p['metadata']['name']} {waiting.get('reason') or 'running'}"
-                              f" (restarts {s.get('restartCount', 0)})")
+                states.append(
+                    f"{p['metadata']['name']} {waiting.get('reason') or 'running'}"
+                    f" (restarts {s.get('restartCount', 0)})"
+                )
         return "; ".join(states) or "no pods"
 
 
@@ -236,12 +272,16 @@ class Ours(Side):
         return self.operator.process.pid
 
     def manifest(self, name: str, size: int) -> dict:
-        return {"apiVersion": "etcd.operator.dev/v1alpha1", "kind": "EtcdCluster",
-                "metadata": {"name": name, "namespace": self.namespace},
-                "spec": {**PLAINTEXT, "size": size, "version": ETCD_VERSION, "storage": {"size": "1Gi"}}}
+        return {
+            "apiVersion": "etcd.operator.dev/v1alpha1",
+            "kind": "EtcdCluster",
+            "metadata": {"name": name, "namespace": self.namespace},
+            "spec": {**PLAINTEXT, "size": size, "version": ETCD_VERSION, "storage": {"size": "1Gi"}},
+        }
 
     def selector(self, name: str) -> str:
         from etcd_operator.cluster import naming
+
         return naming.label_selector(naming.selector_labels(name))
 
     def own_view_settled(self, name: str, size: int) -> bool:
@@ -265,9 +305,11 @@ class Official(Side):
         kubectl("wait", "--for=condition=Established", f"crd/{OFFICIAL_RESOURCE}", "--timeout=60s")
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
-                [str(self.binary), "--health-probe-bind-address=0", "--metrics-bind-address=0",
-                 "--leader-elect=false"],
-                stdout=log, stderr=subprocess.STDOUT, env={**os.environ})
+                [str(self.binary), "--health-probe-bind-address=0", "--metrics-bind-address=0", "--leader-elect=false"],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ},
+            )
 
     def stop(self) -> None:
         stop_gracefully(self.process, 10)
@@ -278,16 +320,19 @@ class Official(Side):
         return self.process.pid
 
     def manifest(self, name: str, size: int) -> dict:
-        return {"apiVersion": "operator.etcd.io/v1alpha1", "kind": "EtcdCluster",
-                "metadata": {"name": name, "namespace": self.namespace},
-                "spec": {"size": size, "version": f"v{ETCD_VERSION}",
-                         "storageSpec": {"volumeSizeRequest": "1Gi"}}}
+        return {
+            "apiVersion": "operator.etcd.io/v1alpha1",
+            "kind": "EtcdCluster",
+            "metadata": {"name": name, "namespace": self.namespace},
+            "spec": {"size": size, "version": f"v{ETCD_VERSION}", "storageSpec": {"volumeSizeRequest": "1Gi"}},
+        }
 
     def selector(self, name: str) -> str:
         return f"app={name},controller={name}"
 
 
 # --- the race ---------------------------------------------------------------------------------
+
 
 @dataclasses.dataclass
 class Scenario:
@@ -342,62 +387,110 @@ def _race(official: Official, ours: Ours) -> list[Scenario]:
 
     def both(title: str, turn_of: Callable[[Side], Turn], official_first: bool) -> None:
         turns = {}
-        for side in ((official, ours) if official_first else (ours, official)):
+        for side in (official, ours) if official_first else (ours, official):
             turns[side.label] = turn_of(side)
             t = turns[side.label]
-            print(f"  race: {title}: {side.label}: {_seconds(t)} ({t.cpu:.2f} CPU s){' ' + t.note if t.note else ''}",
-                  flush=True)
+            print(
+                f"  race: {title}: {side.label}: {_seconds(t)} ({t.cpu:.2f} CPU s){' ' + t.note if t.note else ''}",
+                flush=True,
+            )
         out.append(Scenario(title, turns[official.label], turns[ours.label]))
 
-    both("1. apply, 3 healthy voters",
-         lambda s: s.turn(lambda: s.apply("race", 3), "race", 3, TIMEOUT), True)
+    both("1. apply, 3 healthy voters", lambda s: s.turn(lambda: s.apply("race", 3), "race", 3, TIMEOUT), True)
     both("2. scale 3 -> 5", lambda s: s.turn(lambda: s.scale("race", 5), "race", 5, TIMEOUT), False)
     both("3. scale 5 -> 3", lambda s: s.turn(lambda: s.scale("race", 3), "race", 3, TIMEOUT), True)
     both("4. scale 3 -> 5 again", lambda s: s.turn(lambda: s.scale("race", 5), "race", 5, STALL_TIMEOUT), False)
     for side in (official, ours):
         side.delete("race")  # a stalled cluster would crash-loop through the last scenario
-    both("1'. apply, 3 healthy voters (second cluster)",
-         lambda s: s.turn(lambda: s.apply("heal", 3), "heal", 3, TIMEOUT), True)
-    both("5. a member lost its pod and its PVC",
-         lambda s: s.turn(lambda: None, "heal", 3, STALL_TIMEOUT, gone=lambda: s.lose_member("heal")), False)
+    both(
+        "1'. apply, 3 healthy voters (second cluster)",
+        lambda s: s.turn(lambda: s.apply("heal", 3), "heal", 3, TIMEOUT),
+        True,
+    )
+    both(
+        "5. a member lost its pod and its PVC",
+        lambda s: s.turn(lambda: None, "heal", 3, STALL_TIMEOUT, gone=lambda: s.lose_member("heal")),
+        False,
+    )
     return out
 
 
 def _report(bench, scenarios: list[Scenario]) -> None:
     if not scenarios:
         return
-    head = ("scenario", "official v0.2.0", "this operator", "official / ours", "CPU s official / ours",
-            "ours, etcd's view alone")
-    rows = [(s.title, _seconds(s.official), _seconds(s.ours), _ratio(s.official, s.ours),
-             f"{s.official.cpu:.2f} / {s.ours.cpu:.2f}",
-             "-" if s.ours.etcd_seconds is None else f"{s.ours.etcd_seconds:.1f} s") for s in scenarios]
+    head = (
+        "scenario",
+        "official v0.2.0",
+        "this operator",
+        "official / ours",
+        "CPU s official / ours",
+        "ours, etcd's view alone",
+    )
+    rows = [
+        (
+            s.title,
+            _seconds(s.official),
+            _seconds(s.ours),
+            _ratio(s.official, s.ours),
+            f"{s.official.cpu:.2f} / {s.ours.cpu:.2f}",
+            "-" if s.ours.etcd_seconds is None else f"{s.ours.etcd_seconds:.1f} s",
+        )
+        for s in scenarios
+    ]
     four = scenarios[:4]
-    rows.append(("operator CPU, scenarios 1-4", "", "", "",
-                 f"{sum(s.official.cpu for s in four):.2f} / {sum(s.ours.cpu for s in four):.2f}", ""))
-    rows.append(("operator CPU, all turns", "", "", "",
-                 f"{sum(s.official.cpu for s in scenarios):.2f} / {sum(s.ours.cpu for s in scenarios):.2f}", ""))
+    rows.append(
+        (
+            "operator CPU, scenarios 1-4",
+            "",
+            "",
+            "",
+            f"{sum(s.official.cpu for s in four):.2f} / {sum(s.ours.cpu for s in four):.2f}",
+            "",
+        )
+    )
+    rows.append(
+        (
+            "operator CPU, all turns",
+            "",
+            "",
+            "",
+            f"{sum(s.official.cpu for s in scenarios):.2f} / {sum(s.ours.cpu for s in scenarios):.2f}",
+            "",
+        )
+    )
     widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
-    print(f"\nside-by-side race with etcd-io/etcd-operator {OFFICIAL_TAG} (done: etcd's own view for both;"
-          " this operator must also report Available)")
+    print(
+        f"\nside-by-side race with etcd-io/etcd-operator {OFFICIAL_TAG} (done: etcd's own view for both;"
+        " this operator must also report Available)"
+    )
     for r in [head] + rows:
         print("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
     for s in scenarios:
         for who, turn in (("official", s.official), ("ours", s.ours)):
             if turn.seconds is None:
                 print(f"  {s.title}, {who}: stalled, not done in {turn.timeout:.0f} s; pods then: {turn.note}")
-    ahead = [s for s in scenarios if s.ours.seconds is not None
-             and (s.official.seconds is None or s.ours.seconds < s.official.seconds)]
+    ahead = [
+        s
+        for s in scenarios
+        if s.ours.seconds is not None and (s.official.seconds is None or s.ours.seconds < s.official.seconds)
+    ]
     every = len(ahead) == len(scenarios)
-    bench.row("race: ours ahead on every scenario", "met" if every else "missed",
-              f"({len(ahead)} of {len(scenarios)}; behind on: "
-              f"{', '.join(s.title for s in scenarios if s not in ahead) or 'none'})")
+    bench.row(
+        "race: ours ahead on every scenario",
+        "met" if every else "missed",
+        f"({len(ahead)} of {len(scenarios)}; behind on: "
+        f"{', '.join(s.title for s in scenarios if s not in ahead) or 'none'})",
+    )
     # Time to reach 5 members: apply 3 + scale 3 -> 5, the first pass of each.
     official5 = _sum(scenarios[0].official, scenarios[1].official)
     ours5 = _sum(scenarios[0].ours, scenarios[1].ours)
     if official5 is not None and ours5 is not None:
-        bench.row("race: time to 5 members (apply 3 + scale 3 -> 5)", f"{ours5:.1f} s",
-                  f"(official {official5:.1f} s, ratio {ours5 / official5:.2f}; target <= 0.5: "
-                  f"{'met' if ours5 <= official5 / 2 else 'missed'})")
+        bench.row(
+            "race: time to 5 members (apply 3 + scale 3 -> 5)",
+            f"{ours5:.1f} s",
+            f"(official {official5:.1f} s, ratio {ours5 / official5:.2f}; target <= 0.5: "
+            f"{'met' if ours5 <= official5 / 2 else 'missed'})",
+        )
     else:
         bench.row("race: time to 5 members (apply 3 + scale 3 -> 5)", "-", "(a side did not finish)")
 

@@ -26,7 +26,7 @@ import statistics
 import time
 import urllib.request
 import uuid
-from typing import Iterable
+from collections.abc import Iterable
 
 MIB = 1 << 20
 SIZES = tuple(int(n) for n in os.environ.get("BENCH_SCALE_SIZES", "10,30,60").split(","))
@@ -50,6 +50,7 @@ OPERATOR_PYTHON = os.environ.get("BENCH_OPERATOR_PYTHON") or None
 
 # --- pure helpers (e2e/tests/test_bench_scale.py) --------------------------------------
 
+
 @dataclasses.dataclass(frozen=True)
 class Line:
     intercept: float
@@ -69,8 +70,7 @@ def fit_line(points: Iterable[tuple[float, float]]) -> Line:
         slope = statistics.fmean(ys) / statistics.fmean(xs) if statistics.fmean(xs) else 0.0
         return Line(0.0, slope)
     mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
-    slope = (sum((x - mean_x) * (y - mean_y) for x, y in points)
-             / sum((x - mean_x) ** 2 for x in xs))
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / sum((x - mean_x) ** 2 for x in xs)
     return Line(mean_y - slope * mean_x, slope)
 
 
@@ -103,8 +103,9 @@ class RequestCount:
         return self.requests * 60 / seconds, self.watches * 60 / seconds
 
 
-def count_requests(events: Iterable[dict], start: float, end: float,
-                   agents: tuple[str, ...] = OPERATOR_AGENTS) -> RequestCount:
+def count_requests(
+    events: Iterable[dict], start: float, end: float, agents: tuple[str, ...] = OPERATOR_AGENTS
+) -> RequestCount:
     """Requests by `agents` received in [start, end), watches apart."""
     requests = watches = 0
     by_kind: collections.Counter[str] = collections.Counter()
@@ -123,9 +124,13 @@ def count_requests(events: Iterable[dict], start: float, end: float,
     return RequestCount(requests, watches, dict(by_kind))
 
 
-def unattributed_agents(events: Iterable[dict], start: float, end: float,
-                        agents: tuple[str, ...] = OPERATOR_AGENTS,
-                        bench_agents: tuple[str, ...] = BENCH_AGENTS) -> dict[str, int]:
+def unattributed_agents(
+    events: Iterable[dict],
+    start: float,
+    end: float,
+    agents: tuple[str, ...] = OPERATOR_AGENTS,
+    bench_agents: tuple[str, ...] = BENCH_AGENTS,
+) -> dict[str, int]:
     """Requests in the window by the operator's Kubernetes user under some other agent (the
     bench's kubectl excepted): a client the agent selection would miss, e.g. a new one that
     does not go through KubeClient.from_environment. The bench's own agents are left out."""
@@ -133,8 +138,10 @@ def unattributed_agents(events: Iterable[dict], start: float, end: float,
     users = {(e.get("user") or {}).get("username") for e in events if is_operator(e, agents)}
     known = agents + bench_agents
     found: collections.Counter[str] = collections.Counter(
-        e.get("userAgent", "") for e in events
-        if (e.get("user") or {}).get("username") in users and not e.get("userAgent", "").startswith(known))
+        e.get("userAgent", "")
+        for e in events
+        if (e.get("user") or {}).get("username") in users and not e.get("userAgent", "").startswith(known)
+    )
     return dict(found)
 
 
@@ -144,16 +151,22 @@ class Reaction:
     after_gone: float | None  # the old pod object removed -> that create
 
 
-def pod_reaction(events: Iterable[dict], namespace: str, pod: str, deleted_at: float,
-                 agents: tuple[str, ...] = OPERATOR_AGENTS) -> Reaction | None:
+def pod_reaction(
+    events: Iterable[dict], namespace: str, pod: str, deleted_at: float, agents: tuple[str, ...] = OPERATOR_AGENTS
+) -> Reaction | None:
     """From the audit log: when the operator created `pod` again after its deletion was
     requested at `deleted_at`, and when the last delete of the old pod object (the node
     agent's, once the process stopped) completed. None while the operator has not acted."""
     gone_at = None
     for event in sorted(events, key=lambda e: audit_time(e["requestReceivedTimestamp"])):
         ref = event.get("objectRef") or {}
-        if (ref.get("resource") != "pods" or ref.get("subresource") or ref.get("namespace") != namespace
-                or ref.get("name") != pod or event.get("stage") != "ResponseComplete"):
+        if (
+            ref.get("resource") != "pods"
+            or ref.get("subresource")
+            or ref.get("namespace") != namespace
+            or ref.get("name") != pod
+            or event.get("stage") != "ResponseComplete"
+        ):
             continue
         received = audit_time(event["requestReceivedTimestamp"])
         if received < deleted_at:
@@ -170,7 +183,7 @@ def prometheus_sum(text: str, metric: str) -> float:
     """Sum of every sample of `metric` (all label sets) in a Prometheus text exposition."""
     total = 0.0
     for line in text.splitlines():
-        if line.startswith(metric) and line[len(metric):len(metric) + 1] in ("{", " "):
+        if line.startswith(metric) and line[len(metric) : len(metric) + 1] in ("{", " "):
             total += float(line.rsplit(" ", 1)[1])
     return total
 
@@ -180,6 +193,7 @@ def verdict(met: bool) -> str:
 
 
 # --- the audit log ---------------------------------------------------------------------
+
 
 class AuditLog:
     """kube-apiserver's JSON audit log, read from a byte offset on."""
@@ -196,11 +210,12 @@ class AuditLog:
         with open(self.path, "rb") as f:
             f.seek(since)
             data = f.read()
-        complete = data[:data.rfind(b"\n") + 1]  # a line still being written waits for the next read
+        complete = data[: data.rfind(b"\n") + 1]  # a line still being written waits for the next read
         return [json.loads(line) for line in complete.splitlines() if line.strip()]
 
 
 # --- the benchmark ---------------------------------------------------------------------
+
 
 @dataclasses.dataclass(frozen=True)
 class Sample:
@@ -223,16 +238,27 @@ def operator_environment(python: str | None) -> str:
     import sys
 
     python = python or sys.executable
-    probe = subprocess.run([python, "-I", "-c", "import importlib.util, sys; "
-                            "print(sys.prefix, importlib.util.find_spec('kubernetes') is not None)"],
-                           capture_output=True, text=True, check=True).stdout.split()
+    probe = subprocess.run(
+        [
+            python,
+            "-I",
+            "-c",
+            "import importlib.util, sys; print(sys.prefix, importlib.util.find_spec('kubernetes') is not None)",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     prefix, has_sync_client = pathlib.Path(probe[0]), probe[1] == "True"
     try:
         prefix = prefix.relative_to(pathlib.Path.cwd())
     except ValueError:
         pass
-    return (f"operator from {prefix}: " + ("development install, test extras (kubernetes) present"
-                                           if has_sync_client else "production install, no test extras"))
+    return f"operator from {prefix}: " + (
+        "development install, test extras (kubernetes) present"
+        if has_sync_client
+        else "production install, no test extras"
+    )
 
 
 def cluster_name(index: int) -> str:
@@ -251,9 +277,9 @@ class ScaleBench:
         self.reactions: dict[int, list[Reaction]] = {}
         self.samples: list[Sample] = []
 
-    def __enter__(self) -> "ScaleBench":
-        from tests.support import crds
+    def __enter__(self) -> ScaleBench:
         from localkube import controlplane
+        from tests.support import crds
         from tests.support.kubectl import kubectl
         from tests.support.operator_process import OperatorProcess
 
@@ -298,13 +324,23 @@ class ScaleBench:
 
         while self.created < n:
             batch = range(self.created, min(n, self.created + BATCH))
-            items = [{"apiVersion": GROUP, "kind": "EtcdCluster",
-                      "metadata": {"name": cluster_name(i), "namespace": self.namespace},
-                      "spec": {**PLAINTEXT, "size": 1}} for i in batch]
+            items = [
+                {
+                    "apiVersion": GROUP,
+                    "kind": "EtcdCluster",
+                    "metadata": {"name": cluster_name(i), "namespace": self.namespace},
+                    "spec": {**PLAINTEXT, "size": 1},
+                }
+                for i in batch
+            ]
             kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
             self.created = batch.stop
-            wait_for(lambda: sum(is_healthy(c, 1) for c in self._clusters()) == self.created, 900,
-                     interval=2, what=f"{self.created} clusters healthy")
+            wait_for(
+                lambda: sum(is_healthy(c, 1) for c in self._clusters()) == self.created,
+                900,
+                interval=2,
+                what=f"{self.created} clusters healthy",
+            )
             print(f"  {self.created} clusters healthy", flush=True)
 
     def _member_metrics(self) -> list[str]:
@@ -312,14 +348,18 @@ class ScaleBench:
         from tests.support.kubectl import kubectl_json
 
         pods = kubectl_json("get", "pods", "-n", self.namespace)["items"]
-        urls = [f"http://{p['status']['podIP']}:{naming.METRICS_PORT}/metrics" for p in pods
-                if (p.get("status") or {}).get("podIP") and not p["metadata"].get("deletionTimestamp")]
+        urls = [
+            f"http://{p['status']['podIP']}:{naming.METRICS_PORT}/metrics"
+            for p in pods
+            if (p.get("status") or {}).get("podIP") and not p["metadata"].get("deletionTimestamp")
+        ]
         if len(urls) != self.created:
             raise RuntimeError(f"{len(urls)} member pods with an IP for {self.created} clusters")
 
         def scrape(url: str) -> str:
             with urllib.request.urlopen(url, timeout=10) as response:
                 return response.read().decode()
+
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
             return list(pool.map(scrape, urls))
 
@@ -340,16 +380,20 @@ class ScaleBench:
 
         def delta(metric: str) -> float:
             return sum(prometheus_sum(t, metric) for t in after) - sum(prometheus_sum(t, metric) for t in before)
+
         events = self.audit.events(offset)
         api = count_requests(events, start, end)
         for agent, count in unattributed_agents(events, start, end).items():
-            print(f"  WARNING: {count} requests by the operator's user under agent {agent!r} are not counted",
-                  flush=True)
+            print(
+                f"  WARNING: {count} requests by the operator's user under agent {agent!r} are not counted", flush=True
+            )
         # The bench's own first scrape of each member is counted by the second one.
         scrapes = delta("promhttp_metric_handler_requests_total") - self.created
         sample = Sample(self.created, seconds, api, delta("grpc_server_started_total"), scrapes, cpu, rss)
-        kinds = ", ".join(f"{kind} {count * 60 / seconds / self.created:.2f}"
-                          for kind, count in sorted(api.by_kind.items(), key=lambda kv: -kv[1]))
+        kinds = ", ".join(
+            f"{kind} {count * 60 / seconds / self.created:.2f}"
+            for kind, count in sorted(api.by_kind.items(), key=lambda kv: -kv[1])
+        )
         print(f"  N={self.created}: per cluster per minute: {kinds}", flush=True)
         return sample
 
@@ -367,16 +411,36 @@ class ScaleBench:
             offset = self.audit.offset()
             requested = time.time()
             kubectl("delete", "pod", pod, "-n", self.namespace, "--wait=false")
-            deleted_at = min((audit_time(e["requestReceivedTimestamp"]) for e in self.audit.events(offset)
-                              if e.get("verb") == "delete" and e.get("userAgent", "").startswith("kubectl")
-                              and (e.get("objectRef") or {}).get("name") == pod), default=requested)
-            results.append(wait_for(lambda offset=offset, deleted_at=deleted_at: pod_reaction(
-                self.audit.events(offset), self.namespace, pod, deleted_at), 300, interval=0.5,
-                what=f"the operator's replacement of {pod}"))
+            deleted_at = min(
+                (
+                    audit_time(e["requestReceivedTimestamp"])
+                    for e in self.audit.events(offset)
+                    if e.get("verb") == "delete"
+                    and e.get("userAgent", "").startswith("kubectl")
+                    and (e.get("objectRef") or {}).get("name") == pod
+                ),
+                default=requested,
+            )
+            results.append(
+                wait_for(
+                    lambda offset=offset, deleted_at=deleted_at: pod_reaction(
+                        self.audit.events(offset), self.namespace, pod, deleted_at
+                    ),
+                    300,
+                    interval=0.5,
+                    what=f"the operator's replacement of {pod}",
+                )
+            )
             wait_healthy(self.namespace, cluster, 1, timeout=300)
-        print(f"  reaction at N={self.created}: " + ", ".join(
-            f"{r.seconds:.1f} s" + (f" ({r.after_gone:.1f} s after the pod was gone)" if r.after_gone is not None
-                                    else "") for r in results), flush=True)
+        print(
+            f"  reaction at N={self.created}: "
+            + ", ".join(
+                f"{r.seconds:.1f} s"
+                + (f" ({r.after_gone:.1f} s after the pod was gone)" if r.after_gone is not None else "")
+                for r in results
+            ),
+            flush=True,
+        )
         return results
 
     def run(self) -> None:
@@ -391,18 +455,34 @@ class ScaleBench:
     # --- the table ---
 
     def report(self) -> None:
-        print(f"\nscale benchmark (make bench BENCH=scale): EtcdClusters of size 1, plaintext, one operator; "
-              f"{WINDOW_SECONDS:.0f} s steady-state window per N, {os.cpu_count()} CPUs")
+        print(
+            f"\nscale benchmark (make bench BENCH=scale): EtcdClusters of size 1, plaintext, one operator; "
+            f"{WINDOW_SECONDS:.0f} s steady-state window per N, {os.cpu_count()} CPUs"
+        )
         print(f"  {self.environment}")
         header = ("N", "API req/min", "etcd RPC/min", "scrapes/min", "CPU s/min")
-        print("  per cluster:   " + "".join(f"{h:>14}" for h in header)
-              + f"{'| operator:':>14}{'RSS MiB':>10}{'watches/min':>14}")
+        print(
+            "  per cluster:   "
+            + "".join(f"{h:>14}" for h in header)
+            + f"{'| operator:':>14}{'RSS MiB':>10}{'watches/min':>14}"
+        )
         for s in self.samples:
             req, watch = s.api.per_minute(s.seconds)
             n = s.clusters
-            print("                 " + "".join(f"{v:>14}" for v in (
-                n, f"{req / n:.2f}", f"{s.per_minute(s.rpcs) / n:.2f}", f"{s.per_minute(s.scrapes) / n:.2f}",
-                f"{s.per_minute(s.cpu_seconds) / n:.4f}")) + f"{'':>14}{s.rss_mib:>10.1f}{watch:>14.2f}")
+            print(
+                "                 "
+                + "".join(
+                    f"{v:>14}"
+                    for v in (
+                        n,
+                        f"{req / n:.2f}",
+                        f"{s.per_minute(s.rpcs) / n:.2f}",
+                        f"{s.per_minute(s.scrapes) / n:.2f}",
+                        f"{s.per_minute(s.cpu_seconds) / n:.4f}",
+                    )
+                )
+                + f"{'':>14}{s.rss_mib:>10.1f}{watch:>14.2f}"
+            )
         figures = {
             "API req/min": [(s.clusters, s.api.per_minute(s.seconds)[0]) for s in self.samples],
             "etcd RPC/min": [(s.clusters, s.per_minute(s.rpcs)) for s in self.samples],
@@ -410,46 +490,71 @@ class ScaleBench:
             "RSS MiB": [(s.clusters, s.rss_mib) for s in self.samples],
         }
         lines = {name: fit_line(points) for name, points in figures.items()}
-        print("  whole operator: " + f"{'slope/cluster':>16}{'intercept':>12}"
-              + "".join(f"{'at N=' + str(n):>12}" for n in PROJECT_TO))
+        print(
+            "  whole operator: "
+            + f"{'slope/cluster':>16}{'intercept':>12}"
+            + "".join(f"{'at N=' + str(n):>12}" for n in PROJECT_TO)
+        )
         for name, line in lines.items():
-            print(f"    {name:<13}" + f"{line.slope:>16.4f}{line.intercept:>12.2f}"
-                  + "".join(f"{line.at(n):>12.1f}" for n in PROJECT_TO))
+            print(
+                f"    {name:<13}"
+                + f"{line.slope:>16.4f}{line.intercept:>12.2f}"
+                + "".join(f"{line.at(n):>12.1f}" for n in PROJECT_TO)
+            )
         print("  targets at steady state:")
         api = lines["API req/min"]
-        measured = all(s.api.per_minute(s.seconds)[0] / s.clusters <= TARGET_REQUESTS_PER_CLUSTER_MINUTE
-                       for s in self.samples)
+        measured = all(
+            s.api.per_minute(s.seconds)[0] / s.clusters <= TARGET_REQUESTS_PER_CLUSTER_MINUTE for s in self.samples
+        )
         projected = all(api.at(n) / n <= TARGET_REQUESTS_PER_CLUSTER_MINUTE for n in PROJECT_TO)
-        print(f"    <= {TARGET_REQUESTS_PER_CLUSTER_MINUTE:g} API request per cluster per minute (watches excluded): "
-              f"{verdict(measured and projected)} (measured "
-              + ", ".join(f"{s.api.per_minute(s.seconds)[0] / s.clusters:.2f} at N={s.clusters}"
-                          for s in self.samples)
-              + "; projected " + ", ".join(f"{api.at(n) / n:.2f} at N={n}" for n in PROJECT_TO) + ")")
+        print(
+            f"    <= {TARGET_REQUESTS_PER_CLUSTER_MINUTE:g} API request per cluster per minute (watches excluded): "
+            f"{verdict(measured and projected)} (measured "
+            + ", ".join(f"{s.api.per_minute(s.seconds)[0] / s.clusters:.2f} at N={s.clusters}" for s in self.samples)
+            + "; projected "
+            + ", ".join(f"{api.at(n) / n:.2f} at N={n}" for n in PROJECT_TO)
+            + ")"
+        )
         rss = lines["RSS MiB"].at(100)
-        print(f"    RSS <= {TARGET_RSS_MIB_AT_100:.0f} MiB projected for 100 clusters: "
-              f"{verdict(rss <= TARGET_RSS_MIB_AT_100)} ({rss:.0f} MiB)")
+        print(
+            f"    RSS <= {TARGET_RSS_MIB_AT_100:.0f} MiB projected for 100 clusters: "
+            f"{verdict(rss <= TARGET_RSS_MIB_AT_100)} ({rss:.0f} MiB)"
+        )
         if len(self.reactions) >= 2:
             (few, first), (many, last) = sorted(self.reactions.items())[0], sorted(self.reactions.items())[-1]
             small, large = (statistics.median(r.seconds for r in rs) for rs in (first, last))
             unchanged = large <= max(small + REACTION_SLACK_SECONDS, small * REACTION_SLACK_RATIO)
-            gone = [f"{statistics.median(known):.1f} s" if (known := [r.after_gone for r in rs
-                                                                      if r.after_gone is not None]) else "n/a"
-                    for rs in (first, last)]
-            print(f"    reaction (member pod deleted -> operator creates its replacement) unchanged from N={few} "
-                  f"to N={many}: {verdict(unchanged)} (median of {len(first)}: {small:.1f} s at N={few}, "
-                  f"{large:.1f} s at N={many}; after the old pod was gone: {gone[0]}, {gone[1]})")
+            gone = [
+                f"{statistics.median(known):.1f} s"
+                if (known := [r.after_gone for r in rs if r.after_gone is not None])
+                else "n/a"
+                for rs in (first, last)
+            ]
+            print(
+                f"    reaction (member pod deleted -> operator creates its replacement) unchanged from N={few} "
+                f"to N={many}: {verdict(unchanged)} (median of {len(first)}: {small:.1f} s at N={few}, "
+                f"{large:.1f} s at N={many}; after the old pod was gone: {gone[0]}, {gone[1]})"
+            )
             quick = max(small, large) <= REACTION_TARGET_SECONDS
-            print(f"    reaction within {REACTION_TARGET_SECONDS:g} s at both N (watch-driven observation): "
-                  f"{verdict(quick)}")
+            print(
+                f"    reaction within {REACTION_TARGET_SECONDS:g} s at both N (watch-driven observation): "
+                f"{verdict(quick)}"
+            )
 
 
 def save(bench: ScaleBench) -> pathlib.Path:
     """The raw figures, so a table can be checked or redrawn later."""
     path = bench.layout.logs_dir / f"bench-scale-{time.strftime('%Y%m%dT%H%M%S')}.json"
-    path.write_text(json.dumps({"environment": bench.environment,
-                                "samples": [dataclasses.asdict(s) for s in bench.samples],
-                                "reactions": {n: [dataclasses.asdict(r) for r in rs]
-                                              for n, rs in bench.reactions.items()}}, indent=1))
+    path.write_text(
+        json.dumps(
+            {
+                "environment": bench.environment,
+                "samples": [dataclasses.asdict(s) for s in bench.samples],
+                "reactions": {n: [dataclasses.asdict(r) for r in rs] for n, rs in bench.reactions.items()},
+            },
+            indent=1,
+        )
+    )
     return path
 
 

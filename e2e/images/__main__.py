@@ -18,16 +18,16 @@ from images import containerd, recipes
 
 
 def selected(filters: list[str]) -> list[recipes.Recipe]:
-    chosen = [recipe for recipe in recipes.all_recipes()
-              if not filters or any(text in recipe.name for text in filters)]
+    chosen = [recipe for recipe in recipes.all_recipes() if not filters or any(text in recipe.name for text in filters)]
     if not chosen:
         raise recipes.Missing(f"no image matches {' '.join(filters)}")
     return chosen
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="images", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="images", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     build = sub.add_parser("build", help="build the archives (cached), print where they are")
     build.add_argument("names", nargs="*")
@@ -62,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"images: {recipe.name}: {e}", file=sys.stderr)
             failed += 1
     return 1 if failed else 0
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -21,8 +21,12 @@ class ContainerdError(Exception):
 
 
 def ctr(address: str | pathlib.Path, *args: str, timeout: float = 300.0) -> str:
-    done = subprocess.run(["ctr", "--address", str(address), "--namespace", NAMESPACE, *args],
-                          capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run(
+        ["ctr", "--address", str(address), "--namespace", NAMESPACE, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     if done.returncode != 0:
         raise ContainerdError(f"ctr {' '.join(args)}: {done.stderr.strip() or done.stdout.strip()}")
     return done.stdout
@@ -82,15 +86,16 @@ class Throwaway:
         self.log = base / "containerd.log"
         self.process: subprocess.Popen | None = None
 
-    def __enter__(self) -> "Throwaway":
+    def __enter__(self) -> Throwaway:
         if not shutil.which("containerd"):
             raise ContainerdError("containerd is missing (apt-get install containerd)")
         self.base.mkdir(parents=True, exist_ok=True)
         config = self.base / "config.toml"
         config.write_text(CONFIG.format(root=self.base / "root", state=self.base / "state", socket=self.socket))
         with open(self.log, "ab") as log:
-            self.process = subprocess.Popen(["containerd", "--config", str(config)], stdout=log,
-                                            stderr=subprocess.STDOUT, start_new_session=True)
+            self.process = subprocess.Popen(
+                ["containerd", "--config", str(config)], stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
         self._wait_serving()
         return self
 
@@ -157,8 +162,9 @@ class Throwaway:
         points = [line.split()[1] for line in pathlib.Path("/proc/mounts").read_text().splitlines()]
         return sorted((point for point in points if point.startswith(str(self.base) + "/")), reverse=True)
 
-    def run(self, image: str, name: str, *command: str, read_only: bool = False,
-            timeout: float = 60.0) -> subprocess.CompletedProcess:
+    def run(
+        self, image: str, name: str, *command: str, read_only: bool = False, timeout: float = 60.0
+    ) -> subprocess.CompletedProcess:
         """`ctr run --rm` of one container as the image's user; its output and exit code."""
         args = ["ctr", "--address", str(self.socket), "--namespace", NAMESPACE, "run", "--rm"]
         if read_only:

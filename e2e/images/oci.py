@@ -60,14 +60,26 @@ class Entry:
     def fingerprint(self) -> dict:
         """What identifies this entry for a cache key (a file's content, not its path)."""
         content = self.content()
-        return {"path": self.path, "mode": self.mode, "uid": self.uid, "gid": self.gid,
-                "link": self.link, "directory": self.directory,
-                "xattrs": [(name, value.hex()) for name, value in self.xattrs],
-                "sha256": hashlib.sha256(content).hexdigest() if content is not None else None}
+        return {
+            "path": self.path,
+            "mode": self.mode,
+            "uid": self.uid,
+            "gid": self.gid,
+            "link": self.link,
+            "directory": self.directory,
+            "xattrs": [(name, value.hex()) for name, value in self.xattrs],
+            "sha256": hashlib.sha256(content).hexdigest() if content is not None else None,
+        }
 
 
-def file(path: str, source: pathlib.Path | str, mode: int = 0o755, uid: int = 0, gid: int = 0,
-         xattrs: tuple[tuple[str, bytes], ...] = ()) -> Entry:
+def file(
+    path: str,
+    source: pathlib.Path | str,
+    mode: int = 0o755,
+    uid: int = 0,
+    gid: int = 0,
+    xattrs: tuple[tuple[str, bytes], ...] = (),
+) -> Entry:
     return Entry(path, source=pathlib.Path(source), mode=mode, uid=uid, gid=gid, xattrs=xattrs)
 
 
@@ -152,8 +164,9 @@ def layer_tar(entries: list[Entry]) -> bytes:
             info.mtime, info.mode, info.uid, info.gid = EPOCH, entry.mode, entry.uid, entry.gid
             info.uname = info.gname = ""
             # PAX records carry extended attributes; binary values pass as surrogate escapes.
-            info.pax_headers = {f"SCHILY.xattr.{name}": value.decode("utf-8", "surrogateescape")
-                                for name, value in entry.xattrs}
+            info.pax_headers = {
+                f"SCHILY.xattr.{name}": value.decode("utf-8", "surrogateescape") for name, value in entry.xattrs
+            }
             if entry.directory:
                 info.type = tarfile.DIRTYPE
                 tar.addfile(info)
@@ -190,38 +203,46 @@ def split_reference(name: str) -> tuple[str, str]:
     return repository, tag
 
 
-def image_blobs(name: str, entries: list[Entry], config: Config, architecture: str = "amd64",
-                ) -> tuple[dict, dict[str, bytes]]:
+def image_blobs(
+    name: str,
+    entries: list[Entry],
+    config: Config,
+    architecture: str = "amd64",
+) -> tuple[dict, dict[str, bytes]]:
     """The index.json document and the blobs (digest -> bytes) of a one-layer image."""
     _, tag = split_reference(name)
     layer = layer_tar(entries)
     compressed = gzipped(layer)
-    image_config = canonical_json({
-        "architecture": architecture,
-        "os": "linux",
-        "created": "1970-01-01T00:00:00Z",
-        "config": config.as_oci(),
-        "rootfs": {"type": "layers", "diff_ids": [digest_of(layer)]},
-        "history": [{"created": "1970-01-01T00:00:00Z", "created_by": "e2e/images"}],
-    })
-    manifest = canonical_json({
-        "schemaVersion": 2,
-        "mediaType": MANIFEST_MEDIA_TYPE,
-        "config": {"mediaType": CONFIG_MEDIA_TYPE, "digest": digest_of(image_config),
-                   "size": len(image_config)},
-        "layers": [{"mediaType": LAYER_MEDIA_TYPE, "digest": digest_of(compressed),
-                    "size": len(compressed)}],
-    })
+    image_config = canonical_json(
+        {
+            "architecture": architecture,
+            "os": "linux",
+            "created": "1970-01-01T00:00:00Z",
+            "config": config.as_oci(),
+            "rootfs": {"type": "layers", "diff_ids": [digest_of(layer)]},
+            "history": [{"created": "1970-01-01T00:00:00Z", "created_by": "e2e/images"}],
+        }
+    )
+    manifest = canonical_json(
+        {
+            "schemaVersion": 2,
+            "mediaType": MANIFEST_MEDIA_TYPE,
+            "config": {"mediaType": CONFIG_MEDIA_TYPE, "digest": digest_of(image_config), "size": len(image_config)},
+            "layers": [{"mediaType": LAYER_MEDIA_TYPE, "digest": digest_of(compressed), "size": len(compressed)}],
+        }
+    )
     index = {
         "schemaVersion": 2,
         "mediaType": INDEX_MEDIA_TYPE,
-        "manifests": [{
-            "mediaType": MANIFEST_MEDIA_TYPE,
-            "digest": digest_of(manifest),
-            "size": len(manifest),
-            "platform": {"architecture": architecture, "os": "linux"},
-            "annotations": {CONTAINERD_NAME: name, REF_NAME: tag},
-        }],
+        "manifests": [
+            {
+                "mediaType": MANIFEST_MEDIA_TYPE,
+                "digest": digest_of(manifest),
+                "size": len(manifest),
+                "platform": {"architecture": architecture, "os": "linux"},
+                "annotations": {CONTAINERD_NAME: name, REF_NAME: tag},
+            }
+        ],
     }
     blobs = {digest_of(blob): blob for blob in (compressed, image_config, manifest)}
     return index, blobs
@@ -230,8 +251,10 @@ def image_blobs(name: str, entries: list[Entry], config: Config, architecture: s
 def write_archive(out: pathlib.Path, name: str, entries: list[Entry], config: Config) -> Written:
     """Writes the OCI layout of one image as a tar at `out` (atomically)."""
     index, blobs = image_blobs(name, entries, config)
-    members = {"oci-layout": canonical_json({"imageLayoutVersion": LAYOUT_VERSION}),
-               "index.json": canonical_json(index)}
+    members = {
+        "oci-layout": canonical_json({"imageLayoutVersion": LAYOUT_VERSION}),
+        "index.json": canonical_json(index),
+    }
     for digest, blob in blobs.items():
         members["blobs/" + digest.replace(":", "/", 1)] = blob
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -247,5 +270,6 @@ def write_archive(out: pathlib.Path, name: str, entries: list[Entry], config: Co
             tar.addfile(info, io.BytesIO(members[member]))
     partial.replace(out)
     manifest = json.loads(blobs[index["manifests"][0]["digest"]])
-    return Written(out, name, index["manifests"][0]["digest"], manifest["config"]["digest"],
-                   manifest["layers"][0]["digest"])
+    return Written(
+        out, name, index["manifests"][0]["digest"], manifest["config"]["digest"], manifest["layers"][0]["digest"]
+    )

@@ -49,8 +49,11 @@ def build(recipe: Recipe) -> pathlib.Path:
     if recipe.prebuilt:
         return recipe.prebuilt()
     entries = recipe.entries()
-    inputs = {"name": recipe.name, "config": dataclasses.asdict(recipe.config),
-              "entries": [entry.fingerprint() for entry in entries]}
+    inputs = {
+        "name": recipe.name,
+        "config": dataclasses.asdict(recipe.config),
+        "entries": [entry.fingerprint() for entry in entries],
+    }
     archive = cache.archive_path(recipe.name, inputs)
     if not archive.exists():
         oci.write_archive(archive, recipe.name, entries, recipe.config)
@@ -58,6 +61,7 @@ def build(recipe: Recipe) -> pathlib.Path:
 
 
 # --- pause -------------------------------------------------------------------------------
+
 
 def pause_binary() -> pathlib.Path:
     """pause.c compiled statically, cached by the source and the compiler's version."""
@@ -71,8 +75,11 @@ def pause_binary() -> pathlib.Path:
     if not binary.exists():
         binary.parent.mkdir(parents=True, exist_ok=True)
         partial = binary.with_name(binary.name + ".partial")
-        compiled = subprocess.run([gcc, "-static", "-O2", "-s", "-Wall", "-Wextra", "-Werror",
-                                   "-o", str(partial), str(source)], capture_output=True, text=True)
+        compiled = subprocess.run(
+            [gcc, "-static", "-O2", "-s", "-Wall", "-Wextra", "-Werror", "-o", str(partial), str(source)],
+            capture_output=True,
+            text=True,
+        )
         if compiled.returncode != 0:
             raise Missing(f"gcc -static failed (is libc6-dev installed?):\n{compiled.stderr}")
         partial.replace(binary)
@@ -116,6 +123,7 @@ def distroless_base() -> list[oci.Entry]:
 
 
 # --- etcd --------------------------------------------------------------------------------
+
 
 def testbin_dir() -> pathlib.Path:
     """Where e2e/testbin/build.sh keeps its binaries (the same rule as the script)."""
@@ -162,21 +170,25 @@ def etcd_entries(recipe: str) -> Callable[[], list[oci.Entry]]:
             oci.directory("var/etcd"),
             oci.directory("var/lib/etcd"),
         ]
+
     return entries
 
 
 ETCD_CONFIG = oci.Config(
     cmd=("/usr/local/bin/etcd",),
-    env=("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-         "SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt"),
+    env=(
+        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt",
+    ),
     working_dir="/var/lib/etcd",
     exposed_ports=("2379/tcp", "2380/tcp"),
 )
 
 
 def etcd_images() -> list[Recipe]:
-    return [Recipe(names.etcd(version), etcd_entries(recipe), ETCD_CONFIG)
-            for recipe, version in etcd_recipes().items()]
+    return [
+        Recipe(names.etcd(version), etcd_entries(recipe), ETCD_CONFIG) for recipe, version in etcd_recipes().items()
+    ]
 
 
 # --- coredns and local-path-provisioner -----------------------------------------------------
@@ -206,13 +218,24 @@ def addon_images() -> list[Recipe]:
     found = []
     coredns = pinned_version("coredns", COREDNS_MODULE)
     if coredns:
-        found.append(Recipe(names.coredns(coredns), coredns_entries, oci.Config(
-            entrypoint=("/coredns",), user="65532:65532", working_dir="/",
-            exposed_ports=("53/tcp", "53/udp"))))
+        found.append(
+            Recipe(
+                names.coredns(coredns),
+                coredns_entries,
+                oci.Config(
+                    entrypoint=("/coredns",), user="65532:65532", working_dir="/", exposed_ports=("53/tcp", "53/udp")
+                ),
+            )
+        )
     provisioner = pinned_version("local-path-provisioner", LOCAL_PATH_PROVISIONER_MODULE)
     if provisioner:
-        found.append(Recipe(names.local_path_provisioner(provisioner), local_path_provisioner_entries,
-                            oci.Config(cmd=("local-path-provisioner",))))
+        found.append(
+            Recipe(
+                names.local_path_provisioner(provisioner),
+                local_path_provisioner_entries,
+                oci.Config(cmd=("local-path-provisioner",)),
+            )
+        )
     return found
 
 
@@ -255,17 +278,21 @@ def is_static(path: pathlib.Path) -> bool:
             return False
         phoff = int.from_bytes(header[0x20:0x28], "little")
         entry_size = int.from_bytes(header[0x36:0x38], "little")
-        count = int.from_bytes(header[0x38:0x3a], "little")
+        count = int.from_bytes(header[0x38:0x3A], "little")
         elf.seek(phoff)
         table = elf.read(entry_size * count)
-    return all(int.from_bytes(table[i:i + 4], "little") != 3 for i in range(0, len(table), entry_size))
+    return all(int.from_bytes(table[i : i + 4], "little") != 3 for i in range(0, len(table), entry_size))
 
 
-BUSYBOX = Recipe(names.BUSYBOX, busybox_entries,
-                 oci.Config(cmd=("sh",), env=("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",)))
+BUSYBOX = Recipe(
+    names.BUSYBOX,
+    busybox_entries,
+    oci.Config(cmd=("sh",), env=("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",)),
+)
 
 
 # --- the operator ------------------------------------------------------------------------
+
 
 def operator_archive() -> pathlib.Path:
     """`make image`'s archive (built unless cached). umoci names the image by tag only."""

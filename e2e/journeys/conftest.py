@@ -11,7 +11,6 @@ import dataclasses
 import pathlib
 
 import pytest
-
 from target import (  # noqa: F401  (fixtures and the hook that registers the real nodes' fixtures)
     e2e_kubeconfig,
     e2e_nodes,
@@ -21,6 +20,7 @@ from target import (  # noqa: F401  (fixtures and the hook that registers the re
     pytest_configure,
     s3_settings,
 )
+
 from tests.support import chart_release
 from tests.support.finalizers import release_finalizers
 from tests.support.journeys import JOURNEYS, journey_namespace
@@ -59,14 +59,14 @@ class Operator:
 
 
 @pytest.fixture(scope="session")
-def operator(request, operator_namespace, e2e_nodes) -> Operator:
+def operator(request, operator_namespace, e2e_nodes) -> Operator:  # noqa: F811 (fixtures of target.py)
     if e2e_nodes is None:
         return Operator(operator_namespace, None)
     return Operator(operator_namespace, request.getfixturevalue("operator_release"), e2e_nodes.kubeconfig)
 
 
 @pytest.fixture(autouse=True)
-def leave_no_namespace_behind(request, kube_api):
+def leave_no_namespace_behind(request, kube_api):  # noqa: F811 (a fixture of target.py)
     """After a journey, pass or fail: its namespace is deleted, and if the operator did not
     release its objects in time (the journey has failed already), their finalizers are
     removed by hand so that nothing outlives the session."""

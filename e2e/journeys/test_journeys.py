@@ -33,6 +33,7 @@ pytestmark = [pytest.mark.usefixtures("operator"), pytest.mark.real_nodes]
 
 # --- what a user writes -------------------------------------------------------------------
 
+
 def base64_text(value: str) -> str:
     """Secret data as `data:` (`kubectl apply` of stringData reports a change every time)."""
     return base64.b64encode(value.encode()).decode()
@@ -43,9 +44,17 @@ def resource(kind: str, name: str, namespace: str, spec: dict) -> dict:
 
 
 def storage(s3: dict, namespace: str) -> dict:
-    return {"s3": {"bucket": s3["bucket"], "prefix": namespace, "endpoint": s3["endpoint"], "region": s3["region"],
-                   "forcePathStyle": True, "insecure": s3["endpoint"].startswith("http://"),
-                   "credentialsSecretRef": {"name": "s3-credentials"}}}
+    return {
+        "s3": {
+            "bucket": s3["bucket"],
+            "prefix": namespace,
+            "endpoint": s3["endpoint"],
+            "region": s3["region"],
+            "forcePathStyle": True,
+            "insecure": s3["endpoint"].startswith("http://"),
+            "credentialsSecretRef": {"name": "s3-credentials"},
+        }
+    }
 
 
 def everything(namespace: str, s3: dict) -> dict[str, dict]:
@@ -53,18 +62,31 @@ def everything(namespace: str, s3: dict) -> dict[str, dict]:
     and a restore of the one-shot backup into a new cluster."""
     return {
         "namespace": {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
-        "secret": {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s3-credentials", "namespace": namespace},
-                   "data": {"accessKeyID": base64_text(s3["access_key"]),
-                            "secretAccessKey": base64_text(s3["secret_key"])}},
+        "secret": {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "s3-credentials", "namespace": namespace},
+            "data": {"accessKeyID": base64_text(s3["access_key"]), "secretAccessKey": base64_text(s3["secret_key"])},
+        },
         "cluster": resource("EtcdCluster", "app", namespace, {"size": 1, "storage": {"size": "1Gi"}}),
-        "schedule": resource("EtcdBackup", "hourly", namespace, {"clusterRef": {"name": "app"},
-                                                                 "schedule": "0 * * * *",
-                                                                 "storage": storage(s3, namespace)}),
-        "backup": resource("EtcdBackup", "first", namespace, {"clusterRef": {"name": "app"},
-                                                              "storage": storage(s3, namespace)}),
-        "restore": resource("EtcdRestore", "copy", namespace, {
-            "source": {"backupRef": {"name": "first"}},
-            "target": {"newCluster": {"name": "copy", "spec": {"size": 1, "storage": {"size": "1Gi"}}}}}),
+        "schedule": resource(
+            "EtcdBackup",
+            "hourly",
+            namespace,
+            {"clusterRef": {"name": "app"}, "schedule": "0 * * * *", "storage": storage(s3, namespace)},
+        ),
+        "backup": resource(
+            "EtcdBackup", "first", namespace, {"clusterRef": {"name": "app"}, "storage": storage(s3, namespace)}
+        ),
+        "restore": resource(
+            "EtcdRestore",
+            "copy",
+            namespace,
+            {
+                "source": {"backupRef": {"name": "first"}},
+                "target": {"newCluster": {"name": "copy", "spec": {"size": 1, "storage": {"size": "1Gi"}}}},
+            },
+        ),
     }
 
 
@@ -80,6 +102,7 @@ def assert_unchanged(lines: list[str]) -> None:
 
 # --- what a user looks at -----------------------------------------------------------------
 
+
 def get(kind: str, namespace: str, name: str) -> dict | None:
     result = kubectl("get", kind, name, "-n", namespace, "-o", "json", check=False)
     return json.loads(result.stdout) if result.returncode == 0 else None
@@ -91,8 +114,11 @@ def phase(kind: str, namespace: str, name: str) -> str | None:
 
 def wait_phase(kind: str, namespace: str, name: str, wanted: str, timeout: float = 300) -> dict:
     final = {"Completed", "Failed"}
-    obj = wait_for(lambda: phase(kind, namespace, name) in {wanted} | final and get(kind, namespace, name),
-                   timeout, what=f"{kind} {name} {wanted}")
+    obj = wait_for(
+        lambda: phase(kind, namespace, name) in {wanted} | final and get(kind, namespace, name),
+        timeout,
+        what=f"{kind} {name} {wanted}",
+    )
     assert obj["status"]["phase"] == wanted, f"{kind} {name}: {json.dumps(obj['status'])}"
     return obj
 
@@ -103,6 +129,7 @@ def wait_available(namespace: str, name: str, size: int, timeout: float = 300) -
         cond = condition(obj or {}, "Available")
         ready = (obj or {}).get("status", {}).get("readyMembers")
         return cond is not None and cond["status"] == "True" and ready == size and obj
+
     return wait_for(available, timeout, what=f"EtcdCluster {name} Available with {size} ready members")
 
 
@@ -119,18 +146,27 @@ def delete_namespace(namespace: str, timeout: float = 120) -> float:
     removed by hand. Returns the seconds it took."""
     started = time.monotonic()
     kubectl("delete", "namespace", namespace, "--wait=false")
-    wait_for(lambda: kubectl("get", "namespace", namespace, check=False).returncode != 0, timeout,
-             what=f"namespace {namespace} gone")
+    wait_for(
+        lambda: kubectl("get", "namespace", namespace, check=False).returncode != 0,
+        timeout,
+        what=f"namespace {namespace} gone",
+    )
     return time.monotonic() - started
 
 
 # --- the journeys -------------------------------------------------------------------------
 
+
 def test_the_demo_manifest_applied_at_once_ends_with_a_completed_first_backup(s3_settings):
     namespace = journey_namespace("demo")
-    settings = {"NAMESPACE": namespace, "S3_BUCKET": s3_settings["bucket"], "S3_ENDPOINT": s3_settings["endpoint"],
-                "S3_REGION": s3_settings["region"], "ACCESS_KEY_ID_BASE64": base64_text(s3_settings["access_key"]),
-                "SECRET_ACCESS_KEY_BASE64": base64_text(s3_settings["secret_key"])}
+    settings = {
+        "NAMESPACE": namespace,
+        "S3_BUCKET": s3_settings["bucket"],
+        "S3_ENDPOINT": s3_settings["endpoint"],
+        "S3_REGION": s3_settings["region"],
+        "ACCESS_KEY_ID_BASE64": base64_text(s3_settings["access_key"]),
+        "SECRET_ACCESS_KEY_BASE64": base64_text(s3_settings["secret_key"]),
+    }
     manifest = string.Template((ROOT / "e2e" / "demo" / "demo.yaml").read_text()).substitute(settings)
     kubectl("apply", "-f", "-", input=manifest)
     wait_available(namespace, "demo", 3)
@@ -165,26 +201,34 @@ def test_everything_applied_at_once_with_the_secret_last(s3_settings):
     namespace = journey_namespace("before-secret")
     objects = everything(namespace, s3_settings)
     apply(*(objects[k] for k in ("namespace", "cluster", "schedule", "backup", "restore")))
+
     def waits_for_the_secret():
         backup = get("etcdbackup", namespace, "first") or {}
         status = backup.get("status") or {}
         said = " ".join(c.get("message", "") for c in status.get("conditions") or [])
         return status.get("phase") == "Pending" and "s3-credentials" in said
+
     wait_for(waits_for_the_secret, 180, what="the one-shot backup Pending, waiting for Secret s3-credentials")
     apply(*objects.values())  # the Secret arrives
     converge_everything(namespace, objects)
     delete_namespace(namespace)
 
 
-POLICIES = [(reclaim, cascade) for reclaim in ("Retain", "Delete") for cascade in ("background", "foreground", "orphan")]
+POLICIES = [
+    (reclaim, cascade) for reclaim in ("Retain", "Delete") for cascade in ("background", "foreground", "orphan")
+]
 
 
 def test_each_propagation_policy_keeps_or_deletes_the_pvcs_as_reclaim_policy_says():
     namespace = journey_namespace("propagation")
     names = {policy: f"{policy[0].lower()}-{policy[1]}" for policy in POLICIES}
-    apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
-          *(resource("EtcdCluster", name, namespace, {"size": 1, "storage": {"size": "1Gi"}, "reclaimPolicy": reclaim})
-            for (reclaim, _), name in names.items()))
+    apply(
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+        *(
+            resource("EtcdCluster", name, namespace, {"size": 1, "storage": {"size": "1Gi"}, "reclaimPolicy": reclaim})
+            for (reclaim, _), name in names.items()
+        ),
+    )
     for name in names.values():
         wait_available(namespace, name, 1)
     before = pvc_uids(namespace)
@@ -194,15 +238,22 @@ def test_each_propagation_policy_keeps_or_deletes_the_pvcs_as_reclaim_policy_say
     keeps = {f"data-{name}-0": reclaim == "Retain" or cascade == "orphan" for (reclaim, cascade), name in names.items()}
     # A deleted PVC goes once no pod mounts it (pvc-protection); under a background cascade the
     # member pod is collected only after the EtcdCluster is gone.
-    wait_for(lambda: not set(pvc_uids(namespace)) & {pvc for pvc, kept in keeps.items() if not kept}, 120,
-             what="the PVCs of reclaimPolicy Delete gone")
-    after = {p["metadata"]["name"]: (p["metadata"]["uid"], bool(p["metadata"].get("deletionTimestamp")))
-             for p in kubectl_json("get", "pvc", "-n", namespace)["items"]}
+    wait_for(
+        lambda: not set(pvc_uids(namespace)) & {pvc for pvc, kept in keeps.items() if not kept},
+        120,
+        what="the PVCs of reclaimPolicy Delete gone",
+    )
+    after = {
+        p["metadata"]["name"]: (p["metadata"]["uid"], bool(p["metadata"].get("deletionTimestamp")))
+        for p in kubectl_json("get", "pvc", "-n", namespace)["items"]
+    }
     for (reclaim, cascade), name in names.items():
         pvc = f"data-{name}-0"
         kept = after.get(pvc) == (before[pvc], False)
-        print(f"reclaimPolicy {reclaim}, --cascade={cascade}: PVC {pvc} uid {before[pvc]} "
-              f"{'kept' if kept else 'deleted' if pvc not in after else 'now ' + str(after[pvc])}")
+        print(
+            f"reclaimPolicy {reclaim}, --cascade={cascade}: PVC {pvc} uid {before[pvc]} "
+            f"{'kept' if kept else 'deleted' if pvc not in after else 'now ' + str(after[pvc])}"
+        )
         assert kept is keeps[pvc], (reclaim, cascade, before[pvc], after.get(pvc))
     orphan = names[("Retain", "orphan")]
     assert pod_uids(namespace, orphan) == running[orphan], "an orphaned member pod did not run on"
@@ -212,9 +263,13 @@ def test_each_propagation_policy_keeps_or_deletes_the_pvcs_as_reclaim_policy_say
 def test_deleting_with_the_operator_down_or_the_finalizer_removed_keeps_retained_data(operator):
     namespace = journey_namespace("operator-down")
     clusters = {"kept": "Retain", "dropped": "Delete", "forced": "Retain"}
-    apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
-          *(resource("EtcdCluster", name, namespace, {"size": 1, "storage": {"size": "1Gi"}, "reclaimPolicy": reclaim})
-            for name, reclaim in clusters.items()))
+    apply(
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+        *(
+            resource("EtcdCluster", name, namespace, {"size": 1, "storage": {"size": "1Gi"}, "reclaimPolicy": reclaim})
+            for name, reclaim in clusters.items()
+        ),
+    )
     for name in clusters:
         wait_available(namespace, name, 1)
     before = pvc_uids(namespace)
@@ -222,16 +277,30 @@ def test_deleting_with_the_operator_down_or_the_finalizer_removed_keeps_retained
     replicas = operator.replicas()
     operator.scale(0)
     kubectl("delete", "etcdcluster", "kept", "dropped", "-n", namespace, "--cascade=foreground", "--wait=false")
-    kubectl("patch", "etcdcluster", "forced", "-n", namespace, "--type=merge", "-p",
-            json.dumps({"metadata": {"finalizers": None}}))
+    kubectl(
+        "patch",
+        "etcdcluster",
+        "forced",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        json.dumps({"metadata": {"finalizers": None}}),
+    )
     kubectl("delete", "etcdcluster", "forced", "-n", namespace, "--cascade=foreground", "--timeout=120s")
-    wait_for(lambda: not any(member_pods(namespace, name) for name in clusters), 180,
-             what="the garbage collector took every member pod")
+    wait_for(
+        lambda: not any(member_pods(namespace, name) for name in clusters),
+        180,
+        what="the garbage collector took every member pod",
+    )
     assert pvc_uids(namespace) == before, "a PVC went while the operator was down"
 
     operator.scale(replicas)
-    wait_for(lambda: not kubectl_json("get", "etcdclusters", "-n", namespace)["items"], 180,
-             what="the operator released the deleted clusters")
+    wait_for(
+        lambda: not kubectl_json("get", "etcdclusters", "-n", namespace)["items"],
+        180,
+        what="the operator released the deleted clusters",
+    )
     after = pvc_uids(namespace)
     assert after == {p: uid for p, uid in before.items() if p != "data-dropped-0"}, (before, after)
     delete_namespace(namespace)
@@ -253,28 +322,48 @@ def test_the_readme_quickstart_runs_as_printed(operator):
     # The quickstart installs the release `etcd-operator` itself, on a cluster without an operator.
     with operator.set_aside():
         try:
-            result = subprocess.run(["bash", "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
-                                    timeout=900)
+            result = subprocess.run(
+                ["bash", "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900
+            )
             assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
             assert "demo" in result.stdout and "Running" in result.stdout, result.stdout
         finally:
             helm("uninstall", "etcd-operator", "-n", "etcd-operator", check=False)
-            kubectl("delete", "namespace", "etcd-quickstart", "etcd-operator", "--ignore-not-found", "--timeout=120s",
-                    check=False)
+            kubectl(
+                "delete",
+                "namespace",
+                "etcd-quickstart",
+                "etcd-operator",
+                "--ignore-not-found",
+                "--timeout=120s",
+                check=False,
+            )
 
 
 def test_helm_upgrade_and_uninstall_leave_a_running_cluster_alone(operator):
     if operator.release is None:
         pytest.skip("the operator was installed by someone else (E2E_TARGET=external)")
     namespace = journey_namespace("helm")
-    apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
-          resource("EtcdCluster", "app", namespace, {"size": 3, "storage": {"size": "1Gi"}}))
+    apply(
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+        resource("EtcdCluster", "app", namespace, {"size": 3, "storage": {"size": "1Gi"}}),
+    )
     wait_available(namespace, "app", 3)
     members = pod_uids(namespace, "app")
 
     revision = json.loads(helm("status", operator.release, "-n", operator.namespace, "-o", "json").stdout)["version"]
-    helm("upgrade", operator.release, str(CHART), "-n", operator.namespace, "--set", "logLevel=DEBUG",
-         "--wait", "--timeout", "180s")
+    helm(
+        "upgrade",
+        operator.release,
+        str(CHART),
+        "-n",
+        operator.namespace,
+        "--set",
+        "logLevel=DEBUG",
+        "--wait",
+        "--timeout",
+        "180s",
+    )
     kubectl("rollout", "status", f"deployment/{operator.deployment}", "-n", operator.namespace, "--timeout=180s")
     upgraded = json.loads(helm("status", operator.release, "-n", operator.namespace, "-o", "json").stdout)
     assert upgraded["version"] == revision + 1
@@ -285,12 +374,19 @@ def test_helm_upgrade_and_uninstall_leave_a_running_cluster_alone(operator):
     helm("uninstall", operator.release, "-n", operator.namespace, "--wait", "--timeout", "180s")
     assert get("etcdcluster", namespace, "app") is not None, "uninstalling the chart deleted a cluster"
     assert pod_uids(namespace, "app") == members, "uninstalling the chart touched a member"
-    left = kubectl_json("get", "deployments,serviceaccounts,roles,rolebindings", "-n", operator.namespace,
-                        "-l", f"app.kubernetes.io/instance={operator.release}")["items"]
+    left = kubectl_json(
+        "get",
+        "deployments,serviceaccounts,roles,rolebindings",
+        "-n",
+        operator.namespace,
+        "-l",
+        f"app.kubernetes.io/instance={operator.release}",
+    )["items"]
     assert not left, [f"{o['kind']}/{o['metadata']['name']}" for o in left]
     assert kubectl("get", "clusterrole", operator.deployment, check=False).returncode != 0
-    assert kubectl("get", "crd", "etcdclusters.etcd.operator.dev", check=False).returncode == 0, \
+    assert kubectl("get", "crd", "etcdclusters.etcd.operator.dev", check=False).returncode == 0, (
         "uninstalling the chart took the CRDs"
+    )
 
     operator.install()
     wait_available(namespace, "app", 3)

@@ -12,10 +12,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="localkube", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up", help="start whatever is not running yet (harmless when already up)")
-    up.add_argument("--nodes", choices=["agent", "real"], default=None,
-                    help="real: three real nodes (containerd, kubelet, kube-proxy) in network "
-                         "namespaces, what `make up` asks for; agent: the process node agent, what "
-                         "an instance without a recorded mode runs; also LOCALKUBE_NODES; kept until `down`")
+    up.add_argument(
+        "--nodes",
+        choices=["agent", "real"],
+        default=None,
+        help="real: three real nodes (containerd, kubelet, kube-proxy) in network "
+        "namespaces, what `make up` asks for; agent: the process node agent, what "
+        "an instance without a recorded mode runs; also LOCALKUBE_NODES; kept until `down`",
+    )
     down = sub.add_parser("down", help="stop everything and check that no port stays bound")
     down.add_argument("--purge", action="store_true", help="also delete the data and logs")
     sub.add_parser("status", help="show each component")
@@ -30,8 +34,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"localkube: {e}", file=sys.stderr)
             return 2
         pods = where.node_network.pods_cidr if controlplane.real_nodes(where) else where.pod_cidr
-        print(f"localkube is up (apiserver {controlplane.apiserver_url(where)}, "
-              f"S3 {controlplane.s3_endpoint(where)}, pods in {pods})", file=sys.stderr)
+        print(
+            f"localkube is up (apiserver {controlplane.apiserver_url(where)}, "
+            f"S3 {controlplane.s3_endpoint(where)}, pods in {pods})",
+            file=sys.stderr,
+        )
         print(f"export KUBECONFIG={where.kubeconfig}")
         print(f"# S3 endpoint, bucket and credentials: source {where.env_file}")
         return 0
@@ -49,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:26} {state}")
         if controlplane.real_nodes(where):
             from localkube import realnodes
+
             for name, state in realnodes.status(where).items():
                 print(f"{name:26} {state}")
         return 0

@@ -105,8 +105,12 @@ def read_log(layout: Layout, namespace: str, pod: str, container: str) -> str:
         return ""
     if not found["spec"].get("nodeName"):
         return ""
-    folder = (realnodes.node_dir(layout, _node_index(found)) / "pod-logs"
-              / f"{namespace}_{pod}_{found['metadata']['uid']}" / container)
+    folder = (
+        realnodes.node_dir(layout, _node_index(found))
+        / "pod-logs"
+        / f"{namespace}_{pod}_{found['metadata']['uid']}"
+        / container
+    )
     files = sorted(folder.glob("*.log"), key=lambda f: int(f.stem) if f.stem.isdigit() else -1)
     lines, partial = [], ""
     for file in files:
@@ -143,4 +147,3 @@ def lose_disk(layout: Layout, namespace: str, claim: str) -> str:
         else:
             entry.unlink()
     return str(folder)
-

@@ -16,7 +16,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from typing import Callable
+from collections.abc import Callable
 
 from localkube import pki, processes
 from localkube.layout import REPO_ROOT, Layout
@@ -55,6 +55,7 @@ class Component:
 
 
 # --- readiness probes -----------------------------------------------------------------
+
 
 def _http_ok(url: str, context: ssl.SSLContext | None = None, expect: bytes | None = None) -> bool:
     try:
@@ -147,24 +148,29 @@ def s3_endpoint(layout: Layout) -> str:
 
 # --- kubeconfigs ----------------------------------------------------------------------
 
+
 def write_kubeconfig(layout: Layout, path: pathlib.Path, user: str) -> None:
     config = {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{
-            "name": "localkube",
-            "cluster": {
-                "server": apiserver_url(layout),
-                "certificate-authority": str(layout.pki_dir / "ca.crt"),
-            },
-        }],
-        "users": [{
-            "name": user,
-            "user": {
-                "client-certificate": str(layout.pki_dir / f"{user}.crt"),
-                "client-key": str(layout.pki_dir / f"{user}.key"),
-            },
-        }],
+        "clusters": [
+            {
+                "name": "localkube",
+                "cluster": {
+                    "server": apiserver_url(layout),
+                    "certificate-authority": str(layout.pki_dir / "ca.crt"),
+                },
+            }
+        ],
+        "users": [
+            {
+                "name": user,
+                "user": {
+                    "client-certificate": str(layout.pki_dir / f"{user}.crt"),
+                    "client-key": str(layout.pki_dir / f"{user}.key"),
+                },
+            }
+        ],
         "contexts": [{"name": "localkube", "context": {"cluster": "localkube", "user": user}}],
         "current-context": "localkube",
     }
@@ -177,6 +183,7 @@ def component_kubeconfig(layout: Layout, user: str) -> pathlib.Path:
 
 
 # --- MinIO credentials ----------------------------------------------------------------
+
 
 def minio_credentials(layout: Layout) -> dict[str, str]:
     path = layout.state_dir / "minio-credentials.json"
@@ -228,6 +235,7 @@ def ensure_bucket(layout: Layout) -> None:
 
 
 # --- the components -------------------------------------------------------------------
+
 
 def _etcd_argv(layout: Layout) -> list[str]:
     p = layout.ports
@@ -467,7 +475,8 @@ def _claim_store(layout: Layout) -> None:
         raise ModeConflict(
             f"the API server's store in {layout.data_dir} was made for {names[made_for]}, not for "
             f"{names[mode]}; `make down PURGE=1` deletes it with the volumes' data, then `make up` "
-            f"(or keep it: `make up NODES={made_for}`)")
+            f"(or keep it: `make up NODES={made_for}`)"
+        )
 
 
 def _record_mode(layout: Layout, nodes: str | None) -> None:
@@ -498,6 +507,7 @@ def up(layout: Layout, only: set[str] | None = None, nodes: str | None = None) -
         raise
     if real_nodes(layout):
         from localkube import realnodes
+
         realnodes.prepare_host(layout)
     pki.ensure(layout.pki_dir)
     write_kubeconfig(layout, layout.kubeconfig, "admin")
@@ -520,14 +530,19 @@ def up(layout: Layout, only: set[str] | None = None, nodes: str | None = None) -
             continue
         processes.require_free_ports(component.name, component.ports(layout))
         pid = processes.start(
-            layout.run_dir, layout.logs_dir, component.name,
-            component.argv(layout), component.env(layout), cwd=layout.state_dir,
+            layout.run_dir,
+            layout.logs_dir,
+            component.name,
+            component.argv(layout),
+            component.env(layout),
+            cwd=layout.state_dir,
         )
         _wait_ready(layout, component, pid)
         if component.name == "minio":
             ensure_bucket(layout)
     if real_nodes(layout) and only is None:
         from localkube import realnodes
+
         realnodes.up(layout)
     write_env_file(layout)
 
@@ -540,6 +555,7 @@ def _mount_points() -> list[str]:
 def down(layout: Layout, purge: bool = False) -> list[str]:
     """Stops everything; returns a list of problems (ports still bound), empty when clean."""
     from localkube import realnodes
+
     problems = realnodes.down(layout)
     (layout.state_dir / NODES_MODE_FILE).unlink(missing_ok=True)
     for component in reversed(components()):
@@ -576,4 +592,3 @@ def status(layout: Layout) -> dict[str, str]:
         else:
             result[component.name] = f"ready (pid {pid})" if component.ready(layout) else f"not ready (pid {pid})"
     return result
-

@@ -156,7 +156,7 @@ def _host_resolver_text(text: str) -> str:
         return text
     lines = text.splitlines()
     marker_at = next(i for i, line in enumerate(lines) if line.startswith(RESOLVER_MARKER))
-    substrate_lines = set(lines[marker_at:marker_at + 2])  # the marker and the substrate's DNS
+    substrate_lines = set(lines[marker_at : marker_at + 2])  # the marker and the substrate's DNS
     kept = []
     for line in lines:
         if line in substrate_lines:
@@ -183,8 +183,13 @@ def substrate_resolver_text(host_text: str, dns_address: str, owner: str) -> str
     options = re.findall(r"^\s*options\s.*$", host_text, re.MULTILINE)
     searches = re.findall(r"^\s*(?:search|domain)\s+(.*)$", host_text, re.MULTILINE)
     domains = [CLUSTER_DOMAIN, *(searches[-1].split() if searches else [])]
-    lines = [RESOLVER_MARKER + owner, f"nameserver {dns_address}", *nameservers, *options,
-             "search " + " ".join(dict.fromkeys(domains))]
+    lines = [
+        RESOLVER_MARKER + owner,
+        f"nameserver {dns_address}",
+        *nameservers,
+        *options,
+        "search " + " ".join(dict.fromkeys(domains)),
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -41,7 +41,7 @@ class Ports:
     kube_scheduler: int
 
     @classmethod
-    def from_base(cls, base: int) -> "Ports":
+    def from_base(cls, base: int) -> Ports:
         names = [f.name for f in dataclasses.fields(cls)]
         return cls(**{name: base + offset for offset, name in enumerate(names)})
 

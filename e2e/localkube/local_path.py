@@ -35,13 +35,13 @@ def volumes_dir(nodes_dir: pathlib.Path, node: str) -> pathlib.Path:
 
 def _helper_pod() -> dict:
     return {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "helper-pod"},
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "helper-pod"},
         "spec": {
             "priorityClassName": "system-node-critical",
-            "tolerations": [{"key": "node.kubernetes.io/disk-pressure", "operator": "Exists",
-                             "effect": "NoSchedule"}],
-            "containers": [{"name": "helper-pod", "image": image_names.BUSYBOX,
-                            "imagePullPolicy": "IfNotPresent"}],
+            "tolerations": [{"key": "node.kubernetes.io/disk-pressure", "operator": "Exists", "effect": "NoSchedule"}],
+            "containers": [{"name": "helper-pod", "image": image_names.BUSYBOX, "imagePullPolicy": "IfNotPresent"}],
         },
     }
 
@@ -51,63 +51,125 @@ def manifests(nodes_dir: pathlib.Path, nodes: list[str], provisioner_image: str)
     path_map = [{"node": node, "paths": [str(volumes_dir(nodes_dir, node))]} for node in nodes]
     labels = {"app.kubernetes.io/name": "local-path-provisioner"}
     return [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {
-            "name": NAMESPACE,
-            # Its helper pods mount host folders as root: the namespace is privileged.
-            "labels": {"pod-security.kubernetes.io/enforce": "privileged"}}},
-        {"apiVersion": "v1", "kind": "ServiceAccount",
-         "metadata": {"name": SERVICE_ACCOUNT, "namespace": NAMESPACE}},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-         "metadata": {"name": "localkube:local-path-provisioner"},
-         "rules": [
-             {"apiGroups": [""], "resources": ["nodes", "persistentvolumeclaims", "configmaps"],
-              "verbs": ["get", "list", "watch"]},
-             {"apiGroups": [""], "resources": ["persistentvolumes", "pods", "pods/log", "endpoints"],
-              "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"]},
-             {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
-             {"apiGroups": ["storage.k8s.io"], "resources": ["storageclasses"],
-              "verbs": ["get", "list", "watch"]},
-             {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
-              "verbs": ["get", "list", "watch", "create", "update", "patch"]},
-         ]},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-         "metadata": {"name": "localkube:local-path-provisioner"},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                     "name": "localkube:local-path-provisioner"},
-         "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE}]},
-        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": CONFIGMAP, "namespace": NAMESPACE},
-         "data": {"config.json": json.dumps({"nodePathMap": path_map}, indent=2),
-                  "setup": SETUP_SCRIPT, "teardown": TEARDOWN_SCRIPT,
-                  "helperPod.yaml": json.dumps(_helper_pod(), indent=2)}},
-        {"apiVersion": "apps/v1", "kind": "Deployment",
-         "metadata": {"name": "local-path-provisioner", "namespace": NAMESPACE},
-         "spec": {
-             "replicas": 1,
-             "selector": {"matchLabels": labels},
-             "template": {"metadata": {"labels": labels}, "spec": {
-                 "serviceAccountName": SERVICE_ACCOUNT,
-                 # One replica: when its node stops, it moves within seconds rather than the
-                 # default 300 s, or no volume could be made for a member's replacement.
-                 "tolerations": [{"key": taint, "operator": "Exists", "effect": "NoExecute",
-                                  "tolerationSeconds": EVICTION_AFTER_SECONDS}
-                                 for taint in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")],
-                 "containers": [{
-                     "name": "provisioner", "image": provisioner_image, "imagePullPolicy": "IfNotPresent",
-                     "command": ["local-path-provisioner", "start", "--config", "/etc/config/config.json",
-                                 "--service-account-name", SERVICE_ACCOUNT, "--configmap-name", CONFIGMAP,
-                                 "--provisioner-name", PROVISIONER, "--helper-image", image_names.BUSYBOX],
-                     "env": [{"name": "POD_NAMESPACE",
-                              "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
-                     "volumeMounts": [{"name": "config", "mountPath": "/etc/config"}],
-                 }],
-                 "volumes": [{"name": "config", "configMap": {"name": CONFIGMAP}}],
-             }},
-         }},
-        {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
-         "metadata": {"name": STORAGE_CLASS,
-                      "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
-         "provisioner": PROVISIONER, "reclaimPolicy": "Delete",
-         "volumeBindingMode": "WaitForFirstConsumer"},
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {
+                "name": NAMESPACE,
+                # Its helper pods mount host folders as root: the namespace is privileged.
+                "labels": {"pod-security.kubernetes.io/enforce": "privileged"},
+            },
+        },
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": SERVICE_ACCOUNT, "namespace": NAMESPACE}},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": "localkube:local-path-provisioner"},
+            "rules": [
+                {
+                    "apiGroups": [""],
+                    "resources": ["nodes", "persistentvolumeclaims", "configmaps"],
+                    "verbs": ["get", "list", "watch"],
+                },
+                {
+                    "apiGroups": [""],
+                    "resources": ["persistentvolumes", "pods", "pods/log", "endpoints"],
+                    "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"],
+                },
+                {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+                {"apiGroups": ["storage.k8s.io"], "resources": ["storageclasses"], "verbs": ["get", "list", "watch"]},
+                {
+                    "apiGroups": ["coordination.k8s.io"],
+                    "resources": ["leases"],
+                    "verbs": ["get", "list", "watch", "create", "update", "patch"],
+                },
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": "localkube:local-path-provisioner"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "localkube:local-path-provisioner",
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE}],
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": CONFIGMAP, "namespace": NAMESPACE},
+            "data": {
+                "config.json": json.dumps({"nodePathMap": path_map}, indent=2),
+                "setup": SETUP_SCRIPT,
+                "teardown": TEARDOWN_SCRIPT,
+                "helperPod.yaml": json.dumps(_helper_pod(), indent=2),
+            },
+        },
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "local-path-provisioner", "namespace": NAMESPACE},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        "serviceAccountName": SERVICE_ACCOUNT,
+                        # One replica: when its node stops, it moves within seconds rather than the
+                        # default 300 s, or no volume could be made for a member's replacement.
+                        "tolerations": [
+                            {
+                                "key": taint,
+                                "operator": "Exists",
+                                "effect": "NoExecute",
+                                "tolerationSeconds": EVICTION_AFTER_SECONDS,
+                            }
+                            for taint in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+                        ],
+                        "containers": [
+                            {
+                                "name": "provisioner",
+                                "image": provisioner_image,
+                                "imagePullPolicy": "IfNotPresent",
+                                "command": [
+                                    "local-path-provisioner",
+                                    "start",
+                                    "--config",
+                                    "/etc/config/config.json",
+                                    "--service-account-name",
+                                    SERVICE_ACCOUNT,
+                                    "--configmap-name",
+                                    CONFIGMAP,
+                                    "--provisioner-name",
+                                    PROVISIONER,
+                                    "--helper-image",
+                                    image_names.BUSYBOX,
+                                ],
+                                "env": [
+                                    {
+                                        "name": "POD_NAMESPACE",
+                                        "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}},
+                                    }
+                                ],
+                                "volumeMounts": [{"name": "config", "mountPath": "/etc/config"}],
+                            }
+                        ],
+                        "volumes": [{"name": "config", "configMap": {"name": CONFIGMAP}}],
+                    },
+                },
+            },
+        },
+        {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {"name": STORAGE_CLASS, "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
+            "provisioner": PROVISIONER,
+            "reclaimPolicy": "Delete",
+            "volumeBindingMode": "WaitForFirstConsumer",
+        },
     ]
 
 
@@ -122,12 +184,27 @@ def install(layout: Layout, nodes_dir: pathlib.Path, nodes: list[str], kubectl: 
     """Applies the provisioner (harmless when applied already) and waits until it runs."""
     for node in nodes:
         volumes_dir(nodes_dir, node).mkdir(parents=True, exist_ok=True)
-    document = {"apiVersion": "v1", "kind": "List",
-                "items": manifests(nodes_dir, nodes, provisioner_image())}
+    document = {"apiVersion": "v1", "kind": "List", "items": manifests(nodes_dir, nodes, provisioner_image())}
     env_args = ["--kubeconfig", str(layout.kubeconfig)]
-    subprocess.run([kubectl, *env_args, "apply", "--server-side", "--force-conflicts",
-                    "--field-manager=localkube", "-f", "-"],
-                   input=json.dumps(document), text=True, check=True, capture_output=True)
-    subprocess.run([kubectl, *env_args, "-n", NAMESPACE, "rollout", "status",
-                    "deployment/local-path-provisioner", f"--timeout={READY_TIMEOUT}"],
-                   check=True, capture_output=True, text=True)
+    subprocess.run(
+        [kubectl, *env_args, "apply", "--server-side", "--force-conflicts", "--field-manager=localkube", "-f", "-"],
+        input=json.dumps(document),
+        text=True,
+        check=True,
+        capture_output=True,
+    )
+    subprocess.run(
+        [
+            kubectl,
+            *env_args,
+            "-n",
+            NAMESPACE,
+            "rollout",
+            "status",
+            "deployment/local-path-provisioner",
+            f"--timeout={READY_TIMEOUT}",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )

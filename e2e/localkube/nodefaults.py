@@ -1,8 +1,8 @@
 """Node faults for real nodes (`up --nodes real`): stop a node, partition it, heal it.
 
-    stop(layout, "node-2")       kubelet, kube-proxy, containers and containerd die, as at power-off
-    partition(layout, "node-2")  the node drops every packet on its link (inside its own namespace)
-    heal(layout, "node-2")       undoes both: the partition goes, stopped processes start again
+stop(layout, "node-2")       kubelet, kube-proxy, containers and containerd die, as at power-off
+partition(layout, "node-2")  the node drops every packet on its link (inside its own namespace)
+heal(layout, "node-2")       undoes both: the partition goes, stopped processes start again
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ def _load_ca(pki: pathlib.Path):
 
 def _create_ca(pki: pathlib.Path) -> None:
     key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     name = _name("localkube-ca")
     cert = (
         x509.CertificateBuilder()
@@ -66,9 +66,15 @@ def _create_ca(pki: pathlib.Path) -> None:
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .add_extension(
             x509.KeyUsage(
-                digital_signature=True, key_cert_sign=True, crl_sign=True,
-                content_commitment=False, key_encipherment=False, data_encipherment=False,
-                key_agreement=False, encipher_only=False, decipher_only=False,
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
             ),
             critical=True,
         )
@@ -88,7 +94,7 @@ def _issue(
 ) -> None:
     ca_key, ca_cert = _load_ca(pki)
     key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     builder = (
         x509.CertificateBuilder()
         .subject_name(subject)
@@ -114,8 +120,14 @@ def ensure(pki: pathlib.Path) -> None:
     if not (pki / "ca.crt").exists():
         _create_ca(pki)
     if not (pki / "apiserver.crt").exists():
-        _issue(pki, "apiserver", _name("kube-apiserver"), ExtendedKeyUsageOID.SERVER_AUTH,
-               APISERVER_DNS_NAMES, APISERVER_IPS)
+        _issue(
+            pki,
+            "apiserver",
+            _name("kube-apiserver"),
+            ExtendedKeyUsageOID.SERVER_AUTH,
+            APISERVER_DNS_NAMES,
+            APISERVER_IPS,
+        )
     clients = {
         "admin": _name("localkube-admin", "system:masters"),
         "controller-manager": _name("system:kube-controller-manager"),
@@ -128,9 +140,7 @@ def ensure(pki: pathlib.Path) -> None:
         key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         _write_key(pki / "sa.key", key)
         (pki / "sa.pub").write_bytes(
-            key.public_key().public_bytes(
-                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-            )
+            key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
         )
 
 
@@ -149,8 +159,7 @@ def ensure_real_nodes(pki: pathlib.Path, apiserver_ips: list[str], node_names: l
     certificate in the identity the Node authorizer and the default RBAC bindings expect."""
     wanted = [*APISERVER_IPS, *apiserver_ips]
     if not set(wanted) <= _serving_ips(pki / "apiserver.crt"):
-        _issue(pki, "apiserver", _name("kube-apiserver"), ExtendedKeyUsageOID.SERVER_AUTH,
-               APISERVER_DNS_NAMES, wanted)
+        _issue(pki, "apiserver", _name("kube-apiserver"), ExtendedKeyUsageOID.SERVER_AUTH, APISERVER_DNS_NAMES, wanted)
     clients = {
         "kube-proxy": _name("system:kube-proxy"),
         "kube-scheduler": _name("system:kube-scheduler"),

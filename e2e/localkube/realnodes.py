@@ -28,6 +28,7 @@ NODES_READY_TIMEOUT = 180.0
 
 # --- names and paths ------------------------------------------------------------------
 
+
 def node_names() -> list[str]:
     return [f"node-{i}" for i in range(1, NODE_COUNT + 1)]
 
@@ -85,6 +86,7 @@ def _run(argv: list[str], check: bool = True) -> subprocess.CompletedProcess:
 
 
 # --- the network ----------------------------------------------------------------------
+
 
 def _link_exists(name: str) -> bool:
     return _run(["ip", "link", "show", name], check=False).returncode == 0
@@ -149,6 +151,7 @@ def _remove_network(layout: Layout) -> list[str]:
 
 
 # --- cgroups --------------------------------------------------------------------------
+
 
 def _cgroup_mounts() -> list[pathlib.Path]:
     mounts = []
@@ -218,6 +221,7 @@ def _remove_cgroups(layout: Layout, index: int) -> list[str]:
 
 # --- configuration files --------------------------------------------------------------
 
+
 def _write_if_changed(path: pathlib.Path, text: str) -> None:
     """A daemon's file, replaced whole and only when its content changes: kube-proxy exits when
     its configuration file changes, and would read a half-written one (`up` on running nodes)."""
@@ -232,8 +236,8 @@ def _write_containerd_config(layout: Layout, index: int) -> pathlib.Path:
     d = node_dir(layout, index)
     cri = 'plugins."io.containerd.grpc.v1.cri"'
     text = f"""version = 2
-root = "{d / 'containerd' / 'root'}"
-state = "{d / 'containerd' / 'state'}"
+root = "{d / "containerd" / "root"}"
+state = "{d / "containerd" / "state"}"
 disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
   "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs"]
 
@@ -241,7 +245,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
   address = "{containerd_socket(layout, index)}"
 
 [plugins."io.containerd.internal.v1.opt"]
-  path = "{d / 'containerd' / 'opt'}"
+  path = "{d / "containerd" / "opt"}"
 
 [{cri}]
   sandbox_image = "{image_names.PAUSE}"
@@ -258,11 +262,11 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 
 [{cri}.containerd.runtimes.runc.options]
   SystemdCgroup = false
-  Root = "{d / 'containerd' / 'runc'}"
+  Root = "{d / "containerd" / "runc"}"
 
 [{cri}.cni]
   bin_dir = "{CNI_BIN_DIR}"
-  conf_dir = "{d / 'cni'}"
+  conf_dir = "{d / "cni"}"
 """
     path = d / "containerd.toml"
     _write_if_changed(path, text)
@@ -390,6 +394,7 @@ def _write_corefile(layout: Layout) -> pathlib.Path:
 
 # --- processes ------------------------------------------------------------------------
 
+
 def _start(layout: Layout, name: str, argv: list[str]) -> int:
     pid = processes.running(layout.run_dir, name)
     if pid:
@@ -437,20 +442,36 @@ def start_node(layout: Layout, index: int) -> None:
     _wait(layout, f"containerd of node-{index}", lambda: _containerd_answers(layout, index), [containerd])
     _import_images(layout, index)
     kubelet_config = _write_kubelet_config(layout, index)
-    _start(layout, f"kubelet-node-{index}", _in_node(layout, index, [
-        str(layout.binary("nodes", "kubelet")),
-        f"--config={kubelet_config}",
-        f"--kubeconfig={controlplane.component_kubeconfig(layout, f'kubelet-node-{index}')}",
-        f"--root-dir={d / 'kubelet'}",
-        f"--hostname-override=node-{index}",
-        f"--node-ip={layout.node_network.node_address(index)}",
-        "--v=1",
-    ]))
-    _start(layout, f"kube-proxy-node-{index}", _in_node(layout, index, [
-        str(layout.binary("nodes", "kube-proxy")),
-        f"--config={_write_kube_proxy_config(layout, index)}",
-        "--v=1",
-    ]))
+    _start(
+        layout,
+        f"kubelet-node-{index}",
+        _in_node(
+            layout,
+            index,
+            [
+                str(layout.binary("nodes", "kubelet")),
+                f"--config={kubelet_config}",
+                f"--kubeconfig={controlplane.component_kubeconfig(layout, f'kubelet-node-{index}')}",
+                f"--root-dir={d / 'kubelet'}",
+                f"--hostname-override=node-{index}",
+                f"--node-ip={layout.node_network.node_address(index)}",
+                "--v=1",
+            ],
+        ),
+    )
+    _start(
+        layout,
+        f"kube-proxy-node-{index}",
+        _in_node(
+            layout,
+            index,
+            [
+                str(layout.binary("nodes", "kube-proxy")),
+                f"--config={_write_kube_proxy_config(layout, index)}",
+                "--v=1",
+            ],
+        ),
+    )
 
 
 def _scheduler_argv(layout: Layout) -> list[str]:
@@ -474,7 +495,7 @@ def coredns_binary(layout: Layout) -> pathlib.Path:
 def dns_answers(server: str, name: str) -> bool:
     """One A query over UDP; True on an answer with at least one record."""
 
-    header = struct.pack(">HHHHHH", 0x4c4b, 0x0100, 1, 0, 0, 0)
+    header = struct.pack(">HHHHHH", 0x4C4B, 0x0100, 1, 0, 0, 0)
     question = b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\0" + struct.pack(">HH", 1, 1)
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.settimeout(1.0)
@@ -491,8 +512,9 @@ def api_get(layout: Layout, path: str) -> dict | None:
     import urllib.request
 
     try:
-        with urllib.request.urlopen(controlplane.apiserver_url(layout) + path, timeout=3,
-                                    context=controlplane.admin_ssl_context(layout)) as resp:
+        with urllib.request.urlopen(
+            controlplane.apiserver_url(layout) + path, timeout=3, context=controlplane.admin_ssl_context(layout)
+        ) as resp:
             return json.loads(resp.read())
     except (urllib.error.URLError, OSError, ValueError):
         return None
@@ -518,11 +540,11 @@ def _api_seconds(timestamp: str | None) -> float:
     """An API server timestamp (RFC 3339 in UTC, whole seconds) as seconds since the epoch."""
     if not timestamp:
         return 0.0
-    return datetime.datetime.strptime(timestamp, "%Y-%m-%dT%H:%M:%SZ").replace(
-        tzinfo=datetime.timezone.utc).timestamp()
+    return datetime.datetime.strptime(timestamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC).timestamp()
 
 
 # --- up and down ----------------------------------------------------------------------
+
 
 def prepare_host(layout: Layout) -> None:
     """Before the control plane starts: record the host, then the bridge the apiserver binds."""
@@ -531,8 +553,11 @@ def prepare_host(layout: Layout) -> None:
             raise RuntimeError(f"{layout.binary(recipe, binary)} is missing: run `make testbin`")
     layout.state_dir.mkdir(parents=True, exist_ok=True)
     for dead in hoststate.record(layout.checkout_id, layout.run_dir):
-        print(f"localkube: the real nodes of checkout {dead} were killed without `down`; "
-              "their hold on the host's resolver is released", flush=True)
+        print(
+            f"localkube: the real nodes of checkout {dead} were killed without `down`; "
+            "their hold on the host's resolver is released",
+            flush=True,
+        )
     _ensure_network(layout)
     _ensure_cgroups(layout)
     pki.ensure(layout.pki_dir)
@@ -548,11 +573,18 @@ def up(layout: Layout) -> None:
     _start(layout, "kube-scheduler", _scheduler_argv(layout))
     if coredns_binary(layout).exists():
         _start(layout, "coredns", [str(coredns_binary(layout)), "-conf", str(_write_corefile(layout))])
-        _wait(layout, "CoreDNS to answer", lambda: dns_answers(
-            layout.node_network.dns_address, f"kubernetes.default.svc.{CLUSTER_DOMAIN}"), ["coredns"])
+        _wait(
+            layout,
+            "CoreDNS to answer",
+            lambda: dns_answers(layout.node_network.dns_address, f"kubernetes.default.svc.{CLUSTER_DOMAIN}"),
+            ["coredns"],
+        )
         if not hoststate.point_resolver(layout.node_network.dns_address, layout.checkout_id):
-            print("localkube: /etc/resolv.conf belongs to another checkout's real nodes; "
-                  "this checkout's names resolve from pods only", flush=True)
+            print(
+                "localkube: /etc/resolv.conf belongs to another checkout's real nodes; "
+                "this checkout's names resolve from pods only",
+                flush=True,
+            )
     else:
         print(f"localkube: {coredns_binary(layout)} is missing: no cluster DNS", flush=True)
     started = time.time()
@@ -560,8 +592,13 @@ def up(layout: Layout) -> None:
     for index in range(1, NODE_COUNT + 1):
         start_node(layout, index)
     components = [f"{c}-node-{i}" for i in range(1, NODE_COUNT + 1) for c in ("containerd", "kubelet")]
-    _wait(layout, f"{NODE_COUNT} Ready nodes", lambda: len(ready_nodes(layout, restarted)) == NODE_COUNT,
-          components, timeout=NODES_READY_TIMEOUT)
+    _wait(
+        layout,
+        f"{NODE_COUNT} Ready nodes",
+        lambda: len(ready_nodes(layout, restarted)) == NODE_COUNT,
+        components,
+        timeout=NODES_READY_TIMEOUT,
+    )
     local_path.install(layout, nodes_dir(layout), node_names(), str(layout.binary("kube", "kubectl")))
 
 
@@ -631,8 +668,10 @@ def down(layout: Layout) -> list[str]:
 def status(layout: Layout) -> dict[str, str]:
     names = ["kube-scheduler", "coredns"]
     names += [f"{c}-node-{i}" for i in range(1, NODE_COUNT + 1) for c in ("containerd", "kubelet", "kube-proxy")]
-    result = {name: (f"running (pid {pid})" if (pid := processes.running(layout.run_dir, name)) else "stopped")
-              for name in names}
+    result = {
+        name: (f"running (pid {pid})" if (pid := processes.running(layout.run_dir, name)) else "stopped")
+        for name in names
+    }
     ready = ready_nodes(layout)
     for name in node_names():
         result[f"node {name}"] = "Ready" if name in ready else "not ready"

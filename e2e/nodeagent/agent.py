@@ -13,7 +13,8 @@ from collections import OrderedDict
 
 import aiohttp
 
-from nodeagent import names, server, settings as settings_module
+from nodeagent import names, server
+from nodeagent import settings as settings_module
 from nodeagent.events import Recorder
 from nodeagent.hostsfile import HostsFile
 from nodeagent.informer import Informer
@@ -70,8 +71,9 @@ class Agent:
         self.kube = await Kube.from_kubeconfig(self.settings.kubeconfig)
         self.session = aiohttp.ClientSession(trust_env=False)
         self.events = Recorder(self.kube)
-        self.nodes = NodeSet(self.kube, self.settings.node_count, self.settings.layout.pod_subnet_octet,
-                             self.settings.agent_port)
+        self.nodes = NodeSet(
+            self.kube, self.settings.node_count, self.settings.layout.pod_subnet_octet, self.settings.agent_port
+        )
         web = await server.start(self, self.settings.agent_port)
         tasks: list[asyncio.Task] = []
         try:
@@ -89,11 +91,17 @@ class Agent:
             self.launcher.kill_unadopted()
             self.ipam.retain(set(self.workers))
             self._write_names()
-            tasks += [asyncio.ensure_future(c) for c in (
-                self.nodes.run(), self.scheduler.run(), self.provisioner.run(), self._names_loop())]
+            tasks += [
+                asyncio.ensure_future(c)
+                for c in (self.nodes.run(), self.scheduler.run(), self.provisioner.run(), self._names_loop())
+            ]
             self.ready = True
-            log.info("node agent ready: nodes %s, pods in %s, port %d", ", ".join(self.nodes.nodes),
-                     self.settings.layout.pod_cidr, self.settings.agent_port)
+            log.info(
+                "node agent ready: nodes %s, pods in %s, port %d",
+                ", ".join(self.nodes.nodes),
+                self.settings.layout.pod_cidr,
+                self.settings.agent_port,
+            )
             await self._stop.wait()
         finally:
             self.ready = False
@@ -131,8 +139,12 @@ class Agent:
                 worker.update(new)
             if not new["spec"].get("nodeName"):
                 self.scheduler.notify()
-        if old is None or new is None or old["spec"].get("nodeName") != new["spec"].get("nodeName") \
-                or (old.get("status") or {}).get("phase") != (new.get("status") or {}).get("phase"):
+        if (
+            old is None
+            or new is None
+            or old["spec"].get("nodeName") != new["spec"].get("nodeName")
+            or (old.get("status") or {}).get("phase") != (new.get("status") or {}).get("phase")
+        ):
             self.scheduler.notify()
         self.names_changed()
 
@@ -163,7 +175,8 @@ class Agent:
 
     def schedulable_nodes(self) -> dict[str, dict]:
         return {
-            node.name: obj for node in self.nodes.available()
+            node.name: obj
+            for node in self.nodes.available()
             if (obj := self.node_objects.get("", node.name)) is not None
         }
 
@@ -198,8 +211,10 @@ class Agent:
     # --- faults and introspection -----------------------------------------------------
 
     def worker_for(self, namespace: str, name: str) -> PodWorker | None:
-        return next((w for w in self.workers.values()
-                     if w.namespace == namespace and w.name == name and not w.terminating), None)
+        return next(
+            (w for w in self.workers.values() if w.namespace == namespace and w.name == name and not w.terminating),
+            None,
+        )
 
     def workers_on(self, node: str) -> list[PodWorker]:
         return [w for w in self.workers.values() if w.node.name == node]
@@ -212,10 +227,15 @@ class Agent:
         if worker is None:
             return None
         return {
-            "uid": worker.uid, "node": worker.node.name, "ip": worker.ip,
+            "uid": worker.uid,
+            "node": worker.node.name,
+            "ip": worker.ip,
             "containers": {
-                r.name: {"pid": r.process.pid if r.process is not None and r.process.running() else None,
-                         "restartCount": r.restart_count, "init": r.init}
+                r.name: {
+                    "pid": r.process.pid if r.process is not None and r.process.running() else None,
+                    "restartCount": r.restart_count,
+                    "init": r.init,
+                }
                 for r in worker.all_runners()
             },
         }
@@ -223,7 +243,8 @@ class Agent:
 
 def main() -> None:
     logging.basicConfig(
-        stream=sys.stdout, level=logging.INFO,
+        stream=sys.stdout,
+        level=logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)

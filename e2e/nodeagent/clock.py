@@ -6,7 +6,7 @@ import datetime
 
 
 def now() -> datetime.datetime:
-    return datetime.datetime.now(datetime.timezone.utc)
+    return datetime.datetime.now(datetime.UTC)
 
 
 def rfc3339(when: datetime.datetime | None = None) -> str:

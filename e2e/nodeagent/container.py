@@ -20,8 +20,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def terminated(exit_code: int, started_at: str | None, container_id: str | None,
-               reason: str | None = None, message: str | None = None) -> dict:
+def terminated(
+    exit_code: int,
+    started_at: str | None,
+    container_id: str | None,
+    reason: str | None = None,
+    message: str | None = None,
+) -> dict:
     state = {
         "exitCode": exit_code,
         "reason": reason or ("Completed" if exit_code == 0 else "Error"),
@@ -36,7 +41,7 @@ def terminated(exit_code: int, started_at: str | None, container_id: str | None,
 
 
 class ContainerRunner:
-    def __init__(self, pod: "PodWorker", spec: dict, init: bool):
+    def __init__(self, pod: PodWorker, spec: dict, init: bool):
         self.pod = pod
         self.spec = spec
         self.name = spec["name"]
@@ -94,8 +99,13 @@ class ContainerRunner:
             # it ran when the earlier agent stopped, and is gone now
             started_at = state["running"].get("startedAt")
             if exit_code is None:
-                self.last_state = terminated(137, started_at, self.container_id, "ContainerStatusUnknown",
-                                             "The container could not be located when the agent restarted")
+                self.last_state = terminated(
+                    137,
+                    started_at,
+                    self.container_id,
+                    "ContainerStatusUnknown",
+                    "The container could not be located when the agent restarted",
+                )
             else:
                 self.last_state = terminated(exit_code, started_at, self.container_id)
             self._restart_pending = True
@@ -139,14 +149,16 @@ class ContainerRunner:
                 return exit_code == 0
             if time.monotonic() - run_began > 2 * self.pod.backoff_cap:
                 self._backoff_exponent = 0
-            delay = 0.0 if immediate else min(self.pod.backoff_base * 2 ** self._backoff_exponent, self.pod.backoff_cap)
+            delay = 0.0 if immediate else min(self.pod.backoff_base * 2**self._backoff_exponent, self.pod.backoff_cap)
             self._backoff_exponent += 0 if immediate else 1
             self.last_state = terminated(exit_code, started_at, self.container_id)
             self.started = False
-            self.state = {"waiting": {
-                "reason": "CrashLoopBackOff",
-                "message": f"back-off {delay:g}s restarting failed container={self.name} pod={self.pod.describe()}",
-            }}
+            self.state = {
+                "waiting": {
+                    "reason": "CrashLoopBackOff",
+                    "message": f"back-off {delay:g}s restarting failed container={self.name} pod={self.pod.describe()}",
+                }
+            }
             self.pod.changed()
             self.pod.event("Warning", "BackOff", f"Back-off restarting failed container {self.name}")
             self.process = None
@@ -161,7 +173,7 @@ class ContainerRunner:
             await self.pod.node_up()
             if self.stopping or self.pod.terminating:
                 return None
-            delay = min(self.pod.backoff_base * 2 ** attempts, self.pod.backoff_cap)
+            delay = min(self.pod.backoff_base * 2**attempts, self.pod.backoff_cap)
             attempts += 1
             try:
                 self.runtime = images.resolve(self.image, self.pod.testbin)
@@ -189,8 +201,13 @@ class ContainerRunner:
             self.ready = self.started and not self.spec.get("readinessProbe") and not self.init
             self.pod.changed()
             self.pod.event("Normal", "Started", f"Started container {self.name}")
-            log.info("%s: started container %s (pid %d, restarts %d)",
-                     self.pod.describe(), self.name, process.pid, self.restart_count)
+            log.info(
+                "%s: started container %s (pid %d, restarts %d)",
+                self.pod.describe(),
+                self.name,
+                process.pid,
+                self.restart_count,
+            )
             return process
         return None
 
@@ -220,16 +237,22 @@ class ContainerRunner:
 
     async def _launch_spec(self, runtime: images.ImageRuntime) -> LaunchSpec:
         env = await self.pod.container_env(self.spec, runtime)
-        argv = runtime.argv(expand_all(self.spec.get("command"), env), expand_all(self.spec.get("args"), env),
-                            self.pod.ip)
+        argv = runtime.argv(
+            expand_all(self.spec.get("command"), env), expand_all(self.spec.get("args"), env), self.pod.ip
+        )
         # A wildcard bind inside a pod means the pod's own address (see wildcard.py).
         argv[1:] = wildcard.bind_all_to_pod(argv[1:], self.pod.ip)
         mounts = self.pod.volumes.mounts(self.spec, env, runtime.kind == "operator")
         paths = self.pod.paths
         self.env = env
         return LaunchSpec(
-            uid=self.pod.uid, namespace=self.pod.namespace, pod=self.pod.name, container=self.name,
-            argv=argv, env=env, mounts=mounts,
+            uid=self.pod.uid,
+            namespace=self.pod.namespace,
+            pod=self.pod.name,
+            container=self.name,
+            argv=argv,
+            env=env,
+            mounts=mounts,
             workdir=self._workdir(),
             hostname=self.pod.hostname,
             log_file=paths.log_file(self.pod.namespace, self.pod.name, self.name),
@@ -254,7 +277,7 @@ class ContainerRunner:
         self._wake.clear()
         try:
             await asyncio.wait_for(self._wake.wait(), seconds)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
 
     # --- probes -----------------------------------------------------------------------
@@ -335,9 +358,17 @@ class ContainerRunner:
         if "running" in self.state and self.process is not None and self.process.exit_code is not None:
             self.state = terminated(self.process.exit_code, self.state["running"].get("startedAt"), self.container_id)
         elif "terminated" not in self.state:
-            self.state = self.last_state if "terminated" in self.last_state else terminated(
-                137, None, self.container_id, "ContainerStatusUnknown",
-                "The container could not be located when the pod was terminated")
+            self.state = (
+                self.last_state
+                if "terminated" in self.last_state
+                else terminated(
+                    137,
+                    None,
+                    self.container_id,
+                    "ContainerStatusUnknown",
+                    "The container could not be located when the pod was terminated",
+                )
+            )
         self.done, self.started = True, False
         self.ready = self.init and self.state["terminated"].get("exitCode") == 0
 
@@ -394,5 +425,5 @@ async def terminate(process: ContainerProcess, deadline) -> None:
             return
         try:
             await asyncio.wait_for(asyncio.shield(process.wait()), min(remaining, 0.5))
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass

@@ -3,7 +3,7 @@ resourceFieldRef, secretKeyRef, configMapKeyRef), and $(VAR) expansion in comman
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from nodeagent import fieldpaths
 from nodeagent.configdata import ConfigData
@@ -32,7 +32,7 @@ def expand(text: str, lookup: Callable[[str], str | None]) -> str:
                 out.append("$(")
                 i += 2
             else:
-                name = text[i + 2:close]
+                name = text[i + 2 : close]
                 value = lookup(name)
                 out.append(f"$({name})" if value is None else value)
                 i = close + 1
@@ -48,9 +48,7 @@ def expand_all(items: list[str] | None, env: dict[str, str]) -> list[str] | None
     return [expand(item, env.get) for item in items]
 
 
-async def container_env(
-    pod: dict, container: dict, data: ConfigData, base: dict[str, str]
-) -> dict[str, str]:
+async def container_env(pod: dict, container: dict, data: ConfigData, base: dict[str, str]) -> dict[str, str]:
     env = dict(base)
     for source in container.get("envFrom") or []:
         prefix = source.get("prefix") or ""
@@ -105,6 +103,8 @@ async def _value_from(pod: dict, container: dict, source: dict, data: ConfigData
                     return None
                 if values is None:
                     raise ConfigError(f'{kind} "{ref["name"]}" not found')
-                raise ConfigError(f'couldn\'t find key {ref["key"]} in {kind.capitalize()} {data.namespace}/{ref["name"]}')
+                raise ConfigError(
+                    f"couldn't find key {ref['key']} in {kind.capitalize()} {data.namespace}/{ref['name']}"
+                )
             return values[ref["key"]].decode(errors="replace")
     raise ConfigError(f"unsupported env source {sorted(source)}")

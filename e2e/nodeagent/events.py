@@ -20,8 +20,9 @@ class Recorder:
         self.kube = kube
         self._pending: set[asyncio.Task] = set()
 
-    def emit(self, pod: dict, kind: str, reason: str, message: str, component: str = COMPONENT,
-             node: str | None = None) -> None:
+    def emit(
+        self, pod: dict, kind: str, reason: str, message: str, component: str = COMPONENT, node: str | None = None
+    ) -> None:
         task = asyncio.ensure_future(self._create(pod, kind, reason, message, component, node))
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
@@ -30,13 +31,23 @@ class Recorder:
         meta = pod["metadata"]
         now = clock.rfc3339()
         body = {
-            "apiVersion": "v1", "kind": "Event",
+            "apiVersion": "v1",
+            "kind": "Event",
             "metadata": {"name": f"{meta['name']}.{secrets.token_hex(8)}", "namespace": meta["namespace"]},
-            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"],
-                               "namespace": meta["namespace"], "uid": meta["uid"]},
-            "type": kind, "reason": reason, "message": message[:1024],
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta["uid"],
+            },
+            "type": kind,
+            "reason": reason,
+            "message": message[:1024],
             "source": {"component": component, **({"host": node} if node else {})},
-            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
         }
         try:
             await self.kube.create(f"/api/v1/namespaces/{quote(meta['namespace'])}/events", body)

@@ -19,7 +19,6 @@ import urllib.error
 import urllib.request
 
 from localkube import layout as localkube_layout
-
 from nodeagent.paths import Paths
 
 TIMEOUT = 30
@@ -42,7 +41,9 @@ def _call(method: str, path: str, body: dict | None = None, where=None) -> dict:
     port = _layout(where).ports.node_agent
     data = json.dumps(body).encode() if body is not None else None
     request = urllib.request.Request(
-        f"http://127.0.0.1:{port}{path}", data=data, method=method,
+        f"http://127.0.0.1:{port}{path}",
+        data=data,
+        method=method,
         headers={"Content-Type": "application/json"},
     )
     try:
@@ -93,8 +94,7 @@ def lose_disk(namespace: str, claim: str, where=None) -> str:
     return _call("POST", "/faults/lose-disk", {"namespace": namespace, "claim": claim}, where)["path"]
 
 
-def evict(namespace: str, pod: str, message: str | None = None, grace: int | None = None,
-          where=None) -> dict:
+def evict(namespace: str, pod: str, message: str | None = None, grace: int | None = None, where=None) -> dict:
     """Ends the pod as a kubelet eviction or a graceful node shutdown does: SIGTERM to its
     containers, SIGKILL after `grace` (default: terminationGracePeriodSeconds), then
     phase Failed, reason Evicted, `message`; it is never restarted and the object stays

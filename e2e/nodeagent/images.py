@@ -47,7 +47,7 @@ def parse_reference(image: str) -> Reference:
     last_slash = rest.rfind("/")
     colon = rest.rfind(":")
     if colon > last_slash:
-        rest, tag = rest[:colon], rest[colon + 1:]
+        rest, tag = rest[:colon], rest[colon + 1 :]
     return Reference(rest, tag)
 
 
@@ -108,8 +108,13 @@ def resolve(image: str, testbin: pathlib.Path) -> ImageRuntime:
         return _etcd(image, ref, testbin)
     if ref.name == "etcd-operator":
         return _operator()
-    if ref.repository in ("busybox", "library/busybox", "docker.io/library/busybox",
-                          "docker.io/busybox", "index.docker.io/library/busybox"):
+    if ref.repository in (
+        "busybox",
+        "library/busybox",
+        "docker.io/library/busybox",
+        "docker.io/busybox",
+        "index.docker.io/library/busybox",
+    ):
         return ImageRuntime("busybox", (), ("sh",), HOST_PATH)
     raise UnknownImage(
         f'image "{image}" is not in the node agent\'s image map (etcd, etcd-operator, '
@@ -127,7 +132,11 @@ def _etcd(image: str, ref: Reference, testbin: pathlib.Path) -> ImageRuntime:
     if not (bin_dir / "etcd").exists():
         raise UnknownImage(f'etcd {minor} is not built in the testbin ({bin_dir}); image "{image}"')
     return ImageRuntime(
-        "etcd", (), ("etcd",), f"{bin_dir}:{HOST_PATH}", bin_dir=bin_dir,
+        "etcd",
+        (),
+        ("etcd",),
+        f"{bin_dir}:{HOST_PATH}",
+        bin_dir=bin_dir,
         env=(("ETCDCTL_API", "3"),),
     )
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from nodeagent.kube import ApiError, Kube
 
@@ -23,8 +23,14 @@ def object_key(obj: dict) -> str:
 
 class Informer:
     def __init__(
-        self, kube: Kube, path: str, on_change: ChangeHandler, *, resync: float = 120.0,
-        watch_timeout: int = 60, **query,
+        self,
+        kube: Kube,
+        path: str,
+        on_change: ChangeHandler,
+        *,
+        resync: float = 120.0,
+        watch_timeout: int = 60,
+        **query,
     ):
         self.kube = kube
         self.path = path

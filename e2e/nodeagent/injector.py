@@ -21,7 +21,7 @@ CONTAINER_SIGNALS = {"crash": signal.SIGKILL, "freeze": signal.SIGSTOP, "thaw": 
 
 
 class FaultInjector:
-    def __init__(self, agent: "Agent"):
+    def __init__(self, agent: Agent):
         self.agent = agent
         self.slow_stops: dict[str, float] = {}  # namespace -> seconds a deleted pod runs before SIGTERM
 
@@ -40,7 +40,7 @@ class FaultInjector:
             return self._slow_stops(body["namespace"], float(body["seconds"]))
         raise FaultError(404, f"unknown fault {action!r}")
 
-    def _worker(self, namespace: str, pod: str) -> "PodWorker":
+    def _worker(self, namespace: str, pod: str) -> PodWorker:
         worker = self.agent.worker_for(namespace, pod)
         if worker is None:
             raise FaultError(404, f"pod {namespace}/{pod} does not run on this agent")

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 import pathlib
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 from urllib.parse import quote
 
 import aiohttp
@@ -46,7 +47,7 @@ class Kube:
         self.host = api.configuration.host
 
     @classmethod
-    async def from_kubeconfig(cls, path: pathlib.Path) -> "Kube":
+    async def from_kubeconfig(cls, path: pathlib.Path) -> Kube:
         configuration = client.Configuration()
         await config.load_kube_config(config_file=str(path), client_configuration=configuration)
         return cls(client.ApiClient(configuration))
@@ -66,8 +67,13 @@ class Kube:
     ) -> Any:
         headers = {"Content-Type": content_type, "Accept": "application/json"}
         response = await self.api.request(
-            method, self.host + path, query_params=_query(query), headers=headers,
-            body=body, _preload_content=False, _request_timeout=timeout,
+            method,
+            self.host + path,
+            query_params=_query(query),
+            headers=headers,
+            body=body,
+            _preload_content=False,
+            _request_timeout=timeout,
         )
         async with response:
             raw = await response.read()
@@ -113,8 +119,12 @@ class Kube:
         }
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=timeout_seconds + 30)
         response = await self.api.request(
-            "GET", self.host + path, query_params=_query(params),
-            headers={"Accept": "application/json"}, _preload_content=False, _request_timeout=timeout,
+            "GET",
+            self.host + path,
+            query_params=_query(params),
+            headers={"Accept": "application/json"},
+            _preload_content=False,
+            _request_timeout=timeout,
         )
         async with response:
             if response.status >= 400:

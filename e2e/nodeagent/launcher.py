@@ -67,7 +67,8 @@ def launch_script(spec: LaunchSpec) -> str:
     q = shlex.quote
     lines = [
         f"S={STAGE}",
-        'mkdir -p "$S" && mount -t tmpfs localkube-stage "$S" || { echo "localkube: cannot prepare $S" >&2; exit 125; }',
+        'mkdir -p "$S" && mount -t tmpfs localkube-stage "$S" '
+        '|| { echo "localkube: cannot prepare $S" >&2; exit 125; }',
         "stage() {",
         '  if [ -d "$2" ]; then mkdir -p "$S/$1"; else : > "$S/$1"; fi',
         '  mount --bind "$2" "$S/$1" || { echo "localkube: cannot stage $2" >&2; exit 125; }',
@@ -85,9 +86,9 @@ def launch_script(spec: LaunchSpec) -> str:
     for i, path in enumerate(kept):
         lines.append(f"stage h{i} {q(path)}")
     for i, mount in enumerate(mounts):
-        lines.append(f"m \"$S/v{i}\" {q(mount.target)} {'ro' if mount.read_only else 'rw'}")
+        lines.append(f'm "$S/v{i}" {q(mount.target)} {"ro" if mount.read_only else "rw"}')
     for i, path in enumerate(kept):
-        lines.append(f"m \"$S/h{i}\" {q(path)} rw")
+        lines.append(f'm "$S/h{i}" {q(path)} rw')
     lines += [
         f"hostname {q(spec.hostname)} 2>/dev/null",
         f"mkdir -p {q(spec.workdir)} && cd {q(spec.workdir)} || exit 125",
@@ -119,8 +120,16 @@ def exit_code_of(returncode: int) -> int:
 class ContainerProcess:
     """A running (or finished) container process, either our child or adopted."""
 
-    def __init__(self, launcher: "Launcher", key: str, pid: int, ticks: int | None, started_at: str,
-                 exit_file: pathlib.Path, child: asyncio.subprocess.Process | None):
+    def __init__(
+        self,
+        launcher: Launcher,
+        key: str,
+        pid: int,
+        ticks: int | None,
+        started_at: str,
+        exit_file: pathlib.Path,
+        child: asyncio.subprocess.Process | None,
+    ):
         self.launcher = launcher
         self.key = key
         self.pid = pid
@@ -199,8 +208,15 @@ class Launcher:
         record = self._found.pop(key, None)
         if record is None or process_start_ticks(record["pid"]) != record["start_ticks"]:
             return None
-        process = ContainerProcess(self, key, record["pid"], record["start_ticks"], record["started_at"],
-                                   pathlib.Path(record["exit_file"]), None)
+        process = ContainerProcess(
+            self,
+            key,
+            record["pid"],
+            record["start_ticks"],
+            record["started_at"],
+            pathlib.Path(record["exit_file"]),
+            None,
+        )
         self.processes[key] = process
         log.info("adopted %s/%s container %s (pid %d)", record["namespace"], record["pod"], container, record["pid"])
         return process
@@ -215,17 +231,34 @@ class Launcher:
         spec.exit_file.unlink(missing_ok=True)
         with await asyncio.to_thread(open, spec.log_file, "ab") as logf:
             child = await asyncio.create_subprocess_exec(
-                self.unshare, "--mount", "--uts", "--propagation", "private",
-                "/bin/sh", "-c", launch_script(spec), "localkube-container", *spec.argv,
-                stdin=asyncio.subprocess.DEVNULL, stdout=logf, stderr=asyncio.subprocess.STDOUT,
-                env=spec.env, start_new_session=True, cwd="/",
+                self.unshare,
+                "--mount",
+                "--uts",
+                "--propagation",
+                "private",
+                "/bin/sh",
+                "-c",
+                launch_script(spec),
+                "localkube-container",
+                *spec.argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=logf,
+                stderr=asyncio.subprocess.STDOUT,
+                env=spec.env,
+                start_new_session=True,
+                cwd="/",
             )
         started_at = clock.rfc3339()
         ticks = process_start_ticks(child.pid)
         record = {
-            "pid": child.pid, "start_ticks": ticks, "started_at": started_at,
-            "uid": spec.uid, "namespace": spec.namespace, "pod": spec.pod,
-            "container": spec.container, "exit_file": str(spec.exit_file),
+            "pid": child.pid,
+            "start_ticks": ticks,
+            "started_at": started_at,
+            "uid": spec.uid,
+            "namespace": spec.namespace,
+            "pod": spec.pod,
+            "container": spec.container,
+            "exit_file": str(spec.exit_file),
         }
         (self.records_dir / f"{key}.json").write_text(json.dumps(record))
         (self.records_dir / f"{key}.pid").write_text(str(child.pid))
@@ -262,10 +295,10 @@ class Launcher:
         for p in running:
             try:
                 await asyncio.wait_for(p.wait(), max(0.05, deadline - time.monotonic()))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 p.signal(signal.SIGKILL)
         for p in running:
             try:
                 await asyncio.wait_for(p.wait(), 5)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 log.warning("process %d did not exit after SIGKILL", p.pid)

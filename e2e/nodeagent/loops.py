@@ -21,7 +21,7 @@ class WakeableLoop:
         while True:
             try:
                 await asyncio.wait_for(self._wake.wait(), self.interval)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             self._wake.clear()
             try:

@@ -4,7 +4,7 @@ name gets a `.svc` and a `.svc.cluster.local` form."""
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 CLUSTER_DOMAIN = "cluster.local"
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
@@ -19,7 +19,9 @@ def pod_hostname(pod: dict) -> str:
 
 
 def records(
-    pods: Iterable[dict], services: Iterable[dict], slices: Iterable[dict],
+    pods: Iterable[dict],
+    services: Iterable[dict],
+    slices: Iterable[dict],
     pod_ips: dict[str, str] | None = None,
 ) -> dict[str, set[str]]:
     """pod_ips (uid -> IP) supplies addresses the agent knows before the API does."""
@@ -40,9 +42,13 @@ def records(
     # The API server refuses loopback addresses in EndpointSlices, so kube-controller-
     # manager cannot publish ours: selector services are matched against pods here, and
     # EndpointSlices only count for services without a selector.
-    live = [p for p in pods if (pod_ips.get(p["metadata"]["uid"]) or (p.get("status") or {}).get("podIP"))
-            and not p["metadata"].get("deletionTimestamp")
-            and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+    live = [
+        p
+        for p in pods
+        if (pod_ips.get(p["metadata"]["uid"]) or (p.get("status") or {}).get("podIP"))
+        and not p["metadata"].get("deletionTimestamp")
+        and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+    ]
     slices_by_service: dict[tuple[str, str], list[dict]] = {}
     for s in slices:
         service = (s["metadata"].get("labels") or {}).get(SERVICE_NAME_LABEL)
@@ -59,9 +65,11 @@ def records(
         if selector:
             for pod in live:
                 labels = pod["metadata"].get("labels") or {}
-                if pod["metadata"]["namespace"] == meta["namespace"] \
-                        and all(labels.get(k) == v for k, v in selector.items()) \
-                        and (include_not_ready or _ready(pod)):
+                if (
+                    pod["metadata"]["namespace"] == meta["namespace"]
+                    and all(labels.get(k) == v for k, v in selector.items())
+                    and (include_not_ready or _ready(pod))
+                ):
                     add(name, pod_ips.get(pod["metadata"]["uid"]) or pod["status"]["podIP"])
             continue
         for s in slices_by_service.get((meta["namespace"], meta["name"]), []):
@@ -77,5 +85,6 @@ def records(
 
 
 def _ready(pod: dict) -> bool:
-    return any(c["type"] == "Ready" and c["status"] == "True"
-               for c in (pod.get("status") or {}).get("conditions") or [])
+    return any(
+        c["type"] == "Ready" and c["status"] == "True" for c in (pod.get("status") or {}).get("conditions") or []
+    )

@@ -76,10 +76,14 @@ class NodeSet:
         for node in self.nodes.values():
             existing = await self.kube.get_or_none(f"/api/v1/nodes/{node.name}")
             if existing is None:
-                existing = await self.kube.create("/api/v1/nodes", {
-                    "apiVersion": "v1", "kind": "Node",
-                    "metadata": {"name": node.name, "labels": node.labels},
-                })
+                existing = await self.kube.create(
+                    "/api/v1/nodes",
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Node",
+                        "metadata": {"name": node.name, "labels": node.labels},
+                    },
+                )
                 log.info("registered node %s (%s)", node.name, node.ip)
             else:
                 existing = await self.kube.patch(f"/api/v1/nodes/{node.name}", {"metadata": {"labels": node.labels}})
@@ -109,7 +113,7 @@ class NodeSet:
         while True:
             try:
                 await asyncio.wait_for(self._wake.wait(), RENEW_INTERVAL)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             forced = self._wake.is_set()
             self._wake.clear()
@@ -146,14 +150,18 @@ class NodeSet:
         except Exception as e:
             if not is_status(e, 404):
                 raise
-            await self.kube.create(f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases", {
-                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                "metadata": {
-                    "name": node.name,
-                    "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": node.name, "uid": node.uid}],
+            await self.kube.create(
+                f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases",
+                {
+                    "apiVersion": "coordination.k8s.io/v1",
+                    "kind": "Lease",
+                    "metadata": {
+                        "name": node.name,
+                        "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": node.name, "uid": node.uid}],
+                    },
+                    "spec": spec,
                 },
-                "spec": spec,
-            })
+            )
 
     async def _post_status(self, node: Node) -> None:
         await self.kube.patch(f"/api/v1/nodes/{node.name}/status", {"status": self._status(node)})
@@ -162,15 +170,23 @@ class NodeSet:
         now = clock.rfc3339()
 
         def condition(kind: str, status: str, reason: str, message: str) -> dict:
-            return {"type": kind, "status": status, "reason": reason, "message": message,
-                    "lastHeartbeatTime": now, "lastTransitionTime": node.ready_since}
+            return {
+                "type": kind,
+                "status": status,
+                "reason": reason,
+                "message": message,
+                "lastHeartbeatTime": now,
+                "lastTransitionTime": node.ready_since,
+            }
 
         resources = _capacity()
         return {
             "capacity": resources,
             "allocatable": resources,
             "conditions": [
-                condition("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+                condition(
+                    "MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"
+                ),
                 condition("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
                 condition("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
                 condition("Ready", "True", "KubeletReady", "kubelet is posting ready status (localkube node agent)"),
@@ -178,10 +194,15 @@ class NodeSet:
             "addresses": [{"type": "InternalIP", "address": node.ip}, {"type": "Hostname", "address": node.name}],
             "daemonEndpoints": {"kubeletEndpoint": {"Port": self.agent_port}},
             "nodeInfo": {
-                "machineID": node.name, "systemUUID": node.name, "bootID": node.ready_since,
-                "kernelVersion": platform.release(), "osImage": "localkube process node",
-                "containerRuntimeVersion": "localkube://1", "kubeletVersion": self.kubelet_version,
-                "kubeProxyVersion": "", "operatingSystem": "linux",
+                "machineID": node.name,
+                "systemUUID": node.name,
+                "bootID": node.ready_since,
+                "kernelVersion": platform.release(),
+                "osImage": "localkube process node",
+                "containerRuntimeVersion": "localkube://1",
+                "kubeletVersion": self.kubelet_version,
+                "kubeProxyVersion": "",
+                "operatingSystem": "linux",
                 "architecture": ARCHES.get(platform.machine(), platform.machine()),
             },
         }

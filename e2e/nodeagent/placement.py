@@ -3,12 +3,13 @@ required pod (anti-)affinity; among fitting nodes, spread."""
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 TERMINAL = ("Succeeded", "Failed")
 
 
 # --- selectors ------------------------------------------------------------------------
+
 
 def match_labels(selector: dict | None, labels: dict) -> bool:
     """A metav1.LabelSelector; None matches nothing, {} matches everything."""
@@ -45,12 +46,11 @@ def match_node_selector_term(term: dict, node: dict) -> bool:
     exprs, field_exprs = term.get("matchExpressions") or [], term.get("matchFields") or []
     if not exprs and not field_exprs:
         return False
-    return all(_match_expression(e, labels) for e in exprs) and all(
-        _match_expression(e, fields) for e in field_exprs
-    )
+    return all(_match_expression(e, labels) for e in exprs) and all(_match_expression(e, fields) for e in field_exprs)
 
 
 # --- filters --------------------------------------------------------------------------
+
 
 def tolerates(taint: dict, tolerations: list[dict]) -> bool:
     for t in tolerations:
@@ -70,8 +70,9 @@ def node_affinity_fits(pod: dict, node: dict) -> bool:
     for key, value in (spec.get("nodeSelector") or {}).items():
         if labels.get(key) != value:
             return False
-    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
-                .get("requiredDuringSchedulingIgnoredDuringExecution"))
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    )
     if required:
         return any(match_node_selector_term(t, node) for t in required.get("nodeSelectorTerms") or [])
     return True
@@ -103,8 +104,9 @@ def _term_matches(term: dict, owner: dict, other: dict) -> bool:
 
 
 def _required(pod: dict, kind: str) -> list[dict]:
-    return (((pod["spec"].get("affinity") or {}).get(kind) or {})
-            .get("requiredDuringSchedulingIgnoredDuringExecution") or [])
+    return ((pod["spec"].get("affinity") or {}).get(kind) or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or []
 
 
 def _domain(node: dict, key: str) -> str | None:
@@ -118,8 +120,7 @@ def pod_affinity_fits(pod: dict, node: dict, nodes: dict[str, dict], placed: dic
         value = _domain(node, key)
         if value is None:
             return []
-        return [p for name, ps in placed.items()
-                if name in nodes and _domain(nodes[name], key) == value for p in ps]
+        return [p for name, ps in placed.items() if name in nodes and _domain(nodes[name], key) == value for p in ps]
 
     for term in _required(pod, "podAntiAffinity"):
         if any(_term_matches(term, pod, other) for other in pods_in_domain(term["topologyKey"])):
@@ -138,8 +139,11 @@ def pod_affinity_fits(pod: dict, node: dict, nodes: dict[str, dict], placed: dic
         for other in ps:
             for term in _required(other, "podAntiAffinity"):
                 key = term["topologyKey"]
-                if _domain(node, key) is not None and _domain(nodes[name], key) == _domain(node, key) \
-                        and _term_matches(term, other, pod):
+                if (
+                    _domain(node, key) is not None
+                    and _domain(nodes[name], key) == _domain(node, key)
+                    and _term_matches(term, other, pod)
+                ):
                     return False
     return True
 
@@ -183,7 +187,8 @@ def _score(pod: dict, name: str, nodes: dict[str, dict], placed: dict[str, list[
         value = _domain(nodes[name], term.get("topologyKey", ""))
         if value is not None and any(
             _term_matches(term, pod, other)
-            for n, ps in placed.items() if n in nodes and _domain(nodes[n], term["topologyKey"]) == value
+            for n, ps in placed.items()
+            if n in nodes and _domain(nodes[n], term["topologyKey"]) == value
             for other in ps
         ):
             penalty += pref.get("weight", 1)

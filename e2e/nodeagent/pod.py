@@ -42,13 +42,16 @@ def _resource_version(obj: dict) -> int:
 def _digest(status: dict | None) -> tuple:
     """What the drift check compares: phase, address and condition statuses."""
     status = status or {}
-    conds = tuple(sorted((c["type"], c["status"]) for c in status.get("conditions") or []
-                         if c["type"] in podstatus.OUR_CONDITIONS))
+    conds = tuple(
+        sorted(
+            (c["type"], c["status"]) for c in status.get("conditions") or [] if c["type"] in podstatus.OUR_CONDITIONS
+        )
+    )
     return status.get("phase"), status.get("podIP"), conds
 
 
 class PodWorker:
-    def __init__(self, agent: "Agent", pod: dict):
+    def __init__(self, agent: Agent, pod: dict):
         self.agent = agent
         self.pod = pod
         meta, spec = pod["metadata"], pod["spec"]
@@ -163,9 +166,11 @@ class PodWorker:
     def start(self) -> None:
         self._setup()
         self._lifecycle = asyncio.ensure_future(self._run_lifecycle())
-        self._tasks = [asyncio.ensure_future(self._publish_status()),
-                       asyncio.ensure_future(self._refresh_tokens()),
-                       asyncio.ensure_future(self._sync_volumes())]
+        self._tasks = [
+            asyncio.ensure_future(self._publish_status()),
+            asyncio.ensure_future(self._refresh_tokens()),
+            asyncio.ensure_future(self._sync_volumes()),
+        ]
 
     def update(self, pod: dict) -> None:
         if pod["metadata"]["uid"] != self.uid:
@@ -184,8 +189,11 @@ class PodWorker:
                 log.info("%s: image of %s changed to %s", self.describe(), runner.name, runner.image)
                 runner.restart_now()
         status = pod.get("status") or {}
-        if _resource_version(pod) > self._last_patch_version and self._last_sent is not None \
-                and _digest(status) != _digest(self._last_sent):
+        if (
+            _resource_version(pod) > self._last_patch_version
+            and self._last_sent is not None
+            and _digest(status) != _digest(self._last_sent)
+        ):
             self.changed()
 
     def removed(self) -> None:
@@ -314,10 +322,14 @@ class PodWorker:
 
     def desired_status(self) -> dict:
         return podstatus.build(
-            ip=self.ip, host_ip=self.node.ip, start_time=self.start_time,
+            ip=self.ip,
+            host_ip=self.node.ip,
+            start_time=self.start_time,
             init_statuses=[r.status() for r in self.init_runners],
             statuses=[r.status() for r in self.runners],
-            initialized=self.initialized, terminal=self.terminal, conditions=self.conditions,
+            initialized=self.initialized,
+            terminal=self.terminal,
+            conditions=self.conditions,
             other_conditions=(self.pod.get("status") or {}).get("conditions") or [],
             eviction=self.eviction if self.terminal else None,
         )
@@ -332,8 +344,7 @@ class PodWorker:
             if desired == self._last_sent and not self._drifted():
                 continue
             try:
-                result = await self.agent.kube.patch(pod_path(self.namespace, self.name, "status"),
-                                                     {"status": desired})
+                result = await self.agent.kube.patch(pod_path(self.namespace, self.name, "status"), {"status": desired})
                 self._last_sent = desired
                 self._last_patch_version = _resource_version(result)
             except Exception as e:
@@ -344,8 +355,9 @@ class PodWorker:
                 self.changed()
 
     def _drifted(self) -> bool:
-        return _resource_version(self.pod) > self._last_patch_version and \
-            _digest(self.pod.get("status")) != _digest(self._last_sent)
+        return _resource_version(self.pod) > self._last_patch_version and _digest(self.pod.get("status")) != _digest(
+            self._last_sent
+        )
 
     # --- termination ------------------------------------------------------------------
 
@@ -363,8 +375,9 @@ class PodWorker:
         self._keep(asyncio.ensure_future(self._terminate(grace, release)))
 
     async def _terminate(self, grace: int, release: bool) -> None:
-        if release and (delay := min(self.agent.injector.stop_delay(self.namespace),
-                                     max(0.0, self.deadline - time.monotonic()))):
+        if release and (
+            delay := min(self.agent.injector.stop_delay(self.namespace), max(0.0, self.deadline - time.monotonic()))
+        ):
             log.info("%s: deleted; its containers run %.1fs more (slow-stops fault)", self.describe(), delay)
             await asyncio.sleep(delay)
         log.info("%s: terminating (grace %ss)", self.describe(), grace)
@@ -386,8 +399,12 @@ class PodWorker:
         log.info("%s: terminated", self.describe())
 
     async def _release_object(self) -> None:
-        body = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0,
-                "preconditions": {"uid": self.uid}}
+        body = {
+            "apiVersion": "v1",
+            "kind": "DeleteOptions",
+            "gracePeriodSeconds": 0,
+            "preconditions": {"uid": self.uid},
+        }
         for attempt in range(5):
             try:
                 await self.agent.kube.delete(pod_path(self.namespace, self.name), body)

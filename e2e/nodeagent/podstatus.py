@@ -6,8 +6,19 @@ from __future__ import annotations
 from nodeagent import clock
 
 OUR_CONDITIONS = ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled")
-MANAGED_FIELDS = ("phase", "reason", "message", "conditions", "podIP", "podIPs", "hostIP", "hostIPs", "startTime",
-                  "containerStatuses", "initContainerStatuses")
+MANAGED_FIELDS = (
+    "phase",
+    "reason",
+    "message",
+    "conditions",
+    "podIP",
+    "podIPs",
+    "hostIP",
+    "hostIPs",
+    "startTime",
+    "containerStatuses",
+    "initContainerStatuses",
+)
 
 
 class ConditionClock:
@@ -19,8 +30,11 @@ class ConditionClock:
     def condition(self, kind: str, status: bool, reason: str | None = None, message: str | None = None) -> dict:
         value = "True" if status else "False"
         previous = self.known.get(kind)
-        since = previous["lastTransitionTime"] if previous and previous.get("status") == value \
-            and previous.get("lastTransitionTime") else clock.rfc3339()
+        since = (
+            previous["lastTransitionTime"]
+            if previous and previous.get("status") == value and previous.get("lastTransitionTime")
+            else clock.rfc3339()
+        )
         out = {"type": kind, "status": value, "lastProbeTime": None, "lastTransitionTime": since}
         if reason:
             out["reason"] = reason
@@ -48,8 +62,16 @@ def phase_of(statuses: list[dict], initialized: bool, terminal: str | None) -> s
 
 
 def build(
-    *, ip: str | None, host_ip: str, start_time: str, init_statuses: list[dict], statuses: list[dict],
-    initialized: bool, terminal: str | None, conditions: ConditionClock, other_conditions: list[dict],
+    *,
+    ip: str | None,
+    host_ip: str,
+    start_time: str,
+    init_statuses: list[dict],
+    statuses: list[dict],
+    initialized: bool,
+    terminal: str | None,
+    conditions: ConditionClock,
+    other_conditions: list[dict],
     eviction: tuple[str, str] | None = None,
 ) -> dict:
     """eviction: (reason, message) of a pod the node stopped for good (kubelet eviction or
@@ -67,7 +89,8 @@ def build(
     conds = [
         conditions.condition("PodReadyToStartContainers", bool(ip)),
         conditions.condition(
-            "Initialized", initialized,
+            "Initialized",
+            initialized,
             None if initialized else "ContainersNotInitialized",
             None if initialized else f"containers with incomplete status: [{' '.join(pending_init)}]",
         ),

@@ -9,7 +9,7 @@ import logging
 import os
 import shutil
 import signal
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import aiohttp
 
@@ -50,7 +50,7 @@ async def probe_once(probe: dict, target: ProbeTarget, session: aiohttp.ClientSe
         if "exec" in probe:
             return await _exec(probe["exec"], target, timeout)
         return False, f"unsupported probe handler {sorted(k for k in probe if not k[0].isupper())}"
-    except asyncio.TimeoutError:
+    except TimeoutError:
         return False, f"probe timed out after {timeout:g}s"
     except (OSError, ValueError, aiohttp.ClientError) as e:
         return False, str(e) or type(e).__name__
@@ -91,13 +91,22 @@ async def _exec(spec: dict, target: ProbeTarget, timeout: float) -> tuple[bool, 
     command[0] = target.runtime.executable(command[0])
     nsenter = shutil.which("nsenter") or "/usr/bin/nsenter"
     proc = await asyncio.create_subprocess_exec(
-        nsenter, f"--target={target.pid}", "--mount", "--uts", f"--wd={target.workdir}", "--", *command,
-        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-        env=target.env, start_new_session=True,
+        nsenter,
+        f"--target={target.pid}",
+        "--mount",
+        "--uts",
+        f"--wd={target.workdir}",
+        "--",
+        *command,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        env=target.env,
+        start_new_session=True,
     )
     try:
         output, _ = await asyncio.wait_for(proc.communicate(), timeout)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from nodeagent.fieldpaths import FieldError, parse_quantity
-from nodeagent.loops import WakeableLoop
 from nodeagent.kube import is_status
+from nodeagent.loops import WakeableLoop
 
 if TYPE_CHECKING:
     from nodeagent.agent import Agent
@@ -27,9 +27,9 @@ RETRY_INTERVAL = 5.0
 
 def storage_class() -> dict:
     return {
-        "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
-        "metadata": {"name": STORAGE_CLASS,
-                     "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": STORAGE_CLASS, "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
         "provisioner": PROVISIONER,
         "reclaimPolicy": "Delete",
         "allowVolumeExpansion": True,
@@ -49,7 +49,7 @@ class Provisioner(WakeableLoop):
     interval = RETRY_INTERVAL
     purpose = "provisioning cycle"
 
-    def __init__(self, agent: "Agent"):
+    def __init__(self, agent: Agent):
         self.agent = agent
         super().__init__()
 
@@ -62,7 +62,6 @@ class Provisioner(WakeableLoop):
             except Exception as e:
                 if not is_status(e, 409):
                     raise
-
 
     async def _cycle(self) -> None:
         volumes = {pv["metadata"]["name"]: pv for pv in self.agent.pvs.items()}
@@ -86,7 +85,8 @@ class Provisioner(WakeableLoop):
         directory = self.agent.paths.pv_dir(name)
         directory.mkdir(parents=True, exist_ok=True)
         body = {
-            "apiVersion": "v1", "kind": "PersistentVolume",
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
             "metadata": {"name": name, "annotations": {PROVISIONED_BY: PROVISIONER}},
             "spec": {
                 "capacity": {"storage": _storage(spec.get("resources")) or "1Gi"},
@@ -95,8 +95,13 @@ class Provisioner(WakeableLoop):
                 "storageClassName": STORAGE_CLASS,
                 "volumeMode": spec.get("volumeMode") or "Filesystem",
                 "hostPath": {"path": str(directory), "type": "DirectoryOrCreate"},
-                "claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-                             "namespace": meta["namespace"], "name": meta["name"], "uid": meta["uid"]},
+                "claimRef": {
+                    "apiVersion": "v1",
+                    "kind": "PersistentVolumeClaim",
+                    "namespace": meta["namespace"],
+                    "name": meta["name"],
+                    "uid": meta["uid"],
+                },
             },
         }
         try:
@@ -119,8 +124,9 @@ class Provisioner(WakeableLoop):
                 return
         except FieldError:
             return
-        await self.agent.kube.patch(f"/api/v1/persistentvolumes/{quote(pv['metadata']['name'])}",
-                                    {"spec": {"capacity": {"storage": wanted}}})
+        await self.agent.kube.patch(
+            f"/api/v1/persistentvolumes/{quote(pv['metadata']['name'])}", {"spec": {"capacity": {"storage": wanted}}}
+        )
         await self._report_capacity(claim, wanted)
         log.info("expanded %s to %s", pv["metadata"]["name"], wanted)
 
@@ -128,8 +134,14 @@ class Provisioner(WakeableLoop):
         meta = claim["metadata"]
         await self.agent.kube.patch(
             f"/api/v1/namespaces/{quote(meta['namespace'])}/persistentvolumeclaims/{quote(meta['name'])}/status",
-            {"status": {"capacity": {"storage": size}, "conditions": None,
-                        "allocatedResources": None, "allocatedResourceStatuses": None}},
+            {
+                "status": {
+                    "capacity": {"storage": size},
+                    "conditions": None,
+                    "allocatedResources": None,
+                    "allocatedResourceStatuses": None,
+                }
+            },
         )
 
     async def _delete(self, pv: dict) -> None:

@@ -7,8 +7,8 @@ import logging
 from typing import TYPE_CHECKING
 
 from nodeagent import clock, placement
-from nodeagent.loops import WakeableLoop
 from nodeagent.kube import is_status, pod_path
+from nodeagent.loops import WakeableLoop
 
 if TYPE_CHECKING:
     from nodeagent.agent import Agent
@@ -33,12 +33,10 @@ class Scheduler(WakeableLoop):
     interval = RETRY_INTERVAL
     purpose = "scheduling cycle"
 
-    def __init__(self, agent: "Agent"):
+    def __init__(self, agent: Agent):
         self.agent = agent
         super().__init__()
         self.assumed: dict[str, dict] = {}  # uid -> pod as bound, until the informer shows it
-
-
 
     async def _cycle(self) -> None:
         pods = self.agent.pods.items()
@@ -67,7 +65,8 @@ class Scheduler(WakeableLoop):
     async def _bind(self, pod: dict, node: str) -> bool:
         meta = pod["metadata"]
         body = {
-            "apiVersion": "v1", "kind": "Binding",
+            "apiVersion": "v1",
+            "kind": "Binding",
             "metadata": {"name": meta["name"], "namespace": meta["namespace"], "uid": meta["uid"]},
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
@@ -78,9 +77,13 @@ class Scheduler(WakeableLoop):
                 log.warning("binding %s/%s to %s failed: %s", meta["namespace"], meta["name"], node, e)
             return False
         log.info("bound %s/%s to %s", meta["namespace"], meta["name"], node)
-        self.agent.events.emit(pod, "Normal", "Scheduled",
-                               f"Successfully assigned {meta['namespace']}/{meta['name']} to {node}",
-                               component=SCHEDULER_NAME)
+        self.agent.events.emit(
+            pod,
+            "Normal",
+            "Scheduled",
+            f"Successfully assigned {meta['namespace']}/{meta['name']} to {node}",
+            component=SCHEDULER_NAME,
+        )
         return True
 
     async def _unschedulable(self, pod: dict, why: str) -> None:
@@ -89,12 +92,19 @@ class Scheduler(WakeableLoop):
         current = next((c for c in conditions if c["type"] == "PodScheduled"), None)
         if current and current.get("status") == "False" and current.get("message") == why:
             return
-        condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": why,
-                     "lastProbeTime": None, "lastTransitionTime": clock.rfc3339()}
+        condition = {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "Unschedulable",
+            "message": why,
+            "lastProbeTime": None,
+            "lastTransitionTime": clock.rfc3339(),
+        }
         others = [c for c in conditions if c["type"] != "PodScheduled"]
         try:
-            await self.agent.kube.patch(pod_path(meta["namespace"], meta["name"], "status"),
-                                        {"status": {"conditions": others + [condition]}})
+            await self.agent.kube.patch(
+                pod_path(meta["namespace"], meta["name"], "status"), {"status": {"conditions": others + [condition]}}
+            )
         except Exception as e:
             if not is_status(e, 404):
                 log.warning("could not mark %s/%s unschedulable: %s", meta["namespace"], meta["name"], e)

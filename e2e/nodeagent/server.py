@@ -17,7 +17,7 @@ class FaultError(Exception):
         self.status = status
 
 
-def build_app(agent: "Agent") -> web.Application:
+def build_app(agent: Agent) -> web.Application:
     async def healthz(request: web.Request) -> web.Response:
         if agent.ready:
             return web.Response(text="ok")
@@ -47,7 +47,7 @@ def build_app(agent: "Agent") -> web.Application:
     return app
 
 
-async def start(agent: "Agent", port: int) -> web.AppRunner:
+async def start(agent: Agent, port: int) -> web.AppRunner:
     runner = web.AppRunner(build_app(agent), access_log=None)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", port).start()

@@ -7,7 +7,6 @@ import os
 import pathlib
 
 from localkube import layout as localkube_layout
-
 from nodeagent.paths import Paths
 
 

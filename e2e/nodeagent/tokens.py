@@ -24,7 +24,11 @@ class Token:
 
 
 async def request_token(
-    kube: Kube, pod: dict, service_account: str, audience: str | None, expiration: int | None,
+    kube: Kube,
+    pod: dict,
+    service_account: str,
+    audience: str | None,
+    expiration: int | None,
 ) -> Token:
     meta = pod["metadata"]
     seconds = max(MINIMUM_EXPIRATION, int(expiration or DEFAULT_EXPIRATION))
@@ -34,10 +38,14 @@ async def request_token(
     }
     if audience:
         spec["audiences"] = [audience]
-    path = (f"/api/v1/namespaces/{quote(meta['namespace'])}/serviceaccounts/"
-            f"{quote(service_account)}/token")
+    path = f"/api/v1/namespaces/{quote(meta['namespace'])}/serviceaccounts/{quote(service_account)}/token"
     issued = time.time()
-    response = await kube.create(path, {
-        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec,
-    })
+    response = await kube.create(
+        path,
+        {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": spec,
+        },
+    )
     return Token(response["status"]["token"], issued, float(seconds))

@@ -110,12 +110,14 @@ class PodVolumes:
         files: dict[str, tuple[bytes, int]] = {}
         if "secret" in volume:
             source = volume["secret"]
-            await self._add_keyed(files, "secret", source.get("secretName", ""), source, data,
-                                  source.get("defaultMode", DEFAULT_MODE))
+            await self._add_keyed(
+                files, "secret", source.get("secretName", ""), source, data, source.get("defaultMode", DEFAULT_MODE)
+            )
         elif "configMap" in volume:
             source = volume["configMap"]
-            await self._add_keyed(files, "configmap", source["name"], source, data,
-                                  source.get("defaultMode", DEFAULT_MODE))
+            await self._add_keyed(
+                files, "configmap", source["name"], source, data, source.get("defaultMode", DEFAULT_MODE)
+            )
         elif "downwardAPI" in volume:
             source = volume["downwardAPI"]
             self._add_downward(files, source, source.get("defaultMode", DEFAULT_MODE))
@@ -129,7 +131,8 @@ class PodVolumes:
 
     async def _claim_path(self, claim: str) -> pathlib.Path:
         pvc = await self.kube.get_or_none(
-            f"/api/v1/namespaces/{quote(self.namespace)}/persistentvolumeclaims/{quote(claim)}")
+            f"/api/v1/namespaces/{quote(self.namespace)}/persistentvolumeclaims/{quote(claim)}"
+        )
         if pvc is None:
             raise VolumeError(f'persistentvolumeclaim "{claim}" not found')
         volume_name = pvc.get("spec", {}).get("volumeName")
@@ -171,8 +174,9 @@ class PodVolumes:
                     value = fieldpaths.field_value(self.pod, item["fieldRef"]["fieldPath"])
                 else:
                     ref = item["resourceFieldRef"]
-                    container = next((c for c in self.pod["spec"]["containers"]
-                                      if c["name"] == ref.get("containerName")), {})
+                    container = next(
+                        (c for c in self.pod["spec"]["containers"] if c["name"] == ref.get("containerName")), {}
+                    )
                     value = fieldpaths.resource_value(container, ref["resource"], ref.get("divisor"))
             except fieldpaths.FieldError as e:
                 raise VolumeError(str(e)) from None
@@ -198,8 +202,9 @@ class PodVolumes:
         token = self._tokens.get(key)
         if token is None or token.needs_refresh():
             account = self.pod["spec"].get("serviceAccountName") or "default"
-            token = await tokens.request_token(self.kube, self.pod, account, spec.get("audience"),
-                                               spec.get("expirationSeconds"))
+            token = await tokens.request_token(
+                self.kube, self.pod, account, spec.get("audience"), spec.get("expirationSeconds")
+            )
             self._tokens[key] = token
         return token
 
@@ -283,8 +288,10 @@ def _holds_exactly(version: pathlib.Path, files: dict[str, tuple[bytes, int]]) -
     present = {str(p.relative_to(version)) for p in version.rglob("*") if p.is_file()}
     if present != set(files):
         return False
-    return all((version / rel).read_bytes() == content and ((version / rel).stat().st_mode & 0o7777) == mode
-               for rel, (content, mode) in files.items())
+    return all(
+        (version / rel).read_bytes() == content and ((version / rel).stat().st_mode & 0o7777) == mode
+        for rel, (content, mode) in files.items()
+    )
 
 
 def _link_names(directory: pathlib.Path, files: dict[str, tuple[bytes, int]]) -> None:

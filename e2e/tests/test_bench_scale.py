@@ -10,28 +10,46 @@ import pytest
 
 from bench import scale
 
-T0 = datetime.datetime(2026, 11, 21, 21, 0, 0, tzinfo=datetime.timezone.utc).timestamp()
+T0 = datetime.datetime(2026, 11, 21, 21, 0, 0, tzinfo=datetime.UTC).timestamp()
 
 
 def stamp(seconds: float) -> str:
-    moment = datetime.datetime.fromtimestamp(T0 + seconds, datetime.timezone.utc)
+    moment = datetime.datetime.fromtimestamp(T0 + seconds, datetime.UTC)
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def event(at: float, verb: str, agent: str = "etcd-operator/0.1.0", stage: str = "ResponseComplete",
-          resource: str = "pods", name: str | None = None, namespace: str = "ns", subresource: str | None = None,
-          code: int = 200, done: float | None = None) -> dict:
+def event(
+    at: float,
+    verb: str,
+    agent: str = "etcd-operator/0.1.0",
+    stage: str = "ResponseComplete",
+    resource: str = "pods",
+    name: str | None = None,
+    namespace: str = "ns",
+    subresource: str | None = None,
+    code: int = 200,
+    done: float | None = None,
+) -> dict:
     ref = {"resource": resource, "namespace": namespace, "apiVersion": "v1"}
     if name:
         ref["name"] = name
     if subresource:
         ref["subresource"] = subresource
-    return {"kind": "Event", "stage": stage, "verb": verb, "userAgent": agent, "objectRef": ref,
-            "requestURI": f"/api/v1/namespaces/{namespace}/{resource}", "responseStatus": {"code": code},
-            "requestReceivedTimestamp": stamp(at), "stageTimestamp": stamp(at if done is None else done)}
+    return {
+        "kind": "Event",
+        "stage": stage,
+        "verb": verb,
+        "userAgent": agent,
+        "objectRef": ref,
+        "requestURI": f"/api/v1/namespaces/{namespace}/{resource}",
+        "responseStatus": {"code": code},
+        "requestReceivedTimestamp": stamp(at),
+        "stageTimestamp": stamp(at if done is None else done),
+    }
 
 
 # --- the line and its projection ---
+
 
 def test_fit_line_recovers_an_exact_line():
     line = scale.fit_line([(10, 25.0), (30, 65.0), (60, 125.0)])
@@ -58,6 +76,7 @@ def test_no_points_is_an_error():
 
 
 # --- counting requests by user agent ---
+
 
 def test_counts_only_the_operators_agents_and_only_inside_the_window():
     events = [
@@ -97,6 +116,7 @@ def test_audit_time_keeps_microseconds():
 def test_requests_of_the_operators_user_under_another_agent_are_named():
     def by(user: str, agent: str, at: float = 1) -> dict:
         return {**event(at, "list", agent=agent), "user": {"username": user}}
+
     events = [
         by("admin", "etcd-operator/0.1.0"),
         by("admin", "kopf/1.45.2"),
@@ -109,6 +129,7 @@ def test_requests_of_the_operators_user_under_another_agent_are_named():
 
 
 # --- the reaction time ---
+
 
 def test_reaction_runs_from_the_deletion_to_the_operators_create():
     events = [
@@ -135,14 +156,18 @@ def test_no_reaction_until_the_operator_creates_that_pod():
 
 # --- member metrics ---
 
+
 def test_prometheus_sum_adds_every_label_set_of_one_metric_only():
-    text = "\n".join([
-        "# HELP grpc_server_started_total Total number of RPCs started on the server.",
-        'grpc_server_started_total{grpc_method="Range",grpc_service="etcdserverpb.KV",grpc_type="unary"} 7',
-        'grpc_server_started_total{grpc_method="Status",grpc_service="etcdserverpb.Maintenance",grpc_type="unary"} 3',
-        'grpc_server_started_total_other{a="b"} 100',
-        "promhttp_metric_handler_requests_total 2",
-    ])
+    text = "\n".join(
+        [
+            "# HELP grpc_server_started_total Total number of RPCs started on the server.",
+            'grpc_server_started_total{grpc_method="Range",grpc_service="etcdserverpb.KV",grpc_type="unary"} 7',
+            'grpc_server_started_total{grpc_method="Status",grpc_service="etcdserverpb.Maintenance",'
+            'grpc_type="unary"} 3',
+            'grpc_server_started_total_other{a="b"} 100',
+            "promhttp_metric_handler_requests_total 2",
+        ]
+    )
     assert scale.prometheus_sum(text, "grpc_server_started_total") == 10
     assert scale.prometheus_sum(text, "promhttp_metric_handler_requests_total") == 2
 

@@ -11,8 +11,9 @@ from localkube import controlplane, layout
 
 
 def substrate(root: pathlib.Path) -> layout.Layout:
-    where = layout.Layout(root=root, checkout_id="t", ports=layout.Ports.from_base(20000), pod_subnet_octet=9,
-                          testbin=root / "testbin")
+    where = layout.Layout(
+        root=root, checkout_id="t", ports=layout.Ports.from_base(20000), pod_subnet_octet=9, testbin=root / "testbin"
+    )
     where.state_dir.mkdir(parents=True)
     where.logs_dir.mkdir(parents=True)
     return where

@@ -2,12 +2,16 @@ from __future__ import annotations
 
 import pathlib
 
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from localkube import layout
 
 
-@given(st.text(alphabet="abcdefgh-_/0123", min_size=1, max_size=40), st.text(alphabet="abcdefgh-_/0123", min_size=1, max_size=40))
+@given(
+    st.text(alphabet="abcdefgh-_/0123", min_size=1, max_size=40),
+    st.text(alphabet="abcdefgh-_/0123", min_size=1, max_size=40),
+)
 def test_checkouts_get_disjoint_port_blocks_or_identical_ones(a, b):
     base_a = layout.port_base_for(layout.checkout_id(pathlib.Path("/w") / a))
     base_b = layout.port_base_for(layout.checkout_id(pathlib.Path("/w") / b))

@@ -27,8 +27,9 @@ def test_namespace_create_and_delete_completes(substrate):
 
 
 def test_controller_manager_creates_default_service_account(namespace):
-    kubectl("wait", "--for=jsonpath={.metadata.name}=default", "-n", namespace,
-            "serviceaccount/default", "--timeout=30s")
+    kubectl(
+        "wait", "--for=jsonpath={.metadata.name}=default", "-n", namespace, "serviceaccount/default", "--timeout=30s"
+    )
 
 
 def test_up_twice_is_harmless(substrate):
@@ -52,8 +53,7 @@ def test_the_demo_refuses_the_node_agent_and_says_how_to_get_real_nodes(substrat
     NODES=agent`) it changes nothing and names the way out."""
     root = controlplane.REPO_ROOT
     env = {**os.environ, "LOCALKUBE_STATE_DIR": str(substrate.state_dir), "DEMO_NAMESPACE": "demo-refused"}
-    run = subprocess.run([str(root / "e2e" / "demo.sh")], cwd=root, env=env, capture_output=True, text=True,
-                         timeout=60)
+    run = subprocess.run([str(root / "e2e" / "demo.sh")], cwd=root, env=env, capture_output=True, text=True, timeout=60)
     assert run.returncode == 1, run.stdout + run.stderr
     assert "runs the node agent" in run.stderr and "make down" in run.stderr, run.stderr
     assert kubectl("get", "namespace", "demo-refused", check=False).returncode != 0

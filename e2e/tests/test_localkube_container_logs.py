@@ -23,11 +23,14 @@ def logs(monkeypatch, tmp_path):
 def test_restarts_are_read_in_order_without_the_cri_prefixes(logs):
     (logs / "0.log").write_text('2026-11-27T05:00:00.1Z stderr F {"msg":"first run"}\n')
     (logs / "10.log").write_text("2026-11-27T05:02:00.1Z stdout F after the tenth restart\n")
-    (logs / "2.log").write_text("2026-11-27T05:01:00.1Z stdout P half a \n"
-                                "2026-11-27T05:01:00.2Z stdout F line\n"
-                                "2026-11-27T05:01:00.3Z stderr F \n")
+    (logs / "2.log").write_text(
+        "2026-11-27T05:01:00.1Z stdout P half a \n"
+        "2026-11-27T05:01:00.2Z stdout F line\n"
+        "2026-11-27T05:01:00.3Z stderr F \n"
+    )
     assert containerfaults.read_log(ANY_LAYOUT, "ns", "db-0", "etcd") == (
-        '{"msg":"first run"}\nhalf a line\n\nafter the tenth restart\n')
+        '{"msg":"first run"}\nhalf a line\n\nafter the tenth restart\n'
+    )
 
 
 def test_a_container_not_started_has_no_output(logs):

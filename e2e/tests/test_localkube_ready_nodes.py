@@ -11,9 +11,15 @@ STARTED = 1_795_000_000.4  # 2026-11-18T11:06:40Z, and 0.4 s
 
 
 def node(name: str, status: str, heartbeat: str) -> dict:
-    return {"metadata": {"name": name},
-            "status": {"conditions": [{"type": "MemoryPressure", "status": "False", "lastHeartbeatTime": heartbeat},
-                                      {"type": "Ready", "status": status, "lastHeartbeatTime": heartbeat}]}}
+    return {
+        "metadata": {"name": name},
+        "status": {
+            "conditions": [
+                {"type": "MemoryPressure", "status": "False", "lastHeartbeatTime": heartbeat},
+                {"type": "Ready", "status": status, "lastHeartbeatTime": heartbeat},
+            ]
+        },
+    }
 
 
 @pytest.fixture
@@ -24,9 +30,11 @@ def nodes(monkeypatch):
 
 
 def test_a_node_started_again_counts_once_its_kubelet_reported(nodes):
-    nodes += [node("node-1", "True", "2026-11-18T11:00:00Z"),   # Ready from before the restart
-              node("node-2", "True", "2026-11-18T11:06:40Z"),   # reported in the second it started
-              node("node-3", "True", "2026-11-18T11:06:52Z")]
+    nodes += [
+        node("node-1", "True", "2026-11-18T11:00:00Z"),  # Ready from before the restart
+        node("node-2", "True", "2026-11-18T11:06:40Z"),  # reported in the second it started
+        node("node-3", "True", "2026-11-18T11:06:52Z"),
+    ]
     restarted = {name: STARTED for name in ("node-1", "node-2", "node-3")}
     assert realnodes.ready_nodes(None, restarted) == {"node-2", "node-3"}
     assert realnodes.ready_nodes(None) == {"node-1", "node-2", "node-3"}

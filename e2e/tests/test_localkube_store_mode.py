@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from localkube import controlplane, layout as localkube_layout
+from localkube import controlplane
+from localkube import layout as localkube_layout
 
 
 @pytest.fixture

@@ -28,6 +28,7 @@ BUSYBOX = "busybox:1.36"
 
 # --- helpers ---------------------------------------------------------------------------
 
+
 def wait_until(check, timeout: float = 30, interval: float = 0.2, what: str = "condition"):
     """Polls check() until it returns something truthy; fails after timeout seconds."""
     deadline = time.monotonic() + timeout
@@ -74,6 +75,7 @@ def wait_ready(kube_api, namespace: str, name: str, timeout: float = 30) -> dict
     def ready():
         pod = get_pod(kube_api, namespace, name)
         return pod if condition(pod, "Ready") == "True" else None
+
     return wait_until(ready, timeout, what=f"pod {namespace}/{name} Ready")
 
 
@@ -81,6 +83,7 @@ def wait_phase(kube_api, namespace: str, name: str, phase: str, timeout: float =
     def reached():
         pod = get_pod(kube_api, namespace, name)
         return pod if pod["status"].get("phase") == phase else None
+
     return wait_until(reached, timeout, what=f"pod {namespace}/{name} in phase {phase}")
 
 
@@ -93,6 +96,7 @@ def wait_gone(kube_api, namespace: str, name: str, timeout: float = 30) -> None:
                 return True
             raise
         return False
+
     wait_until(gone, timeout, what=f"pod {namespace}/{name} to be deleted")
 
 
@@ -106,8 +110,12 @@ def container(name: str, script: str | None = None, image: str = BUSYBOX, **extr
 def pod_manifest(name: str, containers: list[dict], **spec) -> dict:
     labels = spec.pop("labels", {"test": name})
     spec.setdefault("terminationGracePeriodSeconds", 2)
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels},
-            "spec": {"containers": containers, **spec}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"containers": containers, **spec},
+    }
 
 
 def create_pod(kube_api, namespace: str, manifest: dict) -> None:
@@ -140,35 +148,58 @@ def log_of(where, namespace: str, pod: str, container_name: str) -> str:
 
 # --- etcd: a three-member cluster with DNS peer URLs -----------------------------------
 
+
 def etcd_member(namespace: str, index: int) -> dict:
     name = f"etcd-{index}"
     peers = ",".join(f"etcd-{i}=http://etcd-{i}.etcd.{namespace}.svc:2380" for i in range(3))
     env = POD_IP_ENV + [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]
     command = [
-        "etcd", "--name=$(POD_NAME)", "--data-dir=/var/lib/etcd/data",
+        "etcd",
+        "--name=$(POD_NAME)",
+        "--data-dir=/var/lib/etcd/data",
         "--listen-client-urls=http://$(POD_IP):2379",
         f"--advertise-client-urls=http://$(POD_NAME).etcd.{namespace}.svc:2379",
         "--listen-peer-urls=http://$(POD_IP):2380",
         f"--initial-advertise-peer-urls=http://$(POD_NAME).etcd.{namespace}.svc:2380",
-        f"--initial-cluster={peers}", "--initial-cluster-state=new",
-        f"--initial-cluster-token={namespace}", "--unsafe-no-fsync", "--log-level=warn",
+        f"--initial-cluster={peers}",
+        "--initial-cluster-state=new",
+        f"--initial-cluster-token={namespace}",
+        "--unsafe-no-fsync",
+        "--log-level=warn",
     ]
     return pod_manifest(
         name,
-        [container("etcd", image=ETCD_IMAGE, command=command, env=env,
-                   ports=[{"name": "client", "containerPort": 2379}, {"name": "peer", "containerPort": 2380}],
-                   readinessProbe={"httpGet": {"path": "/health", "port": 2379},
-                                   "periodSeconds": 1, "failureThreshold": 3, "timeoutSeconds": 2},
-                   volumeMounts=[mount("data", "/var/lib/etcd")])],
-        labels={"app": "etcd"}, hostname=name, subdomain="etcd",
+        [
+            container(
+                "etcd",
+                image=ETCD_IMAGE,
+                command=command,
+                env=env,
+                ports=[{"name": "client", "containerPort": 2379}, {"name": "peer", "containerPort": 2380}],
+                readinessProbe={
+                    "httpGet": {"path": "/health", "port": 2379},
+                    "periodSeconds": 1,
+                    "failureThreshold": 3,
+                    "timeoutSeconds": 2,
+                },
+                volumeMounts=[mount("data", "/var/lib/etcd")],
+            )
+        ],
+        labels={"app": "etcd"},
+        hostname=name,
+        subdomain="etcd",
         volumes=[{"name": "data", "persistentVolumeClaim": {"claimName": f"data-{name}"}}],
         terminationGracePeriodSeconds=5,
     )
 
 
 def claim(name: str, size: str = "64Mi") -> dict:
-    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name},
-            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size}}}}
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size}}},
+    }
 
 
 def resolve(name: str) -> set[str]:
@@ -185,9 +216,16 @@ def resolve_or_none(name: str) -> set[str] | None:
 def etcdctl(where, endpoints: list[str], *args: str) -> str:
     binary = where.binary("etcd-3.5", "etcdctl")
     result = subprocess.run(
-        [str(binary), f"--endpoints={','.join(f'http://{ip}:2379' for ip in endpoints)}",
-         "--command-timeout=5s", *args],
-        capture_output=True, text=True, timeout=30, env={**os.environ, "ETCDCTL_API": "3"},
+        [
+            str(binary),
+            f"--endpoints={','.join(f'http://{ip}:2379' for ip in endpoints)}",
+            "--command-timeout=5s",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, "ETCDCTL_API": "3"},
     )
     assert result.returncode == 0, f"etcdctl {args} failed: {result.stderr}"
     return result.stdout
@@ -195,11 +233,20 @@ def etcdctl(where, endpoints: list[str], *args: str) -> str:
 
 def test_etcd_cluster_survives_member_crash_and_pod_recreation(substrate, kube_api, namespace):
     api = core(kube_api)
-    api.create_namespaced_service(namespace, {
-        "apiVersion": "v1", "kind": "Service", "metadata": {"name": "etcd"},
-        "spec": {"clusterIP": "None", "publishNotReadyAddresses": True, "selector": {"app": "etcd"},
-                 "ports": [{"name": "client", "port": 2379}, {"name": "peer", "port": 2380}]},
-    })
+    api.create_namespaced_service(
+        namespace,
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "etcd"},
+            "spec": {
+                "clusterIP": "None",
+                "publishNotReadyAddresses": True,
+                "selector": {"app": "etcd"},
+                "ports": [{"name": "client", "port": 2379}, {"name": "peer", "port": 2380}],
+            },
+        },
+    )
     for i in range(3):
         api.create_namespaced_persistent_volume_claim(namespace, claim(f"data-etcd-{i}"))
         create_pod(kube_api, namespace, etcd_member(namespace, i))
@@ -218,10 +265,15 @@ def test_etcd_cluster_survives_member_crash_and_pod_recreation(substrate, kube_a
 
     # kill -9 of one member: restarted in place with its data
     old_pid = faults.crash_container(namespace, "etcd-0", where=substrate)
+
     def restarted():
         pod = get_pod(kube_api, namespace, "etcd-0")
-        return pod if container_status(pod, "etcd").get("restartCount", 0) >= 1 \
-            and condition(pod, "Ready") == "True" else None
+        return (
+            pod
+            if container_status(pod, "etcd").get("restartCount", 0) >= 1 and condition(pod, "Ready") == "True"
+            else None
+        )
+
     pod = wait_until(restarted, 40, what="etcd-0 restarted and Ready")
     assert container_status(pod, "etcd")["lastState"]["terminated"]["exitCode"] == 137
     assert faults.container_pid(namespace, "etcd-0", "etcd", where=substrate) not in (None, old_pid)
@@ -234,12 +286,14 @@ def test_etcd_cluster_survives_member_crash_and_pod_recreation(substrate, kube_a
     create_pod(kube_api, namespace, etcd_member(namespace, 1))
     new_ip = wait_ready(kube_api, namespace, "etcd-1", timeout=60)["status"]["podIP"]
     assert new_ip != ips[1]
+
     def caught_up():
         try:
             out = etcdctl(substrate, [new_ip], "get", "while-away", "--print-value-only", "--consistency=s")
         except AssertionError:
             return False
         return out.strip() == "yes"
+
     wait_until(caught_up, 30, what="recreated member to catch up")
     assert etcdctl(substrate, [new_ip], "get", "greeting", "--print-value-only", "--consistency=s").strip() == "hello"
 
@@ -247,45 +301,80 @@ def test_etcd_cluster_survives_member_crash_and_pod_recreation(substrate, kube_a
 def test_kubectl_run_etcd_is_running_and_ready(substrate, kube_api, namespace):
     kubectl = substrate.binary("kube", "kubectl")
     subprocess.run(
-        [str(kubectl), "--kubeconfig", str(substrate.kubeconfig), "-n", namespace,
-         "run", "solo", f"--image={ETCD_IMAGE}"],
-        check=True, capture_output=True, timeout=30,
+        [
+            str(kubectl),
+            "--kubeconfig",
+            str(substrate.kubeconfig),
+            "-n",
+            namespace,
+            "run",
+            "solo",
+            f"--image={ETCD_IMAGE}",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=30,
     )
     pod = wait_ready(kube_api, namespace, "solo")
     assert pod["status"]["phase"] == "Running"
     health = subprocess.run(
-        [str(substrate.binary("etcd-3.5", "etcdctl")), f"--endpoints=http://{pod['status']['podIP']}:2379",
-         "endpoint", "health"], capture_output=True, text=True, timeout=30,
+        [
+            str(substrate.binary("etcd-3.5", "etcdctl")),
+            f"--endpoints=http://{pod['status']['podIP']}:2379",
+            "endpoint",
+            "health",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert health.returncode == 0 and "is healthy" in health.stdout + health.stderr
-    wait_until(lambda: "ready to serve client requests" in log_of(substrate, namespace, "solo", "solo"), 10,
-               what="etcd's startup message in the container log")
+    wait_until(
+        lambda: "ready to serve client requests" in log_of(substrate, namespace, "solo", "solo"),
+        10,
+        what="etcd's startup message in the container log",
+    )
 
 
 # --- lifecycle -------------------------------------------------------------------------
 
+
 def test_init_containers_run_in_order_and_failures_follow_restart_policy(substrate, kube_api, namespace):
-    flaky_second = ("n=$(cat /w/tries 2>/dev/null || echo 0); echo $((n+1)) > /w/tries; "
-                    "echo second >> /w/order; [ $n -ge 1 ]")
-    create_pod(kube_api, namespace, pod_manifest(
-        "ordered",
-        [container("main", "cat /w/order; exec sleep 3600", volumeMounts=[mount("work", "/w")])],
-        initContainers=[
-            container("first", "echo first >> /w/order", volumeMounts=[mount("work", "/w")]),
-            container("second", flaky_second, volumeMounts=[mount("work", "/w")]),
-        ],
-        volumes=[scratch_volume()],
-    ))
-    create_pod(kube_api, namespace, pod_manifest(
-        "broken", [container("main", "echo must-not-run")],
-        initContainers=[container("setup", "exit 2")], restartPolicy="Never",
-    ))
+    flaky_second = (
+        "n=$(cat /w/tries 2>/dev/null || echo 0); echo $((n+1)) > /w/tries; echo second >> /w/order; [ $n -ge 1 ]"
+    )
+    create_pod(
+        kube_api,
+        namespace,
+        pod_manifest(
+            "ordered",
+            [container("main", "cat /w/order; exec sleep 3600", volumeMounts=[mount("work", "/w")])],
+            initContainers=[
+                container("first", "echo first >> /w/order", volumeMounts=[mount("work", "/w")]),
+                container("second", flaky_second, volumeMounts=[mount("work", "/w")]),
+            ],
+            volumes=[scratch_volume()],
+        ),
+    )
+    create_pod(
+        kube_api,
+        namespace,
+        pod_manifest(
+            "broken",
+            [container("main", "echo must-not-run")],
+            initContainers=[container("setup", "exit 2")],
+            restartPolicy="Never",
+        ),
+    )
     pod = wait_ready(kube_api, namespace, "ordered")
     assert container_status(pod, "first", init=True)["state"]["terminated"]["reason"] == "Completed"
     assert container_status(pod, "second", init=True)["restartCount"] == 1
     assert condition(pod, "Initialized") == "True"
-    wait_until(lambda: log_of(substrate, namespace, "ordered", "main").split() == ["first", "second", "second"],
-               10, what="main container to print the init order")
+    wait_until(
+        lambda: log_of(substrate, namespace, "ordered", "main").split() == ["first", "second", "second"],
+        10,
+        what="main container to print the init order",
+    )
 
     pod = wait_phase(kube_api, namespace, "broken", "Failed")
     setup = container_status(pod, "setup", init=True)["state"]["terminated"]
@@ -297,21 +386,30 @@ def test_init_containers_run_in_order_and_failures_follow_restart_policy(substra
 
 def test_restart_policies_with_backoff(substrate, kube_api, namespace):
     create_pod(kube_api, namespace, pod_manifest("always", [container("c", "echo run; exit 1")]))
-    flaky = ("n=$(cat /w/n 2>/dev/null || echo 0); echo $((n+1)) > /w/n; echo try $n; [ $n -ge 2 ]")
-    create_pod(kube_api, namespace, pod_manifest(
-        "onfailure", [container("c", flaky, volumeMounts=[mount("work", "/w")])],
-        restartPolicy="OnFailure", volumes=[scratch_volume()]))
+    flaky = "n=$(cat /w/n 2>/dev/null || echo 0); echo $((n+1)) > /w/n; echo try $n; [ $n -ge 2 ]"
+    create_pod(
+        kube_api,
+        namespace,
+        pod_manifest(
+            "onfailure",
+            [container("c", flaky, volumeMounts=[mount("work", "/w")])],
+            restartPolicy="OnFailure",
+            volumes=[scratch_volume()],
+        ),
+    )
     create_pod(kube_api, namespace, pod_manifest("never", [container("c", "exit 3")], restartPolicy="Never"))
 
     # Always: restarts come with growing gaps (back-off base 1 s: 1, 2, 4 ...)
     seen_at: dict[int, float] = {}
     reasons = set()
+
     def third_restart():
         status = container_status(get_pod(kube_api, namespace, "always"), "c")
         count = status.get("restartCount", 0)
         seen_at.setdefault(count, time.monotonic())
         reasons.update(v.get("reason") for v in status.get("state", {}).values())
         return count >= 3
+
     wait_until(third_restart, 30, interval=0.1, what="three restarts")
     assert "CrashLoopBackOff" in reasons
     gap_1_2, gap_2_3 = seen_at[2] - seen_at[1], seen_at[3] - seen_at[2]
@@ -331,25 +429,73 @@ def test_restart_policies_with_backoff(substrate, kube_api, namespace):
 
 def test_readiness_probes_http_tcp_and_exec(substrate, kube_api, namespace):
     server = "exec python -m http.server {port} --bind $POD_IP"
-    core(kube_api).create_namespaced_service(namespace, {
-        "apiVersion": "v1", "kind": "Service", "metadata": {"name": "front"},
-        "spec": {"selector": {"role": "http"}, "ports": [{"port": 8080}]},
-    })
-    create_pod(kube_api, namespace, pod_manifest("web", [
-        container("http", server.format(port=8080), image=OPERATOR_IMAGE, env=POD_IP_ENV,
-                  readinessProbe={"httpGet": {"path": "/", "port": 8080}, "periodSeconds": 1}),
-        container("tcp", server.format(port=8081), image=OPERATOR_IMAGE, env=POD_IP_ENV,
-                  ports=[{"name": "alt", "containerPort": 8081}],
-                  readinessProbe={"tcpSocket": {"port": "alt"}, "periodSeconds": 1}),
-    ], labels={"role": "http"}))
-    create_pod(kube_api, namespace, pod_manifest("missing-page", [
-        container("http", server.format(port=8080), image=OPERATOR_IMAGE, env=POD_IP_ENV,
-                  readinessProbe={"httpGet": {"path": "/nothing-here", "port": 8080}, "periodSeconds": 1}),
-    ], labels={"role": "http"}))
-    create_pod(kube_api, namespace, pod_manifest("exec", [
-        container("c", "sleep 2; touch /w/ready; exec sleep 3600", volumeMounts=[mount("work", "/w")],
-                  readinessProbe=exec_probe("test -f /w/ready")),
-    ], volumes=[scratch_volume()]))
+    core(kube_api).create_namespaced_service(
+        namespace,
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "front"},
+            "spec": {"selector": {"role": "http"}, "ports": [{"port": 8080}]},
+        },
+    )
+    create_pod(
+        kube_api,
+        namespace,
+        pod_manifest(
+            "web",
+            [
+                container(
+                    "http",
+                    server.format(port=8080),
+                    image=OPERATOR_IMAGE,
+                    env=POD_IP_ENV,
+                    readinessProbe={"httpGet": {"path": "/", "port": 8080}, "periodSeconds": 1},
+                ),
+                container(
+                    "tcp",
+                    server.format(port=8081),
+                    image=OPERATOR_IMAGE,
+                    env=POD_IP_ENV,
+                    ports=[{"name": "alt", "containerPort": 8081}],
+                    readinessProbe={"tcpSocket": {"port": "alt"}, "periodSeconds": 1},
+                ),
+            ],
+            labels={"role": "http"},
+        ),
+    )
+    create_pod(
+        kube_api,
+        namespace,
+        pod_manifest(
+            "missing-page",
+            [
+                container(
+                    "http",
+                    server.format(port=8080),
+                    image=OPERATOR_IMAGE,
+                    env=POD_IP_ENV,
+                    readinessProbe={"httpGet": {"path": "/nothing-here", "port": 8080}, "periodSeconds": 1},
+                ),
+            ],
+            labels={"role": "http"},
+        ),
+    )
+    create_pod(
+        kube_api,
+        namespace,
+        pod_manifest(
+            "exec",
+            [
+                container(
+                    "c",
+                    "sleep 2; touch /w/ready; exec sleep 3600",
+                    volumeMounts=[mount("work", "/w")],
+                    readinessProbe=exec_probe("test -f /w/ready"),
+                ),
+            ],
+            volumes=[scratch_volume()],
+        ),
+    )
 
     pod = get_pod(kube_api, namespace, "exec")
     assert condition(pod, "Ready") != "True"
@@ -357,9 +503,11 @@ def test_readiness_probes_http_tcp_and_exec(substrate, kube_api, namespace):
     wait_ready(kube_api, namespace, "exec")
     # a ClusterIP service name resolves to its ready pods only
     wait_until(lambda: resolve_or_none(f"front.{namespace}.svc") == {web_ip}, 10, what="the service name")
+
     def running_but_unready():
         status = container_status(get_pod(kube_api, namespace, "missing-page"), "http")
         return "running" in status.get("state", {}) and status["ready"] is False
+
     wait_until(running_but_unready, 10, what="a running container failing its httpGet probe")
     events = core(kube_api).list_namespaced_event(namespace, field_selector="involvedObject.name=missing-page")
     assert any(e.reason == "Unhealthy" and "404" in e.message for e in events.items)
@@ -372,14 +520,41 @@ def test_two_pods_binding_the_wildcard_address_run_side_by_side(substrate, kube_
     site = {"name": "site", "downwardAPI": {"items": [{"path": k, **v} for k, v in names.items()]}}
     serve = ["python3", "-m", "http.server", "8080", "--directory", "/srv", "--bind"]
     probe = {"httpGet": {"path": "/name", "port": 8080}, "periodSeconds": 1}
-    create_pod(kube_api, namespace, pod_manifest("wide-args", [
-        container("http", image=OPERATOR_IMAGE, command=serve + ["0.0.0.0"], readinessProbe=probe,
-                  volumeMounts=[mount("site", "/srv")]),
-    ], volumes=[site]))
-    create_pod(kube_api, namespace, pod_manifest("wide-env", [
-        container("http", image=OPERATOR_IMAGE, command=serve + ["$(BIND)"], readinessProbe=probe,
-                  env=[{"name": "BIND", "value": "0.0.0.0"}], volumeMounts=[mount("site", "/srv")]),
-    ], volumes=[site]))
+    create_pod(
+        kube_api,
+        namespace,
+        pod_manifest(
+            "wide-args",
+            [
+                container(
+                    "http",
+                    image=OPERATOR_IMAGE,
+                    command=serve + ["0.0.0.0"],
+                    readinessProbe=probe,
+                    volumeMounts=[mount("site", "/srv")],
+                ),
+            ],
+            volumes=[site],
+        ),
+    )
+    create_pod(
+        kube_api,
+        namespace,
+        pod_manifest(
+            "wide-env",
+            [
+                container(
+                    "http",
+                    image=OPERATOR_IMAGE,
+                    command=serve + ["$(BIND)"],
+                    readinessProbe=probe,
+                    env=[{"name": "BIND", "value": "0.0.0.0"}],
+                    volumeMounts=[mount("site", "/srv")],
+                ),
+            ],
+            volumes=[site],
+        ),
+    )
     for name in ("wide-args", "wide-env"):
         ip = wait_ready(kube_api, namespace, name)["status"]["podIP"]
         with urllib.request.urlopen(f"http://{ip}:8080/name", timeout=5) as reply:
@@ -388,22 +563,54 @@ def test_two_pods_binding_the_wildcard_address_run_side_by_side(substrate, kube_
 
 
 def test_liveness_and_startup_probes_restart_containers(substrate, kube_api, namespace):
-    create_pod(kube_api, namespace, pod_manifest("liveness", [
-        container("c", "touch /w/alive; sleep 1; rm /w/alive; exec sleep 3600", volumeMounts=[mount("work", "/w")],
-                  livenessProbe=exec_probe("test -f /w/alive", initialDelaySeconds=1)),
-    ], volumes=[scratch_volume()]))
-    create_pod(kube_api, namespace, pod_manifest("slow-start", [
-        container("c", "sleep 2; touch /w/started; exec sleep 3600", volumeMounts=[mount("work", "/w")],
-                  startupProbe=exec_probe("test -f /w/started", failureThreshold=20),
-                  livenessProbe=exec_probe("test -f /w/started")),
-    ], volumes=[scratch_volume()]))
-    create_pod(kube_api, namespace, pod_manifest("never-starts", [
-        container("c", "exec sleep 3600", startupProbe=exec_probe("false", failureThreshold=2)),
-    ]))
+    create_pod(
+        kube_api,
+        namespace,
+        pod_manifest(
+            "liveness",
+            [
+                container(
+                    "c",
+                    "touch /w/alive; sleep 1; rm /w/alive; exec sleep 3600",
+                    volumeMounts=[mount("work", "/w")],
+                    livenessProbe=exec_probe("test -f /w/alive", initialDelaySeconds=1),
+                ),
+            ],
+            volumes=[scratch_volume()],
+        ),
+    )
+    create_pod(
+        kube_api,
+        namespace,
+        pod_manifest(
+            "slow-start",
+            [
+                container(
+                    "c",
+                    "sleep 2; touch /w/started; exec sleep 3600",
+                    volumeMounts=[mount("work", "/w")],
+                    startupProbe=exec_probe("test -f /w/started", failureThreshold=20),
+                    livenessProbe=exec_probe("test -f /w/started"),
+                ),
+            ],
+            volumes=[scratch_volume()],
+        ),
+    )
+    create_pod(
+        kube_api,
+        namespace,
+        pod_manifest(
+            "never-starts",
+            [
+                container("c", "exec sleep 3600", startupProbe=exec_probe("false", failureThreshold=2)),
+            ],
+        ),
+    )
 
     def started_false_while_running():
         status = container_status(get_pod(kube_api, namespace, "slow-start"), "c")
         return "running" in status.get("state", {}) and status["started"] is False and not status["ready"]
+
     wait_until(started_false_while_running, 10, interval=0.1, what="slow-start running but not started")
     pod = wait_ready(kube_api, namespace, "slow-start")
     assert container_status(pod, "c")["started"] is True and container_status(pod, "c")["restartCount"] == 0
@@ -412,7 +619,9 @@ def test_liveness_and_startup_probes_restart_containers(substrate, kube_api, nam
         def check():
             status = container_status(get_pod(kube_api, namespace, name), "c")
             return status if status.get("restartCount", 0) >= 1 else None
+
         return check
+
     status = wait_until(restarted("liveness"), 20, what="liveness failure to restart the container")
     assert status["lastState"]["terminated"]["exitCode"] in (137, 143)
     wait_until(restarted("never-starts"), 20, what="startup failure to restart the container")
@@ -420,10 +629,12 @@ def test_liveness_and_startup_probes_restart_containers(substrate, kube_api, nam
 
 def test_environment_expansion_and_references(substrate, kube_api, namespace):
     api = core(kube_api)
-    api.create_namespaced_secret(namespace, {"metadata": {"name": "creds"},
-                                             "data": {"password": base64.b64encode(b"s3cret").decode()}})
-    api.create_namespaced_config_map(namespace, {"metadata": {"name": "settings"},
-                                                 "data": {"mode": "fast", "level": "3"}})
+    api.create_namespaced_secret(
+        namespace, {"metadata": {"name": "creds"}, "data": {"password": base64.b64encode(b"s3cret").decode()}}
+    )
+    api.create_namespaced_config_map(
+        namespace, {"metadata": {"name": "settings"}, "data": {"mode": "fast", "level": "3"}}
+    )
     env = [
         {"name": "A", "value": "alpha"},
         {"name": "B", "value": "$(A)-beta"},
@@ -439,19 +650,54 @@ def test_environment_expansion_and_references(substrate, kube_api, namespace):
         {"name": "ABSENT", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "nope", "optional": True}}},
         {"name": "ABSENT_CM", "valueFrom": {"configMapKeyRef": {"name": "no-such-map", "key": "k", "optional": True}}},
     ]
-    create_pod(kube_api, namespace, pod_manifest("env", [container(
-        "c", command=["sh", "-c", 'env | sort; echo "ARGS $1 $2 $3"', "sh"], args=["$(A)", "$$(A)", "$(B)"],
-        env=env, envFrom=[{"configMapRef": {"name": "settings"}, "prefix": "CFG_"}],
-    )], restartPolicy="Never", hostname="custom-host"))
-    create_pod(kube_api, namespace, pod_manifest("missing-key", [container(
-        "c", "true", env=[{"name": "X", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "nope"}}}])]))
+    create_pod(
+        kube_api,
+        namespace,
+        pod_manifest(
+            "env",
+            [
+                container(
+                    "c",
+                    command=["sh", "-c", 'env | sort; echo "ARGS $1 $2 $3"', "sh"],
+                    args=["$(A)", "$$(A)", "$(B)"],
+                    env=env,
+                    envFrom=[{"configMapRef": {"name": "settings"}, "prefix": "CFG_"}],
+                )
+            ],
+            restartPolicy="Never",
+            hostname="custom-host",
+        ),
+    )
+    create_pod(
+        kube_api,
+        namespace,
+        pod_manifest(
+            "missing-key",
+            [
+                container(
+                    "c", "true", env=[{"name": "X", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "nope"}}}]
+                )
+            ],
+        ),
+    )
 
     pod = wait_phase(kube_api, namespace, "env", "Succeeded")
     lines = set(log_of(substrate, namespace, "env", "c").splitlines())
     expected = {
-        "A=alpha", "B=alpha-beta", "C=$(A)", "D=$(NOT_DEFINED)", "MY_NAME=env", f"MY_NS={namespace}",
-        f"MY_IP={pod['status']['podIP']}", f"MY_NODE={pod['spec']['nodeName']}", "MY_SA=default",
-        "PASSWORD=s3cret", "MODE=fast", "CFG_mode=fast", "CFG_level=3", "HOSTNAME=custom-host",
+        "A=alpha",
+        "B=alpha-beta",
+        "C=$(A)",
+        "D=$(NOT_DEFINED)",
+        "MY_NAME=env",
+        f"MY_NS={namespace}",
+        f"MY_IP={pod['status']['podIP']}",
+        f"MY_NODE={pod['spec']['nodeName']}",
+        "MY_SA=default",
+        "PASSWORD=s3cret",
+        "MODE=fast",
+        "CFG_mode=fast",
+        "CFG_level=3",
+        "HOSTNAME=custom-host",
         "ARGS alpha $(A) alpha-beta",
     }
     assert expected <= lines, expected - lines
@@ -460,16 +706,23 @@ def test_environment_expansion_and_references(substrate, kube_api, namespace):
     def config_error():
         state = container_status(get_pod(kube_api, namespace, "missing-key"), "c").get("state", {})
         return state.get("waiting", {}).get("reason") == "CreateContainerConfigError" and state
+
     state = wait_until(config_error, 10, what="CreateContainerConfigError")
     assert "nope" in state["waiting"]["message"]
 
 
 def test_secret_and_configmap_volumes(substrate, kube_api, namespace):
     api = core(kube_api)
-    api.create_namespaced_secret(namespace, {"metadata": {"name": "creds"}, "data": {
-        "user": base64.b64encode(b"admin").decode(), "password": base64.b64encode(b"s3cret").decode()}})
-    api.create_namespaced_config_map(namespace, {"metadata": {"name": "app"},
-                                                 "data": {"app.conf": "x=1", "other": "y"}})
+    api.create_namespaced_secret(
+        namespace,
+        {
+            "metadata": {"name": "creds"},
+            "data": {"user": base64.b64encode(b"admin").decode(), "password": base64.b64encode(b"s3cret").decode()},
+        },
+    )
+    api.create_namespaced_config_map(
+        namespace, {"metadata": {"name": "app"}, "data": {"app.conf": "x=1", "other": "y"}}
+    )
     script = (
         "echo secret=$(cat /var/lib/localkube-test/secret/nested/password); "
         "echo mode=$(stat -c %a /var/lib/localkube-test/secret/nested/password); "
@@ -478,31 +731,70 @@ def test_secret_and_configmap_volumes(substrate, kube_api, namespace):
         "echo file=$(cat /var/lib/localkube-test/etc/app.conf); "
         "(echo z > /var/lib/localkube-test/config/new) 2>/dev/null && echo config=writable || echo config=readonly"
     )
-    create_pod(kube_api, namespace, pod_manifest("volumes", [container("c", script, volumeMounts=[
-        mount("secret", "/var/lib/localkube-test/secret"),
-        mount("config", "/var/lib/localkube-test/config"),
-        mount("config", "/var/lib/localkube-test/etc/app.conf", subPath="app.conf"),
-    ])], restartPolicy="Never", volumes=[
-        {"name": "secret", "secret": {"secretName": "creds", "defaultMode": 0o400,
-                                      "items": [{"key": "password", "path": "nested/password"}]}},
-        {"name": "config", "configMap": {"name": "app"}},
-    ]))
+    create_pod(
+        kube_api,
+        namespace,
+        pod_manifest(
+            "volumes",
+            [
+                container(
+                    "c",
+                    script,
+                    volumeMounts=[
+                        mount("secret", "/var/lib/localkube-test/secret"),
+                        mount("config", "/var/lib/localkube-test/config"),
+                        mount("config", "/var/lib/localkube-test/etc/app.conf", subPath="app.conf"),
+                    ],
+                )
+            ],
+            restartPolicy="Never",
+            volumes=[
+                {
+                    "name": "secret",
+                    "secret": {
+                        "secretName": "creds",
+                        "defaultMode": 0o400,
+                        "items": [{"key": "password", "path": "nested/password"}],
+                    },
+                },
+                {"name": "config", "configMap": {"name": "app"}},
+            ],
+        ),
+    )
     wait_phase(kube_api, namespace, "volumes", "Succeeded")
     lines = set(log_of(substrate, namespace, "volumes", "c").splitlines())
-    assert {"secret=s3cret", "mode=400", "listing=nested,", "conf=x=1 other=y", "file=x=1",
-            "config=readonly"} <= lines, lines
+    assert {
+        "secret=s3cret",
+        "mode=400",
+        "listing=nested,",
+        "conf=x=1 other=y",
+        "file=x=1",
+        "config=readonly",
+    } <= lines, lines
 
 
 def test_a_secret_update_reaches_a_running_pod_in_one_step(substrate, kube_api, namespace):
     """As on a kubelet: the files follow the Secret, and change together (the ..data swap)."""
     api = core(kube_api)
+
     def secret(version: str) -> dict:
-        return {"metadata": {"name": "pair"}, "data": {k: base64.b64encode(f"{k}-{version}".encode()).decode()
-                                                       for k in ("tls.crt", "tls.key")}}
+        return {
+            "metadata": {"name": "pair"},
+            "data": {k: base64.b64encode(f"{k}-{version}".encode()).decode() for k in ("tls.crt", "tls.key")},
+        }
+
     api.create_namespaced_secret(namespace, secret("v1"))
-    create_pod(kube_api, namespace, pod_manifest("follower", [
-        container("c", "exec sleep 3600", volumeMounts=[mount("pair", "/etc/pair")]),
-    ], volumes=[{"name": "pair", "secret": {"secretName": "pair"}}]))
+    create_pod(
+        kube_api,
+        namespace,
+        pod_manifest(
+            "follower",
+            [
+                container("c", "exec sleep 3600", volumeMounts=[mount("pair", "/etc/pair")]),
+            ],
+            volumes=[{"name": "pair", "secret": {"secretName": "pair"}}],
+        ),
+    )
     uid = wait_ready(kube_api, namespace, "follower")["metadata"]["uid"]
     volume = Paths(substrate.state_dir).volume_dir(uid, "pair")
     assert (volume / "tls.crt").read_text() == "tls.crt-v1"
@@ -514,9 +806,19 @@ def test_a_secret_update_reaches_a_running_pod_in_one_step(substrate, kube_api, 
 
 
 def test_empty_dir_is_removed_with_the_pod(substrate, kube_api, namespace):
-    create_pod(kube_api, namespace, pod_manifest("scratch", [
-        container("c", "echo data > /scratch/file; exec sleep 3600", volumeMounts=[mount("scratch", "/scratch")]),
-    ], volumes=[scratch_volume("scratch")]))
+    create_pod(
+        kube_api,
+        namespace,
+        pod_manifest(
+            "scratch",
+            [
+                container(
+                    "c", "echo data > /scratch/file; exec sleep 3600", volumeMounts=[mount("scratch", "/scratch")]
+                ),
+            ],
+            volumes=[scratch_volume("scratch")],
+        ),
+    )
     uid = wait_ready(kube_api, namespace, "scratch")["metadata"]["uid"]
     host_file = Paths(substrate.state_dir).volume_dir(uid, "scratch") / "file"
     wait_until(host_file.exists, 10, what="the file in the emptyDir's host directory")
@@ -531,44 +833,70 @@ def test_persistent_volume_claims_are_provisioned_and_deleted(substrate, kube_ap
     assert default.provisioner == "localkube.local/hostpath" and default.allow_volume_expansion
     assert default.metadata.annotations["storageclass.kubernetes.io/is-default-class"] == "true"
     api.create_namespaced_persistent_volume_claim(namespace, claim("data"))
-    bound = wait_until(lambda: (c := api.read_namespaced_persistent_volume_claim("data", namespace)).status.phase
-                       == "Bound" and c, 30, what="the claim to bind")
+    bound = wait_until(
+        lambda: (c := api.read_namespaced_persistent_volume_claim("data", namespace)).status.phase == "Bound" and c,
+        30,
+        what="the claim to bind",
+    )
     assert bound.spec.storage_class_name == "localkube"
     pv = api.read_persistent_volume(bound.spec.volume_name)
     directory = pv.spec.host_path.path
     assert pv.spec.claim_ref.uid == bound.metadata.uid and os.path.isdir(directory)
 
     # expansion: the provisioner grows the PV and reports the new capacity
-    api.patch_namespaced_persistent_volume_claim("data", namespace, {"spec": {"resources": {"requests": {"storage": "128Mi"}}}})
-    wait_until(lambda: api.read_namespaced_persistent_volume_claim("data", namespace).status.capacity["storage"]
-               == "128Mi", 20, what="the claim to be expanded")
+    api.patch_namespaced_persistent_volume_claim(
+        "data", namespace, {"spec": {"resources": {"requests": {"storage": "128Mi"}}}}
+    )
+    wait_until(
+        lambda: api.read_namespaced_persistent_volume_claim("data", namespace).status.capacity["storage"] == "128Mi",
+        20,
+        what="the claim to be expanded",
+    )
     assert api.read_persistent_volume(pv.metadata.name).spec.capacity["storage"] == "128Mi"
 
-    create_pod(kube_api, namespace, pod_manifest("writer", [
-        container("c", "echo kept > /data/file", volumeMounts=[mount("data", "/data")])],
-        restartPolicy="Never", volumes=[{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]))
+    create_pod(
+        kube_api,
+        namespace,
+        pod_manifest(
+            "writer",
+            [container("c", "echo kept > /data/file", volumeMounts=[mount("data", "/data")])],
+            restartPolicy="Never",
+            volumes=[{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}],
+        ),
+    )
     wait_phase(kube_api, namespace, "writer", "Succeeded")
     assert open(os.path.join(directory, "file")).read() == "kept\n"
 
     api.delete_namespaced_pod("writer", namespace)
     wait_gone(kube_api, namespace, "writer")
     api.delete_namespaced_persistent_volume_claim("data", namespace)
+
     def volume_gone():
         try:
             api.read_persistent_volume(pv.metadata.name)
         except client.ApiException as e:
             return e.status == 404
         return False
+
     wait_until(volume_gone, 30, what="the released PV to be deleted")
     assert not os.path.exists(directory)
 
 
 def test_termination_grace_then_sigkill(substrate, kube_api, namespace):
-    create_pod(kube_api, namespace, pod_manifest("stubborn", [
-        container("c", "trap 'echo got TERM' TERM; while true; do sleep 0.2; done")],
-        terminationGracePeriodSeconds=3))
-    create_pod(kube_api, namespace, pod_manifest("polite", [container("c", "exec sleep 3600")],
-                                                 terminationGracePeriodSeconds=30))
+    create_pod(
+        kube_api,
+        namespace,
+        pod_manifest(
+            "stubborn",
+            [container("c", "trap 'echo got TERM' TERM; while true; do sleep 0.2; done")],
+            terminationGracePeriodSeconds=3,
+        ),
+    )
+    create_pod(
+        kube_api,
+        namespace,
+        pod_manifest("polite", [container("c", "exec sleep 3600")], terminationGracePeriodSeconds=30),
+    )
     wait_ready(kube_api, namespace, "stubborn")
     wait_ready(kube_api, namespace, "polite")
     pid = faults.container_pid(namespace, "stubborn", "c", where=substrate)
@@ -591,14 +919,15 @@ def test_unknown_image_waits_in_image_pull_backoff(substrate, kube_api, namespac
     create_pod(kube_api, namespace, pod_manifest("nginx", [container("web", image="nginx:1.27")]))
     reasons, message = [], ""
     stream = watch.Watch()
-    for event in stream.stream(core(kube_api).list_namespaced_pod, namespace,
-                               field_selector="metadata.name=nginx", timeout_seconds=30):
+    for event in stream.stream(
+        core(kube_api).list_namespaced_pod, namespace, field_selector="metadata.name=nginx", timeout_seconds=30
+    ):
         status = container_status(as_dict(kube_api, event["object"]), "web")
         waiting = status.get("state", {}).get("waiting", {})
         if waiting.get("reason") and (not reasons or reasons[-1] != waiting["reason"]):
             reasons.append(waiting["reason"])
             message = waiting.get("message", "")
-        if "ErrImagePull" in reasons and "ImagePullBackOff" in reasons[reasons.index("ErrImagePull"):]:
+        if "ErrImagePull" in reasons and "ImagePullBackOff" in reasons[reasons.index("ErrImagePull") :]:
             stream.stop()
     assert reasons[reasons.index("ErrImagePull") + 1] == "ImagePullBackOff", reasons
     assert "nginx:1.27" in message
@@ -609,15 +938,29 @@ def test_unknown_image_waits_in_image_pull_backoff(substrate, kube_api, namespac
 def test_node_selector_and_pod_anti_affinity(substrate, kube_api, namespace):
     nodes = our_nodes(kube_api)
     assert len(nodes) >= 2
-    create_pod(kube_api, namespace, pod_manifest("pinned", [container("c", "exec sleep 3600")],
-                                                 nodeSelector={"kubernetes.io/hostname": nodes[-1]}))
-    create_pod(kube_api, namespace, pod_manifest("nowhere", [container("c", "exec sleep 3600")],
-                                                 nodeSelector={"disktype": "ssd"}))
-    anti = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-        {"labelSelector": {"matchLabels": {"app": "spread"}}, "topologyKey": "kubernetes.io/hostname"}]}}
+    create_pod(
+        kube_api,
+        namespace,
+        pod_manifest("pinned", [container("c", "exec sleep 3600")], nodeSelector={"kubernetes.io/hostname": nodes[-1]}),
+    )
+    create_pod(
+        kube_api,
+        namespace,
+        pod_manifest("nowhere", [container("c", "exec sleep 3600")], nodeSelector={"disktype": "ssd"}),
+    )
+    anti = {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app": "spread"}}, "topologyKey": "kubernetes.io/hostname"}
+            ]
+        }
+    }
     for i in range(len(nodes) + 1):
-        create_pod(kube_api, namespace, pod_manifest(f"spread-{i}", [container("c", "exec sleep 3600")],
-                                                     labels={"app": "spread"}, affinity=anti))
+        create_pod(
+            kube_api,
+            namespace,
+            pod_manifest(f"spread-{i}", [container("c", "exec sleep 3600")], labels={"app": "spread"}, affinity=anti),
+        )
 
     assert wait_ready(kube_api, namespace, "pinned")["spec"]["nodeName"] == nodes[-1]
 
@@ -626,7 +969,9 @@ def test_node_selector_and_pod_anti_affinity(substrate, kube_api, namespace):
             pod = get_pod(kube_api, namespace, name)
             cond = next((c for c in pod["status"].get("conditions") or [] if c["type"] == "PodScheduled"), None)
             return cond if cond and cond["status"] == "False" else None
+
         return check
+
     cond = wait_until(unschedulable("nowhere"), 15, what="nowhere to be Unschedulable")
     assert cond["reason"] == "Unschedulable" and "node affinity/selector" in cond["message"]
 
@@ -638,21 +983,41 @@ def test_node_selector_and_pod_anti_affinity(substrate, kube_api, namespace):
 
 # --- faults ----------------------------------------------------------------------------
 
+
 def process_state(pid: int) -> str:
     return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
 
 
 def test_freeze_and_thaw_a_container(substrate, kube_api, namespace):
-    create_pod(kube_api, namespace, pod_manifest("web", [container(
-        "http", "exec python -m http.server 8080 --bind $POD_IP", image=OPERATOR_IMAGE, env=POD_IP_ENV,
-        readinessProbe={"httpGet": {"path": "/", "port": 8080}, "periodSeconds": 1, "timeoutSeconds": 1,
-                        "failureThreshold": 1},
-    )]))
+    create_pod(
+        kube_api,
+        namespace,
+        pod_manifest(
+            "web",
+            [
+                container(
+                    "http",
+                    "exec python -m http.server 8080 --bind $POD_IP",
+                    image=OPERATOR_IMAGE,
+                    env=POD_IP_ENV,
+                    readinessProbe={
+                        "httpGet": {"path": "/", "port": 8080},
+                        "periodSeconds": 1,
+                        "timeoutSeconds": 1,
+                        "failureThreshold": 1,
+                    },
+                )
+            ],
+        ),
+    )
     wait_ready(kube_api, namespace, "web")
     pid = faults.freeze_container(namespace, "web", where=substrate)
     wait_until(lambda: process_state(pid) == "T", 5, what="the process to stop")
-    wait_until(lambda: condition(get_pod(kube_api, namespace, "web"), "Ready") == "False", 15,
-               what="the frozen container to turn unready")
+    wait_until(
+        lambda: condition(get_pod(kube_api, namespace, "web"), "Ready") == "False",
+        15,
+        what="the frozen container to turn unready",
+    )
     assert faults.thaw_container(namespace, "web", where=substrate) == pid
     pod = wait_ready(kube_api, namespace, "web")
     assert container_status(pod, "http")["restartCount"] == 0 and process_state(pid) != "T"
@@ -666,19 +1031,29 @@ def node_ready(kube_api, name: str) -> str | None:
 
 def test_node_loss_and_return(substrate, kube_api, namespace):
     node = our_nodes(kube_api)[-1]
-    create_pod(kube_api, namespace, pod_manifest("victim", [container("c", "exec sleep 3600")],
-                                                 nodeSelector={"kubernetes.io/hostname": node}))
+    create_pod(
+        kube_api,
+        namespace,
+        pod_manifest("victim", [container("c", "exec sleep 3600")], nodeSelector={"kubernetes.io/hostname": node}),
+    )
     wait_ready(kube_api, namespace, "victim")
     pid = faults.container_pid(namespace, "victim", "c", where=substrate)
     try:
         assert f"{namespace}/victim" in faults.lose_node(node, where=substrate)
         wait_until(lambda: not processes.alive(pid), 5, what="the pod's process to die with the node")
-        wait_until(lambda: node_ready(kube_api, node) != "True", 45, interval=1,
-                   what=f"{node} to go NotReady (node-monitor-grace-period 20s)")
+        wait_until(
+            lambda: node_ready(kube_api, node) != "True",
+            45,
+            interval=1,
+            what=f"{node} to go NotReady (node-monitor-grace-period 20s)",
+        )
         lease = client.CoordinationV1Api(kube_api).read_namespaced_lease(node, "kube-node-lease")
         assert time.time() - lease.spec.renew_time.timestamp() > 15
-        wait_until(lambda: condition(get_pod(kube_api, namespace, "victim"), "Ready") == "False", 15,
-                   what="the node lifecycle controller to mark the pod unready")
+        wait_until(
+            lambda: condition(get_pod(kube_api, namespace, "victim"), "Ready") == "False",
+            15,
+            what="the node lifecycle controller to mark the pod unready",
+        )
     finally:
         faults.restore_node(node, where=substrate)
     wait_until(lambda: node_ready(kube_api, node) == "True", 20, what=f"{node} Ready again")
@@ -693,18 +1068,29 @@ def test_disk_loss_while_running_and_while_stopped(substrate, kube_api, namespac
     volumes = [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]
 
     def holder(name):
-        return pod_manifest(name, [container(
-            "c", "if [ -f /data/marker ]; then echo found; else echo missing; fi; "
-                 "touch /data/marker; exec sleep 3600",
-            volumeMounts=[mount("data", "/data")], readinessProbe=exec_probe("test -f /data/marker"))],
-            volumes=volumes)
+        return pod_manifest(
+            name,
+            [
+                container(
+                    "c",
+                    "if [ -f /data/marker ]; then echo found; else echo missing; fi; "
+                    "touch /data/marker; exec sleep 3600",
+                    volumeMounts=[mount("data", "/data")],
+                    readinessProbe=exec_probe("test -f /data/marker"),
+                )
+            ],
+            volumes=volumes,
+        )
 
     create_pod(kube_api, namespace, holder("first"))
     wait_ready(kube_api, namespace, "first")
     wiped = faults.lose_disk(namespace, "data", where=substrate)
     assert os.listdir(wiped) == []
-    wait_until(lambda: condition(get_pod(kube_api, namespace, "first"), "Ready") == "False", 10,
-               what="the running container to see the wiped disk")
+    wait_until(
+        lambda: condition(get_pod(kube_api, namespace, "first"), "Ready") == "False",
+        10,
+        what="the running container to see the wiped disk",
+    )
 
     api.delete_namespaced_pod("first", namespace)
     wait_gone(kube_api, namespace, "first")
@@ -715,22 +1101,38 @@ def test_disk_loss_while_running_and_while_stopped(substrate, kube_api, namespac
     faults.lose_disk(namespace, "data", where=substrate)  # nothing runs now
     create_pod(kube_api, namespace, holder("third"))
     wait_ready(kube_api, namespace, "third")
-    assert [log_of(substrate, namespace, p, "c").strip() for p in ("first", "second", "third")] == \
-        ["missing", "missing", "missing"]
+    assert [log_of(substrate, namespace, p, "c").strip() for p in ("first", "second", "third")] == [
+        "missing",
+        "missing",
+        "missing",
+    ]
 
 
 def test_evict_stops_the_pod_for_good_and_keeps_its_volume(substrate, kube_api, namespace):
     api = core(kube_api)
     api.create_namespaced_persistent_volume_claim(namespace, claim("data"))
-    create_pod(kube_api, namespace, pod_manifest("evictee", [
-        container("polite", "trap 'echo got TERM; exit 0' TERM; echo kept > /data/file; "
-                            "while true; do sleep 0.2; done", volumeMounts=[mount("data", "/data")]),
-        container("stubborn", "trap 'echo ignoring TERM' TERM; while true; do sleep 0.2; done"),
-    ], terminationGracePeriodSeconds=2, volumes=[{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]))
+    create_pod(
+        kube_api,
+        namespace,
+        pod_manifest(
+            "evictee",
+            [
+                container(
+                    "polite",
+                    "trap 'echo got TERM; exit 0' TERM; echo kept > /data/file; while true; do sleep 0.2; done",
+                    volumeMounts=[mount("data", "/data")],
+                ),
+                container("stubborn", "trap 'echo ignoring TERM' TERM; while true; do sleep 0.2; done"),
+            ],
+            terminationGracePeriodSeconds=2,
+            volumes=[{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}],
+        ),
+    )
     uid = wait_ready(kube_api, namespace, "evictee")["metadata"]["uid"]
     pids = [faults.container_pid(namespace, "evictee", c, where=substrate) for c in ("polite", "stubborn")]
-    directory = api.read_persistent_volume(api.read_namespaced_persistent_volume_claim("data", namespace)
-                                           .spec.volume_name).spec.host_path.path
+    directory = api.read_persistent_volume(
+        api.read_namespaced_persistent_volume_claim("data", namespace).spec.volume_name
+    ).spec.host_path.path
     wait_until(lambda: os.path.exists(os.path.join(directory, "file")), 10, what="the file on the claim")
 
     assert faults.evict(namespace, "evictee", where=substrate)["uid"] == uid
@@ -751,7 +1153,10 @@ def test_evict_stops_the_pod_for_good_and_keeps_its_volume(substrate, kube_api, 
         pod = get_pod(kube_api, namespace, "evictee")
         assert pod["metadata"]["uid"] == uid and pod["status"]["phase"] == "Failed"
         assert all(s["restartCount"] == 0 and "terminated" in s["state"] for s in pod["status"]["containerStatuses"])
-        assert all(c["pid"] is None for c in faults.pod_info(namespace, "evictee", where=substrate)["containers"].values())
+        assert all(
+            c["pid"] is None for c in faults.pod_info(namespace, "evictee", where=substrate)["containers"].values()
+        )
+
     holds_throughout(still_stopped, 5, interval=0.5, what="the evicted pod stays stopped")
     events = api.list_namespaced_event(namespace, field_selector="involvedObject.name=evictee").items
     assert any(e.reason == "Evicted" and e.type == "Warning" for e in events)
@@ -765,12 +1170,21 @@ def test_evict_stops_the_pod_for_good_and_keeps_its_volume(substrate, kube_api, 
 def test_service_account_credentials_with_rbac(substrate, kube_api, namespace):
     api, rbac = core(kube_api), client.RbacAuthorizationV1Api(kube_api)
     api.create_namespaced_service_account(namespace, {"metadata": {"name": "reader"}})
-    rbac.create_namespaced_role(namespace, {"metadata": {"name": "pod-reader"}, "rules": [
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}]})
-    rbac.create_namespaced_role_binding(namespace, {
-        "metadata": {"name": "reader"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pod-reader"},
-        "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": namespace}]})
+    rbac.create_namespaced_role(
+        namespace,
+        {
+            "metadata": {"name": "pod-reader"},
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}],
+        },
+    )
+    rbac.create_namespaced_role_binding(
+        namespace,
+        {
+            "metadata": {"name": "reader"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pod-reader"},
+            "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": namespace}],
+        },
+    )
     in_cluster = (
         "import os\n"
         "from kubernetes import client, config\n"
@@ -784,13 +1198,32 @@ def test_service_account_credentials_with_rbac(substrate, kube_api, namespace):
         "    print('secrets', e.status)\n"
         "print('env', os.environ['KUBERNETES_SERVICE_HOST'], os.environ['KUBERNETES_SERVICE_PORT'])\n"
     )
-    create_pod(kube_api, namespace, pod_manifest("operator", [container(
-        "op", image=OPERATOR_IMAGE, command=["python", "-c", in_cluster])],
-        serviceAccountName="reader", restartPolicy="Never"))
-    create_pod(kube_api, namespace, pod_manifest("shell", [container(
-        "c", "cat /var/run/secrets/kubernetes.io/serviceaccount/token; echo; "
-             "cat /var/run/secrets/kubernetes.io/serviceaccount/namespace; echo")],
-        serviceAccountName="reader", restartPolicy="Never"))
+    create_pod(
+        kube_api,
+        namespace,
+        pod_manifest(
+            "operator",
+            [container("op", image=OPERATOR_IMAGE, command=["python", "-c", in_cluster])],
+            serviceAccountName="reader",
+            restartPolicy="Never",
+        ),
+    )
+    create_pod(
+        kube_api,
+        namespace,
+        pod_manifest(
+            "shell",
+            [
+                container(
+                    "c",
+                    "cat /var/run/secrets/kubernetes.io/serviceaccount/token; echo; "
+                    "cat /var/run/secrets/kubernetes.io/serviceaccount/namespace; echo",
+                )
+            ],
+            serviceAccountName="reader",
+            restartPolicy="Never",
+        ),
+    )
 
     wait_phase(kube_api, namespace, "operator", "Succeeded", timeout=40)
     out = log_of(substrate, namespace, "operator", "op").splitlines()
@@ -845,7 +1278,9 @@ def test_agent_restart_adopts_running_containers(substrate, kube_api, namespace)
     assert len(pid_files) == 1
     # the adopted process is fully managed again: a crash restarts it
     faults.crash_container(namespace, "steady", where=substrate)
+
     def restarted():
         pod = get_pod(kube_api, namespace, "steady")
         return container_status(pod, "c").get("restartCount") == 1 and condition(pod, "Ready") == "True"
+
     wait_until(restarted, 20, what="the adopted container to restart after a crash")

@@ -10,27 +10,31 @@ import pytest
 
 from nodeagent import envvars, hostsfile, images, ipam, names, placement, wildcard
 
-
 # --- $(VAR) expansion ------------------------------------------------------------------
 
-@pytest.mark.parametrize("text, expected", [
-    ("$(A)", "alpha"),
-    ("x-$(A)-y", "x-alpha-y"),
-    ("$$(A)", "$(A)"),
-    ("$$$(A)", "$alpha"),
-    ("$(MISSING)", "$(MISSING)"),
-    ("$(A", "$(A"),
-    ("$A", "$A"),
-    ("cost: 5$", "cost: 5$"),
-    ("$()", "$()"),
-    ("$(A)$(B)", "alphabeta"),
-])
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("$(A)", "alpha"),
+        ("x-$(A)-y", "x-alpha-y"),
+        ("$$(A)", "$(A)"),
+        ("$$$(A)", "$alpha"),
+        ("$(MISSING)", "$(MISSING)"),
+        ("$(A", "$(A"),
+        ("$A", "$A"),
+        ("cost: 5$", "cost: 5$"),
+        ("$()", "$()"),
+        ("$(A)$(B)", "alphabeta"),
+    ],
+)
 def test_expansion_follows_kubernetes_rules(text, expected):
     env = {"A": "alpha", "B": "beta"}
     assert envvars.expand(text, env.get) == expected
 
 
 # --- image map -------------------------------------------------------------------------
+
 
 def _testbin(tmp_path: pathlib.Path) -> pathlib.Path:
     for minor in ("3.5", "3.6"):
@@ -41,12 +45,15 @@ def _testbin(tmp_path: pathlib.Path) -> pathlib.Path:
     return tmp_path
 
 
-@pytest.mark.parametrize("image, minor", [
-    ("quay.io/coreos/etcd:v3.5.35", "3.5"),
-    ("registry.k8s.io/etcd:3.5.12-0", "3.5"),
-    ("gcr.io/etcd-development/etcd:v3.6.16", "3.6"),
-    ("localhost:5000/mirror/etcd:v3.6.0@sha256:abc", "3.6"),
-])
+@pytest.mark.parametrize(
+    "image, minor",
+    [
+        ("quay.io/coreos/etcd:v3.5.35", "3.5"),
+        ("registry.k8s.io/etcd:3.5.12-0", "3.5"),
+        ("gcr.io/etcd-development/etcd:v3.6.16", "3.6"),
+        ("localhost:5000/mirror/etcd:v3.6.0@sha256:abc", "3.6"),
+    ],
+)
 def test_etcd_images_map_to_testbin_minor(tmp_path, image, minor):
     runtime = images.resolve(image, _testbin(tmp_path))
     assert runtime.kind == "etcd"
@@ -70,13 +77,16 @@ def test_bare_etcd_image_listens_on_pod_ip(tmp_path):
     assert "--listen-client-urls=http://127.1.1.9:2379" in argv
 
 
-@pytest.mark.parametrize("image", [
-    "quay.io/coreos/etcd:v3.4.30",  # minor not built
-    "quay.io/coreos/etcd:latest",
-    "quay.io/coreos/etcd",
-    "nginx:1.27",
-    "ghcr.io/someone/etcd-operator-helper:1",
-])
+@pytest.mark.parametrize(
+    "image",
+    [
+        "quay.io/coreos/etcd:v3.4.30",  # minor not built
+        "quay.io/coreos/etcd:latest",
+        "quay.io/coreos/etcd",
+        "nginx:1.27",
+        "ghcr.io/someone/etcd-operator-helper:1",
+    ],
+)
 def test_unknown_images(tmp_path, image):
     with pytest.raises(images.UnknownImage):
         images.resolve(image, _testbin(tmp_path))
@@ -100,6 +110,7 @@ def test_busybox_runs_host_shell(tmp_path, image):
 
 # --- placement -------------------------------------------------------------------------
 
+
 def _node(name: str, **labels) -> dict:
     return {"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **labels}}, "spec": {}}
 
@@ -108,8 +119,13 @@ def _pod(name: str, labels=None, **spec) -> dict:
     return {"metadata": {"name": name, "namespace": "ns", "labels": labels or {}}, "spec": spec, "status": {}}
 
 
-ANTI = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-    {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "kubernetes.io/hostname"}]}}
+ANTI = {
+    "podAntiAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "kubernetes.io/hostname"}
+        ]
+    }
+}
 
 
 def test_anti_affinity_spreads_and_then_refuses():
@@ -144,6 +160,7 @@ def test_spread_prefers_emptier_nodes():
 
 # --- hosts file and names --------------------------------------------------------------
 
+
 def test_hosts_block_is_replaced_in_place_and_removed(tmp_path):
     path = tmp_path / "hosts"
     path.write_text("127.0.0.1 localhost\n# BEGIN localkube other (managed)\n1.2.3.4 x\n# END localkube other\n")
@@ -162,9 +179,12 @@ def test_hosts_block_is_replaced_in_place_and_removed(tmp_path):
 
 def test_name_records_for_pods_and_services():
     def pod(name, ip, ready, **spec):
-        return {"metadata": {"name": name, "namespace": "ns", "uid": name, "labels": {"app": "db"}},
-                "spec": spec,
-                "status": {"podIP": ip, "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+        return {
+            "metadata": {"name": name, "namespace": "ns", "uid": name, "labels": {"app": "db"}},
+            "spec": spec,
+            "status": {"podIP": ip, "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+        }
+
     pods = [
         pod("etcd-0", "127.1.1.2", True, subdomain="etcd"),
         pod("etcd-1", "127.1.1.3", False, subdomain="etcd"),
@@ -172,15 +192,23 @@ def test_name_records_for_pods_and_services():
     ]
     services = [
         {"metadata": {"name": "etcd", "namespace": "ns"}, "spec": {"clusterIP": "None", "selector": {"app": "db"}}},
-        {"metadata": {"name": "all", "namespace": "ns"},
-         "spec": {"publishNotReadyAddresses": True, "selector": {"app": "db"}}},
+        {
+            "metadata": {"name": "all", "namespace": "ns"},
+            "spec": {"publishNotReadyAddresses": True, "selector": {"app": "db"}},
+        },
         {"metadata": {"name": "manual", "namespace": "ns"}, "spec": {}},
         {"metadata": {"name": "other", "namespace": "elsewhere"}, "spec": {"selector": {"app": "db"}}},
     ]
-    slices = [{"metadata": {"namespace": "ns", "labels": {"kubernetes.io/service-name": "manual"}},
-               "addressType": "IPv4",
-               "endpoints": [{"addresses": ["10.1.1.1"], "conditions": {"ready": True}},
-                             {"addresses": ["10.1.1.2"], "conditions": {"ready": False}}]}]
+    slices = [
+        {
+            "metadata": {"namespace": "ns", "labels": {"kubernetes.io/service-name": "manual"}},
+            "addressType": "IPv4",
+            "endpoints": [
+                {"addresses": ["10.1.1.1"], "conditions": {"ready": True}},
+                {"addresses": ["10.1.1.2"], "conditions": {"ready": False}},
+            ],
+        }
+    ]
     out = names.records(pods, services, slices, pod_ips={"p": "127.1.1.9"})
     assert out["etcd-0.etcd.ns.svc"] == {"127.1.1.2"}
     assert out["etcd-1.etcd.ns.svc.cluster.local"] == {"127.1.1.3"}
@@ -209,31 +237,34 @@ def test_ip_pool_avoids_odd_addresses_and_persists(tmp_path):
 POD = "127.9.1.7"
 
 
-@pytest.mark.parametrize("value, expected", [
-    ("--listen-client-urls=http://0.0.0.0:2379", f"--listen-client-urls=http://{POD}:2379"),
-    ("--listen-peer-urls=http://[::]:2380", f"--listen-peer-urls=http://{POD}:2380"),
-    ("http://0.0.0.0:2379,http://127.0.0.1:2379", f"http://{POD}:2379,http://127.0.0.1:2379"),
-    ("0.0.0.0:8080", f"{POD}:8080"),
-    ("0.0.0.0", POD),
-    ("[::]:8080", f"{POD}:8080"),
-    ("::", POD),
-    ("--bind=::", f"--bind={POD}"),
-    (":8080", f"{POD}:8080"),
-    ("--metrics-bind-address=:8443", f"--metrics-bind-address={POD}:8443"),
-    ("http://:2379", f"http://{POD}:2379"),
-    ("exec server --bind 0.0.0.0 --port 80", f"exec server --bind {POD} --port 80"),
-    # not wildcard addresses: left as written
-    ("0.0.0.0/0", "0.0.0.0/0"),
-    ("10.0.0.0", "10.0.0.0"),
-    ("100.0.0.0:1", "100.0.0.0:1"),
-    ("0.0.0.01", "0.0.0.01"),
-    ("--health-probe-bind-address=0", "--health-probe-bind-address=0"),
-    ("http://etcd-0.etcd.ns.svc:2379", "http://etcd-0.etcd.ns.svc:2379"),
-    ("fe80::1", "fe80::1"),
-    ("a::b", "a::b"),
-    ("12:30", "12:30"),
-    ("--name=$(POD_NAME)", "--name=$(POD_NAME)"),
-])
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        ("--listen-client-urls=http://0.0.0.0:2379", f"--listen-client-urls=http://{POD}:2379"),
+        ("--listen-peer-urls=http://[::]:2380", f"--listen-peer-urls=http://{POD}:2380"),
+        ("http://0.0.0.0:2379,http://127.0.0.1:2379", f"http://{POD}:2379,http://127.0.0.1:2379"),
+        ("0.0.0.0:8080", f"{POD}:8080"),
+        ("0.0.0.0", POD),
+        ("[::]:8080", f"{POD}:8080"),
+        ("::", POD),
+        ("--bind=::", f"--bind={POD}"),
+        (":8080", f"{POD}:8080"),
+        ("--metrics-bind-address=:8443", f"--metrics-bind-address={POD}:8443"),
+        ("http://:2379", f"http://{POD}:2379"),
+        ("exec server --bind 0.0.0.0 --port 80", f"exec server --bind {POD} --port 80"),
+        # not wildcard addresses: left as written
+        ("0.0.0.0/0", "0.0.0.0/0"),
+        ("10.0.0.0", "10.0.0.0"),
+        ("100.0.0.0:1", "100.0.0.0:1"),
+        ("0.0.0.01", "0.0.0.01"),
+        ("--health-probe-bind-address=0", "--health-probe-bind-address=0"),
+        ("http://etcd-0.etcd.ns.svc:2379", "http://etcd-0.etcd.ns.svc:2379"),
+        ("fe80::1", "fe80::1"),
+        ("a::b", "a::b"),
+        ("12:30", "12:30"),
+        ("--name=$(POD_NAME)", "--name=$(POD_NAME)"),
+    ],
+)
 def test_wildcard_listen_addresses_become_the_pod_ip(value, expected):
     assert wildcard.bind_to_pod(value, POD) == expected
 
@@ -241,7 +272,10 @@ def test_wildcard_listen_addresses_become_the_pod_ip(value, expected):
 def test_environment_values_are_rewritten_not_names():
     env = {"ETCD_LISTEN_CLIENT_URLS": "http://0.0.0.0:2379", "HEALTH_ADDRESS": "0.0.0.0", "0.0.0.0": "x"}
     assert wildcard.env_bound_to_pod(env, POD) == {
-        "ETCD_LISTEN_CLIENT_URLS": f"http://{POD}:2379", "HEALTH_ADDRESS": POD, "0.0.0.0": "x"}
+        "ETCD_LISTEN_CLIENT_URLS": f"http://{POD}:2379",
+        "HEALTH_ADDRESS": POD,
+        "0.0.0.0": "x",
+    }
 
 
 def test_the_operator_image_binds_its_health_server_to_the_pod_ip_by_default():

@@ -42,13 +42,14 @@ def test_the_instance_comes_up_once_and_the_first_run_records_the_host(instance,
 
 
 def test_a_run_ending_while_the_down_check_waits_leaves_the_instance_to_it(instance, tmp_path):
-    operators = shared_real_nodes.SharedUse(tmp_path, None).start()   # brought it up
+    operators = shared_real_nodes.SharedUse(tmp_path, None).start()  # brought it up
     chart = shared_real_nodes.SharedUse(tmp_path, None).start()
     only_user = threading.Event()
 
     def down_check():
         chart.wait_until_only_user()
         only_user.set()
+
     waiting = threading.Thread(target=down_check)
     waiting.start()
     assert not only_user.wait(0.5), "the check went on while the other run still used the instance"

@@ -6,7 +6,7 @@ version etcd 3.6+ records in its "meta" bucket."""
 from __future__ import annotations
 
 import struct
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 ReadRange = Callable[[int, int], Awaitable[bytes]]  # (offset, length) -> bytes
 
@@ -34,9 +34,10 @@ def _meta(page: bytes) -> tuple[int, int, int] | None:
     """(page size, root bucket page id, txid) of a valid meta page, else None."""
     if len(page) < PAGE_HEADER + 64 or not struct.unpack_from("<H", page, 8)[0] & META:
         return None
-    body = page[PAGE_HEADER:PAGE_HEADER + 64]
+    body = page[PAGE_HEADER : PAGE_HEADER + 64]
     magic, _version, page_size, _flags, root, _seq, _freelist, _pgid, txid, checksum = struct.unpack(
-        "<IIIIQQQQQQ", body)
+        "<IIIIQQQQQQ", body
+    )
     if magic != MAGIC or _fnv64a(body[:56]) != checksum:
         return None
     return page_size, root, txid
@@ -63,8 +64,8 @@ def _elements(page: bytes) -> tuple[int, int]:
 def _leaf_entry(page: bytes, index: int) -> tuple[int, bytes, bytes]:
     at = PAGE_HEADER + index * ELEMENT
     flags, pos, ksize, vsize = struct.unpack_from("<IIII", page, at)
-    key = page[at + pos: at + pos + ksize]
-    return flags, key, page[at + pos + ksize: at + pos + ksize + vsize]
+    key = page[at + pos : at + pos + ksize]
+    return flags, key, page[at + pos + ksize : at + pos + ksize + vsize]
 
 
 def _branch_child(page: bytes, index: int) -> int:
@@ -88,7 +89,7 @@ async def _lookup(pages: _Pages, page: bytes, name: bytes) -> tuple[int, bytes] 
         for i in range(count):
             at = PAGE_HEADER + i * ELEMENT
             pos, ksize, child = struct.unpack_from("<IIQ", page, at)
-            keys.append((page[at + pos: at + pos + ksize], child))
+            keys.append((page[at + pos : at + pos + ksize], child))
         candidates = [child for key, child in keys if key <= name]
         page = await pages.page(candidates[-1] if candidates else keys[0][1])
     raise NotASnapshot("bucket tree too deep")

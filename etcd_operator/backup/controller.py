@@ -15,11 +15,12 @@ import asyncio
 import dataclasses
 import datetime
 import logging
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from etcd_operator import metrics
-from etcd_operator.backup import steps as s
 from etcd_operator.backup import scratch_pod
+from etcd_operator.backup import steps as s
 from etcd_operator.backup.executor import BackupExecutor
 from etcd_operator.backup.planner import plan
 from etcd_operator.backup.state import Observed, Prerequisites, RunState, ScheduleSpec, ScratchPod
@@ -66,8 +67,15 @@ def delay_after(step: s.Step, now: datetime.datetime) -> float | None:
 
 
 class BackupController:
-    def __init__(self, kube_client: kube.KubeClient, cluster_locks: dict, post_event: EventPoster,
-                 operator_image: str = "", shard: Shard = Shard(), storage_policy: StoragePolicy = StoragePolicy()):
+    def __init__(
+        self,
+        kube_client: kube.KubeClient,
+        cluster_locks: dict,
+        post_event: EventPoster,
+        operator_image: str = "",
+        shard: Shard = Shard(),
+        storage_policy: StoragePolicy = StoragePolicy(),
+    ):
         self.kube = kube_client
         self.storage_policy = storage_policy
         self.shard = shard
@@ -88,17 +96,23 @@ class BackupController:
         if state.verification is None or not state.verification.in_progress:
             return observed
         pod = await self.kube.get(kube.PODS, meta["namespace"], scratch_pod.pod_name(meta["name"]))
-        return dataclasses.replace(observed, scratch_pod_observed=True,
-                                   scratch_pod=None if pod is None else ScratchPod.from_pod(pod, meta["uid"]))
+        return dataclasses.replace(
+            observed,
+            scratch_pod_observed=True,
+            scratch_pod=None if pod is None else ScratchPod.from_pod(pod, meta["uid"]),
+        )
 
     async def observe_prerequisites(self, meta: Mapping[str, Any], spec: Mapping[str, Any]) -> Prerequisites:
         """Whether the cluster exists and has served, and which named Secrets are missing.
         A Secret's data is not read here (nor ever reported)."""
         namespace, cluster_name = meta["namespace"], spec["clusterRef"]["name"]
-        cluster, missing = await asyncio.gather(self.kube.get(kube.ETCDCLUSTERS, namespace, cluster_name),
-                                                missing_secrets(self.kube, namespace, spec["storage"]["s3"]))
-        return Prerequisites(namespace, cluster_name,
-                             None if cluster is None else ClusterReadiness.from_body(cluster), missing)
+        cluster, missing = await asyncio.gather(
+            self.kube.get(kube.ETCDCLUSTERS, namespace, cluster_name),
+            missing_secrets(self.kube, namespace, spec["storage"]["s3"]),
+        )
+        return Prerequisites(
+            namespace, cluster_name, None if cluster is None else ClusterReadiness.from_body(cluster), missing
+        )
 
     async def reconcile(self, body: Mapping[str, Any]) -> float | None:
         current = await self.observe(body)
@@ -107,20 +121,30 @@ class BackupController:
         meta, status = current["metadata"], current.get("status") or {}
         state = RunState.from_dict(status)
         observed = await self.observe_scratch_pod(meta, state)
-        observed = dataclasses.replace(observed, prerequisites=await self.observe_prerequisites(meta, current["spec"]),
-                                       credentials_refusal=self.storage_policy.ambient_refusal(
-                                           meta["namespace"], current["spec"]["storage"]["s3"]))
-        now = datetime.datetime.now(datetime.timezone.utc)
+        observed = dataclasses.replace(
+            observed,
+            prerequisites=await self.observe_prerequisites(meta, current["spec"]),
+            credentials_refusal=self.storage_policy.ambient_refusal(
+                meta["namespace"], current["spec"]["storage"]["s3"]
+            ),
+        )
+        now = datetime.datetime.now(datetime.UTC)
         # In a thread: checking a schedule's shortest gap walks up to a day of its fires
         # (about 0.3 s for one every 10 s, once a day; cached otherwise).
         step = await asyncio.to_thread(plan, ScheduleSpec.from_dict(current.get("spec") or {}), state, observed, now)
-        if isinstance(step, (s.StartSlot, s.RetrySlot, s.RunBackup, s.RefuseSchedule, s.RefuseCredentials,
-                             *s.VERIFICATION_STEPS)) \
-                and not isinstance(step, s.WaitForScratchPod):
+        if isinstance(
+            step, (s.StartSlot, s.RetrySlot, s.RunBackup, s.RefuseSchedule, s.RefuseCredentials, *s.VERIFICATION_STEPS)
+        ) and not isinstance(step, s.WaitForScratchPod):
             logger.info("%s/%s: %s (%s)", meta["namespace"], meta["name"], step.kind, step.message)
 
-        outcome = await BackupExecutor(self.kube, self.cluster_locks, current, self.operator_image,
-                                       self.shard, self.storage_policy.orphan_grace_seconds).run(step)
+        outcome = await BackupExecutor(
+            self.kube,
+            self.cluster_locks,
+            current,
+            self.operator_image,
+            self.shard,
+            self.storage_policy.orphan_grace_seconds,
+        ).run(step)
         if outcome is not s.NOTHING_DONE:
             # A run patches status while it works (progress, pending uploads): diff against that.
             status = ((await self.observe(body)) or current).get("status") or {}
@@ -128,10 +152,15 @@ class BackupController:
         new_status = build_status(step, outcome, status, meta.get("generation"), now_text())
         patch = changed_fields(status, new_status)
         if patch:
-            await self.kube.merge_patch(kube.ETCDBACKUPS, meta["namespace"], meta["name"], {"status": patch},
-                                        subresource="status")
+            await self.kube.merge_patch(
+                kube.ETCDBACKUPS, meta["namespace"], meta["name"], {"status": patch}, subresource="status"
+            )
         metrics.record_backup_status(meta["namespace"], meta["name"], {**status, **patch})
-        for event in (*outcome.events, *run_events(step, outcome, new_status), *schedule_events(status, new_status),
-                      *verification_events(status, new_status)):
+        for event in (
+            *outcome.events,
+            *run_events(step, outcome, new_status),
+            *schedule_events(status, new_status),
+            *verification_events(status, new_status),
+        ):
             self.post_event(*event)
         return delay_after(step, now)

@@ -1,13 +1,15 @@
 """Carries out one planned backup step. RunBackup runs BackupRunner, once, for a slot (and
-attempt) already recorded in status; a failure is returned for the planner to retry; the verification steps each make one call to BackupVerifier (create the
-scratch pod, delete a stray one, record the pod's verdict and delete the pod). Every other step's effect is the status
-the pass writes."""
+attempt) already recorded in status; a failure is returned for the planner to retry; the
+verification steps each make one call to BackupVerifier (create the scratch pod, delete a
+stray one, record the pod's verdict and delete the pod). Every other step's effect is the
+status the pass writes."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 from etcd_operator import faults, metrics
 from etcd_operator.backup import fence, orphans
@@ -29,9 +31,15 @@ class UnknownStep(TypeError):
 
 
 class BackupExecutor:
-    def __init__(self, kube_client: kube.KubeClient, cluster_locks: dict, body: Mapping[str, Any],
-                 operator_image: str = "", shard: Shard = Shard(),
-                 orphan_grace_seconds: float = orphans.DEFAULT_GRACE_SECONDS):
+    def __init__(
+        self,
+        kube_client: kube.KubeClient,
+        cluster_locks: dict,
+        body: Mapping[str, Any],
+        operator_image: str = "",
+        shard: Shard = Shard(),
+        orphan_grace_seconds: float = orphans.DEFAULT_GRACE_SECONDS,
+    ):
         self.kube = kube_client
         self.orphan_grace_seconds = orphan_grace_seconds
         self.shard = shard
@@ -53,8 +61,7 @@ class BackupExecutor:
     async def _fence(self, cluster_name: str | None) -> str | None:
         """Right before a run or a scratch pod: the live objects, not the pass's copies, decide."""
         backup = await self.kube.get(kube.ETCDBACKUPS, self.namespace, self.name)
-        cluster = None if cluster_name is None else await self.kube.get(kube.ETCDCLUSTERS, self.namespace,
-                                                                        cluster_name)
+        cluster = None if cluster_name is None else await self.kube.get(kube.ETCDCLUSTERS, self.namespace, cluster_name)
         return fence.creation_refusal(self.body["metadata"]["uid"], backup, cluster_name, cluster)
 
     async def _run_backup(self, step: s.RunBackup) -> s.Outcome:
@@ -68,20 +75,36 @@ class BackupExecutor:
         progress_writes: list[asyncio.Task] = []
 
         def on_progress(sent: int, member: str) -> None:
-            patch = {"status": {"progress": {"slot": step.slot, "startTime": started, "bytesSent": sent,
-                                             "member": member}}}
-            progress_writes.append(asyncio.ensure_future(
-                self.kube.merge_patch(kube.ETCDBACKUPS, self.namespace, self.name, patch, subresource="status")))
+            patch = {
+                "status": {"progress": {"slot": step.slot, "startTime": started, "bytesSent": sent, "member": member}}
+            }
+            progress_writes.append(
+                asyncio.ensure_future(
+                    self.kube.merge_patch(kube.ETCDBACKUPS, self.namespace, self.name, patch, subresource="status")
+                )
+            )
 
         async def record_uploads(pending: list[dict[str, str]]) -> None:
             # Awaited: the key and upload ID are in status before any part is sent.
-            await self.kube.merge_patch(kube.ETCDBACKUPS, self.namespace, self.name,
-                                        {"status": {"pendingUploads": pending}}, subresource="status")
+            await self.kube.merge_patch(
+                kube.ETCDBACKUPS,
+                self.namespace,
+                self.name,
+                {"status": {"pendingUploads": pending}},
+                subresource="status",
+            )
 
         lock = self.cluster_locks.setdefault((self.namespace, spec.cluster), asyncio.Lock())
         status = self.body.get("status") or {}
-        runner = BackupRunner(self.kube, on_progress, status.get("pendingUploads"), record_uploads, self.shard,
-                              status.get("clusterIDHistory") or (), self.orphan_grace_seconds)
+        runner = BackupRunner(
+            self.kube,
+            on_progress,
+            status.get("pendingUploads"),
+            record_uploads,
+            self.shard,
+            status.get("clusterIDHistory") or (),
+            self.orphan_grace_seconds,
+        )
         identity = Identity(self.namespace, self.name, self.body["metadata"]["uid"])
         async with lock:
             try:
@@ -90,24 +113,41 @@ class BackupExecutor:
                 await asyncio.gather(*progress_writes, return_exceptions=True)
                 metrics.backup_failures.labels(self.namespace, self.name, failure.reason).inc()
                 # Its Warning event comes from the status it leaves (status.run_events).
-                return s.RunFailed(reason=failure.reason, message=failure.message, transient=not failure.permanent,
-                                   pending_uploads=tuple(runner.pending_uploads))
+                return s.RunFailed(
+                    reason=failure.reason,
+                    message=failure.message,
+                    transient=not failure.permanent,
+                    pending_uploads=tuple(runner.pending_uploads),
+                )
         await asyncio.gather(*progress_writes, return_exceptions=True)
 
         record = {**manifest.status_record(), "startTime": started}
         if runner.duration is not None:
             record["durationSeconds"] = round(runner.duration, 3)
             metrics.backup_duration.labels(self.namespace, self.name).observe(runner.duration)
-        events = [("Normal", "BackupSucceeded",
-                   f"Uploaded {manifest.snapshot_key} ({manifest.size} bytes, revision {manifest.revision}, "
-                   f"sha256 {manifest.sha256[:12]}…) from {manifest.member}")]
+        events = [
+            (
+                "Normal",
+                "BackupSucceeded",
+                f"Uploaded {manifest.snapshot_key} ({manifest.size} bytes, revision {manifest.revision}, "
+                f"sha256 {manifest.sha256[:12]}…) from {manifest.member}",
+            )
+        ]
         if deleted:
-            events.append(("Normal", "RetentionApplied",
-                           f"Deleted {len(deleted)} expired backups: {', '.join(m.snapshot_key for m in deleted)}"))
-        return s.RunSucceeded(record=record, completed_at=manifest.created_at,
-                              pending_uploads=tuple(runner.pending_uploads),
-                              deleted_keys=tuple(m.snapshot_key for m in deleted), events=tuple(events))
-
+            events.append(
+                (
+                    "Normal",
+                    "RetentionApplied",
+                    f"Deleted {len(deleted)} expired backups: {', '.join(m.snapshot_key for m in deleted)}",
+                )
+            )
+        return s.RunSucceeded(
+            record=record,
+            completed_at=manifest.created_at,
+            pending_uploads=tuple(runner.pending_uploads),
+            deleted_keys=tuple(m.snapshot_key for m in deleted),
+            events=tuple(events),
+        )
 
     def _verifier(self) -> BackupVerifier:
         return BackupVerifier(self.kube, self.operator_image, self.body)
@@ -124,9 +164,11 @@ class BackupExecutor:
         except (VerificationError, StorageError) as e:
             return _incomplete(step.key, e)
         name, uid = pod["metadata"]["name"], pod["metadata"]["uid"]
-        return s.ScratchPodCreated(pod_name=name, pod_uid=uid,
-                                   events=(("Normal", "VerificationStarted",
-                                            f"{step.key}: scratch pod {name} (uid {uid}) created"),))
+        return s.ScratchPodCreated(
+            pod_name=name,
+            pod_uid=uid,
+            events=(("Normal", "VerificationStarted", f"{step.key}: scratch pod {name} (uid {uid}) created"),),
+        )
 
     async def _delete_stray_scratch_pod(self, step: s.DeleteStrayScratchPod) -> s.Outcome:
         await self._verifier().delete_pod(step.pod_name, step.pod_uid)
@@ -142,8 +184,9 @@ class BackupExecutor:
             faults.hit(faults.AFTER_SCRATCH_POD_RECORDED)
             await verifier.delete_pod(step.pod_name, step.pod_uid)
         if step.verified is None and not step.complete:
-            return s.VerificationDone(key=step.key, verified=None, reason=step.reason, message=step.message,
-                                      at=now_text(), complete=False)
+            return s.VerificationDone(
+                key=step.key, verified=None, reason=step.reason, message=step.message, at=now_text(), complete=False
+            )
         verdict = Verdict(step.verified, step.reason, step.message)
         try:
             at = await verifier.record_verdict(step.key, verdict)
@@ -160,14 +203,16 @@ class BackupExecutor:
             event = ("Warning", "BackupVerificationFailed", f"{key}: {verdict.reason}: {verdict.message}")
         else:
             event = ("Normal", "VerificationInconclusive", f"{key}: {verdict.reason}: {verdict.message}")
-        return s.VerificationDone(key=key, verified=verdict.verified, reason=verdict.reason,
-                                  message=verdict.message, at=at, events=(event,))
+        return s.VerificationDone(
+            key=key, verified=verdict.verified, reason=verdict.reason, message=verdict.message, at=at, events=(event,)
+        )
 
 
 def _incomplete(key: str, error: Exception) -> s.VerificationDone:
     """No verdict: the attempt could not compare. Its events come from the status it leaves."""
-    reason, message = ((error.reason, error.message) if isinstance(error, VerificationError)
-                       else ("StorageError", str(error)))
+    reason, message = (
+        (error.reason, error.message) if isinstance(error, VerificationError) else ("StorageError", str(error))
+    )
     return s.VerificationDone(key=key, verified=None, reason=reason, message=message, at=now_text(), complete=False)
 
 

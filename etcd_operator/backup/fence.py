@@ -10,13 +10,18 @@ that is not (prerequisites.cluster_wait)."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from etcd_operator.live_fence import refusal
 
 
-def creation_refusal(backup_uid: str, live_backup: Mapping[str, Any] | None, cluster_name: str | None,
-                     live_cluster: Mapping[str, Any] | None) -> str | None:
+def creation_refusal(
+    backup_uid: str,
+    live_backup: Mapping[str, Any] | None,
+    cluster_name: str | None,
+    live_cluster: Mapping[str, Any] | None,
+) -> str | None:
     """Why nothing may be created now, from the live objects (None: not found); `cluster_name`
     None: the cluster does not matter (a scratch pod). None when creating may go on."""
     refused = refusal("the EtcdBackup", live_backup, backup_uid)

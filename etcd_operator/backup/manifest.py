@@ -35,28 +35,35 @@ class Manifest:
     member: str
     slot: str
     # Optional: absent from manifests written by older versions.
-    backup_uid: str = ""                  # "" matches no identity
-    key_count: int | None = None          # keys at `revision` in the source, right after the snapshot
-    hash_kv: int | None = None            # the source's HashKV at `revision`
-    compact_revision: int | None = None   # the source's compaction point when that hash was taken
-    verified: bool | None = None          # None: never verified; False: a verification failed
+    backup_uid: str = ""  # "" matches no identity
+    key_count: int | None = None  # keys at `revision` in the source, right after the snapshot
+    hash_kv: int | None = None  # the source's HashKV at `revision`
+    compact_revision: int | None = None  # the source's compaction point when that hash was taken
+    verified: bool | None = None  # None: never verified; False: a verification failed
     verified_at: str | None = None
     verification: dict[str, Any] | None = None  # what the scratch member answered, and why it failed
 
-    def belongs_to(self, identity: "Identity") -> bool:
-        return (self.namespace, self.backup, self.backup_uid) == (identity.namespace, identity.backup,
-                                                                  identity.uid) and bool(identity.uid)
+    def belongs_to(self, identity: Identity) -> bool:
+        return (self.namespace, self.backup, self.backup_uid) == (
+            identity.namespace,
+            identity.backup,
+            identity.uid,
+        ) and bool(identity.uid)
 
     @property
     def key(self) -> str:
         return manifest_key(self.snapshot_key)
 
     def to_json(self) -> bytes:
-        body = {"format": FORMAT, "writer": WRITER, **{_camel(k): v for k, v in dataclasses.asdict(self).items() if v is not None}}
+        body = {
+            "format": FORMAT,
+            "writer": WRITER,
+            **{_camel(k): v for k, v in dataclasses.asdict(self).items() if v is not None},
+        }
         return json.dumps(body, indent=2, sort_keys=True).encode()
 
     @classmethod
-    def from_json(cls, data: bytes) -> "Manifest":
+    def from_json(cls, data: bytes) -> Manifest:
         """Raises ValueError for anything this operator did not write."""
         try:
             body = json.loads(data)
@@ -74,9 +81,17 @@ class Manifest:
         return cls(**fields)
 
     def status_record(self) -> dict[str, Any]:
-        return {"key": self.snapshot_key, "manifestKey": self.key, "revision": self.revision, "size": self.size,
-                "sha256": self.sha256, "etcdVersion": self.etcd_version, "clusterID": self.cluster_id,
-                "member": self.member, "completionTime": self.created_at}
+        return {
+            "key": self.snapshot_key,
+            "manifestKey": self.key,
+            "revision": self.revision,
+            "size": self.size,
+            "sha256": self.sha256,
+            "etcdVersion": self.etcd_version,
+            "clusterID": self.cluster_id,
+            "member": self.member,
+            "completionTime": self.created_at,
+        }
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-from typing import Collection, Iterable
+from collections.abc import Collection, Iterable
 
 from etcd_operator.backup.manifest import SNAPSHOT_SUFFIX
 
@@ -31,14 +31,23 @@ class Upload:
 
 def in_folder(key: str, folder: str) -> bool:
     """A snapshot key directly in `folder` (not in a deeper one)."""
-    rest = key[len(folder):] if key.startswith(folder) else ""
+    rest = key[len(folder) :] if key.startswith(folder) else ""
     return bool(rest) and "/" not in rest and rest.endswith(SNAPSHOT_SUFFIX)
 
 
-def orphaned(uploads: Iterable[Upload], folder: str, recorded_ids: Collection[str],
-             store_now: datetime.datetime | None, grace_seconds: float) -> list[Upload]:
+def orphaned(
+    uploads: Iterable[Upload],
+    folder: str,
+    recorded_ids: Collection[str],
+    store_now: datetime.datetime | None,
+    grace_seconds: float,
+) -> list[Upload]:
     if store_now is None:
         return []
-    return [u for u in uploads
-            if in_folder(u.key, folder) and u.upload_id not in recorded_ids
-            and (store_now - u.initiated).total_seconds() >= grace_seconds]
+    return [
+        u
+        for u in uploads
+        if in_folder(u.key, folder)
+        and u.upload_id not in recorded_ids
+        and (store_now - u.initiated).total_seconds() >= grace_seconds
+    ]

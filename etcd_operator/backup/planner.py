@@ -48,9 +48,15 @@ import datetime
 
 from etcd_operator.backup import retry, schedule
 from etcd_operator.backup import steps as s
-from etcd_operator.backup.state import (Observed, RunState, ScheduleSpec, ScratchPod, VerificationAttempts,
-                                        VerificationPolicy)
 from etcd_operator.backup.scratch_verdict import Verdict, check_verdict, init_failure_verdict
+from etcd_operator.backup.state import (
+    Observed,
+    RunState,
+    ScheduleSpec,
+    ScratchPod,
+    VerificationAttempts,
+    VerificationPolicy,
+)
 from etcd_operator.storage_policy import AMBIENT_NOT_ALLOWED
 
 COMPLETED = "Completed"
@@ -83,27 +89,44 @@ def when_ready(step: s.Step, observed: Observed) -> s.Step:
 
 def _run(spec: ScheduleSpec, state: RunState, slot: str, one_shot: bool) -> s.RunBackup:
     attempt = max(state.attempts, 1)
-    return s.RunBackup(slot=slot, one_shot=one_shot, attempt=attempt, backoff_limit=spec.backoff_limit,
-                       message=f"finishing slot {slot} (attempt {attempt} of {spec.backoff_limit + 1})")
+    return s.RunBackup(
+        slot=slot,
+        one_shot=one_shot,
+        attempt=attempt,
+        backoff_limit=spec.backoff_limit,
+        message=f"finishing slot {slot} (attempt {attempt} of {spec.backoff_limit + 1})",
+    )
 
 
 def _retry_run(spec: ScheduleSpec, state: RunState, observed: Observed, one_shot: bool) -> s.Step:
     """The retry of a failed slot, now due."""
     attempt = state.attempts + 1
-    return when_ready(s.RetrySlot(slot=state.retry_slot, attempt=attempt, one_shot=one_shot,
-                                  message=f"slot {state.retry_slot} again: attempt {attempt} of "
-                                          f"{spec.backoff_limit + 1}"), observed)
+    return when_ready(
+        s.RetrySlot(
+            slot=state.retry_slot,
+            attempt=attempt,
+            one_shot=one_shot,
+            message=f"slot {state.retry_slot} again: attempt {attempt} of {spec.backoff_limit + 1}",
+        ),
+        observed,
+    )
 
 
-def _waiting_for_retry(state: RunState, next_slot: datetime.datetime | None = None,
-                       recheck_at: datetime.datetime | None = None) -> s.WaitForRetry:
-    return s.WaitForRetry(slot=state.retry_slot, retry_at=state.next_attempt, next_slot=next_slot,
-                          recheck_at=recheck_at,
-                          message=f"slot {state.retry_slot} is tried again at {state.next_attempt.isoformat()}")
+def _waiting_for_retry(
+    state: RunState, next_slot: datetime.datetime | None = None, recheck_at: datetime.datetime | None = None
+) -> s.WaitForRetry:
+    return s.WaitForRetry(
+        slot=state.retry_slot,
+        retry_at=state.next_attempt,
+        next_slot=next_slot,
+        recheck_at=recheck_at,
+        message=f"slot {state.retry_slot} is tried again at {state.next_attempt.isoformat()}",
+    )
 
 
-def verification_due(policy: VerificationPolicy, state: RunState, observed: Observed,
-                     now: datetime.datetime) -> s.StartVerification | None:
+def verification_due(
+    policy: VerificationPolicy, state: RunState, observed: Observed, now: datetime.datetime
+) -> s.StartVerification | None:
     """A first attempt at verifying the newest backup, when the policy says so."""
     key = state.last_backup_key
     if not policy.enabled or not key or key == state.last_verification_key:
@@ -139,9 +162,12 @@ def retry_due(policy: VerificationPolicy, state: RunState, now: datetime.datetim
     if tried is None or tried.next_attempt > now:
         return None
     attempt = tried.attempts + 1
-    return s.StartVerification(key=tried.key, attempt=attempt,
-                               message=f"verifying {tried.key} again (attempt {attempt} of {retry.MAX_ATTEMPTS}; "
-                                       f"the last gave no verdict: {tried.reason})")
+    return s.StartVerification(
+        key=tried.key,
+        attempt=attempt,
+        message=f"verifying {tried.key} again (attempt {attempt} of {retry.MAX_ATTEMPTS}; "
+        f"the last gave no verdict: {tried.reason})",
+    )
 
 
 def _retry_at(policy: VerificationPolicy, state: RunState) -> datetime.datetime | None:
@@ -153,29 +179,47 @@ def verification_in_progress(attempt: VerificationAttempts, observed: Observed, 
     """The next step of the attempt recorded in status, from its scratch pod as observed."""
     key = attempt.key
     timed_out = (now - attempt.start_time).total_seconds() > retry.START_TIMEOUT_SECONDS
-    timeout = s.FinishVerification(key=key, pod_name=attempt.pod_name, pod_uid=attempt.pod_uid, verified=None,
-                                   reason="ScratchPodTimeout",
-                                   message=f"the scratch pod did not finish its check within "
-                                           f"{retry.START_TIMEOUT_SECONDS:.0f}s of the attempt's start")
+    timeout = s.FinishVerification(
+        key=key,
+        pod_name=attempt.pod_name,
+        pod_uid=attempt.pod_uid,
+        verified=None,
+        reason="ScratchPodTimeout",
+        message=f"the scratch pod did not finish its check within "
+        f"{retry.START_TIMEOUT_SECONDS:.0f}s of the attempt's start",
+    )
     if not observed.scratch_pod_observed:
         return s.WaitForScratchPod(key=key, message="the scratch pod was not observed in this pass")
     pod = observed.scratch_pod
     if pod is not None and not pod.owned:
-        return s.FinishVerification(key=key, pod_name=None, pod_uid=None, verified=None, reason="ScratchPodNameTaken",
-                                    message=f"pod {pod.name} is not owned by this EtcdBackup; it is left alone")
+        return s.FinishVerification(
+            key=key,
+            pod_name=None,
+            pod_uid=None,
+            verified=None,
+            reason="ScratchPodNameTaken",
+            message=f"pod {pod.name} is not owned by this EtcdBackup; it is left alone",
+        )
     if pod is not None and pod.uid != attempt.pod_uid:
         if timed_out:
             return timeout
-        return s.DeleteStrayScratchPod(key=key, pod_name=pod.name, pod_uid=pod.uid,
-                                       message=f"deleting pod {pod.name} (uid {pod.uid}): not the scratch pod this "
-                                               f"attempt recorded")
+        return s.DeleteStrayScratchPod(
+            key=key,
+            pod_name=pod.name,
+            pod_uid=pod.uid,
+            message=f"deleting pod {pod.name} (uid {pod.uid}): not the scratch pod this attempt recorded",
+        )
     if pod is None:
         if attempt.pod_uid is None:
             return timeout if timed_out else s.CreateScratchPod(key=key, message=f"creating the scratch pod for {key}")
-        return s.FinishVerification(key=key, pod_name=attempt.pod_name, pod_uid=attempt.pod_uid, verified=None,
-                                    reason="ScratchPodGone",
-                                    message=f"scratch pod {attempt.pod_name} (uid {attempt.pod_uid}) disappeared "
-                                            f"before it was compared")
+        return s.FinishVerification(
+            key=key,
+            pod_name=attempt.pod_name,
+            pod_uid=attempt.pod_uid,
+            verified=None,
+            reason="ScratchPodGone",
+            message=f"scratch pod {attempt.pod_name} (uid {attempt.pod_uid}) disappeared before it was compared",
+        )
     if pod.init_failure is not None:
         failure = pod.init_failure
         verdict = init_failure_verdict(failure.container, failure.exit_code, failure.message)
@@ -183,17 +227,32 @@ def verification_in_progress(attempt: VerificationAttempts, observed: Observed, 
     if pod.check is not None:
         return _finish(key, pod, check_verdict(pod.check.exit_code, pod.check.message))
     if pod.phase == "Failed":
-        return s.FinishVerification(key=key, pod_name=pod.name, pod_uid=pod.uid, verified=None,
-                                    reason="ScratchPodFailed", message=f"pod {pod.name} failed: {pod.message}")
+        return s.FinishVerification(
+            key=key,
+            pod_name=pod.name,
+            pod_uid=pod.uid,
+            verified=None,
+            reason="ScratchPodFailed",
+            message=f"pod {pod.name} failed: {pod.message}",
+        )
     if timed_out:
         return timeout
-    return s.WaitForScratchPod(key=key, message=f"waiting for scratch pod {pod.name} to check {key} "
-                                                f"(attempt {attempt.attempts}): {pod.message}")
+    return s.WaitForScratchPod(
+        key=key,
+        message=f"waiting for scratch pod {pod.name} to check {key} (attempt {attempt.attempts}): {pod.message}",
+    )
 
 
 def _finish(key: str, pod: ScratchPod, verdict: Verdict) -> s.FinishVerification:
-    return s.FinishVerification(key=key, pod_name=pod.name, pod_uid=pod.uid, verified=verdict.verified,
-                                reason=verdict.reason, message=verdict.message, complete=verdict.complete)
+    return s.FinishVerification(
+        key=key,
+        pod_name=pod.name,
+        pod_uid=pod.uid,
+        verified=verdict.verified,
+        reason=verdict.reason,
+        message=verdict.message,
+        complete=verdict.complete,
+    )
 
 
 def _plan_one_shot(spec: ScheduleSpec, state: RunState, observed: Observed, now: datetime.datetime) -> s.Step:
@@ -210,14 +269,18 @@ def _plan_one_shot(spec: ScheduleSpec, state: RunState, observed: Observed, now:
             return verify
         retry_at = _retry_at(policy, state)
         if retry_at is not None:
-            return s.Idle(recheck_at=retry_at, message=f"the one-shot backup completed; its verification is "
-                                                       f"retried at {retry_at.isoformat()}")
+            return s.Idle(
+                recheck_at=retry_at,
+                message=f"the one-shot backup completed; its verification is retried at {retry_at.isoformat()}",
+            )
         return s.Idle(message="the one-shot backup completed")
     if state.phase == FAILED and state.observed_generation == observed.generation:
         return s.Idle(message="the one-shot backup failed; it runs again when its spec changes")
     slot = one_shot_slot(observed)
-    return when_ready(s.StartSlot(slot=slot, slot_time=None, next_slot=None, one_shot=True,
-                                  message=f"one-shot backup, slot {slot}"), observed)
+    return when_ready(
+        s.StartSlot(slot=slot, slot_time=None, next_slot=None, one_shot=True, message=f"one-shot backup, slot {slot}"),
+        observed,
+    )
 
 
 def _plan_scheduled(spec: ScheduleSpec, state: RunState, observed: Observed, now: datetime.datetime) -> s.Step:
@@ -235,8 +298,12 @@ def _plan_scheduled(spec: ScheduleSpec, state: RunState, observed: Observed, now
     due = schedule.due(expression, state.last_slot, observed.created, now)
     if due.slot is not None:  # a newer slot replaces a retry of an older one
         slot = schedule.slot_name(due.slot)
-        return when_ready(s.StartSlot(slot=slot, slot_time=due.slot, next_slot=due.next_slot, one_shot=False,
-                                      message=f"scheduled slot {slot}"), observed)
+        return when_ready(
+            s.StartSlot(
+                slot=slot, slot_time=due.slot, next_slot=due.next_slot, one_shot=False, message=f"scheduled slot {slot}"
+            ),
+            observed,
+        )
     if state.retry_slot and state.next_attempt <= now:
         return _retry_run(spec, state, observed, one_shot=False)
     verify = retry_due(policy, state, now)
@@ -246,5 +313,6 @@ def _plan_scheduled(spec: ScheduleSpec, state: RunState, observed: Observed, now
     if state.retry_slot:
         return _waiting_for_retry(state, due.next_slot, retry_at)
     retrying = f"; verification of {state.verification.key} retried at {retry_at.isoformat()}" if retry_at else ""
-    return s.WaitForSlot(next_slot=due.next_slot, recheck_at=retry_at,
-                         message=f"next slot {schedule.slot_name(due.next_slot)}{retrying}")
+    return s.WaitForSlot(
+        next_slot=due.next_slot, recheck_at=retry_at, message=f"next slot {schedule.slot_name(due.next_slot)}{retrying}"
+    )

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-from typing import Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from etcd_operator.backup.manifest import Manifest
 from etcd_operator.timefmt import parse_datetime
@@ -73,8 +73,9 @@ def newest_first(manifests: list[Manifest], history: Sequence[str] = ()) -> list
     lineages = _lineages(manifests)
     position = {cluster_id: index for index, cluster_id in enumerate(history)}
     known = sorted((c for c in lineages if c in position), key=position.__getitem__, reverse=True)
-    unknown = sorted((c for c in lineages if c not in position),
-                     key=lambda c: (_created(lineages[c][0]), c), reverse=True)
+    unknown = sorted(
+        (c for c in lineages if c not in position), key=lambda c: (_created(lineages[c][0]), c), reverse=True
+    )
     return [manifest for cluster_id in known + unknown for manifest in lineages[cluster_id]]
 
 
@@ -91,16 +92,21 @@ def _age_seconds(manifest: Manifest, now: datetime.datetime, store: StoreTimes |
     return min(by_store, by_operator)
 
 
-def expired(manifests: list[Manifest], max_backups: int | None, max_age_seconds: float | None,
-            now: datetime.datetime, keep_keys: Collection[str] = (), history: Sequence[str] = (),
-            store: StoreTimes | None = None) -> list[Manifest]:
+def expired(
+    manifests: list[Manifest],
+    max_backups: int | None,
+    max_age_seconds: float | None,
+    now: datetime.datetime,
+    keep_keys: Collection[str] = (),
+    history: Sequence[str] = (),
+    store: StoreTimes | None = None,
+) -> list[Manifest]:
     """The manifests to delete."""
     ordered = newest_first(manifests, history)
     kept = newest_verified(ordered, history)
     doomed = []
     for index, manifest in enumerate(ordered):
-        if index == 0 or manifest is kept or manifest.snapshot_key in keep_keys \
-                or manifest.cluster_id not in history:
+        if index == 0 or manifest is kept or manifest.snapshot_key in keep_keys or manifest.cluster_id not in history:
             continue
         too_many = max_backups is not None and index >= max_backups
         age = _age_seconds(manifest, now, store) if max_age_seconds is not None else None

@@ -6,10 +6,10 @@ import datetime
 
 from etcd_operator.backup.state import VerificationAttempts
 
-MAX_ATTEMPTS = 5                # per backup key; after the last one, Degraded says so
-FIRST_BACKOFF_SECONDS = 60.0    # doubled after every incomplete attempt ...
-MAX_BACKOFF_SECONDS = 1800.0    # ... up to this
-START_TIMEOUT_SECONDS = 300.0   # from an attempt's recorded start until its scratch pod must have checked
+MAX_ATTEMPTS = 5  # per backup key; after the last one, Degraded says so
+FIRST_BACKOFF_SECONDS = 60.0  # doubled after every incomplete attempt ...
+MAX_BACKOFF_SECONDS = 1800.0  # ... up to this
+START_TIMEOUT_SECONDS = 300.0  # from an attempt's recorded start until its scratch pod must have checked
 
 
 def backoff(attempts: int) -> datetime.timedelta:

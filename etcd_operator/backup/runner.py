@@ -1,7 +1,8 @@
 """One backup run: snapshot a member that answers with the cluster's recorded ID
-(backup/source_choice.py) straight into S3, verify, write the manifest, then apply retention. A run is one attempt: a failure is classified (as_failure) as
-permanent or transient, and the planner retries a transient one after a backoff, with each
-attempt in status (backup/backoff.py)."""
+(backup/source_choice.py) straight into S3, verify, write the manifest, then apply retention.
+A run is one attempt: a failure is classified (as_failure) as permanent or transient, and
+the planner retries a transient one after a backoff, with each attempt in status
+(backup/backoff.py)."""
 
 from __future__ import annotations
 
@@ -10,27 +11,27 @@ import dataclasses
 import datetime
 import logging
 import time
-from typing import Any, Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
 
 from etcd_operator import faults
 from etcd_operator.backup import orphans, retention
 from etcd_operator.backup.bbolt import snapshot_revision
-from etcd_operator.backup.manifest import (MANIFEST_SUFFIX, Identity, Manifest, backup_prefix, manifest_key,
-                                           snapshot_key)
+from etcd_operator.backup.manifest import MANIFEST_SUFFIX, Identity, Manifest, backup_prefix, manifest_key, snapshot_key
 from etcd_operator.backup.source_candidates import SourceUnavailable, ask_candidates, chosen, find_candidates
 from etcd_operator.backup.source_choice import CLUSTER_ID_MISMATCH
 from etcd_operator.backup.stream import SnapshotCorrupt, stream_to_s3
-from etcd_operator.cluster.tls_observer import operator_credentials
 from etcd_operator.buffer_budget import BudgetTooSmall
+from etcd_operator.cluster.tls_observer import operator_credentials
 from etcd_operator.durations import parse_duration
 from etcd_operator.etcd.client import EtcdError, EtcdMemberClient
-from etcd_operator.leadership_fence import LeadershipLost
-from etcd_operator.timefmt import now_text
 from etcd_operator.etcd.snapshot import SnapshotStream
 from etcd_operator.kube import client as kube
+from etcd_operator.leadership_fence import LeadershipLost
 from etcd_operator.shard import Shard
 from etcd_operator.storage.credentials import s3_location
 from etcd_operator.storage.s3 import S3Storage, StorageError
+from etcd_operator.timefmt import now_text
 
 logger = logging.getLogger(__name__)
 
@@ -52,16 +53,23 @@ def as_failure(error: Exception) -> BackupFailed:
     or refused bucket, access denied, invalid credentials, an http endpoint without
     `insecure`, another backup's manifest in the slot, a cluster of another shard, a part
     larger than the memory budget. Transient: the cluster or its Secret gone since the pass
-    looked, no healthy member, members answering for another cluster (ClusterIDMismatch), the store unreachable or erring (5xx, throttling), etcd
-    errors (including a leader change), a snapshot corrupted in transit, timeouts, this
-    operator losing its leadership, anything unexpected."""
+    looked, no healthy member, members answering for another cluster (ClusterIDMismatch), the
+    store unreachable or erring (5xx, throttling), etcd errors (including a leader change), a
+    snapshot corrupted in transit, timeouts, this operator losing its leadership, anything
+    unexpected."""
     if isinstance(error, BackupFailed):
         return error
     if isinstance(error, StorageError):
-        reasons = {"NoSuchBucket": "BucketNotFound", "InvalidAccessKeyId": "InvalidCredentials",
-                   "SignatureDoesNotMatch": "InvalidCredentials", "AccessDenied": "AccessDenied",
-                   "SecretNotFound": "SecretNotFound", "SecretKeyNotFound": "CredentialsNotFound",
-                   "CredentialKeyRefused": "CredentialsRefused", "InsecureEndpoint": "InsecureEndpoint"}
+        reasons = {
+            "NoSuchBucket": "BucketNotFound",
+            "InvalidAccessKeyId": "InvalidCredentials",
+            "SignatureDoesNotMatch": "InvalidCredentials",
+            "AccessDenied": "AccessDenied",
+            "SecretNotFound": "SecretNotFound",
+            "SecretKeyNotFound": "CredentialsNotFound",
+            "CredentialKeyRefused": "CredentialsRefused",
+            "InsecureEndpoint": "InsecureEndpoint",
+        }
         return BackupFailed(reasons.get(error.code, "StorageError"), f"S3: {error}", error.permanent)
     if isinstance(error, SourceUnavailable):
         reason = error.reason or ("ClusterNotFound" if error.permanent else "NoHealthyMember")
@@ -90,7 +98,7 @@ class BackupSpec:
     max_age: float | None
 
     @classmethod
-    def from_dict(cls, spec: Mapping[str, Any]) -> "BackupSpec":
+    def from_dict(cls, spec: Mapping[str, Any]) -> BackupSpec:
         s3 = spec["storage"]["s3"]
         kept = spec.get("retention") or {}
         return cls(
@@ -102,8 +110,6 @@ class BackupSpec:
             max_backups=kept.get("maxBackups"),
             max_age=parse_duration(kept["maxAge"]) if kept.get("maxAge") else None,
         )
-
-
 
 
 UploadStarted = Callable[[list[dict[str, str]]], Awaitable[None]]
@@ -119,11 +125,17 @@ class BackupRunner:
     and must have done so before any part is sent. `pending_uploads` is what is left after
     the run, for status, whether it succeeded or not."""
 
-    def __init__(self, kube_client: kube.KubeClient, on_progress: Callable[[int, str], None] = lambda n, m: None,
-                 pending_uploads: list[dict[str, str]] | None = None, on_upload_started: UploadStarted = _no_record,
-                 shard: Shard = Shard(), cluster_id_history: Sequence[str] = (),
-                 orphan_grace_seconds: float = orphans.DEFAULT_GRACE_SECONDS,
-                 clock: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.timezone.utc)):
+    def __init__(
+        self,
+        kube_client: kube.KubeClient,
+        on_progress: Callable[[int, str], None] = lambda n, m: None,
+        pending_uploads: list[dict[str, str]] | None = None,
+        on_upload_started: UploadStarted = _no_record,
+        shard: Shard = Shard(),
+        cluster_id_history: Sequence[str] = (),
+        orphan_grace_seconds: float = orphans.DEFAULT_GRACE_SECONDS,
+        clock: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
+    ):
         self.kube = kube_client
         self.clock = clock  # this process's wall clock: retention's maxAge also asks the store's
         self.cluster_id_history = tuple(cluster_id_history)  # status.clusterIDHistory (retention.py)
@@ -153,10 +165,13 @@ class BackupRunner:
             if await storage.exists(manifest_key(key)):
                 manifest = Manifest.from_json(await storage.get(manifest_key(key)))
                 if not manifest.belongs_to(identity):
-                    raise BackupFailed("SlotTakenByForeignBackup",
-                                       f"{manifest_key(key)} was written by {manifest.namespace}/{manifest.backup} "
-                                       f"(uid {manifest.backup_uid or 'none'}), not by this EtcdBackup; "
-                                       "it is left untouched and this slot is not run", permanent=True)
+                    raise BackupFailed(
+                        "SlotTakenByForeignBackup",
+                        f"{manifest_key(key)} was written by {manifest.namespace}/{manifest.backup} "
+                        f"(uid {manifest.backup_uid or 'none'}), not by this EtcdBackup; "
+                        "it is left untouched and this slot is not run",
+                        permanent=True,
+                    )
                 # this slot already ran
             else:
                 manifest = await self._snapshot(storage, identity, spec, slot, key)
@@ -195,11 +210,16 @@ class BackupRunner:
             except StorageError as e:
                 if e.code not in ("NoSuchUpload", "404", "NoSuchKey"):
                     raise
-            logger.info("aborted orphaned multipart upload %s (%s, initiated %s)", upload.key, upload.upload_id,
-                        upload.initiated.isoformat())
+            logger.info(
+                "aborted orphaned multipart upload %s (%s, initiated %s)",
+                upload.key,
+                upload.upload_id,
+                upload.initiated.isoformat(),
+            )
 
-    async def _snapshot(self, storage: S3Storage, identity: Identity, spec: BackupSpec,
-                        slot: str, key: str) -> Manifest:
+    async def _snapshot(
+        self, storage: S3Storage, identity: Identity, spec: BackupSpec, slot: str, key: str
+    ) -> Manifest:
         namespace, backup = identity.namespace, identity.backup
         candidates, cluster_body = await find_candidates(self.kube, namespace, spec.cluster, self.shard)
         tls = await operator_credentials(self.kube, cluster_body)
@@ -217,35 +237,64 @@ class BackupRunner:
         async with EtcdMemberClient(member.endpoint, timeout=10, tls=tls) as client:
             status = await client.status()
             if status.cluster_id != member.cluster_id:  # the address changed hands since it was asked
-                raise SourceUnavailable(f"{member.name} now answers for cluster {status.cluster_id:x}, not "
-                                        f"{member.cluster_id:x}; no snapshot is taken from another cluster",
-                                        reason=CLUSTER_ID_MISMATCH)
+                raise SourceUnavailable(
+                    f"{member.name} now answers for cluster {status.cluster_id:x}, not "
+                    f"{member.cluster_id:x}; no snapshot is taken from another cluster",
+                    reason=CLUSTER_ID_MISMATCH,
+                )
             self.on_progress(0, member.name)
             upload = {"key": key, "uploadId": await storage.start_multipart(key)}
             self.pending_uploads.append(upload)
             await self.on_upload_started(list(self.pending_uploads))
             stream = await asyncio.to_thread(SnapshotStream, member.endpoint, tls)
-            result = await stream_to_s3(stream, storage, key, spec.part_size, spec.concurrency,
-                                        on_progress=progress, upload_id=upload["uploadId"])
+            result = await stream_to_s3(
+                stream,
+                storage,
+                key,
+                spec.part_size,
+                spec.concurrency,
+                on_progress=progress,
+                upload_id=upload["uploadId"],
+            )
             self.pending_uploads.remove(upload)
             # The exact revision inside the uploaded file, read back with a few ranged GETs.
             revision = await snapshot_revision(lambda offset, length: storage.read_range(key, offset, length))
             key_count, hash_kv, compact_revision = await _source_digest(client, revision)
         manifest = Manifest(
-            snapshot_key=key, backup=backup, namespace=namespace, cluster=spec.cluster,
-            cluster_id=f"{status.cluster_id:x}", etcd_version=status.version,
-            revision=revision, size=result.size, sha256=result.sha256,
-            created_at=now_text(), member=member.name, slot=slot, backup_uid=identity.uid,
-            key_count=key_count, hash_kv=hash_kv, compact_revision=compact_revision,
+            snapshot_key=key,
+            backup=backup,
+            namespace=namespace,
+            cluster=spec.cluster,
+            cluster_id=f"{status.cluster_id:x}",
+            etcd_version=status.version,
+            revision=revision,
+            size=result.size,
+            sha256=result.sha256,
+            created_at=now_text(),
+            member=member.name,
+            slot=slot,
+            backup_uid=identity.uid,
+            key_count=key_count,
+            hash_kv=hash_kv,
+            compact_revision=compact_revision,
         )
         await storage.put(manifest.key, manifest.to_json(), "application/json")
         self.duration = time.monotonic() - clock_start
-        logger.info("backup %s/%s: %s (%d bytes, revision %d) from %s, started %s", namespace, backup, key,
-                    result.size, manifest.revision, member.name, started)
+        logger.info(
+            "backup %s/%s: %s (%d bytes, revision %d) from %s, started %s",
+            namespace,
+            backup,
+            key,
+            result.size,
+            manifest.revision,
+            member.name,
+            started,
+        )
         return manifest
 
-    async def _apply_retention(self, storage: S3Storage, identity: Identity, spec: BackupSpec,
-                               keep: str, history: Sequence[str]) -> list[Manifest]:
+    async def _apply_retention(
+        self, storage: S3Storage, identity: Identity, spec: BackupSpec, keep: str, history: Sequence[str]
+    ) -> list[Manifest]:
         if spec.max_backups is None and spec.max_age is None:
             return []
         folder = backup_prefix(spec.prefix, identity.namespace, identity.backup)
@@ -255,9 +304,9 @@ class BackupRunner:
         if spec.max_age is not None:
             modified, store_now = await storage.list_modified(folder)
             store = retention.StoreTimes(store_now, modified) if store_now is not None else None
-        doomed = retention.expired(own, spec.max_backups, spec.max_age,
-                                   self.clock(), keep_keys={keep},
-                                   history=history, store=store)
+        doomed = retention.expired(
+            own, spec.max_backups, spec.max_age, self.clock(), keep_keys={keep}, history=history, store=store
+        )
         for manifest in doomed:
             await storage.delete(manifest.snapshot_key)
             await storage.delete(manifest.key)
@@ -288,8 +337,11 @@ async def read_manifests(storage: S3Storage, prefix: str, backup: str | None = N
             manifest = Manifest.from_json(await storage.get(key))
         except ValueError:
             continue
-        if manifest.key != key or not manifest.snapshot_key.startswith(prefix) \
-                or "/" in manifest.snapshot_key[len(prefix):]:
+        if (
+            manifest.key != key
+            or not manifest.snapshot_key.startswith(prefix)
+            or "/" in manifest.snapshot_key[len(prefix) :]
+        ):
             continue
         if backup is None or manifest.backup == backup:
             manifests.append(manifest)

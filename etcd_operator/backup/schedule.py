@@ -11,7 +11,7 @@ import functools
 
 from croniter import CroniterBadDateError, croniter
 
-UTC = datetime.timezone.utc
+UTC = datetime.UTC
 
 # The shortest gap allowed between two runs of one backup. Each run streams the whole
 # database, and with retention.maxBackups a faster schedule would push every older backup
@@ -45,16 +45,21 @@ def problem(expression: str, now: datetime.datetime) -> ScheduleProblem | None:
     horizon = now + datetime.timedelta(days=366 * NEVER_FIRES_HORIZON_YEARS)
     try:
         upcoming = croniter(expression, now, max_years_between_matches=NEVER_FIRES_HORIZON_YEARS).get_next(
-            datetime.datetime)
+            datetime.datetime
+        )
     except CroniterBadDateError:
         upcoming = None
     if upcoming is None or upcoming > horizon:
-        return ScheduleProblem(NEVER_FIRES, f"spec.schedule {expression!r} has no date in the next "
-                                            f"{NEVER_FIRES_HORIZON_YEARS} years")
+        return ScheduleProblem(
+            NEVER_FIRES, f"spec.schedule {expression!r} has no date in the next {NEVER_FIRES_HORIZON_YEARS} years"
+        )
     gap = shortest_gap(expression, now.astimezone(UTC).date())
     if gap is not None and gap < MIN_INTERVAL_SECONDS:
-        return ScheduleProblem(TOO_FREQUENT, f"spec.schedule {expression!r} fires {gap:g}s apart; backups "
-                                             f"must be at least {MIN_INTERVAL_SECONDS}s apart")
+        return ScheduleProblem(
+            TOO_FREQUENT,
+            f"spec.schedule {expression!r} fires {gap:g}s apart; backups "
+            f"must be at least {MIN_INTERVAL_SECONDS}s apart",
+        )
     return None
 
 
@@ -84,11 +89,12 @@ def shortest_gap(expression: str, day: datetime.date) -> float | None:
 @dataclasses.dataclass(frozen=True)
 class Due:
     slot: datetime.datetime | None  # the slot to run now, if any
-    next_slot: datetime.datetime    # the slot after that
+    next_slot: datetime.datetime  # the slot after that
 
 
-def due(expression: str, last_slot: datetime.datetime | None, created: datetime.datetime,
-        now: datetime.datetime) -> Due:
+def due(
+    expression: str, last_slot: datetime.datetime | None, created: datetime.datetime, now: datetime.datetime
+) -> Due:
     """`last_slot` is the slot of the last run started (recorded before it starts).
     Only for expressions `problem` accepts."""
     start = last_slot or created

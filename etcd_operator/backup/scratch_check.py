@@ -12,7 +12,7 @@ import os
 import pathlib
 import sys
 import time
-from typing import Mapping
+from collections.abc import Mapping
 
 from etcd_operator.backup.scratch_verdict import Expected, Verdict, check_exit_code, compare
 from etcd_operator.etcd.client import EtcdError, EtcdMemberClient
@@ -25,8 +25,13 @@ def expected_from(env: Mapping[str, str]) -> Expected:
     def number(name: str) -> int | None:
         text = env.get(name, "")
         return int(text) if text else None
-    return Expected(int(env["EXPECTED_REVISION"]), number("EXPECTED_KEY_COUNT"), number("EXPECTED_HASH_KV"),
-                    number("EXPECTED_COMPACT_REVISION"))
+
+    return Expected(
+        int(env["EXPECTED_REVISION"]),
+        number("EXPECTED_KEY_COUNT"),
+        number("EXPECTED_HASH_KV"),
+        number("EXPECTED_COMPACT_REVISION"),
+    )
 
 
 async def ask(endpoint: str, expected: Expected) -> Verdict:
@@ -42,9 +47,12 @@ async def ask(endpoint: str, expected: Expected) -> Verdict:
         except EtcdError as e:
             last_error = str(e)
         await asyncio.sleep(RETRY_SECONDS)
-    return Verdict(None, "ScratchMemberUnavailable",
-                   f"the scratch member did not answer within {ANSWER_WAIT_SECONDS:.0f}s: {last_error}",
-                   complete=False)
+    return Verdict(
+        None,
+        "ScratchMemberUnavailable",
+        f"the scratch member did not answer within {ANSWER_WAIT_SECONDS:.0f}s: {last_error}",
+        complete=False,
+    )
 
 
 def main(env: Mapping[str, str]) -> int:

@@ -10,7 +10,8 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from typing import Any, AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
 
 from etcd_operator.backup import scratch_pod as builder
 from etcd_operator.backup.manifest import Identity, Manifest, manifest_key
@@ -52,10 +53,18 @@ class BackupVerifier:
         async with self._storage() as storage:
             manifest = await self._manifest(storage, key)
         image, pull_secrets = await self._images(manifest)
-        body = builder.verification_pod(self.identity.backup, self.identity.namespace, self.identity.uid,
-                                        image, self.operator_image, self.spec.s3,
-                                        manifest.snapshot_key, manifest.sha256, Expected.of(manifest),
-                                        pull_secrets=pull_secrets)
+        body = builder.verification_pod(
+            self.identity.backup,
+            self.identity.namespace,
+            self.identity.uid,
+            image,
+            self.operator_image,
+            self.spec.s3,
+            manifest.snapshot_key,
+            manifest.sha256,
+            Expected.of(manifest),
+            pull_secrets=pull_secrets,
+        )
         return await self.kube.create(kube.PODS, self.identity.namespace, body)
 
     async def record_verdict(self, key: str, verdict: Verdict) -> str:
@@ -65,9 +74,15 @@ class BackupVerifier:
             manifest = await self._manifest(storage, key)
             if verdict.verified and not verdict.observed:
                 # "Verified" is the pod's finding that each answer equals the manifest's.
-                verdict = dataclasses.replace(verdict, observed={
-                    "revision": manifest.revision, "keyCount": manifest.key_count, "hashKv": manifest.hash_kv,
-                    "compactRevision": manifest.compact_revision})
+                verdict = dataclasses.replace(
+                    verdict,
+                    observed={
+                        "revision": manifest.revision,
+                        "keyCount": manifest.key_count,
+                        "hashKv": manifest.hash_kv,
+                        "compactRevision": manifest.compact_revision,
+                    },
+                )
             return await self._mark(storage, manifest, verdict)
 
     async def delete_pod(self, name: str, uid: str) -> None:
@@ -95,8 +110,12 @@ class BackupVerifier:
     async def _mark(self, storage: S3Storage, manifest: Manifest, verdict: Verdict) -> str:
         at = now_text()
         if verdict.verified is not None:
-            updated = dataclasses.replace(manifest, verified=verdict.verified, verified_at=at, verification={
-                "reason": verdict.reason, "message": verdict.message, **verdict.observed})
+            updated = dataclasses.replace(
+                manifest,
+                verified=verdict.verified,
+                verified_at=at,
+                verification={"reason": verdict.reason, "message": verdict.message, **verdict.observed},
+            )
             await storage.put(updated.key, updated.to_json(), "application/json")
         return at
 
@@ -105,7 +124,8 @@ class BackupVerifier:
         cluster's pull secrets."""
         cluster = await self.kube.get(kube.ETCDCLUSTERS, self.identity.namespace, self.spec.cluster)
         if cluster is None:
-            raise VerificationError("ClusterNotFound", f"EtcdCluster {self.spec.cluster} is gone; its image "
-                                    "repository is unknown")
+            raise VerificationError(
+                "ClusterNotFound", f"EtcdCluster {self.spec.cluster} is gone; its image repository is unknown"
+            )
         spec = ClusterSpec.from_dict(cluster.get("spec") or {})
         return f"{spec.repository}:v{manifest.etcd_version}", image_pull_secrets(spec)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from typing import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable
 
 from etcd_operator.backup.digest import SnapshotDigest
 from etcd_operator.backup.manifest import Manifest
@@ -63,8 +63,9 @@ async def consume_in_order(chunks: AsyncIterator[bytes], sink: Callable[[bytes],
         raise
 
 
-async def ranged_chunks(storage: S3Storage, key: str, size: int,
-                        range_bytes: int = RANGE_BYTES) -> AsyncIterator[bytes]:
+async def ranged_chunks(
+    storage: S3Storage, key: str, size: int, range_bytes: int = RANGE_BYTES
+) -> AsyncIterator[bytes]:
     """The object's `size` bytes in order, read as ranges with a few in flight at once."""
     offsets = iter(range(0, size, range_bytes))
     in_flight: list[tuple[int, asyncio.Future]] = []
@@ -83,8 +84,10 @@ async def ranged_chunks(storage: S3Storage, key: str, size: int,
             length, read = in_flight.pop(0)
             chunk = await read
             if len(chunk) != length:
-                raise VerificationFailed("ChecksumMismatch", f"{key} changed while it was read (a range returned "
-                                                             f"{len(chunk)} bytes, not {length})")
+                raise VerificationFailed(
+                    "ChecksumMismatch",
+                    f"{key} changed while it was read (a range returned {len(chunk)} bytes, not {length})",
+                )
             read_ahead()
             yield chunk
     finally:
@@ -93,8 +96,9 @@ async def ranged_chunks(storage: S3Storage, key: str, size: int,
         await asyncio.gather(*(read for _, read in in_flight), return_exceptions=True)
 
 
-async def verify_snapshot(storage: S3Storage, key: str, manifest: Manifest | None,
-                          budget: MemoryBudget | None = None) -> Verified:
+async def verify_snapshot(
+    storage: S3Storage, key: str, manifest: Manifest | None, budget: MemoryBudget | None = None
+) -> Verified:
     """Waits for its share of the memory budget (the operator-wide one unless given)."""
     budget = budget or process_budget()
     range_bytes = range_size(budget.limit)
@@ -106,10 +110,13 @@ async def verify_snapshot(storage: S3Storage, key: str, manifest: Manifest | Non
         budget.release(range_bytes * CHUNKS_HELD)
     digest, size = checked.sha256, checked.size
     if manifest is not None and (digest != manifest.sha256 or size != manifest.size):
-        raise VerificationFailed("ChecksumMismatch",
-                                 f"{key}: sha256 {digest[:16]}… and size {size} do not match the manifest "
-                                 f"({manifest.sha256[:16]}…, {manifest.size} bytes); the backup is corrupt")
+        raise VerificationFailed(
+            "ChecksumMismatch",
+            f"{key}: sha256 {digest[:16]}… and size {size} do not match the manifest "
+            f"({manifest.sha256[:16]}…, {manifest.size} bytes); the backup is corrupt",
+        )
     if not checked.etcd_checksum_matches:
-        raise VerificationFailed("SnapshotCorrupt",
-                                 f"{key}: the database does not match etcd's own checksum; the backup is corrupt")
+        raise VerificationFailed(
+            "SnapshotCorrupt", f"{key}: the database does not match etcd's own checksum; the backup is corrupt"
+        )
     return Verified(key, size, digest)

@@ -5,7 +5,8 @@ call; the choice itself is backup/source_choice.choose_source (pure)."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from etcd_operator.backup.source_choice import Answer, Candidate, Refusal, SourceMember, choose_source
 from etcd_operator.cluster import naming
@@ -32,8 +33,9 @@ def rank_candidates(members: list[Mapping[str, Any]], pod_ips: Mapping[str, str]
     return [Candidate(n, f"{pod_ips[n]}:{naming.CLIENT_PORT}") for n in names]
 
 
-async def find_candidates(kube_client: kube.KubeClient, namespace: str, cluster: str,
-                          shard: Shard = Shard()) -> tuple[list[Candidate], dict]:
+async def find_candidates(
+    kube_client: kube.KubeClient, namespace: str, cluster: str, shard: Shard = Shard()
+) -> tuple[list[Candidate], dict]:
     body = await kube_client.get(kube.ETCDCLUSTERS, namespace, cluster)
     if body is None:
         # The pass that started this run saw it; it may come back (the planner waits for it).
@@ -41,26 +43,34 @@ async def find_candidates(kube_client: kube.KubeClient, namespace: str, cluster:
     meta = body["metadata"]
     outside = shard.why_not_owned(meta.get("labels"), meta.get("finalizers"))
     if outside:
-        raise SourceUnavailable(f"EtcdCluster {namespace}/{cluster} is not this operator's shard's: {outside}. "
-                                f"Label this EtcdBackup like its cluster", permanent=True,
-                                reason="ClusterOutsideShard")
+        raise SourceUnavailable(
+            f"EtcdCluster {namespace}/{cluster} is not this operator's shard's: {outside}. "
+            f"Label this EtcdBackup like its cluster",
+            permanent=True,
+            reason="ClusterOutsideShard",
+        )
     pods = await kube_client.list(kube.PODS, namespace, naming.label_selector(naming.selector_labels(cluster)))
-    pod_ips = {p["metadata"]["name"]: (p.get("status") or {}).get("podIP") for p in pods
-               if not p["metadata"].get("deletionTimestamp")}
+    pod_ips = {
+        p["metadata"]["name"]: (p.get("status") or {}).get("podIP")
+        for p in pods
+        if not p["metadata"].get("deletionTimestamp")
+    }
     return rank_candidates((body.get("status") or {}).get("members") or [], pod_ips), body
 
 
 async def ask_candidates(candidates: list[Candidate], tls: ClientTLS | None) -> dict[str, Answer]:
     """Each candidate's Status answer, asked at once; an error or timeout is an answer too."""
+
     async def ask(candidate: Candidate) -> Answer:
         try:
             async with EtcdMemberClient(candidate.endpoint, timeout=STATUS_TIMEOUT, tls=tls) as client:
                 status = await client.status()
-        except (EtcdError, asyncio.TimeoutError) as e:
+        except (TimeoutError, EtcdError) as e:
             return Answer(error=str(e) or type(e).__name__)
         return Answer(status.cluster_id, status.member_id, status.leader_id, status.is_learner)
+
     answers = await asyncio.gather(*(ask(c) for c in candidates))
-    return {c.name: a for c, a in zip(candidates, answers)}
+    return {c.name: a for c, a in zip(candidates, answers, strict=True)}
 
 
 def chosen(candidates: list[Candidate], answers: Mapping[str, Answer], body: Mapping[str, Any]) -> SourceMember:
@@ -68,6 +78,7 @@ def chosen(candidates: list[Candidate], answers: Mapping[str, Answer], body: Map
     choice = choose_source(candidates, answers, parse_hex_id((body.get("status") or {}).get("clusterID")))
     if isinstance(choice, Refusal):
         meta = body["metadata"]
-        raise SourceUnavailable(f"EtcdCluster {meta['namespace']}/{meta['name']}: {choice.message}",
-                                reason=choice.reason)
+        raise SourceUnavailable(
+            f"EtcdCluster {meta['namespace']}/{meta['name']}: {choice.message}", reason=choice.reason
+        )
     return choice

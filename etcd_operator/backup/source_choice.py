@@ -14,7 +14,7 @@ Invariants, each covered by tests/unit/test_backup_source.py:
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping
+from collections.abc import Mapping
 
 CLUSTER_ID_MISMATCH = "ClusterIDMismatch"
 CLUSTER_ID_UNKNOWN = "ClusterIDUnknown"
@@ -23,7 +23,7 @@ NO_HEALTHY_MEMBER = "NoHealthyMember"
 
 @dataclasses.dataclass(frozen=True)
 class Candidate:
-    name: str      # the member's pod
+    name: str  # the member's pod
     endpoint: str  # host:port
 
 
@@ -52,11 +52,15 @@ class Refusal:
     message: str
 
 
-def choose_source(candidates: list[Candidate], answers: Mapping[str, Answer],
-                  recorded_cluster_id: int | None) -> SourceMember | Refusal:
+def choose_source(
+    candidates: list[Candidate], answers: Mapping[str, Answer], recorded_cluster_id: int | None
+) -> SourceMember | Refusal:
     if recorded_cluster_id is None:
-        return Refusal(CLUSTER_ID_UNKNOWN, "the EtcdCluster has no status.clusterID recorded: no member can be "
-                                           "shown to belong to it, so no snapshot is taken")
+        return Refusal(
+            CLUSTER_ID_UNKNOWN,
+            "the EtcdCluster has no status.clusterID recorded: no member can be "
+            "shown to belong to it, so no snapshot is taken",
+        )
     ours, foreign = [], []
     for candidate in candidates:
         answer = answers.get(candidate.name) or Answer(error="not asked")
@@ -70,12 +74,17 @@ def choose_source(candidates: list[Candidate], answers: Mapping[str, Answer],
     if ours:
         return min(ours, key=lambda m: (m.role != "follower", m.name))
     if foreign:
-        return Refusal(CLUSTER_ID_MISMATCH,
-                       f"{'; '.join(foreign)}, not the EtcdCluster's status.clusterID {recorded_cluster_id:x}; "
-                       f"no snapshot is taken from another cluster")
+        return Refusal(
+            CLUSTER_ID_MISMATCH,
+            f"{'; '.join(foreign)}, not the EtcdCluster's status.clusterID {recorded_cluster_id:x}; "
+            f"no snapshot is taken from another cluster",
+        )
     unanswered = [f"{c.name}: {_why_not(answers.get(c.name) or Answer(error='not asked'))}" for c in candidates]
-    return Refusal(NO_HEALTHY_MEMBER, "no member answered as a voter with a leader"
-                   + (f" ({'; '.join(unanswered)})" if unanswered else " (no member pod has an address)"))
+    return Refusal(
+        NO_HEALTHY_MEMBER,
+        "no member answered as a voter with a leader"
+        + (f" ({'; '.join(unanswered)})" if unanswered else " (no member pod has an address)"),
+    )
 
 
 def _why_not(answer: Answer) -> str:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from etcd_operator.backup.backoff import DEFAULT_BACKOFF_LIMIT
 from etcd_operator.backup.scratch_pod import CHECK_CONTAINER
@@ -20,9 +21,12 @@ class VerificationPolicy:
     schedule: str | None = None  # set: verify on this schedule instead of every N backups
 
     @classmethod
-    def from_dict(cls, verification: Mapping[str, Any], scheduled: bool) -> "VerificationPolicy":
-        return cls(bool(verification.get("enabled", scheduled)), max(int(verification.get("everyN", 1)), 1),
-                   verification.get("schedule") or None)
+    def from_dict(cls, verification: Mapping[str, Any], scheduled: bool) -> VerificationPolicy:
+        return cls(
+            bool(verification.get("enabled", scheduled)),
+            max(int(verification.get("everyN", 1)), 1),
+            verification.get("schedule") or None,
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,12 +37,15 @@ class ScheduleSpec:
     backoff_limit: int = DEFAULT_BACKOFF_LIMIT  # retries of a slot after a failure that may pass
 
     @classmethod
-    def from_dict(cls, spec: Mapping[str, Any]) -> "ScheduleSpec":
+    def from_dict(cls, spec: Mapping[str, Any]) -> ScheduleSpec:
         schedule = spec.get("schedule") or None
         limit = spec.get("backoffLimit")
-        return cls(schedule, bool(spec.get("suspend")),
-                   VerificationPolicy.from_dict(spec.get("verification") or {}, scheduled=schedule is not None),
-                   DEFAULT_BACKOFF_LIMIT if limit is None else max(int(limit), 0))
+        return cls(
+            schedule,
+            bool(spec.get("suspend")),
+            VerificationPolicy.from_dict(spec.get("verification") or {}, scheduled=schedule is not None),
+            DEFAULT_BACKOFF_LIMIT if limit is None else max(int(limit), 0),
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,12 +56,12 @@ class VerificationAttempts:
     (none after the last attempt)."""
 
     key: str
-    attempts: int = 0                              # attempts started for this key
-    start_time: datetime.datetime | None = None    # the attempt in progress, if any
-    pod_name: str | None = None                    # its scratch pod, once created
+    attempts: int = 0  # attempts started for this key
+    start_time: datetime.datetime | None = None  # the attempt in progress, if any
+    pod_name: str | None = None  # its scratch pod, once created
     pod_uid: str | None = None
     next_attempt: datetime.datetime | None = None  # after an incomplete attempt
-    reason: str = ""                               # why the last attempt gave no verdict
+    reason: str = ""  # why the last attempt gave no verdict
     message: str = ""
 
     @property
@@ -62,35 +69,41 @@ class VerificationAttempts:
         return self.start_time is not None
 
     @classmethod
-    def from_dict(cls, record: Mapping[str, Any] | None) -> "VerificationAttempts | None":
+    def from_dict(cls, record: Mapping[str, Any] | None) -> VerificationAttempts | None:
         if not record or not record.get("key"):
             return None
         pod = record.get("pod") or {}
-        return cls(key=record["key"], attempts=int(record.get("attempts") or 0),
-                   start_time=parse_utc(record.get("startTime")), pod_name=pod.get("name"), pod_uid=pod.get("uid"),
-                   next_attempt=parse_utc(record.get("nextAttemptTime")), reason=record.get("reason") or "",
-                   message=record.get("message") or "")
+        return cls(
+            key=record["key"],
+            attempts=int(record.get("attempts") or 0),
+            start_time=parse_utc(record.get("startTime")),
+            pod_name=pod.get("name"),
+            pod_uid=pod.get("uid"),
+            next_attempt=parse_utc(record.get("nextAttemptTime")),
+            reason=record.get("reason") or "",
+            message=record.get("message") or "",
+        )
 
 
 @dataclasses.dataclass(frozen=True)
 class RunState:
     phase: str | None = None
-    slot_in_progress: str | None = None   # recorded before its run started, cleared when it ends
+    slot_in_progress: str | None = None  # recorded before its run started, cleared when it ends
     last_slot: datetime.datetime | None = None  # the cron slot last started
     observed_generation: int | None = None
     last_backup_key: str | None = None
-    last_verification_key: str | None = None      # the backup last compared (a verdict, or inconclusive)
+    last_verification_key: str | None = None  # the backup last compared (a verdict, or inconclusive)
     backups_since_verification: int = 0
     last_verification_slot: datetime.datetime | None = None
     verification: VerificationAttempts | None = None  # attempts without a verdict yet
     recent_keys: frozenset[str] = frozenset()  # the backups status still lists
-    attempts: int = 0                     # attempts started for the current slot
+    attempts: int = 0  # attempts started for the current slot
     # A slot whose last attempt failed for a cause that may pass, and when it is tried again.
     retry_slot: str | None = None
     next_attempt: datetime.datetime | None = None
 
     @classmethod
-    def from_dict(cls, status: Mapping[str, Any]) -> "RunState":
+    def from_dict(cls, status: Mapping[str, Any]) -> RunState:
         next_attempt = parse_utc(status.get("nextAttemptTime"))
         retry_slot = (status.get("lastFailure") or {}).get("slot") if next_attempt else None
         return cls(
@@ -132,14 +145,14 @@ class ScratchPod:
 
     name: str
     uid: str
-    owned: bool                     # an owner reference to this EtcdBackup (by uid)
+    owned: bool  # an owner reference to this EtcdBackup (by uid)
     phase: str = ""
     check: CheckResult | None = None  # the check container ended
     init_failure: InitFailure | None = None
-    message: str = ""               # what it is doing, for people
+    message: str = ""  # what it is doing, for people
 
     @classmethod
-    def from_pod(cls, pod: Mapping[str, Any], backup_uid: str) -> "ScratchPod":
+    def from_pod(cls, pod: Mapping[str, Any], backup_uid: str) -> ScratchPod:
         meta, status = pod.get("metadata") or {}, pod.get("status") or {}
         owned = any(ref.get("uid") == backup_uid for ref in meta.get("ownerReferences") or [])
         failure, waiting_on = None, ""
@@ -147,8 +160,9 @@ class ScratchPod:
             state = container.get("state") or {}
             done = state.get("terminated") or {}
             if done and done.get("exitCode") not in (None, 0) and failure is None:
-                failure = InitFailure(container.get("name", ""), done.get("exitCode"),
-                                      (done.get("message") or "").strip()[-300:])
+                failure = InitFailure(
+                    container.get("name", ""), done.get("exitCode"), (done.get("message") or "").strip()[-300:]
+                )
             if not waiting_on and not done:
                 waiting_on = f"init container {container.get('name')}"
         check = None
@@ -158,8 +172,15 @@ class ScratchPod:
                 check = CheckResult(done.get("exitCode"), (done.get("message") or "").strip()[-300:])
         phase = status.get("phase") or ""
         message = status.get("message") or f"phase {phase or 'unknown'}, {waiting_on or 'the check is running'}"
-        return cls(name=meta.get("name", ""), uid=meta.get("uid", ""), owned=owned, phase=phase, check=check,
-                   init_failure=failure, message=message)
+        return cls(
+            name=meta.get("name", ""),
+            uid=meta.get("uid", ""),
+            owned=owned,
+            phase=phase,
+            check=check,
+            init_failure=failure,
+            message=message,
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,8 +196,9 @@ class Prerequisites:
     def wait(self) -> Wait | None:
         """What a run must wait for, or None when it can start."""
         what = "the backup"
-        return (cluster_wait(self.namespace, self.cluster_name, self.cluster, what)
-                or secrets_wait(self.namespace, self.missing_secrets, what))
+        return cluster_wait(self.namespace, self.cluster_name, self.cluster, what) or secrets_wait(
+            self.namespace, self.missing_secrets, what
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,6 +215,7 @@ class Observed:
     credentials_refusal: str | None = None  # why storage.s3 may not be used here (storage_policy.py)
 
     @classmethod
-    def from_metadata(cls, meta: Mapping[str, Any]) -> "Observed":
-        return cls(parse_utc(meta["creationTimestamp"]), meta.get("generation"),
-                   deleting=bool(meta.get("deletionTimestamp")))
+    def from_metadata(cls, meta: Mapping[str, Any]) -> Observed:
+        return cls(
+            parse_utc(meta["creationTimestamp"]), meta.get("generation"), deleting=bool(meta.get("deletionTimestamp"))
+        )

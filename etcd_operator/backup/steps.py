@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from etcd_operator.backup.backoff import DEFAULT_BACKOFF_LIMIT
 
@@ -153,11 +154,26 @@ class FinishVerification(Step):
     complete: bool = False
 
 
-VERIFICATION_STEPS: tuple[type[Step], ...] = (StartVerification, CreateScratchPod, DeleteStrayScratchPod,
-                                              WaitForScratchPod, FinishVerification)
-ALL_STEPS: tuple[type[Step], ...] = (Idle, WaitForSlot, Suspend, RefuseSchedule, RefuseCredentials,
-                                     WaitForPrerequisite, WaitForRetry,
-                                     StartSlot, RetrySlot, RunBackup, *VERIFICATION_STEPS)
+VERIFICATION_STEPS: tuple[type[Step], ...] = (
+    StartVerification,
+    CreateScratchPod,
+    DeleteStrayScratchPod,
+    WaitForScratchPod,
+    FinishVerification,
+)
+ALL_STEPS: tuple[type[Step], ...] = (
+    Idle,
+    WaitForSlot,
+    Suspend,
+    RefuseSchedule,
+    RefuseCredentials,
+    WaitForPrerequisite,
+    WaitForRetry,
+    StartSlot,
+    RetrySlot,
+    RunBackup,
+    *VERIFICATION_STEPS,
+)
 
 Event = tuple[str, str, str]  # (type, reason, message)
 

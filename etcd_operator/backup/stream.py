@@ -21,11 +21,12 @@ import math
 import queue
 import threading
 import time
-from typing import Callable, Iterable, cast
+from collections.abc import Callable, Iterable
+from typing import cast
 
 from etcd_operator.backup.digest import SnapshotDigest
-from etcd_operator.etcd.client import EtcdError
 from etcd_operator.buffer_budget import MemoryBudget, process_budget
+from etcd_operator.etcd.client import EtcdError
 from etcd_operator.storage.s3 import S3Storage
 
 _END = object()
@@ -60,14 +61,15 @@ class _PartCutter:
     never allocates the whole pool, and only while the memory budget has room: the first
     buffer was granted before the cutter started (`granted` = 1)."""
 
-    def __init__(self, stream: Iterable[bytes], part_size: int, buffers: int, stop: threading.Event,
-                 budget: MemoryBudget):
+    def __init__(
+        self, stream: Iterable[bytes], part_size: int, buffers: int, stop: threading.Event, budget: MemoryBudget
+    ):
         self.stream = stream
         self.part_size = part_size
         self.stop = stop
         self.budget = budget
         self.free: queue.Queue = queue.Queue()
-        self.cut: queue.Queue = queue.Queue()    # parts read, not yet hashed
+        self.cut: queue.Queue = queue.Queue()  # parts read, not yet hashed
         self.parts: queue.Queue = queue.Queue()  # parts hashed, ready to upload
         self.digest = SnapshotDigest()
         self.error: BaseException | None = None
@@ -83,7 +85,7 @@ class _PartCutter:
                 view = memoryview(blob)
                 while view and part is not None:
                     taken = min(len(view), self.part_size - filled)
-                    part[filled:filled + taken] = view[:taken]
+                    part[filled : filled + taken] = view[:taken]
                     filled += taken
                     view = view[taken:]
                     if filled == self.part_size:
@@ -159,18 +161,27 @@ async def stream_to_s3(
     stop = threading.Event()
     cutter = _PartCutter(stream, part_size, concurrency + 1, stop, budget)
     try:
-        return await _upload(stream, storage, key, concurrency, on_progress, idle_timeout, stop, cutter,
-                             upload_id)
+        return await _upload(stream, storage, key, concurrency, on_progress, idle_timeout, stop, cutter, upload_id)
     finally:
         budget.release(cutter.granted * part_size)
 
 
-async def _upload(stream, storage: S3Storage, key: str, concurrency: int, on_progress: Callable[[int], None],
-                  idle_timeout: float, stop: threading.Event, cutter: _PartCutter,
-                  upload_id: str | None) -> UploadResult:
+async def _upload(
+    stream,
+    storage: S3Storage,
+    key: str,
+    concurrency: int,
+    on_progress: Callable[[int], None],
+    idle_timeout: float,
+    stop: threading.Event,
+    cutter: _PartCutter,
+    upload_id: str | None,
+) -> UploadResult:
     upload_id = upload_id or await storage.start_multipart(key)
-    workers = [threading.Thread(target=cutter.run, name=f"snapshot-{key}", daemon=True),
-               threading.Thread(target=cutter.hash_parts, name=f"sha256-{key}", daemon=True)]
+    workers = [
+        threading.Thread(target=cutter.run, name=f"snapshot-{key}", daemon=True),
+        threading.Thread(target=cutter.hash_parts, name=f"sha256-{key}", daemon=True),
+    ]
     slots = asyncio.Semaphore(concurrency)
     uploaded: list[dict[str, str]] = []
     in_flight: set[asyncio.Task] = set()
@@ -197,8 +208,9 @@ async def _upload(stream, storage: S3Storage, key: str, concurrency: int, on_pro
                 task.result()  # a failed part fails the upload at once
             item = await asyncio.to_thread(_wait_get, cutter.parts, stop, time.monotonic() + idle_timeout)
             if item is None:
-                raise EtcdError(getattr(stream, "endpoint", ""), "Snapshot", None,
-                                f"no snapshot data for {idle_timeout:.0f}s")
+                raise EtcdError(
+                    getattr(stream, "endpoint", ""), "Snapshot", None, f"no snapshot data for {idle_timeout:.0f}s"
+                )
             if item is _END:
                 slots.release()
                 break

@@ -49,6 +49,7 @@ class StartRestoredMembers(Action):
     """Every member whose data an EtcdRestore seeded, started in one step (etcd's
     disaster-recovery procedure): each one's data holds the full initial cluster, and none
     can elect a leader alone, so starting them one per pass only adds waiting."""
+
     members: tuple[str, ...] = ()
     initial_cluster: str = ""
 

@@ -18,7 +18,7 @@ Rules:
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping
+from collections.abc import Mapping
 
 from etcd_operator import conditions as c
 from etcd_operator.cluster import actions as a
@@ -30,15 +30,28 @@ RECHECK_AFTER = 30.0  # seconds before a refused pod spec is asked again
 FORGET_AFTER = 600.0  # answers older than this are dropped from memory
 
 # The spec.pod settings copied into a member pod, each of which the API server may refuse.
-POD_SETTINGS = ("priorityClassName", "tolerations", "nodeSelector", "affinity", "resources", "annotations",
-                "labels", "terminationGracePeriodSeconds")
+POD_SETTINGS = (
+    "priorityClassName",
+    "tolerations",
+    "nodeSelector",
+    "affinity",
+    "resources",
+    "annotations",
+    "labels",
+    "terminationGracePeriodSeconds",
+)
 
 # Where each setting lands in the pod, as the API server names a refused field.
 _POD_PATHS = (
-    ("spec.priorityClassName", "priorityClassName"), ("spec.priority", "priorityClassName"),
-    ("spec.tolerations", "tolerations"), ("spec.nodeSelector", "nodeSelector"), ("spec.affinity", "affinity"),
-    ("spec.containers[0].resources", "resources"), ("metadata.annotations", "annotations"),
-    ("metadata.labels", "labels"), ("spec.terminationGracePeriodSeconds", "terminationGracePeriodSeconds"),
+    ("spec.priorityClassName", "priorityClassName"),
+    ("spec.priority", "priorityClassName"),
+    ("spec.tolerations", "tolerations"),
+    ("spec.nodeSelector", "nodeSelector"),
+    ("spec.affinity", "affinity"),
+    ("spec.containers[0].resources", "resources"),
+    ("metadata.annotations", "annotations"),
+    ("metadata.labels", "labels"),
+    ("spec.terminationGracePeriodSeconds", "terminationGracePeriodSeconds"),
 )
 
 Memory = Mapping[str, tuple[PodAdmission, float]]  # member -> (answer, monotonic time it came)
@@ -52,8 +65,11 @@ def remember(memory: Memory, answer: PodAdmission, monotonic_now: float) -> dict
 
 def carry(observed: Observed, memory: Memory, monotonic_now: float) -> Observed:
     """The remembered answers, each with its age on this process's clock."""
-    answers = {member: dataclasses.replace(found, age=monotonic_now - at) for member, (found, at) in memory.items()
-               if 0.0 <= monotonic_now - at <= FORGET_AFTER}
+    answers = {
+        member: dataclasses.replace(found, age=monotonic_now - at)
+        for member, (found, at) in memory.items()
+        if 0.0 <= monotonic_now - at <= FORGET_AFTER
+    }
     return dataclasses.replace(observed, pod_admissions=answers)
 
 
@@ -117,10 +133,17 @@ def gate(action: a.Action, observed: Observed, pod_spec_hash: str) -> a.Action:
         if answer is not None and answer.accepted and answer.age <= ACCEPTED_FOR:
             return action
         if answer is not None and not answer.accepted and answer.age < RECHECK_AFTER:
-            return a.Wait(f"{action.kind} of {member} waits: {describe(answer)}. Nothing is taken down and no "
-                          f"member is added until the pod is accepted")
-        return a.CheckPodSpec(f"asking the API server (dry run) whether it accepts the new pod of {member} "
-                              f"before {action.kind}", member, member_id, pod_spec_hash, action.kind)
+            return a.Wait(
+                f"{action.kind} of {member} waits: {describe(answer)}. Nothing is taken down and no "
+                f"member is added until the pod is accepted"
+            )
+        return a.CheckPodSpec(
+            f"asking the API server (dry run) whether it accepts the new pod of {member} before {action.kind}",
+            member,
+            member_id,
+            pod_spec_hash,
+            action.kind,
+        )
     for member in _created(action):
         answer = answer_for(observed, member, pod_spec_hash)
         if answer is not None and not answer.accepted and answer.age < RECHECK_AFTER:
@@ -131,11 +154,21 @@ def gate(action: a.Action, observed: Observed, pod_spec_hash: str) -> a.Action:
 def condition(observed: Observed, pod_spec_hash: str) -> c.Condition:
     """PodSpecAccepted: False while the API server's latest answer for a member pod with the
     pod spec acted on is a refusal."""
-    refused = sorted((found for found in observed.pod_admissions.values()
-                      if found.pod_spec_hash == pod_spec_hash and not found.accepted), key=lambda f: f.member)
+    refused = sorted(
+        (
+            found
+            for found in observed.pod_admissions.values()
+            if found.pod_spec_hash == pod_spec_hash and not found.accepted
+        ),
+        key=lambda f: f.member,
+    )
     if not refused:
         return c.Condition("PodSpecAccepted", True, "Accepted", "")
-    return c.Condition("PodSpecAccepted", False, "RejectedByAPIServer",
-                       f"{describe(refused[0])}. No member pod is taken down and no member is added until the API "
-                       f"server accepts it; fix spec.pod (or what it names), it is asked again every "
-                       f"{RECHECK_AFTER:.0f}s")
+    return c.Condition(
+        "PodSpecAccepted",
+        False,
+        "RejectedByAPIServer",
+        f"{describe(refused[0])}. No member pod is taken down and no member is added until the API "
+        f"server accepts it; fix spec.pod (or what it names), it is asked again every "
+        f"{RECHECK_AFTER:.0f}s",
+    )

@@ -16,7 +16,8 @@ the condition is Unknown, never Healthy."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from etcd_operator import conditions as c
 from etcd_operator.cluster.metrics_sample import MetricsSample, bucket_increase, counter_increase, quantile
@@ -54,45 +55,60 @@ def in_window(history: Sequence[MetricsSample], now: float, t: Thresholds) -> li
     return [s for s in history if now - s.at <= t.window]
 
 
-def _latency_warning(kind: str, what: str, old, new, limit: float, span: float,
-                     t: Thresholds) -> MemberWarning | None:
+def _latency_warning(kind: str, what: str, old, new, limit: float, span: float, t: Thresholds) -> MemberWarning | None:
     increase = bucket_increase(old, new)
     if span < t.sustained or not increase or increase[-1][1] < t.min_observations:
         return None
     p99 = quantile(0.99, increase)
     if p99 is None or p99 <= limit:
         return None
-    return MemberWarning(kind, f"{what} p99 {p99 * 1000:.0f} ms (etcd's guidance: under {limit * 1000:.0f} ms); "
-                               f"check the disk")
+    return MemberWarning(
+        kind, f"{what} p99 {p99 * 1000:.0f} ms (etcd's guidance: under {limit * 1000:.0f} ms); check the disk"
+    )
 
 
-def member_warnings(history: Sequence[MetricsSample], applied_lag: int | None, now: float,
-                    t: Thresholds = Thresholds()) -> tuple[MemberWarning, ...]:
+def member_warnings(
+    history: Sequence[MetricsSample], applied_lag: int | None, now: float, t: Thresholds = Thresholds()
+) -> tuple[MemberWarning, ...]:
     found: list[MemberWarning] = []
     samples = in_window(history, now, t)
     if samples:
         first, last = samples[0], samples[-1]
         span = last.at - first.at
         for warning in (
-            _latency_warning("SlowWALFsync", "WAL fsync", first.wal_fsync, last.wal_fsync,
-                             t.wal_fsync_p99, span, t),
-            _latency_warning("SlowBackendCommit", "backend commit", first.backend_commit, last.backend_commit,
-                             t.backend_commit_p99, span, t),
+            _latency_warning("SlowWALFsync", "WAL fsync", first.wal_fsync, last.wal_fsync, t.wal_fsync_p99, span, t),
+            _latency_warning(
+                "SlowBackendCommit",
+                "backend commit",
+                first.backend_commit,
+                last.backend_commit,
+                t.backend_commit_p99,
+                span,
+                t,
+            ),
         ):
             if warning:
                 found.append(warning)
         changes = counter_increase(first.leader_changes, last.leader_changes)
         if changes >= t.leader_changes:
-            found.append(MemberWarning("FrequentLeaderChanges",
-                                       f"{changes:.0f} leader changes within {t.window / 60:.0f} minutes"))
+            found.append(
+                MemberWarning(
+                    "FrequentLeaderChanges", f"{changes:.0f} leader changes within {t.window / 60:.0f} minutes"
+                )
+            )
         failed = counter_increase(first.proposals_failed, last.proposals_failed)
         if failed >= t.proposals_failed:
-            found.append(MemberWarning("ProposalsFailing", f"{failed:.0f} proposals failed within {t.window / 60:.0f} minutes"))
+            found.append(
+                MemberWarning("ProposalsFailing", f"{failed:.0f} proposals failed within {t.window / 60:.0f} minutes")
+            )
         if last.quota > 0 and last.db_size > t.quota_fraction * last.quota:
-            found.append(MemberWarning(
-                "DatabaseNearQuota",
-                f"database {last.db_size / last.quota:.0%} of its quota ({last.db_size:.0f} of {last.quota:.0f} "
-                f"bytes); at 100 % etcd raises NOSPACE and refuses writes"))
+            found.append(
+                MemberWarning(
+                    "DatabaseNearQuota",
+                    f"database {last.db_size / last.quota:.0%} of its quota ({last.db_size:.0f} of {last.quota:.0f} "
+                    f"bytes); at 100 % etcd raises NOSPACE and refuses writes",
+                )
+            )
     if applied_lag is not None and applied_lag >= t.applied_lag:
         found.append(MemberWarning("FarBehind", f"applied index {applied_lag} entries behind the leader"))
     return tuple(found)
@@ -112,8 +128,9 @@ def applied_lags(observed: Observed) -> dict[str, int]:
     return lags
 
 
-def detect(histories: Mapping[str, Sequence[MetricsSample]], lags: Mapping[str, int], now: float,
-           t: Thresholds = Thresholds()) -> dict[str, tuple[MemberWarning, ...]]:
+def detect(
+    histories: Mapping[str, Sequence[MetricsSample]], lags: Mapping[str, int], now: float, t: Thresholds = Thresholds()
+) -> dict[str, tuple[MemberWarning, ...]]:
     members = set(histories) | set(lags)
     found = {name: member_warnings(histories.get(name, ()), lags.get(name), now, t) for name in sorted(members)}
     return {name: warnings for name, warnings in found.items() if warnings}
@@ -139,8 +156,9 @@ def with_warnings(members: Iterable[Mapping[str, Any]], warnings: Warnings) -> l
     return result
 
 
-def appeared(previous_members: Iterable[Mapping[str, Any]] | None,
-             warnings: Warnings) -> list[tuple[str, MemberWarning]]:
+def appeared(
+    previous_members: Iterable[Mapping[str, Any]] | None, warnings: Warnings
+) -> list[tuple[str, MemberWarning]]:
     """Warnings that the previous status did not show yet: one event each."""
     before = {(m.get("name"), w.get("kind")) for m in previous_members or [] for w in m.get("warnings") or []}
     return [(name, w) for name, ws in sorted(warnings.items()) for w in ws if (name, w.kind) not in before]

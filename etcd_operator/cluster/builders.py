@@ -5,7 +5,8 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from etcd_operator import pod_security
 from etcd_operator.cluster import certs, naming
@@ -70,16 +71,20 @@ def tls_args() -> list[str]:
     key = f"{certs.MOUNT_DIR}/{certs.PRIVATE_KEY_KEY}"
     ca = f"{certs.MOUNT_DIR}/{certs.CA_KEY}"
     return [
-        f"--cert-file={cert}", f"--key-file={key}", f"--trusted-ca-file={ca}", "--client-cert-auth=true",
-        f"--peer-cert-file={cert}", f"--peer-key-file={key}", f"--peer-trusted-ca-file={ca}",
+        f"--cert-file={cert}",
+        f"--key-file={key}",
+        f"--trusted-ca-file={ca}",
+        "--client-cert-auth=true",
+        f"--peer-cert-file={cert}",
+        f"--peer-key-file={key}",
+        f"--peer-trusted-ca-file={ca}",
         "--peer-client-cert-auth=true",
     ]
 
 
 def allowed_extra_args(spec: ClusterSpec) -> list[tuple[str, str]]:
     """spec.etcd.extraArgs without the flags the operator manages (those are reported)."""
-    return [(flag.lstrip("-"), value) for flag, value in spec.etcd.extra_args
-            if flag.lstrip("-") not in MANAGED_FLAGS]
+    return [(flag.lstrip("-"), value) for flag, value in spec.etcd.extra_args if flag.lstrip("-") not in MANAGED_FLAGS]
 
 
 def pod_spec_hash(spec: ClusterSpec) -> str:
@@ -88,9 +93,15 @@ def pod_spec_hash(spec: ClusterSpec) -> str:
         "image": spec.image,
         # Pull secrets matter only to the next pull: changing them rolls no member.
         "pod": {key: value for key, value in spec.pod.items() if key != "imagePullSecrets"},
-        "etcd": [spec.etcd.quota_backend_bytes, spec.etcd.auto_compaction_mode,
-                 spec.etcd.auto_compaction_retention, spec.etcd.heartbeat_interval_ms,
-                 spec.etcd.election_timeout_ms, spec.etcd.snapshot_count, allowed_extra_args(spec)],
+        "etcd": [
+            spec.etcd.quota_backend_bytes,
+            spec.etcd.auto_compaction_mode,
+            spec.etcd.auto_compaction_retention,
+            spec.etcd.heartbeat_interval_ms,
+            spec.etcd.election_timeout_ms,
+            spec.etcd.snapshot_count,
+            allowed_extra_args(spec),
+        ],
     }
     if spec.tls.enabled:
         relevant["tls"] = [spec.tls.issuer, spec.tls.member_secret, list(spec.tls.trusted)]
@@ -110,13 +121,15 @@ def _probe(path: str, period: int, failures: int, initial_delay: int = 0) -> dic
 def _default_affinity(cluster: str) -> dict[str, Any]:
     return {
         "podAntiAffinity": {
-            "preferredDuringSchedulingIgnoredDuringExecution": [{
-                "weight": 100,
-                "podAffinityTerm": {
-                    "topologyKey": "kubernetes.io/hostname",
-                    "labelSelector": {"matchLabels": {naming.LABEL_CLUSTER: cluster}},
-                },
-            }],
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 100,
+                    "podAffinityTerm": {
+                        "topologyKey": "kubernetes.io/hostname",
+                        "labelSelector": {"matchLabels": {naming.LABEL_CLUSTER: cluster}},
+                    },
+                }
+            ],
         },
     }
 
@@ -147,8 +160,14 @@ def member_pod(
         naming.ANNOTATION_SPEC_HASH: pod_spec_hash(spec),
     }
     if spec.storage.empty_dir:
-        empty_dir = {k: v for k, v in {"medium": spec.storage.empty_dir_medium,
-                                       "sizeLimit": spec.storage.empty_dir_size_limit}.items() if v}
+        empty_dir = {
+            k: v
+            for k, v in {
+                "medium": spec.storage.empty_dir_medium,
+                "sizeLimit": spec.storage.empty_dir_size_limit,
+            }.items()
+            if v
+        }
         data_volume = {"name": "data", "emptyDir": empty_dir}
     else:
         data_volume = {"name": "data", "persistentVolumeClaim": {"claimName": naming.pvc_name(member)}}
@@ -185,15 +204,27 @@ def member_pod(
         "automountServiceAccountToken": False,
         "terminationGracePeriodSeconds": pod_settings.get("terminationGracePeriodSeconds", 30),
         "containers": [container],
-        "volumes": [data_volume] + ([{"name": "tls", "secret": {
-            "secretName": certs.secret_name(spec, cluster, certs.CertKind.MEMBER), "defaultMode": 0o400,
-            "items": [{"key": k, "path": k} for k in (certs.CERT_KEY, certs.PRIVATE_KEY_KEY, certs.CA_KEY)]}}]
-            if spec.tls.enabled else []),
+        "volumes": [data_volume]
+        + (
+            [
+                {
+                    "name": "tls",
+                    "secret": {
+                        "secretName": certs.secret_name(spec, cluster, certs.CertKind.MEMBER),
+                        "defaultMode": 0o400,
+                        "items": [{"key": k, "path": k} for k in (certs.CERT_KEY, certs.PRIVATE_KEY_KEY, certs.CA_KEY)],
+                    },
+                }
+            ]
+            if spec.tls.enabled
+            else []
+        ),
         "affinity": pod_settings.get("affinity") or _default_affinity(cluster),
     }
     if spec.tls.enabled and joining_image:
-        pod_spec["initContainers"] = [peer_name_container(cluster, namespace, member, joining_image,
-                                                          container["resources"])]
+        pod_spec["initContainers"] = [
+            peer_name_container(cluster, namespace, member, joining_image, container["resources"])
+        ]
     for key in ("nodeSelector", "tolerations", "priorityClassName"):
         if pod_settings.get(key):
             pod_spec[key] = pod_settings[key]
@@ -216,8 +247,9 @@ def with_pull_secrets(pod_spec: dict[str, Any], secrets: list[dict[str, str]]) -
     return {**pod_spec, "imagePullSecrets": list(secrets)} if secrets else pod_spec
 
 
-def peer_name_container(cluster: str, namespace: str, member: str, operator_image: str,
-                        resources: Mapping[str, Any]) -> dict[str, Any]:
+def peer_name_container(
+    cluster: str, namespace: str, member: str, operator_image: str, resources: Mapping[str, Any]
+) -> dict[str, Any]:
     """The members a TLS member joins check its peer certificate's names against its address
     by DNS: before its record exists under the peer Service they refuse it, and a joining etcd
     exits (one that restarts on its data retries instead: no wait for it). The etcd image has
@@ -242,8 +274,7 @@ def member_id_text(member_id: int | None) -> str:
     return "" if member_id is None else f"{member_id:x}"
 
 
-def member_pvc(spec: ClusterSpec, cluster: str, namespace: str, member: str,
-               member_id: int | None) -> dict[str, Any]:
+def member_pvc(spec: ClusterSpec, cluster: str, namespace: str, member: str, member_id: int | None) -> dict[str, Any]:
     pvc_spec: dict[str, Any] = {
         "accessModes": ["ReadWriteOnce"],
         "resources": {"requests": {"storage": spec.storage.size}},
@@ -276,8 +307,11 @@ def peer_service(cluster: str, namespace: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {"name": naming.peer_service(cluster), "namespace": namespace,
-                     "labels": naming.selector_labels(cluster)},
+        "metadata": {
+            "name": naming.peer_service(cluster),
+            "namespace": namespace,
+            "labels": naming.selector_labels(cluster),
+        },
         "spec": {
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
@@ -291,8 +325,11 @@ def client_service(cluster: str, namespace: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {"name": naming.client_service(cluster), "namespace": namespace,
-                     "labels": naming.selector_labels(cluster)},
+        "metadata": {
+            "name": naming.client_service(cluster),
+            "namespace": namespace,
+            "labels": naming.selector_labels(cluster),
+        },
         "spec": {
             "type": "ClusterIP",
             "selector": naming.selector_labels(cluster),
@@ -308,8 +345,11 @@ def disruption_budget(spec: ClusterSpec, cluster: str, namespace: str, voters: i
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
-        "metadata": {"name": naming.pdb_name(cluster), "namespace": namespace,
-                     "labels": naming.selector_labels(cluster)},
+        "metadata": {
+            "name": naming.pdb_name(cluster),
+            "namespace": namespace,
+            "labels": naming.selector_labels(cluster),
+        },
         "spec": {
             "minAvailable": naming.quorum(max(spec.size, voters or 0)),
             "selector": {"matchLabels": naming.selector_labels(cluster)},
@@ -323,8 +363,9 @@ def owners_without(owners: list[Mapping[str, Any]], cluster_uid: str) -> list[di
     return kept or None
 
 
-def set_aside_pvc_patch(cluster: str, cluster_uid: str, owners: list[Mapping[str, Any]],
-                        marks: Mapping[str, str]) -> dict[str, Any]:
+def set_aside_pvc_patch(
+    cluster: str, cluster_uid: str, owners: list[Mapping[str, Any]], marks: Mapping[str, str]
+) -> dict[str, Any]:
     """Takes a member's PVC out of the cluster (no selector labels, no owner reference to the
     cluster) and labels it with `marks`, saying who kept it and why. The PVC and its data stay."""
     labels: dict[str, Any] = {key: None for key in naming.member_labels(cluster, "")}

@@ -26,10 +26,10 @@ USER_COMMON_NAME = "etcd-client"
 
 
 class CertKind(enum.StrEnum):
-    CA = "ca"              # the Managed issuer's CA (tls.crt, tls.key) and trust bundle (ca.crt)
-    MEMBER = "member"      # members' server and peer certificate
+    CA = "ca"  # the Managed issuer's CA (tls.crt, tls.key) and trust bundle (ca.crt)
+    MEMBER = "member"  # members' server and peer certificate
     OPERATOR = "operator"  # the operator's client certificate
-    CLIENT = "client"      # the client certificate for users, <cluster>-client-tls
+    CLIENT = "client"  # the client certificate for users, <cluster>-client-tls
 
 
 LEAVES = (CertKind.MEMBER, CertKind.OPERATOR, CertKind.CLIENT)
@@ -55,8 +55,7 @@ def kinds_to_observe(spec: ClusterSpec) -> tuple[CertKind, ...]:
     return (CertKind.MEMBER, CertKind.OPERATOR)
 
 
-def member_dns_names(cluster: str, namespace: str,
-                     domain: str = naming.DEFAULT_CLUSTER_DOMAIN) -> tuple[str, ...]:
+def member_dns_names(cluster: str, namespace: str, domain: str = naming.DEFAULT_CLUSTER_DOMAIN) -> tuple[str, ...]:
     """Every name a client or peer may use for a member: the member's own DNS name (by
     wildcard, so members added later are covered), the client Service with and without
     namespace, svc and cluster-domain suffixes, and localhost for clients on the member's
@@ -87,14 +86,22 @@ class CertRequest:
     lifetime: float = 0.0
 
 
-def request_for(spec: ClusterSpec, cluster: str, namespace: str, kind: CertKind,
-                domain: str = naming.DEFAULT_CLUSTER_DOMAIN) -> CertRequest:
+def request_for(
+    spec: ClusterSpec, cluster: str, namespace: str, kind: CertKind, domain: str = naming.DEFAULT_CLUSTER_DOMAIN
+) -> CertRequest:
     lifetime = spec.tls.certificate_lifetime
     if kind == CertKind.CA:
         return CertRequest(kind, f"etcd-ca {namespace}/{cluster}", lifetime=spec.tls.ca_lifetime)
     if kind == CertKind.MEMBER:
-        return CertRequest(kind, f"{cluster}-member", member_dns_names(cluster, namespace, domain), MEMBER_IP_ADDRESSES,
-                           server_auth=True, client_auth=True, lifetime=lifetime)
+        return CertRequest(
+            kind,
+            f"{cluster}-member",
+            member_dns_names(cluster, namespace, domain),
+            MEMBER_IP_ADDRESSES,
+            server_auth=True,
+            client_auth=True,
+            lifetime=lifetime,
+        )
     common = OPERATOR_COMMON_NAME if kind == CertKind.OPERATOR else USER_COMMON_NAME
     return CertRequest(kind, common, client_auth=True, lifetime=lifetime)
 
@@ -116,13 +123,14 @@ class CertView:
     def renewal_due(self, fraction: float, now: float) -> bool:
         return now >= self.not_before + fraction * (self.not_after - self.not_before)
 
+
 ROTATE_LEAVES = "Leaves"
 ROTATE_CA = "CA"
 # CA rotation phases, in order; each is rolled through every member before the next.
-PHASE_TRUST = "TrustNewCA"      # the trust bundle holds the old and the new CA
-PHASE_ISSUE = "IssueLeaves"     # the new CA signs; every leaf is reissued by it
-PHASE_DROP = "DropOldCA"        # the trust bundle holds the new CA only
-PHASE_RENEW = "RenewLeaves"     # a leaf rotation's only phase
+PHASE_TRUST = "TrustNewCA"  # the trust bundle holds the old and the new CA
+PHASE_ISSUE = "IssueLeaves"  # the new CA signs; every leaf is reissued by it
+PHASE_DROP = "DropOldCA"  # the trust bundle holds the new CA only
+PHASE_RENEW = "RenewLeaves"  # a leaf rotation's only phase
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,11 +148,10 @@ class Rotation:
         return {"kind": self.kind, "request": self.request, "phase": self.phase, "replaced": list(self.replaced)}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> "Rotation | None":
+    def from_dict(cls, data: Mapping[str, Any] | None) -> Rotation | None:
         if not data or not data.get("kind"):
             return None
-        return cls(data["kind"], str(data.get("request", "")), data.get("phase", ""),
-                   tuple(data.get("replaced") or ()))
+        return cls(data["kind"], str(data.get("request", "")), data.get("phase", ""), tuple(data.get("replaced") or ()))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,7 +164,7 @@ class TLSView:
     next_ca: CertView | None = None  # the CA taking over during a CA rotation
     rotation: Rotation | None = None
     requested: dict[str, str] = dataclasses.field(default_factory=dict)  # kind -> annotation value
-    rotated: dict[str, str] = dataclasses.field(default_factory=dict)    # kind -> last request completed
+    rotated: dict[str, str] = dataclasses.field(default_factory=dict)  # kind -> last request completed
     served: dict[str, str] | None = None  # member -> fingerprint it serves (observed during rotations)
 
     def cert(self, kind: CertKind) -> CertView | None:

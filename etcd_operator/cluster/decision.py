@@ -5,19 +5,19 @@ it with I/O; the fault simulator drives it directly."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from etcd_operator import conditions as c
 from etcd_operator import versions
 from etcd_operator.cluster import actions as a
-from etcd_operator.cluster import admission, builders, downgrade, learners, roll, space
+from etcd_operator.cluster import admission, builders, downgrade, learners, roll, space, tls_plan
+from etcd_operator.cluster.certs import CertKind
 from etcd_operator.cluster.health import Health, diagnose
 from etcd_operator.cluster.observed import JoinRecord, Observed, RollRecord
 from etcd_operator.cluster.planner import plan
 from etcd_operator.cluster.spec import ClusterSpec, SpecProblem, spec_problems, version_change_problem
 from etcd_operator.cluster.status import cluster_conditions
-from etcd_operator.cluster import tls_plan
-from etcd_operator.cluster.certs import CertKind
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,8 +33,12 @@ class Decision:
 
     def status_fields(self) -> dict[str, Any]:
         """What this module adds to status, next to status.build_status's fields."""
-        return {"rollout": self.rollout.to_dict(), "learnerJoins": self.learner_joins.to_dict(), **self.version_skew,
-                "quota": {"backendBytes": self.acting_spec.etcd.quota_backend_bytes}}
+        return {
+            "rollout": self.rollout.to_dict(),
+            "learnerJoins": self.learner_joins.to_dict(),
+            **self.version_skew,
+            "quota": {"backendBytes": self.acting_spec.etcd.quota_backend_bytes},
+        }
 
 
 def storage_class_problem(spec: ClusterSpec, observed: Observed) -> SpecProblem | None:
@@ -42,15 +46,18 @@ def storage_class_problem(spec: ClusterSpec, observed: Observed) -> SpecProblem 
         return None
     existing = {p.storage_class for p in observed.pvcs.values() if p.storage_class}
     if existing and spec.storage.storage_class not in existing:
-        return SpecProblem("StorageClassChange",
-                           f"spec.storage.storageClassName {spec.storage.storage_class} differs from the members' "
-                           f"{', '.join(sorted(existing))}; the storage class of existing members cannot change")
+        return SpecProblem(
+            "StorageClassChange",
+            f"spec.storage.storageClassName {spec.storage.storage_class} differs from the members' "
+            f"{', '.join(sorted(existing))}; the storage class of existing members cannot change",
+        )
     return None
 
 
 # Refused version changes: the members keep the version they run.
-VERSION_REFUSALS = frozenset({"VersionDowngrade", "MinorVersionSkip", "UpgradeNeedsPatch", "KnownBadVersion",
-                              "UnsupportedVersion"})
+VERSION_REFUSALS = frozenset(
+    {"VersionDowngrade", "MinorVersionSkip", "UpgradeNeedsPatch", "KnownBadVersion", "UnsupportedVersion"}
+)
 
 
 def effective_spec(spec: ClusterSpec, observed: Observed, problems: list[SpecProblem]) -> ClusterSpec:
@@ -73,14 +80,19 @@ def decide(spec: ClusterSpec, observed: Observed, raw_spec: Mapping[str, Any] | 
     """`raw_spec` is the EtcdCluster's spec as stored; it is recorded as the last good one
     once every member runs it healthily (without it, none is recorded)."""
     problems = spec_problems(spec)
-    for found in (versions.release_problem(spec.version), versions.upgrade_problem(observed.known_version,
-                                                                                   spec.version)):
+    for found in (
+        versions.release_problem(spec.version),
+        versions.upgrade_problem(observed.known_version, spec.version),
+    ):
         if found and found.reason not in {p.reason for p in problems}:
             problems.append(SpecProblem(found.reason, found.message))
     # With no member answering, the version they last ran still decides: a refused change
     # must not reach pods recreated during an outage.
-    for problem in (version_change_problem(observed.known_version, spec.version),
-                    storage_class_problem(spec, observed), tls_plan.transport_problem(spec, observed)):
+    for problem in (
+        version_change_problem(observed.known_version, spec.version),
+        storage_class_problem(spec, observed),
+        tls_plan.transport_problem(spec, observed),
+    ):
         if problem:
             problems.append(problem)
     problems += space.storage_problems(spec, observed)
@@ -100,7 +112,9 @@ def decide(spec: ClusterSpec, observed: Observed, raw_spec: Mapping[str, Any] | 
     desired_hash = builders.pod_spec_hash(acting_spec)
     health = diagnose(acting_spec, observed)
     action = plan(
-        acting_spec, observed, health,
+        acting_spec,
+        observed,
+        health,
         desired_hash=desired_hash,
         recovery_allowed=spec.recovery.automatic_quorum_recovery or observed.recovery_approved,
     )
@@ -111,13 +125,27 @@ def decide(spec: ClusterSpec, observed: Observed, raw_spec: Mapping[str, Any] | 
     conditions.append(roll.roll_condition(rollout, roll_held or isinstance(action, a.RollFailed)))
     skew = versions.skew([s.version for s in observed.etcd.statuses.values()])
     if skew["mixedVersions"]:
-        conditions.append(c.Condition("VersionSkew", True, "MixedVersions",
-                                      "members run different etcd versions: " + ", ".join(sorted(
-                                          {s.version for s in observed.etcd.statuses.values()}))))
+        conditions.append(
+            c.Condition(
+                "VersionSkew",
+                True,
+                "MixedVersions",
+                "members run different etcd versions: "
+                + ", ".join(sorted({s.version for s in observed.etcd.statuses.values()})),
+            )
+        )
     else:
         conditions.append(c.Condition("VersionSkew", False, "SameVersion", ""))
     conditions += space.space_conditions(acting_spec, observed, health, action)
     conditions.append(learners.condition(observed, health, action))
     conditions.append(admission.condition(observed, desired_hash))
-    return Decision(acting_spec, tuple(problems), health, action, tuple(conditions), rollout,
-                    learners.next_record(observed, action), skew)
+    return Decision(
+        acting_spec,
+        tuple(problems),
+        health,
+        action,
+        tuple(conditions),
+        rollout,
+        learners.next_record(observed, action),
+        skew,
+    )

@@ -21,16 +21,26 @@ from etcd_operator.cluster import actions as a
 from etcd_operator.cluster.health import Health, HealthState
 from etcd_operator.cluster.observed import Observed
 
-
 # Steps that change a working cluster on purpose: a cancel goes first, so that the roll back up
 # starts with etcd's downgrade off. Every other step the planner chooses is one that keeps or
 # regains quorum, members or data (quorum recovery, restarting failed or lost pods, replacing a
 # failed member, settling a joined member, recording a failed roll, NOSPACE remediation,
 # certificate issue and rotation, a first member): it goes first, and the cancel, which changes
 # nothing while it waits, follows in a later pass.
-CANCEL_GOES_BEFORE = (a.Steady, a.Wait, a.RollMember, a.MoveLeader, a.AddLearner, a.PromoteLearner,
-                      a.Defragment, a.DefragmentOnRequest, a.FinishDefragmentRequest, a.ExpandMemberPVC,
-                      a.DeleteMemberPod, a.DeleteMemberPVC)
+CANCEL_GOES_BEFORE = (
+    a.Steady,
+    a.Wait,
+    a.RollMember,
+    a.MoveLeader,
+    a.AddLearner,
+    a.PromoteLearner,
+    a.Defragment,
+    a.DefragmentOnRequest,
+    a.FinishDefragmentRequest,
+    a.ExpandMemberPVC,
+    a.DeleteMemberPod,
+    a.DeleteMemberPVC,
+)
 
 
 def cancel_may_go_before(planned: a.Action) -> bool:
@@ -71,8 +81,9 @@ def _cancel(spec_version: str, record: str, observed: Observed, planned: a.Actio
         if type(planned) is a.Wait:
             return a.Wait(f"{planned.reason}; cancelling the downgrade to {record} waits for a reachable leader")
         return None
-    return a.CancelDowngrade(f"spec.version {spec_version} is no longer a {record} version; cancelling the "
-                             f"downgrade", record)
+    return a.CancelDowngrade(
+        f"spec.version {spec_version} is no longer a {record} version; cancelling the downgrade", record
+    )
 
 
 def step(spec_version: str, observed: Observed, health: Health, planned: a.Action) -> a.Action | None:
@@ -84,13 +95,16 @@ def step(spec_version: str, observed: Observed, health: Health, planned: a.Actio
         if health.state == HealthState.HEALTHY and members_minors(observed) == {record}:
             return a.FinishDowngrade(f"every member runs {record}", record)
         if not cluster_at(observed, record) and isinstance(planned, (a.Steady, a.Wait)):
-            return a.Wait(f"downgrade to {record} enabled; waiting for etcd to lower the cluster version "
-                          f"(now {observed.cluster_version or 'unknown'})")
+            return a.Wait(
+                f"downgrade to {record} enabled; waiting for etcd to lower the cluster version "
+                f"(now {observed.cluster_version or 'unknown'})"
+            )
         return None
     target = versions.downgrade_target(observed.known_version, spec_version)
     if target is None or not isinstance(planned, (a.Steady, a.Wait)):
         return None
     if health.state != HealthState.HEALTHY or len(members_minors(observed)) != 1:
         return a.Wait(f"a downgrade to {target} waits for a healthy cluster on one version: {health.message}")
-    return a.EnableDowngrade(f"spec.version {spec_version}: downgrading the cluster to {target} through etcd's "
-                             f"downgrade API", target)
+    return a.EnableDowngrade(
+        f"spec.version {spec_version}: downgrading the cluster to {target} through etcd's downgrade API", target
+    )

@@ -9,20 +9,20 @@ import dataclasses
 import hashlib
 import json
 import logging
-from typing import Any, Callable, Mapping, cast
+from collections.abc import Callable, Mapping
+from typing import Any, cast
 
 import kopf
 
 from etcd_operator import faults
 from etcd_operator.cluster import actions as a
 from etcd_operator.cluster import admission, builders, certs, naming, network_policy, pacing, pki
-from etcd_operator.cluster.pod_dry_run import PodDryRun, is_refusal
-from etcd_operator.cluster.tls_observer import read_secret, secret_bytes
 from etcd_operator.cluster.health import Health
-from etcd_operator.cluster.observed import (DefragmentationRecord, Observed, Operation, PodAdmission,
-                                            SpaceRecoveryRecord)
+from etcd_operator.cluster.observed import DefragmentationRecord, Observed, Operation, PodAdmission, SpaceRecoveryRecord
 from etcd_operator.cluster.planner import QUORUM_RECOVERY, member_add_receivers, self_only_cluster
+from etcd_operator.cluster.pod_dry_run import PodDryRun, is_refusal
 from etcd_operator.cluster.spec import ClusterSpec
+from etcd_operator.cluster.tls_observer import read_secret, secret_bytes
 from etcd_operator.config import DEFAULT_OPERATOR_IMAGE
 from etcd_operator.etcd.client import EtcdError
 from etcd_operator.etcd.pool import EtcdClientPool
@@ -65,17 +65,30 @@ class HeldByRestore(Exception):
 
 # What a pass may still do while a restore holds the cluster: wait, and keep its
 # certificates (a restored member starts with them). Nothing that touches a member.
-PERMITTED_WHILE_HELD = (a.Steady, a.Wait, a.RecordTransport, a.IssueCertificate, a.RecordRotation,
-                        a.UpdateCASecret, a.SyncTrustBundle)
+PERMITTED_WHILE_HELD = (
+    a.Steady,
+    a.Wait,
+    a.RecordTransport,
+    a.IssueCertificate,
+    a.RecordRotation,
+    a.UpdateCASecret,
+    a.SyncTrustBundle,
+)
 MEMBER_RESOURCES = (kube.PODS, kube.PVCS)
 
 
 class ClusterExecutor:
-    def __init__(self, kube_client: kube.KubeClient, etcd_clients: EtcdClientPool,
-                 body: Mapping[str, Any], post_event: EventPoster, operator_namespace: str = "default",
-                 being_deleted: Callable[[], bool] = lambda: False,
-                 held_by: Callable[[], str | None] = lambda: None,
-                 operator_image: str = DEFAULT_OPERATOR_IMAGE):
+    def __init__(
+        self,
+        kube_client: kube.KubeClient,
+        etcd_clients: EtcdClientPool,
+        body: Mapping[str, Any],
+        post_event: EventPoster,
+        operator_namespace: str = "default",
+        being_deleted: Callable[[], bool] = lambda: False,
+        held_by: Callable[[], str | None] = lambda: None,
+        operator_image: str = DEFAULT_OPERATOR_IMAGE,
+    ):
         """`being_deleted` reads the live object: once it is marked for deletion, every create
         and apply is refused here (BeingDeleted), before it reaches the API server.
         `held_by` reads the live object's restore hold (the EtcdRestore's name): while one
@@ -106,8 +119,9 @@ class ClusterExecutor:
     def _hold_fence(self, what: str) -> None:
         holder = self.held_by()
         if holder:
-            raise HeldByRestore(f"EtcdCluster {self.namespace}/{self.cluster} is held by EtcdRestore {holder}; "
-                                f"{what} is not done")
+            raise HeldByRestore(
+                f"EtcdCluster {self.namespace}/{self.cluster} is held by EtcdRestore {holder}; {what} is not done"
+            )
 
     async def _create(self, resource: kube.Resource, manifest: dict) -> None:
         """Creates `manifest` as is: the caller decides whether the cluster owns it."""
@@ -143,14 +157,41 @@ class ClusterExecutor:
         if not spec.storage.empty_dir:
             await self._create(kube.PVCS, builders.member_pvc(spec, self.cluster, self.namespace, member, member_id))
 
-    def _member_pod(self, spec: ClusterSpec, member: str, member_id: int | None, initial_cluster: str,
-                    state: str, force_new_cluster: bool = False, joining: bool = False) -> dict:
-        return self._owned(builders.member_pod(spec, self.cluster, self.namespace, member, member_id,
-                                               initial_cluster, state, self.token, force_new_cluster,
-                                               joining_image=self.operator_image if joining else None))
+    def _member_pod(
+        self,
+        spec: ClusterSpec,
+        member: str,
+        member_id: int | None,
+        initial_cluster: str,
+        state: str,
+        force_new_cluster: bool = False,
+        joining: bool = False,
+    ) -> dict:
+        return self._owned(
+            builders.member_pod(
+                spec,
+                self.cluster,
+                self.namespace,
+                member,
+                member_id,
+                initial_cluster,
+                state,
+                self.token,
+                force_new_cluster,
+                joining_image=self.operator_image if joining else None,
+            )
+        )
 
-    async def _create_pod(self, spec: ClusterSpec, member: str, member_id: int | None, initial_cluster: str,
-                          state: str, force_new_cluster: bool = False, joining: bool = False) -> None:
+    async def _create_pod(
+        self,
+        spec: ClusterSpec,
+        member: str,
+        member_id: int | None,
+        initial_cluster: str,
+        state: str,
+        force_new_cluster: bool = False,
+        joining: bool = False,
+    ) -> None:
         """Raises PodRefused when the API server refuses the pod (the answer says why).
         `joining`: the member's first pod after its add (builders.peer_name_container)."""
         await self._ensure_pvc(spec, member, member_id)
@@ -166,9 +207,11 @@ class ClusterExecutor:
         """Dry runs of a member's pod as the create would send it (its etcd ID aside): a
         re-create's, or with `joining` a new member's first pod (with TLS, its peer-name init
         container in the operator's image, which a policy may refuse where etcd's is allowed)."""
+
         def build(spec: ClusterSpec, member: str) -> dict:
             itself = f"{member}={naming.peer_url(self.cluster, self.namespace, member, spec.tls.enabled)}"
             return self._member_pod(spec, member, None, itself, builders.STATE_EXISTING, joining=joining)
+
         self._fence()
         return PodDryRun(self.kube, self.namespace, build)
 
@@ -242,24 +285,36 @@ class ClusterExecutor:
         return None
 
     async def _bootstrap_first_member(self, action: a.BootstrapFirstMember, spec, observed) -> None:
-        await self._create_pod(spec, action.member, None,
-                               action.initial_cluster or self_only_cluster(observed, action.member), builders.STATE_NEW)
-        self.post_event("Normal", "ClusterBootstrapping",
-                        f"Started first member {action.member} with initial-cluster-state=new")
+        await self._create_pod(
+            spec,
+            action.member,
+            None,
+            action.initial_cluster or self_only_cluster(observed, action.member),
+            builders.STATE_NEW,
+        )
+        self.post_event(
+            "Normal", "ClusterBootstrapping", f"Started first member {action.member} with initial-cluster-state=new"
+        )
 
     async def _start_restored_members(self, action: a.StartRestoredMembers, spec, observed) -> None:
-        await asyncio.gather(*(self._create_pod(spec, member, None, action.initial_cluster, builders.STATE_NEW)
-                               for member in action.members))
-        self.post_event("Normal", "ClusterBootstrapping",
-                        f"Started {', '.join(action.members)} together on their restored data")
+        await asyncio.gather(
+            *(
+                self._create_pod(spec, member, None, action.initial_cluster, builders.STATE_NEW)
+                for member in action.members
+            )
+        )
+        self.post_event(
+            "Normal", "ClusterBootstrapping", f"Started {', '.join(action.members)} together on their restored data"
+        )
 
     async def _add_learner(self, action: a.AddLearner, spec, observed) -> None:
         peer = naming.peer_url(self.cluster, self.namespace, action.member, spec.tls.enabled)
         learner, members = await self._member_add(observed, peer)
         self.post_event("Normal", "MemberAdded", f"Added {action.member} (id {learner.hex_id}) as a learner")
         faults.hit(faults.AFTER_MEMBER_ADD)
-        initial = ",".join(sorted(
-            f"{m.name or action.member}={m.peer_urls[0]}" for m in members if m.name or m.id == learner.id))
+        initial = ",".join(
+            sorted(f"{m.name or action.member}={m.peer_urls[0]}" for m in members if m.name or m.id == learner.id)
+        )
         await self._create_pod(spec, action.member, learner.id, initial, builders.STATE_EXISTING, joining=True)
 
     async def _member_add(self, observed: Observed, peer: str):
@@ -281,29 +336,51 @@ class ClusterExecutor:
 
     async def _check_pod_spec(self, action: a.CheckPodSpec, spec: ClusterSpec, observed) -> Outcome:
         joining = action.before == a.AddLearner.__name__
-        answer = dataclasses.replace(await self._dry_runs(joining).check(spec, action.member),
-                                     pod_spec_hash=action.pod_spec_hash)
+        answer = dataclasses.replace(
+            await self._dry_runs(joining).check(spec, action.member), pod_spec_hash=action.pod_spec_hash
+        )
         if not answer.accepted:
             logger.warning("%s/%s: %s", self.namespace, self.cluster, admission.describe(answer))
         return Outcome(True, admission=answer)
 
     async def _create_member_pod(self, action: a.CreateMemberPod, spec, observed) -> None:
-        await self._create_pod(spec, action.member, action.member_id, action.initial_cluster,
-                               builders.STATE_EXISTING, joining=not action.joined_before)
+        await self._create_pod(
+            spec,
+            action.member,
+            action.member_id,
+            action.initial_cluster,
+            builders.STATE_EXISTING,
+            joining=not action.joined_before,
+        )
         if action.joined_before:
-            self.post_event("Normal", "MemberRestarted", f"Recreated the pod of {action.member}; it rejoins on its data")
+            self.post_event(
+                "Normal", "MemberRestarted", f"Recreated the pod of {action.member}; it rejoins on its data"
+            )
 
     async def _settle_member_pod(self, action: a.SettleMemberPod, spec, observed) -> None:
         member_id = builders.member_id_text(action.member_id)
-        await self.kube.merge_patch(kube.PODS, self.namespace, action.member, {"metadata": {"annotations": {
-            naming.ANNOTATION_MEMBER_ID: member_id,
-            naming.ANNOTATION_INITIAL_CLUSTER: self_only_cluster(observed, action.member),
-            naming.ANNOTATION_INITIAL_STATE: builders.STATE_EXISTING,
-            naming.ANNOTATION_FORCE_NEW_CLUSTER: "false",
-        }}})
+        await self.kube.merge_patch(
+            kube.PODS,
+            self.namespace,
+            action.member,
+            {
+                "metadata": {
+                    "annotations": {
+                        naming.ANNOTATION_MEMBER_ID: member_id,
+                        naming.ANNOTATION_INITIAL_CLUSTER: self_only_cluster(observed, action.member),
+                        naming.ANNOTATION_INITIAL_STATE: builders.STATE_EXISTING,
+                        naming.ANNOTATION_FORCE_NEW_CLUSTER: "false",
+                    }
+                }
+            },
+        )
         if naming.pvc_name(action.member) in observed.pvcs:
-            await self.kube.merge_patch(kube.PVCS, self.namespace, naming.pvc_name(action.member),
-                                        {"metadata": {"annotations": {naming.ANNOTATION_MEMBER_ID: member_id}}})
+            await self.kube.merge_patch(
+                kube.PVCS,
+                self.namespace,
+                naming.pvc_name(action.member),
+                {"metadata": {"annotations": {naming.ANNOTATION_MEMBER_ID: member_id}}},
+            )
 
     async def _promote_learner(self, action: a.PromoteLearner, spec, observed) -> None:
         await self._leader_client(observed).promote(action.member_id)
@@ -314,8 +391,11 @@ class ClusterExecutor:
         reason = "MemberReplaced" if action.replacing else "MemberRemoved"
         if action.learner_not_caught_up:
             reason = "LearnerNotCaughtUp"
-        self.post_event("Warning" if action.replacing or action.learner_not_caught_up else "Normal", reason,
-                        f"Removed {action.member} (id {action.member_id:x}) from etcd: {action.reason}")
+        self.post_event(
+            "Warning" if action.replacing or action.learner_not_caught_up else "Normal",
+            reason,
+            f"Removed {action.member} (id {action.member_id:x}) from etcd: {action.reason}",
+        )
         faults.hit(faults.AFTER_MEMBER_REMOVE)
 
     async def _delete_member_pod(self, action: a.DeleteMemberPod, spec, observed) -> None:
@@ -338,7 +418,9 @@ class ClusterExecutor:
     async def _roll_member(self, action: a.RollMember, spec, observed) -> None:
         pod = observed.pods[action.member]
         await self.kube.delete(kube.PODS, self.namespace, action.member, uid=pod.uid)
-        self.post_event("Normal", "MemberRolling", f"Restarting {action.member} with etcd {spec.version}: {action.reason}")
+        self.post_event(
+            "Normal", "MemberRolling", f"Restarting {action.member} with etcd {spec.version}: {action.reason}"
+        )
 
     async def _roll_failed(self, action: a.RollFailed, spec, observed) -> None:
         self.post_event("Warning", "RollFailed", f"Roll paused and rolled back: {action.reason}")
@@ -377,11 +459,18 @@ class ClusterExecutor:
         operation = Operation(QUORUM_RECOVERY, action.member, action.member_id, observed.now)
         if observed.recovery_approved:
             # An approval is for one incident: it is used up as the recovery starts.
-            await self.kube.merge_patch(kube.ETCDCLUSTERS, self.namespace, self.cluster, {"metadata": {
-                "annotations": {naming.ANNOTATION_APPROVE_QUORUM_RECOVERY: None}}})
-        self.post_event("Warning", "QuorumRecoveryStarted",
-                        f"Recovering quorum from {action.member}: {action.reason}. Writes that reached only "
-                        f"the lost members are gone")
+            await self.kube.merge_patch(
+                kube.ETCDCLUSTERS,
+                self.namespace,
+                self.cluster,
+                {"metadata": {"annotations": {naming.ANNOTATION_APPROVE_QUORUM_RECOVERY: None}}},
+            )
+        self.post_event(
+            "Warning",
+            "QuorumRecoveryStarted",
+            f"Recovering quorum from {action.member}: {action.reason}. Writes that reached only "
+            f"the lost members are gone",
+        )
         return Outcome(True, status_patch={"operation": operation.to_dict()})
 
     async def _stop_member_pod(self, action: a.StopMemberPod, spec, observed) -> None:
@@ -390,23 +479,40 @@ class ClusterExecutor:
 
     async def _set_aside_member_data(self, action: a.SetAsideMemberData, spec, observed) -> None:
         if action.min_ordinal > observed.min_ordinal:
-            await self.kube.merge_patch(kube.ETCDCLUSTERS, self.namespace, self.cluster, {"metadata": {
-                "annotations": {naming.ANNOTATION_MIN_ORDINAL: str(action.min_ordinal)}}})
+            await self.kube.merge_patch(
+                kube.ETCDCLUSTERS,
+                self.namespace,
+                self.cluster,
+                {"metadata": {"annotations": {naming.ANNOTATION_MIN_ORDINAL: str(action.min_ordinal)}}},
+            )
         pvc = observed.pvcs[naming.pvc_name(action.member)]
-        patch = builders.set_aside_pvc_patch(self.cluster, self.token, [], {
-            naming.LABEL_SET_ASIDE_FROM: self.cluster, naming.LABEL_SET_ASIDE_BY: "quorum-recovery"})
+        patch = builders.set_aside_pvc_patch(
+            self.cluster,
+            self.token,
+            [],
+            {naming.LABEL_SET_ASIDE_FROM: self.cluster, naming.LABEL_SET_ASIDE_BY: "quorum-recovery"},
+        )
         await self.kube.merge_patch(kube.PVCS, self.namespace, pvc.name, patch)
-        self.post_event("Warning", "MemberDataSetAside",
-                        f"Kept PVC {pvc.name} aside (label {naming.LABEL_SET_ASIDE_FROM}={self.cluster}): it may hold "
-                        f"writes the survivor lacks. Delete it once you no longer need it")
+        self.post_event(
+            "Warning",
+            "MemberDataSetAside",
+            f"Kept PVC {pvc.name} aside (label {naming.LABEL_SET_ASIDE_FROM}={self.cluster}): it may hold "
+            f"writes the survivor lacks. Delete it once you no longer need it",
+        )
 
     async def _force_new_cluster(self, action: a.ForceNewCluster, spec, observed) -> None:
         pod = observed.pods.get(action.member)
         if pod is not None:
             await self.kube.delete(kube.PODS, self.namespace, action.member, uid=pod.uid)
             return
-        await self._create_pod(spec, action.member, action.member_id, self_only_cluster(observed, action.member),
-                               builders.STATE_EXISTING, force_new_cluster=True)
+        await self._create_pod(
+            spec,
+            action.member,
+            action.member_id,
+            self_only_cluster(observed, action.member),
+            builders.STATE_EXISTING,
+            force_new_cluster=True,
+        )
 
     async def _finish_quorum_recovery(self, action: a.FinishQuorumRecovery, spec, observed) -> Outcome:
         self.post_event("Normal", "QuorumRecovered", f"{action.member} leads again; members are re-added one at a time")
@@ -446,11 +552,15 @@ class ClusterExecutor:
         """Applies a certificate Secret, or with `create` creates it: a Secret this pass saw
         absent is never written over, and one that appeared since ends the step (NotYet; the
         next pass looks again). Returns the data as stored."""
-        secret = self._owned({
-            "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
-            "metadata": {"name": name, "namespace": self.namespace, "labels": naming.selector_labels(self.cluster)},
-            "data": {k: base64.b64encode(v).decode() for k, v in data.items()},
-        })
+        secret = self._owned(
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "type": "kubernetes.io/tls",
+                "metadata": {"name": name, "namespace": self.namespace, "labels": naming.selector_labels(self.cluster)},
+                "data": {k: base64.b64encode(v).decode() for k, v in data.items()},
+            }
+        )
         self._fence()
         if not create:
             written = await self.kube.apply(kube.SECRETS, self.namespace, secret)
@@ -498,8 +608,11 @@ class ClusterExecutor:
     async def _compact_revisions(self, action: a.CompactRevisions, spec, observed) -> Outcome:
         if action.revision > 0:
             await self._leader_client(observed).compact(action.revision)
-        record = dataclasses.replace(observed.space_recovery or SpaceRecoveryRecord(observed.now),
-                                     compacted_revision=action.revision, defragmented=())
+        record = dataclasses.replace(
+            observed.space_recovery or SpaceRecoveryRecord(observed.now),
+            compacted_revision=action.revision,
+            defragmented=(),
+        )
         self.post_event("Normal", "RevisionsCompacted", f"Compacted revisions up to {action.revision}: {action.reason}")
         return Outcome(True, status_patch={"spaceRecovery": record.to_dict()})
 
@@ -540,10 +653,17 @@ class ClusterExecutor:
         return Outcome(True, status_patch={"defragmentation": record.to_dict()})
 
     async def _expand_member_pvc(self, action: a.ExpandMemberPVC, spec, observed) -> None:
-        await self.kube.merge_patch(kube.PVCS, self.namespace, naming.pvc_name(action.member),
-                                    {"spec": {"resources": {"requests": {"storage": action.size}}}})
-        self.post_event("Normal", "VolumeExpansionRequested",
-                        f"Asked for {naming.pvc_name(action.member)} to grow to {action.size}: {action.reason}")
+        await self.kube.merge_patch(
+            kube.PVCS,
+            self.namespace,
+            naming.pvc_name(action.member),
+            {"spec": {"resources": {"requests": {"storage": action.size}}}},
+        )
+        self.post_event(
+            "Normal",
+            "VolumeExpansionRequested",
+            f"Asked for {naming.pvc_name(action.member)} to grow to {action.size}: {action.reason}",
+        )
 
     # --- children that are not members -----------------------------------------------
 
@@ -555,13 +675,22 @@ class ClusterExecutor:
             if pvc is None:
                 continue
             meta = pvc["metadata"]
-            await self.kube.merge_patch(kube.PVCS, self.namespace, name, {"metadata": {
-                "ownerReferences": builders.owners_without(meta.get("ownerReferences") or [], self.token),
-                "resourceVersion": meta["resourceVersion"]}})
+            await self.kube.merge_patch(
+                kube.PVCS,
+                self.namespace,
+                name,
+                {
+                    "metadata": {
+                        "ownerReferences": builders.owners_without(meta.get("ownerReferences") or [], self.token),
+                        "resourceVersion": meta["resourceVersion"],
+                    }
+                },
+            )
             logger.info("%s/%s: PVC %s no longer has the cluster as its owner", self.namespace, self.cluster, name)
 
-    async def ensure_services(self, spec: ClusterSpec, health: Health, applied: str | None = None,
-                              force: bool = True) -> str:
+    async def ensure_services(
+        self, spec: ClusterSpec, health: Health, applied: str | None = None, force: bool = True
+    ) -> str:
         """Applies the Services, the PDB and the NetworkPolicy (or deletes the policy when it is
         off), unless `force` is off and their manifests hash to `applied`, what this reconciler
         last applied in full. Returns the hash of what is now in place."""
@@ -574,10 +703,17 @@ class ClusterExecutor:
         settings = (self.body.get("spec") or {}).get("networkPolicy")
         policy_on = network_policy.enabled(settings, spec.tls.enabled)
         if policy_on:
-            manifests.append((kube.NETWORK_POLICIES, self._owned(network_policy.network_policy(
-                self.cluster, self.namespace, settings, self.operator_namespace))))
-        digest = hashlib.sha256(json.dumps([(r.plural, m) for r, m in manifests], sort_keys=True,
-                                           default=str).encode()).hexdigest()
+            manifests.append(
+                (
+                    kube.NETWORK_POLICIES,
+                    self._owned(
+                        network_policy.network_policy(self.cluster, self.namespace, settings, self.operator_namespace)
+                    ),
+                )
+            )
+        digest = hashlib.sha256(
+            json.dumps([(r.plural, m) for r, m in manifests], sort_keys=True, default=str).encode()
+        ).hexdigest()
         if digest == applied and not force:
             return digest
         for resource, manifest in manifests:

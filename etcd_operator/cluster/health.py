@@ -147,8 +147,11 @@ def quorum_loss_evidence(observed: Observed) -> bool:
     members = observed.etcd.members
     if members:
         voters = [m for m in members if not m.is_learner]
-        serving = [m for m in voters
-                   if member_healthy(observed, m.id) or pod_serving(observed.pods.get(member_name(observed, m) or ""))]
+        serving = [
+            m
+            for m in voters
+            if member_healthy(observed, m.id) or pod_serving(observed.pods.get(member_name(observed, m) or ""))
+        ]
         return bool(voters) and len(serving) < naming.quorum(len(voters))
     if not observed.bootstrapped or not (observed.pods or observed.pvcs):
         return False
@@ -169,16 +172,20 @@ def diagnose(spec: ClusterSpec, observed: Observed) -> Health:
     if not members:
         if not observed.pods and not observed.pvcs:
             if observed.bootstrapped:
-                return health(HealthState.QUORUM_LOST,
-                              "every member and its data is gone; restore from a backup with an EtcdRestore")
+                return health(
+                    HealthState.QUORUM_LOST,
+                    "every member and its data is gone; restore from a backup with an EtcdRestore",
+                )
             return health(HealthState.BOOTSTRAPPING, "creating the first member")
         lasted = observed.no_quorum_for
         if lasted is not None and quorum_loss_evidence(observed):
             state = HealthState.QUORUM_LOST if lasted >= quorum_loss_timeout(spec) else HealthState.NO_QUORUM
             return health(state, f"no member answers and no member pod is ready (for {lasted:.0f}s)")
         if any(pod_serving(p) for p in observed.pods.values()) and observed.bootstrapped:
-            return health(HealthState.UNREACHABLE,
-                          "no member answers the operator, but member pods are ready: the operator may be cut off")
+            return health(
+                HealthState.UNREACHABLE,
+                "no member answers the operator, but member pods are ready: the operator may be cut off",
+            )
         return health(HealthState.UNKNOWN, "no member answered; waiting for the members to start")
 
     voters = [m for m in members if not m.is_learner]
@@ -187,28 +194,37 @@ def diagnose(spec: ClusterSpec, observed: Observed) -> Health:
     if len(healthy_voters) < needed:
         counts = f"{len(healthy_voters)} of {len(voters)} voting members answer with a leader (quorum is {needed})"
         if not quorum_loss_evidence(observed):
-            return health(HealthState.UNREACHABLE,
-                          f"only {counts}, but a reachable member reports a leader or unreachable members' pods "
-                          f"are ready: quorum may hold; waiting")
+            return health(
+                HealthState.UNREACHABLE,
+                f"only {counts}, but a reachable member reports a leader or unreachable members' pods "
+                f"are ready: quorum may hold; waiting",
+            )
         lasted = observed.no_quorum_for
         if lasted is not None and lasted >= quorum_loss_timeout(spec):
             return health(HealthState.QUORUM_LOST, f"only {counts} for {lasted:.0f}s")
         return health(HealthState.NO_QUORUM, f"only {counts}")
     names = {a for _, a in alarms}
     if CORRUPT in names:
-        return health(HealthState.CORRUPT, "etcd raised the CORRUPT alarm: a member's data differs from the others'; "
-                                           "nothing is changed automatically")
+        return health(
+            HealthState.CORRUPT,
+            "etcd raised the CORRUPT alarm: a member's data differs from the others'; nothing is changed automatically",
+        )
     if NOSPACE in names:
-        return health(HealthState.NO_SPACE, "etcd raised the NOSPACE alarm: writes fail until space is freed and "
-                                            "the alarm disarmed; no member is removed or replaced for it")
+        return health(
+            HealthState.NO_SPACE,
+            "etcd raised the NOSPACE alarm: writes fail until space is freed and "
+            "the alarm disarmed; no member is removed or replaced for it",
+        )
     unhealthy = [member_name(observed, m) or m.hex_id for m in members if m.id not in healthy]
     learners = [member_name(observed, m) or m.hex_id for m in members if m.is_learner]
     if unhealthy:
         return health(HealthState.DEGRADED, f"unhealthy members: {', '.join(sorted(unhealthy))}")
     if stopping:
         leaving = sorted(member_name(observed, m) or m.hex_id for m in members if m.id in stopping)
-        return health(HealthState.DEGRADED, f"member pods stopping: {', '.join(leaving)}; "
-                                            f"no other member is restarted until they have")
+        return health(
+            HealthState.DEGRADED,
+            f"member pods stopping: {', '.join(leaving)}; no other member is restarted until they have",
+        )
     if learners:
         return health(HealthState.DEGRADED, f"learner catching up: {', '.join(sorted(learners))}")
     if len(voters) != spec.size:
@@ -218,8 +234,17 @@ def diagnose(spec: ClusterSpec, observed: Observed) -> Health:
 
 # Why a container does not run: etcd never starts with this pod spec. A pod that runs but is
 # not ready (no leader elected yet) is not broken.
-BROKEN_WAITING_REASONS = frozenset({"CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "InvalidImageName",
-                                    "CreateContainerConfigError", "CreateContainerError", "RunContainerError"})
+BROKEN_WAITING_REASONS = frozenset(
+    {
+        "CrashLoopBackOff",
+        "ImagePullBackOff",
+        "ErrImagePull",
+        "InvalidImageName",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "RunContainerError",
+    }
+)
 
 
 def pod_broken(pod: PodView) -> bool:

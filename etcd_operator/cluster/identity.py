@@ -17,8 +17,9 @@ def parse_hex_id(text: str | None) -> int | None:
         return None
 
 
-def split_foreign(answers: dict[str, MemberStatus], recorded: int | None
-                  ) -> tuple[dict[str, MemberStatus], dict[str, int]]:
+def split_foreign(
+    answers: dict[str, MemberStatus], recorded: int | None
+) -> tuple[dict[str, MemberStatus], dict[str, int]]:
     """(answers of this cluster, {endpoint: foreign cluster ID}). Before a cluster ID is
     recorded, answers that disagree with each other are all kept; the planner acts only on
     the leader's view then."""

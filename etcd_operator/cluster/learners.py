@@ -50,8 +50,7 @@ class Progress:
 
     @property
     def refuses_requests(self) -> bool:
-        return self.applied is not None and self.committed is not None and \
-            self.committed - self.applied > MAX_APPLY_GAP
+        return self.applied is not None and self.committed is not None and self.committed - self.applied > MAX_APPLY_GAP
 
     def describe(self) -> str:
         if not self.answers:
@@ -60,9 +59,11 @@ class Progress:
         if self.leader_committed is not None:
             parts[0] += f" of the leader's {self.leader_committed} ({self.behind} behind)"
         if self.refuses_requests and self.committed is not None and self.applied is not None:
-            parts.append(f"its committed index {self.committed} runs {self.committed - self.applied} entries ahead "
-                         f"of its applied index, over etcd's {MAX_APPLY_GAP}, so it refuses requests "
-                         f"(etcdserver: too many requests), its own publish included")
+            parts.append(
+                f"its committed index {self.committed} runs {self.committed - self.applied} entries ahead "
+                f"of its applied index, over etcd's {MAX_APPLY_GAP}, so it refuses requests "
+                f"(etcdserver: too many requests), its own publish included"
+            )
         if not self.published:
             parts.append("it has not published itself to the cluster yet")
         return "; ".join(parts)
@@ -75,8 +76,9 @@ def progress(observed: Observed, learner: Member) -> Progress:
     published = bool(learner.name)
     if own is None:
         return Progress(name, False, published, error=observed.etcd.errors.get(name, ""))
-    return Progress(name, True, published, own.raft_applied_index, own.raft_index,
-                    leader.raft_index if leader is not None else None)
+    return Progress(
+        name, True, published, own.raft_applied_index, own.raft_index, leader.raft_index if leader is not None else None
+    )
 
 
 def failures_after_removing(record: JoinRecord, member_id: int) -> int:
@@ -93,18 +95,24 @@ def add_backoff(observed: Observed) -> a.Wait | None:
     backoff, waited = join_backoff(record.failures), observed.since_join_failure or 0.0
     if waited >= backoff:
         return None
-    return a.Wait(f"{record.failures} learner(s) in a row did not catch up (last: {record.last_reason}); the next "
-                  f"member is added in {backoff - waited:.0f}s")
+    return a.Wait(
+        f"{record.failures} learner(s) in a row did not catch up (last: {record.last_reason}); the next "
+        f"member is added in {backoff - waited:.0f}s"
+    )
 
 
 def next_record(observed: Observed, action: a.Action) -> JoinRecord:
     record = observed.learner_joins
     if isinstance(action, a.PromoteLearner):
         return JoinRecord()
-    if isinstance(action, a.RemoveMember) and action.learner_not_caught_up \
-            and action.member_id != record.last_member_id:
-        return JoinRecord(failures_after_removing(record, action.member_id), observed.now, action.member_id,
-                          action.reason)
+    if (
+        isinstance(action, a.RemoveMember)
+        and action.learner_not_caught_up
+        and action.member_id != record.last_member_id
+    ):
+        return JoinRecord(
+            failures_after_removing(record, action.member_id), observed.now, action.member_id, action.reason
+        )
     return record
 
 

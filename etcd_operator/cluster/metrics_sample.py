@@ -38,9 +38,9 @@ def parse(text: str, at: float) -> MetricsSample:
     scalars: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name.endswith("_bucket") and sample.name[:-len("_bucket")] in histograms:
+            if sample.name.endswith("_bucket") and sample.name[: -len("_bucket")] in histograms:
                 le = float(sample.labels["le"])
-                buckets = histograms[sample.name[:-len("_bucket")]]
+                buckets = histograms[sample.name[: -len("_bucket")]]
                 buckets[le] = buckets.get(le, 0.0) + sample.value
             elif sample.name in (LEADER_CHANGES, PROPOSALS_FAILED, DB_SIZE, QUOTA):
                 scalars[sample.name] = scalars.get(sample.name, 0.0) + sample.value
@@ -75,7 +75,7 @@ def _shared_buckets(previous: Buckets, new: Buckets) -> Buckets:
         return previous
     if len(new) != len(previous):
         return new
-    return tuple(old if old == pair else pair for old, pair in zip(previous, new))
+    return tuple(old if old == pair else pair for old, pair in zip(previous, new, strict=True))
 
 
 def sharing_unchanged(previous: MetricsSample | None, sample: MetricsSample) -> MetricsSample:
@@ -84,8 +84,11 @@ def sharing_unchanged(previous: MetricsSample | None, sample: MetricsSample) -> 
     them then costs one set of buckets, not one per scrape (about 4 KiB each)."""
     if previous is None:
         return sample
-    return dataclasses.replace(sample, wal_fsync=_shared_buckets(previous.wal_fsync, sample.wal_fsync),
-                               backend_commit=_shared_buckets(previous.backend_commit, sample.backend_commit))
+    return dataclasses.replace(
+        sample,
+        wal_fsync=_shared_buckets(previous.wal_fsync, sample.wal_fsync),
+        backend_commit=_shared_buckets(previous.backend_commit, sample.backend_commit),
+    )
 
 
 def counter_increase(old: float, new: float) -> float:

@@ -11,7 +11,7 @@ import logging
 import math
 import os
 import time
-from typing import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 
 from etcd_operator.cluster import anomaly_detection, naming
 from etcd_operator.cluster.metrics_sample import MetricsSample, parse, sharing_unchanged
@@ -32,8 +32,12 @@ def metrics_url(pod: PodView) -> str:
 
 
 class MemberMetricsWatcher:
-    def __init__(self, fetch: Fetch = read_metrics, every: float = SCRAPE_EVERY,
-                 thresholds: anomaly_detection.Thresholds = anomaly_detection.Thresholds()):
+    def __init__(
+        self,
+        fetch: Fetch = read_metrics,
+        every: float = SCRAPE_EVERY,
+        thresholds: anomaly_detection.Thresholds = anomaly_detection.Thresholds(),
+    ):
         self.fetch = fetch
         self.every = every
         self.thresholds = thresholds
@@ -54,10 +58,11 @@ class MemberMetricsWatcher:
             self._task = asyncio.create_task(self._scrape(targets))
 
     async def _scrape(self, targets: dict[str, str]) -> None:
-        pages = await asyncio.gather(*(self.fetch(url, SCRAPE_TIMEOUT) for url in targets.values()),
-                                     return_exceptions=True)
+        pages = await asyncio.gather(
+            *(self.fetch(url, SCRAPE_TIMEOUT) for url in targets.values()), return_exceptions=True
+        )
         at = time.time()
-        for name, page in zip(targets, pages):
+        for name, page in zip(targets, pages, strict=True):
             if isinstance(page, ScrapeError):
                 logger.debug("metrics of %s not read: %s", name, page)
                 continue
@@ -79,8 +84,9 @@ class MemberMetricsWatcher:
         """Warnings per member, and whether any member has a sample in the window."""
         current = {name: list(h) for name, h in self.histories.items() if name in observed.pods}
         scraped = any(anomaly_detection.in_window(h, observed.now, self.thresholds) for h in current.values())
-        found = anomaly_detection.detect(current, anomaly_detection.applied_lags(observed), observed.now,
-                                         self.thresholds)
+        found = anomaly_detection.detect(
+            current, anomaly_detection.applied_lags(observed), observed.now, self.thresholds
+        )
         return found, scraped
 
     async def close(self) -> None:

@@ -11,7 +11,8 @@ A NetworkPolicy only adds isolation where the cluster's network plugin enforces 
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from etcd_operator.cluster import naming
 
@@ -36,12 +37,15 @@ def _port(number: int) -> list[dict[str, Any]]:
     return [{"protocol": "TCP", "port": number}]
 
 
-def network_policy(cluster: str, namespace: str, settings: Mapping[str, Any] | None,
-                   operator_namespace: str) -> dict[str, Any]:
+def network_policy(
+    cluster: str, namespace: str, settings: Mapping[str, Any] | None, operator_namespace: str
+) -> dict[str, Any]:
     settings = settings or {}
     members = {"podSelector": {"matchLabels": naming.selector_labels(cluster)}}
-    operator = {"podSelector": {"matchLabels": dict(OPERATOR_POD_LABELS)},
-                "namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: operator_namespace}}}
+    operator = {
+        "podSelector": {"matchLabels": dict(OPERATOR_POD_LABELS)},
+        "namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: operator_namespace}},
+    }
     client_peers = [members, operator]
     if settings.get("clientSelector") is not None:
         chosen: dict[str, Any] = {"podSelector": dict(settings["clientSelector"])}
@@ -51,8 +55,7 @@ def network_policy(cluster: str, namespace: str, settings: Mapping[str, Any] | N
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
-        "metadata": {"name": policy_name(cluster), "namespace": namespace,
-                     "labels": naming.selector_labels(cluster)},
+        "metadata": {"name": policy_name(cluster), "namespace": namespace, "labels": naming.selector_labels(cluster)},
         "spec": {
             "podSelector": {"matchLabels": naming.selector_labels(cluster)},
             "policyTypes": ["Ingress"],

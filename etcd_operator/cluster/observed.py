@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from etcd_operator.cluster.certs import TLSView
 from etcd_operator.cluster.naming import DEFAULT_CLUSTER_DOMAIN
@@ -74,8 +75,7 @@ class PodView:
     def starting(self) -> bool:
         """Its container runs but has not passed its startup probe yet: inside the startup
         budget. A container waiting to be restarted (CrashLoopBackOff) is not starting."""
-        return (self.phase == "Running" and not self.started and not self.deleting
-                and self.waiting_reason is None)
+        return self.phase == "Running" and not self.started and not self.deleting and self.waiting_reason is None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,11 +134,15 @@ class Operation:
     started_at: float
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "member": self.member, "memberID": f"{self.member_id:x}",
-                "startedAt": self.started_at}
+        return {
+            "kind": self.kind,
+            "member": self.member,
+            "memberID": f"{self.member_id:x}",
+            "startedAt": self.started_at,
+        }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> "Operation | None":
+    def from_dict(cls, data: Mapping[str, Any] | None) -> Operation | None:
         if not data or not data.get("kind"):
             return None
         return cls(data["kind"], data["member"], int(data["memberID"], 16), float(data["startedAt"]))
@@ -160,17 +164,25 @@ class RollRecord:
         # The spec is kept as one JSON string: a merge patch would merge a nested object with
         # the old one and keep fields the user has since removed. Empty strings, never null,
         # so an unchanged record compares equal to what status holds.
-        return {"lastGoodSpec": json.dumps(self.last_good_spec, sort_keys=True) if self.last_good_spec else "",
-                "failedPodSpecHash": self.failed_hash or "", "failedMember": self.failed_member,
-                "failedReason": self.failed_reason, "lastGoodPodSpecHash": self.last_good_hash or ""}
+        return {
+            "lastGoodSpec": json.dumps(self.last_good_spec, sort_keys=True) if self.last_good_spec else "",
+            "failedPodSpecHash": self.failed_hash or "",
+            "failedMember": self.failed_member,
+            "failedReason": self.failed_reason,
+            "lastGoodPodSpecHash": self.last_good_hash or "",
+        }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> "RollRecord":
+    def from_dict(cls, data: Mapping[str, Any] | None) -> RollRecord:
         data = data or {}
         spec = data.get("lastGoodSpec")
-        return cls(json.loads(spec) if spec else None, data.get("failedPodSpecHash") or None,
-                   data.get("failedMember") or "", data.get("failedReason") or "",
-                   data.get("lastGoodPodSpecHash") or None)
+        return cls(
+            json.loads(spec) if spec else None,
+            data.get("failedPodSpecHash") or None,
+            data.get("failedMember") or "",
+            data.get("failedReason") or "",
+            data.get("lastGoodPodSpecHash") or None,
+        )
 
     @property
     def last_good(self) -> ClusterSpec | None:
@@ -187,16 +199,20 @@ class SpaceRecoveryRecord:
     defragmented: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"startedAt": self.started_at, "compactedRevision": self.compacted_revision,
-                "defragmented": list(self.defragmented)}
+        return {
+            "startedAt": self.started_at,
+            "compactedRevision": self.compacted_revision,
+            "defragmented": list(self.defragmented),
+        }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> "SpaceRecoveryRecord | None":
+    def from_dict(cls, data: Mapping[str, Any] | None) -> SpaceRecoveryRecord | None:
         if not data or data.get("startedAt") is None:
             return None
         revision = data.get("compactedRevision")
-        return cls(float(data["startedAt"]), None if revision is None else int(revision),
-                   tuple(data.get("defragmented") or ()))
+        return cls(
+            float(data["startedAt"]), None if revision is None else int(revision), tuple(data.get("defragmented") or ())
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,7 +228,7 @@ class DefragmentationRecord:
         return {"lastToken": self.last_token, "token": self.token, "defragmented": list(self.defragmented)}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> "DefragmentationRecord":
+    def from_dict(cls, data: Mapping[str, Any] | None) -> DefragmentationRecord:
         data = data or {}
         return cls(data.get("lastToken"), data.get("token"), tuple(data.get("defragmented") or ()))
 
@@ -229,16 +245,24 @@ class JoinRecord:
     def to_dict(self) -> dict[str, Any] | None:
         if not self.failures:
             return None
-        return {"failures": self.failures, "lastFailureAt": format_time(self.last_failure_at or 0.0),
-                "lastMemberID": f"{self.last_member_id or 0:x}", "lastReason": self.last_reason}
+        return {
+            "failures": self.failures,
+            "lastFailureAt": format_time(self.last_failure_at or 0.0),
+            "lastMemberID": f"{self.last_member_id or 0:x}",
+            "lastReason": self.last_reason,
+        }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> "JoinRecord":
+    def from_dict(cls, data: Mapping[str, Any] | None) -> JoinRecord:
         if not data or not data.get("failures"):
             return cls()
         try:
-            return cls(int(data["failures"]), parse_time(data.get("lastFailureAt") or ""),
-                       int(data.get("lastMemberID") or "0", 16), str(data.get("lastReason") or ""))
+            return cls(
+                int(data["failures"]),
+                parse_time(data.get("lastFailureAt") or ""),
+                int(data.get("lastMemberID") or "0", 16),
+                str(data.get("lastReason") or ""),
+            )
         except (TypeError, ValueError):
             return cls()  # unreadable: no wait rather than a pass that raises
 
@@ -295,10 +319,13 @@ class Observed:
     def known_version(self) -> str | None:
         """The version the members run; when none answers, the one they ran last."""
         return self.running_version or self.recorded_version
+
     space_recovery: SpaceRecoveryRecord | None = None  # status.spaceRecovery
     defrag_requested: str | None = None  # the etcd.operator.dev/defragment annotation's token
     defragmentation: DefragmentationRecord = DefragmentationRecord()  # status.defragmentation
-    learner_joins: JoinRecord = JoinRecord()  # status.learnerJoins: learners that did not catch up (cluster/learners.py)
+    learner_joins: JoinRecord = (
+        JoinRecord()
+    )  # status.learnerJoins: learners that did not catch up (cluster/learners.py)
     # Seconds since this process first saw learner_joins' last failure, on its monotonic clock
     # (cluster/timers.py); None: no failure recorded.
     since_join_failure: float | None = None

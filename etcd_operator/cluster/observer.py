@@ -6,19 +6,30 @@ import asyncio
 import dataclasses
 import logging
 import time
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import aiohttp
 
 from etcd_operator import versions
 from etcd_operator.cluster import admission, naming, quota
-from etcd_operator.cluster.metrics_sample import cluster_version_from_gauge
 from etcd_operator.cluster.identity import member_list_sources, parse_hex_id, split_foreign
+from etcd_operator.cluster.metrics_sample import cluster_version_from_gauge
+from etcd_operator.cluster.observed import (
+    DefragmentationRecord,
+    EtcdView,
+    JoinRecord,
+    Observed,
+    Operation,
+    PodAdmission,
+    PodView,
+    PVCView,
+    RollRecord,
+    SpaceRecoveryRecord,
+    VolumePin,
+)
 from etcd_operator.cluster.timers import Sightings, carry_timers
 from etcd_operator.cluster.tls_observer import TLSSecrets, served_certificates
-from etcd_operator.cluster.observed import (DefragmentationRecord, EtcdView, JoinRecord, Observed, Operation,
-                                            PodAdmission, PodView, PVCView, RollRecord, SpaceRecoveryRecord,
-                                            VolumePin)
 from etcd_operator.etcd.client import EtcdError
 from etcd_operator.etcd.pool import EtcdClientPool
 from etcd_operator.etcd.scrape import ScrapeError, read_metrics
@@ -36,8 +47,9 @@ async def fetch_cluster_version(endpoint: str | None) -> str | None:
         return None
     host = endpoint.rsplit(":", 1)[0]
     try:
-        page = await read_metrics(f"http://{host}:{naming.METRICS_PORT}/metrics", STATUS_TIMEOUT,
-                                  series=CLUSTER_VERSION_GAUGE)
+        page = await read_metrics(
+            f"http://{host}:{naming.METRICS_PORT}/metrics", STATUS_TIMEOUT, series=CLUSTER_VERSION_GAUGE
+        )
     except ScrapeError as e:
         logger.debug("no cluster version from %s: %s", endpoint, e)
         return None
@@ -53,8 +65,14 @@ def pod_view(pod: Mapping[str, Any]) -> PodView:
     conditions = {c["type"]: c["status"] for c in status.get("conditions") or []}
     containers = status.get("containerStatuses") or []
     # Init containers first: one that cannot start (its image not pulled) holds etcd in PodInitializing.
-    waiting = next((c["state"]["waiting"].get("reason") for c in (status.get("initContainerStatuses") or []) + containers
-                    if (c.get("state") or {}).get("waiting")), None)
+    waiting = next(
+        (
+            c["state"]["waiting"].get("reason")
+            for c in (status.get("initContainerStatuses") or []) + containers
+            if (c.get("state") or {}).get("waiting")
+        ),
+        None,
+    )
     return PodView(
         name=meta["name"],
         uid=meta["uid"],
@@ -82,8 +100,9 @@ def quota_arg(containers: list) -> int | None:
     return None
 
 
-def pvc_view(pvc: Mapping[str, Any], expandable: Mapping[str, bool] | None = None,
-             cluster_uid: str | None = None) -> PVCView:
+def pvc_view(
+    pvc: Mapping[str, Any], expandable: Mapping[str, bool] | None = None, cluster_uid: str | None = None
+) -> PVCView:
     """`expandable`: allowVolumeExpansion by StorageClass name, for the classes that were read."""
     meta, spec = pvc["metadata"], pvc.get("spec") or {}
     storage_class = spec.get("storageClassName")
@@ -97,8 +116,8 @@ def pvc_view(pvc: Mapping[str, Any], expandable: Mapping[str, bool] | None = Non
         capacity=quota.parse_quantity(((pvc.get("status") or {}).get("capacity") or {}).get("storage")),
         expandable=(expandable or {}).get(storage_class or "") if storage_class else False,
         restored=naming.ANNOTATION_RESTORED_BY in (meta.get("annotations") or {}),
-        owned_by_cluster=bool(cluster_uid) and any(o.get("uid") == cluster_uid
-                                                   for o in meta.get("ownerReferences") or []),
+        owned_by_cluster=bool(cluster_uid)
+        and any(o.get("uid") == cluster_uid for o in meta.get("ownerReferences") or []),
     )
 
 
@@ -110,12 +129,14 @@ UNREADABLE = (kube.ApiError, aiohttp.ClientError, asyncio.TimeoutError)
 def pinned_hostname(pv: Mapping[str, Any]) -> str | None:
     """The one hostname a PV's required node affinity allows (local volumes: local-path,
     `local`), or None when it allows none or several, or says nothing of hostnames."""
-    terms = ((((pv.get("spec") or {}).get("nodeAffinity") or {}).get("required") or {})
-             .get("nodeSelectorTerms") or [])
+    terms = (((pv.get("spec") or {}).get("nodeAffinity") or {}).get("required") or {}).get("nodeSelectorTerms") or []
     hostnames = set()
     for term in terms:  # the terms are ORed: each must pin the same one host
-        pins = [e.get("values") or [] for e in term.get("matchExpressions") or []
-                if e.get("key") == HOSTNAME_LABEL and e.get("operator") == "In"]
+        pins = [
+            e.get("values") or []
+            for e in term.get("matchExpressions") or []
+            if e.get("key") == HOSTNAME_LABEL and e.get("operator") == "In"
+        ]
         if len(pins) != 1 or len(pins[0]) != 1:
             return None
         hostnames.add(pins[0][0])
@@ -147,17 +168,19 @@ async def volume_pin(kube_client: kube.KubeClient, pvc: Mapping[str, Any]) -> Vo
     return VolumePin(hostname, node_gone=not nodes)
 
 
-async def pin_waiting_volumes(kube_client: kube.KubeClient, pvcs: dict[str, PVCView], pvcs_raw: list[dict],
-                              pods: dict[str, PodView]) -> dict[str, PVCView]:
+async def pin_waiting_volumes(
+    kube_client: kube.KubeClient, pvcs: dict[str, PVCView], pvcs_raw: list[dict], pods: dict[str, PodView]
+) -> dict[str, PVCView]:
     """`pvcs` with the pins of the volumes whose member pod is Pending: only there does the
     planner ask whether a node is gone, so a steady cluster costs no reads."""
-    waiting = [raw for raw in pvcs_raw
-               if (pod := pods.get(naming.pvc_member(raw["metadata"]["name"])))
-               and pod.phase == "Pending" and not pod.deleting]
+    waiting = [
+        raw
+        for raw in pvcs_raw
+        if (pod := pods.get(naming.pvc_member(raw["metadata"]["name"]))) and pod.phase == "Pending" and not pod.deleting
+    ]
     pins = await asyncio.gather(*(volume_pin(kube_client, raw) for raw in waiting))
-    pinned = {raw["metadata"]["name"]: pin for raw, pin in zip(waiting, pins) if pin is not None}
-    return {name: dataclasses.replace(pvc, pin=pinned[name]) if name in pinned else pvc
-            for name, pvc in pvcs.items()}
+    pinned = {raw["metadata"]["name"]: pin for raw, pin in zip(waiting, pins, strict=True) if pin is not None}
+    return {name: dataclasses.replace(pvc, pin=pinned[name]) if name in pinned else pvc for name, pvc in pvcs.items()}
 
 
 def member_endpoint(pod: PodView) -> str | None:
@@ -185,7 +208,10 @@ class StorageClassExpansion:
                 except kube.ApiError:
                     self._known.pop(name, None)
                     continue  # unknown: nothing is expanded, a condition says why
-                known = (self.clock(), None if storage_class is None else bool(storage_class.get("allowVolumeExpansion")))
+                known = (
+                    self.clock(),
+                    None if storage_class is None else bool(storage_class.get("allowVolumeExpansion")),
+                )
                 self._known[name] = known
             if known[1] is not None:
                 found[name] = known[1]
@@ -193,9 +219,15 @@ class StorageClassExpansion:
 
 
 class ClusterObserver:
-    def __init__(self, kube_client: kube.KubeClient, etcd_clients: EtcdClientPool,
-                 storage_classes: StorageClassExpansion | None = None, secrets: TLSSecrets | None = None,
-                 clock: Callable[[], float] = time.monotonic, cluster_domain: str = naming.DEFAULT_CLUSTER_DOMAIN):
+    def __init__(
+        self,
+        kube_client: kube.KubeClient,
+        etcd_clients: EtcdClientPool,
+        storage_classes: StorageClassExpansion | None = None,
+        secrets: TLSSecrets | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        cluster_domain: str = naming.DEFAULT_CLUSTER_DOMAIN,
+    ):
         self.kube = kube_client
         self.cluster_domain = cluster_domain
         self.etcd_clients = etcd_clients
@@ -211,8 +243,13 @@ class ClusterObserver:
     def remember(self, answer: PodAdmission) -> None:
         self.admissions = admission.remember(self.admissions, answer, self.clock())
 
-    async def observe(self, body: Mapping[str, Any], now: float,
-                      children: tuple[list[dict], list[dict]] | None = None, live_secrets: bool = True) -> Observed:
+    async def observe(
+        self,
+        body: Mapping[str, Any],
+        now: float,
+        children: tuple[list[dict], list[dict]] | None = None,
+        live_secrets: bool = True,
+    ) -> Observed:
         """`children`: the cluster's (pods, PVCs) from the operator's caches; None lists them
         live, with the StorageClasses and (unless `live_secrets` is False) the TLS Secrets."""
         meta = body["metadata"]
@@ -228,8 +265,9 @@ class ClusterObserver:
         pods = {p.name: p for p in map(pod_view, pods_raw)}
         # A StorageClass setting up to a TTL old: the API server itself refuses an expansion
         # its class does not allow, so a stale answer can only delay or fail a resize.
-        expandable = await self.storage_classes.lookup({(p.get("spec") or {}).get("storageClassName")
-                                                         for p in pvcs_raw})
+        expandable = await self.storage_classes.lookup(
+            {(p.get("spec") or {}).get("storageClassName") for p in pvcs_raw}
+        )
         pvcs = {p.name: p for p in (pvc_view(raw, expandable, meta["uid"]) for raw in pvcs_raw)}
         pvcs = await pin_waiting_volumes(self.kube, pvcs, pvcs_raw, pods)
         status = body.get("status") or {}
@@ -241,10 +279,16 @@ class ClusterObserver:
         await self.etcd_clients.retain_only({e for e in map(member_endpoint, pods.values()) if e})
 
         observed = Observed(
-            cluster=cluster, namespace=namespace, uid=meta["uid"], now=now,
-            pods=pods, pvcs=pvcs, etcd=etcd, unhealthy_for={}, no_quorum_for=None,
-            running_version=min((s.version for s in etcd.statuses.values()),
-                                key=versions.parse, default=None),
+            cluster=cluster,
+            namespace=namespace,
+            uid=meta["uid"],
+            now=now,
+            pods=pods,
+            pvcs=pvcs,
+            etcd=etcd,
+            unhealthy_for={},
+            no_quorum_for=None,
+            running_version=min((s.version for s in etcd.statuses.values()), key=versions.parse, default=None),
             recovery_approved=(meta.get("annotations") or {}).get(naming.ANNOTATION_APPROVE_QUORUM_RECOVERY) == "true",
             operation=Operation.from_dict(status.get("operation")),
             bootstrapped=bool(status.get("clusterID")),
@@ -267,8 +311,9 @@ class ClusterObserver:
             cluster_domain=self.cluster_domain,
         )
         if tls.rotation is not None:
-            observed = dataclasses.replace(observed, tls=dataclasses.replace(
-                tls, served=await served_certificates(pods, credentials)))
+            observed = dataclasses.replace(
+                observed, tls=dataclasses.replace(tls, served=await served_certificates(pods, credentials))
+            )
         monotonic_now = self.clock()
         observed, self.sightings = carry_timers(observed, self.sightings, monotonic_now)
         return admission.carry(observed, self.admissions, monotonic_now)
@@ -279,12 +324,12 @@ class ClusterObserver:
         async def status_of(endpoint: str):
             try:
                 return await asyncio.wait_for(self.etcd_clients.get(endpoint).status(), STATUS_TIMEOUT)
-            except (EtcdError, asyncio.TimeoutError) as e:
+            except (TimeoutError, EtcdError) as e:
                 return e
 
         results = await asyncio.gather(*(status_of(e) for e in endpoints.values()))
         errors, answers = {}, {}
-        for (name, endpoint), result in zip(endpoints.items(), results):
+        for (name, endpoint), result in zip(endpoints.items(), results, strict=True):
             if isinstance(result, Exception):
                 errors[name] = str(result) or type(result).__name__
             else:
@@ -300,8 +345,9 @@ class ClusterObserver:
         for endpoint in member_list_sources(by_endpoint):
             try:
                 cluster_id, members = await asyncio.wait_for(
-                    self.etcd_clients.get(endpoint).member_list(), STATUS_TIMEOUT)
-            except (EtcdError, asyncio.TimeoutError) as e:
+                    self.etcd_clients.get(endpoint).member_list(), STATUS_TIMEOUT
+                )
+            except (TimeoutError, EtcdError) as e:
                 errors[endpoint] = str(e) or type(e).__name__
                 continue
             status = by_endpoint[endpoint]
@@ -309,9 +355,13 @@ class ClusterObserver:
                 errors[endpoint] = f"member list for another cluster ({cluster_id:x}); not trusted"
                 continue
             return EtcdView(
-                members=tuple(members), statuses=statuses, cluster_id=cluster_id,
+                members=tuple(members),
+                statuses=statuses,
+                cluster_id=cluster_id,
                 leader_id=status.leader_id or None,
                 from_leader=bool(status.leader_id) and status.leader_id == status.member_id,
-                errors=errors, endpoints=endpoint_of, foreign=foreign,
+                errors=errors,
+                endpoints=endpoint_of,
+                foreign=foreign,
             )
         return EtcdView(statuses=statuses, errors=errors, endpoints=endpoint_of, foreign=foreign)

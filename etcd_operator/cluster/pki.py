@@ -7,7 +7,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import ipaddress
-from typing import Mapping
+from collections.abc import Mapping
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
@@ -15,18 +15,31 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import dsa, ec, ed448, ed25519, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from etcd_operator.cluster.certs import (CA_KEY, CERT_KEY, NEXT_CERT_KEY, NEXT_PRIVATE_KEY_KEY, PRIVATE_KEY_KEY,
-                                         CertRequest, CertView)
+from etcd_operator.cluster.certs import (
+    CA_KEY,
+    CERT_KEY,
+    NEXT_CERT_KEY,
+    NEXT_PRIVATE_KEY_KEY,
+    PRIVATE_KEY_KEY,
+    CertRequest,
+    CertView,
+)
 
 BACKDATE = datetime.timedelta(minutes=5)  # tolerates clocks a little behind ours
 
-CAN_SIGN_CERTIFICATES = (ec.EllipticCurvePrivateKey, rsa.RSAPrivateKey, dsa.DSAPrivateKey,
-                         ed25519.Ed25519PrivateKey, ed448.Ed448PrivateKey)
+CAN_SIGN_CERTIFICATES = (
+    ec.EllipticCurvePrivateKey,
+    rsa.RSAPrivateKey,
+    dsa.DSAPrivateKey,
+    ed25519.Ed25519PrivateKey,
+    ed448.Ed448PrivateKey,
+)
 
 
 def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
 
 
 def _pem_cert(cert: x509.Certificate) -> bytes:
@@ -38,26 +51,41 @@ def fingerprint(cert: x509.Certificate) -> str:
 
 
 def _builder(request: CertRequest, public_key, issuer: x509.Name, now: float) -> x509.CertificateBuilder:
-    start = datetime.datetime.fromtimestamp(now, datetime.timezone.utc)
-    return (x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, request.common_name)]))
-            .issuer_name(issuer)
-            .public_key(public_key)
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(start - BACKDATE)
-            .not_valid_after(start + datetime.timedelta(seconds=request.lifetime))
-            .add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key), critical=False))
+    start = datetime.datetime.fromtimestamp(now, datetime.UTC)
+    return (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, request.common_name)]))
+        .issuer_name(issuer)
+        .public_key(public_key)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(start - BACKDATE)
+        .not_valid_after(start + datetime.timedelta(seconds=request.lifetime))
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key), critical=False)
+    )
 
 
 def new_ca(request: CertRequest, now: float) -> dict[str, bytes]:
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, request.common_name)])
-    cert = (_builder(request, key.public_key(), name, now)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-            .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                         content_commitment=False, key_encipherment=False, data_encipherment=False,
-                                         key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
-            .sign(key, hashes.SHA256()))
+    cert = (
+        _builder(request, key.public_key(), name, now)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .sign(key, hashes.SHA256())
+    )
     return {CERT_KEY: _pem_cert(cert), PRIVATE_KEY_KEY: _pem_key(key), CA_KEY: _pem_cert(cert)}
 
 
@@ -83,12 +111,18 @@ def change_ca(current: Mapping[str, bytes], change: str, request: CertRequest, n
 def describe_next_ca(data: Mapping[str, bytes]) -> CertView | None:
     if NEXT_CERT_KEY not in data:
         return None
-    return describe({CERT_KEY: data[NEXT_CERT_KEY], PRIVATE_KEY_KEY: data.get(NEXT_PRIVATE_KEY_KEY, b""),
-                     CA_KEY: data.get(CA_KEY, b"")})
+    return describe(
+        {
+            CERT_KEY: data[NEXT_CERT_KEY],
+            PRIVATE_KEY_KEY: data.get(NEXT_PRIVATE_KEY_KEY, b""),
+            CA_KEY: data.get(CA_KEY, b""),
+        }
+    )
 
 
-def issue_leaf(request: CertRequest, ca: Mapping[str, bytes], previous: Mapping[str, bytes] | None,
-               now: float) -> dict[str, bytes]:
+def issue_leaf(
+    request: CertRequest, ca: Mapping[str, bytes], previous: Mapping[str, bytes] | None, now: float
+) -> dict[str, bytes]:
     """A leaf signed by the CA Secret's key, with ca.crt set to the CA Secret's trust bundle.
     A renewal keeps the leaf's key, so that a reader of the two files never pairs a new
     certificate with an old key (the key changes when the leaf is reissued)."""
@@ -100,18 +134,31 @@ def issue_leaf(request: CertRequest, ca: Mapping[str, bytes], previous: Mapping[
     if key is None:
         key = ec.generate_private_key(ec.SECP256R1())
     usages = ([ExtendedKeyUsageOID.SERVER_AUTH] if request.server_auth else []) + (
-        [ExtendedKeyUsageOID.CLIENT_AUTH] if request.client_auth else [])
-    builder = (_builder(request, key.public_key(), ca_cert.subject, now)
-               .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-               .add_extension(x509.KeyUsage(digital_signature=True, key_encipherment=False, key_cert_sign=False,
-                                            crl_sign=False, content_commitment=False, data_encipherment=False,
-                                            key_agreement=False, encipher_only=False, decipher_only=False),
-                              critical=True)
-               .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
-               .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
-                              critical=False))
+        [ExtendedKeyUsageOID.CLIENT_AUTH] if request.client_auth else []
+    )
+    builder = (
+        _builder(request, key.public_key(), ca_cert.subject, now)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_encipherment=False,
+                key_cert_sign=False,
+                crl_sign=False,
+                content_commitment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+    )
     names = [x509.DNSName(n) for n in request.dns_names] + [
-        x509.IPAddress(ipaddress.ip_address(ip)) for ip in request.ip_addresses]
+        x509.IPAddress(ipaddress.ip_address(ip)) for ip in request.ip_addresses
+    ]
     if names:
         builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
     cert = builder.sign(ca_key, hashes.SHA256())

@@ -21,8 +21,15 @@ from __future__ import annotations
 
 from etcd_operator.cluster import actions as a
 from etcd_operator.cluster import admission, learners, naming, roll, space, tls_plan
-from etcd_operator.cluster.health import (BROKEN_WAITING_REASONS, Health, HealthState,  # noqa: F401
-                                          member_healthy, member_name, pod_broken, quorum_loss_evidence)
+from etcd_operator.cluster.health import (  # noqa: F401
+    BROKEN_WAITING_REASONS,
+    Health,
+    HealthState,
+    member_healthy,
+    member_name,
+    pod_broken,
+    quorum_loss_evidence,
+)
 from etcd_operator.cluster.observed import Member, Observed
 from etcd_operator.cluster.spec import ClusterSpec
 
@@ -57,15 +64,19 @@ def member_add_receivers(observed: Observed) -> list[int]:
     name lookups that failed are cached for a few seconds (the Go resolver re-reads
     /etc/hosts at most every 5 s; cluster DNS caches a missing name too). The newest
     member dialled everyone by names that resolved from its first second."""
-    voters = [m for m in observed.etcd.members if not m.is_learner and member_healthy(observed, m.id)
-              and m.id in observed.etcd.endpoints]
+    voters = [
+        m
+        for m in observed.etcd.members
+        if not m.is_learner and member_healthy(observed, m.id) and m.id in observed.etcd.endpoints
+    ]
     leader = observed.etcd.leader_id
     others = sorted((m for m in voters if m.id != leader), key=lambda m: -_ordinal(observed, m))
     return [m.id for m in voters if m.id == leader] + [m.id for m in others]
 
 
 def self_only_cluster(observed: Observed, member: str) -> str:
-    return f"{member}={naming.peer_url(observed.cluster, observed.namespace, member, tls_plan.serves_tls_observed(observed))}"
+    tls = tls_plan.serves_tls_observed(observed)
+    return f"{member}={naming.peer_url(observed.cluster, observed.namespace, member, tls)}"
 
 
 def restored_cluster(observed: Observed) -> str:
@@ -101,8 +112,7 @@ def plan(
     return admission.gate(_plan(spec, observed, health, desired_hash, recovery_allowed), observed, desired_hash)
 
 
-def _plan(spec: ClusterSpec, observed: Observed, health: Health, desired_hash: str,
-          recovery_allowed: bool) -> a.Action:
+def _plan(spec: ClusterSpec, observed: Observed, health: Health, desired_hash: str, recovery_allowed: bool) -> a.Action:
     if spec.paused:
         return a.Wait("reconciliation is paused (spec.paused)")
     step = tls_plan.next_step(spec, observed)
@@ -115,7 +125,9 @@ def _plan(spec: ClusterSpec, observed: Observed, health: Health, desired_hash: s
     if health.state == HealthState.QUORUM_LOST and not observed.pods and not observed.pvcs:
         return a.Wait(health.message)
     if health.state == HealthState.BOOTSTRAPPING:
-        return a.BootstrapFirstMember("creating the first member", naming.member_name(observed.cluster, next_ordinal(observed)))
+        return a.BootstrapFirstMember(
+            "creating the first member", naming.member_name(observed.cluster, next_ordinal(observed))
+        )
     step = roll.roll_failure(observed, health, desired_hash)
     if step:
         return step
@@ -196,8 +208,10 @@ def _plan_without_member_list(spec: ClusterSpec, observed: Observed, desired_has
     if not spec.storage.empty_dir:
         for pod in sorted(observed.pods.values(), key=lambda p: p.name):
             if pod_broken(pod) and pod.spec_hash != desired_hash:
-                return a.RollMember(f"{pod.name} does not start with its old pod spec; restarting it with the "
-                                    f"current one on its data", pod.name)
+                return a.RollMember(
+                    f"{pod.name} does not start with its old pod spec; restarting it with the current one on its data",
+                    pod.name,
+                )
     step = _start_restored_members(observed)
     if step:
         return step
@@ -208,21 +222,31 @@ def _plan_without_member_list(spec: ClusterSpec, observed: Observed, desired_has
         if pvc.member_id is None:
             # Created for the first member, which may never have started: start it as such.
             return a.BootstrapFirstMember("restarting the first member on its PVC", member)
-        return a.CreateMemberPod("restarting a member on its PVC", member, pvc.member_id,
-                                 self_only_cluster(observed, member), joined_before=True)
+        return a.CreateMemberPod(
+            "restarting a member on its PVC",
+            member,
+            pvc.member_id,
+            self_only_cluster(observed, member),
+            joined_before=True,
+        )
     return a.Wait("waiting for a member to answer")
 
 
 def _start_restored_members(observed: Observed) -> a.Action | None:
     """Members restored from one snapshot (their PVCs marked by the restore, never joined)
     start together, each as its data says; only pods that do not exist yet are created."""
-    waiting = tuple(sorted(naming.pvc_member(p.name) for p in observed.pvcs.values()
-                           if p.restored and p.member_id is None and not p.deleting
-                           and naming.pvc_member(p.name) not in observed.pods))
+    waiting = tuple(
+        sorted(
+            naming.pvc_member(p.name)
+            for p in observed.pvcs.values()
+            if p.restored and p.member_id is None and not p.deleting and naming.pvc_member(p.name) not in observed.pods
+        )
+    )
     if not waiting:
         return None
-    return a.StartRestoredMembers(f"starting {', '.join(waiting)} together on their restored data", waiting,
-                                  restored_cluster(observed))
+    return a.StartRestoredMembers(
+        f"starting {', '.join(waiting)} together on their restored data", waiting, restored_cluster(observed)
+    )
 
 
 def _cleanup_removed_members(observed: Observed, health: Health, names: dict[int, str | None]) -> a.Action | None:
@@ -249,13 +273,15 @@ def _restart_failed_pods(spec: ClusterSpec, observed: Observed) -> a.Action | No
     for pod in sorted(observed.pods.values(), key=lambda p: p.name):
         if pod.failed and not pod.deleting:
             where = "an emptyDir: its member will be replaced" if spec.storage.empty_dir else "its PVC"
-            return a.RestartFailedPod(f"{pod.name} failed ({pod.waiting_reason or 'Failed'}); it restarts on {where}",
-                                      pod.name)
+            return a.RestartFailedPod(
+                f"{pod.name} failed ({pod.waiting_reason or 'Failed'}); it restarts on {where}", pod.name
+            )
     return None
 
 
-def _restart_broken_outdated_members(spec: ClusterSpec, observed: Observed, health: Health,
-                                     names: dict[int, str | None], desired_hash: str) -> a.Action | None:
+def _restart_broken_outdated_members(
+    spec: ClusterSpec, observed: Observed, health: Health, names: dict[int, str | None], desired_hash: str
+) -> a.Action | None:
     """A member that stopped serving with an outdated pod (a bad image or flag that the user
     since reverted) is restarted with the current spec. It serves nothing, so restarting it
     takes nothing away; its data stays on its PVC."""
@@ -265,24 +291,36 @@ def _restart_broken_outdated_members(spec: ClusterSpec, observed: Observed, heal
         pod = observed.pods.get(names[member.id] or "")
         if pod is None or health.is_healthy(member) or pod.spec_hash == desired_hash or not pod_broken(pod):
             continue
-        return a.RollMember(f"{pod.name} does not serve with its old pod spec; restarting it with the current one",
-                            pod.name)
+        return a.RollMember(
+            f"{pod.name} does not serve with its old pod spec; restarting it with the current one", pod.name
+        )
     return None
 
 
-def _start_missing_pods(spec: ClusterSpec, observed: Observed, health: Health,
-                        names: dict[int, str | None], may_remove: bool = True) -> a.Action | None:
+def _start_missing_pods(
+    spec: ClusterSpec, observed: Observed, health: Health, names: dict[int, str | None], may_remove: bool = True
+) -> a.Action | None:
     for member in sorted(health.members, key=lambda m: names[m.id] or ""):
         name = names[member.id]
         if name is None or name in observed.pods:
             continue
         if not member.name:
-            return a.CreateMemberPod(f"starting the pod of added member {name}", name, member.id,
-                                     initial_cluster(observed, health.members, member), joined_before=False)
+            return a.CreateMemberPod(
+                f"starting the pod of added member {name}",
+                name,
+                member.id,
+                initial_cluster(observed, health.members, member),
+                joined_before=False,
+            )
         pvc = observed.pvcs.get(naming.pvc_name(name))
         if not spec.storage.empty_dir and pvc is not None and not pvc.deleting:
-            return a.CreateMemberPod(f"{name} lost its pod; it rejoins on its PVC", name, member.id,
-                                     self_only_cluster(observed, name), joined_before=True)
+            return a.CreateMemberPod(
+                f"{name} lost its pod; it rejoins on its PVC",
+                name,
+                member.id,
+                self_only_cluster(observed, name),
+                joined_before=True,
+            )
         if may_remove and health.has_quorum and removal_keeps_quorum(health, member):
             return a.RemoveMember(f"{name} lost its data; it will be replaced", name, member.id, replacing=True)
     return None
@@ -294,16 +332,21 @@ def _settle_joined_pods(observed: Observed, health: Health, names: dict[int, str
         pod = observed.pods.get(name or "")
         if name is None or pod is None or pod.deleting or not member.name or not health.is_healthy(member):
             continue
-        settled = (pod.member_id == member.id and pod.initial_state == "existing"
-                   and pod.initial_cluster == self_only_cluster(observed, name) and not pod.force_new_cluster)
+        settled = (
+            pod.member_id == member.id
+            and pod.initial_state == "existing"
+            and pod.initial_cluster == self_only_cluster(observed, name)
+            and not pod.force_new_cluster
+        )
         pvc = observed.pvcs.get(naming.pvc_name(name))
         if not settled or (pvc is not None and pvc.member_id != member.id):
             return a.SettleMemberPod(f"{name} has joined", name, member.id)
     return None
 
 
-def _handle_learners(spec: ClusterSpec, observed: Observed, health: Health,
-                     names: dict[int, str | None]) -> a.Action | None:
+def _handle_learners(
+    spec: ClusterSpec, observed: Observed, health: Health, names: dict[int, str | None]
+) -> a.Action | None:
     for learner in health.learners:
         name = names[learner.id] or learner.hex_id
         if learner.name and health.is_healthy(learner) and health.has_quorum:
@@ -312,15 +355,20 @@ def _handle_learners(spec: ClusterSpec, observed: Observed, health: Health,
         how = learners.progress(observed, learner).describe()
         if unhealthy_for is not None and unhealthy_for >= spec.recovery.member_unhealthy_timeout:
             failures = learners.failures_after_removing(observed.learner_joins, learner.id)
-            return a.RemoveMember(f"learner {name} did not catch up in {unhealthy_for:.0f}s: {how}; the next member "
-                                  f"is added after {learners.join_backoff(failures):.0f}s (failure {failures} in a row)",
-                                  name, learner.id, learner_not_caught_up=True)
+            return a.RemoveMember(
+                f"learner {name} did not catch up in {unhealthy_for:.0f}s: {how}; the next member "
+                f"is added after {learners.join_backoff(failures):.0f}s (failure {failures} in a row)",
+                name,
+                learner.id,
+                learner_not_caught_up=True,
+            )
         return a.WaitForLearner(f"learner {name} is catching up: {how}", unhealthy_for or 0.0)
     return None
 
 
-def _replace_or_shrink(spec: ClusterSpec, observed: Observed, health: Health,
-                       names: dict[int, str | None]) -> a.Action | None:
+def _replace_or_shrink(
+    spec: ClusterSpec, observed: Observed, health: Health, names: dict[int, str | None]
+) -> a.Action | None:
     voters = health.voters
     unhealthy = [m for m in voters if not health.is_healthy(m)]
     if len(voters) > spec.size:
@@ -351,11 +399,13 @@ def _replace_or_shrink(spec: ClusterSpec, observed: Observed, health: Health,
         if removal_keeps_quorum(health, member):
             return a.RemoveMember(f"{why}; replacing it", name, member.id, replacing=True)
     if waiting_for_node:
-        return a.Wait(f"{', '.join(waiting_for_node)} not running for longer than memberUnhealthyTimeout: "
-                      f"its pod is Pending and its data is kept on its PVC, so it is not replaced (a volume "
-                      f"pinned to a cordoned or unreachable node waits for that node, and is replaced once "
-                      f"that Node is deleted from the API; delete the PVC to replace the member elsewhere now)"
-                      f"{_pins_unknown(observed, waiting_for_node)}; {health.message}")
+        return a.Wait(
+            f"{', '.join(waiting_for_node)} not running for longer than memberUnhealthyTimeout: "
+            f"its pod is Pending and its data is kept on its PVC, so it is not replaced (a volume "
+            f"pinned to a cordoned or unreachable node waits for that node, and is replaced once "
+            f"that Node is deleted from the API; delete the PVC to replace the member elsewhere now)"
+            f"{_pins_unknown(observed, waiting_for_node)}; {health.message}"
+        )
     if unhealthy:
         return a.Wait(health.message)
     return None
@@ -377,20 +427,28 @@ def _gone_node(observed: Observed, name: str) -> str | None:
 
 
 def _pins_unknown(observed: Observed, names: list[str]) -> str:
-    unknown = [f"{name}: {pin.unknown}" for name in names
-               if (pvc := observed.pvcs.get(naming.pvc_name(name))) and (pin := pvc.pin) and pin.unknown]
+    unknown = [
+        f"{name}: {pin.unknown}"
+        for name in names
+        if (pvc := observed.pvcs.get(naming.pvc_name(name))) and (pin := pvc.pin) and pin.unknown
+    ]
     if not unknown:
         return ""
-    return (f"; the operator cannot tell whether the node holding the data still exists, so it waits "
-            f"({'; '.join(unknown)})")
+    return (
+        f"; the operator cannot tell whether the node holding the data still exists, so it waits ({'; '.join(unknown)})"
+    )
 
 
-def _roll_outdated_member(observed: Observed, health: Health, names: dict[int, str | None],
-                          desired_hash: str) -> a.Action | None:
+def _roll_outdated_member(
+    observed: Observed, health: Health, names: dict[int, str | None], desired_hash: str
+) -> a.Action | None:
     if health.state != HealthState.HEALTHY:
         return None
-    outdated = {m: name for m in health.voters
-                if (name := names[m.id]) and (pod := observed.pods.get(name)) and pod.spec_hash != desired_hash}
+    outdated = {
+        m: name
+        for m in health.voters
+        if (name := names[m.id]) and (pod := observed.pods.get(name)) and pod.spec_hash != desired_hash
+    }
     if not outdated:
         return None
     followers = [m for m in outdated if m.id != health.leader_id]
@@ -401,13 +459,13 @@ def _roll_outdated_member(observed: Observed, health: Health, names: dict[int, s
     successors = [m for m in health.voters if m.id != leader.id]
     if successors:
         to = min(successors, key=lambda m: _ordinal(observed, m))
-        return a.MoveLeader(f"moving leadership before restarting {leader_name}",
-                            leader.id, to.id, names[to.id] or to.hex_id)
+        return a.MoveLeader(
+            f"moving leadership before restarting {leader_name}", leader.id, to.id, names[to.id] or to.hex_id
+        )
     return a.RollMember("following the spec", leader_name)
 
 
-def _defragment(spec: ClusterSpec, observed: Observed, health: Health,
-                names: dict[int, str | None]) -> a.Action | None:
+def _defragment(spec: ClusterSpec, observed: Observed, health: Health, names: dict[int, str | None]) -> a.Action | None:
     if not spec.defrag.enabled or health.state != HealthState.HEALTHY:
         return None
     if not space.in_defrag_window(spec, observed.now):
@@ -430,22 +488,29 @@ def _defragment(spec: ClusterSpec, observed: Observed, health: Health,
     return a.Defragment("database is fragmented", names[target.id] or target.hex_id, target.id)
 
 
-def _plan_quorum_loss(spec: ClusterSpec, observed: Observed, health: Health, names: dict[int, str | None],
-                      recovery_allowed: bool) -> a.Action:
+def _plan_quorum_loss(
+    spec: ClusterSpec, observed: Observed, health: Health, names: dict[int, str | None], recovery_allowed: bool
+) -> a.Action:
     if spec.storage.empty_dir:
-        return a.Wait(f"{health.message}; recovering quorum restarts the survivor, which would lose its emptyDir "
-                      f"data: restore from a backup with an EtcdRestore")
+        return a.Wait(
+            f"{health.message}; recovering quorum restarts the survivor, which would lose its emptyDir "
+            f"data: restore from a backup with an EtcdRestore"
+        )
     if not recovery_allowed:
-        return a.Wait(f"{health.message}; set spec.recovery.automaticQuorumRecovery or annotate the "
-                      f"EtcdCluster with {naming.ANNOTATION_APPROVE_QUORUM_RECOVERY}=true to recover "
-                      f"from the surviving member, or restore from a backup")
+        return a.Wait(
+            f"{health.message}; set spec.recovery.automaticQuorumRecovery or annotate the "
+            f"EtcdCluster with {naming.ANNOTATION_APPROVE_QUORUM_RECOVERY}=true to recover "
+            f"from the surviving member, or restore from a backup"
+        )
     answering = [(observed.etcd.statuses[m.id], m) for m in health.voters if m.id in observed.etcd.statuses]
     if not answering:
         return a.Wait(f"{health.message}; no surviving member answers, so only a restore from backup can help")
     status, survivor = max(answering, key=lambda sm: (sm[0].raft_applied_index, sm[0].revision))
     return a.BeginQuorumRecovery(
         f"recovering quorum from {names[survivor.id]} (applied index {status.raft_applied_index})",
-        names[survivor.id] or survivor.hex_id, survivor.id)
+        names[survivor.id] or survivor.hex_id,
+        survivor.id,
+    )
 
 
 def _plan_quorum_recovery(spec: ClusterSpec, observed: Observed, health: Health, desired_hash: str) -> a.Action:
@@ -457,13 +522,14 @@ def _plan_quorum_recovery(spec: ClusterSpec, observed: Observed, health: Health,
     if not forced:
         # Until the survivor restarts as a new one-member cluster, the recovery can be called off.
         if not quorum_loss_evidence(observed):
-            return a.AbandonQuorumRecovery("quorum came back before the survivor was restarted; the members "
-                                           "that were stopped restart on their data")
+            return a.AbandonQuorumRecovery(
+                "quorum came back before the survivor was restarted; the members "
+                "that were stopped restart on their data"
+            )
         if not spec.storage.empty_dir and naming.pvc_name(op.member) not in observed.pvcs:
             return a.AbandonQuorumRecovery(f"the survivor {op.member} lost its data; nothing is forced")
         if survivor_pod is not None and pod_broken(survivor_pod) and survivor_pod.spec_hash == desired_hash:
-            return a.AbandonQuorumRecovery(f"the survivor {op.member} no longer starts on its data; nothing is "
-                                           f"forced")
+            return a.AbandonQuorumRecovery(f"the survivor {op.member} no longer starts on its data; nothing is forced")
     others = sorted(p.name for p in observed.pods.values() if p.name != op.member and not p.deleting)
     if others:
         return a.StopMemberPod("quorum recovery: stopping the other members", others[0])
@@ -472,8 +538,11 @@ def _plan_quorum_recovery(spec: ClusterSpec, observed: Observed, health: Health,
     set_aside = sorted(p.name for p in observed.pvcs.values() if p.name != naming.pvc_name(op.member))
     if set_aside:
         member = naming.pvc_member(set_aside[0])
-        return a.SetAsideMemberData(f"quorum recovery: keeping {member}'s data aside; it may hold writes "
-                                    f"{op.member} lacks", member, next_ordinal(observed))
+        return a.SetAsideMemberData(
+            f"quorum recovery: keeping {member}'s data aside; it may hold writes {op.member} lacks",
+            member,
+            next_ordinal(observed),
+        )
     survivor_alone = [m.id for m in health.members] == [op.member_id]
     if survivor_alone and op.member_id in health.healthy_ids:
         return a.FinishQuorumRecovery(f"{op.member} now leads a new single-member cluster", op.member)
@@ -483,12 +552,16 @@ def _plan_quorum_recovery(spec: ClusterSpec, observed: Observed, health: Health,
     if pod is None or not pod.force_new_cluster:
         return a.ForceNewCluster(f"restarting {op.member} with --force-new-cluster", op.member, op.member_id)
     if pod.failed or (pod_broken(pod) and pod.spec_hash != desired_hash):
-        return a.ForceNewCluster(f"{op.member}'s pod failed or has an outdated spec; starting it again with "
-                                 f"--force-new-cluster", op.member, op.member_id)
+        return a.ForceNewCluster(
+            f"{op.member}'s pod failed or has an outdated spec; starting it again with --force-new-cluster",
+            op.member,
+            op.member_id,
+        )
     if pod_broken(pod):
         # Nothing more can be forced; should it start later, it leads a one-member cluster as usual.
         return a.AbandonQuorumRecovery(
             f"{op.member} does not start after --force-new-cluster; its data may be gone. The other members' "
             f"data is kept in PVCs labelled {naming.LABEL_SET_ASIDE_FROM}={observed.cluster}; restore from a "
-            f"backup, or from one of them by hand")
+            f"backup, or from one of them by hand"
+        )
     return a.Wait(f"quorum recovery: waiting for {op.member} to start as a single-member cluster")

@@ -5,7 +5,7 @@ ask and what to do with the answer is decided in cluster/admission.py."""
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from etcd_operator.cluster import admission, builders
 from etcd_operator.cluster.observed import PodAdmission

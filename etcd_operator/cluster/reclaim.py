@@ -13,7 +13,8 @@ deletion handler ever runs. The handler then applies `spec.reclaimPolicy`:
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 ORPHAN_FINALIZER = "orphan"
 RETAIN, DELETE = "Retain", "Delete"
@@ -38,17 +39,26 @@ def _orphaned(pod: Mapping[str, Any], cluster_uid: str) -> bool:
     return not owned and not meta.get("deletionTimestamp")
 
 
-def reclaim(policy: str, cluster_meta: Mapping[str, Any], pvcs: list[Mapping[str, Any]],
-            pods: list[Mapping[str, Any]]) -> Reclaim:
+def reclaim(
+    policy: str, cluster_meta: Mapping[str, Any], pvcs: list[Mapping[str, Any]], pods: list[Mapping[str, Any]]
+) -> Reclaim:
     """`pvcs` and `pods`: the cluster's members', found by their labels."""
     names = sorted(p["metadata"]["name"] for p in pvcs)
     if policy != DELETE:
-        return Reclaim((), tuple(names), "DataRetained",
-                       f"Kept {len(names)} member PVCs (reclaimPolicy Retain): {', '.join(names) or 'none'}")
+        return Reclaim(
+            (),
+            tuple(names),
+            "DataRetained",
+            f"Kept {len(names)} member PVCs (reclaimPolicy Retain): {', '.join(names) or 'none'}",
+        )
     if ORPHAN_FINALIZER in (cluster_meta.get("finalizers") or ()):
-        return Reclaim((), tuple(names), "DataOrphaned",
-                       f"Kept {len(names)} member PVCs: the cluster was deleted with orphan propagation, so its "
-                       f"member pods run on; delete the PVCs by hand when they are no longer needed")
+        return Reclaim(
+            (),
+            tuple(names),
+            "DataOrphaned",
+            f"Kept {len(names)} member PVCs: the cluster was deleted with orphan propagation, so its "
+            f"member pods run on; delete the PVCs by hand when they are no longer needed",
+        )
     in_use = set().union(*(_claims(p) for p in pods if _orphaned(p, cluster_meta.get("uid", ""))))
     keep = tuple(n for n in names if n in in_use)
     delete = tuple(n for n in names if n not in in_use)

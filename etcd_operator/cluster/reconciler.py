@@ -5,21 +5,21 @@ from __future__ import annotations
 import logging
 import random
 import time
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from etcd_operator import conditions as c
 from etcd_operator import metrics
 from etcd_operator.cluster import actions as a
-from etcd_operator.cluster import anomaly_detection
+from etcd_operator.cluster import anomaly_detection, tls_plan
 from etcd_operator.cluster.decision import decide
 from etcd_operator.cluster.executor import BeingDeleted, ClusterExecutor, EventPoster, HeldByRestore
 from etcd_operator.cluster.health import HealthState
 from etcd_operator.cluster.metrics_watcher import MemberMetricsWatcher
+from etcd_operator.cluster.naming import DEFAULT_CLUSTER_DOMAIN
 from etcd_operator.cluster.observer import ClusterObserver, StorageClassExpansion
 from etcd_operator.cluster.spec import ClusterSpec
 from etcd_operator.cluster.status import build_status
-from etcd_operator.cluster import tls_plan
-from etcd_operator.cluster.naming import DEFAULT_CLUSTER_DOMAIN
 from etcd_operator.config import DEFAULT_OPERATOR_IMAGE
 from etcd_operator.etcd.pool import EtcdClientPool
 from etcd_operator.kube import client as kube
@@ -40,13 +40,22 @@ ChildSource = Callable[[str, str], "tuple[list[dict], list[dict]] | None"]  # (n
 
 
 class ClusterReconciler:
-    def __init__(self, kube_client: kube.KubeClient, etcd_clients: EtcdClientPool, post_event: EventPoster,
-                 operator_namespace: str = "default", cached_children: ChildSource | None = None,
-                 storage_classes: StorageClassExpansion | None = None, steady_poll: float = WHEN_STEADY,
-                 resync: float = RESYNC, clock: Callable[[], float] = time.monotonic,
-                 being_deleted: Callable[[], bool] = lambda: False,
-                 held_by: Callable[[], str | None] = lambda: None,
-                 operator_image: str = DEFAULT_OPERATOR_IMAGE, cluster_domain: str = DEFAULT_CLUSTER_DOMAIN):
+    def __init__(
+        self,
+        kube_client: kube.KubeClient,
+        etcd_clients: EtcdClientPool,
+        post_event: EventPoster,
+        operator_namespace: str = "default",
+        cached_children: ChildSource | None = None,
+        storage_classes: StorageClassExpansion | None = None,
+        steady_poll: float = WHEN_STEADY,
+        resync: float = RESYNC,
+        clock: Callable[[], float] = time.monotonic,
+        being_deleted: Callable[[], bool] = lambda: False,
+        held_by: Callable[[], str | None] = lambda: None,
+        operator_image: str = DEFAULT_OPERATOR_IMAGE,
+        cluster_domain: str = DEFAULT_CLUSTER_DOMAIN,
+    ):
         """`cached_children`: the operator's pod and PVC caches (None: every pass lists live).
         `being_deleted` reads the live object's deletionTimestamp: once it is set, no pass
         acts and nothing more is created (kopf stops the daemon, the deletion handler runs).
@@ -109,17 +118,23 @@ class ClusterReconciler:
         try:
             return await self._pass(body)
         except BeingDeleted:
-            logger.info("%s/%s: marked for deletion during the pass; nothing more is created",
-                        meta["namespace"], meta["name"])
+            logger.info(
+                "%s/%s: marked for deletion during the pass; nothing more is created", meta["namespace"], meta["name"]
+            )
         except HeldByRestore as e:
             # The next pass decides on a copy with the hold, and acknowledges it in status.
-            logger.info("%s/%s: the pass decided on a copy without the restore hold: %s", meta["namespace"],
-                        meta["name"], e)
+            logger.info(
+                "%s/%s: the pass decided on a copy without the restore hold: %s", meta["namespace"], meta["name"], e
+            )
             return AFTER_STEP
         except kube.NamespaceTerminating:
             self.namespace_terminating = True  # for good: a namespace never stops terminating
-            logger.info("%s/%s: namespace %s is being deleted; nothing more is created for this cluster",
-                        meta["namespace"], meta["name"], meta["namespace"])
+            logger.info(
+                "%s/%s: namespace %s is being deleted; nothing more is created for this cluster",
+                meta["namespace"],
+                meta["name"],
+                meta["namespace"],
+            )
         return WHILE_DELETED
 
     async def _pass(self, body: Mapping[str, Any]) -> float:
@@ -135,8 +150,12 @@ class ClusterReconciler:
         decision = decide(spec, observed, body.get("spec") or {})
         if children is not None and not isinstance(decision.action, (a.Steady, a.Wait)):
             # No step is ever taken on cached data: look again, live, and decide again.
-            logger.info("%s/%s: %s decided on cached state; observing live before acting", meta["namespace"],
-                        meta["name"], decision.action.kind)
+            logger.info(
+                "%s/%s: %s decided on cached state; observing live before acting",
+                meta["namespace"],
+                meta["name"],
+                decision.action.kind,
+            )
             self.redecided += 1
             children = None
             observed = await self.observer.observe(body, time.time(), None, live_secrets=True)
@@ -148,15 +167,22 @@ class ClusterReconciler:
         self.member_metrics.poke(observed.pods, observed.now)
         warnings, scraped = self.member_metrics.warnings(observed)
 
-        executor = ClusterExecutor(self.kube, self.etcd_clients, body, self.post_event, self.operator_namespace,
-                                   self.being_deleted, self.held_by, self.operator_image)
+        executor = ClusterExecutor(
+            self.kube,
+            self.etcd_clients,
+            body,
+            self.post_event,
+            self.operator_namespace,
+            self.being_deleted,
+            self.held_by,
+            self.operator_image,
+        )
         acting_spec, health, action = decision.acting_spec, decision.health, decision.action
         await executor.disown_member_pvcs(observed)  # even when paused: it protects data
         if not spec.paused:
             # Applied when what they should be changed, and at every resync.
             applied, self.services_applied = self.services_applied, None  # unknown until the apply completes
-            self.services_applied = await executor.ensure_services(acting_spec, health, applied=applied,
-                                                                   force=resync)
+            self.services_applied = await executor.ensure_services(acting_spec, health, applied=applied, force=resync)
         if not isinstance(action, (a.Steady, a.Wait)):
             logger.info("%s/%s: %s (%s)", meta["namespace"], meta["name"], action.kind, action.reason)
         outcome = await executor.run(action, acting_spec, observed)
@@ -171,26 +197,38 @@ class ClusterReconciler:
         tls_status = tls_plan.tls_status(spec, observed, extra.get("tls"))
         if tls_status:
             extra["tls"] = tls_status
-        status = build_status(spec, observed, health, action, conditions, previous, meta.get("generation", 0),
-                              extra=extra)
+        status = build_status(
+            spec, observed, health, action, conditions, previous, meta.get("generation", 0), extra=extra
+        )
         status["members"] = anomaly_detection.with_warnings(status["members"], warnings)
         for member, warning in anomaly_detection.appeared(previous.get("members"), warnings):
             self.post_event("Warning", warning.kind, f"member {member}: {warning.message}")
         if not isinstance(action, (a.Steady, a.Wait)) and outcome.done:
             metrics.reconcile_steps.labels(meta["namespace"], meta["name"], action.kind).inc()
         metrics.record_cluster(
-            meta["namespace"], meta["name"], spec.size,
-            [(m["name"], m["role"], m["healthy"], m.get("dbSize", 0), m.get("dbSizeInUse", 0))
-             for m in status["members"]],
-            health.has_quorum, health.state == HealthState.QUORUM_LOST)
+            meta["namespace"],
+            meta["name"],
+            spec.size,
+            [
+                (m["name"], m["role"], m["healthy"], m.get("dbSize", 0), m.get("dbSizeInUse", 0))
+                for m in status["members"]
+            ],
+            health.has_quorum,
+            health.state == HealthState.QUORUM_LOST,
+        )
         metrics.record_member_warnings(meta["namespace"], meta["name"], warnings)
         metrics.record_alarms(meta["namespace"], meta["name"], tuple(health.alarm_names))
         if changed_fields(previous, status):  # the whole status is written
-            await self.kube.merge_patch(kube.ETCDCLUSTERS, meta["namespace"], meta["name"], {"status": status},
-                                        subresource="status")
+            await self.kube.merge_patch(
+                kube.ETCDCLUSTERS, meta["namespace"], meta["name"], {"status": status}, subresource="status"
+            )
         if isinstance(action, a.Steady) and not isinstance(last, a.Steady):
-            logger.info("%s/%s: steady; members polled every %gs, a child's change wakes the next pass at once",
-                        meta["namespace"], meta["name"], self.steady_poll)
+            logger.info(
+                "%s/%s: steady; members polled every %gs, a child's change wakes the next pass at once",
+                meta["namespace"],
+                meta["name"],
+                self.steady_poll,
+            )
         self.last_action = action if outcome.done or isinstance(action, (a.Steady, a.Wait)) else None
         if resync:
             self._schedule_resync()

@@ -19,7 +19,8 @@ one (recorded in status.rollout once every member ran it healthily). Rules:
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from etcd_operator import conditions as c
 from etcd_operator.cluster import actions as a
@@ -64,8 +65,9 @@ def rolling(observed: Observed, desired_hash: str) -> bool:
 
 
 def _rolled_pods(observed: Observed, desired_hash: str) -> list[PodView]:
-    return sorted((p for p in observed.pods.values() if p.spec_hash == desired_hash and not p.deleting),
-                  key=lambda p: p.name)
+    return sorted(
+        (p for p in observed.pods.values() if p.spec_hash == desired_hash and not p.deleting), key=lambda p: p.name
+    )
 
 
 def lag(observed: Observed, health: Health, member_id: int) -> int | None:
@@ -84,13 +86,18 @@ def roll_failure(observed: Observed, health: Health, desired_hash: str) -> a.Rol
     ids = {member_name(observed, m): m.id for m in health.members}
     for pod in _rolled_pods(observed, desired_hash):
         if pod_broken(pod):
-            return a.RollFailed(f"{pod.name} does not run etcd with the new pod spec ({pod.waiting_reason})",
-                                pod.name, desired_hash)
+            return a.RollFailed(
+                f"{pod.name} does not run etcd with the new pod spec ({pod.waiting_reason})", pod.name, desired_hash
+            )
         member_id = ids.get(pod.name)
         unhealthy_for = observed.unhealthy_for.get(pod.name)
         if member_id is not None and unhealthy_for is not None and unhealthy_for >= ROLL_DEADLINE:
-            return a.RollFailed(f"{pod.name} was not healthy {unhealthy_for:.0f}s after it was rolled "
-                                f"(limit {ROLL_DEADLINE:.0f}s, from its startup probe)", pod.name, desired_hash)
+            return a.RollFailed(
+                f"{pod.name} was not healthy {unhealthy_for:.0f}s after it was rolled "
+                f"(limit {ROLL_DEADLINE:.0f}s, from its startup probe)",
+                pod.name,
+                desired_hash,
+            )
     return None
 
 
@@ -105,8 +112,10 @@ def roll_gate(observed: Observed, health: Health, desired_hash: str) -> a.Wait |
         if member is None or member.is_learner:
             continue  # not a member yet: the learner rules apply
         if not health.is_healthy(member):
-            return a.Wait(f"rolled member {pod.name} is not healthy yet; the roll waits (at most "
-                          f"{ROLL_DEADLINE:.0f}s, then it is rolled back)")
+            return a.Wait(
+                f"rolled member {pod.name} is not healthy yet; the roll waits (at most "
+                f"{ROLL_DEADLINE:.0f}s, then it is rolled back)"
+            )
         behind = lag(observed, health, member.id)
         if behind is not None and behind > CAUGHT_UP_ENTRIES:
             return a.Wait(f"rolled member {pod.name} trails the leader by {behind} entries; the roll waits")
@@ -129,20 +138,35 @@ def rollback_step(observed: Observed, health: Health, desired_hash: str) -> a.Ro
             continue
         if (member is not None and health.is_healthy(member)) or pod_serving(pod):
             continue  # serving, or maybe serving out of the operator's sight: the ordinary, gated roll
-        return a.RollMember(f"rolling {pod.name} back to the last good pod spec on its data: "
-                            f"{observed.rollout.failed_reason}", pod.name)
+        return a.RollMember(
+            f"rolling {pod.name} back to the last good pod spec on its data: {observed.rollout.failed_reason}", pod.name
+        )
     return None
 
 
-def next_record(raw_spec: Mapping[str, Any] | None, observed: Observed, health: Health, action: a.Action,
-                desired_hash: str, held: bool, spec_accepted: bool) -> RollRecord:
+def next_record(
+    raw_spec: Mapping[str, Any] | None,
+    observed: Observed,
+    health: Health,
+    action: a.Action,
+    desired_hash: str,
+    held: bool,
+    spec_accepted: bool,
+) -> RollRecord:
     """status.rollout after this pass."""
     record = observed.rollout
     if isinstance(action, a.RollFailed):
-        return dataclasses.replace(record, failed_hash=action.pod_spec_hash, failed_member=action.member,
-                                   failed_reason=action.reason)
-    settled = (health.state == HealthState.HEALTHY and not held and spec_accepted and raw_spec is not None
-               and observed.pods and all(p.spec_hash == desired_hash for p in observed.pods.values()))
+        return dataclasses.replace(
+            record, failed_hash=action.pod_spec_hash, failed_member=action.member, failed_reason=action.reason
+        )
+    settled = (
+        health.state == HealthState.HEALTHY
+        and not held
+        and spec_accepted
+        and raw_spec is not None
+        and observed.pods
+        and all(p.spec_hash == desired_hash for p in observed.pods.values())
+    )
     if settled and raw_spec is not None:
         return RollRecord(last_good_spec=dict(raw_spec), last_good_hash=desired_hash)
     return record
@@ -152,10 +176,18 @@ def roll_condition(record: RollRecord, held: bool) -> c.Condition:
     if not held:
         return c.Condition("RollPaused", False, "NotPaused", "")
     if record.last_good_spec is None:
-        return c.Condition("RollPaused", True, "RollFailed",
-                           f"the roll failed on {record.failed_member}: {record.failed_reason}. No last good pod "
-                           f"spec is recorded to roll back to; revert or fix the spec. No member is replaced "
-                           f"for it")
-    return c.Condition("RollPaused", True, "RolledBack",
-                       f"the roll failed on {record.failed_member}: {record.failed_reason}. It was rolled back "
-                       f"to the last good pod spec on its data; change the spec (revert or fix it) to roll again")
+        return c.Condition(
+            "RollPaused",
+            True,
+            "RollFailed",
+            f"the roll failed on {record.failed_member}: {record.failed_reason}. No last good pod "
+            f"spec is recorded to roll back to; revert or fix the spec. No member is replaced "
+            f"for it",
+        )
+    return c.Condition(
+        "RollPaused",
+        True,
+        "RolledBack",
+        f"the roll failed on {record.failed_member}: {record.failed_reason}. It was rolled back "
+        f"to the last good pod spec on its data; change the spec (revert or fix it) to roll again",
+    )

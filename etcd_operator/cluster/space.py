@@ -63,25 +63,35 @@ def storage_problems(spec: ClusterSpec, observed: Observed) -> list[SpecProblem]
     disk = spec_disk(spec)
     wanted = spec.etcd.quota_backend_bytes
     if wanted is not None and disk is not None and wanted > quota.quota_for_disk(disk):
-        problems.append(SpecProblem(
-            "QuotaExceedsStorage",
-            f"spec.etcd.quotaBackendBytes {wanted} needs a volume of at least {quota.disk_needed(wanted)} bytes "
-            f"(twice the quota for defragmentation and snapshots, plus {quota.WAL_RESERVE} for the WAL), but the "
-            f"volume is {disk} bytes; the quota {quota.quota_for_disk(disk)} derived from the volume is used. "
-            f"Lower quotaBackendBytes or grow spec.storage"))
+        problems.append(
+            SpecProblem(
+                "QuotaExceedsStorage",
+                f"spec.etcd.quotaBackendBytes {wanted} needs a volume of at least {quota.disk_needed(wanted)} bytes "
+                f"(twice the quota for defragmentation and snapshots, plus {quota.WAL_RESERVE} for the WAL), but the "
+                f"volume is {disk} bytes; the quota {quota.quota_for_disk(disk)} derived from the volume is used. "
+                f"Lower quotaBackendBytes or grow spec.storage",
+            )
+        )
     elif disk is not None and quota.quota_for_disk(disk) < quota.MIN_QUOTA:
-        problems.append(SpecProblem(
-            "StorageTooSmall",
-            f"a volume of {disk} bytes leaves no room for a backend quota of {quota.MIN_QUOTA} bytes beside the WAL "
-            f"({quota.WAL_RESERVE} bytes) and a copy of the database; use at least "
-            f"{quota.disk_needed(quota.MIN_QUOTA)} bytes"))
+        problems.append(
+            SpecProblem(
+                "StorageTooSmall",
+                f"a volume of {disk} bytes leaves no room for a backend quota of {quota.MIN_QUOTA} bytes "
+                f"beside the WAL "
+                f"({quota.WAL_RESERVE} bytes) and a copy of the database; use at least "
+                f"{quota.disk_needed(quota.MIN_QUOTA)} bytes",
+            )
+        )
     if not spec.storage.empty_dir and disk is not None:
         larger = sorted(p.name for p in observed.pvcs.values() if p.requested and p.requested > disk)
         if larger:
-            problems.append(SpecProblem(
-                "StorageShrink",
-                f"spec.storage.size {spec.storage.size} is smaller than PVCs {', '.join(larger)}; volumes cannot "
-                f"shrink, so they keep their size and new members get the largest"))
+            problems.append(
+                SpecProblem(
+                    "StorageShrink",
+                    f"spec.storage.size {spec.storage.size} is smaller than PVCs {', '.join(larger)}; volumes cannot "
+                    f"shrink, so they keep their size and new members get the largest",
+                )
+            )
     return problems
 
 
@@ -124,8 +134,9 @@ def _ordinal(observed: Observed, name: str) -> int:
     return ordinal if ordinal is not None else 1 << 30
 
 
-def _followers_then_leader(observed: Observed, health: Health, members: Iterable[Member],
-                           names: Mapping[int, str | None]) -> list[Member]:
+def _followers_then_leader(
+    observed: Observed, health: Health, members: Iterable[Member], names: Mapping[int, str | None]
+) -> list[Member]:
     return sorted(members, key=lambda m: (m.id == health.leader_id, _ordinal(observed, names[m.id] or m.hex_id)))
 
 
@@ -141,8 +152,9 @@ def compaction_target(spec: ClusterSpec, observed: Observed) -> int:
     return max(0, current - spec.space_recovery.retain_revisions)
 
 
-def shortfall(spec: ClusterSpec, observed: Observed, health: Health,
-              names: Mapping[int, str | None]) -> tuple[str, int] | None:
+def shortfall(
+    spec: ClusterSpec, observed: Observed, health: Health, names: Mapping[int, str | None]
+) -> tuple[str, int] | None:
     """The member whose database misses the quota (less headroom) by the most bytes, and
     by how many; None when every answering member fits."""
     limit = quota_in_effect(spec) - quota.fits_headroom(quota_in_effect(spec))
@@ -169,12 +181,15 @@ def plan_no_space(spec: ClusterSpec, observed: Observed, health: Health, names: 
     """The next remediation step while NOSPACE is raised; a Wait when none can be taken."""
     record = observed.space_recovery
     if record is None:
-        return a.BeginSpaceRecovery("etcd raised the NOSPACE alarm: compacting, defragmenting one member at a "
-                                    "time and disarming it")
+        return a.BeginSpaceRecovery(
+            "etcd raised the NOSPACE alarm: compacting, defragmenting one member at a time and disarming it"
+        )
     target = compaction_target(spec, observed)
     if record.compacted_revision is None or target > record.compacted_revision:
-        return a.CompactRevisions(f"NOSPACE: compacting revisions up to {target}, keeping the last "
-                                  f"{spec.space_recovery.retain_revisions}", target)
+        return a.CompactRevisions(
+            f"NOSPACE: compacting revisions up to {target}, keeping the last {spec.space_recovery.retain_revisions}",
+            target,
+        )
     pending = [m for m in health.members if (names[m.id] or m.hex_id) not in record.defragmented]
     for member in _followers_then_leader(observed, health, pending, names):
         name = names[member.id] or member.hex_id
@@ -185,17 +200,20 @@ def plan_no_space(spec: ClusterSpec, observed: Observed, health: Health, names: 
             return a.Wait(f"NOSPACE: defragmenting {name} would block a quorum; waiting for the other members")
         missing = quota.defrag_room_missing(member_disk(spec, observed, name), status.db_size, status.db_size_in_use)
         if missing:
-            return a.Wait(f"NOSPACE: {name}'s volume lacks {missing} bytes for the defragmented copy; grow "
-                          f"spec.storage.size")
+            return a.Wait(
+                f"NOSPACE: {name}'s volume lacks {missing} bytes for the defragmented copy; grow spec.storage.size"
+            )
         role = "leader" if member.id == health.leader_id else "follower"
         return a.DefragmentForSpace(f"NOSPACE: defragmenting {role} {name}", name, member.id)
     worst = shortfall(spec, observed, health, names)
     if worst is not None:
         too_large, missing = worst
-        return a.Wait(f"NOSPACE: after compaction and defragmentation the database of {too_large} is {missing} bytes "
-                      f"too large for the quota {quota_in_effect(spec)} (less "
-                      f"{quota.fits_headroom(quota_in_effect(spec))} bytes headroom); delete keys (deletes are "
-                      f"allowed under the alarm) or raise the quota and storage")
+        return a.Wait(
+            f"NOSPACE: after compaction and defragmentation the database of {too_large} is {missing} bytes "
+            f"too large for the quota {quota_in_effect(spec)} (less "
+            f"{quota.fits_headroom(quota_in_effect(spec))} bytes headroom); delete keys (deletes are "
+            f"allowed under the alarm) or raise the quota and storage"
+        )
     alarmed = tuple(sorted({member for member, name in health.alarms if name == NOSPACE}))
     return a.DisarmNoSpaceAlarm("NOSPACE: every member's database fits under the quota again", alarmed)
 
@@ -224,8 +242,9 @@ def defrag_room(spec: ClusterSpec, observed: Observed, name: str, member_id: int
     return quota.defrag_room_missing(member_disk(spec, observed, name), status.db_size, status.db_size_in_use)
 
 
-def plan_requested_defragmentation(spec: ClusterSpec, observed: Observed, health: Health,
-                                   names: dict[int, str | None]) -> a.Action | None:
+def plan_requested_defragmentation(
+    spec: ClusterSpec, observed: Observed, health: Health, names: dict[int, str | None]
+) -> a.Action | None:
     """A new etcd.operator.dev/defragment token: every member once, followers then leader."""
     token = observed.defrag_requested
     record = observed.defragmentation
@@ -239,8 +258,9 @@ def plan_requested_defragmentation(spec: ClusterSpec, observed: Observed, health
         name = names[member.id] or member.hex_id
         missing = defrag_room(spec, observed, name, member.id)
         if missing:
-            return a.Wait(f"defragmentation requested ({token}): {name}'s volume lacks {missing} bytes for the "
-                          f"defragmented copy")
+            return a.Wait(
+                f"defragmentation requested ({token}): {name}'s volume lacks {missing} bytes for the defragmented copy"
+            )
         return a.DefragmentOnRequest(f"defragmentation requested ({token})", name, member.id, token)
     return a.FinishDefragmentRequest(f"every member defragmented for request {token}", token)
 
@@ -271,19 +291,31 @@ def storage_condition(spec: ClusterSpec, observed: Observed) -> c.Condition:
     refused = [p for p in pvcs if p.requested is not None and p.requested < wanted and p.expandable is False]
     if refused:
         classes = sorted({p.storage_class or "(none)" for p in refused})
-        return c.Condition("StorageResized", False, "ExpansionNotAllowed",
-                           f"PVCs {', '.join(p.name for p in refused)} stay below spec.storage.size "
-                           f"{spec.storage.size}: StorageClass {', '.join(classes)} does not set "
-                           f"allowVolumeExpansion")
+        return c.Condition(
+            "StorageResized",
+            False,
+            "ExpansionNotAllowed",
+            f"PVCs {', '.join(p.name for p in refused)} stay below spec.storage.size "
+            f"{spec.storage.size}: StorageClass {', '.join(classes)} does not set "
+            f"allowVolumeExpansion",
+        )
     unknown = [p for p in pvcs if p.requested is not None and p.requested < wanted and p.expandable is None]
     if unknown:
-        return c.Condition("StorageResized", False, "ExpansionUnknown",
-                           f"PVCs {', '.join(p.name for p in unknown)} are below spec.storage.size; their "
-                           f"StorageClass could not be read, so they are left as they are")
+        return c.Condition(
+            "StorageResized",
+            False,
+            "ExpansionUnknown",
+            f"PVCs {', '.join(p.name for p in unknown)} are below spec.storage.size; their "
+            f"StorageClass could not be read, so they are left as they are",
+        )
     growing = [p for p in pvcs if (p.requested or 0) < wanted or (p.capacity is not None and p.capacity < wanted)]
     if growing:
-        return c.Condition("StorageResized", False, "Expanding",
-                           f"PVCs {', '.join(p.name for p in growing)} are growing to {spec.storage.size}")
+        return c.Condition(
+            "StorageResized",
+            False,
+            "Expanding",
+            f"PVCs {', '.join(p.name for p in growing)} are growing to {spec.storage.size}",
+        )
     return c.Condition("StorageResized", True, "AsSpecified", "")
 
 
@@ -292,15 +324,22 @@ def database_condition(spec: ClusterSpec, observed: Observed, health: Health, ac
         return c.Condition("DatabaseFits", True, "WithinQuota", "")
     record = observed.space_recovery
     names = {m.id: member_name(observed, m) or m.hex_id for m in health.members}
-    done = (record is not None and record.compacted_revision is not None
-            and all(names[m.id] in record.defragmented for m in health.members))
+    done = (
+        record is not None
+        and record.compacted_revision is not None
+        and all(names[m.id] in record.defragmented for m in health.members)
+    )
     worst = shortfall(spec, observed, health, names) if done else None
     if worst is not None:
         member, missing = worst
-        return c.Condition("DatabaseFits", False, "QuotaExceeded",
-                           f"after compaction and defragmentation {member}'s database is still {missing} bytes "
-                           f"over the quota {quota_in_effect(spec)} less its headroom; {missing} bytes are missing. "
-                           f"Delete keys or raise the quota and storage")
+        return c.Condition(
+            "DatabaseFits",
+            False,
+            "QuotaExceeded",
+            f"after compaction and defragmentation {member}'s database is still {missing} bytes "
+            f"over the quota {quota_in_effect(spec)} less its headroom; {missing} bytes are missing. "
+            f"Delete keys or raise the quota and storage",
+        )
     return c.Condition("DatabaseFits", False, "Remediating", action.reason)
 
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from etcd_operator import versions
 from etcd_operator.denied_flags import DENIED_FLAGS
@@ -85,7 +86,7 @@ class TLSOptions:
     trusted: tuple[str, ...] = ()
 
     @classmethod
-    def from_dict(cls, tls: Mapping[str, Any] | None) -> "TLSOptions":
+    def from_dict(cls, tls: Mapping[str, Any] | None) -> TLSOptions:
         if tls is None:
             return cls()
         return cls(
@@ -124,7 +125,7 @@ class ClusterSpec:
         return f"{major}.{minor}"
 
     @classmethod
-    def from_dict(cls, spec: Mapping[str, Any]) -> "ClusterSpec":
+    def from_dict(cls, spec: Mapping[str, Any]) -> ClusterSpec:
         storage = spec.get("storage") or {}
         empty_dir = storage.get("emptyDir")
         etcd = spec.get("etcd") or {}
@@ -186,11 +187,11 @@ def spec_problems(spec: ClusterSpec) -> list[SpecProblem]:
     """Problems visible from the spec alone (no observed state needed)."""
     problems = []
     if versions.parse(spec.version)[:2] not in SUPPORTED_MINORS:
-        problems.append(SpecProblem("UnsupportedVersion",
-                                    f"etcd {spec.version} is not supported; use 3.5.x or 3.6.x"))
+        problems.append(SpecProblem("UnsupportedVersion", f"etcd {spec.version} is not supported; use 3.5.x or 3.6.x"))
     # The same test builders.allowed_extra_args uses to drop them.
-    refused = {k: reason for k, _ in spec.etcd.extra_args
-               if (reason := MANAGED_FLAGS.reason(k.lstrip("-"))) is not None}
+    refused = {
+        k: reason for k, _ in spec.etcd.extra_args if (reason := MANAGED_FLAGS.reason(k.lstrip("-"))) is not None
+    }
     if refused:
         reasons = " ".join(dict.fromkeys(refused[k] for k in sorted(refused)))
         problems.append(SpecProblem("ManagedFlag", f"refused extraArgs {', '.join(sorted(refused))}. {reasons}"))
@@ -203,11 +204,15 @@ def version_change_problem(running: str | None, wanted: str) -> SpecProblem | No
         return None
     have, want = versions.parse(running), versions.parse(wanted)
     if want < have:
-        return SpecProblem("VersionDowngrade",
-                           f"spec.version {wanted} is older than the running {running}; etcd does not support "
-                           f"downgrades this way. Set spec.version back to {running} or newer")
+        return SpecProblem(
+            "VersionDowngrade",
+            f"spec.version {wanted} is older than the running {running}; etcd does not support "
+            f"downgrades this way. Set spec.version back to {running} or newer",
+        )
     if want[:2] > have[:2] and (want[0] != have[0] or want[1] - have[1] > 1):
-        return SpecProblem("MinorVersionSkip",
-                           f"spec.version {wanted} skips a minor version from the running {running}; "
-                           f"upgrade one minor version at a time")
+        return SpecProblem(
+            "MinorVersionSkip",
+            f"spec.version {wanted} skips a minor version from the running {running}; "
+            f"upgrade one minor version at a time",
+        )
     return None

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from etcd_operator import conditions as c
 from etcd_operator.cluster import actions as a
 from etcd_operator.cluster import naming, tls_plan
 from etcd_operator.cluster.health import Health, HealthState, member_name
 from etcd_operator.cluster.observed import Observed
-from etcd_operator.timefmt import format_time
 from etcd_operator.cluster.spec import ClusterSpec, SpecProblem
+from etcd_operator.timefmt import format_time
 
 PROGRESS_REASONS = {
     "BootstrapFirstMember": "Bootstrapping",
@@ -55,8 +56,13 @@ PROGRESS_REASONS = {
 
 def is_degraded(health: Health, observed: Observed) -> bool:
     """Something is broken, as opposed to still being built or changed on purpose."""
-    if health.state in (HealthState.NO_QUORUM, HealthState.QUORUM_LOST, HealthState.NO_SPACE,
-                        HealthState.CORRUPT, HealthState.UNREACHABLE):
+    if health.state in (
+        HealthState.NO_QUORUM,
+        HealthState.QUORUM_LOST,
+        HealthState.NO_SPACE,
+        HealthState.CORRUPT,
+        HealthState.UNREACHABLE,
+    ):
         return True
     if health.state == HealthState.UNKNOWN:
         return observed.bootstrapped
@@ -69,46 +75,68 @@ def alarm_condition(health: Health) -> c.Condition:
     reason = {"NOSPACE": "NoSpace", "CORRUPT": "Corrupt"}
     names = health.alarm_names
     by_member = ", ".join(f"{name} on {member:x}" for member, name in health.alarms)
-    return c.Condition("Alarm", True, reason.get(names[0], names[0].title()),
-                       f"etcd alarms raised: {by_member}; writes fail until they are resolved and disarmed")
+    return c.Condition(
+        "Alarm",
+        True,
+        reason.get(names[0], names[0].title()),
+        f"etcd alarms raised: {by_member}; writes fail until they are resolved and disarmed",
+    )
 
 
-def cluster_conditions(spec: ClusterSpec, observed: Observed, health: Health, action: a.Action,
-                       problems: list[SpecProblem]) -> list[c.Condition]:
+def cluster_conditions(
+    spec: ClusterSpec, observed: Observed, health: Health, action: a.Action, problems: list[SpecProblem]
+) -> list[c.Condition]:
     available: bool | None = health.has_quorum
     if health.state == HealthState.UNREACHABLE:
         available = None  # the operator cannot tell
     progressing = not isinstance(action, (a.Steady, a.Wait)) or (
-        isinstance(action, a.Wait) and health.state in (HealthState.DEGRADED, HealthState.UNKNOWN))
+        isinstance(action, a.Wait) and health.state in (HealthState.DEGRADED, HealthState.UNKNOWN)
+    )
     degraded = is_degraded(health, observed)
     result = [
-        c.Condition("Available", available,
-                    "QuorumHealthy" if available else health.state.value, health.message),
+        c.Condition("Available", available, "QuorumHealthy" if available else health.state.value, health.message),
         alarm_condition(health),
-        c.Condition("Progressing", progressing,
-                    PROGRESS_REASONS.get(action.kind, "Waiting" if progressing else "Reconciled"),
-                    action.reason),
-        c.Condition("Degraded", degraded, health.state.value if degraded else "AllMembersHealthy",
-                    health.message if degraded else ""),
-        c.Condition("QuorumLost", health.state == HealthState.QUORUM_LOST,
-                    "QuorumLost" if health.state == HealthState.QUORUM_LOST else "QuorumHeld",
-                    health.message if health.state == HealthState.QUORUM_LOST else ""),
+        c.Condition(
+            "Progressing",
+            progressing,
+            PROGRESS_REASONS.get(action.kind, "Waiting" if progressing else "Reconciled"),
+            action.reason,
+        ),
+        c.Condition(
+            "Degraded",
+            degraded,
+            health.state.value if degraded else "AllMembersHealthy",
+            health.message if degraded else "",
+        ),
+        c.Condition(
+            "QuorumLost",
+            health.state == HealthState.QUORUM_LOST,
+            "QuorumLost" if health.state == HealthState.QUORUM_LOST else "QuorumHeld",
+            health.message if health.state == HealthState.QUORUM_LOST else "",
+        ),
     ]
     if problems:
-        result.append(c.Condition("SpecAccepted", False, problems[0].reason,
-                                  "; ".join(p.message for p in problems)))
+        result.append(c.Condition("SpecAccepted", False, problems[0].reason, "; ".join(p.message for p in problems)))
     else:
         result.append(c.Condition("SpecAccepted", True, "Accepted", ""))
     if observed.annotation_problems:
-        result.append(c.Condition("AnnotationsAccepted", False, "InvalidAnnotation",
-                                  "; ".join(observed.annotation_problems)))
+        result.append(
+            c.Condition("AnnotationsAccepted", False, "InvalidAnnotation", "; ".join(observed.annotation_problems))
+        )
     else:
         result.append(c.Condition("AnnotationsAccepted", True, "Accepted", ""))
     even = spec.size % 2 == 0
-    result.append(c.Condition(
-        "OddSize", not even, "EvenSize" if even else "OddSize",
-        f"size {spec.size} tolerates {(spec.size - 1) // 2} failed members, the same as size {spec.size - 1}, "
-        f"while needing a larger quorum; prefer an odd size" if even else ""))
+    result.append(
+        c.Condition(
+            "OddSize",
+            not even,
+            "EvenSize" if even else "OddSize",
+            f"size {spec.size} tolerates {(spec.size - 1) // 2} failed members, the same as size {spec.size - 1}, "
+            f"while needing a larger quorum; prefer an odd size"
+            if even
+            else "",
+        )
+    )
     return result
 
 
@@ -126,7 +154,8 @@ def phase(spec: ClusterSpec, health: Health, action: a.Action, observed: Observe
     if isinstance(action, a.RollMember) or isinstance(action, a.MoveLeader):
         return "Upgrading"
     if isinstance(action, (a.AddLearner, a.PromoteLearner)) or (
-            isinstance(action, a.RemoveMember) and not action.replacing):
+        isinstance(action, a.RemoveMember) and not action.replacing
+    ):
         return "Scaling"
     if health.state == HealthState.HEALTHY:
         return "Running"
@@ -143,14 +172,19 @@ def member_entries(observed: Observed, health: Health) -> list[dict[str, Any]]:
             "name": name,
             "id": member.hex_id,
             "peerURL": member.peer_urls[0] if member.peer_urls else "",
-            "clientURL": member.client_urls[0] if member.client_urls else naming.client_url(
-                observed.cluster, observed.namespace, name),
+            "clientURL": member.client_urls[0]
+            if member.client_urls
+            else naming.client_url(observed.cluster, observed.namespace, name),
             "role": role,
             "healthy": health.is_healthy(member),
         }
         if status is not None:
-            entry.update(dbSize=status.db_size, dbSizeInUse=status.db_size_in_use,
-                         revision=status.revision, version=status.version)
+            entry.update(
+                dbSize=status.db_size,
+                dbSizeInUse=status.db_size_in_use,
+                revision=status.revision,
+                version=status.version,
+            )
         if name in observed.unhealthy_for:  # for people: no decision reads it back (cluster/timers.py)
             entry["unhealthySince"] = format_time(observed.now - observed.unhealthy_for[name])
         entries.append(entry)
@@ -164,9 +198,16 @@ def restore_hold_ack(observed: Observed) -> dict[str, Any] | None:
     return {"restore": observed.restoring, "uid": observed.restore_hold or ""}
 
 
-def build_status(spec: ClusterSpec, observed: Observed, health: Health, action: a.Action,
-                 conditions: list[c.Condition], previous: Mapping[str, Any], generation: int,
-                 extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def build_status(
+    spec: ClusterSpec,
+    observed: Observed,
+    health: Health,
+    action: a.Action,
+    conditions: list[c.Condition],
+    previous: Mapping[str, Any],
+    generation: int,
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     now = format_time(observed.now)
     leader = next((m for m in health.members if m.id == health.leader_id), None)
     status: dict[str, Any] = {
@@ -175,8 +216,8 @@ def build_status(spec: ClusterSpec, observed: Observed, health: Health, action: 
         "readyMembers": sum(1 for m in health.voters if health.is_healthy(m)),
         "leader": (member_name(observed, leader) or leader.hex_id) if leader else "",
         "currentVersion": observed.running_version or previous.get("currentVersion", ""),
-        "clientURL": f"{naming.scheme(tls_plan.serves_tls(spec, observed))}://{naming.client_service_host(observed.cluster, observed.namespace)}"
-                     f":{naming.CLIENT_PORT}",
+        "clientURL": f"{naming.scheme(tls_plan.serves_tls(spec, observed))}://"
+        f"{naming.client_service_host(observed.cluster, observed.namespace)}:{naming.CLIENT_PORT}",
         "noQuorumSince": None if observed.no_quorum_for is None else format_time(observed.now - observed.no_quorum_for),
         "conditions": c.merge(previous.get("conditions"), conditions, now, generation),
         "observedGeneration": generation,

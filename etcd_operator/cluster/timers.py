@@ -11,7 +11,7 @@ or newly elected operator therefore waits the full timeout again."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping
+from collections.abc import Mapping
 
 from etcd_operator.cluster.health import member_healthy, member_name, quorum_loss_evidence
 from etcd_operator.cluster.observed import Observed
@@ -27,7 +27,9 @@ class Sightings:
     """What one operator process saw, on its own monotonic clock, pass after pass."""
 
     at: float | None = None  # the pass that recorded them
-    unhealthy_since: Mapping[str, float] = dataclasses.field(default_factory=dict)  # member -> unhealthy in every pass since
+    unhealthy_since: Mapping[str, float] = dataclasses.field(
+        default_factory=dict
+    )  # member -> unhealthy in every pass since
     quorum_loss_since: float | None = None  # evidence of a lost quorum in every pass since
     # status.learnerJoins' last failure (the removed learner's id), and when this process first saw it
     join_failure_since: tuple[int, float] | None = None
@@ -54,11 +56,13 @@ def carry_timers(observed: Observed, seen: Sightings, monotonic_now: float) -> t
     record = observed.learner_joins
     if record.failures and record.last_member_id is not None:
         earlier = seen.join_failure_since
-        join_failure_since = earlier if earlier and earlier[0] == record.last_member_id else (
-            record.last_member_id, monotonic_now)
+        join_failure_since = (
+            earlier if earlier and earlier[0] == record.last_member_id else (record.last_member_id, monotonic_now)
+        )
     observed = dataclasses.replace(
         observed,
         unhealthy_for={name: monotonic_now - since for name, since in unhealthy_since.items()},
         no_quorum_for=None if quorum_loss_since is None else monotonic_now - quorum_loss_since,
-        since_join_failure=None if join_failure_since is None else monotonic_now - join_failure_since[1])
+        since_join_failure=None if join_failure_since is None else monotonic_now - join_failure_since[1],
+    )
     return observed, Sightings(monotonic_now, unhealthy_since, quorum_loss_since, join_failure_since)

@@ -8,11 +8,23 @@ import base64
 import hashlib
 import ssl
 import tempfile
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from etcd_operator.cluster import naming, pki
-from etcd_operator.cluster.certs import (CA_KEY, CERT_KEY, PRIVATE_KEY_KEY, ROTATE_CA, ROTATE_LEAVES, CertKind,
-                                         CertView, Rotation, TLSView, kinds_to_observe, secret_name)
+from etcd_operator.cluster.certs import (
+    CA_KEY,
+    CERT_KEY,
+    PRIVATE_KEY_KEY,
+    ROTATE_CA,
+    ROTATE_LEAVES,
+    CertKind,
+    CertView,
+    Rotation,
+    TLSView,
+    kinds_to_observe,
+    secret_name,
+)
 from etcd_operator.cluster.spec import ClusterSpec
 from etcd_operator.etcd.client import ClientTLS
 from etcd_operator.kube import client as kube
@@ -33,8 +45,12 @@ def recorded_transport(body: Mapping[str, Any]) -> str | None:
 def client_tls(cluster: str, namespace: str, data: Mapping[str, bytes] | None) -> ClientTLS | None:
     if not data or not all(k in data for k in (CERT_KEY, PRIVATE_KEY_KEY, CA_KEY)):
         return None
-    return ClientTLS(ca=data[CA_KEY], cert=data[CERT_KEY], key=data[PRIVATE_KEY_KEY],
-                     server_name=naming.client_service_host(cluster, namespace))
+    return ClientTLS(
+        ca=data[CA_KEY],
+        cert=data[CERT_KEY],
+        key=data[PRIVATE_KEY_KEY],
+        server_name=naming.client_service_host(cluster, namespace),
+    )
 
 
 async def read_secret(kube_client: kube.KubeClient, namespace: str, name: str) -> dict[str, bytes] | None:
@@ -59,8 +75,9 @@ class TLSSecrets:
     def __init__(self) -> None:
         self._last: tuple[tuple, dict, Any, ClientTLS | None] | None = None  # (names, views, next CA, credentials)
 
-    async def observe(self, kube_client: kube.KubeClient, body: Mapping[str, Any],
-                      live: bool = True) -> tuple[TLSView, ClientTLS | None]:
+    async def observe(
+        self, kube_client: kube.KubeClient, body: Mapping[str, Any], live: bool = True
+    ) -> tuple[TLSView, ClientTLS | None]:
         meta, status = body["metadata"], body.get("status") or {}
         cluster, namespace = meta["name"], meta["namespace"]
         spec = ClusterSpec.from_dict(body.get("spec") or {})
@@ -72,9 +89,14 @@ class TLSSecrets:
         tls_status = status.get("tls") or {}
         annotations = meta.get("annotations") or {}
         rotation = Rotation.from_dict(tls_status.get("rotation"))
-        requested = {kind: annotations[key] for kind, key in ((ROTATE_LEAVES, naming.ANNOTATION_ROTATE_CERTIFICATES),
-                                                              (ROTATE_CA, naming.ANNOTATION_ROTATE_CA))
-                     if annotations.get(key)}
+        requested = {
+            kind: annotations[key]
+            for kind, key in (
+                (ROTATE_LEAVES, naming.ANNOTATION_ROTATE_CERTIFICATES),
+                (ROTATE_CA, naming.ANNOTATION_ROTATE_CA),
+            )
+            if annotations.get(key)
+        }
         kinds = kinds_to_observe(spec)
         names = (transport, tuple((k, secret_name(spec, cluster, k)) for k in kinds))
         reusable = not live and rotation is None and not requested
@@ -84,26 +106,40 @@ class TLSSecrets:
         else:
             views, next_ca, credentials = await self._read(kube_client, cluster, namespace, spec, kinds, transport)
             self._last = (names, views, next_ca, credentials)
-        return TLSView(transport=transport, certs=dict(views), next_ca=next_ca, rotation=rotation,
-                       requested=requested, rotated=dict(tls_status.get("rotated") or {})), credentials
+        return TLSView(
+            transport=transport,
+            certs=dict(views),
+            next_ca=next_ca,
+            rotation=rotation,
+            requested=requested,
+            rotated=dict(tls_status.get("rotated") or {}),
+        ), credentials
 
     @staticmethod
-    async def _read(kube_client: kube.KubeClient, cluster: str, namespace: str, spec: ClusterSpec,
-                    kinds: tuple[CertKind, ...], transport: str | None):
-        secrets = await asyncio.gather(*(read_secret(kube_client, namespace, secret_name(spec, cluster, k))
-                                         for k in kinds))
+    async def _read(
+        kube_client: kube.KubeClient,
+        cluster: str,
+        namespace: str,
+        spec: ClusterSpec,
+        kinds: tuple[CertKind, ...],
+        transport: str | None,
+    ):
+        secrets = await asyncio.gather(
+            *(read_secret(kube_client, namespace, secret_name(spec, cluster, k)) for k in kinds)
+        )
         views: dict[CertKind, CertView | None] = {}
-        for kind, data in zip(kinds, secrets):
+        for kind, data in zip(kinds, secrets, strict=True):
             views[kind] = None if data is None else await asyncio.to_thread(pki.describe, data)
-        by_kind = dict(zip(kinds, secrets))
+        by_kind = dict(zip(kinds, secrets, strict=True))
         credentials = client_tls(cluster, namespace, by_kind.get(CertKind.OPERATOR)) if transport == HTTPS else None
         ca_data = by_kind.get(CertKind.CA)
         next_ca = await asyncio.to_thread(pki.describe_next_ca, ca_data) if ca_data else None
         return views, next_ca, credentials
 
 
-async def served_certificates(pods: Mapping[str, Any], credentials: ClientTLS | None,
-                              timeout: float = 2.0) -> dict[str, str] | None:
+async def served_certificates(
+    pods: Mapping[str, Any], credentials: ClientTLS | None, timeout: float = 2.0
+) -> dict[str, str] | None:
     """The fingerprint of the certificate each member serves on a new connection (pod name ->
     SHA-256), read with a TLS handshake; members that do not answer are left out."""
     if credentials is None:
@@ -112,9 +148,11 @@ async def served_certificates(pods: Mapping[str, Any], credentials: ClientTLS | 
 
     async def one(ip: str) -> str | None:
         try:
-            _, writer = await asyncio.wait_for(asyncio.open_connection(
-                ip, naming.CLIENT_PORT, ssl=context, server_hostname=credentials.server_name), timeout)
-        except (OSError, asyncio.TimeoutError, ssl.SSLError):
+            _, writer = await asyncio.wait_for(
+                asyncio.open_connection(ip, naming.CLIENT_PORT, ssl=context, server_hostname=credentials.server_name),
+                timeout,
+            )
+        except (TimeoutError, OSError, ssl.SSLError):
             return None
         der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
         writer.close()
@@ -122,7 +160,7 @@ async def served_certificates(pods: Mapping[str, Any], credentials: ClientTLS | 
 
     names = [name for name, pod in pods.items() if pod.ip and not pod.deleting]
     results = await asyncio.gather(*(one(pods[name].ip) for name in names))
-    return {name: fp for name, fp in zip(names, results) if fp}
+    return {name: fp for name, fp in zip(names, results, strict=True) if fp}
 
 
 def _ssl_context(credentials: ClientTLS) -> ssl.SSLContext:

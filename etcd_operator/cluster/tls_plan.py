@@ -22,9 +22,21 @@ from typing import Any
 
 from etcd_operator.cluster import actions as a
 from etcd_operator.cluster import builders
-from etcd_operator.cluster.certs import (LEAVES, PHASE_DROP, PHASE_ISSUE, PHASE_RENEW, PHASE_TRUST, ROTATE_CA,
-                                         ROTATE_LEAVES, CertKind, CertView, Rotation, member_dns_names,
-                                         request_for, secret_name)
+from etcd_operator.cluster.certs import (
+    LEAVES,
+    PHASE_DROP,
+    PHASE_ISSUE,
+    PHASE_RENEW,
+    PHASE_TRUST,
+    ROTATE_CA,
+    ROTATE_LEAVES,
+    CertKind,
+    CertView,
+    Rotation,
+    member_dns_names,
+    request_for,
+    secret_name,
+)
 from etcd_operator.cluster.observed import Observed
 from etcd_operator.cluster.spec import ISSUER_MANAGED, ClusterSpec, SpecProblem
 from etcd_operator.timefmt import format_time
@@ -50,12 +62,14 @@ def transport_problem(spec: ClusterSpec, observed: Observed) -> SpecProblem | No
             "TLSMigrationUnsupported",
             "spec.tls.enabled is true, but this cluster was created without TLS and serves plaintext; the operator "
             "does not switch a running cluster to TLS, and leaves it as it is. Set spec.tls.enabled: false, or "
-            "restore a backup into a new cluster, which gets TLS")
+            "restore a backup into a new cluster, which gets TLS",
+        )
     if serving == HTTPS and not spec.tls.enabled:
         return SpecProblem(
             "TLSDisableUnsupported",
             "spec.tls.enabled is false, but this cluster serves TLS; the operator does not switch a running cluster "
-            "to plaintext, and keeps TLS. Set spec.tls.enabled: true")
+            "to plaintext, and keeps TLS. Set spec.tls.enabled: true",
+        )
     return None
 
 
@@ -78,8 +92,9 @@ def next_step(spec: ClusterSpec, observed: Observed) -> a.Action | None:
     return step
 
 
-def _with_the_issues_that_follow(spec: ClusterSpec, observed: Observed,
-                                 first: a.IssueCertificate) -> a.IssueCertificate:
+def _with_the_issues_that_follow(
+    spec: ClusterSpec, observed: Observed, first: a.IssueCertificate
+) -> a.IssueCertificate:
     """Before any member runs, one step issues what the next passes would issue one by one:
     the same certificates in the same order, each planned as if those before it were in
     place. It stops at the first step of another kind, or one that repeats a certificate."""
@@ -103,14 +118,21 @@ def _as_issued(spec: ClusterSpec, observed: Observed, kind: CertKind) -> Observe
     request = request_for(spec, observed.cluster, observed.namespace, kind, observed.cluster_domain)
     if kind == CertKind.CA:
         fingerprint = f"issued in this step: {kind.value}"
-        view = CertView(fingerprint, now, now + request.lifetime, issuer_fingerprint=fingerprint,
-                        trusted=(fingerprint,), is_ca=True)
+        view = CertView(
+            fingerprint, now, now + request.lifetime, issuer_fingerprint=fingerprint, trusted=(fingerprint,), is_ca=True
+        )
     else:
         ca = tls.cert(CertKind.CA)
         if ca is None:
             raise ValueError(f"{kind.value} is issued under the CA, and there is none yet")
-        view = CertView(f"issued in this step: {kind.value}", now, now + request.lifetime,
-                        dns_names=request.dns_names, issuer_fingerprint=ca.fingerprint, trusted=ca.trusted)
+        view = CertView(
+            f"issued in this step: {kind.value}",
+            now,
+            now + request.lifetime,
+            dns_names=request.dns_names,
+            issuer_fingerprint=ca.fingerprint,
+            trusted=ca.trusted,
+        )
     return dataclasses.replace(observed, tls=dataclasses.replace(tls, certs={**tls.certs, kind: view}))
 
 
@@ -134,8 +156,10 @@ def _one_step(spec: ClusterSpec, observed: Observed) -> a.Action | None:
         name = secret_name(spec, observed.cluster, CertKind.CA)
         if observed.pods:
             what = "is missing" if ca is None else f"is unusable ({ca.problem or 'not a CA'})"
-            return a.Wait(f"the CA Secret {name} {what} while members run; the operator does not replace a CA the "
-                          f"members trust. Restore the Secret from your backup of it")
+            return a.Wait(
+                f"the CA Secret {name} {what} while members run; the operator does not replace a CA the "
+                f"members trust. Restore the Secret from your backup of it"
+            )
         return _issue(f"creating the cluster's CA in Secret {name}", CertKind.CA)
     rotation = observed.tls.rotation
     if rotation is None:
@@ -164,21 +188,27 @@ SYNC_TRUST = "sync-trust"
 def _start_rotation(observed: Observed, ca: CertView) -> a.Action | None:
     request = observed.tls.pending_request(ROTATE_CA)
     if request:
-        return a.RecordRotation(f"CA rotation {request!r} requested; phase {PHASE_TRUST}",
-                                Rotation(ROTATE_CA, request, PHASE_TRUST, (ca.fingerprint,)))
+        return a.RecordRotation(
+            f"CA rotation {request!r} requested; phase {PHASE_TRUST}",
+            Rotation(ROTATE_CA, request, PHASE_TRUST, (ca.fingerprint,)),
+        )
     request = observed.tls.pending_request(ROTATE_LEAVES)
     if request:
         leaves = tuple(c.fingerprint for k in LEAVES if (c := observed.tls.cert(k)) is not None)
-        return a.RecordRotation(f"leaf rotation {request!r} requested", Rotation(ROTATE_LEAVES, request, PHASE_RENEW,
-                                                                                   leaves))
+        return a.RecordRotation(
+            f"leaf rotation {request!r} requested", Rotation(ROTATE_LEAVES, request, PHASE_RENEW, leaves)
+        )
     return None
 
 
 def _ca_secret_step(rotation: Rotation, ca: CertView, observed: Observed) -> a.Action | None:
     old = set(rotation.replaced)
     next_ca = observed.tls.next_ca
-    if rotation.phase == PHASE_TRUST and ca.fingerprint in old and (
-            next_ca is None or next_ca.problem or next_ca.fingerprint not in ca.trusted):
+    if (
+        rotation.phase == PHASE_TRUST
+        and ca.fingerprint in old
+        and (next_ca is None or next_ca.problem or next_ca.fingerprint not in ca.trusted)
+    ):
         return a.UpdateCASecret("adding a new CA, trusted next to the old one", "add-next")
     if rotation.phase == PHASE_ISSUE and ca.fingerprint in old:
         return a.UpdateCASecret("the new CA signs from now on", "promote-next")
@@ -194,18 +224,25 @@ def _advance(spec: ClusterSpec, observed: Observed, rotation: Rotation) -> a.Act
     serving = _members_serve_current_leaf(observed)
     if rotation.kind == ROTATE_LEAVES:
         if serving:
-            return a.RecordRotation(f"leaf rotation {rotation.request!r} done: every member serves its new "
-                                    f"certificate", None, (ROTATE_LEAVES, rotation.request))
+            return a.RecordRotation(
+                f"leaf rotation {rotation.request!r} done: every member serves its new certificate",
+                None,
+                (ROTATE_LEAVES, rotation.request),
+            )
         return None
     if rotation.phase == PHASE_TRUST and rolled:
-        return a.RecordRotation(f"every member trusts the new CA; phase {PHASE_ISSUE}",
-                                dataclasses.replace(rotation, phase=PHASE_ISSUE))
+        return a.RecordRotation(
+            f"every member trusts the new CA; phase {PHASE_ISSUE}", dataclasses.replace(rotation, phase=PHASE_ISSUE)
+        )
     if rotation.phase == PHASE_ISSUE and rolled and serving:
-        return a.RecordRotation(f"every member serves a certificate of the new CA; phase {PHASE_DROP}",
-                                dataclasses.replace(rotation, phase=PHASE_DROP))
+        return a.RecordRotation(
+            f"every member serves a certificate of the new CA; phase {PHASE_DROP}",
+            dataclasses.replace(rotation, phase=PHASE_DROP),
+        )
     if rotation.phase == PHASE_DROP and rolled and serving:
-        return a.RecordRotation(f"CA rotation {rotation.request!r} done: the old CA is trusted no more", None,
-                                (ROTATE_CA, rotation.request))
+        return a.RecordRotation(
+            f"CA rotation {rotation.request!r} done: the old CA is trusted no more", None, (ROTATE_CA, rotation.request)
+        )
     return None
 
 
@@ -220,12 +257,12 @@ def _members_serve_current_leaf(observed: Observed) -> bool:
     served = observed.tls.served
     if member is None or served is None:
         return False
-    return set(served) >= set(observed.pods) and all(served.get(name) == member.fingerprint
-                                                     for name in observed.pods)
+    return set(served) >= set(observed.pods) and all(served.get(name) == member.fingerprint for name in observed.pods)
 
 
-def _leaf_reason(spec: ClusterSpec, observed: Observed, kind: CertKind, ca: CertView,
-                 rotation: Rotation | None) -> str | None:
+def _leaf_reason(
+    spec: ClusterSpec, observed: Observed, kind: CertKind, ca: CertView, rotation: Rotation | None
+) -> str | None:
     cert = observed.tls.cert(kind)
     if cert is None:
         return "issuing"
@@ -252,8 +289,9 @@ def _wait_for_provided_secrets(spec: ClusterSpec, observed: Observed) -> a.Actio
         cert = observed.tls.cert(kind)
         if cert is None or cert.problem:
             what = "to exist" if cert is None else f"to be usable ({cert.problem})"
-            return a.Wait(f"waiting for Secret {secret_name(spec, observed.cluster, kind)} {what} "
-                          f"(tls.crt, tls.key, ca.crt)")
+            return a.Wait(
+                f"waiting for Secret {secret_name(spec, observed.cluster, kind)} {what} (tls.crt, tls.key, ca.crt)"
+            )
     return None
 
 
@@ -265,11 +303,21 @@ def tls_status(spec: ClusterSpec, observed: Observed, patch: dict[str, Any] | No
     if serving is None:
         return None
     rotation = observed.tls.rotation.to_dict() if observed.tls.rotation else None
-    certificates = {kind.value: {"secretName": secret_name(spec, observed.cluster, kind),
-                                 "fingerprint": cert.fingerprint[:16], "notAfter": format_time(cert.not_after)}
-                    for kind, cert in sorted(observed.tls.certs.items()) if cert is not None and not cert.problem}
-    status = {"transport": serving, "certificates": certificates, "rotation": rotation,
-              "rotated": dict(observed.tls.rotated) or None}
+    certificates = {
+        kind.value: {
+            "secretName": secret_name(spec, observed.cluster, kind),
+            "fingerprint": cert.fingerprint[:16],
+            "notAfter": format_time(cert.not_after),
+        }
+        for kind, cert in sorted(observed.tls.certs.items())
+        if cert is not None and not cert.problem
+    }
+    status = {
+        "transport": serving,
+        "certificates": certificates,
+        "rotation": rotation,
+        "rotated": dict(observed.tls.rotated) or None,
+    }
     # Absent rather than null, as the API server stores it (so an unchanged status is not
     # written again); a null in this pass's patch still clears a finished rotation.
     status = {k: v for k, v in status.items() if v is not None}

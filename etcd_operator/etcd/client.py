@@ -61,8 +61,9 @@ class ClientTLS:
     server_name: str = ""
 
     def credentials(self) -> grpc.ChannelCredentials:
-        return grpc.ssl_channel_credentials(root_certificates=self.ca, private_key=self.key,
-                                            certificate_chain=self.cert)
+        return grpc.ssl_channel_credentials(
+            root_certificates=self.ca, private_key=self.key, certificate_chain=self.cert
+        )
 
     def options(self, options: Sequence[tuple[str, object]]) -> list[tuple[str, object]]:
         return [*options, ("grpc.ssl_target_name_override", self.server_name)]
@@ -84,8 +85,13 @@ def _member(m) -> Member:
 class EtcdMemberClient:
     """Talks to exactly one member, at `endpoint` ("host:port")."""
 
-    def __init__(self, endpoint: str, timeout: float = DEFAULT_TIMEOUT, guard: WriteGuard | None = None,
-                 tls: ClientTLS | None = None):
+    def __init__(
+        self,
+        endpoint: str,
+        timeout: float = DEFAULT_TIMEOUT,
+        guard: WriteGuard | None = None,
+        tls: ClientTLS | None = None,
+    ):
         self.endpoint = endpoint
         self.timeout = timeout
         self.guard = guard  # None: the process's write guard (leader election)
@@ -101,14 +107,21 @@ class EtcdMemberClient:
     async def close(self) -> None:
         await self._channel.close()
 
-    async def __aenter__(self) -> "EtcdMemberClient":
+    async def __aenter__(self) -> EtcdMemberClient:
         return self
 
     async def __aexit__(self, *exc) -> None:
         await self.close()
 
-    async def _call(self, name: str, method, request, timeout: float | None = None, mutating: bool = False,
-                    past_deadline: bool = False):
+    async def _call(
+        self,
+        name: str,
+        method,
+        request,
+        timeout: float | None = None,
+        mutating: bool = False,
+        past_deadline: bool = False,
+    ):
         """A mutating call is refused (LeadershipLost) when this replica may not act, and its
         gRPC deadline ends with the right to act, so it is never sent later; `past_deadline`
         keeps the call's own timeout for a call that may outlast the lease (Defragment)."""
@@ -131,28 +144,36 @@ class EtcdMemberClient:
 
     async def add_learner(self, peer_urls: list[str]) -> tuple[Member, list[Member]]:
         response = await self._call(
-            "MemberAdd", self._cluster.MemberAdd,
-            rpc.MemberAddRequest(peerURLs=peer_urls, isLearner=True), mutating=True,
+            "MemberAdd",
+            self._cluster.MemberAdd,
+            rpc.MemberAddRequest(peerURLs=peer_urls, isLearner=True),
+            mutating=True,
         )
         return _member(response.member), [_member(m) for m in response.members]
 
     async def add_voter(self, peer_urls: list[str]) -> tuple[Member, list[Member]]:
         response = await self._call(
-            "MemberAdd", self._cluster.MemberAdd,
-            rpc.MemberAddRequest(peerURLs=peer_urls, isLearner=False), mutating=True,
+            "MemberAdd",
+            self._cluster.MemberAdd,
+            rpc.MemberAddRequest(peerURLs=peer_urls, isLearner=False),
+            mutating=True,
         )
         return _member(response.member), [_member(m) for m in response.members]
 
     async def promote(self, member_id: int) -> list[Member]:
         response = await self._call(
-            "MemberPromote", self._cluster.MemberPromote, rpc.MemberPromoteRequest(ID=member_id),
+            "MemberPromote",
+            self._cluster.MemberPromote,
+            rpc.MemberPromoteRequest(ID=member_id),
             mutating=True,
         )
         return [_member(m) for m in response.members]
 
     async def remove(self, member_id: int) -> list[Member]:
         response = await self._call(
-            "MemberRemove", self._cluster.MemberRemove, rpc.MemberRemoveRequest(ID=member_id),
+            "MemberRemove",
+            self._cluster.MemberRemove,
+            rpc.MemberRemoveRequest(ID=member_id),
             mutating=True,
         )
         return [_member(m) for m in response.members]
@@ -160,8 +181,11 @@ class EtcdMemberClient:
     async def move_leader(self, target_id: int) -> None:
         """Must be sent to the current leader."""
         await self._call(
-            "MoveLeader", self._maintenance.MoveLeader, rpc.MoveLeaderRequest(targetID=target_id),
-            timeout=max(self.timeout, 15.0), mutating=True,
+            "MoveLeader",
+            self._maintenance.MoveLeader,
+            rpc.MoveLeaderRequest(targetID=target_id),
+            timeout=max(self.timeout, 15.0),
+            mutating=True,
         )
 
     # --- maintenance ------------------------------------------------------------------
@@ -184,14 +208,21 @@ class EtcdMemberClient:
         )
 
     async def defragment(self, timeout: float = 120.0) -> None:
-        await self._call("Defragment", self._maintenance.Defragment, rpc.DefragmentRequest(), timeout,
-                         mutating=True, past_deadline=True)
+        await self._call(
+            "Defragment",
+            self._maintenance.Defragment,
+            rpc.DefragmentRequest(),
+            timeout,
+            mutating=True,
+            past_deadline=True,
+        )
 
     async def downgrade(self, action: str, version: str) -> str:
         """etcd's downgrade API (Maintenance.Downgrade, 3.6+): action VALIDATE, ENABLE or
         CANCEL, version the target minor ("3.5"). Returns the cluster version etcd reports."""
         response = await self._call(
-            "Downgrade", self._maintenance.Downgrade,
+            "Downgrade",
+            self._maintenance.Downgrade,
             rpc.DowngradeRequest(action=rpc.DowngradeRequest.DowngradeAction.Value(action), version=version),
             mutating=action != "VALIDATE",
         )
@@ -199,7 +230,8 @@ class EtcdMemberClient:
 
     async def alarms(self) -> list[tuple[int, int]]:
         response = await self._call(
-            "Alarm", self._maintenance.Alarm,
+            "Alarm",
+            self._maintenance.Alarm,
             rpc.AlarmRequest(action=rpc.AlarmRequest.GET, memberID=0, alarm=rpc.NONE),
         )
         return [(a.memberID, a.alarm) for a in response.alarms]
@@ -208,16 +240,21 @@ class EtcdMemberClient:
         """(hash, compact revision) of the key-value store up to `revision`: equal on every
         member, and on a member restored from a snapshot at that revision, as long as the
         compact revision is the same."""
-        response = await self._call("HashKV", self._maintenance.HashKV, rpc.HashKVRequest(revision=revision),
-                                    timeout)
+        response = await self._call("HashKV", self._maintenance.HashKV, rpc.HashKVRequest(revision=revision), timeout)
         return response.hash, response.compact_revision
 
     async def compact(self, revision: int, timeout: float = 60.0) -> bool:
         """Compacts the key history up to `revision`, waiting until this member applied it
         (physical). False when etcd had already compacted at or past it."""
         try:
-            await self._call("Compact", self._kv.Compact, rpc.CompactionRequest(revision=revision, physical=True),
-                             timeout, mutating=True, past_deadline=True)
+            await self._call(
+                "Compact",
+                self._kv.Compact,
+                rpc.CompactionRequest(revision=revision, physical=True),
+                timeout,
+                mutating=True,
+                past_deadline=True,
+            )
         except EtcdError as e:
             if e.already_compacted:
                 return False
@@ -227,8 +264,10 @@ class EtcdMemberClient:
     async def disarm_alarm(self, member_id: int, alarm: int = rpc.NOSPACE) -> None:
         """Deactivates one raised alarm (etcdctl alarm disarm does the same per alarm)."""
         await self._call(
-            "Alarm", self._maintenance.Alarm,
-            rpc.AlarmRequest(action=rpc.AlarmRequest.DEACTIVATE, memberID=member_id, alarm=alarm), mutating=True,
+            "Alarm",
+            self._maintenance.Alarm,
+            rpc.AlarmRequest(action=rpc.AlarmRequest.DEACTIVATE, memberID=member_id, alarm=alarm),
+            mutating=True,
         )
 
     # --- keys (used by health checks and tests) ---------------------------------------
@@ -236,7 +275,8 @@ class EtcdMemberClient:
     async def count_keys(self, revision: int = 0) -> int:
         """All keys at `revision` (0: now)."""
         response = await self._call(
-            "Range", self._kv.Range,
+            "Range",
+            self._kv.Range,
             rpc.RangeRequest(key=b"\0", range_end=b"\0", count_only=True, revision=revision),
         )
         return response.count
@@ -246,7 +286,5 @@ class EtcdMemberClient:
         return response.header.revision
 
     async def get(self, key: bytes, serializable: bool = False) -> bytes | None:
-        response = await self._call(
-            "Range", self._kv.Range, rpc.RangeRequest(key=key, serializable=serializable)
-        )
+        response = await self._call("Range", self._kv.Range, rpc.RangeRequest(key=key, serializable=serializable))
         return response.kvs[0].value if response.kvs else None

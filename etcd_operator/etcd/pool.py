@@ -22,8 +22,9 @@ class EtcdClientPool:
     def get(self, endpoint: str) -> EtcdMemberClient:
         client = self._clients.get(endpoint)
         if client is None:
-            client = self._clients[endpoint] = EtcdMemberClient(endpoint, timeout=self._timeout, guard=self._guard,
-                                                                     tls=self._tls)
+            client = self._clients[endpoint] = EtcdMemberClient(
+                endpoint, timeout=self._timeout, guard=self._guard, tls=self._tls
+            )
         return client
 
     async def retain_only(self, endpoints: set[str]) -> None:

@@ -7,7 +7,7 @@ gRPC never buffers more than STREAM_WINDOW_BYTES ahead of a slow upload."""
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import grpc
 import grpc.experimental
@@ -30,8 +30,11 @@ class SnapshotStream:
 
     def __init__(self, endpoint: str, tls: ClientTLS | None = None):
         self.endpoint = endpoint
-        self._channel = (grpc.secure_channel(endpoint, tls.credentials(), options=tls.options(CHANNEL_OPTIONS))
-                         if tls else grpc.insecure_channel(endpoint, options=CHANNEL_OPTIONS))
+        self._channel = (
+            grpc.secure_channel(endpoint, tls.credentials(), options=tls.options(CHANNEL_OPTIONS))
+            if tls
+            else grpc.insecure_channel(endpoint, options=CHANNEL_OPTIONS)
+        )
         self._call = rpc.MaintenanceStub(self._channel).Snapshot(rpc.SnapshotRequest(), timeout=SNAPSHOT_DEADLINE)
 
     def __iter__(self) -> Iterator[bytes]:

@@ -15,10 +15,17 @@ ERROR_BACKOFF = 30.0
 
 
 @kopf.daemon(API_GROUP, API_VERSION, "etcdbackups", cancellation_timeout=30.0, when=in_shard)
-async def run_backup(body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.Memo,
-                     logger: logging.Logger, **_) -> None:
-    controller = BackupController(memo.kube, memo.backup_locks, event_poster(body), memo.config.operator_image,
-                                  memo.config.shard, memo.config.storage_policy)
+async def run_backup(
+    body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.Memo, logger: logging.Logger, **_
+) -> None:
+    controller = BackupController(
+        memo.kube,
+        memo.backup_locks,
+        event_poster(body),
+        memo.config.operator_image,
+        memo.config.shard,
+        memo.config.storage_policy,
+    )
     try:
         await run_until_deleted(controller.reconcile, body, stopped, logger, ERROR_BACKOFF)
     finally:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import kopf
 
@@ -22,30 +23,44 @@ ERROR_BACKOFF = 10.0
 
 
 @kopf.daemon(API_GROUP, API_VERSION, "etcdclusters", cancellation_timeout=60.0, when=in_shard)
-async def run_cluster(body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.Memo,
-                      logger: logging.Logger, **_) -> None:
+async def run_cluster(
+    body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.Memo, logger: logging.Logger, **_
+) -> None:
     etcd_clients = EtcdClientPool()
     namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
     children = getattr(memo, "children", None)  # the operator's pod and PVC watches; None: list every pass
     wake = children.wakeups.register(namespace, name) if children else None
-    reconciler = ClusterReconciler(memo.kube, etcd_clients, event_poster(body), memo.config.lease_namespace,
-                                   cached_children=children.children if children else None,
-                                   storage_classes=memo.storage_classes,
-                                   steady_poll=memo.config.steady_poll_seconds, resync=memo.config.resync_seconds,
-                                   being_deleted=lambda: bool(body.get("metadata", {}).get("deletionTimestamp")),
-                                   held_by=lambda: restore_hold(body),
-                                   operator_image=memo.config.operator_image,
-                                   cluster_domain=memo.config.cluster_domain)
+    reconciler = ClusterReconciler(
+        memo.kube,
+        etcd_clients,
+        event_poster(body),
+        memo.config.lease_namespace,
+        cached_children=children.children if children else None,
+        storage_classes=memo.storage_classes,
+        steady_poll=memo.config.steady_poll_seconds,
+        resync=memo.config.resync_seconds,
+        being_deleted=lambda: bool(body.get("metadata", {}).get("deletionTimestamp")),
+        held_by=lambda: restore_hold(body),
+        operator_image=memo.config.operator_image,
+        cluster_domain=memo.config.cluster_domain,
+    )
 
     async def stall_unless_held(seen: Mapping[str, Any]) -> None:
         if not restore_hold(seen):
             await faults.stall_once(faults.STALE_CLUSTER_PASS, f"{namespace}/{name}", lambda: bool(restore_hold(body)))
 
     try:
-        await run_until_deleted(reconciler.reconcile, body, stopped, logger, ERROR_BACKOFF,
-                                before_pass=stall_unless_held,
-                                on_error=lambda: metrics.reconcile_errors.labels(namespace, name).inc(),
-                                wake=wake, wakeable=lambda: reconciler.wakeable)
+        await run_until_deleted(
+            reconciler.reconcile,
+            body,
+            stopped,
+            logger,
+            ERROR_BACKOFF,
+            before_pass=stall_unless_held,
+            on_error=lambda: metrics.reconcile_errors.labels(namespace, name).inc(),
+            wake=wake,
+            wakeable=lambda: reconciler.wakeable,
+        )
     finally:
         if wake is not None:
             children.wakeups.forget(namespace, name, wake)
@@ -60,20 +75,26 @@ def restore_hold(obj) -> str | None:
 
 
 @kopf.on.delete(API_GROUP, API_VERSION, "etcdclusters", when=held_by_shard)
-async def cluster_deleted(name: str, namespace: str, spec: kopf.Spec, memo: kopf.Memo, body: kopf.Body,
-                          logger: logging.Logger, **_) -> None:
+async def cluster_deleted(
+    name: str, namespace: str, spec: kopf.Spec, memo: kopf.Memo, body: kopf.Body, logger: logging.Logger, **_
+) -> None:
     """Pods, Services and Secrets go with the owner; PVCs follow spec.reclaimPolicy (cluster/reclaim.py)."""
     selector = naming.label_selector(naming.selector_labels(name))
-    pvcs, pods = await asyncio.gather(memo.kube.list(kube.PVCS, namespace, selector),
-                                      memo.kube.list(kube.PODS, namespace, selector))
+    pvcs, pods = await asyncio.gather(
+        memo.kube.list(kube.PVCS, namespace, selector), memo.kube.list(kube.PODS, namespace, selector)
+    )
     outcome = reclaim(spec.get("reclaimPolicy", RETAIN), body["metadata"], pvcs, pods)
     uid = body["metadata"]["uid"]
     for pvc in pvcs:  # a kept PVC that an older version made owned by the cluster: the collector must not act
         meta = pvc["metadata"]
         owners = meta.get("ownerReferences") or []
         if meta["name"] in outcome.keep and any(o.get("uid") == uid for o in owners):
-            await memo.kube.merge_patch(kube.PVCS, namespace, meta["name"],
-                                        {"metadata": {"ownerReferences": builders.owners_without(owners, uid)}})
+            await memo.kube.merge_patch(
+                kube.PVCS,
+                namespace,
+                meta["name"],
+                {"metadata": {"ownerReferences": builders.owners_without(owners, uid)}},
+            )
     for pvc_name in outcome.delete:
         await memo.kube.delete(kube.PVCS, namespace, pvc_name)
     if not await namespace_terminating(memo.kube, namespace):  # it takes no Event any more

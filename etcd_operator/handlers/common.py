@@ -6,7 +6,8 @@ import asyncio
 import copy
 import logging
 import time
-from typing import Any, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 import kopf
 
@@ -20,9 +21,11 @@ WAKE_COALESCE = 0.1  # after a wake-up, so that one pass sees a burst of watch e
 
 def event_poster(body: kopf.Body):
     """A (type, reason, message) callable that posts a Kubernetes Event about `body`."""
+
     def post(type_: str, reason: str, message: str) -> None:
         if process_write_guard().time_left() > 0:  # a deposed replica tells nobody anything
             kopf.event(body, type=type_, reason=reason, message=message)
+
     return post
 
 
@@ -31,8 +34,13 @@ def snapshot(body: kopf.Body) -> dict:
     return copy.deepcopy(dict(body))
 
 
-async def sleep_unless_changed(stopped: kopf.DaemonStopped, body: kopf.Body, seconds: float,
-                               seen: Mapping[str, Any], wake: asyncio.Event | None = None) -> None:
+async def sleep_unless_changed(
+    stopped: kopf.DaemonStopped,
+    body: kopf.Body,
+    seconds: float,
+    seen: Mapping[str, Any],
+    wake: asyncio.Event | None = None,
+) -> None:
     """Sleeps, but wakes at once when the spec or the annotations differ from `seen`, the
     copy the last pass worked on (an edit made during that pass wakes it at once too), or
     when `wake` is set (a child of the object changed; the caller clears it as a pass starts)."""
@@ -48,7 +56,7 @@ async def sleep_unless_changed(stopped: kopf.DaemonStopped, body: kopf.Body, sec
         else:
             try:
                 await asyncio.wait_for(wake.wait(), min(POLL, left))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             if wake.is_set():
                 await asyncio.sleep(WAKE_COALESCE)  # the events of one change come in a burst
@@ -58,13 +66,18 @@ async def sleep_unless_changed(stopped: kopf.DaemonStopped, body: kopf.Body, sec
             return
 
 
-async def run_until_deleted(reconcile: Callable[[Mapping[str, Any]], Awaitable[float | None]],
-                            body: kopf.Body, stopped: kopf.DaemonStopped, logger: logging.Logger,
-                            error_backoff: float, *,
-                            before_pass: Callable[[Mapping[str, Any]], Awaitable[None]] | None = None,
-                            on_error: Callable[[], None] | None = None,
-                            wake: asyncio.Event | None = None,
-                            wakeable: Callable[[], bool] = lambda: True) -> None:
+async def run_until_deleted(
+    reconcile: Callable[[Mapping[str, Any]], Awaitable[float | None]],
+    body: kopf.Body,
+    stopped: kopf.DaemonStopped,
+    logger: logging.Logger,
+    error_backoff: float,
+    *,
+    before_pass: Callable[[Mapping[str, Any]], Awaitable[None]] | None = None,
+    on_error: Callable[[], None] | None = None,
+    wake: asyncio.Event | None = None,
+    wakeable: Callable[[], bool] = lambda: True,
+) -> None:
     """The daemon loop: calls `reconcile` on fresh copies of the body for as long as the
     object exists. It returns the seconds until the next pass, or None when nothing is left
     to do until the spec or the annotations change. `before_pass` runs on each copy first;
@@ -84,5 +97,6 @@ async def run_until_deleted(reconcile: Callable[[Mapping[str, Any]], Awaitable[f
             if on_error is not None:
                 on_error()
             delay = error_backoff
-        await sleep_unless_changed(stopped, body, IDLE_UNTIL_CHANGED if delay is None else delay, seen,
-                                   wake if wakeable() else None)
+        await sleep_unless_changed(
+            stopped, body, IDLE_UNTIL_CHANGED if delay is None else delay, seen, wake if wakeable() else None
+        )

@@ -16,10 +16,12 @@ ERROR_BACKOFF = 10.0
 
 
 @kopf.daemon(API_GROUP, API_VERSION, "etcdrestores", cancellation_timeout=30.0, when=in_shard)
-async def run_restore(body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.Memo,
-                      logger: logging.Logger, **_) -> None:
-    controller = RestoreController(memo.kube, memo.config.operator_image, event_poster(body), memo.config.shard,
-                                   memo.config.storage_policy)
+async def run_restore(
+    body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.Memo, logger: logging.Logger, **_
+) -> None:
+    controller = RestoreController(
+        memo.kube, memo.config.operator_image, event_poster(body), memo.config.shard, memo.config.storage_policy
+    )
     await run_until_deleted(controller.reconcile, body, stopped, logger, ERROR_BACKOFF)
 
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import collections
 import logging
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import kopf
 
@@ -39,18 +40,24 @@ def in_shard(labels: Mapping[str, str], meta: Mapping[str, Any], memo: Any, **_:
         _waiting.move_to_end(uid)
         while len(_waiting) > WAITING_REMEMBERED:
             _waiting.popitem(last=False)
-        logger.info("%s/%s matches this shard's selector but is held by %s; waiting until that instance "
-                    "releases it", meta.get("namespace"), meta.get("name"), ", ".join(claims))
+        logger.info(
+            "%s/%s matches this shard's selector but is held by %s; waiting until that instance releases it",
+            meta.get("namespace"),
+            meta.get("name"),
+            ", ".join(claims),
+        )
     return False
 
 
-def held_by_shard(labels: Mapping[str, str], meta: Mapping[str, Any], annotations: Mapping[str, str],
-                  memo: Any, **_: Any) -> bool:
+def held_by_shard(
+    labels: Mapping[str, str], meta: Mapping[str, Any], annotations: Mapping[str, str], memo: Any, **_: Any
+) -> bool:
     return memo.config.shard.holds(labels, meta.get("finalizers"), annotations)
 
 
-def wants_handover(labels: Mapping[str, str], meta: Mapping[str, Any], annotations: Mapping[str, str],
-                   memo: Any, **_: Any) -> bool:
+def wants_handover(
+    labels: Mapping[str, str], meta: Mapping[str, Any], annotations: Mapping[str, str], memo: Any, **_: Any
+) -> bool:
     return memo.config.shard.wants_handover(labels, meta.get("finalizers"), annotations)
 
 

@@ -7,7 +7,8 @@ import builtins
 import dataclasses
 import importlib.metadata
 import json
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import aiohttp
 from kubernetes_asyncio import client as k8s
@@ -50,9 +51,11 @@ class NamespaceTerminating(ApiError):
 
 
 def _terminating(status: int, details: dict) -> bool:
-    causes = ((details.get("details") or {}).get("causes") or [])
-    return status == 403 and (any(c.get("reason") == "NamespaceTerminating" for c in causes)
-                              or "because it is being terminated" in details.get("message", ""))
+    causes = (details.get("details") or {}).get("causes") or []
+    return status == 403 and (
+        any(c.get("reason") == "NamespaceTerminating" for c in causes)
+        or "because it is being terminated" in details.get("message", "")
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,7 +113,7 @@ class KubeClient:
         self.guard = guard  # None: the process's write guard (leader election)
 
     @classmethod
-    async def from_environment(cls, guard: WriteGuard | None = None) -> "KubeClient":
+    async def from_environment(cls, guard: WriteGuard | None = None) -> KubeClient:
         """In-cluster config, else the kubeconfig. Requests carry USER_AGENT, so the API
         server's audit log can tell the operator's own requests (kopf's say "kopf/...")."""
         configuration = k8s.Configuration()
@@ -125,14 +128,21 @@ class KubeClient:
     async def close(self) -> None:
         await self.api.close()
 
-    async def _request(self, method: str, path: str, body: Any = None, query: dict | None = None,
-                       content_type: str = "application/json") -> dict | None:
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        query: dict | None = None,
+        content_type: str = "application/json",
+    ) -> dict | None:
         timeout: float = REQUEST_TIMEOUT
         if method != "GET":  # a write: refused (LeadershipLost) when deposed, abandoned at the deadline
             timeout = min(timeout, permit_write(f"{method} {path}", self.guard))
         try:
             response = await self.api.call_api(
-                path, method,
+                path,
+                method,
                 query_params=list((query or {}).items()),
                 header_params={"Content-Type": content_type, "Accept": "application/json"},
                 body=body,
@@ -156,32 +166,48 @@ class KubeClient:
         items, _ = await self.list_with_version(resource, namespace, label_selector)
         return items
 
-    async def list_with_version(self, resource: Resource, namespace: str | None,
-                                label_selector: str = "") -> tuple[builtins.list[dict], str]:
+    async def list_with_version(
+        self, resource: Resource, namespace: str | None, label_selector: str = ""
+    ) -> tuple[builtins.list[dict], str]:
         """The items and the list's resourceVersion, where a watch picks up."""
         query = {"labelSelector": label_selector} if label_selector else {}
         result = await self._request("GET", resource.path(namespace), query=query) or {}
         return result.get("items", []), (result.get("metadata") or {}).get("resourceVersion", "")
 
-    async def watch(self, resource: Resource, namespace: str | None, label_selector: str, resource_version: str,
-                    timeout_seconds: int = WATCH_TIMEOUT) -> AsyncIterator[dict]:
+    async def watch(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        label_selector: str,
+        resource_version: str,
+        timeout_seconds: int = WATCH_TIMEOUT,
+    ) -> AsyncIterator[dict]:
         """The watch events ({"type", "object"}) after `resource_version`, with bookmarks, until the
         server ends the stream. An expired version (410 Gone) raises ApiError with status 410,
         whether the server refuses the request or sends it as an ERROR event."""
-        query = {"watch": "true", "allowWatchBookmarks": "true", "resourceVersion": resource_version,
-                 "timeoutSeconds": str(timeout_seconds)}
+        query = {
+            "watch": "true",
+            "allowWatchBookmarks": "true",
+            "resourceVersion": resource_version,
+            "timeoutSeconds": str(timeout_seconds),
+        }
         if label_selector:
             query["labelSelector"] = label_selector
         try:
             response = await self.api.call_api(
-                resource.path(namespace), "GET", query_params=list(query.items()),
-                header_params={"Accept": "application/json"}, auth_settings=["BearerToken"],
-                _preload_content=False, _request_timeout=aiohttp.ClientTimeout(
-                    connect=REQUEST_TIMEOUT, sock_connect=REQUEST_TIMEOUT, sock_read=timeout_seconds + WATCH_READ_GRACE),
+                resource.path(namespace),
+                "GET",
+                query_params=list(query.items()),
+                header_params={"Accept": "application/json"},
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=aiohttp.ClientTimeout(
+                    connect=REQUEST_TIMEOUT, sock_connect=REQUEST_TIMEOUT, sock_read=timeout_seconds + WATCH_READ_GRACE
+                ),
             )
         except ApiException as e:
             _raise_for(e.status, e.body, e.reason)
-            raise ApiError(e.status, e.reason or "", "watch refused")
+            raise ApiError(e.status, e.reason or "", "watch refused") from e
         try:
             if not 200 <= response.status <= 299:
                 _raise_for(response.status, await response.read(), response.reason)
@@ -195,34 +221,48 @@ class KubeClient:
                     event = json.loads(line)
                     if event.get("type") == "ERROR":
                         status = event.get("object") or {}
-                        raise ApiError(int(status.get("code") or 500), status.get("reason", ""),
-                                       status.get("message", ""))
+                        raise ApiError(
+                            int(status.get("code") or 500), status.get("reason", ""), status.get("message", "")
+                        )
                     yield event
         finally:
             response.close()
 
-    async def create(self, resource: Resource, namespace: str | None, body: dict,
-                     dry_run: bool = False) -> dict | None:
+    async def create(self, resource: Resource, namespace: str | None, body: dict, dry_run: bool = False) -> dict | None:
         """Raises Conflict when the object already exists. `dry_run` only validates."""
-        return await self._request("POST", resource.path(namespace), body=body,
-                                   query={"dryRun": "All"} if dry_run else None)
+        return await self._request(
+            "POST", resource.path(namespace), body=body, query={"dryRun": "All"} if dry_run else None
+        )
 
-    async def merge_patch(self, resource: Resource, namespace: str | None, name: str, patch: dict,
-                          subresource: str | None = None) -> dict | None:
-        return await self._request("PATCH", resource.path(namespace, name, subresource), body=patch,
-                                   content_type="application/merge-patch+json")
+    async def merge_patch(
+        self, resource: Resource, namespace: str | None, name: str, patch: dict, subresource: str | None = None
+    ) -> dict | None:
+        return await self._request(
+            "PATCH",
+            resource.path(namespace, name, subresource),
+            body=patch,
+            content_type="application/merge-patch+json",
+        )
 
     async def apply(self, resource: Resource, namespace: str | None, body: dict) -> dict | None:
         """Server-side apply: creates or converges the fields this operator owns."""
         name = body["metadata"]["name"]
         return await self._request(
-            "PATCH", resource.path(namespace, name), body=body,
+            "PATCH",
+            resource.path(namespace, name),
+            body=body,
             query={"fieldManager": FIELD_MANAGER, "force": "true"},
             content_type="application/apply-patch+yaml",
         )
 
-    async def delete(self, resource: Resource, namespace: str | None, name: str, uid: str | None = None,
-                     grace_period: int | None = None) -> bool:
+    async def delete(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        name: str,
+        uid: str | None = None,
+        grace_period: int | None = None,
+    ) -> bool:
         """Deletes if present (and, with `uid`, only that incarnation); False when already gone."""
         options: dict[str, Any] = {"propagationPolicy": "Background"}
         if uid:

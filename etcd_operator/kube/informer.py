@@ -9,7 +9,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from etcd_operator.cluster import naming
 from etcd_operator.config import is_pattern
@@ -149,20 +150,29 @@ class Informer:
     ended; lists again (with backoff) after 410 Gone or a broken stream. One scope per
     watched namespace, or one for the whole cluster (`namespaces` empty, or patterns)."""
 
-    def __init__(self, kube_client: kube.KubeClient, resource: kube.Resource, namespaces: Iterable[str],
-                 on_change: Callable[[str, str], None], selector: str = MEMBER_SELECTOR):
+    def __init__(
+        self,
+        kube_client: kube.KubeClient,
+        resource: kube.Resource,
+        namespaces: Iterable[str],
+        on_change: Callable[[str, str], None],
+        selector: str = MEMBER_SELECTOR,
+    ):
         self.kube = kube_client
         self.resource = resource
         self.selector = selector
         names = tuple(namespaces)
         plain = names and not any(is_pattern(n) for n in names)
         self.scopes: dict[str | None, ScopeCache] = (
-            {n: ScopeCache(on_change) for n in names} if plain else {None: ScopeCache(on_change)})
+            {n: ScopeCache(on_change) for n in names} if plain else {None: ScopeCache(on_change)}
+        )
         self._tasks: list[asyncio.Task] = []
 
     def start(self) -> None:
-        self._tasks = [asyncio.create_task(self._run(namespace, scope), name=f"informer {self.resource.plural}")
-                       for namespace, scope in self.scopes.items()]
+        self._tasks = [
+            asyncio.create_task(self._run(namespace, scope), name=f"informer {self.resource.plural}")
+            for namespace, scope in self.scopes.items()
+        ]
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -183,15 +193,17 @@ class Informer:
                 scope.replace(items, version)
                 backoff = BACKOFF_FIRST
                 while True:  # each round ends when the server closes the stream; resume from the last version
-                    async for event in self.kube.watch(self.resource, namespace, self.selector,
-                                                       scope.resource_version):
+                    async for event in self.kube.watch(self.resource, namespace, self.selector, scope.resource_version):
                         scope.apply(event)
             except asyncio.CancelledError:
                 raise
             except kube.ApiError as e:
                 if e.status == 410:
-                    logger.info("%s watch (%s): version expired; listing again", self.resource.plural,
-                                namespace or "all namespaces")
+                    logger.info(
+                        "%s watch (%s): version expired; listing again",
+                        self.resource.plural,
+                        namespace or "all namespaces",
+                    )
                     scope.lost()
                     continue
                 logger.warning("%s watch (%s) failed: %s", self.resource.plural, namespace or "all namespaces", e)

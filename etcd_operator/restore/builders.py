@@ -6,7 +6,8 @@ the full initial cluster and a token of this restore). Pure."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from etcd_operator import API_GROUP, API_VERSION, pod_security, snapshot_fetch
 from etcd_operator.cluster import builders as cluster_builders
@@ -17,12 +18,12 @@ SCRATCH_MOUNT = "/scratch"
 SNAPSHOT_FILE = f"{SCRATCH_MOUNT}/snapshot.db"
 SCRATCH_SPARE_BYTES = 64 << 20  # beyond the snapshot: the partial file's rename, filesystem overhead
 LABEL_RESTORE = f"{API_GROUP}/restore"
-LABEL_RESTORE_MEMBER = f"{API_GROUP}/restore-member"   # on a restore pod: the member it restores
+LABEL_RESTORE_MEMBER = f"{API_GROUP}/restore-member"  # on a restore pod: the member it restores
 LABEL_PRESERVED_BY = f"{API_GROUP}/preserved-by-restore"
 LABEL_PRESERVED_FROM = f"{API_GROUP}/preserved-from-cluster"
-ANNOTATION_RESTORED_FROM = f"{API_GROUP}/restored-from"   # on the EtcdCluster: the restores applied to it
-ANNOTATION_RESTORED_BY = naming.ANNOTATION_RESTORED_BY   # on a member's PVC: its restore pod succeeded
-ANNOTATION_SEED_OF = f"{API_GROUP}/seed-of-restore"       # on a member's PVC: created by this restore
+ANNOTATION_RESTORED_FROM = f"{API_GROUP}/restored-from"  # on the EtcdCluster: the restores applied to it
+ANNOTATION_RESTORED_BY = naming.ANNOTATION_RESTORED_BY  # on a member's PVC: its restore pod succeeded
+ANNOTATION_SEED_OF = f"{API_GROUP}/seed-of-restore"  # on a member's PVC: created by this restore
 LABEL_VALUE_MAX = 63
 
 
@@ -48,8 +49,12 @@ def scratch_size(snapshot_bytes: int | None) -> str:
 
 def label_values(restore: str, cluster: str) -> dict[str, str]:
     """Every label value a restore writes, by where it goes."""
-    return {f"{LABEL_RESTORE} (restore pod)": restore, LABEL_PRESERVED_BY: restore,
-            LABEL_PRESERVED_FROM: cluster, naming.LABEL_CLUSTER: cluster}
+    return {
+        f"{LABEL_RESTORE} (restore pod)": restore,
+        LABEL_PRESERVED_BY: restore,
+        LABEL_PRESERVED_FROM: cluster,
+        naming.LABEL_CLUSTER: cluster,
+    }
 
 
 def hold_annotations(restore: str, restore_uid: str) -> dict[str, str]:
@@ -58,16 +63,25 @@ def hold_annotations(restore: str, restore_uid: str) -> dict[str, str]:
     return {naming.ANNOTATION_RESTORE_IN_PROGRESS: restore, naming.ANNOTATION_RESTORE_HOLD: restore_uid}
 
 
-def new_cluster(restore: str, namespace: str, name: str, spec: Mapping[str, Any],
-                labels: Mapping[str, str] | None = None, restore_uid: str = "",
-                finalizer: str | None = None) -> dict[str, Any]:
+def new_cluster(
+    restore: str,
+    namespace: str,
+    name: str,
+    spec: Mapping[str, Any],
+    labels: Mapping[str, str] | None = None,
+    restore_uid: str = "",
+    finalizer: str | None = None,
+) -> dict[str, Any]:
     """The EtcdCluster a newCluster restore creates, held stopped by the restore until the
     seed member's data is in place. It carries the restore's labels, so that a sharded
     operator's shard that took the restore takes the new cluster too, and that instance's
     `finalizer`: held by it from its creation, no other instance whose selector it also
     matches can take it first."""
-    metadata: dict[str, Any] = {"name": name, "namespace": namespace,
-                                "annotations": hold_annotations(restore, restore_uid)}
+    metadata: dict[str, Any] = {
+        "name": name,
+        "namespace": namespace,
+        "annotations": hold_annotations(restore, restore_uid),
+    }
     if labels:
         metadata["labels"] = dict(labels)
     if finalizer:
@@ -91,10 +105,9 @@ def seed_pvc(spec: ClusterSpec, cluster: str, namespace: str, member: str, resto
 def set_aside_patch(restore: str, cluster: str, owners: list[Mapping[str, Any]], cluster_uid: str) -> dict[str, Any]:
     """Takes an old PVC out of the cluster (no member label, no owner reference to it)
     and marks who kept it. The PVC and its data stay."""
-    return cluster_builders.set_aside_pvc_patch(cluster, cluster_uid, owners,
-                                                {LABEL_PRESERVED_BY: restore, LABEL_PRESERVED_FROM: cluster})
-
-
+    return cluster_builders.set_aside_pvc_patch(
+        cluster, cluster_uid, owners, {LABEL_PRESERVED_BY: restore, LABEL_PRESERVED_FROM: cluster}
+    )
 
 
 def restore_pod(
@@ -121,8 +134,10 @@ def restore_pod(
         {"name": "data", "persistentVolumeClaim": {"claimName": naming.pvc_name(member)}},
         {"name": "scratch", "emptyDir": {"sizeLimit": scratch_size(snapshot_bytes)}},
     ]
-    mounts: list[dict[str, Any]] = [{"name": "data", "mountPath": cluster_builders.DATA_MOUNT},
-                                    {"name": "scratch", "mountPath": SCRATCH_MOUNT}]
+    mounts: list[dict[str, Any]] = [
+        {"name": "data", "mountPath": cluster_builders.DATA_MOUNT},
+        {"name": "scratch", "mountPath": SCRATCH_MOUNT},
+    ]
     ca_volumes, ca_mounts = snapshot_fetch.ca_bundle(source)
     volumes += ca_volumes
     fetch_mounts = mounts + ca_mounts
@@ -134,32 +149,44 @@ def restore_pod(
             "namespace": namespace,
             "labels": {LABEL_RESTORE: restore, LABEL_RESTORE_MEMBER: member},
         },
-        "spec": pod_security.restricted(cluster_builders.with_pull_secrets({
-            "restartPolicy": "Never",
-            "automountServiceAccountToken": False,
-            "enableServiceLinks": False,
-            "volumes": volumes,
-            "initContainers": [{
-                "name": "fetch",
-                "image": operator_image,
-                "command": ["python", "-m", "etcd_operator.seed", "fetch"],
-                "env": snapshot_fetch.fetch_env(source, key, sha256, SNAPSHOT_FILE, cluster_builders.DATA_DIR,
-                                                home=SCRATCH_MOUNT),
-                "volumeMounts": fetch_mounts,
-            }],
-            "containers": [{
-                "name": "restore",
-                "image": etcd_image,
-                "command": ["etcdutl"],
-                "args": [
-                    "snapshot", "restore", SNAPSHOT_FILE,
-                    f"--name={member}",
-                    f"--data-dir={cluster_builders.DATA_DIR}",
-                    f"--initial-cluster={initial_cluster(cluster, namespace, members, tls)}",
-                    f"--initial-advertise-peer-urls={peer}",
-                    f"--initial-cluster-token={token}",
-                ],
-                "volumeMounts": mounts,
-            }],
-        }, pull_secrets or [])),
+        "spec": pod_security.restricted(
+            cluster_builders.with_pull_secrets(
+                {
+                    "restartPolicy": "Never",
+                    "automountServiceAccountToken": False,
+                    "enableServiceLinks": False,
+                    "volumes": volumes,
+                    "initContainers": [
+                        {
+                            "name": "fetch",
+                            "image": operator_image,
+                            "command": ["python", "-m", "etcd_operator.seed", "fetch"],
+                            "env": snapshot_fetch.fetch_env(
+                                source, key, sha256, SNAPSHOT_FILE, cluster_builders.DATA_DIR, home=SCRATCH_MOUNT
+                            ),
+                            "volumeMounts": fetch_mounts,
+                        }
+                    ],
+                    "containers": [
+                        {
+                            "name": "restore",
+                            "image": etcd_image,
+                            "command": ["etcdutl"],
+                            "args": [
+                                "snapshot",
+                                "restore",
+                                SNAPSHOT_FILE,
+                                f"--name={member}",
+                                f"--data-dir={cluster_builders.DATA_DIR}",
+                                f"--initial-cluster={initial_cluster(cluster, namespace, members, tls)}",
+                                f"--initial-advertise-peer-urls={peer}",
+                                f"--initial-cluster-token={token}",
+                            ],
+                            "volumeMounts": mounts,
+                        }
+                    ],
+                },
+                pull_secrets or [],
+            )
+        ),
     }

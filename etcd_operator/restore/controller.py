@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from etcd_operator import faults
 from etcd_operator.kube import client as kube
@@ -18,25 +19,31 @@ from etcd_operator.restore.observer import RestoreObserver
 from etcd_operator.restore.planner import plan, plan_deletion
 from etcd_operator.restore.spec import TERMINAL_PHASES, RestoreSpec, RestoreStatus
 from etcd_operator.restore.status import build_status
-from etcd_operator.status_patch import changed_fields
 from etcd_operator.shard import Shard
+from etcd_operator.status_patch import changed_fields
 from etcd_operator.storage_policy import StoragePolicy
 from etcd_operator.timefmt import format_time
 
 logger = logging.getLogger(__name__)
 
 # Seconds until the next pass, by what the last pass did.
-AFTER_STATUS_STEP = 0.1   # the step only wrote status; go on at once
-AFTER_STEP = 0.2          # the next step usually follows at once (the pass reads live objects)
+AFTER_STATUS_STEP = 0.1  # the step only wrote status; go on at once
+AFTER_STEP = 0.2  # the next step usually follows at once (the pass reads live objects)
 WHILE_WAITING = 2.0
-WHILE_RESTORING = 0.5     # restore pods or members are about to finish: each pass is a few list calls
+WHILE_RESTORING = 0.5  # restore pods or members are about to finish: each pass is a few list calls
 STATUS_ONLY = (s.StartVerifying, s.BeginRestore, s.RecordPreservedData, s.ChooseMembers)
 TERMINAL = (s.Idle, s.Fail, s.SkipAlreadyApplied, s.Complete)
 
 
 class RestoreController:
-    def __init__(self, kube_client: kube.KubeClient, operator_image: str, post_event: EventPoster,
-                 shard: Shard = Shard(), storage_policy: StoragePolicy = StoragePolicy()):
+    def __init__(
+        self,
+        kube_client: kube.KubeClient,
+        operator_image: str,
+        post_event: EventPoster,
+        shard: Shard = Shard(),
+        storage_policy: StoragePolicy = StoragePolicy(),
+    ):
         self.kube = kube_client
         self.operator_image = operator_image
         self.post_event = post_event
@@ -55,10 +62,14 @@ class RestoreController:
         if not isinstance(step, (s.Idle, s.Wait)):
             logger.info("%s/%s: %s (%s)", meta["namespace"], meta["name"], step.kind, step.reason)
         if isinstance(step, s.CreateSeedVolumes):
-            await faults.stall_once(faults.STALE_RESTORE_PASS, f"{meta['namespace']}/{meta['name']}",
-                                    lambda: self._target_being_deleted(meta["namespace"], spec.target))
-        outcome = await RestoreExecutor(self.kube, self.operator_image, body, self.post_event,
-                                        self.finalizer).run(step, spec, status, observed)
+            await faults.stall_once(
+                faults.STALE_RESTORE_PASS,
+                f"{meta['namespace']}/{meta['name']}",
+                lambda: self._target_being_deleted(meta["namespace"], spec.target),
+            )
+        outcome = await RestoreExecutor(self.kube, self.operator_image, body, self.post_event, self.finalizer).run(
+            step, spec, status, observed
+        )
         if not outcome.done:
             logger.info("%s/%s: %s not done: %s", meta["namespace"], meta["name"], step.kind, outcome.message)
         if isinstance(step, s.Idle):
@@ -66,8 +77,9 @@ class RestoreController:
         new_status = build_status(previous, step, outcome, meta.get("generation"), format_time(now))
         patch = changed_fields(previous, new_status)
         if patch:
-            await self.kube.merge_patch(kube.ETCDRESTORES, meta["namespace"], meta["name"], {"status": patch},
-                                        subresource="status")
+            await self.kube.merge_patch(
+                kube.ETCDRESTORES, meta["namespace"], meta["name"], {"status": patch}, subresource="status"
+            )
         if outcome.failure or isinstance(step, TERMINAL):
             return None
         if not outcome.done:
@@ -75,7 +87,6 @@ class RestoreController:
         if isinstance(step, s.Wait):
             return WHILE_RESTORING if step.code == "Restoring" else WHILE_WAITING
         return AFTER_STATUS_STEP if isinstance(step, STATUS_ONLY) else AFTER_STEP
-
 
     async def _target_being_deleted(self, namespace: str, target: str) -> bool:
         live = await self.kube.get(kube.ETCDCLUSTERS, namespace, target)
@@ -94,6 +105,7 @@ class RestoreController:
             logger.info("%s/%s deleted: %s (%s)", meta["namespace"], meta["name"], step.kind, step.reason)
         if isinstance(step, s.Wait):
             self.post_event("Warning", step.code, step.reason)
-        outcome = await RestoreExecutor(self.kube, self.operator_image, body, self.post_event,
-                                        self.finalizer).run(step, spec, status, observed)
+        outcome = await RestoreExecutor(self.kube, self.operator_image, body, self.post_event, self.finalizer).run(
+            step, spec, status, observed
+        )
         return outcome.done

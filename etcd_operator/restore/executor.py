@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Awaitable, Callable, Mapping, cast
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, cast
 
 import kopf
 
 from etcd_operator import faults
 from etcd_operator.backup.bbolt import NotASnapshot, snapshot_revision, snapshot_storage_version
 from etcd_operator.backup.snapshot_integrity import VerificationFailed, verify_snapshot
-from etcd_operator.cluster import builders as cluster_builders, naming
+from etcd_operator.cluster import builders as cluster_builders
+from etcd_operator.cluster import naming
 from etcd_operator.kube import client as kube
 from etcd_operator.restore import builders, fence, snapshot_lookup
 from etcd_operator.restore import steps as s
@@ -41,8 +43,14 @@ class NothingCreated(Exception):
 
 
 class RestoreExecutor:
-    def __init__(self, kube_client: kube.KubeClient, operator_image: str, body: Mapping[str, Any],
-                 post_event: EventPoster, finalizer: str | None = None):
+    def __init__(
+        self,
+        kube_client: kube.KubeClient,
+        operator_image: str,
+        body: Mapping[str, Any],
+        post_event: EventPoster,
+        finalizer: str | None = None,
+    ):
         self.kube = kube_client
         self.operator_image = operator_image
         self.body = body
@@ -62,8 +70,11 @@ class RestoreExecutor:
         except NothingCreated as e:
             return s.Outcome(False, f"{step.kind}: {e}; nothing is created for it")
         except kube.NamespaceTerminating:
-            return s.Outcome(False, f"{step.kind}: namespace {self.namespace} is being deleted; nothing is created "
-                                    f"in it", retry_in=WHILE_NAMESPACE_TERMINATING)
+            return s.Outcome(
+                False,
+                f"{step.kind}: namespace {self.namespace} is being deleted; nothing is created in it",
+                retry_in=WHILE_NAMESPACE_TERMINATING,
+            )
 
     # --- status only ------------------------------------------------------------------
 
@@ -77,13 +88,18 @@ class RestoreExecutor:
         self.post_event("Normal", "AlreadyApplied", step.reason)
 
     async def _complete(self, step: s.Complete, spec, status, observed) -> None:
-        self.post_event("Normal", "RestoreCompleted",
-                        f"EtcdCluster {spec.target} is available with {step.ready} members from {status.source_key}")
+        self.post_event(
+            "Normal",
+            "RestoreCompleted",
+            f"EtcdCluster {spec.target} is available with {step.ready} members from {status.source_key}",
+        )
 
     async def _begin(self, step: s.BeginRestore, spec, status, observed) -> None:
-        self.post_event("Normal", "SnapshotVerified",
-                        f"{status.source_key}: sha256 {(status.sha256 or '')[:12]}… and etcd's checksum match; "
-                        f"{step.reason}")
+        self.post_event(
+            "Normal",
+            "SnapshotVerified",
+            f"{status.source_key}: sha256 {(status.sha256 or '')[:12]}… and etcd's checksum match; {step.reason}",
+        )
 
     async def _record_preserved(self, step, spec, status, observed) -> None:
         return None  # the status write of this pass records them
@@ -112,18 +128,24 @@ class RestoreExecutor:
 
             def read(offset: int, length: int):
                 return storage.read_range(snapshot.key, offset, length)
+
             try:
                 storage_version, readable = await snapshot_storage_version(read), True
                 revision = await snapshot_revision(read)
             except NotASnapshot as e:
-                logger.warning("%s/%s: cannot read %s's storage version: %s", self.namespace, self.name,
-                               snapshot.key, e)
+                logger.warning(
+                    "%s/%s: cannot read %s's storage version: %s", self.namespace, self.name, snapshot.key, e
+                )
                 storage_version, readable, revision = None, False, None
         finally:
             await asyncio.to_thread(storage.close)
         manifest = snapshot.manifest
-        facts: dict[str, Any] = {"sourceKey": verified.key, "sourceBucket": s3["bucket"], "sha256": verified.sha256,
-                                 "snapshotSize": verified.size}
+        facts: dict[str, Any] = {
+            "sourceKey": verified.key,
+            "sourceBucket": s3["bucket"],
+            "sha256": verified.sha256,
+            "snapshotSize": verified.size,
+        }
         version = snapshot_etcd_version(manifest.etcd_version if manifest else None, storage_version, readable)
         if version:
             facts["snapshotEtcdVersion"] = version
@@ -136,9 +158,15 @@ class RestoreExecutor:
     # --- the target -------------------------------------------------------------------
 
     async def _create_cluster(self, step: s.CreateTargetCluster, spec: RestoreSpec, status, observed) -> None:
-        manifest = builders.new_cluster(self.name, self.namespace, spec.target, spec.new_cluster_spec,
-                                        self.body["metadata"].get("labels"), restore_uid=observed.uid,
-                                        finalizer=self.finalizer)
+        manifest = builders.new_cluster(
+            self.name,
+            self.namespace,
+            spec.target,
+            spec.new_cluster_spec,
+            self.body["metadata"].get("labels"),
+            restore_uid=observed.uid,
+            finalizer=self.finalizer,
+        )
         try:
             await self.kube.create(kube.ETCDCLUSTERS, self.namespace, manifest)
         except kube.Conflict:
@@ -157,18 +185,28 @@ class RestoreExecutor:
         await self.kube.merge_patch(kube.ETCDCLUSTERS, self.namespace, observed.target.name, patch)
 
     async def _hold(self, step: s.HoldCluster, spec, status, observed: Observed) -> None:
-        await self._patch_cluster(observed, {"metadata": {"annotations": builders.hold_annotations(
-            self.name, observed.uid)}})
-        self.post_event("Normal", "ClusterHeld", f"Holding EtcdCluster {spec.target} for the restore; nothing is "
-                                                 f"stopped before its controller acknowledges the hold")
+        await self._patch_cluster(
+            observed, {"metadata": {"annotations": builders.hold_annotations(self.name, observed.uid)}}
+        )
+        self.post_event(
+            "Normal",
+            "ClusterHeld",
+            f"Holding EtcdCluster {spec.target} for the restore; nothing is "
+            f"stopped before its controller acknowledges the hold",
+        )
 
     async def _clear_recovery(self, step: s.ClearQuorumRecovery, spec, status, observed: Observed) -> None:
         if step.clear_operation:
-            await self.kube.merge_patch(kube.ETCDCLUSTERS, self.namespace, spec.target, {"status": {"operation": None}},
-                                        subresource="status")
+            await self.kube.merge_patch(
+                kube.ETCDCLUSTERS, self.namespace, spec.target, {"status": {"operation": None}}, subresource="status"
+            )
         if step.clear_approval:
-            await self.kube.merge_patch(kube.ETCDCLUSTERS, self.namespace, spec.target, {"metadata": {"annotations": {
-                naming.ANNOTATION_APPROVE_QUORUM_RECOVERY: None}}})
+            await self.kube.merge_patch(
+                kube.ETCDCLUSTERS,
+                self.namespace,
+                spec.target,
+                {"metadata": {"annotations": {naming.ANNOTATION_APPROVE_QUORUM_RECOVERY: None}}},
+            )
         self.post_event("Normal", "QuorumRecoveryCleared", step.reason)
 
     async def _stop_members(self, step: s.StopMembers, spec, status, observed) -> None:
@@ -181,16 +219,18 @@ class RestoreExecutor:
             pvc = await self.kube.get(kube.PVCS, self.namespace, name)
             if pvc is None or pvc["metadata"]["uid"] != uid:
                 continue  # gone or replaced: the next pass looks again
-            patch = builders.set_aside_patch(self.name, spec.target, pvc["metadata"].get("ownerReferences") or [],
-                                             observed.target.uid)
+            patch = builders.set_aside_patch(
+                self.name, spec.target, pvc["metadata"].get("ownerReferences") or [], observed.target.uid
+            )
             patch["metadata"]["resourceVersion"] = pvc["metadata"]["resourceVersion"]
             await self.kube.merge_patch(kube.PVCS, self.namespace, name, patch)
         self.post_event("Normal", "OldDataPreserved", step.reason)
 
     async def _choose_members(self, step: s.ChooseMembers, spec: RestoreSpec, status, observed: Observed) -> None:
         if spec.in_place:
-            await self._patch_cluster(observed, {"metadata": {"annotations": {
-                naming.ANNOTATION_MIN_ORDINAL: str(step.min_ordinal)}}})
+            await self._patch_cluster(
+                observed, {"metadata": {"annotations": {naming.ANNOTATION_MIN_ORDINAL: str(step.min_ordinal)}}}
+            )
 
     async def _create_seed_volumes(self, step: s.CreateSeedVolumes, spec, status, observed: Observed) -> None:
         cluster, cluster_spec = observed.target, observed.target_spec
@@ -203,8 +243,9 @@ class RestoreExecutor:
             except kube.Conflict:
                 pass  # the next pass checks that it is this restore's own
 
-    async def _start_seed_pods(self, step: s.StartSeedPods, spec: RestoreSpec, status: RestoreStatus,
-                               observed: Observed) -> s.Outcome | None:
+    async def _start_seed_pods(
+        self, step: s.StartSeedPods, spec: RestoreSpec, status: RestoreStatus, observed: Observed
+    ) -> s.Outcome | None:
         try:
             s3 = await snapshot_lookup.s3_block(self.kube, self.namespace, spec.source)
         except VerificationFailed as e:
@@ -216,10 +257,21 @@ class RestoreExecutor:
         manifests = []
         for member in step.members:
             manifest = builders.restore_pod(
-                self.name, self.namespace, cluster.name, member, status.seed_members,
-                builders.restore_token(observed.uid), cluster_spec.image, self.operator_image, s3,
-                status.source_key, status.sha256, status.snapshot_size, tls=tls,
-                pull_secrets=cluster_builders.image_pull_secrets(cluster_spec))
+                self.name,
+                self.namespace,
+                cluster.name,
+                member,
+                status.seed_members,
+                builders.restore_token(observed.uid),
+                cluster_spec.image,
+                self.operator_image,
+                s3,
+                status.source_key,
+                status.sha256,
+                status.snapshot_size,
+                tls=tls,
+                pull_secrets=cluster_builders.image_pull_secrets(cluster_spec),
+            )
             kopf.adopt(manifest, owner=cast(kopf.Body, dict(self.body)))
             manifests.append(manifest)
 
@@ -236,19 +288,28 @@ class RestoreExecutor:
 
         taken = [n for n in await asyncio.gather(*(create(m) for m in manifests)) if n]
         if taken:
-            return s.Outcome(failure=("SeedPodNameTaken", f"pod {', '.join(taken)} exists and does not belong to "
-                                                          f"this restore"))
-        self.post_event("Normal", "SeedingMembers",
-                        f"Restoring {', '.join(step.members)} from {status.source_key} in parallel")
+            return s.Outcome(
+                failure=("SeedPodNameTaken", f"pod {', '.join(taken)} exists and does not belong to this restore")
+            )
+        self.post_event(
+            "Normal", "SeedingMembers", f"Restoring {', '.join(step.members)} from {status.source_key} in parallel"
+        )
         faults.hit(faults.DURING_RESTORE)
         return None
 
     async def _mark_seeds(self, step: s.MarkSeedsRestored, spec, status, observed: Observed) -> None:
         for pvc in step.pvcs:
-            await self.kube.merge_patch(kube.PVCS, self.namespace, pvc, {"metadata": {"annotations": {
-                builders.ANNOTATION_RESTORED_BY: observed.uid}}})
-        self.post_event("Normal", "SnapshotRestored",
-                        f"{', '.join(m for m, _, _ in step.timings)}: data directory restored with etcdutl")
+            await self.kube.merge_patch(
+                kube.PVCS,
+                self.namespace,
+                pvc,
+                {"metadata": {"annotations": {builders.ANNOTATION_RESTORED_BY: observed.uid}}},
+            )
+        self.post_event(
+            "Normal",
+            "SnapshotRestored",
+            f"{', '.join(m for m, _, _ in step.timings)}: data directory restored with etcdutl",
+        )
 
     async def _retry_seed(self, step: s.RetrySeedPod, spec, status, observed) -> None:
         await self.kube.delete(kube.PODS, self.namespace, step.pod, uid=step.pod_uid)
@@ -259,14 +320,29 @@ class RestoreExecutor:
             await self.kube.delete(kube.PODS, self.namespace, name, uid=uid)
 
     async def _release(self, step: s.ReleaseCluster, spec, status, observed: Observed) -> None:
-        await self._patch_cluster(observed, {"metadata": {"annotations": {
-            naming.ANNOTATION_RESTORE_IN_PROGRESS: None, naming.ANNOTATION_RESTORE_HOLD: None,
-            builders.ANNOTATION_RESTORED_FROM: step.records}}})
+        await self._patch_cluster(
+            observed,
+            {
+                "metadata": {
+                    "annotations": {
+                        naming.ANNOTATION_RESTORE_IN_PROGRESS: None,
+                        naming.ANNOTATION_RESTORE_HOLD: None,
+                        builders.ANNOTATION_RESTORED_FROM: step.records,
+                    }
+                }
+            },
+        )
         self.post_event("Normal", "ClusterReleased", step.reason)
 
     async def _release_hold(self, step: s.ReleaseHold, spec, status, observed: Observed) -> None:
-        await self._patch_cluster(observed, {"metadata": {"annotations": {
-            naming.ANNOTATION_RESTORE_IN_PROGRESS: None, naming.ANNOTATION_RESTORE_HOLD: None}}})
+        await self._patch_cluster(
+            observed,
+            {
+                "metadata": {
+                    "annotations": {naming.ANNOTATION_RESTORE_IN_PROGRESS: None, naming.ANNOTATION_RESTORE_HOLD: None}
+                }
+            },
+        )
         self.post_event("Normal", "ClusterReleased", step.reason)
 
 

@@ -9,7 +9,8 @@ waits (ClusterBeingDeleted)."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from etcd_operator.live_fence import refusal
 from etcd_operator.restore.observed import TargetCluster

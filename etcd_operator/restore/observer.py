@@ -4,7 +4,8 @@ new cluster's spec is checked with a server-side dry run, which stores nothing).
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from etcd_operator import conditions as c
 from etcd_operator.cluster import naming
@@ -14,20 +15,27 @@ from etcd_operator.restore import builders
 from etcd_operator.restore.observed import ObjectState, Observed, SourceState, TargetCluster, parse_records
 from etcd_operator.restore.spec import RestoreSpec, RestoreStatus
 from etcd_operator.shard import Shard
-from etcd_operator.storage_policy import StoragePolicy
 from etcd_operator.storage.credentials import missing_secrets
+from etcd_operator.storage_policy import StoragePolicy
 
-KINDS = ((kube.PODS, "Pod"), (kube.PVCS, "PersistentVolumeClaim"), (kube.SERVICES, "Service"),
-         (kube.PDBS, "PodDisruptionBudget"))
+KINDS = (
+    (kube.PODS, "Pod"),
+    (kube.PVCS, "PersistentVolumeClaim"),
+    (kube.SERVICES, "Service"),
+    (kube.PDBS, "PodDisruptionBudget"),
+)
 
 
 def _pod_times(obj: Mapping[str, Any]) -> tuple[str, str]:
     """When the pod's first container started and its last one ended (RFC 3339, "" if unknown)."""
     status = obj.get("status") or {}
-    states = [s.get("state") or {} for s in (status.get("initContainerStatuses") or [])
-              + (status.get("containerStatuses") or [])]
-    started = [t for state in states for t in [(state.get("running") or state.get("terminated") or {}).get("startedAt")]
-               if t]
+    states = [
+        s.get("state") or {}
+        for s in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or [])
+    ]
+    started = [
+        t for state in states for t in [(state.get("running") or state.get("terminated") or {}).get("startedAt")] if t
+    ]
     finished = [t for state in states for t in [(state.get("terminated") or {}).get("finishedAt")] if t]
     return (min(started) if started else ""), (max(finished) if finished else "")
 
@@ -36,12 +44,16 @@ def object_state(kind: str, obj: Mapping[str, Any]) -> ObjectState:
     meta = obj["metadata"]
     started, finished = _pod_times(obj) if kind == "Pod" else ("", "")
     return ObjectState(
-        kind=kind, name=meta["name"], uid=meta["uid"], deleting=bool(meta.get("deletionTimestamp")),
+        kind=kind,
+        name=meta["name"],
+        uid=meta["uid"],
+        deleting=bool(meta.get("deletionTimestamp")),
         phase=(obj.get("status") or {}).get("phase", "") if kind == "Pod" else "",
         labels=tuple(sorted((meta.get("labels") or {}).items())),
         annotations=tuple(sorted((meta.get("annotations") or {}).items())),
         owner_uids=tuple(o.get("uid", "") for o in meta.get("ownerReferences") or []),
-        started_at=started, finished_at=finished,
+        started_at=started,
+        finished_at=finished,
     )
 
 
@@ -64,12 +76,16 @@ def target_cluster(obj: Mapping[str, Any], shard: Shard = Shard()) -> TargetClus
         records, records_error = (), str(e)
     min_ordinal, _ = naming.min_ordinal(annotations)  # the cluster's own condition reports a bad one
     return TargetCluster(
-        name=meta["name"], uid=meta["uid"], resource_version=meta.get("resourceVersion", ""),
-        spec=spec, spec_error=spec_error,
+        name=meta["name"],
+        uid=meta["uid"],
+        resource_version=meta.get("resourceVersion", ""),
+        spec=spec,
+        spec_error=spec_error,
         holder=annotations.get(naming.ANNOTATION_RESTORE_IN_PROGRESS) or None,
         hold_uid=annotations.get(naming.ANNOTATION_RESTORE_HOLD) or None,
         hold_ack=_hold_ack(status.get("restoreHold")),
-        records=records, records_error=records_error,
+        records=records,
+        records_error=records_error,
         operation=(status.get("operation") or {}).get("kind") or None,
         recovery_approved=naming.ANNOTATION_APPROVE_QUORUM_RECOVERY in annotations,
         min_ordinal=min_ordinal,
@@ -84,8 +100,9 @@ def target_cluster(obj: Mapping[str, Any], shard: Shard = Shard()) -> TargetClus
 
 
 class RestoreObserver:
-    def __init__(self, kube_client: kube.KubeClient, shard: Shard = Shard(),
-                 storage_policy: StoragePolicy = StoragePolicy()):
+    def __init__(
+        self, kube_client: kube.KubeClient, shard: Shard = Shard(), storage_policy: StoragePolicy = StoragePolicy()
+    ):
         self.kube = kube_client
         self.shard = shard
         self.storage_policy = storage_policy
@@ -104,8 +121,10 @@ class RestoreObserver:
             selector = naming.label_selector(naming.selector_labels(spec.target))
             kept_selector = naming.label_selector({builders.LABEL_PRESERVED_FROM: spec.target})
             pods_raw, pvcs_raw, preserved_raw = await asyncio.gather(
-                self.kube.list(kube.PODS, namespace, selector), self.kube.list(kube.PVCS, namespace, selector),
-                self.kube.list(kube.PVCS, namespace, kept_selector))
+                self.kube.list(kube.PODS, namespace, selector),
+                self.kube.list(kube.PVCS, namespace, selector),
+                self.kube.list(kube.PVCS, namespace, kept_selector),
+            )
             pods = tuple(object_state("Pod", p) for p in pods_raw)
             pvcs = tuple(object_state("PersistentVolumeClaim", p) for p in pvcs_raw)
             preserved = tuple(object_state("PersistentVolumeClaim", p) for p in preserved_raw)
@@ -116,20 +135,32 @@ class RestoreObserver:
         seed_pvcs: tuple[ObjectState, ...] = ()
         seed_pods: tuple[ObjectState, ...] = ()
         if status.seed_members:
-            found = await asyncio.gather(*(self.kube.get(kube.PVCS, namespace, naming.pvc_name(m))
-                                           for m in status.seed_members))
+            found = await asyncio.gather(
+                *(self.kube.get(kube.PVCS, namespace, naming.pvc_name(m)) for m in status.seed_members)
+            )
             seed_pvcs = tuple(object_state("PersistentVolumeClaim", p) for p in found if p)
         if len(name) <= builders.LABEL_VALUE_MAX:
-            listed = await self.kube.list(kube.PODS, namespace,
-                                          naming.label_selector({builders.LABEL_RESTORE: name}))
+            listed = await self.kube.list(kube.PODS, namespace, naming.label_selector({builders.LABEL_RESTORE: name}))
             seed_pods = tuple(object_state("Pod", p) for p in listed)
         source = None
         if not status.verified and status.phase in (None, "Pending", "Verifying"):
             source = await self._source(namespace, spec)
-        return Observed(namespace=namespace, restore=name, uid=meta["uid"], generation=meta.get("generation") or 0,
-                        cluster=cluster, pods=pods, pvcs=pvcs, preserved_pvcs=preserved, namespace_objects=around,
-                        seed_pvcs=seed_pvcs, seed_pods=seed_pods, new_cluster_problem=problem,
-                        deleting=bool(meta.get("deletionTimestamp")), source=source)
+        return Observed(
+            namespace=namespace,
+            restore=name,
+            uid=meta["uid"],
+            generation=meta.get("generation") or 0,
+            cluster=cluster,
+            pods=pods,
+            pvcs=pvcs,
+            preserved_pvcs=preserved,
+            namespace_objects=around,
+            seed_pvcs=seed_pvcs,
+            seed_pods=seed_pods,
+            new_cluster_problem=problem,
+            deleting=bool(meta.get("deletionTimestamp")),
+            source=source,
+        )
 
     async def _source(self, namespace: str, spec: RestoreSpec) -> SourceState:
         """Whether the source EtcdBackup exists and has completed a backup, and which of the
@@ -137,26 +168,29 @@ class RestoreObserver:
         backup_name = (spec.source.get("backupRef") or {}).get("name")
         if backup_name is None:
             s3 = spec.source.get("s3") or {}
-            return SourceState(missing_secrets=await missing_secrets(self.kube, namespace, s3),
-                               credentials_refusal=self.storage_policy.ambient_refusal(namespace, s3))
+            return SourceState(
+                missing_secrets=await missing_secrets(self.kube, namespace, s3),
+                credentials_refusal=self.storage_policy.ambient_refusal(namespace, s3),
+            )
         backup = await self.kube.get(kube.ETCDBACKUPS, namespace, backup_name)
         if backup is None:
             return SourceState(backup_name, backup_found=False, backup_completed=False)
         status = backup.get("status") or {}
         s3 = ((backup.get("spec") or {}).get("storage") or {}).get("s3") or {}
-        return SourceState(backup_name, backup_completed=bool(status.get("lastSuccessfulTime")),
-                           backup_phase=status.get("phase") or "",
-                           missing_secrets=await missing_secrets(self.kube, namespace, s3),
-                           credentials_refusal=self.storage_policy.ambient_refusal(namespace, s3))
-
+        return SourceState(
+            backup_name,
+            backup_completed=bool(status.get("lastSuccessfulTime")),
+            backup_phase=status.get("phase") or "",
+            missing_secrets=await missing_secrets(self.kube, namespace, s3),
+            credentials_refusal=self.storage_policy.ambient_refusal(namespace, s3),
+        )
 
     async def _namespace_objects(self, namespace: str) -> tuple[ObjectState, ...]:
         listed = await asyncio.gather(*(self.kube.list(resource, namespace) for resource, _ in KINDS))
-        return tuple(object_state(kind, obj) for (_, kind), objs in zip(KINDS, listed) for obj in objs)
+        return tuple(object_state(kind, obj) for (_, kind), objs in zip(KINDS, listed, strict=True) for obj in objs)
 
     async def _dry_run(self, restore: str, namespace: str, spec: RestoreSpec) -> str | None:
-        manifest = builders.new_cluster(restore, namespace, spec.target, spec.new_cluster_spec,
-                                        restore_uid="dry-run")
+        manifest = builders.new_cluster(restore, namespace, spec.target, spec.new_cluster_spec, restore_uid="dry-run")
         try:
             await self.kube.create(kube.ETCDCLUSTERS, namespace, manifest, dry_run=True)
         except kube.ApiError as e:

@@ -42,9 +42,9 @@ Invariants, each covered by tests/unit/test_restore_planner.py:
 
 from __future__ import annotations
 
-from etcd_operator.cluster import naming
 from etcd_operator import prerequisites as pre
 from etcd_operator import versions
+from etcd_operator.cluster import naming
 from etcd_operator.cluster.spec import ClusterSpec
 from etcd_operator.restore import builders
 from etcd_operator.restore import steps as s
@@ -53,11 +53,12 @@ from etcd_operator.restore.spec import TERMINAL_PHASES, RestoreSpec, RestoreStat
 from etcd_operator.storage_policy import AMBIENT_NOT_ALLOWED
 from etcd_operator.timefmt import format_time
 
-SEED_ATTEMPTS = 3   # restore pods that may fail, over all members, before the restore fails
-PRE_3_6_STORAGE = "3.5"   # a snapshot without meta/storageVersion is in etcd 3.5's schema (or older)
+SEED_ATTEMPTS = 3  # restore pods that may fail, over all members, before the restore fails
+PRE_3_6_STORAGE = "3.5"  # a snapshot without meta/storageVersion is in etcd 3.5's schema (or older)
 
 
 # --- versions ---------------------------------------------------------------------------
+
 
 def _minor(version: str | None) -> tuple[int, int] | None:
     try:
@@ -66,8 +67,9 @@ def _minor(version: str | None) -> tuple[int, int] | None:
         return None
 
 
-def snapshot_etcd_version(manifest_version: str | None, storage_version: str | None,
-                          storage_readable: bool) -> str | None:
+def snapshot_etcd_version(
+    manifest_version: str | None, storage_version: str | None, storage_readable: bool
+) -> str | None:
     """The etcd version a snapshot needs, read from the snapshot itself and, when there is
     one, from its manifest: the newer of the two. None when it cannot be known.
     `storage_version` is meta/storageVersion: None when absent (3.5 schema or older), ""
@@ -87,17 +89,23 @@ def snapshot_etcd_version(manifest_version: str | None, storage_version: str | N
 def version_problem(target_version: str, snapshot_version: str | None) -> s.Fail | None:
     need = _minor(snapshot_version)
     if need is None:
-        return s.Fail("the etcd version of the snapshot is unknown (no manifest, and its storage version "
-                      "cannot be read); it is not restored into a cluster that may not be able to read it",
-                      code="SnapshotVersionUnknown")
+        return s.Fail(
+            "the etcd version of the snapshot is unknown (no manifest, and its storage version "
+            "cannot be read); it is not restored into a cluster that may not be able to read it",
+            code="SnapshotVersionUnknown",
+        )
     have = _minor(target_version)
     if have is None or have < need:
-        return s.Fail(f"the snapshot needs etcd {snapshot_version}; etcd {target_version} cannot restore it. "
-                      f"Use {need[0]}.{need[1]}.x or newer", code="VersionTooOld")
+        return s.Fail(
+            f"the snapshot needs etcd {snapshot_version}; etcd {target_version} cannot restore it. "
+            f"Use {need[0]}.{need[1]}.x or newer",
+            code="VersionTooOld",
+        )
     return None
 
 
 # --- the target -------------------------------------------------------------------------
+
 
 def belongs_to(cluster: str, obj: ObjectState, labels: dict[str, str]) -> bool:
     """Whether an object would be taken over by an EtcdCluster of this name: it carries its
@@ -124,18 +132,30 @@ def existing_objects(cluster: str, observed: Observed) -> list[str]:
 
 def _applied_before(spec: RestoreSpec, observed: Observed, cluster: TargetCluster) -> RestoreRecord | None:
     """The record of this restore (same name and spec) applied by another EtcdRestore object."""
-    return next((r for r in reversed(cluster.records)
-                 if r.restore == observed.restore and r.spec_hash == spec.digest and r.uid != observed.uid), None)
+    return next(
+        (
+            r
+            for r in reversed(cluster.records)
+            if r.restore == observed.restore and r.spec_hash == spec.digest and r.uid != observed.uid
+        ),
+        None,
+    )
 
 
 def _name_problem(observed: Observed, target: str) -> s.Fail | None:
-    too_long = {where: value for where, value in builders.label_values(observed.restore, target).items()
-                if len(value) > builders.LABEL_VALUE_MAX}
+    too_long = {
+        where: value
+        for where, value in builders.label_values(observed.restore, target).items()
+        if len(value) > builders.LABEL_VALUE_MAX
+    }
     if not too_long:
         return None
     listed = ", ".join(f"{where}={value!r} ({len(value)})" for where, value in sorted(too_long.items()))
-    return s.Fail(f"label values are at most {builders.LABEL_VALUE_MAX} characters, and this restore would "
-                  f"write {listed}; use a shorter name", code="NameTooLong")
+    return s.Fail(
+        f"label values are at most {builders.LABEL_VALUE_MAX} characters, and this restore would "
+        f"write {listed}; use a shorter name",
+        code="NameTooLong",
+    )
 
 
 def _target_problem(spec: RestoreSpec, observed: Observed) -> s.Step | None:
@@ -148,45 +168,60 @@ def _target_problem(spec: RestoreSpec, observed: Observed) -> s.Step | None:
         if cluster.deleting:
             return _target_deleted(target)
         if cluster.records_error:
-            return s.Wait(f"the annotation {builders.ANNOTATION_RESTORED_FROM} on EtcdCluster {target} cannot be "
-                          f"read ({cluster.records_error}), so it is unknown whether this restore was applied "
-                          f"already; fix or remove the annotation", code="RestoreRecordUnreadable")
+            return s.Wait(
+                f"the annotation {builders.ANNOTATION_RESTORED_FROM} on EtcdCluster {target} cannot be "
+                f"read ({cluster.records_error}), so it is unknown whether this restore was applied "
+                f"already; fix or remove the annotation",
+                code="RestoreRecordUnreadable",
+            )
         applied = _applied_before(spec, observed, cluster)
         if applied:
             return s.SkipAlreadyApplied(
                 f"EtcdRestore {observed.restore} with this spec was already applied to EtcdCluster {target} at "
                 f"{applied.completed_at} (from {applied.source_key}, by the object with uid {applied.uid}); nothing "
                 f"was touched. To restore again, create an EtcdRestore with a new name",
-                applied_at=applied.completed_at)
+                applied_at=applied.completed_at,
+            )
     if spec.in_place:
         if cluster is None:
             return _wait(pre.cluster_wait(namespace, target, None, "the restore"))
         if cluster.outside_shard:
-            return s.Wait(f"EtcdCluster {target} is not this operator's to change: {cluster.outside_shard}. "
-                          f"Label this EtcdRestore like its cluster, so that the cluster's own shard restores it",
-                          code="TargetOutsideShard")
+            return s.Wait(
+                f"EtcdCluster {target} is not this operator's to change: {cluster.outside_shard}. "
+                f"Label this EtcdRestore like its cluster, so that the cluster's own shard restores it",
+                code="TargetOutsideShard",
+            )
         # Its own hold (name and uid) is no obstacle: a pass on a copy of this restore's status
         # from before BeginRestore was recorded can see the hold it set since.
         if cluster.holder and (cluster.holder, cluster.hold_uid) != (observed.restore, observed.uid):
-            return s.Fail(f"EtcdCluster {target} is held by EtcdRestore {cluster.holder} (annotation "
-                          f"{naming.ANNOTATION_RESTORE_IN_PROGRESS}); one restore at a time", code="TargetBusy")
+            return s.Fail(
+                f"EtcdCluster {target} is held by EtcdRestore {cluster.holder} (annotation "
+                f"{naming.ANNOTATION_RESTORE_IN_PROGRESS}); one restore at a time",
+                code="TargetBusy",
+            )
         if cluster.spec is None:
-            return s.Fail(f"EtcdCluster {target}'s spec cannot be read: {cluster.spec_error}",
-                          code="InvalidClusterSpec")
+            return s.Fail(
+                f"EtcdCluster {target}'s spec cannot be read: {cluster.spec_error}", code="InvalidClusterSpec"
+            )
         readiness = pre.ClusterReadiness(cluster.phase or "", cluster.available, cluster.ready_members)
         if readiness.bootstrapping:
             return _wait(pre.cluster_wait(namespace, target, readiness, "the restore"))
         target_spec = cluster.spec
     else:
         if cluster is not None:
-            return s.Fail(f"EtcdCluster {namespace}/{target} already exists; a restore into a new cluster never "
-                          f"touches an existing one", code="TargetExists")
+            return s.Fail(
+                f"EtcdCluster {namespace}/{target} already exists; a restore into a new cluster never "
+                f"touches an existing one",
+                code="TargetExists",
+            )
         existing = existing_objects(target, observed)
         if existing:
-            return s.Fail(f"objects of a cluster named {target} already exist: {', '.join(existing)}. They may hold "
-                          f"data (a deleted EtcdCluster keeps its PVCs); a restore into a new cluster never "
-                          f"touches them. Choose another name, or delete them if their data is not needed",
-                          code="TargetDataExists")
+            return s.Fail(
+                f"objects of a cluster named {target} already exist: {', '.join(existing)}. They may hold "
+                f"data (a deleted EtcdCluster keeps its PVCs); a restore into a new cluster never "
+                f"touches them. Choose another name, or delete them if their data is not needed",
+                code="TargetDataExists",
+            )
         if observed.new_cluster_problem:
             return s.Fail(f"spec.target.newCluster.spec: {observed.new_cluster_problem}", code="InvalidClusterSpec")
         try:
@@ -195,14 +230,20 @@ def _target_problem(spec: RestoreSpec, observed: Observed) -> s.Step | None:
         except (TypeError, ValueError) as e:
             return s.Fail(f"spec.target.newCluster.spec: {e}", code="InvalidClusterSpec")
     if target_spec.storage.empty_dir:
-        return s.Fail(f"EtcdCluster {target} keeps its data in emptyDir volumes, which a restored data directory "
-                      f"cannot be put into; restore into a cluster with persistent storage", code="EmptyDirTarget")
+        return s.Fail(
+            f"EtcdCluster {target} keeps its data in emptyDir volumes, which a restored data directory "
+            f"cannot be put into; restore into a cluster with persistent storage",
+            code="EmptyDirTarget",
+        )
     return None
 
 
 def _target_deleted(target: str) -> s.Wait:
-    return s.Wait(f"EtcdCluster {target} is being deleted; nothing is created or changed for it (the restore fails "
-                  f"once it is gone)", code="ClusterBeingDeleted")
+    return s.Wait(
+        f"EtcdCluster {target} is being deleted; nothing is created or changed for it (the restore fails "
+        f"once it is gone)",
+        code="ClusterBeingDeleted",
+    )
 
 
 def _wait(wait: pre.Wait) -> s.Wait:
@@ -215,14 +256,19 @@ def _source_wait(observed: Observed) -> s.Wait | None:
     if source is None:
         return None
     if source.backup is not None and not source.backup_found:
-        return s.Wait(f"EtcdBackup {namespace}/{source.backup} does not exist yet; the restore starts once it has "
-                      f"completed a backup", code=pre.WAITING_FOR_BACKUP)
+        return s.Wait(
+            f"EtcdBackup {namespace}/{source.backup} does not exist yet; the restore starts once it has "
+            f"completed a backup",
+            code=pre.WAITING_FOR_BACKUP,
+        )
     if source.credentials_refusal:
         return s.Wait(source.credentials_refusal, code=AMBIENT_NOT_ALLOWED)
     if source.backup is not None and not source.backup_completed:
-        return s.Wait(f"EtcdBackup {namespace}/{source.backup} has not completed a backup yet (phase "
-                      f"{source.backup_phase or 'not reported yet'}); the restore starts once it has",
-                      code=pre.WAITING_FOR_BACKUP)
+        return s.Wait(
+            f"EtcdBackup {namespace}/{source.backup} has not completed a backup yet (phase "
+            f"{source.backup_phase or 'not reported yet'}); the restore starts once it has",
+            code=pre.WAITING_FOR_BACKUP,
+        )
     wait = pre.secrets_wait(namespace, source.missing_secrets, "the restore")
     return _wait(wait) if wait else None
 
@@ -235,12 +281,12 @@ def _target_version(spec: RestoreSpec, observed: Observed) -> str:
 
 # --- the plan ---------------------------------------------------------------------------
 
+
 def plan(spec: RestoreSpec, status: RestoreStatus, observed: Observed, now: float) -> s.Step:
     if status.phase in TERMINAL_PHASES:
         return s.Idle(f"the restore ended: {status.phase}")
     if observed.deleting:
-        return s.Wait("the EtcdRestore is being deleted; nothing more is created or changed for it",
-                      code="Deleting")
+        return s.Wait("the EtcdRestore is being deleted; nothing more is created or changed for it", code="Deleting")
     if status.phase in (None, "Pending", "Verifying"):
         return _plan_checks(spec, status, observed)
 
@@ -263,8 +309,10 @@ def _plan_checks(spec: RestoreSpec, status: RestoreStatus, observed: Observed) -
     problem = version_problem(_target_version(spec, observed), status.snapshot_version)
     if problem:
         return problem
-    return s.BeginRestore(f"snapshot verified; restoring into {'the existing' if spec.in_place else 'new'} "
-                          f"EtcdCluster {spec.target}", target=spec.target)
+    return s.BeginRestore(
+        f"snapshot verified; restoring into {'the existing' if spec.in_place else 'new'} EtcdCluster {spec.target}",
+        target=spec.target,
+    )
 
 
 def _plan_restoring(spec: RestoreSpec, status: RestoreStatus, observed: Observed, now: float) -> s.Step:
@@ -273,43 +321,58 @@ def _plan_restoring(spec: RestoreSpec, status: RestoreStatus, observed: Observed
         return _target_deleted(target)
     if cluster is None:
         if spec.in_place:
-            return s.Fail(f"EtcdCluster {observed.namespace}/{target} disappeared during the restore",
-                          code="ClusterNotFound")
+            return s.Fail(
+                f"EtcdCluster {observed.namespace}/{target} disappeared during the restore", code="ClusterNotFound"
+            )
         existing = existing_objects(target, observed)
         if existing:
-            return s.Fail(f"objects of a cluster named {target} exist but the EtcdCluster does not: "
-                          f"{', '.join(existing)}; it is not created over them", code="TargetDataExists")
+            return s.Fail(
+                f"objects of a cluster named {target} exist but the EtcdCluster does not: "
+                f"{', '.join(existing)}; it is not created over them",
+                code="TargetDataExists",
+            )
         return s.CreateTargetCluster(f"creating EtcdCluster {target}, held until its data is restored")
     if any(r.uid == observed.uid for r in cluster.records):
         return _plan_completion(cluster)
     if cluster.holder != me:
         if cluster.holder is not None:
-            return s.Fail(f"EtcdCluster {target} is held by EtcdRestore {cluster.holder}; it is not touched",
-                          code="TargetBusy")
+            return s.Fail(
+                f"EtcdCluster {target} is held by EtcdRestore {cluster.holder}; it is not touched", code="TargetBusy"
+            )
         if not spec.in_place:
-            return s.Fail(f"EtcdCluster {target} was not created by this restore; it is not touched",
-                          code="TargetExists")
+            return s.Fail(
+                f"EtcdCluster {target} was not created by this restore; it is not touched", code="TargetExists"
+            )
         if status.preserved or status.seed_members:
-            return s.Fail(f"the annotation {naming.ANNOTATION_RESTORE_IN_PROGRESS} was removed from EtcdCluster "
-                          f"{target} during the restore; the restore stops here. The old data is in "
-                          f"{', '.join(status.preserved) or 'the cluster PVCs'}", code="Aborted")
+            return s.Fail(
+                f"the annotation {naming.ANNOTATION_RESTORE_IN_PROGRESS} was removed from EtcdCluster "
+                f"{target} during the restore; the restore stops here. The old data is in "
+                f"{', '.join(status.preserved) or 'the cluster PVCs'}",
+                code="Aborted",
+            )
         return s.HoldCluster(f"holding EtcdCluster {target} for an in-place restore")
     if cluster.hold_uid != observed.uid:
         return s.HoldCluster(f"marking the hold on EtcdCluster {target} with this restore's uid")
     if cluster.hold_ack != (me, observed.uid):
-        return s.Wait(f"waiting for EtcdCluster {target}'s controller to acknowledge this restore's hold "
-                      f"(status.restoreHold); nothing is stopped or created before it does",
-                      code="WaitingForHoldAck")
+        return s.Wait(
+            f"waiting for EtcdCluster {target}'s controller to acknowledge this restore's hold "
+            f"(status.restoreHold); nothing is stopped or created before it does",
+            code="WaitingForHoldAck",
+        )
     if cluster.spec is None:
-        return s.Wait(f"EtcdCluster {target}'s spec cannot be read ({cluster.spec_error}); the restore waits until "
-                      f"it is fixed", code="InvalidClusterSpec")
+        return s.Wait(
+            f"EtcdCluster {target}'s spec cannot be read ({cluster.spec_error}); the restore waits until it is fixed",
+            code="InvalidClusterSpec",
+        )
 
     if spec.in_place:
         if cluster.operation or cluster.recovery_approved:
             return s.ClearQuorumRecovery(
                 f"dropping the recorded {cluster.operation or 'quorum recovery approval'} of {target}: it was "
-                f"about the old data", clear_operation=bool(cluster.operation),
-                clear_approval=cluster.recovery_approved)
+                f"about the old data",
+                clear_operation=bool(cluster.operation),
+                clear_approval=cluster.recovery_approved,
+            )
         if not status.seed_members:
             return _plan_set_aside(status, observed, cluster)
     elif not status.seed_members:
@@ -320,8 +383,9 @@ def _plan_restoring(spec: RestoreSpec, status: RestoreStatus, observed: Observed
 def _choose_members(cluster: TargetCluster, first: int) -> s.Step:
     size = cluster.spec.size if cluster.spec else 1
     members = tuple(naming.member_name(cluster.name, first + i) for i in range(max(size, 1)))
-    return s.ChooseMembers(f"restoring {', '.join(members)} from the snapshot, all at once", members=members,
-                           min_ordinal=first)
+    return s.ChooseMembers(
+        f"restoring {', '.join(members)} from the snapshot, all at once", members=members, min_ordinal=first
+    )
 
 
 def _plan_set_aside(status: RestoreStatus, observed: Observed, cluster: TargetCluster) -> s.Step:
@@ -335,8 +399,10 @@ def _plan_set_aside(status: RestoreStatus, observed: Observed, cluster: TargetCl
     if recorded != status.preserved:
         return s.RecordPreservedData("recording the old data before it is set aside", pvcs=recorded)
     if observed.pvcs:
-        return s.SetAsideData(f"keeping the old data aside in {', '.join(sorted(names))} until the restore succeeds",
-                              pvcs=tuple(sorted((p.name, p.uid) for p in observed.pvcs)))
+        return s.SetAsideData(
+            f"keeping the old data aside in {', '.join(sorted(names))} until the restore succeeds",
+            pvcs=tuple(sorted((p.name, p.uid) for p in observed.pvcs)),
+        )
     # The observed set-aside PVCs count too: an old copy of this restore's status may not list them yet.
     kept = set(status.preserved) | {p.name for p in observed.preserved_pvcs}
     ordinals = [naming.member_ordinal(cluster.name, naming.pvc_member(n)) for n in kept]
@@ -344,8 +410,9 @@ def _plan_set_aside(status: RestoreStatus, observed: Observed, cluster: TargetCl
     return _choose_members(cluster, first)
 
 
-def _plan_seed(spec: RestoreSpec, status: RestoreStatus, observed: Observed, cluster: TargetCluster,
-               now: float) -> s.Step:
+def _plan_seed(
+    spec: RestoreSpec, status: RestoreStatus, observed: Observed, cluster: TargetCluster, now: float
+) -> s.Step:
     members = status.seed_members
     pvcs = {p.name: p for p in observed.seed_pvcs}
     missing = tuple(m for m in members if naming.pvc_name(m) not in pvcs)
@@ -354,28 +421,39 @@ def _plan_seed(spec: RestoreSpec, status: RestoreStatus, observed: Observed, clu
     for member in members:
         pvc = pvcs[naming.pvc_name(member)]
         if pvc.annotation(builders.ANNOTATION_SEED_OF) != observed.uid:
-            return s.Fail(f"PVC {pvc.name} exists but was not created by this restore; a snapshot is only restored "
-                          f"into a volume the restore created", code="SeedVolumeNotOurs")
+            return s.Fail(
+                f"PVC {pvc.name} exists but was not created by this restore; a snapshot is only restored "
+                f"into a volume the restore created",
+                code="SeedVolumeNotOurs",
+            )
     pods = {}
     for pod in observed.seed_pods:
         if observed.uid not in pod.owner_uids:
             return s.Fail(f"pod {pod.name} exists and does not belong to this restore", code="SeedPodNameTaken")
         pods[pod.label(builders.LABEL_RESTORE_MEMBER)] = pod
-    pending = [m for m in members
-               if pvcs[naming.pvc_name(m)].annotation(builders.ANNOTATION_RESTORED_BY) != observed.uid]
+    pending = [
+        m for m in members if pvcs[naming.pvc_name(m)].annotation(builders.ANNOTATION_RESTORED_BY) != observed.uid
+    ]
     succeeded = [m for m in pending if m in pods and pods[m].phase == "Succeeded"]
     if succeeded:
-        return s.MarkSeedsRestored(f"{', '.join(succeeded)}: data directory restored",
-                                   pvcs=tuple(naming.pvc_name(m) for m in succeeded),
-                                   timings=tuple((m, pods[m].started_at, pods[m].finished_at) for m in succeeded))
+        return s.MarkSeedsRestored(
+            f"{', '.join(succeeded)}: data directory restored",
+            pvcs=tuple(naming.pvc_name(m) for m in succeeded),
+            timings=tuple((m, pods[m].started_at, pods[m].finished_at) for m in succeeded),
+        )
     failed = [pods[m] for m in pending if m in pods and pods[m].phase == "Failed" and not pods[m].deleting]
     if failed:
         attempt = status.seed_attempts + 1
         if attempt >= SEED_ATTEMPTS:
-            return s.Fail(f"restore pods failed {attempt} times, the last {failed[0].name}; see its logs",
-                          code="SeedFailed")
-        return s.RetrySeedPod(f"the restore pod {failed[0].name} failed; attempt {attempt + 1} of {SEED_ATTEMPTS}",
-                              pod=failed[0].name, pod_uid=failed[0].uid, attempt=attempt)
+            return s.Fail(
+                f"restore pods failed {attempt} times, the last {failed[0].name}; see its logs", code="SeedFailed"
+            )
+        return s.RetrySeedPod(
+            f"the restore pod {failed[0].name} failed; attempt {attempt + 1} of {SEED_ATTEMPTS}",
+            pod=failed[0].name,
+            pod_uid=failed[0].uid,
+            attempt=attempt,
+        )
     unstarted = tuple(m for m in pending if m not in pods)
     if unstarted:
         return s.StartSeedPods(f"restoring {', '.join(unstarted)} in parallel", members=unstarted)
@@ -385,12 +463,24 @@ def _plan_seed(spec: RestoreSpec, status: RestoreStatus, observed: Observed, clu
     if done:
         return s.RemoveSeedPods("every member is restored; removing the restore pods", pods=done)
     if cluster.records_error:
-        return s.Wait(f"the annotation {builders.ANNOTATION_RESTORED_FROM} on EtcdCluster {cluster.name} cannot be "
-                      f"read ({cluster.records_error}); it is not overwritten", code="RestoreRecordUnreadable")
-    record = RestoreRecord(observed.restore, observed.uid, observed.generation, spec.digest,
-                           status.source_key or "", status.sha256 or "", format_time(now))
-    return s.ReleaseCluster(f"{', '.join(members)} hold the restored data; they start together",
-                            records=records_text(cluster.records + (record,)))
+        return s.Wait(
+            f"the annotation {builders.ANNOTATION_RESTORED_FROM} on EtcdCluster {cluster.name} cannot be "
+            f"read ({cluster.records_error}); it is not overwritten",
+            code="RestoreRecordUnreadable",
+        )
+    record = RestoreRecord(
+        observed.restore,
+        observed.uid,
+        observed.generation,
+        spec.digest,
+        status.source_key or "",
+        status.sha256 or "",
+        format_time(now),
+    )
+    return s.ReleaseCluster(
+        f"{', '.join(members)} hold the restored data; they start together",
+        records=records_text(cluster.records + (record,)),
+    )
 
 
 def _plan_completion(cluster: TargetCluster) -> s.Step:
@@ -411,21 +501,29 @@ def plan_deletion(spec: RestoreSpec, status: RestoreStatus, observed: Observed) 
     if cluster is None or cluster.holder != me or cluster.hold_uid not in (None, observed.uid):
         return s.Idle("this restore holds nothing")
     if not spec.in_place:
-        return s.Wait(f"EtcdCluster {cluster.name} was created by this restore and stays held: delete it, or "
-                      f"remove its annotation {naming.ANNOTATION_RESTORE_IN_PROGRESS} to start it empty",
-                      code="HeldAfterDeletion")
+        return s.Wait(
+            f"EtcdCluster {cluster.name} was created by this restore and stays held: delete it, or "
+            f"remove its annotation {naming.ANNOTATION_RESTORE_IN_PROGRESS} to start it empty",
+            code="HeldAfterDeletion",
+        )
     if cluster.hold_ack == (me, observed.uid):
         # The pass that acknowledged the hold also dropped status.clusterID (a restored cluster
         # gets a new identity): released now, a cluster that lost every member could look new.
-        return s.Wait(f"EtcdCluster {cluster.name} stays held: its controller acknowledged the hold and no longer "
-                      f"records the old cluster's identity; remove the annotation "
-                      f"{naming.ANNOTATION_RESTORE_IN_PROGRESS} once you decide what the cluster starts from",
-                      code="HeldAfterDeletion")
+        return s.Wait(
+            f"EtcdCluster {cluster.name} stays held: its controller acknowledged the hold and no longer "
+            f"records the old cluster's identity; remove the annotation "
+            f"{naming.ANNOTATION_RESTORE_IN_PROGRESS} once you decide what the cluster starts from",
+            code="HeldAfterDeletion",
+        )
     stopping = [p.name for p in observed.pods if p.deleting]
     if status.preserved or status.seed_members or stopping:
         kept = ", ".join(status.preserved) or "the cluster's PVCs"
-        return s.Wait(f"EtcdCluster {cluster.name} stays held: this restore stopped its members and keeps the old "
-                      f"data in {kept}; remove the annotation {naming.ANNOTATION_RESTORE_IN_PROGRESS} once you "
-                      f"decide what the cluster starts from", code="HeldAfterDeletion")
-    return s.ReleaseHold(f"EtcdRestore {me} was deleted before it stopped anything; EtcdCluster {cluster.name} "
-                         f"goes on as before")
+        return s.Wait(
+            f"EtcdCluster {cluster.name} stays held: this restore stopped its members and keeps the old "
+            f"data in {kept}; remove the annotation {naming.ANNOTATION_RESTORE_IN_PROGRESS} once you "
+            f"decide what the cluster starts from",
+            code="HeldAfterDeletion",
+        )
+    return s.ReleaseHold(
+        f"EtcdRestore {me} was deleted before it stopped anything; EtcdCluster {cluster.name} goes on as before"
+    )

@@ -4,7 +4,8 @@ named one, or an explicit S3 object. Reads only."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from etcd_operator.backup import retention
 from etcd_operator.backup.manifest import Manifest, backup_prefix, manifest_key
@@ -16,7 +17,7 @@ from etcd_operator.storage.s3 import S3Storage
 
 @dataclasses.dataclass(frozen=True)
 class SnapshotSource:
-    s3: Mapping[str, Any]   # a storage.s3 block: bucket, endpoint, credentialsSecretRef, ...
+    s3: Mapping[str, Any]  # a storage.s3 block: bucket, endpoint, credentialsSecretRef, ...
     key: str
     manifest: Manifest | None
 
@@ -31,8 +32,9 @@ async def s3_block(kube_client: kube.KubeClient, namespace: str, source: Mapping
     return backup["spec"]["storage"]["s3"]
 
 
-async def resolve(storage: S3Storage, namespace: str, source: Mapping[str, Any],
-                  s3: Mapping[str, Any]) -> SnapshotSource:
+async def resolve(
+    storage: S3Storage, namespace: str, source: Mapping[str, Any], s3: Mapping[str, Any]
+) -> SnapshotSource:
     if "s3" in source:
         key = source["s3"]["key"]
         manifest = None

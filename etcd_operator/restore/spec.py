@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 TERMINAL_PHASES = ("Completed", "Failed", "AlreadyApplied")
 
@@ -19,12 +20,12 @@ def spec_hash(spec: Mapping[str, Any]) -> str:
 class RestoreSpec:
     source: Mapping[str, Any]
     in_place: bool
-    target: str                      # the EtcdCluster restored into
+    target: str  # the EtcdCluster restored into
     new_cluster_spec: Mapping[str, Any]  # newCluster only: the spec of the cluster to create
-    digest: str                      # spec_hash of the whole spec
+    digest: str  # spec_hash of the whole spec
 
     @classmethod
-    def from_dict(cls, spec: Mapping[str, Any]) -> "RestoreSpec":
+    def from_dict(cls, spec: Mapping[str, Any]) -> RestoreSpec:
         target = spec.get("target") or {}
         if "inPlace" in target:
             return cls(spec.get("source") or {}, True, target["inPlace"]["clusterName"], {}, spec_hash(spec))
@@ -38,12 +39,12 @@ class RestoreStatus:
 
     phase: str | None = None
     source_key: str | None = None
-    sha256: str | None = None        # set once the snapshot verified
+    sha256: str | None = None  # set once the snapshot verified
     snapshot_version: str | None = None
     restored_revision: int | None = None
     target: str | None = None
-    seed_members: tuple[str, ...] = ()    # every member restored from the snapshot
-    snapshot_size: int | None = None      # bytes, as verified
+    seed_members: tuple[str, ...] = ()  # every member restored from the snapshot
+    snapshot_size: int | None = None  # bytes, as verified
     seed_attempts: int = 0
     preserved: tuple[str, ...] = ()
     progress: str = ""
@@ -53,7 +54,7 @@ class RestoreStatus:
         return bool(self.sha256)
 
     @classmethod
-    def from_dict(cls, status: Mapping[str, Any] | None) -> "RestoreStatus":
+    def from_dict(cls, status: Mapping[str, Any] | None) -> RestoreStatus:
         status = status or {}
         return cls(
             phase=status.get("phase"),

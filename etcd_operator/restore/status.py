@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from etcd_operator import conditions as c
 from etcd_operator.restore import steps as s
@@ -28,11 +29,18 @@ def _conditions(phase: str, code: str, message: str) -> list[c.Condition]:
     active = phase in ("Pending", "Verifying", "Restoring")
     return [
         c.Condition("Progressing", active, code, message if active else ""),
-        c.Condition("Failed", phase == "Failed", code if phase == "Failed" else "NoFailure",
-                    message if phase == "Failed" else ""),
-        c.Condition("Completed", phase == "Completed",
-                    {"Completed": code, "AlreadyApplied": code}.get(phase, "NotYet"),
-                    message if phase in ("Completed", "AlreadyApplied") else ""),
+        c.Condition(
+            "Failed",
+            phase == "Failed",
+            code if phase == "Failed" else "NoFailure",
+            message if phase == "Failed" else "",
+        ),
+        c.Condition(
+            "Completed",
+            phase == "Completed",
+            {"Completed": code, "AlreadyApplied": code}.get(phase, "NotYet"),
+            message if phase in ("Completed", "AlreadyApplied") else "",
+        ),
     ]
 
 
@@ -57,8 +65,11 @@ def _step_fields(step: s.Step, previous: Mapping[str, Any], now: str) -> dict[st
     if isinstance(step, s.MarkSeedsRestored):
         timings = list(previous.get("seedPods") or [])
         known = {t.get("member") for t in timings}
-        timings += [{"member": m, "startedAt": started, "finishedAt": finished}
-                    for m, started, finished in step.timings if m not in known]
+        timings += [
+            {"member": m, "startedAt": started, "finishedAt": finished}
+            for m, started, finished in step.timings
+            if m not in known
+        ]
         return {"seedPods": timings}
     if isinstance(step, s.RetrySeedPod):
         return {"seedAttempts": step.attempt}
@@ -67,8 +78,9 @@ def _step_fields(step: s.Step, previous: Mapping[str, Any], now: str) -> dict[st
     return {}
 
 
-def build_status(previous: Mapping[str, Any], step: s.Step, outcome: s.Outcome, generation: int | None,
-                 now: str) -> dict[str, Any]:
+def build_status(
+    previous: Mapping[str, Any], step: s.Step, outcome: s.Outcome, generation: int | None, now: str
+) -> dict[str, Any]:
     """The whole status to write for this pass (merged over the previous one). A step that
     was not taken changes nothing but the progress message."""
     status = dict(previous)
@@ -82,6 +94,10 @@ def build_status(previous: Mapping[str, Any], step: s.Step, outcome: s.Outcome, 
     status.update(dict(outcome.facts))
     if phase in ("Failed", "AlreadyApplied", "Completed") and previous.get("phase") != phase:
         status["completionTime"] = now
-    status.update(phase=phase, progress=message, observedGeneration=generation,
-                  conditions=c.merge(previous.get("conditions"), _conditions(phase, code, message), now, generation))
+    status.update(
+        phase=phase,
+        progress=message,
+        observedGeneration=generation,
+        conditions=c.merge(previous.get("conditions"), _conditions(phase, code, message), now, generation),
+    )
     return status

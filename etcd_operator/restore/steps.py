@@ -17,6 +17,7 @@ class Step:
 
 # --- no change ---------------------------------------------------------------------------
 
+
 @dataclasses.dataclass(frozen=True)
 class Idle(Step):
     """The restore has ended (Completed, Failed, AlreadyApplied): nothing more, ever."""
@@ -30,6 +31,7 @@ class Wait(Step):
 
 
 # --- status only: the end of a restore ----------------------------------------------------
+
 
 @dataclasses.dataclass(frozen=True)
 class Fail(Step):
@@ -54,6 +56,7 @@ class Complete(Step):
 
 # --- before anything is touched ---------------------------------------------------------
 
+
 @dataclasses.dataclass(frozen=True)
 class StartVerifying(Step):
     """Record the start (phase Verifying)."""
@@ -74,6 +77,7 @@ class BeginRestore(Step):
 
 
 # --- the target -------------------------------------------------------------------------
+
 
 @dataclasses.dataclass(frozen=True)
 class CreateTargetCluster(Step):
@@ -177,9 +181,27 @@ class ReleaseHold(Step):
 
 
 ALL_STEPS: tuple[type[Step], ...] = (
-    Idle, Wait, Fail, SkipAlreadyApplied, Complete, StartVerifying, VerifySnapshot, BeginRestore,
-    CreateTargetCluster, HoldCluster, ClearQuorumRecovery, StopMembers, RecordPreservedData, SetAsideData,
-    ChooseMembers, CreateSeedVolumes, StartSeedPods, MarkSeedsRestored, RetrySeedPod, RemoveSeedPods, ReleaseCluster,
+    Idle,
+    Wait,
+    Fail,
+    SkipAlreadyApplied,
+    Complete,
+    StartVerifying,
+    VerifySnapshot,
+    BeginRestore,
+    CreateTargetCluster,
+    HoldCluster,
+    ClearQuorumRecovery,
+    StopMembers,
+    RecordPreservedData,
+    SetAsideData,
+    ChooseMembers,
+    CreateSeedVolumes,
+    StartSeedPods,
+    MarkSeedsRestored,
+    RetrySeedPod,
+    RemoveSeedPods,
+    ReleaseCluster,
     ReleaseHold,
 )
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from etcd_operator.kube import client as kube
 from etcd_operator.prerequisites import secret_names
@@ -27,7 +28,7 @@ async def missing_secrets(kube_client: kube.KubeClient, namespace: str, s3: Mapp
     """The Secrets a storage.s3 block names that do not exist (their data is not read here)."""
     names = secret_names(s3)
     found = await asyncio.gather(*(kube_client.get(kube.SECRETS, namespace, n) for n in names))
-    return tuple(n for n, secret in zip(names, found) if secret is None)
+    return tuple(n for n, secret in zip(names, found, strict=True) if secret is None)
 
 
 # The only keys read from a credentials Secret. A spec that could name any key of any
@@ -42,8 +43,12 @@ def check_credential_keys(credentials: Mapping[str, Any]) -> None:
     """Objects stored before the CRD pinned the key names may still name others: refused."""
     for field, fixed in KEY_FIELDS.items():
         if credentials.get(field, fixed) != fixed:
-            raise StorageError(f"credentialsSecretRef.{field} must be {fixed!r}: only the fixed key names "
-                               f"are read from a credentials Secret", "CredentialKeyRefused", permanent=True)
+            raise StorageError(
+                f"credentialsSecretRef.{field} must be {fixed!r}: only the fixed key names "
+                f"are read from a credentials Secret",
+                "CredentialKeyRefused",
+                permanent=True,
+            )
 
 
 async def s3_location(kube_client: kube.KubeClient, namespace: str, s3: Mapping[str, Any]) -> S3Location:
@@ -52,8 +57,7 @@ async def s3_location(kube_client: kube.KubeClient, namespace: str, s3: Mapping[
     if credentials:
         check_credential_keys(credentials)
         access_key = (await _secret_value(kube_client, namespace, credentials["name"], ACCESS_KEY_ID_KEY)).decode()
-        secret_key = (await _secret_value(kube_client, namespace, credentials["name"],
-                                          SECRET_ACCESS_KEY_KEY)).decode()
+        secret_key = (await _secret_value(kube_client, namespace, credentials["name"], SECRET_ACCESS_KEY_KEY)).decode()
     ca_bundle = None
     ca = s3.get("caBundleSecretRef")
     if ca:

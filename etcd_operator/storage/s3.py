@@ -24,11 +24,22 @@ from etcd_operator.leadership_fence import permit_write
 if TYPE_CHECKING:
     import boto3
 
-PERMANENT_CODES = frozenset({
-    "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "NoSuchBucket", "InvalidBucketName",
-    "AllAccessDisabled", "AuthorizationHeaderMalformed", "InvalidToken", "ExpiredToken", "AccountProblem",
-    "PermanentRedirect", "InvalidRequest",
-})
+PERMANENT_CODES = frozenset(
+    {
+        "AccessDenied",
+        "InvalidAccessKeyId",
+        "SignatureDoesNotMatch",
+        "NoSuchBucket",
+        "InvalidBucketName",
+        "AllAccessDisabled",
+        "AuthorizationHeaderMalformed",
+        "InvalidToken",
+        "ExpiredToken",
+        "AccountProblem",
+        "PermanentRedirect",
+        "InvalidRequest",
+    }
+)
 
 
 BODY_CHECKSUM = "CRC32"
@@ -36,8 +47,9 @@ PART_CHECKSUM_FIELD = "ChecksumCRC32"
 
 
 # Calls that change the store: a replica that lost its lease sends none of them.
-WRITES = frozenset({"put_object", "delete_object", "create_multipart_upload", "complete_multipart_upload",
-                    "abort_multipart_upload"})
+WRITES = frozenset(
+    {"put_object", "delete_object", "create_multipart_upload", "complete_multipart_upload", "abort_multipart_upload"}
+)
 
 
 class StorageError(Exception):
@@ -78,8 +90,8 @@ class S3Location:
     access_key: str | None = dataclasses.field(default=None, repr=False)
     secret_key: str | None = dataclasses.field(default=None, repr=False)
     ca_bundle: bytes | None = dataclasses.field(default=None, repr=False)
-    insecure: bool = False              # an http:// endpoint was explicitly allowed
-    encryption: str | None = None       # SSE_S3 or SSE_KMS
+    insecure: bool = False  # an http:// endpoint was explicitly allowed
+    encryption: str | None = None  # SSE_S3 or SSE_KMS
     kms_key_id: str | None = None
 
     @property
@@ -96,11 +108,14 @@ def encryption_arguments(location: S3Location) -> dict[str, str]:
     if location.encryption == SSE_S3:
         return {"ServerSideEncryption": "AES256"}
     if location.encryption == SSE_KMS:
-        return {"ServerSideEncryption": "aws:kms",
-                **({"SSEKMSKeyId": location.kms_key_id} if location.kms_key_id else {})}
+        return {
+            "ServerSideEncryption": "aws:kms",
+            **({"SSEKMSKeyId": location.kms_key_id} if location.kms_key_id else {}),
+        }
     if location.encryption:
-        raise StorageError(f"unknown server-side encryption mode {location.encryption!r}",
-                           "InvalidEncryption", permanent=True)
+        raise StorageError(
+            f"unknown server-side encryption mode {location.encryption!r}", "InvalidEncryption", permanent=True
+        )
     return {}
 
 
@@ -135,8 +150,11 @@ def _shared_session() -> boto3.session.Session:
 class S3Storage:
     def __init__(self, location: S3Location, max_pool: int = 10):
         if location.over_http and not location.insecure:
-            raise StorageError(f"endpoint {location.endpoint} is plain http; set insecure: true to allow it",
-                               "InsecureEndpoint", permanent=True)
+            raise StorageError(
+                f"endpoint {location.endpoint} is plain http; set insecure: true to allow it",
+                "InsecureEndpoint",
+                permanent=True,
+            )
         self._encryption = encryption_arguments(location)
         self._checksum = body_checksum(location)
         self.location = location
@@ -155,8 +173,10 @@ class S3Storage:
             # Over https, bodies carry a CRC32 the store verifies instead of a SigV4 payload
             # hash: the same transit check for a fraction of the CPU (docs/operations/backup.md,
             # "The data path"). Over http the signature covers the payload.
-            s3={"addressing_style": "path" if location.force_path_style else "auto",
-                "payload_signing_enabled": signs_payload(location)},
+            s3={
+                "addressing_style": "path" if location.force_path_style else "auto",
+                "payload_signing_enabled": signs_payload(location),
+            },
             retries={"max_attempts": 3, "mode": "standard"},
             connect_timeout=5,
             read_timeout=60,
@@ -198,16 +218,24 @@ class S3Storage:
         await self._call("list_objects_v2", Bucket=self.bucket, MaxKeys=1)
 
     async def put(self, key: str, body: bytes, content_type: str = "application/octet-stream") -> None:
-        await self._call("put_object", Bucket=self.bucket, Key=key, Body=body, ContentType=content_type,
-                         **self._checksum, **self._encryption)
+        await self._call(
+            "put_object",
+            Bucket=self.bucket,
+            Key=key,
+            Body=body,
+            ContentType=content_type,
+            **self._checksum,
+            **self._encryption,
+        )
 
     async def get(self, key: str) -> bytes:
         response = await self._call("get_object", Bucket=self.bucket, Key=key)
         return await self._in_thread(response["Body"].read)
 
     async def read_range(self, key: str, offset: int, length: int) -> bytes:
-        response = await self._call("get_object", Bucket=self.bucket, Key=key,
-                                    Range=f"bytes={offset}-{offset + length - 1}")
+        response = await self._call(
+            "get_object", Bucket=self.bucket, Key=key, Range=f"bytes={offset}-{offset + length - 1}"
+        )
         return await self._in_thread(response["Body"].read)
 
     async def exists(self, key: str) -> bool:
@@ -225,12 +253,14 @@ class S3Storage:
     async def _listed(self, operation: str, field: str, prefix: str) -> tuple[list[dict], datetime.datetime | None]:
         """Every item of `field` on every page `operation` lists for `prefix`, and the store's
         own time when it answered (its Date header; None without one)."""
+
         def collect():
             items, store_now = [], None
             for page in self._client.get_paginator(operation).paginate(Bucket=self.bucket, Prefix=prefix):
                 items += page.get(field, [])
                 store_now = _store_time(page) or store_now
             return items, store_now
+
         try:
             return await self._in_thread(collect)
         except Exception as e:
@@ -266,34 +296,53 @@ class S3Storage:
                     yield chunk
             finally:
                 await self._in_thread(body.close)
+
         return chunks()
 
     # --- multipart ---------------------------------------------------------------------
 
     async def start_multipart(self, key: str) -> str:
-        response = await self._call("create_multipart_upload", Bucket=self.bucket, Key=key,
-                                    ContentType="application/octet-stream", **self._checksum,
-                                    **self._encryption)
+        response = await self._call(
+            "create_multipart_upload",
+            Bucket=self.bucket,
+            Key=key,
+            ContentType="application/octet-stream",
+            **self._checksum,
+            **self._encryption,
+        )
         return response["UploadId"]
 
     async def upload_part(self, key: str, upload_id: str, number: int, data: bytes | bytearray) -> dict[str, str]:
         """Returns the part's entry for `complete_multipart`."""
-        response = await self._call("upload_part", Bucket=self.bucket, Key=key, UploadId=upload_id,
-                                    PartNumber=number, Body=data, **self._checksum)
+        response = await self._call(
+            "upload_part",
+            Bucket=self.bucket,
+            Key=key,
+            UploadId=upload_id,
+            PartNumber=number,
+            Body=data,
+            **self._checksum,
+        )
         part = {"PartNumber": number, "ETag": response["ETag"]}
         if response.get(PART_CHECKSUM_FIELD):  # stores without flexible checksums leave it out
             part[PART_CHECKSUM_FIELD] = response[PART_CHECKSUM_FIELD]
         return part
 
     async def complete_multipart(self, key: str, upload_id: str, parts: list[dict[str, str]]) -> None:
-        await self._call("complete_multipart_upload", Bucket=self.bucket, Key=key, UploadId=upload_id,
-                         MultipartUpload={"Parts": sorted(parts, key=lambda p: p["PartNumber"])})
+        await self._call(
+            "complete_multipart_upload",
+            Bucket=self.bucket,
+            Key=key,
+            UploadId=upload_id,
+            MultipartUpload={"Parts": sorted(parts, key=lambda p: p["PartNumber"])},
+        )
 
     async def abort_multipart(self, key: str, upload_id: str) -> None:
         await self._call("abort_multipart_upload", Bucket=self.bucket, Key=key, UploadId=upload_id)
 
-    async def list_uploads(self, prefix: str) -> tuple[list[tuple[str, str, datetime.datetime]],
-                                                      datetime.datetime | None]:
+    async def list_uploads(
+        self, prefix: str
+    ) -> tuple[list[tuple[str, str, datetime.datetime]], datetime.datetime | None]:
         """Unfinished multipart uploads (key, upload ID, initiated) the store lists for
         `prefix`, and the store's own time when it answered (None without a Date header).
         Stores differ in what `prefix` matches: AWS S3 and Ceph match a key prefix; MinIO
@@ -308,4 +357,3 @@ def _store_time(response: dict) -> datetime.datetime | None:
         return email.utils.parsedate_to_datetime(date) if date else None
     except (TypeError, ValueError):
         return None
-

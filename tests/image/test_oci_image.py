@@ -14,20 +14,28 @@ import tarfile
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.skipif(not (shutil.which("mmdebstrap") and shutil.which("umoci")),
-                                reason="make image needs mmdebstrap and umoci (apt-get install mmdebstrap umoci)")
+pytestmark = pytest.mark.skipif(
+    not (shutil.which("mmdebstrap") and shutil.which("umoci")),
+    reason="make image needs mmdebstrap and umoci (apt-get install mmdebstrap umoci)",
+)
 
 
 @pytest.fixture(scope="module")
 def image(tmp_path_factory) -> tuple[dict, pathlib.Path]:
     """The image's config and its unpacked root filesystem."""
-    build = subprocess.run([str(ROOT / "packaging" / "image" / "build.sh")], capture_output=True, text=True,
-                           timeout=1500, env={**os.environ, "PYTHON": str(ROOT / ".venv" / "bin" / "python")})
+    build = subprocess.run(
+        [str(ROOT / "packaging" / "image" / "build.sh")],
+        capture_output=True,
+        text=True,
+        timeout=1500,
+        env={**os.environ, "PYTHON": str(ROOT / ".venv" / "bin" / "python")},
+    )
     assert build.returncode == 0, build.stderr
     archive = pathlib.Path(build.stdout.strip().splitlines()[-1])
     layout = tmp_path_factory.mktemp("oci")
     with tarfile.open(archive) as tar:
         tar.extractall(layout, filter="tar")
+
     def blob(digest: str):
         return layout / "blobs" / digest.replace(":", "/", 1)
 
@@ -50,7 +58,9 @@ def test_config_runs_as_the_dockerfiles_non_root_user_with_its_entrypoint(image)
     config, _ = image
     user = config["config"]["User"]
     assert user == dockerfile_says("USER") and not user.startswith("0") and user.split(":")[0] != "root"
-    assert config["config"]["Entrypoint"] == json.loads(dockerfile_says("ENTRYPOINT")) == ["python", "-m", "etcd_operator"]
+    assert (
+        config["config"]["Entrypoint"] == json.loads(dockerfile_says("ENTRYPOINT")) == ["python", "-m", "etcd_operator"]
+    )
     assert "8080/tcp" in config["config"]["ExposedPorts"]
 
 
@@ -78,9 +88,15 @@ def test_every_operator_module_imports_inside_the_image(image):
     they are imported here by name."""
     config, rootfs = image
     uid, gid = config["config"]["User"].split(":")
-    command = ["chroot", f"--userspec={uid}:{gid}", str(rootfs), "python", "-c",
-               "import etcd_operator.operator, etcd_operator.seed, boto3.session, botocore.config, "
-               "botocore.exceptions; print('ok')"]
+    command = [
+        "chroot",
+        f"--userspec={uid}:{gid}",
+        str(rootfs),
+        "python",
+        "-c",
+        "import etcd_operator.operator, etcd_operator.seed, boto3.session, botocore.config, "
+        "botocore.exceptions; print('ok')",
+    ]
     if os.geteuid() != 0:
         command = ["unshare", "--map-root-user", *command]
     env = dict(e.split("=", 1) for e in config["config"]["Env"])
@@ -93,11 +109,13 @@ def test_the_image_ships_bytecode_its_interpreter_can_use(image):
     without current bytecode is compiled in memory at every start (about 26 MiB more RSS)."""
     config, rootfs = image
     uid, gid = config["config"]["User"].split(":")
-    check = ("import importlib.util, sys, etcd_operator.operator, kopf, kubernetes_asyncio.client\n"
-             "stale = [n for n, m in list(sys.modules.items()) if getattr(m, '__file__', None)"
-             " and m.__file__.endswith('.py') and '/dist-packages/' in m.__file__"
-             " and not __import__('os').path.exists(importlib.util.cache_from_source(m.__file__))]\n"
-             "print(len(sys.modules), stale[:5])")
+    check = (
+        "import importlib.util, sys, etcd_operator.operator, kopf, kubernetes_asyncio.client\n"
+        "stale = [n for n, m in list(sys.modules.items()) if getattr(m, '__file__', None)"
+        " and m.__file__.endswith('.py') and '/dist-packages/' in m.__file__"
+        " and not __import__('os').path.exists(importlib.util.cache_from_source(m.__file__))]\n"
+        "print(len(sys.modules), stale[:5])"
+    )
     command = ["chroot", f"--userspec={uid}:{gid}", str(rootfs), "python", "-c", check]
     if os.geteuid() != 0:
         command = ["unshare", "--map-root-user", *command]

@@ -17,8 +17,10 @@ from images import containerd, names, recipes
 
 pytestmark = [
     pytest.mark.substrate,
-    pytest.mark.skipif(not (shutil.which("containerd") and shutil.which("ctr") and shutil.which("runc")),
-                       reason="needs containerd, ctr and runc (apt-get install containerd runc)"),
+    pytest.mark.skipif(
+        not (shutil.which("containerd") and shutil.which("ctr") and shutil.which("runc")),
+        reason="needs containerd, ctr and runc (apt-get install containerd runc)",
+    ),
     pytest.mark.skipif(os.geteuid() != 0, reason="a throwaway containerd runs as root"),
 ]
 
@@ -67,9 +69,12 @@ def test_pause_runs_as_its_user_and_exits_zero_on_sigterm(node):
 
 
 def started_task(node, image: str, task: str) -> subprocess.Popen:
-    return subprocess.Popen(["ctr", "--address", str(node.socket), "-n", containerd.NAMESPACE,
-                             "run", "--rm", image, task],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        ["ctr", "--address", str(node.socket), "-n", containerd.NAMESPACE, "run", "--rm", image, task],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def ids(pid: str) -> tuple[str, str]:
@@ -79,8 +84,9 @@ def ids(pid: str) -> tuple[str, str]:
 
 
 def test_coredns_binds_port_53_as_nonroot_through_its_file_capability(node):
-    recipe = next((recipe for recipe in recipes.addon_images() if recipe.name.startswith(names.COREDNS_REPOSITORY)),
-                  None)
+    recipe = next(
+        (recipe for recipe in recipes.addon_images() if recipe.name.startswith(names.COREDNS_REPOSITORY)), None
+    )
     if recipe is None or not (recipes.testbin_dir() / "coredns" / "coredns").exists():
         pytest.skip("no coredns testbin build (make testbin)")
     image = imported(node, recipe)
@@ -111,25 +117,35 @@ def test_etcd_images_run_their_binaries_and_have_no_shell(node):
 
 def test_busybox_runs_its_shell_on_a_read_only_root(node):
     image = imported(node, recipes.BUSYBOX)
-    done = node.run(image, "busybox-sh", "sh", "-c", "echo hello from $(id -u); touch /x 2>/dev/null || echo ro",
-                    read_only=True)
+    done = node.run(
+        image, "busybox-sh", "sh", "-c", "echo hello from $(id -u); touch /x 2>/dev/null || echo ro", read_only=True
+    )
     assert done.returncode == 0 and done.stdout.split() == ["hello", "from", "0", "ro"], done
 
 
-@pytest.mark.skipif(not (shutil.which("mmdebstrap") and shutil.which("umoci")),
-                    reason="make image needs mmdebstrap and umoci (apt-get install mmdebstrap umoci)")
+@pytest.mark.skipif(
+    not (shutil.which("mmdebstrap") and shutil.which("umoci")),
+    reason="make image needs mmdebstrap and umoci (apt-get install mmdebstrap umoci)",
+)
 def test_operator_image_imports_under_the_charts_name_and_imports_its_pod_modules_read_only(node):
     image = imported(node, recipes.OPERATOR)
     # What the operator's own pods run in this image: the operator, seed fetch, scratch_check.
     modules = "etcd_operator.operator, etcd_operator.seed, etcd_operator.backup.scratch_check"
-    done = node.run(image, "operator-import", "python", "-c", f"import os, {modules}; print(os.getuid())",
-                    read_only=True)
+    done = node.run(
+        image, "operator-import", "python", "-c", f"import os, {modules}; print(os.getuid())", read_only=True
+    )
     assert done.returncode == 0 and done.stdout.strip() == "65532", done
 
 
 def test_local_path_provisioner_runs_its_pinned_version(node):
-    recipe = next((recipe for recipe in recipes.addon_images()
-                   if recipe.name.startswith(names.LOCAL_PATH_PROVISIONER_REPOSITORY)), None)
+    recipe = next(
+        (
+            recipe
+            for recipe in recipes.addon_images()
+            if recipe.name.startswith(names.LOCAL_PATH_PROVISIONER_REPOSITORY)
+        ),
+        None,
+    )
     if recipe is None or not (recipes.testbin_dir() / "local-path-provisioner" / "local-path-provisioner").exists():
         pytest.skip("no local-path-provisioner testbin build (make testbin)")
     image = imported(node, recipe)
@@ -157,11 +173,29 @@ def test_etcd_serves_from_a_data_mount_on_a_read_only_root(node, tmp_path):
     data.mkdir()
     ctr = ["ctr", "--address", str(node.socket), "-n", containerd.NAMESPACE]
     started = subprocess.Popen(
-        [*ctr, "run", "--rm", "--read-only", "--seccomp", "--cwd", "/var/lib/etcd",
-         "--mount", f"type=bind,src={data},dst=/var/lib/etcd,options=rbind:rw", image, "etcd-member",
-         "etcd", "--name=m", "--data-dir=/var/lib/etcd/data", "--listen-client-urls=unix://client:0",
-         "--advertise-client-urls=unix://client:0", "--listen-peer-urls=unix://peer:0"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        [
+            *ctr,
+            "run",
+            "--rm",
+            "--read-only",
+            "--seccomp",
+            "--cwd",
+            "/var/lib/etcd",
+            "--mount",
+            f"type=bind,src={data},dst=/var/lib/etcd,options=rbind:rw",
+            image,
+            "etcd-member",
+            "etcd",
+            "--name=m",
+            "--data-dir=/var/lib/etcd/data",
+            "--listen-client-urls=unix://client:0",
+            "--advertise-client-urls=unix://client:0",
+            "--listen-peer-urls=unix://peer:0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         wait_for(lambda: (data / "client:0").exists(), what="etcd's client socket")
         etcdctl = [*ctr, "tasks", "exec", "--exec-id"]
@@ -187,7 +221,13 @@ def test_the_readme_commands_build_every_image_and_import_them(node):
     printed = {line.split()[0] for line in built.stdout.splitlines() if line.endswith(".oci.tar")}
     assert printed == {recipe.name for recipe in recipes.all_recipes()}
     env = {**os.environ, "PYTHONPATH": str(root / "e2e")}
-    loaded = subprocess.run([sys.executable, "-m", "images", "import", "--address", str(node.socket), "pause", "busybox"],
-                            cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    loaded = subprocess.run(
+        [sys.executable, "-m", "images", "import", "--address", str(node.socket), "pause", "busybox"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert loaded.returncode == 0, loaded.stderr
     assert {names.PAUSE, names.BUSYBOX} <= set(containerd.image_names(node.socket))

@@ -14,8 +14,13 @@ import pytest
 from images import cache, oci
 
 NAME = "example.test/tools/hello:1.2"
-CONFIG = oci.Config(entrypoint=("/usr/local/bin/hello",), cmd=("--greet",), user="65532:65532",
-                    working_dir="/work", exposed_ports=("8080/tcp",))
+CONFIG = oci.Config(
+    entrypoint=("/usr/local/bin/hello",),
+    cmd=("--greet",),
+    user="65532:65532",
+    working_dir="/work",
+    exposed_ports=("8080/tcp",),
+)
 
 
 @pytest.fixture
@@ -26,11 +31,13 @@ def program(tmp_path) -> pathlib.Path:
 
 
 def entries(program: pathlib.Path) -> list[oci.Entry]:
-    return [oci.file("/usr/local/bin/hello", program),
-            oci.text("etc/greeting", "hi\n"),
-            oci.directory("tmp", mode=0o1777),
-            oci.directory("home/nonroot", mode=0o700, uid=65532, gid=65532),
-            oci.symlink("bin/hi", "/usr/local/bin/hello")]
+    return [
+        oci.file("/usr/local/bin/hello", program),
+        oci.text("etc/greeting", "hi\n"),
+        oci.directory("tmp", mode=0o1777),
+        oci.directory("home/nonroot", mode=0o700, uid=65532, gid=65532),
+        oci.symlink("bin/hi", "/usr/local/bin/hello"),
+    ]
 
 
 def read_layout(archive: pathlib.Path) -> dict[str, bytes]:
@@ -48,8 +55,7 @@ def test_layout_index_names_the_image_for_containerd_and_oci(tmp_path, program):
     assert json.loads(layout["oci-layout"]) == {"imageLayoutVersion": "1.0.0"}
     index = json.loads(layout["index.json"])
     [descriptor] = index["manifests"]
-    assert descriptor["annotations"] == {"io.containerd.image.name": NAME,
-                                         "org.opencontainers.image.ref.name": "1.2"}
+    assert descriptor["annotations"] == {"io.containerd.image.name": NAME, "org.opencontainers.image.ref.name": "1.2"}
     assert descriptor["mediaType"] == oci.MANIFEST_MEDIA_TYPE
     assert descriptor["digest"] == written.manifest_digest
     assert descriptor["platform"] == {"architecture": "amd64", "os": "linux"}
@@ -111,6 +117,7 @@ def test_cache_key_follows_the_content_not_the_source_path(tmp_path, program, mo
     monkeypatch.setenv("ETCD_OPERATOR_IMAGES", str(tmp_path / "cache"))
     copy = tmp_path / "elsewhere"
     copy.write_bytes(program.read_bytes())
+
     def key(path):
         return cache.archive_path(NAME, [oci.file("bin/hello", path).fingerprint()])
 

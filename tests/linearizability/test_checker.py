@@ -16,8 +16,12 @@ def get(client, key, value, call, returned):
 
 
 def test_a_stale_read_is_not_linearizable():
-    history = [put(0, "k", "a", 0, 10), put(0, "k", "b", 20, 30),
-               get(1, "k", "b", 40, 50), get(2, "k", "a", 60, 70)]  # "b" was read before: stale
+    history = [
+        put(0, "k", "a", 0, 10),
+        put(0, "k", "b", 20, 30),
+        get(1, "k", "b", 40, 50),
+        get(2, "k", "a", 60, 70),
+    ]  # "b" was read before: stale
     verdict = check(history)
     assert not verdict.linearizable and verdict.status == NOT_LINEARIZABLE, verdict.report
     assert 'key "k": NOT linearizable' in verdict.report
@@ -39,13 +43,13 @@ def test_a_put_of_unknown_outcome_cannot_be_read_before_its_call():
 def test_concurrent_operations_and_unknown_outcomes_are_linearizable():
     history = [
         put(0, "k", "a", 0, 10),
-        put(1, "k", "b", 15, 40),      # concurrent with both reads below
-        get(2, "k", "b", 20, 30),      # the put took effect before it returned
+        put(1, "k", "b", 15, 40),  # concurrent with both reads below
+        get(2, "k", "b", 20, 30),  # the put took effect before it returned
         get(3, "k", "b", 35, 45),
-        put(0, "k", "c", 50, None),    # unknown outcome, read later: it happened
-        get(1, "k", "b", 60, 70),      # ...but not yet here
+        put(0, "k", "c", 50, None),  # unknown outcome, read later: it happened
+        get(1, "k", "b", 60, 70),  # ...but not yet here
         get(2, "k", "c", 80, 90),
-        put(3, "j", "x", 0, None),     # unknown outcome, never read: it may not have happened
+        put(3, "j", "x", 0, None),  # unknown outcome, never read: it may not have happened
         get(3, "j", None, 100, 110),
     ]
     verdict = check(history)

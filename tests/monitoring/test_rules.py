@@ -45,7 +45,8 @@ def test_every_alert_has_a_firing_and_a_non_firing_case():
         cases = [(t, c) for t in tests for c in t.get("alert_rule_test") or [] if c["alertname"] == alert]
         assert any(c.get("exp_alerts") for _, c in cases), f"{alert}: no case where it fires"
         quiet = any(not c.get("exp_alerts") for _, c in cases) or any(
-            len(t["input_series"]) > len(c["exp_alerts"]) for t, c in cases if c.get("exp_alerts"))
+            len(t["input_series"]) > len(c["exp_alerts"]) for t, c in cases if c.get("exp_alerts")
+        )
         assert quiet, f"{alert}: no case where it must stay quiet"
 
 
@@ -61,6 +62,8 @@ def test_monitoring_kustomization_builds_and_ships_the_dashboard():
 
 
 def test_metric_names_are_found_in_expressions():
-    expr = ('histogram_quantile(0.99, sum by (pod, le) (rate(etcd_disk_wal_fsync_duration_seconds_bucket'
-            '{namespace=~"$namespace",job="etcd-members"}[5m]))) > 0.01 and on (pod) up == 1')
+    expr = (
+        "histogram_quantile(0.99, sum by (pod, le) (rate(etcd_disk_wal_fsync_duration_seconds_bucket"
+        '{namespace=~"$namespace",job="etcd-members"}[5m]))) > 0.01 and on (pod) up == 1'
+    )
     assert monitoring.metric_names(expr) == {"etcd_disk_wal_fsync_duration_seconds_bucket", "up"}

@@ -49,6 +49,7 @@ def shared(real_nodes, operator_release, kubectl_on_real_nodes):
             async with EtcdMemberClient(endpoint, timeout=10) as client:
                 for i in range(VALUES):
                     await client.put(f"/v/{i:04}".encode(), payload(i))
+
         for ns in namespaces:
             asyncio.run(fill(member_endpoints(ns, "db")[0]))
         yield namespaces
@@ -58,8 +59,19 @@ def shared(real_nodes, operator_release, kubectl_on_real_nodes):
 
 
 def apply_backup(namespace: str, name: str, spec: dict) -> None:
-    kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": GROUP, "kind": "EtcdBackup",
-                                                  "metadata": {"name": name, "namespace": namespace}, "spec": spec}))
+    kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=json.dumps(
+            {
+                "apiVersion": GROUP,
+                "kind": "EtcdBackup",
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": spec,
+            }
+        ),
+    )
 
 
 def get_backup(namespace: str, name: str) -> dict:
@@ -76,22 +88,32 @@ def suspend(namespace: str, name: str) -> None:
 
 
 def reasons(namespace: str, name: str) -> list[str]:
-    return [e["reason"] for e in kubectl_json("get", "events", "-n", namespace)["items"]
-            if e["involvedObject"]["name"] == name]
+    return [
+        e["reason"]
+        for e in kubectl_json("get", "events", "-n", namespace)["items"]
+        if e["involvedObject"]["name"] == name
+    ]
 
 
 def test_a_scheduled_backup_is_verified_automatically(real_nodes, shared):
     ns, _ = shared
     prefix = f"verify-{ns}"
-    apply_backup(ns, "nightly", {"clusterRef": {"name": "db"}, "schedule": EVERY_10S,
-                                 "storage": s3_storage_spec(real_nodes, prefix)})
-    obj = wait_for(lambda: (b := get_backup(ns, "nightly"))["status"].get("lastVerifiedTime") and b, 180,
-                   what="a scheduled backup verified")
+    apply_backup(
+        ns,
+        "nightly",
+        {"clusterRef": {"name": "db"}, "schedule": EVERY_10S, "storage": s3_storage_spec(real_nodes, prefix)},
+    )
+    obj = wait_for(
+        lambda: (b := get_backup(ns, "nightly"))["status"].get("lastVerifiedTime") and b,
+        180,
+        what="a scheduled backup verified",
+    )
     suspend(ns, "nightly")
     verification = obj["status"]["lastVerification"]
     assert verification["verified"] is True and verification["reason"] == "Verified", verification
-    manifest = read_json(s3_client(real_nodes), controlplane.S3_BUCKET, verification["key"].removesuffix(".db")
-                         + ".manifest.json")
+    manifest = read_json(
+        s3_client(real_nodes), controlplane.S3_BUCKET, verification["key"].removesuffix(".db") + ".manifest.json"
+    )
     assert manifest["verified"] is True and manifest["verifiedAt"] == obj["status"]["lastVerifiedTime"]
     assert manifest["hashKv"] == manifest["verification"]["hashKv"] and manifest["keyCount"] >= VALUES
     assert manifest["backupUid"] == obj["metadata"]["uid"] and manifest["namespace"] == ns
@@ -115,8 +137,11 @@ def test_a_backup_corrupted_in_s3_fails_its_next_verification(real_nodes, shared
     ns, _ = shared
     prefix = f"corrupt-{ns}"
     apply_backup(ns, "once", {"clusterRef": {"name": "db"}, "storage": s3_storage_spec(real_nodes, prefix)})
-    obj = wait_for(lambda: (b := get_backup(ns, "once"))["status"].get("phase") == "Completed" and b, 120,
-                   what="one-shot backup completed")
+    obj = wait_for(
+        lambda: (b := get_backup(ns, "once"))["status"].get("phase") == "Completed" and b,
+        120,
+        what="one-shot backup completed",
+    )
     assert "lastVerification" not in obj["status"]  # one-shot backups are not verified unless asked
     key, manifest_key = obj["status"]["lastBackup"]["key"], obj["status"]["lastBackup"]["manifestKey"]
     s3, bucket = s3_client(real_nodes), controlplane.S3_BUCKET
@@ -127,11 +152,15 @@ def test_a_backup_corrupted_in_s3_fails_its_next_verification(real_nodes, shared
     s3.put_object(Bucket=bucket, Key=manifest_key, Body=json.dumps(manifest).encode())
 
     patch_backup(ns, "once", {"verification": {"enabled": True}})
-    obj = wait_for(lambda: (b := get_backup(ns, "once"))["status"].get("lastVerification") and b, 180,
-                   what="the verification of the corrupted backup")
+    obj = wait_for(
+        lambda: (b := get_backup(ns, "once"))["status"].get("lastVerification") and b,
+        180,
+        what="the verification of the corrupted backup",
+    )
     verification = obj["status"]["lastVerification"]
-    assert verification["verified"] is False and verification["reason"] in ("HashKVMismatch", "KeyCountMismatch"), \
+    assert verification["verified"] is False and verification["reason"] in ("HashKVMismatch", "KeyCountMismatch"), (
         verification
+    )
     degraded = condition(obj, "Degraded")
     assert degraded["status"] == "True" and degraded["reason"] == "BackupVerificationFailed"
     assert verification["reason"] in degraded["message"]
@@ -145,29 +174,58 @@ def cluster_id(namespace: str) -> str:
     async def ask() -> int:
         async with EtcdMemberClient(member_endpoints(namespace, "db")[0]) as client:
             return (await client.status()).cluster_id
+
     return f"{asyncio.run(ask()):x}"
 
 
 def test_retention_keeps_the_newest_by_revision_despite_a_clock_in_the_future(real_nodes, shared):
     ns, _ = shared
     prefix = f"clock-{ns}"
-    apply_backup(ns, "keep", {"clusterRef": {"name": "db"}, "schedule": EVERY_10S, "suspend": True,
-                              "retention": {"maxBackups": 1}, "verification": UNVERIFIED,
-                              "storage": s3_storage_spec(real_nodes, prefix)})
-    obj = wait_for(lambda: (b := get_backup(ns, "keep")).get("status", {}).get("phase") == "Suspended" and b, 60,
-                   what="created suspended")
+    apply_backup(
+        ns,
+        "keep",
+        {
+            "clusterRef": {"name": "db"},
+            "schedule": EVERY_10S,
+            "suspend": True,
+            "retention": {"maxBackups": 1},
+            "verification": UNVERIFIED,
+            "storage": s3_storage_spec(real_nodes, prefix),
+        },
+    )
+    obj = wait_for(
+        lambda: (b := get_backup(ns, "keep")).get("status", {}).get("phase") == "Suspended" and b,
+        60,
+        what="created suspended",
+    )
     s3, bucket = s3_client(real_nodes), controlplane.S3_BUCKET
     folder = f"{prefix}/{ns}/keep/"
-    ahead = {"format": "etcd-operator.snapshot/v1", "writer": "etcd-operator", "snapshotKey": f"{folder}ahead.db",
-             "backup": "keep", "namespace": ns, "backupUid": obj["metadata"]["uid"], "cluster": "db",
-             "clusterId": cluster_id(ns), "etcdVersion": "3.6.0", "revision": 2, "size": 4, "sha256": "0" * 64,
-             "createdAt": "2099-01-01T00:00:00Z", "member": "db-0", "slot": "ahead"}
+    ahead = {
+        "format": "etcd-operator.snapshot/v1",
+        "writer": "etcd-operator",
+        "snapshotKey": f"{folder}ahead.db",
+        "backup": "keep",
+        "namespace": ns,
+        "backupUid": obj["metadata"]["uid"],
+        "cluster": "db",
+        "clusterId": cluster_id(ns),
+        "etcdVersion": "3.6.0",
+        "revision": 2,
+        "size": 4,
+        "sha256": "0" * 64,
+        "createdAt": "2099-01-01T00:00:00Z",
+        "member": "db-0",
+        "slot": "ahead",
+    }
     s3.put_object(Bucket=bucket, Key=f"{folder}ahead.db", Body=b"old!")
     s3.put_object(Bucket=bucket, Key=f"{folder}ahead.manifest.json", Body=json.dumps(ahead).encode())
 
     patch_backup(ns, "keep", {"suspend": False})
-    obj = wait_for(lambda: (b := get_backup(ns, "keep")) and "RetentionApplied" in reasons(ns, "keep") and b, 120,
-                   what="a run with retention")
+    obj = wait_for(
+        lambda: (b := get_backup(ns, "keep")) and "RetentionApplied" in reasons(ns, "keep") and b,
+        120,
+        what="a run with retention",
+    )
     suspend(ns, "keep")
     last = get_backup(ns, "keep")["status"]["lastBackup"]
     assert list_keys(s3, bucket, folder) == sorted([last["key"], last["manifestKey"]])
@@ -179,11 +237,22 @@ def test_two_backups_with_colliding_prefixes_never_touch_each_others_objects(rea
     outer = f"collide-{a}"
     inner = f"{outer}/{a}/same"  # b's folder lies inside a's: {outer}/{a}/same/{b}/same/
     for ns, prefix in ((a, outer), (b, inner)):
-        apply_backup(ns, "same", {"clusterRef": {"name": "db"}, "schedule": EVERY_10S,
-                                  "retention": {"maxBackups": 1}, "verification": UNVERIFIED,
-                                  "storage": s3_storage_spec(real_nodes, prefix)})
-    wait_for(lambda: all(reasons(ns, "same").count("BackupSucceeded") >= 2 for ns in (a, b)), 150,
-             what="two runs of each backup")
+        apply_backup(
+            ns,
+            "same",
+            {
+                "clusterRef": {"name": "db"},
+                "schedule": EVERY_10S,
+                "retention": {"maxBackups": 1},
+                "verification": UNVERIFIED,
+                "storage": s3_storage_spec(real_nodes, prefix),
+            },
+        )
+    wait_for(
+        lambda: all(reasons(ns, "same").count("BackupSucceeded") >= 2 for ns in (a, b)),
+        150,
+        what="two runs of each backup",
+    )
     for ns in (a, b):
         suspend(ns, "same")
     s3, bucket = s3_client(real_nodes), controlplane.S3_BUCKET
@@ -199,14 +268,37 @@ def test_two_backups_with_colliding_prefixes_never_touch_each_others_objects(rea
 @pytest.mark.parametrize("prefix", [".", "..", "a/./b", "a/../b", "backups/.."])
 def test_a_prefix_with_dot_segments_is_refused_by_the_schema(real_nodes, shared, prefix):
     ns, _ = shared
-    refused = kubectl("apply", "--dry-run=server", "-f", "-", check=False, input=json.dumps({
-        "apiVersion": GROUP, "kind": "EtcdBackup", "metadata": {"name": "dots", "namespace": ns},
-        "spec": {"clusterRef": {"name": "db"}, "storage": s3_storage_spec(real_nodes, prefix)}}))
+    refused = kubectl(
+        "apply",
+        "--dry-run=server",
+        "-f",
+        "-",
+        check=False,
+        input=json.dumps(
+            {
+                "apiVersion": GROUP,
+                "kind": "EtcdBackup",
+                "metadata": {"name": "dots", "namespace": ns},
+                "spec": {"clusterRef": {"name": "db"}, "storage": s3_storage_spec(real_nodes, prefix)},
+            }
+        ),
+    )
     assert refused.returncode != 0 and "must not contain '.' or '..' path segments" in refused.stderr
 
 
 def test_a_prefix_with_dots_inside_segments_is_accepted(real_nodes, shared):
     ns, _ = shared
-    kubectl("apply", "--dry-run=server", "-f", "-", input=json.dumps({
-        "apiVersion": GROUP, "kind": "EtcdBackup", "metadata": {"name": "dots", "namespace": ns},
-        "spec": {"clusterRef": {"name": "db"}, "storage": s3_storage_spec(real_nodes, "v1.2/..x/a..")}}))
+    kubectl(
+        "apply",
+        "--dry-run=server",
+        "-f",
+        "-",
+        input=json.dumps(
+            {
+                "apiVersion": GROUP,
+                "kind": "EtcdBackup",
+                "metadata": {"name": "dots", "namespace": ns},
+                "spec": {"clusterRef": {"name": "db"}, "storage": s3_storage_spec(real_nodes, "v1.2/..x/a..")},
+            }
+        ),
+    )

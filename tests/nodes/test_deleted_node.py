@@ -22,8 +22,11 @@ from tests.support.kubectl import kubectl, kubectl_json
 from tests.support.members_from_host import put, read_locally, replacement_event, url
 from tests.support.waiting import wait_for, wait_for_holding
 
-pytestmark = [pytest.mark.substrate, pytest.mark.real_nodes,
-              pytest.mark.usefixtures("nodes_to_the_module", "kubectl_on_real_nodes")]
+pytestmark = [
+    pytest.mark.substrate,
+    pytest.mark.real_nodes,
+    pytest.mark.usefixtures("nodes_to_the_module", "kubectl_on_real_nodes"),
+]
 
 OPERATOR_NAMESPACE = chart_release.NAMESPACE
 NAMESPACE = "deleted-node"
@@ -36,8 +39,16 @@ LEASE = "etcd-operator-leader"
 def cluster(operator_release, kubectl_on_real_nodes):
     """Plaintext, so that the host reaches each member by its pod IP whoever owns /etc/resolv.conf."""
     restricted_namespace(NAMESPACE)
-    apply_cluster(NAMESPACE, CLUSTER, {"size": 3, "version": "3.6.16", "storage": {"size": "1Gi"},
-                                       "recovery": {"memberUnhealthyTimeout": f"{UNHEALTHY_TIMEOUT_SECONDS}s"}})
+    apply_cluster(
+        NAMESPACE,
+        CLUSTER,
+        {
+            "size": 3,
+            "version": "3.6.16",
+            "storage": {"size": "1Gi"},
+            "recovery": {"memberUnhealthyTimeout": f"{UNHEALTHY_TIMEOUT_SECONDS}s"},
+        },
+    )
     try:
         wait_healthy(NAMESPACE, CLUSTER, 3, timeout=300)
         yield CLUSTER
@@ -99,18 +110,32 @@ def test_a_member_whose_node_is_deleted_from_the_api_is_replaced_on_another_node
         assert replacements() == [], replacements()
 
     try:
-        drain = kubectl("drain", node, "--ignore-daemonsets", "--delete-emptydir-data", "--force",
-                        "--timeout=180s", check=False)
+        drain = kubectl(
+            "drain", node, "--ignore-daemonsets", "--delete-emptydir-data", "--force", "--timeout=180s", check=False
+        )
         assert drain.returncode == 0, drain.stderr
-        wait_for(lambda: (p := kubectl_json("get", "pod", victim, "-n", NAMESPACE))
-                 and p["metadata"]["uid"] != victim_pod_uid and p["status"].get("phase") == "Pending",
-                 120, interval=1.0, what=f"{victim} re-created and Pending for cordoned {node}")
+        wait_for(
+            lambda: (
+                (p := kubectl_json("get", "pod", victim, "-n", NAMESPACE))
+                and p["metadata"]["uid"] != victim_pod_uid
+                and p["status"].get("phase") == "Pending"
+            ),
+            120,
+            interval=1.0,
+            what=f"{victim} re-created and Pending for cordoned {node}",
+        )
         # While the Node is in the API (cordoned; it may come back with the data), the member waits.
         waiting = wait_for_holding(
-            lambda: (m := (condition(get_cluster(NAMESPACE, CLUSTER), "Progressing") or {}).get("message", ""))
-            and f"{victim} not running for longer than memberUnhealthyTimeout" in m and m,
-            nothing_replaced, UNHEALTHY_TIMEOUT_SECONDS + 120, interval=2.0,
-            what=f"the operator deciding, after the timeout, that {victim} waits for {node}")
+            lambda: (
+                (m := (condition(get_cluster(NAMESPACE, CLUSTER), "Progressing") or {}).get("message", ""))
+                and f"{victim} not running for longer than memberUnhealthyTimeout" in m
+                and m
+            ),
+            nothing_replaced,
+            UNHEALTHY_TIMEOUT_SECONDS + 120,
+            interval=2.0,
+            what=f"the operator deciding, after the timeout, that {victim} waits for {node}",
+        )
         print(f"{node} cordoned: the operator says: {waiting}")
 
         assert nodefaults.stop(real_nodes, node) == []
@@ -118,14 +143,19 @@ def test_a_member_whose_node_is_deleted_from_the_api_is_replaced_on_another_node
         deleted_at = time.monotonic()
         removed = replacement_event(victim, ids_before[victim])
         event = wait_for_holding(
-            lambda: next((m for m in replacements() if m.startswith(removed)), None), quorum_kept,
-            120, interval=1.0, what=f"{victim} replaced once {node} is gone from the API")
+            lambda: next((m for m in replacements() if m.startswith(removed)), None),
+            quorum_kept,
+            120,
+            interval=1.0,
+            what=f"{victim} replaced once {node} is gone from the API",
+        )
         replaced_after = time.monotonic() - deleted_at
         assert f"node {node} is gone from the API (its PV pins the member's data there)" in event, event
 
         def replaced():
             now = member_ids()
             return len(now) == 3 and ids_before[victim] not in now.values() and now
+
         wait_for_holding(replaced, quorum_kept, 240, interval=2.0, what=f"a new member in place of {victim}")
         wait_healthy(NAMESPACE, CLUSTER, 3, timeout=240)
         recovered_after = time.monotonic() - deleted_at
@@ -133,18 +163,35 @@ def test_a_member_whose_node_is_deleted_from_the_api_is_replaced_on_another_node
         (newcomer,) = [name for name, member_id in member_ids().items() if member_id not in ids_before.values()]
         placed = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in live_members()}
         assert placed[newcomer] != node, placed
-        wait_for(lambda: victim_pvc_uid not in pvc_uids(), 60, interval=1.0,
-                 what=f"{victim}'s PVC, pinned to the gone node, deleted")
+        wait_for(
+            lambda: victim_pvc_uid not in pvc_uids(),
+            60,
+            interval=1.0,
+            what=f"{victim}'s PVC, pinned to the gone node, deleted",
+        )
         newcomer_url = url(kubectl_json("get", "pod", newcomer, "-n", NAMESPACE))
-        wait_for(lambda: read_locally(newcomer_url, key) == "written-before-the-node-went", 60, interval=1.0,
-                 what=f"{newcomer} holding the key written before {node} went")
-        measured.report(f"node {node} deleted for good ({victim}): replaced {replaced_after:.0f}s after the Node "
-                        f"was deleted by {newcomer} on {placed[newcomer]}; healthy again {recovered_after:.0f}s "
-                        f"after it")
+        wait_for(
+            lambda: read_locally(newcomer_url, key) == "written-before-the-node-went",
+            60,
+            interval=1.0,
+            what=f"{newcomer} holding the key written before {node} went",
+        )
+        measured.report(
+            f"node {node} deleted for good ({victim}): replaced {replaced_after:.0f}s after the Node "
+            f"was deleted by {newcomer} on {placed[newcomer]}; healthy again {recovered_after:.0f}s "
+            f"after it"
+        )
     finally:
         nodefaults.heal(real_nodes, node)  # its kubelet starts again and registers the Node anew
         if node_exists(node):
             kubectl("uncordon", node, check=False)  # the test failed before the Node was deleted
-        wait_for(lambda: node in realnodes.ready_nodes(real_nodes) and node_exists(node)
-                 and not kubectl_json("get", "node", node)["spec"].get("unschedulable"),
-                 180, interval=2.0, what=f"{node} registered again, Ready and schedulable")
+        wait_for(
+            lambda: (
+                node in realnodes.ready_nodes(real_nodes)
+                and node_exists(node)
+                and not kubectl_json("get", "node", node)["spec"].get("unschedulable")
+            ),
+            180,
+            interval=2.0,
+            what=f"{node} registered again, Ready and schedulable",
+        )

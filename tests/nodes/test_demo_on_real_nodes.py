@@ -27,14 +27,17 @@ DEMO_NAMESPACE = "demo-on-real-nodes"
 
 def run_demo(real_nodes) -> subprocess.CompletedProcess:
     env = {**os.environ, "LOCALKUBE_STATE_DIR": str(real_nodes.state_dir), "DEMO_NAMESPACE": DEMO_NAMESPACE}
-    return subprocess.run([str(ROOT / "e2e" / "demo.sh")], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=900)
+    return subprocess.run(
+        [str(ROOT / "e2e" / "demo.sh")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900
+    )
 
 
 def test_the_demo_installs_the_operator_with_the_chart_and_passes(real_nodes):
     if hoststate.RESOLVER_MARKER + real_nodes.checkout_id not in hoststate.RESOLV_CONF.read_text():
-        pytest.skip("/etc/resolv.conf belongs to another checkout's real nodes: the demo's etcdctl cannot "
-                    "resolve the client Service from the host")
+        pytest.skip(
+            "/etc/resolv.conf belongs to another checkout's real nodes: the demo's etcdctl cannot "
+            "resolve the client Service from the host"
+        )
     # The demo installs the release `etcd-operator` itself, watching only its namespace. It
     # runs first on the nodes, before `operator_release` installs the session's release; if
     # that release is there already, it is set aside and put back.
@@ -43,20 +46,24 @@ def test_the_demo_installs_the_operator_with_the_chart_and_passes(real_nodes):
     try:
         started = time.monotonic()
         first = run_demo(real_nodes)
-        measured.report(f"the demo (e2e/demo.sh, the chart installed first) on real nodes: "
-                        f"{time.monotonic() - started:.0f}s")
+        measured.report(
+            f"the demo (e2e/demo.sh, the chart installed first) on real nodes: {time.monotonic() - started:.0f}s"
+        )
         assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
         assert "operator installed by the chart" in first.stdout, first.stdout
         assert "operator started" not in first.stdout, "the demo started a host process on real nodes"
-        pods = kubectl_json("get", "pods", "-n", chart_release.NAMESPACE, "-l",
-                            f"app.kubernetes.io/name={CHART.name}")["items"]
+        pods = kubectl_json("get", "pods", "-n", chart_release.NAMESPACE, "-l", f"app.kubernetes.io/name={CHART.name}")[
+            "items"
+        ]
         assert len(pods) == 2 and all(p["spec"]["nodeName"].startswith("node-") for p in pods)
         assert len(member_pods(DEMO_NAMESPACE, "demo")) == 3
 
         again = run_demo(real_nodes)
         assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
         assert "operator installed" not in again.stdout
-        applied = [line for line in again.stdout.splitlines() if line.endswith((" unchanged", " configured", " created"))]
+        applied = [
+            line for line in again.stdout.splitlines() if line.endswith((" unchanged", " configured", " created"))
+        ]
         assert applied and all(line.endswith(" unchanged") for line in applied), applied
     finally:
         # The demo's operator releases its cluster before it goes.

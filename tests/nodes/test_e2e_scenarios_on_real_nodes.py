@@ -21,15 +21,31 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 def test_e2e_scenarios_pass_in_external_mode(real_nodes, operator_release):
     s3 = controlplane.s3_environment(real_nodes)
-    env = {**os.environ, "E2E_TARGET": "external", "KUBECONFIG": str(real_nodes.kubeconfig),
-           "E2E_OPERATOR_NAMESPACE": chart_release.NAMESPACE, "E2E_S3_ENDPOINT": s3["S3_ENDPOINT"],
-           "E2E_S3_BUCKET": s3["S3_BUCKET"], "E2E_S3_ACCESS_KEY": s3["AWS_ACCESS_KEY_ID"],
-           "E2E_S3_SECRET_KEY": s3["AWS_SECRET_ACCESS_KEY"], "E2E_S3_REGION": s3["S3_REGION"]}
-    result = subprocess.run([sys.executable, "-m", "pytest", "e2e/scenarios", "-q", "-p", "no:cacheprovider"],
-                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
+    env = {
+        **os.environ,
+        "E2E_TARGET": "external",
+        "KUBECONFIG": str(real_nodes.kubeconfig),
+        "E2E_OPERATOR_NAMESPACE": chart_release.NAMESPACE,
+        "E2E_S3_ENDPOINT": s3["S3_ENDPOINT"],
+        "E2E_S3_BUCKET": s3["S3_BUCKET"],
+        "E2E_S3_ACCESS_KEY": s3["AWS_ACCESS_KEY_ID"],
+        "E2E_S3_SECRET_KEY": s3["AWS_SECRET_ACCESS_KEY"],
+        "E2E_S3_REGION": s3["S3_REGION"],
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "e2e/scenarios", "-q", "-p", "no:cacheprovider"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
     failures = result.stdout.find("= FAILURES =")
-    assert result.returncode == 0, (result.stdout[failures:failures + 5000] if failures >= 0 else "") + \
-        result.stdout[-1500:] + result.stderr[-2000:]
+    assert result.returncode == 0, (
+        (result.stdout[failures : failures + 5000] if failures >= 0 else "")
+        + result.stdout[-1500:]
+        + result.stderr[-2000:]
+    )
     assert " passed" in result.stdout and "skipped" not in result.stdout, result.stdout[-2000:]
     # Each scenario's time, from the inner run's --durations.
-    print(result.stdout[result.stdout.find("slowest"):] if "slowest" in result.stdout else result.stdout[-1500:])
+    print(result.stdout[result.stdout.find("slowest") :] if "slowest" in result.stdout else result.stdout[-1500:])

@@ -21,14 +21,23 @@ from tests.support.kubectl import kubectl, kubectl_json
 from tests.support.s3 import create_credentials_secret, s3_storage_spec
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.substrate, pytest.mark.real_nodes,
-              pytest.mark.usefixtures("kubectl_on_real_nodes", "operator_release")]
+pytestmark = [
+    pytest.mark.substrate,
+    pytest.mark.real_nodes,
+    pytest.mark.usefixtures("kubectl_on_real_nodes", "operator_release"),
+]
 PLUGIN = pathlib.Path(sys.executable).parent / "kubectl-etcd"
 
 
 def plugin(*args: str, input: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([str(PLUGIN), *args], capture_output=True, text=True, input=input, timeout=120,
-                          env={**os.environ, "KUBECONFIG": os.environ["KUBECONFIG"]})
+    return subprocess.run(
+        [str(PLUGIN), *args],
+        capture_output=True,
+        text=True,
+        input=input,
+        timeout=120,
+        env={**os.environ, "KUBECONFIG": os.environ["KUBECONFIG"]},
+    )
 
 
 def plugin_json(*args: str):
@@ -57,8 +66,9 @@ def test_kubectl_etcd_status_shows_every_member_and_the_conditions(cluster_names
     names = [m["name"] for m in view["members"]]
     assert len(names) == 3 and all(n in table.stdout for n in names)
     assert {m["role"] for m in view["members"]} == {"leader", "follower"}
-    assert all(m["healthy"] and m["revisionLag"] >= 0 and m["dbSize"] > 0 and m["quotaBytes"] > 0
-               for m in view["members"])
+    assert all(
+        m["healthy"] and m["revisionLag"] >= 0 and m["dbSize"] > 0 and m["quotaBytes"] > 0 for m in view["members"]
+    )
     assert {"Available"} <= {c["type"] for c in view["conditions"]} and "Available" in table.stdout
     missing = plugin("status", "nope", "-n", cluster_namespace)
     assert missing.returncode == 1 and "Traceback" not in missing.stderr, missing.stderr
@@ -66,13 +76,33 @@ def test_kubectl_etcd_status_shows_every_member_and_the_conditions(cluster_names
 
 
 def test_kubectl_etcd_snapshot_then_backups_lists_it_from_the_manifest(real_nodes, cluster_namespace):
-    kubectl("apply", "-f", "-", input=json.dumps({
-        "apiVersion": GROUP, "kind": "EtcdBackup", "metadata": {"name": "first", "namespace": cluster_namespace},
-        "spec": {"clusterRef": {"name": "app"}, "storage": s3_storage_spec(real_nodes, f"plugin/{cluster_namespace}")}}))
+    kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=json.dumps(
+            {
+                "apiVersion": GROUP,
+                "kind": "EtcdBackup",
+                "metadata": {"name": "first", "namespace": cluster_namespace},
+                "spec": {
+                    "clusterRef": {"name": "app"},
+                    "storage": s3_storage_spec(real_nodes, f"plugin/{cluster_namespace}"),
+                },
+            }
+        ),
+    )
     created = plugin_json("snapshot", "app", "--storage-from", "first", "--name", "now", "-n", cluster_namespace)
     assert created["spec"]["clusterRef"] == {"name": "app"} and "schedule" not in created["spec"]
-    done = wait_for(lambda: (b := kubectl_json("get", "etcdbackup", "now", "-n", cluster_namespace))
-                    ["status"].get("phase") in ("Completed", "Failed") and b, 180, what="the snapshot taken")
+    done = wait_for(
+        lambda: (
+            (b := kubectl_json("get", "etcdbackup", "now", "-n", cluster_namespace))["status"].get("phase")
+            in ("Completed", "Failed")
+            and b
+        ),
+        180,
+        what="the snapshot taken",
+    )
     assert done["status"]["phase"] == "Completed", done["status"]
     entries = plugin_json("backups", "now", "-n", cluster_namespace)
     assert [e["key"] for e in entries] == [done["status"]["lastBackup"]["key"]]
@@ -87,12 +117,20 @@ def test_kubectl_etcd_restore_asks_first_then_creates_the_restore(cluster_namesp
     assert refused.returncode == 1 and "into a NEW cluster copy" in refused.stderr
     assert not kubectl_json("get", "etcdrestore", "-n", cluster_namespace)["items"]
 
-    restore = plugin_json("restore", "now", "--new-cluster", "copy", "--size", "1", "--name", "to-copy", "--yes",
-                          "-n", cluster_namespace)
+    restore = plugin_json(
+        "restore", "now", "--new-cluster", "copy", "--size", "1", "--name", "to-copy", "--yes", "-n", cluster_namespace
+    )
     key = kubectl_json("get", "etcdbackup", "now", "-n", cluster_namespace)["status"]["lastBackup"]["key"]
     assert restore["spec"]["source"]["backupRef"] == {"name": "now", "key": key}
-    done = wait_for(lambda: (r := kubectl_json("get", "etcdrestore", "to-copy", "-n", cluster_namespace))
-                    ["status"].get("phase") in ("Completed", "Failed") and r, 300, what="restore finished")
+    done = wait_for(
+        lambda: (
+            (r := kubectl_json("get", "etcdrestore", "to-copy", "-n", cluster_namespace))["status"].get("phase")
+            in ("Completed", "Failed")
+            and r
+        ),
+        300,
+        what="restore finished",
+    )
     assert done["status"]["phase"] == "Completed", done["status"]
     wait_healthy(cluster_namespace, "copy", 1)
 

@@ -18,8 +18,11 @@ from tests.support.kubectl import kubectl, kubectl_json
 from tests.support.s3 import create_credentials_secret, s3_storage_spec
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.substrate, pytest.mark.real_nodes,
-              pytest.mark.usefixtures("kubectl_on_real_nodes", "operator_release")]
+pytestmark = [
+    pytest.mark.substrate,
+    pytest.mark.real_nodes,
+    pytest.mark.usefixtures("kubectl_on_real_nodes", "operator_release"),
+]
 
 RELEASE = "namespaced-test"
 GROUP = "etcd.operator.dev/v1alpha1"
@@ -30,38 +33,62 @@ def phase(kind: str, namespace: str, name: str) -> str | None:
 
 
 def test_the_namespaced_release_runs_everything_in_a_restricted_namespace(real_nodes, namespace):
-    with chart_release.shard_release(real_nodes.kubeconfig, RELEASE, [namespace], {},
-                                     values={"rbac": {"scope": "namespaced"}}) as operator:
+    with chart_release.shard_release(
+        real_nodes.kubeconfig, RELEASE, [namespace], {}, values={"rbac": {"scope": "namespaced"}}
+    ) as operator:
         account = f"system:serviceaccount:{RELEASE}:{RELEASE}-etcd-operator"
         # The RBAC is really namespaced: no pod rights anywhere else.
-        assert kubectl("auth", "can-i", "list", "pods", "-n", "default", f"--as={account}",
-                       check=False).stdout.strip() == "no"
-        assert kubectl("auth", "can-i", "create", "pods", "-n", namespace, f"--as={account}",
-                       check=False).stdout.strip() == "yes"
+        assert (
+            kubectl("auth", "can-i", "list", "pods", "-n", "default", f"--as={account}", check=False).stdout.strip()
+            == "no"
+        )
+        assert (
+            kubectl("auth", "can-i", "create", "pods", "-n", namespace, f"--as={account}", check=False).stdout.strip()
+            == "yes"
+        )
 
         def apply(kind: str, name: str, spec: dict) -> None:
-            manifest = {"apiVersion": GROUP, "kind": kind, "metadata": {"name": name, "namespace": namespace},
-                        "spec": spec}
+            manifest = {
+                "apiVersion": GROUP,
+                "kind": kind,
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": spec,
+            }
             kubectl("apply", "-f", "-", input=json.dumps(operator.claim(manifest)))
 
-        apply("EtcdCluster", "hd", {**PLAINTEXT, "size": 1, "storage": {"size": "1Gi"},
-                                    "networkPolicy": {"enabled": True,
-                                                      "clientSelector": {"matchLabels": {"etcd-client": "hd"}}}})
+        apply(
+            "EtcdCluster",
+            "hd",
+            {
+                **PLAINTEXT,
+                "size": 1,
+                "storage": {"size": "1Gi"},
+                "networkPolicy": {"enabled": True, "clientSelector": {"matchLabels": {"etcd-client": "hd"}}},
+            },
+        )
         wait_healthy(namespace, "hd", 1, timeout=300)
         patch_spec(namespace, "hd", {"size": 2})
         wait_healthy(namespace, "hd", 2, timeout=300)
 
         policy = kubectl_json("get", "networkpolicy", network_policy.policy_name("hd"), "-n", namespace)
-        assert [o["uid"] for o in policy["metadata"]["ownerReferences"]] == [get_cluster(namespace, "hd")["metadata"]["uid"]]
+        assert [o["uid"] for o in policy["metadata"]["ownerReferences"]] == [
+            get_cluster(namespace, "hd")["metadata"]["uid"]
+        ]
         rules = {r["ports"][0]["port"]: r.get("from") for r in policy["spec"]["ingress"]}
         assert rules[naming.PEER_PORT] == [{"podSelector": {"matchLabels": naming.selector_labels("hd")}}]
 
         create_credentials_secret(real_nodes, namespace)
-        apply("EtcdBackup", "b", {"clusterRef": {"name": "hd"},
-                                  "storage": s3_storage_spec(real_nodes, f"tests/{namespace}")})
+        apply(
+            "EtcdBackup",
+            "b",
+            {"clusterRef": {"name": "hd"}, "storage": s3_storage_spec(real_nodes, f"tests/{namespace}")},
+        )
         wait_for(lambda: phase("etcdbackup", namespace, "b") == "Completed", 180, what="the backup")
-        apply("EtcdRestore", "r", {"source": {"backupRef": {"name": "b"}},
-                                   "target": {"newCluster": {"name": "hd2", "spec": {"size": 1}}}})  # TLS on
+        apply(
+            "EtcdRestore",
+            "r",
+            {"source": {"backupRef": {"name": "b"}}, "target": {"newCluster": {"name": "hd2", "spec": {"size": 1}}}},
+        )  # TLS on
         wait_for(lambda: phase("etcdrestore", namespace, "r") == "Completed", 300, what="the restore")
         wait_healthy(namespace, "hd2", 1, timeout=300)
         restored = get_cluster(namespace, "hd2")["metadata"]

@@ -25,14 +25,16 @@ from etcd_operator.cluster import naming
 from localkube import containerfaults, nodefaults, realnodes
 from tests.support import chart_release, measured
 from tests.support.chart_release import delete_namespace, restricted_namespace
-from tests.support.clusters import (apply_cluster, condition, events, get_cluster, member_pods, patch_spec,
-                                   wait_healthy)
+from tests.support.clusters import apply_cluster, condition, events, get_cluster, member_pods, patch_spec, wait_healthy
 from tests.support.kubectl import kubectl, kubectl_json
 from tests.support.members_from_host import put, read_locally, replacement_event, url
 from tests.support.waiting import holds_throughout, wait_for, wait_for_holding
 
-pytestmark = [pytest.mark.substrate, pytest.mark.real_nodes,
-              pytest.mark.usefixtures("nodes_to_the_module", "kubectl_on_real_nodes")]
+pytestmark = [
+    pytest.mark.substrate,
+    pytest.mark.real_nodes,
+    pytest.mark.usefixtures("nodes_to_the_module", "kubectl_on_real_nodes"),
+]
 
 OPERATOR_NAMESPACE = chart_release.NAMESPACE
 
@@ -53,8 +55,16 @@ def core(nodes_api):
 def cluster(operator_release, kubectl_on_real_nodes):
     """Plaintext, so that the host reaches each member by its pod IP whoever owns /etc/resolv.conf."""
     restricted_namespace(NAMESPACE)
-    apply_cluster(NAMESPACE, CLUSTER, {"size": 3, "version": "3.6.16", "storage": {"size": "1Gi"},
-                                       "recovery": {"memberUnhealthyTimeout": f"{UNHEALTHY_TIMEOUT_SECONDS}s"}})
+    apply_cluster(
+        NAMESPACE,
+        CLUSTER,
+        {
+            "size": 3,
+            "version": "3.6.16",
+            "storage": {"size": "1Gi"},
+            "recovery": {"memberUnhealthyTimeout": f"{UNHEALTHY_TIMEOUT_SECONDS}s"},
+        },
+    )
     wait_healthy(NAMESPACE, CLUSTER, 3, timeout=300)
     yield CLUSTER
     delete_namespace(NAMESPACE)
@@ -69,6 +79,7 @@ def spread(cluster):
 
 
 # --- looking at the cluster ------------------------------------------------------------
+
 
 def live_members() -> list[dict]:
     return [p for p in member_pods(NAMESPACE, CLUSTER) if not p["metadata"].get("deletionTimestamp")]
@@ -94,8 +105,10 @@ def pod_uids() -> dict[str, str]:
 
 def pvc_uids() -> dict[str, str]:
     selector = naming.label_selector(naming.selector_labels(CLUSTER))
-    return {p["metadata"]["name"]: p["metadata"]["uid"]
-            for p in kubectl_json("get", "pvc", "-n", NAMESPACE, "-l", selector)["items"]}
+    return {
+        p["metadata"]["name"]: p["metadata"]["uid"]
+        for p in kubectl_json("get", "pvc", "-n", NAMESPACE, "-l", selector)["items"]
+    }
 
 
 def replacements() -> list[str]:
@@ -125,6 +138,7 @@ def member_replaced(before: dict[str, tuple[str, str]], victim: str):
         now = identities()
         ids = [member_id for member_id, _ in now.values()]
         return len(now) == 3 and None not in ids and gone not in ids and now
+
     return replaced
 
 
@@ -140,15 +154,20 @@ def unchanged(what: str, now, before) -> None:
 
 # --- the scenarios ---------------------------------------------------------------------
 
+
 def test_members_carry_a_preferred_anti_affinity_and_sit_on_separate_nodes(spread):
     pods = live_members()
     for pod in pods:
         anti_affinity = pod["spec"]["affinity"]["podAntiAffinity"]
-        assert anti_affinity["preferredDuringSchedulingIgnoredDuringExecution"] == [{
-            "weight": 100,
-            "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
-                                "labelSelector": {"matchLabels": {naming.LABEL_CLUSTER: CLUSTER}}},
-        }]
+        assert anti_affinity["preferredDuringSchedulingIgnoredDuringExecution"] == [
+            {
+                "weight": 100,
+                "podAffinityTerm": {
+                    "topologyKey": "kubernetes.io/hostname",
+                    "labelSelector": {"matchLabels": {naming.LABEL_CLUSTER: CLUSTER}},
+                },
+            }
+        ]
         assert "requiredDuringSchedulingIgnoredDuringExecution" not in anti_affinity
     assert sorted(p["spec"]["nodeName"] for p in pods) == realnodes.node_names()
 
@@ -163,26 +182,35 @@ def test_a_partition_healed_before_the_timeout_replaces_nothing_and_the_member_c
     try:
         put(others, key, "written-during-the-partition")  # two of three: quorum holds
         assert read_locally(victim_url, key) is None  # the member is cut off
-        seen = wait_for(lambda: (m := status_members()[victim]) and not m["healthy"] and m.get("unhealthySince"),
-                        60, interval=1.0, what=f"the operator seeing {victim} on partitioned {node} unhealthy")
+        seen = wait_for(
+            lambda: (m := status_members()[victim]) and not m["healthy"] and m.get("unhealthySince"),
+            60,
+            interval=1.0,
+            what=f"the operator seeing {victim} on partitioned {node} unhealthy",
+        )
     finally:
         nodefaults.heal(real_nodes, node)
     healed_at = time.monotonic()
     unhealthy_for = (datetime.now().astimezone() - datetime.fromisoformat(seen.replace("Z", "+00:00"))).total_seconds()
-    wait_for(lambda: read_locally(victim_url, key) == "written-during-the-partition", 120, interval=1.0,
-             what=f"{victim} catching up after the heal")
+    wait_for(
+        lambda: read_locally(victim_url, key) == "written-during-the-partition",
+        120,
+        interval=1.0,
+        what=f"{victim} catching up after the heal",
+    )
     wait_healthy(NAMESPACE, CLUSTER, 3, timeout=180)
     recovered_after = time.monotonic() - healed_at
-    measured.report(f"partition of {node} ({victim}): healed {unhealthy_for:.0f}s after the operator saw it unhealthy "
-                   f"(timeout {UNHEALTHY_TIMEOUT_SECONDS}s); healthy again {recovered_after:.0f}s after the heal")
+    measured.report(
+        f"partition of {node} ({victim}): healed {unhealthy_for:.0f}s after the operator saw it unhealthy "
+        f"(timeout {UNHEALTHY_TIMEOUT_SECONDS}s); healthy again {recovered_after:.0f}s after the heal"
+    )
     unchanged("members", identities(), members)
     unchanged("member pods", pod_uids(), pods)
     unchanged("member PVCs", pvc_uids(), pvcs)
     unchanged("MemberReplaced events", replacements(), replaced)
 
 
-def test_a_drained_node_keeps_its_member_which_waits_for_the_node_while_the_budget_holds_quorum(
-        spread, core):
+def test_a_drained_node_keeps_its_member_which_waits_for_the_node_while_the_budget_holds_quorum(spread, core):
     from kubernetes import client
     from kubernetes.client.rest import ApiException
 
@@ -194,39 +222,66 @@ def test_a_drained_node_keeps_its_member_which_waits_for_the_node_while_the_budg
 
     def nothing_replaced():
         now = identities()
-        assert {name: member_id for name, (member_id, _) in now.items()} == \
-            {name: member_id for name, (member_id, _) in members.items()}, f"members changed: {members} -> {now}"
+        assert {name: member_id for name, (member_id, _) in now.items()} == {
+            name: member_id for name, (member_id, _) in members.items()
+        }, f"members changed: {members} -> {now}"
         unchanged("member PVCs", pvc_uids(), pvcs)
         unchanged("MemberReplaced events", replacements(), replaced)
 
     try:
         # --force: other tests' bare pods may sit on the node (the instance keeps them across
         # sessions); pods with a controller, as members are, still go through the Eviction API.
-        drain = kubectl("drain", node, "--ignore-daemonsets", "--delete-emptydir-data", "--force",
-                        "--timeout=180s", check=False)
+        drain = kubectl(
+            "drain", node, "--ignore-daemonsets", "--delete-emptydir-data", "--force", "--timeout=180s", check=False
+        )
         assert drain.returncode == 0, drain.stderr
         # The operator re-creates the evicted pod on its PVC; the volume holds it to the cordoned node.
-        waiting = wait_for(lambda: (p := member_pod(victim)) and p["metadata"]["uid"] != pods[victim]
-                           and p["status"].get("phase") == "Pending" and p, 120, interval=1.0,
-                           what=f"{victim} re-created and waiting for {node}")
+        waiting = wait_for(
+            lambda: (
+                (p := member_pod(victim))
+                and p["metadata"]["uid"] != pods[victim]
+                and p["status"].get("phase") == "Pending"
+                and p
+            ),
+            120,
+            interval=1.0,
+            what=f"{victim} re-created and waiting for {node}",
+        )
         assert not waiting["spec"].get("nodeName")
-        assert any(c["type"] == "PodScheduled" and c["status"] == "False" and c.get("reason") == "Unschedulable"
-                   for c in waiting["status"].get("conditions") or [])
-        wait_for(lambda: kubectl_json("get", "pdb", naming.pdb_name(CLUSTER), "-n", NAMESPACE)["status"]
-                 .get("disruptionsAllowed") == 0, 60, what="the budget allowing no other disruption")
+        assert any(
+            c["type"] == "PodScheduled" and c["status"] == "False" and c.get("reason") == "Unschedulable"
+            for c in waiting["status"].get("conditions") or []
+        )
+        wait_for(
+            lambda: (
+                kubectl_json("get", "pdb", naming.pdb_name(CLUSTER), "-n", NAMESPACE)["status"].get(
+                    "disruptionsAllowed"
+                )
+                == 0
+            ),
+            60,
+            what="the budget allowing no other disruption",
+        )
         second = others[0]["metadata"]["name"]
         with pytest.raises(ApiException) as refused:
-            core.create_namespaced_pod_eviction(second, NAMESPACE, client.V1Eviction(
-                metadata=client.V1ObjectMeta(name=second, namespace=NAMESPACE)))
+            core.create_namespaced_pod_eviction(
+                second, NAMESPACE, client.V1Eviction(metadata=client.V1ObjectMeta(name=second, namespace=NAMESPACE))
+            )
         assert refused.value.status == 429 and "disruption budget" in refused.value.body, refused.value.body
         assert member_pod(second)["metadata"]["uid"] == pods[second]
         put([url(p) for p in others], key, "written-during-the-drain")  # quorum kept
         # Past memberUnhealthyTimeout on the operator's own clock it still waits, and says why.
         reason = wait_for_holding(
-            lambda: (m := (condition(get_cluster(NAMESPACE, CLUSTER), "Progressing") or {}).get("message", ""))
-            and f"{victim} not running for longer than memberUnhealthyTimeout" in m and m,
-            nothing_replaced, UNHEALTHY_TIMEOUT_SECONDS + 120, interval=2.0,
-            what=f"the operator deciding, after the timeout, that {victim} waits for {node}")
+            lambda: (
+                (m := (condition(get_cluster(NAMESPACE, CLUSTER), "Progressing") or {}).get("message", ""))
+                and f"{victim} not running for longer than memberUnhealthyTimeout" in m
+                and m
+            ),
+            nothing_replaced,
+            UNHEALTHY_TIMEOUT_SECONDS + 120,
+            interval=2.0,
+            what=f"the operator deciding, after the timeout, that {victim} waits for {node}",
+        )
         print(f"drain of {node}: after the timeout the operator says: {reason}")
         holds_throughout(nothing_replaced, 20, interval=2.0, what="nothing replaced while the node is cordoned")
     finally:
@@ -234,8 +289,12 @@ def test_a_drained_node_keeps_its_member_which_waits_for_the_node_while_the_budg
     uncordoned_at = time.monotonic()
     wait_healthy(NAMESPACE, CLUSTER, 3, timeout=240)
     victim_url = url(member_pod(victim))
-    wait_for(lambda: read_locally(victim_url, key) == "written-during-the-drain", 120, interval=1.0,
-             what=f"{victim} back on {node} with the write made while it was away")
+    wait_for(
+        lambda: read_locally(victim_url, key) == "written-during-the-drain",
+        120,
+        interval=1.0,
+        what=f"{victim} back on {node} with the write made while it was away",
+    )
     recovered_after = time.monotonic() - uncordoned_at
     measured.report(f"drain of {node} ({victim}): healthy again {recovered_after:.0f}s after the uncordon")
     unchanged("members and their nodes", identities(), members)
@@ -262,10 +321,16 @@ def test_a_member_that_lost_its_data_is_replaced_on_the_node_left_without_a_memb
     assert sorted(n for _, n in now.values()) == realnodes.node_names()
     assert any(m.startswith(replacement_event(victim, before[victim][0])) for m in replacements())
     replacement_url = url(member_pod(replacement))
-    wait_for(lambda: read_locally(replacement_url, key) == "written-before-the-data-loss", 60, interval=1.0,
-             what=f"{replacement} holding the data")
-    measured.report(f"data loss of {victim} on {node}: replaced by {replacement} on {node}; "
-                   f"healthy again {recovered_after:.0f}s after the PVC was deleted")
+    wait_for(
+        lambda: read_locally(replacement_url, key) == "written-before-the-data-loss",
+        60,
+        interval=1.0,
+        what=f"{replacement} holding the data",
+    )
+    measured.report(
+        f"data loss of {victim} on {node}: replaced by {replacement} on {node}; "
+        f"healthy again {recovered_after:.0f}s after the PVC was deleted"
+    )
 
 
 def mounted(path: pathlib.Path) -> bool:
@@ -280,11 +345,24 @@ def nearly_full(path: pathlib.Path, headroom: int):
     try:
         subprocess.run(["cp", "-a", f"{path}/.", str(stash)], check=True)
         mode = path.stat()
-        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size=1g,mode={mode.st_mode & 0o7777:o},uid={mode.st_uid},"
-                        f"gid={mode.st_gid}", "tmpfs", str(path)], check=True)
+        subprocess.run(
+            [
+                "mount",
+                "-t",
+                "tmpfs",
+                "-o",
+                f"size=1g,mode={mode.st_mode & 0o7777:o},uid={mode.st_uid},gid={mode.st_gid}",
+                "tmpfs",
+                str(path),
+            ],
+            check=True,
+        )
         subprocess.run(["cp", "-a", f"{stash}/.", str(path)], check=True)
-        used = int(subprocess.run(["df", "--output=used", "-B1", str(path)], capture_output=True, text=True,
-                                  check=True).stdout.split()[1])
+        used = int(
+            subprocess.run(
+                ["df", "--output=used", "-B1", str(path)], capture_output=True, text=True, check=True
+            ).stdout.split()[1]
+        )
         subprocess.run(["mount", "-o", f"remount,size={used + headroom}", str(path)], check=True)
         yield
     finally:
@@ -300,8 +378,11 @@ def test_a_member_whose_volume_fills_up_crashes_and_is_replaced_after_the_timeou
     path = containerfaults.volume_path(real_nodes, NAMESPACE, naming.pvc_name(victim))
     patch_spec(NAMESPACE, CLUSTER, {"paused": True})
     try:
-        wait_for(lambda: get_cluster(NAMESPACE, CLUSTER)["status"].get("phase") == "Paused", 60,
-                 what="the cluster paused, so that the member's pod stays away while its data moves")
+        wait_for(
+            lambda: get_cluster(NAMESPACE, CLUSTER)["status"].get("phase") == "Paused",
+            60,
+            what="the cluster paused, so that the member's pod stays away while its data moves",
+        )
         kubectl("delete", "pod", victim, "-n", NAMESPACE, "--wait=true", "--timeout=90s")
         with nearly_full(path, 8 << 20):
             patch_spec(NAMESPACE, CLUSTER, {"paused": False})
@@ -312,6 +393,7 @@ def test_a_member_whose_volume_fills_up_crashes_and_is_replaced_after_the_timeou
             def crashed():
                 statuses = member_pod(victim)["status"].get("containerStatuses") or []
                 return any(s.get("restartCount", 0) > 0 for s in statuses)
+
             for index in range(200):  # 100 MiB at most; the tmpfs has 8 MiB left
                 put(others, f"/node-faults/fill/{index}", value)  # quorum holds
                 if crashed():
@@ -323,9 +405,15 @@ def test_a_member_whose_volume_fills_up_crashes_and_is_replaced_after_the_timeou
                 cluster = get_cluster(NAMESPACE, CLUSTER)
                 assert (condition(cluster, "Alarm") or {}).get("status") != "True", condition(cluster, "Alarm")
                 assert (condition(cluster, "Available") or {}).get("status") == "True", condition(cluster, "Available")
+
             removed = replacement_event(victim, before[victim][0])
-            wait_for_holding(lambda: any(m.startswith(removed) for m in replacements()), quorum_and_no_alarm,
-                             UNHEALTHY_TIMEOUT_SECONDS + 240, interval=2.0, what=f"{victim} on a full volume replaced")
+            wait_for_holding(
+                lambda: any(m.startswith(removed) for m in replacements()),
+                quorum_and_no_alarm,
+                UNHEALTHY_TIMEOUT_SECONDS + 240,
+                interval=2.0,
+                what=f"{victim} on a full volume replaced",
+            )
     finally:
         patch_spec(NAMESPACE, CLUSTER, {"paused": False})
     wait_for(member_replaced(before, victim), 240, interval=2.0, what=f"a new member in place of {victim}")
@@ -333,6 +421,8 @@ def test_a_member_whose_volume_fills_up_crashes_and_is_replaced_after_the_timeou
     recovered_after = time.monotonic() - filling_at
     now = identities()
     replacement = newcomer(before, now)
-    measured.report(f"full volume of {victim} on {node}: it crashed {crashed_after:.0f}s after the writes began; replaced by "
-                   f"{replacement} on {now[replacement][1]}, healthy again {recovered_after:.0f}s after the writes began")
+    measured.report(
+        f"full volume of {victim} on {node}: it crashed {crashed_after:.0f}s after the writes began; replaced by "
+        f"{replacement} on {now[replacement][1]}, healthy again {recovered_after:.0f}s after the writes began"
+    )
     assert sorted(n for _, n in now.values()) == realnodes.node_names()

@@ -16,7 +16,8 @@ import time
 import pytest
 
 from etcd_operator.cluster import naming
-from localkube import hoststate, layout as localkube_layout, nodefaults
+from localkube import hoststate, nodefaults
+from localkube import layout as localkube_layout
 from tests.support import chart_release, measured
 from tests.support.chart_release import delete_namespace, restricted_namespace
 from tests.support.clusters import events, get_cluster, member_pods, wait_healthy
@@ -24,8 +25,11 @@ from tests.support.helm import CHART
 from tests.support.kubectl import kubectl, kubectl_json
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.substrate, pytest.mark.real_nodes,
-              pytest.mark.usefixtures("nodes_to_the_module", "kubectl_on_real_nodes")]
+pytestmark = [
+    pytest.mark.substrate,
+    pytest.mark.real_nodes,
+    pytest.mark.usefixtures("nodes_to_the_module", "kubectl_on_real_nodes"),
+]
 
 OPERATOR_NAMESPACE = chart_release.NAMESPACE
 NAMESPACE = "on-real-nodes"
@@ -45,10 +49,17 @@ def host_resolves_cluster_names(real_nodes):
 @pytest.fixture(scope="module")
 def cluster(operator_release, kubectl_on_real_nodes):
     restricted_namespace(NAMESPACE)
-    manifest = {"apiVersion": "etcd.operator.dev/v1alpha1", "kind": "EtcdCluster",
-                "metadata": {"name": CLUSTER, "namespace": NAMESPACE},
-                "spec": {"size": 3, "version": "3.6.16", "storage": {"size": "1Gi"},
-                         "recovery": {"memberUnhealthyTimeout": f"{UNHEALTHY_TIMEOUT_SECONDS}s"}}}
+    manifest = {
+        "apiVersion": "etcd.operator.dev/v1alpha1",
+        "kind": "EtcdCluster",
+        "metadata": {"name": CLUSTER, "namespace": NAMESPACE},
+        "spec": {
+            "size": 3,
+            "version": "3.6.16",
+            "storage": {"size": "1Gi"},
+            "recovery": {"memberUnhealthyTimeout": f"{UNHEALTHY_TIMEOUT_SECONDS}s"},
+        },
+    }
     kubectl("apply", "-f", "-", input=json.dumps(manifest))
     wait_healthy(NAMESPACE, CLUSTER, 3, timeout=300)
     yield CLUSTER
@@ -57,8 +68,7 @@ def cluster(operator_release, kubectl_on_real_nodes):
 
 
 def operator_pods() -> list[dict]:
-    return kubectl_json("get", "pods", "-n", OPERATOR_NAMESPACE, "-l",
-                        f"app.kubernetes.io/name={CHART.name}")["items"]
+    return kubectl_json("get", "pods", "-n", OPERATOR_NAMESPACE, "-l", f"app.kubernetes.io/name={CHART.name}")["items"]
 
 
 def client_files(tmp_path) -> list[str]:
@@ -74,8 +84,12 @@ def client_files(tmp_path) -> list[str]:
 
 def etcdctl(urls: list[str], tls: list[str], *args: str) -> subprocess.CompletedProcess:
     binary = localkube_layout.testbin_dir() / "etcd-3.6" / "etcdctl"
-    return subprocess.run([str(binary), f"--endpoints={','.join(urls)}", "--command-timeout=5s",
-                           "--dial-timeout=3s", *tls, *args], capture_output=True, text=True, timeout=30)
+    return subprocess.run(
+        [str(binary), f"--endpoints={','.join(urls)}", "--command-timeout=5s", "--dial-timeout=3s", *tls, *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
 
 
 def member_urls(pods: list[dict]) -> list[str]:
@@ -97,8 +111,11 @@ def started_once(pods: list[dict]) -> str:
         problems = [line[:700] for line in log.splitlines() if NAME_REFUSAL in line][:2]
         if etcd["restartCount"]:
             previous = kubectl("logs", "-n", NAMESPACE, name, "-c", "etcd", "--previous", check=False).stdout
-            problems.insert(0, f"restarted {etcd['restartCount']} time(s); the last lines before: "
-                               + "\n".join(line[:700] for line in previous.splitlines()[-3:]))
+            problems.insert(
+                0,
+                f"restarted {etcd['restartCount']} time(s); the last lines before: "
+                + "\n".join(line[:700] for line in previous.splitlines()[-3:]),
+            )
         if problems:
             found[name] = problems
     return "\n".join(f"{name}: {problem}" for name, problems in found.items() for problem in problems)
@@ -110,14 +127,22 @@ def test_the_chart_runs_the_operator_as_a_pod_that_the_runtime_confines(operator
     for pod in pods:
         image = pod["status"]["containerStatuses"][0]["image"]
         assert image.startswith("ghcr.io/etcd-operator/etcd-operator:")
-        probe = kubectl("exec", "-n", OPERATOR_NAMESPACE, pod["metadata"]["name"], "--", "python", "-c",
-                        "import os, pathlib\n"
-                        "print(os.getuid(), os.getgid())\n"
-                        "try:\n pathlib.Path('/etc/written').write_text('x'); print('writable')\n"
-                        "except OSError as e:\n print('read-only', e.errno)\n"
-                        "status = dict(l.split(':', 1) for l in open('/proc/self/status').read().splitlines())\n"
-                        "print(status['CapBnd'].strip(), status['NoNewPrivs'].strip(), status['Seccomp'].strip())",
-                        check=False)
+        probe = kubectl(
+            "exec",
+            "-n",
+            OPERATOR_NAMESPACE,
+            pod["metadata"]["name"],
+            "--",
+            "python",
+            "-c",
+            "import os, pathlib\n"
+            "print(os.getuid(), os.getgid())\n"
+            "try:\n pathlib.Path('/etc/written').write_text('x'); print('writable')\n"
+            "except OSError as e:\n print('read-only', e.errno)\n"
+            "status = dict(l.split(':', 1) for l in open('/proc/self/status').read().splitlines())\n"
+            "print(status['CapBnd'].strip(), status['NoNewPrivs'].strip(), status['Seccomp'].strip())",
+            check=False,
+        )
         assert probe.returncode == 0, probe.stderr
         uid_gid, root, confinement = probe.stdout.split("\n")[:3]
         assert uid_gid == "65532 65532"
@@ -128,8 +153,9 @@ def test_the_chart_runs_the_operator_as_a_pod_that_the_runtime_confines(operator
         assert seccomp_mode == "2"  # RuntimeDefault: a filter
 
 
-def test_a_tls_cluster_spreads_over_the_nodes_and_serves_the_host_by_name(cluster, host_resolves_cluster_names,
-                                                                          tmp_path):
+def test_a_tls_cluster_spreads_over_the_nodes_and_serves_the_host_by_name(
+    cluster, host_resolves_cluster_names, tmp_path
+):
     pods = live_members()
     assert sorted(p["spec"]["nodeName"] for p in pods) == ["node-1", "node-2", "node-3"]
     assert not (problems := started_once(pods)), problems  # two of them joined the first
@@ -140,8 +166,9 @@ def test_a_tls_cluster_spreads_over_the_nodes_and_serves_the_host_by_name(cluste
     assert without_certificate.returncode != 0
 
 
-def test_a_stopped_node_costs_its_member_which_is_replaced_after_the_timeout(cluster, real_nodes,
-                                                                            host_resolves_cluster_names, tmp_path):
+def test_a_stopped_node_costs_its_member_which_is_replaced_after_the_timeout(
+    cluster, real_nodes, host_resolves_cluster_names, tmp_path
+):
     tls = client_files(tmp_path)
     written = etcdctl(member_urls(live_members()), tls, "put", "/on-real-nodes/kept", "before-the-node-stops")
     assert written.returncode == 0, written.stderr
@@ -151,11 +178,14 @@ def test_a_stopped_node_costs_its_member_which_is_replaced_after_the_timeout(clu
     stopped_at = time.monotonic()
     assert nodefaults.stop(real_nodes, node) == []
     try:
+
         def replaced():
             now = {p["metadata"]["name"] for p in live_members()}
             return victim not in now and len(now) == 3 and now
-        members = wait_for(replaced, UNHEALTHY_TIMEOUT_SECONDS + 240, interval=2.0,
-                           what=f"{victim} on stopped {node} replaced")
+
+        members = wait_for(
+            replaced, UNHEALTHY_TIMEOUT_SECONDS + 240, interval=2.0, what=f"{victim} on stopped {node} replaced"
+        )
         try:
             wait_healthy(NAMESPACE, CLUSTER, 3, timeout=240)
         except TimeoutError as e:

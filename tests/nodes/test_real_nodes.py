@@ -45,10 +45,14 @@ def busybox_pod(name: str, node: str, command: str, restart: str = "Never", labe
             node_selector={"kubernetes.io/hostname": node},
             restart_policy=restart,
             termination_grace_period_seconds=0,
-            containers=[client.V1Container(
-                name="main", image=image_names.BUSYBOX, image_pull_policy="Never",
-                command=["sh", "-c", command],
-            )],
+            containers=[
+                client.V1Container(
+                    name="main",
+                    image=image_names.BUSYBOX,
+                    image_pull_policy="Never",
+                    command=["sh", "-c", command],
+                )
+            ],
         ),
     )
 
@@ -82,11 +86,15 @@ def web(core, namespace):
 
     command = f"mkdir -p /www && echo hello-from-node-3 > /www/index.html && httpd -f -p {WEB_PORT} -h /www"
     core.create_namespaced_pod(namespace, busybox_pod("web", "node-3", command, "Always", {"app": "web"}))
-    core.create_namespaced_service(namespace, client.V1Service(
-        metadata=client.V1ObjectMeta(name="web"),
-        spec=client.V1ServiceSpec(selector={"app": "web"},
-                                  ports=[client.V1ServicePort(port=80, target_port=WEB_PORT)]),
-    ))
+    core.create_namespaced_service(
+        namespace,
+        client.V1Service(
+            metadata=client.V1ObjectMeta(name="web"),
+            spec=client.V1ServiceSpec(
+                selector={"app": "web"}, ports=[client.V1ServicePort(port=80, target_port=WEB_PORT)]
+            ),
+        ),
+    )
     return running_pod_ip(core, namespace, "web")
 
 
@@ -168,8 +176,7 @@ def test_a_stopped_node_runs_pods_again_once_healed(real_nodes, core, namespace,
 
 
 def _is_ours(item: str, where) -> bool:
-    marks = (f"lk{where.checkout_id[:6]}", where.checkout_id, str(where.state_dir),
-             f"10.{where.node_network.octet}.")
+    marks = (f"lk{where.checkout_id[:6]}", where.checkout_id, str(where.state_dir), f"10.{where.node_network.octet}.")
     return any(mark in item for mark in marks)
 
 

@@ -12,14 +12,26 @@ import json
 import pytest
 
 from etcd_operator.etcd.client import EtcdMemberClient
-from tests.support.clusters import (apply_cluster, condition, events, get_cluster, member_endpoints, member_pods,
-                                    patch_spec, wait_condition, wait_healthy)
+from tests.support.clusters import (
+    apply_cluster,
+    condition,
+    events,
+    get_cluster,
+    member_endpoints,
+    member_pods,
+    patch_spec,
+    wait_condition,
+    wait_healthy,
+)
 from tests.support.kubectl import kubectl, kubectl_json
 from tests.support.load import BoundedLoad
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.substrate, pytest.mark.real_nodes,
-              pytest.mark.usefixtures("kubectl_on_real_nodes", "operator_release")]
+pytestmark = [
+    pytest.mark.substrate,
+    pytest.mark.real_nodes,
+    pytest.mark.usefixtures("kubectl_on_real_nodes", "operator_release"),
+]
 
 OLD_PATCH = "3.5.21"  # e2e/testbin/etcd-3.5-old: below the 3.5.32 that 3.6 requires
 BAD_REPOSITORY = "registry.invalid/etcd-missing"  # imported into no node; the pull fails: ErrImagePull
@@ -37,6 +49,7 @@ def missing_keys(endpoints: list[str], keys: list[str]) -> list[str]:
     async def read():
         async with EtcdMemberClient(endpoints[0]) as client:
             return [k for k in keys if await client.get(k.encode()) != k.encode()]
+
     return asyncio.run(read())
 
 
@@ -45,8 +58,11 @@ def all_on(namespace: str, cluster: str, size: int, version: str, seen_mixed: li
     seen_mixed.append(bool((obj.get("status") or {}).get("mixedVersions")))
     status = obj.get("status") or {}
     versions = {m.get("version") for m in status.get("members") or []}
-    return (wait_healthy(namespace, cluster, size) if versions == {version}
-            and images(namespace, cluster) == {f"gcr.io/etcd-development/etcd:v{version}"} else None)
+    return (
+        wait_healthy(namespace, cluster, size)
+        if versions == {version} and images(namespace, cluster) == {f"gcr.io/etcd-development/etcd:v{version}"}
+        else None
+    )
 
 
 def wait_rolled_back(namespace: str, cluster: str, size: int) -> dict:
@@ -54,8 +70,8 @@ def wait_rolled_back(namespace: str, cluster: str, size: int) -> dict:
         obj = get_cluster(namespace, cluster)
         paused = condition(obj, "RollPaused") or {}
         good = images(namespace, cluster) == {"gcr.io/etcd-development/etcd:v3.6.16"}
-        return obj if paused.get("reason") == "RolledBack" and good and wait_healthy(namespace, cluster, size) \
-            else None
+        return obj if paused.get("reason") == "RolledBack" and good and wait_healthy(namespace, cluster, size) else None
+
     return wait_for(check, 240, interval=1.0, what=f"{cluster} rolled back to the last good pod spec")
 
 
@@ -100,8 +116,11 @@ def test_upgrade_through_the_gate_under_load_then_a_bad_image_rolls_back(namespa
     # A downgrade through etcd's API: enable, cluster version drops, members roll, leader last.
     patch_spec(namespace, "v", {"version": "3.5.35"})
     obj = wait_for(lambda: all_on(namespace, "v", 3, "3.5.35", []), 300, interval=1.0, what="all on 3.5.35 again")
-    wait_for(lambda: not (get_cluster(namespace, "v").get("status") or {}).get("downgrade"), 60,
-             what="the downgrade finished")
+    wait_for(
+        lambda: not (get_cluster(namespace, "v").get("status") or {}).get("downgrade"),
+        60,
+        what="the downgrade finished",
+    )
     assert missing_keys(member_endpoints(namespace, "v"), load.written) == []
     reasons = [e["reason"] for e in events(namespace, "v")]
     assert "DowngradeEnabled" in reasons and "DowngradeFinished" in reasons
@@ -111,14 +130,18 @@ def test_upgrade_through_the_gate_under_load_then_a_bad_image_rolls_back(namespa
 def test_size_one_bad_image_rolls_back_and_a_revert_keeps_it(namespace):
     apply_cluster(namespace, "one", {"size": 1, "version": "3.6.16", "storage": {"size": "1Gi"}})
     wait_healthy(namespace, "one", 1)
-    wait_for(lambda: (get_cluster(namespace, "one").get("status") or {}).get("rollout", {}).get("lastGoodSpec"),
-             60, what="the last good spec recorded")
+    wait_for(
+        lambda: (get_cluster(namespace, "one").get("status") or {}).get("rollout", {}).get("lastGoodSpec"),
+        60,
+        what="the last good spec recorded",
+    )
     keys = [f"/one/{i}" for i in range(20)]
 
     async def write():
         async with EtcdMemberClient(member_endpoints(namespace, "one")[0]) as client:
             for k in keys:
                 await client.put(k.encode(), k.encode())
+
     asyncio.run(write())
     pvcs = pvc_uids(namespace)
 
@@ -135,7 +158,11 @@ def test_size_one_bad_image_rolls_back_and_a_revert_keeps_it(namespace):
 
 
 def test_known_bad_patches_are_refused_by_the_schema(namespace):
-    manifest = {"apiVersion": "etcd.operator.dev/v1alpha1", "kind": "EtcdCluster",
-                "metadata": {"name": "bad", "namespace": namespace}, "spec": {"version": "3.5.1"}}
+    manifest = {
+        "apiVersion": "etcd.operator.dev/v1alpha1",
+        "kind": "EtcdCluster",
+        "metadata": {"name": "bad", "namespace": namespace},
+        "spec": {"version": "3.5.1"},
+    }
     refused = kubectl("apply", "-f", "-", input=json.dumps(manifest), check=False)
     assert refused.returncode != 0 and "3.5.0-3.5.2 can lose data consistency" in refused.stderr, refused.stderr

@@ -14,8 +14,11 @@ from tests.support.clusters import PLAINTEXT, member_pods, wait_healthy
 from tests.support.kubectl import kubectl, kubectl_json
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.substrate, pytest.mark.real_nodes,
-              pytest.mark.usefixtures("kubectl_on_real_nodes", "operator_release")]
+pytestmark = [
+    pytest.mark.substrate,
+    pytest.mark.real_nodes,
+    pytest.mark.usefixtures("kubectl_on_real_nodes", "operator_release"),
+]
 
 POLL_SECONDS = 600  # neither the steady poll nor the resync can come during the test
 STEADY_LINE = "demo: steady; members polled every 600s"
@@ -27,13 +30,17 @@ def pod_uid(namespace: str, name: str) -> str | None:
     return found[0]["metadata"]["uid"] if found else None
 
 
-def test_a_deleted_member_pod_is_recreated_on_the_watch_event_not_at_the_next_poll(real_nodes, namespace,
-                                                                                   record_property):
+def test_a_deleted_member_pod_is_recreated_on_the_watch_event_not_at_the_next_poll(
+    real_nodes, namespace, record_property
+):
     settings = {"STEADY_POLL_SECONDS": str(POLL_SECONDS), "RESYNC_SECONDS": str(POLL_SECONDS)}
     with chart_release.shard_release(real_nodes.kubeconfig, "watch-test", [namespace], settings) as operator:
-        cluster = {"apiVersion": "etcd.operator.dev/v1alpha1", "kind": "EtcdCluster",
-                   "metadata": {"name": "demo", "namespace": namespace},
-                   "spec": {**PLAINTEXT, "size": 3, "storage": {"size": "1Gi"}}}
+        cluster = {
+            "apiVersion": "etcd.operator.dev/v1alpha1",
+            "kind": "EtcdCluster",
+            "metadata": {"name": "demo", "namespace": namespace},
+            "spec": {**PLAINTEXT, "size": 3, "storage": {"size": "1Gi"}},
+        }
         kubectl("apply", "-f", "-", input=json.dumps(operator.claim(cluster)))
         wait_healthy(namespace, "demo", 3, timeout=300)
         # The daemon has finished its passes and now sleeps for the whole poll interval.
@@ -44,11 +51,16 @@ def test_a_deleted_member_pod_is_recreated_on_the_watch_event_not_at_the_next_po
         old_uid = pod_uid(namespace, victim)
         kubectl("delete", "pod", victim, "-n", namespace, "--wait=true", "--timeout=60s")
         gone = time.monotonic()  # the pod is out of the API: its watch event is sent now
-        new_uid = wait_for(lambda: (uid := pod_uid(namespace, victim)) and uid != old_uid and uid, 60,
-                           interval=0.1, what=f"{victim} recreated")
+        new_uid = wait_for(
+            lambda: (uid := pod_uid(namespace, victim)) and uid != old_uid and uid,
+            60,
+            interval=0.1,
+            what=f"{victim} recreated",
+        )
         reaction = time.monotonic() - gone
-        print(f"\n{victim} recreated {reaction:.2f}s after its pod was deleted "
-              f"(steady poll and resync: {POLL_SECONDS}s)")
+        print(
+            f"\n{victim} recreated {reaction:.2f}s after its pod was deleted (steady poll and resync: {POLL_SECONDS}s)"
+        )
         record_property("reaction_seconds", round(reaction, 2))
         assert new_uid != old_uid
         assert reaction < POLL_SECONDS, "the pod came back only at a poll: the watch did not wake the daemon"
@@ -56,10 +68,12 @@ def test_a_deleted_member_pod_is_recreated_on_the_watch_event_not_at_the_next_po
         after = operator.logs()
         assert after.startswith(before), "the operator's container restarted during the test"
         # The waking pass read the caches, and the step was decided again on a live listing.
-        assert REDECIDED_LINE in after[len(before):], after[-3000:]
+        assert REDECIDED_LINE in after[len(before) :], after[-3000:]
         wait_healthy(namespace, "demo", 3, timeout=300)
         # The session's unsharded operator left the claimed cluster alone throughout.
         shared = chart_release.release_logs()
-        assert f"{namespace}/demo matches this shard's selector but is held by " \
-               f"etcd.operator.dev/finalizer-watch-test" in shared
+        assert (
+            f"{namespace}/demo matches this shard's selector but is held by "
+            f"etcd.operator.dev/finalizer-watch-test" in shared
+        )
         assert f"{namespace}/demo:" not in shared

@@ -23,20 +23,25 @@ from croniter import croniter
 
 from etcd_operator.backup import fence as backup_fence
 from etcd_operator.backup import planner as backup_planner
-from etcd_operator.backup import retention
+from etcd_operator.backup import retention, source_choice
 from etcd_operator.backup import runner as backup_runner
-from etcd_operator.backup import source_choice
 from etcd_operator.backup import steps as s
-from etcd_operator.backup.manifest import (MANIFEST_SUFFIX, SNAPSHOT_SUFFIX, Identity, Manifest, backup_prefix,
-                                           manifest_key, snapshot_key)
+from etcd_operator.backup.manifest import (
+    MANIFEST_SUFFIX,
+    SNAPSHOT_SUFFIX,
+    Identity,
+    Manifest,
+    backup_prefix,
+    manifest_key,
+    snapshot_key,
+)
 from etcd_operator.backup.state import CheckResult, Observed, Prerequisites, RunState, ScheduleSpec, ScratchPod
 from etcd_operator.backup.status import build_status
-from etcd_operator.status_patch import changed_fields as changes
 from etcd_operator.durations import parse_duration
 from etcd_operator.prerequisites import ClusterReadiness
+from etcd_operator.status_patch import changed_fields as changes
 from etcd_operator.storage.s3 import StorageError
 from etcd_operator.timefmt import format_time
-
 from tests.sim import backup_model
 from tests.sim import invariants as inv
 from tests.sim.world import CLUSTER, NAMESPACE, merge_patch
@@ -46,11 +51,14 @@ PREFIX = "nightly"
 FOLDER = backup_prefix(PREFIX, NAMESPACE, NAME)
 SCHEDULE = "* * * * *"
 ORPHAN_GRACE_SECONDS = 90.0
-UTC = datetime.timezone.utc
+UTC = datetime.UTC
 # Objects of others in the bucket: a sibling backup whose folder starts the same, another
 # prefix, and another backup's manifest in this folder. None may ever be deleted.
-FOREIGN_KEYS = (f"{PREFIX}/{NAMESPACE}/{NAME}0/20231114T000000Z.db", f"other/{NAMESPACE}/{NAME}/20231114T000000Z.db",
-                f"{FOLDER}deep/20231114T000000Z.db")
+FOREIGN_KEYS = (
+    f"{PREFIX}/{NAMESPACE}/{NAME}0/20231114T000000Z.db",
+    f"other/{NAMESPACE}/{NAME}/20231114T000000Z.db",
+    f"{FOLDER}deep/20231114T000000Z.db",
+)
 FOREIGN_SLOT = "20231114T000100Z"
 
 # Per run / per pass chances of the faults.
@@ -70,7 +78,7 @@ def drive(coroutine):
     raise RuntimeError("the model bucket never suspends")
 
 
-def slot_already_ran(bucket: "Bucket", key: str) -> Manifest | None:
+def slot_already_ran(bucket: Bucket, key: str) -> Manifest | None:
     """backup/runner.py _attempt: the slot's manifest, when the slot already ran (a run of it
     again takes no snapshot). A module function so that a mutant can take the check out."""
     body = bucket.objects.get(manifest_key(key))
@@ -78,7 +86,7 @@ def slot_already_ran(bucket: "Bucket", key: str) -> Manifest | None:
 
 
 def own_snapshot(key: str) -> bool:
-    rest = key[len(FOLDER):] if key.startswith(FOLDER) else ""
+    rest = key[len(FOLDER) :] if key.startswith(FOLDER) else ""
     return bool(rest) and "/" not in rest
 
 
@@ -100,8 +108,10 @@ class Bucket:
         return sorted(k for k in self.objects if k.startswith(prefix))
 
     async def list_modified(self, prefix: str):
-        return ({k: datetime.datetime.fromtimestamp(t, UTC) for k, t in self.modified.items() if k.startswith(prefix)},
-                self._now())
+        return (
+            {k: datetime.datetime.fromtimestamp(t, UTC) for k, t in self.modified.items() if k.startswith(prefix)},
+            self._now(),
+        )
 
     async def get(self, key: str) -> bytes:
         if key not in self.objects:
@@ -136,8 +146,11 @@ class Bucket:
         del self.uploads[upload_id]
 
     async def list_uploads(self, prefix: str):
-        found = [(key, upload_id, datetime.datetime.fromtimestamp(initiated, UTC))
-                 for upload_id, (key, initiated) in sorted(self.uploads.items()) if key.startswith(prefix)]
+        found = [
+            (key, upload_id, datetime.datetime.fromtimestamp(initiated, UTC))
+            for upload_id, (key, initiated) in sorted(self.uploads.items())
+            if key.startswith(prefix)
+        ]
         return found, self._now()
 
 
@@ -156,10 +169,20 @@ class BackupActor:
         self.rng = random.Random(f"backup {seed}")  # its own draws: the cluster's schedule stays as it was
         rng = self.rng
         self.one_shot = rng.random() < 0.3
-        kept = rng.choice(({"maxBackups": rng.randint(1, 4)}, {"maxBackups": rng.randint(1, 4)},
-                           {"maxAge": f"{rng.randint(2, 8)}m"}, {"maxBackups": 3, "maxAge": "5m"}))
-        spec: dict = {"clusterRef": {"name": CLUSTER}, "storage": {"s3": {"bucket": "b", "prefix": PREFIX}},
-                      "retention": kept, "backoffLimit": rng.randint(0, 3)}
+        kept = rng.choice(
+            (
+                {"maxBackups": rng.randint(1, 4)},
+                {"maxBackups": rng.randint(1, 4)},
+                {"maxAge": f"{rng.randint(2, 8)}m"},
+                {"maxBackups": 3, "maxAge": "5m"},
+            )
+        )
+        spec: dict = {
+            "clusterRef": {"name": CLUSTER},
+            "storage": {"s3": {"bucket": "b", "prefix": PREFIX}},
+            "retention": kept,
+            "backoffLimit": rng.randint(0, 3),
+        }
         if not self.one_shot:
             spec["schedule"] = SCHEDULE
         if rng.random() < 0.5:
@@ -178,10 +201,21 @@ class BackupActor:
             self.bucket.objects[key], self.bucket.modified[key] = b"theirs", self.world.now - 3600
         # An earlier EtcdBackup of the same name (deleted and created again) backed up the same cluster.
         main = self.world.main
-        foreign = Manifest(snapshot_key(PREFIX, NAMESPACE, NAME, FOREIGN_SLOT), NAME, NAMESPACE, CLUSTER,
-                           "1" if main is None else f"{main.cluster_id:x}",
-                           "3.6.16", 1, 1, "00", format_time(self.world.now - 3600), "x", FOREIGN_SLOT,
-                           backup_uid="uid-of-an-earlier-b1")
+        foreign = Manifest(
+            snapshot_key(PREFIX, NAMESPACE, NAME, FOREIGN_SLOT),
+            NAME,
+            NAMESPACE,
+            CLUSTER,
+            "1" if main is None else f"{main.cluster_id:x}",
+            "3.6.16",
+            1,
+            1,
+            "00",
+            format_time(self.world.now - 3600),
+            "x",
+            FOREIGN_SLOT,
+            backup_uid="uid-of-an-earlier-b1",
+        )
         self.bucket.objects[foreign.key] = foreign.to_json()
         for key in FOREIGN_KEYS:  # others' uploads in progress, long started
             self.bucket.uploads[f"theirs-{key}"] = (key, self.world.now - 3600)
@@ -202,8 +236,12 @@ class BackupActor:
         return ClusterReadiness.from_body({"metadata": DELETED if copy.deleting else {}, "status": copy.status})
 
     def observe(self, deleting_copy: bool, cluster_copy, state: RunState) -> Observed:
-        observed = Observed(datetime.datetime.fromtimestamp(self.created, UTC), 1, deleting=deleting_copy,
-                            prerequisites=Prerequisites(NAMESPACE, CLUSTER, self._readiness(cluster_copy)))
+        observed = Observed(
+            datetime.datetime.fromtimestamp(self.created, UTC),
+            1,
+            deleting=deleting_copy,
+            prerequisites=Prerequisites(NAMESPACE, CLUSTER, self._readiness(cluster_copy)),
+        )
         if state.verification is None or not state.verification.in_progress:
             return observed
         return dataclasses.replace(observed, scratch_pod_observed=True, scratch_pod=self.scratch_pod)
@@ -229,10 +267,14 @@ class BackupActor:
             self.deleting, self.deletion_mid_pass = True, False
             sim.faults.append((sim.step, f"EtcdBackup deleted while a pass decides {step.kind}"))
             sim.stats["backup_deleted_mid_pass"] += 1
-        if isinstance(step, (s.StartSlot, s.RetrySlot, s.RunBackup)) and cluster_copy is not None \
-                and cluster_copy.deleting:
-            inv.nothing_created_for_an_object_being_deleted(f"{step.kind} (a run started)", f"EtcdCluster {CLUSTER}",
-                                                            True)
+        if (
+            isinstance(step, (s.StartSlot, s.RetrySlot, s.RunBackup))
+            and cluster_copy is not None
+            and cluster_copy.deleting
+        ):
+            inv.nothing_created_for_an_object_being_deleted(
+                f"{step.kind} (a run started)", f"EtcdCluster {CLUSTER}", True
+            )
         try:
             outcome = self._carry_out(step, now)
         except Killed as killed:
@@ -262,8 +304,12 @@ class BackupActor:
         inv.slot_started_once(step.slot, self.started_slots.get(step.slot))
         if step.slot_time is not None:
             inv.catch_up_starts_the_latest_slot_once(
-                step.slot, step.slot_time, self.last_cron_slot, croniter(SCHEDULE, step.slot_time).get_next(
-                    datetime.datetime), when)
+                step.slot,
+                step.slot_time,
+                self.last_cron_slot,
+                croniter(SCHEDULE, step.slot_time).get_next(datetime.datetime),
+                when,
+            )
             self.last_cron_slot = step.slot_time
         self.started_slots[step.slot] = self.sim.step
 
@@ -312,16 +358,29 @@ class BackupActor:
                 self.scratch_pod = None
             at = format_time(now)
             if step.verified is None and not step.complete:
-                return s.VerificationDone(key=step.key, verified=None, reason=step.reason, message=step.message,
-                                          at=at, complete=False)
+                return s.VerificationDone(
+                    key=step.key, verified=None, reason=step.reason, message=step.message, at=at, complete=False
+                )
             manifest = self._manifest(step.key)
             if manifest is None:
-                return s.VerificationDone(key=step.key, verified=None, reason="ManifestNotFound",
-                                          message=f"{step.key} is gone", at=at, complete=False)
+                return s.VerificationDone(
+                    key=step.key,
+                    verified=None,
+                    reason="ManifestNotFound",
+                    message=f"{step.key} is gone",
+                    at=at,
+                    complete=False,
+                )
             marked = dataclasses.replace(manifest, verified=step.verified, verified_at=at)
             self.bucket.objects[marked.key] = marked.to_json()
-            return s.VerificationDone(key=step.key, verified=step.verified, reason=step.reason,
-                                      message=step.message, at=at, complete=step.complete)
+            return s.VerificationDone(
+                key=step.key,
+                verified=step.verified,
+                reason=step.reason,
+                message=step.message,
+                at=at,
+                complete=step.complete,
+            )
         return s.NOTHING_DONE
 
     def _finish_scratch_pod(self) -> None:
@@ -339,19 +398,25 @@ class BackupActor:
     def _run(self, step: s.RunBackup, now: float) -> s.Outcome:
         rng, sim = self.rng, self.sim
         status = self.status
-        runner = backup_runner.BackupRunner(None, pending_uploads=status.get("pendingUploads"),
-                                            cluster_id_history=status.get("clusterIDHistory") or (),
-                                            orphan_grace_seconds=ORPHAN_GRACE_SECONDS,
-                                            clock=lambda: datetime.datetime.fromtimestamp(now, UTC))
+        runner = backup_runner.BackupRunner(
+            None,
+            pending_uploads=status.get("pendingUploads"),
+            cluster_id_history=status.get("clusterIDHistory") or (),
+            orphan_grace_seconds=ORPHAN_GRACE_SECONDS,
+            clock=lambda: datetime.datetime.fromtimestamp(now, UTC),
+        )
         spec = backup_runner.BackupSpec(CLUSTER, {}, PREFIX, 1 << 20, 1, self.max_backups, self.max_age)
         identity = Identity(NAMESPACE, NAME, UID)
         draw = rng.random()
         if draw < S3_TRANSIENT + S3_DENIED:
             denied = draw < S3_DENIED
             sim.stats["backup_s3_refused"] += 1
-            return s.RunFailed(reason="AccessDenied" if denied else "StorageError",
-                               message="S3: " + ("403 AccessDenied" if denied else "503 SlowDown"),
-                               transient=not denied, pending_uploads=tuple(runner.pending_uploads))
+            return s.RunFailed(
+                reason="AccessDenied" if denied else "StorageError",
+                message="S3: " + ("403 AccessDenied" if denied else "503 SlowDown"),
+                transient=not denied,
+                pending_uploads=tuple(runner.pending_uploads),
+            )
         key = snapshot_key(PREFIX, NAMESPACE, NAME, step.slot)
         drive(runner._abort_pending(self.bucket))
         drive(runner._abort_orphans(self.bucket, FOLDER, key))
@@ -359,8 +424,12 @@ class BackupActor:
         existing = slot_already_ran(self.bucket, key)
         if existing is not None:
             if not existing.belongs_to(identity):
-                return s.RunFailed(reason="SlotTakenByForeignBackup", message=key, transient=False,
-                                   pending_uploads=tuple(runner.pending_uploads))
+                return s.RunFailed(
+                    reason="SlotTakenByForeignBackup",
+                    message=key,
+                    transient=False,
+                    pending_uploads=tuple(runner.pending_uploads),
+                )
             manifest = existing
             sim.stats["backup_slot_already_ran"] += 1
         else:
@@ -378,21 +447,29 @@ class BackupActor:
         if deleted:
             sim.stats["backup_retention_deleted"] += 1
         record = {**manifest.status_record(), "startTime": format_time(now)}
-        return s.RunSucceeded(record=record, completed_at=manifest.created_at,
-                              pending_uploads=tuple(runner.pending_uploads),
-                              deleted_keys=tuple(m.snapshot_key for m in deleted))
+        return s.RunSucceeded(
+            record=record,
+            completed_at=manifest.created_at,
+            pending_uploads=tuple(runner.pending_uploads),
+            deleted_keys=tuple(m.snapshot_key for m in deleted),
+        )
 
     def _snapshot(self, runner, step: s.RunBackup, key: str, now: float) -> Manifest | s.Outcome:
         rng, sim, world = self.rng, self.sim, self.world
         # find_candidates reads the EtcdCluster right before it asks the members.
         if sim.cluster_gone():
-            return s.RunFailed(reason="ClusterNotFound", message="gone", transient=True,
-                               pending_uploads=tuple(runner.pending_uploads))
+            return s.RunFailed(
+                reason="ClusterNotFound", message="gone", transient=True, pending_uploads=tuple(runner.pending_uploads)
+            )
         choice, behind = backup_model.snapshot_source(world, sim.status)
         if not isinstance(choice, source_choice.SourceMember):
             sim.stats[f"backup_source_refused:{choice.reason}"] += 1
-            return s.RunFailed(reason=choice.reason, message=choice.message, transient=True,
-                               pending_uploads=tuple(runner.pending_uploads))
+            return s.RunFailed(
+                reason=choice.reason,
+                message=choice.message,
+                transient=True,
+                pending_uploads=tuple(runner.pending_uploads),
+            )
         inv.snapshot_from_the_cluster_itself(backup_model.snapshot_truth(world, choice, behind))
         owner = self._live_deleting()
         if owner is not None:
@@ -409,15 +486,30 @@ class BackupActor:
             raise Killed("mid-upload")
         if draw < KILLED_MID_UPLOAD + UPLOAD_FAILS:
             sim.stats["backup_upload_failed"] += 1
-            return s.RunFailed(reason="StorageError", message="S3: 500 during UploadPart", transient=True,
-                               pending_uploads=tuple(runner.pending_uploads))
+            return s.RunFailed(
+                reason="StorageError",
+                message="S3: 500 during UploadPart",
+                transient=True,
+                pending_uploads=tuple(runner.pending_uploads),
+            )
         self.bucket.complete_multipart(key, upload_id, b"snapshot")
         runner.pending_uploads.remove(upload)
         cluster_id = f"{group.cluster_id:x}"
-        manifest = Manifest(snapshot_key=key, backup=NAME, namespace=NAMESPACE, cluster=CLUSTER,
-                            cluster_id=cluster_id, etcd_version="3.6.16", revision=data.revision, size=4096,
-                            sha256="ab" * 32, created_at=format_time(now), member=choice.name, slot=step.slot,
-                            backup_uid=UID)
+        manifest = Manifest(
+            snapshot_key=key,
+            backup=NAME,
+            namespace=NAMESPACE,
+            cluster=CLUSTER,
+            cluster_id=cluster_id,
+            etcd_version="3.6.16",
+            revision=data.revision,
+            size=4096,
+            sha256="ab" * 32,
+            created_at=format_time(now),
+            member=choice.name,
+            slot=step.slot,
+            backup_uid=UID,
+        )
         inv.one_snapshot_per_slot(key, key in self.manifests_written)
         drive(self.bucket.put(manifest.key, manifest.to_json()))
         self.manifests_written.add(key)
@@ -430,8 +522,11 @@ class BackupActor:
         """After a run's aborts: none of this backup's uploads older than the grace is left, and
         nobody else's was touched."""
         theirs = [key for upload_id, (key, _) in self.bucket.uploads.items() if upload_id.startswith("theirs-")]
-        left = [key for upload_id, (key, initiated) in self.bucket.uploads.items()
-                if not upload_id.startswith("theirs-") and self.world.now - initiated >= ORPHAN_GRACE_SECONDS]
+        left = [
+            key
+            for upload_id, (key, initiated) in self.bucket.uploads.items()
+            if not upload_id.startswith("theirs-") and self.world.now - initiated >= ORPHAN_GRACE_SECONDS
+        ]
         inv.orphaned_uploads_aborted_only_own(left, sorted(set(FOREIGN_KEYS) - set(theirs)))
 
     # --- retention, against the truth -----------------------------------------------------------
@@ -466,14 +561,17 @@ class BackupActor:
         """After retention: the N newest of the current lineage by revision stay, and beyond
         them only the snapshot just written and the newest verified one."""
         lineage = self._current_lineage()
-        if self.max_backups is None or self.max_age is not None or not lineage \
-                or written.cluster_id != lineage[0][2]:
+        if self.max_backups is None or self.max_age is not None or not lineage or written.cluster_id != lineage[0][2]:
             return
         ranked = sorted(self.snapshots.items(), key=lambda kv: (kv[1][0], kv[0]), reverse=True)
-        top = [key for key, (revision, cluster_id) in ranked if cluster_id == lineage[0][2]
-               and key in self.manifests_written][:self.max_backups]
+        top = [
+            key
+            for key, (revision, cluster_id) in ranked
+            if cluster_id == lineage[0][2] and key in self.manifests_written
+        ][: self.max_backups]
         present = {c[1] for c in lineage}
         extra = [c for c in lineage if c[1] not in top and c[1] != written.snapshot_key]
         missing = [k for k in top if k not in present and k in self.manifests_written]
-        inv.retention_keeps_n_by_revision(self.max_backups, missing, [c[1] for c in extra if not c[3]],
-                                          len([c for c in extra if c[3]]))
+        inv.retention_keeps_n_by_revision(
+            self.max_backups, missing, [c[1] for c in extra if not c[3]], len([c for c in extra if c[3]])
+        )

@@ -9,12 +9,11 @@ from __future__ import annotations
 import random
 import shlex
 
+from etcd_operator.backup import scratch_pod as verification_pod
 from etcd_operator.backup import source_candidates as backup_source
 from etcd_operator.backup import source_choice
-from etcd_operator.backup import scratch_pod as verification_pod
 from etcd_operator.backup.scratch_verdict import Expected
 from etcd_operator.cluster.identity import parse_hex_id
-
 from tests.sim.view import status_at
 from tests.sim.world import NAMESPACE, Foreign, World
 
@@ -30,8 +29,9 @@ def snapshot_source(world: World, cluster_status: dict):
         if isinstance(result, str):
             answers[candidate.name] = source_choice.Answer(error=result)
             continue
-        answers[candidate.name] = source_choice.Answer(result.cluster_id, result.member_id, result.leader_id,
-                                                       result.is_learner)
+        answers[candidate.name] = source_choice.Answer(
+            result.cluster_id, result.member_id, result.leader_id, result.is_learner
+        )
         behind[candidate.name] = where
     choice = source_choice.choose_source(candidates, answers, parse_hex_id(cluster_status.get("clusterID")))
     return choice, behind
@@ -47,8 +47,10 @@ def snapshot_truth(world: World, choice, behind: dict) -> str | None:
     main = world.main
     _, data, group = where
     if main is None or group.lineage != main.lineage:
-        return (f"{choice.name} serves dataset {group.lineage} (cluster {group.cluster_id:x}), not the cluster's "
-                f"current one ({'none' if main is None else f'{main.lineage}, cluster {main.cluster_id:x}'})")
+        return (
+            f"{choice.name} serves dataset {group.lineage} (cluster {group.cluster_id:x}), not the cluster's "
+            f"current one ({'none' if main is None else f'{main.lineage}, cluster {main.cluster_id:x}'})"
+        )
     return None
 
 
@@ -59,12 +61,18 @@ def some_verification_pod(rng: random.Random) -> dict:
     if rng.random() < 0.5:
         source["caBundle"] = {"secretRef": {"name": "ca", "key": "ca.crt"}}
     expected = Expected(rng.randint(1, 10**6), rng.choice((None, 42)), rng.choice((None, 7)), rng.choice((None, 3)))
-    return verification_pod.verification_pod(backup, NAMESPACE, "uid-b", "etcd:v3.6.16", "operator:1", source,
-                                             f"{backup}/snap.db", "ab" * 32, expected)
+    return verification_pod.verification_pod(
+        backup, NAMESPACE, "uid-b", "etcd:v3.6.16", "operator:1", source, f"{backup}/snap.db", "ab" * 32, expected
+    )
 
 
-LISTEN_FLAGS = ("--listen-client-urls", "--listen-peer-urls", "--listen-metrics-urls",
-                "--advertise-client-urls", "--listen-client-http-urls")
+LISTEN_FLAGS = (
+    "--listen-client-urls",
+    "--listen-peer-urls",
+    "--listen-metrics-urls",
+    "--advertise-client-urls",
+    "--listen-client-http-urls",
+)
 REQUIRED_FLAGS = ("--listen-client-urls", "--listen-peer-urls")  # etcd's defaults are TCP ports
 
 
@@ -91,4 +99,3 @@ def exposure(pod: dict) -> list[str]:
                 if not url.startswith("unix://"):
                     found.append(f"{name} {flag}={shlex.quote(url)}")
     return found
-

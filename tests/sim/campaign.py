@@ -10,12 +10,14 @@ import time
 from tests.sim.runner import Result, run_seed
 
 BLOCK = 500
-SCHEDULES = {"main": int(os.environ.get("SIM_SCHEDULES", "10000")),
-             "stale_replica": int(os.environ.get("SIM_STALE_SCHEDULES", "1000")),
-             "restore_hold": int(os.environ.get("SIM_RESTORE_HOLD_SCHEDULES", "500")),
-             "refused_pod": int(os.environ.get("SIM_REFUSED_POD_SCHEDULES", "500")),
-             "restore_race": int(os.environ.get("SIM_RESTORE_RACE_SCHEDULES", "200")),
-             "backup_race": int(os.environ.get("SIM_BACKUP_RACE_SCHEDULES", "150"))}
+SCHEDULES = {
+    "main": int(os.environ.get("SIM_SCHEDULES", "10000")),
+    "stale_replica": int(os.environ.get("SIM_STALE_SCHEDULES", "1000")),
+    "restore_hold": int(os.environ.get("SIM_RESTORE_HOLD_SCHEDULES", "500")),
+    "refused_pod": int(os.environ.get("SIM_REFUSED_POD_SCHEDULES", "500")),
+    "restore_race": int(os.environ.get("SIM_RESTORE_RACE_SCHEDULES", "200")),
+    "backup_race": int(os.environ.get("SIM_BACKUP_RACE_SCHEDULES", "150")),
+}
 
 
 class Campaign:
@@ -67,8 +69,10 @@ CAMPAIGNS = {family: Campaign(family) for family in SCHEDULES}
 
 
 def coverage_table(campaign: Campaign) -> str:
-    lines = [f"fault simulator, family {campaign.family}: {campaign.schedules} schedules, {campaign.steps} passes, "
-             f"{campaign.seconds:.1f}s"]
+    lines = [
+        f"fault simulator, family {campaign.family}: {campaign.schedules} schedules, {campaign.steps} passes, "
+        f"{campaign.seconds:.1f}s"
+    ]
     lines.append("  action                 schedules   total")
     for kind, n in sorted(campaign.with_action.items(), key=lambda kv: -kv[1]):
         lines.append(f"  {kind:<22} {n:>9} {campaign.totals[kind]:>7}")

@@ -6,16 +6,14 @@ endpoint as observed). An action type without a handler is an error, never "done
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from collections.abc import Callable
 
 from etcd_operator.cluster import actions as a
 from etcd_operator.cluster import builders, naming
 from etcd_operator.cluster.executor import PERMITTED_WHILE_HELD
-from etcd_operator.cluster.observed import (DefragmentationRecord, Observed, Operation, PodAdmission,
-                                            SpaceRecoveryRecord)
+from etcd_operator.cluster.observed import DefragmentationRecord, Observed, Operation, PodAdmission, SpaceRecoveryRecord
 from etcd_operator.cluster.planner import QUORUM_RECOVERY, self_only_cluster
 from etcd_operator.cluster.spec import ClusterSpec
-
 from tests.sim.world import POD_REFUSAL, PVC, Pod, Refused, World, api_refuses_pod, peer_url
 
 BAD_REPOSITORY = "registry.invalid/etcd"
@@ -41,8 +39,12 @@ class PodRefused(Exception):
 
 def _answer(ctx: Context, member: str) -> PodAdmission:
     refused = api_refuses_pod(ctx.spec)
-    return PodAdmission(member, builders.pod_spec_hash(ctx.spec), POD_REFUSAL if refused else None,
-                        ("spec.pod.priorityClassName",) if refused else ())
+    return PodAdmission(
+        member,
+        builders.pod_spec_hash(ctx.spec),
+        POD_REFUSAL if refused else None,
+        ("spec.pod.priorityClassName",) if refused else (),
+    )
 
 
 class Killed(Exception):
@@ -68,16 +70,26 @@ def _ensure_pvc(ctx: Context, member: str, member_id: int | None) -> None:
         ctx.world.pvcs[name] = PVC(name, ctx.world.uid("pvc"), member_id)
 
 
-def _create_pod(ctx: Context, member: str, member_id: int | None, initial_cluster: str, state: str,
-                force_new_cluster: bool = False) -> None:
+def _create_pod(
+    ctx: Context, member: str, member_id: int | None, initial_cluster: str, state: str, force_new_cluster: bool = False
+) -> None:
     _ensure_pvc(ctx, member, member_id)
     if member in ctx.world.pods:
         return  # Conflict: created by an earlier, interrupted attempt
     if api_refuses_pod(ctx.spec):
         raise PodRefused(_answer(ctx, member))
     spec = ctx.spec
-    pod = Pod(member, ctx.world.uid("pod"), member_id, builders.pod_spec_hash(spec), state, initial_cluster,
-              force_new_cluster, spec.version, spec.repository == BAD_REPOSITORY)
+    pod = Pod(
+        member,
+        ctx.world.uid("pod"),
+        member_id,
+        builders.pod_spec_hash(spec),
+        state,
+        initial_cluster,
+        force_new_cluster,
+        spec.version,
+        spec.repository == BAD_REPOSITORY,
+    )
     pod.quota_bytes = spec.etcd.quota_backend_bytes
     ctx.world.pods[member] = pod
 
@@ -121,15 +133,15 @@ def do_add_learner(ctx: Context, action: a.AddLearner) -> None:
     learner = ctx.world.member_add_learner(group, peer_url(action.member))
     ctx.kill_point()
     members = group.members
-    initial = ",".join(sorted(f"{m.name or action.member}={m.peer_urls[0]}"
-                              for m in members if m.name or m.id == learner.id))
+    initial = ",".join(
+        sorted(f"{m.name or action.member}={m.peer_urls[0]}" for m in members if m.name or m.id == learner.id)
+    )
     _create_pod(ctx, action.member, learner.id, initial, builders.STATE_EXISTING)
 
 
 def do_check_pod_spec(ctx: Context, action: a.CheckPodSpec) -> Outcome:
     """A server-side dry run: nothing changes in the world."""
-    return Outcome(True, admission=dataclasses.replace(_answer(ctx, action.member),
-                                                       pod_spec_hash=action.pod_spec_hash))
+    return Outcome(True, admission=dataclasses.replace(_answer(ctx, action.member), pod_spec_hash=action.pod_spec_hash))
 
 
 def do_create_member_pod(ctx: Context, action: a.CreateMemberPod) -> None:
@@ -279,8 +291,14 @@ def do_force_new_cluster(ctx: Context, action: a.ForceNewCluster) -> None:
     if ctx.observed.pods.get(action.member) is not None:
         _delete_pod(ctx, action.member)
         return
-    _create_pod(ctx, action.member, action.member_id, self_only_cluster(ctx.observed, action.member),
-                builders.STATE_EXISTING, force_new_cluster=True)
+    _create_pod(
+        ctx,
+        action.member,
+        action.member_id,
+        self_only_cluster(ctx.observed, action.member),
+        builders.STATE_EXISTING,
+        force_new_cluster=True,
+    )
 
 
 def do_finish_recovery(ctx: Context, action: a.FinishQuorumRecovery) -> Outcome:
@@ -344,8 +362,7 @@ class UnknownAction(Exception):
 
 def action_types() -> list[type]:
     """Every concrete action type the planner can return."""
-    return [t for t in vars(a).values()
-            if isinstance(t, type) and issubclass(t, a.Action) and t is not a.Action]
+    return [t for t in vars(a).values() if isinstance(t, type) and issubclass(t, a.Action) and t is not a.Action]
 
 
 def run(ctx: Context, action: a.Action) -> Outcome:

@@ -6,7 +6,6 @@ from __future__ import annotations
 from etcd_operator.cluster import actions as a
 from etcd_operator.cluster import naming
 from etcd_operator.cluster.health import HealthState, quorum_loss_timeout
-
 from tests.sim.world import Group, World, api_refuses_pod
 
 
@@ -22,6 +21,7 @@ def _fail(invariant: str, message: str) -> None:
 
 
 # --- truth helpers --------------------------------------------------------------------------
+
 
 def up_voters(world: World, group: Group, staying: bool = False) -> int:
     """Voters whose etcd runs; `staying`: leaving out pods being deleted (they stop soon)."""
@@ -41,10 +41,16 @@ def surviving_data(world: World, exclude: str | None = None):
     main = world.main
     if main is None:
         return []
-    kept = [(p.name, p.data) for p in world.pvcs.values()
-            if p.name != exclude and p.data is not None and not p.deleting and p.data.cluster_id == main.cluster_id]
-    return kept + [(f"set-aside {p.name}", p.data) for p in world.set_aside
-                   if p.data is not None and p.data.cluster_id == main.cluster_id]
+    kept = [
+        (p.name, p.data)
+        for p in world.pvcs.values()
+        if p.name != exclude and p.data is not None and not p.deleting and p.data.cluster_id == main.cluster_id
+    ]
+    return kept + [
+        (f"set-aside {p.name}", p.data)
+        for p in world.set_aside
+        if p.data is not None and p.data.cluster_id == main.cluster_id
+    ]
 
 
 def true_leader_pod(world: World) -> str | None:
@@ -72,14 +78,22 @@ ON_ATTEMPT = {"one_membership_change_in_flight", "recovery_needs_approval", "quo
 class ActionChecks:
     """Computed before an action runs; `after` raises once the action took effect."""
 
-    def __init__(self, world: World, action: a.Action, recovery_allowed: bool,
-                 spec, quorum_lost_waiting: bool, seen_unhealthy_for: dict | None = None,
-                 held_by: str | None = None):
+    def __init__(
+        self,
+        world: World,
+        action: a.Action,
+        recovery_allowed: bool,
+        spec,
+        quorum_lost_waiting: bool,
+        seen_unhealthy_for: dict | None = None,
+        held_by: str | None = None,
+    ):
         self.world = world
         self.action = action
         self.held_by = held_by  # the EtcdRestore holding the cluster as the step runs (live annotations)
         self.children_before = {("pod", p.uid) for p in world.pods.values()} | {
-            ("pvc", p.uid) for p in world.pvcs.values()}
+            ("pvc", p.uid) for p in world.pvcs.values()
+        }
         self.members_before = tuple(world.main.members) if world.main else ()
         self.quorum_before = has_quorum(world, world.main, staying=True)
         target = world.pods.get(getattr(action, "member", "") or "")
@@ -110,14 +124,18 @@ class ActionChecks:
         subject = getattr(action, "member_id", None)
         pending = [m for m in main.members if (m.is_learner or not m.name) and m.id != subject]
         if pending:
-            self._add("one_membership_change_in_flight",
-                      f"{action.kind} while {len(pending)} other member(s) are still joining "
-                      f"({', '.join(f'{m.id:x}' for m in pending)})")
+            self._add(
+                "one_membership_change_in_flight",
+                f"{action.kind} while {len(pending)} other member(s) are still joining "
+                f"({', '.join(f'{m.id:x}' for m in pending)})",
+            )
 
     def _recovery_needs_approval(self, allowed: bool) -> None:
         if isinstance(self.action, (a.BeginQuorumRecovery, a.ForceNewCluster)) and not allowed:
-            self._add("recovery_needs_approval",
-                      f"{self.action.kind} without spec.recovery.automaticQuorumRecovery or the approval annotation")
+            self._add(
+                "recovery_needs_approval",
+                f"{self.action.kind} without spec.recovery.automaticQuorumRecovery or the approval annotation",
+            )
 
     def _force_new_after_true_loss(self, spec) -> None:
         """force_new_cluster_only_after_true_loss: quorum truly lost for the timeout (the
@@ -129,19 +147,27 @@ class ActionChecks:
             timeout = quorum_loss_timeout(spec)
             lost_for = None if main is None or main.lost_since is None else world.now - main.lost_since
             if lost_for is None or lost_for < timeout - 1.0:
-                self._add("force_new_cluster_only_after_true_loss",
-                          f"recovery begun while quorum {'held' if lost_for is None else f'was lost for only {lost_for:.0f}s'}"
-                          f" (timeout {timeout:.0f}s)")
+                self._add(
+                    "force_new_cluster_only_after_true_loss",
+                    "recovery begun while quorum "
+                    f"{'held' if lost_for is None else f'was lost for only {lost_for:.0f}s'}"
+                    f" (timeout {timeout:.0f}s)",
+                )
         if isinstance(action, (a.BeginQuorumRecovery, a.ForceNewCluster)):
             pvc = world.pvcs.get(naming.pvc_name(action.member))
             target = pvc.data if pvc is not None else None
-            others = [d.applied for n, d in surviving_data(world, exclude=pvc.name if pvc else None)
-                      if main is not None and d.lineage == main.lineage and main.member(d.member_id) is not None]
+            others = [
+                d.applied
+                for n, d in surviving_data(world, exclude=pvc.name if pvc else None)
+                if main is not None and d.lineage == main.lineage and main.member(d.member_id) is not None
+            ]
             newest = max(others, default=-1)
             if target is None or target.applied < newest:
-                self._add("force_new_cluster_only_after_true_loss",
-                          f"{action.kind} on {action.member} with applied index "
-                          f"{target.applied if target else 'none (no data)'} while a surviving member has {newest}")
+                self._add(
+                    "force_new_cluster_only_after_true_loss",
+                    f"{action.kind} on {action.member} with applied index "
+                    f"{target.applied if target else 'none (no data)'} while a surviving member has {newest}",
+                )
 
     def _replaced_after_own_timeout(self, spec, seen_unhealthy_for: dict | None) -> None:
         """member_replaced_after_own_timeout: a member whose PVC is still there is replaced only
@@ -157,16 +183,19 @@ class ActionChecks:
         seen = seen_unhealthy_for.get(action.member_id)
         timeout = spec.recovery.member_unhealthy_timeout
         if seen is None or seen < timeout:
-            self._add("member_replaced_after_own_timeout",
-                      f"{action.member} replaced after the acting process saw it unhealthy for "
-                      f"{'no pass' if seen is None else f'{seen:.0f}s'} (memberUnhealthyTimeout {timeout:.0f}s)")
+            self._add(
+                "member_replaced_after_own_timeout",
+                f"{action.member} replaced after the acting process saw it unhealthy for "
+                f"{'no pass' if seen is None else f'{seen:.0f}s'} (memberUnhealthyTimeout {timeout:.0f}s)",
+            )
 
     def _pod_recreatable(self, spec) -> None:
         """pod_recreatable: no step deletes a member's pod to re-create it, or adds a member,
         while the API server refuses that member's new pod (model truth)."""
         action, world = self.action, self.world
         takes_pod = isinstance(action, (a.RollMember, a.RestartFailedPod)) or (
-            isinstance(action, a.ForceNewCluster) and action.member in world.pods)
+            isinstance(action, a.ForceNewCluster) and action.member in world.pods
+        )
         if (takes_pod or isinstance(action, a.AddLearner)) and api_refuses_pod(spec):
             self._add("pod_recreatable", f"{action.kind} of {action.member} while the API server refuses its new pod")
 
@@ -181,20 +210,26 @@ class ActionChecks:
         others = surviving_data(world, exclude=pvc.name)
         newest_other = max((d.applied for _, d in others), default=-1)
         if main is not None and data.cluster_id == main.cluster_id and data.applied > newest_other:
-            self._add("data_kept_while_needed",
-                      f"PVC of {action.member} deleted while it holds the newest data "
-                      f"(applied {data.applied} > {newest_other} elsewhere)")
+            self._add(
+                "data_kept_while_needed",
+                f"PVC of {action.member} deleted while it holds the newest data "
+                f"(applied {data.applied} > {newest_other} elsewhere)",
+            )
         if main is not None and data.lineage == main.lineage and data.applied >= main.committed:
-            self._add("data_kept_while_needed",
-                      f"PVC of {action.member} deleted while it holds every committed entry "
-                      f"(applied {data.applied} >= commit index {main.committed})")
+            self._add(
+                "data_kept_while_needed",
+                f"PVC of {action.member} deleted while it holds every committed entry "
+                f"(applied {data.applied} >= commit index {main.committed})",
+            )
         if main is not None and data.lineage == main.lineage and main.member(data.member_id) is not None:
             member = main.member(data.member_id)
             voters = main.voters()
             with_data = {d.member_id for _, d in others if d.lineage == main.lineage}
             if not member.is_learner and len([m for m in voters if m.id in with_data]) < naming.quorum(len(voters)):
-                self._add("data_kept_while_needed",
-                          f"PVC of voting member {action.member} deleted; fewer than a quorum of voters keep data")
+                self._add(
+                    "data_kept_while_needed",
+                    f"PVC of voting member {action.member} deleted; fewer than a quorum of voters keep data",
+                )
 
     def _failed_roll_keeps_members(self) -> None:
         """failed_roll_keeps_members: a member whose pod cannot start its image (a bad image
@@ -207,8 +242,10 @@ class ActionChecks:
         if pod is None or not pod.bad_image or pvc is None or pvc.data is None:
             return
         if pvc.data.lineage == world.main.lineage and pvc.data.member_id == action.member_id:
-            self._add("failed_roll_keeps_members",
-                      f"{action.member} replaced while only its image fails (its data is intact on its PVC)")
+            self._add(
+                "failed_roll_keeps_members",
+                f"{action.member} replaced while only its image fails (its data is intact on its PVC)",
+            )
 
     def _leader_kept_while_others_can_lead(self) -> None:
         action, world = self.action, self.world
@@ -221,8 +258,10 @@ class ActionChecks:
             return
         others_up = up_voters(world, main) - 1
         if others_up >= 1 and len(main.voters()) > 1:
-            self._add("leader_kept_while_others_can_lead",
-                      f"{action.kind} of the leader {leader} while {others_up} other voter(s) could lead")
+            self._add(
+                "leader_kept_while_others_can_lead",
+                f"{action.kind} of the leader {leader} while {others_up} other voter(s) could lead",
+            )
 
     def _nothing_destructive_while_waiting(self, waiting: bool) -> None:
         """Where recovery is impossible without a person (QuorumLost, no approval), the
@@ -230,8 +269,14 @@ class ActionChecks:
         main = self.world.main
         target = main.member(getattr(self.action, "member_id", 0)) if main else None
         learner = target is not None and target.is_learner  # removing a learner loses no data
-        if waiting and not learner and isinstance(self.action, (a.RemoveMember, a.DeleteMemberPVC, a.StopMemberPod,
-                                                                a.ForceNewCluster, a.BeginQuorumRecovery)):
+        if (
+            waiting
+            and not learner
+            and isinstance(
+                self.action,
+                (a.RemoveMember, a.DeleteMemberPVC, a.StopMemberPod, a.ForceNewCluster, a.BeginQuorumRecovery),
+            )
+        ):
             self._add("quorum_lost_waits", f"{self.action.kind} while QuorumLost=True without approval")
 
     def _one_member_stops_at_a_time(self) -> None:
@@ -240,7 +285,8 @@ class ActionChecks:
         such a pod has stopped, and a pod already stopping is not rolled again."""
         action, world, main = self.action, self.world, self.world.main
         disrupts = isinstance(action, (a.RollMember, a.Defragment, a.DefragmentForSpace, a.DefragmentOnRequest)) or (
-            isinstance(action, a.RemoveMember) and not action.replacing)
+            isinstance(action, a.RemoveMember) and not action.replacing
+        )
         if main is None or not disrupts or not self.target_ran:
             return  # restarting or removing a member whose etcd does not run takes nothing away
         target = world.pods.get(action.member)
@@ -253,9 +299,11 @@ class ActionChecks:
         stopping = sorted(pod.name for pod in others if pod.deleting)
         staying = [pod for pod in others if not pod.deleting]
         if stopping and len(staying) < naming.quorum(len(voters)):
-            self._add("one_member_stops_at_a_time",
-                      f"{action.kind} of {action.member} while the pod of {', '.join(stopping)} is stopping: "
-                      f"{len(staying)} of {len(voters)} voters would stay up")
+            self._add(
+                "one_member_stops_at_a_time",
+                f"{action.kind} of {action.member} while the pod of {', '.join(stopping)} is stopping: "
+                f"{len(staying)} of {len(voters)} voters would stay up",
+            )
 
     def _nospace_remediated_in_place(self) -> None:
         """nospace_in_place: while NOSPACE is raised on a quorum that serves (model truth), no
@@ -265,7 +313,8 @@ class ActionChecks:
         if main is None or "NOSPACE" not in main.alarms or main.leader is None or not self.quorum_before:
             return  # without a serving quorum the alarm is not what the operator acts on
         if isinstance(self.action, (a.RemoveMember, a.DeleteMemberPVC, a.ForceNewCluster, a.BeginQuorumRecovery)) or (
-                isinstance(self.action, (a.RollMember, a.StopMemberPod)) and self.target_ran):
+            isinstance(self.action, (a.RollMember, a.StopMemberPod)) and self.target_ran
+        ):
             self._add("nospace_in_place", f"{self.action.kind} while NOSPACE is raised and quorum serves")
 
     def after(self, took_effect: bool) -> None:
@@ -286,10 +335,12 @@ class ActionChecks:
         created = sorted(uid for uid in children - self.children_before)
         members = tuple(world.main.members) if world.main else ()
         if created or members != self.members_before:
-            _fail("no_member_created_while_held",
-                  f"{self.action.kind}({getattr(self.action, 'member', '')}) while EtcdRestore {self.held_by} "
-                  f"holds the cluster: {len(created)} pod(s)/PVC(s) created"
-                  + ("" if members == self.members_before else ", membership changed"))
+            _fail(
+                "no_member_created_while_held",
+                f"{self.action.kind}({getattr(self.action, 'member', '')}) while EtcdRestore {self.held_by} "
+                f"holds the cluster: {len(created)} pod(s)/PVC(s) created"
+                + ("" if members == self.members_before else ", membership changed"),
+            )
 
     def _quorum_kept(self) -> None:
         """no operator action takes the healthy voters below quorum (model truth; a pod being
@@ -300,9 +351,11 @@ class ActionChecks:
             return  # a one- or two-voter cluster cannot restart a member and keep quorum
         if isinstance(self.action, a.ForceNewCluster):
             return  # the survivor's restart; recovery was checked when it began
-        _fail("quorum_kept_by_actions",
-              f"{self.action.kind}({getattr(self.action, 'member', '')}) took the cluster below quorum"
-              + (" (its pod ran etcd)" if self.target_ran else ""))
+        _fail(
+            "quorum_kept_by_actions",
+            f"{self.action.kind}({getattr(self.action, 'member', '')}) took the cluster below quorum"
+            + (" (its pod ran etcd)" if self.target_ran else ""),
+        )
 
 
 def restore_waits_for_hold_ack(step: str, acknowledged: bool) -> None:
@@ -331,8 +384,9 @@ def verification_serves_only_inside_its_pod(found: list[str]) -> None:
     """verification_serves_only_inside_its_pod: the pod backup.scratch_pod builds declares
     no port, and its scratch etcd listens on unix sockets only."""
     if found:
-        _fail("verification_serves_only_inside_its_pod", "the verification pod serves outside itself: "
-                                                          + "; ".join(found))
+        _fail(
+            "verification_serves_only_inside_its_pod", "the verification pod serves outside itself: " + "; ".join(found)
+        )
 
 
 def slot_started_once(slot: str, started_at_step: int | None) -> None:
@@ -347,11 +401,15 @@ def catch_up_starts_the_latest_slot_once(slot: str, slot_time, last_started, nex
     (downtime, a clock behind) one catch-up run starts, for the latest slot the deciding clock
     has passed (schedule.due)."""
     if last_started is not None and slot_time <= last_started:
-        _fail("catch_up_starts_the_latest_slot_once", f"slot {slot} started after the later slot "
-                                                      f"{last_started.isoformat()}")
+        _fail(
+            "catch_up_starts_the_latest_slot_once",
+            f"slot {slot} started after the later slot {last_started.isoformat()}",
+        )
     if next_fire <= now:
-        _fail("catch_up_starts_the_latest_slot_once", f"slot {slot} started at {now.isoformat()}, when the later "
-                                                      f"slot {next_fire.isoformat()} had passed too")
+        _fail(
+            "catch_up_starts_the_latest_slot_once",
+            f"slot {slot} started at {now.isoformat()}, when the later slot {next_fire.isoformat()} had passed too",
+        )
 
 
 def one_snapshot_per_slot(key: str, written_before: bool) -> None:
@@ -387,8 +445,9 @@ def retention_respects_max_age(key: str, true_age: float, max_age: float) -> Non
     """retention_respects_max_age: retention.maxAge deletes only what is truly older than it,
     whatever the clock of the process that applies it or of the one that wrote the manifest."""
     if true_age <= max_age:
-        _fail("retention_respects_max_age", f"retention deleted {key}, {true_age:.0f}s old, under maxAge "
-                                            f"{max_age:.0f}s")
+        _fail(
+            "retention_respects_max_age", f"retention deleted {key}, {true_age:.0f}s old, under maxAge {max_age:.0f}s"
+        )
 
 
 def retention_keeps_n_by_revision(n: int, missing: list[str], unverified_extra: list[str], verified_extra: int) -> None:
@@ -396,11 +455,14 @@ def retention_keeps_n_by_revision(n: int, missing: list[str], unverified_extra: 
     the cluster's dataset by revision are kept, and beyond them only the one just written and
     one verified snapshot (the newest verified is kept)."""
     if missing or unverified_extra or verified_extra > 1:
-        _fail("retention_keeps_n_by_revision", f"maxBackups {n}: missing {missing}, kept beyond them "
-                                               f"{unverified_extra} and {verified_extra} verified")
+        _fail(
+            "retention_keeps_n_by_revision",
+            f"maxBackups {n}: missing {missing}, kept beyond them {unverified_extra} and {verified_extra} verified",
+        )
 
 
 # --- after every step -------------------------------------------------------------------------
+
 
 def single_dataset_served(world: World) -> None:
     served = set()
@@ -433,9 +495,11 @@ def diagnosis_matches_truth(world: World, health, unreachable: set, foreign_pres
     if main is None or main.leader is None or not has_quorum(world, main):
         return
     if not health.has_quorum:
-        _fail("diagnosis_matches_truth",
-              f"health {health.state.value} without quorum while {up_voters(world, main)} of "
-              f"{len(main.voters())} voters are up with a leader ({health.message})")
+        _fail(
+            "diagnosis_matches_truth",
+            f"health {health.state.value} without quorum while {up_voters(world, main)} of "
+            f"{len(main.voters())} voters are up with a leader ({health.message})",
+        )
 
 
 def converged(world: World, size: int, desired_hash: str) -> bool:
@@ -468,33 +532,63 @@ def waits_by_design(world: World, status: dict, recovery_allowed: bool) -> bool:
     # leaves it a learner in its own eyes, and etcd acts on its own view).
     # Data a quorum recovery set aside survives, but only a person brings it back: the
     # operator never restarts a member from it.
-    with_data = {d.member_id for name, d in surviving_data(world) if d.lineage == main.lineage
-                 and not name.startswith("set-aside ")
-                 and any(m.id == d.member_id and not m.is_learner for m in d.members_view)}
+    with_data = {
+        d.member_id
+        for name, d in surviving_data(world)
+        if d.lineage == main.lineage
+        and not name.startswith("set-aside ")
+        and any(m.id == d.member_id and not m.is_learner for m in d.members_view)
+    }
     voters_with_data = [m for m in main.voters() if m.id in with_data]
     if not voters_with_data:
         return True  # nothing survives: only a restore from a backup can help
     return not recovery_allowed and len(voters_with_data) < naming.quorum(len(main.voters()))
 
 
-def converges_to_spec(world: World, size: int, desired_hash: str, status: dict, recovery_allowed: bool,
-                      health) -> None:
+def converges_to_spec(world: World, size: int, desired_hash: str, status: dict, recovery_allowed: bool, health) -> None:
     if converged(world, size, desired_hash) or waits_by_design(world, status, recovery_allowed):
         return
     main = world.main
     quorum_lost = next((c for c in status.get("conditions") or [] if c["type"] == "QuorumLost"), {})
-    summary = "no cluster" if main is None else (
-        f"{len(main.voters())} voters ({up_voters(world, main)} up), {len(main.members) - len(main.voters())} "
-        f"learners, leader {'yes' if main.leader else 'no'}, pods {sorted(world.pods)}")
-    _fail("converges_to_spec", f"not converged to size {size} after faults stopped: {summary}; "
-                               f"health {health.state.value if health else '?'}, "
-                               f"QuorumLost={quorum_lost.get('status')}")
+    summary = (
+        "no cluster"
+        if main is None
+        else (
+            f"{len(main.voters())} voters ({up_voters(world, main)} up), {len(main.members) - len(main.voters())} "
+            f"learners, leader {'yes' if main.leader else 'no'}, pods {sorted(world.pods)}"
+        )
+    )
+    _fail(
+        "converges_to_spec",
+        f"not converged to size {size} after faults stopped: {summary}; "
+        f"health {health.state.value if health else '?'}, "
+        f"QuorumLost={quorum_lost.get('status')}",
+    )
 
 
 def destructive(action: a.Action) -> bool:
-    return isinstance(action, (a.RemoveMember, a.DeleteMemberPVC, a.DeleteMemberPod, a.StopMemberPod,
-                               a.ForceNewCluster, a.BeginQuorumRecovery, a.RollMember))
+    return isinstance(
+        action,
+        (
+            a.RemoveMember,
+            a.DeleteMemberPVC,
+            a.DeleteMemberPod,
+            a.StopMemberPod,
+            a.ForceNewCluster,
+            a.BeginQuorumRecovery,
+            a.RollMember,
+        ),
+    )
 
 
-__all__ = ["Violation", "ActionChecks", "single_dataset_served", "at_most_one_learner",
-           "diagnosis_matches_truth", "converges_to_spec", "converged", "has_quorum", "HealthState"]
+__all__ = [
+    "Violation",
+    "ActionChecks",
+    "single_dataset_served",
+    "at_most_one_learner",
+    "diagnosis_matches_truth",
+    "converges_to_spec",
+    "converged",
+    "has_quorum",
+    "HealthState",
+]

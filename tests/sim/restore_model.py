@@ -16,6 +16,7 @@ import collections
 import dataclasses
 
 from etcd_operator.cluster import naming
+from etcd_operator.cluster.observed import Member
 from etcd_operator.cluster.spec import ClusterSpec
 from etcd_operator.restore import builders
 from etcd_operator.restore import fence as restore_fence
@@ -25,19 +26,21 @@ from etcd_operator.restore.observed import ObjectState, Observed, TargetCluster,
 from etcd_operator.restore.spec import TERMINAL_PHASES, RestoreSpec, RestoreStatus
 from etcd_operator.restore.status import build_status
 from etcd_operator.status_patch import changed_fields as changed
-from etcd_operator.cluster.observed import Member
 from etcd_operator.timefmt import format_time
-
 from tests.sim import invariants as inv
 from tests.sim.world import CLUSTER, NAMESPACE, PVC, Data, Group, World, client_url, peer_url
 
 NAME, UID = "r1", "uid-r1"
 CLUSTER_UID = "uid-cluster"
 SNAPSHOT_REVISION = 10_000
-SPEC = RestoreSpec.from_dict({"source": {"backupRef": {"name": "b1"}},
-                              "target": {"inPlace": {"clusterName": CLUSTER}}})
-VERIFIED = (("sha256", "ab" * 32), ("snapshotEtcdVersion", "3.6.0"), ("sourceKey", "b1/snap.db"),
-            ("restoredRevision", SNAPSHOT_REVISION), ("snapshotSize", 4096))
+SPEC = RestoreSpec.from_dict({"source": {"backupRef": {"name": "b1"}}, "target": {"inPlace": {"clusterName": CLUSTER}}})
+VERIFIED = (
+    ("sha256", "ab" * 32),
+    ("snapshotEtcdVersion", "3.6.0"),
+    ("sourceKey", "b1/snap.db"),
+    ("restoredRevision", SNAPSHOT_REVISION),
+    ("snapshotSize", 4096),
+)
 # Steps that change the target's members or data: each needs the cluster's acknowledgement first.
 TOUCHING = (s.StopMembers, s.SetAsideData, s.CreateSeedVolumes, s.StartSeedPods, s.ClearQuorumRecovery)
 
@@ -92,45 +95,89 @@ class RestoreActor:
             return Observed(NAMESPACE, NAME, UID, 1, None)
         annotations, status = copy.annotations, copy.status
         ack = status.get("restoreHold") or {}
-        available = any(c.get("type") == "Available" and c.get("status") == "True"
-                        for c in status.get("conditions") or [])
+        available = any(
+            c.get("type") == "Available" and c.get("status") == "True" for c in status.get("conditions") or []
+        )
         cluster = TargetCluster(
-            name=CLUSTER, uid=CLUSTER_UID, resource_version="1", spec=ClusterSpec.from_dict(copy.spec),
-            spec_error=None, holder=annotations.get(naming.ANNOTATION_RESTORE_IN_PROGRESS),
+            name=CLUSTER,
+            uid=CLUSTER_UID,
+            resource_version="1",
+            spec=ClusterSpec.from_dict(copy.spec),
+            spec_error=None,
+            holder=annotations.get(naming.ANNOTATION_RESTORE_IN_PROGRESS),
             hold_uid=annotations.get(naming.ANNOTATION_RESTORE_HOLD),
             hold_ack=(ack["restore"], ack.get("uid") or "") if ack.get("restore") else None,
-            records=parse_records(annotations.get(builders.ANNOTATION_RESTORED_FROM)), records_error=None,
+            records=parse_records(annotations.get(builders.ANNOTATION_RESTORED_FROM)),
+            records_error=None,
             operation=(status.get("operation") or {}).get("kind"),
             recovery_approved=annotations.get(naming.ANNOTATION_APPROVE_QUORUM_RECOVERY) == "true",
-            min_ordinal=naming.min_ordinal(annotations)[0], phase=status.get("phase"), available=available,
-            ready_members=int(status.get("readyMembers") or 0), cluster_id=status.get("clusterID"),
-            deleting=copy.deleting)
-        pods = tuple(ObjectState("Pod", p.name, p.uid, p.deleting, p.phase) for p in
-                     sorted(world.pods.values(), key=lambda p: p.name))
+            min_ordinal=naming.min_ordinal(annotations)[0],
+            phase=status.get("phase"),
+            available=available,
+            ready_members=int(status.get("readyMembers") or 0),
+            cluster_id=status.get("clusterID"),
+            deleting=copy.deleting,
+        )
+        pods = tuple(
+            ObjectState("Pod", p.name, p.uid, p.deleting, p.phase)
+            for p in sorted(world.pods.values(), key=lambda p: p.name)
+        )
         pvcs = tuple(self._pvc_state(p) for p in sorted(world.pvcs.values(), key=lambda p: p.name))
         seeds = {naming.pvc_name(m) for m in RestoreStatus.from_dict(self.status).seed_members}
         # By name: a PVC set aside keeps its name (only its labels change).
         seed_pvcs = tuple(self._pvc_state(p) for p in (*world.pvcs.values(), *world.set_aside) if p.name in seeds)
-        seed_pods = tuple(ObjectState("Pod", p.name, p.uid, p.deleting, p.phase,
-                                      labels=((builders.LABEL_RESTORE_MEMBER, p.member),), owner_uids=(UID,))
-                          for p in self.seed_pods.values())
-        preserved = tuple(ObjectState("PersistentVolumeClaim", p.name, p.uid, p.deleting,
-                                      labels=((builders.LABEL_PRESERVED_BY, NAME),
-                                              (builders.LABEL_PRESERVED_FROM, CLUSTER)))
-                          for p in world.set_aside if p.uid in self.preserved_uids)
-        return Observed(NAMESPACE, NAME, UID, 1, cluster, pods=pods, pvcs=pvcs, preserved_pvcs=preserved,
-                        seed_pvcs=seed_pvcs, seed_pods=seed_pods)
+        seed_pods = tuple(
+            ObjectState(
+                "Pod",
+                p.name,
+                p.uid,
+                p.deleting,
+                p.phase,
+                labels=((builders.LABEL_RESTORE_MEMBER, p.member),),
+                owner_uids=(UID,),
+            )
+            for p in self.seed_pods.values()
+        )
+        preserved = tuple(
+            ObjectState(
+                "PersistentVolumeClaim",
+                p.name,
+                p.uid,
+                p.deleting,
+                labels=((builders.LABEL_PRESERVED_BY, NAME), (builders.LABEL_PRESERVED_FROM, CLUSTER)),
+            )
+            for p in world.set_aside
+            if p.uid in self.preserved_uids
+        )
+        return Observed(
+            NAMESPACE,
+            NAME,
+            UID,
+            1,
+            cluster,
+            pods=pods,
+            pvcs=pvcs,
+            preserved_pvcs=preserved,
+            seed_pvcs=seed_pvcs,
+            seed_pods=seed_pods,
+        )
 
     def _pvc_state(self, pvc: PVC) -> ObjectState:
-        annotations = tuple((k, v) for k, v in ((builders.ANNOTATION_SEED_OF, self.seed_of.get(pvc.name)),
-                                                (builders.ANNOTATION_RESTORED_BY, self.restored_by.get(pvc.name)))
-                            if v is not None)
+        annotations = tuple(
+            (k, v)
+            for k, v in (
+                (builders.ANNOTATION_SEED_OF, self.seed_of.get(pvc.name)),
+                (builders.ANNOTATION_RESTORED_BY, self.restored_by.get(pvc.name)),
+            )
+            if v is not None
+        )
         return ObjectState("PersistentVolumeClaim", pvc.name, pvc.uid, pvc.deleting, annotations=annotations)
 
     # --- one pass --------------------------------------------------------------------------
 
-    def act(self, sim, copy: ClusterCopy | None, own: dict, hold_acknowledged: bool,
-            cluster_deleting: bool = False) -> s.Step:
+    def act(
+        self, sim, copy: ClusterCopy | None, own: dict, hold_acknowledged: bool, cluster_deleting: bool = False
+    ) -> s.Step:
         """One pass on `copy` of the cluster and `own` (a copy of its status); `sim` holds the
         live EtcdCluster (annotations, status). Returns the step taken."""
         self._finish_seed_pods()
@@ -235,18 +282,24 @@ class RestoreActor:
                 continue
             group = self._restored(members)
             member = next(m for m in group.members if m.name == pod.member)
-            pvc.data = Data(group.cluster_id, group.lineage, member.id, SNAPSHOT_REVISION, SNAPSHOT_REVISION,
-                            group.members)
+            pvc.data = Data(
+                group.cluster_id, group.lineage, member.id, SNAPSHOT_REVISION, SNAPSHOT_REVISION, group.members
+            )
             pod.phase = "Succeeded"
 
     def _restored(self, members: tuple[str, ...]) -> Group:
         """The raft group `etcdutl snapshot restore` writes: one for all members (same token)."""
         world = self.world
         if self.restored_group is None:
-            started = tuple(Member(world.new_member_id(), m, (peer_url(m),), (client_url(m),), False)
-                            for m in members)
-            group = Group(world.rng.randint(1, 2**63), world._new_lineage(), started, SNAPSHOT_REVISION,
-                          SNAPSHOT_REVISION, world.now)
+            started = tuple(Member(world.new_member_id(), m, (peer_url(m),), (client_url(m),), False) for m in members)
+            group = Group(
+                world.rng.randint(1, 2**63),
+                world._new_lineage(),
+                started,
+                SNAPSHOT_REVISION,
+                SNAPSHOT_REVISION,
+                world.now,
+            )
             world.groups[group.lineage] = group
             world.main_lineage = group.lineage
             self.restored_group = group

@@ -11,19 +11,31 @@ import random
 from etcd_operator.cluster import actions as a
 from etcd_operator.cluster import admission, builders, naming, pacing
 from etcd_operator.cluster.decision import decide
-from etcd_operator.cluster.observed import Member
-from etcd_operator.cluster.observed import RollRecord
+from etcd_operator.cluster.observed import Member, RollRecord
 from etcd_operator.cluster.spec import ClusterSpec
 from etcd_operator.cluster.status import build_status
 from etcd_operator.cluster.timers import Sightings
 from etcd_operator.timefmt import parse_time
-
-from tests.sim import backup_model, effects, findings, invariants as inv
+from tests.sim import backup_model, effects, findings
+from tests.sim import invariants as inv
 from tests.sim.backup_actor import BackupActor
-from tests.sim.restore_model import NAME as RESTORE_NAME, UID as RESTORE_UID, ClusterCopy, RestoreActor
+from tests.sim.restore_model import NAME as RESTORE_NAME
+from tests.sim.restore_model import UID as RESTORE_UID
+from tests.sim.restore_model import ClusterCopy, RestoreActor
 from tests.sim.view import observe
-from tests.sim.world import (CLUSTER, MISSING_PRIORITY_CLASS, PVC, Data, Foreign, Group, Pod, World, client_url,
-                             merge_patch, peer_url)
+from tests.sim.world import (
+    CLUSTER,
+    MISSING_PRIORITY_CLASS,
+    PVC,
+    Data,
+    Foreign,
+    Group,
+    Pod,
+    World,
+    client_url,
+    merge_patch,
+    peer_url,
+)
 
 MAX_SKEW = 8.0
 SETTLE_STEPS = 150  # passes allowed after the last fault; converging schedules need at most ~75
@@ -72,10 +84,25 @@ BACKUP_PASSES = 30  # passes after the faults before a converged schedule may en
 AFTER_STEP, NOT_YET, WHILE_WAITING, WHEN_STEADY = 1.0, 1.0, 3.0, 15.0
 
 FAULT_WEIGHTS = {
-    "kill_member": 8, "crash_loop": 4, "delete_pod": 5, "evict_pod": 3, "lose_data": 3,
-    "partition": 6, "nospace": 4, "corrupt": 1, "resize": 7, "version": 4, "bad_image": 2,
-    "operator_kill": 5, "clock_skew": 3, "foreign_etcd": 3, "approve": 1, "fragment": 2, "isolate_member": 4,
-    "operator_down": 2, "standby_takeover": 2,
+    "kill_member": 8,
+    "crash_loop": 4,
+    "delete_pod": 5,
+    "evict_pod": 3,
+    "lose_data": 3,
+    "partition": 6,
+    "nospace": 4,
+    "corrupt": 1,
+    "resize": 7,
+    "version": 4,
+    "bad_image": 2,
+    "operator_kill": 5,
+    "clock_skew": 3,
+    "foreign_etcd": 3,
+    "approve": 1,
+    "fragment": 2,
+    "isolate_member": 4,
+    "operator_down": 2,
+    "standby_takeover": 2,
     # Last, at weight 0 in the main family, so that its schedules draw exactly as before; the
     # refused_pod family gives it a weight.
     "refused_pod_spec": 0,
@@ -101,11 +128,14 @@ def status_unhealthy_for(status: dict, now: float) -> dict:
 
 def base_spec(size: int, auto_recovery: bool) -> dict:
     return {
-        "size": size, "version": "3.6.16",
-        "recovery": {"memberUnhealthyTimeout": "60s", "quorumLossTimeout": "30s",
-                     "automaticQuorumRecovery": auto_recovery},
-        "maintenance": {"defragmentation": {"enabled": True, "minFragmentedBytes": 500,
-                                            "minFragmentedRatio": 0.3}},
+        "size": size,
+        "version": "3.6.16",
+        "recovery": {
+            "memberUnhealthyTimeout": "60s",
+            "quorumLossTimeout": "30s",
+            "automaticQuorumRecovery": auto_recovery,
+        },
+        "maintenance": {"defragmentation": {"enabled": True, "minFragmentedBytes": 500, "minFragmentedRatio": 0.3}},
     }
 
 
@@ -122,13 +152,16 @@ class Result:
     stats: collections.Counter
 
     def report(self) -> str:
-        lines = [f"seed {self.seed} family {self.family}: {self.violation}"
-                 + (f" [known finding: {self.finding}]" if self.finding else "")]
+        lines = [
+            f"seed {self.seed} family {self.family}: {self.violation}"
+            + (f" [known finding: {self.finding}]" if self.finding else "")
+        ]
         lines.append("faults: " + "; ".join(f"#{s} {f}" for s, f in self.faults) or "faults: none")
         lines.append(f"last {len(self.replay)} passes (step t actor | health members | action -> outcome):")
         lines += [f"  {line}" for line in self.replay]
-        lines.append(f"re-run: SIM_SEED={self.seed} SIM_FAMILY={self.family} "
-                     f".venv/bin/python -m pytest tests/sim -k replay -q")
+        lines.append(
+            f"re-run: SIM_SEED={self.seed} SIM_FAMILY={self.family} .venv/bin/python -m pytest tests/sim -k replay -q"
+        )
         return "\n".join(lines)
 
 
@@ -274,8 +307,13 @@ class Sim:
                 backup.deletion_mid_pass = True  # lands after the GET of a pass that decides to create
             else:
                 backup.deleting = True
-                self.faults.append((self.step, "EtcdBackup deleted" + (" (the namespace is terminating)" if
-                                                                       backup.namespace_terminating else "")))
+                self.faults.append(
+                    (
+                        self.step,
+                        "EtcdBackup deleted"
+                        + (" (the namespace is terminating)" if backup.namespace_terminating else ""),
+                    )
+                )
         elif backup.deletion_mid_pass and self.step >= self.backup_deleted_at + MID_PASS_WAIT:
             backup.deleting, backup.deletion_mid_pass = True, False
         if self.backup_gone_at is not None and self.step >= self.backup_gone_at:
@@ -314,8 +352,17 @@ class Sim:
             pvc = PVC(naming.pvc_name(n), w.uid("pvc"), m.id)
             pvc.data = Data(cluster_id, lineage, m.id, applied, applied, members)
             w.pvcs[pvc.name] = pvc
-            pod = Pod(n, w.uid("pod"), m.id, builders.pod_spec_hash(spec), "existing",
-                      f"{n}={peer_url(n)}", False, spec.version, False)
+            pod = Pod(
+                n,
+                w.uid("pod"),
+                m.id,
+                builders.pod_spec_hash(spec),
+                "existing",
+                f"{n}={peer_url(n)}",
+                False,
+                spec.version,
+                False,
+            )
             pod.ip, pod.phase, pod.up, pod.up_since, pod.waiting = w.allocate_ip(), "Running", True, w.now - 60, None
             w.pods[n] = pod
         group.leader = w.rng.choice(members).id
@@ -497,8 +544,10 @@ class Sim:
         while w.now < end:
             w.advance(min(DOWN_TICK, end - w.now))
         self._new_process()
-        self._log(f"operator_down for {length:.0f}s"
-                  + (f", {flap.name} isolated from its peers {before:.0f}s before it returns" if flap else ""))
+        self._log(
+            f"operator_down for {length:.0f}s"
+            + (f", {flap.name} isolated from its peers {before:.0f}s before it returns" if flap else "")
+        )
 
     def _fault_standby_takeover(self):
         """A standby takes over at once; its wall clock differs from the old leader's."""
@@ -549,8 +598,9 @@ class Sim:
         spec = self.spec
         unreachable = self.unreachable_now()
         annotations = self.cluster_copy().annotations if self.restore_at is not None else self.annotations
-        observed, self.operator.sightings = observe(w, self.status, annotations, unreachable, self.skew,
-                                                    self.operator.sightings, self.operator.monotonic(w.now))
+        observed, self.operator.sightings = observe(
+            w, self.status, annotations, unreachable, self.skew, self.operator.sightings, self.operator.monotonic(w.now)
+        )
         observed = admission.carry(observed, self.operator.admissions, self.operator.monotonic(w.now))
         self.operator.saw(observed, w.now)
         self.status_unhealthy_for = status_unhealthy_for(self.status, observed.now)
@@ -561,9 +611,12 @@ class Sim:
         except inv.Violation:
             self.replay.append(self._replay_line("op", observed, decision, effects.Outcome(False, "not run")))
             raise
-        if (annotations is not self.annotations and naming.ANNOTATION_RESTORE_IN_PROGRESS in self.annotations
-                and naming.ANNOTATION_RESTORE_IN_PROGRESS not in annotations
-                and not isinstance(decision.action, (a.Steady, a.Wait))):
+        if (
+            annotations is not self.annotations
+            and naming.ANNOTATION_RESTORE_IN_PROGRESS in self.annotations
+            and naming.ANNOTATION_RESTORE_IN_PROGRESS not in annotations
+            and not isinstance(decision.action, (a.Steady, a.Wait))
+        ):
             self.stats["step_decided_on_a_copy_without_the_hold"] += 1
         if self.hold_mid_pass:
             self.hold_mid_pass = False
@@ -574,16 +627,33 @@ class Sim:
         killed = self.operator.kill_pending
         self.operator.kill_pending = False
         mode = self.rng.choice(("before", "mid", "after")) if killed else None
-        outcome = self.apply(decision, observed, "op", kill_mid=mode == "mid", skip=mode == "before",
-                             seen_unhealthy_for=self.operator.unhealthy_for(w.now))
+        outcome = self.apply(
+            decision,
+            observed,
+            "op",
+            kill_mid=mode == "mid",
+            skip=mode == "before",
+            seen_unhealthy_for=self.operator.unhealthy_for(w.now),
+        )
         if outcome.admission is not None:
-            self.operator.admissions = admission.remember(self.operator.admissions, outcome.admission,
-                                                          self.operator.monotonic(w.now))
+            self.operator.admissions = admission.remember(
+                self.operator.admissions, outcome.admission, self.operator.monotonic(w.now)
+            )
         self.history.append((observed, self.status, spec))
         if mode is None and not outcome.aborted:
-            self.status = merge_patch(self.status, build_status(
-                spec, observed, decision.health, decision.action, list(decision.conditions), self.status,
-                self.generation, extra={**decision.status_fields(), **(outcome.status_patch or {})}))
+            self.status = merge_patch(
+                self.status,
+                build_status(
+                    spec,
+                    observed,
+                    decision.health,
+                    decision.action,
+                    list(decision.conditions),
+                    self.status,
+                    self.generation,
+                    extra={**decision.status_fields(), **(outcome.status_patch or {})},
+                ),
+            )
             if self.status.get("restoreHold") == {"restore": RESTORE_NAME, "uid": RESTORE_UID}:
                 self.hold_acknowledged = True
         elif observed.no_quorum_for is None and self.status.get("noQuorumSince"):
@@ -632,8 +702,9 @@ class Sim:
         self.stats.update(restore.pass_stats)
         if step.kind not in ("Wait", "Idle"):
             refused = f" (nothing created: {restore.refusal})" if restore.refusal else ""
-            self.faults.append((self.step, f"restore {step.kind}" + (f" ({step.reason})" if step.kind == "Fail" else "")
-                                + refused))
+            self.faults.append(
+                (self.step, f"restore {step.kind}" + (f" ({step.reason})" if step.kind == "Fail" else "") + refused)
+            )
             self.stats[f"restore:{step.kind}"] += 1
 
     def backup_check(self) -> None:
@@ -649,8 +720,9 @@ class Sim:
         self.stats["snapshot_source_chosen" if hasattr(choice, "role") else f"snapshot_refused:{choice.reason}"] += 1
 
     def restore_pending(self) -> bool:
-        return (self.restore_at is not None and (self.restore is None or not self.restore.done)
-                and not self.cluster_gone())
+        return (
+            self.restore_at is not None and (self.restore is None or not self.restore.done) and not self.cluster_gone()
+        )
 
     def cluster_deleting(self) -> bool:
         return self.cluster_deleted_at is not None and self.step >= self.cluster_deleted_at
@@ -680,13 +752,31 @@ class Sim:
         outcome = self.apply(decision, observed, "stale", spec=spec)
         if self.rng.random() < 0.5 and not outcome.aborted:
             self.stale_acted = True  # its old timers and operation land in status
-            self.status = merge_patch(self.status, build_status(
-                spec, observed, decision.health, decision.action, list(decision.conditions), status,
-                self.generation, extra={**decision.status_fields(), **(outcome.status_patch or {})}))
+            self.status = merge_patch(
+                self.status,
+                build_status(
+                    spec,
+                    observed,
+                    decision.health,
+                    decision.action,
+                    list(decision.conditions),
+                    status,
+                    self.generation,
+                    extra={**decision.status_fields(), **(outcome.status_patch or {})},
+                ),
+            )
             self.stats["stale_status_written"] += 1
 
-    def apply(self, decision, observed, actor: str, kill_mid: bool = False, skip: bool = False,
-              spec: ClusterSpec | None = None, seen_unhealthy_for: dict | None = None) -> effects.Outcome:
+    def apply(
+        self,
+        decision,
+        observed,
+        actor: str,
+        kill_mid: bool = False,
+        skip: bool = False,
+        spec: ClusterSpec | None = None,
+        seen_unhealthy_for: dict | None = None,
+    ) -> effects.Outcome:
         """`seen_unhealthy_for`: how long the acting process saw each member unhealthy (model
         time); None for the stale replica, whose view is the live process's of passes ago."""
         w = self.world
@@ -697,11 +787,20 @@ class Sim:
         elif isinstance(action, (a.Steady, a.Wait)):
             outcome = effects.Outcome(True)
         else:
-            waiting = (not self.recovery_allowed and self.status_condition("QuorumLost") == "True"
-                       and decision.health.state.value == "QuorumLost")
-            checks = inv.ActionChecks(w, action, self.recovery_allowed,
-                                      decision.acting_spec, waiting, seen_unhealthy_for,
-                                      held_by=self.annotations.get(naming.ANNOTATION_RESTORE_IN_PROGRESS))
+            waiting = (
+                not self.recovery_allowed
+                and self.status_condition("QuorumLost") == "True"
+                and decision.health.state.value == "QuorumLost"
+            )
+            checks = inv.ActionChecks(
+                w,
+                action,
+                self.recovery_allowed,
+                decision.acting_spec,
+                waiting,
+                seen_unhealthy_for,
+                held_by=self.annotations.get(naming.ANNOTATION_RESTORE_IN_PROGRESS),
+            )
             ctx = effects.Context(w, acting, observed, kill_at_kill_point=kill_mid, annotations=self.annotations)
             leader_before = w.main.leader if w.main else None
             outcome = effects.run(ctx, action)
@@ -730,15 +829,20 @@ class Sim:
             health = decision.health
             members = " ".join(
                 f"{(m.name or m.hex_id)}:{'L' if m.is_learner else 'V'}{'+' if health.is_healthy(m) else '-'}"
-                f"{'*' if m.id == health.leader_id else ''}" for m in health.members)
-            pods = ",".join(f"{p.name}{'' if p.ready else '!'}{'x' if p.deleting else ''}"
-                            for p in observed.pods.values())
+                f"{'*' if m.id == health.leader_id else ''}"
+                for m in health.members
+            )
+            pods = ",".join(
+                f"{p.name}{'' if p.ready else '!'}{'x' if p.deleting else ''}" for p in observed.pods.values()
+            )
             action = decision.action
             target = getattr(action, "member", "")
             result = "done" if outcome.done else f"not done ({outcome.message})"
-            lines.append(f"#{step} t={now - self.world_epoch:.0f} {actor} | {health.state.value} [{members}] "
-                         f"pods[{pods}] {'leader-list' if observed.etcd.from_leader else 'local-list'} | "
-                         f"{action.kind} {target} -> {result}")
+            lines.append(
+                f"#{step} t={now - self.world_epoch:.0f} {actor} | {health.state.value} [{members}] "
+                f"pods[{pods}] {'leader-list' if observed.etcd.from_leader else 'local-list'} | "
+                f"{action.kind} {target} -> {result}"
+            )
         return lines
 
     world_epoch = 1_700_000_000.0
@@ -761,8 +865,17 @@ class Sim:
         except Exception as e:  # the real pass raised: that is a defect too
             violation = inv.Violation("pass_completes", f"{type(e).__name__}: {e}")
         finding = findings.classify(self, violation) if violation else None
-        return Result(self.seed, self.family, violation, finding, self.faults, self.format_replay(), self.step,
-                      self.actions, self.stats)
+        return Result(
+            self.seed,
+            self.family,
+            violation,
+            finding,
+            self.faults,
+            self.format_replay(),
+            self.step,
+            self.actions,
+            self.stats,
+        )
 
     def _run(self) -> None:
         w = self.world
@@ -792,14 +905,21 @@ class Sim:
             if self.cluster_gone() and not self.restore_pending():
                 break  # nothing left to converge: the cluster is gone and its restore ended
             if self.restore_at is not None or self.backup is not None:
-                self.copies.append(ClusterCopy(dict(self.annotations), dict(self.status), dict(self.spec_dict),
-                                               self.cluster_deleting()))
+                self.copies.append(
+                    ClusterCopy(
+                        dict(self.annotations), dict(self.status), dict(self.spec_dict), self.cluster_deleting()
+                    )
+                )
             inv.single_dataset_served(w)
             inv.at_most_one_learner(w)
-            if (self.step >= self.fault_steps and self.bad_image_revert_at is None
-                    and self.refused_pod_revert_at is None and not self.unreachable_now()
-                    and not self.restore_pending()
-                    and (self.backup is None or self.step >= self.fault_steps + BACKUP_PASSES)):
+            if (
+                self.step >= self.fault_steps
+                and self.bad_image_revert_at is None
+                and self.refused_pod_revert_at is None
+                and not self.unreachable_now()
+                and not self.restore_pending()
+                and (self.backup is None or self.step >= self.fault_steps + BACKUP_PASSES)
+            ):
                 spec = self.last_decision.acting_spec
                 if inv.converged(w, spec.size, self.desired_hash(spec)):
                     stable += 1
@@ -816,8 +936,9 @@ class Sim:
         if self.cluster_gone():
             return
         spec = self.last_decision.acting_spec
-        inv.converges_to_spec(w, spec.size, self.desired_hash(spec), self.status, self.recovery_allowed,
-                              self.last_decision.health)
+        inv.converges_to_spec(
+            w, spec.size, self.desired_hash(spec), self.status, self.recovery_allowed, self.last_decision.health
+        )
 
     def _count_coverage(self) -> None:
         main = self.world.main

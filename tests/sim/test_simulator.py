@@ -43,8 +43,10 @@ def test_an_action_without_handler_is_an_error():
 def test_fault_schedules_keep_every_invariant(block):
     unknown = _unknown(MAIN.block(block))
     if unknown:
-        pytest.fail(f"{len(unknown)} schedule(s) broke an invariant:\n\n" + "\n\n".join(
-            r.report() for r in unknown[:SHOWN]), pytrace=False)
+        pytest.fail(
+            f"{len(unknown)} schedule(s) broke an invariant:\n\n" + "\n\n".join(r.report() for r in unknown[:SHOWN]),
+            pytrace=False,
+        )
 
 
 def test_a_refused_pod_spec_never_costs_a_member():
@@ -53,8 +55,10 @@ def test_a_refused_pod_spec_never_costs_a_member():
     (pod_recreatable), and every other invariant holds."""
     unknown = _unknown(REFUSED_POD.all_violations())
     if unknown:
-        pytest.fail(f"{len(unknown)} schedule(s) broke an invariant:\n\n" + "\n\n".join(
-            r.report() for r in unknown[:SHOWN]), pytrace=False)
+        pytest.fail(
+            f"{len(unknown)} schedule(s) broke an invariant:\n\n" + "\n\n".join(r.report() for r in unknown[:SHOWN]),
+            pytrace=False,
+        )
     assert REFUSED_POD.stats["fault:refused_pod_spec"] >= REFUSED_POD.schedules // 10
     assert REFUSED_POD.with_action["CheckPodSpec"] >= REFUSED_POD.schedules // 10
 
@@ -64,8 +68,9 @@ def test_known_finding(name, request):
     """One test per defect the simulator found in the current planner/observer. Marked
     xfail(strict): it fails while the defect reproduces; once fixed it passes and the strict
     xfail turns red, telling you to delete the entry from tests/sim/findings.py."""
-    request.applymarker(pytest.mark.xfail(strict=name not in findings.RARE,
-                                          reason=f"known defect {name}: {findings.FINDINGS[name]}"))
+    request.applymarker(
+        pytest.mark.xfail(strict=name not in findings.RARE, reason=f"known defect {name}: {findings.FINDINGS[name]}")
+    )
     hits = [r for r in MAIN.all_violations() if r.finding == name]
     if hits:
         pytest.fail(f"{len(hits)} schedules; first:\n{hits[0].report()}", pytrace=False)
@@ -100,8 +105,9 @@ def test_a_restore_hold_set_while_a_pass_decides_breaks_nothing():
 def test_an_in_place_restore_beside_its_cluster_breaks_nothing():
     """The restore_race family: the real restore planner and the cluster's act in one world,
     each now and then on an old copy of the EtcdCluster (the restore's without the cluster pass of
-    the same step; the restore also on a copy of its own status some passes old). No member pod or PVC is created and the membership does not
-    change while the hold stands (no_member_created_while_held), the restore touches nothing
+    the same step; the restore also on a copy of its own status some passes old). No member
+    pod or PVC is created and the membership does not change while the hold stands
+    (no_member_created_while_held), the restore touches nothing
     before the cluster acknowledged its hold (restore_waits_for_hold_ack), the cluster
     converges on the restored data, a backup starting at any pass would snapshot only the
     cluster's current data (snapshot_from_the_cluster_itself) and the verification pod serves
@@ -129,13 +135,15 @@ def test_an_in_place_restore_beside_its_cluster_breaks_nothing():
 def test_a_restore_creates_nothing_for_a_cluster_deleted_after_its_copy():
     """FIXED restore_creates_on_a_copy_from_before_the_deletion: the restore executor reads the
     live target right before each create (restore/fence.py)."""
-    hits = [r for r in RESTORE_RACE.all_violations()
-            if r.finding == "restore_creates_on_a_copy_from_before_the_deletion"]
+    hits = [
+        r for r in RESTORE_RACE.all_violations() if r.finding == "restore_creates_on_a_copy_from_before_the_deletion"
+    ]
     if hits:
         pytest.fail(f"{len(hits)} schedules; first:\n{hits[0].report()}", pytrace=False)
     # Not vacuous: passes decided to create on a copy from before the deletion, and the fence refused.
-    assert RESTORE_RACE.stats["create_refused_by_the_live_target"] >= RESTORE_RACE.schedules // 100, \
-        coverage_table(RESTORE_RACE)
+    assert RESTORE_RACE.stats["create_refused_by_the_live_target"] >= RESTORE_RACE.schedules // 100, coverage_table(
+        RESTORE_RACE
+    )
 
 
 def test_a_restore_on_an_old_copy_of_its_status_keeps_track_of_the_data_it_set_aside():
@@ -145,8 +153,9 @@ def test_a_restore_on_an_old_copy_of_its_status_keeps_track_of_the_data_it_set_a
     if hits:
         pytest.fail(f"{len(hits)} schedules; first:\n{hits[0].report()}", pytrace=False)
     # Not vacuous: members were chosen on copies of the status that did not list the data set aside.
-    assert RESTORE_RACE.stats["members_chosen_on_a_copy_without_the_set_aside_data"] >= \
-        RESTORE_RACE.schedules // 50, coverage_table(RESTORE_RACE)
+    assert RESTORE_RACE.stats["members_chosen_on_a_copy_without_the_set_aside_data"] >= RESTORE_RACE.schedules // 50, (
+        coverage_table(RESTORE_RACE)
+    )
 
 
 def test_a_backup_beside_its_cluster_breaks_nothing():
@@ -167,14 +176,34 @@ def test_a_backup_beside_its_cluster_breaks_nothing():
     # Not vacuous: each fault and each path of the planner and the runner was met.
     table = coverage_table(BACKUP_RACE)
     tenth = BACKUP_RACE.schedules // 10
-    for stat in ("backup:StartSlot", "backup:RunBackup", "backup_snapshot_taken", "backup_retention_deleted",
-                 "backup:StartVerification", "backup:CreateScratchPod", "backup:FinishVerification",
-                 "backup:RetrySlot", "backup_killed", "backup_s3_refused", "backup_status_write_refused",
-                 "backup_upload_failed", "backup_pod_create_refused", "backup_deleted", "cluster_deleted",
-                 "fault:operator_down", "fault:standby_takeover", "old_cluster_copy", "restore:Complete"):
+    for stat in (
+        "backup:StartSlot",
+        "backup:RunBackup",
+        "backup_snapshot_taken",
+        "backup_retention_deleted",
+        "backup:StartVerification",
+        "backup:CreateScratchPod",
+        "backup:FinishVerification",
+        "backup:RetrySlot",
+        "backup_killed",
+        "backup_s3_refused",
+        "backup_status_write_refused",
+        "backup_upload_failed",
+        "backup_pod_create_refused",
+        "backup_deleted",
+        "cluster_deleted",
+        "fault:operator_down",
+        "fault:standby_takeover",
+        "old_cluster_copy",
+        "restore:Complete",
+    ):
         assert BACKUP_RACE.stats[stat] >= tenth, f"{stat}\n{table}"
-    for stat in ("backup_slot_already_ran", "backup_create_refused_by_the_live_fence",
-                 "backup:WaitForPrerequisite", "backup_deleted_mid_pass"):
+    for stat in (
+        "backup_slot_already_ran",
+        "backup_create_refused_by_the_live_fence",
+        "backup:WaitForPrerequisite",
+        "backup_deleted_mid_pass",
+    ):
         assert BACKUP_RACE.stats[stat] >= 2, f"{stat}\n{table}"
 
 
@@ -204,11 +233,29 @@ def test_schedules_exercise_deletions_rolls_leader_moves_and_recoveries():
     MAIN.all_violations()  # every block has run
     print("\n" + coverage_table(MAIN) + "\n" + coverage_table(STALE))
     minimum = MAIN.schedules // 100  # each appears in at least 1 % of the schedules
-    for kind in ("DeleteMemberPod", "DeleteMemberPVC", "RollMember", "MoveLeader", "RemoveMember",
-                 "AddLearner", "PromoteLearner", "BeginQuorumRecovery", "ForceNewCluster", "FinishQuorumRecovery",
-                 "Defragment", "StopMemberPod", "SettleMemberPod", "CreateMemberPod", "BootstrapFirstMember",
-                 "RestartFailedPod", "SetAsideMemberData", "BeginSpaceRecovery", "CompactRevisions",
-                 "DefragmentForSpace", "DisarmNoSpaceAlarm"):
+    for kind in (
+        "DeleteMemberPod",
+        "DeleteMemberPVC",
+        "RollMember",
+        "MoveLeader",
+        "RemoveMember",
+        "AddLearner",
+        "PromoteLearner",
+        "BeginQuorumRecovery",
+        "ForceNewCluster",
+        "FinishQuorumRecovery",
+        "Defragment",
+        "StopMemberPod",
+        "SettleMemberPod",
+        "CreateMemberPod",
+        "BootstrapFirstMember",
+        "RestartFailedPod",
+        "SetAsideMemberData",
+        "BeginSpaceRecovery",
+        "CompactRevisions",
+        "DefragmentForSpace",
+        "DisarmNoSpaceAlarm",
+    ):
         assert MAIN.with_action[kind] >= minimum, f"only {MAIN.with_action[kind]} schedules took {kind}"
     assert MAIN.stats["leader_changes"] >= minimum
 

@@ -5,14 +5,23 @@ highest raft index, `errors` as etcd's Status RPC formats them."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from etcd_operator.cluster import naming
-from etcd_operator.cluster.observed import (DefragmentationRecord, EtcdView, MemberStatus, Observed, Operation, PodView,
-                                            PVCView, RollRecord, SpaceRecoveryRecord)
 from etcd_operator.cluster.identity import member_list_sources, parse_hex_id, split_foreign
+from etcd_operator.cluster.observed import (
+    DefragmentationRecord,
+    EtcdView,
+    MemberStatus,
+    Observed,
+    Operation,
+    PodView,
+    PVCView,
+    RollRecord,
+    SpaceRecoveryRecord,
+)
 from etcd_operator.cluster.timers import Sightings, carry_timers
-
 from tests.sim.world import CLUSTER, NAMESPACE, Foreign, World
 
 NO_LEADER = "etcdserver: no leader"
@@ -28,9 +37,23 @@ def pod_view(world: World, pod) -> PodView:
         group = world.groups.get(data.lineage) if data else None
         ready = group is not None and group.leader is not None and not world.cut_off(pod, group)
     started = world.member_up(pod)  # the startup probe (/livez) passes once etcd runs
-    key = (pod.name, pod.uid, pod.member_id, pod.phase, ready, pod.deleting, pod.ip, pod.spec_hash,
-           pod.initial_state, pod.initial_cluster, pod.force_new_cluster, pod.restarts, pod.waiting, started,
-           pod.quota_bytes)
+    key = (
+        pod.name,
+        pod.uid,
+        pod.member_id,
+        pod.phase,
+        ready,
+        pod.deleting,
+        pod.ip,
+        pod.spec_hash,
+        pod.initial_state,
+        pod.initial_cluster,
+        pod.force_new_cluster,
+        pod.restarts,
+        pod.waiting,
+        started,
+        pod.quota_bytes,
+    )
     view = _views.get(key)
     if view is None:
         if len(_views) > 50_000:
@@ -56,8 +79,20 @@ def status_at(world: World, ip: str, serving: dict):
     """What etcd's Status RPC answers on an address, or an error text."""
     foreign = world.foreign.get(ip)
     if foreign is not None:
-        return MemberStatus(foreign.cluster_id, foreign.member_id, foreign.member_id, "3.6.16", 5000, 5000,
-                            foreign.applied, foreign.applied, foreign.applied, 7, False, ()), foreign
+        return MemberStatus(
+            foreign.cluster_id,
+            foreign.member_id,
+            foreign.member_id,
+            "3.6.16",
+            5000,
+            5000,
+            foreign.applied,
+            foreign.applied,
+            foreign.applied,
+            7,
+            False,
+            (),
+        ), foreign
     pod = serving.get(ip)
     if pod is not None:
         data = world.data_of(pod)
@@ -65,8 +100,20 @@ def status_at(world: World, ip: str, serving: dict):
         member = next((m for m in data.members_view if m.id == data.member_id), None)  # its local view
         leader = 0 if world.cut_off(pod, group) else (group.leader or 0)
         errors = ((NO_LEADER,) if not leader else ()) + alarm_errors(data.member_id, group.alarms)
-        key = (group.cluster_id, data.member_id, leader, pod.version, data.db_size, data.db_in_use,
-               data.revision, data.applied, data.applied, 2, bool(member and member.is_learner), errors)
+        key = (
+            group.cluster_id,
+            data.member_id,
+            leader,
+            pod.version,
+            data.db_size,
+            data.db_in_use,
+            data.revision,
+            data.applied,
+            data.applied,
+            2,
+            bool(member and member.is_learner),
+            errors,
+        )
         status = _views.get(key)
         if status is None:
             status = _views[key] = MemberStatus(*key)
@@ -74,8 +121,15 @@ def status_at(world: World, ip: str, serving: dict):
     return "dial tcp " + ip + ":2379: connect: connection refused", None
 
 
-def observe(world: World, status: Mapping[str, Any], annotations: Mapping[str, str], unreachable: set[str],
-            skew: float, sightings: Sightings, monotonic_now: float) -> tuple[Observed, Sightings]:
+def observe(
+    world: World,
+    status: Mapping[str, Any],
+    annotations: Mapping[str, str],
+    unreachable: set[str],
+    skew: float,
+    sightings: Sightings,
+    monotonic_now: float,
+) -> tuple[Observed, Sightings]:
     """`sightings` and `monotonic_now` are the observing process's own memory and clock
     (ClusterObserver.sightings and .clock); `skew` is its wall clock's error."""
     pods = {name: pod_view(world, world.pods[name]) for name in sorted(world.pods)}
@@ -113,15 +167,28 @@ def observe(world: World, status: Mapping[str, Any], annotations: Mapping[str, s
             if cluster_id != st.cluster_id:
                 errors[endpoint] = f"member list for another cluster ({cluster_id:x}); not trusted"
                 continue
-            etcd = EtcdView(members=tuple(members), statuses=statuses, cluster_id=cluster_id,
-                            leader_id=st.leader_id or None,
-                            from_leader=bool(st.leader_id) and st.leader_id == st.member_id,
-                            errors=errors, endpoints=endpoint_of, foreign=foreign)
+            etcd = EtcdView(
+                members=tuple(members),
+                statuses=statuses,
+                cluster_id=cluster_id,
+                leader_id=st.leader_id or None,
+                from_leader=bool(st.leader_id) and st.leader_id == st.member_id,
+                errors=errors,
+                endpoints=endpoint_of,
+                foreign=foreign,
+            )
             break
     versions = [s.version for s in statuses.values()]
     observed = Observed(
-        cluster=CLUSTER, namespace=NAMESPACE, uid="uid-cluster", now=world.now + skew,
-        pods=pods, pvcs=pvcs, etcd=etcd, unhealthy_for={}, no_quorum_for=None,
+        cluster=CLUSTER,
+        namespace=NAMESPACE,
+        uid="uid-cluster",
+        now=world.now + skew,
+        pods=pods,
+        pvcs=pvcs,
+        etcd=etcd,
+        unhealthy_for={},
+        no_quorum_for=None,
         running_version=min(versions, key=lambda v: tuple(int(x) for x in v.split(".")), default=None),
         recovery_approved=annotations.get(naming.ANNOTATION_APPROVE_QUORUM_RECOVERY) == "true",
         operation=Operation.from_dict(status.get("operation")),
@@ -143,5 +210,11 @@ def observe(world: World, status: Mapping[str, Any], annotations: Mapping[str, s
 
 def _foreign_member(foreign: Foreign):
     from etcd_operator.cluster.observed import Member
-    return Member(foreign.member_id, "other-0", ("http://other-0.other-peer.elsewhere.svc:2380",),
-                  ("http://other-0.other-peer.elsewhere.svc:2379",), False)
+
+    return Member(
+        foreign.member_id,
+        "other-0",
+        ("http://other-0.other-peer.elsewhere.svc:2380",),
+        ("http://other-0.other-peer.elsewhere.svc:2379",),
+        False,
+    )

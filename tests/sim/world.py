@@ -46,8 +46,7 @@ def api_refuses_pod(spec) -> bool:
 class Data:
     """The content of one data directory (a PVC). Empty directories are None on the PVC."""
 
-    __slots__ = ("cluster_id", "lineage", "member_id", "applied", "revision", "members_view",
-                 "db_size", "db_in_use")
+    __slots__ = ("cluster_id", "lineage", "member_id", "applied", "revision", "members_view", "db_size", "db_in_use")
 
     def __init__(self, cluster_id, lineage, member_id, applied, revision, members_view):
         self.cluster_id = cluster_id
@@ -74,13 +73,34 @@ class PVC:
 
 
 class Pod:
-    __slots__ = ("name", "uid", "member_id", "phase", "deleting", "ip", "spec_hash", "initial_state",
-                 "initial_cluster", "force_new_cluster", "restarts", "waiting", "up", "up_since",
-                 "version", "bad_image", "crash_until", "fail_reason", "ip_released", "isolated_until", "quota_bytes",
-                 "stops_at")
+    __slots__ = (
+        "name",
+        "uid",
+        "member_id",
+        "phase",
+        "deleting",
+        "ip",
+        "spec_hash",
+        "initial_state",
+        "initial_cluster",
+        "force_new_cluster",
+        "restarts",
+        "waiting",
+        "up",
+        "up_since",
+        "version",
+        "bad_image",
+        "crash_until",
+        "fail_reason",
+        "ip_released",
+        "isolated_until",
+        "quota_bytes",
+        "stops_at",
+    )
 
-    def __init__(self, name, uid, member_id, spec_hash, initial_state, initial_cluster, force_new_cluster,
-                 version, bad_image):
+    def __init__(
+        self, name, uid, member_id, spec_hash, initial_state, initial_cluster, force_new_cluster, version, bad_image
+    ):
         self.name = name
         self.uid = uid
         self.member_id = member_id
@@ -108,8 +128,19 @@ class Pod:
 class Group:
     """One raft group: the members sharing a dataset lineage."""
 
-    __slots__ = ("cluster_id", "lineage", "_members", "_by_id", "leader", "election_due", "alarms", "committed",
-                 "revision", "lost_since", "leader_changes")
+    __slots__ = (
+        "cluster_id",
+        "lineage",
+        "_members",
+        "_by_id",
+        "leader",
+        "election_due",
+        "alarms",
+        "committed",
+        "revision",
+        "lost_since",
+        "leader_changes",
+    )
 
     def __init__(self, cluster_id, lineage, members, committed, revision, now):
         self.cluster_id = cluster_id
@@ -382,8 +413,10 @@ class World:
         data.lineage, data.members_view = lineage, group.members
         self.groups[lineage] = group
         self.main_lineage = lineage
-        self.events.append(f"{pod.name} forced a new cluster from applied index {data.applied - 1}"
-                           + ("" if member else " (it was not a member)"))
+        self.events.append(
+            f"{pod.name} forced a new cluster from applied index {data.applied - 1}"
+            + ("" if member else " (it was not a member)")
+        )
 
     # --- time passing -------------------------------------------------------------------
 
@@ -416,9 +449,12 @@ class World:
         voters = group.voters()
         up_voters = [m for m in voters if m.id in up]
         has_quorum = bool(voters) and len(up_voters) >= naming.quorum(len(voters))
-        if group.leader is not None and (group.leader not in up or not has_quorum
-                                         or group.member(group.leader) is None
-                                         or group.member(group.leader).is_learner):
+        if group.leader is not None and (
+            group.leader not in up
+            or not has_quorum
+            or group.member(group.leader) is None
+            or group.member(group.leader).is_learner
+        ):
             group.leader = None
             group.election_due = self.now + ELECTION_TIMEOUT * self.rng.uniform(1.0, 3.0)
         if group.leader is None and has_quorum and self.now >= group.election_due:
@@ -539,8 +575,12 @@ class World:
         pod = up.get(member_id)
         applied = self.data_of(pod).applied if pod else 0
         leader_pod = up.get(group.leader)
-        if (pod is None or applied < group.committed * LEARNER_READY_PERCENT
-                or leader_pod is None or leader_pod.isolated_until > self.now):
+        if (
+            pod is None
+            or applied < group.committed * LEARNER_READY_PERCENT
+            or leader_pod is None
+            or leader_pod.isolated_until > self.now
+        ):
             raise Refused("etcdserver: can only promote a learner member which is in sync with leader")
         voters = group.voters()
         started = [m for m in voters if m.name]

@@ -9,7 +9,8 @@ import pathlib
 import pytest
 import yaml
 
-from etcd_operator import denied_flags, schema_limits as limits
+from etcd_operator import denied_flags
+from etcd_operator import schema_limits as limits
 from etcd_operator.backup import schedule
 from tests.support.kubectl import kubectl, kubectl_json
 
@@ -35,8 +36,9 @@ def crds(substrate):
 
 
 def manifest(kind: str, name: str, namespace: str, spec: dict) -> str:
-    return json.dumps({"apiVersion": GROUP, "kind": kind,
-                       "metadata": {"name": name, "namespace": namespace}, "spec": spec})
+    return json.dumps(
+        {"apiVersion": GROUP, "kind": kind, "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+    )
 
 
 def test_every_crd_is_structural_with_status_printer_columns_and_short_names():
@@ -67,12 +69,17 @@ INVALID = [
     ("EtcdCluster", {"version": "3.4.27"}, "supported etcd release: 3.5.x or 3.6.x"),
     ("EtcdCluster", {"storage": {"emptyDir": {}, "size": "1Gi"}}, "use either emptyDir or a PVC"),
     ("EtcdBackup", {"clusterRef": {"name": "x"}, "storage": {"s3": {"bucket": "b"}}}, "at least 3 chars"),
-    ("EtcdBackup", {"clusterRef": {"name": "x"}, "schedule": "* * *", "storage": {"s3": {"bucket": "bkt"}}},
-     "cron expression with 5 fields"),
-    ("EtcdRestore", {"source": {}, "target": {"newCluster": {"name": "n"}}},
-     "exactly one of backupRef or s3"),
-    ("EtcdRestore", {"source": {"backupRef": {"name": "b"}}, "target": {"inPlace": {"clusterName": "c", "confirm": False}}},
-     "confirm must be true"),
+    (
+        "EtcdBackup",
+        {"clusterRef": {"name": "x"}, "schedule": "* * *", "storage": {"s3": {"bucket": "bkt"}}},
+        "cron expression with 5 fields",
+    ),
+    ("EtcdRestore", {"source": {}, "target": {"newCluster": {"name": "n"}}}, "exactly one of backupRef or s3"),
+    (
+        "EtcdRestore",
+        {"source": {"backupRef": {"name": "b"}}, "target": {"inPlace": {"clusterName": "c", "confirm": False}}},
+        "confirm must be true",
+    ),
 ]
 
 
@@ -96,8 +103,11 @@ def dry_run(kind: str, name: str, namespace: str, spec: dict):
     return kubectl("apply", "--dry-run=server", "-f", "-", input=manifest(kind, name, namespace, spec), check=False)
 
 
-MAXIMA = {"EtcdCluster": limits.CLUSTER_NAME_MAX, "EtcdBackup": limits.BACKUP_NAME_MAX,
-          "EtcdRestore": limits.RESTORE_NAME_MAX}
+MAXIMA = {
+    "EtcdCluster": limits.CLUSTER_NAME_MAX,
+    "EtcdBackup": limits.BACKUP_NAME_MAX,
+    "EtcdRestore": limits.RESTORE_NAME_MAX,
+}
 
 
 @pytest.mark.parametrize("kind", sorted(MAXIMA))
@@ -140,18 +150,32 @@ assert len(EXTRA_ARGS) == len(denied_flags.GROUPS)
 MORE_INVALID = [
     ("EtcdRestore", restore_into("c" * (limits.CLUSTER_NAME_MAX + 1)), "Too long: may not be more than 53"),
     ("EtcdRestore", restore_into("9lives"), "spec.target.newCluster.name must start with a letter"),
-    ("EtcdCluster", {"maintenance": {"defragmentation": {"minFragmentedRatio": 0}}},
-     DEFRAG_MESSAGE.format("minFragmentedRatio")),
+    (
+        "EtcdCluster",
+        {"maintenance": {"defragmentation": {"minFragmentedRatio": 0}}},
+        DEFRAG_MESSAGE.format("minFragmentedRatio"),
+    ),
     ("EtcdCluster", {"maintenance": {"defragmentation": {"minFragmentedRatio": 1.5}}}, "less than or equal to 1"),
-    ("EtcdCluster", {"maintenance": {"defragmentation": {"minFragmentedBytes": 0}}},
-     DEFRAG_MESSAGE.format("minFragmentedBytes")),
+    (
+        "EtcdCluster",
+        {"maintenance": {"defragmentation": {"minFragmentedBytes": 0}}},
+        DEFRAG_MESSAGE.format("minFragmentedBytes"),
+    ),
     ("EtcdCluster", {"etcd": {"extraArgs": {"log-level=debug": ""}}}, "keys must be etcd flag names"),
-    *[("EtcdCluster", {"etcd": {"extraArgs": {flag: value}}}, group.message)
-      for (flag, value), group in zip(EXTRA_ARGS.items(), denied_flags.GROUPS, strict=True)],
-    ("EtcdCluster", {"recovery": {"quorumLossTimeout": f"{limits.QUORUM_LOSS_TIMEOUT_MIN_SECONDS - 1}s"}},
-     f"quorumLossTimeout must be at least {limits.QUORUM_LOSS_TIMEOUT_MIN_SECONDS}s"),
-    ("EtcdCluster", {"recovery": {"memberUnhealthyTimeout": "0.4m"}},
-     f"memberUnhealthyTimeout must be at least {limits.MEMBER_UNHEALTHY_TIMEOUT_MIN_SECONDS}s"),
+    *[
+        ("EtcdCluster", {"etcd": {"extraArgs": {flag: value}}}, group.message)
+        for (flag, value), group in zip(EXTRA_ARGS.items(), denied_flags.GROUPS, strict=True)
+    ],
+    (
+        "EtcdCluster",
+        {"recovery": {"quorumLossTimeout": f"{limits.QUORUM_LOSS_TIMEOUT_MIN_SECONDS - 1}s"}},
+        f"quorumLossTimeout must be at least {limits.QUORUM_LOSS_TIMEOUT_MIN_SECONDS}s",
+    ),
+    (
+        "EtcdCluster",
+        {"recovery": {"memberUnhealthyTimeout": "0.4m"}},
+        f"memberUnhealthyTimeout must be at least {limits.MEMBER_UNHEALTHY_TIMEOUT_MIN_SECONDS}s",
+    ),
     ("EtcdBackup", backup_with_schedule("0 0 * * * * *"), "cron expression with 5 fields"),
     ("EtcdBackup", backup_with_schedule("60 * * * *"), "the minute field (field 1) takes values 0-59"),
     ("EtcdBackup", backup_with_schedule("0 7,24 * * *"), "the hour field (field 2) takes values 0-23"),
@@ -174,12 +198,23 @@ def test_specs_that_defeat_the_operator_are_refused_with_a_readable_message(crds
 AT_THE_LIMITS = [
     {"maintenance": {"defragmentation": {"minFragmentedRatio": 1, "minFragmentedBytes": 1}}},
     {"maintenance": {"defragmentation": {"minFragmentedRatio": 0.01}}},
-    {"recovery": {"quorumLossTimeout": f"{limits.QUORUM_LOSS_TIMEOUT_MIN_SECONDS}s",
-                  "memberUnhealthyTimeout": f"{limits.MEMBER_UNHEALTHY_TIMEOUT_MIN_SECONDS}s"}},
+    {
+        "recovery": {
+            "quorumLossTimeout": f"{limits.QUORUM_LOSS_TIMEOUT_MIN_SECONDS}s",
+            "memberUnhealthyTimeout": f"{limits.MEMBER_UNHEALTHY_TIMEOUT_MIN_SECONDS}s",
+        }
+    },
     {"recovery": {"quorumLossTimeout": "1h0m0.5s", "memberUnhealthyTimeout": "0.5m"}},
-    {"etcd": {"extraArgs": {"--log-level": "debug", "max-request-bytes": "2097152",
-                            "-experimental-initial-corrupt-check": "true",
-                            "feature-gates": "InitialCorruptCheck=true"}}},
+    {
+        "etcd": {
+            "extraArgs": {
+                "--log-level": "debug",
+                "max-request-bytes": "2097152",
+                "-experimental-initial-corrupt-check": "true",
+                "feature-gates": "InitialCorruptCheck=true",
+            }
+        }
+    },
     {"pod": {"imagePullSecrets": [{"name": "registry-a"}, {"name": "registry-b"}]}},
 ]
 
@@ -192,10 +227,26 @@ def test_cluster_specs_at_the_limits_are_accepted(crds, namespace, spec):
 
 # Schedules croniter accepts (the operator's parser): the schema must not refuse any of them.
 CRONITER_VALID = [
-    "*/5 * * * *", "0 0-23/2 * * *", "59 23 31 12 7", "0 0 1-31/2 * *", "0 0 * JAN-MAR MON-FRI",
-    "0 0 L * *", "0 0 15W * *", "0 0 ? * 5#2", "0 0 * * sun,7", "00 09 01 01 00", "5-1 * * * *",
-    "*/5,7 * * * *", "5/10 * * * *", "0 * * * * */15", "0 * * * * 59", "R 3 * * *", "0  0 * * *", "@hourly",
-    "0 0 1-0 * *", "0 0 0-0 1 *",  # croniter takes 0 as a range end in day and month
+    "*/5 * * * *",
+    "0 0-23/2 * * *",
+    "59 23 31 12 7",
+    "0 0 1-31/2 * *",
+    "0 0 * JAN-MAR MON-FRI",
+    "0 0 L * *",
+    "0 0 15W * *",
+    "0 0 ? * 5#2",
+    "0 0 * * sun,7",
+    "00 09 01 01 00",
+    "5-1 * * * *",
+    "*/5,7 * * * *",
+    "5/10 * * * *",
+    "0 * * * * */15",
+    "0 * * * * 59",
+    "R 3 * * *",
+    "0  0 * * *",
+    "@hourly",
+    "0 0 1-0 * *",
+    "0 0 0-0 1 *",  # croniter takes 0 as a range end in day and month
 ]
 
 
@@ -203,10 +254,18 @@ def test_schedules_croniter_accepts_pass_the_schema(crds, namespace):
     assert all(schedule.parses(s) for s in CRONITER_VALID)
     out_of_range = [spec["schedule"] for _, spec, message in MORE_INVALID if "takes values" in message]
     assert out_of_range and not any(schedule.parses(s) for s in out_of_range)
-    docs = [json.loads(manifest("EtcdBackup", f"ok-{i}", namespace, backup_with_schedule(s)))
-            for i, s in enumerate(CRONITER_VALID)]
-    result = kubectl("apply", "--dry-run=server", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
-                                                                                "items": docs}), check=False)
+    docs = [
+        json.loads(manifest("EtcdBackup", f"ok-{i}", namespace, backup_with_schedule(s)))
+        for i, s in enumerate(CRONITER_VALID)
+    ]
+    result = kubectl(
+        "apply",
+        "--dry-run=server",
+        "-f",
+        "-",
+        input=json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}),
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
 
 
@@ -216,8 +275,9 @@ def test_objects_stored_before_the_name_rules_can_still_be_updated_and_deleted(c
     name = "a" * (limits.CLUSTER_NAME_MAX + 7)
     older = yaml.safe_load((CRDS / "etcdclusters.yaml").read_text())
     schema = older["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
-    schema["x-kubernetes-validations"] = [r for r in schema["x-kubernetes-validations"]
-                                          if "metadata.name" not in r["rule"]]
+    schema["x-kubernetes-validations"] = [
+        r for r in schema["x-kubernetes-validations"] if "metadata.name" not in r["rule"]
+    ]
     try:
         kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=json.dumps(older))
         created = json.loads(manifest("EtcdCluster", name, namespace, VALID["EtcdCluster"]))
@@ -228,11 +288,22 @@ def test_objects_stored_before_the_name_rules_can_still_be_updated_and_deleted(c
     no_finalizers = json.dumps({"metadata": {"finalizers": None}})
     try:
         # The rule is in force for new objects ...
-        assert f"at most {limits.CLUSTER_NAME_MAX} characters" in dry_run("EtcdCluster", name + "b", namespace,
-                                                                              VALID["EtcdCluster"]).stderr
+        assert (
+            f"at most {limits.CLUSTER_NAME_MAX} characters"
+            in dry_run("EtcdCluster", name + "b", namespace, VALID["EtcdCluster"]).stderr
+        )
         # ... and the stored one still takes a status write, a delete and the finalizer's removal.
-        kubectl("patch", "etcdcluster", name, "-n", namespace, "--subresource=status", "--type=merge",
-                "-p", json.dumps({"status": {"phase": "Running"}}))
+        kubectl(
+            "patch",
+            "etcdcluster",
+            name,
+            "-n",
+            namespace,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            json.dumps({"status": {"phase": "Running"}}),
+        )
         kubectl("delete", "etcdcluster", name, "-n", namespace, "--wait=false")
         kubectl("patch", "etcdcluster", name, "-n", namespace, "--type=merge", "-p", no_finalizers)
         assert kubectl("get", "etcdcluster", name, "-n", namespace, check=False).returncode != 0

@@ -64,9 +64,7 @@ async def test_learner_add_promote_remove(first_member, binary_dir, tmp_path):
 
         learner, members = await client.add_learner([joiner.peer_url])
         assert learner.is_learner and not learner.started
-        initial_cluster = ",".join(
-            f"{m.name or 'm1'}={m.peer_urls[0]}" for m in members
-        )
+        initial_cluster = ",".join(f"{m.name or 'm1'}={m.peer_urls[0]}" for m in members)
         joiner.start(initial_cluster=initial_cluster, state="existing")
         try:
             joiner.wait_healthy()
@@ -80,6 +78,7 @@ async def test_learner_add_promote_remove(first_member, binary_dir, tmp_path):
                 async def joiner_status():
                     status = await joined.status()
                     return status if not status.is_learner else None
+
                 status = await wait_until(joiner_status)
                 assert not status.is_learner
                 assert await joined.get(b"/k") == b"before-join"
@@ -122,13 +121,17 @@ async def test_snapshot_streams_to_bytes(first_member, binary_dir, tmp_path):
     snapshot_file = tmp_path / "snap.db"
     snapshot_file.write_bytes(data)
     out = await asyncio.to_thread(
-        subprocess.run, [str(binary_dir / "etcdutl"), "snapshot", "status", str(snapshot_file), "-w", "json"],
-        check=True, capture_output=True, text=True,
+        subprocess.run,
+        [str(binary_dir / "etcdutl"), "snapshot", "status", str(snapshot_file), "-w", "json"],
+        check=True,
+        capture_output=True,
+        text=True,
     )
     assert json.loads(out.stdout)["revision"] == revision
 
     async def read(offset, length):
-        return data[offset:offset + length]
+        return data[offset : offset + length]
+
     assert await snapshot_revision(read) == revision, "the bbolt reader disagrees with etcdutl"
 
 

@@ -22,8 +22,9 @@ def test_failed_member_pod_restarts_on_its_data(kube_api, namespace, operator):
     name = "ev"
     victim = naming.member_name(name, 1)
     # A member unhealthy for 60 s is replaced; one that only lost its pod must be back before, on its data.
-    apply_cluster(namespace, name, {"size": 3, "storage": {"size": "1Gi"},
-                                    "recovery": {"memberUnhealthyTimeout": "60s"}})
+    apply_cluster(
+        namespace, name, {"size": 3, "storage": {"size": "1Gi"}, "recovery": {"memberUnhealthyTimeout": "60s"}}
+    )
     wait_healthy(namespace, name, 3)
     view = ClusterView(kube_api, namespace, name)
     before = view.identity()
@@ -33,18 +34,29 @@ def test_failed_member_pod_restarts_on_its_data(kube_api, namespace, operator):
     since = view.core.read_namespaced_pod(victim, namespace).metadata.resource_version
     faults.evict(namespace, victim)
     # Watched, not polled: the operator restarts a Failed pod within a moment of the event.
-    evicted = next((e["object"] for e in watch.Watch().stream(
-        view.core.list_namespaced_pod, namespace, field_selector=f"metadata.name={victim}",
-        resource_version=since, timeout_seconds=60)
-        if e["object"].metadata.uid == before.pods[victim] and e["object"].status.phase == "Failed"), None)
+    evicted = next(
+        (
+            e["object"]
+            for e in watch.Watch().stream(
+                view.core.list_namespaced_pod,
+                namespace,
+                field_selector=f"metadata.name={victim}",
+                resource_version=since,
+                timeout_seconds=60,
+            )
+            if e["object"].metadata.uid == before.pods[victim] and e["object"].status.phase == "Failed"
+        ),
+        None,
+    )
     assert evicted is not None, f"{victim} never went Failed"
     assert evicted.status.reason == "Evicted" and evicted.metadata.uid == before.pods[victim]
 
     def same_members_and_data() -> None:
         now = view.identity()
         if now.members is not None:
-            assert now.members == before.members, \
+            assert now.members == before.members, (
                 f"member list changed: {hex_ids(before.members)} -> {hex_ids(now.members)}"
+            )
         assert now.pvcs == before.pvcs, f"member PVCs changed: {before.pvcs} -> {now.pvcs}"
         destructive = view.event_reasons() & DESTRUCTIVE_EVENTS
         assert not destructive, f"destructive events for an evicted member: {sorted(destructive)}"
@@ -56,8 +68,14 @@ def test_failed_member_pod_restarts_on_its_data(kube_api, namespace, operator):
             return None
         obj = view.cluster()
         return obj if is_healthy(obj, 3) else None
-    obj = wait_for_holding(back_on_its_data, same_members_and_data, 240, interval=2.0,
-                           what=f"{victim} recreated and the cluster healthy with 3 members")
+
+    obj = wait_for_holding(
+        back_on_its_data,
+        same_members_and_data,
+        240,
+        interval=2.0,
+        what=f"{victim} recreated and the cluster healthy with 3 members",
+    )
 
     after = view.identity()
     assert after.members == before.members

@@ -32,8 +32,13 @@ OPERATOR_IMAGE = "ghcr.io/etcd-operator/etcd-operator:0.1.0"
 
 @pytest.fixture
 def restricted_namespace(namespace):
-    kubectl("label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted",
-            "pod-security.kubernetes.io/enforce-version=latest")
+    kubectl(
+        "label",
+        "namespace",
+        namespace,
+        "pod-security.kubernetes.io/enforce=restricted",
+        "pod-security.kubernetes.io/enforce-version=latest",
+    )
     yield namespace
     kubectl("delete", "clusterrole,clusterrolebinding", f"discovery-{namespace}", "--ignore-not-found")
 
@@ -43,16 +48,49 @@ def test_every_pod_the_operator_builds_is_admitted_by_a_restricted_namespace(sub
     names the violated rule when one fails."""
     namespace = restricted_namespace
     spec = ClusterSpec.from_dict({"size": 3})
-    source = {"bucket": "b", "endpoint": "https://s3.example", "credentialsSecretRef": {"name": "creds"},
-              "caBundleSecretRef": {"name": "ca"}}
+    source = {
+        "bucket": "b",
+        "endpoint": "https://s3.example",
+        "credentialsSecretRef": {"name": "creds"},
+        "caBundleSecretRef": {"name": "ca"},
+    }
     pods = [
         builders.member_pod(spec, "c", namespace, "c-0", None, "c-0=http://c-0:2380", "new", "token"),
-        builders.member_pod(ClusterSpec.from_dict({"size": 1, "storage": {"emptyDir": {}}}), "e", namespace,
-                            "e-0", None, "e-0=http://e-0:2380", "new", "token"),
-        restore_builders.restore_pod("r", namespace, "c", "c-0", ("c-0", "c-1", "c-2"), "restore-uid", spec.image,
-                                     OPERATOR_IMAGE, source, "k.db", "ab" * 32, 1 << 20),
-        verification_pod.verification_pod("b", namespace, "00000000-0000-0000-0000-000000000000", spec.image,
-                                          OPERATOR_IMAGE, source, "k.db", "ab" * 32, Expected(61, 60, 1234, 1)),
+        builders.member_pod(
+            ClusterSpec.from_dict({"size": 1, "storage": {"emptyDir": {}}}),
+            "e",
+            namespace,
+            "e-0",
+            None,
+            "e-0=http://e-0:2380",
+            "new",
+            "token",
+        ),
+        restore_builders.restore_pod(
+            "r",
+            namespace,
+            "c",
+            "c-0",
+            ("c-0", "c-1", "c-2"),
+            "restore-uid",
+            spec.image,
+            OPERATOR_IMAGE,
+            source,
+            "k.db",
+            "ab" * 32,
+            1 << 20,
+        ),
+        verification_pod.verification_pod(
+            "b",
+            namespace,
+            "00000000-0000-0000-0000-000000000000",
+            spec.image,
+            OPERATOR_IMAGE,
+            source,
+            "k.db",
+            "ab" * 32,
+            Expected(61, 60, 1234, 1),
+        ),
     ]
     for pod in pods:
         result = kubectl("apply", "--dry-run=server", "-f", "-", input=json.dumps(pod), check=False)
@@ -77,8 +115,10 @@ def test_the_namespaced_install_passes_server_side_dry_run(substrate, namespace)
 
 
 def test_the_network_policy_passes_server_side_dry_run(substrate, namespace):
-    settings = {"clientSelector": {"matchExpressions": [{"key": "role", "operator": "In", "values": ["app"]}]},
-                "clientNamespaceSelector": {"matchLabels": {"team": "a"}}}
+    settings = {
+        "clientSelector": {"matchExpressions": [{"key": "role", "operator": "In", "values": ["app"]}]},
+        "clientNamespaceSelector": {"matchLabels": {"team": "a"}},
+    }
     manifest = network_policy.network_policy("np", namespace, settings, "etcd-operator")
     result = kubectl("apply", "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(manifest), check=False)
     assert result.returncode == 0, result.stderr
@@ -86,8 +126,14 @@ def test_the_network_policy_passes_server_side_dry_run(substrate, namespace):
 
 
 def backup_manifest(namespace: str, s3: dict) -> str:
-    return json.dumps({"apiVersion": GROUP, "kind": "EtcdBackup", "metadata": {"name": "x", "namespace": namespace},
-                       "spec": {"clusterRef": {"name": "c"}, "storage": {"s3": s3}}})
+    return json.dumps(
+        {
+            "apiVersion": GROUP,
+            "kind": "EtcdBackup",
+            "metadata": {"name": "x", "namespace": namespace},
+            "spec": {"clusterRef": {"name": "c"}, "storage": {"s3": s3}},
+        }
+    )
 
 
 @pytest.mark.parametrize("field,key", [("accessKeyIDKey", "token"), ("secretAccessKeyKey", "ca.crt")])
@@ -96,9 +142,15 @@ def test_a_backup_cannot_name_another_secret_key(substrate, namespace, field, ke
     s3["credentialsSecretRef"][field] = key
     result = kubectl("apply", "--dry-run=server", "-f", "-", input=backup_manifest(namespace, s3), check=False)
     assert result.returncode != 0 and f"credentialsSecretRef.{field}" in result.stderr, result.stderr
-    restore = {"apiVersion": GROUP, "kind": "EtcdRestore", "metadata": {"name": "x", "namespace": namespace},
-               "spec": {"source": {"s3": {**{k: v for k, v in s3.items() if k != "prefix"}, "key": "k"}},
-                        "target": {"inPlace": {"clusterName": "c", "confirm": True}}}}
+    restore = {
+        "apiVersion": GROUP,
+        "kind": "EtcdRestore",
+        "metadata": {"name": "x", "namespace": namespace},
+        "spec": {
+            "source": {"s3": {**{k: v for k, v in s3.items() if k != "prefix"}, "key": "k"}},
+            "target": {"inPlace": {"clusterName": "c", "confirm": True}},
+        },
+    }
     result = kubectl("apply", "--dry-run=server", "-f", "-", input=json.dumps(restore), check=False)
     assert result.returncode != 0 and f"credentialsSecretRef.{field}" in result.stderr, result.stderr
 
@@ -108,6 +160,7 @@ def test_an_http_endpoint_needs_insecure(substrate, namespace):
     s3.pop("insecure")
     result = kubectl("apply", "--dry-run=server", "-f", "-", input=backup_manifest(namespace, s3), check=False)
     assert result.returncode != 0 and "needs insecure: true" in result.stderr, result.stderr
-    allowed = kubectl("apply", "--dry-run=server", "-f", "-", check=False,
-                      input=backup_manifest(namespace, {**s3, "insecure": True}))
+    allowed = kubectl(
+        "apply", "--dry-run=server", "-f", "-", check=False, input=backup_manifest(namespace, {**s3, "insecure": True})
+    )
     assert allowed.returncode == 0, allowed.stderr

@@ -49,8 +49,16 @@ def test_every_values_preset_passes_server_side_dry_run(substrate, preset):
 
 
 def test_namespaced_rbac_refuses_globs(substrate):
-    result = helm("template", RELEASE, str(CHART), "--set", "rbac.scope=namespaced",
-                  "--set", "watchNamespaces={e2e-*}", check=False)
+    result = helm(
+        "template",
+        RELEASE,
+        str(CHART),
+        "--set",
+        "rbac.scope=namespaced",
+        "--set",
+        "watchNamespaces={e2e-*}",
+        check=False,
+    )
     assert result.returncode != 0 and "plain namespace names" in result.stderr
 
 
@@ -68,10 +76,15 @@ def test_chart_and_deploy_grant_and_run_the_same(substrate, variant):
     deployment = rendered.the(deploy, "Deployment")
     env = {e["name"]: e.get("value") for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
     watched = [n for n in (env.get("WATCH_NAMESPACES") or "").split(",") if n]
-    namespaced = any(d["kind"] == "Role" and any("etcdclusters" in r.get("resources", []) for r in d["rules"])
-                     for d in deploy)
-    values = ["--set", f"replicas={deployment['spec']['replicas']}",
-              "--set", f"image.tag={deployment['spec']['template']['spec']['containers'][0]['image'].rsplit(':', 1)[1]}"]
+    namespaced = any(
+        d["kind"] == "Role" and any("etcdclusters" in r.get("resources", []) for r in d["rules"]) for d in deploy
+    )
+    values = [
+        "--set",
+        f"replicas={deployment['spec']['replicas']}",
+        "--set",
+        f"image.tag={deployment['spec']['template']['spec']['containers'][0]['image'].rsplit(':', 1)[1]}",
+    ]
     if watched:
         values += ["--set", "watchNamespaces={" + ",".join(watched) + "}"]
     if namespaced:

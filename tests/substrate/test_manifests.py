@@ -18,9 +18,12 @@ def kubernetes_manifests(folder: str) -> list[pathlib.Path]:
     found = []
     for path in sorted((ROOT / folder).rglob("*.yaml")):
         docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
-        if docs and all(isinstance(d, dict) and "apiVersion" in d and "kind" in d for d in docs) \
-                and not any(d["kind"] == "Kustomization" for d in docs) \
-                and not any(d["apiVersion"].startswith("monitoring.coreos.com/") for d in docs):
+        if (
+            docs
+            and all(isinstance(d, dict) and "apiVersion" in d and "kind" in d for d in docs)
+            and not any(d["kind"] == "Kustomization" for d in docs)
+            and not any(d["apiVersion"].startswith("monitoring.coreos.com/") for d in docs)
+        ):
             # (deploy/monitoring/ needs the Prometheus Operator's CRDs: tests/substrate/test_monitoring.py)
             found.append(path)
     return found
@@ -31,8 +34,17 @@ def test_the_kustomize_base_passes_server_side_dry_run(substrate, namespace):
     run does not create the base's own Namespace for the objects that follow it)."""
     rendered = kubectl("kustomize", str(ROOT / "deploy")).stdout
     docs = [d for d in yaml.safe_load_all(rendered) if d]
-    assert {d["kind"] for d in docs} >= {"CustomResourceDefinition", "Namespace", "ServiceAccount", "ClusterRole",
-                                         "ClusterRoleBinding", "Role", "RoleBinding", "Deployment", "Service"}
+    assert {d["kind"] for d in docs} >= {
+        "CustomResourceDefinition",
+        "Namespace",
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+        "Deployment",
+        "Service",
+    }
     for doc in docs:
         if doc["kind"] == "Namespace":
             doc["metadata"]["name"] = namespace
@@ -40,13 +52,13 @@ def test_the_kustomize_base_passes_server_side_dry_run(substrate, namespace):
             doc["metadata"]["namespace"] = namespace
         for subject in doc.get("subjects") or []:
             subject["namespace"] = namespace
-    result = kubectl("apply", "--dry-run=server", "-f", "-", check=False,
-                     input=yaml.safe_dump_all(docs))
+    result = kubectl("apply", "--dry-run=server", "-f", "-", check=False, input=yaml.safe_dump_all(docs))
     assert result.returncode == 0, result.stderr
 
 
-@pytest.mark.parametrize("path", kubernetes_manifests("crds") + kubernetes_manifests("deploy"),
-                         ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize(
+    "path", kubernetes_manifests("crds") + kubernetes_manifests("deploy"), ids=lambda p: str(p.relative_to(ROOT))
+)
 def test_deploy_and_crd_manifests_pass_server_side_dry_run(substrate, path):
     # Namespaced objects in deploy/ get their namespace from kustomize; use it here too.
     result = kubectl("apply", "--dry-run=server", "-n", "default", "-f", str(path), check=False)

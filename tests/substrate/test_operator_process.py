@@ -19,7 +19,8 @@ def test_operator_starts_and_serves_liveness(substrate, tmp_path):
     proc = subprocess.Popen(
         [sys.executable, "-m", "etcd_operator"],
         env={**os.environ, "KUBECONFIG": str(substrate.kubeconfig), "HEALTH_PORT": str(port)},
-        stdout=log, stderr=subprocess.STDOUT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     try:
         deadline = time.monotonic() + 60

@@ -42,7 +42,7 @@ class FinalizerRecorder:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def start(self) -> "FinalizerRecorder":
+    def start(self) -> FinalizerRecorder:
         self._thread.start()
         return self
 
@@ -50,9 +50,15 @@ class FinalizerRecorder:
         version = ""
         try:
             while not self._stop.is_set():
-                for event in self.watch.stream(self.custom.list_namespaced_custom_object, "etcd.operator.dev",
-                                               "v1alpha1", self.namespace, "etcdclusters",
-                                               resource_version=version, timeout_seconds=2):
+                for event in self.watch.stream(
+                    self.custom.list_namespaced_custom_object,
+                    "etcd.operator.dev",
+                    "v1alpha1",
+                    self.namespace,
+                    "etcdclusters",
+                    resource_version=version,
+                    timeout_seconds=2,
+                ):
                     meta = event["object"]["metadata"]
                     version = meta["resourceVersion"]
                     self.history.setdefault(meta["name"], []).append(tuple(meta.get("finalizers") or ()))
@@ -70,12 +76,17 @@ class FinalizerRecorder:
     def lost_after_set(self, name: str, finalizer: str) -> bool:
         """Whether the finalizer was ever removed again once set (while not being deleted)."""
         states = [finalizer in finalizers for finalizers in self.history.get(name, [])]
-        return states[states.index(True):].count(False) > 0 if True in states else False
+        return states[states.index(True) :].count(False) > 0 if True in states else False
 
 
 def shard_operator(substrate, namespace: str, shard: str) -> OperatorProcess:
-    env = {"LEADER_ELECTION": "true", "POD_NAMESPACE": namespace, "LOG_WRITES": "true",
-           "SHARD_NAME": shard, "SHARD_SELECTOR": SHARDS[shard]}
+    env = {
+        "LEADER_ELECTION": "true",
+        "POD_NAMESPACE": namespace,
+        "LOG_WRITES": "true",
+        "SHARD_NAME": shard,
+        "SHARD_SELECTOR": SHARDS[shard],
+    }
     return OperatorProcess(substrate, namespace, identity=f"shard-{shard}", env=env)
 
 
@@ -85,9 +96,12 @@ def lease_holder(namespace: str, shard: str) -> str:
 
 
 def apply_labelled_cluster(namespace: str, name: str, labels: dict[str, str]) -> None:
-    manifest = {"apiVersion": "etcd.operator.dev/v1alpha1", "kind": "EtcdCluster",
-                "metadata": {"name": name, "namespace": namespace, "labels": labels},
-                "spec": {**PLAINTEXT, "size": 1, "storage": {"size": "1Gi"}}}
+    manifest = {
+        "apiVersion": "etcd.operator.dev/v1alpha1",
+        "kind": "EtcdCluster",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {**PLAINTEXT, "size": 1, "storage": {"size": "1Gi"}},
+    }
     kubectl("apply", "-f", "-", input=json.dumps(manifest))
 
 
@@ -99,9 +113,11 @@ def metrics_clusters(operator: OperatorProcess) -> set[str]:
     """The clusters this instance exports series for: those it has a daemon for."""
     with urllib.request.urlopen(f"http://127.0.0.1:{operator.health_port}/metrics", timeout=5) as response:
         text = response.read().decode()
-    return {line.split('cluster="', 1)[1].split('"', 1)[0]
-            for line in text.splitlines()
-            if line.startswith("etcd_operator_cluster_desired_members{") and 'cluster="' in line}
+    return {
+        line.split('cluster="', 1)[1].split('"', 1)[0]
+        for line in text.splitlines()
+        if line.startswith("etcd_operator_cluster_desired_members{") and 'cluster="' in line
+    }
 
 
 def writes_naming(log: str, name: str) -> list[str]:
@@ -115,37 +131,50 @@ def test_two_shards_never_touch_each_others_clusters(substrate, namespace, kube_
         for operator in operators.values():
             operator.start()
         for shard in SHARDS:
-            wait_for(lambda shard=shard: lease_holder(namespace, shard).startswith(f"shard-{shard}_"), 30,
-                     what=f"shard {shard} holds its own lease")
+            wait_for(
+                lambda shard=shard: lease_holder(namespace, shard).startswith(f"shard-{shard}_"),
+                30,
+                what=f"shard {shard} holds its own lease",
+            )
 
         apply_labelled_cluster(namespace, "alpha", {"shard": "a"})
         apply_labelled_cluster(namespace, "bravo", {"shard": "b", "tier": "prod"})
         for name in CLUSTERS.values():
             wait_healthy(namespace, name, 1, timeout=120)
         for shard, name in CLUSTERS.items():
-            wait_for(lambda shard=shard, name=name: name in metrics_clusters(operators[shard]), 30, what=f"shard {shard} works on {name}")
+            wait_for(
+                lambda shard=shard, name=name: name in metrics_clusters(operators[shard]),
+                30,
+                what=f"shard {shard} works on {name}",
+            )
 
         # Each shard wrote to its own cluster, never a byte to the other's.
         for shard, name in CLUSTERS.items():
             log = operators[shard].log_text()
             other = CLUSTERS["b" if shard == "a" else "a"]
             assert writes_naming(log, name), f"shard {shard} wrote nothing to {name}: the trace proves nothing"
-            assert not writes_naming(log, other), \
-                f"shard {shard} wrote to {other}:\n" + "\n".join(writes_naming(log, other))
+            assert not writes_naming(log, other), f"shard {shard} wrote to {other}:\n" + "\n".join(
+                writes_naming(log, other)
+            )
             assert metrics_clusters(operators[shard]) == {name}  # no daemon for the other cluster
         # ... nor through kopf: each cluster only ever carried its own shard's finalizer, and kept it.
         assert recorder.error is None, recorder.error
         for shard, name in CLUSTERS.items():
             finalizer = FINALIZERS[shard]
             assert recorder.finalizers_ever(name) == {finalizer}, recorder.history[name]
-            assert not recorder.lost_after_set(name, finalizer), \
+            assert not recorder.lost_after_set(name, finalizer), (
                 f"{name} lost {finalizer} while not being deleted: {recorder.history[name]}"
+            )
 
         # Relabelled to no shard, alpha is no longer worked on, but shard a keeps holding it
         # (its finalizer), so a deletion would still apply reclaimPolicy.
         kubectl("label", "etcdcluster", "alpha", "-n", namespace, "shard=nobody", "--overwrite")
-        wait_for(lambda: "alpha" not in metrics_clusters(operators["a"]), 60, interval=0.2,
-                 what="shard a's daemon for alpha stopped")
+        wait_for(
+            lambda: "alpha" not in metrics_clusters(operators["a"]),
+            60,
+            interval=0.2,
+            what="shard a's daemon for alpha stopped",
+        )
         operators["a"].mark_log(RELEASED)
         assert alpha_meta(namespace).get("finalizers") == [FINALIZERS["a"]]
 
@@ -154,23 +183,38 @@ def test_two_shards_never_touch_each_others_clusters(substrate, namespace, kube_
         operators["a"].freeze()
         try:
             kubectl("label", "etcdcluster", "alpha", "-n", namespace, "shard=b", "--overwrite")
-            wait_for(lambda: alpha_meta(namespace).get("annotations", {}).get(HANDOVER_ANNOTATION) == "b"
-                     or alpha_meta(namespace).get("finalizers") != [FINALIZERS["a"]], 30, interval=0.2,
-                     what="shard b asks for alpha")
+            wait_for(
+                lambda: (
+                    alpha_meta(namespace).get("annotations", {}).get(HANDOVER_ANNOTATION) == "b"
+                    or alpha_meta(namespace).get("finalizers") != [FINALIZERS["a"]]
+                ),
+                30,
+                interval=0.2,
+                what="shard b asks for alpha",
+            )
             assert alpha_meta(namespace).get("finalizers") == [FINALIZERS["a"]]
             assert metrics_clusters(operators["b"]) == {"bravo"}
         finally:
             operators["a"].resume()
-        wait_for(lambda: alpha_meta(namespace).get("finalizers") == [FINALIZERS["b"]], 30, interval=0.2,
-                 what="alpha held by shard b alone")
-        wait_for(lambda: metrics_clusters(operators["b"]) == {"alpha", "bravo"}, 30, interval=0.2,
-                 what="shard b works on alpha")
+        wait_for(
+            lambda: alpha_meta(namespace).get("finalizers") == [FINALIZERS["b"]],
+            30,
+            interval=0.2,
+            what="alpha held by shard b alone",
+        )
+        wait_for(
+            lambda: metrics_clusters(operators["b"]) == {"alpha", "bravo"},
+            30,
+            interval=0.2,
+            what="shard b works on alpha",
+        )
         wait_healthy(namespace, "alpha", 1, timeout=60)
         after_release = operators["a"].log_text().rsplit(RELEASED, 1)[1]
         assert not writes_naming(after_release, "alpha"), after_release
         assert recorder.error is None, recorder.error
-        assert not any(len(f) > 1 for f in recorder.history["alpha"]), \
+        assert not any(len(f) > 1 for f in recorder.history["alpha"]), (
             f"alpha was held by both shards at once: {recorder.history['alpha']}"
+        )
         assert recorder.finalizers_ever("bravo") == {FINALIZERS["b"]}, recorder.history["bravo"]
         assert not recorder.lost_after_set("bravo", FINALIZERS["b"]), recorder.history["bravo"]
         bravo_writes_of_a = writes_naming(operators["a"].log_text(), "bravo")
@@ -189,8 +233,9 @@ def test_two_shards_never_touch_each_others_clusters(substrate, namespace, kube_
 
 
 def test_an_invalid_shard_setting_stops_the_operator_at_start_up(substrate, namespace):
-    operator = OperatorProcess(substrate, namespace, identity="bad-selector",
-                               env={"SHARD_NAME": "a", "SHARD_SELECTOR": "shard in (a"})
+    operator = OperatorProcess(
+        substrate, namespace, identity="bad-selector", env={"SHARD_NAME": "a", "SHARD_SELECTOR": "shard in (a"}
+    )
     operator.start()
     assert operator.wait_exit(30) == 2
     assert "selector 'shard in (a': '(' without ')'" in operator.log_text()

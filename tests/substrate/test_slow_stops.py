@@ -26,9 +26,15 @@ def test_rolling_upgrade_from_3_5_to_3_6_keeps_quorum_and_data(namespace, operat
     # deletion: the roll must wait for it to stop, not roll it again or roll another member.
     faults.slow_stops(namespace, 2.5)
     patch_spec(namespace, "up", {"version": "3.6.16"})
-    wait_for(lambda: (o := wait_healthy(namespace, "up", 3)) and o["status"]["currentVersion"] == "3.6.16"
-             and all(p["spec"]["containers"][0]["image"].endswith(":v3.6.16") for p in member_pods(namespace, "up")),
-             400, what="every member on 3.6.16")
+    wait_for(
+        lambda: (
+            (o := wait_healthy(namespace, "up", 3))
+            and o["status"]["currentVersion"] == "3.6.16"
+            and all(p["spec"]["containers"][0]["image"].endswith(":v3.6.16") for p in member_pods(namespace, "up"))
+        ),
+        400,
+        what="every member on 3.6.16",
+    )
     faults.slow_stops(namespace, 0)
     recorder.stop()
     writer.stop()

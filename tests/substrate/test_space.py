@@ -11,8 +11,16 @@ import json
 import pytest
 
 from etcd_operator.cluster import naming, quota
-from tests.support.clusters import (apply_cluster, condition, events, get_cluster, member_endpoints, member_pods,
-                                    patch_spec, wait_healthy)
+from tests.support.clusters import (
+    apply_cluster,
+    condition,
+    events,
+    get_cluster,
+    member_endpoints,
+    member_pods,
+    patch_spec,
+    wait_healthy,
+)
 from tests.support.etcd_data import put_markers, read_keys
 from tests.support.kubectl import kubectl, kubectl_json
 from tests.support.waiting import wait_for
@@ -32,8 +40,10 @@ def quota_arg(namespace: str, cluster: str) -> set[int]:
 def pvc_sizes(namespace: str, cluster: str) -> list[tuple[str, str | None]]:
     selector = naming.label_selector(naming.selector_labels(cluster))
     items = kubectl_json("get", "pvc", "-n", namespace, "-l", selector)["items"]
-    return [(p["spec"]["resources"]["requests"]["storage"], ((p.get("status") or {}).get("capacity") or {}).get("storage"))
-            for p in items]
+    return [
+        (p["spec"]["resources"]["requests"]["storage"], ((p.get("status") or {}).get("capacity") or {}).get("storage"))
+        for p in items
+    ]
 
 
 def refused(namespace: str, name: str, spec: dict) -> str:
@@ -50,11 +60,19 @@ def test_member_pvcs_grow_with_the_spec_and_the_quota_follows(namespace, operato
     markers = put_markers(member_endpoints(namespace, "grow"), "/grow/", 3)
 
     patch_spec(namespace, "grow", {"storage": {"size": "2Gi"}})
-    wait_for(lambda: pvc_sizes(namespace, "grow") == [("2Gi", "2Gi")], 120, interval=1.0,
-             what="the member PVC expanded to 2Gi")
+    wait_for(
+        lambda: pvc_sizes(namespace, "grow") == [("2Gi", "2Gi")],
+        120,
+        interval=1.0,
+        what="the member PVC expanded to 2Gi",
+    )
     # Only once the volume grew does the derived quota grow (the member restarts on its data).
-    wait_for(lambda: quota_arg(namespace, "grow") == {quota.quota_for_disk(2 << 30)}, 120, interval=1.0,
-             what="the quota derived from the grown volume")
+    wait_for(
+        lambda: quota_arg(namespace, "grow") == {quota.quota_for_disk(2 << 30)},
+        120,
+        interval=1.0,
+        what="the quota derived from the grown volume",
+    )
     obj = wait_healthy(namespace, "grow", 1)
     assert condition(obj, "StorageResized")["status"] == "True", condition(obj, "StorageResized")
     assert any(e["reason"] == "VolumeExpansionRequested" for e in events(namespace, "grow"))
@@ -73,6 +91,7 @@ def test_requested_defragmentation_covers_every_member_once(namespace, operator)
     def done():
         obj = get_cluster(namespace, "defrag")
         return obj if ((obj.get("status") or {}).get("defragmentation") or {}).get("lastToken") == "first" else None
+
     wait_for(done, 60, interval=1.0, what="status.defragmentation.lastToken=first")
     reasons = [e["reason"] for e in events(namespace, "defrag")]
     assert reasons.count("MemberDefragmented") == 1 and "DefragmentationDone" in reasons, reasons

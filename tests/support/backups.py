@@ -19,6 +19,7 @@ def fill(endpoints: list[str], count: int, value_size: int, prefix: str = "/data
         async with EtcdMemberClient(endpoints[0], timeout=10) as client:
             for i in range(count):
                 await client.put(f"{prefix}{i:06}".encode(), (f"{i:06}" * (value_size // 6 + 1))[:value_size].encode())
+
     asyncio.run(write())
 
 
@@ -45,10 +46,12 @@ def get_restore(namespace: str, name: str) -> dict:
 
 def wait_phase(namespace: str, name: str, phase: str, timeout: float = 300) -> dict:
     """Waits for `phase`; a restore that ends in another phase fails the test at once."""
+
     def check():
         obj = get_restore(namespace, name)
         got = (obj.get("status") or {}).get("phase")
         return obj if got == phase or got in ("Completed", "Failed", "AlreadyApplied") else None
+
     obj = wait_for(check, timeout, what=f"restore {name} {phase}")
     assert obj["status"]["phase"] == phase, f"restore {name} ended {obj['status']['phase']}: {obj['status']}"
     return obj

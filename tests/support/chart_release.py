@@ -39,8 +39,11 @@ def kubeconfig_env(kubeconfig: os.PathLike | str):
 
 
 def restricted_namespace(name: str) -> None:
-    namespace = {"apiVersion": "v1", "kind": "Namespace",
-                 "metadata": {"name": name, "labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}
+    namespace = {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": name, "labels": {"pod-security.kubernetes.io/enforce": "restricted"}},
+    }
     kubectl("apply", "-f", "-", input=json.dumps(namespace))
 
 
@@ -54,8 +57,18 @@ def install(kubeconfig: os.PathLike | str) -> None:
         kubectl("apply", "--server-side", "-k", str(ROOT / "crds"))
         kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
         restricted_namespace(NAMESPACE)
-        helm("install", RELEASE, str(CHART), "-n", NAMESPACE, "--kubeconfig", str(kubeconfig),
-             "--wait", "--timeout", "180s")
+        helm(
+            "install",
+            RELEASE,
+            str(CHART),
+            "-n",
+            NAMESPACE,
+            "--kubeconfig",
+            str(kubeconfig),
+            "--wait",
+            "--timeout",
+            "180s",
+        )
 
 
 def installed(kubeconfig: os.PathLike | str) -> bool:
@@ -79,9 +92,15 @@ def scale(replicas: int, release: str = RELEASE, namespace: str = NAMESPACE) -> 
     if replicas:
         kubectl("rollout", "status", f"deployment/{release}", "-n", namespace, "--timeout=180s")
     else:
-        wait_for(lambda: not kubectl("get", "pods", "-n", namespace, "-o", "name",
-                                     "-l", f"app.kubernetes.io/name={CHART.name}").stdout.strip(),
-                 120, what="the operator's pods gone")
+        wait_for(
+            lambda: (
+                not kubectl(
+                    "get", "pods", "-n", namespace, "-o", "name", "-l", f"app.kubernetes.io/name={CHART.name}"
+                ).stdout.strip()
+            ),
+            120,
+            what="the operator's pods gone",
+        )
 
 
 def release_logs(release: str = RELEASE, namespace: str = NAMESPACE) -> str:
@@ -92,6 +111,7 @@ def release_logs(release: str = RELEASE, namespace: str = NAMESPACE) -> str:
 @dataclasses.dataclass(frozen=True)
 class ShardRelease:
     """A second release of the chart that works only on the objects it claims."""
+
     name: str
 
     def claim(self, manifest: dict) -> dict:
@@ -104,26 +124,50 @@ class ShardRelease:
 
 
 @contextlib.contextmanager
-def shard_release(kubeconfig: os.PathLike | str, name: str, namespaces: list[str], env: dict[str, str],
-                  values: dict | None = None):
+def shard_release(
+    kubeconfig: os.PathLike | str, name: str, namespaces: list[str], env: dict[str, str], values: dict | None = None
+):
     """The chart installed once more, as release and namespace `name`: one replica, shard
     `name` selecting `claims.SHARD_LABEL=name`, watching `namespaces`, with `env` added to the
     operator's and `values` over the chart's. On the way out the objects it holds there are
     deleted (it removes its finalizers) before it is uninstalled."""
-    values = {"replicas": 1, "watchNamespaces": namespaces,
-              "shard": {"name": name, "selector": claims.shard_env(name)["SHARD_SELECTOR"]},
-              "extraEnv": [{"name": k, "value": v} for k, v in env.items()], **(values or {})}
+    values = {
+        "replicas": 1,
+        "watchNamespaces": namespaces,
+        "shard": {"name": name, "selector": claims.shard_env(name)["SHARD_SELECTOR"]},
+        "extraEnv": [{"name": k, "value": v} for k, v in env.items()],
+        **(values or {}),
+    }
     with kubeconfig_env(kubeconfig), tempfile.NamedTemporaryFile("w", suffix=".json") as file:
         json.dump(values, file)
         file.flush()
         restricted_namespace(name)
         try:
-            helm("install", name, str(CHART), "-n", name, "--kubeconfig", str(kubeconfig), "-f", file.name,
-                 "--wait", "--timeout", "180s")
+            helm(
+                "install",
+                name,
+                str(CHART),
+                "-n",
+                name,
+                "--kubeconfig",
+                str(kubeconfig),
+                "-f",
+                file.name,
+                "--wait",
+                "--timeout",
+                "180s",
+            )
             yield ShardRelease(name)
         finally:
             for namespace in namespaces:
-                kubectl("delete", "etcdrestores,etcdbackups,etcdclusters", "--all", "-n", namespace,
-                        "--timeout=120s", check=False)
+                kubectl(
+                    "delete",
+                    "etcdrestores,etcdbackups,etcdclusters",
+                    "--all",
+                    "-n",
+                    namespace,
+                    "--timeout=120s",
+                    check=False,
+                )
             helm("uninstall", name, "-n", name, "--kubeconfig", str(kubeconfig), "--wait", check=False)
             delete_namespace(name)

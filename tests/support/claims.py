@@ -7,7 +7,7 @@ EtcdBackups and EtcdRestores pass their manifests through `claimed`."""
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from collections.abc import Iterator
 
 from etcd_operator.shard import Shard, shard_from_settings
 

@@ -46,8 +46,11 @@ class ClusterView:
 
     def serving_endpoints(self) -> list[str]:
         """Client endpoints of the member pods that run (not ended, not being deleted)."""
-        return sorted(f"{p.status.pod_ip}:{naming.CLIENT_PORT}" for p in self.pods()
-                      if p.status.phase == "Running" and p.status.pod_ip and not p.metadata.deletion_timestamp)
+        return sorted(
+            f"{p.status.pod_ip}:{naming.CLIENT_PORT}"
+            for p in self.pods()
+            if p.status.phase == "Running" and p.status.pod_ip and not p.metadata.deletion_timestamp
+        )
 
     def identity(self) -> Identity:
         pods = {p.metadata.name: p.metadata.uid for p in self.pods()}

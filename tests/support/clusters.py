@@ -20,8 +20,12 @@ PLAINTEXT = {"tls": {"enabled": False}}
 
 def apply_cluster(namespace: str, name: str, spec: dict) -> None:
     spec = {**PLAINTEXT, **spec}
-    manifest = {"apiVersion": GROUP, "kind": "EtcdCluster",
-                "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+    manifest = {
+        "apiVersion": GROUP,
+        "kind": "EtcdCluster",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+    }
     kubectl("apply", "-f", "-", input=json.dumps(claimed(manifest)))
 
 
@@ -42,14 +46,17 @@ def wait_condition(namespace: str, name: str, type_: str, status: str = "True", 
         obj = get_cluster(namespace, name)
         cond = condition(obj, type_)
         return obj if cond and cond["status"] == status else None
+
     return wait_for(check, timeout, what=f"{type_}={status} on {namespace}/{name}")
 
 
 def wait_healthy(namespace: str, name: str, size: int, timeout: float = 240) -> dict:
     """Available, not Progressing, not Degraded, `size` healthy voting members, generation observed."""
+
     def check():
         obj = get_cluster(namespace, name)
         return obj if is_healthy(obj, size) else None
+
     return wait_for(check, timeout, interval=1.0, what=f"{namespace}/{name} healthy with {size} members")
 
 
@@ -73,8 +80,11 @@ def member_pods(namespace: str, cluster: str) -> list[dict]:
 
 
 def member_endpoints(namespace: str, cluster: str) -> list[str]:
-    return sorted(f"{p['status']['podIP']}:{naming.CLIENT_PORT}" for p in member_pods(namespace, cluster)
-                  if (p.get("status") or {}).get("podIP") and not p["metadata"].get("deletionTimestamp"))
+    return sorted(
+        f"{p['status']['podIP']}:{naming.CLIENT_PORT}"
+        for p in member_pods(namespace, cluster)
+        if (p.get("status") or {}).get("podIP") and not p["metadata"].get("deletionTimestamp")
+    )
 
 
 def events(namespace: str, name: str) -> list[dict]:

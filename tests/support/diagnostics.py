@@ -24,8 +24,17 @@ def print_operator_pod_logs(operator_namespace: str, tail: int = 80) -> None:
     """The last lines of every operator pod's log in `operator_namespace` (KUBECONFIG's cluster)."""
     from tests.support.kubectl import kubectl
 
-    logs = kubectl("logs", "-n", operator_namespace, "-l", "app.kubernetes.io/name=etcd-operator",
-                   "--all-containers", "--prefix", f"--tail={tail}", check=False)
+    logs = kubectl(
+        "logs",
+        "-n",
+        operator_namespace,
+        "-l",
+        "app.kubernetes.io/name=etcd-operator",
+        "--all-containers",
+        "--prefix",
+        f"--tail={tail}",
+        check=False,
+    )
     print(f"----- operator pods in {operator_namespace} -----\n{logs.stdout}{logs.stderr}")
 
 

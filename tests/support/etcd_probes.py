@@ -9,7 +9,7 @@ import dataclasses
 import json
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from etcd_operator.cluster import naming
 from etcd_operator.etcd.client import EtcdError, EtcdMemberClient
@@ -25,7 +25,7 @@ class _LoopThread:
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
 
-    def start(self) -> "_LoopThread":
+    def start(self) -> _LoopThread:
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
         return self
@@ -131,11 +131,13 @@ class MembershipRecorder(_LoopThread):
                         members = None
                     if members is not None:
                         healthy = {s.member_id for _, s in answered if s.leader_id and not s.errors}
-                        self.samples.append(Sample(
-                            time.time(),
-                            frozenset((m.id, m.is_learner) for m in members),
-                            sum(1 for m in members if not m.is_learner and m.id in healthy),
-                        ))
+                        self.samples.append(
+                            Sample(
+                                time.time(),
+                                frozenset((m.id, m.is_learner) for m in members),
+                                sum(1 for m in members if not m.is_learner and m.id in healthy),
+                            )
+                        )
                 await asyncio.sleep(self.interval)
         finally:
             await _clients([], cache)
@@ -177,14 +179,14 @@ class MembershipLog:
         self._read_log = read_log
         self._offsets: dict[str, int] = {}
 
-    def mark(self) -> "MembershipLog":
+    def mark(self) -> MembershipLog:
         self._offsets = {pod: len(self._read_log(self.namespace, pod, "etcd")) for pod in self.pods}
         return self
 
     def changes(self, pod: str) -> list[MembershipChange]:
         """The changes `pod`'s etcd applied since the mark; a restart in between is refused,
         since a restarted member may log its replayed changes again."""
-        text = self._read_log(self.namespace, pod, "etcd")[self._offsets[pod]:]
+        text = self._read_log(self.namespace, pod, "etcd")[self._offsets[pod] :]
         changes, local_ids = [], set()
         for line in text.splitlines():
             if not line.startswith("{"):
@@ -198,8 +200,11 @@ class MembershipLog:
             kind = _CHANGE_MESSAGES.get(entry.get("msg"))
             if kind is None:
                 continue
-            changes.append(MembershipChange(kind, int(entry[_CHANGE_ID_FIELDS[kind]], 16),
-                                            bool(entry.get("added-peer-is-learner"))))
+            changes.append(
+                MembershipChange(
+                    kind, int(entry[_CHANGE_ID_FIELDS[kind]], 16), bool(entry.get("added-peer-is-learner"))
+                )
+            )
         if len(local_ids) > 1:
             raise ValueError(f"{pod} ran as more than one member since the mark: {sorted(local_ids)}")
         return changes

@@ -36,7 +36,7 @@ class EtcdProcess:
     def peer_url(self) -> str:
         return f"http://127.0.0.1:{self.peer_port}"
 
-    def start(self, initial_cluster: str | None = None, state: str = "new") -> "EtcdProcess":
+    def start(self, initial_cluster: str | None = None, state: str = "new") -> EtcdProcess:
         log = open(self.data_dir.parent / f"{self.name}.log", "ab")
         self.process = subprocess.Popen(
             [

@@ -17,7 +17,13 @@ def release_finalizers(kube_api, namespace: str) -> None:
         for item in items:
             if item["metadata"].get("finalizers"):
                 try:
-                    custom.patch_namespaced_custom_object("etcd.operator.dev", "v1alpha1", namespace, plural,
-                                                          item["metadata"]["name"], {"metadata": {"finalizers": None}})
+                    custom.patch_namespaced_custom_object(
+                        "etcd.operator.dev",
+                        "v1alpha1",
+                        namespace,
+                        plural,
+                        item["metadata"]["name"],
+                        {"metadata": {"finalizers": None}},
+                    )
                 except client.ApiException:
                     pass

@@ -18,13 +18,21 @@ def helm_binary() -> pathlib.Path:
 
 def helm_environment() -> dict[str, str]:
     """Helm's caches and configuration inside the checkout, never the user's."""
-    return {"HELM_CACHE_HOME": str(ROOT / ".helm" / "cache"), "HELM_CONFIG_HOME": str(ROOT / ".helm" / "config"),
-            "HELM_DATA_HOME": str(ROOT / ".helm" / "data")}
+    return {
+        "HELM_CACHE_HOME": str(ROOT / ".helm" / "cache"),
+        "HELM_CONFIG_HOME": str(ROOT / ".helm" / "config"),
+        "HELM_DATA_HOME": str(ROOT / ".helm" / "data"),
+    }
 
 
 def helm(*args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
-    result = subprocess.run([str(helm_binary()), *args], capture_output=True, text=True, timeout=timeout,
-                            env={**os.environ, **helm_environment()})
+    result = subprocess.run(
+        [str(helm_binary()), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **helm_environment()},
+    )
     if check:
         assert result.returncode == 0, f"helm {' '.join(args)}: {result.stderr}"
     return result

@@ -25,8 +25,14 @@ class Operation:
     returned: int | None  # None: a put whose outcome is unknown
 
     def as_json(self) -> dict:
-        return {"client": self.client, "op": self.op, "key": self.key, "value": self.value,
-                "call": self.call, "return": self.returned}
+        return {
+            "client": self.client,
+            "op": self.op,
+            "key": self.key,
+            "value": self.value,
+            "call": self.call,
+            "return": self.returned,
+        }
 
 
 @dataclasses.dataclass(frozen=True)

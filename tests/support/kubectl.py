@@ -16,8 +16,13 @@ def kubectl(*args: str, input: str | None = None, check: bool = True) -> subproc
     if not binary.exists():  # on kind (make e2e-kind), testbin is not built
         binary = shutil.which("kubectl") or "kubectl"
     return subprocess.run(
-        [str(binary), *args], input=input, capture_output=True, text=True, check=check,
-        env={**os.environ}, timeout=120,
+        [str(binary), *args],
+        input=input,
+        capture_output=True,
+        text=True,
+        check=check,
+        env={**os.environ},
+        timeout=120,
     )
 
 

@@ -14,7 +14,7 @@ import asyncio
 import collections
 import random
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from etcd_operator.etcd.client import ClientTLS, EtcdError, EtcdMemberClient
 from tests.support.etcd_probes import Endpoints, _LoopThread
@@ -27,8 +27,15 @@ class KeyValueWorkload(_LoopThread):
     REFRESH_SECONDS = 1.0
     FINAL_READ_SECONDS = 30.0  # within _LoopThread.stop()'s join
 
-    def __init__(self, endpoints: Endpoints, credentials: Credentials, clients: int = 4,
-                 keys: int = 4, pause: float = 0.025, timeout: float = 2.0):
+    def __init__(
+        self,
+        endpoints: Endpoints,
+        credentials: Credentials,
+        clients: int = 4,
+        keys: int = 4,
+        pause: float = 0.025,
+        timeout: float = 2.0,
+    ):
         super().__init__()
         self._endpoints_source = endpoints
         self._credentials_source = credentials
@@ -121,8 +128,11 @@ class KeyValueWorkload(_LoopThread):
         try:
             for key in self.keys:
                 attempt = 0
-                while not await self._get(self.clients, await members.client(
-                        self._endpoints[attempt % len(self._endpoints)], self._credentials), key):
+                while not await self._get(
+                    self.clients,
+                    await members.client(self._endpoints[attempt % len(self._endpoints)], self._credentials),
+                    key,
+                ):
                     if time.monotonic() > deadline:
                         self.unread.append(key)
                         break

@@ -12,8 +12,14 @@ from tests.support.etcd_probes import Endpoints, _clients, _LoopThread
 
 
 class BoundedLoad(_LoopThread):
-    def __init__(self, endpoints: Endpoints, prefix: str = "/load/", max_requests: int = 5000,
-                 interval: float = 0.05, request_deadline: float = 10.0):
+    def __init__(
+        self,
+        endpoints: Endpoints,
+        prefix: str = "/load/",
+        max_requests: int = 5000,
+        interval: float = 0.05,
+        request_deadline: float = 10.0,
+    ):
         super().__init__()
         self.endpoints = endpoints
         self.prefix = prefix

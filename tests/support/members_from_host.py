@@ -16,14 +16,23 @@ def url(pod: dict) -> str:
 
 def etcdctl(urls: list[str], *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
     binary = localkube_layout.testbin_dir() / "etcd-3.6" / "etcdctl"
-    return subprocess.run([str(binary), f"--endpoints={','.join(urls)}", "--command-timeout=5s",
-                           "--dial-timeout=3s", *args], input=stdin, capture_output=True, text=True, timeout=30)
+    return subprocess.run(
+        [str(binary), f"--endpoints={','.join(urls)}", "--command-timeout=5s", "--dial-timeout=3s", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
 
 
 def put(urls: list[str], key: str, value: str) -> None:
     """The value goes through stdin: large ones exceed an argument's size limit."""
-    written = wait_for(lambda: etcdctl(urls, "put", key, stdin=value).returncode == 0, 60, interval=1.0,
-                       what=f"{key} written through {urls}")
+    written = wait_for(
+        lambda: etcdctl(urls, "put", key, stdin=value).returncode == 0,
+        60,
+        interval=1.0,
+        what=f"{key} written through {urls}",
+    )
     assert written
 
 

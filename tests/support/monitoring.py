@@ -20,11 +20,28 @@ RULES = MONITORING / "prometheusrules.yaml"
 DASHBOARD = MONITORING / "etcd-operator-dashboard.json"
 
 
-
-
-PROMQL_WORDS = {"by", "on", "sum", "max", "min", "rate", "increase", "time", "absent", "histogram_quantile",
-                "and", "or", "unless", "without", "ignoring", "group_left", "group_right", "bool", "count",
-                "label_values"}
+PROMQL_WORDS = {
+    "by",
+    "on",
+    "sum",
+    "max",
+    "min",
+    "rate",
+    "increase",
+    "time",
+    "absent",
+    "histogram_quantile",
+    "and",
+    "or",
+    "unless",
+    "without",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "bool",
+    "count",
+    "label_values",
+}
 
 
 # The Prometheus Operator release whose CRDs the monitoring objects are checked against,
@@ -34,8 +51,9 @@ MONITORING_CRDS = ("servicemonitors", "podmonitors", "prometheusrules")
 
 
 def prometheus_operator_crds() -> list[pathlib.Path]:
-    out = subprocess.run(["go", "mod", "download", "-json", PROMETHEUS_OPERATOR], check=True,
-                         capture_output=True, text=True, timeout=300).stdout
+    out = subprocess.run(
+        ["go", "mod", "download", "-json", PROMETHEUS_OPERATOR], check=True, capture_output=True, text=True, timeout=300
+    ).stdout
     folder = pathlib.Path(json.loads(out)["Dir"]) / "example" / "prometheus-operator-crd"
     return [folder / f"monitoring.coreos.com_{kind}.yaml" for kind in MONITORING_CRDS]
 
@@ -74,8 +92,7 @@ def metric_names(expr: str) -> set[str]:
     without_ranges = re.sub(r"\[[^\]]*\]", "[]", without_labels)
     without_by = re.sub(r"\b(by|on|without|ignoring)\s*\([^)]*\)", "", without_ranges)
     names = set(re.findall(r"[a-zA-Z_:][a-zA-Z0-9_:]*", without_by))
-    return {n for n in names if n not in PROMQL_WORDS
-            and (n.startswith("etcd_") or n == "up")}
+    return {n for n in names if n not in PROMQL_WORDS and (n.startswith("etcd_") or n == "up")}
 
 
 def used_metric_names() -> dict[str, set[str]]:
@@ -97,9 +114,12 @@ def exposed_names(page: str) -> set[str]:
     for line in page.splitlines():
         if line.startswith("# TYPE "):
             _, _, family, kind = line.split(maxsplit=3)
-            suffixes = {"counter": ("_total", ""), "histogram": ("_bucket", "_count", "_sum"),
-                        "summary": ("", "_count", "_sum")}.get(kind.strip(), ("",))
-            base = family[:-len("_total")] if kind.strip() == "counter" and family.endswith("_total") else family
+            suffixes = {
+                "counter": ("_total", ""),
+                "histogram": ("_bucket", "_count", "_sum"),
+                "summary": ("", "_count", "_sum"),
+            }.get(kind.strip(), ("",))
+            base = family[: -len("_total")] if kind.strip() == "counter" and family.endswith("_total") else family
             names.update(base + s for s in suffixes)
         elif line and not line.startswith("#"):
             names.add(re.split(r"[{\s]", line, maxsplit=1)[0])

@@ -11,5 +11,15 @@ def command(resolv_conf: pathlib.Path, resolver: str, argv: list[str]) -> list[s
     """`argv` run on the resolver at `resolver`; `resolv_conf` is written for it. unshare execs
     sh, which execs `argv`: the process started with this command is `argv`'s."""
     resolv_conf.write_text(f"nameserver {resolver}\nsearch cluster.local\noptions ndots:5\n")
-    return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
-            'mount --bind "$0" /etc/resolv.conf && exec "$@"', str(resolv_conf), *argv]
+    return [
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "--",
+        "sh",
+        "-c",
+        'mount --bind "$0" /etc/resolv.conf && exec "$@"',
+        str(resolv_conf),
+        *argv,
+    ]

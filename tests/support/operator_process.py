@@ -22,9 +22,16 @@ from tests.support.processes import stop_gracefully
 
 
 class OperatorProcess:
-    def __init__(self, substrate: Layout, namespace: str, kubeconfig: pathlib.Path | None = None,
-                 identity: str | None = None, env: dict[str, str] | None = None, python: str | None = None,
-                 resolver: str | None = None):
+    def __init__(
+        self,
+        substrate: Layout,
+        namespace: str,
+        kubeconfig: pathlib.Path | None = None,
+        identity: str | None = None,
+        env: dict[str, str] | None = None,
+        python: str | None = None,
+        resolver: str | None = None,
+    ):
         self.substrate = substrate
         # Another interpreter (e.g. a production install's) runs isolated (-I): its own
         # installed package, not this checkout's through PYTHONPATH or the working directory.
@@ -41,7 +48,7 @@ class OperatorProcess:
             resolv_conf = substrate.run_dir / f"operator-{namespace}-resolv.conf"
             self.command = nodes_resolver.command(resolv_conf, resolver, self.command)
 
-    def start(self, faults: str = "") -> "OperatorProcess":
+    def start(self, faults: str = "") -> OperatorProcess:
         env = {
             **os.environ,
             "KUBECONFIG": str(self.kubeconfig),
@@ -55,8 +62,7 @@ class OperatorProcess:
         log = open(self.log_path, "ab")
         log.write(f"\n===== operator start (faults={faults!r}) =====\n".encode())
         log.flush()
-        self.process = subprocess.Popen(self.command, env=env,
-                                        stdout=log, stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(self.command, env=env, stdout=log, stderr=subprocess.STDOUT)
         log.close()
         self._wait_live()
         return self

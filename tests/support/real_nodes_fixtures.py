@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from localkube import controlplane, layout as localkube_layout
+from localkube import controlplane
+from localkube import layout as localkube_layout
 from tests.support import chart_release, shared_real_nodes
 
 REAL_NODES_ROOT = localkube_layout.REAL_NODES_TEST_ROOT

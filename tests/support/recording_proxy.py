@@ -10,15 +10,23 @@ import http.server
 import threading
 import urllib.parse
 
-HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade",
-              "proxy-authorization", "proxy-authenticate"}
+HOP_BY_HOP = {
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+    "te",
+    "trailer",
+    "upgrade",
+    "proxy-authorization",
+    "proxy-authenticate",
+}
 
 
 @dataclasses.dataclass(frozen=True)
 class Recorded:
     method: str
     path: str
-    headers: dict[str, str]   # lower-case names
+    headers: dict[str, str]  # lower-case names
     body_sha256: str
     body_length: int
 
@@ -39,7 +47,7 @@ class RecordingProxy:
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}"
 
-    def __enter__(self) -> "RecordingProxy":
+    def __enter__(self) -> RecordingProxy:
         self._thread.start()
         return self
 
@@ -78,8 +86,9 @@ class RecordingProxy:
                 body = self._body()
                 headers = {k.lower(): v for k, v in self.headers.items()}
                 with proxy._lock:
-                    proxy.requests.append(Recorded(self.command, self.path, headers,
-                                                   hashlib.sha256(body).hexdigest(), len(body)))
+                    proxy.requests.append(
+                        Recorded(self.command, self.path, headers, hashlib.sha256(body).hexdigest(), len(body))
+                    )
                 upstream = http.client.HTTPConnection(proxy.upstream_host, proxy.upstream_port, timeout=60)
                 try:
                     upstream.putrequest(self.command, self.path, skip_host=True, skip_accept_encoding=True)

@@ -5,7 +5,8 @@ permissions, the Deployment by its pod spec, the CRDs by their spec."""
 from __future__ import annotations
 
 import copy
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 # Environment variables the chart may add (it exposes them as values); deploy/ sets them
 # only in overlays.
@@ -17,8 +18,11 @@ NOT_IN_CHART = {"Namespace"}
 def permissions(docs: Iterable[dict]) -> set[tuple[str, str, str, str]]:
     """(scope, apiGroup, resource, verb) granted by bound roles; scope is "cluster" for a
     ClusterRole bound cluster-wide, else the namespace of the RoleBinding."""
-    roles = {(d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"]): d for d in docs
-             if d["kind"] in ("ClusterRole", "Role")}
+    roles = {
+        (d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"]): d
+        for d in docs
+        if d["kind"] in ("ClusterRole", "Role")
+    }
     granted = set()
     for binding in (d for d in docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding")):
         ref = binding["roleRef"]

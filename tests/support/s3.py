@@ -35,11 +35,21 @@ class PrivateMinio:
     def s3_environment(self) -> dict[str, str]:
         return {**controlplane.s3_environment(self.substrate), "S3_ENDPOINT": f"http://{self.host}:{self.port}"}
 
-    def start(self) -> "PrivateMinio":
-        argv = [str(self.substrate.binary("minio", "minio")), "server", str(self.data_dir),
-                f"--address={self.host}:{self.port}", "--quiet"]
-        pid = processes.start(self.substrate.run_dir, self.substrate.logs_dir, self.name, argv,
-                              controlplane.minio_environment(self.substrate))
+    def start(self) -> PrivateMinio:
+        argv = [
+            str(self.substrate.binary("minio", "minio")),
+            "server",
+            str(self.data_dir),
+            f"--address={self.host}:{self.port}",
+            "--quiet",
+        ]
+        pid = processes.start(
+            self.substrate.run_dir,
+            self.substrate.logs_dir,
+            self.name,
+            argv,
+            controlplane.minio_environment(self.substrate),
+        )
         deadline = time.monotonic() + 60
         while not _live(self.s3_environment()["S3_ENDPOINT"]):
             if not processes.alive(pid) or time.monotonic() > deadline:
@@ -76,28 +86,52 @@ def s3_environment(store: Store) -> dict[str, str]:
 def s3_client(store: Store):
     env = s3_environment(store)
     return boto3.client(
-        "s3", endpoint_url=env["S3_ENDPOINT"], region_name=env["S3_REGION"],
-        aws_access_key_id=env["AWS_ACCESS_KEY_ID"], aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+        "s3",
+        endpoint_url=env["S3_ENDPOINT"],
+        region_name=env["S3_REGION"],
+        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
         config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 2}),
     )
 
 
-def create_credentials_secret(store: Store, namespace: str, name: str = "s3-credentials",
-                              access_key: str | None = None, secret_key: str | None = None) -> str:
+def create_credentials_secret(
+    store: Store,
+    namespace: str,
+    name: str = "s3-credentials",
+    access_key: str | None = None,
+    secret_key: str | None = None,
+) -> str:
     env = s3_environment(store)
-    kubectl("create", "secret", "generic", name, "-n", namespace,
-            f"--from-literal=accessKeyID={access_key or env['AWS_ACCESS_KEY_ID']}",
-            f"--from-literal=secretAccessKey={secret_key or env['AWS_SECRET_ACCESS_KEY']}")
+    kubectl(
+        "create",
+        "secret",
+        "generic",
+        name,
+        "-n",
+        namespace,
+        f"--from-literal=accessKeyID={access_key or env['AWS_ACCESS_KEY_ID']}",
+        f"--from-literal=secretAccessKey={secret_key or env['AWS_SECRET_ACCESS_KEY']}",
+    )
     return name
 
 
-def s3_storage_spec(store: Store, prefix: str, secret: str = "s3-credentials", bucket: str | None = None,
-                    **extra) -> dict:
+def s3_storage_spec(
+    store: Store, prefix: str, secret: str = "s3-credentials", bucket: str | None = None, **extra
+) -> dict:
     env = s3_environment(store)
-    return {"s3": {"bucket": bucket or env["S3_BUCKET"], "prefix": prefix, "endpoint": env["S3_ENDPOINT"],
-                   "region": env["S3_REGION"], "forcePathStyle": True,
-                   "insecure": env["S3_ENDPOINT"].startswith("http://"),
-                   "credentialsSecretRef": {"name": secret}, **extra}}
+    return {
+        "s3": {
+            "bucket": bucket or env["S3_BUCKET"],
+            "prefix": prefix,
+            "endpoint": env["S3_ENDPOINT"],
+            "region": env["S3_REGION"],
+            "forcePathStyle": True,
+            "insecure": env["S3_ENDPOINT"].startswith("http://"),
+            "credentialsSecretRef": {"name": secret},
+            **extra,
+        }
+    }
 
 
 def list_keys(client, bucket: str, prefix: str) -> list[str]:

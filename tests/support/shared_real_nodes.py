@@ -23,9 +23,10 @@ import fcntl
 import json
 import pathlib
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
-from localkube import controlplane, hoststate, layout as localkube_layout
+from localkube import controlplane, hoststate
+from localkube import layout as localkube_layout
 from localkube.layout import Layout
 from tests.support import measured
 
@@ -54,7 +55,7 @@ class SharedUse:
         self._down_check = None
         self._kept = 0
 
-    def start(self) -> "SharedUse":
+    def start(self) -> SharedUse:
         self.root.mkdir(parents=True, exist_ok=True)
         self._users = open(self.root / "users.lock", "a")
         fcntl.flock(self._users, fcntl.LOCK_SH)  # waits while a check of `down` runs

@@ -15,7 +15,8 @@ import sys
 
 import pytest
 
-from localkube import controlplane, layout as localkube_layout
+from localkube import controlplane
+from localkube import layout as localkube_layout
 from tests.support import crds
 from tests.support.diagnostics import print_events, print_operator_pod_logs, print_tail
 

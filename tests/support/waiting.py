@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 T = TypeVar("T")
 
@@ -23,8 +24,9 @@ def wait_for(predicate: Callable[[], T], timeout: float, interval: float = 0.5, 
         time.sleep(interval)
 
 
-def holds_throughout(check: Callable[[], object], seconds: float, interval: float = 1.0,
-                     what: str = "invariant") -> int:
+def holds_throughout(
+    check: Callable[[], object], seconds: float, interval: float = 1.0, what: str = "invariant"
+) -> int:
     """Calls check() every interval for a bounded observation window; an AssertionError
     from check() fails at once. For "X never happens" properties. Returns the number of checks."""
     deadline = time.monotonic() + seconds
@@ -40,8 +42,13 @@ def holds_throughout(check: Callable[[], object], seconds: float, interval: floa
         time.sleep(min(interval, max(0.0, deadline - time.monotonic())))
 
 
-def wait_for_holding(predicate: Callable[[], T], invariant: Callable[[], object], timeout: float,
-                     interval: float = 1.0, what: str = "condition") -> T:
+def wait_for_holding(
+    predicate: Callable[[], T],
+    invariant: Callable[[], object],
+    timeout: float,
+    interval: float = 1.0,
+    what: str = "condition",
+) -> T:
     """Like wait_for, but invariant() runs before every poll and an AssertionError (from
     either) fails at once, so damage is reported when it happens instead of being waited
     out. Other errors only mean "could not look this time"."""

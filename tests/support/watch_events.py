@@ -23,9 +23,13 @@ class WatchEvents:
 
     def __init__(self, *args: str):
         self.events: list[tuple[str, dict]] = []
-        self._process = subprocess.Popen([_kubectl(), "get", *args, "-w", "--output-watch-events", "-o", "json"],
-                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                                         env={**os.environ})
+        self._process = subprocess.Popen(
+            [_kubectl(), "get", *args, "-w", "--output-watch-events", "-o", "json"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env={**os.environ},
+        )
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 

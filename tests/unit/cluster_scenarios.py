@@ -9,11 +9,19 @@ from etcd_operator.cluster import actions as a
 from etcd_operator.cluster import naming
 from etcd_operator.cluster.decision import Decision, decide
 from etcd_operator.cluster.health import diagnose
-from etcd_operator.cluster.observed import (EtcdView, Observed, Operation, PodAdmission, PodView, PVCView,
-                                            VolumePin)
+from etcd_operator.cluster.observed import (
+    EtcdView,
+    Member,
+    MemberStatus,
+    Observed,
+    Operation,
+    PodAdmission,
+    PodView,
+    PVCView,
+    VolumePin,
+)
 from etcd_operator.cluster.planner import plan, self_only_cluster
 from etcd_operator.cluster.spec import ClusterSpec
-from etcd_operator.cluster.observed import Member, MemberStatus
 
 CLUSTER, NAMESPACE = "c", "ns"
 NOW = 1_000_000.0
@@ -51,38 +59,74 @@ class M:
 
 
 def spec(size: int = 3, **overrides) -> ClusterSpec:
-    base = ClusterSpec.from_dict({"size": size, "recovery": {"memberUnhealthyTimeout": "60s",
-                                                             "quorumLossTimeout": "30s"}})
+    base = ClusterSpec.from_dict(
+        {"size": size, "recovery": {"memberUnhealthyTimeout": "60s", "quorumLossTimeout": "30s"}}
+    )
     return dataclasses.replace(base, **overrides)
 
 
-def observed(members: list[M], leader: int | None = 0, extra_pods=(), extra_pvcs=(),
-             no_quorum_for: float | None = None, operation: Operation | None = None,
-             bootstrapped: bool = True, alarms: tuple[tuple[int, str], ...] = (),
-             reachable: set[int] | None = None) -> Observed:
+def observed(
+    members: list[M],
+    leader: int | None = 0,
+    extra_pods=(),
+    extra_pvcs=(),
+    no_quorum_for: float | None = None,
+    operation: Operation | None = None,
+    bootstrapped: bool = True,
+    alarms: tuple[tuple[int, str], ...] = (),
+    reachable: set[int] | None = None,
+) -> Observed:
     etcd_members, statuses, pods, pvcs, unhealthy, endpoints = [], {}, {}, {}, {}, {}
     leader_id = next((m.id for m in members if m.ordinal == leader and m.healthy), None)
     for m in members:
-        etcd_members.append(Member(m.id, m.name if m.started else "",
-                                   (naming.peer_url(CLUSTER, NAMESPACE, m.name),),
-                                   (naming.client_url(CLUSTER, NAMESPACE, m.name),) if m.started else (),
-                                   m.learner))
+        etcd_members.append(
+            Member(
+                m.id,
+                m.name if m.started else "",
+                (naming.peer_url(CLUSTER, NAMESPACE, m.name),),
+                (naming.client_url(CLUSTER, NAMESPACE, m.name),) if m.started else (),
+                m.learner,
+            )
+        )
         if m.healthy and m.started and m.pod and (reachable is None or m.ordinal in reachable):
             errors = tuple(f"memberID:{member} alarm:{name} " for member, name in alarms)
-            statuses[m.id] = MemberStatus(1, m.id, leader_id or 0, "3.6.16", m.db_size, m.db_in_use,
-                                          m.applied, m.applied, m.applied, 2, m.learner, errors)
+            statuses[m.id] = MemberStatus(
+                1,
+                m.id,
+                leader_id or 0,
+                "3.6.16",
+                m.db_size,
+                m.db_in_use,
+                m.applied,
+                m.applied,
+                m.applied,
+                2,
+                m.learner,
+                errors,
+            )
             endpoints[m.id] = f"10.0.0.{m.ordinal}:2379"
         if m.pod:
             settled_cluster = f"{m.name}={naming.peer_url(CLUSTER, NAMESPACE, m.name)}"
             ready = m.healthy if m.pod_ready is None else m.pod_ready
-            pods[m.name] = PodView(m.name, f"uid-{m.name}", m.id if m.settled else None, m.pod_phase,
-                                   ready and m.pod_phase == "Running", m.stopping, f"10.0.0.{m.ordinal}",
-                                   "old-hash" if m.outdated else HASH, "existing" if m.settled else "new",
-                                   settled_cluster if m.settled else "x", False, waiting_reason=m.waiting,
-                                   started=not m.starting and m.waiting is None)
+            pods[m.name] = PodView(
+                m.name,
+                f"uid-{m.name}",
+                m.id if m.settled else None,
+                m.pod_phase,
+                ready and m.pod_phase == "Running",
+                m.stopping,
+                f"10.0.0.{m.ordinal}",
+                "old-hash" if m.outdated else HASH,
+                "existing" if m.settled else "new",
+                settled_cluster if m.settled else "x",
+                False,
+                waiting_reason=m.waiting,
+                started=not m.starting and m.waiting is None,
+            )
         if m.pvc:
-            pvcs[naming.pvc_name(m.name)] = PVCView(naming.pvc_name(m.name), f"pvc-{m.name}",
-                                                     m.id if m.settled else None, False, None, pin=m.pin)
+            pvcs[naming.pvc_name(m.name)] = PVCView(
+                naming.pvc_name(m.name), f"pvc-{m.name}", m.id if m.settled else None, False, None, pin=m.pin
+            )
         if not m.healthy and m.unhealthy_for is not None:
             unhealthy[m.name] = m.unhealthy_for
     for pod in extra_pods:
@@ -92,9 +136,21 @@ def observed(members: list[M], leader: int | None = 0, extra_pods=(), extra_pvcs
     answered = bool(statuses)
     from_leader = leader_id is not None and leader_id in statuses
     return Observed(
-        cluster=CLUSTER, namespace=NAMESPACE, uid="uid", now=NOW, pods=pods, pvcs=pvcs,
-        etcd=EtcdView(tuple(etcd_members) if answered else (), statuses, 1 if answered else None, leader_id,
-                      from_leader, {}, endpoints),
+        cluster=CLUSTER,
+        namespace=NAMESPACE,
+        uid="uid",
+        now=NOW,
+        pods=pods,
+        pvcs=pvcs,
+        etcd=EtcdView(
+            tuple(etcd_members) if answered else (),
+            statuses,
+            1 if answered else None,
+            leader_id,
+            from_leader,
+            {},
+            endpoints,
+        ),
         unhealthy_for=unhealthy,
         no_quorum_for=no_quorum_for,
         running_version="3.6.16" if answered else None,

@@ -20,18 +20,27 @@ def endpoint(ordinal: int) -> str:
 
 
 class FakeMember:
-    def __init__(self, ordinal: int, cluster: "FakeCluster"):
+    def __init__(self, ordinal: int, cluster: FakeCluster):
         self.ordinal, self.cluster = ordinal, cluster
 
     async def status(self) -> MemberStatus:
         if f"c-{self.ordinal}" in self.cluster.down:
             raise EtcdError(endpoint(self.ordinal), "Status", None, "connection refused")
-        return MemberStatus(CLUSTER_ID, member_id(self.ordinal), member_id(0), "3.6.16", 1000, 1000, 100, 100, 100,
-                            2, False, ())  # c-0 leads
+        return MemberStatus(
+            CLUSTER_ID, member_id(self.ordinal), member_id(0), "3.6.16", 1000, 1000, 100, 100, 100, 2, False, ()
+        )  # c-0 leads
 
     async def member_list(self):
-        return CLUSTER_ID, tuple(Member(member_id(o), f"c-{o}", (naming.peer_url(CLUSTER, NAMESPACE, f"c-{o}"),),
-                                        (naming.client_url(CLUSTER, NAMESPACE, f"c-{o}"),), False) for o in range(3))
+        return CLUSTER_ID, tuple(
+            Member(
+                member_id(o),
+                f"c-{o}",
+                (naming.peer_url(CLUSTER, NAMESPACE, f"c-{o}"),),
+                (naming.client_url(CLUSTER, NAMESPACE, f"c-{o}"),),
+                False,
+            )
+            for o in range(3)
+        )
 
 
 class FakeCluster:
@@ -56,16 +65,32 @@ class FakeCluster:
         pods, pvcs = [], []
         for o in range(3):
             name = f"c-{o}"
-            annotations = {naming.ANNOTATION_MEMBER_ID: f"{member_id(o):x}",
-                           naming.ANNOTATION_INITIAL_STATE: "existing",
-                           naming.ANNOTATION_INITIAL_CLUSTER: f"{name}={naming.peer_url(CLUSTER, NAMESPACE, name)}"}
+            annotations = {
+                naming.ANNOTATION_MEMBER_ID: f"{member_id(o):x}",
+                naming.ANNOTATION_INITIAL_STATE: "existing",
+                naming.ANNOTATION_INITIAL_CLUSTER: f"{name}={naming.peer_url(CLUSTER, NAMESPACE, name)}",
+            }
             ready = "False" if name in self.down else "True"
-            pods.append({"metadata": {"name": name, "uid": f"uid-{name}", "annotations": annotations},
-                         "status": {"phase": "Running", "podIP": endpoint(o).rsplit(":", 1)[0],
-                                    "conditions": [{"type": "Ready", "status": ready}],
-                                    "containerStatuses": [{"started": True, "restartCount": 0}]}})
-            pvcs.append({"metadata": {"name": naming.pvc_name(name), "uid": f"uid-pvc-{name}",
-                                      "annotations": {naming.ANNOTATION_MEMBER_ID: f"{member_id(o):x}"}}})
+            pods.append(
+                {
+                    "metadata": {"name": name, "uid": f"uid-{name}", "annotations": annotations},
+                    "status": {
+                        "phase": "Running",
+                        "podIP": endpoint(o).rsplit(":", 1)[0],
+                        "conditions": [{"type": "Ready", "status": ready}],
+                        "containerStatuses": [{"started": True, "restartCount": 0}],
+                    },
+                }
+            )
+            pvcs.append(
+                {
+                    "metadata": {
+                        "name": naming.pvc_name(name),
+                        "uid": f"uid-pvc-{name}",
+                        "annotations": {naming.ANNOTATION_MEMBER_ID: f"{member_id(o):x}"},
+                    }
+                }
+            )
         return pods, pvcs
 
 
@@ -80,11 +105,22 @@ async def no_cluster_version(endpoint):
 
 def cluster_body(spec: dict, status_members: list[dict] | None = None, annotations: dict | None = None) -> dict:
     """The EtcdCluster as the API server holds it."""
-    members = status_members if status_members is not None else [
-        {"name": f"c-{o}", "id": f"{member_id(o):x}", "healthy": True} for o in range(3)]
-    return {"metadata": {"name": CLUSTER, "namespace": NAMESPACE, "uid": "uid-c", "generation": 1,
-                         "annotations": annotations or {}},
-            "spec": spec, "status": {"clusterID": f"{CLUSTER_ID:x}", "members": members}}
+    members = (
+        status_members
+        if status_members is not None
+        else [{"name": f"c-{o}", "id": f"{member_id(o):x}", "healthy": True} for o in range(3)]
+    )
+    return {
+        "metadata": {
+            "name": CLUSTER,
+            "namespace": NAMESPACE,
+            "uid": "uid-c",
+            "generation": 1,
+            "annotations": annotations or {},
+        },
+        "spec": spec,
+        "status": {"clusterID": f"{CLUSTER_ID:x}", "members": members},
+    }
 
 
 def observer_of(etcd: FakeCluster, monkeypatch) -> ClusterObserver:

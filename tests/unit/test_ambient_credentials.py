@@ -13,12 +13,13 @@ from etcd_operator.backup.state import Observed, RunState, ScheduleSpec
 from etcd_operator.backup.status import build_status
 from etcd_operator.config import OperatorConfig
 from etcd_operator.restore import steps as restore_steps
-from etcd_operator.restore.observed import Observed as RestoreObserved, SourceState
+from etcd_operator.restore.observed import Observed as RestoreObserved
+from etcd_operator.restore.observed import SourceState
 from etcd_operator.restore.planner import plan as plan_restore
 from etcd_operator.restore.spec import RestoreSpec, RestoreStatus
 from etcd_operator.storage_policy import AMBIENT_NOT_ALLOWED, StoragePolicy
 
-T0 = datetime.datetime(2026, 11, 21, 12, 0, 1, tzinfo=datetime.timezone.utc)
+T0 = datetime.datetime(2026, 11, 21, 12, 0, 1, tzinfo=datetime.UTC)
 AMBIENT = {"bucket": "someone-elses", "endpoint": "https://s3.example"}
 WITH_SECRET = {**AMBIENT, "credentialsSecretRef": {"name": "creds"}}
 
@@ -41,8 +42,11 @@ def test_ambient_credentials_are_refused_unless_the_install_lists_the_namespace(
 def test_a_refused_backup_runs_nothing_and_says_why_in_its_conditions():
     refusal = StoragePolicy().ambient_refusal("ns", AMBIENT)
     refused = Observed(T0, 1, credentials_refusal=refusal)
-    for spec, state in [(ScheduleSpec(None), RunState()), (ScheduleSpec("0 * * * *"), RunState()),
-                        (ScheduleSpec("0 * * * *"), RunState(slot_in_progress="20261121T120000Z"))]:
+    for spec, state in [
+        (ScheduleSpec(None), RunState()),
+        (ScheduleSpec("0 * * * *"), RunState()),
+        (ScheduleSpec("0 * * * *"), RunState(slot_in_progress="20261121T120000Z")),
+    ]:
         step = plan(spec, state, refused, T0)
         assert isinstance(step, s.RefuseCredentials) and step.reason == AMBIENT_NOT_ALLOWED
     assert delay_after(step, T0) is None  # only a new install setting or spec changes it
@@ -56,8 +60,9 @@ def test_a_refused_backup_runs_nothing_and_says_why_in_its_conditions():
 
 
 def test_a_refused_restore_waits_before_reading_its_source():
-    spec = RestoreSpec.from_dict({"source": {"s3": {**AMBIENT, "key": "k.db"}},
-                                  "target": {"newCluster": {"name": "keep", "spec": {"size": 1}}}})
+    spec = RestoreSpec.from_dict(
+        {"source": {"s3": {**AMBIENT, "key": "k.db"}}, "target": {"newCluster": {"name": "keep", "spec": {"size": 1}}}}
+    )
     refusal = StoragePolicy().ambient_refusal("ns", AMBIENT)
     seen = RestoreObserved("ns", "r1", "uid", 1, None, source=SourceState(credentials_refusal=refusal))
     for status in (RestoreStatus(), RestoreStatus(phase="Pending"), RestoreStatus(phase="Verifying")):

@@ -12,8 +12,8 @@ import pytest
 
 from etcd_operator import metrics
 from etcd_operator.cluster import anomaly_detection as an
-from etcd_operator.cluster.metrics_watcher import MemberMetricsWatcher
 from etcd_operator.cluster.metrics_sample import MetricsSample, bucket_increase, parse, quantile, sharing_unchanged
+from etcd_operator.cluster.metrics_watcher import MemberMetricsWatcher
 from etcd_operator.cluster.observed import EtcdView, MemberStatus, Observed, PodView
 
 REAL_PAGE = (pathlib.Path(__file__).parent / "data" / "etcd-3.6-metrics.txt").read_text()
@@ -38,13 +38,16 @@ def test_parse_reads_a_real_etcd_page():
     assert sample.backend_commit and sample.backend_commit[-1][0] == float("inf")
 
 
-@pytest.mark.parametrize("counts, expected", [
-    ((0, 0, 0, 0, 0, 0, 0, 0), None),
-    ((100, 0, 0, 0, 0, 0, 0, 0), 0.00099),   # p99 inside the first bucket
-    ((0, 0, 0, 0, 100, 0, 0, 0), 0.01592),   # inside (0.008, 0.016]
-    ((99, 0, 0, 0, 0, 0, 0, 1), 0.001),      # exactly at the boundary of the first bucket
-    ((0, 0, 0, 0, 0, 0, 0, 10), 0.064),      # in +Inf: the largest finite bound
-])
+@pytest.mark.parametrize(
+    "counts, expected",
+    [
+        ((0, 0, 0, 0, 0, 0, 0, 0), None),
+        ((100, 0, 0, 0, 0, 0, 0, 0), 0.00099),  # p99 inside the first bucket
+        ((0, 0, 0, 0, 100, 0, 0, 0), 0.01592),  # inside (0.008, 0.016]
+        ((99, 0, 0, 0, 0, 0, 0, 1), 0.001),  # exactly at the boundary of the first bucket
+        ((0, 0, 0, 0, 0, 0, 0, 10), 0.064),  # in +Inf: the largest finite bound
+    ],
+)
 def test_quantile_interpolates_like_promql(counts, expected):
     result = quantile(0.99, buckets(*counts))
     assert result == (None if expected is None else pytest.approx(expected, rel=1e-3))
@@ -71,36 +74,39 @@ def kinds(history, lag=None):
     return [w.kind for w in an.member_warnings(history, lag, NOW)]
 
 
-@pytest.mark.parametrize("history, lag, expected", [
-    (QUIET, 0, []),
-    # sustained slow WAL fsync: 100 fsyncs between 16 and 32 ms over 300 s
-    ([sample(NOW - 300), sample(NOW, fsync=buckets(0, 0, 0, 0, 0, 100, 0, 0))], None, ["SlowWALFsync"]),
-    # fast fsyncs: no warning
-    ([sample(NOW - 300), sample(NOW, fsync=buckets(100, 0, 0, 0, 0, 0, 0, 0))], None, []),
-    # slow, but over too short a window to call it sustained
-    ([sample(NOW - 30), sample(NOW, fsync=buckets(0, 0, 0, 0, 0, 100, 0, 0))], None, []),
-    # slow, but too few observations
-    ([sample(NOW - 300), sample(NOW, fsync=buckets(0, 0, 0, 0, 0, 5, 0, 0))], None, []),
-    # slow backend commits (p99 in (32, 64] ms > 25 ms); 20 ms would be fine
-    ([sample(NOW - 300), sample(NOW, commit=buckets(0, 0, 0, 0, 0, 0, 100, 0))], None, ["SlowBackendCommit"]),
-    ([sample(NOW - 300), sample(NOW, commit=buckets(0, 0, 0, 0, 100, 0, 0, 0))], None, []),
-    # leader churn: 3 new leaders in the window; 2 are not enough
-    ([sample(NOW - 300, leaders=1), sample(NOW, leaders=4)], None, ["FrequentLeaderChanges"]),
-    ([sample(NOW - 300, leaders=1), sample(NOW, leaders=3)], None, []),
-    # a restart resets the counter: 4 changes since it
-    ([sample(NOW - 300, leaders=10), sample(NOW, leaders=4)], None, ["FrequentLeaderChanges"]),
-    # old changes outside the window do not count
-    ([sample(NOW - 2000, leaders=1), sample(NOW - 300, leaders=9), sample(NOW, leaders=9)], None, []),
-    ([sample(NOW - 300, failed=0), sample(NOW, failed=5)], None, ["ProposalsFailing"]),
-    ([sample(NOW - 300, failed=0), sample(NOW, failed=4)], None, []),
-    # database over 80 % of the quota, from the latest scrape alone
-    ([sample(NOW, db=8100, quota=10000)], None, ["DatabaseNearQuota"]),
-    ([sample(NOW, db=8000, quota=10000)], None, []),
-    ([sample(NOW, db=8100, quota=0)], None, []),  # no quota reported: no ratio
-    (QUIET, 5000, ["FarBehind"]),
-    (QUIET, 4999, []),
-    ([], None, []),
-])
+@pytest.mark.parametrize(
+    "history, lag, expected",
+    [
+        (QUIET, 0, []),
+        # sustained slow WAL fsync: 100 fsyncs between 16 and 32 ms over 300 s
+        ([sample(NOW - 300), sample(NOW, fsync=buckets(0, 0, 0, 0, 0, 100, 0, 0))], None, ["SlowWALFsync"]),
+        # fast fsyncs: no warning
+        ([sample(NOW - 300), sample(NOW, fsync=buckets(100, 0, 0, 0, 0, 0, 0, 0))], None, []),
+        # slow, but over too short a window to call it sustained
+        ([sample(NOW - 30), sample(NOW, fsync=buckets(0, 0, 0, 0, 0, 100, 0, 0))], None, []),
+        # slow, but too few observations
+        ([sample(NOW - 300), sample(NOW, fsync=buckets(0, 0, 0, 0, 0, 5, 0, 0))], None, []),
+        # slow backend commits (p99 in (32, 64] ms > 25 ms); 20 ms would be fine
+        ([sample(NOW - 300), sample(NOW, commit=buckets(0, 0, 0, 0, 0, 0, 100, 0))], None, ["SlowBackendCommit"]),
+        ([sample(NOW - 300), sample(NOW, commit=buckets(0, 0, 0, 0, 100, 0, 0, 0))], None, []),
+        # leader churn: 3 new leaders in the window; 2 are not enough
+        ([sample(NOW - 300, leaders=1), sample(NOW, leaders=4)], None, ["FrequentLeaderChanges"]),
+        ([sample(NOW - 300, leaders=1), sample(NOW, leaders=3)], None, []),
+        # a restart resets the counter: 4 changes since it
+        ([sample(NOW - 300, leaders=10), sample(NOW, leaders=4)], None, ["FrequentLeaderChanges"]),
+        # old changes outside the window do not count
+        ([sample(NOW - 2000, leaders=1), sample(NOW - 300, leaders=9), sample(NOW, leaders=9)], None, []),
+        ([sample(NOW - 300, failed=0), sample(NOW, failed=5)], None, ["ProposalsFailing"]),
+        ([sample(NOW - 300, failed=0), sample(NOW, failed=4)], None, []),
+        # database over 80 % of the quota, from the latest scrape alone
+        ([sample(NOW, db=8100, quota=10000)], None, ["DatabaseNearQuota"]),
+        ([sample(NOW, db=8000, quota=10000)], None, []),
+        ([sample(NOW, db=8100, quota=0)], None, []),  # no quota reported: no ratio
+        (QUIET, 5000, ["FarBehind"]),
+        (QUIET, 4999, []),
+        ([], None, []),
+    ],
+)
 def test_member_warnings(history, lag, expected):
     assert kinds(history, lag) == expected
 
@@ -130,14 +136,24 @@ def status(member_id, raft_index, applied):
 
 
 def observed_with(pods, statuses, leader=1, now=NOW):
-    return Observed("c", "ns", "uid", now, {p.name: p for p in pods}, {},
-                    EtcdView(statuses={s.member_id: s for s in statuses}, leader_id=leader),
-                    {}, None, None)
+    return Observed(
+        "c",
+        "ns",
+        "uid",
+        now,
+        {p.name: p for p in pods},
+        {},
+        EtcdView(statuses={s.member_id: s for s in statuses}, leader_id=leader),
+        {},
+        None,
+        None,
+    )
 
 
 def test_applied_lag_against_the_leader():
-    observed = observed_with([pod("etcd-0", 1), pod("etcd-1", 2), pod("etcd-2", None)],
-                             [status(1, 10_000, 10_000), status(2, 9_000, 4_000)])
+    observed = observed_with(
+        [pod("etcd-0", 1), pod("etcd-1", 2), pod("etcd-2", None)], [status(1, 10_000, 10_000), status(2, 9_000, 4_000)]
+    )
     assert an.applied_lags(observed) == {"etcd-0": 0, "etcd-1": 6000}
     assert an.applied_lags(observed_with([pod("etcd-0", 1)], [status(1, 5, 5)], leader=None)) == {}
 
@@ -174,8 +190,9 @@ def test_a_sample_shares_the_unchanged_buckets_of_the_previous_one():
     same = parse(REAL_PAGE, at=40.0)
     shared = sharing_unchanged(first, same)
     assert shared == same and shared.wal_fsync is first.wal_fsync and shared.backend_commit is first.backend_commit
-    grown = MetricsSample(at=70.0, wal_fsync=first.wal_fsync[:-1] + ((float("inf"), 8.0),),
-                          backend_commit=first.backend_commit)
+    grown = MetricsSample(
+        at=70.0, wal_fsync=first.wal_fsync[:-1] + ((float("inf"), 8.0),), backend_commit=first.backend_commit
+    )
     partly = sharing_unchanged(first, grown)
     assert partly == grown
     assert all(a is b for a, b in zip(partly.wal_fsync[:-1], first.wal_fsync[:-1], strict=True))
@@ -200,6 +217,7 @@ async def test_watcher_keeps_no_sample_older_than_the_detection_window():
 
 def text_of_registry() -> str:
     from prometheus_client import generate_latest
+
     return generate_latest(metrics.REGISTRY).decode()
 
 
@@ -210,8 +228,9 @@ def test_series_of_a_deleted_cluster_and_backup_are_removed():
     metrics.record_alarms("ns-a", "gone", ("NOSPACE",))
     metrics.reconcile_steps.labels("ns-a", "gone", "AddLearner").inc()
     metrics.reconcile_errors.labels("ns-a", "gone").inc()
-    metrics.record_backup_status("ns-a", "nightly", {"lastSuccessfulTime": "2026-11-21T10:00:00Z",
-                                                      "lastBackup": {"size": 123}})
+    metrics.record_backup_status(
+        "ns-a", "nightly", {"lastSuccessfulTime": "2026-11-21T10:00:00Z", "lastBackup": {"size": 123}}
+    )
     metrics.backup_failures.labels("ns-a", "nightly", "Timeout").inc()
     metrics.backup_duration.labels("ns-a", "nightly").observe(3)
     assert 'cluster="gone"' in text_of_registry() and 'backup="nightly"' in text_of_registry()
@@ -226,8 +245,9 @@ def test_series_of_a_deleted_cluster_and_backup_are_removed():
 def test_backup_freshness_comes_from_status_and_members_removed_lose_their_series():
     metrics.record_backup_status("ns-b", "hourly", {"lastSuccessfulTime": "2026-11-21T10:00:00Z"})
     assert metrics.backup_last_success.labels("ns-b", "hourly")._value.get() == 1795255200.0
-    metrics.record_cluster("ns-b", "c", 3, [("etcd-0", "leader", True, 1, 1), ("etcd-1", "follower", True, 1, 1)],
-                           True, False)
+    metrics.record_cluster(
+        "ns-b", "c", 3, [("etcd-0", "leader", True, 1, 1), ("etcd-1", "follower", True, 1, 1)], True, False
+    )
     metrics.record_cluster("ns-b", "c", 3, [("etcd-0", "leader", True, 1, 1)], True, False)
     assert 'member="etcd-1"' not in text_of_registry()
     metrics.record_member_warnings("ns-b", "c", {"etcd-0": (an.MemberWarning("FarBehind", ""),)})
@@ -256,15 +276,17 @@ async def test_a_member_that_never_answers_costs_at_most_the_timeout():
 async def test_a_page_that_arrives_in_pieces_is_read_whole(monkeypatch):
     from etcd_operator.etcd import scrape
 
-    lines = [f'etcd_disk_wal_fsync_duration_seconds_bucket{{le="{2 ** i / 1000}"}} {i}\n' for i in range(14)]
+    lines = [f'etcd_disk_wal_fsync_duration_seconds_bucket{{le="{2**i / 1000}"}} {i}\n' for i in range(14)]
     page = ("".join(lines) * 300).encode()  # about 250 KiB, like etcd's own page
 
     async def in_pieces(reader, writer):
         await reader.readuntil(b"\r\n\r\n")
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n"
-                     + f"Content-Length: {len(page)}\r\n\r\n".encode())
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n"
+            + f"Content-Length: {len(page)}\r\n\r\n".encode()
+        )
         for start in range(0, len(page), 8192):  # a slow member: each piece after a pause
-            writer.write(page[start:start + 8192])
+            writer.write(page[start : start + 8192])
             await writer.drain()
             await asyncio.sleep(0.002)
         writer.close()

@@ -11,7 +11,7 @@ from etcd_operator.backup import steps as s
 from etcd_operator.backup.manifest import Identity, Manifest
 from etcd_operator.backup.status import build_status
 
-T0 = datetime.datetime(2026, 11, 1, tzinfo=datetime.timezone.utc)
+T0 = datetime.datetime(2026, 11, 1, tzinfo=datetime.UTC)
 ME = Identity("ns", "b", "uid-1")
 
 
@@ -21,16 +21,31 @@ def at(minutes: float) -> datetime.datetime:
 
 def manifest(minutes: float, revision: int, cluster_id: str = "1", **extra) -> Manifest:
     created = at(minutes).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return Manifest(f"p/ns/b/r{revision}-{minutes}.db", "b", "ns", "c", cluster_id, "3.6.16", revision, 10,
-                    "x" * 64, created, "c-1", str(minutes), backup_uid="uid-1", **extra)
+    return Manifest(
+        f"p/ns/b/r{revision}-{minutes}.db",
+        "b",
+        "ns",
+        "c",
+        cluster_id,
+        "3.6.16",
+        revision,
+        10,
+        "x" * 64,
+        created,
+        "c-1",
+        str(minutes),
+        backup_uid="uid-1",
+        **extra,
+    )
 
 
 def test_a_manifest_from_a_clock_in_the_future_does_not_push_out_newer_revisions():
     future = manifest(10_000, 100)  # written by a replica whose clock ran ahead
     later = [manifest(20, 200), manifest(30, 300)]
     assert retention.newest_first([future, *later], ("1",))[0] == later[1]
-    assert retention.expired([future, *later], max_backups=2, max_age_seconds=None, now=at(31),
-                             history=("1",)) == [future]
+    assert retention.expired([future, *later], max_backups=2, max_age_seconds=None, now=at(31), history=("1",)) == [
+        future
+    ]
 
 
 def test_lineages_are_ordered_by_the_recorded_cluster_id_history_not_by_writer_clocks():
@@ -38,8 +53,12 @@ def test_lineages_are_ordered_by_the_recorded_cluster_id_history_not_by_writer_c
     before_restore = [manifest(10_000, 5000, cluster_id="a"), manifest(10_060, 5100, cluster_id="a")]
     after_restore = [manifest(20, 30, cluster_id="b"), manifest(80, 40, cluster_id="b")]
     everything = before_restore + after_restore
-    assert retention.newest_first(everything, ("a", "b")) == [after_restore[1], after_restore[0],
-                                                              before_restore[1], before_restore[0]]
+    assert retention.newest_first(everything, ("a", "b")) == [
+        after_restore[1],
+        after_restore[0],
+        before_restore[1],
+        before_restore[0],
+    ]
     doomed = retention.expired(everything, max_backups=2, max_age_seconds=None, now=at(90), history=("a", "b"))
     assert doomed == [before_restore[1], before_restore[0]]
 
@@ -48,8 +67,9 @@ def test_a_lineage_the_history_does_not_name_is_kept_and_placed_last():
     unknown = [manifest(10_000, 9, cluster_id="x"), manifest(10_001, 10, cluster_id="x")]
     current = [manifest(20, 30, cluster_id="b"), manifest(30, 40, cluster_id="b")]
     assert retention.newest_first(unknown + current, ("b",)) == [current[1], current[0], unknown[1], unknown[0]]
-    assert retention.expired(unknown + current, max_backups=1, max_age_seconds=None, now=at(40),
-                             history=("b",)) == [current[0]]
+    assert retention.expired(unknown + current, max_backups=1, max_age_seconds=None, now=at(40), history=("b",)) == [
+        current[0]
+    ]
 
 
 def test_the_history_grows_once_per_cluster_id_and_status_records_it():
@@ -75,24 +95,31 @@ def test_max_age_deletes_only_when_the_store_and_the_operator_agree():
     def doomed(now_minutes, store):
         return retention.expired([old, newest], None, hour, at(now_minutes), history=("1",), store=store)
 
-    assert doomed(601, store_clock([old, newest], 601)) == [old]                # both: 601 minutes old
-    assert doomed(601, None) == []                                               # the store's age unknown
-    assert doomed(10_000, store_clock([old, newest], 30)) == []                  # this operator's clock ahead
-    assert doomed(30, store_clock([old, newest], 10_000)) == []                  # the store's clock ahead
+    assert doomed(601, store_clock([old, newest], 601)) == [old]  # both: 601 minutes old
+    assert doomed(601, None) == []  # the store's age unknown
+    assert doomed(10_000, store_clock([old, newest], 30)) == []  # this operator's clock ahead
+    assert doomed(30, store_clock([old, newest], 10_000)) == []  # the store's clock ahead
     writer_behind = dataclasses.replace(old, created_at="2000-01-01T00:00:00Z")  # its writer's clock behind
-    assert retention.expired([writer_behind, newest], None, hour, at(30), history=("1",),
-                             store=store_clock([old, newest], 30)) == []
+    assert (
+        retention.expired(
+            [writer_behind, newest], None, hour, at(30), history=("1",), store=store_clock([old, newest], 30)
+        )
+        == []
+    )
 
 
 def test_the_newest_verified_backup_and_the_key_just_written_are_kept():
     verified = manifest(0, 10, verified=True)
     failed = manifest(5, 20, verified=False)
     newest = manifest(10, 30)
-    doomed = retention.expired([verified, failed, newest], max_backups=1, max_age_seconds=None, now=at(11),
-                               history=("1",))
+    doomed = retention.expired(
+        [verified, failed, newest], max_backups=1, max_age_seconds=None, now=at(11), history=("1",)
+    )
     assert doomed == [failed]
-    assert retention.expired([verified, failed, newest], 1, None, at(11), keep_keys={failed.snapshot_key},
-                             history=("1",)) == []
+    assert (
+        retention.expired([verified, failed, newest], 1, None, at(11), keep_keys={failed.snapshot_key}, history=("1",))
+        == []
+    )
 
 
 def test_only_this_backups_own_manifests_match_its_identity():
@@ -115,21 +142,30 @@ def test_manifests_without_identity_stay_readable():
 def test_pending_uploads_stay_in_status_through_a_failure_and_go_when_aborted():
     step = s.RunBackup(slot="x", one_shot=False)
     pending = ({"key": "p/ns/b/x.db", "uploadId": "u1"},)
-    failed = build_status(step, s.RunFailed(reason="StorageError", message="down", pending_uploads=pending),
-                          {"pendingUploads": list(pending)}, 1, "2026-11-21T00:00:00Z")
+    failed = build_status(
+        step,
+        s.RunFailed(reason="StorageError", message="down", pending_uploads=pending),
+        {"pendingUploads": list(pending)},
+        1,
+        "2026-11-21T00:00:00Z",
+    )
     assert failed["pendingUploads"] == list(pending)
     record = {"key": "p/ns/b/y.db"}
-    ok = build_status(step, s.RunSucceeded(record=record, completed_at="2026-11-21T00:01:00Z"),
-                      failed, 1, "2026-11-21T00:01:00Z")
+    ok = build_status(
+        step, s.RunSucceeded(record=record, completed_at="2026-11-21T00:01:00Z"), failed, 1, "2026-11-21T00:01:00Z"
+    )
     assert ok["pendingUploads"] is None
 
 
 def test_degraded_stays_true_through_new_slots_until_a_run_succeeds():
     now = "2026-11-21T00:00:00Z"
-    status = build_status(s.RunBackup(slot="a", one_shot=False),
-                          s.RunFailed(reason="StorageError", message="down"), {}, 1, now)
-    for step in (s.WaitForSlot(next_slot=at(1)),
-                 s.StartSlot(slot="b", slot_time=at(1), next_slot=at(2), one_shot=False)):
+    status = build_status(
+        s.RunBackup(slot="a", one_shot=False), s.RunFailed(reason="StorageError", message="down"), {}, 1, now
+    )
+    for step in (
+        s.WaitForSlot(next_slot=at(1)),
+        s.StartSlot(slot="b", slot_time=at(1), next_slot=at(2), one_shot=False),
+    ):
         status = {**status, **build_status(step, s.NOTHING_DONE, status, 1, now)}
         degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
         assert degraded["status"] == "True" and degraded["reason"] == "StorageError"
@@ -153,8 +189,9 @@ class CatalogueStore:
     records every abort and delete. `exact_key_listing`: lists uploads as MinIO does (a
     prefix matches one exact key; no prefix, every upload), else as AWS S3 (a key prefix)."""
 
-    def __init__(self, objects: dict[str, bytes], uploads=(), now: datetime.datetime = T0,
-                 exact_key_listing: bool = False):
+    def __init__(
+        self, objects: dict[str, bytes], uploads=(), now: datetime.datetime = T0, exact_key_listing: bool = False
+    ):
         self.objects = dict(objects)
         self.uploads = list(uploads)
         self.now = now
@@ -173,19 +210,30 @@ class CatalogueStore:
         self.aborted.append((key, upload_id))
         self.uploads = [u for u in self.uploads if u[1] != upload_id]
 
-    async def check_bucket(self): pass
-    async def exists(self, key): return key in self.objects
-    async def get(self, key): return self.objects[key]
+    async def check_bucket(self):
+        pass
+
+    async def exists(self, key):
+        return key in self.objects
+
+    async def get(self, key):
+        return self.objects[key]
+
     async def delete(self, key):
         self.deleted.append(key)
         self.objects.pop(key, None)
 
-    async def list_keys(self, prefix): return sorted(k for k in self.objects if k.startswith(prefix))
-    def close(self): pass
+    async def list_keys(self, prefix):
+        return sorted(k for k in self.objects if k.startswith(prefix))
+
+    def close(self):
+        pass
 
 
 def run_slot(store: CatalogueStore, slot: str, pending=None, grace: float = 3600) -> tuple[BackupRunner, object]:
-    async def location(*_): return None
+    async def location(*_):
+        return None
+
     runner = BackupRunner(None, pending_uploads=pending, orphan_grace_seconds=grace)
     patch = pytest.MonkeyPatch()
     patch.setattr(runner_module, "s3_location", location)
@@ -199,8 +247,9 @@ def run_slot(store: CatalogueStore, slot: str, pending=None, grace: float = 3600
 
 
 def slot_manifest(slot: str, uid: str) -> Manifest:
-    return dataclasses.replace(manifest(0, 5), snapshot_key=snapshot_key("p", "ns", "b", slot), slot=slot,
-                               backup_uid=uid)
+    return dataclasses.replace(
+        manifest(0, 5), snapshot_key=snapshot_key("p", "ns", "b", slot), slot=slot, backup_uid=uid
+    )
 
 
 def test_a_slot_counts_as_done_only_with_this_backups_own_manifest():

@@ -14,12 +14,11 @@ from etcd_operator.backup import steps as s
 from etcd_operator.backup.controller import delay_after
 from etcd_operator.backup.executor import HANDLERS, BackupExecutor, UnknownStep
 from etcd_operator.backup.status import build_status
-from etcd_operator.backup.scratch_verifier import VerificationError
 from etcd_operator.kube.client import Conflict
 from etcd_operator.storage.s3 import StorageError
 
 BODY = {"metadata": {"namespace": "ns", "name": "b", "uid": "backup-uid"}, "spec": {}}
-NOW = datetime.datetime(2026, 11, 21, tzinfo=datetime.timezone.utc)
+NOW = datetime.datetime(2026, 11, 21, tzinfo=datetime.UTC)
 
 
 def all_step_types(base: type = s.Step) -> set[type]:
@@ -49,9 +48,16 @@ def test_an_unknown_step_is_an_error_not_done():
         delay_after(Mystery(), NOW)
 
 
-@pytest.mark.parametrize("step", [s.Idle(), s.Suspend(), s.RefuseSchedule(reason="InvalidSchedule"),
-                                  s.WaitForSlot(next_slot=NOW),
-                                  s.StartSlot(slot="x", slot_time=None, next_slot=None, one_shot=True)])
+@pytest.mark.parametrize(
+    "step",
+    [
+        s.Idle(),
+        s.Suspend(),
+        s.RefuseSchedule(reason="InvalidSchedule"),
+        s.WaitForSlot(next_slot=NOW),
+        s.StartSlot(slot="x", slot_time=None, next_slot=None, one_shot=True),
+    ],
+)
 def test_steps_without_io_change_nothing_but_status(step):
     assert asyncio.run(BackupExecutor(None, {}, BODY).run(step)) is s.NOTHING_DONE
 
@@ -92,25 +98,30 @@ def verifier(monkeypatch):
 
 
 def test_the_pods_verdict_is_recorded_and_the_pod_deleted_by_its_uid(verifier):
-    checked = s.FinishVerification(key="k", pod_name="b-verify", pod_uid="u1", verified=True, reason="Verified",
-                                   complete=True)
+    checked = s.FinishVerification(
+        key="k", pod_name="b-verify", pod_uid="u1", verified=True, reason="Verified", complete=True
+    )
     done = asyncio.run(BackupExecutor(None, {}, BODY).run(checked))
     assert done.verified is True and verifier.calls == [("delete", "b-verify", "u1"), ("record", "k", True)]
     verifier.calls.clear()
-    inconclusive = s.FinishVerification(key="k", pod_name="b-verify", pod_uid="u1", verified=None,
-                                        reason="NoSourceHash", complete=True)
+    inconclusive = s.FinishVerification(
+        key="k", pod_name="b-verify", pod_uid="u1", verified=None, reason="NoSourceHash", complete=True
+    )
     done = asyncio.run(BackupExecutor(None, {}, BODY).run(inconclusive))
     assert (done.verified, done.complete) == (None, True)
     assert verifier.calls == [("delete", "b-verify", "u1"), ("record", "k", None)]
 
 
 def test_finishing_deletes_the_recorded_pod_and_marks_only_a_verdict(verifier):
-    refused = s.FinishVerification(key="k", pod_name="b-verify", pod_uid="u1", verified=False,
-                                   reason="SnapshotNotRestorable")
+    refused = s.FinishVerification(
+        key="k", pod_name="b-verify", pod_uid="u1", verified=False, reason="SnapshotNotRestorable"
+    )
     done = asyncio.run(BackupExecutor(None, {}, BODY).run(refused))
     assert done.verified is False and verifier.calls == [("delete", "b-verify", "u1"), ("record", "k", False)]
     verifier.calls.clear()
-    timeout = s.FinishVerification(key="k", pod_name="b-verify", pod_uid="u1", verified=None, reason="ScratchPodTimeout")
+    timeout = s.FinishVerification(
+        key="k", pod_name="b-verify", pod_uid="u1", verified=None, reason="ScratchPodTimeout"
+    )
     done = asyncio.run(BackupExecutor(None, {}, BODY).run(timeout))
     assert not done.complete and verifier.calls == [("delete", "b-verify", "u1")]
     verifier.calls.clear()

@@ -22,14 +22,17 @@ DELETING = {"deletionTimestamp": "2026-11-26T00:00:00Z"}
 CLUSTER = {"metadata": {"name": "db"}}
 
 
-@pytest.mark.parametrize("backup, cluster_name, cluster, words", [
-    (None, "db", CLUSTER, "EtcdBackup is gone"),
-    ({"metadata": {"uid": "another"}}, "db", CLUSTER, "another object"),
-    ({"metadata": {"uid": UID, **DELETING}}, "db", CLUSTER, "EtcdBackup is being deleted"),
-    ({"metadata": {"uid": UID, **DELETING}}, None, None, "EtcdBackup is being deleted"),
-    (BACKUP, "db", None, "EtcdCluster db is gone"),
-    (BACKUP, "db", {"metadata": {"name": "db", **DELETING}}, "EtcdCluster db is being deleted"),
-])
+@pytest.mark.parametrize(
+    "backup, cluster_name, cluster, words",
+    [
+        (None, "db", CLUSTER, "EtcdBackup is gone"),
+        ({"metadata": {"uid": "another"}}, "db", CLUSTER, "another object"),
+        ({"metadata": {"uid": UID, **DELETING}}, "db", CLUSTER, "EtcdBackup is being deleted"),
+        ({"metadata": {"uid": UID, **DELETING}}, None, None, "EtcdBackup is being deleted"),
+        (BACKUP, "db", None, "EtcdCluster db is gone"),
+        (BACKUP, "db", {"metadata": {"name": "db", **DELETING}}, "EtcdCluster db is being deleted"),
+    ],
+)
 def test_nothing_is_created_for_what_the_live_objects_show_gone_or_being_deleted(backup, cluster_name, cluster, words):
     assert words in creation_refusal(UID, backup, cluster_name, cluster)
 
@@ -52,9 +55,11 @@ class FakeKube:
         return body
 
 
-BODY = {"metadata": {"namespace": "ns", "name": "b", "uid": UID},
-        "spec": {"clusterRef": {"name": "db"}, "storage": {"s3": {"bucket": "x"}}},
-        "status": {"pendingUploads": [{"key": "k", "uploadId": "u"}]}}
+BODY = {
+    "metadata": {"namespace": "ns", "name": "b", "uid": UID},
+    "spec": {"clusterRef": {"name": "db"}, "storage": {"s3": {"bucket": "x"}}},
+    "status": {"pendingUploads": [{"key": "k", "uploadId": "u"}]},
+}
 
 
 def test_a_run_decided_before_the_backups_deletion_uploads_nothing(monkeypatch):
@@ -62,14 +67,19 @@ def test_a_run_decided_before_the_backups_deletion_uploads_nothing(monkeypatch):
         raise AssertionError("the runner must not start")
 
     monkeypatch.setattr(executor, "BackupRunner", no_runner)
-    live = FakeKube({(kube.ETCDBACKUPS, "b"): {"metadata": {"uid": UID, **DELETING}},
-                     (kube.ETCDCLUSTERS, "db"): CLUSTER})
+    live = FakeKube(
+        {(kube.ETCDBACKUPS, "b"): {"metadata": {"uid": UID, **DELETING}}, (kube.ETCDCLUSTERS, "db"): CLUSTER}
+    )
     # Not a failed attempt (no retry spent, no Degraded): nothing started, status unchanged,
     # so the pending uploads are still aborted by the next run.
     outcome = asyncio.run(BackupExecutor(live, {}, BODY).run(s.RunBackup(slot="x", one_shot=False)))
     assert outcome == s.RunNotStarted(message="no snapshot taken: the EtcdBackup is being deleted")
-    live = FakeKube({(kube.ETCDBACKUPS, "b"): {"metadata": {"uid": UID}},
-                     (kube.ETCDCLUSTERS, "db"): {"metadata": {"name": "db", **DELETING}}})
+    live = FakeKube(
+        {
+            (kube.ETCDBACKUPS, "b"): {"metadata": {"uid": UID}},
+            (kube.ETCDCLUSTERS, "db"): {"metadata": {"name": "db", **DELETING}},
+        }
+    )
     outcome = asyncio.run(BackupExecutor(live, {}, BODY).run(s.RunBackup(slot="x", one_shot=False)))
     assert outcome == s.RunNotStarted(message="no snapshot taken: EtcdCluster db is being deleted")
 
@@ -86,8 +96,12 @@ def test_a_scratch_pod_decided_before_the_backups_deletion_is_not_created(monkey
 
 def test_a_cluster_being_deleted_makes_a_due_run_wait():
     """FIXED backup_runs_for_an_object_being_deleted: the deletion is read from the body, and a run waits."""
-    readiness = p.ClusterReadiness.from_body({"metadata": DELETING, "status": {
-        "phase": "Running", "readyMembers": 3, "conditions": [{"type": "Available", "status": "True"}]}})
+    readiness = p.ClusterReadiness.from_body(
+        {
+            "metadata": DELETING,
+            "status": {"phase": "Running", "readyMembers": 3, "conditions": [{"type": "Available", "status": "True"}]},
+        }
+    )
     assert readiness.deleting and not readiness.bootstrapping
     wait = p.cluster_wait("ns", "db", readiness, "the backup")
     assert wait.reason == p.WAITING_FOR_CLUSTER and "is being deleted" in wait.message

@@ -5,12 +5,13 @@ from __future__ import annotations
 import datetime
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from etcd_operator.backup import retention, schedule
 from etcd_operator.backup.manifest import Manifest, manifest_key, snapshot_key
 
-UTC = datetime.timezone.utc
+UTC = datetime.UTC
 T0 = datetime.datetime(2026, 11, 21, 12, 0, 0, tzinfo=UTC)
 
 
@@ -56,14 +57,27 @@ def test_no_slot_ever_runs_twice(wakeups):
 
 def manifest(minutes: float, revision: int, key: str | None = None) -> Manifest:
     created = at(minutes).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return Manifest(key or f"p/ns/b/{minutes}.db", "b", "ns", "c", "1", "3.6.16", revision, 10, "x" * 64,
-                    created, "c-1", str(minutes))
+    return Manifest(
+        key or f"p/ns/b/{minutes}.db",
+        "b",
+        "ns",
+        "c",
+        "1",
+        "3.6.16",
+        revision,
+        10,
+        "x" * 64,
+        created,
+        "c-1",
+        str(minutes),
+    )
 
 
 def store_times(backups: list[Manifest], now: datetime.datetime) -> retention.StoreTimes:
     """The store's clock agreeing with the writers'."""
-    return retention.StoreTimes(now, {b.snapshot_key: datetime.datetime.fromisoformat(b.created_at.replace("Z", "+00:00"))
-                                      for b in backups})
+    return retention.StoreTimes(
+        now, {b.snapshot_key: datetime.datetime.fromisoformat(b.created_at.replace("Z", "+00:00")) for b in backups}
+    )
 
 
 def test_retention_orders_by_revision_not_by_name():
@@ -76,17 +90,27 @@ def test_retention_orders_by_revision_not_by_name():
 
 def test_retention_never_deletes_the_newest_backup_even_when_everything_is_too_old():
     backups = [manifest(0, 1), manifest(5, 2)]
-    doomed = retention.expired(backups, max_backups=None, max_age_seconds=60, now=at(1000), history=("1",),
-                               store=store_times(backups, at(1000)))
+    doomed = retention.expired(
+        backups,
+        max_backups=None,
+        max_age_seconds=60,
+        now=at(1000),
+        history=("1",),
+        store=store_times(backups, at(1000)),
+    )
     assert doomed == [backups[0]]
 
 
-@given(st.lists(st.tuples(st.integers(0, 10_000), st.integers(1, 10**9)), min_size=1, max_size=40, unique=True),
-       st.one_of(st.none(), st.integers(1, 10)), st.one_of(st.none(), st.floats(1, 10**6)))
+@given(
+    st.lists(st.tuples(st.integers(0, 10_000), st.integers(1, 10**9)), min_size=1, max_size=40, unique=True),
+    st.one_of(st.none(), st.integers(1, 10)),
+    st.one_of(st.none(), st.floats(1, 10**6)),
+)
 def test_retention_properties(entries, max_backups, max_age):
     backups = [manifest(m, r, f"p/ns/b/{i}.db") for i, (m, r) in enumerate(entries)]
-    doomed = retention.expired(backups, max_backups, max_age, now=at(20_000), history=("1",),
-                               store=store_times(backups, at(20_000)))
+    doomed = retention.expired(
+        backups, max_backups, max_age, now=at(20_000), history=("1",), store=store_times(backups, at(20_000))
+    )
     newest = retention.newest_first(backups, ("1",))[0]
     assert newest not in doomed
     kept = [b for b in backups if b not in doomed]
@@ -120,7 +144,7 @@ def test_snapshot_digest_checks_etcds_trailer_and_hashes_the_whole_stream(db, cu
         stream[len(stream) // 2] ^= 0xFF
     digest, start = SnapshotDigest(), 0
     for size in cuts + [len(stream)]:
-        digest.update(bytes(stream[start:start + size]))
+        digest.update(bytes(stream[start : start + size]))
         start += size
     assert digest.size == len(stream)
     assert digest.sha256 == hashlib.sha256(stream).hexdigest()

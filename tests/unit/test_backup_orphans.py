@@ -9,7 +9,7 @@ import datetime
 import pytest
 
 from etcd_operator.backup.orphans import Upload, in_folder, orphaned
-from tests.unit.test_backup_catalogue import CatalogueStore, T0, run_slot, slot_manifest
+from tests.unit.test_backup_catalogue import T0, CatalogueStore, run_slot, slot_manifest
 
 FOLDER = "p/ns/b/"
 HOUR = 3600.0
@@ -40,11 +40,13 @@ def test_an_upload_is_aborted_only_when_old_enough_on_the_stores_clock_and_not_r
 @pytest.mark.parametrize("exact_key_listing", [False, True], ids=["key-prefix listing", "exact-key listing"])
 def test_the_runner_aborts_its_own_orphans_and_nothing_elsewhere(exact_key_listing):
     own = slot_manifest("s9", "uid-1")
-    uploads = [("p/ns/b/s1.db", "orphan", minutes(0)),               # crashed before status recorded it
-               ("p/ns/b/s9.db", "orphan-at-slot", minutes(0)),
-               ("p/ns/b/s8.db", "young", minutes(59)),
-               ("p/ns/b/deeper/ns/b2/s1.db", "other-backup", minutes(0)),
-               ("q/ns/b/s1.db", "other-prefix", minutes(0))]
+    uploads = [
+        ("p/ns/b/s1.db", "orphan", minutes(0)),  # crashed before status recorded it
+        ("p/ns/b/s9.db", "orphan-at-slot", minutes(0)),
+        ("p/ns/b/s8.db", "young", minutes(59)),
+        ("p/ns/b/deeper/ns/b2/s1.db", "other-backup", minutes(0)),
+        ("q/ns/b/s1.db", "other-prefix", minutes(0)),
+    ]
     store = CatalogueStore({own.key: own.to_json()}, uploads, now=minutes(61), exact_key_listing=exact_key_listing)
     run_slot(store, "s9")
     assert sorted(store.aborted) == [("p/ns/b/s1.db", "orphan"), ("p/ns/b/s9.db", "orphan-at-slot")]

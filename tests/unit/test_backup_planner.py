@@ -7,19 +7,27 @@ from __future__ import annotations
 import datetime
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from etcd_operator.backup import retry, schedule
 from etcd_operator.backup import steps as s
 from etcd_operator.backup.controller import VERIFY_RECHECK, delay_after
 from etcd_operator.backup.planner import one_shot_slot, plan
-from etcd_operator.backup.state import (CheckResult, InitFailure, Observed, RunState, ScheduleSpec, ScratchPod,
-                                        VerificationPolicy)
+from etcd_operator.backup.state import (
+    CheckResult,
+    InitFailure,
+    Observed,
+    RunState,
+    ScheduleSpec,
+    ScratchPod,
+    VerificationPolicy,
+)
 from etcd_operator.backup.status import VERIFICATION_INCOMPLETE, build_status, verification_events
 from etcd_operator.status_patch import changed_fields as changes
 from tests.sim.world import merge_patch
 
-UTC = datetime.timezone.utc
+UTC = datetime.UTC
 T0 = datetime.datetime(2026, 11, 21, 12, 0, 1, tzinfo=UTC)
 CREATED = Observed(T0, generation=1)
 
@@ -34,29 +42,34 @@ def text(moment: datetime.datetime) -> str:
 
 # --- schedules the operator refuses ----------------------------------------------------------
 
+
 @pytest.mark.parametrize("expression", ["0 0 31 2 *", "0 0 30 2 *", "0 0 31 4 *", "0 0 31 2 * */30"])
 def test_a_schedule_that_never_fires_is_refused(expression):
     step = plan(ScheduleSpec(expression), RunState(), CREATED, at(0))
     assert isinstance(step, s.RefuseSchedule) and step.reason == schedule.NEVER_FIRES
 
 
-@pytest.mark.parametrize("now", [at(0), datetime.datetime(2028, 3, 1, tzinfo=UTC),
-                                 datetime.datetime(2097, 3, 1, tzinfo=UTC)])  # 2100 is no leap year
+@pytest.mark.parametrize(
+    "now", [at(0), datetime.datetime(2028, 3, 1, tzinfo=UTC), datetime.datetime(2097, 3, 1, tzinfo=UTC)]
+)  # 2100 is no leap year
 def test_february_29_is_a_schedule_that_fires(now):
     assert schedule.problem("0 0 29 2 *", now) is None
     step = plan(ScheduleSpec("0 0 29 2 *"), RunState(), Observed(now, 1), now)
     assert isinstance(step, s.WaitForSlot) and (step.next_slot.month, step.next_slot.day) == (2, 29)
 
 
-@pytest.mark.parametrize("expression, gap", [
-    ("* * * * * *", 1),
-    ("* * * * * */5", 5),
-    ("*/10 * * * * *", 1),           # the "10" is minutes: every second of every tenth minute
-    ("0,59 5,6 * * * 0,59", 1),      # 05:59:59 then 06:00:00, across an hour boundary
-    ("59,0 23,0 * * * 59,0", 1),     # 23:59:59 then 00:00:00, across midnight
-    ("0,59 3,10,11 * * * 0,59", 1),  # only 10:59:59 then 11:00:00, hours after the first fire
-    ("* 3 * * 1 */3", 3),            # only on Mondays at 03:xx
-])
+@pytest.mark.parametrize(
+    "expression, gap",
+    [
+        ("* * * * * *", 1),
+        ("* * * * * */5", 5),
+        ("*/10 * * * * *", 1),  # the "10" is minutes: every second of every tenth minute
+        ("0,59 5,6 * * * 0,59", 1),  # 05:59:59 then 06:00:00, across an hour boundary
+        ("59,0 23,0 * * * 59,0", 1),  # 23:59:59 then 00:00:00, across midnight
+        ("0,59 3,10,11 * * * 0,59", 1),  # only 10:59:59 then 11:00:00, hours after the first fire
+        ("* 3 * * 1 */3", 3),  # only on Mondays at 03:xx
+    ],
+)
 def test_a_schedule_faster_than_the_floor_is_refused_by_its_fires_not_its_text(expression, gap):
     problem = schedule.problem(expression, at(0))
     assert problem is not None and problem.reason == schedule.TOO_FREQUENT
@@ -81,6 +94,7 @@ def test_a_refused_schedule_runs_nothing_not_even_an_interrupted_slot():
 
 
 # --- scheduled runs ---------------------------------------------------------------------------
+
 
 def test_a_due_slot_is_recorded_before_it_runs_then_run_under_the_same_name():
     step = plan(ScheduleSpec("*/10 * * * *"), RunState(), CREATED, at(10.5))
@@ -109,16 +123,22 @@ def test_between_slots_it_waits_for_the_next():
 
 # --- one-shot backups -------------------------------------------------------------------------
 
+
 def test_one_shot_runs_once_then_is_idle():
     step = plan(ScheduleSpec(None), RunState(), CREATED, at(0))
-    assert step == s.StartSlot(slot=one_shot_slot(CREATED), slot_time=None, next_slot=None, one_shot=True,
-                               message=step.message)
-    assert isinstance(plan(ScheduleSpec(None), RunState(phase="Running", slot_in_progress=step.slot), CREATED,
-                           at(1)), s.RunBackup)
-    assert isinstance(plan(ScheduleSpec(None), RunState(phase="Completed", observed_generation=1), CREATED,
-                           at(2)), s.Idle)
-    assert isinstance(plan(ScheduleSpec(None), RunState(phase="Completed", observed_generation=1),
-                           Observed(T0, generation=2), at(2)), s.Idle)
+    assert step == s.StartSlot(
+        slot=one_shot_slot(CREATED), slot_time=None, next_slot=None, one_shot=True, message=step.message
+    )
+    assert isinstance(
+        plan(ScheduleSpec(None), RunState(phase="Running", slot_in_progress=step.slot), CREATED, at(1)), s.RunBackup
+    )
+    assert isinstance(
+        plan(ScheduleSpec(None), RunState(phase="Completed", observed_generation=1), CREATED, at(2)), s.Idle
+    )
+    assert isinstance(
+        plan(ScheduleSpec(None), RunState(phase="Completed", observed_generation=1), Observed(T0, generation=2), at(2)),
+        s.Idle,
+    )
 
 
 def test_a_failed_one_shot_runs_again_only_after_its_spec_changed():
@@ -129,8 +149,10 @@ def test_a_failed_one_shot_runs_again_only_after_its_spec_changed():
 
 # --- edits that must bring a backup back to life ----------------------------------------------
 
-def pass_once(spec: ScheduleSpec, status: dict, observed: Observed, now: datetime.datetime,
-              outcome: s.Outcome = s.NOTHING_DONE) -> tuple[s.Step, dict]:
+
+def pass_once(
+    spec: ScheduleSpec, status: dict, observed: Observed, now: datetime.datetime, outcome: s.Outcome = s.NOTHING_DONE
+) -> tuple[s.Step, dict]:
     step = plan(spec, RunState.from_dict(status), observed, now)
     if isinstance(step, s.RunBackup) and outcome is s.NOTHING_DONE:
         outcome = succeeded(step.slot)
@@ -172,9 +194,9 @@ def test_a_quiet_pass_writes_nothing():
 
 # --- whole histories --------------------------------------------------------------------------
 
+
 @settings(max_examples=100, deadline=None)
-@given(st.lists(st.tuples(st.floats(0.01, 25), st.sampled_from(["pass", "crash", "fail"])), min_size=1,
-                max_size=60))
+@given(st.lists(st.tuples(st.floats(0.01, 25), st.sampled_from(["pass", "crash", "fail"])), min_size=1, max_size=60))
 def test_no_slot_is_started_twice_and_runs_only_finish_recorded_slots(history):
     """A pass can be cut short by a crash after its step ran but before its status write,
     or its run can fail; runs still only finish recorded slots, and no slot is recorded or
@@ -203,12 +225,22 @@ def test_no_slot_is_started_twice_and_runs_only_finish_recorded_slots(history):
 # --- verification in passes, and its retries ---------------------------------------------------
 
 DAILY = ScheduleSpec("0 0 * * *", verification=VerificationPolicy(True))  # no slot due within 12 h of T0
-BACKED_UP = {"phase": "Scheduled", "lastBackup": {"key": "k1"}, "recentBackups": [{"key": "k1"}],
-             "lastSuccessfulTime": "2026-11-21T12:00:01Z", "backupsSinceVerification": 1}
+BACKED_UP = {
+    "phase": "Scheduled",
+    "lastBackup": {"key": "k1"},
+    "recentBackups": [{"key": "k1"}],
+    "lastSuccessfulTime": "2026-11-21T12:00:01Z",
+    "backupsSinceVerification": 1,
+}
 
 
-def scratch(uid: str = "u1", owned: bool = True, phase: str = "Pending", exit_code: int | None = None,
-            failure: InitFailure | None = None) -> ScratchPod:
+def scratch(
+    uid: str = "u1",
+    owned: bool = True,
+    phase: str = "Pending",
+    exit_code: int | None = None,
+    failure: InitFailure | None = None,
+) -> ScratchPod:
     check = None if exit_code is None else CheckResult(exit_code, "")
     return ScratchPod(name="b-verify", uid=uid, owned=owned, phase=phase, check=check, init_failure=failure)
 
@@ -222,13 +254,24 @@ def executed(step: s.Step, verified: bool | None = True) -> s.Outcome:
         case s.CreateScratchPod():
             return s.ScratchPodCreated(pod_name="b-verify", pod_uid="u1")
         case s.FinishVerification():
-            return s.VerificationDone(key=step.key, verified=step.verified, reason=step.reason, message=step.message,
-                                      at="2026-11-21T12:00:00Z", complete=step.complete)
+            return s.VerificationDone(
+                key=step.key,
+                verified=step.verified,
+                reason=step.reason,
+                message=step.message,
+                at="2026-11-21T12:00:00Z",
+                complete=step.complete,
+            )
     return s.NOTHING_DONE
 
 
-def verify_pass(status: dict, now: datetime.datetime, pod: ScratchPod | None = None,
-                outcome: s.Outcome | None = None, spec: ScheduleSpec = DAILY) -> tuple[s.Step, dict, list]:
+def verify_pass(
+    status: dict,
+    now: datetime.datetime,
+    pod: ScratchPod | None = None,
+    outcome: s.Outcome | None = None,
+    spec: ScheduleSpec = DAILY,
+) -> tuple[s.Step, dict, list]:
     """One pass as the controller makes it; the status as the API server then has it, and the
     events the pass posts."""
     state = RunState.from_dict(status)
@@ -259,8 +302,15 @@ def test_an_attempt_is_recorded_before_its_scratch_pod_and_the_pod_by_name_and_u
     assert (progressing["status"], progressing["reason"]) == ("True", "Verifying")
     assert "waiting for scratch pod b-verify" in progressing["message"]
     step, status, _ = verify_pass(status, at(1.2), pod=CHECKED)
-    assert step == s.FinishVerification(key="k1", pod_name="b-verify", pod_uid="u1", verified=True,
-                                        reason="Verified", complete=True, message=step.message)
+    assert step == s.FinishVerification(
+        key="k1",
+        pod_name="b-verify",
+        pod_uid="u1",
+        verified=True,
+        reason="Verified",
+        complete=True,
+        message=step.message,
+    )
     assert "verification" not in status and status["lastVerification"]["verified"] is True
     assert condition_of(status, "Progressing")["status"] == "False"
 
@@ -292,9 +342,15 @@ def test_a_pod_this_backup_does_not_own_is_never_touched():
         assert status["verification"]["reason"] == "ScratchPodNameTaken"
 
 
-@pytest.mark.parametrize("spec", [DAILY, ScheduleSpec("0 0 * * *", suspend=True, verification=VerificationPolicy(True)),
-                                  ScheduleSpec("0 0 31 2 *", verification=VerificationPolicy(True)),
-                                  ScheduleSpec("0 0 * * *", verification=VerificationPolicy(False))])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        DAILY,
+        ScheduleSpec("0 0 * * *", suspend=True, verification=VerificationPolicy(True)),
+        ScheduleSpec("0 0 31 2 *", verification=VerificationPolicy(True)),
+        ScheduleSpec("0 0 * * *", verification=VerificationPolicy(False)),
+    ],
+)
 def test_an_attempt_in_progress_is_resumed_with_its_own_pod_and_carried_to_its_end(spec):
     """A restarted operator reads the same status: it takes the recorded pod's verdict, even when
     the backup was suspended, its schedule refused or verification turned off since."""
@@ -308,8 +364,9 @@ def test_the_start_timeout_counts_from_the_recorded_start():
     step, _, _ = verify_pass(in_progress("u1"), at(1) + limit - datetime.timedelta(seconds=1), pod=scratch())
     assert isinstance(step, s.WaitForScratchPod)
     step, status, _ = verify_pass(in_progress("u1"), at(1) + limit + datetime.timedelta(seconds=1), pod=scratch())
-    assert step == s.FinishVerification(key="k1", pod_name="b-verify", pod_uid="u1", verified=None,
-                                        reason="ScratchPodTimeout", message=step.message)
+    assert step == s.FinishVerification(
+        key="k1", pod_name="b-verify", pod_uid="u1", verified=None, reason="ScratchPodTimeout", message=step.message
+    )
     assert status["verification"]["attempts"] == 1 and "startTime" not in status["verification"]
     assert "pod" not in status["verification"]
     # a stray pod that will not go, or a pod never created: the same limit
@@ -319,15 +376,18 @@ def test_the_start_timeout_counts_from_the_recorded_start():
     assert isinstance(step, s.FinishVerification) and step.reason == "ScratchPodTimeout"
 
 
-@pytest.mark.parametrize("pod, verified, reason", [
-    (scratch(failure=InitFailure("restore", 1, "bad db")), False, "SnapshotNotRestorable"),
-    (scratch(failure=InitFailure("fetch", 3, "sha256 differs")), False, "ChecksumMismatch"),
-    (scratch(failure=InitFailure("fetch", 1, "connection refused")), None, "SnapshotNotFetched"),
-    (scratch(phase="Failed"), None, "ScratchPodFailed"),
-    (scratch(phase="Running", exit_code=15), None, "ScratchMemberUnavailable"),
-    (scratch(phase="Running", exit_code=1), None, "ScratchCheckFailed"),
-    (None, None, "ScratchPodGone"),
-])
+@pytest.mark.parametrize(
+    "pod, verified, reason",
+    [
+        (scratch(failure=InitFailure("restore", 1, "bad db")), False, "SnapshotNotRestorable"),
+        (scratch(failure=InitFailure("fetch", 3, "sha256 differs")), False, "ChecksumMismatch"),
+        (scratch(failure=InitFailure("fetch", 1, "connection refused")), None, "SnapshotNotFetched"),
+        (scratch(phase="Failed"), None, "ScratchPodFailed"),
+        (scratch(phase="Running", exit_code=15), None, "ScratchMemberUnavailable"),
+        (scratch(phase="Running", exit_code=1), None, "ScratchCheckFailed"),
+        (None, None, "ScratchPodGone"),
+    ],
+)
 def test_how_an_attempt_ends_without_comparing(pod, verified, reason):
     step, status, _ = verify_pass(in_progress("u1"), at(2), pod=pod)
     assert isinstance(step, s.FinishVerification) and (step.verified, step.reason) == (verified, reason)
@@ -353,8 +413,9 @@ def fail_attempt(status: dict, now: datetime.datetime) -> tuple[s.Step, dict, li
     """From a due attempt: start it, then its scratch pod cannot be created (the store is down)."""
     step, status, _ = verify_pass(status, now)
     assert isinstance(step, s.StartVerification), step
-    lost = s.VerificationDone(key=step.key, verified=None, reason="StorageError", message="down", at=text(now),
-                              complete=False)
+    lost = s.VerificationDone(
+        key=step.key, verified=None, reason="StorageError", message="down", at=text(now), complete=False
+    )
     create, status, events = verify_pass(status, now, pod=None, outcome=lost)
     assert isinstance(create, s.CreateScratchPod)
     return step, status, events
@@ -394,17 +455,24 @@ def test_an_incomplete_verification_is_retried_with_backoff_a_bounded_number_of_
     status = merge_patch(status, build_status(s.RunBackup(slot="x", one_shot=False), run, status, 1, text(now)))
     assert condition_of(status, "Degraded")["reason"] == VERIFICATION_INCOMPLETE
     step, status, _ = verify_pass(status, now)
-    assert step.key == "k2" and step.attempt == 1 and status["verification"] == {
-        "key": "k2", "attempts": 1, "startTime": text(now)}
+    assert (
+        step.key == "k2"
+        and step.attempt == 1
+        and status["verification"] == {"key": "k2", "attempts": 1, "startTime": text(now)}
+    )
     for _ in range(3):
         step, status, _ = verify_pass(status, now, pod=CHECKED if status.get("verification", {}).get("pod") else None)
     assert status["lastVerification"]["key"] == "k2" and condition_of(status, "Degraded")["status"] == "False"
 
 
 def retry_due_status(last_key: str = "k1", since: int = 0, recent: tuple[str, ...] = ("k1",)) -> dict:
-    return {**BACKED_UP, "lastBackup": {"key": last_key}, "recentBackups": [{"key": k} for k in recent],
-            "backupsSinceVerification": since,
-            "verification": {"key": "k1", "attempts": 1, "nextAttemptTime": text(at(2)), "reason": "StorageError"}}
+    return {
+        **BACKED_UP,
+        "lastBackup": {"key": last_key},
+        "recentBackups": [{"key": k} for k in recent],
+        "backupsSinceVerification": since,
+        "verification": {"key": "k1", "attempts": 1, "nextAttemptTime": text(at(2)), "reason": "StorageError"},
+    }
 
 
 def test_a_due_backup_slot_comes_before_a_retry():
@@ -440,13 +508,23 @@ def test_a_completed_one_shot_backup_wakes_up_for_its_retry():
     assert isinstance(step, s.Idle) and step.recheck_at == at(2)
     assert delay_after(step, at(1.5)) == 30.0
     assert plan(one_shot, RunState.from_dict(waiting), CREATED, at(2)) == s.StartVerification(
-        key="k1", attempt=2, message=plan(one_shot, RunState.from_dict(waiting), CREATED, at(2)).message)
+        key="k1", attempt=2, message=plan(one_shot, RunState.from_dict(waiting), CREATED, at(2)).message
+    )
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(st.tuples(st.floats(0.01, 3), st.sampled_from(["none", "pending", "serving", "stray", "stray-serving",
-                                                              "fetch-failed", "store-down", "crash"])),
-                min_size=1, max_size=80))
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(0.01, 3),
+            st.sampled_from(
+                ["none", "pending", "serving", "stray", "stray-serving", "fetch-failed", "store-down", "crash"]
+            ),
+        ),
+        min_size=1,
+        max_size=80,
+    )
+)
 def test_whatever_happens_only_the_recorded_pod_is_compared_and_attempts_stay_bounded(history):
     """Pods come and go, attempts fail, the operator dies between a step and its status
     write: only the recorded pod is compared or finished, a stray one is deleted by its own
@@ -455,11 +533,16 @@ def test_whatever_happens_only_the_recorded_pod_is_compared_and_attempts_stay_bo
     for advance, event in history:
         minutes += advance
         recorded = (status.get("verification") or {}).get("pod", {}).get("uid")
-        pod = {"none": None, "pending": scratch(uid=recorded or "u1"),
-               "serving": scratch(uid=recorded or "u1", phase="Running", exit_code=0),
-               "stray": scratch(uid="other"), "stray-serving": scratch(uid="other", phase="Running", exit_code=0),
-               "fetch-failed": scratch(uid=recorded or "u1", failure=InitFailure("fetch", 1, "x")),
-               "store-down": None, "crash": None}[event]
+        pod = {
+            "none": None,
+            "pending": scratch(uid=recorded or "u1"),
+            "serving": scratch(uid=recorded or "u1", phase="Running", exit_code=0),
+            "stray": scratch(uid="other"),
+            "stray-serving": scratch(uid="other", phase="Running", exit_code=0),
+            "fetch-failed": scratch(uid=recorded or "u1", failure=InitFailure("fetch", 1, "x")),
+            "store-down": None,
+            "crash": None,
+        }[event]
         state = RunState.from_dict(status)
         observed = Observed(T0, 1, scratch_pod=pod, scratch_pod_observed=True)
         step = plan(DAILY, state, observed, at(minutes))
@@ -471,8 +554,9 @@ def test_whatever_happens_only_the_recorded_pod_is_compared_and_attempts_stay_bo
             assert verdicts == 0
         outcome = executed(step)
         if event == "store-down" and isinstance(step, s.CreateScratchPod):
-            outcome = s.VerificationDone(key="k1", verified=None, reason="StorageError", message="x", at="t",
-                                         complete=False)
+            outcome = s.VerificationDone(
+                key="k1", verified=None, reason="StorageError", message="x", at="t", complete=False
+            )
         if event == "crash":
             continue  # the status write never happened: a StartVerification did not happen either
         starts += isinstance(step, s.StartVerification)

@@ -8,27 +8,28 @@ from __future__ import annotations
 import datetime
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from etcd_operator import prerequisites as p
-from etcd_operator.backup import backoff, schedule
+from etcd_operator.backup import schedule
 from etcd_operator.backup import steps as s
 from etcd_operator.backup.controller import PREREQUISITE_RECHECK, delay_after
 from etcd_operator.backup.planner import one_shot_slot, plan
 from etcd_operator.backup.runner import BackupFailed, as_failure
 from etcd_operator.backup.source_candidates import SourceUnavailable, find_candidates
-from etcd_operator.backup.stream import SnapshotCorrupt
 from etcd_operator.backup.state import Observed, Prerequisites, RunState, ScheduleSpec, VerificationPolicy
 from etcd_operator.backup.status import build_status, run_events
-from etcd_operator.status_patch import changed_fields as changes
-from tests.unit.test_backup_planner import merge_patch
+from etcd_operator.backup.stream import SnapshotCorrupt
+from etcd_operator.buffer_budget import BudgetTooSmall
 from etcd_operator.etcd.client import EtcdError
 from etcd_operator.leadership_fence import LeadershipLost
-from etcd_operator.buffer_budget import BudgetTooSmall
+from etcd_operator.status_patch import changed_fields as changes
 from etcd_operator.storage.credentials import s3_location
 from etcd_operator.storage.s3 import StorageError
+from tests.unit.test_backup_planner import merge_patch
 
-UTC = datetime.timezone.utc
+UTC = datetime.UTC
 T0 = datetime.datetime(2026, 11, 21, 12, 0, 1, tzinfo=UTC)
 ONE_SHOT = ScheduleSpec(None)
 
@@ -48,8 +49,13 @@ def seen(prerequisites: Prerequisites | None = READY, generation: int = 1, delet
     return Observed(T0, generation, prerequisites=prerequisites, deleting=deleting)
 
 
-def one_pass(spec: ScheduleSpec, status: dict, now: datetime.datetime, observed: Observed | None = None,
-             run: s.Outcome | None = None) -> tuple[s.Step, dict, list]:
+def one_pass(
+    spec: ScheduleSpec,
+    status: dict,
+    now: datetime.datetime,
+    observed: Observed | None = None,
+    run: s.Outcome | None = None,
+) -> tuple[s.Step, dict, list]:
     """A pass as the controller makes it: the step, the status as the API server then has
     it, and the run's events. A run succeeds unless `run` says otherwise."""
     step = plan(spec, RunState.from_dict(status), observed or seen(), now)
@@ -74,11 +80,17 @@ WAITS = [
     # (what was observed, the Progressing reason, words its message must hold)
     (Prerequisites("ns", "db", None), p.WAITING_FOR_CLUSTER, "EtcdCluster ns/db does not exist yet"),
     (Prerequisites("ns", "db", p.ClusterReadiness()), p.WAITING_FOR_BOOTSTRAP, "phase not reported yet"),
-    (Prerequisites("ns", "db", p.ClusterReadiness("Creating", False, 0)), p.WAITING_FOR_BOOTSTRAP,
-     "still bootstrapping (phase Creating, 0 members ready)"),
+    (
+        Prerequisites("ns", "db", p.ClusterReadiness("Creating", False, 0)),
+        p.WAITING_FOR_BOOTSTRAP,
+        "still bootstrapping (phase Creating, 0 members ready)",
+    ),
     (Prerequisites("ns", "db", p.ClusterReadiness("Creating", True, 0)), p.WAITING_FOR_BOOTSTRAP, "Creating"),
-    (Prerequisites("ns", "db", p.ClusterReadiness("Restoring", False, 0)), p.WAITING_FOR_CLUSTER_RESTORE,
-     "is being restored"),
+    (
+        Prerequisites("ns", "db", p.ClusterReadiness("Restoring", False, 0)),
+        p.WAITING_FOR_CLUSTER_RESTORE,
+        "is being restored",
+    ),
     (Prerequisites("ns", "db", RUNNING, ("s3-creds",)), p.WAITING_FOR_SECRET, "Secret ns/s3-creds does not exist"),
     (Prerequisites("ns", "db", None, ("s3-creds",)), p.WAITING_FOR_CLUSTER, "EtcdCluster ns/db"),  # one at a time
 ]
@@ -96,11 +108,20 @@ def test_a_due_run_waits_pending_for_what_is_missing_and_says_what(prerequisites
     assert delay_after(step, now) == PREREQUISITE_RECHECK  # looked at again soon, not only on a spec change
     # Waiting longer writes nothing; the condition's transition time stays.
     again = plan(spec, RunState.from_dict(status), seen(prerequisites), now + datetime.timedelta(seconds=3))
-    assert changes(status, build_status(again, s.NOTHING_DONE, status, 1, text(now + datetime.timedelta(seconds=3)))) == {}
+    assert (
+        changes(status, build_status(again, s.NOTHING_DONE, status, 1, text(now + datetime.timedelta(seconds=3)))) == {}
+    )
 
 
-@pytest.mark.parametrize("cluster", [p.ClusterReadiness("Creating", True, 1), p.ClusterReadiness("Degraded", False, 0),
-                                     p.ClusterReadiness("QuorumLost", False, 0), p.ClusterReadiness("Paused", True, 3)])
+@pytest.mark.parametrize(
+    "cluster",
+    [
+        p.ClusterReadiness("Creating", True, 1),
+        p.ClusterReadiness("Degraded", False, 0),
+        p.ClusterReadiness("QuorumLost", False, 0),
+        p.ClusterReadiness("Paused", True, 3),
+    ],
+)
 def test_a_cluster_that_has_served_is_not_waited_for(cluster):
     """Bootstrapping is "not served yet"; a cluster that served and lost members is tried
     (and a failed attempt retried), so that an outage still shows as a failure."""
@@ -110,9 +131,11 @@ def test_a_cluster_that_has_served_is_not_waited_for(cluster):
 
 def test_an_early_one_shot_starts_as_soon_as_its_cluster_and_secret_are_there_without_a_spec_change():
     status, now = {}, at(0)
-    for prerequisites in (Prerequisites("ns", "db", None, ("creds",)),
-                          Prerequisites("ns", "db", p.ClusterReadiness("Creating", False, 0), ("creds",)),
-                          Prerequisites("ns", "db", RUNNING, ("creds",))):
+    for prerequisites in (
+        Prerequisites("ns", "db", None, ("creds",)),
+        Prerequisites("ns", "db", p.ClusterReadiness("Creating", False, 0), ("creds",)),
+        Prerequisites("ns", "db", RUNNING, ("creds",)),
+    ):
         step, status, _ = one_pass(ONE_SHOT, status, now, seen(prerequisites))
         assert isinstance(step, s.WaitForPrerequisite) and status["phase"] == "Pending"
         now += datetime.timedelta(seconds=3)
@@ -133,22 +156,37 @@ def test_a_recorded_slot_waits_too_and_keeps_its_name():
 
 # --- objects being deleted are left alone --------------------------------------------------
 
-@pytest.mark.parametrize("spec, status", [
-    (ONE_SHOT, {}),                                                            # would start its slot
-    (ONE_SHOT, {"phase": "Running", "progress": {"slot": "once-x"}}),          # would upload
-    (ONE_SHOT, {"phase": "Retrying", "lastFailure": {"slot": "once-x"}, "nextAttemptTime": text(at(0))}),
-    (ScheduleSpec("*/10 * * * *"), {}),                                        # a slot is due
-    (ScheduleSpec(None, verification=VerificationPolicy(True)),                # would create a scratch pod
-     {"phase": "Completed", "lastBackup": {"key": "k1"}, "backupsSinceVerification": 1,
-      "verification": {"key": "k1", "attempts": 1, "startTime": text(at(0))}}),
-])
+
+@pytest.mark.parametrize(
+    "spec, status",
+    [
+        (ONE_SHOT, {}),  # would start its slot
+        (ONE_SHOT, {"phase": "Running", "progress": {"slot": "once-x"}}),  # would upload
+        (ONE_SHOT, {"phase": "Retrying", "lastFailure": {"slot": "once-x"}, "nextAttemptTime": text(at(0))}),
+        (ScheduleSpec("*/10 * * * *"), {}),  # a slot is due
+        (
+            ScheduleSpec(None, verification=VerificationPolicy(True)),  # would create a scratch pod
+            {
+                "phase": "Completed",
+                "lastBackup": {"key": "k1"},
+                "backupsSinceVerification": 1,
+                "verification": {"key": "k1", "attempts": 1, "startTime": text(at(0))},
+            },
+        ),
+    ],
+)
 def test_nothing_is_started_for_a_backup_being_deleted(spec, status):
-    step = plan(spec, RunState.from_dict(status), Observed(T0, 1, scratch_pod_observed=True, deleting=True,
-                                                          prerequisites=READY), at(601))
+    step = plan(
+        spec,
+        RunState.from_dict(status),
+        Observed(T0, 1, scratch_pod_observed=True, deleting=True, prerequisites=READY),
+        at(601),
+    )
     assert isinstance(step, s.Idle) and "being deleted" in step.message
 
 
 # --- transient failures are retried like a Job's ---------------------------------------------
+
 
 def test_a_transient_failure_is_retried_with_backoff_under_the_same_slot_until_backoff_limit():
     spec, now = ScheduleSpec(None, backoff_limit=6), at(0)
@@ -159,8 +197,13 @@ def test_a_transient_failure_is_retried_with_backoff_under_the_same_slot_until_b
         run, status, events = one_pass(spec, status, now, run=NO_MEMBER)
         assert run == s.RunBackup(slot=slot, one_shot=True, attempt=attempt, backoff_limit=6, message=run.message)
         assert (status["attempts"], status["failedAttempts"]) == (attempt, attempt)
-        assert status["lastFailure"] == {"reason": "NoHealthyMember", "message": "no healthy member", "time": text(now),
-                                         "slot": slot, "attempt": attempt}
+        assert status["lastFailure"] == {
+            "reason": "NoHealthyMember",
+            "message": "no healthy member",
+            "time": text(now),
+            "slot": slot,
+            "attempt": attempt,
+        }
         assert "progress" not in status and condition(status, "Degraded")["reason"] == "NoHealthyMember"
         if attempt == 7:
             break
@@ -263,7 +306,7 @@ EVERY_10_MIN = ScheduleSpec("*/10 * * * *", verification=VerificationPolicy(Fals
 
 
 def test_a_scheduled_run_is_retried_with_backoff_before_the_next_fire():
-    step, status, _ = one_pass(EVERY_10_MIN, {}, at(601))       # the 12:10:00 slot
+    step, status, _ = one_pass(EVERY_10_MIN, {}, at(601))  # the 12:10:00 slot
     slot = step.slot
     _, status, _ = one_pass(EVERY_10_MIN, status, at(601), run=NO_MEMBER)
     assert status["phase"] == "Retrying" and status["nextAttemptTime"] == text(at(611))
@@ -314,19 +357,29 @@ def test_a_scheduled_slot_that_used_its_retries_waits_for_the_next_fire():
 
 # --- whole histories ------------------------------------------------------------------------------
 
+
 @settings(max_examples=150, deadline=None)
-@given(st.lists(st.tuples(st.floats(0.5, 200), st.sampled_from(["ok", "transient", "permanent", "crash",
-                                                                 "no-cluster", "bootstrapping", "no-secret"])),
-                min_size=1, max_size=80),
-       st.integers(0, 3))
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(0.5, 200),
+            st.sampled_from(["ok", "transient", "permanent", "crash", "no-cluster", "bootstrapping", "no-secret"]),
+        ),
+        min_size=1,
+        max_size=80,
+    ),
+    st.integers(0, 3),
+)
 def test_retries_reuse_their_slot_stay_bounded_and_never_overlap_another_slot(history, backoff_limit):
     """Runs fail, the operator dies before its status write, the cluster or the Secret goes:
     a run only ever runs the slot recorded in status, no slot is started twice, no slot gets
     more than backoffLimit + 1 attempts, and nothing runs while a prerequisite is missing."""
     spec = ScheduleSpec("* * * * * */30", verification=VerificationPolicy(False), backoff_limit=backoff_limit)
-    observed_for = {"no-cluster": Prerequisites("ns", "db", None),
-                    "bootstrapping": Prerequisites("ns", "db", p.ClusterReadiness("Creating")),
-                    "no-secret": Prerequisites("ns", "db", RUNNING, ("creds",))}
+    observed_for = {
+        "no-cluster": Prerequisites("ns", "db", None),
+        "bootstrapping": Prerequisites("ns", "db", p.ClusterReadiness("Creating")),
+        "no-secret": Prerequisites("ns", "db", RUNNING, ("creds",)),
+    }
     status, seconds, started, attempts = {}, 0.0, [], {}
     for advance, event in history:
         seconds += advance
@@ -338,7 +391,8 @@ def test_retries_reuse_their_slot_stay_bounded_and_never_overlap_another_slot(hi
         if isinstance(step, s.RunBackup):
             assert step.slot == status["progress"]["slot"]
             outcome = {"transient": NO_MEMBER, "permanent": NO_BUCKET}.get(
-                event, s.RunSucceeded(record={"key": step.slot}, completed_at=text(at(seconds))))
+                event, s.RunSucceeded(record={"key": step.slot}, completed_at=text(at(seconds)))
+            )
         if event == "crash":
             continue
         if isinstance(step, s.StartSlot):
@@ -368,9 +422,10 @@ class KubeWith:
 
 def failure_of(call) -> BackupFailed:
     import asyncio
+
     try:
         asyncio.run(call)
-    except Exception as e:  # noqa: BLE001 - classified below
+    except Exception as e:
         return as_failure(e)
     raise AssertionError("no failure")
 
@@ -378,12 +433,20 @@ def failure_of(call) -> BackupFailed:
 S3_WITH_SECRET = {"bucket": "bk", "credentialsSecretRef": {"name": "creds"}}
 
 
-@pytest.mark.parametrize("call, reason, transient", [
-    (lambda: find_candidates(KubeWith(), "ns", "db"), "ClusterNotFound", True),
-    (lambda: s3_location(KubeWith(), "ns", S3_WITH_SECRET), "SecretNotFound", True),
-    (lambda: s3_location(KubeWith({("secrets", "creds"): {"data": {"accessKeyID": "eA=="}}}), "ns", S3_WITH_SECRET),
-     "CredentialsNotFound", False),
-])
+@pytest.mark.parametrize(
+    "call, reason, transient",
+    [
+        (lambda: find_candidates(KubeWith(), "ns", "db"), "ClusterNotFound", True),
+        (lambda: s3_location(KubeWith(), "ns", S3_WITH_SECRET), "SecretNotFound", True),
+        (
+            lambda: s3_location(
+                KubeWith({("secrets", "creds"): {"data": {"accessKeyID": "eA=="}}}), "ns", S3_WITH_SECRET
+            ),
+            "CredentialsNotFound",
+            False,
+        ),
+    ],
+)
 def test_what_a_run_finds_missing_is_classified_where_it_is_found(call, reason, transient):
     """The cluster or the Secret gone between the pass that looked and the run may come
     back (the next pass waits for it); a Secret without its keys will not fix itself."""

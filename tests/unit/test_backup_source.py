@@ -2,14 +2,27 @@
 
 from __future__ import annotations
 
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from etcd_operator.backup.source_candidates import rank_candidates
-from etcd_operator.backup.source_choice import (CLUSTER_ID_MISMATCH, CLUSTER_ID_UNKNOWN, NO_HEALTHY_MEMBER, Answer,
-                                                Candidate, Refusal, SourceMember, choose_source)
+from etcd_operator.backup.source_choice import (
+    CLUSTER_ID_MISMATCH,
+    CLUSTER_ID_UNKNOWN,
+    NO_HEALTHY_MEMBER,
+    Answer,
+    Candidate,
+    Refusal,
+    SourceMember,
+    choose_source,
+)
 
 OURS, OTHER = 0xA1, 0xB2
-CANDIDATES = [Candidate("db-0", "10.0.0.1:2379"), Candidate("db-1", "10.0.0.2:2379"), Candidate("db-2", "10.0.0.3:2379")]
+CANDIDATES = [
+    Candidate("db-0", "10.0.0.1:2379"),
+    Candidate("db-1", "10.0.0.2:2379"),
+    Candidate("db-2", "10.0.0.3:2379"),
+]
 
 
 def leader(member_id: int, cluster_id: int = OURS) -> Answer:
@@ -46,7 +59,9 @@ def test_learners_and_leaderless_members_are_not_chosen():
     answers = {"db-0": Answer(OURS, 1, 2, is_learner=True), "db-1": Answer(OURS, 2, 0), "db-2": Answer(error="down")}
     choice = choose_source(CANDIDATES, answers, OURS)
     assert isinstance(choice, Refusal) and choice.reason == NO_HEALTHY_MEMBER
-    assert "db-0: a learner" in choice.message and "db-1: knows no leader" in choice.message and "down" in choice.message
+    assert (
+        "db-0: a learner" in choice.message and "db-1: knows no leader" in choice.message and "down" in choice.message
+    )
 
 
 def test_candidates_are_the_pods_with_an_address_followers_first():
@@ -55,9 +70,10 @@ def test_candidates_are_the_pods_with_an_address_followers_first():
     assert [c.name for c in ranked] == ["db-1", "db-0", "db-3"]
 
 
-ANSWERS = st.one_of(st.builds(Answer, error=st.just("down")),
-                    st.builds(Answer, st.sampled_from([OURS, OTHER]), st.integers(1, 3), st.integers(0, 3),
-                              st.booleans()))
+ANSWERS = st.one_of(
+    st.builds(Answer, error=st.just("down")),
+    st.builds(Answer, st.sampled_from([OURS, OTHER]), st.integers(1, 3), st.integers(0, 3), st.booleans()),
+)
 
 
 @given(st.fixed_dictionaries({c.name: ANSWERS for c in CANDIDATES}))

@@ -11,14 +11,27 @@ from etcd_operator.backup import steps as s
 from etcd_operator.backup.manifest import Manifest
 from etcd_operator.backup.planner import plan
 from etcd_operator.backup.scratch_check import expected_from
-from etcd_operator.backup.state import (CheckResult, InitFailure, Observed, RunState, ScheduleSpec, ScratchPod,
-                                        VerificationPolicy)
-from etcd_operator.backup.status import VERIFICATION_FAILED, build_status
-from etcd_operator.backup.scratch_verdict import (CHECK_EXIT_CODES, Expected, check_exit_code, check_verdict, compare,
-                                          init_failure_verdict)
 from etcd_operator.backup.scratch_pod import CHECK_CONTAINER, CLIENT_SOCKET, SCRATCH, verification_pod
+from etcd_operator.backup.scratch_verdict import (
+    CHECK_EXIT_CODES,
+    Expected,
+    check_exit_code,
+    check_verdict,
+    compare,
+    init_failure_verdict,
+)
+from etcd_operator.backup.state import (
+    CheckResult,
+    InitFailure,
+    Observed,
+    RunState,
+    ScheduleSpec,
+    ScratchPod,
+    VerificationPolicy,
+)
+from etcd_operator.backup.status import VERIFICATION_FAILED, build_status
 
-UTC = datetime.timezone.utc
+UTC = datetime.UTC
 T0 = datetime.datetime(2026, 11, 21, 12, 0, 1, tzinfo=UTC)
 CREATED = Observed(T0, generation=1)
 NOW = "2026-11-21T12:00:05Z"
@@ -40,14 +53,16 @@ def test_every_backup_is_verified_once_before_the_next_slot_starts():
     step = plan(ScheduleSpec(EVERY_MINUTE, verification=VerificationPolicy(True)), state, CREATED, at(5))
     assert step == s.StartVerification(key="k1", attempt=1, message="verifying k1")
     done = dataclasses.replace(state, last_verification_key="k1", backups_since_verification=0)
-    assert isinstance(plan(ScheduleSpec(EVERY_MINUTE, verification=VerificationPolicy(True)), done, CREATED, at(5)),
-                      s.StartSlot)
+    assert isinstance(
+        plan(ScheduleSpec(EVERY_MINUTE, verification=VerificationPolicy(True)), done, CREATED, at(5)), s.StartSlot
+    )
 
 
 def test_a_recorded_slot_is_finished_before_any_verification():
     state = RunState(slot_in_progress="x", last_backup_key="k1", backups_since_verification=3)
-    assert isinstance(plan(ScheduleSpec(EVERY_MINUTE, verification=VerificationPolicy(True)), state, CREATED, at(5)),
-                      s.RunBackup)
+    assert isinstance(
+        plan(ScheduleSpec(EVERY_MINUTE, verification=VerificationPolicy(True)), state, CREATED, at(5)), s.RunBackup
+    )
 
 
 @pytest.mark.parametrize("since, due", [(1, False), (2, False), (3, True)])
@@ -59,10 +74,15 @@ def test_every_nth_backup(since, due):
 
 def test_its_own_schedule():
     policy = VerificationPolicy(True, schedule="0 * * * *")
-    state = RunState(last_slot=at(0), last_backup_key="k", backups_since_verification=5,
-                     last_verification_slot=T0.replace(minute=0, second=0))
-    assert not isinstance(plan(ScheduleSpec(EVERY_MINUTE, verification=policy), state, CREATED, at(0.5)),
-                          s.StartVerification)
+    state = RunState(
+        last_slot=at(0),
+        last_backup_key="k",
+        backups_since_verification=5,
+        last_verification_slot=T0.replace(minute=0, second=0),
+    )
+    assert not isinstance(
+        plan(ScheduleSpec(EVERY_MINUTE, verification=policy), state, CREATED, at(0.5)), s.StartVerification
+    )
     step = plan(ScheduleSpec(EVERY_MINUTE, verification=policy), state, CREATED, at(61))
     assert isinstance(step, s.StartVerification) and step.slot_time == T0.replace(hour=13, minute=0, second=0)
 
@@ -77,17 +97,21 @@ def test_suspended_or_refused_runs_no_verification():
 def manifest(**extra) -> Manifest:
     fields = dict(key_count=60, hash_kv=1234, compact_revision=1)
     fields.update(extra)
-    return Manifest("p/ns/b/x.db", "b", "ns", "c", "1", "3.6.0", 61, 10, "x" * 64, NOW, "c-0", "x",
-                    backup_uid="u", **fields)
+    return Manifest(
+        "p/ns/b/x.db", "b", "ns", "c", "1", "3.6.0", 61, 10, "x" * 64, NOW, "c-0", "x", backup_uid="u", **fields
+    )
 
 
-@pytest.mark.parametrize("answers, verified, reason", [
-    ((61, 60, 1234, 1), True, "Verified"),
-    ((61, 60, 999, 1), False, "HashKVMismatch"),
-    ((61, 59, 1234, 1), False, "KeyCountMismatch"),
-    ((60, 60, 1234, 1), False, "RevisionMismatch"),
-    ((61, 60, 999, 5), None, "HashNotComparable"),
-])
+@pytest.mark.parametrize(
+    "answers, verified, reason",
+    [
+        ((61, 60, 1234, 1), True, "Verified"),
+        ((61, 60, 999, 1), False, "HashKVMismatch"),
+        ((61, 59, 1234, 1), False, "KeyCountMismatch"),
+        ((60, 60, 1234, 1), False, "RevisionMismatch"),
+        ((61, 60, 999, 5), None, "HashNotComparable"),
+    ],
+)
 def test_compare(answers, verified, reason):
     verdict = compare(Expected.of(manifest()), *answers)
     assert (verdict.verified, verdict.reason) == (verified, reason)
@@ -115,14 +139,17 @@ def test_the_exit_codes_are_distinct_and_none_is_a_python_crash():
 
 
 def test_the_check_container_reads_the_manifest_values_the_builder_gave_it():
-    env = {e["name"]: e["value"] for e in next(c for c in scratch_pod()["spec"]["containers"]
-                                               if c["name"] == CHECK_CONTAINER)["env"]}
+    env = {
+        e["name"]: e["value"]
+        for e in next(c for c in scratch_pod()["spec"]["containers"] if c["name"] == CHECK_CONTAINER)["env"]
+    }
     assert expected_from(env) == Expected(61, 60, 1234, None)
 
 
 def comparing(key: str) -> s.FinishVerification:
-    return s.FinishVerification(key=key, pod_name="b-verify", pod_uid="u1", verified=True, reason="Verified",
-                                complete=True)
+    return s.FinishVerification(
+        key=key, pod_name="b-verify", pod_uid="u1", verified=True, reason="Verified", complete=True
+    )
 
 
 def verified(key: str, ok: bool | None, reason: str = "Verified") -> s.VerificationDone:
@@ -136,8 +163,7 @@ def degraded(status: dict) -> dict:
 def test_a_failed_verification_is_degraded_until_a_verification_succeeds():
     record = {"key": "k1"}
     status = {"lastBackup": record, "recentBackups": [record], "backupsSinceVerification": 1}
-    status = {**status, **build_status(comparing("k1"), verified("k1", False, "HashKVMismatch"),
-                                       status, 1, NOW)}
+    status = {**status, **build_status(comparing("k1"), verified("k1", False, "HashKVMismatch"), status, 1, NOW)}
     assert degraded(status)["status"] == "True" and degraded(status)["reason"] == VERIFICATION_FAILED
     assert status["recentBackups"][0]["verification"]["verified"] is False
     assert "lastVerifiedTime" not in status and status["backupsSinceVerification"] == 0
@@ -149,15 +175,17 @@ def test_a_failed_verification_is_degraded_until_a_verification_succeeds():
 
 
 def test_a_successful_verification_does_not_hide_a_failed_run():
-    status = build_status(s.RunBackup(slot="a", one_shot=False), s.RunFailed(reason="StorageError", message="x"),
-                          {}, 1, NOW)
+    status = build_status(
+        s.RunBackup(slot="a", one_shot=False), s.RunFailed(reason="StorageError", message="x"), {}, 1, NOW
+    )
     status = {**status, **build_status(comparing("k0"), verified("k0", True), status, 1, NOW)}
     assert degraded(status)["reason"] == "StorageError"
 
 
 def scratch_pod() -> dict:
-    return verification_pod("b", "ns", "uid", "etcd:v3.6.0", "op:1", {"bucket": "bk"}, "p/x.db", "f" * 64,
-                            Expected(61, 60, 1234, None))
+    return verification_pod(
+        "b", "ns", "uid", "etcd:v3.6.0", "op:1", {"bucket": "bk"}, "p/x.db", "f" * 64, Expected(61, 60, 1234, None)
+    )
 
 
 def test_the_verification_pod_passes_the_restricted_level():
@@ -186,26 +214,43 @@ def test_the_scratch_member_listens_on_no_network_address():
     check = next(c for c in pod["spec"]["containers"] if c["name"] == CHECK_CONTAINER)
     env = {e["name"]: e["value"] for e in check["env"]}
     assert env["ETCD_SOCKET"] == CLIENT_SOCKET and CLIENT_SOCKET.startswith(SCRATCH + "/")
-    assert (env["EXPECTED_REVISION"], env["EXPECTED_KEY_COUNT"], env["EXPECTED_HASH_KV"],
-            env["EXPECTED_COMPACT_REVISION"]) == ("61", "60", "1234", "")
+    assert (
+        env["EXPECTED_REVISION"],
+        env["EXPECTED_KEY_COUNT"],
+        env["EXPECTED_HASH_KV"],
+        env["EXPECTED_COMPACT_REVISION"],
+    ) == ("61", "60", "1234", "")
 
 
-def pod_as_observed(phase: str, init: list[dict], check: dict | None = None,
-                    owner: str = "backup-uid") -> ScratchPod:
-    status = {"phase": phase, "podIP": "10.0.0.3", "initContainerStatuses": init,
-              "containerStatuses": [{"name": "etcd", "state": {"running": {}}},
-                                    {"name": CHECK_CONTAINER, "state": check or {"running": {}}}]}
-    return ScratchPod.from_pod({"metadata": {"name": "b-verify", "uid": "u1", "ownerReferences": [{"uid": owner}]},
-                                "status": status}, "backup-uid")
+def pod_as_observed(phase: str, init: list[dict], check: dict | None = None, owner: str = "backup-uid") -> ScratchPod:
+    status = {
+        "phase": phase,
+        "podIP": "10.0.0.3",
+        "initContainerStatuses": init,
+        "containerStatuses": [
+            {"name": "etcd", "state": {"running": {}}},
+            {"name": CHECK_CONTAINER, "state": check or {"running": {}}},
+        ],
+    }
+    return ScratchPod.from_pod(
+        {"metadata": {"name": "b-verify", "uid": "u1", "ownerReferences": [{"uid": owner}]}, "status": status},
+        "backup-uid",
+    )
 
 
 def test_the_scratch_pod_as_the_planner_sees_it():
-    fetching = pod_as_observed("Pending", [{"name": "fetch", "state": {"running": {}}},
-                                           {"name": "restore", "state": {"waiting": {}}}])
+    fetching = pod_as_observed(
+        "Pending", [{"name": "fetch", "state": {"running": {}}}, {"name": "restore", "state": {"waiting": {}}}]
+    )
     assert fetching.owned and fetching.check is None and fetching.init_failure is None
     assert "init container fetch" in fetching.message
-    refused = pod_as_observed("Pending", [{"name": "fetch", "state": {"terminated": {"exitCode": 0}}},
-                                          {"name": "restore", "state": {"terminated": {"exitCode": 2, "message": "x"}}}])
+    refused = pod_as_observed(
+        "Pending",
+        [
+            {"name": "fetch", "state": {"terminated": {"exitCode": 0}}},
+            {"name": "restore", "state": {"terminated": {"exitCode": 2, "message": "x"}}},
+        ],
+    )
     assert refused.init_failure == InitFailure("restore", 2, "x")
     assert pod_as_observed("Running", []).check is None
     checked = pod_as_observed("Running", [], check={"terminated": {"exitCode": 12, "message": "HashKV differs"}})

@@ -34,8 +34,10 @@ def test_member_pod_identity_urls_and_annotations():
     assert annotations[naming.ANNOTATION_MEMBER_ID] == "1234"
     assert annotations[naming.ANNOTATION_INITIAL_STATE] == "existing"
     env = {e["name"]: e for e in container(manifest)["env"]}
-    assert env["INITIAL_CLUSTER"]["valueFrom"]["fieldRef"]["fieldPath"] == \
-        f"metadata.annotations['{naming.ANNOTATION_INITIAL_CLUSTER}']"
+    assert (
+        env["INITIAL_CLUSTER"]["valueFrom"]["fieldRef"]["fieldPath"]
+        == f"metadata.annotations['{naming.ANNOTATION_INITIAL_CLUSTER}']"
+    )
     assert manifest["spec"]["hostname"] == "c-1" and manifest["spec"]["subdomain"] == "c-peer"
     assert container(manifest)["image"] == "gcr.io/etcd-development/etcd:v3.6.16"
 
@@ -50,12 +52,15 @@ def test_pvc_by_default_and_empty_dir_only_when_asked():
     assert volume == {"name": "data", "emptyDir": {"medium": "Memory"}}
 
 
-@pytest.mark.parametrize("field,value,flag", [
-    ("quotaBackendBytes", 1 << 30, "--quota-backend-bytes=1073741824"),
-    ("heartbeatIntervalMillis", 100, "--heartbeat-interval=100"),
-    ("electionTimeoutMillis", 1000, "--election-timeout=1000"),
-    ("autoCompactionRetention", "30m", "--auto-compaction-retention=30m"),
-])
+@pytest.mark.parametrize(
+    "field,value,flag",
+    [
+        ("quotaBackendBytes", 1 << 30, "--quota-backend-bytes=1073741824"),
+        ("heartbeatIntervalMillis", 100, "--heartbeat-interval=100"),
+        ("electionTimeoutMillis", 1000, "--election-timeout=1000"),
+        ("autoCompactionRetention", "30m", "--auto-compaction-retention=30m"),
+    ],
+)
 def test_etcd_options_become_flags(field, value, flag):
     assert flag in container(pod(spec(etcd={field: value})))["args"]
 
@@ -85,13 +90,16 @@ def test_peer_service_is_headless_and_publishes_unready_members():
     assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"] is True
 
 
-@pytest.mark.parametrize("running,wanted,reason", [
-    ("3.6.16", "3.5.35", "VersionDowngrade"),
-    ("3.6.16", "3.6.15", "VersionDowngrade"),
-    ("3.5.35", "3.6.16", None),
-    ("3.5.35", "3.5.36", None),
-    (None, "3.5.35", None),
-])
+@pytest.mark.parametrize(
+    "running,wanted,reason",
+    [
+        ("3.6.16", "3.5.35", "VersionDowngrade"),
+        ("3.6.16", "3.6.15", "VersionDowngrade"),
+        ("3.5.35", "3.6.16", None),
+        ("3.5.35", "3.5.36", None),
+        (None, "3.5.35", None),
+    ],
+)
 def test_version_changes(running, wanted, reason):
     problem = version_change_problem(running, wanted)
     assert (problem.reason if problem else None) == reason
@@ -100,9 +108,20 @@ def test_version_changes(running, wanted, reason):
 def test_restore_pod_takes_credentials_by_reference_only():
     source = {"bucket": "b", "endpoint": "http://s3:9000", "credentialsSecretRef": {"name": "creds"}}
     members = ("c-3", "c-4", "c-5")
-    manifest = restore_builders.restore_pod("r", "ns", "c", "c-4", members, "tok", "gcr.io/etcd-development/etcd:v3.6.16",
-                                            "ghcr.io/etcd-operator/etcd-operator:0.1.0", source, "k.db", "ab" * 32,
-                                            100 << 20)
+    manifest = restore_builders.restore_pod(
+        "r",
+        "ns",
+        "c",
+        "c-4",
+        members,
+        "tok",
+        "gcr.io/etcd-development/etcd:v3.6.16",
+        "ghcr.io/etcd-operator/etcd-operator:0.1.0",
+        source,
+        "k.db",
+        "ab" * 32,
+        100 << 20,
+    )
     [fetch] = manifest["spec"]["initContainers"]
     [restore] = manifest["spec"]["containers"]
     env = {e["name"]: e for e in fetch["env"]}
@@ -118,8 +137,9 @@ def test_restore_pod_takes_credentials_by_reference_only():
 
 
 def test_restore_pod_stages_the_snapshot_on_scratch_space_sized_from_the_manifest():
-    manifest = restore_builders.restore_pod("r", "ns", "c", "c-0", ("c-0",), "tok", "etcd:v3.6.16", "op:1",
-                                            {"bucket": "b"}, "k.db", "ab" * 32, 512 << 20)
+    manifest = restore_builders.restore_pod(
+        "r", "ns", "c", "c-0", ("c-0",), "tok", "etcd:v3.6.16", "op:1", {"bucket": "b"}, "k.db", "ab" * 32, 512 << 20
+    )
     volumes = {v["name"]: v for v in manifest["spec"]["volumes"]}
     assert int(volumes["scratch"]["emptyDir"]["sizeLimit"]) >= 512 << 20
     [fetch], [restore] = manifest["spec"]["initContainers"], manifest["spec"]["containers"]
@@ -130,8 +150,9 @@ def test_restore_pod_stages_the_snapshot_on_scratch_space_sized_from_the_manifes
 
 
 def test_restore_pod_passes_the_restricted_pod_security_level():
-    manifest = restore_builders.restore_pod("r", "ns", "c", "c-0", ("c-0",), "tok", "etcd:v3.6.16", "op:1",
-                                            {"bucket": "b"}, "k.db", "ab" * 32, None)
+    manifest = restore_builders.restore_pod(
+        "r", "ns", "c", "c-0", ("c-0",), "tok", "etcd:v3.6.16", "op:1", {"bucket": "b"}, "k.db", "ab" * 32, None
+    )
     pod = manifest["spec"]["securityContext"]
     assert pod["runAsNonRoot"] is True and pod["runAsUser"] == pod["fsGroup"] == 65532
     assert pod["seccompProfile"] == {"type": "RuntimeDefault"}
@@ -147,20 +168,51 @@ PULL_SECRETS = [{"name": "registry-a"}, {"name": "registry-b"}]
 def test_every_pod_made_for_a_cluster_pulls_with_its_secrets():
     """spec.pod.imagePullSecrets reach member pods (whose init container runs the operator's
     image), restore pods and backup verification pods alike."""
-    from etcd_operator.backup.scratch_verdict import Expected
     from etcd_operator.backup.scratch_pod import verification_pod
+    from etcd_operator.backup.scratch_verdict import Expected
 
     s = spec(tls={"enabled": True}, pod={"imagePullSecrets": PULL_SECRETS})
-    member = builders.member_pod(s, "c", "ns", "c-1", None, "c-0=https://x:2380", "existing", "tok",
-                                 joining_image="registry-a.example/etcd-operator:1")
+    member = builders.member_pod(
+        s,
+        "c",
+        "ns",
+        "c-1",
+        None,
+        "c-0=https://x:2380",
+        "existing",
+        "tok",
+        joining_image="registry-a.example/etcd-operator:1",
+    )
     assert member["spec"]["imagePullSecrets"] == PULL_SECRETS
     assert member["spec"]["initContainers"][0]["image"] == "registry-a.example/etcd-operator:1"
-    restore = restore_builders.restore_pod("r", "ns", "c", "c-0", ("c-0",), "tok", "etcd:v3.6.16", "op:1",
-                                           {"bucket": "b"}, "k.db", "ab" * 32, None,
-                                           pull_secrets=builders.image_pull_secrets(s))
+    restore = restore_builders.restore_pod(
+        "r",
+        "ns",
+        "c",
+        "c-0",
+        ("c-0",),
+        "tok",
+        "etcd:v3.6.16",
+        "op:1",
+        {"bucket": "b"},
+        "k.db",
+        "ab" * 32,
+        None,
+        pull_secrets=builders.image_pull_secrets(s),
+    )
     assert restore["spec"]["imagePullSecrets"] == PULL_SECRETS
-    verification = verification_pod("b", "ns", "uid", "etcd:v3.6.0", "op:1", {"bucket": "bk"}, "p/x.db", "f" * 64,
-                                    Expected(61, 60, 1234, None), pull_secrets=builders.image_pull_secrets(s))
+    verification = verification_pod(
+        "b",
+        "ns",
+        "uid",
+        "etcd:v3.6.0",
+        "op:1",
+        {"bucket": "bk"},
+        "p/x.db",
+        "f" * 64,
+        Expected(61, 60, 1234, None),
+        pull_secrets=builders.image_pull_secrets(s),
+    )
     assert verification["spec"]["imagePullSecrets"] == PULL_SECRETS
 
 

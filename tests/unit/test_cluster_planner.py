@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from etcd_operator.cluster import actions as a
 from etcd_operator.cluster import naming
@@ -73,8 +74,10 @@ def test_scale_down_removes_an_unhealthy_member_first():
 
 
 def test_removed_members_pod_then_pvc_are_deleted():
-    o = observed([M(0), M(1)], extra_pods=[PodView("c-2", "u", 0x102, "Running", True, False, "10.0.0.2",
-                                                   HASH, "existing", "", False)])
+    o = observed(
+        [M(0), M(1)],
+        extra_pods=[PodView("c-2", "u", 0x102, "Running", True, False, "10.0.0.2", HASH, "existing", "", False)],
+    )
     o = dataclasses.replace(o, pvcs={**o.pvcs, "data-c-2": dataclasses.replace(o.pvcs["data-c-1"], name="data-c-2")})
     step = next_step(spec(2), o)
     assert step == a.DeleteMemberPod(step.reason, "c-2")
@@ -84,8 +87,10 @@ def test_removed_members_pod_then_pvc_are_deleted():
 
 
 def test_nothing_is_deleted_on_a_member_list_not_from_the_leader():
-    o = observed([M(0), M(1)], extra_pods=[PodView("c-2", "u", 0x102, "Running", True, False, "10.0.0.2",
-                                                   HASH, "existing", "", False)])
+    o = observed(
+        [M(0), M(1)],
+        extra_pods=[PodView("c-2", "u", 0x102, "Running", True, False, "10.0.0.2", HASH, "existing", "", False)],
+    )
     o = dataclasses.replace(o, etcd=dataclasses.replace(o.etcd, from_leader=False))
     assert not isinstance(next_step(spec(2), o), (a.DeleteMemberPod, a.DeleteMemberPVC))
 
@@ -134,8 +139,10 @@ def test_a_member_pending_on_a_volume_whose_node_still_exists_waits_for_it():
 
 def test_a_member_pending_on_a_volume_whose_node_is_unknown_waits_and_says_why():
     """No rights to read PVs or Nodes (a namespaced install), or an error: no evidence."""
-    for unknown in (VolumePin(None, unknown="cannot read PersistentVolume pv-2: 403 Forbidden: no"),
-                    VolumePin("node-2", node_gone=True, unknown="cannot read Nodes: 403 Forbidden: no")):
+    for unknown in (
+        VolumePin(None, unknown="cannot read PersistentVolume pv-2: 403 Forbidden: no"),
+        VolumePin("node-2", node_gone=True, unknown="cannot read Nodes: 403 Forbidden: no"),
+    ):
         o = observed([M(0), M(1), M(2, healthy=False, unhealthy_for=600, pod_phase="Pending", pin=unknown)])
         step = next_step(spec(3), o)
         assert isinstance(step, a.Wait) and "c-2 not running for longer than memberUnhealthyTimeout" in step.reason
@@ -150,8 +157,13 @@ def test_a_member_pending_on_a_volume_whose_node_is_gone_waits_for_the_timeout()
 
 def test_a_member_pending_on_a_gone_node_is_not_replaced_when_its_removal_would_lose_quorum():
     gone = VolumePin("node-2", node_gone=True)
-    o = observed([M(0), M(1, healthy=False, unhealthy_for=600),
-                  M(2, healthy=False, unhealthy_for=600, pod_phase="Pending", pin=gone)])
+    o = observed(
+        [
+            M(0),
+            M(1, healthy=False, unhealthy_for=600),
+            M(2, healthy=False, unhealthy_for=600, pod_phase="Pending", pin=gone),
+        ]
+    )
     assert not isinstance(next_step(spec(3), o), a.RemoveMember)
 
 
@@ -177,7 +189,11 @@ def test_quorum_loss_without_approval_only_waits_and_says_how_to_recover():
 
 
 def test_approved_quorum_recovery_starts_from_the_member_with_the_highest_applied_index():
-    members = [M(0, healthy=False, applied=50), M(1, healthy=False, applied=90), M(2, healthy=False, pod=False, pvc=False)]
+    members = [
+        M(0, healthy=False, applied=50),
+        M(1, healthy=False, applied=90),
+        M(2, healthy=False, pod=False, pvc=False),
+    ]
     o = observed(members, leader=None, no_quorum_for=600)
     # Members that answer without a leader: give them statuses as the observer would.
     o = _answering_without_leader(o, members)
@@ -187,11 +203,25 @@ def test_approved_quorum_recovery_starts_from_the_member_with_the_highest_applie
 
 def _answering_without_leader(o, members):
     from etcd_operator.cluster.observed import MemberStatus
-    statuses = {m.id: MemberStatus(1, m.id, 0, "3.6.16", 1, 1, m.applied, m.applied, m.applied, 3, False, ())
-                for m in members if m.pod}
-    return dataclasses.replace(o, etcd=dataclasses.replace(o.etcd, statuses=statuses, members=tuple(
-        __import__("etcd_operator.etcd.client", fromlist=["Member"]).Member(
-            m.id, m.name, (naming.peer_url("c", "ns", m.name),), (), False) for m in members)))
+
+    statuses = {
+        m.id: MemberStatus(1, m.id, 0, "3.6.16", 1, 1, m.applied, m.applied, m.applied, 3, False, ())
+        for m in members
+        if m.pod
+    }
+    return dataclasses.replace(
+        o,
+        etcd=dataclasses.replace(
+            o.etcd,
+            statuses=statuses,
+            members=tuple(
+                __import__("etcd_operator.etcd.client", fromlist=["Member"]).Member(
+                    m.id, m.name, (naming.peer_url("c", "ns", m.name),), (), False
+                )
+                for m in members
+            ),
+        ),
+    )
 
 
 def test_quorum_recovery_stops_others_keeps_their_data_aside_then_forces_a_new_cluster_then_finishes():
@@ -294,7 +324,11 @@ def scenarios(draw):
     if leader is not None and (members[leader].learner or not members[leader].healthy or not members[leader].pod):
         leader = None
     size = draw(st.integers(1, 9))
-    return spec(size), observed(members, leader=leader, no_quorum_for=draw(st.one_of(st.none(), st.floats(0, 100)))), members
+    return (
+        spec(size),
+        observed(members, leader=leader, no_quorum_for=draw(st.one_of(st.none(), st.floats(0, 100)))),
+        members,
+    )
 
 
 @settings(max_examples=400, deadline=None)
@@ -342,8 +376,8 @@ def test_deletions_only_touch_objects_of_members_absent_from_the_leaders_list(sc
 
 def test_restored_members_start_with_the_full_initial_cluster_of_their_data():
     from etcd_operator.cluster.observed import PVCView
-    restored = tuple(PVCView(naming.pvc_name(f"c-{i}"), f"pvc-{i}", None, False, None, restored=True)
-                     for i in range(3))
+
+    restored = tuple(PVCView(naming.pvc_name(f"c-{i}"), f"pvc-{i}", None, False, None, restored=True) for i in range(3))
     o = observed([], bootstrapped=False, extra_pvcs=restored)
     step = next_step(spec(3), o)
     full = ",".join(f"c-{i}={naming.peer_url('c', o.namespace, f'c-{i}')}" for i in range(3))
@@ -362,9 +396,12 @@ def test_a_restored_member_started_after_the_others_joined_gets_every_restored_m
     its empty data directory, bootstrap a new one-member cluster serving no data. It gets the
     full initial cluster the restore wrote, with which it never reaches a quorum of its own."""
     from etcd_operator.cluster.observed import PVCView
-    restored = (PVCView("data-c-0", "pvc-0", None, False, None, restored=True),
-                PVCView("data-c-1", "pvc-1", 0x101, False, None, restored=True),
-                PVCView("data-c-2", "pvc-2", 0x102, False, None, restored=True))
+
+    restored = (
+        PVCView("data-c-0", "pvc-0", None, False, None, restored=True),
+        PVCView("data-c-1", "pvc-1", 0x101, False, None, restored=True),
+        PVCView("data-c-2", "pvc-2", 0x102, False, None, restored=True),
+    )
     o = observed([], bootstrapped=True, no_quorum_for=5, extra_pvcs=restored)
     step = next_step(spec(3), o)
     full = ",".join(f"c-{i}={naming.peer_url('c', o.namespace, f'c-{i}')}" for i in range(3))
@@ -375,11 +412,14 @@ def test_a_restored_member_started_after_the_others_joined_gets_every_restored_m
 def test_restored_members_whose_pods_exist_are_not_started_again():
     """An operator killed while starting restored members: the next pass starts only the rest."""
     from etcd_operator.cluster.observed import PVCView
-    restored = tuple(PVCView(naming.pvc_name(f"c-{i}"), f"pvc-{i}", None, False, None, restored=True)
-                     for i in range(3))
-    o = observed([], bootstrapped=False, extra_pvcs=restored,
-                 extra_pods=(PodView("c-1", "uid-c-1", None, "Running", False, False, "10.0.0.1", HASH, "new", "x",
-                                     False),))
+
+    restored = tuple(PVCView(naming.pvc_name(f"c-{i}"), f"pvc-{i}", None, False, None, restored=True) for i in range(3))
+    o = observed(
+        [],
+        bootstrapped=False,
+        extra_pvcs=restored,
+        extra_pods=(PodView("c-1", "uid-c-1", None, "Running", False, False, "10.0.0.1", HASH, "new", "x", False),),
+    )
     step = next_step(spec(3), o)
     assert isinstance(step, a.StartRestoredMembers) and step.members == ("c-0", "c-2")
     assert step.initial_cluster.count("=") == 3  # still every member the data holds

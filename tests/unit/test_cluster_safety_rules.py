@@ -31,6 +31,7 @@ def auto_recovery(size=3):
 
 # --- alarms -------------------------------------------------------------------------
 
+
 def test_a_member_that_answers_with_an_alarm_is_alive():
     o = observed([M(0), M(1), M(2)], alarms=NOSPACE)
     health = health_of(spec(3), o)
@@ -71,6 +72,7 @@ def test_corrupt_alarm_holds_everything():
 
 
 # --- quorum loss only on evidence ----------------------------------------------------
+
 
 def test_a_reachable_member_that_reports_a_leader_means_quorum_may_hold():
     # The operator reaches only c-2, which follows the leader c-0 that the operator cannot reach.
@@ -120,14 +122,18 @@ def test_quorum_lost_while_a_learner_is_pending_still_reaches_recovery():
 @pytest.mark.parametrize("configured, election_ms, floor", [(1.0, None, 11.0), (1.0, 5000, 15.0), (120.0, None, 120.0)])
 def test_the_quorum_loss_timeout_has_a_floor(configured, election_ms, floor):
     s = spec(3)
-    s = dataclasses.replace(s, recovery=dataclasses.replace(s.recovery, quorum_loss_timeout=configured),
-                            etcd=dataclasses.replace(s.etcd, election_timeout_ms=election_ms))
+    s = dataclasses.replace(
+        s,
+        recovery=dataclasses.replace(s.recovery, quorum_loss_timeout=configured),
+        etcd=dataclasses.replace(s.etcd, election_timeout_ms=election_ms),
+    )
     assert quorum_loss_timeout(s) == floor
     o = observed([M(0), M(1, healthy=False), M(2, healthy=False)], leader=None, no_quorum_for=floor - 0.5)
     assert health_of(s, o).state == HealthState.NO_QUORUM
 
 
 # --- failed and starting pods ----------------------------------------------------------
+
 
 def test_a_failed_pod_is_deleted_so_it_restarts_on_its_pvc():
     o = observed([M(0), M(1, healthy=False, pod_phase="Failed", unhealthy_for=10_000), M(2)])
@@ -159,6 +165,7 @@ def test_failed_pods_restart_even_when_no_member_answers():
 
 # --- a bad roll, reverted --------------------------------------------------------------
 
+
 def test_a_reverted_bad_roll_is_rolled_back_on_size_one():
     # The only member crash-loops with the old (bad) pod spec; the spec was reverted.
     o = observed([M(0, healthy=False, outdated=True, waiting="CrashLoopBackOff")], leader=None)
@@ -175,8 +182,10 @@ def test_a_reverted_bad_roll_is_rolled_back_before_anything_is_replaced():
 def test_an_outdated_member_that_runs_but_has_no_leader_yet_is_not_rolled():
     # Found by the simulator (seed 153): etcd runs, is not ready only because no leader is
     # elected yet; restarting it would take away a quorum that is forming.
-    o = observed([M(0, healthy=False, outdated=True), M(1, healthy=False, outdated=True),
-                  M(2, healthy=False, outdated=True)], leader=None)
+    o = observed(
+        [M(0, healthy=False, outdated=True), M(1, healthy=False, outdated=True), M(2, healthy=False, outdated=True)],
+        leader=None,
+    )
     assert not isinstance(next_step(spec(3), o), a.RollMember)
 
 
@@ -188,6 +197,7 @@ def test_a_broken_outdated_member_is_not_rolled_on_empty_dir():
 
 
 # --- foreign answers, PDB, step table ------------------------------------------------
+
 
 def _status(cluster_id: int, member_id: int) -> MemberStatus:
     return MemberStatus(cluster_id, member_id, member_id, "3.6.16", 1, 1, 1, 1, 1, 1, False, ())
@@ -210,8 +220,9 @@ def test_every_step_has_an_executor_handler():
     from etcd_operator.cluster.executor import ClusterExecutor
 
     executor = ClusterExecutor(None, None, {"metadata": {"name": "c", "namespace": "ns", "uid": "u"}}, None)
-    steps = {cls for cls in vars(a).values()
-             if isinstance(cls, type) and issubclass(cls, a.Action) and cls is not a.Action}
+    steps = {
+        cls for cls in vars(a).values() if isinstance(cls, type) and issubclass(cls, a.Action) and cls is not a.Action
+    }
     assert steps == set(executor.handlers())
 
 
@@ -229,8 +240,7 @@ async def test_an_unknown_step_is_an_error_not_done():
 
 def test_a_leader_reported_by_a_reachable_member_holds_even_when_other_pods_are_not_ready():
     # c-0 follows c-1; the operator reaches only c-0, and the kubelet finds c-1 and c-2 not ready.
-    o = observed([M(0), M(1, pod_ready=False), M(2, pod_ready=False)], leader=1, reachable={0},
-                 no_quorum_for=10_000)
+    o = observed([M(0), M(1, pod_ready=False), M(2, pod_ready=False)], leader=1, reachable={0}, no_quorum_for=10_000)
     s = auto_recovery(3)
     assert health_of(s, o).state == HealthState.UNREACHABLE
     assert carry_timers(o, Sightings(), 1000.0)[0].no_quorum_for is None
@@ -293,8 +303,10 @@ def test_quorum_is_never_recovered_on_empty_dir():
 
 
 def _forced_survivor(**pod_changes):
-    o = _recovering([M(0, healthy=False), M(1, healthy=False, pod=False, pvc=False),
-                     M(2, healthy=False, pod=False, pvc=False)], leader=None)
+    o = _recovering(
+        [M(0, healthy=False), M(1, healthy=False, pod=False, pvc=False), M(2, healthy=False, pod=False, pvc=False)],
+        leader=None,
+    )
     survivor = dataclasses.replace(o.pods["c-0"], force_new_cluster=True, **pod_changes)
     return dataclasses.replace(o, pods={"c-0": survivor})
 
@@ -310,6 +322,7 @@ def test_a_survivor_that_does_not_start_after_forcing_ends_the_recovery_and_says
 
 
 def test_a_recovery_is_called_off_when_the_survivor_stops_starting_before_it_is_forced():
-    o = _recovering([M(0, healthy=False, waiting="CrashLoopBackOff"), M(1, healthy=False), M(2, healthy=False)],
-                    leader=None)
+    o = _recovering(
+        [M(0, healthy=False, waiting="CrashLoopBackOff"), M(1, healthy=False), M(2, healthy=False)], leader=None
+    )
     assert isinstance(next_step(spec(3), o), a.AbandonQuorumRecovery)

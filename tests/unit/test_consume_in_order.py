@@ -57,7 +57,7 @@ class RangedStore:
         self.most_in_flight = max(self.most_in_flight, self.in_flight)
         await asyncio.sleep(0.001 * (7 - offset // verify.RANGE_BYTES % 7))  # later ranges may finish first
         self.in_flight -= 1
-        return self.data[offset:offset + length]
+        return self.data[offset : offset + length]
 
 
 def test_ranged_reads_come_back_in_order_with_a_few_in_flight():
@@ -116,6 +116,7 @@ def test_verification_waits_for_the_budget_a_backup_holds():
         budget.release(24 << 20)
         await verifying
         assert max(store.held_while_reading) <= budget.limit
+
     asyncio.run(scenario())
 
 

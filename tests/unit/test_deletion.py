@@ -43,14 +43,21 @@ POLICIES = [
     ("Delete", ["orphan"], [member_pod("c-0", "data-c-0")], (), ("data-c-0", "data-c-1"), "DataOrphaned"),
     ("Delete", [], [member_pod("c-0", "data-c-0", owner=None)], ("data-c-1",), ("data-c-0",), "DataDeleted"),
     # A pod without the owner that is itself going away holds nothing.
-    ("Delete", [], [member_pod("c-0", "data-c-0", owner=None, deleting=True)], ("data-c-0", "data-c-1"), (),
-     "DataDeleted"),
+    (
+        "Delete",
+        [],
+        [member_pod("c-0", "data-c-0", owner=None, deleting=True)],
+        ("data-c-0", "data-c-1"),
+        (),
+        "DataDeleted",
+    ),
 ]
 
 
 @pytest.mark.parametrize("policy,finalizers,pods,deleted,kept,reason", POLICIES)
-def test_reclaim_follows_the_policy_and_never_deletes_what_orphaned_members_use(policy, finalizers, pods, deleted,
-                                                                                 kept, reason):
+def test_reclaim_follows_the_policy_and_never_deletes_what_orphaned_members_use(
+    policy, finalizers, pods, deleted, kept, reason
+):
     outcome = reclaim(policy, {"uid": UID, "finalizers": finalizers}, PVCS, pods)
     assert (outcome.delete, outcome.keep, outcome.reason) == (deleted, kept, reason)
 
@@ -66,20 +73,43 @@ def test_member_pvcs_are_created_without_an_owner_and_pods_with_one():
     assert [o["uid"] for o in created["pods"]["metadata"]["ownerReferences"]] == [UID]
 
 
-@pytest.mark.parametrize("names,names_only", [
-    ("", False), ("demo", True), ("demo,prod", True), ("e2e-*", False), ("demo,team-?", False), ("!kube-system", False),
-])
+@pytest.mark.parametrize(
+    "names,names_only",
+    [
+        ("", False),
+        ("demo", True),
+        ("demo,prod", True),
+        ("e2e-*", False),
+        ("demo,team-?", False),
+        ("!kube-system", False),
+    ],
+)
 def test_only_plain_namespace_names_turn_kopf_namespace_scanning_off(names, names_only):
     assert OperatorConfig.from_env({"WATCH_NAMESPACES": names}).names_only is names_only
 
 
 def test_a_create_refused_in_a_terminating_namespace_is_told_apart():
-    body = json.dumps({"kind": "Status", "status": "Failure", "reason": "Forbidden", "code": 403,
-                       "message": 'pods "c-2" is forbidden: unable to create new content in namespace demo because '
-                                  'it is being terminated',
-                       "details": {"name": "c-2", "kind": "pods", "causes": [
-                           {"reason": "NamespaceTerminating", "message": "namespace demo is being terminated",
-                            "field": "metadata.namespace"}]}})
+    body = json.dumps(
+        {
+            "kind": "Status",
+            "status": "Failure",
+            "reason": "Forbidden",
+            "code": 403,
+            "message": 'pods "c-2" is forbidden: unable to create new content in namespace demo because '
+            "it is being terminated",
+            "details": {
+                "name": "c-2",
+                "kind": "pods",
+                "causes": [
+                    {
+                        "reason": "NamespaceTerminating",
+                        "message": "namespace demo is being terminated",
+                        "field": "metadata.namespace",
+                    }
+                ],
+            },
+        }
+    )
     with pytest.raises(kube.NamespaceTerminating):
         kube._raise_for(403, body, "Forbidden")
     with pytest.raises(kube.ApiError) as plain:
@@ -141,6 +171,7 @@ def test_a_deletion_that_arrives_during_the_pass_stops_every_create():
     async def observe_then_mark(body, now, children=None, live_secrets=True):
         marked.append(True)  # the live body gains its deletionTimestamp while the pass decides
         return current(scenario(view.members))
+
     reconciler.observer.observe = observe_then_mark
     assert asyncio.run(reconciler.reconcile(BODY)) == WHILE_DELETED
     assert [w for w in kube_client.writes if w[0] in ("create", "apply")] == []

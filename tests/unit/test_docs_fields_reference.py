@@ -22,7 +22,8 @@ def test_the_committed_field_reference_is_current():
     committed = generator.OUTPUT.read_text() if generator.OUTPUT.exists() else ""
     assert committed == rendered, (
         "docs/reference/fields.md is stale: the CRDs in crds/ changed since it was generated. "
-        "Run `make docs` and commit the result.")
+        "Run `make docs` and commit the result."
+    )
 
 
 def _fields(schema, path=""):

@@ -12,40 +12,54 @@ from etcd_operator.cluster import actions as a
 from etcd_operator.cluster import builders
 from etcd_operator.cluster.observed import Observed
 from etcd_operator.cluster.spec import ClusterSpec
-
 from tests.unit.cluster_scenarios import M, decide_accepting, observed
 
 # Back on 3.6 while etcd's downgrade to 3.5 is enabled (status.downgrade.target).
-REVERTED = {"size": 3, "version": "3.6.16",
-            "recovery": {"memberUnhealthyTimeout": "60s", "quorumLossTimeout": "30s",
-                         "automaticQuorumRecovery": True},
-            "etcd": {"quotaBackendBytes": 128 * 1024 * 1024}}
+REVERTED = {
+    "size": 3,
+    "version": "3.6.16",
+    "recovery": {"memberUnhealthyTimeout": "60s", "quorumLossTimeout": "30s", "automaticQuorumRecovery": True},
+    "etcd": {"quotaBackendBytes": 128 * 1024 * 1024},
+}
 CURRENT = builders.pod_spec_hash(ClusterSpec.from_dict(REVERTED))
 NOSPACE = ((0x100, "NOSPACE"),)
 
 
 def downgrading(o: Observed, outdated: set[str] = frozenset()) -> Observed:
-    pods = {name: dataclasses.replace(p, spec_hash="old" if name in outdated else CURRENT)
-            for name, p in o.pods.items()}
+    pods = {
+        name: dataclasses.replace(p, spec_hash="old" if name in outdated else CURRENT) for name, p in o.pods.items()
+    }
     return dataclasses.replace(o, pods=pods, downgrade_target="3.5", cluster_version="3.5.0")
 
 
 ROWS = [
     # (name, observed, the step expected)
-    ("quorum_recovery_goes_first",
-     downgrading(observed([M(0), M(1, healthy=False), M(2, healthy=False)], leader=None, no_quorum_for=600)),
-     a.BeginQuorumRecovery),
-    ("without_a_leader_the_cancel_waits",
-     downgrading(observed([M(0), M(1, healthy=False), M(2, healthy=False)], leader=None, no_quorum_for=5)),
-     a.Wait),
-    ("a_failed_pod_is_restarted_first",
-     downgrading(observed([M(0), M(1), M(2, healthy=False, pod_phase="Failed")])), a.RestartFailedPod),
-    ("a_lost_pod_is_recreated_first",
-     downgrading(observed([M(0), M(1), M(2, healthy=False, pod=False)])), a.CreateMemberPod),
-    ("a_failed_member_is_replaced_first",
-     downgrading(observed([M(0), M(1), M(2, healthy=False, unhealthy_for=600)])), a.RemoveMember),
-    ("nospace_is_remediated_first",
-     downgrading(observed([M(0), M(1), M(2)], alarms=NOSPACE)), a.BeginSpaceRecovery),
+    (
+        "quorum_recovery_goes_first",
+        downgrading(observed([M(0), M(1, healthy=False), M(2, healthy=False)], leader=None, no_quorum_for=600)),
+        a.BeginQuorumRecovery,
+    ),
+    (
+        "without_a_leader_the_cancel_waits",
+        downgrading(observed([M(0), M(1, healthy=False), M(2, healthy=False)], leader=None, no_quorum_for=5)),
+        a.Wait,
+    ),
+    (
+        "a_failed_pod_is_restarted_first",
+        downgrading(observed([M(0), M(1), M(2, healthy=False, pod_phase="Failed")])),
+        a.RestartFailedPod,
+    ),
+    (
+        "a_lost_pod_is_recreated_first",
+        downgrading(observed([M(0), M(1), M(2, healthy=False, pod=False)])),
+        a.CreateMemberPod,
+    ),
+    (
+        "a_failed_member_is_replaced_first",
+        downgrading(observed([M(0), M(1), M(2, healthy=False, unhealthy_for=600)])),
+        a.RemoveMember,
+    ),
+    ("nospace_is_remediated_first", downgrading(observed([M(0), M(1), M(2)], alarms=NOSPACE)), a.BeginSpaceRecovery),
     # Ordinary steps wait for the cancel: the roll back up starts once etcd's downgrade is off.
     ("a_healthy_cluster_cancels", downgrading(observed([M(0), M(1), M(2)])), a.CancelDowngrade),
     ("a_roll_waits_for_the_cancel", downgrading(observed([M(0), M(1), M(2)]), outdated={"c-2"}), a.CancelDowngrade),

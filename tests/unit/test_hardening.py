@@ -9,10 +9,10 @@ import hashlib
 import pytest
 
 from etcd_operator import pod_security
-from etcd_operator.cluster import builders, naming, network_policy
-from etcd_operator.cluster.spec import ClusterSpec
 from etcd_operator.backup import scratch_pod as verification_pod
 from etcd_operator.backup.scratch_verdict import Expected
+from etcd_operator.cluster import builders, naming, network_policy
+from etcd_operator.cluster.spec import ClusterSpec
 from etcd_operator.restore import builders as restore_builders
 from etcd_operator.storage import credentials
 from etcd_operator.storage.s3 import S3Location, S3Storage, StorageError, encryption_arguments, signs_payload
@@ -22,13 +22,26 @@ OPERATOR_IMAGE = "ghcr.io/etcd-operator/etcd-operator:0.1.0"
 
 
 def member(**fields) -> dict:
-    return builders.member_pod(ClusterSpec.from_dict(fields), "c", "ns", "c-1", None, "c-1=http://x:2380",
-                               "new", "token")
+    return builders.member_pod(
+        ClusterSpec.from_dict(fields), "c", "ns", "c-1", None, "c-1=http://x:2380", "new", "token"
+    )
 
 
 def restore_pod(**source) -> dict:
-    return restore_builders.restore_pod("r", "ns", "c", "c-1", ("c-0", "c-1", "c-2"), "restore-uid", ETCD_IMAGE,
-                                        OPERATOR_IMAGE, {"bucket": "b", **source}, "k.db", "ab" * 32, 1 << 20)
+    return restore_builders.restore_pod(
+        "r",
+        "ns",
+        "c",
+        "c-1",
+        ("c-0", "c-1", "c-2"),
+        "restore-uid",
+        ETCD_IMAGE,
+        OPERATOR_IMAGE,
+        {"bucket": "b", **source},
+        "k.db",
+        "ab" * 32,
+        1 << 20,
+    )
 
 
 def restricted_violations(pod: dict) -> list[str]:
@@ -39,15 +52,17 @@ def restricted_violations(pod: dict) -> list[str]:
     if spec.get("hostNetwork") or spec.get("hostPID") or spec.get("hostIPC"):
         found.append("host namespaces")
     for volume in spec.get("volumes") or []:
-        if not ({"persistentVolumeClaim", "emptyDir", "secret", "configMap", "projected", "downwardAPI",
-                 "csi", "ephemeral"} & set(volume)):
+        if not (
+            {"persistentVolumeClaim", "emptyDir", "secret", "configMap", "projected", "downwardAPI", "csi", "ephemeral"}
+            & set(volume)
+        ):
             found.append(f"volume type of {volume['name']}")
     if pod_context.get("runAsUser") == 0:
         found.append("pod runAsUser 0")
     for container in (spec.get("initContainers") or []) + spec["containers"]:
         context = container.get("securityContext") or {}
         name = container["name"]
-        if not (context.get("runAsNonRoot", pod_context.get("runAsNonRoot")) is True):
+        if context.get("runAsNonRoot", pod_context.get("runAsNonRoot")) is not True:
             found.append(f"{name}: runAsNonRoot")
         if context.get("runAsUser", pod_context.get("runAsUser")) in (None, 0):
             found.append(f"{name}: runAsUser")
@@ -67,16 +82,28 @@ def restricted_violations(pod: dict) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("pod", [
-    member(),
-    member(storage={"emptyDir": {}}),
-    member(pod={"resources": {"limits": {"memory": "1Gi"}}}),
-    restore_pod(),
-    restore_pod(caBundleSecretRef={"name": "ca"}, credentialsSecretRef={"name": "creds"}),
-    verification_pod.verification_pod("b", "ns", "uid", ETCD_IMAGE, OPERATOR_IMAGE,
-                                      {"bucket": "b", "caBundleSecretRef": {"name": "ca"}}, "k.db", "ab" * 32,
-                                      Expected(61, 60, 1234, 1)),
-], ids=["member", "member-emptydir", "member-resources", "restore", "restore-ca-creds", "verification"])
+@pytest.mark.parametrize(
+    "pod",
+    [
+        member(),
+        member(storage={"emptyDir": {}}),
+        member(pod={"resources": {"limits": {"memory": "1Gi"}}}),
+        restore_pod(),
+        restore_pod(caBundleSecretRef={"name": "ca"}, credentialsSecretRef={"name": "creds"}),
+        verification_pod.verification_pod(
+            "b",
+            "ns",
+            "uid",
+            ETCD_IMAGE,
+            OPERATOR_IMAGE,
+            {"bucket": "b", "caBundleSecretRef": {"name": "ca"}},
+            "k.db",
+            "ab" * 32,
+            Expected(61, 60, 1234, 1),
+        ),
+    ],
+    ids=["member", "member-emptydir", "member-resources", "restore", "restore-ca-creds", "verification"],
+)
 def test_every_pod_passes_the_restricted_level(pod):
     assert restricted_violations(pod) == []
     assert pod["spec"]["securityContext"]["fsGroup"] == pod_security.FS_GROUP
@@ -91,10 +118,21 @@ def test_the_checker_sees_a_pod_without_the_context():
 
 
 def test_restricted_overrides_weaker_settings_and_keeps_others():
-    pod = pod_security.restricted({"securityContext": {"runAsUser": 0, "sysctls": []},
-                                   "containers": [{"name": "x", "securityContext": {
-                                       "allowPrivilegeEscalation": True, "capabilities": {"add": ["SYS_ADMIN"]},
-                                       "procMount": "Default"}}]})
+    pod = pod_security.restricted(
+        {
+            "securityContext": {"runAsUser": 0, "sysctls": []},
+            "containers": [
+                {
+                    "name": "x",
+                    "securityContext": {
+                        "allowPrivilegeEscalation": True,
+                        "capabilities": {"add": ["SYS_ADMIN"]},
+                        "procMount": "Default",
+                    },
+                }
+            ],
+        }
+    )
     assert pod["securityContext"]["runAsUser"] == pod_security.RUN_AS_USER and "sysctls" in pod["securityContext"]
     context = pod["containers"][0]["securityContext"]
     assert context["allowPrivilegeEscalation"] is False and context["capabilities"] == {"drop": ["ALL"]}
@@ -118,18 +156,26 @@ def test_network_policy_opens_peer_port_to_members_only():
     assert policy["spec"]["podSelector"] == members["podSelector"]
     assert policy["spec"]["policyTypes"] == ["Ingress"]
     assert by_port[naming.PEER_PORT] == [members]
-    assert by_port[naming.CLIENT_PORT] == [members, {
-        "podSelector": {"matchLabels": network_policy.OPERATOR_POD_LABELS},
-        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ops"}}}]
+    assert by_port[naming.CLIENT_PORT] == [
+        members,
+        {
+            "podSelector": {"matchLabels": network_policy.OPERATOR_POD_LABELS},
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ops"}},
+        },
+    ]
     assert by_port[naming.METRICS_PORT] is None  # metrics and health: open
 
 
 def test_network_policy_adds_the_chosen_clients_to_the_client_port_only():
-    settings = {"clientSelector": {"matchLabels": {"etcd-client": "c"}},
-                "clientNamespaceSelector": {"matchLabels": {"team": "a"}}}
+    settings = {
+        "clientSelector": {"matchLabels": {"etcd-client": "c"}},
+        "clientNamespaceSelector": {"matchLabels": {"team": "a"}},
+    }
     by_port = rules_by_port(network_policy.network_policy("c", "ns", settings, "ops"))
-    assert by_port[naming.CLIENT_PORT][-1] == {"podSelector": {"matchLabels": {"etcd-client": "c"}},
-                                               "namespaceSelector": {"matchLabels": {"team": "a"}}}
+    assert by_port[naming.CLIENT_PORT][-1] == {
+        "podSelector": {"matchLabels": {"etcd-client": "c"}},
+        "namespaceSelector": {"matchLabels": {"team": "a"}},
+    }
     assert len(by_port[naming.PEER_PORT]) == 1
     assert network_policy.enabled(None, serves_tls=True) and not network_policy.enabled({"enabled": False}, True)
     # A plaintext cluster (one that predates the policy, or opted out of TLS) keeps its clients
@@ -180,6 +226,7 @@ def _sent_part_headers(location: S3Location, body: bytes) -> dict[str, str]:
     def capture(request, **_):
         sent.update({k.lower(): v.decode() if isinstance(v, bytes) else v for k, v in request.headers.items()})
         return AWSResponse(request.url, 200, {"ETag": '"e"'}, EmptyBody())
+
     storage._client.meta.events.register_first("before-send.s3.UploadPart", capture)
     try:
         asyncio.run(storage.upload_part("k", "u", 1, body))
@@ -190,12 +237,14 @@ def _sent_part_headers(location: S3Location, body: bytes) -> dict[str, str]:
 
 def test_every_part_is_checked_by_the_store_with_one_hash_not_two():
     body = b"part" * 1000
-    over_http = _sent_part_headers(S3Location(bucket="b", endpoint="http://s3:9000", insecure=True,
-                                              access_key="a", secret_key="s"), body)
+    over_http = _sent_part_headers(
+        S3Location(bucket="b", endpoint="http://s3:9000", insecure=True, access_key="a", secret_key="s"), body
+    )
     assert over_http["x-amz-content-sha256"] == hashlib.sha256(body).hexdigest()
     assert not [h for h in over_http if h.startswith("x-amz-checksum-")]
-    over_https = _sent_part_headers(S3Location(bucket="b", endpoint="https://s3:9000", access_key="a",
-                                               secret_key="s"), body)
+    over_https = _sent_part_headers(
+        S3Location(bucket="b", endpoint="https://s3:9000", access_key="a", secret_key="s"), body
+    )
     assert over_https["x-amz-content-sha256"] in ("UNSIGNED-PAYLOAD", "STREAMING-UNSIGNED-PAYLOAD-TRAILER")
     assert "x-amz-checksum-crc32" in (over_https.get("x-amz-trailer"), *over_https)  # a trailer or a header
 
@@ -204,7 +253,9 @@ def test_server_side_encryption_arguments():
     assert encryption_arguments(S3Location(bucket="b")) == {}
     assert encryption_arguments(S3Location(bucket="b", encryption="SSE-S3")) == {"ServerSideEncryption": "AES256"}
     assert encryption_arguments(S3Location(bucket="b", encryption="SSE-KMS", kms_key_id="k1")) == {
-        "ServerSideEncryption": "aws:kms", "SSEKMSKeyId": "k1"}
+        "ServerSideEncryption": "aws:kms",
+        "SSEKMSKeyId": "k1",
+    }
     assert encryption_arguments(S3Location(bucket="b", encryption="SSE-KMS")) == {"ServerSideEncryption": "aws:kms"}
     with pytest.raises(StorageError):
         encryption_arguments(S3Location(bucket="b", encryption="rot13"))
@@ -224,8 +275,10 @@ def test_the_namespaced_role_grants_what_the_cluster_role_grants_minus_cluster_s
     # Not granted to the namespaced install: PVs name every namespace's claims (a member on a
     # deleted node waits there instead of being replaced).
     volume_nodes = {"persistentvolumes", "nodes"}
-    wanted = [r for r in rules("deploy/rbac.yaml", "ClusterRole")
-              if not (discovery | volume_nodes) & set(r["resources"])]
+    wanted = [
+        r for r in rules("deploy/rbac.yaml", "ClusterRole") if not (discovery | volume_nodes) & set(r["resources"])
+    ]
     assert rules("deploy-namespaced/watched/role.yaml", "Role") == wanted
-    assert {res for r in rules("deploy-namespaced/discovery.yaml", "ClusterRole") for res in r["resources"]} == \
-        discovery
+    assert {
+        res for r in rules("deploy-namespaced/discovery.yaml", "ClusterRole") for res in r["resources"]
+    } == discovery

@@ -6,7 +6,6 @@ from __future__ import annotations
 import pathlib
 import subprocess
 import sys
-
 import tomllib
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

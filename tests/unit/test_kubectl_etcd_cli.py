@@ -11,8 +11,14 @@ from etcd_operator_kubectl import cli
 
 
 def test_kubectl_conventions_are_accepted_on_every_command():
-    for argv in (["status", "c"], ["backups", "b"], ["restore", "b", "--in-place", "c"], ["approve-recovery", "c"],
-                 ["defrag", "c"], ["snapshot", "c", "--storage-from", "b"]):
+    for argv in (
+        ["status", "c"],
+        ["backups", "b"],
+        ["restore", "b", "--in-place", "c"],
+        ["approve-recovery", "c"],
+        ["defrag", "c"],
+        ["snapshot", "c", "--storage-from", "b"],
+    ):
         args = cli.parser().parse_args(argv + ["-n", "ns", "-o", "yaml", "--kubeconfig", "/k", "--context", "x"])
         assert (args.namespace, args.output, args.kubeconfig, args.context) == ("ns", "yaml", "/k", "x")
     assert set(cli.COMMANDS) == {"status", "backups", "restore", "approve-recovery", "defrag", "snapshot"}
@@ -52,8 +58,10 @@ def test_without_a_terminal_only_yes_confirms(monkeypatch):
     monkeypatch.setattr("sys.stdin", io.StringIO("y\n"))  # piped "y" is not a person answering
     kube = RecordingKube({"metadata": {"name": "c"}, "status": {}})
     assert asyncio.run(cli.cmd_approve_recovery(cli.parser().parse_args(["approve-recovery", "c"]), kube, "ns")) == 1
-    assert asyncio.run(cli.cmd_approve_recovery(cli.parser().parse_args(["approve-recovery", "c", "--yes"]),
-                                                kube, "ns")) == 0
+    assert (
+        asyncio.run(cli.cmd_approve_recovery(cli.parser().parse_args(["approve-recovery", "c", "--yes"]), kube, "ns"))
+        == 0
+    )
     assert kube.patches == [{"etcd.operator.dev/approve-quorum-recovery": "true"}]
 
 

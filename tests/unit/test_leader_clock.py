@@ -6,8 +6,16 @@ import math
 
 import pytest
 
-from etcd_operator.leadership_fence import (AlwaysActs, LeadershipLost, LeaseClock, LeaseTiming, RivalLease,
-                                      install_process_write_guard, permit_write, process_write_guard)
+from etcd_operator.leadership_fence import (
+    AlwaysActs,
+    LeadershipLost,
+    LeaseClock,
+    LeaseTiming,
+    RivalLease,
+    install_process_write_guard,
+    permit_write,
+    process_write_guard,
+)
 
 TIMING = LeaseTiming(lease_seconds=15, renew_every=2, stop_acting_seconds=12, attempt_timeout=5)
 

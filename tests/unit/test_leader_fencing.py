@@ -12,8 +12,8 @@ import pytest
 from etcd_operator.etcd.client import EtcdMemberClient
 from etcd_operator.etcd.pool import EtcdClientPool
 from etcd_operator.kube import client as kube
-from etcd_operator.lease_elector import LeaseElector, LeaseTakenOver
 from etcd_operator.leadership_fence import AlwaysActs, LeadershipLost, LeaseClock, LeaseTiming
+from etcd_operator.lease_elector import LeaseElector, LeaseTakenOver
 
 TIMING = LeaseTiming(lease_seconds=15, renew_every=2, stop_acting_seconds=12, attempt_timeout=5)
 
@@ -38,6 +38,7 @@ def deposed_clock() -> LeaseClock:
 
 
 # --- Kubernetes writes -------------------------------------------------------------------
+
 
 class RecordingApi:
     """Stands in for kubernetes_asyncio's ApiClient: records what would have been sent."""
@@ -100,6 +101,7 @@ async def test_a_leader_writes_with_a_timeout_that_ends_with_its_right_to_act():
 
 # --- etcd writes -------------------------------------------------------------------------
 
+
 class RecordingStub:
     """Stands in for a generated gRPC stub: any method records its request and deadline."""
 
@@ -110,6 +112,7 @@ class RecordingStub:
         async def method(request, timeout=None):
             self.sent.append((name, timeout))
             return _EtcdResponse()
+
         return method
 
 
@@ -160,7 +163,14 @@ async def test_a_deposed_replica_sends_no_etcd_write():
     client, sent = recording_etcd_client(deposed_clock())
     try:
         assert await each_etcd_write(client) == [
-            "add_learner", "add_voter", "promote", "remove", "move_leader", "defragment", "put"]
+            "add_learner",
+            "add_voter",
+            "promote",
+            "remove",
+            "move_leader",
+            "defragment",
+            "put",
+        ]
         await client.alarms()  # reads still work
         assert [name for name, _ in sent] == ["Alarm"]
     finally:
@@ -193,6 +203,7 @@ async def test_the_client_pool_passes_its_guard_on():
 
 # --- the elector -------------------------------------------------------------------------
 
+
 class LeaseStore:
     """One Lease object with the API server's compare-and-swap on resourceVersion."""
 
@@ -200,7 +211,7 @@ class LeaseStore:
         self.lease: dict | None = None
         self.version = 0
 
-    def client(self) -> "LeaseStoreClient":
+    def client(self) -> LeaseStoreClient:
         return LeaseStoreClient(self)
 
 

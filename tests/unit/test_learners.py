@@ -18,11 +18,15 @@ LEARNER = M(3, learner=True, started=False, healthy=False, unhealthy_for=10)
 
 def answering_learner(applied: int, committed: int, leader_committed: int = 20_000, unhealthy_for: float = 10):
     """Three voters and a learner that answers Status but has not published itself."""
-    o = observed([M(0, applied=leader_committed), M(1), M(2), dataclasses.replace(LEARNER, unhealthy_for=unhealthy_for)])
+    o = observed(
+        [M(0, applied=leader_committed), M(1), M(2), dataclasses.replace(LEARNER, unhealthy_for=unhealthy_for)]
+    )
     learner = next(m for m in o.etcd.members if m.is_learner)
     leader = o.etcd.statuses[o.etcd.leader_id]
-    statuses = {**o.etcd.statuses, learner.id: MemberStatus(1, learner.id, leader.member_id, "3.6.16", 1, 1, 5,
-                                                            committed, applied, 2, True, ())}
+    statuses = {
+        **o.etcd.statuses,
+        learner.id: MemberStatus(1, learner.id, leader.member_id, "3.6.16", 1, 1, 5, committed, applied, 2, True, ()),
+    }
     return dataclasses.replace(o, etcd=dataclasses.replace(o.etcd, statuses=statuses))
 
 

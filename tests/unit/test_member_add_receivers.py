@@ -14,8 +14,11 @@ from etcd_operator.cluster.planner import member_add_receivers
 from etcd_operator.etcd.client import EtcdError
 from tests.unit.cluster_scenarios import M, observed, spec
 
-BODY = {"apiVersion": "etcd.operator.dev/v1alpha1", "kind": "EtcdCluster",
-        "metadata": {"name": "c", "namespace": "ns", "uid": "uid"}}
+BODY = {
+    "apiVersion": "etcd.operator.dev/v1alpha1",
+    "kind": "EtcdCluster",
+    "metadata": {"name": "c", "namespace": "ns", "uid": "uid"},
+}
 UNHEALTHY = "etcdserver: unhealthy cluster"  # etcd's ErrGRPCUnhealthy, code Unavailable
 
 
@@ -58,14 +61,16 @@ class FakeKube:
 
 def _run(answers: dict[int, object]):
     o = observed([M(0), M(1), M(2)])
-    pool = FakePool({f"10.0.0.{ordinal}:2379": FakeMember(f"10.0.0.{ordinal}:2379", answer)
-                     for ordinal, answer in answers.items()})
+    pool = FakePool(
+        {f"10.0.0.{ordinal}:2379": FakeMember(f"10.0.0.{ordinal}:2379", answer) for ordinal, answer in answers.items()}
+    )
     kube = FakeKube()
     executor = ClusterExecutor(kube, pool, BODY, lambda *_: None)
     action = a.AddLearner("scaling up", "c-3")
 
     async def go():
         return await executor.run(action, spec(5), o)
+
     return go, pool, kube
 
 

@@ -15,7 +15,6 @@ from etcd_operator.cluster import actions as a
 from etcd_operator.cluster.decision import decide
 from etcd_operator.cluster.spec import ClusterSpec
 from etcd_operator.timefmt import format_time
-
 from tests.unit.fake_members import FakeCluster, cluster_body, member_id, observer_of
 
 RAW_SPEC = {"size": 3, "version": "3.6.16", "recovery": {"memberUnhealthyTimeout": "120s"}}
@@ -58,10 +57,15 @@ ROWS = [
     Row("process_saw_it_unhealthy_121s", 136.0, down_from(0.0, 121.0), True),
     Row("process_saw_it_unhealthy_119s", None, down_from(0.0, 119.0), False),
     # Seen unhealthy for 90 s, then seen answering: the clock starts again at the next failure.
-    Row("recovery_seen_resets_the_clock", 136.0,
-        down_from(0.0, 90.0) + ((93.0, True),) + down_from(96.0, 210.0), False),
-    Row("after_a_seen_recovery_the_full_timeout_counts", 136.0,
-        down_from(0.0, 90.0) + ((93.0, True),) + down_from(96.0, 217.0), True),
+    Row(
+        "recovery_seen_resets_the_clock", 136.0, down_from(0.0, 90.0) + ((93.0, True),) + down_from(96.0, 210.0), False
+    ),
+    Row(
+        "after_a_seen_recovery_the_full_timeout_counts",
+        136.0,
+        down_from(0.0, 90.0) + ((93.0, True),) + down_from(96.0, 217.0),
+        True,
+    ),
     # Passes that failed for longer than the sightings last: what happened meanwhile was not seen.
     Row("a_gap_in_sightings_restarts_the_clock", None, down_from(0.0, 60.0) + down_from(130.0, 200.0), False),
 ]

@@ -28,17 +28,21 @@ def test_replays_only_what_was_applied_after_the_mark():
     logs = Logs()
     logs.append("c-0", line("added member", **{"added-peer-id": "b", "added-peer-is-learner": False}))
     membership = MembershipLog("ns", ["c-0"], logs.read).mark()
-    logs.append("c-0",
-                "not json: a Go panic trace or a plain line",
-                line("added member", **{"added-peer-id": "c", "added-peer-is-learner": True}),
-                line("promote member", **{"promoted-member-id": "c"}),
-                line("removed member", **{"removed-remote-peer-id": "b"}))
-    start = frozenset({(0xa, False), (0xb, False)})
-    configurations = membership.configurations(start, frozenset({(0xa, False), (0xc, False)}))
-    assert configurations == [start,
-                              frozenset({(0xa, False), (0xb, False), (0xc, True)}),
-                              frozenset({(0xa, False), (0xb, False), (0xc, False)}),
-                              frozenset({(0xa, False), (0xc, False)})]
+    logs.append(
+        "c-0",
+        "not json: a Go panic trace or a plain line",
+        line("added member", **{"added-peer-id": "c", "added-peer-is-learner": True}),
+        line("promote member", **{"promoted-member-id": "c"}),
+        line("removed member", **{"removed-remote-peer-id": "b"}),
+    )
+    start = frozenset({(0xA, False), (0xB, False)})
+    configurations = membership.configurations(start, frozenset({(0xA, False), (0xC, False)}))
+    assert configurations == [
+        start,
+        frozenset({(0xA, False), (0xB, False), (0xC, True)}),
+        frozenset({(0xA, False), (0xB, False), (0xC, False)}),
+        frozenset({(0xA, False), (0xC, False)}),
+    ]
     assert voter_counts(configurations) == [2, 3, 2]
 
 
@@ -48,9 +52,9 @@ def test_a_witness_that_restarted_or_left_is_not_believed():
     # c-0 restarted as another member; c-1 saw only part of the history.
     logs.append("c-0", line("starting", local="a"), line("starting", local="d"))
     logs.append("c-1", line("removed member", local="b", **{"removed-remote-peer-id": "c"}))
-    start = frozenset({(0xa, False), (0xb, False), (0xc, False)})
+    start = frozenset({(0xA, False), (0xB, False), (0xC, False)})
     with pytest.raises(AssertionError, match="no member recorded every change"):
-        membership.configurations(start, frozenset({(0xa, False)}))
+        membership.configurations(start, frozenset({(0xA, False)}))
 
 
 def test_a_change_that_does_not_fit_is_refused():

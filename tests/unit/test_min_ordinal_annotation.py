@@ -8,7 +8,6 @@ import pytest
 from etcd_operator.cluster import naming
 from etcd_operator.cluster.decision import decide
 from etcd_operator.cluster.spec import ClusterSpec
-
 from tests.unit.fake_members import FakeCluster, cluster_body, observer_of
 
 SPEC = {"size": 3, "version": "3.6.16"}
@@ -18,7 +17,8 @@ NOW = 1_700_000_000.0
 async def conditions_with(value: str, monkeypatch):
     etcd = FakeCluster()
     observed = await observer_of(etcd, monkeypatch).observe(
-        cluster_body(SPEC, annotations={naming.ANNOTATION_MIN_ORDINAL: value}), NOW, etcd.children())
+        cluster_body(SPEC, annotations={naming.ANNOTATION_MIN_ORDINAL: value}), NOW, etcd.children()
+    )
     decision = decide(ClusterSpec.from_dict(SPEC), observed, SPEC)
     return observed, {c.type: c for c in decision.conditions}
 

@@ -21,8 +21,17 @@ IMAGE = "ghcr.io/etcd-operator/etcd-operator:0.1.0"
 
 def member_pod(tls: bool, joining_image: str | None = IMAGE, **fields) -> dict:
     spec = ClusterSpec.from_dict({"size": 3, **({"tls": {}} if tls else {}), **fields})
-    return builders.member_pod(spec, "c", "ns", "c-3", None, "c-0=https://x:2380,c-3=https://y:2380",
-                               builders.STATE_EXISTING, "token", joining_image=joining_image)
+    return builders.member_pod(
+        spec,
+        "c",
+        "ns",
+        "c-3",
+        None,
+        "c-0=https://x:2380,c-3=https://y:2380",
+        builders.STATE_EXISTING,
+        "token",
+        joining_image=joining_image,
+    )
 
 
 def test_a_tls_member_waits_for_its_peer_name_in_an_init_container_of_the_operator_image():
@@ -57,8 +66,10 @@ def test_no_wait_for_plaintext_members_or_members_that_do_not_join(tls, joining_
 
 def test_the_wait_does_not_change_the_spec_hash():
     """Existing members are not rolled when an operator that adds the wait is installed."""
-    assert member_pod(tls=True)["metadata"]["annotations"][naming.ANNOTATION_SPEC_HASH] == \
-        member_pod(tls=True, joining_image=None)["metadata"]["annotations"][naming.ANNOTATION_SPEC_HASH]
+    assert (
+        member_pod(tls=True)["metadata"]["annotations"][naming.ANNOTATION_SPEC_HASH]
+        == member_pod(tls=True, joining_image=None)["metadata"]["annotations"][naming.ANNOTATION_SPEC_HASH]
+    )
 
 
 class Clock:
@@ -82,14 +93,17 @@ def answers(*results):
         if isinstance(result, Exception):
             raise result
         return result
+
     return resolve
 
 
 def test_the_wait_ends_once_the_name_resolves_to_the_pod_ip():
     clock = Clock()
     resolve = answers(OSError("Name or service not known"), {"10.0.0.9"}, {"10.0.0.9", "10.0.0.7"})
-    assert peer_name.wait("c-3.c-peer.ns.svc", "10.0.0.7", 60, resolve, clock, clock.sleep) == \
-        (True, "10.0.0.7, 10.0.0.9")
+    assert peer_name.wait("c-3.c-peer.ns.svc", "10.0.0.7", 60, resolve, clock, clock.sleep) == (
+        True,
+        "10.0.0.7, 10.0.0.9",
+    )
     assert clock.now == 2 * peer_name.INTERVAL_SECONDS
 
 
@@ -101,8 +115,9 @@ def test_an_address_of_an_earlier_pod_is_not_enough():
 
 def test_the_wait_is_bounded_and_says_what_it_last_heard():
     clock = Clock()
-    resolved, last = peer_name.wait("c-3.c-peer.ns.svc", "10.0.0.7", 60,
-                                    answers(OSError("Name or service not known")), clock, clock.sleep)
+    resolved, last = peer_name.wait(
+        "c-3.c-peer.ns.svc", "10.0.0.7", 60, answers(OSError("Name or service not known")), clock, clock.sleep
+    )
     assert not resolved and last == "Name or service not known"
     assert 60 <= clock.now <= 60 + peer_name.INTERVAL_SECONDS
 
@@ -114,8 +129,7 @@ def test_ipv6_addresses_compare_by_value():
 
 def test_main_starts_etcd_either_way(monkeypatch, capsys):
     monkeypatch.setattr(peer_name, "wait", lambda name, ip, seconds: (False, "Name or service not known"))
-    assert peer_name.main({"PEER_NAME": "c-3.c-peer.ns.svc", "POD_IP": "10.0.0.7",
-                           "PEER_NAME_WAIT_SECONDS": "60"}) == 0
+    assert peer_name.main({"PEER_NAME": "c-3.c-peer.ns.svc", "POD_IP": "10.0.0.7", "PEER_NAME_WAIT_SECONDS": "60"}) == 0
     err = capsys.readouterr().err
     assert "c-3.c-peer.ns.svc did not resolve to 10.0.0.7 within 60s" in err and "starting etcd anyway" in err
     monkeypatch.setattr(peer_name, "wait", lambda name, ip, seconds: (True, "10.0.0.7"))
@@ -125,10 +139,14 @@ def test_main_starts_etcd_either_way(monkeypatch, capsys):
 
 def test_a_broken_init_container_makes_the_pod_broken():
     """An operator image that cannot be pulled shows in the init container's status only."""
-    pod = {"metadata": {"name": "c-3", "uid": "u"},
-           "status": {"phase": "Pending",
-                      "initContainerStatuses": [{"name": "peer-name", "state": {"waiting": {"reason": "ErrImagePull"}}}],
-                      "containerStatuses": [{"name": "etcd", "state": {"waiting": {"reason": "PodInitializing"}}}]}}
+    pod = {
+        "metadata": {"name": "c-3", "uid": "u"},
+        "status": {
+            "phase": "Pending",
+            "initContainerStatuses": [{"name": "peer-name", "state": {"waiting": {"reason": "ErrImagePull"}}}],
+            "containerStatuses": [{"name": "etcd", "state": {"waiting": {"reason": "PodInitializing"}}}],
+        },
+    }
     assert pod_view(pod).waiting_reason == "ErrImagePull"
 
 

@@ -12,7 +12,6 @@ from etcd_operator.cluster import admission
 from etcd_operator.cluster.observed import PodAdmission
 from etcd_operator.cluster.planner import plan
 from etcd_operator.cluster.spec import ClusterSpec
-
 from tests.unit.cluster_scenarios import HASH, M, health_of, observed, spec
 
 REFUSAL = 'pods "c-2" is forbidden: no PriorityClass with name no-such-class was found'
@@ -35,8 +34,11 @@ SCALE_UP = observed([M(0), M(1)])  # spec(3): c-2 is added
 FAILED_POD = observed([M(0), M(1), M(2, healthy=False, pod_phase="Failed")])
 
 
-@pytest.mark.parametrize("o,kind", [(ROLL, a.RollMember), (SCALE_UP, a.AddLearner),
-                                    (FAILED_POD, a.RestartFailedPod)], ids=["roll", "scale_up", "failed_pod"])
+@pytest.mark.parametrize(
+    "o,kind",
+    [(ROLL, a.RollMember), (SCALE_UP, a.AddLearner), (FAILED_POD, a.RestartFailedPod)],
+    ids=["roll", "scale_up", "failed_pod"],
+)
 def test_without_an_acceptance_the_pod_is_checked_first(o, kind):
     checked = step(spec(3), o)
     assert isinstance(checked, a.CheckPodSpec), checked
@@ -88,13 +90,16 @@ def test_the_condition_names_the_refused_field_and_the_servers_message():
     assert admission.condition(answered(ROLL, PodAdmission("c-2", HASH)), HASH).status is True
 
 
-@pytest.mark.parametrize("path,field", [
-    ("spec.priorityClassName", "spec.pod.priorityClassName"),
-    ("spec.tolerations[0].effect", "spec.pod.tolerations"),
-    ("spec.containers[0].resources.requests[cpu]", "spec.pod.resources"),
-    ("metadata.annotations", "spec.pod.annotations"),
-    ("spec.containers[0].image", "pod spec.containers[0].image"),
-])
+@pytest.mark.parametrize(
+    "path,field",
+    [
+        ("spec.priorityClassName", "spec.pod.priorityClassName"),
+        ("spec.tolerations[0].effect", "spec.pod.tolerations"),
+        ("spec.containers[0].resources.requests[cpu]", "spec.pod.resources"),
+        ("metadata.annotations", "spec.pod.annotations"),
+        ("spec.containers[0].image", "pod spec.containers[0].image"),
+    ],
+)
 def test_a_refused_pod_field_is_named_as_the_spec_names_it(path, field):
     assert admission.spec_field(path) == field
 
@@ -114,8 +119,10 @@ def test_settings_probed_are_those_the_spec_sets():
 def test_the_fields_the_api_server_names_reach_the_error():
     from etcd_operator.kube import client as kube
 
-    body = ('{"kind": "Status", "reason": "Invalid", "message": "Pod \\"c-2\\" is invalid", "details": {"causes": '
-            '[{"field": "spec.tolerations[0].effect"}, {"field": "spec.tolerations[0].effect"}, {"reason": "x"}]}}')
+    body = (
+        '{"kind": "Status", "reason": "Invalid", "message": "Pod \\"c-2\\" is invalid", "details": {"causes": '
+        '[{"field": "spec.tolerations[0].effect"}, {"field": "spec.tolerations[0].effect"}, {"reason": "x"}]}}'
+    )
     with pytest.raises(kube.ApiError) as refused:
         kube._raise_for(422, body, "Unprocessable Entity")
     assert refused.value.fields == ("spec.tolerations[0].effect",)

@@ -24,6 +24,9 @@ def test_readme_shows_one_example_of_each_resource():
 def test_each_example_in_readme_is_the_object_in_the_file_it_names():
     for path, shown in shown_examples():
         in_file = [doc for doc in yaml.safe_load_all((ROOT / path).read_text()) if doc]
-        same_kind = [doc for doc in in_file if (doc["kind"], doc["metadata"]["name"]) ==
-                     (shown["kind"], shown["metadata"]["name"])]
+        same_kind = [
+            doc
+            for doc in in_file
+            if (doc["kind"], doc["metadata"]["name"]) == (shown["kind"], shown["metadata"]["name"])
+        ]
         assert same_kind == [shown], f"README's example from {path} differs from the file"

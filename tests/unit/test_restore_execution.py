@@ -8,7 +8,8 @@ import inspect
 
 import pytest
 
-from etcd_operator.restore import executor, steps as s
+from etcd_operator.restore import executor
+from etcd_operator.restore import steps as s
 from etcd_operator.restore.observed import Observed
 from etcd_operator.restore.spec import RestoreSpec, RestoreStatus
 from etcd_operator.restore.status import build_status
@@ -18,8 +19,9 @@ NOW = "2026-11-21T12:00:00Z"
 
 
 def test_every_step_type_has_a_handler():
-    defined = {obj for _, obj in inspect.getmembers(s, inspect.isclass)
-               if issubclass(obj, s.Step) and obj is not s.Step}
+    defined = {
+        obj for _, obj in inspect.getmembers(s, inspect.isclass) if issubclass(obj, s.Step) and obj is not s.Step
+    }
     assert defined == set(s.ALL_STEPS)
     assert set(executor.HANDLERS) == defined
     assert all(inspect.iscoroutinefunction(h) for h in executor.HANDLERS.values())
@@ -44,23 +46,30 @@ def conditions_of(status: dict) -> dict:
 def test_a_failure_ends_the_restore_with_its_reason():
     status = build_status({"phase": "Verifying"}, s.Fail("nope", code="TargetDataExists"), s.Outcome(), 1, NOW)
     assert status["phase"] == "Failed" and status["completionTime"] == NOW and status["progress"] == "nope"
-    assert conditions_of(status) == {"Progressing": ("False", "TargetDataExists"),
-                                     "Failed": ("True", "TargetDataExists"), "Completed": ("False", "NotYet")}
+    assert conditions_of(status) == {
+        "Progressing": ("False", "TargetDataExists"),
+        "Failed": ("True", "TargetDataExists"),
+        "Completed": ("False", "NotYet"),
+    }
 
 
 def test_already_applied_is_its_own_terminal_phase_not_a_failure():
     status = build_status({"phase": "Pending"}, s.SkipAlreadyApplied("applied at T"), s.Outcome(), 1, NOW)
     assert status["phase"] == "AlreadyApplied"
-    assert conditions_of(status) == {"Progressing": ("False", "AlreadyApplied"), "Failed": ("False", "NoFailure"),
-                                     "Completed": ("False", "AlreadyApplied")}
+    assert conditions_of(status) == {
+        "Progressing": ("False", "AlreadyApplied"),
+        "Failed": ("False", "NoFailure"),
+        "Completed": ("False", "AlreadyApplied"),
+    }
 
 
 def test_verification_facts_and_failures_come_from_the_outcome():
     facts = (("sha256", "ab"), ("snapshotEtcdVersion", "3.6.0"))
     status = build_status({"phase": "Verifying"}, s.VerifySnapshot("v"), s.Outcome(facts=facts), 1, NOW)
     assert status["phase"] == "Verifying" and status["sha256"] == "ab" and status["snapshotEtcdVersion"] == "3.6.0"
-    failed = build_status({"phase": "Verifying"}, s.VerifySnapshot("v"),
-                          s.Outcome(failure=("ChecksumMismatch", "bad")), 1, NOW)
+    failed = build_status(
+        {"phase": "Verifying"}, s.VerifySnapshot("v"), s.Outcome(failure=("ChecksumMismatch", "bad")), 1, NOW
+    )
     assert failed["phase"] == "Failed" and conditions_of(failed)["Failed"] == ("True", "ChecksumMismatch")
 
 
@@ -77,12 +86,16 @@ def test_status_fields_follow_the_step():
     assert status["targetCluster"] == "c" and status["phase"] == "Restoring"
     status = build_status({"phase": "Restoring"}, s.ChooseMembers("m", members=("c-0", "c-1")), s.Outcome(), 1, NOW)
     assert status["seedMembers"] == ["c-0", "c-1"]
-    status = build_status(status, s.MarkSeedsRestored("m", pvcs=("data-c-1",), timings=(("c-1", "t0", "t1"),)),
-                          s.Outcome(), 1, NOW)
-    status = build_status(status, s.MarkSeedsRestored("m", pvcs=("data-c-0",), timings=(("c-0", "t2", "t3"),)),
-                          s.Outcome(), 1, NOW)
-    assert status["seedPods"] == [{"member": "c-1", "startedAt": "t0", "finishedAt": "t1"},
-                                  {"member": "c-0", "startedAt": "t2", "finishedAt": "t3"}]
+    status = build_status(
+        status, s.MarkSeedsRestored("m", pvcs=("data-c-1",), timings=(("c-1", "t0", "t1"),)), s.Outcome(), 1, NOW
+    )
+    status = build_status(
+        status, s.MarkSeedsRestored("m", pvcs=("data-c-0",), timings=(("c-0", "t2", "t3"),)), s.Outcome(), 1, NOW
+    )
+    assert status["seedPods"] == [
+        {"member": "c-1", "startedAt": "t0", "finishedAt": "t1"},
+        {"member": "c-0", "startedAt": "t2", "finishedAt": "t3"},
+    ]
     status = build_status({"phase": "Restoring"}, s.Complete("1/1", cluster_id="abc"), s.Outcome(), 1, NOW)
     assert status["phase"] == "Completed" and status["clusterID"] == "abc"
     assert conditions_of(status)["Completed"] == ("True", "Restored")

@@ -15,21 +15,50 @@ import pytest
 from etcd_operator.cluster import naming
 from etcd_operator.cluster.spec import ClusterSpec
 from etcd_operator.kube import client as kube
-from etcd_operator.restore import builders, executor, fence, steps as s
+from etcd_operator.restore import builders, executor, fence
+from etcd_operator.restore import steps as s
 from etcd_operator.restore.observed import Observed, TargetCluster
 from etcd_operator.restore.observer import RestoreObserver
 from etcd_operator.restore.spec import RestoreSpec, RestoreStatus
 
 NAMESPACE, RESTORE, RESTORE_UID, CLUSTER_UID = "ns", "r1", "uid-r1", "uid-keep"
-SPEC = RestoreSpec.from_dict({"source": {"backupRef": {"name": "nightly"}},
-                              "target": {"inPlace": {"clusterName": "keep", "confirm": True}}})
-STATUS = RestoreStatus(phase="Restoring", source_key="ns/nightly/1.db", sha256="ab" * 32, snapshot_size=4096,
-                       snapshot_version="3.6.16", target="keep", seed_members=("keep-3", "keep-4"))
+SPEC = RestoreSpec.from_dict(
+    {"source": {"backupRef": {"name": "nightly"}}, "target": {"inPlace": {"clusterName": "keep", "confirm": True}}}
+)
+STATUS = RestoreStatus(
+    phase="Restoring",
+    source_key="ns/nightly/1.db",
+    sha256="ab" * 32,
+    snapshot_size=4096,
+    snapshot_version="3.6.16",
+    target="keep",
+    seed_members=("keep-3", "keep-4"),
+)
 BODY = {"metadata": {"name": RESTORE, "namespace": NAMESPACE, "uid": RESTORE_UID}, "spec": {}}
-BACKUP = {"spec": {"storage": {"s3": {"bucket": "b", "endpoint": "http://minio:9000",
-                                      "credentialsSecretRef": {"name": "s3"}}}}}
-TARGET = TargetCluster("keep", CLUSTER_UID, "42", ClusterSpec.from_dict({"size": 2}), None, RESTORE, RESTORE_UID,
-                       (RESTORE, RESTORE_UID), (), None, None, False, 3, "Running", False, 0, None)
+BACKUP = {
+    "spec": {
+        "storage": {"s3": {"bucket": "b", "endpoint": "http://minio:9000", "credentialsSecretRef": {"name": "s3"}}}
+    }
+}
+TARGET = TargetCluster(
+    "keep",
+    CLUSTER_UID,
+    "42",
+    ClusterSpec.from_dict({"size": 2}),
+    None,
+    RESTORE,
+    RESTORE_UID,
+    (RESTORE, RESTORE_UID),
+    (),
+    None,
+    None,
+    False,
+    3,
+    "Running",
+    False,
+    0,
+    None,
+)
 SEEN = Observed(NAMESPACE, RESTORE, RESTORE_UID, 1, TARGET)
 
 
@@ -45,11 +74,15 @@ ALIVE, DELETING, REPLACED = live(), live(deleting=True), live(uid="uid-another-k
 
 # --- the pure decision ------------------------------------------------------------------
 
-@pytest.mark.parametrize("answer, refusal", [
-    (None, "EtcdCluster keep is gone"),
-    (REPLACED, "EtcdCluster keep is another object now (uid uid-another-keep, not uid-keep)"),
-    (DELETING, "EtcdCluster keep is being deleted"),
-])
+
+@pytest.mark.parametrize(
+    "answer, refusal",
+    [
+        (None, "EtcdCluster keep is gone"),
+        (REPLACED, "EtcdCluster keep is another object now (uid uid-another-keep, not uid-keep)"),
+        (DELETING, "EtcdCluster keep is being deleted"),
+    ],
+)
 def test_nothing_is_created_for_a_target_gone_replaced_or_being_deleted(answer, refusal):
     assert fence.creation_refusal(TARGET, answer) == refusal
 
@@ -59,6 +92,7 @@ def test_the_object_the_pass_decided_on_gets_its_objects():
 
 
 # --- the executor -----------------------------------------------------------------------
+
 
 class LiveTarget:
     """Answers GETs of the EtcdCluster in turn (the last answer repeats) and records every
@@ -136,6 +170,7 @@ def test_a_namespace_being_deleted_ends_the_step_not_the_pass(step):
 
 # --- the observer -----------------------------------------------------------------------
 
+
 class Listing:
     """An API server with the target, one member PVC and PVCs set aside from it and from another cluster."""
 
@@ -143,9 +178,15 @@ class Listing:
         self.selectors: list[tuple[str, str | None]] = []
         member = {"metadata": {"name": "data-keep-2", "uid": "u2", "labels": naming.selector_labels("keep")}}
         self.pvcs = [member] + [
-            {"metadata": {"name": name, "uid": f"u-{name}", "labels": {builders.LABEL_PRESERVED_FROM: cluster,
-                                                                     builders.LABEL_PRESERVED_BY: "r0"}}}
-            for name, cluster in (("data-keep-0", "keep"), ("data-keep-1", "keep"), ("data-other-0", "other"))]
+            {
+                "metadata": {
+                    "name": name,
+                    "uid": f"u-{name}",
+                    "labels": {builders.LABEL_PRESERVED_FROM: cluster, builders.LABEL_PRESERVED_BY: "r0"},
+                }
+            }
+            for name, cluster in (("data-keep-0", "keep"), ("data-keep-1", "keep"), ("data-other-0", "other"))
+        ]
 
     async def get(self, resource, namespace, name):
         if resource == kube.ETCDCLUSTERS:
@@ -171,6 +212,7 @@ def test_the_observation_lists_the_pvcs_set_aside_from_the_target():
 
 
 # --- the fault point the substrate test uses (tests/nodes/host_operator/test_restore.py) -----------
+
 
 def test_a_stalled_pass_waits_until_an_async_condition_holds(monkeypatch):
     from etcd_operator import faults

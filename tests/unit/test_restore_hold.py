@@ -56,6 +56,7 @@ def test_a_hold_set_while_the_pass_decides_stops_every_member_create():
     async def observe_then_hold(body, now, children=None, live_secrets=True):
         holds.append("r1")  # the restore holds the live object after this pass took its copy
         return current(scenario(view.members))
+
     reconciler.observer.observe = observe_then_hold
     assert asyncio.run(reconciler.reconcile(BODY)) == AFTER_STEP
     assert [c for c in kube_client.created if c[0] in MEMBER_KINDS] == []
@@ -68,6 +69,7 @@ def test_a_pass_on_a_copy_with_the_hold_acknowledges_it_and_creates_nothing():
 
     async def observe_held(body, now, children=None, live_secrets=True):
         return dataclasses.replace(current(scenario(view.members)), restoring="r1", restore_hold="uid-r1")
+
     reconciler.observer.observe = observe_held
     asyncio.run(reconciler.reconcile(BODY))
     assert [c for c in kube_client.created if c[0] in MEMBER_KINDS] == []
@@ -77,8 +79,10 @@ def test_a_pass_on_a_copy_with_the_hold_acknowledges_it_and_creates_nothing():
 def test_the_acknowledgement_is_cleared_with_the_hold():
     seen = current(scenario([M(0)]))
     assert restore_hold_ack(seen) is None
-    assert restore_hold_ack(dataclasses.replace(seen, restoring="r1", restore_hold="u")) == {"restore": "r1",
-                                                                                           "uid": "u"}
+    assert restore_hold_ack(dataclasses.replace(seen, restoring="r1", restore_hold="u")) == {
+        "restore": "r1",
+        "uid": "u",
+    }
 
 
 MEMBER_STEPS = [
@@ -108,5 +112,12 @@ def test_no_member_step_is_taken_while_the_live_object_is_held(step):
 
 def test_only_waiting_and_certificate_steps_are_permitted_while_held():
     names = sorted(t.__name__ for t in PERMITTED_WHILE_HELD)
-    assert names == ["IssueCertificate", "RecordRotation", "RecordTransport", "Steady", "SyncTrustBundle",
-                     "UpdateCASecret", "Wait"]
+    assert names == [
+        "IssueCertificate",
+        "RecordRotation",
+        "RecordTransport",
+        "Steady",
+        "SyncTrustBundle",
+        "UpdateCASecret",
+        "Wait",
+    ]

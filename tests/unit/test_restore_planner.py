@@ -8,26 +8,32 @@ import dataclasses
 import json
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from etcd_operator import prerequisites as pre
 from etcd_operator.cluster import naming
 from etcd_operator.cluster.spec import ClusterSpec
 from etcd_operator.restore import builders
 from etcd_operator.restore import steps as s
-from etcd_operator import prerequisites as pre
-from etcd_operator.restore.observed import (ObjectState, Observed, RestoreRecord, SourceState, TargetCluster,
-                                            parse_records)
-from etcd_operator.restore.status import build_status
+from etcd_operator.restore.observed import (
+    ObjectState,
+    Observed,
+    RestoreRecord,
+    SourceState,
+    TargetCluster,
+    parse_records,
+)
 from etcd_operator.restore.planner import SEED_ATTEMPTS, plan, plan_deletion, snapshot_etcd_version
 from etcd_operator.restore.spec import RestoreSpec, RestoreStatus, spec_hash
+from etcd_operator.restore.status import build_status
 from etcd_operator.timefmt import format_time
 
 UID = "uid-of-this-restore"
 SOURCE = {"backupRef": {"name": "nightly"}}
 NEW = {"source": SOURCE, "target": {"newCluster": {"name": "keep", "spec": {"size": 1}}}}
 IN_PLACE = {"source": SOURCE, "target": {"inPlace": {"clusterName": "keep", "confirm": True}}}
-VERIFIED = RestoreStatus(phase="Verifying", source_key="ns/nightly/1.db", sha256="ab" * 32,
-                         snapshot_version="3.6.16")
+VERIFIED = RestoreStatus(phase="Verifying", source_key="ns/nightly/1.db", sha256="ab" * 32, snapshot_version="3.6.16")
 RESTORING = dataclasses.replace(VERIFIED, phase="Restoring", target="keep")
 NOW = 1_800_000_000.0
 
@@ -35,17 +41,44 @@ NOW = 1_800_000_000.0
 READ_ONLY = (s.Idle, s.Wait, s.Fail, s.SkipAlreadyApplied, s.StartVerifying, s.VerifySnapshot, s.BeginRestore)
 
 
-def cluster(name: str = "keep", *, spec: dict | None = None, holder: str | None = None,
-            records: tuple[RestoreRecord, ...] = (), records_error: str | None = None,
-            operation: str | None = None, approved: bool = False, ready: int = 0, available: bool = False,
-            phase: str | None = "Running", min_ordinal: int = 0, hold_uid: str | None = None,
-            hold_ack: tuple[str, str] | None = None) -> TargetCluster:
+def cluster(
+    name: str = "keep",
+    *,
+    spec: dict | None = None,
+    holder: str | None = None,
+    records: tuple[RestoreRecord, ...] = (),
+    records_error: str | None = None,
+    operation: str | None = None,
+    approved: bool = False,
+    ready: int = 0,
+    available: bool = False,
+    phase: str | None = "Running",
+    min_ordinal: int = 0,
+    hold_uid: str | None = None,
+    hold_ack: tuple[str, str] | None = None,
+) -> TargetCluster:
     """A cluster that has served (phase Running), unless told otherwise. A hold by this
     restore (r1) carries its uid and is acknowledged, unless told otherwise."""
     ours = holder == "r1"
-    return TargetCluster(name, "cluster-uid", "42", ClusterSpec.from_dict(spec or {"size": 1}), None, holder,
-                         hold_uid or (UID if ours else None), hold_ack or ((holder, UID) if ours else None),
-                         records, records_error, operation, approved, min_ordinal, phase, available, ready, "c1d")
+    return TargetCluster(
+        name,
+        "cluster-uid",
+        "42",
+        ClusterSpec.from_dict(spec or {"size": 1}),
+        None,
+        holder,
+        hold_uid or (UID if ours else None),
+        hold_ack or ((holder, UID) if ours else None),
+        records,
+        records_error,
+        operation,
+        approved,
+        min_ordinal,
+        phase,
+        available,
+        ready,
+        "c1d",
+    )
 
 
 def observed(target: TargetCluster | None = None, *, restore: str = "r1", uid: str = UID, **fields) -> Observed:
@@ -66,16 +99,20 @@ def step_for(spec: dict, status: RestoreStatus, seen: Observed) -> s.Step:
 
 # --- 1. a new cluster never takes over existing objects -----------------------------------
 
-@pytest.mark.parametrize("existing", [
-    obj("PersistentVolumeClaim", "data-keep-0"),                      # retained by a deleted cluster
-    obj("PersistentVolumeClaim", "data-keep-7", {builders.LABEL_PRESERVED_BY: "old"}),
-    obj("PersistentVolumeClaim", "something", {naming.LABEL_CLUSTER: "keep"}),
-    obj("Pod", "keep-2"),
-    obj("Pod", "x", {"app.kubernetes.io/name": "etcd", "app.kubernetes.io/instance": "keep"}),
-    obj("Service", "keep-peer"),
-    obj("Service", "keep-client"),
-    obj("PodDisruptionBudget", "keep"),
-])
+
+@pytest.mark.parametrize(
+    "existing",
+    [
+        obj("PersistentVolumeClaim", "data-keep-0"),  # retained by a deleted cluster
+        obj("PersistentVolumeClaim", "data-keep-7", {builders.LABEL_PRESERVED_BY: "old"}),
+        obj("PersistentVolumeClaim", "something", {naming.LABEL_CLUSTER: "keep"}),
+        obj("Pod", "keep-2"),
+        obj("Pod", "x", {"app.kubernetes.io/name": "etcd", "app.kubernetes.io/instance": "keep"}),
+        obj("Service", "keep-peer"),
+        obj("Service", "keep-client"),
+        obj("PodDisruptionBudget", "keep"),
+    ],
+)
 @pytest.mark.parametrize("status", [RestoreStatus(), RestoreStatus(phase="Pending"), VERIFIED])
 def test_a_new_cluster_is_refused_when_objects_of_its_name_exist(existing, status):
     seen = observed(namespace_objects=(obj("PersistentVolumeClaim", "data-other-0"), existing))
@@ -84,15 +121,18 @@ def test_a_new_cluster_is_refused_when_objects_of_its_name_exist(existing, statu
     assert existing.ref in step.reason and "data-other-0" not in step.reason
 
 
-@pytest.mark.parametrize("unrelated", [
-    obj("PersistentVolumeClaim", "data-keeper-0"),
-    obj("PersistentVolumeClaim", "data-keep-x"),
-    obj("PersistentVolumeClaim", "keep-0"),                           # a member's name, not its PVC's
-    obj("Pod", "keep-seed"),
-    obj("Service", "keep-peer-x"),
-    obj("PodDisruptionBudget", "keeper"),
-    obj("Pod", "keep-0x", {naming.LABEL_CLUSTER: "other", "app.kubernetes.io/instance": "keep"}),
-])
+@pytest.mark.parametrize(
+    "unrelated",
+    [
+        obj("PersistentVolumeClaim", "data-keeper-0"),
+        obj("PersistentVolumeClaim", "data-keep-x"),
+        obj("PersistentVolumeClaim", "keep-0"),  # a member's name, not its PVC's
+        obj("Pod", "keep-seed"),
+        obj("Service", "keep-peer-x"),
+        obj("PodDisruptionBudget", "keeper"),
+        obj("Pod", "keep-0x", {naming.LABEL_CLUSTER: "other", "app.kubernetes.io/instance": "keep"}),
+    ],
+)
 def test_objects_of_other_names_do_not_block_a_new_cluster(unrelated):
     step = step_for(NEW, VERIFIED, observed(namespace_objects=(unrelated,)))
     assert isinstance(step, s.BeginRestore)
@@ -128,6 +168,7 @@ def test_a_snapshot_goes_only_into_a_volume_this_restore_created():
 
 # --- 2. a restore is applied once --------------------------------------------------------
 
+
 @pytest.mark.parametrize("spec", [IN_PLACE, NEW])
 @pytest.mark.parametrize("status", [RestoreStatus(), VERIFIED])
 def test_the_same_restore_applied_again_is_recognised_from_the_record_on_the_target(spec, status):
@@ -155,8 +196,11 @@ def test_an_unreadable_record_means_waiting_not_guessing():
 
 def released_state(spec: dict, **cluster_fields) -> tuple[RestoreStatus, Observed]:
     status = dataclasses.replace(RESTORING, seed_members=("keep-3",), preserved=("data-keep-0",))
-    pvc = obj("PersistentVolumeClaim", "data-keep-3",
-              annotations=((builders.ANNOTATION_SEED_OF, UID), (builders.ANNOTATION_RESTORED_BY, UID)))
+    pvc = obj(
+        "PersistentVolumeClaim",
+        "data-keep-3",
+        annotations=((builders.ANNOTATION_SEED_OF, UID), (builders.ANNOTATION_RESTORED_BY, UID)),
+    )
     return status, observed(cluster(holder="r1", **cluster_fields), seed_pvcs=(pvc,))
 
 
@@ -168,8 +212,7 @@ def test_the_release_records_this_restore_on_the_target_in_the_same_patch(spec):
     assert isinstance(step, s.ReleaseCluster)
     records = parse_records(step.records)
     assert records[0] == earlier
-    assert records[1] == RestoreRecord("r1", UID, 1, spec_hash(spec), "ns/nightly/1.db", "ab" * 32,
-                                       format_time(NOW))
+    assert records[1] == RestoreRecord("r1", UID, 1, spec_hash(spec), "ns/nightly/1.db", "ab" * 32, format_time(NOW))
 
 
 def test_its_own_record_leads_to_completion_not_to_a_skip():
@@ -182,6 +225,7 @@ def test_its_own_record_leads_to_completion_not_to_a_skip():
 
 def test_records_keep_a_bounded_history():
     from etcd_operator.restore.observed import RECORD_HISTORY, records_text
+
     many = tuple(record(f"r{i}", uid=f"u{i}") for i in range(RECORD_HISTORY + 5))
     kept = parse_records(records_text(many))
     assert len(kept) == RECORD_HISTORY and kept[-1].restore == f"r{RECORD_HISTORY + 4}"
@@ -191,17 +235,21 @@ def test_records_keep_a_bounded_history():
 
 # --- 3. the version comes from the snapshot ----------------------------------------------
 
-@pytest.mark.parametrize("manifest, storage, readable, expected", [
-    (None, "3.6.0", True, "3.6.0"),       # etcdctl snapshot save from 3.6: no manifest
-    (None, None, True, "3.5"),            # 3.5 (or older) schema
-    (None, "", True, "3.6"),              # a 3.6 member still migrating
-    ("3.6.16", "3.6.0", True, "3.6.16"),
-    ("3.6.16", None, True, "3.6.16"),     # the manifest knows better
-    ("3.5.35", "3.6.0", True, "3.6.0"),   # the data knows better
-    (None, "garbage", True, None),
-    (None, None, False, None),            # the storage version cannot be read: unknown
-    ("3.6.16", None, False, None),
-])
+
+@pytest.mark.parametrize(
+    "manifest, storage, readable, expected",
+    [
+        (None, "3.6.0", True, "3.6.0"),  # etcdctl snapshot save from 3.6: no manifest
+        (None, None, True, "3.5"),  # 3.5 (or older) schema
+        (None, "", True, "3.6"),  # a 3.6 member still migrating
+        ("3.6.16", "3.6.0", True, "3.6.16"),
+        ("3.6.16", None, True, "3.6.16"),  # the manifest knows better
+        ("3.5.35", "3.6.0", True, "3.6.0"),  # the data knows better
+        (None, "garbage", True, None),
+        (None, None, False, None),  # the storage version cannot be read: unknown
+        ("3.6.16", None, False, None),
+    ],
+)
 def test_snapshot_version(manifest, storage, readable, expected):
     assert snapshot_etcd_version(manifest, storage, readable) == expected
 
@@ -233,6 +281,7 @@ def test_in_place_uses_the_target_clusters_version():
 
 # --- 4. never into emptyDir --------------------------------------------------------------
 
+
 def test_an_empty_dir_target_is_refused_before_anything():
     empty = {"size": 1, "storage": {"emptyDir": {}}}
     spec = {**NEW, "target": {"newCluster": {"name": "keep", "spec": empty}}}
@@ -244,6 +293,7 @@ def test_an_empty_dir_target_is_refused_before_anything():
 
 
 # --- 5. a recorded quorum recovery does not survive an in-place restore -----------------
+
 
 @pytest.mark.parametrize("operation, approved", [("QuorumRecovery", False), (None, True), ("QuorumRecovery", True)])
 def test_a_recorded_quorum_recovery_is_cleared_before_the_release(operation, approved):
@@ -259,6 +309,7 @@ def test_a_recorded_quorum_recovery_is_cleared_before_the_release(operation, app
 
 # --- 6. names must fit label values ------------------------------------------------------
 
+
 def test_a_restore_name_too_long_for_a_label_is_refused_first():
     long_name = "r" * 64
     step = step_for(IN_PLACE, RestoreStatus(), observed(cluster(), restore=long_name))
@@ -273,6 +324,7 @@ def test_a_target_name_too_long_for_a_label_is_refused():
 
 
 # --- 7. verification first, old data kept ------------------------------------------------
+
 
 def test_the_order_of_a_clean_run():
     assert isinstance(step_for(IN_PLACE, RestoreStatus(), observed(cluster())), s.StartVerifying)
@@ -342,24 +394,46 @@ def seed_pvc(member: str, restored: bool = False) -> ObjectState:
 
 
 def seed_pod(member: str, phase: str = "Running", owner: str = UID) -> ObjectState:
-    return obj("Pod", f"r1-s{member[-1]}", {builders.LABEL_RESTORE: "r1", builders.LABEL_RESTORE_MEMBER: member},
-               phase=phase, owner_uids=(owner,), started_at=f"2026-11-21T12:00:0{member[-1]}Z",
-               finished_at="2026-11-21T12:00:30Z" if phase == "Succeeded" else "")
+    return obj(
+        "Pod",
+        f"r1-s{member[-1]}",
+        {builders.LABEL_RESTORE: "r1", builders.LABEL_RESTORE_MEMBER: member},
+        phase=phase,
+        owner_uids=(owner,),
+        started_at=f"2026-11-21T12:00:0{member[-1]}Z",
+        finished_at="2026-11-21T12:00:30Z" if phase == "Succeeded" else "",
+    )
 
 
 # Every state of a restore in which, once the hold is acknowledged, it stops or creates something.
 TOUCHING = [
-    (IN_PLACE, RESTORING, dict(pods=(obj("Pod", "keep-0", phase="Running"),),
-                               pvcs=(obj("PersistentVolumeClaim", "data-keep-0"),)), s.StopMembers),
-    (IN_PLACE, dataclasses.replace(RESTORING, preserved=("data-keep-0",)),
-     dict(pvcs=(obj("PersistentVolumeClaim", "data-keep-0"),)), s.SetAsideData),
-    (IN_PLACE, dataclasses.replace(RESTORING, preserved=("data-keep-0",), seed_members=("keep-1",)), {},
-     s.CreateSeedVolumes),
-    (NEW, dataclasses.replace(RESTORING, seed_members=("keep-0",)), dict(seed_pvcs=(seed_pvc("keep-0"),)),
-     s.StartSeedPods),
+    (
+        IN_PLACE,
+        RESTORING,
+        dict(pods=(obj("Pod", "keep-0", phase="Running"),), pvcs=(obj("PersistentVolumeClaim", "data-keep-0"),)),
+        s.StopMembers,
+    ),
+    (
+        IN_PLACE,
+        dataclasses.replace(RESTORING, preserved=("data-keep-0",)),
+        dict(pvcs=(obj("PersistentVolumeClaim", "data-keep-0"),)),
+        s.SetAsideData,
+    ),
+    (
+        IN_PLACE,
+        dataclasses.replace(RESTORING, preserved=("data-keep-0",), seed_members=("keep-1",)),
+        {},
+        s.CreateSeedVolumes,
+    ),
+    (
+        NEW,
+        dataclasses.replace(RESTORING, seed_members=("keep-0",)),
+        dict(seed_pvcs=(seed_pvc("keep-0"),)),
+        s.StartSeedPods,
+    ),
 ]
 UNACKNOWLEDGED = [
-    None,                      # the cluster's controller has not run a pass on a copy with the hold
+    None,  # the cluster's controller has not run a pass on a copy with the hold
     ("r1", "uid-of-an-earlier-r1"),  # the ack of an earlier restore of the same name
     ("other", UID),
 ]
@@ -367,8 +441,7 @@ UNACKNOWLEDGED = [
 
 @pytest.mark.parametrize("spec, status, fields, touching", TOUCHING)
 @pytest.mark.parametrize("ack", UNACKNOWLEDGED)
-def test_nothing_is_stopped_or_created_before_the_cluster_acknowledges_this_hold(spec, status, fields, touching,
-                                                                                    ack):
+def test_nothing_is_stopped_or_created_before_the_cluster_acknowledges_this_hold(spec, status, fields, touching, ack):
     acknowledged = cluster(holder="r1", hold_ack=("r1", UID))
     assert isinstance(step_for(spec, status, observed(acknowledged, **fields)), touching)
     unacknowledged = dataclasses.replace(acknowledged, hold_ack=ack)
@@ -379,14 +452,18 @@ def test_nothing_is_stopped_or_created_before_the_cluster_acknowledges_this_hold
 
 def test_a_hold_without_this_restores_uid_is_marked_again_before_anything_else():
     """A hold set by an operator that did not write the uid: marked again, then acknowledged."""
-    seen = observed(dataclasses.replace(cluster(holder="r1"), hold_uid=None, hold_ack=("r1", "")),
-                    pods=(obj("Pod", "keep-0", phase="Running"),))
+    seen = observed(
+        dataclasses.replace(cluster(holder="r1"), hold_uid=None, hold_ack=("r1", "")),
+        pods=(obj("Pod", "keep-0", phase="Running"),),
+    )
     assert isinstance(step_for(IN_PLACE, RESTORING, seen), s.HoldCluster)
 
 
 def test_the_hold_carries_the_restores_name_and_uid():
-    assert builders.hold_annotations("r1", UID) == {naming.ANNOTATION_RESTORE_IN_PROGRESS: "r1",
-                                                    naming.ANNOTATION_RESTORE_HOLD: UID}
+    assert builders.hold_annotations("r1", UID) == {
+        naming.ANNOTATION_RESTORE_IN_PROGRESS: "r1",
+        naming.ANNOTATION_RESTORE_HOLD: UID,
+    }
     created = builders.new_cluster("r1", "ns", "keep", {"size": 1}, restore_uid=UID)
     assert created["metadata"]["annotations"] == builders.hold_annotations("r1", UID)
 
@@ -404,11 +481,14 @@ def test_a_restore_deleted_before_the_cluster_acknowledged_its_hold_releases_it(
     assert isinstance(step, s.Wait) and step.code == "HeldAfterDeletion" and "identity" in step.reason
 
 
-@pytest.mark.parametrize("status, pods", [
-    (RESTORING, (obj("Pod", "keep-0", deleting=True),)),            # its members are stopping
-    (dataclasses.replace(RESTORING, preserved=("data-keep-0",)), ()),  # the old data is recorded, set aside
-    (dataclasses.replace(RESTORING, preserved=("data-keep-0",), seed_members=("keep-1",)), ()),
-])
+@pytest.mark.parametrize(
+    "status, pods",
+    [
+        (RESTORING, (obj("Pod", "keep-0", deleting=True),)),  # its members are stopping
+        (dataclasses.replace(RESTORING, preserved=("data-keep-0",)), ()),  # the old data is recorded, set aside
+        (dataclasses.replace(RESTORING, preserved=("data-keep-0",), seed_members=("keep-1",)), ()),
+    ],
+)
 def test_a_restore_deleted_after_it_stopped_the_cluster_leaves_the_hold_and_says_why(status, pods):
     unacknowledged = dataclasses.replace(cluster(holder="r1"), hold_ack=None)  # as if the ack had been lost
     step = deletion_step(IN_PLACE, status, observed(unacknowledged, pods=pods))
@@ -482,24 +562,50 @@ def test_ended_restores_stay_ended():
         assert isinstance(step_for(IN_PLACE, RestoreStatus(phase=phase), observed(cluster())), s.Idle)
 
 
-KEEPS = {("Pod", "keep-0"), ("Pod", "keep-1"), ("PersistentVolumeClaim", "data-keep-0"), ("Service", "keep-peer"),
-         ("Service", "keep-client"), ("PodDisruptionBudget", "keep")}
+KEEPS = {
+    ("Pod", "keep-0"),
+    ("Pod", "keep-1"),
+    ("PersistentVolumeClaim", "data-keep-0"),
+    ("Service", "keep-peer"),
+    ("Service", "keep-client"),
+    ("PodDisruptionBudget", "keep"),
+}
 names = st.sampled_from(["keep-0", "keep-1", "data-keep-0", "keep", "keep-peer", "keep-client", "x", "data-x-0"])
 kinds = st.sampled_from(["Pod", "PersistentVolumeClaim", "Service", "PodDisruptionBudget"])
-objects = st.builds(lambda k, n, own: obj(k, n, {naming.LABEL_CLUSTER: "keep"} if own else {}), kinds, names,
-                    st.booleans())
-targets = st.one_of(st.none(), st.builds(
-    lambda holder, records, operation, approved: cluster(holder=holder, records=records, operation=operation,
-                                                         approved=approved),
-    st.sampled_from([None, "r1", "other"]), st.sampled_from([(), (record(),), (record(spec=NEW),)]),
-    st.sampled_from([None, "QuorumRecovery"]), st.booleans()))
-statuses = st.sampled_from([RestoreStatus(), RestoreStatus(phase="Pending"), RestoreStatus(phase="Verifying"),
-                            VERIFIED, dataclasses.replace(VERIFIED, snapshot_version=None)])
+objects = st.builds(
+    lambda k, n, own: obj(k, n, {naming.LABEL_CLUSTER: "keep"} if own else {}), kinds, names, st.booleans()
+)
+targets = st.one_of(
+    st.none(),
+    st.builds(
+        lambda holder, records, operation, approved: cluster(
+            holder=holder, records=records, operation=operation, approved=approved
+        ),
+        st.sampled_from([None, "r1", "other"]),
+        st.sampled_from([(), (record(),), (record(spec=NEW),)]),
+        st.sampled_from([None, "QuorumRecovery"]),
+        st.booleans(),
+    ),
+)
+statuses = st.sampled_from(
+    [
+        RestoreStatus(),
+        RestoreStatus(phase="Pending"),
+        RestoreStatus(phase="Verifying"),
+        VERIFIED,
+        dataclasses.replace(VERIFIED, snapshot_version=None),
+    ]
+)
 
 
 @settings(max_examples=300)
-@given(spec=st.sampled_from([IN_PLACE, NEW]), status=statuses, target=targets,
-       around=st.lists(objects, max_size=4), restore=st.sampled_from(["r1", "r" * 70]))
+@given(
+    spec=st.sampled_from([IN_PLACE, NEW]),
+    status=statuses,
+    target=targets,
+    around=st.lists(objects, max_size=4),
+    restore=st.sampled_from(["r1", "r" * 70]),
+)
 def test_nothing_is_touched_before_every_check_passed(spec, status, target, around, restore):
     """Before phase Restoring, every step is read-only; and a step that begins restoring
     only comes after a verified snapshot, with no objects in the way of a new cluster."""
@@ -548,12 +654,18 @@ def test_a_restore_that_arrives_early_waits_pending_and_says_for_what(spec, targ
     assert next(c for c in written["conditions"] if c["type"] == "Failed")["status"] == "False"
 
 
-@pytest.mark.parametrize("spec, target", [(NEW, None), (IN_PLACE, cluster(phase="Running", ready=1, available=True)),
-                                          (IN_PLACE, cluster(phase="QuorumLost")), (NEW_FROM_S3, None)])
+@pytest.mark.parametrize(
+    "spec, target",
+    [
+        (NEW, None),
+        (IN_PLACE, cluster(phase="Running", ready=1, available=True)),
+        (IN_PLACE, cluster(phase="QuorumLost")),
+        (NEW_FROM_S3, None),
+    ],
+)
 def test_once_everything_is_there_it_starts_without_a_spec_change(spec, target):
     source = SourceState() if "s3" in spec["source"] else SourceState("nightly")
-    assert isinstance(step_for(spec, RestoreStatus(phase="Pending"), observed(target, source=source)),
-                      s.StartVerifying)
+    assert isinstance(step_for(spec, RestoreStatus(phase="Pending"), observed(target, source=source)), s.StartVerifying)
 
 
 def test_a_verified_snapshot_does_not_wait_for_its_source_again():
@@ -561,14 +673,19 @@ def test_a_verified_snapshot_does_not_wait_for_its_source_again():
     assert isinstance(step, s.BeginRestore)
 
 
-@pytest.mark.parametrize("status, seen", [
-    (RestoreStatus(), observed(None, source=SourceState("nightly"))),
-    (VERIFIED, observed(None)),                                               # would begin
-    (RESTORING, observed(None)),                                              # would create the cluster
-    (dataclasses.replace(RESTORING, seed_members=MEMBERS),
-     three([seed_pvc(m) for m in MEMBERS])),                                  # would start seed pods
-    (dataclasses.replace(RESTORING, seed_members=MEMBERS), three()),          # would create seed volumes
-])
+@pytest.mark.parametrize(
+    "status, seen",
+    [
+        (RestoreStatus(), observed(None, source=SourceState("nightly"))),
+        (VERIFIED, observed(None)),  # would begin
+        (RESTORING, observed(None)),  # would create the cluster
+        (
+            dataclasses.replace(RESTORING, seed_members=MEMBERS),
+            three([seed_pvc(m) for m in MEMBERS]),
+        ),  # would start seed pods
+        (dataclasses.replace(RESTORING, seed_members=MEMBERS), three()),  # would create seed volumes
+    ],
+)
 def test_nothing_is_created_for_a_restore_being_deleted(status, seen):
     step = step_for(NEW, status, dataclasses.replace(seen, deleting=True))
     assert isinstance(step, s.Wait) and step.code == "Deleting"
@@ -576,20 +693,24 @@ def test_nothing_is_created_for_a_restore_being_deleted(status, seen):
 
 # --- in place, the data set aside keeps its names, whatever copy of the status a pass reads ---
 
+
 def preserved_pvc(name: str, by: str = "r1") -> ObjectState:
     return obj("PersistentVolumeClaim", name, {builders.LABEL_PRESERVED_BY: by, builders.LABEL_PRESERVED_FROM: "keep"})
 
 
-@pytest.mark.parametrize("listed, seen, min_ordinal, members", [
-    # An old copy of this restore's status, from before RecordPreservedData landed: it lists nothing.
-    ((), ("data-keep-0", "data-keep-1"), 0, ("keep-2", "keep-3")),
-    # ... or lists part of what was set aside.
-    (("data-keep-0",), ("data-keep-0", "data-keep-1", "data-keep-2"), 0, ("keep-3", "keep-4")),
-    # A status that lists more than is observed (a PVC deleted by hand since) still counts it.
-    (("data-keep-0", "data-keep-4"), ("data-keep-0",), 0, ("keep-5", "keep-6")),
-    # The cluster's minimum ordinal is above the set-aside data: it decides.
-    ((), ("data-keep-0",), 7, ("keep-7", "keep-8")),
-])
+@pytest.mark.parametrize(
+    "listed, seen, min_ordinal, members",
+    [
+        # An old copy of this restore's status, from before RecordPreservedData landed: it lists nothing.
+        ((), ("data-keep-0", "data-keep-1"), 0, ("keep-2", "keep-3")),
+        # ... or lists part of what was set aside.
+        (("data-keep-0",), ("data-keep-0", "data-keep-1", "data-keep-2"), 0, ("keep-3", "keep-4")),
+        # A status that lists more than is observed (a PVC deleted by hand since) still counts it.
+        (("data-keep-0", "data-keep-4"), ("data-keep-0",), 0, ("keep-5", "keep-6")),
+        # The cluster's minimum ordinal is above the set-aside data: it decides.
+        ((), ("data-keep-0",), 7, ("keep-7", "keep-8")),
+    ],
+)
 def test_members_are_chosen_above_the_data_observed_set_aside(listed, seen, min_ordinal, members):
     status = dataclasses.replace(RESTORING, preserved=listed)
     target = cluster(holder="r1", min_ordinal=min_ordinal, spec={"size": 2})
@@ -614,8 +735,12 @@ def test_a_stale_copy_of_the_status_without_the_set_aside_data_chose_ordinal_0_b
 
 
 @settings(max_examples=200, deadline=None)
-@given(set_aside=st.sets(st.integers(0, 40), max_size=6), listed_share=st.integers(0, 6),
-       min_ordinal=st.integers(0, 45), size=st.integers(1, 7))
+@given(
+    set_aside=st.sets(st.integers(0, 40), max_size=6),
+    listed_share=st.integers(0, 6),
+    min_ordinal=st.integers(0, 45),
+    size=st.integers(1, 7),
+)
 def test_a_chosen_member_never_takes_the_name_of_data_set_aside(set_aside, listed_share, min_ordinal, size):
     names = sorted(f"data-keep-{o}" for o in set_aside)
     status = dataclasses.replace(RESTORING, preserved=tuple(names[:listed_share]))

@@ -8,8 +8,17 @@ import struct
 
 import pytest
 
-from etcd_operator.backup.bbolt import (BRANCH, BUCKET_LEAF, LEAF, MAGIC, META, NotASnapshot, _fnv64a,
-                                        snapshot_revision, snapshot_storage_version)
+from etcd_operator.backup.bbolt import (
+    BRANCH,
+    BUCKET_LEAF,
+    LEAF,
+    MAGIC,
+    META,
+    NotASnapshot,
+    _fnv64a,
+    snapshot_revision,
+    snapshot_storage_version,
+)
 
 PAGE = 4096
 
@@ -59,15 +68,17 @@ def snapshot(meta_entries: list[tuple[bytes, bytes, int]], meta_name: bytes = b"
         1: meta(1, 2, 2),
         2: branch(2, [(b"cluster", 3), (b"meta", 4)]),
         3: leaf(3, [(b"cluster", inline_bucket([]), BUCKET_LEAF), (b"key", keys, BUCKET_LEAF)]),
-        4: leaf(4, [(b"members", inline_bucket([]), BUCKET_LEAF),
-                    (meta_name, inline_bucket(meta_entries), BUCKET_LEAF)]),
+        4: leaf(
+            4, [(b"members", inline_bucket([]), BUCKET_LEAF), (meta_name, inline_bucket(meta_entries), BUCKET_LEAF)]
+        ),
     }
     return b"".join(pages[i].ljust(PAGE, b"\0") for i in range(len(pages)))
 
 
 def read(data: bytes):
     async def read_range(offset: int, length: int) -> bytes:
-        return data[offset:offset + length]
+        return data[offset : offset + length]
+
     return read_range
 
 
@@ -76,8 +87,14 @@ def storage_version(data: bytes) -> str | None:
 
 
 def test_a_36_snapshot_names_its_storage_version():
-    data = snapshot([(b"confState", b"{}", 0), (b"consistent_index", b"\0" * 8, 0), (b"storageVersion", b"3.6.0", 0),
-                     (b"term", b"\0" * 8, 0)])
+    data = snapshot(
+        [
+            (b"confState", b"{}", 0),
+            (b"consistent_index", b"\0" * 8, 0),
+            (b"storageVersion", b"3.6.0", 0),
+            (b"term", b"\0" * 8, 0),
+        ]
+    )
     assert storage_version(data) == "3.6.0"
     assert asyncio.run(snapshot_revision(read(data))) == 9
 

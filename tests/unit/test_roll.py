@@ -12,13 +12,16 @@ from etcd_operator.cluster import actions as a
 from etcd_operator.cluster import builders, roll
 from etcd_operator.cluster.observed import RollRecord
 from etcd_operator.cluster.spec import ClusterSpec
-
 from tests.unit.cluster_scenarios import M, decide_accepting, observed
 
 # An explicit quota below what the volume holds: the acting spec keeps it, so the pods'
 # hashes below are the ones the planner expects (a derived quota would enter the hash).
-OLD = {"size": 3, "version": "3.6.16", "recovery": {"memberUnhealthyTimeout": "60s"},
-       "etcd": {"quotaBackendBytes": 128 * 1024 * 1024}}
+OLD = {
+    "size": 3,
+    "version": "3.6.16",
+    "recovery": {"memberUnhealthyTimeout": "60s"},
+    "etcd": {"quotaBackendBytes": 128 * 1024 * 1024},
+}
 BAD = {**OLD, "repository": "registry.invalid/etcd"}
 
 
@@ -29,9 +32,10 @@ def hash_of(raw: dict) -> str:
 def world(members: list[M], rolled: set[int], record: RollRecord, new=BAD, old=OLD, **kw):
     """Pods of `rolled` ordinals run the `new` pod spec, the others the `old` one."""
     o = observed(members, **kw)
-    pods = {name: dataclasses.replace(p, spec_hash=hash_of(new) if int(name.rsplit("-", 1)[1]) in rolled
-                                      else hash_of(old))
-            for name, p in o.pods.items()}
+    pods = {
+        name: dataclasses.replace(p, spec_hash=hash_of(new) if int(name.rsplit("-", 1)[1]) in rolled else hash_of(old))
+        for name, p in o.pods.items()
+    }
     return dataclasses.replace(o, pods=pods, rollout=record)
 
 
@@ -79,8 +83,7 @@ def test_a_rolled_member_that_runs_but_does_not_serve_is_waited_for_not_replaced
 
 
 def test_past_the_deadline_the_roll_fails_and_the_member_goes_back():
-    o = world([M(0), M(1), M(2, healthy=False, unhealthy_for=roll.ROLL_DEADLINE + 1, pod_ready=False)], {2},
-              LAST_GOOD)
+    o = world([M(0), M(1), M(2, healthy=False, unhealthy_for=roll.ROLL_DEADLINE + 1, pod_ready=False)], {2}, LAST_GOOD)
     d = decide_accepting(ClusterSpec.from_dict(BAD), o, BAD)
     assert isinstance(d.action, a.RollFailed)
     o2 = dataclasses.replace(o, rollout=d.rollout)
@@ -103,15 +106,22 @@ def test_size_one_broken_roll_fails_and_restarts_on_the_last_good_spec():
     o = dataclasses.replace(o, rollout=record)
     d = decide_accepting(ClusterSpec.from_dict({**BAD, "size": 1}), o, {**BAD, "size": 1})
     assert isinstance(d.action, a.RollFailed)
-    d2 = decide_accepting(ClusterSpec.from_dict({**BAD, "size": 1}), dataclasses.replace(o, rollout=d.rollout),
-                {**BAD, "size": 1})
+    d2 = decide_accepting(
+        ClusterSpec.from_dict({**BAD, "size": 1}), dataclasses.replace(o, rollout=d.rollout), {**BAD, "size": 1}
+    )
     assert isinstance(d2.action, a.RollMember) and d2.action.member == "c-0"
     assert d2.acting_spec.image == ClusterSpec.from_dict(OLD).image
 
 
 def test_size_one_user_revert_restarts_the_broken_pod():
-    o = world([M(0, healthy=False, waiting="ImagePullBackOff")], {0}, RollRecord(),
-              new={**BAD, "size": 1}, old={**OLD, "size": 1}, leader=None)
+    o = world(
+        [M(0, healthy=False, waiting="ImagePullBackOff")],
+        {0},
+        RollRecord(),
+        new={**BAD, "size": 1},
+        old={**OLD, "size": 1},
+        leader=None,
+    )
     d = decide_accepting(ClusterSpec.from_dict({**OLD, "size": 1}), o, {**OLD, "size": 1})
     assert isinstance(d.action, a.RollMember) and d.action.member == "c-0"
 
@@ -132,19 +142,34 @@ def test_without_a_last_good_spec_rolls_are_not_gated():
 # --- the version table ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("version, reason", [
-    ("3.5.0", "KnownBadVersion"), ("3.5.2", "KnownBadVersion"), ("3.4.30", "UnsupportedVersion"),
-    ("3.5.3", None), ("3.5.21", None), ("3.6.0", None),
-])
+@pytest.mark.parametrize(
+    "version, reason",
+    [
+        ("3.5.0", "KnownBadVersion"),
+        ("3.5.2", "KnownBadVersion"),
+        ("3.4.30", "UnsupportedVersion"),
+        ("3.5.3", None),
+        ("3.5.21", None),
+        ("3.6.0", None),
+    ],
+)
 def test_release_table(version, reason):
     problem = versions.release_problem(version)
     assert (problem.reason if problem else None) == reason
 
 
-@pytest.mark.parametrize("running, wanted, refused", [
-    ("3.5.21", "3.6.16", True), ("3.5.31", "3.6.0", True), ("3.5.32", "3.6.16", False),
-    ("3.5.35", "3.6.16", False), ("3.5.21", "3.5.35", False), ("3.6.16", "3.6.17", False), (None, "3.6.16", False),
-])
+@pytest.mark.parametrize(
+    "running, wanted, refused",
+    [
+        ("3.5.21", "3.6.16", True),
+        ("3.5.31", "3.6.0", True),
+        ("3.5.32", "3.6.16", False),
+        ("3.5.35", "3.6.16", False),
+        ("3.5.21", "3.5.35", False),
+        ("3.6.16", "3.6.17", False),
+        (None, "3.6.16", False),
+    ],
+)
 def test_minor_upgrade_gate(running, wanted, refused):
     problem = versions.upgrade_problem(running, wanted)
     assert bool(problem) is refused
@@ -211,17 +236,25 @@ def test_a_downgrade_below_the_reupgrade_patch_is_refused():
     assert versions.downgrade_target("3.5.35", "3.5.21") is None
 
 
-@pytest.mark.parametrize("lines, version", [
-    (['etcd_cluster_version{cluster_version="3.5"} 1\n'], "3.5.0"),
-    (['etcd_cluster_version{cluster_version="3.6.0"} 1\n'], "3.6.0"),
-    # After a change etcd keeps the old version's line at 0: the set one decides.
-    (['etcd_cluster_version{cluster_version="3.5"} 0\n', 'etcd_cluster_version{cluster_version="3.6"} 1\n'],
-     "3.6.0"),
-    (['etcd_cluster_version{cluster_version="3.5"} 1\n', 'etcd_cluster_version{cluster_version="3.6"} 0\n'],
-     "3.5.0"),
-    (['etcd_cluster_version{cluster_version=""} 1\n'], None),
-    ([], None),
-])
+@pytest.mark.parametrize(
+    "lines, version",
+    [
+        (['etcd_cluster_version{cluster_version="3.5"} 1\n'], "3.5.0"),
+        (['etcd_cluster_version{cluster_version="3.6.0"} 1\n'], "3.6.0"),
+        # After a change etcd keeps the old version's line at 0: the set one decides.
+        (
+            ['etcd_cluster_version{cluster_version="3.5"} 0\n', 'etcd_cluster_version{cluster_version="3.6"} 1\n'],
+            "3.6.0",
+        ),
+        (
+            ['etcd_cluster_version{cluster_version="3.5"} 1\n', 'etcd_cluster_version{cluster_version="3.6"} 0\n'],
+            "3.5.0",
+        ),
+        (['etcd_cluster_version{cluster_version=""} 1\n'], None),
+        ([], None),
+    ],
+)
 def test_the_cluster_version_is_read_from_the_members_gauge(lines, version):
     from etcd_operator.cluster.metrics_sample import cluster_version_from_gauge
+
     assert cluster_version_from_gauge(lines) == version

@@ -10,9 +10,11 @@ import re
 import pytest
 import yaml
 from croniter import croniter
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from etcd_operator import denied_flags, schema_limits as limits
+from etcd_operator import denied_flags
+from etcd_operator import schema_limits as limits
 from etcd_operator.backup import manifest
 from etcd_operator.cluster import builders, naming
 from etcd_operator.cluster.spec import MANAGED_FLAGS, ClusterSpec, spec_problems
@@ -35,8 +37,11 @@ def at(node: dict, *path: str) -> dict:
 
 def name_maximum(kind: str) -> int:
     # Checked on create only (names cannot change): objects stored earlier stay updatable.
-    sizes = [re.fullmatch(r"oldSelf\.hasValue\(\) \|\| self\.metadata\.name\.size\(\) <= ([0-9]+)", r["rule"])
-             for r in schema(kind)["x-kubernetes-validations"] if r.get("optionalOldSelf")]
+    sizes = [
+        re.fullmatch(r"oldSelf\.hasValue\(\) \|\| self\.metadata\.name\.size\(\) <= ([0-9]+)", r["rule"])
+        for r in schema(kind)["x-kubernetes-validations"]
+        if r.get("optionalOldSelf")
+    ]
     found = [int(m.group(1)) for m in sizes if m]
     assert len(found) == 1, kind
     return found[0]
@@ -62,13 +67,18 @@ def test_references_to_clusters_and_backups_use_the_same_maxima():
 
 def cluster_names(cluster: str, namespace: str = "n" * 63) -> dict[str, str]:
     """Every name and label value the operator derives from an EtcdCluster name."""
-    member = naming.member_name(cluster, 10 ** limits.MEMBER_ORDINAL_DIGITS - 1)
+    member = naming.member_name(cluster, 10**limits.MEMBER_ORDINAL_DIGITS - 1)
     spec = ClusterSpec.from_dict({})
     pod = builders.member_pod(spec, cluster, namespace, member, None, "", builders.STATE_NEW, "token")
     pvc = builders.member_pvc(spec, cluster, namespace, member, None)
     names = {"pod hostname": pod["spec"]["hostname"], "pod subdomain": pod["spec"]["subdomain"]}
-    for made in (pod, pvc, builders.peer_service(cluster, namespace), builders.client_service(cluster, namespace),
-                 builders.disruption_budget(spec, cluster, namespace)):
+    for made in (
+        pod,
+        pvc,
+        builders.peer_service(cluster, namespace),
+        builders.client_service(cluster, namespace),
+        builders.disruption_budget(spec, cluster, namespace),
+    ):
         names[made["kind"] + " " + made["metadata"]["name"]] = made["metadata"]["name"]
         names.update({f"{made['kind']} label {k}": v for k, v in made["metadata"]["labels"].items()})
     return names
@@ -89,11 +99,25 @@ def test_one_character_more_overflows_a_derived_name():
 
 
 def restore_names(restore: str) -> dict[str, str]:
-    pod = restore_builders.restore_pod(restore, "ns", "c", "c-999", ("c-999",), "token", "etcd:v3.6.16",
-                                       "operator:1", {"bucket": "b"}, "key", "0" * 64, None)
-    return {"pod": pod["metadata"]["name"],
-            **{f"label {k}": v for k, v in pod["metadata"]["labels"].items()},
-            f"label {LABEL_PRESERVED_BY}": restore}
+    pod = restore_builders.restore_pod(
+        restore,
+        "ns",
+        "c",
+        "c-999",
+        ("c-999",),
+        "token",
+        "etcd:v3.6.16",
+        "operator:1",
+        {"bucket": "b"},
+        "key",
+        "0" * 64,
+        None,
+    )
+    return {
+        "pod": pod["metadata"]["name"],
+        **{f"label {k}": v for k, v in pod["metadata"]["labels"].items()},
+        f"label {LABEL_PRESERVED_BY}": restore,
+    }
 
 
 def test_a_maximal_restore_name_keeps_its_pod_name_and_labels_within_63():
@@ -129,37 +153,103 @@ def test_the_crd_carries_the_recovery_floors():
     assert rules(quorum)[0][0] == f"{guard}duration(self) >= duration('{limits.QUORUM_LOSS_TIMEOUT_MIN_SECONDS}s')"
     assert rules(member)[0][0] == f"{guard}duration(self) >= duration('{limits.MEMBER_UNHEALTHY_TIMEOUT_MIN_SECONDS}s')"
     # The defaults themselves are above the floors.
-    spec = ClusterSpec.from_dict({"recovery": {"quorumLossTimeout": quorum["default"],
-                                               "memberUnhealthyTimeout": member["default"]}})
+    spec = ClusterSpec.from_dict(
+        {"recovery": {"quorumLossTimeout": quorum["default"], "memberUnhealthyTimeout": member["default"]}}
+    )
     assert spec.recovery.quorum_loss_timeout >= limits.QUORUM_LOSS_TIMEOUT_MIN_SECONDS
     assert spec.recovery.member_unhealthy_timeout >= limits.MEMBER_UNHEALTHY_TIMEOUT_MIN_SECONDS
 
 
 # etcd 3.5 and 3.6 flags (server/etcdmain/help.go), decided one by one.
 DENIED = [
-    "name", "data-dir", "wal-dir", "config-file", "force-new-cluster", "initial-cluster", "initial-cluster-state",
-    "initial-cluster-token", "discovery", "discovery-srv", "discovery-endpoints", "discovery-token",
-    "listen-client-urls", "listen-client-http-urls", "listen-peer-urls", "listen-metrics-urls",
-    "advertise-client-urls", "initial-advertise-peer-urls",
-    "auto-tls", "peer-auto-tls", "cert-file", "key-file", "trusted-ca-file", "client-cert-auth", "client-crl-file",
-    "client-cert-file", "client-key-file", "client-cert-allowed-hostname", "peer-cert-file", "peer-key-file",
-    "peer-trusted-ca-file", "peer-client-cert-auth", "peer-client-cert-file", "peer-client-key-file",
-    "peer-crl-file", "peer-cert-allowed-cn", "peer-cert-allowed-hostname", "peer-skip-client-san-verification",
-    "experimental-peer-skip-client-san-verification", "self-signed-cert-validity", "cipher-suites",
-    "tls-min-version", "tls-max-version",
-    "unsafe-no-fsync", "strict-reconfig-check", "max-learners",
-    "quota-backend-bytes", "auto-compaction-mode", "auto-compaction-retention", "heartbeat-interval",
-    "election-timeout", "snapshot-count",
-    "enable-v2", "experimental-enable-v2v3", "proxy", "proxy-dial-timeout",
-    "version", "help", "h",
-    "--name", "-data-dir", "--unsafe-no-fsync",  # with dashes
-    "Name", "log-level=debug", "--", "",  # not flag names at all
+    "name",
+    "data-dir",
+    "wal-dir",
+    "config-file",
+    "force-new-cluster",
+    "initial-cluster",
+    "initial-cluster-state",
+    "initial-cluster-token",
+    "discovery",
+    "discovery-srv",
+    "discovery-endpoints",
+    "discovery-token",
+    "listen-client-urls",
+    "listen-client-http-urls",
+    "listen-peer-urls",
+    "listen-metrics-urls",
+    "advertise-client-urls",
+    "initial-advertise-peer-urls",
+    "auto-tls",
+    "peer-auto-tls",
+    "cert-file",
+    "key-file",
+    "trusted-ca-file",
+    "client-cert-auth",
+    "client-crl-file",
+    "client-cert-file",
+    "client-key-file",
+    "client-cert-allowed-hostname",
+    "peer-cert-file",
+    "peer-key-file",
+    "peer-trusted-ca-file",
+    "peer-client-cert-auth",
+    "peer-client-cert-file",
+    "peer-client-key-file",
+    "peer-crl-file",
+    "peer-cert-allowed-cn",
+    "peer-cert-allowed-hostname",
+    "peer-skip-client-san-verification",
+    "experimental-peer-skip-client-san-verification",
+    "self-signed-cert-validity",
+    "cipher-suites",
+    "tls-min-version",
+    "tls-max-version",
+    "unsafe-no-fsync",
+    "strict-reconfig-check",
+    "max-learners",
+    "quota-backend-bytes",
+    "auto-compaction-mode",
+    "auto-compaction-retention",
+    "heartbeat-interval",
+    "election-timeout",
+    "snapshot-count",
+    "enable-v2",
+    "experimental-enable-v2v3",
+    "proxy",
+    "proxy-dial-timeout",
+    "version",
+    "help",
+    "h",
+    "--name",
+    "-data-dir",
+    "--unsafe-no-fsync",  # with dashes
+    "Name",
+    "log-level=debug",
+    "--",
+    "",  # not flag names at all
 ]
 ALLOWED = [
-    "log-level", "--log-level", "logger", "log-outputs", "max-request-bytes", "max-txn-ops", "max-snapshots",
-    "max-wals", "grpc-keepalive-interval", "metrics", "enable-pprof", "auth-token", "pre-vote",
-    "experimental-initial-corrupt-check", "feature-gates", "experimental-compact-hash-check-enabled",
-    "backend-batch-interval", "experimental-watch-progress-notify-interval", "v2-deprecation", "cors",
+    "log-level",
+    "--log-level",
+    "logger",
+    "log-outputs",
+    "max-request-bytes",
+    "max-txn-ops",
+    "max-snapshots",
+    "max-wals",
+    "grpc-keepalive-interval",
+    "metrics",
+    "enable-pprof",
+    "auth-token",
+    "pre-vote",
+    "experimental-initial-corrupt-check",
+    "feature-gates",
+    "experimental-compact-hash-check-enabled",
+    "backend-batch-interval",
+    "experimental-watch-progress-notify-interval",
+    "v2-deprecation",
+    "cors",
 ]
 
 
@@ -198,14 +288,24 @@ def schedule_range_rules() -> list[tuple[re.Pattern, str]]:
 
 _number = st.integers(0, 99).map(str) | st.integers(0, 9).map(lambda n: f"0{n}")
 _value = _number | st.sampled_from(["*", "?", "L", "R", "JAN", "mon", "sun"])
-_item = st.builds(lambda a, b, step: a + (f"-{b}" if b else "") + (f"/{step}" if step else ""),
-                  _value, st.none() | _number, st.none() | st.integers(1, 70).map(str))
+_item = st.builds(
+    lambda a, b, step: a + (f"-{b}" if b else "") + (f"/{step}" if step else ""),
+    _value,
+    st.none() | _number,
+    st.none() | st.integers(1, 70).map(str),
+)
 _field = st.lists(_item, min_size=1, max_size=3).map(",".join)
 
 
 def test_there_is_one_range_rule_per_cron_field():
-    assert [m.split(" field ")[0].removeprefix("spec.schedule: the ") for _, m in schedule_range_rules()] == \
-        ["minute", "hour", "day-of-month", "month", "weekday", "seconds"]
+    assert [m.split(" field ")[0].removeprefix("spec.schedule: the ") for _, m in schedule_range_rules()] == [
+        "minute",
+        "hour",
+        "day-of-month",
+        "month",
+        "weekday",
+        "seconds",
+    ]
 
 
 @settings(max_examples=400, deadline=None)

@@ -5,57 +5,80 @@ from __future__ import annotations
 import pytest
 
 from etcd_operator.config import OperatorConfig
-from etcd_operator.shard import (FINALIZER, LEASE_NAME, InvalidShardSetting, Shard, parse_selector,
-                                 shard_from_settings)
+from etcd_operator.shard import FINALIZER, LEASE_NAME, InvalidShardSetting, Shard, parse_selector, shard_from_settings
 
 BASE_ENV = {"POD_NAMESPACE": "ops"}
 
 
-@pytest.mark.parametrize("selector, labels, expected", [
-    ("", {}, True),
-    ("", {"a": "b"}, True),
-    ("tier=gold", {"tier": "gold"}, True),
-    ("tier==gold", {"tier": "gold"}, True),
-    ("tier=gold", {"tier": "silver"}, False),
-    ("tier=gold", {}, False),
-    ("tier!=gold", {"tier": "silver"}, True),
-    ("tier!=gold", {}, True),  # as in Kubernetes: an absent key matches !=
-    ("tier!=gold", {"tier": "gold"}, False),
-    ("tier in (gold, silver)", {"tier": "silver"}, True),
-    ("tier in (gold,silver)", {"tier": "bronze"}, False),
-    ("tier in (gold,silver)", {}, False),
-    ("tier notin (gold,silver)", {"tier": "bronze"}, True),
-    ("tier notin (gold,silver)", {}, True),
-    ("tier notin (gold,silver)", {"tier": "gold"}, False),
-    ("tier", {"tier": ""}, True),
-    ("tier", {}, False),
-    ("!tier", {}, True),
-    ("!tier", {"tier": "gold"}, False),
-    ("example.com/shard=a", {"example.com/shard": "a"}, True),
-    ("a=b,c!=d,e in (x,y),!f", {"a": "b", "e": "y"}, True),
-    ("a=b,c!=d,e in (x,y),!f", {"a": "b", "e": "y", "f": "1"}, False),
-    ("a=b,c!=d,e in (x,y),!f", {"a": "b", "c": "d", "e": "y"}, False),
-    (" a = b , e in ( x , y ) ", {"a": "b", "e": "x"}, True),
-    ("a=", {"a": ""}, True),
-    ("a=", {"a": "x"}, False),
-])
+@pytest.mark.parametrize(
+    "selector, labels, expected",
+    [
+        ("", {}, True),
+        ("", {"a": "b"}, True),
+        ("tier=gold", {"tier": "gold"}, True),
+        ("tier==gold", {"tier": "gold"}, True),
+        ("tier=gold", {"tier": "silver"}, False),
+        ("tier=gold", {}, False),
+        ("tier!=gold", {"tier": "silver"}, True),
+        ("tier!=gold", {}, True),  # as in Kubernetes: an absent key matches !=
+        ("tier!=gold", {"tier": "gold"}, False),
+        ("tier in (gold, silver)", {"tier": "silver"}, True),
+        ("tier in (gold,silver)", {"tier": "bronze"}, False),
+        ("tier in (gold,silver)", {}, False),
+        ("tier notin (gold,silver)", {"tier": "bronze"}, True),
+        ("tier notin (gold,silver)", {}, True),
+        ("tier notin (gold,silver)", {"tier": "gold"}, False),
+        ("tier", {"tier": ""}, True),
+        ("tier", {}, False),
+        ("!tier", {}, True),
+        ("!tier", {"tier": "gold"}, False),
+        ("example.com/shard=a", {"example.com/shard": "a"}, True),
+        ("a=b,c!=d,e in (x,y),!f", {"a": "b", "e": "y"}, True),
+        ("a=b,c!=d,e in (x,y),!f", {"a": "b", "e": "y", "f": "1"}, False),
+        ("a=b,c!=d,e in (x,y),!f", {"a": "b", "c": "d", "e": "y"}, False),
+        (" a = b , e in ( x , y ) ", {"a": "b", "e": "x"}, True),
+        ("a=", {"a": ""}, True),
+        ("a=", {"a": "x"}, False),
+    ],
+)
 def test_selector_matches_as_kubernetes_does(selector, labels, expected):
     assert parse_selector(selector).matches(labels) is expected
 
 
-@pytest.mark.parametrize("selector", [
-    "a=b,", ",a=b", "a=b,,c=d", "a in (x,y", "a in x,y)", "a in ()", "a in ((x))",
-    "a b", "a>1", "a=b=c", "a=b c", "-a=b", "a-=b", "a=-b", "a/b/c=d", "Exa_mple.com/a=b",
-    "/a=b", "a=" + "x" * 64, "x" * 64, "a in (x,-y)", "!", "a=b)",
-])
+@pytest.mark.parametrize(
+    "selector",
+    [
+        "a=b,",
+        ",a=b",
+        "a=b,,c=d",
+        "a in (x,y",
+        "a in x,y)",
+        "a in ()",
+        "a in ((x))",
+        "a b",
+        "a>1",
+        "a=b=c",
+        "a=b c",
+        "-a=b",
+        "a-=b",
+        "a=-b",
+        "a/b/c=d",
+        "Exa_mple.com/a=b",
+        "/a=b",
+        "a=" + "x" * 64,
+        "x" * 64,
+        "a in (x,-y)",
+        "!",
+        "a=b)",
+    ],
+)
 def test_an_invalid_selector_is_refused_with_the_term(selector):
     with pytest.raises(InvalidShardSetting, match="selector"):
         parse_selector(selector)
 
 
 def test_the_parsed_selector_prints_in_its_canonical_form():
-    assert str(parse_selector("a==b, c!=d, e in (y,x,y), !f, g, h notin (z)")) == \
-        "a=b,c!=d,e in (x,y),!f,g,h notin (z)"
+    assert str(parse_selector("a==b, c!=d, e in (y,x,y), !f, g, h notin (z)")) == "a=b,c!=d,e in (x,y),!f,g,h notin (z)"
 
 
 def test_an_unnamed_instance_keeps_the_lease_and_finalizer_of_an_unsharded_install():
@@ -96,8 +119,9 @@ def test_a_shard_leaves_alone_an_object_another_instance_holds():
     assert not a.owns(gold, ["etcd.operator.dev/finalizer-b"])  # shard b has not let it go yet
     assert not a.owns(gold, ["etcd.operator.dev/finalizer"])  # an unsharded instance holds it
     assert not a.owns(gold, ["etcd.operator.dev/finalizer-a", "etcd.operator.dev/finalizer-b"])
-    assert a.foreign_claims(["etcd.operator.dev/finalizer-a", "etcd.operator.dev/finalizer-b"]) == \
-        ["etcd.operator.dev/finalizer-b"]
+    assert a.foreign_claims(["etcd.operator.dev/finalizer-a", "etcd.operator.dev/finalizer-b"]) == [
+        "etcd.operator.dev/finalizer-b"
+    ]
     assert not a.owns({"tier": "silver"}, None)
 
 
@@ -135,7 +159,8 @@ def test_the_handlers_filter_says_once_that_it_waits_for_another_instance(caplog
         assert not in_shard(labels={"tier": "gold"}, meta=held, memo=memo)
     assert [r.getMessage() for r in caplog.records] == [
         "ns/c matches this shard's selector but is held by etcd.operator.dev/finalizer-b; "
-        "waiting until that instance releases it"]
+        "waiting until that instance releases it"
+    ]
     assert in_shard(labels={"tier": "gold"}, meta={**held, "finalizers": []}, memo=memo)
     assert not in_shard(labels={"tier": "silver"}, meta={**held, "finalizers": []}, memo=memo)
 
@@ -144,30 +169,35 @@ FA, FB = "etcd.operator.dev/finalizer-a", "etcd.operator.dev/finalizer-b"
 ASKED_BY_B = {"etcd.operator.dev/shard-handover-to": "b"}
 
 
-@pytest.mark.parametrize("labels, finalizers, annotations, held", [
-    ({"tier": "gold"}, [FA], {}, True),              # in the shard
-    ({"tier": "gold"}, [], {}, True),                # in the shard, not claimed yet
-    ({"tier": "silver"}, [FA], {}, True),            # left the shard: held until someone asks
-    ({"tier": "silver"}, [FA], {"etcd.operator.dev/shard-handover-to": "a"}, True),  # asked for by itself
-    ({"tier": "silver"}, [FA], ASKED_BY_B, False),   # shard b asked: let go
-    ({"tier": "silver"}, [], {}, False),             # never ours
-    ({"tier": "silver"}, [FA, FB], {}, False),       # another instance holds it too
-    ({"tier": "gold"}, [FB], {}, False),
-])
+@pytest.mark.parametrize(
+    "labels, finalizers, annotations, held",
+    [
+        ({"tier": "gold"}, [FA], {}, True),  # in the shard
+        ({"tier": "gold"}, [], {}, True),  # in the shard, not claimed yet
+        ({"tier": "silver"}, [FA], {}, True),  # left the shard: held until someone asks
+        ({"tier": "silver"}, [FA], {"etcd.operator.dev/shard-handover-to": "a"}, True),  # asked for by itself
+        ({"tier": "silver"}, [FA], ASKED_BY_B, False),  # shard b asked: let go
+        ({"tier": "silver"}, [], {}, False),  # never ours
+        ({"tier": "silver"}, [FA, FB], {}, False),  # another instance holds it too
+        ({"tier": "gold"}, [FB], {}, False),
+    ],
+)
 def test_a_shard_holds_a_cluster_that_left_it_until_another_shard_asks(labels, finalizers, annotations, held):
     assert shard_from_settings("a", "tier=gold").holds(labels, finalizers, annotations) is held
 
 
-@pytest.mark.parametrize("labels, finalizers, annotations, wants", [
-    ({"tier": "silver"}, [FA], {}, True),
-    ({"tier": "silver"}, [FA], {"etcd.operator.dev/shard-handover-to": "c"}, True),
-    ({"tier": "silver"}, [FA], ASKED_BY_B, False),   # asked already: one write
-    ({"tier": "silver"}, [], {}, False),             # nobody holds it: claim, do not ask
-    ({"tier": "silver"}, [FB], {}, False),           # its own
-    ({"tier": "gold"}, [FA], {}, False),             # not of its selector
-])
-def test_a_shard_asks_for_a_cluster_of_its_selector_that_another_instance_holds(labels, finalizers, annotations,
-                                                                                wants):
+@pytest.mark.parametrize(
+    "labels, finalizers, annotations, wants",
+    [
+        ({"tier": "silver"}, [FA], {}, True),
+        ({"tier": "silver"}, [FA], {"etcd.operator.dev/shard-handover-to": "c"}, True),
+        ({"tier": "silver"}, [FA], ASKED_BY_B, False),  # asked already: one write
+        ({"tier": "silver"}, [], {}, False),  # nobody holds it: claim, do not ask
+        ({"tier": "silver"}, [FB], {}, False),  # its own
+        ({"tier": "gold"}, [FA], {}, False),  # not of its selector
+    ],
+)
+def test_a_shard_asks_for_a_cluster_of_its_selector_that_another_instance_holds(labels, finalizers, annotations, wants):
     assert shard_from_settings("b", "tier=silver").wants_handover(labels, finalizers, annotations) is wants
 
 
@@ -180,6 +210,7 @@ def test_objects_held_elsewhere_are_remembered_up_to_a_bound(monkeypatch):
     from types import SimpleNamespace
 
     from etcd_operator.handlers import sharding
+
     monkeypatch.setattr(sharding, "WAITING_REMEMBERED", 3)
     monkeypatch.setattr(sharding, "_waiting", collections.OrderedDict())
     memo = SimpleNamespace(config=SimpleNamespace(shard=shard_from_settings("a", "")))

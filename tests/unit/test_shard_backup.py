@@ -18,8 +18,10 @@ class ClusterOnlyKube:
     """Answers the two reads find_candidates makes: the EtcdCluster, and its pods."""
 
     def __init__(self, labels: dict, finalizers: list):
-        self.cluster = {"metadata": {"name": "c", "namespace": "ns", "labels": labels, "finalizers": finalizers},
-                        "status": {"members": [{"name": "c-0", "healthy": True, "role": "leader"}]}}
+        self.cluster = {
+            "metadata": {"name": "c", "namespace": "ns", "labels": labels, "finalizers": finalizers},
+            "status": {"members": [{"name": "c-0", "healthy": True, "role": "leader"}]},
+        }
         self.pods_listed = False
 
     async def get(self, resource, namespace, name):
@@ -30,10 +32,13 @@ class ClusterOnlyKube:
         return [{"metadata": {"name": "c-0"}, "status": {"podIP": "10.0.0.1"}}]
 
 
-@pytest.mark.parametrize("labels, finalizers, why", [
-    ({"shard": "b"}, ["etcd.operator.dev/finalizer-b"], "do not match the selector 'shard=a'"),
-    ({"shard": "a"}, ["etcd.operator.dev/finalizer-b"], "another operator instance holds it"),
-])
+@pytest.mark.parametrize(
+    "labels, finalizers, why",
+    [
+        ({"shard": "b"}, ["etcd.operator.dev/finalizer-b"], "do not match the selector 'shard=a'"),
+        ({"shard": "a"}, ["etcd.operator.dev/finalizer-b"], "another operator instance holds it"),
+    ],
+)
 def test_a_backup_of_a_cluster_outside_the_shard_is_refused_before_etcd_is_asked(labels, finalizers, why):
     kube = ClusterOnlyKube(labels, finalizers)
     with pytest.raises(SourceUnavailable) as refused:
@@ -46,14 +51,16 @@ def test_a_backup_of_a_cluster_outside_the_shard_is_refused_before_etcd_is_asked
 
 
 def test_a_backup_of_a_cluster_of_its_own_shard_finds_its_source():
-    candidates, _ = asyncio.run(find_candidates(ClusterOnlyKube({"shard": "a"}, ["etcd.operator.dev/finalizer-a"]),
-                                                "ns", "c", SHARD_A))
+    candidates, _ = asyncio.run(
+        find_candidates(ClusterOnlyKube({"shard": "a"}, ["etcd.operator.dev/finalizer-a"]), "ns", "c", SHARD_A)
+    )
     assert [c.endpoint for c in candidates] == ["10.0.0.1:2379"]
 
 
 def test_an_unsharded_operator_backs_up_any_cluster_it_holds():
-    candidates, _ = asyncio.run(find_candidates(ClusterOnlyKube({}, ["etcd.operator.dev/finalizer"]), "ns", "c",
-                                                Shard()))
+    candidates, _ = asyncio.run(
+        find_candidates(ClusterOnlyKube({}, ["etcd.operator.dev/finalizer"]), "ns", "c", Shard())
+    )
     assert [c.name for c in candidates] == ["c-0"]
 
 

@@ -19,9 +19,16 @@ SHARD_A = shard_from_settings("a", "shard=a")
 
 
 def cluster_object(labels: dict | None = None, finalizers: list | None = None) -> dict:
-    return {"metadata": {"name": "keep", "uid": "cluster-uid", "resourceVersion": "42",
-                         "labels": labels or {}, "finalizers": finalizers or []},
-            "spec": {"size": 1}}
+    return {
+        "metadata": {
+            "name": "keep",
+            "uid": "cluster-uid",
+            "resourceVersion": "42",
+            "labels": labels or {},
+            "finalizers": finalizers or [],
+        },
+        "spec": {"size": 1},
+    }
 
 
 @pytest.mark.parametrize("status", [RestoreStatus(), RestoreStatus(phase="Pending"), VERIFIED])
@@ -37,13 +44,16 @@ def test_an_in_place_restore_of_a_cluster_in_the_shard_goes_on():
     assert isinstance(step_for(IN_PLACE, VERIFIED, observed(cluster())), s.BeginRestore)
 
 
-@pytest.mark.parametrize("labels, finalizers, outside", [
-    ({"shard": "a"}, ["etcd.operator.dev/finalizer-a"], None),
-    ({"shard": "a"}, [], None),
-    ({"shard": "b"}, ["etcd.operator.dev/finalizer-b"], "do not match the selector 'shard=a'"),
-    ({}, [], "do not match the selector 'shard=a'"),
-    ({"shard": "a"}, ["etcd.operator.dev/finalizer-b"], "another operator instance holds it"),
-])
+@pytest.mark.parametrize(
+    "labels, finalizers, outside",
+    [
+        ({"shard": "a"}, ["etcd.operator.dev/finalizer-a"], None),
+        ({"shard": "a"}, [], None),
+        ({"shard": "b"}, ["etcd.operator.dev/finalizer-b"], "do not match the selector 'shard=a'"),
+        ({}, [], "do not match the selector 'shard=a'"),
+        ({"shard": "a"}, ["etcd.operator.dev/finalizer-b"], "another operator instance holds it"),
+    ],
+)
 def test_the_observer_says_why_a_target_is_outside_the_shard(labels, finalizers, outside):
     found = target_cluster(cluster_object(labels, finalizers), SHARD_A).outside_shard
     assert (found is None) if outside is None else (outside in found), found
@@ -80,11 +90,11 @@ def test_the_new_cluster_of_a_restore_is_held_by_the_restoring_instance_from_its
     kube_client = RecordingKube()
     controller = RestoreController(kube_client, "operator-image", lambda *_: None, shard=shard)
     body = {"metadata": {"name": "r1", "namespace": "ns", "uid": "uid-r1", "labels": {"shard": "a"}}, "spec": {}}
-    spec = RestoreSpec.from_dict({"source": {"backupRef": {"name": "nightly"}},
-                                  "target": {"newCluster": {"name": "fresh", "spec": {"size": 1}}}})
+    spec = RestoreSpec.from_dict(
+        {"source": {"backupRef": {"name": "nightly"}}, "target": {"newCluster": {"name": "fresh", "spec": {"size": 1}}}}
+    )
     runner = executor.RestoreExecutor(kube_client, "operator-image", body, lambda *_: None, controller.finalizer)
-    outcome = asyncio.run(runner.run(s.CreateTargetCluster("creating fresh"), spec, VERIFIED,
-                                     observed()))
+    outcome = asyncio.run(runner.run(s.CreateTargetCluster("creating fresh"), spec, VERIFIED, observed()))
     assert outcome.done
     (manifest,) = kube_client.created
     assert manifest["metadata"]["finalizers"] == [shard.finalizer]

@@ -11,7 +11,8 @@ import threading
 
 import pytest
 
-from etcd_operator.backup import digest, stream as stream_module
+from etcd_operator.backup import digest
+from etcd_operator.backup import stream as stream_module
 from etcd_operator.backup.stream import SnapshotCorrupt, stream_to_s3
 from etcd_operator.buffer_budget import BudgetTooSmall, MemoryBudget
 
@@ -25,7 +26,7 @@ def snapshot_bytes(size: int) -> bytes:
 
 class FakeStream:
     def __init__(self, data: bytes, chunk: int = 32 * 1024):
-        self.chunks = [data[i:i + chunk] for i in range(0, len(data), chunk)]
+        self.chunks = [data[i : i + chunk] for i in range(0, len(data), chunk)]
         self.cancelled = False
 
     def __iter__(self):
@@ -119,12 +120,17 @@ async def test_a_failed_part_aborts_the_upload_and_stops_the_reader():
 
 # --- the operator-wide memory budget ----------------------------------------------------
 
+
 async def test_concurrent_uploads_never_hold_more_than_the_budget():
     budget = MemoryBudget(PART * 4)
     stores = [MemoryStore() for _ in range(5)]
     datas = [snapshot_bytes(PART * 12 + i) for i in range(5)]
-    results = await asyncio.gather(*(stream_to_s3(FakeStream(d), st, "k", PART, concurrency=3, budget=budget)
-                                     for d, st in zip(datas, stores, strict=True)))
+    results = await asyncio.gather(
+        *(
+            stream_to_s3(FakeStream(d), st, "k", PART, concurrency=3, budget=budget)
+            for d, st in zip(datas, stores, strict=True)
+        )
+    )
     assert [st.object() for st in stores] == datas
     assert all(r.size == len(d) for r, d in zip(results, datas, strict=True))
     assert budget.peak <= budget.limit
@@ -135,8 +141,9 @@ async def test_concurrent_uploads_never_hold_more_than_the_budget():
 async def test_budget_is_given_back_after_a_failed_upload():
     budget = MemoryBudget(PART * 2)
     with pytest.raises(OSError):
-        await stream_to_s3(FakeStream(snapshot_bytes(PART * 10)), MemoryStore(fail_part=3), "k", PART,
-                           concurrency=2, budget=budget)
+        await stream_to_s3(
+            FakeStream(snapshot_bytes(PART * 10)), MemoryStore(fail_part=3), "k", PART, concurrency=2, budget=budget
+        )
     assert budget.used == 0
 
 
@@ -183,13 +190,15 @@ async def test_budget_released_from_another_thread_wakes_the_waiter():
 
 def test_a_backup_whose_part_exceeds_the_budget_fails_for_good_and_is_not_retried():
     from etcd_operator.backup.runner import as_failure
+
     failure = as_failure(BudgetTooSmall("a part of 64 MiB exceeds the budget"))
     assert failure.permanent and failure.reason == "MemoryBudgetTooSmall"
 
 
 def test_the_budget_is_read_from_the_environment_with_a_default():
-    from etcd_operator.config import OperatorConfig
     from etcd_operator.buffer_budget import DEFAULT_LIMIT_BYTES
+    from etcd_operator.config import OperatorConfig
+
     assert OperatorConfig.from_env({}).memory_budget_bytes == DEFAULT_LIMIT_BYTES
     assert OperatorConfig.from_env({"MEMORY_BUDGET_BYTES": "16777216"}).memory_budget_bytes == 16 << 20
 
@@ -205,6 +214,7 @@ def test_the_reader_keeps_reading_while_a_part_is_being_hashed(monkeypatch):
         hashing.set()
         assert release.wait(10), "the hash was never released"
         original(self, data)
+
     monkeypatch.setattr(digest.SnapshotDigest, "update", slow_update)
     data = snapshot_bytes(PART * 3 - 32)
     consumed = []
@@ -214,6 +224,7 @@ def test_the_reader_keeps_reading_while_a_part_is_being_hashed(monkeypatch):
             for chunk in super().__iter__():
                 consumed.append(len(chunk))
                 yield chunk
+
     watched = WatchedStream(data)
     stop = threading.Event()
     cutter = stream_module._PartCutter(watched, PART, 4, stop, MemoryBudget(PART * 4))

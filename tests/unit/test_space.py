@@ -35,6 +35,7 @@ def full(db=QUOTA, in_use=QUOTA, **kw):
 
 # --- NOSPACE remediation --------------------------------------------------------------
 
+
 def test_nospace_remediation_runs_compact_then_followers_then_leader_then_disarm():
     s = small_quota()
     o = observed(full(), alarms=NOSPACE)
@@ -111,22 +112,33 @@ def test_nospace_defragmentation_needs_room_on_the_volume():
     assert isinstance(step, a.Wait) and "lacks" in step.reason, step
 
 
-@pytest.mark.parametrize("record", [None, SpaceRecoveryRecord(NOW), SpaceRecoveryRecord(NOW, 0, ("c-1",)),
-                                    SpaceRecoveryRecord(NOW, 0, ("c-0", "c-1", "c-2"))])
+@pytest.mark.parametrize(
+    "record",
+    [
+        None,
+        SpaceRecoveryRecord(NOW),
+        SpaceRecoveryRecord(NOW, 0, ("c-1",)),
+        SpaceRecoveryRecord(NOW, 0, ("c-0", "c-1", "c-2")),
+    ],
+)
 def test_nospace_never_removes_replaces_or_rolls(record):
     s = small_quota()
     members = full(outdated=True)
-    o = dataclasses.replace(observed(members + [M(3, db_size=QUOTA, db_in_use=QUOTA)], alarms=NOSPACE),
-                            space_recovery=record)
+    o = dataclasses.replace(
+        observed(members + [M(3, db_size=QUOTA, db_in_use=QUOTA)], alarms=NOSPACE), space_recovery=record
+    )
     step = step_of(s, o)
-    assert isinstance(step, (a.Wait, a.BeginSpaceRecovery, a.CompactRevisions, a.DefragmentForSpace,
-                             a.DisarmNoSpaceAlarm)), step
+    assert isinstance(
+        step, (a.Wait, a.BeginSpaceRecovery, a.CompactRevisions, a.DefragmentForSpace, a.DisarmNoSpaceAlarm)
+    ), step
 
 
 # --- quota and volume -----------------------------------------------------------------
 
-@pytest.mark.parametrize("size, expected", [("2Gi", (2048 - 384) // 2 * MiB), ("1Gi", 320 * MiB),
-                                            ("100Gi", 8 * 1024 * MiB)])
+
+@pytest.mark.parametrize(
+    "size, expected", [("2Gi", (2048 - 384) // 2 * MiB), ("1Gi", 320 * MiB), ("100Gi", 8 * 1024 * MiB)]
+)
 def test_quota_derives_from_the_volume(size, expected):
     s = ClusterSpec.from_dict({"storage": {"size": size}})
     decision = decide(s, with_quota(observed([M(0)]), 64 * MiB))
@@ -151,8 +163,7 @@ def test_a_quota_larger_than_the_disk_is_refused():
 def test_the_quota_follows_the_smallest_volume_until_it_grew():
     s = ClusterSpec.from_dict({"storage": {"size": "2Gi"}})
     o = with_quota(observed([M(0), M(1), M(2)]), 320 * MiB)
-    small = {n: dataclasses.replace(p, requested=1 << 30, capacity=1 << 30, expandable=True)
-             for n, p in o.pvcs.items()}
+    small = {n: dataclasses.replace(p, requested=1 << 30, capacity=1 << 30, expandable=True) for n, p in o.pvcs.items()}
     o = dataclasses.replace(o, pvcs=small)
     decision = decide(s, o)
     assert decision.acting_spec.etcd.quota_backend_bytes == 320 * MiB
@@ -160,6 +171,7 @@ def test_the_quota_follows_the_smallest_volume_until_it_grew():
 
 
 # --- PVC expansion --------------------------------------------------------------------
+
 
 def pvcs_of(o, **changes):
     return {n: dataclasses.replace(p, **changes) for n, p in o.pvcs.items()}
@@ -176,8 +188,9 @@ def test_pvcs_grow_one_at_a_time_where_the_class_allows():
 def test_a_class_without_expansion_is_explained_and_nothing_patched():
     s = ClusterSpec.from_dict({"storage": {"size": "2Gi"}})
     o = observed([M(0)])
-    o = dataclasses.replace(o, pvcs=pvcs_of(o, requested=1 << 30, capacity=1 << 30, expandable=False,
-                                            storage_class="fixed"))
+    o = dataclasses.replace(
+        o, pvcs=pvcs_of(o, requested=1 << 30, capacity=1 << 30, expandable=False, storage_class="fixed")
+    )
     assert space.plan_volume_expansion(s, o) is None
     cond = space.storage_condition(s, o)
     assert cond.status is False and cond.reason == "ExpansionNotAllowed" and "fixed" in cond.message
@@ -194,6 +207,7 @@ def test_shrinking_is_refused_and_touches_nothing():
 
 
 # --- defragmentation ------------------------------------------------------------------
+
 
 def test_a_requested_defragmentation_covers_every_member_once_followers_first():
     s = spec(3)
@@ -214,8 +228,9 @@ def test_a_requested_defragmentation_covers_every_member_once_followers_first():
 
 def test_a_new_token_starts_over():
     s = spec(3)
-    o = dataclasses.replace(observed([M(0), M(1), M(2)]), defrag_requested="t2",
-                            defragmentation=DefragmentationRecord("t1", "t1", ("c-1",)))
+    o = dataclasses.replace(
+        observed([M(0), M(1), M(2)]), defrag_requested="t2", defragmentation=DefragmentationRecord("t1", "t1", ("c-1",))
+    )
     step = step_of(s, o)
     assert isinstance(step, a.DefragmentOnRequest) and step.member == "c-1" and step.token == "t2"
 
@@ -258,9 +273,11 @@ def test_quantities():
 def test_pvc_view_parses_sizes_and_expansion():
     from etcd_operator.cluster.observer import pvc_view
 
-    raw = {"metadata": {"name": "data-c-0", "uid": "u"},
-           "spec": {"storageClassName": "localkube", "resources": {"requests": {"storage": "2Gi"}}},
-           "status": {"capacity": {"storage": "1Gi"}}}
+    raw = {
+        "metadata": {"name": "data-c-0", "uid": "u"},
+        "spec": {"storageClassName": "localkube", "resources": {"requests": {"storage": "2Gi"}}},
+        "status": {"capacity": {"storage": "1Gi"}},
+    }
     view = pvc_view(raw, {"localkube": True})
     assert (view.requested, view.capacity, view.expandable) == (2 << 30, 1 << 30, True)
     assert pvc_view(raw, {}).expandable is None

@@ -40,8 +40,7 @@ sys.exit(pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", *sys.arg
 
 def collect_without_the_harness(*paths: str) -> subprocess.CompletedProcess:
     code = BLOCKER.format(e2e=str(ROOT / "e2e"), blocked=BLOCKED_PACKAGES)
-    return subprocess.run([sys.executable, "-c", code, *paths], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600)
+    return subprocess.run([sys.executable, "-c", code, *paths], cwd=ROOT, capture_output=True, text=True, timeout=600)
 
 
 def test_unit_and_sim_collect_with_the_harness_blocked():

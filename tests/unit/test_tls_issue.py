@@ -19,8 +19,11 @@ from etcd_operator.cluster.executor import ClusterExecutor
 from etcd_operator.kube import client as kube
 from tests.unit.test_tls_plan import TLS_SPEC, new_cluster
 
-BODY = {"apiVersion": "etcd.operator.dev/v1alpha1", "kind": "EtcdCluster",
-        "metadata": {"name": "c", "namespace": "ns", "uid": "uid"}}
+BODY = {
+    "apiVersion": "etcd.operator.dev/v1alpha1",
+    "kind": "EtcdCluster",
+    "metadata": {"name": "c", "namespace": "ns", "uid": "uid"},
+}
 NAMES = {kind: certs.secret_name(TLS_SPEC, "c", kind) for kind in certs.kinds_to_observe(TLS_SPEC)}
 
 
@@ -70,8 +73,9 @@ class SecretStore:
 
 
 def observe(store: SecretStore):
-    return new_cluster(tls_plan.HTTPS, {kind: None if (data := store.data(kind)) is None else pki.describe(data)
-                                         for kind in NAMES})
+    return new_cluster(
+        tls_plan.HTTPS, {kind: None if (data := store.data(kind)) is None else pki.describe(data) for kind in NAMES}
+    )
 
 
 def run_passes(store: SecretStore, events: list[str], before_step=None) -> list[a.Action]:
@@ -137,8 +141,10 @@ def test_a_ca_that_appears_after_the_pass_looked_is_not_written_over():
     theirs = pki.new_ca(certs.request_for(TLS_SPEC, "c", "ns", CertKind.CA), 1_000_000.0)
 
     def someone_creates_the_ca(store: SecretStore) -> None:
-        store.secrets[NAMES[CertKind.CA]] = {"metadata": {"name": NAMES[CertKind.CA]}, "data": {
-            k: base64.b64encode(v).decode() for k, v in theirs.items()}}
+        store.secrets[NAMES[CertKind.CA]] = {
+            "metadata": {"name": NAMES[CertKind.CA]},
+            "data": {k: base64.b64encode(v).decode() for k, v in theirs.items()},
+        }
 
     store, events = SecretStore(), []
     steps = run_passes(store, events, before_step=someone_creates_the_ca)

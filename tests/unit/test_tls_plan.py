@@ -20,8 +20,14 @@ CA_FP = "ca" * 32
 
 
 def cert(fingerprint="leaf", issuer=CA_FP, age=0.0, lifetime=1000.0, **kw) -> CertView:
-    return CertView(fingerprint=fingerprint, not_before=NOW - age, not_after=NOW - age + lifetime,
-                    issuer_fingerprint=issuer, trusted=(CA_FP,), **kw)
+    return CertView(
+        fingerprint=fingerprint,
+        not_before=NOW - age,
+        not_after=NOW - age + lifetime,
+        issuer_fingerprint=issuer,
+        trusted=(CA_FP,),
+        **kw,
+    )
 
 
 def good_certs(**overrides) -> dict:
@@ -36,8 +42,9 @@ def good_certs(**overrides) -> dict:
 
 
 def new_cluster(transport=None, views=None):
-    return dataclasses.replace(observed([], leader=None, bootstrapped=False),
-                               tls=TLSView(transport=transport, certs=views or {}))
+    return dataclasses.replace(
+        observed([], leader=None, bootstrapped=False), tls=TLSView(transport=transport, certs=views or {})
+    )
 
 
 def running(transport, views=None, bootstrapped=True):
@@ -45,20 +52,26 @@ def running(transport, views=None, bootstrapped=True):
     seen = observed([M(0), M(1), M(2)], bootstrapped=bootstrapped)
     current = builders.pod_spec_hash(TLS_SPEC if transport == tls_plan.HTTPS else PLAIN_SPEC)
     tls = transport == tls_plan.HTTPS
-    pods = {name: dataclasses.replace(pod, spec_hash=current, initial_cluster=(
-                f"{name}={naming.peer_url('c', 'ns', name, tls)}"))
-            for name, pod in seen.pods.items()}
+    pods = {
+        name: dataclasses.replace(
+            pod, spec_hash=current, initial_cluster=(f"{name}={naming.peer_url('c', 'ns', name, tls)}")
+        )
+        for name, pod in seen.pods.items()
+    }
     return dataclasses.replace(seen, pods=pods, tls=TLSView(transport=transport, certs=views or {}))
 
 
-@pytest.mark.parametrize("spec, seen, expected", [
-    # A new cluster takes spec.tls.
-    (TLS_SPEC, new_cluster(), tls_plan.HTTPS),
-    (PLAIN_SPEC, new_cluster(), tls_plan.HTTP),
-    # Members and no record: created before TLS, plaintext, whatever the (defaulted) spec says.
-    (TLS_SPEC, running(None), tls_plan.HTTP),
-    (TLS_SPEC, running(None, bootstrapped=False), tls_plan.HTTP),
-])
+@pytest.mark.parametrize(
+    "spec, seen, expected",
+    [
+        # A new cluster takes spec.tls.
+        (TLS_SPEC, new_cluster(), tls_plan.HTTPS),
+        (PLAIN_SPEC, new_cluster(), tls_plan.HTTP),
+        # Members and no record: created before TLS, plaintext, whatever the (defaulted) spec says.
+        (TLS_SPEC, running(None), tls_plan.HTTP),
+        (TLS_SPEC, running(None, bootstrapped=False), tls_plan.HTTP),
+    ],
+)
 def test_the_transport_is_recorded_first(spec, seen, expected):
     step = tls_plan.next_step(spec, seen)
     assert isinstance(step, a.RecordTransport) and step.transport == expected
@@ -92,27 +105,33 @@ def test_a_tls_cluster_is_not_switched_to_plaintext():
 ALL = ("ca", "member", "operator", "client")
 
 
-@pytest.mark.parametrize("views, requested, kinds", [
-    # A new cluster: its CA and every leaf, the CA first, in one step.
-    ({}, {}, ALL),
-    # Leaves left from an earlier CA (or a crash after some Secrets): the new CA signs them all.
-    ({CertKind.MEMBER: cert(issuer="old"), CertKind.CLIENT: cert(issuer="old")}, {}, ALL),
-    (good_certs(**{CertKind.CA: CertView("", 0, 0, problem="no tls.crt")}), {}, ALL),
-    # A crash after the CA, or after some leaves: what is missing, in the same order.
-    (good_certs(**{CertKind.MEMBER: None, CertKind.OPERATOR: None, CertKind.CLIENT: None}), {},
-     ("member", "operator", "client")),
-    (good_certs(**{CertKind.MEMBER: None, CertKind.CLIENT: None}), {}, ("member", "client")),
-    (good_certs(**{CertKind.MEMBER: None}), {}, ("member",)),
-    (good_certs(**{CertKind.OPERATOR: None}), {}, ("operator",)),
-    (good_certs(**{CertKind.CLIENT: None}), {}, ("client",)),
-    (good_certs(**{CertKind.MEMBER: cert(dns_names=("x",))}), {}, ("member",)),
-    (good_certs(**{CertKind.OPERATOR: cert(issuer="other")}), {}, ("operator",)),
-    (good_certs(**{CertKind.CLIENT: cert(problem="tls.key does not match tls.crt")}), {}, ("client",)),
-    (good_certs(**{CertKind.OPERATOR: cert(age=900), CertKind.CLIENT: cert(age=900)}), {}, ("operator", "client")),
-    # The step ends where the next pass would take a step of another kind: a requested CA
-    # rotation is recorded before any leaf.
-    ({}, {"CA": "r1"}, ("ca",)),
-])
+@pytest.mark.parametrize(
+    "views, requested, kinds",
+    [
+        # A new cluster: its CA and every leaf, the CA first, in one step.
+        ({}, {}, ALL),
+        # Leaves left from an earlier CA (or a crash after some Secrets): the new CA signs them all.
+        ({CertKind.MEMBER: cert(issuer="old"), CertKind.CLIENT: cert(issuer="old")}, {}, ALL),
+        (good_certs(**{CertKind.CA: CertView("", 0, 0, problem="no tls.crt")}), {}, ALL),
+        # A crash after the CA, or after some leaves: what is missing, in the same order.
+        (
+            good_certs(**{CertKind.MEMBER: None, CertKind.OPERATOR: None, CertKind.CLIENT: None}),
+            {},
+            ("member", "operator", "client"),
+        ),
+        (good_certs(**{CertKind.MEMBER: None, CertKind.CLIENT: None}), {}, ("member", "client")),
+        (good_certs(**{CertKind.MEMBER: None}), {}, ("member",)),
+        (good_certs(**{CertKind.OPERATOR: None}), {}, ("operator",)),
+        (good_certs(**{CertKind.CLIENT: None}), {}, ("client",)),
+        (good_certs(**{CertKind.MEMBER: cert(dns_names=("x",))}), {}, ("member",)),
+        (good_certs(**{CertKind.OPERATOR: cert(issuer="other")}), {}, ("operator",)),
+        (good_certs(**{CertKind.CLIENT: cert(problem="tls.key does not match tls.crt")}), {}, ("client",)),
+        (good_certs(**{CertKind.OPERATOR: cert(age=900), CertKind.CLIENT: cert(age=900)}), {}, ("operator", "client")),
+        # The step ends where the next pass would take a step of another kind: a requested CA
+        # rotation is recorded before any leaf.
+        ({}, {"CA": "r1"}, ("ca",)),
+    ],
+)
 def test_certificates_are_issued_before_the_first_member_in_one_step(views, requested, kinds):
     seen = new_cluster(tls_plan.HTTPS, views)
     seen = dataclasses.replace(seen, tls=dataclasses.replace(seen.tls, requested=requested))
@@ -121,12 +140,15 @@ def test_certificates_are_issued_before_the_first_member_in_one_step(views, requ
     assert all(why in step.reason for _, why in step.certificates)
 
 
-@pytest.mark.parametrize("views, kind", [
-    # With members running, one certificate per step, as before.
-    (good_certs(**{CertKind.MEMBER: None, CertKind.CLIENT: None}), "member"),
-    (good_certs(**{CertKind.OPERATOR: cert(age=900), CertKind.CLIENT: cert(age=900)}), "operator"),
-    (good_certs(**{CertKind.CLIENT: cert(issuer="other")}), "client"),
-])
+@pytest.mark.parametrize(
+    "views, kind",
+    [
+        # With members running, one certificate per step, as before.
+        (good_certs(**{CertKind.MEMBER: None, CertKind.CLIENT: None}), "member"),
+        (good_certs(**{CertKind.OPERATOR: cert(age=900), CertKind.CLIENT: cert(age=900)}), "operator"),
+        (good_certs(**{CertKind.CLIENT: cert(issuer="other")}), "client"),
+    ],
+)
 def test_with_members_running_one_certificate_per_step(views, kind):
     step = tls_plan.next_step(TLS_SPEC, running(tls_plan.HTTPS, views))
     assert isinstance(step, a.IssueCertificate) and step.kinds == (kind,)
@@ -181,8 +203,9 @@ def test_issued_certificates_chain_to_the_ca_and_renewal_keeps_the_key():
     assert member_view.problem is None
     renewed = pki.issue_leaf(certs.request_for(TLS_SPEC, "c", "ns", CertKind.MEMBER), ca, member, NOW + 10)
     assert renewed["tls.key"] == member["tls.key"] and renewed["tls.crt"] != member["tls.crt"]
-    mismatched = pki.describe({**member, "tls.key": pki.new_ca(
-        certs.request_for(TLS_SPEC, "c", "ns", CertKind.CA), NOW)["tls.key"]})
+    mismatched = pki.describe(
+        {**member, "tls.key": pki.new_ca(certs.request_for(TLS_SPEC, "c", "ns", CertKind.CA), NOW)["tls.key"]}
+    )
     assert mismatched.problem == "tls.key does not match tls.crt"
 
 
@@ -196,38 +219,49 @@ def rotating(phase, ca_fp, trusted, leaf_issuer, served_fp="leaf", pods_follow=T
     def leaf(**kw):
         return CertView("leaf", NOW, NOW + 1000, issuer_fingerprint=leaf_issuer, trusted=trusted, **kw)
 
-    views = {CertKind.CA: ca, CertKind.MEMBER: leaf(dns_names=certs.member_dns_names("c", "ns")),
-             CertKind.OPERATOR: leaf(), CertKind.CLIENT: leaf()}
+    views = {
+        CertKind.CA: ca,
+        CertKind.MEMBER: leaf(dns_names=certs.member_dns_names("c", "ns")),
+        CertKind.OPERATOR: leaf(),
+        CertKind.CLIENT: leaf(),
+    }
     seen = running(tls_plan.HTTPS, views)
     acting = decide(TLS_SPEC, seen).acting_spec
     current = builders.pod_spec_hash(acting) if pods_follow else "before-the-bundle-changed"
     pods = {n: dataclasses.replace(p, spec_hash=current) for n, p in seen.pods.items()}
     next_view = CertView(NEW_FP, NOW, NOW + 10**8, issuer_fingerprint=NEW_FP, trusted=trusted, is_ca=True)
-    tls = TLSView(tls_plan.HTTPS, views, next_ca=next_view if next_ca else None,
-                  rotation=certs.Rotation(certs.ROTATE_CA, "r1", phase, (CA_FP,)),
-                  served={n: served_fp for n in pods})
+    tls = TLSView(
+        tls_plan.HTTPS,
+        views,
+        next_ca=next_view if next_ca else None,
+        rotation=certs.Rotation(certs.ROTATE_CA, "r1", phase, (CA_FP,)),
+        served={n: served_fp for n in pods},
+    )
     return dataclasses.replace(seen, pods=pods, tls=tls)
 
 
 BOTH = (CA_FP, NEW_FP)
 
 
-@pytest.mark.parametrize("seen, expected", [
-    # Trust: a new CA next to the old, the bundle copied into each leaf Secret, members
-    # restarted by the planner (outdated pod hash), then the next phase.
-    (rotating(certs.PHASE_TRUST, CA_FP, (CA_FP,), CA_FP, next_ca=False), ("UpdateCASecret", "add-next")),
-    (rotating(certs.PHASE_TRUST, CA_FP, BOTH, CA_FP, pods_follow=False), None),
-    (rotating(certs.PHASE_TRUST, CA_FP, BOTH, CA_FP), ("RecordRotation", certs.PHASE_ISSUE)),
-    # Issue: the new CA signs, leaves are reissued, and the phase ends once members serve them.
-    (rotating(certs.PHASE_ISSUE, CA_FP, BOTH, CA_FP), ("UpdateCASecret", "promote-next")),
-    (rotating(certs.PHASE_ISSUE, NEW_FP, BOTH, CA_FP), ("IssueCertificate", "member")),
-    (rotating(certs.PHASE_ISSUE, NEW_FP, BOTH, NEW_FP, served_fp="old-leaf"), None),
-    (rotating(certs.PHASE_ISSUE, NEW_FP, BOTH, NEW_FP), ("RecordRotation", certs.PHASE_DROP)),
-    # Drop: the old CA leaves the bundle, members restart, done.
-    (rotating(certs.PHASE_DROP, NEW_FP, BOTH, NEW_FP), ("UpdateCASecret", "drop-old")),
-    (rotating(certs.PHASE_DROP, NEW_FP, (NEW_FP,), NEW_FP, pods_follow=False), None),
-    (rotating(certs.PHASE_DROP, NEW_FP, (NEW_FP,), NEW_FP), ("RecordRotation", None)),
-])
+@pytest.mark.parametrize(
+    "seen, expected",
+    [
+        # Trust: a new CA next to the old, the bundle copied into each leaf Secret, members
+        # restarted by the planner (outdated pod hash), then the next phase.
+        (rotating(certs.PHASE_TRUST, CA_FP, (CA_FP,), CA_FP, next_ca=False), ("UpdateCASecret", "add-next")),
+        (rotating(certs.PHASE_TRUST, CA_FP, BOTH, CA_FP, pods_follow=False), None),
+        (rotating(certs.PHASE_TRUST, CA_FP, BOTH, CA_FP), ("RecordRotation", certs.PHASE_ISSUE)),
+        # Issue: the new CA signs, leaves are reissued, and the phase ends once members serve them.
+        (rotating(certs.PHASE_ISSUE, CA_FP, BOTH, CA_FP), ("UpdateCASecret", "promote-next")),
+        (rotating(certs.PHASE_ISSUE, NEW_FP, BOTH, CA_FP), ("IssueCertificate", "member")),
+        (rotating(certs.PHASE_ISSUE, NEW_FP, BOTH, NEW_FP, served_fp="old-leaf"), None),
+        (rotating(certs.PHASE_ISSUE, NEW_FP, BOTH, NEW_FP), ("RecordRotation", certs.PHASE_DROP)),
+        # Drop: the old CA leaves the bundle, members restart, done.
+        (rotating(certs.PHASE_DROP, NEW_FP, BOTH, NEW_FP), ("UpdateCASecret", "drop-old")),
+        (rotating(certs.PHASE_DROP, NEW_FP, (NEW_FP,), NEW_FP, pods_follow=False), None),
+        (rotating(certs.PHASE_DROP, NEW_FP, (NEW_FP,), NEW_FP), ("RecordRotation", None)),
+    ],
+)
 def test_ca_rotation_phases(seen, expected):
     decision = decide_accepting(TLS_SPEC, seen)
     step = tls_plan.next_step(decision.acting_spec, seen)
@@ -258,14 +292,16 @@ def test_a_changed_trust_bundle_restarts_members_through_the_pod_hash():
     before = running(tls_plan.HTTPS, good_certs())
     after_certs = {k: dataclasses.replace(v, trusted=BOTH) for k, v in good_certs().items()}
     after = running(tls_plan.HTTPS, after_certs)
-    assert builders.pod_spec_hash(decide(TLS_SPEC, before).acting_spec) != \
-        builders.pod_spec_hash(decide(TLS_SPEC, after).acting_spec)
+    assert builders.pod_spec_hash(decide(TLS_SPEC, before).acting_spec) != builders.pod_spec_hash(
+        decide(TLS_SPEC, after).acting_spec
+    )
 
 
 def test_a_requested_rotation_is_recorded_before_it_starts():
     seen = running(tls_plan.HTTPS, good_certs())
-    seen = dataclasses.replace(seen, tls=dataclasses.replace(seen.tls, requested={"CA": "r1", "Leaves": "l1"},
-                                                             rotated={"Leaves": "l1"}))
+    seen = dataclasses.replace(
+        seen, tls=dataclasses.replace(seen.tls, requested={"CA": "r1", "Leaves": "l1"}, rotated={"Leaves": "l1"})
+    )
     step = tls_plan.next_step(TLS_SPEC, seen)
     assert isinstance(step, a.RecordRotation) and step.rotation.kind == "CA" and step.rotation.replaced == (CA_FP,)
     done = dataclasses.replace(seen, tls=dataclasses.replace(seen.tls, rotated={"Leaves": "l1", "CA": "r1"}))
@@ -313,12 +349,15 @@ def test_a_member_certificate_without_the_cluster_domain_is_reissued_once():
     assert isinstance(step, a.IssueCertificate) and step.kinds == ("member",), step
     assert "every member and Service name" in step.reason
     reissued = good_certs(**{CertKind.MEMBER: cert(dns_names=certs.member_dns_names("c", "ns", "k8s.example"))})
-    assert tls_plan.next_step(TLS_SPEC, dataclasses.replace(seen, tls=TLSView(
-        transport=tls_plan.HTTPS, certs=reissued))) is None
+    assert (
+        tls_plan.next_step(TLS_SPEC, dataclasses.replace(seen, tls=TLSView(transport=tls_plan.HTTPS, certs=reissued)))
+        is None
+    )
 
 
-@pytest.mark.parametrize("value, domain", [("", "cluster.local"), ("Cluster.Local.", "cluster.local"),
-                                           ("k8s.example", "k8s.example")])
+@pytest.mark.parametrize(
+    "value, domain", [("", "cluster.local"), ("Cluster.Local.", "cluster.local"), ("k8s.example", "k8s.example")]
+)
 def test_the_cluster_domain_setting(value, domain):
     from etcd_operator.config import cluster_domain_setting
 

@@ -3,16 +3,16 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from etcd_operator.cluster.observed import PodView, PVCView, VolumePin
 from etcd_operator.cluster.observer import pin_waiting_volumes, pinned_hostname, volume_pin
 from etcd_operator.kube import client as kube
 
 
 def pv(*terms: list[dict]) -> dict:
-    return {"metadata": {"name": "pv-1"},
-            "spec": {"nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": t} for t in terms]}}}}
+    return {
+        "metadata": {"name": "pv-1"},
+        "spec": {"nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": t} for t in terms]}}},
+    }
 
 
 def on_host(*values: str, operator: str = "In", key: str = "kubernetes.io/hostname") -> dict:
@@ -27,8 +27,13 @@ class FakeKube:
     """Answers GETs of PVs and label-selected lists of Nodes; `refuse` names the kinds it
     answers 403 for, as a namespaced install's rights do."""
 
-    def __init__(self, pvs: dict[str, dict], hostnames: set[str], refuse: frozenset = frozenset(),
-                 time_out: frozenset = frozenset()):
+    def __init__(
+        self,
+        pvs: dict[str, dict],
+        hostnames: set[str],
+        refuse: frozenset = frozenset(),
+        time_out: frozenset = frozenset(),
+    ):
         self.pvs, self.hostnames, self.refuse, self.time_out = pvs, hostnames, refuse, time_out
         self.calls: list[tuple[str, str]] = []
 
@@ -37,7 +42,7 @@ class FakeKube:
         if resource.plural in self.refuse:
             raise kube.ApiError(403, "Forbidden", f"cannot get {resource.plural}")
         if resource.plural in self.time_out:
-            raise asyncio.TimeoutError()
+            raise TimeoutError()
 
     async def get(self, resource: kube.Resource, namespace, name: str):
         self._check(resource, name)
@@ -102,6 +107,7 @@ async def test_only_volumes_of_pending_member_pods_are_looked_up():
 
     def pod(name: str, phase: str) -> PodView:
         return PodView(name, f"uid-{name}", 1, phase, False, False, None, None, "existing", "", False)
+
     pods = {"c-0": pod("c-0", "Running"), "c-1": pod("c-1", "Pending")}
     views = {n: PVCView(n, f"uid-{n}", 1, False, None) for n in ("data-c-0", "data-c-1", "data-c-2")}
     raw = [pvc("data-c-0"), pvc("data-c-1"), pvc("data-c-2")]

@@ -16,15 +16,23 @@ from etcd_operator.cluster.metrics_watcher import MemberMetricsWatcher
 from etcd_operator.cluster.reconciler import ClusterReconciler
 from etcd_operator.kube import client as kube
 from etcd_operator.kube.informer import Informer, ScopeCache, Wakeups
-from tests.unit.cluster_scenarios import CLUSTER, NAMESPACE, M, observed as scenario
+from tests.unit.cluster_scenarios import CLUSTER, NAMESPACE, M
+from tests.unit.cluster_scenarios import observed as scenario
 
 
 def pod(name: str, cluster: str | None, namespace: str = "ns", version: str = "1", instance: str | None = None) -> dict:
     labels = {} if cluster is None else naming.member_labels(cluster, name)
     if instance is not None:
         labels["app.kubernetes.io/instance"] = instance
-    return {"metadata": {"name": name, "namespace": namespace, "resourceVersion": version, "labels": labels,
-                         "managedFields": [{"manager": "x"}]}}
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "resourceVersion": version,
+            "labels": labels,
+            "managedFields": [{"manager": "x"}],
+        }
+    }
 
 
 class Woken(list):
@@ -33,6 +41,7 @@ class Woken(list):
 
 
 # --- the cache ------------------------------------------------------------------------
+
 
 def test_a_cache_without_its_first_listing_never_answers_no_pods():
     cache = ScopeCache(Woken())
@@ -104,6 +113,7 @@ def test_wakeups_reach_the_registered_daemon_only_and_a_newer_daemon_keeps_its_o
 
 # --- the informer against a scripted API server -----------------------------------------
 
+
 class ScriptedApi:
     """Answers LISTs and WATCHes from a script; each watch round is a list of events or an exception."""
 
@@ -133,9 +143,12 @@ def test_the_informer_lists_watches_from_the_list_version_resumes_and_lists_agai
         woken = Woken()
         api = ScriptedApi(
             lists=[([pod("a-0", "a")], "10"), ([pod("a-0", "a", version="30")], "30")],
-            watches=[[{"type": "MODIFIED", "object": pod("a-0", "a", version="11")}],  # then the server ends it
-                     [{"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "15"}}}],
-                     kube.ApiError(410, "Expired", "too old")])
+            watches=[
+                [{"type": "MODIFIED", "object": pod("a-0", "a", version="11")}],  # then the server ends it
+                [{"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "15"}}}],
+                kube.ApiError(410, "Expired", "too old"),
+            ],
+        )
         informer = Informer(api, kube.PODS, ["ns"], woken)
         informer.start()
         await asyncio.wait_for(api.done.wait(), 5)
@@ -144,8 +157,14 @@ def test_the_informer_lists_watches_from_the_list_version_resumes_and_lists_agai
 
     calls, woken, informer = asyncio.run(scenario())
     selector = "app.kubernetes.io/name=etcd,etcd.operator.dev/cluster"
-    assert calls == [("list", "ns", selector), ("watch", "ns", "10"), ("watch", "ns", "11"),
-                     ("watch", "ns", "15"), ("list", "ns", selector), ("watch", "ns", "30")]
+    assert calls == [
+        ("list", "ns", selector),
+        ("watch", "ns", "10"),
+        ("watch", "ns", "11"),
+        ("watch", "ns", "15"),
+        ("list", "ns", selector),
+        ("watch", "ns", "30"),
+    ]
     assert woken == [("ns", "a"), ("ns", "a"), ("ns", "a")]  # first list, the change, the relist
     assert informer.children("ns", "a")[0]["metadata"]["resourceVersion"] == "30"
 
@@ -159,8 +178,11 @@ def test_the_informer_watches_each_listed_namespace_or_the_whole_cluster():
 # --- no step on cached data ---------------------------------------------------------------
 
 SPEC = {"size": 3, "recovery": {"memberUnhealthyTimeout": "60s", "quorumLossTimeout": "30s"}}
-BODY = {"metadata": {"name": CLUSTER, "namespace": NAMESPACE, "uid": "uid-c", "generation": 1},
-        "spec": SPEC, "status": {"clusterID": "1"}}
+BODY = {
+    "metadata": {"name": CLUSTER, "namespace": NAMESPACE, "uid": "uid-c", "generation": 1},
+    "spec": SPEC,
+    "status": {"clusterID": "1"},
+}
 
 
 class RecordingKube:
@@ -184,6 +206,7 @@ class RecordingKube:
 def current(obs):
     """Pods that run the pod spec this cluster's spec asks for (the scenarios use a stand-in hash)."""
     from etcd_operator.cluster.spec import ClusterSpec
+
     desired = builders.pod_spec_hash(ClusterSpec.from_dict(SPEC))
     return dataclasses.replace(obs, pods={n: dataclasses.replace(p, spec_hash=desired) for n, p in obs.pods.items()})
 
@@ -218,6 +241,7 @@ def reconciler_with_two_views(kube_client: RecordingKube) -> tuple[ClusterReconc
 def test_the_stand_in_views_decide_differently():
     from etcd_operator.cluster.decision import decide
     from etcd_operator.cluster.spec import ClusterSpec
+
     spec = ClusterSpec.from_dict(SPEC)
     assert isinstance(decide(spec, current(scenario([M(0), M(1), M(2, pod=False)]))).action, a.CreateMemberPod)
     assert isinstance(decide(spec, current(scenario([M(0), M(1), M(2)]))).action, a.Steady)
@@ -245,8 +269,9 @@ def test_a_pass_after_a_step_lists_live_and_a_steady_one_reads_the_caches():
 def test_child_services_are_applied_once_then_only_when_they_change_or_at_resync():
     kube_client = RecordingKube()
     reconciler, views = reconciler_with_two_views(kube_client)
-    reconciler.observer = type("Live", (), {"observe": lambda self, *args, **kw: asyncio.sleep(
-        0, current(scenario([M(0), M(1), M(2)])))})()
+    reconciler.observer = type(
+        "Live", (), {"observe": lambda self, *args, **kw: asyncio.sleep(0, current(scenario([M(0), M(1), M(2)])))}
+    )()
     asyncio.run(reconciler.reconcile(BODY))  # the first pass is a resync
     applied = [w for w in kube_client.writes if w[0] in ("apply", "delete")]
     assert [w[1] for w in applied] == ["services", "services", "poddisruptionbudgets", "networkpolicies"]
@@ -259,6 +284,7 @@ def test_child_services_are_applied_once_then_only_when_they_change_or_at_resync
 
 
 # --- the watch stream's framing -------------------------------------------------------------
+
 
 class StreamedResponse:
     status, reason = 200, "OK"
@@ -273,7 +299,8 @@ class StreamedResponse:
         class Content:
             async def iter_any(self):
                 for i in range(0, len(outer.data), outer.chunk):
-                    yield outer.data[i:i + outer.chunk]
+                    yield outer.data[i : i + outer.chunk]
+
         return Content()
 
     def close(self):

@@ -102,8 +102,10 @@ def operator_process(real_nodes):
     shard = claims.shard_env(claims.HOST_OPERATOR_SHARD)
 
     def make(namespace: str, env: dict[str, str] | None = None, **kwargs) -> OperatorProcess:
-        return OperatorProcess(real_nodes, namespace, env={**shard, **(env or {})},
-                               resolver=real_nodes.node_network.dns_address, **kwargs)
+        return OperatorProcess(
+            real_nodes, namespace, env={**shard, **(env or {})}, resolver=real_nodes.node_network.dns_address, **kwargs
+        )
+
     return make
 
 

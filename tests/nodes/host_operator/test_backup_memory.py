@@ -19,10 +19,10 @@ pytestmark = pytest.mark.substrate
 
 MiB = 1 << 20
 BUDGET = 16 * MiB
-PART = 5 * MiB           # the smallest part S3 takes
-CONCURRENCY = 4          # unbudgeted, 4 backups would hold 4 × 5 × 5 MiB = 100 MiB of parts
+PART = 5 * MiB  # the smallest part S3 takes
+CONCURRENCY = 4  # unbudgeted, 4 backups would hold 4 × 5 × 5 MiB = 100 MiB of parts
 DATA = 64 * MiB
-BACKUPS = 4              # one cluster each: backups of one cluster never overlap
+BACKUPS = 4  # one cluster each: backups of one cluster never overlap
 FIXED_OVERHEAD = 32 * MiB  # gRPC and HTTP buffers, threads and S3 clients of 4 backups
 
 
@@ -49,11 +49,13 @@ def test_concurrent_large_backups_stay_within_the_memory_budget(real_nodes, oper
         for name in clusters:
             wait_healthy(namespace, name, 1)
         # One small backup first, so that loading the S3 client (boto3's models) is not counted.
-        storage = s3_storage_spec(real_nodes, f"tests/{namespace}", partSizeBytes=PART,
-                                  uploadConcurrency=CONCURRENCY)
+        storage = s3_storage_spec(real_nodes, f"tests/{namespace}", partSizeBytes=PART, uploadConcurrency=CONCURRENCY)
         apply_backup(namespace, "warmup", {"clusterRef": {"name": clusters[0]}, "storage": storage})
-        wait_for(lambda: get_backup(namespace, "warmup").get("status", {}).get("phase") == "Completed", 120,
-                 what="warm-up backup completed")
+        wait_for(
+            lambda: get_backup(namespace, "warmup").get("status", {}).get("phase") == "Completed",
+            120,
+            what="warm-up backup completed",
+        )
         with concurrent.futures.ThreadPoolExecutor(BACKUPS) as pool:
             list(pool.map(lambda name: fill(member_endpoints(namespace, name), DATA // MiB, MiB), clusters))
 
@@ -62,15 +64,22 @@ def test_concurrent_large_backups_stay_within_the_memory_budget(real_nodes, oper
         baseline = proc_status(pid)["VmRSS"]
         for name in clusters:
             apply_backup(namespace, name, {"clusterRef": {"name": name}, "storage": storage})
-        done = wait_for(lambda: all(get_backup(namespace, n).get("status", {}).get("phase") == "Completed"
-                                    for n in clusters) and [get_backup(namespace, n) for n in clusters],
-                        300, what="all backups completed")
+        done = wait_for(
+            lambda: (
+                all(get_backup(namespace, n).get("status", {}).get("phase") == "Completed" for n in clusters)
+                and [get_backup(namespace, n) for n in clusters]
+            ),
+            300,
+            what="all backups completed",
+        )
         peak = proc_status(pid)["VmHWM"]
     finally:
         operator.stop()
     sizes = [b["status"]["lastBackup"]["size"] for b in done]
     assert all(size >= DATA for size in sizes), sizes
     growth = peak - baseline
-    print(f"operator RSS {baseline / MiB:.0f} MiB before, peak {peak / MiB:.0f} MiB during {BACKUPS} backups of "
-          f"{min(sizes) / MiB:.0f} MiB: growth {growth / MiB:.1f} MiB, budget {BUDGET / MiB:.0f} MiB")
+    print(
+        f"operator RSS {baseline / MiB:.0f} MiB before, peak {peak / MiB:.0f} MiB during {BACKUPS} backups of "
+        f"{min(sizes) / MiB:.0f} MiB: growth {growth / MiB:.1f} MiB, budget {BUDGET / MiB:.0f} MiB"
+    )
     assert growth <= BUDGET + FIXED_OVERHEAD, f"RSS grew {growth / MiB:.1f} MiB"

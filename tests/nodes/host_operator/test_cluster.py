@@ -10,16 +10,33 @@ import json
 import pytest
 
 from etcd_operator.cluster import naming
-from tests.support.clusters import (FAST_RECOVERY, apply_cluster, condition, events, get_cluster,
-                                    member_endpoints, member_pods, patch_spec, wait_condition, wait_healthy)
-from tests.support.cluster_checks import (assert_all_acked_writes_present, etcdctl, live_configuration, pod_of,
-                                          read_prefix, restart_count)
+from tests.support.cluster_checks import (
+    assert_all_acked_writes_present,
+    etcdctl,
+    live_configuration,
+    pod_of,
+    read_prefix,
+    restart_count,
+)
+from tests.support.clusters import (
+    FAST_RECOVERY,
+    apply_cluster,
+    condition,
+    events,
+    get_cluster,
+    member_endpoints,
+    member_pods,
+    patch_spec,
+    wait_condition,
+    wait_healthy,
+)
 from tests.support.etcd_data import put_markers
 from tests.support.etcd_probes import AckedWriter, MembershipLog, MembershipRecorder, voter_counts
 from tests.support.kubectl import kubectl, kubectl_json
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.substrate
+
 
 def test_create_scale_and_heal(namespace, operator, container_faults):
     apply_cluster(namespace, "demo", {"size": 3, "storage": {"size": "1Gi"}, "recovery": FAST_RECOVERY})
@@ -32,8 +49,9 @@ def test_create_scale_and_heal(namespace, operator, container_faults):
     writer = AckedWriter(lambda: member_endpoints(namespace, "demo")).start()
     recorder = MembershipRecorder(lambda: member_endpoints(namespace, "demo")).start()
     start = live_configuration(endpoints)
-    membership = MembershipLog(namespace, [p["metadata"]["name"] for p in member_pods(namespace, "demo")],
-                               container_faults.read_log).mark()
+    membership = MembershipLog(
+        namespace, [p["metadata"]["name"] for p in member_pods(namespace, "demo")], container_faults.read_log
+    ).mark()
     for size in (5, 3, 1, 3):
         patch_spec(namespace, "demo", {"size": size})
         wait_healthy(namespace, "demo", size, timeout=300)
@@ -66,9 +84,15 @@ def test_create_scale_and_heal(namespace, operator, container_faults):
     # A member's data is wiped: it is replaced by a new member with a new identity.
     container_faults.lose_disk(namespace, naming.pvc_name(victim))
     container_faults.crash_container(namespace, victim, "etcd")
-    obj = wait_for(lambda: (o := wait_healthy(namespace, "demo", 3))
-                   and victim not in {m["name"] for m in o["status"]["members"]} and o, 300,
-                   what=f"{victim} replaced")
+    obj = wait_for(
+        lambda: (
+            (o := wait_healthy(namespace, "demo", 3))
+            and victim not in {m["name"] for m in o["status"]["members"]}
+            and o
+        ),
+        300,
+        what=f"{victim} replaced",
+    )
     writer.stop()
 
     endpoints = member_endpoints(namespace, "demo")
@@ -78,8 +102,7 @@ def test_create_scale_and_heal(namespace, operator, container_faults):
     assert {"MemberAdded", "MemberPromoted", "MemberRemoved", "MemberReplaced"} <= reasons, reasons
 
 
-def test_quorum_loss_waits_for_approval_then_recovers_from_the_best_survivor(namespace, operator,
-                                                                              container_faults):
+def test_quorum_loss_waits_for_approval_then_recovers_from_the_best_survivor(namespace, operator, container_faults):
     apply_cluster(namespace, "q", {"size": 3, "storage": {"size": "1Gi"}, "recovery": FAST_RECOVERY})
     wait_healthy(namespace, "q", 3)
     writer = AckedWriter(lambda: member_endpoints(namespace, "q")).start()
@@ -134,9 +157,13 @@ def test_operator_killed_right_after_member_add_and_remove_converges(operator_pr
 
         operator.start()
         wait_healthy(namespace, "k", 1)
-        wait_for(lambda: len(member_pods(namespace, "k")) == 1
-                 and len(kubectl_json("get", "pvc", "-n", namespace)["items"]) == 1, 120,
-                 what="the removed member's pod and PVC cleaned up")
+        wait_for(
+            lambda: (
+                len(member_pods(namespace, "k")) == 1 and len(kubectl_json("get", "pvc", "-n", namespace)["items"]) == 1
+            ),
+            120,
+            what="the removed member's pod and PVC cleaned up",
+        )
     finally:
         operator.stop()
 
@@ -161,8 +188,12 @@ REJECTED_BY_SCHEMA = [
 
 @pytest.mark.parametrize("spec,message", REJECTED_BY_SCHEMA, ids=[m for _, m in REJECTED_BY_SCHEMA])
 def test_invalid_spec_is_rejected_with_a_clear_message(namespace, spec, message):
-    manifest = {"apiVersion": "etcd.operator.dev/v1alpha1", "kind": "EtcdCluster",
-                "metadata": {"name": "bad", "namespace": namespace}, "spec": spec}
+    manifest = {
+        "apiVersion": "etcd.operator.dev/v1alpha1",
+        "kind": "EtcdCluster",
+        "metadata": {"name": "bad", "namespace": namespace},
+        "spec": spec,
+    }
     refused = kubectl("apply", "-f", "-", input=json.dumps(manifest), check=False)
     assert refused.returncode != 0 and message in refused.stderr, refused.stderr
 
@@ -178,13 +209,19 @@ def test_disallowed_changes_become_a_condition_and_touch_nothing(namespace, oper
     ]
     for change, reason in cases:
         patch_spec(namespace, "c", change)
-        obj = wait_for(lambda reason=reason: (o := get_cluster(namespace, "c"))
-                       and (condition(o, "SpecAccepted") or {}).get("reason") == reason and o, 60, what=reason)
+        obj = wait_for(
+            lambda reason=reason: (
+                (o := get_cluster(namespace, "c"))
+                and (condition(o, "SpecAccepted") or {}).get("reason") == reason
+                and o
+            ),
+            60,
+            what=reason,
+        )
         assert condition(obj, "SpecAccepted")["status"] == "False"
         assert condition(obj, "Available")["status"] == "True"
         assert {p["metadata"]["uid"] for p in member_pods(namespace, "c")} == uids, "a member pod was touched"
-        undo = {"version": "3.6.16", "storage": {"size": "1Gi", "storageClassName": None},
-                "etcd": {"extraArgs": None}}
+        undo = {"version": "3.6.16", "storage": {"size": "1Gi", "storageClassName": None}, "etcd": {"extraArgs": None}}
         patch_spec(namespace, "c", undo)
         wait_condition(namespace, "c", "SpecAccepted", "True", timeout=60)
     assert {p["metadata"]["uid"] for p in member_pods(namespace, "c")} == uids
@@ -207,8 +244,13 @@ def test_delete_with_reclaim_policy(namespace, operator):
 
     def pvc_names():
         return {p["metadata"]["name"] for p in kubectl_json("get", "pvc", "-n", namespace)["items"]}
-    wait_for(lambda: not member_pods(namespace, "keep") and not member_pods(namespace, "drop")
-             and pvc_names() == {"data-keep-0"}, 120, what="pods gone, only the retained PVC left")
+
+    wait_for(
+        lambda: (
+            not member_pods(namespace, "keep") and not member_pods(namespace, "drop") and pvc_names() == {"data-keep-0"}
+        ),
+        120,
+        what="pods gone, only the retained PVC left",
+    )
     retained = kubectl_json("get", "pvc", "data-keep-0", "-n", namespace)
     assert not retained["metadata"].get("ownerReferences")
-

@@ -13,8 +13,15 @@ import pytest
 from etcd_operator.cluster import naming
 from tests.support.cluster_view import DESTRUCTIVE_EVENTS, ClusterView, hex_ids
 from tests.support.clusters import apply_cluster, condition, is_healthy, patch_spec, wait_healthy
-from tests.support.etcd_data import (ALARM_NOSPACE, alarms, fill_history_until_nospace, member_ids, put_key,
-                                     put_markers, read_keys)
+from tests.support.etcd_data import (
+    ALARM_NOSPACE,
+    alarms,
+    fill_history_until_nospace,
+    member_ids,
+    put_key,
+    put_markers,
+    read_keys,
+)
 from tests.support.kubectl import kubectl
 from tests.support.waiting import holds_throughout, wait_for, wait_for_holding
 
@@ -31,11 +38,17 @@ def test_nospace_alarm_is_remediated_in_place(kube_api, namespace, operator):
     compacts, defragments one member at a time, disarms the alarm, and every member, pod,
     PVC and key stays."""
     name = "full"
-    apply_cluster(namespace, name, {
-        "size": 3, "storage": {"size": "1Gi"}, "etcd": {"quotaBackendBytes": QUOTA},
-        "recovery": {"automaticQuorumRecovery": True, "quorumLossTimeout": f"{QUORUM_LOSS_TIMEOUT}s"},
-        "maintenance": {"spaceRecovery": {"retainRevisions": 5}},
-    })
+    apply_cluster(
+        namespace,
+        name,
+        {
+            "size": 3,
+            "storage": {"size": "1Gi"},
+            "etcd": {"quotaBackendBytes": QUOTA},
+            "recovery": {"automaticQuorumRecovery": True, "quorumLossTimeout": f"{QUORUM_LOSS_TIMEOUT}s"},
+            "maintenance": {"spaceRecovery": {"retainRevisions": 5}},
+        },
+    )
     wait_healthy(namespace, name, 3)
     view = ClusterView(kube_api, namespace, name)
     before = view.identity()
@@ -71,16 +84,26 @@ def test_nospace_alarm_is_remediated_in_place(kube_api, namespace, operator):
             return None
         fits = condition(view.cluster(), "DatabaseFits") or {}
         return reasons if fits.get("status") == "True" else None
-    wait_for_holding(remediated, nothing_destroyed, max(60.0, window_end - time.monotonic()), interval=1.0,
-                     what="NOSPACE compacted, defragmented and disarmed")
+
+    wait_for_holding(
+        remediated,
+        nothing_destroyed,
+        max(60.0, window_end - time.monotonic()),
+        interval=1.0,
+        what="NOSPACE compacted, defragmented and disarmed",
+    )
     assert "NoSpace" in view.event_reasons("Warning"), "the alarm was never reported"
-    defragmented = [e for e in view.core.list_namespaced_event(
-        namespace, field_selector=f"involvedObject.name={name}").items if e.reason == "MemberDefragmented"]
+    defragmented = [
+        e
+        for e in view.core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}").items
+        if e.reason == "MemberDefragmented"
+    ]
     assert len(defragmented) >= 3, [e.message for e in defragmented]
 
     put_key(view.serving_endpoints(), "/after/nospace", "written")
-    holds_throughout(nothing_destroyed, max(0.0, window_end - time.monotonic()), interval=1.0,
-                     what="a NOSPACE cluster left intact")
+    holds_throughout(
+        nothing_destroyed, max(0.0, window_end - time.monotonic()), interval=1.0, what="a NOSPACE cluster left intact"
+    )
 
     assert view.identity().members == before.members
     assert read_keys(view.serving_endpoints(), list(markers)) == markers
@@ -119,11 +142,17 @@ def test_a_pod_spec_the_api_server_refuses_costs_no_member(kube_api, namespace, 
             if accepted.get("status") == "False" and step in progressing:
                 return obj
             return None
+
         return check
 
     patch_spec(namespace, name, {"pod": {"priorityClassName": MISSING_PRIORITY_CLASS}})
-    obj = wait_for_holding(refused_condition("RollMember"), same_members_and_pods, 120, interval=1.0,
-                           what="PodSpecAccepted=False while the roll waits")
+    obj = wait_for_holding(
+        refused_condition("RollMember"),
+        same_members_and_pods,
+        120,
+        interval=1.0,
+        what="PodSpecAccepted=False while the roll waits",
+    )
     accepted = condition(obj, "PodSpecAccepted")
     assert accepted["reason"] == "RejectedByAPIServer", accepted
     assert "spec.pod.priorityClassName" in accepted["message"], accepted
@@ -134,8 +163,13 @@ def test_a_pod_spec_the_api_server_refuses_costs_no_member(kube_api, namespace, 
 
     # A scale-up meets the same refusal before any member is added.
     patch_spec(namespace, name, {"size": 4})
-    wait_for_holding(refused_condition("AddLearner"), same_members_and_pods, 120, interval=1.0,
-                     what="the scale-up waits on the refused pod spec")
+    wait_for_holding(
+        refused_condition("AddLearner"),
+        same_members_and_pods,
+        120,
+        interval=1.0,
+        what="the scale-up waits on the refused pod spec",
+    )
     holds_throughout(same_members_and_pods, 15, what="no member added while its pod would be refused")
     assert "MemberRolling" not in view.event_reasons()
 
@@ -156,8 +190,16 @@ def test_a_pod_spec_the_api_server_refuses_costs_no_member(kube_api, namespace, 
         obj = view.cluster()
         accepted = condition(obj, "PodSpecAccepted") or {}
         progressing = (condition(obj, "Progressing") or {}).get("message", "")
-        return obj if (f"CreateMemberPod of {lost} waits" in progressing and accepted.get("status") == "False"
-                       and f"the pod of {lost}" in accepted.get("message", "")) else None
+        return (
+            obj
+            if (
+                f"CreateMemberPod of {lost} waits" in progressing
+                and accepted.get("status") == "False"
+                and f"the pod of {lost}" in accepted.get("message", "")
+            )
+            else None
+        )
+
     wait_for_holding(create_refused, members_kept, 120, interval=1.0, what=f"status says why {lost} has no pod")
     assert set(view.identity().pods) == set(before_loss.pods)
 
@@ -169,10 +211,14 @@ def test_a_pod_spec_the_api_server_refuses_costs_no_member(kube_api, namespace, 
         def rolled():
             obj = view.cluster()
             pods = view.pods()
-            on_class = [p for p in pods if p.spec.priority_class_name == priority_class
-                        and p.metadata.uid not in before.pods.values()]
+            on_class = [
+                p
+                for p in pods
+                if p.spec.priority_class_name == priority_class and p.metadata.uid not in before.pods.values()
+            ]
             accepted = condition(obj, "PodSpecAccepted") or {}
             return obj if accepted.get("status") == "True" and len(on_class) == 3 and is_healthy(obj, 3) else None
+
         wait_for(rolled, 360, interval=2.0, what="the condition cleared and every member rolled onto the class")
         assert member_ids(view.serving_endpoints()) == before.members
         assert view.pvcs() == before.pvcs

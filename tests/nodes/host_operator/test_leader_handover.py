@@ -43,8 +43,7 @@ def print_logs(*replicas: OperatorProcess) -> None:
             print(f"----- tail of {r.log_path} -----\n{r.log_text()[-8000:]}")
 
 
-def test_a_frozen_leader_is_replaced_mid_scale_up_and_never_writes_again(operator_process, namespace,
-                                                                          container_faults):
+def test_a_frozen_leader_is_replaced_mid_scale_up_and_never_writes_again(operator_process, namespace, container_faults):
     a, b = replica(operator_process, namespace, "replica-a"), replica(operator_process, namespace, "replica-b")
     recorder = None
     try:
@@ -56,20 +55,31 @@ def test_a_frozen_leader_is_replaced_mid_scale_up_and_never_writes_again(operato
         assert lease_holder(namespace).startswith("replica-a_")
 
         start = live_configuration(member_endpoints(namespace, "ha"))
-        membership = MembershipLog(namespace, [p["metadata"]["name"] for p in member_pods(namespace, "ha")],
-                                   container_faults.read_log).mark()
+        membership = MembershipLog(
+            namespace, [p["metadata"]["name"] for p in member_pods(namespace, "ha")], container_faults.read_log
+        ).mark()
         recorder = MembershipRecorder(lambda: member_endpoints(namespace, "ha"), interval=0.1).start()
         patch_spec(namespace, "ha", {"size": 3})
-        wait_for(lambda: any(learner for s in recorder.samples for _, learner in s.members), 120,
-                 interval=0.05, what="the first learner added by replica-a")
+        wait_for(
+            lambda: any(learner for s in recorder.samples for _, learner in s.members),
+            120,
+            interval=0.05,
+            what="the first learner added by replica-a",
+        )
         a.freeze()
         frozen_at = time.monotonic()
 
-        wait_for(lambda: lease_holder(namespace).startswith("replica-b_"), 120, interval=0.2,
-                 what="replica-b takes the lease")
+        wait_for(
+            lambda: lease_holder(namespace).startswith("replica-b_"),
+            120,
+            interval=0.2,
+            what="replica-b takes the lease",
+        )
         print(f"\nreplica-b took the lease {time.monotonic() - frozen_at:.1f}s after replica-a was frozen")
         wait_healthy(namespace, "ha", 3, timeout=300)
-        members_before = json.loads(etcdctl(member_endpoints(namespace, "ha"), "member", "list", "-w", "json"))["members"]
+        members_before = json.loads(etcdctl(member_endpoints(namespace, "ha"), "member", "list", "-w", "json"))[
+            "members"
+        ]
         pods_before = {p["metadata"]["name"]: p["metadata"]["uid"] for p in member_pods(namespace, "ha")}
 
         a.mark_log(RESUMED)  # while it is stopped, so every line below it came after the resume

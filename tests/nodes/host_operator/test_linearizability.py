@@ -15,8 +15,16 @@ import pytest
 
 from etcd_operator.cluster import naming
 from etcd_operator.etcd.client import ClientTLS
-from tests.support.clusters import (FAST_RECOVERY, apply_cluster, get_cluster, is_healthy, member_endpoints,
-                                    member_pods, patch_spec, wait_healthy)
+from tests.support.clusters import (
+    FAST_RECOVERY,
+    apply_cluster,
+    get_cluster,
+    is_healthy,
+    member_endpoints,
+    member_pods,
+    patch_spec,
+    wait_healthy,
+)
 from tests.support.history import check, longest_gap, to_json, unknown_outcomes
 from tests.support.kubectl import kubectl, secret_bytes
 from tests.support.kv_workload import KeyValueWorkload
@@ -49,8 +57,11 @@ def replaced(namespace: str, victim: str) -> bool:
 
 def all_on(namespace: str, version: str) -> bool:
     obj = get_cluster(namespace, CLUSTER)
-    return is_healthy(obj, 3) and obj["status"].get("currentVersion") == version and all(
-        p["spec"]["containers"][0]["image"].endswith(f":v{version}") for p in member_pods(namespace, CLUSTER))
+    return (
+        is_healthy(obj, 3)
+        and obj["status"].get("currentVersion") == version
+        and all(p["spec"]["containers"][0]["image"].endswith(f":v{version}") for p in member_pods(namespace, CLUSTER))
+    )
 
 
 class ActionLog:
@@ -66,13 +77,18 @@ class ActionLog:
         self.windows.append((name, start, time.monotonic_ns()))
 
 
-def test_client_history_stays_linearizable_through_every_operator_action(namespace, operator, container_faults,
-                                                                           tmp_path):
-    apply_cluster(namespace, CLUSTER, {"size": 3, "version": FROM_VERSION, "storage": {"size": "1Gi"},
-                                       "tls": {}, "recovery": FAST_RECOVERY})
+def test_client_history_stays_linearizable_through_every_operator_action(
+    namespace, operator, container_faults, tmp_path
+):
+    apply_cluster(
+        namespace,
+        CLUSTER,
+        {"size": 3, "version": FROM_VERSION, "storage": {"size": "1Gi"}, "tls": {}, "recovery": FAST_RECOVERY},
+    )
     wait_healthy(namespace, CLUSTER, 3, timeout=300)
-    workload = KeyValueWorkload(lambda: member_endpoints(namespace, CLUSTER),
-                                lambda: user_credentials(namespace)).start()
+    workload = KeyValueWorkload(
+        lambda: member_endpoints(namespace, CLUSTER), lambda: user_credentials(namespace)
+    ).start()
     log = ActionLog()
     began = time.monotonic()
     try:
@@ -98,15 +114,22 @@ def test_client_history_stays_linearizable_through_every_operator_action(namespa
 
         with log.action(f"rolling upgrade {FROM_VERSION} -> {TO_VERSION}, operator SIGKILLed mid-roll"):
             patch_spec(namespace, CLUSTER, {"version": TO_VERSION})
-            wait_for(lambda: any(p["spec"]["containers"][0]["image"].endswith(f":v{TO_VERSION}")
-                                 for p in member_pods(namespace, CLUSTER)), 120, what="the first member rolled")
+            wait_for(
+                lambda: any(
+                    p["spec"]["containers"][0]["image"].endswith(f":v{TO_VERSION}")
+                    for p in member_pods(namespace, CLUSTER)
+                ),
+                120,
+                what="the first member rolled",
+            )
             operator.kill()
             operator.start()
             wait_for(lambda: all_on(namespace, TO_VERSION), 400, interval=1.0, what=f"every member on {TO_VERSION}")
 
         with log.action("leaf certificates rotated"):
-            kubectl("annotate", "etcdcluster", CLUSTER, "-n", namespace,
-                    f"{naming.ANNOTATION_ROTATE_CERTIFICATES}=leaves-1")
+            kubectl(
+                "annotate", "etcdcluster", CLUSTER, "-n", namespace, f"{naming.ANNOTATION_ROTATE_CERTIFICATES}=leaves-1"
+            )
             wait_for(lambda: rotated(namespace, "Leaves", "leaves-1"), 120, what="the leaf rotation to finish")
             wait_healthy(namespace, CLUSTER, 3)
 
@@ -137,12 +160,16 @@ def test_client_history_stays_linearizable_through_every_operator_action(namespa
     verdict = check(operations, visualize=str(tmp_path / "history"))
     checked = time.monotonic() - checking
     successes = sorted(o.returned for o in operations if o.returned is not None)
-    print(f"\n{len(operations)} operations in {ran:.0f}s ({len(operations) / ran:.0f}/s), "
-          f"{unknown_outcomes(operations)} puts of unknown outcome, failed calls by code: {dict(workload.errors)}, "
-          f"the clients' event loop at most {workload.loop_lag:.2f}s late")
+    print(
+        f"\n{len(operations)} operations in {ran:.0f}s ({len(operations) / ran:.0f}/s), "
+        f"{unknown_outcomes(operations)} puts of unknown outcome, failed calls by code: {dict(workload.errors)}, "
+        f"the clients' event loop at most {workload.loop_lag:.2f}s late"
+    )
     for name, start, end in log.windows:
-        print(f"  {name}: {(end - start) / 1e9:.1f}s, longest without a successful operation "
-              f"{longest_gap(successes, start, end) / 1e9:.2f}s")
+        print(
+            f"  {name}: {(end - start) / 1e9:.1f}s, longest without a successful operation "
+            f"{longest_gap(successes, start, end) / 1e9:.2f}s"
+        )
     print(f"{verdict.report}(checked in {checked:.1f}s)")
     assert verdict.linearizable, f"{verdict.report}\nthe history and porcupine's view: {tmp_path}"
     assert not workload.unread, f"the final read of {workload.unread} never succeeded"

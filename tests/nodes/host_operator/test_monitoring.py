@@ -26,9 +26,9 @@ from tests.support.chart_release import restricted_namespace
 from tests.support.clusters import apply_cluster, condition, events, get_cluster, member_pods, wait_healthy
 from tests.support.etcd_process import free_port
 from tests.support.finalizers import release_finalizers
-from tests.support.processes import stop_gracefully
 from tests.support.kubectl import kubectl
 from tests.support.operator_process import OperatorProcess
+from tests.support.processes import stop_gracefully
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.substrate
@@ -61,15 +61,22 @@ def http_text(url: str) -> str:
 
 
 def running_pods(ns: str) -> list[dict]:
-    return [p for p in member_pods(ns, CLUSTER)
-            if (p.get("status") or {}).get("podIP") and not p["metadata"].get("deletionTimestamp")]
+    return [
+        p
+        for p in member_pods(ns, CLUSTER)
+        if (p.get("status") or {}).get("podIP") and not p["metadata"].get("deletionTimestamp")
+    ]
 
 
 def test_monitoring_objects_pass_server_side_dry_run_against_the_prometheus_operator_crds(kubectl_on_real_nodes):
     for crd in monitoring.prometheus_operator_crds():
         kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crd))
-    kubectl("wait", "--for=condition=Established", "--timeout=60s",
-            *(f"crd/{kind}.monitoring.coreos.com" for kind in monitoring.MONITORING_CRDS))
+    kubectl(
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        *(f"crd/{kind}.monitoring.coreos.com" for kind in monitoring.MONITORING_CRDS),
+    )
     docs = [d for d in yaml.safe_load_all(kubectl("kustomize", str(monitoring.MONITORING)).stdout) if d]
     for doc in docs:
         doc["metadata"]["namespace"] = "default"
@@ -81,12 +88,13 @@ def test_monitoring_objects_pass_server_side_dry_run_against_the_prometheus_oper
 def test_rules_and_dashboard_use_only_exposed_metric_names(monitored):
     ns, operator = monitored
     pod = running_pods(ns)[0]
-    exposed = (monitoring.exposed_names(http_text(f"http://127.0.0.1:{operator.health_port}/metrics"))
-               | monitoring.exposed_names(http_text(f"http://{pod['status']['podIP']}:{naming.METRICS_PORT}/metrics"))
-               | {"up"})  # Prometheus's own series for every target
+    exposed = (
+        monitoring.exposed_names(http_text(f"http://127.0.0.1:{operator.health_port}/metrics"))
+        | monitoring.exposed_names(http_text(f"http://{pod['status']['podIP']}:{naming.METRICS_PORT}/metrics"))
+        | {"up"}
+    )  # Prometheus's own series for every target
     used = monitoring.used_metric_names()
-    missing = {name: sorted(where) for name, where in used.items()
-               if name not in exposed}
+    missing = {name: sorted(where) for name, where in used.items() if name not in exposed}
     assert not missing, f"used but exposed by neither the operator nor a member: {missing}"
     assert len(used) > 20
 
@@ -98,24 +106,44 @@ class Prometheus:
         self.dir, self.port = workdir, free_port()
         (workdir / "rules.yaml").write_text(yaml.safe_dump(monitoring.rule_groups(for_override="2s")))
         (workdir / "operator.json").write_text(json.dumps([{"targets": [f"127.0.0.1:{operator_port}"]}]))
-        (workdir / "members.json").write_text(json.dumps([
-            {"targets": [f"{p['status']['podIP']}:{naming.METRICS_PORT}"],
-             "labels": {"namespace": ns, "cluster": CLUSTER, "pod": p["metadata"]["name"]}}
-            for p in running_pods(ns)]))
-        (workdir / "prometheus.yml").write_text(yaml.safe_dump({
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "1s"},
-            "rule_files": ["rules.yaml"],
-            "scrape_configs": [
-                {"job_name": "etcd-operator-metrics", "honor_labels": True,
-                 "file_sd_configs": [{"files": ["operator.json"]}]},
-                {"job_name": "etcd-members", "file_sd_configs": [{"files": ["members.json"]}]},
-            ],
-        }))
+        (workdir / "members.json").write_text(
+            json.dumps(
+                [
+                    {
+                        "targets": [f"{p['status']['podIP']}:{naming.METRICS_PORT}"],
+                        "labels": {"namespace": ns, "cluster": CLUSTER, "pod": p["metadata"]["name"]},
+                    }
+                    for p in running_pods(ns)
+                ]
+            )
+        )
+        (workdir / "prometheus.yml").write_text(
+            yaml.safe_dump(
+                {
+                    "global": {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "1s"},
+                    "rule_files": ["rules.yaml"],
+                    "scrape_configs": [
+                        {
+                            "job_name": "etcd-operator-metrics",
+                            "honor_labels": True,
+                            "file_sd_configs": [{"files": ["operator.json"]}],
+                        },
+                        {"job_name": "etcd-members", "file_sd_configs": [{"files": ["members.json"]}]},
+                    ],
+                }
+            )
+        )
         self.log = open(workdir / "prometheus.log", "wb")
         self.process = subprocess.Popen(
-            [str(monitoring.prometheus_binary("prometheus")), f"--config.file={workdir / 'prometheus.yml'}",
-             f"--storage.tsdb.path={workdir / 'data'}", f"--web.listen-address=127.0.0.1:{self.port}"],
-            stdout=self.log, stderr=subprocess.STDOUT)
+            [
+                str(monitoring.prometheus_binary("prometheus")),
+                f"--config.file={workdir / 'prometheus.yml'}",
+                f"--storage.tsdb.path={workdir / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
 
     def api(self, path: str, **params) -> dict:
         query = f"?{urllib.parse.urlencode(params)}" if params else ""
@@ -124,8 +152,11 @@ class Prometheus:
         return body["data"]
 
     def firing(self, alert: str, ns: str) -> list[dict]:
-        return [a for a in self.api("alerts")["alerts"] if a["labels"].get("alertname") == alert
-                and a["labels"].get("namespace") == ns and a["state"] == "firing"]
+        return [
+            a
+            for a in self.api("alerts")["alerts"]
+            if a["labels"].get("alertname") == alert and a["labels"].get("namespace") == ns and a["state"] == "firing"
+        ]
 
     def stop(self) -> None:
         stop_gracefully(self.process, 20)
@@ -145,23 +176,34 @@ def prometheus(monitored, tmp_path):
 def test_prometheus_sees_the_members_down_alert_fire_and_resolve(monitored, prometheus, container_faults):
     ns, _ = monitored
     # Both kinds of target are scraped: three members report a leader, the operator its view.
-    wait_for(lambda: prometheus.api("query", query=f'count(etcd_server_has_leader{{namespace="{ns}"}} == 1)')
-             ["result"][0]["value"][1] == "3", 60, what="Prometheus scraping three members")
-    wait_for(lambda: prometheus.api("query", query=f'etcd_operator_cluster_desired_members{{namespace="{ns}"}}')
-             ["result"], 30, what="Prometheus scraping the operator")
+    wait_for(
+        lambda: (
+            prometheus.api("query", query=f'count(etcd_server_has_leader{{namespace="{ns}"}} == 1)')["result"][0][
+                "value"
+            ][1]
+            == "3"
+        ),
+        60,
+        what="Prometheus scraping three members",
+    )
+    wait_for(
+        lambda: prometheus.api("query", query=f'etcd_operator_cluster_desired_members{{namespace="{ns}"}}')["result"],
+        30,
+        what="Prometheus scraping the operator",
+    )
     assert prometheus.firing("EtcdMembersDown", ns) == []
 
     victim = running_pods(ns)[-1]["metadata"]["name"]
     container_faults.freeze_container(ns, victim, "etcd")  # the member stops answering, as a hung process would
     try:
-        alert = wait_for(lambda: prometheus.firing("EtcdMembersDown", ns), 120, interval=1.0,
-                         what="EtcdMembersDown firing")[0]
+        alert = wait_for(
+            lambda: prometheus.firing("EtcdMembersDown", ns), 120, interval=1.0, what="EtcdMembersDown firing"
+        )[0]
         assert alert["labels"]["cluster"] == CLUSTER and alert["labels"]["severity"] == "warning"
     finally:
         container_faults.thaw_container(ns, victim, "etcd")
     wait_healthy(ns, CLUSTER, 3)
-    wait_for(lambda: prometheus.firing("EtcdMembersDown", ns) == [], 60, interval=1.0,
-             what="EtcdMembersDown resolved")
+    wait_for(lambda: prometheus.firing("EtcdMembersDown", ns) == [], 60, interval=1.0, what="EtcdMembersDown resolved")
 
 
 def test_database_near_quota_is_detected_from_member_metrics(monitored):
@@ -176,8 +218,11 @@ def test_database_near_quota_is_detected_from_member_metrics(monitored):
     async def fill() -> int:
         import grpc
         from aetcd import rpc
-        async with EtcdMemberClient(endpoints[0], timeout=30) as client, \
-                grpc.aio.insecure_channel(endpoints[0]) as channel:
+
+        async with (
+            EtcdMemberClient(endpoints[0], timeout=30) as client,
+            grpc.aio.insecure_channel(endpoints[0]) as channel,
+        ):
             maintenance = rpc.MaintenanceStub(channel)
             for i in range(200):
                 await maintenance.Hash(rpc.HashRequest(), timeout=30)
@@ -192,23 +237,34 @@ def test_database_near_quota_is_detected_from_member_metrics(monitored):
     def warned():
         obj = get_cluster(ns, CLUSTER)
         cond = condition(obj, "MemberWarnings")
-        warned_members = [m["name"] for m in obj["status"]["members"]
-                          if any(w["kind"] == "DatabaseNearQuota" for w in m.get("warnings") or [])]
+        warned_members = [
+            m["name"]
+            for m in obj["status"]["members"]
+            if any(w["kind"] == "DatabaseNearQuota" for w in m.get("warnings") or [])
+        ]
         return (obj, cond) if cond and cond["status"] == "True" and len(warned_members) == 3 else None
 
     obj, cond = wait_for(warned, 90, interval=1.0, what="DatabaseNearQuota on all three members")
     assert cond["reason"] == "Warning" and "DatabaseNearQuota" in cond["message"]
     alarm = condition(obj, "Alarm") or {}
     assert alarm.get("status") == "False", f"near, not over the quota: {alarm} {obj['status']['members']}"
-    wait_for(lambda: [e for e in events(ns, CLUSTER) if e["reason"] == "DatabaseNearQuota"
-                      and e["type"] == "Warning"], 30, what="a DatabaseNearQuota event")
+    wait_for(
+        lambda: [e for e in events(ns, CLUSTER) if e["reason"] == "DatabaseNearQuota" and e["type"] == "Warning"],
+        30,
+        what="a DatabaseNearQuota event",
+    )
 
 
 def series_of(operator: OperatorProcess, name: str, **labels: str) -> list[float]:
     page = http_text(f"http://127.0.0.1:{operator.health_port}/metrics")
     from prometheus_client.parser import text_string_to_metric_families
-    return [s.value for f in text_string_to_metric_families(page) for s in f.samples
-            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())]
+
+    return [
+        s.value
+        for f in text_string_to_metric_families(page)
+        for s in f.samples
+        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+    ]
 
 
 def test_backup_freshness_comes_from_status_and_deleted_objects_lose_their_series(real_nodes, monitored):
@@ -218,21 +274,34 @@ def test_backup_freshness_comes_from_status_and_deleted_objects_lose_their_serie
     ns, operator = monitored
     create_credentials_secret(real_nodes, ns)
     apply_backup(ns, "once", {"clusterRef": {"name": CLUSTER}, "storage": s3_storage_spec(real_nodes, f"tests/{ns}")})
-    finished = wait_for(lambda: json.loads(kubectl("get", "etcdbackup", "once", "-n", ns, "-o", "json").stdout)
-                        ["status"].get("lastSuccessfulTime"), 120, what="backup completed")
+    finished = wait_for(
+        lambda: json.loads(kubectl("get", "etcdbackup", "once", "-n", ns, "-o", "json").stdout)["status"].get(
+            "lastSuccessfulTime"
+        ),
+        120,
+        what="backup completed",
+    )
     expected = datetime.datetime.fromisoformat(finished.replace("Z", "+00:00")).timestamp()
 
     # A new process (as after a failover) knows nothing but what it reads from status.
     operator.stop()
     operator.start()
     metric = "etcd_operator_backup_last_success_timestamp_seconds"
-    assert wait_for(lambda: series_of(operator, metric, namespace=ns, backup="once"), 60,
-                    what="backup freshness exported by the new process") == [expected]
+    assert wait_for(
+        lambda: series_of(operator, metric, namespace=ns, backup="once"),
+        60,
+        what="backup freshness exported by the new process",
+    ) == [expected]
 
     kubectl("delete", "etcdbackup", "once", "-n", ns)
     wait_for(lambda: not series_of(operator, metric, namespace=ns), 60, what="the deleted backup's series gone")
     assert series_of(operator, "etcd_operator_cluster_desired_members", namespace=ns, cluster=CLUSTER) == [3]
     kubectl("delete", "etcdcluster", CLUSTER, "-n", ns)
-    wait_for(lambda: not series_of(operator, "etcd_operator_cluster_desired_members", namespace=ns)
-             and not series_of(operator, "etcd_operator_cluster_members", namespace=ns), 60,
-             what="the deleted cluster's series gone")
+    wait_for(
+        lambda: (
+            not series_of(operator, "etcd_operator_cluster_desired_members", namespace=ns)
+            and not series_of(operator, "etcd_operator_cluster_members", namespace=ns)
+        ),
+        60,
+        what="the deleted cluster's series gone",
+    )

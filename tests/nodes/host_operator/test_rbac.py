@@ -40,11 +40,19 @@ def service_account_kubeconfig(real_nodes, namespace: str, rules: list[dict], tm
     role = f"rbac-test-{namespace}"
     objects = [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "operator", "namespace": namespace}},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": role},
-         "rules": rules},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": role},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-         "subjects": [{"kind": "ServiceAccount", "name": "operator", "namespace": namespace}]},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": role},
+            "rules": rules,
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": role},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": "operator", "namespace": namespace}],
+        },
     ]
     kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
     return token_kubeconfig(real_nodes, namespace, tmp_path)
@@ -54,9 +62,18 @@ def token_kubeconfig(real_nodes, namespace: str, tmp_path: pathlib.Path) -> path
     """A kubeconfig that authenticates as the ServiceAccount `operator` of `namespace`."""
     token = kubectl("create", "token", "operator", "-n", namespace, "--duration=1h").stdout.strip()
     config = {
-        "apiVersion": "v1", "kind": "Config", "current-context": "sa",
-        "clusters": [{"name": "local", "cluster": {"server": controlplane.apiserver_url(real_nodes),
-                                                   "certificate-authority": str(real_nodes.pki_dir / "ca.crt")}}],
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "sa",
+        "clusters": [
+            {
+                "name": "local",
+                "cluster": {
+                    "server": controlplane.apiserver_url(real_nodes),
+                    "certificate-authority": str(real_nodes.pki_dir / "ca.crt"),
+                },
+            }
+        ],
         "users": [{"name": "operator", "user": {"token": token}}],
         "contexts": [{"name": "sa", "context": {"cluster": "local", "user": "operator"}}],
     }
@@ -72,7 +89,8 @@ def cleanup_cluster_roles(namespace):
 
 
 def test_the_shipped_rules_are_enough_for_create_scale_backup_and_restore(
-        real_nodes, operator_process, namespace, tmp_path, cleanup_cluster_roles):
+    real_nodes, operator_process, namespace, tmp_path, cleanup_cluster_roles
+):
     kubeconfig = service_account_kubeconfig(real_nodes, namespace, shipped_rules(), tmp_path)
     operator = operator_process(namespace, kubeconfig=kubeconfig).start()
     try:
@@ -81,31 +99,42 @@ def test_the_shipped_rules_are_enough_for_create_scale_backup_and_restore(
         patch_spec(namespace, "rb", {"size": 2})
         wait_healthy(namespace, "rb", 2)
         create_credentials_secret(real_nodes, namespace)
-        apply_backup(namespace, "b", {"clusterRef": {"name": "rb"},
-                                      "storage": s3_storage_spec(real_nodes, f"tests/{namespace}")})
+        apply_backup(
+            namespace, "b", {"clusterRef": {"name": "rb"}, "storage": s3_storage_spec(real_nodes, f"tests/{namespace}")}
+        )
         wait_for(lambda: get_backup(namespace, "b")["status"].get("phase") == "Completed", 120, what="backup")
-        apply_restore(namespace, "r", {"source": {"backupRef": {"name": "b"}},
-                                       "target": {"newCluster": {"name": "rb2", "spec": {"size": 1}}}})
+        apply_restore(
+            namespace,
+            "r",
+            {"source": {"backupRef": {"name": "b"}}, "target": {"newCluster": {"name": "rb2", "spec": {"size": 1}}}},
+        )
         wait_for(lambda: get_restore(namespace, "r")["status"].get("phase") == "Completed", 300, what="restore")
         assert "Forbidden" not in operator.log_text()
     finally:
         operator.stop()
 
 
-@pytest.mark.parametrize("resource,verb", [
-    ("pods", "create"),
-    ("persistentvolumeclaims", "create"),
-    ("etcdclusters/status", "patch"),
-    ("poddisruptionbudgets", "create"),
-])
+@pytest.mark.parametrize(
+    "resource,verb",
+    [
+        ("pods", "create"),
+        ("persistentvolumeclaims", "create"),
+        ("etcdclusters/status", "patch"),
+        ("poddisruptionbudgets", "create"),
+    ],
+)
 def test_taking_one_needed_verb_away_makes_the_operator_fail(
-        real_nodes, operator_process, namespace, tmp_path, cleanup_cluster_roles, resource, verb):
+    real_nodes, operator_process, namespace, tmp_path, cleanup_cluster_roles, resource, verb
+):
     kubeconfig = service_account_kubeconfig(real_nodes, namespace, without(shipped_rules(), resource, verb), tmp_path)
     operator = operator_process(namespace, kubeconfig=kubeconfig).start()
     try:
         apply_cluster(namespace, "rb", {"size": 1, "storage": {"size": "1Gi"}})
-        wait_for(lambda: "Forbidden" in operator.log_text() or "403" in operator.log_text(), 60,
-                 what="the API server refusing the operator")
+        wait_for(
+            lambda: "Forbidden" in operator.log_text() or "403" in operator.log_text(),
+            60,
+            what="the API server refusing the operator",
+        )
         status = get_cluster(namespace, "rb").get("status") or {}
         assert not (status.get("phase") == "Running" and status.get("readyMembers") == 1)
     finally:

@@ -16,8 +16,17 @@ from localkube.layout import REPO_ROOT
 from tests.support.backups import apply_backup, apply_restore, fill, get_backup, get_restore, wait_phase
 from tests.support.claims import claimed
 from tests.support.cluster_checks import etcdctl, read_prefix
-from tests.support.clusters import (FAST_RECOVERY, GROUP, PLAINTEXT, apply_cluster, events, get_cluster,
-                                    member_endpoints, member_pods, wait_healthy)
+from tests.support.clusters import (
+    FAST_RECOVERY,
+    GROUP,
+    PLAINTEXT,
+    apply_cluster,
+    events,
+    get_cluster,
+    member_endpoints,
+    member_pods,
+    wait_healthy,
+)
 from tests.support.kubectl import kubectl, kubectl_json
 from tests.support.operator_process import OperatorProcess
 from tests.support.s3 import create_credentials_secret, s3_client, s3_storage_spec
@@ -34,10 +43,16 @@ def backed_up(real_nodes, namespace, operator):
     wait_healthy(namespace, "src", 3)
     create_credentials_secret(real_nodes, namespace)
     fill(member_endpoints(namespace, "src"), 200, 256, prefix="/a/")
-    apply_backup(namespace, "nightly", {"clusterRef": {"name": "src"},
-                                        "storage": s3_storage_spec(real_nodes, f"tests/{namespace}")})
-    backup = wait_for(lambda: (b := get_backup(namespace, "nightly"))["status"].get("phase") == "Completed" and b,
-                      120, what="backup completed")
+    apply_backup(
+        namespace,
+        "nightly",
+        {"clusterRef": {"name": "src"}, "storage": s3_storage_spec(real_nodes, f"tests/{namespace}")},
+    )
+    backup = wait_for(
+        lambda: (b := get_backup(namespace, "nightly"))["status"].get("phase") == "Completed" and b,
+        120,
+        what="backup completed",
+    )
     fill(member_endpoints(namespace, "src"), 50, 64, prefix="/b/")
     return backup["status"]["lastBackup"]
 
@@ -57,9 +72,14 @@ def keyspace(endpoints: list[str], revision: int | None = None) -> dict[bytes, b
 
 def test_round_trip_restores_every_member_in_parallel_and_the_data_exactly(namespace, backed_up):
     source_at_backup = keyspace(member_endpoints(namespace, "src"), backed_up["revision"])
-    apply_restore(namespace, "r1", {"source": {"backupRef": {"name": "nightly"}},
-                                    "target": {"newCluster": {"name": "copy", "spec": {**PLAINTEXT, "size": 3,
-                                                                                       "storage": {"size": "1Gi"}}}}})
+    apply_restore(
+        namespace,
+        "r1",
+        {
+            "source": {"backupRef": {"name": "nightly"}},
+            "target": {"newCluster": {"name": "copy", "spec": {**PLAINTEXT, "size": 3, "storage": {"size": "1Gi"}}}},
+        },
+    )
     restore = wait_phase(namespace, "r1", "Completed", timeout=400)
     status = restore["status"]
     assert status["sourceKey"] == backed_up["key"] and status["sha256"] == backed_up["sha256"]
@@ -93,10 +113,16 @@ def test_corrupt_backup_is_refused_and_the_target_is_untouched(real_nodes, names
     s3.put_object(Bucket=controlplane.S3_BUCKET, Key=backed_up["key"], Body=bytes(data))
     uids = {p["metadata"]["uid"] for p in member_pods(namespace, "src")}
 
-    apply_restore(namespace, "bad-new", {"source": {"backupRef": {"name": "nightly"}},
-                                         "target": {"newCluster": {"name": "never"}}})
-    apply_restore(namespace, "bad-inplace", {"source": {"backupRef": {"name": "nightly"}},
-                                             "target": {"inPlace": {"clusterName": "src", "confirm": True}}})
+    apply_restore(
+        namespace,
+        "bad-new",
+        {"source": {"backupRef": {"name": "nightly"}}, "target": {"newCluster": {"name": "never"}}},
+    )
+    apply_restore(
+        namespace,
+        "bad-inplace",
+        {"source": {"backupRef": {"name": "nightly"}}, "target": {"inPlace": {"clusterName": "src", "confirm": True}}},
+    )
     for name in ("bad-new", "bad-inplace"):
         failed = wait_phase(namespace, name, "Failed", timeout=120)
         reason = next(c for c in failed["status"]["conditions"] if c["type"] == "Failed")["reason"]
@@ -110,11 +136,21 @@ def test_corrupt_backup_is_refused_and_the_target_is_untouched(real_nodes, names
 
 def test_in_place_restore_keeps_the_old_data_while_it_runs(namespace, backed_up):
     old_pvcs = {p["metadata"]["name"] for p in kubectl_json("get", "pvc", "-n", namespace)["items"]}
-    apply_restore(namespace, "inplace", {"source": {"backupRef": {"name": "nightly"}},
-                                         "target": {"inPlace": {"clusterName": "src", "confirm": True}}})
-    seen_preserved = wait_for(lambda: (r := get_restore(namespace, "inplace"))["status"].get("seedMembers")
-                              and r["status"].get("phase") == "Restoring" and r, 180, interval=0.3,
-                              what="old data set aside")
+    apply_restore(
+        namespace,
+        "inplace",
+        {"source": {"backupRef": {"name": "nightly"}}, "target": {"inPlace": {"clusterName": "src", "confirm": True}}},
+    )
+    seen_preserved = wait_for(
+        lambda: (
+            (r := get_restore(namespace, "inplace"))["status"].get("seedMembers")
+            and r["status"].get("phase") == "Restoring"
+            and r
+        ),
+        180,
+        interval=0.3,
+        what="old data set aside",
+    )
     assert set(seen_preserved["status"]["preservedData"]) == old_pvcs
     present = {p["metadata"]["name"] for p in kubectl_json("get", "pvc", "-n", namespace)["items"]}
     assert old_pvcs <= present, "old PVCs must exist while the restore runs"
@@ -130,12 +166,22 @@ def test_total_loss_is_recovered_by_one_restore_from_the_latest_backup(namespace
     for pod in member_pods(namespace, "src"):
         container_faults.lose_disk(namespace, naming.pvc_name(pod["metadata"]["name"]))
         container_faults.crash_container(namespace, pod["metadata"]["name"], "etcd")
-    wait_for(lambda: (c := next((c for c in get_cluster(namespace, "src")["status"]["conditions"]
-                                 if c["type"] == "Available"), None)) and c["status"] == "False", 120,
-             what="cluster unavailable")
+    wait_for(
+        lambda: (
+            (
+                c := next(
+                    (c for c in get_cluster(namespace, "src")["status"]["conditions"] if c["type"] == "Available"), None
+                )
+            )
+            and c["status"] == "False"
+        ),
+        120,
+        what="cluster unavailable",
+    )
     manifest = (REPO_ROOT / "examples" / "restore-after-total-loss.yaml").read_text()
-    restore = yaml.safe_load(manifest.replace("name: demo-backup", "name: nightly")
-                             .replace("clusterName: demo", "clusterName: src"))
+    restore = yaml.safe_load(
+        manifest.replace("name: demo-backup", "name: nightly").replace("clusterName: demo", "clusterName: src")
+    )
     kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(claimed(restore)))
     wait_phase(namespace, "recover-demo", "Completed", timeout=400)
     wait_healthy(namespace, "src", 3)
@@ -146,21 +192,43 @@ def test_a_restore_applied_before_its_backup_and_secret_waits_then_completes(rea
     """Applied in the worst order: the restore, then the backup, then the cluster, then the
     Secret. Everything waits for what it needs and converges with no spec change."""
     new_cluster = {"name": "copy", "spec": {**PLAINTEXT, "size": 1, "storage": {"size": "1Gi"}}}
-    apply_restore(namespace, "early", {"source": {"backupRef": {"name": "first"}},
-                                       "target": {"newCluster": new_cluster}})
-    waiting = wait_for(lambda: (r := get_restore(namespace, "early")).get("status", {}).get("phase") == "Pending"
-                       and r, 60, what="the restore pending")
+    apply_restore(
+        namespace, "early", {"source": {"backupRef": {"name": "first"}}, "target": {"newCluster": new_cluster}}
+    )
+    waiting = wait_for(
+        lambda: (r := get_restore(namespace, "early")).get("status", {}).get("phase") == "Pending" and r,
+        60,
+        what="the restore pending",
+    )
     progressing = next(c for c in waiting["status"]["conditions"] if c["type"] == "Progressing")
     assert progressing["reason"] == "WaitingForBackup" and "does not exist yet" in progressing["message"]
-    apply_backup(namespace, "first", {"clusterRef": {"name": "origin"},
-                                      "storage": s3_storage_spec(real_nodes, f"tests/{namespace}")})
-    wait_for(lambda: "has not completed a backup yet" in next(
-        c for c in get_restore(namespace, "early")["status"]["conditions"] if c["type"] == "Progressing")["message"],
-        60, what="the restore waiting for the backup to complete")
+    apply_backup(
+        namespace,
+        "first",
+        {"clusterRef": {"name": "origin"}, "storage": s3_storage_spec(real_nodes, f"tests/{namespace}")},
+    )
+    wait_for(
+        lambda: (
+            "has not completed a backup yet"
+            in next(c for c in get_restore(namespace, "early")["status"]["conditions"] if c["type"] == "Progressing")[
+                "message"
+            ]
+        ),
+        60,
+        what="the restore waiting for the backup to complete",
+    )
     apply_cluster(namespace, "origin", {"size": 1, "storage": {"size": "1Gi"}})
-    wait_for(lambda: (get_backup(namespace, "first")["status"].get("conditions") and next(
-        c for c in get_backup(namespace, "first")["status"]["conditions"] if c["type"] == "Progressing")["reason"]
-        == "WaitingForSecret"), 240, what="the backup waiting for its Secret")
+    wait_for(
+        lambda: (
+            get_backup(namespace, "first")["status"].get("conditions")
+            and next(c for c in get_backup(namespace, "first")["status"]["conditions"] if c["type"] == "Progressing")[
+                "reason"
+            ]
+            == "WaitingForSecret"
+        ),
+        240,
+        what="the backup waiting for its Secret",
+    )
     fill(member_endpoints(namespace, "origin"), 20, 64, prefix="/a/")
     create_credentials_secret(real_nodes, namespace)
     done = wait_phase(namespace, "early", "Completed", timeout=400)
@@ -169,13 +237,17 @@ def test_a_restore_applied_before_its_backup_and_secret_waits_then_completes(rea
     assert len(read_prefix(member_endpoints(namespace, "copy"), "/a/")) == 20
 
 
-def test_operator_killed_mid_restore_resumes_without_restoring_twice(operator_process, namespace, backed_up,
-                                                                     operator):
+def test_operator_killed_mid_restore_resumes_without_restoring_twice(operator_process, namespace, backed_up, operator):
     operator.stop()
     faulty = operator_process(namespace).start(faults="during-restore")
-    apply_restore(namespace, "once", {"source": {"backupRef": {"name": "nightly"}},
-                                      "target": {"newCluster": {"name": "again", "spec": {**PLAINTEXT, "size": 1,
-                                                                                          "storage": {"size": "1Gi"}}}}})
+    apply_restore(
+        namespace,
+        "once",
+        {
+            "source": {"backupRef": {"name": "nightly"}},
+            "target": {"newCluster": {"name": "again", "spec": {**PLAINTEXT, "size": 1, "storage": {"size": "1Gi"}}}},
+        },
+    )
     assert faulty.wait_exit(180) == 86
     created = kubectl_json("get", "pod", "once-s0", "-n", namespace)  # the killed operator had created it
     faulty.start()
@@ -185,18 +257,27 @@ def test_operator_killed_mid_restore_resumes_without_restoring_twice(operator_pr
         faulty.stop()
     # The killed operator created the restore pod; the restarted one reused it, never a second:
     # the kubelet started its fetch container once, in that one pod.
-    started = [e for e in kubectl_json("get", "events", "-n", namespace)["items"]
-               if e["involvedObject"]["name"] == "once-s0" and e["reason"] == "Started"
-               and e["involvedObject"].get("fieldPath") == "spec.initContainers{fetch}"]
+    started = [
+        e
+        for e in kubectl_json("get", "events", "-n", namespace)["items"]
+        if e["involvedObject"]["name"] == "once-s0"
+        and e["reason"] == "Started"
+        and e["involvedObject"].get("fieldPath") == "spec.initContainers{fetch}"
+    ]
     assert {e["involvedObject"]["uid"] for e in started} == {created["metadata"]["uid"]}, started
     assert sum(e.get("count") or 1 for e in started) == 1, started
     reasons = [e["reason"] for e in events(namespace, "once")]
     assert reasons.count("SnapshotRestored") == 1 and "SeedingMembers" not in reasons[1:]
     assert len(read_prefix(member_endpoints(namespace, "again"), "/a/")) == 200
     # Re-applying the finished restore does nothing.
-    apply_restore(namespace, "once", {"source": {"backupRef": {"name": "nightly"}},
-                                      "target": {"newCluster": {"name": "again", "spec": {**PLAINTEXT, "size": 1,
-                                                                                          "storage": {"size": "1Gi"}}}}})
+    apply_restore(
+        namespace,
+        "once",
+        {
+            "source": {"backupRef": {"name": "nightly"}},
+            "target": {"newCluster": {"name": "again", "spec": {**PLAINTEXT, "size": 1, "storage": {"size": "1Gi"}}}},
+        },
+    )
     assert get_restore(namespace, "once")["status"]["phase"] == "Completed"
     assert [e["reason"] for e in events(namespace, "once")].count("SnapshotRestored") == 1
 
@@ -204,19 +285,41 @@ def test_operator_killed_mid_restore_resumes_without_restoring_twice(operator_pr
 # What may still arrive is waited for (phase Pending), not failed.
 EARLY_RESTORES = [
     ({"source": {"backupRef": {"name": "missing"}}, "target": {"newCluster": {"name": "x1"}}}, "WaitingForBackup"),
-    ({"source": {"s3": {"bucket": "etcd-backups", "key": "k.db", "credentialsSecretRef": {"name": "nope"}}},
-      "target": {"newCluster": {"name": "x2"}}}, "WaitingForSecret"),
-    ({"source": {"backupRef": {"name": "nightly"}},
-      "target": {"inPlace": {"clusterName": "ghost", "confirm": True}}}, "WaitingForCluster"),
+    (
+        {
+            "source": {"s3": {"bucket": "etcd-backups", "key": "k.db", "credentialsSecretRef": {"name": "nope"}}},
+            "target": {"newCluster": {"name": "x2"}},
+        },
+        "WaitingForSecret",
+    ),
+    (
+        {
+            "source": {"backupRef": {"name": "nightly"}},
+            "target": {"inPlace": {"clusterName": "ghost", "confirm": True}},
+        },
+        "WaitingForCluster",
+    ),
 ]
 BAD_RESTORES = [
-    ({"source": {"backupRef": {"name": "nightly"}},
-      "target": {"newCluster": {"name": "x3", "spec": {"version": "3.5.35"}}}}, "VersionTooOld"),
+    (
+        {
+            "source": {"backupRef": {"name": "nightly"}},
+            "target": {"newCluster": {"name": "x3", "spec": {"version": "3.5.35"}}},
+        },
+        "VersionTooOld",
+    ),
     ({"source": {"backupRef": {"name": "nightly"}}, "target": {"newCluster": {"name": "src"}}}, "TargetExists"),
-    ({"source": {"backupRef": {"name": "nightly"}},
-      "target": {"newCluster": {"name": "x4", "spec": {"size": 12}}}}, "InvalidClusterSpec"),
-    ({"source": {"backupRef": {"name": "nightly"}},
-      "target": {"newCluster": {"name": "x5", "spec": {"size": 1, "storage": {"emptyDir": {}}}}}}, "EmptyDirTarget"),
+    (
+        {"source": {"backupRef": {"name": "nightly"}}, "target": {"newCluster": {"name": "x4", "spec": {"size": 12}}}},
+        "InvalidClusterSpec",
+    ),
+    (
+        {
+            "source": {"backupRef": {"name": "nightly"}},
+            "target": {"newCluster": {"name": "x5", "spec": {"size": 1, "storage": {"emptyDir": {}}}}},
+        },
+        "EmptyDirTarget",
+    ),
 ]
 
 
@@ -224,8 +327,11 @@ def test_bad_restores_are_reported_clearly_and_touch_nothing(real_nodes, namespa
     # A 3.6 snapshot with no manifest beside it (as `etcdctl snapshot save` leaves it): its
     # version is read from the snapshot itself.
     bare_key = f"tests/{namespace}/bare/snapshot.db"
-    s3_client(real_nodes).copy_object(Bucket=controlplane.S3_BUCKET, Key=bare_key,
-                                     CopySource={"Bucket": controlplane.S3_BUCKET, "Key": backed_up["key"]})
+    s3_client(real_nodes).copy_object(
+        Bucket=controlplane.S3_BUCKET,
+        Key=bare_key,
+        CopySource={"Bucket": controlplane.S3_BUCKET, "Key": backed_up["key"]},
+    )
     bare = {k: v for k, v in s3_storage_spec(real_nodes, "")["s3"].items() if k != "prefix"}
     into_35 = {"newCluster": {"name": "x6", "spec": {"size": 1, "version": "3.5.35"}}}
     bad = BAD_RESTORES + [({"source": {"s3": {**bare, "key": bare_key}}, "target": into_35}, "VersionTooOld")]
@@ -239,20 +345,38 @@ def test_bad_restores_are_reported_clearly_and_touch_nothing(real_nodes, namespa
     for i, (spec, _) in enumerate(EARLY_RESTORES):
         apply_restore(namespace, f"early{i}", spec)
     for i, (_, reason) in enumerate(EARLY_RESTORES):
-        waiting = wait_for(lambda i=i, reason=reason: (r := get_restore(namespace, f"early{i}")).get("status", {}).get("phase") == "Pending"
-                           and next(c for c in r["status"]["conditions"] if c["type"] == "Progressing")["reason"]
-                           == reason and r, 60, what=f"early{i} waiting, {reason}")
+        waiting = wait_for(
+            lambda i=i, reason=reason: (
+                (r := get_restore(namespace, f"early{i}")).get("status", {}).get("phase") == "Pending"
+                and next(c for c in r["status"]["conditions"] if c["type"] == "Progressing")["reason"] == reason
+                and r
+            ),
+            60,
+            what=f"early{i} waiting, {reason}",
+        )
         assert next(c for c in waiting["status"]["conditions"] if c["type"] == "Failed")["status"] == "False"
     clusters = {c["metadata"]["name"] for c in kubectl_json("get", "etcdclusters", "-n", namespace)["items"]}
     assert clusters == {"src"}
     for missing_opt_in in ({"clusterName": "src"}, {"clusterName": "src", "confirm": False}):
-        refused = kubectl("apply", "-f", "-", check=False, input=json.dumps({
-            "apiVersion": GROUP, "kind": "EtcdRestore", "metadata": {"name": "noopt", "namespace": namespace},
-            "spec": {"source": {"backupRef": {"name": "nightly"}}, "target": {"inPlace": missing_opt_in}}}))
+        refused = kubectl(
+            "apply",
+            "-f",
+            "-",
+            check=False,
+            input=json.dumps(
+                {
+                    "apiVersion": GROUP,
+                    "kind": "EtcdRestore",
+                    "metadata": {"name": "noopt", "namespace": namespace},
+                    "spec": {"source": {"backupRef": {"name": "nightly"}}, "target": {"inPlace": missing_opt_in}},
+                }
+            ),
+        )
         assert refused.returncode != 0 and "confirm" in refused.stderr
 
 
 # --- a restore never destroys data it was not asked to replace --------------------------
+
 
 def small_cluster_with_backup(real_nodes, namespace: str, cluster: str) -> dict:
     """A 1-member cluster holding /a/*, a completed backup of it, then /b/* written after."""
@@ -260,10 +384,16 @@ def small_cluster_with_backup(real_nodes, namespace: str, cluster: str) -> dict:
     wait_healthy(namespace, cluster, 1)
     create_credentials_secret(real_nodes, namespace)
     fill(member_endpoints(namespace, cluster), 20, 64, prefix="/a/")
-    apply_backup(namespace, "nightly", {"clusterRef": {"name": cluster},
-                                        "storage": s3_storage_spec(real_nodes, f"tests/{namespace}")})
-    backup = wait_for(lambda: (b := get_backup(namespace, "nightly"))["status"].get("phase") == "Completed" and b,
-                      120, what="backup completed")
+    apply_backup(
+        namespace,
+        "nightly",
+        {"clusterRef": {"name": cluster}, "storage": s3_storage_spec(real_nodes, f"tests/{namespace}")},
+    )
+    backup = wait_for(
+        lambda: (b := get_backup(namespace, "nightly"))["status"].get("phase") == "Completed" and b,
+        120,
+        what="backup completed",
+    )
     fill(member_endpoints(namespace, cluster), 10, 64, prefix="/b/")
     return backup["status"]["lastBackup"]
 
@@ -283,9 +413,14 @@ def test_a_new_cluster_restore_never_takes_over_retained_data(real_nodes, namesp
     retained = pvc_uids(namespace)
     assert list(retained) == ["data-keep-0"]
 
-    apply_restore(namespace, "into-keep", {"source": {"backupRef": {"name": "nightly", "key": backup["key"]}},
-                                           "target": {"newCluster": {"name": "keep", "spec": {
-                                               "size": 1, "storage": {"size": "1Gi"}}}}})
+    apply_restore(
+        namespace,
+        "into-keep",
+        {
+            "source": {"backupRef": {"name": "nightly", "key": backup["key"]}},
+            "target": {"newCluster": {"name": "keep", "spec": {"size": 1, "storage": {"size": "1Gi"}}}},
+        },
+    )
     refused = wait_phase(namespace, "into-keep", "Failed", timeout=120)
     assert reason_of(refused, "Failed") == "TargetDataExists"
     assert "PersistentVolumeClaim data-keep-0" in refused["status"]["progress"]
@@ -302,8 +437,10 @@ def test_a_new_cluster_restore_never_takes_over_retained_data(real_nodes, namesp
 
 def test_an_in_place_restore_applied_again_is_recognised_and_touches_nothing(real_nodes, namespace, operator):
     small_cluster_with_backup(real_nodes, namespace, "one")
-    spec = {"source": {"backupRef": {"name": "nightly"}}, "target": {"inPlace": {"clusterName": "one",
-                                                                                  "confirm": True}}}
+    spec = {
+        "source": {"backupRef": {"name": "nightly"}},
+        "target": {"inPlace": {"clusterName": "one", "confirm": True}},
+    }
     # An approval of a quorum recovery was about the old data; the restore drops it.
     kubectl("annotate", "etcdcluster", "one", "-n", namespace, f"{naming.ANNOTATION_APPROVE_QUORUM_RECOVERY}=true")
     apply_restore(namespace, "rewind", spec)
@@ -332,14 +469,19 @@ def test_an_in_place_restore_applied_again_is_recognised_and_touches_nothing(rea
 
 # --- the restore and the cluster hand over explicitly ----------------------------------
 
+
 def created_during_hold(cluster_events: list, child_events: list, before: set[str]) -> list[str]:
     """The member pods and PVCs created while the cluster carried a restore's hold, from watch
     events. They are ordered by resourceVersion: on the API server's one etcd it is the
     revision of the write, shared by every kind. A PVC the restore created for a member,
     annotated as its seed, is the restore's own."""
-    holds = sorted((int(obj["metadata"]["resourceVersion"]),
-                    (obj["metadata"].get("annotations") or {}).get(naming.ANNOTATION_RESTORE_IN_PROGRESS))
-                   for _, obj in cluster_events)
+    holds = sorted(
+        (
+            int(obj["metadata"]["resourceVersion"]),
+            (obj["metadata"].get("annotations") or {}).get(naming.ANNOTATION_RESTORE_IN_PROGRESS),
+        )
+        for _, obj in cluster_events
+    )
     found = []
     for kind, obj in child_events:
         meta = obj.get("metadata") or {}
@@ -354,27 +496,29 @@ def created_during_hold(cluster_events: list, child_events: list, before: set[st
     return found
 
 
-def operator_with_a_late_pass(operator_process, namespace: str, operator, cluster: str,
-                              lag: float) -> OperatorProcess:
+def operator_with_a_late_pass(operator_process, namespace: str, operator, cluster: str, lag: float) -> OperatorProcess:
     """The operator restarted so that its first cluster pass, begun before any hold, waits
     until the live object is held and then `lag` seconds more (fault point
     stale-cluster-pass); returned once that pass waits."""
     from etcd_operator import faults
 
     operator.stop()
-    stale = operator_process(namespace, env={faults.STALE_PASS_LAG: str(lag)}).start(
-        faults=faults.STALE_CLUSTER_PASS)
+    stale = operator_process(namespace, env={faults.STALE_PASS_LAG: str(lag)}).start(faults=faults.STALE_CLUSTER_PASS)
     try:
-        wait_for(lambda: f"{faults.STALE_CLUSTER_PASS}: {namespace}/{cluster} waits" in stale.log_text(), 60,
-                 what="a cluster pass waiting on its old copy")
+        wait_for(
+            lambda: f"{faults.STALE_CLUSTER_PASS}: {namespace}/{cluster} waits" in stale.log_text(),
+            60,
+            what="a cluster pass waiting on its old copy",
+        )
     except BaseException:
         stale.stop()
         raise
     return stale
 
 
-def test_a_cluster_pass_that_decided_before_the_hold_creates_nothing_while_it_stands(real_nodes, namespace,
-                                                                                   operator, operator_process):
+def test_a_cluster_pass_that_decided_before_the_hold_creates_nothing_while_it_stands(
+    real_nodes, namespace, operator, operator_process
+):
     """Issue 25: the cluster's daemon decides on the copy of its object taken as its pass
     began. Here the pass that began before the restore's hold goes on 6 s after the hold
     (fault point stale-cluster-pass). The restore stops nothing before the cluster's
@@ -386,12 +530,21 @@ def test_a_cluster_pass_that_decided_before_the_hold_creates_nothing_while_it_st
     stale = operator_with_a_late_pass(operator_process, namespace, operator, "held", 6)
     try:
         selector = naming.label_selector(naming.selector_labels("held"))
-        before = {o["metadata"]["uid"] for kind in ("pods", "pvc")
-                  for o in kubectl_json("get", kind, "-n", namespace, "-l", selector)["items"]}
+        before = {
+            o["metadata"]["uid"]
+            for kind in ("pods", "pvc")
+            for o in kubectl_json("get", kind, "-n", namespace, "-l", selector)["items"]
+        }
         watches = [WatchEvents(kind, "-n", namespace, "-l", selector) for kind in ("pods", "pvc")]
         cluster_watch = WatchEvents("etcdcluster", "held", "-n", namespace)
-        apply_restore(namespace, "rewind", {"source": {"backupRef": {"name": "nightly"}},
-                                            "target": {"inPlace": {"clusterName": "held", "confirm": True}}})
+        apply_restore(
+            namespace,
+            "rewind",
+            {
+                "source": {"backupRef": {"name": "nightly"}},
+                "target": {"inPlace": {"clusterName": "held", "confirm": True}},
+            },
+        )
         reasons: set[str] = set()
 
         def ended():
@@ -399,6 +552,7 @@ def test_a_cluster_pass_that_decided_before_the_hold_creates_nothing_while_it_st
             status = restore.get("status") or {}
             reasons.update(c["reason"] for c in status.get("conditions") or [] if c["type"] == "Progressing")
             return status.get("phase") in ("Completed", "Failed") and restore
+
         try:
             done = wait_for(ended, 400, interval=0.3, what="the restore ended")
         finally:
@@ -417,8 +571,9 @@ def test_a_cluster_pass_that_decided_before_the_hold_creates_nothing_while_it_st
         stale.stop()
 
 
-def test_a_restore_deleted_while_it_waits_for_the_acknowledgement_lets_the_cluster_go(real_nodes, namespace,
-                                                                                      operator, operator_process):
+def test_a_restore_deleted_while_it_waits_for_the_acknowledgement_lets_the_cluster_go(
+    real_nodes, namespace, operator, operator_process
+):
     """The cluster's pass that began before the hold goes on 20 s late, so the restore waits
     for the acknowledgement that long; deleted meanwhile, it takes its hold off, and the
     cluster goes on with its members and data untouched."""
@@ -428,18 +583,34 @@ def test_a_restore_deleted_while_it_waits_for_the_acknowledgement_lets_the_clust
     stale = operator_with_a_late_pass(operator_process, namespace, operator, "kept", 20)
     try:
         pods = {p["metadata"]["uid"] for p in member_pods(namespace, "kept")}
-        apply_restore(namespace, "undo", {"source": {"backupRef": {"name": "nightly"}},
-                                          "target": {"inPlace": {"clusterName": "kept", "confirm": True}}})
-        wait_for(lambda: reason_of(get_restore(namespace, "undo"), "Progressing") == "WaitingForHoldAck", 120,
-                 interval=0.3, what="the restore waiting for the acknowledgement")
+        apply_restore(
+            namespace,
+            "undo",
+            {
+                "source": {"backupRef": {"name": "nightly"}},
+                "target": {"inPlace": {"clusterName": "kept", "confirm": True}},
+            },
+        )
+        wait_for(
+            lambda: reason_of(get_restore(namespace, "undo"), "Progressing") == "WaitingForHoldAck",
+            120,
+            interval=0.3,
+            what="the restore waiting for the acknowledgement",
+        )
         kubectl("delete", "etcdrestore", "undo", "-n", namespace, "--wait=true", "--timeout=60s")
         annotations = get_cluster(namespace, "kept")["metadata"].get("annotations") or {}
         assert naming.ANNOTATION_RESTORE_IN_PROGRESS not in annotations, annotations
         assert naming.ANNOTATION_RESTORE_HOLD not in annotations, annotations
-        wait_for(lambda: "ClusterReleased" in [e["reason"] for e in events(namespace, "undo")], 30,
-                 what="the release told in an event")
-        wait_for(lambda: f"{faults.STALE_CLUSTER_PASS}: {namespace}/kept goes on" in stale.log_text(), 60,
-                 what="the late pass going on")
+        wait_for(
+            lambda: "ClusterReleased" in [e["reason"] for e in events(namespace, "undo")],
+            30,
+            what="the release told in an event",
+        )
+        wait_for(
+            lambda: f"{faults.STALE_CLUSTER_PASS}: {namespace}/kept goes on" in stale.log_text(),
+            60,
+            what="the late pass going on",
+        )
         wait_healthy(namespace, "kept", 1)
         assert {p["metadata"]["uid"] for p in member_pods(namespace, "kept")} == pods
         assert len(read_prefix(member_endpoints(namespace, "kept"), "/b/")) == 10
@@ -448,8 +619,9 @@ def test_a_restore_deleted_while_it_waits_for_the_acknowledgement_lets_the_clust
         stale.stop()
 
 
-def test_a_restore_pass_that_decided_before_the_cluster_was_deleted_creates_nothing_for_it(real_nodes, namespace,
-                                                                                         operator, operator_process):
+def test_a_restore_pass_that_decided_before_the_cluster_was_deleted_creates_nothing_for_it(
+    real_nodes, namespace, operator, operator_process
+):
     """Race 1 of issue 25 with the real API server: the restore's pass decides CreateSeedVolumes
     on its GET of the EtcdCluster, and the cluster is deleted before the step runs (fault point
     stale-restore-pass: the pass waits until the live cluster is being deleted, then goes on).
@@ -460,28 +632,49 @@ def test_a_restore_pass_that_decided_before_the_cluster_was_deleted_creates_noth
 
     small_cluster_with_backup(real_nodes, namespace, "doomed")
     operator.stop()
-    late = operator_process(namespace, env={faults.STALE_PASS_LAG: "1"}).start(
-        faults=faults.STALE_RESTORE_PASS)
+    late = operator_process(namespace, env={faults.STALE_PASS_LAG: "1"}).start(faults=faults.STALE_RESTORE_PASS)
     try:
-        apply_restore(namespace, "rewind", {"source": {"backupRef": {"name": "nightly"}},
-                                            "target": {"inPlace": {"clusterName": "doomed", "confirm": True}}})
-        wait_for(lambda: f"{faults.STALE_RESTORE_PASS}: {namespace}/rewind waits" in late.log_text(), 300,
-                 interval=0.3, what="the restore pass that decided CreateSeedVolumes waiting")
+        apply_restore(
+            namespace,
+            "rewind",
+            {
+                "source": {"backupRef": {"name": "nightly"}},
+                "target": {"inPlace": {"clusterName": "doomed", "confirm": True}},
+            },
+        )
+        wait_for(
+            lambda: f"{faults.STALE_RESTORE_PASS}: {namespace}/rewind waits" in late.log_text(),
+            300,
+            interval=0.3,
+            what="the restore pass that decided CreateSeedVolumes waiting",
+        )
         kubectl("delete", "etcdcluster", "doomed", "-n", namespace, "--wait=false")
-        wait_for(lambda: f"{faults.STALE_RESTORE_PASS}: {namespace}/rewind goes on" in late.log_text(), 120,
-                 what="the late restore pass going on")
+        wait_for(
+            lambda: f"{faults.STALE_RESTORE_PASS}: {namespace}/rewind goes on" in late.log_text(),
+            120,
+            what="the late restore pass going on",
+        )
         failed = wait_phase(namespace, "rewind", "Failed", timeout=180)
         assert reason_of(failed, "Failed") == "ClusterNotFound", failed["status"]
-        wait_for(lambda: not kubectl_json("get", "etcdcluster", "-n", namespace)["items"], 120,
-                 what="the EtcdCluster gone")
+        wait_for(
+            lambda: not kubectl_json("get", "etcdcluster", "-n", namespace)["items"], 120, what="the EtcdCluster gone"
+        )
         pvcs = kubectl_json("get", "pvc", "-n", namespace)["items"]
-        seeds = [p["metadata"]["name"] for p in pvcs
-                 if "etcd.operator.dev/seed-of-restore" in (p["metadata"].get("annotations") or {})]
+        seeds = [
+            p["metadata"]["name"]
+            for p in pvcs
+            if "etcd.operator.dev/seed-of-restore" in (p["metadata"].get("annotations") or {})
+        ]
         assert seeds == [], f"seed PVCs created for a cluster being deleted: {seeds}"
-        kept = [p["metadata"]["name"] for p in pvcs
-                if (p["metadata"].get("labels") or {}).get("etcd.operator.dev/preserved-from-cluster") == "doomed"]
+        kept = [
+            p["metadata"]["name"]
+            for p in pvcs
+            if (p["metadata"].get("labels") or {}).get("etcd.operator.dev/preserved-from-cluster") == "doomed"
+        ]
         assert kept == ["data-doomed-0"], f"the old data set aside: {kept}"
-        assert f"{namespace}/rewind: CreateSeedVolumes not done: CreateSeedVolumes: EtcdCluster doomed is" \
+        assert (
+            f"{namespace}/rewind: CreateSeedVolumes not done: CreateSeedVolumes: EtcdCluster doomed is"
             in late.log_text()
+        )
     finally:
         late.stop()

@@ -26,8 +26,17 @@ from localkube import layout as localkube_layout
 from tests.support import nodes_resolver
 from tests.support.backups import apply_backup, apply_restore, get_backup, wait_phase
 from tests.support.chart_release import restricted_namespace
-from tests.support.clusters import apply_cluster, condition, get_cluster, member_endpoints, member_pods, patch_spec
-from tests.support.clusters import FAST_RECOVERY, wait_condition, wait_healthy
+from tests.support.clusters import (
+    FAST_RECOVERY,
+    apply_cluster,
+    condition,
+    get_cluster,
+    member_endpoints,
+    member_pods,
+    patch_spec,
+    wait_condition,
+    wait_healthy,
+)
 from tests.support.etcd_probes import _LoopThread
 from tests.support.etcd_process import free_port
 from tests.support.finalizers import release_finalizers
@@ -85,23 +94,33 @@ def secret_files(namespace: str, name: str, directory) -> dict[str, str]:
 
 
 def member_urls(namespace: str) -> list[str]:
-    return sorted(naming.client_url(CLUSTER, namespace, p["metadata"]["name"], tls=True)
-                  for p in member_pods(namespace, CLUSTER))
+    return sorted(
+        naming.client_url(CLUSTER, namespace, p["metadata"]["name"], tls=True) for p in member_pods(namespace, CLUSTER)
+    )
 
 
 def etcdctl(on_nodes_dns, urls: list[str], files: dict[str, str] | None, *args: str) -> subprocess.CompletedProcess:
     binary = localkube_layout.testbin_dir() / "etcd-3.6" / "etcdctl"
-    tls = [f"--cacert={files[certs.CA_KEY]}", f"--cert={files[certs.CERT_KEY]}",
-           f"--key={files[certs.PRIVATE_KEY_KEY]}"] if files else []
-    return subprocess.run(on_nodes_dns([str(binary), f"--endpoints={','.join(urls)}", "--command-timeout=5s",
-                                        "--dial-timeout=3s", *tls, *args]),
-                          capture_output=True, text=True, timeout=30)
+    tls = (
+        [f"--cacert={files[certs.CA_KEY]}", f"--cert={files[certs.CERT_KEY]}", f"--key={files[certs.PRIVATE_KEY_KEY]}"]
+        if files
+        else []
+    )
+    return subprocess.run(
+        on_nodes_dns(
+            [str(binary), f"--endpoints={','.join(urls)}", "--command-timeout=5s", "--dial-timeout=3s", *tls, *args]
+        ),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
 
 
 def status_with(endpoint: str, tls: ClientTLS | None):
     async def call():
         async with EtcdMemberClient(endpoint, timeout=3, tls=tls) as client:
             return await client.status()
+
     return asyncio.run(call())
 
 
@@ -110,11 +129,11 @@ def test_tls_cluster_accepts_only_its_own_client_certificates(tls_cluster, on_no
     status = get_cluster(namespace, CLUSTER)["status"]
     assert status["tls"]["transport"] == "https"
     assert status["clientURL"].startswith("https://")
-    assert all(m["peerURL"].startswith("https://") and m["clientURL"].startswith("https://")
-               for m in status["members"])
+    assert all(m["peerURL"].startswith("https://") and m["clientURL"].startswith("https://") for m in status["members"])
     endpoint = member_endpoints(namespace, CLUSTER)[0]
-    own = secret_bytes(namespace, certs.secret_name(ClusterSpec.from_dict({"tls": {}}), CLUSTER,
-                                                    certs.CertKind.OPERATOR))
+    own = secret_bytes(
+        namespace, certs.secret_name(ClusterSpec.from_dict({"tls": {}}), CLUSTER, certs.CertKind.OPERATOR)
+    )
     server_name = naming.client_service_host(CLUSTER, namespace)
     # The operator's own certificate gets in (the control case for the two refusals below).
     assert status_with(endpoint, ClientTLS(own["ca.crt"], own["tls.crt"], own["tls.key"], server_name)).version
@@ -148,19 +167,28 @@ def test_kube_apiserver_stores_in_the_tls_cluster(tls_cluster, real_nodes, on_no
     spec = ClusterSpec.from_dict({"tls": {}})
     files = secret_files(namespace, certs.secret_name(spec, CLUSTER, certs.CertKind.OPERATOR), tmp_path)
     port = free_port()
-    argv = [a for a in controlplane._apiserver_argv(real_nodes)
-            if not a.startswith(("--etcd-servers=", "--secure-port="))]
-    argv += [f"--etcd-servers={','.join(member_urls(namespace))}", f"--secure-port={port}",
-             f"--etcd-cafile={files[certs.CA_KEY]}", f"--etcd-certfile={files[certs.CERT_KEY]}",
-             f"--etcd-keyfile={files[certs.PRIVATE_KEY_KEY]}", f"--cert-dir={tmp_path / 'certs'}"]
+    argv = [
+        a for a in controlplane._apiserver_argv(real_nodes) if not a.startswith(("--etcd-servers=", "--secure-port="))
+    ]
+    argv += [
+        f"--etcd-servers={','.join(member_urls(namespace))}",
+        f"--secure-port={port}",
+        f"--etcd-cafile={files[certs.CA_KEY]}",
+        f"--etcd-certfile={files[certs.CERT_KEY]}",
+        f"--etcd-keyfile={files[certs.PRIVATE_KEY_KEY]}",
+        f"--cert-dir={tmp_path / 'certs'}",
+    ]
     log_path = real_nodes.logs_dir / f"apiserver-on-{namespace}.log"
     log = open(log_path, "wb")
     process = subprocess.Popen(on_nodes_dns(argv), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         url = f"https://{controlplane.apiserver_host(real_nodes)}:{port}"
         context = controlplane.admin_ssl_context(real_nodes)
-        wait_for(lambda: process.poll() is not None or controlplane._http_ok(f"{url}/readyz", context, b"ok"),
-                 120, what="the second kube-apiserver to be ready")
+        wait_for(
+            lambda: process.poll() is not None or controlplane._http_ok(f"{url}/readyz", context, b"ok"),
+            120,
+            what="the second kube-apiserver to be ready",
+        )
         assert process.poll() is None, log_path.read_text()[-2000:]
         config = json.loads(kubectl("config", "view", "--raw", "-o", "json").stdout)
         for c in config["clusters"]:
@@ -181,8 +209,9 @@ def test_kube_apiserver_stores_in_the_tls_cluster(tls_cluster, real_nodes, on_no
         process.wait(30)
         log.close()
     user = secret_files(namespace, f"{CLUSTER}-client-tls", tmp_path)
-    keys = etcdctl(on_nodes_dns, member_urls(namespace), user, "get", "/registry/configmaps/default/stored-over-tls",
-                   "--keys-only")
+    keys = etcdctl(
+        on_nodes_dns, member_urls(namespace), user, "get", "/registry/configmaps/default/stored-over-tls", "--keys-only"
+    )
     assert "stored-over-tls" in keys.stdout, keys.stderr
 
 
@@ -196,8 +225,14 @@ def test_plaintext_cluster_is_left_alone_when_tls_is_turned_on(tls_namespace):
     patch_spec(namespace, name, {"tls": {"enabled": True}})
     refused = wait_condition(namespace, name, "SpecAccepted", "False")
     assert condition(refused, "SpecAccepted")["reason"] == "TLSMigrationUnsupported"
-    after = wait_for(lambda: (obj := get_cluster(namespace, name))["status"].get("observedGeneration")
-                     == obj["metadata"]["generation"] and obj, 60, what="the refused generation observed")
+    after = wait_for(
+        lambda: (
+            (obj := get_cluster(namespace, name))["status"].get("observedGeneration") == obj["metadata"]["generation"]
+            and obj
+        ),
+        60,
+        what="the refused generation observed",
+    )
     assert after["status"]["tls"]["transport"] == "http"
     assert {p["metadata"]["uid"] for p in member_pods(namespace, name)} == pod_uids
     assert status_with(member_endpoints(namespace, name)[0], None).version
@@ -208,21 +243,37 @@ def test_backup_and_restore_of_a_tls_cluster(tls_cluster, real_nodes, on_nodes_d
     a TLS cluster whose seeded member advertises https peer URLs."""
     namespace = tls_cluster
     client = secret_bytes(namespace, f"{CLUSTER}-client-tls")
-    user = ClientTLS(ca=client["ca.crt"], cert=client["tls.crt"], key=client["tls.key"],
-                     server_name=naming.client_service_host(CLUSTER, namespace))
+    user = ClientTLS(
+        ca=client["ca.crt"],
+        cert=client["tls.crt"],
+        key=client["tls.key"],
+        server_name=naming.client_service_host(CLUSTER, namespace),
+    )
 
     async def write():
         async with EtcdMemberClient(member_endpoints(namespace, CLUSTER)[0], tls=user) as client:
             await client.put(b"/backed-up/key", b"over-tls")
+
     asyncio.run(write())
     create_credentials_secret(real_nodes, namespace)
-    apply_backup(namespace, "tls-backup", {"clusterRef": {"name": CLUSTER},
-                                           "storage": s3_storage_spec(real_nodes, f"tests/{namespace}")})
-    wait_for(lambda: get_backup(namespace, "tls-backup")["status"].get("phase") == "Completed", 120,
-             what="the backup of the TLS cluster")
-    apply_restore(namespace, "tls-restore", {"source": {"backupRef": {"name": "tls-backup"}},
-                                             "target": {"newCluster": {"name": "secure-copy", "spec": {
-                                                 "size": 1, "storage": {"size": "1Gi"}}}}})
+    apply_backup(
+        namespace,
+        "tls-backup",
+        {"clusterRef": {"name": CLUSTER}, "storage": s3_storage_spec(real_nodes, f"tests/{namespace}")},
+    )
+    wait_for(
+        lambda: get_backup(namespace, "tls-backup")["status"].get("phase") == "Completed",
+        120,
+        what="the backup of the TLS cluster",
+    )
+    apply_restore(
+        namespace,
+        "tls-restore",
+        {
+            "source": {"backupRef": {"name": "tls-backup"}},
+            "target": {"newCluster": {"name": "secure-copy", "spec": {"size": 1, "storage": {"size": "1Gi"}}}},
+        },
+    )
     restore = wait_phase(namespace, "tls-restore", "Completed", timeout=240)
     copy = wait_healthy(namespace, "secure-copy", 1)
     assert copy["status"]["tls"]["transport"] == "https"
@@ -230,8 +281,10 @@ def test_backup_and_restore_of_a_tls_cluster(tls_cluster, real_nodes, on_nodes_d
     assert restore["status"]["restoredRevision"] >= 1
     with tempfile.TemporaryDirectory() as directory:
         files = secret_files(namespace, "secure-copy-client-tls", pathlib.Path(directory))
-        urls = [naming.client_url("secure-copy", namespace, p["metadata"]["name"], tls=True)
-                for p in member_pods(namespace, "secure-copy")]
+        urls = [
+            naming.client_url("secure-copy", namespace, p["metadata"]["name"], tls=True)
+            for p in member_pods(namespace, "secure-copy")
+        ]
         got = etcdctl(on_nodes_dns, urls, files, "get", "/backed-up/key", "--print-value-only")
     assert got.stdout.strip() == "over-tls", got.stderr
 
@@ -256,8 +309,9 @@ class TLSLoad(_LoopThread):
 
     def _credentials(self) -> ClientTLS:
         data = secret_bytes(self.namespace, f"{CLUSTER}-client-tls")
-        return ClientTLS(data["ca.crt"], data["tls.crt"], data["tls.key"],
-                         naming.client_service_host(CLUSTER, self.namespace))
+        return ClientTLS(
+            data["ca.crt"], data["tls.crt"], data["tls.key"], naming.client_service_host(CLUSTER, self.namespace)
+        )
 
     async def main(self) -> None:
         clients: dict[str, EtcdMemberClient] = {}
@@ -286,7 +340,8 @@ class TLSLoad(_LoopThread):
         while True:
             endpoint = endpoints[(n + attempt) % len(endpoints)]
             client = clients.get(endpoint) or clients.setdefault(
-                endpoint, EtcdMemberClient(endpoint, timeout=3.0, tls=credentials))
+                endpoint, EtcdMemberClient(endpoint, timeout=3.0, tls=credentials)
+            )
             try:
                 await client.put(key, value)
                 if await client.get(key) != value:
@@ -295,8 +350,11 @@ class TLSLoad(_LoopThread):
                 return
             except EtcdError as e:
                 detail = e.detail.lower()
-                killed = endpoint in self.down and "connection reset" in detail and not any(
-                    word in detail for word in ("certificate", "alert", "verify"))
+                killed = (
+                    endpoint in self.down
+                    and "connection reset" in detail
+                    and not any(word in detail for word in ("certificate", "alert", "verify"))
+                )
                 if not killed and any(word in detail for word in ("ssl", "handshake", "certificate", "tls")):
                     self.failed += 1
                     self.failures.append(f"TLS: {e}")
@@ -315,8 +373,9 @@ class TLSLoad(_LoopThread):
 
 def served_fingerprint(host: str, port: int, tls: ClientTLS) -> str:
     import hashlib
-    import ssl
     import socket
+    import ssl
+
     context = ssl.create_default_context(cadata=tls.ca.decode())
     directory = __import__("tempfile").mkdtemp()
     cert, key = f"{directory}/c", f"{directory}/k"
@@ -350,7 +409,9 @@ def test_leaf_then_ca_rotation_under_load_fails_no_request(tls_cluster):
 
         # Leaves: renewed in place; etcd serves the new certificate on new client and peer
         # connections without a restart.
-        kubectl("annotate", "etcdcluster", CLUSTER, "-n", namespace, f"{naming.ANNOTATION_ROTATE_CERTIFICATES}=leaves-1")
+        kubectl(
+            "annotate", "etcdcluster", CLUSTER, "-n", namespace, f"{naming.ANNOTATION_ROTATE_CERTIFICATES}=leaves-1"
+        )
         wait_for(lambda: rotated(namespace, "Leaves", "leaves-1"), 120, what="the leaf rotation to finish")
         new_member = pki.describe(secret_bytes(namespace, f"{CLUSTER}-member-tls"))
         assert new_member.fingerprint != old_member.fingerprint
@@ -368,8 +429,10 @@ def test_leaf_then_ca_rotation_under_load_fails_no_request(tls_cluster):
         wait_for(lambda: load.ok >= leaf_phase[0] + 20, 60, what="the load to go on after the rotation")
     finally:
         load.stop()
-    print(f"load: {load.ok} requests served, {load.failed} failed, {load.retried} retried on another member; "
-          f"after the leaf rotation: {leaf_phase}")
+    print(
+        f"load: {load.ok} requests served, {load.failed} failed, {load.retried} retried on another member; "
+        f"after the leaf rotation: {leaf_phase}"
+    )
     assert load.failed == 0, load.failures[:5]
     ca = pki.describe(secret_bytes(namespace, f"{CLUSTER}-ca"))
     assert ca.fingerprint != old_ca.fingerprint and ca.trusted == (ca.fingerprint,)
@@ -388,8 +451,9 @@ def test_after_a_ca_rotation_the_cluster_grows_and_replaces_a_member_under_load(
     load = TLSLoad(namespace).start()
     try:
         wait_for(lambda: load.ok >= 20, 60, what="the load to get going")
-        kubectl("annotate", "etcdcluster", CLUSTER, "-n", namespace, "--overwrite",
-                f"{naming.ANNOTATION_ROTATE_CA}=ca-grow")
+        kubectl(
+            "annotate", "etcdcluster", CLUSTER, "-n", namespace, "--overwrite", f"{naming.ANNOTATION_ROTATE_CA}=ca-grow"
+        )
         wait_for(lambda: rotated(namespace, "CA", "ca-grow"), 300, interval=2.0, what="the CA rotation to finish")
         wait_healthy(namespace, CLUSTER, 3)
 
@@ -398,14 +462,23 @@ def test_after_a_ca_rotation_the_cluster_grows_and_replaces_a_member_under_load(
 
         victim = sorted(p["metadata"]["name"] for p in member_pods(namespace, CLUSTER))[-1]
         victim_ids = {m["id"] for m in get_cluster(namespace, CLUSTER)["status"]["members"] if m["name"] == victim}
-        load.down = {f"{p['status']['podIP']}:{naming.CLIENT_PORT}"
-                     for p in member_pods(namespace, CLUSTER) if p["metadata"]["name"] == victim}
+        load.down = {
+            f"{p['status']['podIP']}:{naming.CLIENT_PORT}"
+            for p in member_pods(namespace, CLUSTER)
+            if p["metadata"]["name"] == victim
+        }
         container_faults.lose_disk(namespace, naming.pvc_name(victim))
         container_faults.crash_container(namespace, victim, "etcd")
         # The replacement may take the freed name: it is a new member by its id.
-        wait_for(lambda: (o := wait_healthy(namespace, CLUSTER, 5, timeout=300))
-                 and victim_ids.isdisjoint(m["id"] for m in o["status"]["members"]) and o, 300,
-                 what=f"{victim} replaced after the CA rotation")
+        wait_for(
+            lambda: (
+                (o := wait_healthy(namespace, CLUSTER, 5, timeout=300))
+                and victim_ids.isdisjoint(m["id"] for m in o["status"]["members"])
+                and o
+            ),
+            300,
+            what=f"{victim} replaced after the CA rotation",
+        )
         load.down = set()
         served = load.ok
         wait_for(lambda: load.ok >= served + 20, 60, what="the load to go on")
