@@ -29,7 +29,7 @@ class BudgetTooSmall(Exception):
 class _Waiter:
     size: int
     loop: asyncio.AbstractEventLoop
-    future: asyncio.Future
+    future: asyncio.Future[None]
 
 
 class MemoryBudget:
@@ -116,7 +116,7 @@ class MemoryBudget:
             waiter.loop.call_soon_threadsafe(_resolve, waiter.future)
 
 
-def _resolve(future: asyncio.Future) -> None:
+def _resolve(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
     # a cancelled future's waiter gives the bytes back itself (see acquire)

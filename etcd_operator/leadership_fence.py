@@ -119,7 +119,9 @@ class LeaseClock:
         return True
 
     def time_left(self) -> float:
-        return self._valid_until - self.now() if self.may_act() else 0.0
+        if not self.may_act() or self._valid_until is None:
+            return 0.0
+        return self._valid_until - self.now()
 
     def check(self, what: str) -> None:
         if not self.may_act():

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from etcd_operator.timefmt import parse_time
@@ -110,7 +113,7 @@ PER_BACKUP = (
 
 
 def _remove_series(
-    metric, labelnames: tuple[str, ...], match: dict[str, str], keep: set[tuple[str, ...]] = frozenset()
+    metric: Any, labelnames: tuple[str, ...], match: dict[str, str], keep: AbstractSet[tuple[str, ...]] = frozenset()
 ) -> None:
     """Removes the children of `metric` whose labels include `match`, except those in `keep`."""
     children = set()
@@ -155,13 +158,13 @@ def record_alarms(namespace: str, cluster: str, alarms: tuple[str, ...]) -> None
 def record_backup_status(namespace: str, backup: str, status: dict) -> None:
     """Backup freshness from the object's status, so whichever replica leads exports the
     same value (a failover keeps it; a restart does not reset it)."""
-    verified = status.get("lastVerifiedTime")
-    if verified:
-        backup_last_verified.labels(namespace, backup).set(parse_time(verified))
-    finished = status.get("lastSuccessfulTime")
-    if not finished:
+    verified = parse_time(status.get("lastVerifiedTime"))
+    if verified is not None:
+        backup_last_verified.labels(namespace, backup).set(verified)
+    finished = parse_time(status.get("lastSuccessfulTime"))
+    if finished is None:
         return
-    backup_last_success.labels(namespace, backup).set(parse_time(finished))
+    backup_last_success.labels(namespace, backup).set(finished)
     size = (status.get("lastBackup") or {}).get("size")
     if size is not None:
         backup_bytes.labels(namespace, backup).set(size)
@@ -190,5 +193,5 @@ def record_cluster(
             member_db_size.labels(namespace, cluster, name).set(db_size)
             member_db_in_use.labels(namespace, cluster, name).set(in_use)
     for role in ("leader", "follower", "learner"):
-        for healthy in ("true", "false"):
-            cluster_members.labels(namespace, cluster, role, healthy).set(counts.get((role, healthy), 0))
+        for health in ("true", "false"):
+            cluster_members.labels(namespace, cluster, role, health).set(counts.get((role, health), 0))

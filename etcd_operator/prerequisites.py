@@ -54,13 +54,17 @@ class ClusterReadiness:
         return self.phase in BOOTSTRAP_PHASES and not (self.available and self.ready_members > 0)
 
 
+def missing_cluster_wait(namespace: str, name: str, what: str) -> Wait:
+    return Wait(
+        WAITING_FOR_CLUSTER,
+        f"EtcdCluster {namespace}/{name} does not exist yet; {what} starts once it exists and is Available",
+    )
+
+
 def cluster_wait(namespace: str, name: str, cluster: ClusterReadiness | None, what: str) -> Wait | None:
     """Why `what` (e.g. "the backup") cannot start on this cluster yet, or None."""
     if cluster is None:
-        return Wait(
-            WAITING_FOR_CLUSTER,
-            f"EtcdCluster {namespace}/{name} does not exist yet; {what} starts once it exists and is Available",
-        )
+        return missing_cluster_wait(namespace, name, what)
     if cluster.deleting:
         return Wait(
             WAITING_FOR_CLUSTER,

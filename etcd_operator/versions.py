@@ -42,7 +42,8 @@ def parse_minor(text: str) -> tuple[int, int]:
     return major, minor
 
 
-def text(version: Version) -> str:
+def text(version: tuple[int, ...]) -> str:
+    """ "3.6.1" of (3, 6, 1); "3.6" of a (major, minor)."""
     return ".".join(map(str, version))
 
 

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from etcd_operator import conditions as c
-from etcd_operator.cluster.metrics_sample import MetricsSample, bucket_increase, counter_increase, quantile
+from etcd_operator.cluster.metrics_sample import Buckets, MetricsSample, bucket_increase, counter_increase, quantile
 from etcd_operator.cluster.observed import Observed
 
 CONDITION = "MemberWarnings"
@@ -55,7 +55,9 @@ def in_window(history: Sequence[MetricsSample], now: float, t: Thresholds) -> li
     return [s for s in history if now - s.at <= t.window]
 
 
-def _latency_warning(kind: str, what: str, old, new, limit: float, span: float, t: Thresholds) -> MemberWarning | None:
+def _latency_warning(
+    kind: str, what: str, old: Buckets, new: Buckets, limit: float, span: float, t: Thresholds
+) -> MemberWarning | None:
     increase = bucket_increase(old, new)
     if span < t.sustained or not increase or increase[-1][1] < t.min_observations:
         return None

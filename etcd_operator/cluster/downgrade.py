@@ -60,7 +60,11 @@ def members_minors(observed: Observed) -> set[str]:
 
 
 def cluster_at(observed: Observed, target: str) -> bool:
-    return bool(observed.cluster_version) and _minor(observed.cluster_version) == target
+    return (
+        observed.cluster_version is not None
+        and bool(observed.cluster_version)
+        and (_minor(observed.cluster_version) == target)
+    )
 
 
 def acting_version(spec_version: str, observed: Observed) -> str | None:

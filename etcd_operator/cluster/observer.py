@@ -19,6 +19,7 @@ from etcd_operator.cluster.observed import (
     DefragmentationRecord,
     EtcdView,
     JoinRecord,
+    MemberStatus,
     Observed,
     Operation,
     PodAdmission,
@@ -255,7 +256,7 @@ class ClusterObserver:
         meta = body["metadata"]
         cluster, namespace = meta["name"], meta["namespace"]
         live = children is None
-        if live:
+        if children is None:
             selector = naming.label_selector(naming.selector_labels(cluster))
             children = await asyncio.gather(
                 self.kube.list(kube.PODS, namespace, selector),
@@ -302,7 +303,9 @@ class ClusterObserver:
             recorded_version=status.get("currentVersion") or None,
             recorded_quota=(status.get("quota") or {}).get("backendBytes"),
             quota_recorded=isinstance(status.get("quota"), dict),
-            cluster_version=await fetch_cluster_version(etcd.endpoints.get(etcd.leader_id)),
+            cluster_version=await fetch_cluster_version(
+                etcd.endpoints.get(etcd.leader_id) if etcd.leader_id is not None else None
+            ),
             downgrade_target=(status.get("downgrade") or {}).get("target"),
             space_recovery=SpaceRecoveryRecord.from_dict(status.get("spaceRecovery")),
             defrag_requested=(meta.get("annotations") or {}).get(naming.ANNOTATION_DEFRAGMENT) or None,
@@ -319,7 +322,7 @@ class ClusterObserver:
         return admission.carry(observed, self.admissions, monotonic_now)
 
     async def observe_etcd(self, pods: dict[str, PodView], recorded_cluster_id: int | None) -> EtcdView:
-        endpoints = {name: member_endpoint(p) for name, p in pods.items() if member_endpoint(p)}
+        endpoints = {name: endpoint for name, p in pods.items() if (endpoint := member_endpoint(p))}
 
         async def status_of(endpoint: str):
             try:
@@ -328,7 +331,8 @@ class ClusterObserver:
                 return e
 
         results = await asyncio.gather(*(status_of(e) for e in endpoints.values()))
-        errors, answers = {}, {}
+        errors: dict[str, str] = {}
+        answers: dict[str, MemberStatus] = {}
         for (name, endpoint), result in zip(endpoints.items(), results, strict=True):
             if isinstance(result, Exception):
                 errors[name] = str(result) or type(result).__name__

@@ -13,6 +13,7 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import dsa, ec, ed448, ed25519, rsa
+from cryptography.hazmat.primitives.asymmetric.types import CertificatePublicKeyTypes
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from etcd_operator.cluster.certs import (
@@ -50,7 +51,9 @@ def fingerprint(cert: x509.Certificate) -> str:
     return hashlib.sha256(cert.public_bytes(serialization.Encoding.DER)).hexdigest()
 
 
-def _builder(request: CertRequest, public_key, issuer: x509.Name, now: float) -> x509.CertificateBuilder:
+def _builder(
+    request: CertRequest, public_key: CertificatePublicKeyTypes, issuer: x509.Name, now: float
+) -> x509.CertificateBuilder:
     start = datetime.datetime.fromtimestamp(now, datetime.UTC)
     return (
         x509.CertificateBuilder()

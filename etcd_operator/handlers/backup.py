@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import logging
-
 import kopf
 
 from etcd_operator import API_GROUP, API_VERSION, metrics
@@ -15,9 +13,7 @@ ERROR_BACKOFF = 30.0
 
 
 @kopf.daemon(API_GROUP, API_VERSION, "etcdbackups", cancellation_timeout=30.0, when=in_shard)
-async def run_backup(
-    body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.Memo, logger: logging.Logger, **_
-) -> None:
+async def run_backup(body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.Memo, logger: kopf.Logger, **_) -> None:
     controller = BackupController(
         memo.kube,
         memo.backup_locks,

@@ -4,7 +4,6 @@ deletion handler that applies reclaimPolicy."""
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,9 +22,7 @@ ERROR_BACKOFF = 10.0
 
 
 @kopf.daemon(API_GROUP, API_VERSION, "etcdclusters", cancellation_timeout=60.0, when=in_shard)
-async def run_cluster(
-    body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.Memo, logger: logging.Logger, **_
-) -> None:
+async def run_cluster(body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.Memo, logger: kopf.Logger, **_) -> None:
     etcd_clients = EtcdClientPool()
     namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
     children = getattr(memo, "children", None)  # the operator's pod and PVC watches; None: list every pass
@@ -62,7 +59,7 @@ async def run_cluster(
             wakeable=lambda: reconciler.wakeable,
         )
     finally:
-        if wake is not None:
+        if wake is not None and children is not None:
             children.wakeups.forget(namespace, name, wake)
         await reconciler.close()
         await etcd_clients.close()
@@ -76,9 +73,11 @@ def restore_hold(obj) -> str | None:
 
 @kopf.on.delete(API_GROUP, API_VERSION, "etcdclusters", when=held_by_shard)
 async def cluster_deleted(
-    name: str, namespace: str, spec: kopf.Spec, memo: kopf.Memo, body: kopf.Body, logger: logging.Logger, **_
+    name: str, namespace: str | None, spec: kopf.Spec, memo: kopf.Memo, body: kopf.Body, logger: kopf.Logger, **_
 ) -> None:
     """Pods, Services and Secrets go with the owner; PVCs follow spec.reclaimPolicy (cluster/reclaim.py)."""
+    if namespace is None:
+        raise kopf.PermanentError("an EtcdCluster is namespaced; this one came without a namespace")
     selector = naming.label_selector(naming.selector_labels(name))
     pvcs, pods = await asyncio.gather(
         memo.kube.list(kube.PVCS, namespace, selector), memo.kube.list(kube.PODS, namespace, selector)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -70,7 +69,7 @@ async def run_until_deleted(
     reconcile: Callable[[Mapping[str, Any]], Awaitable[float | None]],
     body: kopf.Body,
     stopped: kopf.DaemonStopped,
-    logger: logging.Logger,
+    logger: kopf.Logger,
     error_backoff: float,
     *,
     before_pass: Callable[[Mapping[str, Any]], Awaitable[None]] | None = None,

@@ -3,8 +3,6 @@ deletion handler that takes its hold off a target it has not touched yet."""
 
 from __future__ import annotations
 
-import logging
-
 import kopf
 
 from etcd_operator import API_GROUP, API_VERSION
@@ -16,9 +14,7 @@ ERROR_BACKOFF = 10.0
 
 
 @kopf.daemon(API_GROUP, API_VERSION, "etcdrestores", cancellation_timeout=30.0, when=in_shard)
-async def run_restore(
-    body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.Memo, logger: logging.Logger, **_
-) -> None:
+async def run_restore(body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.Memo, logger: kopf.Logger, **_) -> None:
     controller = RestoreController(
         memo.kube, memo.config.operator_image, event_poster(body), memo.config.shard, memo.config.storage_policy
     )

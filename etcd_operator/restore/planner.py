@@ -77,13 +77,15 @@ def snapshot_etcd_version(
     if not storage_readable:
         return None
     from_data = PRE_3_6_STORAGE if storage_version is None else (storage_version or "3.6")
-    if _minor(from_data) is None:
+    data_minor = _minor(from_data)
+    if data_minor is None:
         return None
     if manifest_version is None:
         return from_data
-    if _minor(manifest_version) is None:
+    manifest_minor = _minor(manifest_version)
+    if manifest_minor is None:
         return None
-    return manifest_version if _minor(manifest_version) >= _minor(from_data) else from_data
+    return manifest_version if manifest_minor >= data_minor else from_data
 
 
 def version_problem(target_version: str, snapshot_version: str | None) -> s.Fail | None:
@@ -184,7 +186,7 @@ def _target_problem(spec: RestoreSpec, observed: Observed) -> s.Step | None:
             )
     if spec.in_place:
         if cluster is None:
-            return _wait(pre.cluster_wait(namespace, target, None, "the restore"))
+            return _wait(pre.missing_cluster_wait(namespace, target, "the restore"))
         if cluster.outside_shard:
             return s.Wait(
                 f"EtcdCluster {target} is not this operator's to change: {cluster.outside_shard}. "
@@ -204,8 +206,9 @@ def _target_problem(spec: RestoreSpec, observed: Observed) -> s.Step | None:
                 f"EtcdCluster {target}'s spec cannot be read: {cluster.spec_error}", code="InvalidClusterSpec"
             )
         readiness = pre.ClusterReadiness(cluster.phase or "", cluster.available, cluster.ready_members)
-        if readiness.bootstrapping:
-            return _wait(pre.cluster_wait(namespace, target, readiness, "the restore"))
+        wait = pre.cluster_wait(namespace, target, readiness, "the restore")
+        if readiness.bootstrapping and wait is not None:  # a bootstrapping cluster always has a wait
+            return _wait(wait)
         target_spec = cluster.spec
     else:
         if cluster is not None:
