@@ -70,7 +70,8 @@ def _leaf_entry(page: bytes, index: int) -> tuple[int, bytes, bytes]:
 
 def _branch_child(page: bytes, index: int) -> int:
     at = PAGE_HEADER + index * ELEMENT
-    return struct.unpack_from("<IIQ", page, at)[2]
+    child: int = struct.unpack_from("<IIQ", page, at)[2]  # struct's values are typed Any
+    return child
 
 
 async def _lookup(pages: _Pages, page: bytes, name: bytes) -> tuple[int, bytes] | None:
@@ -137,7 +138,8 @@ async def snapshot_revision(read: ReadRange) -> int:
     last = await _last_key(pages, await _find_bucket(pages, root, b"key"))
     if last is None:
         return 1  # an empty store is at revision 1
-    return struct.unpack_from(">q", last, 0)[0]
+    revision: int = struct.unpack_from(">q", last, 0)[0]  # struct's values are typed Any
+    return revision
 
 
 async def snapshot_storage_version(read: ReadRange) -> str | None:

@@ -10,7 +10,7 @@ ETCD_CHECKSUM_BYTES = 32
 
 
 class SnapshotDigest:
-    def __init__(self):
+    def __init__(self) -> None:
         self._hash = hashlib.sha256()
         self._held = b""
         self.size = 0

@@ -44,6 +44,7 @@ Invariants, each covered by tests/unit/test_backup_planner.py:
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 
 from etcd_operator.backup import retry, schedule
@@ -51,6 +52,7 @@ from etcd_operator.backup import steps as s
 from etcd_operator.backup.scratch_verdict import Verdict, check_verdict, init_failure_verdict
 from etcd_operator.backup.state import (
     Observed,
+    PendingRetry,
     RunState,
     ScheduleSpec,
     ScratchPod,
@@ -98,29 +100,31 @@ def _run(spec: ScheduleSpec, state: RunState, slot: str, one_shot: bool) -> s.Ru
     )
 
 
-def _retry_run(spec: ScheduleSpec, state: RunState, observed: Observed, one_shot: bool) -> s.Step:
+def _retry_run(
+    spec: ScheduleSpec, state: RunState, pending: PendingRetry, observed: Observed, one_shot: bool
+) -> s.Step:
     """The retry of a failed slot, now due."""
     attempt = state.attempts + 1
     return when_ready(
         s.RetrySlot(
-            slot=state.retry_slot,
+            slot=pending.slot,
             attempt=attempt,
             one_shot=one_shot,
-            message=f"slot {state.retry_slot} again: attempt {attempt} of {spec.backoff_limit + 1}",
+            message=f"slot {pending.slot} again: attempt {attempt} of {spec.backoff_limit + 1}",
         ),
         observed,
     )
 
 
 def _waiting_for_retry(
-    state: RunState, next_slot: datetime.datetime | None = None, recheck_at: datetime.datetime | None = None
+    pending: PendingRetry, next_slot: datetime.datetime | None = None, recheck_at: datetime.datetime | None = None
 ) -> s.WaitForRetry:
     return s.WaitForRetry(
-        slot=state.retry_slot,
-        retry_at=state.next_attempt,
+        slot=pending.slot,
+        retry_at=pending.at,
         next_slot=next_slot,
         recheck_at=recheck_at,
-        message=f"slot {state.retry_slot} is tried again at {state.next_attempt.isoformat()}",
+        message=f"slot {pending.slot} is tried again at {pending.at.isoformat()}",
     )
 
 
@@ -145,22 +149,29 @@ def verification_due(
     return s.StartVerification(key=key, attempt=1, message=f"verifying {key}")
 
 
-def _retry(policy: VerificationPolicy, state: RunState) -> VerificationAttempts | None:
+@dataclasses.dataclass(frozen=True)
+class _VerificationRetry:
+    tried: VerificationAttempts
+    at: datetime.datetime  # tried.next_attempt, known to be set
+
+
+def _retry(policy: VerificationPolicy, state: RunState) -> _VerificationRetry | None:
     """The incomplete verification waiting for its next attempt, if it may still have one."""
     tried = state.verification
-    if not policy.enabled or tried is None or not retry.pending(tried):
+    if not policy.enabled or tried is None or tried.next_attempt is None or not retry.pending(tried):
         return None
     if tried.key == state.last_verification_key:
         return None
     if tried.key != state.last_backup_key and tried.key not in state.recent_keys:
         return None  # the backup left status (retention): nothing left to retry
-    return tried
+    return _VerificationRetry(tried, tried.next_attempt)
 
 
 def retry_due(policy: VerificationPolicy, state: RunState, now: datetime.datetime) -> s.StartVerification | None:
-    tried = _retry(policy, state)
-    if tried is None or tried.next_attempt > now:
+    pending = _retry(policy, state)
+    if pending is None or pending.at > now:
         return None
+    tried = pending.tried
     attempt = tried.attempts + 1
     return s.StartVerification(
         key=tried.key,
@@ -171,18 +182,21 @@ def retry_due(policy: VerificationPolicy, state: RunState, now: datetime.datetim
 
 
 def _retry_at(policy: VerificationPolicy, state: RunState) -> datetime.datetime | None:
-    tried = _retry(policy, state)
-    return None if tried is None else tried.next_attempt
+    pending = _retry(policy, state)
+    return None if pending is None else pending.at
 
 
 def verification_in_progress(attempt: VerificationAttempts, observed: Observed, now: datetime.datetime) -> s.Step:
     """The next step of the attempt recorded in status, from its scratch pod as observed."""
     key = attempt.key
-    timed_out = (now - attempt.start_time).total_seconds() > retry.START_TIMEOUT_SECONDS
+    if attempt.running is None:
+        raise ValueError(f"no verification attempt of {key} is in progress")
+    recorded = attempt.running.pod  # None until the pass that created it recorded it
+    timed_out = (now - attempt.running.start_time).total_seconds() > retry.START_TIMEOUT_SECONDS
     timeout = s.FinishVerification(
         key=key,
-        pod_name=attempt.pod_name,
-        pod_uid=attempt.pod_uid,
+        pod_name=recorded.name if recorded else None,
+        pod_uid=recorded.uid if recorded else None,
         verified=None,
         reason="ScratchPodTimeout",
         message=f"the scratch pod did not finish its check within "
@@ -200,7 +214,7 @@ def verification_in_progress(attempt: VerificationAttempts, observed: Observed, 
             reason="ScratchPodNameTaken",
             message=f"pod {pod.name} is not owned by this EtcdBackup; it is left alone",
         )
-    if pod is not None and pod.uid != attempt.pod_uid:
+    if pod is not None and (recorded is None or pod.uid != recorded.uid):
         if timed_out:
             return timeout
         return s.DeleteStrayScratchPod(
@@ -210,15 +224,15 @@ def verification_in_progress(attempt: VerificationAttempts, observed: Observed, 
             message=f"deleting pod {pod.name} (uid {pod.uid}): not the scratch pod this attempt recorded",
         )
     if pod is None:
-        if attempt.pod_uid is None:
+        if recorded is None:
             return timeout if timed_out else s.CreateScratchPod(key=key, message=f"creating the scratch pod for {key}")
         return s.FinishVerification(
             key=key,
-            pod_name=attempt.pod_name,
-            pod_uid=attempt.pod_uid,
+            pod_name=recorded.name,
+            pod_uid=recorded.uid,
             verified=None,
             reason="ScratchPodGone",
-            message=f"scratch pod {attempt.pod_name} (uid {attempt.pod_uid}) disappeared before it was compared",
+            message=f"scratch pod {recorded.name} (uid {recorded.uid}) disappeared before it was compared",
         )
     if pod.init_failure is not None:
         failure = pod.init_failure
@@ -259,10 +273,10 @@ def _plan_one_shot(spec: ScheduleSpec, state: RunState, observed: Observed, now:
     policy = spec.verification
     if state.slot_in_progress:
         return when_ready(_run(spec, state, state.slot_in_progress, one_shot=True), observed)
-    if state.retry_slot:
-        if state.next_attempt > now:
-            return _waiting_for_retry(state)
-        return _retry_run(spec, state, observed, one_shot=True)
+    if state.retry:
+        if state.retry.at > now:
+            return _waiting_for_retry(state.retry)
+        return _retry_run(spec, state, state.retry, observed, one_shot=True)
     if state.phase == COMPLETED:
         verify = verification_due(policy, state, observed, now) or retry_due(policy, state, now)
         if verify is not None:
@@ -285,6 +299,8 @@ def _plan_one_shot(spec: ScheduleSpec, state: RunState, observed: Observed, now:
 
 def _plan_scheduled(spec: ScheduleSpec, state: RunState, observed: Observed, now: datetime.datetime) -> s.Step:
     expression, policy = spec.schedule, spec.verification
+    if expression is None:
+        raise ValueError("_plan_scheduled needs a schedule; a one-shot backup is planned by _plan_one_shot")
     problem = schedule.problem(expression, now)
     if problem:
         return s.RefuseSchedule(reason=problem.reason, message=problem.message)
@@ -304,15 +320,16 @@ def _plan_scheduled(spec: ScheduleSpec, state: RunState, observed: Observed, now
             ),
             observed,
         )
-    if state.retry_slot and state.next_attempt <= now:
-        return _retry_run(spec, state, observed, one_shot=False)
+    if state.retry and state.retry.at <= now:
+        return _retry_run(spec, state, state.retry, observed, one_shot=False)
     verify = retry_due(policy, state, now)
     if verify is not None:
         return verify
-    retry_at = _retry_at(policy, state)
-    if state.retry_slot:
-        return _waiting_for_retry(state, due.next_slot, retry_at)
-    retrying = f"; verification of {state.verification.key} retried at {retry_at.isoformat()}" if retry_at else ""
+    pending = _retry(policy, state)
+    retry_at = pending.at if pending else None
+    if state.retry:
+        return _waiting_for_retry(state.retry, due.next_slot, retry_at)
+    retrying = f"; verification of {pending.tried.key} retried at {pending.at.isoformat()}" if pending else ""
     return s.WaitForSlot(
         next_slot=due.next_slot, recheck_at=retry_at, message=f"next slot {schedule.slot_name(due.next_slot)}{retrying}"
     )

@@ -92,6 +92,15 @@ def _age_seconds(manifest: Manifest, now: datetime.datetime, store: StoreTimes |
     return min(by_store, by_operator)
 
 
+def _too_old(
+    manifest: Manifest, max_age_seconds: float | None, now: datetime.datetime, store: StoreTimes | None
+) -> bool:
+    if max_age_seconds is None:
+        return False
+    age = _age_seconds(manifest, now, store)
+    return age is not None and age > max_age_seconds
+
+
 def expired(
     manifests: list[Manifest],
     max_backups: int | None,
@@ -109,8 +118,7 @@ def expired(
         if index == 0 or manifest is kept or manifest.snapshot_key in keep_keys or manifest.cluster_id not in history:
             continue
         too_many = max_backups is not None and index >= max_backups
-        age = _age_seconds(manifest, now, store) if max_age_seconds is not None else None
-        too_old = age is not None and age > max_age_seconds
+        too_old = _too_old(manifest, max_age_seconds, now, store)
         if too_many or too_old:
             doomed.append(manifest)
     return doomed

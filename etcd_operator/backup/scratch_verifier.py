@@ -65,7 +65,10 @@ class BackupVerifier:
             Expected.of(manifest),
             pull_secrets=pull_secrets,
         )
-        return await self.kube.create(kube.PODS, self.identity.namespace, body)
+        created = await self.kube.create(kube.PODS, self.identity.namespace, body)
+        if created is None:  # the client answers 404 with None: the namespace is gone
+            raise kube.ApiError(404, "NotFound", f"pod {self.pod_name}: namespace {self.identity.namespace} is gone")
+        return created
 
     async def record_verdict(self, key: str, verdict: Verdict) -> str:
         """Marks the manifest with the verdict the scratch pod gave (in its own status);

@@ -25,9 +25,9 @@ class SourceUnavailable(Exception):
         self.reason = reason  # None: ClusterNotFound when permanent, else NoHealthyMember
 
 
-def rank_candidates(members: list[Mapping[str, Any]], pod_ips: Mapping[str, str]) -> list[Candidate]:
-    """Every member pod with an address, those status.members lists as followers first (a
-    hint only: the choice rests on the live answers)."""
+def rank_candidates(members: list[Mapping[str, Any]], pod_ips: Mapping[str, str | None]) -> list[Candidate]:
+    """Every member pod with an address (a pod not scheduled yet has none), those
+    status.members lists as followers first (a hint only: the choice rests on the live answers)."""
     roles = {m.get("name"): m.get("role") for m in members}
     names = sorted((n for n, ip in pod_ips.items() if ip), key=lambda n: (roles.get(n) != "follower", n))
     return [Candidate(n, f"{pod_ips[n]}:{naming.CLIENT_PORT}") for n in names]

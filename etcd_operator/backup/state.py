@@ -49,6 +49,23 @@ class ScheduleSpec:
 
 
 @dataclasses.dataclass(frozen=True)
+class RecordedScratchPod:
+    """The scratch pod an attempt created, as recorded in status (verification.pod)."""
+
+    name: str
+    uid: str
+
+
+@dataclasses.dataclass(frozen=True)
+class RunningAttempt:
+    """The verification attempt in progress: its recorded start, and its scratch pod once
+    created."""
+
+    start_time: datetime.datetime
+    pod: RecordedScratchPod | None = None
+
+
+@dataclasses.dataclass(frozen=True)
 class VerificationAttempts:
     """status.verification: the attempts at verifying one backup key that have not given a
     verdict yet. While an attempt runs, its start time and (once created) its scratch pod are
@@ -57,32 +74,39 @@ class VerificationAttempts:
 
     key: str
     attempts: int = 0  # attempts started for this key
-    start_time: datetime.datetime | None = None  # the attempt in progress, if any
-    pod_name: str | None = None  # its scratch pod, once created
-    pod_uid: str | None = None
+    running: RunningAttempt | None = None  # the attempt in progress, if any
     next_attempt: datetime.datetime | None = None  # after an incomplete attempt
     reason: str = ""  # why the last attempt gave no verdict
     message: str = ""
 
     @property
     def in_progress(self) -> bool:
-        return self.start_time is not None
+        return self.running is not None
 
     @classmethod
     def from_dict(cls, record: Mapping[str, Any] | None) -> VerificationAttempts | None:
         if not record or not record.get("key"):
             return None
+        start_time = parse_utc(record.get("startTime"))
         pod = record.get("pod") or {}
+        # The operator records the pod's name and uid together; the uid identifies it.
+        recorded = RecordedScratchPod(pod.get("name") or "", pod["uid"]) if pod.get("uid") is not None else None
         return cls(
             key=record["key"],
             attempts=int(record.get("attempts") or 0),
-            start_time=parse_utc(record.get("startTime")),
-            pod_name=pod.get("name"),
-            pod_uid=pod.get("uid"),
+            running=RunningAttempt(start_time, recorded) if start_time is not None else None,
             next_attempt=parse_utc(record.get("nextAttemptTime")),
             reason=record.get("reason") or "",
             message=record.get("message") or "",
         )
+
+
+@dataclasses.dataclass(frozen=True)
+class PendingRetry:
+    """A slot whose last attempt failed for a cause that may pass, and when it is tried again."""
+
+    slot: str
+    at: datetime.datetime
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,14 +122,12 @@ class RunState:
     verification: VerificationAttempts | None = None  # attempts without a verdict yet
     recent_keys: frozenset[str] = frozenset()  # the backups status still lists
     attempts: int = 0  # attempts started for the current slot
-    # A slot whose last attempt failed for a cause that may pass, and when it is tried again.
-    retry_slot: str | None = None
-    next_attempt: datetime.datetime | None = None
+    retry: PendingRetry | None = None  # a failed slot waiting for its next attempt
 
     @classmethod
     def from_dict(cls, status: Mapping[str, Any]) -> RunState:
-        next_attempt = parse_utc(status.get("nextAttemptTime"))
-        retry_slot = (status.get("lastFailure") or {}).get("slot") if next_attempt else None
+        retry_at = parse_utc(status.get("nextAttemptTime"))
+        retry_slot = (status.get("lastFailure") or {}).get("slot")
         return cls(
             phase=status.get("phase"),
             slot_in_progress=(status.get("progress") or {}).get("slot"),
@@ -118,8 +140,7 @@ class RunState:
             verification=VerificationAttempts.from_dict(status.get("verification")),
             recent_keys=frozenset(r["key"] for r in status.get("recentBackups") or [] if r.get("key")),
             attempts=int(status.get("attempts") or 0),
-            retry_slot=retry_slot,
-            next_attempt=next_attempt if retry_slot else None,
+            retry=PendingRetry(retry_slot, retry_at) if retry_slot and retry_at else None,
         )
 
 
@@ -216,6 +237,7 @@ class Observed:
 
     @classmethod
     def from_metadata(cls, meta: Mapping[str, Any]) -> Observed:
-        return cls(
-            parse_utc(meta["creationTimestamp"]), meta.get("generation"), deleting=bool(meta.get("deletionTimestamp"))
-        )
+        created = parse_utc(meta["creationTimestamp"])
+        if created is None:  # the API server sets it on every object
+            raise ValueError(f"{meta.get('name')}: metadata.creationTimestamp is empty")
+        return cls(created, meta.get("generation"), deleting=bool(meta.get("deletionTimestamp")))
