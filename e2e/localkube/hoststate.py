@@ -26,6 +26,7 @@ import re
 import shutil
 import subprocess
 
+from localkube import processes
 from localkube.layout import CLUSTER_DOMAIN
 
 SYSCTLS = [
@@ -117,24 +118,13 @@ def owns(owner: str) -> bool:
     return state is not None and owner in state["owners"]
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
 def owner_alive(owner: dict) -> bool:
     """The recording process or any process of the owner's pid files still runs."""
-    pids = [owner["pid"]] if owner.get("pid") else []
+    pids = [owner.get("pid")]
     if owner.get("run_dir"):
-        for pid_file in pathlib.Path(owner["run_dir"]).glob("*.pid"):
-            try:
-                pids.append(int(pid_file.read_text().strip()))
-            except (OSError, ValueError):
-                pass
-    return any(_pid_alive(pid) for pid in pids)
+        run_dir = pathlib.Path(owner["run_dir"])
+        pids += [processes.read_pid(run_dir, pid_file.stem) for pid_file in run_dir.glob("*.pid")]
+    return any(processes.alive(pid) for pid in pids)
 
 
 def drop_dead_owners(state: dict) -> list[str]:
