@@ -1,5 +1,5 @@
-"""mypy over the product: strict over the pure core (the modules the import contract in
-pyproject.toml names as pure, so one list says what is pure), normal mode over the rest."""
+"""mypy over the product: strict over the pure core (the package the import contracts in
+pyproject.toml hold pure), normal mode over the rest."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ PACKAGES = ["etcd_operator", "etcd_operator_kubectl"]
 def pure_core() -> list[str]:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
     (contract,) = [c for c in config["contracts"] if c["type"] == "forbidden"]
-    return contract["source_modules"]
+    return contract["source_modules"]  # packages: mypy checks every module in them
 
 
 def mypy(*args: str) -> int:
@@ -24,7 +24,7 @@ def mypy(*args: str) -> int:
 
 def main() -> int:
     normal = mypy(*PACKAGES)
-    strict = mypy("--strict", *(arg for module in pure_core() for arg in ("-m", module)))
+    strict = mypy("--strict", *(arg for module in pure_core() for arg in ("-p", module)))
     return normal or strict
 
 

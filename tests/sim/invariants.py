@@ -3,9 +3,9 @@ Each raises Violation carrying its own name."""
 
 from __future__ import annotations
 
-from etcd_operator.cluster import actions as a
-from etcd_operator.cluster import naming
-from etcd_operator.cluster.health import HealthState, quorum_loss_timeout
+from etcd_operator.core.cluster import actions as a
+from etcd_operator.core.cluster import naming
+from etcd_operator.core.cluster.health import HealthState, quorum_loss_timeout
 from tests.sim.world import Group, World, api_refuses_pod
 
 

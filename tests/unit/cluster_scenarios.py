@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from etcd_operator.cluster import actions as a
-from etcd_operator.cluster import naming
-from etcd_operator.cluster.decision import Decision, decide
-from etcd_operator.cluster.health import diagnose
-from etcd_operator.cluster.observed import (
+from etcd_operator.core.cluster import actions as a
+from etcd_operator.core.cluster import naming
+from etcd_operator.core.cluster.decision import Decision, decide
+from etcd_operator.core.cluster.health import diagnose
+from etcd_operator.core.cluster.observed import (
     EtcdView,
     Member,
     MemberStatus,
@@ -20,8 +20,8 @@ from etcd_operator.cluster.observed import (
     PVCView,
     VolumePin,
 )
-from etcd_operator.cluster.planner import plan, self_only_cluster
-from etcd_operator.cluster.spec import ClusterSpec
+from etcd_operator.core.cluster.planner import plan, self_only_cluster
+from etcd_operator.core.cluster.spec import ClusterSpec
 
 CLUSTER, NAMESPACE = "c", "ns"
 NOW = 1_000_000.0
