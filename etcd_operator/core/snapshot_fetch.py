@@ -13,6 +13,29 @@ CA_MOUNT = "/etc/s3-ca"
 CREDENTIAL_KEYS = (("AWS_ACCESS_KEY_ID", "accessKeyID"), ("AWS_SECRET_ACCESS_KEY", "secretAccessKey"))
 
 
+SEED_FETCH = ["python", "-m", "etcd_operator.programs.seed", "fetch"]
+
+
+def fetch_container(
+    operator_image: str,
+    source: Mapping[str, Any],
+    key: str,
+    sha256: str,
+    snapshot_file: str,
+    data_dir: str,
+    home: str,
+    mounts: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """The init container that downloads the snapshot and checks it before etcdutl reads it."""
+    return {
+        "name": "fetch",
+        "image": operator_image,
+        "command": list(SEED_FETCH),
+        "env": fetch_env(source, key, sha256, snapshot_file, data_dir, home=home),
+        "volumeMounts": mounts,
+    }
+
+
 def fetch_env(
     source: Mapping[str, Any], key: str, sha256: str, snapshot_file: str, data_dir: str, home: str
 ) -> list[dict[str, Any]]:

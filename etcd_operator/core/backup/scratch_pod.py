@@ -89,13 +89,9 @@ def verification_pod(
                     "enableServiceLinks": False,
                     "volumes": volumes,
                     "initContainers": [
-                        {
-                            "name": "fetch",
-                            "image": operator_image,
-                            "command": ["python", "-m", "etcd_operator.programs.seed", "fetch"],
-                            "env": snapshot_fetch.fetch_env(source, key, sha256, SNAPSHOT_FILE, DATA_DIR, home=SCRATCH),
-                            "volumeMounts": fetch_mounts,
-                        },
+                        snapshot_fetch.fetch_container(
+                            operator_image, source, key, sha256, SNAPSHOT_FILE, DATA_DIR, SCRATCH, fetch_mounts
+                        ),
                         {
                             "name": "restore",
                             "image": etcd_image,

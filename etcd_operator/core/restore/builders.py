@@ -158,15 +158,16 @@ def restore_pod(
                     "enableServiceLinks": False,
                     "volumes": volumes,
                     "initContainers": [
-                        {
-                            "name": "fetch",
-                            "image": operator_image,
-                            "command": ["python", "-m", "etcd_operator.programs.seed", "fetch"],
-                            "env": snapshot_fetch.fetch_env(
-                                source, key, sha256, SNAPSHOT_FILE, cluster_builders.DATA_DIR, home=SCRATCH_MOUNT
-                            ),
-                            "volumeMounts": fetch_mounts,
-                        }
+                        snapshot_fetch.fetch_container(
+                            operator_image,
+                            source,
+                            key,
+                            sha256,
+                            SNAPSHOT_FILE,
+                            cluster_builders.DATA_DIR,
+                            SCRATCH_MOUNT,
+                            fetch_mounts,
+                        )
                     ],
                     "containers": [
                         {
