@@ -15,7 +15,7 @@ ERROR_BACKOFF = 30.0
 
 @kopf.daemon(API_GROUP, API_VERSION, "etcdbackups", cancellation_timeout=30.0, when=in_shard)
 async def run_backup(body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.Memo, logger: kopf.Logger, **_) -> None:
-    controller = BackupReconciler(
+    reconciler = BackupReconciler(
         memo.kube,
         memo.backup_locks,
         event_poster(body),
@@ -24,6 +24,6 @@ async def run_backup(body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.Me
         memo.config.storage_policy,
     )
     try:
-        await run_until_deleted(controller.reconcile, body, stopped, logger, ERROR_BACKOFF)
+        await run_until_deleted(reconciler, body, stopped, logger, ERROR_BACKOFF)
     finally:
         metrics.forget_backup(body["metadata"]["namespace"], body["metadata"]["name"])

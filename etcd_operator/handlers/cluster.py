@@ -49,7 +49,7 @@ async def run_cluster(body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.M
 
     try:
         await run_until_deleted(
-            reconciler.reconcile,
+            reconciler,
             body,
             stopped,
             logger,

@@ -10,6 +10,7 @@ from typing import Any
 
 import kopf
 
+from etcd_operator.controllers.reconciler import Reconciler
 from etcd_operator.core.leadership_fence import process_write_guard
 
 POLL = 0.5
@@ -66,7 +67,7 @@ async def sleep_unless_changed(
 
 
 async def run_until_deleted(
-    reconcile: Callable[[Mapping[str, Any]], Awaitable[float | None]],
+    reconciler: Reconciler,
     body: kopf.Body,
     stopped: kopf.DaemonStopped,
     logger: kopf.Logger,
@@ -77,7 +78,7 @@ async def run_until_deleted(
     wake: asyncio.Event | None = None,
     wakeable: Callable[[], bool] = lambda: True,
 ) -> None:
-    """The daemon loop: calls `reconcile` on fresh copies of the body for as long as the
+    """The daemon loop: calls `reconciler.reconcile` on fresh copies of the body for as long as the
     object exists. It returns the seconds until the next pass, or None when nothing is left
     to do until the spec or the annotations change. `before_pass` runs on each copy first;
     `on_error` after a failed pass; `wake` (when `wakeable()` after a pass) ends the sleep
@@ -90,7 +91,7 @@ async def run_until_deleted(
         if before_pass is not None:
             await before_pass(seen)
         try:
-            delay = await reconcile(seen)
+            delay = await reconciler.reconcile(seen)
         except Exception as e:  # a failed pass is retried; the daemon lives on
             logger.exception("reconcile failed: %s", e)
             if on_error is not None:

@@ -15,14 +15,14 @@ ERROR_BACKOFF = 10.0
 
 @kopf.daemon(API_GROUP, API_VERSION, "etcdrestores", cancellation_timeout=30.0, when=in_shard)
 async def run_restore(body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.Memo, logger: kopf.Logger, **_) -> None:
-    controller = RestoreReconciler(
+    reconciler = RestoreReconciler(
         memo.kube, memo.config.operator_image, event_poster(body), memo.config.shard, memo.config.storage_policy
     )
-    await run_until_deleted(controller.reconcile, body, stopped, logger, ERROR_BACKOFF)
+    await run_until_deleted(reconciler, body, stopped, logger, ERROR_BACKOFF)
 
 
 @kopf.on.delete(API_GROUP, API_VERSION, "etcdrestores", when=in_shard)
 async def restore_deleted(body: kopf.Body, memo: kopf.Memo, **_) -> None:
-    controller = RestoreReconciler(memo.kube, memo.config.operator_image, event_poster(body), memo.config.shard)
-    if not await controller.release_on_deletion(body):
+    reconciler = RestoreReconciler(memo.kube, memo.config.operator_image, event_poster(body), memo.config.shard)
+    if not await reconciler.release_on_deletion(body):
         raise kopf.TemporaryError("the target changed meanwhile; looking again", delay=1)

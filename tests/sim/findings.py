@@ -4,8 +4,8 @@ that finding; any other violation fails the suite."""
 
 from __future__ import annotations
 
-from etcd_operator.core.cluster import actions as a
 from etcd_operator.core.cluster import naming
+from etcd_operator.core.cluster import steps as a
 from tests.sim import invariants as inv
 
 FINDINGS = {

@@ -8,8 +8,8 @@ import collections
 import dataclasses
 import random
 
-from etcd_operator.core.cluster import actions as a
 from etcd_operator.core.cluster import admission, builders, naming, pacing
+from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.decision import decide
 from etcd_operator.core.cluster.observed import Member, RollRecord
 from etcd_operator.core.cluster.spec import ClusterSpec

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from etcd_operator.core.cluster import actions as a
 from etcd_operator.core.cluster import naming
+from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.decision import Decision, decide
 from etcd_operator.core.cluster.health import diagnose
 from etcd_operator.core.cluster.observed import (
@@ -169,7 +169,7 @@ def pod_accepted(o: Observed, check: a.CheckPodSpec) -> Observed:
     return dataclasses.replace(o, pod_admissions={**o.pod_admissions, check.member: answer})
 
 
-def plan_accepting(s: ClusterSpec, o: Observed, health, **kwargs) -> a.Action:
+def plan_accepting(s: ClusterSpec, o: Observed, health, **kwargs) -> a.Step:
     """The planner's step where the API server accepts every member pod: a dry run it asks
     for is answered "accepted" (as the executor would) and the next pass plans again."""
     step = plan(s, o, health, **kwargs)

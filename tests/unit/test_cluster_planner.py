@@ -7,8 +7,8 @@ import dataclasses
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from etcd_operator.core.cluster import actions as a
 from etcd_operator.core.cluster import naming
+from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.health import HealthState
 from etcd_operator.core.cluster.observed import Operation, PodView, VolumePin
 from etcd_operator.core.cluster.planner import QUORUM_RECOVERY

@@ -7,8 +7,8 @@ import dataclasses
 
 import pytest
 
-from etcd_operator.core.cluster import actions as a
 from etcd_operator.core.cluster import builders
+from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.health import HealthState, quorum_loss_timeout
 from etcd_operator.core.cluster.identity import split_foreign
 from etcd_operator.core.cluster.observed import MemberStatus
@@ -220,9 +220,7 @@ def test_every_step_has_an_executor_handler():
     from etcd_operator.controllers.cluster.executor import ClusterExecutor
 
     executor = ClusterExecutor(None, None, {"metadata": {"name": "c", "namespace": "ns", "uid": "u"}}, None)
-    steps = {
-        cls for cls in vars(a).values() if isinstance(cls, type) and issubclass(cls, a.Action) and cls is not a.Action
-    }
+    steps = {cls for cls in vars(a).values() if isinstance(cls, type) and issubclass(cls, a.Step) and cls is not a.Step}
     assert steps == set(executor.handlers())
 
 
@@ -230,7 +228,7 @@ async def test_an_unknown_step_is_an_error_not_done():
     from etcd_operator.controllers.cluster.executor import ClusterExecutor
 
     @dataclasses.dataclass(frozen=True)
-    class Unknown(a.Action):
+    class Unknown(a.Step):
         pass
 
     executor = ClusterExecutor(None, None, {"metadata": {"name": "c", "namespace": "ns", "uid": "u"}}, None)

@@ -8,8 +8,8 @@ import dataclasses
 
 import pytest
 
-from etcd_operator.core.cluster import actions as a
 from etcd_operator.core.cluster import builders
+from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.observed import Observed
 from etcd_operator.core.cluster.spec import ClusterSpec
 from tests.unit.cluster_scenarios import M, decide_accepting, observed

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from etcd_operator.core.cluster import actions as a
 from etcd_operator.core.cluster import learners
+from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.decision import decide
 from etcd_operator.core.cluster.observed import JoinRecord, MemberStatus
 from etcd_operator.core.cluster.timers import Sightings, carry_timers

@@ -9,7 +9,7 @@ import pytest
 
 from etcd_operator.clients.etcd.client import EtcdError
 from etcd_operator.controllers.cluster.executor import ClusterExecutor
-from etcd_operator.core.cluster import actions as a
+from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.observed import Member
 from etcd_operator.core.cluster.planner import member_add_receivers
 from tests.unit.cluster_scenarios import M, observed, spec

@@ -11,7 +11,7 @@ import dataclasses
 
 import pytest
 
-from etcd_operator.core.cluster import actions as a
+from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.decision import decide
 from etcd_operator.core.cluster.spec import ClusterSpec
 from etcd_operator.core.timefmt import format_time

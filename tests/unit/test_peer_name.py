@@ -10,8 +10,8 @@ import pytest
 from etcd_operator.controllers.cluster.executor import ClusterExecutor
 from etcd_operator.controllers.cluster.observer import pod_view
 from etcd_operator.core import pod_security
-from etcd_operator.core.cluster import actions as a
 from etcd_operator.core.cluster import builders, naming
+from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.spec import ClusterSpec, TLSOptions
 from etcd_operator.programs import peer_name
 from tests.unit import cluster_scenarios as scenarios

@@ -7,8 +7,8 @@ import dataclasses
 
 import pytest
 
-from etcd_operator.core.cluster import actions as a
 from etcd_operator.core.cluster import admission
+from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.observed import PodAdmission
 from etcd_operator.core.cluster.planner import plan
 from etcd_operator.core.cluster.spec import ClusterSpec

@@ -7,8 +7,8 @@ import dataclasses
 
 import pytest
 
-from etcd_operator.core.cluster import actions as a
 from etcd_operator.core.cluster import naming, quota, space
+from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.decision import decide
 from etcd_operator.core.cluster.observed import DefragmentationRecord, PVCView, SpaceRecoveryRecord
 from etcd_operator.core.cluster.planner import plan

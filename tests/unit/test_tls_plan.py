@@ -7,8 +7,8 @@ import dataclasses
 
 import pytest
 
-from etcd_operator.core.cluster import actions as a
 from etcd_operator.core.cluster import builders, certs, naming, pki, tls_plan
+from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.certs import CertKind, CertView, TLSView
 from etcd_operator.core.cluster.decision import decide
 from etcd_operator.core.cluster.spec import ClusterSpec

@@ -14,8 +14,8 @@ from etcd_operator.clients.kube import client as kube
 from etcd_operator.clients.kube.informer import Informer, ScopeCache, Wakeups
 from etcd_operator.controllers.cluster.metrics_watcher import MemberMetricsWatcher
 from etcd_operator.controllers.cluster.reconciler import ClusterReconciler
-from etcd_operator.core.cluster import actions as a
 from etcd_operator.core.cluster import builders, naming
+from etcd_operator.core.cluster import steps as a
 from tests.unit.cluster_scenarios import CLUSTER, NAMESPACE, M
 from tests.unit.cluster_scenarios import observed as scenario
 
@@ -224,7 +224,7 @@ class TwoViews:
         return current(scenario(members))
 
 
-def run_pass(reconciler: ClusterReconciler, last: a.Action | None) -> float:
+def run_pass(reconciler: ClusterReconciler, last: a.Step | None) -> float:
     reconciler.last_action = last
     reconciler.next_resync = float("inf")
     return asyncio.run(reconciler.reconcile(BODY))

@@ -21,8 +21,8 @@ from etcd_operator.clients.kube import client as kube
 from etcd_operator.controllers import faults
 from etcd_operator.controllers.cluster.pod_dry_run import PodDryRun, is_refusal
 from etcd_operator.controllers.cluster.tls_observer import read_secret, secret_bytes
-from etcd_operator.core.cluster import actions as a
 from etcd_operator.core.cluster import admission, builders, certs, naming, network_policy, pacing, pki
+from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.health import Health
 from etcd_operator.core.cluster.observed import (
     DefragmentationRecord,
@@ -223,7 +223,7 @@ class ClusterExecutor:
 
     # --- the steps --------------------------------------------------------------------
 
-    def handlers(self) -> dict[type[a.Action], Callable]:
+    def handlers(self) -> dict[type[a.Step], Callable]:
         """Every step the planner can ask for, and the method that takes it."""
         return {
             a.Steady: self._nothing,
@@ -268,7 +268,7 @@ class ClusterExecutor:
             a.ExpandMemberPVC: self._expand_member_pvc,
         }
 
-    async def run(self, action: a.Action, spec: ClusterSpec, observed: Observed) -> Outcome:
+    async def run(self, action: a.Step, spec: ClusterSpec, observed: Observed) -> Outcome:
         handler = self.handlers().get(type(action))
         if handler is None:
             raise TypeError(f"no executor step for {action.kind}")
@@ -287,7 +287,7 @@ class ClusterExecutor:
             outcome = Outcome(False, f"etcd is not ready for {action.kind}: {e.detail}")
         return dataclasses.replace(outcome, retry_after=pacing.next_pass(action, outcome.done))
 
-    async def _nothing(self, action: a.Action, spec, observed) -> None:
+    async def _nothing(self, action: a.Step, spec, observed) -> None:
         return None
 
     async def _bootstrap_first_member(self, action: a.BootstrapFirstMember, spec, observed) -> None:

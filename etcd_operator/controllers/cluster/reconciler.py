@@ -16,8 +16,8 @@ from etcd_operator.controllers.cluster.executor import BeingDeleted, ClusterExec
 from etcd_operator.controllers.cluster.metrics_watcher import MemberMetricsWatcher
 from etcd_operator.controllers.cluster.observer import ClusterObserver, StorageClassExpansion
 from etcd_operator.core import conditions as c
-from etcd_operator.core.cluster import actions as a
 from etcd_operator.core.cluster import anomaly_detection, tls_plan
+from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.decision import decide
 from etcd_operator.core.cluster.health import HealthState
 from etcd_operator.core.cluster.naming import DEFAULT_CLUSTER_DOMAIN
@@ -73,7 +73,7 @@ class ClusterReconciler:
         self.resync = resync
         self.clock = clock
         self.next_resync = 0.0  # the first pass is live
-        self.last_action: a.Action | None = None  # what the previous pass decided; None: no pass yet
+        self.last_action: a.Step | None = None  # what the previous pass decided; None: no pass yet
         self.services_applied: str | None = None  # hash of the child manifests last applied in full
         self.live_passes = 0  # counters for tests and logs
         self.cached_passes = 0
@@ -98,7 +98,7 @@ class ClusterReconciler:
     def _schedule_resync(self) -> None:
         self.next_resync = self.clock() + self.resync * random.uniform(1 - RESYNC_JITTER, 1 + RESYNC_JITTER)
 
-    def _cached(self, meta: Mapping[str, Any], last: a.Action | None) -> tuple[list[dict], list[dict]] | None:
+    def _cached(self, meta: Mapping[str, Any], last: a.Step | None) -> tuple[list[dict], list[dict]] | None:
         """The children from the caches, when this pass may read them: the previous pass ended
         without a step (`last`), no resync is due and the caches hold a full listing."""
         if self.cached_children is None or self._resync_due():

@@ -21,7 +21,7 @@ import dataclasses
 from collections.abc import Mapping
 
 from etcd_operator.core import conditions as c
-from etcd_operator.core.cluster import actions as a
+from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.observed import Observed, PodAdmission
 from etcd_operator.core.cluster.spec import ClusterSpec
 
@@ -92,7 +92,7 @@ def without_setting(spec: ClusterSpec, key: str) -> ClusterSpec:
     return dataclasses.replace(spec, pod={k: v for k, v in spec.pod.items() if k != key})
 
 
-def _taken_or_added(action: a.Action, observed: Observed) -> tuple[str, int] | None:
+def _taken_or_added(action: a.Step, observed: Observed) -> tuple[str, int] | None:
     """The member whose pod the step takes away to re-create it, or whose pod it adds, and
     its etcd ID (0: not known yet)."""
     if isinstance(action, (a.RollMember, a.RestartFailedPod)):
@@ -105,7 +105,7 @@ def _taken_or_added(action: a.Action, observed: Observed) -> tuple[str, int] | N
     return None
 
 
-def _created(action: a.Action) -> tuple[str, ...]:
+def _created(action: a.Step) -> tuple[str, ...]:
     if isinstance(action, (a.CreateMemberPod, a.BootstrapFirstMember)):
         return (action.member,)
     if isinstance(action, a.StartRestoredMembers):
@@ -123,7 +123,7 @@ def describe(answer: PodAdmission) -> str:
     return f"the API server refuses the pod of {answer.member}{fields}: {answer.refused}"
 
 
-def gate(action: a.Action, observed: Observed, pod_spec_hash: str) -> a.Action:
+def gate(action: a.Step, observed: Observed, pod_spec_hash: str) -> a.Step:
     """`action`, or what must come first: a dry run of the pod it needs, or a wait when the
     API server refused that pod."""
     subject = _taken_or_added(action, observed)

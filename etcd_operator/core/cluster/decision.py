@@ -10,8 +10,8 @@ from typing import Any
 
 from etcd_operator.core import conditions as c
 from etcd_operator.core import versions
-from etcd_operator.core.cluster import actions as a
 from etcd_operator.core.cluster import admission, builders, downgrade, learners, roll, space, tls_plan
+from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.certs import CertKind
 from etcd_operator.core.cluster.health import Health, diagnose
 from etcd_operator.core.cluster.observed import JoinRecord, Observed, RollRecord
@@ -25,7 +25,7 @@ class Decision:
     acting_spec: ClusterSpec  # the spec with refused changes replaced by what runs
     problems: tuple[SpecProblem, ...]
     health: Health
-    action: a.Action
+    action: a.Step
     conditions: tuple[c.Condition, ...]
     rollout: RollRecord = RollRecord()  # status.rollout after this pass
     learner_joins: JoinRecord = JoinRecord()  # status.learnerJoins after this pass

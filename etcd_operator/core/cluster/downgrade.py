@@ -17,7 +17,7 @@ before ordinary steps only (CANCEL_GOES_BEFORE), and waits for a reachable leade
 from __future__ import annotations
 
 from etcd_operator.core import versions
-from etcd_operator.core.cluster import actions as a
+from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.health import Health, HealthState
 from etcd_operator.core.cluster.observed import Observed
 
@@ -43,7 +43,7 @@ CANCEL_GOES_BEFORE = (
 )
 
 
-def cancel_may_go_before(planned: a.Action) -> bool:
+def cancel_may_go_before(planned: a.Step) -> bool:
     if isinstance(planned, a.CheckPodSpec):  # asked for the step that follows: judged as that step
         return planned.before in {kind.__name__ for kind in CANCEL_GOES_BEFORE}
     if isinstance(planned, a.RemoveMember):
@@ -78,7 +78,7 @@ def acting_version(spec_version: str, observed: Observed) -> str | None:
     return observed.known_version if waiting else None
 
 
-def _cancel(spec_version: str, record: str, observed: Observed, planned: a.Action) -> a.Action | None:
+def _cancel(spec_version: str, record: str, observed: Observed, planned: a.Step) -> a.Step | None:
     if not cancel_may_go_before(planned):
         return None
     if observed.etcd.leader_id not in observed.etcd.endpoints:  # etcd takes the cancel on the leader only
@@ -90,7 +90,7 @@ def _cancel(spec_version: str, record: str, observed: Observed, planned: a.Actio
     )
 
 
-def step(spec_version: str, observed: Observed, health: Health, planned: a.Action) -> a.Action | None:
+def step(spec_version: str, observed: Observed, health: Health, planned: a.Step) -> a.Step | None:
     """The downgrade step that comes before what the planner chose, if any."""
     record = observed.downgrade_target
     if record is not None:

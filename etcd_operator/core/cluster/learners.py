@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 
 from etcd_operator.core import conditions as c
-from etcd_operator.core.cluster import actions as a
+from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.health import Health, member_name
 from etcd_operator.core.cluster.observed import JoinRecord, Member, Observed
 
@@ -101,7 +101,7 @@ def add_backoff(observed: Observed) -> a.Wait | None:
     )
 
 
-def next_record(observed: Observed, action: a.Action) -> JoinRecord:
+def next_record(observed: Observed, action: a.Step) -> JoinRecord:
     record = observed.learner_joins
     if isinstance(action, a.PromoteLearner):
         return JoinRecord()
@@ -116,7 +116,7 @@ def next_record(observed: Observed, action: a.Action) -> JoinRecord:
     return record
 
 
-def condition(observed: Observed, health: Health, action: a.Action) -> c.Condition:
+def condition(observed: Observed, health: Health, action: a.Step) -> c.Condition:
     """LearnerJoining: True while a learner joins, with how far it is; False otherwise, with
     the backoff when the last learner did not catch up."""
     for learner in health.learners:

@@ -15,7 +15,7 @@ too."""
 
 from __future__ import annotations
 
-from etcd_operator.core.cluster import actions as a
+from etcd_operator.core.cluster import steps as a
 
 # The pod of a first member or a learner was created: it serves within about a second.
 POD_STARTING = 0.3
@@ -35,7 +35,7 @@ NEW_LEARNER_WINDOW = 10.0
 # etcd's HealthInterval (5 s) yet. The refusal says nothing of when it will pass.
 ADD_REFUSED = 0.5
 
-_AFTER_DONE: dict[type[a.Action], float] = {
+_AFTER_DONE: dict[type[a.Step], float] = {
     a.RecordTransport: CHAIN_STEP,
     a.CheckPodSpec: CHAIN_STEP,  # the step it was asked for follows
     a.BootstrapFirstMember: POD_STARTING,
@@ -51,12 +51,12 @@ _AFTER_DONE: dict[type[a.Action], float] = {
 
 # A refused promotion keeps the default: a learner that answers but does not catch up
 # (cut off from the leader) is refused again and again.
-_AFTER_REFUSED: dict[type[a.Action], float] = {
+_AFTER_REFUSED: dict[type[a.Step], float] = {
     a.AddLearner: ADD_REFUSED,
 }
 
 
-def next_pass(action: a.Action, done: bool) -> float | None:
+def next_pass(action: a.Step, done: bool) -> float | None:
     """Seconds until the next pass after `action`, or None for the reconciler's default."""
     if isinstance(action, a.WaitForLearner):
         return LEARNER_CATCHING_UP if action.catching_up_for < NEW_LEARNER_WINDOW else None

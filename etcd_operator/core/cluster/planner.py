@@ -19,8 +19,8 @@ Invariants, each covered by tests/unit/test_cluster_planner.py and the fault sim
 
 from __future__ import annotations
 
-from etcd_operator.core.cluster import actions as a
 from etcd_operator.core.cluster import admission, learners, naming, roll, space, tls_plan
+from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.health import (
     Health,
     HealthState,
@@ -107,11 +107,11 @@ def plan(
     health: Health,
     desired_hash: str,
     recovery_allowed: bool = False,
-) -> a.Action:
+) -> a.Step:
     return admission.gate(_plan(spec, observed, health, desired_hash, recovery_allowed), observed, desired_hash)
 
 
-def _plan(spec: ClusterSpec, observed: Observed, health: Health, desired_hash: str, recovery_allowed: bool) -> a.Action:
+def _plan(spec: ClusterSpec, observed: Observed, health: Health, desired_hash: str, recovery_allowed: bool) -> a.Step:
     if spec.paused:
         return a.Wait("reconciliation is paused (spec.paused)")
     step = tls_plan.next_step(spec, observed)
@@ -199,7 +199,7 @@ def _plan(spec: ClusterSpec, observed: Observed, health: Health, desired_hash: s
     return a.Steady(health.message)
 
 
-def _plan_without_member_list(spec: ClusterSpec, observed: Observed, desired_hash: str) -> a.Action:
+def _plan_without_member_list(spec: ClusterSpec, observed: Observed, desired_hash: str) -> a.Step:
     """No member answered. Restart pods of members whose data is still on a PVC."""
     step = _restart_failed_pods(spec, observed)
     if step:
@@ -231,7 +231,7 @@ def _plan_without_member_list(spec: ClusterSpec, observed: Observed, desired_has
     return a.Wait("waiting for a member to answer")
 
 
-def _start_restored_members(observed: Observed) -> a.Action | None:
+def _start_restored_members(observed: Observed) -> a.Step | None:
     """Members restored from one snapshot (their PVCs marked by the restore, never joined)
     start together, each as its data says; only pods that do not exist yet are created."""
     waiting = tuple(
@@ -248,7 +248,7 @@ def _start_restored_members(observed: Observed) -> a.Action | None:
     )
 
 
-def _cleanup_removed_members(observed: Observed, health: Health, names: dict[int, str | None]) -> a.Action | None:
+def _cleanup_removed_members(observed: Observed, health: Health, names: dict[int, str | None]) -> a.Step | None:
     if not observed.etcd.from_leader:
         return None  # only the leader's member list is trusted for deletions
     known_ids = {m.id for m in health.members}
@@ -266,7 +266,7 @@ def _cleanup_removed_members(observed: Observed, health: Health, names: dict[int
     return None
 
 
-def _restart_failed_pods(spec: ClusterSpec, observed: Observed) -> a.Action | None:
+def _restart_failed_pods(spec: ClusterSpec, observed: Observed) -> a.Step | None:
     """A Failed pod (evicted, node shutdown) is never restarted by the kubelet: delete it so
     that its member starts again on its PVC."""
     for pod in sorted(observed.pods.values(), key=lambda p: p.name):
@@ -280,7 +280,7 @@ def _restart_failed_pods(spec: ClusterSpec, observed: Observed) -> a.Action | No
 
 def _restart_broken_outdated_members(
     spec: ClusterSpec, observed: Observed, health: Health, names: dict[int, str | None], desired_hash: str
-) -> a.Action | None:
+) -> a.Step | None:
     """A member that stopped serving with an outdated pod (a bad image or flag that the user
     since reverted) is restarted with the current spec. It serves nothing, so restarting it
     takes nothing away; its data stays on its PVC."""
@@ -298,7 +298,7 @@ def _restart_broken_outdated_members(
 
 def _start_missing_pods(
     spec: ClusterSpec, observed: Observed, health: Health, names: dict[int, str | None], may_remove: bool = True
-) -> a.Action | None:
+) -> a.Step | None:
     for member in sorted(health.members, key=lambda m: names[m.id] or ""):
         name = names[member.id]
         if name is None or name in observed.pods:
@@ -325,7 +325,7 @@ def _start_missing_pods(
     return None
 
 
-def _settle_joined_pods(observed: Observed, health: Health, names: dict[int, str | None]) -> a.Action | None:
+def _settle_joined_pods(observed: Observed, health: Health, names: dict[int, str | None]) -> a.Step | None:
     for member in health.members:
         name = names[member.id]
         pod = observed.pods.get(name or "")
@@ -345,7 +345,7 @@ def _settle_joined_pods(observed: Observed, health: Health, names: dict[int, str
 
 def _handle_learners(
     spec: ClusterSpec, observed: Observed, health: Health, names: dict[int, str | None]
-) -> a.Action | None:
+) -> a.Step | None:
     for learner in health.learners:
         name = names[learner.id] or learner.hex_id
         if learner.name and health.is_healthy(learner) and health.has_quorum:
@@ -367,7 +367,7 @@ def _handle_learners(
 
 def _replace_or_shrink(
     spec: ClusterSpec, observed: Observed, health: Health, names: dict[int, str | None]
-) -> a.Action | None:
+) -> a.Step | None:
     voters = health.voters
     unhealthy = [m for m in voters if not health.is_healthy(m)]
     if len(voters) > spec.size:
@@ -440,7 +440,7 @@ def _pins_unknown(observed: Observed, names: list[str]) -> str:
 
 def _roll_outdated_member(
     observed: Observed, health: Health, names: dict[int, str | None], desired_hash: str
-) -> a.Action | None:
+) -> a.Step | None:
     if health.state != HealthState.HEALTHY:
         return None
     outdated = {
@@ -464,7 +464,7 @@ def _roll_outdated_member(
     return a.RollMember("following the spec", leader_name)
 
 
-def _defragment(spec: ClusterSpec, observed: Observed, health: Health, names: dict[int, str | None]) -> a.Action | None:
+def _defragment(spec: ClusterSpec, observed: Observed, health: Health, names: dict[int, str | None]) -> a.Step | None:
     if not spec.defrag.enabled or health.state != HealthState.HEALTHY:
         return None
     if not space.in_defrag_window(spec, observed.now):
@@ -489,7 +489,7 @@ def _defragment(spec: ClusterSpec, observed: Observed, health: Health, names: di
 
 def _plan_quorum_loss(
     spec: ClusterSpec, observed: Observed, health: Health, names: dict[int, str | None], recovery_allowed: bool
-) -> a.Action:
+) -> a.Step:
     if spec.storage.empty_dir:
         return a.Wait(
             f"{health.message}; recovering quorum restarts the survivor, which would lose its emptyDir "
@@ -512,7 +512,7 @@ def _plan_quorum_loss(
     )
 
 
-def _plan_quorum_recovery(spec: ClusterSpec, observed: Observed, health: Health, desired_hash: str) -> a.Action:
+def _plan_quorum_recovery(spec: ClusterSpec, observed: Observed, health: Health, desired_hash: str) -> a.Step:
     op = observed.operation
     if op is None:
         raise ValueError("planned a quorum recovery's next step without one under way")

@@ -23,8 +23,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from etcd_operator.core import conditions as c
-from etcd_operator.core.cluster import actions as a
 from etcd_operator.core.cluster import builders
+from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.health import Health, HealthState, member_name, pod_broken, pod_serving
 from etcd_operator.core.cluster.observed import Observed, PodView, RollRecord
 from etcd_operator.core.cluster.spec import ClusterSpec
@@ -148,7 +148,7 @@ def next_record(
     raw_spec: Mapping[str, Any] | None,
     observed: Observed,
     health: Health,
-    action: a.Action,
+    action: a.Step,
     desired_hash: str,
     held: bool,
     spec_accepted: bool,

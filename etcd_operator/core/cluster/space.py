@@ -19,8 +19,8 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 
 from etcd_operator.core import conditions as c
-from etcd_operator.core.cluster import actions as a
 from etcd_operator.core.cluster import naming, quota
+from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.health import NOSPACE, Health, HealthState, member_name
 from etcd_operator.core.cluster.observed import Member, Observed
 from etcd_operator.core.cluster.spec import ClusterSpec, SpecProblem
@@ -169,7 +169,7 @@ def shortfall(
     return worst
 
 
-def finish_space_recovery(observed: Observed, health: Health) -> a.Action | None:
+def finish_space_recovery(observed: Observed, health: Health) -> a.Step | None:
     if observed.space_recovery is None or not health.members or NOSPACE in health.alarm_names:
         return None
     if not observed.etcd.answered:
@@ -177,7 +177,7 @@ def finish_space_recovery(observed: Observed, health: Health) -> a.Action | None
     return a.FinishSpaceRecovery("the NOSPACE alarm is no longer raised")
 
 
-def plan_no_space(spec: ClusterSpec, observed: Observed, health: Health, names: dict[int, str | None]) -> a.Action:
+def plan_no_space(spec: ClusterSpec, observed: Observed, health: Health, names: dict[int, str | None]) -> a.Step:
     """The next remediation step while NOSPACE is raised; a Wait when none can be taken."""
     record = observed.space_recovery
     if record is None:
@@ -244,7 +244,7 @@ def defrag_room(spec: ClusterSpec, observed: Observed, name: str, member_id: int
 
 def plan_requested_defragmentation(
     spec: ClusterSpec, observed: Observed, health: Health, names: dict[int, str | None]
-) -> a.Action | None:
+) -> a.Step | None:
     """A new etcd.operator.dev/defragment token: every member once, followers then leader."""
     token = observed.defrag_requested
     record = observed.defragmentation
@@ -268,7 +268,7 @@ def plan_requested_defragmentation(
 # --- PVC expansion --------------------------------------------------------------------
 
 
-def plan_volume_expansion(spec: ClusterSpec, observed: Observed) -> a.Action | None:
+def plan_volume_expansion(spec: ClusterSpec, observed: Observed) -> a.Step | None:
     wanted = spec_disk(spec)
     if spec.storage.empty_dir or wanted is None:
         return None
@@ -319,7 +319,7 @@ def storage_condition(spec: ClusterSpec, observed: Observed) -> c.Condition:
     return c.Condition("StorageResized", True, "AsSpecified", "")
 
 
-def database_condition(spec: ClusterSpec, observed: Observed, health: Health, action: a.Action) -> c.Condition:
+def database_condition(spec: ClusterSpec, observed: Observed, health: Health, action: a.Step) -> c.Condition:
     if NOSPACE not in health.alarm_names:
         return c.Condition("DatabaseFits", True, "WithinQuota", "")
     record = observed.space_recovery
@@ -343,5 +343,5 @@ def database_condition(spec: ClusterSpec, observed: Observed, health: Health, ac
     return c.Condition("DatabaseFits", False, "Remediating", action.reason)
 
 
-def space_conditions(spec: ClusterSpec, observed: Observed, health: Health, action: a.Action) -> list[c.Condition]:
+def space_conditions(spec: ClusterSpec, observed: Observed, health: Health, action: a.Step) -> list[c.Condition]:
     return [database_condition(spec, observed, health, action), storage_condition(spec, observed)]

@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from etcd_operator.core import conditions as c
-from etcd_operator.core.cluster import actions as a
 from etcd_operator.core.cluster import naming, tls_plan
+from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.health import Health, HealthState, member_name
 from etcd_operator.core.cluster.observed import Observed
 from etcd_operator.core.cluster.spec import ClusterSpec, SpecProblem
@@ -84,7 +84,7 @@ def alarm_condition(health: Health) -> c.Condition:
 
 
 def cluster_conditions(
-    spec: ClusterSpec, observed: Observed, health: Health, action: a.Action, problems: list[SpecProblem]
+    spec: ClusterSpec, observed: Observed, health: Health, action: a.Step, problems: list[SpecProblem]
 ) -> list[c.Condition]:
     available: bool | None = health.has_quorum
     if health.state == HealthState.UNREACHABLE:
@@ -140,7 +140,7 @@ def cluster_conditions(
     return result
 
 
-def phase(spec: ClusterSpec, health: Health, action: a.Action, observed: Observed) -> str:
+def phase(spec: ClusterSpec, health: Health, action: a.Step, observed: Observed) -> str:
     if spec.paused:
         return "Paused"
     if observed.restoring:
@@ -202,7 +202,7 @@ def build_status(
     spec: ClusterSpec,
     observed: Observed,
     health: Health,
-    action: a.Action,
+    action: a.Step,
     conditions: list[c.Condition],
     previous: Mapping[str, Any],
     generation: int,

@@ -20,8 +20,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from etcd_operator.core.cluster import actions as a
 from etcd_operator.core.cluster import builders
+from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.certs import (
     LEAVES,
     PHASE_DROP,
@@ -84,7 +84,7 @@ def serves_tls_observed(observed: Observed) -> bool:
     return transport(observed) == HTTPS
 
 
-def next_step(spec: ClusterSpec, observed: Observed) -> a.Action | None:
+def next_step(spec: ClusterSpec, observed: Observed) -> a.Step | None:
     """The certificate step to take before anything else, if any. `spec` is the acting spec."""
     step = _one_step(spec, observed)
     if isinstance(step, a.IssueCertificate) and not observed.pods:
@@ -140,7 +140,7 @@ def _issue(reason: str, kind: CertKind) -> a.IssueCertificate:
     return a.IssueCertificate(reason, ((kind.value, reason),))
 
 
-def _one_step(spec: ClusterSpec, observed: Observed) -> a.Action | None:
+def _one_step(spec: ClusterSpec, observed: Observed) -> a.Step | None:
     if observed.tls.transport is None:
         if transport(observed) == HTTP:
             return a.RecordTransport("recording that this cluster, created before TLS, serves plaintext", HTTP)
@@ -185,7 +185,7 @@ def _one_step(spec: ClusterSpec, observed: Observed) -> a.Action | None:
 SYNC_TRUST = "sync-trust"
 
 
-def _start_rotation(observed: Observed, ca: CertView) -> a.Action | None:
+def _start_rotation(observed: Observed, ca: CertView) -> a.Step | None:
     request = observed.tls.pending_request(ROTATE_CA)
     if request:
         return a.RecordRotation(
@@ -201,7 +201,7 @@ def _start_rotation(observed: Observed, ca: CertView) -> a.Action | None:
     return None
 
 
-def _ca_secret_step(rotation: Rotation, ca: CertView, observed: Observed) -> a.Action | None:
+def _ca_secret_step(rotation: Rotation, ca: CertView, observed: Observed) -> a.Step | None:
     old = set(rotation.replaced)
     next_ca = observed.tls.next_ca
     if (
@@ -217,7 +217,7 @@ def _ca_secret_step(rotation: Rotation, ca: CertView, observed: Observed) -> a.A
     return None
 
 
-def _advance(spec: ClusterSpec, observed: Observed, rotation: Rotation) -> a.Action | None:
+def _advance(spec: ClusterSpec, observed: Observed, rotation: Rotation) -> a.Step | None:
     """The rotation's next phase once every member has taken this one; None while members
     are rolled (the planner restarts outdated members one at a time, leader last)."""
     rolled = _members_follow(spec, observed)
@@ -282,7 +282,7 @@ def _leaf_reason(
     return None
 
 
-def _wait_for_provided_secrets(spec: ClusterSpec, observed: Observed) -> a.Action | None:
+def _wait_for_provided_secrets(spec: ClusterSpec, observed: Observed) -> a.Step | None:
     if observed.pods:
         return None  # members run on the files they mounted; a broken Secret shows in status
     for kind in (CertKind.MEMBER, CertKind.OPERATOR):

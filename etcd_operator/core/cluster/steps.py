@@ -8,7 +8,7 @@ from etcd_operator.core.cluster.certs import Rotation
 
 
 @dataclasses.dataclass(frozen=True)
-class Action:
+class Step:
     reason: str = ""
 
     @property
@@ -21,12 +21,12 @@ class Action:
 
 
 @dataclasses.dataclass(frozen=True)
-class Steady(Action):
+class Steady(Step):
     """Nothing to do: the cluster matches its spec."""
 
 
 @dataclasses.dataclass(frozen=True)
-class Wait(Action):
+class Wait(Step):
     """Nothing safe to do yet; look again soon."""
 
 
@@ -39,13 +39,13 @@ class WaitForLearner(Wait):
 
 
 @dataclasses.dataclass(frozen=True)
-class BootstrapFirstMember(Action):
+class BootstrapFirstMember(Step):
     member: str = ""
     initial_cluster: str = ""  # a restored member: every member its restored data holds; else itself only
 
 
 @dataclasses.dataclass(frozen=True)
-class StartRestoredMembers(Action):
+class StartRestoredMembers(Step):
     """Every member whose data an EtcdRestore seeded, started in one step (etcd's
     disaster-recovery procedure): each one's data holds the full initial cluster, and none
     can elect a leader alone, so starting them one per pass only adds waiting."""
@@ -55,7 +55,7 @@ class StartRestoredMembers(Action):
 
 
 @dataclasses.dataclass(frozen=True)
-class AddLearner(Action):
+class AddLearner(Step):
     member: str = ""
 
     @property
@@ -64,7 +64,7 @@ class AddLearner(Action):
 
 
 @dataclasses.dataclass(frozen=True)
-class CreateMemberPod(Action):
+class CreateMemberPod(Step):
     """Start the pod of a member etcd already knows: a fresh learner (full initial
     cluster) or a started member whose pod is gone (rejoins as itself)."""
 
@@ -75,7 +75,7 @@ class CreateMemberPod(Action):
 
 
 @dataclasses.dataclass(frozen=True)
-class CheckPodSpec(Action):
+class CheckPodSpec(Step):
     """Ask the API server, with a dry run, whether it accepts `member`'s pod with the pod
     spec `pod_spec_hash` stands for, before a step (`before`) takes a pod away or adds a
     member. Changes nothing; the answer is evidence for the next pass (cluster/admission.py)."""
@@ -87,7 +87,7 @@ class CheckPodSpec(Action):
 
 
 @dataclasses.dataclass(frozen=True)
-class SettleMemberPod(Action):
+class SettleMemberPod(Step):
     """Narrow a started member's pod annotations so a restart with lost data fails loudly
     instead of silently rejoining empty."""
 
@@ -96,7 +96,7 @@ class SettleMemberPod(Action):
 
 
 @dataclasses.dataclass(frozen=True)
-class PromoteLearner(Action):
+class PromoteLearner(Step):
     member: str = ""
     member_id: int = 0
 
@@ -106,7 +106,7 @@ class PromoteLearner(Action):
 
 
 @dataclasses.dataclass(frozen=True)
-class RemoveMember(Action):
+class RemoveMember(Step):
     member: str = ""
     member_id: int = 0
     replacing: bool = False
@@ -118,14 +118,14 @@ class RemoveMember(Action):
 
 
 @dataclasses.dataclass(frozen=True)
-class DeleteMemberPod(Action):
+class DeleteMemberPod(Step):
     """The member is not (or no longer) in etcd: its pod goes."""
 
     member: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
-class RestartFailedPod(Action):
+class RestartFailedPod(Step):
     """The pod failed for good (evicted, node shutdown): it goes, and its member starts
     again on its PVC."""
 
@@ -133,28 +133,28 @@ class RestartFailedPod(Action):
 
 
 @dataclasses.dataclass(frozen=True)
-class DeleteMemberPVC(Action):
+class DeleteMemberPVC(Step):
     """The member is not in etcd and its pod is gone: its data goes."""
 
     member: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
-class MoveLeader(Action):
+class MoveLeader(Step):
     from_id: int = 0
     to_id: int = 0
     to_member: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
-class RollMember(Action):
+class RollMember(Step):
     """Recreate a member's pod to follow the spec (image, pod settings); data stays."""
 
     member: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
-class RollFailed(Action):
+class RollFailed(Step):
     """A rolled member did not become healthy with the new pod spec: record the failure in
     status (status.rollout) and tell people. The spec acted on then becomes the last good one."""
 
@@ -163,7 +163,7 @@ class RollFailed(Action):
 
 
 @dataclasses.dataclass(frozen=True)
-class EnableDowngrade(Action):
+class EnableDowngrade(Step):
     """Validate, then enable etcd's downgrade to `target` (a minor, "3.5") on the leader;
     status.downgrade records it."""
 
@@ -171,27 +171,27 @@ class EnableDowngrade(Action):
 
 
 @dataclasses.dataclass(frozen=True)
-class CancelDowngrade(Action):
+class CancelDowngrade(Step):
     """The spec went back: cancel etcd's downgrade job and forget status.downgrade."""
 
     target: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
-class FinishDowngrade(Action):
+class FinishDowngrade(Step):
     """Every member runs the target minor: forget status.downgrade."""
 
     target: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
-class Defragment(Action):
+class Defragment(Step):
     member: str = ""
     member_id: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
-class BeginQuorumRecovery(Action):
+class BeginQuorumRecovery(Step):
     """Record the survivor in status, then stop every other member."""
 
     member: str = ""
@@ -199,14 +199,14 @@ class BeginQuorumRecovery(Action):
 
 
 @dataclasses.dataclass(frozen=True)
-class StopMemberPod(Action):
+class StopMemberPod(Step):
     """Part of quorum recovery: stop a non-survivor; its PVC stays until recovery is done."""
 
     member: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
-class SetAsideMemberData(Action):
+class SetAsideMemberData(Step):
     """Part of quorum recovery: a non-survivor's PVC leaves the cluster's selector and owner
     but is kept, since it may hold writes the survivor lacks; new members take higher
     ordinals so no name collides with it."""
@@ -216,7 +216,7 @@ class SetAsideMemberData(Action):
 
 
 @dataclasses.dataclass(frozen=True)
-class ForceNewCluster(Action):
+class ForceNewCluster(Step):
     """Restart the survivor with --force-new-cluster."""
 
     member: str = ""
@@ -224,18 +224,18 @@ class ForceNewCluster(Action):
 
 
 @dataclasses.dataclass(frozen=True)
-class FinishQuorumRecovery(Action):
+class FinishQuorumRecovery(Step):
     member: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
-class AbandonQuorumRecovery(Action):
+class AbandonQuorumRecovery(Step):
     """Call off a recorded recovery before the survivor was forced: quorum came back, or the
     survivor's data is gone."""
 
 
 @dataclasses.dataclass(frozen=True)
-class RecordTransport(Action):
+class RecordTransport(Step):
     """Record in status, before any member exists, that this cluster serves TLS; a cluster
     without the record and with members predates TLS and is plaintext."""
 
@@ -243,7 +243,7 @@ class RecordTransport(Action):
 
 
 @dataclasses.dataclass(frozen=True)
-class IssueCertificate(Action):
+class IssueCertificate(Step):
     """Create or renew certificate Secrets of the Managed issuer, in order: (certs.CertKind
     value, why) pairs. More than one only before the first member exists (tls_plan)."""
 
@@ -255,7 +255,7 @@ class IssueCertificate(Action):
 
 
 @dataclasses.dataclass(frozen=True)
-class RecordRotation(Action):
+class RecordRotation(Step):
     """Record a certificate rotation's start or next phase in status.tls.rotation (None:
     finished, and `finished` = (kind, request) is recorded as done)."""
 
@@ -264,7 +264,7 @@ class RecordRotation(Action):
 
 
 @dataclasses.dataclass(frozen=True)
-class UpdateCASecret(Action):
+class UpdateCASecret(Step):
     """A CA rotation's change to the Managed CA Secret: `add-next` (a new CA, trusted next to
     the old), `promote-next` (the new CA signs), `drop-old` (only the new CA is trusted)."""
 
@@ -272,7 +272,7 @@ class UpdateCASecret(Action):
 
 
 @dataclasses.dataclass(frozen=True)
-class SyncTrustBundle(Action):
+class SyncTrustBundle(Step):
     """Copy the CA Secret's trust bundle (ca.crt) into a leaf Secret; the leaf stays."""
 
     certificate: str = ""
@@ -282,19 +282,19 @@ class SyncTrustBundle(Action):
 
 
 @dataclasses.dataclass(frozen=True)
-class BeginSpaceRecovery(Action):
+class BeginSpaceRecovery(Step):
     """The NOSPACE alarm is raised: record in status that remediation starts."""
 
 
 @dataclasses.dataclass(frozen=True)
-class CompactRevisions(Action):
+class CompactRevisions(Step):
     """NOSPACE remediation: compact the key history up to `revision` (cluster-wide)."""
 
     revision: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
-class DefragmentForSpace(Action):
+class DefragmentForSpace(Step):
     """NOSPACE remediation: defragment one member, then record it in status."""
 
     member: str = ""
@@ -302,19 +302,19 @@ class DefragmentForSpace(Action):
 
 
 @dataclasses.dataclass(frozen=True)
-class DisarmNoSpaceAlarm(Action):
+class DisarmNoSpaceAlarm(Step):
     """Every member's database fits under the quota again: disarm NOSPACE."""
 
     member_ids: tuple[int, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
-class FinishSpaceRecovery(Action):
+class FinishSpaceRecovery(Step):
     """The NOSPACE alarm is gone: drop the remediation record."""
 
 
 @dataclasses.dataclass(frozen=True)
-class DefragmentOnRequest(Action):
+class DefragmentOnRequest(Step):
     """A defragmentation asked for by the etcd.operator.dev/defragment annotation: one
     member, then record it in status."""
 
@@ -324,14 +324,14 @@ class DefragmentOnRequest(Action):
 
 
 @dataclasses.dataclass(frozen=True)
-class FinishDefragmentRequest(Action):
+class FinishDefragmentRequest(Step):
     """Every member was defragmented for `token`: record it as done."""
 
     token: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
-class ExpandMemberPVC(Action):
+class ExpandMemberPVC(Step):
     """Raise a member PVC's storage request to `size` (the StorageClass allows expansion)."""
 
     member: str = ""
