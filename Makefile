@@ -62,10 +62,11 @@ run: venv ## run the operator against the current KUBECONFIG
 test: venv testbin ## lint and types first, then unit tests and the simulator beside the tests against the local control plane
 	@PYTHON=$(PY) tests/run.sh $(PYTEST_ARGS)
 
-lint: venv ## ruff (lint and format) and mypy (strict over the pure core), what `make test` runs first
+lint: venv ## ruff (lint and format), mypy (strict over the pure core) and the import layers, what `make test` runs first
 	@$(PY) -m ruff check .
 	@$(PY) -m ruff format --check .
 	@$(PY) hack/typecheck.py
+	@$(VENV)/bin/lint-imports --no-cache
 
 format: venv ## apply ruff's fixes and formatting
 	@$(PY) -m ruff check --fix .

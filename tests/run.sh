@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make test`: ruff and mypy first (hack/typecheck.py), then three pytest runs side by side, so
+# `make test`: ruff, mypy (hack/typecheck.py) and import-linter first, then three pytest runs side by side, so
 # that the second core works while the others wait on clusters:
 #   - the tests with operator processes on the host (marked substrate): first those against the
 #     real nodes (tests/nodes/host_operator), then those on the node agent's substrate (its own
@@ -24,8 +24,9 @@ if [[ $# -gt 0 ]]; then
 fi
 
 # Lint, format and types first: a finding fails the run before any substrate starts.
-echo "tests: ruff (lint, format) and mypy"
-"$python" -m ruff check . && "$python" -m ruff format --check . && "$python" hack/typecheck.py || exit 1
+echo "tests: ruff (lint, format), mypy and the import layers"
+"$python" -m ruff check . && "$python" -m ruff format --check . && "$python" hack/typecheck.py &&
+  "$(dirname "$python")/lint-imports" --no-cache || exit 1
 
 real_log="$(mktemp -t real-node-tests.XXXXXX.log)"
 pure_log="$(mktemp -t pure-tests.XXXXXX.log)"

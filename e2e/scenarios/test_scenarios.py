@@ -3,10 +3,10 @@ its ServiceAccount, as the Helm chart installs it (so the real API server enforc
 RBAC). Portable: no node-agent fault helpers and no direct access to pod IPs, so the same file
 runs on kind. Where it runs: e2e/target.py.
 
-`make test` runs this file in external mode on the session's real nodes, in a separate pytest
-process (tests/nodes/test_e2e_scenarios_on_real_nodes.py), so that the mode `make e2e-kind`
-uses stays proven; run directly (E2E_TARGET unset), it brings up the real nodes and installs
-the chart itself."""
+`make test` runs this file directly on the session's real nodes (E2E_TARGET unset: it brings
+up the real nodes and installs the chart itself), and one scenario again in external mode, in
+a separate pytest process (tests/nodes/test_e2e_scenarios_on_real_nodes.py), so that the mode
+`make e2e-kind` uses stays proven."""
 
 from __future__ import annotations
 

@@ -3,7 +3,6 @@ deletion handler that applies reclaimPolicy."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping
 from typing import Any
 
@@ -11,11 +10,10 @@ import kopf
 
 from etcd_operator import API_GROUP, API_VERSION
 from etcd_operator.clients.etcd.pool import EtcdClientPool
-from etcd_operator.clients.kube import client as kube
 from etcd_operator.controllers import faults, metrics
+from etcd_operator.controllers.cluster.reclaimer import reclaim_member_volumes
 from etcd_operator.controllers.cluster.reconciler import ClusterReconciler
-from etcd_operator.core.cluster import builders, naming
-from etcd_operator.core.cluster.reclaim import RETAIN, reclaim
+from etcd_operator.core.cluster import naming
 from etcd_operator.handlers.common import event_poster, run_until_deleted
 from etcd_operator.handlers.sharding import held_by_shard, in_shard
 
@@ -74,37 +72,10 @@ def restore_hold(obj) -> str | None:
 
 @kopf.on.delete(API_GROUP, API_VERSION, "etcdclusters", when=held_by_shard)
 async def cluster_deleted(
-    name: str, namespace: str | None, spec: kopf.Spec, memo: kopf.Memo, body: kopf.Body, logger: kopf.Logger, **_
+    name: str, namespace: str | None, memo: kopf.Memo, body: kopf.Body, logger: kopf.Logger, **_
 ) -> None:
-    """Pods, Services and Secrets go with the owner; PVCs follow spec.reclaimPolicy (cluster/reclaim.py)."""
+    """Pods, Services and Secrets go with the owner; PVCs follow spec.reclaimPolicy."""
     if namespace is None:
         raise kopf.PermanentError("an EtcdCluster is namespaced; this one came without a namespace")
-    selector = naming.label_selector(naming.selector_labels(name))
-    pvcs, pods = await asyncio.gather(
-        memo.kube.list(kube.PVCS, namespace, selector), memo.kube.list(kube.PODS, namespace, selector)
-    )
-    outcome = reclaim(spec.get("reclaimPolicy", RETAIN), body["metadata"], pvcs, pods)
-    uid = body["metadata"]["uid"]
-    for pvc in pvcs:  # a kept PVC that an older version made owned by the cluster: the collector must not act
-        meta = pvc["metadata"]
-        owners = meta.get("ownerReferences") or []
-        if meta["name"] in outcome.keep and any(o.get("uid") == uid for o in owners):
-            await memo.kube.merge_patch(
-                kube.PVCS,
-                namespace,
-                meta["name"],
-                {"metadata": {"ownerReferences": builders.owners_without(owners, uid)}},
-            )
-    for pvc_name in outcome.delete:
-        await memo.kube.delete(kube.PVCS, namespace, pvc_name)
-    if not await namespace_terminating(memo.kube, namespace):  # it takes no Event any more
-        event_poster(body)("Normal", outcome.reason, outcome.message)
+    outcome = await reclaim_member_volumes(memo.kube, body, event_poster(body))
     logger.info("%s/%s deleted: %s", namespace, name, outcome.message)
-
-
-async def namespace_terminating(kube_client: kube.KubeClient, namespace: str) -> bool:
-    try:
-        found = await kube_client.get(kube.NAMESPACES, None, namespace)
-    except kube.ApiError:
-        return False  # unknown: the Event is tried
-    return found is None or bool(found["metadata"].get("deletionTimestamp"))

@@ -60,20 +60,33 @@ VERSION_REFUSALS = frozenset(
 )
 
 
-def effective_spec(spec: ClusterSpec, observed: Observed, problems: list[SpecProblem]) -> ClusterSpec:
-    """The spec the operator acts on: a refused change keeps what is running."""
+def acting_spec(spec: ClusterSpec, observed: Observed, problems: list[SpecProblem]) -> tuple[ClusterSpec, bool]:
+    """The spec the operator acts on, and whether a failed roll holds it. A refused change
+    keeps what runs (version, transport, storage class, a volume shrink); a downgrade etcd
+    has not allowed yet keeps the running version; the quota is resolved from the disk; a
+    failed roll puts back the last good pod settings, whose quota is resolved again, so
+    every pod spec hash is of what the members would really run."""
     reasons = {p.reason for p in problems}
-    if reasons & VERSION_REFUSALS and observed.known_version:
-        spec = dataclasses.replace(spec, version=observed.known_version)
+    version = spec.version
+    if (reasons & VERSION_REFUSALS or downgrade.acting_version(spec.version, observed)) and observed.known_version:
+        version = observed.known_version
     tls_on = tls_plan.serves_tls(spec, observed)
     member_cert = observed.tls.cert(CertKind.MEMBER) if tls_on else None
     trusted = tuple(sorted(member_cert.trusted)) if member_cert and not member_cert.problem else ()
-    if tls_on != spec.tls.enabled or trusted != spec.tls.trusted:
-        spec = dataclasses.replace(spec, tls=dataclasses.replace(spec.tls, enabled=tls_on, trusted=trusted))
+    storage = spec.storage
     if "StorageClassChange" in reasons:
         existing = sorted({p.storage_class for p in observed.pvcs.values() if p.storage_class})
-        spec = dataclasses.replace(spec, storage=dataclasses.replace(spec.storage, storage_class=existing[0]))
-    return spec
+        storage = dataclasses.replace(storage, storage_class=existing[0])
+    pinned = dataclasses.replace(
+        spec,
+        version=version,
+        tls=dataclasses.replace(spec.tls, enabled=tls_on, trusted=trusted),
+        storage=storage,
+    )
+    rolled, roll_held = roll.acting_spec(space.acting_storage(pinned, observed, problems), observed.rollout)
+    if roll_held:  # the last good settings: their quota too is resolved (never twice otherwise)
+        rolled = space.acting_storage(rolled, observed, problems)
+    return rolled, roll_held
 
 
 def decide(spec: ClusterSpec, observed: Observed, raw_spec: Mapping[str, Any] | None = None) -> Decision:
@@ -99,27 +112,17 @@ def decide(spec: ClusterSpec, observed: Observed, raw_spec: Mapping[str, Any] | 
     if downgrade.acting_version(spec.version, observed) or observed.downgrade_target:
         # A downgrade through etcd's API: not refused; the downgrade module paces it.
         problems = [p for p in problems if p.reason != "VersionDowngrade"]
-    acting_spec = effective_spec(spec, observed, problems)
-    held_version = downgrade.acting_version(spec.version, observed)
-    if held_version:
-        acting_spec = dataclasses.replace(acting_spec, version=held_version)
-    # The quota is resolved before the roll compares pod spec hashes, and again on a
-    # rolled-back spec, so every hash here is of the pod spec the members would really run.
-    acting_spec = space.acting_storage(acting_spec, observed, problems)
-    acting_spec, roll_held = roll.acting_spec(acting_spec, observed.rollout)
-    if roll_held:
-        acting_spec = space.acting_storage(acting_spec, observed, problems)
-    desired_hash = builders.pod_spec_hash(acting_spec)
-    health = diagnose(acting_spec, observed)
+    acting, roll_held = acting_spec(spec, observed, problems)
+    desired_hash = builders.pod_spec_hash(acting)
+    health = diagnose(acting, observed)
     action = plan(
-        acting_spec,
+        acting,
         observed,
         health,
         desired_hash=desired_hash,
         recovery_allowed=spec.recovery.automatic_quorum_recovery or observed.recovery_approved,
+        desired_version=spec.version,
     )
-    if not (spec.paused or observed.restoring or observed.operation):
-        action = downgrade.step(spec.version, observed, health, action) or action
     conditions = cluster_conditions(spec, observed, health, action, problems)
     rollout = roll.next_record(raw_spec, observed, health, action, desired_hash, roll_held, not problems)
     conditions.append(roll.roll_condition(rollout, roll_held or isinstance(action, a.RollFailed)))
@@ -136,11 +139,11 @@ def decide(spec: ClusterSpec, observed: Observed, raw_spec: Mapping[str, Any] | 
         )
     else:
         conditions.append(c.Condition("VersionSkew", False, "SameVersion", ""))
-    conditions += space.space_conditions(acting_spec, observed, health, action)
+    conditions += space.space_conditions(acting, observed, health, action)
     conditions.append(learners.condition(observed, health, action))
     conditions.append(admission.condition(observed, desired_hash))
     return Decision(
-        acting_spec,
+        acting,
         tuple(problems),
         health,
         action,

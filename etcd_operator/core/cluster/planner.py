@@ -19,7 +19,7 @@ Invariants, each covered by tests/unit/test_cluster_planner.py and the fault sim
 
 from __future__ import annotations
 
-from etcd_operator.core.cluster import admission, learners, naming, roll, space, tls_plan
+from etcd_operator.core.cluster import admission, downgrade, learners, naming, roll, space, tls_plan
 from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.health import (
     Health,
@@ -107,8 +107,15 @@ def plan(
     health: Health,
     desired_hash: str,
     recovery_allowed: bool = False,
+    desired_version: str | None = None,
 ) -> a.Step:
-    return admission.gate(_plan(spec, observed, health, desired_hash, recovery_allowed), observed, desired_hash)
+    """The one next step for the acting `spec`. `desired_version` is the version the user
+    asked for: a downgrade to it goes through etcd's API, paced by the downgrade module, and
+    its steps come before the planner's own (never while paused, restoring or recovering)."""
+    step = admission.gate(_plan(spec, observed, health, desired_hash, recovery_allowed), observed, desired_hash)
+    if desired_version is None or spec.paused or observed.restoring or observed.operation:
+        return step
+    return downgrade.step(desired_version, observed, health, step) or step
 
 
 def _plan(spec: ClusterSpec, observed: Observed, health: Health, desired_hash: str, recovery_allowed: bool) -> a.Step:

@@ -2,7 +2,7 @@
 
 Member PVCs carry no owner reference to the cluster (cluster/executor._ensure_pvc), so the
 garbage collector never takes them, whatever the propagation policy, and whether or not the
-deletion handler ever runs. The handler then applies `spec.reclaimPolicy`:
+deletion handler ever runs. On deletion, controllers/cluster/reclaimer.py applies `spec.reclaimPolicy`:
 - `Retain` keeps every PVC.
 - `Delete` deletes them, except under orphan propagation (`kubectl delete --cascade=orphan`):
   the members' pods are left running, so their data is too. The orphan finalizer says so
@@ -13,7 +13,7 @@ deletion handler ever runs. The handler then applies `spec.reclaimPolicy`:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 ORPHAN_FINALIZER = "orphan"
@@ -40,7 +40,10 @@ def _orphaned(pod: Mapping[str, Any], cluster_uid: str) -> bool:
 
 
 def reclaim(
-    policy: str, cluster_meta: Mapping[str, Any], pvcs: list[Mapping[str, Any]], pods: list[Mapping[str, Any]]
+    policy: str,
+    cluster_meta: Mapping[str, Any],
+    pvcs: Sequence[Mapping[str, Any]],
+    pods: Sequence[Mapping[str, Any]],
 ) -> Reclaim:
     """`pvcs` and `pods`: the cluster's members', found by their labels."""
     names = sorted(p["metadata"]["name"] for p in pvcs)
