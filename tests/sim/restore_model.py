@@ -18,6 +18,7 @@ import dataclasses
 from etcd_operator.core.cluster import naming
 from etcd_operator.core.cluster.observed import Member
 from etcd_operator.core.cluster.spec import ClusterSpec
+from etcd_operator.core.outcome import Outcome
 from etcd_operator.core.restore import builders
 from etcd_operator.core.restore import fence as restore_fence
 from etcd_operator.core.restore import planner as restore_planner
@@ -212,7 +213,7 @@ class RestoreActor:
         """One object created for the cluster, as the API server accepts it."""
         inv.nothing_created_for_an_object_being_deleted(step.kind, "EtcdCluster " + CLUSTER, cluster_deleting)
 
-    def _carry_out(self, sim, step: s.Step, observed: Observed, cluster_deleting: bool) -> s.Outcome:
+    def _carry_out(self, sim, step: s.Step, observed: Observed, cluster_deleting: bool) -> Outcome:
         world = self.world
         if isinstance(step, (s.CreateSeedVolumes, s.StartSeedPods)):
             # restore/executor.py reads the live target right before each create.
@@ -220,17 +221,17 @@ class RestoreActor:
             if refusal:
                 self.pass_stats["create_refused_by_the_live_target"] += 1
                 self.refusal = refusal
-                return s.Outcome(False, refusal)
+                return Outcome(False, refusal)
         if isinstance(step, s.VerifySnapshot):
-            return s.Outcome(facts=VERIFIED)
+            return Outcome(status_fields=dict(VERIFIED))
         if isinstance(step, s.HoldCluster):
             sim.annotations[naming.ANNOTATION_RESTORE_IN_PROGRESS] = NAME
             sim.annotations[naming.ANNOTATION_RESTORE_HOLD] = UID
         elif isinstance(step, s.ClearQuorumRecovery):
-            if step.clear_operation:
-                sim.status = {k: v for k, v in sim.status.items() if k != "operation"}
             if step.clear_approval:
                 sim.annotations.pop(naming.ANNOTATION_APPROVE_QUORUM_RECOVERY, None)
+            if step.clear_operation:  # status.operation is the cluster's to drop (cluster/status.py)
+                return Outcome(False, "waiting for the cluster's controller to drop status.operation")
         elif isinstance(step, s.StopMembers):
             for name, uid in step.pods:
                 pod = world.pods.get(name)
@@ -268,7 +269,7 @@ class RestoreActor:
             sim.annotations.pop(naming.ANNOTATION_RESTORE_IN_PROGRESS, None)
             sim.annotations.pop(naming.ANNOTATION_RESTORE_HOLD, None)
             sim.annotations[builders.ANNOTATION_RESTORED_FROM] = step.records
-        return s.Outcome()
+        return Outcome()
 
     def _finish_seed_pods(self) -> None:
         """Each restore pod started before this pass has written its member's data directory."""

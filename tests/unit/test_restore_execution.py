@@ -9,6 +9,7 @@ import inspect
 import pytest
 
 from etcd_operator.controllers.restore import executor
+from etcd_operator.core.outcome import Outcome
 from etcd_operator.core.restore import steps as s
 from etcd_operator.core.restore.observed import Observed
 from etcd_operator.core.restore.spec import RestoreSpec, RestoreStatus
@@ -44,7 +45,7 @@ def conditions_of(status: dict) -> dict:
 
 
 def test_a_failure_ends_the_restore_with_its_reason():
-    status = build_status({"phase": "Verifying"}, s.Fail("nope", code="TargetDataExists"), s.Outcome(), 1, NOW)
+    status = build_status({"phase": "Verifying"}, s.Fail("nope", code="TargetDataExists"), Outcome(), 1, NOW)
     assert status["phase"] == "Failed" and status["completionTime"] == NOW and status["progress"] == "nope"
     assert conditions_of(status) == {
         "Progressing": ("False", "TargetDataExists"),
@@ -54,7 +55,7 @@ def test_a_failure_ends_the_restore_with_its_reason():
 
 
 def test_already_applied_is_its_own_terminal_phase_not_a_failure():
-    status = build_status({"phase": "Pending"}, s.SkipAlreadyApplied("applied at T"), s.Outcome(), 1, NOW)
+    status = build_status({"phase": "Pending"}, s.SkipAlreadyApplied("applied at T"), Outcome(), 1, NOW)
     assert status["phase"] == "AlreadyApplied"
     assert conditions_of(status) == {
         "Progressing": ("False", "AlreadyApplied"),
@@ -65,37 +66,59 @@ def test_already_applied_is_its_own_terminal_phase_not_a_failure():
 
 def test_verification_facts_and_failures_come_from_the_outcome():
     facts = (("sha256", "ab"), ("snapshotEtcdVersion", "3.6.0"))
-    status = build_status({"phase": "Verifying"}, s.VerifySnapshot("v"), s.Outcome(facts=facts), 1, NOW)
+    status = build_status({"phase": "Verifying"}, s.VerifySnapshot("v"), Outcome(status_fields=dict(facts)), 1, NOW)
     assert status["phase"] == "Verifying" and status["sha256"] == "ab" and status["snapshotEtcdVersion"] == "3.6.0"
     failed = build_status(
-        {"phase": "Verifying"}, s.VerifySnapshot("v"), s.Outcome(failure=("ChecksumMismatch", "bad")), 1, NOW
+        {"phase": "Verifying"}, s.VerifySnapshot("v"), Outcome(failure=("ChecksumMismatch", "bad")), 1, NOW
     )
     assert failed["phase"] == "Failed" and conditions_of(failed)["Failed"] == ("True", "ChecksumMismatch")
 
 
 def test_a_step_not_taken_changes_only_the_progress():
     previous = {"phase": "Restoring", "progress": "x"}
-    status = build_status(previous, s.ChooseMembers("seed", members=("c-3",)), s.Outcome(False, "conflict"), 1, NOW)
+    status = build_status(previous, s.ChooseMembers("seed", members=("c-3",)), Outcome(False, "conflict"), 1, NOW)
     assert changed(previous, status) == {"progress": "conflict"}
 
 
 def test_status_fields_follow_the_step():
-    status = build_status({"phase": "Restoring"}, s.RecordPreservedData("r", pvcs=("data-c-0",)), s.Outcome(), 1, NOW)
+    status = build_status({"phase": "Restoring"}, s.RecordPreservedData("r", pvcs=("data-c-0",)), Outcome(), 1, NOW)
     assert status["preservedData"] == ["data-c-0"] and status["phase"] == "Restoring"
-    status = build_status({"phase": "Verifying"}, s.BeginRestore("b", target="c"), s.Outcome(), 1, NOW)
+    status = build_status({"phase": "Verifying"}, s.BeginRestore("b", target="c"), Outcome(), 1, NOW)
     assert status["targetCluster"] == "c" and status["phase"] == "Restoring"
-    status = build_status({"phase": "Restoring"}, s.ChooseMembers("m", members=("c-0", "c-1")), s.Outcome(), 1, NOW)
+    status = build_status({"phase": "Restoring"}, s.ChooseMembers("m", members=("c-0", "c-1")), Outcome(), 1, NOW)
     assert status["seedMembers"] == ["c-0", "c-1"]
     status = build_status(
-        status, s.MarkSeedsRestored("m", pvcs=("data-c-1",), timings=(("c-1", "t0", "t1"),)), s.Outcome(), 1, NOW
+        status, s.MarkSeedsRestored("m", pvcs=("data-c-1",), timings=(("c-1", "t0", "t1"),)), Outcome(), 1, NOW
     )
     status = build_status(
-        status, s.MarkSeedsRestored("m", pvcs=("data-c-0",), timings=(("c-0", "t2", "t3"),)), s.Outcome(), 1, NOW
+        status, s.MarkSeedsRestored("m", pvcs=("data-c-0",), timings=(("c-0", "t2", "t3"),)), Outcome(), 1, NOW
     )
     assert status["seedPods"] == [
         {"member": "c-1", "startedAt": "t0", "finishedAt": "t1"},
         {"member": "c-0", "startedAt": "t2", "finishedAt": "t3"},
     ]
-    status = build_status({"phase": "Restoring"}, s.Complete("1/1", cluster_id="abc"), s.Outcome(), 1, NOW)
+    status = build_status({"phase": "Restoring"}, s.Complete("1/1", cluster_id="abc"), Outcome(), 1, NOW)
     assert status["phase"] == "Completed" and status["clusterID"] == "abc"
     assert conditions_of(status)["Completed"] == ("True", "Restored")
+
+
+class PatchRecorder:
+    def __init__(self):
+        self.patches: list[tuple[str, str, dict, str | None]] = []
+
+    async def merge_patch(self, resource, namespace, name, patch, subresource=None):
+        self.patches.append((resource.plural, name, patch, subresource))
+
+
+@pytest.mark.parametrize("operation, approval", [(True, False), (False, True), (True, True)])
+def test_a_recorded_quorum_recovery_is_left_to_the_clusters_controller(operation, approval):
+    """Only the approval annotation is removed; status.operation is the cluster's to drop, and
+    the step is done only once it is gone (the next pass observes it)."""
+    kube_client = PatchRecorder()
+    body = {"metadata": {"name": "r1", "namespace": "ns", "uid": "u"}, "spec": {}}
+    runner = executor.RestoreExecutor(kube_client, "image", body, lambda *_: None)
+    spec = RestoreSpec.from_dict({"source": {}, "target": {"inPlace": {"clusterName": "c", "confirm": True}}})
+    step = s.ClearQuorumRecovery("stale recovery", clear_operation=operation, clear_approval=approval)
+    outcome = asyncio.run(runner.run(step, spec, RestoreStatus(), Observed("ns", "r1", "u", 1, None)))
+    assert [sub for *_, sub in kube_client.patches] == ([None] if approval else [])
+    assert outcome.done is not operation and outcome.failure is None

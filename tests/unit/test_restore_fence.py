@@ -17,6 +17,7 @@ from etcd_operator.controllers.restore import executor
 from etcd_operator.controllers.restore.observer import RestoreObserver
 from etcd_operator.core.cluster import naming
 from etcd_operator.core.cluster.spec import ClusterSpec
+from etcd_operator.core.outcome import Outcome
 from etcd_operator.core.restore import builders, fence
 from etcd_operator.core.restore import steps as s
 from etcd_operator.core.restore.observed import Observed, TargetCluster
@@ -122,7 +123,7 @@ class LiveTarget:
             raise self.refuse
 
 
-def run(kube_client: LiveTarget, step: s.Step) -> s.Outcome:
+def run(kube_client: LiveTarget, step: s.Step) -> Outcome:
     events: list[tuple[str, str, str]] = []
     runner = executor.RestoreExecutor(kube_client, "operator-image", BODY, lambda *e: events.append(e))
     return asyncio.run(runner.run(step, SPEC, STATUS, SEEN))
@@ -165,7 +166,7 @@ def test_a_namespace_being_deleted_ends_the_step_not_the_pass(step):
     refused = kube.NamespaceTerminating(403, "Forbidden", "namespace ns is being terminated")
     outcome = run(LiveTarget(ALIVE, refuse=refused), step)
     assert not outcome.done and outcome.failure is None
-    assert outcome.retry_in == executor.WHILE_NAMESPACE_TERMINATING
+    assert outcome.retry_after == executor.WHILE_NAMESPACE_TERMINATING
     assert "namespace ns is being deleted" in outcome.message
 
 

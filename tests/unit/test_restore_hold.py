@@ -13,6 +13,8 @@ import pytest
 from etcd_operator.controllers.cluster.executor import PERMITTED_WHILE_HELD, ClusterExecutor, HeldByRestore
 from etcd_operator.controllers.cluster.reconciler import AFTER_STEP, ClusterReconciler
 from etcd_operator.core.cluster import steps as a
+from etcd_operator.core.cluster.observed import Operation
+from etcd_operator.core.cluster.planner import QUORUM_RECOVERY
 from etcd_operator.core.cluster.status import restore_hold_ack
 from tests.unit.cluster_scenarios import M
 from tests.unit.cluster_scenarios import observed as scenario
@@ -74,6 +76,24 @@ def test_a_pass_on_a_copy_with_the_hold_acknowledges_it_and_creates_nothing():
     asyncio.run(reconciler.reconcile(BODY))
     assert [c for c in kube_client.created if c[0] in MEMBER_KINDS] == []
     assert kube_client.status_patches[-1]["restoreHold"] == {"restore": "r1", "uid": "uid-r1"}
+
+
+def test_the_pass_that_acknowledges_the_hold_drops_the_recorded_recovery_in_the_same_write():
+    """The restore never writes the cluster's status: it waits to see status.operation gone."""
+    kube_client = StatusRecorder()
+    reconciler, view = reconciler_for(kube_client, held_by=lambda: "r1")
+    recovery = Operation(QUORUM_RECOVERY, "c-0", 0x100, 0)
+
+    async def observe_held(body, now, children=None, live_secrets=True):
+        seen = current(scenario(view.members))
+        return dataclasses.replace(seen, restoring="r1", restore_hold="uid-r1", operation=recovery)
+
+    reconciler.observer.observe = observe_held
+    body = {**BODY, "status": {"operation": recovery.to_dict(), "clusterID": "1"}}
+    asyncio.run(reconciler.reconcile(body))
+    written = kube_client.status_patches[-1]
+    assert written["restoreHold"] == {"restore": "r1", "uid": "uid-r1"}
+    assert written["operation"] is None and written["clusterID"] is None
 
 
 def test_the_acknowledgement_is_cleared_with_the_hold():

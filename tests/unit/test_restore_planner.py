@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from etcd_operator.core import prerequisites as pre
 from etcd_operator.core.cluster import naming
 from etcd_operator.core.cluster.spec import ClusterSpec
+from etcd_operator.core.outcome import Outcome
 from etcd_operator.core.restore import builders
 from etcd_operator.core.restore import steps as s
 from etcd_operator.core.restore.observed import (
@@ -533,6 +534,18 @@ def test_every_member_is_restored_at_once_and_the_cluster_released_only_when_all
     assert isinstance(step_for(NEW, status, three(all_marked)), s.ReleaseCluster)
 
 
+@pytest.mark.parametrize(
+    "transport, tls_spec, expected",
+    [(None, False, False), (None, True, True), ("https", False, True), ("http", True, False)],
+)
+def test_restore_pods_use_the_transport_the_cluster_recorded_else_its_spec(transport, tls_spec, expected):
+    status = dataclasses.replace(RESTORING, seed_members=MEMBERS)
+    target = cluster(holder="r1", spec={"size": 3, "tls": {"enabled": tls_spec}})
+    seen = observed(dataclasses.replace(target, transport=transport), seed_pvcs=tuple(seed_pvc(m) for m in MEMBERS))
+    step = step_for(NEW, status, seen)
+    assert isinstance(step, s.StartSeedPods) and step.tls is expected
+
+
 def test_a_member_is_restored_once_and_pods_are_retried_a_bounded_number_of_times():
     status = dataclasses.replace(RESTORING, seed_members=MEMBERS)
     pvcs = [seed_pvc("keep-0", restored=True), seed_pvc("keep-1"), seed_pvc("keep-2")]
@@ -647,7 +660,7 @@ EARLY = [
 def test_a_restore_that_arrives_early_waits_pending_and_says_for_what(spec, target, source, code, words, status):
     step = step_for(spec, status, observed(target, source=source))
     assert isinstance(step, s.Wait) and step.code == code and words in step.reason, step
-    written = build_status({}, step, s.Outcome(), 1, "2026-11-21T12:00:00Z")
+    written = build_status({}, step, Outcome(), 1, "2026-11-21T12:00:00Z")
     assert written["phase"] == "Pending"
     progressing = next(c for c in written["conditions"] if c["type"] == "Progressing")
     assert (progressing["status"], progressing["reason"], progressing["message"]) == ("True", code, step.reason)

@@ -20,6 +20,7 @@ from etcd_operator.controllers.restore import snapshot_lookup
 from etcd_operator.core.backup.bbolt import NotASnapshot, snapshot_revision, snapshot_storage_version
 from etcd_operator.core.cluster import builders as cluster_builders
 from etcd_operator.core.cluster import naming
+from etcd_operator.core.outcome import Outcome
 from etcd_operator.core.restore import builders, fence
 from etcd_operator.core.restore import steps as s
 from etcd_operator.core.restore.observed import Observed
@@ -31,7 +32,7 @@ logger = logging.getLogger(__name__)
 EventPoster = Callable[[str, str, str], None]  # (type, reason, message)
 TRANSIENT_RETRY = 10.0  # seconds before S3 is tried again after a transient error
 WHILE_NAMESPACE_TERMINATING = 10.0  # until the namespace's deletion takes the EtcdRestore too
-Handler = Callable[[Any, Any, RestoreSpec, RestoreStatus, Observed], Awaitable[s.Outcome | None]]
+Handler = Callable[[Any, Any, RestoreSpec, RestoreStatus, Observed], Awaitable[Outcome | None]]
 
 
 class UnknownStep(Exception):
@@ -60,21 +61,21 @@ class RestoreExecutor:
         self.namespace = body["metadata"]["namespace"]
         self.name = body["metadata"]["name"]
 
-    async def run(self, step: s.Step, spec: RestoreSpec, status: RestoreStatus, observed: Observed) -> s.Outcome:
+    async def run(self, step: s.Step, spec: RestoreSpec, status: RestoreStatus, observed: Observed) -> Outcome:
         handler = HANDLERS.get(type(step))
         if handler is None:
             raise UnknownStep(f"no handler for restore step {step.kind}")
         try:
-            return await handler(self, step, spec, status, observed) or s.Outcome()
+            return await handler(self, step, spec, status, observed) or Outcome()
         except kube.Conflict as e:
-            return s.Outcome(False, f"{step.kind}: an object changed meanwhile ({e}); looking again")
+            return Outcome(False, f"{step.kind}: an object changed meanwhile ({e}); looking again")
         except NothingCreated as e:
-            return s.Outcome(False, f"{step.kind}: {e}; nothing is created for it")
+            return Outcome(False, f"{step.kind}: {e}; nothing is created for it")
         except kube.NamespaceTerminating:
-            return s.Outcome(
+            return Outcome(
                 False,
                 f"{step.kind}: namespace {self.namespace} is being deleted; nothing is created in it",
-                retry_in=WHILE_NAMESPACE_TERMINATING,
+                retry_after=WHILE_NAMESPACE_TERMINATING,
             )
 
     # --- status only ------------------------------------------------------------------
@@ -107,19 +108,19 @@ class RestoreExecutor:
 
     # --- reads only: verification -----------------------------------------------------
 
-    async def _verify(self, step: s.VerifySnapshot, spec: RestoreSpec, status, observed) -> s.Outcome:
+    async def _verify(self, step: s.VerifySnapshot, spec: RestoreSpec, status, observed) -> Outcome:
         try:
             return await self._verified_facts(spec)
         except VerificationFailed as e:
-            return s.Outcome(failure=(e.reason, e.message))
+            return Outcome(failure=(e.reason, e.message))
         except StorageError as e:
             if not e.permanent:
                 logger.warning("%s/%s: verification hit a transient error: %s", self.namespace, self.name, e)
-                return s.Outcome(False, f"S3: {e}; retrying", retry_in=TRANSIENT_RETRY)
+                return Outcome(False, f"S3: {e}; retrying", retry_after=TRANSIENT_RETRY)
             reason = "CredentialsNotFound" if e.code.startswith("Secret") else "StorageError"
-            return s.Outcome(failure=(reason, f"S3: {e}"))
+            return Outcome(failure=(reason, f"S3: {e}"))
 
-    async def _verified_facts(self, spec: RestoreSpec) -> s.Outcome:
+    async def _verified_facts(self, spec: RestoreSpec) -> Outcome:
         s3 = await snapshot_lookup.s3_block(self.kube, self.namespace, spec.source)
         storage = await asyncio.to_thread(S3Storage, await s3_location(self.kube, self.namespace, s3))
         try:
@@ -154,7 +155,7 @@ class RestoreExecutor:
             facts["restoredRevision"] = manifest.revision
         elif revision is not None:
             facts["restoredRevision"] = revision
-        return s.Outcome(message=f"verified {verified.size} bytes", facts=tuple(facts.items()))
+        return Outcome(message=f"verified {verified.size} bytes", status_fields=facts)
 
     # --- the target -------------------------------------------------------------------
 
@@ -196,11 +197,7 @@ class RestoreExecutor:
             f"stopped before its controller acknowledges the hold",
         )
 
-    async def _clear_recovery(self, step: s.ClearQuorumRecovery, spec, status, observed: Observed) -> None:
-        if step.clear_operation:
-            await self.kube.merge_patch(
-                kube.ETCDCLUSTERS, self.namespace, spec.target, {"status": {"operation": None}}, subresource="status"
-            )
+    async def _clear_recovery(self, step: s.ClearQuorumRecovery, spec, status, observed: Observed) -> Outcome | None:
         if step.clear_approval:
             await self.kube.merge_patch(
                 kube.ETCDCLUSTERS,
@@ -208,7 +205,15 @@ class RestoreExecutor:
                 spec.target,
                 {"metadata": {"annotations": {naming.ANNOTATION_APPROVE_QUORUM_RECOVERY: None}}},
             )
-        self.post_event("Normal", "QuorumRecoveryCleared", step.reason)
+            self.post_event("Normal", "QuorumRecoveryCleared", step.reason)
+        if step.clear_operation:
+            # status.operation is the cluster controller's: it drops it on its next pass.
+            return Outcome(
+                False,
+                f"waiting for EtcdCluster {spec.target}'s controller to drop its recorded "
+                f"quorum recovery (status.operation)",
+            )
+        return None
 
     async def _stop_members(self, step: s.StopMembers, spec, status, observed) -> None:
         for name, uid in step.pods:
@@ -246,15 +251,14 @@ class RestoreExecutor:
 
     async def _start_seed_pods(
         self, step: s.StartSeedPods, spec: RestoreSpec, status: RestoreStatus, observed: Observed
-    ) -> s.Outcome | None:
+    ) -> Outcome | None:
         try:
             s3 = await snapshot_lookup.s3_block(self.kube, self.namespace, spec.source)
         except VerificationFailed as e:
-            return s.Outcome(failure=(e.reason, e.message))
+            return Outcome(failure=(e.reason, e.message))
         cluster, cluster_spec = observed.target, observed.target_spec
         if status.source_key is None or status.sha256 is None:
             raise RuntimeError(f"seed pods for {self.name} were planned before its snapshot was verified")
-        tls = cluster.transport == "https" if cluster.transport else cluster_spec.tls.enabled
         manifests = []
         for member in step.members:
             manifest = builders.restore_pod(
@@ -270,7 +274,7 @@ class RestoreExecutor:
                 status.source_key,
                 status.sha256,
                 status.snapshot_size,
-                tls=tls,
+                tls=step.tls,
                 pull_secrets=cluster_builders.image_pull_secrets(cluster_spec),
             )
             kopf.adopt(manifest, owner=cast(kopf.Body, dict(self.body)))
@@ -289,7 +293,7 @@ class RestoreExecutor:
 
         taken = [n for n in await asyncio.gather(*(create(m) for m in manifests)) if n]
         if taken:
-            return s.Outcome(
+            return Outcome(
                 failure=("SeedPodNameTaken", f"pod {', '.join(taken)} exists and does not belong to this restore")
             )
         self.post_event(

@@ -31,6 +31,7 @@ AFTER_STATUS_STEP = 0.1  # the step only wrote status; go on at once
 AFTER_STEP = 0.2  # the next step usually follows at once (the pass reads live objects)
 WHILE_WAITING = 2.0
 WHILE_RESTORING = 0.5  # restore pods or members are about to finish: each pass is a few list calls
+NOT_DONE = 1.0  # the step could not be taken now: look again soon
 STATUS_ONLY = (s.StartVerifying, s.BeginRestore, s.RecordPreservedData, s.ChooseMembers)
 TERMINAL = (s.Idle, s.Fail, s.SkipAlreadyApplied, s.Complete)
 
@@ -82,8 +83,10 @@ class RestoreReconciler:
             )
         if outcome.failure or isinstance(step, TERMINAL):
             return None
+        if outcome.retry_after is not None:
+            return outcome.retry_after
         if not outcome.done:
-            return outcome.retry_in
+            return NOT_DONE
         if isinstance(step, s.Wait):
             return WHILE_RESTORING if step.code == "Restoring" else WHILE_WAITING
         return AFTER_STATUS_STEP if isinstance(step, STATUS_ONLY) else AFTER_STEP

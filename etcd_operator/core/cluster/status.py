@@ -198,6 +198,18 @@ def restore_hold_ack(observed: Observed) -> dict[str, Any] | None:
     return {"restore": observed.restoring, "uid": observed.restore_hold or ""}
 
 
+def restore_hold_fields(observed: Observed) -> dict[str, Any]:
+    """What a pass that sees a restore's hold writes, in one status write: the acknowledgement
+    the restore waits for before it stops or creates anything (status.restoreHold), and the
+    records about the old data dropped, since a restore makes a new cluster from a snapshot:
+    its identity and any quorum recovery. status.operation is this controller's own record;
+    the restore does not write it, it waits to observe it gone (restore/planner.py)."""
+    ack = restore_hold_ack(observed)
+    if ack is None:
+        return {"restoreHold": None}
+    return {"restoreHold": ack, "clusterID": None, "operation": None}
+
+
 def build_status(
     spec: ClusterSpec,
     observed: Observed,
@@ -224,13 +236,8 @@ def build_status(
     }
     if observed.etcd.cluster_id:
         status["clusterID"] = f"{observed.etcd.cluster_id:x}"
-    # The acknowledgement a restore waits for before it stops or creates anything: this
-    # pass decided on a copy of the object that carries the hold (restore/planner.py).
-    status["restoreHold"] = restore_hold_ack(observed)
-    if observed.restoring:
-        # A restore makes a new cluster from a snapshot: the old identity and any quorum
-        # recovery recorded for the old data no longer apply.
-        status.update(clusterID=None, operation=None)
+    # This pass decided on a copy of the object that carries the hold, if there is one.
+    status.update(restore_hold_fields(observed))
     if extra:
         status.update(extra)
     return status

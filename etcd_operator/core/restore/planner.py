@@ -21,7 +21,10 @@ Invariants, each covered by tests/unit/test_restore_planner.py:
 - an in-place restore changes nothing while its target is not this operator's shard's
   (etcd_operator/core/shard.py): it waits, saying why (TargetOutsideShard; tests/unit/test_shard_restore.py);
 - an in-place target is released only without a recorded quorum recovery or its approval,
-  and the release and the record of this restore are one patch;
+  and the release and the record of this restore are one patch; nothing is stopped before
+  both are gone. The restore removes the approval annotation; status.operation is the
+  cluster controller's own record, which it drops on every pass that sees the hold (the
+  pass that acknowledges the hold among them), and the restore waits to observe it gone;
 - nothing is stopped, set aside or created in the target before its own controller has
   acknowledged this restore's hold (status.restoreHold names this restore's name and uid):
   a cluster pass that decided on a copy without the hold may still be running until then
@@ -459,7 +462,9 @@ def _plan_seed(
         )
     unstarted = tuple(m for m in pending if m not in pods)
     if unstarted:
-        return s.StartSeedPods(f"restoring {', '.join(unstarted)} in parallel", members=unstarted)
+        return s.StartSeedPods(
+            f"restoring {', '.join(unstarted)} in parallel", members=unstarted, tls=peer_tls(cluster)
+        )
     if pending:
         return s.Wait(f"restoring {', '.join(pending)} in parallel", code="Restoring")
     done = tuple(sorted((p.name, p.uid) for p in pods.values()))
@@ -484,6 +489,14 @@ def _plan_seed(
         f"{', '.join(members)} hold the restored data; they start together",
         records=records_text(cluster.records + (record,)),
     )
+
+
+def peer_tls(cluster: TargetCluster) -> bool:
+    """Whether the restored members' peer URLs are https: the transport the cluster recorded
+    (status.tls.transport), else what its spec asks for."""
+    if cluster.transport:
+        return cluster.transport == "https"
+    return cluster.spec is not None and cluster.spec.tls.enabled
 
 
 def _plan_completion(cluster: TargetCluster) -> s.Step:

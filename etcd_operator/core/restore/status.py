@@ -6,12 +6,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from etcd_operator.core import conditions as c
+from etcd_operator.core.outcome import Outcome
 from etcd_operator.core.restore import steps as s
 
 VERIFYING_STEPS = (s.StartVerifying, s.VerifySnapshot)
 
 
-def _phase(previous: str | None, step: s.Step, outcome: s.Outcome) -> str:
+def _phase(previous: str | None, step: s.Step, outcome: Outcome) -> str:
     if outcome.failure or isinstance(step, s.Fail):
         return "Failed"
     if isinstance(step, s.SkipAlreadyApplied):
@@ -44,7 +45,7 @@ def _conditions(phase: str, code: str, message: str) -> list[c.Condition]:
     ]
 
 
-def _code(phase: str, step: s.Step, outcome: s.Outcome) -> str:
+def _code(phase: str, step: s.Step, outcome: Outcome) -> str:
     if outcome.failure:
         return outcome.failure[0]
     if isinstance(step, (s.Fail, s.Wait)):
@@ -79,7 +80,7 @@ def _step_fields(step: s.Step, previous: Mapping[str, Any], now: str) -> dict[st
 
 
 def build_status(
-    previous: Mapping[str, Any], step: s.Step, outcome: s.Outcome, generation: int | None, now: str
+    previous: Mapping[str, Any], step: s.Step, outcome: Outcome, generation: int | None, now: str
 ) -> dict[str, Any]:
     """The whole status to write for this pass (merged over the previous one). A step that
     was not taken changes nothing but the progress message."""
@@ -91,7 +92,7 @@ def build_status(
     code = _code(phase, step, outcome)
     message = outcome.failure[1] if outcome.failure else step.reason
     status.update(_step_fields(step, previous, now))
-    status.update(dict(outcome.facts))
+    status.update(outcome.status_fields or {})
     if phase in ("Failed", "AlreadyApplied", "Completed") and previous.get("phase") != phase:
         status["completionTime"] = now
     status.update(

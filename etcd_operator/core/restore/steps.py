@@ -1,5 +1,6 @@
 """The steps the restore planner can ask for. Each is one small, idempotent change (or
-none); the executor carries out exactly one per pass."""
+none); the executor carries out exactly one per pass and returns an
+etcd_operator.core.outcome.Outcome."""
 
 from __future__ import annotations
 
@@ -91,11 +92,13 @@ class HoldCluster(Step):
 
 @dataclasses.dataclass(frozen=True)
 class ClearQuorumRecovery(Step):
-    """inPlace: drop a recorded quorum recovery (status.operation) and its approval, so
-    the cluster does not resume a recovery over the restored data."""
+    """inPlace: a quorum recovery recorded for the old data must not resume over the
+    restored data. The approval annotation is removed here; status.operation belongs to the
+    cluster's controller, which drops it on every pass that sees this restore's hold
+    (cluster/status.py), so the restore only waits until it observes it gone."""
 
-    clear_operation: bool = False
-    clear_approval: bool = False
+    clear_operation: bool = False  # status.operation is still recorded: wait for its owner
+    clear_approval: bool = False  # remove the approve-quorum-recovery annotation
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,6 +146,7 @@ class StartSeedPods(Step):
     the full initial cluster and this restore's token."""
 
     members: tuple[str, ...] = ()
+    tls: bool = False  # the members' peer URLs are https (restore.planner.peer_tls)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -204,15 +208,3 @@ ALL_STEPS: tuple[type[Step], ...] = (
     ReleaseCluster,
     ReleaseHold,
 )
-
-
-@dataclasses.dataclass(frozen=True)
-class Outcome:
-    """What carrying out a step found. `facts` are status fields only the executor can know
-    (what verification read); `failure` is a (reason, message) that ends the restore."""
-
-    done: bool = True
-    message: str = ""
-    facts: tuple[tuple[str, object], ...] = ()
-    failure: tuple[str, str] | None = None
-    retry_in: float = 1.0  # when not done: seconds until the next pass
