@@ -29,7 +29,7 @@ BAD_REPOSITORY = "registry.invalid/etcd"
 class Outcome:
     done: bool
     message: str = ""
-    status_patch: dict | None = None
+    status_fields: dict | None = None
     interrupted: bool = False  # the operator was killed in the middle of the step
     aborted: bool = False  # the executor raised: the pass ends without writing status
     admission: PodAdmission | None = None  # the API server's answer to a member pod
@@ -229,7 +229,7 @@ def _space_record(ctx: Context) -> SpaceRecoveryRecord:
 
 
 def do_begin_space_recovery(ctx: Context, action: a.BeginSpaceRecovery) -> Outcome:
-    return Outcome(True, status_patch={"spaceRecovery": SpaceRecoveryRecord(ctx.observed.now).to_dict()})
+    return Outcome(True, status_fields={"spaceRecovery": SpaceRecoveryRecord(ctx.observed.now).to_dict()})
 
 
 def do_compact(ctx: Context, action: a.CompactRevisions) -> Outcome:
@@ -237,14 +237,14 @@ def do_compact(ctx: Context, action: a.CompactRevisions) -> Outcome:
     here; it still needs a leader, and its record is written after it."""
     _leader_group(ctx)
     record = dataclasses.replace(_space_record(ctx), compacted_revision=action.revision, defragmented=())
-    return Outcome(True, status_patch={"spaceRecovery": record.to_dict()})
+    return Outcome(True, status_fields={"spaceRecovery": record.to_dict()})
 
 
 def do_defragment_for_space(ctx: Context, action: a.DefragmentForSpace) -> Outcome:
     do_defragment(ctx, a.Defragment(action.reason, action.member, action.member_id))
     record = _space_record(ctx)
     record = dataclasses.replace(record, defragmented=tuple(sorted({*record.defragmented, action.member})))
-    return Outcome(True, status_patch={"spaceRecovery": record.to_dict()})
+    return Outcome(True, status_fields={"spaceRecovery": record.to_dict()})
 
 
 def do_disarm_nospace(ctx: Context, action: a.DisarmNoSpaceAlarm) -> Outcome:
@@ -252,11 +252,11 @@ def do_disarm_nospace(ctx: Context, action: a.DisarmNoSpaceAlarm) -> Outcome:
     if group is not None:
         group.alarms.discard("NOSPACE")
     ctx.kill_point()  # disarmed, but the record is not yet cleared
-    return Outcome(True, status_patch={"spaceRecovery": None})
+    return Outcome(True, status_fields={"spaceRecovery": None})
 
 
 def do_finish_space_recovery(ctx: Context, action: a.FinishSpaceRecovery) -> Outcome:
-    return Outcome(True, status_patch={"spaceRecovery": None})
+    return Outcome(True, status_fields={"spaceRecovery": None})
 
 
 def do_defragment_on_request(ctx: Context, action: a.DefragmentOnRequest) -> Outcome:
@@ -264,11 +264,11 @@ def do_defragment_on_request(ctx: Context, action: a.DefragmentOnRequest) -> Out
     record = ctx.observed.defragmentation
     done = record.defragmented if record.token == action.token else ()
     record = dataclasses.replace(record, token=action.token, defragmented=tuple(sorted({*done, action.member})))
-    return Outcome(True, status_patch={"defragmentation": record.to_dict()})
+    return Outcome(True, status_fields={"defragmentation": record.to_dict()})
 
 
 def do_finish_defragment_request(ctx: Context, action: a.FinishDefragmentRequest) -> Outcome:
-    return Outcome(True, status_patch={"defragmentation": DefragmentationRecord(last_token=action.token).to_dict()})
+    return Outcome(True, status_fields={"defragmentation": DefragmentationRecord(last_token=action.token).to_dict()})
 
 
 def do_expand_pvc(ctx: Context, action: a.ExpandMemberPVC) -> None:
@@ -278,7 +278,7 @@ def do_expand_pvc(ctx: Context, action: a.ExpandMemberPVC) -> None:
 
 def do_begin_recovery(ctx: Context, action: a.BeginQuorumRecovery) -> Outcome:
     operation = Operation(QUORUM_RECOVERY, action.member, action.member_id, ctx.observed.now)
-    return Outcome(True, status_patch={"operation": operation.to_dict()})
+    return Outcome(True, status_fields={"operation": operation.to_dict()})
 
 
 def do_set_aside(ctx: Context, action: a.SetAsideMemberData) -> None:
@@ -308,7 +308,7 @@ def do_force_new_cluster(ctx: Context, action: a.ForceNewCluster) -> None:
 
 
 def do_finish_recovery(ctx: Context, action: a.FinishQuorumRecovery) -> Outcome:
-    return Outcome(True, status_patch={"operation": None})
+    return Outcome(True, status_fields={"operation": None})
 
 
 HANDLERS: dict[type, Callable] = {

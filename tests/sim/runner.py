@@ -651,7 +651,7 @@ class Sim:
                     list(decision.conditions),
                     self.status,
                     self.generation,
-                    extra={**decision.status_fields(), **(outcome.status_patch or {})},
+                    extra={**decision.status_fields(), **(outcome.status_fields or {})},
                 ),
             )
             if self.status.get("restoreHold") == {"restore": RESTORE_NAME, "uid": RESTORE_UID}:
@@ -762,7 +762,7 @@ class Sim:
                     list(decision.conditions),
                     status,
                     self.generation,
-                    extra={**decision.status_fields(), **(outcome.status_patch or {})},
+                    extra={**decision.status_fields(), **(outcome.status_fields or {})},
                 ),
             )
             self.stats["stale_status_written"] += 1

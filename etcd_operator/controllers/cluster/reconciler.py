@@ -12,7 +12,7 @@ from etcd_operator import DEFAULT_OPERATOR_IMAGE
 from etcd_operator.clients.etcd.pool import EtcdClientPool
 from etcd_operator.clients.kube import client as kube
 from etcd_operator.controllers import metrics
-from etcd_operator.controllers.cluster.executor import BeingDeleted, ClusterExecutor, EventPoster, HeldByRestore
+from etcd_operator.controllers.cluster.executor import BeingDeleted, ClusterExecutor, HeldByRestore
 from etcd_operator.controllers.cluster.metrics_watcher import MemberMetricsWatcher
 from etcd_operator.controllers.cluster.observer import ClusterObserver, StorageClassExpansion
 from etcd_operator.core import conditions as c
@@ -20,9 +20,11 @@ from etcd_operator.core.cluster import anomaly_detection, tls_plan
 from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.decision import decide
 from etcd_operator.core.cluster.health import HealthState
+from etcd_operator.core.cluster.member_pod_outcome import MemberPodOutcome
 from etcd_operator.core.cluster.naming import DEFAULT_CLUSTER_DOMAIN
 from etcd_operator.core.cluster.spec import ClusterSpec
 from etcd_operator.core.cluster.status import build_status
+from etcd_operator.core.outcome import EventPoster
 from etcd_operator.core.status_patch import changed_fields
 
 logger = logging.getLogger(__name__)
@@ -186,14 +188,14 @@ class ClusterReconciler:
         if not isinstance(action, (a.Steady, a.Wait)):
             logger.info("%s/%s: %s (%s)", meta["namespace"], meta["name"], action.kind, action.reason)
         outcome = await executor.run(action, acting_spec, observed)
-        if outcome.admission is not None:
+        if isinstance(outcome, MemberPodOutcome):
             self.observer.remember(outcome.admission)  # evidence for the next pass (cluster/admission.py)
         if not outcome.done:
             logger.info("%s/%s: %s not taken yet: %s", meta["namespace"], meta["name"], action.kind, outcome.message)
 
         conditions = [*decision.conditions, anomaly_detection.condition(warnings, scraped)]
         self._post_transition_events(previous, conditions)
-        extra = {**decision.status_fields(), **(outcome.status_patch or {})}
+        extra = {**decision.status_fields(), **(outcome.status_fields or {})}
         tls_status = tls_plan.tls_status(spec, observed, extra.get("tls"))
         if tls_status:
             extra["tls"] = tls_status

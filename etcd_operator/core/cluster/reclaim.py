@@ -1,6 +1,6 @@
 """What deleting an EtcdCluster does to its member PVCs. Pure.
 
-Member PVCs carry no owner reference to the cluster (cluster/executor._ensure_pvc), so the
+Member PVCs carry no owner reference to the cluster (controllers/cluster/execute_member_pods.ensure_pvc), so the
 garbage collector never takes them, whatever the propagation policy, and whether or not the
 deletion handler ever runs. On deletion, controllers/cluster/reclaimer.py applies `spec.reclaimPolicy`:
 - `Retain` keeps every PVC.

@@ -1,0 +1,95 @@
+"""The cluster executor's etcd membership: starting the first members, adding a learner and
+its first pod, promoting, removing, and moving leadership."""
+
+from __future__ import annotations
+
+import asyncio
+
+from etcd_operator.clients.etcd.client import EtcdError
+from etcd_operator.controllers import faults
+from etcd_operator.controllers.cluster.execute_context import NotYet, StepContext
+from etcd_operator.controllers.cluster.execute_member_pods import create_pod
+from etcd_operator.core.cluster import builders, naming
+from etcd_operator.core.cluster import steps as a
+from etcd_operator.core.cluster.observed import Member, Observed
+from etcd_operator.core.cluster.planner import member_add_receivers, self_only_cluster
+from etcd_operator.core.cluster.spec import ClusterSpec
+
+
+async def bootstrap_first_member(
+    ctx: StepContext, action: a.BootstrapFirstMember, spec: ClusterSpec, observed: Observed
+) -> None:
+    await create_pod(
+        ctx,
+        spec,
+        action.member,
+        None,
+        action.initial_cluster or self_only_cluster(observed, action.member),
+        builders.STATE_NEW,
+    )
+    ctx.post_event(
+        "Normal", "ClusterBootstrapping", f"Started first member {action.member} with initial-cluster-state=new"
+    )
+
+
+async def start_restored_members(
+    ctx: StepContext, action: a.StartRestoredMembers, spec: ClusterSpec, observed: Observed
+) -> None:
+    await asyncio.gather(
+        *(create_pod(ctx, spec, member, None, action.initial_cluster, builders.STATE_NEW) for member in action.members)
+    )
+    ctx.post_event(
+        "Normal", "ClusterBootstrapping", f"Started {', '.join(action.members)} together on their restored data"
+    )
+
+
+async def add_learner(ctx: StepContext, action: a.AddLearner, spec: ClusterSpec, observed: Observed) -> None:
+    peer = naming.peer_url(ctx.cluster, ctx.namespace, action.member, spec.tls.enabled)
+    learner, members = await member_add(ctx, observed, peer)
+    ctx.post_event("Normal", "MemberAdded", f"Added {action.member} (id {learner.hex_id}) as a learner")
+    faults.hit(faults.AFTER_MEMBER_ADD)
+    initial = ",".join(
+        sorted(f"{m.name or action.member}={m.peer_urls[0]}" for m in members if m.name or m.id == learner.id)
+    )
+    await create_pod(ctx, spec, action.member, learner.id, initial, builders.STATE_EXISTING, joining=True)
+
+
+async def member_add(ctx: StepContext, observed: Observed, peer: str) -> tuple[Member, list[Member]]:
+    """Offers the add to each healthy voter in turn (planner.member_add_receivers) until
+    one accepts. Only etcd's own refusal of an unhealthy cluster moves on to the next:
+    nothing was proposed then. Any other error ends the step as before."""
+    receivers = member_add_receivers(observed)
+    if not receivers:
+        raise NotYet("no voting member answers")
+    refused: EtcdError | None = None
+    for member_id in receivers:
+        try:
+            return await ctx.member_client(observed, member_id).add_learner([peer])
+        except EtcdError as e:
+            if not e.cluster_not_ready:
+                raise
+            refused = e
+    raise refused or NotYet("no voting member answers")
+
+
+async def promote_learner(ctx: StepContext, action: a.PromoteLearner, spec: ClusterSpec, observed: Observed) -> None:
+    await ctx.leader_client(observed).promote(action.member_id)
+    ctx.post_event("Normal", "MemberPromoted", f"Promoted {action.member} to a voting member")
+
+
+async def remove_member(ctx: StepContext, action: a.RemoveMember, spec: ClusterSpec, observed: Observed) -> None:
+    await ctx.leader_client(observed).remove(action.member_id)
+    reason = "MemberReplaced" if action.replacing else "MemberRemoved"
+    if action.learner_not_caught_up:
+        reason = "LearnerNotCaughtUp"
+    ctx.post_event(
+        "Warning" if action.replacing or action.learner_not_caught_up else "Normal",
+        reason,
+        f"Removed {action.member} (id {action.member_id:x}) from etcd: {action.reason}",
+    )
+    faults.hit(faults.AFTER_MEMBER_REMOVE)
+
+
+async def move_leader(ctx: StepContext, action: a.MoveLeader, spec: ClusterSpec, observed: Observed) -> None:
+    await ctx.leader_client(observed).move_leader(action.to_id)
+    ctx.post_event("Normal", "LeaderMoved", f"Moved leadership to {action.to_member}: {action.reason}")
