@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from etcd_operator import API_GROUP, API_VERSION
-from etcd_operator.core import pod_security, snapshot_fetch
+from etcd_operator.core import pod_security, seed_containers
 from etcd_operator.core.backup.scratch_verdict import Expected
 from etcd_operator.core.cluster.builders import with_pull_secrets
 
@@ -52,7 +52,7 @@ def verification_pod(
     """`pull_secrets`: the cluster's (spec.pod.imagePullSecrets), for its etcd image and ours."""
     scratch = [{"name": "scratch", "mountPath": SCRATCH}]
     volumes: list[dict[str, Any]] = [{"name": "scratch", "emptyDir": {}}]
-    ca_volumes, ca_mounts = snapshot_fetch.ca_bundle(source)
+    ca_volumes, ca_mounts = seed_containers.ca_bundle(source)
     volumes += ca_volumes
     fetch_mounts = scratch + ca_mounts
     expected_env = {
@@ -89,25 +89,19 @@ def verification_pod(
                     "enableServiceLinks": False,
                     "volumes": volumes,
                     "initContainers": [
-                        snapshot_fetch.fetch_container(
+                        seed_containers.fetch_container(
                             operator_image, source, key, sha256, SNAPSHOT_FILE, DATA_DIR, SCRATCH, fetch_mounts
                         ),
-                        {
-                            "name": "restore",
-                            "image": etcd_image,
-                            "command": ["etcdutl"],
-                            "args": [
-                                "snapshot",
-                                "restore",
-                                SNAPSHOT_FILE,
-                                f"--name={MEMBER}",
-                                f"--data-dir={DATA_DIR}",
-                                f"--initial-cluster={MEMBER}={PLACEHOLDER_PEER_URL}",
-                                f"--initial-advertise-peer-urls={PLACEHOLDER_PEER_URL}",
-                                f"--initial-cluster-token=verify-{hashlib.sha256(key.encode()).hexdigest()[:12]}",
-                            ],
-                            "volumeMounts": scratch,
-                        },
+                        seed_containers.etcdutl_restore(
+                            etcd_image,
+                            SNAPSHOT_FILE,
+                            MEMBER,
+                            DATA_DIR,
+                            f"{MEMBER}={PLACEHOLDER_PEER_URL}",
+                            PLACEHOLDER_PEER_URL,
+                            f"verify-{hashlib.sha256(key.encode()).hexdigest()[:12]}",
+                            scratch,
+                        ),
                     ],
                     "containers": [
                         {

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from etcd_operator import API_GROUP, API_VERSION
-from etcd_operator.core import pod_security, snapshot_fetch
+from etcd_operator.core import pod_security, seed_containers
 from etcd_operator.core.cluster import builders as cluster_builders
 from etcd_operator.core.cluster import naming
 from etcd_operator.core.cluster.spec import ClusterSpec
@@ -139,7 +139,7 @@ def restore_pod(
         {"name": "data", "mountPath": cluster_builders.DATA_MOUNT},
         {"name": "scratch", "mountPath": SCRATCH_MOUNT},
     ]
-    ca_volumes, ca_mounts = snapshot_fetch.ca_bundle(source)
+    ca_volumes, ca_mounts = seed_containers.ca_bundle(source)
     volumes += ca_volumes
     fetch_mounts = mounts + ca_mounts
     return {
@@ -158,7 +158,7 @@ def restore_pod(
                     "enableServiceLinks": False,
                     "volumes": volumes,
                     "initContainers": [
-                        snapshot_fetch.fetch_container(
+                        seed_containers.fetch_container(
                             operator_image,
                             source,
                             key,
@@ -170,22 +170,16 @@ def restore_pod(
                         )
                     ],
                     "containers": [
-                        {
-                            "name": "restore",
-                            "image": etcd_image,
-                            "command": ["etcdutl"],
-                            "args": [
-                                "snapshot",
-                                "restore",
-                                SNAPSHOT_FILE,
-                                f"--name={member}",
-                                f"--data-dir={cluster_builders.DATA_DIR}",
-                                f"--initial-cluster={initial_cluster(cluster, namespace, members, tls)}",
-                                f"--initial-advertise-peer-urls={peer}",
-                                f"--initial-cluster-token={token}",
-                            ],
-                            "volumeMounts": mounts,
-                        }
+                        seed_containers.etcdutl_restore(
+                            etcd_image,
+                            SNAPSHOT_FILE,
+                            member,
+                            cluster_builders.DATA_DIR,
+                            initial_cluster(cluster, namespace, members, tls),
+                            peer,
+                            token,
+                            mounts,
+                        )
                     ],
                 },
                 pull_secrets or [],

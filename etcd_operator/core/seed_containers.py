@@ -1,6 +1,6 @@
-"""The fetch step shared by restore and verification pods: the environment and the optional
-CA bundle volume that `python -m etcd_operator.programs.seed fetch` needs to download one snapshot
-from S3 and re-check its sha256. Pure."""
+"""The two containers restore and verification pods share: the fetch (`python -m
+etcd_operator.programs.seed fetch` downloads one snapshot from S3, with the store's optional CA
+bundle, and checks its sha256 again) and etcdutl's restore of it into a data dir. Pure."""
 
 from __future__ import annotations
 
@@ -71,3 +71,33 @@ def ca_bundle(source: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[dic
         "secret": {"secretName": ca["name"], "items": [{"key": ca.get("key", "ca.crt"), "path": "ca.crt"}]},
     }
     return [volume], [{"name": CA_VOLUME, "mountPath": CA_MOUNT, "readOnly": True}]
+
+
+def etcdutl_restore(
+    etcd_image: str,
+    snapshot_file: str,
+    member: str,
+    data_dir: str,
+    initial_cluster: str,
+    peer_url: str,
+    token: str,
+    mounts: list[dict[str, Any]],
+    name: str = "restore",
+) -> dict[str, Any]:
+    """The container that turns the fetched snapshot into `member`'s data dir."""
+    return {
+        "name": name,
+        "image": etcd_image,
+        "command": ["etcdutl"],
+        "args": [
+            "snapshot",
+            "restore",
+            snapshot_file,
+            f"--name={member}",
+            f"--data-dir={data_dir}",
+            f"--initial-cluster={initial_cluster}",
+            f"--initial-advertise-peer-urls={peer_url}",
+            f"--initial-cluster-token={token}",
+        ],
+        "volumeMounts": mounts,
+    }
