@@ -15,8 +15,8 @@ from typing import Any
 
 from etcd_operator.backup import scratch_pod as builder
 from etcd_operator.backup.manifest import Identity, Manifest, manifest_key
-from etcd_operator.backup.runner import BackupSpec
 from etcd_operator.backup.scratch_verdict import Expected, Verdict
+from etcd_operator.backup.spec import BackupSpec
 from etcd_operator.cluster.builders import image_pull_secrets
 from etcd_operator.cluster.spec import ClusterSpec
 from etcd_operator.kube import client as kube

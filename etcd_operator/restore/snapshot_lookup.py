@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from etcd_operator.backup import retention
+from etcd_operator.backup.catalogue import read_manifests
 from etcd_operator.backup.manifest import Manifest, backup_prefix, manifest_key
-from etcd_operator.backup.runner import read_manifests
 from etcd_operator.backup.snapshot_integrity import VerificationFailed
 from etcd_operator.kube import client as kube
 from etcd_operator.storage.s3 import S3Storage

@@ -15,8 +15,8 @@ from etcd_operator import prerequisites as p
 from etcd_operator.backup import schedule
 from etcd_operator.backup import steps as s
 from etcd_operator.backup.controller import PREREQUISITE_RECHECK, delay_after
+from etcd_operator.backup.failure import BackupFailed, as_failure
 from etcd_operator.backup.planner import one_shot_slot, plan
-from etcd_operator.backup.runner import BackupFailed, as_failure
 from etcd_operator.backup.source_candidates import SourceUnavailable, find_candidates
 from etcd_operator.backup.state import Observed, Prerequisites, RunState, ScheduleSpec, VerificationPolicy
 from etcd_operator.backup.status import build_status, run_events
@@ -267,7 +267,7 @@ def test_waiting_for_the_cluster_does_not_use_an_attempt():
     assert step == s.RetrySlot(slot=status["progress"]["slot"], attempt=2, one_shot=True, message=step.message)
 
 
-# --- which causes are which (runner.as_failure) -----------------------------------------------
+# --- which causes are which (failure.as_failure) -----------------------------------------------
 
 CAUSES = [
     (SourceUnavailable("no healthy member"), "NoHealthyMember", True),

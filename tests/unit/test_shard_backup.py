@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from etcd_operator.backup.runner import as_failure
+from etcd_operator.backup.failure import as_failure
 from etcd_operator.backup.source_candidates import SourceUnavailable, find_candidates
 from etcd_operator.shard import Shard, shard_from_settings
 
