@@ -94,14 +94,9 @@ class BackupRunner:
             )
             if await storage.exists(manifest_key(key)):
                 manifest = Manifest.from_json(await storage.get(manifest_key(key)))
-                if not manifest.belongs_to(identity):
-                    raise BackupFailed(
-                        "SlotTakenByForeignBackup",
-                        f"{manifest_key(key)} was written by {manifest.namespace}/{manifest.backup} "
-                        f"(uid {manifest.backup_uid or 'none'}), not by this EtcdBackup; "
-                        "it is left untouched and this slot is not run",
-                        permanent=True,
-                    )
+                refusal = manifest.foreign_slot(identity, manifest_key(key))
+                if refusal:
+                    raise BackupFailed("SlotTakenByForeignBackup", refusal, permanent=True)
                 # this slot already ran
             else:
                 manifest = await self._snapshot(storage, identity, spec, slot, key)

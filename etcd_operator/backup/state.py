@@ -143,7 +143,7 @@ class RunState:
             recent_keys=frozenset(r["key"] for r in status.get("recentBackups") or [] if r.get("key")),
             attempts=int(status.get("attempts") or 0),
             retry=PendingRetry(retry_slot, retry_at) if retry_slot and retry_at else None,
-            pending_uploads=tuple(status.get("pendingUploads") or ()),
+            pending_uploads=tuple(dict(u) for u in status.get("pendingUploads") or ()),
             cluster_id_history=tuple(status.get("clusterIDHistory") or ()),
         )
 

@@ -270,7 +270,7 @@ def _failed_fields(
     """An attempt failed: recorded; retried after a backoff if its cause may pass and
     spec.backoffLimit allows, else the slot ends (a one-shot backup: Failed)."""
     ended = parse_datetime(now).astimezone(datetime.UTC)
-    retry_at = backoff.next_attempt(step.attempt, step.backoff_limit, ended) if outcome.transient else None
+    retry_at = backoff.retry_at(step.attempt, step.backoff_limit, outcome.transient, ended)
     fields: dict[str, Any] = {
         "progress": None,
         "pendingUploads": _pending(outcome),

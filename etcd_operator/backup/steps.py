@@ -9,9 +9,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from etcd_operator.backup.backoff import DEFAULT_BACKOFF_LIMIT
-from etcd_operator.outcome import NOTHING_DONE, Event, Outcome
-
-__all__ = ["NOTHING_DONE", "Event", "Outcome"]  # the shared result type, as this module's steps' own
+from etcd_operator.outcome import NOTHING_DONE as NOTHING_DONE
+from etcd_operator.outcome import Event as Event
+from etcd_operator.outcome import Outcome as Outcome
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
