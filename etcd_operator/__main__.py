@@ -1,7 +1,7 @@
 """Entry point: `python -m etcd_operator` runs kopf with the project's settings, behind a
 Lease-based leader election when LEADER_ELECTION=true.
 
-A leader that loses the right to act (see etcd_operator/leadership_fence.py) exits at once with
+A leader that loses the right to act (see etcd_operator/core/leadership_fence.py) exits at once with
 LOST_LEADERSHIP_EXIT_CODE: nothing it was doing needs finishing, since every step resumes
 from observed state after a kill, and a graceful kopf stop would let handlers run on for
 up to their cancellation timeout. The Deployment restarts the container as a standby."""
@@ -15,11 +15,11 @@ import sys
 
 import kopf
 
-from etcd_operator.config import OperatorConfig
-from etcd_operator.leadership_fence import AlwaysActs, LeaseClock, install_process_write_guard, writes_logger
-from etcd_operator.malloc_tuning import return_large_buffers_to_the_system
-from etcd_operator.server import HealthServer
-from etcd_operator.shard import LEASE_NAME  # noqa: F401  the default, for tests
+from etcd_operator.core.leadership_fence import AlwaysActs, LeaseClock, install_process_write_guard, writes_logger
+from etcd_operator.core.shard import LEASE_NAME  # noqa: F401  the default, for tests
+from etcd_operator.runtime.config import OperatorConfig
+from etcd_operator.runtime.malloc_tuning import return_large_buffers_to_the_system
+from etcd_operator.runtime.server import HealthServer
 
 LOST_LEADERSHIP_EXIT_CODE = 3
 CONFIG_ERROR_EXIT_CODE = 2
@@ -27,7 +27,7 @@ logger = logging.getLogger("etcd_operator")
 
 
 async def run(config: OperatorConfig) -> int:
-    import etcd_operator.operator  # noqa: F401  registers the handlers
+    import etcd_operator.runtime.operator  # noqa: F401  registers the handlers
 
     ready = asyncio.Event()
     clock = LeaseClock(config.lease_timing) if config.leader_election else None
@@ -54,8 +54,8 @@ async def _operate(config: OperatorConfig, ready: asyncio.Event) -> None:
 
 
 async def _lead(config: OperatorConfig, ready: asyncio.Event, clock: LeaseClock) -> int:
-    from etcd_operator.kube.client import KubeClient
-    from etcd_operator.lease_elector import LeaseElector
+    from etcd_operator.clients.kube.client import KubeClient
+    from etcd_operator.runtime.lease_elector import LeaseElector
 
     # The Lease itself is written before this replica may act, so its client is not fenced.
     lease_client = await KubeClient.from_environment(guard=AlwaysActs())

@@ -11,7 +11,7 @@ from typing import Any
 
 from kubernetes_asyncio import client, config
 
-from etcd_operator.backup.manifest import backup_prefix
+from etcd_operator.core.backup.manifest import backup_prefix
 from etcd_operator_kubectl import views
 
 GROUP, VERSION = "etcd.operator.dev", "v1alpha1"

@@ -9,8 +9,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from etcd_operator.backup.manifest import FORMAT, MANIFEST_SUFFIX, WRITER
-from etcd_operator.timefmt import parse_datetime
+from etcd_operator.core.backup.manifest import FORMAT, MANIFEST_SUFFIX, WRITER
+from etcd_operator.core.timefmt import parse_datetime
 
 ETCD_DEFAULT_QUOTA_BYTES = 2 * 1024**3  # etcd's own default when quotaBackendBytes is unset
 DEFRAGMENT_ANNOTATION = "etcd.operator.dev/defragment"

@@ -280,7 +280,7 @@ class Ours(Side):
         }
 
     def selector(self, name: str) -> str:
-        from etcd_operator.cluster import naming
+        from etcd_operator.core.cluster import naming
 
         return naming.label_selector(naming.selector_labels(name))
 

@@ -35,7 +35,7 @@ REACTION_SAMPLES = int(os.environ.get("BENCH_SCALE_REACTION_SAMPLES", "3"))
 SETTLE_SECONDS = 20.0  # after all are healthy: the passes of creation are over
 BATCH = 10
 PROJECT_TO = (100, 1000)
-# The operator's own client (etcd_operator/kube/client.py USER_AGENT) and kopf's.
+# The operator's own client (etcd_operator/clients/kube/client.py USER_AGENT) and kopf's.
 OPERATOR_AGENTS = ("etcd-operator/", "kopf/")
 # The bench's own clients on the same Kubernetes user: kubectl, and localkube's readiness probe.
 BENCH_AGENTS = ("kubectl/", "Python-urllib/")
@@ -344,7 +344,7 @@ class ScaleBench:
             print(f"  {self.created} clusters healthy", flush=True)
 
     def _member_metrics(self) -> list[str]:
-        from etcd_operator.cluster import naming
+        from etcd_operator.core.cluster import naming
         from tests.support.kubectl import kubectl_json
 
         pods = kubectl_json("get", "pods", "-n", self.namespace)["items"]
@@ -399,7 +399,7 @@ class ScaleBench:
 
     def reaction(self, samples: int = REACTION_SAMPLES) -> list[Reaction]:
         """Deletes the first cluster's member pod; times the operator's replacement pod."""
-        from etcd_operator.cluster import naming
+        from etcd_operator.core.cluster import naming
         from tests.support.clusters import wait_healthy
         from tests.support.kubectl import kubectl
         from tests.support.waiting import wait_for

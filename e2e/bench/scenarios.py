@@ -14,9 +14,9 @@ import tempfile
 import time
 import uuid
 
-from etcd_operator.buffer_budget import DEFAULT_LIMIT_BYTES
-from etcd_operator.etcd.client import EtcdMemberClient
-from etcd_operator.timefmt import parse_time
+from etcd_operator.clients.etcd.client import EtcdMemberClient
+from etcd_operator.core.buffer_budget import DEFAULT_LIMIT_BYTES
+from etcd_operator.core.timefmt import parse_time
 from localkube import controlplane, processes
 from localkube import layout as localkube_layout
 from nodeagent import faults

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 # containerd's sandbox_image on every node.
 PAUSE = "registry.k8s.io/pause:3.10"
-# etcd_operator/cluster/spec.py DEFAULT_REPOSITORY; the tag is `v<version>` (EtcdSpec.image).
+# etcd_operator/core/cluster/spec.py DEFAULT_REPOSITORY; the tag is `v<version>` (EtcdSpec.image).
 ETCD_REPOSITORY = "gcr.io/etcd-development/etcd"
 # e2e/tests/test_nodeagent.py uses busybox:1.36.
 BUSYBOX = "docker.io/library/busybox:1.36"
@@ -13,7 +13,7 @@ BUSYBOX = "docker.io/library/busybox:1.36"
 # version e2e/testbin/<recipe>/go.mod pins (names.coredns(), names.local_path_provisioner()).
 COREDNS_REPOSITORY = "registry.k8s.io/coredns/coredns"
 LOCAL_PATH_PROVISIONER_REPOSITORY = "docker.io/rancher/local-path-provisioner"
-# etcd_operator/config.py DEFAULT_OPERATOR_IMAGE, the Helm chart's repository:appVersion.
+# etcd_operator/runtime/config.py DEFAULT_OPERATOR_IMAGE, the Helm chart's repository:appVersion.
 OPERATOR = "ghcr.io/etcd-operator/etcd-operator:0.1.0"
 
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import kopf
 
-from etcd_operator import API_GROUP, API_VERSION, metrics
-from etcd_operator.backup.controller import BackupController
+from etcd_operator import API_GROUP, API_VERSION
+from etcd_operator.controllers import metrics
+from etcd_operator.controllers.backup.reconciler import BackupReconciler
 from etcd_operator.handlers.common import event_poster, run_until_deleted
 from etcd_operator.handlers.sharding import in_shard
 
@@ -14,7 +15,7 @@ ERROR_BACKOFF = 30.0
 
 @kopf.daemon(API_GROUP, API_VERSION, "etcdbackups", cancellation_timeout=30.0, when=in_shard)
 async def run_backup(body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.Memo, logger: kopf.Logger, **_) -> None:
-    controller = BackupController(
+    controller = BackupReconciler(
         memo.kube,
         memo.backup_locks,
         event_poster(body),

@@ -9,14 +9,15 @@ from typing import Any
 
 import kopf
 
-from etcd_operator import API_GROUP, API_VERSION, faults, metrics
-from etcd_operator.cluster import builders, naming
-from etcd_operator.cluster.reclaim import RETAIN, reclaim
-from etcd_operator.cluster.reconciler import ClusterReconciler
-from etcd_operator.etcd.pool import EtcdClientPool
+from etcd_operator import API_GROUP, API_VERSION
+from etcd_operator.clients.etcd.pool import EtcdClientPool
+from etcd_operator.clients.kube import client as kube
+from etcd_operator.controllers import faults, metrics
+from etcd_operator.controllers.cluster.reconciler import ClusterReconciler
+from etcd_operator.core.cluster import builders, naming
+from etcd_operator.core.cluster.reclaim import RETAIN, reclaim
 from etcd_operator.handlers.common import event_poster, run_until_deleted
 from etcd_operator.handlers.sharding import held_by_shard, in_shard
-from etcd_operator.kube import client as kube
 
 ERROR_BACKOFF = 10.0
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import kopf
 
-from etcd_operator.leadership_fence import process_write_guard
+from etcd_operator.core.leadership_fence import process_write_guard
 
 POLL = 0.5
 # A finished object is looked at again when it changes, or after this long.

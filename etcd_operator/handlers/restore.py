@@ -6,16 +6,16 @@ from __future__ import annotations
 import kopf
 
 from etcd_operator import API_GROUP, API_VERSION
+from etcd_operator.controllers.restore.reconciler import RestoreReconciler
 from etcd_operator.handlers.common import event_poster, run_until_deleted
 from etcd_operator.handlers.sharding import in_shard
-from etcd_operator.restore.controller import RestoreController
 
 ERROR_BACKOFF = 10.0
 
 
 @kopf.daemon(API_GROUP, API_VERSION, "etcdrestores", cancellation_timeout=30.0, when=in_shard)
 async def run_restore(body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.Memo, logger: kopf.Logger, **_) -> None:
-    controller = RestoreController(
+    controller = RestoreReconciler(
         memo.kube, memo.config.operator_image, event_poster(body), memo.config.shard, memo.config.storage_policy
     )
     await run_until_deleted(controller.reconcile, body, stopped, logger, ERROR_BACKOFF)
@@ -23,6 +23,6 @@ async def run_restore(body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.M
 
 @kopf.on.delete(API_GROUP, API_VERSION, "etcdrestores", when=in_shard)
 async def restore_deleted(body: kopf.Body, memo: kopf.Memo, **_) -> None:
-    controller = RestoreController(memo.kube, memo.config.operator_image, event_poster(body), memo.config.shard)
+    controller = RestoreReconciler(memo.kube, memo.config.operator_image, event_poster(body), memo.config.shard)
     if not await controller.release_on_deletion(body):
         raise kopf.TemporaryError("the target changed meanwhile; looking again", delay=1)

@@ -1,4 +1,4 @@
-"""The shard filters of the resource handlers (etcd_operator/shard.py), and the hand-over
+"""The shard filters of the resource handlers (etcd_operator/core/shard.py), and the hand-over
 request a shard makes for a cluster another instance still holds.
 
 kopf evaluates the filters on every event. A daemon runs only while its object is in this
@@ -16,7 +16,7 @@ from typing import Any
 import kopf
 
 from etcd_operator import API_GROUP, API_VERSION
-from etcd_operator.shard import HANDOVER_ANNOTATION
+from etcd_operator.core.shard import HANDOVER_ANNOTATION
 
 logger = logging.getLogger(__name__)
 # Objects this instance was told about once as held by another instance: uid -> claims.

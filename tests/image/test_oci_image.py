@@ -94,7 +94,7 @@ def test_every_operator_module_imports_inside_the_image(image):
         str(rootfs),
         "python",
         "-c",
-        "import etcd_operator.operator, etcd_operator.seed, boto3.session, botocore.config, "
+        "import etcd_operator.runtime.operator, etcd_operator.programs.seed, boto3.session, botocore.config, "
         "botocore.exceptions; print('ok')",
     ]
     if os.geteuid() != 0:
@@ -110,7 +110,7 @@ def test_the_image_ships_bytecode_its_interpreter_can_use(image):
     config, rootfs = image
     uid, gid = config["config"]["User"].split(":")
     check = (
-        "import importlib.util, sys, etcd_operator.operator, kopf, kubernetes_asyncio.client\n"
+        "import importlib.util, sys, etcd_operator.runtime.operator, kopf, kubernetes_asyncio.client\n"
         "stale = [n for n, m in list(sys.modules.items()) if getattr(m, '__file__', None)"
         " and m.__file__.endswith('.py') and '/dist-packages/' in m.__file__"
         " and not __import__('os').path.exists(importlib.util.cache_from_source(m.__file__))]\n"

@@ -130,7 +130,7 @@ def test_busybox_runs_its_shell_on_a_read_only_root(node):
 def test_operator_image_imports_under_the_charts_name_and_imports_its_pod_modules_read_only(node):
     image = imported(node, recipes.OPERATOR)
     # What the operator's own pods run in this image: the operator, seed fetch, scratch_check.
-    modules = "etcd_operator.operator, etcd_operator.seed, etcd_operator.backup.scratch_check"
+    modules = "etcd_operator.runtime.operator, etcd_operator.programs.seed, etcd_operator.programs.scratch_check"
     done = node.run(
         image, "operator-import", "python", "-c", f"import os, {modules}; print(os.getuid())", read_only=True
     )

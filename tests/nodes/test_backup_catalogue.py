@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from etcd_operator.etcd.client import EtcdMemberClient
+from etcd_operator.clients.etcd.client import EtcdMemberClient
 from localkube import controlplane
 from tests.support.backups import condition
 from tests.support.chart_release import restricted_namespace

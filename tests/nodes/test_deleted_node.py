@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from etcd_operator.cluster import naming
+from etcd_operator.core.cluster import naming
 from localkube import nodefaults, realnodes
 from tests.support import chart_release, measured
 from tests.support.chart_release import delete_namespace, restricted_namespace

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from etcd_operator.cluster import naming, network_policy
+from etcd_operator.core.cluster import naming, network_policy
 from tests.support import chart_release
 from tests.support.clusters import PLAINTEXT, get_cluster, patch_spec, wait_healthy
 from tests.support.kubectl import kubectl, kubectl_json

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from etcd_operator.cluster import naming
+from etcd_operator.core.cluster import naming
 from localkube import hoststate, nodefaults
 from localkube import layout as localkube_layout
 from tests.support import chart_release, measured

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from etcd_operator.etcd.client import EtcdMemberClient
+from etcd_operator.clients.etcd.client import EtcdMemberClient
 from tests.support.clusters import (
     apply_cluster,
     condition,

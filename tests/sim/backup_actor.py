@@ -22,12 +22,14 @@ import random
 
 from croniter import croniter
 
-from etcd_operator.backup import catalogue, retention, source_choice, stale_uploads
-from etcd_operator.backup import fence as backup_fence
-from etcd_operator.backup import planner as backup_planner
-from etcd_operator.backup import runner as backup_runner
-from etcd_operator.backup import steps as s
-from etcd_operator.backup.manifest import (
+from etcd_operator.clients.storage.s3 import StorageError
+from etcd_operator.controllers.backup import catalogue, stale_uploads
+from etcd_operator.controllers.backup import runner as backup_runner
+from etcd_operator.core.backup import fence as backup_fence
+from etcd_operator.core.backup import planner as backup_planner
+from etcd_operator.core.backup import retention, source_choice
+from etcd_operator.core.backup import steps as s
+from etcd_operator.core.backup.manifest import (
     MANIFEST_SUFFIX,
     SNAPSHOT_SUFFIX,
     Identity,
@@ -36,14 +38,13 @@ from etcd_operator.backup.manifest import (
     manifest_key,
     snapshot_key,
 )
-from etcd_operator.backup.spec import BackupSpec
-from etcd_operator.backup.state import CheckResult, Observed, Prerequisites, RunState, ScheduleSpec, ScratchPod
-from etcd_operator.backup.status import build_status
-from etcd_operator.durations import parse_duration
-from etcd_operator.prerequisites import ClusterReadiness
-from etcd_operator.status_patch import changed_fields as changes
-from etcd_operator.storage.s3 import StorageError
-from etcd_operator.timefmt import format_time
+from etcd_operator.core.backup.spec import BackupSpec
+from etcd_operator.core.backup.state import CheckResult, Observed, Prerequisites, RunState, ScheduleSpec, ScratchPod
+from etcd_operator.core.backup.status import build_status
+from etcd_operator.core.durations import parse_duration
+from etcd_operator.core.prerequisites import ClusterReadiness
+from etcd_operator.core.status_patch import changed_fields as changes
+from etcd_operator.core.timefmt import format_time
 from tests.sim import backup_model
 from tests.sim import invariants as inv
 from tests.sim.world import CLUSTER, NAMESPACE, merge_patch

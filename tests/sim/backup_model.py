@@ -9,11 +9,11 @@ from __future__ import annotations
 import random
 import shlex
 
-from etcd_operator.backup import scratch_pod as verification_pod
-from etcd_operator.backup import source_candidates as backup_source
-from etcd_operator.backup import source_choice
-from etcd_operator.backup.scratch_verdict import Expected
-from etcd_operator.cluster.identity import parse_hex_id
+from etcd_operator.controllers.backup import source_candidates as backup_source
+from etcd_operator.core.backup import scratch_pod as verification_pod
+from etcd_operator.core.backup import source_choice
+from etcd_operator.core.backup.scratch_verdict import Expected
+from etcd_operator.core.cluster.identity import parse_hex_id
 from tests.sim.view import status_at
 from tests.sim.world import NAMESPACE, Foreign, World
 

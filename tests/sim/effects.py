@@ -1,5 +1,5 @@
-"""The model executor: one handler per action type in etcd_operator/cluster/actions.py,
-doing to the simulated world what etcd_operator/cluster/executor.py does to the real one
+"""The model executor: one handler per action type in etcd_operator/core/cluster/steps.py,
+doing to the simulated world what etcd_operator/controllers/cluster/executor.py does to the real one
 (same requests, same preconditions: uid-guarded deletes, create-if-absent, the leader's
 endpoint as observed). An action type without a handler is an error, never "done"."""
 
@@ -8,12 +8,18 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from etcd_operator.cluster import actions as a
-from etcd_operator.cluster import builders, naming
-from etcd_operator.cluster.executor import PERMITTED_WHILE_HELD
-from etcd_operator.cluster.observed import DefragmentationRecord, Observed, Operation, PodAdmission, SpaceRecoveryRecord
-from etcd_operator.cluster.planner import QUORUM_RECOVERY, self_only_cluster
-from etcd_operator.cluster.spec import ClusterSpec
+from etcd_operator.controllers.cluster.executor import PERMITTED_WHILE_HELD
+from etcd_operator.core.cluster import builders, naming
+from etcd_operator.core.cluster import steps as a
+from etcd_operator.core.cluster.observed import (
+    DefragmentationRecord,
+    Observed,
+    Operation,
+    PodAdmission,
+    SpaceRecoveryRecord,
+)
+from etcd_operator.core.cluster.planner import QUORUM_RECOVERY, self_only_cluster
+from etcd_operator.core.cluster.spec import ClusterSpec
 from tests.sim.world import POD_REFUSAL, PVC, Pod, Refused, World, api_refuses_pod, peer_url
 
 BAD_REPOSITORY = "registry.invalid/etcd"
@@ -111,7 +117,7 @@ def _leader_group(ctx: Context):
     return ctx.world.group_with_leader(endpoint)
 
 
-def do_nothing(ctx: Context, action: a.Action) -> None:
+def do_nothing(ctx: Context, action: a.Step) -> None:
     return None
 
 
@@ -362,10 +368,10 @@ class UnknownAction(Exception):
 
 def action_types() -> list[type]:
     """Every concrete action type the planner can return."""
-    return [t for t in vars(a).values() if isinstance(t, type) and issubclass(t, a.Action) and t is not a.Action]
+    return [t for t in vars(a).values() if isinstance(t, type) and issubclass(t, a.Step) and t is not a.Step]
 
 
-def run(ctx: Context, action: a.Action) -> Outcome:
+def run(ctx: Context, action: a.Step) -> Outcome:
     handler = HANDLERS.get(type(action))
     if handler is None:
         raise UnknownAction(f"no model handler for {action.kind}; add it to tests/sim/effects.py HANDLERS")

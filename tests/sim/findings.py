@@ -4,8 +4,8 @@ that finding; any other violation fails the suite."""
 
 from __future__ import annotations
 
-from etcd_operator.cluster import actions as a
-from etcd_operator.cluster import naming
+from etcd_operator.core.cluster import naming
+from etcd_operator.core.cluster import steps as a
 from tests.sim import invariants as inv
 
 FINDINGS = {
@@ -385,6 +385,6 @@ STALE = {
         "one learner at most) and it can begin a quorum recovery from an old QuorumLost view after quorum "
         "returned, which the live replica then carries out (stops members). The planner cannot tell an old "
         "view; the lease fence outside it (the stop-acting deadline and fenced Kubernetes/etcd writes, "
-        "etcd_operator/lease_elector.py) is what prevents this"
+        "etcd_operator/runtime/lease_elector.py) is what prevents this"
     ),
 }

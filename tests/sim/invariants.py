@@ -3,9 +3,9 @@ Each raises Violation carrying its own name."""
 
 from __future__ import annotations
 
-from etcd_operator.cluster import actions as a
-from etcd_operator.cluster import naming
-from etcd_operator.cluster.health import HealthState, quorum_loss_timeout
+from etcd_operator.core.cluster import naming
+from etcd_operator.core.cluster import steps as a
+from etcd_operator.core.cluster.health import HealthState, quorum_loss_timeout
 from tests.sim.world import Group, World, api_refuses_pod
 
 
@@ -81,7 +81,7 @@ class ActionChecks:
     def __init__(
         self,
         world: World,
-        action: a.Action,
+        action: a.Step,
         recovery_allowed: bool,
         spec,
         quorum_lost_waiting: bool,
@@ -566,7 +566,7 @@ def converges_to_spec(world: World, size: int, desired_hash: str, status: dict, 
     )
 
 
-def destructive(action: a.Action) -> bool:
+def destructive(action: a.Step) -> bool:
     return isinstance(
         action,
         (

@@ -11,18 +11,18 @@ from collections.abc import Callable
 
 from croniter import croniter
 
-from etcd_operator.backup import fence as backup_fence
-from etcd_operator.backup import orphans, retention, schedule, source_choice
-from etcd_operator.backup import planner as backup_planner
-from etcd_operator.backup import scratch_pod as verification_pod
-from etcd_operator.backup import state as backup_state
-from etcd_operator.backup.manifest import Manifest
-from etcd_operator.cluster import actions as a
-from etcd_operator.cluster import admission, health, naming, planner, timers
-from etcd_operator.cluster.health import HealthState
-from etcd_operator.restore import fence as restore_fence
-from etcd_operator.restore import planner as restore_planner
-from etcd_operator.timefmt import parse_time
+from etcd_operator.core.backup import fence as backup_fence
+from etcd_operator.core.backup import orphans, retention, schedule, source_choice
+from etcd_operator.core.backup import planner as backup_planner
+from etcd_operator.core.backup import scratch_pod as verification_pod
+from etcd_operator.core.backup import state as backup_state
+from etcd_operator.core.backup.manifest import Manifest
+from etcd_operator.core.cluster import admission, health, naming, planner, timers
+from etcd_operator.core.cluster import steps as a
+from etcd_operator.core.cluster.health import HealthState
+from etcd_operator.core.restore import fence as restore_fence
+from etcd_operator.core.restore import planner as restore_planner
+from etcd_operator.core.timefmt import parse_time
 from tests.sim import backup_actor, effects, runner, view
 
 
@@ -404,7 +404,7 @@ MUTANTS = (
     Mutant(
         "steps_taken_against_a_live_hold",
         "no member step while the live object carries a restore hold",
-        ((effects, "PERMITTED_WHILE_HELD", (a.Action,)),),
+        ((effects, "PERMITTED_WHILE_HELD", (a.Step,)),),
         "restore_hold",
     ),
     Mutant(

@@ -15,18 +15,18 @@ from __future__ import annotations
 import collections
 import dataclasses
 
-from etcd_operator.cluster import naming
-from etcd_operator.cluster.observed import Member
-from etcd_operator.cluster.spec import ClusterSpec
-from etcd_operator.restore import builders
-from etcd_operator.restore import fence as restore_fence
-from etcd_operator.restore import planner as restore_planner
-from etcd_operator.restore import steps as s
-from etcd_operator.restore.observed import ObjectState, Observed, TargetCluster, parse_records
-from etcd_operator.restore.spec import TERMINAL_PHASES, RestoreSpec, RestoreStatus
-from etcd_operator.restore.status import build_status
-from etcd_operator.status_patch import changed_fields as changed
-from etcd_operator.timefmt import format_time
+from etcd_operator.core.cluster import naming
+from etcd_operator.core.cluster.observed import Member
+from etcd_operator.core.cluster.spec import ClusterSpec
+from etcd_operator.core.restore import builders
+from etcd_operator.core.restore import fence as restore_fence
+from etcd_operator.core.restore import planner as restore_planner
+from etcd_operator.core.restore import steps as s
+from etcd_operator.core.restore.observed import ObjectState, Observed, TargetCluster, parse_records
+from etcd_operator.core.restore.spec import TERMINAL_PHASES, RestoreSpec, RestoreStatus
+from etcd_operator.core.restore.status import build_status
+from etcd_operator.core.status_patch import changed_fields as changed
+from etcd_operator.core.timefmt import format_time
 from tests.sim import invariants as inv
 from tests.sim.world import CLUSTER, NAMESPACE, PVC, Data, Group, World, client_url, peer_url
 

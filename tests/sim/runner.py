@@ -8,14 +8,14 @@ import collections
 import dataclasses
 import random
 
-from etcd_operator.cluster import actions as a
-from etcd_operator.cluster import admission, builders, naming, pacing
-from etcd_operator.cluster.decision import decide
-from etcd_operator.cluster.observed import Member, RollRecord
-from etcd_operator.cluster.spec import ClusterSpec
-from etcd_operator.cluster.status import build_status
-from etcd_operator.cluster.timers import Sightings
-from etcd_operator.timefmt import parse_time
+from etcd_operator.core.cluster import admission, builders, naming, pacing
+from etcd_operator.core.cluster import steps as a
+from etcd_operator.core.cluster.decision import decide
+from etcd_operator.core.cluster.observed import Member, RollRecord
+from etcd_operator.core.cluster.spec import ClusterSpec
+from etcd_operator.core.cluster.status import build_status
+from etcd_operator.core.cluster.timers import Sightings
+from etcd_operator.core.timefmt import parse_time
 from tests.sim import backup_model, effects, findings
 from tests.sim import invariants as inv
 from tests.sim.backup_actor import BackupActor

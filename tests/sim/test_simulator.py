@@ -32,7 +32,7 @@ def test_every_action_type_has_a_model_handler():
 
 
 def test_an_action_without_handler_is_an_error():
-    class Unheard(effects.a.Action):
+    class Unheard(effects.a.Step):
         pass
 
     with pytest.raises(effects.UnknownAction):

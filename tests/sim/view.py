@@ -1,5 +1,5 @@
 """The operator's partial view of the simulated world, built the way
-etcd_operator/cluster/observer.py builds it: statuses from the members that answer, the
+etcd_operator/controllers/cluster/observer.py builds it: statuses from the members that answer, the
 member list from the first answering leader else from the answering member with the
 highest raft index, `errors` as etcd's Status RPC formats them."""
 
@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from etcd_operator.cluster import naming
-from etcd_operator.cluster.identity import member_list_sources, parse_hex_id, split_foreign
-from etcd_operator.cluster.observed import (
+from etcd_operator.core.cluster import naming
+from etcd_operator.core.cluster.identity import member_list_sources, parse_hex_id, split_foreign
+from etcd_operator.core.cluster.observed import (
     DefragmentationRecord,
     EtcdView,
     MemberStatus,
@@ -21,7 +21,7 @@ from etcd_operator.cluster.observed import (
     RollRecord,
     SpaceRecoveryRecord,
 )
-from etcd_operator.cluster.timers import Sightings, carry_timers
+from etcd_operator.core.cluster.timers import Sightings, carry_timers
 from tests.sim.world import CLUSTER, NAMESPACE, Foreign, World
 
 NO_LEADER = "etcdserver: no leader"
@@ -209,7 +209,7 @@ def observe(
 
 
 def _foreign_member(foreign: Foreign):
-    from etcd_operator.cluster.observed import Member
+    from etcd_operator.core.cluster.observed import Member
 
     return Member(
         foreign.member_id,

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import random
 
-from etcd_operator.cluster import naming
-from etcd_operator.cluster.observed import Member
+from etcd_operator.core.cluster import naming
+from etcd_operator.core.cluster.observed import Member
 
 CLUSTER, NAMESPACE = "sim", "ns"
 EPOCH = 1_700_000_000.0

@@ -9,9 +9,9 @@ import pathlib
 import pytest
 import yaml
 
-from etcd_operator import denied_flags
-from etcd_operator import schema_limits as limits
-from etcd_operator.backup import schedule
+from etcd_operator.core import denied_flags
+from etcd_operator.core import schema_limits as limits
+from etcd_operator.core.backup import schedule
 from tests.support.kubectl import kubectl, kubectl_json
 
 pytestmark = pytest.mark.substrate

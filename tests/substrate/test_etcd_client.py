@@ -10,9 +10,9 @@ import subprocess
 
 import pytest
 
-from etcd_operator.backup.bbolt import snapshot_revision
-from etcd_operator.etcd.client import EtcdError, EtcdMemberClient
-from etcd_operator.etcd.snapshot import SnapshotStream
+from etcd_operator.clients.etcd.client import EtcdError, EtcdMemberClient
+from etcd_operator.clients.etcd.snapshot import SnapshotStream
+from etcd_operator.core.backup.bbolt import snapshot_revision
 from localkube import layout as localkube_layout
 from tests.support.etcd_process import EtcdProcess
 

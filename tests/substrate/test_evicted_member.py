@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from kubernetes import watch
 
-from etcd_operator.cluster import naming
+from etcd_operator.core.cluster import naming
 from nodeagent import faults
 from tests.support.cluster_view import DESTRUCTIVE_EVENTS, ClusterView, hex_ids
 from tests.support.clusters import apply_cluster, is_healthy, wait_healthy

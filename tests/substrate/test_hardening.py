@@ -15,11 +15,11 @@ import pathlib
 import pytest
 import yaml
 
-from etcd_operator.backup import scratch_pod as verification_pod
-from etcd_operator.backup.scratch_verdict import Expected
-from etcd_operator.cluster import builders, network_policy
-from etcd_operator.cluster.spec import ClusterSpec
-from etcd_operator.restore import builders as restore_builders
+from etcd_operator.core.backup import scratch_pod as verification_pod
+from etcd_operator.core.backup.scratch_verdict import Expected
+from etcd_operator.core.cluster import builders, network_policy
+from etcd_operator.core.cluster.spec import ClusterSpec
+from etcd_operator.core.restore import builders as restore_builders
 from tests.support.clusters import GROUP
 from tests.support.kubectl import kubectl
 from tests.support.s3 import s3_storage_spec

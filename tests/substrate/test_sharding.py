@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from etcd_operator.shard import HANDOVER_ANNOTATION, shard_from_settings
+from etcd_operator.core.shard import HANDOVER_ANNOTATION, shard_from_settings
 from tests.support.clusters import PLAINTEXT, wait_healthy
 from tests.support.kubectl import kubectl, kubectl_json
 from tests.support.operator_process import OperatorProcess

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from etcd_operator.cluster import naming, quota
+from etcd_operator.core.cluster import naming, quota
 from tests.support.clusters import (
     apply_cluster,
     condition,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from etcd_operator.etcd.client import EtcdMemberClient
+from etcd_operator.clients.etcd.client import EtcdMemberClient
 from tests.support.claims import claimed
 from tests.support.clusters import GROUP
 from tests.support.kubectl import kubectl, kubectl_json

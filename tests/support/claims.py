@@ -1,5 +1,5 @@
 """Custom resources created for an operator instance that is a shard of its own: the shard's
-label and finalizer set from their creation on (etcd_operator/shard.py), so that an unsharded
+label and finalizer set from their creation on (etcd_operator/core/shard.py), so that an unsharded
 instance on the same cluster (the session's chart release on the real nodes) leaves them alone
 and no moment exists in which both could take one. The test helpers that create EtcdClusters,
 EtcdBackups and EtcdRestores pass their manifests through `claimed`."""
@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from etcd_operator.shard import Shard, shard_from_settings
+from etcd_operator.core.shard import Shard, shard_from_settings
 
 SHARD_LABEL = "etcd.operator.dev/test-shard"
 # The shard of the operator processes the tests run on the host beside the chart's release.

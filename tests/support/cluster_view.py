@@ -7,8 +7,8 @@ import dataclasses
 
 from kubernetes import client
 
-from etcd_operator.cluster import naming
-from etcd_operator.etcd.client import EtcdError
+from etcd_operator.clients.etcd.client import EtcdError
+from etcd_operator.core.cluster import naming
 from tests.support.etcd_data import member_ids
 
 GROUP, VERSION = "etcd.operator.dev", "v1alpha1"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from etcd_operator.cluster import naming
+from etcd_operator.core.cluster import naming
 from tests.support.claims import claimed
 from tests.support.kubectl import kubectl, kubectl_json
 from tests.support.waiting import wait_for

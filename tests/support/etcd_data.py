@@ -8,7 +8,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from etcd_operator.etcd.client import EtcdError, EtcdMemberClient
+from etcd_operator.clients.etcd.client import EtcdError, EtcdMemberClient
 
 T = TypeVar("T")
 NOSPACE = "database space exceeded"  # etcd's ErrNoSpace: "etcdserver: mvcc: database space exceeded"

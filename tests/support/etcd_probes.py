@@ -11,8 +11,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from etcd_operator.cluster import naming
-from etcd_operator.etcd.client import EtcdError, EtcdMemberClient
+from etcd_operator.clients.etcd.client import EtcdError, EtcdMemberClient
+from etcd_operator.core.cluster import naming
 
 Endpoints = Callable[[], list[str]]
 

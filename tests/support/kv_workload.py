@@ -16,7 +16,7 @@ import random
 import time
 from collections.abc import Callable
 
-from etcd_operator.etcd.client import ClientTLS, EtcdError, EtcdMemberClient
+from etcd_operator.clients.etcd.client import ClientTLS, EtcdError, EtcdMemberClient
 from tests.support.etcd_probes import Endpoints, _LoopThread
 from tests.support.history import Operation
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from etcd_operator.etcd.client import EtcdError
+from etcd_operator.clients.etcd.client import EtcdError
 from tests.support.etcd_probes import Endpoints, _clients, _LoopThread
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import subprocess
 
-from etcd_operator.cluster import naming
+from etcd_operator.core.cluster import naming
 from localkube import layout as localkube_layout
 from tests.support.waiting import wait_for
 

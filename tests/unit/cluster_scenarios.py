@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from etcd_operator.cluster import actions as a
-from etcd_operator.cluster import naming
-from etcd_operator.cluster.decision import Decision, decide
-from etcd_operator.cluster.health import diagnose
-from etcd_operator.cluster.observed import (
+from etcd_operator.core.cluster import naming
+from etcd_operator.core.cluster import steps as a
+from etcd_operator.core.cluster.decision import Decision, decide
+from etcd_operator.core.cluster.health import diagnose
+from etcd_operator.core.cluster.observed import (
     EtcdView,
     Member,
     MemberStatus,
@@ -20,8 +20,8 @@ from etcd_operator.cluster.observed import (
     PVCView,
     VolumePin,
 )
-from etcd_operator.cluster.planner import plan, self_only_cluster
-from etcd_operator.cluster.spec import ClusterSpec
+from etcd_operator.core.cluster.planner import plan, self_only_cluster
+from etcd_operator.core.cluster.spec import ClusterSpec
 
 CLUSTER, NAMESPACE = "c", "ns"
 NOW = 1_000_000.0
@@ -169,7 +169,7 @@ def pod_accepted(o: Observed, check: a.CheckPodSpec) -> Observed:
     return dataclasses.replace(o, pod_admissions={**o.pod_admissions, check.member: answer})
 
 
-def plan_accepting(s: ClusterSpec, o: Observed, health, **kwargs) -> a.Action:
+def plan_accepting(s: ClusterSpec, o: Observed, health, **kwargs) -> a.Step:
     """The planner's step where the API server accepts every member pod: a dry run it asks
     for is answered "accepted" (as the executor would) and the next pass plans again."""
     step = plan(s, o, health, **kwargs)

@@ -3,10 +3,10 @@ pool, the TLS Secrets, the version gauge), for tests that drive the real observe
 
 from __future__ import annotations
 
-from etcd_operator.cluster import naming
-from etcd_operator.cluster.observed import Member, MemberStatus, TLSView
-from etcd_operator.cluster.observer import ClusterObserver, StorageClassExpansion
-from etcd_operator.etcd.client import EtcdError
+from etcd_operator.clients.etcd.client import EtcdError
+from etcd_operator.controllers.cluster.observer import ClusterObserver, StorageClassExpansion
+from etcd_operator.core.cluster import naming
+from etcd_operator.core.cluster.observed import Member, MemberStatus, TLSView
 
 CLUSTER, NAMESPACE, CLUSTER_ID = "c", "ns", 0xC1
 
@@ -125,7 +125,7 @@ def cluster_body(spec: dict, status_members: list[dict] | None = None, annotatio
 
 def observer_of(etcd: FakeCluster, monkeypatch) -> ClusterObserver:
     """A ClusterObserver (one operator process's) reading `etcd`, without TLS or a version gauge."""
-    from etcd_operator.cluster import observer as observer_module
+    from etcd_operator.controllers.cluster import observer as observer_module
 
     monkeypatch.setattr(observer_module, "fetch_cluster_version", no_cluster_version)
     return ClusterObserver(None, etcd, StorageClassExpansion(None, ttl=0.0), NoTLS())

@@ -6,18 +6,18 @@ from __future__ import annotations
 
 import datetime
 
-from etcd_operator.backup import steps as s
-from etcd_operator.backup.controller import delay_after
-from etcd_operator.backup.planner import plan
-from etcd_operator.backup.state import Observed, RunState, ScheduleSpec
-from etcd_operator.backup.status import build_status
-from etcd_operator.config import OperatorConfig
-from etcd_operator.restore import steps as restore_steps
-from etcd_operator.restore.observed import Observed as RestoreObserved
-from etcd_operator.restore.observed import SourceState
-from etcd_operator.restore.planner import plan as plan_restore
-from etcd_operator.restore.spec import RestoreSpec, RestoreStatus
-from etcd_operator.storage_policy import AMBIENT_NOT_ALLOWED, StoragePolicy
+from etcd_operator.controllers.backup.reconciler import delay_after
+from etcd_operator.core.backup import steps as s
+from etcd_operator.core.backup.planner import plan
+from etcd_operator.core.backup.state import Observed, RunState, ScheduleSpec
+from etcd_operator.core.backup.status import build_status
+from etcd_operator.core.restore import steps as restore_steps
+from etcd_operator.core.restore.observed import Observed as RestoreObserved
+from etcd_operator.core.restore.observed import SourceState
+from etcd_operator.core.restore.planner import plan as plan_restore
+from etcd_operator.core.restore.spec import RestoreSpec, RestoreStatus
+from etcd_operator.core.storage_policy import AMBIENT_NOT_ALLOWED, StoragePolicy
+from etcd_operator.runtime.config import OperatorConfig
 
 T0 = datetime.datetime(2026, 11, 21, 12, 0, 1, tzinfo=datetime.UTC)
 AMBIENT = {"bucket": "someone-elses", "endpoint": "https://s3.example"}

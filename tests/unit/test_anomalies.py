@@ -10,11 +10,11 @@ import time
 
 import pytest
 
-from etcd_operator import metrics
-from etcd_operator.cluster import anomaly_detection as an
-from etcd_operator.cluster.metrics_sample import MetricsSample, bucket_increase, parse, quantile, sharing_unchanged
-from etcd_operator.cluster.metrics_watcher import MemberMetricsWatcher
-from etcd_operator.cluster.observed import EtcdView, MemberStatus, Observed, PodView
+from etcd_operator.controllers import metrics
+from etcd_operator.controllers.cluster.metrics_watcher import MemberMetricsWatcher
+from etcd_operator.core.cluster import anomaly_detection as an
+from etcd_operator.core.cluster.metrics_sample import MetricsSample, bucket_increase, parse, quantile, sharing_unchanged
+from etcd_operator.core.cluster.observed import EtcdView, MemberStatus, Observed, PodView
 
 REAL_PAGE = (pathlib.Path(__file__).parent / "data" / "etcd-3.6-metrics.txt").read_text()
 BOUNDS = (0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, float("inf"))
@@ -256,7 +256,7 @@ def test_backup_freshness_comes_from_status_and_members_removed_lose_their_serie
 
 
 async def test_a_member_that_never_answers_costs_at_most_the_timeout():
-    from etcd_operator.etcd.scrape import ScrapeError, read_metrics
+    from etcd_operator.clients.etcd.scrape import ScrapeError, read_metrics
 
     answered = asyncio.Event()  # never set: the member hangs
 
@@ -274,7 +274,7 @@ async def test_a_member_that_never_answers_costs_at_most_the_timeout():
 
 
 async def test_a_page_that_arrives_in_pieces_is_read_whole(monkeypatch):
-    from etcd_operator.etcd import scrape
+    from etcd_operator.clients.etcd import scrape
 
     lines = [f'etcd_disk_wal_fsync_duration_seconds_bucket{{le="{2**i / 1000}"}} {i}\n' for i in range(14)]
     page = ("".join(lines) * 300).encode()  # about 250 KiB, like etcd's own page

@@ -6,10 +6,10 @@ from __future__ import annotations
 import dataclasses
 import datetime
 
-from etcd_operator.backup import retention
-from etcd_operator.backup import steps as s
-from etcd_operator.backup.manifest import Identity, Manifest
-from etcd_operator.backup.status import build_status
+from etcd_operator.core.backup import retention
+from etcd_operator.core.backup import steps as s
+from etcd_operator.core.backup.manifest import Identity, Manifest
+from etcd_operator.core.backup.status import build_status
 
 T0 = datetime.datetime(2026, 11, 1, tzinfo=datetime.UTC)
 ME = Identity("ns", "b", "uid-1")
@@ -177,11 +177,11 @@ import asyncio  # noqa: E402
 
 import pytest  # noqa: E402
 
-from etcd_operator.backup import runner as runner_module  # noqa: E402
-from etcd_operator.backup.failure import BackupFailed  # noqa: E402
-from etcd_operator.backup.manifest import manifest_key, snapshot_key  # noqa: E402
-from etcd_operator.backup.runner import BackupRunner  # noqa: E402
-from etcd_operator.backup.spec import BackupSpec  # noqa: E402
+from etcd_operator.controllers.backup import runner as runner_module  # noqa: E402
+from etcd_operator.controllers.backup.failure import BackupFailed  # noqa: E402
+from etcd_operator.controllers.backup.runner import BackupRunner  # noqa: E402
+from etcd_operator.core.backup.manifest import manifest_key, snapshot_key  # noqa: E402
+from etcd_operator.core.backup.spec import BackupSpec  # noqa: E402
 
 SPEC = BackupSpec.from_dict({"clusterRef": {"name": "c"}, "storage": {"s3": {"bucket": "bk", "prefix": "p"}}})
 

@@ -9,13 +9,13 @@ import datetime
 
 import pytest
 
-from etcd_operator.backup import executor
-from etcd_operator.backup import steps as s
-from etcd_operator.backup.controller import delay_after
-from etcd_operator.backup.executor import HANDLERS, BackupExecutor, UnknownStep
-from etcd_operator.backup.status import build_status
-from etcd_operator.kube.client import Conflict
-from etcd_operator.storage.s3 import StorageError
+from etcd_operator.clients.kube.client import Conflict
+from etcd_operator.clients.storage.s3 import StorageError
+from etcd_operator.controllers.backup import executor
+from etcd_operator.controllers.backup.executor import HANDLERS, BackupExecutor, UnknownStep
+from etcd_operator.controllers.backup.reconciler import delay_after
+from etcd_operator.core.backup import steps as s
+from etcd_operator.core.backup.status import build_status
 
 BODY = {"metadata": {"namespace": "ns", "name": "b", "uid": "backup-uid"}, "spec": {}}
 NOW = datetime.datetime(2026, 11, 21, tzinfo=datetime.UTC)

@@ -9,12 +9,12 @@ import asyncio
 
 import pytest
 
-from etcd_operator import prerequisites as p
-from etcd_operator.backup import executor
-from etcd_operator.backup import steps as s
-from etcd_operator.backup.executor import BackupExecutor
-from etcd_operator.backup.fence import creation_refusal
-from etcd_operator.kube import client as kube
+from etcd_operator.clients.kube import client as kube
+from etcd_operator.controllers.backup import executor
+from etcd_operator.controllers.backup.executor import BackupExecutor
+from etcd_operator.core import prerequisites as p
+from etcd_operator.core.backup import steps as s
+from etcd_operator.core.backup.fence import creation_refusal
 
 UID = "backup-uid"
 BACKUP = {"metadata": {"namespace": "ns", "name": "b", "uid": UID}}

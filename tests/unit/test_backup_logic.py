@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from etcd_operator.backup import retention, schedule
-from etcd_operator.backup.manifest import Manifest, manifest_key, snapshot_key
+from etcd_operator.core.backup import retention, schedule
+from etcd_operator.core.backup.manifest import Manifest, manifest_key, snapshot_key
 
 UTC = datetime.UTC
 T0 = datetime.datetime(2026, 11, 21, 12, 0, 0, tzinfo=UTC)
@@ -137,7 +137,7 @@ def test_keys_stay_under_the_backups_own_prefix():
 def test_snapshot_digest_checks_etcds_trailer_and_hashes_the_whole_stream(db, cuts, corrupt):
     import hashlib
 
-    from etcd_operator.backup.digest import SnapshotDigest
+    from etcd_operator.core.backup.digest import SnapshotDigest
 
     stream = bytearray(db + hashlib.sha256(db).digest())
     if corrupt:

@@ -8,7 +8,7 @@ import datetime
 
 import pytest
 
-from etcd_operator.backup.orphans import Upload, in_folder, orphaned
+from etcd_operator.core.backup.orphans import Upload, in_folder, orphaned
 from tests.unit.test_backup_catalogue import T0, CatalogueStore, run_slot, slot_manifest
 
 FOLDER = "p/ns/b/"

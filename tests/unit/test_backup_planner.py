@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from etcd_operator.backup import retry, schedule
-from etcd_operator.backup import steps as s
-from etcd_operator.backup.controller import VERIFY_RECHECK, delay_after
-from etcd_operator.backup.planner import one_shot_slot, plan
-from etcd_operator.backup.state import (
+from etcd_operator.controllers.backup.reconciler import VERIFY_RECHECK, delay_after
+from etcd_operator.core.backup import retry, schedule
+from etcd_operator.core.backup import steps as s
+from etcd_operator.core.backup.planner import one_shot_slot, plan
+from etcd_operator.core.backup.state import (
     CheckResult,
     InitFailure,
     Observed,
@@ -23,8 +23,8 @@ from etcd_operator.backup.state import (
     ScratchPod,
     VerificationPolicy,
 )
-from etcd_operator.backup.status import VERIFICATION_INCOMPLETE, build_status, verification_events
-from etcd_operator.status_patch import changed_fields as changes
+from etcd_operator.core.backup.status import VERIFICATION_INCOMPLETE, build_status, verification_events
+from etcd_operator.core.status_patch import changed_fields as changes
 from tests.sim.world import merge_patch
 
 UTC = datetime.UTC

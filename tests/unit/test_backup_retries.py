@@ -11,22 +11,22 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from etcd_operator import prerequisites as p
-from etcd_operator.backup import schedule
-from etcd_operator.backup import steps as s
-from etcd_operator.backup.controller import PREREQUISITE_RECHECK, delay_after
-from etcd_operator.backup.failure import BackupFailed, as_failure
-from etcd_operator.backup.planner import one_shot_slot, plan
-from etcd_operator.backup.source_candidates import SourceUnavailable, find_candidates
-from etcd_operator.backup.state import Observed, Prerequisites, RunState, ScheduleSpec, VerificationPolicy
-from etcd_operator.backup.status import build_status, run_events
-from etcd_operator.backup.stream import SnapshotCorrupt
-from etcd_operator.buffer_budget import BudgetTooSmall
-from etcd_operator.etcd.client import EtcdError
-from etcd_operator.leadership_fence import LeadershipLost
-from etcd_operator.status_patch import changed_fields as changes
-from etcd_operator.storage.credentials import s3_location
-from etcd_operator.storage.s3 import StorageError
+from etcd_operator.clients.etcd.client import EtcdError
+from etcd_operator.clients.storage.credentials import s3_location
+from etcd_operator.clients.storage.s3 import StorageError
+from etcd_operator.controllers.backup.failure import BackupFailed, as_failure
+from etcd_operator.controllers.backup.reconciler import PREREQUISITE_RECHECK, delay_after
+from etcd_operator.controllers.backup.source_candidates import SourceUnavailable, find_candidates
+from etcd_operator.controllers.backup.stream import SnapshotCorrupt
+from etcd_operator.core import prerequisites as p
+from etcd_operator.core.backup import schedule
+from etcd_operator.core.backup import steps as s
+from etcd_operator.core.backup.planner import one_shot_slot, plan
+from etcd_operator.core.backup.state import Observed, Prerequisites, RunState, ScheduleSpec, VerificationPolicy
+from etcd_operator.core.backup.status import build_status, run_events
+from etcd_operator.core.buffer_budget import BudgetTooSmall
+from etcd_operator.core.leadership_fence import LeadershipLost
+from etcd_operator.core.status_patch import changed_fields as changes
 from tests.unit.test_backup_planner import merge_patch
 
 UTC = datetime.UTC

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from etcd_operator.backup.source_candidates import rank_candidates
-from etcd_operator.backup.source_choice import (
+from etcd_operator.controllers.backup.source_candidates import rank_candidates
+from etcd_operator.core.backup.source_choice import (
     CLUSTER_ID_MISMATCH,
     CLUSTER_ID_UNKNOWN,
     NO_HEALTHY_MEMBER,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import datetime
 
-from etcd_operator.backup import steps as s
-from etcd_operator.backup.status import RECENT_BACKUPS, build_status, schedule_events
-from etcd_operator.status_patch import changed_fields as changes
+from etcd_operator.core.backup import steps as s
+from etcd_operator.core.backup.status import RECENT_BACKUPS, build_status, schedule_events
+from etcd_operator.core.status_patch import changed_fields as changes
 
 UTC = datetime.UTC
 NEXT = datetime.datetime(2026, 11, 21, 12, 10, tzinfo=UTC)

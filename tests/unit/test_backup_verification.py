@@ -7,12 +7,11 @@ import datetime
 
 import pytest
 
-from etcd_operator.backup import steps as s
-from etcd_operator.backup.manifest import Manifest
-from etcd_operator.backup.planner import plan
-from etcd_operator.backup.scratch_check import expected_from
-from etcd_operator.backup.scratch_pod import CHECK_CONTAINER, CLIENT_SOCKET, SCRATCH, verification_pod
-from etcd_operator.backup.scratch_verdict import (
+from etcd_operator.core.backup import steps as s
+from etcd_operator.core.backup.manifest import Manifest
+from etcd_operator.core.backup.planner import plan
+from etcd_operator.core.backup.scratch_pod import CHECK_CONTAINER, CLIENT_SOCKET, SCRATCH, verification_pod
+from etcd_operator.core.backup.scratch_verdict import (
     CHECK_EXIT_CODES,
     Expected,
     check_exit_code,
@@ -20,7 +19,7 @@ from etcd_operator.backup.scratch_verdict import (
     compare,
     init_failure_verdict,
 )
-from etcd_operator.backup.state import (
+from etcd_operator.core.backup.state import (
     CheckResult,
     InitFailure,
     Observed,
@@ -29,7 +28,8 @@ from etcd_operator.backup.state import (
     ScratchPod,
     VerificationPolicy,
 )
-from etcd_operator.backup.status import VERIFICATION_FAILED, build_status
+from etcd_operator.core.backup.status import VERIFICATION_FAILED, build_status
+from etcd_operator.programs.scratch_check import expected_from
 
 UTC = datetime.UTC
 T0 = datetime.datetime(2026, 11, 21, 12, 0, 1, tzinfo=UTC)

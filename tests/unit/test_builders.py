@@ -6,9 +6,9 @@ import dataclasses
 
 import pytest
 
-from etcd_operator.cluster import builders, naming
-from etcd_operator.cluster.spec import ClusterSpec, spec_problems, version_change_problem
-from etcd_operator.restore import builders as restore_builders
+from etcd_operator.core.cluster import builders, naming
+from etcd_operator.core.cluster.spec import ClusterSpec, spec_problems, version_change_problem
+from etcd_operator.core.restore import builders as restore_builders
 
 
 def spec(**fields) -> ClusterSpec:
@@ -168,8 +168,8 @@ PULL_SECRETS = [{"name": "registry-a"}, {"name": "registry-b"}]
 def test_every_pod_made_for_a_cluster_pulls_with_its_secrets():
     """spec.pod.imagePullSecrets reach member pods (whose init container runs the operator's
     image), restore pods and backup verification pods alike."""
-    from etcd_operator.backup.scratch_pod import verification_pod
-    from etcd_operator.backup.scratch_verdict import Expected
+    from etcd_operator.core.backup.scratch_pod import verification_pod
+    from etcd_operator.core.backup.scratch_verdict import Expected
 
     s = spec(tls={"enabled": True}, pod={"imagePullSecrets": PULL_SECRETS})
     member = builders.member_pod(

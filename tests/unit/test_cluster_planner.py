@@ -7,11 +7,11 @@ import dataclasses
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from etcd_operator.cluster import actions as a
-from etcd_operator.cluster import naming
-from etcd_operator.cluster.health import HealthState
-from etcd_operator.cluster.observed import Operation, PodView, VolumePin
-from etcd_operator.cluster.planner import QUORUM_RECOVERY
+from etcd_operator.core.cluster import naming
+from etcd_operator.core.cluster import steps as a
+from etcd_operator.core.cluster.health import HealthState
+from etcd_operator.core.cluster.observed import Operation, PodView, VolumePin
+from etcd_operator.core.cluster.planner import QUORUM_RECOVERY
 from tests.unit.cluster_scenarios import HASH, M, health_of, observed, plan_accepting, spec
 
 
@@ -202,7 +202,7 @@ def test_approved_quorum_recovery_starts_from_the_member_with_the_highest_applie
 
 
 def _answering_without_leader(o, members):
-    from etcd_operator.cluster.observed import MemberStatus
+    from etcd_operator.core.cluster.observed import MemberStatus
 
     statuses = {
         m.id: MemberStatus(1, m.id, 0, "3.6.16", 1, 1, m.applied, m.applied, m.applied, 3, False, ())
@@ -215,7 +215,7 @@ def _answering_without_leader(o, members):
             o.etcd,
             statuses=statuses,
             members=tuple(
-                __import__("etcd_operator.etcd.client", fromlist=["Member"]).Member(
+                __import__("etcd_operator.clients.etcd.client", fromlist=["Member"]).Member(
                     m.id, m.name, (naming.peer_url("c", "ns", m.name),), (), False
                 )
                 for m in members
@@ -375,7 +375,7 @@ def test_deletions_only_touch_objects_of_members_absent_from_the_leaders_list(sc
 
 
 def test_restored_members_start_with_the_full_initial_cluster_of_their_data():
-    from etcd_operator.cluster.observed import PVCView
+    from etcd_operator.core.cluster.observed import PVCView
 
     restored = tuple(PVCView(naming.pvc_name(f"c-{i}"), f"pvc-{i}", None, False, None, restored=True) for i in range(3))
     o = observed([], bootstrapped=False, extra_pvcs=restored)
@@ -395,7 +395,7 @@ def test_a_restored_member_started_after_the_others_joined_gets_every_restored_m
     no member answers and it is started again, a list naming only itself would make etcd, on
     its empty data directory, bootstrap a new one-member cluster serving no data. It gets the
     full initial cluster the restore wrote, with which it never reaches a quorum of its own."""
-    from etcd_operator.cluster.observed import PVCView
+    from etcd_operator.core.cluster.observed import PVCView
 
     restored = (
         PVCView("data-c-0", "pvc-0", None, False, None, restored=True),
@@ -411,7 +411,7 @@ def test_a_restored_member_started_after_the_others_joined_gets_every_restored_m
 
 def test_restored_members_whose_pods_exist_are_not_started_again():
     """An operator killed while starting restored members: the next pass starts only the rest."""
-    from etcd_operator.cluster.observed import PVCView
+    from etcd_operator.core.cluster.observed import PVCView
 
     restored = tuple(PVCView(naming.pvc_name(f"c-{i}"), f"pvc-{i}", None, False, None, restored=True) for i in range(3))
     o = observed(

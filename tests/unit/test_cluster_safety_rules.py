@@ -7,13 +7,13 @@ import dataclasses
 
 import pytest
 
-from etcd_operator.cluster import actions as a
-from etcd_operator.cluster import builders
-from etcd_operator.cluster.health import HealthState, quorum_loss_timeout
-from etcd_operator.cluster.identity import split_foreign
-from etcd_operator.cluster.observed import MemberStatus
-from etcd_operator.cluster.status import cluster_conditions
-from etcd_operator.cluster.timers import Sightings, carry_timers
+from etcd_operator.core.cluster import builders
+from etcd_operator.core.cluster import steps as a
+from etcd_operator.core.cluster.health import HealthState, quorum_loss_timeout
+from etcd_operator.core.cluster.identity import split_foreign
+from etcd_operator.core.cluster.observed import MemberStatus
+from etcd_operator.core.cluster.status import cluster_conditions
+from etcd_operator.core.cluster.timers import Sightings, carry_timers
 from tests.unit.cluster_scenarios import HASH, M, health_of, observed, plan_accepting, spec
 
 NOSPACE = ((0x100, "NOSPACE"),)
@@ -217,20 +217,18 @@ def test_the_disruption_budget_follows_the_current_voters(size, voters, min_avai
 
 
 def test_every_step_has_an_executor_handler():
-    from etcd_operator.cluster.executor import ClusterExecutor
+    from etcd_operator.controllers.cluster.executor import ClusterExecutor
 
     executor = ClusterExecutor(None, None, {"metadata": {"name": "c", "namespace": "ns", "uid": "u"}}, None)
-    steps = {
-        cls for cls in vars(a).values() if isinstance(cls, type) and issubclass(cls, a.Action) and cls is not a.Action
-    }
+    steps = {cls for cls in vars(a).values() if isinstance(cls, type) and issubclass(cls, a.Step) and cls is not a.Step}
     assert steps == set(executor.handlers())
 
 
 async def test_an_unknown_step_is_an_error_not_done():
-    from etcd_operator.cluster.executor import ClusterExecutor
+    from etcd_operator.controllers.cluster.executor import ClusterExecutor
 
     @dataclasses.dataclass(frozen=True)
-    class Unknown(a.Action):
+    class Unknown(a.Step):
         pass
 
     executor = ClusterExecutor(None, None, {"metadata": {"name": "c", "namespace": "ns", "uid": "u"}}, None)
@@ -248,9 +246,9 @@ def test_a_leader_reported_by_a_reachable_member_holds_even_when_other_pods_are_
 
 
 def test_a_restore_in_progress_clears_the_cluster_identity_and_any_recovery():
-    from etcd_operator.cluster.observed import Operation
-    from etcd_operator.cluster.planner import QUORUM_RECOVERY
-    from etcd_operator.cluster.status import build_status
+    from etcd_operator.core.cluster.observed import Operation
+    from etcd_operator.core.cluster.planner import QUORUM_RECOVERY
+    from etcd_operator.core.cluster.status import build_status
 
     s = spec(3)
     o = observed([], bootstrapped=True, operation=Operation(QUORUM_RECOVERY, "c-0", 0x100, 0))
@@ -271,8 +269,8 @@ def test_a_crash_looping_member_is_not_taken_for_a_starting_one():
 
 
 def _recovering(members, **kwargs):
-    from etcd_operator.cluster.observed import Operation
-    from etcd_operator.cluster.planner import QUORUM_RECOVERY
+    from etcd_operator.core.cluster.observed import Operation
+    from etcd_operator.core.cluster.planner import QUORUM_RECOVERY
 
     return observed(members, operation=Operation(QUORUM_RECOVERY, "c-0", 0x100, 0), **kwargs)
 

@@ -9,9 +9,9 @@ import threading
 
 import pytest
 
-from etcd_operator.backup import snapshot_integrity as verify
-from etcd_operator.backup.snapshot_integrity import consume_in_order
-from etcd_operator.buffer_budget import MemoryBudget
+from etcd_operator.controllers.backup import snapshot_integrity as verify
+from etcd_operator.controllers.backup.snapshot_integrity import consume_in_order
+from etcd_operator.core.buffer_budget import MemoryBudget
 from tests.unit.test_snapshot_upload import snapshot_bytes
 
 

@@ -9,10 +9,10 @@ import json
 
 import pytest
 
-from etcd_operator.cluster.reclaim import reclaim
-from etcd_operator.cluster.reconciler import WHILE_DELETED, ClusterReconciler
-from etcd_operator.config import OperatorConfig
-from etcd_operator.kube import client as kube
+from etcd_operator.clients.kube import client as kube
+from etcd_operator.controllers.cluster.reconciler import WHILE_DELETED, ClusterReconciler
+from etcd_operator.core.cluster.reclaim import reclaim
+from etcd_operator.runtime.config import OperatorConfig
 from tests.unit.cluster_scenarios import M
 from tests.unit.cluster_scenarios import observed as scenario
 from tests.unit.test_watch_reconcile import BODY, RecordingKube, current

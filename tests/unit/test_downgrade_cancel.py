@@ -8,10 +8,10 @@ import dataclasses
 
 import pytest
 
-from etcd_operator.cluster import actions as a
-from etcd_operator.cluster import builders
-from etcd_operator.cluster.observed import Observed
-from etcd_operator.cluster.spec import ClusterSpec
+from etcd_operator.core.cluster import builders
+from etcd_operator.core.cluster import steps as a
+from etcd_operator.core.cluster.observed import Observed
+from etcd_operator.core.cluster.spec import ClusterSpec
 from tests.unit.cluster_scenarios import M, decide_accepting, observed
 
 # Back on 3.6 while etcd's downgrade to 3.5 is enabled (status.downgrade.target).

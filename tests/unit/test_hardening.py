@@ -8,14 +8,14 @@ import hashlib
 
 import pytest
 
-from etcd_operator import pod_security
-from etcd_operator.backup import scratch_pod as verification_pod
-from etcd_operator.backup.scratch_verdict import Expected
-from etcd_operator.cluster import builders, naming, network_policy
-from etcd_operator.cluster.spec import ClusterSpec
-from etcd_operator.restore import builders as restore_builders
-from etcd_operator.storage import credentials
-from etcd_operator.storage.s3 import S3Location, S3Storage, StorageError, encryption_arguments, signs_payload
+from etcd_operator.clients.storage import credentials
+from etcd_operator.clients.storage.s3 import S3Location, S3Storage, StorageError, encryption_arguments, signs_payload
+from etcd_operator.core import pod_security
+from etcd_operator.core.backup import scratch_pod as verification_pod
+from etcd_operator.core.backup.scratch_verdict import Expected
+from etcd_operator.core.cluster import builders, naming, network_policy
+from etcd_operator.core.cluster.spec import ClusterSpec
+from etcd_operator.core.restore import builders as restore_builders
 
 ETCD_IMAGE = "gcr.io/etcd-development/etcd:v3.6.16"
 OPERATOR_IMAGE = "ghcr.io/etcd-operator/etcd-operator:0.1.0"

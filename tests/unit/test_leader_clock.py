@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from etcd_operator.leadership_fence import (
+from etcd_operator.core.leadership_fence import (
     AlwaysActs,
     LeadershipLost,
     LeaseClock,

@@ -9,11 +9,11 @@ import copy
 
 import pytest
 
-from etcd_operator.etcd.client import EtcdMemberClient
-from etcd_operator.etcd.pool import EtcdClientPool
-from etcd_operator.kube import client as kube
-from etcd_operator.leadership_fence import AlwaysActs, LeadershipLost, LeaseClock, LeaseTiming
-from etcd_operator.lease_elector import LeaseElector, LeaseTakenOver
+from etcd_operator.clients.etcd.client import EtcdMemberClient
+from etcd_operator.clients.etcd.pool import EtcdClientPool
+from etcd_operator.clients.kube import client as kube
+from etcd_operator.core.leadership_fence import AlwaysActs, LeadershipLost, LeaseClock, LeaseTiming
+from etcd_operator.runtime.lease_elector import LeaseElector, LeaseTakenOver
 
 TIMING = LeaseTiming(lease_seconds=15, renew_every=2, stop_acting_seconds=12, attempt_timeout=5)
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from etcd_operator.cluster import actions as a
-from etcd_operator.cluster import learners
-from etcd_operator.cluster.decision import decide
-from etcd_operator.cluster.observed import JoinRecord, MemberStatus
-from etcd_operator.cluster.timers import Sightings, carry_timers
+from etcd_operator.core.cluster import learners
+from etcd_operator.core.cluster import steps as a
+from etcd_operator.core.cluster.decision import decide
+from etcd_operator.core.cluster.observed import JoinRecord, MemberStatus
+from etcd_operator.core.cluster.timers import Sightings, carry_timers
 from tests.unit.cluster_scenarios import NOW, M, health_of, observed, spec
 from tests.unit.test_cluster_planner import next_step
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from etcd_operator.cluster import actions as a
-from etcd_operator.cluster.executor import ClusterExecutor
-from etcd_operator.cluster.observed import Member
-from etcd_operator.cluster.planner import member_add_receivers
-from etcd_operator.etcd.client import EtcdError
+from etcd_operator.clients.etcd.client import EtcdError
+from etcd_operator.controllers.cluster.executor import ClusterExecutor
+from etcd_operator.core.cluster import steps as a
+from etcd_operator.core.cluster.observed import Member
+from etcd_operator.core.cluster.planner import member_add_receivers
 from tests.unit.cluster_scenarios import M, observed, spec
 
 BODY = {

@@ -11,10 +11,10 @@ import dataclasses
 
 import pytest
 
-from etcd_operator.cluster import actions as a
-from etcd_operator.cluster.decision import decide
-from etcd_operator.cluster.spec import ClusterSpec
-from etcd_operator.timefmt import format_time
+from etcd_operator.core.cluster import steps as a
+from etcd_operator.core.cluster.decision import decide
+from etcd_operator.core.cluster.spec import ClusterSpec
+from etcd_operator.core.timefmt import format_time
 from tests.unit.fake_members import FakeCluster, cluster_body, member_id, observer_of
 
 RAW_SPEC = {"size": 3, "version": "3.6.16", "recovery": {"memberUnhealthyTimeout": "120s"}}

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from etcd_operator.cluster import naming
-from etcd_operator.cluster.decision import decide
-from etcd_operator.cluster.spec import ClusterSpec
+from etcd_operator.core.cluster import naming
+from etcd_operator.core.cluster.decision import decide
+from etcd_operator.core.cluster.spec import ClusterSpec
 from tests.unit.fake_members import FakeCluster, cluster_body, observer_of
 
 SPEC = {"size": 3, "version": "3.6.16"}

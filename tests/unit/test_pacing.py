@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from etcd_operator.cluster import actions as a
-from etcd_operator.cluster import pacing
+from etcd_operator.core.cluster import pacing
+from etcd_operator.core.cluster import steps as a
 from tests.unit.cluster_scenarios import M, observed, spec
 from tests.unit.test_cluster_planner import next_step
 

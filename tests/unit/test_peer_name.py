@@ -1,5 +1,5 @@
 """A TLS member's etcd starts once its peer name resolves to its pod IP (or after a bound): the
-init container the builder adds, and the wait it runs (etcd_operator/peer_name.py)."""
+init container the builder adds, and the wait it runs (etcd_operator/programs/peer_name.py)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,13 @@ import dataclasses
 
 import pytest
 
-from etcd_operator import peer_name, pod_security
-from etcd_operator.cluster import actions as a
-from etcd_operator.cluster import builders, naming
-from etcd_operator.cluster.executor import ClusterExecutor
-from etcd_operator.cluster.observer import pod_view
-from etcd_operator.cluster.spec import ClusterSpec, TLSOptions
+from etcd_operator.controllers.cluster.executor import ClusterExecutor
+from etcd_operator.controllers.cluster.observer import pod_view
+from etcd_operator.core import pod_security
+from etcd_operator.core.cluster import builders, naming
+from etcd_operator.core.cluster import steps as a
+from etcd_operator.core.cluster.spec import ClusterSpec, TLSOptions
+from etcd_operator.programs import peer_name
 from tests.unit import cluster_scenarios as scenarios
 from tests.unit import test_member_add_receivers as receivers
 
@@ -39,7 +40,7 @@ def test_a_tls_member_waits_for_its_peer_name_in_an_init_container_of_the_operat
     [init] = pod["spec"]["initContainers"]
     assert init["name"] == builders.PEER_NAME_CONTAINER
     assert init["image"] == IMAGE and init["imagePullPolicy"] == "IfNotPresent"
-    assert init["command"] == ["python", "-m", "etcd_operator.peer_name"]
+    assert init["command"] == ["python", "-m", "etcd_operator.programs.peer_name"]
     env = {e["name"]: e for e in init["env"]}
     # The name etcd advertises in its peer URL, which its certificate carries.
     assert env["PEER_NAME"]["value"] == naming.member_host("c", "ns", "c-3") == "c-3.c-peer.ns.svc"

@@ -7,11 +7,11 @@ import dataclasses
 
 import pytest
 
-from etcd_operator.cluster import actions as a
-from etcd_operator.cluster import admission
-from etcd_operator.cluster.observed import PodAdmission
-from etcd_operator.cluster.planner import plan
-from etcd_operator.cluster.spec import ClusterSpec
+from etcd_operator.core.cluster import admission
+from etcd_operator.core.cluster import steps as a
+from etcd_operator.core.cluster.observed import PodAdmission
+from etcd_operator.core.cluster.planner import plan
+from etcd_operator.core.cluster.spec import ClusterSpec
 from tests.unit.cluster_scenarios import HASH, M, health_of, observed, spec
 
 REFUSAL = 'pods "c-2" is forbidden: no PriorityClass with name no-such-class was found'
@@ -117,7 +117,7 @@ def test_settings_probed_are_those_the_spec_sets():
 
 
 def test_the_fields_the_api_server_names_reach_the_error():
-    from etcd_operator.kube import client as kube
+    from etcd_operator.clients.kube import client as kube
 
     body = (
         '{"kind": "Status", "reason": "Invalid", "message": "Pod \\"c-2\\" is invalid", "details": {"causes": '

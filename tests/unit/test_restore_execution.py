@@ -8,12 +8,12 @@ import inspect
 
 import pytest
 
-from etcd_operator.restore import executor
-from etcd_operator.restore import steps as s
-from etcd_operator.restore.observed import Observed
-from etcd_operator.restore.spec import RestoreSpec, RestoreStatus
-from etcd_operator.restore.status import build_status
-from etcd_operator.status_patch import changed_fields as changed
+from etcd_operator.controllers.restore import executor
+from etcd_operator.core.restore import steps as s
+from etcd_operator.core.restore.observed import Observed
+from etcd_operator.core.restore.spec import RestoreSpec, RestoreStatus
+from etcd_operator.core.restore.status import build_status
+from etcd_operator.core.status_patch import changed_fields as changed
 
 NOW = "2026-11-21T12:00:00Z"
 

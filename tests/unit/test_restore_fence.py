@@ -12,14 +12,15 @@ import dataclasses
 
 import pytest
 
-from etcd_operator.cluster import naming
-from etcd_operator.cluster.spec import ClusterSpec
-from etcd_operator.kube import client as kube
-from etcd_operator.restore import builders, executor, fence
-from etcd_operator.restore import steps as s
-from etcd_operator.restore.observed import Observed, TargetCluster
-from etcd_operator.restore.observer import RestoreObserver
-from etcd_operator.restore.spec import RestoreSpec, RestoreStatus
+from etcd_operator.clients.kube import client as kube
+from etcd_operator.controllers.restore import executor
+from etcd_operator.controllers.restore.observer import RestoreObserver
+from etcd_operator.core.cluster import naming
+from etcd_operator.core.cluster.spec import ClusterSpec
+from etcd_operator.core.restore import builders, fence
+from etcd_operator.core.restore import steps as s
+from etcd_operator.core.restore.observed import Observed, TargetCluster
+from etcd_operator.core.restore.spec import RestoreSpec, RestoreStatus
 
 NAMESPACE, RESTORE, RESTORE_UID, CLUSTER_UID = "ns", "r1", "uid-r1", "uid-keep"
 SPEC = RestoreSpec.from_dict(
@@ -215,7 +216,7 @@ def test_the_observation_lists_the_pvcs_set_aside_from_the_target():
 
 
 def test_a_stalled_pass_waits_until_an_async_condition_holds(monkeypatch):
-    from etcd_operator import faults
+    from etcd_operator.controllers import faults
 
     monkeypatch.setenv("ETCD_OPERATOR_FAULTS", faults.STALE_RESTORE_PASS)
     monkeypatch.setenv(faults.STALE_PASS_LAG, "0")

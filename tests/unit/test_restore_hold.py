@@ -10,10 +10,10 @@ import dataclasses
 
 import pytest
 
-from etcd_operator.cluster import actions as a
-from etcd_operator.cluster.executor import PERMITTED_WHILE_HELD, ClusterExecutor, HeldByRestore
-from etcd_operator.cluster.reconciler import AFTER_STEP, ClusterReconciler
-from etcd_operator.cluster.status import restore_hold_ack
+from etcd_operator.controllers.cluster.executor import PERMITTED_WHILE_HELD, ClusterExecutor, HeldByRestore
+from etcd_operator.controllers.cluster.reconciler import AFTER_STEP, ClusterReconciler
+from etcd_operator.core.cluster import steps as a
+from etcd_operator.core.cluster.status import restore_hold_ack
 from tests.unit.cluster_scenarios import M
 from tests.unit.cluster_scenarios import observed as scenario
 from tests.unit.test_deletion import RecordingCreates, StaticView

@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from etcd_operator import prerequisites as pre
-from etcd_operator.cluster import naming
-from etcd_operator.cluster.spec import ClusterSpec
-from etcd_operator.restore import builders
-from etcd_operator.restore import steps as s
-from etcd_operator.restore.observed import (
+from etcd_operator.core import prerequisites as pre
+from etcd_operator.core.cluster import naming
+from etcd_operator.core.cluster.spec import ClusterSpec
+from etcd_operator.core.restore import builders
+from etcd_operator.core.restore import steps as s
+from etcd_operator.core.restore.observed import (
     ObjectState,
     Observed,
     RestoreRecord,
@@ -24,10 +24,10 @@ from etcd_operator.restore.observed import (
     TargetCluster,
     parse_records,
 )
-from etcd_operator.restore.planner import SEED_ATTEMPTS, plan, plan_deletion, snapshot_etcd_version
-from etcd_operator.restore.spec import RestoreSpec, RestoreStatus, spec_hash
-from etcd_operator.restore.status import build_status
-from etcd_operator.timefmt import format_time
+from etcd_operator.core.restore.planner import SEED_ATTEMPTS, plan, plan_deletion, snapshot_etcd_version
+from etcd_operator.core.restore.spec import RestoreSpec, RestoreStatus, spec_hash
+from etcd_operator.core.restore.status import build_status
+from etcd_operator.core.timefmt import format_time
 
 UID = "uid-of-this-restore"
 SOURCE = {"backupRef": {"name": "nightly"}}
@@ -224,7 +224,7 @@ def test_its_own_record_leads_to_completion_not_to_a_skip():
 
 
 def test_records_keep_a_bounded_history():
-    from etcd_operator.restore.observed import RECORD_HISTORY, records_text
+    from etcd_operator.core.restore.observed import RECORD_HISTORY, records_text
 
     many = tuple(record(f"r{i}", uid=f"u{i}") for i in range(RECORD_HISTORY + 5))
     kept = parse_records(records_text(many))

@@ -8,7 +8,7 @@ import struct
 
 import pytest
 
-from etcd_operator.backup.bbolt import (
+from etcd_operator.core.backup.bbolt import (
     BRANCH,
     BUCKET_LEAF,
     LEAF,

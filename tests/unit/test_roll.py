@@ -7,11 +7,11 @@ import dataclasses
 
 import pytest
 
-from etcd_operator import versions
-from etcd_operator.cluster import actions as a
-from etcd_operator.cluster import builders, roll
-from etcd_operator.cluster.observed import RollRecord
-from etcd_operator.cluster.spec import ClusterSpec
+from etcd_operator.core import versions
+from etcd_operator.core.cluster import builders, roll
+from etcd_operator.core.cluster import steps as a
+from etcd_operator.core.cluster.observed import RollRecord
+from etcd_operator.core.cluster.spec import ClusterSpec
 from tests.unit.cluster_scenarios import M, decide_accepting, observed
 
 # An explicit quota below what the volume holds: the acting spec keeps it, so the pods'
@@ -255,6 +255,6 @@ def test_a_downgrade_below_the_reupgrade_patch_is_refused():
     ],
 )
 def test_the_cluster_version_is_read_from_the_members_gauge(lines, version):
-    from etcd_operator.cluster.metrics_sample import cluster_version_from_gauge
+    from etcd_operator.core.cluster.metrics_sample import cluster_version_from_gauge
 
     assert cluster_version_from_gauge(lines) == version

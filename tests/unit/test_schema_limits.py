@@ -1,5 +1,5 @@
-"""The CRDs carry the limits of etcd_operator.schema_limits and the flag groups of
-etcd_operator.denied_flags, and those limits keep every derived name valid."""
+"""The CRDs carry the limits of etcd_operator.core.schema_limits and the flag groups of
+etcd_operator.core.denied_flags, and those limits keep every derived name valid."""
 
 from __future__ import annotations
 
@@ -13,13 +13,13 @@ from croniter import croniter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from etcd_operator import denied_flags
-from etcd_operator import schema_limits as limits
-from etcd_operator.backup import manifest
-from etcd_operator.cluster import builders, naming
-from etcd_operator.cluster.spec import MANAGED_FLAGS, ClusterSpec, spec_problems
-from etcd_operator.restore import builders as restore_builders
-from etcd_operator.restore.builders import LABEL_PRESERVED_BY
+from etcd_operator.core import denied_flags
+from etcd_operator.core import schema_limits as limits
+from etcd_operator.core.backup import manifest
+from etcd_operator.core.cluster import builders, naming
+from etcd_operator.core.cluster.spec import MANAGED_FLAGS, ClusterSpec, spec_problems
+from etcd_operator.core.restore import builders as restore_builders
+from etcd_operator.core.restore.builders import LABEL_PRESERVED_BY
 
 CRDS = pathlib.Path(__file__).resolve().parents[2] / "crds"
 

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from etcd_operator.config import OperatorConfig
-from etcd_operator.shard import FINALIZER, LEASE_NAME, InvalidShardSetting, Shard, parse_selector, shard_from_settings
+from etcd_operator.core.shard import (
+    FINALIZER,
+    LEASE_NAME,
+    InvalidShardSetting,
+    Shard,
+    parse_selector,
+    shard_from_settings,
+)
+from etcd_operator.runtime.config import OperatorConfig
 
 BASE_ENV = {"POD_NAMESPACE": "ops"}
 

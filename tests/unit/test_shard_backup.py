@@ -7,9 +7,9 @@ import asyncio
 
 import pytest
 
-from etcd_operator.backup.failure import as_failure
-from etcd_operator.backup.source_candidates import SourceUnavailable, find_candidates
-from etcd_operator.shard import Shard, shard_from_settings
+from etcd_operator.controllers.backup.failure import as_failure
+from etcd_operator.controllers.backup.source_candidates import SourceUnavailable, find_candidates
+from etcd_operator.core.shard import Shard, shard_from_settings
 
 SHARD_A = shard_from_settings("a", "shard=a")
 

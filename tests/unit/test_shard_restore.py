@@ -8,11 +8,12 @@ import dataclasses
 
 import pytest
 
-from etcd_operator.restore import builders, executor
-from etcd_operator.restore import steps as s
-from etcd_operator.restore.observer import target_cluster
-from etcd_operator.restore.spec import RestoreStatus
-from etcd_operator.shard import Shard, shard_from_settings
+from etcd_operator.controllers.restore import executor
+from etcd_operator.controllers.restore.observer import target_cluster
+from etcd_operator.core.restore import builders
+from etcd_operator.core.restore import steps as s
+from etcd_operator.core.restore.spec import RestoreStatus
+from etcd_operator.core.shard import Shard, shard_from_settings
 from tests.unit.test_restore_planner import IN_PLACE, READ_ONLY, VERIFIED, cluster, observed, step_for
 
 SHARD_A = shard_from_settings("a", "shard=a")
@@ -84,11 +85,11 @@ def test_the_new_cluster_of_a_restore_is_held_by_the_restoring_instance_from_its
     by the create itself."""
     import asyncio
 
-    from etcd_operator.restore.controller import RestoreController
-    from etcd_operator.restore.spec import RestoreSpec
+    from etcd_operator.controllers.restore.reconciler import RestoreReconciler
+    from etcd_operator.core.restore.spec import RestoreSpec
 
     kube_client = RecordingKube()
-    controller = RestoreController(kube_client, "operator-image", lambda *_: None, shard=shard)
+    controller = RestoreReconciler(kube_client, "operator-image", lambda *_: None, shard=shard)
     body = {"metadata": {"name": "r1", "namespace": "ns", "uid": "uid-r1", "labels": {"shard": "a"}}, "spec": {}}
     spec = RestoreSpec.from_dict(
         {"source": {"backupRef": {"name": "nightly"}}, "target": {"newCluster": {"name": "fresh", "spec": {"size": 1}}}}

@@ -11,10 +11,10 @@ import threading
 
 import pytest
 
-from etcd_operator.backup import digest
-from etcd_operator.backup import stream as stream_module
-from etcd_operator.backup.stream import SnapshotCorrupt, stream_to_s3
-from etcd_operator.buffer_budget import BudgetTooSmall, MemoryBudget
+from etcd_operator.controllers.backup import stream as stream_module
+from etcd_operator.controllers.backup.stream import SnapshotCorrupt, stream_to_s3
+from etcd_operator.core.backup import digest
+from etcd_operator.core.buffer_budget import BudgetTooSmall, MemoryBudget
 
 PART = 64 * 1024
 
@@ -189,15 +189,15 @@ async def test_budget_released_from_another_thread_wakes_the_waiter():
 
 
 def test_a_backup_whose_part_exceeds_the_budget_fails_for_good_and_is_not_retried():
-    from etcd_operator.backup.failure import as_failure
+    from etcd_operator.controllers.backup.failure import as_failure
 
     failure = as_failure(BudgetTooSmall("a part of 64 MiB exceeds the budget"))
     assert failure.permanent and failure.reason == "MemoryBudgetTooSmall"
 
 
 def test_the_budget_is_read_from_the_environment_with_a_default():
-    from etcd_operator.buffer_budget import DEFAULT_LIMIT_BYTES
-    from etcd_operator.config import OperatorConfig
+    from etcd_operator.core.buffer_budget import DEFAULT_LIMIT_BYTES
+    from etcd_operator.runtime.config import OperatorConfig
 
     assert OperatorConfig.from_env({}).memory_budget_bytes == DEFAULT_LIMIT_BYTES
     assert OperatorConfig.from_env({"MEMORY_BUDGET_BYTES": "16777216"}).memory_budget_bytes == 16 << 20

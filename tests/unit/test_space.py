@@ -7,12 +7,12 @@ import dataclasses
 
 import pytest
 
-from etcd_operator.cluster import actions as a
-from etcd_operator.cluster import naming, quota, space
-from etcd_operator.cluster.decision import decide
-from etcd_operator.cluster.observed import DefragmentationRecord, PVCView, SpaceRecoveryRecord
-from etcd_operator.cluster.planner import plan
-from etcd_operator.cluster.spec import ClusterSpec
+from etcd_operator.core.cluster import naming, quota, space
+from etcd_operator.core.cluster import steps as a
+from etcd_operator.core.cluster.decision import decide
+from etcd_operator.core.cluster.observed import DefragmentationRecord, PVCView, SpaceRecoveryRecord
+from etcd_operator.core.cluster.planner import plan
+from etcd_operator.core.cluster.spec import ClusterSpec
 from tests.unit.cluster_scenarios import HASH, NOW, M, health_of, observed, spec
 
 MiB = quota.MiB
@@ -271,7 +271,7 @@ def test_quantities():
 
 
 def test_pvc_view_parses_sizes_and_expansion():
-    from etcd_operator.cluster.observer import pvc_view
+    from etcd_operator.controllers.cluster.observer import pvc_view
 
     raw = {
         "metadata": {"name": "data-c-0", "uid": "u"},
@@ -314,7 +314,7 @@ def with_quota(o, quota_bytes: int):
 
 
 def test_pod_view_reads_the_running_quota():
-    from etcd_operator.cluster.observer import quota_arg
+    from etcd_operator.controllers.cluster.observer import quota_arg
 
     assert quota_arg([{"args": ["--name=c-0", "--quota-backend-bytes=16777216"]}]) == 16 * MiB
     assert quota_arg([{"args": ["--name=c-0"]}]) is None

@@ -11,12 +11,12 @@ import copy
 
 import pytest
 
-from etcd_operator.cluster import actions as a
-from etcd_operator.cluster import certs, pacing, pki, tls_plan
-from etcd_operator.cluster.certs import CertKind
-from etcd_operator.cluster.decision import decide
-from etcd_operator.cluster.executor import ClusterExecutor
-from etcd_operator.kube import client as kube
+from etcd_operator.clients.kube import client as kube
+from etcd_operator.controllers.cluster.executor import ClusterExecutor
+from etcd_operator.core.cluster import certs, pacing, pki, tls_plan
+from etcd_operator.core.cluster import steps as a
+from etcd_operator.core.cluster.certs import CertKind
+from etcd_operator.core.cluster.decision import decide
 from tests.unit.test_tls_plan import TLS_SPEC, new_cluster
 
 BODY = {
@@ -78,7 +78,7 @@ def observe(store: SecretStore):
     )
 
 
-def run_passes(store: SecretStore, events: list[str], before_step=None) -> list[a.Action]:
+def run_passes(store: SecretStore, events: list[str], before_step=None) -> list[a.Step]:
     """Passes until a step that is not a certificate's; returns every step taken."""
     steps = []
     while len(steps) < 10:

@@ -7,11 +7,11 @@ import dataclasses
 
 import pytest
 
-from etcd_operator.cluster import actions as a
-from etcd_operator.cluster import builders, certs, naming, pki, tls_plan
-from etcd_operator.cluster.certs import CertKind, CertView, TLSView
-from etcd_operator.cluster.decision import decide
-from etcd_operator.cluster.spec import ClusterSpec
+from etcd_operator.core.cluster import builders, certs, naming, pki, tls_plan
+from etcd_operator.core.cluster import steps as a
+from etcd_operator.core.cluster.certs import CertKind, CertView, TLSView
+from etcd_operator.core.cluster.decision import decide
+from etcd_operator.core.cluster.spec import ClusterSpec
 from tests.unit.cluster_scenarios import NOW, M, decide_accepting, observed
 
 TLS_SPEC = ClusterSpec.from_dict({"size": 3, "tls": {}})
@@ -321,7 +321,7 @@ def test_a_settled_tls_cluster_is_not_taken_for_a_roll():
     """The pod spec hash of a TLS cluster covers what the operator resolves beyond the spec
     (the trusted CAs): the last good hash is recorded as the members run it, so a settled
     cluster is not seen as rolling (which would gate and roll back ordinary failures)."""
-    from etcd_operator.cluster import roll
+    from etcd_operator.core.cluster import roll
 
     raw = {"size": 3, "tls": {}}
     seen = running(tls_plan.HTTPS, good_certs())
@@ -359,14 +359,14 @@ def test_a_member_certificate_without_the_cluster_domain_is_reissued_once():
     "value, domain", [("", "cluster.local"), ("Cluster.Local.", "cluster.local"), ("k8s.example", "k8s.example")]
 )
 def test_the_cluster_domain_setting(value, domain):
-    from etcd_operator.config import cluster_domain_setting
+    from etcd_operator.runtime.config import cluster_domain_setting
 
     assert cluster_domain_setting(value) == domain
 
 
 @pytest.mark.parametrize("value", ["*.example", "a..b", "under_score.local", "-x.local"])
 def test_a_cluster_domain_that_is_no_dns_domain_is_refused(value):
-    from etcd_operator.config import cluster_domain_setting
+    from etcd_operator.runtime.config import cluster_domain_setting
 
     with pytest.raises(ValueError, match="CLUSTER_DOMAIN"):
         cluster_domain_setting(value)

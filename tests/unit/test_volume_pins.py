@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from etcd_operator.cluster.observed import PodView, PVCView, VolumePin
-from etcd_operator.cluster.observer import pin_waiting_volumes, pinned_hostname, volume_pin
-from etcd_operator.kube import client as kube
+from etcd_operator.clients.kube import client as kube
+from etcd_operator.controllers.cluster.observer import pin_waiting_volumes, pinned_hostname, volume_pin
+from etcd_operator.core.cluster.observed import PodView, PVCView, VolumePin
 
 
 def pv(*terms: list[dict]) -> dict:

@@ -10,12 +10,12 @@ import json
 
 import pytest
 
-from etcd_operator.cluster import actions as a
-from etcd_operator.cluster import builders, naming
-from etcd_operator.cluster.metrics_watcher import MemberMetricsWatcher
-from etcd_operator.cluster.reconciler import ClusterReconciler
-from etcd_operator.kube import client as kube
-from etcd_operator.kube.informer import Informer, ScopeCache, Wakeups
+from etcd_operator.clients.kube import client as kube
+from etcd_operator.clients.kube.informer import Informer, ScopeCache, Wakeups
+from etcd_operator.controllers.cluster.metrics_watcher import MemberMetricsWatcher
+from etcd_operator.controllers.cluster.reconciler import ClusterReconciler
+from etcd_operator.core.cluster import builders, naming
+from etcd_operator.core.cluster import steps as a
 from tests.unit.cluster_scenarios import CLUSTER, NAMESPACE, M
 from tests.unit.cluster_scenarios import observed as scenario
 
@@ -205,7 +205,7 @@ class RecordingKube:
 
 def current(obs):
     """Pods that run the pod spec this cluster's spec asks for (the scenarios use a stand-in hash)."""
-    from etcd_operator.cluster.spec import ClusterSpec
+    from etcd_operator.core.cluster.spec import ClusterSpec
 
     desired = builders.pod_spec_hash(ClusterSpec.from_dict(SPEC))
     return dataclasses.replace(obs, pods={n: dataclasses.replace(p, spec_hash=desired) for n, p in obs.pods.items()})
@@ -224,7 +224,7 @@ class TwoViews:
         return current(scenario(members))
 
 
-def run_pass(reconciler: ClusterReconciler, last: a.Action | None) -> float:
+def run_pass(reconciler: ClusterReconciler, last: a.Step | None) -> float:
     reconciler.last_action = last
     reconciler.next_resync = float("inf")
     return asyncio.run(reconciler.reconcile(BODY))
@@ -239,8 +239,8 @@ def reconciler_with_two_views(kube_client: RecordingKube) -> tuple[ClusterReconc
 
 
 def test_the_stand_in_views_decide_differently():
-    from etcd_operator.cluster.decision import decide
-    from etcd_operator.cluster.spec import ClusterSpec
+    from etcd_operator.core.cluster.decision import decide
+    from etcd_operator.core.cluster.spec import ClusterSpec
 
     spec = ClusterSpec.from_dict(SPEC)
     assert isinstance(decide(spec, current(scenario([M(0), M(1), M(2, pod=False)]))).action, a.CreateMemberPod)

@@ -11,8 +11,8 @@ import subprocess
 
 import pytest
 
-from etcd_operator.etcd.client import EtcdError, EtcdMemberClient
-from etcd_operator.faults import AFTER_SCRATCH_POD_RECORDED
+from etcd_operator.clients.etcd.client import EtcdError, EtcdMemberClient
+from etcd_operator.controllers.faults import AFTER_SCRATCH_POD_RECORDED
 from localkube import containerfaults, controlplane
 from localkube import layout as localkube_layout
 from tests.support.backups import apply_backup, condition, fill, get_backup

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from etcd_operator.cluster import naming
+from etcd_operator.core.cluster import naming
 from tests.support.cluster_checks import (
     assert_all_acked_writes_present,
     etcdctl,
@@ -204,7 +204,7 @@ def test_disallowed_changes_become_a_condition_and_touch_nothing(namespace, oper
     uids = {p["metadata"]["uid"] for p in member_pods(namespace, "c")}
 
     cases = [
-        ({"version": "3.5.21"}, "VersionDowngrade"),  # below 3.5.32: no downgrade path (etcd_operator/versions.py)
+        ({"version": "3.5.21"}, "VersionDowngrade"),  # below 3.5.32: no downgrade path (etcd_operator/core/versions.py)
         ({"storage": {"size": "1Gi", "storageClassName": "other-class"}}, "StorageClassChange"),
     ]
     for change, reason in cases:

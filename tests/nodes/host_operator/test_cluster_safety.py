@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from etcd_operator.cluster import naming
+from etcd_operator.core.cluster import naming
 from tests.support.cluster_view import DESTRUCTIVE_EVENTS, ClusterView, hex_ids
 from tests.support.clusters import apply_cluster, condition, is_healthy, patch_spec, wait_healthy
 from tests.support.etcd_data import (

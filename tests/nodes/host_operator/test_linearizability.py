@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from etcd_operator.cluster import naming
-from etcd_operator.etcd.client import ClientTLS
+from etcd_operator.clients.etcd.client import ClientTLS
+from etcd_operator.core.cluster import naming
 from tests.support.clusters import (
     FAST_RECOVERY,
     apply_cluster,

@@ -18,8 +18,8 @@ import uuid
 import pytest
 import yaml
 
-from etcd_operator.cluster import naming
-from etcd_operator.etcd.client import EtcdMemberClient
+from etcd_operator.clients.etcd.client import EtcdMemberClient
+from etcd_operator.core.cluster import naming
 from tests.support import monitoring
 from tests.support.backups import apply_backup
 from tests.support.chart_release import restricted_namespace

@@ -10,7 +10,7 @@ import json
 import pytest
 import yaml
 
-from etcd_operator.cluster import naming
+from etcd_operator.core.cluster import naming
 from localkube import controlplane
 from localkube.layout import REPO_ROOT
 from tests.support.backups import apply_backup, apply_restore, fill, get_backup, get_restore, wait_phase
@@ -500,7 +500,7 @@ def operator_with_a_late_pass(operator_process, namespace: str, operator, cluste
     """The operator restarted so that its first cluster pass, begun before any hold, waits
     until the live object is held and then `lag` seconds more (fault point
     stale-cluster-pass); returned once that pass waits."""
-    from etcd_operator import faults
+    from etcd_operator.controllers import faults
 
     operator.stop()
     stale = operator_process(namespace, env={faults.STALE_PASS_LAG: str(lag)}).start(faults=faults.STALE_CLUSTER_PASS)
@@ -524,7 +524,7 @@ def test_a_cluster_pass_that_decided_before_the_hold_creates_nothing_while_it_st
     (fault point stale-cluster-pass). The restore stops nothing before the cluster's
     controller acknowledged the hold, and the cluster executor checks the live hold: no
     member pod or PVC appears while the hold stands."""
-    from etcd_operator import faults
+    from etcd_operator.controllers import faults
 
     small_cluster_with_backup(real_nodes, namespace, "held")
     stale = operator_with_a_late_pass(operator_process, namespace, operator, "held", 6)
@@ -577,7 +577,7 @@ def test_a_restore_deleted_while_it_waits_for_the_acknowledgement_lets_the_clust
     """The cluster's pass that began before the hold goes on 20 s late, so the restore waits
     for the acknowledgement that long; deleted meanwhile, it takes its hold off, and the
     cluster goes on with its members and data untouched."""
-    from etcd_operator import faults
+    from etcd_operator.controllers import faults
 
     small_cluster_with_backup(real_nodes, namespace, "kept")
     stale = operator_with_a_late_pass(operator_process, namespace, operator, "kept", 20)
@@ -628,7 +628,7 @@ def test_a_restore_pass_that_decided_before_the_cluster_was_deleted_creates_noth
     The executor reads the live target right before each create (restore/fence.py): no seed
     PVC, which would have no owner and outlive the cluster, is created; the old data stays
     aside and the restore fails once the cluster is gone."""
-    from etcd_operator import faults
+    from etcd_operator.controllers import faults
 
     small_cluster_with_backup(real_nodes, namespace, "doomed")
     operator.stop()

@@ -18,9 +18,9 @@ import uuid
 
 import pytest
 
-from etcd_operator.cluster import certs, naming, pki
-from etcd_operator.cluster.spec import ClusterSpec
-from etcd_operator.etcd.client import ClientTLS, EtcdError, EtcdMemberClient
+from etcd_operator.clients.etcd.client import ClientTLS, EtcdError, EtcdMemberClient
+from etcd_operator.core.cluster import certs, naming, pki
+from etcd_operator.core.cluster.spec import ClusterSpec
 from localkube import controlplane
 from localkube import layout as localkube_layout
 from tests.support import nodes_resolver

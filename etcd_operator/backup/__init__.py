@@ -1,1 +1,0 @@
-"""EtcdBackup: schedules, the streaming snapshot pipeline, manifests and retention."""

@@ -1,0 +1,1 @@
+"""Async clients the controllers are given: etcd, the Kubernetes API, S3."""

@@ -1,0 +1,290 @@
+"""An async client for one etcd member, built on aetcd's generated gRPC stubs.
+
+aetcd's high-level client has no learner calls, so membership and maintenance go through
+its stubs directly; the channel is ours so that TLS can be added without forking aetcd.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import grpc
+from aetcd import rpc
+
+from etcd_operator.core.cluster.observed import Member, MemberStatus
+from etcd_operator.core.leadership_fence import WriteGuard, permit_write
+
+DEFAULT_TIMEOUT = 5.0
+# Snapshots of large databases stream for a long time; only the idle gap is bounded.
+SNAPSHOT_MESSAGE_BYTES = 64 * 1024 * 1024
+
+
+class EtcdError(Exception):
+    """An etcd call failed; `code` is the gRPC status, `detail` etcd's own message."""
+
+    def __init__(self, endpoint: str, call: str, code: grpc.StatusCode | None, detail: str):
+        super().__init__(f"{call} on {endpoint}: {detail}")
+        self.endpoint = endpoint
+        self.call = call
+        self.code = code
+        self.detail = detail
+
+    @property
+    def unavailable(self) -> bool:
+        return self.code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+
+    @property
+    def learner_not_ready(self) -> bool:
+        return "learner" in self.detail and "in sync" in self.detail
+
+    @property
+    def already_compacted(self) -> bool:
+        """etcd's ErrCompacted: the revision asked for is at or below the compacted one."""
+        return "required revision has been compacted" in self.detail
+
+    @property
+    def cluster_not_ready(self) -> bool:
+        """etcd's own reconfiguration guard: peers were not all connected for long enough."""
+        return "unhealthy cluster" in self.detail
+
+
+@dataclasses.dataclass(frozen=True)
+class ClientTLS:
+    """The operator's client certificate for a TLS cluster. Members are dialled by pod IP
+    and their certificate is checked against `server_name`, a name every member's
+    certificate carries (the client Service's)."""
+
+    ca: bytes = dataclasses.field(repr=False)
+    cert: bytes = dataclasses.field(repr=False)
+    key: bytes = dataclasses.field(repr=False)
+    server_name: str = ""
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        return grpc.ssl_channel_credentials(
+            root_certificates=self.ca, private_key=self.key, certificate_chain=self.cert
+        )
+
+    def options(self, options: Sequence[tuple[str, object]]) -> list[tuple[str, object]]:
+        return [*options, ("grpc.ssl_target_name_override", self.server_name)]
+
+    def channel(self, endpoint: str, options: Sequence[tuple[str, object]]) -> grpc.aio.Channel:
+        return grpc.aio.secure_channel(endpoint, self.credentials(), options=self.options(options))
+
+
+def _member(m) -> Member:
+    return Member(
+        id=m.ID,
+        name=m.name,
+        peer_urls=tuple(m.peerURLs),
+        client_urls=tuple(m.clientURLs),
+        is_learner=m.isLearner,
+    )
+
+
+class EtcdMemberClient:
+    """Talks to exactly one member, at `endpoint` ("host:port")."""
+
+    def __init__(
+        self,
+        endpoint: str,
+        timeout: float = DEFAULT_TIMEOUT,
+        guard: WriteGuard | None = None,
+        tls: ClientTLS | None = None,
+    ):
+        self.endpoint = endpoint
+        self.timeout = timeout
+        self.guard = guard  # None: the process's write guard (leader election)
+        options = [
+            ("grpc.max_receive_message_length", SNAPSHOT_MESSAGE_BYTES),
+            ("grpc.enable_retries", 0),
+        ]
+        self._channel = tls.channel(endpoint, options) if tls else grpc.aio.insecure_channel(endpoint, options=options)
+        self._cluster = rpc.ClusterStub(self._channel)
+        self._maintenance = rpc.MaintenanceStub(self._channel)
+        self._kv = rpc.KVStub(self._channel)
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def __aenter__(self) -> EtcdMemberClient:
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    async def _call(
+        self,
+        name: str,
+        method,
+        request,
+        timeout: float | None = None,
+        mutating: bool = False,
+        past_deadline: bool = False,
+    ):
+        """A mutating call is refused (LeadershipLost) when this replica may not act, and its
+        gRPC deadline ends with the right to act, so it is never sent later; `past_deadline`
+        keeps the call's own timeout for a call that may outlast the lease (Defragment)."""
+        timeout = timeout or self.timeout
+        if mutating:
+            left = permit_write(f"{name} on {self.endpoint}", self.guard)
+            timeout = timeout if past_deadline else min(timeout, left)
+        try:
+            return await method(request, timeout=timeout)
+        except grpc.aio.AioRpcError as e:
+            raise EtcdError(self.endpoint, name, e.code(), e.details() or str(e.code())) from None
+
+    # --- membership -------------------------------------------------------------------
+
+    async def member_list(self) -> tuple[int, list[Member]]:
+        """Returns (cluster_id, members) as this member knows them. Served locally, so it
+        answers without quorum too; the leader's answer reflects every committed change."""
+        response = await self._call("MemberList", self._cluster.MemberList, rpc.MemberListRequest())
+        return response.header.cluster_id, [_member(m) for m in response.members]
+
+    async def add_learner(self, peer_urls: list[str]) -> tuple[Member, list[Member]]:
+        response = await self._call(
+            "MemberAdd",
+            self._cluster.MemberAdd,
+            rpc.MemberAddRequest(peerURLs=peer_urls, isLearner=True),
+            mutating=True,
+        )
+        return _member(response.member), [_member(m) for m in response.members]
+
+    async def add_voter(self, peer_urls: list[str]) -> tuple[Member, list[Member]]:
+        response = await self._call(
+            "MemberAdd",
+            self._cluster.MemberAdd,
+            rpc.MemberAddRequest(peerURLs=peer_urls, isLearner=False),
+            mutating=True,
+        )
+        return _member(response.member), [_member(m) for m in response.members]
+
+    async def promote(self, member_id: int) -> list[Member]:
+        response = await self._call(
+            "MemberPromote",
+            self._cluster.MemberPromote,
+            rpc.MemberPromoteRequest(ID=member_id),
+            mutating=True,
+        )
+        return [_member(m) for m in response.members]
+
+    async def remove(self, member_id: int) -> list[Member]:
+        response = await self._call(
+            "MemberRemove",
+            self._cluster.MemberRemove,
+            rpc.MemberRemoveRequest(ID=member_id),
+            mutating=True,
+        )
+        return [_member(m) for m in response.members]
+
+    async def move_leader(self, target_id: int) -> None:
+        """Must be sent to the current leader."""
+        await self._call(
+            "MoveLeader",
+            self._maintenance.MoveLeader,
+            rpc.MoveLeaderRequest(targetID=target_id),
+            timeout=max(self.timeout, 15.0),
+            mutating=True,
+        )
+
+    # --- maintenance ------------------------------------------------------------------
+
+    async def status(self) -> MemberStatus:
+        r = await self._call("Status", self._maintenance.Status, rpc.StatusRequest())
+        return MemberStatus(
+            cluster_id=r.header.cluster_id,
+            member_id=r.header.member_id,
+            leader_id=r.leader,
+            version=r.version,
+            db_size=r.dbSize,
+            db_size_in_use=r.dbSizeInUse,
+            revision=r.header.revision,
+            raft_index=r.raftIndex,
+            raft_applied_index=r.raftAppliedIndex,
+            raft_term=r.raftTerm,
+            is_learner=r.isLearner,
+            errors=tuple(r.errors),
+        )
+
+    async def defragment(self, timeout: float = 120.0) -> None:
+        await self._call(
+            "Defragment",
+            self._maintenance.Defragment,
+            rpc.DefragmentRequest(),
+            timeout,
+            mutating=True,
+            past_deadline=True,
+        )
+
+    async def downgrade(self, action: str, version: str) -> str:
+        """etcd's downgrade API (Maintenance.Downgrade, 3.6+): action VALIDATE, ENABLE or
+        CANCEL, version the target minor ("3.5"). Returns the cluster version etcd reports."""
+        response = await self._call(
+            "Downgrade",
+            self._maintenance.Downgrade,
+            rpc.DowngradeRequest(action=rpc.DowngradeRequest.DowngradeAction.Value(action), version=version),
+            mutating=action != "VALIDATE",
+        )
+        return response.version
+
+    async def alarms(self) -> list[tuple[int, int]]:
+        response = await self._call(
+            "Alarm",
+            self._maintenance.Alarm,
+            rpc.AlarmRequest(action=rpc.AlarmRequest.GET, memberID=0, alarm=rpc.NONE),
+        )
+        return [(a.memberID, a.alarm) for a in response.alarms]
+
+    async def hash_kv(self, revision: int, timeout: float = 60.0) -> tuple[int, int]:
+        """(hash, compact revision) of the key-value store up to `revision`: equal on every
+        member, and on a member restored from a snapshot at that revision, as long as the
+        compact revision is the same."""
+        response = await self._call("HashKV", self._maintenance.HashKV, rpc.HashKVRequest(revision=revision), timeout)
+        return response.hash, response.compact_revision
+
+    async def compact(self, revision: int, timeout: float = 60.0) -> bool:
+        """Compacts the key history up to `revision`, waiting until this member applied it
+        (physical). False when etcd had already compacted at or past it."""
+        try:
+            await self._call(
+                "Compact",
+                self._kv.Compact,
+                rpc.CompactionRequest(revision=revision, physical=True),
+                timeout,
+                mutating=True,
+                past_deadline=True,
+            )
+        except EtcdError as e:
+            if e.already_compacted:
+                return False
+            raise
+        return True
+
+    async def disarm_alarm(self, member_id: int, alarm: int = rpc.NOSPACE) -> None:
+        """Deactivates one raised alarm (etcdctl alarm disarm does the same per alarm)."""
+        await self._call(
+            "Alarm",
+            self._maintenance.Alarm,
+            rpc.AlarmRequest(action=rpc.AlarmRequest.DEACTIVATE, memberID=member_id, alarm=alarm),
+            mutating=True,
+        )
+
+    # --- keys (used by health checks and tests) ---------------------------------------
+
+    async def count_keys(self, revision: int = 0) -> int:
+        """All keys at `revision` (0: now)."""
+        response = await self._call(
+            "Range",
+            self._kv.Range,
+            rpc.RangeRequest(key=b"\0", range_end=b"\0", count_only=True, revision=revision),
+        )
+        return response.count
+
+    async def put(self, key: bytes, value: bytes) -> int:
+        response = await self._call("Put", self._kv.Put, rpc.PutRequest(key=key, value=value), mutating=True)
+        return response.header.revision
+
+    async def get(self, key: bytes, serializable: bool = False) -> bytes | None:
+        response = await self._call("Range", self._kv.Range, rpc.RangeRequest(key=key, serializable=serializable))
+        return response.kvs[0].value if response.kvs else None

@@ -1,1 +1,0 @@
-"""EtcdCluster: spec, naming, manifest builders, observation, planning and actions."""

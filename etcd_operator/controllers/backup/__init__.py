@@ -1,0 +1,1 @@
+"""EtcdBackup: observe, run the streaming snapshot upload and verification, write status."""

@@ -1,0 +1,202 @@
+"""One backup run, its I/O in order: abort what earlier runs left (backup/stale_uploads.py),
+snapshot a member that answers with the cluster's recorded ID (backup/source_choice.py)
+straight into S3 (backup/stream.py), write the manifest, then delete what retention picks
+(backup/catalogue.py). A run is one attempt: a failure is classified (backup/failure.py) as
+permanent or transient, and the status the controller writes decides on a retry
+(backup/backoff.py). Status itself is written only through the callbacks the executor gives."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+
+from etcd_operator.clients.etcd.client import EtcdError, EtcdMemberClient
+from etcd_operator.clients.etcd.snapshot import SnapshotStream
+from etcd_operator.clients.kube import client as kube
+from etcd_operator.clients.storage.credentials import s3_location
+from etcd_operator.clients.storage.s3 import S3Storage
+from etcd_operator.controllers import faults
+from etcd_operator.controllers.backup import catalogue, stale_uploads
+from etcd_operator.controllers.backup.failure import BackupFailed, as_failure
+from etcd_operator.controllers.backup.source_candidates import (
+    SourceUnavailable,
+    ask_candidates,
+    chosen,
+    find_candidates,
+)
+from etcd_operator.controllers.backup.stream import stream_to_s3
+from etcd_operator.controllers.cluster.tls_observer import operator_credentials
+from etcd_operator.core.backup import orphans, retention
+from etcd_operator.core.backup.bbolt import snapshot_revision
+from etcd_operator.core.backup.manifest import Identity, Manifest, backup_prefix, manifest_key, snapshot_key
+from etcd_operator.core.backup.source_choice import CLUSTER_ID_MISMATCH
+from etcd_operator.core.backup.spec import BackupSpec
+from etcd_operator.core.shard import Shard
+from etcd_operator.core.timefmt import now_text
+
+logger = logging.getLogger(__name__)
+
+PROGRESS_INTERVAL_SECONDS = 2.0  # status writes during an upload: the first part, then at most this often
+
+
+UploadStarted = Callable[[list[dict[str, str]]], Awaitable[None]]
+
+
+async def _no_record(pending: list[dict[str, str]]) -> None:
+    return None
+
+
+class BackupRunner:
+    """`pending_uploads` ({key, uploadId} from status) are multipart uploads an earlier run
+    started and may not have aborted; `on_upload_started` records the new list in status,
+    and must have done so before any part is sent. `pending_uploads` is what is left after
+    the run, for status, whether it succeeded or not."""
+
+    def __init__(
+        self,
+        kube_client: kube.KubeClient,
+        on_progress: Callable[[int, str], None] = lambda n, m: None,
+        pending_uploads: list[dict[str, str]] | None = None,
+        on_upload_started: UploadStarted = _no_record,
+        shard: Shard = Shard(),
+        cluster_id_history: Sequence[str] = (),
+        orphan_grace_seconds: float = orphans.DEFAULT_GRACE_SECONDS,
+        clock: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
+    ):
+        self.kube = kube_client
+        self.clock = clock  # this process's wall clock: retention's maxAge also asks the store's
+        self.cluster_id_history = tuple(cluster_id_history)  # status.clusterIDHistory (retention.py)
+        self.orphan_grace_seconds = orphan_grace_seconds
+        self.shard = shard  # a cluster outside it is refused (ClusterOutsideShard)
+        self.on_progress = on_progress
+        self.pending_uploads = [dict(u) for u in pending_uploads or []]
+        self.on_upload_started = on_upload_started
+        self.duration: float | None = None  # of the last snapshot this runner took
+
+    async def run(self, identity: Identity, spec: BackupSpec, slot: str) -> tuple[Manifest, list[Manifest]]:
+        """Returns the slot's manifest and the manifests retention deleted."""
+        try:
+            return await self._attempt(identity, spec, slot)
+        except Exception as e:
+            raise as_failure(e) from e
+
+    async def _attempt(self, identity: Identity, spec: BackupSpec, slot: str) -> tuple[Manifest, list[Manifest]]:
+        namespace, backup = identity.namespace, identity.backup
+        location = await s3_location(self.kube, namespace, spec.s3)
+        storage = await asyncio.to_thread(S3Storage, location, spec.concurrency + 2)
+        try:
+            await storage.check_bucket()
+            key = snapshot_key(spec.prefix, namespace, backup, slot)
+            await stale_uploads.abort_recorded(storage, self.pending_uploads)
+            await stale_uploads.abort_orphans(
+                storage,
+                backup_prefix(spec.prefix, namespace, backup),
+                key,
+                {u["uploadId"] for u in self.pending_uploads},
+                self.orphan_grace_seconds,
+            )
+            if await storage.exists(manifest_key(key)):
+                manifest = Manifest.from_json(await storage.get(manifest_key(key)))
+                refusal = manifest.foreign_slot(identity, manifest_key(key))
+                if refusal:
+                    raise BackupFailed("SlotTakenByForeignBackup", refusal, permanent=True)
+                # this slot already ran
+            else:
+                manifest = await self._snapshot(storage, identity, spec, slot, key)
+            history = retention.extend_history(self.cluster_id_history, manifest.cluster_id)
+            deleted = await catalogue.apply_retention(
+                storage, identity, spec, manifest.snapshot_key, history, self.clock
+            )
+            return manifest, deleted
+        finally:
+            await asyncio.to_thread(storage.close)
+
+    async def _snapshot(
+        self, storage: S3Storage, identity: Identity, spec: BackupSpec, slot: str, key: str
+    ) -> Manifest:
+        namespace, backup = identity.namespace, identity.backup
+        candidates, cluster_body = await find_candidates(self.kube, namespace, spec.cluster, self.shard)
+        tls = await operator_credentials(self.kube, cluster_body)
+        member = chosen(candidates, await ask_candidates(candidates, tls), cluster_body)
+        started = now_text()
+        clock_start = time.monotonic()
+        last_report = [0.0]
+
+        def progress(sent: int) -> None:
+            if time.monotonic() - last_report[0] >= PROGRESS_INTERVAL_SECONDS:
+                last_report[0] = time.monotonic()
+                self.on_progress(sent, member.name)
+                faults.hit(faults.DURING_BACKUP_UPLOAD)
+
+        async with EtcdMemberClient(member.endpoint, timeout=10, tls=tls) as client:
+            status = await client.status()
+            if status.cluster_id != member.cluster_id:  # the address changed hands since it was asked
+                raise SourceUnavailable(
+                    f"{member.name} now answers for cluster {status.cluster_id:x}, not "
+                    f"{member.cluster_id:x}; no snapshot is taken from another cluster",
+                    reason=CLUSTER_ID_MISMATCH,
+                )
+            self.on_progress(0, member.name)
+            upload = {"key": key, "uploadId": await storage.start_multipart(key)}
+            self.pending_uploads.append(upload)
+            await self.on_upload_started(list(self.pending_uploads))
+            stream = await asyncio.to_thread(SnapshotStream, member.endpoint, tls)
+            result = await stream_to_s3(
+                stream,
+                storage,
+                key,
+                spec.part_size,
+                spec.concurrency,
+                on_progress=progress,
+                upload_id=upload["uploadId"],
+            )
+            self.pending_uploads.remove(upload)
+            # The exact revision inside the uploaded file, read back with a few ranged GETs.
+            revision = await snapshot_revision(lambda offset, length: storage.read_range(key, offset, length))
+            key_count, hash_kv, compact_revision = await _source_digest(client, revision)
+        manifest = Manifest(
+            snapshot_key=key,
+            backup=backup,
+            namespace=namespace,
+            cluster=spec.cluster,
+            cluster_id=f"{status.cluster_id:x}",
+            etcd_version=status.version,
+            revision=revision,
+            size=result.size,
+            sha256=result.sha256,
+            created_at=now_text(),
+            member=member.name,
+            slot=slot,
+            backup_uid=identity.uid,
+            key_count=key_count,
+            hash_kv=hash_kv,
+            compact_revision=compact_revision,
+        )
+        await storage.put(manifest.key, manifest.to_json(), "application/json")
+        self.duration = time.monotonic() - clock_start
+        logger.info(
+            "backup %s/%s: %s (%d bytes, revision %d) from %s, started %s",
+            namespace,
+            backup,
+            key,
+            result.size,
+            manifest.revision,
+            member.name,
+            started,
+        )
+        return manifest
+
+
+async def _source_digest(client: EtcdMemberClient, revision: int) -> tuple[int | None, int | None, int | None]:
+    """(keys, HashKV, compact revision) of the source at the snapshot's revision, taken
+    right after the snapshot, before compaction can remove that revision. All None when
+    the member no longer has it: the backup stands, but verification cannot compare."""
+    try:
+        hash_kv, compact_revision = await client.hash_kv(revision)
+        return await client.count_keys(revision), hash_kv, compact_revision
+    except EtcdError as e:
+        logger.warning("no HashKV at revision %d from %s: %s", revision, client.endpoint, e.detail)
+        return None, None, None

@@ -1,0 +1,1 @@
+"""EtcdCluster: observe the members, carry out the planner's step, write status."""

@@ -1,0 +1,256 @@
+"""One reconcile pass for an EtcdCluster: observe, plan one step, take it, report."""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from etcd_operator.clients.etcd.pool import EtcdClientPool
+from etcd_operator.clients.kube import client as kube
+from etcd_operator.controllers import metrics
+from etcd_operator.controllers.cluster.executor import BeingDeleted, ClusterExecutor, EventPoster, HeldByRestore
+from etcd_operator.controllers.cluster.metrics_watcher import MemberMetricsWatcher
+from etcd_operator.controllers.cluster.observer import ClusterObserver, StorageClassExpansion
+from etcd_operator.core import conditions as c
+from etcd_operator.core.cluster import anomaly_detection, tls_plan
+from etcd_operator.core.cluster import steps as a
+from etcd_operator.core.cluster.decision import decide
+from etcd_operator.core.cluster.health import HealthState
+from etcd_operator.core.cluster.naming import DEFAULT_CLUSTER_DOMAIN
+from etcd_operator.core.cluster.spec import ClusterSpec
+from etcd_operator.core.cluster.status import build_status
+from etcd_operator.core.status_patch import changed_fields
+from etcd_operator.runtime.config import DEFAULT_OPERATOR_IMAGE
+
+logger = logging.getLogger(__name__)
+
+# Seconds until the next pass, by what the last pass did.
+AFTER_STEP = 1.0
+NOT_YET = 1.0  # etcd refused a step for now (e.g. a new voter not connected for 5 s yet)
+WHILE_WAITING = 3.0
+WHILE_DELETED = 10.0  # until kopf stops the daemon of an object being deleted
+WHEN_STEADY = 15.0  # the default of OperatorConfig.steady_poll_seconds
+RESYNC = 600.0  # the default of OperatorConfig.resync_seconds
+RESYNC_JITTER = 0.25  # each cluster's resync interval varies by this fraction, so clusters drift apart
+
+ChildSource = Callable[[str, str], "tuple[list[dict], list[dict]] | None"]  # (namespace, cluster) -> (pods, PVCs)
+
+
+class ClusterReconciler:
+    def __init__(
+        self,
+        kube_client: kube.KubeClient,
+        etcd_clients: EtcdClientPool,
+        post_event: EventPoster,
+        operator_namespace: str = "default",
+        cached_children: ChildSource | None = None,
+        storage_classes: StorageClassExpansion | None = None,
+        steady_poll: float = WHEN_STEADY,
+        resync: float = RESYNC,
+        clock: Callable[[], float] = time.monotonic,
+        being_deleted: Callable[[], bool] = lambda: False,
+        held_by: Callable[[], str | None] = lambda: None,
+        operator_image: str = DEFAULT_OPERATOR_IMAGE,
+        cluster_domain: str = DEFAULT_CLUSTER_DOMAIN,
+    ):
+        """`cached_children`: the operator's pod and PVC caches (None: every pass lists live).
+        `being_deleted` reads the live object's deletionTimestamp: once it is set, no pass
+        acts and nothing more is created (kopf stops the daemon, the deletion handler runs).
+        `held_by` reads the live object's restore hold: a pass that decided on an older copy
+        takes no member step while it stands (executor.HeldByRestore)."""
+        self.kube = kube_client
+        self.operator_namespace = operator_namespace
+        self.operator_image = operator_image
+        self.etcd_clients = etcd_clients
+        self.post_event = post_event
+        self.observer = ClusterObserver(kube_client, etcd_clients, storage_classes, cluster_domain=cluster_domain)
+        self.member_metrics = MemberMetricsWatcher()
+        self.cached_children = cached_children
+        self.steady_poll = steady_poll
+        self.resync = resync
+        self.clock = clock
+        self.next_resync = 0.0  # the first pass is live
+        self.last_action: a.Step | None = None  # what the previous pass decided; None: no pass yet
+        self.services_applied: str | None = None  # hash of the child manifests last applied in full
+        self.live_passes = 0  # counters for tests and logs
+        self.cached_passes = 0
+        self.redecided = 0
+        self.being_deleted = being_deleted
+        self.held_by = held_by
+        self.namespace_terminating = False  # a create was refused: the namespace is being deleted
+
+    async def close(self) -> None:
+        await self.member_metrics.close()
+
+    @property
+    def wakeable(self) -> bool:
+        """Whether a child's change may cut the sleep after this pass short: only after a pass
+        that took no step, so that steps keep their pace (a step's own pod and PVC events
+        would otherwise start the next step at once)."""
+        return isinstance(self.last_action, (a.Steady, a.Wait))
+
+    def _resync_due(self) -> bool:
+        return self.clock() >= self.next_resync
+
+    def _schedule_resync(self) -> None:
+        self.next_resync = self.clock() + self.resync * random.uniform(1 - RESYNC_JITTER, 1 + RESYNC_JITTER)
+
+    def _cached(self, meta: Mapping[str, Any], last: a.Step | None) -> tuple[list[dict], list[dict]] | None:
+        """The children from the caches, when this pass may read them: the previous pass ended
+        without a step (`last`), no resync is due and the caches hold a full listing."""
+        if self.cached_children is None or self._resync_due():
+            return None
+        if not isinstance(last, (a.Steady, a.Wait)):
+            return None
+        return self.cached_children(meta["namespace"], meta["name"])
+
+    def _left_alone(self, meta: Mapping[str, Any]) -> bool:
+        """An object marked for deletion, or in a namespace being deleted, gets no pass."""
+        return bool(meta.get("deletionTimestamp")) or self.being_deleted() or self.namespace_terminating
+
+    async def reconcile(self, body: Mapping[str, Any]) -> float:
+        meta = body["metadata"]
+        if self._left_alone(meta):
+            return WHILE_DELETED
+        try:
+            return await self._pass(body)
+        except BeingDeleted:
+            logger.info(
+                "%s/%s: marked for deletion during the pass; nothing more is created", meta["namespace"], meta["name"]
+            )
+        except HeldByRestore as e:
+            # The next pass decides on a copy with the hold, and acknowledges it in status.
+            logger.info(
+                "%s/%s: the pass decided on a copy without the restore hold: %s", meta["namespace"], meta["name"], e
+            )
+            return AFTER_STEP
+        except kube.NamespaceTerminating:
+            self.namespace_terminating = True  # for good: a namespace never stops terminating
+            logger.info(
+                "%s/%s: namespace %s is being deleted; nothing more is created for this cluster",
+                meta["namespace"],
+                meta["name"],
+                meta["namespace"],
+            )
+        return WHILE_DELETED
+
+    async def _pass(self, body: Mapping[str, Any]) -> float:
+        meta = body["metadata"]
+        spec = ClusterSpec.from_dict(body.get("spec") or {})
+        previous = body.get("status") or {}
+        resync = self._resync_due()
+        last, self.last_action = self.last_action, None  # a pass that fails is followed by a live one
+        children = self._cached(meta, last)
+        # TLS Secrets: reused only on a pass after a steady one (a rotation is always read live).
+        live_secrets = children is None or not isinstance(last, a.Steady)
+        observed = await self.observer.observe(body, time.time(), children, live_secrets=live_secrets)
+        decision = decide(spec, observed, body.get("spec") or {})
+        if children is not None and not isinstance(decision.action, (a.Steady, a.Wait)):
+            # No step is ever taken on cached data: look again, live, and decide again.
+            logger.info(
+                "%s/%s: %s decided on cached state; observing live before acting",
+                meta["namespace"],
+                meta["name"],
+                decision.action.kind,
+            )
+            self.redecided += 1
+            children = None
+            observed = await self.observer.observe(body, time.time(), None, live_secrets=True)
+            decision = decide(spec, observed, body.get("spec") or {})
+        if children is None:
+            self.live_passes += 1
+        else:
+            self.cached_passes += 1
+        self.member_metrics.poke(observed.pods, observed.now)
+        warnings, scraped = self.member_metrics.warnings(observed)
+
+        executor = ClusterExecutor(
+            self.kube,
+            self.etcd_clients,
+            body,
+            self.post_event,
+            self.operator_namespace,
+            self.being_deleted,
+            self.held_by,
+            self.operator_image,
+        )
+        acting_spec, health, action = decision.acting_spec, decision.health, decision.action
+        await executor.disown_member_pvcs(observed)  # even when paused: it protects data
+        if not spec.paused:
+            # Applied when what they should be changed, and at every resync.
+            applied, self.services_applied = self.services_applied, None  # unknown until the apply completes
+            self.services_applied = await executor.ensure_services(acting_spec, health, applied=applied, force=resync)
+        if not isinstance(action, (a.Steady, a.Wait)):
+            logger.info("%s/%s: %s (%s)", meta["namespace"], meta["name"], action.kind, action.reason)
+        outcome = await executor.run(action, acting_spec, observed)
+        if outcome.admission is not None:
+            self.observer.remember(outcome.admission)  # evidence for the next pass (cluster/admission.py)
+        if not outcome.done:
+            logger.info("%s/%s: %s not taken yet: %s", meta["namespace"], meta["name"], action.kind, outcome.message)
+
+        conditions = [*decision.conditions, anomaly_detection.condition(warnings, scraped)]
+        self._post_transition_events(previous, conditions)
+        extra = {**decision.status_fields(), **(outcome.status_patch or {})}
+        tls_status = tls_plan.tls_status(spec, observed, extra.get("tls"))
+        if tls_status:
+            extra["tls"] = tls_status
+        status = build_status(
+            spec, observed, health, action, conditions, previous, meta.get("generation", 0), extra=extra
+        )
+        status["members"] = anomaly_detection.with_warnings(status["members"], warnings)
+        for member, warning in anomaly_detection.appeared(previous.get("members"), warnings):
+            self.post_event("Warning", warning.kind, f"member {member}: {warning.message}")
+        if not isinstance(action, (a.Steady, a.Wait)) and outcome.done:
+            metrics.reconcile_steps.labels(meta["namespace"], meta["name"], action.kind).inc()
+        metrics.record_cluster(
+            meta["namespace"],
+            meta["name"],
+            spec.size,
+            [
+                (m["name"], m["role"], m["healthy"], m.get("dbSize", 0), m.get("dbSizeInUse", 0))
+                for m in status["members"]
+            ],
+            health.has_quorum,
+            health.state == HealthState.QUORUM_LOST,
+        )
+        metrics.record_member_warnings(meta["namespace"], meta["name"], warnings)
+        metrics.record_alarms(meta["namespace"], meta["name"], tuple(health.alarm_names))
+        if changed_fields(previous, status):  # the whole status is written
+            await self.kube.merge_patch(
+                kube.ETCDCLUSTERS, meta["namespace"], meta["name"], {"status": status}, subresource="status"
+            )
+        if isinstance(action, a.Steady) and not isinstance(last, a.Steady):
+            logger.info(
+                "%s/%s: steady; members polled every %gs, a child's change wakes the next pass at once",
+                meta["namespace"],
+                meta["name"],
+                self.steady_poll,
+            )
+        self.last_action = action if outcome.done or isinstance(action, (a.Steady, a.Wait)) else None
+        if resync:
+            self._schedule_resync()
+        if outcome.retry_after is not None:
+            return outcome.retry_after  # a member being added or removed (cluster.pacing)
+        if isinstance(action, a.Steady):
+            return self.steady_poll
+        if isinstance(action, a.Wait):
+            return WHILE_WAITING
+        return AFTER_STEP if outcome.done else NOT_YET
+
+    def _post_transition_events(self, previous: Mapping[str, Any], current: list[c.Condition]) -> None:
+        by_type = {cond.type: cond for cond in current}
+        warnings = {
+            "QuorumLost": (by_type["QuorumLost"], True),
+            "Alarm": (by_type["Alarm"], True),
+            "SpecAccepted": (by_type["SpecAccepted"], False),
+            "AnnotationsAccepted": (by_type["AnnotationsAccepted"], False),
+            "OddSize": (by_type["OddSize"], False),
+            "PodSpecAccepted": (by_type["PodSpecAccepted"], False),
+        }
+        for name, (condition, bad_status) in warnings.items():
+            before = c.find(previous.get("conditions"), name)
+            if condition.status is bad_status and (before is None or before.get("status") != condition.status_text):
+                self.post_event("Warning", condition.reason, condition.message)

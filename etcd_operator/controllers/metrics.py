@@ -1,0 +1,197 @@
+"""Prometheus metrics of the operator and the clusters it manages."""
+
+from __future__ import annotations
+
+from collections.abc import Set as AbstractSet
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from etcd_operator.core.timefmt import parse_time
+
+REGISTRY = CollectorRegistry()
+LABELS = ("namespace", "cluster")
+
+cluster_members = Gauge(
+    "etcd_operator_cluster_members",
+    "Members in etcd, by role and health",
+    LABELS + ("role", "healthy"),
+    registry=REGISTRY,
+)
+cluster_desired = Gauge("etcd_operator_cluster_desired_members", "spec.size", LABELS, registry=REGISTRY)
+cluster_quorum = Gauge(
+    "etcd_operator_cluster_has_quorum", "1 while a quorum of voters is healthy", LABELS, registry=REGISTRY
+)
+cluster_quorum_lost = Gauge("etcd_operator_cluster_quorum_lost", "1 while QuorumLost is set", LABELS, registry=REGISTRY)
+member_db_size = Gauge(
+    "etcd_operator_member_db_size_bytes", "Backend size per member", LABELS + ("member",), registry=REGISTRY
+)
+member_db_in_use = Gauge(
+    "etcd_operator_member_db_size_in_use_bytes",
+    "Backend bytes in use per member",
+    LABELS + ("member",),
+    registry=REGISTRY,
+)
+reconcile_steps = Counter(
+    "etcd_operator_reconcile_steps_total", "Steps taken, by kind", LABELS + ("step",), registry=REGISTRY
+)
+reconcile_errors = Counter(
+    "etcd_operator_reconcile_errors_total", "Reconcile passes that failed", LABELS, registry=REGISTRY
+)
+backup_last_success = Gauge(
+    "etcd_operator_backup_last_success_timestamp_seconds",
+    "Unix time of the last successful backup",
+    ("namespace", "backup"),
+    registry=REGISTRY,
+)
+backup_bytes = Gauge(
+    "etcd_operator_backup_last_size_bytes",
+    "Size of the last successful backup",
+    ("namespace", "backup"),
+    registry=REGISTRY,
+)
+backup_failures = Counter(
+    "etcd_operator_backup_failures_total", "Failed backup runs", ("namespace", "backup", "reason"), registry=REGISTRY
+)
+backup_duration = Histogram(
+    "etcd_operator_backup_duration_seconds",
+    "Duration of backup runs",
+    ("namespace", "backup"),
+    registry=REGISTRY,
+    buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1800),
+)
+
+
+member_warning = Gauge(
+    "etcd_operator_member_warning",
+    "1 while the operator's anomaly detection warns about a member (see status.members[].warnings)",
+    LABELS + ("member", "kind"),
+    registry=REGISTRY,
+)
+cluster_alarm = Gauge(
+    "etcd_operator_cluster_alarm",
+    "1 while etcd reports this alarm (NOSPACE, CORRUPT)",
+    LABELS + ("alarm",),
+    registry=REGISTRY,
+)
+
+# Label names of every series kept per cluster and per backup, for removing them when the
+# object is deleted (stale series would keep alerts firing for good).
+PER_CLUSTER = (
+    (cluster_members, LABELS + ("role", "healthy")),
+    (cluster_desired, LABELS),
+    (cluster_quorum, LABELS),
+    (cluster_quorum_lost, LABELS),
+    (member_db_size, LABELS + ("member",)),
+    (member_db_in_use, LABELS + ("member",)),
+    (reconcile_steps, LABELS + ("step",)),
+    (reconcile_errors, LABELS),
+    (member_warning, LABELS + ("member", "kind")),
+    (cluster_alarm, LABELS + ("alarm",)),
+)
+backup_last_verified = Gauge(
+    "etcd_operator_backup_last_verified_timestamp_seconds",
+    "Unix time of the last backup whose verification succeeded",
+    ("namespace", "backup"),
+    registry=REGISTRY,
+)
+backup_verification_failures = Counter(
+    "etcd_operator_backup_verification_failures_total",
+    "Verifications that found a backup differing from its source, by reason",
+    ("namespace", "backup", "reason"),
+    registry=REGISTRY,
+)
+
+PER_BACKUP = (
+    (backup_last_success, ("namespace", "backup")),
+    (backup_bytes, ("namespace", "backup")),
+    (backup_failures, ("namespace", "backup", "reason")),
+    (backup_duration, ("namespace", "backup")),
+    (backup_last_verified, ("namespace", "backup")),
+    (backup_verification_failures, ("namespace", "backup", "reason")),
+)
+
+
+def _remove_series(
+    metric: Any, labelnames: tuple[str, ...], match: dict[str, str], keep: AbstractSet[tuple[str, ...]] = frozenset()
+) -> None:
+    """Removes the children of `metric` whose labels include `match`, except those in `keep`."""
+    children = set()
+    for family in metric.collect():
+        for sample in family.samples:
+            if all(sample.labels.get(k) == v for k, v in match.items()):
+                children.add(tuple(sample.labels.get(n, "") for n in labelnames))
+    for values in children - set(keep):
+        try:
+            metric.remove(*values)
+        except KeyError:
+            pass
+
+
+def forget_cluster(namespace: str, cluster: str) -> None:
+    for metric, labelnames in PER_CLUSTER:
+        _remove_series(metric, labelnames, {"namespace": namespace, "cluster": cluster})
+
+
+def forget_backup(namespace: str, backup: str) -> None:
+    for metric, labelnames in PER_BACKUP:
+        _remove_series(metric, labelnames, {"namespace": namespace, "backup": backup})
+
+
+def record_member_warnings(namespace: str, cluster: str, warnings: dict[str, tuple]) -> None:
+    """`warnings`: member name -> its warnings (each with a `kind`); others are removed."""
+    current = {(namespace, cluster, member, w.kind) for member, ws in warnings.items() for w in ws}
+    _remove_series(
+        member_warning, LABELS + ("member", "kind"), {"namespace": namespace, "cluster": cluster}, keep=current
+    )
+    for labels in current:
+        member_warning.labels(*labels).set(1)
+
+
+def record_alarms(namespace: str, cluster: str, alarms: tuple[str, ...]) -> None:
+    current = {(namespace, cluster, alarm) for alarm in alarms}
+    _remove_series(cluster_alarm, LABELS + ("alarm",), {"namespace": namespace, "cluster": cluster}, keep=current)
+    for labels in current:
+        cluster_alarm.labels(*labels).set(1)
+
+
+def record_backup_status(namespace: str, backup: str, status: dict) -> None:
+    """Backup freshness from the object's status, so whichever replica leads exports the
+    same value (a failover keeps it; a restart does not reset it)."""
+    verified = parse_time(status.get("lastVerifiedTime"))
+    if verified is not None:
+        backup_last_verified.labels(namespace, backup).set(verified)
+    finished = parse_time(status.get("lastSuccessfulTime"))
+    if finished is None:
+        return
+    backup_last_success.labels(namespace, backup).set(finished)
+    size = (status.get("lastBackup") or {}).get("size")
+    if size is not None:
+        backup_bytes.labels(namespace, backup).set(size)
+
+
+def record_cluster(
+    namespace: str,
+    cluster: str,
+    desired: int,
+    members: list[tuple[str, str, bool, int, int]],
+    has_quorum: bool,
+    quorum_lost: bool,
+) -> None:
+    """`members`: (name, role, healthy, db_size, db_size_in_use) per member."""
+    cluster_desired.labels(namespace, cluster).set(desired)
+    cluster_quorum.labels(namespace, cluster).set(1 if has_quorum else 0)
+    cluster_quorum_lost.labels(namespace, cluster).set(1 if quorum_lost else 0)
+    counts: dict[tuple[str, str], int] = {}
+    present = {(namespace, cluster, m[0]) for m in members}
+    for gauge in (member_db_size, member_db_in_use):  # members removed since
+        _remove_series(gauge, LABELS + ("member",), {"namespace": namespace, "cluster": cluster}, keep=present)
+    for name, role, healthy, db_size, in_use in members:
+        key = (role, "true" if healthy else "false")
+        counts[key] = counts.get(key, 0) + 1
+        if db_size:
+            member_db_size.labels(namespace, cluster, name).set(db_size)
+            member_db_in_use.labels(namespace, cluster, name).set(in_use)
+    for role in ("leader", "follower", "learner"):
+        for health in ("true", "false"):
+            cluster_members.labels(namespace, cluster, role, health).set(counts.get((role, health), 0))

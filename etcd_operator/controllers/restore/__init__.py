@@ -1,0 +1,1 @@
+"""EtcdRestore: verify a snapshot, seed the members from it, write status."""

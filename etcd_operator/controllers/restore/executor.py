@@ -1,0 +1,373 @@
+"""Carries out one planned restore step against Kubernetes and S3. Each step is
+idempotent: re-running it after a crash at any point converges to the same state. The
+executor decides nothing; an unknown step is an error."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, cast
+
+import kopf
+
+from etcd_operator.clients.kube import client as kube
+from etcd_operator.clients.storage.credentials import s3_location
+from etcd_operator.clients.storage.s3 import S3Storage, StorageError
+from etcd_operator.controllers import faults
+from etcd_operator.controllers.backup.snapshot_integrity import VerificationFailed, verify_snapshot
+from etcd_operator.controllers.restore import snapshot_lookup
+from etcd_operator.core.backup.bbolt import NotASnapshot, snapshot_revision, snapshot_storage_version
+from etcd_operator.core.cluster import builders as cluster_builders
+from etcd_operator.core.cluster import naming
+from etcd_operator.core.restore import builders, fence
+from etcd_operator.core.restore import steps as s
+from etcd_operator.core.restore.observed import Observed
+from etcd_operator.core.restore.planner import snapshot_etcd_version
+from etcd_operator.core.restore.spec import RestoreSpec, RestoreStatus
+
+logger = logging.getLogger(__name__)
+
+EventPoster = Callable[[str, str, str], None]  # (type, reason, message)
+TRANSIENT_RETRY = 10.0  # seconds before S3 is tried again after a transient error
+WHILE_NAMESPACE_TERMINATING = 10.0  # until the namespace's deletion takes the EtcdRestore too
+Handler = Callable[[Any, Any, RestoreSpec, RestoreStatus, Observed], Awaitable[s.Outcome | None]]
+
+
+class UnknownStep(Exception):
+    """The planner asked for a step no handler carries out: a bug, never 'done'."""
+
+
+class NothingCreated(Exception):
+    """The live target is gone, replaced or being deleted (fence.creation_refusal): the pass
+    decided on an older copy, and nothing is created for it."""
+
+
+class RestoreExecutor:
+    def __init__(
+        self,
+        kube_client: kube.KubeClient,
+        operator_image: str,
+        body: Mapping[str, Any],
+        post_event: EventPoster,
+        finalizer: str | None = None,
+    ):
+        self.kube = kube_client
+        self.operator_image = operator_image
+        self.body = body
+        self.post_event = post_event
+        self.finalizer = finalizer  # this instance's (its shard's): a new target cluster carries it
+        self.namespace = body["metadata"]["namespace"]
+        self.name = body["metadata"]["name"]
+
+    async def run(self, step: s.Step, spec: RestoreSpec, status: RestoreStatus, observed: Observed) -> s.Outcome:
+        handler = HANDLERS.get(type(step))
+        if handler is None:
+            raise UnknownStep(f"no handler for restore step {step.kind}")
+        try:
+            return await handler(self, step, spec, status, observed) or s.Outcome()
+        except kube.Conflict as e:
+            return s.Outcome(False, f"{step.kind}: an object changed meanwhile ({e}); looking again")
+        except NothingCreated as e:
+            return s.Outcome(False, f"{step.kind}: {e}; nothing is created for it")
+        except kube.NamespaceTerminating:
+            return s.Outcome(
+                False,
+                f"{step.kind}: namespace {self.namespace} is being deleted; nothing is created in it",
+                retry_in=WHILE_NAMESPACE_TERMINATING,
+            )
+
+    # --- status only ------------------------------------------------------------------
+
+    async def _nothing(self, step, spec, status, observed) -> None:
+        return None
+
+    async def _fail(self, step: s.Fail, spec, status, observed) -> None:
+        self.post_event("Warning", step.code, step.reason)
+
+    async def _skip(self, step: s.SkipAlreadyApplied, spec, status, observed) -> None:
+        self.post_event("Normal", "AlreadyApplied", step.reason)
+
+    async def _complete(self, step: s.Complete, spec, status, observed) -> None:
+        self.post_event(
+            "Normal",
+            "RestoreCompleted",
+            f"EtcdCluster {spec.target} is available with {step.ready} members from {status.source_key}",
+        )
+
+    async def _begin(self, step: s.BeginRestore, spec, status, observed) -> None:
+        self.post_event(
+            "Normal",
+            "SnapshotVerified",
+            f"{status.source_key}: sha256 {(status.sha256 or '')[:12]}… and etcd's checksum match; {step.reason}",
+        )
+
+    async def _record_preserved(self, step, spec, status, observed) -> None:
+        return None  # the status write of this pass records them
+
+    # --- reads only: verification -----------------------------------------------------
+
+    async def _verify(self, step: s.VerifySnapshot, spec: RestoreSpec, status, observed) -> s.Outcome:
+        try:
+            return await self._verified_facts(spec)
+        except VerificationFailed as e:
+            return s.Outcome(failure=(e.reason, e.message))
+        except StorageError as e:
+            if not e.permanent:
+                logger.warning("%s/%s: verification hit a transient error: %s", self.namespace, self.name, e)
+                return s.Outcome(False, f"S3: {e}; retrying", retry_in=TRANSIENT_RETRY)
+            reason = "CredentialsNotFound" if e.code.startswith("Secret") else "StorageError"
+            return s.Outcome(failure=(reason, f"S3: {e}"))
+
+    async def _verified_facts(self, spec: RestoreSpec) -> s.Outcome:
+        s3 = await snapshot_lookup.s3_block(self.kube, self.namespace, spec.source)
+        storage = await asyncio.to_thread(S3Storage, await s3_location(self.kube, self.namespace, s3))
+        try:
+            await storage.check_bucket()
+            snapshot = await snapshot_lookup.resolve(storage, self.namespace, spec.source, s3)
+            verified = await verify_snapshot(storage, snapshot.key, snapshot.manifest)
+
+            def read(offset: int, length: int):
+                return storage.read_range(snapshot.key, offset, length)
+
+            try:
+                storage_version, readable = await snapshot_storage_version(read), True
+                revision = await snapshot_revision(read)
+            except NotASnapshot as e:
+                logger.warning(
+                    "%s/%s: cannot read %s's storage version: %s", self.namespace, self.name, snapshot.key, e
+                )
+                storage_version, readable, revision = None, False, None
+        finally:
+            await asyncio.to_thread(storage.close)
+        manifest = snapshot.manifest
+        facts: dict[str, Any] = {
+            "sourceKey": verified.key,
+            "sourceBucket": s3["bucket"],
+            "sha256": verified.sha256,
+            "snapshotSize": verified.size,
+        }
+        version = snapshot_etcd_version(manifest.etcd_version if manifest else None, storage_version, readable)
+        if version:
+            facts["snapshotEtcdVersion"] = version
+        if manifest is not None:
+            facts["restoredRevision"] = manifest.revision
+        elif revision is not None:
+            facts["restoredRevision"] = revision
+        return s.Outcome(message=f"verified {verified.size} bytes", facts=tuple(facts.items()))
+
+    # --- the target -------------------------------------------------------------------
+
+    async def _create_cluster(self, step: s.CreateTargetCluster, spec: RestoreSpec, status, observed) -> None:
+        manifest = builders.new_cluster(
+            self.name,
+            self.namespace,
+            spec.target,
+            spec.new_cluster_spec,
+            self.body["metadata"].get("labels"),
+            restore_uid=observed.uid,
+            finalizer=self.finalizer,
+        )
+        try:
+            await self.kube.create(kube.ETCDCLUSTERS, self.namespace, manifest)
+        except kube.Conflict:
+            pass  # the next pass tells whether it is the one this restore created (held by it)
+
+    async def _fence(self, observed: Observed) -> None:
+        """Right before a create for the target: the live object, not the pass's copy, decides."""
+        live = await self.kube.get(kube.ETCDCLUSTERS, self.namespace, observed.target.name)
+        refusal = fence.creation_refusal(observed.target, live)
+        if refusal:
+            raise NothingCreated(refusal)
+
+    async def _patch_cluster(self, observed: Observed, patch: dict) -> None:
+        """Patches the target only if it is still the version observed this pass."""
+        patch.setdefault("metadata", {})["resourceVersion"] = observed.target.resource_version
+        await self.kube.merge_patch(kube.ETCDCLUSTERS, self.namespace, observed.target.name, patch)
+
+    async def _hold(self, step: s.HoldCluster, spec, status, observed: Observed) -> None:
+        await self._patch_cluster(
+            observed, {"metadata": {"annotations": builders.hold_annotations(self.name, observed.uid)}}
+        )
+        self.post_event(
+            "Normal",
+            "ClusterHeld",
+            f"Holding EtcdCluster {spec.target} for the restore; nothing is "
+            f"stopped before its controller acknowledges the hold",
+        )
+
+    async def _clear_recovery(self, step: s.ClearQuorumRecovery, spec, status, observed: Observed) -> None:
+        if step.clear_operation:
+            await self.kube.merge_patch(
+                kube.ETCDCLUSTERS, self.namespace, spec.target, {"status": {"operation": None}}, subresource="status"
+            )
+        if step.clear_approval:
+            await self.kube.merge_patch(
+                kube.ETCDCLUSTERS,
+                self.namespace,
+                spec.target,
+                {"metadata": {"annotations": {naming.ANNOTATION_APPROVE_QUORUM_RECOVERY: None}}},
+            )
+        self.post_event("Normal", "QuorumRecoveryCleared", step.reason)
+
+    async def _stop_members(self, step: s.StopMembers, spec, status, observed) -> None:
+        for name, uid in step.pods:
+            await self.kube.delete(kube.PODS, self.namespace, name, uid=uid)
+        self.post_event("Normal", "MembersStopping", step.reason)
+
+    async def _set_aside(self, step: s.SetAsideData, spec, status, observed: Observed) -> None:
+        for name, uid in step.pvcs:
+            pvc = await self.kube.get(kube.PVCS, self.namespace, name)
+            if pvc is None or pvc["metadata"]["uid"] != uid:
+                continue  # gone or replaced: the next pass looks again
+            patch = builders.set_aside_patch(
+                self.name, spec.target, pvc["metadata"].get("ownerReferences") or [], observed.target.uid
+            )
+            patch["metadata"]["resourceVersion"] = pvc["metadata"]["resourceVersion"]
+            await self.kube.merge_patch(kube.PVCS, self.namespace, name, patch)
+        self.post_event("Normal", "OldDataPreserved", step.reason)
+
+    async def _choose_members(self, step: s.ChooseMembers, spec: RestoreSpec, status, observed: Observed) -> None:
+        if spec.in_place:
+            await self._patch_cluster(
+                observed, {"metadata": {"annotations": {naming.ANNOTATION_MIN_ORDINAL: str(step.min_ordinal)}}}
+            )
+
+    async def _create_seed_volumes(self, step: s.CreateSeedVolumes, spec, status, observed: Observed) -> None:
+        cluster, cluster_spec = observed.target, observed.target_spec
+        for member in step.members:
+            # No owner reference, like every member PVC: the garbage collector never takes data.
+            manifest = builders.seed_pvc(cluster_spec, cluster.name, self.namespace, member, observed.uid)
+            await self._fence(observed)
+            try:
+                await self.kube.create(kube.PVCS, self.namespace, manifest)
+            except kube.Conflict:
+                pass  # the next pass checks that it is this restore's own
+
+    async def _start_seed_pods(
+        self, step: s.StartSeedPods, spec: RestoreSpec, status: RestoreStatus, observed: Observed
+    ) -> s.Outcome | None:
+        try:
+            s3 = await snapshot_lookup.s3_block(self.kube, self.namespace, spec.source)
+        except VerificationFailed as e:
+            return s.Outcome(failure=(e.reason, e.message))
+        cluster, cluster_spec = observed.target, observed.target_spec
+        if status.source_key is None or status.sha256 is None:
+            raise RuntimeError(f"seed pods for {self.name} were planned before its snapshot was verified")
+        tls = cluster.transport == "https" if cluster.transport else cluster_spec.tls.enabled
+        manifests = []
+        for member in step.members:
+            manifest = builders.restore_pod(
+                self.name,
+                self.namespace,
+                cluster.name,
+                member,
+                status.seed_members,
+                builders.restore_token(observed.uid),
+                cluster_spec.image,
+                self.operator_image,
+                s3,
+                status.source_key,
+                status.sha256,
+                status.snapshot_size,
+                tls=tls,
+                pull_secrets=cluster_builders.image_pull_secrets(cluster_spec),
+            )
+            kopf.adopt(manifest, owner=cast(kopf.Body, dict(self.body)))
+            manifests.append(manifest)
+
+        async def create(manifest: dict) -> str | None:
+            await self._fence(observed)
+            try:
+                await self.kube.create(kube.PODS, self.namespace, manifest)
+            except kube.Conflict:
+                found = await self.kube.get(kube.PODS, self.namespace, manifest["metadata"]["name"])
+                owners = [o.get("uid") for o in ((found or {}).get("metadata") or {}).get("ownerReferences") or []]
+                if found is not None and observed.uid not in owners:
+                    return manifest["metadata"]["name"]
+            return None
+
+        taken = [n for n in await asyncio.gather(*(create(m) for m in manifests)) if n]
+        if taken:
+            return s.Outcome(
+                failure=("SeedPodNameTaken", f"pod {', '.join(taken)} exists and does not belong to this restore")
+            )
+        self.post_event(
+            "Normal", "SeedingMembers", f"Restoring {', '.join(step.members)} from {status.source_key} in parallel"
+        )
+        faults.hit(faults.DURING_RESTORE)
+        return None
+
+    async def _mark_seeds(self, step: s.MarkSeedsRestored, spec, status, observed: Observed) -> None:
+        for pvc in step.pvcs:
+            await self.kube.merge_patch(
+                kube.PVCS,
+                self.namespace,
+                pvc,
+                {"metadata": {"annotations": {builders.ANNOTATION_RESTORED_BY: observed.uid}}},
+            )
+        self.post_event(
+            "Normal",
+            "SnapshotRestored",
+            f"{', '.join(m for m, _, _ in step.timings)}: data directory restored with etcdutl",
+        )
+
+    async def _retry_seed(self, step: s.RetrySeedPod, spec, status, observed) -> None:
+        await self.kube.delete(kube.PODS, self.namespace, step.pod, uid=step.pod_uid)
+        self.post_event("Warning", "SeedPodFailed", step.reason)
+
+    async def _remove_seed_pods(self, step: s.RemoveSeedPods, spec, status, observed) -> None:
+        for name, uid in step.pods:
+            await self.kube.delete(kube.PODS, self.namespace, name, uid=uid)
+
+    async def _release(self, step: s.ReleaseCluster, spec, status, observed: Observed) -> None:
+        await self._patch_cluster(
+            observed,
+            {
+                "metadata": {
+                    "annotations": {
+                        naming.ANNOTATION_RESTORE_IN_PROGRESS: None,
+                        naming.ANNOTATION_RESTORE_HOLD: None,
+                        builders.ANNOTATION_RESTORED_FROM: step.records,
+                    }
+                }
+            },
+        )
+        self.post_event("Normal", "ClusterReleased", step.reason)
+
+    async def _release_hold(self, step: s.ReleaseHold, spec, status, observed: Observed) -> None:
+        await self._patch_cluster(
+            observed,
+            {
+                "metadata": {
+                    "annotations": {naming.ANNOTATION_RESTORE_IN_PROGRESS: None, naming.ANNOTATION_RESTORE_HOLD: None}
+                }
+            },
+        )
+        self.post_event("Normal", "ClusterReleased", step.reason)
+
+
+HANDLERS: dict[type[s.Step], Handler] = {
+    s.Idle: RestoreExecutor._nothing,
+    s.Wait: RestoreExecutor._nothing,
+    s.Fail: RestoreExecutor._fail,
+    s.SkipAlreadyApplied: RestoreExecutor._skip,
+    s.Complete: RestoreExecutor._complete,
+    s.StartVerifying: RestoreExecutor._nothing,
+    s.VerifySnapshot: RestoreExecutor._verify,
+    s.BeginRestore: RestoreExecutor._begin,
+    s.CreateTargetCluster: RestoreExecutor._create_cluster,
+    s.HoldCluster: RestoreExecutor._hold,
+    s.ClearQuorumRecovery: RestoreExecutor._clear_recovery,
+    s.StopMembers: RestoreExecutor._stop_members,
+    s.RecordPreservedData: RestoreExecutor._record_preserved,
+    s.SetAsideData: RestoreExecutor._set_aside,
+    s.ChooseMembers: RestoreExecutor._choose_members,
+    s.CreateSeedVolumes: RestoreExecutor._create_seed_volumes,
+    s.StartSeedPods: RestoreExecutor._start_seed_pods,
+    s.MarkSeedsRestored: RestoreExecutor._mark_seeds,
+    s.RetrySeedPod: RestoreExecutor._retry_seed,
+    s.RemoveSeedPods: RestoreExecutor._remove_seed_pods,
+    s.ReleaseCluster: RestoreExecutor._release,
+    s.ReleaseHold: RestoreExecutor._release_hold,
+}

@@ -1,0 +1,64 @@
+"""Finds the snapshot an EtcdRestore names: the latest good backup of an EtcdBackup, a
+named one, or an explicit S3 object. Reads only."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from etcd_operator.clients.kube import client as kube
+from etcd_operator.clients.storage.s3 import S3Storage
+from etcd_operator.controllers.backup.catalogue import read_manifests
+from etcd_operator.controllers.backup.snapshot_integrity import VerificationFailed
+from etcd_operator.core.backup import retention
+from etcd_operator.core.backup.manifest import Manifest, backup_prefix, manifest_key
+
+
+@dataclasses.dataclass(frozen=True)
+class SnapshotSource:
+    s3: Mapping[str, Any]  # a storage.s3 block: bucket, endpoint, credentialsSecretRef, ...
+    key: str
+    manifest: Manifest | None
+
+
+async def s3_block(kube_client: kube.KubeClient, namespace: str, source: Mapping[str, Any]) -> Mapping[str, Any]:
+    if "s3" in source:
+        return source["s3"]
+    name = source["backupRef"]["name"]
+    backup = await kube_client.get(kube.ETCDBACKUPS, namespace, name)
+    if backup is None:
+        raise VerificationFailed("BackupNotFound", f"EtcdBackup {namespace}/{name} does not exist")
+    return backup["spec"]["storage"]["s3"]
+
+
+async def resolve(
+    storage: S3Storage, namespace: str, source: Mapping[str, Any], s3: Mapping[str, Any]
+) -> SnapshotSource:
+    if "s3" in source:
+        key = source["s3"]["key"]
+        manifest = None
+        if await storage.exists(manifest_key(key)):
+            try:
+                manifest = Manifest.from_json(await storage.get(manifest_key(key)))
+            except ValueError:
+                manifest = None
+        if not await storage.exists(key):
+            raise VerificationFailed("SnapshotNotFound", f"s3://{s3['bucket']}/{key} does not exist")
+        return SnapshotSource(s3, key, manifest)
+
+    backup = source["backupRef"]["name"]
+    wanted = source["backupRef"].get("key")
+    if wanted:
+        if not await storage.exists(manifest_key(wanted)):
+            raise VerificationFailed("SnapshotNotFound", f"no manifest for {wanted} in bucket {s3['bucket']}")
+        try:
+            manifest = Manifest.from_json(await storage.get(manifest_key(wanted)))
+        except ValueError as e:
+            raise VerificationFailed("ManifestInvalid", f"{manifest_key(wanted)}: {e}") from None
+        return SnapshotSource(s3, wanted, manifest)
+    manifests = await read_manifests(storage, backup_prefix(s3.get("prefix", ""), namespace, backup), backup)
+    if not manifests:
+        raise VerificationFailed("NoBackupFound", f"EtcdBackup {namespace}/{backup} has no completed backup yet")
+    latest = retention.newest_first(manifests)[0]
+    return SnapshotSource(s3, latest.snapshot_key, latest)

@@ -1,0 +1,1 @@
+"""EtcdBackup decisions: schedules, retries, retention, manifests and status."""

@@ -1,0 +1,338 @@
+"""Decides the one next step for an EtcdBackup from its spec, the run state recorded in
+status, and the time. Pure.
+
+Invariants, each covered by tests/unit/test_backup_planner.py:
+- a slot is recorded in status (StartSlot) before its run, and a recorded slot is finished
+  (RunBackup) under the same name before any other slot starts;
+- a schedule the operator refuses (invalid, never fires, too frequent) runs nothing, not
+  even an interrupted slot; a suspended one starts nothing;
+- no cron slot is started twice, and however many were missed, one catch-up run happens;
+- a completed one-shot backup never runs again; a failed one runs again only after its
+  spec changed; a schedule set later on either makes it a scheduled backup;
+- a verification never interrupts a run: it comes after a recorded slot is finished and
+  before the next one starts; it verifies the newest backup, once, when the policy says
+  (every Nth backup, or its own schedule);
+- a verification takes several passes: its attempt is recorded in status (StartVerification:
+  key, attempt, start time) before its scratch pod is created, and the pod's name and uid
+  are recorded by the pass that created it; an attempt in progress is carried to its end
+  before anything else happens (even when suspended or the schedule is refused since), so
+  its scratch pod is never left behind;
+- only the recorded pod is trusted: a pod of this backup under the scratch pod's name with
+  another uid is deleted (by its uid) and never compared; a pod this backup does not own is
+  never touched (the attempt ends without a verdict);
+- the verdict comes from the recorded pod's own status (its check container's exit code):
+  the operator never connects to the scratch member, which listens on no network port;
+- an attempt gives up when its pod has not finished its check within START_TIMEOUT_SECONDS
+  of the recorded start, whatever the operator's restarts in between;
+- a verdict (verified True or False) or an inconclusive comparison is never retried; an
+  attempt that could not compare (incomplete) is retried for the same key with exponential
+  backoff, at most MAX_ATTEMPTS times per key (backup/retry.py), and not after the backup
+  left status; a due backup slot comes before a retry, and a newer backup the policy would
+  verify comes before a retry of an older one;
+- nothing is started for an EtcdBackup being deleted (no slot, no run, no scratch pod);
+- nothing runs or is verified while storage.s3 names no credentials Secret and the install
+  does not allow ambient credentials in the namespace (RefuseCredentials; storage_policy.py);
+  a verification in progress then waits too, its scratch pod left until it may go on;
+- a run that is due waits, in phase Pending and without using an attempt, while its cluster
+  does not exist or has never served yet, or a Secret it reads does not exist
+  (etcd_operator/core/prerequisites.py); it starts on the first pass after they are there;
+- a run that failed for a cause that may pass is retried under the same slot name after a
+  backoff (backup/backoff.py), at most spec.backoffLimit times; each retry is recorded in
+  status (RetrySlot) before it runs; a newer due cron slot replaces a retry of an older one,
+  so two slots are never in flight.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+
+from etcd_operator.core.backup import retry, schedule
+from etcd_operator.core.backup import steps as s
+from etcd_operator.core.backup.scratch_verdict import Verdict, check_verdict, init_failure_verdict
+from etcd_operator.core.backup.state import (
+    Observed,
+    PendingRetry,
+    RunState,
+    ScheduleSpec,
+    ScratchPod,
+    VerificationAttempts,
+    VerificationPolicy,
+)
+from etcd_operator.core.storage_policy import AMBIENT_NOT_ALLOWED
+
+COMPLETED = "Completed"
+FAILED = "Failed"
+
+
+def one_shot_slot(observed: Observed) -> str:
+    return "once-" + schedule.slot_name(observed.created)
+
+
+def plan(spec: ScheduleSpec, status: RunState, observed: Observed, now: datetime.datetime) -> s.Step:
+    """`status`: the run state recorded in the object's status (RunState.from_dict)."""
+    if observed.deleting:
+        return s.Idle(message="the EtcdBackup is being deleted; nothing is started for it")
+    if observed.credentials_refusal:
+        return s.RefuseCredentials(reason=AMBIENT_NOT_ALLOWED, message=observed.credentials_refusal)
+    if status.verification is not None and status.verification.in_progress:
+        return verification_in_progress(status.verification, observed, now)
+    if spec.schedule is None:
+        return _plan_one_shot(spec, status, observed, now)
+    return _plan_scheduled(spec, status, observed, now)
+
+
+def when_ready(step: s.Step, observed: Observed) -> s.Step:
+    """`step` starts or runs a slot: while what a run needs is missing, it waits instead."""
+    wait = observed.prerequisites.wait() if observed.prerequisites is not None else None
+    if wait is None:
+        return step
+    return s.WaitForPrerequisite(reason=wait.reason, message=wait.message)
+
+
+def _run(spec: ScheduleSpec, state: RunState, slot: str, one_shot: bool) -> s.RunBackup:
+    attempt = max(state.attempts, 1)
+    return s.RunBackup(
+        slot=slot,
+        one_shot=one_shot,
+        attempt=attempt,
+        backoff_limit=spec.backoff_limit,
+        pending_uploads=state.pending_uploads,
+        cluster_id_history=state.cluster_id_history,
+        message=f"finishing slot {slot} (attempt {attempt} of {spec.backoff_limit + 1})",
+    )
+
+
+def _retry_run(
+    spec: ScheduleSpec, state: RunState, pending: PendingRetry, observed: Observed, one_shot: bool
+) -> s.Step:
+    """The retry of a failed slot, now due."""
+    attempt = state.attempts + 1
+    return when_ready(
+        s.RetrySlot(
+            slot=pending.slot,
+            attempt=attempt,
+            one_shot=one_shot,
+            message=f"slot {pending.slot} again: attempt {attempt} of {spec.backoff_limit + 1}",
+        ),
+        observed,
+    )
+
+
+def _waiting_for_retry(
+    pending: PendingRetry, next_slot: datetime.datetime | None = None, recheck_at: datetime.datetime | None = None
+) -> s.WaitForRetry:
+    return s.WaitForRetry(
+        slot=pending.slot,
+        retry_at=pending.at,
+        next_slot=next_slot,
+        recheck_at=recheck_at,
+        message=f"slot {pending.slot} is tried again at {pending.at.isoformat()}",
+    )
+
+
+def verification_due(
+    policy: VerificationPolicy, state: RunState, observed: Observed, now: datetime.datetime
+) -> s.StartVerification | None:
+    """A first attempt at verifying the newest backup, when the policy says so."""
+    key = state.last_backup_key
+    if not policy.enabled or not key or key == state.last_verification_key:
+        return None
+    if state.verification is not None and state.verification.key == key:
+        return None  # already tried: retries follow the backoff (retry_due)
+    if policy.schedule is not None:
+        if schedule.problem(policy.schedule, now):
+            return None
+        due = schedule.due(policy.schedule, state.last_verification_slot, observed.created, now)
+        if due.slot is None:
+            return None
+        return s.StartVerification(key=key, attempt=1, slot_time=due.slot, message=f"verification slot for {key}")
+    if state.backups_since_verification < policy.every_n:
+        return None
+    return s.StartVerification(key=key, attempt=1, message=f"verifying {key}")
+
+
+@dataclasses.dataclass(frozen=True)
+class _VerificationRetry:
+    tried: VerificationAttempts
+    at: datetime.datetime  # tried.next_attempt, known to be set
+
+
+def _retry(policy: VerificationPolicy, state: RunState) -> _VerificationRetry | None:
+    """The incomplete verification waiting for its next attempt, if it may still have one."""
+    tried = state.verification
+    if not policy.enabled or tried is None or tried.next_attempt is None or not retry.pending(tried):
+        return None
+    if tried.key == state.last_verification_key:
+        return None
+    if tried.key != state.last_backup_key and tried.key not in state.recent_keys:
+        return None  # the backup left status (retention): nothing left to retry
+    return _VerificationRetry(tried, tried.next_attempt)
+
+
+def retry_due(policy: VerificationPolicy, state: RunState, now: datetime.datetime) -> s.StartVerification | None:
+    pending = _retry(policy, state)
+    if pending is None or pending.at > now:
+        return None
+    tried = pending.tried
+    attempt = tried.attempts + 1
+    return s.StartVerification(
+        key=tried.key,
+        attempt=attempt,
+        message=f"verifying {tried.key} again (attempt {attempt} of {retry.MAX_ATTEMPTS}; "
+        f"the last gave no verdict: {tried.reason})",
+    )
+
+
+def _retry_at(policy: VerificationPolicy, state: RunState) -> datetime.datetime | None:
+    pending = _retry(policy, state)
+    return None if pending is None else pending.at
+
+
+def verification_in_progress(attempt: VerificationAttempts, observed: Observed, now: datetime.datetime) -> s.Step:
+    """The next step of the attempt recorded in status, from its scratch pod as observed."""
+    key = attempt.key
+    if attempt.running is None:
+        raise ValueError(f"no verification attempt of {key} is in progress")
+    recorded = attempt.running.pod  # None until the pass that created it recorded it
+    timed_out = (now - attempt.running.start_time).total_seconds() > retry.START_TIMEOUT_SECONDS
+    timeout = s.FinishVerification(
+        key=key,
+        pod_name=recorded.name if recorded else None,
+        pod_uid=recorded.uid if recorded else None,
+        verified=None,
+        reason="ScratchPodTimeout",
+        message=f"the scratch pod did not finish its check within "
+        f"{retry.START_TIMEOUT_SECONDS:.0f}s of the attempt's start",
+    )
+    if not observed.scratch_pod_observed:
+        return s.WaitForScratchPod(key=key, message="the scratch pod was not observed in this pass")
+    pod = observed.scratch_pod
+    if pod is not None and not pod.owned:
+        return s.FinishVerification(
+            key=key,
+            pod_name=None,
+            pod_uid=None,
+            verified=None,
+            reason="ScratchPodNameTaken",
+            message=f"pod {pod.name} is not owned by this EtcdBackup; it is left alone",
+        )
+    if pod is not None and (recorded is None or pod.uid != recorded.uid):
+        if timed_out:
+            return timeout
+        return s.DeleteStrayScratchPod(
+            key=key,
+            pod_name=pod.name,
+            pod_uid=pod.uid,
+            message=f"deleting pod {pod.name} (uid {pod.uid}): not the scratch pod this attempt recorded",
+        )
+    if pod is None:
+        if recorded is None:
+            return timeout if timed_out else s.CreateScratchPod(key=key, message=f"creating the scratch pod for {key}")
+        return s.FinishVerification(
+            key=key,
+            pod_name=recorded.name,
+            pod_uid=recorded.uid,
+            verified=None,
+            reason="ScratchPodGone",
+            message=f"scratch pod {recorded.name} (uid {recorded.uid}) disappeared before it was compared",
+        )
+    if pod.init_failure is not None:
+        failure = pod.init_failure
+        verdict = init_failure_verdict(failure.container, failure.exit_code, failure.message)
+        return _finish(key, pod, verdict)
+    if pod.check is not None:
+        return _finish(key, pod, check_verdict(pod.check.exit_code, pod.check.message))
+    if pod.phase == "Failed":
+        return s.FinishVerification(
+            key=key,
+            pod_name=pod.name,
+            pod_uid=pod.uid,
+            verified=None,
+            reason="ScratchPodFailed",
+            message=f"pod {pod.name} failed: {pod.message}",
+        )
+    if timed_out:
+        return timeout
+    return s.WaitForScratchPod(
+        key=key,
+        message=f"waiting for scratch pod {pod.name} to check {key} (attempt {attempt.attempts}): {pod.message}",
+    )
+
+
+def _finish(key: str, pod: ScratchPod, verdict: Verdict) -> s.FinishVerification:
+    return s.FinishVerification(
+        key=key,
+        pod_name=pod.name,
+        pod_uid=pod.uid,
+        verified=verdict.verified,
+        reason=verdict.reason,
+        message=verdict.message,
+        complete=verdict.complete,
+    )
+
+
+def _plan_one_shot(spec: ScheduleSpec, state: RunState, observed: Observed, now: datetime.datetime) -> s.Step:
+    policy = spec.verification
+    if state.slot_in_progress:
+        return when_ready(_run(spec, state, state.slot_in_progress, one_shot=True), observed)
+    if state.retry:
+        if state.retry.at > now:
+            return _waiting_for_retry(state.retry)
+        return _retry_run(spec, state, state.retry, observed, one_shot=True)
+    if state.phase == COMPLETED:
+        verify = verification_due(policy, state, observed, now) or retry_due(policy, state, now)
+        if verify is not None:
+            return verify
+        retry_at = _retry_at(policy, state)
+        if retry_at is not None:
+            return s.Idle(
+                recheck_at=retry_at,
+                message=f"the one-shot backup completed; its verification is retried at {retry_at.isoformat()}",
+            )
+        return s.Idle(message="the one-shot backup completed")
+    if state.phase == FAILED and state.observed_generation == observed.generation:
+        return s.Idle(message="the one-shot backup failed; it runs again when its spec changes")
+    slot = one_shot_slot(observed)
+    return when_ready(
+        s.StartSlot(slot=slot, slot_time=None, next_slot=None, one_shot=True, message=f"one-shot backup, slot {slot}"),
+        observed,
+    )
+
+
+def _plan_scheduled(spec: ScheduleSpec, state: RunState, observed: Observed, now: datetime.datetime) -> s.Step:
+    expression, policy = spec.schedule, spec.verification
+    if expression is None:
+        raise ValueError("_plan_scheduled needs a schedule; a one-shot backup is planned by _plan_one_shot")
+    problem = schedule.problem(expression, now)
+    if problem:
+        return s.RefuseSchedule(reason=problem.reason, message=problem.message)
+    if spec.suspend:
+        return s.Suspend(message="spec.suspend is set")
+    if state.slot_in_progress:
+        return when_ready(_run(spec, state, state.slot_in_progress, one_shot=False), observed)
+    verify = verification_due(policy, state, observed, now)
+    if verify is not None:
+        return verify
+    due = schedule.due(expression, state.last_slot, observed.created, now)
+    if due.slot is not None:  # a newer slot replaces a retry of an older one
+        slot = schedule.slot_name(due.slot)
+        return when_ready(
+            s.StartSlot(
+                slot=slot, slot_time=due.slot, next_slot=due.next_slot, one_shot=False, message=f"scheduled slot {slot}"
+            ),
+            observed,
+        )
+    if state.retry and state.retry.at <= now:
+        return _retry_run(spec, state, state.retry, observed, one_shot=False)
+    verify = retry_due(policy, state, now)
+    if verify is not None:
+        return verify
+    pending = _retry(policy, state)
+    retry_at = pending.at if pending else None
+    if state.retry:
+        return _waiting_for_retry(state.retry, due.next_slot, retry_at)
+    retrying = f"; verification of {pending.tried.key} retried at {pending.at.isoformat()}" if pending else ""
+    return s.WaitForSlot(
+        next_slot=due.next_slot, recheck_at=retry_at, message=f"next slot {schedule.slot_name(due.next_slot)}{retrying}"
+    )

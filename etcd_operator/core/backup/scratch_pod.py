@@ -1,0 +1,153 @@
+"""The short-lived pod that verifies one backup: fetch the snapshot onto an emptyDir
+(re-checking its sha256), restore it with the source version's own etcdutl, start a scratch
+single-member etcd on it that listens only on unix sockets inside that emptyDir (no TCP
+port, so nothing outside the pod can read the restored data), and compare its answers with
+the manifest in a check container of the same pod (backup/scratch_check.py), whose exit
+code is the verdict. It touches no cluster data and is deleted when the verification
+ends. Pure."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+from etcd_operator import API_GROUP, API_VERSION
+from etcd_operator.core import pod_security, snapshot_fetch
+from etcd_operator.core.backup.scratch_verdict import Expected
+from etcd_operator.core.cluster.builders import with_pull_secrets
+
+LABEL_VERIFIES = f"{API_GROUP}/verifies-backup"
+ANNOTATION_KEY = f"{API_GROUP}/verified-key"
+SCRATCH = "/var/lib/etcd-verify"
+SNAPSHOT_FILE = f"{SCRATCH}/snapshot.db"
+DATA_DIR = f"{SCRATCH}/data"
+VERDICT_FILE = f"{SCRATCH}/verdict"
+MEMBER = "verify"
+CHECK_CONTAINER = "check"
+# etcd names a unix listener's socket file "host:port" in its working directory (SCRATCH).
+CLIENT_SOCKET_URL = "unix://etcd-client:0"
+PEER_SOCKET_URL = "unix://etcd-peer:0"
+CLIENT_SOCKET = f"{SCRATCH}/etcd-client:0"
+# Recorded in the restored member list only; nothing listens there.
+PLACEHOLDER_PEER_URL = "http://localhost:2380"
+
+
+def pod_name(backup: str) -> str:
+    return f"{backup[:52]}-verify"
+
+
+def verification_pod(
+    backup: str,
+    namespace: str,
+    backup_uid: str,
+    etcd_image: str,
+    operator_image: str,
+    source: Mapping[str, Any],
+    key: str,
+    sha256: str,
+    expected: Expected,
+    pull_secrets: list[dict[str, str]] | None = None,
+) -> dict[str, Any]:
+    """`pull_secrets`: the cluster's (spec.pod.imagePullSecrets), for its etcd image and ours."""
+    scratch = [{"name": "scratch", "mountPath": SCRATCH}]
+    volumes: list[dict[str, Any]] = [{"name": "scratch", "emptyDir": {}}]
+    ca_volumes, ca_mounts = snapshot_fetch.ca_bundle(source)
+    volumes += ca_volumes
+    fetch_mounts = scratch + ca_mounts
+    expected_env = {
+        "EXPECTED_REVISION": expected.revision,
+        "EXPECTED_KEY_COUNT": expected.key_count,
+        "EXPECTED_HASH_KV": expected.hash_kv,
+        "EXPECTED_COMPACT_REVISION": expected.compact_revision,
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": pod_name(backup),
+            "namespace": namespace,
+            "labels": {LABEL_VERIFIES: backup[:63]},
+            # Which backup this pod checks; a pod for another key is replaced, never reused.
+            "annotations": {ANNOTATION_KEY: key},
+            "ownerReferences": [
+                {
+                    "apiVersion": f"{API_GROUP}/{API_VERSION}",
+                    "kind": "EtcdBackup",
+                    "name": backup,
+                    "uid": backup_uid,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": pod_security.restricted(
+            with_pull_secrets(
+                {
+                    "restartPolicy": "Never",
+                    "automountServiceAccountToken": False,
+                    "enableServiceLinks": False,
+                    "volumes": volumes,
+                    "initContainers": [
+                        {
+                            "name": "fetch",
+                            "image": operator_image,
+                            "command": ["python", "-m", "etcd_operator.programs.seed", "fetch"],
+                            "env": snapshot_fetch.fetch_env(source, key, sha256, SNAPSHOT_FILE, DATA_DIR, home=SCRATCH),
+                            "volumeMounts": fetch_mounts,
+                        },
+                        {
+                            "name": "restore",
+                            "image": etcd_image,
+                            "command": ["etcdutl"],
+                            "args": [
+                                "snapshot",
+                                "restore",
+                                SNAPSHOT_FILE,
+                                f"--name={MEMBER}",
+                                f"--data-dir={DATA_DIR}",
+                                f"--initial-cluster={MEMBER}={PLACEHOLDER_PEER_URL}",
+                                f"--initial-advertise-peer-urls={PLACEHOLDER_PEER_URL}",
+                                f"--initial-cluster-token=verify-{hashlib.sha256(key.encode()).hexdigest()[:12]}",
+                            ],
+                            "volumeMounts": scratch,
+                        },
+                    ],
+                    "containers": [
+                        {
+                            "name": "etcd",
+                            "image": etcd_image,
+                            "command": ["etcd"],
+                            "workingDir": SCRATCH,
+                            "args": [
+                                f"--name={MEMBER}",
+                                f"--data-dir={DATA_DIR}",
+                                f"--listen-client-urls={CLIENT_SOCKET_URL}",
+                                f"--advertise-client-urls={CLIENT_SOCKET_URL}",
+                                f"--listen-peer-urls={PEER_SOCKET_URL}",
+                                # Nothing may change the restored store while it is compared.
+                                "--auto-compaction-retention=0",
+                            ],
+                            "volumeMounts": scratch,
+                        },
+                        {
+                            "name": CHECK_CONTAINER,
+                            "image": operator_image,
+                            "command": ["python", "-m", "etcd_operator.programs.scratch_check"],
+                            "env": [
+                                {"name": "ETCD_SOCKET", "value": CLIENT_SOCKET},
+                                {"name": "VERDICT_FILE", "value": VERDICT_FILE},
+                                *(
+                                    {"name": name, "value": "" if value is None else str(value)}
+                                    for name, value in expected_env.items()
+                                ),
+                            ],
+                            "terminationMessagePath": VERDICT_FILE,
+                            "volumeMounts": scratch,
+                        },
+                    ],
+                },
+                pull_secrets or [],
+            )
+        ),
+    }

@@ -1,0 +1,240 @@
+"""What one pass over an EtcdBackup can do, and what came of it (the shared Outcome,
+etcd_operator/core/outcome.py, and the backup's own kinds of it). Pure data."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from collections.abc import Mapping
+from typing import Any
+
+from etcd_operator.core.backup.backoff import DEFAULT_BACKOFF_LIMIT
+from etcd_operator.core.outcome import NOTHING_DONE as NOTHING_DONE
+from etcd_operator.core.outcome import Event as Event
+from etcd_operator.core.outcome import Outcome as Outcome
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Step:
+    message: str = ""  # for people: logs and condition messages
+
+    @property
+    def kind(self) -> str:
+        return type(self).__name__
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Idle(Step):
+    """A one-shot backup that finished: nothing to do until its spec changes, or until a
+    verification retry is due (`recheck_at`)."""
+
+    recheck_at: datetime.datetime | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class WaitForSlot(Step):
+    next_slot: datetime.datetime
+    recheck_at: datetime.datetime | None = None  # a verification retry due before the slot
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Suspend(Step):
+    """spec.suspend: start nothing, not even an interrupted slot."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RefuseSchedule(Step):
+    """A schedule the operator does not run (see schedule.problem); nothing runs."""
+
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class WaitForPrerequisite(Step):
+    """A run is due but cannot start yet: its cluster does not exist or has not served yet,
+    or a Secret it reads does not exist (prerequisites.WAIT_REASONS). Phase Pending; looked
+    at again every few seconds."""
+
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RefuseCredentials(Step):
+    """storage.s3 names no credentials Secret and the install does not allow ambient
+    credentials in this namespace (storage_policy.py): nothing runs, nothing is verified."""
+
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class WaitForRetry(Step):
+    """The last attempt of `slot` failed for a cause that may pass; it is tried again at
+    `retry_at`, unless the next cron slot (`next_slot`) comes first and replaces it."""
+
+    slot: str
+    retry_at: datetime.datetime
+    next_slot: datetime.datetime | None = None
+    recheck_at: datetime.datetime | None = None  # a verification retry due before then
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StartSlot(Step):
+    """Record the slot in status before anything is uploaded, so that a restarted operator
+    finishes this slot under the same key instead of starting another."""
+
+    slot: str
+    slot_time: datetime.datetime | None  # the cron slot; None for a one-shot backup
+    next_slot: datetime.datetime | None  # the cron slot after it
+    one_shot: bool
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RetrySlot(Step):
+    """Record in status that attempt `attempt` of a slot that failed starts now, under the
+    slot's own name (so it cannot make a second backup), before it runs."""
+
+    slot: str
+    attempt: int
+    one_shot: bool
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunBackup(Step):
+    """Take and upload the snapshot of a slot already recorded in status. A failure that may
+    pass is retried while `attempt` <= `backoff_limit` (backup/backoff.py). Before anything
+    else the run aborts `pending_uploads` ({key, uploadId}: uploads status recorded and not
+    known finished) by their exact key and ID; retention orders this backup's lineages by
+    `cluster_id_history`."""
+
+    slot: str
+    one_shot: bool
+    attempt: int = 1
+    backoff_limit: int = DEFAULT_BACKOFF_LIMIT
+    pending_uploads: tuple[Mapping[str, str], ...] = ()
+    cluster_id_history: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StartVerification(Step):
+    """Record in status that an attempt at verifying `key` starts now (attempt number and
+    start time), before its scratch pod exists; the start timeout counts from here."""
+
+    key: str
+    attempt: int
+    slot_time: datetime.datetime | None = None  # the verification schedule's slot, if it has one
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CreateScratchPod(Step):
+    """Create the scratch pod of the attempt recorded in status (no pod of that name exists)."""
+
+    key: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DeleteStrayScratchPod(Step):
+    """A pod of this backup under the scratch pod's name whose uid is not the recorded one:
+    never trusted, deleted by its uid."""
+
+    key: str
+    pod_name: str
+    pod_uid: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class WaitForScratchPod(Step):
+    """The recorded scratch pod has not finished its check yet; look again soon."""
+
+    key: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FinishVerification(Step):
+    """End the attempt: the verdict the recorded pod gave (its check's exit code, or its
+    snapshot refused), or none (timeout, pod failed or gone). Marks the manifest with a
+    verdict and deletes the recorded pod by its uid. `complete`: the pod compared (a
+    verdict, or an inconclusive comparison, never retried); otherwise retried."""
+
+    key: str
+    pod_name: str | None
+    pod_uid: str | None
+    verified: bool | None
+    reason: str
+    complete: bool = False
+
+
+VERIFICATION_STEPS: tuple[type[Step], ...] = (
+    StartVerification,
+    CreateScratchPod,
+    DeleteStrayScratchPod,
+    WaitForScratchPod,
+    FinishVerification,
+)
+ALL_STEPS: tuple[type[Step], ...] = (
+    Idle,
+    WaitForSlot,
+    Suspend,
+    RefuseSchedule,
+    RefuseCredentials,
+    WaitForPrerequisite,
+    WaitForRetry,
+    StartSlot,
+    RetrySlot,
+    RunBackup,
+    *VERIFICATION_STEPS,
+)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunOutcome(Outcome):
+    """How a run ended. `pending_uploads` ({key, uploadId}) are multipart uploads not known
+    to be finished or aborted; status keeps them, and the next run aborts them by key."""
+
+    pending_uploads: tuple[Mapping[str, str], ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunSucceeded(RunOutcome):
+    record: Mapping[str, Any]  # the backup's entry for status.lastBackup / recentBackups
+    completed_at: str
+    deleted_keys: tuple[str, ...] = ()  # snapshots retention removed
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunFailed(RunOutcome):
+    """`transient`: the cause may pass (failure.as_failure), so the slot may be retried;
+    anything else ends the slot at once."""
+
+    reason: str
+    message: str
+    transient: bool = False
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunNotStarted(Outcome):
+    """The executor's live fence refused the run (backup/fence.py): nothing started, so no
+    attempt is spent; the next pass observes why."""
+
+    done: bool = False
+    message: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ScratchPodCreated(Outcome):
+    pod_name: str
+    pod_uid: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class VerificationDone(Outcome):
+    """`verified`: True, False (the backup differs from its source: corrupt), or None (no
+    verdict). Without a verdict, `complete` says whether the scratch member was compared
+    (inconclusive, e.g. the source hash is missing: retrying cannot change it) or the attempt
+    could not compare at all (incomplete: retried with backoff)."""
+
+    key: str
+    verified: bool | None
+    reason: str
+    message: str
+    at: str
+    complete: bool = True

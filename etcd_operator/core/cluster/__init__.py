@@ -1,0 +1,1 @@
+"""EtcdCluster decisions: spec, naming, builders, health, planning and status."""

@@ -1,0 +1,135 @@
+"""How a joining learner is doing, from its own answers, and how long to wait before adding
+another one after a learner did not catch up. Pure.
+
+A learner that was added answers Status with its own committed and applied raft indexes. It
+serves no request until it has published itself to the cluster (its name is then in the
+member list), and etcd refuses every request of a member whose committed index runs more
+than MAX_APPLY_GAP entries ahead of its applied index, its own publish included
+("etcdserver: too many requests"). The condition says which of these holds.
+
+A learner removed because it did not catch up is counted in status.learnerJoins. The next
+add waits JOIN_BACKOFF doubled for each failure in a row, up to JOIN_BACKOFF_MAX, so a
+learner that cannot join is not added and removed in a tight loop. The wait is timed on the
+acting process's own monotonic clock from the first pass in which it saw the failure
+(cluster/timers.py), never from the time in status: a restarted or newly elected operator
+waits the full backoff again. A promoted learner clears the count."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from etcd_operator.core import conditions as c
+from etcd_operator.core.cluster import steps as a
+from etcd_operator.core.cluster.health import Health, member_name
+from etcd_operator.core.cluster.observed import JoinRecord, Member, Observed
+
+MAX_APPLY_GAP = 5000  # etcd's maxGapBetweenApplyAndCommitIndex
+JOIN_BACKOFF = 30.0
+JOIN_BACKOFF_MAX = 600.0
+
+
+def join_backoff(failures: int) -> float:
+    return min(JOIN_BACKOFF * 2.0 ** max(failures - 1, 0), JOIN_BACKOFF_MAX)
+
+
+@dataclasses.dataclass(frozen=True)
+class Progress:
+    name: str
+    answers: bool
+    published: bool
+    applied: int | None = None  # the learner's own applied index
+    committed: int | None = None  # the learner's own committed index
+    leader_committed: int | None = None
+    error: str = ""  # why it does not answer
+
+    @property
+    def behind(self) -> int | None:
+        if self.applied is None or self.leader_committed is None:
+            return None
+        return max(self.leader_committed - self.applied, 0)
+
+    @property
+    def refuses_requests(self) -> bool:
+        return self.applied is not None and self.committed is not None and self.committed - self.applied > MAX_APPLY_GAP
+
+    def describe(self) -> str:
+        if not self.answers:
+            return f"learner {self.name} does not answer" + (f" ({self.error})" if self.error else "")
+        parts = [f"learner {self.name} has applied index {self.applied}"]
+        if self.leader_committed is not None:
+            parts[0] += f" of the leader's {self.leader_committed} ({self.behind} behind)"
+        if self.refuses_requests and self.committed is not None and self.applied is not None:
+            parts.append(
+                f"its committed index {self.committed} runs {self.committed - self.applied} entries ahead "
+                f"of its applied index, over etcd's {MAX_APPLY_GAP}, so it refuses requests "
+                f"(etcdserver: too many requests), its own publish included"
+            )
+        if not self.published:
+            parts.append("it has not published itself to the cluster yet")
+        return "; ".join(parts)
+
+
+def progress(observed: Observed, learner: Member) -> Progress:
+    name = member_name(observed, learner) or learner.hex_id
+    own = observed.etcd.statuses.get(learner.id)
+    leader = observed.etcd.statuses.get(observed.etcd.leader_id) if observed.etcd.leader_id else None
+    published = bool(learner.name)
+    if own is None:
+        return Progress(name, False, published, error=observed.etcd.errors.get(name, ""))
+    return Progress(
+        name, True, published, own.raft_applied_index, own.raft_index, leader.raft_index if leader is not None else None
+    )
+
+
+def failures_after_removing(record: JoinRecord, member_id: int) -> int:
+    """The count once this learner is removed: a removal tried again counts once."""
+    return record.failures if member_id == record.last_member_id else record.failures + 1
+
+
+def add_backoff(observed: Observed) -> a.Wait | None:
+    """A wait before adding a member while the last learner's failure is recent. A failure
+    in status that this process has not timed yet (no sighting) is waited for in full."""
+    record = observed.learner_joins
+    if not record.failures:
+        return None
+    backoff, waited = join_backoff(record.failures), observed.since_join_failure or 0.0
+    if waited >= backoff:
+        return None
+    return a.Wait(
+        f"{record.failures} learner(s) in a row did not catch up (last: {record.last_reason}); the next "
+        f"member is added in {backoff - waited:.0f}s"
+    )
+
+
+def next_record(observed: Observed, action: a.Step) -> JoinRecord:
+    record = observed.learner_joins
+    if isinstance(action, a.PromoteLearner):
+        return JoinRecord()
+    if (
+        isinstance(action, a.RemoveMember)
+        and action.learner_not_caught_up
+        and action.member_id != record.last_member_id
+    ):
+        return JoinRecord(
+            failures_after_removing(record, action.member_id), observed.now, action.member_id, action.reason
+        )
+    return record
+
+
+def condition(observed: Observed, health: Health, action: a.Step) -> c.Condition:
+    """LearnerJoining: True while a learner joins, with how far it is; False otherwise, with
+    the backoff when the last learner did not catch up."""
+    for learner in health.learners:
+        found = progress(observed, learner)
+        reason = "CatchingUp"
+        if not found.answers:
+            reason = "LearnerUnreachable"
+        elif found.refuses_requests:
+            reason = "TooFarBehind"
+        if isinstance(action, a.RemoveMember) and action.member_id == learner.id:
+            reason = "NotCaughtUp"
+        return c.Condition("LearnerJoining", True, reason, found.describe())
+    wait = add_backoff(observed)
+    if wait is not None:
+        return c.Condition("LearnerJoining", False, "BackingOff", wait.reason)
+    return c.Condition("LearnerJoining", False, "NoLearner", "")

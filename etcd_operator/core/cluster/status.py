@@ -1,0 +1,236 @@
+"""Builds an EtcdCluster's status from one pass. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from etcd_operator.core import conditions as c
+from etcd_operator.core.cluster import naming, tls_plan
+from etcd_operator.core.cluster import steps as a
+from etcd_operator.core.cluster.health import Health, HealthState, member_name
+from etcd_operator.core.cluster.observed import Observed
+from etcd_operator.core.cluster.spec import ClusterSpec, SpecProblem
+from etcd_operator.core.timefmt import format_time
+
+PROGRESS_REASONS = {
+    "BootstrapFirstMember": "Bootstrapping",
+    "StartRestoredMembers": "Bootstrapping",
+    "AddLearner": "AddingMember",
+    "CheckPodSpec": "CheckingPodSpec",
+    "CreateMemberPod": "StartingMember",
+    "SettleMemberPod": "MemberJoined",
+    "PromoteLearner": "PromotingLearner",
+    "RemoveMember": "RemovingMember",
+    "DeleteMemberPod": "CleaningUp",
+    "DeleteMemberPVC": "CleaningUp",
+    "RestartFailedPod": "RestartingFailedPod",
+    "MoveLeader": "MovingLeader",
+    "RollMember": "RollingUpdate",
+    "RollFailed": "RollFailed",
+    "EnableDowngrade": "Downgrading",
+    "CancelDowngrade": "Downgrading",
+    "FinishDowngrade": "Downgrading",
+    "Defragment": "Defragmenting",
+    "BeginQuorumRecovery": "RecoveringQuorum",
+    "StopMemberPod": "RecoveringQuorum",
+    "SetAsideMemberData": "RecoveringQuorum",
+    "ForceNewCluster": "RecoveringQuorum",
+    "FinishQuorumRecovery": "RecoveringQuorum",
+    "AbandonQuorumRecovery": "RecoveryAbandoned",
+    "RecordTransport": "Bootstrapping",
+    "IssueCertificate": "IssuingCertificate",
+    "RecordRotation": "RotatingCertificates",
+    "UpdateCASecret": "RotatingCertificates",
+    "SyncTrustBundle": "RotatingCertificates",
+    "BeginSpaceRecovery": "RecoveringSpace",
+    "CompactRevisions": "RecoveringSpace",
+    "DefragmentForSpace": "RecoveringSpace",
+    "DisarmNoSpaceAlarm": "RecoveringSpace",
+    "FinishSpaceRecovery": "RecoveringSpace",
+    "DefragmentOnRequest": "Defragmenting",
+    "FinishDefragmentRequest": "Defragmenting",
+    "ExpandMemberPVC": "ExpandingStorage",
+}
+
+
+def is_degraded(health: Health, observed: Observed) -> bool:
+    """Something is broken, as opposed to still being built or changed on purpose."""
+    if health.state in (
+        HealthState.NO_QUORUM,
+        HealthState.QUORUM_LOST,
+        HealthState.NO_SPACE,
+        HealthState.CORRUPT,
+        HealthState.UNREACHABLE,
+    ):
+        return True
+    if health.state == HealthState.UNKNOWN:
+        return observed.bootstrapped
+    return any(not health.is_healthy(m) for m in health.members)
+
+
+def alarm_condition(health: Health) -> c.Condition:
+    if not health.alarms:
+        return c.Condition("Alarm", False, "NoAlarm")
+    reason = {"NOSPACE": "NoSpace", "CORRUPT": "Corrupt"}
+    names = health.alarm_names
+    by_member = ", ".join(f"{name} on {member:x}" for member, name in health.alarms)
+    return c.Condition(
+        "Alarm",
+        True,
+        reason.get(names[0], names[0].title()),
+        f"etcd alarms raised: {by_member}; writes fail until they are resolved and disarmed",
+    )
+
+
+def cluster_conditions(
+    spec: ClusterSpec, observed: Observed, health: Health, action: a.Step, problems: list[SpecProblem]
+) -> list[c.Condition]:
+    available: bool | None = health.has_quorum
+    if health.state == HealthState.UNREACHABLE:
+        available = None  # the operator cannot tell
+    progressing = not isinstance(action, (a.Steady, a.Wait)) or (
+        isinstance(action, a.Wait) and health.state in (HealthState.DEGRADED, HealthState.UNKNOWN)
+    )
+    degraded = is_degraded(health, observed)
+    result = [
+        c.Condition("Available", available, "QuorumHealthy" if available else health.state.value, health.message),
+        alarm_condition(health),
+        c.Condition(
+            "Progressing",
+            progressing,
+            PROGRESS_REASONS.get(action.kind, "Waiting" if progressing else "Reconciled"),
+            action.reason,
+        ),
+        c.Condition(
+            "Degraded",
+            degraded,
+            health.state.value if degraded else "AllMembersHealthy",
+            health.message if degraded else "",
+        ),
+        c.Condition(
+            "QuorumLost",
+            health.state == HealthState.QUORUM_LOST,
+            "QuorumLost" if health.state == HealthState.QUORUM_LOST else "QuorumHeld",
+            health.message if health.state == HealthState.QUORUM_LOST else "",
+        ),
+    ]
+    if problems:
+        result.append(c.Condition("SpecAccepted", False, problems[0].reason, "; ".join(p.message for p in problems)))
+    else:
+        result.append(c.Condition("SpecAccepted", True, "Accepted", ""))
+    if observed.annotation_problems:
+        result.append(
+            c.Condition("AnnotationsAccepted", False, "InvalidAnnotation", "; ".join(observed.annotation_problems))
+        )
+    else:
+        result.append(c.Condition("AnnotationsAccepted", True, "Accepted", ""))
+    even = spec.size % 2 == 0
+    result.append(
+        c.Condition(
+            "OddSize",
+            not even,
+            "EvenSize" if even else "OddSize",
+            f"size {spec.size} tolerates {(spec.size - 1) // 2} failed members, the same as size {spec.size - 1}, "
+            f"while needing a larger quorum; prefer an odd size"
+            if even
+            else "",
+        )
+    )
+    return result
+
+
+def phase(spec: ClusterSpec, health: Health, action: a.Step, observed: Observed) -> str:
+    if spec.paused:
+        return "Paused"
+    if observed.restoring:
+        return "Restoring"
+    if observed.operation is not None:
+        return "Recovering"
+    if health.state == HealthState.QUORUM_LOST:
+        return "QuorumLost"
+    if health.state == HealthState.BOOTSTRAPPING or not observed.bootstrapped:
+        return "Creating"
+    if isinstance(action, a.RollMember) or isinstance(action, a.MoveLeader):
+        return "Upgrading"
+    if isinstance(action, (a.AddLearner, a.PromoteLearner)) or (
+        isinstance(action, a.RemoveMember) and not action.replacing
+    ):
+        return "Scaling"
+    if health.state == HealthState.HEALTHY:
+        return "Running"
+    return "Degraded"
+
+
+def member_entries(observed: Observed, health: Health) -> list[dict[str, Any]]:
+    entries = []
+    for member in sorted(health.members, key=lambda m: member_name(observed, m) or m.hex_id):
+        name = member_name(observed, member) or member.hex_id
+        status = observed.etcd.statuses.get(member.id)
+        role = "learner" if member.is_learner else ("leader" if member.id == health.leader_id else "follower")
+        entry: dict[str, Any] = {
+            "name": name,
+            "id": member.hex_id,
+            "peerURL": member.peer_urls[0] if member.peer_urls else "",
+            "clientURL": member.client_urls[0]
+            if member.client_urls
+            else naming.client_url(observed.cluster, observed.namespace, name),
+            "role": role,
+            "healthy": health.is_healthy(member),
+        }
+        if status is not None:
+            entry.update(
+                dbSize=status.db_size,
+                dbSizeInUse=status.db_size_in_use,
+                revision=status.revision,
+                version=status.version,
+            )
+        if name in observed.unhealthy_for:  # for people: no decision reads it back (cluster/timers.py)
+            entry["unhealthySince"] = format_time(observed.now - observed.unhealthy_for[name])
+        entries.append(entry)
+    return entries
+
+
+def restore_hold_ack(observed: Observed) -> dict[str, Any] | None:
+    """status.restoreHold: the hold this pass saw (the EtcdRestore's name and uid), or None."""
+    if not observed.restoring:
+        return None
+    return {"restore": observed.restoring, "uid": observed.restore_hold or ""}
+
+
+def build_status(
+    spec: ClusterSpec,
+    observed: Observed,
+    health: Health,
+    action: a.Step,
+    conditions: list[c.Condition],
+    previous: Mapping[str, Any],
+    generation: int,
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    now = format_time(observed.now)
+    leader = next((m for m in health.members if m.id == health.leader_id), None)
+    status: dict[str, Any] = {
+        "phase": phase(spec, health, action, observed),
+        "members": member_entries(observed, health),
+        "readyMembers": sum(1 for m in health.voters if health.is_healthy(m)),
+        "leader": (member_name(observed, leader) or leader.hex_id) if leader else "",
+        "currentVersion": observed.running_version or previous.get("currentVersion", ""),
+        "clientURL": f"{naming.scheme(tls_plan.serves_tls(spec, observed))}://"
+        f"{naming.client_service_host(observed.cluster, observed.namespace)}:{naming.CLIENT_PORT}",
+        "noQuorumSince": None if observed.no_quorum_for is None else format_time(observed.now - observed.no_quorum_for),
+        "conditions": c.merge(previous.get("conditions"), conditions, now, generation),
+        "observedGeneration": generation,
+    }
+    if observed.etcd.cluster_id:
+        status["clusterID"] = f"{observed.etcd.cluster_id:x}"
+    # The acknowledgement a restore waits for before it stops or creates anything: this
+    # pass decided on a copy of the object that carries the hold (restore/planner.py).
+    status["restoreHold"] = restore_hold_ack(observed)
+    if observed.restoring:
+        # A restore makes a new cluster from a snapshot: the old identity and any quorum
+        # recovery recorded for the old data no longer apply.
+        status.update(clusterID=None, operation=None)
+    if extra:
+        status.update(extra)
+    return status

@@ -1,0 +1,1 @@
+"""EtcdRestore decisions: spec, observed state, planning, builders and status."""

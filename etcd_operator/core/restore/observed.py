@@ -1,0 +1,171 @@
+"""What the operator sees of one EtcdRestore and its target in one pass. Plain data;
+gathered by restore.observer, read by the planner."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from etcd_operator.core.cluster.spec import ClusterSpec
+
+RECORD_HISTORY = 20  # applied restores remembered on a cluster
+
+
+@dataclasses.dataclass(frozen=True)
+class RestoreRecord:
+    """One restore applied to a cluster, kept on the EtcdCluster itself (annotation
+    etcd.operator.dev/restored-from) so that the same restore applied again is recognised
+    even after its EtcdRestore object was deleted."""
+
+    restore: str  # the EtcdRestore's name
+    uid: str  # ... and uid, generation and spec digest at the time
+    generation: int
+    spec_hash: str
+    source_key: str
+    sha256: str
+    completed_at: str  # RFC 3339: when the restored data was handed to the cluster
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "restore": self.restore,
+            "uid": self.uid,
+            "generation": self.generation,
+            "specHash": self.spec_hash,
+            "sourceKey": self.source_key,
+            "sha256": self.sha256,
+            "completedAt": self.completed_at,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> RestoreRecord:
+        if not isinstance(data, dict):
+            raise ValueError("a record is a JSON object")
+        try:
+            return cls(
+                str(data["restore"]),
+                str(data["uid"]),
+                int(data["generation"]),
+                str(data["specHash"]),
+                str(data["sourceKey"]),
+                str(data["sha256"]),
+                str(data["completedAt"]),
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"record lacks or mistypes {e}") from None
+
+
+def parse_records(text: str | None) -> tuple[RestoreRecord, ...]:
+    """The records in an annotation value (a JSON list, oldest first). Raises ValueError
+    when the value is not one this operator wrote."""
+    if not text:
+        return ()
+    try:
+        data = json.loads(text)
+    except ValueError as e:
+        raise ValueError(f"not JSON: {e}") from None
+    if not isinstance(data, list):
+        raise ValueError("not a JSON list")
+    return tuple(RestoreRecord.from_dict(item) for item in data)
+
+
+def records_text(records: tuple[RestoreRecord, ...]) -> str:
+    return json.dumps([r.to_dict() for r in records[-RECORD_HISTORY:]], sort_keys=True, separators=(",", ":"))
+
+
+@dataclasses.dataclass(frozen=True)
+class ObjectState:
+    kind: str  # Pod, PersistentVolumeClaim, Service, PodDisruptionBudget
+    name: str
+    uid: str
+    deleting: bool = False
+    phase: str = ""  # pods
+    labels: tuple[tuple[str, str], ...] = ()
+    annotations: tuple[tuple[str, str], ...] = ()
+    owner_uids: tuple[str, ...] = ()
+    started_at: str = ""  # pods: when the first container started
+    finished_at: str = ""  # pods: when the last container ended
+
+    def label(self, key: str) -> str | None:
+        return dict(self.labels).get(key)
+
+    def annotation(self, key: str) -> str | None:
+        return dict(self.annotations).get(key)
+
+    @property
+    def ref(self) -> str:
+        return f"{self.kind} {self.name}"
+
+
+@dataclasses.dataclass(frozen=True)
+class TargetCluster:
+    """The EtcdCluster a restore writes into, as it is now."""
+
+    name: str
+    uid: str
+    resource_version: str
+    spec: ClusterSpec | None  # None when its spec cannot be read
+    spec_error: str | None
+    holder: str | None  # the EtcdRestore holding it stopped (restore-in-progress)
+    hold_uid: str | None  # ... and its uid (restore-hold)
+    hold_ack: tuple[str, str] | None  # the hold (name, uid) its controller acknowledged (status.restoreHold)
+    records: tuple[RestoreRecord, ...]
+    records_error: str | None  # the restored-from annotation could not be read
+    operation: str | None  # status.operation.kind, e.g. QuorumRecovery
+    recovery_approved: bool  # the approve-quorum-recovery annotation is present
+    min_ordinal: int
+    phase: str | None
+    available: bool
+    ready_members: int
+    cluster_id: str | None
+    transport: str | None = None  # status.tls.transport: http or https, once the cluster recorded it
+    outside_shard: str | None = None  # why this operator's shard does not own it (None: it does)
+    deleting: bool = False  # it has a deletionTimestamp
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceState:
+    """What the snapshot's source needs before it can be verified, as observed: the
+    EtcdBackup of a backupRef, and the Secrets its storage.s3 block names (the backup's, or
+    spec.source.s3)."""
+
+    backup: str | None = None  # spec.source.backupRef.name, if that is the source
+    backup_found: bool = True
+    backup_completed: bool = True  # it has completed a backup (status.lastSuccessfulTime)
+    backup_phase: str = ""
+    missing_secrets: tuple[str, ...] = ()
+    credentials_refusal: str | None = None  # why its storage may not be used (storage_policy.py)
+
+
+@dataclasses.dataclass(frozen=True)
+class Observed:
+    namespace: str
+    restore: str
+    uid: str
+    generation: int
+    cluster: TargetCluster | None
+    pods: tuple[ObjectState, ...] = ()  # pods carrying the target's labels
+    pvcs: tuple[ObjectState, ...] = ()  # PVCs carrying the target's labels
+    # PVCs a restore set aside from the target (label preserved-from-cluster): their names stay taken
+    preserved_pvcs: tuple[ObjectState, ...] = ()
+    # target absent: the namespace's pods, PVCs, Services and PDBs (what a new cluster could take over)
+    namespace_objects: tuple[ObjectState, ...] = ()
+    seed_pvcs: tuple[ObjectState, ...] = ()  # the PVCs of status.seedMembers that exist
+    seed_pods: tuple[ObjectState, ...] = ()  # pods carrying this restore's label
+    new_cluster_problem: str | None = None  # server-side dry run of the cluster to create
+    deleting: bool = False  # the EtcdRestore has a deletionTimestamp
+    source: SourceState | None = None  # looked at until the snapshot is verified
+
+    @property
+    def target(self) -> TargetCluster:
+        """The target cluster, which every step acting on it is planned with."""
+        if self.cluster is None:
+            raise RuntimeError(f"a step on the target of {self.restore} was planned with no target observed")
+        return self.cluster
+
+    @property
+    def target_spec(self) -> ClusterSpec:
+        """The target's spec, which every step creating members for it is planned with."""
+        if (spec := self.target.spec) is None:
+            raise RuntimeError(f"a step creating members for {self.restore} was planned with an unreadable spec")
+        return spec

@@ -1,0 +1,103 @@
+"""Builds an EtcdRestore's status from one pass: the step taken and what it found. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from etcd_operator.core import conditions as c
+from etcd_operator.core.restore import steps as s
+
+VERIFYING_STEPS = (s.StartVerifying, s.VerifySnapshot)
+
+
+def _phase(previous: str | None, step: s.Step, outcome: s.Outcome) -> str:
+    if outcome.failure or isinstance(step, s.Fail):
+        return "Failed"
+    if isinstance(step, s.SkipAlreadyApplied):
+        return "AlreadyApplied"
+    if isinstance(step, s.Complete):
+        return "Completed"
+    if isinstance(step, VERIFYING_STEPS):
+        return "Verifying"
+    if isinstance(step, (s.Wait, s.Idle)):
+        return previous or "Pending"
+    return "Restoring"
+
+
+def _conditions(phase: str, code: str, message: str) -> list[c.Condition]:
+    active = phase in ("Pending", "Verifying", "Restoring")
+    return [
+        c.Condition("Progressing", active, code, message if active else ""),
+        c.Condition(
+            "Failed",
+            phase == "Failed",
+            code if phase == "Failed" else "NoFailure",
+            message if phase == "Failed" else "",
+        ),
+        c.Condition(
+            "Completed",
+            phase == "Completed",
+            {"Completed": code, "AlreadyApplied": code}.get(phase, "NotYet"),
+            message if phase in ("Completed", "AlreadyApplied") else "",
+        ),
+    ]
+
+
+def _code(phase: str, step: s.Step, outcome: s.Outcome) -> str:
+    if outcome.failure:
+        return outcome.failure[0]
+    if isinstance(step, (s.Fail, s.Wait)):
+        return step.code
+    return {"AlreadyApplied": "AlreadyApplied", "Completed": "Restored"}.get(phase, phase)
+
+
+def _step_fields(step: s.Step, previous: Mapping[str, Any], now: str) -> dict[str, Any]:
+    """Status fields that follow from the step itself."""
+    if isinstance(step, s.StartVerifying):
+        return {"startTime": previous.get("startTime") or now}
+    if isinstance(step, s.BeginRestore):
+        return {"targetCluster": step.target}
+    if isinstance(step, s.RecordPreservedData):
+        return {"preservedData": list(step.pvcs)}
+    if isinstance(step, s.ChooseMembers):
+        return {"seedMembers": list(step.members)}
+    if isinstance(step, s.MarkSeedsRestored):
+        timings = list(previous.get("seedPods") or [])
+        known = {t.get("member") for t in timings}
+        timings += [
+            {"member": m, "startedAt": started, "finishedAt": finished}
+            for m, started, finished in step.timings
+            if m not in known
+        ]
+        return {"seedPods": timings}
+    if isinstance(step, s.RetrySeedPod):
+        return {"seedAttempts": step.attempt}
+    if isinstance(step, s.Complete):
+        return {"clusterID": step.cluster_id}
+    return {}
+
+
+def build_status(
+    previous: Mapping[str, Any], step: s.Step, outcome: s.Outcome, generation: int | None, now: str
+) -> dict[str, Any]:
+    """The whole status to write for this pass (merged over the previous one). A step that
+    was not taken changes nothing but the progress message."""
+    status = dict(previous)
+    if not outcome.done:
+        status["progress"] = outcome.message or step.reason
+        return status
+    phase = _phase(previous.get("phase"), step, outcome)
+    code = _code(phase, step, outcome)
+    message = outcome.failure[1] if outcome.failure else step.reason
+    status.update(_step_fields(step, previous, now))
+    status.update(dict(outcome.facts))
+    if phase in ("Failed", "AlreadyApplied", "Completed") and previous.get("phase") != phase:
+        status["completionTime"] = now
+    status.update(
+        phase=phase,
+        progress=message,
+        observedGeneration=generation,
+        conditions=c.merge(previous.get("conditions"), _conditions(phase, code, message), now, generation),
+    )
+    return status

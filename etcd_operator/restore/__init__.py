@@ -1,1 +1,0 @@
-"""EtcdRestore: verify a snapshot, seed one member from it, let the others join."""

@@ -1,0 +1,1 @@
+"""The operator process: its settings, kopf wiring, leader election and HTTP server."""
