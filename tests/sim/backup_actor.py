@@ -5,8 +5,9 @@ on a copy of the EtcdCluster that may be some passes old; the status is the REAL
 backup.status.build_status's, patched onto the live object as the controller patches it.
 
 Its steps are carried out against a model bucket as backup/executor.py and backup/runner.py
-do them against S3: the REAL runner's own pieces run on it (BackupRunner._abort_pending,
-_abort_orphans, _apply_retention with read_manifests, retention.expired and orphans.orphaned),
+do them against S3: the REAL run's own pieces run on it (stale_uploads.abort_recorded and
+abort_orphans with orphans.orphaned, catalogue.apply_retention with read_manifests and
+retention.to_delete),
 the snapshot itself is modelled (the member backup.source_choice picks, the revision and
 cluster ID its data holds). Faults: S3 refusals (transient and permanent), an upload cut off
 (the operator killed before or after recording it, or the store failing mid-stream), status
@@ -22,6 +23,7 @@ import random
 from croniter import croniter
 
 from etcd_operator.clients.storage.s3 import StorageError
+from etcd_operator.controllers.backup import catalogue, stale_uploads
 from etcd_operator.controllers.backup import runner as backup_runner
 from etcd_operator.core.backup import fence as backup_fence
 from etcd_operator.core.backup import planner as backup_planner
@@ -36,6 +38,7 @@ from etcd_operator.core.backup.manifest import (
     manifest_key,
     snapshot_key,
 )
+from etcd_operator.core.backup.spec import BackupSpec
 from etcd_operator.core.backup.state import CheckResult, Observed, Prerequisites, RunState, ScheduleSpec, ScratchPod
 from etcd_operator.core.backup.status import build_status
 from etcd_operator.core.durations import parse_duration
@@ -397,15 +400,14 @@ class BackupActor:
 
     def _run(self, step: s.RunBackup, now: float) -> s.Outcome:
         rng, sim = self.rng, self.sim
-        status = self.status
         runner = backup_runner.BackupRunner(
             None,
-            pending_uploads=status.get("pendingUploads"),
-            cluster_id_history=status.get("clusterIDHistory") or (),
+            pending_uploads=[dict(u) for u in step.pending_uploads],
+            cluster_id_history=step.cluster_id_history,
             orphan_grace_seconds=ORPHAN_GRACE_SECONDS,
             clock=lambda: datetime.datetime.fromtimestamp(now, UTC),
         )
-        spec = backup_runner.BackupSpec(CLUSTER, {}, PREFIX, 1 << 20, 1, self.max_backups, self.max_age)
+        spec = BackupSpec(CLUSTER, {}, PREFIX, 1 << 20, 1, self.max_backups, self.max_age)
         identity = Identity(NAMESPACE, NAME, UID)
         draw = rng.random()
         if draw < S3_TRANSIENT + S3_DENIED:
@@ -418,8 +420,9 @@ class BackupActor:
                 pending_uploads=tuple(runner.pending_uploads),
             )
         key = snapshot_key(PREFIX, NAMESPACE, NAME, step.slot)
-        drive(runner._abort_pending(self.bucket))
-        drive(runner._abort_orphans(self.bucket, FOLDER, key))
+        drive(stale_uploads.abort_recorded(self.bucket, runner.pending_uploads))
+        recorded = {u["uploadId"] for u in runner.pending_uploads}
+        drive(stale_uploads.abort_orphans(self.bucket, FOLDER, key, recorded, ORPHAN_GRACE_SECONDS))
         self._check_uploads()
         existing = slot_already_ran(self.bucket, key)
         if existing is not None:
@@ -440,7 +443,9 @@ class BackupActor:
         history = retention.extend_history(runner.cluster_id_history, manifest.cluster_id)
         self.bucket.on_delete = lambda doomed: self._check_deletion(doomed, manifest.snapshot_key)
         try:
-            deleted = drive(runner._apply_retention(self.bucket, identity, spec, manifest.snapshot_key, history))
+            deleted = drive(
+                catalogue.apply_retention(self.bucket, identity, spec, manifest.snapshot_key, history, runner.clock)
+            )
         finally:
             self.bucket.on_delete = None
         self._check_kept(manifest)

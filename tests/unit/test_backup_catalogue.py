@@ -178,8 +178,10 @@ import asyncio  # noqa: E402
 import pytest  # noqa: E402
 
 from etcd_operator.controllers.backup import runner as runner_module  # noqa: E402
-from etcd_operator.controllers.backup.runner import BackupFailed, BackupRunner, BackupSpec  # noqa: E402
+from etcd_operator.controllers.backup.failure import BackupFailed  # noqa: E402
+from etcd_operator.controllers.backup.runner import BackupRunner  # noqa: E402
 from etcd_operator.core.backup.manifest import manifest_key, snapshot_key  # noqa: E402
+from etcd_operator.core.backup.spec import BackupSpec  # noqa: E402
 
 SPEC = BackupSpec.from_dict({"clusterRef": {"name": "c"}, "storage": {"s3": {"bucket": "bk", "prefix": "p"}}})
 

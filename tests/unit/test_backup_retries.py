@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from etcd_operator.clients.etcd.client import EtcdError
 from etcd_operator.clients.storage.credentials import s3_location
 from etcd_operator.clients.storage.s3 import StorageError
+from etcd_operator.controllers.backup.failure import BackupFailed, as_failure
 from etcd_operator.controllers.backup.reconciler import PREREQUISITE_RECHECK, delay_after
-from etcd_operator.controllers.backup.runner import BackupFailed, as_failure
 from etcd_operator.controllers.backup.source_candidates import SourceUnavailable, find_candidates
 from etcd_operator.controllers.backup.stream import SnapshotCorrupt
 from etcd_operator.core import prerequisites as p
@@ -267,7 +267,7 @@ def test_waiting_for_the_cluster_does_not_use_an_attempt():
     assert step == s.RetrySlot(slot=status["progress"]["slot"], attempt=2, one_shot=True, message=step.message)
 
 
-# --- which causes are which (runner.as_failure) -----------------------------------------------
+# --- which causes are which (failure.as_failure) -----------------------------------------------
 
 CAUSES = [
     (SourceUnavailable("no healthy member"), "NoHealthyMember", True),

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from etcd_operator.controllers.backup.runner import as_failure
+from etcd_operator.controllers.backup.failure import as_failure
 from etcd_operator.controllers.backup.source_candidates import SourceUnavailable, find_candidates
 from etcd_operator.core.shard import Shard, shard_from_settings
 

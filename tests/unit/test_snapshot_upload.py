@@ -189,7 +189,7 @@ async def test_budget_released_from_another_thread_wakes_the_waiter():
 
 
 def test_a_backup_whose_part_exceeds_the_budget_fails_for_good_and_is_not_retried():
-    from etcd_operator.controllers.backup.runner import as_failure
+    from etcd_operator.controllers.backup.failure import as_failure
 
     failure = as_failure(BudgetTooSmall("a part of 64 MiB exceeds the budget"))
     assert failure.permanent and failure.reason == "MemoryBudgetTooSmall"

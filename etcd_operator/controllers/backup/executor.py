@@ -1,8 +1,9 @@
 """Carries out one planned backup step. RunBackup runs BackupRunner, once, for a slot (and
-attempt) already recorded in status; a failure is returned for the planner to retry; the
-verification steps each make one call to BackupVerifier (create the scratch pod, delete a
-stray one, record the pod's verdict and delete the pod). Every other step's effect is the
-status the pass writes."""
+attempt) already recorded in status, aborting the uploads the step names first; a failure is
+returned for the status to retry; the verification steps each make one call to
+BackupVerifier (create the scratch pod, delete a stray one, record the pod's verdict and
+delete the pod). Every other step's effect is the status the pass writes. A run's progress
+and its pending uploads go to status only through `write_status`, the controller's writer."""
 
 from __future__ import annotations
 
@@ -14,20 +15,30 @@ from typing import Any
 from etcd_operator.clients.kube import client as kube
 from etcd_operator.clients.storage.s3 import StorageError
 from etcd_operator.controllers import faults, metrics
-from etcd_operator.controllers.backup.runner import BackupFailed, BackupRunner, BackupSpec
+from etcd_operator.controllers.backup.failure import BackupFailed
+from etcd_operator.controllers.backup.runner import BackupRunner
 from etcd_operator.controllers.backup.scratch_verifier import BackupVerifier, VerificationError
 from etcd_operator.core.backup import fence, orphans
 from etcd_operator.core.backup import steps as s
 from etcd_operator.core.backup.manifest import Identity
 from etcd_operator.core.backup.scratch_verdict import Verdict
+from etcd_operator.core.backup.spec import BackupSpec
+from etcd_operator.core.backup.status import pending_upload_fields, progress_fields
 from etcd_operator.core.shard import Shard
 from etcd_operator.core.timefmt import now_text
 
 logger = logging.getLogger(__name__)
 
 
+StatusWriter = Callable[[Mapping[str, Any]], Awaitable[None]]  # merges fields into the object's status
+
+
 class UnknownStep(TypeError):
     """A step with no handler: a programming error, never "done"."""
+
+
+async def _no_status_writer(fields: Mapping[str, Any]) -> None:
+    raise RuntimeError("this executor was given no status writer; the controller passes its own")
 
 
 class BackupExecutor:
@@ -39,8 +50,10 @@ class BackupExecutor:
         operator_image: str = "",
         shard: Shard = Shard(),
         orphan_grace_seconds: float = orphans.DEFAULT_GRACE_SECONDS,
+        write_status: StatusWriter = _no_status_writer,
     ):
         self.kube = kube_client
+        self.write_status = write_status
         self.orphan_grace_seconds = orphan_grace_seconds
         self.shard = shard
         self.operator_image = operator_image
@@ -75,34 +88,22 @@ class BackupExecutor:
         progress_writes: list[asyncio.Task] = []
 
         def on_progress(sent: int, member: str) -> None:
-            patch = {
-                "status": {"progress": {"slot": step.slot, "startTime": started, "bytesSent": sent, "member": member}}
-            }
             progress_writes.append(
-                asyncio.ensure_future(
-                    self.kube.merge_patch(kube.ETCDBACKUPS, self.namespace, self.name, patch, subresource="status")
-                )
+                asyncio.ensure_future(self.write_status(progress_fields(step.slot, started, sent, member)))
             )
 
         async def record_uploads(pending: list[dict[str, str]]) -> None:
             # Awaited: the key and upload ID are in status before any part is sent.
-            await self.kube.merge_patch(
-                kube.ETCDBACKUPS,
-                self.namespace,
-                self.name,
-                {"status": {"pendingUploads": pending}},
-                subresource="status",
-            )
+            await self.write_status(pending_upload_fields(pending))
 
         lock = self.cluster_locks.setdefault((self.namespace, spec.cluster), asyncio.Lock())
-        status = self.body.get("status") or {}
         runner = BackupRunner(
             self.kube,
             on_progress,
-            status.get("pendingUploads"),
+            [dict(u) for u in step.pending_uploads],
             record_uploads,
             self.shard,
-            status.get("clusterIDHistory") or (),
+            step.cluster_id_history,
             self.orphan_grace_seconds,
         )
         identity = Identity(self.namespace, self.name, self.body["metadata"]["uid"])

@@ -2,20 +2,23 @@
 
 A run's slot is recorded in status by its own pass (StartSlot) before the pass that runs it
 (RunBackup), so a restarted operator finishes that slot under the same key instead of
-running it twice. Two runs of one cluster never overlap (a lock per cluster). While a run
-uploads, its progress is patched into status.progress; those writes are progress reports,
-not decisions. A verification takes several passes (backup/planner.py); while one is recorded
-in progress, each pass also looks at its scratch pod and comes back within VERIFY_RECHECK.
-Each pass also looks at what a run needs (the EtcdCluster, the Secrets spec.storage.s3
-names): a due run waits for them, looking again every PREREQUISITE_RECHECK."""
+running it twice. Two runs of one cluster never overlap (a lock per cluster). This
+controller is the only writer of the object's status (write_status): the pass's one write,
+and, while a run uploads, its pending uploads and progress, which the executor reports
+through it (progress reports, not decisions). A verification takes several passes
+(backup/planner.py); while one is recorded in progress, each pass also looks at its scratch
+pod and comes back within VERIFY_RECHECK. Each pass also looks at what a run needs (the
+EtcdCluster, the Secrets spec.storage.s3 names): a due run waits for them, looking again
+every PREREQUISITE_RECHECK."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
 import datetime
+import functools
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from etcd_operator.clients.kube import client as kube
@@ -27,6 +30,7 @@ from etcd_operator.core.backup import steps as s
 from etcd_operator.core.backup.planner import plan
 from etcd_operator.core.backup.state import Observed, Prerequisites, RunState, ScheduleSpec, ScratchPod
 from etcd_operator.core.backup.status import build_status, run_events, schedule_events, verification_events
+from etcd_operator.core.outcome import EventPoster
 from etcd_operator.core.prerequisites import ClusterReadiness
 from etcd_operator.core.shard import Shard
 from etcd_operator.core.status_patch import changed_fields
@@ -40,8 +44,6 @@ IDLE_RECHECK = 60.0
 SOONEST_RECHECK = 0.5
 VERIFY_RECHECK = 2.0  # while a scratch pod starts or goes
 PREREQUISITE_RECHECK = 3.0  # while a due run waits for its cluster or a Secret
-
-EventPoster = Callable[[str, str, str], None]
 
 
 def delay_after(step: s.Step, now: datetime.datetime) -> float | None:
@@ -114,6 +116,12 @@ class BackupReconciler:
             namespace, cluster_name, None if cluster is None else ClusterReadiness.from_body(cluster), missing
         )
 
+    async def write_status(self, meta: Mapping[str, Any], fields: Mapping[str, Any]) -> None:
+        """The one writer of an EtcdBackup's status: merges `fields` into it."""
+        await self.kube.merge_patch(
+            kube.ETCDBACKUPS, meta["namespace"], meta["name"], {"status": dict(fields)}, subresource="status"
+        )
+
     async def reconcile(self, body: Mapping[str, Any]) -> float | None:
         current = await self.observe(body)
         if current is None:
@@ -144,6 +152,7 @@ class BackupReconciler:
             self.operator_image,
             self.shard,
             self.storage_policy.orphan_grace_seconds,
+            write_status=functools.partial(self.write_status, meta),
         ).run(step)
         if outcome is not s.NOTHING_DONE:
             # A run patches status while it works (progress, pending uploads): diff against that.
@@ -152,9 +161,7 @@ class BackupReconciler:
         new_status = build_status(step, outcome, status, meta.get("generation"), now_text())
         patch = changed_fields(status, new_status)
         if patch:
-            await self.kube.merge_patch(
-                kube.ETCDBACKUPS, meta["namespace"], meta["name"], {"status": patch}, subresource="status"
-            )
+            await self.write_status(meta, patch)
         metrics.record_backup_status(meta["namespace"], meta["name"], {**status, **patch})
         for event in (
             *outcome.events,

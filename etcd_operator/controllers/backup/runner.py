@@ -1,127 +1,45 @@
-"""One backup run: snapshot a member that answers with the cluster's recorded ID
-(backup/source_choice.py) straight into S3, verify, write the manifest, then apply retention.
-A run is one attempt: a failure is classified (as_failure) as permanent or transient, and
-the planner retries a transient one after a backoff, with each attempt in status
-(backup/backoff.py)."""
+"""One backup run, its I/O in order: abort what earlier runs left (backup/stale_uploads.py),
+snapshot a member that answers with the cluster's recorded ID (backup/source_choice.py)
+straight into S3 (backup/stream.py), write the manifest, then delete what retention picks
+(backup/catalogue.py). A run is one attempt: a failure is classified (backup/failure.py) as
+permanent or transient, and the status the controller writes decides on a retry
+(backup/backoff.py). Status itself is written only through the callbacks the executor gives."""
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import datetime
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
 
 from etcd_operator.clients.etcd.client import EtcdError, EtcdMemberClient
 from etcd_operator.clients.etcd.snapshot import SnapshotStream
 from etcd_operator.clients.kube import client as kube
 from etcd_operator.clients.storage.credentials import s3_location
-from etcd_operator.clients.storage.s3 import S3Storage, StorageError
+from etcd_operator.clients.storage.s3 import S3Storage
 from etcd_operator.controllers import faults
+from etcd_operator.controllers.backup import catalogue, stale_uploads
+from etcd_operator.controllers.backup.failure import BackupFailed, as_failure
 from etcd_operator.controllers.backup.source_candidates import (
     SourceUnavailable,
     ask_candidates,
     chosen,
     find_candidates,
 )
-from etcd_operator.controllers.backup.stream import SnapshotCorrupt, stream_to_s3
+from etcd_operator.controllers.backup.stream import stream_to_s3
 from etcd_operator.controllers.cluster.tls_observer import operator_credentials
 from etcd_operator.core.backup import orphans, retention
 from etcd_operator.core.backup.bbolt import snapshot_revision
-from etcd_operator.core.backup.manifest import (
-    MANIFEST_SUFFIX,
-    Identity,
-    Manifest,
-    backup_prefix,
-    manifest_key,
-    snapshot_key,
-)
+from etcd_operator.core.backup.manifest import Identity, Manifest, backup_prefix, manifest_key, snapshot_key
 from etcd_operator.core.backup.source_choice import CLUSTER_ID_MISMATCH
-from etcd_operator.core.buffer_budget import BudgetTooSmall
-from etcd_operator.core.durations import parse_duration
-from etcd_operator.core.leadership_fence import LeadershipLost
+from etcd_operator.core.backup.spec import BackupSpec
 from etcd_operator.core.shard import Shard
 from etcd_operator.core.timefmt import now_text
 
 logger = logging.getLogger(__name__)
 
 PROGRESS_INTERVAL_SECONDS = 2.0  # status writes during an upload: the first part, then at most this often
-
-
-class BackupFailed(Exception):
-    def __init__(self, reason: str, message: str, permanent: bool):
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
-        self.permanent = permanent
-
-
-def as_failure(error: Exception) -> BackupFailed:
-    """The reason for a failed attempt, and whether its cause cannot pass by itself
-    (permanent: the slot ends at once) or may (transient: retried, spec.backoffLimit).
-    Permanent: a Secret without the credential keys, credential key names refused, a missing
-    or refused bucket, access denied, invalid credentials, an http endpoint without
-    `insecure`, another backup's manifest in the slot, a cluster of another shard, a part
-    larger than the memory budget. Transient: the cluster or its Secret gone since the pass
-    looked, no healthy member, members answering for another cluster (ClusterIDMismatch), the
-    store unreachable or erring (5xx, throttling), etcd errors (including a leader change), a
-    snapshot corrupted in transit, timeouts, this operator losing its leadership, anything
-    unexpected."""
-    if isinstance(error, BackupFailed):
-        return error
-    if isinstance(error, StorageError):
-        reasons = {
-            "NoSuchBucket": "BucketNotFound",
-            "InvalidAccessKeyId": "InvalidCredentials",
-            "SignatureDoesNotMatch": "InvalidCredentials",
-            "AccessDenied": "AccessDenied",
-            "SecretNotFound": "SecretNotFound",
-            "SecretKeyNotFound": "CredentialsNotFound",
-            "CredentialKeyRefused": "CredentialsRefused",
-            "InsecureEndpoint": "InsecureEndpoint",
-        }
-        return BackupFailed(reasons.get(error.code, "StorageError"), f"S3: {error}", error.permanent)
-    if isinstance(error, SourceUnavailable):
-        reason = error.reason or ("ClusterNotFound" if error.permanent else "NoHealthyMember")
-        return BackupFailed(reason, str(error), error.permanent)
-    if isinstance(error, EtcdError):
-        return BackupFailed("EtcdUnavailable", f"etcd: {error}", False)
-    if isinstance(error, SnapshotCorrupt):
-        return BackupFailed("SnapshotCorrupt", str(error), False)
-    if isinstance(error, BudgetTooSmall):
-        return BackupFailed("MemoryBudgetTooSmall", str(error), True)
-    if isinstance(error, (asyncio.TimeoutError, TimeoutError)):
-        return BackupFailed("Timeout", f"timed out: {error or type(error).__name__}", False)
-    if isinstance(error, LeadershipLost):
-        return BackupFailed("LeadershipLost", str(error), False)
-    return BackupFailed("Error", f"{type(error).__name__}: {error}", False)
-
-
-@dataclasses.dataclass(frozen=True)
-class BackupSpec:
-    cluster: str
-    s3: Mapping[str, Any]
-    prefix: str
-    part_size: int
-    concurrency: int
-    max_backups: int | None
-    max_age: float | None
-
-    @classmethod
-    def from_dict(cls, spec: Mapping[str, Any]) -> BackupSpec:
-        s3 = spec["storage"]["s3"]
-        kept = spec.get("retention") or {}
-        return cls(
-            cluster=spec["clusterRef"]["name"],
-            s3=s3,
-            prefix=s3.get("prefix", ""),
-            part_size=int(s3.get("partSizeBytes", 8 << 20)),
-            concurrency=int(s3.get("uploadConcurrency", 3)),
-            max_backups=kept.get("maxBackups"),
-            max_age=parse_duration(kept["maxAge"]) if kept.get("maxAge") else None,
-        )
 
 
 UploadStarted = Callable[[list[dict[str, str]]], Awaitable[None]]
@@ -165,69 +83,36 @@ class BackupRunner:
         except Exception as e:
             raise as_failure(e) from e
 
-    async def _attempt(self, identity: Identity, spec: BackupSpec, slot: str):
+    async def _attempt(self, identity: Identity, spec: BackupSpec, slot: str) -> tuple[Manifest, list[Manifest]]:
         namespace, backup = identity.namespace, identity.backup
         location = await s3_location(self.kube, namespace, spec.s3)
         storage = await asyncio.to_thread(S3Storage, location, spec.concurrency + 2)
         try:
             await storage.check_bucket()
             key = snapshot_key(spec.prefix, namespace, backup, slot)
-            await self._abort_pending(storage)
-            await self._abort_orphans(storage, backup_prefix(spec.prefix, namespace, backup), key)
+            await stale_uploads.abort_recorded(storage, self.pending_uploads)
+            await stale_uploads.abort_orphans(
+                storage,
+                backup_prefix(spec.prefix, namespace, backup),
+                key,
+                {u["uploadId"] for u in self.pending_uploads},
+                self.orphan_grace_seconds,
+            )
             if await storage.exists(manifest_key(key)):
                 manifest = Manifest.from_json(await storage.get(manifest_key(key)))
-                if not manifest.belongs_to(identity):
-                    raise BackupFailed(
-                        "SlotTakenByForeignBackup",
-                        f"{manifest_key(key)} was written by {manifest.namespace}/{manifest.backup} "
-                        f"(uid {manifest.backup_uid or 'none'}), not by this EtcdBackup; "
-                        "it is left untouched and this slot is not run",
-                        permanent=True,
-                    )
+                refusal = manifest.foreign_slot(identity, manifest_key(key))
+                if refusal:
+                    raise BackupFailed("SlotTakenByForeignBackup", refusal, permanent=True)
                 # this slot already ran
             else:
                 manifest = await self._snapshot(storage, identity, spec, slot, key)
             history = retention.extend_history(self.cluster_id_history, manifest.cluster_id)
-            deleted = await self._apply_retention(storage, identity, spec, manifest.snapshot_key, history)
+            deleted = await catalogue.apply_retention(
+                storage, identity, spec, manifest.snapshot_key, history, self.clock
+            )
             return manifest, deleted
         finally:
             await asyncio.to_thread(storage.close)
-
-    async def _abort_pending(self, storage: S3Storage) -> None:
-        """Aborts the uploads recorded in status by their exact key and ID. An entry is
-        dropped only once the store has answered for it."""
-        for upload in list(self.pending_uploads):
-            try:
-                await storage.abort_multipart(upload["key"], upload["uploadId"])
-            except StorageError as e:
-                if e.code not in ("NoSuchUpload", "404", "NoSuchKey"):
-                    raise
-            self.pending_uploads.remove(upload)
-
-    async def _abort_orphans(self, storage: S3Storage, folder: str, slot_key: str) -> None:
-        """Aborts the uploads orphans.orphaned picks among those listed for this backup's
-        folder. The slot's own key is listed too, and, when the folder lists nothing, the
-        bucket without a prefix: MinIO lists uploads by exact key only, and without a
-        prefix those started since it started (orphans.orphaned keeps only this folder's)."""
-        listed, store_now = await storage.list_uploads(folder)
-        prefixes = [slot_key] if listed else [slot_key, ""]
-        for prefix in prefixes:
-            more, answered_at = await storage.list_uploads(prefix)
-            listed, store_now = listed + more, answered_at or store_now
-        found = {upload_id: orphans.Upload(key, upload_id, initiated) for key, upload_id, initiated in listed}
-        recorded = {u["uploadId"] for u in self.pending_uploads}
-        for upload in orphans.orphaned(found.values(), folder, recorded, store_now, self.orphan_grace_seconds):
-            try:
-                await storage.abort_multipart(upload.key, upload.upload_id)
-            except StorageError as e:
-                if e.code not in ("NoSuchUpload", "404", "NoSuchKey"):
-                    raise
-            logger.info(
-                "aborted orphaned multipart upload %s (%s, initiated %s)",
-                upload.key,
-                upload.upload_id,
-                upload.initiated.isoformat(),
-            )
 
     async def _snapshot(
         self, storage: S3Storage, identity: Identity, spec: BackupSpec, slot: str, key: str
@@ -304,26 +189,6 @@ class BackupRunner:
         )
         return manifest
 
-    async def _apply_retention(
-        self, storage: S3Storage, identity: Identity, spec: BackupSpec, keep: str, history: Sequence[str]
-    ) -> list[Manifest]:
-        if spec.max_backups is None and spec.max_age is None:
-            return []
-        folder = backup_prefix(spec.prefix, identity.namespace, identity.backup)
-        manifests = await read_manifests(storage, folder, identity.backup)
-        own = [m for m in manifests if m.belongs_to(identity)]  # everything else is foreign
-        store = None
-        if spec.max_age is not None:
-            modified, store_now = await storage.list_modified(folder)
-            store = retention.StoreTimes(store_now, modified) if store_now is not None else None
-        doomed = retention.expired(
-            own, spec.max_backups, spec.max_age, self.clock(), keep_keys={keep}, history=history, store=store
-        )
-        for manifest in doomed:
-            await storage.delete(manifest.snapshot_key)
-            await storage.delete(manifest.key)
-        return doomed
-
 
 async def _source_digest(client: EtcdMemberClient, revision: int) -> tuple[int | None, int | None, int | None]:
     """(keys, HashKV, compact revision) of the source at the snapshot's revision, taken
@@ -335,26 +200,3 @@ async def _source_digest(client: EtcdMemberClient, revision: int) -> tuple[int |
     except EtcdError as e:
         logger.warning("no HashKV at revision %d from %s: %s", revision, client.endpoint, e.detail)
         return None, None, None
-
-
-async def read_manifests(storage: S3Storage, prefix: str, backup: str | None = None) -> list[Manifest]:
-    """Manifests this operator wrote directly in the folder `prefix` (for `backup`, if
-    given); anything else, including deeper folders of other backups whose prefix happens to
-    start the same, is ignored. Callers that delete must also check the identity."""
-    manifests = []
-    for key in await storage.list_keys(prefix):
-        if not key.endswith(MANIFEST_SUFFIX):
-            continue
-        try:
-            manifest = Manifest.from_json(await storage.get(key))
-        except ValueError:
-            continue
-        if (
-            manifest.key != key
-            or not manifest.snapshot_key.startswith(prefix)
-            or "/" in manifest.snapshot_key[len(prefix) :]
-        ):
-            continue
-        if backup is None or manifest.backup == backup:
-            manifests.append(manifest)
-    return manifests

@@ -16,10 +16,10 @@ from typing import Any
 from etcd_operator.clients.kube import client as kube
 from etcd_operator.clients.storage.credentials import s3_location
 from etcd_operator.clients.storage.s3 import S3Storage, StorageError
-from etcd_operator.controllers.backup.runner import BackupSpec
 from etcd_operator.core.backup import scratch_pod as builder
 from etcd_operator.core.backup.manifest import Identity, Manifest, manifest_key
 from etcd_operator.core.backup.scratch_verdict import Expected, Verdict
+from etcd_operator.core.backup.spec import BackupSpec
 from etcd_operator.core.cluster.builders import image_pull_secrets
 from etcd_operator.core.cluster.spec import ClusterSpec
 from etcd_operator.core.timefmt import now_text

@@ -9,7 +9,7 @@ from typing import Any
 
 from etcd_operator.clients.kube import client as kube
 from etcd_operator.clients.storage.s3 import S3Storage
-from etcd_operator.controllers.backup.runner import read_manifests
+from etcd_operator.controllers.backup.catalogue import read_manifests
 from etcd_operator.controllers.backup.snapshot_integrity import VerificationFailed
 from etcd_operator.core.backup import retention
 from etcd_operator.core.backup.manifest import Manifest, backup_prefix, manifest_key

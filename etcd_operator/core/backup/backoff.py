@@ -18,6 +18,12 @@ def backoff(failures: int) -> datetime.timedelta:
     return datetime.timedelta(seconds=min(FIRST_BACKOFF_SECONDS * 2 ** max(failures - 1, 0), MAX_BACKOFF_SECONDS))
 
 
+def retry_at(failures: int, backoff_limit: int, transient: bool, ended: datetime.datetime) -> datetime.datetime | None:
+    """Whether a failed attempt is tried again, and when: only one whose cause may pass
+    (transient), while `backoff_limit` allows; None: the slot ends."""
+    return next_attempt(failures, backoff_limit, ended) if transient else None
+
+
 def next_attempt(failures: int, backoff_limit: int, ended: datetime.datetime) -> datetime.datetime | None:
     """When the slot is tried again after its `failures`-th failed attempt; None once
     `backoff_limit` retries were used."""

@@ -50,6 +50,17 @@ class Manifest:
             identity.uid,
         ) and bool(identity.uid)
 
+    def foreign_slot(self, identity: Identity, manifest_path: str) -> str | None:
+        """Why the slot this manifest (read from `manifest_path`) fills is not run by
+        `identity`: another backup wrote it. None when it is the identity's own: that slot ran."""
+        if self.belongs_to(identity):
+            return None
+        return (
+            f"{manifest_path} was written by {self.namespace}/{self.backup} "
+            f"(uid {self.backup_uid or 'none'}), not by this EtcdBackup; "
+            "it is left untouched and this slot is not run"
+        )
+
     @property
     def key(self) -> str:
         return manifest_key(self.snapshot_key)

@@ -20,6 +20,8 @@ from collections.abc import Collection, Iterable
 from etcd_operator.core.backup.manifest import SNAPSHOT_SUFFIX
 
 DEFAULT_GRACE_SECONDS = 3600.0
+# An abort answered with one of these: the upload is gone already (finished or aborted).
+GONE_CODES = ("NoSuchUpload", "404", "NoSuchKey")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,6 +29,17 @@ class Upload:
     key: str
     upload_id: str
     initiated: datetime.datetime  # the store's clock
+
+
+def already_gone(error_code: str) -> bool:
+    return error_code in GONE_CODES
+
+
+def listing_prefixes(folder_listed_any: bool, slot_key: str) -> list[str]:
+    """What is listed after the folder itself: the slot's own key, and, when the folder
+    listed nothing, the bucket without a prefix (MinIO lists uploads by exact key only, and
+    without a prefix those started since it started; orphaned keeps only this folder's)."""
+    return [slot_key] if folder_listed_any else [slot_key, ""]
 
 
 def in_folder(key: str, folder: str) -> bool:

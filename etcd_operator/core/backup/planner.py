@@ -69,16 +69,17 @@ def one_shot_slot(observed: Observed) -> str:
     return "once-" + schedule.slot_name(observed.created)
 
 
-def plan(spec: ScheduleSpec, state: RunState, observed: Observed, now: datetime.datetime) -> s.Step:
+def plan(spec: ScheduleSpec, status: RunState, observed: Observed, now: datetime.datetime) -> s.Step:
+    """`status`: the run state recorded in the object's status (RunState.from_dict)."""
     if observed.deleting:
         return s.Idle(message="the EtcdBackup is being deleted; nothing is started for it")
     if observed.credentials_refusal:
         return s.RefuseCredentials(reason=AMBIENT_NOT_ALLOWED, message=observed.credentials_refusal)
-    if state.verification is not None and state.verification.in_progress:
-        return verification_in_progress(state.verification, observed, now)
+    if status.verification is not None and status.verification.in_progress:
+        return verification_in_progress(status.verification, observed, now)
     if spec.schedule is None:
-        return _plan_one_shot(spec, state, observed, now)
-    return _plan_scheduled(spec, state, observed, now)
+        return _plan_one_shot(spec, status, observed, now)
+    return _plan_scheduled(spec, status, observed, now)
 
 
 def when_ready(step: s.Step, observed: Observed) -> s.Step:
@@ -96,6 +97,8 @@ def _run(spec: ScheduleSpec, state: RunState, slot: str, one_shot: bool) -> s.Ru
         one_shot=one_shot,
         attempt=attempt,
         backoff_limit=spec.backoff_limit,
+        pending_uploads=state.pending_uploads,
+        cluster_id_history=state.cluster_id_history,
         message=f"finishing slot {slot} (attempt {attempt} of {spec.backoff_limit + 1})",
     )
 

@@ -29,7 +29,7 @@ import dataclasses
 import datetime
 from collections.abc import Collection, Mapping, Sequence
 
-from etcd_operator.core.backup.manifest import Manifest
+from etcd_operator.core.backup.manifest import Identity, Manifest
 from etcd_operator.core.timefmt import parse_datetime
 
 HISTORY_LENGTH = 32  # cluster IDs kept in status.clusterIDHistory (the oldest go first)
@@ -122,3 +122,19 @@ def expired(
         if too_many or too_old:
             doomed.append(manifest)
     return doomed
+
+
+def to_delete(
+    manifests: list[Manifest],
+    identity: Identity,
+    max_backups: int | None,
+    max_age_seconds: float | None,
+    now: datetime.datetime,
+    keep_key: str,
+    history: Sequence[str],
+    store: StoreTimes | None,
+) -> list[Manifest]:
+    """What retention removes after a run that wrote (or found) `keep_key`: among the
+    manifests read from this backup's folder, only its own count (everything else is foreign)."""
+    own = [m for m in manifests if m.belongs_to(identity)]
+    return expired(own, max_backups, max_age_seconds, now, keep_keys={keep_key}, history=history, store=store)

@@ -123,6 +123,8 @@ class RunState:
     recent_keys: frozenset[str] = frozenset()  # the backups status still lists
     attempts: int = 0  # attempts started for the current slot
     retry: PendingRetry | None = None  # a failed slot waiting for its next attempt
+    pending_uploads: tuple[Mapping[str, str], ...] = ()  # {key, uploadId} not known finished or aborted
+    cluster_id_history: tuple[str, ...] = ()  # status.clusterIDHistory (retention.py)
 
     @classmethod
     def from_dict(cls, status: Mapping[str, Any]) -> RunState:
@@ -141,6 +143,8 @@ class RunState:
             recent_keys=frozenset(r["key"] for r in status.get("recentBackups") or [] if r.get("key")),
             attempts=int(status.get("attempts") or 0),
             retry=PendingRetry(retry_slot, retry_at) if retry_slot and retry_at else None,
+            pending_uploads=tuple(dict(u) for u in status.get("pendingUploads") or ()),
+            cluster_id_history=tuple(status.get("clusterIDHistory") or ()),
         )
 
 

@@ -49,6 +49,17 @@ def build_status(
     return fields
 
 
+def progress_fields(slot: str, started: str, sent: int, member: str) -> dict[str, Any]:
+    """What a run reports while it uploads: bytes sent to the store so far, from which member."""
+    return {"progress": {"slot": slot, "startTime": started, "bytesSent": sent, "member": member}}
+
+
+def pending_upload_fields(pending: list[dict[str, str]]) -> dict[str, Any]:
+    """The multipart uploads a run started and has not finished or aborted, recorded before
+    any part is sent: the next run aborts them by key and ID."""
+    return {"pendingUploads": pending}
+
+
 def schedule_events(previous: Mapping[str, Any], status: Mapping[str, Any]) -> list[s.Event]:
     """A Warning when a schedule is newly refused (run failures have their own events)."""
     before = c.find(previous.get("conditions"), "Degraded") or {}
@@ -259,7 +270,7 @@ def _failed_fields(
     """An attempt failed: recorded; retried after a backoff if its cause may pass and
     spec.backoffLimit allows, else the slot ends (a one-shot backup: Failed)."""
     ended = parse_datetime(now).astimezone(datetime.UTC)
-    retry_at = backoff.next_attempt(step.attempt, step.backoff_limit, ended) if outcome.transient else None
+    retry_at = backoff.retry_at(step.attempt, step.backoff_limit, outcome.transient, ended)
     fields: dict[str, Any] = {
         "progress": None,
         "pendingUploads": _pending(outcome),

@@ -1,4 +1,5 @@
-"""What one pass over an EtcdBackup can do, and what came of it. Pure data."""
+"""What one pass over an EtcdBackup can do, and what came of it (the shared Outcome,
+etcd_operator/core/outcome.py, and the backup's own kinds of it). Pure data."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from etcd_operator.core.backup.backoff import DEFAULT_BACKOFF_LIMIT
+from etcd_operator.core.outcome import NOTHING_DONE as NOTHING_DONE
+from etcd_operator.core.outcome import Event as Event
+from etcd_operator.core.outcome import Outcome as Outcome
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -97,12 +101,17 @@ class RetrySlot(Step):
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class RunBackup(Step):
     """Take and upload the snapshot of a slot already recorded in status. A failure that may
-    pass is retried while `attempt` <= `backoff_limit` (backup/backoff.py)."""
+    pass is retried while `attempt` <= `backoff_limit` (backup/backoff.py). Before anything
+    else the run aborts `pending_uploads` ({key, uploadId}: uploads status recorded and not
+    known finished) by their exact key and ID; retention orders this backup's lineages by
+    `cluster_id_history`."""
 
     slot: str
     one_shot: bool
     attempt: int = 1
     backoff_limit: int = DEFAULT_BACKOFF_LIMIT
+    pending_uploads: tuple[Mapping[str, str], ...] = ()
+    cluster_id_history: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -175,15 +184,6 @@ ALL_STEPS: tuple[type[Step], ...] = (
     *VERIFICATION_STEPS,
 )
 
-Event = tuple[str, str, str]  # (type, reason, message)
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Outcome:
-    """What carrying out a step did. Events are posted after the status is written."""
-
-    events: tuple[Event, ...] = ()
-
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class RunOutcome(Outcome):
@@ -202,7 +202,7 @@ class RunSucceeded(RunOutcome):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class RunFailed(RunOutcome):
-    """`transient`: the cause may pass (runner.as_failure), so the slot may be retried;
+    """`transient`: the cause may pass (failure.as_failure), so the slot may be retried;
     anything else ends the slot at once."""
 
     reason: str
@@ -215,6 +215,7 @@ class RunNotStarted(Outcome):
     """The executor's live fence refused the run (backup/fence.py): nothing started, so no
     attempt is spent; the next pass observes why."""
 
+    done: bool = False
     message: str
 
 
@@ -237,6 +238,3 @@ class VerificationDone(Outcome):
     message: str
     at: str
     complete: bool = True
-
-
-NOTHING_DONE = Outcome()
