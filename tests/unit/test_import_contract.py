@@ -47,6 +47,8 @@ def test_a_core_module_importing_a_client_breaks_the_layers(tmp_path):
         env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"},
     )
     assert result.returncode != 0, result.stdout
+    (layers,) = [c["name"] for c in _contracts() if c["type"] == "layers"]
+    assert f"{layers} BROKEN" in result.stdout, result.stdout
     assert "etcd_operator.core.cluster.brand_new -> etcd_operator.clients.kube.client" in result.stdout
 
 
