@@ -6,8 +6,8 @@ the pure tiers (tests/unit, tests/sim) run without it (tests/unit/test_tiers_sta
 The tiers that need the harness register its fixtures from their own conftest:
 tests/support/substrate_fixtures.py (the node agent's substrate: tests/substrate, e2e/tests)
 and tests/support/real_nodes_fixtures.py (the session's real nodes and the chart's release:
-tests/nodes, e2e/journeys, e2e/scenarios). Neither is the instance `make up` runs: `make test`
-leaves the demo alone."""
+tests/nodes, e2e/journeys, e2e/scenarios, and the real nodes' own tests in e2e/tests).
+Neither is the instance `make up` runs: `make test` leaves the demo alone."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def pytest_terminal_summary(terminalreporter):
             terminalreporter.write_line(line)
 
 
-NODE_FAULT_FIXTURES = ("nodes_to_the_module", "nodes_to_the_test")  # tests/nodes/conftest.py
+NODE_FAULT_FIXTURES = ("nodes_to_the_module", "nodes_to_the_test")  # tests/support/real_nodes_fixtures.py
 HOST_OPERATOR_TESTS = pathlib.Path(__file__).resolve().parent / "tests" / "nodes" / "host_operator"
 
 

@@ -4,7 +4,9 @@ propagation policy, the namespace, with the operator down, the finalizer removed
 and the chart upgraded and uninstalled with a cluster in place. Portable: kubectl and helm
 only, no node faults and no pod IPs, so the same file runs on any cluster.
 
-The quickstart and helm journeys uninstall and reinstall the operator: they stay last."""
+The journeys that run the docs' install commands as printed (README's quickstart, the
+install and sharding pages) and the helm journey uninstall and reinstall the operator: they
+stay last."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ import pytest
 import yaml
 
 from localkube import layout as localkube_layout
+from tests.support import doc_commands
 from tests.support.clusters import condition, member_pods
 from tests.support.helm import CHART, helm, helm_environment
 from tests.support.journeys import journey_namespace
@@ -139,6 +142,12 @@ def pvc_uids(namespace: str) -> dict[str, str]:
 
 def pod_uids(namespace: str, cluster: str) -> set[str]:
     return {p["metadata"]["uid"] for p in member_pods(namespace, cluster)}
+
+
+def operator_pods(release: str) -> set[str]:
+    """The names of a release's operator pods in etcd-operator, those being deleted left out."""
+    pods = kubectl_json("get", "pods", "-n", "etcd-operator", "-l", f"app.kubernetes.io/instance={release}")
+    return {p["metadata"]["name"] for p in pods["items"] if not p["metadata"].get("deletionTimestamp")}
 
 
 def delete_namespace(namespace: str, timeout: float = 120) -> float:
@@ -306,26 +315,26 @@ def test_deleting_with_the_operator_down_or_the_finalizer_removed_keeps_retained
     delete_namespace(namespace)
 
 
-def readme_quickstart() -> str:
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## Quickstart with Helm", 1)[1]
-    return section.split("```sh\n", 1)[1].split("```", 1)[0]
+def run_as_printed(block: doc_commands.Block, kubeconfig: str | None = None) -> subprocess.CompletedProcess:
+    """A shell block of the docs run from the repository's root, as after `source
+    .localkube/env` with testbin's helm on PATH too; it must succeed."""
+    testbin = localkube_layout.testbin_dir()
+    env = {**os.environ, **helm_environment(), "PATH": f"{testbin / 'helm'}:{testbin / 'kube'}:{os.environ['PATH']}"}
+    if kubeconfig:
+        env["KUBECONFIG"] = kubeconfig
+    script = "set -euxo pipefail\n" + block.text
+    result = subprocess.run(["bash", "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, f"{block.page}:{block.line}\n" + result.stdout[-3000:] + result.stderr[-3000:]
+    return result
 
 
 def test_the_readme_quickstart_runs_as_printed(operator):
     if operator.release is None:
         pytest.skip("the quickstart installs the chart itself (E2E_TARGET=external)")
-    # As after `source .localkube/env`, with testbin's helm on PATH too.
-    testbin = localkube_layout.testbin_dir()
-    env = {**os.environ, **helm_environment(), "PATH": f"{testbin / 'helm'}:{testbin / 'kube'}:{os.environ['PATH']}"}
-    script = "set -euxo pipefail\n" + readme_quickstart()
     # The quickstart installs the release `etcd-operator` itself, on a cluster without an operator.
     with operator.set_aside():
         try:
-            result = subprocess.run(
-                ["bash", "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900
-            )
-            assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+            result = run_as_printed(doc_commands.block("README.md", "helm install etcd-operator"))
             assert "demo" in result.stdout and "Running" in result.stdout, result.stdout
         finally:
             helm("uninstall", "etcd-operator", "-n", "etcd-operator", check=False)
@@ -338,6 +347,66 @@ def test_the_readme_quickstart_runs_as_printed(operator):
                 "--timeout=120s",
                 check=False,
             )
+
+
+def test_the_install_page_commands_run_as_printed(operator):
+    """docs/install.md's Helm install, then its restricted label: the operator's pods, made
+    again under that label, are admitted."""
+    if operator.release is None:
+        pytest.skip("the install page installs the chart itself (E2E_TARGET=external)")
+    with operator.set_aside():
+        try:
+            run_as_printed(doc_commands.block("docs/install.md", "helm install etcd-operator"))
+            labels = kubectl_json("get", "namespace", "etcd-operator")["metadata"]["labels"]
+            assert labels.get("pod-security.kubernetes.io/enforce") == "restricted", labels
+            before = operator_pods("etcd-operator")
+            kubectl("rollout", "restart", "deployment/etcd-operator", "-n", "etcd-operator")
+            kubectl("rollout", "status", "deployment/etcd-operator", "-n", "etcd-operator", "--timeout=110s")
+            after = operator_pods("etcd-operator")
+            assert after and not after & before, (before, after)
+        finally:
+            helm("uninstall", "etcd-operator", "-n", "etcd-operator", check=False)
+            kubectl("delete", "namespace", "etcd-operator", "--ignore-not-found", "--timeout=120s", check=False)
+
+
+def test_the_sharding_page_commands_run_as_printed(operator, tmp_path):
+    """docs/operations/sharding.md's two releases and its cluster of shard b: shard b claims
+    the cluster and its backup with its own finalizer and runs it, shard a leaves them alone.
+    kubectl's namespace is the journey's (the page's `kubectl apply` names none)."""
+    if operator.release is None:
+        pytest.skip("the sharding page installs the chart itself (E2E_TARGET=external)")
+    namespace = journey_namespace("sharding")
+    kubectl("create", "namespace", namespace)
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(pathlib.Path(os.environ["KUBECONFIG"]).read_text())
+    kubectl("config", "set-context", "--current", f"--namespace={namespace}", f"--kubeconfig={kubeconfig}")
+    printed = doc_commands.block("docs/operations/sharding.md", "helm install etcd-shard-a")
+    with operator.set_aside():
+        try:
+            run_as_printed(printed, str(kubeconfig))
+            for release in ("etcd-shard-a", "etcd-shard-b"):
+                kubectl(
+                    "wait",
+                    "deployment",
+                    "-n",
+                    "etcd-operator",
+                    "-l",
+                    f"app.kubernetes.io/instance={release}",
+                    "--for=condition=Available",
+                    "--timeout=110s",
+                )
+            cluster = wait_available(namespace, "orders", 3)
+            backup = get("etcdbackup", namespace, "orders-hourly")
+            for obj in (cluster, backup):
+                finalizers = obj["metadata"].get("finalizers") or []
+                assert "etcd.operator.dev/finalizer-b" in finalizers, finalizers
+                assert "etcd.operator.dev/finalizer-a" not in finalizers, finalizers
+            # Deleted while shard b runs, so that it releases them.
+            kubectl("delete", "etcdbackups,etcdclusters", "--all", "-n", namespace, "--timeout=110s")
+        finally:
+            for release in ("etcd-shard-a", "etcd-shard-b"):
+                helm("uninstall", release, "-n", "etcd-operator", check=False)
+            kubectl("delete", "namespace", "etcd-operator", "--ignore-not-found", "--timeout=120s", check=False)
 
 
 def test_helm_upgrade_and_uninstall_leave_a_running_cluster_alone(operator):

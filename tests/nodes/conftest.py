@@ -28,18 +28,3 @@ def namespace(request, nodes_api, kubectl_on_real_nodes):
         print_events(client.CoreV1Api(nodes_api), name)
         print_operator_pod_logs(chart_release.NAMESPACE)
     kubectl("delete", "namespace", name, "--wait=false", check=False)
-
-
-@pytest.fixture(scope="module")
-def nodes_to_the_module(real_nodes_use):
-    """For a module that stops, partitions, drains or deletes nodes: the other run's tests on
-    the nodes (tests/nodes/host_operator) wait until it is done (tests/support/shared_real_nodes.py)."""
-    with real_nodes_use.nodes_to_itself():
-        yield
-
-
-@pytest.fixture
-def nodes_to_the_test(real_nodes_use):
-    """As `nodes_to_the_module`, for one test."""
-    with real_nodes_use.nodes_to_itself():
-        yield

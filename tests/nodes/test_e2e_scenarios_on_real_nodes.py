@@ -9,12 +9,11 @@ from __future__ import annotations
 import os
 import pathlib
 import subprocess
-import sys
 
 import pytest
 
 from localkube import controlplane
-from tests.support import chart_release
+from tests.support import chart_release, doc_commands
 
 pytestmark = [pytest.mark.substrate, pytest.mark.real_nodes]
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -34,8 +33,11 @@ def test_e2e_scenarios_pass_in_external_mode(real_nodes, operator_release):
         "E2E_S3_SECRET_KEY": s3["AWS_SECRET_ACCESS_KEY"],
         "E2E_S3_REGION": s3["S3_REGION"],
     }
+    # docs/development.md's command, with this substrate's values for the variables it names.
+    printed, argv = doc_commands.command("docs/development.md", "E2E_TARGET=external")
+    assert set(printed) <= set(env), f"docs/development.md names {sorted(set(printed) - set(env))}, not set here"
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "e2e/scenarios", "-q", "-p", "no:cacheprovider", "-k", ONE_SCENARIO],
+        [*argv, "-q", "-p", "no:cacheprovider", "-k", ONE_SCENARIO],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-JOURNEYS = ("demo", "before-cluster", "before-secret", "propagation", "operator-down", "helm")
+JOURNEYS = ("demo", "before-cluster", "before-secret", "propagation", "operator-down", "sharding", "helm")
 SESSION = uuid.uuid4().hex[:5]
 
 

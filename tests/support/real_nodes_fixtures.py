@@ -1,6 +1,6 @@
 """The session's real nodes and the operator the chart installs on them, as pytest fixtures:
-a plugin, registered by the tiers that run there (tests/nodes/conftest.py, e2e/journeys and
-e2e/scenarios through e2e/target.py), not by the root conftest, so that the pure tiers
+a plugin, registered by the tiers that run there (tests/nodes/conftest.py, e2e/tests/conftest.py,
+e2e/journeys and e2e/scenarios through e2e/target.py), not by the root conftest, so that the pure tiers
 (tests/unit, tests/sim) load nothing of the harness. Registered once per session however
 many tiers ask (`register`), so that the tiers of one session share one instance and one release."""
 
@@ -30,7 +30,7 @@ def real_nodes_use():
     """Real nodes (`localkube up --nodes real`), rooted in <checkout>/.localkube/realnodes-test,
     so that the checkout's own instance (`make up`) and the node agent's test instance can run
     beside it; shared with the other pytest runs of `make test` that use it at the same time
-    (tests/support/shared_real_nodes.py); `make down` stops it too. tests/nodes/test_real_nodes.py
+    (tests/support/shared_real_nodes.py); `make down` stops it too. e2e/tests/test_real_nodes.py
     takes it down after everything else on it, to check the host."""
     with shared_real_nodes.used(REAL_NODES_ROOT) as use:
         yield use
@@ -45,6 +45,21 @@ def real_nodes(real_nodes_use):
 def host_before(real_nodes_use):
     """The host as found, before the real nodes started."""
     return real_nodes_use.host_before()
+
+
+@pytest.fixture(scope="module")
+def nodes_to_the_module(real_nodes_use):
+    """For a module that stops, partitions, drains or deletes nodes: the other run's tests on
+    the nodes (tests/nodes/host_operator) wait until it is done (tests/support/shared_real_nodes.py)."""
+    with real_nodes_use.nodes_to_itself():
+        yield
+
+
+@pytest.fixture
+def nodes_to_the_test(real_nodes_use):
+    """As `nodes_to_the_module`, for one test."""
+    with real_nodes_use.nodes_to_itself():
+        yield
 
 
 @pytest.fixture(scope="session")
@@ -66,7 +81,7 @@ def operator_release(real_nodes):
     """The operator on the real nodes as users install it: the chart from this checkout, the
     image built here, restricted Pod Security (tests/support/chart_release.py)."""
     # The instance keeps its data between sessions: a release an earlier session left
-    # (test_real_nodes.py takes the nodes down before this teardown) goes first.
+    # (e2e/tests/test_real_nodes.py takes the nodes down before this teardown) goes first.
     chart_release.uninstall(real_nodes.kubeconfig)
     chart_release.install(real_nodes.kubeconfig)
     yield chart_release.RELEASE

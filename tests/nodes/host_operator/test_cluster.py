@@ -10,6 +10,7 @@ import json
 import pytest
 
 from etcd_operator.core.cluster import naming
+from tests.support import doc_commands
 from tests.support.cluster_checks import (
     assert_all_acked_writes_present,
     etcdctl,
@@ -123,7 +124,9 @@ def test_quorum_loss_waits_for_approval_then_recovers_from_the_best_survivor(nam
     pvcs = kubectl_json("get", "pvc", "-n", namespace)["items"]
     assert {p["metadata"]["name"] for p in pvcs} >= {naming.pvc_name(n) for n in pods}
 
-    kubectl("annotate", "etcdcluster", "q", "-n", namespace, f"{naming.ANNOTATION_APPROVE_QUORUM_RECOVERY}=true")
+    # The approval as docs/operations/healing.md prints it.
+    _, approve = doc_commands.command("docs/operations/healing.md", "kubectl annotate etcdcluster", NAME="q")
+    kubectl(*approve[1:], "-n", namespace)
     obj = wait_healthy(namespace, "q", 3, timeout=400)
     assert condition(obj, "QuorumLost")["status"] == "False"
     assert_all_acked_writes_present(member_endpoints(namespace, "q"), writer)
