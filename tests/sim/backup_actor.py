@@ -263,7 +263,7 @@ class BackupActor:
         deleting_copy = self.deleting
         observed = self.observe(deleting_copy, cluster_copy, state)
         when = datetime.datetime.fromtimestamp(now, UTC)
-        step = backup_planner.plan(self.spec, state, observed, when)
+        step = backup_planner.plan(self.spec, state, observed, now)
         self.last_step = step
         self.decided_on_deletion = deleting_copy or (cluster_copy is not None and cluster_copy.deleting)
         if self.deletion_mid_pass and isinstance(step, CREATING):

@@ -47,7 +47,7 @@ def test_a_refused_backup_runs_nothing_and_says_why_in_its_conditions():
         (ScheduleSpec("0 * * * *"), RunState()),
         (ScheduleSpec("0 * * * *"), RunState(slot_in_progress="20261121T120000Z")),
     ]:
-        step = plan(spec, state, refused, T0)
+        step = plan(spec, state, refused, T0.timestamp())
         assert isinstance(step, s.RefuseCredentials) and step.reason == AMBIENT_NOT_ALLOWED
     assert delay_after(step, T0) is None  # only a new install setting or spec changes it
     status = build_status(step, s.NOTHING_DONE, {}, 1, "2026-11-21T12:00:01Z")
@@ -55,7 +55,7 @@ def test_a_refused_backup_runs_nothing_and_says_why_in_its_conditions():
     degraded = condition(status, "Degraded")
     assert (degraded["status"], degraded["reason"], degraded["message"]) == ("True", AMBIENT_NOT_ALLOWED, refusal)
     # Allowed later, the one-shot backup still runs: the refusal did not fail it.
-    allowed = plan(ScheduleSpec(None), RunState.from_dict(status), Observed(T0, 1), T0)
+    allowed = plan(ScheduleSpec(None), RunState.from_dict(status), Observed(T0, 1), T0.timestamp())
     assert isinstance(allowed, s.StartSlot)
 
 

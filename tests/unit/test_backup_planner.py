@@ -45,7 +45,7 @@ def text(moment: datetime.datetime) -> str:
 
 @pytest.mark.parametrize("expression", ["0 0 31 2 *", "0 0 30 2 *", "0 0 31 4 *", "0 0 31 2 * */30"])
 def test_a_schedule_that_never_fires_is_refused(expression):
-    step = plan(ScheduleSpec(expression), RunState(), CREATED, at(0))
+    step = plan(ScheduleSpec(expression), RunState(), CREATED, at(0).timestamp())
     assert isinstance(step, s.RefuseSchedule) and step.reason == schedule.NEVER_FIRES
 
 
@@ -54,7 +54,7 @@ def test_a_schedule_that_never_fires_is_refused(expression):
 )  # 2100 is no leap year
 def test_february_29_is_a_schedule_that_fires(now):
     assert schedule.problem("0 0 29 2 *", now) is None
-    step = plan(ScheduleSpec("0 0 29 2 *"), RunState(), Observed(now, 1), now)
+    step = plan(ScheduleSpec("0 0 29 2 *"), RunState(), Observed(now, 1), now.timestamp())
     assert isinstance(step, s.WaitForSlot) and (step.next_slot.month, step.next_slot.day) == (2, 29)
 
 
@@ -74,7 +74,7 @@ def test_a_schedule_faster_than_the_floor_is_refused_by_its_fires_not_its_text(e
     problem = schedule.problem(expression, at(0))
     assert problem is not None and problem.reason == schedule.TOO_FREQUENT
     assert f"{gap}s apart" in problem.message
-    step = plan(ScheduleSpec(expression), RunState(), CREATED, at(0))
+    step = plan(ScheduleSpec(expression), RunState(), CREATED, at(0).timestamp())
     assert isinstance(step, s.RefuseSchedule) and step.reason == schedule.TOO_FREQUENT
 
 
@@ -84,40 +84,42 @@ def test_schedules_at_or_above_the_floor_are_accepted(expression):
 
 
 def test_not_a_cron_expression_is_refused():
-    step = plan(ScheduleSpec("every tuesday"), RunState(), CREATED, at(0))
+    step = plan(ScheduleSpec("every tuesday"), RunState(), CREATED, at(0).timestamp())
     assert isinstance(step, s.RefuseSchedule) and step.reason == schedule.INVALID_SCHEDULE
 
 
 def test_a_refused_schedule_runs_nothing_not_even_an_interrupted_slot():
     state = RunState(phase="Running", slot_in_progress="20261121T120000Z")
-    assert isinstance(plan(ScheduleSpec("0 0 31 2 *"), state, CREATED, at(0)), s.RefuseSchedule)
+    assert isinstance(plan(ScheduleSpec("0 0 31 2 *"), state, CREATED, at(0).timestamp()), s.RefuseSchedule)
 
 
 # --- scheduled runs ---------------------------------------------------------------------------
 
 
 def test_a_due_slot_is_recorded_before_it_runs_then_run_under_the_same_name():
-    step = plan(ScheduleSpec("*/10 * * * *"), RunState(), CREATED, at(10.5))
+    step = plan(ScheduleSpec("*/10 * * * *"), RunState(), CREATED, at(10.5).timestamp())
     assert isinstance(step, s.StartSlot) and step.slot_time == at(10) - datetime.timedelta(seconds=1)
     status = build_status(step, s.NOTHING_DONE, {}, 1, text(at(10.5)))
     assert status["progress"]["slot"] == step.slot and status["lastScheduleTime"] == text(step.slot_time)
-    following = plan(ScheduleSpec("*/10 * * * *"), RunState.from_dict(status), CREATED, at(10.5))
+    following = plan(ScheduleSpec("*/10 * * * *"), RunState.from_dict(status), CREATED, at(10.5).timestamp())
     assert following == s.RunBackup(slot=step.slot, one_shot=False, message=following.message)
 
 
 def test_an_interrupted_slot_is_finished_before_a_later_slot_starts():
     state = RunState(phase="Running", slot_in_progress="20261121T121000Z", last_slot=at(10))
-    step = plan(ScheduleSpec("*/10 * * * *"), state, CREATED, at(95))
+    step = plan(ScheduleSpec("*/10 * * * *"), state, CREATED, at(95).timestamp())
     assert isinstance(step, s.RunBackup) and step.slot == "20261121T121000Z"
 
 
 def test_suspended_starts_nothing_not_even_an_interrupted_slot():
     for state in (RunState(), RunState(phase="Running", slot_in_progress="20261121T121000Z")):
-        assert isinstance(plan(ScheduleSpec("*/10 * * * *", suspend=True), state, CREATED, at(95)), s.Suspend)
+        assert isinstance(
+            plan(ScheduleSpec("*/10 * * * *", suspend=True), state, CREATED, at(95).timestamp()), s.Suspend
+        )
 
 
 def test_between_slots_it_waits_for_the_next():
-    step = plan(ScheduleSpec("*/10 * * * *"), RunState(last_slot=at(10)), CREATED, at(15))
+    step = plan(ScheduleSpec("*/10 * * * *"), RunState(last_slot=at(10)), CREATED, at(15).timestamp())
     assert isinstance(step, s.WaitForSlot) and step.next_slot == at(20) - datetime.timedelta(seconds=1)
 
 
@@ -125,26 +127,32 @@ def test_between_slots_it_waits_for_the_next():
 
 
 def test_one_shot_runs_once_then_is_idle():
-    step = plan(ScheduleSpec(None), RunState(), CREATED, at(0))
+    step = plan(ScheduleSpec(None), RunState(), CREATED, at(0).timestamp())
     assert step == s.StartSlot(
         slot=one_shot_slot(CREATED), slot_time=None, next_slot=None, one_shot=True, message=step.message
     )
     assert isinstance(
-        plan(ScheduleSpec(None), RunState(phase="Running", slot_in_progress=step.slot), CREATED, at(1)), s.RunBackup
+        plan(ScheduleSpec(None), RunState(phase="Running", slot_in_progress=step.slot), CREATED, at(1).timestamp()),
+        s.RunBackup,
     )
     assert isinstance(
-        plan(ScheduleSpec(None), RunState(phase="Completed", observed_generation=1), CREATED, at(2)), s.Idle
+        plan(ScheduleSpec(None), RunState(phase="Completed", observed_generation=1), CREATED, at(2).timestamp()), s.Idle
     )
     assert isinstance(
-        plan(ScheduleSpec(None), RunState(phase="Completed", observed_generation=1), Observed(T0, generation=2), at(2)),
+        plan(
+            ScheduleSpec(None),
+            RunState(phase="Completed", observed_generation=1),
+            Observed(T0, generation=2),
+            at(2).timestamp(),
+        ),
         s.Idle,
     )
 
 
 def test_a_failed_one_shot_runs_again_only_after_its_spec_changed():
     failed = RunState(phase="Failed", observed_generation=1)
-    assert isinstance(plan(ScheduleSpec(None), failed, CREATED, at(5)), s.Idle)
-    assert isinstance(plan(ScheduleSpec(None), failed, Observed(T0, generation=2), at(5)), s.StartSlot)
+    assert isinstance(plan(ScheduleSpec(None), failed, CREATED, at(5).timestamp()), s.Idle)
+    assert isinstance(plan(ScheduleSpec(None), failed, Observed(T0, generation=2), at(5).timestamp()), s.StartSlot)
 
 
 # --- edits that must bring a backup back to life ----------------------------------------------
@@ -153,7 +161,7 @@ def test_a_failed_one_shot_runs_again_only_after_its_spec_changed():
 def pass_once(
     spec: ScheduleSpec, status: dict, observed: Observed, now: datetime.datetime, outcome: s.Outcome = s.NOTHING_DONE
 ) -> tuple[s.Step, dict]:
-    step = plan(spec, RunState.from_dict(status), observed, now)
+    step = plan(spec, RunState.from_dict(status), observed, now.timestamp())
     if isinstance(step, s.RunBackup) and outcome is s.NOTHING_DONE:
         outcome = succeeded(step.slot)
     written = build_status(step, outcome, status, observed.generation, text(now))
@@ -188,7 +196,7 @@ def test_a_schedule_added_to_a_finished_one_shot_starts_running():
 
 def test_a_quiet_pass_writes_nothing():
     _, status = pass_once(ScheduleSpec("*/10 * * * *"), {}, CREATED, at(3))
-    step = plan(ScheduleSpec("*/10 * * * *"), RunState.from_dict(status), CREATED, at(4))
+    step = plan(ScheduleSpec("*/10 * * * *"), RunState.from_dict(status), CREATED, at(4).timestamp())
     assert changes(status, build_status(step, s.NOTHING_DONE, status, 1, text(at(4)))) == {}
 
 
@@ -206,7 +214,7 @@ def test_no_slot_is_started_twice_and_runs_only_finish_recorded_slots(history):
     reported: list[str] = []
     for advance, event in history:
         minutes += advance
-        step = plan(spec, RunState.from_dict(status), CREATED, at(minutes))
+        step = plan(spec, RunState.from_dict(status), CREATED, at(minutes).timestamp())
         outcome: s.Outcome = s.NOTHING_DONE
         if isinstance(step, s.RunBackup):
             assert step.slot == status["progress"]["slot"]
@@ -278,7 +286,7 @@ def verify_pass(
     observed = CREATED
     if state.verification is not None and state.verification.in_progress:
         observed = Observed(T0, 1, scratch_pod=pod, scratch_pod_observed=True)
-    step = plan(spec, state, observed, now)
+    step = plan(spec, state, observed, now.timestamp())
     written = build_status(step, executed(step) if outcome is None else outcome, status, 1, text(now))
     events = verification_events(status, written)
     return step, merge_patch(status, changes(status, written)), events
@@ -477,10 +485,10 @@ def retry_due_status(last_key: str = "k1", since: int = 0, recent: tuple[str, ..
 
 def test_a_due_backup_slot_comes_before_a_retry():
     spec = ScheduleSpec("*/10 * * * *", verification=VerificationPolicy(True))
-    step = plan(spec, RunState.from_dict(retry_due_status()), CREATED, at(10.5))
+    step = plan(spec, RunState.from_dict(retry_due_status()), CREATED, at(10.5).timestamp())
     assert isinstance(step, s.StartSlot)
     following = {**retry_due_status(), "lastScheduleTime": text(at(10) - datetime.timedelta(seconds=1))}
-    step = plan(spec, RunState.from_dict(following), CREATED, at(10.5))
+    step = plan(spec, RunState.from_dict(following), CREATED, at(10.5).timestamp())
     assert step == s.StartVerification(key="k1", attempt=2, message=step.message)
 
 
@@ -490,25 +498,25 @@ def test_a_newer_backup_the_policy_would_verify_wins_over_a_retry_of_an_older_on
     assert step == s.StartVerification(key="k2", attempt=1, message=step.message)
     assert status["verification"] == {"key": "k2", "attempts": 1, "startTime": text(at(3))}
     every_third = ScheduleSpec("0 0 * * *", verification=VerificationPolicy(True, every_n=3))
-    step = plan(every_third, RunState.from_dict(newer), CREATED, at(3))
+    step = plan(every_third, RunState.from_dict(newer), CREATED, at(3).timestamp())
     assert step == s.StartVerification(key="k1", attempt=2, message=step.message)
 
 
 def test_no_retry_once_the_backup_left_status():
     gone = retry_due_status("k2", since=1, recent=("k2",))
     every_third = ScheduleSpec("0 0 * * *", verification=VerificationPolicy(True, every_n=3))
-    step = plan(every_third, RunState.from_dict(gone), CREATED, at(3))
+    step = plan(every_third, RunState.from_dict(gone), CREATED, at(3).timestamp())
     assert isinstance(step, s.WaitForSlot) and step.recheck_at is None
 
 
 def test_a_completed_one_shot_backup_wakes_up_for_its_retry():
     one_shot = ScheduleSpec(None, verification=VerificationPolicy(True))
     waiting = {**retry_due_status(), "phase": "Completed"}
-    step = plan(one_shot, RunState.from_dict(waiting), CREATED, at(1.5))
+    step = plan(one_shot, RunState.from_dict(waiting), CREATED, at(1.5).timestamp())
     assert isinstance(step, s.Idle) and step.recheck_at == at(2)
     assert delay_after(step, at(1.5)) == 30.0
-    assert plan(one_shot, RunState.from_dict(waiting), CREATED, at(2)) == s.StartVerification(
-        key="k1", attempt=2, message=plan(one_shot, RunState.from_dict(waiting), CREATED, at(2)).message
+    assert plan(one_shot, RunState.from_dict(waiting), CREATED, at(2).timestamp()) == s.StartVerification(
+        key="k1", attempt=2, message=plan(one_shot, RunState.from_dict(waiting), CREATED, at(2).timestamp()).message
     )
 
 
@@ -545,7 +553,7 @@ def test_whatever_happens_only_the_recorded_pod_is_compared_and_attempts_stay_bo
         }[event]
         state = RunState.from_dict(status)
         observed = Observed(T0, 1, scratch_pod=pod, scratch_pod_observed=True)
-        step = plan(DAILY, state, observed, at(minutes))
+        step = plan(DAILY, state, observed, at(minutes).timestamp())
         if isinstance(step, s.FinishVerification) and step.pod_uid is not None:
             assert step.pod_uid == recorded
         if isinstance(step, s.DeleteStrayScratchPod):

@@ -58,7 +58,7 @@ def one_pass(
 ) -> tuple[s.Step, dict, list]:
     """A pass as the controller makes it: the step, the status as the API server then has
     it, and the run's events. A run succeeds unless `run` says otherwise."""
-    step = plan(spec, RunState.from_dict(status), observed or seen(), now)
+    step = plan(spec, RunState.from_dict(status), observed or seen(), now.timestamp())
     outcome: s.Outcome = s.NOTHING_DONE
     if isinstance(step, s.RunBackup):
         outcome = run or s.RunSucceeded(record={"key": f"p/ns/b/{step.slot}.db"}, completed_at=text(now))
@@ -107,7 +107,9 @@ def test_a_due_run_waits_pending_for_what_is_missing_and_says_what(prerequisites
     assert progressing["observedGeneration"] == 1 and progressing["lastTransitionTime"] == text(now)
     assert delay_after(step, now) == PREREQUISITE_RECHECK  # looked at again soon, not only on a spec change
     # Waiting longer writes nothing; the condition's transition time stays.
-    again = plan(spec, RunState.from_dict(status), seen(prerequisites), now + datetime.timedelta(seconds=3))
+    again = plan(
+        spec, RunState.from_dict(status), seen(prerequisites), (now + datetime.timedelta(seconds=3)).timestamp()
+    )
     assert (
         changes(status, build_status(again, s.NOTHING_DONE, status, 1, text(now + datetime.timedelta(seconds=3)))) == {}
     )
@@ -125,7 +127,7 @@ def test_a_due_run_waits_pending_for_what_is_missing_and_says_what(prerequisites
 def test_a_cluster_that_has_served_is_not_waited_for(cluster):
     """Bootstrapping is "not served yet"; a cluster that served and lost members is tried
     (and a failed attempt retried), so that an outage still shows as a failure."""
-    step = plan(ONE_SHOT, RunState(), seen(Prerequisites("ns", "db", cluster)), at(0))
+    step = plan(ONE_SHOT, RunState(), seen(Prerequisites("ns", "db", cluster)), at(0).timestamp())
     assert isinstance(step, s.StartSlot)
 
 
@@ -180,7 +182,7 @@ def test_nothing_is_started_for_a_backup_being_deleted(spec, status):
         spec,
         RunState.from_dict(status),
         Observed(T0, 1, scratch_pod_observed=True, deleting=True, prerequisites=READY),
-        at(601),
+        at(601).timestamp(),
     )
     assert isinstance(step, s.Idle) and "being deleted" in step.message
 
@@ -225,7 +227,9 @@ def test_a_transient_failure_is_retried_with_backoff_under_the_same_slot_until_b
     assert [e[:2] for e in events] == [("Warning", "BackupFailed")] and "backoffLimit (6)" in events[0][2]
     assert condition(status, "Progressing")["reason"] == "BackoffLimitExceeded"
     assert "backoffLimit" in condition(status, "Degraded")["message"]
-    assert isinstance(plan(spec, RunState.from_dict(status), seen(), now + datetime.timedelta(hours=1)), s.Idle)
+    assert isinstance(
+        plan(spec, RunState.from_dict(status), seen(), (now + datetime.timedelta(hours=1)).timestamp()), s.Idle
+    )
 
 
 def test_the_retry_after_a_success_ends_and_the_attempts_stay_in_status():
@@ -253,7 +257,7 @@ def test_a_permanent_cause_fails_at_once(failure):
     assert status["phase"] == "Failed" and "nextAttemptTime" not in status and status["failedAttempts"] == 1
     assert [e[:2] for e in events] == [("Warning", "BackupFailed")] and "does not pass by itself" in events[0][2]
     assert condition(status, "Degraded")["reason"] == failure.reason
-    assert isinstance(plan(ONE_SHOT, RunState.from_dict(status), seen(), at(3600)), s.Idle)
+    assert isinstance(plan(ONE_SHOT, RunState.from_dict(status), seen(), at(3600).timestamp()), s.Idle)
 
 
 def test_waiting_for_the_cluster_does_not_use_an_attempt():
@@ -341,7 +345,7 @@ def test_a_newer_due_slot_wins_over_a_retry_of_an_older_one_and_only_one_slot_is
     assert (status["attempts"], status["failedAttempts"]) == (1, 0)
     run, status, _ = one_pass(spec, status, at(1200))
     assert run.slot == newer.slot and run.attempt == 1  # the old slot is never run again
-    assert isinstance(plan(spec, RunState.from_dict(status), seen(), at(1300)), s.WaitForSlot)
+    assert isinstance(plan(spec, RunState.from_dict(status), seen(), at(1300).timestamp()), s.WaitForSlot)
 
 
 def test_a_scheduled_slot_that_used_its_retries_waits_for_the_next_fire():
@@ -352,7 +356,7 @@ def test_a_scheduled_slot_that_used_its_retries_waits_for_the_next_fire():
     _, status, events = one_pass(spec, status, at(3610), run=NO_MEMBER)
     assert status["phase"] == "Scheduled" and "nextAttemptTime" not in status
     assert [e[1] for e in events] == ["BackupFailed"]
-    assert isinstance(plan(spec, RunState.from_dict(status), seen(), at(3700)), s.WaitForSlot)
+    assert isinstance(plan(spec, RunState.from_dict(status), seen(), at(3700).timestamp()), s.WaitForSlot)
 
 
 # --- whole histories ------------------------------------------------------------------------------
@@ -384,7 +388,7 @@ def test_retries_reuse_their_slot_stay_bounded_and_never_overlap_another_slot(hi
     for advance, event in history:
         seconds += advance
         observed = seen(observed_for.get(event, READY))
-        step = plan(spec, RunState.from_dict(status), observed, at(seconds))
+        step = plan(spec, RunState.from_dict(status), observed, at(seconds).timestamp())
         if event in observed_for:
             assert not isinstance(step, (s.StartSlot, s.RetrySlot, s.RunBackup))
         outcome: s.Outcome = s.NOTHING_DONE

@@ -50,25 +50,32 @@ def test_scheduled_backups_are_verified_by_default_one_shot_ones_only_when_asked
 
 def test_every_backup_is_verified_once_before_the_next_slot_starts():
     state = RunState(last_slot=at(0), last_backup_key="k1", backups_since_verification=1)
-    step = plan(ScheduleSpec(EVERY_MINUTE, verification=VerificationPolicy(True)), state, CREATED, at(5))
+    step = plan(ScheduleSpec(EVERY_MINUTE, verification=VerificationPolicy(True)), state, CREATED, at(5).timestamp())
     assert step == s.StartVerification(key="k1", attempt=1, message="verifying k1")
     done = dataclasses.replace(state, last_verification_key="k1", backups_since_verification=0)
     assert isinstance(
-        plan(ScheduleSpec(EVERY_MINUTE, verification=VerificationPolicy(True)), done, CREATED, at(5)), s.StartSlot
+        plan(ScheduleSpec(EVERY_MINUTE, verification=VerificationPolicy(True)), done, CREATED, at(5).timestamp()),
+        s.StartSlot,
     )
 
 
 def test_a_recorded_slot_is_finished_before_any_verification():
     state = RunState(slot_in_progress="x", last_backup_key="k1", backups_since_verification=3)
     assert isinstance(
-        plan(ScheduleSpec(EVERY_MINUTE, verification=VerificationPolicy(True)), state, CREATED, at(5)), s.RunBackup
+        plan(ScheduleSpec(EVERY_MINUTE, verification=VerificationPolicy(True)), state, CREATED, at(5).timestamp()),
+        s.RunBackup,
     )
 
 
 @pytest.mark.parametrize("since, due", [(1, False), (2, False), (3, True)])
 def test_every_nth_backup(since, due):
     state = RunState(last_slot=at(0), last_backup_key="k", backups_since_verification=since)
-    step = plan(ScheduleSpec(EVERY_MINUTE, verification=VerificationPolicy(True, every_n=3)), state, CREATED, at(0.5))
+    step = plan(
+        ScheduleSpec(EVERY_MINUTE, verification=VerificationPolicy(True, every_n=3)),
+        state,
+        CREATED,
+        at(0.5).timestamp(),
+    )
     assert isinstance(step, s.StartVerification) is due
 
 
@@ -81,17 +88,19 @@ def test_its_own_schedule():
         last_verification_slot=T0.replace(minute=0, second=0),
     )
     assert not isinstance(
-        plan(ScheduleSpec(EVERY_MINUTE, verification=policy), state, CREATED, at(0.5)), s.StartVerification
+        plan(ScheduleSpec(EVERY_MINUTE, verification=policy), state, CREATED, at(0.5).timestamp()), s.StartVerification
     )
-    step = plan(ScheduleSpec(EVERY_MINUTE, verification=policy), state, CREATED, at(61))
+    step = plan(ScheduleSpec(EVERY_MINUTE, verification=policy), state, CREATED, at(61).timestamp())
     assert isinstance(step, s.StartVerification) and step.slot_time == T0.replace(hour=13, minute=0, second=0)
 
 
 def test_suspended_or_refused_runs_no_verification():
     state = RunState(last_backup_key="k", backups_since_verification=1)
     policy = VerificationPolicy(True)
-    assert isinstance(plan(ScheduleSpec(EVERY_MINUTE, True, policy), state, CREATED, at(1)), s.Suspend)
-    assert isinstance(plan(ScheduleSpec("0 0 31 2 *", False, policy), state, CREATED, at(1)), s.RefuseSchedule)
+    assert isinstance(plan(ScheduleSpec(EVERY_MINUTE, True, policy), state, CREATED, at(1).timestamp()), s.Suspend)
+    assert isinstance(
+        plan(ScheduleSpec("0 0 31 2 *", False, policy), state, CREATED, at(1).timestamp()), s.RefuseSchedule
+    )
 
 
 def manifest(**extra) -> Manifest:

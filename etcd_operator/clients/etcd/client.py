@@ -151,15 +151,6 @@ class EtcdMemberClient:
         )
         return _member(response.member), [_member(m) for m in response.members]
 
-    async def add_voter(self, peer_urls: list[str]) -> tuple[Member, list[Member]]:
-        response = await self._call(
-            "MemberAdd",
-            self._cluster.MemberAdd,
-            rpc.MemberAddRequest(peerURLs=peer_urls, isLearner=False),
-            mutating=True,
-        )
-        return _member(response.member), [_member(m) for m in response.members]
-
     async def promote(self, member_id: int) -> list[Member]:
         response = await self._call(
             "MemberPromote",

@@ -69,17 +69,20 @@ def one_shot_slot(observed: Observed) -> str:
     return "once-" + schedule.slot_name(observed.created)
 
 
-def plan(spec: ScheduleSpec, status: RunState, observed: Observed, now: datetime.datetime) -> s.Step:
-    """`status`: the run state recorded in the object's status (RunState.from_dict)."""
+def plan(spec: ScheduleSpec, status: RunState, observed: Observed, now: float) -> s.Step:
+    """`status`: the run state recorded in the object's status (RunState.from_dict); `now`:
+    the wall clock in seconds since the epoch (time.time()), as the restore and cluster
+    planners take it. The cron arithmetic works on it as an aware UTC datetime."""
+    at = datetime.datetime.fromtimestamp(now, datetime.UTC)
     if observed.deleting:
         return s.Idle(message="the EtcdBackup is being deleted; nothing is started for it")
     if observed.credentials_refusal:
         return s.RefuseCredentials(reason=AMBIENT_NOT_ALLOWED, message=observed.credentials_refusal)
     if status.verification is not None and status.verification.in_progress:
-        return verification_in_progress(status.verification, observed, now)
+        return verification_in_progress(status.verification, observed, at)
     if spec.schedule is None:
-        return _plan_one_shot(spec, status, observed, now)
-    return _plan_scheduled(spec, status, observed, now)
+        return _plan_one_shot(spec, status, observed, at)
+    return _plan_scheduled(spec, status, observed, at)
 
 
 def when_ready(step: s.Step, observed: Observed) -> s.Step:
