@@ -11,14 +11,9 @@ from collections.abc import Callable
 from etcd_operator.controllers.cluster.executor import PERMITTED_WHILE_HELD
 from etcd_operator.core.cluster import builders, naming
 from etcd_operator.core.cluster import steps as a
-from etcd_operator.core.cluster.observed import (
-    DefragmentationRecord,
-    Observed,
-    Operation,
-    PodAdmission,
-    SpaceRecoveryRecord,
-)
+from etcd_operator.core.cluster.observed import Observed, PodAdmission
 from etcd_operator.core.cluster.planner import QUORUM_RECOVERY, self_only_cluster
+from etcd_operator.core.cluster.recorded import ClusterStatus, DefragmentationRecord, Operation, SpaceRecoveryRecord
 from etcd_operator.core.cluster.spec import ClusterSpec
 from tests.sim.world import POD_REFUSAL, PVC, Pod, Refused, World, api_refuses_pod, peer_url
 
@@ -61,7 +56,9 @@ class Killed(Exception):
 class Context:
     world: World
     spec: ClusterSpec
+    status: ClusterStatus  # what the acting process's status records said when it planned
     observed: Observed
+    now: float  # the acting process's wall clock when it planned
     kill_at_kill_point: bool = False  # the operator dies after the first of two requests
     annotations: dict = dataclasses.field(default_factory=dict)  # the EtcdCluster's metadata.annotations
 
@@ -122,7 +119,9 @@ def do_nothing(ctx: Context, action: a.Step) -> None:
 
 
 def do_bootstrap(ctx: Context, action: a.BootstrapFirstMember) -> None:
-    _create_pod(ctx, action.member, None, self_only_cluster(ctx.observed, action.member), builders.STATE_NEW)
+    _create_pod(
+        ctx, action.member, None, self_only_cluster(ctx.status, ctx.observed, action.member), builders.STATE_NEW
+    )
 
 
 def do_start_restored(ctx: Context, action: a.StartRestoredMembers) -> None:
@@ -159,7 +158,7 @@ def do_settle(ctx: Context, action: a.SettleMemberPod) -> None:
     if pod is None:
         raise Refused(f"NotFound: pod {action.member}", not_yet=False)
     pod.member_id = action.member_id
-    pod.initial_cluster = self_only_cluster(ctx.observed, action.member)
+    pod.initial_cluster = self_only_cluster(ctx.status, ctx.observed, action.member)
     pod.initial_state = builders.STATE_EXISTING
     pod.force_new_cluster = False
     ctx.kill_point()
@@ -225,11 +224,11 @@ def _leader_group(ctx: Context):
 
 
 def _space_record(ctx: Context) -> SpaceRecoveryRecord:
-    return ctx.observed.space_recovery or SpaceRecoveryRecord(ctx.observed.now)
+    return ctx.status.space_recovery or SpaceRecoveryRecord(ctx.now)
 
 
 def do_begin_space_recovery(ctx: Context, action: a.BeginSpaceRecovery) -> Outcome:
-    return Outcome(True, status_fields={"spaceRecovery": SpaceRecoveryRecord(ctx.observed.now).to_dict()})
+    return Outcome(True, status_fields={"spaceRecovery": SpaceRecoveryRecord(ctx.now).to_dict()})
 
 
 def do_compact(ctx: Context, action: a.CompactRevisions) -> Outcome:
@@ -261,7 +260,7 @@ def do_finish_space_recovery(ctx: Context, action: a.FinishSpaceRecovery) -> Out
 
 def do_defragment_on_request(ctx: Context, action: a.DefragmentOnRequest) -> Outcome:
     do_defragment(ctx, a.Defragment(action.reason, action.member, action.member_id))
-    record = ctx.observed.defragmentation
+    record = ctx.status.defragmentation
     done = record.defragmented if record.token == action.token else ()
     record = dataclasses.replace(record, token=action.token, defragmented=tuple(sorted({*done, action.member})))
     return Outcome(True, status_fields={"defragmentation": record.to_dict()})
@@ -277,7 +276,7 @@ def do_expand_pvc(ctx: Context, action: a.ExpandMemberPVC) -> None:
 
 
 def do_begin_recovery(ctx: Context, action: a.BeginQuorumRecovery) -> Outcome:
-    operation = Operation(QUORUM_RECOVERY, action.member, action.member_id, ctx.observed.now)
+    operation = Operation(QUORUM_RECOVERY, action.member, action.member_id, ctx.now)
     return Outcome(True, status_fields={"operation": operation.to_dict()})
 
 
@@ -301,7 +300,7 @@ def do_force_new_cluster(ctx: Context, action: a.ForceNewCluster) -> None:
         ctx,
         action.member,
         action.member_id,
-        self_only_cluster(ctx.observed, action.member),
+        self_only_cluster(ctx.status, ctx.observed, action.member),
         builders.STATE_EXISTING,
         force_new_cluster=True,
     )

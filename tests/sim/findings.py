@@ -325,7 +325,7 @@ FIXED = {
         "learner that never catches up never removed)"
     ),
     "recovery_waits_on_broken_survivor_pod": (
-        "during a quorum recovery (status.operation set) plan() goes straight to _plan_quorum_recovery, so "
+        "during a quorum recovery (status.operation set) planner.next_step goes straight to _plan_quorum_recovery, so "
         "RestartFailedPod and the restart of a broken outdated pod never apply there: when the survivor's "
         "force-new pod is evicted (Failed) or stuck on a reverted bad image, recovery waits for it forever"
     ),

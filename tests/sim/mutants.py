@@ -48,7 +48,7 @@ class Mutant:
 # --- replacements (each is the original with one guard taken out) ---------------------------
 
 
-def _learners_promote_without_quorum(spec, observed, health_, names):
+def _learners_promote_without_quorum(spec, joins, observed, health_, names):
     for learner in health_.learners:
         name = names[learner.id] or learner.hex_id
         if learner.name:  # guard removed: `health.is_healthy(learner) and health.has_quorum`
@@ -140,7 +140,7 @@ def _member_healthy_without_alarms(observed, member_id):
     return status is not None and status.leader_id != 0 and not health.alarms_of(status)
 
 
-def _evidence_always(observed):
+def _evidence_always(status, observed):
     return True  # guard removed: quorum loss needs evidence
 
 
@@ -148,8 +148,8 @@ def _no_timeout(spec):
     return 0.0  # guard removed: the quorum-loss timeout
 
 
-def _add_learner_while_learner_pending(spec, observed, health_, names):
-    step = _ORIGINAL["_handle_learners"](spec, observed, health_, names)
+def _add_learner_while_learner_pending(spec, joins, observed, health_, names):
+    step = _ORIGINAL["_handle_learners"](spec, joins, observed, health_, names)
     if isinstance(step, a.Wait) and len(health_.voters) < spec.size and health_.has_quorum:
         # guard removed: no second membership change while a learner catches up
         return a.AddLearner("scaling up", naming.member_name(observed.cluster, planner.next_ordinal(observed)))
@@ -203,13 +203,13 @@ def _set_aside_forgetting_preserved_pvcs(status, observed, cluster):
 def _observe_reading_status_timers(world, status, *args):
     """The observation before cluster/timers.py: a member's unhealthy time is counted from
     status.members[].unhealthySince, read on the acting process's wall clock."""
-    observed, sightings = _observe(world, status, *args)
+    recorded, observed, now, sightings = _observe(world, status, *args)
     shown = {m.get("name"): parse_time(m.get("unhealthySince")) for m in status.get("members") or []}
     unhealthy_for = {
-        name: observed.now - shown[name] if shown.get(name) is not None else seconds
+        name: now - shown[name] if shown.get(name) is not None else seconds
         for name, seconds in observed.unhealthy_for.items()
     }
-    return dataclasses.replace(observed, unhealthy_for=unhealthy_for), sightings
+    return recorded, dataclasses.replace(observed, unhealthy_for=unhealthy_for), now, sightings
 
 
 _observe = runner.observe

@@ -1,4 +1,4 @@
-"""Runs one fault schedule: the real pure pass (carry_timers -> decide -> build_status)
+"""Runs one fault schedule: the real pure pass (carry_timers -> decision.plan -> build_status)
 against the model, its action applied through the model executor, invariants checked
 after every step. Deterministic for a seed."""
 
@@ -10,8 +10,9 @@ import random
 
 from etcd_operator.core.cluster import admission, builders, naming, pacing
 from etcd_operator.core.cluster import steps as a
-from etcd_operator.core.cluster.decision import decide
-from etcd_operator.core.cluster.observed import Member, RollRecord
+from etcd_operator.core.cluster.decision import plan
+from etcd_operator.core.cluster.observed import Member
+from etcd_operator.core.cluster.recorded import ClusterStatus, RollRecord
 from etcd_operator.core.cluster.spec import ClusterSpec
 from etcd_operator.core.cluster.status import build_status
 from etcd_operator.core.cluster.timers import Sightings
@@ -241,7 +242,9 @@ class Sim:
         self.stats: collections.Counter = collections.Counter()
         self.operator = Replica("op", self.world.now)
         self.status_unhealthy_for: dict = {}  # by member name, as status showed it before the last step
-        self.history: collections.deque = collections.deque(maxlen=6)  # (observed, status, spec) of past passes
+        self.history: collections.deque = collections.deque(
+            maxlen=6
+        )  # (recorded, observed, now, status, spec) of past passes
         self.stale_until = -1
         self.stale_lag = 0
         self.stale_status: dict | None = None
@@ -598,13 +601,13 @@ class Sim:
         spec = self.spec
         unreachable = self.unreachable_now()
         annotations = self.cluster_copy().annotations if self.restore_at is not None else self.annotations
-        observed, self.operator.sightings = observe(
+        recorded, observed, now, self.operator.sightings = observe(
             w, self.status, annotations, unreachable, self.skew, self.operator.sightings, self.operator.monotonic(w.now)
         )
         observed = admission.carry(observed, self.operator.admissions, self.operator.monotonic(w.now))
         self.operator.saw(observed, w.now)
-        self.status_unhealthy_for = status_unhealthy_for(self.status, observed.now)
-        decision = decide(spec, observed, self.spec_dict)
+        self.status_unhealthy_for = status_unhealthy_for(self.status, now)
+        decision = plan(spec, recorded, observed, now, stored_spec=self.spec_dict)
         self.last_decision = decision
         try:
             inv.diagnosis_matches_truth(w, decision.health, unreachable, bool(w.foreign))
@@ -629,7 +632,9 @@ class Sim:
         mode = self.rng.choice(("before", "mid", "after")) if killed else None
         outcome = self.apply(
             decision,
+            recorded,
             observed,
+            now,
             "op",
             kill_mid=mode == "mid",
             skip=mode == "before",
@@ -639,13 +644,15 @@ class Sim:
             self.operator.admissions = admission.remember(
                 self.operator.admissions, outcome.admission, self.operator.monotonic(w.now)
             )
-        self.history.append((observed, self.status, spec))
+        self.history.append((recorded, observed, now, self.status, spec))
         if mode is None and not outcome.aborted:
             self.status = merge_patch(
                 self.status,
                 build_status(
                     spec,
+                    recorded,
                     observed,
+                    now,
                     decision.health,
                     decision.action,
                     list(decision.conditions),
@@ -745,18 +752,20 @@ class Sim:
         """A replica that lost its lease keeps acting on what it saw `stale_lag` passes ago."""
         if len(self.history) <= self.stale_lag:
             return
-        observed, status, spec = self.history[-1 - self.stale_lag]
-        decision = decide(spec, observed)
+        recorded, observed, now, status, spec = self.history[-1 - self.stale_lag]
+        decision = plan(spec, recorded, observed, now)
         if not isinstance(decision.action, (a.Steady, a.Wait)):
             self.stale_acted = True
-        outcome = self.apply(decision, observed, "stale", spec=spec)
+        outcome = self.apply(decision, recorded, observed, now, "stale", spec=spec)
         if self.rng.random() < 0.5 and not outcome.aborted:
             self.stale_acted = True  # its old timers and operation land in status
             self.status = merge_patch(
                 self.status,
                 build_status(
                     spec,
+                    recorded,
                     observed,
+                    now,
                     decision.health,
                     decision.action,
                     list(decision.conditions),
@@ -770,7 +779,9 @@ class Sim:
     def apply(
         self,
         decision,
+        recorded: ClusterStatus,
         observed,
+        now: float,
         actor: str,
         kill_mid: bool = False,
         skip: bool = False,
@@ -801,7 +812,9 @@ class Sim:
                 seen_unhealthy_for,
                 held_by=self.annotations.get(naming.ANNOTATION_RESTORE_IN_PROGRESS),
             )
-            ctx = effects.Context(w, acting, observed, kill_at_kill_point=kill_mid, annotations=self.annotations)
+            ctx = effects.Context(
+                w, acting, recorded, observed, now, kill_at_kill_point=kill_mid, annotations=self.annotations
+            )
             leader_before = w.main.leader if w.main else None
             outcome = effects.run(ctx, action)
             took_effect = outcome.done or (outcome.interrupted and type(action) in effects.TWO_PHASE)

@@ -10,14 +10,11 @@ from typing import Any
 
 from etcd_operator.core.cluster import naming
 from etcd_operator.core.cluster.identity import member_list_sources, parse_hex_id, split_foreign
-from etcd_operator.core.cluster.observed import (
+from etcd_operator.core.cluster.observed import EtcdView, MemberStatus, Observed, PodView, PVCView
+from etcd_operator.core.cluster.recorded import (
+    ClusterStatus,
     DefragmentationRecord,
-    EtcdView,
-    MemberStatus,
-    Observed,
     Operation,
-    PodView,
-    PVCView,
     RollRecord,
     SpaceRecoveryRecord,
 )
@@ -129,12 +126,13 @@ def observe(
     skew: float,
     sightings: Sightings,
     monotonic_now: float,
-) -> tuple[Observed, Sightings]:
-    """`sightings` and `monotonic_now` are the observing process's own memory and clock
-    (ClusterObserver.sightings and .clock); `skew` is its wall clock's error."""
+) -> tuple[ClusterStatus, Observed, float, Sightings]:
+    """The planner's inputs but the spec: what `status` records, what is observed and the
+    observing process's wall clock. `sightings` and `monotonic_now` are that process's own
+    memory and clock (ClusterObserver.sightings and .clock); `skew` is its wall clock's error."""
     pods = {name: pod_view(world, world.pods[name]) for name in sorted(world.pods)}
     pvcs = {name: pvc_view(world.pvcs[name]) for name in sorted(world.pvcs)}
-    recorded_cluster_id = parse_hex_id(status.get("clusterID"))
+    recorded = recorded_status(status)
     errors, answers, source = {}, {}, {}
     serving = {p.ip: p for p in world.pods.values() if p.ip and world.member_up(p)}
     for name, view in pods.items():
@@ -150,7 +148,7 @@ def observe(
             continue
         answers[endpoint] = result
         source[endpoint] = where
-    by_endpoint, foreign = split_foreign(answers, recorded_cluster_id)
+    by_endpoint, foreign = split_foreign(answers, recorded.recorded_cluster_id)
     for endpoint, cluster_id in foreign.items():
         errors[endpoint] = f"answers for another cluster ({cluster_id:x}); not trusted"
     statuses = {s.member_id: s for s in by_endpoint.values()}
@@ -183,7 +181,6 @@ def observe(
         cluster=CLUSTER,
         namespace=NAMESPACE,
         uid="uid-cluster",
-        now=world.now + skew,
         pods=pods,
         pvcs=pvcs,
         etcd=etcd,
@@ -191,21 +188,29 @@ def observe(
         no_quorum_for=None,
         running_version=min(versions, key=lambda v: tuple(int(x) for x in v.split(".")), default=None),
         recovery_approved=annotations.get(naming.ANNOTATION_APPROVE_QUORUM_RECOVERY) == "true",
-        operation=Operation.from_dict(status.get("operation")),
-        bootstrapped=bool(status.get("clusterID")),
         min_ordinal=naming.min_ordinal(annotations)[0],
         restoring=annotations.get(naming.ANNOTATION_RESTORE_IN_PROGRESS),
         restore_hold=annotations.get(naming.ANNOTATION_RESTORE_HOLD),
-        recorded_cluster_id=recorded_cluster_id,
+        defrag_requested=annotations.get(naming.ANNOTATION_DEFRAGMENT) or None,
+    )
+    observed, sightings = carry_timers(recorded, observed, sightings, monotonic_now)
+    return recorded, observed, world.now + skew, sightings
+
+
+def recorded_status(status: Mapping[str, Any]) -> ClusterStatus:
+    """What the simulated operator reads back from status: as ClusterStatus.from_dict, but
+    without status.downgrade and status.learnerJoins, which the model has never read."""
+    return ClusterStatus(
+        operation=Operation.from_dict(status.get("operation")),
+        bootstrapped=bool(status.get("clusterID")),
+        recorded_cluster_id=parse_hex_id(status.get("clusterID")),
         rollout=RollRecord.from_dict(status.get("rollout")),
         recorded_version=status.get("currentVersion") or None,
         recorded_quota=(status.get("quota") or {}).get("backendBytes"),
         quota_recorded=isinstance(status.get("quota"), dict),
         space_recovery=SpaceRecoveryRecord.from_dict(status.get("spaceRecovery")),
-        defrag_requested=annotations.get(naming.ANNOTATION_DEFRAGMENT) or None,
         defragmentation=DefragmentationRecord.from_dict(status.get("defragmentation")),
     )
-    return carry_timers(observed, sightings, monotonic_now)
 
 
 def _foreign_member(foreign: Foreign):

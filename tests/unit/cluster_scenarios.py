@@ -1,5 +1,5 @@
-"""Builds Observed values for planner tests: a compact description of members, pods and
-PVCs in, the planner's input out."""
+"""Builds the planner's inputs for its tests: a compact description of members, pods and
+PVCs in, Observed out; ClusterStatus for what status recorded."""
 
 from __future__ import annotations
 
@@ -7,20 +7,20 @@ import dataclasses
 
 from etcd_operator.core.cluster import naming
 from etcd_operator.core.cluster import steps as a
-from etcd_operator.core.cluster.decision import Decision, decide
+from etcd_operator.core.cluster.decision import Decision, plan
 from etcd_operator.core.cluster.health import diagnose
 from etcd_operator.core.cluster.observed import (
     EtcdView,
     Member,
     MemberStatus,
     Observed,
-    Operation,
     PodAdmission,
     PodView,
     PVCView,
     VolumePin,
 )
-from etcd_operator.core.cluster.planner import plan, self_only_cluster
+from etcd_operator.core.cluster.planner import next_step, self_only_cluster
+from etcd_operator.core.cluster.recorded import ClusterStatus, Operation
 from etcd_operator.core.cluster.spec import ClusterSpec
 
 CLUSTER, NAMESPACE = "c", "ns"
@@ -71,8 +71,6 @@ def observed(
     extra_pods=(),
     extra_pvcs=(),
     no_quorum_for: float | None = None,
-    operation: Operation | None = None,
-    bootstrapped: bool = True,
     alarms: tuple[tuple[int, str], ...] = (),
     reachable: set[int] | None = None,
 ) -> Observed:
@@ -139,7 +137,6 @@ def observed(
         cluster=CLUSTER,
         namespace=NAMESPACE,
         uid="uid",
-        now=NOW,
         pods=pods,
         pvcs=pvcs,
         etcd=EtcdView(
@@ -154,13 +151,19 @@ def observed(
         unhealthy_for=unhealthy,
         no_quorum_for=no_quorum_for,
         running_version="3.6.16" if answered else None,
-        operation=operation,
-        bootstrapped=bootstrapped,
     )
 
 
-def health_of(s: ClusterSpec, o: Observed):
-    return diagnose(s, o)
+def recorded(operation: Operation | None = None, bootstrapped: bool = True, **fields) -> ClusterStatus:
+    """What status recorded: by default, of a cluster that was created."""
+    return ClusterStatus(operation=operation, bootstrapped=bootstrapped, **fields)
+
+
+RECORDED = recorded()
+
+
+def health_of(s: ClusterSpec, o: Observed, st: ClusterStatus = RECORDED):
+    return diagnose(s, st, o)
 
 
 def pod_accepted(o: Observed, check: a.CheckPodSpec) -> Observed:
@@ -169,21 +172,23 @@ def pod_accepted(o: Observed, check: a.CheckPodSpec) -> Observed:
     return dataclasses.replace(o, pod_admissions={**o.pod_admissions, check.member: answer})
 
 
-def plan_accepting(s: ClusterSpec, o: Observed, health, **kwargs) -> a.Step:
+def plan_accepting(
+    s: ClusterSpec, o: Observed, health, st: ClusterStatus = RECORDED, now: float = NOW, **kwargs
+) -> a.Step:
     """The planner's step where the API server accepts every member pod: a dry run it asks
     for is answered "accepted" (as the executor would) and the next pass plans again."""
-    step = plan(s, o, health, **kwargs)
+    step = next_step(s, st, o, health, now, **kwargs)
     if isinstance(step, a.CheckPodSpec):
-        step = plan(s, pod_accepted(o, step), health, **kwargs)
+        step = next_step(s, st, pod_accepted(o, step), health, now, **kwargs)
     return step
 
 
-def decide_accepting(s: ClusterSpec, o: Observed, raw=None) -> Decision:
-    """decide(), where the API server accepts every member pod (see plan_accepting)."""
-    decision = decide(s, o, raw)
+def decide_accepting(s: ClusterSpec, o: Observed, raw=None, st: ClusterStatus = RECORDED, now: float = NOW) -> Decision:
+    """decision.plan, where the API server accepts every member pod (see plan_accepting)."""
+    decision = plan(s, st, o, now, stored_spec=raw)
     if isinstance(decision.action, a.CheckPodSpec):
-        decision = decide(s, pod_accepted(o, decision.action), raw)
+        decision = plan(s, st, pod_accepted(o, decision.action), now, stored_spec=raw)
     return decision
 
 
-__all__ = ["M", "spec", "observed", "health_of", "HASH", "NOW", "self_only_cluster"]
+__all__ = ["M", "spec", "observed", "recorded", "RECORDED", "health_of", "HASH", "NOW", "self_only_cluster"]

@@ -135,12 +135,11 @@ def status(member_id, raft_index, applied):
     return MemberStatus(1, member_id, 1, "3.6.0", 0, 0, 0, raft_index, applied, 2, False, ())
 
 
-def observed_with(pods, statuses, leader=1, now=NOW):
+def observed_with(pods, statuses, leader=1):
     return Observed(
         "c",
         "ns",
         "uid",
-        now,
         {p.name: p for p in pods},
         {},
         EtcdView(statuses={s.member_id: s for s in statuses}, leader_id=leader),

@@ -10,26 +10,27 @@ from hypothesis import strategies as st
 from etcd_operator.core.cluster import naming
 from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.health import HealthState
-from etcd_operator.core.cluster.observed import Operation, PodView, VolumePin
+from etcd_operator.core.cluster.observed import PodView, VolumePin
 from etcd_operator.core.cluster.planner import QUORUM_RECOVERY
-from tests.unit.cluster_scenarios import HASH, M, health_of, observed, plan_accepting, spec
+from etcd_operator.core.cluster.recorded import Operation
+from tests.unit.cluster_scenarios import HASH, RECORDED, M, health_of, observed, plan_accepting, recorded, spec
 
 
-def next_step(s, o, **kwargs):
+def next_step(s, o, st=RECORDED, **kwargs):
     kwargs.setdefault("desired_hash", HASH)
-    return plan_accepting(s, o, health_of(s, o), **kwargs)
+    return plan_accepting(s, o, health_of(s, o, st), st, **kwargs)
 
 
 def test_empty_cluster_bootstraps_member_zero():
-    step = next_step(spec(3), observed([], bootstrapped=False))
+    step = next_step(spec(3), observed([]), recorded(bootstrapped=False))
     assert step == a.BootstrapFirstMember(step.reason, "c-0")
 
 
 def test_a_cluster_that_existed_and_vanished_entirely_is_not_silently_recreated():
     s = spec(3)
-    o = observed([], bootstrapped=True)
-    assert health_of(s, o).state == HealthState.QUORUM_LOST
-    assert isinstance(next_step(s, o), a.Wait)
+    o, st = observed([]), recorded(bootstrapped=True)
+    assert health_of(s, o, st).state == HealthState.QUORUM_LOST
+    assert isinstance(next_step(s, o, st), a.Wait)
 
 
 def test_first_member_is_settled_once_it_has_joined():
@@ -226,19 +227,20 @@ def _answering_without_leader(o, members):
 
 def test_quorum_recovery_stops_others_keeps_their_data_aside_then_forces_a_new_cluster_then_finishes():
     op = Operation(QUORUM_RECOVERY, "c-1", 0x101, 0)
-    o = observed([M(0, healthy=False), M(1, healthy=False), M(2, healthy=False)], leader=None, operation=op)
-    step = next_step(spec(3), o)
+    o = observed([M(0, healthy=False), M(1, healthy=False), M(2, healthy=False)], leader=None)
+    st = recorded(operation=op)
+    step = next_step(spec(3), o, st)
     assert step == a.StopMemberPod(step.reason, "c-0")
     o = dataclasses.replace(o, pods={"c-1": o.pods["c-1"]})
-    step = next_step(spec(3), o)
+    step = next_step(spec(3), o, st)
     assert step == a.SetAsideMemberData(step.reason, "c-0", min_ordinal=3)
     o = dataclasses.replace(o, pvcs={"data-c-1": o.pvcs["data-c-1"]})
-    step = next_step(spec(3), o)
+    step = next_step(spec(3), o, st)
     assert isinstance(step, a.ForceNewCluster) and step.member == "c-1"
-    alone = observed([M(1)], leader=1, operation=op)
+    alone = observed([M(1)], leader=1)
     forced = dataclasses.replace(alone.pods["c-1"], force_new_cluster=True)
     alone = dataclasses.replace(alone, pods={"c-1": forced})
-    assert isinstance(next_step(spec(3), alone), a.FinishQuorumRecovery)
+    assert isinstance(next_step(spec(3), alone, st), a.FinishQuorumRecovery)
 
 
 def test_rolling_update_restarts_followers_before_the_leader_then_moves_leadership():
@@ -378,14 +380,14 @@ def test_restored_members_start_with_the_full_initial_cluster_of_their_data():
     from etcd_operator.core.cluster.observed import PVCView
 
     restored = tuple(PVCView(naming.pvc_name(f"c-{i}"), f"pvc-{i}", None, False, None, restored=True) for i in range(3))
-    o = observed([], bootstrapped=False, extra_pvcs=restored)
-    step = next_step(spec(3), o)
+    o = observed([], extra_pvcs=restored)
+    step = next_step(spec(3), o, recorded(bootstrapped=False))
     full = ",".join(f"c-{i}={naming.peer_url('c', o.namespace, f'c-{i}')}" for i in range(3))
     # All of them in one step: none can elect a leader alone.
     assert isinstance(step, a.StartRestoredMembers) and step.members == ("c-0", "c-1", "c-2")
     assert step.initial_cluster == full
     plain = tuple(dataclasses.replace(p, restored=False) for p in restored)
-    step = next_step(spec(3), observed([], bootstrapped=False, extra_pvcs=plain))
+    step = next_step(spec(3), observed([], extra_pvcs=plain), recorded(bootstrapped=False))
     assert isinstance(step, a.BootstrapFirstMember) and step.initial_cluster == ""  # itself only
 
 
@@ -402,8 +404,8 @@ def test_a_restored_member_started_after_the_others_joined_gets_every_restored_m
         PVCView("data-c-1", "pvc-1", 0x101, False, None, restored=True),
         PVCView("data-c-2", "pvc-2", 0x102, False, None, restored=True),
     )
-    o = observed([], bootstrapped=True, no_quorum_for=5, extra_pvcs=restored)
-    step = next_step(spec(3), o)
+    o = observed([], no_quorum_for=5, extra_pvcs=restored)
+    step = next_step(spec(3), o, recorded(bootstrapped=True))
     full = ",".join(f"c-{i}={naming.peer_url('c', o.namespace, f'c-{i}')}" for i in range(3))
     assert isinstance(step, a.StartRestoredMembers) and step.members == ("c-0",)
     assert step.initial_cluster == full
@@ -416,13 +418,13 @@ def test_restored_members_whose_pods_exist_are_not_started_again():
     restored = tuple(PVCView(naming.pvc_name(f"c-{i}"), f"pvc-{i}", None, False, None, restored=True) for i in range(3))
     o = observed(
         [],
-        bootstrapped=False,
         extra_pvcs=restored,
         extra_pods=(PodView("c-1", "uid-c-1", None, "Running", False, False, "10.0.0.1", HASH, "new", "x", False),),
     )
-    step = next_step(spec(3), o)
+    st = recorded(bootstrapped=False)
+    step = next_step(spec(3), o, st)
     assert isinstance(step, a.StartRestoredMembers) and step.members == ("c-0", "c-2")
     assert step.initial_cluster.count("=") == 3  # still every member the data holds
     going = tuple(dataclasses.replace(p, deleting=True) if p.name == "data-c-2" else p for p in restored)
-    step = next_step(spec(3), dataclasses.replace(o, pvcs={p.name: p for p in going}))
+    step = next_step(spec(3), dataclasses.replace(o, pvcs={p.name: p for p in going}), st)
     assert isinstance(step, a.StartRestoredMembers) and step.members == ("c-0",)  # never on a PVC being deleted

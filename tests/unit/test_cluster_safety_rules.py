@@ -14,14 +14,14 @@ from etcd_operator.core.cluster.identity import split_foreign
 from etcd_operator.core.cluster.observed import MemberStatus
 from etcd_operator.core.cluster.status import cluster_conditions
 from etcd_operator.core.cluster.timers import Sightings, carry_timers
-from tests.unit.cluster_scenarios import HASH, M, health_of, observed, plan_accepting, spec
+from tests.unit.cluster_scenarios import HASH, NOW, RECORDED, M, health_of, observed, plan_accepting, recorded, spec
 
 NOSPACE = ((0x100, "NOSPACE"),)
 IN_PLACE_SPACE_STEPS = (a.Wait, a.BeginSpaceRecovery, a.CompactRevisions, a.DefragmentForSpace, a.DisarmNoSpaceAlarm)
 
 
-def next_step(s, o, recovery_allowed=False):
-    return plan_accepting(s, o, health_of(s, o), desired_hash=HASH, recovery_allowed=recovery_allowed)
+def next_step(s, o, st=RECORDED, recovery_allowed=False):
+    return plan_accepting(s, o, health_of(s, o, st), st, desired_hash=HASH, recovery_allowed=recovery_allowed)
 
 
 def auto_recovery(size=3):
@@ -59,7 +59,7 @@ def test_nospace_does_not_remove_a_member_whose_data_is_gone():
 def test_nospace_sets_the_alarm_condition_and_keeps_quorum_lost_false():
     s, o = spec(3), observed([M(0), M(1), M(2)], alarms=NOSPACE)
     health = health_of(s, o)
-    conditions = {c.type: c for c in cluster_conditions(s, o, health, next_step(s, o), [])}
+    conditions = {c.type: c for c in cluster_conditions(s, RECORDED, o, health, next_step(s, o), [])}
     assert conditions["Alarm"].status is True and conditions["Alarm"].reason == "NoSpace"
     assert conditions["QuorumLost"].status is False
     assert conditions["Available"].status is True
@@ -91,18 +91,18 @@ def test_unreachable_members_with_ready_pods_are_not_evidence_of_quorum_loss():
 
 def test_the_quorum_loss_clock_does_not_start_without_evidence():
     o = observed([M(0), M(1), M(2)], leader=0, reachable={2})
-    timed, seen = carry_timers(o, Sightings(at=997.0, quorum_loss_since=900.0), 1000.0)
+    timed, seen = carry_timers(RECORDED, o, Sightings(at=997.0, quorum_loss_since=900.0), 1000.0)
     assert timed.no_quorum_for is None and seen.quorum_loss_since is None
     lost = observed([M(0), M(1, healthy=False), M(2, healthy=False)], leader=None)
-    timed, seen = carry_timers(lost, Sightings(), 1000.0)
+    timed, seen = carry_timers(RECORDED, lost, Sightings(), 1000.0)
     assert timed.no_quorum_for == 0.0 and seen.quorum_loss_since == 1000.0
 
 
 def test_the_quorum_loss_clock_is_this_process_own():
     # A new process starts from zero; a running one continues from what it saw itself.
     lost = observed([M(0), M(1, healthy=False), M(2, healthy=False)], leader=None)
-    assert carry_timers(lost, Sightings(), 1000.0)[0].no_quorum_for == 0.0
-    assert carry_timers(lost, Sightings(at=997.0, quorum_loss_since=970.0), 1000.0)[0].no_quorum_for == 30.0
+    assert carry_timers(RECORDED, lost, Sightings(), 1000.0)[0].no_quorum_for == 0.0
+    assert carry_timers(RECORDED, lost, Sightings(at=997.0, quorum_loss_since=970.0), 1000.0)[0].no_quorum_for == 30.0
 
 
 def test_quorum_loss_with_evidence_and_approval_starts_recovery():
@@ -219,7 +219,9 @@ def test_the_disruption_budget_follows_the_current_voters(size, voters, min_avai
 def test_every_step_has_an_executor_handler():
     from etcd_operator.controllers.cluster.executor import ClusterExecutor
 
-    executor = ClusterExecutor(None, None, {"metadata": {"name": "c", "namespace": "ns", "uid": "u"}}, None)
+    executor = ClusterExecutor(
+        None, None, {"metadata": {"name": "c", "namespace": "ns", "uid": "u"}}, None, status=RECORDED, now=NOW
+    )
     steps = {cls for cls in vars(a).values() if isinstance(cls, type) and issubclass(cls, a.Step) and cls is not a.Step}
     assert steps == set(executor.handlers())
 
@@ -231,7 +233,9 @@ async def test_an_unknown_step_is_an_error_not_done():
     class Unknown(a.Step):
         pass
 
-    executor = ClusterExecutor(None, None, {"metadata": {"name": "c", "namespace": "ns", "uid": "u"}}, None)
+    executor = ClusterExecutor(
+        None, None, {"metadata": {"name": "c", "namespace": "ns", "uid": "u"}}, None, status=RECORDED, now=NOW
+    )
     with pytest.raises(TypeError):
         await executor.run(Unknown("?"), spec(3), observed([M(0)]))
 
@@ -241,22 +245,23 @@ def test_a_leader_reported_by_a_reachable_member_holds_even_when_other_pods_are_
     o = observed([M(0), M(1, pod_ready=False), M(2, pod_ready=False)], leader=1, reachable={0}, no_quorum_for=10_000)
     s = auto_recovery(3)
     assert health_of(s, o).state == HealthState.UNREACHABLE
-    assert carry_timers(o, Sightings(), 1000.0)[0].no_quorum_for is None
+    assert carry_timers(RECORDED, o, Sightings(), 1000.0)[0].no_quorum_for is None
     assert isinstance(next_step(s, o, recovery_allowed=True), a.Wait)
 
 
 def test_a_restore_in_progress_clears_the_cluster_identity_and_any_recovery():
-    from etcd_operator.core.cluster.observed import Operation
     from etcd_operator.core.cluster.planner import QUORUM_RECOVERY
+    from etcd_operator.core.cluster.recorded import Operation
     from etcd_operator.core.cluster.status import build_status
 
     s = spec(3)
-    o = observed([], bootstrapped=True, operation=Operation(QUORUM_RECOVERY, "c-0", 0x100, 0))
+    o = observed([])
+    st = recorded(bootstrapped=True, operation=Operation(QUORUM_RECOVERY, "c-0", 0x100, 0))
     o = dataclasses.replace(o, restoring="r1", pods={}, pvcs={})
-    health = health_of(s, o)
-    step = next_step(s, o)
+    health = health_of(s, o, st)
+    step = next_step(s, o, st)
     assert isinstance(step, a.Wait)
-    status = build_status(s, o, health, step, [], {"clusterID": "1"}, 1)
+    status = build_status(s, st, o, NOW, health, step, [], {"clusterID": "1"}, 1)
     assert status["clusterID"] is None and status["operation"] is None
 
 
@@ -268,27 +273,27 @@ def test_a_crash_looping_member_is_not_taken_for_a_starting_one():
     assert step == a.RemoveMember(step.reason, "c-2", 0x102, replacing=True)
 
 
-def _recovering(members, **kwargs):
-    from etcd_operator.core.cluster.observed import Operation
+def _recovery():
     from etcd_operator.core.cluster.planner import QUORUM_RECOVERY
+    from etcd_operator.core.cluster.recorded import Operation
 
-    return observed(members, operation=Operation(QUORUM_RECOVERY, "c-0", 0x100, 0), **kwargs)
+    return recorded(operation=Operation(QUORUM_RECOVERY, "c-0", 0x100, 0))
 
 
 def test_a_recovery_is_called_off_when_quorum_comes_back_before_the_survivor_is_forced():
-    o = _recovering([M(0), M(1), M(2)], leader=1)
-    step = next_step(spec(3), o)
+    o = observed([M(0), M(1), M(2)], leader=1)
+    step = next_step(spec(3), o, _recovery())
     assert isinstance(step, a.AbandonQuorumRecovery)
 
 
 def test_a_recovery_is_called_off_when_the_survivor_lost_its_data():
-    o = _recovering([M(0, healthy=False, pvc=False), M(1, healthy=False), M(2, healthy=False)], leader=None)
-    assert isinstance(next_step(spec(3), o), a.AbandonQuorumRecovery)
+    o = observed([M(0, healthy=False, pvc=False), M(1, healthy=False), M(2, healthy=False)], leader=None)
+    assert isinstance(next_step(spec(3), o, _recovery()), a.AbandonQuorumRecovery)
 
 
 def test_a_recovery_goes_on_while_quorum_is_still_lost():
-    o = _recovering([M(0), M(1, healthy=False), M(2, healthy=False)], leader=None)
-    step = next_step(spec(3), o)
+    o = observed([M(0), M(1, healthy=False), M(2, healthy=False)], leader=None)
+    step = next_step(spec(3), o, _recovery())
     assert step == a.StopMemberPod(step.reason, "c-1")
 
 
@@ -301,7 +306,7 @@ def test_quorum_is_never_recovered_on_empty_dir():
 
 
 def _forced_survivor(**pod_changes):
-    o = _recovering(
+    o = observed(
         [M(0, healthy=False), M(1, healthy=False, pod=False, pvc=False), M(2, healthy=False, pod=False, pvc=False)],
         leader=None,
     )
@@ -310,17 +315,17 @@ def _forced_survivor(**pod_changes):
 
 
 def test_a_failed_survivor_pod_is_forced_again_during_recovery():
-    step = next_step(spec(3), _forced_survivor(phase="Failed"))
+    step = next_step(spec(3), _forced_survivor(phase="Failed"), _recovery())
     assert step == a.ForceNewCluster(step.reason, "c-0", 0x100)
 
 
 def test_a_survivor_that_does_not_start_after_forcing_ends_the_recovery_and_says_where_the_data_is():
-    step = next_step(spec(3), _forced_survivor(waiting_reason="CrashLoopBackOff", ready=False))
+    step = next_step(spec(3), _forced_survivor(waiting_reason="CrashLoopBackOff", ready=False), _recovery())
     assert isinstance(step, a.AbandonQuorumRecovery) and "set-aside-from-cluster" in step.reason
 
 
 def test_a_recovery_is_called_off_when_the_survivor_stops_starting_before_it_is_forced():
-    o = _recovering(
+    o = observed(
         [M(0, healthy=False, waiting="CrashLoopBackOff"), M(1, healthy=False), M(2, healthy=False)], leader=None
     )
-    assert isinstance(next_step(spec(3), o), a.AbandonQuorumRecovery)
+    assert isinstance(next_step(spec(3), o, _recovery()), a.AbandonQuorumRecovery)

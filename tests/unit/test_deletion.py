@@ -168,7 +168,7 @@ def test_a_deletion_that_arrives_during_the_pass_stops_every_create():
     marked = []
     reconciler, view = reconciler_for(kube_client, being_deleted=lambda: bool(marked))
 
-    async def observe_then_mark(body, now, children=None, live_secrets=True):
+    async def observe_then_mark(body, status, children=None, live_secrets=True):
         marked.append(True)  # the live body gains its deletionTimestamp while the pass decides
         return current(scenario(view.members))
 

@@ -12,7 +12,7 @@ from etcd_operator.core.cluster import builders
 from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.observed import Observed
 from etcd_operator.core.cluster.spec import ClusterSpec
-from tests.unit.cluster_scenarios import M, decide_accepting, observed
+from tests.unit.cluster_scenarios import M, decide_accepting, observed, recorded
 
 # Back on 3.6 while etcd's downgrade to 3.5 is enabled (status.downgrade.target).
 REVERTED = {
@@ -23,13 +23,14 @@ REVERTED = {
 }
 CURRENT = builders.pod_spec_hash(ClusterSpec.from_dict(REVERTED))
 NOSPACE = ((0x100, "NOSPACE"),)
+DOWNGRADING = recorded(downgrade_target="3.5")  # what status records while the downgrade is enabled
 
 
 def downgrading(o: Observed, outdated: set[str] = frozenset()) -> Observed:
     pods = {
         name: dataclasses.replace(p, spec_hash="old" if name in outdated else CURRENT) for name, p in o.pods.items()
     }
-    return dataclasses.replace(o, pods=pods, downgrade_target="3.5", cluster_version="3.5.0")
+    return dataclasses.replace(o, pods=pods, cluster_version="3.5.0")
 
 
 ROWS = [
@@ -68,11 +69,11 @@ ROWS = [
 
 @pytest.mark.parametrize("name,o,expected", ROWS, ids=[r[0] for r in ROWS])
 def test_a_downgrade_cancel_never_displaces_a_safety_step(name, o, expected):
-    action = decide_accepting(ClusterSpec.from_dict(REVERTED), o, REVERTED).action
+    action = decide_accepting(ClusterSpec.from_dict(REVERTED), o, REVERTED, DOWNGRADING).action
     assert type(action) is expected, f"{action.kind}: {action.reason}"
 
 
 def test_without_a_leader_the_pass_says_the_cancel_waits():
     o = downgrading(observed([M(0), M(1, healthy=False), M(2, healthy=False)], leader=None, no_quorum_for=5))
-    action = decide_accepting(ClusterSpec.from_dict(REVERTED), o, REVERTED).action
+    action = decide_accepting(ClusterSpec.from_dict(REVERTED), o, REVERTED, DOWNGRADING).action
     assert "cancelling the downgrade to 3.5 waits for a reachable leader" in action.reason

@@ -7,10 +7,11 @@ import dataclasses
 
 from etcd_operator.core.cluster import learners
 from etcd_operator.core.cluster import steps as a
-from etcd_operator.core.cluster.decision import decide
-from etcd_operator.core.cluster.observed import JoinRecord, MemberStatus
+from etcd_operator.core.cluster.decision import plan
+from etcd_operator.core.cluster.observed import MemberStatus
+from etcd_operator.core.cluster.recorded import JoinRecord
 from etcd_operator.core.cluster.timers import Sightings, carry_timers
-from tests.unit.cluster_scenarios import NOW, M, health_of, observed, spec
+from tests.unit.cluster_scenarios import NOW, RECORDED, M, health_of, observed, recorded, spec
 from tests.unit.test_cluster_planner import next_step
 
 LEARNER = M(3, learner=True, started=False, healthy=False, unhealthy_for=10)
@@ -30,9 +31,9 @@ def answering_learner(applied: int, committed: int, leader_committed: int = 20_0
     return dataclasses.replace(o, etcd=dataclasses.replace(o.etcd, statuses=statuses))
 
 
-def condition(o, s=None):
+def condition(o, s=None, st=RECORDED):
     s = s or spec(5)
-    return learners.condition(o, health_of(s, o), next_step(s, o))
+    return learners.condition(st.learner_joins, o, health_of(s, o, st), next_step(s, o, st))
 
 
 def test_a_learner_too_far_behind_to_publish_says_so():
@@ -64,10 +65,10 @@ def test_an_unpublished_learner_that_answers_runs_the_timer_and_is_removed_with_
     # nothing, and the catch-up timer must run for it all the same.
     o = answering_learner(applied=2_100, committed=9_000)
     o = dataclasses.replace(o, unhealthy_for={})
-    o, seen = carry_timers(o, Sightings(), 100.0)
+    o, seen = carry_timers(RECORDED, o, Sightings(), 100.0)
     assert o.unhealthy_for == {"c-3": 0.0}
-    o, seen = carry_timers(o, seen, 140.0)  # passes come every few seconds
-    o, _ = carry_timers(o, seen, 161.0)
+    o, seen = carry_timers(RECORDED, o, seen, 140.0)  # passes come every few seconds
+    o, _ = carry_timers(RECORDED, o, seen, 161.0)
     assert o.unhealthy_for == {"c-3": 61.0}
     step = next_step(spec(5), o)
     assert isinstance(step, a.RemoveMember) and step.learner_not_caught_up and not step.replacing
@@ -78,25 +79,25 @@ def test_an_unpublished_learner_that_answers_runs_the_timer_and_is_removed_with_
 def test_a_removal_is_counted_once_per_learner_and_a_promotion_clears_the_count():
     o = answering_learner(applied=2_100, committed=9_000, unhealthy_for=61)
     step = next_step(spec(5), o)
-    record = learners.next_record(o, step)
+    record = learners.next_record(RECORDED.learner_joins, step, NOW)
     assert (record.failures, record.last_failure_at, record.last_member_id) == (1, NOW, step.member_id)
-    retried = dataclasses.replace(o, learner_joins=record, now=NOW + 5)  # the removal failed; tried again
-    assert learners.next_record(retried, next_step(spec(5), retried)) == record
-    promoting = dataclasses.replace(observed([M(0), M(1), M(2), M(3, learner=True)]), learner_joins=record)
-    assert isinstance(next_step(spec(5), promoting), a.PromoteLearner)
-    assert learners.next_record(promoting, next_step(spec(5), promoting)) == JoinRecord()
+    retried = recorded(learner_joins=record)  # the removal failed; tried again
+    assert learners.next_record(record, next_step(spec(5), o, retried, now=NOW + 5), NOW + 5) == record
+    promoting = observed([M(0), M(1), M(2), M(3, learner=True)])
+    assert isinstance(next_step(spec(5), promoting, retried), a.PromoteLearner)
+    assert learners.next_record(record, next_step(spec(5), promoting, retried), NOW) == JoinRecord()
 
 
 def test_the_next_add_waits_a_backoff_that_doubles_with_each_failure():
     three = observed([M(0), M(1), M(2)])
-    once = dataclasses.replace(three, learner_joins=JoinRecord(1, NOW, 0x103, "it did not catch up"))
-    assert isinstance(next_step(spec(5), dataclasses.replace(once, since_join_failure=29)), a.Wait)
-    assert isinstance(next_step(spec(5), dataclasses.replace(once, since_join_failure=30)), a.AddLearner)
-    twice = dataclasses.replace(three, learner_joins=JoinRecord(2, NOW, 0x104, "it did not catch up"))
-    waiting = next_step(spec(5), dataclasses.replace(twice, since_join_failure=59))
+    once = recorded(learner_joins=JoinRecord(1, NOW, 0x103, "it did not catch up"))
+    assert isinstance(next_step(spec(5), dataclasses.replace(three, since_join_failure=29), once), a.Wait)
+    assert isinstance(next_step(spec(5), dataclasses.replace(three, since_join_failure=30), once), a.AddLearner)
+    twice = recorded(learner_joins=JoinRecord(2, NOW, 0x104, "it did not catch up"))
+    waiting = next_step(spec(5), dataclasses.replace(three, since_join_failure=59), twice)
     assert isinstance(waiting, a.Wait) and "2 learner(s) in a row did not catch up" in waiting.reason
-    assert isinstance(next_step(spec(5), dataclasses.replace(twice, since_join_failure=60)), a.AddLearner)
-    cond = condition(dataclasses.replace(twice, since_join_failure=59))
+    assert isinstance(next_step(spec(5), dataclasses.replace(three, since_join_failure=60), twice), a.AddLearner)
+    cond = condition(dataclasses.replace(three, since_join_failure=59), st=twice)
     assert (cond.status, cond.reason) == (False, "BackingOff")
     assert learners.join_backoff(20) == learners.JOIN_BACKOFF_MAX
 
@@ -105,24 +106,24 @@ def test_the_backoff_is_timed_by_this_process_never_from_the_time_in_status():
     # The failure's time in status is long past (or from a clock ahead): a process that has
     # not seen it yet waits the full backoff from its own first sighting.
     long_ago = JoinRecord(1, NOW - 3600, 0x103, "it did not catch up")
-    o = dataclasses.replace(observed([M(0), M(1), M(2)]), learner_joins=long_ago)
-    o1, seen = carry_timers(o, Sightings(), 500.0)
-    assert o1.since_join_failure == 0.0 and isinstance(next_step(spec(5), o1), a.Wait)
-    o2, seen = carry_timers(o, seen, 520.0)
-    assert o2.since_join_failure == 20.0 and isinstance(next_step(spec(5), o2), a.Wait)
-    o3, seen = carry_timers(o, seen, 530.0)
-    assert isinstance(next_step(spec(5), o3), a.AddLearner)
+    o, st = observed([M(0), M(1), M(2)]), recorded(learner_joins=long_ago)
+    o1, seen = carry_timers(st, o, Sightings(), 500.0)
+    assert o1.since_join_failure == 0.0 and isinstance(next_step(spec(5), o1, st), a.Wait)
+    o2, seen = carry_timers(st, o, seen, 520.0)
+    assert o2.since_join_failure == 20.0 and isinstance(next_step(spec(5), o2, st), a.Wait)
+    o3, seen = carry_timers(st, o, seen, 530.0)
+    assert isinstance(next_step(spec(5), o3, st), a.AddLearner)
     # A new failure (another learner's id) starts the clock again.
-    again = dataclasses.replace(o, learner_joins=JoinRecord(2, NOW, 0x104, "it did not catch up"))
-    o4, _ = carry_timers(again, seen, 535.0)
-    assert o4.since_join_failure == 0.0 and isinstance(next_step(spec(5), o4), a.Wait)
+    again = recorded(learner_joins=JoinRecord(2, NOW, 0x104, "it did not catch up"))
+    o4, _ = carry_timers(again, o, seen, 535.0)
+    assert o4.since_join_failure == 0.0 and isinstance(next_step(spec(5), o4, again), a.Wait)
 
 
 def test_a_removal_tried_again_is_announced_with_the_same_count():
     o = answering_learner(applied=2_100, committed=9_000, unhealthy_for=61)
     first = next_step(spec(5), o)
-    recorded = dataclasses.replace(o, learner_joins=learners.next_record(o, first))
-    again = next_step(spec(5), recorded)
+    after_first = recorded(learner_joins=learners.next_record(RECORDED.learner_joins, first, NOW))
+    again = next_step(spec(5), o, after_first)
     assert "(failure 1 in a row)" in first.reason and "(failure 1 in a row)" in again.reason
 
 
@@ -135,7 +136,7 @@ def test_the_record_round_trips_through_status_and_a_malformed_one_is_ignored():
 
 def test_decide_writes_the_record_and_the_condition():
     o = answering_learner(applied=2_100, committed=9_000, unhealthy_for=61)
-    decision = decide(spec(5), o)
+    decision = plan(spec(5), RECORDED, o, NOW)
     assert isinstance(decision.action, a.RemoveMember)
     assert decision.status_fields()["learnerJoins"]["failures"] == 1
     joining = next(cond for cond in decision.conditions if cond.type == "LearnerJoining")

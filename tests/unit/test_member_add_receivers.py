@@ -12,7 +12,7 @@ from etcd_operator.controllers.cluster.executor import ClusterExecutor
 from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.observed import Member
 from etcd_operator.core.cluster.planner import member_add_receivers
-from tests.unit.cluster_scenarios import M, observed, spec
+from tests.unit.cluster_scenarios import NOW, RECORDED, M, observed, spec
 
 BODY = {
     "apiVersion": "etcd.operator.dev/v1alpha1",
@@ -65,7 +65,7 @@ def _run(answers: dict[int, object]):
         {f"10.0.0.{ordinal}:2379": FakeMember(f"10.0.0.{ordinal}:2379", answer) for ordinal, answer in answers.items()}
     )
     kube = FakeKube()
-    executor = ClusterExecutor(kube, pool, BODY, lambda *_: None)
+    executor = ClusterExecutor(kube, pool, BODY, lambda *_: None, status=RECORDED, now=NOW)
     action = a.AddLearner("scaling up", "c-3")
 
     async def go():

@@ -12,7 +12,8 @@ import dataclasses
 import pytest
 
 from etcd_operator.core.cluster import steps as a
-from etcd_operator.core.cluster.decision import decide
+from etcd_operator.core.cluster.decision import plan
+from etcd_operator.core.cluster.recorded import ClusterStatus
 from etcd_operator.core.cluster.spec import ClusterSpec
 from etcd_operator.core.timefmt import format_time
 from tests.unit.fake_members import FakeCluster, cluster_body, member_id, observer_of
@@ -82,8 +83,10 @@ async def test_member_replaced_only_after_the_process_saw_it_unhealthy_for_the_t
     for seconds, answers in row.passes:
         etcd.down = set() if answers else {FLAPPING}
         reading["monotonic"] = MONOTONIC_START + seconds
-        observed = await observer.observe(body(left), WALL_START + seconds, etcd.children())
-        action = decide(spec, observed, RAW_SPEC).action
+        seen_body = body(left)
+        status = ClusterStatus.from_dict(seen_body.get("status") or {})
+        observed = await observer.observe(seen_body, status, etcd.children())
+        action = plan(spec, status, observed, WALL_START + seconds, stored_spec=RAW_SPEC).action
         last_pass = seconds == row.passes[-1][0]
         replaced = isinstance(action, a.RemoveMember) and action.replacing and action.member == FLAPPING
         assert replaced == (row.replaced and last_pass), f"pass at {seconds:.0f}s: {action.kind} ({action.reason})"

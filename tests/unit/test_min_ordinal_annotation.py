@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from etcd_operator.core.cluster import naming
-from etcd_operator.core.cluster.decision import decide
+from etcd_operator.core.cluster.decision import plan
+from etcd_operator.core.cluster.recorded import ClusterStatus
 from etcd_operator.core.cluster.spec import ClusterSpec
 from tests.unit.fake_members import FakeCluster, cluster_body, observer_of
 
@@ -16,10 +17,10 @@ NOW = 1_700_000_000.0
 
 async def conditions_with(value: str, monkeypatch):
     etcd = FakeCluster()
-    observed = await observer_of(etcd, monkeypatch).observe(
-        cluster_body(SPEC, annotations={naming.ANNOTATION_MIN_ORDINAL: value}), NOW, etcd.children()
-    )
-    decision = decide(ClusterSpec.from_dict(SPEC), observed, SPEC)
+    body = cluster_body(SPEC, annotations={naming.ANNOTATION_MIN_ORDINAL: value})
+    status = ClusterStatus.from_dict(body.get("status") or {})
+    observed = await observer_of(etcd, monkeypatch).observe(body, status, etcd.children())
+    decision = plan(ClusterSpec.from_dict(SPEC), status, observed, NOW, stored_spec=SPEC)
     return observed, {c.type: c for c in decision.conditions}
 
 

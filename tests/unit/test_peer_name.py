@@ -164,7 +164,9 @@ async def test_the_executor_gives_the_wait_to_a_learners_first_pod():
     o = scenarios.observed([scenarios.M(0), scenarios.M(1), scenarios.M(2)])
     pool = receivers.FakePool({"10.0.0.0:2379": receivers.FakeMember("10.0.0.0:2379", receivers._added(0))})
     kube = receivers.FakeKube()
-    executor = ClusterExecutor(kube, pool, receivers.BODY, lambda *_: None, operator_image=IMAGE)
+    executor = ClusterExecutor(
+        kube, pool, receivers.BODY, lambda *_: None, operator_image=IMAGE, status=scenarios.RECORDED, now=scenarios.NOW
+    )
     assert (await executor.run(a.AddLearner("scaling up", "c-3"), tls_spec(5), o)).done
     [init] = created_pod(kube)["spec"]["initContainers"]
     assert init["image"] == IMAGE and init["name"] == builders.PEER_NAME_CONTAINER
@@ -176,7 +178,9 @@ async def test_a_member_that_restarts_on_its_data_does_not_wait(joined_before, w
     """It retries its peers until they accept it; only a joining etcd exits when refused."""
     o = scenarios.observed([scenarios.M(0), scenarios.M(1), scenarios.M(2)])
     kube = receivers.FakeKube()
-    executor = ClusterExecutor(kube, None, receivers.BODY, lambda *_: None, operator_image=IMAGE)
+    executor = ClusterExecutor(
+        kube, None, receivers.BODY, lambda *_: None, operator_image=IMAGE, status=scenarios.RECORDED, now=scenarios.NOW
+    )
     action = a.CreateMemberPod("start", "c-3", 0x103, "c-3=https://c-3.c-peer.ns.svc:2380", joined_before=joined_before)
     assert (await executor.run(action, tls_spec(3), o)).done
     assert ("initContainers" in created_pod(kube)["spec"]) is waits
@@ -200,7 +204,9 @@ async def test_the_dry_run_asks_about_the_pod_the_step_will_create(before, waits
     a policy may refuse where etcd's image passes); before a roll, the re-created pod."""
     o = scenarios.observed([scenarios.M(0), scenarios.M(1), scenarios.M(2)])
     kube = DryRunKube()
-    executor = ClusterExecutor(kube, None, receivers.BODY, lambda *_: None, operator_image=IMAGE)
+    executor = ClusterExecutor(
+        kube, None, receivers.BODY, lambda *_: None, operator_image=IMAGE, status=scenarios.RECORDED, now=scenarios.NOW
+    )
     action = a.CheckPodSpec("asking", "c-3", 0, "hash", before)
     assert (await executor.run(action, tls_spec(3), o)).done
     [pod] = kube.dry_runs

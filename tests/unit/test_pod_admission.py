@@ -10,9 +10,9 @@ import pytest
 from etcd_operator.core.cluster import admission
 from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.observed import PodAdmission
-from etcd_operator.core.cluster.planner import plan
+from etcd_operator.core.cluster.planner import next_step
 from etcd_operator.core.cluster.spec import ClusterSpec
-from tests.unit.cluster_scenarios import HASH, M, health_of, observed, spec
+from tests.unit.cluster_scenarios import HASH, NOW, RECORDED, M, health_of, observed, spec
 
 REFUSAL = 'pods "c-2" is forbidden: no PriorityClass with name no-such-class was found'
 
@@ -26,7 +26,7 @@ def refused(member, age=0.0, pod_spec_hash=HASH):
 
 
 def step(s, o):
-    return plan(s, o, health_of(s, o), desired_hash=HASH, recovery_allowed=True)
+    return next_step(s, RECORDED, o, health_of(s, o), NOW, desired_hash=HASH, recovery_allowed=True)
 
 
 ROLL = observed([M(0), M(1), M(2, outdated=True)])  # c-2 follows the spec next

@@ -13,10 +13,10 @@ import pytest
 from etcd_operator.controllers.cluster.executor import PERMITTED_WHILE_HELD, ClusterExecutor, HeldByRestore
 from etcd_operator.controllers.cluster.reconciler import AFTER_STEP, ClusterReconciler
 from etcd_operator.core.cluster import steps as a
-from etcd_operator.core.cluster.observed import Operation
 from etcd_operator.core.cluster.planner import QUORUM_RECOVERY
+from etcd_operator.core.cluster.recorded import Operation
 from etcd_operator.core.cluster.status import restore_hold_ack
-from tests.unit.cluster_scenarios import M
+from tests.unit.cluster_scenarios import NOW, RECORDED, M
 from tests.unit.cluster_scenarios import observed as scenario
 from tests.unit.test_deletion import RecordingCreates, StaticView
 from tests.unit.test_watch_reconcile import BODY, current
@@ -55,7 +55,7 @@ def test_a_hold_set_while_the_pass_decides_stops_every_member_create():
     holds: list[str] = []
     reconciler, view = reconciler_for(kube_client, held_by=lambda: holds[-1] if holds else None)
 
-    async def observe_then_hold(body, now, children=None, live_secrets=True):
+    async def observe_then_hold(body, status, children=None, live_secrets=True):
         holds.append("r1")  # the restore holds the live object after this pass took its copy
         return current(scenario(view.members))
 
@@ -69,7 +69,7 @@ def test_a_pass_on_a_copy_with_the_hold_acknowledges_it_and_creates_nothing():
     kube_client = StatusRecorder()
     reconciler, view = reconciler_for(kube_client, held_by=lambda: "r1")
 
-    async def observe_held(body, now, children=None, live_secrets=True):
+    async def observe_held(body, status, children=None, live_secrets=True):
         return dataclasses.replace(current(scenario(view.members)), restoring="r1", restore_hold="uid-r1")
 
     reconciler.observer.observe = observe_held
@@ -84,9 +84,9 @@ def test_the_pass_that_acknowledges_the_hold_drops_the_recorded_recovery_in_the_
     reconciler, view = reconciler_for(kube_client, held_by=lambda: "r1")
     recovery = Operation(QUORUM_RECOVERY, "c-0", 0x100, 0)
 
-    async def observe_held(body, now, children=None, live_secrets=True):
+    async def observe_held(body, status, children=None, live_secrets=True):
         seen = current(scenario(view.members))
-        return dataclasses.replace(seen, restoring="r1", restore_hold="uid-r1", operation=recovery)
+        return dataclasses.replace(seen, restoring="r1", restore_hold="uid-r1")
 
     reconciler.observer.observe = observe_held
     body = {**BODY, "status": {"operation": recovery.to_dict(), "clusterID": "1"}}
@@ -123,7 +123,7 @@ MEMBER_STEPS = [
 def test_no_member_step_is_taken_while_the_live_object_is_held(step):
     """Refused before any request: the stand-in clients would fail on the first call."""
     kube_client = RecordingCreates()
-    executor = ClusterExecutor(kube_client, None, BODY, lambda *_: None, held_by=lambda: "r1")
+    executor = ClusterExecutor(kube_client, None, BODY, lambda *_: None, held_by=lambda: "r1", status=RECORDED, now=NOW)
     observed = current(scenario([M(0), M(1), M(2)]))
     with pytest.raises(HeldByRestore, match="EtcdRestore r1"):
         asyncio.run(executor.run(step, None, observed))

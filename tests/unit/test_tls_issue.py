@@ -16,8 +16,9 @@ from etcd_operator.controllers.cluster.executor import ClusterExecutor
 from etcd_operator.core.cluster import certs, pacing, pki, tls_plan
 from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.certs import CertKind
-from etcd_operator.core.cluster.decision import decide
-from tests.unit.test_tls_plan import TLS_SPEC, new_cluster
+from etcd_operator.core.cluster.decision import plan
+from tests.unit.cluster_scenarios import NOW
+from tests.unit.test_tls_plan import NEW, TLS_SPEC, new_cluster
 
 BODY = {
     "apiVersion": "etcd.operator.dev/v1alpha1",
@@ -83,14 +84,16 @@ def run_passes(store: SecretStore, events: list[str], before_step=None) -> list[
     steps = []
     while len(steps) < 10:
         seen = observe(store)
-        action = decide(TLS_SPEC, seen).action
+        action = plan(TLS_SPEC, NEW, seen, NOW).action
         steps.append(action)
         if not isinstance(action, a.IssueCertificate):
             return steps
         if before_step:
             before_step, hook = None, before_step
             hook(store)
-        executor = ClusterExecutor(store, None, BODY, lambda kind, reason, message: events.append(message))
+        executor = ClusterExecutor(
+            store, None, BODY, lambda kind, reason, message: events.append(message), status=NEW, now=NOW
+        )
         outcome = asyncio.run(executor.run(action, TLS_SPEC, seen))
         assert outcome.retry_after == (pacing.CERTIFICATE_WRITTEN if outcome.done else None)
     raise AssertionError(f"no end to the certificate steps: {steps}")

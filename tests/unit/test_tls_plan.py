@@ -10,9 +10,9 @@ import pytest
 from etcd_operator.core.cluster import builders, certs, naming, pki, tls_plan
 from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.certs import CertKind, CertView, TLSView
-from etcd_operator.core.cluster.decision import decide
+from etcd_operator.core.cluster.decision import plan
 from etcd_operator.core.cluster.spec import ClusterSpec
-from tests.unit.cluster_scenarios import NOW, M, decide_accepting, observed
+from tests.unit.cluster_scenarios import NOW, RECORDED, M, decide_accepting, observed, recorded
 
 TLS_SPEC = ClusterSpec.from_dict({"size": 3, "tls": {}})
 PLAIN_SPEC = ClusterSpec.from_dict({"size": 3, "tls": {"enabled": False}})
@@ -41,15 +41,17 @@ def good_certs(**overrides) -> dict:
     return views
 
 
+NEW = recorded(bootstrapped=False)  # what status records of a new cluster
+
+
 def new_cluster(transport=None, views=None):
-    return dataclasses.replace(
-        observed([], leader=None, bootstrapped=False), tls=TLSView(transport=transport, certs=views or {})
-    )
+    """No member yet (status: NEW)."""
+    return dataclasses.replace(observed([], leader=None), tls=TLSView(transport=transport, certs=views or {}))
 
 
-def running(transport, views=None, bootstrapped=True):
+def running(transport, views=None):
     """Three healthy members whose pods match the spec of their transport."""
-    seen = observed([M(0), M(1), M(2)], bootstrapped=bootstrapped)
+    seen = observed([M(0), M(1), M(2)])
     current = builders.pod_spec_hash(TLS_SPEC if transport == tls_plan.HTTPS else PLAIN_SPEC)
     tls = transport == tls_plan.HTTPS
     pods = {
@@ -62,25 +64,25 @@ def running(transport, views=None, bootstrapped=True):
 
 
 @pytest.mark.parametrize(
-    "spec, seen, expected",
+    "spec, seen, st, expected",
     [
         # A new cluster takes spec.tls.
-        (TLS_SPEC, new_cluster(), tls_plan.HTTPS),
-        (PLAIN_SPEC, new_cluster(), tls_plan.HTTP),
+        (TLS_SPEC, new_cluster(), NEW, tls_plan.HTTPS),
+        (PLAIN_SPEC, new_cluster(), NEW, tls_plan.HTTP),
         # Members and no record: created before TLS, plaintext, whatever the (defaulted) spec says.
-        (TLS_SPEC, running(None), tls_plan.HTTP),
-        (TLS_SPEC, running(None, bootstrapped=False), tls_plan.HTTP),
+        (TLS_SPEC, running(None), RECORDED, tls_plan.HTTP),
+        (TLS_SPEC, running(None), NEW, tls_plan.HTTP),
     ],
 )
-def test_the_transport_is_recorded_first(spec, seen, expected):
-    step = tls_plan.next_step(spec, seen)
+def test_the_transport_is_recorded_first(spec, seen, st, expected):
+    step = tls_plan.next_step(spec, st, seen, NOW)
     assert isinstance(step, a.RecordTransport) and step.transport == expected
-    assert isinstance(decide(spec, seen).action, a.RecordTransport)
+    assert isinstance(plan(spec, st, seen, NOW).action, a.RecordTransport)
 
 
 def test_a_plaintext_cluster_is_not_switched_to_tls():
     seen = running(tls_plan.HTTP)
-    decision = decide(TLS_SPEC, seen)
+    decision = plan(TLS_SPEC, RECORDED, seen, NOW)
     assert not decision.acting_spec.tls.enabled
     accepted = next(c for c in decision.conditions if c.type == "SpecAccepted")
     assert (accepted.status, accepted.reason) == (False, "TLSMigrationUnsupported")
@@ -89,14 +91,14 @@ def test_a_plaintext_cluster_is_not_switched_to_tls():
 
 def test_a_legacy_cluster_keeps_its_pods_when_the_default_turns_tls_on():
     seen = running(None)
-    decision = decide(TLS_SPEC, seen)
+    decision = plan(TLS_SPEC, RECORDED, seen, NOW)
     assert not decision.acting_spec.tls.enabled
     assert builders.pod_spec_hash(decision.acting_spec) == builders.pod_spec_hash(PLAIN_SPEC)
 
 
 def test_a_tls_cluster_is_not_switched_to_plaintext():
     seen = running(tls_plan.HTTPS, good_certs())
-    decision = decide(PLAIN_SPEC, seen)
+    decision = plan(PLAIN_SPEC, RECORDED, seen, NOW)
     assert decision.acting_spec.tls.enabled
     accepted = next(c for c in decision.conditions if c.type == "SpecAccepted")
     assert (accepted.status, accepted.reason) == (False, "TLSDisableUnsupported")
@@ -135,7 +137,7 @@ ALL = ("ca", "member", "operator", "client")
 def test_certificates_are_issued_before_the_first_member_in_one_step(views, requested, kinds):
     seen = new_cluster(tls_plan.HTTPS, views)
     seen = dataclasses.replace(seen, tls=dataclasses.replace(seen.tls, requested=requested))
-    step = tls_plan.next_step(TLS_SPEC, seen)
+    step = tls_plan.next_step(TLS_SPEC, NEW, seen, NOW)
     assert isinstance(step, a.IssueCertificate) and step.kinds == kinds
     assert all(why in step.reason for _, why in step.certificates)
 
@@ -150,34 +152,35 @@ def test_certificates_are_issued_before_the_first_member_in_one_step(views, requ
     ],
 )
 def test_with_members_running_one_certificate_per_step(views, kind):
-    step = tls_plan.next_step(TLS_SPEC, running(tls_plan.HTTPS, views))
+    step = tls_plan.next_step(TLS_SPEC, RECORDED, running(tls_plan.HTTPS, views), NOW)
     assert isinstance(step, a.IssueCertificate) and step.kinds == (kind,)
 
 
 def test_the_first_member_starts_once_every_certificate_is_there():
-    step = decide(TLS_SPEC, new_cluster(tls_plan.HTTPS, good_certs())).action
+    step = plan(TLS_SPEC, NEW, new_cluster(tls_plan.HTTPS, good_certs()), NOW).action
     assert isinstance(step, a.BootstrapFirstMember)
 
 
 @pytest.mark.parametrize("ca", [None, CertView("", 0, 0, problem="no tls.crt")])
 def test_a_ca_that_members_trust_is_never_replaced(ca):
     seen = running(tls_plan.HTTPS, good_certs(**{CertKind.CA: ca}))
-    step = tls_plan.next_step(TLS_SPEC, seen)
+    step = tls_plan.next_step(TLS_SPEC, RECORDED, seen, NOW)
     assert isinstance(step, a.Wait) and "does not replace a CA" in step.reason
 
 
 def test_leaves_are_renewed_at_the_configured_fraction():
     spec = ClusterSpec.from_dict({"tls": {"renewAtFraction": 0.5}})
     young = running(tls_plan.HTTPS, good_certs(**{CertKind.OPERATOR: cert(age=499)}))
-    assert tls_plan.next_step(spec, young) is None
+    assert tls_plan.next_step(spec, RECORDED, young, NOW) is None
     due = running(tls_plan.HTTPS, good_certs(**{CertKind.OPERATOR: cert(age=500)}))
-    step = tls_plan.next_step(spec, due)
+    step = tls_plan.next_step(spec, RECORDED, due, NOW)
     assert isinstance(step, a.IssueCertificate) and step.kinds == ("operator",) and "renewing" in step.reason
 
 
 def test_provided_secrets_are_waited_for_not_issued():
     spec = ClusterSpec.from_dict({"tls": {"issuer": "Secrets", "memberSecretName": "m", "operatorSecretName": "o"}})
-    step = tls_plan.next_step(spec, new_cluster(tls_plan.HTTPS, {CertKind.MEMBER: None, CertKind.OPERATOR: None}))
+    seen = new_cluster(tls_plan.HTTPS, {CertKind.MEMBER: None, CertKind.OPERATOR: None})
+    step = tls_plan.next_step(spec, NEW, seen, NOW)
     assert isinstance(step, a.Wait) and "Secret m" in step.reason
     assert certs.secret_name(spec, "c", CertKind.MEMBER) == "m"
     assert certs.kinds_to_observe(spec) == (CertKind.MEMBER, CertKind.OPERATOR)
@@ -226,7 +229,7 @@ def rotating(phase, ca_fp, trusted, leaf_issuer, served_fp="leaf", pods_follow=T
         CertKind.CLIENT: leaf(),
     }
     seen = running(tls_plan.HTTPS, views)
-    acting = decide(TLS_SPEC, seen).acting_spec
+    acting = plan(TLS_SPEC, RECORDED, seen, NOW).acting_spec
     current = builders.pod_spec_hash(acting) if pods_follow else "before-the-bundle-changed"
     pods = {n: dataclasses.replace(p, spec_hash=current) for n, p in seen.pods.items()}
     next_view = CertView(NEW_FP, NOW, NOW + 10**8, issuer_fingerprint=NEW_FP, trusted=trusted, is_ca=True)
@@ -264,7 +267,7 @@ BOTH = (CA_FP, NEW_FP)
 )
 def test_ca_rotation_phases(seen, expected):
     decision = decide_accepting(TLS_SPEC, seen)
-    step = tls_plan.next_step(decision.acting_spec, seen)
+    step = tls_plan.next_step(decision.acting_spec, RECORDED, seen, NOW)
     if expected is None:
         assert step is None
         if any(p.spec_hash == "before-the-bundle-changed" for p in seen.pods.values()):
@@ -284,7 +287,7 @@ def test_the_trust_bundle_reaches_every_leaf_secret():
     seen = rotating(certs.PHASE_TRUST, CA_FP, (CA_FP,), CA_FP)
     ca = dataclasses.replace(seen.tls.cert(CertKind.CA), trusted=BOTH)
     seen = dataclasses.replace(seen, tls=dataclasses.replace(seen.tls, certs={**seen.tls.certs, CertKind.CA: ca}))
-    step = tls_plan.next_step(TLS_SPEC, seen)
+    step = tls_plan.next_step(TLS_SPEC, RECORDED, seen, NOW)
     assert isinstance(step, a.SyncTrustBundle) and step.certificate == "member"
 
 
@@ -292,8 +295,8 @@ def test_a_changed_trust_bundle_restarts_members_through_the_pod_hash():
     before = running(tls_plan.HTTPS, good_certs())
     after_certs = {k: dataclasses.replace(v, trusted=BOTH) for k, v in good_certs().items()}
     after = running(tls_plan.HTTPS, after_certs)
-    assert builders.pod_spec_hash(decide(TLS_SPEC, before).acting_spec) != builders.pod_spec_hash(
-        decide(TLS_SPEC, after).acting_spec
+    assert builders.pod_spec_hash(plan(TLS_SPEC, RECORDED, before, NOW).acting_spec) != builders.pod_spec_hash(
+        plan(TLS_SPEC, RECORDED, after, NOW).acting_spec
     )
 
 
@@ -302,10 +305,10 @@ def test_a_requested_rotation_is_recorded_before_it_starts():
     seen = dataclasses.replace(
         seen, tls=dataclasses.replace(seen.tls, requested={"CA": "r1", "Leaves": "l1"}, rotated={"Leaves": "l1"})
     )
-    step = tls_plan.next_step(TLS_SPEC, seen)
+    step = tls_plan.next_step(TLS_SPEC, RECORDED, seen, NOW)
     assert isinstance(step, a.RecordRotation) and step.rotation.kind == "CA" and step.rotation.replaced == (CA_FP,)
     done = dataclasses.replace(seen, tls=dataclasses.replace(seen.tls, rotated={"Leaves": "l1", "CA": "r1"}))
-    assert tls_plan.next_step(TLS_SPEC, done) is None
+    assert tls_plan.next_step(TLS_SPEC, RECORDED, done, NOW) is None
 
 
 def test_tls_status_has_no_nulls_unless_a_step_clears_a_field():
@@ -325,12 +328,14 @@ def test_a_settled_tls_cluster_is_not_taken_for_a_roll():
 
     raw = {"size": 3, "tls": {}}
     seen = running(tls_plan.HTTPS, good_certs())
-    desired = builders.pod_spec_hash(decide(TLS_SPEC, seen, raw).acting_spec)
+    desired = builders.pod_spec_hash(plan(TLS_SPEC, RECORDED, seen, NOW, stored_spec=raw).acting_spec)
     seen = dataclasses.replace(seen, pods={n: dataclasses.replace(p, spec_hash=desired) for n, p in seen.pods.items()})
-    settled = decide(TLS_SPEC, seen, raw)
+    settled = plan(TLS_SPEC, RECORDED, seen, NOW, stored_spec=raw)
     assert settled.rollout.last_good_spec == raw and settled.rollout.last_good_hash == desired
-    seen = dataclasses.replace(seen, rollout=settled.rollout)
-    assert not roll.rolling(seen, builders.pod_spec_hash(decide(TLS_SPEC, seen, raw).acting_spec))
+    st = recorded(rollout=settled.rollout)
+    assert not roll.rolling(
+        st.rollout, builders.pod_spec_hash(plan(TLS_SPEC, st, seen, NOW, stored_spec=raw).acting_spec)
+    )
 
 
 def test_member_certificates_carry_the_cluster_domain_the_operator_is_given():
@@ -345,12 +350,14 @@ def test_member_certificates_carry_the_cluster_domain_the_operator_is_given():
 
 def test_a_member_certificate_without_the_cluster_domain_is_reissued_once():
     seen = dataclasses.replace(running(tls_plan.HTTPS, good_certs()), cluster_domain="k8s.example")
-    step = tls_plan.next_step(TLS_SPEC, seen)
+    step = tls_plan.next_step(TLS_SPEC, RECORDED, seen, NOW)
     assert isinstance(step, a.IssueCertificate) and step.kinds == ("member",), step
     assert "every member and Service name" in step.reason
     reissued = good_certs(**{CertKind.MEMBER: cert(dns_names=certs.member_dns_names("c", "ns", "k8s.example"))})
     assert (
-        tls_plan.next_step(TLS_SPEC, dataclasses.replace(seen, tls=TLSView(transport=tls_plan.HTTPS, certs=reissued)))
+        tls_plan.next_step(
+            TLS_SPEC, RECORDED, dataclasses.replace(seen, tls=TLSView(transport=tls_plan.HTTPS, certs=reissued)), NOW
+        )
         is None
     )
 

@@ -218,7 +218,7 @@ class TwoViews:
     def __init__(self):
         self.calls: list[str] = []
 
-    async def observe(self, body, now, children=None, live_secrets=True):
+    async def observe(self, body, status, children=None, live_secrets=True):
         self.calls.append("cached" if children is not None else "live")
         members = [M(0), M(1), M(2, pod=children is None)]
         return current(scenario(members))
@@ -239,12 +239,14 @@ def reconciler_with_two_views(kube_client: RecordingKube) -> tuple[ClusterReconc
 
 
 def test_the_stand_in_views_decide_differently():
-    from etcd_operator.core.cluster.decision import decide
+    from etcd_operator.core.cluster.decision import plan
     from etcd_operator.core.cluster.spec import ClusterSpec
+    from tests.unit.cluster_scenarios import NOW, RECORDED
 
     spec = ClusterSpec.from_dict(SPEC)
-    assert isinstance(decide(spec, current(scenario([M(0), M(1), M(2, pod=False)]))).action, a.CreateMemberPod)
-    assert isinstance(decide(spec, current(scenario([M(0), M(1), M(2)]))).action, a.Steady)
+    lost_pod = current(scenario([M(0), M(1), M(2, pod=False)]))
+    assert isinstance(plan(spec, RECORDED, lost_pod, NOW).action, a.CreateMemberPod)
+    assert isinstance(plan(spec, RECORDED, current(scenario([M(0), M(1), M(2)])), NOW).action, a.Steady)
 
 
 def test_a_step_decided_on_cached_data_is_decided_again_on_a_live_listing():

@@ -37,13 +37,13 @@ async def issue_certificate(
         name = certs.secret_name(spec, ctx.cluster, kind)
         seen_absent = observed.tls.cert(kind) is None
         if kind == certs.CertKind.CA:
-            data = await asyncio.to_thread(pki.new_ca, request, observed.now)
+            data = await asyncio.to_thread(pki.new_ca, request, ctx.now)
         else:
             ca = ca or await read_secret(ctx.kube, ctx.namespace, ca_name)
             if ca is None:
                 raise NotYet("the CA Secret is not readable yet")
             previous = None if seen_absent else await read_secret(ctx.kube, ctx.namespace, name)
-            data = await asyncio.to_thread(pki.issue_leaf, request, ca, previous, observed.now)
+            data = await asyncio.to_thread(pki.issue_leaf, request, ca, previous, ctx.now)
         written = await write_secret(ctx, name, data, create=seen_absent)
         if kind == certs.CertKind.CA:
             ca = written
@@ -92,7 +92,7 @@ async def update_ca_secret(ctx: StepContext, action: a.UpdateCASecret, spec: Clu
     if current is None:
         raise NotYet(f"the CA Secret {name} is not readable")
     request = certs.request_for(spec, ctx.cluster, ctx.namespace, certs.CertKind.CA)
-    updated = await asyncio.to_thread(pki.change_ca, current, action.change, request, observed.now)
+    updated = await asyncio.to_thread(pki.change_ca, current, action.change, request, ctx.now)
     await write_secret(ctx, name, updated)
     ctx.post_event("Normal", "CertificateRotation", f"Secret {name}: {action.reason}")
 

@@ -16,6 +16,7 @@ from etcd_operator.clients.kube import client as kube
 from etcd_operator.clients.kube.client import KubeClient, Resource
 from etcd_operator.core.cluster import admission
 from etcd_operator.core.cluster.observed import Observed, PodAdmission
+from etcd_operator.core.cluster.recorded import ClusterStatus
 from etcd_operator.core.cluster.spec import ClusterSpec
 from etcd_operator.core.outcome import EventPoster, Outcome
 
@@ -44,6 +45,8 @@ class StepContext:
     hold_fence: Callable[[str], None]  # raises while a restore holds the cluster; the argument says what is refused
     operator_namespace: str  # where the operator's pods run (NetworkPolicy)
     operator_image: str  # a joining TLS member's init container (builders.peer_name_container)
+    status: ClusterStatus  # what the EtcdCluster's status recorded when the pass began
+    now: float  # the pass's wall clock, as the planner had it
 
     @property
     def cluster(self) -> str:

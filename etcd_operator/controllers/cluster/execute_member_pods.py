@@ -124,7 +124,7 @@ async def settle_member_pod(ctx: StepContext, action: a.SettleMemberPod, spec: C
             "metadata": {
                 "annotations": {
                     naming.ANNOTATION_MEMBER_ID: member_id,
-                    naming.ANNOTATION_INITIAL_CLUSTER: self_only_cluster(observed, action.member),
+                    naming.ANNOTATION_INITIAL_CLUSTER: self_only_cluster(ctx.status, observed, action.member),
                     naming.ANNOTATION_INITIAL_STATE: builders.STATE_EXISTING,
                     naming.ANNOTATION_FORCE_NEW_CLUSTER: "false",
                 }

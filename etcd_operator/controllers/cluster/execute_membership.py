@@ -24,7 +24,7 @@ async def bootstrap_first_member(
         spec,
         action.member,
         None,
-        action.initial_cluster or self_only_cluster(observed, action.member),
+        action.initial_cluster or self_only_cluster(ctx.status, observed, action.member),
         builders.STATE_NEW,
     )
     ctx.post_event(

@@ -8,8 +8,9 @@ from etcd_operator.controllers.cluster.execute_context import StepContext
 from etcd_operator.controllers.cluster.execute_member_pods import create_pod, delete_pod
 from etcd_operator.core.cluster import builders, naming
 from etcd_operator.core.cluster import steps as a
-from etcd_operator.core.cluster.observed import Observed, Operation
+from etcd_operator.core.cluster.observed import Observed
 from etcd_operator.core.cluster.planner import QUORUM_RECOVERY, self_only_cluster
+from etcd_operator.core.cluster.recorded import Operation
 from etcd_operator.core.cluster.spec import ClusterSpec
 from etcd_operator.core.outcome import Outcome
 
@@ -17,7 +18,7 @@ from etcd_operator.core.outcome import Outcome
 async def begin_quorum_recovery(
     ctx: StepContext, action: a.BeginQuorumRecovery, spec: ClusterSpec, observed: Observed
 ) -> Outcome:
-    operation = Operation(QUORUM_RECOVERY, action.member, action.member_id, observed.now)
+    operation = Operation(QUORUM_RECOVERY, action.member, action.member_id, ctx.now)
     if observed.recovery_approved:
         # An approval is for one incident: it is used up as the recovery starts.
         await ctx.kube.merge_patch(
@@ -74,7 +75,7 @@ async def force_new_cluster(ctx: StepContext, action: a.ForceNewCluster, spec: C
         spec,
         action.member,
         action.member_id,
-        self_only_cluster(observed, action.member),
+        self_only_cluster(ctx.status, observed, action.member),
         builders.STATE_EXISTING,
         force_new_cluster=True,
     )

@@ -10,7 +10,8 @@ from etcd_operator.clients.kube import client as kube
 from etcd_operator.controllers.cluster.execute_context import StepContext
 from etcd_operator.core.cluster import naming
 from etcd_operator.core.cluster import steps as a
-from etcd_operator.core.cluster.observed import DefragmentationRecord, Observed, SpaceRecoveryRecord
+from etcd_operator.core.cluster.observed import Observed
+from etcd_operator.core.cluster.recorded import DefragmentationRecord, SpaceRecoveryRecord
 from etcd_operator.core.cluster.spec import ClusterSpec
 from etcd_operator.core.outcome import Outcome
 
@@ -31,7 +32,7 @@ async def begin_space_recovery(
     ctx: StepContext, action: a.BeginSpaceRecovery, spec: ClusterSpec, observed: Observed
 ) -> Outcome:
     ctx.post_event("Normal", "NoSpaceAlarmDetected", f"etcd raised the NOSPACE alarm: {action.reason}")
-    return Outcome(True, status_fields={"spaceRecovery": SpaceRecoveryRecord(observed.now).to_dict()})
+    return Outcome(True, status_fields={"spaceRecovery": SpaceRecoveryRecord(ctx.now).to_dict()})
 
 
 async def compact_revisions(
@@ -40,7 +41,7 @@ async def compact_revisions(
     if action.revision > 0:
         await ctx.leader_client(observed).compact(action.revision)
     record = dataclasses.replace(
-        observed.space_recovery or SpaceRecoveryRecord(observed.now),
+        ctx.status.space_recovery or SpaceRecoveryRecord(ctx.now),
         compacted_revision=action.revision,
         defragmented=(),
     )
@@ -52,7 +53,7 @@ async def defragment_for_space(
     ctx: StepContext, action: a.DefragmentForSpace, spec: ClusterSpec, observed: Observed
 ) -> Outcome:
     message = await defragment_member(ctx, observed, action.member, action.member_id)
-    record = observed.space_recovery or SpaceRecoveryRecord(observed.now)
+    record = ctx.status.space_recovery or SpaceRecoveryRecord(ctx.now)
     record = dataclasses.replace(record, defragmented=tuple(sorted({*record.defragmented, action.member})))
     ctx.post_event("Normal", "MemberDefragmented", f"{message}: {action.reason}")
     return Outcome(True, status_fields={"spaceRecovery": record.to_dict()})
@@ -78,7 +79,7 @@ async def defragment_on_request(
     ctx: StepContext, action: a.DefragmentOnRequest, spec: ClusterSpec, observed: Observed
 ) -> Outcome:
     message = await defragment_member(ctx, observed, action.member, action.member_id)
-    record = observed.defragmentation
+    record = ctx.status.defragmentation
     done = record.defragmented if record.token == action.token else ()
     record = dataclasses.replace(record, token=action.token, defragmented=tuple(sorted({*done, action.member})))
     ctx.post_event("Normal", "MemberDefragmented", f"{message}: {action.reason}")

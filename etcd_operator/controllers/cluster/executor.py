@@ -30,6 +30,7 @@ from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.health import Health
 from etcd_operator.core.cluster.member_pod_outcome import MemberPodOutcome
 from etcd_operator.core.cluster.observed import Observed
+from etcd_operator.core.cluster.recorded import ClusterStatus
 from etcd_operator.core.cluster.spec import ClusterSpec
 from etcd_operator.core.outcome import EventPoster, Outcome
 
@@ -116,12 +117,16 @@ class ClusterExecutor:
         being_deleted: Callable[[], bool] = lambda: False,
         held_by: Callable[[], str | None] = lambda: None,
         operator_image: str = DEFAULT_OPERATOR_IMAGE,
+        *,
+        status: ClusterStatus,
+        now: float,
     ):
         """`being_deleted` reads the live object: once it is marked for deletion, every create
         and apply is refused here (BeingDeleted), before it reaches the API server.
         `held_by` reads the live object's restore hold (the EtcdRestore's name): while one
         stands, every member step and every pod or PVC create is refused (HeldByRestore),
-        whatever copy of the object the pass decided on."""
+        whatever copy of the object the pass decided on. `status` and `now` are what the
+        pass planned with: the status records and the wall clock."""
         self.being_deleted = being_deleted
         self.held_by = held_by
         self.cluster = body["metadata"]["name"]
@@ -135,6 +140,8 @@ class ClusterExecutor:
             hold_fence=self._hold_fence,
             operator_namespace=operator_namespace,
             operator_image=operator_image,
+            status=status,
+            now=now,
         )
 
     def _fence(self) -> None:

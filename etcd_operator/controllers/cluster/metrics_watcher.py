@@ -80,13 +80,13 @@ class MemberMetricsWatcher:
             while at - history[0].at > self.thresholds.window:
                 history.popleft()
 
-    def warnings(self, observed: Observed) -> tuple[dict[str, tuple[anomaly_detection.MemberWarning, ...]], bool]:
-        """Warnings per member, and whether any member has a sample in the window."""
+    def warnings(
+        self, observed: Observed, now: float
+    ) -> tuple[dict[str, tuple[anomaly_detection.MemberWarning, ...]], bool]:
+        """Warnings per member, and whether any member has a sample in the window at `now`."""
         current = {name: list(h) for name, h in self.histories.items() if name in observed.pods}
-        scraped = any(anomaly_detection.in_window(h, observed.now, self.thresholds) for h in current.values())
-        found = anomaly_detection.detect(
-            current, anomaly_detection.applied_lags(observed), observed.now, self.thresholds
-        )
+        scraped = any(anomaly_detection.in_window(h, now, self.thresholds) for h in current.values())
+        found = anomaly_detection.detect(current, anomaly_detection.applied_lags(observed), now, self.thresholds)
         return found, scraped
 
     async def close(self) -> None:

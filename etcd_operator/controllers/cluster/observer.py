@@ -21,19 +21,15 @@ from etcd_operator.core.cluster import admission, naming, quota
 from etcd_operator.core.cluster.identity import member_list_sources, parse_hex_id, split_foreign
 from etcd_operator.core.cluster.metrics_sample import cluster_version_from_gauge
 from etcd_operator.core.cluster.observed import (
-    DefragmentationRecord,
     EtcdView,
-    JoinRecord,
     MemberStatus,
     Observed,
-    Operation,
     PodAdmission,
     PodView,
     PVCView,
-    RollRecord,
-    SpaceRecoveryRecord,
     VolumePin,
 )
+from etcd_operator.core.cluster.recorded import ClusterStatus
 from etcd_operator.core.cluster.timers import Sightings, carry_timers
 
 STATUS_TIMEOUT = 2.0
@@ -247,12 +243,13 @@ class ClusterObserver:
     async def observe(
         self,
         body: Mapping[str, Any],
-        now: float,
+        status: ClusterStatus,
         children: tuple[list[dict], list[dict]] | None = None,
         live_secrets: bool = True,
     ) -> Observed:
-        """`children`: the cluster's (pods, PVCs) from the operator's caches; None lists them
-        live, with the StorageClasses and (unless `live_secrets` is False) the TLS Secrets."""
+        """`status`: what the EtcdCluster's status recorded (its cluster ID, a learner's join
+        failure). `children`: the cluster's (pods, PVCs) from the operator's caches; None lists
+        them live, with the StorageClasses and (unless `live_secrets` is False) the TLS Secrets."""
         meta = body["metadata"]
         cluster, namespace = meta["name"], meta["namespace"]
         live = children is None
@@ -271,19 +268,16 @@ class ClusterObserver:
         )
         pvcs = {p.name: p for p in (pvc_view(raw, expandable, meta["uid"]) for raw in pvcs_raw)}
         pvcs = await pin_waiting_volumes(self.kube, pvcs, pvcs_raw, pods)
-        status = body.get("status") or {}
         min_ordinal, min_ordinal_problem = naming.min_ordinal(meta.get("annotations") or {})
-        recorded_cluster_id = parse_hex_id(status.get("clusterID"))
         tls, credentials = await self.secrets.observe(self.kube, body, live=live or live_secrets)
         await self.etcd_clients.use_tls(credentials)
-        etcd = await self.observe_etcd(pods, recorded_cluster_id)
+        etcd = await self.observe_etcd(pods, status.recorded_cluster_id)
         await self.etcd_clients.retain_only({e for e in map(member_endpoint, pods.values()) if e})
 
         observed = Observed(
             cluster=cluster,
             namespace=namespace,
             uid=meta["uid"],
-            now=now,
             pods=pods,
             pvcs=pvcs,
             etcd=etcd,
@@ -291,26 +285,15 @@ class ClusterObserver:
             no_quorum_for=None,
             running_version=min((s.version for s in etcd.statuses.values()), key=versions.parse, default=None),
             recovery_approved=(meta.get("annotations") or {}).get(naming.ANNOTATION_APPROVE_QUORUM_RECOVERY) == "true",
-            operation=Operation.from_dict(status.get("operation")),
-            bootstrapped=bool(status.get("clusterID")),
             restoring=(meta.get("annotations") or {}).get(naming.ANNOTATION_RESTORE_IN_PROGRESS),
             restore_hold=(meta.get("annotations") or {}).get(naming.ANNOTATION_RESTORE_HOLD),
             min_ordinal=min_ordinal,
             annotation_problems=(min_ordinal_problem,) if min_ordinal_problem else (),
-            recorded_cluster_id=recorded_cluster_id,
             tls=tls,
-            rollout=RollRecord.from_dict(status.get("rollout")),
-            recorded_version=status.get("currentVersion") or None,
-            recorded_quota=(status.get("quota") or {}).get("backendBytes"),
-            quota_recorded=isinstance(status.get("quota"), dict),
             cluster_version=await fetch_cluster_version(
                 etcd.endpoints.get(etcd.leader_id) if etcd.leader_id is not None else None
             ),
-            downgrade_target=(status.get("downgrade") or {}).get("target"),
-            space_recovery=SpaceRecoveryRecord.from_dict(status.get("spaceRecovery")),
             defrag_requested=(meta.get("annotations") or {}).get(naming.ANNOTATION_DEFRAGMENT) or None,
-            defragmentation=DefragmentationRecord.from_dict(status.get("defragmentation")),
-            learner_joins=JoinRecord.from_dict(status.get("learnerJoins")),
             cluster_domain=self.cluster_domain,
         )
         if tls.rotation is not None:
@@ -318,7 +301,7 @@ class ClusterObserver:
                 observed, tls=dataclasses.replace(tls, served=await served_certificates(pods, credentials))
             )
         monotonic_now = self.clock()
-        observed, self.sightings = carry_timers(observed, self.sightings, monotonic_now)
+        observed, self.sightings = carry_timers(status, observed, self.sightings, monotonic_now)
         return admission.carry(observed, self.admissions, monotonic_now)
 
     async def observe_etcd(self, pods: dict[str, PodView], recorded_cluster_id: int | None) -> EtcdView:

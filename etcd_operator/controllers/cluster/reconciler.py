@@ -18,10 +18,11 @@ from etcd_operator.controllers.cluster.observer import ClusterObserver, StorageC
 from etcd_operator.core import conditions as c
 from etcd_operator.core.cluster import anomaly_detection, tls_plan
 from etcd_operator.core.cluster import steps as a
-from etcd_operator.core.cluster.decision import decide
+from etcd_operator.core.cluster.decision import plan
 from etcd_operator.core.cluster.health import HealthState
 from etcd_operator.core.cluster.member_pod_outcome import MemberPodOutcome
 from etcd_operator.core.cluster.naming import DEFAULT_CLUSTER_DOMAIN
+from etcd_operator.core.cluster.recorded import ClusterStatus
 from etcd_operator.core.cluster.spec import ClusterSpec
 from etcd_operator.core.cluster.status import build_status
 from etcd_operator.core.outcome import EventPoster
@@ -143,13 +144,15 @@ class ClusterReconciler:
         meta = body["metadata"]
         spec = ClusterSpec.from_dict(body.get("spec") or {})
         previous = body.get("status") or {}
+        recorded = ClusterStatus.from_dict(previous)
         resync = self._resync_due()
         last, self.last_action = self.last_action, None  # a pass that fails is followed by a live one
         children = self._cached(meta, last)
         # TLS Secrets: reused only on a pass after a steady one (a rotation is always read live).
         live_secrets = children is None or not isinstance(last, a.Steady)
-        observed = await self.observer.observe(body, time.time(), children, live_secrets=live_secrets)
-        decision = decide(spec, observed, body.get("spec") or {})
+        now = time.time()  # the wall clock as the pass starts to look
+        observed = await self.observer.observe(body, recorded, children, live_secrets=live_secrets)
+        decision = plan(spec, recorded, observed, now, stored_spec=body.get("spec") or {})
         if children is not None and not isinstance(decision.action, (a.Steady, a.Wait)):
             # No step is ever taken on cached data: look again, live, and decide again.
             logger.info(
@@ -160,14 +163,15 @@ class ClusterReconciler:
             )
             self.redecided += 1
             children = None
-            observed = await self.observer.observe(body, time.time(), None, live_secrets=True)
-            decision = decide(spec, observed, body.get("spec") or {})
+            now = time.time()
+            observed = await self.observer.observe(body, recorded, None, live_secrets=True)
+            decision = plan(spec, recorded, observed, now, stored_spec=body.get("spec") or {})
         if children is None:
             self.live_passes += 1
         else:
             self.cached_passes += 1
-        self.member_metrics.poke(observed.pods, observed.now)
-        warnings, scraped = self.member_metrics.warnings(observed)
+        self.member_metrics.poke(observed.pods, now)
+        warnings, scraped = self.member_metrics.warnings(observed, now)
 
         executor = ClusterExecutor(
             self.kube,
@@ -178,6 +182,8 @@ class ClusterReconciler:
             self.being_deleted,
             self.held_by,
             self.operator_image,
+            status=recorded,
+            now=now,
         )
         acting_spec, health, action = decision.acting_spec, decision.health, decision.action
         await executor.disown_member_pvcs(observed)  # even when paused: it protects data
@@ -200,7 +206,7 @@ class ClusterReconciler:
         if tls_status:
             extra["tls"] = tls_status
         status = build_status(
-            spec, observed, health, action, conditions, previous, meta.get("generation", 0), extra=extra
+            spec, recorded, observed, now, health, action, conditions, previous, meta.get("generation", 0), extra=extra
         )
         status["members"] = anomaly_detection.with_warnings(status["members"], warnings)
         for member, warning in anomaly_detection.appeared(previous.get("members"), warnings):

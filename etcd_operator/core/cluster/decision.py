@@ -1,6 +1,6 @@
-"""The pure part of one reconcile pass: from the spec and what was observed to the spec
-acted on, the diagnosed health, the one next step and the conditions. The reconciler wraps
-it with I/O; the fault simulator drives it directly."""
+"""The pure part of one reconcile pass: from the spec, what status recorded, what was
+observed and the wall clock to the spec acted on, the diagnosed health, the one next step
+and the conditions. The reconciler wraps it with I/O; the fault simulator drives it directly."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ from etcd_operator.core.cluster import admission, builders, downgrade, learners,
 from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.certs import CertKind
 from etcd_operator.core.cluster.health import Health, diagnose
-from etcd_operator.core.cluster.observed import JoinRecord, Observed, RollRecord
-from etcd_operator.core.cluster.planner import plan
+from etcd_operator.core.cluster.observed import Observed
+from etcd_operator.core.cluster.planner import next_step
+from etcd_operator.core.cluster.recorded import ClusterStatus, JoinRecord, RollRecord, known_version
 from etcd_operator.core.cluster.spec import ClusterSpec, SpecProblem, spec_problems, version_change_problem
 from etcd_operator.core.cluster.status import cluster_conditions
 
@@ -60,7 +61,9 @@ VERSION_REFUSALS = frozenset(
 )
 
 
-def acting_spec(spec: ClusterSpec, observed: Observed, problems: list[SpecProblem]) -> tuple[ClusterSpec, bool]:
+def acting_spec(
+    spec: ClusterSpec, status: ClusterStatus, observed: Observed, problems: list[SpecProblem]
+) -> tuple[ClusterSpec, bool]:
     """The spec the operator acts on, and whether a failed roll holds it. A refused change
     keeps what runs (version, transport, storage class, a volume shrink); a downgrade etcd
     has not allowed yet keeps the running version; the quota is resolved from the disk; a
@@ -68,9 +71,10 @@ def acting_spec(spec: ClusterSpec, observed: Observed, problems: list[SpecProble
     every pod spec hash is of what the members would really run."""
     reasons = {p.reason for p in problems}
     version = spec.version
-    if (reasons & VERSION_REFUSALS or downgrade.acting_version(spec.version, observed)) and observed.known_version:
-        version = observed.known_version
-    tls_on = tls_plan.serves_tls(spec, observed)
+    running = known_version(status, observed.running_version)
+    if (reasons & VERSION_REFUSALS or downgrade.acting_version(spec.version, status, observed)) and running:
+        version = running
+    tls_on = tls_plan.serves_tls(spec, status, observed)
     member_cert = observed.tls.cert(CertKind.MEMBER) if tls_on else None
     trusted = tuple(sorted(member_cert.trusted)) if member_cert and not member_cert.problem else ()
     storage = spec.storage
@@ -83,48 +87,61 @@ def acting_spec(spec: ClusterSpec, observed: Observed, problems: list[SpecProble
         tls=dataclasses.replace(spec.tls, enabled=tls_on, trusted=trusted),
         storage=storage,
     )
-    rolled, roll_held = roll.acting_spec(space.acting_storage(pinned, observed, problems), observed.rollout)
+    rolled, roll_held = roll.acting_spec(space.acting_storage(pinned, status, observed, problems), status.rollout)
     if roll_held:  # the last good settings: their quota too is resolved (never twice otherwise)
-        rolled = space.acting_storage(rolled, observed, problems)
+        rolled = space.acting_storage(rolled, status, observed, problems)
     return rolled, roll_held
 
 
-def decide(spec: ClusterSpec, observed: Observed, raw_spec: Mapping[str, Any] | None = None) -> Decision:
-    """`raw_spec` is the EtcdCluster's spec as stored; it is recorded as the last good one
-    once every member runs it healthily (without it, none is recorded)."""
+def plan(
+    spec: ClusterSpec,
+    status: ClusterStatus,
+    observed: Observed,
+    now: float,
+    *,
+    stored_spec: Mapping[str, Any] | None = None,
+) -> Decision:
+    """`now`: the wall clock, in seconds. `stored_spec` is the EtcdCluster's spec as stored;
+    it is recorded as the last good one once every member runs it healthily (without it,
+    none is recorded)."""
+    running = known_version(status, observed.running_version)
     problems = spec_problems(spec)
     for found in (
         versions.release_problem(spec.version),
-        versions.upgrade_problem(observed.known_version, spec.version),
+        versions.upgrade_problem(running, spec.version),
     ):
         if found and found.reason not in {p.reason for p in problems}:
             problems.append(SpecProblem(found.reason, found.message))
     # With no member answering, the version they last ran still decides: a refused change
     # must not reach pods recreated during an outage.
     for problem in (
-        version_change_problem(observed.known_version, spec.version),
+        version_change_problem(running, spec.version),
         storage_class_problem(spec, observed),
-        tls_plan.transport_problem(spec, observed),
+        tls_plan.transport_problem(spec, status, observed),
     ):
         if problem:
             problems.append(problem)
     problems += space.storage_problems(spec, observed)
-    if downgrade.acting_version(spec.version, observed) or observed.downgrade_target:
+    if downgrade.acting_version(spec.version, status, observed) or status.downgrade_target:
         # A downgrade through etcd's API: not refused; the downgrade module paces it.
         problems = [p for p in problems if p.reason != "VersionDowngrade"]
-    acting, roll_held = acting_spec(spec, observed, problems)
+    acting, roll_held = acting_spec(spec, status, observed, problems)
     desired_hash = builders.pod_spec_hash(acting)
-    health = diagnose(acting, observed)
-    action = plan(
+    health = diagnose(acting, status, observed)
+    action = next_step(
         acting,
+        status,
         observed,
         health,
+        now,
         desired_hash=desired_hash,
         recovery_allowed=spec.recovery.automatic_quorum_recovery or observed.recovery_approved,
         desired_version=spec.version,
     )
-    conditions = cluster_conditions(spec, observed, health, action, problems)
-    rollout = roll.next_record(raw_spec, observed, health, action, desired_hash, roll_held, not problems)
+    conditions = cluster_conditions(spec, status, observed, health, action, problems)
+    rollout = roll.next_record(
+        stored_spec, status.rollout, observed, health, action, desired_hash, roll_held, not problems
+    )
     conditions.append(roll.roll_condition(rollout, roll_held or isinstance(action, a.RollFailed)))
     skew = versions.skew([s.version for s in observed.etcd.statuses.values()])
     if skew["mixedVersions"]:
@@ -139,8 +156,8 @@ def decide(spec: ClusterSpec, observed: Observed, raw_spec: Mapping[str, Any] | 
         )
     else:
         conditions.append(c.Condition("VersionSkew", False, "SameVersion", ""))
-    conditions += space.space_conditions(acting, observed, health, action)
-    conditions.append(learners.condition(observed, health, action))
+    conditions += space.space_conditions(acting, status, observed, health, action)
+    conditions.append(learners.condition(status.learner_joins, observed, health, action))
     conditions.append(admission.condition(observed, desired_hash))
     return Decision(
         acting,
@@ -149,6 +166,6 @@ def decide(spec: ClusterSpec, observed: Observed, raw_spec: Mapping[str, Any] | 
         action,
         tuple(conditions),
         rollout,
-        learners.next_record(observed, action),
+        learners.next_record(status.learner_joins, action, now),
         skew,
     )

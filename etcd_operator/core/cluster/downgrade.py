@@ -20,6 +20,7 @@ from etcd_operator.core import versions
 from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.health import Health, HealthState
 from etcd_operator.core.cluster.observed import Observed
+from etcd_operator.core.cluster.recorded import ClusterStatus, known_version
 
 # Steps that change a working cluster on purpose: a cancel goes first, so that the roll back up
 # starts with etcd's downgrade off. Every other step the planner chooses is one that keeps or
@@ -67,15 +68,16 @@ def cluster_at(observed: Observed, target: str) -> bool:
     )
 
 
-def acting_version(spec_version: str, observed: Observed) -> str | None:
+def acting_version(spec_version: str, status: ClusterStatus, observed: Observed) -> str | None:
     """The version to keep running instead of the spec's while a downgrade may not roll yet
     (not enabled, or etcd has not lowered the cluster version); None when the spec applies."""
-    record = observed.downgrade_target
+    record = status.downgrade_target
+    running = known_version(status, observed.running_version)
     if record is not None:
         waiting = _minor(spec_version) == record and not cluster_at(observed, record)
     else:
-        waiting = versions.downgrade_target(observed.known_version, spec_version) is not None
-    return observed.known_version if waiting else None
+        waiting = versions.downgrade_target(running, spec_version) is not None
+    return running if waiting else None
 
 
 def _cancel(spec_version: str, record: str, observed: Observed, planned: a.Step) -> a.Step | None:
@@ -90,9 +92,11 @@ def _cancel(spec_version: str, record: str, observed: Observed, planned: a.Step)
     )
 
 
-def step(spec_version: str, observed: Observed, health: Health, planned: a.Step) -> a.Step | None:
+def step(
+    spec_version: str, status: ClusterStatus, observed: Observed, health: Health, planned: a.Step
+) -> a.Step | None:
     """The downgrade step that comes before what the planner chose, if any."""
-    record = observed.downgrade_target
+    record = status.downgrade_target
     if record is not None:
         if _minor(spec_version) != record:
             return _cancel(spec_version, record, observed, planned)
@@ -104,7 +108,7 @@ def step(spec_version: str, observed: Observed, health: Health, planned: a.Step)
                 f"(now {observed.cluster_version or 'unknown'})"
             )
         return None
-    target = versions.downgrade_target(observed.known_version, spec_version)
+    target = versions.downgrade_target(known_version(status, observed.running_version), spec_version)
     if target is None or not isinstance(planned, (a.Steady, a.Wait)):
         return None
     if health.state != HealthState.HEALTHY or len(members_minors(observed)) != 1:

@@ -14,6 +14,7 @@ import re
 
 from etcd_operator.core.cluster import naming
 from etcd_operator.core.cluster.observed import Member, MemberStatus, Observed, PodView
+from etcd_operator.core.cluster.recorded import ClusterStatus
 from etcd_operator.core.cluster.spec import ClusterSpec
 
 # quorumLossTimeout is never shorter than one election timeout plus this margin: a leader
@@ -138,7 +139,7 @@ def quorum_loss_timeout(spec: ClusterSpec) -> float:
     return max(spec.recovery.quorum_loss_timeout, election + QUORUM_LOSS_MARGIN)
 
 
-def quorum_loss_evidence(observed: Observed) -> bool:
+def quorum_loss_evidence(status: ClusterStatus, observed: Observed) -> bool:
     """True only when what was observed shows too few voters serving: no reachable member
     reports a leader, and the voters that answer with a leader or whose pods are ready are
     fewer than a quorum. Silence alone is not evidence."""
@@ -153,13 +154,13 @@ def quorum_loss_evidence(observed: Observed) -> bool:
             if member_healthy(observed, m.id) or pod_serving(observed.pods.get(member_name(observed, m) or ""))
         ]
         return bool(voters) and len(serving) < naming.quorum(len(voters))
-    if not observed.bootstrapped or not (observed.pods or observed.pvcs):
+    if not status.bootstrapped or not (observed.pods or observed.pvcs):
         return False
     # No member answered at all: only pods that are gone or not ready count as evidence.
     return not any(pod_serving(p) for p in observed.pods.values())
 
 
-def diagnose(spec: ClusterSpec, observed: Observed) -> Health:
+def diagnose(spec: ClusterSpec, status: ClusterStatus, observed: Observed) -> Health:
     members = observed.etcd.members
     healthy = frozenset(m.id for m in members if member_healthy(observed, m.id))
     leader = observed.etcd.leader_id if observed.etcd.leader_id in healthy else None
@@ -171,17 +172,17 @@ def diagnose(spec: ClusterSpec, observed: Observed) -> Health:
 
     if not members:
         if not observed.pods and not observed.pvcs:
-            if observed.bootstrapped:
+            if status.bootstrapped:
                 return health(
                     HealthState.QUORUM_LOST,
                     "every member and its data is gone; restore from a backup with an EtcdRestore",
                 )
             return health(HealthState.BOOTSTRAPPING, "creating the first member")
         lasted = observed.no_quorum_for
-        if lasted is not None and quorum_loss_evidence(observed):
+        if lasted is not None and quorum_loss_evidence(status, observed):
             state = HealthState.QUORUM_LOST if lasted >= quorum_loss_timeout(spec) else HealthState.NO_QUORUM
             return health(state, f"no member answers and no member pod is ready (for {lasted:.0f}s)")
-        if any(pod_serving(p) for p in observed.pods.values()) and observed.bootstrapped:
+        if any(pod_serving(p) for p in observed.pods.values()) and status.bootstrapped:
             return health(
                 HealthState.UNREACHABLE,
                 "no member answers the operator, but member pods are ready: the operator may be cut off",
@@ -193,7 +194,7 @@ def diagnose(spec: ClusterSpec, observed: Observed) -> Health:
     needed = naming.quorum(len(voters))
     if len(healthy_voters) < needed:
         counts = f"{len(healthy_voters)} of {len(voters)} voting members answer with a leader (quorum is {needed})"
-        if not quorum_loss_evidence(observed):
+        if not quorum_loss_evidence(status, observed):
             return health(
                 HealthState.UNREACHABLE,
                 f"only {counts}, but a reachable member reports a leader or unreachable members' pods "

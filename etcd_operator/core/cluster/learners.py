@@ -21,7 +21,8 @@ import dataclasses
 from etcd_operator.core import conditions as c
 from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.health import Health, member_name
-from etcd_operator.core.cluster.observed import JoinRecord, Member, Observed
+from etcd_operator.core.cluster.observed import Member, Observed
+from etcd_operator.core.cluster.recorded import JoinRecord
 
 MAX_APPLY_GAP = 5000  # etcd's maxGapBetweenApplyAndCommitIndex
 JOIN_BACKOFF = 30.0
@@ -86,10 +87,9 @@ def failures_after_removing(record: JoinRecord, member_id: int) -> int:
     return record.failures if member_id == record.last_member_id else record.failures + 1
 
 
-def add_backoff(observed: Observed) -> a.Wait | None:
+def add_backoff(record: JoinRecord, observed: Observed) -> a.Wait | None:
     """A wait before adding a member while the last learner's failure is recent. A failure
     in status that this process has not timed yet (no sighting) is waited for in full."""
-    record = observed.learner_joins
     if not record.failures:
         return None
     backoff, waited = join_backoff(record.failures), observed.since_join_failure or 0.0
@@ -101,8 +101,7 @@ def add_backoff(observed: Observed) -> a.Wait | None:
     )
 
 
-def next_record(observed: Observed, action: a.Step) -> JoinRecord:
-    record = observed.learner_joins
+def next_record(record: JoinRecord, action: a.Step, now: float) -> JoinRecord:
     if isinstance(action, a.PromoteLearner):
         return JoinRecord()
     if (
@@ -110,13 +109,11 @@ def next_record(observed: Observed, action: a.Step) -> JoinRecord:
         and action.learner_not_caught_up
         and action.member_id != record.last_member_id
     ):
-        return JoinRecord(
-            failures_after_removing(record, action.member_id), observed.now, action.member_id, action.reason
-        )
+        return JoinRecord(failures_after_removing(record, action.member_id), now, action.member_id, action.reason)
     return record
 
 
-def condition(observed: Observed, health: Health, action: a.Step) -> c.Condition:
+def condition(record: JoinRecord, observed: Observed, health: Health, action: a.Step) -> c.Condition:
     """LearnerJoining: True while a learner joins, with how far it is; False otherwise, with
     the backoff when the last learner did not catch up."""
     for learner in health.learners:
@@ -129,7 +126,7 @@ def condition(observed: Observed, health: Health, action: a.Step) -> c.Condition
         if isinstance(action, a.RemoveMember) and action.member_id == learner.id:
             reason = "NotCaughtUp"
         return c.Condition("LearnerJoining", True, reason, found.describe())
-    wait = add_backoff(observed)
+    wait = add_backoff(record, observed)
     if wait is not None:
         return c.Condition("LearnerJoining", False, "BackingOff", wait.reason)
     return c.Condition("LearnerJoining", False, "NoLearner", "")

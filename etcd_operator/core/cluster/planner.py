@@ -30,6 +30,7 @@ from etcd_operator.core.cluster.health import (
     quorum_loss_evidence,
 )
 from etcd_operator.core.cluster.observed import Member, Observed
+from etcd_operator.core.cluster.recorded import ClusterStatus, JoinRecord
 from etcd_operator.core.cluster.spec import ClusterSpec
 
 QUORUM_RECOVERY = "QuorumRecovery"
@@ -73,8 +74,8 @@ def member_add_receivers(observed: Observed) -> list[int]:
     return [m.id for m in voters if m.id == leader] + [m.id for m in others]
 
 
-def self_only_cluster(observed: Observed, member: str) -> str:
-    tls = tls_plan.serves_tls_observed(observed)
+def self_only_cluster(status: ClusterStatus, observed: Observed, member: str) -> str:
+    tls = tls_plan.serves_tls_observed(status, observed)
     return f"{member}={naming.peer_url(observed.cluster, observed.namespace, member, tls)}"
 
 
@@ -101,10 +102,12 @@ def _ordinal(observed: Observed, member: Member) -> int:
     return naming.member_ordinal(observed.cluster, member_name(observed, member) or "") or -1
 
 
-def plan(
+def next_step(
     spec: ClusterSpec,
+    status: ClusterStatus,
     observed: Observed,
     health: Health,
+    now: float,
     desired_hash: str,
     recovery_allowed: bool = False,
     desired_version: str | None = None,
@@ -112,38 +115,47 @@ def plan(
     """The one next step for the acting `spec`. `desired_version` is the version the user
     asked for: a downgrade to it goes through etcd's API, paced by the downgrade module, and
     its steps come before the planner's own (never while paused, restoring or recovering)."""
-    step = admission.gate(_plan(spec, observed, health, desired_hash, recovery_allowed), observed, desired_hash)
-    if desired_version is None or spec.paused or observed.restoring or observed.operation:
+    chosen = _next_step(spec, status, observed, health, now, desired_hash, recovery_allowed)
+    step = admission.gate(chosen, observed, desired_hash)
+    if desired_version is None or spec.paused or observed.restoring or status.operation:
         return step
-    return downgrade.step(desired_version, observed, health, step) or step
+    return downgrade.step(desired_version, status, observed, health, step) or step
 
 
-def _plan(spec: ClusterSpec, observed: Observed, health: Health, desired_hash: str, recovery_allowed: bool) -> a.Step:
+def _next_step(
+    spec: ClusterSpec,
+    status: ClusterStatus,
+    observed: Observed,
+    health: Health,
+    now: float,
+    desired_hash: str,
+    recovery_allowed: bool,
+) -> a.Step:
     if spec.paused:
         return a.Wait("reconciliation is paused (spec.paused)")
-    step = tls_plan.next_step(spec, observed)
+    step = tls_plan.next_step(spec, status, observed, now)
     if step:
         return step
     if observed.restoring:
         return a.Wait(f"EtcdRestore {observed.restoring} is restoring this cluster")
-    if observed.operation and observed.operation.kind == QUORUM_RECOVERY:
-        return _plan_quorum_recovery(spec, observed, health, desired_hash)
+    if status.operation and status.operation.kind == QUORUM_RECOVERY:
+        return _plan_quorum_recovery(spec, status, observed, health, desired_hash)
     if health.state == HealthState.QUORUM_LOST and not observed.pods and not observed.pvcs:
         return a.Wait(health.message)
     if health.state == HealthState.BOOTSTRAPPING:
         return a.BootstrapFirstMember(
             "creating the first member", naming.member_name(observed.cluster, next_ordinal(observed))
         )
-    step = roll.roll_failure(observed, health, desired_hash)
+    step = roll.roll_failure(status.rollout, observed, health, desired_hash)
     if step:
         return step
     if not health.members:
-        return _plan_without_member_list(spec, observed, desired_hash)
+        return _plan_without_member_list(spec, status, observed, desired_hash)
 
     names = {m.id: member_name(observed, m) for m in health.members}
 
     holding = health.state in HOLD_STATES
-    step = space.finish_space_recovery(observed, health)
+    step = space.finish_space_recovery(status.space_recovery, observed, health)
     if step:
         return step
     if not holding:
@@ -153,21 +165,23 @@ def _plan(spec: ClusterSpec, observed: Observed, health: Health, desired_hash: s
     step = _restart_failed_pods(spec, observed)
     if step:
         return step
-    step = _start_missing_pods(spec, observed, health, names, may_remove=not holding)
+    step = _start_missing_pods(spec, status, observed, health, names, may_remove=not holding)
     if step:
         return step
-    step = _settle_joined_pods(observed, health, names)
+    step = _settle_joined_pods(status, observed, health, names)
     if step:
         return step
     if holding:
         if health.state == HealthState.NO_SPACE:
-            return space.plan_no_space(spec, observed, health, names)  # in place: never removes or rolls
+            return space.plan_no_space(
+                spec, status.space_recovery, observed, health, names
+            )  # in place: never removes or rolls
         return a.Wait(health.message)
     step = _restart_broken_outdated_members(spec, observed, health, names, desired_hash)
     if step:
         return step
     if health.has_quorum:
-        step = _handle_learners(spec, observed, health, names)
+        step = _handle_learners(spec, status.learner_joins, observed, health, names)
         if step:
             return step
 
@@ -175,7 +189,9 @@ def _plan(spec: ClusterSpec, observed: Observed, health: Health, desired_hash: s
         return _plan_quorum_loss(spec, observed, health, names, recovery_allowed)
     if not health.has_quorum:
         return a.Wait(health.message)
-    step = roll.rollback_step(observed, health, desired_hash) or roll.roll_gate(observed, health, desired_hash)
+    step = roll.rollback_step(status.rollout, observed, health, desired_hash) or roll.roll_gate(
+        status.rollout, observed, health, desired_hash
+    )
     if step:
         return step
 
@@ -184,7 +200,7 @@ def _plan(spec: ClusterSpec, observed: Observed, health: Health, desired_hash: s
         return step
     voters = health.voters
     if len(voters) < spec.size:
-        step = learners.add_backoff(observed)
+        step = learners.add_backoff(status.learner_joins, observed)
         if step:
             return step
         name = naming.member_name(observed.cluster, next_ordinal(observed))
@@ -197,16 +213,18 @@ def _plan(spec: ClusterSpec, observed: Observed, health: Health, desired_hash: s
     step = _roll_outdated_member(observed, health, names, desired_hash)
     if step:
         return step
-    step = space.plan_requested_defragmentation(spec, observed, health, names)
+    step = space.plan_requested_defragmentation(spec, status.defragmentation, observed, health, names)
     if step:
         return step
-    step = _defragment(spec, observed, health, names)
+    step = _defragment(spec, observed, health, names, now)
     if step:
         return step
     return a.Steady(health.message)
 
 
-def _plan_without_member_list(spec: ClusterSpec, observed: Observed, desired_hash: str) -> a.Step:
+def _plan_without_member_list(
+    spec: ClusterSpec, status: ClusterStatus, observed: Observed, desired_hash: str
+) -> a.Step:
     """No member answered. Restart pods of members whose data is still on a PVC."""
     step = _restart_failed_pods(spec, observed)
     if step:
@@ -232,7 +250,7 @@ def _plan_without_member_list(spec: ClusterSpec, observed: Observed, desired_has
             "restarting a member on its PVC",
             member,
             pvc.member_id,
-            self_only_cluster(observed, member),
+            self_only_cluster(status, observed, member),
             joined_before=True,
         )
     return a.Wait("waiting for a member to answer")
@@ -304,7 +322,12 @@ def _restart_broken_outdated_members(
 
 
 def _start_missing_pods(
-    spec: ClusterSpec, observed: Observed, health: Health, names: dict[int, str | None], may_remove: bool = True
+    spec: ClusterSpec,
+    status: ClusterStatus,
+    observed: Observed,
+    health: Health,
+    names: dict[int, str | None],
+    may_remove: bool = True,
 ) -> a.Step | None:
     for member in sorted(health.members, key=lambda m: names[m.id] or ""):
         name = names[member.id]
@@ -324,7 +347,7 @@ def _start_missing_pods(
                 f"{name} lost its pod; it rejoins on its PVC",
                 name,
                 member.id,
-                self_only_cluster(observed, name),
+                self_only_cluster(status, observed, name),
                 joined_before=True,
             )
         if may_remove and health.has_quorum and removal_keeps_quorum(health, member):
@@ -332,7 +355,9 @@ def _start_missing_pods(
     return None
 
 
-def _settle_joined_pods(observed: Observed, health: Health, names: dict[int, str | None]) -> a.Step | None:
+def _settle_joined_pods(
+    status: ClusterStatus, observed: Observed, health: Health, names: dict[int, str | None]
+) -> a.Step | None:
     for member in health.members:
         name = names[member.id]
         pod = observed.pods.get(name or "")
@@ -341,7 +366,7 @@ def _settle_joined_pods(observed: Observed, health: Health, names: dict[int, str
         settled = (
             pod.member_id == member.id
             and pod.initial_state == "existing"
-            and pod.initial_cluster == self_only_cluster(observed, name)
+            and pod.initial_cluster == self_only_cluster(status, observed, name)
             and not pod.force_new_cluster
         )
         pvc = observed.pvcs.get(naming.pvc_name(name))
@@ -351,7 +376,7 @@ def _settle_joined_pods(observed: Observed, health: Health, names: dict[int, str
 
 
 def _handle_learners(
-    spec: ClusterSpec, observed: Observed, health: Health, names: dict[int, str | None]
+    spec: ClusterSpec, joins: JoinRecord, observed: Observed, health: Health, names: dict[int, str | None]
 ) -> a.Step | None:
     for learner in health.learners:
         name = names[learner.id] or learner.hex_id
@@ -360,7 +385,7 @@ def _handle_learners(
         unhealthy_for = observed.unhealthy_for.get(name)
         how = learners.progress(observed, learner).describe()
         if unhealthy_for is not None and unhealthy_for >= spec.recovery.member_unhealthy_timeout:
-            failures = learners.failures_after_removing(observed.learner_joins, learner.id)
+            failures = learners.failures_after_removing(joins, learner.id)
             return a.RemoveMember(
                 f"learner {name} did not catch up in {unhealthy_for:.0f}s: {how}; the next member "
                 f"is added after {learners.join_backoff(failures):.0f}s (failure {failures} in a row)",
@@ -471,10 +496,12 @@ def _roll_outdated_member(
     return a.RollMember("following the spec", leader_name)
 
 
-def _defragment(spec: ClusterSpec, observed: Observed, health: Health, names: dict[int, str | None]) -> a.Step | None:
+def _defragment(
+    spec: ClusterSpec, observed: Observed, health: Health, names: dict[int, str | None], now: float
+) -> a.Step | None:
     if not spec.defrag.enabled or health.state != HealthState.HEALTHY:
         return None
-    if not space.in_defrag_window(spec, observed.now):
+    if not space.in_defrag_window(spec, now):
         return None
     candidates = []
     for member in health.voters:
@@ -519,15 +546,17 @@ def _plan_quorum_loss(
     )
 
 
-def _plan_quorum_recovery(spec: ClusterSpec, observed: Observed, health: Health, desired_hash: str) -> a.Step:
-    op = observed.operation
+def _plan_quorum_recovery(
+    spec: ClusterSpec, status: ClusterStatus, observed: Observed, health: Health, desired_hash: str
+) -> a.Step:
+    op = status.operation
     if op is None:
         raise ValueError("planned a quorum recovery's next step without one under way")
     survivor_pod = observed.pods.get(op.member)
     forced = survivor_pod is not None and survivor_pod.force_new_cluster
     if not forced:
         # Until the survivor restarts as a new one-member cluster, the recovery can be called off.
-        if not quorum_loss_evidence(observed):
+        if not quorum_loss_evidence(status, observed):
             return a.AbandonQuorumRecovery(
                 "quorum came back before the survivor was restarted; the members "
                 "that were stopped restart on their data"

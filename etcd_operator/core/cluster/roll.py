@@ -26,7 +26,8 @@ from etcd_operator.core import conditions as c
 from etcd_operator.core.cluster import builders
 from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.health import Health, HealthState, member_name, pod_broken, pod_serving
-from etcd_operator.core.cluster.observed import Observed, PodView, RollRecord
+from etcd_operator.core.cluster.observed import Observed, PodView
+from etcd_operator.core.cluster.recorded import RollRecord
 from etcd_operator.core.cluster.spec import ClusterSpec
 
 # A rolled member is caught up when its applied index is this close to the leader's.
@@ -56,11 +57,11 @@ def _last_good_hash(record: RollRecord) -> str | None:
     return builders.pod_spec_hash(last_good) if last_good is not None else None
 
 
-def rolling(observed: Observed, desired_hash: str) -> bool:
+def rolling(record: RollRecord, desired_hash: str) -> bool:
     """A roll is under way: the desired pod spec differs from the last good one. Pods on the
     last good spec are never a roll's fault: they follow the ordinary rules. Until a last
     good spec is recorded (the first healthy, settled pass), rolls are not gated."""
-    last_good = _last_good_hash(observed.rollout)
+    last_good = _last_good_hash(record)
     return last_good is not None and last_good != desired_hash
 
 
@@ -79,9 +80,9 @@ def lag(observed: Observed, health: Health, member_id: int) -> int | None:
     return max(0, leader.raft_applied_index - mine.raft_applied_index)
 
 
-def roll_failure(observed: Observed, health: Health, desired_hash: str) -> a.RollFailed | None:
+def roll_failure(record: RollRecord, observed: Observed, health: Health, desired_hash: str) -> a.RollFailed | None:
     """The roll to `desired_hash` failed: name the member and why. Only while rolling."""
-    if not rolling(observed, desired_hash) or observed.rollout.failed_hash == desired_hash:
+    if not rolling(record, desired_hash) or record.failed_hash == desired_hash:
         return None  # not rolling, or this failure is recorded already
     ids = {member_name(observed, m): m.id for m in health.members}
     for pod in _rolled_pods(observed, desired_hash):
@@ -101,10 +102,10 @@ def roll_failure(observed: Observed, health: Health, desired_hash: str) -> a.Rol
     return None
 
 
-def roll_gate(observed: Observed, health: Health, desired_hash: str) -> a.Wait | None:
+def roll_gate(record: RollRecord, observed: Observed, health: Health, desired_hash: str) -> a.Wait | None:
     """While rolling, every member already rolled must be healthy and caught up before
     anything else (another roll, or replacing a member) happens."""
-    if not rolling(observed, desired_hash):
+    if not rolling(record, desired_hash):
         return None
     ids = {member_name(observed, m): m for m in health.members}
     for pod in _rolled_pods(observed, desired_hash):
@@ -122,13 +123,13 @@ def roll_gate(observed: Observed, health: Health, desired_hash: str) -> a.Wait |
     return None
 
 
-def rollback_step(observed: Observed, health: Health, desired_hash: str) -> a.RollMember | None:
+def rollback_step(record: RollRecord, observed: Observed, health: Health, desired_hash: str) -> a.RollMember | None:
     """After a failed roll, a member still on the failed pod spec that does not serve is
     restarted with the spec acted on now (the last good one) on its PVC. A broken pod is
     handled the same way by the planner's outdated-broken rule. "Does not serve" needs
     evidence: a member the operator cannot reach whose pod is ready may be serving, even
     leading, so it is left to the ordinary, gated roll."""
-    failed = observed.rollout.failed_hash
+    failed = record.failed_hash
     if not failed or failed == desired_hash:
         return None
     ids = {member_name(observed, m): m for m in health.members}
@@ -139,13 +140,14 @@ def rollback_step(observed: Observed, health: Health, desired_hash: str) -> a.Ro
         if (member is not None and health.is_healthy(member)) or pod_serving(pod):
             continue  # serving, or maybe serving out of the operator's sight: the ordinary, gated roll
         return a.RollMember(
-            f"rolling {pod.name} back to the last good pod spec on its data: {observed.rollout.failed_reason}", pod.name
+            f"rolling {pod.name} back to the last good pod spec on its data: {record.failed_reason}", pod.name
         )
     return None
 
 
 def next_record(
     raw_spec: Mapping[str, Any] | None,
+    record: RollRecord,
     observed: Observed,
     health: Health,
     action: a.Step,
@@ -154,7 +156,6 @@ def next_record(
     spec_accepted: bool,
 ) -> RollRecord:
     """status.rollout after this pass."""
-    record = observed.rollout
     if isinstance(action, a.RollFailed):
         return dataclasses.replace(
             record, failed_hash=action.pod_spec_hash, failed_member=action.member, failed_reason=action.reason

@@ -23,6 +23,7 @@ from etcd_operator.core.cluster import naming, quota
 from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.health import NOSPACE, Health, HealthState, member_name
 from etcd_operator.core.cluster.observed import Member, Observed
+from etcd_operator.core.cluster.recorded import ClusterStatus, DefragmentationRecord, SpaceRecoveryRecord
 from etcd_operator.core.cluster.spec import ClusterSpec, SpecProblem
 
 ETCD_DEFAULT_QUOTA = 2 * quota.GiB  # etcd's own default when --quota-backend-bytes is unset
@@ -95,7 +96,9 @@ def storage_problems(spec: ClusterSpec, observed: Observed) -> list[SpecProblem]
     return problems
 
 
-def acting_storage(spec: ClusterSpec, observed: Observed, problems: list[SpecProblem]) -> ClusterSpec:
+def acting_storage(
+    spec: ClusterSpec, status: ClusterStatus, observed: Observed, problems: list[SpecProblem]
+) -> ClusterSpec:
     """The spec with the quota resolved (explicit, or derived from the disk, never above what
     the smallest member volume holds) and a refused shrink replaced by the PVCs' size."""
     reasons = {p.reason for p in problems}
@@ -103,21 +106,21 @@ def acting_storage(spec: ClusterSpec, observed: Observed, problems: list[SpecPro
         largest = max(p.requested for p in observed.pvcs.values() if p.requested)
         spec = dataclasses.replace(spec, storage=dataclasses.replace(spec.storage, size=str(largest)))
     wanted = spec.etcd.quota_backend_bytes
-    if wanted is None and not observed.quota_recorded and (observed.pods or observed.bootstrapped):
+    if wanted is None and not status.quota_recorded and (observed.pods or status.bootstrapped):
         # A cluster created before quotas were derived keeps etcd's default (recorded as such
         # in status from now on): an operator upgrade never restarts its members by itself.
         return spec
-    if wanted is None and observed.quota_recorded and observed.recorded_quota is None:
+    if wanted is None and status.quota_recorded and status.recorded_quota is None:
         return spec  # etcd's default, as recorded: set quotaBackendBytes to change it
     disk = smallest_disk(spec, observed)
     if disk is None:
         return spec  # unbounded emptyDir: etcd's default unless set
     limit = max(quota.MIN_QUOTA, quota.quota_for_disk(disk))
     resolved = limit if wanted is None or "QuotaExceedsStorage" in reasons else min(wanted, limit)
-    if wanted is None and observed.recorded_quota is not None and resolved < observed.recorded_quota:
+    if wanted is None and status.recorded_quota is not None and resolved < status.recorded_quota:
         # A derived quota follows volume growth, never down: the quota recorded in status is
         # the one the members run (from status, not from pods, which come and go).
-        resolved = observed.recorded_quota
+        resolved = status.recorded_quota
     return dataclasses.replace(spec, etcd=dataclasses.replace(spec.etcd, quota_backend_bytes=resolved))
 
 
@@ -169,17 +172,22 @@ def shortfall(
     return worst
 
 
-def finish_space_recovery(observed: Observed, health: Health) -> a.Step | None:
-    if observed.space_recovery is None or not health.members or NOSPACE in health.alarm_names:
+def finish_space_recovery(record: SpaceRecoveryRecord | None, observed: Observed, health: Health) -> a.Step | None:
+    if record is None or not health.members or NOSPACE in health.alarm_names:
         return None
     if not observed.etcd.answered:
         return None
     return a.FinishSpaceRecovery("the NOSPACE alarm is no longer raised")
 
 
-def plan_no_space(spec: ClusterSpec, observed: Observed, health: Health, names: dict[int, str | None]) -> a.Step:
+def plan_no_space(
+    spec: ClusterSpec,
+    record: SpaceRecoveryRecord | None,
+    observed: Observed,
+    health: Health,
+    names: dict[int, str | None],
+) -> a.Step:
     """The next remediation step while NOSPACE is raised; a Wait when none can be taken."""
-    record = observed.space_recovery
     if record is None:
         return a.BeginSpaceRecovery(
             "etcd raised the NOSPACE alarm: compacting, defragmenting one member at a time and disarming it"
@@ -243,11 +251,10 @@ def defrag_room(spec: ClusterSpec, observed: Observed, name: str, member_id: int
 
 
 def plan_requested_defragmentation(
-    spec: ClusterSpec, observed: Observed, health: Health, names: dict[int, str | None]
+    spec: ClusterSpec, record: DefragmentationRecord, observed: Observed, health: Health, names: dict[int, str | None]
 ) -> a.Step | None:
     """A new etcd.operator.dev/defragment token: every member once, followers then leader."""
     token = observed.defrag_requested
-    record = observed.defragmentation
     if not token or token == record.last_token:
         return None
     if health.state != HealthState.HEALTHY:
@@ -319,10 +326,11 @@ def storage_condition(spec: ClusterSpec, observed: Observed) -> c.Condition:
     return c.Condition("StorageResized", True, "AsSpecified", "")
 
 
-def database_condition(spec: ClusterSpec, observed: Observed, health: Health, action: a.Step) -> c.Condition:
+def database_condition(
+    spec: ClusterSpec, record: SpaceRecoveryRecord | None, observed: Observed, health: Health, action: a.Step
+) -> c.Condition:
     if NOSPACE not in health.alarm_names:
         return c.Condition("DatabaseFits", True, "WithinQuota", "")
-    record = observed.space_recovery
     names = {m.id: member_name(observed, m) or m.hex_id for m in health.members}
     done = (
         record is not None
@@ -343,5 +351,10 @@ def database_condition(spec: ClusterSpec, observed: Observed, health: Health, ac
     return c.Condition("DatabaseFits", False, "Remediating", action.reason)
 
 
-def space_conditions(spec: ClusterSpec, observed: Observed, health: Health, action: a.Step) -> list[c.Condition]:
-    return [database_condition(spec, observed, health, action), storage_condition(spec, observed)]
+def space_conditions(
+    spec: ClusterSpec, status: ClusterStatus, observed: Observed, health: Health, action: a.Step
+) -> list[c.Condition]:
+    return [
+        database_condition(spec, status.space_recovery, observed, health, action),
+        storage_condition(spec, observed),
+    ]

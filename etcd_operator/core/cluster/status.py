@@ -10,6 +10,7 @@ from etcd_operator.core.cluster import naming, tls_plan
 from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.health import Health, HealthState, member_name
 from etcd_operator.core.cluster.observed import Observed
+from etcd_operator.core.cluster.recorded import ClusterStatus
 from etcd_operator.core.cluster.spec import ClusterSpec, SpecProblem
 from etcd_operator.core.timefmt import format_time
 
@@ -54,7 +55,7 @@ PROGRESS_REASONS = {
 }
 
 
-def is_degraded(health: Health, observed: Observed) -> bool:
+def is_degraded(health: Health, status: ClusterStatus) -> bool:
     """Something is broken, as opposed to still being built or changed on purpose."""
     if health.state in (
         HealthState.NO_QUORUM,
@@ -65,7 +66,7 @@ def is_degraded(health: Health, observed: Observed) -> bool:
     ):
         return True
     if health.state == HealthState.UNKNOWN:
-        return observed.bootstrapped
+        return status.bootstrapped
     return any(not health.is_healthy(m) for m in health.members)
 
 
@@ -84,7 +85,12 @@ def alarm_condition(health: Health) -> c.Condition:
 
 
 def cluster_conditions(
-    spec: ClusterSpec, observed: Observed, health: Health, action: a.Step, problems: list[SpecProblem]
+    spec: ClusterSpec,
+    status: ClusterStatus,
+    observed: Observed,
+    health: Health,
+    action: a.Step,
+    problems: list[SpecProblem],
 ) -> list[c.Condition]:
     available: bool | None = health.has_quorum
     if health.state == HealthState.UNREACHABLE:
@@ -92,7 +98,7 @@ def cluster_conditions(
     progressing = not isinstance(action, (a.Steady, a.Wait)) or (
         isinstance(action, a.Wait) and health.state in (HealthState.DEGRADED, HealthState.UNKNOWN)
     )
-    degraded = is_degraded(health, observed)
+    degraded = is_degraded(health, status)
     result = [
         c.Condition("Available", available, "QuorumHealthy" if available else health.state.value, health.message),
         alarm_condition(health),
@@ -140,16 +146,16 @@ def cluster_conditions(
     return result
 
 
-def phase(spec: ClusterSpec, health: Health, action: a.Step, observed: Observed) -> str:
+def phase(spec: ClusterSpec, health: Health, action: a.Step, status: ClusterStatus, observed: Observed) -> str:
     if spec.paused:
         return "Paused"
     if observed.restoring:
         return "Restoring"
-    if observed.operation is not None:
+    if status.operation is not None:
         return "Recovering"
     if health.state == HealthState.QUORUM_LOST:
         return "QuorumLost"
-    if health.state == HealthState.BOOTSTRAPPING or not observed.bootstrapped:
+    if health.state == HealthState.BOOTSTRAPPING or not status.bootstrapped:
         return "Creating"
     if isinstance(action, a.RollMember) or isinstance(action, a.MoveLeader):
         return "Upgrading"
@@ -162,7 +168,7 @@ def phase(spec: ClusterSpec, health: Health, action: a.Step, observed: Observed)
     return "Degraded"
 
 
-def member_entries(observed: Observed, health: Health) -> list[dict[str, Any]]:
+def member_entries(observed: Observed, health: Health, now: float) -> list[dict[str, Any]]:
     entries = []
     for member in sorted(health.members, key=lambda m: member_name(observed, m) or m.hex_id):
         name = member_name(observed, member) or member.hex_id
@@ -186,7 +192,7 @@ def member_entries(observed: Observed, health: Health) -> list[dict[str, Any]]:
                 version=status.version,
             )
         if name in observed.unhealthy_for:  # for people: no decision reads it back (cluster/timers.py)
-            entry["unhealthySince"] = format_time(observed.now - observed.unhealthy_for[name])
+            entry["unhealthySince"] = format_time(now - observed.unhealthy_for[name])
         entries.append(entry)
     return entries
 
@@ -212,7 +218,9 @@ def restore_hold_fields(observed: Observed) -> dict[str, Any]:
 
 def build_status(
     spec: ClusterSpec,
+    status: ClusterStatus,
     observed: Observed,
+    now: float,
     health: Health,
     action: a.Step,
     conditions: list[c.Condition],
@@ -220,24 +228,23 @@ def build_status(
     generation: int,
     extra: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    now = format_time(observed.now)
     leader = next((m for m in health.members if m.id == health.leader_id), None)
-    status: dict[str, Any] = {
-        "phase": phase(spec, health, action, observed),
-        "members": member_entries(observed, health),
+    written: dict[str, Any] = {
+        "phase": phase(spec, health, action, status, observed),
+        "members": member_entries(observed, health, now),
         "readyMembers": sum(1 for m in health.voters if health.is_healthy(m)),
         "leader": (member_name(observed, leader) or leader.hex_id) if leader else "",
         "currentVersion": observed.running_version or previous.get("currentVersion", ""),
-        "clientURL": f"{naming.scheme(tls_plan.serves_tls(spec, observed))}://"
+        "clientURL": f"{naming.scheme(tls_plan.serves_tls(spec, status, observed))}://"
         f"{naming.client_service_host(observed.cluster, observed.namespace)}:{naming.CLIENT_PORT}",
-        "noQuorumSince": None if observed.no_quorum_for is None else format_time(observed.now - observed.no_quorum_for),
-        "conditions": c.merge(previous.get("conditions"), conditions, now, generation),
+        "noQuorumSince": None if observed.no_quorum_for is None else format_time(now - observed.no_quorum_for),
+        "conditions": c.merge(previous.get("conditions"), conditions, format_time(now), generation),
         "observedGeneration": generation,
     }
     if observed.etcd.cluster_id:
-        status["clusterID"] = f"{observed.etcd.cluster_id:x}"
+        written["clusterID"] = f"{observed.etcd.cluster_id:x}"
     # This pass decided on a copy of the object that carries the hold, if there is one.
-    status.update(restore_hold_fields(observed))
+    written.update(restore_hold_fields(observed))
     if extra:
-        status.update(extra)
-    return status
+        written.update(extra)
+    return written

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 
 from etcd_operator.core.cluster.health import member_healthy, member_name, quorum_loss_evidence
 from etcd_operator.core.cluster.observed import Observed
+from etcd_operator.core.cluster.recorded import ClusterStatus
 
 # Sightings older than this are forgotten: a process that did not look for so long (its
 # passes failed) did not see what happened meanwhile. Passes come every few seconds while a
@@ -35,7 +36,9 @@ class Sightings:
     join_failure_since: tuple[int, float] | None = None
 
 
-def carry_timers(observed: Observed, seen: Sightings, monotonic_now: float) -> tuple[Observed, Sightings]:
+def carry_timers(
+    status: ClusterStatus, observed: Observed, seen: Sightings, monotonic_now: float
+) -> tuple[Observed, Sightings]:
     """This pass's timers (`observed.unhealthy_for`, `observed.no_quorum_for`, in seconds)
     and the sightings to remember for the next pass. A member seen healthy, or not seen in
     the member list, starts from zero the next time it is seen unhealthy. A learner's join
@@ -50,10 +53,10 @@ def carry_timers(observed: Observed, seen: Sightings, monotonic_now: float) -> t
         if name and (not member_healthy(observed, member.id) or (member.is_learner and not member.name)):
             unhealthy_since[name] = seen.unhealthy_since.get(name, monotonic_now)
     quorum_loss_since = None
-    if quorum_loss_evidence(observed):
+    if quorum_loss_evidence(status, observed):
         quorum_loss_since = seen.quorum_loss_since if seen.quorum_loss_since is not None else monotonic_now
     join_failure_since = None
-    record = observed.learner_joins
+    record = status.learner_joins
     if record.failures and record.last_member_id is not None:
         earlier = seen.join_failure_since
         join_failure_since = (

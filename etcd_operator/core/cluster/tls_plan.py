@@ -38,6 +38,7 @@ from etcd_operator.core.cluster.certs import (
     secret_name,
 )
 from etcd_operator.core.cluster.observed import Observed
+from etcd_operator.core.cluster.recorded import ClusterStatus
 from etcd_operator.core.cluster.spec import ISSUER_MANAGED, ClusterSpec, SpecProblem
 from etcd_operator.core.timefmt import format_time
 
@@ -45,18 +46,18 @@ HTTPS = "https"
 HTTP = "http"
 
 
-def transport(observed: Observed) -> str | None:
+def transport(status: ClusterStatus, observed: Observed) -> str | None:
     """The transport the cluster serves: recorded, or plaintext for a cluster that has
     members but no record (it predates TLS); None for a cluster not created yet."""
     if observed.tls.transport:
         return observed.tls.transport
-    if observed.bootstrapped or observed.pods:
+    if status.bootstrapped or observed.pods:
         return HTTP
     return None
 
 
-def transport_problem(spec: ClusterSpec, observed: Observed) -> SpecProblem | None:
-    serving = transport(observed)
+def transport_problem(spec: ClusterSpec, status: ClusterStatus, observed: Observed) -> SpecProblem | None:
+    serving = transport(status, observed)
     if serving == HTTP and spec.tls.enabled:
         return SpecProblem(
             "TLSMigrationUnsupported",
@@ -73,27 +74,27 @@ def transport_problem(spec: ClusterSpec, observed: Observed) -> SpecProblem | No
     return None
 
 
-def serves_tls(spec: ClusterSpec, observed: Observed) -> bool:
+def serves_tls(spec: ClusterSpec, status: ClusterStatus, observed: Observed) -> bool:
     """Whether the cluster acted on serves TLS: what runs, or the spec for a new cluster."""
-    serving = transport(observed)
+    serving = transport(status, observed)
     return spec.tls.enabled if serving is None else serving == HTTPS
 
 
-def serves_tls_observed(observed: Observed) -> bool:
+def serves_tls_observed(status: ClusterStatus, observed: Observed) -> bool:
     """Whether the members run (or, once recorded, are created) with TLS: for peer URLs."""
-    return transport(observed) == HTTPS
+    return transport(status, observed) == HTTPS
 
 
-def next_step(spec: ClusterSpec, observed: Observed) -> a.Step | None:
+def next_step(spec: ClusterSpec, status: ClusterStatus, observed: Observed, now: float) -> a.Step | None:
     """The certificate step to take before anything else, if any. `spec` is the acting spec."""
-    step = _one_step(spec, observed)
+    step = _one_step(spec, status, observed, now)
     if isinstance(step, a.IssueCertificate) and not observed.pods:
-        return _with_the_issues_that_follow(spec, observed, step)
+        return _with_the_issues_that_follow(spec, status, observed, now, step)
     return step
 
 
 def _with_the_issues_that_follow(
-    spec: ClusterSpec, observed: Observed, first: a.IssueCertificate
+    spec: ClusterSpec, status: ClusterStatus, observed: Observed, now: float, first: a.IssueCertificate
 ) -> a.IssueCertificate:
     """Before any member runs, one step issues what the next passes would issue one by one:
     the same certificates in the same order, each planned as if those before it were in
@@ -101,8 +102,8 @@ def _with_the_issues_that_follow(
     certificates = list(first.certificates)
     seen = observed
     while True:
-        seen = _as_issued(spec, seen, CertKind(certificates[-1][0]))
-        step = _one_step(spec, seen)
+        seen = _as_issued(spec, seen, now, CertKind(certificates[-1][0]))
+        step = _one_step(spec, status, seen, now)
         if not isinstance(step, a.IssueCertificate) or set(step.kinds) & {kind for kind, _ in certificates}:
             break
         certificates += step.certificates
@@ -111,10 +112,10 @@ def _with_the_issues_that_follow(
     return a.IssueCertificate("; ".join(why for _, why in certificates), tuple(certificates))
 
 
-def _as_issued(spec: ClusterSpec, observed: Observed, kind: CertKind) -> Observed:
+def _as_issued(spec: ClusterSpec, observed: Observed, now: float, kind: CertKind) -> Observed:
     """`observed` as the next pass would see it once `kind` is issued (cluster.pki): a
     placeholder fingerprint, signed by the CA in place, trusting its bundle."""
-    now, tls = observed.now, observed.tls
+    tls = observed.tls
     request = request_for(spec, observed.cluster, observed.namespace, kind, observed.cluster_domain)
     if kind == CertKind.CA:
         fingerprint = f"issued in this step: {kind.value}"
@@ -140,9 +141,9 @@ def _issue(reason: str, kind: CertKind) -> a.IssueCertificate:
     return a.IssueCertificate(reason, ((kind.value, reason),))
 
 
-def _one_step(spec: ClusterSpec, observed: Observed) -> a.Step | None:
+def _one_step(spec: ClusterSpec, status: ClusterStatus, observed: Observed, now: float) -> a.Step | None:
     if observed.tls.transport is None:
-        if transport(observed) == HTTP:
+        if transport(status, observed) == HTTP:
             return a.RecordTransport("recording that this cluster, created before TLS, serves plaintext", HTTP)
         if spec.tls.enabled:
             return a.RecordTransport("recording that this new cluster serves TLS", HTTPS)
@@ -172,7 +173,7 @@ def _one_step(spec: ClusterSpec, observed: Observed) -> a.Step | None:
             return step
     for kind in LEAVES:
         name = secret_name(spec, observed.cluster, kind)
-        reason = _leaf_reason(spec, observed, kind, ca, rotation)
+        reason = _leaf_reason(spec, observed, now, kind, ca, rotation)
         if reason == SYNC_TRUST:
             return a.SyncTrustBundle(f"{name}: taking the CA Secret's trust bundle", kind.value)
         if reason:
@@ -261,7 +262,7 @@ def _members_serve_current_leaf(observed: Observed) -> bool:
 
 
 def _leaf_reason(
-    spec: ClusterSpec, observed: Observed, kind: CertKind, ca: CertView, rotation: Rotation | None
+    spec: ClusterSpec, observed: Observed, now: float, kind: CertKind, ca: CertView, rotation: Rotation | None
 ) -> str | None:
     cert = observed.tls.cert(kind)
     if cert is None:
@@ -275,7 +276,7 @@ def _leaf_reason(
         return "reissuing with every member and Service name"
     if rotation is not None and rotation.kind == ROTATE_LEAVES and cert.fingerprint in rotation.replaced:
         return f"renewing (rotation {rotation.request!r})"
-    if cert.renewal_due(spec.tls.renew_at_fraction, observed.now):
+    if cert.renewal_due(spec.tls.renew_at_fraction, now):
         return f"renewing ({spec.tls.renew_at_fraction:.0%} of its lifetime passed)"
     if set(cert.trusted) != set(ca.trusted):
         return SYNC_TRUST
