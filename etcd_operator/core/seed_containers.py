@@ -1,11 +1,15 @@
-"""The two containers restore and verification pods share: the fetch (`python -m
-etcd_operator.programs.seed fetch` downloads one snapshot from S3, with the store's optional CA
-bundle, and checks its sha256 again) and etcdutl's restore of it into a data dir. Pure."""
+"""What restore and verification pods share: their one-shot pod spec, and two containers:
+the fetch (`python -m etcd_operator.programs.seed fetch` downloads one snapshot from S3, with
+the store's optional CA bundle, and checks its sha256 again) and etcdutl's restore of it into
+a data dir. Pure."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+
+from etcd_operator.core import pod_security
+from etcd_operator.core.cluster.builders import with_pull_secrets
 
 CA_VOLUME = "s3-ca"
 CA_MOUNT = "/etc/s3-ca"
@@ -101,3 +105,22 @@ def etcdutl_restore(
         ],
         "volumeMounts": mounts,
     }
+
+
+def one_shot_pod_spec(
+    volumes: list[dict[str, Any]],
+    init_containers: list[dict[str, Any]],
+    containers: list[dict[str, Any]],
+    pull_secrets: list[dict[str, str]],
+) -> dict[str, Any]:
+    """A pod that runs once (never restarted), holds no service account token and gets no
+    service links, under the restricted security context."""
+    spec = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "volumes": volumes,
+        "initContainers": init_containers,
+        "containers": containers,
+    }
+    return pod_security.restricted(with_pull_secrets(spec, pull_secrets))

@@ -13,9 +13,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from etcd_operator import API_GROUP, API_VERSION
-from etcd_operator.core import pod_security, seed_containers
+from etcd_operator.core import seed_containers
 from etcd_operator.core.backup.scratch_verdict import Expected
-from etcd_operator.core.cluster.builders import with_pull_secrets
 
 LABEL_VERIFIES = f"{API_GROUP}/verifies-backup"
 ANNOTATION_KEY = f"{API_GROUP}/verified-key"
@@ -81,63 +80,56 @@ def verification_pod(
                 }
             ],
         },
-        "spec": pod_security.restricted(
-            with_pull_secrets(
+        "spec": seed_containers.one_shot_pod_spec(
+            volumes,
+            init_containers=[
+                seed_containers.fetch_container(
+                    operator_image, source, key, sha256, SNAPSHOT_FILE, DATA_DIR, SCRATCH, fetch_mounts
+                ),
+                seed_containers.etcdutl_restore(
+                    etcd_image,
+                    SNAPSHOT_FILE,
+                    MEMBER,
+                    DATA_DIR,
+                    f"{MEMBER}={PLACEHOLDER_PEER_URL}",
+                    PLACEHOLDER_PEER_URL,
+                    f"verify-{hashlib.sha256(key.encode()).hexdigest()[:12]}",
+                    scratch,
+                ),
+            ],
+            containers=[
                 {
-                    "restartPolicy": "Never",
-                    "automountServiceAccountToken": False,
-                    "enableServiceLinks": False,
-                    "volumes": volumes,
-                    "initContainers": [
-                        seed_containers.fetch_container(
-                            operator_image, source, key, sha256, SNAPSHOT_FILE, DATA_DIR, SCRATCH, fetch_mounts
-                        ),
-                        seed_containers.etcdutl_restore(
-                            etcd_image,
-                            SNAPSHOT_FILE,
-                            MEMBER,
-                            DATA_DIR,
-                            f"{MEMBER}={PLACEHOLDER_PEER_URL}",
-                            PLACEHOLDER_PEER_URL,
-                            f"verify-{hashlib.sha256(key.encode()).hexdigest()[:12]}",
-                            scratch,
-                        ),
+                    "name": "etcd",
+                    "image": etcd_image,
+                    "command": ["etcd"],
+                    "workingDir": SCRATCH,
+                    "args": [
+                        f"--name={MEMBER}",
+                        f"--data-dir={DATA_DIR}",
+                        f"--listen-client-urls={CLIENT_SOCKET_URL}",
+                        f"--advertise-client-urls={CLIENT_SOCKET_URL}",
+                        f"--listen-peer-urls={PEER_SOCKET_URL}",
+                        # Nothing may change the restored store while it is compared.
+                        "--auto-compaction-retention=0",
                     ],
-                    "containers": [
-                        {
-                            "name": "etcd",
-                            "image": etcd_image,
-                            "command": ["etcd"],
-                            "workingDir": SCRATCH,
-                            "args": [
-                                f"--name={MEMBER}",
-                                f"--data-dir={DATA_DIR}",
-                                f"--listen-client-urls={CLIENT_SOCKET_URL}",
-                                f"--advertise-client-urls={CLIENT_SOCKET_URL}",
-                                f"--listen-peer-urls={PEER_SOCKET_URL}",
-                                # Nothing may change the restored store while it is compared.
-                                "--auto-compaction-retention=0",
-                            ],
-                            "volumeMounts": scratch,
-                        },
-                        {
-                            "name": CHECK_CONTAINER,
-                            "image": operator_image,
-                            "command": ["python", "-m", "etcd_operator.programs.scratch_check"],
-                            "env": [
-                                {"name": "ETCD_SOCKET", "value": CLIENT_SOCKET},
-                                {"name": "VERDICT_FILE", "value": VERDICT_FILE},
-                                *(
-                                    {"name": name, "value": "" if value is None else str(value)}
-                                    for name, value in expected_env.items()
-                                ),
-                            ],
-                            "terminationMessagePath": VERDICT_FILE,
-                            "volumeMounts": scratch,
-                        },
-                    ],
+                    "volumeMounts": scratch,
                 },
-                pull_secrets or [],
-            )
+                {
+                    "name": CHECK_CONTAINER,
+                    "image": operator_image,
+                    "command": ["python", "-m", "etcd_operator.programs.scratch_check"],
+                    "env": [
+                        {"name": "ETCD_SOCKET", "value": CLIENT_SOCKET},
+                        {"name": "VERDICT_FILE", "value": VERDICT_FILE},
+                        *(
+                            {"name": name, "value": "" if value is None else str(value)}
+                            for name, value in expected_env.items()
+                        ),
+                    ],
+                    "terminationMessagePath": VERDICT_FILE,
+                    "volumeMounts": scratch,
+                },
+            ],
+            pull_secrets=pull_secrets or [],
         ),
     }

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from etcd_operator import API_GROUP, API_VERSION
-from etcd_operator.core import pod_security, seed_containers
+from etcd_operator.core import seed_containers
 from etcd_operator.core.cluster import builders as cluster_builders
 from etcd_operator.core.cluster import naming
 from etcd_operator.core.cluster.spec import ClusterSpec
@@ -150,39 +150,32 @@ def restore_pod(
             "namespace": namespace,
             "labels": {LABEL_RESTORE: restore, LABEL_RESTORE_MEMBER: member},
         },
-        "spec": pod_security.restricted(
-            cluster_builders.with_pull_secrets(
-                {
-                    "restartPolicy": "Never",
-                    "automountServiceAccountToken": False,
-                    "enableServiceLinks": False,
-                    "volumes": volumes,
-                    "initContainers": [
-                        seed_containers.fetch_container(
-                            operator_image,
-                            source,
-                            key,
-                            sha256,
-                            SNAPSHOT_FILE,
-                            cluster_builders.DATA_DIR,
-                            SCRATCH_MOUNT,
-                            fetch_mounts,
-                        )
-                    ],
-                    "containers": [
-                        seed_containers.etcdutl_restore(
-                            etcd_image,
-                            SNAPSHOT_FILE,
-                            member,
-                            cluster_builders.DATA_DIR,
-                            initial_cluster(cluster, namespace, members, tls),
-                            peer,
-                            token,
-                            mounts,
-                        )
-                    ],
-                },
-                pull_secrets or [],
-            )
+        "spec": seed_containers.one_shot_pod_spec(
+            volumes,
+            init_containers=[
+                seed_containers.fetch_container(
+                    operator_image,
+                    source,
+                    key,
+                    sha256,
+                    SNAPSHOT_FILE,
+                    cluster_builders.DATA_DIR,
+                    SCRATCH_MOUNT,
+                    fetch_mounts,
+                )
+            ],
+            containers=[
+                seed_containers.etcdutl_restore(
+                    etcd_image,
+                    SNAPSHOT_FILE,
+                    member,
+                    cluster_builders.DATA_DIR,
+                    initial_cluster(cluster, namespace, members, tls),
+                    peer,
+                    token,
+                    mounts,
+                )
+            ],
+            pull_secrets=pull_secrets or [],
         ),
     }
