@@ -87,8 +87,14 @@ def etcdutl_restore(
     token: str,
     mounts: list[dict[str, Any]],
     name: str = "restore",
+    revision_bump: int = 0,
 ) -> dict[str, Any]:
-    """The container that turns the fetched snapshot into `member`'s data dir."""
+    """The container that turns the fetched snapshot into `member`'s data dir. With
+    `revision_bump` > 0 the store starts that many revisions above the snapshot's, the
+    revisions below marked compacted (etcdutl requires --mark-compacted with a bump and
+    refuses it without one), so a watch from an earlier revision is told so rather than
+    served other data. 0 (the verification pod's): the snapshot's revisions, unchanged."""
+    bump = [f"--bump-revision={revision_bump}", "--mark-compacted"] if revision_bump > 0 else []
     return {
         "name": name,
         "image": etcd_image,
@@ -102,6 +108,7 @@ def etcdutl_restore(
             f"--initial-cluster={initial_cluster}",
             f"--initial-advertise-peer-urls={peer_url}",
             f"--initial-cluster-token={token}",
+            *bump,
         ],
         "volumeMounts": mounts,
     }

@@ -112,3 +112,23 @@ def downgrade_target(running: str | None, wanted: str) -> str | None:
     if needed is not None and want < needed:
         return None
     return text(want[:2])
+
+
+# `etcdutl snapshot restore --bump-revision --mark-compacted` (etcd PR #16029) is in every
+# 3.6 and, backported by PR #16165, in 3.5 from 3.5.10 on: etcd-io/etcd
+# CHANGELOG/CHANGELOG-3.5.md, "v3.5.10 (2023-10-27)", etcdutl v3. The testbin's etcdutl
+# 3.5.21, 3.5.35 and 3.6.16 list both flags in `snapshot restore --help`.
+REVISION_BUMP_SINCE: Version = (3, 5, 10)
+
+
+def revision_bump_problem(version: str, bump: int) -> VersionProblem | None:
+    """A restore that bumps revisions (bump > 0) into a version whose etcdutl cannot."""
+    if bump <= 0 or parse(version) >= REVISION_BUMP_SINCE:
+        return None
+    return VersionProblem(
+        "RevisionBumpUnsupported",
+        f"etcd {version}'s etcdutl cannot bump revisions (--bump-revision is in etcd "
+        f"{text(REVISION_BUMP_SINCE)} and later), and spec.revisionBump is {bump}. Restore into "
+        f"etcd {text(REVISION_BUMP_SINCE)} or later, or set spec.revisionBump: 0 if no client "
+        f"watches this store (then revisions restart from the snapshot's)",
+    )

@@ -276,6 +276,7 @@ class RestoreExecutor:
                 status.snapshot_size,
                 tls=step.tls,
                 pull_secrets=cluster_builders.image_pull_secrets(cluster_spec),
+                revision_bump=spec.revision_bump,
             )
             kopf.adopt(manifest, owner=cast(kopf.Body, dict(self.body)))
             manifests.append(manifest)

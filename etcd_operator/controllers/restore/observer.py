@@ -96,7 +96,14 @@ def target_cluster(obj: Mapping[str, Any], shard: Shard = Shard()) -> TargetClus
         transport=(status.get("tls") or {}).get("transport"),
         outside_shard=shard.why_not_owned(meta.get("labels"), meta.get("finalizers")),
         deleting=bool(meta.get("deletionTimestamp")),
+        revision=_highest_revision(status.get("members")),
     )
+
+
+def _highest_revision(members: Any) -> int | None:
+    """The highest revision among the members the cluster's status lists, None if none has one."""
+    revisions = [m["revision"] for m in members or [] if isinstance(m, dict) and isinstance(m.get("revision"), int)]
+    return max(revisions, default=None)
 
 
 class RestoreObserver:

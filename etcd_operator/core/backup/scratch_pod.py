@@ -95,6 +95,8 @@ def verification_pod(
                     PLACEHOLDER_PEER_URL,
                     f"verify-{hashlib.sha256(key.encode()).hexdigest()[:12]}",
                     scratch,
+                    # never bumped: the store is compared with the source at the snapshot's revision
+                    revision_bump=0,
                 ),
             ],
             containers=[

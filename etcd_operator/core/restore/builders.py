@@ -2,7 +2,7 @@
 members' PVCs, the patches that set old data aside, and one restore pod per member (fetch
 the verified snapshot onto scratch space with the operator image, checking its sha256
 again, then restore the member's data directory with the target version's own etcdutl,
-the full initial cluster and a token of this restore). Pure."""
+the full initial cluster, a token of this restore and the spec's revision bump). Pure."""
 
 from __future__ import annotations
 
@@ -126,9 +126,11 @@ def restore_pod(
     snapshot_bytes: int | None,
     tls: bool = False,
     pull_secrets: list[dict[str, str]] | None = None,
+    revision_bump: int = 0,
 ) -> dict[str, Any]:
     """Restores one member's data directory; every member's pod gets the same snapshot,
-    the same initial cluster (all `members`) and the same token."""
+    the same initial cluster (all `members`), the same token and the same `revision_bump`
+    (spec.revisionBump: etcdutl's --bump-revision and --mark-compacted when > 0)."""
     peer = naming.peer_url(cluster, namespace, member, tls)
     ordinal = naming.member_ordinal(cluster, member)
     volumes: list[dict[str, Any]] = [
@@ -174,6 +176,7 @@ def restore_pod(
                     peer,
                     token,
                     mounts,
+                    revision_bump=revision_bump,
                 )
             ],
             pull_secrets=pull_secrets or [],

@@ -121,6 +121,9 @@ class TargetCluster:
     transport: str | None = None  # status.tls.transport: http or https, once the cluster recorded it
     outside_shard: str | None = None  # why this operator's shard does not own it (None: it does)
     deleting: bool = False  # it has a deletionTimestamp
+    # the highest revision its members reported, as its status recorded it (status.members[].revision);
+    # None when no member reported one
+    revision: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)

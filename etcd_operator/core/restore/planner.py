@@ -29,6 +29,13 @@ Invariants, each covered by tests/unit/test_restore_planner.py:
   acknowledged this restore's hold (status.restoreHold names this restore's name and uid):
   a cluster pass that decided on a copy without the hold may still be running until then
   (WaitingForHoldAck; the cluster executor's live fence, HeldByRestore, is the second guard);
+- every restore's pods bump revisions by spec.revisionBump (and mark them compacted) unless it
+  is 0; a bump into an etcd whose etcdutl cannot (older than versions.REVISION_BUMP_SINCE) is
+  refused before anything is touched (RevisionBumpUnsupported);
+- an in-place restore with a bump is refused before anything is touched when the snapshot's
+  revision plus the bump is not above the highest revision the target reported
+  (RevisionBumpTooSmall), or when the target reported none and the bump is below the default
+  (TargetRevisionUnknown); that revision is recorded in status.targetRevisionBefore;
 - a restore that arrives early waits (phase Pending, the Progressing reason and message
   say for what) and is not failed: an in-place target that does not exist yet or has not
   served yet, a source EtcdBackup that does not exist or has not completed a backup yet, a
@@ -52,7 +59,7 @@ from etcd_operator.core.cluster.spec import ClusterSpec
 from etcd_operator.core.restore import builders
 from etcd_operator.core.restore import steps as s
 from etcd_operator.core.restore.observed import ObjectState, Observed, RestoreRecord, TargetCluster, records_text
-from etcd_operator.core.restore.spec import TERMINAL_PHASES, RestoreSpec, RestoreStatus
+from etcd_operator.core.restore.spec import DEFAULT_REVISION_BUMP, TERMINAL_PHASES, RestoreSpec, RestoreStatus
 from etcd_operator.core.storage_policy import AMBIENT_NOT_ALLOWED
 from etcd_operator.core.timefmt import format_time
 
@@ -107,6 +114,75 @@ def version_problem(target_version: str, snapshot_version: str | None) -> s.Fail
             code="VersionTooOld",
         )
     return None
+
+
+def revision_bump_problem(spec: RestoreSpec, observed: Observed) -> s.Fail | None:
+    """A bump the target version's etcdutl cannot make (checked before verification: the
+    target's version is known from the spec)."""
+    try:
+        problem = versions.revision_bump_problem(_target_version(spec, observed), spec.revision_bump)
+    except (TypeError, ValueError):
+        return None  # an unreadable version is refused by the target's own checks
+    return s.Fail(problem.message, code=problem.reason) if problem else None
+
+
+# --- revisions --------------------------------------------------------------------------
+
+
+def in_place_revision_check(spec: RestoreSpec, status: RestoreStatus, observed: Observed) -> s.Fail | str:
+    """Whether the restored store's revisions start above every revision the in-place target
+    served: a Fail, or a note for the progress message ("" when there is nothing to say).
+
+    etcd hands out revisions in order; a watch client (an apiserver, an informer) resumes from
+    the last one it saw. Restored without a bump, the store would hand the revisions between
+    the snapshot's and the target's current one out again, for other data, and a watch resumed
+    there would be served those events silently. With the bump the store starts at the
+    snapshot's revision + spec.revisionBump, marked compacted, so such a watch is told its
+    revision is compacted (Kubernetes: 410 Gone) and lists again, but only if that start is
+    above what the target served. So:
+
+    - the target reported a revision (the highest of status.members[].revision its controller
+      recorded): the restore is refused unless snapshot revision + bump > it
+      (RevisionBumpTooSmall). An unknown snapshot revision counts as 0, which only refuses more;
+    - it reported none (no member answered, as when the store is lost, which is when a restore
+      in place is most needed): refusing would leave no way to restore, so the restore goes on
+      only with a bump of at least the default (10^9 revisions, more than any store takes
+      between a backup and its restore), and says so; a smaller bump is refused
+      (TargetRevisionUnknown), as nothing shows it would suffice;
+    - spec.revisionBump 0 is the explicit statement that no client watches this store:
+      nothing is checked.
+
+    The revision checked is the one the cluster's status recorded when the checks passed;
+    writes the target takes after that, until its members are stopped, are not counted, so
+    the bump needs a margin over the difference (the default has one)."""
+    cluster, bump = observed.cluster, spec.revision_bump
+    if not spec.in_place or cluster is None or bump <= 0:
+        return ""
+    source = status.restored_revision or 0
+    before = cluster.revision
+    if before is None:
+        if bump >= DEFAULT_REVISION_BUMP:
+            return (
+                f"; EtcdCluster {cluster.name} reported no revision (no member answered), so the "
+                f"bump of {bump} is trusted to lift the restored revisions above what it served"
+            )
+        return s.Fail(
+            f"EtcdCluster {cluster.name} reported no revision (no member answered), so nothing shows that "
+            f"spec.revisionBump {bump} lifts the restored revisions above what it served; a watch resumed "
+            f"from an old revision could be served other data. Leave spec.revisionBump at its default "
+            f"({DEFAULT_REVISION_BUMP}) or above, or set it to 0 if no client watches this store",
+            code="TargetRevisionUnknown",
+        )
+    if source + bump <= before:
+        return s.Fail(
+            f"the snapshot's revision {source} + spec.revisionBump {bump} = {source + bump} is not above "
+            f"revision {before}, the highest EtcdCluster {cluster.name} served: restored, its revisions "
+            f"would go back and a watch resumed from an old revision could be served other data. Set "
+            f"spec.revisionBump above {before - source} with a margin for writes until it stops (the "
+            f"default, {DEFAULT_REVISION_BUMP}, is), or to 0 if no client watches this store",
+            code="RevisionBumpTooSmall",
+        )
+    return ""
 
 
 # --- the target -------------------------------------------------------------------------
@@ -301,7 +377,7 @@ def plan(spec: RestoreSpec, status: RestoreStatus, observed: Observed, now: floa
 
 def _plan_checks(spec: RestoreSpec, status: RestoreStatus, observed: Observed) -> s.Step:
     """Reads only: the target is checked on every pass, the snapshot once."""
-    problem = _target_problem(spec, observed)
+    problem = _target_problem(spec, observed) or revision_bump_problem(spec, observed)
     if problem:
         return problem
     if not status.verified:
@@ -315,9 +391,23 @@ def _plan_checks(spec: RestoreSpec, status: RestoreStatus, observed: Observed) -
     problem = version_problem(_target_version(spec, observed), status.snapshot_version)
     if problem:
         return problem
+    revisions = in_place_revision_check(spec, status, observed)
+    if isinstance(revisions, s.Fail):
+        return revisions
+    source, bump = status.restored_revision, spec.revision_bump
+    bumped = None if source is None else source + bump
+    starts = (
+        f"; revisions bumped by {bump}, to start at {bumped if bumped is not None else 'the snapshot revision + bump'}"
+        if bump
+        else "; revisions not bumped (spec.revisionBump 0)"
+    )
     return s.BeginRestore(
-        f"snapshot verified; restoring into {'the existing' if spec.in_place else 'new'} EtcdCluster {spec.target}",
+        f"snapshot verified; restoring into {'the existing' if spec.in_place else 'new'} EtcdCluster "
+        f"{spec.target}{starts}{revisions}",
         target=spec.target,
+        revision_bump=bump,
+        bumped_revision=bumped,
+        target_revision_before=observed.cluster.revision if spec.in_place and observed.cluster else None,
     )
 
 

@@ -9,10 +9,18 @@ from collections.abc import Mapping
 from typing import Any
 
 TERMINAL_PHASES = ("Completed", "Failed", "AlreadyApplied")
+# spec.revisionBump's default (the CRD's): etcd's disaster-recovery guide suggests 1,000,000,000
+# for Kubernetes, far above the writes any store takes between a backup and its restore.
+DEFAULT_REVISION_BUMP = 1_000_000_000
 
 
 def spec_hash(spec: Mapping[str, Any]) -> str:
-    """A stable digest of a restore's spec: the same manifest applied again hashes the same."""
+    """A stable digest of a restore's spec: the same manifest applied again hashes the same.
+    spec.revisionBump at its default is left out, so the digest of a spec written before the
+    field existed (recorded on clusters it was applied to) does not change now that the API
+    server fills the default in."""
+    if spec.get("revisionBump") == DEFAULT_REVISION_BUMP:
+        spec = {k: v for k, v in spec.items() if k != "revisionBump"}
     return hashlib.sha256(json.dumps(spec, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
 
 
@@ -23,14 +31,17 @@ class RestoreSpec:
     target: str  # the EtcdCluster restored into
     new_cluster_spec: Mapping[str, Any]  # newCluster only: the spec of the cluster to create
     digest: str  # spec_hash of the whole spec
+    # etcdutl --bump-revision on every member (with --mark-compacted when > 0); 0: neither
+    revision_bump: int = DEFAULT_REVISION_BUMP
 
     @classmethod
     def from_dict(cls, spec: Mapping[str, Any]) -> RestoreSpec:
         target = spec.get("target") or {}
+        bump = int(spec.get("revisionBump", DEFAULT_REVISION_BUMP))
         if "inPlace" in target:
-            return cls(spec.get("source") or {}, True, target["inPlace"]["clusterName"], {}, spec_hash(spec))
+            return cls(spec.get("source") or {}, True, target["inPlace"]["clusterName"], {}, spec_hash(spec), bump)
         new = target["newCluster"]
-        return cls(spec.get("source") or {}, False, new["name"], dict(new.get("spec") or {}), spec_hash(spec))
+        return cls(spec.get("source") or {}, False, new["name"], dict(new.get("spec") or {}), spec_hash(spec), bump)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,7 +52,8 @@ class RestoreStatus:
     source_key: str | None = None
     sha256: str | None = None  # set once the snapshot verified
     snapshot_version: str | None = None
-    restored_revision: int | None = None
+    restored_revision: int | None = None  # the snapshot's revision (the source's)
+    target_revision_before: int | None = None  # in place: the highest revision the target reported before
     target: str | None = None
     seed_members: tuple[str, ...] = ()  # every member restored from the snapshot
     snapshot_size: int | None = None  # bytes, as verified
@@ -62,6 +74,7 @@ class RestoreStatus:
             sha256=status.get("sha256"),
             snapshot_version=status.get("snapshotEtcdVersion"),
             restored_revision=status.get("restoredRevision"),
+            target_revision_before=status.get("targetRevisionBefore"),
             target=status.get("targetCluster"),
             seed_members=tuple(status.get("seedMembers") or ()),
             snapshot_size=status.get("snapshotSize"),

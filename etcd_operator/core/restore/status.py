@@ -58,7 +58,12 @@ def _step_fields(step: s.Step, previous: Mapping[str, Any], now: str) -> dict[st
     if isinstance(step, s.StartVerifying):
         return {"startTime": previous.get("startTime") or now}
     if isinstance(step, s.BeginRestore):
-        return {"targetCluster": step.target}
+        fields: dict[str, Any] = {"targetCluster": step.target, "revisionBump": step.revision_bump}
+        if step.bumped_revision is not None:
+            fields["bumpedRevision"] = step.bumped_revision
+        if step.target_revision_before is not None:
+            fields["targetRevisionBefore"] = step.target_revision_before
+        return fields
     if isinstance(step, s.RecordPreservedData):
         return {"preservedData": list(step.pvcs)}
     if isinstance(step, s.ChooseMembers):

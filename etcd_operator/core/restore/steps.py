@@ -71,10 +71,14 @@ class VerifySnapshot(Step):
 
 @dataclasses.dataclass(frozen=True)
 class BeginRestore(Step):
-    """Every check passed: record the target (phase Restoring). From here on the target
-    is changed, one step at a time."""
+    """Every check passed: record the target (phase Restoring), the revision bump, the
+    revision the restored store starts from, and (in place) the highest revision the target
+    reported before it is stopped. From here on the target is changed, one step at a time."""
 
     target: str = ""
+    revision_bump: int = 0
+    bumped_revision: int | None = None  # the snapshot's revision + revision_bump
+    target_revision_before: int | None = None
 
 
 # --- the target -------------------------------------------------------------------------
