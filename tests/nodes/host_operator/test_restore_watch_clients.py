@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from tests.support.backups import apply_backup, apply_restore, wait_phase
-from tests.support.clusters import apply_cluster, member_endpoints, wait_healthy
+from tests.support.clusters import apply_cluster, get_cluster, member_endpoints, wait_healthy
 from tests.support.kube_apiserver import KubeAPIServer
 from tests.support.s3 import create_credentials_secret, s3_storage_spec
 from tests.support.waiting import wait_for
@@ -61,6 +61,18 @@ def test_a_watch_from_before_an_in_place_restore_is_refused_with_410_gone(real_n
     finally:
         api.stop()
 
+    # The restore compares its bump with the revision the cluster's status reports last.
+    wait_for(
+        lambda: (
+            max(
+                (m.get("revision") or 0 for m in get_cluster(namespace, "kube")["status"].get("members") or []),
+                default=0,
+            )
+            >= int(read_before)
+        ),
+        60,
+        what="the cluster's status reports the API server's last revision",
+    )
     apply_restore(
         namespace,
         "inplace",
@@ -79,4 +91,9 @@ def test_a_watch_from_before_an_in_place_restore_is_refused_with_410_gone(real_n
         assert refused_as_gone(status, event), (status, event)
     finally:
         api.stop()
-    assert int(restore["status"]["restoredRevision"]) > int(read_before), restore["status"]
+    # What status says of it: the snapshot's revision, the bump, and where the store started.
+    recorded = restore["status"]
+    assert recorded["revisionBump"] == 1_000_000_000, recorded
+    assert recorded["bumpedRevision"] == recorded["restoredRevision"] + recorded["revisionBump"], recorded
+    assert recorded["bumpedRevision"] > int(read_before), recorded
+    assert int(recorded["targetRevisionBefore"]) >= int(read_before), recorded
