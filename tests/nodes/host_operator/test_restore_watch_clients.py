@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.backups import apply_backup, apply_restore, wait_phase
+from tests.support.backups import apply_backup, apply_restore, get_backup, wait_phase
 from tests.support.clusters import apply_cluster, get_cluster, member_endpoints, wait_healthy
 from tests.support.kube_apiserver import KubeAPIServer
 from tests.support.s3 import create_credentials_secret, s3_storage_spec
@@ -50,7 +50,7 @@ def test_a_watch_from_before_an_in_place_restore_is_refused_with_410_gone(real_n
             "before",
             {"clusterRef": {"name": "kube"}, "storage": s3_storage_spec(real_nodes, f"tests/{namespace}")},
         )
-        wait_phase(namespace, "before", "Completed", timeout=120)
+        wait_for(lambda: get_backup(namespace, "before")["status"].get("phase") == "Completed", 120, what="backup")
         for i in range(LATER):
             api.create(CONFIGMAPS, configmap(f"later-{i}"))
         for i in range(DELETED):
