@@ -69,7 +69,7 @@ class Manifest:
         body = {
             "format": FORMAT,
             "writer": WRITER,
-            **{_camel(k): v for k, v in dataclasses.asdict(self).items() if v is not None},
+            **{json_field_name(k): v for k, v in dataclasses.asdict(self).items() if v is not None},
         }
         return json.dumps(body, indent=2, sort_keys=True).encode()
 
@@ -84,10 +84,10 @@ class Manifest:
             raise ValueError("not an etcd-operator snapshot manifest")
         fields = {}
         for field in dataclasses.fields(cls):
-            if _camel(field.name) in body:
-                fields[field.name] = body[_camel(field.name)]
+            if json_field_name(field.name) in body:
+                fields[field.name] = body[json_field_name(field.name)]
             elif field.default is dataclasses.MISSING:
-                raise ValueError(f"manifest lacks {_camel(field.name)!r}")
+                raise ValueError(f"manifest lacks {json_field_name(field.name)!r}")
         fields["revision"], fields["size"] = int(fields["revision"]), int(fields["size"])
         return cls(**fields)
 
@@ -114,7 +114,7 @@ class Identity:
     uid: str
 
 
-def _camel(name: str) -> str:
+def json_field_name(name: str) -> str:
     head, *rest = name.split("_")
     return head + "".join(part.title() for part in rest)
 

@@ -1,0 +1,158 @@
+"""Which full snapshot and which segments a point-in-time restore replays. Pure: works on
+manifests only.
+
+Segments are grouped by chain and ordered by sequence. A run is a stretch of one chain's
+segments with no gap: each starts at the previous one's last revision + 1. A point is
+reachable from a full snapshot S of the same cluster when one run holds every revision
+after S up to the point. Of the reachable ways, the one from the newest snapshot replays
+least, and is chosen. A snapshot whose verification failed is never a base."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from etcd_operator.core.backup.manifest import Manifest
+from etcd_operator.core.backup.segments import SegmentManifest
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """A revision, a time (seconds since the epoch, as the backup's watch saw revisions
+    arrive), or neither: the newest revision backed up."""
+
+    revision: int | None = None
+    time: float | None = None
+
+    def describe(self) -> str:
+        if self.revision is not None:
+            return f"revision {self.revision}"
+        if self.time is not None:
+            return f"time {self.time:.3f}"
+        return "the latest revision"
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplayPlan:
+    base: Manifest
+    segments: tuple[SegmentManifest, ...]  # in order; replay applies revisions after base.revision
+    up_to_revision: int  # the last revision the segments may give (the target, or the run's end)
+    until_time: float | None = None  # for a time target: only revisions seen at or before it
+
+    @property
+    def replays(self) -> bool:
+        return bool(self.segments)
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    chain: str
+    cluster_id: str
+    segments: tuple[SegmentManifest, ...]
+
+    @property
+    def first(self) -> int:
+        return self.segments[0].first_revision
+
+    @property
+    def last(self) -> int:
+        return self.segments[-1].last_revision
+
+
+class ChainProblem(Exception):
+    pass
+
+
+def runs(segments: Sequence[SegmentManifest]) -> list[Run]:
+    """Each chain's segments, cut where a sequence number or a revision is missing. Raises
+    ChainProblem when one chain holds two different segments under one sequence number."""
+    by_chain: dict[str, dict[int, SegmentManifest]] = {}
+    for segment in segments:
+        seen = by_chain.setdefault(segment.chain, {})
+        other = seen.get(segment.sequence)
+        if other is not None and other != segment:
+            raise ChainProblem(f"chain {segment.chain} holds two segments numbered {segment.sequence}")
+        seen[segment.sequence] = segment
+    found: list[Run] = []
+    for chain, numbered in sorted(by_chain.items()):
+        current: list[SegmentManifest] = []
+        for sequence in sorted(numbered):
+            segment = numbered[sequence]
+            if current and (
+                sequence != current[-1].sequence + 1 or segment.first_revision != current[-1].last_revision + 1
+            ):
+                found.append(Run(chain, current[0].cluster_id, tuple(current)))
+                current = []
+            current.append(segment)
+        if current:
+            found.append(Run(chain, current[0].cluster_id, tuple(current)))
+    return found
+
+
+def _bases(snapshots: Sequence[Manifest], cluster_id: str, low: int, high: int) -> list[Manifest]:
+    """Snapshots of `cluster_id` with low <= revision <= high, newest first, usable as a base."""
+    usable = [
+        s for s in snapshots if s.cluster_id == cluster_id and low <= s.revision <= high and s.verified is not False
+    ]
+    return sorted(usable, key=lambda s: s.revision, reverse=True)
+
+
+def _plan_in_run(run: Run, snapshots: Sequence[Manifest], target: Target) -> ReplayPlan | None:
+    if target.time is not None:
+        reached = [s for s in run.segments if s.first_seen_at <= target.time]
+        if not reached:
+            return None
+        last = reached[-1]
+        bases = _bases(snapshots, run.cluster_id, run.first - 1, last.first_revision - 1)
+        up_to, until = last.last_revision, target.time
+    else:
+        up_to = run.last if target.revision is None else target.revision
+        if not run.first - 1 <= up_to <= run.last:
+            return None
+        bases = _bases(snapshots, run.cluster_id, run.first - 1, up_to)
+        until = None
+    if not bases:
+        return None
+    base = bases[0]
+    needed = tuple(s for s in run.segments if s.last_revision > base.revision and s.first_revision <= up_to)
+    return ReplayPlan(base, needed, up_to, until)
+
+
+def plan_replay(target: Target, snapshots: Sequence[Manifest], segments: Sequence[SegmentManifest]) -> ReplayPlan:
+    """The way to `target` that replays least. Raises ChainProblem saying why none exists."""
+    candidates: list[ReplayPlan] = []
+    if target.revision is not None:
+        exact = [s for s in snapshots if s.revision == target.revision and s.verified is not False]
+        candidates += [ReplayPlan(s, (), s.revision) for s in exact]
+    found = runs(segments)
+    for run in found:
+        plan = _plan_in_run(run, snapshots, target)
+        if plan is not None:
+            candidates.append(plan)
+    if target.revision is None and target.time is None and candidates:
+        # The latest: the plan that reaches furthest, then the one that replays least.
+        return max(candidates, key=lambda p: (p.up_to_revision, p.base.revision))
+    if candidates:
+        return max(candidates, key=lambda p: (p.base.revision, p.up_to_revision))
+    raise ChainProblem(_why_unreachable(target, snapshots, found))
+
+
+def _why_unreachable(target: Target, snapshots: Sequence[Manifest], found: list[Run]) -> str:
+    if not [s for s in snapshots if s.verified is not False]:
+        return "there is no full snapshot to start from"
+    if not found:
+        return f"no segment of a continuous backup is stored, so {target.describe()} cannot be reached"
+    newest = max(run.last for run in found)
+    if target.revision is not None:
+        if target.revision > newest:
+            return f"revision {target.revision} is newer than the newest backed up, {newest}"
+        covering = [r for r in found if r.first <= target.revision <= r.last]
+        if not covering:
+            return f"revision {target.revision} is in no stored segment: the chain is broken there"
+        return (
+            f"revision {target.revision} is in chain {covering[0].chain}, "
+            "but no usable full snapshot of that chain is at or before it"
+        )
+    if target.time is not None:
+        return f"no stored segment was started at or before {target.describe()} from a usable full snapshot"
+    return "no chain of segments starts from a usable full snapshot"

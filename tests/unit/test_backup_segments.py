@@ -1,0 +1,211 @@
+"""The continuous backup's segment codec, its manifest, and the choice of what a
+point-in-time restore replays (core/backup/segments.py, core/backup/chain.py)."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from etcd_operator.core.backup.chain import ChainProblem, Target, plan_replay, runs
+from etcd_operator.core.backup.manifest import Manifest
+from etcd_operator.core.backup.segments import (
+    KeyChange,
+    RevisionRecord,
+    SegmentBody,
+    SegmentCorrupt,
+    SegmentManifest,
+    chain_id,
+    decode,
+    encode,
+    last_seen_by,
+    revisions_of,
+    segment_key,
+)
+
+changes = st.lists(
+    st.builds(
+        KeyChange,
+        st.binary(min_size=1, max_size=20),
+        st.one_of(st.none(), st.binary(max_size=50)),
+        st.integers(0, 2**62),
+    ),
+    min_size=1,
+    max_size=4,
+)
+
+
+@given(
+    st.integers(1, 2**40),
+    st.lists(changes, max_size=6),
+    st.lists(st.tuples(st.integers(1, 2**62), st.integers(1, 10**6)), max_size=3),
+)
+def test_a_segment_decodes_to_what_was_encoded(first, per_revision, leases):
+    records = tuple(RevisionRecord(first + i, 1_700_000_000.5 + i, tuple(c)) for i, c in enumerate(per_revision))
+    body = SegmentBody(records, tuple(leases))
+    assert decode(encode(body)) == body
+
+
+def _body() -> bytes:
+    return encode(
+        SegmentBody(
+            (
+                RevisionRecord(11, 100.0, (KeyChange(b"/a", b"1"), KeyChange(b"/b", None))),
+                RevisionRecord(12, 101.0, (KeyChange(b"/c", b"3", lease=7),)),
+            ),
+            ((7, 30),),
+        )
+    )
+
+
+def test_a_truncated_segment_is_refused_at_every_length():
+    data = _body()
+    for length in range(len(data)):
+        with pytest.raises(SegmentCorrupt):
+            decode(data[:length])
+
+
+def test_trailing_bytes_and_unknown_records_are_refused():
+    data = _body()
+    with pytest.raises(SegmentCorrupt):
+        decode(data + b"x")
+    with pytest.raises(SegmentCorrupt):
+        decode(data.replace(b"\nL", b"\nZ", 1))
+
+
+def test_revisions_must_follow_one_another():
+    with pytest.raises(ValueError):
+        encode(
+            SegmentBody(
+                (RevisionRecord(5, 0, (KeyChange(b"k", b"v"),)), RevisionRecord(7, 0, (KeyChange(b"k", b"v"),)))
+            )
+        )
+
+
+def test_replay_filters_by_revision_and_by_time():
+    body = decode(_body())
+    assert [r.revision for r in revisions_of(body.revisions, after=11, up_to=12)] == [12]
+    assert last_seen_by(body.revisions, 100.5).revision == 11
+    assert last_seen_by(body.revisions, 99.0) is None
+
+
+def _segment(
+    chain: str, sequence: int, first: int, last: int, cluster: str = "c1", seen: float | None = None
+) -> SegmentManifest:
+    seen_at = float(first) if seen is None else seen
+    return SegmentManifest(
+        segment_key=segment_key("p", "ns", "b", chain, sequence, first, last),
+        backup="b",
+        namespace="ns",
+        backup_uid="u",
+        cluster_id=cluster,
+        chain=chain,
+        base_revision=0,
+        base_key="base",
+        sequence=sequence,
+        first_revision=first,
+        last_revision=last,
+        revisions=last - first + 1,
+        events=last - first + 1,
+        first_seen_at=seen_at,
+        last_seen_at=seen_at + (last - first),
+        size=3,
+        sha256=hashlib.sha256(b"abc").hexdigest(),
+        created_at="2026-11-27T00:00:00Z",
+    )
+
+
+def _snapshot(revision: int, cluster: str = "c1", verified: bool | None = True) -> Manifest:
+    return Manifest(
+        snapshot_key=f"p/ns/b/s{revision}.db",
+        backup="b",
+        namespace="ns",
+        cluster="etcd",
+        cluster_id=cluster,
+        etcd_version="3.6.0",
+        revision=revision,
+        size=1,
+        sha256="x",
+        created_at="2026-11-27T00:00:00Z",
+        member="m",
+        slot=f"s{revision}",
+        verified=verified,
+    )
+
+
+def test_a_segment_manifest_round_trips_and_checks_its_bytes():
+    segment = _segment("c1-1", 1, 2, 5)
+    assert SegmentManifest.from_json(segment.to_json()) == segment
+    assert segment.checks(b"abc") is None
+    assert "sha256" in segment.checks(b"abd")
+    assert "bytes" in segment.checks(b"abcd")
+    with pytest.raises(ValueError):
+        SegmentManifest.from_json(b'{"format": "x"}')
+
+
+CHAIN = chain_id("c1", 10)
+
+
+def test_the_newest_snapshot_at_or_before_the_revision_is_the_base():
+    segments = [_segment(CHAIN, 1, 11, 20), _segment(CHAIN, 2, 21, 30), _segment(CHAIN, 3, 31, 40)]
+    plan = plan_replay(Target(revision=33), [_snapshot(10), _snapshot(25), _snapshot(35)], segments)
+    assert plan.base.revision == 25
+    assert [s.sequence for s in plan.segments] == [2, 3]
+    assert plan.up_to_revision == 33
+
+
+def test_a_snapshot_at_the_exact_revision_needs_no_replay():
+    plan = plan_replay(Target(revision=25), [_snapshot(10), _snapshot(25)], [_segment(CHAIN, 1, 11, 30)])
+    assert plan.base.revision == 25 and not plan.replays
+
+
+def test_a_snapshot_that_failed_verification_is_never_a_base():
+    segments = [_segment(CHAIN, 1, 11, 40)]
+    plan = plan_replay(Target(revision=33), [_snapshot(10), _snapshot(25, verified=False)], segments)
+    assert plan.base.revision == 10
+
+
+def test_a_gap_breaks_the_chain_and_the_restore_says_where():
+    segments = [_segment(CHAIN, 1, 11, 20), _segment(CHAIN, 3, 31, 40)]
+    assert [(r.first, r.last) for r in runs(segments)] == [(11, 20), (31, 40)]
+    with pytest.raises(ChainProblem, match="chain is broken"):
+        plan_replay(Target(revision=25), [_snapshot(10)], segments)
+    with pytest.raises(ChainProblem, match="no usable full snapshot"):
+        plan_replay(Target(revision=35), [_snapshot(10)], segments)
+    assert plan_replay(Target(revision=35), [_snapshot(10), _snapshot(30)], segments).base.revision == 30
+
+
+def test_a_missing_revision_inside_consecutive_numbers_breaks_the_run():
+    assert len(runs([_segment(CHAIN, 1, 11, 20), _segment(CHAIN, 2, 22, 30)])) == 2
+
+
+def test_another_clusters_snapshot_is_never_a_base():
+    with pytest.raises(ChainProblem):
+        plan_replay(Target(revision=15), [_snapshot(10, cluster="other")], [_segment(CHAIN, 1, 11, 20)])
+
+
+def test_the_latest_reaches_furthest():
+    older = chain_id("c1", 5)
+    segments = [_segment(older, 1, 6, 12), _segment(CHAIN, 1, 11, 20), _segment(CHAIN, 2, 21, 29)]
+    plan = plan_replay(Target(), [_snapshot(5), _snapshot(10)], segments)
+    assert plan.base.revision == 10 and plan.up_to_revision == 29
+    with pytest.raises(ChainProblem, match="newer than the newest"):
+        plan_replay(Target(revision=30), [_snapshot(5), _snapshot(10)], segments)
+
+
+def test_a_time_target_replays_up_to_the_segment_started_by_then():
+    segments = [_segment(CHAIN, 1, 11, 20, seen=1000.0), _segment(CHAIN, 2, 21, 30, seen=2000.0)]
+    plan = plan_replay(Target(time=1500.0), [_snapshot(10)], segments)
+    assert [s.sequence for s in plan.segments] == [1] and plan.until_time == 1500.0
+    plan = plan_replay(Target(time=2005.0), [_snapshot(10), _snapshot(25)], segments)
+    # the base must precede the segment that holds the point: 25 is inside it
+    assert plan.base.revision == 10 and [s.sequence for s in plan.segments] == [1, 2]
+    with pytest.raises(ChainProblem):
+        plan_replay(Target(time=999.0), [_snapshot(10)], segments)
+
+
+def test_two_different_segments_under_one_number_are_refused():
+    with pytest.raises(ChainProblem, match="two segments"):
+        runs([_segment(CHAIN, 1, 11, 20), _segment(CHAIN, 1, 11, 21)])
