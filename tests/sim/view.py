@@ -5,19 +5,14 @@ highest raft index, `errors` as etcd's Status RPC formats them."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
 from etcd_operator.core.cluster import naming
-from etcd_operator.core.cluster.identity import member_list_sources, parse_hex_id, split_foreign
+from etcd_operator.core.cluster.identity import member_list_sources, split_foreign
 from etcd_operator.core.cluster.observed import EtcdView, MemberStatus, Observed, PodView, PVCView
-from etcd_operator.core.cluster.recorded import (
-    ClusterStatus,
-    DefragmentationRecord,
-    Operation,
-    RollRecord,
-    SpaceRecoveryRecord,
-)
+from etcd_operator.core.cluster.recorded import ClusterStatus, JoinRecord
 from etcd_operator.core.cluster.timers import Sightings, carry_timers
 from tests.sim.world import CLUSTER, NAMESPACE, Foreign, World
 
@@ -198,19 +193,9 @@ def observe(
 
 
 def recorded_status(status: Mapping[str, Any]) -> ClusterStatus:
-    """What the simulated operator reads back from status: as ClusterStatus.from_dict, but
-    without status.downgrade and status.learnerJoins, which the model has never read."""
-    return ClusterStatus(
-        operation=Operation.from_dict(status.get("operation")),
-        bootstrapped=bool(status.get("clusterID")),
-        recorded_cluster_id=parse_hex_id(status.get("clusterID")),
-        rollout=RollRecord.from_dict(status.get("rollout")),
-        recorded_version=status.get("currentVersion") or None,
-        recorded_quota=(status.get("quota") or {}).get("backendBytes"),
-        quota_recorded=isinstance(status.get("quota"), dict),
-        space_recovery=SpaceRecoveryRecord.from_dict(status.get("spaceRecovery")),
-        defragmentation=DefragmentationRecord.from_dict(status.get("defragmentation")),
-    )
+    """What the simulated operator reads back from status: ClusterStatus.from_dict, less
+    status.downgrade and status.learnerJoins, which the model has never read."""
+    return dataclasses.replace(ClusterStatus.from_dict(status), downgrade_target=None, learner_joins=JoinRecord())
 
 
 def _foreign_member(foreign: Foreign):
