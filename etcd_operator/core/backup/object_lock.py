@@ -5,7 +5,7 @@ A bucket with Object Lock keeps versions: a plain DELETE only hides an object be
 delete marker and leaves its data. So retention deletes every version of a backup's two
 keys by version ID, or none of them:
 - a version is held while it has a legal hold, or its retain-until date has not passed on
-  both clocks, the store's (its Date header when it answered) and this operator's: a skewed
+  both clocks (the date itself has not passed: the store's Date has whole seconds), the store's (its Date header when it answered) and this operator's: a skewed
   clock can only keep a backup longer, as for retention's maxAge. Without the store's time,
   a dated lock counts as held;
 - a backup is kept whole when any version of its snapshot or its manifest is held: a
@@ -109,7 +109,7 @@ def held(lock: Lock, store_now: datetime.datetime | None, now: datetime.datetime
         return False
     if store_now is None:
         return True
-    return lock.retain_until > store_now or lock.retain_until > now
+    return lock.retain_until >= store_now or lock.retain_until >= now
 
 
 def _locked(manifest: Manifest, objects: Sequence[StoredObject], now: datetime.datetime) -> LockedBackup | None:
