@@ -5,9 +5,10 @@ A bucket with Object Lock keeps versions: a plain DELETE only hides an object be
 delete marker and leaves its data. So retention deletes every version of a backup's two
 keys by version ID, or none of them:
 - a version is held while it has a legal hold, or its retain-until date has not passed on
-  both clocks (the date itself has not passed: the store's Date has whole seconds), the store's (its Date header when it answered) and this operator's: a skewed
-  clock can only keep a backup longer, as for retention's maxAge. Without the store's time,
-  a dated lock counts as held;
+  both clocks, the store's (its Date header when it answered) and this operator's: a skewed
+  clock can only keep a backup longer, as for retention's maxAge. The date itself has not
+  passed (the store's Date has whole seconds). Without the store's time, a dated lock
+  counts as held;
 - a backup is kept whole when any version of its snapshot or its manifest is held: a
   manifest without its snapshot, or the reverse, would be an orphan (orphans.py). Nothing of
   it is deleted or even attempted; it is reported, with the latest date it is held to;
