@@ -26,8 +26,8 @@ from etcd_operator.clients.storage.s3 import StorageError
 from etcd_operator.controllers.backup import catalogue, stale_uploads
 from etcd_operator.controllers.backup import runner as backup_runner
 from etcd_operator.core.backup import fence as backup_fence
+from etcd_operator.core.backup import object_lock, retention, source_choice
 from etcd_operator.core.backup import planner as backup_planner
-from etcd_operator.core.backup import retention, source_choice
 from etcd_operator.core.backup import steps as s
 from etcd_operator.core.backup.manifest import (
     MANIFEST_SUFFIX,
@@ -127,7 +127,12 @@ class Bucket:
     async def put(self, key: str, body: bytes, content_type: str = "") -> None:
         self.objects[key], self.modified[key] = body, self.clock()
 
-    async def delete(self, key: str) -> None:
+    async def stored(self, key: str) -> object_lock.StoredObject:
+        """A bucket without versions or Object Lock: one plain version, or nothing."""
+        versions = (object_lock.StoredVersion(None),) if key in self.objects else ()
+        return object_lock.StoredObject(key, versions, self._now())
+
+    async def delete(self, key: str, version_id: str | None = None) -> None:
         if self.on_delete is not None:
             self.on_delete(key)
         self.objects.pop(key, None)
@@ -445,7 +450,7 @@ class BackupActor:
         try:
             deleted = drive(
                 catalogue.apply_retention(self.bucket, identity, spec, manifest.snapshot_key, history, runner.clock)
-            )
+            ).deleted
         finally:
             self.bucket.on_delete = None
         self._check_kept(manifest)

@@ -181,6 +181,7 @@ from etcd_operator.controllers.backup import runner as runner_module  # noqa: E4
 from etcd_operator.controllers.backup.failure import BackupFailed  # noqa: E402
 from etcd_operator.controllers.backup.runner import BackupRunner  # noqa: E402
 from etcd_operator.core.backup.manifest import manifest_key, snapshot_key  # noqa: E402
+from etcd_operator.core.backup.object_lock import RetentionResult  # noqa: E402
 from etcd_operator.core.backup.spec import BackupSpec  # noqa: E402
 
 SPEC = BackupSpec.from_dict({"clusterRef": {"name": "c"}, "storage": {"s3": {"bucket": "bk", "prefix": "p"}}})
@@ -257,7 +258,7 @@ def slot_manifest(slot: str, uid: str) -> Manifest:
 def test_a_slot_counts_as_done_only_with_this_backups_own_manifest():
     own = slot_manifest("s1", "uid-1")
     _, result = run_slot(CatalogueStore({own.key: own.to_json()}), "s1")
-    assert result == (own, [])
+    assert result == (own, RetentionResult())
     foreign = slot_manifest("s1", "uid-of-another-cluster")
     store = CatalogueStore({foreign.key: foreign.to_json(), foreign.snapshot_key: b"theirs"})
     _, result = run_slot(store, "s1")

@@ -10,6 +10,7 @@ from typing import Any
 
 from etcd_operator.clients.kube import client as kube
 from etcd_operator.clients.storage.s3 import S3Location, StorageError
+from etcd_operator.core.backup.object_lock import UploadLock
 from etcd_operator.core.prerequisites import secret_names
 
 
@@ -73,4 +74,12 @@ async def s3_location(kube_client: kube.KubeClient, namespace: str, s3: Mapping[
         insecure=bool(s3.get("insecure", False)),
         encryption=(s3.get("serverSideEncryption") or {}).get("mode"),
         kms_key_id=(s3.get("serverSideEncryption") or {}).get("kmsKeyID"),
+        object_lock=_upload_lock(s3.get("objectLock")),
     )
+
+
+def _upload_lock(spec: Mapping[str, Any] | None) -> UploadLock | None:
+    try:
+        return UploadLock.from_dict(spec)
+    except ValueError as e:
+        raise StorageError(f"spec.storage.s3.objectLock: {e}", "InvalidObjectLock", permanent=True) from None

@@ -19,6 +19,7 @@ import tempfile
 import threading
 from typing import TYPE_CHECKING, Any
 
+from etcd_operator.core.backup.object_lock import Lock, StoredObject, StoredVersion, UploadLock
 from etcd_operator.core.leadership_fence import permit_write
 
 if TYPE_CHECKING:
@@ -93,6 +94,7 @@ class S3Location:
     insecure: bool = False  # an http:// endpoint was explicitly allowed
     encryption: str | None = None  # SSE_S3 or SSE_KMS
     kms_key_id: str | None = None
+    object_lock: UploadLock | None = None  # a retention set on each object uploaded
 
     @property
     def over_http(self) -> bool:
@@ -117,6 +119,14 @@ def encryption_arguments(location: S3Location) -> dict[str, str]:
             f"unknown server-side encryption mode {location.encryption!r}", "InvalidEncryption", permanent=True
         )
     return {}
+
+
+def lock_arguments(lock: UploadLock | None, now: datetime.datetime) -> dict[str, Any]:
+    """The request fields that set an Object Lock retention on a new object, from `now`. The
+    store refuses them for a bucket without Object Lock (InvalidRequest, permanent)."""
+    if lock is None:
+        return {}
+    return {"ObjectLockMode": lock.mode, "ObjectLockRetainUntilDate": lock.retain_until(now)}
 
 
 def signs_payload(location: S3Location) -> bool:
@@ -213,6 +223,9 @@ class S3Storage:
         except Exception as e:
             raise classify(e) from None
 
+    def _lock(self) -> dict[str, Any]:
+        return lock_arguments(self.location.object_lock, datetime.datetime.now(datetime.UTC))
+
     async def check_bucket(self) -> None:
         """A listing, not HEAD: its error body tells bad credentials from a missing bucket."""
         await self._call("list_objects_v2", Bucket=self.bucket, MaxKeys=1)
@@ -226,6 +239,7 @@ class S3Storage:
             ContentType=content_type,
             **self._checksum,
             **self._encryption,
+            **self._lock(),
         )
 
     async def get(self, key: str) -> bytes:
@@ -276,8 +290,73 @@ class S3Storage:
         objects, store_now = await self._listed("list_objects_v2", "Contents", prefix)
         return {o["Key"]: o["LastModified"] for o in objects}, store_now
 
-    async def delete(self, key: str) -> None:
-        await self._call("delete_object", Bucket=self.bucket, Key=key)
+    async def delete(self, key: str, version_id: str | None = None) -> None:
+        """Deletes `key`, or exactly its version `version_id`. In a bucket that keeps
+        versions, a DELETE without one only adds a delete marker: the data stays."""
+        version = {"VersionId": version_id} if version_id is not None else {}
+        await self._call("delete_object", Bucket=self.bucket, Key=key, **version)
+
+    async def stored(self, key: str) -> StoredObject:
+        """Every version the store holds under `key` with its Object Lock, and the store's
+        time (see core/backup/object_lock.py). A bucket without versions: one HEAD. With
+        versions (Object Lock needs them): the key's versions and delete markers as listed,
+        each version's lock from a HEAD of it. The lock headers come back only to a caller
+        allowed s3:GetObjectRetention and s3:GetObjectLegalHold (docs/operations/backup.md,
+        "Immutable buckets")."""
+        head, delete_marker = await self._head(key)
+        if head is None and not delete_marker:
+            return StoredObject(key)
+        if head is not None and head.get("VersionId") is None:
+            return StoredObject(key, (StoredVersion(None, _lock(head)),), _store_time(head))
+        listed, store_now = await self._versions_of(key)
+        versions = []
+        for version_id, is_marker in listed:
+            if is_marker:  # a delete marker holds no data and no lock
+                versions.append(StoredVersion(version_id))
+                continue
+            version, _ = await self._head(key, version_id)
+            if version is None:
+                continue  # deleted since it was listed
+            versions.append(StoredVersion(version_id, _lock(version)))
+            store_now = _earlier(store_now, _store_time(version))
+        return StoredObject(key, tuple(versions), store_now)
+
+    async def _head(self, key: str, version_id: str | None = None) -> tuple[dict | None, bool]:
+        """The HEAD response, or None when nothing is there; and whether a delete marker
+        hides the key (versions may remain under it)."""
+        from botocore.exceptions import ClientError
+
+        version = {"VersionId": version_id} if version_id is not None else {}
+
+        def head():
+            try:
+                return self._client.head_object(Bucket=self.bucket, Key=key, **version), False
+            except ClientError as e:
+                if e.response.get("ResponseMetadata", {}).get("HTTPStatusCode") != 404:
+                    raise
+                headers = e.response.get("ResponseMetadata", {}).get("HTTPHeaders", {})
+                return None, headers.get("x-amz-delete-marker") == "true"
+
+        try:
+            return await self._in_thread(head)
+        except Exception as e:
+            raise classify(e) from None
+
+    async def _versions_of(self, key: str) -> tuple[list[tuple[str, bool]], datetime.datetime | None]:
+        """(version ID, is a delete marker) of exactly `key`, and the store's time."""
+
+        def collect():
+            found, store_now = [], None
+            for page in self._client.get_paginator("list_object_versions").paginate(Bucket=self.bucket, Prefix=key):
+                found += [(v["VersionId"], False) for v in page.get("Versions", []) if v["Key"] == key]
+                found += [(m["VersionId"], True) for m in page.get("DeleteMarkers", []) if m["Key"] == key]
+                store_now = _earlier(store_now, _store_time(page))
+            return found, store_now
+
+        try:
+            return await self._in_thread(collect)
+        except Exception as e:
+            raise classify(e) from None
 
     async def open_stream(self, key: str, chunk_size: int = 1 << 20):
         """An async iterator over the object's bytes, read in a worker thread chunk by chunk."""
@@ -309,6 +388,7 @@ class S3Storage:
             ContentType="application/octet-stream",
             **self._checksum,
             **self._encryption,
+            **self._lock(),
         )
         return response["UploadId"]
 
@@ -349,6 +429,22 @@ class S3Storage:
         matches an exact key, and lists without a prefix the uploads started since it started."""
         uploads, store_now = await self._listed("list_multipart_uploads", "Uploads", prefix)
         return [(u["Key"], u["UploadId"], u["Initiated"]) for u in uploads], store_now
+
+
+def _lock(head: dict) -> Lock:
+    until = head.get("ObjectLockRetainUntilDate")
+    return Lock(
+        mode=head.get("ObjectLockMode") or "",
+        retain_until=until.astimezone(datetime.UTC) if until is not None else None,
+        legal_hold=head.get("ObjectLockLegalHoldStatus") == "ON",
+    )
+
+
+def _earlier(a: datetime.datetime | None, b: datetime.datetime | None) -> datetime.datetime | None:
+    """The earlier of two store times (the one that holds a lock longest); either if one is None."""
+    if a is None or b is None:
+        return a or b
+    return min(a, b)
 
 
 def _store_time(response: dict) -> datetime.datetime | None:

@@ -1,5 +1,6 @@
 """This operator's manifests in the store: reading a backup's folder, and deleting the
-backups retention (backup/retention.py) picked after a run."""
+backups retention (backup/retention.py) picked after a run, unless S3 Object Lock holds
+them (backup/object_lock.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import datetime
 from collections.abc import Callable, Sequence
 
 from etcd_operator.clients.storage.s3 import S3Storage
-from etcd_operator.core.backup import retention
+from etcd_operator.core.backup import object_lock, retention
 from etcd_operator.core.backup.manifest import MANIFEST_SUFFIX, Identity, Manifest, backup_prefix
 from etcd_operator.core.backup.spec import BackupSpec
 
@@ -19,11 +20,12 @@ async def apply_retention(
     keep: str,
     history: Sequence[str],
     clock: Callable[[], datetime.datetime],
-) -> list[Manifest]:
-    """Deletes what retention.to_delete picks in this backup's folder (snapshot, then
-    manifest); returns the manifests deleted."""
+) -> object_lock.RetentionResult:
+    """Deletes what retention.to_delete picks in this backup's folder and the store does not
+    hold: every version of its snapshot, then of its manifest. Returns the backups deleted
+    and the expired ones Object Lock keeps (neither deleted nor attempted)."""
     if not spec.has_retention:
-        return []
+        return object_lock.RetentionResult()
     folder = backup_prefix(spec.prefix, identity.namespace, identity.backup)
     manifests = await read_manifests(storage, folder, identity.backup)
     store = None
@@ -31,10 +33,13 @@ async def apply_retention(
         modified, store_now = await storage.list_modified(folder)
         store = retention.StoreTimes(store_now, modified) if store_now is not None else None
     doomed = retention.to_delete(manifests, identity, spec.max_backups, spec.max_age, clock(), keep, history, store)
-    for manifest in doomed:
-        await storage.delete(manifest.snapshot_key)
-        await storage.delete(manifest.key)
-    return doomed
+    stored = {key: await storage.stored(key) for m in doomed for key in (m.snapshot_key, m.key)}
+    plan = object_lock.sort_out(doomed, stored, clock())
+    for _, deletions in plan.deletions:
+        for deletion in deletions:
+            for version_id in deletion.version_ids:
+                await storage.delete(deletion.key, version_id)
+    return object_lock.RetentionResult(tuple(m for m, _ in plan.deletions), plan.locked)
 
 
 async def read_manifests(storage: S3Storage, prefix: str, backup: str | None = None) -> list[Manifest]:

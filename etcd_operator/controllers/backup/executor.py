@@ -18,7 +18,7 @@ from etcd_operator.controllers import faults, metrics
 from etcd_operator.controllers.backup.failure import BackupFailed
 from etcd_operator.controllers.backup.runner import BackupRunner
 from etcd_operator.controllers.backup.scratch_verifier import BackupVerifier, VerificationError
-from etcd_operator.core.backup import fence, orphans
+from etcd_operator.core.backup import fence, object_lock, orphans
 from etcd_operator.core.backup import steps as s
 from etcd_operator.core.backup.manifest import Identity
 from etcd_operator.core.backup.scratch_verdict import Verdict
@@ -109,7 +109,7 @@ class BackupExecutor:
         identity = Identity(self.namespace, self.name, self.body["metadata"]["uid"])
         async with lock:
             try:
-                manifest, deleted = await runner.run(identity, spec, step.slot)
+                manifest, retained = await runner.run(identity, spec, step.slot)
             except BackupFailed as failure:
                 await asyncio.gather(*progress_writes, return_exceptions=True)
                 metrics.backup_failures.labels(self.namespace, self.name, failure.reason).inc()
@@ -134,6 +134,7 @@ class BackupExecutor:
                 f"sha256 {manifest.sha256[:12]}…) from {manifest.member}",
             )
         ]
+        deleted = retained.deleted
         if deleted:
             events.append(
                 (
@@ -142,11 +143,15 @@ class BackupExecutor:
                     f"Deleted {len(deleted)} expired backups: {', '.join(m.snapshot_key for m in deleted)}",
                 )
             )
+        if retained.locked:
+            kept = object_lock.summary(object_lock.status_fields(retained.locked))
+            events.append(("Normal", "RetentionKeptLocked", kept))
         return s.RunSucceeded(
             record=record,
             completed_at=manifest.created_at,
             pending_uploads=tuple(runner.pending_uploads),
             deleted_keys=tuple(m.snapshot_key for m in deleted),
+            locked=retained.locked,
             events=tuple(events),
         )
 

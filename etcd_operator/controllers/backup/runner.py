@@ -32,6 +32,7 @@ from etcd_operator.controllers.cluster.tls_observer import operator_credentials
 from etcd_operator.core.backup import orphans, retention
 from etcd_operator.core.backup.bbolt import snapshot_revision
 from etcd_operator.core.backup.manifest import Identity, Manifest, backup_prefix, manifest_key, snapshot_key
+from etcd_operator.core.backup.object_lock import RetentionResult
 from etcd_operator.core.backup.source_choice import CLUSTER_ID_MISMATCH
 from etcd_operator.core.backup.spec import BackupSpec
 from etcd_operator.core.shard import Shard
@@ -76,14 +77,14 @@ class BackupRunner:
         self.on_upload_started = on_upload_started
         self.duration: float | None = None  # of the last snapshot this runner took
 
-    async def run(self, identity: Identity, spec: BackupSpec, slot: str) -> tuple[Manifest, list[Manifest]]:
-        """Returns the slot's manifest and the manifests retention deleted."""
+    async def run(self, identity: Identity, spec: BackupSpec, slot: str) -> tuple[Manifest, RetentionResult]:
+        """Returns the slot's manifest and what retention deleted and found locked."""
         try:
             return await self._attempt(identity, spec, slot)
         except Exception as e:
             raise as_failure(e) from e
 
-    async def _attempt(self, identity: Identity, spec: BackupSpec, slot: str) -> tuple[Manifest, list[Manifest]]:
+    async def _attempt(self, identity: Identity, spec: BackupSpec, slot: str) -> tuple[Manifest, RetentionResult]:
         namespace, backup = identity.namespace, identity.backup
         location = await s3_location(self.kube, namespace, spec.s3)
         storage = await asyncio.to_thread(S3Storage, location, spec.concurrency + 2)
@@ -107,10 +108,10 @@ class BackupRunner:
             else:
                 manifest = await self._snapshot(storage, identity, spec, slot, key)
             history = retention.extend_history(self.cluster_id_history, manifest.cluster_id)
-            deleted = await catalogue.apply_retention(
+            retained = await catalogue.apply_retention(
                 storage, identity, spec, manifest.snapshot_key, history, self.clock
             )
-            return manifest, deleted
+            return manifest, retained
         finally:
             await asyncio.to_thread(storage.close)
 

@@ -1,6 +1,7 @@
 """The status one pass over an EtcdBackup writes, built from its step and the outcome. Pure.
 
-Conditions: Available (a backup exists), Progressing (a run or a verification is under
+Conditions: Available (a backup exists; its message also says how many expired backups S3
+Object Lock keeps, and when the first may go), Progressing (a run or a verification is under
 way; False with reason WaitingFor... while a due run waits for its cluster or a Secret, and
 BackupRetryScheduled while a failed attempt waits for its retry), Degraded (the last run
 failed, a verification found a backup that differs from its source, a verification gave no
@@ -16,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from etcd_operator.core import conditions as c
-from etcd_operator.core.backup import backoff, retention, retry
+from etcd_operator.core.backup import backoff, object_lock, retention, retry
 from etcd_operator.core.backup import steps as s
 from etcd_operator.core.backup.schedule import PROBLEM_REASONS
 from etcd_operator.core.backup.state import VerificationAttempts
@@ -253,6 +254,7 @@ def _run_fields(
                     ),
                     "backupsSinceVerification": int(previous.get("backupsSinceVerification") or 0) + new_backup,
                     "nextAttemptTime": None,
+                    "retention": object_lock.status_fields(outcome.locked),
                 },
                 idle,
                 _unless_verification_failed(previous),
@@ -413,7 +415,8 @@ def _available(status: Mapping[str, Any]) -> c.Condition:
     if not status.get("lastSuccessfulTime"):
         return c.Condition("Available", False, "NoBackupYet", "no backup has succeeded yet")
     key = (status.get("lastBackup") or {}).get("key", "")
-    return c.Condition("Available", True, "BackupAvailable", f"latest backup {key}")
+    locked = object_lock.summary(status.get("retention"))
+    return c.Condition("Available", True, "BackupAvailable", f"latest backup {key}" + (f"; {locked}" if locked else ""))
 
 
 def _carried_degraded(previous: Mapping[str, Any]) -> c.Condition:

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from etcd_operator.core.backup.backoff import DEFAULT_BACKOFF_LIMIT
+from etcd_operator.core.backup.object_lock import LockedBackup
 from etcd_operator.core.outcome import NOTHING_DONE as NOTHING_DONE
 from etcd_operator.core.outcome import Event as Event
 from etcd_operator.core.outcome import Outcome as Outcome
@@ -198,6 +199,7 @@ class RunSucceeded(RunOutcome):
     record: Mapping[str, Any]  # the backup's entry for status.lastBackup / recentBackups
     completed_at: str
     deleted_keys: tuple[str, ...] = ()  # snapshots retention removed
+    locked: tuple[LockedBackup, ...] = ()  # expired backups S3 Object Lock keeps
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
