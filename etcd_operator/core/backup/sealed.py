@@ -115,7 +115,7 @@ class Header:
     raw: bytes  # as stored: every record's associated data starts with it
 
     @classmethod
-    def parse(cls, data: bytes) -> Header | None:
+    def parse(cls, data: bytes | bytearray) -> Header | None:
         """The header at the start of `data`, or None when `data` is too short to hold it."""
         if len(data) < _FIXED_HEADER.size:
             return None
@@ -145,7 +145,7 @@ class Header:
         return max(self.chunk_bytes + self.chunk_bytes // 64 + 1024, _INDEX_HEAD.size + 8 * (1 << 20)) + TAG_BYTES
 
 
-def is_sealed(prefix: bytes) -> bool:
+def is_sealed(prefix: bytes | bytearray) -> bool:
     """Whether an object starting with `prefix` (at least len(MAGIC) bytes) is in this format."""
     return bytes(prefix[: len(MAGIC)]) == MAGIC
 
@@ -325,7 +325,7 @@ def trailer_offset(trailer: bytes) -> int:
     index_offset, end = _TRAILER.unpack(trailer)
     if end != END_MAGIC:
         raise SealedError("the object has no valid trailer: it was cut short or altered")
-    return index_offset
+    return int(index_offset)
 
 
 def open_index(header: Header, key: bytes | None, payload: bytes) -> Index:

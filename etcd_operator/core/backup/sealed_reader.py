@@ -93,6 +93,6 @@ async def open_plain(read: ReadRange, stored_size: int, keys: Mapping[str, bytes
     index = sealed.open_index(header, key, record[sealed.RECORD_HEAD_BYTES :])
     offsets = list(index.offsets)
     bounds = [len(header.raw), *offsets, index_offset]
-    if (offsets and offsets[0] != len(header.raw)) or any(a >= b for a, b in zip(bounds[1:], bounds[2:])):
+    if (offsets and offsets[0] != len(header.raw)) or any(a >= b for a, b in zip(bounds[1:], bounds[2:], strict=False)):
         raise sealed.SealedError("the index's offsets are out of order or outside the object")
     return SealedReader(read, header, key, index, index_offset)
