@@ -77,7 +77,7 @@ def keys_bundle(keys_secret: str | None) -> tuple[list[dict[str, Any]], list[dic
     """(volumes, mounts) for the encryption keys' Secret, when there is one."""
     if not keys_secret:
         return [], []
-    volume = {"name": KEYS_VOLUME, "secret": {"secretName": keys_secret, "defaultMode": 0o400}}
+    volume = {"name": KEYS_VOLUME, "secret": {"secretName": keys_secret, "defaultMode": 0o440}}
     return [volume], [{"name": KEYS_VOLUME, "mountPath": KEYS_MOUNT, "readOnly": True}]
 
 

@@ -120,3 +120,36 @@ def test_a_restore_decrypts_with_its_own_secret_else_the_backups():
         == "mine"
     )
     assert keyring.decryption_secret({"s3": {"key": "x"}}, None) is None
+
+
+def test_restore_pods_get_the_keys_as_a_mounted_secret_never_as_values():
+    from etcd_operator.core.restore import builders
+    from etcd_operator.core.seed_containers import KEYS_MOUNT
+
+    pod = builders.restore_pod(
+        "r", "ns", "c", "c-0", ("c-0",), "t", "etcd", "op", {"bucket": "b"}, "k", "sha", 10, keys_secret="backup-keys"
+    )
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    assert volumes["snapshot-keys"]["secret"]["secretName"] == "backup-keys"
+    fetch = pod["spec"]["initContainers"][0]
+    assert {"name": "SNAPSHOT_KEYS_DIR", "value": KEYS_MOUNT} in fetch["env"]
+    assert any(m["mountPath"] == KEYS_MOUNT and m["readOnly"] for m in fetch["volumeMounts"])
+    assert all(KEYS_MOUNT not in str(c) for c in pod["spec"]["containers"])  # etcdutl never sees them
+    plain = builders.restore_pod("r", "ns", "c", "c-0", ("c-0",), "t", "etcd", "op", {"bucket": "b"}, "k", "sha", 10)
+    assert "snapshot-keys" not in str(plain)
+
+
+def test_the_fetch_program_reads_one_key_per_file_and_skips_the_kubelets_entries(tmp_path):
+    from etcd_operator.programs.seed import read_keys
+
+    (tmp_path / "k1").write_bytes(base64.b64encode(KEY) + b"\n")
+    (tmp_path / "..data").mkdir()
+    assert read_keys(str(tmp_path)) == {"k1": KEY}
+    assert read_keys("") == {}
+
+
+def test_a_key_problem_ends_the_backup_slot_at_once():
+    from etcd_operator.controllers.backup.failure import as_failure
+
+    failure = as_failure(keyring.KeyringError("EncryptionKeyMissing", "Secret ns/keys has no key 'k9'"))
+    assert (failure.reason, failure.permanent) == ("EncryptionKeyMissing", True)
