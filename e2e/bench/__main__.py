@@ -1,15 +1,21 @@
-"""Runs every benchmark and prints one table. `python -m bench [cluster|backup|restore|verification|memory|race]`.
+"""Runs every benchmark and prints one table.
+`python -m bench [cluster|backup|restore|verification|memory|race|sealing]`.
 `python -m bench scale` (many small clusters, about 15 minutes) runs only when named: bench/scale.py."""
 
 from __future__ import annotations
 
 import sys
 
-from bench import race, scenarios
+from bench import race, scenarios, sealing
 
 
 def main(argv: list[str]) -> int:
-    wanted = set(argv[1:]) or {"cluster", "backup", "restore", "verification", "memory", "race"}
+    wanted = set(argv[1:]) or {"cluster", "backup", "restore", "verification", "memory", "race", "sealing"}
+    if "sealing" in wanted:  # needs no cluster: the testbin's etcd and memory only
+        sealing.run()
+        wanted.discard("sealing")
+        if not wanted:
+            return 0
     if "scale" in wanted:
         from bench import scale
 

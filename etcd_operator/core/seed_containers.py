@@ -13,6 +13,9 @@ from etcd_operator.core.cluster.builders import with_pull_secrets
 
 CA_VOLUME = "s3-ca"
 CA_MOUNT = "/etc/s3-ca"
+# The encryption keys, mounted from their Secret (one file per key ID): never in env or args.
+KEYS_VOLUME = "snapshot-keys"
+KEYS_MOUNT = "/etc/snapshot-keys"
 # Fixed key names only, as the operator reads them (storage.credentials).
 CREDENTIAL_KEYS = (("AWS_ACCESS_KEY_ID", "accessKeyID"), ("AWS_SECRET_ACCESS_KEY", "secretAccessKey"))
 
@@ -29,19 +32,22 @@ def fetch_container(
     data_dir: str,
     home: str,
     mounts: list[dict[str, Any]],
+    keys_secret: str | None = None,
 ) -> dict[str, Any]:
-    """The init container that downloads the snapshot and checks it before etcdutl reads it."""
+    """The init container that downloads the snapshot, checks it and (when it is sealed)
+    decrypts and decompresses it before etcdutl reads it. With `keys_secret`, the caller
+    mounts keys_bundle(keys_secret) into it."""
     return {
         "name": "fetch",
         "image": operator_image,
         "command": list(SEED_FETCH),
-        "env": fetch_env(source, key, sha256, snapshot_file, data_dir, home=home),
+        "env": fetch_env(source, key, sha256, snapshot_file, data_dir, home=home, keys=bool(keys_secret)),
         "volumeMounts": mounts,
     }
 
 
 def fetch_env(
-    source: Mapping[str, Any], key: str, sha256: str, snapshot_file: str, data_dir: str, home: str
+    source: Mapping[str, Any], key: str, sha256: str, snapshot_file: str, data_dir: str, home: str, keys: bool = False
 ) -> list[dict[str, Any]]:
     """`home`: a writable folder (the root filesystem is read-only)."""
     env = [
@@ -62,7 +68,17 @@ def fetch_env(
             env.append({"name": var, "valueFrom": {"secretKeyRef": {"name": credentials["name"], "key": secret_key}}})
     if source.get("caBundleSecretRef"):
         env.append({"name": "S3_CA_FILE", "value": f"{CA_MOUNT}/ca.crt"})
+    if keys:
+        env.append({"name": "SNAPSHOT_KEYS_DIR", "value": KEYS_MOUNT})
     return env
+
+
+def keys_bundle(keys_secret: str | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(volumes, mounts) for the encryption keys' Secret, when there is one."""
+    if not keys_secret:
+        return [], []
+    volume = {"name": KEYS_VOLUME, "secret": {"secretName": keys_secret, "defaultMode": 0o440}}
+    return [volume], [{"name": KEYS_VOLUME, "mountPath": KEYS_MOUNT, "readOnly": True}]
 
 
 def ca_bundle(source: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

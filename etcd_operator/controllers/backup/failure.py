@@ -9,6 +9,7 @@ from etcd_operator.clients.etcd.client import EtcdError
 from etcd_operator.clients.storage.s3 import StorageError
 from etcd_operator.controllers.backup.source_candidates import SourceUnavailable
 from etcd_operator.controllers.backup.stream import SnapshotCorrupt
+from etcd_operator.core.backup.keyring import KeyringError
 from etcd_operator.core.buffer_budget import BudgetTooSmall
 from etcd_operator.core.leadership_fence import LeadershipLost
 
@@ -38,7 +39,8 @@ def as_failure(error: Exception) -> BackupFailed:
     Permanent: a Secret without the credential keys, credential key names refused, a missing
     or refused bucket, access denied, invalid credentials, an http endpoint without
     `insecure`, another backup's manifest in the slot, a cluster of another shard, a part
-    larger than the memory budget. Transient: the cluster or its Secret gone since the pass
+    larger than the memory budget, an encryption key missing from its Secret or not 32 bytes
+    (EncryptionKeyMissing, EncryptionKeyInvalid). Transient: the cluster or its Secret gone since the pass
     looked, no healthy member, members answering for another cluster (ClusterIDMismatch), the
     store unreachable or erring (5xx, throttling), etcd errors (including a leader change), a
     snapshot corrupted in transit, timeouts, this operator losing its leadership, anything
@@ -54,6 +56,10 @@ def as_failure(error: Exception) -> BackupFailed:
         return BackupFailed("EtcdUnavailable", f"etcd: {error}", False)
     if isinstance(error, SnapshotCorrupt):
         return BackupFailed("SnapshotCorrupt", str(error), False)
+    if isinstance(error, KeyringError):
+        # A Secret created late is waited for before the run; one without the key ID, or with
+        # a key of the wrong length, does not fix itself.
+        return BackupFailed(error.reason, error.message, True)
     if isinstance(error, BudgetTooSmall):
         return BackupFailed("MemoryBudgetTooSmall", str(error), True)
     if isinstance(error, (asyncio.TimeoutError, TimeoutError)):

@@ -109,10 +109,14 @@ class BackupReconciler:
         """Whether the cluster exists and has served, and which named Secrets are missing.
         A Secret's data is not read here (nor ever reported)."""
         namespace, cluster_name = meta["namespace"], spec["clusterRef"]["name"]
-        cluster, missing = await asyncio.gather(
+        keys_secret = ((spec.get("encryption") or {}).get("secretRef") or {}).get("name")
+        cluster, missing, keys = await asyncio.gather(
             self.kube.get(kube.ETCDCLUSTERS, namespace, cluster_name),
             missing_secrets(self.kube, namespace, spec["storage"]["s3"]),
+            self.kube.get(kube.SECRETS, namespace, keys_secret) if keys_secret else asyncio.sleep(0, {}),
         )
+        if keys_secret and keys is None:
+            missing += (keys_secret,)
         return Prerequisites(
             namespace, cluster_name, None if cluster is None else ClusterReadiness.from_body(cluster), missing
         )

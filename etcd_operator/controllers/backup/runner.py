@@ -17,6 +17,7 @@ from etcd_operator.clients.etcd.client import EtcdError, EtcdMemberClient
 from etcd_operator.clients.etcd.snapshot import SnapshotStream
 from etcd_operator.clients.kube import client as kube
 from etcd_operator.clients.storage.credentials import s3_location
+from etcd_operator.clients.storage.keyring import read_keyring
 from etcd_operator.clients.storage.s3 import S3Storage
 from etcd_operator.controllers import faults
 from etcd_operator.controllers.backup import catalogue, stale_uploads
@@ -29,10 +30,12 @@ from etcd_operator.controllers.backup.source_candidates import (
 )
 from etcd_operator.controllers.backup.stream import stream_to_s3
 from etcd_operator.controllers.cluster.tls_observer import operator_credentials
-from etcd_operator.core.backup import orphans, retention
+from etcd_operator.core.backup import orphans, retention, sealed
 from etcd_operator.core.backup.bbolt import snapshot_revision
+from etcd_operator.core.backup.keyring import KeyringError
 from etcd_operator.core.backup.manifest import Identity, Manifest, backup_prefix, manifest_key, snapshot_key
 from etcd_operator.core.backup.object_lock import RetentionResult
+from etcd_operator.core.backup.sealed_reader import open_plain
 from etcd_operator.core.backup.source_choice import CLUSTER_ID_MISMATCH
 from etcd_operator.core.backup.spec import BackupSpec
 from etcd_operator.core.shard import Shard
@@ -119,6 +122,7 @@ class BackupRunner:
         self, storage: S3Storage, identity: Identity, spec: BackupSpec, slot: str, key: str
     ) -> Manifest:
         namespace, backup = identity.namespace, identity.backup
+        encoding = await self._encoding(namespace, spec)
         candidates, cluster_body = await find_candidates(self.kube, namespace, spec.cluster, self.shard)
         tls = await operator_credentials(self.kube, cluster_body)
         member = chosen(candidates, await ask_candidates(candidates, tls), cluster_body)
@@ -153,10 +157,17 @@ class BackupRunner:
                 spec.concurrency,
                 on_progress=progress,
                 upload_id=upload["uploadId"],
+                encoding=encoding,
             )
             self.pending_uploads.remove(upload)
-            # The exact revision inside the uploaded file, read back with a few ranged GETs.
-            revision = await snapshot_revision(lambda offset, length: storage.read_range(key, offset, length))
+            # The exact revision inside the uploaded file, read back with a few ranged GETs
+            # (through its index when it is sealed).
+            plain = await open_plain(
+                lambda offset, length: storage.read_range(key, offset, length),
+                result.size,
+                {encoding.key_id: encoding.key} if encoding.encrypted else {},
+            )
+            revision = await snapshot_revision(plain.read)
             key_count, hash_kv, compact_revision = await _source_digest(client, revision)
         manifest = Manifest(
             snapshot_key=key,
@@ -175,6 +186,10 @@ class BackupRunner:
             key_count=key_count,
             hash_kv=hash_kv,
             compact_revision=compact_revision,
+            compression=encoding.compression,
+            encryption=encoding.algorithm if encoding.encrypted else None,
+            key_id=encoding.key_id or None,
+            plain_size=result.plain_size,
         )
         await storage.put(manifest.key, manifest.to_json(), "application/json")
         self.duration = time.monotonic() - clock_start
@@ -189,6 +204,20 @@ class BackupRunner:
             started,
         )
         return manifest
+
+    async def _encoding(self, namespace: str, spec: BackupSpec) -> sealed.Encoding:
+        """How this run stores its snapshot: spec.compression, and with spec.encryption the
+        key of its key ID, read from its Secret (never logged)."""
+        if not spec.encryption_secret:
+            return sealed.Encoding(compression=spec.compression)
+        key_id = spec.encryption_key_id or ""
+        keys = await read_keyring(self.kube, namespace, spec.encryption_secret)
+        if key_id not in keys:
+            raise KeyringError(
+                "EncryptionKeyMissing",
+                f"Secret {namespace}/{spec.encryption_secret} has no key {key_id!r} (spec.encryption.keyID)",
+            )
+        return sealed.Encoding(compression=spec.compression, algorithm="aes-256-gcm", key_id=key_id, key=keys[key_id])
 
 
 async def _source_digest(client: EtcdMemberClient, revision: int) -> tuple[int | None, int | None, int | None]:

@@ -64,6 +64,7 @@ class BackupVerifier:
             manifest.sha256,
             Expected.of(manifest),
             pull_secrets=pull_secrets,
+            keys_secret=self.spec.encryption_secret if manifest.encryption else None,
         )
         created = await self.kube.create(kube.PODS, self.identity.namespace, body)
         if created is None:  # the client answers 404 with None: the namespace is gone

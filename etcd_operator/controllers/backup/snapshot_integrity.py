@@ -1,14 +1,18 @@
 """Verifies a stored snapshot without touching anything: sha256 against its manifest and
 etcd's own trailing checksum, read in ranges with memory drawn from the operator-wide
-budget (etcd_operator.core.buffer_budget), like the backups' part buffers."""
+budget (etcd_operator.core.buffer_budget), like the backups' part buffers. A sealed object
+(core/backup/sealed.py) is decrypted and decompressed as it is read: the sha256 is of the
+stored bytes, etcd's checksum of the plain ones; the decoder holds one chunk more than the
+budgeted ranges."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 
 from etcd_operator.clients.storage.s3 import S3Storage
+from etcd_operator.core.backup import sealed
 from etcd_operator.core.backup.digest import SnapshotDigest
 from etcd_operator.core.backup.manifest import Manifest
 from etcd_operator.core.buffer_budget import MemoryBudget, process_budget
@@ -24,8 +28,9 @@ class VerificationFailed(Exception):
 @dataclasses.dataclass(frozen=True)
 class Verified:
     key: str
-    size: int
-    sha256: str
+    size: int  # stored bytes
+    sha256: str  # of the stored bytes
+    plain_size: int  # the snapshot's own bytes (== size for a plain object)
 
 
 # The operator reads the object as ranges, a few at a time (one stream waits on the store
@@ -97,26 +102,45 @@ async def ranged_chunks(
 
 
 async def verify_snapshot(
-    storage: S3Storage, key: str, manifest: Manifest | None, budget: MemoryBudget | None = None
+    storage: S3Storage,
+    key: str,
+    manifest: Manifest | None,
+    budget: MemoryBudget | None = None,
+    keys: Mapping[str, bytes] | None = None,
 ) -> Verified:
-    """Waits for its share of the memory budget (the operator-wide one unless given)."""
+    """Waits for its share of the memory budget (the operator-wide one unless given).
+    `keys`: key ID -> key, the candidates for a sealed object's key ID."""
     budget = budget or process_budget()
     range_bytes = range_size(budget.limit)
     await budget.acquire(range_bytes * CHUNKS_HELD)
+    checked = SnapshotDigest()  # of the stored bytes
+    decoder = sealed.Decoder(keys)
+    plain = SnapshotDigest()
+
+    def take(chunk: bytes) -> None:
+        checked.update(chunk)
+        if decoder.sealed is not False:  # a plain object is hashed once: it is its own plain form
+            out = decoder.feed(chunk)
+            if decoder.sealed:
+                plain.update(out)
+
     try:
-        checked = SnapshotDigest()
-        await consume_in_order(ranged_chunks(storage, key, await storage.size(key), range_bytes), checked.update)
+        await consume_in_order(ranged_chunks(storage, key, await storage.size(key), range_bytes), take)
+        decoder.finish()
+    except sealed.SealedError as e:
+        raise VerificationFailed(e.reason, f"{key}: {e}; nothing was touched") from None
     finally:
         budget.release(range_bytes * CHUNKS_HELD)
     digest, size = checked.sha256, checked.size
+    plain = plain if decoder.sealed else checked
     if manifest is not None and (digest != manifest.sha256 or size != manifest.size):
         raise VerificationFailed(
             "ChecksumMismatch",
             f"{key}: sha256 {digest[:16]}… and size {size} do not match the manifest "
             f"({manifest.sha256[:16]}…, {manifest.size} bytes); the backup is corrupt",
         )
-    if not checked.etcd_checksum_matches:
+    if not plain.etcd_checksum_matches:
         raise VerificationFailed(
             "SnapshotCorrupt", f"{key}: the database does not match etcd's own checksum; the backup is corrupt"
         )
-    return Verified(key, size, digest)
+    return Verified(key, size, digest, plain.size)

@@ -11,7 +11,11 @@ the multipart upload.
 
 The pool's buffers are drawn from the operator-wide memory budget (etcd_operator.core.buffer_budget):
 the first one is waited for, later ones are taken only while the budget has room, else the
-cutter reuses the buffers it has. All are given back when the upload ends."""
+cutter reuses the buffers it has. All are given back when the upload ends.
+
+With a sealing encoding (core/backup/sealed.py: zstd, AES-256-GCM) the reader thread
+compresses and encrypts the stream as it cuts it, holding one chunk more; etcd's checksum
+is checked on the plain bytes and the sha256 taken of the stored ones."""
 
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ from typing import cast
 
 from etcd_operator.clients.etcd.client import EtcdError
 from etcd_operator.clients.storage.s3 import S3Storage
+from etcd_operator.core.backup import sealed
 from etcd_operator.core.backup.digest import SnapshotDigest
 from etcd_operator.core.buffer_budget import MemoryBudget, process_budget
 
@@ -39,9 +44,10 @@ class SnapshotCorrupt(Exception):
 
 @dataclasses.dataclass(frozen=True)
 class UploadResult:
-    size: int
-    sha256: str
+    size: int  # stored bytes
+    sha256: str  # of the stored bytes
     parts: int
+    plain_size: int  # the snapshot's own bytes
 
 
 def _wait_get(source: queue.Queue, stop: threading.Event, deadline: float = math.inf) -> object | None:
@@ -62,16 +68,24 @@ class _PartCutter:
     buffer was granted before the cutter started (`granted` = 1)."""
 
     def __init__(
-        self, stream: Iterable[bytes], part_size: int, buffers: int, stop: threading.Event, budget: MemoryBudget
+        self,
+        stream: Iterable[bytes],
+        part_size: int,
+        buffers: int,
+        stop: threading.Event,
+        budget: MemoryBudget,
+        encoding: sealed.Encoding = sealed.PLAIN,
     ):
-        self.stream = stream
         self.part_size = part_size
         self.stop = stop
         self.budget = budget
         self.free: queue.Queue = queue.Queue()
         self.cut: queue.Queue = queue.Queue()  # parts read, not yet hashed
         self.parts: queue.Queue = queue.Queue()  # parts hashed, ready to upload
-        self.digest = SnapshotDigest()
+        self.digest = SnapshotDigest()  # of the stored bytes
+        # etcd's trailing checksum is in the plain bytes: checked on them before they are sealed
+        self.plain = SnapshotDigest() if encoding.sealed else self.digest
+        self.stream = sealed.encode(self._plain(stream), encoding) if encoding.sealed else stream
         self.error: BaseException | None = None
         self._unmade = buffers
         self._cut_any = False
@@ -101,6 +115,11 @@ class _PartCutter:
             self.error = e
         finally:
             self.cut.put(_END)
+
+    def _plain(self, stream: Iterable[bytes]) -> Iterable[bytes]:
+        for blob in stream:
+            self.plain.update(blob)
+            yield blob
 
     def hash_parts(self) -> None:
         try:
@@ -148,6 +167,7 @@ async def stream_to_s3(
     idle_timeout: float = 60.0,
     budget: MemoryBudget | None = None,
     upload_id: str | None = None,
+    encoding: sealed.Encoding = sealed.PLAIN,
 ) -> UploadResult:
     """`stream` iterates the snapshot's bytes (blocking) and has `cancel()`. Waits for the
     memory budget (the operator-wide one unless given) before anything is read. `upload_id`:
@@ -159,7 +179,7 @@ async def stream_to_s3(
         stream.cancel()
         raise
     stop = threading.Event()
-    cutter = _PartCutter(stream, part_size, concurrency + 1, stop, budget)
+    cutter = _PartCutter(stream, part_size, concurrency + 1, stop, budget, encoding)
     try:
         return await _upload(stream, storage, key, concurrency, on_progress, idle_timeout, stop, cutter, upload_id)
     finally:
@@ -220,7 +240,7 @@ async def _upload(
         if cutter.error is not None:
             raise cutter.error
         await asyncio.gather(*in_flight)
-        if not cutter.digest.etcd_checksum_matches:
+        if not cutter.plain.etcd_checksum_matches:
             raise SnapshotCorrupt("the snapshot stream does not match etcd's own checksum")
         await storage.complete_multipart(key, upload_id, uploaded)
     except BaseException:
@@ -238,4 +258,6 @@ async def _upload(
         stop.set()
         for worker in workers:
             await asyncio.to_thread(worker.join, 10)
-    return UploadResult(size=cutter.digest.size, sha256=cutter.digest.sha256, parts=number)
+    return UploadResult(
+        size=cutter.digest.size, sha256=cutter.digest.sha256, parts=number, plain_size=cutter.plain.size
+    )

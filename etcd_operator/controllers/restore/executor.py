@@ -13,11 +13,15 @@ import kopf
 
 from etcd_operator.clients.kube import client as kube
 from etcd_operator.clients.storage.credentials import s3_location
+from etcd_operator.clients.storage.keyring import read_keyring
 from etcd_operator.clients.storage.s3 import S3Storage, StorageError
 from etcd_operator.controllers import faults
 from etcd_operator.controllers.backup.snapshot_integrity import VerificationFailed, verify_snapshot
 from etcd_operator.controllers.restore import snapshot_lookup
+from etcd_operator.core.backup import sealed
 from etcd_operator.core.backup.bbolt import NotASnapshot, snapshot_revision, snapshot_storage_version
+from etcd_operator.core.backup.keyring import KeyringError
+from etcd_operator.core.backup.sealed_reader import open_plain
 from etcd_operator.core.cluster import builders as cluster_builders
 from etcd_operator.core.cluster import naming
 from etcd_operator.core.outcome import Outcome
@@ -113,6 +117,8 @@ class RestoreExecutor:
             return await self._verified_facts(spec)
         except VerificationFailed as e:
             return Outcome(failure=(e.reason, e.message))
+        except KeyringError as e:
+            return Outcome(failure=(e.reason, f"{e.message}; nothing was touched"))
         except StorageError as e:
             if not e.permanent:
                 logger.warning("%s/%s: verification hit a transient error: %s", self.namespace, self.name, e)
@@ -122,14 +128,24 @@ class RestoreExecutor:
 
     async def _verified_facts(self, spec: RestoreSpec) -> Outcome:
         s3 = await snapshot_lookup.s3_block(self.kube, self.namespace, spec.source)
+        keys_secret = await snapshot_lookup.keys_secret(self.kube, self.namespace, spec.source)
+        keys = await read_keyring(self.kube, self.namespace, keys_secret) if keys_secret else {}
         storage = await asyncio.to_thread(S3Storage, await s3_location(self.kube, self.namespace, s3))
         try:
             await storage.check_bucket()
             snapshot = await snapshot_lookup.resolve(storage, self.namespace, spec.source, s3)
-            verified = await verify_snapshot(storage, snapshot.key, snapshot.manifest)
 
-            def read(offset: int, length: int):
+            def stored(offset: int, length: int):
                 return storage.read_range(snapshot.key, offset, length)
+
+            # The trial decryption: the header names the key ID, the index authenticates under
+            # that key, before the whole object is read (and long before anything is touched).
+            try:
+                plain = await open_plain(stored, await storage.size(snapshot.key), keys)
+            except sealed.SealedError as e:
+                raise VerificationFailed(e.reason, _unsealing_message(snapshot.key, e, keys_secret)) from None
+            verified = await verify_snapshot(storage, snapshot.key, snapshot.manifest, keys=keys)
+            read = plain.read
 
             try:
                 storage_version, readable = await snapshot_storage_version(read), True
@@ -146,7 +162,8 @@ class RestoreExecutor:
             "sourceKey": verified.key,
             "sourceBucket": s3["bucket"],
             "sha256": verified.sha256,
-            "snapshotSize": verified.size,
+            # what the restore pods' scratch space holds: the decoded snapshot
+            "snapshotSize": verified.plain_size,
         }
         version = snapshot_etcd_version(manifest.etcd_version if manifest else None, storage_version, readable)
         if version:
@@ -254,6 +271,7 @@ class RestoreExecutor:
     ) -> Outcome | None:
         try:
             s3 = await snapshot_lookup.s3_block(self.kube, self.namespace, spec.source)
+            keys_secret = await snapshot_lookup.keys_secret(self.kube, self.namespace, spec.source)
         except VerificationFailed as e:
             return Outcome(failure=(e.reason, e.message))
         cluster, cluster_spec = observed.target, observed.target_spec
@@ -277,6 +295,7 @@ class RestoreExecutor:
                 tls=step.tls,
                 pull_secrets=cluster_builders.image_pull_secrets(cluster_spec),
                 revision_bump=spec.revision_bump,
+                keys_secret=keys_secret,
             )
             kopf.adopt(manifest, owner=cast(kopf.Body, dict(self.body)))
             manifests.append(manifest)
@@ -350,6 +369,14 @@ class RestoreExecutor:
             },
         )
         self.post_event("Normal", "ClusterReleased", step.reason)
+
+
+def _unsealing_message(key: str, error: sealed.SealedError, keys_secret: str | None) -> str:
+    where = f"the keys of Secret {keys_secret}" if keys_secret else "no encryption keys (none given)"
+    return (
+        f"{key} cannot be decrypted with {where}: {error}. Give the Secret holding the backup's key "
+        f"(spec.source.encryptionKeysSecretRef); nothing was touched"
+    )
 
 
 HANDLERS: dict[type[s.Step], Handler] = {

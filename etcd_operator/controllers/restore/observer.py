@@ -10,6 +10,7 @@ from typing import Any
 from etcd_operator.clients.kube import client as kube
 from etcd_operator.clients.storage.credentials import missing_secrets
 from etcd_operator.core import conditions as c
+from etcd_operator.core.backup.keyring import decryption_secret
 from etcd_operator.core.cluster import naming
 from etcd_operator.core.cluster.spec import ClusterSpec
 from etcd_operator.core.restore import builders
@@ -176,7 +177,7 @@ class RestoreObserver:
         if backup_name is None:
             s3 = spec.source.get("s3") or {}
             return SourceState(
-                missing_secrets=await missing_secrets(self.kube, namespace, s3),
+                missing_secrets=await self._missing(namespace, s3, decryption_secret(spec.source, None)),
                 credentials_refusal=self.storage_policy.ambient_refusal(namespace, s3),
             )
         backup = await self.kube.get(kube.ETCDBACKUPS, namespace, backup_name)
@@ -188,9 +189,17 @@ class RestoreObserver:
             backup_name,
             backup_completed=bool(status.get("lastSuccessfulTime")),
             backup_phase=status.get("phase") or "",
-            missing_secrets=await missing_secrets(self.kube, namespace, s3),
+            missing_secrets=await self._missing(namespace, s3, decryption_secret(spec.source, backup.get("spec"))),
             credentials_refusal=self.storage_policy.ambient_refusal(namespace, s3),
         )
+
+    async def _missing(self, namespace: str, s3: dict, keys_secret: str | None) -> tuple[str, ...]:
+        """The storage's Secrets and the decryption keys' Secret that do not exist yet."""
+        missing = await missing_secrets(self.kube, namespace, s3)
+        if keys_secret and keys_secret not in missing:
+            if await self.kube.get(kube.SECRETS, namespace, keys_secret) is None:
+                missing += (keys_secret,)
+        return missing
 
     async def _namespace_objects(self, namespace: str) -> tuple[ObjectState, ...]:
         listed = await asyncio.gather(*(self.kube.list(resource, namespace) for resource, _ in KINDS))

@@ -12,6 +12,7 @@ from etcd_operator.clients.storage.s3 import S3Storage
 from etcd_operator.controllers.backup.catalogue import read_manifests
 from etcd_operator.controllers.backup.snapshot_integrity import VerificationFailed
 from etcd_operator.core.backup import retention
+from etcd_operator.core.backup.keyring import decryption_secret
 from etcd_operator.core.backup.manifest import Manifest, backup_prefix, manifest_key
 
 
@@ -30,6 +31,15 @@ async def s3_block(kube_client: kube.KubeClient, namespace: str, source: Mapping
     if backup is None:
         raise VerificationFailed("BackupNotFound", f"EtcdBackup {namespace}/{name} does not exist")
     return backup["spec"]["storage"]["s3"]
+
+
+async def keys_secret(kube_client: kube.KubeClient, namespace: str, source: Mapping[str, Any]) -> str | None:
+    """The Secret whose keys decrypt the snapshot (keyring.decryption_secret), or None."""
+    backup_spec = None
+    if "backupRef" in source and not source.get("encryptionKeysSecretRef"):
+        backup = await kube_client.get(kube.ETCDBACKUPS, namespace, source["backupRef"]["name"])
+        backup_spec = (backup or {}).get("spec")
+    return decryption_secret(source, backup_spec)
 
 
 async def resolve(

@@ -42,6 +42,12 @@ class Manifest:
     verified: bool | None = None  # None: never verified; False: a verification failed
     verified_at: str | None = None
     verification: dict[str, Any] | None = None  # what the scratch member answered, and why it failed
+    # How the object is stored (core/backup/sealed.py); absent: plain, as before the format.
+    # `size` and `sha256` are always of the stored bytes, what a restore pod re-checks.
+    compression: str | None = None  # zstd or none
+    encryption: str | None = None  # aes-256-gcm, or None
+    key_id: str | None = None  # the key ID in the encryption Secret
+    plain_size: int | None = None  # bytes of the snapshot itself
 
     def belongs_to(self, identity: Identity) -> bool:
         return (self.namespace, self.backup, self.backup_uid) == (

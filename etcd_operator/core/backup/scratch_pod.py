@@ -47,13 +47,16 @@ def verification_pod(
     sha256: str,
     expected: Expected,
     pull_secrets: list[dict[str, str]] | None = None,
+    keys_secret: str | None = None,
 ) -> dict[str, Any]:
-    """`pull_secrets`: the cluster's (spec.pod.imagePullSecrets), for its etcd image and ours."""
+    """`pull_secrets`: the cluster's (spec.pod.imagePullSecrets), for its etcd image and ours.
+    `keys_secret`: the backup's encryption Secret, mounted into the fetch container only."""
     scratch = [{"name": "scratch", "mountPath": SCRATCH}]
     volumes: list[dict[str, Any]] = [{"name": "scratch", "emptyDir": {}}]
     ca_volumes, ca_mounts = seed_containers.ca_bundle(source)
-    volumes += ca_volumes
-    fetch_mounts = scratch + ca_mounts
+    key_volumes, key_mounts = seed_containers.keys_bundle(keys_secret)
+    volumes += ca_volumes + key_volumes
+    fetch_mounts = scratch + ca_mounts + key_mounts
     expected_env = {
         "EXPECTED_REVISION": expected.revision,
         "EXPECTED_KEY_COUNT": expected.key_count,
@@ -84,7 +87,15 @@ def verification_pod(
             volumes,
             init_containers=[
                 seed_containers.fetch_container(
-                    operator_image, source, key, sha256, SNAPSHOT_FILE, DATA_DIR, SCRATCH, fetch_mounts
+                    operator_image,
+                    source,
+                    key,
+                    sha256,
+                    SNAPSHOT_FILE,
+                    DATA_DIR,
+                    SCRATCH,
+                    fetch_mounts,
+                    keys_secret=keys_secret,
                 ),
                 seed_containers.etcdutl_restore(
                     etcd_image,

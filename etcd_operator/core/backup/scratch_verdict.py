@@ -71,6 +71,7 @@ def compare(manifest: Expected, revision: int, key_count: int, hash_kv: int, com
 
 
 SHA256_REFUSED = 3  # etcd_operator.programs.seed's exit status: the object's sha256 differs from the manifest's
+UNSEALING_REFUSED = 4  # ... the object does not decrypt or decompress (wrong or missing key, altered)
 
 
 def init_failure_verdict(container: str, exit_code: int | None, detail: str) -> Verdict:
@@ -82,6 +83,8 @@ def init_failure_verdict(container: str, exit_code: int | None, detail: str) -> 
         return Verdict(False, "SnapshotNotRestorable", text)
     if exit_code == SHA256_REFUSED:
         return Verdict(False, "ChecksumMismatch", text)
+    if exit_code == UNSEALING_REFUSED:
+        return Verdict(False, "SnapshotNotDecodable", text)
     return Verdict(None, "SnapshotNotFetched", text, complete=False)
 
 

@@ -1,5 +1,6 @@
 """What a backup run reads from an EtcdBackup's spec: the cluster, the store, the upload's
-part size and concurrency, and retention. Pure."""
+part size and concurrency, retention, and how snapshots are stored (compression,
+encryption). Pure."""
 
 from __future__ import annotations
 
@@ -19,11 +20,15 @@ class BackupSpec:
     concurrency: int
     max_backups: int | None
     max_age: float | None
+    compression: str = "zstd"  # spec.compression: zstd or none
+    encryption_secret: str | None = None  # spec.encryption.secretRef.name
+    encryption_key_id: str | None = None  # spec.encryption.keyID: the key new backups are encrypted with
 
     @classmethod
     def from_dict(cls, spec: Mapping[str, Any]) -> BackupSpec:
         s3 = spec["storage"]["s3"]
         kept = spec.get("retention") or {}
+        encryption = spec.get("encryption") or {}
         return cls(
             cluster=spec["clusterRef"]["name"],
             s3=s3,
@@ -32,6 +37,9 @@ class BackupSpec:
             concurrency=int(s3.get("uploadConcurrency", 3)),
             max_backups=kept.get("maxBackups"),
             max_age=parse_duration(kept["maxAge"]) if kept.get("maxAge") else None,
+            compression=spec.get("compression", "zstd"),
+            encryption_secret=(encryption.get("secretRef") or {}).get("name"),
+            encryption_key_id=encryption.get("keyID"),
         )
 
     @property

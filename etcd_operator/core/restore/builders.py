@@ -127,6 +127,7 @@ def restore_pod(
     tls: bool = False,
     pull_secrets: list[dict[str, str]] | None = None,
     revision_bump: int = 0,
+    keys_secret: str | None = None,
 ) -> dict[str, Any]:
     """Restores one member's data directory; every member's pod gets the same snapshot,
     the same initial cluster (all `members`), the same token and the same `revision_bump`
@@ -142,8 +143,9 @@ def restore_pod(
         {"name": "scratch", "mountPath": SCRATCH_MOUNT},
     ]
     ca_volumes, ca_mounts = seed_containers.ca_bundle(source)
-    volumes += ca_volumes
-    fetch_mounts = mounts + ca_mounts
+    key_volumes, key_mounts = seed_containers.keys_bundle(keys_secret)
+    volumes += ca_volumes + key_volumes
+    fetch_mounts = mounts + ca_mounts + key_mounts
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -164,6 +166,7 @@ def restore_pod(
                     cluster_builders.DATA_DIR,
                     SCRATCH_MOUNT,
                     fetch_mounts,
+                    keys_secret=keys_secret,
                 )
             ],
             containers=[
