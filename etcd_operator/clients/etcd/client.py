@@ -364,7 +364,8 @@ class EtcdMemberClient:
 
     async def lease_granted_ttl(self, lease: int) -> int | None:
         """The TTL `lease` was granted with, in seconds; None when it no longer exists."""
-        response = await self._call("LeaseTimeToLive", self._lease.LeaseTimeToLive, rpc.LeaseTimeToLiveRequest(ID=lease))
+        request = rpc.LeaseTimeToLiveRequest(ID=lease)
+        response = await self._call("LeaseTimeToLive", self._lease.LeaseTimeToLive, request)
         return response.grantedTTL if response.TTL >= 0 and response.grantedTTL > 0 else None
 
 

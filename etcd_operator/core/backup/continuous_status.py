@@ -87,9 +87,9 @@ def _streaming(view: StreamView | None, message: str) -> c.Condition:
     if view is None:
         return c.Condition(CONDITION, False, "Starting", message)
     if view.store_error:
-        return c.Condition(
-            CONDITION, False, STORE_UNAVAILABLE, f"uploads of chain {view.chain} fail and are retried: {view.store_error}"
-        )
+        failing = f"uploads of chain {view.chain} fail and are retried: {view.store_error}"
+        return c.Condition(CONDITION, False, STORE_UNAVAILABLE, failing)
     if view.waiting:
         return c.Condition(CONDITION, False, WAITING_FOR_MEMBER, view.waiting)
-    return c.Condition(CONDITION, True, STREAMING, f"chain {view.chain} holds every revision up to {view.last_revision}")
+    holds = f"chain {view.chain} holds every revision up to {view.last_revision}"
+    return c.Condition(CONDITION, True, STREAMING, holds)

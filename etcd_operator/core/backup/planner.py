@@ -227,6 +227,7 @@ def _run(spec: ScheduleSpec, state: RunState, slot: str, one_shot: bool) -> s.Ru
         backoff_limit=spec.backoff_limit,
         pending_uploads=state.pending_uploads,
         cluster_id_history=state.cluster_id_history,
+        continuous_chain=state.continuous.current.chain if state.continuous.current else None,
         message=f"finishing slot {slot} (attempt {attempt} of {spec.backoff_limit + 1})",
     )
 

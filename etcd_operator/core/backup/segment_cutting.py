@@ -49,6 +49,10 @@ class RevisionGrouper:
         """A revision is open (its events may go on in the next response)."""
         return self._open_revision is not None
 
+    def drop_open(self) -> None:
+        """Forgets an open revision's events (the watch is started again from it)."""
+        self._open, self._open_revision = [], None
+
     def feed(self, events: Iterable[tuple[int, KeyChange]], complete: bool, seen_at: float) -> list[RevisionRecord]:
         """The revisions `events` (revision, change), one response's worth, closed. `complete`:
         the response was not a fragment, so its last revision is whole. `seen_at`: when the

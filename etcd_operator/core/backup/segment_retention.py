@@ -33,6 +33,11 @@ def parse_manifest_key(segments_prefix: str, key: str) -> tuple[str, int, int, i
     return match["chain"], int(match["sequence"]), int(match["first"]), int(match["last"])
 
 
+def chain_cluster_id(chain: str) -> str:
+    """The cluster ID a chain's name (segments.chain_id) starts with."""
+    return chain.rsplit("-", 1)[0]
+
+
 def oldest_kept(snapshots: Iterable[Manifest]) -> dict[str, int]:
     """Per cluster ID, the revision of its oldest kept snapshot that may be a replay's base."""
     oldest: dict[str, int] = {}

@@ -114,6 +114,7 @@ class RunBackup(Step):
     backoff_limit: int = DEFAULT_BACKOFF_LIMIT
     pending_uploads: tuple[Mapping[str, str], ...] = ()
     cluster_id_history: tuple[str, ...] = ()
+    continuous_chain: str | None = None  # the chain being written: retention keeps its segments
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
