@@ -375,7 +375,7 @@ def chains(draw) -> tuple[list[Manifest], list[SegmentManifest]]:
     revisions = sorted(draw(st.sets(st.integers(1, 400), min_size=1, max_size=6)))
     snapshots = [snapshot(r) for r in revisions]
     segments: list[SegmentManifest] = []
-    for index, base in enumerate(revisions):
+    for base in revisions:
         if not draw(st.booleans()):
             continue
         chain = chain_id(CLUSTER, base)
