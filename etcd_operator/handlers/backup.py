@@ -22,8 +22,11 @@ async def run_backup(body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.Me
         memo.config.operator_image,
         memo.config.shard,
         memo.config.storage_policy,
+        memo.continuous_streams,
     )
+    meta = body["metadata"]
     try:
         await run_until_deleted(reconciler, body, stopped, logger, ERROR_BACKOFF)
     finally:
-        metrics.forget_backup(body["metadata"]["namespace"], body["metadata"]["name"])
+        await memo.continuous_streams.stop((meta["namespace"], meta["name"]))
+        metrics.forget_backup(meta["namespace"], meta["name"])

@@ -9,6 +9,7 @@ import kopf
 from etcd_operator import API_GROUP
 from etcd_operator.clients.kube.client import KubeClient
 from etcd_operator.clients.kube.informer import ChildCaches
+from etcd_operator.controllers.backup.continuous_streams import ContinuousStreams
 from etcd_operator.controllers.cluster.observer import StorageClassExpansion
 from etcd_operator.core import buffer_budget, shard
 from etcd_operator.runtime.config import OperatorConfig
@@ -34,6 +35,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> No
     buffer_budget.configure(memo.config.memory_budget_bytes)  # before any backup can resume
     memo.kube = await KubeClient.from_environment()
     memo.backup_locks = {}
+    memo.continuous_streams = ContinuousStreams()  # the continuous backups' writers
     memo.storage_classes = StorageClassExpansion(memo.kube, ttl=memo.config.resync_seconds)
     memo.children = None
     if memo.config.watch_children:  # one pod and one PVC watch for every cluster of this operator
@@ -43,6 +45,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> No
 
 @kopf.on.cleanup()
 async def close_clients(memo: kopf.Memo, **_) -> None:
+    if getattr(memo, "continuous_streams", None) is not None:
+        await memo.continuous_streams.stop_all()
     if getattr(memo, "children", None) is not None:
         await memo.children.stop()
     if getattr(memo, "kube", None) is not None:

@@ -7,7 +7,7 @@ its stubs directly; the channel is ours so that TLS can be added without forking
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 
 import grpc
 from aetcd import rpc
@@ -47,6 +47,42 @@ class EtcdError(Exception):
     def cluster_not_ready(self) -> bool:
         """etcd's own reconfiguration guard: peers were not all connected for long enough."""
         return "unhealthy cluster" in self.detail
+
+
+class WatchCompacted(Exception):
+    """The watch's start revision was compacted away: the revisions after it are gone."""
+
+    def __init__(self, endpoint: str, start_revision: int, compact_revision: int):
+        super().__init__(
+            f"Watch on {endpoint}: revision {start_revision} was compacted (compacted up to {compact_revision})"
+        )
+        self.start_revision = start_revision
+        self.compact_revision = compact_revision
+
+
+class WatchCanceled(Exception):
+    """etcd canceled the watch for another reason (it says which)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class WatchEvent:
+    revision: int  # the revision that made the change (a put's or a delete's)
+    key: bytes
+    value: bytes | None  # None: deleted
+    lease: int
+
+
+@dataclasses.dataclass(frozen=True)
+class WatchBatch:
+    """One watch response: its events (none for a progress notification), the header's
+    cluster and member, and the newest revision the member knew when it answered.
+    `fragment`: more events of the last revision follow in the next response."""
+
+    cluster_id: int
+    member_id: int
+    header_revision: int
+    events: tuple[WatchEvent, ...]
+    fragment: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,18 +127,29 @@ class EtcdMemberClient:
         timeout: float = DEFAULT_TIMEOUT,
         guard: WriteGuard | None = None,
         tls: ClientTLS | None = None,
+        keepalive: bool = False,
     ):
+        """`keepalive`: ping the member every 10 s, so that a long watch notices a member
+        that went away (etcd allows pings every 5 s)."""
         self.endpoint = endpoint
         self.timeout = timeout
         self.guard = guard  # None: the process's write guard (leader election)
-        options = [
+        options: list[tuple[str, object]] = [
             ("grpc.max_receive_message_length", SNAPSHOT_MESSAGE_BYTES),
             ("grpc.enable_retries", 0),
         ]
+        if keepalive:
+            options += [
+                ("grpc.keepalive_time_ms", 10_000),
+                ("grpc.keepalive_timeout_ms", 5_000),
+                ("grpc.keepalive_permit_without_calls", 1),
+            ]
         self._channel = tls.channel(endpoint, options) if tls else grpc.aio.insecure_channel(endpoint, options=options)
         self._cluster = rpc.ClusterStub(self._channel)
         self._maintenance = rpc.MaintenanceStub(self._channel)
         self._kv = rpc.KVStub(self._channel)
+        self._watch = rpc.WatchStub(self._channel)
+        self._lease = rpc.LeaseStub(self._channel)
 
     async def close(self) -> None:
         await self._channel.close()
@@ -279,3 +326,50 @@ class EtcdMemberClient:
     async def get(self, key: bytes, serializable: bool = False) -> bytes | None:
         response = await self._call("Range", self._kv.Range, rpc.RangeRequest(key=key, serializable=serializable))
         return response.kvs[0].value if response.kvs else None
+
+    # --- watch (the continuous backup) ------------------------------------------------
+
+    async def watch_keyspace(self, start_revision: int) -> AsyncIterator[WatchBatch]:
+        """Every change to every key from `start_revision` on, in revision order, without
+        previous values. Large responses come fragmented (see WatchBatch.fragment); the
+        member's progress notifications come as batches without events. Raises
+        WatchCompacted when `start_revision` is gone, WatchCanceled when etcd cancels the
+        watch otherwise, EtcdError when the stream fails."""
+        call = self._watch.Watch()
+        create = rpc.WatchCreateRequest(
+            key=b"\0", range_end=b"\0", start_revision=start_revision, progress_notify=True, fragment=True
+        )
+        try:
+            await call.write(rpc.WatchRequest(create_request=create))
+            while True:
+                response = await call.read()
+                if response is grpc.aio.EOF:
+                    raise EtcdError(self.endpoint, "Watch", None, "the member closed the watch stream")
+                if response.compact_revision:
+                    raise WatchCompacted(self.endpoint, start_revision, response.compact_revision)
+                if response.canceled:
+                    raise WatchCanceled(f"Watch on {self.endpoint} canceled: {response.cancel_reason or 'no reason'}")
+                header = response.header
+                yield WatchBatch(
+                    header.cluster_id,
+                    header.member_id,
+                    header.revision,
+                    tuple(_watch_event(e) for e in response.events),
+                    response.fragment,
+                )
+        except grpc.aio.AioRpcError as e:
+            raise EtcdError(self.endpoint, "Watch", e.code(), e.details() or str(e.code())) from None
+        finally:
+            call.cancel()
+
+    async def lease_granted_ttl(self, lease: int) -> int | None:
+        """The TTL `lease` was granted with, in seconds; None when it no longer exists."""
+        request = rpc.LeaseTimeToLiveRequest(ID=lease)
+        response = await self._call("LeaseTimeToLive", self._lease.LeaseTimeToLive, request)
+        return response.grantedTTL if response.TTL >= 0 and response.grantedTTL > 0 else None
+
+
+def _watch_event(event) -> WatchEvent:
+    kv = event.kv
+    deleted = event.type == rpc.Event.EventType.DELETE
+    return WatchEvent(kv.mod_revision, kv.key, None if deleted else kv.value, 0 if deleted else kv.lease)

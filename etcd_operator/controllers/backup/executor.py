@@ -15,13 +15,17 @@ from typing import Any
 from etcd_operator.clients.kube import client as kube
 from etcd_operator.clients.storage.s3 import StorageError
 from etcd_operator.controllers import faults, metrics
+from etcd_operator.controllers.backup.continuous_streams import ContinuousStreams
+from etcd_operator.controllers.backup.continuous_writer import SegmentWriter
 from etcd_operator.controllers.backup.failure import BackupFailed
 from etcd_operator.controllers.backup.runner import BackupRunner
 from etcd_operator.controllers.backup.scratch_verifier import BackupVerifier, VerificationError
 from etcd_operator.core.backup import fence, object_lock, orphans
 from etcd_operator.core.backup import steps as s
+from etcd_operator.core.backup.continuous import ContinuousSpec, SegmentsWritten
 from etcd_operator.core.backup.manifest import Identity
 from etcd_operator.core.backup.scratch_verdict import Verdict
+from etcd_operator.core.backup.segments import SegmentManifest
 from etcd_operator.core.backup.spec import BackupSpec
 from etcd_operator.core.backup.status import pending_upload_fields, progress_fields
 from etcd_operator.core.shard import Shard
@@ -51,8 +55,10 @@ class BackupExecutor:
         shard: Shard = Shard(),
         orphan_grace_seconds: float = orphans.DEFAULT_GRACE_SECONDS,
         write_status: StatusWriter = _no_status_writer,
+        streams: ContinuousStreams | None = None,
     ):
         self.kube = kube_client
+        self.streams = streams if streams is not None else ContinuousStreams()
         self.write_status = write_status
         self.orphan_grace_seconds = orphan_grace_seconds
         self.shard = shard
@@ -105,6 +111,7 @@ class BackupExecutor:
             self.shard,
             step.cluster_id_history,
             self.orphan_grace_seconds,
+            continuous_chain=step.continuous_chain,
         )
         identity = Identity(self.namespace, self.name, self.body["metadata"]["uid"])
         async with lock:
@@ -213,6 +220,52 @@ class BackupExecutor:
             key=key, verified=verdict.verified, reason=verdict.reason, message=verdict.message, at=at, events=(event,)
         )
 
+    # --- the continuous backup's writer --------------------------------------------------
+
+    @property
+    def _key(self) -> tuple[str, str]:
+        return self.namespace, self.name
+
+    def _identity(self) -> Identity:
+        return Identity(self.namespace, self.name, self.body["metadata"]["uid"])
+
+    def _since_full_snapshot(self, segments: list[SegmentManifest]) -> SegmentsWritten:
+        """What of `segments` lies after the newest full snapshot (status.lastBackup)."""
+        base = ((self.body.get("status") or {}).get("lastBackup") or {}).get("revision") or 0
+        after = [m for m in segments if m.last_revision > int(base)]
+        return SegmentsWritten(len(after), sum(m.events for m in after), sum(m.size for m in after))
+
+    async def _start_stream(self, step: s.StartStream) -> s.Outcome:
+        continuous = ContinuousSpec.from_dict(self.body["spec"])
+        if continuous is None:
+            raise ValueError("StartStream planned for a backup without spec.continuous")
+        writer = SegmentWriter(
+            self.kube, self._identity(), BackupSpec.from_dict(self.body["spec"]), continuous, step.start, self.shard
+        )
+        before = await self.streams.start(self._key, writer)
+        written = self._since_full_snapshot(before.drain()) if before is not None else SegmentsWritten()
+        event = ("Normal", "ContinuousBackupStarted", step.message)
+        return s.StreamReport(view=writer.view(), written=written, events=(event,))
+
+    async def _stream(self, step: s.Stream) -> s.Outcome:
+        writer = self.streams.get(self._key)
+        if writer is None:
+            return s.StreamReport(view=None)  # gone since the pass observed it: the next starts one
+        return s.StreamReport(view=writer.view(), written=self._since_full_snapshot(writer.drain()))
+
+    async def _mark_chain_broken(self, step: s.MarkChainBroken) -> s.Outcome:
+        await self.streams.stop(self._key)
+        broken = step.chain_break
+        message = (
+            f"chain {broken.chain} cannot go on after revision {broken.last_revision} ({broken.reason}: "
+            f"{broken.message}); a full snapshot is taken now and a new chain starts from it"
+        )
+        return s.Outcome(events=(("Warning", "ContinuousChainBroken", message),))
+
+    async def _stop_stream(self, step: s.StopStream) -> s.Outcome:
+        await self.streams.stop(self._key)
+        return s.Outcome(events=(("Normal", "ContinuousBackupStopped", step.message),))
+
 
 def _incomplete(key: str, error: Exception) -> s.VerificationDone:
     """No verdict: the attempt could not compare. Its events come from the status it leaves."""
@@ -238,4 +291,8 @@ HANDLERS: dict[type[s.Step], Callable[[BackupExecutor, Any], Awaitable[s.Outcome
     s.DeleteStrayScratchPod: BackupExecutor._delete_stray_scratch_pod,
     s.WaitForScratchPod: BackupExecutor._wait_for_scratch_pod,
     s.FinishVerification: BackupExecutor._finish,
+    s.StartStream: BackupExecutor._start_stream,
+    s.Stream: BackupExecutor._stream,
+    s.MarkChainBroken: BackupExecutor._mark_chain_broken,
+    s.StopStream: BackupExecutor._stop_stream,
 }

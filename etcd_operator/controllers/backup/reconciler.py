@@ -25,6 +25,7 @@ from typing import Any
 from etcd_operator.clients.kube import client as kube
 from etcd_operator.clients.storage.credentials import missing_secrets
 from etcd_operator.controllers import metrics
+from etcd_operator.controllers.backup.continuous_streams import ContinuousStreams
 from etcd_operator.controllers.backup.executor import BackupExecutor
 from etcd_operator.core.backup import scratch_pod
 from etcd_operator.core.backup import steps as s
@@ -45,13 +46,27 @@ IDLE_RECHECK = 60.0
 SOONEST_RECHECK = 0.5
 VERIFY_RECHECK = 2.0  # while a scratch pod starts or goes
 PREREQUISITE_RECHECK = 3.0  # while a due run waits for its cluster or a Secret
+STREAM_RECHECK = 5.0  # while a continuous backup's writer runs: its progress goes to status
+STREAM_START_RECHECK = 1.0
 
 
 def delay_after(step: s.Step, now: datetime.datetime) -> float | None:
     """Seconds until the next pass, or None to wait for a change to the object."""
     match step:
-        case s.StartSlot() | s.RetrySlot() | s.RunBackup() | s.StartVerification() | s.FinishVerification():
+        case (
+            s.StartSlot()
+            | s.RetrySlot()
+            | s.RunBackup()
+            | s.StartVerification()
+            | s.FinishVerification()
+            | s.MarkChainBroken()
+            | s.StopStream()
+        ):
             return 0.0
+        case s.StartStream():
+            return STREAM_START_RECHECK
+        case s.Stream():
+            return STREAM_RECHECK
         case s.WaitForPrerequisite():
             return PREREQUISITE_RECHECK
         case s.WaitForRetry():
@@ -78,8 +93,10 @@ class BackupReconciler:
         operator_image: str = "",
         shard: Shard = Shard(),
         storage_policy: StoragePolicy = StoragePolicy(),
+        streams: ContinuousStreams | None = None,
     ):
         self.kube = kube_client
+        self.streams = streams if streams is not None else ContinuousStreams()
         self.storage_policy = storage_policy
         self.shard = shard
         self.operator_image = operator_image
@@ -140,14 +157,24 @@ class BackupReconciler:
             credentials_refusal=self.storage_policy.ambient_refusal(
                 meta["namespace"], current["spec"]["storage"]["s3"]
             ),
+            stream=self.streams.view((meta["namespace"], meta["name"])),
         )
         now = time.time()  # the wall clock, as every planner takes it
         # In a thread: checking a schedule's shortest gap walks up to a day of its fires
         # (about 0.3 s for one every 10 s, once a day; cached otherwise).
         step = await asyncio.to_thread(plan, ScheduleSpec.from_dict(current.get("spec") or {}), state, observed, now)
         if isinstance(
-            step, (s.StartSlot, s.RetrySlot, s.RunBackup, s.RefuseSchedule, s.RefuseCredentials, *s.VERIFICATION_STEPS)
-        ) and not isinstance(step, s.WaitForScratchPod):
+            step,
+            (
+                s.StartSlot,
+                s.RetrySlot,
+                s.RunBackup,
+                s.RefuseSchedule,
+                s.RefuseCredentials,
+                *s.VERIFICATION_STEPS,
+                *s.STREAM_STEPS,
+            ),
+        ) and not isinstance(step, (s.WaitForScratchPod, s.Stream)):
             logger.info("%s/%s: %s (%s)", meta["namespace"], meta["name"], step.kind, step.message)
 
         outcome = await BackupExecutor(
@@ -158,6 +185,7 @@ class BackupReconciler:
             self.shard,
             self.storage_policy.orphan_grace_seconds,
             write_status=functools.partial(self.write_status, meta),
+            streams=self.streams,
         ).run(step)
         if outcome is not s.NOTHING_DONE:
             # A run patches status while it works (progress, pending uploads): diff against that.

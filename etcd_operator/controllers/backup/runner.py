@@ -20,7 +20,7 @@ from etcd_operator.clients.storage.credentials import s3_location
 from etcd_operator.clients.storage.keyring import read_keyring
 from etcd_operator.clients.storage.s3 import S3Storage
 from etcd_operator.controllers import faults
-from etcd_operator.controllers.backup import catalogue, stale_uploads
+from etcd_operator.controllers.backup import catalogue, segment_store, stale_uploads
 from etcd_operator.controllers.backup.failure import BackupFailed, as_failure
 from etcd_operator.controllers.backup.source_candidates import (
     SourceUnavailable,
@@ -69,8 +69,10 @@ class BackupRunner:
         cluster_id_history: Sequence[str] = (),
         orphan_grace_seconds: float = orphans.DEFAULT_GRACE_SECONDS,
         clock: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
+        continuous_chain: str | None = None,
     ):
         self.kube = kube_client
+        self.continuous_chain = continuous_chain  # the chain being written: retention never deletes its segments
         self.clock = clock  # this process's wall clock: retention's maxAge also asks the store's
         self.cluster_id_history = tuple(cluster_id_history)  # status.clusterIDHistory (retention.py)
         self.orphan_grace_seconds = orphan_grace_seconds
@@ -114,6 +116,8 @@ class BackupRunner:
             retained = await catalogue.apply_retention(
                 storage, identity, spec, manifest.snapshot_key, history, self.clock
             )
+            if spec.has_retention:
+                await segment_store.apply_segment_retention(storage, identity, spec.prefix, self.continuous_chain or "")
             return manifest, retained
         finally:
             await asyncio.to_thread(storage.close)

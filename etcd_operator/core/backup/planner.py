@@ -40,6 +40,19 @@ Invariants, each covered by tests/unit/test_backup_planner.py:
   backoff (backup/backoff.py), at most spec.backoffLimit times; each retry is recorded in
   status (RetrySlot) before it runs; a newer due cron slot replaces a retry of an older one,
   so two slots are never in flight.
+
+A continuous backup (spec.continuous; core/backup/continuous.py), in this order:
+- a writer that runs when none should (deleted, credentials refused, suspended, schedule
+  refused, continuous turned off) is stopped (StopStream) before anything else is done;
+- a chain the writer could not resume is recorded broken (MarkChainBroken) before anything
+  else, even during a verification (recording starts nothing);
+- a recorded slot is finished, and a due retry runs, before any stream step;
+- without a base (no full snapshot yet, or the chain broke since the newest one), a full
+  snapshot is taken at once: the stream never starts from a snapshot older than a break;
+- the writer runs the recorded chain; a newer full snapshot starts a new chain only once the
+  running one has reached that snapshot's revision (no revision left unreachable);
+- a full snapshot is taken when events or bytes since the last one reach
+  spec.continuous.fullSnapshotAfter, or when the schedule fires.
 """
 
 from __future__ import annotations
@@ -49,8 +62,11 @@ import datetime
 
 from etcd_operator.core.backup import retry, schedule
 from etcd_operator.core.backup import steps as s
+from etcd_operator.core.backup.continuous import ChainStart, ContinuousSpec
 from etcd_operator.core.backup.scratch_verdict import Verdict, check_verdict, init_failure_verdict
+from etcd_operator.core.backup.segments import chain_id
 from etcd_operator.core.backup.state import (
+    LastBackup,
     Observed,
     PendingRetry,
     RunState,
@@ -63,6 +79,11 @@ from etcd_operator.core.storage_policy import AMBIENT_NOT_ALLOWED
 
 COMPLETED = "Completed"
 FAILED = "Failed"
+# The Continuous condition's reasons (status.py) for a writer stopped on purpose.
+STREAM_STOPPED = "Stopped"
+STREAM_DISABLED = "Disabled"
+WAITING_FOR_BASE = "WaitingForBaseSnapshot"
+CHAIN_BROKEN = "ChainBroken"
 
 
 def one_shot_slot(observed: Observed) -> str:
@@ -75,14 +96,118 @@ def plan(spec: ScheduleSpec, status: RunState, observed: Observed, now: float) -
     planners take it. The cron arithmetic works on it as an aware UTC datetime."""
     at = datetime.datetime.fromtimestamp(now, datetime.UTC)
     if observed.deleting:
-        return s.Idle(message="the EtcdBackup is being deleted; nothing is started for it")
+        return _stopping(observed, s.Idle(message="the EtcdBackup is being deleted; nothing is started for it"))
     if observed.credentials_refusal:
-        return s.RefuseCredentials(reason=AMBIENT_NOT_ALLOWED, message=observed.credentials_refusal)
+        return _stopping(
+            observed, s.RefuseCredentials(reason=AMBIENT_NOT_ALLOWED, message=observed.credentials_refusal)
+        )
+    if spec.continuous is None and observed.stream is not None:
+        return s.StopStream(reason=STREAM_DISABLED, message="spec.continuous is not enabled; the writer stops")
+    if observed.stream is not None and observed.stream.broken is not None:
+        broken = observed.stream.broken
+        return s.MarkChainBroken(chain_break=broken, message=f"chain {broken.chain} broke: {broken.message}")
     if status.verification is not None and status.verification.in_progress:
         return verification_in_progress(status.verification, observed, at)
+    if spec.continuous is not None:
+        return _plan_continuous(spec, spec.continuous, status, observed, at)
     if spec.schedule is None:
         return _plan_one_shot(spec, status, observed, at)
     return _plan_scheduled(spec, status, observed, at)
+
+
+def _stopping(observed: Observed, step: s.Step) -> s.Step:
+    """`step`, once no writer runs: a running one is stopped first."""
+    if observed.stream is None:
+        return step
+    return s.StopStream(reason=STREAM_STOPPED, message=step.message)
+
+
+def full_snapshot_slot(now: datetime.datetime) -> str:
+    return "full-" + schedule.slot_name(now)
+
+
+def _full_snapshot(observed: Observed, now: datetime.datetime, why: str, base_for: str | None = None) -> s.Step:
+    slot = full_snapshot_slot(now)
+    return when_ready(
+        s.StartSlot(
+            slot=slot,
+            slot_time=None,
+            next_slot=None,
+            one_shot=False,
+            base_for=base_for,
+            message=f"full snapshot {slot}: {why}",
+        ),
+        observed,
+    )
+
+
+def _wanted_chain(state: RunState, base: LastBackup, stream_last: int | None) -> ChainStart:
+    """The chain to write: the recorded one, until a newer full snapshot starts the next
+    and the running writer (if any) has reached that snapshot's revision."""
+    current = state.continuous.current
+    newer = ChainStart(chain_id(base.cluster_id, base.revision), base.cluster_id, base.key, base.revision)
+    if current is None or current.chain == newer.chain:
+        return newer
+    if base.cluster_id != current.cluster_id or base.revision <= current.base_revision:
+        return current  # a base of another cluster only follows a break (needs_base)
+    if stream_last is not None and stream_last < base.revision:
+        return current  # hand over once the running chain holds every revision up to the new base
+    return newer
+
+
+def _plan_continuous(
+    spec: ScheduleSpec, continuous: ContinuousSpec, state: RunState, observed: Observed, now: datetime.datetime
+) -> s.Step:
+    expression, stream = spec.schedule, observed.stream
+    if expression is not None:
+        problem = schedule.problem(expression, now)
+        if problem:
+            return _stopping(observed, s.RefuseSchedule(reason=problem.reason, message=problem.message))
+    if spec.suspend:
+        return _stopping(observed, s.Suspend(message="spec.suspend is set"))
+    if state.slot_in_progress:
+        return when_ready(_run(spec, state, state.slot_in_progress, one_shot=False), observed)
+    if state.retry and state.retry.at <= now:
+        return _retry_run(spec, state, state.retry, observed, one_shot=False)
+    base, record = state.last_backup, state.continuous
+    if base is None or record.needs_base:
+        if state.retry:
+            return _waiting_for_retry(state.retry)
+        if base is None:
+            return _full_snapshot(observed, now, "no full snapshot to start from yet", WAITING_FOR_BASE)
+        return _full_snapshot(observed, now, "the chain broke since the newest one", CHAIN_BROKEN)
+    wanted = _wanted_chain(state, base, stream.last_revision if stream is not None else None)
+    if stream is None or stream.chain != wanted.chain:
+        return when_ready(
+            s.StartStream(start=wanted, message=f"writing chain {wanted.chain} from revision {wanted.base_revision}"),
+            observed,
+        )
+    if not state.retry:
+        if record.events_since_full >= continuous.full_snapshot_after_events:
+            return _full_snapshot(observed, now, f"{record.events_since_full} events since the last one")
+        if record.bytes_since_full >= continuous.full_snapshot_after_bytes:
+            return _full_snapshot(observed, now, f"{record.bytes_since_full} bytes since the last one")
+    next_slot = None
+    if expression is not None:
+        due = schedule.due(expression, state.last_slot, observed.created, now)
+        if due.slot is not None:
+            slot = schedule.slot_name(due.slot)
+            return when_ready(
+                s.StartSlot(
+                    slot=slot,
+                    slot_time=due.slot,
+                    next_slot=due.next_slot,
+                    one_shot=False,
+                    message=f"scheduled slot {slot}",
+                ),
+                observed,
+            )
+        next_slot = due.next_slot
+    verify = verification_due(spec.verification, state, observed, now) or retry_due(spec.verification, state, now)
+    if verify is not None:
+        return verify
+    retrying = f"; slot {state.retry.slot} is tried again at {state.retry.at.isoformat()}" if state.retry else ""
+    return s.Stream(chain=wanted.chain, next_slot=next_slot, message=f"writing chain {wanted.chain}{retrying}")
 
 
 def when_ready(step: s.Step, observed: Observed) -> s.Step:
@@ -102,6 +227,7 @@ def _run(spec: ScheduleSpec, state: RunState, slot: str, one_shot: bool) -> s.Ru
         backoff_limit=spec.backoff_limit,
         pending_uploads=state.pending_uploads,
         cluster_id_history=state.cluster_id_history,
+        continuous_chain=state.continuous.current.chain if state.continuous.current else None,
         message=f"finishing slot {slot} (attempt {attempt} of {spec.backoff_limit + 1})",
     )
 

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from etcd_operator.core.backup.backoff import DEFAULT_BACKOFF_LIMIT
+from etcd_operator.core.backup.continuous import ContinuousRecord, ContinuousSpec, StreamView
 from etcd_operator.core.backup.scratch_pod import CHECK_CONTAINER
 from etcd_operator.core.prerequisites import ClusterReadiness, Wait, cluster_wait, secrets_wait
 from etcd_operator.core.timefmt import parse_utc
@@ -35,6 +36,7 @@ class ScheduleSpec:
     suspend: bool = False
     verification: VerificationPolicy = VerificationPolicy()
     backoff_limit: int = DEFAULT_BACKOFF_LIMIT  # retries of a slot after a failure that may pass
+    continuous: ContinuousSpec | None = None  # spec.continuous, when enabled
 
     @classmethod
     def from_dict(cls, spec: Mapping[str, Any]) -> ScheduleSpec:
@@ -45,6 +47,7 @@ class ScheduleSpec:
             bool(spec.get("suspend")),
             VerificationPolicy.from_dict(spec.get("verification") or {}, scheduled=schedule is not None),
             DEFAULT_BACKOFF_LIMIT if limit is None else max(int(limit), 0),
+            ContinuousSpec.from_dict(spec),
         )
 
 
@@ -110,6 +113,21 @@ class PendingRetry:
 
 
 @dataclasses.dataclass(frozen=True)
+class LastBackup:
+    """status.lastBackup: the newest full snapshot."""
+
+    key: str
+    revision: int
+    cluster_id: str
+
+    @classmethod
+    def from_dict(cls, record: Mapping[str, Any] | None) -> LastBackup | None:
+        if not record or not record.get("key") or record.get("revision") is None:
+            return None
+        return cls(record["key"], int(record["revision"]), record.get("clusterID") or "")
+
+
+@dataclasses.dataclass(frozen=True)
 class RunState:
     phase: str | None = None
     slot_in_progress: str | None = None  # recorded before its run started, cleared when it ends
@@ -125,6 +143,8 @@ class RunState:
     retry: PendingRetry | None = None  # a failed slot waiting for its next attempt
     pending_uploads: tuple[Mapping[str, str], ...] = ()  # {key, uploadId} not known finished or aborted
     cluster_id_history: tuple[str, ...] = ()  # status.clusterIDHistory (retention.py)
+    last_backup: LastBackup | None = None  # the newest full snapshot: a continuous backup's base
+    continuous: ContinuousRecord = ContinuousRecord()
 
     @classmethod
     def from_dict(cls, status: Mapping[str, Any]) -> RunState:
@@ -145,6 +165,8 @@ class RunState:
             retry=PendingRetry(retry_slot, retry_at) if retry_slot and retry_at else None,
             pending_uploads=tuple(dict(u) for u in status.get("pendingUploads") or ()),
             cluster_id_history=tuple(status.get("clusterIDHistory") or ()),
+            last_backup=LastBackup.from_dict(status.get("lastBackup")),
+            continuous=ContinuousRecord.from_dict(status.get("continuous")),
         )
 
 
@@ -238,6 +260,7 @@ class Observed:
     # None: not looked at (a test of something else); the controller always looks.
     prerequisites: Prerequisites | None = None
     credentials_refusal: str | None = None  # why storage.s3 may not be used here (storage_policy.py)
+    stream: StreamView | None = None  # this backup's continuous writer in this process; None: none runs
 
     @classmethod
     def from_metadata(cls, meta: Mapping[str, Any]) -> Observed:

@@ -19,6 +19,8 @@ from typing import Any
 from etcd_operator.core import conditions as c
 from etcd_operator.core.backup import backoff, object_lock, retention, retry
 from etcd_operator.core.backup import steps as s
+from etcd_operator.core.backup.continuous_status import CONDITION as CONTINUOUS_CONDITION
+from etcd_operator.core.backup.continuous_status import continuous_fields
 from etcd_operator.core.backup.schedule import PROBLEM_REASONS
 from etcd_operator.core.backup.state import VerificationAttempts
 from etcd_operator.core.timefmt import format_time, parse_datetime
@@ -40,12 +42,14 @@ def build_status(
     """The status fields this pass sets; `now` is an RFC 3339 time."""
     fields, progressing, degraded = _step_fields(step, outcome, previous, now)
     merged = {**previous, **fields}
-    fields["conditions"] = c.merge(
-        previous.get("conditions"),
-        [_available(merged), progressing, degraded or _carried_degraded(previous)],
-        now,
-        generation,
-    )
+    chain_fields, continuous = continuous_fields(step, outcome, previous, now)
+    if chain_fields is not None:
+        fields["continuous"] = {**(previous.get("continuous") or {}), **chain_fields}
+    conditions = [_available(merged), progressing, degraded or _carried_degraded(previous)]
+    continuous = continuous or _carried(previous, CONTINUOUS_CONDITION)
+    if continuous is not None:
+        conditions.append(continuous)
+    fields["conditions"] = c.merge(previous.get("conditions"), conditions, now, generation)
     fields["observedGeneration"] = generation
     return fields
 
@@ -203,6 +207,15 @@ def _step_fields(
             return {}, _verifying(step.message), None
         case s.FinishVerification():
             return _verification_fields(step, outcome, previous, now)
+        case s.StartStream() | s.Stream():
+            fields = {"phase": "Streaming"}
+            if isinstance(step, s.Stream):
+                fields["nextScheduleTime"] = format_time(step.next_slot.timestamp()) if step.next_slot else None
+            return fields, c.Condition("Progressing", False, "Streaming", step.message), None
+        case s.MarkChainBroken():
+            return {}, c.Condition("Progressing", False, "ChainBroken", step.message), None
+        case s.StopStream():
+            return {}, c.Condition("Progressing", False, "Idle", step.message), None
     raise TypeError(f"no status for step {step.kind}")
 
 
@@ -417,6 +430,14 @@ def _available(status: Mapping[str, Any]) -> c.Condition:
     key = (status.get("lastBackup") or {}).get("key", "")
     locked = object_lock.summary(status.get("retention"))
     return c.Condition("Available", True, "BackupAvailable", f"latest backup {key}" + (f"; {locked}" if locked else ""))
+
+
+def _carried(previous: Mapping[str, Any], type_: str) -> c.Condition | None:
+    before = c.find(previous.get("conditions"), type_)
+    if not before:
+        return None
+    status = {"True": True, "False": False}.get(before.get("status", ""))
+    return c.Condition(type_, status, before.get("reason", ""), before.get("message", ""))
 
 
 def _carried_degraded(previous: Mapping[str, Any]) -> c.Condition:

@@ -10,6 +10,7 @@ from typing import Any
 
 from etcd_operator.core.backup.backoff import DEFAULT_BACKOFF_LIMIT
 from etcd_operator.core.backup.object_lock import LockedBackup
+from etcd_operator.core.backup.continuous import ChainBreak, ChainStart, SegmentsWritten, StreamView
 from etcd_operator.core.outcome import NOTHING_DONE as NOTHING_DONE
 from etcd_operator.core.outcome import Event as Event
 from etcd_operator.core.outcome import Outcome as Outcome
@@ -87,6 +88,7 @@ class StartSlot(Step):
     slot_time: datetime.datetime | None  # the cron slot; None for a one-shot backup
     next_slot: datetime.datetime | None  # the cron slot after it
     one_shot: bool
+    base_for: str | None = None  # a continuous backup waits for this snapshot: why (status.py)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -113,6 +115,7 @@ class RunBackup(Step):
     backoff_limit: int = DEFAULT_BACKOFF_LIMIT
     pending_uploads: tuple[Mapping[str, str], ...] = ()
     cluster_id_history: tuple[str, ...] = ()
+    continuous_chain: str | None = None  # the chain being written: retention keeps its segments
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -164,6 +167,39 @@ class FinishVerification(Step):
     complete: bool = False
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StartStream(Step):
+    """Run this backup's writer on chain `start` (stopping a writer of another chain first):
+    it resumes after the chain's last segment in the store, or starts after its base."""
+
+    start: ChainStart
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Stream(Step):
+    """The writer runs its chain: report what it uploaded since the last pass."""
+
+    chain: str
+    next_slot: datetime.datetime | None = None  # the schedule's next full snapshot, if any
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MarkChainBroken(Step):
+    """The writer could not resume its chain: record the break (a full snapshot is then
+    taken at once, and a new chain starts from it); the writer has already stopped."""
+
+    chain_break: ChainBreak
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StopStream(Step):
+    """A writer runs that should not (the backup is deleted, suspended, refused, or no
+    longer continuous): stop it. `reason` is the Continuous condition's."""
+
+    reason: str
+
+
+STREAM_STEPS: tuple[type[Step], ...] = (StartStream, Stream, MarkChainBroken, StopStream)
 VERIFICATION_STEPS: tuple[type[Step], ...] = (
     StartVerification,
     CreateScratchPod,
@@ -183,6 +219,7 @@ ALL_STEPS: tuple[type[Step], ...] = (
     RetrySlot,
     RunBackup,
     *VERIFICATION_STEPS,
+    *STREAM_STEPS,
 )
 
 
@@ -240,3 +277,12 @@ class VerificationDone(Outcome):
     message: str
     at: str
     complete: bool = True
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StreamReport(Outcome):
+    """The writer as this pass left it (None: none runs), and what it uploaded since the
+    last report."""
+
+    view: StreamView | None
+    written: SegmentsWritten = SegmentsWritten()

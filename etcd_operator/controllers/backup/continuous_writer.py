@@ -1,0 +1,353 @@
+"""The continuous backup's writer: one long-lived task per continuous EtcdBackup, writing one
+chain. It watches the whole keyspace of one member from the revision after the chain's last
+segment in the store (after its base snapshot, for a new chain), groups events into whole
+revisions (core/backup/segment_cutting.py), cuts a segment every `segmentSeconds` or
+`segmentBytes`, and uploads it (segment_store.upload_segment), one at a time, in order.
+
+Memory: it holds `2 × segmentBytes` of the operator-wide budget while it runs: the segment
+being filled and the one uploading. When a segment is due while the previous upload has not
+finished (the store is slow or down; uploads are retried), it stops reading the watch
+(etcd then holds the events, gRPC's flow control pushing back) rather than buffer more.
+
+It stops on its own only when its chain cannot go on (ChainBreak: the revision it needs was
+compacted, the cluster ID changed, a revision is missing or the member's revision went
+back); the controller then records the break and takes a full snapshot. A member that stops
+answering is replaced by another of the same cluster, resuming after the last revision
+grouped. Uploads are S3 writes, which a replica that lost its leadership may not send
+(leadership_fence): the writer then stops without a break."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+from collections.abc import Callable
+
+from etcd_operator.clients.etcd.client import (
+    EtcdError,
+    EtcdMemberClient,
+    WatchBatch,
+    WatchCanceled,
+    WatchCompacted,
+)
+from etcd_operator.clients.kube import client as kube
+from etcd_operator.clients.storage.credentials import s3_location
+from etcd_operator.clients.storage.s3 import S3Storage, StorageError
+from etcd_operator.controllers.backup import segment_store
+from etcd_operator.controllers.backup.source_candidates import (
+    SourceUnavailable,
+    ask_candidates,
+    chosen,
+    find_candidates,
+)
+from etcd_operator.controllers.cluster.tls_observer import operator_credentials
+from etcd_operator.core.backup import continuous as cb
+from etcd_operator.core.backup.manifest import Identity
+from etcd_operator.core.backup.segment_cutting import Cut, RevisionGap, RevisionGrouper, SegmentCutter
+from etcd_operator.core.backup.segments import KeyChange, SegmentManifest, encode, segment_key, segments_prefix
+from etcd_operator.core.backup.spec import BackupSpec
+from etcd_operator.core.buffer_budget import MemoryBudget, process_budget
+from etcd_operator.core.leadership_fence import LeadershipLost
+from etcd_operator.core.shard import Shard
+from etcd_operator.core.timefmt import now_text
+
+logger = logging.getLogger(__name__)
+
+WATCH_QUEUE = 2  # watch responses read ahead of the grouping, at most
+RETRY_FIRST, RETRY_MOST = 0.5, 10.0  # seconds between attempts (reconnects, uploads), doubling
+LEASES_REMEMBERED = 65_536  # granted TTLs learnt; past this they are learnt again
+
+
+class ChainBroken(Exception):
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+def _backoff(delay: float) -> float:
+    return min(delay * 2, RETRY_MOST)
+
+
+class SegmentWriter:
+    def __init__(
+        self,
+        kube_client: kube.KubeClient,
+        identity: Identity,
+        spec: BackupSpec,
+        continuous: cb.ContinuousSpec,
+        start: cb.ChainStart,
+        shard: Shard = Shard(),
+        budget: MemoryBudget | None = None,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ):
+        self.kube = kube_client
+        self.identity = identity
+        self.spec = spec
+        self.continuous = continuous
+        self.start_point = start
+        self.shard = shard
+        self.budget = budget
+        self.clock = clock  # seen_at and upload times: the operator's wall clock
+        self.monotonic = monotonic  # when to cut
+        self.chain = start.chain
+        self.last_revision = start.base_revision  # the last revision uploaded
+        self.cluster_revision: int | None = None
+        self.last_segment_at: float | None = None
+        self.store_error: str | None = None
+        self.waiting: str | None = "starting"
+        self.broken: cb.ChainBreak | None = None
+        self.stopped_because: str | None = None  # it ended without a break
+        self._sequence = 1
+        self._cut_next = start.base_revision + 1  # the first revision of the next segment
+        self._written: list[SegmentManifest] = []
+        self._known_leases: dict[int, int] = {}
+        self._reported_leases: set[int] = set()
+        self._upload: asyncio.Task | None = None
+        self._task: asyncio.Task | None = None
+
+    # --- what the controller sees -------------------------------------------------------
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=f"segments-{self.identity.namespace}/{self.identity.backup}")
+
+    @property
+    def ended(self) -> bool:
+        return self._task is not None and self._task.done()
+
+    def view(self) -> cb.StreamView:
+        return cb.StreamView(
+            chain=self.chain,
+            last_revision=self.last_revision,
+            broken=self.broken,
+            store_error=self.store_error,
+            cluster_revision=self.cluster_revision,
+            last_segment_at=self.last_segment_at,
+            waiting=self.waiting,
+        )
+
+    def drain(self) -> list[SegmentManifest]:
+        """The segments uploaded since the last call."""
+        written, self._written = self._written, []
+        return written
+
+    async def stop(self) -> None:
+        for task in (self._task, self._upload):
+            if task is not None and not task.done():
+                task.cancel()
+        await asyncio.gather(*(t for t in (self._task, self._upload) if t is not None), return_exceptions=True)
+
+    # --- the task ----------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        budget = self.budget or process_budget()
+        await budget.acquire(self.continuous.budget_bytes)
+        try:
+            location = await s3_location(self.kube, self.identity.namespace, self.spec.s3)
+            storage = await asyncio.to_thread(S3Storage, location, 4)
+            try:
+                await self._resume(storage)
+                await self._stream(storage)
+            finally:
+                await asyncio.to_thread(storage.close)
+        except ChainBroken as e:
+            logger.warning("continuous backup %s: chain %s broke: %s", self._name, self.chain, e.message)
+            self.broken = cb.ChainBreak(self.chain, e.reason, e.message, self.last_revision)
+        except LeadershipLost as e:
+            self.stopped_because = str(e)
+        except Exception as e:  # the controller starts a new writer on the same chain
+            logger.exception("continuous backup %s: the writer of chain %s failed", self._name, self.chain)
+            self.stopped_because = f"{type(e).__name__}: {e}"
+        finally:
+            budget.release(self.continuous.budget_bytes)
+
+    @property
+    def _name(self) -> str:
+        return f"{self.identity.namespace}/{self.identity.backup}"
+
+    def _segments_prefix(self) -> str:
+        return segments_prefix(self.spec.prefix, self.identity.namespace, self.identity.backup)
+
+    async def _resume(self, storage: S3Storage) -> None:
+        """After the chain's last finished segment in the store, or after its base."""
+        delay = RETRY_FIRST
+        while True:
+            try:
+                prefix = self._segments_prefix()
+                last = await segment_store.last_segment(storage, f"{prefix}{self.chain}/", prefix, self.chain)
+                break
+            except StorageError as e:
+                self.store_error = str(e)
+                await asyncio.sleep(delay)
+                delay = _backoff(delay)
+        self.store_error = None
+        if last is not None:
+            self._sequence = last.sequence + 1
+            self._cut_next = last.last_revision + 1
+            self.last_revision = last.last_revision
+        logger.info("continuous backup %s: chain %s from revision %d", self._name, self.chain, self._cut_next)
+
+    async def _stream(self, storage: S3Storage) -> None:
+        grouper = RevisionGrouper(self._cut_next)
+        cutter = SegmentCutter(self.continuous.segment_seconds, self.continuous.segment_bytes)
+        delay = RETRY_FIRST
+        while True:
+            try:
+                endpoint, tls = await self._member()
+                async with EtcdMemberClient(endpoint, timeout=10, tls=tls, keepalive=True) as client:
+                    await self._check_member(client, grouper.next_revision)
+                    self.waiting = None
+                    delay = RETRY_FIRST
+                    await self._follow(client, storage, grouper, cutter)
+            except WatchCompacted as e:
+                raise ChainBroken(cb.COMPACTED, str(e)) from None
+            except RevisionGap as e:
+                raise ChainBroken(cb.REVISION_GAP, str(e)) from None
+            except (SourceUnavailable, EtcdError, WatchCanceled, TimeoutError) as e:
+                self.waiting = f"no member to watch: {e}"
+                grouper.drop_open()  # its events are watched again
+                await asyncio.sleep(delay)
+                delay = _backoff(delay)
+
+    async def _member(self):
+        candidates, body = await find_candidates(self.kube, self.identity.namespace, self.spec.cluster, self.shard)
+        tls = await operator_credentials(self.kube, body)
+        member = chosen(candidates, await ask_candidates(candidates, tls), body)
+        return member.endpoint, tls
+
+    async def _check_member(self, client: EtcdMemberClient, next_revision: int) -> None:
+        status = await client.status()
+        cluster_id = f"{status.cluster_id:x}"
+        if cluster_id != self.start_point.cluster_id:
+            raise ChainBroken(
+                cb.CLUSTER_ID_CHANGED,
+                f"the cluster's ID is now {cluster_id}, the chain's is {self.start_point.cluster_id} (a restore?)",
+            )
+        if status.revision < next_revision - 1:
+            raise ChainBroken(
+                cb.REVISION_WENT_BACK,
+                f"the cluster is at revision {status.revision}, behind the chain's {next_revision - 1}",
+            )
+        self.cluster_revision = status.revision
+
+    async def _follow(
+        self, client: EtcdMemberClient, storage: S3Storage, grouper: RevisionGrouper, cutter: SegmentCutter
+    ) -> None:
+        queue: asyncio.Queue[WatchBatch | BaseException] = asyncio.Queue(WATCH_QUEUE)
+
+        async def read() -> None:
+            try:
+                async for batch in client.watch_keyspace(grouper.next_revision):
+                    await queue.put(batch)
+            except Exception as e:
+                await queue.put(e)
+
+        reader = asyncio.create_task(read())
+        try:
+            while True:
+                left = cutter.seconds_left(self.monotonic())
+                try:
+                    item = await asyncio.wait_for(queue.get(), None if left == float("inf") else max(left, 0.0))
+                except TimeoutError:
+                    item = None
+                if isinstance(item, BaseException):
+                    raise item
+                if item is not None:
+                    await self._take(item, client, storage, grouper, cutter)
+                if cutter.due(self.monotonic()):
+                    await self._cut(client, storage, cutter)
+        finally:
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
+
+    async def _take(
+        self,
+        batch: WatchBatch,
+        client: EtcdMemberClient,
+        storage: S3Storage,
+        grouper: RevisionGrouper,
+        cutter: SegmentCutter,
+    ) -> None:
+        if f"{batch.cluster_id:x}" != self.start_point.cluster_id:
+            raise ChainBroken(cb.CLUSTER_ID_CHANGED, f"the watch answers for cluster {batch.cluster_id:x}")
+        self.cluster_revision = max(self.cluster_revision or 0, batch.header_revision)
+        events = ((e.revision, KeyChange(e.key, e.value, e.lease)) for e in batch.events)
+        for record in grouper.feed(events, complete=not batch.fragment, seen_at=self.clock()):
+            cutter.add(record, self.monotonic())
+            if cutter.full():
+                await self._cut(client, storage, cutter)
+
+    async def _cut(self, client: EtcdMemberClient, storage: S3Storage, cutter: SegmentCutter) -> None:
+        await self._learn_leases(client, cutter.leases_used())
+        cut = cutter.take(self._known_leases, self._reported_leases)
+        first, last = cut.body.revisions[0].revision, cut.body.revisions[-1].revision
+        if first != self._cut_next:  # the grouper checks this too: a chain is never written with a gap
+            raise ChainBroken(cb.REVISION_GAP, f"a segment would start at {first}, not {self._cut_next}")
+        self._cut_next = last + 1
+        if self._upload is not None:
+            await self._upload  # one upload at a time, in order: while it waits, the watch is not read
+        sequence, self._sequence = self._sequence, self._sequence + 1
+        self._upload = asyncio.create_task(self._upload_segment(storage, sequence, cut))
+
+    async def _learn_leases(self, client: EtcdMemberClient, used: set[int]) -> None:
+        """The granted TTL of each lease not met before, asked once (a restore grants it
+        again); a lease already gone is left out (its keys' deletions follow in the watch)."""
+        if len(self._known_leases) > LEASES_REMEMBERED:
+            self._known_leases.clear()
+            self._reported_leases.clear()
+        for lease in used - self._known_leases.keys():
+            try:
+                ttl = await client.lease_granted_ttl(lease)
+            except EtcdError as e:
+                logger.info("continuous backup %s: lease %x not learnt now: %s", self._name, lease, e.detail)
+                continue
+            if ttl is not None:
+                self._known_leases[lease] = ttl
+
+    async def _upload_segment(self, storage: S3Storage, sequence: int, cut: Cut) -> None:
+        records = cut.body.revisions
+        first, last = records[0].revision, records[-1].revision
+        data, digest = await asyncio.to_thread(_encoded, cut)
+        manifest = SegmentManifest(
+            segment_key=segment_key(
+                self.spec.prefix, self.identity.namespace, self.identity.backup, self.chain, sequence, first, last
+            ),
+            backup=self.identity.backup,
+            namespace=self.identity.namespace,
+            backup_uid=self.identity.uid,
+            cluster_id=self.start_point.cluster_id,
+            chain=self.chain,
+            base_revision=self.start_point.base_revision,
+            base_key=self.start_point.base_key,
+            sequence=sequence,
+            first_revision=first,
+            last_revision=last,
+            revisions=len(records),
+            events=cut.body.events,
+            first_seen_at=records[0].seen_at,
+            last_seen_at=records[-1].seen_at,
+            size=len(data),
+            sha256=digest,
+            created_at=now_text(),
+        )
+        delay = RETRY_FIRST
+        while True:
+            try:
+                await segment_store.upload_segment(storage, manifest, data)
+                break
+            except StorageError as e:
+                self.store_error = str(e)
+                logger.warning("continuous backup %s: segment %d not uploaded, retrying: %s", self._name, sequence, e)
+                await asyncio.sleep(delay)
+                delay = _backoff(delay)
+        self.store_error = None
+        self.last_revision = last
+        self.last_segment_at = self.clock()
+        self._written.append(manifest)
+
+
+def _encoded(cut: Cut) -> tuple[bytes, str]:
+    data = encode(cut.body)
+    return data, hashlib.sha256(data).hexdigest()

@@ -1,0 +1,135 @@
+"""The continuous backup's spec (spec.continuous), what status recorded of its chain
+(status.continuous), and what the controller's writer reports of it. Pure.
+
+A chain starts at a full snapshot (its base) and runs for as long as the writer can resume
+its watch where it left off. It ends in two ways:
+- handed over: a newer full snapshot starts a new chain, once the running one has reached
+  that snapshot's revision, so every revision stays reachable from some snapshot;
+- broken: the watch cannot resume (the revision was compacted away, the cluster ID changed,
+  a revision is missing). A full snapshot is taken at once and a new chain starts from it."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+DEFAULT_SEGMENT_SECONDS = 1
+DEFAULT_SEGMENT_BYTES = 2 << 20
+DEFAULT_FULL_SNAPSHOT_AFTER_EVENTS = 1_000_000
+DEFAULT_FULL_SNAPSHOT_AFTER_BYTES = 1 << 30
+# A writer holds this many segments' worth of the memory budget: one filling, one uploading.
+SEGMENTS_HELD = 2
+
+# Why a chain broke (status.continuous.lastBreak.reason, the Warning event's message).
+COMPACTED = "RevisionCompacted"
+CLUSTER_ID_CHANGED = "ClusterIDChanged"
+REVISION_GAP = "RevisionGap"
+REVISION_WENT_BACK = "RevisionWentBack"
+BREAK_REASONS = frozenset({COMPACTED, CLUSTER_ID_CHANGED, REVISION_GAP, REVISION_WENT_BACK})
+
+
+@dataclasses.dataclass(frozen=True)
+class ContinuousSpec:
+    segment_seconds: float = DEFAULT_SEGMENT_SECONDS
+    segment_bytes: int = DEFAULT_SEGMENT_BYTES
+    full_snapshot_after_events: int = DEFAULT_FULL_SNAPSHOT_AFTER_EVENTS
+    full_snapshot_after_bytes: int = DEFAULT_FULL_SNAPSHOT_AFTER_BYTES
+
+    @classmethod
+    def from_dict(cls, spec: Mapping[str, Any]) -> ContinuousSpec | None:
+        """None when spec.continuous is absent or not enabled."""
+        continuous = spec.get("continuous") or {}
+        if not continuous.get("enabled"):
+            return None
+        after = continuous.get("fullSnapshotAfter") or {}
+        return cls(
+            float(continuous.get("segmentSeconds") or DEFAULT_SEGMENT_SECONDS),
+            int(continuous.get("segmentBytes") or DEFAULT_SEGMENT_BYTES),
+            int(after.get("events") or DEFAULT_FULL_SNAPSHOT_AFTER_EVENTS),
+            int(after.get("bytes") or DEFAULT_FULL_SNAPSHOT_AFTER_BYTES),
+        )
+
+    @property
+    def budget_bytes(self) -> int:
+        """What one writer holds of the operator-wide memory budget while it runs."""
+        return SEGMENTS_HELD * self.segment_bytes
+
+
+@dataclasses.dataclass(frozen=True)
+class ChainStart:
+    """Where a chain starts: its base snapshot, of one cluster."""
+
+    chain: str
+    cluster_id: str
+    base_key: str
+    base_revision: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "chain": self.chain,
+            "clusterID": self.cluster_id,
+            "baseKey": self.base_key,
+            "baseRevision": self.base_revision,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class ChainBreak:
+    """Why the writer could not resume its watch where it left off."""
+
+    chain: str
+    reason: str  # one of BREAK_REASONS
+    message: str
+    last_revision: int  # the last revision the chain holds
+
+
+@dataclasses.dataclass(frozen=True)
+class ContinuousRecord:
+    """status.continuous as the last pass wrote it."""
+
+    current: ChainStart | None = None  # the chain being written; None: none yet, or it broke
+    last_revision: int = 0
+    needs_base: bool = False  # the chain broke: a new full snapshot comes before a new chain
+    segments_since_full: int = 0
+    events_since_full: int = 0
+    bytes_since_full: int = 0
+
+    @classmethod
+    def from_dict(cls, record: Mapping[str, Any] | None) -> ContinuousRecord:
+        record = record or {}
+        current = None
+        if record.get("chain") and record.get("baseKey"):
+            current = ChainStart(
+                record["chain"], record.get("clusterID") or "", record["baseKey"], int(record.get("baseRevision") or 0)
+            )
+        return cls(
+            current=current,
+            last_revision=int(record.get("lastRevision") or 0),
+            needs_base=bool(record.get("needsFullSnapshot")),
+            segments_since_full=int(record.get("segmentsSinceFullSnapshot") or 0),
+            events_since_full=int(record.get("eventsSinceFullSnapshot") or 0),
+            bytes_since_full=int(record.get("bytesSinceFullSnapshot") or 0),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class SegmentsWritten:
+    """What the writer uploaded since the controller last asked."""
+
+    segments: int = 0
+    events: int = 0
+    bytes: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamView:
+    """The writer of one EtcdBackup as the controller's registry sees it in this pass."""
+
+    chain: str
+    last_revision: int  # the last revision uploaded (the base's, before the first segment)
+    broken: ChainBreak | None = None  # the writer stopped: its chain cannot go on
+    store_error: str | None = None  # the last upload failed; it is being retried
+    cluster_revision: int | None = None  # the newest revision the watch has heard of
+    last_segment_at: float | None = None  # seconds since the epoch: when the last segment was uploaded
+    waiting: str | None = None  # why it is not watching right now (no member answers), for people

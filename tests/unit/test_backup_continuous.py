@@ -1,0 +1,425 @@
+"""The continuous backup's pure parts: grouping watch events into whole revisions, when a
+segment is cut, the planner's stream steps, the status they leave, and which segments
+retention may delete (core/backup/segment_cutting.py, planner.py, continuous_status.py,
+segment_retention.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import hashlib
+import pathlib
+
+import pytest
+import yaml
+from hypothesis import given
+from hypothesis import strategies as st
+
+from etcd_operator.core.backup import continuous as cb
+from etcd_operator.core.backup import steps as s
+from etcd_operator.core.backup.chain import ChainProblem, Target, plan_replay
+from etcd_operator.core.backup.continuous_status import CONDITION
+from etcd_operator.core.backup.manifest import Manifest
+from etcd_operator.core.backup.planner import CHAIN_BROKEN, WAITING_FOR_BASE, plan
+from etcd_operator.core.backup.segment_cutting import (
+    RevisionGap,
+    RevisionGrouper,
+    SegmentCutter,
+    encoded_size,
+)
+from etcd_operator.core.backup.segment_retention import parse_manifest_key, segments_to_delete
+from etcd_operator.core.backup.segments import (
+    MAGIC,
+    KeyChange,
+    RevisionRecord,
+    SegmentBody,
+    SegmentManifest,
+    chain_id,
+    encode,
+    segment_key,
+    segments_prefix,
+)
+from etcd_operator.core.backup.state import Observed, RunState, ScheduleSpec
+from etcd_operator.core.backup.status import build_status
+from etcd_operator.core.buffer_budget import DEFAULT_LIMIT_BYTES
+
+T0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+NOW = (T0 + datetime.timedelta(hours=1)).timestamp()
+CREATED = Observed(T0, generation=1)
+CONTINUOUS = ScheduleSpec(None, continuous=cb.ContinuousSpec())
+CLUSTER = "c1"
+
+
+def change(key: bytes, value: bytes | None = b"v", lease: int = 0) -> KeyChange:
+    return KeyChange(key, value, lease)
+
+
+# --- grouping events into revisions -------------------------------------------------------
+
+
+def test_events_are_grouped_by_revision_and_a_complete_response_closes_its_last():
+    grouper = RevisionGrouper(5)
+    closed = grouper.feed([(5, change(b"a")), (6, change(b"b")), (6, change(b"c", None))], True, 10.0)
+    assert [(r.revision, r.changes) for r in closed] == [
+        (5, (change(b"a"),)),
+        (6, (change(b"b"), change(b"c", None))),
+    ]
+    assert grouper.next_revision == 7 and not grouper.holds
+
+
+def test_a_revision_split_across_fragments_stays_whole_with_its_first_time():
+    grouper = RevisionGrouper(5)
+    assert [r.revision for r in grouper.feed([(5, change(b"a")), (6, change(b"b"))], False, 1.0)] == [5]
+    assert grouper.holds
+    closed = grouper.feed([(6, change(b"c")), (6, change(b"d"))], True, 2.0)
+    assert closed == [RevisionRecord(6, 1.0, (change(b"b"), change(b"c"), change(b"d")))]
+
+
+@pytest.mark.parametrize("events", [[(6, change(b"a"))], [(5, change(b"a")), (7, change(b"b"))], [(4, change(b"a"))]])
+def test_a_missing_or_repeated_revision_is_a_gap(events):
+    with pytest.raises(RevisionGap):
+        RevisionGrouper(5).feed(events, True, 1.0)
+
+
+def test_an_open_revision_dropped_on_reconnect_is_taken_again_from_its_start():
+    grouper = RevisionGrouper(5)
+    grouper.feed([(5, change(b"a")), (6, change(b"b"))], False, 1.0)
+    grouper.drop_open()
+    assert grouper.next_revision == 6
+    assert grouper.feed([(6, change(b"b")), (6, change(b"c"))], True, 3.0) == [
+        RevisionRecord(6, 3.0, (change(b"b"), change(b"c")))
+    ]
+
+
+@given(st.lists(st.lists(st.binary(min_size=1, max_size=8), min_size=1, max_size=4), min_size=1, max_size=30))
+def test_any_fragmentation_gives_the_same_revisions(per_revision):
+    events = [(100 + i, change(k)) for i, keys in enumerate(per_revision) for k in keys]
+    whole = RevisionGrouper(100).feed(events, True, 1.0)
+    grouper, pieces = RevisionGrouper(100), []
+    for start in range(0, len(events), 3):
+        pieces += grouper.feed(events[start : start + 3], start + 3 >= len(events), 1.0)
+    assert pieces == whole
+    assert [r.revision for r in whole] == list(range(100, 100 + len(per_revision)))
+
+
+# --- cutting segments -----------------------------------------------------------------------
+
+
+def test_encoded_size_is_what_the_codec_writes():
+    records = (RevisionRecord(3, 1.0, (change(b"key", b"value"), change(b"gone", None))),)
+    body = SegmentBody(records)
+    assert len(encode(body)) == len(MAGIC) + encoded_size(records[0]) + 1 + 4
+
+
+def test_a_segment_is_cut_when_its_oldest_revision_waited_segment_seconds():
+    cutter = SegmentCutter(segment_seconds=1.0, segment_bytes=1 << 20)
+    assert not cutter.due(0.0) and cutter.seconds_left(0.0) == float("inf")
+    cutter.add(RevisionRecord(1, 0.0, (change(b"a"),)), now=10.0)
+    cutter.add(RevisionRecord(2, 0.0, (change(b"b"),)), now=10.9)
+    assert not cutter.due(10.99) and cutter.seconds_left(10.5) == pytest.approx(0.5)
+    assert cutter.due(11.0)
+    cut = cutter.take({}, set())
+    assert [r.revision for r in cut.body.revisions] == [1, 2] and cutter.empty
+    assert cutter.seconds_left(11.0) == float("inf")
+
+
+def test_a_segment_is_cut_by_size_and_a_large_revision_is_never_split():
+    cutter = SegmentCutter(segment_seconds=60.0, segment_bytes=100)
+    big = RevisionRecord(1, 0.0, (change(b"a", b"x" * 500),))
+    cutter.add(big, now=0.0)
+    assert cutter.full() and cutter.due(0.0)
+    assert cutter.take({}, set()).body.revisions == (big,)
+
+
+def test_a_lease_goes_with_the_first_segment_that_uses_it_once_its_ttl_is_known():
+    cutter = SegmentCutter(1.0, 1 << 20)
+    known: dict[int, int] = {7: 30}
+    reported: set[int] = set()
+    cutter.add(RevisionRecord(1, 0.0, (change(b"a", lease=7), change(b"b", lease=8))), 0.0)
+    assert cutter.leases_used() == {7, 8}
+    assert cutter.take(known, reported).body.leases == ((7, 30),)
+    cutter.add(RevisionRecord(2, 0.0, (change(b"c", lease=7),)), 0.0)
+    assert cutter.take(known, reported).body.leases == ()
+
+
+# --- the planner --------------------------------------------------------------------------
+
+
+def state(**fields) -> RunState:
+    status: dict = {"lastBackup": {"key": "p/ns/b/full.db", "revision": 100, "clusterID": CLUSTER}}
+    status.update(fields)
+    return RunState.from_dict({k: v for k, v in status.items() if v is not None})
+
+
+CHAIN_100 = {"chain": chain_id(CLUSTER, 100), "clusterID": CLUSTER, "baseKey": "p/ns/b/full.db", "baseRevision": 100}
+
+
+def view(chain: str = CHAIN_100["chain"], last: int = 150, **fields) -> cb.StreamView:
+    return cb.StreamView(chain=chain, last_revision=last, **fields)
+
+
+def observed(stream: cb.StreamView | None = None, **fields) -> Observed:
+    return dataclasses.replace(CREATED, stream=stream, **fields)
+
+
+def test_without_a_full_snapshot_one_is_taken_first():
+    step = plan(CONTINUOUS, RunState(), observed(), NOW)
+    assert isinstance(step, s.StartSlot) and step.slot.startswith("full-") and step.base_for == WAITING_FOR_BASE
+
+
+def test_with_a_full_snapshot_the_writer_starts_after_it():
+    step = plan(CONTINUOUS, state(), observed(), NOW)
+    assert isinstance(step, s.StartStream)
+    assert step.start == cb.ChainStart(chain_id(CLUSTER, 100), CLUSTER, "p/ns/b/full.db", 100)
+
+
+def test_a_running_writer_of_the_recorded_chain_streams_on():
+    step = plan(CONTINUOUS, state(continuous=CHAIN_100), observed(view()), NOW)
+    assert isinstance(step, s.Stream) and step.chain == CHAIN_100["chain"]
+
+
+def test_a_restarted_operator_resumes_the_recorded_chain():
+    step = plan(CONTINUOUS, state(continuous=CHAIN_100), observed(None), NOW)
+    assert isinstance(step, s.StartStream) and step.start.chain == CHAIN_100["chain"]
+
+
+def test_a_broken_chain_is_recorded_first_even_during_a_verification():
+    broken = cb.ChainBreak(CHAIN_100["chain"], cb.COMPACTED, "compacted", 150)
+    verifying = {"verification": {"key": "k", "attempts": 1, "startTime": "2026-01-01T00:30:00Z"}}
+    step = plan(CONTINUOUS, state(continuous=CHAIN_100, **verifying), observed(view(broken=broken)), NOW)
+    assert isinstance(step, s.MarkChainBroken) and step.chain_break == broken
+
+
+def test_after_a_break_a_full_snapshot_comes_before_any_new_chain():
+    after_break = state(continuous={"needsFullSnapshot": True})
+    step = plan(CONTINUOUS, after_break, observed(), NOW)
+    assert isinstance(step, s.StartSlot) and step.base_for == CHAIN_BROKEN
+    # The snapshot run is finished before anything else; once it succeeded, a new chain starts from it.
+    running = state(continuous={"needsFullSnapshot": True}, progress={"slot": step.slot})
+    assert isinstance(plan(CONTINUOUS, running, observed(), NOW), s.RunBackup)
+    fresh = state(lastBackup={"key": "p/ns/b/new.db", "revision": 900, "clusterID": CLUSTER})
+    started = plan(CONTINUOUS, fresh, observed(), NOW)
+    assert isinstance(started, s.StartStream) and started.start.base_revision == 900
+
+
+def test_a_failed_full_snapshot_after_a_break_waits_for_its_retry_without_a_chain():
+    failed = state(
+        continuous={"needsFullSnapshot": True},
+        lastFailure={"slot": "full-x"},
+        nextAttemptTime="2026-01-01T01:00:30Z",
+    )
+    assert isinstance(plan(CONTINUOUS, failed, observed(), NOW), s.WaitForRetry)
+    assert isinstance(plan(CONTINUOUS, failed, observed(), NOW + 31), s.RetrySlot)
+
+
+@pytest.mark.parametrize(
+    ("counters", "due"),
+    [
+        ({"eventsSinceFullSnapshot": 999_999}, False),
+        ({"eventsSinceFullSnapshot": 1_000_000}, True),
+        ({"bytesSinceFullSnapshot": (1 << 30) - 1}, False),
+        ({"bytesSinceFullSnapshot": 1 << 30}, True),
+    ],
+)
+def test_a_full_snapshot_follows_the_volume_written_since_the_last(counters, due):
+    step = plan(CONTINUOUS, state(continuous={**CHAIN_100, **counters}), observed(view()), NOW)
+    assert isinstance(step, s.StartSlot if due else s.Stream), step
+    if due:
+        assert step.base_for is None  # the writer keeps its chain meanwhile
+
+
+def test_the_schedule_also_takes_full_snapshots_while_streaming():
+    scheduled = dataclasses.replace(CONTINUOUS, schedule="*/10 * * * *")
+    step = plan(scheduled, state(continuous=CHAIN_100), observed(view()), NOW)
+    assert isinstance(step, s.StartSlot) and not step.slot.startswith("full-")
+
+
+def test_a_newer_snapshot_starts_a_new_chain_only_once_the_old_one_reached_it():
+    newer = state(lastBackup={"key": "p/ns/b/new.db", "revision": 200, "clusterID": CLUSTER}, continuous=CHAIN_100)
+    behind = plan(CONTINUOUS, newer, observed(view(last=199)), NOW)
+    assert isinstance(behind, s.Stream) and behind.chain == CHAIN_100["chain"]
+    reached = plan(CONTINUOUS, newer, observed(view(last=200)), NOW)
+    assert isinstance(reached, s.StartStream) and reached.start.chain == chain_id(CLUSTER, 200)
+
+
+@pytest.mark.parametrize(
+    ("spec", "meta"),
+    [
+        (CONTINUOUS, {"deleting": True}),
+        (ScheduleSpec(None), {}),
+        (dataclasses.replace(CONTINUOUS, suspend=True), {}),
+        (CONTINUOUS, {"credentials_refusal": "no ambient credentials here"}),
+    ],
+)
+def test_a_writer_that_should_not_run_is_stopped_before_anything_else(spec, meta):
+    step = plan(spec, state(continuous=CHAIN_100), observed(view(), **meta), NOW)
+    assert isinstance(step, s.StopStream)
+    after = plan(spec, state(continuous=CHAIN_100), observed(None, **meta), NOW)
+    assert not isinstance(after, (s.StopStream, s.StartStream, s.Stream))
+
+
+def test_a_recorded_slot_is_finished_while_the_writer_runs():
+    step = plan(CONTINUOUS, state(continuous=CHAIN_100, progress={"slot": "full-x"}), observed(view()), NOW)
+    assert isinstance(step, s.RunBackup) and step.continuous_chain == CHAIN_100["chain"]
+
+
+# --- status -------------------------------------------------------------------------------
+
+
+def status_after(step: s.Step, outcome: s.Outcome, previous: dict) -> dict:
+    return {**previous, **build_status(step, outcome, previous, 1, "2026-01-01T01:00:00Z")}
+
+
+def condition(status: dict, type_: str = CONDITION) -> dict:
+    return next(c for c in status["conditions"] if c["type"] == type_)
+
+
+def test_streaming_records_the_chain_and_adds_what_was_written():
+    start = cb.ChainStart(CHAIN_100["chain"], CLUSTER, "p/ns/b/full.db", 100)
+    status = status_after(s.StartStream(start=start), s.StreamReport(view=view(last=100)), {})
+    assert status["continuous"]["chain"] == start.chain and status["phase"] == "Streaming"
+    report = s.StreamReport(
+        view=view(last=180, cluster_revision=185, last_segment_at=NOW), written=cb.SegmentsWritten(2, 80, 9000)
+    )
+    status = status_after(s.Stream(chain=start.chain), report, status)
+    continuous = status["continuous"]
+    assert (continuous["lastRevision"], continuous["lagRevisions"]) == (180, 5)
+    assert (continuous["segmentsSinceFullSnapshot"], continuous["eventsSinceFullSnapshot"]) == (2, 80)
+    assert condition(status)["status"] == "True" and condition(status)["reason"] == "Streaming"
+    unavailable = s.StreamReport(view=view(last=180, store_error="503 SlowDown"))
+    assert condition(status_after(s.Stream(chain=start.chain), unavailable, status))["reason"] == "StoreUnavailable"
+
+
+def test_a_break_clears_the_chain_until_a_full_snapshot_resets_the_volume():
+    previous = {"continuous": {**CHAIN_100, "eventsSinceFullSnapshot": 5}}
+    broken = cb.ChainBreak(CHAIN_100["chain"], cb.COMPACTED, "revision 151 was compacted", 150)
+    status = status_after(s.MarkChainBroken(chain_break=broken), s.NOTHING_DONE, previous)
+    assert status["continuous"]["chain"] is None and status["continuous"]["needsFullSnapshot"] is True
+    assert status["continuous"]["lastBreak"]["reason"] == cb.COMPACTED
+    assert (condition(status)["status"], condition(status)["reason"]) == ("False", CHAIN_BROKEN)
+    # Carried through the steps that say nothing of the writer.
+    waited = status_after(s.WaitForPrerequisite(reason="WaitingForCluster"), s.NOTHING_DONE, status)
+    assert condition(waited)["reason"] == CHAIN_BROKEN
+    record = {"key": "p/ns/b/new.db", "revision": 900, "clusterID": CLUSTER}
+    done = s.RunSucceeded(record=record, completed_at="2026-01-01T01:00:00Z")
+    status = status_after(s.RunBackup(slot="full-x", one_shot=False), done, status)
+    assert status["continuous"]["eventsSinceFullSnapshot"] == 0 and status["continuous"]["needsFullSnapshot"] is None
+    assert isinstance(plan(CONTINUOUS, RunState.from_dict(status), observed(), NOW), s.StartStream)
+
+
+# --- retention of segments ------------------------------------------------------------------
+
+
+def snapshot(revision: int, cluster: str = CLUSTER) -> Manifest:
+    return Manifest(
+        snapshot_key=f"p/ns/b/s{revision}.db",
+        backup="b",
+        namespace="ns",
+        cluster="db",
+        cluster_id=cluster,
+        etcd_version="3.6.0",
+        revision=revision,
+        size=1,
+        sha256="x",
+        created_at="2026-01-01T00:00:00Z",
+        member="m",
+        slot=f"s{revision}",
+        backup_uid="u",
+    )
+
+
+def segment(chain: str, sequence: int, first: int, last: int, cluster: str = CLUSTER) -> SegmentManifest:
+    return SegmentManifest(
+        segment_key=segment_key("p", "ns", "b", chain, sequence, first, last),
+        backup="b",
+        namespace="ns",
+        backup_uid="u",
+        cluster_id=cluster,
+        chain=chain,
+        base_revision=int(chain.rsplit("-", 1)[1]),
+        base_key="base",
+        sequence=sequence,
+        first_revision=first,
+        last_revision=last,
+        revisions=last - first + 1,
+        events=last - first + 1,
+        first_seen_at=float(first),
+        last_seen_at=float(last),
+        size=3,
+        sha256=hashlib.sha256(b"abc").hexdigest(),
+        created_at="2026-01-01T00:00:00Z",
+    )
+
+
+def test_a_segment_manifests_name_gives_its_chain_sequence_and_revisions():
+    prefix = segments_prefix("p", "ns", "b")
+    seg = segment(chain_id(CLUSTER, 100), 3, 101, 150)
+    assert parse_manifest_key(prefix, seg.key) == (seg.chain, 3, 101, 150)
+    assert parse_manifest_key(prefix, seg.segment_key) is None
+    assert parse_manifest_key(prefix, "p/ns/b/s1.manifest.json") is None
+
+
+def test_segments_wholly_below_the_oldest_kept_snapshot_go_the_newest_chain_stays():
+    old, new = chain_id(CLUSTER, 100), chain_id(CLUSTER, 300)
+    segments = [segment(old, 1, 101, 200), segment(old, 2, 201, 310), segment(new, 1, 301, 400)]
+    doomed = segments_to_delete([snapshot(250), snapshot(300)], segments, newest_chain=new)
+    assert doomed == [segments[0]]
+    assert segments_to_delete([snapshot(500)], segments, newest_chain=new) == segments[:2]
+    other = segment(chain_id("c2", 10), 1, 11, 20, cluster="c2")
+    assert segments_to_delete([snapshot(500)], [other], newest_chain=new) == [other]  # nothing can replay it
+
+
+def chains(draw) -> tuple[list[Manifest], list[SegmentManifest]]:
+    """Snapshots at increasing revisions; a chain from each of some of them, each written
+    up to some revision at or past the next snapshot (a handover) or a little less."""
+    revisions = sorted(draw(st.sets(st.integers(1, 400), min_size=1, max_size=6)))
+    snapshots = [snapshot(r) for r in revisions]
+    segments: list[SegmentManifest] = []
+    for base in revisions:
+        if not draw(st.booleans()):
+            continue
+        chain = chain_id(CLUSTER, base)
+        end = draw(st.integers(base + 1, base + 150))
+        first, sequence = base + 1, 1
+        while first <= end:
+            last = min(end, first + draw(st.integers(0, 30)))
+            segments.append(segment(chain, sequence, first, last))
+            first, sequence = last + 1, sequence + 1
+    return snapshots, segments
+
+
+@given(st.data())
+def test_retention_never_breaks_a_chain_a_kept_snapshot_needs(data):
+    snapshots, segments = chains(data.draw)
+    kept = data.draw(st.lists(st.sampled_from(snapshots), min_size=1, unique_by=lambda m: m.revision))
+    newest = data.draw(st.sampled_from([s.chain for s in segments] or [""]))
+    doomed = segments_to_delete(kept, segments, newest)
+    left = [s for s in segments if s not in doomed]
+    oldest = min(m.revision for m in kept)
+    newest_revision = max([s.last_revision for s in segments] + [oldest])
+    for revision in range(oldest, newest_revision + 1):
+        try:
+            before = plan_replay(Target(revision=revision), kept, segments)
+        except ChainProblem:
+            continue
+        after = plan_replay(Target(revision=revision), kept, left)
+        assert after.up_to_revision == before.up_to_revision == revision
+    assert all(s.chain != newest for s in doomed)
+
+
+# --- the CRD --------------------------------------------------------------------------------
+
+
+def test_the_crd_defaults_are_the_cores_and_a_writer_fits_the_default_budget():
+    crd = yaml.safe_load((pathlib.Path(__file__).resolve().parents[2] / "crds" / "etcdbackups.yaml").read_text())
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    continuous = spec["properties"]["continuous"]["properties"]
+    after = continuous["fullSnapshotAfter"]["properties"]
+    defaults = cb.ContinuousSpec()
+    assert continuous["segmentSeconds"]["default"] == defaults.segment_seconds
+    assert continuous["segmentBytes"]["default"] == defaults.segment_bytes
+    assert after["events"]["default"] == defaults.full_snapshot_after_events
+    assert after["bytes"]["default"] == defaults.full_snapshot_after_bytes
+    largest = cb.ContinuousSpec(segment_bytes=continuous["segmentBytes"]["maximum"])
+    assert largest.budget_bytes <= DEFAULT_LIMIT_BYTES
+    assert cb.ContinuousSpec.from_dict({"continuous": {"enabled": False}}) is None
