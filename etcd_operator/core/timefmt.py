@@ -32,6 +32,11 @@ def format_time(ts: float) -> str:
     return datetime.datetime.fromtimestamp(ts, UTC).strftime(TIME_FORMAT)
 
 
+def format_precise_time(ts: float) -> str:
+    """RFC 3339 in UTC with milliseconds: a moment finer than a second (a revision's arrival)."""
+    return datetime.datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 def now_text() -> str:
     return datetime.datetime.now(UTC).strftime(TIME_FORMAT)
 

@@ -18,14 +18,16 @@ from etcd_operator.clients.storage.s3 import S3Storage, StorageError
 from etcd_operator.controllers import faults
 from etcd_operator.controllers.backup.snapshot_integrity import VerificationFailed, verify_snapshot
 from etcd_operator.controllers.restore import snapshot_lookup
+from etcd_operator.controllers.restore.point_in_time import backup_folder
 from etcd_operator.core.backup import sealed
 from etcd_operator.core.backup.bbolt import NotASnapshot, snapshot_revision, snapshot_storage_version
 from etcd_operator.core.backup.keyring import KeyringError
 from etcd_operator.core.backup.sealed_reader import open_plain
 from etcd_operator.core.cluster import builders as cluster_builders
 from etcd_operator.core.cluster import naming
+from etcd_operator.core.cluster.spec import ClusterSpec
 from etcd_operator.core.outcome import Outcome
-from etcd_operator.core.restore import builders, fence
+from etcd_operator.core.restore import builders, fence, replay_pod
 from etcd_operator.core.restore import steps as s
 from etcd_operator.core.restore.observed import Observed
 from etcd_operator.core.restore.planner import snapshot_etcd_version
@@ -110,11 +112,18 @@ class RestoreExecutor:
     async def _record_preserved(self, step, spec, status, observed) -> None:
         return None  # the status write of this pass records them
 
+    async def _record_replay_result(self, step: s.RecordReplayResult, spec, status, observed) -> None:
+        self.post_event("Normal", "Replayed", step.reason)  # the status write of this pass records it
+
     # --- reads only: verification -----------------------------------------------------
 
     async def _verify(self, step: s.VerifySnapshot, spec: RestoreSpec, status, observed) -> Outcome:
+        source = spec.source
+        if step.key:  # a point-in-time restore's snapshot: the replayed one, or its base
+            source = {k: v for k, v in spec.source.items() if k != "pointInTime"}
+            source["backupRef"] = {"name": spec.backup, "key": step.key}
         try:
-            return await self._verified_facts(spec)
+            return await self._verified_facts(source)
         except VerificationFailed as e:
             return Outcome(failure=(e.reason, e.message))
         except KeyringError as e:
@@ -126,14 +135,14 @@ class RestoreExecutor:
             reason = "CredentialsNotFound" if e.code.startswith("Secret") else "StorageError"
             return Outcome(failure=(reason, f"S3: {e}"))
 
-    async def _verified_facts(self, spec: RestoreSpec) -> Outcome:
-        s3 = await snapshot_lookup.s3_block(self.kube, self.namespace, spec.source)
-        keys_secret = await snapshot_lookup.keys_secret(self.kube, self.namespace, spec.source)
+    async def _verified_facts(self, source: Mapping[str, Any]) -> Outcome:
+        s3 = await snapshot_lookup.s3_block(self.kube, self.namespace, source)
+        keys_secret = await snapshot_lookup.keys_secret(self.kube, self.namespace, source)
         keys = await read_keyring(self.kube, self.namespace, keys_secret) if keys_secret else {}
         storage = await asyncio.to_thread(S3Storage, await s3_location(self.kube, self.namespace, s3))
         try:
             await storage.check_bucket()
-            snapshot = await snapshot_lookup.resolve(storage, self.namespace, spec.source, s3)
+            snapshot = await snapshot_lookup.resolve(storage, self.namespace, source, s3)
 
             def stored(offset: int, length: int):
                 return storage.read_range(snapshot.key, offset, length)
@@ -173,6 +182,47 @@ class RestoreExecutor:
         elif revision is not None:
             facts["restoredRevision"] = revision
         return Outcome(message=f"verified {verified.size} bytes", status_fields=facts)
+
+    # --- point in time: the replay pod ------------------------------------------------
+
+    async def _start_replay_pod(
+        self, step: s.StartReplayPod, spec: RestoreSpec, status: RestoreStatus, observed: Observed
+    ) -> Outcome | None:
+        record = status.point_in_time
+        if record is None or spec.point is None:
+            raise RuntimeError(f"a replay pod for {self.name} was planned without a recorded plan")
+        try:
+            s3 = await snapshot_lookup.s3_block(self.kube, self.namespace, spec.source)
+        except VerificationFailed as e:
+            return Outcome(failure=(e.reason, e.message))
+        target_spec = (
+            observed.target_spec if spec.in_place else ClusterSpec.from_dict(spec.new_cluster_spec)
+        )  # the replay runs the target's etcd: what the members will run
+        manifest = replay_pod.replay_pod(
+            self.name,
+            self.namespace,
+            target_spec.image,
+            self.operator_image,
+            s3,
+            backup_folder(self.namespace, spec.backup or "", s3),
+            record,
+            spec.point.time,
+            pull_secrets=cluster_builders.image_pull_secrets(target_spec),
+        )
+        kopf.adopt(manifest, owner=cast(kopf.Body, dict(self.body)))
+        try:
+            await self.kube.create(kube.PODS, self.namespace, manifest)
+        except kube.Conflict:
+            return None  # the next pass reads it, and fails the restore if it is not this restore's
+        self.post_event("Normal", "ReplayStarted", step.reason)
+        return None
+
+    async def _remove_replay_pod(self, step: s.RemoveReplayPod, spec, status, observed) -> None:
+        await self.kube.delete(kube.PODS, self.namespace, step.pod, uid=step.pod_uid, grace_period=0)
+
+    async def _fail_replay(self, step: s.FailReplay, spec, status, observed) -> None:
+        await self.kube.delete(kube.PODS, self.namespace, step.pod, uid=step.pod_uid, grace_period=0)
+        self.post_event("Warning", step.code, step.reason)
 
     # --- the target -------------------------------------------------------------------
 
@@ -387,6 +437,11 @@ HANDLERS: dict[type[s.Step], Handler] = {
     s.Complete: RestoreExecutor._complete,
     s.StartVerifying: RestoreExecutor._nothing,
     s.VerifySnapshot: RestoreExecutor._verify,
+    s.PlanReplay: RestoreExecutor._nothing,
+    s.StartReplayPod: RestoreExecutor._start_replay_pod,
+    s.RecordReplayResult: RestoreExecutor._record_replay_result,
+    s.RemoveReplayPod: RestoreExecutor._remove_replay_pod,
+    s.FailReplay: RestoreExecutor._fail_replay,
     s.BeginRestore: RestoreExecutor._begin,
     s.CreateTargetCluster: RestoreExecutor._create_cluster,
     s.HoldCluster: RestoreExecutor._hold,

@@ -9,13 +9,22 @@ from typing import Any
 
 from etcd_operator.clients.kube import client as kube
 from etcd_operator.clients.storage.credentials import missing_secrets
+from etcd_operator.controllers.restore.point_in_time import list_catalogue
 from etcd_operator.core import conditions as c
 from etcd_operator.core.backup.keyring import decryption_secret
 from etcd_operator.core.cluster import naming
 from etcd_operator.core.cluster.spec import ClusterSpec
-from etcd_operator.core.restore import builders
-from etcd_operator.core.restore.observed import ObjectState, Observed, SourceState, TargetCluster, parse_records
-from etcd_operator.core.restore.spec import RestoreSpec, RestoreStatus
+from etcd_operator.core.restore import builders, replay_pod
+from etcd_operator.core.restore.observed import (
+    Catalogue,
+    ObjectState,
+    Observed,
+    ReplayPod,
+    SourceState,
+    TargetCluster,
+    parse_records,
+)
+from etcd_operator.core.restore.spec import BEFORE_RESTORING, RestoreSpec, RestoreStatus
 from etcd_operator.core.shard import Shard
 from etcd_operator.core.storage_policy import StoragePolicy
 
@@ -101,6 +110,16 @@ def target_cluster(obj: Mapping[str, Any], shard: Shard = Shard()) -> TargetClus
     )
 
 
+def _source_ready(source: SourceState) -> bool:
+    """Whether the source's store may be read: its backup completed one, its Secrets exist."""
+    return (
+        source.backup_found
+        and source.backup_completed
+        and not source.missing_secrets
+        and not source.credentials_refusal
+    )
+
+
 def _highest_revision(members: Any) -> int | None:
     """The highest revision among the members the cluster's status lists, None if none has one."""
     revisions = [m["revision"] for m in members or [] if isinstance(m, dict) and isinstance(m.get("revision"), int)]
@@ -138,7 +157,7 @@ class RestoreObserver:
             preserved = tuple(object_state("PersistentVolumeClaim", p) for p in preserved_raw)
         elif not spec.in_place:
             around = await self._namespace_objects(namespace)
-            if status.phase in (None, "Pending", "Verifying"):
+            if status.phase in BEFORE_RESTORING:
                 problem = await self._dry_run(name, namespace, spec)
         seed_pvcs: tuple[ObjectState, ...] = ()
         seed_pods: tuple[ObjectState, ...] = ()
@@ -151,8 +170,14 @@ class RestoreObserver:
             listed = await self.kube.list(kube.PODS, namespace, naming.label_selector({builders.LABEL_RESTORE: name}))
             seed_pods = tuple(object_state("Pod", p) for p in listed)
         source = None
-        if not status.verified and status.phase in (None, "Pending", "Verifying"):
+        catalogue = None
+        replay = None
+        if not status.verified and status.phase in BEFORE_RESTORING:
             source = await self._source(namespace, spec)
+            if spec.point is not None and status.point_in_time is None and _source_ready(source):
+                catalogue = await self._catalogue(namespace, spec)
+            if status.point_in_time is not None and status.point_in_time.replays:
+                replay = await self._replay_pod(namespace, name, meta["uid"])
         return Observed(
             namespace=namespace,
             restore=name,
@@ -168,7 +193,17 @@ class RestoreObserver:
             new_cluster_problem=problem,
             deleting=bool(meta.get("deletionTimestamp")),
             source=source,
+            catalogue=catalogue,
+            replay_pod=replay,
         )
+
+    async def _catalogue(self, namespace: str, spec: RestoreSpec) -> Catalogue | None:
+        backup = await self.kube.get(kube.ETCDBACKUPS, namespace, spec.backup or "")
+        return None if backup is None else await list_catalogue(self.kube, namespace, backup)
+
+    async def _replay_pod(self, namespace: str, restore: str, uid: str) -> ReplayPod | None:
+        pod = await self.kube.get(kube.PODS, namespace, replay_pod.pod_name(restore))
+        return None if pod is None else ReplayPod.from_pod(pod, uid, replay_pod.REPLAY_CONTAINER)
 
     async def _source(self, namespace: str, spec: RestoreSpec) -> SourceState:
         """Whether the source EtcdBackup exists and has completed a backup, and which of the

@@ -32,7 +32,14 @@ AFTER_STEP = 0.2  # the next step usually follows at once (the pass reads live o
 WHILE_WAITING = 2.0
 WHILE_RESTORING = 0.5  # restore pods or members are about to finish: each pass is a few list calls
 NOT_DONE = 1.0  # the step could not be taken now: look again soon
-STATUS_ONLY = (s.StartVerifying, s.BeginRestore, s.RecordPreservedData, s.ChooseMembers)
+STATUS_ONLY = (
+    s.StartVerifying,
+    s.BeginRestore,
+    s.RecordPreservedData,
+    s.ChooseMembers,
+    s.PlanReplay,
+    s.RecordReplayResult,
+)
 TERMINAL = (s.Idle, s.Fail, s.SkipAlreadyApplied, s.Complete)
 
 
@@ -88,7 +95,7 @@ class RestoreReconciler:
         if not outcome.done:
             return NOT_DONE
         if isinstance(step, s.Wait):
-            return WHILE_RESTORING if step.code == "Restoring" else WHILE_WAITING
+            return WHILE_RESTORING if step.code in ("Restoring", "Replaying") else WHILE_WAITING
         return AFTER_STATUS_STEP if isinstance(step, STATUS_ONLY) else AFTER_STEP
 
     async def _target_being_deleted(self, namespace: str, target: str) -> bool:

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Mapping
 from typing import Any
 
+from etcd_operator.core.backup.manifest import Manifest
+from etcd_operator.core.backup.segments import SegmentManifest
 from etcd_operator.core.cluster.spec import ClusterSpec
 
 RECORD_HISTORY = 20  # applied restores remembered on a cluster
@@ -141,6 +144,64 @@ class SourceState:
 
 
 @dataclasses.dataclass(frozen=True)
+class Catalogue:
+    """A point-in-time restore's source as listed, until its plan is recorded: the manifests
+    of the backup's full snapshots and of its segments."""
+
+    folder: str = ""  # the backup's folder in the store (manifest.backup_prefix)
+    snapshots: tuple[Manifest, ...] = ()
+    segments: tuple[SegmentManifest, ...] = ()
+    error: str | None = None  # the store could not be listed
+    permanent: bool = False  # ... and listing again cannot help (credentials, bucket)
+
+
+@dataclasses.dataclass(frozen=True)
+class ContainerEnd:
+    container: str
+    exit_code: int | None
+    message: str  # its termination message, for people (and the replay's result)
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplayPod:
+    """The point-in-time replay pod as the API server has it."""
+
+    name: str
+    uid: str
+    owned: bool  # an owner reference to this EtcdRestore (by uid)
+    phase: str = ""
+    deleting: bool = False
+    init_failure: ContainerEnd | None = None  # the first init container that failed
+    replay: ContainerEnd | None = None  # the replay container ended
+
+    @classmethod
+    def from_pod(cls, pod: Mapping[str, Any], restore_uid: str, replay_container: str) -> ReplayPod:
+        meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+        failure = None
+        for container in status.get("initContainerStatuses") or []:
+            done = (container.get("state") or {}).get("terminated") or {}
+            if done and done.get("exitCode") not in (None, 0):
+                failure = ContainerEnd(
+                    container.get("name", ""), done.get("exitCode"), (done.get("message") or "").strip()[-1000:]
+                )
+                break
+        replay = None
+        for container in status.get("containerStatuses") or []:
+            done = (container.get("state") or {}).get("terminated") or {}
+            if container.get("name") == replay_container and done:
+                replay = ContainerEnd(replay_container, done.get("exitCode"), (done.get("message") or "").strip())
+        return cls(
+            name=meta.get("name", ""),
+            uid=meta.get("uid", ""),
+            owned=any(ref.get("uid") == restore_uid for ref in meta.get("ownerReferences") or []),
+            phase=status.get("phase") or "",
+            deleting=bool(meta.get("deletionTimestamp")),
+            init_failure=failure,
+            replay=replay,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
 class Observed:
     namespace: str
     restore: str
@@ -158,6 +219,8 @@ class Observed:
     new_cluster_problem: str | None = None  # server-side dry run of the cluster to create
     deleting: bool = False  # the EtcdRestore has a deletionTimestamp
     source: SourceState | None = None  # looked at until the snapshot is verified
+    catalogue: Catalogue | None = None  # point in time: listed until the plan is recorded
+    replay_pod: ReplayPod | None = None  # point in time: the replay pod, while the replay is planned
 
     @property
     def target(self) -> TargetCluster:

@@ -59,7 +59,14 @@ from etcd_operator.core.cluster.spec import ClusterSpec
 from etcd_operator.core.restore import builders
 from etcd_operator.core.restore import steps as s
 from etcd_operator.core.restore.observed import ObjectState, Observed, RestoreRecord, TargetCluster, records_text
-from etcd_operator.core.restore.spec import DEFAULT_REVISION_BUMP, TERMINAL_PHASES, RestoreSpec, RestoreStatus
+from etcd_operator.core.restore.replay_planner import plan_point_in_time
+from etcd_operator.core.restore.spec import (
+    BEFORE_RESTORING,
+    DEFAULT_REVISION_BUMP,
+    TERMINAL_PHASES,
+    RestoreSpec,
+    RestoreStatus,
+)
 from etcd_operator.core.storage_policy import AMBIENT_NOT_ALLOWED
 from etcd_operator.core.timefmt import format_time
 
@@ -369,7 +376,7 @@ def plan(spec: RestoreSpec, status: RestoreStatus, observed: Observed, now: floa
         return s.Idle(f"the restore ended: {status.phase}")
     if observed.deleting:
         return s.Wait("the EtcdRestore is being deleted; nothing more is created or changed for it", code="Deleting")
-    if status.phase in (None, "Pending", "Verifying"):
+    if status.phase in BEFORE_RESTORING:
         return _plan_checks(spec, status, observed)
 
     return _plan_restoring(spec, status, observed, now)
@@ -386,6 +393,18 @@ def _plan_checks(spec: RestoreSpec, status: RestoreStatus, observed: Observed) -
             return waiting
     if status.phase in (None, "Pending"):
         return s.StartVerifying("verifying the snapshot")
+    if spec.point is not None and not status.verified:
+        step = plan_point_in_time(spec, status, observed)
+        if isinstance(step, s.PlanReplay) and step.record is not None:
+            # The replay runs the target's etcd on the base snapshot: it must be able to read it.
+            problem = version_problem(_target_version(spec, observed), step.record.base_etcd_version)
+            if problem:
+                return problem
+        if step is not None:
+            return step
+        record = status.point_in_time
+        key = record.snapshot_key if record else ""
+        return s.VerifySnapshot(f"verifying {key}", key=key)
     if not status.verified:
         return s.VerifySnapshot("verifying the snapshot")
     problem = version_problem(_target_version(spec, observed), status.snapshot_version)

@@ -8,7 +8,11 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from etcd_operator.core.backup.chain import Target
+from etcd_operator.core.restore.point_in_time import ReplayRecord, target_of
+
 TERMINAL_PHASES = ("Completed", "Failed", "AlreadyApplied")
+BEFORE_RESTORING = (None, "Pending", "Verifying", "Replaying")  # nothing of the target is touched yet
 # spec.revisionBump's default (the CRD's): etcd's disaster-recovery guide suggests 1,000,000,000
 # for Kubernetes, far above the writes any store takes between a backup and its restore.
 DEFAULT_REVISION_BUMP = 1_000_000_000
@@ -33,15 +37,23 @@ class RestoreSpec:
     digest: str  # spec_hash of the whole spec
     # etcdutl --bump-revision on every member (with --mark-compacted when > 0); 0: neither
     revision_bump: int = DEFAULT_REVISION_BUMP
+    point: Target | None = None  # spec.source.pointInTime; None: restore a whole snapshot
 
     @classmethod
     def from_dict(cls, spec: Mapping[str, Any]) -> RestoreSpec:
         target = spec.get("target") or {}
+        source = spec.get("source") or {}
         bump = int(spec.get("revisionBump", DEFAULT_REVISION_BUMP))
+        point = target_of(source)
         if "inPlace" in target:
-            return cls(spec.get("source") or {}, True, target["inPlace"]["clusterName"], {}, spec_hash(spec), bump)
+            return cls(source, True, target["inPlace"]["clusterName"], {}, spec_hash(spec), bump, point)
         new = target["newCluster"]
-        return cls(spec.get("source") or {}, False, new["name"], dict(new.get("spec") or {}), spec_hash(spec), bump)
+        return cls(source, False, new["name"], dict(new.get("spec") or {}), spec_hash(spec), bump, point)
+
+    @property
+    def backup(self) -> str | None:
+        """The EtcdBackup of spec.source.backupRef, if that is the source."""
+        return (self.source.get("backupRef") or {}).get("name")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +72,7 @@ class RestoreStatus:
     seed_attempts: int = 0
     preserved: tuple[str, ...] = ()
     progress: str = ""
+    point_in_time: ReplayRecord | None = None  # a point-in-time restore's plan and what it reached
 
     @property
     def verified(self) -> bool:
@@ -81,4 +94,5 @@ class RestoreStatus:
             seed_attempts=int(status.get("seedAttempts") or 0),
             preserved=tuple(sorted(status.get("preservedData") or ())),
             progress=status.get("progress") or "",
+            point_in_time=ReplayRecord.from_dict(status.get("pointInTime")),
         )

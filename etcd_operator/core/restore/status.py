@@ -8,8 +8,10 @@ from typing import Any
 from etcd_operator.core import conditions as c
 from etcd_operator.core.outcome import Outcome
 from etcd_operator.core.restore import steps as s
+from etcd_operator.core.restore.point_in_time import ReplayRecord
 
 VERIFYING_STEPS = (s.StartVerifying, s.VerifySnapshot)
+REPLAYING_STEPS = (s.PlanReplay, s.StartReplayPod, s.RecordReplayResult, s.RemoveReplayPod)
 
 
 def _phase(previous: str | None, step: s.Step, outcome: Outcome) -> str:
@@ -21,13 +23,15 @@ def _phase(previous: str | None, step: s.Step, outcome: Outcome) -> str:
         return "Completed"
     if isinstance(step, VERIFYING_STEPS):
         return "Verifying"
+    if isinstance(step, REPLAYING_STEPS):
+        return "Replaying"
     if isinstance(step, (s.Wait, s.Idle)):
         return previous or "Pending"
     return "Restoring"
 
 
 def _conditions(phase: str, code: str, message: str) -> list[c.Condition]:
-    active = phase in ("Pending", "Verifying", "Restoring")
+    active = phase in ("Pending", "Verifying", "Replaying", "Restoring")
     return [
         c.Condition("Progressing", active, code, message if active else ""),
         c.Condition(
@@ -57,6 +61,13 @@ def _step_fields(step: s.Step, previous: Mapping[str, Any], now: str) -> dict[st
     """Status fields that follow from the step itself."""
     if isinstance(step, s.StartVerifying):
         return {"startTime": previous.get("startTime") or now}
+    if isinstance(step, s.PlanReplay) and step.record is not None:
+        return {"pointInTime": step.record.to_dict()}
+    if isinstance(step, s.RecordReplayResult) and step.result is not None:
+        record = ReplayRecord.from_dict(previous.get("pointInTime"))
+        if record is None:
+            raise RuntimeError("a replay's result was recorded without its plan in status.pointInTime")
+        return {"pointInTime": record.with_result(step.result).to_dict()}
     if isinstance(step, s.BeginRestore):
         fields: dict[str, Any] = {"targetCluster": step.target, "revisionBump": step.revision_bump}
         if step.bumped_revision is not None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from etcd_operator.core.restore.point_in_time import ReplayRecord, ReplayResult
+
 
 @dataclasses.dataclass(frozen=True)
 class Step:
@@ -67,6 +69,45 @@ class StartVerifying(Step):
 class VerifySnapshot(Step):
     """Resolve the source, stream it (sha256 against the manifest, etcd's own checksum),
     read its storage version. Reads only."""
+
+    key: str = ""  # a point-in-time restore's snapshot (the replayed one, or the base); "": the source's
+
+
+# --- point in time: the replay, before anything of the target is touched -----------------
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanReplay(Step):
+    """Record the base snapshot and the segments to replay (status.pointInTime), once."""
+
+    record: ReplayRecord | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class StartReplayPod(Step):
+    """Create the one-shot replay pod (core/restore/replay_pod.py): the base snapshot restored
+    on its scratch space, the segments replayed onto it, its snapshot uploaded."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordReplayResult(Step):
+    """The replay pod ended well: record the revision and time it reached."""
+
+    result: ReplayResult | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class RemoveReplayPod(Step):
+    pod: str = ""
+    pod_uid: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class FailReplay(Fail):
+    """The replay refused or failed: remove its pod (its scratch etcd would run on) and fail."""
+
+    pod: str = ""
+    pod_uid: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,6 +237,11 @@ ALL_STEPS: tuple[type[Step], ...] = (
     Complete,
     StartVerifying,
     VerifySnapshot,
+    PlanReplay,
+    StartReplayPod,
+    RecordReplayResult,
+    RemoveReplayPod,
+    FailReplay,
     BeginRestore,
     CreateTargetCluster,
     HoldCluster,

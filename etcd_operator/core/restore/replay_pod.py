@@ -1,0 +1,154 @@
+"""The one-shot pod that replays a point-in-time restore's segments. Pure.
+
+Like the backup verification pod (core/backup/scratch_pod.py): the base snapshot is fetched
+onto an emptyDir (its sha256 checked again) and restored there with the target's etcdutl,
+never bumped (the replayed revisions must line up with the source's); a scratch
+single-member etcd runs on it, listening only on unix sockets inside that emptyDir (no TCP
+port: nothing outside the pod reaches the data) and without fsync (`--unsafe-no-fsync`: the
+store lives only as long as the pod, and only its snapshot, uploaded and checked, is kept).
+Beside it, the replay container (programs/replay.py) checks every segment against its
+manifest, replays them, and uploads the store's snapshot; its exit code and termination
+message are the result. The operator removes the pod once it has read them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from etcd_operator import API_GROUP
+from etcd_operator.core import seed_containers
+from etcd_operator.core.backup.segments import SEGMENTS_DIR
+from etcd_operator.core.restore.point_in_time import ReplayRecord
+
+LABEL_REPLAY = f"{API_GROUP}/replay-for-restore"
+SCRATCH = "/var/lib/etcd-replay"
+BASE_FILE = f"{SCRATCH}/base.db"
+DATA_DIR = f"{SCRATCH}/data"
+WORK_DIR = f"{SCRATCH}/work"  # the segments and the replayed snapshot, on their way
+RESULT_FILE = f"{SCRATCH}/result"
+MEMBER = "replay"
+REPLAY_CONTAINER = "replay"
+# etcd names a unix listener's socket file "host:port" in its working directory (SCRATCH).
+CLIENT_SOCKET_URL = "unix://etcd-client:0"
+PEER_SOCKET_URL = "unix://etcd-peer:0"
+CLIENT_SOCKET = f"{SCRATCH}/etcd-client:0"
+PLACEHOLDER_PEER_URL = "http://localhost:2380"  # recorded in the member list only
+# One original revision is one transaction, however many keys it changed (a deleted prefix
+# can be thousands) and however large: the scratch member takes what the source took.
+MAX_TXN_OPS = 1_000_000
+MAX_REQUEST_BYTES = 256 << 20
+QUOTA_BACKEND_BYTES = 8 << 30  # etcd's suggested maximum; the source's own quota held the data
+# fetch_env's variables the replay container does not use (they name the base snapshot's fetch)
+_FETCH_ONLY = ("S3_KEY", "EXPECTED_SHA256", "SNAPSHOT_FILE", "DATA_DIR")
+
+
+def pod_name(restore: str) -> str:
+    """Within a DNS label for a maximal restore name (58)."""
+    return f"{restore}-pitr"
+
+
+def segments_folder(backup_folder: str, chain: str) -> str:
+    return f"{backup_folder}{SEGMENTS_DIR}/{chain}/"
+
+
+def replay_pod(
+    restore: str,
+    namespace: str,
+    etcd_image: str,
+    operator_image: str,
+    source: Mapping[str, Any],
+    backup_folder: str,
+    record: ReplayRecord,
+    until_time: float | None,
+    pull_secrets: list[dict[str, str]] | None = None,
+) -> dict[str, Any]:
+    """`source`: the backup's storage.s3 block; `record`: the plan recorded in status."""
+    scratch = [{"name": "scratch", "mountPath": SCRATCH}]
+    volumes: list[dict[str, Any]] = [{"name": "scratch", "emptyDir": {}}]
+    ca_volumes, ca_mounts = seed_containers.ca_bundle(source)
+    volumes += ca_volumes
+    storage_env = [
+        e
+        for e in seed_containers.fetch_env(
+            source, record.base_key, record.base_sha256, BASE_FILE, DATA_DIR, home=SCRATCH
+        )
+        if e["name"] not in _FETCH_ONLY
+    ]
+    replay_env = {
+        "ETCD_SOCKET": CLIENT_SOCKET,
+        "RESULT_FILE": RESULT_FILE,
+        "WORK_DIR": WORK_DIR,
+        "BASE_KEY": record.base_key,
+        "BASE_REVISION": str(record.base_revision),
+        "SEGMENTS_FOLDER": segments_folder(backup_folder, record.chain),
+        "CHAIN": record.chain,
+        "FIRST_SEQUENCE": str(record.first_sequence),
+        "LAST_SEQUENCE": str(record.last_sequence),
+        "UP_TO_REVISION": str(record.up_to_revision),
+        "UNTIL_TIME": "" if until_time is None else repr(until_time),
+        "OUTPUT_KEY": record.replayed_key,
+        "RESTORE": restore,
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": pod_name(restore), "namespace": namespace, "labels": {LABEL_REPLAY: restore}},
+        "spec": seed_containers.one_shot_pod_spec(
+            volumes,
+            init_containers=[
+                seed_containers.fetch_container(
+                    operator_image,
+                    source,
+                    record.base_key,
+                    record.base_sha256,
+                    BASE_FILE,
+                    DATA_DIR,
+                    SCRATCH,
+                    scratch + ca_mounts,
+                ),
+                seed_containers.etcdutl_restore(
+                    etcd_image,
+                    BASE_FILE,
+                    MEMBER,
+                    DATA_DIR,
+                    f"{MEMBER}={PLACEHOLDER_PEER_URL}",
+                    PLACEHOLDER_PEER_URL,
+                    f"replay-{restore}",
+                    scratch,
+                    # never bumped here: replayed revisions must line up with the source's; the
+                    # members restored from the replayed snapshot are bumped (spec.revisionBump)
+                    revision_bump=0,
+                ),
+            ],
+            containers=[
+                {
+                    "name": "etcd",
+                    "image": etcd_image,
+                    "command": ["etcd"],
+                    "workingDir": SCRATCH,
+                    "args": [
+                        f"--name={MEMBER}",
+                        f"--data-dir={DATA_DIR}",
+                        f"--listen-client-urls={CLIENT_SOCKET_URL}",
+                        f"--advertise-client-urls={CLIENT_SOCKET_URL}",
+                        f"--listen-peer-urls={PEER_SOCKET_URL}",
+                        "--unsafe-no-fsync",
+                        "--auto-compaction-retention=0",
+                        f"--max-txn-ops={MAX_TXN_OPS}",
+                        f"--max-request-bytes={MAX_REQUEST_BYTES}",
+                        f"--quota-backend-bytes={QUOTA_BACKEND_BYTES}",
+                    ],
+                    "volumeMounts": scratch,
+                },
+                {
+                    "name": REPLAY_CONTAINER,
+                    "image": operator_image,
+                    "command": ["python", "-m", "etcd_operator.programs.replay"],
+                    "env": storage_env + [{"name": k, "value": v} for k, v in replay_env.items()],
+                    "terminationMessagePath": RESULT_FILE,
+                    "volumeMounts": scratch + ca_mounts,
+                },
+            ],
+            pull_secrets=pull_secrets or [],
+        ),
+    }

@@ -1,0 +1,404 @@
+"""`python -m etcd_operator.programs.replay`: the point-in-time replay pod's replay container
+(core/restore/replay_pod.py). Beside it, a scratch etcd serves the restored base snapshot on
+a unix socket of the pod's own emptyDir.
+
+1. If this restore's replayed snapshot is stored already (its result document, uploaded
+   last, names its sha256), report it again: a pod started after a restart does not replay twice.
+2. List the recorded chain's segment manifests, check the chain (core/restore/point_in_time.
+   chain_to_replay: every sequence number, no revision missing), then download every
+   segment, checking its size and sha256 against its manifest and decoding it whole, all
+   before the first write.
+3. Replay: each original revision is one transaction, and the store's revision after it
+   must equal the original's; a lease is granted with its recorded ID and TTL before the
+   first put that uses it, and every lease is kept alive while the replay runs (an expiry
+   would delete keys under a revision of its own). Stops at the recorded revision, or at
+   the first revision the backup's watch saw after the time asked for.
+4. Snapshot the store over its socket, upload it with a snapshot manifest, then the result.
+
+The exit code names a refusal (point_in_time.REPLAY_EXIT_CODES); the termination message
+carries the result (JSON) or why it refused."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import logging
+import os
+import pathlib
+import sys
+import time
+from collections.abc import Iterator, Mapping
+
+from etcd_operator.clients.etcd.client import EtcdError
+from etcd_operator.clients.etcd.replay import ReplayMember, leases_kept_alive
+from etcd_operator.clients.etcd.snapshot import SnapshotStream
+from etcd_operator.clients.storage.s3 import S3Location, S3Storage, StorageError
+from etcd_operator.core.backup.chain import ChainProblem
+from etcd_operator.core.backup.manifest import Manifest, manifest_key
+from etcd_operator.core.backup.segments import (
+    SEGMENT_MANIFEST_SUFFIX,
+    RevisionRecord,
+    SegmentBody,
+    SegmentCorrupt,
+    SegmentManifest,
+    decode,
+)
+from etcd_operator.core.restore.point_in_time import (
+    REPLAY_EXIT_CODES,
+    ReplayRecord,
+    ReplayResult,
+    chain_to_replay,
+    result_key,
+)
+from etcd_operator.core.timefmt import now_text
+
+logger = logging.getLogger("replay")
+
+ANSWER_WAIT_SECONDS = 120.0  # from this container's start until the scratch member must answer
+RETRY_SECONDS = 0.5
+PART_BYTES = 64 << 20  # the replayed snapshot is uploaded in parts of this size above it
+KEEP_ALIVE_MIN, KEEP_ALIVE_MAX = 0.5, 5.0  # seconds between renewals: a third of the shortest TTL, within these
+
+
+class Refused(Exception):
+    """The replay cannot give the store the source had: `reason` is a key of REPLAY_EXIT_CODES."""
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    socket: str
+    result_file: pathlib.Path
+    work: pathlib.Path
+    segments_folder: str
+    output_key: str
+    restore: str
+    until_time: float | None
+    record: ReplayRecord
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Settings:
+        return cls(
+            socket=env["ETCD_SOCKET"],
+            result_file=pathlib.Path(env["RESULT_FILE"]),
+            work=pathlib.Path(env["WORK_DIR"]),
+            segments_folder=env["SEGMENTS_FOLDER"],
+            output_key=env["OUTPUT_KEY"],
+            restore=env.get("RESTORE", ""),
+            until_time=float(env["UNTIL_TIME"]) if env.get("UNTIL_TIME") else None,
+            record=ReplayRecord(
+                target="",
+                base_key=env["BASE_KEY"],
+                base_revision=int(env["BASE_REVISION"]),
+                base_etcd_version="",
+                chain=env["CHAIN"],
+                first_sequence=int(env["FIRST_SEQUENCE"]),
+                last_sequence=int(env["LAST_SEQUENCE"]),
+                segments=int(env["LAST_SEQUENCE"]) - int(env["FIRST_SEQUENCE"]) + 1,
+                up_to_revision=int(env["UP_TO_REVISION"]),
+                replayed_key=env["OUTPUT_KEY"],
+            ),
+        )
+
+
+def location_from_env(env: Mapping[str, str], ca: bytes | None) -> S3Location:
+    return S3Location(
+        bucket=env["S3_BUCKET"],
+        endpoint=env.get("S3_ENDPOINT") or None,
+        region=env.get("S3_REGION") or None,
+        force_path_style=env.get("S3_FORCE_PATH_STYLE") == "true",
+        access_key=env.get("AWS_ACCESS_KEY_ID") or None,
+        secret_key=env.get("AWS_SECRET_ACCESS_KEY") or None,
+        ca_bundle=ca,
+        insecure=env.get("S3_INSECURE") == "true",
+    )
+
+
+# --- 1. an earlier pod's result -------------------------------------------------------
+
+
+async def stored_result(storage: S3Storage, key: str) -> ReplayResult | None:
+    """The result an earlier replay of this restore uploaded, when its snapshot's manifest agrees."""
+    if not await storage.exists(result_key(key)):
+        return None
+    try:
+        result = ReplayResult.from_json(await storage.get(result_key(key)))
+        manifest = Manifest.from_json(await storage.get(manifest_key(key)))
+    except (ValueError, StorageError):
+        return None
+    if (manifest.sha256, manifest.size, manifest.revision) != (result.sha256, result.size, result.revision):
+        return None
+    return result
+
+
+# --- 2. the chain, checked before the first write ---------------------------------------
+
+
+async def fetch_segments(storage: S3Storage, settings: Settings) -> list[pathlib.Path]:
+    """Every segment of the plan, checked against its manifest and decoded, on scratch space in order."""
+    listed = []
+    for key in await storage.list_keys(settings.segments_folder):
+        if not key.endswith(SEGMENT_MANIFEST_SUFFIX):
+            continue
+        try:
+            manifest = SegmentManifest.from_json(await storage.get(key))
+        except ValueError as e:
+            logger.warning("%s is not a segment manifest (%s); ignored", key, e)
+            continue
+        if manifest.key == key:
+            listed.append(manifest)
+    try:
+        chain = chain_to_replay(listed, settings.record)
+    except ChainProblem as e:
+        raise Refused("ChainBroken", str(e)) from None
+    settings.work.mkdir(parents=True, exist_ok=True)
+    files = []
+    for manifest in chain:
+        data = await storage.get(manifest.segment_key)
+        problem = manifest.checks(data)
+        if problem:
+            raise Refused("SegmentChecksumMismatch", problem)
+        try:
+            body = decode(data)
+        except SegmentCorrupt as e:
+            raise Refused("SegmentCorrupt", f"{manifest.segment_key}: {e}") from None
+        held = (body.revisions[0].revision, body.revisions[-1].revision) if body.revisions else None
+        if held != (manifest.first_revision, manifest.last_revision):
+            raise Refused(
+                "SegmentCorrupt",
+                f"{manifest.segment_key} holds revisions {held}, its manifest says "
+                f"{manifest.first_revision}..{manifest.last_revision}",
+            )
+        path = settings.work / f"{manifest.sequence:010d}.segment"
+        await asyncio.to_thread(path.write_bytes, data)
+        files.append(path)
+    logger.info("chain %s: %d segments checked", settings.record.chain, len(files))
+    return files
+
+
+def read_bodies(files: list[pathlib.Path]) -> Iterator[SegmentBody]:
+    """One segment at a time: checked already, held in memory only while it is replayed."""
+    for path in files:
+        yield decode(path.read_bytes())
+
+
+# --- 3. the replay ---------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Progress:
+    revision: int
+    seen_at: float | None = None
+    applied: int = 0
+
+
+def wanted(record: RevisionRecord, up_to: int, until: float | None) -> bool:
+    return record.revision <= up_to and (until is None or record.seen_at <= until)
+
+
+async def replay(
+    member: ReplayMember,
+    bodies: Iterator[SegmentBody],
+    base_revision: int,
+    up_to: int,
+    until: float | None,
+    leases: set[int],
+) -> Progress:
+    """Applies each revision after `base_revision` as one transaction, until the first one not
+    `wanted`. `leases`: those the store holds (the base snapshot's); grows as leases are granted."""
+    progress = Progress(base_revision)
+    granted_ttl: dict[int, int] = {}
+    for body in bodies:
+        granted_ttl.update(body.leases)
+        for record in body.revisions:
+            if record.revision <= progress.revision:
+                continue  # before the base snapshot
+            if not wanted(record, up_to, until):
+                return progress
+            if record.revision != progress.revision + 1:
+                raise Refused("ChainBroken", f"revision {record.revision} follows {progress.revision}")
+            for lease in sorted({c.lease for c in record.changes if c.lease and not c.deleted} - leases):
+                if lease not in granted_ttl:
+                    raise Refused(
+                        "LeaseUnknown",
+                        f"revision {record.revision} puts a key with lease {lease:x}, which neither the base "
+                        f"snapshot holds nor a segment recorded",
+                    )
+                await member.grant_lease(lease, granted_ttl[lease])
+                leases.add(lease)
+            made = await member.apply(record.changes)
+            if made != record.revision:
+                raise Refused(
+                    "RevisionMismatch",
+                    f"revision {record.revision} of the source was applied as revision {made}; the replayed "
+                    f"store would not line up with the source",
+                )
+            progress.revision, progress.seen_at, progress.applied = made, record.seen_at, progress.applied + 1
+    return progress
+
+
+async def member_ready(member: ReplayMember) -> int:
+    deadline = time.monotonic() + ANSWER_WAIT_SECONDS
+    last = "no answer yet"
+    while time.monotonic() < deadline:
+        try:
+            return await member.revision()
+        except EtcdError as e:
+            last = str(e)
+        await asyncio.sleep(RETRY_SECONDS)
+    raise Refused(
+        "ScratchMemberUnavailable", f"the scratch member did not answer within {ANSWER_WAIT_SECONDS:.0f}s: {last}"
+    )
+
+
+def keep_alive_period(ttls: list[int]) -> float:
+    return min(KEEP_ALIVE_MAX, max(KEEP_ALIVE_MIN, min(ttls, default=30) / 3))
+
+
+async def replay_into(member: ReplayMember, files: list[pathlib.Path], settings: Settings) -> Progress:
+    record = settings.record
+    revision = await member_ready(member)
+    if revision != record.base_revision:
+        raise Refused(
+            "RevisionMismatch",
+            f"the scratch member restored from {record.base_key} is at revision {revision}, "
+            f"the base snapshot's is {record.base_revision}",
+        )
+    held = await member.leases()
+    leases = {lease for lease, _ in held}
+    errors: list[BaseException] = []
+    ttls = [ttl for _, ttl in held] + [ttl for body in read_bodies(files) for _, ttl in body.leases]
+    async with leases_kept_alive(member, leases, keep_alive_period(ttls), errors):
+        progress = await replay(
+            member, read_bodies(files), record.base_revision, record.up_to_revision, settings.until_time, leases
+        )
+    if errors:
+        raise Refused("ScratchMemberUnavailable", f"keeping the leases alive failed: {errors[0]}")
+    now = await member.revision()
+    if now != progress.revision:
+        raise Refused(
+            "RevisionMismatch",
+            f"the replayed store moved to revision {now} after revision {progress.revision} was replayed "
+            f"(a lease expired?); it is not used",
+        )
+    if settings.until_time is None and progress.revision != record.up_to_revision:
+        raise Refused(
+            "ChainBroken", f"the segments ended at revision {progress.revision}, before {record.up_to_revision}"
+        )
+    return progress
+
+
+# --- 4. the snapshot -------------------------------------------------------------------
+
+
+def save_snapshot(socket: str, path: pathlib.Path) -> tuple[str, int]:
+    """Streams the scratch member's snapshot into `path`: (sha256, size). Runs in a thread."""
+    digest, size = hashlib.sha256(), 0
+    with path.open("wb") as out:
+        for chunk in SnapshotStream(f"unix://{socket}"):
+            digest.update(chunk)
+            out.write(chunk)
+            size += len(chunk)
+    return digest.hexdigest(), size
+
+
+async def upload(storage: S3Storage, key: str, path: pathlib.Path, size: int) -> None:
+    if size <= PART_BYTES:
+        await storage.put(key, await asyncio.to_thread(path.read_bytes))
+        return
+    upload_id = await storage.start_multipart(key)
+    parts = []
+    try:
+        with path.open("rb") as f:
+            number = 1
+            while chunk := await asyncio.to_thread(f.read, PART_BYTES):
+                parts.append(await storage.upload_part(key, upload_id, number, chunk))
+                number += 1
+        await storage.complete_multipart(key, upload_id, parts)
+    except BaseException:
+        await storage.abort_multipart(key, upload_id)
+        raise
+
+
+async def store(storage: S3Storage, member: ReplayMember, settings: Settings, progress: Progress) -> ReplayResult:
+    base = Manifest.from_json(await storage.get(manifest_key(settings.record.base_key)))
+    status = await member.status()
+    hash_kv, compact_revision = await member.hash_kv(progress.revision)
+    key_count = await member.count_keys(progress.revision)
+    path = settings.work / "replayed.db"
+    sha256, size = await asyncio.to_thread(save_snapshot, settings.socket, path)
+    await upload(storage, settings.output_key, path, size)
+    manifest = Manifest(
+        snapshot_key=settings.output_key,
+        backup=base.backup,
+        namespace=base.namespace,
+        cluster=base.cluster,
+        cluster_id=base.cluster_id,
+        etcd_version=status.version,
+        revision=progress.revision,
+        size=size,
+        sha256=sha256,
+        created_at=now_text(),
+        member="replay",
+        slot=f"replay-{settings.restore}",
+        # no backup_uid: it matches no EtcdBackup, so no retention ever counts or deletes it
+        key_count=key_count,
+        hash_kv=hash_kv,
+        compact_revision=compact_revision,
+    )
+    await storage.put(manifest.key, manifest.to_json(), "application/json")
+    result = ReplayResult(progress.revision, progress.seen_at, progress.applied, sha256, size)
+    await storage.put(result_key(settings.output_key), result.to_json().encode(), "application/json")
+    return result
+
+
+async def run(env: Mapping[str, str]) -> ReplayResult:
+    settings = Settings.from_env(env)
+    ca = await asyncio.to_thread(pathlib.Path(env["S3_CA_FILE"]).read_bytes) if env.get("S3_CA_FILE") else None
+    storage = S3Storage(location_from_env(env, ca))
+    try:
+        earlier = await stored_result(storage, settings.output_key)
+        if earlier is not None:
+            logger.info("%s was replayed already, to revision %d", settings.output_key, earlier.revision)
+            return earlier
+        files = await fetch_segments(storage, settings)
+        async with ReplayMember(f"unix://{settings.socket}") as member:
+            started = time.monotonic()
+            progress = await replay_into(member, files, settings)
+            logger.info(
+                "replayed %d revisions in %.1fs: revision %d",
+                progress.applied,
+                time.monotonic() - started,
+                progress.revision,
+            )
+            return await store(storage, member, settings, progress)
+    finally:
+        storage.close()
+
+
+def main(env: Mapping[str, str]) -> int:
+    logging.basicConfig(level=logging.INFO, format="replay: %(message)s")
+    result_file = pathlib.Path(env["RESULT_FILE"])
+    try:
+        result = asyncio.run(run(env))
+    except Refused as e:
+        text, code = f"{e.reason}: {e.message}", REPLAY_EXIT_CODES[e.reason]
+    except (EtcdError, StorageError) as e:
+        text, code = f"ReplayFailed: {e}", 1
+    else:
+        text, code = result.to_json(), 0
+    print(text, file=sys.stderr if code else sys.stdout)
+    try:
+        result_file.write_text(text[:3000])
+    except OSError as e:  # the exit code alone still says whether it replayed
+        print(f"could not write {result_file}: {e}", file=sys.stderr)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(dict(os.environ)))

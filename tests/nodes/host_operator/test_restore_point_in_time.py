@@ -1,0 +1,149 @@
+"""Point-in-time restore against real MinIO and real etcd members in pods on the real nodes,
+with the operator as a process on the host: a cluster with a continuous EtcdBackup takes
+writes whose revisions and times the test records; a restore to a chosen revision and one
+to a chosen time, each into a new cluster, hold exactly the source's keys and values at
+that revision, compared key by key with the source read at it (`get --rev`)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+
+import pytest
+
+from etcd_operator.clients.etcd.replay import ReplayMember
+from etcd_operator.core.backup.segments import (
+    SEGMENT_MANIFEST_SUFFIX,
+    KeyChange,
+    SegmentManifest,
+    decode,
+    segments_prefix,
+)
+from etcd_operator.core.timefmt import format_precise_time, parse_time
+from localkube import controlplane
+from tests.support.backups import apply_backup, apply_restore, fill, get_backup, wait_phase
+from tests.support.cluster_checks import etcdctl
+from tests.support.clusters import FAST_RECOVERY, PLAINTEXT, apply_cluster, member_endpoints, wait_healthy
+from tests.support.kubectl import kubectl
+from tests.support.s3 import create_credentials_secret, s3_client, s3_storage_spec
+from tests.support.waiting import wait_for
+
+pytestmark = pytest.mark.real_nodes
+
+# The continuous backup's stanza on EtcdBackup (the segment writer's; the one line to change
+# if its name changes). Everything else here reads what it writes through segment manifests.
+CONTINUOUS = {"continuous": {}}
+WATCH_SETTLE = 1.0  # seconds around the write a time target names: far above a watch's delay
+
+
+def keyspace(endpoints: list[str], revision: int | None = None) -> dict[bytes, bytes]:
+    args = ["get", "", "--prefix", "-w", "json"] + ([f"--rev={revision}"] if revision else [])
+    kvs = json.loads(etcdctl(endpoints, *args)).get("kvs") or []
+    return {base64.b64decode(kv["key"]): base64.b64decode(kv.get("value", "")) for kv in kvs}
+
+
+def segment_manifests(s3, prefix: str) -> list[SegmentManifest]:
+    found = []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=controlplane.S3_BUCKET, Prefix=prefix):
+        for obj in page.get("Contents", []):
+            if obj["Key"].endswith(SEGMENT_MANIFEST_SUFFIX):
+                body = s3.get_object(Bucket=controlplane.S3_BUCKET, Key=obj["Key"])["Body"].read()
+                found.append(SegmentManifest.from_json(body))
+    return found
+
+
+def last_seen_by(s3, manifests: list[SegmentManifest], moment: float) -> int:
+    """The revision the backup's watch had seen last at `moment`, read from the segments."""
+    seen = []
+    for manifest in manifests:
+        body = decode(s3.get_object(Bucket=controlplane.S3_BUCKET, Key=manifest.segment_key)["Body"].read())
+        seen += [r.revision for r in body.revisions if r.seen_at <= moment]
+    return max(seen)
+
+
+def write_history(endpoint: str) -> list[tuple[int, float]]:
+    """Puts, overwrites, deletes and two-key transactions, one revision each: (revision, time
+    the write returned)."""
+
+    async def write():
+        written = []
+        async with ReplayMember(endpoint, timeout=10) as client:
+            for i in range(60):
+                if i == 40:
+                    await asyncio.sleep(WATCH_SETTLE)
+                if i % 9 == 4:  # a key of the first fill deleted, another written, in one revision
+                    changes = [KeyChange(f"/a/{i:06}".encode(), None), KeyChange(f"/b/{i:03}".encode(), b"new")]
+                else:
+                    changes = [KeyChange(f"/a/{i % 17:06}".encode(), f"value {i}".encode())]
+                revision = await client.apply(changes)
+                written.append((revision, time.time()))
+                if i == 40:
+                    await asyncio.sleep(2 * WATCH_SETTLE)
+        return written
+
+    return asyncio.run(write())
+
+
+def test_restores_to_a_chosen_revision_and_to_a_chosen_time_hold_exactly_the_source_then(
+    real_nodes, namespace, operator
+):
+    apply_cluster(namespace, "src", {"size": 3, "storage": {"size": "1Gi"}, "recovery": FAST_RECOVERY})
+    wait_healthy(namespace, "src", 3)
+    create_credentials_secret(real_nodes, namespace)
+    source = member_endpoints(namespace, "src")
+    fill(source, 100, 128, prefix="/a/")
+    prefix = f"tests/{namespace}"
+    apply_backup(
+        namespace,
+        "pitr",
+        {"clusterRef": {"name": "src"}, "storage": s3_storage_spec(real_nodes, prefix), **CONTINUOUS},
+    )
+    wait_for(lambda: get_backup(namespace, "pitr")["status"].get("lastSuccessfulTime"), 180, what="a full snapshot")
+    written = write_history(source[0])
+    last = written[-1][0]
+    s3 = s3_client(real_nodes)
+    folder = segments_prefix(prefix, namespace, "pitr")
+    manifests = wait_for(
+        lambda: (m := segment_manifests(s3, folder)) and max(s.last_revision for s in m) >= last and m,
+        180,
+        what=f"segments up to revision {last}",
+    )
+    at_revision = written[25][0]
+    # write 40 seen by then, write 41 not yet sent
+    moment_text = format_precise_time(written[40][1] + WATCH_SETTLE)
+    moment = parse_time(moment_text)
+    at_time = last_seen_by(s3, manifests, moment)
+    assert at_time == written[40][0], "the backup's watch saw write 40 within a second"
+
+    new_cluster = {**PLAINTEXT, "size": 3, "storage": {"size": "1Gi"}}
+    apply_restore(
+        namespace,
+        "to-rev",
+        {
+            "source": {"backupRef": {"name": "pitr"}, "pointInTime": {"revision": at_revision}},
+            "target": {"newCluster": {"name": "at-rev", "spec": new_cluster}},
+        },
+    )
+    apply_restore(
+        namespace,
+        "to-time",
+        {
+            "source": {"backupRef": {"name": "pitr"}, "pointInTime": {"time": moment_text}},
+            "target": {"newCluster": {"name": "at-time", "spec": {**new_cluster, "size": 1}}},
+        },
+    )
+    for restore, cluster, revision, size in (("to-rev", "at-rev", at_revision, 3), ("to-time", "at-time", at_time, 1)):
+        status = wait_phase(namespace, restore, "Completed", timeout=600)["status"]
+        point = status["pointInTime"]
+        assert status["restoredRevision"] == point["reachedRevision"] == revision, point
+        assert status["sourceKey"] == point.get("replayedKey", point["baseKey"])
+        wait_healthy(namespace, cluster, size)
+        restored = keyspace(member_endpoints(namespace, cluster))
+        expected = keyspace(source, revision)
+        assert len(restored) == len(expected) >= 100
+        assert restored == expected  # every key and value, exactly as the source held them at that revision
+    # The replay pods are gone once their results were read.
+    for pod in ("to-rev-pitr", "to-time-pitr"):
+        assert kubectl("get", "pod", pod, "-n", namespace, check=False).returncode != 0, f"{pod} was left"
