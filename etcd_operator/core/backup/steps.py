@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from etcd_operator.core.backup.backoff import DEFAULT_BACKOFF_LIMIT
-from etcd_operator.core.backup.object_lock import LockedBackup
 from etcd_operator.core.backup.continuous import ChainBreak, ChainStart, SegmentsWritten, StreamView
+from etcd_operator.core.backup.object_lock import LockedBackup
 from etcd_operator.core.outcome import NOTHING_DONE as NOTHING_DONE
 from etcd_operator.core.outcome import Event as Event
 from etcd_operator.core.outcome import Outcome as Outcome
