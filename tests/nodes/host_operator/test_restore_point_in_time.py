@@ -34,7 +34,7 @@ pytestmark = pytest.mark.real_nodes
 
 # The continuous backup's stanza on EtcdBackup (the segment writer's; the one line to change
 # if its name changes). Everything else here reads what it writes through segment manifests.
-CONTINUOUS = {"continuous": {}}
+CONTINUOUS = {"continuous": {"enabled": True}}
 WATCH_SETTLE = 1.0  # seconds around the write a time target names: far above a watch's delay
 
 
