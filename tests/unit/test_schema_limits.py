@@ -315,3 +315,22 @@ def test_the_schedule_range_rules_never_refuse_what_croniter_accepts(fields):
     refused_by = [message for pattern, message in schedule_range_rules() if pattern.search(expression)]
     if refused_by:
         assert not croniter.is_valid(expression), (expression, refused_by)
+
+
+def _property_names(node: object, path: str = ""):
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "properties" and isinstance(value, dict):
+                for name in value:
+                    yield f"{path}.{name}", name
+            yield from _property_names(value, f"{path}.{key}")
+    elif isinstance(node, list):
+        for item in node:
+            yield from _property_names(item, path)
+
+
+@pytest.mark.parametrize("kind", ["etcdclusters", "etcdbackups", "etcdrestores"])
+def test_every_field_name_is_an_identifier(kind):
+    """An unquoted comma in a YAML flow mapping's description makes a field of its tail."""
+    bad = [path for path, name in _property_names(schema(kind)) if not re.fullmatch(r"[A-Za-z][A-Za-z0-9]*", name)]
+    assert not bad
