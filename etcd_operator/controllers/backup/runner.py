@@ -17,10 +17,10 @@ from etcd_operator.clients.etcd.client import EtcdError, EtcdMemberClient
 from etcd_operator.clients.etcd.snapshot import SnapshotStream
 from etcd_operator.clients.kube import client as kube
 from etcd_operator.clients.storage.credentials import s3_location
-from etcd_operator.clients.storage.keyring import read_keyring
 from etcd_operator.clients.storage.s3 import S3Storage
 from etcd_operator.controllers import faults
 from etcd_operator.controllers.backup import catalogue, segment_store, stale_uploads
+from etcd_operator.controllers.backup.encoding import backup_encoding
 from etcd_operator.controllers.backup.failure import BackupFailed, as_failure
 from etcd_operator.controllers.backup.source_candidates import (
     SourceUnavailable,
@@ -30,9 +30,8 @@ from etcd_operator.controllers.backup.source_candidates import (
 )
 from etcd_operator.controllers.backup.stream import stream_to_s3
 from etcd_operator.controllers.cluster.tls_observer import operator_credentials
-from etcd_operator.core.backup import orphans, retention, sealed
+from etcd_operator.core.backup import orphans, retention
 from etcd_operator.core.backup.bbolt import snapshot_revision
-from etcd_operator.core.backup.keyring import KeyringError
 from etcd_operator.core.backup.manifest import Identity, Manifest, backup_prefix, manifest_key, snapshot_key
 from etcd_operator.core.backup.object_lock import RetentionResult
 from etcd_operator.core.backup.sealed_reader import open_plain
@@ -126,7 +125,7 @@ class BackupRunner:
         self, storage: S3Storage, identity: Identity, spec: BackupSpec, slot: str, key: str
     ) -> Manifest:
         namespace, backup = identity.namespace, identity.backup
-        encoding = await self._encoding(namespace, spec)
+        encoding = await backup_encoding(self.kube, namespace, spec)
         candidates, cluster_body = await find_candidates(self.kube, namespace, spec.cluster, self.shard)
         tls = await operator_credentials(self.kube, cluster_body)
         member = chosen(candidates, await ask_candidates(candidates, tls), cluster_body)
@@ -208,20 +207,6 @@ class BackupRunner:
             started,
         )
         return manifest
-
-    async def _encoding(self, namespace: str, spec: BackupSpec) -> sealed.Encoding:
-        """How this run stores its snapshot: spec.compression, and with spec.encryption the
-        key of its key ID, read from its Secret (never logged)."""
-        if not spec.encryption_secret:
-            return sealed.Encoding(compression=spec.compression)
-        key_id = spec.encryption_key_id or ""
-        keys = await read_keyring(self.kube, namespace, spec.encryption_secret)
-        if key_id not in keys:
-            raise KeyringError(
-                "EncryptionKeyMissing",
-                f"Secret {namespace}/{spec.encryption_secret} has no key {key_id!r} (spec.encryption.keyID)",
-            )
-        return sealed.Encoding(compression=spec.compression, algorithm="aes-256-gcm", key_id=key_id, key=keys[key_id])
 
 
 async def _source_digest(client: EtcdMemberClient, revision: int) -> tuple[int | None, int | None, int | None]:

@@ -22,8 +22,8 @@ logger = logging.getLogger(__name__)
 
 async def upload_segment(storage: S3Storage, manifest: SegmentManifest, stored: bytes) -> None:
     """The segment's bytes, then its manifest: a segment without a manifest was never
-    finished, and nothing reads it. The one place a segment is written (a wrapping of its
-    bytes, such as compression or encryption, goes here)."""
+    finished, and nothing reads it. The one place a segment is written; `stored` comes
+    sealed already (core/backup/segment_sealing.py), as the manifest records."""
     await storage.put(manifest.segment_key, stored)
     await storage.put(manifest.key, manifest.to_json(), "application/json")
 

@@ -158,16 +158,25 @@ class SegmentManifest:
     size: int  # bytes stored
     sha256: str  # of the bytes stored
     created_at: str  # RFC 3339, UTC
+    # How the body is stored (core/backup/segment_sealing.py); absent: plain, as segments
+    # were written before they were sealed.
+    compression: str | None = None  # zstd or none
+    encryption: str | None = None  # aes-256-gcm, or None
+    key_id: str | None = None  # the key ID in the backup's encryption Secret
 
     @property
     def key(self) -> str:
         return self.segment_key.removesuffix(SEGMENT_SUFFIX) + SEGMENT_MANIFEST_SUFFIX
 
+    @property
+    def encrypted(self) -> bool:
+        return bool(self.encryption) and self.encryption != "none"
+
     def to_json(self) -> bytes:
         body = {
             "format": FORMAT,
             "writer": WRITER,
-            **{json_field_name(k): v for k, v in dataclasses.asdict(self).items()},
+            **{json_field_name(k): v for k, v in dataclasses.asdict(self).items() if v is not None},
         }
         return json.dumps(body, indent=2, sort_keys=True).encode()
 
@@ -183,9 +192,10 @@ class SegmentManifest:
         fields: dict[str, Any] = {}
         for field in dataclasses.fields(cls):
             name = json_field_name(field.name)
-            if name not in body:
+            if name in body:
+                fields[field.name] = body[name]
+            elif field.default is dataclasses.MISSING:
                 raise ValueError(f"segment manifest lacks {name!r}")
-            fields[field.name] = body[name]
         for name in ("base_revision", "sequence", "first_revision", "last_revision", "revisions", "events", "size"):
             fields[name] = int(fields[name])
         for name in ("first_seen_at", "last_seen_at"):
