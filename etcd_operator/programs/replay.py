@@ -6,14 +6,17 @@ a unix socket of the pod's own emptyDir.
    last, names its sha256), report it again: a pod started after a restart does not replay twice.
 2. List the recorded chain's segment manifests, check the chain (core/restore/point_in_time.
    chain_to_replay: every sequence number, no revision missing), then download every
-   segment, checking its size and sha256 against its manifest and decoding it whole, all
-   before the first write.
+   segment, checking its size and sha256 against its manifest, unsealing it with the keys
+   mounted at SNAPSHOT_KEYS_DIR (core/backup/segment_sealing.py: a missing or wrong key is
+   refused) and decoding it whole, all before the first write.
 3. Replay: each original revision is one transaction, and the store's revision after it
    must equal the original's; a lease is granted with its recorded ID and TTL before the
    first put that uses it, and every lease is kept alive while the replay runs (an expiry
    would delete keys under a revision of its own). Stops at the recorded revision, or at
    the first revision the backup's watch saw after the time asked for.
-4. Snapshot the store over its socket, upload it with a snapshot manifest, then the result.
+4. Snapshot the store over its socket, seal it (core/restore/replay_sealing.py: REPLAYED_COMPRESSION,
+   and REPLAYED_KEY_ID's key from the mounted keys; never in clear what was read encrypted),
+   upload it with a snapshot manifest saying how it is sealed, then the result.
 
 The exit code names a refusal (point_in_time.REPLAY_EXIT_CODES); the termination message
 carries the result (JSON) or why it refused."""
@@ -33,8 +36,11 @@ from collections.abc import Iterator, Mapping
 from etcd_operator.clients.etcd.client import EtcdError
 from etcd_operator.clients.etcd.replay import ReplayMember, leases_kept_alive
 from etcd_operator.clients.etcd.snapshot import SnapshotStream
+from etcd_operator.clients.storage.keyring import read_mounted_keys
 from etcd_operator.clients.storage.s3 import S3Location, S3Storage, StorageError
+from etcd_operator.core.backup import sealed, segment_sealing
 from etcd_operator.core.backup.chain import ChainProblem
+from etcd_operator.core.backup.keyring import KeyringError
 from etcd_operator.core.backup.manifest import Manifest, manifest_key
 from etcd_operator.core.backup.segments import (
     SEGMENT_MANIFEST_SUFFIX,
@@ -59,6 +65,7 @@ ANSWER_WAIT_SECONDS = 120.0  # from this container's start until the scratch mem
 RETRY_SECONDS = 0.5
 PART_BYTES = 64 << 20  # the replayed snapshot is uploaded in parts of this size above it
 KEEP_ALIVE_MIN, KEEP_ALIVE_MAX = 0.5, 5.0  # seconds between renewals: a third of the shortest TTL, within these
+SEAL_READ_BYTES = 1 << 20  # the replayed snapshot is sealed from its file in reads of this size
 
 
 class Refused(Exception):
@@ -80,6 +87,9 @@ class Settings:
     restore: str
     until_time: float | None
     record: ReplayRecord
+    keys_dir: str = ""  # the restore's keys Secret, mounted: one file per key ID
+    replayed_compression: str = "zstd"
+    replayed_key_id: str = ""  # "": the replayed snapshot is not encrypted
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
@@ -103,6 +113,9 @@ class Settings:
                 up_to_revision=int(env["UP_TO_REVISION"]),
                 replayed_key=env["OUTPUT_KEY"],
             ),
+            keys_dir=env.get("SNAPSHOT_KEYS_DIR", ""),
+            replayed_compression=env.get("REPLAYED_COMPRESSION") or "zstd",
+            replayed_key_id=env.get("REPLAYED_KEY_ID", ""),
         )
 
 
@@ -117,6 +130,47 @@ def location_from_env(env: Mapping[str, str], ca: bytes | None) -> S3Location:
         ca_bundle=ca,
         insecure=env.get("S3_INSECURE") == "true",
     )
+
+
+# --- the keys: the inputs' and the output's ---------------------------------------------
+
+
+def read_keys(settings: Settings) -> dict[str, bytes]:
+    """The mounted keys. Blocking: run it in a thread."""
+    try:
+        return read_mounted_keys(settings.keys_dir)
+    except KeyringError as e:
+        raise Refused(e.reason, e.message) from None
+
+
+def replayed_encoding(settings: Settings, keys: Mapping[str, bytes]) -> sealed.Encoding:
+    """How the replayed snapshot is stored: the compression and key ID the operator chose,
+    the key from the mounted Secret."""
+    key_id = settings.replayed_key_id
+    if not key_id:
+        return sealed.Encoding(compression=settings.replayed_compression)
+    if key_id not in keys:
+        raise Refused(
+            "EncryptionKeyMissing",
+            f"the replayed snapshot is to be encrypted under key ID {key_id!r}, which the mounted keys do not "
+            f"hold (key IDs given: {', '.join(sorted(keys)) or 'none'})",
+        )
+    return sealed.Encoding(
+        compression=settings.replayed_compression, algorithm="aes-256-gcm", key_id=key_id, key=keys[key_id]
+    )
+
+
+def refuse_clear_output(encoding: sealed.Encoding, base: Manifest, segments: list[SegmentManifest]) -> None:
+    """Never store in clear what was read encrypted."""
+    encrypted = [m.segment_key for m in segments if m.encrypted]
+    if base.encryption and base.encryption != "none":
+        encrypted.insert(0, base.snapshot_key)
+    if encrypted and not encoding.encrypted:
+        raise Refused(
+            "EncryptionKeyMissing",
+            f"{encrypted[0]} is encrypted, and no key ID was given to encrypt the replayed snapshot under "
+            f"(REPLAYED_KEY_ID); it would be stored in clear",
+        )
 
 
 # --- 1. an earlier pod's result -------------------------------------------------------
@@ -139,8 +193,11 @@ async def stored_result(storage: S3Storage, key: str) -> ReplayResult | None:
 # --- 2. the chain, checked before the first write ---------------------------------------
 
 
-async def fetch_segments(storage: S3Storage, settings: Settings) -> list[pathlib.Path]:
-    """Every segment of the plan, checked against its manifest and decoded, on scratch space in order."""
+async def fetch_segments(
+    storage: S3Storage, settings: Settings, keys: Mapping[str, bytes]
+) -> tuple[list[pathlib.Path], list[SegmentManifest]]:
+    """Every segment of the plan, checked against its manifest, unsealed and decoded, on
+    scratch space in order (their plain bodies); and their manifests."""
     listed = []
     for key in await storage.list_keys(settings.segments_folder):
         if not key.endswith(SEGMENT_MANIFEST_SUFFIX):
@@ -160,11 +217,16 @@ async def fetch_segments(storage: S3Storage, settings: Settings) -> list[pathlib
     files = []
     for manifest in chain:
         data = await storage.get(manifest.segment_key)
-        problem = manifest.checks(data)
+        problem = manifest.checks(data)  # the stored bytes first, before any is decrypted
         if problem:
             raise Refused("SegmentChecksumMismatch", problem)
         try:
-            body = decode(data)
+            plain = segment_sealing.unseal(data, keys)
+        except sealed.SealedError as e:
+            reason = "SegmentCorrupt" if e.reason == sealed.SealedError.reason else e.reason
+            raise Refused(reason, f"{manifest.segment_key} cannot be unsealed: {e}") from None
+        try:
+            body = decode(plain)
         except SegmentCorrupt as e:
             raise Refused("SegmentCorrupt", f"{manifest.segment_key}: {e}") from None
         held = (body.revisions[0].revision, body.revisions[-1].revision) if body.revisions else None
@@ -175,10 +237,10 @@ async def fetch_segments(storage: S3Storage, settings: Settings) -> list[pathlib
                 f"{manifest.first_revision}..{manifest.last_revision}",
             )
         path = settings.work / f"{manifest.sequence:010d}.segment"
-        await asyncio.to_thread(path.write_bytes, data)
+        await asyncio.to_thread(path.write_bytes, plain)
         files.append(path)
     logger.info("chain %s: %d segments checked", settings.record.chain, len(files))
-    return files
+    return files, list(chain)
 
 
 def read_bodies(files: list[pathlib.Path]) -> Iterator[SegmentBody]:
@@ -307,6 +369,23 @@ def save_snapshot(socket: str, path: pathlib.Path) -> tuple[str, int]:
     return digest.hexdigest(), size
 
 
+def seal_file(plain: pathlib.Path, stored: pathlib.Path, encoding: sealed.Encoding) -> tuple[str, int]:
+    """Writes `plain`'s stored form into `stored`: (sha256, size) of the stored bytes. Runs in a thread."""
+
+    def chunks() -> Iterator[bytes]:
+        with plain.open("rb") as f:
+            while chunk := f.read(SEAL_READ_BYTES):
+                yield chunk
+
+    digest, size = hashlib.sha256(), 0
+    with stored.open("wb") as out:
+        for piece in sealed.encode(chunks(), encoding):
+            digest.update(piece)
+            out.write(piece)
+            size += len(piece)
+    return digest.hexdigest(), size
+
+
 async def upload(storage: S3Storage, key: str, path: pathlib.Path, size: int) -> None:
     if size <= PART_BYTES:
         await storage.put(key, await asyncio.to_thread(path.read_bytes))
@@ -325,14 +404,23 @@ async def upload(storage: S3Storage, key: str, path: pathlib.Path, size: int) ->
         raise
 
 
-async def store(storage: S3Storage, member: ReplayMember, settings: Settings, progress: Progress) -> ReplayResult:
-    base = Manifest.from_json(await storage.get(manifest_key(settings.record.base_key)))
+async def store(
+    storage: S3Storage,
+    member: ReplayMember,
+    settings: Settings,
+    progress: Progress,
+    base: Manifest,
+    encoding: sealed.Encoding,
+) -> ReplayResult:
     status = await member.status()
     hash_kv, compact_revision = await member.hash_kv(progress.revision)
     key_count = await member.count_keys(progress.revision)
     path = settings.work / "replayed.db"
-    sha256, size = await asyncio.to_thread(save_snapshot, settings.socket, path)
-    await upload(storage, settings.output_key, path, size)
+    _, plain_size = await asyncio.to_thread(save_snapshot, settings.socket, path)
+    stored_path = settings.work / "replayed.stored"
+    sha256, size = await asyncio.to_thread(seal_file, path, stored_path, encoding)
+    await asyncio.to_thread(path.unlink)
+    await upload(storage, settings.output_key, stored_path, size)
     manifest = Manifest(
         snapshot_key=settings.output_key,
         backup=base.backup,
@@ -350,6 +438,10 @@ async def store(storage: S3Storage, member: ReplayMember, settings: Settings, pr
         key_count=key_count,
         hash_kv=hash_kv,
         compact_revision=compact_revision,
+        compression=encoding.compression,
+        encryption=encoding.algorithm if encoding.encrypted else None,
+        key_id=encoding.key_id or None,
+        plain_size=plain_size,
     )
     await storage.put(manifest.key, manifest.to_json(), "application/json")
     result = ReplayResult(progress.revision, progress.seen_at, progress.applied, sha256, size)
@@ -366,7 +458,11 @@ async def run(env: Mapping[str, str]) -> ReplayResult:
         if earlier is not None:
             logger.info("%s was replayed already, to revision %d", settings.output_key, earlier.revision)
             return earlier
-        files = await fetch_segments(storage, settings)
+        keys = await asyncio.to_thread(read_keys, settings)
+        encoding = replayed_encoding(settings, keys)
+        base = Manifest.from_json(await storage.get(manifest_key(settings.record.base_key)))
+        files, segments = await fetch_segments(storage, settings, keys)
+        refuse_clear_output(encoding, base, segments)
         async with ReplayMember(f"unix://{settings.socket}") as member:
             started = time.monotonic()
             progress = await replay_into(member, files, settings)
@@ -376,7 +472,7 @@ async def run(env: Mapping[str, str]) -> ReplayResult:
                 time.monotonic() - started,
                 progress.revision,
             )
-            return await store(storage, member, settings, progress)
+            return await store(storage, member, settings, progress, base, encoding)
     finally:
         storage.close()
 

@@ -140,7 +140,7 @@ def test_restore_pods_get_the_keys_as_a_mounted_secret_never_as_values():
 
 
 def test_the_fetch_program_reads_one_key_per_file_and_skips_the_kubelets_entries(tmp_path):
-    from etcd_operator.programs.seed import read_keys
+    from etcd_operator.clients.storage.keyring import read_mounted_keys as read_keys
 
     (tmp_path / "k1").write_bytes(base64.b64encode(KEY) + b"\n")
     (tmp_path / "..data").mkdir()

@@ -353,4 +353,3 @@ class SegmentWriter:
         self.last_revision = last
         self.last_segment_at = self.clock()
         self._written.append(manifest)
-

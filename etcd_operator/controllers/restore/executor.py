@@ -19,6 +19,7 @@ from etcd_operator.controllers import faults
 from etcd_operator.controllers.backup.snapshot_integrity import VerificationFailed, verify_snapshot
 from etcd_operator.controllers.restore import snapshot_lookup
 from etcd_operator.controllers.restore.point_in_time import backup_folder
+from etcd_operator.controllers.restore.replay_inputs import check_replay_inputs
 from etcd_operator.core.backup import sealed
 from etcd_operator.core.backup.bbolt import NotASnapshot, snapshot_revision, snapshot_storage_version
 from etcd_operator.core.backup.keyring import KeyringError
@@ -129,11 +130,14 @@ class RestoreExecutor:
         except KeyringError as e:
             return Outcome(failure=(e.reason, f"{e.message}; nothing was touched"))
         except StorageError as e:
-            if not e.permanent:
-                logger.warning("%s/%s: verification hit a transient error: %s", self.namespace, self.name, e)
-                return Outcome(False, f"S3: {e}; retrying", retry_after=TRANSIENT_RETRY)
-            reason = "CredentialsNotFound" if e.code.startswith("Secret") else "StorageError"
-            return Outcome(failure=(reason, f"S3: {e}"))
+            return self._storage_outcome("verification", e)
+
+    def _storage_outcome(self, what: str, e: StorageError) -> Outcome:
+        if not e.permanent:
+            logger.warning("%s/%s: %s hit a transient error: %s", self.namespace, self.name, what, e)
+            return Outcome(False, f"S3: {e}; retrying", retry_after=TRANSIENT_RETRY)
+        reason = "CredentialsNotFound" if e.code.startswith("Secret") else "StorageError"
+        return Outcome(failure=(reason, f"S3: {e}"))
 
     async def _verified_facts(self, source: Mapping[str, Any]) -> Outcome:
         s3 = await snapshot_lookup.s3_block(self.kube, self.namespace, source)
@@ -152,7 +156,8 @@ class RestoreExecutor:
             try:
                 plain = await open_plain(stored, await storage.size(snapshot.key), keys)
             except sealed.SealedError as e:
-                raise VerificationFailed(e.reason, _unsealing_message(snapshot.key, e, keys_secret)) from None
+                message = snapshot_lookup.unsealing_message(snapshot.key, e, keys_secret)
+                raise VerificationFailed(e.reason, message) from None
             verified = await verify_snapshot(storage, snapshot.key, snapshot.manifest, keys=keys)
             read = plain.read
 
@@ -192,9 +197,13 @@ class RestoreExecutor:
         if record is None or spec.point is None:
             raise RuntimeError(f"a replay pod for {self.name} was planned without a recorded plan")
         try:
-            s3 = await snapshot_lookup.s3_block(self.kube, self.namespace, spec.source)
+            inputs = await check_replay_inputs(self.kube, self.namespace, spec.source, record)
         except VerificationFailed as e:
             return Outcome(failure=(e.reason, e.message))
+        except KeyringError as e:
+            return Outcome(failure=(e.reason, f"{e.message}; nothing was touched"))
+        except StorageError as e:
+            return self._storage_outcome("checking the replay's keys", e)
         target_spec = (
             observed.target_spec if spec.in_place else ClusterSpec.from_dict(spec.new_cluster_spec)
         )  # the replay runs the target's etcd: what the members will run
@@ -203,11 +212,13 @@ class RestoreExecutor:
             self.namespace,
             target_spec.image,
             self.operator_image,
-            s3,
-            backup_folder(self.namespace, spec.backup or "", s3),
+            inputs.s3,
+            backup_folder(self.namespace, spec.backup or "", inputs.s3),
             record,
             spec.point.time,
             pull_secrets=cluster_builders.image_pull_secrets(target_spec),
+            keys_secret=inputs.keys_secret,
+            sealing=inputs.sealing,
         )
         kopf.adopt(manifest, owner=cast(kopf.Body, dict(self.body)))
         try:
@@ -419,14 +430,6 @@ class RestoreExecutor:
             },
         )
         self.post_event("Normal", "ClusterReleased", step.reason)
-
-
-def _unsealing_message(key: str, error: sealed.SealedError, keys_secret: str | None) -> str:
-    where = f"the keys of Secret {keys_secret}" if keys_secret else "no encryption keys (none given)"
-    return (
-        f"{key} cannot be decrypted with {where}: {error}. Give the Secret holding the backup's key "
-        f"(spec.source.encryptionKeysSecretRef); nothing was touched"
-    )
 
 
 HANDLERS: dict[type[s.Step], Handler] = {

@@ -11,7 +11,7 @@ from etcd_operator.clients.kube import client as kube
 from etcd_operator.clients.storage.s3 import S3Storage
 from etcd_operator.controllers.backup.catalogue import read_manifests
 from etcd_operator.controllers.backup.snapshot_integrity import VerificationFailed
-from etcd_operator.core.backup import retention
+from etcd_operator.core.backup import retention, sealed
 from etcd_operator.core.backup.keyring import decryption_secret
 from etcd_operator.core.backup.manifest import Manifest, backup_prefix, manifest_key
 
@@ -72,3 +72,12 @@ async def resolve(
         raise VerificationFailed("NoBackupFound", f"EtcdBackup {namespace}/{backup} has no completed backup yet")
     latest = retention.newest_first(manifests)[0]
     return SnapshotSource(s3, latest.snapshot_key, latest)
+
+
+def unsealing_message(key: str, error: sealed.SealedError, keys_secret: str | None) -> str:
+    """Why `key` could not be opened with the restore's keys, for its Failed condition."""
+    where = f"the keys of Secret {keys_secret}" if keys_secret else "no encryption keys (none given)"
+    return (
+        f"{key} cannot be decrypted with {where}: {error}. Give the Secret holding the backup's key "
+        f"(spec.source.encryptionKeysSecretRef); nothing was touched"
+    )

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from etcd_operator.core.backup.chain import ChainProblem, ReplayPlan, Target, runs
-from etcd_operator.core.backup.scratch_verdict import SHA256_REFUSED
+from etcd_operator.core.backup.scratch_verdict import SHA256_REFUSED, UNSEALING_REFUSED
 from etcd_operator.core.backup.segments import SegmentManifest
 from etcd_operator.core.timefmt import format_precise_time, parse_time
 
@@ -215,6 +215,10 @@ REPLAY_EXIT_CODES = {
     "RevisionMismatch": 22,
     "LeaseUnknown": 23,
     "ScratchMemberUnavailable": 24,
+    # a segment (or the replayed snapshot's key) and the restore's keys: as a snapshot's
+    "EncryptionKeyMissing": 25,
+    "DecryptionFailed": 26,
+    "EncryptionKeyInvalid": 27,
 }
 _REASON_OF_EXIT_CODE = {code: reason for reason, code in REPLAY_EXIT_CODES.items()}
 
@@ -229,6 +233,8 @@ def init_failure_reason(container: str, exit_code: int | None) -> str:
     """The base snapshot could not be fetched or restored into the replay pod's scratch space."""
     if container == "fetch" and exit_code == SHA256_REFUSED:
         return "ChecksumMismatch"
+    if container == "fetch" and exit_code == UNSEALING_REFUSED:
+        return "SnapshotNotDecodable"  # a missing or wrong key, or an altered object
     if container == "restore":
         return "SnapshotNotRestorable"
     return "ReplayFailed"

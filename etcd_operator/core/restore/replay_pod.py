@@ -7,8 +7,12 @@ single-member etcd runs on it, listening only on unix sockets inside that emptyD
 port: nothing outside the pod reaches the data) and without fsync (`--unsafe-no-fsync`: the
 store lives only as long as the pod, and only its snapshot, uploaded and checked, is kept).
 Beside it, the replay container (programs/replay.py) checks every segment against its
-manifest, replays them, and uploads the store's snapshot; its exit code and termination
-message are the result. The operator removes the pod once it has read them."""
+manifest, replays them, and uploads the store's snapshot, sealed as the operator chose
+(core/restore/replay_sealing.py: compression and key ID in its environment); its exit code
+and termination message are the result. The operator removes the pod once it has read them.
+
+The restore's keys Secret, when there is one, is mounted into the two containers that read
+or write sealed objects (the fetch and the replay), never into etcd's or etcdutl's."""
 
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ from etcd_operator import API_GROUP
 from etcd_operator.core import seed_containers
 from etcd_operator.core.backup.segments import SEGMENTS_DIR
 from etcd_operator.core.restore.point_in_time import ReplayRecord
+from etcd_operator.core.restore.replay_sealing import DEFAULT_SEALING, ReplayedSealing
 
 LABEL_REPLAY = f"{API_GROUP}/replay-for-restore"
 SCRATCH = "/var/lib/etcd-replay"
@@ -61,16 +66,20 @@ def replay_pod(
     record: ReplayRecord,
     until_time: float | None,
     pull_secrets: list[dict[str, str]] | None = None,
+    keys_secret: str | None = None,
+    sealing: ReplayedSealing = DEFAULT_SEALING,
 ) -> dict[str, Any]:
-    """`source`: the backup's storage.s3 block; `record`: the plan recorded in status."""
+    """`source`: the backup's storage.s3 block; `record`: the plan recorded in status;
+    `keys_secret`: the Secret whose keys decrypt the inputs (and encrypt the output)."""
     scratch = [{"name": "scratch", "mountPath": SCRATCH}]
     volumes: list[dict[str, Any]] = [{"name": "scratch", "emptyDir": {}}]
     ca_volumes, ca_mounts = seed_containers.ca_bundle(source)
-    volumes += ca_volumes
+    keys_volumes, keys_mounts = seed_containers.keys_bundle(keys_secret)
+    volumes += ca_volumes + keys_volumes
     storage_env = [
         e
         for e in seed_containers.fetch_env(
-            source, record.base_key, record.base_sha256, BASE_FILE, DATA_DIR, home=SCRATCH
+            source, record.base_key, record.base_sha256, BASE_FILE, DATA_DIR, home=SCRATCH, keys=bool(keys_secret)
         )
         if e["name"] not in _FETCH_ONLY
     ]
@@ -88,6 +97,8 @@ def replay_pod(
         "UNTIL_TIME": "" if until_time is None else repr(until_time),
         "OUTPUT_KEY": record.replayed_key,
         "RESTORE": restore,
+        "REPLAYED_COMPRESSION": sealing.compression,
+        "REPLAYED_KEY_ID": sealing.key_id,  # the ID only: the key comes from the mounted Secret
     }
     return {
         "apiVersion": "v1",
@@ -104,7 +115,8 @@ def replay_pod(
                     BASE_FILE,
                     DATA_DIR,
                     SCRATCH,
-                    scratch + ca_mounts,
+                    scratch + ca_mounts + keys_mounts,
+                    keys_secret=keys_secret,
                 ),
                 seed_containers.etcdutl_restore(
                     etcd_image,
@@ -146,7 +158,7 @@ def replay_pod(
                     "command": ["python", "-m", "etcd_operator.programs.replay"],
                     "env": storage_env + [{"name": k, "value": v} for k, v in replay_env.items()],
                     "terminationMessagePath": RESULT_FILE,
-                    "volumeMounts": scratch + ca_mounts,
+                    "volumeMounts": scratch + ca_mounts + keys_mounts,
                 },
             ],
             pull_secrets=pull_secrets or [],
