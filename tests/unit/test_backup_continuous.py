@@ -423,3 +423,28 @@ def test_the_crd_defaults_are_the_cores_and_a_writer_fits_the_default_budget():
     largest = cb.ContinuousSpec(segment_bytes=continuous["segmentBytes"]["maximum"])
     assert largest.budget_bytes <= DEFAULT_LIMIT_BYTES
     assert cb.ContinuousSpec.from_dict({"continuous": {"enabled": False}}) is None
+
+
+def test_a_silent_watch_is_told_from_a_quiet_cluster():
+    from etcd_operator.core.backup.segment_cutting import WatchProgress
+
+    progress = WatchProgress(stall_seconds=10)
+    assert progress.observe(100, 100, now=0) is None  # caught up: quiet
+    assert progress.observe(105, 100, now=2) is None  # behind: owed 105 since 2
+    assert progress.observe(110, 103, now=8) is None  # moving, but 105 still owed
+    assert "revision 105" in progress.observe(112, 104, now=13)  # 105 owed for 11 s
+    progress = WatchProgress(stall_seconds=10)
+    assert progress.observe(105, 100, now=0) is None
+    assert progress.observe(120, 106, now=5) is None  # 105 given: now owes 120 since 5
+    assert progress.observe(120, 110, now=14) is None
+    assert progress.observe(120, 110, now=16) is not None
+
+
+def test_a_writer_holding_its_watch_back_is_not_stalled():
+    from etcd_operator.core.backup.segment_cutting import WatchProgress
+
+    progress = WatchProgress(stall_seconds=10)
+    assert progress.observe(105, 100, now=0) is None
+    assert progress.observe(130, 100, now=20, holding_back=True) is None
+    assert progress.observe(130, 100, now=25) is None  # owed again from 25
+    assert progress.observe(130, 100, now=36) is not None

@@ -357,7 +357,7 @@ SCHEMA_KEYWORDS = {
 
 
 def _unknown_keywords(node: dict, path: str):
-    for key, value in node.items():
+    for key in node:
         if key not in SCHEMA_KEYWORDS:
             yield f"{path}: {key!r}"
     for name, child in (node.get("properties") or {}).items():

@@ -319,6 +319,12 @@ class EtcdMemberClient:
         )
         return response.count
 
+    async def linearizable_revision(self) -> int:
+        """The cluster's revision, read through the leader (ReadIndex): a member cut off from
+        quorum cannot answer, where its serializable status would."""
+        response = await self._call("Range", self._kv.Range, rpc.RangeRequest(key=b"\0", count_only=True))
+        return response.header.revision
+
     async def put(self, key: bytes, value: bytes) -> int:
         response = await self._call("Put", self._kv.Put, rpc.PutRequest(key=key, value=value), mutating=True)
         return response.header.revision

@@ -47,7 +47,7 @@ from etcd_operator.controllers.cluster.tls_observer import operator_credentials
 from etcd_operator.core.backup import continuous as cb
 from etcd_operator.core.backup import sealed, segment_sealing
 from etcd_operator.core.backup.manifest import Identity
-from etcd_operator.core.backup.segment_cutting import Cut, RevisionGap, RevisionGrouper, SegmentCutter
+from etcd_operator.core.backup.segment_cutting import Cut, RevisionGap, RevisionGrouper, SegmentCutter, WatchProgress
 from etcd_operator.core.backup.segments import KeyChange, SegmentManifest, segment_key, segments_prefix
 from etcd_operator.core.backup.spec import BackupSpec
 from etcd_operator.core.buffer_budget import MemoryBudget, process_budget
@@ -60,6 +60,16 @@ logger = logging.getLogger(__name__)
 WATCH_QUEUE = 2  # watch responses read ahead of the grouping, at most
 RETRY_FIRST, RETRY_MOST = 0.5, 10.0  # seconds between attempts (reconnects, uploads), doubling
 LEASES_REMEMBERED = 65_536  # granted TTLs learnt; past this they are learnt again
+# A watch on a member cut off from quorum stays open and silent. Every HEARTBEAT_SECONDS the
+# writer reads the cluster's revision through that member, linearizably; a member that cannot
+# answer, or whose watch has not delivered a revision the cluster holds within STALL_SECONDS,
+# is left for another.
+HEARTBEAT_SECONDS = 2.0
+STALL_SECONDS = 10.0
+
+
+class WatchStalled(Exception):
+    pass
 
 
 class ChainBroken(Exception):
@@ -210,7 +220,7 @@ class SegmentWriter:
                 raise ChainBroken(cb.COMPACTED, str(e)) from None
             except RevisionGap as e:
                 raise ChainBroken(cb.REVISION_GAP, str(e)) from None
-            except (SourceUnavailable, EtcdError, WatchCanceled, TimeoutError) as e:
+            except (SourceUnavailable, EtcdError, WatchCanceled, WatchStalled, TimeoutError) as e:
                 self.waiting = f"no member to watch: {e}"
                 grouper.drop_open()  # its events are watched again
                 await asyncio.sleep(delay)
@@ -249,7 +259,22 @@ class SegmentWriter:
             except Exception as e:
                 await queue.put(e)
 
+        async def heartbeat() -> None:
+            progress = WatchProgress(STALL_SECONDS)
+            try:
+                while True:
+                    await asyncio.sleep(HEARTBEAT_SECONDS)
+                    revision = await asyncio.wait_for(client.linearizable_revision(), HEARTBEAT_SECONDS * 2)
+                    self.cluster_revision = max(self.cluster_revision or 0, revision)
+                    holding_back = self._upload is not None and not self._upload.done()
+                    stalled = progress.observe(revision, grouper.next_revision - 1, self.monotonic(), holding_back)
+                    if stalled:
+                        raise WatchStalled(stalled)
+            except Exception as e:
+                await queue.put(e)
+
         reader = asyncio.create_task(read())
+        watchdog = asyncio.create_task(heartbeat())
         try:
             while True:
                 left = cutter.seconds_left(self.monotonic())
@@ -265,7 +290,8 @@ class SegmentWriter:
                     await self._cut(client, storage, cutter)
         finally:
             reader.cancel()
-            await asyncio.gather(reader, return_exceptions=True)
+            watchdog.cancel()
+            await asyncio.gather(reader, watchdog, return_exceptions=True)
 
     async def _take(
         self,

@@ -138,3 +138,27 @@ class SegmentCutter:
 
     def leases_used(self) -> set[int]:
         return {c.lease for r in self._records for c in r.changes if c.lease and c.value is not None}
+
+
+class WatchProgress:
+    """Tells a silent watch from a quiet cluster: the cluster's revision, read linearizably,
+    against the last revision the watch gave. A revision the cluster holds that the watch has
+    not given within `stall_seconds` means the watch stalled (its member was cut off from
+    quorum, say), unless the writer itself holds the watch back (an upload it waits for)."""
+
+    def __init__(self, stall_seconds: float):
+        self.stall_seconds = stall_seconds
+        self._awaited: tuple[int, float] | None = None  # a revision the watch owes, and since when
+
+    def observe(self, cluster_revision: int, given: int, now: float, holding_back: bool = False) -> str | None:
+        """Why the watch counts as stalled; None while it keeps up."""
+        if given >= cluster_revision or holding_back:
+            self._awaited = None
+            return None
+        if self._awaited is None or given >= self._awaited[0]:
+            self._awaited = (cluster_revision, now)
+            return None
+        awaited, since = self._awaited
+        if now - since > self.stall_seconds:
+            return f"the watch has not given revision {awaited} in {now - since:.0f} s; it gave up to {given}"
+        return None
