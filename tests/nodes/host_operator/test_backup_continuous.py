@@ -12,7 +12,8 @@ import time
 import pytest
 
 from etcd_operator.clients.etcd.client import EtcdMemberClient
-from etcd_operator.core.backup.segments import SegmentManifest, decode
+from etcd_operator.core.backup.segment_sealing import open_body
+from etcd_operator.core.backup.segments import SegmentManifest
 from localkube import controlplane
 from tests.support.backups import apply_backup, fill, get_backup
 from tests.support.clusters import FAST_RECOVERY, apply_cluster, member_endpoints, wait_healthy
@@ -113,7 +114,8 @@ def test_segments_chain_from_the_base_snapshot_and_hold_exactly_the_writes(real_
     seen = {}
     for manifest, body in segments:
         assert manifest.checks(body) is None
-        decoded = decode(body)
+        assert manifest.compression == "zstd" and not manifest.encrypted  # the backup's default
+        decoded = open_body(body, {})
         assert [r.revision for r in decoded.revisions] == list(
             range(manifest.first_revision, manifest.last_revision + 1)
         )
@@ -171,5 +173,5 @@ def test_a_broken_chain_is_detected_and_followed_by_a_full_snapshot(real_nodes, 
     )
     segments = segments_of(real_nodes, prefix, new_chain)
     assert segments and segments[0][0].first_revision == status["continuous"]["baseRevision"] + 1
-    held = {r.revision for _, body in segments for r in decode(body).revisions}
+    held = {r.revision for _, body in segments for r in open_body(body, {}).revisions}
     assert set(after) <= held
