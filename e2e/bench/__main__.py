@@ -10,7 +10,8 @@ from bench import continuous, race, scenarios, sealing
 
 
 def main(argv: list[str]) -> int:
-    wanted = set(argv[1:]) or {"cluster", "backup", "restore", "verification", "memory", "race", "sealing", "continuous"}
+    everything = {"cluster", "backup", "restore", "verification", "memory", "race", "sealing", "continuous"}
+    wanted = set(argv[1:]) or everything
     if "sealing" in wanted:  # needs no cluster: the testbin's etcd and memory only
         sealing.run()
         wanted.discard("sealing")

@@ -413,7 +413,7 @@ async def stored_segments(storage: S3Storage, prefix: str) -> list[SegmentManife
 async def upload_snapshot(
     storage: S3Storage, path: pathlib.Path, key: str, revision: int, cluster_id: str, backup: str
 ) -> Manifest:
-    data = path.read_bytes()
+    data = await asyncio.to_thread(path.read_bytes)
     manifest = Manifest(
         snapshot_key=key, backup=backup, namespace=NAMESPACE, cluster=CLUSTER, cluster_id=cluster_id,
         etcd_version="3.6", revision=revision, size=len(data), sha256=hashlib.sha256(data).hexdigest(),
@@ -483,11 +483,11 @@ class Timed:
 
 
 async def full_restore(storage: S3Storage, key: str, folder: pathlib.Path) -> Timed:
-    folder.mkdir()
+    await asyncio.to_thread(folder.mkdir)
     started = time.perf_counter()
-    (folder / "full.db").write_bytes(await storage.get(key))
+    await asyncio.to_thread((folder / "full.db").write_bytes, await storage.get(key))
     fetched = time.perf_counter()
-    etcdutl_restore(folder / "full.db", folder / "data")
+    await asyncio.to_thread(etcdutl_restore, folder / "full.db", folder / "data")
     restored = time.perf_counter()
     with scratch_member(folder, fsync=True) as sock:
         found = await contents(f"unix://{sock}")
@@ -497,14 +497,14 @@ async def full_restore(storage: S3Storage, key: str, folder: pathlib.Path) -> Ti
 async def point_in_time_restore(storage: S3Storage, env: dict[str, str], folder: pathlib.Path, fsync: bool) -> Timed:
     """The replay pod's work: its init containers (fetch the base, etcdutl restore), the
     scratch member, and the replay program's steps, each timed."""
-    folder.mkdir()
+    await asyncio.to_thread(folder.mkdir)
     settings = replay_program.Settings.from_env(
         {**env, "ETCD_SOCKET": "", "RESULT_FILE": str(folder / "result"), "WORK_DIR": str(folder / "work")}
     )
     phases = {}
     started = time.perf_counter()
-    (folder / "base.db").write_bytes(await storage.get(settings.record.base_key))
-    etcdutl_restore(folder / "base.db", folder / "data")
+    await asyncio.to_thread((folder / "base.db").write_bytes, await storage.get(settings.record.base_key))
+    await asyncio.to_thread(etcdutl_restore, folder / "base.db", folder / "data")
     phases["base: download, etcdutl snapshot restore"] = time.perf_counter() - started
     with scratch_member(folder, fsync) as sock:
         settings = dataclasses.replace(settings, socket=sock)
@@ -564,21 +564,23 @@ async def measure(folder: pathlib.Path) -> None:
     idle: WriterProcess | None = None
     storage: S3Storage | None = None
     try:
-        minio.start()
-        cluster.start()
+        await asyncio.to_thread(minio.start)
+        await asyncio.to_thread(cluster.start)
         storage = S3Storage(minio.location())
         await asyncio.to_thread(minio.create_bucket)
         await fill(cluster.members[0].endpoint)
         async with EtcdMemberClient(cluster.members[0].endpoint) as client:
             status = await client.status()
         cluster_id, base_revision = f"{status.cluster_id:x}", status.revision
-        save_snapshot(cluster.members[0].endpoint, folder / "base.db")
+        await asyncio.to_thread(save_snapshot, cluster.members[0].endpoint, folder / "base.db")
         environment = {"AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY}
         bases = {}
         for n, (label, (seconds, size)) in enumerate(WRITERS.items()):
             backup = f"every-{seconds}s"
             base_key = f"{backup_prefix('', NAMESPACE, backup)}base.db"
-            bases[label] = await upload_snapshot(storage, folder / "base.db", base_key, base_revision, cluster_id, backup)
+            bases[label] = await upload_snapshot(
+                storage, folder / "base.db", base_key, base_revision, cluster_id, backup
+            )
             writers[label] = WriterProcess(
                 {
                     "members": {m.name: m.endpoint for m in cluster.members},
@@ -622,13 +624,13 @@ async def measure(folder: pathlib.Path) -> None:
         report_rpo(acks, killed_at - load_started, failed, results, idle_rss)
 
         # (b): the members come back whole (fsync was on); the default writer catches up.
-        writers.pop("20 s").stop()
-        cluster.start()
+        await asyncio.to_thread(writers.pop("20 s").stop)
+        await asyncio.to_thread(cluster.start)
         async with EtcdMemberClient(cluster.members[0].endpoint) as client:
             end_revision = (await client.status()).revision
         await _wait_caught_up(writers[DEFAULT_WRITER], end_revision)
-        save_snapshot(cluster.members[0].endpoint, folder / "full.db")
-        cluster.stop()
+        await asyncio.to_thread(save_snapshot, cluster.members[0].endpoint, folder / "full.db")
+        await asyncio.to_thread(cluster.stop)
         base = bases[DEFAULT_WRITER]
         full_key = f"{backup_prefix('', NAMESPACE, base.backup)}full.db"
         await upload_snapshot(storage, folder / "full.db", full_key, end_revision, cluster_id, base.backup)
