@@ -106,7 +106,8 @@ def loss(acks: Sequence[Ack], stored_revision: int) -> Loss:
         return Loss(0, 0.0)
     kept = [a.at for a in acks if a.revision <= stored_revision]
     since = max(kept) if kept else min(a.at for a in acks)
-    return Loss(len(lost), max(a.at for a in lost) - since)
+    # concurrent clients: a lost put's answer may come back before a kept one's
+    return Loss(len(lost), max(0.0, max(a.at for a in lost) - since))
 
 
 def losses_before_uploads(acks: Sequence[Ack], uploads: Sequence[tuple[float, int]], until: float) -> list[Loss]:
