@@ -1,19 +1,25 @@
 """Runs every benchmark and prints one table.
-`python -m bench [cluster|backup|restore|verification|memory|race|sealing]`.
+`python -m bench [cluster|backup|restore|verification|memory|race|sealing|continuous]`.
 `python -m bench scale` (many small clusters, about 15 minutes) runs only when named: bench/scale.py."""
 
 from __future__ import annotations
 
 import sys
 
-from bench import race, scenarios, sealing
+from bench import continuous, race, scenarios, sealing
 
 
 def main(argv: list[str]) -> int:
-    wanted = set(argv[1:]) or {"cluster", "backup", "restore", "verification", "memory", "race", "sealing"}
+    everything = {"cluster", "backup", "restore", "verification", "memory", "race", "sealing", "continuous"}
+    wanted = set(argv[1:]) or everything
     if "sealing" in wanted:  # needs no cluster: the testbin's etcd and memory only
         sealing.run()
         wanted.discard("sealing")
+        if not wanted:
+            return 0
+    if "continuous" in wanted:  # needs no cluster: etcd processes and a MinIO of its own
+        continuous.run()
+        wanted.discard("continuous")
         if not wanted:
             return 0
     if "scale" in wanted:
