@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import datetime
 import json
+import pathlib
 import secrets
 import sys
 from collections.abc import Awaitable, Callable
@@ -196,7 +197,46 @@ def parser() -> argparse.ArgumentParser:
         help="an EtcdBackup whose storage (bucket, prefix, credentials) to use",
     )
     p.add_argument("--name", help="name of the EtcdBackup")
+    p = sub.add_parser(
+        "unseal",
+        help="decode a snapshot downloaded from a backup's bucket into etcd's own snapshot file (no cluster needed)",
+    )
+    p.add_argument("stored", help="the object as stored (compressed, maybe encrypted), or a plain snapshot")
+    p.add_argument("plain", help="where to write etcd's snapshot, for etcdutl snapshot restore")
+    p.add_argument(
+        "--keys-dir",
+        help="a folder with one file per key ID holding its key (base64), as `kubectl get secret` data; "
+        "needed for an encrypted snapshot",
+    )
     return top
+
+
+def unseal(args: argparse.Namespace) -> int:
+    """Works offline: the way back to a plain snapshot when the operator is gone."""
+    from etcd_operator.clients.storage.keyring import read_mounted_keys
+    from etcd_operator.core.backup import sealed
+    from etcd_operator.core.backup.keyring import KeyringError
+
+    partial = pathlib.Path(args.plain + ".partial")
+    try:
+        keys = read_mounted_keys(args.keys_dir or "")
+        decoder = sealed.Decoder(keys)
+        with open(args.stored, "rb") as source, open(partial, "wb") as out:
+            while chunk := source.read(1 << 20):
+                out.write(decoder.feed(chunk))
+            out.write(decoder.finish())
+    except (KeyringError, sealed.SealedError) as e:
+        partial.unlink(missing_ok=True)
+        print(f"error: {args.stored} cannot be decoded: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:
+        partial.unlink(missing_ok=True)
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    partial.rename(args.plain)
+    how = f"decoded, {decoder.plain_size} bytes" if decoder.sealed else "not sealed, copied as is"
+    print(f"{args.plain}: {how}")
+    return 0
 
 
 def api_error_message(body: bytes | str | None, reason: str | None) -> str:
@@ -238,7 +278,10 @@ async def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return asyncio.run(run(parser().parse_args(argv)))
+    args = parser().parse_args(argv)
+    if args.command == "unseal":
+        return unseal(args)
+    return asyncio.run(run(args))
 
 
 if __name__ == "__main__":

@@ -16,6 +16,12 @@ JOURNEYS = "e2e/journeys/test_journeys.py"
 # (page, the start of the block's first line) -> the test that runs it ("file::test"), or CI
 # for README's two commands, which .ci/run runs as they are printed.
 RUN_BY = {
+    ("docs/operations/restore.md", "kubectl etcd unseal"): (
+        "tests/nodes/host_operator/test_restore_encrypted.py::test_the_unseal_commands_of_the_restore_page_run_as_printed"
+    ),
+    ("docs/operations/restore.md", "etcdutl snapshot status"): (
+        "tests/nodes/host_operator/test_restore_encrypted.py::test_the_unseal_commands_of_the_restore_page_run_as_printed"
+    ),
     ("README.md", "make demo"): CI,
     ("README.md", "helm install etcd-operator"): f"{JOURNEYS}::test_the_readme_quickstart_runs_as_printed",
     ("docs/development.md", "make demo"): CI,

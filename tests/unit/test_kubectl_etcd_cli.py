@@ -84,3 +84,48 @@ def test_an_api_error_is_reported_by_its_message_as_the_client_delivers_it():
     assert cli.api_error_message(body.decode(), "Not Found") == 'etcdclusters.etcd.operator.dev "nope" not found'
     assert cli.api_error_message(b"<html>bad gateway</html>", "Bad Gateway") == "Bad Gateway"
     assert cli.api_error_message(None, "Forbidden") == "Forbidden"
+
+
+def _sealed_file(tmp_path, plain: bytes, encoding) -> str:
+    from etcd_operator.core.backup import sealed
+
+    stored = tmp_path / "stored.db"
+    stored.write_bytes(b"".join(sealed.encode([plain[i : i + 4096] for i in range(0, len(plain), 4096)], encoding)))
+    return str(stored)
+
+
+def test_unseal_gives_back_etcds_snapshot_offline_with_the_right_key(tmp_path, capsys):
+    import base64
+    import os
+
+    from etcd_operator.core.backup import sealed
+    from etcd_operator_kubectl.cli import main
+
+    plain = os.urandom(20_000) + b"etcd" * 10_000
+    key = os.urandom(32)
+    encoding = sealed.Encoding(compression="zstd", algorithm="aes-256-gcm", key_id="k1", key=key)
+    stored = _sealed_file(tmp_path, plain, encoding)
+    assert plain not in (tmp_path / "stored.db").read_bytes()
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    (keys / "k1").write_text(base64.b64encode(key).decode())
+    out = tmp_path / "plain.db"
+    assert main(["unseal", stored, str(out), "--keys-dir", str(keys)]) == 0
+    assert out.read_bytes() == plain
+
+    (keys / "k1").write_text(base64.b64encode(os.urandom(32)).decode())
+    wrong = tmp_path / "wrong.db"
+    assert main(["unseal", stored, str(wrong), "--keys-dir", str(keys)]) == 1
+    assert not wrong.exists() and not (tmp_path / "wrong.db.partial").exists()
+    assert "cannot be decoded" in capsys.readouterr().err
+    assert main(["unseal", stored, str(wrong)]) == 1  # no keys at all
+
+
+def test_unseal_copies_a_plain_snapshot_as_it_is(tmp_path):
+    from etcd_operator_kubectl.cli import main
+
+    plain = tmp_path / "plain-in.db"
+    plain.write_bytes(b"\x00" * 5000 + b"bolt")
+    out = tmp_path / "out.db"
+    assert main(["unseal", str(plain), str(out)]) == 0
+    assert out.read_bytes() == plain.read_bytes()

@@ -9,11 +9,15 @@ from __future__ import annotations
 import base64
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
 from etcd_operator.core.backup import sealed
 from localkube import controlplane
+from localkube import layout as localkube_layout
+from tests.support import doc_commands
 from tests.support.backups import apply_backup, apply_restore, fill, get_backup, wait_phase
 from tests.support.cluster_checks import etcdctl
 from tests.support.clusters import PLAINTEXT, apply_cluster, member_endpoints, wait_healthy
@@ -22,6 +26,9 @@ from tests.support.s3 import create_credentials_secret, s3_client, s3_storage_sp
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.real_nodes
+
+
+KEYS = {"old": os.urandom(32), "k1": os.urandom(32)}
 
 
 def key_secret(namespace: str, name: str, keys: dict[str, bytes]) -> None:
@@ -56,7 +63,7 @@ def encrypted_backup(real_nodes, namespace, operator):
     apply_cluster(namespace, "src", {"size": 1, "storage": {"size": "1Gi"}})
     wait_healthy(namespace, "src", 1)
     create_credentials_secret(real_nodes, namespace)
-    key_secret(namespace, "backup-keys", {"old": os.urandom(32), "k1": os.urandom(32)})
+    key_secret(namespace, "backup-keys", KEYS)
     fill(member_endpoints(namespace, "src"), 100, 256, prefix="/a/")
     apply_backup(
         namespace,
@@ -128,3 +135,29 @@ def test_a_wrong_or_missing_key_fails_the_restore_before_anything_is_created(nam
         assert "nothing was touched" in message
         assert kubectl("get", "etcdcluster", f"never-{name}", "-n", namespace, check=False).returncode != 0
         assert objects_of(namespace, f"never-{name}") == []
+
+
+def test_the_unseal_commands_of_the_restore_page_run_as_printed(real_nodes, namespace, encrypted_backup, tmp_path):
+    """docs/operations/restore.md, "Without the operator": the downloaded object, the key
+    Secret's data as files, `kubectl etcd unseal` through kubectl's own plugin lookup, then
+    etcdutl reads the snapshot at the backup's revision."""
+    stored = tmp_path / "stored"
+    stored.write_bytes(
+        s3_client(real_nodes).get_object(Bucket=controlplane.S3_BUCKET, Key=encrypted_backup["key"])["Body"].read()
+    )
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    for key_id, text in kubectl_json("get", "secret", "backup-keys", "-n", namespace)["data"].items():
+        (keys / key_id).write_text(text)  # the base64 text, as kubectl shows it
+    testbin = localkube_layout.testbin_dir()
+    path = f"{os.path.dirname(sys.executable)}:{testbin / 'kube'}:{testbin / 'etcd-3.6'}:{os.environ['PATH']}"
+    env = {**os.environ, "PATH": path}
+    _, unseal = doc_commands.command(
+        "docs/operations/restore.md", "kubectl etcd unseal", STORED=str(stored), KEYS=str(keys)
+    )
+    subprocess.run(unseal, check=True, cwd=tmp_path, env=env, capture_output=True, text=True)
+    _, status = doc_commands.command("docs/operations/restore.md", "etcdutl snapshot status")
+    table = subprocess.run(status, check=True, cwd=tmp_path, env=env, capture_output=True, text=True).stdout
+    rows = [[cell.strip() for cell in line.strip().strip("|").split("|")] for line in table.splitlines() if "|" in line]
+    header, row = rows[0], rows[1]
+    assert dict(zip(header, row, strict=True))["REVISION"] == str(encrypted_backup["revision"])
