@@ -13,6 +13,7 @@ import pytest
 
 from etcd_operator.clients.etcd.client import EtcdError, EtcdMemberClient
 from etcd_operator.controllers.faults import AFTER_SCRATCH_POD_RECORDED
+from etcd_operator.core.backup import sealed
 from localkube import containerfaults, controlplane
 from localkube import layout as localkube_layout
 from tests.support.backups import apply_backup, condition, fill, get_backup
@@ -83,8 +84,9 @@ def test_one_shot_backup_lands_verified_in_minio(own_minio, namespace, cluster, 
         for m in kubectl_json("get", "etcdcluster", cluster, "-n", namespace)["status"]["members"]
         if m["role"] == "follower"
     }
+    assert sealed.Header.parse(data).compression == "zstd"  # the default
     snapshot = tmp_path / "snapshot.db"
-    snapshot.write_bytes(data)
+    snapshot.write_bytes(b"".join(sealed.decode([data])))
     etcdutl = localkube_layout.testbin_dir() / "etcd-3.6" / "etcdutl"
     out = subprocess.run(
         [str(etcdutl), "snapshot", "status", str(snapshot), "-w", "json"], check=True, capture_output=True, text=True
@@ -533,10 +535,15 @@ def test_a_running_verification_serves_the_restored_data_to_nobody(real_nodes, n
 
 def test_a_truncated_snapshot_fails_its_verification(real_nodes, namespace, cluster, operator):
     """Cut short in the store, with its manifest's sha256 made to match: the scratch pod's
-    etcdutl refuses it (etcd's own trailing checksum), and the manifest says so."""
+    etcdutl refuses it (etcd's own trailing checksum), and the manifest says so. Stored as
+    etcd wrote it (compression none), so that etcd's own check is the one that refuses."""
     fill(member_endpoints(namespace, cluster), 50, 100)
     prefix = f"tests/{namespace}"
-    apply_backup(namespace, "cut", {"clusterRef": {"name": cluster}, "storage": s3_storage_spec(real_nodes, prefix)})
+    apply_backup(
+        namespace,
+        "cut",
+        {"clusterRef": {"name": cluster}, "compression": "none", "storage": s3_storage_spec(real_nodes, prefix)},
+    )
     obj = wait_for(
         lambda: (b := get_backup(namespace, "cut"))["status"].get("phase") == "Completed" and b,
         120,
