@@ -215,8 +215,8 @@ def test_a_failed_full_snapshot_after_a_break_waits_for_its_retry_without_a_chai
 @pytest.mark.parametrize(
     ("counters", "due"),
     [
-        ({"eventsSinceFullSnapshot": 999_999}, False),
-        ({"eventsSinceFullSnapshot": 1_000_000}, True),
+        ({"eventsSinceFullSnapshot": 249_999}, False),
+        ({"eventsSinceFullSnapshot": 250_000}, True),
         ({"bytesSinceFullSnapshot": (1 << 30) - 1}, False),
         ({"bytesSinceFullSnapshot": 1 << 30}, True),
     ],
