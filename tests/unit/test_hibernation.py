@@ -398,3 +398,12 @@ def test_an_awake_cluster_is_not_waited_for():
         p.cluster_wait("ns", "c", p.ClusterReadiness("Running", True, 3, hibernation=record(h.SNAPSHOTTING)), "x")
         is None
     )
+
+
+def test_no_downgrade_starts_while_the_cluster_goes_to_sleep():
+    o = dataclasses.replace(
+        observed([M(0), M(1), M(2)]), snapshot_backups=(BackupSnapshot("nightly", "1", 99),), snapshot_wait_for=1.0
+    )
+    s = spec(hibernation=ASLEEP, version="3.5.32")
+    step = decide_accepting(s, o, st=sleeping(h.SNAPSHOTTING)).action
+    assert isinstance(step, a.Wait) and "nightly" in step.reason
