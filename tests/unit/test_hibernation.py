@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import pathlib
 
 import pytest
+import yaml
 
 from etcd_operator.core import hibernation as h
 from etcd_operator.core import prerequisites as p
@@ -23,7 +25,7 @@ from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.health import HealthState, diagnose
 from etcd_operator.core.cluster.observed import BackupSnapshot
 from etcd_operator.core.cluster.recorded import ClusterStatus
-from etcd_operator.core.cluster.spec import ClusterSpec, Hibernation, Storage, spec_problems
+from etcd_operator.core.cluster.spec import HIBERNATION_ON_EMPTY_DIR, ClusterSpec, Hibernation, Storage, spec_problems
 from etcd_operator.core.cluster.timers import Sightings, carry_timers
 from etcd_operator.core.conditions import Condition
 from tests.unit.cluster_scenarios import (
@@ -310,6 +312,13 @@ def test_hibernation_on_empty_dir_is_refused_and_the_members_keep_running():
     refused = condition(decision, "Hibernated")
     assert refused.status is False and refused.reason == "HibernationRefused" and "emptyDir" in refused.message
     assert condition(decision, "SpecAccepted").reason == "HibernationRefused"
+
+
+def test_the_crd_refuses_hibernation_on_empty_dir_with_the_operators_own_words():
+    crd = yaml.safe_load((pathlib.Path(__file__).resolve().parents[2] / "crds" / "etcdclusters.yaml").read_text())
+    spec_rules = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    messages = [rule["message"] for rule in spec_rules["x-kubernetes-validations"]]
+    assert HIBERNATION_ON_EMPTY_DIR in messages
 
 
 def test_spec_hibernation_parses_with_its_defaults():
