@@ -22,9 +22,10 @@ from etcd_operator.core.backup.state import LastBackup, Prerequisites, RunState,
 from etcd_operator.core.backup.state import Observed as BackupObserved
 from etcd_operator.core.cluster import hibernation, naming
 from etcd_operator.core.cluster import steps as a
+from etcd_operator.core.cluster.builders import pod_spec_hash
 from etcd_operator.core.cluster.health import HealthState, diagnose
 from etcd_operator.core.cluster.observed import BackupSnapshot
-from etcd_operator.core.cluster.recorded import ClusterStatus
+from etcd_operator.core.cluster.recorded import ClusterStatus, RollRecord
 from etcd_operator.core.cluster.spec import HIBERNATION_ON_EMPTY_DIR, ClusterSpec, Hibernation, Storage, spec_problems
 from etcd_operator.core.cluster.timers import Sightings, carry_timers
 from etcd_operator.core.conditions import Condition
@@ -283,6 +284,26 @@ def test_waking_is_done_only_when_the_same_cluster_answers_with_the_same_members
     other_members = recorded(hibernation=record(h.WAKING, members=(*MEMBERS[:2], ("c-3", 0x103))))
     step = decide_accepting(s, observed([M(0), M(1), M(2)]), st=other_members).action
     assert isinstance(step, a.Wait) and "not the recorded" in step.reason
+
+
+def test_members_wake_with_the_pod_settings_they_last_ran_and_a_change_made_asleep_rolls_after():
+    last_good = RollRecord(last_good_spec={"size": 3, "version": "3.6.16"})
+    newer = spec(version="3.6.17")
+    o = observed(ALL_STOPPED, leader=None)
+    waking = decide_accepting(newer, o, st=recorded(hibernation=record(h.WAKING), rollout=last_good))
+    assert isinstance(waking.action, a.CreateMemberPod) and waking.acting_spec.version == "3.6.16"
+    # Woken and healthy on the old settings: the new spec is not recorded as the last good one.
+    woken = observed([M(0), M(1), M(2)])
+    hashed = {n: dataclasses.replace(pod, spec_hash=pod_spec_hash(waking.acting_spec)) for n, pod in woken.pods.items()}
+    done = decide_accepting(
+        newer,
+        dataclasses.replace(woken, pods=hashed),
+        raw={"size": 3, "version": "3.6.17"},
+        st=recorded(hibernation=record(h.WAKING), rollout=last_good),
+    )
+    assert isinstance(done.action, a.RecordHibernation) and done.rollout == last_good
+    awake = decide_accepting(newer, observed([M(0), M(1), M(2)]), st=recorded(rollout=last_good))
+    assert awake.acting_spec.version == "3.6.17"
 
 
 def test_a_member_whose_pvc_was_deleted_while_asleep_is_not_started_empty():
