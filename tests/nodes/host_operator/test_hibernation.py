@@ -10,6 +10,7 @@ import json
 import pytest
 
 from etcd_operator.core.cluster import naming
+from tests.support import doc_commands
 from tests.support.backups import apply_backup, get_backup
 from tests.support.cluster_checks import etcdctl, read_prefix
 from tests.support.clusters import (
@@ -24,7 +25,7 @@ from tests.support.clusters import (
     wait_healthy,
 )
 from tests.support.etcd_data import put_markers
-from tests.support.kubectl import kubectl_json
+from tests.support.kubectl import kubectl, kubectl_json
 from tests.support.s3 import create_credentials_secret, s3_storage_spec
 from tests.support.waiting import holds_throughout, wait_for
 
@@ -59,7 +60,18 @@ def test_hibernate_and_wake_keeps_every_key_and_the_identity(namespace, operator
     pvcs = member_pvcs(namespace, "sleepy")
     assert len(pvcs) == 3
 
-    patch_spec(namespace, "sleepy", {"hibernation": {"enabled": True}})
+    # The commands as docs/operations/hibernation.md prints them.
+    _, sleep = doc_commands.command(
+        "docs/operations/hibernation.md",
+        """kubectl patch etcdcluster NAME --type=merge -p '{"spec":{"hibernation":{"enabled":true""",
+        NAME="sleepy",
+    )
+    _, wake = doc_commands.command(
+        "docs/operations/hibernation.md",
+        """kubectl patch etcdcluster NAME --type=merge -p '{"spec":{"hibernation":{"enabled":false""",
+        NAME="sleepy",
+    )
+    kubectl(*sleep[1:], "-n", namespace)
     asleep = wait_asleep(namespace, "sleepy")
     assert asleep["status"]["phase"] == "Hibernated"
     recorded = asleep["status"]["hibernation"]
@@ -74,7 +86,7 @@ def test_hibernate_and_wake_keeps_every_key_and_the_identity(namespace, operator
 
     holds_throughout(still_asleep, 45, what="asleep past the recovery timeouts, nothing is healed")
 
-    patch_spec(namespace, "sleepy", {"hibernation": {"enabled": False}})
+    kubectl(*wake[1:], "-n", namespace)
     wait_condition(namespace, "sleepy", "Hibernated", "False", timeout=60)
     awake = wait_healthy(namespace, "sleepy", 3, timeout=300)
     wait_for(lambda: not get_cluster(namespace, "sleepy")["status"].get("hibernation"), 120, what="record dropped")
