@@ -23,6 +23,12 @@ cluster_quorum = Gauge(
     "etcd_operator_cluster_has_quorum", "1 while a quorum of voters is healthy", LABELS, registry=REGISTRY
 )
 cluster_quorum_lost = Gauge("etcd_operator_cluster_quorum_lost", "1 while QuorumLost is set", LABELS, registry=REGISTRY)
+cluster_hibernating = Gauge(
+    "etcd_operator_cluster_hibernating",
+    "1 while the cluster is asleep, going to sleep or waking (spec.hibernation): members down on purpose",
+    LABELS,
+    registry=REGISTRY,
+)
 member_db_size = Gauge(
     "etcd_operator_member_db_size_bytes", "Backend size per member", LABELS + ("member",), registry=REGISTRY
 )
@@ -82,6 +88,7 @@ PER_CLUSTER = (
     (cluster_desired, LABELS),
     (cluster_quorum, LABELS),
     (cluster_quorum_lost, LABELS),
+    (cluster_hibernating, LABELS),
     (member_db_size, LABELS + ("member",)),
     (member_db_in_use, LABELS + ("member",)),
     (reconcile_steps, LABELS + ("step",)),
@@ -177,9 +184,11 @@ def record_cluster(
     members: list[tuple[str, str, bool, int, int]],
     has_quorum: bool,
     quorum_lost: bool,
+    hibernating: bool = False,
 ) -> None:
     """`members`: (name, role, healthy, db_size, db_size_in_use) per member."""
     cluster_desired.labels(namespace, cluster).set(desired)
+    cluster_hibernating.labels(namespace, cluster).set(1 if hibernating else 0)
     cluster_quorum.labels(namespace, cluster).set(1 if has_quorum else 0)
     cluster_quorum_lost.labels(namespace, cluster).set(1 if quorum_lost else 0)
     counts: dict[tuple[str, str], int] = {}

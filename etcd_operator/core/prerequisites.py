@@ -11,13 +11,23 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from etcd_operator.core.hibernation import SNAPSHOTTING, HibernationRecord
+
 WAITING_FOR_CLUSTER = "WaitingForCluster"  # no such EtcdCluster yet, or it is being deleted
 WAITING_FOR_BOOTSTRAP = "WaitingForClusterBootstrap"  # it exists, and has never served yet
 WAITING_FOR_CLUSTER_RESTORE = "WaitingForClusterRestore"  # its data is being replaced
 WAITING_FOR_SECRET = "WaitingForSecret"  # a Secret named in spec.storage.s3
 WAITING_FOR_BACKUP = "WaitingForBackup"  # a restore's source EtcdBackup
+CLUSTER_HIBERNATED = "ClusterHibernated"  # its members stop, are stopped, or are waking (status.hibernation)
 WAIT_REASONS = frozenset(
-    {WAITING_FOR_CLUSTER, WAITING_FOR_BOOTSTRAP, WAITING_FOR_CLUSTER_RESTORE, WAITING_FOR_SECRET, WAITING_FOR_BACKUP}
+    {
+        WAITING_FOR_CLUSTER,
+        WAITING_FOR_BOOTSTRAP,
+        WAITING_FOR_CLUSTER_RESTORE,
+        WAITING_FOR_SECRET,
+        WAITING_FOR_BACKUP,
+        CLUSTER_HIBERNATED,
+    }
 )
 
 BOOTSTRAP_PHASES = ("", "Creating")  # a cluster's phase before it first served
@@ -37,6 +47,7 @@ class ClusterReadiness:
     available: bool = False
     ready_members: int = 0
     deleting: bool = False  # metadata.deletionTimestamp is set: nothing new starts on it
+    hibernation: HibernationRecord | None = None  # status.hibernation: asleep, going to sleep or waking
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> ClusterReadiness:
@@ -45,7 +56,19 @@ class ClusterReadiness:
             c.get("type") == "Available" and c.get("status") == "True" for c in status.get("conditions") or []
         )
         deleting = bool((body.get("metadata") or {}).get("deletionTimestamp"))
-        return cls(status.get("phase") or "", available, int(status.get("readyMembers") or 0), deleting)
+        return cls(
+            status.get("phase") or "",
+            available,
+            int(status.get("readyMembers") or 0),
+            deleting,
+            HibernationRecord.from_dict(status.get("hibernation")),
+        )
+
+    @property
+    def asleep(self) -> bool:
+        """Its members stop, are stopped or are waking: no snapshot can be taken. While it
+        only waits for its snapshot (Snapshotting), every member still runs."""
+        return self.hibernation is not None and self.hibernation.state != SNAPSHOTTING
 
     @property
     def bootstrapping(self) -> bool:
@@ -74,6 +97,12 @@ def cluster_wait(namespace: str, name: str, cluster: ClusterReadiness | None, wh
         return Wait(
             WAITING_FOR_CLUSTER_RESTORE,
             f"EtcdCluster {namespace}/{name} is being restored; {what} starts once it is Available again",
+        )
+    if cluster.asleep and cluster.hibernation is not None:
+        return Wait(
+            CLUSTER_HIBERNATED,
+            f"EtcdCluster {namespace}/{name} is hibernated ({cluster.hibernation.state}): no member runs; "
+            f"{what} is skipped until it is awake again",
         )
     if cluster.bootstrapping:
         return Wait(

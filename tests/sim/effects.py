@@ -310,6 +310,10 @@ def do_finish_recovery(ctx: Context, action: a.FinishQuorumRecovery) -> Outcome:
     return Outcome(True, status_fields={"operation": None})
 
 
+def do_record_hibernation(ctx: Context, action: a.RecordHibernation) -> Outcome:
+    return Outcome(True, status_fields={"hibernation": None if action.record is None else action.record.to_dict()})
+
+
 HANDLERS: dict[type, Callable] = {
     a.Steady: do_nothing,
     a.Wait: do_nothing,
@@ -355,6 +359,10 @@ HANDLERS: dict[type, Callable] = {
     a.DefragmentOnRequest: do_defragment_on_request,
     a.FinishDefragmentRequest: do_finish_defragment_request,
     a.ExpandMemberPVC: do_expand_pvc,
+    # The simulated specs never ask for hibernation; tests/unit/test_hibernation.py covers its
+    # decisions and tests/nodes/host_operator/test_hibernation.py its effects.
+    a.RecordHibernation: do_record_hibernation,
+    a.StopMemberForHibernation: do_delete_pod,
 }
 
 # Actions that take two requests: the operator may die between them.

@@ -185,6 +185,12 @@ MORE_INVALID = [
     ("EtcdBackup", backup_with_schedule("0 0 * * * 75"), "the seconds field (field 6) takes values 0-59"),
     ("EtcdCluster", {"pod": {"imagePullSecrets": [{}]}}, "spec.pod.imagePullSecrets[0].name: Required value"),
     ("EtcdCluster", {"pod": {"imagePullSecrets": [{"name": ""}]}}, "should be at least 1 chars long"),
+    (
+        "EtcdCluster",
+        {"storage": {"emptyDir": {}}, "hibernation": {"enabled": True}},
+        "spec.hibernation cannot be enabled on emptyDir storage",
+    ),
+    ("EtcdCluster", {"hibernation": {"enabled": True, "snapshotTimeout": "soon"}}, "spec.hibernation.snapshotTimeout"),
 ]
 
 
@@ -216,6 +222,8 @@ AT_THE_LIMITS = [
         }
     },
     {"pod": {"imagePullSecrets": [{"name": "registry-a"}, {"name": "registry-b"}]}},
+    {"storage": {"emptyDir": {}}, "hibernation": {"enabled": False}},
+    {"hibernation": {"enabled": True, "snapshotTimeout": "1h30m"}},
 ]
 
 

@@ -13,6 +13,11 @@ ROOT = doc_commands.ROOT
 CI = ".ci/run"
 JOURNEYS = "e2e/journeys/test_journeys.py"
 
+HIBERNATION = "tests/nodes/host_operator/test_hibernation.py"
+HIBERNATE_AND_WAKE = "test_hibernate_and_wake_keeps_every_key_and_the_identity"
+SLEEP = """kubectl patch etcdcluster NAME --type=merge -p '{"spec":{"hibernation":{"enabled":true"""
+WAKE = """kubectl patch etcdcluster NAME --type=merge -p '{"spec":{"hibernation":{"enabled":false"""
+
 # (page, the start of the block's first line) -> the test that runs it ("file::test"), or CI
 # for README's two commands, which .ci/run runs as they are printed.
 RUN_BY = {
@@ -33,6 +38,14 @@ RUN_BY = {
         "tests/nodes/host_operator/test_cluster.py::"
         "test_quorum_loss_waits_for_approval_then_recovers_from_the_best_survivor"
     ),
+    (
+        "docs/operations/hibernation.md",
+        SLEEP,
+    ): f"{HIBERNATION}::test_hibernate_and_wake_keeps_every_key_and_the_identity",
+    (
+        "docs/operations/hibernation.md",
+        WAKE,
+    ): f"{HIBERNATION}::test_hibernate_and_wake_keeps_every_key_and_the_identity",
     ("docs/operations/sharding.md", "helm install etcd-shard-a"): (
         f"{JOURNEYS}::test_the_sharding_page_commands_run_as_printed"
     ),

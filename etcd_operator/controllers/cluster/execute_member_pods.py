@@ -13,7 +13,7 @@ from etcd_operator.core.cluster import admission, builders, naming
 from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.member_pod_outcome import MemberPodOutcome
 from etcd_operator.core.cluster.observed import Observed
-from etcd_operator.core.cluster.planner import self_only_cluster
+from etcd_operator.core.cluster.rejoin import self_only_cluster
 from etcd_operator.core.cluster.spec import ClusterSpec
 
 logger = logging.getLogger(__name__)

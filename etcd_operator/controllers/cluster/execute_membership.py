@@ -12,7 +12,8 @@ from etcd_operator.controllers.cluster.execute_member_pods import create_pod
 from etcd_operator.core.cluster import builders, naming
 from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.observed import Member, Observed
-from etcd_operator.core.cluster.planner import member_add_receivers, self_only_cluster
+from etcd_operator.core.cluster.planner import member_add_receivers
+from etcd_operator.core.cluster.rejoin import self_only_cluster
 from etcd_operator.core.cluster.spec import ClusterSpec
 
 

@@ -9,8 +9,9 @@ from etcd_operator.controllers.cluster.execute_member_pods import create_pod, de
 from etcd_operator.core.cluster import builders, naming
 from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.observed import Observed
-from etcd_operator.core.cluster.planner import QUORUM_RECOVERY, self_only_cluster
+from etcd_operator.core.cluster.planner import QUORUM_RECOVERY
 from etcd_operator.core.cluster.recorded import Operation
+from etcd_operator.core.cluster.rejoin import self_only_cluster
 from etcd_operator.core.cluster.spec import ClusterSpec
 from etcd_operator.core.outcome import Outcome
 

@@ -4,8 +4,8 @@ re-running it after a crash at any point converges to the same state.
 This module is the entry point: the table from step to handler, the fences every write
 passes and the mapping of errors to outcomes. The handlers live with their concern:
 execute_membership, execute_member_pods, execute_quorum_recovery, execute_versions,
-execute_space, execute_certificates, and execute_children for the Services, the PDB and the
-NetworkPolicy."""
+execute_space, execute_certificates, execute_hibernation, and execute_children for the
+Services, the PDB and the NetworkPolicy."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from etcd_operator.clients.etcd.pool import EtcdClientPool
 from etcd_operator.clients.kube import client as kube
 from etcd_operator.controllers.cluster import execute_certificates as certificates
 from etcd_operator.controllers.cluster import execute_children as children
+from etcd_operator.controllers.cluster import execute_hibernation as hibernation
 from etcd_operator.controllers.cluster import execute_member_pods as member_pods
 from etcd_operator.controllers.cluster import execute_membership as membership
 from etcd_operator.controllers.cluster import execute_quorum_recovery as quorum_recovery
@@ -103,6 +104,8 @@ HANDLERS: dict[type[a.Step], Handler] = {
     a.DefragmentOnRequest: space.defragment_on_request,
     a.FinishDefragmentRequest: space.finish_defragment_request,
     a.ExpandMemberPVC: space.expand_member_pvc,
+    a.RecordHibernation: hibernation.record_hibernation,
+    a.StopMemberForHibernation: hibernation.stop_member_for_hibernation,
 }
 
 

@@ -17,10 +17,11 @@ from etcd_operator.clients.etcd.scrape import ScrapeError, read_metrics
 from etcd_operator.clients.kube import client as kube
 from etcd_operator.controllers.cluster.tls_observer import TLSSecrets, served_certificates
 from etcd_operator.core import versions
-from etcd_operator.core.cluster import admission, naming, quota
+from etcd_operator.core.cluster import admission, hibernation, naming, quota
 from etcd_operator.core.cluster.identity import member_list_sources, parse_hex_id, split_foreign
 from etcd_operator.core.cluster.metrics_sample import cluster_version_from_gauge
 from etcd_operator.core.cluster.observed import (
+    BackupSnapshot,
     EtcdView,
     MemberStatus,
     Observed,
@@ -31,6 +32,7 @@ from etcd_operator.core.cluster.observed import (
 )
 from etcd_operator.core.cluster.recorded import ClusterStatus
 from etcd_operator.core.cluster.timers import Sightings, carry_timers
+from etcd_operator.core.hibernation import SNAPSHOTTING
 
 STATUS_TIMEOUT = 2.0
 logger = logging.getLogger(__name__)
@@ -300,9 +302,20 @@ class ClusterObserver:
             observed = dataclasses.replace(
                 observed, tls=dataclasses.replace(tls, served=await served_certificates(pods, credentials))
             )
+        if status.hibernation is not None and status.hibernation.state == SNAPSHOTTING:
+            observed = dataclasses.replace(observed, snapshot_backups=await self.snapshot_backups(namespace, cluster))
         monotonic_now = self.clock()
         observed, self.sightings = carry_timers(status, observed, self.sightings, monotonic_now)
         return admission.carry(observed, self.admissions, monotonic_now)
+
+    async def snapshot_backups(self, namespace: str, cluster: str) -> tuple[BackupSnapshot, ...] | None:
+        """The EtcdBackups a cluster going to sleep waits for; None when they cannot be read."""
+        try:
+            listed = await self.kube.list(kube.ETCDBACKUPS, namespace)
+        except UNREADABLE as e:
+            logger.warning("%s/%s: cannot list EtcdBackups: %s", namespace, cluster, str(e) or type(e).__name__)
+            return None
+        return hibernation.snapshot_backups(cluster, listed)
 
     async def observe_etcd(self, pods: dict[str, PodView], recorded_cluster_id: int | None) -> EtcdView:
         endpoints = {name: endpoint for name, p in pods.items() if (endpoint := member_endpoint(p))}

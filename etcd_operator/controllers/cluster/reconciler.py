@@ -16,7 +16,7 @@ from etcd_operator.controllers.cluster.executor import BeingDeleted, ClusterExec
 from etcd_operator.controllers.cluster.metrics_watcher import MemberMetricsWatcher
 from etcd_operator.controllers.cluster.observer import ClusterObserver, StorageClassExpansion
 from etcd_operator.core import conditions as c
-from etcd_operator.core.cluster import anomaly_detection, tls_plan
+from etcd_operator.core.cluster import anomaly_detection, hibernation, tls_plan
 from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.decision import plan
 from etcd_operator.core.cluster.health import HealthState
@@ -223,6 +223,7 @@ class ClusterReconciler:
             ],
             health.has_quorum,
             health.state == HealthState.QUORUM_LOST,
+            hibernating=hibernation.owns(spec, recorded),
         )
         metrics.record_member_warnings(meta["namespace"], meta["name"], warnings)
         metrics.record_alarms(meta["namespace"], meta["name"], tuple(health.alarm_names))

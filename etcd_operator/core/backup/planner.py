@@ -36,6 +36,11 @@ Invariants, each covered by tests/unit/test_backup_planner.py:
 - a run that is due waits, in phase Pending and without using an attempt, while its cluster
   does not exist or has never served yet, or a Secret it reads does not exist
   (etcd_operator/core/prerequisites.py); it starts on the first pass after they are there;
+- while its cluster is going to sleep (status.hibernation Snapshotting), a scheduled or
+  continuous backup whose newest snapshot does not hold the revision the cluster recorded
+  takes a full snapshot at once (after a recorded slot or a due retry); while the cluster's
+  members stop, are stopped or wake, nothing starts (ClusterHibernated) and a continuous
+  writer stops;
 - a run that failed for a cause that may pass is retried under the same slot name after a
   backoff (backup/backoff.py), at most spec.backoffLimit times; each retry is recorded in
   status (RetrySlot) before it runs; a newer due cron slot replaces a retry of an older one,
@@ -60,6 +65,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 
+from etcd_operator.core import hibernation
 from etcd_operator.core.backup import retry, schedule
 from etcd_operator.core.backup import steps as s
 from etcd_operator.core.backup.continuous import ChainStart, ContinuousSpec
@@ -165,10 +171,16 @@ def _plan_continuous(
             return _stopping(observed, s.RefuseSchedule(reason=problem.reason, message=problem.message))
     if spec.suspend:
         return _stopping(observed, s.Suspend(message="spec.suspend is set"))
+    asleep = _cluster_asleep(observed)
+    if asleep is not None:
+        return _stopping(observed, asleep)
     if state.slot_in_progress:
         return when_ready(_run(spec, state, state.slot_in_progress, one_shot=False), observed)
     if state.retry and state.retry.at <= now:
         return _retry_run(spec, state, state.retry, observed, one_shot=False)
+    step = _before_hibernation(state, observed, now)
+    if step:
+        return step
     base, record = state.last_backup, state.continuous
     if base is None or record.needs_base:
         if state.retry:
@@ -208,6 +220,32 @@ def _plan_continuous(
         return verify
     retrying = f"; slot {state.retry.slot} is tried again at {state.retry.at.isoformat()}" if state.retry else ""
     return s.Stream(chain=wanted.chain, next_slot=next_slot, message=f"writing chain {wanted.chain}{retrying}")
+
+
+def _cluster_asleep(observed: Observed) -> s.WaitForPrerequisite | None:
+    """The cluster's members stop, are stopped or are waking: a continuous writer stops."""
+    cluster = observed.prerequisites.cluster if observed.prerequisites is not None else None
+    if cluster is None or not cluster.asleep:
+        return None
+    wait = observed.prerequisites.wait() if observed.prerequisites is not None else None
+    return s.WaitForPrerequisite(reason=wait.reason, message=wait.message) if wait else None
+
+
+def _before_hibernation(state: RunState, observed: Observed, now: datetime.datetime) -> s.Step | None:
+    """A full snapshot at once when the cluster is going to sleep (core/hibernation.py) and
+    the newest one does not hold the revision it recorded; a pending retry runs first."""
+    cluster = observed.prerequisites.cluster if observed.prerequisites is not None else None
+    record = cluster.hibernation if cluster is not None else None
+    if record is None or record.state != hibernation.SNAPSHOTTING or state.retry:
+        return None
+    last = state.last_backup
+    if last is not None and hibernation.snapshot_holds(record, last.cluster_id, last.revision):
+        return None
+    return _full_snapshot(
+        observed,
+        now,
+        f"the cluster is going to sleep; its members stop once a snapshot holds revision {record.revision}",
+    )
 
 
 def when_ready(step: s.Step, observed: Observed) -> s.Step:
@@ -440,6 +478,9 @@ def _plan_scheduled(spec: ScheduleSpec, state: RunState, observed: Observed, now
         return s.Suspend(message="spec.suspend is set")
     if state.slot_in_progress:
         return when_ready(_run(spec, state, state.slot_in_progress, one_shot=False), observed)
+    step = _before_hibernation(state, observed, now)
+    if step:
+        return step
     verify = verification_due(policy, state, observed, now)
     if verify is not None:
         return verify

@@ -68,7 +68,8 @@ def acting_spec(
     keeps what runs (version, transport, storage class, a volume shrink); a downgrade etcd
     has not allowed yet keeps the running version; the quota is resolved from the disk; a
     failed roll puts back the last good pod settings, whose quota is resolved again, so
-    every pod spec hash is of what the members would really run."""
+    every pod spec hash is of what the members would really run. While a hibernation record
+    stands, the last good pod settings too: members wake as they last ran."""
     reasons = {p.reason for p in problems}
     version = spec.version
     running = known_version(status, observed.running_version)
@@ -88,7 +89,13 @@ def acting_spec(
         storage=storage,
     )
     rolled, roll_held = roll.acting_spec(space.acting_storage(pinned, status, observed, problems), status.rollout)
-    if roll_held:  # the last good settings: their quota too is resolved (never twice otherwise)
+    last_good = status.rollout.last_good
+    waking_as_before = status.hibernation is not None and last_good is not None and not roll_held
+    if waking_as_before and last_good is not None:
+        # Members wake with the pod settings they last ran healthily; a change made while
+        # asleep is rolled afterwards, one member at a time and health-gated.
+        rolled = dataclasses.replace(rolled, **{f: getattr(last_good, f) for f in roll.ROLLED_FIELDS})
+    if roll_held or waking_as_before:  # the last good settings: their quota too is resolved (never twice otherwise)
         rolled = space.acting_storage(rolled, status, observed, problems)
     return rolled, roll_held
 
@@ -139,8 +146,11 @@ def plan(
         desired_version=spec.version,
     )
     conditions = cluster_conditions(spec, status, observed, health, action, problems)
+    # While a hibernation record stands the members run the last good settings, not the
+    # stored spec's: nothing new is recorded as good.
+    proven_spec = stored_spec if status.hibernation is None else None
     rollout = roll.next_record(
-        stored_spec, status.rollout, observed, health, action, desired_hash, roll_held, not problems
+        proven_spec, status.rollout, observed, health, action, desired_hash, roll_held, not problems
     )
     conditions.append(roll.roll_condition(rollout, roll_held or isinstance(action, a.RollFailed)))
     skew = versions.skew([s.version for s in observed.etcd.statuses.values()])

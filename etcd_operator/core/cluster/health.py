@@ -12,6 +12,7 @@ import dataclasses
 import enum
 import re
 
+from etcd_operator.core import hibernation
 from etcd_operator.core.cluster import naming
 from etcd_operator.core.cluster.observed import Member, MemberStatus, Observed, PodView
 from etcd_operator.core.cluster.recorded import ClusterStatus
@@ -51,6 +52,9 @@ class HealthState(enum.StrEnum):
     QUORUM_LOST = "QuorumLost"
     # Pods exist but no member answered and no member list was ever seen.
     UNKNOWN = "Unknown"
+    # The cluster was put to sleep (status.hibernation) and too few voters answer: members
+    # stopped on purpose, or not yet back while waking. Never a lost quorum.
+    HIBERNATED = "Hibernated"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,8 +146,9 @@ def quorum_loss_timeout(spec: ClusterSpec) -> float:
 def quorum_loss_evidence(status: ClusterStatus, observed: Observed) -> bool:
     """True only when what was observed shows too few voters serving: no reachable member
     reports a leader, and the voters that answer with a leader or whose pods are ready are
-    fewer than a quorum. Silence alone is not evidence."""
-    if leader_reported(observed):
+    fewer than a quorum. Silence alone is not evidence, nor are members stopped on purpose
+    (status.hibernation)."""
+    if status.hibernation is not None or leader_reported(observed):
         return False
     members = observed.etcd.members
     if members:
@@ -160,6 +165,14 @@ def quorum_loss_evidence(status: ClusterStatus, observed: Observed) -> bool:
     return not any(pod_serving(p) for p in observed.pods.values())
 
 
+SLEEP_MESSAGES = {
+    hibernation.SNAPSHOTTING: "going to sleep: waiting for a snapshot before the members stop",
+    hibernation.STOPPING: "going to sleep: the member pods are stopping; each member's data stays on its PVC",
+    hibernation.HIBERNATED: "hibernated: no member pod runs; each member's data is kept on its PVC",
+    hibernation.WAKING: "waking: every member starts again on its own PVC; waiting for a quorum",
+}
+
+
 def diagnose(spec: ClusterSpec, status: ClusterStatus, observed: Observed) -> Health:
     members = observed.etcd.members
     healthy = frozenset(m.id for m in members if member_healthy(observed, m.id))
@@ -170,7 +183,10 @@ def diagnose(spec: ClusterSpec, status: ClusterStatus, observed: Observed) -> He
     def health(state: HealthState, message: str) -> Health:
         return Health(state, members, healthy, leader, message, alarms, stopping)
 
+    asleep = SLEEP_MESSAGES.get(status.hibernation.state) if status.hibernation is not None else None
     if not members:
+        if asleep:
+            return health(HealthState.HIBERNATED, asleep)
         if not observed.pods and not observed.pvcs:
             if status.bootstrapped:
                 return health(
@@ -194,6 +210,8 @@ def diagnose(spec: ClusterSpec, status: ClusterStatus, observed: Observed) -> He
     needed = naming.quorum(len(voters))
     if len(healthy_voters) < needed:
         counts = f"{len(healthy_voters)} of {len(voters)} voting members answer with a leader (quorum is {needed})"
+        if asleep:
+            return health(HealthState.HIBERNATED, f"{asleep}; {counts}")
         if not quorum_loss_evidence(status, observed):
             return health(
                 HealthState.UNREACHABLE,

@@ -137,6 +137,16 @@ class PodAdmission:
 
 
 @dataclasses.dataclass(frozen=True)
+class BackupSnapshot:
+    """An EtcdBackup that takes a snapshot before its cluster sleeps (core/hibernation.py),
+    with its newest full snapshot as its status records it."""
+
+    name: str
+    cluster_id: str | None  # status.lastBackup.clusterID (hex); None: no snapshot yet
+    revision: int | None  # status.lastBackup.revision
+
+
+@dataclasses.dataclass(frozen=True)
 class Observed:
     """What this pass saw: the cluster's pods, PVCs and etcd, its annotations, the TLS Secrets,
     and this process's own timers. What the EtcdCluster's status recorded is in
@@ -168,3 +178,8 @@ class Observed:
     # The API server's latest answers for member pods, by member (cluster/admission.py).
     pod_admissions: Mapping[str, PodAdmission] = dataclasses.field(default_factory=dict)
     cluster_domain: str = DEFAULT_CLUSTER_DOMAIN  # the operator's CLUSTER_DOMAIN (member certificate names)
+    # While status.hibernation is Snapshotting: the EtcdBackups that take a snapshot first
+    # (None: not read), and seconds this process has seen the cluster waiting for them, on
+    # its monotonic clock (cluster/timers.py).
+    snapshot_backups: tuple[BackupSnapshot, ...] | None = None
+    snapshot_wait_for: float | None = None

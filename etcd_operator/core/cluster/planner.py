@@ -14,12 +14,15 @@ Invariants, each covered by tests/unit/test_cluster_planner.py and the fault sim
   cordoned node its volume is pinned to) while its PVC is kept, unless the API server has
   no Node left where its volume is pinned (deleted: the data is out of reach for good);
 - no pod is taken away to be re-created, and no member added, without the API server's
-  recent acceptance of its new pod (a dry run; cluster/admission.py).
+  recent acceptance of its new pod (a dry run; cluster/admission.py);
+- while the cluster is asleep, going to sleep or waking (spec.hibernation, status.hibernation),
+  cluster/hibernation.py plans every step: nothing is replaced, removed, added, rolled,
+  recovered or downgraded for members stopped on purpose.
 """
 
 from __future__ import annotations
 
-from etcd_operator.core.cluster import admission, downgrade, learners, naming, roll, space, tls_plan
+from etcd_operator.core.cluster import admission, downgrade, hibernation, learners, naming, roll, space, tls_plan
 from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.health import (
     Health,
@@ -31,6 +34,7 @@ from etcd_operator.core.cluster.health import (
 )
 from etcd_operator.core.cluster.observed import Member, Observed
 from etcd_operator.core.cluster.recorded import ClusterStatus, JoinRecord
+from etcd_operator.core.cluster.rejoin import self_only_cluster
 from etcd_operator.core.cluster.spec import ClusterSpec
 
 QUORUM_RECOVERY = "QuorumRecovery"
@@ -74,11 +78,6 @@ def member_add_receivers(observed: Observed) -> list[int]:
     return [m.id for m in voters if m.id == leader] + [m.id for m in others]
 
 
-def self_only_cluster(status: ClusterStatus, observed: Observed, member: str) -> str:
-    tls = tls_plan.serves_tls_observed(status, observed)
-    return f"{member}={naming.peer_url(observed.cluster, observed.namespace, member, tls)}"
-
-
 def restored_cluster(observed: Observed) -> str:
     """The initial cluster a restore wrote into its members' data: every member whose PVC
     was restored, also those that have joined (started and settled) since. A member started
@@ -119,6 +118,8 @@ def next_step(
     step = admission.gate(chosen, observed, desired_hash)
     if desired_version is None or spec.paused or observed.restoring or status.operation:
         return step
+    if hibernation.owns(spec, status):
+        return step  # no downgrade step while asleep, going to sleep or waking
     return downgrade.step(desired_version, status, observed, health, step) or step
 
 
@@ -133,13 +134,19 @@ def _next_step(
 ) -> a.Step:
     if spec.paused:
         return a.Wait("reconciliation is paused (spec.paused)")
-    step = tls_plan.next_step(spec, status, observed, now)
-    if step:
-        return step
+    tls_step = tls_plan.next_step(spec, status, observed, now)
+    if tls_step and not (isinstance(tls_step, a.Wait) and hibernation.owns(spec, status)):
+        return tls_step  # certificates are kept while asleep; a TLS wait does not hold sleep or waking
     if observed.restoring:
         return a.Wait(f"EtcdRestore {observed.restoring} is restoring this cluster")
     if status.operation and status.operation.kind == QUORUM_RECOVERY:
         return _plan_quorum_recovery(spec, status, observed, health, desired_hash)
+    if hibernation.owns(spec, status):
+        step = hibernation.next_step(spec, status, observed, health)
+        if step:
+            return step
+    if tls_step:
+        return tls_step
     if health.state == HealthState.QUORUM_LOST and not observed.pods and not observed.pvcs:
         return a.Wait(health.message)
     if health.state == HealthState.BOOTSTRAPPING:

@@ -11,6 +11,7 @@ from typing import Any
 
 from etcd_operator.core.cluster.identity import parse_hex_id
 from etcd_operator.core.cluster.spec import ClusterSpec
+from etcd_operator.core.hibernation import HibernationRecord
 from etcd_operator.core.timefmt import format_time, parse_time
 
 
@@ -174,6 +175,7 @@ class ClusterStatus:
     space_recovery: SpaceRecoveryRecord | None = None  # status.spaceRecovery
     defragmentation: DefragmentationRecord = DefragmentationRecord()  # status.defragmentation
     learner_joins: JoinRecord = JoinRecord()  # status.learnerJoins: learners that did not catch up (learners.py)
+    hibernation: HibernationRecord | None = None  # status.hibernation: asleep, or going to sleep or waking
 
     @classmethod
     def from_dict(cls, status: Mapping[str, Any]) -> ClusterStatus:
@@ -189,6 +191,7 @@ class ClusterStatus:
             space_recovery=SpaceRecoveryRecord.from_dict(status.get("spaceRecovery")),
             defragmentation=DefragmentationRecord.from_dict(status.get("defragmentation")),
             learner_joins=JoinRecord.from_dict(status.get("learnerJoins")),
+            hibernation=HibernationRecord.from_dict(status.get("hibernation")),
         )
 
 

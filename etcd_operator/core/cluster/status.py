@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from etcd_operator.core import conditions as c
-from etcd_operator.core.cluster import naming, tls_plan
+from etcd_operator.core.cluster import hibernation, naming, tls_plan
 from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.health import Health, HealthState, member_name
 from etcd_operator.core.cluster.observed import Observed
@@ -52,11 +52,15 @@ PROGRESS_REASONS = {
     "DefragmentOnRequest": "Defragmenting",
     "FinishDefragmentRequest": "Defragmenting",
     "ExpandMemberPVC": "ExpandingStorage",
+    "RecordHibernation": "Hibernating",
+    "StopMemberForHibernation": "Hibernating",
 }
 
 
 def is_degraded(health: Health, status: ClusterStatus) -> bool:
     """Something is broken, as opposed to still being built or changed on purpose."""
+    if health.state == HealthState.HIBERNATED:
+        return False  # stopped on purpose
     if health.state in (
         HealthState.NO_QUORUM,
         HealthState.QUORUM_LOST,
@@ -131,6 +135,7 @@ def cluster_conditions(
         )
     else:
         result.append(c.Condition("AnnotationsAccepted", True, "Accepted", ""))
+    result.append(hibernation.condition(spec, status, action))
     even = spec.size % 2 == 0
     result.append(
         c.Condition(
@@ -153,6 +158,9 @@ def phase(spec: ClusterSpec, health: Health, action: a.Step, status: ClusterStat
         return "Restoring"
     if status.operation is not None:
         return "Recovering"
+    asleep = hibernation.phase(spec, status)
+    if asleep:
+        return asleep
     if health.state == HealthState.QUORUM_LOST:
         return "QuorumLost"
     if health.state == HealthState.BOOTSTRAPPING or not status.bootstrapped:
@@ -208,12 +216,14 @@ def restore_hold_fields(observed: Observed) -> dict[str, Any]:
     """What a pass that sees a restore's hold writes, in one status write: the acknowledgement
     the restore waits for before it stops or creates anything (status.restoreHold), and the
     records about the old data dropped, since a restore makes a new cluster from a snapshot:
-    its identity and any quorum recovery. status.operation is this controller's own record;
-    the restore does not write it, it waits to observe it gone (restore/planner.py)."""
+    its identity, any quorum recovery and any hibernation record (the restored cluster is
+    another one; with hibernation still asked for, it goes to sleep again). status.operation
+    is this controller's own record; the restore does not write it, it waits to observe it
+    gone (restore/planner.py)."""
     ack = restore_hold_ack(observed)
     if ack is None:
         return {"restoreHold": None}
-    return {"restoreHold": ack, "clusterID": None, "operation": None}
+    return {"restoreHold": ack, "clusterID": None, "operation": None, "hibernation": None}
 
 
 def build_status(

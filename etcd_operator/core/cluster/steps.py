@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from etcd_operator.core.cluster.certs import Rotation
+from etcd_operator.core.hibernation import HibernationRecord
 
 
 @dataclasses.dataclass(frozen=True)
@@ -336,3 +337,23 @@ class ExpandMemberPVC(Step):
 
     member: str = ""
     size: str = ""
+
+
+# --- hibernation (core/hibernation.py, cluster/hibernation.py) ------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordHibernation(Step):
+    """Write status.hibernation: the cluster's identity as it goes to sleep, or its next
+    state (Snapshotting, Stopping, Hibernated, Waking); None: awake again, record dropped."""
+
+    record: HibernationRecord | None = None
+    without_snapshot: tuple[str, ...] = ()  # EtcdBackups whose snapshot was not waited for any longer
+
+
+@dataclasses.dataclass(frozen=True)
+class StopMemberForHibernation(Step):
+    """Delete one member's pod as the cluster goes to sleep; its PVC, and its membership in
+    etcd, stay."""
+
+    member: str = ""
