@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 
 from etcd_operator.clients.etcd.client import EtcdMemberClient
 from tests.support.claims import claimed
@@ -14,11 +15,22 @@ from tests.support.kubectl import kubectl, kubectl_json
 from tests.support.waiting import wait_for
 
 
-def fill(endpoints: list[str], count: int, value_size: int, prefix: str = "/data/") -> None:
+def fill(
+    endpoints: list[str], count: int, value_size: int, prefix: str = "/data/", incompressible: bool = False
+) -> None:
+    """`count` keys of `value_size` bytes. The values repeat their key's number, which zstd
+    shrinks to almost nothing: `incompressible` values are random, for a test that needs the
+    stored snapshot as large as the data (an upload that lasts, a memory budget filled)."""
+
     async def write():
         async with EtcdMemberClient(endpoints[0], timeout=10) as client:
             for i in range(count):
-                await client.put(f"{prefix}{i:06}".encode(), (f"{i:06}" * (value_size // 6 + 1))[:value_size].encode())
+                value = (
+                    os.urandom(value_size)
+                    if incompressible
+                    else (f"{i:06}" * (value_size // 6 + 1))[:value_size].encode()
+                )
+                await client.put(f"{prefix}{i:06}".encode(), value)
 
     asyncio.run(write())
 

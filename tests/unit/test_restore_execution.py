@@ -88,14 +88,14 @@ def test_status_fields_follow_the_step():
     status = build_status({"phase": "Restoring"}, s.ChooseMembers("m", members=("c-0", "c-1")), Outcome(), 1, NOW)
     assert status["seedMembers"] == ["c-0", "c-1"]
     status = build_status(
-        status, s.MarkSeedsRestored("m", pvcs=("data-c-1",), timings=(("c-1", "t0", "t1"),)), Outcome(), 1, NOW
+        status, s.MarkSeedsRestored("m", pvcs=("data-c-1",), timings=(("c-1", "c0", "t0", "t1"),)), Outcome(), 1, NOW
     )
     status = build_status(
-        status, s.MarkSeedsRestored("m", pvcs=("data-c-0",), timings=(("c-0", "t2", "t3"),)), Outcome(), 1, NOW
+        status, s.MarkSeedsRestored("m", pvcs=("data-c-0",), timings=(("c-0", "c1", "t2", "t3"),)), Outcome(), 1, NOW
     )
     assert status["seedPods"] == [
-        {"member": "c-1", "startedAt": "t0", "finishedAt": "t1"},
-        {"member": "c-0", "startedAt": "t2", "finishedAt": "t3"},
+        {"member": "c-1", "createdAt": "c0", "startedAt": "t0", "finishedAt": "t1"},
+        {"member": "c-0", "createdAt": "c1", "startedAt": "t2", "finishedAt": "t3"},
     ]
     status = build_status({"phase": "Restoring"}, s.Complete("1/1", cluster_id="abc"), Outcome(), 1, NOW)
     assert status["phase"] == "Completed" and status["clusterID"] == "abc"

@@ -401,6 +401,7 @@ def seed_pod(member: str, phase: str = "Running", owner: str = UID) -> ObjectSta
         {builders.LABEL_RESTORE: "r1", builders.LABEL_RESTORE_MEMBER: member},
         phase=phase,
         owner_uids=(owner,),
+        created_at="2026-11-21T12:00:00Z",
         started_at=f"2026-11-21T12:00:0{member[-1]}Z",
         finished_at="2026-11-21T12:00:30Z" if phase == "Succeeded" else "",
     )
@@ -524,7 +525,7 @@ def test_every_member_is_restored_at_once_and_the_cluster_released_only_when_all
     running[1] = seed_pod("keep-1", "Succeeded")
     step = step_for(NEW, status, three(pvcs, running))
     assert isinstance(step, s.MarkSeedsRestored) and step.pvcs == ("data-keep-1",)
-    assert step.timings == (("keep-1", "2026-11-21T12:00:01Z", "2026-11-21T12:00:30Z"),)
+    assert step.timings == (("keep-1", "2026-11-21T12:00:00Z", "2026-11-21T12:00:01Z", "2026-11-21T12:00:30Z"),)
     pvcs[1] = seed_pvc("keep-1", restored=True)
     assert isinstance(step_for(NEW, status, three(pvcs, running)), s.Wait)  # two still restoring: held
     done = [seed_pod(m, "Succeeded") for m in MEMBERS]

@@ -394,7 +394,7 @@ class RestoreExecutor:
         self.post_event(
             "Normal",
             "SnapshotRestored",
-            f"{', '.join(m for m, _, _ in step.timings)}: data directory restored with etcdutl",
+            f"{', '.join(m for m, *_ in step.timings)}: data directory restored with etcdutl",
         )
 
     async def _retry_seed(self, step: s.RetrySeedPod, spec, status, observed) -> None:

@@ -62,6 +62,7 @@ def object_state(kind: str, obj: Mapping[str, Any]) -> ObjectState:
         labels=tuple(sorted((meta.get("labels") or {}).items())),
         annotations=tuple(sorted((meta.get("annotations") or {}).items())),
         owner_uids=tuple(o.get("uid", "") for o in meta.get("ownerReferences") or []),
+        created_at=meta.get("creationTimestamp") or "",
         started_at=started,
         finished_at=finished,
     )

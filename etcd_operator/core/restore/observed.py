@@ -86,6 +86,7 @@ class ObjectState:
     labels: tuple[tuple[str, str], ...] = ()
     annotations: tuple[tuple[str, str], ...] = ()
     owner_uids: tuple[str, ...] = ()
+    created_at: str = ""  # metadata.creationTimestamp
     started_at: str = ""  # pods: when the first container started
     finished_at: str = ""  # pods: when the last container ended
 

@@ -554,7 +554,7 @@ def _plan_seed(
         return s.MarkSeedsRestored(
             f"{', '.join(succeeded)}: data directory restored",
             pvcs=tuple(naming.pvc_name(m) for m in succeeded),
-            timings=tuple((m, pods[m].started_at, pods[m].finished_at) for m in succeeded),
+            timings=tuple((m, pods[m].created_at, pods[m].started_at, pods[m].finished_at) for m in succeeded),
         )
     failed = [pods[m] for m in pending if m in pods and pods[m].phase == "Failed" and not pods[m].deleting]
     if failed:

@@ -83,8 +83,8 @@ def _step_fields(step: s.Step, previous: Mapping[str, Any], now: str) -> dict[st
         timings = list(previous.get("seedPods") or [])
         known = {t.get("member") for t in timings}
         timings += [
-            {"member": m, "startedAt": started, "finishedAt": finished}
-            for m, started, finished in step.timings
+            {"member": m, "createdAt": created, "startedAt": started, "finishedAt": finished}
+            for m, created, started, finished in step.timings
             if m not in known
         ]
         return {"seedPods": timings}

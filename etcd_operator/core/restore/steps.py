@@ -197,10 +197,10 @@ class StartSeedPods(Step):
 @dataclasses.dataclass(frozen=True)
 class MarkSeedsRestored(Step):
     """Restore pods succeeded: mark their PVCs so that no member is restored twice, and
-    record when each pod ran (member, started, finished)."""
+    record when each pod was created and ran (member, created, started, finished)."""
 
     pvcs: tuple[str, ...] = ()
-    timings: tuple[tuple[str, str, str], ...] = ()
+    timings: tuple[tuple[str, str, str, str], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)

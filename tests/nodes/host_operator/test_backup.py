@@ -345,7 +345,7 @@ def test_a_backup_whose_secret_arrives_after_it_waits_then_completes(real_nodes,
 
 
 def test_minio_killed_mid_upload_leaves_nothing_partial_and_the_next_run_succeeds(own_minio, namespace, cluster):
-    fill(member_endpoints(namespace, cluster), 96, 1 << 20)  # ~96 MiB of values
+    fill(member_endpoints(namespace, cluster), 96, 1 << 20, incompressible=True)  # ~96 MiB, zstd or not
     prefix = f"tests/{namespace}"
     apply_backup(
         namespace,

@@ -57,7 +57,12 @@ def test_concurrent_large_backups_stay_within_the_memory_budget(real_nodes, oper
             what="warm-up backup completed",
         )
         with concurrent.futures.ThreadPoolExecutor(BACKUPS) as pool:
-            list(pool.map(lambda name: fill(member_endpoints(namespace, name), DATA // MiB, MiB), clusters))
+            list(
+                pool.map(
+                    lambda name: fill(member_endpoints(namespace, name), DATA // MiB, MiB, incompressible=True),
+                    clusters,
+                )
+            )
 
         pid = operator.process.pid
         reset_peak(pid)

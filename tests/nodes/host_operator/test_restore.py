@@ -88,9 +88,10 @@ def test_round_trip_restores_every_member_in_parallel_and_the_data_exactly(names
     assert status["seedMembers"] == ["copy-0", "copy-1", "copy-2"]
     pods = status["seedPods"]
     assert sorted(p["member"] for p in pods) == status["seedMembers"]
-    # The pods' times have one-second resolution: the intervals overlap (no pod started after
-    # another had finished); a small snapshot restores within one second.
-    assert max(p["startedAt"] for p in pods) <= min(p["finishedAt"] for p in pods), f"not in parallel: {pods}"
+    # One-second resolution: the operator created every pod before any had finished. (When
+    # each container started is the kubelets' on loaded nodes, and a small zstd snapshot
+    # restores in a second or two, so the run times themselves need not overlap.)
+    assert max(p["createdAt"] for p in pods) <= min(p["finishedAt"] for p in pods), f"not in parallel: {pods}"
     # And the operator created every seed pod in one step, which its event records.
     seeding = [e["message"] for e in events(namespace, "r1") if e["reason"] == "SeedingMembers"]
     assert len(seeding) == 1 and all(m in seeding[0] for m in status["seedMembers"]), seeding
