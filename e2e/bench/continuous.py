@@ -56,6 +56,7 @@ from collections.abc import Iterator, Sequence
 from etcd_operator.clients.etcd.client import EtcdError, EtcdMemberClient
 from etcd_operator.clients.etcd.replay import ReplayMember
 from etcd_operator.clients.storage.s3 import S3Location, S3Storage
+from etcd_operator.core import seed_containers
 from etcd_operator.core.backup.continuous import DEFAULT_SEGMENT_BYTES
 from etcd_operator.core.backup.manifest import Manifest, backup_prefix
 from etcd_operator.core.backup.segments import SEGMENT_MANIFEST_SUFFIX, SegmentManifest, chain_id, segments_prefix
@@ -450,19 +451,17 @@ def etcdutl_restore(snapshot: pathlib.Path, data_dir: pathlib.Path) -> None:
 def scratch_member(folder: pathlib.Path, fsync: bool) -> Iterator[str]:
     """A single etcd on `folder`/data, as the replay pod runs it (core/restore/replay_pod.py):
     unix sockets in its working directory; yields the client socket's path."""
-    flags = [] if fsync else ["--unsafe-no-fsync"]
+    flags = [f for f in replay_pod.REPLAY_MEMBER_FLAGS if not (fsync and f == "--unsafe-no-fsync")]
+    member = seed_containers.scratch_member("etcd", str(folder), replay_pod.MEMBER, str(folder / "data"), [], *flags)
     with open(folder / "etcd.log", "ab") as log:
         process = subprocess.Popen(
-            [_binary("etcd-3.6", "etcd"), f"--name={replay_pod.MEMBER}", f"--data-dir={folder / 'data'}",
-             f"--listen-client-urls={replay_pod.CLIENT_SOCKET_URL}",
-             f"--advertise-client-urls={replay_pod.CLIENT_SOCKET_URL}",
-             f"--listen-peer-urls={replay_pod.PEER_SOCKET_URL}", *flags, "--auto-compaction-retention=0",
-             f"--max-txn-ops={replay_pod.MAX_TXN_OPS}", f"--max-request-bytes={replay_pod.MAX_REQUEST_BYTES}",
-             f"--quota-backend-bytes={replay_pod.QUOTA_BACKEND_BYTES}", "--log-level=warn"],
-            cwd=folder, stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            [_binary("etcd-3.6", "etcd"), *member["args"], "--log-level=warn"],
+            cwd=folder,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     try:
-        yield str(folder / replay_pod.CLIENT_SOCKET_URL.removeprefix("unix://"))
+        yield str(folder / seed_containers.SCRATCH_CLIENT_SOCKET)
     finally:
         _stop(process)
 

@@ -21,6 +21,13 @@ CREDENTIAL_KEYS = (("AWS_ACCESS_KEY_ID", "accessKeyID"), ("AWS_SECRET_ACCESS_KEY
 
 
 SEED_FETCH = ["python", "-m", "etcd_operator.programs.seed", "fetch"]
+# A scratch member (a verification's, a replay's) listens on unix sockets only; etcd names a
+# unix listener's socket file "host:port" in its working directory.
+SCRATCH_CLIENT_URL = "unix://etcd-client:0"
+SCRATCH_PEER_URL = "unix://etcd-peer:0"
+SCRATCH_CLIENT_SOCKET = "etcd-client:0"
+# Recorded in the restored member list only; nothing listens there.
+PLACEHOLDER_PEER_URL = "http://localhost:2380"
 
 
 def fetch_container(
@@ -147,3 +154,26 @@ def one_shot_pod_spec(
         "containers": containers,
     }
     return pod_security.restricted(with_pull_secrets(spec, pull_secrets))
+
+
+def scratch_member(
+    etcd_image: str, workdir: str, member: str, data_dir: str, mounts: list[dict[str, Any]], *extra_args: str
+) -> dict[str, Any]:
+    """The container of a single scratch member on its restored data, reachable only through
+    the unix sockets in `workdir` (so only from its own pod), never compacting on its own."""
+    return {
+        "name": "etcd",
+        "image": etcd_image,
+        "command": ["etcd"],
+        "workingDir": workdir,
+        "args": [
+            f"--name={member}",
+            f"--data-dir={data_dir}",
+            f"--listen-client-urls={SCRATCH_CLIENT_URL}",
+            f"--advertise-client-urls={SCRATCH_CLIENT_URL}",
+            f"--listen-peer-urls={SCRATCH_PEER_URL}",
+            "--auto-compaction-retention=0",
+            *extra_args,
+        ],
+        "volumeMounts": mounts,
+    }

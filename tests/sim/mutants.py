@@ -11,10 +11,10 @@ from collections.abc import Callable
 
 from croniter import croniter
 
+from etcd_operator.core import seed_containers
 from etcd_operator.core.backup import fence as backup_fence
 from etcd_operator.core.backup import orphans, retention, schedule, source_choice
 from etcd_operator.core.backup import planner as backup_planner
-from etcd_operator.core.backup import scratch_pod as verification_pod
 from etcd_operator.core.backup import state as backup_state
 from etcd_operator.core.backup.manifest import Manifest
 from etcd_operator.core.cluster import admission, health, naming, planner, timers
@@ -444,7 +444,7 @@ MUTANTS = (
     Mutant(
         "verification_listens_on_the_pod_ip",
         "the verification's scratch etcd listens on unix sockets only (backup.scratch_pod)",
-        ((verification_pod, "CLIENT_SOCKET_URL", "http://0.0.0.0:2379"),),
+        ((seed_containers, "SCRATCH_CLIENT_URL", "http://0.0.0.0:2379"),),
         "restore_race",
     ),
     # The backup controller beside the cluster (backup_race, backup_actor.py).

@@ -72,28 +72,12 @@ class Manifest:
         return manifest_key(self.snapshot_key)
 
     def to_json(self) -> bytes:
-        body = {
-            "format": FORMAT,
-            "writer": WRITER,
-            **{json_field_name(k): v for k, v in dataclasses.asdict(self).items() if v is not None},
-        }
-        return json.dumps(body, indent=2, sort_keys=True).encode()
+        return document_json(FORMAT, self)
 
     @classmethod
     def from_json(cls, data: bytes) -> Manifest:
         """Raises ValueError for anything this operator did not write."""
-        try:
-            body = json.loads(data)
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"not JSON: {e}") from None
-        if not isinstance(body, dict) or body.get("format") != FORMAT or body.get("writer") != WRITER:
-            raise ValueError("not an etcd-operator snapshot manifest")
-        fields = {}
-        for field in dataclasses.fields(cls):
-            if json_field_name(field.name) in body:
-                fields[field.name] = body[json_field_name(field.name)]
-            elif field.default is dataclasses.MISSING:
-                raise ValueError(f"manifest lacks {json_field_name(field.name)!r}")
+        fields = document_fields(cls, data, FORMAT, "snapshot manifest")
         fields["revision"], fields["size"] = int(fields["revision"]), int(fields["size"])
         return cls(**fields)
 
@@ -118,6 +102,32 @@ class Identity:
     namespace: str
     backup: str
     uid: str
+
+
+def document_json(format_name: str, record: Any) -> bytes:
+    """A record (a dataclass) as the JSON document this operator writes: its format and
+    writer, then its fields in camelCase, unset (None) ones left out."""
+    fields = {json_field_name(k): v for k, v in dataclasses.asdict(record).items() if v is not None}
+    return json.dumps({"format": format_name, "writer": WRITER, **fields}, indent=2, sort_keys=True).encode()
+
+
+def document_fields(cls: Any, data: bytes, format_name: str, what: str) -> dict[str, Any]:
+    """The fields of dataclass `cls` read from a document `document_json` wrote in
+    `format_name`; a field with a default may be absent. Raises ValueError otherwise."""
+    try:
+        body = json.loads(data)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"not JSON: {e}") from None
+    if not isinstance(body, dict) or body.get("format") != format_name or body.get("writer") != WRITER:
+        raise ValueError(f"not an etcd-operator {what}")
+    fields: dict[str, Any] = {}
+    for field in dataclasses.fields(cls):
+        name = json_field_name(field.name)
+        if name in body:
+            fields[field.name] = body[name]
+        elif field.default is dataclasses.MISSING:
+            raise ValueError(f"{what} lacks {name!r}")
+    return fields
 
 
 def json_field_name(name: str) -> str:

@@ -24,12 +24,8 @@ DATA_DIR = f"{SCRATCH}/data"
 VERDICT_FILE = f"{SCRATCH}/verdict"
 MEMBER = "verify"
 CHECK_CONTAINER = "check"
-# etcd names a unix listener's socket file "host:port" in its working directory (SCRATCH).
-CLIENT_SOCKET_URL = "unix://etcd-client:0"
-PEER_SOCKET_URL = "unix://etcd-peer:0"
-CLIENT_SOCKET = f"{SCRATCH}/etcd-client:0"
-# Recorded in the restored member list only; nothing listens there.
-PLACEHOLDER_PEER_URL = "http://localhost:2380"
+CLIENT_SOCKET = f"{SCRATCH}/{seed_containers.SCRATCH_CLIENT_SOCKET}"
+PLACEHOLDER_PEER_URL = seed_containers.PLACEHOLDER_PEER_URL
 
 
 def pod_name(backup: str) -> str:
@@ -111,22 +107,8 @@ def verification_pod(
                 ),
             ],
             containers=[
-                {
-                    "name": "etcd",
-                    "image": etcd_image,
-                    "command": ["etcd"],
-                    "workingDir": SCRATCH,
-                    "args": [
-                        f"--name={MEMBER}",
-                        f"--data-dir={DATA_DIR}",
-                        f"--listen-client-urls={CLIENT_SOCKET_URL}",
-                        f"--advertise-client-urls={CLIENT_SOCKET_URL}",
-                        f"--listen-peer-urls={PEER_SOCKET_URL}",
-                        # Nothing may change the restored store while it is compared.
-                        "--auto-compaction-retention=0",
-                    ],
-                    "volumeMounts": scratch,
-                },
+                # Nothing may change the restored store while it is compared (no compaction).
+                seed_containers.scratch_member(etcd_image, SCRATCH, MEMBER, DATA_DIR, scratch),
                 {
                     "name": CHECK_CONTAINER,
                     "image": operator_image,

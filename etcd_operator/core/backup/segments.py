@@ -20,12 +20,10 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import struct
 from collections.abc import Iterable
-from typing import Any
 
-from etcd_operator.core.backup.manifest import WRITER, backup_prefix, json_field_name
+from etcd_operator.core.backup.manifest import backup_prefix, document_fields, document_json
 
 MAGIC = b"etcd-operator.segment/v1\n"
 FORMAT = "etcd-operator.segment-manifest/v1"
@@ -173,29 +171,12 @@ class SegmentManifest:
         return bool(self.encryption) and self.encryption != "none"
 
     def to_json(self) -> bytes:
-        body = {
-            "format": FORMAT,
-            "writer": WRITER,
-            **{json_field_name(k): v for k, v in dataclasses.asdict(self).items() if v is not None},
-        }
-        return json.dumps(body, indent=2, sort_keys=True).encode()
+        return document_json(FORMAT, self)
 
     @classmethod
     def from_json(cls, data: bytes) -> SegmentManifest:
         """Raises ValueError for anything this operator did not write."""
-        try:
-            body = json.loads(data)
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"not JSON: {e}") from None
-        if not isinstance(body, dict) or body.get("format") != FORMAT or body.get("writer") != WRITER:
-            raise ValueError("not an etcd-operator segment manifest")
-        fields: dict[str, Any] = {}
-        for field in dataclasses.fields(cls):
-            name = json_field_name(field.name)
-            if name in body:
-                fields[field.name] = body[name]
-            elif field.default is dataclasses.MISSING:
-                raise ValueError(f"segment manifest lacks {name!r}")
+        fields = document_fields(cls, data, FORMAT, "segment manifest")
         for name in ("base_revision", "sequence", "first_revision", "last_revision", "revisions", "events", "size"):
             fields[name] = int(fields[name])
         for name in ("first_seen_at", "last_seen_at"):

@@ -33,16 +33,21 @@ WORK_DIR = f"{SCRATCH}/work"  # the segments and the replayed snapshot, on their
 RESULT_FILE = f"{SCRATCH}/result"
 MEMBER = "replay"
 REPLAY_CONTAINER = "replay"
-# etcd names a unix listener's socket file "host:port" in its working directory (SCRATCH).
-CLIENT_SOCKET_URL = "unix://etcd-client:0"
-PEER_SOCKET_URL = "unix://etcd-peer:0"
-CLIENT_SOCKET = f"{SCRATCH}/etcd-client:0"
-PLACEHOLDER_PEER_URL = "http://localhost:2380"  # recorded in the member list only
+CLIENT_SOCKET = f"{SCRATCH}/{seed_containers.SCRATCH_CLIENT_SOCKET}"
+PLACEHOLDER_PEER_URL = seed_containers.PLACEHOLDER_PEER_URL
 # One original revision is one transaction, however many keys it changed (a deleted prefix
 # can be thousands) and however large: the scratch member takes what the source took.
 MAX_TXN_OPS = 1_000_000
 MAX_REQUEST_BYTES = 256 << 20
 QUOTA_BACKEND_BYTES = 8 << 30  # etcd's suggested maximum; the source's own quota held the data
+# The scratch member a replay writes to: no fsync (its data is thrown away, only its snapshot
+# is kept), and room for a source's largest transaction.
+REPLAY_MEMBER_FLAGS = (
+    "--unsafe-no-fsync",
+    f"--max-txn-ops={MAX_TXN_OPS}",
+    f"--max-request-bytes={MAX_REQUEST_BYTES}",
+    f"--quota-backend-bytes={QUOTA_BACKEND_BYTES}",
+)
 # fetch_env's variables the replay container does not use (they name the base snapshot's fetch)
 _FETCH_ONLY = ("S3_KEY", "EXPECTED_SHA256", "SNAPSHOT_FILE", "DATA_DIR")
 
@@ -133,25 +138,7 @@ def replay_pod(
                 ),
             ],
             containers=[
-                {
-                    "name": "etcd",
-                    "image": etcd_image,
-                    "command": ["etcd"],
-                    "workingDir": SCRATCH,
-                    "args": [
-                        f"--name={MEMBER}",
-                        f"--data-dir={DATA_DIR}",
-                        f"--listen-client-urls={CLIENT_SOCKET_URL}",
-                        f"--advertise-client-urls={CLIENT_SOCKET_URL}",
-                        f"--listen-peer-urls={PEER_SOCKET_URL}",
-                        "--unsafe-no-fsync",
-                        "--auto-compaction-retention=0",
-                        f"--max-txn-ops={MAX_TXN_OPS}",
-                        f"--max-request-bytes={MAX_REQUEST_BYTES}",
-                        f"--quota-backend-bytes={QUOTA_BACKEND_BYTES}",
-                    ],
-                    "volumeMounts": scratch,
-                },
+                seed_containers.scratch_member(etcd_image, SCRATCH, MEMBER, DATA_DIR, scratch, *REPLAY_MEMBER_FLAGS),
                 {
                     "name": REPLAY_CONTAINER,
                     "image": operator_image,
