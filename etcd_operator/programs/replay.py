@@ -119,19 +119,6 @@ class Settings:
         )
 
 
-def location_from_env(env: Mapping[str, str], ca: bytes | None) -> S3Location:
-    return S3Location(
-        bucket=env["S3_BUCKET"],
-        endpoint=env.get("S3_ENDPOINT") or None,
-        region=env.get("S3_REGION") or None,
-        force_path_style=env.get("S3_FORCE_PATH_STYLE") == "true",
-        access_key=env.get("AWS_ACCESS_KEY_ID") or None,
-        secret_key=env.get("AWS_SECRET_ACCESS_KEY") or None,
-        ca_bundle=ca,
-        insecure=env.get("S3_INSECURE") == "true",
-    )
-
-
 # --- the keys: the inputs' and the output's ---------------------------------------------
 
 
@@ -452,7 +439,7 @@ async def store(
 async def run(env: Mapping[str, str]) -> ReplayResult:
     settings = Settings.from_env(env)
     ca = await asyncio.to_thread(pathlib.Path(env["S3_CA_FILE"]).read_bytes) if env.get("S3_CA_FILE") else None
-    storage = S3Storage(location_from_env(env, ca))
+    storage = S3Storage(S3Location.from_pod_env(env, ca))
     try:
         earlier = await stored_result(storage, settings.output_key)
         if earlier is not None:

@@ -32,18 +32,7 @@ async def fetch(env: dict[str, str]) -> int:
     if await asyncio.to_thread(data_dir.exists):
         await asyncio.to_thread(shutil.rmtree, data_dir)
     ca = await asyncio.to_thread(pathlib.Path(env["S3_CA_FILE"]).read_bytes) if env.get("S3_CA_FILE") else None
-    storage = S3Storage(
-        S3Location(
-            bucket=env["S3_BUCKET"],
-            endpoint=env.get("S3_ENDPOINT") or None,
-            region=env.get("S3_REGION") or None,
-            force_path_style=env.get("S3_FORCE_PATH_STYLE") == "true",
-            access_key=env.get("AWS_ACCESS_KEY_ID") or None,
-            secret_key=env.get("AWS_SECRET_ACCESS_KEY") or None,
-            ca_bundle=ca,
-            insecure=env.get("S3_INSECURE") == "true",
-        )
-    )
+    storage = S3Storage(S3Location.from_pod_env(env, ca))
     try:
         keys = await asyncio.to_thread(read_mounted_keys, env.get("SNAPSHOT_KEYS_DIR") or "")
     except KeyringError as e:

@@ -17,6 +17,7 @@ import email.utils
 import functools
 import tempfile
 import threading
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from etcd_operator.core.backup.object_lock import Lock, StoredObject, StoredVersion, UploadLock
@@ -95,6 +96,21 @@ class S3Location:
     encryption: str | None = None  # SSE_S3 or SSE_KMS
     kms_key_id: str | None = None
     object_lock: UploadLock | None = None  # a retention set on each object uploaded
+
+    @classmethod
+    def from_pod_env(cls, env: Mapping[str, str], ca: bytes | None) -> S3Location:
+        """Read inside the operator's one-shot pods (restore, verification, replay), whose
+        variables core/seed_containers.py `fetch_env` sets."""
+        return cls(
+            bucket=env["S3_BUCKET"],
+            endpoint=env.get("S3_ENDPOINT") or None,
+            region=env.get("S3_REGION") or None,
+            force_path_style=env.get("S3_FORCE_PATH_STYLE") == "true",
+            access_key=env.get("AWS_ACCESS_KEY_ID") or None,
+            secret_key=env.get("AWS_SECRET_ACCESS_KEY") or None,
+            ca_bundle=ca,
+            insecure=env.get("S3_INSECURE") == "true",
+        )
 
     @property
     def over_http(self) -> bool:
