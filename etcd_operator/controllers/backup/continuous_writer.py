@@ -158,8 +158,11 @@ class SegmentWriter:
     async def _run(self) -> None:
         budget = self.budget or process_budget()
         await budget.acquire(self.continuous.budget_bytes)
+        sealing = 0  # what sealing a segment holds, once the encoding is known
         try:
             self._encoding = await backup_encoding(self.kube, self.identity.namespace, self.spec)
+            await budget.acquire(self._encoding.working_bytes)
+            sealing = self._encoding.working_bytes
             location = await s3_location(self.kube, self.identity.namespace, self.spec.s3)
             storage = await asyncio.to_thread(S3Storage, location, 4)
             try:
@@ -176,7 +179,7 @@ class SegmentWriter:
             logger.exception("continuous backup %s: the writer of chain %s failed", self._name, self.chain)
             self.stopped_because = f"{type(e).__name__}: {e}"
         finally:
-            budget.release(self.continuous.budget_bytes)
+            budget.release(self.continuous.budget_bytes + sealing)
 
     @property
     def _name(self) -> str:

@@ -14,8 +14,9 @@ the first one is waited for, later ones are taken only while the budget has room
 cutter reuses the buffers it has. All are given back when the upload ends.
 
 With a sealing encoding (core/backup/sealed.py: zstd, AES-256-GCM) the reader thread
-compresses and encrypts the stream as it cuts it, holding one chunk more; etcd's checksum
-is checked on the plain bytes and the sha256 taken of the stored ones."""
+compresses and encrypts the stream as it cuts it; what that holds (Encoding.working_bytes)
+is taken from the budget with the first buffer. etcd's checksum is checked on the plain
+bytes and the sha256 taken of the stored ones."""
 
 from __future__ import annotations
 
@@ -174,7 +175,7 @@ async def stream_to_s3(
     a multipart upload the caller started (and recorded) itself; otherwise one is started."""
     budget = budget or process_budget()
     try:
-        await budget.acquire(part_size)
+        await budget.acquire(part_size + encoding.working_bytes)
     except BaseException:
         stream.cancel()
         raise
@@ -183,7 +184,7 @@ async def stream_to_s3(
     try:
         return await _upload(stream, storage, key, concurrency, on_progress, idle_timeout, stop, cutter, upload_id)
     finally:
-        budget.release(cutter.granted * part_size)
+        budget.release(cutter.granted * part_size + encoding.working_bytes)
 
 
 async def _upload(

@@ -42,6 +42,7 @@ NONCE_PREFIX_BYTES = 8
 TAG_BYTES = 16
 MAX_KEY_ID_BYTES = 253  # a Secret data key
 ZSTD_LEVEL = 3
+ZSTD_CONTEXT_BYTES = 2 << 20  # a level-3 compression context, rounded up
 
 DATA, INDEX = b"D", b"I"
 _RECORD = struct.Struct(">cI")  # kind, payload length
@@ -100,6 +101,15 @@ class Encoding:
         """Whether objects are stored in this format at all: plain and unencrypted ones are
         stored as they are, as before the format existed."""
         return self.compression != "none" or self.encrypted
+
+    @property
+    def working_bytes(self) -> int:
+        """What encoding one object holds at once, for the memory budget: the chunk being
+        filled, its compressed and its sealed form, and zstd's context at ZSTD_LEVEL (about
+        1.3 MB for 1 MiB chunks; estimated_compression_context_size)."""
+        if not self.sealed:
+            return 0
+        return 3 * self.chunk_bytes + (ZSTD_CONTEXT_BYTES if self.compression == "zstd" else 0)
 
 
 PLAIN = Encoding(compression="none")
