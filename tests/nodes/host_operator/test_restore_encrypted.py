@@ -147,8 +147,8 @@ def test_the_unseal_commands_of_the_restore_page_run_as_printed(real_nodes, name
     )
     keys = tmp_path / "keys"
     keys.mkdir()
-    for key_id, text in kubectl_json("get", "secret", "backup-keys", "-n", namespace)["data"].items():
-        (keys / key_id).write_text(text)  # the base64 text, as kubectl shows it
+    for key_id, data in kubectl_json("get", "secret", "backup-keys", "-n", namespace)["data"].items():
+        (keys / key_id).write_bytes(base64.b64decode(data))  # what the Secret holds: the key's base64 text
     testbin = localkube_layout.testbin_dir()
     path = f"{os.path.dirname(sys.executable)}:{testbin / 'kube'}:{testbin / 'etcd-3.6'}:{os.environ['PATH']}"
     env = {**os.environ, "PATH": path}
