@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import hashlib
 import pathlib
 
 import pytest
@@ -36,12 +35,12 @@ from etcd_operator.core.backup.segments import (
     SegmentManifest,
     chain_id,
     encode,
-    segment_key,
     segments_prefix,
 )
 from etcd_operator.core.backup.state import Observed, RunState, ScheduleSpec
 from etcd_operator.core.backup.status import build_status
 from etcd_operator.core.buffer_budget import DEFAULT_LIMIT_BYTES
+from tests.support.backup_manifests import segment_manifest, snapshot_manifest
 
 T0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 NOW = (T0 + datetime.timedelta(hours=1)).timestamp()
@@ -311,43 +310,12 @@ def test_a_break_clears_the_chain_until_a_full_snapshot_resets_the_volume():
 
 
 def snapshot(revision: int, cluster: str = CLUSTER) -> Manifest:
-    return Manifest(
-        snapshot_key=f"p/ns/b/s{revision}.db",
-        backup="b",
-        namespace="ns",
-        cluster="db",
-        cluster_id=cluster,
-        etcd_version="3.6.0",
-        revision=revision,
-        size=1,
-        sha256="x",
-        created_at="2026-01-01T00:00:00Z",
-        member="m",
-        slot=f"s{revision}",
-        backup_uid="u",
-    )
+    return snapshot_manifest(revision, cluster_id=cluster, verified=None)
 
 
 def segment(chain: str, sequence: int, first: int, last: int, cluster: str = CLUSTER) -> SegmentManifest:
-    return SegmentManifest(
-        segment_key=segment_key("p", "ns", "b", chain, sequence, first, last),
-        backup="b",
-        namespace="ns",
-        backup_uid="u",
-        cluster_id=cluster,
-        chain=chain,
-        base_revision=int(chain.rsplit("-", 1)[1]),
-        base_key="base",
-        sequence=sequence,
-        first_revision=first,
-        last_revision=last,
-        revisions=last - first + 1,
-        events=last - first + 1,
-        first_seen_at=float(first),
-        last_seen_at=float(last),
-        size=3,
-        sha256=hashlib.sha256(b"abc").hexdigest(),
-        created_at="2026-01-01T00:00:00Z",
+    return segment_manifest(
+        chain, sequence, first, last, cluster_id=cluster, base_revision=int(chain.rsplit("-", 1)[1])
     )
 
 

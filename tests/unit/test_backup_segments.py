@@ -3,8 +3,6 @@ point-in-time restore replays (core/backup/segments.py, core/backup/chain.py).""
 
 from __future__ import annotations
 
-import hashlib
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -22,8 +20,8 @@ from etcd_operator.core.backup.segments import (
     encode,
     last_seen_by,
     revisions_of,
-    segment_key,
 )
+from tests.support.backup_manifests import segment_manifest, snapshot_manifest
 
 changes = st.lists(
     st.builds(
@@ -94,45 +92,11 @@ def test_replay_filters_by_revision_and_by_time():
 def _segment(
     chain: str, sequence: int, first: int, last: int, cluster: str = "c1", seen: float | None = None
 ) -> SegmentManifest:
-    seen_at = float(first) if seen is None else seen
-    return SegmentManifest(
-        segment_key=segment_key("p", "ns", "b", chain, sequence, first, last),
-        backup="b",
-        namespace="ns",
-        backup_uid="u",
-        cluster_id=cluster,
-        chain=chain,
-        base_revision=0,
-        base_key="base",
-        sequence=sequence,
-        first_revision=first,
-        last_revision=last,
-        revisions=last - first + 1,
-        events=last - first + 1,
-        first_seen_at=seen_at,
-        last_seen_at=seen_at + (last - first),
-        size=3,
-        sha256=hashlib.sha256(b"abc").hexdigest(),
-        created_at="2026-11-27T00:00:00Z",
-    )
+    return segment_manifest(chain, sequence, first, last, cluster_id=cluster, seen=seen)
 
 
 def _snapshot(revision: int, cluster: str = "c1", verified: bool | None = True) -> Manifest:
-    return Manifest(
-        snapshot_key=f"p/ns/b/s{revision}.db",
-        backup="b",
-        namespace="ns",
-        cluster="etcd",
-        cluster_id=cluster,
-        etcd_version="3.6.0",
-        revision=revision,
-        size=1,
-        sha256="x",
-        created_at="2026-11-27T00:00:00Z",
-        member="m",
-        slot=f"s{revision}",
-        verified=verified,
-    )
+    return snapshot_manifest(revision, cluster_id=cluster, verified=verified)
 
 
 def test_a_segment_manifest_round_trips_and_checks_its_bytes():

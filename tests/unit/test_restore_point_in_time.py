@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import hashlib
 
 import pytest
 
@@ -18,7 +17,6 @@ from etcd_operator.core.backup.segments import (
     SegmentBody,
     SegmentManifest,
     chain_id,
-    segment_key,
 )
 from etcd_operator.core.outcome import Outcome
 from etcd_operator.core.restore import replay_pod
@@ -36,6 +34,7 @@ from etcd_operator.core.restore.point_in_time import (
 from etcd_operator.core.restore.spec import RestoreSpec, RestoreStatus
 from etcd_operator.core.restore.status import build_status
 from etcd_operator.programs import replay as program
+from tests.support.backup_manifests import segment_manifest, snapshot_manifest
 
 UID = "uid-of-this-restore"
 NOW = 1_800_000_000.0
@@ -53,44 +52,12 @@ def spec(point: dict, version: str = "3.6.0") -> RestoreSpec:
 
 
 def snapshot(revision: int, version: str = "3.6.0") -> Manifest:
-    return Manifest(
-        snapshot_key=f"{FOLDER}s{revision}.db",
-        backup="nightly",
-        namespace="ns",
-        cluster="etcd",
-        cluster_id="c1",
-        etcd_version=version,
-        revision=revision,
-        size=1,
-        sha256="ab" * 32,
-        created_at="2026-11-27T00:00:00Z",
-        member="m",
-        slot=f"s{revision}",
-        verified=True,
-    )
+    return snapshot_manifest(revision, folder=FOLDER, backup="nightly", etcd_version=version)
 
 
 def segment(sequence: int, first: int, last: int, seen: float | None = None, chain: str = CHAIN) -> SegmentManifest:
-    seen_at = float(first) if seen is None else seen
-    return SegmentManifest(
-        segment_key=segment_key("p", "ns", "nightly", chain, sequence, first, last),
-        backup="nightly",
-        namespace="ns",
-        backup_uid="u",
-        cluster_id="c1",
-        chain=chain,
-        base_revision=10,
-        base_key=f"{FOLDER}s10.db",
-        sequence=sequence,
-        first_revision=first,
-        last_revision=last,
-        revisions=last - first + 1,
-        events=last - first + 1,
-        first_seen_at=seen_at,
-        last_seen_at=seen_at + (last - first),
-        size=3,
-        sha256=hashlib.sha256(b"abc").hexdigest(),
-        created_at="2026-11-27T00:00:00Z",
+    return segment_manifest(
+        chain, sequence, first, last, seen=seen, backup="nightly", base_revision=10, base_key=f"{FOLDER}s10.db"
     )
 
 
