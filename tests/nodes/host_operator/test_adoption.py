@@ -23,9 +23,18 @@ import pytest
 from etcd_operator.clients.etcd.client import EtcdError, EtcdMemberClient
 from localkube import layout as localkube_layout
 from tests.support import nodes_resolver
-from tests.support.clusters import apply_cluster, get_cluster, member_endpoints, patch_spec, wait_condition
+from tests.support.clusters import (
+    apply_cluster,
+    condition,
+    events,
+    get_cluster,
+    is_healthy,
+    member_endpoints,
+    patch_spec,
+    wait_condition,
+)
 from tests.support.etcd_probes import _LoopThread
-from tests.support.waiting import wait_for
+from tests.support.waiting import holds_throughout, wait_for
 
 pytestmark = pytest.mark.substrate
 
@@ -152,6 +161,11 @@ def found_writes(endpoints: list[str]) -> set[int]:
     return {int(base64.b64decode(kv["key"]).decode().removeprefix("/w/")) for kv in kvs}
 
 
+def event_time(event: dict) -> str:
+    """When it happened, to the microsecond where the event says (eventTime)."""
+    return event.get("eventTime") or event.get("lastTimestamp") or event["metadata"]["creationTimestamp"]
+
+
 def member_list(endpoint: str) -> tuple[int, list]:
     async def ask():
         async with EtcdMemberClient(endpoint, timeout=5.0) as client:
@@ -201,13 +215,24 @@ def test_a_running_cluster_is_adopted_and_its_old_members_removed_without_downti
         assert listed_id == cluster_id, "the adopted cluster has another ID"
         assert sorted(m.name for m in members) == [f"{CLUSTER}-{i}" for i in range(3)]
 
-        time.sleep(2)  # writes continue through the own members only
+        # A restarted operator reads the completed adoption back: an ordinary cluster, left as it is.
+        operator.kill()
+        operator.start()
+
+        def still_adopted() -> None:
+            obj = get_cluster(namespace, CLUSTER)
+            assert is_healthy(obj, 3) and condition(obj, "Adopted")["status"] == "True", obj["status"]
+            assert sorted(m["name"] for m in obj["status"]["members"]) == [f"{CLUSTER}-{i}" for i in range(3)]
+
+        holds_throughout(still_adopted, 8, what="the adopted cluster after an operator restart")
         writer.stop()
         acked, writer_done = set(writer.acked), writer
         writer = None
         found = found_writes([f"http://{own[0]}"])
+        steps = [e["reason"] for e in sorted(events(namespace, CLUSTER), key=event_time)]
+        print(f"\nadoption events: {', '.join(steps)}")
         print(
-            f"\nadoption figures: longest time without a successful write {writer_done.longest_gap:.3f}s "
+            f"adoption figures: longest time without a successful write {writer_done.longest_gap:.3f}s "
             f"(bound {LONGEST_GAP_ALLOWED:.1f}s), writes acknowledged {len(acked)}, writes found "
             f"{len(found & acked)} of them ({len(found)} keys in all), failed attempts {writer_done.failed}"
         )
