@@ -60,7 +60,7 @@ def foreign_members(observed: Observed, members: tuple[Member, ...] | list[Membe
     return [m for m in members if not is_own(observed, m)]
 
 
-def _label(observed: Observed, member: Member) -> str:
+def _label(member: Member) -> str:
     return member.name or member.hex_id
 
 
@@ -74,7 +74,7 @@ def _foreign_problem(spec: ClusterSpec, observed: Observed, health: Health) -> t
         errors = "; ".join(f"{k}: {v}" for k, v in sorted(etcd.errors.items()))
         return "ForeignUnreachable", f"the cluster's leader does not answer its member list ({errors or 'no answer'})"
     foreign = foreign_members(observed, etcd.members)
-    silent = [_label(observed, m) for m in foreign if not member_healthy(observed, m.id)]
+    silent = [_label(m) for m in foreign if not member_healthy(observed, m.id)]
     if silent:
         return "ForeignUnhealthy", f"foreign members do not answer with a leader: {', '.join(sorted(silent))}"
     leaders = {etcd.statuses[m.id].leader_id for m in foreign}
@@ -112,7 +112,7 @@ def next_step(spec: ClusterSpec, status: ClusterStatus, observed: Observed, heal
         return a.Wait(f"{STOPPED}: the cluster ID changed from {record.cluster_id:x} to {cluster_id:x}")
     members = health.members
     foreign = foreign_members(observed, members)
-    foreign_names = tuple(sorted(_label(observed, m) for m in foreign))
+    foreign_names = tuple(sorted(_label(m) for m in foreign))
     if record is None or record.foreign_members != foreign_names:
         return a.RecordAdoption(
             f"adopting cluster {cluster_id:x}; foreign members: {', '.join(foreign_names) or 'none'}",
@@ -179,8 +179,8 @@ def _handover(
             f"until spec.adoption.removeForeignMembers is true"
         )
     # Non-leaders first (learners before voters), the leader last.
-    victim = min(foreign, key=lambda m: (m.id == health.leader_id, not m.is_learner, _label(observed, m)))
-    label = _label(observed, victim)
+    victim = min(foreign, key=lambda m: (m.id == health.leader_id, not m.is_learner, _label(m)))
+    label = _label(victim)
     if victim.id == health.leader_id:
         successors = [m for m in health.voters if is_own(observed, m) and health.stays(m)]
         if not successors:
