@@ -269,3 +269,11 @@ def test_the_ordinary_planner_never_removes_foreign_members_while_adopting():
 def test_status_adoption_round_trips():
     assert AdoptionRecord.from_dict(RECORD.to_dict()) == RECORD
     assert ClusterStatus.from_dict({"adoption": RECORD.to_dict()}).adoption == RECORD
+
+
+def test_dropping_spec_adoption_midway_never_hands_foreign_members_to_the_ordinary_planner():
+    s = dataclasses.replace(spec(), adoption=None)
+    st, o = status(), observe(OWN_VOTERS)
+    assert adoption.owns(s, st)
+    chosen = next_step(s, st, o, diagnose(s, st, o), 0.0, desired_hash="h")
+    assert isinstance(chosen, a.Wait) and "spec.adoption was removed" in chosen.reason
