@@ -314,6 +314,10 @@ def do_record_hibernation(ctx: Context, action: a.RecordHibernation) -> Outcome:
     return Outcome(True, status_fields={"hibernation": None if action.record is None else action.record.to_dict()})
 
 
+def do_record_adoption(ctx: Context, action: a.RecordAdoption) -> Outcome:
+    return Outcome(True, status_fields={"adoption": None if action.record is None else action.record.to_dict()})
+
+
 HANDLERS: dict[type, Callable] = {
     a.Steady: do_nothing,
     a.Wait: do_nothing,
@@ -363,6 +367,9 @@ HANDLERS: dict[type, Callable] = {
     # decisions and tests/nodes/host_operator/test_hibernation.py its effects.
     a.RecordHibernation: do_record_hibernation,
     a.StopMemberForHibernation: do_delete_pod,
+    # The simulated specs never ask for adoption (the model has no foreign members);
+    # tests/unit/test_adoption.py covers its decisions and tests/nodes/host_operator/test_adoption.py its effects.
+    a.RecordAdoption: do_record_adoption,
 }
 
 # Actions that take two requests: the operator may die between them.

@@ -147,6 +147,9 @@ EXTRA_ARGS = {  # one key per denied group, written in the ways people write fla
 }
 assert len(EXTRA_ARGS) == len(denied_flags.GROUPS)
 
+ADOPTION_TRANSPORT = "spec.adoption needs a transport the running members speak"
+PLAIN_ADOPTION = {"tls": {"enabled": False}, "adoption": {"endpoints": ["http://10.0.0.5:2379"]}}
+
 MORE_INVALID = [
     ("EtcdRestore", restore_into("c" * (limits.CLUSTER_NAME_MAX + 1)), "Too long: may not be more than 53"),
     ("EtcdRestore", restore_into("9lives"), "spec.target.newCluster.name must start with a letter"),
@@ -191,6 +194,14 @@ MORE_INVALID = [
         "spec.hibernation cannot be enabled on emptyDir storage",
     ),
     ("EtcdCluster", {"hibernation": {"enabled": True, "snapshotTimeout": "soon"}}, "spec.hibernation.snapshotTimeout"),
+    ("EtcdCluster", {"adoption": {"endpoints": ["http://10.0.0.5:2379"]}}, ADOPTION_TRANSPORT),
+    (
+        "EtcdCluster",
+        {"tls": {"enabled": False}, "adoption": {"endpoints": ["http://10.0.0.5:2379", "https://10.0.0.6:2379"]}},
+        ADOPTION_TRANSPORT,
+    ),
+    ("EtcdCluster", {"adoption": {"endpoints": ["https://10.0.0.5:2379"]}}, ADOPTION_TRANSPORT),
+    ("EtcdCluster", {"tls": {"enabled": False}, "adoption": {"endpoints": ["10.0.0.5:2379"]}}, "should match"),
 ]
 
 
@@ -224,6 +235,11 @@ AT_THE_LIMITS = [
     {"pod": {"imagePullSecrets": [{"name": "registry-a"}, {"name": "registry-b"}]}},
     {"storage": {"emptyDir": {}}, "hibernation": {"enabled": False}},
     {"hibernation": {"enabled": True, "snapshotTimeout": "1h30m"}},
+    PLAIN_ADOPTION,
+    {
+        "tls": {"issuer": "Secrets", "memberSecretName": "m", "operatorSecretName": "o"},
+        "adoption": {"endpoints": ["https://10.0.0.5:2379"], "removeForeignMembers": True},
+    },
 ]
 
 
@@ -332,3 +348,17 @@ def test_part_buffers_of_one_backup_are_capped(crds, namespace):
     assert dry_run("EtcdBackup", "ok", namespace, backup_with_parts(32 << 20, 1)).returncode == 0
     assert dry_run("EtcdBackup", "ok", namespace, backup_with_parts(8 << 20, 7)).returncode == 0
     assert dry_run("EtcdBackup", "ok", namespace, {**VALID["EtcdBackup"]}).returncode == 0  # the defaults
+
+
+def test_adoption_is_set_at_creation_only_with_fixed_endpoints(crds, namespace):
+    plain = {"tls": {"enabled": False}}
+    kubectl("apply", "-f", "-", input=manifest("EtcdCluster", "plain", namespace, plain))
+    added = kubectl("apply", "-f", "-", input=manifest("EtcdCluster", "plain", namespace, PLAIN_ADOPTION), check=False)
+    assert added.returncode != 0 and "spec.adoption can only be set when the EtcdCluster is created" in added.stderr
+
+    kubectl("apply", "-f", "-", input=manifest("EtcdCluster", "adopter", namespace, PLAIN_ADOPTION))
+    moved = {**PLAIN_ADOPTION, "adoption": {"endpoints": ["http://10.0.0.9:2379"]}}
+    refused = kubectl("apply", "-f", "-", input=manifest("EtcdCluster", "adopter", namespace, moved), check=False)
+    assert refused.returncode != 0 and "spec.adoption.endpoints cannot change" in refused.stderr
+    flipped = {**PLAIN_ADOPTION, "adoption": {**PLAIN_ADOPTION["adoption"], "removeForeignMembers": True}}
+    kubectl("apply", "-f", "-", input=manifest("EtcdCluster", "adopter", namespace, flipped))

@@ -17,6 +17,7 @@ from etcd_operator import DEFAULT_OPERATOR_IMAGE
 from etcd_operator.clients.etcd.client import EtcdError
 from etcd_operator.clients.etcd.pool import EtcdClientPool
 from etcd_operator.clients.kube import client as kube
+from etcd_operator.controllers.cluster import execute_adoption as adoption
 from etcd_operator.controllers.cluster import execute_certificates as certificates
 from etcd_operator.controllers.cluster import execute_children as children
 from etcd_operator.controllers.cluster import execute_hibernation as hibernation
@@ -106,6 +107,7 @@ HANDLERS: dict[type[a.Step], Handler] = {
     a.ExpandMemberPVC: space.expand_member_pvc,
     a.RecordHibernation: hibernation.record_hibernation,
     a.StopMemberForHibernation: hibernation.stop_member_for_hibernation,
+    a.RecordAdoption: adoption.record_adoption,
 }
 
 

@@ -17,7 +17,7 @@ from etcd_operator.clients.etcd.scrape import ScrapeError, read_metrics
 from etcd_operator.clients.kube import client as kube
 from etcd_operator.controllers.cluster.tls_observer import TLSSecrets, served_certificates
 from etcd_operator.core import versions
-from etcd_operator.core.cluster import admission, hibernation, naming, quota
+from etcd_operator.core.cluster import admission, adoption, hibernation, naming, quota
 from etcd_operator.core.cluster.identity import member_list_sources, parse_hex_id, split_foreign
 from etcd_operator.core.cluster.metrics_sample import cluster_version_from_gauge
 from etcd_operator.core.cluster.observed import (
@@ -31,6 +31,7 @@ from etcd_operator.core.cluster.observed import (
     VolumePin,
 )
 from etcd_operator.core.cluster.recorded import ClusterStatus
+from etcd_operator.core.cluster.spec import ClusterSpec
 from etcd_operator.core.cluster.timers import Sightings, carry_timers
 from etcd_operator.core.hibernation import SNAPSHOTTING
 
@@ -273,8 +274,10 @@ class ClusterObserver:
         min_ordinal, min_ordinal_problem = naming.min_ordinal(meta.get("annotations") or {})
         tls, credentials = await self.secrets.observe(self.kube, body, live=live or live_secrets)
         await self.etcd_clients.use_tls(credentials)
-        etcd = await self.observe_etcd(pods, status.recorded_cluster_id)
-        await self.etcd_clients.retain_only({e for e in map(member_endpoint, pods.values()) if e})
+        # While adopting: the foreign members' endpoints too (cluster/adoption.py).
+        adopted = adoption.dial_endpoints(ClusterSpec.from_dict(body.get("spec") or {}), status)
+        etcd = await self.observe_etcd(pods, status.recorded_cluster_id, adopted)
+        await self.etcd_clients.retain_only({e for e in map(member_endpoint, pods.values()) if e} | set(adopted))
 
         observed = Observed(
             cluster=cluster,
@@ -317,8 +320,12 @@ class ClusterObserver:
             return None
         return hibernation.snapshot_backups(cluster, listed)
 
-    async def observe_etcd(self, pods: dict[str, PodView], recorded_cluster_id: int | None) -> EtcdView:
+    async def observe_etcd(
+        self, pods: dict[str, PodView], recorded_cluster_id: int | None, foreign_endpoints: tuple[str, ...] = ()
+    ) -> EtcdView:
+        """`foreign_endpoints`: the members of a cluster being adopted, named by their endpoint."""
         endpoints = {name: endpoint for name, p in pods.items() if (endpoint := member_endpoint(p))}
+        endpoints.update({e: e for e in foreign_endpoints if e not in endpoints.values()})
 
         async def status_of(endpoint: str):
             try:

@@ -11,6 +11,7 @@ from typing import Any
 from etcd_operator.core import conditions as c
 from etcd_operator.core import versions
 from etcd_operator.core.cluster import admission, builders, downgrade, learners, roll, space, tls_plan
+from etcd_operator.core.cluster import adoption as adopting
 from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.certs import CertKind
 from etcd_operator.core.cluster.health import Health, diagnose
@@ -169,6 +170,9 @@ def plan(
     conditions += space.space_conditions(acting, status, observed, health, action)
     conditions.append(learners.condition(status.learner_joins, observed, health, action))
     conditions.append(admission.condition(observed, desired_hash))
+    adopted = adopting.condition(spec, status, observed, health, action)
+    if adopted is not None:
+        conditions.append(adopted)
     return Decision(
         acting,
         tuple(problems),

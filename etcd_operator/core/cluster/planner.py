@@ -15,6 +15,8 @@ Invariants, each covered by tests/unit/test_cluster_planner.py and the fault sim
   no Node left where its volume is pinned (deleted: the data is out of reach for good);
 - no pod is taken away to be re-created, and no member added, without the API server's
   recent acceptance of its new pod (a dry run; cluster/admission.py);
+- while a foreign cluster is being adopted (spec.adoption, status.adoption), cluster/adoption.py
+  plans every step: no foreign member is replaced or removed as if it were the operator's own;
 - while the cluster is asleep, going to sleep or waking (spec.hibernation, status.hibernation),
   cluster/hibernation.py plans every step: nothing is replaced, removed, added, rolled,
   recovered or downgraded for members stopped on purpose.
@@ -23,6 +25,7 @@ Invariants, each covered by tests/unit/test_cluster_planner.py and the fault sim
 from __future__ import annotations
 
 from etcd_operator.core.cluster import admission, downgrade, hibernation, learners, naming, roll, space, tls_plan
+from etcd_operator.core.cluster import adoption as adopting
 from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.health import (
     Health,
@@ -118,8 +121,8 @@ def next_step(
     step = admission.gate(chosen, observed, desired_hash)
     if desired_version is None or spec.paused or observed.restoring or status.operation:
         return step
-    if hibernation.owns(spec, status):
-        return step  # no downgrade step while asleep, going to sleep or waking
+    if hibernation.owns(spec, status) or adopting.owns(spec, status):
+        return step  # no downgrade step while asleep, going to sleep or waking, or adopting
     return downgrade.step(desired_version, status, observed, health, step) or step
 
 
@@ -147,6 +150,8 @@ def _next_step(
             return step
     if tls_step:
         return tls_step
+    if adopting.owns(spec, status):
+        return adopting.next_step(spec, status, observed, health)  # foreign members are never "ours"
     if health.state == HealthState.QUORUM_LOST and not observed.pods and not observed.pvcs:
         return a.Wait(health.message)
     if health.state == HealthState.BOOTSTRAPPING:

@@ -9,6 +9,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from etcd_operator.core.cluster.adoption_record import AdoptionRecord
 from etcd_operator.core.cluster.identity import parse_hex_id
 from etcd_operator.core.cluster.spec import ClusterSpec
 from etcd_operator.core.hibernation import HibernationRecord
@@ -176,6 +177,7 @@ class ClusterStatus:
     defragmentation: DefragmentationRecord = DefragmentationRecord()  # status.defragmentation
     learner_joins: JoinRecord = JoinRecord()  # status.learnerJoins: learners that did not catch up (learners.py)
     hibernation: HibernationRecord | None = None  # status.hibernation: asleep, or going to sleep or waking
+    adoption: AdoptionRecord | None = None  # status.adoption: a foreign cluster being adopted (cluster/adoption.py)
 
     @classmethod
     def from_dict(cls, status: Mapping[str, Any]) -> ClusterStatus:
@@ -192,6 +194,7 @@ class ClusterStatus:
             defragmentation=DefragmentationRecord.from_dict(status.get("defragmentation")),
             learner_joins=JoinRecord.from_dict(status.get("learnerJoins")),
             hibernation=HibernationRecord.from_dict(status.get("hibernation")),
+            adoption=AdoptionRecord.from_dict(status.get("adoption")),
         )
 
 

@@ -48,6 +48,25 @@ class Recovery:
 
 
 @dataclasses.dataclass(frozen=True)
+class Adoption:
+    """spec.adoption: a running etcd cluster this one joins and takes over (cluster/adoption.py)."""
+
+    endpoints: tuple[str, ...]  # the foreign members' client URLs, as the user wrote them
+    remove_foreign_members: bool = False
+
+    @property
+    def dial_endpoints(self) -> tuple[str, ...]:
+        """host:port of each endpoint, as the operator's etcd clients dial them."""
+        return tuple(e.split("://", 1)[-1].rstrip("/") for e in self.endpoints)
+
+    @classmethod
+    def from_dict(cls, adoption: Mapping[str, Any] | None) -> Adoption | None:
+        if not adoption:
+            return None
+        return cls(tuple(adoption.get("endpoints") or ()), bool(adoption.get("removeForeignMembers", False)))
+
+
+@dataclasses.dataclass(frozen=True)
 class Hibernation:
     """spec.hibernation: every member pod stops, its data kept on its PVC (core/hibernation.py)."""
 
@@ -125,6 +144,7 @@ class ClusterSpec:
     tls: TLSOptions = TLSOptions()
     space_recovery: SpaceRecovery = SpaceRecovery()
     hibernation: Hibernation = Hibernation()
+    adoption: Adoption | None = None
 
     @property
     def image(self) -> str:
@@ -188,6 +208,7 @@ class ClusterSpec:
                 enabled=bool(hibernation.get("enabled", False)),
                 snapshot_timeout=parse_duration(hibernation.get("snapshotTimeout") or "15m"),
             ),
+            adoption=Adoption.from_dict(spec.get("adoption")),
         )
 
 

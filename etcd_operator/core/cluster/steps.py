@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from etcd_operator.core.cluster.adoption_record import AdoptionRecord
 from etcd_operator.core.cluster.certs import Rotation
 from etcd_operator.core.hibernation import HibernationRecord
 
@@ -357,3 +358,11 @@ class StopMemberForHibernation(Step):
     etcd, stay."""
 
     member: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordAdoption(Step):
+    """Write status.adoption (cluster/adoption.py): the foreign cluster's ID before the first
+    member joins it, and its completion once no foreign member is left."""
+
+    record: AdoptionRecord | None = None
