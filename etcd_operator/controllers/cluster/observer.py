@@ -15,7 +15,8 @@ from etcd_operator.clients.etcd.client import EtcdError
 from etcd_operator.clients.etcd.pool import EtcdClientPool
 from etcd_operator.clients.etcd.scrape import ScrapeError, read_metrics
 from etcd_operator.clients.kube import client as kube
-from etcd_operator.controllers.cluster.tls_observer import TLSSecrets, served_certificates
+from etcd_operator.controllers.cluster.auth_observer import observe_auth
+from etcd_operator.controllers.cluster.tls_observer import HTTPS, TLSSecrets, served_certificates
 from etcd_operator.core import versions
 from etcd_operator.core.cluster import admission, hibernation, naming, quota
 from etcd_operator.core.cluster.identity import member_list_sources, parse_hex_id, split_foreign
@@ -31,6 +32,7 @@ from etcd_operator.core.cluster.observed import (
     VolumePin,
 )
 from etcd_operator.core.cluster.recorded import ClusterStatus
+from etcd_operator.core.cluster.spec import ClusterSpec
 from etcd_operator.core.cluster.timers import Sightings, carry_timers
 from etcd_operator.core.hibernation import SNAPSHOTTING
 
@@ -274,6 +276,15 @@ class ClusterObserver:
         tls, credentials = await self.secrets.observe(self.kube, body, live=live or live_secrets)
         await self.etcd_clients.use_tls(credentials)
         etcd = await self.observe_etcd(pods, status.recorded_cluster_id)
+        auth_view = await observe_auth(
+            self.kube,
+            self.etcd_clients,
+            body,
+            ClusterSpec.from_dict(body.get("spec") or {}),
+            status.auth,
+            etcd,
+            serves_tls=tls.transport == HTTPS,
+        )
         await self.etcd_clients.retain_only({e for e in map(member_endpoint, pods.values()) if e})
 
         observed = Observed(
@@ -297,6 +308,7 @@ class ClusterObserver:
             ),
             defrag_requested=(meta.get("annotations") or {}).get(naming.ANNOTATION_DEFRAGMENT) or None,
             cluster_domain=self.cluster_domain,
+            auth=auth_view,
         )
         if tls.rotation is not None:
             observed = dataclasses.replace(

@@ -110,6 +110,82 @@ class TLSOptions:
         )
 
 
+ACCESS_READ = "Read"
+ACCESS_WRITE = "Write"
+ACCESS_READ_WRITE = "ReadWrite"
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class KeyPermission:
+    """One key permission of a role: an exact key, or every key under a prefix."""
+
+    key: str
+    prefix: bool
+    access: str  # ACCESS_READ, ACCESS_WRITE or ACCESS_READ_WRITE
+
+
+@dataclasses.dataclass(frozen=True)
+class RoleSpec:
+    name: str
+    permissions: tuple[KeyPermission, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class SecretKeyRef:
+    name: str
+    key: str = "password"
+
+    @classmethod
+    def from_dict(cls, ref: Mapping[str, Any] | None) -> SecretKeyRef | None:
+        return cls(ref["name"], ref.get("key") or "password") if ref else None
+
+
+@dataclasses.dataclass(frozen=True)
+class UserSpec:
+    name: str
+    roles: tuple[str, ...] = ()
+    certificate: bool = False  # the operator issues a client certificate with CN = name
+    password: SecretKeyRef | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class AuthOptions:
+    """spec.auth. `declared` is False when the spec has no auth block: the operator then
+    leaves etcd's users, roles and auth switch as they are."""
+
+    declared: bool = False
+    enabled: bool = False
+    roles: tuple[RoleSpec, ...] = ()
+    users: tuple[UserSpec, ...] = ()
+
+    @classmethod
+    def from_dict(cls, auth: Mapping[str, Any] | None) -> AuthOptions:
+        if auth is None:
+            return cls()
+        roles = tuple(
+            RoleSpec(
+                r["name"],
+                tuple(
+                    sorted(
+                        KeyPermission(p["key"], bool(p.get("prefix", False)), p.get("access", ACCESS_READ_WRITE))
+                        for p in r.get("permissions") or ()
+                    )
+                ),
+            )
+            for r in auth.get("roles") or ()
+        )
+        users = tuple(
+            UserSpec(
+                u["name"],
+                tuple(sorted(set(u.get("roles") or ()))),
+                bool(u.get("certificate", False)),
+                SecretKeyRef.from_dict(u.get("passwordSecretRef")),
+            )
+            for u in auth.get("users") or ()
+        )
+        return cls(True, bool(auth.get("enabled", False)), roles, users)
+
+
 @dataclasses.dataclass(frozen=True)
 class ClusterSpec:
     size: int
@@ -125,6 +201,7 @@ class ClusterSpec:
     tls: TLSOptions = TLSOptions()
     space_recovery: SpaceRecovery = SpaceRecovery()
     hibernation: Hibernation = Hibernation()
+    auth: AuthOptions = AuthOptions()
 
     @property
     def image(self) -> str:
@@ -188,6 +265,7 @@ class ClusterSpec:
                 enabled=bool(hibernation.get("enabled", False)),
                 snapshot_timeout=parse_duration(hibernation.get("snapshotTimeout") or "15m"),
             ),
+            auth=AuthOptions.from_dict(spec.get("auth")),
         )
 
 
