@@ -45,7 +45,7 @@ def user_certs(*users: str) -> dict:
 
 def settled(spec: ClusterSpec, view: AuthView, certs=None) -> Observed:
     """Three healthy members running `spec`'s pods, with TLS, and etcd's auth as `view`."""
-    tls_certs = good_certs(**{CertKind.OPERATOR: cert(common_name="etcd-operator")}, **(certs or {}))
+    tls_certs = good_certs(**{CertKind.OPERATOR: cert(common_name="etcd-operator"), **(certs or {})})
     seen = running(tls_plan.HTTPS, tls_certs)
     current = builders.pod_spec_hash(plan(spec, RECORDED, seen, NOW).acting_spec)
     return dataclasses.replace(
@@ -388,3 +388,30 @@ def test_the_schema_keys_users_and_roles_by_name_and_refuses_what_would_lock_out
     role_rules = auth_schema["properties"]["roles"]["items"]["x-kubernetes-validations"]
     assert "'root'" in role_rules[0]["rule"]
     assert "declared in spec.auth.roles" in auth_schema["x-kubernetes-validations"][0]["message"]
+
+
+def test_every_auth_step_has_an_executor_and_a_progress_reason():
+    from etcd_operator.controllers.cluster.executor import HANDLERS
+    from etcd_operator.core.cluster.status import PROGRESS_REASONS
+
+    for step in auth.STEPS:
+        assert step in HANDLERS and step.__name__ in PROGRESS_REASONS, step.__name__
+
+
+def test_a_declared_user_named_as_the_operators_certificate_is_never_changed():
+    """With issuer Secrets the operator's CN is whatever its certificate says; the schema only knows etcd-operator."""
+    spec = auth_spec(
+        tls={"issuer": "Secrets", "memberSecretName": "m", "operatorSecretName": "o"},
+        users=[{"name": "platform-operator", "roles": ["tenant-a"]}],
+    )
+    view = dataclasses.replace(EMPTY, user_certs={})
+    taken = []
+    for _ in range(20):
+        seen = settled(spec, view, certs={CertKind.OPERATOR: cert(common_name="platform-operator")})
+        step = plan(spec, RECORDED, seen, NOW).action
+        if not isinstance(step, auth.STEPS):
+            break
+        taken.append(step)
+        view = apply(view, step)
+    assert view.enabled and view.users["platform-operator"] == ("root",)
+    assert not any(getattr(s, "user", "") == "platform-operator" and s.kind == "RevokeUserRole" for s in taken)

@@ -206,6 +206,8 @@ def _users_step(spec: ClusterSpec, status: ClusterStatus, observed: Observed) ->
     users = observed.auth.users
     managed = set(status.auth.managed_users)
     for user in sorted(spec.auth.users, key=lambda u: u.name):
+        if user.name in reserved_users(observed):
+            continue  # the operator's own identity (a CN from issuer Secrets the schema cannot know): never changed
         version = observed.auth.password_versions.get(user.name) if user.password else None
         if user.password and version is None:
             continue  # reported by the AuthInSync condition; the others go on
