@@ -191,6 +191,15 @@ MORE_INVALID = [
         "spec.hibernation cannot be enabled on emptyDir storage",
     ),
     ("EtcdCluster", {"hibernation": {"enabled": True, "snapshotTimeout": "soon"}}, "spec.hibernation.snapshotTimeout"),
+    ("EtcdCluster", {"tls": {"enabled": False}, "auth": {"enabled": True}}, "spec.auth.enabled needs spec.tls.enabled"),
+    ("EtcdCluster", {"auth": {"users": [{"name": "root"}]}}, "the operator's own identity in etcd"),
+    ("EtcdCluster", {"auth": {"users": [{"name": "etcd-operator"}]}}, "the operator's own identity in etcd"),
+    ("EtcdCluster", {"auth": {"roles": [{"name": "root"}]}}, "root is etcd's own administrator role"),
+    (
+        "EtcdCluster",
+        {"auth": {"users": [{"name": "u", "roles": ["nowhere"]}]}},
+        "only name roles declared in spec.auth.roles",
+    ),
 ]
 
 

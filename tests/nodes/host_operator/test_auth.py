@@ -1,9 +1,10 @@
 """etcd authentication on the real nodes (spec.auth), with the operator as a process on the
 host, sharing one 3-member TLS cluster with two tenants: each tenant's issued certificate
 reads and writes its own prefix and nothing else; a kube-apiserver per tenant
-(--etcd-prefix) stores its objects there and cannot see the other's; members stay ready with
-auth on; spec.auth.enabled: false turns it off, with a condition. The schema refuses what
-would lock the operator out."""
+(--etcd-prefix) stores its objects there and cannot see the other's; with auth on, members
+stay ready and the operator's certificate keeps its maintenance calls (snapshot,
+defragmentation) while a tenant's is refused them; spec.auth.enabled: false turns it off,
+with a condition. The schema refuses what would lock the operator out."""
 
 from __future__ import annotations
 
@@ -15,7 +16,10 @@ import uuid
 
 import pytest
 
-from etcd_operator.core.cluster import certs
+from etcd_operator.clients.etcd.client import ClientTLS, EtcdError
+from etcd_operator.clients.etcd.snapshot import SnapshotStream
+from etcd_operator.core.cluster import certs, naming
+from etcd_operator.core.cluster.spec import ClusterSpec
 from localkube import controlplane
 from tests.nodes.host_operator.test_tls import etcdctl, member_urls, secret_files
 from tests.support import nodes_resolver
@@ -25,13 +29,14 @@ from tests.support.clusters import (
     apply_cluster,
     condition,
     get_cluster,
+    member_endpoints,
     member_pods,
     patch_spec,
     wait_condition,
 )
 from tests.support.etcd_process import free_port
 from tests.support.finalizers import release_finalizers
-from tests.support.kubectl import kubectl
+from tests.support.kubectl import kubectl, secret_bytes
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.substrate
@@ -92,6 +97,8 @@ def test_the_schema_refuses_what_would_lock_the_operator_out(auth_cluster):
         "-p", json.dumps({"spec": {"auth": None}}), check=False,
     )  # fmt: skip
     assert "set spec.auth.enabled to false to turn authentication off" in removed.stderr
+    root_role = {"size": 1, "auth": {"roles": [{"name": "root"}]}}
+    assert "root is etcd's own administrator role" in refused_message(namespace, root_role)
 
 
 @contextlib.contextmanager
@@ -170,6 +177,23 @@ def test_each_tenant_reads_and_writes_its_prefix_only(auth_cluster, real_nodes, 
     keys = etcdctl(on_nodes_dns, urls, tenant_a, "get", "/tenant-a/configmaps/default/", "--prefix", "--keys-only")
     assert "/tenant-a/configmaps/default/of-tenant-a" in keys.stdout, keys.stderr
 
+    # The operator's own certificate (user etcd-operator, role root) still streams a snapshot;
+    # a tenant's is refused it, so the root role is what lets it.
+    endpoint = member_endpoints(namespace, CLUSTER)[0]
+    assert next(iter(SnapshotStream(endpoint, client_tls(namespace, certs.CertKind.OPERATOR))))
+    with pytest.raises(EtcdError) as refused_snapshot:
+        next(iter(SnapshotStream(endpoint, client_tls(namespace, "tenant-a"))))
+    assert "permission denied" in refused_snapshot.value.detail
+    # ...and the operator defragments every member on request, with auth on.
+    kubectl("annotate", "etcdcluster", CLUSTER, "-n", namespace, f"{naming.ANNOTATION_DEFRAGMENT}=with-auth")
+    wait_for(
+        lambda: (
+            ((get_cluster(namespace, CLUSTER)["status"].get("defragmentation") or {}).get("lastToken")) == "with-auth"
+        ),
+        120,
+        what="the requested defragmentation done with auth on",
+    )
+
     # The probes (/readyz, /livez on the metrics port, no certificate) pass with auth on.
     pods = member_pods(namespace, CLUSTER)
     assert all(_ready(p) for p in pods), [p["status"].get("conditions") for p in pods]
@@ -184,6 +208,17 @@ def test_enabled_false_turns_auth_off_with_a_condition(auth_cluster, on_nodes_dn
     tenant_a = secret_files(namespace, certs.user_secret_name(CLUSTER, "tenant-a"), tmp_path)
     anywhere = etcdctl(on_nodes_dns, member_urls(namespace), tenant_a, "put", "/tenant-b/now", "open")
     assert anywhere.returncode == 0, anywhere.stderr
+
+
+def client_tls(namespace: str, whose: str | certs.CertKind) -> ClientTLS:
+    """The credentials of the operator (a CertKind) or of a spec.auth user (by name)."""
+    name = (
+        certs.secret_name(ClusterSpec.from_dict({"tls": {}}), CLUSTER, whose)
+        if isinstance(whose, certs.CertKind)
+        else certs.user_secret_name(CLUSTER, whose)
+    )
+    data = secret_bytes(namespace, name)
+    return ClientTLS(data["ca.crt"], data["tls.crt"], data["tls.key"], naming.client_service_host(CLUSTER, namespace))
 
 
 def _ready(pod: dict) -> bool:
