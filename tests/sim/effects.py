@@ -370,6 +370,22 @@ HANDLERS: dict[type, Callable] = {
     # The simulated specs never ask for adoption (the model has no foreign members);
     # tests/unit/test_adoption.py covers its decisions and tests/nodes/host_operator/test_adoption.py its effects.
     a.RecordAdoption: do_record_adoption,
+    # spec.auth is not modelled: the simulated specs declare none (and are plaintext), so the
+    # planner never asks for these; tests/unit/test_cluster_auth.py covers their decisions
+    # against a model of etcd's auth store, tests/nodes/host_operator/test_auth.py their effects.
+    a.IssueUserCertificate: do_nothing,
+    a.DeleteUserCertificate: do_nothing,
+    a.AddAuthRole: do_nothing,
+    a.GrantRolePermission: do_nothing,
+    a.RevokeRolePermission: do_nothing,
+    a.DeleteAuthRole: do_nothing,
+    a.AddAuthUser: do_nothing,
+    a.ChangeUserPassword: do_nothing,
+    a.GrantUserRole: do_nothing,
+    a.RevokeUserRole: do_nothing,
+    a.DeleteAuthUser: do_nothing,
+    a.EnableAuth: do_nothing,
+    a.DisableAuth: do_nothing,
 }
 
 # Actions that take two requests: the operator may die between them.

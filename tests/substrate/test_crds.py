@@ -202,6 +202,15 @@ MORE_INVALID = [
     ),
     ("EtcdCluster", {"adoption": {"endpoints": ["https://10.0.0.5:2379"]}}, ADOPTION_TRANSPORT),
     ("EtcdCluster", {"tls": {"enabled": False}, "adoption": {"endpoints": ["10.0.0.5:2379"]}}, "should match"),
+    ("EtcdCluster", {"tls": {"enabled": False}, "auth": {"enabled": True}}, "spec.auth.enabled needs spec.tls.enabled"),
+    ("EtcdCluster", {"auth": {"users": [{"name": "root"}]}}, "the operator's own identity in etcd"),
+    ("EtcdCluster", {"auth": {"users": [{"name": "etcd-operator"}]}}, "the operator's own identity in etcd"),
+    ("EtcdCluster", {"auth": {"roles": [{"name": "root"}]}}, "root is etcd's own administrator role"),
+    (
+        "EtcdCluster",
+        {"auth": {"users": [{"name": "u", "roles": ["nowhere"]}]}},
+        "only name roles declared in spec.auth.roles",
+    ),
 ]
 
 

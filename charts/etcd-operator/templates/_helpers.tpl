@@ -77,7 +77,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 # Secrets of TLS clusters (the Managed issuer creates and renews them with server-side apply).
 - apiGroups: [""]
   resources: [secrets]
-  verbs: [get, create, patch]
+  verbs: [get, create, patch, delete]
 # Events for people.
 - apiGroups: ["", events.k8s.io]
   resources: [events]

@@ -11,8 +11,9 @@ from collections.abc import AsyncIterator, Sequence
 
 import grpc
 from aetcd import rpc
+from aetcd.rpc import auth_pb2
 
-from etcd_operator.core.cluster.observed import Member, MemberStatus
+from etcd_operator.core.cluster.observed import EtcdPermission, Member, MemberStatus
 from etcd_operator.core.leadership_fence import WriteGuard, permit_write
 
 DEFAULT_TIMEOUT = 5.0
@@ -150,6 +151,7 @@ class EtcdMemberClient:
         self._kv = rpc.KVStub(self._channel)
         self._watch = rpc.WatchStub(self._channel)
         self._lease = rpc.LeaseStub(self._channel)
+        self._auth = rpc.AuthStub(self._channel)
 
     async def close(self) -> None:
         await self._channel.close()
@@ -373,6 +375,78 @@ class EtcdMemberClient:
         request = rpc.LeaseTimeToLiveRequest(ID=lease)
         response = await self._call("LeaseTimeToLive", self._lease.LeaseTimeToLive, request)
         return response.grantedTTL if response.TTL >= 0 and response.grantedTTL > 0 else None
+
+    # --- authentication (spec.auth; cluster/auth.py plans, execute_auth.py calls) -------
+    # Passwords are sent, never logged: EtcdError carries etcd's message, which never holds one.
+
+    async def auth_status(self) -> bool:
+        response = await self._call("AuthStatus", self._auth.AuthStatus, rpc.AuthStatusRequest())
+        return bool(response.enabled)
+
+    async def auth_enable(self) -> None:
+        await self._call("AuthEnable", self._auth.AuthEnable, rpc.AuthEnableRequest(), mutating=True)
+
+    async def auth_disable(self) -> None:
+        await self._call("AuthDisable", self._auth.AuthDisable, rpc.AuthDisableRequest(), mutating=True)
+
+    async def user_list(self) -> list[str]:
+        response = await self._call("UserList", self._auth.UserList, rpc.AuthUserListRequest())
+        return list(response.users)
+
+    async def user_roles(self, name: str) -> list[str]:
+        response = await self._call("UserGet", self._auth.UserGet, rpc.AuthUserGetRequest(name=name))
+        return list(response.roles)
+
+    async def user_add(self, name: str, password: str | None) -> None:
+        """A user without a password (None) authenticates only by a client certificate whose
+        CN is its name (etcd 3.4+)."""
+        if password is None:
+            request = rpc.AuthUserAddRequest(name=name, options=auth_pb2.UserAddOptions(no_password=True))
+        else:
+            request = rpc.AuthUserAddRequest(name=name, password=password)
+        await self._call("UserAdd", self._auth.UserAdd, request, mutating=True)
+
+    async def user_delete(self, name: str) -> None:
+        await self._call("UserDelete", self._auth.UserDelete, rpc.AuthUserDeleteRequest(name=name), mutating=True)
+
+    async def user_change_password(self, name: str, password: str) -> None:
+        request = rpc.AuthUserChangePasswordRequest(name=name, password=password)
+        await self._call("UserChangePassword", self._auth.UserChangePassword, request, mutating=True)
+
+    async def user_grant_role(self, user: str, role: str) -> None:
+        request = rpc.AuthUserGrantRoleRequest(user=user, role=role)
+        await self._call("UserGrantRole", self._auth.UserGrantRole, request, mutating=True)
+
+    async def user_revoke_role(self, user: str, role: str) -> None:
+        request = rpc.AuthUserRevokeRoleRequest(name=user, role=role)
+        await self._call("UserRevokeRole", self._auth.UserRevokeRole, request, mutating=True)
+
+    async def role_list(self) -> list[str]:
+        response = await self._call("RoleList", self._auth.RoleList, rpc.AuthRoleListRequest())
+        return list(response.roles)
+
+    async def role_permissions(self, name: str) -> list[EtcdPermission]:
+        response = await self._call("RoleGet", self._auth.RoleGet, rpc.AuthRoleGetRequest(role=name))
+        return [EtcdPermission(p.key, p.range_end, auth_pb2.Permission.Type.Name(p.permType)) for p in response.perm]
+
+    async def role_add(self, name: str) -> None:
+        await self._call("RoleAdd", self._auth.RoleAdd, rpc.AuthRoleAddRequest(name=name), mutating=True)
+
+    async def role_delete(self, name: str) -> None:
+        await self._call("RoleDelete", self._auth.RoleDelete, rpc.AuthRoleDeleteRequest(role=name), mutating=True)
+
+    async def role_grant_permission(self, role: str, permission: EtcdPermission) -> None:
+        perm = auth_pb2.Permission(
+            permType=auth_pb2.Permission.Type.Value(permission.perm_type),
+            key=permission.key,
+            range_end=permission.range_end,
+        )
+        request = rpc.AuthRoleGrantPermissionRequest(name=role, perm=perm)
+        await self._call("RoleGrantPermission", self._auth.RoleGrantPermission, request, mutating=True)
+
+    async def role_revoke_permission(self, role: str, key: bytes, range_end: bytes) -> None:
+        request = rpc.AuthRoleRevokePermissionRequest(role=role, key=key, range_end=range_end)
+        await self._call("RoleRevokePermission", self._auth.RoleRevokePermission, request, mutating=True)
 
 
 def _watch_event(event) -> WatchEvent:

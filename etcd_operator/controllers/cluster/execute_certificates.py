@@ -51,7 +51,11 @@ async def issue_certificate(
 
 
 async def write_secret(
-    ctx: StepContext, name: str, data: Mapping[str, bytes], create: bool = False
+    ctx: StepContext,
+    name: str,
+    data: Mapping[str, bytes],
+    create: bool = False,
+    labels: Mapping[str, str] | None = None,
 ) -> dict[str, bytes]:
     """Applies a certificate Secret, or with `create` creates it: a Secret this pass saw
     absent is never written over, and one that appeared since ends the step (NotYet; the
@@ -61,7 +65,11 @@ async def write_secret(
             "apiVersion": "v1",
             "kind": "Secret",
             "type": "kubernetes.io/tls",
-            "metadata": {"name": name, "namespace": ctx.namespace, "labels": naming.selector_labels(ctx.cluster)},
+            "metadata": {
+                "name": name,
+                "namespace": ctx.namespace,
+                "labels": {**naming.selector_labels(ctx.cluster), **(labels or {})},
+            },
             "data": {k: base64.b64encode(v).decode() for k, v in data.items()},
         }
     )

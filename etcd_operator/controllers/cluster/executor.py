@@ -18,6 +18,7 @@ from etcd_operator.clients.etcd.client import EtcdError
 from etcd_operator.clients.etcd.pool import EtcdClientPool
 from etcd_operator.clients.kube import client as kube
 from etcd_operator.controllers.cluster import execute_adoption as adoption
+from etcd_operator.controllers.cluster import execute_auth as auth
 from etcd_operator.controllers.cluster import execute_certificates as certificates
 from etcd_operator.controllers.cluster import execute_children as children
 from etcd_operator.controllers.cluster import execute_hibernation as hibernation
@@ -108,6 +109,19 @@ HANDLERS: dict[type[a.Step], Handler] = {
     a.RecordHibernation: hibernation.record_hibernation,
     a.StopMemberForHibernation: hibernation.stop_member_for_hibernation,
     a.RecordAdoption: adoption.record_adoption,
+    a.IssueUserCertificate: auth.issue_user_certificate,
+    a.DeleteUserCertificate: auth.delete_user_certificate,
+    a.AddAuthRole: auth.add_auth_role,
+    a.GrantRolePermission: auth.grant_role_permission,
+    a.RevokeRolePermission: auth.revoke_role_permission,
+    a.DeleteAuthRole: auth.delete_auth_role,
+    a.AddAuthUser: auth.add_auth_user,
+    a.ChangeUserPassword: auth.change_user_password,
+    a.GrantUserRole: auth.grant_user_role,
+    a.RevokeUserRole: auth.revoke_user_role,
+    a.DeleteAuthUser: auth.delete_auth_user,
+    a.EnableAuth: auth.enable_auth,
+    a.DisableAuth: auth.disable_auth,
 }
 
 

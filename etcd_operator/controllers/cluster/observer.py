@@ -15,7 +15,8 @@ from etcd_operator.clients.etcd.client import EtcdError
 from etcd_operator.clients.etcd.pool import EtcdClientPool
 from etcd_operator.clients.etcd.scrape import ScrapeError, read_metrics
 from etcd_operator.clients.kube import client as kube
-from etcd_operator.controllers.cluster.tls_observer import TLSSecrets, served_certificates
+from etcd_operator.controllers.cluster.auth_observer import observe_auth
+from etcd_operator.controllers.cluster.tls_observer import HTTPS, TLSSecrets, served_certificates
 from etcd_operator.core import versions
 from etcd_operator.core.cluster import admission, adoption, hibernation, naming, quota
 from etcd_operator.core.cluster.identity import member_list_sources, parse_hex_id, split_foreign
@@ -274,9 +275,19 @@ class ClusterObserver:
         min_ordinal, min_ordinal_problem = naming.min_ordinal(meta.get("annotations") or {})
         tls, credentials = await self.secrets.observe(self.kube, body, live=live or live_secrets)
         await self.etcd_clients.use_tls(credentials)
+        spec = ClusterSpec.from_dict(body.get("spec") or {})
         # While adopting: the foreign members' endpoints too (cluster/adoption.py).
-        adopted = adoption.dial_endpoints(ClusterSpec.from_dict(body.get("spec") or {}), status)
+        adopted = adoption.dial_endpoints(spec, status)
         etcd = await self.observe_etcd(pods, status.recorded_cluster_id, adopted)
+        auth_view = await observe_auth(
+            self.kube,
+            self.etcd_clients,
+            body,
+            spec,
+            status.auth,
+            etcd,
+            serves_tls=tls.transport == HTTPS,
+        )
         await self.etcd_clients.retain_only({e for e in map(member_endpoint, pods.values()) if e} | set(adopted))
 
         observed = Observed(
@@ -300,6 +311,7 @@ class ClusterObserver:
             ),
             defrag_requested=(meta.get("annotations") or {}).get(naming.ANNOTATION_DEFRAGMENT) or None,
             cluster_domain=self.cluster_domain,
+            auth=auth_view,
         )
         if tls.rotation is not None:
             observed = dataclasses.replace(

@@ -16,7 +16,7 @@ from etcd_operator.controllers.cluster.executor import BeingDeleted, ClusterExec
 from etcd_operator.controllers.cluster.metrics_watcher import MemberMetricsWatcher
 from etcd_operator.controllers.cluster.observer import ClusterObserver, StorageClassExpansion
 from etcd_operator.core import conditions as c
-from etcd_operator.core.cluster import anomaly_detection, hibernation, tls_plan
+from etcd_operator.core.cluster import anomaly_detection, auth, hibernation, tls_plan
 from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.decision import plan
 from etcd_operator.core.cluster.health import HealthState
@@ -205,6 +205,8 @@ class ClusterReconciler:
         tls_status = tls_plan.tls_status(spec, observed, extra.get("tls"))
         if tls_status:
             extra["tls"] = tls_status
+        if decision.auth_record is not None:
+            extra["auth"] = auth.status_record(decision.auth_record, (outcome.status_fields or {}).get("auth"))
         status = build_status(
             spec, recorded, observed, now, health, action, conditions, previous, meta.get("generation", 0), extra=extra
         )
@@ -263,3 +265,7 @@ class ClusterReconciler:
             before = c.find(previous.get("conditions"), name)
             if condition.status is bad_status and (before is None or before.get("status") != condition.status_text):
                 self.post_event("Warning", condition.reason, condition.message)
+        drift = by_type["AuthInSync"]
+        before = c.find(previous.get("conditions"), "AuthInSync")
+        if drift.reason in auth.WARNING_REASONS and (before is None or before.get("reason") != drift.reason):
+            self.post_event("Warning", drift.reason, drift.message)

@@ -106,6 +106,15 @@ def request_for(
     return CertRequest(kind, common, client_auth=True, lifetime=lifetime)
 
 
+def user_secret_name(cluster: str, user: str) -> str:
+    """The Secret of a spec.auth user's client certificate (CN = the user's name)."""
+    return f"{cluster}-user-{user}"
+
+
+def user_request(spec: ClusterSpec, user: str) -> CertRequest:
+    return CertRequest(CertKind.CLIENT, user, client_auth=True, lifetime=spec.tls.certificate_lifetime)
+
+
 @dataclasses.dataclass(frozen=True)
 class CertView:
     """One certificate Secret as observed: the leaf's fingerprint, validity, names and
@@ -119,6 +128,7 @@ class CertView:
     trusted: tuple[str, ...] = ()  # fingerprints of the CAs in ca.crt
     is_ca: bool = False
     problem: str | None = None  # unreadable, key does not match, ...
+    common_name: str = ""  # the subject's CN: etcd's user name for a client certificate
 
     def renewal_due(self, fraction: float, now: float) -> bool:
         return now >= self.not_before + fraction * (self.not_after - self.not_before)

@@ -10,14 +10,14 @@ from typing import Any
 
 from etcd_operator.core import conditions as c
 from etcd_operator.core import versions
-from etcd_operator.core.cluster import admission, builders, downgrade, learners, roll, space, tls_plan
+from etcd_operator.core.cluster import admission, auth, builders, downgrade, learners, roll, space, tls_plan
 from etcd_operator.core.cluster import adoption as adopting
 from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.certs import CertKind
 from etcd_operator.core.cluster.health import Health, diagnose
 from etcd_operator.core.cluster.observed import Observed
 from etcd_operator.core.cluster.planner import next_step
-from etcd_operator.core.cluster.recorded import ClusterStatus, JoinRecord, RollRecord, known_version
+from etcd_operator.core.cluster.recorded import AuthRecord, ClusterStatus, JoinRecord, RollRecord, known_version
 from etcd_operator.core.cluster.spec import ClusterSpec, SpecProblem, spec_problems, version_change_problem
 from etcd_operator.core.cluster.status import cluster_conditions
 
@@ -32,6 +32,7 @@ class Decision:
     rollout: RollRecord = RollRecord()  # status.rollout after this pass
     learner_joins: JoinRecord = JoinRecord()  # status.learnerJoins after this pass
     version_skew: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # clusterVersion, mixedVersions
+    auth_record: AuthRecord | None = None  # status.auth after this pass; None: nothing to record
 
     def status_fields(self) -> dict[str, Any]:
         """What this module adds to status, next to status.build_status's fields."""
@@ -173,6 +174,8 @@ def plan(
     adopted = adopting.condition(spec, status, observed, health, action)
     if adopted is not None:
         conditions.append(adopted)
+    conditions += auth.conditions(spec, status, observed, action)
+    keeps_auth_record = spec.auth.declared or status.auth != AuthRecord()
     return Decision(
         acting,
         tuple(problems),
@@ -182,4 +185,5 @@ def plan(
         rollout,
         learners.next_record(status.learner_joins, action, now),
         skew,
+        auth.next_record(spec, status, observed, action) if keeps_auth_record else None,
     )

@@ -32,6 +32,8 @@ ANNOTATION_DEFRAGMENT = f"{API_GROUP}/defragment"  # a new token asks for one de
 # Data of members left behind by a quorum recovery: kept, out of the cluster's selector.
 LABEL_SET_ASIDE_FROM = f"{API_GROUP}/set-aside-from-cluster"
 LABEL_SET_ASIDE_BY = f"{API_GROUP}/set-aside-by"
+# On a spec.auth user's client certificate Secret: the etcd user it names (its CN).
+LABEL_AUTH_USER = f"{API_GROUP}/auth-user"
 
 _ORDINAL = re.compile(r"^(?P<cluster>.+)-(?P<ordinal>[0-9]+)$")
 

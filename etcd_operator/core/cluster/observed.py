@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-from etcd_operator.core.cluster.certs import TLSView
+from etcd_operator.core.cluster.certs import CertView, TLSView
 from etcd_operator.core.cluster.naming import DEFAULT_CLUSTER_DOMAIN
 
 
@@ -146,6 +146,33 @@ class BackupSnapshot:
     revision: int | None  # status.lastBackup.revision
 
 
+@dataclasses.dataclass(frozen=True, order=True)
+class EtcdPermission:
+    """One permission of an etcd role as etcd stores it: a key and a range end (empty: the
+    key alone), and READ, WRITE or READWRITE."""
+
+    key: bytes
+    range_end: bytes
+    perm_type: str
+
+
+@dataclasses.dataclass(frozen=True)
+class AuthView:
+    """etcd's authentication state as the leader reported it, and the Kubernetes objects
+    spec.auth names. `read` is False when etcd's users and roles were not read (no leader,
+    or an error, in `problem`): then the auth planner takes no step."""
+
+    read: bool = False
+    enabled: bool = False
+    users: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)  # user -> its roles
+    roles: Mapping[str, tuple[EtcdPermission, ...]] = dataclasses.field(default_factory=dict)
+    problem: str | None = None
+    # The resourceVersion of each user's password Secret (None: absent, or without the key).
+    password_versions: Mapping[str, str | None] = dataclasses.field(default_factory=dict)
+    # Each user certificate Secret the operator finds for this cluster (by user), and its view.
+    user_certs: Mapping[str, CertView] = dataclasses.field(default_factory=dict)
+
+
 @dataclasses.dataclass(frozen=True)
 class Observed:
     """What this pass saw: the cluster's pods, PVCs and etcd, its annotations, the TLS Secrets,
@@ -183,3 +210,4 @@ class Observed:
     # its monotonic clock (cluster/timers.py).
     snapshot_backups: tuple[BackupSnapshot, ...] | None = None
     snapshot_wait_for: float | None = None
+    auth: AuthView = dataclasses.field(default_factory=AuthView)

@@ -226,7 +226,13 @@ def describe(data: Mapping[str, bytes]) -> CertView:
         trusted=tuple(fingerprint(c) for c in bundle),
         is_ca=is_ca,
         problem=problem,
+        common_name=_common_name(cert),
     )
+
+
+def _common_name(cert: x509.Certificate) -> str:
+    names = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    return str(names[0].value) if names else ""
 
 
 def _signer(cert: x509.Certificate, bundle: list[x509.Certificate]) -> str | None:

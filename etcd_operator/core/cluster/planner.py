@@ -24,7 +24,7 @@ Invariants, each covered by tests/unit/test_cluster_planner.py and the fault sim
 
 from __future__ import annotations
 
-from etcd_operator.core.cluster import admission, downgrade, hibernation, learners, naming, roll, space, tls_plan
+from etcd_operator.core.cluster import admission, auth, downgrade, hibernation, learners, naming, roll, space, tls_plan
 from etcd_operator.core.cluster import adoption as adopting
 from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.health import (
@@ -231,6 +231,10 @@ def _next_step(
     step = _defragment(spec, observed, health, names, now)
     if step:
         return step
+    if health.state == HealthState.HEALTHY:
+        step = auth.next_step(spec, status, observed, now)  # users, roles, the auth switch: a settled cluster only
+        if step:
+            return step
     return a.Steady(health.message)
 
 

@@ -160,6 +160,37 @@ class JoinRecord:
 
 
 @dataclasses.dataclass(frozen=True)
+class AuthRecord:
+    """status.auth: the etcd users and roles this operator manages (it removes only those),
+    and the resourceVersion of the password Secret each user's password was last set from
+    (never the password, nor a hash of it)."""
+
+    managed_users: tuple[str, ...] = ()
+    managed_roles: tuple[str, ...] = ()
+    password_versions: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    certificate_users: tuple[str, ...] = ()  # users whose certificate Secret the operator issued
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "managedUsers": sorted(self.managed_users),
+            "managedRoles": sorted(self.managed_roles),
+            "passwordVersions": dict(sorted(self.password_versions.items())),
+            "certificateUsers": sorted(self.certificate_users),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> AuthRecord:
+        data = data or {}
+        versions = data.get("passwordVersions") or {}
+        return cls(
+            tuple(sorted(data.get("managedUsers") or ())),
+            tuple(sorted(data.get("managedRoles") or ())),
+            {str(k): str(v) for k, v in versions.items() if v},
+            tuple(sorted(data.get("certificateUsers") or ())),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
 class ClusterStatus:
     """The EtcdCluster's status as the previous passes wrote it."""
 
@@ -178,6 +209,7 @@ class ClusterStatus:
     learner_joins: JoinRecord = JoinRecord()  # status.learnerJoins: learners that did not catch up (learners.py)
     hibernation: HibernationRecord | None = None  # status.hibernation: asleep, or going to sleep or waking
     adoption: AdoptionRecord | None = None  # status.adoption: a foreign cluster being adopted (cluster/adoption.py)
+    auth: AuthRecord = AuthRecord()  # status.auth: the users and roles the operator manages
 
     @classmethod
     def from_dict(cls, status: Mapping[str, Any]) -> ClusterStatus:
@@ -195,6 +227,7 @@ class ClusterStatus:
             learner_joins=JoinRecord.from_dict(status.get("learnerJoins")),
             hibernation=HibernationRecord.from_dict(status.get("hibernation")),
             adoption=AdoptionRecord.from_dict(status.get("adoption")),
+            auth=AuthRecord.from_dict(status.get("auth")),
         )
 
 

@@ -129,6 +129,84 @@ class TLSOptions:
         )
 
 
+ACCESS_READ = "Read"
+ACCESS_WRITE = "Write"
+ACCESS_READ_WRITE = "ReadWrite"
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class KeyPermission:
+    """One key permission of a role: an exact key, or every key under a prefix."""
+
+    key: str
+    prefix: bool
+    access: str  # ACCESS_READ, ACCESS_WRITE or ACCESS_READ_WRITE
+
+
+@dataclasses.dataclass(frozen=True)
+class RoleSpec:
+    name: str
+    permissions: tuple[KeyPermission, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class SecretKeyRef:
+    name: str
+    key: str = "password"
+
+    @classmethod
+    def from_dict(cls, ref: Mapping[str, Any] | None) -> SecretKeyRef | None:
+        return cls(ref["name"], ref.get("key") or "password") if ref else None
+
+
+@dataclasses.dataclass(frozen=True)
+class UserSpec:
+    name: str
+    roles: tuple[str, ...] = ()
+    certificate: bool = False  # the operator issues a client certificate with CN = name
+    password: SecretKeyRef | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class AuthOptions:
+    """spec.auth. `declared` is False when the spec has no auth block: the operator then
+    leaves etcd's users, roles and auth switch as they are. `enabled` None (not set): the
+    users and roles are kept, the switch is left as found; only an explicit false turns it off."""
+
+    declared: bool = False
+    enabled: bool | None = None
+    roles: tuple[RoleSpec, ...] = ()
+    users: tuple[UserSpec, ...] = ()
+
+    @classmethod
+    def from_dict(cls, auth: Mapping[str, Any] | None) -> AuthOptions:
+        if auth is None:
+            return cls()
+        roles = tuple(
+            RoleSpec(
+                r["name"],
+                tuple(
+                    sorted(
+                        KeyPermission(p["key"], bool(p.get("prefix", False)), p.get("access", ACCESS_READ_WRITE))
+                        for p in r.get("permissions") or ()
+                    )
+                ),
+            )
+            for r in auth.get("roles") or ()
+        )
+        users = tuple(
+            UserSpec(
+                u["name"],
+                tuple(sorted(set(u.get("roles") or ()))),
+                bool(u.get("certificate", False)),
+                SecretKeyRef.from_dict(u.get("passwordSecretRef")),
+            )
+            for u in auth.get("users") or ()
+        )
+        enabled = auth.get("enabled")
+        return cls(True, None if enabled is None else bool(enabled), roles, users)
+
+
 @dataclasses.dataclass(frozen=True)
 class ClusterSpec:
     size: int
@@ -145,6 +223,7 @@ class ClusterSpec:
     space_recovery: SpaceRecovery = SpaceRecovery()
     hibernation: Hibernation = Hibernation()
     adoption: Adoption | None = None
+    auth: AuthOptions = AuthOptions()
 
     @property
     def image(self) -> str:
@@ -209,6 +288,7 @@ class ClusterSpec:
                 snapshot_timeout=parse_duration(hibernation.get("snapshotTimeout") or "15m"),
             ),
             adoption=Adoption.from_dict(spec.get("adoption")),
+            auth=AuthOptions.from_dict(spec.get("auth")),
         )
 
 

@@ -54,6 +54,19 @@ PROGRESS_REASONS = {
     "ExpandMemberPVC": "ExpandingStorage",
     "RecordHibernation": "Hibernating",
     "StopMemberForHibernation": "Hibernating",
+    "IssueUserCertificate": "IssuingCertificate",
+    "DeleteUserCertificate": "ReconcilingAuth",
+    "AddAuthRole": "ReconcilingAuth",
+    "GrantRolePermission": "ReconcilingAuth",
+    "RevokeRolePermission": "ReconcilingAuth",
+    "DeleteAuthRole": "ReconcilingAuth",
+    "AddAuthUser": "ReconcilingAuth",
+    "ChangeUserPassword": "ReconcilingAuth",
+    "GrantUserRole": "ReconcilingAuth",
+    "RevokeUserRole": "ReconcilingAuth",
+    "DeleteAuthUser": "ReconcilingAuth",
+    "EnableAuth": "EnablingAuth",
+    "DisableAuth": "DisablingAuth",
 }
 
 

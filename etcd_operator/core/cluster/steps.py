@@ -6,6 +6,8 @@ import dataclasses
 
 from etcd_operator.core.cluster.adoption_record import AdoptionRecord
 from etcd_operator.core.cluster.certs import Rotation
+from etcd_operator.core.cluster.observed import EtcdPermission
+from etcd_operator.core.cluster.spec import SecretKeyRef
 from etcd_operator.core.hibernation import HibernationRecord
 
 
@@ -366,3 +368,94 @@ class RecordAdoption(Step):
     member joins it, and its completion once no foreign member is left."""
 
     record: AdoptionRecord | None = None
+
+
+# --- authentication (cluster/auth.py): one change to etcd's users, roles or switch per step --
+
+
+@dataclasses.dataclass(frozen=True)
+class IssueUserCertificate(Step):
+    """Create or renew the client certificate of a spec.auth user (CN = its name) in its
+    Secret, signed by the cluster's CA."""
+
+    user: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class DeleteUserCertificate(Step):
+    """A user's certificate Secret whose user no longer asks for one goes."""
+
+    user: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class AddAuthRole(Step):
+    role: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class GrantRolePermission(Step):
+    role: str = ""
+    permission: EtcdPermission = EtcdPermission(b"", b"", "READ")
+    drift: bool = False  # the role was in place and had drifted from its declaration
+
+
+@dataclasses.dataclass(frozen=True)
+class RevokeRolePermission(Step):
+    role: str = ""
+    permission: EtcdPermission = EtcdPermission(b"", b"", "READ")
+    drift: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class DeleteAuthRole(Step):
+    role: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class AddAuthUser(Step):
+    """Add a user: with the password its Secret holds (`password`), or without one (a user
+    that authenticates by its client certificate's CN, and the operator's own identity)."""
+
+    user: str = ""
+    password: SecretKeyRef | None = None
+    password_version: str | None = None  # the Secret's resourceVersion this pass saw
+
+
+@dataclasses.dataclass(frozen=True)
+class ChangeUserPassword(Step):
+    user: str = ""
+    password: SecretKeyRef = SecretKeyRef("")
+    password_version: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class GrantUserRole(Step):
+    user: str = ""
+    role: str = ""
+    drift: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class RevokeUserRole(Step):
+    user: str = ""
+    role: str = ""
+    drift: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class DeleteAuthUser(Step):
+    user: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class EnableAuth(Step):
+    """Turn etcd's authentication on, once the operator's own identity is in place; the
+    executor then proves it with an admin call."""
+
+    operator_user: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class DisableAuth(Step):
+    """spec.auth.enabled is false: turn etcd's authentication off."""
