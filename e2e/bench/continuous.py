@@ -84,6 +84,9 @@ OPERATOR_PYTHON = os.path.abspath(os.environ.get("BENCH_OPERATOR_PYTHON") or sys
 HERE = pathlib.Path(__file__).resolve().parent
 MIB = 1 << 20
 REPLAY_PHASE = "replay (the scratch member started meanwhile)"
+# The scratch member's flags follow its image's version (seed_containers.http_listener_flags): the
+# testbin's etcd 3.6 runs with a 3.6 tag's.
+BENCH_ETCD_IMAGE = "etcd:v3.6.0"
 
 
 # --- pure: what a kill loses (e2e/tests/test_bench_continuous.py) -----------------------
@@ -455,7 +458,9 @@ def scratch_member(folder: pathlib.Path, fsync: bool) -> Iterator[str]:
     scratch-tls init container does; yields the client socket's path."""
     flags = [f for f in replay_pod.REPLAY_MEMBER_FLAGS if not (fsync and f == "--unsafe-no-fsync")]
     scratch_tls_program.write(pathlib.Path(seed_containers.scratch_tls_dir(str(folder))), time.time())
-    member = seed_containers.scratch_member("etcd", str(folder), replay_pod.MEMBER, str(folder / "data"), [], *flags)
+    member = seed_containers.scratch_member(
+        BENCH_ETCD_IMAGE, str(folder), replay_pod.MEMBER, str(folder / "data"), [], *flags
+    )
     with open(folder / "etcd.log", "ab") as log:
         process = subprocess.Popen(
             [_binary("etcd-3.6", "etcd"), *member["args"], "--log-level=warn"],

@@ -52,10 +52,13 @@ def throwaway_pki(now: float) -> dict[str, bytes]:
 
 def member_flags(folder: str) -> tuple[str, ...]:
     """etcd's flags for serving clients with the certificates in `folder`, asking each client
-    for a certificate of that CA (the listener's URL scheme must be unixs)."""
+    for a certificate of that CA (the listener's URL scheme must be unixs). No JSON gateway:
+    nothing uses it, and it would dial the member with the server certificate, which is no
+    client's."""
     return (
         f"--cert-file={folder}/{SERVER_CERT_FILE}",
         f"--key-file={folder}/{SERVER_KEY_FILE}",
         f"--trusted-ca-file={folder}/{CA_FILE}",
         "--client-cert-auth=true",
+        "--enable-grpc-gateway=false",
     )

@@ -65,6 +65,12 @@ def binary_dir(request) -> pathlib.Path:
     return localkube_layout.testbin_dir() / f"etcd-{request.param}"
 
 
+def image_of(binary_dir: pathlib.Path) -> str:
+    """An image name tagged with the binary's own version, as the operator names images."""
+    out = subprocess.run([str(binary_dir / "etcd"), "--version"], capture_output=True, text=True, check=True).stdout
+    return f"etcd:v{out.split()[2]}"  # "etcd Version: 3.6.16"
+
+
 @pytest.fixture
 def short_dir() -> Iterator[pathlib.Path]:
     """A unix socket's path must stay under 108 bytes: pytest's tmp_path can be longer."""
@@ -156,7 +162,7 @@ def source(request, binary_dir, tmp_path) -> Iterator[Source]:
 
 
 @contextlib.contextmanager
-def scratch_member(binary_dir: pathlib.Path, snapshot: pathlib.Path, workdir: pathlib.Path, *flags: str):
+def scratch_member(binary_dir: pathlib.Path, image: str, snapshot: pathlib.Path, workdir: pathlib.Path, *flags: str):
     """What the pods run: etcdutl's restore, the scratch-tls init container's program, then
     the scratch member with the builders' own arguments, in `workdir` (the emptyDir)."""
     member, data_dir = "scratch", str(workdir / "data")
@@ -167,7 +173,7 @@ def scratch_member(binary_dir: pathlib.Path, snapshot: pathlib.Path, workdir: pa
     subprocess.run([str(binary_dir / "etcdutl"), *restore["args"]], check=True, capture_output=True, timeout=60)
     tls_dir = seed_containers.scratch_tls_dir(str(workdir))
     assert scratch_tls_program.main({"SCRATCH_TLS_DIR": tls_dir}) == 0
-    etcd = seed_containers.scratch_member("etcd", str(workdir), member, data_dir, [], *flags)
+    etcd = seed_containers.scratch_member(image, str(workdir), member, data_dir, [], *flags)
     with open(workdir / "etcd.log", "ab") as log:
         process = subprocess.Popen(
             [str(binary_dir / "etcd"), *etcd["args"], "--log-level=warn"],
@@ -188,10 +194,14 @@ async def refusal(client: EtcdMemberClient) -> str:
     return refused.value.detail
 
 
+@pytest.mark.parametrize("listeners", ["http-apart", "one-listener"])
 def test_verification_verifies_the_snapshot_with_no_secret_and_only_for_its_own_certificate(
-    source, binary_dir, short_dir
+    source, binary_dir, short_dir, listeners
 ):
-    with scratch_member(binary_dir, source.snapshot, short_dir) as (socket_path, tls_dir):
+    # one-listener: as for an etcd before 3.5.8 (no --listen-client-http-urls), gRPC through
+    # etcd's HTTP server on the one TLS socket
+    image = image_of(binary_dir) if listeners == "http-apart" else "etcd:v3.5.7"
+    with scratch_member(binary_dir, image, source.snapshot, short_dir) as (socket_path, tls_dir):
         verdict_file = short_dir / "verdict"
         env = {
             "ETCD_SOCKET": socket_path,
@@ -204,6 +214,7 @@ def test_verification_verifies_the_snapshot_with_no_secret_and_only_for_its_own_
         }
         code = scratch_check.main(env)
         assert code == CHECK_EXIT_CODES["Verified"], verdict_file.read_text()
+        assert (short_dir / "etcd-http:0").exists() == (listeners == "http-apart")
 
         # A verdict the other way, so the pass above is the comparison's: a wrong hash is caught.
         wrong = {**env, "EXPECTED_HASH_KV": str(source.hash_kv + 1)}
@@ -241,7 +252,8 @@ def test_the_replay_writes_into_and_snapshots_the_restored_base_with_no_secret(s
     record = ReplayRecord("revision", "base.db", base, "", chain="c", first_sequence=1, last_sequence=1,
                           segments=1, up_to_revision=base + 3, replayed_key="out.db")  # fmt: skip
     flags = replay_pod.REPLAY_MEMBER_FLAGS
-    with scratch_member(binary_dir, source.snapshot, short_dir / "pod", *flags) as (socket_path, tls_dir):
+    image = image_of(binary_dir)
+    with scratch_member(binary_dir, image, source.snapshot, short_dir / "pod", *flags) as (socket_path, tls_dir):
         settings = replay_program.Settings(
             socket=socket_path, tls_dir=tls_dir, result_file=short_dir / "result", work=short_dir / "work",
             segments_folder="", output_key="out.db", restore="r", until_time=None, record=record,

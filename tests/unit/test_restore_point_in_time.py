@@ -288,6 +288,7 @@ def test_the_replay_pod_serves_its_scratch_store_on_unix_sockets_only_without_fs
     assert urls == {
         "--listen-client-urls": "unixs://etcd-client:0",  # TLS on the socket, of the pod's throwaway CA
         "--advertise-client-urls": "unixs://etcd-client:0",
+        "--listen-client-http-urls": "unixs://etcd-http:0",  # etcd 3.6.0: HTTP apart, gRPC served natively
         "--listen-peer-urls": "unix://etcd-peer:0",
     }
     assert all("ports" not in c for c in pod_spec["containers"])

@@ -133,6 +133,7 @@ def test_the_scratch_member_serves_tls_of_the_pods_own_ca_to_client_certificates
         f"{folder}/ca.crt",
     )
     assert args["--client-cert-auth"] == "true"
+    assert args["--enable-grpc-gateway"] == "false"  # no JSON API beside gRPC
     reader = next(c for c in spec["containers"] if c["name"] == client)
     assert {"name": "SCRATCH_TLS_DIR", "value": folder} in reader["env"]
     assert {"name": "scratch", "mountPath": scratch} in reader["volumeMounts"]
@@ -146,7 +147,8 @@ def test_a_verification_whose_certificates_were_not_made_is_retried_not_failed()
 def test_the_tls_folder_is_in_the_scratch_members_working_directory():
     member = seed_containers.scratch_member("etcd:v3.6.0", "/w", "m", "/w/data", [])
     assert member["workingDir"] == "/w"
-    assert scratch_tls.member_flags("/w/tls") == tuple(a for a in member["args"] if "/w/tls" in a or "cert-auth" in a)
+    flags = scratch_tls.member_flags("/w/tls")
+    assert [a for a in member["args"] if a in flags] == list(flags)
     assert pathlib.PurePosixPath(seed_containers.scratch_tls_dir("/w")).parent == pathlib.PurePosixPath("/w")
 
 
@@ -159,3 +161,20 @@ def test_a_check_without_its_client_certificate_is_retried_not_failed(tmp_path):
     }
     assert scratch_check.main(env) == CHECK_EXIT_CODES["ScratchMemberUnavailable"]
     assert (tmp_path / "verdict").read_text().startswith("no client certificate")
+
+
+@pytest.mark.parametrize(
+    ("image", "separate"),
+    [
+        ("registry.example:5000/etcd:v3.6.0", True),
+        ("etcd:v3.5.8", True),  # the first with --listen-client-http-urls
+        ("etcd:v3.5.7", False),  # etcd would refuse the flag: gRPC and HTTP share the TLS listener
+        ("etcd:latest", False),  # no version known: the flags every supported etcd takes
+        ("registry.example:5000/etcd", False),
+    ],
+)
+def test_http_gets_a_tls_socket_of_its_own_where_the_images_etcd_takes_the_flag(image, separate):
+    args = seed_containers.scratch_member(image, "/w", "m", "/w/data", [])["args"]
+    http = [a for a in args if a.startswith("--listen-client-http-urls=")]
+    assert http == (["--listen-client-http-urls=unixs://etcd-http:0"] if separate else [])
+    assert "--listen-client-urls=unixs://etcd-client:0" in args and "--client-cert-auth=true" in args
