@@ -31,7 +31,7 @@ SCRATCH_PEER_URL = "unix://etcd-peer:0"
 SCRATCH_CLIENT_SOCKET = "etcd-client:0"
 SCRATCH_TLS_FOLDER = "tls"  # in the scratch member's working directory
 # With TLS, etcd serves gRPC through its HTTP server on a listener that serves both, which
-# costs a replay about a fifth of its speed; from 3.5.8 on (etcd-io/etcd CHANGELOG-3.5.md,
+# costs a replay about a third of its speed; from 3.5.8 on (etcd-io/etcd CHANGELOG-3.5.md,
 # "v3.5.8", PR #15589) --listen-client-http-urls moves HTTP to a listener of its own (here a
 # second TLS socket with the same client certificate check) and gRPC is served natively.
 SCRATCH_HTTP_URL = "unixs://etcd-http:0"
