@@ -58,11 +58,12 @@ from etcd_operator.clients.etcd.replay import ReplayMember
 from etcd_operator.clients.storage.s3 import S3Location, S3Storage
 from etcd_operator.core import seed_containers
 from etcd_operator.core.backup.continuous import DEFAULT_SEGMENT_BYTES
-from etcd_operator.core.backup.manifest import Manifest, backup_prefix
+from etcd_operator.core.backup.manifest import Manifest, backup_prefix, manifest_key
 from etcd_operator.core.backup.segments import SEGMENT_MANIFEST_SUFFIX, SegmentManifest, chain_id, segments_prefix
 from etcd_operator.core.restore import replay_pod
 from etcd_operator.core.timefmt import now_text
 from etcd_operator.programs import replay as replay_program
+from etcd_operator.programs import scratch_tls as scratch_tls_program
 from localkube import layout as localkube_layout
 
 RATE = float(os.environ.get("BENCH_CONTINUOUS_RATE", "1000"))  # puts/s asked
@@ -83,6 +84,9 @@ OPERATOR_PYTHON = os.path.abspath(os.environ.get("BENCH_OPERATOR_PYTHON") or sys
 HERE = pathlib.Path(__file__).resolve().parent
 MIB = 1 << 20
 REPLAY_PHASE = "replay (the scratch member started meanwhile)"
+# The scratch member's flags follow its image's version (seed_containers.http_listener_flags): the
+# testbin's etcd 3.6 runs with a 3.6 tag's.
+BENCH_ETCD_IMAGE = "etcd:v3.6.0"
 
 
 # --- pure: what a kill loses (e2e/tests/test_bench_continuous.py) -----------------------
@@ -450,9 +454,13 @@ def etcdutl_restore(snapshot: pathlib.Path, data_dir: pathlib.Path) -> None:
 @contextlib.contextmanager
 def scratch_member(folder: pathlib.Path, fsync: bool) -> Iterator[str]:
     """A single etcd on `folder`/data, as the replay pod runs it (core/restore/replay_pod.py):
-    unix sockets in its working directory; yields the client socket's path."""
+    unix sockets in its working directory, TLS of a throwaway CA made first, as the pod's
+    scratch-tls init container does; yields the client socket's path."""
     flags = [f for f in replay_pod.REPLAY_MEMBER_FLAGS if not (fsync and f == "--unsafe-no-fsync")]
-    member = seed_containers.scratch_member("etcd", str(folder), replay_pod.MEMBER, str(folder / "data"), [], *flags)
+    scratch_tls_program.write(pathlib.Path(seed_containers.scratch_tls_dir(str(folder))), time.time())
+    member = seed_containers.scratch_member(
+        BENCH_ETCD_IMAGE, str(folder), replay_pod.MEMBER, str(folder / "data"), [], *flags
+    )
     with open(folder / "etcd.log", "ab") as log:
         process = subprocess.Popen(
             [_binary("etcd-3.6", "etcd"), *member["args"], "--log-level=warn"],
@@ -466,8 +474,15 @@ def scratch_member(folder: pathlib.Path, fsync: bool) -> Iterator[str]:
         _stop(process)
 
 
-async def contents(endpoint: str) -> tuple[int, list[tuple[bytes, bytes, int]]]:
-    async with ReplayMember(endpoint) as member:
+def scratch_client(folder: pathlib.Path, sock: str) -> ReplayMember:
+    """The replay's client of the scratch member in `folder`: its throwaway client certificate."""
+    return ReplayMember(
+        f"unix://{sock}", tls=scratch_tls_program.read_client_tls(seed_containers.scratch_tls_dir(str(folder)))
+    )
+
+
+async def contents(member: ReplayMember) -> tuple[int, list[tuple[bytes, bytes, int]]]:
+    async with member:
         return await replay_program.member_ready(member), await member.key_values()
 
 
@@ -490,7 +505,7 @@ async def full_restore(storage: S3Storage, key: str, folder: pathlib.Path) -> Ti
     await asyncio.to_thread(etcdutl_restore, folder / "full.db", folder / "data")
     restored = time.perf_counter()
     with scratch_member(folder, fsync=True) as sock:
-        found = await contents(f"unix://{sock}")
+        found = await contents(scratch_client(folder, sock))
     return Timed({"download": fetched - started, "etcdutl snapshot restore": restored - fetched}, found)
 
 
@@ -499,7 +514,13 @@ async def point_in_time_restore(storage: S3Storage, env: dict[str, str], folder:
     scratch member, and the replay program's steps, each timed."""
     await asyncio.to_thread(folder.mkdir)
     settings = replay_program.Settings.from_env(
-        {**env, "ETCD_SOCKET": "", "RESULT_FILE": str(folder / "result"), "WORK_DIR": str(folder / "work")}
+        {
+            **env,
+            "ETCD_SOCKET": "",
+            "SCRATCH_TLS_DIR": seed_containers.scratch_tls_dir(str(folder)),
+            "RESULT_FILE": str(folder / "result"),
+            "WORK_DIR": str(folder / "work"),
+        }
     )
     phases = {}
     started = time.perf_counter()
@@ -509,16 +530,18 @@ async def point_in_time_restore(storage: S3Storage, env: dict[str, str], folder:
     with scratch_member(folder, fsync) as sock:
         settings = dataclasses.replace(settings, socket=sock)
         started = time.perf_counter()
-        files = await replay_program.fetch_segments(storage, settings)
+        files, _ = await replay_program.fetch_segments(storage, settings, {})  # the bench seals nothing
         phases["segments: download, check, decode"] = time.perf_counter() - started
-        async with ReplayMember(f"unix://{sock}") as member:
+        async with scratch_client(folder, sock) as member:
             started = time.perf_counter()
             progress = await replay_program.replay_into(member, files, settings)
             phases[REPLAY_PHASE] = time.perf_counter() - started
             started = time.perf_counter()
-            await replay_program.store(storage, member, settings, progress)
+            base = Manifest.from_json(await storage.get(manifest_key(settings.record.base_key)))
+            encoding = replay_program.replayed_encoding(settings, {})
+            await replay_program.store(storage, member, settings, progress, base, encoding)
             phases["snapshot save + upload"] = time.perf_counter() - started
-        found = await contents(f"unix://{sock}")
+        found = await contents(scratch_client(folder, sock))
     return Timed(phases, found, progress.applied)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from etcd_operator.core import pod_security
+from etcd_operator.core import pod_security, scratch_tls, versions
 from etcd_operator.core.cluster.builders import with_pull_secrets
 
 CA_VOLUME = "s3-ca"
@@ -21,11 +21,21 @@ CREDENTIAL_KEYS = (("AWS_ACCESS_KEY_ID", "accessKeyID"), ("AWS_SECRET_ACCESS_KEY
 
 
 SEED_FETCH = ["python", "-m", "etcd_operator.programs.seed", "fetch"]
+SCRATCH_TLS = ["python", "-m", "etcd_operator.programs.scratch_tls"]
+SCRATCH_TLS_CONTAINER = "scratch-tls"
 # A scratch member (a verification's, a replay's) listens on unix sockets only; etcd names a
-# unix listener's socket file "host:port" in its working directory.
-SCRATCH_CLIENT_URL = "unix://etcd-client:0"
+# unix listener's socket file "host:port" in its working directory. Its clients come with a
+# certificate of the pod's throwaway CA (core/scratch_tls.py): unixs is TLS on that socket.
+SCRATCH_CLIENT_URL = "unixs://etcd-client:0"
 SCRATCH_PEER_URL = "unix://etcd-peer:0"
 SCRATCH_CLIENT_SOCKET = "etcd-client:0"
+SCRATCH_TLS_FOLDER = "tls"  # in the scratch member's working directory
+# With TLS, etcd serves gRPC through its HTTP server on a listener that serves both, which
+# costs a replay about a third of its speed; from 3.5.8 on (etcd-io/etcd CHANGELOG-3.5.md,
+# "v3.5.8", PR #15589) --listen-client-http-urls moves HTTP to a listener of its own (here a
+# second TLS socket with the same client certificate check) and gRPC is served natively.
+SCRATCH_HTTP_URL = "unixs://etcd-http:0"
+SEPARATE_HTTP_LISTENER_SINCE: versions.Version = (3, 5, 8)
 # Recorded in the restored member list only; nothing listens there.
 PLACEHOLDER_PEER_URL = "http://localhost:2380"
 
@@ -156,11 +166,39 @@ def one_shot_pod_spec(
     return pod_security.restricted(with_pull_secrets(spec, pull_secrets))
 
 
+def scratch_tls_dir(workdir: str) -> str:
+    return f"{workdir}/{SCRATCH_TLS_FOLDER}"
+
+
+def scratch_tls_container(operator_image: str, workdir: str, mounts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The init container that makes the scratch member's throwaway CA and certificates in
+    `workdir` (programs/scratch_tls.py) before the member starts; no Secret is involved."""
+    return {
+        "name": SCRATCH_TLS_CONTAINER,
+        "image": operator_image,
+        "command": list(SCRATCH_TLS),
+        "env": [{"name": "SCRATCH_TLS_DIR", "value": scratch_tls_dir(workdir)}],
+        "volumeMounts": mounts,
+    }
+
+
+def http_listener_flags(etcd_image: str) -> tuple[str, ...]:
+    """HTTP on a socket of its own where the image's etcd can (an untagged image: never)."""
+    version = versions.of_image(etcd_image)
+    return (
+        (f"--listen-client-http-urls={SCRATCH_HTTP_URL}",)
+        if version and version >= SEPARATE_HTTP_LISTENER_SINCE
+        else ()
+    )
+
+
 def scratch_member(
     etcd_image: str, workdir: str, member: str, data_dir: str, mounts: list[dict[str, Any]], *extra_args: str
 ) -> dict[str, Any]:
     """The container of a single scratch member on its restored data, reachable only through
-    the unix sockets in `workdir` (so only from its own pod), never compacting on its own."""
+    the unix sockets in `workdir` (so only from its own pod), never compacting on its own.
+    Its clients authenticate with the throwaway client certificate (CN root), so a store
+    restored with etcd authentication on answers them too (scratch_tls_container makes it)."""
     return {
         "name": "etcd",
         "image": etcd_image,
@@ -173,6 +211,8 @@ def scratch_member(
             f"--advertise-client-urls={SCRATCH_CLIENT_URL}",
             f"--listen-peer-urls={SCRATCH_PEER_URL}",
             "--auto-compaction-retention=0",
+            *scratch_tls.member_flags(scratch_tls_dir(workdir)),
+            *http_listener_flags(etcd_image),
             *extra_args,
         ],
         "volumeMounts": mounts,

@@ -132,3 +132,15 @@ def revision_bump_problem(version: str, bump: int) -> VersionProblem | None:
         f"etcd {text(REVISION_BUMP_SINCE)} or later, or set spec.revisionBump: 0 if no client "
         f"watches this store (then revisions restart from the snapshot's)",
     )
+
+
+def of_image(image: str) -> Version | None:
+    """The version an etcd image's tag names ("registry:5000/etcd:v3.6.1"), None when the tag
+    names none (a digest, "latest")."""
+    name, _, tag = image.rpartition(":")
+    if not name or "/" in tag:
+        return None
+    try:
+        return parse(tag.split("@", 1)[0])
+    except ValueError:
+        return None

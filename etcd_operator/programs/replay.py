@@ -1,6 +1,8 @@
 """`python -m etcd_operator.programs.replay`: the point-in-time replay pod's replay container
 (core/restore/replay_pod.py). Beside it, a scratch etcd serves the restored base snapshot on
-a unix socket of the pod's own emptyDir.
+a unix socket of the pod's own emptyDir, with TLS of a CA made in the pod: every call here
+authenticates with its client certificate (CN root, programs/scratch_tls.py), so a base
+snapshot taken with etcd authentication on is replayed into too, with no secret.
 
 1. If this restore's replayed snapshot is stored already (its result document, uploaded
    last, names its sha256), report it again: a pod started after a restart does not replay twice.
@@ -33,7 +35,7 @@ import sys
 import time
 from collections.abc import Iterator, Mapping
 
-from etcd_operator.clients.etcd.client import EtcdError
+from etcd_operator.clients.etcd.client import ClientTLS, EtcdError
 from etcd_operator.clients.etcd.replay import ReplayMember, leases_kept_alive
 from etcd_operator.clients.etcd.snapshot import SnapshotStream
 from etcd_operator.clients.storage.keyring import read_mounted_keys
@@ -58,6 +60,7 @@ from etcd_operator.core.restore.point_in_time import (
     result_key,
 )
 from etcd_operator.core.timefmt import now_text
+from etcd_operator.programs.scratch_tls import read_client_tls
 
 logger = logging.getLogger("replay")
 
@@ -80,6 +83,7 @@ class Refused(Exception):
 @dataclasses.dataclass(frozen=True)
 class Settings:
     socket: str
+    tls_dir: str  # the pod's throwaway client certificate (programs/scratch_tls.py), CN root
     result_file: pathlib.Path
     work: pathlib.Path
     segments_folder: str
@@ -95,6 +99,7 @@ class Settings:
     def from_env(cls, env: Mapping[str, str]) -> Settings:
         return cls(
             socket=env["ETCD_SOCKET"],
+            tls_dir=env["SCRATCH_TLS_DIR"],
             result_file=pathlib.Path(env["RESULT_FILE"]),
             work=pathlib.Path(env["WORK_DIR"]),
             segments_folder=env["SEGMENTS_FOLDER"],
@@ -345,11 +350,11 @@ async def replay_into(member: ReplayMember, files: list[pathlib.Path], settings:
 # --- 4. the snapshot -------------------------------------------------------------------
 
 
-def save_snapshot(socket: str, path: pathlib.Path) -> tuple[str, int]:
+def save_snapshot(socket: str, tls: ClientTLS | None, path: pathlib.Path) -> tuple[str, int]:
     """Streams the scratch member's snapshot into `path`: (sha256, size). Runs in a thread."""
     digest, size = hashlib.sha256(), 0
     with path.open("wb") as out:
-        for chunk in SnapshotStream(f"unix://{socket}"):
+        for chunk in SnapshotStream(f"unix://{socket}", tls):
             digest.update(chunk)
             out.write(chunk)
             size += len(chunk)
@@ -403,7 +408,7 @@ async def store(
     hash_kv, compact_revision = await member.hash_kv(progress.revision)
     key_count = await member.count_keys(progress.revision)
     path = settings.work / "replayed.db"
-    _, plain_size = await asyncio.to_thread(save_snapshot, settings.socket, path)
+    _, plain_size = await asyncio.to_thread(save_snapshot, settings.socket, member.tls, path)
     stored_path = settings.work / "replayed.stored"
     sha256, size = await asyncio.to_thread(seal_file, path, stored_path, encoding)
     await asyncio.to_thread(path.unlink)
@@ -450,7 +455,11 @@ async def run(env: Mapping[str, str]) -> ReplayResult:
         base = Manifest.from_json(await storage.get(manifest_key(settings.record.base_key)))
         files, segments = await fetch_segments(storage, settings, keys)
         refuse_clear_output(encoding, base, segments)
-        async with ReplayMember(f"unix://{settings.socket}") as member:
+        try:
+            tls = await asyncio.to_thread(read_client_tls, settings.tls_dir)
+        except OSError as e:  # the scratch-tls init container's files
+            raise Refused("ScratchMemberUnavailable", f"no client certificate for the scratch member: {e}") from None
+        async with ReplayMember(f"unix://{settings.socket}", tls=tls) as member:
             started = time.monotonic()
             progress = await replay_into(member, files, settings)
             logger.info(

@@ -96,6 +96,6 @@ def exposure(pod: dict) -> list[str]:
                 found.append(f"{name} has no {flag} (etcd then listens on TCP)")
         for flag in LISTEN_FLAGS:
             for url in filter(None, flags.get(flag, "").split(",")):
-                if not url.startswith("unix://"):
+                if not url.startswith(("unix://", "unixs://")):  # unixs: TLS on a unix socket
                     found.append(f"{name} {flag}={shlex.quote(url)}")
     return found

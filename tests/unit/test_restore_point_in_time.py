@@ -244,14 +244,20 @@ def test_the_replay_pod_serves_its_scratch_store_on_unix_sockets_only_without_fs
     manifest = replay_pod.replay_pod("r" * 58, "ns", "etcd:v3.6.0", "op:1", source, FOLDER, record, 1.5)
     assert len(manifest["metadata"]["name"]) <= 63
     pod_spec = manifest["spec"]
-    fetch, restore = pod_spec["initContainers"]
+    fetch, restore, tls = pod_spec["initContainers"]
     etcd, replay = pod_spec["containers"]
+    assert tls["name"] == "scratch-tls" and tls["image"] == "op:1"
     fetch_env = {e["name"]: e.get("value") for e in fetch["env"]}
     assert (fetch_env["S3_KEY"], fetch_env["EXPECTED_SHA256"]) == (record.base_key, record.base_sha256)
     assert not any(a.startswith("--bump-revision") or a == "--mark-compacted" for a in restore["args"])
     assert "--unsafe-no-fsync" in etcd["args"]
-    urls = [a.split("=", 1)[1] for a in etcd["args"] if a.startswith(("--listen-", "--advertise-"))]
-    assert urls and all(u.startswith("unix://") for u in urls)
+    urls = dict(a.split("=", 1) for a in etcd["args"] if a.startswith(("--listen-", "--advertise-")))
+    assert urls == {
+        "--listen-client-urls": "unixs://etcd-client:0",  # TLS on the socket, of the pod's throwaway CA
+        "--advertise-client-urls": "unixs://etcd-client:0",
+        "--listen-client-http-urls": "unixs://etcd-http:0",  # etcd 3.6.0: HTTP apart, gRPC served natively
+        "--listen-peer-urls": "unix://etcd-peer:0",
+    }
     assert all("ports" not in c for c in pod_spec["containers"])
     env = {e["name"]: e.get("value") for e in replay["env"]}
     assert env["OUTPUT_KEY"] == record.replayed_key and env["CHAIN"] == CHAIN

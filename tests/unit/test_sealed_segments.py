@@ -113,6 +113,7 @@ def settings(tmp_path: pathlib.Path, last_sequence: int = 2, **fields) -> progra
     )
     return program.Settings(
         socket="",
+        tls_dir="",
         result_file=tmp_path / "result",
         work=tmp_path / "work",
         segments_folder=f"{FOLDER}segments/{CHAIN}/",
@@ -227,6 +228,8 @@ def test_the_replay_refuses_a_key_it_lacks_and_never_stores_in_clear_what_it_rea
 class ScratchMember:
     """What `store` asks of the scratch member."""
 
+    tls = None
+
     async def status(self):
         return type("Status", (), {"version": "3.6.0"})()
 
@@ -240,7 +243,7 @@ class ScratchMember:
 def test_the_replayed_snapshot_is_uploaded_sealed_with_a_manifest_that_says_how(tmp_path, monkeypatch):
     snapshot = SECRET_VALUE * 1000
 
-    def save_snapshot(socket: str, path: pathlib.Path) -> tuple[str, int]:
+    def save_snapshot(socket: str, tls: object, path: pathlib.Path) -> tuple[str, int]:
         path.write_bytes(snapshot)
         return hashlib.sha256(snapshot).hexdigest(), len(snapshot)
 
@@ -274,12 +277,12 @@ def test_the_replay_pod_mounts_the_keys_into_the_fetch_and_the_replay_only_and_n
     )  # fmt: skip
     spec = pod["spec"]
     assert {v["name"]: v for v in spec["volumes"]}["snapshot-keys"]["secret"]["secretName"] == "backup-keys"
-    fetch, restore = spec["initContainers"]
+    fetch, restore, tls = spec["initContainers"]
     etcd, replay = spec["containers"]
     for container in (fetch, replay):
         assert any(m["mountPath"] == KEYS_MOUNT and m["readOnly"] for m in container["volumeMounts"])
         assert {"name": "SNAPSHOT_KEYS_DIR", "value": KEYS_MOUNT} in container["env"]
-    for container in (restore, etcd):
+    for container in (restore, tls, etcd):
         assert KEYS_MOUNT not in str(container)
     env = {e["name"]: e.get("value") for e in replay["env"]}
     assert (env["REPLAYED_COMPRESSION"], env["REPLAYED_KEY_ID"]) == ("zstd", "k1")

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 import grpc
 from aetcd import rpc
 
-from etcd_operator.clients.etcd.client import EtcdError, EtcdMemberClient
+from etcd_operator.clients.etcd.client import ClientTLS, EtcdError, EtcdMemberClient
 from etcd_operator.core.backup.segments import KeyChange
 
 LEASE_EXISTS = "lease already exists"
@@ -20,8 +20,9 @@ LEASE_EXISTS = "lease already exists"
 class ReplayMember(EtcdMemberClient):
     """The scratch member a replay writes to; it has no other client."""
 
-    def __init__(self, endpoint: str, timeout: float = 60.0):
-        super().__init__(endpoint, timeout)
+    def __init__(self, endpoint: str, timeout: float = 60.0, tls: ClientTLS | None = None):
+        super().__init__(endpoint, timeout, tls=tls)
+        self.tls = tls  # for the snapshot stream, on a channel of its own (clients/etcd/snapshot.py)
         self._lease = rpc.LeaseStub(self._channel)
 
     async def __aenter__(self) -> ReplayMember:

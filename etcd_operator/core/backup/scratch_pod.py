@@ -1,7 +1,9 @@
 """The short-lived pod that verifies one backup: fetch the snapshot onto an emptyDir
 (re-checking its sha256), restore it with the source version's own etcdutl, start a scratch
 single-member etcd on it that listens only on unix sockets inside that emptyDir (no TCP
-port, so nothing outside the pod can read the restored data), and compare its answers with
+port, so nothing outside the pod can read the restored data; its client authenticates with a
+certificate of a CA made inside the pod, as etcd's root user when the snapshot has
+authentication on: core/scratch_tls.py), and compare its answers with
 the manifest in a check container of the same pod (backup/scratch_check.py), whose exit
 code is the verdict. It touches no cluster data and is deleted when the verification
 ends. Pure."""
@@ -25,6 +27,7 @@ VERDICT_FILE = f"{SCRATCH}/verdict"
 MEMBER = "verify"
 CHECK_CONTAINER = "check"
 CLIENT_SOCKET = f"{SCRATCH}/{seed_containers.SCRATCH_CLIENT_SOCKET}"
+TLS_DIR = seed_containers.scratch_tls_dir(SCRATCH)  # the throwaway CA's certificates (core/scratch_tls.py)
 PLACEHOLDER_PEER_URL = seed_containers.PLACEHOLDER_PEER_URL
 
 
@@ -105,6 +108,7 @@ def verification_pod(
                     # never bumped: the store is compared with the source at the snapshot's revision
                     revision_bump=0,
                 ),
+                seed_containers.scratch_tls_container(operator_image, SCRATCH, scratch),
             ],
             containers=[
                 # Nothing may change the restored store while it is compared (no compaction).
@@ -115,6 +119,7 @@ def verification_pod(
                     "command": ["python", "-m", "etcd_operator.programs.scratch_check"],
                     "env": [
                         {"name": "ETCD_SOCKET", "value": CLIENT_SOCKET},
+                        {"name": "SCRATCH_TLS_DIR", "value": TLS_DIR},
                         {"name": "VERDICT_FILE", "value": VERDICT_FILE},
                         *(
                             {"name": name, "value": "" if value is None else str(value)}

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from etcd_operator.core.backup.manifest import Manifest
+from etcd_operator.core.seed_containers import SCRATCH_TLS_CONTAINER
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,6 +82,8 @@ def init_failure_verdict(container: str, exit_code: int | None, detail: str) -> 
     text = f"{container} exited with {exit_code}" + (f": {detail}" if detail else "")
     if container == "restore":
         return Verdict(False, "SnapshotNotRestorable", text)
+    if container == SCRATCH_TLS_CONTAINER:  # the scratch member's throwaway certificates were not made
+        return Verdict(None, "ScratchMemberUnavailable", text, complete=False)
     if exit_code == SHA256_REFUSED:
         return Verdict(False, "ChecksumMismatch", text)
     if exit_code == UNSEALING_REFUSED:

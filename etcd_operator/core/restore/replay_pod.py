@@ -4,7 +4,9 @@ Like the backup verification pod (core/backup/scratch_pod.py): the base snapshot
 onto an emptyDir (its sha256 checked again) and restored there with the target's etcdutl,
 never bumped (the replayed revisions must line up with the source's); a scratch
 single-member etcd runs on it, listening only on unix sockets inside that emptyDir (no TCP
-port: nothing outside the pod reaches the data) and without fsync (`--unsafe-no-fsync`: the
+port: nothing outside the pod reaches the data; the replay authenticates with a certificate
+of a CA made inside the pod, as etcd's root user when the base snapshot has authentication
+on: core/scratch_tls.py) and without fsync (`--unsafe-no-fsync`: the
 store lives only as long as the pod, and only its snapshot, uploaded and checked, is kept).
 Beside it, the replay container (programs/replay.py) checks every segment against its
 manifest, replays them, and uploads the store's snapshot, sealed as the operator chose
@@ -34,6 +36,7 @@ RESULT_FILE = f"{SCRATCH}/result"
 MEMBER = "replay"
 REPLAY_CONTAINER = "replay"
 CLIENT_SOCKET = f"{SCRATCH}/{seed_containers.SCRATCH_CLIENT_SOCKET}"
+TLS_DIR = seed_containers.scratch_tls_dir(SCRATCH)  # the throwaway CA's certificates (core/scratch_tls.py)
 PLACEHOLDER_PEER_URL = seed_containers.PLACEHOLDER_PEER_URL
 # One original revision is one transaction, however many keys it changed (a deleted prefix
 # can be thousands) and however large: the scratch member takes what the source took.
@@ -90,6 +93,7 @@ def replay_pod(
     ]
     replay_env = {
         "ETCD_SOCKET": CLIENT_SOCKET,
+        "SCRATCH_TLS_DIR": TLS_DIR,
         "RESULT_FILE": RESULT_FILE,
         "WORK_DIR": WORK_DIR,
         "BASE_KEY": record.base_key,
@@ -136,6 +140,7 @@ def replay_pod(
                     # members restored from the replayed snapshot are bumped (spec.revisionBump)
                     revision_bump=0,
                 ),
+                seed_containers.scratch_tls_container(operator_image, SCRATCH, scratch),
             ],
             containers=[
                 seed_containers.scratch_member(etcd_image, SCRATCH, MEMBER, DATA_DIR, scratch, *REPLAY_MEMBER_FLAGS),
