@@ -17,7 +17,7 @@ from etcd_operator.core.cluster import naming
 Endpoints = Callable[[], list[str]]
 
 
-class _LoopThread:
+class LoopThread:
     """Runs one coroutine in its own thread and event loop until stopped."""
 
     def __init__(self):
@@ -25,7 +25,7 @@ class _LoopThread:
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
 
-    def start(self) -> _LoopThread:
+    def start(self) -> LoopThread:
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
         return self
@@ -57,7 +57,7 @@ async def _clients(endpoints: list[str], cache: dict[str, EtcdMemberClient]) -> 
     return [cache.setdefault(e, EtcdMemberClient(e, timeout=2.0)) for e in endpoints]
 
 
-class AckedWriter(_LoopThread):
+class AckedWriter(LoopThread):
     """Writes /acked/<n> = n in sequence; remembers exactly the writes etcd acknowledged."""
 
     def __init__(self, endpoints: Endpoints, prefix: str = "/acked/"):
@@ -107,7 +107,7 @@ class Sample:
         return self.healthy_voters >= naming.quorum(self.voters)
 
 
-class MembershipRecorder(_LoopThread):
+class MembershipRecorder(LoopThread):
     """Samples the leader's member list and every member's health a few times a second."""
 
     def __init__(self, endpoints: Endpoints, interval: float = 0.25):

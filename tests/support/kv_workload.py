@@ -17,15 +17,15 @@ import time
 from collections.abc import Callable
 
 from etcd_operator.clients.etcd.client import ClientTLS, EtcdError, EtcdMemberClient
-from tests.support.etcd_probes import Endpoints, _LoopThread
+from tests.support.etcd_probes import Endpoints, LoopThread
 from tests.support.history import Operation
 
 Credentials = Callable[[], ClientTLS | None]
 
 
-class KeyValueWorkload(_LoopThread):
+class KeyValueWorkload(LoopThread):
     REFRESH_SECONDS = 1.0
-    FINAL_READ_SECONDS = 30.0  # within _LoopThread.stop()'s join
+    FINAL_READ_SECONDS = 30.0  # within LoopThread.stop()'s join
 
     def __init__(
         self,

@@ -8,10 +8,10 @@ import asyncio
 import time
 
 from etcd_operator.clients.etcd.client import EtcdError
-from tests.support.etcd_probes import Endpoints, _clients, _LoopThread
+from tests.support.etcd_probes import Endpoints, LoopThread, _clients
 
 
-class BoundedLoad(_LoopThread):
+class BoundedLoad(LoopThread):
     def __init__(
         self,
         endpoints: Endpoints,

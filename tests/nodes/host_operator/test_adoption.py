@@ -22,7 +22,7 @@ import pytest
 
 from etcd_operator.clients.etcd.client import EtcdError, EtcdMemberClient
 from localkube import layout as localkube_layout
-from tests.support import nodes_resolver
+from tests.support import measured, nodes_resolver
 from tests.support.clusters import (
     apply_cluster,
     condition,
@@ -33,7 +33,7 @@ from tests.support.clusters import (
     patch_spec,
     wait_condition,
 )
-from tests.support.etcd_probes import _LoopThread
+from tests.support.etcd_probes import LoopThread
 from tests.support.waiting import holds_throughout, wait_for
 
 pytestmark = pytest.mark.substrate
@@ -107,7 +107,7 @@ class StaticCluster:
             log.close()
 
 
-class SequentialWriter(_LoopThread):
+class SequentialWriter(LoopThread):
     """Writes /w/<n> = n in sequence through the endpoints, moving to the next one at the
     first error; remembers the writes etcd acknowledged and the longest time between two."""
 
@@ -231,7 +231,7 @@ def test_a_running_cluster_is_adopted_and_its_old_members_removed_without_downti
         found = found_writes([f"http://{own[0]}"])
         steps = [e["reason"] for e in sorted(events(namespace, CLUSTER), key=event_time)]
         print(f"\nadoption events: {', '.join(steps)}")
-        print(
+        measured.report(
             f"adoption figures: longest time without a successful write {writer_done.longest_gap:.3f}s "
             f"(bound {LONGEST_GAP_ALLOWED:.1f}s), writes acknowledged {len(acked)}, writes found "
             f"{len(found & acked)} of them ({len(found)} keys in all), failed attempts {writer_done.failed}"

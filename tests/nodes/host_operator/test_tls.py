@@ -37,7 +37,7 @@ from tests.support.clusters import (
     wait_condition,
     wait_healthy,
 )
-from tests.support.etcd_probes import _LoopThread
+from tests.support.etcd_probes import LoopThread
 from tests.support.etcd_process import free_port
 from tests.support.finalizers import release_finalizers
 from tests.support.kubectl import kubectl, kubectl_json, secret_bytes
@@ -289,7 +289,7 @@ def test_backup_and_restore_of_a_tls_cluster(tls_cluster, real_nodes, on_nodes_d
     assert got.stdout.strip() == "over-tls", got.stderr
 
 
-class TLSLoad(_LoopThread):
+class TLSLoad(LoopThread):
     """Puts and gets against every member, as a client with the user certificate would:
     credentials re-read when their Secret changes, and a request that a member cannot
     serve (it is restarting, lost leadership, or is a learner) retried on the next member, within a
