@@ -2,8 +2,8 @@
 fault points, freeze it, run several replicas or shards of it, or crash, freeze and wipe its
 members' containers. Most are marked `substrate`, so `make test` runs them after the node
 agent's tests, while the chart's tests use the same real nodes in the other run; test_restore
-is marked `real_nodes` and runs at the end of the chart's run, so that the two runs take about
-as long. The instance is shared (tests/support/shared_real_nodes.py), from this package's
+and test_auth are marked `real_nodes` and run at the end of the chart's run, so that the two
+runs take about as long. The instance is shared (tests/support/shared_real_nodes.py), from this package's
 first test to its last, and the other run's node faults wait for the test that runs here.
 
 Each operator process is a shard of its own (`claims.HOST_OPERATOR_SHARD`), and every

@@ -39,7 +39,7 @@ from tests.support.finalizers import release_finalizers
 from tests.support.kubectl import kubectl, secret_bytes
 from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.substrate
+pytestmark = pytest.mark.real_nodes  # in the chart's run of `make test`, to balance the two (conftest.py)
 
 CLUSTER = "secure"  # test_tls's helpers name members of this cluster
 TENANTS = ("tenant-a", "tenant-b")
