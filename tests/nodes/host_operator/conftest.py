@@ -12,8 +12,10 @@ so that the session's chart release, which watches every namespace, leaves them 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import types
+import uuid
 
 import pytest
 
@@ -107,6 +109,26 @@ def operator_process(real_nodes):
         )
 
     return make
+
+
+@pytest.fixture(scope="package")
+def module_namespace(operator_process, kubectl_on_real_nodes, kube_api):
+    """Opens a restricted namespace shared by one module's tests, with an operator process
+    watching it; on leaving, the operator stops and the namespace is deleted."""
+
+    @contextlib.contextmanager
+    def opened(prefix: str):
+        name = f"{prefix}-{uuid.uuid4().hex[:5]}"
+        restricted_namespace(name)
+        process = operator_process(name).start()
+        try:
+            yield name
+        finally:
+            process.stop()
+            kubectl("delete", "namespace", name, "--wait=false", check=False)
+            release_finalizers(kube_api, name)
+
+    return opened
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ import contextlib
 import json
 import os
 import subprocess
-import uuid
 
 import pytest
 
@@ -23,7 +22,6 @@ from etcd_operator.core.cluster.spec import ClusterSpec
 from localkube import controlplane
 from tests.nodes.host_operator.test_tls import etcdctl, member_urls, secret_files
 from tests.support import nodes_resolver
-from tests.support.chart_release import restricted_namespace
 from tests.support.clusters import (
     GROUP,
     apply_cluster,
@@ -35,7 +33,6 @@ from tests.support.clusters import (
     wait_condition,
 )
 from tests.support.etcd_process import free_port
-from tests.support.finalizers import release_finalizers
 from tests.support.kubectl import kubectl, secret_bytes
 from tests.support.waiting import wait_for
 
@@ -51,15 +48,9 @@ AUTH = {
 
 
 @pytest.fixture(scope="module")
-def auth_namespace(real_nodes_use, operator_process, kubectl_on_real_nodes, kube_api):
-    with real_nodes_use.nodes_kept():
-        name = f"h-auth-{uuid.uuid4().hex[:5]}"
-        restricted_namespace(name)
-        operator = operator_process(name).start()
+def auth_namespace(real_nodes_use, module_namespace):
+    with real_nodes_use.nodes_kept(), module_namespace("h-auth") as name:
         yield name
-        operator.stop()
-        kubectl("delete", "namespace", name, "--wait=false", check=False)
-        release_finalizers(kube_api, name)
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,6 @@ import pathlib
 import subprocess
 import tempfile
 import time
-import uuid
 
 import pytest
 
@@ -25,7 +24,6 @@ from localkube import controlplane
 from localkube import layout as localkube_layout
 from tests.support import nodes_resolver
 from tests.support.backups import apply_backup, apply_restore, get_backup, wait_phase
-from tests.support.chart_release import restricted_namespace
 from tests.support.clusters import (
     FAST_RECOVERY,
     apply_cluster,
@@ -39,7 +37,6 @@ from tests.support.clusters import (
 )
 from tests.support.etcd_probes import LoopThread
 from tests.support.etcd_process import free_port
-from tests.support.finalizers import release_finalizers
 from tests.support.kubectl import kubectl, kubectl_json, secret_bytes
 from tests.support.s3 import create_credentials_secret, s3_storage_spec
 from tests.support.waiting import wait_for
@@ -57,14 +54,9 @@ def nodes_kept_for_the_module(real_nodes_use):
 
 
 @pytest.fixture(scope="module")
-def tls_namespace(nodes_kept_for_the_module, operator_process, kubectl_on_real_nodes, kube_api):
-    name = f"h-tls-{uuid.uuid4().hex[:5]}"
-    restricted_namespace(name)
-    operator = operator_process(name).start()
-    yield name
-    operator.stop()
-    kubectl("delete", "namespace", name, "--wait=false", check=False)
-    release_finalizers(kube_api, name)
+def tls_namespace(nodes_kept_for_the_module, module_namespace):
+    with module_namespace("h-tls") as name:
+        yield name
 
 
 @pytest.fixture(scope="module")
