@@ -17,7 +17,7 @@ from etcd_operator.core.backup import orphans, retention, schedule, source_choic
 from etcd_operator.core.backup import planner as backup_planner
 from etcd_operator.core.backup import state as backup_state
 from etcd_operator.core.backup.manifest import Manifest
-from etcd_operator.core.cluster import admission, health, naming, planner, timers
+from etcd_operator.core.cluster import admission, health, joining, naming, planner, timers
 from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.health import HealthState
 from etcd_operator.core.restore import fence as restore_fence
@@ -152,7 +152,7 @@ def _add_learner_while_learner_pending(spec, joins, observed, health_, names):
     step = _ORIGINAL["_handle_learners"](spec, joins, observed, health_, names)
     if isinstance(step, a.Wait) and len(health_.voters) < spec.size and health_.has_quorum:
         # guard removed: no second membership change while a learner catches up
-        return a.AddLearner("scaling up", naming.member_name(observed.cluster, planner.next_ordinal(observed)))
+        return a.AddLearner("scaling up", naming.member_name(observed.cluster, joining.next_ordinal(observed)))
     return step
 
 

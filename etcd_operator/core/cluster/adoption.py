@@ -26,6 +26,7 @@ from etcd_operator.core.cluster import learners, naming
 from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.adoption_record import AdoptionRecord
 from etcd_operator.core.cluster.health import Health, member_healthy, member_name
+from etcd_operator.core.cluster.joining import initial_cluster, next_ordinal
 from etcd_operator.core.cluster.observed import Member, Observed
 from etcd_operator.core.cluster.recorded import ClusterStatus
 from etcd_operator.core.cluster.rejoin import self_only_cluster
@@ -132,7 +133,7 @@ def _own_members(spec: ClusterSpec, status: ClusterStatus, observed: Observed, h
                 f"starting the pod of {name}, added to the adopted cluster",
                 name,
                 member.id,
-                _initial_cluster(observed, health.members, member),
+                initial_cluster(observed, health.members, member),
                 joined_before=False,
             )
         if member.is_learner:
@@ -156,7 +157,7 @@ def _own_members(spec: ClusterSpec, status: ClusterStatus, observed: Observed, h
         wait = learners.add_backoff(status.learner_joins, observed)
         if wait:
             return wait
-        name = naming.member_name(observed.cluster, _next_ordinal(observed))
+        name = naming.member_name(observed.cluster, next_ordinal(observed))
         return a.AddLearner(f"adopting: {len(voters)} of {spec.size} own voting members", name)
     if len(voters) > spec.size:
         return a.Wait(f"adoption: {len(voters)} own voting members, more than spec.size {spec.size}; nothing removed")
@@ -197,23 +198,6 @@ def _keeps_quorum(health: Health, member: Member) -> bool:
     remaining = [m for m in health.voters if m.id != member.id]
     staying = [m for m in remaining if health.stays(m)]
     return bool(remaining) and len(staying) >= naming.quorum(len(remaining))
-
-
-def _initial_cluster(observed: Observed, members: tuple[Member, ...], joining: Member) -> str:
-    """Every started member (foreign ones included) and the joining one, at its peer URL."""
-    entries = [
-        f"{member_name(observed, m)}={m.peer_urls[0]}"
-        for m in members
-        if (m.id == joining.id or m.name) and m.peer_urls
-    ]
-    return ",".join(sorted(entries))
-
-
-def _next_ordinal(observed: Observed) -> int:
-    names = set(observed.pods) | {naming.pvc_member(n) for n in observed.pvcs}
-    names |= {member_name(observed, m) or "" for m in observed.etcd.members}
-    ordinals = [o for n in names if (o := naming.member_ordinal(observed.cluster, n)) is not None]
-    return max(max(ordinals, default=-1) + 1, observed.min_ordinal)
 
 
 def condition(

@@ -35,6 +35,7 @@ from etcd_operator.core.cluster.health import (
     pod_broken,
     quorum_loss_evidence,
 )
+from etcd_operator.core.cluster.joining import initial_cluster, next_ordinal
 from etcd_operator.core.cluster.observed import Member, Observed
 from etcd_operator.core.cluster.recorded import ClusterStatus, JoinRecord
 from etcd_operator.core.cluster.rejoin import self_only_cluster
@@ -45,21 +46,6 @@ QUORUM_RECOVERY = "QuorumRecovery"
 # States in which nothing is removed, replaced, rolled or recovered: the cluster may be
 # fine (the operator is cut off) or a person must look (alarms).
 HOLD_STATES = frozenset({HealthState.NO_SPACE, HealthState.CORRUPT, HealthState.UNREACHABLE})
-
-
-def next_ordinal(observed: Observed) -> int:
-    names = set(observed.pods) | {naming.pvc_member(n) for n in observed.pvcs}
-    names |= {member_name(observed, m) or "" for m in observed.etcd.members}
-    ordinals = [naming.member_ordinal(observed.cluster, n) for n in names]
-    return max(max((o for o in ordinals if o is not None), default=-1) + 1, observed.min_ordinal)
-
-
-def initial_cluster(observed: Observed, members: tuple[Member, ...], joining: Member) -> str:
-    entries = []
-    for m in members:
-        if m.id == joining.id or m.name:
-            entries.append(f"{member_name(observed, m)}={m.peer_urls[0]}")
-    return ",".join(sorted(entries))
 
 
 def member_add_receivers(observed: Observed) -> list[int]:
