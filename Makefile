@@ -40,10 +40,19 @@ venv-prod: $(PROD_VENV)/.installed ## the production install (no test extras) th
 testbin: ## build the pinned kube-apiserver, controller-manager, kubectl, kubelet, kube-proxy, kube-scheduler, etcd 3.5/3.6, MinIO, helm, Prometheus and promtool
 	@e2e/testbin/build.sh >/dev/null  # progress and the cache directory go to stderr
 
+# What `make up` and `make demo` run: no etcd 3.5, Prometheus or linearizability checker
+# (`make test` and `make bench` build those).
+UP_RECIPES := kube nodes etcd-3.6 minio coredns local-path-provisioner helm
+testbin-up:
+	@e2e/testbin/build.sh $(UP_RECIPES) >/dev/null
+
+host-packages: ## install the Debian packages the local default needs (as root; otherwise prints the command)
+	@hack/host-packages.sh
+
 # Three real nodes (containerd, runc, kubelet, kube-proxy in network namespaces; e2e/README.md).
 # NODES=agent: the process node agent instead (no root needed; the demo needs real nodes).
 NODES ?= real
-up: venv testbin ## start the local control plane, MinIO and three real nodes (NODES=agent: the node agent); harmless when up
+up: $(if $(filter real,$(NODES)),host-packages) venv testbin-up ## start the local control plane, MinIO and three real nodes (NODES=agent: the node agent); harmless when up
 	@$(LOCALKUBE) up --nodes $(NODES)
 
 down: venv ## stop everything the local default started, and the tests' substrates (PURGE=1: delete their data too)
@@ -59,7 +68,7 @@ crds: up ## install the CRDs into the current cluster
 run: venv ## run the operator against the current KUBECONFIG
 	$(PY) -m etcd_operator
 
-test: venv testbin ## lint and types first, then unit tests and the simulator beside the tests against the local control plane
+test: host-packages venv testbin ## lint and types first, then unit tests and the simulator beside the tests against the local control plane
 	@PYTHON=$(PY) tests/run.sh $(PYTEST_ARGS)
 
 lint: venv ## ruff (lint and format), mypy (strict over the pure core) and the import layers, what `make test` runs first
@@ -75,7 +84,7 @@ format: venv ## apply ruff's fixes and formatting
 test-unit: venv ## the pure unit tests and the fault simulator (no substrate, and nothing of the harness in e2e/)
 	@$(PY) -m pytest tests/unit tests/sim $(PYTEST_ARGS)
 
-bench: venv venv-prod testbin ## benchmarks: cluster timings, backup throughput and memory, restore overhead
+bench: host-packages venv venv-prod testbin ## benchmarks: cluster timings, backup throughput and memory, restore overhead
 	@PYTHONPATH=.:e2e BENCH_OPERATOR_PYTHON=$(PROD_VENV)/bin/python $(PY) -m bench $(BENCH)
 
 e2e-kind: venv ## the e2e scenarios on a kind cluster, in external mode (needs Docker and kind)
@@ -96,4 +105,4 @@ docs: venv ## regenerate docs/reference/fields.md from crds/ (tests/unit/test_do
 demo: up crds ## the main job on the local default: real nodes, the operator installed by the chart, a cluster and its backups
 	@e2e/demo.sh
 
-.PHONY: help venv venv-prod testbin up down status crds run test lint format test-unit bench e2e-kind image images chart-crds docs demo
+.PHONY: help venv venv-prod testbin testbin-up host-packages up down status crds run test lint format test-unit bench e2e-kind image images chart-crds docs demo

@@ -25,19 +25,32 @@ fi
 
 # Lint, format and types first: a finding fails the run before any substrate starts.
 echo "tests: ruff (lint, format), mypy and the import layers"
+lint_started=$SECONDS
 "$python" -m ruff check . && "$python" -m ruff format --check . && "$python" hack/typecheck.py &&
   "$(dirname "$python")/lint-imports" --no-cache || exit 1
+lint_seconds=$((SECONDS - lint_started))
+
+# timed FILE COMMAND...: run it, write its wall time in seconds to FILE, keep its exit code.
+timed() {
+  local file="$1" started=$SECONDS rc=0
+  shift
+  "$@" || rc=$?
+  echo "$((SECONDS - started))" >"$file"
+  return "$rc"
+}
 
 real_log="$(mktemp -t real-node-tests.XXXXXX.log)"
 pure_log="$(mktemp -t pure-tests.XXXXXX.log)"
 echo "tests: the real-node tests and the pure tests (niced) run beside; their reports follow" \
   "(logs: $real_log, $pure_log)"
-"$python" -m pytest -p no:cacheprovider -m "real_nodes" >"$real_log" 2>&1 &
+timed "$real_log.seconds" "$python" -m pytest -p no:cacheprovider -m "real_nodes" >"$real_log" 2>&1 &
 real=$!
-nice -n 10 "$python" -m pytest -p no:cacheprovider -m "not substrate and not real_nodes" >"$pure_log" 2>&1 &
+timed "$pure_log.seconds" nice -n 10 "$python" -m pytest -p no:cacheprovider -m "not substrate and not real_nodes" \
+  >"$pure_log" 2>&1 &
 pure=$!
 trap 'kill "$real" "$pure" 2>/dev/null; exit 130' INT TERM
-"$python" -m pytest -m "substrate and not real_nodes"
+agent_seconds_file="$(mktemp -t agent-tests-seconds.XXXXXX)"
+timed "$agent_seconds_file" "$python" -m pytest -m "substrate and not real_nodes"
 agent_rc="$(status $?)"
 wait "$real"
 real_rc="$(status $?)"
@@ -48,6 +61,9 @@ cat "$real_log"
 echo "=================== the pure tests (unit, simulator, image, checker) ==================="
 cat "$pure_log"
 echo "tests: node agent exit $agent_rc, real nodes exit $real_rc, pure exit $pure_rc"
+echo "tests: lint ${lint_seconds}s; lanes side by side: host operators and node agent" \
+  "$(cat "$agent_seconds_file")s, real nodes and the chart $(cat "$real_log.seconds")s," \
+  "pure $(cat "$pure_log.seconds")s"
 for rc in "$agent_rc" "$real_rc" "$pure_rc"; do
   [[ $rc -eq 0 ]] || exit "$rc"
 done

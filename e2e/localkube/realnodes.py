@@ -427,7 +427,14 @@ def _import_images(layout: Layout, index: int) -> None:
     socket = containerd_socket(layout, index)
     present = containerd.image_digests(socket)
     for recipe in recipes.all_recipes():
-        archive = recipes.build(recipe)
+        try:
+            archive = recipes.build(recipe)
+        except recipes.Missing as missing:
+            if not recipe.optional:
+                raise
+            if index == 1:
+                print(f"localkube: {recipe.name} is not imported into the nodes: {missing}", flush=True)
+            continue
         if present.get(recipe.name) != containerd.archive_digest(archive):
             containerd.import_archive(socket, archive, recipe.base_name)
 

@@ -5,8 +5,9 @@
 # go.sum, table or own program (porcupine/main.go) changes. One line per binary is
 # printed; Go's own output goes to a log.
 #
-#   testbin/build.sh            build what is missing, print where the binaries are
-#   testbin/build.sh --dir      print the cache directory only
+#   testbin/build.sh                 build what is missing, print where the binaries are
+#   testbin/build.sh RECIPE ...      only these recipes (`make demo` builds what it runs)
+#   testbin/build.sh --dir           print the cache directory only
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -23,6 +24,13 @@ recipes() {
     [[ -f "$dir/go.mod" && -f "$dir/binaries" ]] && basename "$dir"
   done
 }
+
+selected=("$@")
+for recipe in "${selected[@]}"; do
+  [[ -f "$here/$recipe/go.mod" && -f "$here/$recipe/binaries" ]] ||
+    { echo "testbin: no recipe $recipe (recipes: $(recipes | tr '\n' ' '))" >&2; exit 1; }
+done
+[[ ${#selected[@]} -gt 0 ]] || mapfile -t selected < <(recipes)
 
 module_version() {  # the version go.mod requires of a module
   awk -v m="$2" '($1 == "require" && $2 == m) {print $3} ($1 == m) {print $2}' "$here/$1/go.mod" | head -1
@@ -65,7 +73,7 @@ recipe_stamp() {
 mkdir -p "$cache/logs"
 started=$SECONDS
 built=0
-for recipe in $(recipes); do
+for recipe in "${selected[@]}"; do
   out="$cache/$recipe-$(recipe_stamp "$recipe")"
   if [[ ! -f "$out/.complete" ]]; then
     rm -rf "$out" && mkdir -p "$out"
@@ -91,6 +99,6 @@ done
 if [[ $built -gt 0 ]]; then
   echo "testbin: built $built binaries in $((SECONDS - started))s into $cache (logs in $cache/logs/)" >&2
 else
-  echo "testbin: up to date in $cache ($(recipes | tr '\n' ' '))" >&2
+  echo "testbin: up to date in $cache (${selected[*]})" >&2
 fi
 echo "$cache"
