@@ -21,6 +21,7 @@ from etcd_operator.core.backup.continuous_status import CONDITION
 from etcd_operator.core.backup.manifest import Manifest
 from etcd_operator.core.backup.planner import CHAIN_BROKEN, WAITING_FOR_BASE, plan
 from etcd_operator.core.backup.segment_cutting import (
+    LeaseNotLearnt,
     RevisionGap,
     RevisionGrouper,
     SegmentCutter,
@@ -130,15 +131,25 @@ def test_a_segment_is_cut_by_size_and_a_large_revision_is_never_split():
     assert cutter.take({}, set()).body.revisions == (big,)
 
 
-def test_a_lease_goes_with_the_first_segment_that_uses_it_once_its_ttl_is_known():
+def test_a_lease_goes_with_the_first_segment_that_uses_it_with_its_ttl_or_as_gone():
     cutter = SegmentCutter(1.0, 1 << 20)
-    known: dict[int, int] = {7: 30}
+    known: dict[int, int | None] = {7: 30, 8: None}
     reported: set[int] = set()
     cutter.add(RevisionRecord(1, 0.0, (change(b"a", lease=7), change(b"b", lease=8))), 0.0)
     assert cutter.leases_used() == {7, 8}
-    assert cutter.take(known, reported).body.leases == ((7, 30),)
+    body = cutter.take(known, reported).body
+    assert (body.leases, body.gone_leases) == (((7, 30),), (8,))
     cutter.add(RevisionRecord(2, 0.0, (change(b"c", lease=7),)), 0.0)
-    assert cutter.take(known, reported).body.leases == ()
+    body = cutter.take(known, reported).body
+    assert (body.leases, body.gone_leases) == ((), ())
+
+
+def test_a_lease_not_learnt_is_never_left_out_of_a_segment():
+    cutter = SegmentCutter(1.0, 1 << 20)
+    cutter.add(RevisionRecord(1, 0.0, (change(b"a", lease=7), change(b"b", lease=8))), 0.0)
+    with pytest.raises(LeaseNotLearnt, match="lease 8"):
+        cutter.take({7: 30}, set())
+    assert not cutter.empty  # nothing was taken: the writer breaks the chain instead
 
 
 # --- the planner --------------------------------------------------------------------------

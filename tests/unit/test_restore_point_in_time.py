@@ -11,12 +11,16 @@ import pytest
 
 from etcd_operator.core.backup.chain import ChainProblem, Target
 from etcd_operator.core.backup.manifest import Manifest
+from etcd_operator.core.backup.segment_cutting import SegmentCutter
 from etcd_operator.core.backup.segments import (
+    GONE_LEASE_TTL,
     KeyChange,
     RevisionRecord,
     SegmentBody,
     SegmentManifest,
     chain_id,
+    decode,
+    encode,
 )
 from etcd_operator.core.outcome import Outcome
 from etcd_operator.core.restore import replay_pod
@@ -386,3 +390,29 @@ def test_a_lease_neither_the_base_nor_a_segment_holds_is_refused():
     with pytest.raises(program.Refused) as refused:
         run_replay(FakeMember(10))
     assert refused.value.reason == "LeaseUnknown"
+
+
+def test_a_lease_granted_and_revoked_inside_one_segment_replays():
+    """A lock session: grant, put under the lease, revoke, all before the writer asks the
+    lease's TTL (it answers: gone). etcd deletes the lease's keys in a revision of their own,
+    which the watch delivers; the segment records the lease as gone, and the replay grants it
+    with a short TTL, puts the key, then deletes it where the source did."""
+    lock_key = b"/locks/job/694d8a"
+    cutter = SegmentCutter(1.0, 1 << 20)
+    cutter.add(RevisionRecord(11, 100.0, (KeyChange(b"/a", b"1"),)), 0.0)
+    cutter.add(RevisionRecord(12, 100.1, (KeyChange(lock_key, b"", lease=0x694D8A),)), 0.0)
+    cutter.add(RevisionRecord(13, 100.2, (KeyChange(b"/job/result", b"done"),)), 0.0)
+    cutter.add(RevisionRecord(14, 100.3, (KeyChange(lock_key, None),)), 0.0)  # the revocation's delete
+    known: dict[int, int | None] = {0x694D8A: None}  # LeaseTimeToLive: not found
+    body = decode(encode(cutter.take(known, set()).body))
+    assert body.gone_leases == (0x694D8A,) and body.leases == ()
+
+    member = FakeMember(10)
+    progress = asyncio.run(program.replay(member, iter([body]), 10, 14, None, set()))
+    assert progress.revision == 14
+    assert ("grant", 0x694D8A, GONE_LEASE_TTL) in member.calls
+    assert member.data == {b"/a": (b"1", 0), b"/job/result": (b"done", 0)}
+    # a point while the lock was held has its key, under the lease
+    held = FakeMember(10)
+    assert asyncio.run(program.replay(held, iter([body]), 10, 13, None, set())).revision == 13
+    assert held.data[lock_key] == (b"", 0x694D8A)

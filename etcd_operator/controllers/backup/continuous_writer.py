@@ -60,6 +60,7 @@ logger = logging.getLogger(__name__)
 WATCH_QUEUE = 2  # watch responses read ahead of the grouping, at most
 RETRY_FIRST, RETRY_MOST = 0.5, 10.0  # seconds between attempts (reconnects, uploads), doubling
 LEASES_REMEMBERED = 65_536  # granted TTLs learnt; past this they are learnt again
+LEASE_ATTEMPTS = 3  # asks for one lease's TTL before the chain breaks for it
 # A watch on a member cut off from quorum stays open and silent. Every HEARTBEAT_SECONDS the
 # writer reads the cluster's revision through that member, linearizably; a member that cannot
 # answer, or whose watch has not delivered a revision the cluster holds within STALL_SECONDS,
@@ -116,7 +117,7 @@ class SegmentWriter:
         self._sequence = 1
         self._cut_next = start.base_revision + 1  # the first revision of the next segment
         self._written: list[SegmentManifest] = []
-        self._known_leases: dict[int, int] = {}
+        self._known_leases: dict[int, int | None] = {}  # ID: granted TTL, None when gone
         self._reported_leases: set[int] = set()
         self._upload: asyncio.Task | None = None
         self._task: asyncio.Task | None = None
@@ -327,18 +328,29 @@ class SegmentWriter:
 
     async def _learn_leases(self, client: EtcdMemberClient, used: set[int]) -> None:
         """The granted TTL of each lease not met before, asked once (a restore grants it
-        again); a lease already gone is left out (its keys' deletions follow in the watch)."""
+        again). A lease already gone (revoked or expired: its keys' deletions follow in the
+        watch) is recorded as gone. A lease the member cannot answer for, after a few tries,
+        breaks the chain: a segment without it would not replay past its first put."""
         if len(self._known_leases) > LEASES_REMEMBERED:
             self._known_leases.clear()
             self._reported_leases.clear()
-        for lease in used - self._known_leases.keys():
-            try:
-                ttl = await client.lease_granted_ttl(lease)
-            except EtcdError as e:
-                logger.info("continuous backup %s: lease %x not learnt now: %s", self._name, lease, e.detail)
-                continue
-            if ttl is not None:
-                self._known_leases[lease] = ttl
+        for lease in sorted(used - self._known_leases.keys()):
+            delay, tried = RETRY_FIRST, 1
+            while True:
+                try:
+                    self._known_leases[lease] = await client.lease_granted_ttl(lease)
+                    break
+                except EtcdError as e:
+                    if tried >= LEASE_ATTEMPTS:
+                        if self._upload is not None:
+                            await self._upload  # the chain keeps every segment cut before
+                        raise ChainBroken(
+                            cb.LEASE_UNKNOWN,
+                            f"lease {lease:x}, which a put after revision {self._cut_next - 1} uses, could not be "
+                            f"learnt ({e.detail}); a segment without it would not replay",
+                        ) from None
+                    await asyncio.sleep(delay)
+                    delay, tried = _backoff(delay), tried + 1
 
     async def _upload_segment(self, storage: S3Storage, sequence: int, cut: Cut) -> None:
         records = cut.body.revisions
