@@ -252,6 +252,21 @@ def test_a_newer_snapshot_starts_a_new_chain_only_once_the_old_one_reached_it():
     assert isinstance(reached, s.StartStream) and reached.start.chain == chain_id(CLUSTER, 200)
 
 
+def test_a_restart_mid_chain_resumes_the_recorded_chain_until_it_reached_the_new_base():
+    """What status holds after the operator died while its writer was at revision 150 and a
+    full snapshot at 200 had just completed (status.lastBackup): no writer runs in the new
+    process. Starting the chain at 200 would leave revisions 151..200 reachable from nowhere."""
+    newer = {"lastBackup": {"key": "p/ns/b/new.db", "revision": 200, "clusterID": CLUSTER}}
+    restarted = state(**newer, continuous={**CHAIN_100, "lastRevision": 150, "eventsSinceFullSnapshot": 0})
+    step = plan(CONTINUOUS, restarted, observed(None), NOW)
+    assert isinstance(step, s.StartStream) and step.start == cb.ChainStart(
+        CHAIN_100["chain"], CLUSTER, "p/ns/b/full.db", 100
+    )
+    caught_up = state(**newer, continuous={**CHAIN_100, "lastRevision": 200})
+    step = plan(CONTINUOUS, caught_up, observed(None), NOW)
+    assert isinstance(step, s.StartStream) and step.start.chain == chain_id(CLUSTER, 200)
+
+
 @pytest.mark.parametrize(
     ("spec", "meta"),
     [
@@ -298,6 +313,16 @@ def test_streaming_records_the_chain_and_adds_what_was_written():
     assert condition(status)["status"] == "True" and condition(status)["reason"] == "Streaming"
     unavailable = s.StreamReport(view=view(last=180, store_error="503 SlowDown"))
     assert condition(status_after(s.Stream(chain=start.chain), unavailable, status))["reason"] == "StoreUnavailable"
+
+
+def test_a_writer_resuming_the_recorded_chain_never_moves_its_last_revision_back():
+    start = cb.ChainStart(CHAIN_100["chain"], CLUSTER, "p/ns/b/full.db", 100)
+    previous = {"continuous": {**CHAIN_100, "lastRevision": 150}}
+    status = status_after(s.StartStream(start=start), s.StreamReport(view=view(last=100)), previous)
+    assert status["continuous"]["lastRevision"] == 150
+    newer = cb.ChainStart(chain_id(CLUSTER, 200), CLUSTER, "p/ns/b/new.db", 200)
+    status = status_after(s.StartStream(start=newer), s.StreamReport(view=view(newer.chain, last=200)), status)
+    assert status["continuous"]["lastRevision"] == 200
 
 
 def test_a_break_clears_the_chain_until_a_full_snapshot_resets_the_volume():
