@@ -203,6 +203,7 @@ async def fetch_segments(
             continue
         if manifest.key == key:
             listed.append(manifest)
+    listed = await without_broken_duplicates(storage, listed)
     try:
         chain = chain_to_replay(listed, settings.record)
     except ChainProblem as e:
@@ -235,6 +236,32 @@ async def fetch_segments(
         files.append(path)
     logger.info("chain %s: %d segments checked", settings.record.chain, len(files))
     return files, list(chain)
+
+
+async def without_broken_duplicates(storage: S3Storage, listed: list[SegmentManifest]) -> list[SegmentManifest]:
+    """Where two manifests of one chain share a sequence number (two writers raced), those
+    whose segment is not stored, or not as the manifest says, are left out; the chain's check
+    (core/backup/chain.py, runs) then takes the one that follows its predecessor."""
+    numbered: dict[tuple[str, int], list[SegmentManifest]] = {}
+    for manifest in listed:
+        numbered.setdefault((manifest.chain, manifest.sequence), []).append(manifest)
+    kept = []
+    for manifests in numbered.values():
+        if len(manifests) == 1:
+            kept += manifests
+            continue
+        for manifest in manifests:
+            try:
+                problem = manifest.checks(await storage.get(manifest.segment_key))
+            except StorageError as e:
+                if e.code not in ("NoSuchKey", "404", "NotFound"):
+                    raise  # the store failed: no guess is made
+                problem = f"{manifest.segment_key} is not stored"
+            if problem:
+                logger.warning("segment %d of chain %s: %s; left out", manifest.sequence, manifest.chain, problem)
+            else:
+                kept.append(manifest)
+    return kept
 
 
 def read_bodies(files: list[pathlib.Path]) -> Iterator[SegmentBody]:

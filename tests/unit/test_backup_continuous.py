@@ -5,6 +5,7 @@ segment_retention.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime
 import pathlib
@@ -14,6 +15,8 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
+from etcd_operator.clients.storage.s3 import S3Location, S3Storage, StorageClosed
+from etcd_operator.controllers.backup import segment_store
 from etcd_operator.core.backup import continuous as cb
 from etcd_operator.core.backup import steps as s
 from etcd_operator.core.backup.chain import ChainProblem, Target, plan_replay
@@ -41,7 +44,9 @@ from etcd_operator.core.backup.segments import (
 from etcd_operator.core.backup.state import Observed, RunState, ScheduleSpec
 from etcd_operator.core.backup.status import build_status
 from etcd_operator.core.buffer_budget import DEFAULT_LIMIT_BYTES
-from tests.support.backup_manifests import segment_manifest, snapshot_manifest
+from etcd_operator.core.leadership_fence import LeadershipLost, install_process_write_guard
+from tests.support.backup_manifests import SEGMENT_BYTES, segment_manifest, snapshot_manifest
+from tests.support.object_store import MemoryStore
 
 T0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 NOW = (T0 + datetime.timedelta(hours=1)).timestamp()
@@ -452,3 +457,113 @@ def test_a_writer_holding_its_watch_back_is_not_stalled():
     assert progress.observe(130, 100, now=20, holding_back=True) is None
     assert progress.observe(130, 100, now=25) is None  # owed again from 25
     assert progress.observe(130, 100, now=36) is not None
+
+
+# --- the segment store: created only where nothing is stored, duplicates on resume ---------
+
+
+def stored_segment(store: MemoryStore, manifest: SegmentManifest, body: bytes = SEGMENT_BYTES) -> None:
+    store.objects[manifest.segment_key] = body
+    store.objects[manifest.key] = manifest.to_json()
+
+
+def test_a_segment_is_never_written_over_another_writers_and_a_lost_answer_is_retried():
+    store = MemoryStore()
+    mine = segment(CHAIN_100["chain"], 1, 101, 110)
+    store.objects[mine.segment_key] = b"another writer's segment"
+    with pytest.raises(segment_store.SegmentTaken):
+        asyncio.run(segment_store.upload_segment(store, mine, SEGMENT_BYTES))  # type: ignore[arg-type]
+    assert store.objects[mine.segment_key] == b"another writer's segment" and mine.key not in store.objects
+    # The same bytes there: this writer's own PUT whose answer was lost; it goes on.
+    store.objects[mine.segment_key] = SEGMENT_BYTES
+    asyncio.run(segment_store.upload_segment(store, mine, SEGMENT_BYTES))  # type: ignore[arg-type]
+    assert store.objects[mine.key] == mine.to_json()
+
+
+def test_a_writer_resumes_after_the_manifest_that_follows_its_predecessor():
+    chain = CHAIN_100["chain"]
+    store = MemoryStore()
+    for manifest in (segment(chain, 1, 101, 110), segment(chain, 2, 111, 120), segment(chain, 2, 115, 125)):
+        stored_segment(store, manifest)
+    prefix = segments_prefix("p", "ns", "b")
+    last = asyncio.run(segment_store.last_segment(store, f"{prefix}{chain}/", prefix, chain))  # type: ignore[arg-type]
+    assert last is not None and (last.sequence, last.first_revision, last.last_revision) == (2, 111, 120)
+    # A manifest whose segment is not stored is never resumed after.
+    lone = segment(chain, 3, 121, 130)
+    store.objects[lone.key] = lone.to_json()
+    last = asyncio.run(segment_store.last_segment(store, f"{prefix}{chain}/", prefix, chain))  # type: ignore[arg-type]
+    assert last is not None and last.last_revision == 120
+
+
+# --- S3 writes: sent only while the replica may act and its writer runs -------------------
+
+
+def unreachable_storage() -> tuple[S3Storage, list[dict]]:
+    """A real boto3 client toward a port nothing listens on; what would go on the wire is
+    recorded (and answered 200) by a handler registered after the storage's own."""
+    from botocore.awsrequest import AWSResponse
+
+    class EmptyBody:
+        def stream(self, **_):
+            return iter(())
+
+    storage = S3Storage(
+        S3Location(bucket="b", endpoint="http://127.0.0.1:9", insecure=True, access_key="a", secret_key="s")
+    )
+    sent: list[dict] = []
+
+    def capture(request, **_):
+        sent.append({k.lower(): v.decode() if isinstance(v, bytes) else v for k, v in request.headers.items()})
+        return AWSResponse(request.url, 200, {"ETag": '"e"'}, EmptyBody())
+
+    storage._client.meta.events.register("before-send.s3.PutObject", capture)
+    return storage, sent
+
+
+def test_a_manifest_is_put_only_where_nothing_is_stored():
+    storage, sent = unreachable_storage()
+    try:
+        asyncio.run(storage.put("k.segment.json", b"{}", "application/json", create_only=True))
+        asyncio.run(storage.put("k.db", b"data"))
+    finally:
+        storage.close()
+    assert sent[0]["if-none-match"] == "*" and "if-none-match" not in sent[1]
+
+
+class ActsOnce:
+    """A replica whose right to act ends right after its first check: the deadline passes
+    while the PUT waits in its worker thread."""
+
+    def __init__(self) -> None:
+        self.checks = 0
+
+    def check(self, what: str) -> None:
+        self.checks += 1
+        if self.checks > 1:
+            raise LeadershipLost(f"refused {what}: deadline passed")
+
+    def time_left(self) -> float:
+        return 1.0 if self.checks <= 1 else 0.0
+
+
+def test_a_put_whose_deadline_passed_in_its_thread_is_never_sent():
+    storage, sent = unreachable_storage()
+    install_process_write_guard(ActsOnce())
+    try:
+        with pytest.raises(LeadershipLost):
+            asyncio.run(storage.put("k.segment.json", b"{}", create_only=True))
+    finally:
+        install_process_write_guard(None)
+        storage.close()
+    assert sent == []
+
+
+def test_a_stopped_writers_put_still_in_its_thread_is_never_sent():
+    storage, sent = unreachable_storage()
+    storage.refuse_writes()  # what SegmentWriter.stop does first
+    try:
+        with pytest.raises(StorageClosed):
+            asyncio.run(storage.put("k.segment.json", b"{}", create_only=True))
+    finally:
+        storage.close()
+    assert sent == []

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 
 import pytest
 
@@ -21,6 +22,7 @@ from etcd_operator.core.backup.segments import (
     chain_id,
     decode,
     encode,
+    segments_prefix,
 )
 from etcd_operator.core.outcome import Outcome
 from etcd_operator.core.restore import replay_pod
@@ -39,6 +41,7 @@ from etcd_operator.core.restore.spec import RestoreSpec, RestoreStatus
 from etcd_operator.core.restore.status import build_status
 from etcd_operator.programs import replay as program
 from tests.support.backup_manifests import segment_manifest, snapshot_manifest
+from tests.support.object_store import MemoryStore
 
 UID = "uid-of-this-restore"
 NOW = 1_800_000_000.0
@@ -416,3 +419,53 @@ def test_a_lease_granted_and_revoked_inside_one_segment_replays():
     held = FakeMember(10)
     assert asyncio.run(program.replay(held, iter([body]), 10, 13, None, set())).revision == 13
     assert held.data[lock_key] == (b"", 0x694D8A)
+
+
+def test_of_two_manifests_under_one_sequence_the_replay_takes_the_one_whose_segment_is_stored_as_it_says(tmp_path):
+    """Two writers raced for segment 2: the one that reaches further had its body replaced
+    since (its sha256 no longer matches); the replay takes the other, and replays."""
+    chain = chain_id("c1", 10)
+    store = MemoryStore()
+
+    def stored(sequence: int, first: int, last: int, body: bytes | None = None) -> SegmentManifest:
+        data = encode(
+            SegmentBody(
+                tuple(RevisionRecord(r, float(r), (KeyChange(b"/k", b"%d" % r),)) for r in range(first, last + 1))
+            )
+        )
+        manifest = dataclasses.replace(
+            segment_manifest(chain, sequence, first, last, base_revision=10),
+            size=len(data),
+            sha256=hashlib.sha256(data).hexdigest(),
+        )
+        store.objects[manifest.segment_key] = data if body is None else body
+        store.objects[manifest.key] = manifest.to_json()
+        return manifest
+
+    first, kept = stored(1, 11, 13), stored(2, 14, 16)
+    stored(2, 14, 17, body=b"replaced")
+    record = ReplayRecord(
+        "revision 16",
+        "base",
+        10,
+        "3.6.0",
+        chain=chain,
+        first_sequence=1,
+        last_sequence=2,
+        segments=2,
+        up_to_revision=16,
+        replayed_key="out",
+    )
+    settings = program.Settings(
+        socket="",
+        tls_dir="",
+        result_file=tmp_path / "result",
+        work=tmp_path / "work",
+        segments_folder=f"{segments_prefix('p', 'ns', 'b')}{chain}/",
+        output_key="out",
+        restore="r",
+        until_time=None,
+        record=record,
+    )
+    files, chain_read = asyncio.run(program.fetch_segments(store, settings, {}))  # type: ignore[arg-type]
+    assert chain_read == [first, kept] and len(files) == 2
