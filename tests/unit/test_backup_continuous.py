@@ -15,13 +15,15 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
+from etcd_operator.clients.etcd.client import EtcdError
 from etcd_operator.clients.storage.s3 import S3Location, S3Storage, StorageClosed
-from etcd_operator.controllers.backup import segment_store
+from etcd_operator.controllers.backup import continuous_writer, segment_store
+from etcd_operator.controllers.backup.continuous_writer import SegmentWriter
 from etcd_operator.core.backup import continuous as cb
 from etcd_operator.core.backup import steps as s
 from etcd_operator.core.backup.chain import ChainProblem, Target, plan_replay
 from etcd_operator.core.backup.continuous_status import CONDITION
-from etcd_operator.core.backup.manifest import Manifest
+from etcd_operator.core.backup.manifest import Identity, Manifest
 from etcd_operator.core.backup.planner import CHAIN_BROKEN, WAITING_FOR_BASE, plan
 from etcd_operator.core.backup.segment_cutting import (
     LeaseNotLearnt,
@@ -41,6 +43,7 @@ from etcd_operator.core.backup.segments import (
     encode,
     segments_prefix,
 )
+from etcd_operator.core.backup.spec import BackupSpec
 from etcd_operator.core.backup.state import Observed, RunState, ScheduleSpec
 from etcd_operator.core.backup.status import build_status
 from etcd_operator.core.buffer_budget import DEFAULT_LIMIT_BYTES
@@ -567,3 +570,40 @@ def test_a_stopped_writers_put_still_in_its_thread_is_never_sent():
     finally:
         storage.close()
     assert sent == []
+
+
+# --- the writer learning the leases a segment's puts use ----------------------------------
+
+
+class LeaseAnswers:
+    """LeaseTimeToLive as a member answers it: a TTL, None (the lease is gone: TTL -1), or
+    a failure (an EtcdError) for every ask."""
+
+    def __init__(self, answers: dict[int, int | None | EtcdError]) -> None:
+        self.answers = answers
+        self.asked: list[int] = []
+
+    async def lease_granted_ttl(self, lease: int) -> int | None:
+        self.asked.append(lease)
+        answer = self.answers[lease]
+        if isinstance(answer, EtcdError):
+            raise answer
+        return answer
+
+
+def lease_writer() -> SegmentWriter:
+    spec = BackupSpec(cluster="src", s3={}, prefix="p", part_size=1, concurrency=1, max_backups=None, max_age=None)
+    start = cb.ChainStart(chain=CHAIN_100["chain"], cluster_id=CLUSTER, base_revision=100, base_key="p/ns/b/full.db")
+    return SegmentWriter(None, Identity("ns", "b", "u"), spec, cb.ContinuousSpec(), start)  # type: ignore[arg-type]
+
+
+def test_the_writer_records_a_gone_lease_and_breaks_the_chain_for_one_it_cannot_learn(monkeypatch):
+    monkeypatch.setattr(continuous_writer, "RETRY_FIRST", 0.0)
+    writer = lease_writer()
+    asyncio.run(writer._learn_leases(LeaseAnswers({7: 30, 8: None}), {7, 8}))  # type: ignore[arg-type]
+    assert writer._known_leases == {7: 30, 8: None}
+    failing = LeaseAnswers({9: EtcdError("m1:2379", "LeaseTimeToLive", None, "etcdserver: request timed out")})
+    with pytest.raises(continuous_writer.ChainBroken) as broken:
+        asyncio.run(writer._learn_leases(failing, {9}))  # type: ignore[arg-type]
+    assert broken.value.reason == cb.LEASE_UNKNOWN and failing.asked == [9] * continuous_writer.LEASE_ATTEMPTS
+    assert 9 not in writer._known_leases
