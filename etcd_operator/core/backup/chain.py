@@ -2,7 +2,9 @@
 manifests only.
 
 Segments are grouped by chain and ordered by sequence. A run is a stretch of one chain's
-segments with no gap: each starts at the previous one's last revision + 1. A point is
+segments with no gap: each starts at the previous one's last revision + 1. Of two segments
+under one sequence number (writers that raced), the one that follows its predecessor and
+leads furthest is taken (`runs`); a duplicate never blocks a chain, nor another chain. A point is
 reachable from a full snapshot S of the same cluster when one run holds every revision
 after S up to the point. Of the reachable ways, the one from the newest snapshot replays
 least, and is chosen. A snapshot whose verification failed is never a base."""
