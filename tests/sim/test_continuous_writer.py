@@ -15,6 +15,9 @@ import functools
 import pytest
 
 from etcd_operator.core.backup import continuous as cb
+from etcd_operator.core.backup import planner as backup_planner
+from etcd_operator.core.backup.segment_cutting import SegmentCutter
+from etcd_operator.core.backup.segments import chain_id
 from tests.sim import continuous_writer as sim
 
 SEEDS = range(10)
@@ -69,3 +72,42 @@ def test_the_invariants_catch_a_duplicate_sequence_and_a_missing_segment():
     del world.bucket.objects[middle.key]
     with pytest.raises(sim.Violation, match="not reachable"):
         sim.every_uploaded_revision_is_reachable(world)
+
+
+# --- each guard removed in turn, the invariants catch it --------------------------------
+
+_take = SegmentCutter.take
+
+
+def _take_leaving_gone_leases_out(self, known_leases, reported_leases):
+    """Item 7 before its fix: a lease gone when the writer asked is left out of the segment."""
+    cut = _take(self, known_leases, reported_leases)
+    return dataclasses.replace(cut, body=dataclasses.replace(cut.body, gone_leases=()))
+
+
+def _hand_over_by_the_running_writer_only(state, base, stream):
+    """Item 8 before its fix: with no writer in this process, a newer base starts its chain at once."""
+    current = state.continuous.current
+    newer = cb.ChainStart(chain_id(base.cluster_id, base.revision), base.cluster_id, base.key, base.revision)
+    if current is None or current.chain == newer.chain:
+        return newer
+    if base.cluster_id != current.cluster_id or base.revision <= current.base_revision:
+        return current
+    if stream is not None and stream.chain == current.chain and stream.last_revision < base.revision:
+        return current
+    return newer
+
+
+@pytest.mark.parametrize(
+    ("target", "attribute", "replacement", "caught"),
+    [
+        (SegmentCutter, "take", _take_leaving_gone_leases_out, "LeaseUnknown"),
+        (backup_planner, "_wanted_chain", _hand_over_by_the_running_writer_only, "is in no stored segment"),
+    ],
+    ids=["gone-leases-left-out", "hand-over-without-status"],
+)
+def test_each_guard_removed_is_caught(monkeypatch, target, attribute, replacement, caught):
+    monkeypatch.setattr(target, attribute, replacement)
+    with pytest.raises(sim.Violation, match=caught):
+        for seed in SEEDS:
+            sim.run(seed, steps=300)
