@@ -13,8 +13,10 @@ snapshot taken with etcd authentication on is replayed into too, with no secret.
    refused) and decoding it whole, all before the first write.
 3. Replay: each original revision is one transaction, and the store's revision after it
    must equal the original's; a lease is granted with its recorded ID and TTL before the
-   first put that uses it, and every lease is kept alive while the replay runs (an expiry
-   would delete keys under a revision of its own). Stops at the recorded revision, or at
+   first put that uses it (one recorded as gone with segments.GONE_LEASE_TTL: its keys'
+   deletions are revisions of the chain), and every lease is kept alive while the replay
+   runs (an expiry would delete keys under a revision of its own); after it, each is left to
+   expire on its own in the restored cluster. Stops at the recorded revision, or at
    the first revision the backup's watch saw after the time asked for.
 4. Snapshot the store over its socket, seal it (core/restore/replay_sealing.py: REPLAYED_COMPRESSION,
    and REPLAYED_KEY_ID's key from the mounted keys; never in clear what was read encrypted),
@@ -201,6 +203,7 @@ async def fetch_segments(
             continue
         if manifest.key == key:
             listed.append(manifest)
+    listed = await without_broken_duplicates(storage, listed)
     try:
         chain = chain_to_replay(listed, settings.record)
     except ChainProblem as e:
@@ -233,6 +236,32 @@ async def fetch_segments(
         files.append(path)
     logger.info("chain %s: %d segments checked", settings.record.chain, len(files))
     return files, list(chain)
+
+
+async def without_broken_duplicates(storage: S3Storage, listed: list[SegmentManifest]) -> list[SegmentManifest]:
+    """Where two manifests of one chain share a sequence number (two writers raced), those
+    whose segment is not stored, or not as the manifest says, are left out; the chain's check
+    (core/backup/chain.py, runs) then takes the one that follows its predecessor."""
+    numbered: dict[tuple[str, int], list[SegmentManifest]] = {}
+    for manifest in listed:
+        numbered.setdefault((manifest.chain, manifest.sequence), []).append(manifest)
+    kept = []
+    for manifests in numbered.values():
+        if len(manifests) == 1:
+            kept += manifests
+            continue
+        for manifest in manifests:
+            try:
+                problem = manifest.checks(await storage.get(manifest.segment_key))
+            except StorageError as e:
+                if e.code not in ("NoSuchKey", "404", "NotFound"):
+                    raise  # the store failed: no guess is made
+                problem = f"{manifest.segment_key} is not stored"
+            if problem:
+                logger.warning("segment %d of chain %s: %s; left out", manifest.sequence, manifest.chain, problem)
+            else:
+                kept.append(manifest)
+    return kept
 
 
 def read_bodies(files: list[pathlib.Path]) -> Iterator[SegmentBody]:
@@ -268,7 +297,7 @@ async def replay(
     progress = Progress(base_revision)
     granted_ttl: dict[int, int] = {}
     for body in bodies:
-        granted_ttl.update(body.leases)
+        granted_ttl.update(body.lease_ttls)
         for record in body.revisions:
             if record.revision <= progress.revision:
                 continue  # before the base snapshot
@@ -326,7 +355,7 @@ async def replay_into(member: ReplayMember, files: list[pathlib.Path], settings:
     held = await member.leases()
     leases = {lease for lease, _ in held}
     errors: list[BaseException] = []
-    ttls = [ttl for _, ttl in held] + [ttl for body in read_bodies(files) for _, ttl in body.leases]
+    ttls = [ttl for _, ttl in held] + [ttl for body in read_bodies(files) for ttl in body.lease_ttls.values()]
     async with leases_kept_alive(member, leases, keep_alive_period(ttls), errors):
         progress = await replay(
             member, read_bodies(files), record.base_revision, record.up_to_revision, settings.until_time, leases

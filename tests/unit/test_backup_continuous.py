@@ -5,6 +5,7 @@ segment_retention.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime
 import pathlib
@@ -14,13 +15,18 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
+from etcd_operator.clients.etcd.client import EtcdError
+from etcd_operator.clients.storage.s3 import S3Location, S3Storage, StorageClosed
+from etcd_operator.controllers.backup import continuous_writer, segment_store
+from etcd_operator.controllers.backup.continuous_writer import SegmentWriter
 from etcd_operator.core.backup import continuous as cb
 from etcd_operator.core.backup import steps as s
 from etcd_operator.core.backup.chain import ChainProblem, Target, plan_replay
 from etcd_operator.core.backup.continuous_status import CONDITION
-from etcd_operator.core.backup.manifest import Manifest
+from etcd_operator.core.backup.manifest import Identity, Manifest
 from etcd_operator.core.backup.planner import CHAIN_BROKEN, WAITING_FOR_BASE, plan
 from etcd_operator.core.backup.segment_cutting import (
+    LeaseNotLearnt,
     RevisionGap,
     RevisionGrouper,
     SegmentCutter,
@@ -37,10 +43,13 @@ from etcd_operator.core.backup.segments import (
     encode,
     segments_prefix,
 )
+from etcd_operator.core.backup.spec import BackupSpec
 from etcd_operator.core.backup.state import Observed, RunState, ScheduleSpec
 from etcd_operator.core.backup.status import build_status
 from etcd_operator.core.buffer_budget import DEFAULT_LIMIT_BYTES
-from tests.support.backup_manifests import segment_manifest, snapshot_manifest
+from etcd_operator.core.leadership_fence import LeadershipLost, install_process_write_guard
+from tests.support.backup_manifests import SEGMENT_BYTES, segment_manifest, snapshot_manifest
+from tests.support.object_store import MemoryStore
 
 T0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 NOW = (T0 + datetime.timedelta(hours=1)).timestamp()
@@ -130,15 +139,25 @@ def test_a_segment_is_cut_by_size_and_a_large_revision_is_never_split():
     assert cutter.take({}, set()).body.revisions == (big,)
 
 
-def test_a_lease_goes_with_the_first_segment_that_uses_it_once_its_ttl_is_known():
+def test_a_lease_goes_with_the_first_segment_that_uses_it_with_its_ttl_or_as_gone():
     cutter = SegmentCutter(1.0, 1 << 20)
-    known: dict[int, int] = {7: 30}
+    known: dict[int, int | None] = {7: 30, 8: None}
     reported: set[int] = set()
     cutter.add(RevisionRecord(1, 0.0, (change(b"a", lease=7), change(b"b", lease=8))), 0.0)
     assert cutter.leases_used() == {7, 8}
-    assert cutter.take(known, reported).body.leases == ((7, 30),)
+    body = cutter.take(known, reported).body
+    assert (body.leases, body.gone_leases) == (((7, 30),), (8,))
     cutter.add(RevisionRecord(2, 0.0, (change(b"c", lease=7),)), 0.0)
-    assert cutter.take(known, reported).body.leases == ()
+    body = cutter.take(known, reported).body
+    assert (body.leases, body.gone_leases) == ((), ())
+
+
+def test_a_lease_not_learnt_is_never_left_out_of_a_segment():
+    cutter = SegmentCutter(1.0, 1 << 20)
+    cutter.add(RevisionRecord(1, 0.0, (change(b"a", lease=7), change(b"b", lease=8))), 0.0)
+    with pytest.raises(LeaseNotLearnt, match="lease 8"):
+        cutter.take({7: 30}, set())
+    assert not cutter.empty  # nothing was taken: the writer breaks the chain instead
 
 
 # --- the planner --------------------------------------------------------------------------
@@ -241,6 +260,21 @@ def test_a_newer_snapshot_starts_a_new_chain_only_once_the_old_one_reached_it():
     assert isinstance(reached, s.StartStream) and reached.start.chain == chain_id(CLUSTER, 200)
 
 
+def test_a_restart_mid_chain_resumes_the_recorded_chain_until_it_reached_the_new_base():
+    """What status holds after the operator died while its writer was at revision 150 and a
+    full snapshot at 200 had just completed (status.lastBackup): no writer runs in the new
+    process. Starting the chain at 200 would leave revisions 151..200 reachable from nowhere."""
+    newer = {"lastBackup": {"key": "p/ns/b/new.db", "revision": 200, "clusterID": CLUSTER}}
+    restarted = state(**newer, continuous={**CHAIN_100, "lastRevision": 150, "eventsSinceFullSnapshot": 0})
+    step = plan(CONTINUOUS, restarted, observed(None), NOW)
+    assert isinstance(step, s.StartStream) and step.start == cb.ChainStart(
+        CHAIN_100["chain"], CLUSTER, "p/ns/b/full.db", 100
+    )
+    caught_up = state(**newer, continuous={**CHAIN_100, "lastRevision": 200})
+    step = plan(CONTINUOUS, caught_up, observed(None), NOW)
+    assert isinstance(step, s.StartStream) and step.start.chain == chain_id(CLUSTER, 200)
+
+
 @pytest.mark.parametrize(
     ("spec", "meta"),
     [
@@ -287,6 +321,16 @@ def test_streaming_records_the_chain_and_adds_what_was_written():
     assert condition(status)["status"] == "True" and condition(status)["reason"] == "Streaming"
     unavailable = s.StreamReport(view=view(last=180, store_error="503 SlowDown"))
     assert condition(status_after(s.Stream(chain=start.chain), unavailable, status))["reason"] == "StoreUnavailable"
+
+
+def test_a_writer_resuming_the_recorded_chain_never_moves_its_last_revision_back():
+    start = cb.ChainStart(CHAIN_100["chain"], CLUSTER, "p/ns/b/full.db", 100)
+    previous = {"continuous": {**CHAIN_100, "lastRevision": 150}}
+    status = status_after(s.StartStream(start=start), s.StreamReport(view=view(last=100)), previous)
+    assert status["continuous"]["lastRevision"] == 150
+    newer = cb.ChainStart(chain_id(CLUSTER, 200), CLUSTER, "p/ns/b/new.db", 200)
+    status = status_after(s.StartStream(start=newer), s.StreamReport(view=view(newer.chain, last=200)), status)
+    assert status["continuous"]["lastRevision"] == 200
 
 
 def test_a_break_clears_the_chain_until_a_full_snapshot_resets_the_volume():
@@ -416,3 +460,150 @@ def test_a_writer_holding_its_watch_back_is_not_stalled():
     assert progress.observe(130, 100, now=20, holding_back=True) is None
     assert progress.observe(130, 100, now=25) is None  # owed again from 25
     assert progress.observe(130, 100, now=36) is not None
+
+
+# --- the segment store: created only where nothing is stored, duplicates on resume ---------
+
+
+def stored_segment(store: MemoryStore, manifest: SegmentManifest, body: bytes = SEGMENT_BYTES) -> None:
+    store.objects[manifest.segment_key] = body
+    store.objects[manifest.key] = manifest.to_json()
+
+
+def test_a_segment_is_never_written_over_another_writers_and_a_lost_answer_is_retried():
+    store = MemoryStore()
+    mine = segment(CHAIN_100["chain"], 1, 101, 110)
+    store.objects[mine.segment_key] = b"another writer's segment"
+    with pytest.raises(segment_store.SegmentTaken):
+        asyncio.run(segment_store.upload_segment(store, mine, SEGMENT_BYTES))  # type: ignore[arg-type]
+    assert store.objects[mine.segment_key] == b"another writer's segment" and mine.key not in store.objects
+    # The same bytes there: this writer's own PUT whose answer was lost; it goes on.
+    store.objects[mine.segment_key] = SEGMENT_BYTES
+    asyncio.run(segment_store.upload_segment(store, mine, SEGMENT_BYTES))  # type: ignore[arg-type]
+    assert store.objects[mine.key] == mine.to_json()
+
+
+def test_a_writer_resumes_after_the_manifest_that_follows_its_predecessor():
+    chain = CHAIN_100["chain"]
+    store = MemoryStore()
+    for manifest in (segment(chain, 1, 101, 110), segment(chain, 2, 111, 120), segment(chain, 2, 115, 125)):
+        stored_segment(store, manifest)
+    prefix = segments_prefix("p", "ns", "b")
+    last = asyncio.run(segment_store.last_segment(store, f"{prefix}{chain}/", prefix, chain))  # type: ignore[arg-type]
+    assert last is not None and (last.sequence, last.first_revision, last.last_revision) == (2, 111, 120)
+    # A manifest whose segment is not stored is never resumed after.
+    lone = segment(chain, 3, 121, 130)
+    store.objects[lone.key] = lone.to_json()
+    last = asyncio.run(segment_store.last_segment(store, f"{prefix}{chain}/", prefix, chain))  # type: ignore[arg-type]
+    assert last is not None and last.last_revision == 120
+
+
+# --- S3 writes: sent only while the replica may act and its writer runs -------------------
+
+
+def unreachable_storage() -> tuple[S3Storage, list[dict]]:
+    """A real boto3 client toward a port nothing listens on; what would go on the wire is
+    recorded (and answered 200) by a handler registered after the storage's own."""
+    from botocore.awsrequest import AWSResponse
+
+    class EmptyBody:
+        def stream(self, **_):
+            return iter(())
+
+    storage = S3Storage(
+        S3Location(bucket="b", endpoint="http://127.0.0.1:9", insecure=True, access_key="a", secret_key="s")
+    )
+    sent: list[dict] = []
+
+    def capture(request, **_):
+        sent.append({k.lower(): v.decode() if isinstance(v, bytes) else v for k, v in request.headers.items()})
+        return AWSResponse(request.url, 200, {"ETag": '"e"'}, EmptyBody())
+
+    storage._client.meta.events.register("before-send.s3.PutObject", capture)
+    return storage, sent
+
+
+def test_a_manifest_is_put_only_where_nothing_is_stored():
+    storage, sent = unreachable_storage()
+    try:
+        asyncio.run(storage.put("k.segment.json", b"{}", "application/json", create_only=True))
+        asyncio.run(storage.put("k.db", b"data"))
+    finally:
+        storage.close()
+    assert sent[0]["if-none-match"] == "*" and "if-none-match" not in sent[1]
+
+
+class ActsOnce:
+    """A replica whose right to act ends right after its first check: the deadline passes
+    while the PUT waits in its worker thread."""
+
+    def __init__(self) -> None:
+        self.checks = 0
+
+    def check(self, what: str) -> None:
+        self.checks += 1
+        if self.checks > 1:
+            raise LeadershipLost(f"refused {what}: deadline passed")
+
+    def time_left(self) -> float:
+        return 1.0 if self.checks <= 1 else 0.0
+
+
+def test_a_put_whose_deadline_passed_in_its_thread_is_never_sent():
+    storage, sent = unreachable_storage()
+    install_process_write_guard(ActsOnce())
+    try:
+        with pytest.raises(LeadershipLost):
+            asyncio.run(storage.put("k.segment.json", b"{}", create_only=True))
+    finally:
+        install_process_write_guard(None)
+        storage.close()
+    assert sent == []
+
+
+def test_a_stopped_writers_put_still_in_its_thread_is_never_sent():
+    storage, sent = unreachable_storage()
+    storage.refuse_writes()  # what SegmentWriter.stop does first
+    try:
+        with pytest.raises(StorageClosed):
+            asyncio.run(storage.put("k.segment.json", b"{}", create_only=True))
+    finally:
+        storage.close()
+    assert sent == []
+
+
+# --- the writer learning the leases a segment's puts use ----------------------------------
+
+
+class LeaseAnswers:
+    """LeaseTimeToLive as a member answers it: a TTL, None (the lease is gone: TTL -1), or
+    a failure (an EtcdError) for every ask."""
+
+    def __init__(self, answers: dict[int, int | None | EtcdError]) -> None:
+        self.answers = answers
+        self.asked: list[int] = []
+
+    async def lease_granted_ttl(self, lease: int) -> int | None:
+        self.asked.append(lease)
+        answer = self.answers[lease]
+        if isinstance(answer, EtcdError):
+            raise answer
+        return answer
+
+
+def lease_writer() -> SegmentWriter:
+    spec = BackupSpec(cluster="src", s3={}, prefix="p", part_size=1, concurrency=1, max_backups=None, max_age=None)
+    start = cb.ChainStart(chain=CHAIN_100["chain"], cluster_id=CLUSTER, base_revision=100, base_key="p/ns/b/full.db")
+    return SegmentWriter(None, Identity("ns", "b", "u"), spec, cb.ContinuousSpec(), start)  # type: ignore[arg-type]
+
+
+def test_the_writer_records_a_gone_lease_and_breaks_the_chain_for_one_it_cannot_learn(monkeypatch):
+    monkeypatch.setattr(continuous_writer, "RETRY_FIRST", 0.0)
+    writer = lease_writer()
+    asyncio.run(writer._learn_leases(LeaseAnswers({7: 30, 8: None}), {7, 8}))  # type: ignore[arg-type]
+    assert writer._known_leases == {7: 30, 8: None}
+    failing = LeaseAnswers({9: EtcdError("m1:2379", "LeaseTimeToLive", None, "etcdserver: request timed out")})
+    with pytest.raises(continuous_writer.ChainBroken) as broken:
+        asyncio.run(writer._learn_leases(failing, {9}))  # type: ignore[arg-type]
+    assert broken.value.reason == cb.LEASE_UNKNOWN and failing.asked == [9] * continuous_writer.LEASE_ATTEMPTS
+    assert 9 not in writer._known_leases

@@ -170,6 +170,34 @@ def test_a_time_target_replays_up_to_the_segment_started_by_then():
         plan_replay(Target(time=999.0), [_snapshot(10)], segments)
 
 
-def test_two_different_segments_under_one_number_are_refused():
-    with pytest.raises(ChainProblem, match="two segments"):
-        runs([_segment(CHAIN, 1, 11, 20), _segment(CHAIN, 1, 11, 21)])
+def _of(chain: str, sequence: int, first: int, last: int) -> SegmentManifest:
+    return segment_manifest(chain, sequence, first, last, base_revision=int(chain.rsplit("-", 1)[1]))
+
+
+def test_of_two_manifests_under_one_sequence_the_reader_takes_the_one_that_follows_its_predecessor():
+    """Two writers raced for segment 2 of a chain: one manifest starts where segment 1 ended,
+    the other does not (a writer that resumed from a stale view). The chain stays usable,
+    through the consistent one."""
+    consistent = [_of(CHAIN, 1, 11, 20), _of(CHAIN, 2, 21, 30), _of(CHAIN, 3, 31, 40)]
+    stray = _of(CHAIN, 2, 25, 33)
+    found = runs([*consistent, stray])
+    assert [r.segments for r in found] == [tuple(consistent)]
+    plan = plan_replay(Target(), [_snapshot(10)], [stray, *consistent])
+    assert plan.up_to_revision == 40 and plan.segments == tuple(consistent)
+
+
+def test_of_two_consistent_manifests_under_one_sequence_the_one_the_chain_goes_on_from_is_taken():
+    """Both start where segment 1 ended (one writer cut at 30, the other at 28); the chain
+    went on after the first: that one is taken, whichever order they are listed in."""
+    kept = [_of(CHAIN, 1, 11, 20), _of(CHAIN, 2, 21, 30), _of(CHAIN, 3, 31, 40)]
+    shorter = _of(CHAIN, 2, 21, 28)
+    for listed in ([*kept, shorter], [shorter, *reversed(kept)]):
+        assert [r.segments for r in runs(listed)] == [tuple(kept)]
+
+
+def test_a_duplicate_in_one_chain_never_blocks_another_chain():
+    newer = chain_id("c1", 40)
+    segments = [_of(CHAIN, 1, 11, 20), _of(CHAIN, 1, 11, 22), _of(CHAIN, 2, 21, 40), _of(newer, 1, 41, 50)]
+    plan = plan_replay(Target(revision=45), [_snapshot(10), _snapshot(40)], segments)
+    assert plan.base.revision == 40 and [s.chain for s in plan.segments] == [newer]
+    assert plan_replay(Target(revision=35), [_snapshot(10)], segments).up_to_revision == 35

@@ -6,17 +6,23 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 
 import pytest
 
 from etcd_operator.core.backup.chain import ChainProblem, Target
 from etcd_operator.core.backup.manifest import Manifest
+from etcd_operator.core.backup.segment_cutting import SegmentCutter
 from etcd_operator.core.backup.segments import (
+    GONE_LEASE_TTL,
     KeyChange,
     RevisionRecord,
     SegmentBody,
     SegmentManifest,
     chain_id,
+    decode,
+    encode,
+    segments_prefix,
 )
 from etcd_operator.core.outcome import Outcome
 from etcd_operator.core.restore import replay_pod
@@ -35,6 +41,7 @@ from etcd_operator.core.restore.spec import RestoreSpec, RestoreStatus
 from etcd_operator.core.restore.status import build_status
 from etcd_operator.programs import replay as program
 from tests.support.backup_manifests import segment_manifest, snapshot_manifest
+from tests.support.object_store import MemoryStore
 
 UID = "uid-of-this-restore"
 NOW = 1_800_000_000.0
@@ -386,3 +393,79 @@ def test_a_lease_neither_the_base_nor_a_segment_holds_is_refused():
     with pytest.raises(program.Refused) as refused:
         run_replay(FakeMember(10))
     assert refused.value.reason == "LeaseUnknown"
+
+
+def test_a_lease_granted_and_revoked_inside_one_segment_replays():
+    """A lock session: grant, put under the lease, revoke, all before the writer asks the
+    lease's TTL (it answers: gone). etcd deletes the lease's keys in a revision of their own,
+    which the watch delivers; the segment records the lease as gone, and the replay grants it
+    with a short TTL, puts the key, then deletes it where the source did."""
+    lock_key = b"/locks/job/694d8a"
+    cutter = SegmentCutter(1.0, 1 << 20)
+    cutter.add(RevisionRecord(11, 100.0, (KeyChange(b"/a", b"1"),)), 0.0)
+    cutter.add(RevisionRecord(12, 100.1, (KeyChange(lock_key, b"", lease=0x694D8A),)), 0.0)
+    cutter.add(RevisionRecord(13, 100.2, (KeyChange(b"/job/result", b"done"),)), 0.0)
+    cutter.add(RevisionRecord(14, 100.3, (KeyChange(lock_key, None),)), 0.0)  # the revocation's delete
+    known: dict[int, int | None] = {0x694D8A: None}  # LeaseTimeToLive: not found
+    body = decode(encode(cutter.take(known, set()).body))
+    assert body.gone_leases == (0x694D8A,) and body.leases == ()
+
+    member = FakeMember(10)
+    progress = asyncio.run(program.replay(member, iter([body]), 10, 14, None, set()))
+    assert progress.revision == 14
+    assert ("grant", 0x694D8A, GONE_LEASE_TTL) in member.calls and GONE_LEASE_TTL == 10  # docs/operations/backup.md
+    assert member.data == {b"/a": (b"1", 0), b"/job/result": (b"done", 0)}
+    # a point while the lock was held has its key, under the lease
+    held = FakeMember(10)
+    assert asyncio.run(program.replay(held, iter([body]), 10, 13, None, set())).revision == 13
+    assert held.data[lock_key] == (b"", 0x694D8A)
+
+
+def test_of_two_manifests_under_one_sequence_the_replay_takes_the_one_whose_segment_is_stored_as_it_says(tmp_path):
+    """Two writers raced for segment 2: the one that reaches further had its body replaced
+    since (its sha256 no longer matches); the replay takes the other, and replays."""
+    chain = chain_id("c1", 10)
+    store = MemoryStore()
+
+    def stored(sequence: int, first: int, last: int, body: bytes | None = None) -> SegmentManifest:
+        data = encode(
+            SegmentBody(
+                tuple(RevisionRecord(r, float(r), (KeyChange(b"/k", b"%d" % r),)) for r in range(first, last + 1))
+            )
+        )
+        manifest = dataclasses.replace(
+            segment_manifest(chain, sequence, first, last, base_revision=10),
+            size=len(data),
+            sha256=hashlib.sha256(data).hexdigest(),
+        )
+        store.objects[manifest.segment_key] = data if body is None else body
+        store.objects[manifest.key] = manifest.to_json()
+        return manifest
+
+    first, kept = stored(1, 11, 13), stored(2, 14, 16)
+    stored(2, 14, 17, body=b"replaced")
+    record = ReplayRecord(
+        "revision 16",
+        "base",
+        10,
+        "3.6.0",
+        chain=chain,
+        first_sequence=1,
+        last_sequence=2,
+        segments=2,
+        up_to_revision=16,
+        replayed_key="out",
+    )
+    settings = program.Settings(
+        socket="",
+        tls_dir="",
+        result_file=tmp_path / "result",
+        work=tmp_path / "work",
+        segments_folder=f"{segments_prefix('p', 'ns', 'b')}{chain}/",
+        output_key="out",
+        restore="r",
+        until_time=None,
+        record=record,
+    )
+    files, chain_read = asyncio.run(program.fetch_segments(store, settings, {}))  # type: ignore[arg-type]
+    assert chain_read == [first, kept] and len(files) == 2

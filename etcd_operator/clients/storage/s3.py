@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from etcd_operator.core.backup.object_lock import Lock, StoredObject, StoredVersion, UploadLock
-from etcd_operator.core.leadership_fence import permit_write
+from etcd_operator.core.leadership_fence import LeadershipLost, permit_write
 
 if TYPE_CHECKING:
     import boto3
@@ -52,6 +52,17 @@ PART_CHECKSUM_FIELD = "ChecksumCRC32"
 WRITES = frozenset(
     {"put_object", "delete_object", "create_multipart_upload", "complete_multipart_upload", "abort_multipart_upload"}
 )
+# The same calls as botocore names them in its events: each attempt (retries included) asks
+# the fence again just before it is sent, from the worker thread, so a write still in a
+# thread when the right to act ends, or when its storage was closed, is never sent.
+_WRITE_OPERATIONS = (
+    "PutObject",
+    "DeleteObject",
+    "CreateMultipartUpload",
+    "CompleteMultipartUpload",
+    "AbortMultipartUpload",
+    "UploadPart",
+)
 
 
 class StorageError(Exception):
@@ -63,6 +74,20 @@ class StorageError(Exception):
         self.permanent = permanent
 
 
+class StorageClosed(StorageError):
+    """A write of a closed S3Storage was about to be sent (see S3Storage.close)."""
+
+    def __init__(self, message: str):
+        super().__init__(message, "StorageClosed", permanent=True)
+
+
+class ObjectExists(StorageError):
+    """A create-only PUT (`put(..., create_only=True)`) found an object under its key."""
+
+
+PRECONDITION_FAILED = "PreconditionFailed"
+
+
 def classify(error: Exception) -> StorageError:
     if isinstance(error, StorageError):
         return error
@@ -71,6 +96,8 @@ def classify(error: Exception) -> StorageError:
     if isinstance(error, ClientError):
         code = error.response.get("Error", {}).get("Code", "")
         status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+        if code == PRECONDITION_FAILED or status == 412:
+            return ObjectExists(f"{PRECONDITION_FAILED}: an object is stored under that key already", code, True)
         permanent = code in PERMANENT_CODES or (400 <= status < 500 and code not in ("RequestTimeout", "SlowDown"))
         message = error.response.get("Error", {}).get("Message", "") or code
         return StorageError(f"{code}: {message}", code, permanent)
@@ -220,8 +247,24 @@ class S3Storage:
                 verify=verify,
                 config=config,
             )
+        self._closed = threading.Event()
+        for operation in _WRITE_OPERATIONS:
+            self._client.meta.events.register(f"before-send.s3.{operation}", self._before_sending_a_write)
+
+    def _before_sending_a_write(self, request: Any, **_: Any) -> None:
+        """Runs in the worker thread right before each attempt of a write goes on the wire."""
+        what = f"S3 {request.method} {request.url.split('?', 1)[0].rsplit('/', 1)[-1]}"
+        if self._closed.is_set():
+            raise StorageClosed(f"refused {what}: its storage was closed (the writer stopped)")
+        permit_write(what)
+
+    def refuse_writes(self) -> None:
+        """No write of this storage is sent after this returns, even one still in a thread
+        (a request already on the wire is not called back). Never blocks."""
+        self._closed.set()
 
     def close(self) -> None:
+        self.refuse_writes()
         self._threads.shutdown(wait=False, cancel_futures=True)
         self._client.close()
         if self._ca_file:
@@ -236,6 +279,8 @@ class S3Storage:
             permit_write(f"S3 {method} {kwargs.get('Key', '')}")
         try:
             return await self._in_thread(getattr(self._client, method), **kwargs)
+        except LeadershipLost:
+            raise  # from the check before sending (_before_sending_a_write)
         except Exception as e:
             raise classify(e) from None
 
@@ -246,13 +291,18 @@ class S3Storage:
         """A listing, not HEAD: its error body tells bad credentials from a missing bucket."""
         await self._call("list_objects_v2", Bucket=self.bucket, MaxKeys=1)
 
-    async def put(self, key: str, body: bytes, content_type: str = "application/octet-stream") -> None:
+    async def put(
+        self, key: str, body: bytes, content_type: str = "application/octet-stream", create_only: bool = False
+    ) -> None:
+        """`create_only`: the store writes it only if no object is under `key` (If-None-Match: *),
+        atomically; else ObjectExists, and the stored object is left as it was."""
         await self._call(
             "put_object",
             Bucket=self.bucket,
             Key=key,
             Body=body,
             ContentType=content_type,
+            **({"IfNoneMatch": "*"} if create_only else {}),
             **self._checksum,
             **self._encryption,
             **self._lock(),

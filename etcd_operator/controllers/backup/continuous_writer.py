@@ -16,7 +16,11 @@ compacted, the cluster ID changed, a revision is missing or the member's revisio
 back); the controller then records the break and takes a full snapshot. A member that stops
 answering is replaced by another of the same cluster, resuming after the last revision
 grouped. Uploads are S3 writes, which a replica that lost its leadership may not send
-(leadership_fence): the writer then stops without a break."""
+(leadership_fence, asked again before each attempt goes on the wire): the writer then stops
+without a break. Each segment and manifest is created only where nothing is stored yet
+(If-None-Match: *); a name another writer took stops this one without a break, and the
+writer started next resumes after whatever the store holds. A stopped writer closes its
+storage first, so an upload still in a worker thread is never sent after it."""
 
 from __future__ import annotations
 
@@ -34,7 +38,7 @@ from etcd_operator.clients.etcd.client import (
 )
 from etcd_operator.clients.kube import client as kube
 from etcd_operator.clients.storage.credentials import s3_location
-from etcd_operator.clients.storage.s3 import S3Storage, StorageError
+from etcd_operator.clients.storage.s3 import S3Storage, StorageClosed, StorageError
 from etcd_operator.controllers.backup import segment_store
 from etcd_operator.controllers.backup.encoding import backup_encoding
 from etcd_operator.controllers.backup.source_candidates import (
@@ -60,6 +64,7 @@ logger = logging.getLogger(__name__)
 WATCH_QUEUE = 2  # watch responses read ahead of the grouping, at most
 RETRY_FIRST, RETRY_MOST = 0.5, 10.0  # seconds between attempts (reconnects, uploads), doubling
 LEASES_REMEMBERED = 65_536  # granted TTLs learnt; past this they are learnt again
+LEASE_ATTEMPTS = 3  # asks for one lease's TTL before the chain breaks for it
 # A watch on a member cut off from quorum stays open and silent. Every HEARTBEAT_SECONDS the
 # writer reads the cluster's revision through that member, linearizably; a member that cannot
 # answer, or whose watch has not delivered a revision the cluster holds within STALL_SECONDS,
@@ -116,10 +121,11 @@ class SegmentWriter:
         self._sequence = 1
         self._cut_next = start.base_revision + 1  # the first revision of the next segment
         self._written: list[SegmentManifest] = []
-        self._known_leases: dict[int, int] = {}
+        self._known_leases: dict[int, int | None] = {}  # ID: granted TTL, None when gone
         self._reported_leases: set[int] = set()
         self._upload: asyncio.Task | None = None
         self._task: asyncio.Task | None = None
+        self._storage: S3Storage | None = None
         self._encoding = sealed.PLAIN  # the backup's, read when the task starts
 
     # --- what the controller sees -------------------------------------------------------
@@ -148,6 +154,8 @@ class SegmentWriter:
         return written
 
     async def stop(self) -> None:
+        if self._storage is not None:
+            self._storage.refuse_writes()  # before anything else: a thread's upload is not sent after this
         for task in (self._task, self._upload):
             if task is not None and not task.done():
                 task.cancel()
@@ -164,7 +172,7 @@ class SegmentWriter:
             await budget.acquire(self._encoding.working_bytes)
             sealing = self._encoding.working_bytes
             location = await s3_location(self.kube, self.identity.namespace, self.spec.s3)
-            storage = await asyncio.to_thread(S3Storage, location, 4)
+            storage = self._storage = await asyncio.to_thread(S3Storage, location, 4)
             try:
                 await self._resume(storage)
                 await self._stream(storage)
@@ -174,6 +182,9 @@ class SegmentWriter:
             logger.warning("continuous backup %s: chain %s broke: %s", self._name, self.chain, e.message)
             self.broken = cb.ChainBreak(self.chain, e.reason, e.message, self.last_revision)
         except LeadershipLost as e:
+            self.stopped_because = str(e)
+        except segment_store.SegmentTaken as e:  # the controller starts a writer that resumes from the store
+            logger.warning("continuous backup %s: chain %s: %s; the writer stops", self._name, self.chain, e)
             self.stopped_because = str(e)
         except Exception as e:  # the controller starts a new writer on the same chain
             logger.exception("continuous backup %s: the writer of chain %s failed", self._name, self.chain)
@@ -291,6 +302,9 @@ class SegmentWriter:
                     await self._take(item, client, storage, grouper, cutter)
                 if cutter.due(self.monotonic()):
                     await self._cut(client, storage, cutter)
+                upload = self._upload
+                if upload is not None and upload.done() and not upload.cancelled() and upload.exception():
+                    await upload  # its error ends the writer now, not at the next cut
         finally:
             reader.cancel()
             watchdog.cancel()
@@ -327,18 +341,29 @@ class SegmentWriter:
 
     async def _learn_leases(self, client: EtcdMemberClient, used: set[int]) -> None:
         """The granted TTL of each lease not met before, asked once (a restore grants it
-        again); a lease already gone is left out (its keys' deletions follow in the watch)."""
+        again). A lease already gone (revoked or expired: its keys' deletions follow in the
+        watch) is recorded as gone. A lease the member cannot answer for, after a few tries,
+        breaks the chain: a segment without it would not replay past its first put."""
         if len(self._known_leases) > LEASES_REMEMBERED:
             self._known_leases.clear()
             self._reported_leases.clear()
-        for lease in used - self._known_leases.keys():
-            try:
-                ttl = await client.lease_granted_ttl(lease)
-            except EtcdError as e:
-                logger.info("continuous backup %s: lease %x not learnt now: %s", self._name, lease, e.detail)
-                continue
-            if ttl is not None:
-                self._known_leases[lease] = ttl
+        for lease in sorted(used - self._known_leases.keys()):
+            delay, tried = RETRY_FIRST, 1
+            while True:
+                try:
+                    self._known_leases[lease] = await client.lease_granted_ttl(lease)
+                    break
+                except EtcdError as e:
+                    if tried >= LEASE_ATTEMPTS:
+                        if self._upload is not None:
+                            await self._upload  # the chain keeps every segment cut before
+                        raise ChainBroken(
+                            cb.LEASE_UNKNOWN,
+                            f"lease {lease:x}, which a put after revision {self._cut_next - 1} uses, could not be "
+                            f"learnt ({e.detail}); a segment without it would not replay",
+                        ) from None
+                    await asyncio.sleep(delay)
+                    delay, tried = _backoff(delay), tried + 1
 
     async def _upload_segment(self, storage: S3Storage, sequence: int, cut: Cut) -> None:
         records = cut.body.revisions
@@ -373,6 +398,8 @@ class SegmentWriter:
             try:
                 await segment_store.upload_segment(storage, manifest, data)
                 break
+            except StorageClosed:
+                return  # the writer is being stopped: nothing more of it is sent
             except StorageError as e:
                 self.store_error = str(e)
                 logger.warning("continuous backup %s: segment %d not uploaded, retrying: %s", self._name, sequence, e)

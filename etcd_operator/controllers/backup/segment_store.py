@@ -6,8 +6,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from etcd_operator.clients.storage.s3 import S3Storage, StorageError
+from etcd_operator.clients.storage.s3 import ObjectExists, S3Storage, StorageError
 from etcd_operator.controllers.backup.catalogue import read_manifests
+from etcd_operator.core.backup.chain import follows_one_of
 from etcd_operator.core.backup.manifest import Identity, Manifest, backup_prefix
 from etcd_operator.core.backup.segment_retention import chain_cluster_id, may_delete, oldest_kept, parse_manifest_key
 from etcd_operator.core.backup.segments import (
@@ -20,38 +21,76 @@ from etcd_operator.core.backup.segments import (
 logger = logging.getLogger(__name__)
 
 
+class SegmentTaken(Exception):
+    """Another writer stored a different object under this segment's name: this writer's
+    view of the chain is out of date (it resumes from the store, or stops)."""
+
+
 async def upload_segment(storage: S3Storage, manifest: SegmentManifest, stored: bytes) -> None:
     """The segment's bytes, then its manifest: a segment without a manifest was never
     finished, and nothing reads it. The one place a segment is written; `stored` comes
-    sealed already (core/backup/segment_sealing.py), as the manifest records."""
-    await storage.put(manifest.segment_key, stored)
-    await storage.put(manifest.key, manifest.to_json(), "application/json")
+    sealed already (core/backup/segment_sealing.py), as the manifest records. Both are
+    created only where nothing is stored yet (If-None-Match: *): an object another writer
+    stored there is never overwritten (SegmentTaken); the same bytes there are this
+    writer's own earlier attempt, whose answer was lost."""
+    await _create(storage, manifest.segment_key, stored, "application/octet-stream")
+    await _create(storage, manifest.key, manifest.to_json(), "application/json")
+
+
+async def _create(storage: S3Storage, key: str, data: bytes, content_type: str) -> None:
+    try:
+        await storage.put(key, data, content_type, create_only=True)
+    except ObjectExists:
+        if await storage.get(key) != data:
+            raise SegmentTaken(f"{key} holds another writer's object") from None
 
 
 async def last_segment(
     storage: S3Storage, chain_prefix: str, segments_prefix: str, chain: str
 ) -> SegmentManifest | None:
     """The finished segment with the highest sequence in `chain` (under `chain_prefix`), read
-    from its manifest; None when the chain has none. Segment bodies after it that have no
-    manifest (the writer was stopped between the two uploads) are deleted."""
+    from its manifest; None when the chain has none. Of two manifests under one sequence (two
+    writers raced), the one that follows the segment before it, whose body is stored, and
+    which reaches furthest. Segment bodies that have no manifest (the writer was stopped
+    between the two uploads) are deleted."""
     keys = await storage.list_keys(chain_prefix)
-    parsed = [(p, key) for key in keys if (p := parse_manifest_key(segments_prefix, key))]
-    numbered = sorted(((p[1], key) for p, key in parsed if p[0] == chain), reverse=True)
+    stored = set(keys)
+    by_sequence: dict[int, list[str]] = {}
+    for key in keys:
+        parsed = parse_manifest_key(segments_prefix, key)
+        if parsed is not None and parsed[0] == chain:
+            by_sequence.setdefault(parsed[1], []).append(key)
     last = None
-    for sequence, key in numbered:
-        try:
-            manifest = SegmentManifest.from_json(await storage.get(key))
-        except ValueError as e:
-            logger.warning("segment manifest %s unreadable, skipped: %s", key, e)
-            continue
-        if manifest.key == key and manifest.chain == chain and manifest.sequence == sequence:
-            last = manifest
+    for sequence in sorted(by_sequence, reverse=True):
+        found = [m for key in sorted(by_sequence[sequence]) if (m := await _manifest(storage, key, chain, sequence))]
+        found = [m for m in found if m.segment_key in stored]
+        if len(found) > 1:
+            before = [
+                m
+                for key in by_sequence.get(sequence - 1, [])
+                if (m := await _manifest(storage, key, chain, sequence - 1))
+            ]
+            follows = follows_one_of(found, before)
+            found = follows or found[:0]
+        if found:
+            last = max(found, key=lambda m: (m.last_revision, m.key))
             break
     done = {key.removesuffix(SEGMENT_MANIFEST_SUFFIX) + SEGMENT_SUFFIX for key in keys}
     for key in keys:
         if key.endswith(SEGMENT_SUFFIX) and key not in done:
             await storage.delete(key)  # never finished: its revisions are watched again
     return last
+
+
+async def _manifest(storage: S3Storage, key: str, chain: str, sequence: int) -> SegmentManifest | None:
+    try:
+        manifest = SegmentManifest.from_json(await storage.get(key))
+    except ValueError as e:
+        logger.warning("segment manifest %s unreadable, skipped: %s", key, e)
+        return None
+    if manifest.key == key and manifest.chain == chain and manifest.sequence == sequence:
+        return manifest
+    return None
 
 
 async def delete_unneeded(

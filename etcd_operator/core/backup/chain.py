@@ -2,7 +2,9 @@
 manifests only.
 
 Segments are grouped by chain and ordered by sequence. A run is a stretch of one chain's
-segments with no gap: each starts at the previous one's last revision + 1. A point is
+segments with no gap: each starts at the previous one's last revision + 1. Of two segments
+under one sequence number (writers that raced), the one that follows its predecessor and
+leads furthest is taken (`runs`); a duplicate never blocks a chain, nor another chain. A point is
 reachable from a full snapshot S of the same cluster when one run holds every revision
 after S up to the point. Of the reachable ways, the one from the newest snapshot replays
 least, and is chosen. A snapshot whose verification failed is never a base."""
@@ -63,30 +65,59 @@ class ChainProblem(Exception):
     pass
 
 
+def follows(segment: SegmentManifest, before: SegmentManifest | None) -> bool:
+    """`segment` takes the chain on where `before` (the segment numbered one lower; None
+    for the first) left it: its first revision is the next one."""
+    if before is None:
+        return segment.sequence == 1 and segment.first_revision == segment.base_revision + 1
+    return segment.sequence == before.sequence + 1 and segment.first_revision == before.last_revision + 1
+
+
+def follows_one_of(candidates: Sequence[SegmentManifest], before: Sequence[SegmentManifest]) -> list[SegmentManifest]:
+    """The `candidates` (one sequence number) that follow one of `before` (the one lower)."""
+    if not before:
+        return [c for c in candidates if follows(c, None)]
+    return [c for c in candidates if any(follows(c, b) for b in before)]
+
+
 def runs(segments: Sequence[SegmentManifest]) -> list[Run]:
-    """Each chain's segments, cut where a sequence number or a revision is missing. Raises
-    ChainProblem when one chain holds two different segments under one sequence number."""
-    by_chain: dict[str, dict[int, SegmentManifest]] = {}
+    """Each chain's segments, cut where a sequence number or a revision is missing. Where one
+    chain holds two different segments under one sequence number (two writers raced), the
+    one that follows the segment before it and leads furthest is taken, the other left out:
+    a duplicate never makes a chain, still less another chain, unusable."""
+    by_chain: dict[str, dict[int, list[SegmentManifest]]] = {}
     for segment in segments:
-        seen = by_chain.setdefault(segment.chain, {})
-        other = seen.get(segment.sequence)
-        if other is not None and other != segment:
-            raise ChainProblem(f"chain {segment.chain} holds two segments numbered {segment.sequence}")
-        seen[segment.sequence] = segment
+        same_number = by_chain.setdefault(segment.chain, {}).setdefault(segment.sequence, [])
+        if segment not in same_number:
+            same_number.append(segment)
     found: list[Run] = []
     for chain, numbered in sorted(by_chain.items()):
+        reach = _reaches(numbered)
         current: list[SegmentManifest] = []
         for sequence in sorted(numbered):
-            segment = numbered[sequence]
-            if current and (
-                sequence != current[-1].sequence + 1 or segment.first_revision != current[-1].last_revision + 1
-            ):
+            candidates = numbered[sequence]
+            linked = [c for c in candidates if current and follows(c, current[-1])]
+            if not linked and current:
                 found.append(Run(chain, current[0].cluster_id, tuple(current)))
                 current = []
-            current.append(segment)
+            current.append(max(linked or candidates, key=lambda c: (reach[_id(c)], follows(c, None), c.last_revision)))
         if current:
             found.append(Run(chain, current[0].cluster_id, tuple(current)))
     return found
+
+
+def _id(segment: SegmentManifest) -> tuple[int, str]:
+    return segment.sequence, segment.key
+
+
+def _reaches(numbered: dict[int, list[SegmentManifest]]) -> dict[tuple[int, str], int]:
+    """Per segment: the last revision of the longest stretch it starts (it and what follows it)."""
+    reach: dict[tuple[int, str], int] = {}
+    for sequence in sorted(numbered, reverse=True):
+        for segment in numbered[sequence]:
+            after = [reach[_id(n)] for n in numbered.get(sequence + 1, []) if follows(n, segment)]
+            reach[_id(segment)] = max(after, default=segment.last_revision)
+    return reach
 
 
 def _bases(snapshots: Sequence[Manifest], cluster_id: str, low: int, high: int) -> list[Manifest]:

@@ -6,7 +6,8 @@ its watch where it left off. It ends in two ways:
 - handed over: a newer full snapshot starts a new chain, once the running one has reached
   that snapshot's revision, so every revision stays reachable from some snapshot;
 - broken: the watch cannot resume (the revision was compacted away, the cluster ID changed,
-  a revision is missing). A full snapshot is taken at once and a new chain starts from it."""
+  a revision is missing) or a put's lease could not be learnt. A full snapshot is taken at
+  once and a new chain starts from it."""
 
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ COMPACTED = "RevisionCompacted"
 CLUSTER_ID_CHANGED = "ClusterIDChanged"
 REVISION_GAP = "RevisionGap"
 REVISION_WENT_BACK = "RevisionWentBack"
-BREAK_REASONS = frozenset({COMPACTED, CLUSTER_ID_CHANGED, REVISION_GAP, REVISION_WENT_BACK})
+LEASE_UNKNOWN = "LeaseUnknown"  # a put's lease could not be learnt (segments.py, leases)
+BREAK_REASONS = frozenset({COMPACTED, CLUSTER_ID_CHANGED, REVISION_GAP, REVISION_WENT_BACK, LEASE_UNKNOWN})
 
 
 @dataclasses.dataclass(frozen=True)

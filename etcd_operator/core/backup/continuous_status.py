@@ -75,7 +75,10 @@ def _progress(before: Mapping[str, Any], report: s.StreamReport) -> dict[str, An
     }
     view = report.view
     if view is not None:
-        fields["lastRevision"] = view.last_revision
+        # A writer resuming the recorded chain starts from its base until it read the store:
+        # what status recorded of that chain never goes back.
+        same_chain = before.get("chain") == view.chain
+        fields["lastRevision"] = max(view.last_revision, int(before.get("lastRevision") or 0) if same_chain else 0)
         if view.last_segment_at is not None:
             fields["lastSegmentTime"] = format_time(view.last_segment_at)
         if view.cluster_revision is not None:

@@ -55,7 +55,11 @@ A continuous backup (spec.continuous; core/backup/continuous.py), in this order:
 - without a base (no full snapshot yet, or the chain broke since the newest one), a full
   snapshot is taken at once: the stream never starts from a snapshot older than a break;
 - the writer runs the recorded chain; a newer full snapshot starts a new chain only once the
-  running one has reached that snapshot's revision (no revision left unreachable);
+  recorded one has reached that snapshot's revision (no revision left unreachable): as its
+  writer says, or, with none running in this process (a restart, a failed writer), as
+  status.continuous.lastRevision recorded; a restarted writer resumes the recorded chain
+  after its last uploaded segment, or breaks it (RevisionCompacted) when etcd no longer has
+  the revisions after it;
 - a full snapshot is taken when events or bytes since the last one reach
   spec.continuous.fullSnapshotAfter, or when the schedule fires.
 """
@@ -68,7 +72,7 @@ import datetime
 from etcd_operator.core import hibernation
 from etcd_operator.core.backup import retry, schedule
 from etcd_operator.core.backup import steps as s
-from etcd_operator.core.backup.continuous import ChainStart, ContinuousSpec
+from etcd_operator.core.backup.continuous import ChainStart, ContinuousSpec, StreamView
 from etcd_operator.core.backup.scratch_verdict import Verdict, check_verdict, init_failure_verdict
 from etcd_operator.core.backup.segments import chain_id
 from etcd_operator.core.backup.state import (
@@ -147,16 +151,21 @@ def _full_snapshot(observed: Observed, now: datetime.datetime, why: str, base_fo
     )
 
 
-def _wanted_chain(state: RunState, base: LastBackup, stream_last: int | None) -> ChainStart:
+def _wanted_chain(state: RunState, base: LastBackup, stream: StreamView | None) -> ChainStart:
     """The chain to write: the recorded one, until a newer full snapshot starts the next
-    and the running writer (if any) has reached that snapshot's revision."""
+    and the recorded chain has reached that snapshot's revision. How far it got: the
+    writer's word when one runs in this process, else what status recorded of it (after an
+    operator restart or a failed writer), so a hand-over never leaves revisions between."""
     current = state.continuous.current
     newer = ChainStart(chain_id(base.cluster_id, base.revision), base.cluster_id, base.key, base.revision)
     if current is None or current.chain == newer.chain:
         return newer
     if base.cluster_id != current.cluster_id or base.revision <= current.base_revision:
         return current  # a base of another cluster only follows a break (needs_base)
-    if stream_last is not None and stream_last < base.revision:
+    reached = state.continuous.last_revision
+    if stream is not None and stream.chain == current.chain:
+        reached = max(reached, stream.last_revision)
+    if reached < base.revision:
         return current  # hand over once the running chain holds every revision up to the new base
     return newer
 
@@ -188,7 +197,7 @@ def _plan_continuous(
         if base is None:
             return _full_snapshot(observed, now, "no full snapshot to start from yet", WAITING_FOR_BASE)
         return _full_snapshot(observed, now, "the chain broke since the newest one", CHAIN_BROKEN)
-    wanted = _wanted_chain(state, base, stream.last_revision if stream is not None else None)
+    wanted = _wanted_chain(state, base, stream)
     if stream is None or stream.chain != wanted.chain:
         return when_ready(
             s.StartStream(start=wanted, message=f"writing chain {wanted.chain} from revision {wanted.base_revision}"),

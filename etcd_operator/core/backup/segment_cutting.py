@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from etcd_operator.core.backup.segments import KeyChange, RevisionRecord, SegmentBody
 
@@ -23,6 +23,11 @@ from etcd_operator.core.backup.segments import KeyChange, RevisionRecord, Segmen
 REVISION_OVERHEAD = 1 + 8 + 8 + 4
 CHANGE_OVERHEAD = 1 + 8 + 4 + 4
 LEASE_OVERHEAD = 1 + 8 + 8
+GONE_LEASE_OVERHEAD = 1 + 8
+
+
+class LeaseNotLearnt(Exception):
+    """A put uses a lease the writer has not recorded: the segment would not replay."""
 
 
 class RevisionGap(Exception):
@@ -122,17 +127,29 @@ class SegmentCutter:
             return math.inf
         return self._opened_at + self.segment_seconds - now
 
-    def take(self, known_leases: dict[int, int], reported_leases: set[int]) -> Cut:
-        """Everything held, as one segment. Leases its puts use that are in `known_leases`
-        (ID: granted TTL) and not yet in `reported_leases` go with it, and are added there."""
-        leases = []
+    def take(self, known_leases: Mapping[int, int | None], reported_leases: set[int]) -> Cut:
+        """Everything held, as one segment. Each lease its puts use that is not yet in
+        `reported_leases` goes with it, and is added there: its granted TTL from
+        `known_leases` (ID: TTL), or as gone where that says None. A lease missing from
+        `known_leases` is never left out: LeaseNotLearnt, and nothing is taken."""
+        missing = sorted(self.leases_used() - known_leases.keys())
+        if missing:
+            raise LeaseNotLearnt(f"lease {missing[0]:x} used by a put was not learnt; the segment is not cut")
+        leases: list[tuple[int, int]] = []
+        gone: list[int] = []
         for record in self._records:
             for change in record.changes:
                 lease = change.lease
-                if lease and lease in known_leases and lease not in reported_leases:
-                    reported_leases.add(lease)
-                    leases.append((lease, known_leases[lease]))
-        cut = Cut(SegmentBody(tuple(self._records), tuple(leases)), self._size + LEASE_OVERHEAD * len(leases))
+                if not lease or change.deleted or lease in reported_leases:
+                    continue
+                reported_leases.add(lease)
+                ttl = known_leases[lease]
+                if ttl is None:
+                    gone.append(lease)
+                else:
+                    leases.append((lease, ttl))
+        size = self._size + LEASE_OVERHEAD * len(leases) + GONE_LEASE_OVERHEAD * len(gone)
+        cut = Cut(SegmentBody(tuple(self._records), tuple(leases), tuple(gone)), size)
         self._records, self._size, self._opened_at = [], 0, None
         return cut
 

@@ -8,9 +8,18 @@ key. Each revision is kept whole (all its changes), so that a replay can apply i
 transaction and land on the same revision number. `seen_at` is the writer's clock when the
 watch delivered the revision: what a restore "to a time" goes by.
 
+Every lease a put in a segment uses is recorded in the first segment that uses it: with
+its granted TTL, or as gone (granted once, revoked or expired before the writer could ask:
+a lock or election session of under a second). A replay grants a gone lease with
+GONE_LEASE_TTL; the deletions its revocation made are later revisions of the chain (etcd
+sends them down the watch like any delete), so the replay deletes its keys where the source
+did. A lease the writer could not learn at all breaks the chain (continuous.LEASE_UNKNOWN).
+
 Body layout (big-endian), written once and read whole (a segment is at most a few MiB):
     MAGIC
     b"L" lease(int64) ttl(int64)                      a lease first used in this segment
+    b"G" lease(int64)                                 one first used here that was gone (revoked
+                                                      or expired) when the writer asked its TTL
     b"R" revision(int64) seen_at(float64) changes(uint32)
          then per change: kind(uint8) lease(int64) key_len(uint32) value_len(uint32) key value
     b"E" revisions(uint32)                            the end; a body without it is truncated
@@ -32,7 +41,11 @@ SEGMENT_MANIFEST_SUFFIX = ".segment.json"
 SEGMENTS_DIR = "segments"
 
 PUT, DELETE = 0, 1
+# The TTL a replay grants a lease recorded as gone: short, so that a restored cluster soon
+# drops the keys of a session that no longer exists (a lock's holder, an election's leader).
+GONE_LEASE_TTL = 10
 _LEASE = struct.Struct(">qq")
+_GONE_LEASE = struct.Struct(">q")
 _REVISION = struct.Struct(">qdI")
 _CHANGE = struct.Struct(">BqII")
 _END = struct.Struct(">I")
@@ -64,6 +77,12 @@ class RevisionRecord:
 class SegmentBody:
     revisions: tuple[RevisionRecord, ...]
     leases: tuple[tuple[int, int], ...] = ()  # (lease ID, granted TTL in seconds), first used here
+    gone_leases: tuple[int, ...] = ()  # lease IDs first used here, gone when the writer asked
+
+    @property
+    def lease_ttls(self) -> dict[int, int]:
+        """The TTL a replay grants each lease this segment records."""
+        return {**dict.fromkeys(self.gone_leases, GONE_LEASE_TTL), **dict(self.leases)}
 
     @property
     def events(self) -> int:
@@ -74,6 +93,8 @@ def encode(body: SegmentBody) -> bytes:
     out = bytearray(MAGIC)
     for lease, ttl in body.leases:
         out += b"L" + _LEASE.pack(lease, ttl)
+    for lease in body.gone_leases:
+        out += b"G" + _GONE_LEASE.pack(lease)
     previous = None
     for record in body.revisions:
         if previous is not None and record.revision != previous + 1:
@@ -97,6 +118,7 @@ def decode(data: bytes) -> SegmentBody:
     view = memoryview(data)
     at = len(MAGIC)
     leases: list[tuple[int, int]] = []
+    gone: list[int] = []
     revisions: list[RevisionRecord] = []
 
     def take(n: int) -> memoryview:
@@ -112,6 +134,9 @@ def decode(data: bytes) -> SegmentBody:
         if tag == b"L":
             lease, ttl = _LEASE.unpack(take(_LEASE.size))
             leases.append((lease, ttl))
+        elif tag == b"G":
+            (lease,) = _GONE_LEASE.unpack(take(_GONE_LEASE.size))
+            gone.append(lease)
         elif tag == b"R":
             revision, seen_at, count = _REVISION.unpack(take(_REVISION.size))
             if revisions and revision != revisions[-1].revision + 1:
@@ -129,7 +154,7 @@ def decode(data: bytes) -> SegmentBody:
             (count,) = _END.unpack(take(_END.size))
             if count != len(revisions) or at != len(view):
                 raise SegmentCorrupt("segment end does not match its content")
-            return SegmentBody(tuple(revisions), tuple(leases))
+            return SegmentBody(tuple(revisions), tuple(leases), tuple(gone))
         else:
             raise SegmentCorrupt(f"unknown record {tag!r}")
 

@@ -1,0 +1,461 @@
+"""A continuous backup's writer in a simulated world: a model etcd whose clients put, delete,
+and grant, use and revoke short leases (a lock session: grant, put, revoke within one
+segment), an operator that restarts at any point (between a segment's body and its
+manifest too), and a store that sometimes loses its answer to a PUT that landed (the client
+tries again: the store answers twice).
+
+What runs is REAL where it decides: the backup planner (backup.planner.plan) and the status
+it leaves (backup.status.build_status, merged as the API server merges a status write), the
+revision grouping and segment cutting with its leases (segment_cutting), the codec
+(segments.encode/decode), the store's segment functions (segment_store.upload_segment and
+last_segment, on a model bucket), the choice of what a restore replays (chain.plan_replay),
+and the replay's core (programs.replay.replay, against a model member). The writer's loop is
+modelled after controllers/backup/continuous_writer.py: resume from the store, watch, cut,
+learn the leases a cut uses, upload one segment at a time.
+
+Invariants (`check`):
+- no chain holds two manifests under one sequence number;
+- every revision the writers uploaded, from the first base on, is reachable by a revision
+  target, unless a recorded break (status.continuous.lastBreak, as each MarkChainBroken
+  step recorded it) excuses it; and the replay to it gives exactly the store the clients
+  saw at that revision (keys, values, the leases they were put under)."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import hashlib
+import random
+
+from etcd_operator.clients.storage.s3 import StorageError
+from etcd_operator.controllers.backup import segment_store
+from etcd_operator.core.backup import continuous as cb
+from etcd_operator.core.backup import planner as backup_planner
+from etcd_operator.core.backup import steps as s
+from etcd_operator.core.backup.chain import ChainProblem, Target, plan_replay
+from etcd_operator.core.backup.manifest import Manifest
+from etcd_operator.core.backup.segment_cutting import SegmentCutter
+from etcd_operator.core.backup.segment_retention import parse_manifest_key
+from etcd_operator.core.backup.segments import (
+    KeyChange,
+    RevisionRecord,
+    SegmentManifest,
+    decode,
+    encode,
+    segment_key,
+    segments_prefix,
+)
+from etcd_operator.core.backup.state import Observed, RunState, ScheduleSpec
+from etcd_operator.core.backup.status import build_status
+from etcd_operator.programs import replay as program
+from tests.sim.world import merge_patch
+from tests.support.backup_manifests import snapshot_manifest
+
+CLUSTER_ID = "c1"
+PREFIX, NAMESPACE, BACKUP = "p", "ns", "b"
+SEGMENTS = segments_prefix(PREFIX, NAMESPACE, BACKUP)
+T0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+SPEC = ScheduleSpec(None, continuous=cb.ContinuousSpec(full_snapshot_after_events=25))
+CREATED = Observed(T0, generation=1)
+
+
+def drive(coroutine):
+    """Runs a coroutine that never suspends (the model bucket and member answer at once)."""
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        return done.value
+    raise AssertionError("a model coroutine suspended")
+
+
+# --- the model etcd ---------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Lease:
+    ttl: int
+    keys: set[bytes] = dataclasses.field(default_factory=set)
+    alive: bool = True
+
+
+class ModelEtcd:
+    def __init__(self) -> None:
+        self.revision = 1
+        self.data: dict[bytes, tuple[bytes, int]] = {}
+        self.events: dict[int, tuple[KeyChange, ...]] = {}
+        self.states: dict[int, dict[bytes, tuple[bytes, int]]] = {1: {}}
+        self.leases: dict[int, Lease] = {}
+        self.alive_at: dict[int, set[int]] = {1: set()}  # revision: leases alive then
+        self._next_lease = 0x7000
+
+    def _commit(self, changes: tuple[KeyChange, ...]) -> None:
+        self.revision += 1
+        self.events[self.revision] = changes
+        self.states[self.revision] = dict(self.data)
+        self.alive_at[self.revision] = {i for i, lease in self.leases.items() if lease.alive}
+
+    def put(self, key: bytes, value: bytes, lease: int = 0) -> None:
+        old = self.data.get(key)
+        if old is not None and old[1]:
+            self.leases[old[1]].keys.discard(key)
+        self.data[key] = (value, lease)
+        if lease:
+            self.leases[lease].keys.add(key)
+        self._commit((KeyChange(key, value, lease),))
+
+    def delete(self, key: bytes) -> None:
+        old = self.data.pop(key, None)
+        if old is None:
+            return  # deleting nothing makes no revision
+        if old[1]:
+            self.leases[old[1]].keys.discard(key)
+        self._commit((KeyChange(key, None),))
+
+    def grant(self, ttl: int) -> int:
+        """A grant makes no revision (a snapshot at this revision taken before it lacks it)."""
+        self._next_lease += 1
+        self.leases[self._next_lease] = Lease(ttl)
+        return self._next_lease
+
+    def revoke(self, lease: int) -> None:
+        """The lease's keys are deleted in one revision, which the watch delivers like any
+        delete; a lease without keys goes without a revision."""
+        entry = self.leases[lease]
+        entry.alive = False
+        keys = sorted(entry.keys)
+        entry.keys.clear()
+        for key in keys:
+            del self.data[key]
+        if keys:
+            self._commit(tuple(KeyChange(key, None) for key in keys))
+
+    def lease_granted_ttl(self, lease: int) -> int | None:
+        entry = self.leases[lease]
+        return entry.ttl if entry.alive else None
+
+    def alive_leases(self) -> list[int]:
+        return [i for i, lease in self.leases.items() if lease.alive]
+
+
+# --- the model bucket -------------------------------------------------------------------
+
+
+class ModelBucket:
+    """A store that honours If-None-Match: *; `lose_answers` is the chance that a PUT lands
+    but its answer is lost (the client sees an error and tries again)."""
+
+    def __init__(self, rng: random.Random, lose_answers: float) -> None:
+        self.objects: dict[str, bytes] = {}
+        self.rng = rng
+        self.lose_answers = lose_answers
+        self.landed_unanswered = 0
+
+    async def put(self, key: str, data: bytes, content_type: str | None = None, create_only: bool = False) -> None:
+        from etcd_operator.clients.storage.s3 import ObjectExists
+
+        if create_only and key in self.objects:
+            raise ObjectExists("PreconditionFailed", "PreconditionFailed", True)
+        self.objects[key] = bytes(data)
+        if self.rng.random() < self.lose_answers:
+            self.landed_unanswered += 1
+            raise StorageError("connection reset after the request was sent", "ConnectionReset")
+
+    async def get(self, key: str) -> bytes:
+        if key not in self.objects:
+            raise StorageError(f"NoSuchKey: {key}", "NoSuchKey", True)
+        return self.objects[key]
+
+    async def list_keys(self, prefix: str) -> list[str]:
+        return sorted(k for k in self.objects if k.startswith(prefix))
+
+    async def delete(self, key: str) -> None:
+        self.objects.pop(key, None)
+
+    def manifests(self) -> list[SegmentManifest]:
+        return [SegmentManifest.from_json(v) for k, v in self.objects.items() if k.endswith(".segment.json")]
+
+
+# --- the writer -------------------------------------------------------------------------
+
+
+class Killed(Exception):
+    """The operator died in the middle of an upload."""
+
+
+class ModelWriter:
+    def __init__(self, start: cb.ChainStart, etcd: ModelEtcd, bucket: ModelBucket) -> None:
+        self.start = start
+        self.chain = start.chain
+        self.etcd = etcd
+        self.bucket = bucket
+        self.last_revision = start.base_revision
+        self.sequence = 1
+        self.next_grouped = start.base_revision + 1
+        self.cut_next = start.base_revision + 1
+        self.cutter = SegmentCutter(1.0, 1 << 20)
+        self.known: dict[int, int | None] = {}
+        self.reported: set[int] = set()
+        self.written: list[SegmentManifest] = []
+        self.broken: cb.ChainBreak | None = None
+        self.resumed = False
+
+    def view(self) -> cb.StreamView:
+        return cb.StreamView(chain=self.chain, last_revision=self.last_revision, broken=self.broken)
+
+    def drain(self) -> cb.SegmentsWritten:
+        written, self.written = self.written, []
+        return cb.SegmentsWritten(len(written), sum(m.events for m in written), sum(m.size for m in written))
+
+    def resume(self) -> None:
+        prefix = f"{SEGMENTS}{self.chain}/"
+        last = drive(segment_store.last_segment(self.bucket, prefix, SEGMENTS, self.chain))  # type: ignore[arg-type]
+        if last is not None:
+            self.sequence, self.last_revision = last.sequence + 1, last.last_revision
+            self.next_grouped = self.cut_next = last.last_revision + 1
+        self.resumed = True
+
+    def watch(self, up_to: int) -> None:
+        """The watch delivers the revisions after the last grouped, up to `up_to`."""
+        while self.next_grouped <= min(up_to, self.etcd.revision):
+            revision = self.next_grouped
+            self.cutter.add(RevisionRecord(revision, float(revision), self.etcd.events[revision]), 0.0)
+            self.next_grouped += 1
+
+    def cut(self, lease_answers: bool, kill_between: bool) -> None:
+        """Learns the leases the held revisions use (as etcd answers now), cuts and uploads."""
+        if self.cutter.empty:
+            return
+        for lease in sorted(self.cutter.leases_used() - self.known.keys()):
+            if not lease_answers:
+                self.broken = cb.ChainBreak(self.chain, cb.LEASE_UNKNOWN, f"lease {lease:x}", self.last_revision)
+                return
+            self.known[lease] = self.etcd.lease_granted_ttl(lease)
+        cut = self.cutter.take(self.known, self.reported)
+        records = cut.body.revisions
+        first, last = records[0].revision, records[-1].revision
+        assert first == self.cut_next, (first, self.cut_next)
+        data = encode(cut.body)
+        manifest = SegmentManifest(
+            segment_key=segment_key(PREFIX, NAMESPACE, BACKUP, self.chain, self.sequence, first, last),
+            backup=BACKUP,
+            namespace=NAMESPACE,
+            backup_uid="u",
+            cluster_id=CLUSTER_ID,
+            chain=self.chain,
+            base_revision=self.start.base_revision,
+            base_key=self.start.base_key,
+            sequence=self.sequence,
+            first_revision=first,
+            last_revision=last,
+            revisions=len(records),
+            events=cut.body.events,
+            first_seen_at=records[0].seen_at,
+            last_seen_at=records[-1].seen_at,
+            size=len(data),
+            sha256=hashlib.sha256(data).hexdigest(),
+            created_at="2026-01-01T00:00:00Z",
+        )
+        if kill_between:  # the body lands, then the operator dies before the manifest
+            self.bucket.objects.setdefault(manifest.segment_key, data)
+            raise Killed()
+        for _ in range(50):  # the writer retries a failed upload
+            try:
+                drive(segment_store.upload_segment(self.bucket, manifest, data))  # type: ignore[arg-type]
+                break
+            except StorageError:
+                continue
+        else:
+            raise AssertionError("the model store never answered")
+        self.cut_next, self.sequence, self.last_revision = last + 1, self.sequence + 1, last
+        self.written.append(manifest)
+
+
+# --- the world ----------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Faults:
+    restart: float = 0.04  # per step: the operator restarts (its writer is gone)
+    kill_mid_upload: float = 0.05  # per cut: the operator dies between body and manifest
+    lost_answer: float = 0.1  # per PUT: it landed, its answer was lost
+    lease_unanswered: float = 0.0  # per cut with an unknown lease: LeaseTimeToLive fails
+    session: float = 0.3  # per client step: a lock session (grant, put, revoke) rather than a put
+
+
+class World:
+    def __init__(self, seed: int, faults: Faults | None = None) -> None:
+        self.rng = random.Random(seed)
+        self.faults = faults = faults or Faults()
+        self.etcd = ModelEtcd()
+        self.bucket = ModelBucket(self.rng, faults.lost_answer)
+        self.status: dict = {}
+        self.writer: ModelWriter | None = None
+        self.snapshots: list[Manifest] = []
+        self.breaks: list[tuple[int, int]] = []  # (last revision the chain held, the base after it)
+        self.now = T0.timestamp() + 3600
+        self.sessions: list[int] = []  # leases of sessions still open
+        self.resumed_behind_newer_base = 0  # writers started on a chain older than the newest snapshot
+
+    # the clients
+    def client_step(self) -> None:
+        rng = self.rng
+        if self.sessions and rng.random() < 0.5:
+            self.etcd.revoke(self.sessions.pop(rng.randrange(len(self.sessions))))
+        elif rng.random() < self.faults.session:
+            lease = self.etcd.grant(rng.choice((3, 10, 60)))
+            self.etcd.put(b"/locks/%d" % lease, b"held", lease)
+            self.sessions.append(lease)
+        elif rng.random() < 0.2 and self.etcd.data:
+            self.etcd.delete(rng.choice(sorted(self.etcd.data)))
+        else:
+            self.etcd.put(b"/k/%d" % rng.randrange(8), b"v%d" % self.etcd.revision)
+
+    # the operator
+    def restart(self) -> None:
+        self.writer = None
+
+    def operator_pass(self) -> None:
+        stream = self.writer.view() if self.writer is not None else None
+        observed = dataclasses.replace(CREATED, stream=stream)
+        step = backup_planner.plan(SPEC, RunState.from_dict(self.status), observed, self.now)
+        outcome: s.Outcome = s.NOTHING_DONE
+        match step:
+            case s.RunBackup():
+                revision = self.etcd.revision
+                snapshot = snapshot_manifest(revision, cluster_id=CLUSTER_ID, verified=None)
+                self.snapshots.append(snapshot)
+                broken = (self.status.get("continuous") or {}).get("needsFullSnapshot")
+                last_break = (self.status.get("continuous") or {}).get("lastBreak")
+                if broken and last_break:
+                    self.breaks.append((int(last_break["lastRevision"]), revision))
+                record = {"key": snapshot.snapshot_key, "revision": revision, "clusterID": CLUSTER_ID}
+                outcome = s.RunSucceeded(record=record, completed_at="2026-01-01T01:00:00Z")
+            case s.StartStream():
+                newest = int((self.status.get("lastBackup") or {}).get("revision") or 0)
+                self.resumed_behind_newer_base += step.start.base_revision < newest
+                self.writer = ModelWriter(step.start, self.etcd, self.bucket)
+                outcome = s.StreamReport(view=self.writer.view())
+            case s.Stream():
+                writer = self.writer
+                assert writer is not None
+                outcome = s.StreamReport(view=writer.view(), written=writer.drain())
+            case s.MarkChainBroken():
+                self.writer = None
+        patch = build_status(step, outcome, self.status, 1, "2026-01-01T01:00:00Z")
+        self.status = merge_patch(self.status, patch)
+
+    def writer_step(self) -> None:
+        writer = self.writer
+        if writer is None or writer.broken is not None:
+            return
+        if not writer.resumed:
+            writer.resume()
+        writer.watch(writer.next_grouped + self.rng.randrange(4))
+        if self.rng.random() < 0.5:
+            unanswered = self.rng.random() < self.faults.lease_unanswered
+            try:
+                writer.cut(not unanswered, self.rng.random() < self.faults.kill_mid_upload)
+            except Killed:
+                self.restart()
+
+    def step(self) -> None:
+        roll = self.rng.random()
+        if roll < self.faults.restart:
+            self.restart()
+        elif roll < 0.45:
+            self.client_step()
+        elif roll < 0.75:
+            self.writer_step()
+        else:
+            self.operator_pass()
+        self.now += 0.5
+
+
+# --- the invariants -----------------------------------------------------------------------
+
+
+class Violation(AssertionError):
+    pass
+
+
+def no_duplicate_sequences(bucket: ModelBucket) -> None:
+    seen: dict[tuple[str, int], str] = {}
+    for key in bucket.objects:
+        parsed = parse_manifest_key(SEGMENTS, key)
+        if parsed is None:
+            continue
+        chain, sequence = parsed[0], parsed[1]
+        if (chain, sequence) in seen:
+            raise Violation(f"chain {chain} holds two manifests numbered {sequence}: {seen[chain, sequence]}, {key}")
+        seen[chain, sequence] = key
+
+
+class ModelMember:
+    """The scratch member a replay writes to: restored from a base snapshot of the model etcd."""
+
+    def __init__(self, etcd: ModelEtcd, base: int) -> None:
+        self.revision = base
+        self.data = dict(etcd.states[base])
+        self.leases = set(etcd.alive_at[base])
+
+    async def grant_lease(self, lease: int, ttl: int) -> bool:
+        if lease in self.leases:
+            return False
+        self.leases.add(lease)
+        return True
+
+    async def apply(self, changes) -> int:
+        for change in changes:
+            if change.deleted:
+                self.data.pop(change.key, None)
+            else:
+                if change.lease and change.lease not in self.leases:
+                    raise Violation(f"a put under lease {change.lease:x}, which the replay did not grant")
+                self.data[change.key] = (change.value, change.lease)
+        self.revision += 1
+        return self.revision
+
+
+def replayed_state(world: World, revision: int) -> dict[bytes, tuple[bytes, int]]:
+    plan = plan_replay(Target(revision=revision), world.snapshots, world.bucket.manifests())
+    member = ModelMember(world.etcd, plan.base.revision)
+    bodies = iter([decode(world.bucket.objects[m.segment_key]) for m in plan.segments])
+    try:
+        progress = drive(
+            program.replay(member, bodies, plan.base.revision, plan.up_to_revision, None, set(member.leases))
+        )
+    except program.Refused as e:
+        raise Violation(f"revision {revision}: the replay refused: {e.reason}: {e.message}") from None
+    if progress.revision != revision:
+        raise Violation(f"revision {revision}: the replay reached {progress.revision}")
+    return member.data
+
+
+def every_uploaded_revision_is_reachable(world: World) -> int:
+    """Returns how many revisions were checked."""
+    manifests = world.bucket.manifests()
+    if not manifests or not world.snapshots:
+        return 0
+    first = min(s.revision for s in world.snapshots)
+    uploaded = max(m.last_revision for m in manifests)
+    checked = 0
+    for revision in range(first, uploaded + 1):
+        if any(held < revision < base for held, base in world.breaks):
+            continue  # a recorded break: a full snapshot followed it
+        try:
+            state = replayed_state(world, revision)
+        except ChainProblem as e:
+            raise Violation(f"revision {revision} (of {first}..{uploaded}) is not reachable: {e}") from None
+        if state != world.etcd.states[revision]:
+            raise Violation(f"revision {revision}: the replayed store differs from what the clients saw")
+        checked += 1
+    return checked
+
+
+def run(seed: int, steps: int = 400, faults: Faults | None = None) -> World:
+    world = World(seed, faults)
+    for _ in range(steps):
+        world.step()
+        no_duplicate_sequences(world.bucket)
+    every_uploaded_revision_is_reachable(world)
+    return world
