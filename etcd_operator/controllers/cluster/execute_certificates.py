@@ -57,9 +57,10 @@ async def write_secret(
     create: bool = False,
     labels: Mapping[str, str] | None = None,
 ) -> dict[str, bytes]:
-    """Applies a certificate Secret, or with `create` creates it: a Secret this pass saw
-    absent is never written over, and one that appeared since ends the step (NotYet; the
-    next pass looks again). Returns the data as stored."""
+    """Writes a certificate Secret the operator owns (StepContext.apply: one that is not its
+    own is never written, NameCollision). With `create`, it is only created: a Secret this
+    pass saw absent is never written over, and one that appeared since ends the step (NotYet;
+    the next pass looks at it). Returns the data as stored."""
     secret = ctx.owned(
         {
             "apiVersion": "v1",
@@ -73,10 +74,11 @@ async def write_secret(
             "data": {k: base64.b64encode(v).decode() for k, v in data.items()},
         }
     )
-    ctx.fence()
+    written: dict | None
     if not create:
-        written = await ctx.kube.apply(kube.SECRETS, ctx.namespace, secret)
+        written = await ctx.apply(kube.SECRETS, secret)
     else:
+        ctx.fence()
         try:
             written = await ctx.kube.create(kube.SECRETS, ctx.namespace, secret)
         except kube.Conflict:

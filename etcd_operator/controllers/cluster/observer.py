@@ -240,6 +240,9 @@ class ClusterObserver:
         self.sightings = Sightings()
         # The API server's answers for member pods (dry runs, refused creates), on `clock`.
         self.admissions: admission.Memory = {}
+        # Children other than the certificate Secrets that the last write found held by an
+        # object that is not the operator's ("Kind name" -> why; cluster/ownership.py).
+        self.collisions: dict[str, str] = {}
 
     def remember(self, answer: PodAdmission) -> None:
         self.admissions = admission.remember(self.admissions, answer, self.clock())
@@ -312,6 +315,7 @@ class ClusterObserver:
             defrag_requested=(meta.get("annotations") or {}).get(naming.ANNOTATION_DEFRAGMENT) or None,
             cluster_domain=self.cluster_domain,
             auth=auth_view,
+            collisions=dict(self.collisions),
         )
         if tls.rotation is not None:
             observed = dataclasses.replace(

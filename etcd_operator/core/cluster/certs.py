@@ -176,6 +176,9 @@ class TLSView:
     requested: dict[str, str] = dataclasses.field(default_factory=dict)  # kind -> annotation value
     rotated: dict[str, str] = dataclasses.field(default_factory=dict)  # kind -> last request completed
     served: dict[str, str] | None = None  # member -> fingerprint it serves (observed during rotations)
+    # Certificate Secrets the operator would write that exist and are not its own (Secret
+    # name -> why; cluster/ownership.py): read, never written over.
+    foreign: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def cert(self, kind: CertKind) -> CertView | None:
         return self.certs.get(kind)

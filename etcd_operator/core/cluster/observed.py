@@ -211,3 +211,7 @@ class Observed:
     snapshot_backups: tuple[BackupSnapshot, ...] | None = None
     snapshot_wait_for: float | None = None
     auth: AuthView = dataclasses.field(default_factory=AuthView)
+    # Children other than the certificate Secrets whose name an object that is not the
+    # operator's holds ("Service c-client" -> why), as their last write found them
+    # (cluster/ownership.py); the certificate Secrets' are in tls.foreign.
+    collisions: Mapping[str, str] = dataclasses.field(default_factory=dict)
