@@ -58,6 +58,7 @@ class ClusterReconciler:
         held_by: Callable[[], str | None] = lambda: None,
         operator_image: str = DEFAULT_OPERATOR_IMAGE,
         cluster_domain: str = DEFAULT_CLUSTER_DOMAIN,
+        adoption_cross_namespace: bool = False,
     ):
         """`cached_children`: the operator's pod and PVC caches (None: every pass lists live).
         `being_deleted` reads the live object's deletionTimestamp: once it is set, no pass
@@ -69,7 +70,13 @@ class ClusterReconciler:
         self.operator_image = operator_image
         self.etcd_clients = etcd_clients
         self.post_event = post_event
-        self.observer = ClusterObserver(kube_client, etcd_clients, storage_classes, cluster_domain=cluster_domain)
+        self.observer = ClusterObserver(
+            kube_client,
+            etcd_clients,
+            storage_classes,
+            cluster_domain=cluster_domain,
+            adoption_cross_namespace=adoption_cross_namespace,
+        )
         self.member_metrics = MemberMetricsWatcher()
         self.cached_children = cached_children
         self.steady_poll = steady_poll
