@@ -275,3 +275,22 @@ def test_an_own_secret_changed_between_its_read_and_the_write_is_not_written_ove
     outcome = _run(store, _renewal(CertKind.CLIENT), seen)
     assert not outcome.done and "changed after this step read it" in outcome.message
     assert store.secrets[name]["data"]["extra"] == "YQ=="
+
+
+def test_provided_secrets_are_the_users_own_and_need_no_label_or_owner():
+    """spec.tls.issuer: Secrets: the operator only reads them (docs/operations/tls.md)."""
+    store = SecretStore()
+    run_passes(store, [])  # the Managed issuer's Secrets, as a stand-in for cert-manager's
+    provided = {"member": "mine-member", "operator": "mine-operator"}
+    for kind, name in provided.items():
+        store.put(name, store.data(CertKind(kind)))  # no label, no owner
+    body = {
+        **OBSERVED_BODY,
+        "spec": {
+            "size": 3,
+            "tls": {"issuer": "Secrets", "memberSecretName": "mine-member", "operatorSecretName": "mine-operator"},
+        },
+    }
+    tls, credentials = asyncio.run(TLSSecrets().observe(store.observer, body))
+    assert tls.foreign == {} and credentials is not None
+    assert {kind.value for kind, view in tls.certs.items() if view and not view.problem} == set(provided)

@@ -306,6 +306,8 @@ def test_a_child_name_held_by_a_foreign_object_is_left_alone_and_reported():
     theirs = {"metadata": {"name": f"{CLUSTER}-client", "uid": "theirs", "resourceVersion": "7"}, "spec": {"x": 1}}
     kube_client.objects[("services", f"{CLUSTER}-client")] = theirs
     reconciler, _ = reconciler_with_two_views(kube_client)
+    events: list[tuple[str, str, str]] = []
+    reconciler.post_event = lambda *event: events.append(event)
     reconciler.observer = ClusterObserverStandIn()
     asyncio.run(reconciler.reconcile(BODY))
     assert ("services", f"{CLUSTER}-client") not in [w[1:] for w in kube_client.writes]
@@ -315,6 +317,11 @@ def test_a_child_name_held_by_a_foreign_object_is_left_alone_and_reported():
         f"Service {CLUSTER}-client": f"it lacks the label etcd.operator.dev/cluster={CLUSTER} and a controller "
         "owner reference to this EtcdCluster"
     }
+    asyncio.run(reconciler.reconcile(BODY))  # the next pass reports it
+    assert kube_client.objects[("services", f"{CLUSTER}-client")] is theirs
+    warnings = [e for e in events if e[0] == "Warning"]
+    assert [(kind, reason) for kind, reason, _ in warnings] == [("Warning", "NameCollision")]
+    assert f"Service {CLUSTER}-client exists and is not this cluster's" in warnings[0][2]
 
 
 class ClusterObserverStandIn:
