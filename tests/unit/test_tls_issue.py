@@ -294,3 +294,17 @@ def test_provided_secrets_are_the_users_own_and_need_no_label_or_owner():
     tls, credentials = asyncio.run(TLSSecrets().observe(store.observer, body))
     assert tls.foreign == {} and credentials is not None
     assert {kind.value for kind, view in tls.certs.items() if view and not view.problem} == set(provided)
+
+
+def test_nothing_is_taken_from_a_foreign_secret():
+    """A foreign Secret of the operator certificate's name is neither the operator's client
+    identity nor a certificate of the cluster's (status.tls lists none)."""
+    store = SecretStore()
+    run_passes(store, [])
+    name = NAMES[CertKind.OPERATOR]
+    valid = store.data(CertKind.OPERATOR)
+    del store.secrets[name]
+    store.put(name, valid)  # the same bytes, someone else's Secret
+    tls, credentials = asyncio.run(TLSSecrets().observe(store.observer, OBSERVED_BODY))
+    assert credentials is None and tls.cert(CertKind.OPERATOR) is None
+    assert set(tls.foreign) == {name}
