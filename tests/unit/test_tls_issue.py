@@ -72,6 +72,14 @@ class SecretStore:
             raise kube.Conflict()
         return self._store(body, current["metadata"]["uid"] if current else f"uid-{meta['name']}")
 
+    async def delete(self, resource, namespace, name, uid=None, grace_period=None):
+        self._call()
+        current = self.secrets.get(name)
+        if current is None or (uid and current["metadata"]["uid"] != uid):
+            return False
+        del self.secrets[name]
+        return True
+
     def put(self, name: str, data: dict[str, bytes], **metadata) -> None:
         """Someone else writes the Secret `name` as they like (no label, no owner unless given)."""
         self._store({"metadata": {"name": name, **metadata}, "data": _encoded(data)}, f"theirs-{name}")
@@ -308,3 +316,17 @@ def test_nothing_is_taken_from_a_foreign_secret():
     tls, credentials = asyncio.run(TLSSecrets().observe(store.observer, OBSERVED_BODY))
     assert credentials is None and tls.cert(CertKind.OPERATOR) is None
     assert set(tls.foreign) == {name}
+
+
+def test_a_user_certificate_secret_is_deleted_only_when_it_is_the_operators():
+    store = SecretStore()
+    run_passes(store, [])
+    seen = observe(store)
+    ours, theirs = certs.user_secret_name("c", "gone"), certs.user_secret_name("c", "kept")
+    store.put(ours, {"tls.crt": b"issued"}, **copy.deepcopy({**OURS, **OWNED}))  # label and owner: the operator's
+    store.put(theirs, {"token": b"theirs"}, labels={naming.LABEL_AUTH_USER: "kept"})  # the label alone
+    before = copy.deepcopy(store.secrets[theirs])
+    assert _run(store, a.DeleteUserCertificate("removed", "gone"), seen).done
+    refused = _run(store, a.DeleteUserCertificate("removed", "kept"), seen)
+    assert ours not in store.secrets and store.secrets[theirs] == before
+    assert not refused.done and f"Secret {theirs} exists and is not this cluster's" in refused.message

@@ -9,9 +9,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from etcd_operator.clients.kube import client as kube
-from etcd_operator.controllers.cluster.execute_context import NotYet, StepContext
+from etcd_operator.controllers.cluster.execute_context import NameCollision, NotYet, StepContext
 from etcd_operator.controllers.cluster.tls_observer import read_secret, secret_bytes
-from etcd_operator.core.cluster import certs, naming, pki
+from etcd_operator.core.cluster import certs, naming, ownership, pki
 from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.observed import Observed
 from etcd_operator.core.cluster.spec import ClusterSpec
@@ -82,6 +82,10 @@ async def write_secret(
         try:
             written = await ctx.kube.create(kube.SECRETS, ctx.namespace, secret)
         except kube.Conflict:
+            found = await ctx.kube.get(kube.SECRETS, ctx.namespace, name)
+            why = found and ownership.foreign_reason(found["metadata"], ctx.cluster, ctx.token)
+            if why:
+                raise NameCollision("Secret", name, why) from None
             raise NotYet(f"Secret {name} appeared after this pass looked; the next pass reads it") from None
     if (data_written := secret_bytes(written)) is None:
         raise NotYet(f"Secret {name}: its namespace is gone")

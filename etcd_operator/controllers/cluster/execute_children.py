@@ -78,13 +78,10 @@ async def ensure_services(
             complete = False  # changed or gone under the write: the next pass applies again
             logger.info("%s/%s: %s", ctx.namespace, ctx.cluster, e)
     if not policy_on:
-        name = network_policy.policy_name(ctx.cluster)
-        policy = await ctx.kube.get(kube.NETWORK_POLICIES, ctx.namespace, name)
-        why = policy and ownership.foreign_reason(policy["metadata"], ctx.cluster, ctx.token)
-        if why:
-            collisions[ownership.ref("NetworkPolicy", name)] = why
-        elif policy is not None:
-            await ctx.kube.delete(kube.NETWORK_POLICIES, ctx.namespace, name, uid=policy["metadata"]["uid"])
+        try:
+            await ctx.delete(kube.NETWORK_POLICIES, "NetworkPolicy", network_policy.policy_name(ctx.cluster))
+        except NameCollision as e:
+            collisions[e.ref] = e.why
     for ref, why in sorted(collisions.items()):
         logger.warning("%s/%s: %s", ctx.namespace, ctx.cluster, ownership.describe(ref, why))
     return (digest if complete and not collisions else None), collisions

@@ -111,6 +111,19 @@ class StepContext:
             raise NotYet(f"{kind} {name} changed after this step read it; the next pass reads it again") from None
         return self._stored(written, kind, name)
 
+    async def delete(self, resource: Resource, kind: str, name: str) -> bool:
+        """Deletes the child `name` if it is the operator's (that incarnation only, by uid);
+        False when absent. An object of its name that is not the operator's is never deleted
+        (NameCollision)."""
+        self.fence()
+        current = await self.kube.get(resource, self.namespace, name)
+        if current is None:
+            return False
+        why = ownership.foreign_reason(current["metadata"], self.cluster, self.token)
+        if why:
+            raise NameCollision(kind, name, why)
+        return await self.kube.delete(resource, self.namespace, name, uid=current["metadata"]["uid"])
+
     def _stored(self, written: dict | None, kind: str, name: str) -> dict:
         if written is None:
             raise NotYet(f"{kind} {name}: its namespace or the object is gone")
