@@ -383,3 +383,17 @@ def test_only_a_pass_that_took_no_step_may_be_woken_early():
     for action, wakeable in ((a.Steady(), True), (a.Wait(), True), (a.RemoveMember(), False), (None, False)):
         reconciler.last_action = action
         assert reconciler.wakeable is wakeable
+
+
+def test_no_first_member_is_created_while_a_child_name_is_someone_elses():
+    from etcd_operator.core.cluster.decision import plan
+    from tests.unit.cluster_scenarios import NOW
+    from tests.unit.test_tls_plan import NEW, PLAIN_SPEC, new_cluster
+
+    fresh = new_cluster("http")
+    assert isinstance(plan(PLAIN_SPEC, NEW, fresh, NOW).action, a.BootstrapFirstMember)
+    held = dataclasses.replace(fresh, collisions={"Service c-client": "it lacks the label"})
+    decision = plan(PLAIN_SPEC, NEW, held, NOW)
+    assert isinstance(decision.action, a.Wait) and "Service c-client" in decision.action.reason
+    owned = next(c for c in decision.conditions if c.type == "ChildrenOwned")
+    assert (owned.status, owned.reason) == (False, "NameCollision")
