@@ -111,6 +111,7 @@ Settings come from the environment:
   HEALTH_PORT        /healthz, /readyz and /metrics (default 8080); HEALTH_ADDRESS binds it
   OPERATOR_IMAGE     the image restore pods run to fetch snapshots
   CLUSTER_DOMAIN     the Kubernetes cluster's DNS domain (default cluster.local)
+  ADOPTION_ALLOW_CROSS_NAMESPACE  true: spec.adoption may name another namespace's members
   LOG_LEVEL          DEBUG, INFO (default), WARNING or ERROR
 Every setting, with its default (the Lease timings, MEMORY_BUDGET_BYTES, LOG_WRITES…):
 docs/reference/operator-settings.md.

@@ -39,6 +39,7 @@ async def run_cluster(body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.M
         held_by=lambda: restore_hold(body),
         operator_image=memo.config.operator_image,
         cluster_domain=memo.config.cluster_domain,
+        adoption_cross_namespace=memo.config.adoption_cross_namespace,
     )
 
     async def stall_unless_held(seen: Mapping[str, Any]) -> None:

@@ -47,6 +47,9 @@ class OperatorConfig:
     # CLUSTER_DOMAIN: the Kubernetes cluster's DNS domain, in the members' certificate names
     # (etcd checks a peer's certificate against the name its address resolves back to).
     cluster_domain: str = DEFAULT_CLUSTER_DOMAIN
+    # ADOPTION_ALLOW_CROSS_NAMESPACE: spec.adoption.endpoints may name Services or pods of
+    # another namespace (cluster/adoption.py); off, an adoption stays within its namespace.
+    adoption_cross_namespace: bool = False
 
     @property
     def clusterwide(self) -> bool:
@@ -91,6 +94,7 @@ class OperatorConfig:
                 env.get("AMBIENT_CREDENTIALS_NAMESPACES", ""), env.get("ORPHANED_UPLOAD_GRACE_SECONDS", "")
             ),
             cluster_domain=cluster_domain_setting(env.get("CLUSTER_DOMAIN", "")),
+            adoption_cross_namespace=env.get("ADOPTION_ALLOW_CROSS_NAMESPACE", "false").lower() == "true",
         )
 
 

@@ -148,7 +148,7 @@ EXTRA_ARGS = {  # one key per denied group, written in the ways people write fla
 assert len(EXTRA_ARGS) == len(denied_flags.GROUPS)
 
 ADOPTION_TRANSPORT = "spec.adoption needs a transport the running members speak"
-PLAIN_ADOPTION = {"tls": {"enabled": False}, "adoption": {"endpoints": ["http://10.0.0.5:2379"]}}
+PLAIN_ADOPTION = {"tls": {"enabled": False}, "adoption": {"endpoints": ["http://10.0.0.5:2379"], "clusterID": "c1"}}
 
 MORE_INVALID = [
     ("EtcdRestore", restore_into("c" * (limits.CLUSTER_NAME_MAX + 1)), "Too long: may not be more than 53"),
@@ -194,14 +194,31 @@ MORE_INVALID = [
         "spec.hibernation cannot be enabled on emptyDir storage",
     ),
     ("EtcdCluster", {"hibernation": {"enabled": True, "snapshotTimeout": "soon"}}, "spec.hibernation.snapshotTimeout"),
-    ("EtcdCluster", {"adoption": {"endpoints": ["http://10.0.0.5:2379"]}}, ADOPTION_TRANSPORT),
+    ("EtcdCluster", {"adoption": {"endpoints": ["http://10.0.0.5:2379"], "clusterID": "c1"}}, ADOPTION_TRANSPORT),
     (
         "EtcdCluster",
-        {"tls": {"enabled": False}, "adoption": {"endpoints": ["http://10.0.0.5:2379", "https://10.0.0.6:2379"]}},
+        {
+            "tls": {"enabled": False},
+            "adoption": {"endpoints": ["http://10.0.0.5:2379", "https://10.0.0.6:2379"], "clusterID": "c1"},
+        },
         ADOPTION_TRANSPORT,
     ),
-    ("EtcdCluster", {"adoption": {"endpoints": ["https://10.0.0.5:2379"]}}, ADOPTION_TRANSPORT),
-    ("EtcdCluster", {"tls": {"enabled": False}, "adoption": {"endpoints": ["10.0.0.5:2379"]}}, "should match"),
+    ("EtcdCluster", {"adoption": {"endpoints": ["https://10.0.0.5:2379"], "clusterID": "c1"}}, ADOPTION_TRANSPORT),
+    (
+        "EtcdCluster",
+        {"tls": {"enabled": False}, "adoption": {"endpoints": ["10.0.0.5:2379"], "clusterID": "c1"}},
+        "should match",
+    ),
+    (
+        "EtcdCluster",
+        {**PLAIN_ADOPTION, "adoption": {"endpoints": ["http://10.0.0.5:2379"]}},
+        "spec.adoption.clusterID: Required value",
+    ),
+    (
+        "EtcdCluster",
+        {**PLAIN_ADOPTION, "adoption": {"endpoints": ["http://10.0.0.5:2379"], "clusterID": "0xc1"}},
+        "spec.adoption.clusterID in body should match",
+    ),
     ("EtcdCluster", {"tls": {"enabled": False}, "auth": {"enabled": True}}, "spec.auth.enabled needs spec.tls.enabled"),
     ("EtcdCluster", {"auth": {"users": [{"name": "root"}]}}, "the operator's own identity in etcd"),
     ("EtcdCluster", {"auth": {"users": [{"name": "etcd-operator"}]}}, "the operator's own identity in etcd"),
@@ -247,7 +264,11 @@ AT_THE_LIMITS = [
     PLAIN_ADOPTION,
     {
         "tls": {"issuer": "Secrets", "memberSecretName": "m", "operatorSecretName": "o"},
-        "adoption": {"endpoints": ["https://10.0.0.5:2379"], "removeForeignMembers": True},
+        "adoption": {
+            "endpoints": ["https://10.0.0.5:2379"],
+            "clusterID": "CDF818194E3A8C32",
+            "removeForeignMembers": True,
+        },
     },
 ]
 
@@ -366,8 +387,11 @@ def test_adoption_is_set_at_creation_only_with_fixed_endpoints(crds, namespace):
     assert added.returncode != 0 and "spec.adoption can only be set when the EtcdCluster is created" in added.stderr
 
     kubectl("apply", "-f", "-", input=manifest("EtcdCluster", "adopter", namespace, PLAIN_ADOPTION))
-    moved = {**PLAIN_ADOPTION, "adoption": {"endpoints": ["http://10.0.0.9:2379"]}}
+    moved = {**PLAIN_ADOPTION, "adoption": {**PLAIN_ADOPTION["adoption"], "endpoints": ["http://10.0.0.9:2379"]}}
     refused = kubectl("apply", "-f", "-", input=manifest("EtcdCluster", "adopter", namespace, moved), check=False)
     assert refused.returncode != 0 and "spec.adoption.endpoints cannot change" in refused.stderr
+    repinned = {**PLAIN_ADOPTION, "adoption": {**PLAIN_ADOPTION["adoption"], "clusterID": "c2"}}
+    refused = kubectl("apply", "-f", "-", input=manifest("EtcdCluster", "adopter", namespace, repinned), check=False)
+    assert refused.returncode != 0 and "spec.adoption.clusterID cannot change" in refused.stderr
     flipped = {**PLAIN_ADOPTION, "adoption": {**PLAIN_ADOPTION["adoption"], "removeForeignMembers": True}}
     kubectl("apply", "-f", "-", input=manifest("EtcdCluster", "adopter", namespace, flipped))

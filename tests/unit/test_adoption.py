@@ -26,9 +26,11 @@ FOREIGN = ("infra0", "infra1", "infra2")
 ENDPOINTS = tuple(f"http://10.1.0.{i}:2379" for i in range(3))
 
 
-def spec(remove: bool = False, version: str = "3.6.16") -> ClusterSpec:
+def spec(
+    remove: bool = False, version: str = "3.6.16", cluster_id: int | None = CLUSTER_ID, endpoints=ENDPOINTS
+) -> ClusterSpec:
     base = ClusterSpec.from_dict({"size": 3, "version": version, "tls": {"enabled": False}})
-    return dataclasses.replace(base, adoption=Adoption(ENDPOINTS, remove))
+    return dataclasses.replace(base, adoption=Adoption(endpoints, remove, cluster_id))
 
 
 @dataclasses.dataclass
@@ -175,13 +177,89 @@ def test_a_version_of_another_minor_is_refused_with_a_condition():
 
 
 def test_a_changed_cluster_id_stops_the_adoption():
-    moved = step(spec(), observe(cluster_id=0xBAD))
-    assert isinstance(moved, a.Wait) and "changed" in moved.reason
-    other = observe(other_cluster={"10.1.0.2:2379": 0xBAD})
     s, st = spec(), status()
-    chosen = step(s, other, st)
-    assert isinstance(chosen, a.Wait) and "bad" in chosen.reason
-    assert adoption.condition(s, st, other, diagnose(s, st, other), chosen).reason == "ClusterIDChanged"
+    for seen in (observe(cluster_id=0xBAD), observe(other_cluster={"10.1.0.2:2379": 0xBAD})):
+        chosen = step(s, seen, st)
+        assert isinstance(chosen, a.Wait) and "bad" in chosen.reason
+        assert adoption.condition(s, st, seen, diagnose(s, st, seen), chosen).reason == "ClusterIDMismatch"
+
+
+# --- the pin: spec.adoption.clusterID and the namespace of the endpoints --------------------
+
+# Steps that send something to etcd: none is taken while the adoption is refused.
+SENDS = (a.AddLearner, a.PromoteLearner, a.RemoveMember, a.MoveLeader, a.CreateMemberPod, a.RecordAdoption)
+
+
+def test_a_cluster_answering_with_another_id_than_the_spec_pins_is_not_adopted():
+    """Before anything is recorded: whatever cluster answers, only the pinned one is adopted."""
+    s, st = spec(cluster_id=0xABC), ClusterStatus()
+    for seen in (observe(), observe(other_cluster={"10.1.0.1:2379": CLUSTER_ID})):
+        chosen = step(s, seen, st)
+        assert isinstance(chosen, a.Wait) and not isinstance(chosen, SENDS)
+        assert "abc" in chosen.reason and "c1" in chosen.reason
+        cond = adoption.condition(s, st, seen, diagnose(s, st, seen), chosen)
+        assert (cond.status, cond.reason) == (False, "ClusterIDMismatch")
+    # The whole pass, through the planner: the same refusal, and the condition.
+    decision = plan(s, st, observe(), 0.0)
+    assert isinstance(decision.action, a.Wait)
+    assert {c.type: c.reason for c in decision.conditions}["Adopted"] == "ClusterIDMismatch"
+
+
+def test_an_adoption_recorded_for_another_id_than_the_spec_pins_stops():
+    chosen = step(spec(cluster_id=0xABC), observe([Own(0)]), status())
+    assert isinstance(chosen, a.Wait) and "abc" in chosen.reason
+
+
+def test_without_a_cluster_id_nothing_is_dialled_or_sent():
+    s = spec(cluster_id=None)
+    assert adoption.dial_endpoints(s, ClusterStatus(), NS) == ()
+    chosen = step(s, observe(), ClusterStatus())
+    assert isinstance(chosen, a.Wait) and "spec.adoption.clusterID" in chosen.reason
+    assert adoption.condition(
+        s, ClusterStatus(), observe(), diagnose(s, ClusterStatus(), observe()), chosen
+    ).reason == ("ClusterIDRequired")
+
+
+def test_the_observer_trusts_only_answers_with_the_pinned_id_before_one_is_recorded():
+    assert adoption.expected_cluster_id(spec(cluster_id=0xABC), ClusterStatus()) == 0xABC
+    assert adoption.expected_cluster_id(spec(cluster_id=0xABC), status()) == CLUSTER_ID  # recorded: it decides
+    plain = ClusterSpec.from_dict({"size": 3})
+    assert adoption.expected_cluster_id(plain, ClusterStatus()) is None
+
+
+@pytest.mark.parametrize(
+    "endpoint, namespace",
+    [
+        ("http://etcd-0.etcd.kube-system.svc:2379", "kube-system"),
+        ("https://etcd-0.etcd.kube-system.svc.cluster.local:2379", "kube-system"),
+        ("http://etcd.kube-system.svc.cluster.local.:2379", "kube-system"),
+        ("http://etcd-client.tenant-b:2379", "tenant-b"),  # the search path makes it tenant-b's Service
+        ("http://etcd-client.ns.svc:2379", "ns"),
+        ("http://10.1.0.1:2379", None),
+        ("http://[fd00::1]:2379", None),
+        ("http://etcd1.corp.example.com:2379", None),
+        ("http://etcd1:2379", None),
+    ],
+)
+def test_the_namespace_an_endpoint_names(endpoint, namespace):
+    (dialled,) = Adoption((endpoint,), cluster_id=CLUSTER_ID).dial_endpoints
+    assert adoption.endpoint_namespace(dialled) == namespace
+
+
+def test_an_endpoint_of_another_namespace_is_refused_unless_the_install_allows_it():
+    elsewhere = (*ENDPOINTS[:2], "http://etcd-2.etcd.kube-system.svc:2379")
+    s, st = spec(endpoints=elsewhere), ClusterStatus()
+    assert adoption.dial_endpoints(s, st, NS) == ()  # nothing is sent to any of them
+    assert adoption.dial_endpoints(s, st, NS, cross_namespace_allowed=True) == Adoption(elsewhere).dial_endpoints
+    assert adoption.dial_endpoints(spec(), st, NS) == Adoption(ENDPOINTS).dial_endpoints
+    chosen = step(s, observe(), st)
+    assert isinstance(chosen, a.Wait) and "kube-system" in chosen.reason
+    cond = adoption.condition(s, st, observe(), diagnose(s, st, observe()), chosen)
+    assert (cond.status, cond.reason) == (False, "CrossNamespaceEndpoint")
+    allowed = dataclasses.replace(observe(), adoption_cross_namespace=True)
+    assert isinstance(step(s, allowed, st), a.RecordAdoption)
+    same_namespace = spec(endpoints=("http://etcd-0.etcd.ns.svc:2379",))
+    assert isinstance(step(same_namespace, observe(), st), a.RecordAdoption)
 
 
 def test_foreign_members_stay_without_remove_foreign_members():
@@ -246,7 +324,7 @@ def test_after_completion_the_ordinary_planner_decides_and_a_restart_does_not_re
     s = spec(remove=True)
     st = status(AdoptionRecord(CLUSTER_ID, (), completed=True))
     assert not adoption.owns(s, st)
-    assert adoption.dial_endpoints(s, st) == ()
+    assert adoption.dial_endpoints(s, st, NS) == ()
     o = observe(OWN_VOTERS, foreign=(), leader=Own(0).id)
     decided = plan(s, st, o, 0.0)
     assert decided.action.kind in {"Steady", "CheckPodSpec", "RollMember"}
@@ -277,3 +355,11 @@ def test_dropping_spec_adoption_midway_never_hands_foreign_members_to_the_ordina
     assert adoption.owns(s, st)
     chosen = next_step(s, st, o, diagnose(s, st, o), 0.0, desired_hash="h")
     assert isinstance(chosen, a.Wait) and "spec.adoption was removed" in chosen.reason
+
+
+@pytest.mark.parametrize("value, allowed", [(None, False), ("false", False), ("true", True), ("TRUE", True)])
+def test_the_operator_setting_that_allows_adopting_across_namespaces(value, allowed):
+    from etcd_operator.runtime.config import OperatorConfig
+
+    env = {} if value is None else {"ADOPTION_ALLOW_CROSS_NAMESPACE": value}
+    assert OperatorConfig.from_env(env).adoption_cross_namespace is allowed

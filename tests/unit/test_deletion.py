@@ -68,7 +68,7 @@ def test_member_pvcs_are_created_without_an_owner_and_pods_with_one():
     reconciler.observer = StaticView([M(0), M(1), M(2, pod=False)])
     asyncio.run(reconciler.reconcile(BODY))
     created = dict(kube_client.created)
-    assert set(created) == {"persistentvolumeclaims", "pods"}
+    assert set(created) == {"persistentvolumeclaims", "pods", "services", "poddisruptionbudgets"}
     assert not created["persistentvolumeclaims"]["metadata"].get("ownerReferences")
     assert [o["uid"] for o in created["pods"]["metadata"]["ownerReferences"]] == [UID]
 

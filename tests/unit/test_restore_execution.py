@@ -8,10 +8,13 @@ import inspect
 
 import pytest
 
+from etcd_operator.clients.kube import client as kube
 from etcd_operator.controllers.restore import executor
+from etcd_operator.controllers.restore.observer import RestoreObserver
 from etcd_operator.core.outcome import Outcome
 from etcd_operator.core.restore import steps as s
 from etcd_operator.core.restore.observed import Observed
+from etcd_operator.core.restore.planner import plan
 from etcd_operator.core.restore.spec import RestoreSpec, RestoreStatus
 from etcd_operator.core.restore.status import build_status
 from etcd_operator.core.status_patch import changed_fields as changed
@@ -122,3 +125,50 @@ def test_a_recorded_quorum_recovery_is_left_to_the_clusters_controller(operation
     outcome = asyncio.run(runner.run(step, spec, RestoreStatus(), Observed("ns", "r1", "u", 1, None)))
     assert [sub for *_, sub in kube_client.patches] == ([None] if approval else [])
     assert outcome.done is not operation and outcome.failure is None
+
+
+# --- a new cluster's Secret names, looked up before anything is created -------------------
+
+
+class SecretsAround:
+    """A namespace without the target, whose Secrets are read by name only."""
+
+    def __init__(self, secrets: set[str]):
+        self.secrets = secrets
+        self.secrets_read: list[str] = []
+        self.secrets_listed = False
+
+    async def get(self, resource, namespace, name):
+        if resource == kube.SECRETS:
+            self.secrets_read.append(name)
+            return {"metadata": {"name": name, "uid": f"uid-{name}"}} if name in self.secrets else None
+        return None
+
+    async def list(self, resource, namespace, selector=None):
+        self.secrets_listed = self.secrets_listed or resource == kube.SECRETS
+        return []
+
+    async def create(self, resource, namespace, body, dry_run=False):
+        return body
+
+
+def test_a_new_cluster_is_refused_when_a_secret_it_would_create_exists():
+    spec = RestoreSpec.from_dict(
+        {
+            "source": {"s3": {"bucket": "b", "key": "k.db"}},
+            "target": {
+                "newCluster": {
+                    "name": "keep",
+                    "spec": {"size": 1, "auth": {"users": [{"name": "app", "certificate": True}]}},
+                }
+            },
+        }
+    )
+    api = SecretsAround({"keep-client-tls", "keep-other"})
+    body = {"metadata": {"name": "r1", "namespace": "ns", "uid": "uid-r1"}}
+    seen = asyncio.run(RestoreObserver(api).observe(body, spec, RestoreStatus()))
+    created = ["keep-ca", "keep-member-tls", "keep-operator-tls", "keep-client-tls", "keep-user-app"]
+    assert [n for n in api.secrets_read if n.startswith("keep-")] == created and not api.secrets_listed
+    assert [o.ref for o in seen.namespace_objects] == ["Secret keep-client-tls"]
+    step = plan(spec, RestoreStatus(), seen, 1_800_000_000.0)
+    assert isinstance(step, s.Fail) and step.code == "SecretNameTaken"

@@ -47,7 +47,8 @@ def test_without_a_hold_the_pass_creates_the_missing_member():
     kube_client = RecordingCreates()
     reconciler, _ = reconciler_for(kube_client, held_by=lambda: None)
     asyncio.run(reconciler.reconcile(BODY))
-    assert {plural for plural, _ in kube_client.created} == set(MEMBER_KINDS)
+    # The member's pod and PVC, and the Services and PDB (created: none existed).
+    assert {plural for plural, _ in kube_client.created} == {*MEMBER_KINDS, "services", "poddisruptionbudgets"}
 
 
 def test_a_hold_set_while_the_pass_decides_stops_every_member_create():

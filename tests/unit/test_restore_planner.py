@@ -122,6 +122,17 @@ def test_a_new_cluster_is_refused_when_objects_of_its_name_exist(existing, statu
     assert existing.ref in step.reason and "data-other-0" not in step.reason
 
 
+@pytest.mark.parametrize("status", [RestoreStatus(), VERIFIED, RESTORING])
+def test_a_new_cluster_is_refused_when_a_secret_of_a_name_it_creates_exists(status):
+    """The observer reads only the Secrets of the names the new cluster would create
+    (controllers/restore/observer.py): any of them found refuses the restore before the
+    EtcdCluster is created, which would stop at its certificates (cluster/ownership.py)."""
+    seen = observed(namespace_objects=(obj("Secret", "keep-client-tls"),))
+    step = step_for(NEW, status, seen)
+    assert isinstance(step, s.Fail) and step.code == "SecretNameTaken"
+    assert "Secret keep-client-tls" in step.reason
+
+
 @pytest.mark.parametrize(
     "unrelated",
     [

@@ -186,18 +186,32 @@ BODY = {
 
 
 class RecordingKube:
+    """Records every write, and keeps what was created or applied so that a read finds it."""
+
     def __init__(self):
         self.writes: list[tuple] = []
+        self.objects: dict[tuple[str, str], dict] = {}
+
+    async def get(self, resource, namespace, name):
+        return self.objects.get((resource.plural, name))
 
     async def apply(self, resource, namespace, body):
         self.writes.append(("apply", resource.plural, body["metadata"]["name"]))
+        return self._keep(resource, body)
 
     async def create(self, resource, namespace, body, dry_run=False):
         self.writes.append(("create", resource.plural, body["metadata"]["name"]))
+        return self._keep(resource, body)
+
+    def _keep(self, resource, body):
+        stored = {**body, "metadata": {**body["metadata"], "uid": f"uid-{body['metadata']['name']}"}}
+        stored["metadata"]["resourceVersion"] = str(len(self.writes))
+        self.objects[(resource.plural, body["metadata"]["name"])] = stored
+        return stored
 
     async def delete(self, resource, namespace, name, uid=None, grace_period=None):
         self.writes.append(("delete", resource.plural, name))
-        return False
+        return self.objects.pop((resource.plural, name), None) is not None
 
     async def merge_patch(self, resource, namespace, name, patch, subresource=None):
         self.writes.append(("patch", resource.plural, name))
@@ -253,7 +267,7 @@ def test_a_step_decided_on_cached_data_is_decided_again_on_a_live_listing():
     kube_client = RecordingKube()
     reconciler, views = reconciler_with_two_views(kube_client)
     run_pass(reconciler, last=a.Steady())
-    assert not [w for w in kube_client.writes if w[0] == "create"], "a pod was created on cached data"
+    assert not [w for w in kube_client.writes if w[:2] == ("create", "pods")], "a pod was created on cached data"
     assert views.calls == ["cached", "live"]
     assert reconciler.redecided == 1 and reconciler.live_passes == 1
 
@@ -274,15 +288,48 @@ def test_child_services_are_applied_once_then_only_when_they_change_or_at_resync
     reconciler.observer = type(
         "Live", (), {"observe": lambda self, *args, **kw: asyncio.sleep(0, current(scenario([M(0), M(1), M(2)])))}
     )()
-    asyncio.run(reconciler.reconcile(BODY))  # the first pass is a resync
-    applied = [w for w in kube_client.writes if w[0] in ("apply", "delete")]
-    assert [w[1] for w in applied] == ["services", "services", "poddisruptionbudgets", "networkpolicies"]
+    children = ["services", "services", "poddisruptionbudgets"]
+    asyncio.run(reconciler.reconcile(BODY))  # the first pass is a resync: created (no NetworkPolicy to delete)
+    assert [w[1] for w in kube_client.writes if w[0] in ("create", "apply", "delete")] == children
     kube_client.writes.clear()
     asyncio.run(reconciler.reconcile(BODY))
-    assert not [w for w in kube_client.writes if w[0] in ("apply", "delete")]
+    assert not [w for w in kube_client.writes if w[0] in ("create", "apply", "delete")]
     reconciler.next_resync = 0.0
     asyncio.run(reconciler.reconcile(BODY))
-    assert len([w for w in kube_client.writes if w[0] in ("apply", "delete")]) == 4
+    assert [w[1] for w in kube_client.writes if w[0] in ("apply", "delete")] == children
+
+
+def test_a_child_name_held_by_a_foreign_object_is_left_alone_and_reported():
+    """cluster/ownership.py: the operator's Services are created, never applied over a
+    Service it did not create; the collision is reported from the next pass on."""
+    kube_client = RecordingKube()
+    theirs = {"metadata": {"name": f"{CLUSTER}-client", "uid": "theirs", "resourceVersion": "7"}, "spec": {"x": 1}}
+    kube_client.objects[("services", f"{CLUSTER}-client")] = theirs
+    reconciler, _ = reconciler_with_two_views(kube_client)
+    events: list[tuple[str, str, str]] = []
+    reconciler.post_event = lambda *event: events.append(event)
+    reconciler.observer = ClusterObserverStandIn()
+    asyncio.run(reconciler.reconcile(BODY))
+    assert ("services", f"{CLUSTER}-client") not in [w[1:] for w in kube_client.writes]
+    assert kube_client.objects[("services", f"{CLUSTER}-client")] is theirs
+    assert reconciler.services_applied is None  # tried again at the next pass
+    assert reconciler.observer.collisions == {
+        f"Service {CLUSTER}-client": f"it lacks the label etcd.operator.dev/cluster={CLUSTER} and a controller "
+        "owner reference to this EtcdCluster"
+    }
+    asyncio.run(reconciler.reconcile(BODY))  # the next pass reports it
+    assert kube_client.objects[("services", f"{CLUSTER}-client")] is theirs
+    warnings = [e for e in events if e[0] == "Warning"]
+    assert [(kind, reason) for kind, reason, _ in warnings] == [("Warning", "NameCollision")]
+    assert f"Service {CLUSTER}-client exists and is not this cluster's" in warnings[0][2]
+
+
+class ClusterObserverStandIn:
+    def __init__(self):
+        self.collisions: dict[str, str] = {}
+
+    async def observe(self, *args, **kw):
+        return dataclasses.replace(current(scenario([M(0), M(1), M(2)])), collisions=dict(self.collisions))
 
 
 # --- the watch stream's framing -------------------------------------------------------------
@@ -336,3 +383,17 @@ def test_only_a_pass_that_took_no_step_may_be_woken_early():
     for action, wakeable in ((a.Steady(), True), (a.Wait(), True), (a.RemoveMember(), False), (None, False)):
         reconciler.last_action = action
         assert reconciler.wakeable is wakeable
+
+
+def test_no_first_member_is_created_while_a_child_name_is_someone_elses():
+    from etcd_operator.core.cluster.decision import plan
+    from tests.unit.cluster_scenarios import NOW
+    from tests.unit.test_tls_plan import NEW, PLAIN_SPEC, new_cluster
+
+    fresh = new_cluster("http")
+    assert isinstance(plan(PLAIN_SPEC, NEW, fresh, NOW).action, a.BootstrapFirstMember)
+    held = dataclasses.replace(fresh, collisions={"Service c-client": "it lacks the label"})
+    decision = plan(PLAIN_SPEC, NEW, held, NOW)
+    assert isinstance(decision.action, a.Wait) and "Service c-client" in decision.action.reason
+    owned = next(c for c in decision.conditions if c.type == "ChildrenOwned")
+    assert (owned.status, owned.reason) == (False, "NameCollision")

@@ -63,16 +63,17 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 - apiGroups: [""]
   resources: [pods, persistentvolumeclaims]
   verbs: [get, list, watch, create, patch, delete]
-# Services, PDB and NetworkPolicy are written by server-side apply (create when absent, patch).
+# Services, PDB and NetworkPolicy: read first (get), created when absent, else patched by
+# server-side apply only when the operator's own (label and owner: core/cluster/ownership.py).
 - apiGroups: [""]
   resources: [services]
-  verbs: [list, create, patch]
+  verbs: [get, list, create, patch]
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
-  verbs: [list, create, patch]
+  verbs: [get, list, create, patch]
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]
-  verbs: [create, patch, delete]  # delete: spec.networkPolicy.enabled turned off
+  verbs: [get, create, patch, delete]  # delete: spec.networkPolicy.enabled turned off
 # S3 credentials and CA bundles named by EtcdBackup and EtcdRestore; the certificate
 # Secrets of TLS clusters (the Managed issuer creates and renews them with server-side apply).
 - apiGroups: [""]

@@ -61,8 +61,7 @@ async def issue_user_certificate(
 async def delete_user_certificate(
     ctx: StepContext, action: a.DeleteUserCertificate, spec: ClusterSpec, observed: Observed
 ) -> None:
-    ctx.fence()
-    await ctx.kube.delete(kube.SECRETS, ctx.namespace, certs.user_secret_name(ctx.cluster, action.user))
+    await ctx.delete(kube.SECRETS, "Secret", certs.user_secret_name(ctx.cluster, action.user))  # only its own
     ctx.post_event("Normal", "UserCertificateDeleted", action.reason)
 
 

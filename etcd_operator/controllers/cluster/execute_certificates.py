@@ -9,9 +9,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from etcd_operator.clients.kube import client as kube
-from etcd_operator.controllers.cluster.execute_context import NotYet, StepContext
+from etcd_operator.controllers.cluster.execute_context import NameCollision, NotYet, StepContext
 from etcd_operator.controllers.cluster.tls_observer import read_secret, secret_bytes
-from etcd_operator.core.cluster import certs, naming, pki
+from etcd_operator.core.cluster import certs, naming, ownership, pki
 from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.observed import Observed
 from etcd_operator.core.cluster.spec import ClusterSpec
@@ -57,9 +57,10 @@ async def write_secret(
     create: bool = False,
     labels: Mapping[str, str] | None = None,
 ) -> dict[str, bytes]:
-    """Applies a certificate Secret, or with `create` creates it: a Secret this pass saw
-    absent is never written over, and one that appeared since ends the step (NotYet; the
-    next pass looks again). Returns the data as stored."""
+    """Writes a certificate Secret the operator owns (StepContext.apply: one that is not its
+    own is never written, NameCollision). With `create`, it is only created: a Secret this
+    pass saw absent is never written over, and one that appeared since ends the step (NotYet;
+    the next pass looks at it). Returns the data as stored."""
     secret = ctx.owned(
         {
             "apiVersion": "v1",
@@ -73,13 +74,18 @@ async def write_secret(
             "data": {k: base64.b64encode(v).decode() for k, v in data.items()},
         }
     )
-    ctx.fence()
+    written: dict | None
     if not create:
-        written = await ctx.kube.apply(kube.SECRETS, ctx.namespace, secret)
+        written = await ctx.apply(kube.SECRETS, secret)
     else:
+        ctx.fence()
         try:
             written = await ctx.kube.create(kube.SECRETS, ctx.namespace, secret)
         except kube.Conflict:
+            found = await ctx.kube.get(kube.SECRETS, ctx.namespace, name)
+            why = found and ownership.foreign_reason(found["metadata"], ctx.cluster, ctx.token)
+            if why:
+                raise NameCollision("Secret", name, why) from None
             raise NotYet(f"Secret {name} appeared after this pass looked; the next pass reads it") from None
     if (data_written := secret_bytes(written)) is None:
         raise NotYet(f"Secret {name}: its namespace is gone")

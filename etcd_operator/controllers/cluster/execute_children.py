@@ -9,8 +9,8 @@ import json
 import logging
 
 from etcd_operator.clients.kube import client as kube
-from etcd_operator.controllers.cluster.execute_context import StepContext
-from etcd_operator.core.cluster import builders, network_policy
+from etcd_operator.controllers.cluster.execute_context import NameCollision, NotYet, StepContext
+from etcd_operator.core.cluster import builders, network_policy, ownership
 from etcd_operator.core.cluster.health import Health
 from etcd_operator.core.cluster.observed import Observed
 from etcd_operator.core.cluster.spec import ClusterSpec
@@ -42,10 +42,12 @@ async def disown_member_pvcs(ctx: StepContext, observed: Observed) -> None:
 
 async def ensure_services(
     ctx: StepContext, spec: ClusterSpec, health: Health, applied: str | None = None, force: bool = True
-) -> str:
+) -> tuple[str | None, dict[str, str]]:
     """Applies the Services, the PDB and the NetworkPolicy (or deletes the policy when it is
     off), unless `force` is off and their manifests hash to `applied`, what this reconciler
-    last applied in full. Returns the hash of what is now in place."""
+    last applied in full. A child whose name an object that is not the operator's holds is
+    left alone (cluster/ownership.py). Returns the hash of what is now in place (None when a
+    child was left alone: the next pass tries again) and the collisions ("Kind name" -> why)."""
     voters = len(health.voters) or None
     manifests = [
         (kube.SERVICES, ctx.owned(builders.peer_service(ctx.cluster, ctx.namespace))),
@@ -65,9 +67,21 @@ async def ensure_services(
         json.dumps([(r.plural, m) for r, m in manifests], sort_keys=True, default=str).encode()
     ).hexdigest()
     if digest == applied and not force:
-        return digest
+        return digest, {}
+    collisions, complete = {}, True
     for resource, manifest in manifests:
-        await ctx.apply(resource, manifest)
+        try:
+            await ctx.apply(resource, manifest)
+        except NameCollision as e:
+            collisions[e.ref] = e.why
+        except NotYet as e:
+            complete = False  # changed or gone under the write: the next pass applies again
+            logger.info("%s/%s: %s", ctx.namespace, ctx.cluster, e)
     if not policy_on:
-        await ctx.kube.delete(kube.NETWORK_POLICIES, ctx.namespace, network_policy.policy_name(ctx.cluster))
-    return digest
+        try:
+            await ctx.delete(kube.NETWORK_POLICIES, "NetworkPolicy", network_policy.policy_name(ctx.cluster))
+        except NameCollision as e:
+            collisions[e.ref] = e.why
+    for ref, why in sorted(collisions.items()):
+        logger.warning("%s/%s: %s", ctx.namespace, ctx.cluster, ownership.describe(ref, why))
+    return (digest if complete and not collisions else None), collisions

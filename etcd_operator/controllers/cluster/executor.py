@@ -27,7 +27,7 @@ from etcd_operator.controllers.cluster import execute_membership as membership
 from etcd_operator.controllers.cluster import execute_quorum_recovery as quorum_recovery
 from etcd_operator.controllers.cluster import execute_space as space
 from etcd_operator.controllers.cluster import execute_versions as versions
-from etcd_operator.controllers.cluster.execute_context import Handler, NotYet, PodRefused, StepContext
+from etcd_operator.controllers.cluster.execute_context import Handler, NameCollision, NotYet, PodRefused, StepContext
 from etcd_operator.core.cluster import pacing
 from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.health import Health
@@ -186,8 +186,8 @@ class ClusterExecutor:
         outcome: Outcome
         try:
             outcome = await handler(self.context, action, spec, observed) or Outcome(True)
-        except NotYet as e:
-            outcome = Outcome(False, str(e))
+        except (NotYet, NameCollision) as e:
+            outcome = Outcome(False, str(e))  # a collision: the next pass reads it (cluster/ownership.py)
         except PodRefused as e:
             # Not an error of the pass: status says what is refused, and the planner waits.
             outcome = MemberPodOutcome(False, str(e), admission=e.answer)
@@ -204,5 +204,5 @@ class ClusterExecutor:
 
     async def ensure_services(
         self, spec: ClusterSpec, health: Health, applied: str | None = None, force: bool = True
-    ) -> str:
+    ) -> tuple[str | None, dict[str, str]]:
         return await children.ensure_services(self.context, spec, health, applied, force)

@@ -228,9 +228,11 @@ class ClusterObserver:
         secrets: TLSSecrets | None = None,
         clock: Callable[[], float] = time.monotonic,
         cluster_domain: str = naming.DEFAULT_CLUSTER_DOMAIN,
+        adoption_cross_namespace: bool = False,
     ):
         self.kube = kube_client
         self.cluster_domain = cluster_domain
+        self.adoption_cross_namespace = adoption_cross_namespace  # ADOPTION_ALLOW_CROSS_NAMESPACE
         self.etcd_clients = etcd_clients
         self.storage_classes = storage_classes or StorageClassExpansion(kube_client, ttl=0.0)
         self.secrets = secrets or TLSSecrets()
@@ -240,6 +242,9 @@ class ClusterObserver:
         self.sightings = Sightings()
         # The API server's answers for member pods (dry runs, refused creates), on `clock`.
         self.admissions: admission.Memory = {}
+        # Children other than the certificate Secrets that the last write found held by an
+        # object that is not the operator's ("Kind name" -> why; cluster/ownership.py).
+        self.collisions: dict[str, str] = {}
 
     def remember(self, answer: PodAdmission) -> None:
         self.admissions = admission.remember(self.admissions, answer, self.clock())
@@ -277,8 +282,8 @@ class ClusterObserver:
         await self.etcd_clients.use_tls(credentials)
         spec = ClusterSpec.from_dict(body.get("spec") or {})
         # While adopting: the foreign members' endpoints too (cluster/adoption.py).
-        adopted = adoption.dial_endpoints(spec, status)
-        etcd = await self.observe_etcd(pods, status.recorded_cluster_id, adopted)
+        adopted = adoption.dial_endpoints(spec, status, namespace, self.adoption_cross_namespace)
+        etcd = await self.observe_etcd(pods, adoption.expected_cluster_id(spec, status), adopted)
         auth_view = await observe_auth(
             self.kube,
             self.etcd_clients,
@@ -311,7 +316,9 @@ class ClusterObserver:
             ),
             defrag_requested=(meta.get("annotations") or {}).get(naming.ANNOTATION_DEFRAGMENT) or None,
             cluster_domain=self.cluster_domain,
+            adoption_cross_namespace=self.adoption_cross_namespace,
             auth=auth_view,
+            collisions=dict(self.collisions),
         )
         if tls.rotation is not None:
             observed = dataclasses.replace(

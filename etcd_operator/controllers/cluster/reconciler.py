@@ -16,7 +16,7 @@ from etcd_operator.controllers.cluster.executor import BeingDeleted, ClusterExec
 from etcd_operator.controllers.cluster.metrics_watcher import MemberMetricsWatcher
 from etcd_operator.controllers.cluster.observer import ClusterObserver, StorageClassExpansion
 from etcd_operator.core import conditions as c
-from etcd_operator.core.cluster import anomaly_detection, auth, hibernation, tls_plan
+from etcd_operator.core.cluster import anomaly_detection, auth, hibernation, ownership, tls_plan
 from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.decision import plan
 from etcd_operator.core.cluster.health import HealthState
@@ -58,6 +58,7 @@ class ClusterReconciler:
         held_by: Callable[[], str | None] = lambda: None,
         operator_image: str = DEFAULT_OPERATOR_IMAGE,
         cluster_domain: str = DEFAULT_CLUSTER_DOMAIN,
+        adoption_cross_namespace: bool = False,
     ):
         """`cached_children`: the operator's pod and PVC caches (None: every pass lists live).
         `being_deleted` reads the live object's deletionTimestamp: once it is set, no pass
@@ -69,7 +70,13 @@ class ClusterReconciler:
         self.operator_image = operator_image
         self.etcd_clients = etcd_clients
         self.post_event = post_event
-        self.observer = ClusterObserver(kube_client, etcd_clients, storage_classes, cluster_domain=cluster_domain)
+        self.observer = ClusterObserver(
+            kube_client,
+            etcd_clients,
+            storage_classes,
+            cluster_domain=cluster_domain,
+            adoption_cross_namespace=adoption_cross_namespace,
+        )
         self.member_metrics = MemberMetricsWatcher()
         self.cached_children = cached_children
         self.steady_poll = steady_poll
@@ -190,7 +197,11 @@ class ClusterReconciler:
         if not spec.paused:
             # Applied when what they should be changed, and at every resync.
             applied, self.services_applied = self.services_applied, None  # unknown until the apply completes
-            self.services_applied = await executor.ensure_services(acting_spec, health, applied=applied, force=resync)
+            self.services_applied, collisions = await executor.ensure_services(
+                acting_spec, health, applied=applied, force=resync
+            )
+            if self.services_applied is not None or collisions:
+                self.observer.collisions = collisions  # reported from the next pass on (cluster/ownership.py)
         if not isinstance(action, (a.Steady, a.Wait)):
             logger.info("%s/%s: %s (%s)", meta["namespace"], meta["name"], action.kind, action.reason)
         outcome = await executor.run(action, acting_spec, observed)
@@ -260,6 +271,7 @@ class ClusterReconciler:
             "AnnotationsAccepted": (by_type["AnnotationsAccepted"], False),
             "OddSize": (by_type["OddSize"], False),
             "PodSpecAccepted": (by_type["PodSpecAccepted"], False),
+            ownership.CONDITION: (by_type[ownership.CONDITION], False),
         }
         for name, (condition, bad_status) in warnings.items():
             before = c.find(previous.get("conditions"), name)

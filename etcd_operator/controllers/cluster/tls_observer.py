@@ -13,7 +13,7 @@ from typing import Any
 
 from etcd_operator.clients.etcd.client import ClientTLS
 from etcd_operator.clients.kube import client as kube
-from etcd_operator.core.cluster import naming, pki
+from etcd_operator.core.cluster import naming, ownership, pki
 from etcd_operator.core.cluster.certs import (
     CA_KEY,
     CERT_KEY,
@@ -27,7 +27,7 @@ from etcd_operator.core.cluster.certs import (
     kinds_to_observe,
     secret_name,
 )
-from etcd_operator.core.cluster.spec import ClusterSpec
+from etcd_operator.core.cluster.spec import ISSUER_MANAGED, ClusterSpec
 
 HTTPS = "https"
 
@@ -73,13 +73,14 @@ class TLSSecrets:
     a rotation in progress or requested is always read live."""
 
     def __init__(self) -> None:
-        self._last: tuple[tuple, dict, Any, ClientTLS | None] | None = None  # (names, views, next CA, credentials)
+        # (names, views, next CA, credentials, foreign Secrets)
+        self._last: tuple[tuple, dict, Any, ClientTLS | None, dict[str, str]] | None = None
 
     async def observe(
         self, kube_client: kube.KubeClient, body: Mapping[str, Any], live: bool = True
     ) -> tuple[TLSView, ClientTLS | None]:
         meta, status = body["metadata"], body.get("status") or {}
-        cluster, namespace = meta["name"], meta["namespace"]
+        cluster = meta["name"]
         spec = ClusterSpec.from_dict(body.get("spec") or {})
         transport = recorded_transport(body)
         wanted = transport == HTTPS or (transport is None and spec.tls.enabled and not status.get("clusterID"))
@@ -102,10 +103,10 @@ class TLSSecrets:
         reusable = not live and rotation is None and not requested
         cached = self._last if reusable and self._last is not None and self._last[0] == names else None
         if cached is not None:
-            _, views, next_ca, credentials = cached
+            _, views, next_ca, credentials, foreign = cached
         else:
-            views, next_ca, credentials = await self._read(kube_client, cluster, namespace, spec, kinds, transport)
-            self._last = (names, views, next_ca, credentials)
+            views, next_ca, credentials, foreign = await self._read(kube_client, body, spec, kinds, transport)
+            self._last = (names, views, next_ca, credentials, foreign)
         return TLSView(
             transport=transport,
             certs=dict(views),
@@ -113,20 +114,32 @@ class TLSSecrets:
             rotation=rotation,
             requested=requested,
             rotated=dict(tls_status.get("rotated") or {}),
+            foreign=dict(foreign),
         ), credentials
 
     @staticmethod
     async def _read(
         kube_client: kube.KubeClient,
-        cluster: str,
-        namespace: str,
+        body: Mapping[str, Any],
         spec: ClusterSpec,
         kinds: tuple[CertKind, ...],
         transport: str | None,
     ):
-        secrets = await asyncio.gather(
-            *(read_secret(kube_client, namespace, secret_name(spec, cluster, k)) for k in kinds)
+        meta = body["metadata"]
+        cluster, namespace = meta["name"], meta["namespace"]
+        raw = await asyncio.gather(
+            *(kube_client.get(kube.SECRETS, namespace, secret_name(spec, cluster, k)) for k in kinds)
         )
+        # The Managed issuer's Secrets are the operator's to write: one that is not its own is
+        # reported, never written, and nothing is taken from it (cluster/ownership.py).
+        # Provided Secrets (spec.tls.issuer: Secrets) are the user's, only read.
+        foreign = {}
+        if spec.tls.issuer == ISSUER_MANAGED:
+            for secret in raw:
+                why = None if secret is None else ownership.foreign_reason(secret["metadata"], cluster, meta["uid"])
+                if secret is not None and why:
+                    foreign[secret["metadata"]["name"]] = why
+        secrets = [None if r is not None and r["metadata"]["name"] in foreign else secret_bytes(r) for r in raw]
         views: dict[CertKind, CertView | None] = {}
         for kind, data in zip(kinds, secrets, strict=True):
             views[kind] = None if data is None else await asyncio.to_thread(pki.describe, data)
@@ -134,7 +147,7 @@ class TLSSecrets:
         credentials = client_tls(cluster, namespace, by_kind.get(CertKind.OPERATOR)) if transport == HTTPS else None
         ca_data = by_kind.get(CertKind.CA)
         next_ca = await asyncio.to_thread(pki.describe_next_ca, ca_data) if ca_data else None
-        return views, next_ca, credentials
+        return views, next_ca, credentials, foreign
 
 
 async def served_certificates(

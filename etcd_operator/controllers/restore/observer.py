@@ -12,7 +12,7 @@ from etcd_operator.clients.storage.credentials import missing_secrets
 from etcd_operator.controllers.restore.point_in_time import list_catalogue
 from etcd_operator.core import conditions as c
 from etcd_operator.core.backup.keyring import decryption_secret
-from etcd_operator.core.cluster import naming
+from etcd_operator.core.cluster import certs, naming
 from etcd_operator.core.cluster.spec import ClusterSpec
 from etcd_operator.core.restore import builders, replay_pod
 from etcd_operator.core.restore.observed import (
@@ -157,7 +157,7 @@ class RestoreObserver:
             pvcs = tuple(object_state("PersistentVolumeClaim", p) for p in pvcs_raw)
             preserved = tuple(object_state("PersistentVolumeClaim", p) for p in preserved_raw)
         elif not spec.in_place:
-            around = await self._namespace_objects(namespace)
+            around = await self._namespace_objects(namespace) + await self._secrets(namespace, spec)
             if status.phase in BEFORE_RESTORING:
                 problem = await self._dry_run(name, namespace, spec)
         seed_pvcs: tuple[ObjectState, ...] = ()
@@ -240,6 +240,17 @@ class RestoreObserver:
     async def _namespace_objects(self, namespace: str) -> tuple[ObjectState, ...]:
         listed = await asyncio.gather(*(self.kube.list(resource, namespace) for resource, _ in KINDS))
         return tuple(object_state(kind, obj) for (_, kind), objs in zip(KINDS, listed, strict=True) for obj in objs)
+
+    async def _secrets(self, namespace: str, spec: RestoreSpec) -> tuple[ObjectState, ...]:
+        """The Secrets of the names the new cluster would create that exist already (read one
+        by one: no other Secret of the namespace is listed or read)."""
+        stored = {"tls": {}, **spec.new_cluster_spec}  # as the API server stores it: spec.tls defaults to {} (on)
+        try:
+            names = certs.created_secret_names(ClusterSpec.from_dict(stored), spec.target)
+        except (TypeError, ValueError, KeyError):
+            return ()  # an unreadable spec fails the restore on its own (InvalidClusterSpec)
+        found = await asyncio.gather(*(self.kube.get(kube.SECRETS, namespace, n) for n in names))
+        return tuple(object_state("Secret", s) for s in found if s is not None)
 
     async def _dry_run(self, restore: str, namespace: str, spec: RestoreSpec) -> str | None:
         manifest = builders.new_cluster(restore, namespace, spec.target, spec.new_cluster_spec, restore_uid="dry-run")

@@ -5,8 +5,12 @@ every step of the cluster planner: the ordinary planner would take the foreign m
 for its own broken ones and replace them.
 
 Invariants, covered by tests/unit/test_adoption.py:
-- nothing is added before the foreign cluster's ID is recorded in status.adoption; an
-  answer with another ID (observed.etcd.foreign) or a changed ID stops everything;
+- nothing is sent to an endpoint naming another namespace's Service or pod (`….<ns>.svc`,
+  `<service>.<ns>`) unless the operator's install allows it (ADOPTION_ALLOW_CROSS_NAMESPACE),
+  nor to any endpoint while spec.adoption.clusterID is unset: those endpoints are not dialled;
+- nothing is added before the foreign cluster's ID is recorded in status.adoption, and only
+  the ID spec.adoption.clusterID names is recorded: an answer with another ID
+  (observed.etcd.foreign) or a changed ID stops everything (ClusterIDMismatch);
 - nothing changes unless every foreign member answers with the same leader, no alarm is
   raised, and the members run the minor of spec.version;
 - own members join one at a time as learners into the foreign cluster, and are promoted
@@ -43,11 +47,83 @@ def owns(spec: ClusterSpec, status: ClusterStatus) -> bool:
     return spec.adoption is not None
 
 
-def dial_endpoints(spec: ClusterSpec, status: ClusterStatus) -> tuple[str, ...]:
-    """The foreign endpoints the observer asks too, while the adoption is under way."""
-    if spec.adoption is None or not owns(spec, status):
+def dial_endpoints(
+    spec: ClusterSpec, status: ClusterStatus, namespace: str, cross_namespace_allowed: bool = False
+) -> tuple[str, ...]:
+    """The foreign endpoints the observer asks too, while the adoption is under way: none
+    while the spec names no cluster ID or an endpoint of another namespace it may not."""
+    if spec.adoption is None or not owns(spec, status) or spec.adoption.cluster_id is None:
+        return ()
+    if endpoint_problem(spec, namespace, cross_namespace_allowed):
         return ()
     return spec.adoption.dial_endpoints
+
+
+def expected_cluster_id(spec: ClusterSpec, status: ClusterStatus) -> int | None:
+    """The cluster ID every answer must carry (others are foreign, identity.split_foreign):
+    the one status recorded, or before that, while adopting, spec.adoption.clusterID."""
+    if status.recorded_cluster_id is not None:
+        return status.recorded_cluster_id
+    return spec.adoption.cluster_id if spec.adoption is not None and owns(spec, status) else None
+
+
+def endpoint_namespace(endpoint: str) -> str | None:
+    """The namespace a Kubernetes DNS name of `endpoint` (host:port) points into: a Service's
+    or pod's `….<ns>.svc[.<domain>]`, or the short `<service>.<ns>` that the DNS search path
+    expands into `<service>.<ns>.svc.<domain>`. None for an IP address or another name."""
+    host = endpoint.rsplit(":", 1)[0] if not endpoint.startswith("[") else ""
+    labels = host.rstrip(".").lower().split(".")
+    if "svc" in labels[2:]:
+        return labels[labels.index("svc", 2) - 1]
+    if len(labels) == 2 and not all(label.isdigit() for label in labels) and all(labels):
+        return labels[1]
+    return None
+
+
+def endpoint_problem(spec: ClusterSpec, namespace: str, cross_namespace_allowed: bool) -> tuple[str, str] | None:
+    """(reason, message) when an endpoint names a Service or pod of another namespace and the
+    operator's install does not allow adopting across namespaces."""
+    if spec.adoption is None or cross_namespace_allowed:
+        return None
+    elsewhere = [
+        f"{e} (namespace {ns})"
+        for e in spec.adoption.dial_endpoints
+        if (ns := endpoint_namespace(e)) not in (None, namespace)
+    ]
+    if not elsewhere:
+        return None
+    return (
+        "CrossNamespaceEndpoint",
+        f"spec.adoption.endpoints name another namespace than {namespace}: {', '.join(elsewhere)}. This operator "
+        f"does not adopt across namespaces (its setting ADOPTION_ALLOW_CROSS_NAMESPACE is off); nothing is sent "
+        f"to them. Create the EtcdCluster in that namespace, or name the members by address",
+    )
+
+
+def pin_problem(spec: ClusterSpec, status: ClusterStatus, observed: Observed) -> tuple[str, str] | None:
+    """(reason, message) unless the answering cluster is the one spec.adoption.clusterID names."""
+    pinned = spec.adoption.cluster_id if spec.adoption is not None else None
+    if pinned is None:
+        return (
+            "ClusterIDRequired",
+            "spec.adoption.clusterID is not set (or is not hex): the ID of the cluster to adopt, in hex as "
+            "`etcdctl member list -w json --hex` prints it (header.cluster_id), is required; nothing is sent to "
+            "the endpoints",
+        )
+    record = status.adoption
+    seen = {cid for cid in observed.etcd.foreign.values() if cid != pinned}
+    if observed.etcd.cluster_id is not None and observed.etcd.cluster_id != pinned:
+        seen.add(observed.etcd.cluster_id)
+    if record is not None and record.cluster_id != pinned:
+        seen.add(record.cluster_id)
+    if seen:
+        ids = ", ".join(f"{cid:x}" for cid in sorted(seen))
+        return (
+            "ClusterIDMismatch",
+            f"the endpoints answer for cluster {ids}, not for spec.adoption.clusterID {pinned:x}: nothing is added "
+            f"to or removed from it",
+        )
+    return None
 
 
 def is_own(observed: Observed, member: Member) -> bool:
@@ -65,8 +141,14 @@ def _label(member: Member) -> str:
     return member.name or member.hex_id
 
 
-def _foreign_problem(spec: ClusterSpec, observed: Observed, health: Health) -> tuple[str, str] | None:
+def _foreign_problem(
+    spec: ClusterSpec, status: ClusterStatus, observed: Observed, health: Health
+) -> tuple[str, str] | None:
     """(reason, message) when the cluster is not fit for the next membership change."""
+    refused = endpoint_problem(spec, observed.namespace, observed.adoption_cross_namespace)
+    refused = refused or pin_problem(spec, status, observed)
+    if refused:
+        return refused
     etcd = observed.etcd
     if etcd.foreign:
         ids = ", ".join(f"{e} ({cid:x})" for e, cid in sorted(etcd.foreign.items()))
@@ -103,7 +185,7 @@ def next_step(spec: ClusterSpec, status: ClusterStatus, observed: Observed, heal
             "foreign members are never treated as this cluster's own"
         )
     record = status.adoption
-    problem = _foreign_problem(spec, observed, health)
+    problem = _foreign_problem(spec, status, observed, health)
     if problem:
         return a.Wait(f"{STOPPED}: {problem[1]}")
     cluster_id = observed.etcd.cluster_id
@@ -214,7 +296,7 @@ def condition(
         return c.Condition(CONDITION, True, "ForeignMembersRemoved", "no foreign member is left")
     reason = "Adopting"
     if isinstance(action, a.Wait) and action.reason.startswith(STOPPED):
-        problem = _foreign_problem(spec, observed, health)
+        problem = _foreign_problem(spec, status, observed, health)
         reason = problem[0] if problem else "AdoptionStopped"
     elif isinstance(action, a.Steady):
         reason = "ForeignMembersKept"

@@ -111,6 +111,19 @@ def user_secret_name(cluster: str, user: str) -> str:
     return f"{cluster}-user-{user}"
 
 
+def created_secret_names(spec: ClusterSpec, cluster: str) -> tuple[str, ...]:
+    """The Secrets the operator creates for a cluster of this spec: the Managed issuer's
+    certificates, and the client certificate of each spec.auth user that asks for one
+    (a restore into a new cluster checks that none exists, core/restore/planner.py)."""
+    if not spec.tls.enabled or spec.tls.issuer != ISSUER_MANAGED:
+        return ()
+    users = [u.name for u in spec.auth.users if u.certificate] if spec.auth.declared else []
+    return (
+        *(secret_name(spec, cluster, k) for k in (CertKind.CA, *LEAVES)),
+        *(user_secret_name(cluster, u) for u in users),
+    )
+
+
 def user_request(spec: ClusterSpec, user: str) -> CertRequest:
     return CertRequest(CertKind.CLIENT, user, client_auth=True, lifetime=spec.tls.certificate_lifetime)
 
@@ -176,6 +189,9 @@ class TLSView:
     requested: dict[str, str] = dataclasses.field(default_factory=dict)  # kind -> annotation value
     rotated: dict[str, str] = dataclasses.field(default_factory=dict)  # kind -> last request completed
     served: dict[str, str] | None = None  # member -> fingerprint it serves (observed during rotations)
+    # Certificate Secrets the operator would write that exist and are not its own (Secret
+    # name -> why; cluster/ownership.py): read, never written over.
+    foreign: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def cert(self, kind: CertKind) -> CertView | None:
         return self.certs.get(kind)

@@ -10,7 +10,7 @@ from typing import Any
 
 from etcd_operator.core import conditions as c
 from etcd_operator.core import versions
-from etcd_operator.core.cluster import admission, auth, builders, downgrade, learners, roll, space, tls_plan
+from etcd_operator.core.cluster import admission, auth, builders, downgrade, learners, ownership, roll, space, tls_plan
 from etcd_operator.core.cluster import adoption as adopting
 from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.certs import CertKind
@@ -171,6 +171,7 @@ def plan(
     conditions += space.space_conditions(acting, status, observed, health, action)
     conditions.append(learners.condition(status.learner_joins, observed, health, action))
     conditions.append(admission.condition(observed, desired_hash))
+    conditions.append(ownership.condition(observed))
     adopted = adopting.condition(spec, status, observed, health, action)
     if adopted is not None:
         conditions.append(adopted)

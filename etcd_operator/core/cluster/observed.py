@@ -205,9 +205,15 @@ class Observed:
     # The API server's latest answers for member pods, by member (cluster/admission.py).
     pod_admissions: Mapping[str, PodAdmission] = dataclasses.field(default_factory=dict)
     cluster_domain: str = DEFAULT_CLUSTER_DOMAIN  # the operator's CLUSTER_DOMAIN (member certificate names)
+    # The operator's ADOPTION_ALLOW_CROSS_NAMESPACE: spec.adoption may name another namespace's members.
+    adoption_cross_namespace: bool = False
     # While status.hibernation is Snapshotting: the EtcdBackups that take a snapshot first
     # (None: not read), and seconds this process has seen the cluster waiting for them, on
     # its monotonic clock (cluster/timers.py).
     snapshot_backups: tuple[BackupSnapshot, ...] | None = None
     snapshot_wait_for: float | None = None
     auth: AuthView = dataclasses.field(default_factory=AuthView)
+    # Children other than the certificate Secrets whose name an object that is not the
+    # operator's holds ("Service c-client" -> why), as their last write found them
+    # (cluster/ownership.py); the certificate Secrets' are in tls.foreign.
+    collisions: Mapping[str, str] = dataclasses.field(default_factory=dict)

@@ -17,6 +17,8 @@ Invariants, each covered by tests/unit/test_cluster_planner.py and the fault sim
   recent acceptance of its new pod (a dry run; cluster/admission.py);
 - while a foreign cluster is being adopted (spec.adoption, status.adoption), cluster/adoption.py
   plans every step: no foreign member is replaced or removed as if it were the operator's own;
+- no first member is created while an object of one of the cluster's child names is not the
+  operator's (cluster/ownership.py): its Services would be someone else's;
 - while the cluster is asleep, going to sleep or waking (spec.hibernation, status.hibernation),
   cluster/hibernation.py plans every step: nothing is replaced, removed, added, rolled,
   recovered or downgraded for members stopped on purpose.
@@ -24,7 +26,18 @@ Invariants, each covered by tests/unit/test_cluster_planner.py and the fault sim
 
 from __future__ import annotations
 
-from etcd_operator.core.cluster import admission, auth, downgrade, hibernation, learners, naming, roll, space, tls_plan
+from etcd_operator.core.cluster import (
+    admission,
+    auth,
+    downgrade,
+    hibernation,
+    learners,
+    naming,
+    ownership,
+    roll,
+    space,
+    tls_plan,
+)
 from etcd_operator.core.cluster import adoption as adopting
 from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.health import (
@@ -140,6 +153,9 @@ def _next_step(
         return adopting.next_step(spec, status, observed, health)  # foreign members are never "ours"
     if health.state == HealthState.QUORUM_LOST and not observed.pods and not observed.pvcs:
         return a.Wait(health.message)
+    if health.state == HealthState.BOOTSTRAPPING and ownership.collisions(observed):
+        held = ", ".join(sorted(ownership.collisions(observed)))
+        return a.Wait(f"the first member is not created while objects of the cluster's names are not its own: {held}")
     if health.state == HealthState.BOOTSTRAPPING:
         return a.BootstrapFirstMember(
             "creating the first member", naming.member_name(observed.cluster, next_ordinal(observed))

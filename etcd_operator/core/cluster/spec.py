@@ -53,6 +53,9 @@ class Adoption:
 
     endpoints: tuple[str, ...]  # the foreign members' client URLs, as the user wrote them
     remove_foreign_members: bool = False
+    # spec.adoption.clusterID: the ID the cluster behind the endpoints must answer with (hex,
+    # as etcdctl prints it); None when unset or not hex (the CRD requires it: older objects).
+    cluster_id: int | None = None
 
     @property
     def dial_endpoints(self) -> tuple[str, ...]:
@@ -63,7 +66,18 @@ class Adoption:
     def from_dict(cls, adoption: Mapping[str, Any] | None) -> Adoption | None:
         if not adoption:
             return None
-        return cls(tuple(adoption.get("endpoints") or ()), bool(adoption.get("removeForeignMembers", False)))
+        return cls(
+            tuple(adoption.get("endpoints") or ()),
+            bool(adoption.get("removeForeignMembers", False)),
+            _hex_id(adoption.get("clusterID")),
+        )
+
+
+def _hex_id(text: Any) -> int | None:
+    try:
+        return int(str(text), 16) if text else None
+    except ValueError:
+        return None
 
 
 @dataclasses.dataclass(frozen=True)

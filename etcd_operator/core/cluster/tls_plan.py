@@ -8,6 +8,8 @@ Invariants (tests/unit/test_tls_plan.py):
   never mistaken for one that predates it (nor the other way round), restores included;
 - a CA that running members trust is never replaced by a new one: a missing or unreadable
   CA Secret while members exist is a wait, not an issue;
+- a certificate Secret of the operator's name that is not its own (cluster/ownership.py) is
+  never written, adopted or read for a certificate: nothing is issued while one exists;
 - leaves are issued only from the CA in the CA Secret, and renewed once
   spec.tls.renewAtFraction of their lifetime has passed;
 - before any member runs, one step issues every certificate the passes would otherwise
@@ -20,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from etcd_operator.core.cluster import builders
+from etcd_operator.core.cluster import builders, ownership
 from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.certs import (
     LEAVES,
@@ -152,6 +154,9 @@ def _one_step(spec: ClusterSpec, status: ClusterStatus, observed: Observed, now:
         return None
     if spec.tls.issuer != ISSUER_MANAGED:
         return _wait_for_provided_secrets(spec, observed)
+    if observed.tls.foreign:
+        name, why = min(observed.tls.foreign.items())
+        return a.Wait(f"{ownership.describe(f'Secret {name}', why)}; no certificate is issued or renewed until then")
     ca = observed.tls.cert(CertKind.CA)
     if ca is None or ca.problem or not ca.is_ca:
         name = secret_name(spec, observed.cluster, CertKind.CA)

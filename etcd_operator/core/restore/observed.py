@@ -78,7 +78,7 @@ def records_text(records: tuple[RestoreRecord, ...]) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class ObjectState:
-    kind: str  # Pod, PersistentVolumeClaim, Service, PodDisruptionBudget
+    kind: str  # Pod, PersistentVolumeClaim, Service, PodDisruptionBudget, Secret
     name: str
     uid: str
     deleting: bool = False
@@ -213,7 +213,8 @@ class Observed:
     pvcs: tuple[ObjectState, ...] = ()  # PVCs carrying the target's labels
     # PVCs a restore set aside from the target (label preserved-from-cluster): their names stay taken
     preserved_pvcs: tuple[ObjectState, ...] = ()
-    # target absent: the namespace's pods, PVCs, Services and PDBs (what a new cluster could take over)
+    # target absent: the namespace's pods, PVCs, Services and PDBs (what a new cluster could take over),
+    # and the Secrets of the names the new cluster would create
     namespace_objects: tuple[ObjectState, ...] = ()
     seed_pvcs: tuple[ObjectState, ...] = ()  # the PVCs of status.seedMembers that exist
     seed_pods: tuple[ObjectState, ...] = ()  # pods carrying this restore's label

@@ -197,7 +197,10 @@ def in_place_revision_check(spec: RestoreSpec, status: RestoreStatus, observed: 
 
 def belongs_to(cluster: str, obj: ObjectState, labels: dict[str, str]) -> bool:
     """Whether an object would be taken over by an EtcdCluster of this name: it carries its
-    labels, or has the name of one of its members' pods or PVCs, Services or PDB."""
+    labels, or has the name of one of its members' pods or PVCs, Services or PDB, or of a
+    Secret it creates (the observer reads Secrets by those names only)."""
+    if obj.kind == "Secret":
+        return True
     if labels.get(naming.LABEL_CLUSTER) == cluster or labels.get(builders.LABEL_PRESERVED_FROM) == cluster:
         return True
     if labels.get("app.kubernetes.io/name") == "etcd" and labels.get("app.kubernetes.io/instance") == cluster:
@@ -216,6 +219,27 @@ def belongs_to(cluster: str, obj: ObjectState, labels: dict[str, str]) -> bool:
 
 def existing_objects(cluster: str, observed: Observed) -> list[str]:
     return sorted(o.ref for o in observed.namespace_objects if belongs_to(cluster, o, dict(o.labels)))
+
+
+def _names_taken(target: str, observed: Observed, advice: str) -> s.Fail | None:
+    """Objects of the names a new cluster takes: data-bearing children (TargetDataExists), or
+    only Secrets of the names it creates (SecretNameTaken: the operator never writes over a
+    Secret it did not create, cluster/ownership.py)."""
+    existing = existing_objects(target, observed)
+    secrets = [o for o in existing if o.startswith("Secret ")]
+    if len(secrets) < len(existing):
+        return s.Fail(
+            f"objects of a cluster named {target} already exist: {', '.join(existing)}. {advice}",
+            code="TargetDataExists",
+        )
+    if secrets:
+        return s.Fail(
+            f"a cluster named {target} creates Secrets of these names, and they exist already: "
+            f"{', '.join(secrets)}. The operator never writes over a Secret it did not create, and a restore "
+            f"creates nothing beside one. Choose another name, or delete or rename them",
+            code="SecretNameTaken",
+        )
+    return None
 
 
 def _applied_before(spec: RestoreSpec, observed: Observed, cluster: TargetCluster) -> RestoreRecord | None:
@@ -303,14 +327,14 @@ def _target_problem(spec: RestoreSpec, observed: Observed) -> s.Step | None:
                 f"touches an existing one",
                 code="TargetExists",
             )
-        existing = existing_objects(target, observed)
-        if existing:
-            return s.Fail(
-                f"objects of a cluster named {target} already exist: {', '.join(existing)}. They may hold "
-                f"data (a deleted EtcdCluster keeps its PVCs); a restore into a new cluster never "
-                f"touches them. Choose another name, or delete them if their data is not needed",
-                code="TargetDataExists",
-            )
+        taken = _names_taken(
+            target,
+            observed,
+            "They may hold data (a deleted EtcdCluster keeps its PVCs); a restore into a new cluster never "
+            "touches them. Choose another name, or delete them if their data is not needed",
+        )
+        if taken:
+            return taken
         if observed.new_cluster_problem:
             return s.Fail(f"spec.target.newCluster.spec: {observed.new_cluster_problem}", code="InvalidClusterSpec")
         try:
@@ -439,13 +463,9 @@ def _plan_restoring(spec: RestoreSpec, status: RestoreStatus, observed: Observed
             return s.Fail(
                 f"EtcdCluster {observed.namespace}/{target} disappeared during the restore", code="ClusterNotFound"
             )
-        existing = existing_objects(target, observed)
-        if existing:
-            return s.Fail(
-                f"objects of a cluster named {target} exist but the EtcdCluster does not: "
-                f"{', '.join(existing)}; it is not created over them",
-                code="TargetDataExists",
-            )
+        taken = _names_taken(target, observed, "The EtcdCluster is not created over them")
+        if taken:
+            return taken
         return s.CreateTargetCluster(f"creating EtcdCluster {target}, held until its data is restored")
     if any(r.uid == observed.uid for r in cluster.records):
         return _plan_completion(cluster)

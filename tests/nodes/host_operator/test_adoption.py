@@ -196,7 +196,8 @@ def test_a_running_cluster_is_adopted_and_its_old_members_removed_without_downti
                 "size": 3,
                 "version": VERSION,
                 "storage": {"size": "1Gi"},
-                "adoption": {"endpoints": static.client_urls()},
+                # The ID the plain etcd processes answer with: the adoption is pinned to it.
+                "adoption": {"endpoints": static.client_urls(), "clusterID": f"{cluster_id:x}"},
             },
         )
 

@@ -2,7 +2,8 @@
 on the host: only clients with a certificate from the cluster's CA get in; etcdctl on the host
 works with <cluster>-client-tls by the members' names (the nodes' DNS); a second
 kube-apiserver stores its data in the cluster over TLS; a plaintext cluster is left alone
-when spec.tls is turned on."""
+when spec.tls is turned on; another application's Secret of a certificate's name is reported
+and left as it was."""
 
 from __future__ import annotations
 
@@ -485,3 +486,39 @@ def test_after_a_ca_rotation_the_cluster_grows_and_replaces_a_member_under_load(
     assert not (obj["status"].get("learnerJoins") or {}).get("failures"), obj["status"]["learnerJoins"]
     assert pki.describe(secret_bytes(namespace, f"{CLUSTER}-member-tls")).issuer_fingerprint == ca.fingerprint
     wait_healthy(namespace, CLUSTER, 3, timeout=300)
+
+
+def test_a_foreign_secret_of_a_certificate_name_is_reported_and_left_as_it_was(tls_namespace):
+    """docs/security.md, "Objects the operator writes": another application's Secret named
+    <cluster>-client-tls stops the new cluster's certificates with ChildrenOwned=False
+    (ForeignSecret) and a Warning event, and stays byte for byte as it was: no data, label or
+    owner reference added. Once it is gone the cluster creates its own and starts."""
+    namespace, name = tls_namespace, "squatted"
+    secret = f"{name}-client-tls"
+    kubectl("create", "secret", "generic", secret, "-n", namespace, "--from-literal=token=another-application")
+    before = kubectl_json("get", "secret", secret, "-n", namespace)
+    apply_cluster(namespace, name, {"size": 1, "storage": {"emptyDir": {}}, "tls": {}})
+
+    refused = wait_condition(namespace, name, "ChildrenOwned", "False", timeout=120)
+    owned = condition(refused, "ChildrenOwned")
+    assert owned["reason"] == "ForeignSecret" and f"Secret {secret} exists" in owned["message"], owned
+    assert "another-application" not in json.dumps(refused["status"])
+    wait_for(
+        lambda: [
+            e
+            for e in kubectl_json("get", "events", "-n", namespace)["items"]
+            if e["reason"] == "ForeignSecret" and e["type"] == "Warning" and e["involvedObject"]["name"] == name
+        ],
+        60,
+        what="a Warning event ForeignSecret",
+    )
+    assert kubectl_json("get", "secret", secret, "-n", namespace) == before
+    assert kubectl("get", "secret", f"{name}-ca", "-n", namespace, check=False).returncode != 0  # nothing issued
+    assert member_pods(namespace, name) == []
+
+    kubectl("delete", "secret", secret, "-n", namespace)
+    wait_condition(namespace, name, "ChildrenOwned", "True", timeout=120)
+    wait_healthy(namespace, name, 1, timeout=240)
+    issued = kubectl_json("get", "secret", secret, "-n", namespace)["metadata"]
+    assert issued["labels"][naming.LABEL_CLUSTER] == name
+    assert [o["uid"] for o in issued["ownerReferences"] if o.get("controller")] == [refused["metadata"]["uid"]]
