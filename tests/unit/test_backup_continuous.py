@@ -1,10 +1,11 @@
 """The continuous backup's pure parts: grouping watch events into whole revisions, when a
 segment is cut, the planner's stream steps, the status they leave, and which segments
 retention may delete (core/backup/segment_cutting.py, planner.py, continuous_status.py,
-segment_retention.py)."""
+segment_retention.py); and the writer's stamps and its check of the member it watches."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime
 import pathlib
@@ -14,11 +15,13 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
+from etcd_operator.clients.etcd.client import WatchBatch, WatchEvent
+from etcd_operator.controllers.backup.continuous_writer import ChainBroken, MemberBehind, SegmentWriter
 from etcd_operator.core.backup import continuous as cb
 from etcd_operator.core.backup import steps as s
 from etcd_operator.core.backup.chain import ChainProblem, Target, plan_replay
 from etcd_operator.core.backup.continuous_status import CONDITION
-from etcd_operator.core.backup.manifest import Manifest
+from etcd_operator.core.backup.manifest import Identity, Manifest
 from etcd_operator.core.backup.planner import CHAIN_BROKEN, WAITING_FOR_BASE, plan
 from etcd_operator.core.backup.segment_cutting import (
     RevisionGap,
@@ -37,9 +40,11 @@ from etcd_operator.core.backup.segments import (
     encode,
     segments_prefix,
 )
+from etcd_operator.core.backup.spec import BackupSpec
 from etcd_operator.core.backup.state import Observed, RunState, ScheduleSpec
 from etcd_operator.core.backup.status import build_status
 from etcd_operator.core.buffer_budget import DEFAULT_LIMIT_BYTES
+from etcd_operator.core.cluster.observed import MemberStatus
 from tests.support.backup_manifests import segment_manifest, snapshot_manifest
 
 T0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
@@ -416,3 +421,63 @@ def test_a_writer_holding_its_watch_back_is_not_stalled():
     assert progress.observe(130, 100, now=20, holding_back=True) is None
     assert progress.observe(130, 100, now=25) is None  # owed again from 25
     assert progress.observe(130, 100, now=36) is not None
+
+
+# --- the writer's stamps and its source (controllers/backup/continuous_writer.py) ----------
+
+
+class SegmentStore:
+    """The store calls a writer makes to resume its chain."""
+
+    def __init__(self, manifests: list[SegmentManifest]):
+        self.objects = {m.key: m.to_json() for m in manifests}
+
+    async def list_keys(self, prefix: str) -> list[str]:
+        return sorted(k for k in self.objects if k.startswith(prefix))
+
+    async def get(self, key: str) -> bytes:
+        return self.objects[key]
+
+    async def delete(self, key: str) -> None:
+        self.objects.pop(key, None)
+
+
+def chain_writer(clock: float) -> SegmentWriter:
+    spec = BackupSpec(cluster="src", s3={}, prefix="p", part_size=1, concurrency=1, max_backups=None, max_age=None)
+    start = cb.ChainStart(chain=chain_id(CLUSTER, 10), cluster_id=CLUSTER, base_revision=10, base_key="base")
+    identity = Identity("ns", "b", "u")
+    return SegmentWriter(None, identity, spec, cb.ContinuousSpec(), start, clock=lambda: clock)  # type: ignore[arg-type]
+
+
+def test_a_writer_whose_clock_is_behind_the_chains_stamps_never_stamps_earlier():
+    # the previous writer's last segment: revisions 11..20, the last seen at 1009
+    store = SegmentStore([segment_manifest(chain_id(CLUSTER, 10), 1, 11, 20, seen=1000.0)])
+    writer = chain_writer(clock=400.0)  # this replica's clock is ten minutes behind
+    asyncio.run(writer._resume(store))  # type: ignore[arg-type]
+    grouper, cutter = RevisionGrouper(writer._cut_next), SegmentCutter(60, 1 << 20)
+    batch = WatchBatch(0xC1, 1, 21, (WatchEvent(21, b"/a", b"v", 0), WatchEvent(22, b"/b", b"v", 0)))
+    asyncio.run(writer._take(batch, None, store, grouper, cutter))  # type: ignore[arg-type]
+    stamps = [r.seen_at for r in cutter.take({}, set()).body.revisions]
+    assert stamps == [1009.0, 1009.0] and writer._seen.behind == 609.0
+
+
+class CatchingUpMember:
+    """A member whose own revision is behind; `cluster`: the cluster's, read linearizably."""
+
+    def __init__(self, own: int, cluster: int):
+        self.own, self.cluster = own, cluster
+
+    async def status(self) -> MemberStatus:
+        return MemberStatus(0xC1, 1, 2, "3.6.0", 1, 1, self.own, 1, 1, 1, False, ())
+
+    async def linearizable_revision(self) -> int:
+        return self.cluster
+
+
+def test_a_follower_catching_up_is_waited_for_and_never_breaks_the_chain():
+    writer = chain_writer(clock=1000.0)
+    with pytest.raises(MemberBehind, match="catching up to the cluster's 40"):
+        asyncio.run(writer._check_member(CatchingUpMember(own=25, cluster=40), next_revision=31))  # type: ignore[arg-type]
+    with pytest.raises(ChainBroken) as broken:
+        asyncio.run(writer._check_member(CatchingUpMember(own=25, cluster=25), next_revision=31))  # type: ignore[arg-type]
+    assert broken.value.reason == cb.REVISION_WENT_BACK

@@ -170,6 +170,31 @@ def test_a_time_target_replays_up_to_the_segment_started_by_then():
         plan_replay(Target(time=999.0), [_snapshot(10)], segments)
 
 
+def test_a_writer_whose_clock_ran_slow_never_brings_a_write_after_the_time_into_the_restore():
+    # Writer A stamps segments 1-2 on time (revision 24 at 2003, 25 at 2004); writer B, which
+    # took the chain over with a clock 1,000 s slow, stamps segment 3 (31..40) at 1010...
+    segments = [
+        _segment(CHAIN, 1, 11, 20, seen=1000.0),
+        _segment(CHAIN, 2, 21, 30, seen=2000.0),
+        _segment(CHAIN, 3, 31, 40, seen=1010.0),
+    ]
+    plan = plan_replay(Target(time=2003.5), [_snapshot(10), _snapshot(30), _snapshot(35)], segments)
+    # ... which makes neither its segment nor a snapshot after revision 24 part of a restore
+    # to 2003.5: the base precedes segment 2, and the replay stops by revision 29 at the latest.
+    assert plan.base.revision == 10 and [s.sequence for s in plan.segments] == [1, 2]
+    assert plan.up_to_revision == 29 and plan.until_time == 2003.5
+
+
+def test_a_time_the_backup_did_not_see_past_is_not_reachable():
+    segments = [_segment(CHAIN, 1, 11, 20, seen=1000.0), _segment(CHAIN, 2, 21, 30, seen=2000.0)]
+    with pytest.raises(ChainProblem, match="no revision backed up was seen after that time"):
+        plan_replay(Target(time=5000.0), [_snapshot(10)], segments)  # the future, or a writer that stopped
+    broken = [_segment(CHAIN, 1, 11, 20, seen=1000.0), _segment(CHAIN, 3, 31, 40, seen=3000.0)]
+    with pytest.raises(ChainProblem, match="revision 30, the last seen by that time, is in no stored segment"):
+        plan_replay(Target(time=2500.0), [_snapshot(10), _snapshot(25)], broken)  # inside the break
+    assert plan_replay(Target(time=3005.0), [_snapshot(10), _snapshot(30)], broken).base.revision == 30
+
+
 def test_two_different_segments_under_one_number_are_refused():
     with pytest.raises(ChainProblem, match="two segments"):
         runs([_segment(CHAIN, 1, 11, 20), _segment(CHAIN, 1, 11, 21)])

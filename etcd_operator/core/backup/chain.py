@@ -5,10 +5,19 @@ Segments are grouped by chain and ordered by sequence. A run is a stretch of one
 segments with no gap: each starts at the previous one's last revision + 1. A point is
 reachable from a full snapshot S of the same cluster when one run holds every revision
 after S up to the point. Of the reachable ways, the one from the newest snapshot replays
-least, and is chosen. A snapshot whose verification failed is never a base."""
+least, and is chosen. A snapshot whose verification failed is never a base.
+
+A time target goes by when the backup's watch saw each revision (SeenOrder): the stamps of
+one cluster's segments, every chain's, taken in revision order and made monotonic, so a
+writer whose clock ran slow never makes a revision look seen before one it follows. The
+restore holds the revisions seen by then and none after; it needs evidence that the
+backup saw past the time (a revision stamped after it, the chain holding every revision
+before that one), else the point is not reachable: the chain may have missed writes made
+before the time (its writer stopped, the chain broke, the time is still to come)."""
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 from collections.abc import Sequence
 
@@ -97,14 +106,51 @@ def _bases(snapshots: Sequence[Manifest], cluster_id: str, low: int, high: int) 
     return sorted(usable, key=lambda s: s.revision, reverse=True)
 
 
-def _plan_in_run(run: Run, snapshots: Sequence[Manifest], target: Target) -> ReplayPlan | None:
+class SeenOrder:
+    """When the backup's watch saw each revision of a cluster, by its segments' manifests:
+    revision r counts as seen at the latest stamp (first_seen_at at a segment's first
+    revision, last_seen_at at its last) of any revision up to r, in any chain. Monotonic in
+    revision by construction, whatever the writers' clocks said."""
+
+    def __init__(self, segments: Sequence[SegmentManifest]):
+        points: dict[str, list[tuple[int, float]]] = {}
+        for m in segments:
+            found = points.setdefault(m.cluster_id, [])
+            found += [(m.first_revision, m.first_seen_at), (m.last_revision, max(m.first_seen_at, m.last_seen_at))]
+        self._revisions: dict[str, list[int]] = {}
+        self._seen: dict[str, list[float]] = {}
+        for cluster, found in points.items():
+            found.sort()
+            latest, envelope = float("-inf"), []
+            for _, stamp in found:
+                latest = max(latest, stamp)
+                envelope.append(latest)
+            self._revisions[cluster] = [revision for revision, _ in found]
+            self._seen[cluster] = envelope
+
+    def first_seen_after(self, cluster_id: str, moment: float) -> tuple[int, float] | None:
+        """The lowest revision of `cluster_id` seen after `moment` and when (by the latest
+        stamp up to it); None when no stamp is after it: nothing shows the backup saw past it."""
+        envelope = self._seen.get(cluster_id, [])
+        at = bisect.bisect_right(envelope, moment)
+        if at == len(envelope):
+            return None
+        return self._revisions[cluster_id][at], envelope[at]
+
+
+def _plan_in_run(run: Run, snapshots: Sequence[Manifest], target: Target, order: SeenOrder) -> ReplayPlan | None:
     if target.time is not None:
-        reached = [s for s in run.segments if s.first_seen_at <= target.time]
+        after = order.first_seen_after(run.cluster_id, target.time)
+        if after is None or run.last < after[0] - 1:
+            return None  # the run does not hold every revision up to one seen after the time
+        reached = [s for s in run.segments if s.first_revision < after[0]]
         if not reached:
             return None
         last = reached[-1]
+        # Every revision before `last` was seen by the time, by every stamp up to it; a base
+        # inside `last` might hold one seen after it.
         bases = _bases(snapshots, run.cluster_id, run.first - 1, last.first_revision - 1)
-        up_to, until = last.last_revision, target.time
+        up_to, until = min(last.last_revision, after[0] - 1), target.time
     else:
         up_to = run.last if target.revision is None else target.revision
         if not run.first - 1 <= up_to <= run.last:
@@ -125,8 +171,9 @@ def plan_replay(target: Target, snapshots: Sequence[Manifest], segments: Sequenc
         exact = [s for s in snapshots if s.revision == target.revision and s.verified is not False]
         candidates += [ReplayPlan(s, (), s.revision) for s in exact]
     found = runs(segments)
+    order = SeenOrder(segments)
     for run in found:
-        plan = _plan_in_run(run, snapshots, target)
+        plan = _plan_in_run(run, snapshots, target, order)
         if plan is not None:
             candidates.append(plan)
     if target.revision is None and target.time is None and candidates:
@@ -134,10 +181,10 @@ def plan_replay(target: Target, snapshots: Sequence[Manifest], segments: Sequenc
         return max(candidates, key=lambda p: (p.up_to_revision, p.base.revision))
     if candidates:
         return max(candidates, key=lambda p: (p.base.revision, p.up_to_revision))
-    raise ChainProblem(_why_unreachable(target, snapshots, found))
+    raise ChainProblem(_why_unreachable(target, snapshots, found, order))
 
 
-def _why_unreachable(target: Target, snapshots: Sequence[Manifest], found: list[Run]) -> str:
+def _why_unreachable(target: Target, snapshots: Sequence[Manifest], found: list[Run], order: SeenOrder) -> str:
     if not [s for s in snapshots if s.verified is not False]:
         return "there is no full snapshot to start from"
     if not found:
@@ -154,5 +201,28 @@ def _why_unreachable(target: Target, snapshots: Sequence[Manifest], found: list[
             "but no usable full snapshot of that chain is at or before it"
         )
     if target.time is not None:
-        return f"no stored segment was started at or before {target.describe()} from a usable full snapshot"
+        return _why_time_unreachable(target.time, found, order)
     return "no chain of segments starts from a usable full snapshot"
+
+
+def _why_time_unreachable(moment: float, found: list[Run], order: SeenOrder) -> str:
+    clusters = sorted({run.cluster_id for run in found})
+    after = {cluster: order.first_seen_after(cluster, moment) for cluster in clusters}
+    if all(seen is None for seen in after.values()):
+        newest = max(run.last for run in found)
+        return (
+            f"no revision backed up was seen after that time: the backup holds revisions up to {newest}, and "
+            "nothing shows that no write came between the last of them and the time (it is still to come, "
+            "or the backup stopped before it). Restore the latest point or a revision instead"
+        )
+    for cluster in clusters:
+        seen = after[cluster]
+        if seen is None:
+            continue
+        holding = [run for run in found if run.cluster_id == cluster and run.first <= seen[0] - 1 <= run.last]
+        if not holding:
+            return (
+                f"revision {seen[0] - 1}, the last seen by that time, is in no stored segment: the chain is "
+                "broken there, or its writer stopped before the time"
+            )
+    return "no stored segment was started by that time from a usable full snapshot"
