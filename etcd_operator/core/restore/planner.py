@@ -202,8 +202,8 @@ def in_place_revision_check(spec: RestoreSpec, status: RestoreStatus, observed: 
         return s.Fail(
             f"EtcdCluster {cluster.name} reported no revision (no member answered), so nothing shows that "
             f"spec.revisionBump {bump} lifts the restored revisions above what it served; a watch resumed "
-            f"from an old revision could be served other data. Leave spec.revisionBump at its default "
-            f"({DEFAULT_REVISION_BUMP}) or above, or set it to 0 if no client watches this store",
+            f"from an old revision could be served other data. Leave spec.revisionBump unset (the restore "
+            f"then chooses {DEFAULT_REVISION_BUMP}), set it to at least that, or to 0 if no client watches this store",
             code="TargetRevisionUnknown",
         )
     if source + bump <= before:
@@ -211,8 +211,9 @@ def in_place_revision_check(spec: RestoreSpec, status: RestoreStatus, observed: 
             f"the snapshot's revision {source} + spec.revisionBump {bump} = {source + bump} is not above "
             f"revision {before}, the highest EtcdCluster {cluster.name} served: restored, its revisions "
             f"would go back and a watch resumed from an old revision could be served other data. Set "
-            f"spec.revisionBump above {before - source} with a margin for writes until it stops (the "
-            f"default, {DEFAULT_REVISION_BUMP}, is), or to 0 if no client watches this store",
+            f"spec.revisionBump above {before - source} with a margin for writes until it stops, leave it unset "
+            f"(the restore then chooses {before - source + DEFAULT_REVISION_BUMP}), or set it to 0 if no client "
+            "watches this store",
             code="RevisionBumpTooSmall",
         )
     return ""
