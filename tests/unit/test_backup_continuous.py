@@ -16,6 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from etcd_operator.clients.etcd.client import WatchBatch, WatchEvent
+from etcd_operator.controllers.backup import continuous_writer
 from etcd_operator.controllers.backup.continuous_writer import ChainBroken, MemberBehind, SegmentWriter
 from etcd_operator.core.backup import continuous as cb
 from etcd_operator.core.backup import steps as s
@@ -45,6 +46,7 @@ from etcd_operator.core.backup.state import Observed, RunState, ScheduleSpec
 from etcd_operator.core.backup.status import build_status
 from etcd_operator.core.buffer_budget import DEFAULT_LIMIT_BYTES
 from etcd_operator.core.cluster.observed import MemberStatus
+from etcd_operator.core.restore.point_in_time import caught_up_of
 from tests.support.backup_manifests import segment_manifest, snapshot_manifest
 
 T0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
@@ -481,3 +483,55 @@ def test_a_follower_catching_up_is_waited_for_and_never_breaks_the_chain():
     with pytest.raises(ChainBroken) as broken:
         asyncio.run(writer._check_member(CatchingUpMember(own=25, cluster=25), next_revision=31))  # type: ignore[arg-type]
     assert broken.value.reason == cb.REVISION_WENT_BACK
+
+
+class QuietMember:
+    """A member of a cluster that takes no write: its watch stays silent; a linearizable
+    read answers `revision`. `answered` is set after `reads` reads."""
+
+    def __init__(self, revision: int, reads: int):
+        self.revision, self.reads_wanted = revision, reads
+        self.answered = asyncio.Event()
+
+    async def watch_keyspace(self, start: int):
+        await asyncio.Event().wait()  # never delivers
+        yield  # pragma: no cover
+
+    async def linearizable_revision(self) -> int:
+        self.reads_wanted -= 1
+        if self.reads_wanted <= 0:
+            self.answered.set()
+        return self.revision
+
+
+def test_a_writer_records_when_a_linearizable_read_found_the_whole_cluster_in_its_chain(monkeypatch):
+    monkeypatch.setattr(continuous_writer, "HEARTBEAT_SECONDS", 0.001)
+    store = SegmentStore([segment_manifest(chain_id(CLUSTER, 10), 1, 11, 20, seen=1000.0)])
+    writer = chain_writer(clock=1500.0)
+    asyncio.run(writer._resume(store))  # type: ignore[arg-type]
+
+    async def follow(revision: int) -> None:
+        member = QuietMember(revision, reads=3)
+        grouper, cutter = RevisionGrouper(writer._cut_next), SegmentCutter(60, 1 << 20)
+        task = asyncio.create_task(writer._follow(member, store, grouper, cutter))  # type: ignore[arg-type]
+        answered = asyncio.create_task(member.answered.wait())
+        await asyncio.wait([task, answered], return_when=asyncio.FIRST_COMPLETED)
+        assert not task.done(), task
+        task.cancel()
+        await asyncio.gather(task, answered, return_exceptions=True)
+
+    asyncio.run(follow(25))  # the cluster is ahead of the chain's 20
+    assert writer.view().caught_up is None
+    asyncio.run(follow(20))
+    assert writer.view().caught_up == (20, 1500.0)
+    written = status_after(s.Stream(chain=writer.chain), s.StreamReport(view=writer.view()), {})
+    record = written["continuous"]["caughtUp"]
+    assert record == {"chain": writer.chain, "revision": 20, "time": "1970-01-01T00:25:00.000Z"}
+    # what a restore reads of it: a time after the last stamp (1009), before the read, reaches 20
+    plan = plan_replay(
+        Target(time=1200.0),
+        [snapshot_manifest(10)],
+        [segment_manifest(chain_id(CLUSTER, 10), 1, 11, 20, seen=1000.0)],
+        caught_up_of(written),
+    )
+    assert plan.up_to_revision == 20 and [m.sequence for m in plan.segments] == [1]

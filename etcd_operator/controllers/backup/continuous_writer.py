@@ -125,6 +125,7 @@ class SegmentWriter:
         self.last_revision = start.base_revision  # the last revision uploaded
         self.cluster_revision: int | None = None
         self.last_segment_at: float | None = None
+        self.caught_up: tuple[int, float] | None = None  # StreamView.caught_up
         self.store_error: str | None = None
         self.waiting: str | None = "starting"
         self.broken: cb.ChainBreak | None = None
@@ -156,6 +157,7 @@ class SegmentWriter:
             cluster_revision=self.cluster_revision,
             last_segment_at=self.last_segment_at,
             waiting=self.waiting,
+            caught_up=self.caught_up,
         )
 
     def drain(self) -> list[SegmentManifest]:
@@ -292,8 +294,11 @@ class SegmentWriter:
             try:
                 while True:
                     await asyncio.sleep(HEARTBEAT_SECONDS)
+                    sent = self.clock()  # every revision committed before it is in the answer
                     revision = await asyncio.wait_for(client.linearizable_revision(), HEARTBEAT_SECONDS * 2)
                     self.cluster_revision = max(self.cluster_revision or 0, revision)
+                    if revision == self.last_revision:
+                        self.caught_up = (revision, sent)
                     holding_back = self._upload is not None and not self._upload.done()
                     stalled = progress.observe(revision, grouper.next_revision - 1, self.monotonic(), holding_back)
                     if stalled:

@@ -11,9 +11,11 @@ A time target goes by when the backup's watch saw each revision (SeenOrder): the
 one cluster's segments, every chain's, taken in revision order and made monotonic, so a
 writer whose clock ran slow never makes a revision look seen before one it follows. The
 restore holds the revisions seen by then and none after; it needs evidence that the
-backup saw past the time (a revision stamped after it, the chain holding every revision
-before that one), else the point is not reachable: the chain may have missed writes made
-before the time (its writer stopped, the chain broke, the time is still to come)."""
+backup saw past the time, else the point is not reachable: the chain may have missed writes
+made before the time (its writer stopped, the chain broke, the time is still to come). The
+evidence is a revision stamped after the time, the chain holding every revision before it,
+or the writer's record that the chain held the cluster's every revision at or after the
+time (CaughtUp: a quiet cluster writes no segment)."""
 
 from __future__ import annotations
 
@@ -70,6 +72,17 @@ class Run:
 
 class ChainProblem(Exception):
     pass
+
+
+@dataclasses.dataclass(frozen=True)
+class CaughtUp:
+    """A writer's record (status.continuous.caughtUp): a linearizable read sent at `time`
+    found the cluster at `revision`, which `chain` held. Every revision committed before
+    `time` is at or below `revision`."""
+
+    chain: str
+    revision: int
+    time: float
 
 
 def runs(segments: Sequence[SegmentManifest]) -> list[Run]:
@@ -138,19 +151,37 @@ class SeenOrder:
         return self._revisions[cluster_id][at], envelope[at]
 
 
-def _plan_in_run(run: Run, snapshots: Sequence[Manifest], target: Target, order: SeenOrder) -> ReplayPlan | None:
+def _time_cutoff(run: Run, moment: float, order: SeenOrder, caught_up: Sequence[CaughtUp]) -> int | None:
+    """The last revision a restore to `moment` may hold from `run`, by the evidence that the
+    backup saw past it; None without evidence within the run. A revision seen after the
+    moment bounds it (the one before is the last); so does a CaughtUp at or after the moment
+    (what came after its revision was committed after it)."""
+    bounds = []
+    after = order.first_seen_after(run.cluster_id, moment)
+    if after is not None and run.first - 1 <= after[0] - 1 <= run.last:
+        bounds.append(after[0] - 1)
+    held = [c.revision for c in caught_up if c.chain == run.chain and c.time >= moment]
+    bounds += [revision for revision in held if run.first - 1 <= revision <= run.last]
+    if after is not None and after[0] - 1 < run.first - 1:
+        return None  # the run starts after a revision seen after the moment
+    return min(bounds) if bounds else None
+
+
+def _plan_in_run(
+    run: Run, snapshots: Sequence[Manifest], target: Target, order: SeenOrder, caught_up: Sequence[CaughtUp]
+) -> ReplayPlan | None:
     if target.time is not None:
-        after = order.first_seen_after(run.cluster_id, target.time)
-        if after is None or run.last < after[0] - 1:
-            return None  # the run does not hold every revision up to one seen after the time
-        reached = [s for s in run.segments if s.first_revision < after[0]]
+        cutoff = _time_cutoff(run, target.time, order, caught_up)
+        if cutoff is None:
+            return None  # nothing shows the run holds every revision up to the time
+        reached = [s for s in run.segments if s.first_revision <= cutoff]
         if not reached:
             return None
         last = reached[-1]
         # Every revision before `last` was seen by the time, by every stamp up to it; a base
         # inside `last` might hold one seen after it.
         bases = _bases(snapshots, run.cluster_id, run.first - 1, last.first_revision - 1)
-        up_to, until = min(last.last_revision, after[0] - 1), target.time
+        up_to, until = min(last.last_revision, cutoff), target.time
     else:
         up_to = run.last if target.revision is None else target.revision
         if not run.first - 1 <= up_to <= run.last:
@@ -164,8 +195,14 @@ def _plan_in_run(run: Run, snapshots: Sequence[Manifest], target: Target, order:
     return ReplayPlan(base, needed, up_to, until)
 
 
-def plan_replay(target: Target, snapshots: Sequence[Manifest], segments: Sequence[SegmentManifest]) -> ReplayPlan:
-    """The way to `target` that replays least. Raises ChainProblem saying why none exists."""
+def plan_replay(
+    target: Target,
+    snapshots: Sequence[Manifest],
+    segments: Sequence[SegmentManifest],
+    caught_up: Sequence[CaughtUp] = (),
+) -> ReplayPlan:
+    """The way to `target` that replays least. Raises ChainProblem saying why none exists.
+    `caught_up`: the writers' records of holding the whole cluster (evidence for a time)."""
     candidates: list[ReplayPlan] = []
     if target.revision is not None:
         exact = [s for s in snapshots if s.revision == target.revision and s.verified is not False]
@@ -173,7 +210,7 @@ def plan_replay(target: Target, snapshots: Sequence[Manifest], segments: Sequenc
     found = runs(segments)
     order = SeenOrder(segments)
     for run in found:
-        plan = _plan_in_run(run, snapshots, target, order)
+        plan = _plan_in_run(run, snapshots, target, order, caught_up)
         if plan is not None:
             candidates.append(plan)
     if target.revision is None and target.time is None and candidates:
@@ -213,7 +250,8 @@ def _why_time_unreachable(moment: float, found: list[Run], order: SeenOrder) -> 
         return (
             f"no revision backed up was seen after that time: the backup holds revisions up to {newest}, and "
             "nothing shows that no write came between the last of them and the time (it is still to come, "
-            "or the backup stopped before it). Restore the latest point or a revision instead"
+            "or the backup stopped before it; no record of its writer holding the whole cluster at or after "
+            "it either). Restore the latest point or a revision instead"
         )
     for cluster in clusters:
         seen = after[cluster]
