@@ -1,7 +1,7 @@
 """The continuous backup's pure parts: grouping watch events into whole revisions, when a
 segment is cut, the planner's stream steps, the status they leave, and which segments
 retention may delete (core/backup/segment_cutting.py, planner.py, continuous_status.py,
-segment_retention.py)."""
+segment_retention.py); and the writer's stamps and its check of the member it watches."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from etcd_operator.clients.etcd.client import EtcdError
+from etcd_operator.clients.etcd.client import EtcdError, WatchBatch, WatchEvent
 from etcd_operator.clients.storage.s3 import S3Location, S3Storage, StorageClosed
 from etcd_operator.controllers.backup import continuous_writer, segment_store
-from etcd_operator.controllers.backup.continuous_writer import SegmentWriter
+from etcd_operator.controllers.backup.continuous_writer import ChainBroken, MemberBehind, SegmentWriter
 from etcd_operator.core.backup import continuous as cb
 from etcd_operator.core.backup import steps as s
 from etcd_operator.core.backup.chain import ChainProblem, Target, plan_replay
@@ -47,7 +47,9 @@ from etcd_operator.core.backup.spec import BackupSpec
 from etcd_operator.core.backup.state import Observed, RunState, ScheduleSpec
 from etcd_operator.core.backup.status import build_status
 from etcd_operator.core.buffer_budget import DEFAULT_LIMIT_BYTES
+from etcd_operator.core.cluster.observed import MemberStatus
 from etcd_operator.core.leadership_fence import LeadershipLost, install_process_write_guard
+from etcd_operator.core.restore.point_in_time import caught_up_of
 from tests.support.backup_manifests import SEGMENT_BYTES, segment_manifest, snapshot_manifest
 from tests.support.object_store import MemoryStore
 
@@ -607,3 +609,115 @@ def test_the_writer_records_a_gone_lease_and_breaks_the_chain_for_one_it_cannot_
         asyncio.run(writer._learn_leases(failing, {9}))  # type: ignore[arg-type]
     assert broken.value.reason == cb.LEASE_UNKNOWN and failing.asked == [9] * continuous_writer.LEASE_ATTEMPTS
     assert 9 not in writer._known_leases
+
+
+# --- the writer's stamps and its source (controllers/backup/continuous_writer.py) ----------
+
+
+class SegmentStore:
+    """The store calls a writer makes to resume its chain."""
+
+    def __init__(self, manifests: list[SegmentManifest]):
+        self.objects = {m.key: m.to_json() for m in manifests} | {m.segment_key: SEGMENT_BYTES for m in manifests}
+
+    async def list_keys(self, prefix: str) -> list[str]:
+        return sorted(k for k in self.objects if k.startswith(prefix))
+
+    async def get(self, key: str) -> bytes:
+        return self.objects[key]
+
+    async def delete(self, key: str) -> None:
+        self.objects.pop(key, None)
+
+
+def chain_writer(clock: float) -> SegmentWriter:
+    spec = BackupSpec(cluster="src", s3={}, prefix="p", part_size=1, concurrency=1, max_backups=None, max_age=None)
+    start = cb.ChainStart(chain=chain_id(CLUSTER, 10), cluster_id=CLUSTER, base_revision=10, base_key="base")
+    identity = Identity("ns", "b", "u")
+    return SegmentWriter(None, identity, spec, cb.ContinuousSpec(), start, clock=lambda: clock)  # type: ignore[arg-type]
+
+
+def test_a_writer_whose_clock_is_behind_the_chains_stamps_never_stamps_earlier():
+    # the previous writer's last segment: revisions 11..20, the last seen at 1009
+    store = SegmentStore([segment_manifest(chain_id(CLUSTER, 10), 1, 11, 20, seen=1000.0)])
+    writer = chain_writer(clock=400.0)  # this replica's clock is ten minutes behind
+    asyncio.run(writer._resume(store))  # type: ignore[arg-type]
+    grouper, cutter = RevisionGrouper(writer._cut_next), SegmentCutter(60, 1 << 20)
+    batch = WatchBatch(0xC1, 1, 21, (WatchEvent(21, b"/a", b"v", 0), WatchEvent(22, b"/b", b"v", 0)))
+    asyncio.run(writer._take(batch, None, store, grouper, cutter))  # type: ignore[arg-type]
+    stamps = [r.seen_at for r in cutter.take({}, set()).body.revisions]
+    assert stamps == [1009.0, 1009.0] and writer._seen.behind == 609.0
+
+
+class CatchingUpMember:
+    """A member whose own revision is behind; `cluster`: the cluster's, read linearizably."""
+
+    def __init__(self, own: int, cluster: int):
+        self.own, self.cluster = own, cluster
+
+    async def status(self) -> MemberStatus:
+        return MemberStatus(0xC1, 1, 2, "3.6.0", 1, 1, self.own, 1, 1, 1, False, ())
+
+    async def linearizable_revision(self) -> int:
+        return self.cluster
+
+
+def test_a_follower_catching_up_is_waited_for_and_never_breaks_the_chain():
+    writer = chain_writer(clock=1000.0)
+    with pytest.raises(MemberBehind, match="catching up to the cluster's 40"):
+        asyncio.run(writer._check_member(CatchingUpMember(own=25, cluster=40), next_revision=31))  # type: ignore[arg-type]
+    with pytest.raises(ChainBroken) as broken:
+        asyncio.run(writer._check_member(CatchingUpMember(own=25, cluster=25), next_revision=31))  # type: ignore[arg-type]
+    assert broken.value.reason == cb.REVISION_WENT_BACK
+
+
+class QuietMember:
+    """A member of a cluster that takes no write: its watch stays silent; a linearizable
+    read answers `revision`. `answered` is set after `reads` reads."""
+
+    def __init__(self, revision: int, reads: int):
+        self.revision, self.reads_wanted = revision, reads
+        self.answered = asyncio.Event()
+
+    async def watch_keyspace(self, start: int):
+        await asyncio.Event().wait()  # never delivers
+        yield  # pragma: no cover
+
+    async def linearizable_revision(self) -> int:
+        self.reads_wanted -= 1
+        if self.reads_wanted <= 0:
+            self.answered.set()
+        return self.revision
+
+
+def test_a_writer_records_when_a_linearizable_read_found_the_whole_cluster_in_its_chain(monkeypatch):
+    monkeypatch.setattr(continuous_writer, "HEARTBEAT_SECONDS", 0.001)
+    store = SegmentStore([segment_manifest(chain_id(CLUSTER, 10), 1, 11, 20, seen=1000.0)])
+    writer = chain_writer(clock=1500.0)
+    asyncio.run(writer._resume(store))  # type: ignore[arg-type]
+
+    async def follow(revision: int) -> None:
+        member = QuietMember(revision, reads=3)
+        grouper, cutter = RevisionGrouper(writer._cut_next), SegmentCutter(60, 1 << 20)
+        task = asyncio.create_task(writer._follow(member, store, grouper, cutter))  # type: ignore[arg-type]
+        answered = asyncio.create_task(member.answered.wait())
+        await asyncio.wait([task, answered], return_when=asyncio.FIRST_COMPLETED)
+        assert not task.done(), task
+        task.cancel()
+        await asyncio.gather(task, answered, return_exceptions=True)
+
+    asyncio.run(follow(25))  # the cluster is ahead of the chain's 20
+    assert writer.view().caught_up is None
+    asyncio.run(follow(20))
+    assert writer.view().caught_up == (20, 1500.0)
+    written = status_after(s.Stream(chain=writer.chain), s.StreamReport(view=writer.view()), {})
+    record = written["continuous"]["caughtUp"]
+    assert record == {"chain": writer.chain, "revision": 20, "time": "1970-01-01T00:25:00.000Z"}
+    # what a restore reads of it: a time after the last stamp (1009), before the read, reaches 20
+    plan = plan_replay(
+        Target(time=1200.0),
+        [snapshot_manifest(10)],
+        [segment_manifest(chain_id(CLUSTER, 10), 1, 11, 20, seen=1000.0)],
+        caught_up_of(written),
+    )
+    assert plan.up_to_revision == 20 and [m.sequence for m in plan.segments] == [1]

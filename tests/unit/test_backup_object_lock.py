@@ -1,7 +1,8 @@
 """Retention under S3 Object Lock (core/backup/object_lock.py, controllers/backup/catalogue.py):
 a backup the store holds is neither deleted nor attempted, is reported in status, and goes
 on a later pass once its date has passed on both clocks; everything else is deleted by
-version ID, snapshot first, so that no data stays behind a delete marker."""
+version ID, snapshot first, so that no data stays behind a delete marker. Segment retention
+(controllers/backup/segment_store.py) the same way."""
 
 from __future__ import annotations
 
@@ -12,12 +13,14 @@ import datetime
 import pytest
 
 from etcd_operator.clients.storage.s3 import lock_arguments
-from etcd_operator.controllers.backup import catalogue
+from etcd_operator.controllers.backup import catalogue, segment_store
 from etcd_operator.core.backup import object_lock as ol
 from etcd_operator.core.backup import steps as s
 from etcd_operator.core.backup.manifest import Identity, Manifest
+from etcd_operator.core.backup.segments import chain_id
 from etcd_operator.core.backup.spec import BackupSpec
 from etcd_operator.core.backup.status import build_status
+from tests.support.backup_manifests import segment_manifest
 
 T0 = datetime.datetime(2026, 11, 1, tzinfo=datetime.UTC)
 ME = Identity("ns", "b", "uid-1")
@@ -302,3 +305,36 @@ def test_retention_keeps_a_locked_backup_whole_until_its_date_then_deletes_every
     assert [key for key, _ in store.deleted] == [old.snapshot_key, old.key, old.key]
     assert store.versions[old.snapshot_key] == [] and store.versions[old.key] == []
     assert [k for k, v in store.versions.items() if v] == [new.snapshot_key, new.key]
+
+
+# --- a continuous backup's segments ----------------------------------------------------------
+
+
+def test_segment_retention_deletes_every_version_by_its_id_and_keeps_a_held_segment_whole():
+    store = VersionedStore(T0 + datetime.timedelta(minutes=10))
+    kept = backup(30)  # the oldest snapshot kept: segments wholly at or below 30 are not needed
+    store.put(kept.snapshot_key, b"snap")
+    store.put(kept.key, kept.to_json())
+    old_chain = chain_id("1", 5)
+    free, held_one = (
+        dataclasses.replace(segment_manifest(old_chain, n, first, last, cluster_id="1"), backup_uid=ME.uid)
+        for n, first, last in ((1, 6, 20), (2, 21, 30))
+    )
+    until = T0 + DAY
+    store.put(free.segment_key, b"body")
+    store.put(free.key, free.to_json())
+    store.put(free.key, free.to_json())  # written twice: two versions, both to go
+    store.put(held_one.segment_key, b"body", governance(until))
+    store.put(held_one.key, held_one.to_json())
+
+    def apply(now: datetime.datetime) -> list:
+        return asyncio.run(segment_store.apply_segment_retention(store, ME, "p", chain_id("1", 30), lambda: now))
+
+    assert apply(store.now) == [free]
+    assert store.deleted == [(free.key, "v0-0"), (free.key, "v0-1"), (free.segment_key, "v0-0")]
+    assert store.versions[free.key] == [] and store.versions[free.segment_key] == []
+    assert len(store.versions[held_one.key]) == 1 and len(store.versions[held_one.segment_key]) == 1  # untouched
+
+    store.now = until + datetime.timedelta(seconds=1)
+    assert apply(store.now) == [held_one]
+    assert store.versions[held_one.key] == [] and store.versions[held_one.segment_key] == []

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from etcd_operator.core.backup.chain import ChainProblem, Target, plan_replay, runs
+from etcd_operator.core.backup.chain import CaughtUp, ChainProblem, Target, plan_replay, runs
 from etcd_operator.core.backup.manifest import Manifest
 from etcd_operator.core.backup.segments import (
     KeyChange,
@@ -201,3 +201,40 @@ def test_a_duplicate_in_one_chain_never_blocks_another_chain():
     plan = plan_replay(Target(revision=45), [_snapshot(10), _snapshot(40)], segments)
     assert plan.base.revision == 40 and [s.chain for s in plan.segments] == [newer]
     assert plan_replay(Target(revision=35), [_snapshot(10)], segments).up_to_revision == 35
+
+
+def test_a_writer_whose_clock_ran_slow_never_brings_a_write_after_the_time_into_the_restore():
+    # Writer A stamps segments 1-2 on time (revision 24 at 2003, 25 at 2004); writer B, which
+    # took the chain over with a clock 1,000 s slow, stamps segment 3 (31..40) at 1010...
+    segments = [
+        _segment(CHAIN, 1, 11, 20, seen=1000.0),
+        _segment(CHAIN, 2, 21, 30, seen=2000.0),
+        _segment(CHAIN, 3, 31, 40, seen=1010.0),
+    ]
+    plan = plan_replay(Target(time=2003.5), [_snapshot(10), _snapshot(30), _snapshot(35)], segments)
+    # ... which makes neither its segment nor a snapshot after revision 24 part of a restore
+    # to 2003.5: the base precedes segment 2, and the replay stops by revision 29 at the latest.
+    assert plan.base.revision == 10 and [s.sequence for s in plan.segments] == [1, 2]
+    assert plan.up_to_revision == 29 and plan.until_time == 2003.5
+
+
+def test_a_time_the_backup_did_not_see_past_is_not_reachable():
+    segments = [_segment(CHAIN, 1, 11, 20, seen=1000.0), _segment(CHAIN, 2, 21, 30, seen=2000.0)]
+    with pytest.raises(ChainProblem, match="no revision backed up was seen after that time"):
+        plan_replay(Target(time=5000.0), [_snapshot(10)], segments)  # the future, or a writer that stopped
+    broken = [_segment(CHAIN, 1, 11, 20, seen=1000.0), _segment(CHAIN, 3, 31, 40, seen=3000.0)]
+    with pytest.raises(ChainProblem, match="revision 30, the last seen by that time, is in no stored segment"):
+        plan_replay(Target(time=2500.0), [_snapshot(10), _snapshot(25)], broken)  # inside the break
+    assert plan_replay(Target(time=3005.0), [_snapshot(10), _snapshot(30)], broken).base.revision == 30
+
+
+def test_a_record_of_the_writer_holding_the_whole_cluster_at_or_after_the_time_is_evidence():
+    """A quiet cluster writes no segment: the writer's record (a linearizable read sent at 1500
+    found the cluster at revision 30, which the chain held) covers every time up to 1500."""
+    segments = [_segment(CHAIN, 1, 11, 20, seen=1000.0), _segment(CHAIN, 2, 21, 30, seen=1100.0)]
+    caught_up = [CaughtUp(CHAIN, 30, 1500.0)]
+    plan = plan_replay(Target(time=1400.0), [_snapshot(10)], segments, caught_up)
+    assert plan.up_to_revision == 30 and [s.sequence for s in plan.segments] == [1, 2]
+    for late_or_other in ([CaughtUp(CHAIN, 30, 1300.0)], [CaughtUp(chain_id("c1", 5), 30, 1500.0)]):
+        with pytest.raises(ChainProblem, match="no revision backed up was seen after that time"):
+            plan_replay(Target(time=1400.0), [_snapshot(10)], segments, late_or_other)

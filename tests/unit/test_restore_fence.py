@@ -35,6 +35,7 @@ STATUS = RestoreStatus(
     snapshot_version="3.6.16",
     target="keep",
     seed_members=("keep-3", "keep-4"),
+    revision_bump=1_000_000_000,  # recorded when the restore began
 )
 BODY = {"metadata": {"name": RESTORE, "namespace": NAMESPACE, "uid": RESTORE_UID}, "spec": {}}
 BACKUP = {

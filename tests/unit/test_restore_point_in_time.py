@@ -132,6 +132,16 @@ def test_a_point_no_chain_reaches_fails_before_anything_is_created():
     assert isinstance(step, s.Fail) and step.code == "PointNotReachable" and "chain is broken" in step.reason
 
 
+def test_a_time_the_backup_has_not_seen_past_fails_before_anything_is_created():
+    # CATALOGUE's segments were seen at their revision number in seconds: 11..40
+    step = plan(spec({"time": "2026-12-01T00:00:00Z"}), VERIFYING, observed(catalogue=CATALOGUE), NOW)
+    assert isinstance(step, s.Fail) and step.code == "PointNotReachable"
+    assert "no revision backed up was seen after that time" in step.reason and "up to 40" in step.reason
+    in_the_break = dataclasses.replace(CATALOGUE, segments=(segment(1, 11, 20), segment(3, 31, 40)))
+    step = plan(spec({"time": "1970-01-01T00:00:25Z"}), VERIFYING, observed(catalogue=in_the_break), NOW)
+    assert isinstance(step, s.Fail) and step.code == "PointNotReachable" and "chain is broken" in step.reason
+
+
 def test_a_store_that_cannot_be_listed_waits_unless_listing_again_cannot_help():
     step = plan(spec({"latest": True}), VERIFYING, observed(catalogue=Catalogue(error="timeout")), NOW)
     assert isinstance(step, s.Wait) and step.code == "StorageUnavailable"

@@ -1,5 +1,6 @@
 """Restores are safe under watch clients (issue 28): every restore pod bumps revisions by
-spec.revisionBump and marks them compacted (none when it is 0), the same on every member;
+spec.revisionBump, or without one by a bump chosen above what the target served (issue 41),
+and marks them compacted (none when it is 0), the same on every member;
 the backup verification pod never bumps; a bump into an etcd whose etcdutl cannot is refused
 before anything is touched; an in-place restore whose bump does not lift revisions above what
 the target served is refused before anything is touched; status records the snapshot's
@@ -139,19 +140,28 @@ class SeedRecorder:
         self.created.append(manifest)
 
 
-@pytest.mark.parametrize("spec, expected", [(in_place(), DEFAULT_REVISION_BUMP), (in_place(revisionBump=0), 0)])
-def test_the_executor_builds_the_restore_pods_with_the_specs_bump(spec, expected):
+@pytest.mark.parametrize("spec, recorded", [(in_place(), 2_000_000_001), (in_place(revisionBump=0), 0)])
+def test_the_executor_builds_the_restore_pods_with_the_bump_recorded_when_the_restore_began(spec, recorded):
     kube_client = SeedRecorder()
     body = {"metadata": {"name": "r1", "namespace": "ns", "uid": UID}, "spec": spec}
     runner = executor.RestoreExecutor(kube_client, "op:1", body, lambda *_: None)
-    status = dataclasses.replace(VERIFIED, phase="Restoring", seed_members=("keep-3", "keep-4"))
+    status = dataclasses.replace(VERIFIED, phase="Restoring", seed_members=("keep-3", "keep-4"), revision_bump=recorded)
     step = s.StartSeedPods("seeding", members=("keep-3", "keep-4"))
     outcome = asyncio.run(runner.run(step, RestoreSpec.from_dict(spec), status, observed(cluster(500))))
     assert outcome.done and outcome.failure is None and len(kube_client.created) == 2
     for pod in kube_client.created:
         args = pod["spec"]["containers"][0]["args"]
-        assert (f"--bump-revision={expected}" in args) is (expected > 0)
-        assert ("--mark-compacted" in args) is (expected > 0)
+        assert (f"--bump-revision={recorded}" in args) is (recorded > 0)
+        assert ("--mark-compacted" in args) is (recorded > 0)
+
+
+def test_no_restore_pod_is_built_before_the_bump_is_recorded():
+    body = {"metadata": {"name": "r1", "namespace": "ns", "uid": UID}, "spec": in_place()}
+    runner = executor.RestoreExecutor(SeedRecorder(), "op:1", body, lambda *_: None)
+    status = dataclasses.replace(VERIFIED, phase="Restoring", seed_members=("keep-3",))
+    with pytest.raises(RuntimeError, match="before its revision bump was recorded"):
+        step = s.StartSeedPods("seeding", members=("keep-3",))
+        asyncio.run(runner.run(step, RestoreSpec.from_dict(in_place()), status, observed(cluster(500))))
 
 
 # --- the version gate -------------------------------------------------------------------
@@ -215,6 +225,45 @@ def test_in_place_without_a_reported_revision_only_the_default_bump_or_more_proc
     assert "reported no revision" in step.reason
 
 
+# --- no spec.revisionBump: the restore chooses one ------------------------------------------
+
+
+def test_a_second_in_place_restore_without_a_bump_chooses_one_above_what_the_target_served():
+    """The target was restored before (its revisions bumped by 10^9 already), and is now restored
+    from a snapshot of revision 201: the default alone (201 + 10^9) would not pass 1000000202."""
+    status = dataclasses.replace(VERIFIED, restored_revision=201)
+    explicit = step_for(in_place(revisionBump=DEFAULT_REVISION_BUMP), status, observed(cluster(1_000_000_202)))
+    assert isinstance(explicit, s.Fail) and explicit.code == "RevisionBumpTooSmall"  # an explicit bump: as set
+    step = step_for(in_place(), status, observed(cluster(1_000_000_202)))
+    assert isinstance(step, s.BeginRestore)
+    assert (step.revision_bump, step.bumped_revision) == (2_000_000_001, 2_000_000_202)
+    assert "spec.revisionBump is not set: 2000000001 chosen" in step.reason and "1000000202" in step.reason
+    written = build_status({"phase": "Verifying", "restoredRevision": 201}, step, Outcome(), 7, "2026-11-27T18:00:00Z")
+    assert (written["revisionBump"], written["bumpedRevision"]) == (2_000_000_001, 2_000_000_202)
+    assert "2000000001 chosen" in written["progress"]
+    assert RestoreStatus.from_dict(written).revision_bump == 2_000_000_001
+
+
+def test_the_chosen_bump_is_told_in_an_event_and_a_set_one_is_not():
+    events: list[tuple[str, str, str]] = []
+    body = {"metadata": {"name": "r1", "namespace": "ns", "uid": UID}, "spec": in_place()}
+    runner = executor.RestoreExecutor(SeedRecorder(), "op:1", body, lambda *e: events.append(e))
+    for spec in (in_place(), in_place(revisionBump=DEFAULT_REVISION_BUMP)):
+        step = step_for(spec, VERIFIED, observed(cluster(500)))
+        asyncio.run(runner.run(step, RestoreSpec.from_dict(spec), VERIFIED, observed(cluster(500))))
+    chosen = [e for e in events if e[1] == "RevisionBumpChosen"]
+    assert chosen == [
+        ("Normal", "RevisionBumpChosen", step_for(in_place(), VERIFIED, observed(cluster(500))).bump_chosen)
+    ]
+    assert "1000000400 chosen" in chosen[0][2]
+
+
+def test_a_new_cluster_without_a_bump_gets_the_default_above_the_snapshots_revision():
+    step = step_for(new_cluster(), VERIFIED, observed())
+    assert isinstance(step, s.BeginRestore) and step.revision_bump == DEFAULT_REVISION_BUMP
+    assert step.bumped_revision == 100 + DEFAULT_REVISION_BUMP and "above the snapshot's revision 100" in step.reason
+
+
 def test_in_place_a_bump_of_0_is_not_checked():
     """0 says no client watches the store: its revisions go back to the snapshot's."""
     step = step_for(in_place(revisionBump=0), VERIFIED, observed(cluster(500)))
@@ -246,8 +295,8 @@ def test_status_records_the_source_revision_the_bump_and_the_start():
     status = build_status(previous, step, Outcome(), 7, "2026-11-27T18:00:00Z")
     assert status["phase"] == "Restoring"
     assert status["restoredRevision"] == 100  # the snapshot's, unchanged
-    assert status["revisionBump"] == DEFAULT_REVISION_BUMP
-    assert status["bumpedRevision"] == 100 + DEFAULT_REVISION_BUMP
+    assert status["revisionBump"] == 400 + DEFAULT_REVISION_BUMP  # chosen: 10^9 above the target's 500
+    assert status["bumpedRevision"] == 500 + DEFAULT_REVISION_BUMP
     assert status["targetRevisionBefore"] == 500
     assert RestoreStatus.from_dict(status).target_revision_before == 500
 
@@ -268,10 +317,11 @@ def restore_schema() -> dict:
     return crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
 
 
-def test_the_crd_defaults_the_bump_and_refuses_a_negative_one():
+def test_the_crd_leaves_the_bump_unset_unless_given_and_refuses_a_negative_one():
+    """No schema default: an unset bump must reach the operator unset, which then chooses one."""
     field = restore_schema()["properties"]["spec"]["properties"]["revisionBump"]
     assert field["type"] == "integer" and field["format"] == "int64"
-    assert field["default"] == DEFAULT_REVISION_BUMP and field["minimum"] == 0
+    assert "default" not in field and field["minimum"] == 0
     assert versions.text(versions.REVISION_BUMP_SINCE) in field["description"]
 
 

@@ -12,14 +12,15 @@ finished (the store is slow or down; uploads are retried), it stops reading the 
 (etcd then holds the events, gRPC's flow control pushing back) rather than buffer more.
 
 It stops on its own only when its chain cannot go on (ChainBreak: the revision it needs was
-compacted, the cluster ID changed, a revision is missing or the member's revision went
-back); the controller then records the break and takes a full snapshot. A member that stops
-answering is replaced by another of the same cluster, resuming after the last revision
-grouped. Uploads are S3 writes, which a replica that lost its leadership may not send
-(leadership_fence, asked again before each attempt goes on the wire): the writer then stops
-without a break. Each segment and manifest is created only where nothing is stored yet
-(If-None-Match: *); a name another writer took stops this one without a break, and the
-writer started next resumes after whatever the store holds. A stopped writer closes its
+compacted, the cluster ID changed, a revision is missing or the cluster's revision, read
+linearizably, went back; a member behind the chain while the cluster is not is catching up,
+and is waited for or replaced); the controller then records the break and takes a full
+snapshot. A member that stops answering is replaced by another of the same cluster, resuming
+after the last revision grouped. Uploads are S3 writes, which a replica that lost its
+leadership may not send (leadership_fence, asked again before each attempt goes on the wire):
+the writer then stops without a break. Each segment and manifest is created only where nothing
+is stored yet (If-None-Match: *); a name another writer took stops this one without a break,
+and the writer started next resumes after whatever the store holds. A stopped writer closes its
 storage first, so an upload still in a worker thread is never sent after it."""
 
 from __future__ import annotations
@@ -51,7 +52,14 @@ from etcd_operator.controllers.cluster.tls_observer import operator_credentials
 from etcd_operator.core.backup import continuous as cb
 from etcd_operator.core.backup import sealed, segment_sealing
 from etcd_operator.core.backup.manifest import Identity
-from etcd_operator.core.backup.segment_cutting import Cut, RevisionGap, RevisionGrouper, SegmentCutter, WatchProgress
+from etcd_operator.core.backup.segment_cutting import (
+    Cut,
+    RevisionGap,
+    RevisionGrouper,
+    SeenClock,
+    SegmentCutter,
+    WatchProgress,
+)
 from etcd_operator.core.backup.segments import KeyChange, SegmentManifest, segment_key, segments_prefix
 from etcd_operator.core.backup.spec import BackupSpec
 from etcd_operator.core.buffer_budget import MemoryBudget, process_budget
@@ -71,10 +79,16 @@ LEASE_ATTEMPTS = 3  # asks for one lease's TTL before the chain breaks for it
 # is left for another.
 HEARTBEAT_SECONDS = 2.0
 STALL_SECONDS = 10.0
+CLOCK_BEHIND_REPORTED = 1.0  # seconds behind the chain's last stamp that are logged (once per writer)
 
 
 class WatchStalled(Exception):
     pass
+
+
+class MemberBehind(Exception):
+    """The member watched is behind the chain's last revision while the cluster is not: it is
+    catching up (after a restart). Another member is watched, or this one once caught up."""
 
 
 class ChainBroken(Exception):
@@ -109,11 +123,14 @@ class SegmentWriter:
         self.shard = shard
         self.budget = budget
         self.clock = clock  # seen_at and upload times: the operator's wall clock
+        self._clock_behind_reported = False
+        self._seen = SeenClock()  # seen_at never before the chain's last stamp, whichever writer made it
         self.monotonic = monotonic  # when to cut
         self.chain = start.chain
         self.last_revision = start.base_revision  # the last revision uploaded
         self.cluster_revision: int | None = None
         self.last_segment_at: float | None = None
+        self.caught_up: tuple[int, float] | None = None  # StreamView.caught_up
         self.store_error: str | None = None
         self.waiting: str | None = "starting"
         self.broken: cb.ChainBreak | None = None
@@ -146,6 +163,7 @@ class SegmentWriter:
             cluster_revision=self.cluster_revision,
             last_segment_at=self.last_segment_at,
             waiting=self.waiting,
+            caught_up=self.caught_up,
         )
 
     def drain(self) -> list[SegmentManifest]:
@@ -216,6 +234,7 @@ class SegmentWriter:
             self._sequence = last.sequence + 1
             self._cut_next = last.last_revision + 1
             self.last_revision = last.last_revision
+            self._seen = SeenClock(last.last_seen_at)
         logger.info("continuous backup %s: chain %s from revision %d", self._name, self.chain, self._cut_next)
 
     async def _stream(self, storage: S3Storage) -> None:
@@ -234,7 +253,7 @@ class SegmentWriter:
                 raise ChainBroken(cb.COMPACTED, str(e)) from None
             except RevisionGap as e:
                 raise ChainBroken(cb.REVISION_GAP, str(e)) from None
-            except (SourceUnavailable, EtcdError, WatchCanceled, WatchStalled, TimeoutError) as e:
+            except (SourceUnavailable, EtcdError, WatchCanceled, WatchStalled, MemberBehind, TimeoutError) as e:
                 self.waiting = f"no member to watch: {e}"
                 grouper.drop_open()  # its events are watched again
                 await asyncio.sleep(delay)
@@ -255,9 +274,17 @@ class SegmentWriter:
                 f"the cluster's ID is now {cluster_id}, the chain's is {self.start_point.cluster_id} (a restore?)",
             )
         if status.revision < next_revision - 1:
-            raise ChainBroken(
-                cb.REVISION_WENT_BACK,
-                f"the cluster is at revision {status.revision}, behind the chain's {next_revision - 1}",
+            # The member's own revision: a follower catching up after a restart is behind the
+            # cluster. Only the cluster's, read linearizably, going back breaks the chain.
+            cluster_revision = await client.linearizable_revision()
+            if cluster_revision < next_revision - 1:
+                raise ChainBroken(
+                    cb.REVISION_WENT_BACK,
+                    f"the cluster is at revision {cluster_revision}, behind the chain's {next_revision - 1}",
+                )
+            raise MemberBehind(
+                f"the member is at revision {status.revision}, catching up to the cluster's {cluster_revision}; "
+                f"the chain holds revisions up to {next_revision - 1}"
             )
         self.cluster_revision = status.revision
 
@@ -278,8 +305,11 @@ class SegmentWriter:
             try:
                 while True:
                     await asyncio.sleep(HEARTBEAT_SECONDS)
+                    sent = self.clock()  # every revision committed before it is in the answer
                     revision = await asyncio.wait_for(client.linearizable_revision(), HEARTBEAT_SECONDS * 2)
                     self.cluster_revision = max(self.cluster_revision or 0, revision)
+                    if revision == self.last_revision:
+                        self.caught_up = (revision, sent)
                     holding_back = self._upload is not None and not self._upload.done()
                     stalled = progress.observe(revision, grouper.next_revision - 1, self.monotonic(), holding_back)
                     if stalled:
@@ -322,7 +352,17 @@ class SegmentWriter:
             raise ChainBroken(cb.CLUSTER_ID_CHANGED, f"the watch answers for cluster {batch.cluster_id:x}")
         self.cluster_revision = max(self.cluster_revision or 0, batch.header_revision)
         events = ((e.revision, KeyChange(e.key, e.value, e.lease)) for e in batch.events)
-        for record in grouper.feed(events, complete=not batch.fragment, seen_at=self.clock()):
+        seen_at = self._seen.stamp(self.clock())
+        if self._seen.behind > CLOCK_BEHIND_REPORTED and not self._clock_behind_reported:
+            self._clock_behind_reported = True
+            logger.warning(
+                "continuous backup %s: this operator's clock is %.1fs behind chain %s's last stamp; revisions are "
+                "stamped with that stamp until it catches up",
+                self._name,
+                self._seen.behind,
+                self.chain,
+            )
+        for record in grouper.feed(events, complete=not batch.fragment, seen_at=seen_at):
             cutter.add(record, self.monotonic())
             if cutter.full():
                 await self._cut(client, storage, cutter)

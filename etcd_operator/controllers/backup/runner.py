@@ -116,7 +116,9 @@ class BackupRunner:
                 storage, identity, spec, manifest.snapshot_key, history, self.clock
             )
             if spec.has_retention:
-                await segment_store.apply_segment_retention(storage, identity, spec.prefix, self.continuous_chain or "")
+                await segment_store.apply_segment_retention(
+                    storage, identity, spec.prefix, self.continuous_chain or "", self.clock
+                )
             return manifest, retained
         finally:
             await asyncio.to_thread(storage.close)

@@ -3,11 +3,13 @@ and deleting the segments retention (core/backup/segment_retention.py) picks."""
 
 from __future__ import annotations
 
+import datetime
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from etcd_operator.clients.storage.s3 import ObjectExists, S3Storage, StorageError
 from etcd_operator.controllers.backup.catalogue import read_manifests
+from etcd_operator.core.backup import object_lock
 from etcd_operator.core.backup.chain import follows_one_of
 from etcd_operator.core.backup.manifest import Identity, Manifest, backup_prefix
 from etcd_operator.core.backup.segment_retention import chain_cluster_id, may_delete, oldest_kept, parse_manifest_key
@@ -99,9 +101,11 @@ async def delete_unneeded(
     identity: Identity,
     kept_snapshots: Sequence[Manifest],
     newest_chain: str,
+    clock: Callable[[], datetime.datetime],
 ) -> list[SegmentManifest]:
-    """Deletes this backup's segments no kept snapshot needs (manifest first, then the
-    body); returns their manifests. Names pick the candidates; each one's manifest decides."""
+    """Deletes this backup's segments no kept snapshot needs and S3 Object Lock does not hold
+    (manifest first, then the body, every version); returns their manifests. Names pick the
+    candidates; each one's manifest decides."""
     kept = oldest_kept(kept_snapshots)
     deleted = []
     for key in await storage.list_keys(segments_prefix):
@@ -118,19 +122,29 @@ async def delete_unneeded(
         if manifest.key != key or manifest.backup_uid != identity.uid or not identity.uid:
             continue
         if may_delete(manifest.chain, manifest.cluster_id, manifest.last_revision, kept, newest_chain):
-            await storage.delete(manifest.key)
-            await storage.delete(manifest.segment_key)
+            # Under Object Lock a plain DELETE only hides a version: each is deleted by its ID.
+            stored = [await storage.stored(k) for k in (manifest.key, manifest.segment_key)]
+            deletions = object_lock.segment_deletions(stored, clock())
+            if deletions is None:
+                continue  # a version is held: kept whole, a later pass deletes it
+            for deletion in deletions:
+                for version_id in deletion.version_ids:
+                    await storage.delete(deletion.key, version_id)
             deleted.append(manifest)
     return deleted
 
 
 async def apply_segment_retention(
-    storage: S3Storage, identity: Identity, prefix: str, newest_chain: str
+    storage: S3Storage,
+    identity: Identity,
+    prefix: str,
+    newest_chain: str,
+    clock: Callable[[], datetime.datetime],
 ) -> list[SegmentManifest]:
     """After snapshot retention: the segments the snapshots this backup still keeps do not
     need (core/backup/segment_retention.py)."""
     folder = backup_prefix(prefix, identity.namespace, identity.backup)
     kept = [m for m in await read_manifests(storage, folder, identity.backup) if m.belongs_to(identity)]
     return await delete_unneeded(
-        storage, segments_prefix(prefix, identity.namespace, identity.backup), identity, kept, newest_chain
+        storage, segments_prefix(prefix, identity.namespace, identity.backup), identity, kept, newest_chain, clock
     )

@@ -104,6 +104,8 @@ class RestoreExecutor:
         )
 
     async def _begin(self, step: s.BeginRestore, spec, status, observed) -> None:
+        if step.bump_chosen:
+            self.post_event("Normal", "RevisionBumpChosen", step.bump_chosen)
         self.post_event(
             "Normal",
             "SnapshotVerified",
@@ -338,6 +340,8 @@ class RestoreExecutor:
         cluster, cluster_spec = observed.target, observed.target_spec
         if status.source_key is None or status.sha256 is None:
             raise RuntimeError(f"seed pods for {self.name} were planned before its snapshot was verified")
+        if status.revision_bump is None:
+            raise RuntimeError(f"seed pods for {self.name} were planned before its revision bump was recorded")
         manifests = []
         for member in step.members:
             manifest = builders.restore_pod(
@@ -355,7 +359,7 @@ class RestoreExecutor:
                 status.snapshot_size,
                 tls=step.tls,
                 pull_secrets=cluster_builders.image_pull_secrets(cluster_spec),
-                revision_bump=spec.revision_bump,
+                revision_bump=status.revision_bump,
                 keys_secret=keys_secret,
             )
             kopf.adopt(manifest, owner=cast(kopf.Body, dict(self.body)))

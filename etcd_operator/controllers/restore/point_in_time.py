@@ -16,6 +16,7 @@ from etcd_operator.controllers.backup.catalogue import read_manifests
 from etcd_operator.core.backup.manifest import backup_prefix
 from etcd_operator.core.backup.segments import SEGMENT_MANIFEST_SUFFIX, SegmentManifest, segments_prefix
 from etcd_operator.core.restore.observed import Catalogue
+from etcd_operator.core.restore.point_in_time import caught_up_of
 
 logger = logging.getLogger(__name__)
 
@@ -57,4 +58,9 @@ async def list_catalogue(kube_client: kube.KubeClient, namespace: str, backup: M
             await asyncio.to_thread(storage.close)
     except StorageError as e:
         return Catalogue(folder=folder, error=str(e), permanent=e.permanent)
-    return Catalogue(folder=folder, snapshots=tuple(snapshots), segments=tuple(segments))
+    return Catalogue(
+        folder=folder,
+        snapshots=tuple(snapshots),
+        segments=tuple(segments),
+        caught_up=caught_up_of(backup.get("status")),
+    )

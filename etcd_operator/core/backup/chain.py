@@ -7,10 +7,21 @@ under one sequence number (writers that raced), the one that follows its predece
 leads furthest is taken (`runs`); a duplicate never blocks a chain, nor another chain. A point is
 reachable from a full snapshot S of the same cluster when one run holds every revision
 after S up to the point. Of the reachable ways, the one from the newest snapshot replays
-least, and is chosen. A snapshot whose verification failed is never a base."""
+least, and is chosen. A snapshot whose verification failed is never a base.
+
+A time target goes by when the backup's watch saw each revision (SeenOrder): the stamps of
+one cluster's segments, every chain's, taken in revision order and made monotonic, so a
+writer whose clock ran slow never makes a revision look seen before one it follows. The
+restore holds the revisions seen by then and none after; it needs evidence that the
+backup saw past the time, else the point is not reachable: the chain may have missed writes
+made before the time (its writer stopped, the chain broke, the time is still to come). The
+evidence is a revision stamped after the time, the chain holding every revision before it,
+or the writer's record that the chain held the cluster's every revision at or after the
+time (CaughtUp: a quiet cluster writes no segment)."""
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 from collections.abc import Sequence
 
@@ -80,6 +91,17 @@ def follows_one_of(candidates: Sequence[SegmentManifest], before: Sequence[Segme
     return [c for c in candidates if any(follows(c, b) for b in before)]
 
 
+@dataclasses.dataclass(frozen=True)
+class CaughtUp:
+    """A writer's record (status.continuous.caughtUp): a linearizable read sent at `time`
+    found the cluster at `revision`, which `chain` held. Every revision committed before
+    `time` is at or below `revision`."""
+
+    chain: str
+    revision: int
+    time: float
+
+
 def runs(segments: Sequence[SegmentManifest]) -> list[Run]:
     """Each chain's segments, cut where a sequence number or a revision is missing. Where one
     chain holds two different segments under one sequence number (two writers raced), the
@@ -128,14 +150,69 @@ def _bases(snapshots: Sequence[Manifest], cluster_id: str, low: int, high: int) 
     return sorted(usable, key=lambda s: s.revision, reverse=True)
 
 
-def _plan_in_run(run: Run, snapshots: Sequence[Manifest], target: Target) -> ReplayPlan | None:
+class SeenOrder:
+    """When the backup's watch saw each revision of a cluster, by its segments' manifests:
+    revision r counts as seen at the latest stamp (first_seen_at at a segment's first
+    revision, last_seen_at at its last) of any revision up to r, in any chain. Monotonic in
+    revision by construction, whatever the writers' clocks said."""
+
+    def __init__(self, segments: Sequence[SegmentManifest]):
+        points: dict[str, list[tuple[int, float]]] = {}
+        for m in segments:
+            found = points.setdefault(m.cluster_id, [])
+            found += [(m.first_revision, m.first_seen_at), (m.last_revision, max(m.first_seen_at, m.last_seen_at))]
+        self._revisions: dict[str, list[int]] = {}
+        self._seen: dict[str, list[float]] = {}
+        for cluster, found in points.items():
+            found.sort()
+            latest, envelope = float("-inf"), []
+            for _, stamp in found:
+                latest = max(latest, stamp)
+                envelope.append(latest)
+            self._revisions[cluster] = [revision for revision, _ in found]
+            self._seen[cluster] = envelope
+
+    def first_seen_after(self, cluster_id: str, moment: float) -> tuple[int, float] | None:
+        """The lowest revision of `cluster_id` seen after `moment` and when (by the latest
+        stamp up to it); None when no stamp is after it: nothing shows the backup saw past it."""
+        envelope = self._seen.get(cluster_id, [])
+        at = bisect.bisect_right(envelope, moment)
+        if at == len(envelope):
+            return None
+        return self._revisions[cluster_id][at], envelope[at]
+
+
+def _time_cutoff(run: Run, moment: float, order: SeenOrder, caught_up: Sequence[CaughtUp]) -> int | None:
+    """The last revision a restore to `moment` may hold from `run`, by the evidence that the
+    backup saw past it; None without evidence within the run. A revision seen after the
+    moment bounds it (the one before is the last); so does a CaughtUp at or after the moment
+    (what came after its revision was committed after it)."""
+    bounds = []
+    after = order.first_seen_after(run.cluster_id, moment)
+    if after is not None and run.first - 1 <= after[0] - 1 <= run.last:
+        bounds.append(after[0] - 1)
+    held = [c.revision for c in caught_up if c.chain == run.chain and c.time >= moment]
+    bounds += [revision for revision in held if run.first - 1 <= revision <= run.last]
+    if after is not None and after[0] - 1 < run.first - 1:
+        return None  # the run starts after a revision seen after the moment
+    return min(bounds) if bounds else None
+
+
+def _plan_in_run(
+    run: Run, snapshots: Sequence[Manifest], target: Target, order: SeenOrder, caught_up: Sequence[CaughtUp]
+) -> ReplayPlan | None:
     if target.time is not None:
-        reached = [s for s in run.segments if s.first_seen_at <= target.time]
+        cutoff = _time_cutoff(run, target.time, order, caught_up)
+        if cutoff is None:
+            return None  # nothing shows the run holds every revision up to the time
+        reached = [s for s in run.segments if s.first_revision <= cutoff]
         if not reached:
             return None
         last = reached[-1]
+        # Every revision before `last` was seen by the time, by every stamp up to it; a base
+        # inside `last` might hold one seen after it.
         bases = _bases(snapshots, run.cluster_id, run.first - 1, last.first_revision - 1)
-        up_to, until = last.last_revision, target.time
+        up_to, until = min(last.last_revision, cutoff), target.time
     else:
         up_to = run.last if target.revision is None else target.revision
         if not run.first - 1 <= up_to <= run.last:
@@ -149,15 +226,22 @@ def _plan_in_run(run: Run, snapshots: Sequence[Manifest], target: Target) -> Rep
     return ReplayPlan(base, needed, up_to, until)
 
 
-def plan_replay(target: Target, snapshots: Sequence[Manifest], segments: Sequence[SegmentManifest]) -> ReplayPlan:
-    """The way to `target` that replays least. Raises ChainProblem saying why none exists."""
+def plan_replay(
+    target: Target,
+    snapshots: Sequence[Manifest],
+    segments: Sequence[SegmentManifest],
+    caught_up: Sequence[CaughtUp] = (),
+) -> ReplayPlan:
+    """The way to `target` that replays least. Raises ChainProblem saying why none exists.
+    `caught_up`: the writers' records of holding the whole cluster (evidence for a time)."""
     candidates: list[ReplayPlan] = []
     if target.revision is not None:
         exact = [s for s in snapshots if s.revision == target.revision and s.verified is not False]
         candidates += [ReplayPlan(s, (), s.revision) for s in exact]
     found = runs(segments)
+    order = SeenOrder(segments)
     for run in found:
-        plan = _plan_in_run(run, snapshots, target)
+        plan = _plan_in_run(run, snapshots, target, order, caught_up)
         if plan is not None:
             candidates.append(plan)
     if target.revision is None and target.time is None and candidates:
@@ -165,10 +249,10 @@ def plan_replay(target: Target, snapshots: Sequence[Manifest], segments: Sequenc
         return max(candidates, key=lambda p: (p.up_to_revision, p.base.revision))
     if candidates:
         return max(candidates, key=lambda p: (p.base.revision, p.up_to_revision))
-    raise ChainProblem(_why_unreachable(target, snapshots, found))
+    raise ChainProblem(_why_unreachable(target, snapshots, found, order))
 
 
-def _why_unreachable(target: Target, snapshots: Sequence[Manifest], found: list[Run]) -> str:
+def _why_unreachable(target: Target, snapshots: Sequence[Manifest], found: list[Run], order: SeenOrder) -> str:
     if not [s for s in snapshots if s.verified is not False]:
         return "there is no full snapshot to start from"
     if not found:
@@ -185,5 +269,29 @@ def _why_unreachable(target: Target, snapshots: Sequence[Manifest], found: list[
             "but no usable full snapshot of that chain is at or before it"
         )
     if target.time is not None:
-        return f"no stored segment was started at or before {target.describe()} from a usable full snapshot"
+        return _why_time_unreachable(target.time, found, order)
     return "no chain of segments starts from a usable full snapshot"
+
+
+def _why_time_unreachable(moment: float, found: list[Run], order: SeenOrder) -> str:
+    clusters = sorted({run.cluster_id for run in found})
+    after = {cluster: order.first_seen_after(cluster, moment) for cluster in clusters}
+    if all(seen is None for seen in after.values()):
+        newest = max(run.last for run in found)
+        return (
+            f"no revision backed up was seen after that time: the backup holds revisions up to {newest}, and "
+            "nothing shows that no write came between the last of them and the time (it is still to come, "
+            "or the backup stopped before it; no record of its writer holding the whole cluster at or after "
+            "it either). Restore the latest point or a revision instead"
+        )
+    for cluster in clusters:
+        seen = after[cluster]
+        if seen is None:
+            continue
+        holding = [run for run in found if run.cluster_id == cluster and run.first <= seen[0] - 1 <= run.last]
+        if not holding:
+            return (
+                f"revision {seen[0] - 1}, the last seen by that time, is in no stored segment: the chain is "
+                "broken there, or its writer stopped before the time"
+            )
+    return "no stored segment was started by that time from a usable full snapshot"

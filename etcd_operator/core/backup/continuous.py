@@ -135,3 +135,7 @@ class StreamView:
     cluster_revision: int | None = None  # the newest revision the watch has heard of
     last_segment_at: float | None = None  # seconds since the epoch: when the last segment was uploaded
     waiting: str | None = None  # why it is not watching right now (no member answers), for people
+    # (revision, time): a linearizable read sent at that time (the writer's clock) found the
+    # cluster at that revision, every revision up to which was uploaded: the chain held all
+    # the cluster had then. A restore to a time at or before it may replay to that revision.
+    caught_up: tuple[int, float] | None = None

@@ -16,7 +16,7 @@ from etcd_operator.core import conditions as c
 from etcd_operator.core.backup import steps as s
 from etcd_operator.core.backup.continuous import StreamView
 from etcd_operator.core.backup.planner import CHAIN_BROKEN
-from etcd_operator.core.timefmt import format_time
+from etcd_operator.core.timefmt import format_precise_time, format_time
 
 CONDITION = "ContinuousBackup"
 STREAMING = "Streaming"
@@ -83,6 +83,9 @@ def _progress(before: Mapping[str, Any], report: s.StreamReport) -> dict[str, An
             fields["lastSegmentTime"] = format_time(view.last_segment_at)
         if view.cluster_revision is not None:
             fields["lagRevisions"] = max(view.cluster_revision - view.last_revision, 0)
+        if view.caught_up is not None:
+            revision, moment = view.caught_up
+            fields["caughtUp"] = {"chain": view.chain, "revision": revision, "time": format_precise_time(moment)}
     return fields
 
 

@@ -15,7 +15,10 @@ keys by version ID, or none of them:
 - a backup none of whose versions is held is deleted, snapshot first, then its manifest
   (as before Object Lock: an operator killed in between leaves a manifest the next pass
   deletes), each version by its ID; a bucket without versions (no version IDs) gets one
-  plain DELETE per key, as before.
+  plain DELETE per key, as before;
+- a continuous backup's segment retention no longer needs (segment_retention.py) goes the
+  same way, its manifest first, then its body (segment_deletions): every version by its ID,
+  or, while any version of either is held, nothing; a later pass deletes it.
 
 Invariants, each covered by tests/unit/test_backup_object_lock.py."""
 
@@ -129,6 +132,14 @@ def _locked(manifest: Manifest, objects: Sequence[StoredObject], now: datetime.d
 
 def _deletion(stored: StoredObject) -> Deletion:
     return Deletion(stored.key, tuple(v.version_id for v in stored.versions))
+
+
+def segment_deletions(stored: Sequence[StoredObject], now: datetime.datetime) -> tuple[Deletion, ...] | None:
+    """The versions to delete of one segment's keys as `stored` lists them (its manifest, then
+    its body), each by its ID; None while any of them is held: the segment is kept whole."""
+    if any(held(v.lock, o.store_now, now) for o in stored for v in o.versions):
+        return None
+    return tuple(_deletion(o) for o in stored if o.versions)
 
 
 def sort_out(expired: Sequence[Manifest], stored: Mapping[str, StoredObject], now: datetime.datetime) -> RetentionPlan:

@@ -40,6 +40,22 @@ def encoded_size(record: RevisionRecord) -> int:
     )
 
 
+class SeenClock:
+    """seen_at within one chain: the writer's wall clock, never earlier than the last stamp
+    the chain holds. A writer taking a chain over with a clock behind the previous writer's
+    stamps with that last stamp until its clock catches up, so stamps follow revision order
+    across writers (a restore to a time goes by them: core/backup/chain.py)."""
+
+    def __init__(self, floor: float = float("-inf")):
+        self.floor = floor
+        self.behind = 0.0  # the most seconds the clock was found behind the chain's stamps
+
+    def stamp(self, now: float) -> float:
+        self.behind = max(self.behind, self.floor - now)
+        self.floor = max(self.floor, now)
+        return self.floor
+
+
 class RevisionGrouper:
     """Expects `next_revision` first, then every revision after it in order."""
 

@@ -8,6 +8,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from etcd_operator.core.backup.chain import CaughtUp
 from etcd_operator.core.backup.manifest import Manifest
 from etcd_operator.core.backup.segments import SegmentManifest
 from etcd_operator.core.cluster.spec import ClusterSpec
@@ -152,6 +153,7 @@ class Catalogue:
     folder: str = ""  # the backup's folder in the store (manifest.backup_prefix)
     snapshots: tuple[Manifest, ...] = ()
     segments: tuple[SegmentManifest, ...] = ()
+    caught_up: tuple[CaughtUp, ...] = ()  # the backup's status.continuous.caughtUp, when it records one
     error: str | None = None  # the store could not be listed
     permanent: bool = False  # ... and listing again cannot help (credentials, bucket)
 

@@ -29,9 +29,12 @@ Invariants, each covered by tests/unit/test_restore_planner.py:
   acknowledged this restore's hold (status.restoreHold names this restore's name and uid):
   a cluster pass that decided on a copy without the hold may still be running until then
   (WaitingForHoldAck; the cluster executor's live fence, HeldByRestore, is the second guard);
-- every restore's pods bump revisions by spec.revisionBump (and mark them compacted) unless it
-  is 0; a bump into an etcd whose etcdutl cannot (older than versions.REVISION_BUMP_SINCE) is
-  refused before anything is touched (RevisionBumpUnsupported);
+- every restore's pods bump revisions (and mark them compacted) by the bump recorded in
+  status.revisionBump when the restore began: spec.revisionBump, or when it is not set one
+  chosen above the highest revision the target served, by DEFAULT_REVISION_BUMP (chosen_bump;
+  the progress message and an Event say so); none when it is 0; a bump into an etcd whose
+  etcdutl cannot (older than versions.REVISION_BUMP_SINCE) is refused before anything is
+  touched (RevisionBumpUnsupported);
 - an in-place restore with a bump is refused before anything is touched when the snapshot's
   revision plus the bump is not above the highest revision the target reported
   (RevisionBumpTooSmall), or when the target reported none and the bump is below the default
@@ -127,13 +130,36 @@ def revision_bump_problem(spec: RestoreSpec, observed: Observed) -> s.Fail | Non
     """A bump the target version's etcdutl cannot make (checked before verification: the
     target's version is known from the spec)."""
     try:
-        problem = versions.revision_bump_problem(_target_version(spec, observed), spec.revision_bump)
+        bump = DEFAULT_REVISION_BUMP if spec.revision_bump is None else spec.revision_bump
+        problem = versions.revision_bump_problem(_target_version(spec, observed), bump)
     except (TypeError, ValueError):
         return None  # an unreadable version is refused by the target's own checks
     return s.Fail(problem.message, code=problem.reason) if problem else None
 
 
 # --- revisions --------------------------------------------------------------------------
+
+
+def chosen_bump(spec: RestoreSpec, status: RestoreStatus, observed: Observed) -> tuple[int, str]:
+    """The bump the restore pods apply, and for people why, when the restore chose it: ""
+    when spec.revisionBump sets it. Without one, the restored revisions start
+    DEFAULT_REVISION_BUMP above the highest the target served: in place, the highest revision
+    its members reported (a cluster restored before was bumped already, so the default alone
+    may not reach it); a new cluster, or a target that reported none, serves nothing above the
+    snapshot's own revision, so the default itself."""
+    if spec.revision_bump is not None:
+        return spec.revision_bump, ""
+    source = status.restored_revision or 0
+    before = observed.cluster.revision if spec.in_place and observed.cluster is not None else None
+    if before is None or before <= source:
+        return DEFAULT_REVISION_BUMP, (
+            f"spec.revisionBump is not set: {DEFAULT_REVISION_BUMP} chosen, above the snapshot's revision {source}"
+        )
+    bump = before - source + DEFAULT_REVISION_BUMP
+    return bump, (
+        f"spec.revisionBump is not set: {bump} chosen, so that the restored revisions start "
+        f"{DEFAULT_REVISION_BUMP} above revision {before}, the highest EtcdCluster {spec.target} served"
+    )
 
 
 def in_place_revision_check(spec: RestoreSpec, status: RestoreStatus, observed: Observed) -> s.Fail | str:
@@ -162,7 +188,7 @@ def in_place_revision_check(spec: RestoreSpec, status: RestoreStatus, observed: 
     The revision checked is the one the cluster's status recorded when the checks passed;
     writes the target takes after that, until its members are stopped, are not counted, so
     the bump needs a margin over the difference (the default has one)."""
-    cluster, bump = observed.cluster, spec.revision_bump
+    cluster, (bump, _) = observed.cluster, chosen_bump(spec, status, observed)
     if not spec.in_place or cluster is None or bump <= 0:
         return ""
     source = status.restored_revision or 0
@@ -176,8 +202,8 @@ def in_place_revision_check(spec: RestoreSpec, status: RestoreStatus, observed: 
         return s.Fail(
             f"EtcdCluster {cluster.name} reported no revision (no member answered), so nothing shows that "
             f"spec.revisionBump {bump} lifts the restored revisions above what it served; a watch resumed "
-            f"from an old revision could be served other data. Leave spec.revisionBump at its default "
-            f"({DEFAULT_REVISION_BUMP}) or above, or set it to 0 if no client watches this store",
+            f"from an old revision could be served other data. Leave spec.revisionBump unset (the restore "
+            f"then chooses {DEFAULT_REVISION_BUMP}), set it to at least that, or to 0 if no client watches this store",
             code="TargetRevisionUnknown",
         )
     if source + bump <= before:
@@ -185,8 +211,9 @@ def in_place_revision_check(spec: RestoreSpec, status: RestoreStatus, observed: 
             f"the snapshot's revision {source} + spec.revisionBump {bump} = {source + bump} is not above "
             f"revision {before}, the highest EtcdCluster {cluster.name} served: restored, its revisions "
             f"would go back and a watch resumed from an old revision could be served other data. Set "
-            f"spec.revisionBump above {before - source} with a margin for writes until it stops (the "
-            f"default, {DEFAULT_REVISION_BUMP}, is), or to 0 if no client watches this store",
+            f"spec.revisionBump above {before - source} with a margin for writes until it stops, leave it unset "
+            f"(the restore then chooses {before - source + DEFAULT_REVISION_BUMP}), or set it to 0 if no client "
+            "watches this store",
             code="RevisionBumpTooSmall",
         )
     return ""
@@ -437,18 +464,19 @@ def _plan_checks(spec: RestoreSpec, status: RestoreStatus, observed: Observed) -
     revisions = in_place_revision_check(spec, status, observed)
     if isinstance(revisions, s.Fail):
         return revisions
-    source, bump = status.restored_revision, spec.revision_bump
+    source, (bump, chosen) = status.restored_revision, chosen_bump(spec, status, observed)
     bumped = None if source is None else source + bump
     starts = (
         f"; revisions bumped by {bump}, to start at {bumped if bumped is not None else 'the snapshot revision + bump'}"
         if bump
         else "; revisions not bumped (spec.revisionBump 0)"
-    )
+    ) + (f" ({chosen})" if chosen else "")
     return s.BeginRestore(
         f"snapshot verified; restoring into {'the existing' if spec.in_place else 'new'} EtcdCluster "
         f"{spec.target}{starts}{revisions}",
         target=spec.target,
         revision_bump=bump,
+        bump_chosen=chosen,
         bumped_revision=bumped,
         target_revision_before=observed.cluster.revision if spec.in_place and observed.cluster else None,
     )

@@ -15,7 +15,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from etcd_operator.core.backup.chain import ChainProblem, ReplayPlan, Target, runs
+from etcd_operator.core.backup.chain import CaughtUp, ChainProblem, ReplayPlan, Target, runs
 from etcd_operator.core.backup.scratch_verdict import SHA256_REFUSED, UNSEALING_REFUSED
 from etcd_operator.core.backup.segments import SegmentManifest
 from etcd_operator.core.timefmt import format_precise_time, parse_time
@@ -36,6 +36,19 @@ def target_of(source: Mapping[str, Any]) -> Target | None:
     if point.get("time"):
         return Target(time=parse_time(point["time"]))
     return Target()
+
+
+def caught_up_of(backup_status: Mapping[str, Any] | None) -> tuple[CaughtUp, ...]:
+    """The writer's record of holding the whole cluster, from an EtcdBackup's status
+    (status.continuous.caughtUp); () when there is none or it cannot be read."""
+    record = ((backup_status or {}).get("continuous") or {}).get("caughtUp") or {}
+    try:
+        moment = parse_time(record.get("time"))
+        if moment is None or not record.get("chain"):
+            return ()
+        return (CaughtUp(str(record["chain"]), int(record["revision"]), moment),)
+    except (KeyError, TypeError, ValueError):
+        return ()
 
 
 def describe(target: Target) -> str:

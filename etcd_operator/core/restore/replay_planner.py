@@ -104,7 +104,7 @@ def _choose(spec: RestoreSpec, observed: Observed) -> s.Step:
             return s.Fail(f"the backup's store cannot be listed: {catalogue.error}", code="StorageError")
         return s.Wait(f"the backup's store cannot be listed now: {catalogue.error}", code="StorageUnavailable")
     try:
-        plan = plan_replay(point, catalogue.snapshots, catalogue.segments)
+        plan = plan_replay(point, catalogue.snapshots, catalogue.segments, catalogue.caught_up)
     except ChainProblem as e:
         return s.Fail(
             f"{describe(point)} cannot be reached from EtcdBackup {spec.backup}: {e}", code="PointNotReachable"

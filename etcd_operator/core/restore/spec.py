@@ -13,16 +13,18 @@ from etcd_operator.core.restore.point_in_time import ReplayRecord, target_of
 
 TERMINAL_PHASES = ("Completed", "Failed", "AlreadyApplied")
 BEFORE_RESTORING = (None, "Pending", "Verifying", "Replaying")  # nothing of the target is touched yet
-# spec.revisionBump's default (the CRD's): etcd's disaster-recovery guide suggests 1,000,000,000
-# for Kubernetes, far above the writes any store takes between a backup and its restore.
+# The margin a restore without spec.revisionBump starts its revisions at, above the highest
+# the target served (planner.chosen_bump): etcd's disaster-recovery guide suggests
+# 1,000,000,000 for Kubernetes, far above the writes any store takes between a backup and
+# its restore.
 DEFAULT_REVISION_BUMP = 1_000_000_000
 
 
 def spec_hash(spec: Mapping[str, Any]) -> str:
     """A stable digest of a restore's spec: the same manifest applied again hashes the same.
-    spec.revisionBump at its default is left out, so the digest of a spec written before the
-    field existed (recorded on clusters it was applied to) does not change now that the API
-    server fills the default in."""
+    spec.revisionBump at DEFAULT_REVISION_BUMP is left out: the CRD once filled that in, so
+    a spec recorded on a cluster before the field existed, with it filled in, and without it
+    (the bump chosen then) all hash alike."""
     if spec.get("revisionBump") == DEFAULT_REVISION_BUMP:
         spec = {k: v for k, v in spec.items() if k != "revisionBump"}
     return hashlib.sha256(json.dumps(spec, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
@@ -35,15 +37,16 @@ class RestoreSpec:
     target: str  # the EtcdCluster restored into
     new_cluster_spec: Mapping[str, Any]  # newCluster only: the spec of the cluster to create
     digest: str  # spec_hash of the whole spec
-    # etcdutl --bump-revision on every member (with --mark-compacted when > 0); 0: neither
-    revision_bump: int = DEFAULT_REVISION_BUMP
+    # etcdutl --bump-revision on every member (with --mark-compacted when > 0); 0: neither;
+    # None: not set, the restore chooses one above what the target served (planner.chosen_bump)
+    revision_bump: int | None = None
     point: Target | None = None  # spec.source.pointInTime; None: restore a whole snapshot
 
     @classmethod
     def from_dict(cls, spec: Mapping[str, Any]) -> RestoreSpec:
         target = spec.get("target") or {}
         source = spec.get("source") or {}
-        bump = int(spec.get("revisionBump", DEFAULT_REVISION_BUMP))
+        bump = None if spec.get("revisionBump") is None else int(spec["revisionBump"])
         point = target_of(source)
         if "inPlace" in target:
             return cls(source, True, target["inPlace"]["clusterName"], {}, spec_hash(spec), bump, point)
@@ -66,6 +69,7 @@ class RestoreStatus:
     snapshot_version: str | None = None
     restored_revision: int | None = None  # the snapshot's revision (the source's)
     target_revision_before: int | None = None  # in place: the highest revision the target reported before
+    revision_bump: int | None = None  # the bump the restore pods apply, recorded when the restore began
     target: str | None = None
     seed_members: tuple[str, ...] = ()  # every member restored from the snapshot
     snapshot_size: int | None = None  # bytes, as verified
@@ -88,6 +92,7 @@ class RestoreStatus:
             snapshot_version=status.get("snapshotEtcdVersion"),
             restored_revision=status.get("restoredRevision"),
             target_revision_before=status.get("targetRevisionBefore"),
+            revision_bump=status.get("revisionBump"),
             target=status.get("targetCluster"),
             seed_members=tuple(status.get("seedMembers") or ()),
             snapshot_size=status.get("snapshotSize"),

@@ -118,6 +118,7 @@ class BeginRestore(Step):
 
     target: str = ""
     revision_bump: int = 0
+    bump_chosen: str = ""  # why this bump, when spec.revisionBump did not set it; "" when it did
     bumped_revision: int | None = None  # the snapshot's revision + revision_bump
     target_revision_before: int | None = None
 

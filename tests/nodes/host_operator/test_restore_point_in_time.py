@@ -2,7 +2,8 @@
 with the operator as a process on the host: a cluster with a continuous EtcdBackup takes
 writes whose revisions and times the test records; a restore to a chosen revision and one
 to a chosen time, each into a new cluster, hold exactly the source's keys and values at
-that revision, compared key by key with the source read at it (`get --rev`). With an
+that revision, compared key by key with the source read at it (`get --rev`); a restore to a
+time an hour ahead, which the backup has not seen past, fails (PointNotReachable). With an
 encrypted continuous backup, the segments and the replayed snapshot are stored sealed
 (no written value readable in the store), and the restore with the backup's key is exact."""
 
@@ -30,7 +31,14 @@ from etcd_operator.core.timefmt import format_precise_time, parse_time
 from localkube import controlplane
 from tests.support.backups import apply_backup, apply_restore, fill, get_backup, wait_phase
 from tests.support.cluster_checks import etcdctl
-from tests.support.clusters import FAST_RECOVERY, PLAINTEXT, apply_cluster, member_endpoints, wait_healthy
+from tests.support.clusters import (
+    FAST_RECOVERY,
+    PLAINTEXT,
+    apply_cluster,
+    condition,
+    member_endpoints,
+    wait_healthy,
+)
 from tests.support.kubectl import kubectl
 from tests.support.s3 import create_credentials_secret, s3_client, s3_storage_spec
 from tests.support.waiting import wait_for
@@ -140,6 +148,20 @@ def test_restores_to_a_chosen_revision_and_to_a_chosen_time_hold_exactly_the_sou
             "target": {"newCluster": {"name": "at-time", "spec": {**new_cluster, "size": 1}}},
         },
     )
+    # A time the backup has not seen past (an hour ahead) is refused before anything is created.
+    apply_restore(
+        namespace,
+        "to-future",
+        {
+            "source": {"backupRef": {"name": "pitr"}, "pointInTime": {"time": format_precise_time(time.time() + 3600)}},
+            "target": {"newCluster": {"name": "at-future", "spec": {**new_cluster, "size": 1}}},
+        },
+    )
+    refused = wait_phase(namespace, "to-future", "Failed", timeout=180)
+    failed = condition(refused, "Failed")
+    assert failed and failed["reason"] == "PointNotReachable", refused["status"]
+    assert "no revision backed up was seen after that time" in failed["message"], failed
+    assert kubectl("get", "etcdcluster", "at-future", "-n", namespace, check=False).returncode != 0
     for restore, cluster, revision, size in (("to-rev", "at-rev", at_revision, 3), ("to-time", "at-time", at_time, 1)):
         status = wait_phase(namespace, restore, "Completed", timeout=600)["status"]
         point = status["pointInTime"]
