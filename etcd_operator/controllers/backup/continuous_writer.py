@@ -371,7 +371,7 @@ class SegmentWriter:
         delay = RETRY_FIRST
         while True:
             try:
-                await segment_store.upload_segment(storage, manifest, data)
+                await segment_store.upload_segment(storage, manifest, data, self._encoding.signing_key)
                 break
             except StorageError as e:
                 self.store_error = str(e)

@@ -20,12 +20,15 @@ from etcd_operator.core.backup.segments import (
 logger = logging.getLogger(__name__)
 
 
-async def upload_segment(storage: S3Storage, manifest: SegmentManifest, stored: bytes) -> None:
+async def upload_segment(
+    storage: S3Storage, manifest: SegmentManifest, stored: bytes, signing_key: bytes | None = None
+) -> None:
     """The segment's bytes, then its manifest: a segment without a manifest was never
     finished, and nothing reads it. The one place a segment is written; `stored` comes
-    sealed already (core/backup/segment_sealing.py), as the manifest records."""
+    sealed already (core/backup/segment_sealing.py), as the manifest records, and
+    `signing_key` (the backup's key, when it has one) authenticates the manifest."""
     await storage.put(manifest.segment_key, stored)
-    await storage.put(manifest.key, manifest.to_json(), "application/json")
+    await storage.put(manifest.key, manifest.to_json(signing_key), "application/json")
 
 
 async def last_segment(
