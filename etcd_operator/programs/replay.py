@@ -45,7 +45,7 @@ from etcd_operator.clients.storage.s3 import S3Location, S3Storage, StorageError
 from etcd_operator.core.backup import sealed, segment_sealing
 from etcd_operator.core.backup.chain import ChainProblem
 from etcd_operator.core.backup.keyring import KeyringError
-from etcd_operator.core.backup.manifest import Manifest, manifest_key
+from etcd_operator.core.backup.manifest import Manifest, ManifestUnauthenticated, manifest_key
 from etcd_operator.core.backup.segments import (
     SEGMENT_MANIFEST_SUFFIX,
     RevisionRecord,
@@ -170,14 +170,15 @@ def refuse_clear_output(encoding: sealed.Encoding, base: Manifest, segments: lis
 # --- 1. an earlier pod's result -------------------------------------------------------
 
 
-async def stored_result(storage: S3Storage, key: str) -> ReplayResult | None:
-    """The result an earlier replay of this restore uploaded, when its snapshot's manifest agrees."""
+async def stored_result(storage: S3Storage, key: str, keys: Mapping[str, bytes]) -> ReplayResult | None:
+    """The result an earlier replay of this restore uploaded, when its snapshot's manifest
+    agrees (and authenticates under `keys`, when any are given)."""
     if not await storage.exists(result_key(key)):
         return None
     try:
         result = ReplayResult.from_json(await storage.get(result_key(key)))
-        manifest = Manifest.from_json(await storage.get(manifest_key(key)))
-    except (ValueError, StorageError):
+        manifest = Manifest.read(await storage.get(manifest_key(key)), manifest_key(key), keys)
+    except (ValueError, StorageError, ManifestUnauthenticated):
         return None
     if (manifest.sha256, manifest.size, manifest.revision) != (result.sha256, result.size, result.revision):
         return None
@@ -191,13 +192,16 @@ async def fetch_segments(
     storage: S3Storage, settings: Settings, keys: Mapping[str, bytes]
 ) -> tuple[list[pathlib.Path], list[SegmentManifest]]:
     """Every segment of the plan, checked against its manifest, unsealed and decoded, on
-    scratch space in order (their plain bodies); and their manifests."""
+    scratch space in order (their plain bodies); and their manifests. With keys, every
+    manifest of the chain's folder authenticates under one of them, else the replay is refused."""
     listed = []
     for key in await storage.list_keys(settings.segments_folder):
         if not key.endswith(SEGMENT_MANIFEST_SUFFIX):
             continue
         try:
-            manifest = SegmentManifest.from_json(await storage.get(key))
+            manifest = SegmentManifest.read(await storage.get(key), key, keys)
+        except ManifestUnauthenticated as e:
+            raise Refused(e.reason, e.message) from None
         except ValueError as e:
             logger.warning("%s is not a segment manifest (%s); ignored", key, e)
             continue
@@ -217,7 +221,7 @@ async def fetch_segments(
             raise Refused("SegmentChecksumMismatch", problem)
         try:
             plain = segment_sealing.unseal(data, keys)
-        except sealed.SealedError as e:
+        except sealed.SealedError as e:  # PlaintextRefused too: a plain segment where keys are held
             reason = "SegmentCorrupt" if e.reason == sealed.SealedError.reason else e.reason
             raise Refused(reason, f"{manifest.segment_key} cannot be unsealed: {e}") from None
         try:
@@ -464,7 +468,7 @@ async def store(
         key_id=encoding.key_id or None,
         plain_size=plain_size,
     )
-    await storage.put(manifest.key, manifest.to_json(), "application/json")
+    await storage.put(manifest.key, manifest.to_json(encoding.signing_key), "application/json")
     result = ReplayResult(progress.revision, progress.seen_at, progress.applied, sha256, size)
     await storage.put(result_key(settings.output_key), result.to_json().encode(), "application/json")
     return result
@@ -475,13 +479,17 @@ async def run(env: Mapping[str, str]) -> ReplayResult:
     ca = await asyncio.to_thread(pathlib.Path(env["S3_CA_FILE"]).read_bytes) if env.get("S3_CA_FILE") else None
     storage = S3Storage(S3Location.from_pod_env(env, ca))
     try:
-        earlier = await stored_result(storage, settings.output_key)
+        keys = await asyncio.to_thread(read_keys, settings)
+        earlier = await stored_result(storage, settings.output_key, keys)
         if earlier is not None:
             logger.info("%s was replayed already, to revision %d", settings.output_key, earlier.revision)
             return earlier
-        keys = await asyncio.to_thread(read_keys, settings)
         encoding = replayed_encoding(settings, keys)
-        base = Manifest.from_json(await storage.get(manifest_key(settings.record.base_key)))
+        base_manifest = manifest_key(settings.record.base_key)
+        try:
+            base = Manifest.read(await storage.get(base_manifest), base_manifest, keys)
+        except ManifestUnauthenticated as e:
+            raise Refused(e.reason, e.message) from None
         files, segments = await fetch_segments(storage, settings, keys)
         refuse_clear_output(encoding, base, segments)
         try:

@@ -160,7 +160,11 @@ def test_a_segment_is_compressed_by_default_and_decodes_without_keys(tmp_path):
 
 @pytest.mark.parametrize(
     "keys, reason",
-    [({"k1": OTHER_KEY}, "DecryptionFailed"), ({}, "EncryptionKeyMissing"), ({"k2": KEY}, "EncryptionKeyMissing")],
+    [
+        ({"k1": OTHER_KEY}, "ManifestUnauthenticated"),  # the manifest's MAC is checked first
+        ({}, "EncryptionKeyMissing"),
+        ({"k2": KEY}, "EncryptionKeyMissing"),
+    ],
 )
 def test_a_wrong_or_missing_key_is_refused_with_its_reason_and_exit_code(tmp_path, keys, reason):
     store = ObjectStore()
@@ -266,7 +270,7 @@ def test_the_replayed_snapshot_is_uploaded_sealed_with_a_manifest_that_says_how(
     assert manifest.plain_size == len(snapshot) and (result.sha256, result.size) == (manifest.sha256, manifest.size)
     assert b"".join(sealed.decode([stored], {"k1": KEY})) == snapshot
     assert not (s.work / "replayed.db").exists()  # the plain copy does not outlive its sealing
-    assert asyncio.run(program.stored_result(store, s.output_key)) == result  # type: ignore[arg-type]
+    assert asyncio.run(program.stored_result(store, s.output_key, {"k1": KEY})) == result  # type: ignore[arg-type]
 
 
 # --- the pod and the restore's checks before it ---------------------------------------
@@ -305,7 +309,7 @@ def stored_backup(store: ObjectStore, base_encoding: sealed.Encoding) -> ReplayR
         **{"compression": base_encoding.compression, "encryption": base_encoding.algorithm
            if base_encoding.encrypted else None, "key_id": base_encoding.key_id or None},
     )  # fmt: skip
-    store.objects[manifest_key(BASE_KEY)] = base.to_json()
+    store.objects[manifest_key(BASE_KEY)] = base.to_json(base_encoding.signing_key)
     written(store, base_encoding, [body(11), body(14)])
     return settings(pathlib.Path("/x")).record
 
@@ -343,7 +347,9 @@ def test_the_backups_key_for_the_replayed_snapshot_must_be_among_the_restores_ke
     record = stored_backup(store, sealed.Encoding())
     assert check(store, record, {}) == ReplayedSealing("zstd", "")
     spec = {"encryption": {"secretRef": {"name": "backup-keys"}, "keyID": "k1"}}
-    assert check(store, record, {"k1": KEY}, spec) == ReplayedSealing("zstd", "k1")
+    with pytest.raises(VerificationFailed) as plain:  # a key vouches for no object written without it
+        check(store, record, {"k1": KEY}, spec)
+    assert plain.value.reason == "PlaintextRefused"
     with pytest.raises(KeyringError) as missing:
         check(store, record, {}, spec)
     assert missing.value.reason == "EncryptionKeyMissing"

@@ -38,7 +38,7 @@ def test_an_uploaded_sealed_snapshot_decodes_to_the_stream(encoding):
     store, result = upload(data, encoding)
     stored = store.object()
     assert sealed.is_sealed(stored) and len(stored) < len(data) / 5
-    assert b"".join(sealed.decode([stored], {"2024-06": KEY})) == data
+    assert b"".join(sealed.decode([stored], {"2024-06": KEY} if encoding.encrypted else None)) == data
     assert (result.size, result.sha256, result.plain_size) == (
         len(stored),
         hashlib.sha256(stored).hexdigest(),

@@ -436,7 +436,7 @@ class SegmentWriter:
         delay = RETRY_FIRST
         while True:
             try:
-                await segment_store.upload_segment(storage, manifest, data)
+                await segment_store.upload_segment(storage, manifest, data, self._encoding.signing_key)
                 break
             except StorageClosed:
                 return  # the writer is being stopped: nothing more of it is sent

@@ -196,7 +196,7 @@ class BackupRunner:
             key_id=encoding.key_id or None,
             plain_size=result.plain_size,
         )
-        await storage.put(manifest.key, manifest.to_json(), "application/json")
+        await storage.put(manifest.key, manifest.to_json(encoding.signing_key), "application/json")
         self.duration = time.monotonic() - clock_start
         logger.info(
             "backup %s/%s: %s (%d bytes, revision %d) from %s, started %s",

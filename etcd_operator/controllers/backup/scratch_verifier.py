@@ -15,9 +15,11 @@ from typing import Any
 
 from etcd_operator.clients.kube import client as kube
 from etcd_operator.clients.storage.credentials import s3_location
+from etcd_operator.clients.storage.keyring import read_keyring
 from etcd_operator.clients.storage.s3 import S3Storage, StorageError
 from etcd_operator.core.backup import scratch_pod as builder
-from etcd_operator.core.backup.manifest import Identity, Manifest, manifest_key
+from etcd_operator.core.backup.keyring import KeyringError
+from etcd_operator.core.backup.manifest import Identity, Manifest, ManifestUnauthenticated, manifest_key
 from etcd_operator.core.backup.scratch_verdict import Expected, Verdict
 from etcd_operator.core.backup.spec import BackupSpec
 from etcd_operator.core.cluster.builders import image_pull_secrets
@@ -102,11 +104,24 @@ class BackupVerifier:
         finally:
             await asyncio.to_thread(storage.close)
 
-    async def _manifest(self, storage: S3Storage, key: str) -> Manifest:
+    async def _keys(self) -> dict[str, bytes]:
+        """The backup's keys (spec.encryption), {} without."""
+        if not self.spec.encryption_secret:
+            return {}
         try:
-            manifest = Manifest.from_json(await storage.get(manifest_key(key)))
+            return await read_keyring(self.kube, self.identity.namespace, self.spec.encryption_secret)
+        except KeyringError as e:
+            raise VerificationError(e.reason, e.message) from None
+
+    async def _manifest(self, storage: S3Storage, key: str) -> Manifest:
+        """The manifest of `key`, authenticated under the backup's keys when it has any."""
+        path = manifest_key(key)
+        try:
+            manifest = Manifest.read(await storage.get(path), path, await self._keys())
         except StorageError as e:
-            raise VerificationError("ManifestUnreadable", f"{manifest_key(key)}: {e}") from None
+            raise VerificationError("ManifestUnreadable", f"{path}: {e}") from None
+        except ManifestUnauthenticated as e:
+            raise VerificationError(e.reason, e.message) from None
         if not manifest.belongs_to(self.identity):
             raise VerificationError("ForeignManifest", f"{manifest_key(key)} was not written by this EtcdBackup")
         return manifest
@@ -120,7 +135,8 @@ class BackupVerifier:
                 verified_at=at,
                 verification={"reason": verdict.reason, "message": verdict.message, **verdict.observed},
             )
-            await storage.put(updated.key, updated.to_json(), "application/json")
+            key = (await self._keys()).get(manifest.key_id or "") if manifest.encryption else None
+            await storage.put(updated.key, updated.to_json(key), "application/json")
         return at
 
     async def _images(self, manifest: Manifest) -> tuple[str, list[dict[str, str]]]:

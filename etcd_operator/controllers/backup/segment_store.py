@@ -28,15 +28,18 @@ class SegmentTaken(Exception):
     view of the chain is out of date (it resumes from the store, or stops)."""
 
 
-async def upload_segment(storage: S3Storage, manifest: SegmentManifest, stored: bytes) -> None:
+async def upload_segment(
+    storage: S3Storage, manifest: SegmentManifest, stored: bytes, signing_key: bytes | None = None
+) -> None:
     """The segment's bytes, then its manifest: a segment without a manifest was never
     finished, and nothing reads it. The one place a segment is written; `stored` comes
-    sealed already (core/backup/segment_sealing.py), as the manifest records. Both are
+    sealed already (core/backup/segment_sealing.py), as the manifest records, and
+    `signing_key` (the backup's key, when it has one) authenticates the manifest. Both are
     created only where nothing is stored yet (If-None-Match: *): an object another writer
     stored there is never overwritten (SegmentTaken); the same bytes there are this
     writer's own earlier attempt, whose answer was lost."""
     await _create(storage, manifest.segment_key, stored, "application/octet-stream")
-    await _create(storage, manifest.key, manifest.to_json(), "application/json")
+    await _create(storage, manifest.key, manifest.to_json(signing_key), "application/json")
 
 
 async def _create(storage: S3Storage, key: str, data: bytes, content_type: str) -> None:

@@ -148,18 +148,21 @@ class RestoreExecutor:
         storage = await asyncio.to_thread(S3Storage, await s3_location(self.kube, self.namespace, s3))
         try:
             await storage.check_bucket()
-            snapshot = await snapshot_lookup.resolve(storage, self.namespace, source, s3)
+            snapshot = await snapshot_lookup.resolve(storage, self.namespace, source, s3, keys)
 
             def stored(offset: int, length: int):
                 return storage.read_range(snapshot.key, offset, length)
 
             # The trial decryption: the header names the key ID, the index authenticates under
             # that key, before the whole object is read (and long before anything is touched).
+            # With keys, a plain object is refused here (sealed.PlaintextRefused), then a
+            # manifest that does not authenticate (after the trial: a wrong key fails it first).
             try:
                 plain = await open_plain(stored, await storage.size(snapshot.key), keys)
             except sealed.SealedError as e:
                 message = snapshot_lookup.unsealing_message(snapshot.key, e, keys_secret)
                 raise VerificationFailed(e.reason, message) from None
+            snapshot = await snapshot_lookup.authenticated(storage, snapshot, keys)
             verified = await verify_snapshot(storage, snapshot.key, snapshot.manifest, keys=keys)
             read = plain.read
 

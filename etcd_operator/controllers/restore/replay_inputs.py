@@ -24,7 +24,7 @@ from etcd_operator.controllers.restore import snapshot_lookup
 from etcd_operator.controllers.restore.point_in_time import backup_folder
 from etcd_operator.core.backup import sealed
 from etcd_operator.core.backup.keyring import KeyringError
-from etcd_operator.core.backup.manifest import Manifest, manifest_key
+from etcd_operator.core.backup.manifest import Manifest, ManifestUnauthenticated, manifest_key
 from etcd_operator.core.backup.sealed_reader import open_plain
 from etcd_operator.core.backup.segment_retention import parse_manifest_key
 from etcd_operator.core.backup.segments import SegmentManifest
@@ -72,20 +72,30 @@ async def check_keys(
     keys_secret: str | None,
     backup_spec: Mapping[str, Any],
 ) -> ReplayedSealing:
-    """The replayed snapshot's sealing, once the trial decryptions passed."""
+    """The replayed snapshot's sealing, once the trial decryptions passed, then every manifest
+    read authenticated under `keys` (when any are given; after the trials, so that a wrong key
+    fails as one, not as an altered manifest)."""
+    base_manifest = manifest_key(record.base_key)
+    base_document = await storage.get(base_manifest)
     try:
-        base = Manifest.from_json(await storage.get(manifest_key(record.base_key)))
+        base = Manifest.from_json(base_document)
     except ValueError as e:
-        raise VerificationFailed("ManifestInvalid", f"{manifest_key(record.base_key)}: {e}") from None
+        raise VerificationFailed("ManifestInvalid", f"{base_manifest}: {e}") from None
     segments = await recorded_segments(storage, record, chain_folder)
     trials = [(record.base_key, base.size)]
     by_key_id = {m.key_id: m for m in sorted(segments, key=lambda m: m.sequence) if m.encrypted}
-    trials += [(m.segment_key, m.size) for m in by_key_id.values()]
+    trials += [(m.segment_key, m.size) for m in by_key_id.values()]  # the replay pod checks every one
     for key, size in trials:
         try:
             await open_plain(functools.partial(storage.read_range, key), size, keys)
         except sealed.SealedError as e:
             raise VerificationFailed(e.reason, snapshot_lookup.unsealing_message(key, e, keys_secret)) from None
+    if keys:
+        try:
+            base = Manifest.read(base_document, base_manifest, keys)
+            segments = await recorded_segments(storage, record, chain_folder, keys)
+        except ManifestUnauthenticated as e:
+            raise VerificationFailed(e.reason, f"{e.message}; nothing was touched") from None
     sealing = replayed_sealing(
         backup_spec.get("compression"), (backup_spec.get("encryption") or {}).get("keyID"), base, segments
     )
@@ -98,8 +108,11 @@ async def check_keys(
     return sealing
 
 
-async def recorded_segments(storage: S3Storage, record: ReplayRecord, chain_folder: str) -> Sequence[SegmentManifest]:
-    """The manifests of the recorded segments (names pick them, each manifest decides)."""
+async def recorded_segments(
+    storage: S3Storage, record: ReplayRecord, chain_folder: str, keys: Mapping[str, bytes] | None = None
+) -> Sequence[SegmentManifest]:
+    """The manifests of the recorded segments (names pick them, each manifest decides); with
+    `keys`, each authenticated (raises manifest.ManifestUnauthenticated)."""
     prefix = chain_folder.removesuffix(f"{record.chain}/")
     found = []
     for key in await storage.list_keys(chain_folder):
@@ -109,7 +122,7 @@ async def recorded_segments(storage: S3Storage, record: ReplayRecord, chain_fold
         if not record.first_sequence <= parsed[1] <= record.last_sequence:
             continue
         try:
-            manifest = SegmentManifest.from_json(await storage.get(key))
+            manifest = SegmentManifest.read(await storage.get(key), key, keys or {})
         except ValueError as e:
             logger.warning("%s is not a segment manifest (%s); ignored", key, e)
             continue

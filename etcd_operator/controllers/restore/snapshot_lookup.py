@@ -13,7 +13,7 @@ from etcd_operator.controllers.backup.catalogue import read_manifests
 from etcd_operator.controllers.backup.snapshot_integrity import VerificationFailed
 from etcd_operator.core.backup import retention, sealed
 from etcd_operator.core.backup.keyring import decryption_secret
-from etcd_operator.core.backup.manifest import Manifest, backup_prefix, manifest_key
+from etcd_operator.core.backup.manifest import Manifest, ManifestUnauthenticated, backup_prefix, manifest_key
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,16 +43,31 @@ async def keys_secret(kube_client: kube.KubeClient, namespace: str, source: Mapp
 
 
 async def resolve(
-    storage: S3Storage, namespace: str, source: Mapping[str, Any], s3: Mapping[str, Any]
+    storage: S3Storage,
+    namespace: str,
+    source: Mapping[str, Any],
+    s3: Mapping[str, Any],
+    keys: Mapping[str, bytes] | None = None,
 ) -> SnapshotSource:
+    """`keys`: the restore's, when it has any: then the snapshot's manifest must be there.
+    The manifest is not authenticated yet: `authenticated` does that, after the trial
+    decryption, so that a wrong key is told apart from an altered manifest."""
     if "s3" in source:
         key = source["s3"]["key"]
         manifest = None
         if await storage.exists(manifest_key(key)):
             try:
                 manifest = Manifest.from_json(await storage.get(manifest_key(key)))
-            except ValueError:
+            except ValueError as e:
+                if keys:
+                    raise VerificationFailed("ManifestInvalid", f"{manifest_key(key)}: {e}") from None
                 manifest = None
+        elif keys:
+            raise VerificationFailed(
+                "ManifestUnauthenticated",
+                f"{key} has no manifest beside it ({manifest_key(key)}), while the restore has keys: an encrypted "
+                f"snapshot is restored only with its authenticated manifest; nothing was touched",
+            )
         if not await storage.exists(key):
             raise VerificationFailed("SnapshotNotFound", f"s3://{s3['bucket']}/{key} does not exist")
         return SnapshotSource(s3, key, manifest)
@@ -74,8 +89,27 @@ async def resolve(
     return SnapshotSource(s3, latest.snapshot_key, latest)
 
 
+async def authenticated(storage: S3Storage, snapshot: SnapshotSource, keys: Mapping[str, bytes]) -> SnapshotSource:
+    """`snapshot` with its manifest read again and authenticated under `keys` (when any are
+    given): what the rest of the verification goes by (its sha256 pins the object). Raises
+    VerificationFailed (ManifestUnauthenticated, EncryptionKeyMissing) for a manifest missing
+    its MAC, with a wrong one, or copied from another name."""
+    if not keys:
+        return snapshot
+    path = manifest_key(snapshot.key)
+    try:
+        manifest = Manifest.read(await storage.get(path), path, keys)
+    except ManifestUnauthenticated as e:
+        raise VerificationFailed(e.reason, f"{e.message}; nothing was touched") from None
+    except ValueError as e:
+        raise VerificationFailed("ManifestInvalid", f"{path}: {e}") from None
+    return dataclasses.replace(snapshot, manifest=manifest)
+
+
 def unsealing_message(key: str, error: sealed.SealedError, keys_secret: str | None) -> str:
     """Why `key` could not be opened with the restore's keys, for its Failed condition."""
+    if isinstance(error, sealed.PlaintextRefused):
+        return f"{key}: {error}; nothing was touched"
     where = f"the keys of Secret {keys_secret}" if keys_secret else "no encryption keys (none given)"
     return (
         f"{key} cannot be decrypted with {where}: {error}. Give the Secret holding the backup's key "

@@ -6,18 +6,34 @@ cluster's ID. Only manifests of this backup's own identity count for it (retenti
 "this slot already ran"); anything else under its prefix is foreign and never touched.
 Manifests written before identities existed have no UID: they stay readable (restore can
 still pick them by name), but they match no identity, so retention never deletes them and
-they never count as a finished slot of a current backup."""
+they never count as a finished slot of a current backup.
+
+Authentication: the manifests of an encrypted backup (snapshot and segment manifests alike)
+carry `mac`, an HMAC-SHA256 under a key derived from the backup key named by their `keyId`
+(HKDF-SHA256, info MAC_KEY_INFO), over the name the manifest is stored at and the document
+without `mac`. A reader that holds keys refuses a manifest whose MAC is missing or wrong
+(ManifestUnauthenticated): one rewritten, one made up, or one copied from another name or
+another backup under the same key. The sha256 it records then pins the object beside it."""
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import hmac
 import json
+import struct
+from collections.abc import Mapping
 from typing import Any
+
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 FORMAT = "etcd-operator.snapshot/v1"
 WRITER = "etcd-operator"
 MANIFEST_SUFFIX = ".manifest.json"
 SNAPSHOT_SUFFIX = ".db"
+MAC_FIELD = "mac"
+MAC_KEY_INFO = b"etcd-operator manifest mac v1"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,15 +87,24 @@ class Manifest:
     def key(self) -> str:
         return manifest_key(self.snapshot_key)
 
-    def to_json(self) -> bytes:
-        return document_json(FORMAT, self)
+    def to_json(self, backup_key: bytes | None = None) -> bytes:
+        """`backup_key`: the key of `key_id`, for an encrypted backup: the document carries a MAC."""
+        return document_json(FORMAT, self, self.key, backup_key)
 
     @classmethod
     def from_json(cls, data: bytes) -> Manifest:
-        """Raises ValueError for anything this operator did not write."""
+        """Raises ValueError for anything this operator did not write. Unauthenticated: what
+        decides a restore or a verification reads through `read`."""
         fields = document_fields(cls, data, FORMAT, "snapshot manifest")
         fields["revision"], fields["size"] = int(fields["revision"]), int(fields["size"])
         return cls(**fields)
+
+    @classmethod
+    def read(cls, data: bytes, path: str, keys: Mapping[str, bytes]) -> Manifest:
+        """The manifest stored at `path`, authenticated under one of `keys` when any are given.
+        Raises ManifestUnauthenticated, or ValueError as `from_json`."""
+        authenticate(data, path, keys)
+        return cls.from_json(data)
 
     def status_record(self) -> dict[str, Any]:
         return {
@@ -104,11 +129,78 @@ class Identity:
     uid: str
 
 
-def document_json(format_name: str, record: Any) -> bytes:
+class ManifestUnauthenticated(Exception):
+    """A manifest of a backup with a key does not authenticate under it. Not a ValueError:
+    readers that skip what is not a manifest must not skip this."""
+
+    def __init__(self, message: str, reason: str = "ManifestUnauthenticated"):
+        super().__init__(message)
+        self.message = message
+        self.reason = reason  # EncryptionKeyMissing: the keys lack the key ID it names
+
+
+def mac_key(backup_key: bytes) -> bytes:
+    """The key manifests are authenticated under: never the backup key itself."""
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=MAC_KEY_INFO).derive(backup_key)
+
+
+def canonical(document: Mapping[str, Any]) -> bytes:
+    """The bytes a manifest's MAC covers of its document: every field but `mac`, sorted, compact."""
+    rest = {k: v for k, v in document.items() if k != MAC_FIELD}
+    return json.dumps(rest, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode()
+
+
+def manifest_mac(backup_key: bytes, path: str, document: Mapping[str, Any]) -> str:
+    """HMAC-SHA256 (hex) under mac_key(backup_key) of: the length of `path` (4 bytes,
+    big-endian), `path` (UTF-8), canonical(document)."""
+    name = path.encode()
+    message = struct.pack(">I", len(name)) + name + canonical(document)
+    return hmac.new(mac_key(backup_key), message, hashlib.sha256).hexdigest()
+
+
+def authenticate(data: bytes, path: str, keys: Mapping[str, bytes]) -> None:
+    """Raises ManifestUnauthenticated unless the document `data`, read from `path`, carries a
+    MAC under the key its keyId names among `keys`. Without keys there is nothing to check."""
+    if not keys:
+        return
+    try:
+        document = json.loads(data)
+    except (TypeError, ValueError):
+        document = None
+    if not isinstance(document, dict):
+        raise ManifestUnauthenticated(f"{path} is not a JSON document, while the backup has a key")
+    mac, key_id = document.get(MAC_FIELD), document.get("keyId")
+    if not isinstance(mac, str) or not mac:
+        raise ManifestUnauthenticated(
+            f"{path} carries no MAC, while the backup has a key: every manifest of an encrypted backup is "
+            f"authenticated, so this one was written by someone else"
+        )
+    key = keys.get(key_id) if isinstance(key_id, str) else None
+    if key is None:
+        listed = ", ".join(sorted(keys))
+        raise ManifestUnauthenticated(
+            f"{path} is authenticated under key ID {key_id!r}, which the given keys do not hold "
+            f"(key IDs given: {listed})",
+            reason="EncryptionKeyMissing",
+        )
+    if not hmac.compare_digest(manifest_mac(key, path, document), mac):
+        raise ManifestUnauthenticated(
+            f"{path}: its MAC does not match under key {key_id!r}: the manifest was altered or copied here from "
+            f"another name or another backup, or the key given under that ID is not the backup's"
+        )
+
+
+def document_json(format_name: str, record: Any, path: str = "", backup_key: bytes | None = None) -> bytes:
     """A record (a dataclass) as the JSON document this operator writes: its format and
-    writer, then its fields in camelCase, unset (None) ones left out."""
+    writer, then its fields in camelCase, unset (None) ones left out; with `backup_key`,
+    the MAC of the document as stored at `path` (the record's keyId names the key)."""
     fields = {json_field_name(k): v for k, v in dataclasses.asdict(record).items() if v is not None}
-    return json.dumps({"format": format_name, "writer": WRITER, **fields}, indent=2, sort_keys=True).encode()
+    document = {"format": format_name, "writer": WRITER, **fields}
+    if backup_key is not None:
+        if not document.get("keyId"):
+            raise ValueError("a manifest authenticated under a key names its key ID")
+        document[MAC_FIELD] = manifest_mac(backup_key, path, document)
+    return json.dumps(document, indent=2, sort_keys=True).encode()
 
 
 def document_fields(cls: Any, data: bytes, format_name: str, what: str) -> dict[str, Any]:

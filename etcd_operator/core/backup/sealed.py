@@ -1,23 +1,31 @@
 """The stored form of a snapshot (or any backup object): zstd-compressed and optionally
 encrypted with AES-256-GCM, in independently sealed chunks, streamed both ways. Pure.
 
-    header   MAGIC, version, compression, algorithm, chunk size, nonce prefix, key ID
+    header   MAGIC, version, compression, algorithm, chunk size, salt, key ID
     record*  kind (DATA), length, payload: one chunk of at most `chunk size` plain bytes,
              compressed (one zstd frame), then sealed
     record   kind (INDEX), length, payload: plain size, chunk count, each chunk's offset
     trailer  the index record's offset, END_MAGIC
 
-Sealing (algorithm aes-256-gcm): the nonce is the object's random 64-bit prefix followed by
-the record's 32-bit counter, so no nonce repeats under one key (2^32 records per object;
-objects collide on a prefix with odds ~n²/2^65). The associated data of every record is the
-whole header, the record's kind and its counter: a record moved, dropped, swapped between
-objects or relabelled fails authentication, and a stream cut before its index record is
-refused as truncated. Without encryption the records carry no tag; the manifest's sha256
-of the stored bytes is what detects tampering then.
+Sealing (algorithm aes-256-gcm), version 2: each object has a key of its own,
+HKDF-SHA256(backup key, salt = the header's 32 random bytes, info = OBJECT_KEY_INFO), and
+each record's nonce is its counter (0, 1, ... as 12 big-endian bytes) under that key: no
+nonce repeats within an object, and objects share no key but with odds of 2^-256 per pair.
+Version 1 (read only) used the backup key itself with a random 64-bit nonce prefix per
+object, which repeats too soon at a segment per second (~n²/2^65 for n objects). The
+associated data of every record is the whole header, the record's kind and its counter: a
+record moved, dropped, swapped between objects or relabelled fails authentication, and a
+stream cut before its index record is refused as truncated. Without encryption the records
+carry no tag; the manifest's sha256 of the stored bytes is what detects tampering then.
+docs/reference/sealed-format.md publishes the layout with test vectors.
+
+A reader that holds keys (the backup has a key) accepts only objects encrypted under one of
+them: a plain object, or a sealed one without encryption, is refused as PlaintextRefused,
+since anyone who can write the bucket could have put it there. Without keys, objects that
+do not start with MAGIC (snapshots written before this format) pass through unchanged.
 
 Memory: the encoder holds one chunk of plain bytes and its compressed form; the decoder one
-record and its plain chunk. Objects that do not start with MAGIC (snapshots written before
-this format) are passed through unchanged by `decode`."""
+record and its plain chunk."""
 
 from __future__ import annotations
 
@@ -28,17 +36,23 @@ from collections.abc import Iterable, Iterator, Mapping
 
 import zstandard
 from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 MAGIC = b"\x89EOSEAL"  # a bbolt file starts with page id 0 (zero bytes): never this
 END_MAGIC = b"EOSEALZ\n"
-VERSION = 1
+VERSION = 2  # what this operator writes
+READABLE_VERSIONS = (1, 2)
 COMPRESSIONS = ("none", "zstd")
 ALGORITHMS = ("none", "aes-256-gcm")
 DEFAULT_CHUNK_BYTES = 1 << 20
 MAX_CHUNK_BYTES = 16 << 20
 KEY_BYTES = 32
-NONCE_PREFIX_BYTES = 8
+NONCE_PREFIX_BYTES = 8  # version 1
+SALT_BYTES = 32  # version 2
+NONCE_BYTES = 12
+OBJECT_KEY_INFO = b"etcd-operator sealed object key v2"
 TAG_BYTES = 16
 MAX_KEY_ID_BYTES = 253  # a Secret data key
 ZSTD_LEVEL = 3
@@ -47,17 +61,21 @@ ZSTD_CONTEXT_BYTES = 2 << 20  # a level-3 compression context, rounded up
 DATA, INDEX = b"D", b"I"
 _RECORD = struct.Struct(">cI")  # kind, payload length
 RECORD_HEAD_BYTES = _RECORD.size
-_FIXED_HEADER = struct.Struct(f">{len(MAGIC)}sBBBI{NONCE_PREFIX_BYTES}sB")
+_VERSIONED = struct.Struct(f">{len(MAGIC)}sB")  # how every version starts
+_FIXED_HEADERS = {  # by version: magic, version, compression, algorithm, chunk size, random bytes, key ID length
+    1: struct.Struct(f">{len(MAGIC)}sBBBI{NONCE_PREFIX_BYTES}sB"),
+    2: struct.Struct(f">{len(MAGIC)}sBBBI{SALT_BYTES}sB"),
+}
 _TRAILER = struct.Struct(f">Q{len(END_MAGIC)}s")
 _INDEX_HEAD = struct.Struct(">QI")  # plain size, chunk count
 TRAILER_BYTES = _TRAILER.size
-MAX_HEADER_BYTES = _FIXED_HEADER.size + MAX_KEY_ID_BYTES
+MAX_HEADER_BYTES = max(h.size for h in _FIXED_HEADERS.values()) + MAX_KEY_ID_BYTES
 
 
 class SealedError(ValueError):
     """The stored bytes cannot be turned back into the plain ones. `reason` is a condition
-    reason: SnapshotCorrupt, EncryptionKeyMissing or DecryptionFailed. Messages never hold
-    key material."""
+    reason: SnapshotCorrupt, EncryptionKeyMissing, DecryptionFailed or PlaintextRefused.
+    Messages never hold key material."""
 
     reason = "SnapshotCorrupt"
 
@@ -68,6 +86,20 @@ class KeyMissing(SealedError):
 
 class DecryptionFailed(SealedError):
     reason = "DecryptionFailed"
+
+
+class PlaintextRefused(SealedError):
+    """The reader holds keys, and the object is not encrypted: a substitute, refused."""
+
+    reason = "PlaintextRefused"
+
+
+def plaintext_refusal(sealed_at_all: bool) -> PlaintextRefused:
+    what = "sealed without encryption" if sealed_at_all else "not sealed (plain bytes)"
+    return PlaintextRefused(
+        f"the object is {what}, while the backup has a key: every object of an encrypted backup is encrypted "
+        f"under one of its keys, so this one was put there by someone else, and is refused"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,6 +135,12 @@ class Encoding:
         return self.compression != "none" or self.encrypted
 
     @property
+    def signing_key(self) -> bytes | None:
+        """The key the manifests of objects stored this way are authenticated with
+        (core/backup/manifest.py); None without encryption."""
+        return self.key if self.encrypted else None
+
+    @property
     def working_bytes(self) -> int:
         """What encoding one object holds at once, for the memory budget: the chunk being
         filled, its compressed and its sealed form, and zstd's context at ZSTD_LEVEL (about
@@ -117,33 +155,39 @@ PLAIN = Encoding(compression="none")
 
 @dataclasses.dataclass(frozen=True)
 class Header:
+    version: int
     compression: str
     algorithm: str
     chunk_bytes: int
-    nonce_prefix: bytes
+    random: bytes  # version 1: the nonce prefix; version 2: the object key's salt
     key_id: str
     raw: bytes  # as stored: every record's associated data starts with it
 
     @classmethod
     def parse(cls, data: bytes | bytearray) -> Header | None:
         """The header at the start of `data`, or None when `data` is too short to hold it."""
-        if len(data) < _FIXED_HEADER.size:
+        if len(data) < _VERSIONED.size:
             return None
-        magic, version, compression, algorithm, chunk, prefix, id_len = _FIXED_HEADER.unpack_from(data)
+        magic, version = _VERSIONED.unpack_from(data)
         if magic != MAGIC:
             raise SealedError("not a sealed object")
-        if version != VERSION:
-            raise SealedError(f"sealed format version {version} is not supported (this operator reads {VERSION})")
+        fixed = _FIXED_HEADERS.get(version)
+        if fixed is None:
+            readable = ", ".join(map(str, READABLE_VERSIONS))
+            raise SealedError(f"sealed format version {version} is not supported (this operator reads {readable})")
+        if len(data) < fixed.size:
+            return None
+        _, _, compression, algorithm, chunk, random, id_len = fixed.unpack_from(data)
         if compression >= len(COMPRESSIONS) or algorithm >= len(ALGORITHMS) or not 0 < chunk <= MAX_CHUNK_BYTES:
             raise SealedError("the sealed header names an unknown compression, algorithm or chunk size")
-        end = _FIXED_HEADER.size + id_len
+        end = fixed.size + id_len
         if len(data) < end:
             return None
         try:
-            key_id = data[_FIXED_HEADER.size : end].decode()
+            key_id = data[fixed.size : end].decode()
         except UnicodeDecodeError:
             raise SealedError("the sealed header's key ID is not UTF-8") from None
-        return cls(COMPRESSIONS[compression], ALGORITHMS[algorithm], chunk, prefix, key_id, bytes(data[:end]))
+        return cls(version, COMPRESSIONS[compression], ALGORITHMS[algorithm], chunk, random, key_id, bytes(data[:end]))
 
     @property
     def encrypted(self) -> bool:
@@ -160,18 +204,23 @@ def is_sealed(prefix: bytes | bytearray) -> bool:
     return bytes(prefix[: len(MAGIC)]) == MAGIC
 
 
-def _header_bytes(encoding: Encoding, nonce_prefix: bytes) -> bytes:
+def _header_bytes(encoding: Encoding, salt: bytes) -> bytes:
     key_id = encoding.key_id.encode()
-    fixed = _FIXED_HEADER.pack(
+    fixed = _FIXED_HEADERS[VERSION].pack(
         MAGIC,
         VERSION,
         COMPRESSIONS.index(encoding.compression),
         ALGORITHMS.index(encoding.algorithm),
         encoding.chunk_bytes,
-        nonce_prefix,
+        salt,
         len(key_id),
     )
     return fixed + key_id
+
+
+def object_key(backup_key: bytes, salt: bytes) -> bytes:
+    """Version 2: the key one object's records are sealed under."""
+    return HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=salt, info=OBJECT_KEY_INFO).derive(backup_key)
 
 
 class _Sealer:
@@ -179,12 +228,17 @@ class _Sealer:
 
     def __init__(self, header: Header, key: bytes | None):
         self.header = header
-        self.aead = AESGCM(key) if header.encrypted and key is not None else None
+        self.aead = None
+        if header.encrypted and key is not None:
+            self.aead = AESGCM(object_key(key, header.random) if header.version >= 2 else key)
 
     def _nonce_and_aad(self, kind: bytes, counter: int) -> tuple[bytes, bytes]:
         if counter >= 1 << 32:
             raise SealedError("more than 2^32 records in one object")
-        nonce = self.header.nonce_prefix + struct.pack(">I", counter)
+        if self.header.version >= 2:
+            nonce = counter.to_bytes(NONCE_BYTES, "big")
+        else:
+            nonce = self.header.random + struct.pack(">I", counter)
         return nonce, self.header.raw + kind + struct.pack(">Q", counter)
 
     def seal(self, kind: bytes, counter: int, payload: bytes) -> bytes:
@@ -241,12 +295,15 @@ class Index:
 
 
 class Encoder:
-    """Push-style: `write` plain bytes, get stored bytes back; `finish` once, at the end."""
+    """Push-style: `write` plain bytes, get stored bytes back; `finish` once, at the end.
+    Writes VERSION. `salt`: for test vectors only; a fresh random one otherwise."""
 
-    def __init__(self, encoding: Encoding, nonce_prefix: bytes | None = None):
+    def __init__(self, encoding: Encoding, salt: bytes | None = None):
         self.encoding = encoding
-        prefix = nonce_prefix if nonce_prefix is not None else os.urandom(NONCE_PREFIX_BYTES)
-        raw = _header_bytes(encoding, prefix if encoding.encrypted else bytes(NONCE_PREFIX_BYTES))
+        if salt is not None and len(salt) != SALT_BYTES:
+            raise ValueError(f"a salt has {SALT_BYTES} bytes")
+        salt = salt if salt is not None else os.urandom(SALT_BYTES)
+        raw = _header_bytes(encoding, salt if encoding.encrypted else bytes(SALT_BYTES))
         header = Header.parse(raw)
         assert header is not None
         self._sealer = _Sealer(header, encoding.key if encoding.encrypted else None)
@@ -355,11 +412,13 @@ def open_data(header: Header, key: bytes | None, counter: int, payload: bytes) -
 
 class Decoder:
     """Push-style: `feed` stored bytes, get plain bytes back; `finish` at the end raises if
-    the object was cut short. `keys`: key ID -> key, every one a candidate. An object not in
-    this format is passed through as it is (`sealed` stays False)."""
+    the object was cut short. `keys`: key ID -> key, every one a candidate. With keys, an
+    object not encrypted under one of them is refused (PlaintextRefused); without, an object
+    not in this format is passed through as it is (`sealed` stays False)."""
 
     def __init__(self, keys: Mapping[str, bytes] | None = None):
         self.keys = dict(keys or {})
+        self.encrypted_only = bool(self.keys)
         self.header: Header | None = None
         self.sealed: bool | None = None  # None until the first bytes tell
         self._sealer: _Sealer | None = None
@@ -381,6 +440,8 @@ class Decoder:
             if len(self._buffer) < len(MAGIC):
                 return b""
             self.sealed = is_sealed(self._buffer)
+            if not self.sealed and self.encrypted_only:
+                raise plaintext_refusal(False)
             if not self.sealed:
                 out = bytes(self._buffer)
                 self._buffer.clear()
@@ -390,6 +451,8 @@ class Decoder:
             header = Header.parse(self._buffer)
             if header is None:
                 return b""
+            if self.encrypted_only and not header.encrypted:
+                raise plaintext_refusal(True)
             self.header = header
             self._sealer = _Sealer(header, _pick_key(header, self.keys))
             self._consume(len(header.raw))
@@ -401,6 +464,8 @@ class Decoder:
             return b""
         if self.sealed is None:
             if self._buffer:
+                if self.encrypted_only:
+                    raise plaintext_refusal(False)
                 self.sealed = False  # shorter than MAGIC: a (tiny) plain object
                 self.plain_size = len(self._buffer)
                 return self._consume(len(self._buffer))
@@ -474,7 +539,8 @@ def encode(chunks: Iterable[bytes], encoding: Encoding) -> Iterator[bytes]:
 
 def decode(chunks: Iterable[bytes], keys: Mapping[str, bytes] | None = None) -> Iterator[bytes]:
     """The plain bytes of the stored `chunks`; raises SealedError (KeyMissing,
-    DecryptionFailed) when they cannot be trusted. Plain objects pass through."""
+    DecryptionFailed, PlaintextRefused) when they cannot be trusted. Plain objects pass
+    through only without keys."""
     decoder = Decoder(keys)
     for chunk in chunks:
         out = decoder.feed(chunk)

@@ -74,13 +74,18 @@ class SealedReader(PlainReader):
 
 async def open_plain(read: ReadRange, stored_size: int, keys: Mapping[str, bytes] | None = None) -> PlainReader:
     """A reader over the plain bytes of the object of `stored_size` bytes. Raises
-    sealed.SealedError (KeyMissing, DecryptionFailed) when a sealed one cannot be opened."""
+    sealed.SealedError (KeyMissing, DecryptionFailed) when a sealed one cannot be opened,
+    and sealed.PlaintextRefused when `keys` are given and the object is not encrypted."""
     head = await read(0, min(stored_size, sealed.MAX_HEADER_BYTES))
     if len(head) < len(sealed.MAGIC) or not sealed.is_sealed(head):
+        if keys:
+            raise sealed.plaintext_refusal(False)
         return PlainReader(read, stored_size)
     header = sealed.Header.parse(head)
     if header is None or stored_size < len(header.raw) + sealed.TRAILER_BYTES:
         raise sealed.SealedError("the object is too short for its header and trailer: it was cut short")
+    if keys and not header.encrypted:
+        raise sealed.plaintext_refusal(True)
     key = sealed.key_for(header, keys or {})
     record_end = stored_size - sealed.TRAILER_BYTES
     index_offset = sealed.trailer_offset(await read(record_end, sealed.TRAILER_BYTES))

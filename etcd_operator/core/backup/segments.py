@@ -30,9 +30,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
-from etcd_operator.core.backup.manifest import backup_prefix, document_fields, document_json
+from etcd_operator.core.backup.manifest import authenticate, backup_prefix, document_fields, document_json
 
 MAGIC = b"etcd-operator.segment/v1\n"
 FORMAT = "etcd-operator.segment-manifest/v1"
@@ -195,8 +195,10 @@ class SegmentManifest:
     def encrypted(self) -> bool:
         return bool(self.encryption) and self.encryption != "none"
 
-    def to_json(self) -> bytes:
-        return document_json(FORMAT, self)
+    def to_json(self, backup_key: bytes | None = None) -> bytes:
+        """`backup_key`: the key of `key_id`, for an encrypted backup: the document carries a
+        MAC (core/backup/manifest.py)."""
+        return document_json(FORMAT, self, self.key, backup_key)
 
     @classmethod
     def from_json(cls, data: bytes) -> SegmentManifest:
@@ -207,6 +209,13 @@ class SegmentManifest:
         for name in ("first_seen_at", "last_seen_at"):
             fields[name] = float(fields[name])
         return cls(**fields)
+
+    @classmethod
+    def read(cls, data: bytes, path: str, keys: Mapping[str, bytes]) -> SegmentManifest:
+        """The manifest stored at `path`, authenticated under one of `keys` when any are given.
+        Raises manifest.ManifestUnauthenticated, or ValueError as `from_json`."""
+        authenticate(data, path, keys)
+        return cls.from_json(data)
 
     def checks(self, stored: bytes) -> str | None:
         """Why `stored` is not this manifest's segment; None when it is."""

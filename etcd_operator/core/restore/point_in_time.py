@@ -232,6 +232,9 @@ REPLAY_EXIT_CODES = {
     "EncryptionKeyMissing": 25,
     "DecryptionFailed": 26,
     "EncryptionKeyInvalid": 27,
+    # an input of an encrypted backup not encrypted, or a manifest that does not authenticate
+    "PlaintextRefused": 28,
+    "ManifestUnauthenticated": 29,
 }
 _REASON_OF_EXIT_CODE = {code: reason for reason, code in REPLAY_EXIT_CODES.items()}
 

@@ -1,12 +1,13 @@
 """Encrypted backups against real MinIO and real etcd members on the real nodes, with the
 operator as a process on the host: the stored snapshot is sealed (zstd, AES-256-GCM), a
-restore with the right key brings back exactly the data at the backup's revision, and a
+restore with the right key brings back exactly the data at the backup's revision, a
 restore with a wrong or missing key fails with its reason before anything of its target
-exists."""
+exists, and so does one whose snapshot or manifest someone who can write the bucket replaced."""
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import subprocess
@@ -135,6 +136,45 @@ def test_a_wrong_or_missing_key_fails_the_restore_before_anything_is_created(nam
         assert "nothing was touched" in message
         assert kubectl("get", "etcdcluster", f"never-{name}", "-n", namespace, check=False).returncode != 0
         assert objects_of(namespace, f"never-{name}") == []
+
+
+def test_a_substituted_snapshot_or_manifest_fails_the_restore_before_anything_is_created(
+    real_nodes, namespace, encrypted_backup
+):
+    """Someone who can write the bucket, without the key: first they rewrite the manifest
+    (the revision a restore records and bumps from), then they put a plain etcd snapshot in
+    place of the sealed one, with a manifest rewritten to match it (no MAC: no key)."""
+    s3, bucket = s3_client(real_nodes), controlplane.S3_BUCKET
+    genuine = json.loads(s3.get_object(Bucket=bucket, Key=encrypted_backup["manifestKey"])["Body"].read())
+    assert len(genuine["mac"]) == 64
+
+    def restore_fails(name: str, reason: str) -> None:
+        apply_restore(
+            namespace,
+            name,
+            {
+                "source": {"backupRef": {"name": "nightly"}},
+                "target": {"newCluster": {"name": f"never-{name}", "spec": {**PLAINTEXT, "size": 1}}},
+            },
+        )
+        failed = wait_phase(namespace, name, "Failed", timeout=120)
+        assert reason_of(failed, "Failed") == reason, failed["status"]
+        message = next(c for c in failed["status"]["conditions"] if c["type"] == "Failed")["message"]
+        assert "nothing was touched" in message
+        assert kubectl("get", "etcdcluster", f"never-{name}", "-n", namespace, check=False).returncode != 0
+        assert objects_of(namespace, f"never-{name}") == []
+
+    rewritten = {**genuine, "revision": genuine["revision"] + 1000}
+    s3.put_object(Bucket=bucket, Key=encrypted_backup["manifestKey"], Body=json.dumps(rewritten).encode())
+    restore_fails("rewritten-manifest", "ManifestUnauthenticated")
+
+    stored = s3.get_object(Bucket=bucket, Key=encrypted_backup["key"])["Body"].read()
+    plain = b"".join(sealed.decode([stored], KEYS))  # a real etcd snapshot, as an attacker would bring
+    chosen = {k: v for k, v in genuine.items() if k not in ("mac", "encryption", "keyId", "plainSize")}
+    chosen.update(size=len(plain), sha256=hashlib.sha256(plain).hexdigest(), compression="none")
+    s3.put_object(Bucket=bucket, Key=encrypted_backup["key"], Body=plain)
+    s3.put_object(Bucket=bucket, Key=encrypted_backup["manifestKey"], Body=json.dumps(chosen).encode())
+    restore_fails("plain-snapshot", "PlaintextRefused")
 
 
 def test_the_unseal_commands_of_the_restore_page_run_as_printed(real_nodes, namespace, encrypted_backup, tmp_path):
