@@ -477,6 +477,21 @@ def test_a_removed_user_is_deleted_from_etcd_at_once_and_its_name_retired_until_
     assert status.auth.retired_users == {}
 
 
+def test_revocation_does_not_wait_for_a_roll_to_settle():
+    view = enabled_view()
+    status = dataclasses.replace(RECORDED, auth=AuthRecord(("tenant-a", "tenant-b"), ("tenant-a", "tenant-b")))
+    spec = auth_spec(users=[{"name": "tenant-a", "roles": ["tenant-a"], "certificate": True}])
+    seen = settled(spec, view)
+    outdated = dataclasses.replace(
+        seen, pods={**seen.pods, "c-2": dataclasses.replace(seen.pods["c-2"], spec_hash="old")}
+    )
+    step = plan(spec, status, outdated, NOW).action
+    assert isinstance(step, a.DeleteAuthUser) and step.user == "tenant-b"
+    # Any other auth change waits for the roll.
+    step = plan(auth_spec(), status, outdated, NOW).action
+    assert not isinstance(step, auth.STEPS)
+
+
 def test_a_name_declared_again_while_its_user_is_still_in_etcd_is_deleted_first():
     view = enabled_view()
     status = dataclasses.replace(

@@ -125,10 +125,9 @@ def next_step(spec: ClusterSpec, status: ClusterStatus, observed: Observed, now:
     """The one next auth step, or None when etcd matches spec.auth. Called by the planner
     only for a healthy, settled cluster."""
     view = observed.auth
-    if spec.auth.declared and view.read:
-        step = _revocation_step(spec, status, observed, now)
-        if step:
-            return step
+    step = revocation_step(spec, status, observed, now)
+    if step:
+        return step
     step = _certificate_step(spec, status, observed, now)
     if step or not spec.auth.declared:
         return step
@@ -280,11 +279,15 @@ def _users_step(spec: ClusterSpec, status: ClusterStatus, observed: Observed, no
     return None
 
 
-def _revocation_step(spec: ClusterSpec, status: ClusterStatus, observed: Observed, now: float) -> a.Step | None:
+def revocation_step(spec: ClusterSpec, status: ClusterStatus, observed: Observed, now: float) -> a.Step | None:
     """Access that is no longer declared ends first: a managed user no longer declared (or
     declared again while its name is retired) is deleted, which also refuses its
     certificates at once (etcd finds no user for their CN); a password no longer declared
-    is replaced by a random one (etcd keeps a user's no-password option as it was created)."""
+    is replaced by a random one (etcd keeps a user's no-password option as it was created).
+    One write through the leader: the planner takes it whenever the cluster has a quorum,
+    between member changes, without waiting for the cluster to settle."""
+    if not spec.auth.declared or not observed.auth.read:
+        return None
     retired = retired_names(status, now)
     declared = {u.name for u in spec.auth.users} - set(retired)
     reserved = reserved_users(observed)
