@@ -373,6 +373,7 @@ HANDLERS: dict[type, Callable] = {
     # spec.auth is not modelled: the simulated specs declare none (and are plaintext), so the
     # planner never asks for these; tests/unit/test_cluster_auth.py covers their decisions
     # against a model of etcd's auth store, tests/nodes/host_operator/test_auth.py their effects.
+    a.RecordUserCertificateBound: do_nothing,
     a.IssueUserCertificate: do_nothing,
     a.DeleteUserCertificate: do_nothing,
     a.AddAuthRole: do_nothing,
@@ -381,6 +382,7 @@ HANDLERS: dict[type, Callable] = {
     a.DeleteAuthRole: do_nothing,
     a.AddAuthUser: do_nothing,
     a.ChangeUserPassword: do_nothing,
+    a.ClearUserPassword: do_nothing,
     a.GrantUserRole: do_nothing,
     a.RevokeUserRole: do_nothing,
     a.DeleteAuthUser: do_nothing,

@@ -109,6 +109,21 @@ def test_a_password_reaches_etcd_and_only_its_secrets_version_is_recorded():
     assert events and not any(PASSWORD in e for e in events)
 
 
+def test_a_removed_password_is_replaced_by_a_random_one_that_nothing_records():
+    client = FakeAuthClient({"app": {"tenant-a"}})
+    client.passwords["app"] = PASSWORD
+    outcome, events = run(a.ClearUserPassword("passwordSecretRef removed", "app"), client)
+    first = client.passwords["app"]
+    assert outcome.done and client.calls == ["UserChangePassword"]
+    assert first != PASSWORD and len(first) >= 32, "the old password must stop working"
+    assert outcome.status_fields == {"auth": {"passwordVersions": {"app": None}}}
+    assert events and not any(first in e for e in events)
+    run(a.ClearUserPassword("interrupted, again", "app"), client)
+    assert client.passwords["app"] not in (first, PASSWORD), "random each time: nothing to guess or recover"
+    with pytest.raises(ValueError, match="operator's own user"):
+        run(a.ClearUserPassword("never", "etcd-operator"), FakeAuthClient())
+
+
 def test_a_password_secret_changed_since_the_pass_looked_is_not_sent():
     client = FakeAuthClient({"app": set()})
     step = a.ChangeUserPassword("setting", "app", SecretKeyRef("pw"), "5")
@@ -166,12 +181,13 @@ def test_a_users_certificate_is_signed_by_the_cluster_ca_with_the_users_name():
         "data": {k: base64.b64encode(v).decode() for k, v in ca.items()},
     }
     seen = dataclasses.replace(settled(spec, EMPTY), auth=dataclasses.replace(EMPTY, user_certs={}))
-    outcome, events = run(a.IssueUserCertificate("issuing", "tenant-a"), FakeAuthClient(), store, seen)
+    outcome, events = run(a.IssueUserCertificate("issuing", "tenant-a", NOW + 3600.5), FakeAuthClient(), store, seen)
     assert outcome.done
     secret = store.secrets["c-user-tenant-a"]
     assert secret["metadata"]["labels"]["etcd.operator.dev/auth-user"] == "tenant-a"
     assert secret["metadata"]["ownerReferences"][0]["kind"] == "EtcdCluster"
     view = pki.describe({k: base64.b64decode(v) for k, v in secret["data"].items()})
     assert view.common_name == "tenant-a" and view.problem is None
+    assert view.not_after == NOW + 3600, "valid until the time recorded before the step, never later"
     assert view.issuer_fingerprint == pki.describe(ca).fingerprint
     assert not any("BEGIN" in e for e in events)

@@ -85,10 +85,13 @@ def apply(view: AuthView, step: a.Step) -> AuthView:
         case a.DisableAuth():
             enabled = False
         case a.IssueUserCertificate():
-            certs.update(user_certs(step.user))
+            lifetime = step.valid_until - NOW
+            certs[step.user] = cert(fingerprint=f"user-{step.user}", common_name=step.user, lifetime=lifetime)
+        case a.RecordUserCertificateBound():
+            pass
         case a.DeleteUserCertificate():
             certs.pop(step.user)
-        case a.ChangeUserPassword():
+        case a.ChangeUserPassword() | a.ClearUserPassword():
             pass
         case _:
             raise AssertionError(f"not an auth step: {step}")
@@ -105,16 +108,36 @@ def executor_patch(step: a.Step) -> dict:
     """status.auth as execute_auth reports it: the password Secret version a step set."""
     if isinstance(step, a.AddAuthUser | a.ChangeUserPassword) and step.password and step.password_version:
         return {"passwordVersions": {step.user: step.password_version}}
+    if isinstance(step, a.ClearUserPassword):
+        return {"passwordVersions": {step.user: None}}
     return {}
 
 
-def converge(spec: ClusterSpec, view: AuthView, status: ClusterStatus = RECORDED, limit: int = 40):
+def merged(stored: dict, patch: dict) -> dict:
+    """`stored` after a JSON merge patch (what the API server does with a status write)."""
+    result = dict(stored)
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        elif isinstance(value, dict) and isinstance(result.get(key), dict):
+            result[key] = merged(result[key], value)
+        else:
+            result[key] = value
+    return result
+
+
+def write(status: ClusterStatus, decision, patch: dict | None = None) -> ClusterStatus:
+    """status after this pass's write of status.auth, merged as the API server merges it."""
+    written = auth.status_record(decision.auth_record or AuthRecord(), patch, status.auth)
+    return dataclasses.replace(status, auth=AuthRecord.from_dict(merged(status.auth.to_dict(), written)))
+
+
+def converge(spec: ClusterSpec, view: AuthView, status: ClusterStatus = RECORDED, limit: int = 40, now: float = NOW):
     """Plan, apply and record pass after pass until the planner has nothing left to do."""
     taken = []
     for _ in range(limit):
-        decision = plan(spec, status, settled(spec, view), NOW)
-        written = auth.status_record(decision.auth_record or AuthRecord(), executor_patch(decision.action))
-        status = dataclasses.replace(status, auth=AuthRecord.from_dict(written))
+        decision = plan(spec, status, settled(spec, view), now)
+        status = write(status, decision, executor_patch(decision.action))
         if not isinstance(decision.action, auth.STEPS):
             return taken, view, status, decision
         taken.append(decision.action)
@@ -189,7 +212,7 @@ def test_auth_is_never_enabled_while_the_operators_user_lacks_the_root_role():
         users={"root": ("root",), "etcd-operator": (), "tenant-a": ("tenant-a",), "tenant-b": ("tenant-b",)},
     )
     spec = auth_spec()
-    blocked = auth.enable_blocker(spec, RECORDED, settled(spec, view))
+    blocked = auth.enable_blocker(spec, RECORDED, settled(spec, view), NOW)
     assert blocked == "etcd user etcd-operator does not hold the root role yet"
     step = plan(spec, RECORDED, settled(spec, view), NOW).action
     assert isinstance(step, a.GrantUserRole) and (step.user, step.role) == ("etcd-operator", "root")
@@ -247,7 +270,7 @@ def test_foreign_users_and_roles_are_reported_never_removed():
     assert "UnmanagedEntries" in auth.WARNING_REASONS
 
 
-def test_managed_entries_no_longer_declared_are_removed_users_first_and_their_certificates_too():
+def test_managed_entries_no_longer_declared_are_removed_users_first_then_their_certificates_and_roles():
     view = enabled_view()
     status = dataclasses.replace(RECORDED, auth=AuthRecord(("tenant-a", "tenant-b"), ("tenant-a", "tenant-b")))
     spec = auth_spec(
@@ -256,8 +279,8 @@ def test_managed_entries_no_longer_declared_are_removed_users_first_and_their_ce
     )
     taken, final, status, _ = converge(spec, view, status)
     assert [(s.kind, getattr(s, "user", getattr(s, "role", ""))) for s in taken] == [
+        ("DeleteAuthUser", "tenant-b"),  # revocation first: its certificate is refused from now on
         ("DeleteUserCertificate", "tenant-b"),
-        ("DeleteAuthUser", "tenant-b"),
         ("DeleteAuthRole", "tenant-b"),
     ]
     assert final.enabled and set(final.users) == {"root", "etcd-operator", "tenant-a"}
@@ -342,18 +365,141 @@ def test_auth_waits_for_a_settled_cluster():
 
 def test_user_certificates_are_issued_renewed_and_reissued_from_the_cas_trust():
     spec = auth_spec()
+    lifetime = spec.auth.certificate_lifetime
+    bound = dataclasses.replace(RECORDED, auth=AuthRecord(certificates_valid_until={"tenant-a": NOW + lifetime}))
     none = dataclasses.replace(EMPTY, user_certs={})
-    step = plan(spec, RECORDED, settled(spec, none), NOW).action
+    step = plan(spec, bound, settled(spec, none), NOW).action
     assert isinstance(step, a.IssueUserCertificate) and step.user == "tenant-a" and "c-user-tenant-a" in step.reason
+    assert step.valid_until == NOW + lifetime
     old = {"tenant-a": cert(fingerprint="x", common_name="tenant-a", age=900.0), **user_certs("tenant-b")}
-    step = plan(spec, RECORDED, settled(spec, dataclasses.replace(EMPTY, user_certs=old)), NOW).action
+    step = plan(spec, bound, settled(spec, dataclasses.replace(EMPTY, user_certs=old)), NOW).action
     assert isinstance(step, a.IssueUserCertificate) and "renewing" in step.reason
     wrong_cn = {"tenant-a": cert(common_name="someone-else"), **user_certs("tenant-b")}
-    step = plan(spec, RECORDED, settled(spec, dataclasses.replace(EMPTY, user_certs=wrong_cn)), NOW).action
+    step = plan(spec, bound, settled(spec, dataclasses.replace(EMPTY, user_certs=wrong_cn)), NOW).action
     assert isinstance(step, a.IssueUserCertificate) and "CN tenant-a" in step.reason
     other_ca = {"tenant-a": cert(common_name="tenant-a", issuer="other"), **user_certs("tenant-b")}
-    step = plan(spec, RECORDED, settled(spec, dataclasses.replace(EMPTY, user_certs=other_ca)), NOW).action
+    step = plan(spec, bound, settled(spec, dataclasses.replace(EMPTY, user_certs=other_ca)), NOW).action
     assert isinstance(step, a.IssueUserCertificate) and CA_FP not in step.reason and "another" in step.reason
+    too_long = {"tenant-a": cert(common_name="tenant-a", lifetime=90 * 86400.0), **user_certs("tenant-b")}
+    step = plan(spec, bound, settled(spec, dataclasses.replace(EMPTY, user_certs=too_long)), NOW).action
+    assert isinstance(step, a.IssueUserCertificate) and "longer than spec.auth.certificateLifetime" in step.reason
+
+
+def test_a_user_certificates_validity_is_recorded_before_it_is_issued_and_bounds_it():
+    spec = auth_spec(certificateLifetime="2h")
+    taken, view, status, _ = converge(spec, dataclasses.replace(EMPTY, user_certs={}))
+    issuing = [s for s in taken if isinstance(s, a.RecordUserCertificateBound | a.IssueUserCertificate)]
+    assert [(s.kind, s.user, s.valid_until) for s in issuing] == [
+        ("RecordUserCertificateBound", "tenant-a", NOW + 7200),
+        ("IssueUserCertificate", "tenant-a", NOW + 7200),
+        ("RecordUserCertificateBound", "tenant-b", NOW + 7200),
+        ("IssueUserCertificate", "tenant-b", NOW + 7200),
+    ]
+    assert view.user_certs["tenant-a"].not_after == NOW + 7200
+    assert status.auth.certificates_valid_until == {"tenant-a": NOW + 7200, "tenant-b": NOW + 7200}
+    # A bound recorded long ago is recorded anew: a certificate never gets less than most of its lifetime.
+    stale = dataclasses.replace(status, auth=dataclasses.replace(status.auth, certificates_valid_until={}))
+    later = dataclasses.replace(view, user_certs={})
+    step = plan(spec, stale, settled(spec, later), NOW + 100).action
+    assert isinstance(step, a.RecordUserCertificateBound) and step.valid_until == NOW + 100 + 7200
+
+
+def test_a_removed_password_is_replaced_by_a_random_one_first_and_auth_is_not_in_sync_until_then():
+    tenants = [
+        {"name": "tenant-a", "roles": ["tenant-a"], "certificate": True},
+        {"name": "tenant-b", "roles": ["tenant-b"], "certificate": True},
+    ]
+    with_password = [*tenants, {"name": "app", "roles": ["tenant-a"], "passwordSecretRef": {"name": "pw"}}]
+    without = [*tenants, {"name": "app", "roles": ["tenant-a"]}]
+    view = dataclasses.replace(
+        enabled_view(), users={**enabled_view().users, "app": ("tenant-a",)}, password_versions={"app": "5"}
+    )
+    status = dataclasses.replace(
+        RECORDED, auth=AuthRecord(("app", "tenant-a", "tenant-b"), ("tenant-a", "tenant-b"), {"app": "5"})
+    )
+    assert converge(auth_spec(users=with_password), view, status)[0] == []
+    # passwordSecretRef removed, and a role changed at the same time: the password goes first.
+    roles = [
+        {"name": "tenant-a", "permissions": [{"key": "/a/", "prefix": True, "access": "Read"}]},
+        {"name": "tenant-b", "permissions": [{"key": "/tenant-b/", "prefix": True, "access": "ReadWrite"}]},
+    ]
+    spec = auth_spec(users=without, roles=roles)
+    decision = plan(spec, status, settled(spec, dataclasses.replace(view, password_versions={})), NOW)
+    assert isinstance(decision.action, a.ClearUserPassword) and decision.action.user == "app"
+    in_sync = next(c for c in decision.conditions if c.type == "AuthInSync")
+    assert (in_sync.status, in_sync.reason) == (False, "Reconciling") and "passwordSecretRef" in in_sync.message
+    taken, _, status, decision = converge(spec, dataclasses.replace(view, password_versions={}), status)
+    assert [s.kind for s in taken].count("ClearUserPassword") == 1
+    assert status.auth.password_versions == {}, "the record of the cleared password is gone from status"
+    in_sync = next(c for c in decision.conditions if c.type == "AuthInSync")
+    assert (in_sync.status, in_sync.reason) == (True, "InSync")
+
+
+def test_a_removed_user_is_deleted_from_etcd_at_once_and_its_name_retired_until_its_certificates_expire():
+    view = enabled_view()
+    # The Secret holds a certificate valid until NOW + 100; one issued before is valid until NOW + 200.
+    view = dataclasses.replace(
+        view, user_certs={**view.user_certs, "tenant-b": cert(common_name="tenant-b", lifetime=100.0)}
+    )
+    status = dataclasses.replace(
+        RECORDED,
+        auth=AuthRecord(
+            ("tenant-a", "tenant-b"), ("tenant-a", "tenant-b"), certificates_valid_until={"tenant-b": NOW + 200}
+        ),
+    )
+    only_a = [{"name": "tenant-a", "roles": ["tenant-a"], "certificate": True}]
+    spec = auth_spec(users=only_a)
+    taken, view, status, _ = converge(spec, view, status)
+    assert taken[0] == a.DeleteAuthUser(taken[0].reason, "tenant-b")
+    assert status.auth.retired_users == {"tenant-b": NOW + 200}
+    assert "tenant-b" not in status.auth.certificates_valid_until
+    written = status.auth.to_dict()["retiredUsers"]
+    assert written == [{"name": "tenant-b", "certificateValidUntil": "1970-01-12T13:50:00Z"}]
+    # Declared again: not created, no certificate issued, and AuthInSync says until when.
+    again = auth_spec()
+    taken, view, status, decision = converge(again, view, status)
+    assert not any(getattr(s, "user", "") == "tenant-b" for s in taken)
+    assert "tenant-b" not in view.users and "tenant-b" not in view.user_certs
+    in_sync = next(c for c in decision.conditions if c.type == "AuthInSync")
+    assert (in_sync.status, in_sync.reason) == (False, "NameRetired")
+    assert "tenant-b (until 1970-01-12T13:55:00Z" in in_sync.message
+    assert "NameRetired" in auth.WARNING_REASONS
+    # The clock-skew margin past the certificate's end, the name is free again.
+    just_before = NOW + 200 + auth.CLOCK_SKEW_MARGIN
+    assert converge(again, view, status, now=just_before)[0] == []
+    taken, view, status, decision = converge(again, view, status, now=just_before + 1)
+    assert {s.kind for s in taken if getattr(s, "user", "") == "tenant-b"} == {
+        "RecordUserCertificateBound",
+        "IssueUserCertificate",
+        "AddAuthUser",
+        "GrantUserRole",
+    }
+    assert status.auth.retired_users == {}
+
+
+def test_revocation_does_not_wait_for_a_roll_to_settle():
+    view = enabled_view()
+    status = dataclasses.replace(RECORDED, auth=AuthRecord(("tenant-a", "tenant-b"), ("tenant-a", "tenant-b")))
+    spec = auth_spec(users=[{"name": "tenant-a", "roles": ["tenant-a"], "certificate": True}])
+    seen = settled(spec, view)
+    outdated = dataclasses.replace(
+        seen, pods={**seen.pods, "c-2": dataclasses.replace(seen.pods["c-2"], spec_hash="old")}
+    )
+    step = plan(spec, status, outdated, NOW).action
+    assert isinstance(step, a.DeleteAuthUser) and step.user == "tenant-b"
+    # Any other auth change waits for the roll.
+    step = plan(auth_spec(), status, outdated, NOW).action
+    assert not isinstance(step, auth.STEPS)
+
+
+def test_a_name_declared_again_while_its_user_is_still_in_etcd_is_deleted_first():
+    view = enabled_view()
+    status = dataclasses.replace(
+        RECORDED,
+        auth=AuthRecord(("tenant-a", "tenant-b"), ("tenant-a", "tenant-b"), retired_users={"tenant-b": NOW + 600}),
+    )
+    step = plan(auth_spec(), status, settled(auth_spec(), view), NOW).action
+    assert isinstance(step, a.DeleteAuthUser) and step.user == "tenant-b" and "retired" in step.reason
 
 
 def test_with_issuer_secrets_no_user_certificate_is_issued():

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
+import secrets
 
 from etcd_operator.clients.etcd.client import EtcdError
 from etcd_operator.clients.kube import client as kube
@@ -53,9 +55,20 @@ async def issue_user_certificate(
     name = certs.user_secret_name(ctx.cluster, action.user)
     seen_absent = action.user not in observed.auth.user_certs
     previous = None if seen_absent else await read_secret(ctx.kube, ctx.namespace, name)
-    data = await asyncio.to_thread(pki.issue_leaf, certs.user_request(spec, action.user), ca, previous, ctx.now)
+    # Valid until the time status recorded before this step, never later (cluster/auth.py).
+    lifetime = action.valid_until - ctx.now
+    if lifetime <= 0:
+        raise NotYet(f"the recorded validity of user {action.user}'s certificate has passed; recording it anew")
+    request = dataclasses.replace(certs.user_request(spec, action.user), lifetime=lifetime)
+    data = await asyncio.to_thread(pki.issue_leaf, request, ca, previous, ctx.now)
     await write_secret(ctx, name, data, create=seen_absent, labels={naming.LABEL_AUTH_USER: action.user})
     ctx.post_event("Normal", "UserCertificateIssued", action.reason)
+
+
+async def record_user_certificate_bound(
+    ctx: StepContext, action: a.RecordUserCertificateBound, spec: ClusterSpec, observed: Observed
+) -> None:
+    """Nothing to do but the status write that follows every pass (auth.next_record)."""
 
 
 async def delete_user_certificate(
@@ -122,6 +135,18 @@ async def change_user_password(
     await ctx.leader_client(observed).user_change_password(action.user, password)
     ctx.post_event("Normal", "AuthPasswordChanged", action.reason)
     return _password_recorded(action.user, action.password_version)
+
+
+async def clear_user_password(
+    ctx: StepContext, action: a.ClearUserPassword, spec: ClusterSpec, observed: Observed
+) -> Outcome:
+    """A random password, sent once and kept nowhere: the old one stops working, and no one
+    can log in with a password. Repeating it (an interrupted attempt) changes nothing else."""
+    if action.user in auth.reserved_users(observed):
+        raise ValueError(f"refusing to change the password of the operator's own user {action.user}")
+    await ctx.leader_client(observed).user_change_password(action.user, secrets.token_urlsafe(32))
+    ctx.post_event("Normal", "AuthPasswordCleared", action.reason)
+    return Outcome(True, status_fields={"auth": {"passwordVersions": {action.user: None}}})
 
 
 def _password_recorded(user: str, version: str | None) -> Outcome:

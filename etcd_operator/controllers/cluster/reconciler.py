@@ -217,7 +217,9 @@ class ClusterReconciler:
         if tls_status:
             extra["tls"] = tls_status
         if decision.auth_record is not None:
-            extra["auth"] = auth.status_record(decision.auth_record, (outcome.status_fields or {}).get("auth"))
+            extra["auth"] = auth.status_record(
+                decision.auth_record, (outcome.status_fields or {}).get("auth"), recorded.auth
+            )
         status = build_status(
             spec, recorded, observed, now, health, action, conditions, previous, meta.get("generation", 0), extra=extra
         )

@@ -13,7 +13,12 @@ Invariants (tests/unit/test_cluster_auth.py):
   are no longer declared; others are reported (condition AuthInSync), never touched;
 - authentication is turned off only by spec.auth.enabled: false, never by a missing block
   or a missing field (unset, the switch is left as found);
-- one change per step; nothing while etcd's users and roles could not be read.
+- one change per step; nothing while etcd's users and roles could not be read;
+- revocation first: a managed user no longer declared is deleted from etcd, and a password
+  no longer declared is replaced by a random one nobody holds, before any other change;
+- a user certificate's validity is recorded in status before it is issued, and a removed
+  name stays retired (not created in etcd, no certificate issued) until every certificate
+  issued for it has expired, by this process's clock plus CLOCK_SKEW_MARGIN.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from etcd_operator.core.cluster.spec import (
     KeyPermission,
     RoleSpec,
 )
+from etcd_operator.core.timefmt import format_time
 
 ROOT = "root"  # etcd's root user and role: both must exist for etcd to enable authentication
 READ, WRITE, READWRITE = "READ", "WRITE", "READWRITE"
@@ -46,8 +52,16 @@ SWITCH_LEFT_AS_FOUND = (
     "authentication switch as it found it (true turns it on, false off)"
 )
 # AuthInSync reasons a person must act on: posted as a Warning Event when they appear.
-WARNING_REASONS = frozenset({"PasswordSecretMissing", "UnmanagedEntries"})
+WARNING_REASONS = frozenset({"PasswordSecretMissing", "UnmanagedEntries", "NameRetired"})
+# A certificate's NotAfter is compared with this process's clock only with this margin: a
+# retired name is free again, and a certificate counts as too long-lived, only this long
+# after the time says. Clocks of the operator's replicas must agree within it.
+CLOCK_SKEW_MARGIN = 300.0
+# A certificate is issued valid until the time recorded before it, if that still leaves it
+# at least this fraction of spec.auth.certificateLifetime; else the time is recorded anew.
+RECORDED_LIFETIME_FRACTION = 0.9
 STEPS = (
+    a.RecordUserCertificateBound,
     a.IssueUserCertificate,
     a.DeleteUserCertificate,
     a.AddAuthRole,
@@ -56,6 +70,7 @@ STEPS = (
     a.DeleteAuthRole,
     a.AddAuthUser,
     a.ChangeUserPassword,
+    a.ClearUserPassword,
     a.GrantUserRole,
     a.RevokeUserRole,
     a.DeleteAuthUser,
@@ -109,10 +124,13 @@ def reserved_users(observed: Observed) -> set[str]:
 def next_step(spec: ClusterSpec, status: ClusterStatus, observed: Observed, now: float) -> a.Step | None:
     """The one next auth step, or None when etcd matches spec.auth. Called by the planner
     only for a healthy, settled cluster."""
+    view = observed.auth
+    step = revocation_step(spec, status, observed, now)
+    if step:
+        return step
     step = _certificate_step(spec, status, observed, now)
     if step or not spec.auth.declared:
         return step
-    view = observed.auth
     if not view.read:
         return a.Wait(f"etcd's users and roles could not be read: {view.problem or NO_LEADER}")
     if view.enabled and spec.auth.enabled is False:
@@ -123,13 +141,13 @@ def next_step(spec: ClusterSpec, status: ClusterStatus, observed: Observed, now:
             return step
     step = (
         _roles_step(spec, status, observed)
-        or _users_step(spec, status, observed)
+        or _users_step(spec, status, observed, now)
         or _removal_step(spec, status, observed)
     )
     if step:
         return step
     if spec.auth.enabled and not view.enabled:
-        blocked = enable_blocker(spec, status, observed)
+        blocked = enable_blocker(spec, status, observed, now)
         if blocked:
             return a.Wait(f"authentication is not enabled yet: {blocked}")
         user = operator_user(observed) or ""
@@ -141,17 +159,34 @@ def _certificate_step(spec: ClusterSpec, status: ClusterStatus, observed: Observ
     if spec.tls.issuer != ISSUER_MANAGED or not tls_plan.serves_tls(spec, status, observed):
         return None
     wanted = {u.name for u in spec.auth.users if u.certificate} if spec.auth.declared else set()
+    wanted -= set(retired_names(status, now))
     ca = observed.tls.cert(CertKind.CA)
     if ca is not None and not ca.problem and ca.is_ca:
         for user in sorted(wanted):
             why = _certificate_reason(spec, observed.auth.user_certs.get(user), ca, user, now)
             if why:
-                return a.IssueUserCertificate(f"Secret {user_secret_name(observed.cluster, user)}: {why}", user)
+                return _issue(spec, status, observed, user, why, now)
     for user in sorted(set(observed.auth.user_certs) - wanted):
         return a.DeleteUserCertificate(
             f"Secret {user_secret_name(observed.cluster, user)}: user {user} no longer asks for a certificate", user
         )
     return None
+
+
+def _issue(spec: ClusterSpec, status: ClusterStatus, observed: Observed, user: str, why: str, now: float) -> a.Step:
+    """Issue a user's certificate valid until a time status already holds; else record that
+    time first (the certificate is issued by the next pass)."""
+    lifetime = spec.auth.certificate_lifetime
+    wanted_until = now + lifetime
+    recorded = status.auth.certificates_valid_until.get(user, 0.0)
+    secret = user_secret_name(observed.cluster, user)
+    if recorded < now + RECORDED_LIFETIME_FRACTION * lifetime:
+        return a.RecordUserCertificateBound(
+            f"Secret {secret}: {why}; first recording that it is valid until {format_time(wanted_until)}",
+            user,
+            wanted_until,
+        )
+    return a.IssueUserCertificate(f"Secret {secret}: {why}", user, min(recorded, wanted_until))
 
 
 def _certificate_reason(spec: ClusterSpec, cert: CertView | None, ca: CertView, user: str, now: float) -> str | None:
@@ -165,6 +200,8 @@ def _certificate_reason(spec: ClusterSpec, cert: CertView | None, ca: CertView, 
         return "reissuing from the cluster's CA (signed by another)"
     if cert.renewal_due(spec.tls.renew_at_fraction, now):
         return f"renewing ({spec.tls.renew_at_fraction:.0%} of its lifetime passed)"
+    if cert.not_after > now + spec.auth.certificate_lifetime + CLOCK_SKEW_MARGIN:
+        return f"reissuing: valid until {format_time(cert.not_after)}, longer than spec.auth.certificateLifetime"
     if set(cert.trusted) != set(ca.trusted):
         return "reissuing with the CA Secret's trust bundle"
     return None
@@ -207,12 +244,15 @@ def _roles_step(spec: ClusterSpec, status: ClusterStatus, observed: Observed) ->
     return None
 
 
-def _users_step(spec: ClusterSpec, status: ClusterStatus, observed: Observed) -> a.Step | None:
+def _users_step(spec: ClusterSpec, status: ClusterStatus, observed: Observed, now: float) -> a.Step | None:
     users = observed.auth.users
     managed = set(status.auth.managed_users)
+    retired = retired_names(status, now)
     for user in sorted(spec.auth.users, key=lambda u: u.name):
         if user.name in reserved_users(observed):
             continue  # the operator's own identity (a CN from issuer Secrets the schema cannot know): never changed
+        if user.name in retired:
+            continue  # reported by the AuthInSync condition (NameRetired)
         version = observed.auth.password_versions.get(user.name) if user.password else None
         if user.password and version is None:
             continue  # reported by the AuthInSync condition; the others go on
@@ -239,19 +279,48 @@ def _users_step(spec: ClusterSpec, status: ClusterStatus, observed: Observed) ->
     return None
 
 
-def _removal_step(spec: ClusterSpec, status: ClusterStatus, observed: Observed) -> a.Step | None:
-    declared_users = {u.name for u in spec.auth.users}
-    declared_roles = {r.name for r in spec.auth.roles}
-    for user in sorted(set(status.auth.managed_users) - declared_users - reserved_users(observed)):
+def revocation_step(spec: ClusterSpec, status: ClusterStatus, observed: Observed, now: float) -> a.Step | None:
+    """Access that is no longer declared ends first: a managed user no longer declared (or
+    declared again while its name is retired) is deleted, which also refuses its
+    certificates at once (etcd finds no user for their CN); a password no longer declared
+    is replaced by a random one (etcd keeps a user's no-password option as it was created).
+    One write through the leader: the planner takes it whenever the cluster has a quorum,
+    between member changes, without waiting for the cluster to settle."""
+    if not spec.auth.declared or not observed.auth.read:
+        return None
+    retired = retired_names(status, now)
+    declared = {u.name for u in spec.auth.users} - set(retired)
+    reserved = reserved_users(observed)
+    for user in sorted(set(status.auth.managed_users) - declared - reserved):
         if user in observed.auth.users:
-            return a.DeleteAuthUser(f"removing user {user}: no longer declared in spec.auth.users", user)
+            why = f"its name is retired until {format_time(retired[user])}" if user in retired else "no longer declared"
+            return a.DeleteAuthUser(f"removing user {user}: {why} in spec.auth.users", user)
+    for spec_user in sorted(spec.auth.users, key=lambda u: u.name):
+        name = spec_user.name
+        if not spec_user.password and name in status.auth.password_versions and name in observed.auth.users:
+            if name not in reserved:
+                return a.ClearUserPassword(
+                    f"user {name}: passwordSecretRef was removed; replacing its password by a random one nobody holds",
+                    name,
+                )
+    return None
+
+
+def retired_names(status: ClusterStatus, now: float) -> dict[str, float]:
+    """Removed names a certificate may still authenticate as, with the time it expires:
+    declared again before that time + CLOCK_SKEW_MARGIN, they are not created in etcd."""
+    return {u: t for u, t in status.auth.retired_users.items() if now <= t + CLOCK_SKEW_MARGIN}
+
+
+def _removal_step(spec: ClusterSpec, status: ClusterStatus, observed: Observed) -> a.Step | None:
+    declared_roles = {r.name for r in spec.auth.roles}
     for role in sorted(set(status.auth.managed_roles) - declared_roles - {ROOT}):
         if role in observed.auth.roles:
             return a.DeleteAuthRole(f"removing role {role}: no longer declared in spec.auth.roles", role)
     return None
 
 
-def enable_blocker(spec: ClusterSpec, status: ClusterStatus, observed: Observed) -> str | None:
+def enable_blocker(spec: ClusterSpec, status: ClusterStatus, observed: Observed, now: float) -> str | None:
     """Why authentication may not be enabled yet; None when it may."""
     if not tls_plan.serves_tls(spec, status, observed):
         return "the cluster does not serve TLS: the operator's identity is its client certificate"
@@ -262,7 +331,8 @@ def enable_blocker(spec: ClusterSpec, status: ClusterStatus, observed: Observed)
     for name in (ROOT, me):
         if ROOT not in users.get(name, ()):
             return f"etcd user {name} does not hold the root role yet"
-    missing = sorted({u.name for u in spec.auth.users} - set(users)) + sorted(
+    retired = set(retired_names(status, now))  # reported by NameRetired; its tenant waits, the others need not
+    missing = sorted({u.name for u in spec.auth.users} - set(users) - retired) + sorted(
         {r.name for r in spec.auth.roles} - set(observed.auth.roles)
     )
     if missing:
@@ -289,28 +359,58 @@ def foreign(spec: ClusterSpec, status: ClusterStatus, observed: Observed) -> tup
     return sorted(users - reserved_users(observed)), sorted(roles - {ROOT})
 
 
-def next_record(spec: ClusterSpec, status: ClusterStatus, observed: Observed, action: a.Step) -> AuthRecord:
+def next_record(spec: ClusterSpec, status: ClusterStatus, observed: Observed, action: a.Step, now: float) -> AuthRecord:
     """status.auth after this pass: a user or role is managed once it is declared and in etcd
     (or added by this pass's step), and stays managed until it is gone from etcd. Password
-    versions are those of users still declared with a password; the executor adds the one
-    a step set (merge_password_version)."""
+    versions are those of users still declared with a password, and of users whose password
+    is still to be cleared; the executor adds the one a step set, or drops the one it
+    cleared (merge_password_version). Certificate times: see certificate_times."""
     record = status.auth
+    issued, retired = certificate_times(spec, status, observed, action, now)
     if not observed.auth.read:
-        return dataclasses.replace(record, certificate_users=certificate_users(observed, action))
+        return dataclasses.replace(
+            record,
+            certificate_users=certificate_users(observed, action),
+            certificates_valid_until=issued,
+            retired_users=retired,
+        )
     users = _managed(record.managed_users, (u.name for u in spec.auth.users), observed.auth.users)
     roles = _managed(record.managed_roles, (r.name for r in spec.auth.roles), observed.auth.roles)
     if isinstance(action, a.AddAuthUser) and action.user not in reserved_users(observed):
         users.add(action.user)
     if isinstance(action, a.AddAuthRole):
         roles.add(action.role)
-    with_password = {u.name for u in spec.auth.users if u.password} & set(observed.auth.users)
-    versions = {u: v for u, v in record.password_versions.items() if u in with_password}
+    declared = {u.name for u in spec.auth.users}
+    keep = declared & set(observed.auth.users)  # with a password, or without one still to be cleared
+    versions = {u: v for u, v in record.password_versions.items() if u in keep}
     return AuthRecord(
         tuple(sorted(users - reserved_users(observed))),
         tuple(sorted(roles - {ROOT})),
         versions,
         certificate_users(observed, action),
+        issued,
+        retired,
     )
+
+
+def certificate_times(
+    spec: ClusterSpec, status: ClusterStatus, observed: Observed, action: a.Step, now: float
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Until when a certificate issued for each declared user may be valid (the latest of
+    what was recorded, what its Secret holds, and what this pass's step records or issues),
+    and the retired names: a name no longer declared keeps its time there until it has
+    passed by CLOCK_SKEW_MARGIN."""
+    issued = dict(status.auth.certificates_valid_until)
+    retired = dict(status.auth.retired_users)
+    seen = {u: c.not_after for u, c in observed.auth.user_certs.items() if c.not_after > 0}
+    if isinstance(action, a.RecordUserCertificateBound | a.IssueUserCertificate):
+        seen[action.user] = max(seen.get(action.user, 0.0), action.valid_until)
+    for user, until in seen.items():
+        issued[user] = max(issued.get(user, 0.0), until)
+    declared = {u.name for u in spec.auth.users} if spec.auth.declared else set()
+    for user in sorted(set(issued) - declared):
+        retired[user] = max(retired.get(user, 0.0), issued.pop(user))
+    return issued, {u: t for u, t in retired.items() if now <= t + CLOCK_SKEW_MARGIN}
 
 
 def certificate_users(observed: Observed, action: a.Step) -> tuple[str, ...]:
@@ -326,18 +426,34 @@ def _managed(recorded: Iterable[str], declared: Iterable[str], existing: Iterabl
     return (set(recorded) | set(declared)) & set(existing)
 
 
-def status_record(record: AuthRecord, patch: dict[str, Any] | None) -> dict[str, Any]:
-    """status.auth as written: this pass's record and the password version its step set."""
+def status_record(record: AuthRecord, patch: dict[str, Any] | None, previous: AuthRecord) -> dict[str, Any]:
+    """status.auth as written: this pass's record and the password version its step set or
+    cleared (None). A version no longer kept is written as null: status is a merge patch,
+    which removes a key only when it is null."""
     written = record.to_dict()
-    written["passwordVersions"].update((patch or {}).get("passwordVersions") or {})
+    versions = written["passwordVersions"]
+    for user, version in ((patch or {}).get("passwordVersions") or {}).items():
+        if version is None:
+            versions.pop(user, None)
+        else:
+            versions[user] = version
+    for user in previous.password_versions:
+        versions.setdefault(user, None)
     return written
 
 
-def conditions(spec: ClusterSpec, status: ClusterStatus, observed: Observed, action: a.Step) -> list[c.Condition]:
-    return [enabled_condition(spec, status, observed, action), in_sync_condition(spec, status, observed, action)]
+def conditions(
+    spec: ClusterSpec, status: ClusterStatus, observed: Observed, action: a.Step, now: float
+) -> list[c.Condition]:
+    return [
+        enabled_condition(spec, status, observed, action, now),
+        in_sync_condition(spec, status, observed, action, now),
+    ]
 
 
-def enabled_condition(spec: ClusterSpec, status: ClusterStatus, observed: Observed, action: a.Step) -> c.Condition:
+def enabled_condition(
+    spec: ClusterSpec, status: ClusterStatus, observed: Observed, action: a.Step, now: float
+) -> c.Condition:
     view = observed.auth
     if not spec.auth.declared:
         return c.Condition("AuthEnabled", False, "NotConfigured", NOT_CONFIGURED)
@@ -371,12 +487,14 @@ def enabled_condition(spec: ClusterSpec, status: ClusterStatus, observed: Observ
             "spec.auth.enabled is false: etcd does not check users or permissions; any client with a certificate "
             "of the cluster's CA may read and write every key",
         )
-    blocked = enable_blocker(spec, status, observed)
+    blocked = enable_blocker(spec, status, observed, now)
     why = action.reason if isinstance(action, STEPS) else (blocked or "waiting for the cluster to be healthy")
     return c.Condition("AuthEnabled", False, "Enabling", f"authentication is enabled once this is done: {why}")
 
 
-def in_sync_condition(spec: ClusterSpec, status: ClusterStatus, observed: Observed, action: a.Step) -> c.Condition:
+def in_sync_condition(
+    spec: ClusterSpec, status: ClusterStatus, observed: Observed, action: a.Step, now: float
+) -> c.Condition:
     if not spec.auth.declared:
         return c.Condition("AuthInSync", True, "NotConfigured", "")
     if not observed.auth.read:
@@ -388,6 +506,21 @@ def in_sync_condition(spec: ClusterSpec, status: ClusterStatus, observed: Observ
     ]
     if missing:
         return c.Condition("AuthInSync", False, "PasswordSecretMissing", f"users not set up: {'; '.join(missing)}")
+    retired = retired_names(status, now)
+    waiting = sorted(u.name for u in spec.auth.users if u.name in retired)
+    if waiting:
+        names = "; ".join(
+            f"{u} (until {format_time(retired[u] + CLOCK_SKEW_MARGIN)}: a certificate issued for it is valid until "
+            f"{format_time(retired[u])})"
+            for u in waiting
+        )
+        return c.Condition(
+            "AuthInSync",
+            False,
+            "NameRetired",
+            f"users not created: their names were removed while a certificate issued for them can still "
+            f"authenticate, and would act as the new user: {names}; declare another name, or wait",
+        )
     users, roles = foreign(spec, status, observed)
     if users or roles:
         found = [*(f"user {u}" for u in users), *(f"role {r}" for r in roles)]

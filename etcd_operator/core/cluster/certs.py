@@ -125,7 +125,9 @@ def created_secret_names(spec: ClusterSpec, cluster: str) -> tuple[str, ...]:
 
 
 def user_request(spec: ClusterSpec, user: str) -> CertRequest:
-    return CertRequest(CertKind.CLIENT, user, client_auth=True, lifetime=spec.tls.certificate_lifetime)
+    """A user's certificate: short-lived (spec.auth.certificateLifetime), renewed at
+    spec.tls.renewAtFraction of it, so that its lifetime bounds how long it outlives its user."""
+    return CertRequest(CertKind.CLIENT, user, client_auth=True, lifetime=spec.auth.certificate_lifetime)
 
 
 @dataclasses.dataclass(frozen=True)

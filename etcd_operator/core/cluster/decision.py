@@ -175,7 +175,7 @@ def plan(
     adopted = adopting.condition(spec, status, observed, health, action)
     if adopted is not None:
         conditions.append(adopted)
-    conditions += auth.conditions(spec, status, observed, action)
+    conditions += auth.conditions(spec, status, observed, action, now)
     keeps_auth_record = spec.auth.declared or status.auth != AuthRecord()
     return Decision(
         acting,
@@ -186,5 +186,5 @@ def plan(
         rollout,
         learners.next_record(status.learner_joins, action, now),
         skew,
-        auth.next_record(spec, status, observed, action) if keeps_auth_record else None,
+        auth.next_record(spec, status, observed, action, now) if keeps_auth_record else None,
     )

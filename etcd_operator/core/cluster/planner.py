@@ -203,6 +203,9 @@ def _next_step(
         return _plan_quorum_loss(spec, observed, health, names, recovery_allowed)
     if not health.has_quorum:
         return a.Wait(health.message)
+    step = auth.revocation_step(spec, status, observed, now)  # undeclared access ends before any roll or scaling
+    if step:
+        return step
     step = roll.rollback_step(status.rollout, observed, health, desired_hash) or roll.roll_gate(
         status.rollout, observed, health, desired_hash
     )

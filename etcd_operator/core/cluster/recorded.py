@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -163,12 +164,17 @@ class JoinRecord:
 class AuthRecord:
     """status.auth: the etcd users and roles this operator manages (it removes only those),
     and the resourceVersion of the password Secret each user's password was last set from
-    (never the password, nor a hash of it)."""
+    (never the password, nor a hash of it). For certificates: until when the latest one
+    issued for each declared user is valid (`issuedCertificates`), and the names removed
+    while one of their certificates may still be valid (`retiredUsers`): such a name is not
+    declared again before that time (cluster/auth.py)."""
 
     managed_users: tuple[str, ...] = ()
     managed_roles: tuple[str, ...] = ()
     password_versions: Mapping[str, str] = dataclasses.field(default_factory=dict)
     certificate_users: tuple[str, ...] = ()  # users whose certificate Secret the operator issued
+    certificates_valid_until: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    retired_users: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -176,6 +182,15 @@ class AuthRecord:
             "managedRoles": sorted(self.managed_roles),
             "passwordVersions": dict(sorted(self.password_versions.items())),
             "certificateUsers": sorted(self.certificate_users),
+            # Upper bounds: rounded up to the second.
+            "issuedCertificates": [
+                {"name": n, "validUntil": format_time(math.ceil(t))}
+                for n, t in sorted(self.certificates_valid_until.items())
+            ],
+            "retiredUsers": [
+                {"name": n, "certificateValidUntil": format_time(math.ceil(t))}
+                for n, t in sorted(self.retired_users.items())
+            ],
         }
 
     @classmethod
@@ -187,7 +202,19 @@ class AuthRecord:
             tuple(sorted(data.get("managedRoles") or ())),
             {str(k): str(v) for k, v in versions.items() if v},
             tuple(sorted(data.get("certificateUsers") or ())),
+            _times(data.get("issuedCertificates"), "validUntil"),
+            _times(data.get("retiredUsers"), "certificateValidUntil"),
         )
+
+
+def _times(entries: Any, field: str) -> dict[str, float]:
+    """A list of {name, <field>: time} as name -> Unix seconds."""
+    times: dict[str, float] = {}
+    for entry in entries or ():
+        when = parse_time(entry.get(field)) if isinstance(entry, Mapping) else None
+        if when is not None and entry.get("name"):
+            times[str(entry["name"])] = when
+    return times
 
 
 @dataclasses.dataclass(frozen=True)

@@ -181,6 +181,10 @@ class UserSpec:
     password: SecretKeyRef | None = None
 
 
+DEFAULT_USER_CERTIFICATE_LIFETIME = "24h"
+USER_CERTIFICATE_LIFETIME = 24 * 3600.0
+
+
 @dataclasses.dataclass(frozen=True)
 class AuthOptions:
     """spec.auth. `declared` is False when the spec has no auth block: the operator then
@@ -191,6 +195,9 @@ class AuthOptions:
     enabled: bool | None = None
     roles: tuple[RoleSpec, ...] = ()
     users: tuple[UserSpec, ...] = ()
+    # Users' client certificates live this long: the longest a certificate of a user who no
+    # longer asks for one, or of a removed name, can authenticate (docs/operations/authentication.md).
+    certificate_lifetime: float = USER_CERTIFICATE_LIFETIME
 
     @classmethod
     def from_dict(cls, auth: Mapping[str, Any] | None) -> AuthOptions:
@@ -218,7 +225,8 @@ class AuthOptions:
             for u in auth.get("users") or ()
         )
         enabled = auth.get("enabled")
-        return cls(True, None if enabled is None else bool(enabled), roles, users)
+        lifetime = parse_duration(auth.get("certificateLifetime") or DEFAULT_USER_CERTIFICATE_LIFETIME)
+        return cls(True, None if enabled is None else bool(enabled), roles, users, lifetime)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -374,11 +374,22 @@ class RecordAdoption(Step):
 
 
 @dataclasses.dataclass(frozen=True)
-class IssueUserCertificate(Step):
-    """Create or renew the client certificate of a spec.auth user (CN = its name) in its
-    Secret, signed by the cluster's CA."""
+class RecordUserCertificateBound(Step):
+    """Record in status.auth, before a user's certificate is issued, the time until which it
+    will be valid: a name removed later stays retired until then, even if the operator dies
+    between writing the Secret and writing status."""
 
     user: str = ""
+    valid_until: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class IssueUserCertificate(Step):
+    """Create or renew the client certificate of a spec.auth user (CN = its name) in its
+    Secret, signed by the cluster's CA, valid until `valid_until` (recorded in status before)."""
+
+    user: str = ""
+    valid_until: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -427,6 +438,14 @@ class ChangeUserPassword(Step):
     user: str = ""
     password: SecretKeyRef = SecretKeyRef("")
     password_version: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class ClearUserPassword(Step):
+    """A user whose passwordSecretRef was removed: its password is replaced by a random one
+    that is neither recorded nor shown, so the password it had stops working at once."""
+
+    user: str = ""
 
 
 @dataclasses.dataclass(frozen=True)

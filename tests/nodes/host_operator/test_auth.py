@@ -191,6 +191,67 @@ def test_each_tenant_reads_and_writes_its_prefix_only(auth_cluster, real_nodes, 
     assert {p["metadata"]["name"]: _restarts(p) for p in pods} == restarts
 
 
+def test_a_removed_password_and_a_removed_users_certificate_are_refused(auth_cluster, on_nodes_dns, tmp_path):
+    """Revocation: passwordSecretRef removed -> the old password is refused; the user removed ->
+    its certificate is refused while another tenant's still works; the name declared again
+    while that certificate is valid -> not created (NameRetired)."""
+    namespace = auth_cluster
+    urls = member_urls(namespace)
+    password = "revoked-" + os.urandom(8).hex()
+    kubectl("create", "secret", "generic", "reporting-password", "-n", namespace, f"--from-literal=password={password}")
+    tenants = AUTH["users"]
+    reporting = {"name": "reporting", "roles": ["tenant-a"], "certificate": True}
+    with_password = {**reporting, "passwordSecretRef": {"name": "reporting-password"}}
+    patch_spec(namespace, CLUSTER, {"auth": {"users": [*tenants, with_password]}})
+    wait_for(lambda: _auth_status(namespace).get("passwordVersions", {}).get("reporting"), 180, what="password set")
+    wait_condition(namespace, CLUSTER, "AuthInSync", "True", timeout=180)
+    # The client Secret's certificate (CN etcd-client, no such user) only carries the TLS; the password decides.
+    anonymous = secret_files(namespace, f"{CLUSTER}-client-tls", tmp_path)
+    by_password = ("--user", f"reporting:{password}", "put", "/tenant-a/by-password", "1")
+    allowed = etcdctl(on_nodes_dns, urls, anonymous, *by_password)
+    assert allowed.returncode == 0, allowed.stderr
+
+    patch_spec(namespace, CLUSTER, {"auth": {"users": [*tenants, reporting]}})
+    wait_for(lambda: "reporting" not in _auth_status(namespace).get("passwordVersions", {}), 180, what="cleared")
+    refused = etcdctl(on_nodes_dns, urls, anonymous, *by_password)
+    assert refused.returncode != 0 and "authentication failed" in refused.stderr, (refused.stdout, refused.stderr)
+    its_certificate = secret_files(namespace, certs.user_secret_name(CLUSTER, "reporting"), tmp_path)
+    still = etcdctl(on_nodes_dns, urls, its_certificate, "put", "/tenant-a/by-certificate", "1")
+    assert still.returncode == 0, still.stderr
+
+    patch_spec(namespace, CLUSTER, {"auth": {"users": tenants}})
+    wait_for(
+        lambda: "reporting" in _retired(namespace) and "reporting" not in _auth_status(namespace)["managedUsers"],
+        180,
+        what="user reporting deleted from etcd and its name retired",
+    )
+    gone = etcdctl(on_nodes_dns, urls, its_certificate, "get", "/tenant-a/", "--prefix")
+    assert gone.returncode != 0, gone.stdout
+    tenant_a = secret_files(namespace, certs.user_secret_name(CLUSTER, "tenant-a"), tmp_path)
+    other = etcdctl(on_nodes_dns, urls, tenant_a, "get", "/tenant-a/by-certificate", "--print-value-only")
+    assert other.returncode == 0 and other.stdout.strip() == "1", other.stderr
+
+    patch_spec(namespace, CLUSTER, {"auth": {"users": [*tenants, reporting]}})
+    wait_for(
+        lambda: (condition(get_cluster(namespace, CLUSTER), "AuthInSync") or {}).get("reason") == "NameRetired",
+        120,
+        what="AuthInSync=False, reason NameRetired",
+    )
+    assert "reporting" not in _auth_status(namespace)["managedUsers"]
+    again = etcdctl(on_nodes_dns, urls, its_certificate, "get", "/tenant-a/", "--prefix")
+    assert again.returncode != 0, again.stdout
+    patch_spec(namespace, CLUSTER, {"auth": {"users": tenants}})
+    wait_condition(namespace, CLUSTER, "AuthInSync", "True", timeout=120)
+
+
+def _auth_status(namespace: str) -> dict:
+    return (get_cluster(namespace, CLUSTER).get("status") or {}).get("auth") or {}
+
+
+def _retired(namespace: str) -> list[str]:
+    return [r["name"] for r in _auth_status(namespace).get("retiredUsers") or []]
+
+
 def test_enabled_false_turns_auth_off_with_a_condition(auth_cluster, on_nodes_dns, tmp_path):
     namespace = auth_cluster
     patch_spec(namespace, CLUSTER, {"auth": {"enabled": False}})
