@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import copy
+import dataclasses
 
 import pytest
 
@@ -74,9 +75,13 @@ class SecretStore:
 
 
 def observe(store: SecretStore):
-    return new_cluster(
+    """A new cluster whose status already records the peer identity (when that is recorded
+    is tests/unit/test_tls_plan.py's concern): the first step after the certificates is the
+    first member."""
+    seen = new_cluster(
         tls_plan.HTTPS, {kind: None if (data := store.data(kind)) is None else pki.describe(data) for kind in NAMES}
     )
+    return dataclasses.replace(seen, tls=dataclasses.replace(seen.tls, peer_identity=certs.PEER_COMMON_NAME))
 
 
 def run_passes(store: SecretStore, events: list[str], before_step=None) -> list[a.Step]:

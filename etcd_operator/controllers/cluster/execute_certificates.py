@@ -24,6 +24,13 @@ async def record_transport(
     return Outcome(True, status_fields={"tls": {"transport": action.transport}})
 
 
+async def record_peer_identity(
+    ctx: StepContext, action: a.RecordPeerIdentity, spec: ClusterSpec, observed: Observed
+) -> Outcome:
+    ctx.post_event("Normal", "PeerIdentity", action.reason)
+    return Outcome(True, status_fields={"tls": {"peerIdentity": action.common_name}})
+
+
 async def issue_certificate(
     ctx: StepContext, action: a.IssueCertificate, spec: ClusterSpec, observed: Observed
 ) -> None:

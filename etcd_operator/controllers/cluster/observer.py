@@ -313,7 +313,7 @@ class ClusterObserver:
             cluster_domain=self.cluster_domain,
             auth=auth_view,
         )
-        if tls.rotation is not None:
+        if tls.rotation is not None or tls.awaits_peer_identity:
             observed = dataclasses.replace(
                 observed, tls=dataclasses.replace(tls, served=await served_certificates(pods, credentials))
             )

@@ -247,6 +247,15 @@ class RecordTransport(Step):
 
 
 @dataclasses.dataclass(frozen=True)
+class RecordPeerIdentity(Step):
+    """Record in status.tls.peerIdentity the CN the members' peer port accepts from now on;
+    the acting spec then carries it, and the members are rolled onto
+    --peer-cert-allowed-cn one at a time (tls_plan says when it may be recorded)."""
+
+    common_name: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
 class IssueCertificate(Step):
     """Create or renew certificate Secrets of the Managed issuer, in order: (certs.CertKind
     value, why) pairs. More than one only before the first member exists (tls_plan)."""
