@@ -231,6 +231,16 @@ def test_a_cluster_moves_to_the_peer_identity_in_two_phases():
     assert isinstance(decision.action, (a.RollMember, a.MoveLeader))  # one member at a time, leader last
 
 
+def test_the_served_certificates_are_observed_until_the_peer_identity_is_recorded():
+    """The observer dials every member for the certificate it serves (as during a rotation)
+    while a Managed TLS cluster moves to the peer identity, and not after."""
+    assert before_the_peer_identity(NEW_MEMBER, None).tls.awaits_peer_identity
+    assert not running(tls_plan.HTTPS, good_certs()).tls.awaits_peer_identity
+    assert not running(tls_plan.HTTP, peer_identity=None).tls.awaits_peer_identity
+    provided = {CertKind.MEMBER: NEW_MEMBER, CertKind.OPERATOR: cert()}  # issuer Secrets observes no CA
+    assert not running(tls_plan.HTTPS, provided, peer_identity=None).tls.awaits_peer_identity
+
+
 def test_the_peer_identity_is_recorded_in_status():
     seen = running(tls_plan.HTTPS, good_certs())
     assert tls_plan.tls_status(TLS_SPEC, seen, None)["peerIdentity"] == certs.PEER_COMMON_NAME
