@@ -418,6 +418,7 @@ def assert_the_peer_port_accepts_members_only(namespace: str, others: tuple[str,
         assert peer_port_answer(ip, member) == "200", pod["metadata"]["name"]
         for secret in others:
             answer = peer_port_answer(ip, credentials(namespace, secret))
+            print(f"GET /members on {pod['metadata']['name']}:{naming.PEER_PORT} with {secret}: {answer}")
             assert answer.startswith("refused"), (pod["metadata"]["name"], secret, answer)
 
 
