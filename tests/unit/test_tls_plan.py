@@ -88,6 +88,9 @@ def running(transport, views=None, peer_identity=certs.PEER_COMMON_NAME):
 def test_the_transport_is_recorded_first(spec, seen, st, expected):
     step = tls_plan.next_step(spec, st, seen, NOW)
     assert isinstance(step, a.RecordTransport) and step.transport == expected
+    # A new Managed TLS cluster records its peer identity with it: no member runs to present another CN.
+    new_managed_tls = expected == tls_plan.HTTPS and not seen.pods
+    assert step.peer_identity == (certs.PEER_COMMON_NAME if new_managed_tls else None)
     assert isinstance(plan(spec, st, seen, NOW).action, a.RecordTransport)
 
 

@@ -21,7 +21,10 @@ from etcd_operator.core.outcome import Outcome
 async def record_transport(
     ctx: StepContext, action: a.RecordTransport, spec: ClusterSpec, observed: Observed
 ) -> Outcome:
-    return Outcome(True, status_fields={"tls": {"transport": action.transport}})
+    recorded = {"transport": action.transport}
+    if action.peer_identity:
+        recorded["peerIdentity"] = action.peer_identity
+    return Outcome(True, status_fields={"tls": recorded})
 
 
 async def record_peer_identity(

@@ -241,9 +241,11 @@ class AbandonQuorumRecovery(Step):
 @dataclasses.dataclass(frozen=True)
 class RecordTransport(Step):
     """Record in status, before any member exists, that this cluster serves TLS; a cluster
-    without the record and with members predates TLS and is plaintext."""
+    without the record and with members predates TLS and is plaintext. A new Managed TLS
+    cluster records its peer identity with it (see RecordPeerIdentity)."""
 
     transport: str = ""
+    peer_identity: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)

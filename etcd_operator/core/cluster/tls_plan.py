@@ -152,6 +152,12 @@ def _one_step(spec: ClusterSpec, status: ClusterStatus, observed: Observed, now:
         if transport(status, observed) == HTTP:
             return a.RecordTransport("recording that this cluster, created before TLS, serves plaintext", HTTP)
         if spec.tls.enabled:
+            if spec.tls.issuer == ISSUER_MANAGED:  # no member runs yet: none presents another CN
+                return a.RecordTransport(
+                    f"recording that this new cluster serves TLS, its peer port to CN {PEER_COMMON_NAME} only",
+                    HTTPS,
+                    PEER_COMMON_NAME,
+                )
             return a.RecordTransport("recording that this new cluster serves TLS", HTTPS)
         return a.RecordTransport("recording that this new cluster serves plaintext (spec.tls.enabled: false)", HTTP)
     if not spec.tls.enabled:
