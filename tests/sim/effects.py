@@ -351,6 +351,7 @@ HANDLERS: dict[type, Callable] = {
     # (a hand-built Observed records transport http), so the planner never asks for these;
     # tests/unit/test_tls_plan.py covers their decisions and tests/substrate/test_tls.py their effects.
     a.RecordTransport: do_nothing,
+    a.RecordPeerIdentity: do_nothing,
     a.IssueCertificate: do_nothing,
     a.RecordRotation: do_nothing,
     a.UpdateCASecret: do_nothing,

@@ -135,6 +135,7 @@ def test_only_waiting_and_certificate_steps_are_permitted_while_held():
     names = sorted(t.__name__ for t in PERMITTED_WHILE_HELD)
     assert names == [
         "IssueCertificate",
+        "RecordPeerIdentity",
         "RecordRotation",
         "RecordTransport",
         "Steady",

@@ -75,7 +75,11 @@ class Model:
         }
         for kind, leaf in self.leaves.items():
             names = certs.member_dns_names("c", "ns") if kind == CertKind.MEMBER else ()
-            views[kind] = CertView(leaf.fingerprint, NOW, NOW + 10**6, names, leaf.issuer, leaf.bundle)
+            # A cluster on the members' peer identity already (its move is test_tls_plan's concern).
+            common_name = certs.PEER_COMMON_NAME if kind == CertKind.MEMBER else ""
+            views[kind] = CertView(
+                leaf.fingerprint, NOW, NOW + 10**6, names, leaf.issuer, leaf.bundle, common_name=common_name
+            )
         next_view = None
         if self.next_ca:
             next_view = CertView(
@@ -89,6 +93,7 @@ class Model:
             requested={certs.ROTATE_CA: "r1"},
             rotated=dict(self.rotated),
             served={name: m.serves.fingerprint for name, m in self.members.items()},
+            peer_identity=certs.PEER_COMMON_NAME,
         )
         return dataclasses.replace(seen, pods=pods, tls=tls)
 

@@ -117,9 +117,13 @@ OBSERVED_BODY = {**BODY, "spec": {"size": 3, "tls": {}}, "status": {"tls": {"tra
 
 
 def observe(store: SecretStore):
-    """What the real observer (cluster/tls_observer.py) reads of the store."""
+    """What the real observer (cluster/tls_observer.py) reads of the store, in a new cluster
+    whose status already records the peer identity (when that is recorded is
+    tests/unit/test_tls_plan.py's concern): the first step after the certificates is the first
+    member."""
     tls, _ = asyncio.run(TLSSecrets().observe(store.observer, OBSERVED_BODY))
-    return dataclasses.replace(new_cluster(tls_plan.HTTPS), tls=tls)
+    seen = dataclasses.replace(new_cluster(tls_plan.HTTPS), tls=tls)
+    return dataclasses.replace(seen, tls=dataclasses.replace(seen.tls, peer_identity=certs.PEER_COMMON_NAME))
 
 
 def run_passes(store: SecretStore, events: list[str], before_step=None) -> list[a.Step]:

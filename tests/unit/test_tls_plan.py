@@ -33,7 +33,7 @@ def cert(fingerprint="leaf", issuer=CA_FP, age=0.0, lifetime=1000.0, **kw) -> Ce
 def good_certs(**overrides) -> dict:
     views = {
         CertKind.CA: CertView(CA_FP, NOW - 10, NOW + 10**8, issuer_fingerprint=CA_FP, trusted=(CA_FP,), is_ca=True),
-        CertKind.MEMBER: cert(dns_names=certs.member_dns_names("c", "ns")),
+        CertKind.MEMBER: cert(dns_names=certs.member_dns_names("c", "ns"), common_name=certs.PEER_COMMON_NAME),
         CertKind.OPERATOR: cert(),
         CertKind.CLIENT: cert(),
     }
@@ -49,10 +49,18 @@ def new_cluster(transport=None, views=None):
     return dataclasses.replace(observed([], leader=None), tls=TLSView(transport=transport, certs=views or {}))
 
 
-def running(transport, views=None):
-    """Three healthy members whose pods match the spec of their transport."""
+# The acting spec of a TLS cluster whose peer port accepts the members' CN only.
+TLS_RUNNING = dataclasses.replace(
+    TLS_SPEC, tls=dataclasses.replace(TLS_SPEC.tls, peer_common_name=certs.PEER_COMMON_NAME)
+)
+
+
+def running(transport, views=None, peer_identity=certs.PEER_COMMON_NAME):
+    """Three healthy members whose pods match the spec of their transport (with TLS, and by
+    default, with the peer identity recorded)."""
     seen = observed([M(0), M(1), M(2)])
-    current = builders.pod_spec_hash(TLS_SPEC if transport == tls_plan.HTTPS else PLAIN_SPEC)
+    tls_spec = TLS_RUNNING if peer_identity else TLS_SPEC
+    current = builders.pod_spec_hash(tls_spec if transport == tls_plan.HTTPS else PLAIN_SPEC)
     tls = transport == tls_plan.HTTPS
     pods = {
         name: dataclasses.replace(
@@ -60,7 +68,10 @@ def running(transport, views=None):
         )
         for name, pod in seen.pods.items()
     }
-    return dataclasses.replace(seen, pods=pods, tls=TLSView(transport=transport, certs=views or {}))
+    identity = peer_identity if transport == tls_plan.HTTPS else None
+    return dataclasses.replace(
+        seen, pods=pods, tls=TLSView(transport=transport, certs=views or {}, peer_identity=identity)
+    )
 
 
 @pytest.mark.parametrize(
@@ -77,6 +88,9 @@ def running(transport, views=None):
 def test_the_transport_is_recorded_first(spec, seen, st, expected):
     step = tls_plan.next_step(spec, st, seen, NOW)
     assert isinstance(step, a.RecordTransport) and step.transport == expected
+    # A new Managed TLS cluster records its peer identity with it: no member runs to present another CN.
+    new_managed_tls = expected == tls_plan.HTTPS and not seen.pods
+    assert step.peer_identity == (certs.PEER_COMMON_NAME if new_managed_tls else None)
     assert isinstance(plan(spec, st, seen, NOW).action, a.RecordTransport)
 
 
@@ -156,9 +170,95 @@ def test_with_members_running_one_certificate_per_step(views, kind):
     assert isinstance(step, a.IssueCertificate) and step.kinds == (kind,)
 
 
-def test_the_first_member_starts_once_every_certificate_is_there():
-    step = plan(TLS_SPEC, NEW, new_cluster(tls_plan.HTTPS, good_certs()), NOW).action
-    assert isinstance(step, a.BootstrapFirstMember)
+def test_the_first_member_starts_once_every_certificate_and_the_peer_identity_are_there():
+    seen = new_cluster(tls_plan.HTTPS, good_certs())
+    step = plan(TLS_SPEC, NEW, seen, NOW).action
+    assert isinstance(step, a.RecordPeerIdentity) and step.common_name == certs.PEER_COMMON_NAME
+    seen = dataclasses.replace(seen, tls=dataclasses.replace(seen.tls, peer_identity=certs.PEER_COMMON_NAME))
+    decision = plan(TLS_SPEC, NEW, seen, NOW)
+    assert isinstance(decision.action, a.BootstrapFirstMember)
+    args = builders.etcd_args(decision.acting_spec, "c", "ns", "c-0", "t")
+    assert f"--peer-cert-allowed-cn={certs.PEER_COMMON_NAME}" in args
+
+
+# Peer identity: the peer port accepts the members' CN only. A cluster created before it runs
+# a member certificate with another CN (c-member) and no --peer-cert-allowed-cn.
+MEMBER_NAMES = certs.member_dns_names("c", "ns")
+OLD_MEMBER = cert(fingerprint="old-leaf", dns_names=MEMBER_NAMES, common_name="c-member")
+NEW_MEMBER = cert(fingerprint="new-leaf", dns_names=MEMBER_NAMES, common_name=certs.PEER_COMMON_NAME)
+
+
+def before_the_peer_identity(member, served):
+    """Three members running without the flag; `served`: the fingerprint each serves."""
+    seen = running(tls_plan.HTTPS, good_certs(**{CertKind.MEMBER: member}), peer_identity=None)
+    seen = dataclasses.replace(seen, tls=dataclasses.replace(seen.tls, served=served))
+    current = builders.pod_spec_hash(plan(TLS_SPEC, RECORDED, seen, NOW).acting_spec)
+    return dataclasses.replace(seen, pods={n: dataclasses.replace(p, spec_hash=current) for n, p in seen.pods.items()})
+
+
+def test_a_cluster_moves_to_the_peer_identity_in_two_phases():
+    """First the member certificate gets the peer CN, and nothing else happens until every
+    member serves it (etcd reads the mounted files at each handshake); only then is the CN
+    recorded, which rolls the members onto --peer-cert-allowed-cn one at a time. A member
+    with the flag thus only ever meets peers that present the CN it checks."""
+    seen = before_the_peer_identity(OLD_MEMBER, {"c-0": "old-leaf", "c-1": "old-leaf", "c-2": "old-leaf"})
+    step = tls_plan.next_step(TLS_SPEC, RECORDED, seen, NOW)
+    assert isinstance(step, a.IssueCertificate) and step.kinds == ("member",), step
+    assert certs.PEER_COMMON_NAME in step.reason
+    acting = plan(TLS_SPEC, RECORDED, seen, NOW).acting_spec
+    args = builders.etcd_args(acting, "c", "ns", "c-0", "t")
+    assert not any(arg.startswith("--peer-cert-allowed-cn") for arg in args)
+
+    for served in (
+        {"c-0": "old-leaf", "c-1": "old-leaf", "c-2": "old-leaf"},  # the kubelet has not refreshed the files yet
+        {"c-0": "new-leaf", "c-1": "new-leaf", "c-2": "old-leaf"},  # one member still presents the old CN
+        {"c-0": "new-leaf", "c-1": "new-leaf"},  # one member did not answer
+        None,  # nothing observed
+    ):
+        waiting = before_the_peer_identity(NEW_MEMBER, served)
+        assert tls_plan.next_step(TLS_SPEC, RECORDED, waiting, NOW) is None, served
+        decision = decide_accepting(TLS_SPEC, waiting)
+        assert decision.acting_spec.tls.peer_common_name is None
+        assert not isinstance(decision.action, (a.RollMember, a.MoveLeader, a.RecordPeerIdentity))
+
+    serving = before_the_peer_identity(NEW_MEMBER, {"c-0": "new-leaf", "c-1": "new-leaf", "c-2": "new-leaf"})
+    step = tls_plan.next_step(TLS_SPEC, RECORDED, serving, NOW)
+    assert isinstance(step, a.RecordPeerIdentity) and step.common_name == certs.PEER_COMMON_NAME
+
+    recorded_ = dataclasses.replace(serving, tls=dataclasses.replace(serving.tls, peer_identity=certs.PEER_COMMON_NAME))
+    decision = decide_accepting(TLS_SPEC, recorded_)
+    assert decision.acting_spec.tls.peer_common_name == certs.PEER_COMMON_NAME
+    assert builders.pod_spec_hash(decision.acting_spec) != builders.pod_spec_hash(
+        plan(TLS_SPEC, RECORDED, serving, NOW).acting_spec
+    )
+    assert isinstance(decision.action, (a.RollMember, a.MoveLeader))  # one member at a time, leader last
+
+
+def test_the_served_certificates_are_observed_until_the_peer_identity_is_recorded():
+    """The observer dials every member for the certificate it serves (as during a rotation)
+    while a Managed TLS cluster moves to the peer identity, and not after."""
+    assert before_the_peer_identity(NEW_MEMBER, None).tls.awaits_peer_identity
+    assert not running(tls_plan.HTTPS, good_certs()).tls.awaits_peer_identity
+    assert not running(tls_plan.HTTP, peer_identity=None).tls.awaits_peer_identity
+    provided = {CertKind.MEMBER: NEW_MEMBER, CertKind.OPERATOR: cert()}  # issuer Secrets observes no CA
+    assert not running(tls_plan.HTTPS, provided, peer_identity=None).tls.awaits_peer_identity
+
+
+def test_the_peer_identity_is_recorded_in_status():
+    seen = running(tls_plan.HTTPS, good_certs())
+    assert tls_plan.tls_status(TLS_SPEC, seen, None)["peerIdentity"] == certs.PEER_COMMON_NAME
+    fresh = before_the_peer_identity(NEW_MEMBER, None)
+    assert "peerIdentity" not in tls_plan.tls_status(TLS_SPEC, fresh, None)
+
+
+def test_provided_certificates_get_no_peer_identity():
+    """With issuer Secrets the operator does not know the members' CN: no flag is added."""
+    provided = {"issuer": "Secrets", "memberSecretName": "m", "operatorSecretName": "o"}
+    spec = ClusterSpec.from_dict({"size": 3, "tls": provided})
+    member = cert(dns_names=certs.member_dns_names("c", "ns"), common_name="whatever-the-user-chose")
+    seen = running(tls_plan.HTTPS, {CertKind.MEMBER: member, CertKind.OPERATOR: cert()}, peer_identity=None)
+    assert tls_plan.next_step(spec, RECORDED, seen, NOW) is None
+    assert plan(spec, RECORDED, seen, NOW).acting_spec.tls.peer_common_name is None
 
 
 @pytest.mark.parametrize("ca", [None, CertView("", 0, 0, problem="no tls.crt")])
@@ -212,6 +312,48 @@ def test_issued_certificates_chain_to_the_ca_and_renewal_keeps_the_key():
     assert mismatched.problem == "tls.key does not match tls.crt"
 
 
+def test_only_the_member_certificate_carries_the_peer_identity():
+    """The peer port accepts CN etcd-member:peer only: the member certificate has it, and no
+    other certificate the operator signs (operator, client Secret, a spec.auth user) can."""
+    ca = pki.new_ca(certs.request_for(TLS_SPEC, "c", "ns", CertKind.CA), NOW)
+    member = pki.describe(pki.issue_leaf(certs.request_for(TLS_SPEC, "c", "ns", CertKind.MEMBER), ca, None, NOW))
+    assert member.common_name == certs.PEER_COMMON_NAME
+    for kind in (CertKind.OPERATOR, CertKind.CLIENT):
+        issued = pki.issue_leaf(certs.request_for(TLS_SPEC, "c", "ns", kind), ca, None, NOW)
+        assert pki.describe(issued).common_name != certs.PEER_COMMON_NAME
+    with pytest.raises(ValueError, match="peer identity"):
+        pki.issue_leaf(certs.user_request(TLS_SPEC, certs.PEER_COMMON_NAME), ca, None, NOW)
+
+
+def test_the_schema_refuses_a_user_named_as_the_peer_identity():
+    """A spec.auth user's name is its certificate's CN: the name pattern cannot spell the peer
+    identity (no ':'), and a CEL rule refuses it by name as well."""
+    import pathlib
+    import re
+
+    import yaml
+
+    crd = yaml.safe_load((pathlib.Path(__file__).resolve().parents[2] / "crds" / "etcdclusters.yaml").read_text())
+    users = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["auth"][
+        "properties"
+    ]["users"]["items"]
+    assert re.fullmatch(users["properties"]["name"]["pattern"], certs.PEER_COMMON_NAME) is None
+    assert any(
+        f"self.name != '{certs.PEER_COMMON_NAME}'" in rule["rule"] and "peer identity" in rule["message"]
+        for rule in users["x-kubernetes-validations"]
+    )
+
+
+def test_the_peer_port_accepts_the_member_cn_only_once_recorded():
+    recorded_spec = TLS_RUNNING
+    args = builders.etcd_args(recorded_spec, "c", "ns", "c-0", "t")
+    assert args.count(f"--peer-cert-allowed-cn={certs.PEER_COMMON_NAME}") == 1
+    assert "--peer-client-cert-auth=true" in args
+    assert not any(a.startswith("--peer-cert-allowed") for a in builders.etcd_args(TLS_SPEC, "c", "ns", "c-0", "t"))
+    # Recording it changes the pod spec hash: that is what rolls the members onto it.
+    assert builders.pod_spec_hash(recorded_spec) != builders.pod_spec_hash(TLS_SPEC)
+
+
 NEW_FP = "nw" * 32
 
 
@@ -224,7 +366,7 @@ def rotating(phase, ca_fp, trusted, leaf_issuer, served_fp="leaf", pods_follow=T
 
     views = {
         CertKind.CA: ca,
-        CertKind.MEMBER: leaf(dns_names=certs.member_dns_names("c", "ns")),
+        CertKind.MEMBER: leaf(dns_names=certs.member_dns_names("c", "ns"), common_name=certs.PEER_COMMON_NAME),
         CertKind.OPERATOR: leaf(),
         CertKind.CLIENT: leaf(),
     }
@@ -239,6 +381,7 @@ def rotating(phase, ca_fp, trusted, leaf_issuer, served_fp="leaf", pods_follow=T
         next_ca=next_view if next_ca else None,
         rotation=certs.Rotation(certs.ROTATE_CA, "r1", phase, (CA_FP,)),
         served={n: served_fp for n in pods},
+        peer_identity=certs.PEER_COMMON_NAME,
     )
     return dataclasses.replace(seen, pods=pods, tls=tls)
 
@@ -353,13 +496,9 @@ def test_a_member_certificate_without_the_cluster_domain_is_reissued_once():
     step = tls_plan.next_step(TLS_SPEC, RECORDED, seen, NOW)
     assert isinstance(step, a.IssueCertificate) and step.kinds == ("member",), step
     assert "every member and Service name" in step.reason
-    reissued = good_certs(**{CertKind.MEMBER: cert(dns_names=certs.member_dns_names("c", "ns", "k8s.example"))})
-    assert (
-        tls_plan.next_step(
-            TLS_SPEC, RECORDED, dataclasses.replace(seen, tls=TLSView(transport=tls_plan.HTTPS, certs=reissued)), NOW
-        )
-        is None
-    )
+    member = cert(dns_names=certs.member_dns_names("c", "ns", "k8s.example"), common_name=certs.PEER_COMMON_NAME)
+    reissued = dataclasses.replace(seen.tls, certs=good_certs(**{CertKind.MEMBER: member}))
+    assert tls_plan.next_step(TLS_SPEC, RECORDED, dataclasses.replace(seen, tls=reissued), NOW) is None
 
 
 @pytest.mark.parametrize(

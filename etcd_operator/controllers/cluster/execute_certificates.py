@@ -21,7 +21,17 @@ from etcd_operator.core.outcome import Outcome
 async def record_transport(
     ctx: StepContext, action: a.RecordTransport, spec: ClusterSpec, observed: Observed
 ) -> Outcome:
-    return Outcome(True, status_fields={"tls": {"transport": action.transport}})
+    recorded = {"transport": action.transport}
+    if action.peer_identity:
+        recorded["peerIdentity"] = action.peer_identity
+    return Outcome(True, status_fields={"tls": recorded})
+
+
+async def record_peer_identity(
+    ctx: StepContext, action: a.RecordPeerIdentity, spec: ClusterSpec, observed: Observed
+) -> Outcome:
+    ctx.post_event("Normal", "PeerIdentity", action.reason)
+    return Outcome(True, status_fields={"tls": {"peerIdentity": action.common_name}})
 
 
 async def issue_certificate(

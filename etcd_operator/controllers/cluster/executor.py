@@ -53,6 +53,7 @@ PERMITTED_WHILE_HELD = (
     a.Steady,
     a.Wait,
     a.RecordTransport,
+    a.RecordPeerIdentity,  # status only: restored members then start with the peer identity
     a.IssueCertificate,
     a.RecordRotation,
     a.UpdateCASecret,
@@ -93,6 +94,7 @@ HANDLERS: dict[type[a.Step], Handler] = {
     a.FinishQuorumRecovery: quorum_recovery.finish_quorum_recovery,
     a.AbandonQuorumRecovery: quorum_recovery.abandon_quorum_recovery,
     a.RecordTransport: certificates.record_transport,
+    a.RecordPeerIdentity: certificates.record_peer_identity,
     a.IssueCertificate: certificates.issue_certificate,
     a.RecordRotation: certificates.record_rotation,
     a.UpdateCASecret: certificates.update_ca_secret,

@@ -320,7 +320,7 @@ class ClusterObserver:
             auth=auth_view,
             collisions=dict(self.collisions),
         )
-        if tls.rotation is not None:
+        if tls.rotation is not None or tls.awaits_peer_identity:
             observed = dataclasses.replace(
                 observed, tls=dataclasses.replace(tls, served=await served_certificates(pods, credentials))
             )

@@ -100,7 +100,9 @@ class TLSSecrets:
         }
         kinds = kinds_to_observe(spec)
         names = (transport, tuple((k, secret_name(spec, cluster, k)) for k in kinds))
-        reusable = not live and rotation is None and not requested
+        # The move to a peer identity is read live too, as a rotation is.
+        moving = spec.tls.issuer == ISSUER_MANAGED and not tls_status.get("peerIdentity")
+        reusable = not live and rotation is None and not requested and not moving
         cached = self._last if reusable and self._last is not None and self._last[0] == names else None
         if cached is not None:
             _, views, next_ca, credentials, foreign = cached
@@ -115,6 +117,7 @@ class TLSSecrets:
             requested=requested,
             rotated=dict(tls_status.get("rotated") or {}),
             foreign=dict(foreign),
+            peer_identity=tls_status.get("peerIdentity") or None,
         ), credentials
 
     @staticmethod

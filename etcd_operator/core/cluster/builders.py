@@ -60,14 +60,16 @@ def etcd_args(spec: ClusterSpec, cluster: str, namespace: str, member: str, toke
     }
     args += [f"--{flag}={value}" for flag, value in optional.items() if value is not None]
     if tls:
-        args += tls_args()
+        args += tls_args(spec.tls.peer_common_name)
     args += [f"--{flag}={value}" for flag, value in allowed_extra_args(spec)]
     return args
 
 
-def tls_args() -> list[str]:
+def tls_args(peer_common_name: str | None = None) -> list[str]:
     """Client and peer TLS from the mounted member Secret, with client certificates required
-    on both. etcd reads the certificate files at each handshake, and the CAs at start."""
+    on both. etcd reads the certificate files at each handshake, and the CAs at start. With
+    `peer_common_name`, the peer port accepts only certificates with that CN (the members'),
+    and a member dialling a peer checks the same CN on the peer's certificate."""
     cert = f"{certs.MOUNT_DIR}/{certs.CERT_KEY}"
     key = f"{certs.MOUNT_DIR}/{certs.PRIVATE_KEY_KEY}"
     ca = f"{certs.MOUNT_DIR}/{certs.CA_KEY}"
@@ -80,7 +82,7 @@ def tls_args() -> list[str]:
         f"--peer-key-file={key}",
         f"--peer-trusted-ca-file={ca}",
         "--peer-client-cert-auth=true",
-    ]
+    ] + ([f"--peer-cert-allowed-cn={peer_common_name}"] if peer_common_name else [])
 
 
 def allowed_extra_args(spec: ClusterSpec) -> list[tuple[str, str]]:
@@ -106,6 +108,8 @@ def pod_spec_hash(spec: ClusterSpec) -> str:
     }
     if spec.tls.enabled:
         relevant["tls"] = [spec.tls.issuer, spec.tls.member_secret, list(spec.tls.trusted)]
+        if spec.tls.peer_common_name:  # appended only when set: recording it rolls the members
+            relevant["tls"].append(spec.tls.peer_common_name)
     return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
 
 

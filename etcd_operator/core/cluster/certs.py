@@ -23,6 +23,10 @@ NEXT_PRIVATE_KEY_KEY = "next.key"
 MOUNT_DIR = "/etc/etcd/tls"
 OPERATOR_COMMON_NAME = "etcd-operator"
 USER_COMMON_NAME = "etcd-client"
+# The members' peer identity: the CN of the member certificate, the only CN the peer port
+# accepts (--peer-cert-allowed-cn). A spec.auth user's name cannot carry a ':' (the CRD's
+# pattern, and CEL names it), and pki.issue_leaf signs it into the member certificate only.
+PEER_COMMON_NAME = "etcd-member:peer"
 
 
 class CertKind(enum.StrEnum):
@@ -95,7 +99,7 @@ def request_for(
     if kind == CertKind.MEMBER:
         return CertRequest(
             kind,
-            f"{cluster}-member",
+            PEER_COMMON_NAME,
             member_dns_names(cluster, namespace, domain),
             MEMBER_IP_ADDRESSES,
             server_auth=True,
@@ -191,9 +195,17 @@ class TLSView:
     requested: dict[str, str] = dataclasses.field(default_factory=dict)  # kind -> annotation value
     rotated: dict[str, str] = dataclasses.field(default_factory=dict)  # kind -> last request completed
     served: dict[str, str] | None = None  # member -> fingerprint it serves (observed during rotations)
+    # status.tls.peerIdentity: the CN the members' peer port accepts once recorded (None: any
+    # certificate of the cluster's CA, as members ran before the peer identity).
+    peer_identity: str | None = None
     # Certificate Secrets the operator would write that exist and are not its own (Secret
     # name -> why; cluster/ownership.py): read, never written over.
     foreign: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    @property
+    def awaits_peer_identity(self) -> bool:
+        """A Managed TLS cluster whose peer port is not yet restricted to the members."""
+        return self.transport == "https" and self.peer_identity is None and CertKind.CA in self.certs
 
     def cert(self, kind: CertKind) -> CertView | None:
         return self.certs.get(kind)

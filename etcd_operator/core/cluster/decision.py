@@ -80,6 +80,7 @@ def acting_spec(
     tls_on = tls_plan.serves_tls(spec, status, observed)
     member_cert = observed.tls.cert(CertKind.MEMBER) if tls_on else None
     trusted = tuple(sorted(member_cert.trusted)) if member_cert and not member_cert.problem else ()
+    peer_common_name = observed.tls.peer_identity if tls_on else None
     storage = spec.storage
     if "StorageClassChange" in reasons:
         existing = sorted({p.storage_class for p in observed.pvcs.values() if p.storage_class})
@@ -87,7 +88,7 @@ def acting_spec(
     pinned = dataclasses.replace(
         spec,
         version=version,
-        tls=dataclasses.replace(spec.tls, enabled=tls_on, trusted=trusted),
+        tls=dataclasses.replace(spec.tls, enabled=tls_on, trusted=trusted, peer_common_name=peer_common_name),
         storage=storage,
     )
     rolled, roll_held = roll.acting_spec(space.acting_storage(pinned, status, observed, problems), status.rollout)

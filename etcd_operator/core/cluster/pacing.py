@@ -37,6 +37,7 @@ ADD_REFUSED = 0.5
 
 _AFTER_DONE: dict[type[a.Step], float] = {
     a.RecordTransport: CHAIN_STEP,
+    a.RecordPeerIdentity: CHAIN_STEP,
     a.CheckPodSpec: CHAIN_STEP,  # the step it was asked for follows
     a.BootstrapFirstMember: POD_STARTING,
     a.AddLearner: POD_STARTING,

@@ -21,7 +21,9 @@ from etcd_operator.core.cluster.certs import (
     CERT_KEY,
     NEXT_CERT_KEY,
     NEXT_PRIVATE_KEY_KEY,
+    PEER_COMMON_NAME,
     PRIVATE_KEY_KEY,
+    CertKind,
     CertRequest,
     CertView,
 )
@@ -129,6 +131,8 @@ def issue_leaf(
     """A leaf signed by the CA Secret's key, with ca.crt set to the CA Secret's trust bundle.
     A renewal keeps the leaf's key, so that a reader of the two files never pairs a new
     certificate with an old key (the key changes when the leaf is reissued)."""
+    if request.common_name == PEER_COMMON_NAME and request.kind != CertKind.MEMBER:
+        raise ValueError(f"{PEER_COMMON_NAME} is the members' peer identity; only the member certificate carries it")
     ca_cert = x509.load_pem_x509_certificate(ca[CERT_KEY])
     ca_key = serialization.load_pem_private_key(ca[PRIVATE_KEY_KEY], None)
     if not isinstance(ca_key, CAN_SIGN_CERTIFICATES):

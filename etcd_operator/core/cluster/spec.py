@@ -127,6 +127,9 @@ class TLSOptions:
     # Not from the user: fingerprints of the CAs in the members' trust bundle, set on the
     # acting spec so that members restart (one at a time) when the bundle changes.
     trusted: tuple[str, ...] = ()
+    # Not from the user either: the CN the members' peer port accepts (status.tls.peerIdentity),
+    # set on the acting spec once every member serves a certificate with it (tls_plan).
+    peer_common_name: str | None = None
 
     @classmethod
     def from_dict(cls, tls: Mapping[str, Any] | None) -> TLSOptions:

@@ -40,6 +40,7 @@ PROGRESS_REASONS = {
     "FinishQuorumRecovery": "RecoveringQuorum",
     "AbandonQuorumRecovery": "RecoveryAbandoned",
     "RecordTransport": "Bootstrapping",
+    "RecordPeerIdentity": "RotatingCertificates",
     "IssueCertificate": "IssuingCertificate",
     "RecordRotation": "RotatingCertificates",
     "UpdateCASecret": "RotatingCertificates",

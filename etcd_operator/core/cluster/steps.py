@@ -241,9 +241,20 @@ class AbandonQuorumRecovery(Step):
 @dataclasses.dataclass(frozen=True)
 class RecordTransport(Step):
     """Record in status, before any member exists, that this cluster serves TLS; a cluster
-    without the record and with members predates TLS and is plaintext."""
+    without the record and with members predates TLS and is plaintext. A new Managed TLS
+    cluster records its peer identity with it (see RecordPeerIdentity)."""
 
     transport: str = ""
+    peer_identity: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordPeerIdentity(Step):
+    """Record in status.tls.peerIdentity the CN the members' peer port accepts from now on;
+    the acting spec then carries it, and the members are rolled onto
+    --peer-cert-allowed-cn one at a time (tls_plan says when it may be recorded)."""
+
+    common_name: str = ""
 
 
 @dataclasses.dataclass(frozen=True)

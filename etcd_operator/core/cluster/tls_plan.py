@@ -14,7 +14,11 @@ Invariants (tests/unit/test_tls_plan.py):
   spec.tls.renewAtFraction of their lifetime has passed;
 - before any member runs, one step issues every certificate the passes would otherwise
   issue one at a time, in the same order (a new cluster's CA and leaves); with members
-  running, one certificate per step.
+  running, one certificate per step;
+- the peer port is restricted to the members' CN (status.tls.peerIdentity, which adds
+  --peer-cert-allowed-cn and so rolls the members) only once the member certificate carries
+  that CN and every member serves it: a member that refuses other CNs never meets a peer
+  still presenting an older member certificate.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from etcd_operator.core.cluster import builders, ownership
 from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.certs import (
     LEAVES,
+    PEER_COMMON_NAME,
     PHASE_DROP,
     PHASE_ISSUE,
     PHASE_RENEW,
@@ -135,6 +140,7 @@ def _as_issued(spec: ClusterSpec, observed: Observed, now: float, kind: CertKind
             dns_names=request.dns_names,
             issuer_fingerprint=ca.fingerprint,
             trusted=ca.trusted,
+            common_name=request.common_name,
         )
     return dataclasses.replace(observed, tls=dataclasses.replace(tls, certs={**tls.certs, kind: view}))
 
@@ -148,6 +154,12 @@ def _one_step(spec: ClusterSpec, status: ClusterStatus, observed: Observed, now:
         if transport(status, observed) == HTTP:
             return a.RecordTransport("recording that this cluster, created before TLS, serves plaintext", HTTP)
         if spec.tls.enabled:
+            if spec.tls.issuer == ISSUER_MANAGED:  # no member runs yet: none presents another CN
+                return a.RecordTransport(
+                    f"recording that this new cluster serves TLS, its peer port to CN {PEER_COMMON_NAME} only",
+                    HTTPS,
+                    PEER_COMMON_NAME,
+                )
             return a.RecordTransport("recording that this new cluster serves TLS", HTTPS)
         return a.RecordTransport("recording that this new cluster serves plaintext (spec.tls.enabled: false)", HTTP)
     if not spec.tls.enabled:
@@ -185,7 +197,7 @@ def _one_step(spec: ClusterSpec, status: ClusterStatus, observed: Observed, now:
             return _issue(f"{name}: {reason}", kind)
     if rotation is not None:
         return _advance(spec, observed, rotation)
-    return None
+    return _peer_identity_step(observed)
 
 
 SYNC_TRUST = "sync-trust"
@@ -252,6 +264,24 @@ def _advance(spec: ClusterSpec, observed: Observed, rotation: Rotation) -> a.Ste
     return None
 
 
+def _peer_identity_step(observed: Observed) -> a.Step | None:
+    """Records the members' CN as the only one the peer port accepts, once every member
+    serves the member certificate that carries it (the kubelet refreshes a mounted Secret
+    within about a minute, and etcd reads the files at each handshake). None until then."""
+    if observed.tls.peer_identity == PEER_COMMON_NAME:
+        return None
+    member = observed.tls.cert(CertKind.MEMBER)
+    if member is None or member.problem or member.common_name != PEER_COMMON_NAME:
+        return None  # the leaves above reissue it first
+    if observed.pods and not _members_serve_current_leaf(observed):
+        return None
+    return a.RecordPeerIdentity(
+        f"every member serves a certificate with CN {PEER_COMMON_NAME}; the peer port accepts only that CN "
+        f"from now on (members are restarted one at a time with --peer-cert-allowed-cn)",
+        PEER_COMMON_NAME,
+    )
+
+
 def _members_follow(spec: ClusterSpec, observed: Observed) -> bool:
     """Every member runs in a pod built for the current trust bundle."""
     desired = builders.pod_spec_hash(spec)
@@ -279,6 +309,8 @@ def _leaf_reason(
     wanted_names = member_dns_names(observed.cluster, observed.namespace, observed.cluster_domain)
     if kind == CertKind.MEMBER and not set(wanted_names) <= set(cert.dns_names):
         return "reissuing with every member and Service name"
+    if kind == CertKind.MEMBER and cert.common_name != PEER_COMMON_NAME:
+        return f"reissuing with the members' peer identity (CN {PEER_COMMON_NAME})"
     if rotation is not None and rotation.kind == ROTATE_LEAVES and cert.fingerprint in rotation.replaced:
         return f"renewing (rotation {rotation.request!r})"
     if cert.renewal_due(spec.tls.renew_at_fraction, now):
@@ -323,6 +355,7 @@ def tls_status(spec: ClusterSpec, observed: Observed, patch: dict[str, Any] | No
         "certificates": certificates,
         "rotation": rotation,
         "rotated": dict(observed.tls.rotated) or None,
+        "peerIdentity": observed.tls.peer_identity,
     }
     # Absent rather than null, as the API server stores it (so an unchanged status is not
     # written again); a null in this pass's patch still clears a finished rotation.

@@ -20,7 +20,12 @@ from etcd_operator.clients.etcd.snapshot import SnapshotStream
 from etcd_operator.core.cluster import certs, naming
 from etcd_operator.core.cluster.spec import ClusterSpec
 from localkube import controlplane
-from tests.nodes.host_operator.test_tls import etcdctl, member_urls, secret_files
+from tests.nodes.host_operator.test_tls import (
+    assert_the_peer_port_accepts_members_only,
+    etcdctl,
+    member_urls,
+    secret_files,
+)
 from tests.support import nodes_resolver
 from tests.support.clusters import (
     GROUP,
@@ -81,6 +86,8 @@ def test_the_schema_refuses_what_would_lock_the_operator_out(auth_cluster):
     for reserved in ("root", "etcd-operator"):
         spec = {"size": 1, "auth": {"users": [{"name": reserved}]}}
         assert "operator's own identity" in refused_message(namespace, spec)
+    peer = {"size": 1, "auth": {"users": [{"name": certs.PEER_COMMON_NAME}]}}
+    assert "the members' peer identity" in refused_message(namespace, peer)
     dangling = {"size": 1, "auth": {"users": [{"name": "u", "roles": ["nowhere"]}]}}
     assert "only name roles declared in spec.auth.roles" in refused_message(namespace, dangling)
     removed = kubectl(
@@ -90,6 +97,22 @@ def test_the_schema_refuses_what_would_lock_the_operator_out(auth_cluster):
     assert "set spec.auth.enabled to false to turn authentication off" in removed.stderr
     root_role = {"size": 1, "auth": {"roles": [{"name": "root"}]}}
     assert "root is etcd's own administrator role" in refused_message(namespace, root_role)
+
+
+def test_a_tenants_certificate_does_not_open_the_peer_port(auth_cluster, on_nodes_dns, tmp_path):
+    """Members, the operator, the client Secret and the tenants' certificates share the
+    cluster's CA; the peer port (raft, GET /members) accepts the members' CN only. Members
+    still talk: the cluster is Available and takes a write a tenant reads back."""
+    namespace = auth_cluster
+    tenants = tuple(certs.user_secret_name(CLUSTER, t) for t in TENANTS)
+    assert_the_peer_port_accepts_members_only(namespace, (*tenants, f"{CLUSTER}-client-tls"))
+    assert condition(get_cluster(namespace, CLUSTER), "Available")["status"] == "True"
+    tenant_a = secret_files(namespace, certs.user_secret_name(CLUSTER, "tenant-a"), tmp_path)
+    urls = member_urls(namespace)
+    put = etcdctl(on_nodes_dns, urls, tenant_a, "put", "/tenant-a/over-raft", "replicated")
+    assert put.returncode == 0, put.stderr
+    got = etcdctl(on_nodes_dns, urls, tenant_a, "get", "/tenant-a/over-raft", "--print-value-only")
+    assert got.stdout.strip() == "replicated", got.stderr
 
 
 @contextlib.contextmanager

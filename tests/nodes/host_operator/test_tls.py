@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import http.client
 import json
 import os
 import pathlib
+import ssl
 import subprocess
 import tempfile
 import time
@@ -380,6 +382,57 @@ def served_fingerprint(host: str, port: int, tls: ClientTLS) -> str:
             return hashlib.sha256(conn.getpeercert(binary_form=True)).hexdigest()
 
 
+def peer_port_answer(host: str, tls: ClientTLS) -> str:
+    """GET /members on a member's peer port with these credentials: the HTTP status, or how
+    the member refused the connection."""
+    context = ssl.create_default_context(cadata=tls.ca.decode())
+    context.check_hostname = False  # what is tested is whom the member accepts, not its name
+    with tempfile.TemporaryDirectory() as directory:  # ssl loads a client key from files only
+        cert, key = pathlib.Path(directory) / "tls.crt", pathlib.Path(directory) / "tls.key"
+        cert.write_bytes(tls.cert)
+        key.write_bytes(tls.key)
+        context.load_cert_chain(str(cert), str(key))
+    connection = http.client.HTTPSConnection(host, naming.PEER_PORT, context=context, timeout=5)
+    try:
+        connection.request("GET", "/members")
+        return str(connection.getresponse().status)
+    except (OSError, http.client.HTTPException) as e:  # ssl.SSLError is an OSError
+        return f"refused: {e!r}"
+    finally:
+        connection.close()
+
+
+def credentials(namespace: str, secret: str) -> ClientTLS:
+    data = secret_bytes(namespace, secret)
+    return ClientTLS(data["ca.crt"], data["tls.crt"], data["tls.key"], naming.client_service_host(CLUSTER, namespace))
+
+
+def with_the_peer_cn(namespace: str) -> ClientTLS:
+    """A certificate of the cluster's CA with the members' CN and, like a user's, no names:
+    the member certificate itself is refused from the host, since etcd also checks that a
+    peer certificate's names resolve to the address it connects from."""
+    ca = secret_bytes(namespace, f"{CLUSTER}-ca")
+    request = certs.CertRequest(certs.CertKind.MEMBER, certs.PEER_COMMON_NAME, client_auth=True, lifetime=3600.0)
+    leaf = pki.issue_leaf(request, ca, None, time.time())
+    return ClientTLS(leaf["ca.crt"], leaf["tls.crt"], leaf["tls.key"], naming.client_service_host(CLUSTER, namespace))
+
+
+def assert_the_peer_port_accepts_members_only(namespace: str, others: tuple[str, ...]) -> None:
+    """Every member's peer port answers a certificate with the members' CN (the control case)
+    and refuses each Secret in `others`, though all are signed by the cluster's CA."""
+    assert get_cluster(namespace, CLUSTER)["status"]["tls"]["peerIdentity"] == certs.PEER_COMMON_NAME
+    peer_cn = with_the_peer_cn(namespace)
+    for pod in member_pods(namespace, CLUSTER):
+        args = pod["spec"]["containers"][0]["args"]
+        assert f"--peer-cert-allowed-cn={certs.PEER_COMMON_NAME}" in args, args
+        ip = pod["status"]["podIP"]
+        assert peer_port_answer(ip, peer_cn) == "200", pod["metadata"]["name"]
+        for secret in others:
+            answer = peer_port_answer(ip, credentials(namespace, secret))
+            print(f"GET /members on {pod['metadata']['name']}:{naming.PEER_PORT} with {secret}: {answer}")
+            assert answer.startswith("refused"), (pod["metadata"]["name"], secret, answer)
+
+
 def operator_tls(namespace: str) -> ClientTLS:
     data = secret_bytes(namespace, f"{CLUSTER}-operator-tls")
     return ClientTLS(data["ca.crt"], data["tls.crt"], data["tls.key"], naming.client_service_host(CLUSTER, namespace))
@@ -433,6 +486,9 @@ def test_leaf_then_ca_rotation_under_load_fails_no_request(tls_cluster):
         leaf = pki.describe(secret_bytes(namespace, f"{CLUSTER}-{kind}-tls"))
         assert leaf.issuer_fingerprint == ca.fingerprint and leaf.trusted == (ca.fingerprint,), kind
     assert {p["metadata"]["uid"] for p in member_pods(namespace, CLUSTER)}.isdisjoint(pods_before.values())
+    # The members, restarted onto the new CA, still accept each other on the peer port and
+    # nothing else the CA signed.
+    assert_the_peer_port_accepts_members_only(namespace, (f"{CLUSTER}-client-tls", f"{CLUSTER}-operator-tls"))
 
 
 def test_after_a_ca_rotation_the_cluster_grows_and_replaces_a_member_under_load(tls_cluster, container_faults):
