@@ -50,6 +50,7 @@ from etcd_operator.core.backup.status import build_status
 from etcd_operator.programs import replay as program
 from tests.sim.world import merge_patch
 from tests.support.backup_manifests import snapshot_manifest
+from tests.support.object_store import MemoryStore
 
 CLUSTER_ID = "c1"
 PREFIX, NAMESPACE, BACKUP = "p", "ns", "b"
@@ -140,36 +141,21 @@ class ModelEtcd:
 # --- the model bucket -------------------------------------------------------------------
 
 
-class ModelBucket:
-    """A store that honours If-None-Match: *; `lose_answers` is the chance that a PUT lands
-    but its answer is lost (the client sees an error and tries again)."""
+class ModelBucket(MemoryStore):
+    """A store that honours If-None-Match: * (MemoryStore); `lose_answers` is the chance that a
+    PUT lands but its answer is lost (the client sees an error and tries again)."""
 
     def __init__(self, rng: random.Random, lose_answers: float) -> None:
-        self.objects: dict[str, bytes] = {}
+        super().__init__()
         self.rng = rng
         self.lose_answers = lose_answers
         self.landed_unanswered = 0
 
     async def put(self, key: str, data: bytes, content_type: str | None = None, create_only: bool = False) -> None:
-        from etcd_operator.clients.storage.s3 import ObjectExists
-
-        if create_only and key in self.objects:
-            raise ObjectExists("PreconditionFailed", "PreconditionFailed", True)
-        self.objects[key] = bytes(data)
+        await super().put(key, data, content_type, create_only)
         if self.rng.random() < self.lose_answers:
             self.landed_unanswered += 1
             raise StorageError("connection reset after the request was sent", "ConnectionReset")
-
-    async def get(self, key: str) -> bytes:
-        if key not in self.objects:
-            raise StorageError(f"NoSuchKey: {key}", "NoSuchKey", True)
-        return self.objects[key]
-
-    async def list_keys(self, prefix: str) -> list[str]:
-        return sorted(k for k in self.objects if k.startswith(prefix))
-
-    async def delete(self, key: str) -> None:
-        self.objects.pop(key, None)
 
     def manifests(self) -> list[SegmentManifest]:
         return [SegmentManifest.from_json(v) for k, v in self.objects.items() if k.endswith(".segment.json")]
