@@ -1,9 +1,13 @@
 """Point-in-time restore against real MinIO and real etcd members in pods on the real nodes,
 with the operator as a process on the host: a cluster with a continuous EtcdBackup takes
 writes whose revisions and times the test records; a restore to a chosen revision and one
-to a chosen time, each into a new cluster, hold exactly the source's keys and values at
-that revision, compared key by key with the source read at it (`get --rev`); a restore to a
-time an hour ahead, which the backup has not seen past, fails (PointNotReachable). With an
+to a chosen time and one to the latest point, each into a new cluster, hold exactly the
+source's keys and values at that revision, compared key by key with the source read at it
+(`get --rev`). The writes include short lease sessions as lock and election clients make them
+(`etcdctl lock`; a lease granted, a key put under it and revoked within a second; a lease left
+to expire), so the chain has to carry leases that were gone before the writer could ask for
+them. A restore to a time an hour ahead, which the backup has not seen past, fails
+(PointNotReachable). With an
 encrypted continuous backup, the segments and the replayed snapshot are stored sealed
 (no written value readable in the store), and the restore with the backup's key is exact."""
 
@@ -77,14 +81,34 @@ def last_seen_by(s3, manifests: list[SegmentManifest], moment: float) -> int:
     return max(seen)
 
 
+def lease_sessions(endpoint: str, name: str) -> None:
+    """What lock and election clients do, each through etcdctl as they would: a lock taken and
+    released (a session lease granted, a key put under it, deleted, the lease revoked), a key
+    put under a fresh lease that is revoked at once (which deletes the key), and a key under a
+    lease left to expire (the leader deletes it). Every lease here is gone long before a
+    writer could ask for its time to live."""
+    etcdctl([endpoint], "lock", "--ttl=3", f"/locks/{name}", "true")
+    for expire in (False, True):
+        key = f"/sessions/{name}/{'expired' if expire else 'revoked'}"
+        granted = etcdctl([endpoint], "lease", "grant", "2" if expire else "3")
+        lease = granted.split()[1]  # "lease 694d... granted with TTL(3s)"
+        etcdctl([endpoint], "put", f"--lease={lease}", key, "held")
+        if expire:
+            wait_for(lambda key=key: not etcdctl([endpoint], "get", key).strip(), 30, what=f"{key} gone with its lease")
+        else:
+            etcdctl([endpoint], "lease", "revoke", lease)
+
+
 def write_history(endpoint: str) -> list[tuple[int, float]]:
     """Puts, overwrites, deletes and two-key transactions, one revision each: (revision, time
-    the write returned)."""
+    the write returned), with lease sessions between them (not in the list)."""
 
     async def write():
         written = []
         async with ReplayMember(endpoint, timeout=10) as client:
             for i in range(60):
+                if i in (10, 33, 55):
+                    await asyncio.to_thread(lease_sessions, endpoint, f"s{i}")
                 if i == 40:
                     await asyncio.sleep(WATCH_SETTLE)
                 if i % 9 == 4:  # a key of the first fill deleted, another written, in one revision
@@ -157,12 +181,24 @@ def test_restores_to_a_chosen_revision_and_to_a_chosen_time_hold_exactly_the_sou
             "target": {"newCluster": {"name": "at-future", "spec": {**new_cluster, "size": 1}}},
         },
     )
+    apply_restore(
+        namespace,
+        "to-latest",
+        {
+            "source": {"backupRef": {"name": "pitr"}, "pointInTime": {"latest": True}},
+            "target": {"newCluster": {"name": "at-latest", "spec": {**new_cluster, "size": 1}}},
+        },
+    )
     refused = wait_phase(namespace, "to-future", "Failed", timeout=180)
     failed = condition(refused, "Failed")
     assert failed and failed["reason"] == "PointNotReachable", refused["status"]
     assert "no revision backed up was seen after that time" in failed["message"], failed
     assert kubectl("get", "etcdcluster", "at-future", "-n", namespace, check=False).returncode != 0
-    for restore, cluster, revision, size in (("to-rev", "at-rev", at_revision, 3), ("to-time", "at-time", at_time, 1)):
+    for restore, cluster, revision, size in (
+        ("to-rev", "at-rev", at_revision, 3),
+        ("to-time", "at-time", at_time, 1),
+        ("to-latest", "at-latest", last, 1),
+    ):
         status = wait_phase(namespace, restore, "Completed", timeout=600)["status"]
         point = status["pointInTime"]
         assert status["restoredRevision"] == point["reachedRevision"] == revision, point
@@ -173,7 +209,7 @@ def test_restores_to_a_chosen_revision_and_to_a_chosen_time_hold_exactly_the_sou
         assert len(restored) == len(expected) >= 100
         assert restored == expected  # every key and value, exactly as the source held them at that revision
     # The replay pods are gone once their results were read.
-    for pod in ("to-rev-pitr", "to-time-pitr"):
+    for pod in ("to-rev-pitr", "to-time-pitr", "to-latest-pitr"):
         assert kubectl("get", "pod", pod, "-n", namespace, check=False).returncode != 0, f"{pod} was left"
 
 
