@@ -13,7 +13,7 @@ from etcd_operator.controllers.backup.catalogue import read_manifests
 from etcd_operator.controllers.backup.snapshot_integrity import VerificationFailed
 from etcd_operator.core.backup import retention, sealed
 from etcd_operator.core.backup.keyring import decryption_secret
-from etcd_operator.core.backup.manifest import Manifest, ManifestUnauthenticated, backup_prefix, manifest_key
+from etcd_operator.core.backup.manifest import Ignored, Manifest, ManifestUnauthenticated, backup_prefix, manifest_key
 
 
 @dataclasses.dataclass(frozen=True)
@@ -21,6 +21,7 @@ class SnapshotSource:
     s3: Mapping[str, Any]  # a storage.s3 block: bucket, endpoint, credentialsSecretRef, ...
     key: str
     manifest: Manifest | None
+    ignored: tuple[Ignored, ...] = ()  # manifests the latest-backup choice left out: they did not authenticate
 
 
 async def s3_block(kube_client: kube.KubeClient, namespace: str, source: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -93,7 +94,7 @@ async def resolve(
     if not manifests:
         raise VerificationFailed("NoBackupFound", f"EtcdBackup {namespace}/{backup} has no completed backup yet")
     latest = retention.newest_first(manifests)[0]
-    return SnapshotSource(s3, latest.snapshot_key, latest)
+    return SnapshotSource(s3, latest.snapshot_key, latest, tuple(listing.ignored))
 
 
 async def authenticated(storage: S3Storage, snapshot: SnapshotSource, keys: Mapping[str, bytes]) -> SnapshotSource:
