@@ -7,13 +7,15 @@ match) is left out of every choice, never deleted on its word, and reported by i
 from __future__ import annotations
 
 import asyncio
+import base64
 import dataclasses
 import datetime
 import json
 
 import pytest
 
-from etcd_operator.controllers.backup import catalogue, runner, segment_store
+from etcd_operator.clients.kube import client as kube
+from etcd_operator.controllers.backup import catalogue, continuous_writer, runner, segment_store
 from etcd_operator.controllers.backup.failure import BackupFailed
 from etcd_operator.controllers.restore import point_in_time, snapshot_lookup
 from etcd_operator.core.backup import continuous as cb
@@ -23,6 +25,7 @@ from etcd_operator.core.backup.continuous_status import continuous_fields
 from etcd_operator.core.backup.manifest import Identity, Manifest
 from etcd_operator.core.backup.segments import SegmentManifest, chain_id, segments_prefix
 from etcd_operator.core.backup.spec import BackupSpec
+from etcd_operator.core.buffer_budget import MemoryBudget
 from etcd_operator.core.restore import steps as restore_steps
 from etcd_operator.core.restore.observed import Observed
 from etcd_operator.core.restore.planner import plan as restore_plan
@@ -222,3 +225,111 @@ def test_the_restores_plan_names_the_manifests_it_left_out():
     observed = Observed("ns", "r1", "uid", 1, None, catalogue=listed)
     step = restore_plan(spec, RestoreStatus(phase="Verifying"), observed, NOW.timestamp())
     assert isinstance(step, restore_steps.PlanReplay) and planted.key in step.reason
+
+
+# --- the run that reads the keys: a rerun of a slot, then retention --------------------------
+
+
+class RunStore(MemoryStore):
+    """What a backup run asks of the store besides objects: the bucket, multipart uploads."""
+
+    async def check_bucket(self) -> None:
+        return None
+
+    async def list_uploads(self, prefix: str):
+        return [], None
+
+    def close(self) -> None:
+        return None
+
+
+class KeysSecret:
+    async def get(self, resource, namespace: str, name: str):
+        assert (resource, name) == (kube.SECRETS, "backup-keys"), (resource, name)
+        return {"data": {"k1": base64.b64encode(base64.b64encode(KEY)).decode()}}
+
+
+def test_a_run_reads_the_backups_keys_and_its_retention_passes_over_planted_manifests(monkeypatch):
+    store = RunStore()
+    genuine = [genuine_snapshot(store, revision) for revision in (10, 20, 30)]
+    planted = [planted_snapshot(store, revision) for revision in (40, 50)]
+
+    async def location(*_):
+        return None
+
+    monkeypatch.setattr(runner, "s3_location", location)
+    monkeypatch.setattr(runner, "S3Storage", lambda *_: store)
+    spec = BackupSpec.from_dict(
+        {
+            "clusterRef": {"name": "c"},
+            "storage": {"s3": {"bucket": "bk", "prefix": "p"}},
+            "retention": {"maxBackups": 2},
+            "encryption": {"secretRef": {"name": "backup-keys"}, "keyID": "k1"},
+        }
+    )
+    run = runner.BackupRunner(KeysSecret(), cluster_id_history=("c1",), clock=lambda: NOW)  # type: ignore[arg-type]
+    manifest, retained = asyncio.run(run.run(ME, spec, genuine[-1].slot))  # the slot already ran
+
+    assert manifest == genuine[-1]
+    assert [m.snapshot_key for m in retained.deleted] == [genuine[0].snapshot_key]  # by the genuine ones only
+    assert sorted(i.key for i in retained.ignored) == sorted(m.key for m in planted)
+    assert all(m.key in store.objects for m in planted + genuine[1:])
+
+
+def test_a_writer_started_reads_the_backups_keys_and_resumes_after_the_last_genuine_segment(monkeypatch):
+    store = RunStore()
+    chain = chain_id("c1", 100)
+    for sequence, first, last in ((1, 101, 110), (2, 111, 120)):
+        genuine_segment(store, segment_manifest(chain, sequence, first, last, base_revision=100))
+    planted_segment(store, segment_manifest(chain, 3, 121, 1120, base_revision=100))
+
+    async def location(*_):
+        return None
+
+    async def stop_before_watching(self, storage):
+        raise RuntimeError("stopped before the watch, for the test")
+
+    monkeypatch.setattr(continuous_writer, "s3_location", location)
+    monkeypatch.setattr(continuous_writer, "S3Storage", lambda *_: store)
+    monkeypatch.setattr(continuous_writer.SegmentWriter, "_stream", stop_before_watching)
+    spec = BackupSpec.from_dict(
+        {
+            "clusterRef": {"name": "c"},
+            "storage": {"s3": {"bucket": "bk", "prefix": "p"}},
+            "encryption": {"secretRef": {"name": "backup-keys"}, "keyID": "k1"},
+        }
+    )
+    start = cb.ChainStart(chain=chain, cluster_id="c1", base_revision=100, base_key="p/ns/b/s100.db")
+    writer = continuous_writer.SegmentWriter(
+        KeysSecret(),  # type: ignore[arg-type]
+        ME,
+        spec,
+        cb.ContinuousSpec(),
+        start,
+        budget=MemoryBudget(1 << 30),
+    )
+    asyncio.run(writer._run())
+
+    assert writer.stopped_because == "RuntimeError: stopped before the watch, for the test"
+    assert writer.view().last_revision == 120
+    assert writer.view().ignored == (segment_manifest(chain, 3, 121, 1120, base_revision=100).key,)
+
+
+def test_a_point_in_time_restore_lists_its_catalogue_with_the_restores_keys(monkeypatch):
+    store, base = point_in_time_store()
+    planted = planted_snapshot(store, 150)
+
+    async def location(*_):
+        return None
+
+    monkeypatch.setattr(point_in_time, "s3_location", location)
+    monkeypatch.setattr(point_in_time, "S3Storage", lambda *_: _closing(store))
+    backup = {"metadata": {"name": "b"}, "spec": {"storage": {"s3": {"bucket": "bk", "prefix": "p"}}}}
+    listed = asyncio.run(point_in_time.list_catalogue(KeysSecret(), "ns", backup, "backup-keys"))  # type: ignore[arg-type]
+    assert listed.error is None and listed.snapshots == (base,)
+    assert [i.key for i in listed.ignored] == [planted.key]
+
+
+def _closing(store: MemoryStore) -> MemoryStore:
+    store.close = lambda: None  # type: ignore[attr-defined]
+    return store
