@@ -9,16 +9,25 @@ it leaves (backup.status.build_status, merged as the API server merges a status 
 revision grouping and segment cutting with its leases (segment_cutting), the codec
 (segments.encode/decode), the store's segment functions (segment_store.upload_segment and
 last_segment, on a model bucket), the choice of what a restore replays (chain.plan_replay),
-and the replay's core (programs.replay.replay, against a model member). The writer's loop is
-modelled after controllers/backup/continuous_writer.py: resume from the store, watch, cut,
-learn the leases a cut uses, upload one segment at a time.
+the stamps a writer gives the revisions it sees (segment_cutting.SeenClock, from the chain's
+last stamp on) and the replay's core (programs.replay.replay, against a model member). The
+writer's loop is modelled after controllers/backup/continuous_writer.py: resume from the
+store, watch, cut, learn the leases a cut uses, upload one segment at a time. With
+`Faults.clock_skew`, each writer started (after a restart, or for a new chain) reads a wall
+clock off by up to that many seconds, drawn anew: two writers of one chain, or of two chains
+of one cluster, disagree by minutes.
 
 Invariants (`check`):
 - no chain holds two manifests under one sequence number;
 - every revision the writers uploaded, from the first base on, is reachable by a revision
   target, unless a recorded break (status.continuous.lastBreak, as each MarkChainBroken
   step recorded it) excuses it; and the replay to it gives exactly the store the clients
-  saw at that revision (keys, values, the leases they were put under)."""
+  saw at that revision (keys, values, the leases they were put under);
+- a restore to a time never holds a revision seen after it: the revision a time target
+  reaches (its base snapshot's, then the replay's) has no revision at or below it that a
+  segment manifest of any chain stamps after the time (the stamps chain.SeenOrder reads: a
+  segment's first and last revision); the replay stops at the first revision its segment
+  stamps after the time; and the store it gives is what the clients saw there."""
 
 from __future__ import annotations
 
@@ -26,6 +35,7 @@ import dataclasses
 import datetime
 import hashlib
 import random
+from collections.abc import Callable
 
 from etcd_operator.clients.storage.s3 import StorageError
 from etcd_operator.controllers.backup import segment_store
@@ -34,7 +44,7 @@ from etcd_operator.core.backup import planner as backup_planner
 from etcd_operator.core.backup import steps as s
 from etcd_operator.core.backup.chain import ChainProblem, Target, plan_replay
 from etcd_operator.core.backup.manifest import Manifest
-from etcd_operator.core.backup.segment_cutting import SegmentCutter
+from etcd_operator.core.backup.segment_cutting import SeenClock, SegmentCutter
 from etcd_operator.core.backup.segment_retention import parse_manifest_key
 from etcd_operator.core.backup.segments import (
     KeyChange,
@@ -169,8 +179,12 @@ class Killed(Exception):
 
 
 class ModelWriter:
-    def __init__(self, start: cb.ChainStart, etcd: ModelEtcd, bucket: ModelBucket) -> None:
+    def __init__(
+        self, start: cb.ChainStart, etcd: ModelEtcd, bucket: ModelBucket, clock: Callable[[], float] = lambda: 0.0
+    ) -> None:
         self.start = start
+        self.clock = clock  # this writer's wall clock
+        self.seen = SeenClock()
         self.chain = start.chain
         self.etcd = etcd
         self.bucket = bucket
@@ -198,13 +212,15 @@ class ModelWriter:
         if last is not None:
             self.sequence, self.last_revision = last.sequence + 1, last.last_revision
             self.next_grouped = self.cut_next = last.last_revision + 1
+            self.seen = SeenClock(last.last_seen_at)
         self.resumed = True
 
     def watch(self, up_to: int) -> None:
         """The watch delivers the revisions after the last grouped, up to `up_to`."""
         while self.next_grouped <= min(up_to, self.etcd.revision):
             revision = self.next_grouped
-            self.cutter.add(RevisionRecord(revision, float(revision), self.etcd.events[revision]), 0.0)
+            seen_at = self.seen.stamp(self.clock())
+            self.cutter.add(RevisionRecord(revision, seen_at, self.etcd.events[revision]), 0.0)
             self.next_grouped += 1
 
     def cut(self, lease_answers: bool, kill_between: bool) -> None:
@@ -266,6 +282,7 @@ class Faults:
     lost_answer: float = 0.1  # per PUT: it landed, its answer was lost
     lease_unanswered: float = 0.0  # per cut with an unknown lease: LeaseTimeToLive fails
     session: float = 0.3  # per client step: a lock session (grant, put, revoke) rather than a put
+    clock_skew: float = 0.0  # seconds: each writer's wall clock is off by up to this, either way
 
 
 class World:
@@ -281,6 +298,8 @@ class World:
         self.now = T0.timestamp() + 3600
         self.sessions: list[int] = []  # leases of sessions still open
         self.resumed_behind_newer_base = 0  # writers started on a chain older than the newest snapshot
+        self.skews: list[float] = []  # the wall clock offset of each writer started, in order
+        self.writers: list[ModelWriter] = []  # every writer started, in order
 
     # the clients
     def client_step(self) -> None:
@@ -319,7 +338,12 @@ class World:
             case s.StartStream():
                 newest = int((self.status.get("lastBackup") or {}).get("revision") or 0)
                 self.resumed_behind_newer_base += step.start.base_revision < newest
-                self.writer = ModelWriter(step.start, self.etcd, self.bucket)
+                skew = (
+                    self.rng.uniform(-self.faults.clock_skew, self.faults.clock_skew) if self.faults.clock_skew else 0.0
+                )
+                self.skews.append(skew)
+                self.writer = ModelWriter(step.start, self.etcd, self.bucket, lambda: self.now + skew)
+                self.writers.append(self.writer)
                 outcome = s.StreamReport(view=self.writer.view())
             case s.Stream():
                 writer = self.writer
@@ -438,10 +462,59 @@ def every_uploaded_revision_is_reachable(world: World) -> int:
     return checked
 
 
+def stamps(world: World) -> list[tuple[int, float]]:
+    """(revision, stamp): what the segment manifests in the store say of when the backup saw
+    revisions, as chain.py reads them: first_seen_at at a segment's first revision,
+    last_seen_at at its last. A revision counts as seen at the latest stamp of any revision
+    up to it, in any chain."""
+    found = []
+    for manifest in world.bucket.manifests():
+        found += [(manifest.first_revision, manifest.first_seen_at), (manifest.last_revision, manifest.last_seen_at)]
+    return found
+
+
+TIME_TARGETS = 60  # the most times a schedule restores to
+
+
+def no_time_target_holds_a_revision_seen_after_it(world: World) -> int:
+    """Restores to times around every stamp the store holds; returns how many were reachable."""
+    seen = stamps(world)
+    if not seen or not world.snapshots:
+        return 0
+    moments = sorted({t + d for _, t in seen for d in (-0.25, 0.0)})
+    step = max(1, len(moments) // TIME_TARGETS)
+    reached = 0
+    for moment in moments[::step]:
+        try:
+            plan = plan_replay(Target(time=moment), world.snapshots, world.bucket.manifests())
+        except ChainProblem:
+            continue  # unreachable is allowed: nothing shows the chain held every revision up to it
+        member = ModelMember(world.etcd, plan.base.revision)
+        bodies = iter([decode(world.bucket.objects[m.segment_key]) for m in plan.segments])
+        try:
+            progress = drive(
+                program.replay(member, bodies, plan.base.revision, plan.up_to_revision, moment, set(member.leases))
+            )
+        except program.Refused as e:
+            raise Violation(f"time {moment}: the replay refused: {e.reason}: {e.message}") from None
+        after = [(r, t) for r, t in seen if r <= progress.revision and t > moment]
+        if after:
+            revision, stamp = min(after)
+            raise Violation(
+                f"time {moment}: the restore reached revision {progress.revision} (base {plan.base.revision}), "
+                f"which holds revision {revision}, seen at {stamp}, after the time"
+            )
+        if member.data != world.etcd.states[progress.revision]:
+            raise Violation(f"time {moment}: the replayed store differs from revision {progress.revision}")
+        reached += 1
+    return reached
+
+
 def run(seed: int, steps: int = 400, faults: Faults | None = None) -> World:
     world = World(seed, faults)
     for _ in range(steps):
         world.step()
         no_duplicate_sequences(world.bucket)
     every_uploaded_revision_is_reachable(world)
+    no_time_target_holds_a_revision_seen_after_it(world)
     return world

@@ -1,9 +1,11 @@
-"""An in-memory stand-in for the few S3Storage calls a continuous backup's segment store and
-the replay make, answering a create-only PUT as S3 and MinIO do (If-None-Match: *)."""
+"""An in-memory stand-in for the few S3Storage calls a continuous backup's segment store,
+retention and the replay make, answering a create-only PUT as S3 and MinIO do
+(If-None-Match: *). A bucket without versions: one plain DELETE removes a key."""
 
 from __future__ import annotations
 
 from etcd_operator.clients.storage.s3 import ObjectExists, StorageError
+from etcd_operator.core.backup.object_lock import StoredObject, StoredVersion
 
 
 class MemoryStore:
@@ -24,6 +26,12 @@ class MemoryStore:
     async def list_keys(self, prefix: str) -> list[str]:
         return sorted(k for k in self.objects if k.startswith(prefix))
 
-    async def delete(self, key: str) -> None:
+    async def exists(self, key: str) -> bool:
+        return key in self.objects
+
+    async def stored(self, key: str) -> StoredObject:
+        return StoredObject(key, (StoredVersion(None),) if key in self.objects else ())
+
+    async def delete(self, key: str, version_id: str | None = None) -> None:
         self.objects.pop(key, None)
         self.deleted.append(key)

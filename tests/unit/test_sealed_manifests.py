@@ -99,9 +99,11 @@ class Kube:
         return None
 
 
-def restore_verification(store: Storage, source: dict, keys: dict[str, bytes], monkeypatch) -> tuple:
+def restore_verification(
+    store: Storage, source: dict, keys: dict[str, bytes], monkeypatch, events: list | None = None
+) -> tuple:
     """The restore's verification step (RestoreExecutor._verified_facts) over `store`:
-    (failure reason or None, message or the status fields)."""
+    (failure reason or None, message or the status fields); the events it posts go to `events`."""
 
     async def location(*_):
         return None
@@ -109,7 +111,8 @@ def restore_verification(store: Storage, source: dict, keys: dict[str, bytes], m
     monkeypatch.setattr(restore_executor, "s3_location", location)
     monkeypatch.setattr(restore_executor, "S3Storage", lambda *_: store)
     body = {"metadata": {"namespace": "ns", "name": "r1"}}
-    executor = RestoreExecutor(Kube(keys), "op:1", body, lambda *_: None)  # type: ignore[arg-type]
+    posted = events if events is not None else []
+    executor = RestoreExecutor(Kube(keys), "op:1", body, lambda *event: posted.append(event))  # type: ignore[arg-type]
     try:
         outcome = asyncio.run(executor._verified_facts(source))
     except restore_executor.VerificationFailed as e:
@@ -189,19 +192,29 @@ def test_the_genuine_encrypted_snapshot_verifies(backup, monkeypatch):
     assert reason is None and facts["sourceKey"] == newer.snapshot_key and facts["snapshotSize"] == len(DATA)
 
 
-def test_a_plaintext_substitute_with_a_rewritten_manifest_fails_the_restore(backup, monkeypatch):
-    store, _, newer = backup
+def test_a_plaintext_substitute_with_a_rewritten_manifest_is_never_the_latest_backup(backup, monkeypatch):
+    """The latest backup is the newest whose manifest authenticates: the substitute is left
+    out and named in a Warning event; restored by name, it is refused."""
+    store, older, newer = backup
     plain_substitute(store, newer, CHOSEN)
-    reason, message = restore_verification(store, SOURCE, {"k1": KEY}, monkeypatch)
+    events: list = []
+    reason, facts = restore_verification(store, SOURCE, {"k1": KEY}, monkeypatch, events)
+    assert reason is None and facts["sourceKey"] == older.snapshot_key
+    assert [(kind, why) for kind, why, _ in events] == [("Warning", "ManifestUnauthenticated")]
+    assert newer.key in events[0][2]
+    reason, message = restore_verification(store, by_name(newer), {"k1": KEY}, monkeypatch)
     assert reason == "PlaintextRefused" and newer.snapshot_key in message and "nothing was touched" in message
 
 
-def test_a_rewritten_manifest_fails_the_restore(backup, monkeypatch):
-    store, _, newer = backup
+def test_a_rewritten_manifest_is_never_the_latest_backup_and_fails_a_restore_by_name(backup, monkeypatch):
+    store, older, newer = backup
     document = json.loads(store.objects[newer.key])
     document["revision"] += 1_000  # what the restore would record, and bump revisions from
     store.objects[newer.key] = json.dumps(document).encode()
-    reason, message = restore_verification(store, SOURCE, {"k1": KEY}, monkeypatch)
+    events: list = []
+    reason, facts = restore_verification(store, SOURCE, {"k1": KEY}, monkeypatch, events)
+    assert reason is None and facts["sourceKey"] == older.snapshot_key and newer.key in events[0][2]
+    reason, message = restore_verification(store, by_name(newer), {"k1": KEY}, monkeypatch)
     assert reason == "ManifestUnauthenticated" and newer.key in message and "nothing was touched" in message
 
 

@@ -1,15 +1,24 @@
 """This operator's manifests in the store: reading a backup's folder, and deleting the
 backups retention (backup/retention.py) picked after a run, unless S3 Object Lock holds
-them (backup/object_lock.py)."""
+them (backup/object_lock.py). A reader holding the backup's keys decides only on manifests
+that authenticate under them; the others are listed as ignored, never deleted."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from etcd_operator.clients.storage.s3 import S3Storage
 from etcd_operator.core.backup import object_lock, retention
-from etcd_operator.core.backup.manifest import MANIFEST_SUFFIX, Identity, Manifest, backup_prefix
+from etcd_operator.core.backup.manifest import (
+    MANIFEST_SUFFIX,
+    Identity,
+    Ignored,
+    Manifest,
+    ManifestUnauthenticated,
+    backup_prefix,
+)
 from etcd_operator.core.backup.spec import BackupSpec
 
 
@@ -20,14 +29,17 @@ async def apply_retention(
     keep: str,
     history: Sequence[str],
     clock: Callable[[], datetime.datetime],
+    keys: Mapping[str, bytes] | None = None,
 ) -> object_lock.RetentionResult:
     """Deletes what retention.to_delete picks in this backup's folder and the store does not
-    hold: every version of its snapshot, then of its manifest. Returns the backups deleted
-    and the expired ones Object Lock keeps (neither deleted nor attempted)."""
+    hold: every version of its snapshot, then of its manifest. Returns the backups deleted,
+    the expired ones Object Lock keeps (neither deleted nor attempted), and the manifests
+    ignored because they do not authenticate under `keys` (the backup's, when it has any)."""
     if not spec.has_retention:
         return object_lock.RetentionResult()
     folder = backup_prefix(spec.prefix, identity.namespace, identity.backup)
-    manifests = await read_manifests(storage, folder, identity.backup)
+    listing = await read_manifests(storage, folder, identity.backup, keys)
+    manifests = listing.manifests
     store = None
     if spec.max_age is not None:
         modified, store_now = await storage.list_modified(folder)
@@ -39,19 +51,31 @@ async def apply_retention(
         for deletion in deletions:
             for version_id in deletion.version_ids:
                 await storage.delete(deletion.key, version_id)
-    return object_lock.RetentionResult(tuple(m for m, _ in plan.deletions), plan.locked)
+    return object_lock.RetentionResult(tuple(m for m, _ in plan.deletions), plan.locked, tuple(listing.ignored))
 
 
-async def read_manifests(storage: S3Storage, prefix: str, backup: str | None = None) -> list[Manifest]:
+@dataclasses.dataclass(frozen=True)
+class Listing:
+    manifests: list[Manifest]
+    ignored: list[Ignored]  # they did not authenticate: no decision goes by them
+
+
+async def read_manifests(
+    storage: S3Storage, prefix: str, backup: str | None = None, keys: Mapping[str, bytes] | None = None
+) -> Listing:
     """Manifests this operator wrote directly in the folder `prefix` (for `backup`, if
     given); anything else, including deeper folders of other backups whose prefix happens to
-    start the same, is ignored. Callers that delete must also check the identity."""
-    manifests = []
+    start the same, is left out. With `keys`, only manifests that authenticate under them
+    are listed; the others are `ignored`. Callers that delete must also check the identity."""
+    manifests, ignored = [], []
     for key in await storage.list_keys(prefix):
         if not key.endswith(MANIFEST_SUFFIX):
             continue
         try:
-            manifest = Manifest.from_json(await storage.get(key))
+            manifest = Manifest.read(await storage.get(key), key, keys or {})
+        except ManifestUnauthenticated as e:
+            ignored.append(Ignored(key, e.reason))
+            continue
         except ValueError:
             continue
         if (
@@ -62,4 +86,4 @@ async def read_manifests(storage: S3Storage, prefix: str, backup: str | None = N
             continue
         if backup is None or manifest.backup == backup:
             manifests.append(manifest)
-    return manifests
+    return Listing(manifests, ignored)

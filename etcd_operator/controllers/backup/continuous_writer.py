@@ -41,7 +41,7 @@ from etcd_operator.clients.kube import client as kube
 from etcd_operator.clients.storage.credentials import s3_location
 from etcd_operator.clients.storage.s3 import S3Storage, StorageClosed, StorageError
 from etcd_operator.controllers.backup import segment_store
-from etcd_operator.controllers.backup.encoding import backup_encoding
+from etcd_operator.controllers.backup.encoding import backup_encoding, backup_keys
 from etcd_operator.controllers.backup.source_candidates import (
     SourceUnavailable,
     ask_candidates,
@@ -51,7 +51,7 @@ from etcd_operator.controllers.backup.source_candidates import (
 from etcd_operator.controllers.cluster.tls_observer import operator_credentials
 from etcd_operator.core.backup import continuous as cb
 from etcd_operator.core.backup import sealed, segment_sealing
-from etcd_operator.core.backup.manifest import Identity
+from etcd_operator.core.backup.manifest import Identity, Ignored
 from etcd_operator.core.backup.segment_cutting import (
     Cut,
     RevisionGap,
@@ -144,6 +144,8 @@ class SegmentWriter:
         self._task: asyncio.Task | None = None
         self._storage: S3Storage | None = None
         self._encoding = sealed.PLAIN  # the backup's, read when the task starts
+        self._keys: dict[str, bytes] = {}  # every key of the backup's Secret: a manifest resumed from authenticates
+        self.ignored: list[Ignored] = []  # manifests of the chain passed over on resuming: they did not authenticate
 
     # --- what the controller sees -------------------------------------------------------
 
@@ -164,6 +166,7 @@ class SegmentWriter:
             last_segment_at=self.last_segment_at,
             waiting=self.waiting,
             caught_up=self.caught_up,
+            ignored=tuple(i.key for i in self.ignored),
         )
 
     def drain(self) -> list[SegmentManifest]:
@@ -187,6 +190,7 @@ class SegmentWriter:
         sealing = 0  # what sealing a segment holds, once the encoding is known
         try:
             self._encoding = await backup_encoding(self.kube, self.identity.namespace, self.spec)
+            self._keys = await backup_keys(self.kube, self.identity.namespace, self.spec)
             await budget.acquire(self._encoding.working_bytes)
             sealing = self._encoding.working_bytes
             location = await s3_location(self.kube, self.identity.namespace, self.spec.s3)
@@ -223,7 +227,10 @@ class SegmentWriter:
         while True:
             try:
                 prefix = self._segments_prefix()
-                last = await segment_store.last_segment(storage, f"{prefix}{self.chain}/", prefix, self.chain)
+                self.ignored = []
+                last = await segment_store.last_segment(
+                    storage, f"{prefix}{self.chain}/", prefix, self.chain, self._keys, self.ignored
+                )
                 break
             except StorageError as e:
                 self.store_error = str(e)

@@ -22,3 +22,11 @@ async def backup_encoding(kube_client: kube.KubeClient, namespace: str, spec: Ba
             f"Secret {namespace}/{spec.encryption_secret} has no key {key_id!r} (spec.encryption.keyID)",
         )
     return sealed.Encoding(compression=spec.compression, algorithm="aes-256-gcm", key_id=key_id, key=keys[key_id])
+
+
+async def backup_keys(kube_client: kube.KubeClient, namespace: str, spec: BackupSpec) -> dict[str, bytes]:
+    """Every key of the backup's Secret (earlier key IDs authenticate earlier manifests); {}
+    without spec.encryption. What reads the store decides only on manifests they authenticate."""
+    if not spec.encryption_secret:
+        return {}
+    return await read_keyring(kube_client, namespace, spec.encryption_secret)

@@ -23,7 +23,7 @@ from etcd_operator.controllers.backup.scratch_verifier import BackupVerifier, Ve
 from etcd_operator.core.backup import fence, object_lock, orphans
 from etcd_operator.core.backup import steps as s
 from etcd_operator.core.backup.continuous import ContinuousSpec, SegmentsWritten
-from etcd_operator.core.backup.manifest import Identity
+from etcd_operator.core.backup.manifest import Identity, ignored_summary
 from etcd_operator.core.backup.scratch_verdict import Verdict
 from etcd_operator.core.backup.segments import SegmentManifest
 from etcd_operator.core.backup.spec import BackupSpec
@@ -153,6 +153,8 @@ class BackupExecutor:
         if retained.locked:
             kept = object_lock.summary(object_lock.status_fields(retained.locked))
             events.append(("Normal", "RetentionKeptLocked", kept))
+        if retained.ignored:
+            events.append(("Warning", "ManifestUnauthenticated", ignored_summary(retained.ignored)))
         return s.RunSucceeded(
             record=record,
             completed_at=manifest.created_at,

@@ -38,7 +38,8 @@ def as_failure(error: Exception) -> BackupFailed:
     (permanent: the slot ends at once) or may (transient: retried, spec.backoffLimit).
     Permanent: a Secret without the credential keys, credential key names refused, a missing
     or refused bucket, access denied, invalid credentials, an http endpoint without
-    `insecure`, another backup's manifest in the slot, a cluster of another shard, a part
+    `insecure`, another backup's manifest in the slot, or one that does not authenticate
+    under the backup's keys (ManifestUnauthenticated), a cluster of another shard, a part
     larger than the memory budget, an encryption key missing from its Secret or not 32 bytes
     (EncryptionKeyMissing, EncryptionKeyInvalid). Transient: the cluster or its Secret gone since the pass
     looked, no healthy member, members answering for another cluster (ClusterIDMismatch), the

@@ -8,6 +8,7 @@ permanent or transient, and the status the controller writes decides on a retry
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 import logging
 import time
@@ -20,7 +21,7 @@ from etcd_operator.clients.storage.credentials import s3_location
 from etcd_operator.clients.storage.s3 import S3Storage
 from etcd_operator.controllers import faults
 from etcd_operator.controllers.backup import catalogue, segment_store, stale_uploads
-from etcd_operator.controllers.backup.encoding import backup_encoding
+from etcd_operator.controllers.backup.encoding import backup_encoding, backup_keys
 from etcd_operator.controllers.backup.failure import BackupFailed, as_failure
 from etcd_operator.controllers.backup.source_candidates import (
     SourceUnavailable,
@@ -32,7 +33,15 @@ from etcd_operator.controllers.backup.stream import stream_to_s3
 from etcd_operator.controllers.cluster.tls_observer import operator_credentials
 from etcd_operator.core.backup import orphans, retention
 from etcd_operator.core.backup.bbolt import snapshot_revision
-from etcd_operator.core.backup.manifest import Identity, Manifest, backup_prefix, manifest_key, snapshot_key
+from etcd_operator.core.backup.manifest import (
+    Identity,
+    Ignored,
+    Manifest,
+    ManifestUnauthenticated,
+    backup_prefix,
+    manifest_key,
+    snapshot_key,
+)
 from etcd_operator.core.backup.object_lock import RetentionResult
 from etcd_operator.core.backup.sealed_reader import open_plain
 from etcd_operator.core.backup.source_choice import CLUSTER_ID_MISMATCH
@@ -103,8 +112,9 @@ class BackupRunner:
                 {u["uploadId"] for u in self.pending_uploads},
                 self.orphan_grace_seconds,
             )
+            keys = await backup_keys(self.kube, namespace, spec)
             if await storage.exists(manifest_key(key)):
-                manifest = Manifest.from_json(await storage.get(manifest_key(key)))
+                manifest = await _slot_manifest(storage, manifest_key(key), keys)
                 refusal = manifest.foreign_slot(identity, manifest_key(key))
                 if refusal:
                     raise BackupFailed("SlotTakenByForeignBackup", refusal, permanent=True)
@@ -113,12 +123,14 @@ class BackupRunner:
                 manifest = await self._snapshot(storage, identity, spec, slot, key)
             history = retention.extend_history(self.cluster_id_history, manifest.cluster_id)
             retained = await catalogue.apply_retention(
-                storage, identity, spec, manifest.snapshot_key, history, self.clock
+                storage, identity, spec, manifest.snapshot_key, history, self.clock, keys
             )
             if spec.has_retention:
+                ignored: list[Ignored] = []
                 await segment_store.apply_segment_retention(
-                    storage, identity, spec.prefix, self.continuous_chain or "", self.clock
+                    storage, identity, spec.prefix, self.continuous_chain or "", self.clock, keys, ignored
                 )
+                retained = dataclasses.replace(retained, ignored=retained.ignored + tuple(ignored))
             return manifest, retained
         finally:
             await asyncio.to_thread(storage.close)
@@ -209,6 +221,17 @@ class BackupRunner:
             started,
         )
         return manifest
+
+
+async def _slot_manifest(storage: S3Storage, path: str, keys: dict[str, bytes]) -> Manifest:
+    """The manifest already in this run's slot; with keys, one that authenticates, else the slot
+    is not run (its name is taken by a manifest nobody holding the key wrote), nothing deleted."""
+    try:
+        return Manifest.read(await storage.get(path), path, keys)
+    except ManifestUnauthenticated as e:
+        raise BackupFailed(
+            e.reason, f"{e.message}; it is left untouched and this slot is not run", permanent=True
+        ) from None
 
 
 async def _source_digest(client: EtcdMemberClient, revision: int) -> tuple[int | None, int | None, int | None]:

@@ -23,6 +23,7 @@ from etcd_operator.controllers.restore.replay_inputs import check_replay_inputs
 from etcd_operator.core.backup import sealed
 from etcd_operator.core.backup.bbolt import NotASnapshot, snapshot_revision, snapshot_storage_version
 from etcd_operator.core.backup.keyring import KeyringError
+from etcd_operator.core.backup.manifest import ignored_summary
 from etcd_operator.core.backup.sealed_reader import open_plain
 from etcd_operator.core.cluster import builders as cluster_builders
 from etcd_operator.core.cluster import naming
@@ -149,6 +150,8 @@ class RestoreExecutor:
         try:
             await storage.check_bucket()
             snapshot = await snapshot_lookup.resolve(storage, self.namespace, source, s3, keys)
+            if snapshot.ignored:
+                self.post_event("Warning", "ManifestUnauthenticated", ignored_summary(snapshot.ignored))
 
             def stored(offset: int, length: int):
                 return storage.read_range(snapshot.key, offset, length)
@@ -191,7 +194,8 @@ class RestoreExecutor:
             facts["restoredRevision"] = manifest.revision
         elif revision is not None:
             facts["restoredRevision"] = revision
-        return Outcome(message=f"verified {verified.size} bytes", status_fields=facts)
+        left_out = f"; {ignored_summary(snapshot.ignored)}" if snapshot.ignored else ""
+        return Outcome(message=f"verified {verified.size} bytes{left_out}", status_fields=facts)
 
     # --- point in time: the replay pod ------------------------------------------------
 

@@ -200,7 +200,10 @@ class RestoreObserver:
 
     async def _catalogue(self, namespace: str, spec: RestoreSpec) -> Catalogue | None:
         backup = await self.kube.get(kube.ETCDBACKUPS, namespace, spec.backup or "")
-        return None if backup is None else await list_catalogue(self.kube, namespace, backup)
+        if backup is None:
+            return None
+        keys_secret = decryption_secret(spec.source, backup.get("spec"))
+        return await list_catalogue(self.kube, namespace, backup, keys_secret)
 
     async def _replay_pod(self, namespace: str, restore: str, uid: str) -> ReplayPod | None:
         pod = await self.kube.get(kube.PODS, namespace, replay_pod.pod_name(restore))

@@ -13,7 +13,7 @@ from etcd_operator.controllers.backup.catalogue import read_manifests
 from etcd_operator.controllers.backup.snapshot_integrity import VerificationFailed
 from etcd_operator.core.backup import retention, sealed
 from etcd_operator.core.backup.keyring import decryption_secret
-from etcd_operator.core.backup.manifest import Manifest, ManifestUnauthenticated, backup_prefix, manifest_key
+from etcd_operator.core.backup.manifest import Ignored, Manifest, ManifestUnauthenticated, backup_prefix, manifest_key
 
 
 @dataclasses.dataclass(frozen=True)
@@ -21,6 +21,7 @@ class SnapshotSource:
     s3: Mapping[str, Any]  # a storage.s3 block: bucket, endpoint, credentialsSecretRef, ...
     key: str
     manifest: Manifest | None
+    ignored: tuple[Ignored, ...] = ()  # manifests the latest-backup choice left out: they did not authenticate
 
 
 async def s3_block(kube_client: kube.KubeClient, namespace: str, source: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -49,9 +50,10 @@ async def resolve(
     s3: Mapping[str, Any],
     keys: Mapping[str, bytes] | None = None,
 ) -> SnapshotSource:
-    """`keys`: the restore's, when it has any: then the snapshot's manifest must be there.
-    The manifest is not authenticated yet: `authenticated` does that, after the trial
-    decryption, so that a wrong key is told apart from an altered manifest."""
+    """`keys`: the restore's, when it has any: then the snapshot's manifest must be there, and
+    the latest backup is the newest whose manifest authenticates under them. The manifest
+    returned is authenticated by `authenticated`, after the trial decryption, so that a wrong
+    key is told apart from an altered manifest."""
     if "s3" in source:
         key = source["s3"]["key"]
         manifest = None
@@ -82,11 +84,17 @@ async def resolve(
         except ValueError as e:
             raise VerificationFailed("ManifestInvalid", f"{manifest_key(wanted)}: {e}") from None
         return SnapshotSource(s3, wanted, manifest)
-    manifests = await read_manifests(storage, backup_prefix(s3.get("prefix", ""), namespace, backup), backup)
+    folder = backup_prefix(s3.get("prefix", ""), namespace, backup)
+    listing = await read_manifests(storage, folder, backup, keys)
+    manifests = listing.manifests
+    if not manifests and listing.ignored:
+        # None authenticates: chosen unauthenticated, so that the trial decryption tells a wrong
+        # key apart; `authenticated` refuses it before anything is restored.
+        manifests = (await read_manifests(storage, folder, backup)).manifests
     if not manifests:
         raise VerificationFailed("NoBackupFound", f"EtcdBackup {namespace}/{backup} has no completed backup yet")
     latest = retention.newest_first(manifests)[0]
-    return SnapshotSource(s3, latest.snapshot_key, latest)
+    return SnapshotSource(s3, latest.snapshot_key, latest, tuple(listing.ignored))
 
 
 async def authenticated(storage: S3Storage, snapshot: SnapshotSource, keys: Mapping[str, bytes]) -> SnapshotSource:

@@ -139,3 +139,6 @@ class StreamView:
     # cluster at that revision, every revision up to which was uploaded: the chain held all
     # the cluster had then. A restore to a time at or before it may replay to that revision.
     caught_up: tuple[int, float] | None = None
+    # Keys of the chain's manifests it passed over on resuming: they do not authenticate under
+    # the backup's keys (someone else wrote them), so nothing it resumed from is theirs.
+    ignored: tuple[str, ...] = ()

@@ -15,6 +15,7 @@ from typing import Any
 from etcd_operator.core import conditions as c
 from etcd_operator.core.backup import steps as s
 from etcd_operator.core.backup.continuous import StreamView
+from etcd_operator.core.backup.manifest import Ignored, ignored_summary
 from etcd_operator.core.backup.planner import CHAIN_BROKEN
 from etcd_operator.core.timefmt import format_precise_time, format_time
 
@@ -98,4 +99,6 @@ def _streaming(view: StreamView | None, message: str) -> c.Condition:
     if view.waiting:
         return c.Condition(CONDITION, False, WAITING_FOR_MEMBER, view.waiting)
     holds = f"chain {view.chain} holds every revision up to {view.last_revision}"
+    if view.ignored:
+        holds += f"; it resumed past {ignored_summary([Ignored(key, '') for key in view.ignored])}"
     return c.Condition(CONDITION, True, STREAMING, holds)

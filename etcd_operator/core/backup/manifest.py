@@ -22,7 +22,7 @@ import hashlib
 import hmac
 import json
 import struct
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from cryptography.hazmat.primitives import hashes
@@ -137,6 +137,30 @@ class ManifestUnauthenticated(Exception):
         super().__init__(message)
         self.message = message
         self.reason = reason  # EncryptionKeyMissing: the keys lack the key ID it names
+
+
+@dataclasses.dataclass(frozen=True)
+class Ignored:
+    """A manifest a reader holding keys left out of its decisions: it did not authenticate.
+    Never deleted on its word, never resumed from, never planned with; reported by its key."""
+
+    key: str
+    reason: str  # ManifestUnauthenticated or EncryptionKeyMissing
+
+
+IGNORED_LISTED = 5  # keys a message names at most
+
+
+def ignored_summary(ignored: Sequence[Ignored]) -> str:
+    """For a condition or an event: how many manifests were left out, naming the first few."""
+    keys = sorted({i.key for i in ignored})
+    named = ", ".join(keys[:IGNORED_LISTED])
+    if len(keys) > IGNORED_LISTED:
+        named += f" and {len(keys) - IGNORED_LISTED} more"
+    return (
+        f"{len(keys)} manifests do not authenticate under the backup's keys and were ignored (not deleted, "
+        f"not resumed from, not restored from): {named}"
+    )
 
 
 def mac_key(backup_key: bytes) -> bytes:

@@ -30,7 +30,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from etcd_operator.core.backup.manifest import Manifest
+from etcd_operator.core.backup.manifest import Ignored, Manifest
 from etcd_operator.core.durations import parse_duration
 from etcd_operator.core.timefmt import format_time
 
@@ -100,10 +100,12 @@ class RetentionPlan:
 
 @dataclasses.dataclass(frozen=True)
 class RetentionResult:
-    """What a retention pass did: the backups it deleted and the expired ones the store holds."""
+    """What a retention pass did: the backups it deleted, the expired ones the store holds, and
+    the manifests it left out of its choice because they did not authenticate."""
 
     deleted: tuple[Manifest, ...] = ()
     locked: tuple[LockedBackup, ...] = ()
+    ignored: tuple[Ignored, ...] = ()  # manifests that did not authenticate: never deleted on their word
 
 
 def held(lock: Lock, store_now: datetime.datetime | None, now: datetime.datetime) -> bool:

@@ -9,6 +9,8 @@ Invariants, each covered by tests/unit/test_restore_point_in_time.py:
 - a point no chain reaches fails the restore before anything is created (PointNotReachable,
   with the chain's own reason); a store that cannot be listed makes it wait, or fail when
   listing again cannot help (StorageError);
+- with the restore's keys, only manifests that authenticate under them are planned with
+  (the observer leaves the others out); those left out are named in the step's message;
 - a base snapshot that is the point itself replays nothing: it is verified and restored as is;
 - only a replay pod this restore owns is read or removed; another pod of its name fails the
   restore (ReplayPodNameTaken) and is left alone;
@@ -20,6 +22,7 @@ Invariants, each covered by tests/unit/test_restore_point_in_time.py:
 from __future__ import annotations
 
 from etcd_operator.core.backup.chain import ChainProblem, plan_replay
+from etcd_operator.core.backup.manifest import ignored_summary
 from etcd_operator.core.restore import steps as s
 from etcd_operator.core.restore.observed import Observed
 from etcd_operator.core.restore.point_in_time import (
@@ -103,11 +106,13 @@ def _choose(spec: RestoreSpec, observed: Observed) -> s.Step:
         if catalogue.permanent:
             return s.Fail(f"the backup's store cannot be listed: {catalogue.error}", code="StorageError")
         return s.Wait(f"the backup's store cannot be listed now: {catalogue.error}", code="StorageUnavailable")
+    left_out = f"; {ignored_summary(catalogue.ignored)}" if catalogue.ignored else ""
     try:
         plan = plan_replay(point, catalogue.snapshots, catalogue.segments, catalogue.caught_up)
     except ChainProblem as e:
         return s.Fail(
-            f"{describe(point)} cannot be reached from EtcdBackup {spec.backup}: {e}", code="PointNotReachable"
+            f"{describe(point)} cannot be reached from EtcdBackup {spec.backup}: {e}{left_out}",
+            code="PointNotReachable",
         )
     record = ReplayRecord.of_plan(point, plan, replay_key(catalogue.folder, observed.uid))
     if not record.replays:
@@ -118,4 +123,4 @@ def _choose(spec: RestoreSpec, observed: Observed) -> s.Step:
             f"chain {record.chain} up to revision {plan.up_to_revision}"
             + (f", revisions seen by {describe(point).removeprefix('time ')}" if plan.until_time is not None else "")
         )
-    return s.PlanReplay(f"{record.target}: {why}", record=record)
+    return s.PlanReplay(f"{record.target}: {why}{left_out}", record=record)
