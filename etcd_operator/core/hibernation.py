@@ -8,6 +8,9 @@ It stays until the cluster is awake again, and moves through these states:
 - Snapshotting: every EtcdBackup that would take a snapshot (scheduled or continuous, not
   suspended) takes one that holds the recorded revision; the members still run.
 - Stopping: the member pods are deleted, one at a time; PVCs, Services and Secrets stay.
+  Once fewer members run than a quorum of the recorded ones, no write can be acknowledged
+  any more (writes_fenced): the last ones stop only after every continuous backup's chain
+  holds the revision they hold.
 - Hibernated: no member pod runs.
 - Waking: every recorded member's pod is created again on its own PVC, as itself.
 """
@@ -84,3 +87,27 @@ def takes_snapshots(backup_spec: Mapping[str, Any]) -> bool:
     if backup_spec.get("suspend"):
         return False
     return bool(backup_spec.get("schedule")) or bool((backup_spec.get("continuous") or {}).get("enabled"))
+
+
+def quorum(members: int) -> int:
+    return members // 2 + 1
+
+
+def writes_fenced(record: HibernationRecord | None, member_pods: int) -> bool:
+    """Going to sleep, and fewer member pods exist (running or stopping) than a quorum of
+    the recorded members: no write can be acknowledged any more, and what the members
+    still running hold is every revision the cluster acknowledged."""
+    return record is not None and record.state == STOPPING and 0 < member_pods < quorum(len(record.members))
+
+
+def members_stopped(record: HibernationRecord | None) -> bool:
+    """No member runs on purpose (Hibernated), or they are starting again (Waking)."""
+    return record is not None and record.state in (HIBERNATED, WAKING)
+
+
+def chain_holds(
+    record: HibernationRecord, chain_cluster_id: str | None, chain_revision: int | None, revision: int
+) -> bool:
+    """A continuous backup's chain (its cluster ID as hex, its last uploaded revision)
+    holds `revision` of the hibernating cluster."""
+    return chain_revision is not None and _hex(chain_cluster_id) == record.cluster_id and chain_revision >= revision

@@ -17,6 +17,11 @@ store, watch, cut, learn the leases a cut uses, upload one segment at a time. Wi
 clock off by up to that many seconds, drawn anew: two writers of one chain, or of two chains
 of one cluster, disagree by minutes.
 
+With `Faults.hibernate_at`, the cluster (three members) starts going to sleep at that step,
+in state Stopping, and the REAL cluster planner (core/cluster/hibernation.next_step) decides
+each member's stop, from the members still running and the EtcdBackup's status as the
+backup planner left it; the clients' writes are acknowledged while a quorum runs.
+
 Invariants (`check`):
 - no chain holds two manifests under one sequence number;
 - every revision the writers uploaded, from the first base on, is reachable by a revision
@@ -27,7 +32,9 @@ Invariants (`check`):
   reaches (its base snapshot's, then the replay's) has no revision at or below it that a
   segment manifest of any chain stamps after the time (the stamps chain.SeenOrder reads: a
   segment's first and last revision); the replay stops at the first revision its segment
-  stamps after the time; and the store it gives is what the clients saw there."""
+  stamps after the time; and the store it gives is what the clients saw there;
+- once the cluster is hibernated, every revision acknowledged before its members stopped
+  is in the chain."""
 
 from __future__ import annotations
 
@@ -39,6 +46,7 @@ from collections.abc import Callable
 
 from etcd_operator.clients.storage.s3 import StorageError
 from etcd_operator.controllers.backup import segment_store
+from etcd_operator.core import hibernation as h
 from etcd_operator.core.backup import continuous as cb
 from etcd_operator.core.backup import planner as backup_planner
 from etcd_operator.core.backup import steps as s
@@ -55,12 +63,19 @@ from etcd_operator.core.backup.segments import (
     segment_key,
     segments_prefix,
 )
-from etcd_operator.core.backup.state import Observed, RunState, ScheduleSpec
+from etcd_operator.core.backup.state import Observed, Prerequisites, RunState, ScheduleSpec
 from etcd_operator.core.backup.status import build_status
+from etcd_operator.core.cluster import hibernation as cluster_hibernation
+from etcd_operator.core.cluster import naming
+from etcd_operator.core.cluster import steps as cluster_steps
+from etcd_operator.core.cluster.health import diagnose
+from etcd_operator.core.cluster.spec import Hibernation
+from etcd_operator.core.prerequisites import ClusterReadiness
 from etcd_operator.programs import replay as program
 from tests.sim.world import merge_patch
 from tests.support.backup_manifests import snapshot_manifest
 from tests.support.object_store import MemoryStore
+from tests.unit import cluster_scenarios as cs
 
 CLUSTER_ID = "c1"
 PREFIX, NAMESPACE, BACKUP = "p", "ns", "b"
@@ -283,6 +298,56 @@ class Faults:
     lease_unanswered: float = 0.0  # per cut with an unknown lease: LeaseTimeToLive fails
     session: float = 0.3  # per client step: a lock session (grant, put, revoke) rather than a put
     clock_skew: float = 0.0  # seconds: each writer's wall clock is off by up to this, either way
+    hibernate_at: int | None = None  # the step at which the cluster's members start stopping
+
+
+SLEEP_SPEC = cs.spec(hibernation=Hibernation(enabled=True, snapshot_timeout=150.0))
+MEMBERS = 3
+
+
+class Cluster:
+    """The EtcdCluster going to sleep: which members still run, as the real cluster planner
+    stops them (core/cluster/hibernation.py)."""
+
+    def __init__(self, since: float) -> None:
+        members = tuple((naming.member_name(cs.CLUSTER, i), 0x100 + i) for i in range(MEMBERS))
+        self.record = h.HibernationRecord(h.STOPPING, int(CLUSTER_ID, 16), 0, members)
+        self.running = set(range(MEMBERS))
+        self.since = since
+        self.without_chain: tuple[str, ...] = ()
+
+    @property
+    def acknowledges(self) -> bool:
+        return len(self.running) >= h.quorum(MEMBERS)
+
+    def readiness(self) -> ClusterReadiness:
+        return ClusterReadiness("Running", True, len(self.running), hibernation=self.record)
+
+    def cluster_pass(self, etcd: ModelEtcd, backup_status: dict, now: float) -> None:
+        members = [
+            cs.M(i, applied=etcd.revision) if i in self.running else cs.M(i, pod=False, healthy=False)
+            for i in range(MEMBERS)
+        ]
+        leader = 0 if self.acknowledges else None
+        body = {
+            "metadata": {"name": BACKUP},
+            "spec": {"clusterRef": {"name": cs.CLUSTER}, "continuous": {"enabled": True}},
+            "status": backup_status,
+        }
+        observed = dataclasses.replace(
+            cs.observed(members, leader=leader),
+            snapshot_backups=cluster_hibernation.snapshot_backups(cs.CLUSTER, [body]),
+            snapshot_wait_for=now - self.since,
+        )
+        status = cs.recorded(hibernation=self.record)
+        health = diagnose(SLEEP_SPEC, status, observed)
+        step = cluster_hibernation.next_step(SLEEP_SPEC, status, observed, health)
+        match step:
+            case cluster_steps.StopMemberForHibernation():
+                self.running.discard(naming.member_ordinal(cs.CLUSTER, step.member) or 0)
+                self.without_chain += step.without_chain
+            case cluster_steps.RecordHibernation() if step.record is not None:
+                self.record = step.record
 
 
 class World:
@@ -300,9 +365,22 @@ class World:
         self.resumed_behind_newer_base = 0  # writers started on a chain older than the newest snapshot
         self.skews: list[float] = []  # the wall clock offset of each writer started, in order
         self.writers: list[ModelWriter] = []  # every writer started, in order
+        self.cluster: Cluster | None = None  # going to sleep since faults.hibernate_at
+        self.acknowledged = 1  # the cluster's revision after the last write a client was answered
+        self.acknowledged_while_stopping = 0  # revisions written after the members started stopping
+        self.steps = 0
 
     # the clients
     def client_step(self) -> None:
+        if self.cluster is not None and not self.cluster.acknowledges:
+            return  # no quorum: every write fails
+        before = self.etcd.revision
+        self._client_write()
+        self.acknowledged = self.etcd.revision
+        if self.cluster is not None:
+            self.acknowledged_while_stopping += self.etcd.revision > before
+
+    def _client_write(self) -> None:
         rng = self.rng
         if self.sessions and rng.random() < 0.5:
             self.etcd.revoke(self.sessions.pop(rng.randrange(len(self.sessions))))
@@ -322,6 +400,9 @@ class World:
     def operator_pass(self) -> None:
         stream = self.writer.view() if self.writer is not None else None
         observed = dataclasses.replace(CREATED, stream=stream)
+        if self.cluster is not None:
+            prerequisites = Prerequisites(NAMESPACE, cs.CLUSTER, self.cluster.readiness())
+            observed = dataclasses.replace(observed, prerequisites=prerequisites)
         step = backup_planner.plan(SPEC, RunState.from_dict(self.status), observed, self.now)
         outcome: s.Outcome = s.NOTHING_DONE
         match step:
@@ -349,7 +430,7 @@ class World:
                 writer = self.writer
                 assert writer is not None
                 outcome = s.StreamReport(view=writer.view(), written=writer.drain())
-            case s.MarkChainBroken():
+            case s.MarkChainBroken() | s.StopStream():
                 self.writer = None
         patch = build_status(step, outcome, self.status, 1, "2026-01-01T01:00:00Z")
         self.status = merge_patch(self.status, patch)
@@ -358,6 +439,8 @@ class World:
         writer = self.writer
         if writer is None or writer.broken is not None:
             return
+        if self.cluster is not None and not self.cluster.running:
+            return  # no member to watch
         if not writer.resumed:
             writer.resume()
         writer.watch(writer.next_grouped + self.rng.randrange(4))
@@ -369,8 +452,13 @@ class World:
                 self.restart()
 
     def step(self) -> None:
+        self.steps += 1
+        if self.steps == self.faults.hibernate_at:
+            self.cluster = Cluster(self.now)
         roll = self.rng.random()
-        if roll < self.faults.restart:
+        if self.cluster is not None and roll > 0.9:
+            self.cluster.cluster_pass(self.etcd, self.status, self.now)
+        elif roll < self.faults.restart:
             self.restart()
         elif roll < 0.45:
             self.client_step()
@@ -510,11 +598,24 @@ def no_time_target_holds_a_revision_seen_after_it(world: World) -> int:
     return reached
 
 
+def every_acknowledged_revision_is_in_the_chain_once_hibernated(world: World) -> None:
+    cluster = world.cluster
+    if cluster is None or cluster.record.state != h.HIBERNATED:
+        return
+    uploaded = max((m.last_revision for m in world.bucket.manifests()), default=0)
+    if uploaded < world.acknowledged:
+        raise Violation(
+            f"revision {world.acknowledged}, acknowledged before the members stopped, is in no segment "
+            f"(the chain ends at {uploaded})"
+        )
+
+
 def run(seed: int, steps: int = 400, faults: Faults | None = None) -> World:
     world = World(seed, faults)
     for _ in range(steps):
         world.step()
         no_duplicate_sequences(world.bucket)
+        every_acknowledged_revision_is_in_the_chain_once_hibernated(world)
     every_uploaded_revision_is_reachable(world)
     no_time_target_holds_a_revision_seen_after_it(world)
     return world

@@ -20,15 +20,20 @@ import itertools
 
 import pytest
 
+from etcd_operator.core import hibernation as h
+from etcd_operator.core import prerequisites
 from etcd_operator.core.backup import chain
 from etcd_operator.core.backup import continuous as cb
 from etcd_operator.core.backup import planner as backup_planner
+from etcd_operator.core.backup import steps as s
 from etcd_operator.core.backup.segment_cutting import SeenClock, SegmentCutter
 from etcd_operator.core.backup.segments import chain_id
+from etcd_operator.core.cluster import hibernation as cluster_hibernation
 from tests.sim import continuous_writer as sim
 
 SEEDS = range(10)
 SKEWED = sim.Faults(clock_skew=300.0)
+HIBERNATING = sim.Faults(hibernate_at=200)
 
 
 @functools.cache
@@ -79,6 +84,26 @@ def test_the_skewed_schedules_hand_chains_over_between_clocks_minutes_apart():
         apart += sum(abs(a - b) > 60 for a, b in itertools.pairwise(world.skews))
         behind += sum(writer.seen.behind > 60 for writer in world.writers)
     assert apart > 50 and behind > 20
+
+
+@functools.cache
+def hibernated(seed: int) -> sim.World:
+    return sim.run(seed, steps=600, faults=HIBERNATING)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_cluster_going_to_sleep_keeps_every_acknowledged_revision_in_the_chain(seed):
+    """Issue 41, item 12b: the writer runs on while the members stop, and the real cluster
+    planner stops the last of them only once the chain holds what they hold."""
+    world = hibernated(seed)  # run() checked the invariant at every step
+    cluster = world.cluster
+    assert cluster is not None and cluster.record.state == h.HIBERNATED and world.writer is None
+    assert not cluster.without_chain  # the chain got there before spec.hibernation.snapshotTimeout
+    assert sim.every_uploaded_revision_is_reachable(world) > 20
+
+
+def test_the_hibernation_schedules_acknowledge_writes_while_the_members_stop():
+    assert sum(hibernated(seed).acknowledged_while_stopping for seed in SEEDS) > 20
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -172,3 +197,28 @@ def test_the_writers_own_monotonic_stamps_are_a_survivor_under_seen_order(monkey
     monkeypatch.setattr(SeenClock, "stamp", lambda self, now: now)
     for seed in SEEDS:
         sim.run(seed, steps=300, faults=SKEWED)
+
+
+def _writer_stopped_as_the_members_stop(state, observed, cluster):
+    """Item 12b before its fix: the writer stops as soon as the members start stopping."""
+    return backup_planner._stopping(observed, s.WaitForPrerequisite(reason=prerequisites.CLUSTER_HIBERNATED))
+
+
+def _no_wait_for_the_chains(spec, record, observed, running):
+    """Item 12b's other half removed: the last members stop whatever the chains hold."""
+    return ()
+
+
+@pytest.mark.parametrize(
+    ("target", "attribute", "replacement"),
+    [
+        (backup_planner, "_write_to_the_end", _writer_stopped_as_the_members_stop),
+        (cluster_hibernation, "_wait_for_chains", _no_wait_for_the_chains),
+    ],
+    ids=["writer-stopped-while-a-quorum-acknowledges", "last-members-stop-without-the-chain"],
+)
+def test_each_hibernation_guard_removed_is_caught(monkeypatch, target, attribute, replacement):
+    monkeypatch.setattr(target, attribute, replacement)
+    with pytest.raises(sim.Violation, match="acknowledged before the members stopped, is in no segment"):
+        for seed in SEEDS:
+            sim.run(seed, steps=600, faults=HIBERNATING)

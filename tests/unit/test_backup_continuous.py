@@ -721,3 +721,53 @@ def test_a_writer_records_when_a_linearizable_read_found_the_whole_cluster_in_it
         caught_up_of(written),
     )
     assert plan.up_to_revision == 20 and [m.sequence for m in plan.segments] == [1]
+
+
+class FencedMember:
+    """The last member of a cluster going to sleep, with no quorum left: it answers Status
+    with its own revision (twice, then `answered` is set and it answers no more); a
+    linearizable read is never answered."""
+
+    def __init__(self, revision: int):
+        self.revision, self.calls = revision, 0
+        self.answered = asyncio.Event()
+
+    async def status(self) -> MemberStatus:
+        self.calls += 1
+        if self.calls == 2:
+            self.answered.set()
+        elif self.calls > 2:
+            await asyncio.Event().wait()
+        return MemberStatus(0xC1, 1, 0, "3.6.0", 1, 1, self.revision, 1, 1, 1, False, ())
+
+    async def watch_keyspace(self, start: int):
+        await asyncio.Event().wait()  # every revision it holds was delivered before
+        yield  # pragma: no cover
+
+    async def linearizable_revision(self) -> int:
+        raise EtcdError("10.0.0.1:2379", "Range", None, "etcdserver: request timed out")
+
+
+def test_a_fenced_writer_reads_the_members_own_revision_and_reports_the_chain_caught_up(monkeypatch):
+    """Issue 41, item 12b: once no quorum is left, the chain can still be shown to hold
+    every revision the members hold, which the cluster planner waits for."""
+    monkeypatch.setattr(continuous_writer, "HEARTBEAT_SECONDS", 0.01)
+    store = SegmentStore([segment_manifest(chain_id(CLUSTER, 10), 1, 11, 20, seen=1000.0)])
+    writer = chain_writer(clock=1500.0)
+    asyncio.run(writer._resume(store))  # type: ignore[arg-type]
+    writer.fenced = True
+
+    async def follow() -> None:
+        member = FencedMember(20)
+        grouper, cutter = RevisionGrouper(writer._cut_next), SegmentCutter(60, 1 << 20)
+        task = asyncio.create_task(writer._follow(member, store, grouper, cutter))  # type: ignore[arg-type]
+        answered = asyncio.create_task(member.answered.wait())
+        await asyncio.wait([task, answered], return_when=asyncio.FIRST_COMPLETED)
+        assert not task.done(), task  # no failed linearizable read ended it
+        task.cancel()
+        await asyncio.gather(task, answered, return_exceptions=True)
+
+    asyncio.run(follow())
+    assert writer.view().caught_up == (20, 1500.0)
+    with pytest.raises(MemberBehind, match="no quorum is left"):  # never a linearizable read, never a break
+        asyncio.run(writer._check_member(FencedMember(15), next_revision=21))  # type: ignore[arg-type]

@@ -87,3 +87,18 @@ def test_whatever_they_answer_only_a_voter_of_the_recorded_cluster_is_chosen(ans
         assert choice.reason in (CLUSTER_ID_MISMATCH, NO_HEALTHY_MEMBER)
         if any(a.cluster_id == OTHER for a in answers.values()):
             assert choice.reason == CLUSTER_ID_MISMATCH
+
+
+def test_with_writes_fenced_the_member_with_the_highest_revision_is_watched_leader_or_not():
+    """A cluster going to sleep with fewer members left than a quorum: none knows a leader
+    for long, and what they hold is final (core/hibernation.writes_fenced)."""
+    answers = {
+        "db-0": Answer(OURS, 1, 0, revision=140),
+        "db-1": Answer(OURS, 2, 0, revision=138),
+        "db-2": Answer(OURS, 3, 0, is_learner=True, revision=150),
+    }
+    assert isinstance(choose_source(CANDIDATES, answers, OURS), Refusal)
+    choice = choose_source(CANDIDATES, answers, OURS, fenced=True)
+    assert choice == SourceMember("db-0", "10.0.0.1:2379", "fenced", OURS)
+    foreign = {"db-0": Answer(OTHER, 1, 0, revision=200), "db-1": Answer(OURS, 2, 0, revision=138)}
+    assert choose_source(CANDIDATES, foreign, OURS, fenced=True).name == "db-1"

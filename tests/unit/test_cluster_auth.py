@@ -575,3 +575,27 @@ def test_a_declared_user_named_as_the_operators_certificate_is_never_changed():
         view = apply(view, step)
     assert view.enabled and view.users["platform-operator"] == ("root",)
     assert not any(getattr(s, "user", "") == "platform-operator" and s.kind == "RevokeUserRole" for s in taken)
+
+
+def test_after_a_restore_every_declared_password_is_set_again_from_its_secret_or_cleared():
+    """A restore brings back the passwords etcd held at its snapshot: a password rotated (or
+    removed) after it would work again, and the Secret's would not, while status still
+    records the Secret's version as set (issue 41, item 12c)."""
+    users = [
+        {"name": "tenant-a", "roles": ["tenant-a"], "certificate": True},
+        {"name": "tenant-b", "roles": ["tenant-b"], "certificate": True},
+        {"name": "app", "roles": ["tenant-a"], "passwordSecretRef": {"name": "pw"}},
+    ]
+    spec = auth_spec(users=users)
+    view = dataclasses.replace(EMPTY, password_versions={"app": "8"})
+    taken, view, status, _ = converge(spec, view)
+    assert status.auth.password_versions == {"app": "8"}  # the rotated password, set before the restore
+    restoring = dataclasses.replace(settled(spec, dataclasses.replace(view, read=False)), restoring="r1")
+    status = write(status, plan(spec, status, restoring, NOW))
+    assert status.auth.password_versions == {u["name"]: auth.RESTORED_PASSWORD for u in users}
+    # The restored cluster runs: its users as the snapshot had them, the passwords unknown.
+    taken, _, status, _ = converge(spec, view, status)
+    changed = [(s.user, s.password_version) for s in taken if isinstance(s, a.ChangeUserPassword)]
+    cleared = sorted(s.user for s in taken if isinstance(s, a.ClearUserPassword))
+    assert changed == [("app", "8")] and cleared == ["tenant-a", "tenant-b"]
+    assert status.auth.password_versions == {"app": "8"}

@@ -16,8 +16,9 @@ import yaml
 from etcd_operator.core import hibernation as h
 from etcd_operator.core import prerequisites as p
 from etcd_operator.core.backup import steps as bs
-from etcd_operator.core.backup.continuous import StreamView
+from etcd_operator.core.backup.continuous import ChainStart, ContinuousRecord, StreamView
 from etcd_operator.core.backup.planner import plan as plan_backup
+from etcd_operator.core.backup.segments import chain_id
 from etcd_operator.core.backup.state import LastBackup, Prerequisites, RunState, ScheduleSpec
 from etcd_operator.core.backup.state import Observed as BackupObserved
 from etcd_operator.core.cluster import hibernation, naming
@@ -161,7 +162,7 @@ def test_pods_stop_one_at_a_time_followers_first_the_leader_last_and_pvcs_stay()
     members = [M(0), M(1), M(2)]
     stopped: list[str] = []
     for _ in range(3):
-        o = observed(members, leader=0)
+        o = dataclasses.replace(observed(members, leader=0), snapshot_backups=())
         step = decide_accepting(s, o, st=sleeping(h.STOPPING)).action
         assert isinstance(step, a.StopMemberForHibernation)
         stopped.append(step.member)
@@ -181,6 +182,72 @@ def test_a_member_stopped_on_the_way_to_sleep_is_not_restarted():
     o = observed(members)
     step = decide_accepting(spec(hibernation=ASLEEP), o, st=sleeping(h.STOPPING)).action
     assert step == a.StopMemberForHibernation(step.reason, "c-1")
+
+
+def chain(name: str, revision: int | None, cluster_id: str | None = "1") -> BackupSnapshot:
+    """A continuous EtcdBackup whose chain holds revisions up to `revision` (its full snapshot at 100)."""
+    return BackupSnapshot(name, "1", 100, continuous=True, chain_cluster_id=cluster_id, chain_revision=revision)
+
+
+# The leader alone: c-2 and c-1 stopped, so no quorum of the three can acknowledge a write.
+FENCED = [M(0, applied=140), M(1, pod=False, healthy=False), M(2, pod=False, healthy=False)]
+
+
+def test_with_no_quorum_left_the_leader_stops_only_once_every_chain_holds_its_revision():
+    s, st = spec(hibernation=ASLEEP), sleeping(h.STOPPING)
+    behind = dataclasses.replace(observed(FENCED, leader=0), snapshot_backups=(chain("wal", 139),))
+    step = decide_accepting(s, behind, st=st).action
+    assert isinstance(step, a.Wait) and "wal to hold revision 140" in step.reason, step
+    another_cluster = dataclasses.replace(behind, snapshot_backups=(chain("wal", 140, cluster_id="2"),))
+    assert isinstance(decide_accepting(s, another_cluster, st=st).action, a.Wait)
+    not_read = dataclasses.replace(behind, snapshot_backups=None)
+    assert isinstance(decide_accepting(s, not_read, st=st).action, a.Wait)
+    held = dataclasses.replace(behind, snapshot_backups=(chain("wal", 140), BackupSnapshot("nightly", "1", 100)))
+    step = decide_accepting(s, held, st=st).action
+    assert step == a.StopMemberForHibernation(step.reason, "c-0")
+
+
+def test_while_a_quorum_runs_the_followers_stop_without_waiting_for_the_chain():
+    """Writes are still acknowledged: waiting would not make the chain complete."""
+    o = observed([M(0, applied=140), M(1, applied=140), M(2, pod=False, healthy=False)], leader=0)
+    o = dataclasses.replace(o, snapshot_backups=(chain("wal", 120),))
+    step = decide_accepting(spec(hibernation=ASLEEP), o, st=sleeping(h.STOPPING)).action
+    assert step == a.StopMemberForHibernation(step.reason, "c-1")
+
+
+def test_the_fenced_revision_waits_for_every_committed_entry_to_be_applied():
+    o = dataclasses.replace(observed(FENCED, leader=None), snapshot_backups=(chain("wal", 140),))
+    leader = o.etcd.statuses[0x100]
+    applying = dataclasses.replace(leader, raft_index=leader.raft_applied_index + 3)
+    o = dataclasses.replace(o, etcd=dataclasses.replace(o.etcd, statuses={0x100: applying}))
+    step = decide_accepting(spec(hibernation=ASLEEP), o, st=sleeping(h.STOPPING)).action
+    assert isinstance(step, a.Wait) and "c-0 to answer with every committed entry applied" in step.reason, step
+    silent = dataclasses.replace(o, etcd=dataclasses.replace(o.etcd, statuses={}))
+    assert isinstance(decide_accepting(spec(hibernation=ASLEEP), silent, st=sleeping(h.STOPPING)).action, a.Wait)
+
+
+def test_after_the_snapshot_timeout_the_last_members_stop_with_a_warning_naming_the_chain():
+    o = dataclasses.replace(observed(FENCED, leader=0), snapshot_backups=(chain("wal", 120),), snapshot_wait_for=600.0)
+    step = decide_accepting(spec(hibernation=ASLEEP), o, st=sleeping(h.STOPPING)).action
+    assert isinstance(step, a.StopMemberForHibernation) and step.member == "c-0"
+    assert step.without_chain == ("wal",)
+
+
+def test_the_chain_wait_is_timed_from_the_start_of_stopping():
+    o = observed(FENCED, leader=0)
+    _, seen = carry_timers(sleeping(h.SNAPSHOTTING), o, Sightings(), 1000.0)
+    stopping, seen = carry_timers(sleeping(h.STOPPING), o, seen, 1500.0)
+    later, _ = carry_timers(sleeping(h.STOPPING), o, seen, 1520.0)
+    assert (stopping.snapshot_wait_for, later.snapshot_wait_for) == (0.0, 20.0)
+
+
+def test_writes_are_fenced_once_fewer_pods_than_a_quorum_are_left():
+    five = tuple((naming.member_name("c", i), 0x100 + i) for i in range(5))
+    assert [h.writes_fenced(record(h.STOPPING, five), n) for n in (5, 3, 2, 1, 0)] == [False, False, True, True, False]
+    assert [h.writes_fenced(record(h.STOPPING), n) for n in (2, 1)] == [False, True]
+    assert not h.writes_fenced(record(h.SNAPSHOTTING), 1)
+    one = (MEMBERS[0],)
+    assert not h.writes_fenced(record(h.STOPPING, one), 1)  # one member: no fence short of stopping it
 
 
 # --- asleep ------------------------------------------------------------------------------------
@@ -360,12 +427,19 @@ def test_an_unreadable_record_is_no_record():
 # --- which EtcdBackups take the snapshot -------------------------------------------------------
 
 
-def backup_body(name: str, cluster: str = "c", deleting: bool = False, last: dict | None = None, **spec_fields):
+def backup_body(
+    name: str,
+    cluster: str = "c",
+    deleting: bool = False,
+    last: dict | None = None,
+    continuous_status: dict | None = None,
+    **spec_fields,
+):
     meta = {"name": name, **({"deletionTimestamp": "2026-01-01T00:00:00Z"} if deleting else {})}
     return {
         "metadata": meta,
         "spec": {"clusterRef": {"name": cluster}, **spec_fields},
-        "status": {"lastBackup": last or {}},
+        "status": {"lastBackup": last or {}, **({"continuous": continuous_status} if continuous_status else {})},
     }
 
 
@@ -373,6 +447,12 @@ def test_scheduled_and_continuous_backups_of_the_cluster_take_the_snapshot():
     bodies = [
         backup_body("nightly", schedule="0 3 * * *", last={"clusterID": "1", "revision": 90}),
         backup_body("stream", continuous={"enabled": True}),
+        backup_body(
+            "wal",
+            continuous={"enabled": True},
+            last={"clusterID": "1", "revision": 100},
+            continuous_status={"chain": "1-100", "clusterID": "1", "baseKey": "k", "lastRevision": 140},
+        ),
         backup_body("once"),  # a one-shot never runs again
         backup_body("paused", schedule="0 3 * * *", suspend=True),
         backup_body("elsewhere", cluster="other", schedule="0 3 * * *"),
@@ -380,7 +460,8 @@ def test_scheduled_and_continuous_backups_of_the_cluster_take_the_snapshot():
     ]
     assert hibernation.snapshot_backups("c", bodies) == (
         BackupSnapshot("nightly", "1", 90),
-        BackupSnapshot("stream", None, None),
+        BackupSnapshot("stream", None, None, continuous=True),
+        BackupSnapshot("wal", "1", 100, continuous=True, chain_cluster_id="1", chain_revision=140),
     )
 
 
@@ -418,7 +499,44 @@ def test_a_hibernated_cluster_is_skipped_and_the_backup_says_so(state):
     assert "hibernated" in step.message
     running = StreamView(chain="c1", last_revision=50)
     continuous = ScheduleSpec.from_dict({"continuous": {"enabled": True}})
-    assert isinstance(plan_backup(continuous, due, backup_seen(state, running), at(25)), bs.StopStream)
+    if state != h.STOPPING:
+        assert isinstance(plan_backup(continuous, due, backup_seen(state, running), at(25)), bs.StopStream)
+
+
+CONTINUOUS = ScheduleSpec.from_dict({"continuous": {"enabled": True}})
+CHAIN = ChainStart(chain_id("1", 100), "1", "k", 100)
+WRITING = RunState(last_backup=LastBackup("k", 100, "1"), continuous=ContinuousRecord(current=CHAIN, last_revision=120))
+
+
+def test_while_the_members_stop_the_writer_writes_on():
+    """Members still running acknowledge writes until fewer than a quorum are left: the
+    chain must go on to hold them (issue 41, item 12b)."""
+    running = StreamView(chain=CHAIN.chain, last_revision=120)
+    step = plan_backup(CONTINUOUS, WRITING, backup_seen(h.STOPPING, running), at(25))
+    assert isinstance(step, bs.Stream) and step.chain == CHAIN.chain, step
+    started = plan_backup(CONTINUOUS, WRITING, backup_seen(h.STOPPING), at(25))
+    assert started == bs.StartStream(start=CHAIN, message=started.message)
+
+
+def test_while_the_members_stop_nothing_but_the_chain_is_written():
+    """No full snapshot, slot or verification starts; a backup without a chain waits."""
+    every_event = ScheduleSpec.from_dict(
+        {"schedule": "*/10 * * * *", "continuous": {"enabled": True, "fullSnapshotAfter": {"events": 1}}}
+    )
+    full = dataclasses.replace(WRITING, continuous=dataclasses.replace(WRITING.continuous, events_since_full=5))
+    running = StreamView(chain=CHAIN.chain, last_revision=120)
+    assert isinstance(plan_backup(every_event, full, backup_seen(h.STOPPING, running), at(25)), bs.Stream)
+    broken = dataclasses.replace(WRITING, continuous=ContinuousRecord(needs_base=True))
+    step = plan_backup(CONTINUOUS, broken, backup_seen(h.STOPPING), at(25))
+    assert isinstance(step, bs.WaitForPrerequisite) and step.reason == p.CLUSTER_HIBERNATED
+
+
+@pytest.mark.parametrize("state", [h.HIBERNATED, h.WAKING])
+def test_once_no_member_runs_the_writer_stops(state):
+    running = StreamView(chain=CHAIN.chain, last_revision=140)
+    assert isinstance(plan_backup(CONTINUOUS, WRITING, backup_seen(state, running), at(25)), bs.StopStream)
+    step = plan_backup(CONTINUOUS, WRITING, backup_seen(state), at(25))
+    assert isinstance(step, bs.WaitForPrerequisite) and step.reason == p.CLUSTER_HIBERNATED
 
 
 def test_an_awake_cluster_is_not_waited_for():

@@ -11,6 +11,13 @@ being filled and the one uploading. When a segment is due while the previous upl
 finished (the store is slow or down; uploads are retried), it stops reading the watch
 (etcd then holds the events, gRPC's flow control pushing back) rather than buffer more.
 
+While its cluster goes to sleep with fewer members left than a quorum (writes fenced,
+core/hibernation.writes_fenced), no member knows a leader for long and no linearizable read
+can be answered, yet the members left hold every revision the cluster acknowledged: the
+writer then watches the one with the highest revision and reads that member's own revision
+in place of the cluster's, so its chain reaches the last acknowledged revision before the
+cluster planner stops them.
+
 It stops on its own only when its chain cannot go on (ChainBreak: the revision it needs was
 compacted, the cluster ID changed, a revision is missing or the cluster's revision, read
 linearizably, went back; a member behind the chain while the cluster is not is catching up,
@@ -46,9 +53,10 @@ from etcd_operator.controllers.backup.source_candidates import (
     SourceUnavailable,
     ask_candidates,
     chosen,
-    find_candidates,
+    find_candidates_counted,
 )
 from etcd_operator.controllers.cluster.tls_observer import operator_credentials
+from etcd_operator.core import hibernation
 from etcd_operator.core.backup import continuous as cb
 from etcd_operator.core.backup import sealed, segment_sealing
 from etcd_operator.core.backup.manifest import Identity, Ignored
@@ -146,6 +154,7 @@ class SegmentWriter:
         self._encoding = sealed.PLAIN  # the backup's, read when the task starts
         self._keys: dict[str, bytes] = {}  # every key of the backup's Secret: a manifest resumed from authenticates
         self.ignored: list[Ignored] = []  # manifests of the chain passed over on resuming: they did not authenticate
+        self.fenced = False  # the cluster goes to sleep and no quorum is left (as of the last member chosen)
 
     # --- what the controller sees -------------------------------------------------------
 
@@ -267,10 +276,21 @@ class SegmentWriter:
                 delay = _backoff(delay)
 
     async def _member(self):
-        candidates, body = await find_candidates(self.kube, self.identity.namespace, self.spec.cluster, self.shard)
+        candidates, body, pods = await find_candidates_counted(
+            self.kube, self.identity.namespace, self.spec.cluster, self.shard
+        )
+        record = hibernation.HibernationRecord.from_dict((body.get("status") or {}).get("hibernation"))
+        self.fenced = hibernation.writes_fenced(record, pods)
         tls = await operator_credentials(self.kube, body)
-        member = chosen(candidates, await ask_candidates(candidates, tls), body)
+        member = chosen(candidates, await ask_candidates(candidates, tls), body, fenced=self.fenced)
         return member.endpoint, tls
+
+    async def _cluster_revision(self, client: EtcdMemberClient) -> int:
+        """The cluster's revision, read linearizably; while writes are fenced, the member's
+        own: no quorum is left to commit anything after it."""
+        if self.fenced:
+            return (await client.status()).revision
+        return await client.linearizable_revision()
 
     async def _check_member(self, client: EtcdMemberClient, next_revision: int) -> None:
         status = await client.status()
@@ -281,6 +301,11 @@ class SegmentWriter:
                 f"the cluster's ID is now {cluster_id}, the chain's is {self.start_point.cluster_id} (a restore?)",
             )
         if status.revision < next_revision - 1:
+            if self.fenced:  # no linearizable read is answered: another member may hold more
+                raise MemberBehind(
+                    f"the member is at revision {status.revision} and no quorum is left; the chain holds revisions "
+                    f"up to {next_revision - 1}"
+                )
             # The member's own revision: a follower catching up after a restart is behind the
             # cluster. Only the cluster's, read linearizably, going back breaks the chain.
             cluster_revision = await client.linearizable_revision()
@@ -313,7 +338,7 @@ class SegmentWriter:
                 while True:
                     await asyncio.sleep(HEARTBEAT_SECONDS)
                     sent = self.clock()  # every revision committed before it is in the answer
-                    revision = await asyncio.wait_for(client.linearizable_revision(), HEARTBEAT_SECONDS * 2)
+                    revision = await asyncio.wait_for(self._cluster_revision(client), HEARTBEAT_SECONDS * 2)
                     self.cluster_revision = max(self.cluster_revision or 0, revision)
                     if revision == self.last_revision:
                         self.caught_up = (revision, sent)

@@ -36,6 +36,15 @@ def rank_candidates(members: list[Mapping[str, Any]], pod_ips: Mapping[str, str 
 async def find_candidates(
     kube_client: kube.KubeClient, namespace: str, cluster: str, shard: Shard = Shard()
 ) -> tuple[list[Candidate], dict]:
+    candidates, body, _ = await find_candidates_counted(kube_client, namespace, cluster, shard)
+    return candidates, body
+
+
+async def find_candidates_counted(
+    kube_client: kube.KubeClient, namespace: str, cluster: str, shard: Shard = Shard()
+) -> tuple[list[Candidate], dict, int]:
+    """find_candidates, and how many member pods exist, those being deleted too (their etcd
+    may still answer for a quorum)."""
     body = await kube_client.get(kube.ETCDCLUSTERS, namespace, cluster)
     if body is None:
         # The pass that started this run saw it; it may come back (the planner waits for it).
@@ -55,7 +64,7 @@ async def find_candidates(
         for p in pods
         if not p["metadata"].get("deletionTimestamp")
     }
-    return rank_candidates((body.get("status") or {}).get("members") or [], pod_ips), body
+    return rank_candidates((body.get("status") or {}).get("members") or [], pod_ips), body, len(pods)
 
 
 async def ask_candidates(candidates: list[Candidate], tls: ClientTLS | None) -> dict[str, Answer]:
@@ -67,15 +76,19 @@ async def ask_candidates(candidates: list[Candidate], tls: ClientTLS | None) -> 
                 status = await client.status()
         except (TimeoutError, EtcdError) as e:
             return Answer(error=str(e) or type(e).__name__)
-        return Answer(status.cluster_id, status.member_id, status.leader_id, status.is_learner)
+        return Answer(
+            status.cluster_id, status.member_id, status.leader_id, status.is_learner, revision=status.revision
+        )
 
     answers = await asyncio.gather(*(ask(c) for c in candidates))
     return {c.name: a for c, a in zip(candidates, answers, strict=True)}
 
 
-def chosen(candidates: list[Candidate], answers: Mapping[str, Answer], body: Mapping[str, Any]) -> SourceMember:
+def chosen(
+    candidates: list[Candidate], answers: Mapping[str, Answer], body: Mapping[str, Any], fenced: bool = False
+) -> SourceMember:
     """The member choose_source picks against the EtcdCluster's recorded ID; its refusal raised."""
-    choice = choose_source(candidates, answers, parse_hex_id((body.get("status") or {}).get("clusterID")))
+    choice = choose_source(candidates, answers, parse_hex_id((body.get("status") or {}).get("clusterID")), fenced)
     if isinstance(choice, Refusal):
         meta = body["metadata"]
         raise SourceUnavailable(

@@ -37,4 +37,6 @@ async def record_hibernation(
 async def stop_member_for_hibernation(
     ctx: StepContext, action: a.StopMemberForHibernation, spec: ClusterSpec, observed: Observed
 ) -> None:
+    if action.without_chain:
+        ctx.post_event("Warning", "HibernatingWithoutChain", action.reason)
     await delete_pod(ctx, observed, action.member)

@@ -34,7 +34,7 @@ from etcd_operator.core.cluster.observed import (
 from etcd_operator.core.cluster.recorded import ClusterStatus
 from etcd_operator.core.cluster.spec import ClusterSpec
 from etcd_operator.core.cluster.timers import Sightings, carry_timers
-from etcd_operator.core.hibernation import SNAPSHOTTING
+from etcd_operator.core.hibernation import SNAPSHOTTING, STOPPING
 
 STATUS_TIMEOUT = 2.0
 logger = logging.getLogger(__name__)
@@ -324,7 +324,7 @@ class ClusterObserver:
             observed = dataclasses.replace(
                 observed, tls=dataclasses.replace(tls, served=await served_certificates(pods, credentials))
             )
-        if status.hibernation is not None and status.hibernation.state == SNAPSHOTTING:
+        if status.hibernation is not None and status.hibernation.state in (SNAPSHOTTING, STOPPING):
             observed = dataclasses.replace(observed, snapshot_backups=await self.snapshot_backups(namespace, cluster))
         monotonic_now = self.clock()
         observed, self.sightings = carry_timers(status, observed, self.sightings, monotonic_now)

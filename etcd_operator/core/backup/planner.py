@@ -39,8 +39,12 @@ Invariants, each covered by tests/unit/test_backup_planner.py:
 - while its cluster is going to sleep (status.hibernation Snapshotting), a scheduled or
   continuous backup whose newest snapshot does not hold the revision the cluster recorded
   takes a full snapshot at once (after a recorded slot or a due retry); while the cluster's
-  members stop, are stopped or wake, nothing starts (ClusterHibernated) and a continuous
-  writer stops;
+  members stop, are stopped or wake, no run starts (ClusterHibernated);
+- while the members stop (Stopping) a continuous writer keeps writing its chain, and one
+  that is not running starts: members still running may acknowledge writes until fewer
+  than a quorum are left, and the cluster planner stops the last of them only once the
+  chain holds what they hold (core/cluster/hibernation.py). The writer stops once no
+  member runs (Hibernated) or while they wake;
 - a run that failed for a cause that may pass is retried under the same slot name after a
   backoff (backup/backoff.py), at most spec.backoffLimit times; each retry is recorded in
   status (RetrySlot) before it runs; a newer due cron slot replaces a retry of an older one,
@@ -85,6 +89,7 @@ from etcd_operator.core.backup.state import (
     VerificationAttempts,
     VerificationPolicy,
 )
+from etcd_operator.core.prerequisites import CLUSTER_HIBERNATED, ClusterReadiness
 from etcd_operator.core.storage_policy import AMBIENT_NOT_ALLOWED
 
 COMPLETED = "Completed"
@@ -180,6 +185,9 @@ def _plan_continuous(
             return _stopping(observed, s.RefuseSchedule(reason=problem.reason, message=problem.message))
     if spec.suspend:
         return _stopping(observed, s.Suspend(message="spec.suspend is set"))
+    cluster = observed.prerequisites.cluster if observed.prerequisites is not None else None
+    if cluster is not None and cluster.hibernation is not None and cluster.hibernation.state == hibernation.STOPPING:
+        return _write_to_the_end(state, observed, cluster)
     asleep = _cluster_asleep(observed)
     if asleep is not None:
         return _stopping(observed, asleep)
@@ -229,6 +237,39 @@ def _plan_continuous(
         return verify
     retrying = f"; slot {state.retry.slot} is tried again at {state.retry.at.isoformat()}" if state.retry else ""
     return s.Stream(chain=wanted.chain, next_slot=next_slot, message=f"writing chain {wanted.chain}{retrying}")
+
+
+def _write_to_the_end(state: RunState, observed: Observed, cluster: ClusterReadiness) -> s.Step:
+    """The cluster's members stop: its chain is written on, so that it holds every
+    revision they acknowledge until no quorum is left; nothing else starts."""
+    base, stream = state.last_backup, observed.stream
+    if base is None or state.continuous.needs_base:
+        return _stopping(observed, s.WaitForPrerequisite(reason=CLUSTER_HIBERNATED, message=_no_chain_message(cluster)))
+    wanted = _wanted_chain(state, base, stream)
+    if stream is None or stream.chain != wanted.chain:
+        prerequisites = observed.prerequisites
+        awake = dataclasses.replace(cluster, hibernation=None)
+        wait = dataclasses.replace(prerequisites, cluster=awake).wait() if prerequisites is not None else None
+        if wait is not None:
+            return s.WaitForPrerequisite(reason=wait.reason, message=wait.message)
+        return s.StartStream(
+            start=wanted,
+            message=f"the cluster's members stop: writing chain {wanted.chain} from revision {wanted.base_revision} "
+            f"to the last revision they acknowledge",
+        )
+    return s.Stream(
+        chain=wanted.chain,
+        next_slot=None,
+        message=f"the cluster's members stop: writing chain {wanted.chain} to the last revision they acknowledge",
+    )
+
+
+def _no_chain_message(cluster: ClusterReadiness) -> str:
+    state = cluster.hibernation.state if cluster.hibernation is not None else ""
+    return (
+        f"the cluster is going to sleep ({state}) and this backup has no chain to write; "
+        f"a full snapshot is taken once it is awake"
+    )
 
 
 def _cluster_asleep(observed: Observed) -> s.WaitForPrerequisite | None:

@@ -8,6 +8,9 @@ Invariants, each covered by tests/unit/test_backup_source.py:
 - with no recorded ID there is no evidence of which cluster is ours: nothing is chosen;
 - learners and members that know no leader are not chosen; a follower is preferred, so the
   leader is spared, and the leader is chosen only when no follower answers;
+- except while writes are fenced (core/hibernation.writes_fenced: a cluster going to sleep
+  with fewer members left than a quorum), for a continuous writer: then no member knows a
+  leader for long, what they hold is final, and the one with the highest revision is chosen;
 - when nothing can be chosen, the reason names what was seen: ClusterIDMismatch (with
   every foreign ID and the recorded one), ClusterIDUnknown, or NoHealthyMember."""
 
@@ -36,6 +39,7 @@ class Answer:
     leader_id: int = 0
     is_learner: bool = False
     error: str = ""
+    revision: int = 0  # the member's own (serializable) revision
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,7 +57,7 @@ class Refusal:
 
 
 def choose_source(
-    candidates: list[Candidate], answers: Mapping[str, Answer], recorded_cluster_id: int | None
+    candidates: list[Candidate], answers: Mapping[str, Answer], recorded_cluster_id: int | None, fenced: bool = False
 ) -> SourceMember | Refusal:
     if recorded_cluster_id is None:
         return Refusal(
@@ -61,18 +65,21 @@ def choose_source(
             "the EtcdCluster has no status.clusterID recorded: no member can be "
             "shown to belong to it, so no snapshot is taken",
         )
-    ours, foreign = [], []
+    ours: list[tuple[int, SourceMember]] = []
+    foreign = []
     for candidate in candidates:
         answer = answers.get(candidate.name) or Answer(error="not asked")
         if answer.cluster_id is None:
             continue
         if answer.cluster_id != recorded_cluster_id:
             foreign.append(f"{candidate.name} answered for cluster {answer.cluster_id:x}")
-        elif answer.leader_id and not answer.is_learner:
-            role = "leader" if answer.leader_id == answer.member_id else "follower"
-            ours.append(SourceMember(candidate.name, candidate.endpoint, role, answer.cluster_id))
+        elif (answer.leader_id or fenced) and not answer.is_learner:
+            role = "leader" if answer.leader_id == answer.member_id else "follower" if answer.leader_id else "fenced"
+            ours.append((answer.revision, SourceMember(candidate.name, candidate.endpoint, role, answer.cluster_id)))
+    if ours and fenced:
+        return min(ours, key=lambda o: (-o[0], o[1].name))[1]
     if ours:
-        return min(ours, key=lambda m: (m.role != "follower", m.name))
+        return min((m for _, m in ours), key=lambda m: (m.role != "follower", m.name))
     if foreign:
         return Refusal(
             CLUSTER_ID_MISMATCH,

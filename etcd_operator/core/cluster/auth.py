@@ -18,7 +18,12 @@ Invariants (tests/unit/test_cluster_auth.py):
   no longer declared is replaced by a random one nobody holds, before any other change;
 - a user certificate's validity is recorded in status before it is issued, and a removed
   name stays retired (not created in etcd, no certificate issued) until every certificate
-  issued for it has expired, by this process's clock plus CLOCK_SKEW_MARGIN.
+  issued for it has expired, by this process's clock plus CLOCK_SKEW_MARGIN;
+- a restore (snapshot or point in time) brings back the passwords etcd held at its snapshot,
+  which status cannot describe: while it runs, every declared user's password version is
+  recorded as RESTORED_PASSWORD, so that once the restored cluster runs each declared
+  user's password is set again from its Secret, or replaced by a random one nobody holds
+  when it declares none; a password rotated or removed after the snapshot never comes back.
 """
 
 from __future__ import annotations
@@ -57,6 +62,9 @@ WARNING_REASONS = frozenset({"PasswordSecretMissing", "UnmanagedEntries", "NameR
 # retired name is free again, and a certificate counts as too long-lived, only this long
 # after the time says. Clocks of the operator's replicas must agree within it.
 CLOCK_SKEW_MARGIN = 300.0
+# status.auth.passwordVersions of a declared user while its cluster is restored: no Secret's
+# resourceVersion, so the password is set (or cleared) again once the restored cluster runs.
+RESTORED_PASSWORD = "restored"
 # A certificate is issued valid until the time recorded before it, if that still leaves it
 # at least this fraction of spec.auth.certificateLifetime; else the time is recorded anew.
 RECORDED_LIFETIME_FRACTION = 0.9
@@ -367,7 +375,11 @@ def next_record(spec: ClusterSpec, status: ClusterStatus, observed: Observed, ac
     cleared (merge_password_version). Certificate times: see certificate_times."""
     record = status.auth
     issued, retired = certificate_times(spec, status, observed, action, now)
-    if not observed.auth.read:
+    if observed.restoring:
+        reserved = reserved_users(observed)
+        restored = {u.name: RESTORED_PASSWORD for u in spec.auth.users if u.name not in reserved}
+        record = dataclasses.replace(record, password_versions=restored)
+    if not observed.auth.read or observed.restoring:
         return dataclasses.replace(
             record,
             certificate_users=certificate_users(observed, action),

@@ -10,6 +10,11 @@ Invariants, covered by tests/unit/test_hibernation.py:
 - no pod stops until every snapshotting EtcdBackup of the cluster holds the recorded
   revision, or spec.hibernation.snapshotTimeout has passed on this process's clock;
 - pods stop one at a time, the leader last; PVCs, Services and Secrets are never touched;
+- once fewer member pods are left than a quorum of the recorded members (no write can be
+  acknowledged any more), the rest stop only after every continuous EtcdBackup's chain
+  holds the highest revision a running member has applied (each running member answering
+  with every committed entry applied), or spec.hibernation.snapshotTimeout has passed
+  since the members started stopping;
 - waking creates the pods of the recorded members only, each on its own PVC with its
   recorded ID and `--initial-cluster-state existing`; a member whose PVC is gone is not
   started (a new empty member would be a new cluster); it is left to the ordinary planner,
@@ -99,6 +104,12 @@ def _going_to_sleep(spec: ClusterSpec, record: h.HibernationRecord, observed: Ob
         return a.RecordHibernation(
             "every member pod has stopped; the members' data stays on their PVCs", record.with_state(h.HIBERNATED)
         )
+    without_chain: tuple[str, ...] = ()
+    if h.writes_fenced(record, len(running)):
+        waiting = _wait_for_chains(spec, record, observed, running)
+        if isinstance(waiting, a.Wait):
+            return waiting
+        without_chain = waiting
 
     def stop_order(name: str) -> tuple[bool, int]:
         # Followers first, the leader last; among followers, the highest ordinal first.
@@ -106,7 +117,51 @@ def _going_to_sleep(spec: ClusterSpec, record: h.HibernationRecord, observed: Ob
         return leads, -(naming.member_ordinal(observed.cluster, name) or 0)
 
     order = sorted(running, key=stop_order)
+    if without_chain:
+        return a.StopMemberForHibernation(
+            f"going to sleep: stopping {order[0]}; the chains of {', '.join(without_chain)} do not hold every "
+            f"acknowledged revision after spec.hibernation.snapshotTimeout",
+            order[0],
+            without_chain=without_chain,
+        )
     return a.StopMemberForHibernation(f"going to sleep: stopping {order[0]}", order[0])
+
+
+def _wait_for_chains(
+    spec: ClusterSpec, record: h.HibernationRecord, observed: Observed, running: list[str]
+) -> a.Wait | tuple[str, ...]:
+    """Writes are fenced: a Wait until every continuous backup's chain holds the last
+    revision the running members hold; once it does, (); after the timeout, the backups
+    whose chains do not."""
+    backups = observed.snapshot_backups
+    if backups is None:
+        return a.Wait("going to sleep: the EtcdBackups of this cluster were not read in this pass")
+    chains = [b for b in backups if b.continuous]
+    if not chains:
+        return ()
+    answers = [observed.etcd.statuses.get(observed.pods[name].member_id or 0) for name in running]
+    unsettled = sorted(
+        name
+        for name, answer in zip(running, answers, strict=True)
+        if answer is None or answer.raft_applied_index < answer.raft_index
+    )
+    final = max((answer.revision for answer in answers if answer is not None), default=0)
+    if unsettled:
+        pending: list[str] = [b.name for b in chains]
+        why = f"{', '.join(unsettled)} to answer with every committed entry applied"
+    else:
+        pending = [b.name for b in chains if not h.chain_holds(record, b.chain_cluster_id, b.chain_revision, final)]
+        why = f"the chains of {', '.join(pending)} to hold revision {final}"
+    if not pending:
+        return ()
+    waited = observed.snapshot_wait_for or 0.0
+    timeout = spec.hibernation.snapshot_timeout
+    if waited >= timeout:
+        return tuple(pending)
+    return a.Wait(
+        f"going to sleep: no quorum is left to acknowledge writes; waiting for {why} before "
+        f"{', '.join(sorted(running))} stop ({waited:.0f}s of {timeout:.0f}s)"
+    )
 
 
 def _stopping(record: h.HibernationRecord) -> h.HibernationRecord:
@@ -220,11 +275,16 @@ def snapshot_backups(cluster: str, backups: Sequence[Mapping[str, Any]]) -> tupl
             continue
         if (body.get("metadata") or {}).get("deletionTimestamp"):
             continue
-        last = status.get("lastBackup") or {}
-        revision = last.get("revision")
+        last, chain = status.get("lastBackup") or {}, status.get("continuous") or {}
+        revision, chain_revision = last.get("revision"), chain.get("lastRevision")
         found.append(
             BackupSnapshot(
-                body["metadata"]["name"], last.get("clusterID") or None, None if revision is None else int(revision)
+                body["metadata"]["name"],
+                last.get("clusterID") or None,
+                None if revision is None else int(revision),
+                continuous=bool((spec.get("continuous") or {}).get("enabled")),
+                chain_cluster_id=chain.get("clusterID") or None,
+                chain_revision=None if chain_revision is None else int(chain_revision),
             )
         )
     return tuple(sorted(found, key=lambda b: b.name))

@@ -144,6 +144,9 @@ class BackupSnapshot:
     name: str
     cluster_id: str | None  # status.lastBackup.clusterID (hex); None: no snapshot yet
     revision: int | None  # status.lastBackup.revision
+    continuous: bool = False  # spec.continuous.enabled: it writes a chain of segments
+    chain_cluster_id: str | None = None  # status.continuous.clusterID (hex): the chain's cluster
+    chain_revision: int | None = None  # status.continuous.lastRevision: the chain's last uploaded revision
 
 
 @dataclasses.dataclass(frozen=True, order=True)
@@ -207,9 +210,9 @@ class Observed:
     cluster_domain: str = DEFAULT_CLUSTER_DOMAIN  # the operator's CLUSTER_DOMAIN (member certificate names)
     # The operator's ADOPTION_ALLOW_CROSS_NAMESPACE: spec.adoption may name another namespace's members.
     adoption_cross_namespace: bool = False
-    # While status.hibernation is Snapshotting: the EtcdBackups that take a snapshot first
+    # While status.hibernation is Snapshotting or Stopping: the EtcdBackups that take a snapshot first
     # (None: not read), and seconds this process has seen the cluster waiting for them, on
-    # its monotonic clock (cluster/timers.py).
+    # its monotonic clock (cluster/timers.py), counted again from the start of Stopping.
     snapshot_backups: tuple[BackupSnapshot, ...] | None = None
     snapshot_wait_for: float | None = None
     auth: AuthView = dataclasses.field(default_factory=AuthView)

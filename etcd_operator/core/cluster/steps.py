@@ -371,6 +371,7 @@ class StopMemberForHibernation(Step):
     etcd, stay."""
 
     member: str = ""
+    without_chain: tuple[str, ...] = ()  # continuous EtcdBackups whose chains were not waited for any longer
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from etcd_operator.core.cluster.health import member_healthy, member_name, quorum_loss_evidence
 from etcd_operator.core.cluster.observed import Observed
 from etcd_operator.core.cluster.recorded import ClusterStatus
-from etcd_operator.core.hibernation import SNAPSHOTTING
+from etcd_operator.core.hibernation import SNAPSHOTTING, STOPPING
 
 # Sightings older than this are forgotten: a process that did not look for so long (its
 # passes failed) did not see what happened meanwhile. Passes come every few seconds while a
@@ -36,8 +36,9 @@ class Sightings:
     quorum_loss_since: float | None = None  # evidence of a lost quorum in every pass since
     # status.learnerJoins' last failure (the removed learner's id), and when this process first saw it
     join_failure_since: tuple[int, float] | None = None
-    # status.hibernation in Snapshotting (its cluster ID and revision), and when this process first saw it
-    snapshot_wait_since: tuple[int, int, float] | None = None
+    # status.hibernation in Snapshotting or Stopping (its cluster ID, revision and state), and
+    # when this process first saw it in that state
+    snapshot_wait_since: tuple[int, int, str, float] | None = None
 
 
 def carry_timers(
@@ -66,18 +67,19 @@ def carry_timers(
         join_failure_since = (
             earlier if earlier and earlier[0] == record.last_member_id else (record.last_member_id, monotonic_now)
         )
-    snapshot_wait_since: tuple[int, int, float] | None = None
+    snapshot_wait_since: tuple[int, int, str, float] | None = None
     sleeping = status.hibernation
-    if sleeping is not None and sleeping.state == SNAPSHOTTING:
+    if sleeping is not None and sleeping.state in (SNAPSHOTTING, STOPPING):
         waiting = seen.snapshot_wait_since
-        same = waiting is not None and waiting[:2] == (sleeping.cluster_id, sleeping.revision)
-        snapshot_wait_since = waiting if same else (sleeping.cluster_id, sleeping.revision, monotonic_now)
+        key = (sleeping.cluster_id, sleeping.revision, sleeping.state)
+        same = waiting is not None and waiting[:3] == key
+        snapshot_wait_since = waiting if same else (*key, monotonic_now)
     observed = dataclasses.replace(
         observed,
         unhealthy_for={name: monotonic_now - since for name, since in unhealthy_since.items()},
         no_quorum_for=None if quorum_loss_since is None else monotonic_now - quorum_loss_since,
         since_join_failure=None if join_failure_since is None else monotonic_now - join_failure_since[1],
-        snapshot_wait_for=None if snapshot_wait_since is None else monotonic_now - snapshot_wait_since[2],
+        snapshot_wait_for=None if snapshot_wait_since is None else monotonic_now - snapshot_wait_since[3],
     )
     return observed, Sightings(
         monotonic_now, unhealthy_since, quorum_loss_since, join_failure_since, snapshot_wait_since
