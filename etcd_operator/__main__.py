@@ -113,6 +113,7 @@ Settings come from the environment:
   CLUSTER_DOMAIN     the Kubernetes cluster's DNS domain (default cluster.local)
   ADOPTION_ALLOW_CROSS_NAMESPACE  true: spec.adoption may name another namespace's members
   LOG_LEVEL          DEBUG, INFO (default), WARNING or ERROR
+  LOG_FORMAT         plain (default) or json: one JSON object per line
 Every setting, with its default (the Lease timings, MEMORY_BUDGET_BYTES, LOG_WRITES…):
 docs/reference/operator-settings.md.
 """
@@ -124,13 +125,13 @@ def main() -> int:
         return 0
     try:
         config = OperatorConfig.from_env()
-    except ValueError as e:  # InvalidShardSetting, CLUSTER_DOMAIN, a number that is none
+    except ValueError as e:  # InvalidShardSetting, CLUSTER_DOMAIN, LOG_FORMAT, a number that is none
         print(f"etcd-operator: {e}", file=sys.stderr)
         return CONFIG_ERROR_EXIT_CODE
     return_large_buffers_to_the_system()
-    logging.basicConfig(
-        level=os.environ.get("LOG_LEVEL", "INFO").upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
-    )
+    from etcd_operator.runtime import logs  # imports the handlers, which registers them
+
+    logs.configure(config.log_format, config.log_level)
     logger.info("%s", config.shard.describe())
     if config.log_writes:
         writes_logger.setLevel(logging.DEBUG)

@@ -10,9 +10,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from etcd_operator.core.backup.manifest import FORMAT, MANIFEST_SUFFIX, WRITER
+from etcd_operator.core.cluster.space import ETCD_DEFAULT_QUOTA
 from etcd_operator.core.timefmt import parse_datetime
 
-ETCD_DEFAULT_QUOTA_BYTES = 2 * 1024**3  # etcd's own default when quotaBackendBytes is unset
 DEFRAGMENT_ANNOTATION = "etcd.operator.dev/defragment"
 APPROVE_RECOVERY_ANNOTATION = "etcd.operator.dev/approve-quorum-recovery"
 
@@ -45,20 +45,36 @@ def human_age(then: str | None, now: datetime.datetime) -> str:
 # ---- status -------------------------------------------------------------------------
 
 
+def quota_in_status(status: Mapping[str, Any]) -> int | None:
+    """The backend quota the members run, as the operator records it in status.quota
+    (core/cluster/decision.py): `quotaBackendBytes`, else the quota derived from the volume;
+    recorded as null, etcd's default. None before the operator's first pass."""
+    recorded = status.get("quota")
+    if not isinstance(recorded, dict):
+        return None
+    return recorded.get("backendBytes") or ETCD_DEFAULT_QUOTA
+
+
+def alarms_by_member(status: Mapping[str, Any]) -> dict[str, list[str]]:
+    """status.alarms (core/cluster/status.py) by the member each is raised on."""
+    found: dict[str, set[str]] = {}
+    for entry in status.get("alarms") or []:
+        if isinstance(entry, dict) and entry.get("alarm"):
+            found.setdefault(str(entry.get("member", "?")), set()).add(entry["alarm"])
+    return {member: sorted(names) for member, names in found.items()}
+
+
 def member_rows(cluster: Mapping[str, Any]) -> list[dict[str, Any]]:
     """One row per member of status.members: role, health, revision lag against the most
     advanced member, database size against the quota, alarms and version."""
     status = cluster.get("status") or {}
     members = status.get("members") or []
-    quota = ((cluster.get("spec") or {}).get("etcd") or {}).get("quotaBackendBytes") or ETCD_DEFAULT_QUOTA_BYTES
+    quota = quota_in_status(status)
+    alarms = alarms_by_member(status)
     revisions = [m["revision"] for m in members if isinstance(m.get("revision"), int)]
     newest = max(revisions) if revisions else None
-    cluster_alarms = status.get("alarms") or []
     rows = []
     for m in members:
-        alarms = list(m.get("alarms") or []) + [
-            a.get("alarm", "") for a in cluster_alarms if isinstance(a, dict) and a.get("member") == m.get("name")
-        ]
         revision = m.get("revision")
         rows.append(
             {
@@ -69,7 +85,7 @@ def member_rows(cluster: Mapping[str, Any]) -> list[dict[str, Any]]:
                 "revisionLag": newest - revision if newest is not None and isinstance(revision, int) else None,
                 "dbSize": m.get("dbSize"),
                 "quotaBytes": quota,
-                "alarms": sorted(set(a for a in alarms if a)),
+                "alarms": alarms.get(m.get("name", "?"), []),
                 "version": m.get("version") or "-",
             }
         )
@@ -85,6 +101,12 @@ def status_view(cluster: Mapping[str, Any]) -> dict[str, Any]:
         "size": (cluster.get("spec") or {}).get("size"),
         "leader": status.get("leader"),
         "version": status.get("currentVersion"),
+        "quotaBytes": quota_in_status(status),
+        "alarms": [
+            {k: a.get(k) for k in ("member", "memberID", "alarm")}
+            for a in status.get("alarms") or []
+            if isinstance(a, dict)
+        ],
         "members": member_rows(cluster),
         "conditions": [
             {k: c.get(k) for k in ("type", "status", "reason", "message")} for c in status.get("conditions") or []
@@ -95,12 +117,15 @@ def status_view(cluster: Mapping[str, Any]) -> dict[str, Any]:
 def status_table(view: Mapping[str, Any]) -> str:
     header = (
         f"Cluster {view['namespace']}/{view['name']}: phase {view['phase'] or '-'}, "
-        f"size {view['size']}, leader {view['leader'] or '-'}, version {view['version'] or '-'}"
+        f"size {view['size']}, leader {view['leader'] or '-'}, version {view['version'] or '-'}, "
+        f"quota {human_bytes(view['quotaBytes'])}"
     )
+    if view["alarms"]:
+        header += "\nALARMS RAISED: " + ", ".join(f"{a['alarm']} on {a['member']}" for a in view["alarms"])
     rows = [["MEMBER", "ROLE", "HEALTH", "REVISION", "LAG", "DB SIZE / QUOTA", "ALARMS", "VERSION"]]
     for m in view["members"]:
         used = f"{human_bytes(m['dbSize'])} / {human_bytes(m['quotaBytes'])}"
-        if m["dbSize"] is not None:
+        if m["dbSize"] is not None and m["quotaBytes"]:
             used += f" ({100 * m['dbSize'] // m['quotaBytes']}%)"
         health = {True: "healthy", False: "UNHEALTHY"}.get(m["healthy"], "unknown")
         rows.append(

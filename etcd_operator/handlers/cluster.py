@@ -14,7 +14,7 @@ from etcd_operator.controllers import faults, metrics
 from etcd_operator.controllers.cluster.reclaimer import reclaim_member_volumes
 from etcd_operator.controllers.cluster.reconciler import ClusterReconciler
 from etcd_operator.core.cluster import naming
-from etcd_operator.handlers.common import event_poster, run_until_deleted
+from etcd_operator.handlers.common import event_poster, logging_about, run_until_deleted
 from etcd_operator.handlers.sharding import held_by_shard, in_shard
 
 ERROR_BACKOFF = 10.0
@@ -40,6 +40,7 @@ async def run_cluster(body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.M
         operator_image=memo.config.operator_image,
         cluster_domain=memo.config.cluster_domain,
         adoption_cross_namespace=memo.config.adoption_cross_namespace,
+        member_metrics_every=memo.config.member_metrics_interval_seconds,
     )
 
     async def stall_unless_held(seen: Mapping[str, Any]) -> None:
@@ -78,5 +79,6 @@ async def cluster_deleted(
     """Pods, Services and Secrets go with the owner; PVCs follow spec.reclaimPolicy."""
     if namespace is None:
         raise kopf.PermanentError("an EtcdCluster is namespaced; this one came without a namespace")
-    outcome = await reclaim_member_volumes(memo.kube, body, event_poster(body))
+    with logging_about(body):
+        outcome = await reclaim_member_volumes(memo.kube, body, event_poster(body))
     logger.info("%s/%s deleted: %s", namespace, name, outcome.message)

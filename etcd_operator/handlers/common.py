@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import copy
+import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any
 
 import kopf
@@ -17,6 +20,47 @@ POLL = 0.5
 # A finished object is looked at again when it changes, or after this long.
 IDLE_UNTIL_CHANGED = 3600.0
 WAKE_COALESCE = 0.1  # after a wake-up, so that one pass sees a burst of watch events together
+
+
+# The object whose handler runs in this task (and in the tasks it starts): the operator's
+# module loggers name it on their lines through ObjectOfTheHandler.
+_handled_object: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("handled_object", default=None)
+
+
+def object_ref(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The object as kopf's per-object logger refers to it (its `k8s_ref`)."""
+    meta = body.get("metadata") or {}
+    return {
+        "apiVersion": body.get("apiVersion"),
+        "kind": body.get("kind"),
+        "name": meta.get("name"),
+        "uid": meta.get("uid"),
+        "namespace": meta.get("namespace"),
+    }
+
+
+@contextlib.contextmanager
+def logging_about(body: Mapping[str, Any]) -> Iterator[None]:
+    """Every line logged inside (by any logger, in this task) is about `body`."""
+    token = _handled_object.set(object_ref(body))
+    try:
+        yield
+    finally:
+        _handled_object.reset(token)
+
+
+class ObjectOfTheHandler(logging.Filter):
+    """On the log handler: a line that names no object (a module logger's) gets the object
+    whose handler logged it; a line outside any handler stays as it is."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, "k8s_ref", None) is None:
+            ref = _handled_object.get()
+            if ref is not None:
+                record.k8s_ref = ref
+        if not hasattr(record, "logger"):
+            record.logger = record.name  # JSON lines name their logger too
+        return True
 
 
 def event_poster(body: kopf.Body):
@@ -83,20 +127,22 @@ async def run_until_deleted(
     to do until the spec or the annotations change. `before_pass` runs on each copy first;
     `on_error` after a failed pass; `wake` (when `wakeable()` after a pass) ends the sleep
     early. The daemon never returns on its own: kopf does not restart a daemon that
-    returned, so a later fix to the spec would go unseen."""
-    while not stopped:
-        if wake is not None:
-            wake.clear()  # a child that changes during this pass wakes the next one at once
-        seen = snapshot(body)
-        if before_pass is not None:
-            await before_pass(seen)
-        try:
-            delay = await reconciler.reconcile(seen)
-        except Exception as e:  # a failed pass is retried; the daemon lives on
-            logger.exception("reconcile failed: %s", e)
-            if on_error is not None:
-                on_error()
-            delay = error_backoff
-        await sleep_unless_changed(
-            stopped, body, IDLE_UNTIL_CHANGED if delay is None else delay, seen, wake if wakeable() else None
-        )
+    returned, so a later fix to the spec would go unseen. Every line logged meanwhile is
+    about `body` (logging_about)."""
+    with logging_about(body):
+        while not stopped:
+            if wake is not None:
+                wake.clear()  # a child that changes during this pass wakes the next one at once
+            seen = snapshot(body)
+            if before_pass is not None:
+                await before_pass(seen)
+            try:
+                delay = await reconciler.reconcile(seen)
+            except Exception as e:  # a failed pass is retried; the daemon lives on
+                logger.exception("reconcile failed: %s", e)
+                if on_error is not None:
+                    on_error()
+                delay = error_backoff
+            await sleep_unless_changed(
+                stopped, body, IDLE_UNTIL_CHANGED if delay is None else delay, seen, wake if wakeable() else None
+            )

@@ -7,7 +7,7 @@ import kopf
 
 from etcd_operator import API_GROUP, API_VERSION
 from etcd_operator.controllers.restore.reconciler import RestoreReconciler
-from etcd_operator.handlers.common import event_poster, run_until_deleted
+from etcd_operator.handlers.common import event_poster, logging_about, run_until_deleted
 from etcd_operator.handlers.sharding import in_shard
 
 ERROR_BACKOFF = 10.0
@@ -24,5 +24,7 @@ async def run_restore(body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.M
 @kopf.on.delete(API_GROUP, API_VERSION, "etcdrestores", when=in_shard)
 async def restore_deleted(body: kopf.Body, memo: kopf.Memo, **_) -> None:
     reconciler = RestoreReconciler(memo.kube, memo.config.operator_image, event_poster(body), memo.config.shard)
-    if not await reconciler.release_on_deletion(body):
+    with logging_about(body):
+        released = await reconciler.release_on_deletion(body)
+    if not released:
         raise kopf.TemporaryError("the target changed meanwhile; looking again", delay=1)

@@ -17,6 +17,7 @@ import kopf
 
 from etcd_operator import API_GROUP, API_VERSION
 from etcd_operator.core.shard import HANDOVER_ANNOTATION
+from etcd_operator.handlers.common import object_ref
 
 logger = logging.getLogger(__name__)
 # Objects this instance was told about once as held by another instance: uid -> claims.
@@ -26,7 +27,9 @@ _waiting: collections.OrderedDict[str, tuple[str, ...]] = collections.OrderedDic
 WAITING_REMEMBERED = 4096
 
 
-def in_shard(labels: Mapping[str, str], meta: Mapping[str, Any], memo: Any, **_: Any) -> bool:
+def in_shard(
+    labels: Mapping[str, str], meta: Mapping[str, Any], memo: Any, body: Mapping[str, Any] | None = None, **_: Any
+) -> bool:
     shard = memo.config.shard
     if not shard.selector.matches(labels):
         return False
@@ -45,6 +48,7 @@ def in_shard(labels: Mapping[str, str], meta: Mapping[str, Any], memo: Any, **_:
             meta.get("namespace"),
             meta.get("name"),
             ", ".join(claims),
+            extra={"k8s_ref": object_ref(body if body is not None else {"metadata": meta})},
         )
     return False
 
@@ -62,7 +66,7 @@ def wants_handover(
 
 
 @kopf.on.event(API_GROUP, API_VERSION, "etcdclusters", when=wants_handover)
-async def request_handover(patch: kopf.Patch, meta: kopf.Meta, memo: kopf.Memo, **_: Any) -> None:
+async def request_handover(patch: kopf.Patch, meta: kopf.Meta, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
     """Asks the instance holding a cluster of this shard's selector to let it go; that
     instance does once the cluster no longer matches its own selector."""
     name = memo.config.shard.name

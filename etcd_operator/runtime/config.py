@@ -18,23 +18,22 @@ from etcd_operator.core.leadership_fence import LeaseTiming
 from etcd_operator.core.shard import Shard, shard_from_settings
 from etcd_operator.core.storage_policy import StoragePolicy
 
-# The image the operator runs from; restore pods use it to fetch snapshots.
+LOG_FORMATS = ("plain", "json")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 @dataclasses.dataclass(frozen=True)
 class OperatorConfig:
     namespaces: tuple[str, ...]
-    health_port: int
-    metrics_port: int
-    peering_name: str | None
-    priority: int
-    log_format: str
+    health_port: int  # /healthz, /readyz and the operator's own /metrics
+    log_format: str  # LOG_FORMAT: "plain" or "json" (runtime/logs.py)
     operator_image: str
     leader_election: bool
     lease_namespace: str
     identity: str  # unique per process: a restarted container is a new candidate
     lease_timing: LeaseTiming = LeaseTiming()
     log_writes: bool = False
+    log_level: str = "INFO"
     health_address: str = "0.0.0.0"
     memory_budget_bytes: int = DEFAULT_LIMIT_BYTES  # all backups' part buffers together
     shard: Shard = Shard()  # SHARD_NAME, SHARD_SELECTOR: the objects this instance works on
@@ -42,6 +41,7 @@ class OperatorConfig:
     watch_children: bool = True  # pods and PVCs through operator-wide watches; false: every pass lists them
     steady_poll_seconds: float = 15.0  # a steady cluster's members are asked for their status this often
     resync_seconds: float = 600.0  # a full live pass per cluster about this often (jittered per cluster)
+    member_metrics_interval_seconds: float = 30.0  # each cluster's members' /metrics, for anomaly detection
     # AMBIENT_CREDENTIALS_NAMESPACES, ORPHANED_UPLOAD_GRACE_SECONDS (storage_policy.py)
     storage_policy: StoragePolicy = StoragePolicy()
     # CLUSTER_DOMAIN: the Kubernetes cluster's DNS domain, in the members' certificate names
@@ -70,10 +70,7 @@ class OperatorConfig:
         return cls(
             namespaces=tuple(n.strip() for n in namespaces),
             health_port=int(env.get("HEALTH_PORT", "8080")),
-            metrics_port=int(env.get("METRICS_PORT", "8081")),
-            peering_name=env.get("PEERING_NAME") or None,
-            priority=int(env.get("PEERING_PRIORITY", "0")),
-            log_format=env.get("LOG_FORMAT", "plain"),
+            log_format=choice_setting(env, "LOG_FORMAT", "plain", LOG_FORMATS),
             operator_image=env.get("OPERATOR_IMAGE", DEFAULT_OPERATOR_IMAGE),
             leader_election=env.get("LEADER_ELECTION", "false").lower() == "true",
             lease_namespace=env.get("POD_NAMESPACE") or _service_account_namespace() or "default",
@@ -84,18 +81,29 @@ class OperatorConfig:
                 stop_acting_seconds=float(env.get("LEASE_STOP_ACTING_SECONDS", "12")),
             ),
             log_writes=env.get("LOG_WRITES", "false").lower() == "true",
+            log_level=choice_setting(env, "LOG_LEVEL", "INFO", LOG_LEVELS),
             health_address=env.get("HEALTH_ADDRESS") or "0.0.0.0",
             memory_budget_bytes=int(env.get("MEMORY_BUDGET_BYTES") or DEFAULT_LIMIT_BYTES),
             shard=shard_from_settings(env.get("SHARD_NAME", ""), env.get("SHARD_SELECTOR", "")),
             watch_children=env.get("WATCH_CHILDREN", "true").lower() != "false",
             steady_poll_seconds=float(env.get("STEADY_POLL_SECONDS") or 15.0),
             resync_seconds=float(env.get("RESYNC_SECONDS") or 600.0),
+            member_metrics_interval_seconds=float(env.get("MEMBER_METRICS_INTERVAL_SECONDS") or 30.0),
             storage_policy=StoragePolicy.from_settings(
                 env.get("AMBIENT_CREDENTIALS_NAMESPACES", ""), env.get("ORPHANED_UPLOAD_GRACE_SECONDS", "")
             ),
             cluster_domain=cluster_domain_setting(env.get("CLUSTER_DOMAIN", "")),
             adoption_cross_namespace=env.get("ADOPTION_ALLOW_CROSS_NAMESPACE", "false").lower() == "true",
         )
+
+
+def choice_setting(env: Mapping[str, str], variable: str, default: str, choices: tuple[str, ...]) -> str:
+    """One of `choices` (case-insensitive); empty or unset: `default`."""
+    value = (env.get(variable) or default).strip()
+    for choice in choices:
+        if value.lower() == choice.lower():
+            return choice
+    raise ValueError(f"{variable} {value!r} is none of {', '.join(choices)}")
 
 
 _DOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")

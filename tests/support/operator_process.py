@@ -54,7 +54,6 @@ class OperatorProcess:
             "KUBECONFIG": str(self.kubeconfig),
             "WATCH_NAMESPACES": self.namespace,
             "HEALTH_PORT": str(self.health_port),
-            "METRICS_PORT": str(free_port()),
             "ETCD_OPERATOR_FAULTS": faults,
             **({"POD_NAME": self.identity} if self.identity else {}),
             **self.extra_env,

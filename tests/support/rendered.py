@@ -10,7 +10,7 @@ from typing import Any
 
 # Environment variables the chart may add (it exposes them as values); deploy/ sets them
 # only in overlays.
-CHART_ONLY_ENV = {"LOG_LEVEL", "WATCH_NAMESPACES"}
+CHART_ONLY_ENV = {"LOG_LEVEL", "LOG_FORMAT", "WATCH_NAMESPACES"}
 # Namespaces are created by `helm install --create-namespace`, not by the chart.
 NOT_IN_CHART = {"Namespace"}
 

@@ -1,4 +1,5 @@
-"""The kubectl-etcd plugin's pure views: member table, backup catalogue, restore choice."""
+"""The kubectl-etcd plugin's pure views: member table, backup catalogue, restore choice.
+The status views read EtcdClusters whose status the operator's own pure builder wrote."""
 
 from __future__ import annotations
 
@@ -7,61 +8,122 @@ import json
 
 import pytest
 
+from etcd_operator.core.cluster import quota
+from etcd_operator.core.cluster.decision import plan
+from etcd_operator.core.cluster.observed import Observed
+from etcd_operator.core.cluster.recorded import ClusterStatus
+from etcd_operator.core.cluster.spec import ClusterSpec
+from etcd_operator.core.cluster.status import build_status
 from etcd_operator_kubectl import views
+from tests.unit.cluster_scenarios import CLUSTER, NAMESPACE, M, observed
+from tests.unit.cluster_scenarios import NOW as NOW_SECONDS
 
 NOW = datetime.datetime(2026, 11, 21, 12, 0, tzinfo=datetime.UTC)
 
 
-def cluster(members, quota=None, alarms=None):
-    spec = {"size": len(members), **({"etcd": {"quotaBackendBytes": quota}} if quota else {})}
-    return {
-        "metadata": {"name": "app", "namespace": "ns"},
-        "spec": spec,
-        "status": {
-            "phase": "Running",
-            "leader": "app-0",
-            "members": members,
-            **({"alarms": alarms} if alarms else {}),
-            "conditions": [{"type": "Available", "status": "True", "reason": "Quorum", "message": "3/3"}],
-        },
-    }
+MiB = 1024 * 1024
 
 
-def test_member_rows_report_lag_against_the_most_advanced_member_and_the_quota():
-    rows = views.member_rows(
-        cluster(
-            [
-                {
-                    "name": "app-0",
-                    "role": "Leader",
-                    "healthy": True,
-                    "revision": 120,
-                    "dbSize": 1 << 20,
-                    "version": "3.6.16",
-                },
-                {"name": "app-1", "role": "Follower", "healthy": False, "revision": 100, "dbSize": 2 << 20},
-                {"name": "app-2", "role": "Learner"},
-            ],
-            quota=64 << 20,
-            alarms=[{"member": "app-1", "alarm": "NOSPACE"}],
-        )
+def operator_status(raw_spec: dict, seen: Observed, previous: dict) -> dict:
+    """The status one reconcile pass writes, as the reconciler builds it: the pure decision,
+    then status.build_status with the decision's own fields (quota, rollout...)."""
+    spec, recorded = ClusterSpec.from_dict(raw_spec), ClusterStatus.from_dict(previous)
+    decision = plan(spec, recorded, seen, NOW_SECONDS, stored_spec=raw_spec)
+    conditions = list(decision.conditions)
+    return build_status(
+        spec,
+        recorded,
+        seen,
+        NOW_SECONDS,
+        decision.health,
+        decision.action,
+        conditions,
+        previous,
+        1,
+        extra=decision.status_fields(),
     )
-    assert [r["revisionLag"] for r in rows] == [0, 20, None]
-    assert rows[0]["quotaBytes"] == 64 << 20
-    assert rows[1]["alarms"] == ["NOSPACE"] and rows[0]["alarms"] == []
-    text = views.status_table(
-        views.status_view(
-            cluster(
-                [{"name": "app-0", "role": "Leader", "healthy": True, "revision": 1, "dbSize": 32 << 20}],
-                quota=64 << 20,
-            )
-        )
-    )
-    assert "32.0MiB / 64.0MiB (50%)" in text and "Available" in text
 
 
-def test_default_quota_is_etcds_own():
-    assert views.member_rows(cluster([{"name": "a"}]))[0]["quotaBytes"] == 2 * 1024**3
+def cluster_after(raw_spec: dict, *passes: Observed, status: dict | None = None) -> dict:
+    """The EtcdCluster as `kubectl get` returns it after the operator's passes over `passes`."""
+    written = dict(status or {})
+    for seen in passes:
+        written = operator_status(raw_spec, seen, written)
+    return {"metadata": {"name": CLUSTER, "namespace": NAMESPACE}, "spec": raw_spec, "status": written}
+
+
+def members(*ms: M) -> list[M]:
+    return list(ms)
+
+
+RUNNING = members(M(0, db_size=208 * MiB), M(1, db_size=200 * MiB), M(2, db_size=204 * MiB))
+
+
+def test_the_quota_shown_is_the_one_the_operator_derived_from_the_volume():
+    """No quotaBackendBytes: the members run the quota derived from the 2Gi default volume,
+    (2Gi - 384Mi) / 2, not etcd's 2 GiB default (2.5 times as much headroom)."""
+    created = cluster_after({"size": 3}, observed([]), observed(RUNNING))
+    derived = quota.quota_for_disk(2 * 1024 * MiB)
+    assert created["status"]["quota"] == {"backendBytes": derived} == {"backendBytes": 832 * MiB}
+    rows = views.member_rows(created)
+    assert [r["quotaBytes"] for r in rows] == [derived] * 3
+    text = views.status_table(views.status_view(created))
+    assert "208.0MiB / 832.0MiB (25%)" in text and "quota 832.0MiB" in text
+
+
+def test_an_explicit_quota_is_shown_as_set():
+    created = cluster_after({"size": 3, "etcd": {"quotaBackendBytes": 64 * MiB}}, observed([]), observed(RUNNING))
+    assert {r["quotaBytes"] for r in views.member_rows(created)} == {64 * MiB}
+
+
+def test_a_cluster_that_kept_etcds_default_quota_shows_etcds_default():
+    """Members created before quotas were derived: the operator records null (etcd's default)."""
+    legacy = cluster_after({"size": 3}, observed(RUNNING), status={"clusterID": "1"})
+    assert legacy["status"]["quota"] == {"backendBytes": None}
+    assert {r["quotaBytes"] for r in views.member_rows(legacy)} == {2 * 1024 * MiB}
+
+
+def test_before_the_operators_first_pass_the_quota_is_unknown():
+    fresh = {"metadata": {"name": CLUSTER, "namespace": NAMESPACE}, "spec": {"size": 3}}
+    view = views.status_view(fresh)
+    assert view["quotaBytes"] is None and view["members"] == []
+    assert "quota -" in views.status_table(view)
+
+
+def test_alarms_are_shown_on_the_member_etcd_raised_them_for():
+    nospace_on_c1 = observed(RUNNING, alarms=((M(1).id, "NOSPACE"),))
+    alarmed = cluster_after({"size": 3}, observed([]), observed(RUNNING), nospace_on_c1)
+    assert alarmed["status"]["alarms"] == [{"member": M(1).name, "memberID": f"{M(1).id:x}", "alarm": "NOSPACE"}]
+    rows = {r["name"]: r["alarms"] for r in views.member_rows(alarmed)}
+    assert rows == {M(0).name: [], M(1).name: ["NOSPACE"], M(2).name: []}
+    text = views.status_table(views.status_view(alarmed))
+    assert f"ALARMS RAISED: NOSPACE on {M(1).name}" in text
+    assert "Alarm" in text and "NoSpace" in text  # the condition says the same
+
+
+def test_an_alarm_of_a_member_no_longer_listed_is_still_shown():
+    gone = 0x999
+    corrupt = observed(RUNNING, alarms=((gone, "CORRUPT"),))
+    alarmed = cluster_after({"size": 3}, observed([]), observed(RUNNING), corrupt)
+    assert all(r["alarms"] == [] for r in views.member_rows(alarmed))
+    assert "ALARMS RAISED: CORRUPT on 999" in views.status_table(views.status_view(alarmed))
+
+
+def test_the_alarms_clear_once_etcd_no_longer_reports_them():
+    raw = {"size": 3}
+    alarmed = cluster_after(raw, observed([]), observed(RUNNING, alarms=((M(1).id, "NOSPACE"),)))
+    cleared = cluster_after(raw, observed(RUNNING), status=alarmed["status"])
+    assert cleared["status"]["alarms"] == []
+    assert "ALARMS RAISED" not in views.status_table(views.status_view(cleared))
+
+
+def test_member_rows_report_lag_against_the_most_advanced_member():
+    lagging = members(M(0, applied=120), M(1, applied=100), M(2, healthy=False))
+    created = cluster_after({"size": 3}, observed([]), observed(lagging))
+    rows = {r["name"]: r for r in views.member_rows(created)}
+    assert [rows[m.name]["revisionLag"] for m in lagging] == [0, 20, None]
+    assert rows[M(0).name]["role"] == "leader" and rows[M(2).name]["healthy"] is False
+    assert "Available" in views.status_table(views.status_view(created))
 
 
 def manifest(revision, slot, **extra):

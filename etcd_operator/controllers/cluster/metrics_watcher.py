@@ -9,7 +9,6 @@ import asyncio
 import collections
 import logging
 import math
-import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
 
@@ -20,7 +19,7 @@ from etcd_operator.core.cluster.observed import Observed, PodView
 
 logger = logging.getLogger(__name__)
 
-SCRAPE_EVERY = float(os.environ.get("MEMBER_METRICS_INTERVAL_SECONDS", "30"))
+SCRAPE_EVERY = 30.0  # MEMBER_METRICS_INTERVAL_SECONDS (runtime/config.py)
 SCRAPE_TIMEOUT = 3.0
 KEEP = 64  # samples per member at most; those older than the detection window are dropped
 

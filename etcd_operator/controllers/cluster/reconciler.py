@@ -13,7 +13,7 @@ from etcd_operator.clients.etcd.pool import EtcdClientPool
 from etcd_operator.clients.kube import client as kube
 from etcd_operator.controllers import metrics
 from etcd_operator.controllers.cluster.executor import BeingDeleted, ClusterExecutor, HeldByRestore
-from etcd_operator.controllers.cluster.metrics_watcher import MemberMetricsWatcher
+from etcd_operator.controllers.cluster.metrics_watcher import SCRAPE_EVERY, MemberMetricsWatcher
 from etcd_operator.controllers.cluster.observer import ClusterObserver, StorageClassExpansion
 from etcd_operator.core import conditions as c
 from etcd_operator.core.cluster import anomaly_detection, auth, hibernation, ownership, tls_plan
@@ -59,6 +59,7 @@ class ClusterReconciler:
         operator_image: str = DEFAULT_OPERATOR_IMAGE,
         cluster_domain: str = DEFAULT_CLUSTER_DOMAIN,
         adoption_cross_namespace: bool = False,
+        member_metrics_every: float = SCRAPE_EVERY,
     ):
         """`cached_children`: the operator's pod and PVC caches (None: every pass lists live).
         `being_deleted` reads the live object's deletionTimestamp: once it is set, no pass
@@ -77,7 +78,7 @@ class ClusterReconciler:
             cluster_domain=cluster_domain,
             adoption_cross_namespace=adoption_cross_namespace,
         )
-        self.member_metrics = MemberMetricsWatcher()
+        self.member_metrics = MemberMetricsWatcher(every=member_metrics_every)
         self.cached_children = cached_children
         self.steady_poll = steady_poll
         self.resync = resync

@@ -221,6 +221,17 @@ def member_entries(observed: Observed, health: Health, now: float) -> list[dict[
     return entries
 
 
+def alarm_entries(observed: Observed, health: Health) -> list[dict[str, Any]]:
+    """status.alarms: etcd's alarms as this pass saw them (the Alarm condition's), each with
+    the member it is raised on, by name where the member is known, else by its hex ID. Empty
+    when none is raised, or when no member answered (the condition then says NoAlarm too)."""
+    names = {m.id: member_name(observed, m) or m.hex_id for m in health.members}
+    return [
+        {"member": names.get(member_id, f"{member_id:x}"), "memberID": f"{member_id:x}", "alarm": alarm}
+        for member_id, alarm in sorted(health.alarms)
+    ]
+
+
 def restore_hold_ack(observed: Observed) -> dict[str, Any] | None:
     """status.restoreHold: the hold this pass saw (the EtcdRestore's name and uid), or None."""
     if not observed.restoring:
@@ -264,6 +275,7 @@ def build_status(
         "clientURL": f"{naming.scheme(tls_plan.serves_tls(spec, status, observed))}://"
         f"{naming.client_service_host(observed.cluster, observed.namespace)}:{naming.CLIENT_PORT}",
         "noQuorumSince": None if observed.no_quorum_for is None else format_time(now - observed.no_quorum_for),
+        "alarms": alarm_entries(observed, health),
         "conditions": c.merge(previous.get("conditions"), conditions, format_time(now), generation),
         "observedGeneration": generation,
     }
