@@ -139,3 +139,26 @@ class StreamView:
     # cluster at that revision, every revision up to which was uploaded: the chain held all
     # the cluster had then. A restore to a time at or before it may replay to that revision.
     caught_up: tuple[int, float] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamLag:
+    """How far a chain is behind its cluster."""
+
+    revisions: int  # revisions the watch heard of that are not uploaded yet
+    seconds: float  # 0 when none are; else since the chain last moved on or was last caught up
+
+
+def stream_lag(view: StreamView, base_time: float | None, now: float) -> StreamLag | None:
+    """The writer's lag, or None while it has not heard the cluster's revision yet. While
+    behind, the seconds count from the later of its last uploaded segment and the last read
+    that found it caught up; `base_time` (when the newest full snapshot was taken) stands
+    in before either."""
+    if view.cluster_revision is None:
+        return None
+    behind = max(view.cluster_revision - view.last_revision, 0)
+    if behind == 0:
+        return StreamLag(0, 0.0)
+    caught_up_at = view.caught_up[1] if view.caught_up is not None else None
+    moments = [t for t in (view.last_segment_at, caught_up_at, base_time) if t is not None]
+    return StreamLag(behind, max(now - max(moments), 0.0) if moments else 0.0)
