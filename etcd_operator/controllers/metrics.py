@@ -270,6 +270,8 @@ def record_restore(namespace: str, restore: str, previous_phase: str | None, sta
     phase = status.get("phase")
     if phase not in RESTORE_OUTCOMES:
         restore_in_progress.labels(namespace, restore).set(1)
+        for outcome in RESTORE_OUTCOMES:  # at 0 before the first ends, so increase() sees it
+            restores.labels(namespace, outcome)
         return
     forget_restore(namespace, restore)
     if previous_phase in RESTORE_OUTCOMES:

@@ -110,11 +110,14 @@ def test_a_restore_is_counted_once_when_it_ends():
     assert samples("etcd_operator_restore_in_progress", namespace="ns-r") == {
         (("namespace", "ns-r"), ("restore", "r")): 1.0
     }
+    assert samples("etcd_operator_restores_total", namespace="ns-r") == {
+        (("namespace", "ns-r"), ("outcome", outcome)): 0.0 for outcome in ("Completed", "Failed", "AlreadyApplied")
+    }
     ended = {**running, "phase": "Completed", "completionTime": "2026-12-02T10:02:00Z"}
     metrics.record_restore("ns-r", "r", "Restoring", ended)
     metrics.record_restore("ns-r", "r", "Completed", ended)  # a later pass of an ended restore
     assert samples("etcd_operator_restore_in_progress", namespace="ns-r") == {}
-    assert samples("etcd_operator_restores_total", namespace="ns-r") == {
+    assert samples("etcd_operator_restores_total", namespace="ns-r", outcome="Completed") == {
         (("namespace", "ns-r"), ("outcome", "Completed")): 1.0
     }
     assert samples("etcd_operator_restore_duration_seconds_sum", namespace="ns-r") == {
