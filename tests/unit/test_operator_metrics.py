@@ -176,3 +176,13 @@ def test_a_backup_pass_exports_its_mode_interval_and_lag(spec, mode, interval):
     lag = samples("etcd_operator_backup_continuous_lag_revisions", namespace="ns-p")
     assert list(lag.values()) == ([4.0] if writer else [])
     metrics.forget_backup("ns-p", "b")
+
+
+def test_every_operator_series_the_rules_and_dashboard_use_is_registered():
+    """The real-node test checks this against a running operator; here before any starts."""
+    from tests.support import monitoring
+
+    exposed = monitoring.exposed_names(generate_latest(metrics.REGISTRY).decode())
+    used = {name for name in monitoring.used_metric_names() if name.startswith("etcd_operator_")}
+    assert used - exposed == set()
+    assert {"etcd_operator_backup_schedule_interval_seconds", "etcd_operator_restores_total"} <= used
