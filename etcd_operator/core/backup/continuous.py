@@ -151,9 +151,9 @@ class StreamLag:
 
 def stream_lag(view: StreamView, base_time: float | None, now: float) -> StreamLag | None:
     """The writer's lag, or None while it has not heard the cluster's revision yet. While
-    behind, the seconds count from the later of its last uploaded segment and the last read
-    that found it caught up; `base_time` (when the newest full snapshot was taken) stands
-    in before either."""
+    behind, the seconds count from the latest of its last uploaded segment, the last read
+    that found it caught up, and `base_time` (when the newest full snapshot was taken,
+    which holds all the cluster had then)."""
     if view.cluster_revision is None:
         return None
     behind = max(view.cluster_revision - view.last_revision, 0)
