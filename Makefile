@@ -96,8 +96,9 @@ image: venv ## the operator's OCI image archive, without Docker (needs mmdebstra
 images: venv testbin ## the images real nodes run (pause, etcd, busybox, operator) as OCI archives
 	@PYTHONPATH=e2e $(PY) -m images build
 
-chart-crds: ## copy crds/ into the Helm chart (tests/substrate/test_helm_release.py checks they match)
+chart-crds: ## copy crds/ and the alerting rules into the Helm chart (tests/substrate/test_helm_release.py, tests/unit/test_runbook_urls.py check they match)
 	@cp crds/etcd*.yaml charts/etcd-operator/crds/
+	@cp deploy/monitoring/prometheusrules.yaml charts/etcd-operator/files/
 
 docs: venv ## regenerate docs/reference/fields.md from crds/ (tests/unit/test_docs_fields_reference.py checks it)
 	@$(PY) hack/crd_reference.py

@@ -15,6 +15,7 @@ import sys
 
 import kopf
 
+from etcd_operator.controllers import metrics
 from etcd_operator.core.leadership_fence import AlwaysActs, LeaseClock, install_process_write_guard, writes_logger
 from etcd_operator.core.shard import LEASE_NAME  # noqa: F401  the default, for tests
 from etcd_operator.runtime.config import OperatorConfig
@@ -29,6 +30,7 @@ logger = logging.getLogger("etcd_operator")
 async def run(config: OperatorConfig) -> int:
     import etcd_operator.runtime.operator  # noqa: F401  registers the handlers
 
+    metrics.record_build_info()
     ready = asyncio.Event()
     clock = LeaseClock(config.lease_timing) if config.leader_election else None
     health = HealthServer(

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import importlib.metadata
+import platform
+from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from etcd_operator.core.backup.continuous import StreamLag
 from etcd_operator.core.timefmt import parse_time
 
 REGISTRY = CollectorRegistry()
@@ -109,13 +113,78 @@ backup_verification_failures = Counter(
     registry=REGISTRY,
 )
 
+# What EtcdBackupStale needs to judge a backup by its own schedule: its mode and cluster
+# (a hibernating cluster's backups wait), whether it is suspended, and its longest gap.
+BACKUP_MODES = ("one-shot", "scheduled", "continuous")
+backup_info = Gauge(
+    "etcd_operator_backup_info",
+    "1 per EtcdBackup, labelled by its cluster and mode (one-shot, scheduled, continuous)",
+    ("namespace", "backup", "cluster", "mode"),
+    registry=REGISTRY,
+)
+backup_suspended = Gauge(
+    "etcd_operator_backup_suspended", "1 while spec.suspend is set", ("namespace", "backup"), registry=REGISTRY
+)
+backup_schedule_interval = Gauge(
+    "etcd_operator_backup_schedule_interval_seconds",
+    "Longest gap between two slots of spec.schedule, while the operator runs that schedule",
+    ("namespace", "backup"),
+    registry=REGISTRY,
+)
+continuous_lag_revisions = Gauge(
+    "etcd_operator_backup_continuous_lag_revisions",
+    "Revisions of the cluster a running continuous backup has not uploaded yet",
+    ("namespace", "backup"),
+    registry=REGISTRY,
+)
+continuous_lag_seconds = Gauge(
+    "etcd_operator_backup_continuous_lag_seconds",
+    "0 while a running continuous backup holds every revision; else seconds since its chain last moved on",
+    ("namespace", "backup"),
+    registry=REGISTRY,
+)
+
 PER_BACKUP = (
+    (backup_info, ("namespace", "backup", "cluster", "mode")),
+    (backup_suspended, ("namespace", "backup")),
+    (backup_schedule_interval, ("namespace", "backup")),
+    (continuous_lag_revisions, ("namespace", "backup")),
+    (continuous_lag_seconds, ("namespace", "backup")),
     (backup_last_success, ("namespace", "backup")),
     (backup_bytes, ("namespace", "backup")),
     (backup_failures, ("namespace", "backup", "reason")),
     (backup_duration, ("namespace", "backup")),
     (backup_last_verified, ("namespace", "backup")),
     (backup_verification_failures, ("namespace", "backup", "reason")),
+)
+
+
+RESTORE_OUTCOMES = ("Completed", "Failed", "AlreadyApplied")
+restores = Counter(
+    "etcd_operator_restores_total",
+    "EtcdRestores that ended, by outcome (Completed, Failed, AlreadyApplied)",
+    ("namespace", "outcome"),
+    registry=REGISTRY,
+)
+restore_in_progress = Gauge(
+    "etcd_operator_restore_in_progress",
+    "1 while an EtcdRestore has not ended",
+    ("namespace", "restore"),
+    registry=REGISTRY,
+)
+restore_duration = Histogram(
+    "etcd_operator_restore_duration_seconds",
+    "From an EtcdRestore's status.startTime to its completionTime, by outcome",
+    ("namespace", "outcome"),
+    registry=REGISTRY,
+    buckets=(5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200),
+)
+
+build_info = Gauge(
+    "etcd_operator_build_info",
+    "1; labelled by the operator's version and the Python and kopf versions it runs on",
+    ("version", "python_version", "kopf_version"),
+    registry=REGISTRY,
 )
 
 
@@ -160,6 +229,61 @@ def record_alarms(namespace: str, cluster: str, alarms: tuple[str, ...]) -> None
     _remove_series(cluster_alarm, LABELS + ("alarm",), {"namespace": namespace, "cluster": cluster}, keep=current)
     for labels in current:
         cluster_alarm.labels(*labels).set(1)
+
+
+def record_build_info() -> None:
+    build_info.labels(
+        importlib.metadata.version("etcd-operator"), platform.python_version(), importlib.metadata.version("kopf")
+    ).set(1)
+
+
+def record_backup_spec(
+    namespace: str, backup: str, cluster: str, mode: str, suspended: bool, interval: float | None
+) -> None:
+    """`interval`: the schedule's longest gap while the operator runs it, else None."""
+    if mode not in BACKUP_MODES:
+        raise ValueError(f"unknown backup mode {mode!r}")
+    current = (namespace, backup, cluster, mode)
+    _remove_series(
+        backup_info, ("namespace", "backup", "cluster", "mode"), {"namespace": namespace, "backup": backup}, {current}
+    )
+    backup_info.labels(*current).set(1)
+    backup_suspended.labels(namespace, backup).set(1 if suspended else 0)
+    if interval is None:
+        _remove_series(backup_schedule_interval, ("namespace", "backup"), {"namespace": namespace, "backup": backup})
+    else:
+        backup_schedule_interval.labels(namespace, backup).set(interval)
+
+
+def record_continuous_lag(namespace: str, backup: str, lag: StreamLag | None) -> None:
+    """`lag`: None while no writer runs here or it has not heard the cluster's revision."""
+    if lag is None:
+        for gauge in (continuous_lag_revisions, continuous_lag_seconds):
+            _remove_series(gauge, ("namespace", "backup"), {"namespace": namespace, "backup": backup})
+        return
+    continuous_lag_revisions.labels(namespace, backup).set(lag.revisions)
+    continuous_lag_seconds.labels(namespace, backup).set(lag.seconds)
+
+
+def record_restore(namespace: str, restore: str, previous_phase: str | None, status: Mapping[str, Any]) -> None:
+    """After a pass: an ended restore is counted once, by the pass that ended it."""
+    phase = status.get("phase")
+    if phase not in RESTORE_OUTCOMES:
+        restore_in_progress.labels(namespace, restore).set(1)
+        for outcome in RESTORE_OUTCOMES:  # at 0 before the first ends, so increase() sees it
+            restores.labels(namespace, outcome)
+        return
+    forget_restore(namespace, restore)
+    if previous_phase in RESTORE_OUTCOMES:
+        return
+    restores.labels(namespace, phase).inc()
+    started, ended = parse_time(status.get("startTime")), parse_time(status.get("completionTime"))
+    if started is not None and ended is not None:
+        restore_duration.labels(namespace, phase).observe(max(ended - started, 0.0))
+
+
+def forget_restore(namespace: str, restore: str) -> None:
+    _remove_series(restore_in_progress, ("namespace", "restore"), {"namespace": namespace, "restore": restore})
 
 
 def record_backup_status(namespace: str, backup: str, status: dict) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import kopf
 
 from etcd_operator import API_GROUP, API_VERSION
+from etcd_operator.controllers import metrics
 from etcd_operator.controllers.restore.reconciler import RestoreReconciler
 from etcd_operator.handlers.common import event_poster, logging_about, run_until_deleted
 from etcd_operator.handlers.sharding import in_shard
@@ -18,7 +19,11 @@ async def run_restore(body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.M
     reconciler = RestoreReconciler(
         memo.kube, memo.config.operator_image, event_poster(body), memo.config.shard, memo.config.storage_policy
     )
-    await run_until_deleted(reconciler, body, stopped, logger, ERROR_BACKOFF)
+    meta = body["metadata"]
+    try:
+        await run_until_deleted(reconciler, body, stopped, logger, ERROR_BACKOFF)
+    finally:
+        metrics.forget_restore(meta["namespace"], meta["name"])
 
 
 @kopf.on.delete(API_GROUP, API_VERSION, "etcdrestores", when=in_shard)

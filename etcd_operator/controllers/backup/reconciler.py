@@ -27,8 +27,9 @@ from etcd_operator.clients.storage.credentials import missing_secrets
 from etcd_operator.controllers import metrics
 from etcd_operator.controllers.backup.continuous_streams import ContinuousStreams
 from etcd_operator.controllers.backup.executor import BackupExecutor
-from etcd_operator.core.backup import scratch_pod
+from etcd_operator.core.backup import schedule, scratch_pod
 from etcd_operator.core.backup import steps as s
+from etcd_operator.core.backup.continuous import stream_lag
 from etcd_operator.core.backup.planner import plan
 from etcd_operator.core.backup.state import Observed, Prerequisites, RunState, ScheduleSpec, ScratchPod
 from etcd_operator.core.backup.status import build_status, run_events, schedule_events, verification_events
@@ -37,7 +38,7 @@ from etcd_operator.core.prerequisites import ClusterReadiness
 from etcd_operator.core.shard import Shard
 from etcd_operator.core.status_patch import changed_fields
 from etcd_operator.core.storage_policy import StoragePolicy
-from etcd_operator.core.timefmt import now_text
+from etcd_operator.core.timefmt import now_text, parse_time
 
 logger = logging.getLogger(__name__)
 
@@ -144,6 +145,22 @@ class BackupReconciler:
             kube.ETCDBACKUPS, meta["namespace"], meta["name"], {"status": dict(fields)}, subresource="status"
         )
 
+    async def record_metrics(
+        self, meta: Mapping[str, Any], raw_spec: Mapping[str, Any], spec: ScheduleSpec, status: dict, now: float
+    ) -> None:
+        """What the backup alerts judge it by (docs/monitoring.md)."""
+        namespace, name = meta["namespace"], meta["name"]
+        metrics.record_backup_status(namespace, name, status)
+        mode = "continuous" if spec.continuous is not None else "scheduled" if spec.schedule else "one-shot"
+        at = datetime.datetime.fromtimestamp(now, datetime.UTC)
+        # In a thread: the longest gap walks up to a week of fires (cached per schedule).
+        interval = await asyncio.to_thread(schedule.interval, spec.schedule, at) if spec.schedule else None
+        metrics.record_backup_spec(namespace, name, raw_spec["clusterRef"]["name"], mode, spec.suspend, interval)
+        view = self.streams.view((namespace, name))
+        base_time = parse_time(status.get("lastSuccessfulTime"))
+        lag = None if view is None else stream_lag(view, base_time, time.time())
+        metrics.record_continuous_lag(namespace, name, lag)
+
     async def reconcile(self, body: Mapping[str, Any]) -> float | None:
         current = await self.observe(body)
         if current is None:
@@ -162,7 +179,8 @@ class BackupReconciler:
         now = time.time()  # the wall clock, as every planner takes it
         # In a thread: checking a schedule's shortest gap walks up to a day of its fires
         # (about 0.3 s for one every 10 s, once a day; cached otherwise).
-        step = await asyncio.to_thread(plan, ScheduleSpec.from_dict(current.get("spec") or {}), state, observed, now)
+        spec = ScheduleSpec.from_dict(current.get("spec") or {})
+        step = await asyncio.to_thread(plan, spec, state, observed, now)
         if isinstance(
             step,
             (
@@ -195,7 +213,7 @@ class BackupReconciler:
         patch = changed_fields(status, new_status)
         if patch:
             await self.write_status(meta, patch)
-        metrics.record_backup_status(meta["namespace"], meta["name"], {**status, **patch})
+        await self.record_metrics(meta, current["spec"], spec, {**status, **patch}, now)
         for event in (
             *outcome.events,
             *run_events(step, outcome, new_status),

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from etcd_operator.clients.kube import client as kube
-from etcd_operator.controllers import faults
+from etcd_operator.controllers import faults, metrics
 from etcd_operator.controllers.restore.executor import EventPoster, RestoreExecutor
 from etcd_operator.controllers.restore.observer import RestoreObserver
 from etcd_operator.core.restore import steps as s
@@ -88,6 +88,7 @@ class RestoreReconciler:
             await self.kube.merge_patch(
                 kube.ETCDRESTORES, meta["namespace"], meta["name"], {"status": patch}, subresource="status"
             )
+        metrics.record_restore(meta["namespace"], meta["name"], previous.get("phase"), new_status)
         if outcome.failure or isinstance(step, TERMINAL):
             return None
         if outcome.retry_after is not None:

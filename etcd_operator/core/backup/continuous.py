@@ -142,3 +142,26 @@ class StreamView:
     # Keys of the chain's manifests it passed over on resuming: they do not authenticate under
     # the backup's keys (someone else wrote them), so nothing it resumed from is theirs.
     ignored: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamLag:
+    """How far a chain is behind its cluster."""
+
+    revisions: int  # revisions the watch heard of that are not uploaded yet
+    seconds: float  # 0 when none are; else since the chain last moved on or was last caught up
+
+
+def stream_lag(view: StreamView, base_time: float | None, now: float) -> StreamLag | None:
+    """The writer's lag, or None while it has not heard the cluster's revision yet. While
+    behind, the seconds count from the latest of its last uploaded segment, the last read
+    that found it caught up, and `base_time` (when the newest full snapshot was taken,
+    which holds all the cluster had then)."""
+    if view.cluster_revision is None:
+        return None
+    behind = max(view.cluster_revision - view.last_revision, 0)
+    if behind == 0:
+        return StreamLag(0, 0.0)
+    caught_up_at = view.caught_up[1] if view.caught_up is not None else None
+    moments = [t for t in (view.last_segment_at, caught_up_at, base_time) if t is not None]
+    return StreamLag(behind, max(now - max(moments), 0.0) if moments else 0.0)
