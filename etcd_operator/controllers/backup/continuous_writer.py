@@ -338,7 +338,10 @@ class SegmentWriter:
                 while True:
                     await asyncio.sleep(HEARTBEAT_SECONDS)
                     sent = self.clock()  # every revision committed before it is in the answer
-                    revision = await asyncio.wait_for(self._cluster_revision(client), HEARTBEAT_SECONDS * 2)
+                    # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancel
+                    # that meets the answer, and the writer's stop would then wait on this loop for good.
+                    async with asyncio.timeout(HEARTBEAT_SECONDS * 2):
+                        revision = await self._cluster_revision(client)
                     self.cluster_revision = max(self.cluster_revision or 0, revision)
                     if revision == self.last_revision:
                         self.caught_up = (revision, sent)
@@ -355,7 +358,8 @@ class SegmentWriter:
             while True:
                 left = cutter.seconds_left(self.monotonic())
                 try:
-                    item = await asyncio.wait_for(queue.get(), None if left == float("inf") else max(left, 0.0))
+                    async with asyncio.timeout(None if left == float("inf") else max(left, 0.0)):
+                        item = await queue.get()
                 except TimeoutError:
                     item = None
                 if isinstance(item, BaseException):
