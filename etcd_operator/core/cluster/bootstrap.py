@@ -57,6 +57,12 @@ def static_refusal(spec: ClusterSpec, status: ClusterStatus, observed: Observed)
     return None
 
 
+def recorded_static(status: ClusterStatus) -> bool:
+    """The cluster was created statically: a PVC without a member ID is one of its members,
+    never a first member to start on its own (a one-member cluster beside the others)."""
+    return status.bootstrap is not None and status.bootstrap.mode == STATIC
+
+
 def initial_cluster(spec: ClusterSpec, status: ClusterStatus, observed: Observed) -> str:
     """Every member of a new cluster of spec.size, at its peer URL."""
     tls = tls_plan.serves_tls_observed(status, observed)

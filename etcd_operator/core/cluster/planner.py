@@ -274,6 +274,8 @@ def _plan_without_member_list(
         member = naming.pvc_member(pvc.name)
         if member in observed.pods or pvc.deleting:
             continue
+        if pvc.member_id is None and bootstrap.recorded_static(status):
+            continue  # a static member: bootstrap.next_step starts it while the bootstrap runs; later, it waits
         if pvc.member_id is None:
             # Created for the first member, which may never have started: start it as such.
             return a.BootstrapFirstMember("restarting the first member on its PVC", member)
