@@ -189,3 +189,54 @@ def test_the_record_reads_back_as_written():
     assert BootstrapRecord.from_dict(STATIC.to_dict()) == STATIC
     assert STATIC.members == ("c-0", "c-1", "c-2") and STATIC.peer_url("c-1") == peer("c-1")
     assert BootstrapRecord.from_dict(None) is None and BootstrapRecord.from_dict({}) is None
+
+
+# --- the executor ------------------------------------------------------------------------------
+
+
+class CreatingKube:
+    def __init__(self):
+        self.created = []
+
+    async def create(self, resource, namespace, manifest):
+        self.created.append(manifest)
+
+
+BODY = {
+    "apiVersion": "etcd.operator.dev/v1alpha1",
+    "kind": "EtcdCluster",
+    "metadata": {"name": "c", "namespace": "ns", "uid": "the-uid"},
+}
+
+
+def _execute(action):
+    import asyncio
+
+    from etcd_operator.controllers.cluster.executor import ClusterExecutor
+
+    kube = CreatingKube()
+    executor = ClusterExecutor(kube, None, BODY, lambda *_: None, status=NEW, now=NOW)
+    return asyncio.run(executor.run(action, spec_of(3), observed([], leader=None))), kube
+
+
+def test_recording_writes_status_only():
+    outcome, kube = _execute(a.RecordBootstrap("new", FULL))
+    assert outcome.done and not kube.created
+    assert outcome.status_fields == {"bootstrap": {"mode": "Static", "initialCluster": FULL, "completed": False}}
+
+
+def test_each_member_starts_with_the_whole_initial_cluster_state_new_and_the_clusters_token():
+    outcome, kube = _execute(a.BootstrapMembers("new", ("c-0", "c-1", "c-2"), FULL))
+    assert outcome.done
+    pods = {m["metadata"]["name"]: m for m in kube.created if m["kind"] == "Pod"}
+    assert sorted(pods) == ["c-0", "c-1", "c-2"]
+    assert {m["metadata"]["name"] for m in kube.created if m["kind"] == "PersistentVolumeClaim"} == {
+        naming.pvc_name(n) for n in pods
+    }
+    for pod in pods.values():
+        notes = pod["metadata"]["annotations"]
+        assert notes[naming.ANNOTATION_INITIAL_CLUSTER] == FULL
+        assert notes[naming.ANNOTATION_INITIAL_STATE] == "new"
+        args = pod["spec"]["containers"][0]["args"]
+        assert "--initial-cluster-token=the-uid" in args
+        assert "initContainers" not in pod["spec"]  # no join: nobody to resolve it first
