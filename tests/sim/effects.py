@@ -167,7 +167,7 @@ def do_check_pod_spec(ctx: Context, action: a.CheckPodSpec) -> Outcome:
 
 
 def do_create_member_pod(ctx: Context, action: a.CreateMemberPod) -> None:
-    _create_pod(ctx, action.member, action.member_id, action.initial_cluster, builders.STATE_EXISTING)
+    _create_pod(ctx, action.member, action.member_id or None, action.initial_cluster, builders.STATE_EXISTING)
 
 
 def do_settle(ctx: Context, action: a.SettleMemberPod) -> None:

@@ -141,6 +141,18 @@ def test_a_static_member_that_never_started_is_created_not_replaced_once_the_oth
     assert step == a.BootstrapMembers(step.reason, ("c-2",), FULL)
 
 
+def test_a_static_member_never_restarts_as_a_lone_first_member_once_the_bootstrap_completed():
+    """Found by the simulator (main, seed 4998): a member of a completed static bootstrap lost
+    its pod before its PVC got its member ID, while no member answered. It restarts on its
+    data naming itself only with state=existing (etcd ignores both over data; over an empty
+    directory it fails loudly), never as a first member (state=new: a cluster of its own)."""
+    st = recorded(bootstrap=dataclasses.replace(STATIC, completed=True))
+    o = observed([], leader=None, extra_pods=(new_pod("c-0"),), extra_pvcs=(pvc("c-0", 0x100), pvc("c-1")))
+    step = step_for(spec_of(2), o, st)
+    assert isinstance(step, a.CreateMemberPod) and step.member == "c-1" and step.joined_before
+    assert step.initial_cluster == f"c-1={peer('c-1')}" and step.member_id == 0
+
+
 def test_a_static_member_that_started_rejoins_on_its_pvc_like_any_member():
     st = recorded(bootstrap=STATIC)
     step = step_for(spec_of(3), observed([M(0), M(1), M(2, healthy=False, pod=False)]), st)

@@ -275,7 +275,15 @@ def _plan_without_member_list(
         if member in observed.pods or pvc.deleting:
             continue
         if pvc.member_id is None and bootstrap.recorded_static(status):
-            continue  # a static member: bootstrap.next_step starts it while the bootstrap runs; later, it waits
+            # A member of the static bootstrap that started, its ID not on its PVC yet (before
+            # the record completed, bootstrap.next_step restarts it): never a lone first member.
+            return a.CreateMemberPod(
+                "restarting a member of the static bootstrap on its PVC",
+                member,
+                0,
+                self_only_cluster(status, observed, member),
+                joined_before=True,
+            )
         if pvc.member_id is None:
             # Created for the first member, which may never have started: start it as such.
             return a.BootstrapFirstMember("restarting the first member on its PVC", member)

@@ -90,7 +90,7 @@ class CreateMemberPod(Step):
     cluster) or a started member whose pod is gone (rejoins as itself)."""
 
     member: str = ""
-    member_id: int = 0
+    member_id: int = 0  # 0: not known (a static member restarted while no member answers)
     initial_cluster: str = ""
     joined_before: bool = False
 
