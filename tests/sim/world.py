@@ -353,6 +353,10 @@ class World:
         own = peer_url(pod.name)
         if entries.get(pod.name) != own:
             return "couldn't find local name in the initial cluster configuration"
+        if pod.initial_state == "new" and len(entries) > 1 and pvc.restored:
+            # A restored member that lost its data: its peers run the restore's cluster (another
+            # token, so other IDs); it never reaches a quorum (planner.restored_cluster).
+            return "cannot reach a quorum: the peers' cluster ID differs"
         if pod.initial_state == "new" and len(entries) > 1:
             return self._static_start(pod, pvc, entries)
         if pod.initial_state == "new":
