@@ -1,5 +1,6 @@
 """How a cluster is created: every member at once (static), or one member and then learners.
-Pure. The safety argument of each path is in docs/concepts.md ("Creating a cluster").
+Pure. The safety argument of each path: docs/concepts.md, "A new cluster starts all its
+members at once, and never over data".
 
 Static: etcd's own bootstrap of a new cluster. Every member's pod names all `spec.size`
 members in --initial-cluster, with --initial-cluster-state=new and --initial-cluster-token
