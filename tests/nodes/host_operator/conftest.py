@@ -152,4 +152,5 @@ def container_faults(real_nodes):
         container_pid=bind(containerfaults.pid, real_nodes),
         read_log=bind(containerfaults.read_log, real_nodes),
         lose_disk=bind(containerfaults.lose_disk, real_nodes),
+        flood_log=bind(containerfaults.flood_log, real_nodes),
     )
