@@ -97,13 +97,13 @@ def thaw(layout: Layout, namespace: str, pod: str, container: str | None = None)
     containerd.ctr(socket, "tasks", "resume", container_id, timeout=30)
 
 
-def _log_folder(layout: Layout, pod: dict, container: str) -> pathlib.Path:
+def _log_folder(layout: Layout, namespace: str, found: dict, container: str) -> pathlib.Path:
     """Where the pod's node's kubelet keeps the container's log files."""
-    meta = pod["metadata"]
+    meta = found["metadata"]
     return (
-        realnodes.node_dir(layout, _node_index(pod))
+        realnodes.node_dir(layout, _node_index(found))
         / "pod-logs"
-        / f"{meta['namespace']}_{meta['name']}_{meta['uid']}"
+        / f"{namespace}_{meta['name']}_{meta['uid']}"
         / container
     )
 
@@ -112,7 +112,7 @@ def flood_log(layout: Layout, namespace: str, pod: str, container: str, size: in
     """Writes `size` bytes of real data (not a sparse file) into the container's log folder,
     beside its `<restart>.log` files, as a container flooding its log would: the kubelet counts
     the folder toward the container's ephemeral storage. Returns the file."""
-    folder = _log_folder(layout, _pod(layout, namespace, pod), container)
+    folder = _log_folder(layout, namespace, _pod(layout, namespace, pod), container)
     if not folder.is_dir():
         raise ContainerFaultFailed(f"{namespace}/{pod}: no log folder for {container!r} at {folder}")
     flood = folder / "flood"
@@ -133,7 +133,7 @@ def read_log(layout: Layout, namespace: str, pod: str, container: str) -> str:
         return ""
     if not found["spec"].get("nodeName"):
         return ""
-    folder = _log_folder(layout, found, container)
+    folder = _log_folder(layout, namespace, found, container)
     files = sorted(folder.glob("*.log"), key=lambda f: int(f.stem) if f.stem.isdigit() else -1)
     lines, partial = [], ""
     for file in files:
