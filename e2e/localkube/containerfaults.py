@@ -1,4 +1,4 @@
-"""Container faults for real nodes (`up --nodes real`), through the pod's node's containerd:
+"""Container faults for real nodes (`up`), through the pod's node's containerd:
 
     crash(layout, "ns", "etcd-0", "etcd")      SIGKILL to the container's process; the kubelet restarts it
     freeze(...), thaw(...)                     the container's cgroup frozen (runc pause) and thawed

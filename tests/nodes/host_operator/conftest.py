@@ -143,7 +143,7 @@ def operator(operator_process, namespace):
 
 @pytest.fixture(scope="package")
 def container_faults(real_nodes):
-    """Container faults on the real nodes, under the node agent's names (nodeagent.faults)."""
+    """Container faults on the real nodes (localkube.containerfaults), for this package's tests."""
     bind = functools.partial
     return types.SimpleNamespace(
         crash_container=bind(containerfaults.crash, real_nodes),
