@@ -94,7 +94,7 @@ image: venv ## the operator's OCI image archive, without Docker (needs mmdebstra
 images: venv testbin ## the images real nodes run (pause, etcd, busybox, operator) as OCI archives
 	@PYTHONPATH=e2e $(PY) -m images build
 
-chart-crds: ## copy crds/ into the Helm chart (tests/nodes/host_operator/test_helm_release.py checks they match)
+chart-crds: ## copy crds/ into the Helm chart (tests/nodes/host_operator/control_plane/test_helm_release.py checks they match)
 	@cp crds/etcd*.yaml charts/etcd-operator/crds/
 
 docs: venv ## regenerate docs/reference/fields.md from crds/ (tests/unit/test_docs_fields_reference.py checks it)

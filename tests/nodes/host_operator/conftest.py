@@ -1,7 +1,6 @@
 """The operator as a process on the host against the real nodes, for the tests that kill it at
 fault points, freeze it, run several replicas or shards of it, or crash, freeze and wipe its
-members' containers; and the tests that need only the control plane (the CRDs' validation,
-server-side dry runs of the manifests, the chart and the pods the operator builds). Most are
+members' containers; and, in control_plane/, the tests that need only the control plane. Most are
 marked `substrate`, so `make test` runs them in its host lane, while the chart's tests use the
 same real nodes in the other run; test_restore and test_auth are marked `real_nodes` and run
 at the end of the chart's run, so that the two runs take about as long. The instance is shared

@@ -16,7 +16,7 @@ from tests.support.helm import CHART, helm
 from tests.support.kubectl import kubectl
 
 pytestmark = pytest.mark.substrate
-ROOT = pathlib.Path(__file__).resolve().parents[3]
+ROOT = pathlib.Path(__file__).resolve().parents[4]
 PRESETS = [None] + sorted(p.name for p in (CHART / "ci").glob("*-values.yaml"))
 RELEASE = "etcd-operator-chart"  # not "etcd-operator": never adopts objects of deploy/
 

@@ -10,7 +10,7 @@ import yaml
 from tests.support.kubectl import kubectl
 
 pytestmark = pytest.mark.substrate
-ROOT = pathlib.Path(__file__).resolve().parents[3]
+ROOT = pathlib.Path(__file__).resolve().parents[4]
 
 
 def kubernetes_manifests(folder: str) -> list[pathlib.Path]:

@@ -17,7 +17,7 @@ from tests.support.kubectl import kubectl, kubectl_json
 
 pytestmark = pytest.mark.substrate
 
-CRDS = pathlib.Path(__file__).resolve().parents[3] / "crds"
+CRDS = pathlib.Path(__file__).resolve().parents[4] / "crds"
 GROUP = "etcd.operator.dev/v1alpha1"
 
 VALID = {
