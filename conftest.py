@@ -45,9 +45,10 @@ def pytest_collection_modifyitems(config, items):
     session's real nodes are up only while needed): first the modules that fault nodes, and
     what takes the nodes down, `real_nodes(takes_them_down=True)`, after all of it. The
     operator-process tests on the real nodes (tests/nodes/host_operator) run after the other
-    tests of their run. So, in `make test`, the node faults run while the other run is on its
-    etcd processes and containerd (tests/etcd_processes, e2e/tests), and the two wait for each
-    other's hold on the nodes as little as can be (shared_real_nodes)."""
+    tests of their run, those that need only the control plane (host_operator/control_plane,
+    which hold no node) first. So, in `make test`, the node faults run while the other run is on
+    its etcd processes, its containerd and the control plane, and the two wait for each other's
+    hold on the nodes as little as can be (shared_real_nodes)."""
     host_operator = [item for item in items if HOST_OPERATOR_TESTS in item.path.parents]
     items[:] = [item for item in items if item not in host_operator] + host_operator
     marked = [item for item in items if item.get_closest_marker("real_nodes")]
