@@ -148,8 +148,8 @@ def _in_force(namespace: str, seconds: int) -> bool:
 
 
 @contextlib.contextmanager
-def slow_stops(namespace: str, seconds: int) -> Iterator[None]:
-    """While the block runs, every pod created in `namespace` stops `seconds` late."""
+def serving(seconds: int) -> Iterator[tuple[int, bytes]]:
+    """The webhook over TLS at 127.0.0.1, while the block runs: (its port, its CA as PEM)."""
     ca, cert, key = _serving_pair()
     with tempfile.TemporaryDirectory(prefix="slow-stops-") as folder:
         with open(f"{folder}/tls.crt", "wb") as file:
@@ -163,15 +163,24 @@ def slow_stops(namespace: str, seconds: int) -> Iterator[None]:
     server.socket = context.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    name = f"slow-stops-{namespace}"
     try:
-        kubectl("apply", "-f", "-", input=json.dumps(_configuration(name, namespace, port, ca)))
-        wait_for(lambda: _in_force(namespace, seconds), 30, interval=0.5, what="the preStop webhook in force")
-        yield
+        yield port, ca
     finally:
-        kubectl("delete", "mutatingwebhookconfiguration", name, "--ignore-not-found")
         server.shutdown()
         server.server_close()
+
+
+@contextlib.contextmanager
+def slow_stops(namespace: str, seconds: int) -> Iterator[None]:
+    """While the block runs, every pod created in `namespace` stops `seconds` late."""
+    name = f"slow-stops-{namespace}"
+    with serving(seconds) as (port, ca):
+        try:
+            kubectl("apply", "-f", "-", input=json.dumps(_configuration(name, namespace, port, ca)))
+            wait_for(lambda: _in_force(namespace, seconds), 30, interval=0.5, what="the preStop webhook in force")
+            yield
+        finally:
+            kubectl("delete", "mutatingwebhookconfiguration", name, "--ignore-not-found")
 
 
 def pre_stop_seconds(pod: dict) -> int | None:
