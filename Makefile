@@ -50,10 +50,8 @@ host-packages: ## install the Debian packages the local default needs (as root; 
 	@hack/host-packages.sh
 
 # Three real nodes (containerd, runc, kubelet, kube-proxy in network namespaces; e2e/README.md).
-# NODES=agent: the process node agent instead (no root needed; the demo needs real nodes).
-NODES ?= real
-up: $(if $(filter real,$(NODES)),host-packages) venv testbin-up ## start the local control plane, MinIO and three real nodes (NODES=agent: the node agent); harmless when up
-	@$(LOCALKUBE) up --nodes $(NODES)
+up: host-packages venv testbin-up ## start the local control plane, MinIO and three real nodes; harmless when up
+	@$(LOCALKUBE) up
 
 down: venv ## stop everything the local default started, and the tests' substrates (PURGE=1: delete their data too)
 	@$(LOCALKUBE) down $(if $(PURGE),--purge)
@@ -96,7 +94,7 @@ image: venv ## the operator's OCI image archive, without Docker (needs mmdebstra
 images: venv testbin ## the images real nodes run (pause, etcd, busybox, operator) as OCI archives
 	@PYTHONPATH=e2e $(PY) -m images build
 
-chart-crds: ## copy crds/ and the alerting rules into the Helm chart (tests/substrate/test_helm_release.py, tests/unit/test_runbook_urls.py check they match)
+chart-crds: ## copy crds/ and the alerting rules into the Helm chart (tests/nodes/host_operator/control_plane/test_helm_release.py, tests/unit/test_runbook_urls.py check they match)
 	@cp crds/etcd*.yaml charts/etcd-operator/crds/
 	@cp deploy/monitoring/prometheusrules.yaml charts/etcd-operator/files/
 

@@ -1,13 +1,13 @@
 """Shared hooks and the one shared fixture: the order of the real-node tests, what they measured,
 each test's outcome for the fixtures that print diagnostics, and a fresh namespace per test.
 
-Nothing here imports the test harness (e2e/localkube, e2e/nodeagent, e2e/bench, e2e/images), so
-the pure tiers (tests/unit, tests/sim) run without it (tests/unit/test_tiers_stand_alone.py).
+Nothing here imports the test harness (e2e/localkube, e2e/bench, e2e/images), so the pure
+tiers (tests/unit, tests/sim) run without it (tests/unit/test_tiers_stand_alone.py).
 The tiers that need the harness register its fixtures from their own conftest:
-tests/support/substrate_fixtures.py (the node agent's substrate: tests/substrate, e2e/tests)
-and tests/support/real_nodes_fixtures.py (the session's real nodes and the chart's release:
-tests/nodes, e2e/journeys, e2e/scenarios, and the real nodes' own tests in e2e/tests).
-Neither is the instance `make up` runs: `make test` leaves the demo alone."""
+tests/support/real_nodes_fixtures.py (the session's real nodes and the chart's release:
+tests/nodes, e2e/journeys, e2e/scenarios, and the harness's own tests in e2e/tests), or the
+package's own (tests/nodes/host_operator). Neither is the instance `make up` runs: `make test`
+leaves the demo alone."""
 
 from __future__ import annotations
 
@@ -51,8 +51,10 @@ def pytest_collection_modifyitems(config, items):
     session's real nodes are up only while needed): first the modules that fault nodes, and
     what takes the nodes down, `real_nodes(takes_them_down=True)`, after all of it. The
     operator-process tests on the real nodes (tests/nodes/host_operator) run after the other
-    tests of their run. So, in `make test`, the node faults run while the other run is on the
-    node agent, and neither waits for the other's hold on the nodes (shared_real_nodes)."""
+    tests of their run, those that need only the control plane (host_operator/control_plane,
+    which hold no node) first. So, in `make test`, the node faults run while the other run is on
+    its etcd processes, its containerd and the control plane, and the two wait for each other's
+    hold on the nodes as little as can be (shared_real_nodes)."""
     host_operator = [item for item in items if HOST_OPERATOR_TESTS in item.path.parents]
     items[:] = [item for item in items if item not in host_operator] + host_operator
     marked = [item for item in items if item.get_closest_marker("real_nodes")]
@@ -73,7 +75,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture
 def namespace(request, kube_api, explain_failure):
     """A fresh namespace for one test, deleted afterwards; logs are dumped on failure. The tier
-    gives `kube_api` and `explain_failure` (tests/support/substrate_fixtures.py, e2e/target.py)."""
+    gives `kube_api` and `explain_failure` (e2e/target.py)."""
     from kubernetes import client
 
     core = client.CoreV1Api(kube_api)

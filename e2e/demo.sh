@@ -12,11 +12,6 @@ source "$STATE/env"
 PY=.venv/bin/python
 NS=${DEMO_NAMESPACE:-demo}
 
-if [[ "$(cat "$STATE/nodes-mode" 2>/dev/null)" != real ]]; then
-  echo "demo: the substrate in $STATE runs the node agent, and the demo runs on real nodes:" \
-    "\`make down\`, then \`make demo\`" >&2
-  exit 1
-fi
 helm() { HELM_CACHE_HOME=$PWD/.helm/cache HELM_CONFIG_HOME=$PWD/.helm/config HELM_DATA_HOME=$PWD/.helm/data \
   "$ETCD_OPERATOR_TESTBIN/helm/helm" "$@"; }
 if ! helm status etcd-operator -n etcd-operator >/dev/null 2>&1; then

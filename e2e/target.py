@@ -1,6 +1,5 @@
 """Where the e2e tiers (journeys, scenarios) run: their fixtures, which e2e/journeys/conftest.py
-and e2e/scenarios/conftest.py take from here (the harness's own tests in e2e/tests run on the
-node agent's substrate instead).
+and e2e/scenarios/conftest.py take from here.
 
 - unset E2E_TARGET: on the session's real nodes (`real_nodes`, tests/support/real_nodes_fixtures.py,
   shared with tests/nodes), against the operator the chart installs there (`operator_release`:

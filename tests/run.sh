@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # `make test`: ruff, mypy (hack/typecheck.py) and import-linter first, then three pytest runs side by side, so
 # that the second core works while the others wait on clusters:
-#   - the tests with operator processes on the host (marked substrate): first those against the
-#     real nodes (tests/nodes/host_operator), then those on the node agent's substrate (its own
-#     instance: tests/substrate, and the harness's own in e2e/tests); reported here as they run;
+#   - the host lane (marked substrate): etcd processes on the host (tests/etcd_processes) and a
+#     containerd of its own (e2e/tests), then the operator as processes on the host against the
+#     real nodes and the tests that need only their control plane (tests/nodes/host_operator);
+#     reported here as they run;
 #   - the tests on the real nodes with the chart's release, reported after; the two runs share
-#     the real-node instance (tests/support/shared_real_nodes.py);
+#     the one real-node instance (tests/support/shared_real_nodes.py), and no test starts another;
 #   - the pure tests (unit, simulator, image, checker and the harness's pure ones in e2e/tests;
 #     no substrate), niced, reported last.
 # With arguments, one pytest run of exactly those, as before.
@@ -49,9 +50,9 @@ timed "$pure_log.seconds" nice -n 10 "$python" -m pytest -p no:cacheprovider -m 
   >"$pure_log" 2>&1 &
 pure=$!
 trap 'kill "$real" "$pure" 2>/dev/null; exit 130' INT TERM
-agent_seconds_file="$(mktemp -t agent-tests-seconds.XXXXXX)"
-timed "$agent_seconds_file" "$python" -m pytest -m "substrate and not real_nodes"
-agent_rc="$(status $?)"
+host_seconds_file="$(mktemp -t host-tests-seconds.XXXXXX)"
+timed "$host_seconds_file" "$python" -m pytest -m "substrate and not real_nodes"
+host_rc="$(status $?)"
 wait "$real"
 real_rc="$(status $?)"
 wait "$pure"
@@ -60,11 +61,10 @@ echo "=================== the tests on the real nodes ==================="
 cat "$real_log"
 echo "=================== the pure tests (unit, simulator, image, checker) ==================="
 cat "$pure_log"
-echo "tests: node agent exit $agent_rc, real nodes exit $real_rc, pure exit $pure_rc"
-echo "tests: lint ${lint_seconds}s; lanes side by side: host operators and node agent" \
-  "$(cat "$agent_seconds_file")s, real nodes and the chart $(cat "$real_log.seconds")s," \
-  "pure $(cat "$pure_log.seconds")s"
-for rc in "$agent_rc" "$real_rc" "$pure_rc"; do
+echo "tests: host lane exit $host_rc, real nodes exit $real_rc, pure exit $pure_rc"
+echo "tests: lint ${lint_seconds}s; lanes side by side: host operators $(cat "$host_seconds_file")s," \
+  "real nodes and the chart $(cat "$real_log.seconds")s, pure $(cat "$pure_log.seconds")s"
+for rc in "$host_rc" "$real_rc" "$pure_rc"; do
   [[ $rc -eq 0 ]] || exit "$rc"
 done
 exit 0

@@ -260,7 +260,7 @@ class Ours(Side):
 
     def __init__(self, layout, namespace: str):
         self.namespace = namespace
-        self.operator = OperatorProcess(layout, namespace)
+        self.operator = OperatorProcess(layout, namespace, resolver=layout.node_network.dns_address)
 
     def start(self) -> None:
         self.operator.start()

@@ -269,34 +269,36 @@ class ScaleBench:
     def __init__(self):
         from localkube import layout as localkube_layout
 
-        self.layout = localkube_layout.current(localkube_layout.NODE_AGENT_ROOT)  # the tests' node agent
+        self.layout = localkube_layout.current(localkube_layout.REAL_NODES_TEST_ROOT)  # the tests' real nodes
         self.namespace = f"scale-{uuid.uuid4().hex[:6]}"
         self.operator = None
-        self.started_substrate = False
+        self.use = None
         self.created = 0
         self.reactions: dict[int, list[Reaction]] = {}
         self.samples: list[Sample] = []
 
     def __enter__(self) -> ScaleBench:
         from localkube import controlplane
-        from tests.support import crds
+        from localkube import layout as localkube_layout
+        from tests.support import crds, shared_real_nodes
         from tests.support.kubectl import kubectl
         from tests.support.operator_process import OperatorProcess
 
         os.environ[controlplane.AUDIT_ENV] = "1"
-        self.started_substrate = not controlplane.apiserver_ready(self.layout)
-        controlplane.up(self.layout, nodes="agent")  # restarts a kube-apiserver that has no audit log
+        # `up` restarts a kube-apiserver that has no audit log.
+        self.use = shared_real_nodes.SharedUse(localkube_layout.REAL_NODES_TEST_ROOT, self.layout).start()
         os.environ["LOCALKUBE_STATE_DIR"] = str(self.layout.state_dir)
         self.audit = AuditLog(controlplane.audit_log_path(self.layout))
         os.environ["KUBECONFIG"] = str(self.layout.kubeconfig)
         crds.install()
         kubectl("create", "namespace", self.namespace)
-        self.operator = OperatorProcess(self.layout, self.namespace, python=OPERATOR_PYTHON).start()
+        self.operator = OperatorProcess(
+            self.layout, self.namespace, python=OPERATOR_PYTHON, resolver=self.layout.node_network.dns_address
+        ).start()
         self.environment = operator_environment(OPERATOR_PYTHON)
         return self
 
     def __exit__(self, *exc) -> None:
-        from localkube import controlplane
         from tests.support.kubectl import kubectl
         from tests.support.waiting import wait_for
 
@@ -306,8 +308,7 @@ class ScaleBench:
         finally:
             self.operator.stop()
             kubectl("delete", "namespace", self.namespace, "--wait=false", check=False)
-            if self.started_substrate:
-                controlplane.down(self.layout)
+            self.use.end()  # down, unless a run of the tests uses the nodes too
 
     # --- clusters ---
 

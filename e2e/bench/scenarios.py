@@ -17,10 +17,9 @@ import uuid
 from etcd_operator.clients.etcd.client import EtcdMemberClient
 from etcd_operator.core.buffer_budget import DEFAULT_LIMIT_BYTES
 from etcd_operator.core.timefmt import parse_time
-from localkube import controlplane, processes
+from localkube import containerfaults, controlplane, processes
 from localkube import layout as localkube_layout
-from nodeagent import faults
-from tests.support import crds
+from tests.support import crds, shared_real_nodes
 from tests.support.clusters import apply_cluster, get_cluster, is_healthy, member_endpoints, patch_spec, wait_healthy
 from tests.support.kubectl import kubectl, kubectl_json
 from tests.support.operator_process import OperatorProcess
@@ -108,21 +107,22 @@ def _fill_to(endpoint: str, target_mib: int, start: int) -> int:
 
 class Bench:
     def __init__(self):
-        self.layout = localkube_layout.current(localkube_layout.NODE_AGENT_ROOT)  # the tests' node agent
+        self.layout = localkube_layout.current(localkube_layout.REAL_NODES_TEST_ROOT)  # the tests' real nodes
         self.namespace = f"bench-{uuid.uuid4().hex[:6]}"
         self.s3_prefix = f"bench/{self.namespace}"
         self.rows: list[tuple[str, str, str]] = []
         self.operator: OperatorProcess | None = None
-        self.started_substrate = False
+        self.use: shared_real_nodes.SharedUse | None = None
 
     def __enter__(self) -> Bench:
-        self.started_substrate = not controlplane.apiserver_ready(self.layout)
-        controlplane.up(self.layout, nodes="agent")
+        self.use = shared_real_nodes.SharedUse(localkube_layout.REAL_NODES_TEST_ROOT, self.layout).start()
         os.environ["KUBECONFIG"] = str(self.layout.kubeconfig)
         os.environ["LOCALKUBE_STATE_DIR"] = str(self.layout.state_dir)
         crds.install()
         kubectl("create", "namespace", self.namespace)
-        self.operator = OperatorProcess(self.layout, self.namespace).start()
+        self.operator = OperatorProcess(
+            self.layout, self.namespace, resolver=self.layout.node_network.dns_address
+        ).start()
         create_credentials_secret(self.layout, self.namespace)
         return self
 
@@ -138,8 +138,7 @@ class Bench:
         self.operator.stop()
         kubectl("delete", "namespace", self.namespace, "--wait=false", check=False)
         self._delete_bench_objects()
-        if self.started_substrate:
-            controlplane.down(self.layout)
+        self.use.end()  # down, unless a run of the tests uses the nodes too
 
     def _delete_bench_objects(self) -> None:
         client = s3_client(self.layout)
@@ -270,7 +269,7 @@ class Bench:
         name = f"c3-{CLUSTER_RUNS}"
         pod = sorted(m["name"] for m in get_cluster(self.namespace, name)["status"]["members"])[0]
         start = time.monotonic()
-        faults.crash_container(self.namespace, pod, "etcd")
+        containerfaults.crash(self.layout, self.namespace, pod, "etcd")
         wait_for(
             lambda: (
                 not all(m["healthy"] for m in get_cluster(self.namespace, name)["status"]["members"])
@@ -442,7 +441,7 @@ class Bench:
             del data
             _recycle_page_cache(self.layout.state_dir)
             store_cpu = _cpu_seconds(store_pid)
-            source_pid = faults.container_pid(self.namespace, "big-0", "etcd")
+            source_pid = containerfaults.pid(self.layout, self.namespace, "big-0", "etcd")
             source_cpu = _tree_cpu_seconds(source_pid)
             record = self._backup(f"large-{run}")
             record["storeCpuSeconds"] = _cpu_seconds(store_pid) - store_cpu

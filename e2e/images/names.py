@@ -7,7 +7,7 @@ from __future__ import annotations
 PAUSE = "registry.k8s.io/pause:3.10"
 # etcd_operator/core/cluster/spec.py DEFAULT_REPOSITORY; the tag is `v<version>` (EtcdSpec.image).
 ETCD_REPOSITORY = "gcr.io/etcd-development/etcd"
-# e2e/tests/test_nodeagent.py uses busybox:1.36.
+# The local-path helper pod and e2e/tests/test_real_nodes.py use busybox:1.36.
 BUSYBOX = "docker.io/library/busybox:1.36"
 # The cluster DNS and the volume provisioner, named as upstream publishes them; the tag is the
 # version e2e/testbin/<recipe>/go.mod pins (names.coredns(), names.local_path_provisioner()).

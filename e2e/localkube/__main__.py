@@ -11,15 +11,7 @@ from localkube import controlplane, layout, processes
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="localkube", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    up = sub.add_parser("up", help="start whatever is not running yet (harmless when already up)")
-    up.add_argument(
-        "--nodes",
-        choices=["agent", "real"],
-        default=None,
-        help="real: three real nodes (containerd, kubelet, kube-proxy) in network "
-        "namespaces, what `make up` asks for; agent: the process node agent, what "
-        "an instance without a recorded mode runs; also LOCALKUBE_NODES; kept until `down`",
-    )
+    sub.add_parser("up", help="start whatever is not running yet, the three real nodes too (harmless when up)")
     down = sub.add_parser("down", help="stop everything and check that no port stays bound")
     down.add_argument("--purge", action="store_true", help="also delete the data and logs")
     sub.add_parser("status", help="show each component")
@@ -29,11 +21,11 @@ def main(argv: list[str] | None = None) -> int:
     where = layout.current()
     if args.command == "up":
         try:
-            controlplane.up(where, nodes=args.nodes)
-        except (processes.PortTaken, controlplane.ModeConflict) as e:
+            controlplane.up(where)
+        except processes.PortTaken as e:
             print(f"localkube: {e}", file=sys.stderr)
             return 2
-        pods = where.node_network.pods_cidr if controlplane.real_nodes(where) else where.pod_cidr
+        pods = where.node_network.pods_cidr
         print(
             f"localkube is up (apiserver {controlplane.apiserver_url(where)}, "
             f"S3 {controlplane.s3_endpoint(where)}, pods in {pods})",

@@ -1,9 +1,10 @@
-"""Container faults for real nodes (`up --nodes real`), through the pod's node's containerd:
+"""Container faults for real nodes (`up`), through the pod's node's containerd:
 
     crash(layout, "ns", "etcd-0", "etcd")      SIGKILL to the container's process; the kubelet restarts it
     freeze(...), thaw(...)                     the container's cgroup frozen (runc pause) and thawed
     pid(...)                                   the container's process on the host, or None
     read_log(...)                              its output across restarts, from the kubelet's files
+    flood_log(..., size)                       its log folder grown by `size` bytes, as a flooding log
     lose_disk(layout, "ns", "data-etcd-0")     empties the local-path folder behind a claim
 
 Each reads the pod (its node and container ID) or the claim's volume from the API server.
@@ -96,6 +97,33 @@ def thaw(layout: Layout, namespace: str, pod: str, container: str | None = None)
     containerd.ctr(socket, "tasks", "resume", container_id, timeout=30)
 
 
+def _log_folder(layout: Layout, namespace: str, found: dict, container: str) -> pathlib.Path:
+    """Where the pod's node's kubelet keeps the container's log files."""
+    meta = found["metadata"]
+    return (
+        realnodes.node_dir(layout, _node_index(found))
+        / "pod-logs"
+        / f"{namespace}_{meta['name']}_{meta['uid']}"
+        / container
+    )
+
+
+def flood_log(layout: Layout, namespace: str, pod: str, container: str, size: int) -> pathlib.Path:
+    """Writes `size` bytes of real data (not a sparse file) into the container's log folder,
+    beside its `<restart>.log` files, as a container flooding its log would: the kubelet counts
+    the folder toward the container's ephemeral storage. Returns the file."""
+    folder = _log_folder(layout, namespace, _pod(layout, namespace, pod), container)
+    if not folder.is_dir():
+        raise ContainerFaultFailed(f"{namespace}/{pod}: no log folder for {container!r} at {folder}")
+    flood = folder / "flood"
+    chunk = b"x" * (1 << 20)
+    with open(flood, "wb") as file:
+        for _ in range(size >> 20):
+            file.write(chunk)
+        file.write(b"x" * (size & ((1 << 20) - 1)))
+    return flood
+
+
 def read_log(layout: Layout, namespace: str, pod: str, container: str) -> str:
     """The container's output (stdout and stderr) across its restarts, as the kubelet wrote
     it (its files `<restart>.log`, CRI prefixes taken off); "" before it started."""
@@ -105,12 +133,7 @@ def read_log(layout: Layout, namespace: str, pod: str, container: str) -> str:
         return ""
     if not found["spec"].get("nodeName"):
         return ""
-    folder = (
-        realnodes.node_dir(layout, _node_index(found))
-        / "pod-logs"
-        / f"{namespace}_{pod}_{found['metadata']['uid']}"
-        / container
-    )
+    folder = _log_folder(layout, namespace, found, container)
     files = sorted(folder.glob("*.log"), key=lambda f: int(f.stem) if f.stem.isdigit() else -1)
     lines, partial = [], ""
     for file in files:

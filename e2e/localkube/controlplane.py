@@ -1,6 +1,5 @@
 """Starts and stops the local substrate: etcd for the API server, kube-apiserver,
-kube-controller-manager, MinIO and the process node agent (or, with real nodes, the
-nodes of localkube.realnodes instead of the node agent)."""
+kube-controller-manager, MinIO and the real nodes of localkube.realnodes."""
 
 from __future__ import annotations
 
@@ -12,17 +11,15 @@ import pathlib
 import secrets
 import shutil
 import ssl
-import sys
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
 
 from localkube import pki, processes
-from localkube.layout import REPO_ROOT, Layout
+from localkube.layout import Layout
 
-SERVICE_CIDR = "10.0.0.0/24"
-# `up --nodes real` (or LOCALKUBE_NODES=real) records the mode here until `down`.
+# `up` records here that the instance has its real nodes, until `down` (e2e/demo.sh reads it).
 NODES_MODE_FILE = "nodes-mode"
 S3_BUCKET = "etcd-backups"
 S3_REGION = "us-east-1"
@@ -50,8 +47,6 @@ class Component:
     env: Callable[[Layout], dict[str, str]] = lambda layout: {}
     # True when a running process must be restarted to get the argv now wanted.
     outdated: Callable[[Layout, int], bool] = lambda layout, pid: False
-    # False when this node mode does without the component (stopped if running).
-    wanted: Callable[[Layout], bool] = lambda layout: True
 
 
 # --- readiness probes -----------------------------------------------------------------
@@ -88,11 +83,11 @@ def real_nodes(layout: Layout) -> bool:
 
 def apiserver_host(layout: Layout) -> str:
     """Real nodes' pods reach the apiserver on the host side of their bridge."""
-    return layout.node_network.bridge_address if real_nodes(layout) else "127.0.0.1"
+    return layout.node_network.bridge_address
 
 
 def service_cidr(layout: Layout) -> str:
-    return layout.node_network.service_cidr if real_nodes(layout) else SERVICE_CIDR
+    return layout.node_network.service_cidr
 
 
 def apiserver_url(layout: Layout) -> str:
@@ -255,7 +250,8 @@ def _etcd_argv(layout: Layout) -> list[str]:
 
 
 def _serves_other_mode(layout: Layout, pid: int) -> bool:
-    """A running apiserver or controller-manager started for the other node mode."""
+    """A running apiserver or controller-manager started for another service range (by a
+    checkout from before the node agent was retired)."""
     try:
         argv = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
@@ -265,15 +261,6 @@ def _serves_other_mode(layout: Layout, pid: int) -> bool:
 
 def _apiserver_mode_args(layout: Layout) -> list[str]:
     k = layout.pki_dir
-    if not real_nodes(layout):
-        return [
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
-            "--authorization-mode=RBAC",
-            # The lease reconciler would publish 127.0.0.1 as the kubernetes Service endpoint,
-            # which endpoints validation refuses (loopback); pods get the address directly.
-            "--endpoint-reconciler-type=none",
-        ]
     address = layout.node_network.bridge_address
     return [
         f"--bind-address={address}",
@@ -336,11 +323,7 @@ def _controller_manager_argv(layout: Layout) -> list[str]:
 
 
 def _controller_selection(layout: Layout) -> list[str]:
-    if real_nodes(layout):
-        return []
-    # Pod IPs are loopback addresses here, which EndpointSlices may not hold; the node
-    # agent resolves Services from pods itself (e2e/nodeagent/README.md).
-    return ["--controllers=*,-endpointslice-controller,-endpoints-controller,-endpointslice-mirroring-controller"]
+    return []
 
 
 def _minio_argv(layout: Layout) -> list[str]:
@@ -364,19 +347,6 @@ def minio_environment(layout: Layout) -> dict[str, str]:
         "MINIO_UPDATE": "off",
         "MINIO_API_REQUESTS_DEADLINE": "60s",
         "MINIO_KMS_SECRET_KEY": minio_kms_secret(layout),
-    }
-
-
-def _node_agent_argv(layout: Layout) -> list[str]:
-    return [sys.executable, "-m", "nodeagent"]
-
-
-def _node_agent_env(layout: Layout) -> dict[str, str]:
-    return {
-        "KUBECONFIG": str(component_kubeconfig(layout, "node-agent")),
-        "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "e2e"), str(REPO_ROOT)]),
-        "LOCALKUBE_STATE_DIR": str(layout.state_dir),
-        "ETCD_OPERATOR_TESTBIN": str(layout.testbin),
     }
 
 
@@ -409,14 +379,6 @@ def components() -> list[Component]:
             lambda where: _http_ok(f"{s3_endpoint(where)}/minio/health/live"),
             minio_environment,
         ),
-        Component(
-            "node-agent",
-            lambda where: {"health": where.ports.node_agent},
-            _node_agent_argv,
-            lambda where: _http_ok(f"http://127.0.0.1:{where.ports.node_agent}/healthz"),
-            _node_agent_env,
-            wanted=lambda where: not real_nodes(where),
-        ),
     ]
 
 
@@ -437,7 +399,7 @@ def write_env_file(layout: Layout) -> None:
     values = {
         "KUBECONFIG": str(layout.kubeconfig),
         "ETCD_OPERATOR_TESTBIN": str(layout.testbin),
-        "LOCALKUBE_POD_CIDR": layout.pod_cidr,
+        "LOCALKUBE_POD_CIDR": layout.node_network.pods_cidr,
         "LOCALKUBE_STATE_DIR": str(layout.state_dir),
         "PATH": f"{layout.testbin / 'kube'}:{layout.testbin / 'etcd-3.6'}:$PATH",
         **s3_environment(layout),
@@ -447,77 +409,18 @@ def write_env_file(layout: Layout) -> None:
     layout.env_file.chmod(0o600)
 
 
-class ModeConflict(RuntimeError):
-    """`up` in a node mode that the running instance or its stored objects do not fit."""
+def up(layout: Layout, only: set[str] | None = None) -> None:
+    from localkube import realnodes
 
-
-# In the data directory, kept by `down` and removed with it by `down --purge`.
-STORE_MODE_FILE = "store-made-for"
-
-
-def _claim_store(layout: Layout) -> None:
-    """The API server's store keeps the objects of the node mode it was made with (the node
-    agent's StorageClass, volumes and nodes are not real nodes' ones), so a store made for the
-    other mode is refused by name instead of half-working. A store from before this record was
-    made for real nodes if they left their directories, else for the node agent."""
-    mode = "real" if real_nodes(layout) else "agent"
-    record = layout.data_dir / STORE_MODE_FILE
-    if record.exists():
-        made_for = record.read_text().strip()
-    else:
-        if (layout.data_dir / "apiserver-etcd").exists():
-            made_for = "real" if (layout.state_dir / "nodes").exists() else "agent"
-        else:
-            made_for = mode
-        record.write_text(made_for + "\n")
-    if made_for != mode:
-        names = {"agent": "the node agent", "real": "real nodes"}
-        raise ModeConflict(
-            f"the API server's store in {layout.data_dir} was made for {names[made_for]}, not for "
-            f"{names[mode]}; `make down PURGE=1` deletes it with the volumes' data, then `make up` "
-            f"(or keep it: `make up NODES={made_for}`)"
-        )
-
-
-def _record_mode(layout: Layout, nodes: str | None) -> None:
-    """An explicit mode (argument, else LOCALKUBE_NODES) is kept until `down`; without one
-    the mode already recorded stays."""
-    nodes = nodes or os.environ.get("LOCALKUBE_NODES") or None
-    if nodes is None:
-        return
-    if nodes not in ("agent", "real"):
-        raise ValueError(f"unknown node mode {nodes!r} (agent or real)")
-    path = layout.state_dir / NODES_MODE_FILE
-    if nodes == "real":
-        path.write_text("real\n")
-    elif real_nodes(layout):
-        raise ModeConflict("real nodes are up; `make down` before switching back to the node agent")
-
-
-def up(layout: Layout, only: set[str] | None = None, nodes: str | None = None) -> None:
     for d in (layout.state_dir, layout.logs_dir, layout.run_dir, layout.data_dir):
         d.mkdir(parents=True, exist_ok=True)
-    was_real = real_nodes(layout)
-    _record_mode(layout, nodes)
-    try:
-        _claim_store(layout)
-    except ModeConflict:
-        if not was_real:  # nothing started in the mode just recorded
-            (layout.state_dir / NODES_MODE_FILE).unlink(missing_ok=True)
-        raise
-    if real_nodes(layout):
-        from localkube import realnodes
-
-        realnodes.prepare_host(layout)
+    (layout.state_dir / NODES_MODE_FILE).write_text("real\n")
+    realnodes.prepare_host(layout)
     pki.ensure(layout.pki_dir)
     write_kubeconfig(layout, layout.kubeconfig, "admin")
-    for user in ("controller-manager", "node-agent"):
-        write_kubeconfig(layout, component_kubeconfig(layout, user), user)
+    write_kubeconfig(layout, component_kubeconfig(layout, "controller-manager"), "controller-manager")
     for component in components():
         if only is not None and component.name not in only:
-            continue
-        if not component.wanted(layout):
-            processes.stop(layout.run_dir, component.name)
             continue
         pid = processes.running(layout.run_dir, component.name)
         if pid and component.outdated(layout, pid):
@@ -540,9 +443,7 @@ def up(layout: Layout, only: set[str] | None = None, nodes: str | None = None) -
         _wait_ready(layout, component, pid)
         if component.name == "minio":
             ensure_bucket(layout)
-    if real_nodes(layout) and only is None:
-        from localkube import realnodes
-
+    if only is None:
         realnodes.up(layout)
     write_env_file(layout)
 
@@ -563,11 +464,6 @@ def down(layout: Layout, purge: bool = False) -> list[str]:
     # Anything else started against this substrate (the demo's operator) goes too.
     for pid_path in layout.run_dir.glob("*.pid"):
         processes.stop(layout.run_dir, pid_path.stem)
-    # A node agent killed hard leaves pod processes behind; they are tracked by pid file.
-    pods_dir = layout.run_dir / "pods"
-    if pods_dir.exists():
-        for pid_path in pods_dir.glob("*.pid"):
-            processes.stop(pods_dir, pid_path.stem, grace=5)
     for component in components():
         for purpose, port in component.ports(layout).items():
             if processes.port_in_use(port):

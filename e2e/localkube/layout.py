@@ -1,12 +1,11 @@
 """Where the local substrate keeps its files and which ports and addresses it uses.
 
-Every instance gets its own port block and its own 127.X.0.0/16 pod range, derived
-from its root's path, so two checkouts on one machine do not collide. Real nodes
-(`up --nodes real`) get a 10.Y.0.0/16 of their own, derived the same way.
+Every instance gets its own port block, derived from its root's path, so two checkouts on
+one machine do not collide; its real nodes get a 10.Y.0.0/16 of their own, derived the same way.
 
-A checkout's default instance (`make up`) is rooted at the checkout; the tests' instances are
-rooted below its `.localkube`: the node agent's (NODE_AGENT_ROOT) and the real nodes'
-(REAL_NODES_TEST_ROOT), so that `make test` never touches what `make up` runs.
+A checkout's default instance (`make up`) is rooted at the checkout; the tests' instance is
+rooted below its `.localkube` (REAL_NODES_TEST_ROOT), so that `make test` never touches what
+`make up` runs.
 """
 
 from __future__ import annotations
@@ -18,7 +17,6 @@ import pathlib
 import subprocess
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
-NODE_AGENT_ROOT = REPO_ROOT / ".localkube" / "node-agent"
 REAL_NODES_TEST_ROOT = REPO_ROOT / ".localkube" / "realnodes-test"
 PORT_BLOCK_SIZE = 20
 FIRST_PORT_BASE = 20000
@@ -35,7 +33,6 @@ class Ports:
     controller_manager: int
     minio: int
     minio_console: int
-    node_agent: int
     operator_health: int
     operator_metrics: int
     kube_scheduler: int
@@ -132,10 +129,6 @@ class Layout:
     @property
     def env_file(self) -> pathlib.Path:
         return self.state_dir / "env"
-
-    @property
-    def pod_cidr(self) -> str:
-        return f"127.{self.pod_subnet_octet}.0.0/16"
 
     def binary(self, recipe: str, name: str) -> pathlib.Path:
         return self.testbin / recipe / name

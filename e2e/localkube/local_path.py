@@ -1,6 +1,5 @@
 """PVCs on real nodes: rancher's local-path-provisioner (the one kind ships), run as a pod
-from the image e2e/images builds, with the default StorageClass `localkube` (the name the
-node agent's provisioner uses, so manifests and tests do not depend on the node mode).
+from the image e2e/images builds, with the default StorageClass `localkube`.
 
 Each node keeps its volumes under its own folder of the checkout
 (.localkube/nodes/node-<i>/local-path), so that `down --purge` removes them with the rest.

@@ -1,4 +1,4 @@
-"""Node faults for real nodes (`up --nodes real`): stop a node, partition it, heal it.
+"""Node faults for real nodes (`up`): stop a node, partition it, heal it.
 
 stop(layout, "node-2")       kubelet, kube-proxy, containers and containerd die, as at power-off
 partition(layout, "node-2")  the node drops every packet on its link (inside its own namespace)

@@ -131,7 +131,6 @@ def ensure(pki: pathlib.Path) -> None:
     clients = {
         "admin": _name("localkube-admin", "system:masters"),
         "controller-manager": _name("system:kube-controller-manager"),
-        "node-agent": _name("localkube-node-agent", "system:masters"),
     }
     for stem, subject in clients.items():
         if not (pki / f"{stem}.crt").exists():

@@ -1,6 +1,6 @@
 """What a user does with the operator, end to end, against the operator running as a pod under
 its ServiceAccount, as the Helm chart installs it (so the real API server enforces the shipped
-RBAC). Portable: no node-agent fault helpers and no direct access to pod IPs, so the same file
+RBAC). Portable: no node fault helpers and no direct access to pod IPs, so the same file
 runs on kind. Where it runs: e2e/target.py.
 
 `make test` runs this file directly on the session's real nodes (E2E_TARGET unset: it brings

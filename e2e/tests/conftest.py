@@ -1,17 +1,16 @@
 """The test harness's own tests: the local control plane and its layout (e2e/localkube), the
-node agent (e2e/nodeagent), the real nodes (e2e/localkube/realnodes: test_real_nodes.py), the
-images and their OCI writer (e2e/images), the pure parts of the scale and continuous benches
-(e2e/bench), and the sharing of the real nodes between the runs of `make test`
+real nodes (e2e/localkube/realnodes: test_real_nodes.py, test_localkube.py), the images and
+their OCI writer (e2e/images), the pure parts of the scale and continuous benches (e2e/bench),
+and the sharing of the real nodes between the runs of `make test`
 (tests/support/shared_real_nodes.py).
-Most are pure and run with the unit tests; those marked `substrate` run on the node agent's
-substrate (tests/support/substrate_fixtures.py), with tests/substrate, and those marked
-`real_nodes` on the session's real nodes (tests/support/real_nodes_fixtures.py)."""
+Most are pure and run with the unit tests; those marked `real_nodes` run on the session's real
+nodes (tests/support/real_nodes_fixtures.py); test_containerd_import.py, marked `substrate`,
+runs a containerd of its own in the host lane."""
 
 from __future__ import annotations
 
-from tests.support import real_nodes_fixtures, substrate_fixtures
+from tests.support import real_nodes_fixtures
 
 
 def pytest_configure(config):
-    substrate_fixtures.register(config)
     real_nodes_fixtures.register(config)

@@ -123,7 +123,7 @@ def test_requests_of_the_operators_user_under_another_agent_are_named():
         by("admin", "kubectl/v1.35.4"),  # the bench itself
         by("admin", "OpenAPI-Generator/36.1.0/python"),  # a client without the operator's agent
         by("admin", "OpenAPI-Generator/36.1.0/python", at=-5),  # outside the window
-        by("node-agent", "Python/3.11 aiohttp/3.14.5"),  # another user
+        by("kube-scheduler", "Python/3.11 aiohttp/3.14.5"),  # another user
     ]
     assert scale.unattributed_agents(events, T0, T0 + 60) == {"OpenAPI-Generator/36.1.0/python": 1}
 

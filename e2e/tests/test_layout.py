@@ -57,12 +57,12 @@ def test_real_node_ranges_nest_in_the_block_without_overlapping():
 
 
 def test_without_a_root_the_instance_is_the_one_its_state_directory_names(tmp_path, monkeypatch):
-    """A nested instance's processes (its node agent, the helpers of its tests) are given only
+    """A nested instance's processes (the helpers of its tests) are given only
     LOCALKUBE_STATE_DIR; they must find that instance's ports, not the checkout's."""
     monkeypatch.setenv("ETCD_OPERATOR_TESTBIN", str(tmp_path / "testbin"))
     for name in ("LOCALKUBE_PORT_BASE", "LOCALKUBE_POD_OCTET", "LOCALKUBE_NODE_OCTET"):
         monkeypatch.delenv(name, raising=False)
-    nested = tmp_path / ".localkube" / "node-agent"
+    nested = tmp_path / ".localkube" / "realnodes-test"
     monkeypatch.setenv("LOCALKUBE_STATE_DIR", str(nested / ".localkube"))
     assert layout.current() == layout.current(nested)
     assert layout.current().state_dir == nested / ".localkube"

@@ -1,41 +1,47 @@
-"""The local control plane itself: a real API server that is ready, a namespace
-controller that finishes deletions, and an idempotent `up`."""
+"""The local control plane itself, on the session's real nodes: a real API server that is
+ready, a namespace controller that finishes deletions and a controller manager that makes
+service accounts, and an idempotent `up`."""
 
 from __future__ import annotations
 
-import os
 import socket
-import subprocess
+import uuid
 
 import pytest
 
 from localkube import controlplane, processes
 from tests.support.kubectl import kubectl
 
-pytestmark = pytest.mark.substrate
+pytestmark = [pytest.mark.substrate, pytest.mark.real_nodes]
 
 
-def test_readyz_is_ok(substrate):
+def test_readyz_is_ok(kubectl_on_real_nodes):
     assert kubectl("get", "--raw", "/readyz").stdout.strip() == "ok"
 
 
-def test_namespace_create_and_delete_completes(substrate):
-    kubectl("create", "namespace", "localkube-ns-check")
-    kubectl("delete", "namespace", "localkube-ns-check", "--wait=true", "--timeout=60s")
-    gone = kubectl("get", "namespace", "localkube-ns-check", check=False)
+def test_namespace_create_and_delete_completes(kubectl_on_real_nodes):
+    name = f"localkube-ns-check-{uuid.uuid4().hex[:5]}"
+    kubectl("create", "namespace", name)
+    kubectl("delete", "namespace", name, "--wait=true", "--timeout=60s")
+    gone = kubectl("get", "namespace", name, check=False)
     assert gone.returncode != 0 and "NotFound" in gone.stderr
 
 
-def test_controller_manager_creates_default_service_account(namespace):
-    kubectl(
-        "wait", "--for=jsonpath={.metadata.name}=default", "-n", namespace, "serviceaccount/default", "--timeout=30s"
-    )
+def test_controller_manager_creates_default_service_account(kubectl_on_real_nodes):
+    name = f"localkube-sa-check-{uuid.uuid4().hex[:5]}"
+    kubectl("create", "namespace", name)
+    try:
+        kubectl(
+            "wait", "--for=jsonpath={.metadata.name}=default", "-n", name, "serviceaccount/default", "--timeout=30s"
+        )
+    finally:
+        kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 
-def test_up_twice_is_harmless(substrate):
-    before = controlplane.status(substrate)
-    controlplane.up(substrate)
-    assert controlplane.status(substrate) == before
+def test_up_twice_is_harmless(real_nodes, real_nodes_use):
+    before = controlplane.status(real_nodes)
+    real_nodes_use.up_again()
+    assert controlplane.status(real_nodes) == before
 
 
 def test_taken_port_is_named_clearly():
@@ -46,14 +52,3 @@ def test_taken_port_is_named_clearly():
         with pytest.raises(processes.PortTaken) as taken:
             processes.require_free_ports("kube-apiserver", {"https": port}, patience=0.5)
     assert f"port {port}" in str(taken.value) and "kube-apiserver" in str(taken.value)
-
-
-def test_the_demo_refuses_the_node_agent_and_says_how_to_get_real_nodes(substrate):
-    """`make demo` runs on real nodes; on a substrate left in node-agent mode (`make up
-    NODES=agent`) it changes nothing and names the way out."""
-    root = controlplane.REPO_ROOT
-    env = {**os.environ, "LOCALKUBE_STATE_DIR": str(substrate.state_dir), "DEMO_NAMESPACE": "demo-refused"}
-    run = subprocess.run([str(root / "e2e" / "demo.sh")], cwd=root, env=env, capture_output=True, text=True, timeout=60)
-    assert run.returncode == 1, run.stdout + run.stderr
-    assert "runs the node agent" in run.stderr and "make down" in run.stderr, run.stderr
-    assert kubectl("get", "namespace", "demo-refused", check=False).returncode != 0

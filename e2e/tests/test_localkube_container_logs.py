@@ -1,5 +1,5 @@
-"""The real nodes' `read_log` gives a container's output as the node agent's does: every
-restart's file in order, the kubelet's CRI prefixes taken off, partial lines joined."""
+"""The real nodes' `read_log` gives a container's output: every restart's file in order, the
+kubelet's CRI prefixes taken off, partial lines joined."""
 
 from __future__ import annotations
 

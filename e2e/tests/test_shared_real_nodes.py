@@ -15,7 +15,7 @@ class Instance:
     def __init__(self):
         self.running, self.ups, self.downs = False, 0, 0
 
-    def up(self, where, nodes):
+    def up(self, where):
         if not self.running:
             self.running, self.ups = True, self.ups + 1
 

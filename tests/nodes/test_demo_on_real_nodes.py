@@ -2,7 +2,7 @@
 image built here), and the demo passes: a 3-member TLS cluster, its first backup in MinIO, a key
 written and read back with etcdctl on the host by the client Service's name. Run again, it
 changes nothing. Here the script runs against the session's real nodes (the same
-`up --nodes real` as `make up`, in the tests' own instance); on the node agent it refuses."""
+`up` as `make up`, in the tests' own instance)."""
 
 from __future__ import annotations
 

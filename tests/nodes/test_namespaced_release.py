@@ -1,6 +1,7 @@
 """The namespaced install on real nodes: the chart with `rbac.scope=namespaced` (a Role in the
-watched namespace, CRD discovery cluster-wide, nothing else; tests/substrate/test_helm_release.py
-checks it renders deploy-namespaced/) runs create, scale, backup and restore into a new cluster
+watched namespace, CRD discovery cluster-wide, nothing else;
+tests/nodes/host_operator/control_plane/test_helm_release.py checks it renders
+deploy-namespaced/) runs create, scale, backup and restore into a new cluster
 in a namespace that enforces the `restricted` Pod Security level, with runc confining every pod
 it makes. Its objects carry its shard's label and finalizer, so the session's release leaves
 them alone; the restore's new cluster is held by it from its creation."""

@@ -368,7 +368,7 @@ HANDLERS: dict[type, Callable] = {
     a.AbandonQuorumRecovery: do_finish_recovery,  # both clear status.operation
     # Certificates and status.tls are not modelled: the simulated clusters are plaintext
     # (a hand-built Observed records transport http), so the planner never asks for these;
-    # tests/unit/test_tls_plan.py covers their decisions and tests/substrate/test_tls.py their effects.
+    # tests/unit/test_tls_plan.py covers their decisions and tests/nodes/host_operator/test_tls.py their effects.
     a.RecordTransport: do_nothing,
     a.RecordPeerIdentity: do_nothing,
     a.IssueCertificate: do_nothing,

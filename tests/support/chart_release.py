@@ -47,6 +47,77 @@ def restricted_namespace(name: str) -> None:
     kubectl("apply", "-f", "-", input=json.dumps(namespace))
 
 
+RELEASE_USER = f"system:serviceaccount:{NAMESPACE}:{RELEASE}"
+FENCE_MESSAGE = "the session's chart release is fenced out of this namespace"
+
+
+def _fence(name: str, namespace: str) -> list[dict]:
+    """A ValidatingAdmissionPolicy refusing every write of the release's user to the
+    EtcdClusters of `namespace`, and its binding."""
+    group = "admissionregistration.k8s.io/v1"
+    policy = {
+        "failurePolicy": "Fail",
+        "matchConstraints": {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+            "resourceRules": [
+                {
+                    "apiGroups": ["etcd.operator.dev"],
+                    "apiVersions": ["*"],
+                    "operations": ["CREATE", "UPDATE", "DELETE"],
+                    "resources": ["etcdclusters", "etcdclusters/status"],
+                }
+            ],
+        },
+        "matchConditions": [{"name": "the-release", "expression": f"request.userInfo.username == '{RELEASE_USER}'"}],
+        "validations": [{"expression": "false", "message": FENCE_MESSAGE}],
+    }
+    return [
+        {"apiVersion": group, "kind": "ValidatingAdmissionPolicy", "metadata": {"name": name}, "spec": policy},
+        {
+            "apiVersion": group,
+            "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": name},
+            "spec": {"policyName": name, "validationActions": ["Deny"]},
+        },
+    ]
+
+
+def _fence_in_force(namespace: str) -> bool:
+    probe = {
+        "apiVersion": "etcd.operator.dev/v1alpha1",
+        "kind": "EtcdCluster",
+        "metadata": {"name": "fence-probe", "namespace": namespace},
+        "spec": {"size": 1},
+    }
+    result = kubectl(
+        "create",
+        "--dry-run=server",
+        f"--as={RELEASE_USER}",
+        "--as-group=system:masters",
+        "-f",
+        "-",
+        input=json.dumps(probe),
+        check=False,
+    )
+    return result.returncode != 0 and FENCE_MESSAGE in result.stderr
+
+
+@contextlib.contextmanager
+def fenced_out(namespace: str):
+    """While the block runs, the session's release (unsharded: it takes every EtcdCluster that
+    no other instance holds) can write no EtcdCluster of `namespace`: for a test whose own
+    operators leave a cluster without an owner for a moment, as a hand-over between shards does."""
+    name = f"release-fenced-out-{namespace}"
+    kubectl(
+        "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": _fence(name, namespace)})
+    )
+    try:
+        wait_for(lambda: _fence_in_force(namespace), 30, interval=0.5, what="the release fenced out")
+        yield
+    finally:
+        kubectl("delete", "validatingadmissionpolicybinding,validatingadmissionpolicy", name, "--ignore-not-found")
+
+
 def delete_namespace(name: str) -> None:
     """Waits until the namespace is gone (up to 120 s), so that it can be created again."""
     kubectl("delete", "namespace", name, "--ignore-not-found", "--timeout=120s", check=False)

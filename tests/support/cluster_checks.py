@@ -1,5 +1,5 @@
 """What the scenario tests check of a plaintext cluster, dialled by its members' pod IPs
-(loopback on the node agent, routed from the host on real nodes): the member list, keys
+(routed from the host on the real nodes): the member list, keys
 under a prefix, the acknowledged writes kept, and a member pod's restarts."""
 
 from __future__ import annotations

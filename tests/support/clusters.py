@@ -14,7 +14,7 @@ FAST_RECOVERY = {"memberUnhealthyTimeout": "30s", "quorumLossTimeout": "15s"}
 
 
 # The scenario tests talk plaintext to members (probes, etcdctl, the acked writer); they ask
-# for plaintext clusters unless the spec says otherwise. TLS clusters: tests/substrate/test_tls.py.
+# for plaintext clusters unless the spec says otherwise. TLS clusters: tests/nodes/host_operator/test_tls.py.
 PLAINTEXT = {"tls": {"enabled": False}}
 
 

@@ -27,11 +27,11 @@ def register(config: pytest.Config) -> None:
 
 @pytest.fixture(scope="session")
 def real_nodes_use():
-    """Real nodes (`localkube up --nodes real`), rooted in <checkout>/.localkube/realnodes-test,
-    so that the checkout's own instance (`make up`) and the node agent's test instance can run
-    beside it; shared with the other pytest runs of `make test` that use it at the same time
-    (tests/support/shared_real_nodes.py); `make down` stops it too. e2e/tests/test_real_nodes.py
-    takes it down after everything else on it, to check the host."""
+    """Real nodes (`localkube up`), rooted in <checkout>/.localkube/realnodes-test, so that the
+    checkout's own instance (`make up`) can run beside it; shared with the other pytest runs of
+    `make test` that use it at the same time (tests/support/shared_real_nodes.py); `make down`
+    stops it too. e2e/tests/test_real_nodes.py takes it down after everything else on it, to
+    check the host."""
     with shared_real_nodes.used(REAL_NODES_ROOT) as use:
         yield use
 

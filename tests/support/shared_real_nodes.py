@@ -1,5 +1,5 @@
 """The tests' real-node instance, shared by the pytest runs of `make test` that use it at once
-(the chart's tests, and the operator processes beside the node agent's tests), with file locks
+(the chart's tests, and the operator processes on the host), with file locks
 in its root:
 
 - `up.lock`, held while one run brings the instance up; the run that finds it down records the
@@ -63,8 +63,13 @@ class SharedUse:
             if not controlplane.apiserver_ready(self.where):
                 self.started_here = True
                 _host_before_file(self.root).write_text(json.dumps(hoststate.snapshot()))
-            controlplane.up(self.where, nodes="real")
+            controlplane.up(self.where)
         return self
+
+    def up_again(self) -> None:
+        """`up` once more, under the lock a run that joins takes for it."""
+        with _locked(self.root / "up.lock", fcntl.LOCK_EX):
+            controlplane.up(self.where)
 
     def host_before(self) -> dict:
         """The host as the run that brought the instance up found it."""

@@ -1,5 +1,6 @@
 """The Helm chart ships the same CRDs as crds/ (`make chart-crds` copies them); caught here
-before any substrate starts. tests/substrate/test_helm_release.py compares the rendered chart."""
+before any substrate starts. tests/nodes/host_operator/control_plane/test_helm_release.py
+compares the rendered chart."""
 
 from __future__ import annotations
 

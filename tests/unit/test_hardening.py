@@ -1,5 +1,5 @@
 """Pod security, NetworkPolicy and S3 credential rules (pure parts; the API server's own
-checks run in tests/substrate/test_hardening.py)."""
+checks run in tests/nodes/host_operator/control_plane/test_hardening.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """README shows one example of each resource, each naming the file in examples/ it comes from:
 what README shows is that file's object, so it passes the same server-side dry run
-(tests/substrate/test_manifests.py)."""
+(tests/nodes/host_operator/control_plane/test_manifests.py)."""
 
 from __future__ import annotations
 

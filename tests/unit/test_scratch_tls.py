@@ -1,7 +1,7 @@
 """The scratch members' throwaway TLS (core/scratch_tls.py): the certificates made inside the
 verification and replay pods, and how those pods wire them (an init container writes them on
 the emptyDir, etcd serves TLS on its unix socket and asks for a client certificate, the
-check and the replay read the client's). The real etcd side: tests/substrate/test_scratch_auth.py."""
+check and the replay read the client's). The real etcd side: tests/etcd_processes/test_scratch_auth.py."""
 
 from __future__ import annotations
 

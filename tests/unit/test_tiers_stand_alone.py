@@ -1,5 +1,5 @@
 """The pure tiers stand alone: tests/unit and tests/sim (and the root conftest, which pytest loads
-for them) import nothing of the test harness — e2e/localkube, e2e/nodeagent, e2e/bench,
+for them) import nothing of the test harness — e2e/localkube, e2e/bench,
 e2e/images, nor any module under e2e/, nor the tests/support modules that import those — so
 they run on a checkout without it. The harness's own tests are in e2e/tests."""
 
@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-BLOCKED_PACKAGES = ("localkube", "nodeagent", "bench", "images")
+BLOCKED_PACKAGES = ("localkube", "bench", "images")
 
 # Run before pytest in a fresh interpreter: any import of a blocked package, or of a module found
 # under e2e/, fails and is reported on stderr. A tests/support module that imports the harness

@@ -1,10 +1,11 @@
 """The operator as a process on the host against the real nodes, for the tests that kill it at
 fault points, freeze it, run several replicas or shards of it, or crash, freeze and wipe its
-members' containers. Most are marked `substrate`, so `make test` runs them after the node
-agent's tests, while the chart's tests use the same real nodes in the other run; test_restore
-and test_auth are marked `real_nodes` and run at the end of the chart's run, so that the two
-runs take about as long. The instance is shared (tests/support/shared_real_nodes.py), from this package's
-first test to its last, and the other run's node faults wait for the test that runs here.
+members' containers; and, in control_plane/, the tests that need only the control plane. Most are
+marked `substrate`, so `make test` runs them in its host lane, while the chart's tests use the
+same real nodes in the other run; test_restore and test_auth are marked `real_nodes` and run
+at the end of the chart's run, so that the two runs take about as long. The instance is shared
+(tests/support/shared_real_nodes.py), from this package's first test to its last, and the other
+run's node faults wait for the test that runs here.
 
 Each operator process is a shard of its own (`claims.HOST_OPERATOR_SHARD`), and every
 EtcdCluster, EtcdBackup and EtcdRestore a test creates is claimed for it (tests/support/claims.py),
@@ -141,7 +142,7 @@ def operator(operator_process, namespace):
 
 @pytest.fixture(scope="package")
 def container_faults(real_nodes):
-    """Container faults on the real nodes, under the node agent's names (nodeagent.faults)."""
+    """Container faults on the real nodes (localkube.containerfaults), for this package's tests."""
     bind = functools.partial
     return types.SimpleNamespace(
         crash_container=bind(containerfaults.crash, real_nodes),
@@ -150,4 +151,5 @@ def container_faults(real_nodes):
         container_pid=bind(containerfaults.pid, real_nodes),
         read_log=bind(containerfaults.read_log, real_nodes),
         lose_disk=bind(containerfaults.lose_disk, real_nodes),
+        flood_log=bind(containerfaults.flood_log, real_nodes),
     )

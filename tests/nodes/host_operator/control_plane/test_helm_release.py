@@ -16,7 +16,7 @@ from tests.support.helm import CHART, helm
 from tests.support.kubectl import kubectl
 
 pytestmark = pytest.mark.substrate
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[4]
 PRESETS = [None] + sorted(p.name for p in (CHART / "ci").glob("*-values.yaml"))
 RELEASE = "etcd-operator-chart"  # not "etcd-operator": never adopts objects of deploy/
 
@@ -26,7 +26,7 @@ def render(*args: str) -> list[dict]:
     return [d for d in yaml.safe_load_all(out) if d]
 
 
-def test_helm_lint_passes_for_every_preset(substrate):
+def test_helm_lint_passes_for_every_preset():
     for preset in PRESETS:
         extra = ["-f", str(CHART / "ci" / preset)] if preset else []
         result = helm("lint", "--strict", str(CHART), *extra, check=False)
@@ -34,7 +34,7 @@ def test_helm_lint_passes_for_every_preset(substrate):
 
 
 @pytest.mark.parametrize("preset", PRESETS, ids=lambda p: p or "default")
-def test_every_values_preset_passes_server_side_dry_run(substrate, preset):
+def test_every_values_preset_passes_server_side_dry_run(preset):
     extra = ["-f", str(CHART / "ci" / preset)] if preset else []
     docs = render("-n", "default", *extra)
     watched = {d["metadata"].get("namespace") for d in docs} - {None, "default"}
@@ -48,7 +48,7 @@ def test_every_values_preset_passes_server_side_dry_run(substrate, preset):
     assert result.returncode == 0, result.stderr
 
 
-def test_namespaced_rbac_refuses_globs(substrate):
+def test_namespaced_rbac_refuses_globs():
     result = helm(
         "template",
         RELEASE,
@@ -69,7 +69,7 @@ def deploy_variants() -> list[pathlib.Path]:
 
 
 @pytest.mark.parametrize("variant", deploy_variants(), ids=lambda p: str(p.relative_to(ROOT)))
-def test_chart_and_deploy_grant_and_run_the_same(substrate, variant):
+def test_chart_and_deploy_grant_and_run_the_same(variant):
     """No drift between the chart and deploy/: the same permissions, the same pod spec, the
     same CRDs and the same kinds of objects. The chart's values are read off the variant."""
     deploy = [d for d in yaml.safe_load_all(kubectl("kustomize", str(variant)).stdout) if d]

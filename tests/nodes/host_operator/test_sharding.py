@@ -2,7 +2,9 @@
 behind its own Lease: each reconciles its own cluster to health and never touches the other's,
 neither with a write of its own nor through kopf's finalizer. A cluster relabelled out of its
 shard stops being worked on but stays held (its finalizer) until another shard asks for it;
-then the old shard lets go, and only then does the new one take it."""
+then the old shard lets go, and only then does the new one take it. On the shared real nodes
+the session's chart release, which is no shard and takes whatever no instance holds, is fenced
+out of the test's namespace (`chart_release.fenced_out`)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import urllib.request
 import pytest
 
 from etcd_operator.core.shard import HANDOVER_ANNOTATION, shard_from_settings
+from tests.support import chart_release
 from tests.support.clusters import PLAINTEXT, wait_healthy
 from tests.support.kubectl import kubectl, kubectl_json
 from tests.support.operator_process import OperatorProcess
@@ -79,7 +82,7 @@ class FinalizerRecorder:
         return states[states.index(True) :].count(False) > 0 if True in states else False
 
 
-def shard_operator(substrate, namespace: str, shard: str) -> OperatorProcess:
+def shard_operator(real_nodes, namespace: str, shard: str) -> OperatorProcess:
     env = {
         "LEADER_ELECTION": "true",
         "POD_NAMESPACE": namespace,
@@ -87,7 +90,9 @@ def shard_operator(substrate, namespace: str, shard: str) -> OperatorProcess:
         "SHARD_NAME": shard,
         "SHARD_SELECTOR": SHARDS[shard],
     }
-    return OperatorProcess(substrate, namespace, identity=f"shard-{shard}", env=env)
+    return OperatorProcess(
+        real_nodes, namespace, identity=f"shard-{shard}", env=env, resolver=real_nodes.node_network.dns_address
+    )
 
 
 def lease_holder(namespace: str, shard: str) -> str:
@@ -124,8 +129,15 @@ def writes_naming(log: str, name: str) -> list[str]:
     return [line for line in log.splitlines() if WRITE_TRACE in line and f"/{name}" in line]
 
 
-def test_two_shards_never_touch_each_others_clusters(substrate, namespace, kube_api):
-    operators = {shard: shard_operator(substrate, namespace, shard) for shard in SHARDS}
+@pytest.fixture
+def fenced_namespace(namespace):
+    with chart_release.fenced_out(namespace):
+        yield namespace
+
+
+def test_two_shards_never_touch_each_others_clusters(real_nodes, fenced_namespace, kube_api):
+    namespace = fenced_namespace
+    operators = {shard: shard_operator(real_nodes, namespace, shard) for shard in SHARDS}
     recorder = FinalizerRecorder(kube_api, namespace).start()
     try:
         for operator in operators.values():
@@ -232,9 +244,9 @@ def test_two_shards_never_touch_each_others_clusters(substrate, namespace, kube_
             operator.stop()
 
 
-def test_an_invalid_shard_setting_stops_the_operator_at_start_up(substrate, namespace):
+def test_an_invalid_shard_setting_stops_the_operator_at_start_up(real_nodes, namespace):
     operator = OperatorProcess(
-        substrate, namespace, identity="bad-selector", env={"SHARD_NAME": "a", "SHARD_SELECTOR": "shard in (a"}
+        real_nodes, namespace, identity="bad-selector", env={"SHARD_NAME": "a", "SHARD_SELECTOR": "shard in (a"}
     )
     operator.start()
     assert operator.wait_exit(30) == 2

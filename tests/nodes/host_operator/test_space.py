@@ -1,8 +1,8 @@
-"""Space on the substrate: member PVCs grow with spec.storage.size (the localkube
-StorageClass allows expansion; its provisioner completes resizes as an external resizer
-would), the quota derived from the volume follows once every volume grew, shrinking and a
-quota larger than the volume are refused, and a defragmentation asked for by annotation
-covers every member once."""
+"""Space on the real nodes: member PVCs grow with spec.storage.size (a StorageClass of the
+local-path provisioner that allows expansion, with the resizer of tests/support/volume_resizer.py
+in place of a CSI driver's), the quota derived from the volume follows once every volume grew,
+shrinking and a quota larger than the volume are refused, and a defragmentation asked for by
+annotation covers every member once."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from tests.support.clusters import (
 )
 from tests.support.etcd_data import put_markers, read_keys
 from tests.support.kubectl import kubectl, kubectl_json
+from tests.support.volume_resizer import expandable_class
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.substrate
@@ -53,8 +54,17 @@ def refused(namespace: str, name: str, spec: dict) -> str:
     return result.stderr
 
 
-def test_member_pvcs_grow_with_the_spec_and_the_quota_follows(namespace, operator):
-    apply_cluster(namespace, "grow", {"size": 1, "storage": {"size": "1Gi"}})
+@pytest.fixture
+def expandable(namespace):
+    with expandable_class(namespace) as resizer:
+        yield resizer
+    assert resizer.error is None, resizer.error
+
+
+def test_member_pvcs_grow_with_the_spec_and_the_quota_follows(namespace, expandable, operator):
+    apply_cluster(
+        namespace, "grow", {"size": 1, "storage": {"size": "1Gi", "storageClassName": expandable.storage_class}}
+    )
     wait_healthy(namespace, "grow", 1)
     assert quota_arg(namespace, "grow") == {quota.quota_for_disk(1 << 30)}
     markers = put_markers(member_endpoints(namespace, "grow"), "/grow/", 3)
@@ -81,6 +91,7 @@ def test_member_pvcs_grow_with_the_spec_and_the_quota_follows(namespace, operato
     assert "cannot shrink" in refused(namespace, "grow", {"storage": {"size": "1Gi"}})
     assert "larger than the volume can hold" in refused(namespace, "grow", {"etcd": {"quotaBackendBytes": 1 << 30}})
     assert pvc_sizes(namespace, "grow") == [("2Gi", "2Gi")]
+    assert expandable.resized == [(naming.pvc_name(naming.member_name("grow", 0)), "2Gi")]
 
 
 def test_requested_defragmentation_covers_every_member_once(namespace, operator):

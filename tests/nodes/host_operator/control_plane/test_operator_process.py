@@ -1,4 +1,6 @@
-"""`python -m etcd_operator` starts against the real API server and serves liveness."""
+"""`python -m etcd_operator` starts against the real API server and serves liveness. On the
+shared real nodes it is the host's shard and watches only this test's namespace, so the
+session's chart release and it never share a cluster or a Lease."""
 
 from __future__ import annotations
 
@@ -10,15 +12,26 @@ import urllib.request
 
 import pytest
 
+from tests.support import claims
+from tests.support.operator_process import free_port
+
 pytestmark = pytest.mark.substrate
 
 
-def test_operator_starts_and_serves_liveness(substrate, tmp_path):
-    port = substrate.ports.operator_health
+def test_operator_starts_and_serves_liveness(real_nodes, namespace, tmp_path):
+    port = free_port()
     log = open(tmp_path / "operator.log", "wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "etcd_operator"],
-        env={**os.environ, "KUBECONFIG": str(substrate.kubeconfig), "HEALTH_PORT": str(port)},
+        env={
+            **os.environ,
+            **claims.shard_env(claims.HOST_OPERATOR_SHARD),
+            "KUBECONFIG": str(real_nodes.kubeconfig),
+            "WATCH_NAMESPACES": namespace,
+            "POD_NAMESPACE": namespace,
+            "HEALTH_PORT": str(port),
+            "METRICS_PORT": str(free_port()),
+        },
         stdout=log,
         stderr=subprocess.STDOUT,
     )

@@ -25,7 +25,7 @@ from tests.support.kubectl import kubectl
 from tests.support.s3 import s3_storage_spec
 
 pytestmark = pytest.mark.substrate
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[4]
 NAMESPACED = ROOT / "deploy-namespaced"
 OPERATOR_IMAGE = "ghcr.io/etcd-operator/etcd-operator:0.1.0"
 
@@ -43,7 +43,7 @@ def restricted_namespace(namespace):
     kubectl("delete", "clusterrole,clusterrolebinding", f"discovery-{namespace}", "--ignore-not-found")
 
 
-def test_every_pod_the_operator_builds_is_admitted_by_a_restricted_namespace(substrate, restricted_namespace):
+def test_every_pod_the_operator_builds_is_admitted_by_a_restricted_namespace(restricted_namespace):
     """Server-side dry-run goes through admission, PodSecurity included: fast, and it
     names the violated rule when one fails."""
     namespace = restricted_namespace
@@ -97,7 +97,7 @@ def test_every_pod_the_operator_builds_is_admitted_by_a_restricted_namespace(sub
         assert result.returncode == 0, f"{pod['metadata']['name']}: {result.stderr}"
 
 
-def test_the_namespaced_install_passes_server_side_dry_run(substrate, namespace):
+def test_the_namespaced_install_passes_server_side_dry_run(namespace):
     """deploy-namespaced/ as kustomize renders it, with the operator's and the watched
     namespace both moved into this test's namespace."""
     docs = [d for d in yaml.safe_load_all(kubectl("kustomize", str(NAMESPACED)).stdout) if d]
@@ -114,7 +114,7 @@ def test_the_namespaced_install_passes_server_side_dry_run(substrate, namespace)
     assert result.returncode == 0, result.stderr
 
 
-def test_the_network_policy_passes_server_side_dry_run(substrate, namespace):
+def test_the_network_policy_passes_server_side_dry_run(namespace):
     settings = {
         "clientSelector": {"matchExpressions": [{"key": "role", "operator": "In", "values": ["app"]}]},
         "clientNamespaceSelector": {"matchLabels": {"team": "a"}},
@@ -137,8 +137,8 @@ def backup_manifest(namespace: str, s3: dict) -> str:
 
 
 @pytest.mark.parametrize("field,key", [("accessKeyIDKey", "token"), ("secretAccessKeyKey", "ca.crt")])
-def test_a_backup_cannot_name_another_secret_key(substrate, namespace, field, key):
-    s3 = s3_storage_spec(substrate, "x")["s3"]
+def test_a_backup_cannot_name_another_secret_key(real_nodes, namespace, field, key):
+    s3 = s3_storage_spec(real_nodes, "x")["s3"]
     s3["credentialsSecretRef"][field] = key
     result = kubectl("apply", "--dry-run=server", "-f", "-", input=backup_manifest(namespace, s3), check=False)
     assert result.returncode != 0 and f"credentialsSecretRef.{field}" in result.stderr, result.stderr
@@ -155,8 +155,8 @@ def test_a_backup_cannot_name_another_secret_key(substrate, namespace, field, ke
     assert result.returncode != 0 and f"credentialsSecretRef.{field}" in result.stderr, result.stderr
 
 
-def test_an_http_endpoint_needs_insecure(substrate, namespace):
-    s3 = {**s3_storage_spec(substrate, "x")["s3"], "endpoint": "http://s3.example:9000"}
+def test_an_http_endpoint_needs_insecure(real_nodes, namespace):
+    s3 = {**s3_storage_spec(real_nodes, "x")["s3"], "endpoint": "http://s3.example:9000"}
     s3.pop("insecure")
     result = kubectl("apply", "--dry-run=server", "-f", "-", input=backup_manifest(namespace, s3), check=False)
     assert result.returncode != 0 and "needs insecure: true" in result.stderr, result.stderr

@@ -1,7 +1,8 @@
 """A member pod that ended (evicted by its node: phase Failed, reason Evicted, never restarted)
-is re-created on its data, never replaced. It stays on the node agent, which ends a pod as
-a kubelet eviction does (`faults.evict`): the real kubelets here run with no hard eviction
-thresholds, so nothing evicts there."""
+is re-created on its data, never replaced. The eviction is the kubelet's own: the member's
+container has an ephemeral-storage limit and its log folder grows past it (`flood_log`), so
+the kubelet's eviction manager ends the pod, as it does a container that floods its log. The
+real kubelets here run without hard eviction thresholds, so only a limit evicts there."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import pytest
 from kubernetes import watch
 
 from etcd_operator.core.cluster import naming
-from nodeagent import faults
 from tests.support.cluster_view import DESTRUCTIVE_EVENTS, ClusterView, hex_ids
 from tests.support.clusters import apply_cluster, is_healthy, wait_healthy
 from tests.support.etcd_data import put_markers, read_keys
@@ -17,13 +17,28 @@ from tests.support.waiting import wait_for_holding
 
 pytestmark = pytest.mark.substrate
 
+# Small, so that a modest flood passes it; etcd's own log stays far below it meanwhile.
+EPHEMERAL_LIMIT_MIB = 32
+FLOOD_MIB = 48
 
-def test_failed_member_pod_restarts_on_its_data(kube_api, namespace, operator):
+
+def test_failed_member_pod_restarts_on_its_data(kube_api, namespace, operator, container_faults):
     name = "ev"
     victim = naming.member_name(name, 1)
+    resources = {
+        "requests": {"cpu": "100m", "memory": "128Mi", "ephemeral-storage": "0"},
+        "limits": {"ephemeral-storage": f"{EPHEMERAL_LIMIT_MIB}Mi"},
+    }
     # A member unhealthy for 60 s is replaced; one that only lost its pod must be back before, on its data.
     apply_cluster(
-        namespace, name, {"size": 3, "storage": {"size": "1Gi"}, "recovery": {"memberUnhealthyTimeout": "60s"}}
+        namespace,
+        name,
+        {
+            "size": 3,
+            "storage": {"size": "1Gi"},
+            "recovery": {"memberUnhealthyTimeout": "60s"},
+            "pod": {"resources": resources},
+        },
     )
     wait_healthy(namespace, name, 3)
     view = ClusterView(kube_api, namespace, name)
@@ -32,8 +47,9 @@ def test_failed_member_pod_restarts_on_its_data(kube_api, namespace, operator):
     markers = put_markers(view.serving_endpoints(), "/marker/", 5)
 
     since = view.core.read_namespaced_pod(victim, namespace).metadata.resource_version
-    faults.evict(namespace, victim)
+    container_faults.flood_log(namespace, victim, "etcd", FLOOD_MIB << 20)
     # Watched, not polled: the operator restarts a Failed pod within a moment of the event.
+    # The kubelet's eviction manager looks every 10 s.
     evicted = next(
         (
             e["object"]
@@ -49,7 +65,8 @@ def test_failed_member_pod_restarts_on_its_data(kube_api, namespace, operator):
         None,
     )
     assert evicted is not None, f"{victim} never went Failed"
-    assert evicted.status.reason == "Evicted" and evicted.metadata.uid == before.pods[victim]
+    assert evicted.status.reason == "Evicted" and evicted.metadata.uid == before.pods[victim], evicted.status
+    assert "ephemeral" in (evicted.status.message or ""), evicted.status.message
 
     def same_members_and_data() -> None:
         now = view.identity()

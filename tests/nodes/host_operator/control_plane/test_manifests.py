@@ -10,7 +10,7 @@ import yaml
 from tests.support.kubectl import kubectl
 
 pytestmark = pytest.mark.substrate
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[4]
 
 
 def kubernetes_manifests(folder: str) -> list[pathlib.Path]:
@@ -24,12 +24,12 @@ def kubernetes_manifests(folder: str) -> list[pathlib.Path]:
             and not any(d["kind"] == "Kustomization" for d in docs)
             and not any(d["apiVersion"].startswith("monitoring.coreos.com/") for d in docs)
         ):
-            # (deploy/monitoring/ needs the Prometheus Operator's CRDs: tests/substrate/test_monitoring.py)
+            # (deploy/monitoring/ needs the Prometheus Operator's CRDs: tests/nodes/host_operator/test_monitoring.py)
             found.append(path)
     return found
 
 
-def test_the_kustomize_base_passes_server_side_dry_run(substrate, namespace):
+def test_the_kustomize_base_passes_server_side_dry_run(namespace):
     """The whole base as kustomize renders it, moved into this test's namespace (a dry
     run does not create the base's own Namespace for the objects that follow it)."""
     rendered = kubectl("kustomize", str(ROOT / "deploy")).stdout
@@ -59,13 +59,13 @@ def test_the_kustomize_base_passes_server_side_dry_run(substrate, namespace):
 @pytest.mark.parametrize(
     "path", kubernetes_manifests("crds") + kubernetes_manifests("deploy"), ids=lambda p: str(p.relative_to(ROOT))
 )
-def test_deploy_and_crd_manifests_pass_server_side_dry_run(substrate, path):
+def test_deploy_and_crd_manifests_pass_server_side_dry_run(path):
     # Namespaced objects in deploy/ get their namespace from kustomize; use it here too.
     result = kubectl("apply", "--dry-run=server", "-n", "default", "-f", str(path), check=False)
     assert result.returncode == 0, result.stderr
 
 
 @pytest.mark.parametrize("path", kubernetes_manifests("examples"), ids=lambda p: str(p.relative_to(ROOT)))
-def test_examples_pass_server_side_dry_run(substrate, namespace, path):
+def test_examples_pass_server_side_dry_run(namespace, path):
     result = kubectl("apply", "--dry-run=server", "-n", namespace, "-f", str(path), check=False)
     assert result.returncode == 0, result.stderr

@@ -1,2 +1,0 @@
-"""The process node agent: makes pods on the local kube-apiserver run as local
-processes (see README.md in this directory)."""
