@@ -15,7 +15,7 @@ from etcd_operator.core.cluster import builders, naming, quota
 from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.decision import Decision, plan
 from etcd_operator.core.cluster.health import HealthState
-from etcd_operator.core.cluster.observed import Observed
+from etcd_operator.core.cluster.observed import AuthView, Observed
 from etcd_operator.core.cluster.recorded import ClusterStatus
 from etcd_operator.core.cluster.spec import ClusterSpec, Hibernation
 from etcd_operator.core.cluster.status import build_status as cluster_status
@@ -25,6 +25,8 @@ from etcd_operator.core.restore.status import build_status as restore_status
 from tests.unit.cluster_scenarios import NOW, RECORDED, M, decide_accepting, observed, recorded, spec
 
 # --- EtcdCluster ---------------------------------------------------------------------------
+
+RAW_SPEC = {"size": 3, "recovery": {"memberUnhealthyTimeout": "60s", "quorumLossTimeout": "30s"}}
 
 
 def running(s: ClusterSpec, o: Observed, st: ClusterStatus = RECORDED) -> Observed:
@@ -99,6 +101,14 @@ def test_a_refused_spec_change_is_not_ready_with_the_refusals_reason():
     refused = next(cond for cond in decision.conditions if cond.type == "SpecAccepted")
     assert refused.status is False
     assert ready(decision) == (False, refused.reason)
+
+
+def test_authentication_asked_for_and_not_yet_on_is_not_ready():
+    s = ClusterSpec.from_dict({**RAW_SPEC, "auth": {"enabled": True}})  # on a plaintext cluster: it waits
+    o = running(s, observed([M(0), M(1), M(2)]))
+    o = dataclasses.replace(o, auth=AuthView(read=True, enabled=False, users={"root": ("root",)}))
+    decision = plan(s, RECORDED, o, NOW)
+    assert ready(decision) == (False, "Enabling")
 
 
 def test_paused_is_not_ready():

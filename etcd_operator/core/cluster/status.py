@@ -181,6 +181,8 @@ READY_GATES: tuple[tuple[str, bool, frozenset[str]], ...] = (
     ("AuthInSync", True, frozenset({"UnmanagedEntries"})),  # left alone on purpose
     (adoption.CONDITION, True, frozenset({"ForeignMembersKept"})),  # spec.adoption keeps them
 )
+# ... and those whose reason alone says the spec is not in effect yet, whatever their status.
+READY_BLOCKING_REASONS = {"AuthEnabled": frozenset({"Enabling", "Disabling", "Unknown"})}
 
 
 def ready_condition(
@@ -210,6 +212,10 @@ def ready_condition(
         gate = by_type.get(type_)
         if gate is not None and gate.status is not wanted and gate.reason not in tolerated:
             return c.Condition("Ready", False, gate.reason, gate.message or f"{type_} is {gate.status_text}")
+    for type_, reasons in READY_BLOCKING_REASONS.items():
+        gate = by_type.get(type_)
+        if gate is not None and gate.reason in reasons:
+            return c.Condition("Ready", False, gate.reason, gate.message)
     if not isinstance(action, a.Steady):
         progressing = by_type.get("Progressing")
         reason = progressing.reason if progressing is not None and progressing.status else "Waiting"
