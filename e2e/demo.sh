@@ -50,8 +50,10 @@ NAMESPACE=$NS $PY -c 'import os, string, sys; print(string.Template(sys.stdin.re
 echo "waiting for the 3-member cluster to be Available ..."
 kubectl wait -n $NS etcdcluster/demo --for=condition=Available --timeout=300s >/dev/null
 kubectl wait -n $NS etcdcluster/demo --for=jsonpath='{.status.readyMembers}'=3 --timeout=300s >/dev/null
+kubectl wait -n $NS etcdcluster/demo --for=condition=Ready --timeout=300s >/dev/null
 echo "waiting for the first backup ..."
 kubectl wait -n $NS etcdbackup/demo-first-backup --for=jsonpath='{.status.phase}'=Completed --timeout=300s >/dev/null
+kubectl wait -n $NS etcdbackup/demo-first-backup --for=condition=Ready --timeout=60s >/dev/null
 kubectl wait -n $NS etcdbackup/demo-backup --for=jsonpath='{.status.phase}'=Scheduled --timeout=120s >/dev/null
 kubectl get -n $NS etcdclusters,etcdbackups
 echo

@@ -33,6 +33,14 @@ def phase(kind: str, namespace: str, name: str) -> str | None:
     return (kubectl_json("get", kind, name, "-n", namespace).get("status") or {}).get("phase")
 
 
+def ready(kind: str, namespace: str, name: str, timeout: int) -> None:
+    """`kubectl wait --for=condition=Ready`, then the condition speaks of the latest generation."""
+    kubectl("wait", "-n", namespace, f"{kind}/{name}", "--for=condition=Ready", f"--timeout={timeout}s")
+    body = kubectl_json("get", kind, name, "-n", namespace)
+    found = next(c for c in body["status"]["conditions"] if c["type"] == "Ready")
+    assert found["observedGeneration"] == body["metadata"]["generation"] == body["status"]["observedGeneration"]
+
+
 def test_the_namespaced_release_runs_everything_in_a_restricted_namespace(real_nodes, namespace):
     with chart_release.shard_release(
         real_nodes.kubeconfig, RELEASE, [namespace], {}, values={"rbac": {"scope": "namespaced"}}
@@ -70,6 +78,8 @@ def test_the_namespaced_release_runs_everything_in_a_restricted_namespace(real_n
         wait_healthy(namespace, "hd", 1, timeout=300)
         patch_spec(namespace, "hd", {"size": 2})
         wait_healthy(namespace, "hd", 2, timeout=300)
+        # What `kubectl wait` and kstatus (Flux, Argo CD) read: Ready, of the latest generation.
+        ready("etcdcluster", namespace, "hd", 300)
 
         policy = kubectl_json("get", "networkpolicy", network_policy.policy_name("hd"), "-n", namespace)
         assert [o["uid"] for o in policy["metadata"]["ownerReferences"]] == [
@@ -85,13 +95,16 @@ def test_the_namespaced_release_runs_everything_in_a_restricted_namespace(real_n
             {"clusterRef": {"name": "hd"}, "storage": s3_storage_spec(real_nodes, f"tests/{namespace}")},
         )
         wait_for(lambda: phase("etcdbackup", namespace, "b") == "Completed", 180, what="the backup")
+        ready("etcdbackup", namespace, "b", 60)
         apply(
             "EtcdRestore",
             "r",
             {"source": {"backupRef": {"name": "b"}}, "target": {"newCluster": {"name": "hd2", "spec": {"size": 1}}}},
         )  # TLS on
-        wait_for(lambda: phase("etcdrestore", namespace, "r") == "Completed", 300, what="the restore")
+        ready("etcdrestore", namespace, "r", 300)
+        assert phase("etcdrestore", namespace, "r") == "Completed"
         wait_healthy(namespace, "hd2", 1, timeout=300)
+        ready("etcdcluster", namespace, "hd2", 300)
         restored = get_cluster(namespace, "hd2")["metadata"]
         assert restored["finalizers"] == [f"etcd.operator.dev/finalizer-{RELEASE}"]
 

@@ -45,11 +45,19 @@ def the(docs: Iterable[dict], kind: str) -> dict:
     return found[0]
 
 
+OWN_PODS = "<the Deployment's own pods>"
+
+
 def pod_spec(deployment: dict) -> dict[str, Any]:
-    """The pod spec with the container env as a dict; labels and selectors are left out."""
+    """The pod spec with the container env as a dict; labels and selectors are left out: a
+    pod anti-affinity term that selects exactly the Deployment's own pods reads OWN_PODS."""
     spec = copy.deepcopy(deployment["spec"]["template"]["spec"])
     for container in spec["containers"]:
         container["env"] = {e["name"]: {k: v for k, v in e.items() if k != "name"} for e in container.get("env", [])}
+    anti = (spec.get("affinity") or {}).get("podAntiAffinity") or {}
+    for term in anti.get("preferredDuringSchedulingIgnoredDuringExecution") or []:
+        if term["podAffinityTerm"].get("labelSelector") == deployment["spec"]["selector"]:
+            term["podAffinityTerm"]["labelSelector"] = OWN_PODS
     return spec
 
 

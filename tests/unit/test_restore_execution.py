@@ -54,6 +54,7 @@ def test_a_failure_ends_the_restore_with_its_reason():
         "Progressing": ("False", "TargetDataExists"),
         "Failed": ("True", "TargetDataExists"),
         "Completed": ("False", "NotYet"),
+        "Ready": ("False", "Failed"),
     }
 
 
@@ -64,6 +65,7 @@ def test_already_applied_is_its_own_terminal_phase_not_a_failure():
         "Progressing": ("False", "AlreadyApplied"),
         "Failed": ("False", "NoFailure"),
         "Completed": ("False", "AlreadyApplied"),
+        "Ready": ("True", "AlreadyApplied"),
     }
 
 

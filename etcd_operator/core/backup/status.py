@@ -8,7 +8,7 @@ failed, a verification found a backup that differs from its source, a verificati
 verdict in all its attempts, or the schedule is refused). A run's failure stays reported
 until a run succeeds, through every new slot of an outage; a failed or incomplete
 verification's, until a verification gives a verdict; a refused schedule's, until the
-schedule is accepted."""
+schedule is accepted. Ready sums them up for `kubectl wait` and kstatus (ready_condition)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from etcd_operator.core.backup import backoff, object_lock, retention, retry
 from etcd_operator.core.backup import steps as s
 from etcd_operator.core.backup.continuous_status import CONDITION as CONTINUOUS_CONDITION
 from etcd_operator.core.backup.continuous_status import continuous_fields
+from etcd_operator.core.backup.planner import STREAM_DISABLED, STREAM_STOPPED
 from etcd_operator.core.backup.schedule import PROBLEM_REASONS
 from etcd_operator.core.backup.state import VerificationAttempts
 from etcd_operator.core.timefmt import format_time, parse_datetime
@@ -49,9 +50,44 @@ def build_status(
     continuous = continuous or _carried(previous, CONTINUOUS_CONDITION)
     if continuous is not None:
         conditions.append(continuous)
+    conditions.append(ready_condition({**merged, **fields}, conditions))
     fields["conditions"] = c.merge(previous.get("conditions"), conditions, now, generation)
     fields["observedGeneration"] = generation
     return fields
+
+
+def ready_condition(status: Mapping[str, Any], conditions: list[c.Condition]) -> c.Condition:
+    """Ready, the summary `kubectl wait` and kstatus (Flux, Argo CD) read: True when the last
+    backup succeeded and nothing reported since speaks against it (a one-shot backup:
+    Completed; a schedule: its last run; continuous: besides, the writer streams and has held
+    every revision of the cluster at least once on its current chain); False with the reason
+    of what is in the way: Degraded's (a failed run or verification, a refused schedule), the
+    writer's, or, before the first backup, what the backup waits for."""
+    by_type = {cond.type: cond for cond in conditions}
+    degraded = by_type["Degraded"]
+    if degraded.status:
+        return c.Condition("Ready", False, degraded.reason, degraded.message)
+    available, progressing = by_type["Available"], by_type["Progressing"]
+    if not available.status:
+        if progressing.reason != "Idle":
+            return c.Condition("Ready", False, progressing.reason, progressing.message)
+        return c.Condition("Ready", False, available.reason, available.message)
+    stream = by_type.get(CONTINUOUS_CONDITION)
+    if stream is not None and stream.reason not in (STREAM_STOPPED, STREAM_DISABLED):
+        if not stream.status:
+            return c.Condition("Ready", False, stream.reason, stream.message)
+        record = status.get("continuous") or {}
+        chain = record.get("chain")
+        if not chain or (record.get("caughtUp") or {}).get("chain") != chain:
+            return c.Condition(
+                "Ready",
+                False,
+                "CatchingUp",
+                f"chain {chain} has not yet held every revision of the cluster at once",
+            )
+        return c.Condition("Ready", True, "CaughtUp", f"{available.message}; {stream.message}")
+    reason = "Completed" if status.get("phase") == "Completed" else "BackupSucceeded"
+    return c.Condition("Ready", True, reason, available.message)
 
 
 def progress_fields(slot: str, started: str, sent: int, member: str) -> dict[str, Any]:

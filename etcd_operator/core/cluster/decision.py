@@ -37,7 +37,7 @@ from etcd_operator.core.cluster.recorded import (
     known_version,
 )
 from etcd_operator.core.cluster.spec import ClusterSpec, SpecProblem, spec_problems, version_change_problem
-from etcd_operator.core.cluster.status import cluster_conditions
+from etcd_operator.core.cluster.status import cluster_conditions, ready_condition
 
 
 @dataclasses.dataclass(frozen=True)
@@ -197,6 +197,7 @@ def plan(
     if adopted is not None:
         conditions.append(adopted)
     conditions += auth.conditions(spec, status, observed, action, now)
+    conditions.append(ready_condition(spec, observed, health, action, conditions))
     keeps_auth_record = spec.auth.declared or status.auth != AuthRecord()
     return Decision(
         acting,

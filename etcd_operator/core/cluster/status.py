@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from etcd_operator.core import conditions as c
-from etcd_operator.core.cluster import hibernation, naming, tls_plan
+from etcd_operator.core.cluster import adoption, hibernation, naming, ownership, tls_plan
 from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.health import Health, HealthState, member_name
 from etcd_operator.core.cluster.observed import Observed
@@ -169,6 +169,62 @@ def cluster_conditions(
     return result
 
 
+# The conditions that keep Ready False while they are not as given: (type, status, reasons
+# that are the spec's own wish and so do not count against it).
+READY_GATES: tuple[tuple[str, bool, frozenset[str]], ...] = (
+    ("SpecAccepted", True, frozenset()),
+    ("PodSpecAccepted", True, frozenset()),
+    ("RollPaused", False, frozenset()),
+    (ownership.CONDITION, True, frozenset()),
+    ("Alarm", False, frozenset()),
+    ("DatabaseFits", True, frozenset()),
+    ("StorageResized", True, frozenset()),
+    ("VersionSkew", False, frozenset()),
+    ("AuthInSync", True, frozenset({"UnmanagedEntries"})),  # left alone on purpose
+    (adoption.CONDITION, True, frozenset({"ForeignMembersKept"})),  # spec.adoption keeps them
+)
+# ... and those whose reason alone says the spec is not in effect yet, whatever their status.
+READY_BLOCKING_REASONS = {"AuthEnabled": frozenset({"Enabling", "Disabling", "Unknown"})}
+
+
+def ready_condition(
+    spec: ClusterSpec, observed: Observed, health: Health, action: a.Step, conditions: list[c.Condition]
+) -> c.Condition:
+    """Ready, the summary `kubectl wait` and kstatus (Flux, Argo CD) read: True when the
+    cluster is where its latest spec asks, with a quorum and spec.size healthy members and no
+    step left to take, or asleep on request (reason Hibernated: no member serves then, and
+    Available says so); otherwise False with the reason of the first thing in the way."""
+    by_type = {cond.type: cond for cond in conditions}
+    if spec.paused:
+        return c.Condition("Ready", False, "Paused", "reconciliation is paused (spec.paused): the spec is not acted on")
+    if observed.restoring:
+        return c.Condition("Ready", False, "Restoring", f"EtcdRestore {observed.restoring} is replacing the data")
+    asleep = by_type.get("Hibernated")
+    if asleep is not None and asleep.status:
+        if isinstance(action, a.Steady):
+            return c.Condition(
+                "Ready", True, "Hibernated", "hibernated on request: no member runs and no client is served"
+            )
+        return c.Condition("Ready", False, "Hibernating", action.reason)
+    if asleep is not None and asleep.reason in ("Hibernating", "Waking"):
+        return c.Condition("Ready", False, asleep.reason, asleep.message)
+    if health.state != HealthState.HEALTHY:
+        return c.Condition("Ready", False, health.state.value, health.message)
+    for type_, wanted, tolerated in READY_GATES:
+        gate = by_type.get(type_)
+        if gate is not None and gate.status is not wanted and gate.reason not in tolerated:
+            return c.Condition("Ready", False, gate.reason, gate.message or f"{type_} is {gate.status_text}")
+    for type_, reasons in READY_BLOCKING_REASONS.items():
+        gate = by_type.get(type_)
+        if gate is not None and gate.reason in reasons:
+            return c.Condition("Ready", False, gate.reason, gate.message)
+    if not isinstance(action, a.Steady):
+        progressing = by_type.get("Progressing")
+        reason = progressing.reason if progressing is not None and progressing.status else "Waiting"
+        return c.Condition("Ready", False, reason, action.reason)
+    return c.Condition("Ready", True, "Reconciled", health.message)
+
+
 def phase(spec: ClusterSpec, health: Health, action: a.Step, status: ClusterStatus, observed: Observed) -> str:
     if spec.paused:
         return "Paused"
@@ -276,6 +332,8 @@ def build_status(
         "currentVersion": observed.running_version or previous.get("currentVersion", ""),
         "clientURL": f"{naming.scheme(tls_plan.serves_tls(spec, status, observed))}://"
         f"{naming.client_service_host(observed.cluster, observed.namespace)}:{naming.CLIENT_PORT}",
+        # The member pods, for the scale subresource (an HPA or VPA targets the cluster by it).
+        "selector": naming.label_selector(naming.selector_labels(observed.cluster)),
         "noQuorumSince": None if observed.no_quorum_for is None else format_time(now - observed.no_quorum_for),
         "alarms": alarm_entries(observed, health),
         "conditions": c.merge(previous.get("conditions"), conditions, format_time(now), generation),

@@ -46,7 +46,19 @@ def _conditions(phase: str, code: str, message: str) -> list[c.Condition]:
             {"Completed": code, "AlreadyApplied": code}.get(phase, "NotYet"),
             message if phase in ("Completed", "AlreadyApplied") else "",
         ),
+        _ready(phase, code, message),
     ]
+
+
+def _ready(phase: str, code: str, message: str) -> c.Condition:
+    """Ready, for `kubectl wait` and kstatus: True once the data is restored (or was already);
+    False while the restore runs, with the step's reason, and for good after a failure, with
+    reason Failed (the failure's own reason leads the message)."""
+    if phase in ("Completed", "AlreadyApplied"):
+        return c.Condition("Ready", True, code, message)
+    if phase == "Failed":
+        return c.Condition("Ready", False, "Failed", f"{code}: {message}")
+    return c.Condition("Ready", False, code, message)
 
 
 def _code(phase: str, step: s.Step, outcome: Outcome) -> str:

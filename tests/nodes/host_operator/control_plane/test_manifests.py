@@ -43,6 +43,7 @@ def test_the_kustomize_base_passes_server_side_dry_run(namespace):
         "Role",
         "RoleBinding",
         "Deployment",
+        "PodDisruptionBudget",
         "Service",
     }
     for doc in docs:
