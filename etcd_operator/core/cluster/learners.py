@@ -111,6 +111,19 @@ def needs_an_entry(observed: Observed, learner: Member) -> bool:
     return (observed.unhealthy_for.get(name) or 0.0) >= ENTRY_AFTER
 
 
+def entry_for(observed: Observed, learner: Member, name: str, how: str) -> a.AppendEntryForLearner | None:
+    if not needs_an_entry(observed, learner):
+        return None
+    waited = observed.unhealthy_for.get(name) or 0.0
+    return a.AppendEntryForLearner(
+        f"learner {name} has not published itself in {waited:.0f}s: {how}; an entry after its snapshot "
+        f"lets it (etcd moves its applied index only on an entry)",
+        name,
+        learner.id,
+        learner.peer_urls,
+    )
+
+
 def failures_after_removing(record: JoinRecord, member_id: int) -> int:
     """The count once this learner is removed: a removal tried again counts once."""
     return record.failures if member_id == record.last_member_id else record.failures + 1

@@ -414,14 +414,9 @@ def _handle_learners(
                 learner.id,
                 learner_not_caught_up=True,
             )
-        if learners.needs_an_entry(observed, learner):
-            return a.AppendEntryForLearner(
-                f"learner {name} has not published itself in {unhealthy_for or 0.0:.0f}s: {how}; an entry "
-                f"after its snapshot lets it (etcd moves its applied index only on an entry)",
-                name,
-                learner.id,
-                learner.peer_urls,
-            )
+        step = learners.entry_for(observed, learner, name, how)
+        if step:
+            return step
         return a.WaitForLearner(f"learner {name} is catching up: {how}", unhealthy_for or 0.0)
     return None
 
