@@ -158,6 +158,9 @@ def test_a_learner_that_does_not_publish_from_a_snapshot_above_the_gap_gets_one_
     assert "has not published itself in 10s" in step.reason
     cond = condition(o)
     assert (cond.status, cond.reason) == (True, "LearnerUnreachable")
+    assert cond.message == (
+        "learner c-3 does not answer: it has not published itself yet, and etcd serves clients only after"
+    )
 
 
 def test_no_entry_while_it_cannot_be_what_holds_the_learner():

@@ -67,7 +67,10 @@ class Progress:
 
     def describe(self) -> str:
         if not self.answers:
-            return f"learner {self.name} does not answer" + (f" ({self.error})" if self.error else "")
+            unpublished = (
+                "" if self.published else ": it has not published itself yet, and etcd serves clients only after"
+            )
+            return f"learner {self.name} does not answer" + (f" ({self.error})" if self.error else "") + unpublished
         parts = [f"learner {self.name} has applied index {self.applied}"]
         if self.leader_committed is not None:
             parts[0] += f" of the leader's {self.leader_committed} ({self.behind} behind)"

@@ -591,10 +591,21 @@ def test_a_grow_after_a_ca_rotation_settles_while_clients_that_kept_the_old_ca_s
         patch_spec(namespace, CLUSTER, {"size": 3})
         wait_healthy(namespace, CLUSTER, 3, timeout=300)
         before_rotation = workload.successes()
+        annotated = time.monotonic_ns()
         kubectl(
             "annotate", "etcdcluster", CLUSTER, "-n", namespace, "--overwrite", f"{naming.ANNOTATION_ROTATE_CA}=ca-idle"
         )
-        wait_for(lambda: rotated(namespace, "CA", "ca-idle"), 300, interval=2.0, what="the CA rotation to finish")
+        phases: dict[str, float] = {}  # phase -> seconds from the annotation to its first sighting
+
+        def rotation_done():
+            obj = rotated(namespace, "CA", "ca-idle")
+            phase = ((get_cluster(namespace, CLUSTER).get("status") or {}).get("tls") or {}).get("rotation") or {}
+            if phase.get("phase"):
+                phases.setdefault(phase["phase"], (time.monotonic_ns() - annotated) / 1e9)
+            return obj
+
+        wait_for(rotation_done, 300, interval=1.0, what="the CA rotation to finish")
+        rotation_took = (time.monotonic_ns() - annotated) / 1e9
         wait_healthy(namespace, CLUSTER, 3)
         refused_from = workload.successes()
         rotated_grow = timed_grow(namespace)
@@ -605,12 +616,15 @@ def test_a_grow_after_a_ca_rotation_settles_while_clients_that_kept_the_old_ca_s
     ran = time.monotonic() - began
     operations = workload.operations
     verdict = check(operations, visualize=str(tmp_path / "history"))
+    last = max((o.returned for o in operations if o.returned is not None and o.call >= annotated), default=annotated)
     print(
         f"\n{len(operations)} operations in {ran:.0f}s ({len(operations) / ran:.0f}/s), "
         f"{before_rotation} succeeded before the rotation, {after_rotation} during the rotated grow, "
         f"{unknown_outcomes(operations)} puts of unknown outcome, failed calls by code: {dict(workload.errors)}\n"
         f"3 -> 5 without a rotation: {plain_grow:.1f}s; after the CA rotation: {rotated_grow:.1f}s "
-        f"({rotated_grow / plain_grow:.2f}x)\n{verdict.report}"
+        f"({rotated_grow / plain_grow:.2f}x)\nthe rotation took {rotation_took:.0f}s, phases first seen at "
+        f"{ {k: round(v) for k, v in phases.items()} }s; the clients' last success with the old CA "
+        f"{(last - annotated) / 1e9:.0f}s after the annotation\n{verdict.report}"
     )
     assert verdict.linearizable, f"{verdict.report}\nthe history and porcupine's view: {tmp_path}"
     # The case under test: the rotated grow ran with no client writing.
