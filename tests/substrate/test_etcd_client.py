@@ -108,6 +108,15 @@ async def test_a_learner_held_at_its_snapshot_publishes_after_its_peer_urls_are_
     async with EtcdMemberClient(first_member.endpoint) as client:
         for start in range(0, learners.MAX_APPLY_GAP + 1000, 100):
             await asyncio.gather(*(client.put(f"/k/{n}".encode(), b"v") for n in range(start, start + 100)))
+
+        # etcd proposes entries of its own a few seconds after it starts (the cluster
+        # version); one after the snapshot would free the learner: wait until none comes.
+        async def idle():
+            before = (await client.status()).raft_index
+            await asyncio.sleep(5)
+            return (await client.status()).raft_index == before
+
+        await wait_until(idle, timeout=60)
         joiner = EtcdProcess("m1", binary_dir, tmp_path / "m1")
         learner, members = await client.add_learner([joiner.peer_url])
         joiner.start(initial_cluster=",".join(f"{m.name or 'm1'}={m.peer_urls[0]}" for m in members), state="existing")
