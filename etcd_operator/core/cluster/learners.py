@@ -13,7 +13,7 @@ applySnapshot; only an applied entry moves it), while its committed index jumps 
 snapshot's. From a snapshot taken above MAX_APPLY_GAP, its publish is refused until an
 entry committed after the snapshot is applied, and its client port stays shut: the cluster
 grows only while clients write. A CA rotation showed it, because the clients still holding
-the old CA stopped writing. So a learner that has not published a while after its pod runs
+the old CA stopped writing. So a learner that does not answer a while after its pod runs
 gets one entry: the operator updates it to the peer URLs it has (ENTRY_AFTER).
 
 A learner removed because it did not catch up is counted in status.learnerJoins. The next
@@ -67,10 +67,11 @@ class Progress:
 
     def describe(self) -> str:
         if not self.answers:
-            unpublished = (
-                "" if self.published else ": it has not published itself yet, and etcd serves clients only after"
+            return (
+                f"learner {self.name} does not answer"
+                + (f" ({self.error})" if self.error else "")
+                + ": etcd serves clients only once its own publish has succeeded"
             )
-            return f"learner {self.name} does not answer" + (f" ({self.error})" if self.error else "") + unpublished
         parts = [f"learner {self.name} has applied index {self.applied}"]
         if self.leader_committed is not None:
             parts[0] += f" of the leader's {self.leader_committed} ({self.behind} behind)"
@@ -98,12 +99,14 @@ def progress(observed: Observed, learner: Member) -> Progress:
 
 
 def needs_an_entry(observed: Observed, learner: Member) -> bool:
-    """True while a learner may be held at its snapshot (see the module's docstring): it has
-    not published, its pod runs, it has been unhealthy ENTRY_AFTER, and the leader has
-    applied more than MAX_APPLY_GAP entries (a snapshot is taken at the sender's applied
-    index, so a leader below the gap sends none that can hold a learner)."""
+    """True while a learner may be held at its snapshot (see the module's docstring): it does
+    not answer, its pod runs, it has been unhealthy ENTRY_AFTER, and the leader has applied
+    more than MAX_APPLY_GAP entries (a snapshot is taken at the sender's applied index, so a
+    leader below the gap sends none that can hold a learner). Its name in the member list
+    says nothing here: the first publish, forwarded before the snapshot, is often applied by
+    the others while the learner itself, timed out waiting, keeps retrying."""
     name = member_name(observed, learner)
-    if learner.name or name is None:
+    if name is None or learner.id in observed.etcd.statuses:
         return False
     pod = observed.pods.get(name)
     if pod is None or pod.phase != "Running" or pod.deleting:
@@ -119,7 +122,7 @@ def entry_for(observed: Observed, learner: Member, name: str, how: str) -> a.App
         return None
     waited = observed.unhealthy_for.get(name) or 0.0
     return a.AppendEntryForLearner(
-        f"learner {name} has not published itself in {waited:.0f}s: {how}; an entry after its snapshot "
+        f"learner {name} has not served in {waited:.0f}s: {how}; an entry after its snapshot "
         f"lets it (etcd moves its applied index only on an entry)",
         name,
         learner.id,
