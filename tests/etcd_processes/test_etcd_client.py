@@ -13,6 +13,7 @@ import pytest
 from etcd_operator.clients.etcd.client import EtcdError, EtcdMemberClient
 from etcd_operator.clients.etcd.snapshot import SnapshotStream
 from etcd_operator.core.backup.bbolt import snapshot_revision
+from etcd_operator.core.cluster import learners
 from localkube import layout as localkube_layout
 from tests.support.etcd_process import EtcdProcess
 
@@ -93,6 +94,45 @@ async def test_learner_add_promote_remove(first_member, binary_dir, tmp_path):
             joiner.stop()
         _, listed = await client.member_list()
         assert len(listed) == 1
+
+
+@pytest.mark.parametrize("binary_dir", ["3.6"], indirect=True)
+async def test_a_learner_held_at_its_snapshot_publishes_after_its_peer_urls_are_updated(
+    first_member, binary_dir, tmp_path
+):
+    """etcd 3.6 does not move a learner's applied index when it applies the leader's
+    snapshot, only its committed index: from a snapshot above the apply gap (5000 entries)
+    the learner's publish is refused ("too many requests") until an entry after the
+    snapshot is applied, so with no client writing it never serves. A MemberUpdate to the
+    peer URLs it has is such an entry (cluster/learners.py)."""
+    async with EtcdMemberClient(first_member.endpoint) as client:
+        for start in range(0, learners.MAX_APPLY_GAP + 1000, 100):
+            await asyncio.gather(*(client.put(f"/k/{n}".encode(), b"v") for n in range(start, start + 100)))
+
+        # etcd proposes entries of its own a few seconds after it starts (the cluster
+        # version); one after the snapshot would free the learner: wait until none comes.
+        async def idle():
+            before = (await client.status()).raft_index
+            await asyncio.sleep(5)
+            return (await client.status()).raft_index == before
+
+        await wait_until(idle, timeout=60)
+        joiner = EtcdProcess("m1", binary_dir, tmp_path / "m1")
+        learner, members = await client.add_learner([joiner.peer_url])
+        joiner.start(initial_cluster=",".join(f"{m.name or 'm1'}={m.peer_urls[0]}" for m in members), state="existing")
+        try:
+            with pytest.raises(TimeoutError):
+                joiner.wait_healthy(timeout=15)
+            await client.update_peer_urls(learner.id, [joiner.peer_url])
+            joiner.wait_healthy(timeout=15)
+            _, listed = await client.member_list()
+            assert [(m.name, m.peer_urls, m.is_learner) for m in listed if m.id == learner.id] == [
+                ("m1", (joiner.peer_url,), True)
+            ]
+        finally:
+            joiner.stop()
+    log = (tmp_path / "m1.log").read_text()
+    assert "etcdserver: too many requests" in log
 
 
 async def test_adding_a_second_learner_is_refused_while_one_is_pending(first_member, binary_dir, tmp_path):

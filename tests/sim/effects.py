@@ -348,6 +348,8 @@ HANDLERS: dict[type, Callable] = {
     a.CreateMemberPod: do_create_member_pod,
     a.SettleMemberPod: do_settle,
     a.PromoteLearner: do_promote,
+    # The simulated learners publish as soon as they start: none is held at its snapshot.
+    a.AppendEntryForLearner: do_nothing,
     a.RemoveMember: do_remove,
     a.DeleteMemberPod: do_delete_pod,
     a.RestartFailedPod: do_delete_pod,

@@ -153,6 +153,20 @@ def test_a_learner_that_serves_is_promoted_and_the_next_member_waits_for_it():
     assert isinstance(waiting, a.WaitForLearner)
 
 
+def test_an_own_learner_held_at_a_snapshot_of_the_foreign_leader_gets_one_entry():
+    o = observe([Own(0, learner=True, started=False, healthy=False)])
+    leader = o.etcd.statuses[o.etcd.leader_id]
+    busy = dataclasses.replace(leader, raft_index=20_000, raft_applied_index=20_000)
+    o = dataclasses.replace(
+        o,
+        etcd=dataclasses.replace(o.etcd, statuses={**o.etcd.statuses, leader.member_id: busy}),
+        unhealthy_for={"c-0": 10.0},
+    )
+    chosen = step(spec(), o)
+    assert isinstance(chosen, a.AppendEntryForLearner) and chosen.member_id == Own(0).id, chosen
+    assert chosen.peer_urls == (naming.peer_url(CLUSTER, NS, "c-0"),)
+
+
 def test_own_members_join_up_to_size_one_at_a_time():
     assert isinstance(step(spec(), observe([Own(0)])), a.AddLearner)
     assert step(spec(), observe([Own(0), Own(1)])).member == "c-2"

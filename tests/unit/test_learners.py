@@ -141,3 +141,42 @@ def test_decide_writes_the_record_and_the_condition():
     assert decision.status_fields()["learnerJoins"]["failures"] == 1
     joining = next(cond for cond in decision.conditions if cond.type == "LearnerJoining")
     assert joining.reason == "NotCaughtUp"
+
+
+def held_learner(
+    leader_applied: int = 20_000, unhealthy_for: float = 10, pod_phase: str = "Running", listed_by_name: bool = True
+):
+    """Three voters and a learner that serves nothing. etcd 3.6 lists a learner held at its
+    snapshot by name and client URLs (seen on the real nodes and against etcd itself): its
+    first publish, forwarded before the snapshot, was applied by the others."""
+    learner = dataclasses.replace(LEARNER, unhealthy_for=unhealthy_for, pod_phase=pod_phase, started=listed_by_name)
+    return observed([M(0, applied=leader_applied), M(1), M(2), learner])
+
+
+def test_a_learner_that_does_not_publish_from_a_snapshot_above_the_gap_gets_one_entry():
+    o = held_learner()
+    learner = next(m for m in o.etcd.members if m.is_learner)
+    step = next_step(spec(5), o)
+    assert isinstance(step, a.AppendEntryForLearner), step
+    assert (step.member, step.member_id, step.peer_urls) == ("c-3", learner.id, learner.peer_urls)
+    assert "has not served in 10s" in step.reason
+    cond = condition(o)
+    assert (cond.status, cond.reason) == (True, "LearnerUnreachable")
+    assert cond.message == "learner c-3 does not answer: etcd serves clients only once its own publish has succeeded"
+    # before its first publish is applied anywhere, it is listed without a name
+    unlisted = next_step(spec(5), held_learner(listed_by_name=False))
+    assert isinstance(unlisted, a.AppendEntryForLearner) and unlisted.member_id == learner.id
+
+
+def test_no_entry_while_it_cannot_be_what_holds_the_learner():
+    # the leader's applied index bounds any snapshot it sent: at or below the gap, nothing holds it
+    assert isinstance(next_step(spec(5), held_learner(leader_applied=learners.MAX_APPLY_GAP)), a.WaitForLearner)
+    # a learner that was just seen unhealthy has had no time to publish
+    assert isinstance(next_step(spec(5), held_learner(unhealthy_for=learners.ENTRY_AFTER - 1)), a.WaitForLearner)
+    # its etcd does not run yet
+    assert isinstance(next_step(spec(5), held_learner(pod_phase="Pending")), a.WaitForLearner)
+
+
+def test_a_learner_that_still_does_not_publish_is_removed_after_the_timeout():
+    step = next_step(spec(5), held_learner(unhealthy_for=61))
+    assert isinstance(step, a.RemoveMember) and step.learner_not_caught_up

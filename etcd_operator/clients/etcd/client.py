@@ -209,6 +209,15 @@ class EtcdMemberClient:
         )
         return [_member(m) for m in response.members]
 
+    async def update_peer_urls(self, member_id: int, peer_urls: Sequence[str]) -> list[Member]:
+        response = await self._call(
+            "MemberUpdate",
+            self._cluster.MemberUpdate,
+            rpc.MemberUpdateRequest(ID=member_id, peerURLs=list(peer_urls)),
+            mutating=True,
+        )
+        return [_member(m) for m in response.members]
+
     async def remove(self, member_id: int) -> list[Member]:
         response = await self._call(
             "MemberRemove",

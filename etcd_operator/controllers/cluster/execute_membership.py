@@ -102,6 +102,12 @@ async def promote_learner(ctx: StepContext, action: a.PromoteLearner, spec: Clus
     ctx.post_event("Normal", "MemberPromoted", f"Promoted {action.member} to a voting member")
 
 
+async def append_entry_for_learner(
+    ctx: StepContext, action: a.AppendEntryForLearner, spec: ClusterSpec, observed: Observed
+) -> None:
+    await ctx.leader_client(observed).update_peer_urls(action.member_id, action.peer_urls)
+
+
 async def remove_member(ctx: StepContext, action: a.RemoveMember, spec: ClusterSpec, observed: Observed) -> None:
     await ctx.leader_client(observed).remove(action.member_id)
     reason = "MemberReplaced" if action.replacing else "MemberRemoved"

@@ -76,6 +76,7 @@ HANDLERS: dict[type[a.Step], Handler] = {
     a.BootstrapMembers: membership.bootstrap_members,
     a.AddLearner: membership.add_learner,
     a.PromoteLearner: membership.promote_learner,
+    a.AppendEntryForLearner: membership.append_entry_for_learner,
     a.RemoveMember: membership.remove_member,
     a.MoveLeader: membership.move_leader,
     a.CheckPodSpec: member_pods.check_pod_spec,

@@ -222,6 +222,9 @@ def _own_members(spec: ClusterSpec, status: ClusterStatus, observed: Observed, h
             if member.name and health.is_healthy(member) and health.has_quorum:
                 return a.PromoteLearner(f"{name} has caught up with the adopted cluster", name, member.id)
             how = learners.progress(observed, member).describe()
+            step = learners.entry_for(observed, member, name, how)
+            if step:
+                return step
             return a.WaitForLearner(f"learner {name} is catching up: {how}", observed.unhealthy_for.get(name) or 0.0)
         if pod is None or not health.stays(member):
             return a.Wait(

@@ -7,6 +7,15 @@ member list), and etcd refuses every request of a member whose committed index r
 than MAX_APPLY_GAP entries ahead of its applied index, its own publish included
 ("etcdserver: too many requests"). The condition says which of these holds.
 
+A learner that joins by the leader's snapshot can be held there for good. etcd 3.6 applies
+the snapshot without moving the applied index that this check reads (server.go
+applySnapshot; only an applied entry moves it), while its committed index jumps to the
+snapshot's. From a snapshot taken above MAX_APPLY_GAP, its publish is refused until an
+entry committed after the snapshot is applied, and its client port stays shut: the cluster
+grows only while clients write. A CA rotation showed it, because the clients still holding
+the old CA stopped writing. So a learner that does not answer a while after its pod runs
+gets one entry: the operator updates it to the peer URLs it has (ENTRY_AFTER).
+
 A learner removed because it did not catch up is counted in status.learnerJoins. The next
 add waits JOIN_BACKOFF doubled for each failure in a row, up to JOIN_BACKOFF_MAX, so a
 learner that cannot join is not added and removed in a tight loop. The wait is timed on the
@@ -25,6 +34,9 @@ from etcd_operator.core.cluster.observed import Member, Observed
 from etcd_operator.core.cluster.recorded import JoinRecord
 
 MAX_APPLY_GAP = 5000  # etcd's maxGapBetweenApplyAndCommitIndex
+# A learner that has not published this long after it was seen unhealthy gets one entry;
+# a learner that can publish does so within a second of applying the snapshot.
+ENTRY_AFTER = 5.0
 JOIN_BACKOFF = 30.0
 JOIN_BACKOFF_MAX = 600.0
 
@@ -55,7 +67,11 @@ class Progress:
 
     def describe(self) -> str:
         if not self.answers:
-            return f"learner {self.name} does not answer" + (f" ({self.error})" if self.error else "")
+            return (
+                f"learner {self.name} does not answer"
+                + (f" ({self.error})" if self.error else "")
+                + ": etcd serves clients only once its own publish has succeeded"
+            )
         parts = [f"learner {self.name} has applied index {self.applied}"]
         if self.leader_committed is not None:
             parts[0] += f" of the leader's {self.leader_committed} ({self.behind} behind)"
@@ -79,6 +95,38 @@ def progress(observed: Observed, learner: Member) -> Progress:
         return Progress(name, False, published, error=observed.etcd.errors.get(name, ""))
     return Progress(
         name, True, published, own.raft_applied_index, own.raft_index, leader.raft_index if leader is not None else None
+    )
+
+
+def needs_an_entry(observed: Observed, learner: Member) -> bool:
+    """True while a learner may be held at its snapshot (see the module's docstring): it does
+    not answer, its pod runs, it has been unhealthy ENTRY_AFTER, and the leader has applied
+    more than MAX_APPLY_GAP entries (a snapshot is taken at the sender's applied index, so a
+    leader below the gap sends none that can hold a learner). Its name in the member list
+    says nothing here: the first publish, forwarded before the snapshot, is often applied by
+    the others while the learner itself, timed out waiting, keeps retrying."""
+    name = member_name(observed, learner)
+    if name is None or learner.id in observed.etcd.statuses:
+        return False
+    pod = observed.pods.get(name)
+    if pod is None or pod.phase != "Running" or pod.deleting:
+        return False
+    leader = observed.etcd.statuses.get(observed.etcd.leader_id) if observed.etcd.leader_id else None
+    if leader is None or leader.raft_applied_index <= MAX_APPLY_GAP:
+        return False
+    return (observed.unhealthy_for.get(name) or 0.0) >= ENTRY_AFTER
+
+
+def entry_for(observed: Observed, learner: Member, name: str, how: str) -> a.AppendEntryForLearner | None:
+    if not needs_an_entry(observed, learner):
+        return None
+    waited = observed.unhealthy_for.get(name) or 0.0
+    return a.AppendEntryForLearner(
+        f"learner {name} has not served in {waited:.0f}s: {how}; an entry after its snapshot "
+        f"lets it (etcd moves its applied index only on an entry)",
+        name,
+        learner.id,
+        learner.peer_urls,
     )
 
 

@@ -434,6 +434,9 @@ def _handle_learners(
                 learner.id,
                 learner_not_caught_up=True,
             )
+        step = learners.entry_for(observed, learner, name, how)
+        if step:
+            return step
         return a.WaitForLearner(f"learner {name} is catching up: {how}", unhealthy_for or 0.0)
     return None
 

@@ -24,6 +24,7 @@ PROGRESS_REASONS = {
     "CreateMemberPod": "StartingMember",
     "SettleMemberPod": "MemberJoined",
     "PromoteLearner": "PromotingLearner",
+    "AppendEntryForLearner": "AddingMember",
     "RemoveMember": "RemovingMember",
     "DeleteMemberPod": "CleaningUp",
     "DeleteMemberPVC": "CleaningUp",
@@ -241,7 +242,7 @@ def phase(spec: ClusterSpec, health: Health, action: a.Step, status: ClusterStat
         return "Creating"
     if isinstance(action, a.RollMember) or isinstance(action, a.MoveLeader):
         return "Upgrading"
-    if isinstance(action, (a.AddLearner, a.PromoteLearner)) or (
+    if isinstance(action, (a.AddLearner, a.AppendEntryForLearner, a.PromoteLearner)) or (
         isinstance(action, a.RemoveMember) and not action.replacing
     ):
         return "Scaling"

@@ -127,6 +127,17 @@ class PromoteLearner(Step):
 
 
 @dataclasses.dataclass(frozen=True)
+class AppendEntryForLearner(Step):
+    """Update a learner to the peer URLs it already has: one raft entry that changes no
+    member, which a learner held at its snapshot applies, so that it can publish itself
+    (cluster/learners.py)."""
+
+    member: str = ""
+    member_id: int = 0
+    peer_urls: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
 class RemoveMember(Step):
     member: str = ""
     member_id: int = 0
