@@ -139,9 +139,14 @@ def test_quorum_loss_waits_for_approval_then_recovers_from_the_best_survivor(nam
 
 
 def test_operator_killed_right_after_member_add_and_remove_converges(operator_process, namespace):
-    operator = operator_process(namespace).start(faults="after-member-add")
+    operator = operator_process(namespace).start()
     try:
-        apply_cluster(namespace, "k", {"size": 2, "storage": {"size": "1Gi"}})
+        # A new cluster starts all its members at once: the member add is a scale-up's.
+        apply_cluster(namespace, "k", {"size": 1, "storage": {"size": "1Gi"}})
+        wait_healthy(namespace, "k", 1)
+        operator.stop()
+        operator.start(faults="after-member-add")
+        patch_spec(namespace, "k", {"size": 2})
         assert operator.wait_exit(240) == 86
         # etcd has the learner; its pod was never created.
         endpoints = member_endpoints(namespace, "k")
