@@ -302,7 +302,7 @@ MUTANTS = (
         "promote_learner_without_quorum",
         "promote only a healthy learner while quorum holds",
         ((planner, "_handle_learners", _learners_promote_without_quorum),),
-        "focus:crash_loop+resize+delete_pod",  # learners join on a resize now: a new cluster starts all at once
+        "focus:crash_loop+resize",
     ),
     Mutant(
         "leader_eligible_as_scale_down_victim",

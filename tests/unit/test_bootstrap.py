@@ -221,14 +221,14 @@ BODY = {
 }
 
 
-def _execute(action, spec=None):
+def _execute(action):
     import asyncio
 
     from etcd_operator.controllers.cluster.executor import ClusterExecutor
 
     kube = CreatingKube()
     executor = ClusterExecutor(kube, None, BODY, lambda *_: None, status=NEW, now=NOW)
-    return asyncio.run(executor.run(action, spec or spec_of(3), observed([], leader=None))), kube
+    return asyncio.run(executor.run(action, spec_of(3), observed([], leader=None))), kube
 
 
 def test_recording_writes_status_only():
@@ -251,16 +251,4 @@ def test_each_member_starts_with_the_whole_initial_cluster_state_new_and_the_clu
         assert notes[naming.ANNOTATION_INITIAL_STATE] == "new"
         args = pod["spec"]["containers"][0]["args"]
         assert "--initial-cluster-token=the-uid" in args
-        assert "initContainers" not in pod["spec"]  # plaintext: no peer checks a name
-
-
-def test_with_tls_each_member_starts_once_its_peer_name_resolves():
-    """All members dial each other at once, and each peer checks the dialler's address
-    against its certificate's names by a reverse lookup: a member whose name does not
-    resolve yet is refused by name (seen on the real nodes). Each waits for its own name."""
-    tls_spec = spec_of(3, tls=dataclasses.replace(spec_of(3).tls, enabled=True))
-    _, kube = _execute(a.BootstrapMembers("new", ("c-0", "c-1", "c-2"), FULL), tls_spec)
-    pods = [m for m in kube.created if m["kind"] == "Pod"]
-    assert len(pods) == 3
-    for pod in pods:
-        assert [c["name"] for c in pod["spec"].get("initContainers", [])] == ["peer-name"], pod["metadata"]["name"]
+        assert "initContainers" not in pod["spec"]  # no join: nobody to resolve it first

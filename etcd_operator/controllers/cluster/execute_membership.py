@@ -46,14 +46,9 @@ async def bootstrap_members(
     ctx: StepContext, action: a.BootstrapMembers, spec: ClusterSpec, observed: Observed
 ) -> None:
     """Every member named, each with the whole initial cluster and state=new (the token is
-    the EtcdCluster's uid); a member whose pod exists already is left as it is. Each is a
-    new member's first pod: with TLS its etcd starts once its peer name resolves, so that no
-    peer refuses its first connections by name (builders.peer_name_container)."""
+    the EtcdCluster's uid); a member whose pod exists already is left as it is."""
     await asyncio.gather(
-        *(
-            create_pod(ctx, spec, member, None, action.initial_cluster, builders.STATE_NEW, joining=True)
-            for member in action.members
-        )
+        *(create_pod(ctx, spec, member, None, action.initial_cluster, builders.STATE_NEW) for member in action.members)
     )
     ctx.post_event(
         "Normal",
