@@ -17,7 +17,6 @@ SCHEDULES = {
     "refused_pod": int(os.environ.get("SIM_REFUSED_POD_SCHEDULES", "500")),
     "restore_race": int(os.environ.get("SIM_RESTORE_RACE_SCHEDULES", "200")),
     "backup_race": int(os.environ.get("SIM_BACKUP_RACE_SCHEDULES", "150")),
-    "bootstrap": int(os.environ.get("SIM_BOOTSTRAP_SCHEDULES", "500")),
 }
 
 

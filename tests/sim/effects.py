@@ -9,17 +9,11 @@ import dataclasses
 from collections.abc import Callable
 
 from etcd_operator.controllers.cluster.executor import PERMITTED_WHILE_HELD
-from etcd_operator.core.cluster import bootstrap, builders, naming
+from etcd_operator.core.cluster import builders, naming
 from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.observed import Observed, PodAdmission
 from etcd_operator.core.cluster.planner import QUORUM_RECOVERY, self_only_cluster
-from etcd_operator.core.cluster.recorded import (
-    BootstrapRecord,
-    ClusterStatus,
-    DefragmentationRecord,
-    Operation,
-    SpaceRecoveryRecord,
-)
+from etcd_operator.core.cluster.recorded import ClusterStatus, DefragmentationRecord, Operation, SpaceRecoveryRecord
 from etcd_operator.core.cluster.spec import ClusterSpec
 from tests.sim.world import POD_REFUSAL, PVC, Pod, Refused, World, api_refuses_pod, peer_url
 
@@ -130,17 +124,6 @@ def do_bootstrap(ctx: Context, action: a.BootstrapFirstMember) -> None:
     )
 
 
-def do_record_bootstrap(ctx: Context, action: a.RecordBootstrap) -> Outcome:
-    record = BootstrapRecord(bootstrap.STATIC, action.initial_cluster)
-    return Outcome(True, status_fields={"bootstrap": record.to_dict()})
-
-
-def do_bootstrap_members(ctx: Context, action: a.BootstrapMembers) -> None:
-    for member in action.members:
-        _create_pod(ctx, member, None, action.initial_cluster, builders.STATE_NEW)
-        ctx.kill_point()
-
-
 def do_start_restored(ctx: Context, action: a.StartRestoredMembers) -> None:
     # Restored PVCs come from the restore_race family's EtcdRestore (restore_model.py).
     for member in action.members:
@@ -167,7 +150,7 @@ def do_check_pod_spec(ctx: Context, action: a.CheckPodSpec) -> Outcome:
 
 
 def do_create_member_pod(ctx: Context, action: a.CreateMemberPod) -> None:
-    _create_pod(ctx, action.member, action.member_id or None, action.initial_cluster, builders.STATE_EXISTING)
+    _create_pod(ctx, action.member, action.member_id, action.initial_cluster, builders.STATE_EXISTING)
 
 
 def do_settle(ctx: Context, action: a.SettleMemberPod) -> None:
@@ -341,8 +324,6 @@ HANDLERS: dict[type, Callable] = {
     a.WaitForLearner: do_nothing,
     a.BootstrapFirstMember: do_bootstrap,
     a.StartRestoredMembers: do_start_restored,
-    a.RecordBootstrap: do_record_bootstrap,
-    a.BootstrapMembers: do_bootstrap_members,
     a.AddLearner: do_add_learner,
     a.CheckPodSpec: do_check_pod_spec,
     a.CreateMemberPod: do_create_member_pod,
@@ -413,7 +394,7 @@ HANDLERS: dict[type, Callable] = {
 }
 
 # Actions that take two requests: the operator may die between them.
-TWO_PHASE = {a.AddLearner, a.SettleMemberPod, a.SetAsideMemberData, a.DisarmNoSpaceAlarm, a.BootstrapMembers}
+TWO_PHASE = {a.AddLearner, a.SettleMemberPod, a.SetAsideMemberData, a.DisarmNoSpaceAlarm}
 
 
 class UnknownAction(Exception):

@@ -111,7 +111,6 @@ class ActionChecks:
         self._one_member_stops_at_a_time()
         self._replaced_after_own_timeout(spec, seen_unhealthy_for)
         self._pod_recreatable(spec)
-        self._never_bootstrapped_over_data()
 
     def _add(self, invariant: str, message: str) -> None:
         self.pending.append((invariant, message))
@@ -199,34 +198,6 @@ class ActionChecks:
         )
         if (takes_pod or isinstance(action, a.AddLearner)) and api_refuses_pod(spec):
             self._add("pod_recreatable", f"{action.kind} of {action.member} while the API server refuses its new pod")
-
-    def _never_bootstrapped_over_data(self) -> None:
-        """never_bootstrapped_over_data: a static bootstrap (--initial-cluster-state=new for
-        several members) creates a member only where its PVC is absent, empty, or holds data
-        of that same bootstrap (a member restarting mid-bootstrap): never over other data; and
-        data a PVC held before the cluster was created is not deleted as a non-member's while
-        another dataset is the cluster's (a new cluster made beside it)."""
-        action, world = self.action, self.world
-        old = world.preexisting_lineage
-        if isinstance(action, a.DeleteMemberPVC) and old is not None and world.main_lineage != old:
-            pvc = world.pvcs.get(naming.pvc_name(action.member))
-            if pvc is not None and pvc.data is not None and pvc.data.lineage == old:
-                self._add(
-                    "never_bootstrapped_over_data",
-                    f"the PVC of {action.member}, holding data from before the cluster was created, deleted "
-                    f"while another dataset is the cluster's",
-                )
-        if not isinstance(action, a.BootstrapMembers):
-            return
-        own = world.static_lineage(action.initial_cluster)
-        for member in action.members:
-            pvc = world.pvcs.get(naming.pvc_name(member))
-            if pvc is not None and pvc.data is not None and pvc.data.lineage != own:
-                self._add(
-                    "never_bootstrapped_over_data",
-                    f"{member} started in a new static cluster over a PVC holding other data "
-                    f"(lineage {pvc.data.lineage}, applied {pvc.data.applied})",
-                )
 
     def _data_kept_while_needed(self) -> None:
         action, world = self.action, self.world

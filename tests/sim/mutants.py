@@ -17,7 +17,7 @@ from etcd_operator.core.backup import orphans, retention, schedule, source_choic
 from etcd_operator.core.backup import planner as backup_planner
 from etcd_operator.core.backup import state as backup_state
 from etcd_operator.core.backup.manifest import Manifest
-from etcd_operator.core.cluster import admission, bootstrap, health, joining, naming, planner, timers
+from etcd_operator.core.cluster import admission, health, joining, naming, planner, timers
 from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.health import HealthState
 from etcd_operator.core.restore import fence as restore_fence
@@ -273,14 +273,6 @@ def _belongs_by_name(self, identity):
     return (self.namespace, self.backup) == (identity.namespace, identity.backup)
 
 
-_static_refusal = bootstrap.static_refusal
-
-
-def _static_refusal_ignoring_pvcs(spec, status, observed):
-    """bootstrap.static_refusal without its PVC guard: a PVC that exists does not refuse the static path."""
-    return _static_refusal(spec, status, dataclasses.replace(observed, pvcs={}))
-
-
 _ORIGINAL = {
     name: getattr(planner, name)
     for name in (
@@ -395,19 +387,6 @@ MUTANTS = (
         "nothing rolled, defragmented or removed while a voter's pod stops",
         ((health, "pod_stopping", _no_pod_stopping),),
         "focus:version+resize",
-    ),
-    Mutant(
-        "static_bootstrap_over_an_existing_pvc",
-        "a new cluster is created statically only when no PVC of it exists (bootstrap.static_refusal)",
-        ((bootstrap, "static_refusal", _static_refusal_ignoring_pvcs),),
-        "bootstrap",
-    ),
-    Mutant(
-        "static_members_not_resumed_from_the_record",
-        "members of a recorded static bootstrap that never started get the recorded initial "
-        "cluster again (bootstrap.never_started_without_pod)",
-        ((bootstrap, "never_started_without_pod", lambda record, observed: ()),),
-        "bootstrap",
     ),
     Mutant(
         "pod_taken_without_dry_run",

@@ -39,19 +39,12 @@ from tests.sim.world import (
 )
 
 MAX_SKEW = 8.0
-OLD_VOLUME_CHANCE = 0.4  # of the schedules that start from nothing: a PVC is there first
 SETTLE_STEPS = 150  # passes allowed after the last fault; converging schedules need at most ~75
 REPLAY_LINES = 30
 WAITING_PASSES = 12  # passes spent waiting by design (QuorumLost, no approval) before the schedule ends
 # Families: "main", "stale_replica", and "focus:<fault>+<fault>" (those faults ten times as
 # likely, automatic recovery on: used to hunt mutants of the guards those faults exercise).
-FAMILIES = ("main", "stale_replica", "restore_hold", "refused_pod", "restore_race", "backup_race", "bootstrap")
-# Family "bootstrap": every schedule starts from nothing (now and then with a PVC there first),
-# with the faults that hit a static bootstrap ten times as likely: the operator killed between
-# two pod creations, a member's pod deleted, its process killed or crash-looping, or its data
-# lost before it started or settled.
-BOOTSTRAP = "bootstrap"
-BOOTSTRAP_FAULTS = ("operator_kill", "delete_pod", "kill_member", "crash_loop", "lose_data")
+FAMILIES = ("main", "stale_replica", "restore_hold", "refused_pod", "restore_race", "backup_race")
 # Family "restore_hold": an EtcdRestore holds the cluster for a while; the hold lands while a
 # pass decides, so that pass acts on a view without it (issue 25).
 RESTORE_HOLD = "restore_hold"
@@ -234,9 +227,6 @@ class Sim:
             self.weights["standby_takeover"] = BACKUP_STANDBY_WEIGHT  # clocks that disagree write its manifests
         if family == "refused_pod":
             self.weights["refused_pod_spec"] = REFUSED_POD_WEIGHT
-        if family == BOOTSTRAP:
-            for kind in BOOTSTRAP_FAULTS:
-                self.weights[kind] *= 10
         self.spec_dict = base_spec(size, self.auto_recovery)
         self.annotations: dict[str, str] = {}
         self.generation = 1
@@ -266,9 +256,8 @@ class Sim:
         self._hash_of = (None, "")
         self.lost_timer_reset = False
         self.stale_acted = False  # the stale replica changed something (or wrote an operation)
-        self.old_volume_lineage: int | None = None  # the dataset a PVC held before the first pass
-        if rng.random() < 0.15 or family == BOOTSTRAP:
-            self._leave_old_volume(seed)  # start from nothing (but maybe a volume): the operator creates the cluster
+        if rng.random() < 0.15:
+            pass  # start from nothing: the operator bootstraps
         else:
             self._build_healthy(size)
         if family == "stale_replica":
@@ -382,30 +371,6 @@ class Sim:
         group.leader = w.rng.choice(members).id
         self.status = {"clusterID": f"{cluster_id:x}", "rollout": RollRecord(last_good_spec=self.spec_dict).to_dict()}
 
-    def _leave_old_volume(self, seed: int) -> None:
-        """Before the first pass, now and then a PVC of the first member's name exists (its own
-        draws, so the schedule stays as it was): empty, from an older operator that died before
-        its first member started, or holding the data of an earlier one-member cluster of the
-        same name (a retained volume). The cluster must never be bootstrapped over it."""
-        draws = random.Random(f"old volume {seed}")
-        if draws.random() >= OLD_VOLUME_CHANCE:
-            return
-        w, name = self.world, naming.member_name(CLUSTER, 0)
-        pvc = PVC(naming.pvc_name(name), w.uid("pvc"), None)
-        w.pvcs[pvc.name] = pvc
-        if draws.random() < 0.5:
-            self.stats["old_volume_empty"] += 1
-            return
-        lineage, member_id = w._new_lineage(), w.new_member_id()
-        members = (Member(member_id, name, (peer_url(name),), (client_url(name),), False),)
-        applied = draws.randint(50, 500)
-        w.groups[lineage] = Group(draws.randint(1, 2**63), lineage, members, applied, applied, w.now)
-        w.main_lineage = lineage
-        pvc.member_id = member_id if draws.random() < 0.5 else None  # settled, or not (an older operator died first)
-        self.old_volume_lineage = w.preexisting_lineage = lineage
-        pvc.data = Data(w.groups[lineage].cluster_id, lineage, member_id, applied, applied, members)
-        self.stats["old_volume_with_data"] += 1
-
     # --- faults -----------------------------------------------------------------------------
 
     def _log(self, text: str) -> None:
@@ -478,13 +443,7 @@ class Sim:
             self._log(f"evict_pod {pod.name}")
 
     def _fault_lose_data(self):
-        # The old volume's data is not lost before it served under this EtcdCluster: with the only
-        # copy gone before the operator saw it, the operator can only wait for a person (out of scope).
-        spared = self.old_volume_lineage if not self.status.get("clusterID") else None
-        pvcs = sorted(
-            (p for p in self.world.pvcs.values() if p.data is not None and p.data.lineage != spared),
-            key=lambda p: p.name,
-        )
+        pvcs = sorted((p for p in self.world.pvcs.values() if p.data is not None), key=lambda p: p.name)
         if pvcs:
             pvc = self.rng.choice(pvcs)
             pvc.data = None
@@ -865,10 +824,6 @@ class Sim:
                 self.replay.append(self._replay_line(actor, observed, decision, outcome))
             if outcome.done and not isinstance(action, (a.Steady, a.Wait)):
                 self.actions[action.kind] += 1
-            if isinstance(action, a.BootstrapMembers):
-                self.stats["bootstrap_interrupted" if outcome.interrupted else "bootstrap_members_started"] += 1
-                if recorded.bootstrap and len(action.members) < len(recorded.bootstrap.members):
-                    self.stats["bootstrap_resumed_with_the_record"] += 1
             if w.main is not None and w.main.leader != leader_before and leader_before is not None:
                 self.stats["leader_changed_by_action"] += 1
             return outcome

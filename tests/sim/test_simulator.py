@@ -18,7 +18,6 @@ HOLD = CAMPAIGNS["restore_hold"]
 REFUSED_POD = CAMPAIGNS["refused_pod"]
 RESTORE_RACE = CAMPAIGNS["restore_race"]
 BACKUP_RACE = CAMPAIGNS["backup_race"]
-BOOTSTRAP = CAMPAIGNS["bootstrap"]
 SHOWN = 3  # replays printed per failing block
 
 
@@ -48,23 +47,6 @@ def test_fault_schedules_keep_every_invariant(block):
             f"{len(unknown)} schedule(s) broke an invariant:\n\n" + "\n\n".join(r.report() for r in unknown[:SHOWN]),
             pytrace=False,
         )
-
-
-def test_a_static_bootstrap_converges_and_never_lands_on_data():
-    """The bootstrap family: every schedule creates its cluster, now and then with a PVC there
-    first (empty, or holding another cluster's data), under many operator kills, pod deletions,
-    member kills, crash loops and data losses. The cluster is never bootstrapped over data
-    (never_bootstrapped_over_data), one dataset serves, and it converges."""
-    unknown = _unknown(BOOTSTRAP.all_violations())
-    if unknown:
-        pytest.fail("\n\n".join(r.report() for r in unknown[:SHOWN]), pytrace=False)
-    # Not vacuous: static bootstraps, PVCs there first, kills between two pod creations, and
-    # members created again from the record after the first BootstrapMembers.
-    assert BOOTSTRAP.with_action["BootstrapMembers"] >= BOOTSTRAP.schedules // 3, coverage_table(BOOTSTRAP)
-    assert BOOTSTRAP.stats["old_volume_with_data"] >= BOOTSTRAP.schedules // 10
-    assert BOOTSTRAP.stats["old_volume_empty"] >= BOOTSTRAP.schedules // 10
-    assert BOOTSTRAP.stats["bootstrap_interrupted"] >= 2
-    assert BOOTSTRAP.stats["bootstrap_resumed_with_the_record"] >= BOOTSTRAP.schedules // 50
 
 
 def test_a_refused_pod_spec_never_costs_a_member():
@@ -267,8 +249,6 @@ def test_schedules_exercise_deletions_rolls_leader_moves_and_recoveries():
         "SettleMemberPod",
         "CreateMemberPod",
         "BootstrapFirstMember",
-        "RecordBootstrap",
-        "BootstrapMembers",
         "RestartFailedPod",
         "SetAsideMemberData",
         "BeginSpaceRecovery",

@@ -200,8 +200,6 @@ class World:
         self.pvcs: dict[str, PVC] = {}
         self.groups: dict[int, Group] = {}
         self.main_lineage: int | None = None  # the dataset the operator created or recovered last
-        self.preexisting_lineage: int | None = None  # the data a PVC held before the first pass
-        self.static_bootstraps: dict[str, int] = {}  # initial cluster -> the lineage its static bootstrap started
         self.foreign: dict[str, Foreign] = {}
         self.set_aside: list[PVC] = []  # PVCs a quorum recovery kept out of the cluster
         self.free_ips: list[str] = []
@@ -353,13 +351,9 @@ class World:
         own = peer_url(pod.name)
         if entries.get(pod.name) != own:
             return "couldn't find local name in the initial cluster configuration"
-        if pod.initial_state == "new" and len(entries) > 1 and pvc.restored:
-            # A restored member that lost its data: its peers run the restore's cluster (another
-            # token, so other IDs); it never reaches a quorum (planner.restored_cluster).
-            return "cannot reach a quorum: the peers' cluster ID differs"
-        if pod.initial_state == "new" and len(entries) > 1:
-            return self._static_start(pod, pvc, entries)
         if pod.initial_state == "new":
+            if len(entries) != 1:
+                return "multi-member bootstrap is not modelled"
             lineage = self._new_lineage()
             member_id = self.new_member_id()
             cluster_id = self.rng.randint(1, 2**63)
@@ -367,7 +361,6 @@ class World:
             group = Group(cluster_id, lineage, members, 1, 1, self.now)
             self.groups[lineage] = group
             self.main_lineage = lineage
-            self.static_bootstraps[",".join(f"{n}={u}" for n, u in entries.items())] = lineage
             pvc.data = Data(cluster_id, lineage, member_id, 1, 1, members)
             return ""
         peers = [url for name, url in entries.items() if name != pod.name]
@@ -387,41 +380,6 @@ class World:
         group.members = tuple(started if m.id == member.id else m for m in group.members)
         pvc.data = Data(group.cluster_id, group.lineage, member.id, 0, 0, group.members)
         return ""
-
-    def _static_start(self, pod: Pod, pvc: PVC, entries: dict) -> str:
-        """etcd's static bootstrap on an empty data directory: member and cluster IDs follow
-        from the initial cluster and the token (one EtcdCluster: one token), so every member
-        started with the same list joins the same cluster, whenever it starts. etcd lists
-        every member from the start (by name), each with client URLs once it has started
-        (published). A member that has started before and restarts empty is refused by a
-        peer that answers ("member has already been bootstrapped", isMemberBootstrapped);
-        with none answering it starts again from an empty log."""
-        key = ",".join(sorted(f"{n}={u}" for n, u in entries.items()))
-        own = peer_url(pod.name)
-        group = self.groups.get(self.static_bootstraps.get(key, -1))
-        if group is None:
-            lineage = self._new_lineage()
-            members = tuple(Member(self.new_member_id(), n, (u,), (), False) for n, u in sorted(entries.items()))
-            group = Group(self.rng.randint(1, 2**63), lineage, members, len(members), 1, self.now)
-            self.groups[lineage] = group
-            self.static_bootstraps[key] = lineage
-            self.main_lineage = lineage
-        member = next((m for m in group.members if own in m.peer_urls), None)
-        if member is None:
-            return "the member was removed from the cluster"
-        if member.client_urls and any(
-            p.name != pod.name and p.name in entries for p in self.up_members(group).values()
-        ):
-            return "member has already been bootstrapped"
-        started = Member(member.id, pod.name, member.peer_urls, (client_url(pod.name),), member.is_learner)
-        group.members = tuple(started if m.id == member.id else m for m in group.members)
-        pvc.data = Data(group.cluster_id, group.lineage, member.id, 0, 0, group.members)
-        return ""
-
-    def static_lineage(self, initial_cluster: str) -> int | None:
-        """The dataset a static bootstrap with this initial cluster started, if any."""
-        entries = dict(e.split("=", 1) for e in initial_cluster.split(",") if "=" in e)
-        return self.static_bootstraps.get(",".join(sorted(f"{n}={u}" for n, u in entries.items())))
 
     def _new_lineage(self) -> int:
         self.next_lineage += 1

@@ -21,9 +21,9 @@ def next_step(s, o, st=RECORDED, **kwargs):
     return plan_accepting(s, o, health_of(s, o, st), st, **kwargs)
 
 
-def test_empty_cluster_records_a_static_bootstrap_from_member_zero():
+def test_empty_cluster_bootstraps_member_zero():
     step = next_step(spec(3), observed([]), recorded(bootstrapped=False))
-    assert isinstance(step, a.RecordBootstrap) and step.initial_cluster.startswith("c-0=")  # see test_bootstrap.py
+    assert step == a.BootstrapFirstMember(step.reason, "c-0")
 
 
 def test_a_cluster_that_existed_and_vanished_entirely_is_not_silently_recreated():

@@ -105,7 +105,7 @@ async def create_member_pod(ctx: StepContext, action: a.CreateMemberPod, spec: C
         ctx,
         spec,
         action.member,
-        action.member_id or None,
+        action.member_id,
         action.initial_cluster,
         builders.STATE_EXISTING,
         joining=not action.joined_before,

@@ -9,14 +9,12 @@ from etcd_operator.clients.etcd.client import EtcdError
 from etcd_operator.controllers import faults
 from etcd_operator.controllers.cluster.execute_context import NotYet, StepContext
 from etcd_operator.controllers.cluster.execute_member_pods import create_pod
-from etcd_operator.core.cluster import bootstrap, builders, naming
+from etcd_operator.core.cluster import builders, naming
 from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.observed import Member, Observed
 from etcd_operator.core.cluster.planner import member_add_receivers
-from etcd_operator.core.cluster.recorded import BootstrapRecord
 from etcd_operator.core.cluster.rejoin import self_only_cluster
 from etcd_operator.core.cluster.spec import ClusterSpec
-from etcd_operator.core.outcome import Outcome
 
 
 async def bootstrap_first_member(
@@ -32,28 +30,6 @@ async def bootstrap_first_member(
     )
     ctx.post_event(
         "Normal", "ClusterBootstrapping", f"Started first member {action.member} with initial-cluster-state=new"
-    )
-
-
-async def record_bootstrap(
-    ctx: StepContext, action: a.RecordBootstrap, spec: ClusterSpec, observed: Observed
-) -> Outcome:
-    record = BootstrapRecord(bootstrap.STATIC, action.initial_cluster)
-    return Outcome(True, status_fields={"bootstrap": record.to_dict()})
-
-
-async def bootstrap_members(
-    ctx: StepContext, action: a.BootstrapMembers, spec: ClusterSpec, observed: Observed
-) -> None:
-    """Every member named, each with the whole initial cluster and state=new (the token is
-    the EtcdCluster's uid); a member whose pod exists already is left as it is."""
-    await asyncio.gather(
-        *(create_pod(ctx, spec, member, None, action.initial_cluster, builders.STATE_NEW) for member in action.members)
-    )
-    ctx.post_event(
-        "Normal",
-        "ClusterBootstrapping",
-        f"Started {', '.join(action.members)} with initial-cluster-state=new and the whole initial cluster",
     )
 
 

@@ -72,8 +72,6 @@ HANDLERS: dict[type[a.Step], Handler] = {
     a.WaitForLearner: nothing,
     a.BootstrapFirstMember: membership.bootstrap_first_member,
     a.StartRestoredMembers: membership.start_restored_members,
-    a.RecordBootstrap: membership.record_bootstrap,
-    a.BootstrapMembers: membership.bootstrap_members,
     a.AddLearner: membership.add_learner,
     a.PromoteLearner: membership.promote_learner,
     a.AppendEntryForLearner: membership.append_entry_for_learner,

@@ -10,32 +10,14 @@ from typing import Any
 
 from etcd_operator.core import conditions as c
 from etcd_operator.core import versions
-from etcd_operator.core.cluster import (
-    admission,
-    auth,
-    bootstrap,
-    builders,
-    downgrade,
-    learners,
-    ownership,
-    roll,
-    space,
-    tls_plan,
-)
+from etcd_operator.core.cluster import admission, auth, builders, downgrade, learners, ownership, roll, space, tls_plan
 from etcd_operator.core.cluster import adoption as adopting
 from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.certs import CertKind
 from etcd_operator.core.cluster.health import Health, diagnose
 from etcd_operator.core.cluster.observed import Observed
 from etcd_operator.core.cluster.planner import next_step
-from etcd_operator.core.cluster.recorded import (
-    AuthRecord,
-    BootstrapRecord,
-    ClusterStatus,
-    JoinRecord,
-    RollRecord,
-    known_version,
-)
+from etcd_operator.core.cluster.recorded import AuthRecord, ClusterStatus, JoinRecord, RollRecord, known_version
 from etcd_operator.core.cluster.spec import ClusterSpec, SpecProblem, spec_problems, version_change_problem
 from etcd_operator.core.cluster.status import cluster_conditions, ready_condition
 
@@ -51,7 +33,6 @@ class Decision:
     learner_joins: JoinRecord = JoinRecord()  # status.learnerJoins after this pass
     version_skew: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # clusterVersion, mixedVersions
     auth_record: AuthRecord | None = None  # status.auth after this pass; None: nothing to record
-    bootstrap: BootstrapRecord | None = None  # status.bootstrap after this pass (cluster/bootstrap.py)
 
     def status_fields(self) -> dict[str, Any]:
         """What this module adds to status, next to status.build_status's fields."""
@@ -60,7 +41,6 @@ class Decision:
             "learnerJoins": self.learner_joins.to_dict(),
             **self.version_skew,
             "quota": {"backendBytes": self.acting_spec.etcd.quota_backend_bytes},
-            "bootstrap": self.bootstrap.to_dict() if self.bootstrap else None,
         }
 
 
@@ -209,5 +189,4 @@ def plan(
         learners.next_record(status.learner_joins, action, now),
         skew,
         auth.next_record(spec, status, observed, action, now) if keeps_auth_record else None,
-        bootstrap.next_record(status, observed, action),
     )

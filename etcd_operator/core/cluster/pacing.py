@@ -39,9 +39,7 @@ _AFTER_DONE: dict[type[a.Step], float] = {
     a.RecordTransport: CHAIN_STEP,
     a.RecordPeerIdentity: CHAIN_STEP,
     a.CheckPodSpec: CHAIN_STEP,  # the step it was asked for follows
-    a.RecordBootstrap: CHAIN_STEP,
     a.BootstrapFirstMember: POD_STARTING,
-    a.BootstrapMembers: POD_STARTING,
     a.AddLearner: POD_STARTING,
     a.SettleMemberPod: CHAIN_STEP,
     a.PromoteLearner: CHAIN_STEP,

@@ -21,13 +21,7 @@ Invariants, each covered by tests/unit/test_cluster_planner.py and the fault sim
   operator's (cluster/ownership.py): its Services would be someone else's;
 - while the cluster is asleep, going to sleep or waking (spec.hibernation, status.hibernation),
   cluster/hibernation.py plans every step: nothing is replaced, removed, added, rolled,
-  recovered or downgraded for members stopped on purpose;
-- a new cluster is created with all its members at once (etcd's static bootstrap,
-  cluster/bootstrap.py) only when it never served, nothing was recorded yet, and no PVC,
-  pod or member of it exists: never over data. The path is recorded in status before
-  anything is created, and every later pass follows the record: members of a recorded
-  static bootstrap that never started get the same initial cluster, never learner joins;
-  restores and adoptions never take it, and every later member joins as a learner.
+  recovered or downgraded for members stopped on purpose.
 """
 
 from __future__ import annotations
@@ -35,7 +29,6 @@ from __future__ import annotations
 from etcd_operator.core.cluster import (
     admission,
     auth,
-    bootstrap,
     downgrade,
     hibernation,
     learners,
@@ -163,9 +156,6 @@ def _next_step(
     if health.state == HealthState.BOOTSTRAPPING and ownership.collisions(observed):
         held = ", ".join(sorted(ownership.collisions(observed)))
         return a.Wait(f"the first member is not created while objects of the cluster's names are not its own: {held}")
-    step = bootstrap.next_step(spec, status, observed)
-    if step:
-        return step
     if health.state == HealthState.BOOTSTRAPPING:
         return a.BootstrapFirstMember(
             "creating the first member", naming.member_name(observed.cluster, next_ordinal(observed))
@@ -274,16 +264,6 @@ def _plan_without_member_list(
         member = naming.pvc_member(pvc.name)
         if member in observed.pods or pvc.deleting:
             continue
-        if pvc.member_id is None and bootstrap.recorded_static(status):
-            # A member of the static bootstrap that started, its ID not on its PVC yet (before
-            # the record completed, bootstrap.next_step restarts it): never a lone first member.
-            return a.CreateMemberPod(
-                "restarting a member of the static bootstrap on its PVC",
-                member,
-                0,
-                self_only_cluster(status, observed, member),
-                joined_before=True,
-            )
         if pvc.member_id is None:
             # Created for the first member, which may never have started: start it as such.
             return a.BootstrapFirstMember("restarting the first member on its PVC", member)

@@ -218,36 +218,6 @@ def _times(entries: Any, field: str) -> dict[str, float]:
 
 
 @dataclasses.dataclass(frozen=True)
-class BootstrapRecord:
-    """status.bootstrap: how the cluster was created (cluster/bootstrap.py), recorded before
-    anything was created for it. `Static`: every member of `initial_cluster` started with
-    --initial-cluster-state=new; `completed` once each of them has started (or was removed).
-    `Learners`: one member, then learners."""
-
-    mode: str
-    initial_cluster: str = ""
-    completed: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"mode": self.mode, "initialCluster": self.initial_cluster, "completed": self.completed}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> BootstrapRecord | None:
-        if not data or not data.get("mode"):
-            return None
-        return cls(str(data["mode"]), str(data.get("initialCluster") or ""), bool(data.get("completed")))
-
-    @property
-    def members(self) -> tuple[str, ...]:
-        """The member names of the initial cluster, in its order."""
-        return tuple(entry.split("=", 1)[0] for entry in self.initial_cluster.split(",") if "=" in entry)
-
-    def peer_url(self, member: str) -> str | None:
-        entries = dict(entry.split("=", 1) for entry in self.initial_cluster.split(",") if "=" in entry)
-        return entries.get(member)
-
-
-@dataclasses.dataclass(frozen=True)
 class ClusterStatus:
     """The EtcdCluster's status as the previous passes wrote it."""
 
@@ -267,7 +237,6 @@ class ClusterStatus:
     hibernation: HibernationRecord | None = None  # status.hibernation: asleep, or going to sleep or waking
     adoption: AdoptionRecord | None = None  # status.adoption: a foreign cluster being adopted (cluster/adoption.py)
     auth: AuthRecord = AuthRecord()  # status.auth: the users and roles the operator manages
-    bootstrap: BootstrapRecord | None = None  # status.bootstrap: how the cluster was created (cluster/bootstrap.py)
 
     @classmethod
     def from_dict(cls, status: Mapping[str, Any]) -> ClusterStatus:
@@ -286,7 +255,6 @@ class ClusterStatus:
             hibernation=HibernationRecord.from_dict(status.get("hibernation")),
             adoption=AdoptionRecord.from_dict(status.get("adoption")),
             auth=AuthRecord.from_dict(status.get("auth")),
-            bootstrap=BootstrapRecord.from_dict(status.get("bootstrap")),
         )
 
 

@@ -17,8 +17,6 @@ from etcd_operator.core.timefmt import format_time
 PROGRESS_REASONS = {
     "BootstrapFirstMember": "Bootstrapping",
     "StartRestoredMembers": "Bootstrapping",
-    "RecordBootstrap": "Bootstrapping",
-    "BootstrapMembers": "Bootstrapping",
     "AddLearner": "AddingMember",
     "CheckPodSpec": "CheckingPodSpec",
     "CreateMemberPod": "StartingMember",
@@ -302,14 +300,14 @@ def restore_hold_fields(observed: Observed) -> dict[str, Any]:
     """What a pass that sees a restore's hold writes, in one status write: the acknowledgement
     the restore waits for before it stops or creates anything (status.restoreHold), and the
     records about the old data dropped, since a restore makes a new cluster from a snapshot:
-    its identity, how it was created, any quorum recovery and any hibernation record (the restored cluster is
+    its identity, any quorum recovery and any hibernation record (the restored cluster is
     another one; with hibernation still asked for, it goes to sleep again). status.operation
     is this controller's own record; the restore does not write it, it waits to observe it
     gone (restore/planner.py)."""
     ack = restore_hold_ack(observed)
     if ack is None:
         return {"restoreHold": None}
-    return {"restoreHold": ack, "clusterID": None, "operation": None, "hibernation": None, "bootstrap": None}
+    return {"restoreHold": ack, "clusterID": None, "operation": None, "hibernation": None}
 
 
 def build_status(

@@ -49,23 +49,6 @@ class BootstrapFirstMember(Step):
 
 
 @dataclasses.dataclass(frozen=True)
-class RecordBootstrap(Step):
-    """Record in status.bootstrap, before anything is created, that the cluster is created
-    statically with `initial_cluster` (cluster/bootstrap.py); status only."""
-
-    initial_cluster: str = ""
-
-
-@dataclasses.dataclass(frozen=True)
-class BootstrapMembers(Step):
-    """Create the PVCs and pods of `members`, each with the recorded `initial_cluster` and
-    --initial-cluster-state=new: a static bootstrap, or members of it that never started."""
-
-    members: tuple[str, ...] = ()
-    initial_cluster: str = ""
-
-
-@dataclasses.dataclass(frozen=True)
 class StartRestoredMembers(Step):
     """Every member whose data an EtcdRestore seeded, started in one step (etcd's
     disaster-recovery procedure): each one's data holds the full initial cluster, and none
@@ -90,7 +73,7 @@ class CreateMemberPod(Step):
     cluster) or a started member whose pod is gone (rejoins as itself)."""
 
     member: str = ""
-    member_id: int = 0  # 0: not known (a static member restarted while no member answers)
+    member_id: int = 0
     initial_cluster: str = ""
     joined_before: bool = False
 
