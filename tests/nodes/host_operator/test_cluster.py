@@ -141,7 +141,7 @@ def test_quorum_loss_waits_for_approval_then_recovers_from_the_best_survivor(nam
 def test_operator_killed_right_after_member_add_and_remove_converges(operator_process, namespace):
     operator = operator_process(namespace).start()
     try:
-        # A new cluster starts all its members at once: the member add is a scale-up's.
+        # The member add of a scale-up, on a cluster that already runs.
         apply_cluster(namespace, "k", {"size": 1, "storage": {"size": "1Gi"}})
         wait_healthy(namespace, "k", 1)
         operator.stop()
