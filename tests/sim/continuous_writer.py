@@ -43,6 +43,7 @@ import datetime
 import hashlib
 import random
 from collections.abc import Callable
+from typing import Any
 
 from etcd_operator.clients.storage.s3 import StorageError
 from etcd_operator.controllers.backup import segment_store
@@ -514,16 +515,23 @@ class ModelMember:
         return self.revision
 
 
-def replayed_state(world: World, revision: int) -> dict[bytes, tuple[bytes, int]]:
-    plan = plan_replay(Target(revision=revision), world.snapshots, world.bucket.manifests())
+def replay(world: World, plan, until: float | None, target: str) -> tuple[ModelMember, Any]:
+    """The replay's core run as a restore runs it: the plan's base, then its segments, on a
+    model member; a refusal is a violation named by `target`."""
     member = ModelMember(world.etcd, plan.base.revision)
     bodies = iter([decode(world.bucket.objects[m.segment_key]) for m in plan.segments])
     try:
         progress = drive(
-            program.replay(member, bodies, plan.base.revision, plan.up_to_revision, None, set(member.leases))
+            program.replay(member, bodies, plan.base.revision, plan.up_to_revision, until, set(member.leases))
         )
     except program.Refused as e:
-        raise Violation(f"revision {revision}: the replay refused: {e.reason}: {e.message}") from None
+        raise Violation(f"{target}: the replay refused: {e.reason}: {e.message}") from None
+    return member, progress
+
+
+def replayed_state(world: World, revision: int) -> dict[bytes, tuple[bytes, int]]:
+    plan = plan_replay(Target(revision=revision), world.snapshots, world.bucket.manifests())
+    member, progress = replay(world, plan, None, f"revision {revision}")
     if progress.revision != revision:
         raise Violation(f"revision {revision}: the replay reached {progress.revision}")
     return member.data
@@ -577,14 +585,7 @@ def no_time_target_holds_a_revision_seen_after_it(world: World) -> int:
             plan = plan_replay(Target(time=moment), world.snapshots, world.bucket.manifests())
         except ChainProblem:
             continue  # unreachable is allowed: nothing shows the chain held every revision up to it
-        member = ModelMember(world.etcd, plan.base.revision)
-        bodies = iter([decode(world.bucket.objects[m.segment_key]) for m in plan.segments])
-        try:
-            progress = drive(
-                program.replay(member, bodies, plan.base.revision, plan.up_to_revision, moment, set(member.leases))
-            )
-        except program.Refused as e:
-            raise Violation(f"time {moment}: the replay refused: {e.reason}: {e.message}") from None
+        member, progress = replay(world, plan, moment, f"time {moment}")
         after = [(r, t) for r, t in seen if r <= progress.revision and t > moment]
         if after:
             revision, stamp = min(after)
