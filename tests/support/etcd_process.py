@@ -27,6 +27,7 @@ class EtcdProcess:
     client_port: int = dataclasses.field(default_factory=free_port)
     peer_port: int = dataclasses.field(default_factory=free_port)
     process: subprocess.Popen | None = None
+    extra_flags: tuple[str, ...] = ()
 
     @property
     def endpoint(self) -> str:
@@ -50,6 +51,7 @@ class EtcdProcess:
                 f"--initial-cluster={initial_cluster or f'{self.name}={self.peer_url}'}",
                 f"--initial-cluster-state={state}",
                 "--log-level=warn",
+                *self.extra_flags,
             ],
             stdout=log,
             stderr=subprocess.STDOUT,

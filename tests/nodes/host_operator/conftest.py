@@ -1,11 +1,10 @@
 """The operator as a process on the host against the real nodes, for the tests that kill it at
 fault points, freeze it, run several replicas or shards of it, or crash, freeze and wipe its
 members' containers; and, in control_plane/, the tests that need only the control plane. Most are
-marked `substrate`, so `make test` runs them in its host lane, while the chart's tests use the
-same real nodes in the other run; test_restore and test_auth are marked `real_nodes` and run
-at the end of the chart's run, so that the two runs take about as long. The instance is shared
-(tests/support/shared_real_nodes.py), from this package's first test to its last, and the other
-run's node faults wait for the test that runs here.
+marked `substrate`, so `make test` runs them in its two host lanes (the modules split between
+them in tests/run.sh), while the chart's tests use the same real nodes in the other run. The
+instance is shared (tests/support/shared_real_nodes.py), from this package's first test to its
+last, and the other run's node faults wait for the tests that run here.
 
 Each operator process is a shard of its own (`claims.HOST_OPERATOR_SHARD`), and every
 EtcdCluster, EtcdBackup and EtcdRestore a test creates is claimed for it (tests/support/claims.py),

@@ -41,7 +41,7 @@ from tests.support.etcd_process import free_port
 from tests.support.kubectl import kubectl, secret_bytes
 from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.real_nodes  # in the chart's run of `make test`, to balance the two (conftest.py)
+pytestmark = pytest.mark.substrate
 
 CLUSTER = "secure"  # test_tls's helpers name members of this cluster
 TENANTS = ("tenant-a", "tenant-b")

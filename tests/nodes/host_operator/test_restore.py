@@ -33,7 +33,7 @@ from tests.support.s3 import create_credentials_secret, s3_client, s3_storage_sp
 from tests.support.waiting import wait_for
 from tests.support.watch_events import WatchEvents
 
-pytestmark = pytest.mark.real_nodes  # in the chart's run of `make test`, to balance the two (conftest.py)
+pytestmark = pytest.mark.substrate
 
 
 @pytest.fixture
