@@ -52,26 +52,22 @@ async def cmd_status(args, kube, namespace) -> int:
 
 
 async def cmd_backups(args, kube, namespace) -> int:
-    from etcd_operator_kubectl.access import read_catalogue
-
-    entries = await read_catalogue(kube, namespace, await kube.get(namespace, "etcdbackups", args.backup))
-    emit(args, [e.as_dict() for e in entries], views.backups_table(entries, now()))
+    view = views.backups_view(await kube.get(namespace, "etcdbackups", args.backup))
+    emit(args, view, views.backups_table(view, now()))
     return 0
 
 
 async def cmd_restore(args, kube, namespace) -> int:
-    from etcd_operator_kubectl.access import read_catalogue
-
     backup = await kube.get(namespace, "etcdbackups", args.backup)
-    entry = views.choose_backup(await read_catalogue(kube, namespace, backup), args.revision, args.key)
+    choice = views.choose(backup, args.key, args.revision, args.time, args.latest)
     new_spec = None
     if args.new_cluster:
         new_spec = await _source_spec(kube, namespace, backup["spec"]["clusterRef"]["name"])
         if args.size:
             new_spec["size"] = args.size
-    name = args.name or f"{args.in_place or args.new_cluster}-from-{entry.revision}"
-    restore = views.restore_object(namespace, name, args.backup, entry, args.in_place, args.new_cluster, new_spec)
-    print(views.restore_plan(restore, entry, now()), file=sys.stderr)
+    name = args.name or f"{args.in_place or args.new_cluster}-from-{choice.slug}"
+    restore = views.restore_object(namespace, name, args.backup, choice, args.in_place, args.new_cluster, new_spec)
+    print(views.restore_plan(restore, choice, now()), file=sys.stderr)
     if not confirm(args, "Create this EtcdRestore?"):
         return 1
     created = await kube.create(namespace, "etcdrestores", restore)
@@ -170,16 +166,20 @@ def parser() -> argparse.ArgumentParser:
     sub = top.add_subparsers(dest="command", required=True)
     p = sub.add_parser("status", parents=[common], help="members: role, health, lag, db size, alarms; conditions")
     p.add_argument("cluster")
-    p = sub.add_parser("backups", parents=[common], help="the catalogue of an EtcdBackup, read from its manifests")
+    p = sub.add_parser("backups", parents=[common], help="an EtcdBackup's snapshots and chain, from its status")
     p.add_argument("backup")
-    p = sub.add_parser("restore", parents=[common], help="create an EtcdRestore from one snapshot of a backup")
+    p = sub.add_parser("restore", parents=[common], help="create an EtcdRestore from a snapshot or point of a backup")
     p.add_argument("backup")
     target = p.add_mutually_exclusive_group(required=True)
     target.add_argument("--in-place", metavar="CLUSTER", help="replace this cluster's data")
     target.add_argument("--new-cluster", metavar="NAME", help="restore into a new cluster")
     which = p.add_mutually_exclusive_group()
-    which.add_argument("--revision", type=int, help="the snapshot at this revision (default: the newest)")
     which.add_argument("--key", help="the snapshot with this key")
+    which.add_argument(
+        "--revision", type=int, help="the snapshot at this revision, else this revision replayed from the chain"
+    )
+    which.add_argument("--time", help="RFC 3339: the revisions the continuous backup had seen by then")
+    which.add_argument("--latest", action="store_true", help="the newest revision the continuous backup holds")
     p.add_argument("--size", type=int, help="size of the new cluster (default: the source cluster's)")
     p.add_argument("--name", help="name of the EtcdRestore")
     p.add_argument("--yes", action="store_true", help="do not ask")
@@ -252,8 +252,6 @@ def api_error_message(body: bytes | str | None, reason: str | None) -> str:
 
 async def run(args: argparse.Namespace) -> int:
     import aiohttp
-    from botocore.exceptions import BotoCoreError
-    from botocore.exceptions import ClientError as S3ClientError
     from kubernetes_asyncio.client import ApiException
 
     from etcd_operator_kubectl.access import Kube
@@ -269,9 +267,6 @@ async def run(args: argparse.Namespace) -> int:
         return 1
     except (aiohttp.ClientError, OSError) as e:
         print(f"error: cannot reach the API server ({e})", file=sys.stderr)
-        return 1
-    except (BotoCoreError, S3ClientError) as e:  # S3 unreachable or refused, while reading manifests
-        print(f"error: reading the backup's manifests from S3 failed: {e}", file=sys.stderr)
         return 1
     finally:
         await kube.close()
