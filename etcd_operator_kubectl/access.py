@@ -1,6 +1,7 @@
 """What the plugin reads and writes, all through the API server (kubeconfig rules as
-kubectl's): the operator's custom resources. It reads no Secret and no object store: what
-it shows of backups is what the operator wrote in their status."""
+kubectl's): the operator's custom resources, their events, and the operator's pod logs.
+It reads no Secret and no object store: what it shows of backups is what the operator
+wrote in their status."""
 
 from __future__ import annotations
 
@@ -56,6 +57,23 @@ class Kube:
         return await self.custom.patch_namespaced_custom_object(
             GROUP, VERSION, namespace, plural, name, body, _content_type="application/merge-patch+json"
         )  # type: ignore[call-arg]  # the stubs omit it
+
+    async def list_objects(self, namespace: str, plural: str) -> list[dict[str, Any]]:
+        return (await self.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, plural))["items"]
+
+    async def events(self, namespace: str) -> list[dict[str, Any]]:
+        found = await self.core.list_namespaced_event(namespace)
+        return [self.api.sanitize_for_serialization(e) for e in found.items]
+
+    async def pod_logs(self, namespace: str, selector: str, tail: int | None) -> dict[str, str]:
+        """The log of every pod `selector` picks (the operator's replicas), by pod name."""
+        pods = await self.core.list_namespaced_pod(namespace, label_selector=selector)
+        logs = {}
+        for pod in pods.items:
+            name = pod.metadata.name
+            read = self.core.read_namespaced_pod_log
+            logs[name] = await (read(name, namespace, tail_lines=tail) if tail else read(name, namespace))
+        return logs
 
 
 def _incluster_namespace() -> str | None:

@@ -7,13 +7,14 @@ import argparse
 import asyncio
 import datetime
 import json
+import os
 import pathlib
 import secrets
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from etcd_operator_kubectl import views
+from etcd_operator_kubectl import report, views
 
 Command = Callable[[argparse.Namespace, Any, str], Awaitable[int]]
 
@@ -146,6 +147,93 @@ async def cmd_snapshot(args, kube, namespace) -> int:
     return 0
 
 
+async def cmd_hibernate(args, kube, namespace) -> int:
+    print(
+        f"EtcdCluster {namespace}/{args.cluster}: hibernation snapshots the cluster with its scheduled and "
+        "continuous EtcdBackups, then stops every member; PVCs, Services and certificates stay. "
+        "The cluster serves nothing until `kubectl etcd wake`.",
+        file=sys.stderr,
+    )
+    if not confirm(args, "Hibernate?"):
+        return 1
+    return await _set_hibernation(args, kube, namespace, True)
+
+
+async def cmd_wake(args, kube, namespace) -> int:
+    return await _set_hibernation(args, kube, namespace, False)
+
+
+async def _set_hibernation(args, kube, namespace: str, enabled: bool) -> int:
+    patched = await kube.patch(namespace, "etcdclusters", args.cluster, views.hibernation_patch(enabled))
+    what = "hibernation requested" if enabled else "wake requested"
+    emit(
+        args,
+        (patched.get("spec") or {}).get("hibernation"),
+        f"etcdcluster.etcd.operator.dev/{args.cluster} {what}; the PHASE column of "
+        f"`kubectl get etcdcluster {args.cluster} -n {namespace} -w` follows it",
+    )
+    return 0
+
+
+async def cmd_rotate_certificates(args, kube, namespace) -> int:
+    if args.ca:
+        print(
+            f"EtcdCluster {namespace}/{args.cluster}: a CA rotation trusts a new CA, reissues every certificate, "
+            "then drops the old CA; members restart one at a time, twice. Clients must trust the new CA "
+            "(the cluster's CA Secret) before the old one is dropped.",
+            file=sys.stderr,
+        )
+        if not confirm(args, "Rotate the CA?"):
+            return 1
+    token = f"{now():%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
+    annotation = views.rotation_annotation(args.ca)
+    patched = await kube.annotate(namespace, "etcdclusters", args.cluster, {annotation: token})
+    what = "CA rotation" if args.ca else "certificate renewal"
+    emit(
+        args,
+        patched["metadata"]["annotations"],
+        f"etcdcluster.etcd.operator.dev/{args.cluster} {what} requested ({annotation}={token})",
+    )
+    return 0
+
+
+async def cmd_logs(args, kube, namespace) -> int:
+    logs = await kube.pod_logs(args.operator_namespace, OPERATOR_SELECTOR, args.tail)
+    if not logs:
+        raise LookupError(f"no operator pod ({OPERATOR_SELECTOR}) in namespace {args.operator_namespace}")
+    for pod, text in sorted(logs.items()):
+        for line in views.lines_about(text, namespace, args.cluster):
+            print(f"[pod/{pod}] {line}")
+    return 0
+
+
+async def cmd_report(args, kube, namespace) -> int:
+    cluster = await kube.get(namespace, "etcdclusters", args.cluster)
+    backups, restores = report.belongs_to(
+        args.cluster,
+        await kube.list_objects(namespace, "etcdbackups"),
+        await kube.list_objects(namespace, "etcdrestores"),
+    )
+    kinds = [("EtcdCluster", cluster)] + [("EtcdBackup", b) for b in backups] + [("EtcdRestore", r) for r in restores]
+    taken = now()
+    folder = f"etcd-report-{namespace}-{args.cluster}-{taken:%Y%m%dT%H%M%SZ}"
+    files: dict[str, Any] = {f"{folder}/{kind.lower()}-{o['metadata']['name']}.yaml": o for kind, o in kinds}
+    wanted = {(kind, o["metadata"]["name"]) for kind, o in kinds}
+    files[f"{folder}/events.yaml"] = report.about(await kube.events(namespace), wanted)
+    for pod, text in (await kube.pod_logs(args.operator_namespace, OPERATOR_SELECTOR, None)).items():
+        files[f"{folder}/operator-logs/{pod}.log"] = text
+    path = pathlib.Path(args.file or f"{folder}.tar.gz")
+    await asyncio.to_thread(_write_private, path, report.bundle(files, taken.timestamp()))
+    emit(args, {"file": str(path), "entries": sorted(files)}, f"{path}: {len(files)} files, secrets redacted")
+    return 0
+
+
+def _write_private(path: pathlib.Path, data: bytes) -> None:
+    """Readable by its owner only: a bundle is about the cluster's inner workings."""
+    with open(path, "wb", opener=lambda p, flags: os.open(p, flags, 0o600)) as out:
+        out.write(data)
+
+
 COMMANDS: dict[str, Command] = {
     "status": cmd_status,
     "backups": cmd_backups,
@@ -153,7 +241,13 @@ COMMANDS: dict[str, Command] = {
     "approve-recovery": cmd_approve_recovery,
     "defrag": cmd_defrag,
     "snapshot": cmd_snapshot,
+    "hibernate": cmd_hibernate,
+    "wake": cmd_wake,
+    "rotate-certificates": cmd_rotate_certificates,
+    "logs": cmd_logs,
+    "report": cmd_report,
 }
+OPERATOR_SELECTOR = "app.kubernetes.io/name=etcd-operator"
 
 
 def parser() -> argparse.ArgumentParser:
@@ -197,6 +291,29 @@ def parser() -> argparse.ArgumentParser:
         help="an EtcdBackup whose storage (bucket, prefix, credentials) to use",
     )
     p.add_argument("--name", help="name of the EtcdBackup")
+    p = sub.add_parser("hibernate", parents=[common], help="stop every member, keeping data (spec.hibernation)")
+    p.add_argument("cluster")
+    p.add_argument("--yes", action="store_true", help="do not ask")
+    p = sub.add_parser("wake", parents=[common], help="start a hibernated cluster again")
+    p.add_argument("cluster")
+    p = sub.add_parser("rotate-certificates", parents=[common], help="renew the leaf certificates now, or the CA")
+    p.add_argument("cluster")
+    p.add_argument("--ca", action="store_true", help="rotate the CA (members restart twice)")
+    p.add_argument("--yes", action="store_true", help="do not ask")
+    operator = argparse.ArgumentParser(add_help=False)
+    operator.add_argument(
+        "--operator-namespace", default="etcd-operator", help="where the operator runs (default: etcd-operator)"
+    )
+    p = sub.add_parser("logs", parents=[common, operator], help="the operator's log lines about one cluster")
+    p.add_argument("cluster")
+    p.add_argument("--tail", type=int, help="read only the last N lines of each operator pod")
+    p = sub.add_parser(
+        "report",
+        parents=[common, operator],
+        help="a support bundle (objects, events, operator logs; secrets redacted) as a tar.gz",
+    )
+    p.add_argument("cluster")
+    p.add_argument("-f", "--file", help="where to write it (default: etcd-report-NS-CLUSTER-TIME.tar.gz)")
     p = sub.add_parser(
         "unseal",
         help="decode a snapshot downloaded from a backup's bucket into etcd's own snapshot file (no cluster needed)",

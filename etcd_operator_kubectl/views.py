@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,6 +16,8 @@ from etcd_operator.core.timefmt import parse_datetime
 
 DEFRAGMENT_ANNOTATION = naming.ANNOTATION_DEFRAGMENT
 APPROVE_RECOVERY_ANNOTATION = naming.ANNOTATION_APPROVE_QUORUM_RECOVERY
+ROTATE_CERTIFICATES_ANNOTATION = naming.ANNOTATION_ROTATE_CERTIFICATES
+ROTATE_CA_ANNOTATION = naming.ANNOTATION_ROTATE_CA
 
 
 def human_bytes(n: int | None) -> str:
@@ -410,6 +414,42 @@ def restore_plan(restore: Mapping[str, Any], choice: Choice, now: datetime.datet
     else:
         lines += [f"  into a NEW cluster {target['newCluster']['name']}; existing clusters are not touched."]
     return "\n".join(lines)
+
+
+# ---- hibernation, certificates, logs ------------------------------------------------
+
+
+def hibernation_patch(enabled: bool) -> dict[str, Any]:
+    """spec.hibernation.enabled, the field hibernation is (docs/operations/hibernation.md)."""
+    return {"spec": {"hibernation": {"enabled": enabled}}}
+
+
+def rotation_annotation(ca: bool) -> str:
+    return ROTATE_CA_ANNOTATION if ca else ROTATE_CERTIFICATES_ANNOTATION
+
+
+_RECORD_START = re.compile(r"^\d{4}-\d\d-\d\d[ T]")
+
+
+def lines_about(log: str, namespace: str, name: str) -> list[str]:
+    """The operator's log lines about one object (runtime/logs.py): plain lines carry
+    `[namespace/name]` after the level, with the lines of a traceback after them; JSON
+    lines carry it under `object`."""
+    tag = f" [{namespace}/{name}] "
+    kept: list[str] = []
+    keeping = False
+    for line in log.splitlines():
+        if line.startswith("{"):
+            try:
+                ref = (json.loads(line).get("object") or {}) if line.rstrip().endswith("}") else {}
+            except ValueError:
+                ref = {}
+            keeping = isinstance(ref, dict) and (ref.get("namespace"), ref.get("name")) == (namespace, name)
+        elif _RECORD_START.match(line):
+            keeping = tag in line
+        if keeping:
+            kept.append(line)
+    return kept
 
 
 # ---- shared -------------------------------------------------------------------------

@@ -17,7 +17,7 @@ STORE_LIBRARIES = {"boto3", "botocore", "s3transfer", "aiobotocore"}
 
 def modules() -> list[pathlib.Path]:
     found = sorted(PLUGIN.glob("*.py"))
-    assert {p.name for p in found} >= {"cli.py", "access.py", "views.py"}
+    assert {p.name for p in found} >= {"cli.py", "access.py", "views.py", "report.py"}
     return found
 
 
@@ -54,7 +54,7 @@ def test_every_command_runs_with_the_object_store_libraries_absent():
         "import sys\n"
         "for name in ('boto3', 'botocore', 's3transfer'):\n"
         "    sys.modules[name] = None\n"
-        "from etcd_operator_kubectl import access, cli, views\n"
+        "from etcd_operator_kubectl import access, cli, report, views\n"
         "for command in cli.COMMANDS:\n"
         "    assert command in cli.parser()._subparsers._group_actions[0].choices\n"
         "assert not {'boto3', 'botocore'} & {m for m in sys.modules if sys.modules[m] is not None}\n"

@@ -18,6 +18,11 @@ def test_kubectl_conventions_are_accepted_on_every_command():
         ["approve-recovery", "c"],
         ["defrag", "c"],
         ["snapshot", "c", "--storage-from", "b"],
+        ["hibernate", "c"],
+        ["wake", "c"],
+        ["rotate-certificates", "c", "--ca"],
+        ["logs", "c", "--operator-namespace", "ops"],
+        ["report", "c", "-f", "r.tar.gz"],
     ):
         args = cli.parser().parse_args(argv + ["-n", "ns", "-o", "yaml", "--kubeconfig", "/k", "--context", "x"])
         assert (args.namespace, args.output, args.kubeconfig, args.context) == ("ns", "yaml", "/k", "x")
@@ -28,6 +33,11 @@ def test_kubectl_conventions_are_accepted_on_every_command():
         "approve-recovery",
         "defrag",
         "snapshot",
+        "hibernate",
+        "wake",
+        "rotate-certificates",
+        "logs",
+        "report",
     }
 
 
@@ -165,3 +175,31 @@ def test_restore_creates_the_etcdrestore_from_the_backups_status_once_confirmed(
     assert newest["source"]["backupRef"]["key"] == key("20261121T110000Z")
     assert newest["target"] == {"newCluster": {"name": "copy", "spec": {"size": 1}}}
     assert "will restore" in capsys.readouterr().err
+
+
+def test_hibernate_asks_then_sets_the_spec_field_and_wake_clears_it():
+    kube = RecordingKube({})
+    assert asyncio.run(cli.cmd_hibernate(cli.parser().parse_args(["hibernate", "c"]), kube, "ns")) == 1
+    assert kube.patches == []
+    assert asyncio.run(cli.cmd_hibernate(cli.parser().parse_args(["hibernate", "c", "--yes"]), kube, "ns")) == 0
+    assert asyncio.run(cli.cmd_wake(cli.parser().parse_args(["wake", "c"]), kube, "ns")) == 0
+    assert kube.patches == [
+        {"spec": {"hibernation": {"enabled": True}}},
+        {"spec": {"hibernation": {"enabled": False}}},
+    ]
+
+
+def test_rotate_certificates_sets_the_annotations_the_operator_honours():
+    from etcd_operator.core.cluster import naming
+
+    kube = RecordingKube({})
+    assert (
+        asyncio.run(cli.cmd_rotate_certificates(cli.parser().parse_args(["rotate-certificates", "c"]), kube, "ns")) == 0
+    )
+    args = cli.parser().parse_args(["rotate-certificates", "c", "--ca"])
+    assert asyncio.run(cli.cmd_rotate_certificates(args, kube, "ns")) == 1  # the CA: only once confirmed
+    args = cli.parser().parse_args(["rotate-certificates", "c", "--ca", "--yes"])
+    assert asyncio.run(cli.cmd_rotate_certificates(args, kube, "ns")) == 0
+    assert [list(p) for p in kube.patches] == [[naming.ANNOTATION_ROTATE_CERTIFICATES], [naming.ANNOTATION_ROTATE_CA]]
+    tokens = [v for p in kube.patches for v in p.values()]
+    assert all(tokens) and len(set(tokens)) == 2  # a new value each time: each one is a new request

@@ -363,3 +363,9 @@ def test_restore_object_needs_one_target():
     choice = views.choose(backup_object(three_runs()), None, None, None, False)
     with pytest.raises(ValueError):
         views.restore_object(NAMESPACE, "r", BACKUP, choice, "app", "new", None)
+
+
+def test_hibernation_is_the_spec_field_the_operator_reads():
+    for enabled in (True, False):
+        patched = merge_patch({"size": 3}, views.hibernation_patch(enabled)["spec"])
+        assert ClusterSpec.from_dict(patched).hibernation.enabled is enabled
