@@ -1,18 +1,15 @@
-"""What the plugin reads and writes: the operator's custom resources through the API
-server (kubeconfig rules as kubectl's), and backup manifests in S3 with the credentials
-the EtcdBackup names."""
+"""What the plugin reads and writes, all through the API server (kubeconfig rules as
+kubectl's): the operator's custom resources, their events, and the operator's pod logs.
+It reads no Secret and no object store: what it shows of backups is what the operator
+wrote in their status."""
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import os
 from typing import Any
 
 from kubernetes_asyncio import client, config
-
-from etcd_operator.core.backup.manifest import backup_prefix
-from etcd_operator_kubectl import views
 
 GROUP, VERSION = "etcd.operator.dev", "v1alpha1"
 
@@ -54,57 +51,29 @@ class Kube:
         return await self.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, plural, body)
 
     async def annotate(self, namespace: str, plural: str, name: str, annotations: dict[str, str]) -> dict[str, Any]:
+        return await self.patch(namespace, plural, name, {"metadata": {"annotations": annotations}})
+
+    async def patch(self, namespace: str, plural: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
         return await self.custom.patch_namespaced_custom_object(
-            GROUP,
-            VERSION,
-            namespace,
-            plural,
-            name,
-            {"metadata": {"annotations": annotations}},
-            _content_type="application/merge-patch+json",
+            GROUP, VERSION, namespace, plural, name, body, _content_type="application/merge-patch+json"
         )  # type: ignore[call-arg]  # the stubs omit it
 
-    async def secret_value(self, namespace: str, name: str, key: str) -> str:
-        secret = await self.core.read_namespaced_secret(name, namespace)
-        return base64.b64decode((secret.data or {})[key]).decode()
+    async def list_objects(self, namespace: str, plural: str) -> list[dict[str, Any]]:
+        return (await self.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, plural))["items"]
 
+    async def events(self, namespace: str) -> list[dict[str, Any]]:
+        found = await self.core.list_namespaced_event(namespace)
+        return [self.api.sanitize_for_serialization(e) for e in found.items]
 
-async def read_catalogue(kube: Kube, namespace: str, backup: dict[str, Any]) -> list[views.CatalogueEntry]:
-    """Every manifest under the EtcdBackup's own prefix, read from S3."""
-    import boto3
-    from botocore.config import Config
-
-    s3 = backup["spec"]["storage"]["s3"]
-    creds = s3.get("credentialsSecretRef")
-    keys: dict[str, Any] = {}
-    if creds:
-        keys["aws_access_key_id"] = await kube.secret_value(
-            namespace, creds["name"], creds.get("accessKeyIDKey", "accessKeyID")
-        )
-        keys["aws_secret_access_key"] = await kube.secret_value(
-            namespace, creds["name"], creds.get("secretAccessKeyKey", "secretAccessKey")
-        )
-    bucket = boto3.client(
-        "s3",
-        endpoint_url=s3.get("endpoint"),
-        region_name=s3.get("region") or "us-east-1",
-        config=Config(
-            s3={"addressing_style": "path" if s3.get("forcePathStyle") else "auto"},
-            retries={"max_attempts": 2},
-            connect_timeout=5,
-            read_timeout=20,
-        ),
-        **keys,
-    )
-    prefix = backup_prefix(s3.get("prefix", ""), namespace, backup["metadata"]["name"])
-    entries = []
-    for page in bucket.get_paginator("list_objects_v2").paginate(Bucket=s3["bucket"], Prefix=prefix):
-        for obj in page.get("Contents", []):
-            if views.is_manifest_key(obj["Key"]):
-                body = bucket.get_object(Bucket=s3["bucket"], Key=obj["Key"])["Body"].read()
-                if (entry := views.parse_manifest(body)) is not None:
-                    entries.append(entry)
-    return views.catalogue(entries)
+    async def pod_logs(self, namespace: str, selector: str, tail: int | None) -> dict[str, str]:
+        """The log of every pod `selector` picks (the operator's replicas), by pod name."""
+        pods = await self.core.list_namespaced_pod(namespace, label_selector=selector)
+        logs = {}
+        for pod in pods.items:
+            name = pod.metadata.name
+            read = self.core.read_namespaced_pod_log
+            logs[name] = await (read(name, namespace, tail_lines=tail) if tail else read(name, namespace))
+        return logs
 
 
 def _incluster_namespace() -> str | None:

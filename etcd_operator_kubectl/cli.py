@@ -7,13 +7,14 @@ import argparse
 import asyncio
 import datetime
 import json
+import os
 import pathlib
 import secrets
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from etcd_operator_kubectl import views
+from etcd_operator_kubectl import report, views
 
 Command = Callable[[argparse.Namespace, Any, str], Awaitable[int]]
 
@@ -52,26 +53,22 @@ async def cmd_status(args, kube, namespace) -> int:
 
 
 async def cmd_backups(args, kube, namespace) -> int:
-    from etcd_operator_kubectl.access import read_catalogue
-
-    entries = await read_catalogue(kube, namespace, await kube.get(namespace, "etcdbackups", args.backup))
-    emit(args, [e.as_dict() for e in entries], views.backups_table(entries, now()))
+    view = views.backups_view(await kube.get(namespace, "etcdbackups", args.backup))
+    emit(args, view, views.backups_table(view, now()))
     return 0
 
 
 async def cmd_restore(args, kube, namespace) -> int:
-    from etcd_operator_kubectl.access import read_catalogue
-
     backup = await kube.get(namespace, "etcdbackups", args.backup)
-    entry = views.choose_backup(await read_catalogue(kube, namespace, backup), args.revision, args.key)
+    choice = views.choose(backup, args.key, args.revision, args.time, args.latest)
     new_spec = None
     if args.new_cluster:
         new_spec = await _source_spec(kube, namespace, backup["spec"]["clusterRef"]["name"])
         if args.size:
             new_spec["size"] = args.size
-    name = args.name or f"{args.in_place or args.new_cluster}-from-{entry.revision}"
-    restore = views.restore_object(namespace, name, args.backup, entry, args.in_place, args.new_cluster, new_spec)
-    print(views.restore_plan(restore, entry, now()), file=sys.stderr)
+    name = args.name or f"{args.in_place or args.new_cluster}-from-{choice.slug}"
+    restore = views.restore_object(namespace, name, args.backup, choice, args.in_place, args.new_cluster, new_spec)
+    print(views.restore_plan(restore, choice, now()), file=sys.stderr)
     if not confirm(args, "Create this EtcdRestore?"):
         return 1
     created = await kube.create(namespace, "etcdrestores", restore)
@@ -150,6 +147,93 @@ async def cmd_snapshot(args, kube, namespace) -> int:
     return 0
 
 
+async def cmd_hibernate(args, kube, namespace) -> int:
+    print(
+        f"EtcdCluster {namespace}/{args.cluster}: hibernation snapshots the cluster with its scheduled and "
+        "continuous EtcdBackups, then stops every member; PVCs, Services and certificates stay. "
+        "The cluster serves nothing until `kubectl etcd wake`.",
+        file=sys.stderr,
+    )
+    if not confirm(args, "Hibernate?"):
+        return 1
+    return await _set_hibernation(args, kube, namespace, True)
+
+
+async def cmd_wake(args, kube, namespace) -> int:
+    return await _set_hibernation(args, kube, namespace, False)
+
+
+async def _set_hibernation(args, kube, namespace: str, enabled: bool) -> int:
+    patched = await kube.patch(namespace, "etcdclusters", args.cluster, views.hibernation_patch(enabled))
+    what = "hibernation requested" if enabled else "wake requested"
+    emit(
+        args,
+        (patched.get("spec") or {}).get("hibernation"),
+        f"etcdcluster.etcd.operator.dev/{args.cluster} {what}; the PHASE column of "
+        f"`kubectl get etcdcluster {args.cluster} -n {namespace} -w` follows it",
+    )
+    return 0
+
+
+async def cmd_rotate_certificates(args, kube, namespace) -> int:
+    if args.ca:
+        print(
+            f"EtcdCluster {namespace}/{args.cluster}: a CA rotation trusts a new CA, reissues every certificate, "
+            "then drops the old CA; members restart one at a time, twice. Clients must trust the new CA "
+            "(the cluster's CA Secret) before the old one is dropped.",
+            file=sys.stderr,
+        )
+        if not confirm(args, "Rotate the CA?"):
+            return 1
+    token = f"{now():%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
+    annotation = views.rotation_annotation(args.ca)
+    patched = await kube.annotate(namespace, "etcdclusters", args.cluster, {annotation: token})
+    what = "CA rotation" if args.ca else "certificate renewal"
+    emit(
+        args,
+        patched["metadata"]["annotations"],
+        f"etcdcluster.etcd.operator.dev/{args.cluster} {what} requested ({annotation}={token})",
+    )
+    return 0
+
+
+async def cmd_logs(args, kube, namespace) -> int:
+    logs = await kube.pod_logs(args.operator_namespace, OPERATOR_SELECTOR, args.tail)
+    if not logs:
+        raise LookupError(f"no operator pod ({OPERATOR_SELECTOR}) in namespace {args.operator_namespace}")
+    for pod, text in sorted(logs.items()):
+        for line in views.lines_about(text, namespace, args.cluster):
+            print(f"[pod/{pod}] {line}")
+    return 0
+
+
+async def cmd_report(args, kube, namespace) -> int:
+    cluster = await kube.get(namespace, "etcdclusters", args.cluster)
+    backups, restores = report.belongs_to(
+        args.cluster,
+        await kube.list_objects(namespace, "etcdbackups"),
+        await kube.list_objects(namespace, "etcdrestores"),
+    )
+    kinds = [("EtcdCluster", cluster)] + [("EtcdBackup", b) for b in backups] + [("EtcdRestore", r) for r in restores]
+    taken = now()
+    folder = f"etcd-report-{namespace}-{args.cluster}-{taken:%Y%m%dT%H%M%SZ}"
+    files: dict[str, Any] = {f"{folder}/{kind.lower()}-{o['metadata']['name']}.yaml": o for kind, o in kinds}
+    wanted = {(kind, o["metadata"]["name"]) for kind, o in kinds}
+    files[f"{folder}/events.yaml"] = report.about(await kube.events(namespace), wanted)
+    for pod, text in (await kube.pod_logs(args.operator_namespace, OPERATOR_SELECTOR, None)).items():
+        files[f"{folder}/operator-logs/{pod}.log"] = text
+    path = pathlib.Path(args.file or f"{folder}.tar.gz")
+    await asyncio.to_thread(_write_private, path, report.bundle(files, taken.timestamp()))
+    emit(args, {"file": str(path), "entries": sorted(files)}, f"{path}: {len(files)} files, secrets redacted")
+    return 0
+
+
+def _write_private(path: pathlib.Path, data: bytes) -> None:
+    """Readable by its owner only: a bundle is about the cluster's inner workings."""
+    with open(path, "wb", opener=lambda p, flags: os.open(p, flags, 0o600)) as out:
+        out.write(data)
+
+
 COMMANDS: dict[str, Command] = {
     "status": cmd_status,
     "backups": cmd_backups,
@@ -157,7 +241,13 @@ COMMANDS: dict[str, Command] = {
     "approve-recovery": cmd_approve_recovery,
     "defrag": cmd_defrag,
     "snapshot": cmd_snapshot,
+    "hibernate": cmd_hibernate,
+    "wake": cmd_wake,
+    "rotate-certificates": cmd_rotate_certificates,
+    "logs": cmd_logs,
+    "report": cmd_report,
 }
+OPERATOR_SELECTOR = "app.kubernetes.io/name=etcd-operator"
 
 
 def parser() -> argparse.ArgumentParser:
@@ -170,16 +260,20 @@ def parser() -> argparse.ArgumentParser:
     sub = top.add_subparsers(dest="command", required=True)
     p = sub.add_parser("status", parents=[common], help="members: role, health, lag, db size, alarms; conditions")
     p.add_argument("cluster")
-    p = sub.add_parser("backups", parents=[common], help="the catalogue of an EtcdBackup, read from its manifests")
+    p = sub.add_parser("backups", parents=[common], help="an EtcdBackup's snapshots and chain, from its status")
     p.add_argument("backup")
-    p = sub.add_parser("restore", parents=[common], help="create an EtcdRestore from one snapshot of a backup")
+    p = sub.add_parser("restore", parents=[common], help="create an EtcdRestore from a snapshot or point of a backup")
     p.add_argument("backup")
     target = p.add_mutually_exclusive_group(required=True)
     target.add_argument("--in-place", metavar="CLUSTER", help="replace this cluster's data")
     target.add_argument("--new-cluster", metavar="NAME", help="restore into a new cluster")
     which = p.add_mutually_exclusive_group()
-    which.add_argument("--revision", type=int, help="the snapshot at this revision (default: the newest)")
     which.add_argument("--key", help="the snapshot with this key")
+    which.add_argument(
+        "--revision", type=int, help="the snapshot at this revision, else this revision replayed from the chain"
+    )
+    which.add_argument("--time", help="RFC 3339: the revisions the continuous backup had seen by then")
+    which.add_argument("--latest", action="store_true", help="the newest revision the continuous backup holds")
     p.add_argument("--size", type=int, help="size of the new cluster (default: the source cluster's)")
     p.add_argument("--name", help="name of the EtcdRestore")
     p.add_argument("--yes", action="store_true", help="do not ask")
@@ -197,6 +291,29 @@ def parser() -> argparse.ArgumentParser:
         help="an EtcdBackup whose storage (bucket, prefix, credentials) to use",
     )
     p.add_argument("--name", help="name of the EtcdBackup")
+    p = sub.add_parser("hibernate", parents=[common], help="stop every member, keeping data (spec.hibernation)")
+    p.add_argument("cluster")
+    p.add_argument("--yes", action="store_true", help="do not ask")
+    p = sub.add_parser("wake", parents=[common], help="start a hibernated cluster again")
+    p.add_argument("cluster")
+    p = sub.add_parser("rotate-certificates", parents=[common], help="renew the leaf certificates now, or the CA")
+    p.add_argument("cluster")
+    p.add_argument("--ca", action="store_true", help="rotate the CA (members restart twice)")
+    p.add_argument("--yes", action="store_true", help="do not ask")
+    operator = argparse.ArgumentParser(add_help=False)
+    operator.add_argument(
+        "--operator-namespace", default="etcd-operator", help="where the operator runs (default: etcd-operator)"
+    )
+    p = sub.add_parser("logs", parents=[common, operator], help="the operator's log lines about one cluster")
+    p.add_argument("cluster")
+    p.add_argument("--tail", type=int, help="read only the last N lines of each operator pod")
+    p = sub.add_parser(
+        "report",
+        parents=[common, operator],
+        help="a support bundle (objects, events, operator logs; secrets redacted) as a tar.gz",
+    )
+    p.add_argument("cluster")
+    p.add_argument("-f", "--file", help="where to write it (default: etcd-report-NS-CLUSTER-TIME.tar.gz)")
     p = sub.add_parser(
         "unseal",
         help="decode a snapshot downloaded from a backup's bucket into etcd's own snapshot file (no cluster needed)",
@@ -252,8 +369,6 @@ def api_error_message(body: bytes | str | None, reason: str | None) -> str:
 
 async def run(args: argparse.Namespace) -> int:
     import aiohttp
-    from botocore.exceptions import BotoCoreError
-    from botocore.exceptions import ClientError as S3ClientError
     from kubernetes_asyncio.client import ApiException
 
     from etcd_operator_kubectl.access import Kube
@@ -269,9 +384,6 @@ async def run(args: argparse.Namespace) -> int:
         return 1
     except (aiohttp.ClientError, OSError) as e:
         print(f"error: cannot reach the API server ({e})", file=sys.stderr)
-        return 1
-    except (BotoCoreError, S3ClientError) as e:  # S3 unreachable or refused, while reading manifests
-        print(f"error: reading the backup's manifests from S3 failed: {e}", file=sys.stderr)
         return 1
     finally:
         await kube.close()

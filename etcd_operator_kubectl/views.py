@@ -1,4 +1,4 @@
-"""Pure views: what each command shows, computed from the objects and manifests it read.
+"""Pure views: what each command shows, computed from the objects it read.
 No I/O here, so every column is unit-tested (tests/unit/test_kubectl_etcd_views.py)."""
 
 from __future__ import annotations
@@ -6,15 +6,18 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
-from etcd_operator.core.backup.manifest import FORMAT, MANIFEST_SUFFIX, WRITER
+from etcd_operator.core.cluster import naming
 from etcd_operator.core.cluster.space import ETCD_DEFAULT_QUOTA
 from etcd_operator.core.timefmt import parse_datetime
 
-DEFRAGMENT_ANNOTATION = "etcd.operator.dev/defragment"
-APPROVE_RECOVERY_ANNOTATION = "etcd.operator.dev/approve-quorum-recovery"
+DEFRAGMENT_ANNOTATION = naming.ANNOTATION_DEFRAGMENT
+APPROVE_RECOVERY_ANNOTATION = naming.ANNOTATION_APPROVE_QUORUM_RECOVERY
+ROTATE_CERTIFICATES_ANNOTATION = naming.ANNOTATION_ROTATE_CERTIFICATES
+ROTATE_CA_ANNOTATION = naming.ANNOTATION_ROTATE_CA
 
 
 def human_bytes(n: int | None) -> str:
@@ -153,15 +156,18 @@ def status_table(view: Mapping[str, Any]) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class CatalogueEntry:
+    """One snapshot as the EtcdBackup's status records it (lastBackup, recentBackups): the
+    record core/backup/manifest.py's status_record writes, with its verification if any."""
+
     key: str
     revision: int | None
     size: int | None
     sha256: str | None
-    created_at: str | None
+    completion_time: str | None
     cluster_id: str | None
     etcd_version: str | None
-    verification: str  # what the manifest says, "unknown" when it says nothing
-    extra: dict[str, Any]  # manifest fields this version of the plugin does not name
+    member: str | None
+    verification: str
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -169,115 +175,192 @@ class CatalogueEntry:
             "revision": self.revision,
             "size": self.size,
             "sha256": self.sha256,
-            "createdAt": self.created_at,
+            "completionTime": self.completion_time,
             "clusterID": self.cluster_id,
             "etcdVersion": self.etcd_version,
+            "member": self.member,
             "verification": self.verification,
-            **({"extra": self.extra} if self.extra else {}),
         }
 
 
-_NAMED = {
-    "format",
-    "writer",
-    "snapshotKey",
-    "revision",
-    "size",
-    "sha256",
-    "createdAt",
-    "clusterId",
-    "etcdVersion",
-    "verification",
-    "verified",
-    "verifiedAt",
-}
-
-
-def parse_manifest(data: bytes) -> CatalogueEntry | None:
-    """A manifest written by the operator, read leniently: fields added by later versions
-    are kept in `extra`, missing optional ones shown as unknown. None for foreign files."""
-    try:
-        body = json.loads(data)
-    except ValueError:
-        return None
-    if not isinstance(body, dict) or body.get("format") != FORMAT or body.get("writer") != WRITER:
-        return None
-    if not body.get("snapshotKey"):
-        return None
+def _entry(record: Mapping[str, Any], verifying: str | None) -> CatalogueEntry:
     return CatalogueEntry(
-        key=body["snapshotKey"],
-        revision=_int(body.get("revision")),
-        size=_int(body.get("size")),
-        sha256=body.get("sha256"),
-        created_at=body.get("createdAt"),
-        cluster_id=body.get("clusterId"),
-        etcd_version=body.get("etcdVersion"),
-        verification=_verification(body),
-        extra={k: v for k, v in body.items() if k not in _NAMED},
+        key=record["key"],
+        revision=_int(record.get("revision")),
+        size=_int(record.get("size")),
+        sha256=record.get("sha256"),
+        completion_time=record.get("completionTime"),
+        cluster_id=record.get("clusterID"),
+        etcd_version=record.get("etcdVersion"),
+        member=record.get("member"),
+        verification="verifying" if verifying == record["key"] else _verification(record.get("verification")),
     )
 
 
-def _verification(body: Mapping[str, Any]) -> str:
-    v = body.get("verification")
-    if isinstance(v, dict):
-        word = v.get("result") or v.get("status") or v.get("state")
-        when = v.get("time") or v.get("verifiedAt") or v.get("at")
-        return f"{word} ({when})" if word and when else str(word or "unknown")
-    if isinstance(v, str) and v:
-        return v
-    if isinstance(body.get("verified"), bool):
-        return "verified" if body["verified"] else "failed"
-    return "unknown"
+def _verification(record: Mapping[str, Any] | None) -> str:
+    """A verification record of core/backup/status.py: a verdict, or none and why."""
+    if not isinstance(record, dict):
+        return "not verified"
+    if record.get("verified") is True:
+        return f"verified {record.get('verifiedAt') or ''}".rstrip()
+    if record.get("verified") is False:
+        return f"FAILED ({record.get('reason') or '?'})"
+    return f"no verdict ({record.get('reason') or '?'})"
 
 
-def is_manifest_key(key: str) -> bool:
-    return key.endswith(MANIFEST_SUFFIX)
+def catalogue(backup: Mapping[str, Any]) -> list[CatalogueEntry]:
+    """The snapshots the EtcdBackup's status lists (its newest ones; older ones the store
+    still holds are not in status), newest revision first: order from the records, never
+    from key names."""
+    status = backup.get("status") or {}
+    records = [r for r in status.get("recentBackups") or [] if isinstance(r, dict) and r.get("key")]
+    last = status.get("lastBackup")
+    if isinstance(last, dict) and last.get("key") and last["key"] not in {r["key"] for r in records}:
+        records.insert(0, last)
+    verifying = (status.get("verification") or {}).get("startTime") and status["verification"].get("key")
+    entries = [_entry(r, verifying) for r in records]
+    return sorted(entries, key=lambda e: (e.revision is None, -(e.revision or 0), e.completion_time or ""))
 
 
-def catalogue(entries: list[CatalogueEntry]) -> list[CatalogueEntry]:
-    """Newest revision first; order comes from the manifests, never from object names."""
-    return sorted(entries, key=lambda e: (e.revision is None, -(e.revision or 0), e.created_at or ""))
+def continuous_view(backup: Mapping[str, Any]) -> dict[str, Any] | None:
+    """status.continuous (core/backup/continuous_status.py): the chain being written, the
+    revisions it holds, its lag, when it last held the whole cluster, and its last break."""
+    record = (backup.get("status") or {}).get("continuous")
+    if not isinstance(record, dict):
+        return None
+    caught_up = record.get("caughtUp") or None
+    return {
+        "chain": record.get("chain"),
+        "clusterID": record.get("clusterID"),
+        "baseKey": record.get("baseKey"),
+        "baseRevision": record.get("baseRevision"),
+        "lastRevision": record.get("lastRevision"),
+        "lastSegmentTime": record.get("lastSegmentTime"),
+        "lagRevisions": record.get("lagRevisions"),
+        "caughtUp": caught_up if caught_up and caught_up.get("chain") == record.get("chain") else None,
+        "needsFullSnapshot": bool(record.get("needsFullSnapshot")),
+        "lastBreak": record.get("lastBreak"),
+    }
 
 
-def backups_table(entries: list[CatalogueEntry], now: datetime.datetime) -> str:
+def backups_view(backup: Mapping[str, Any]) -> dict[str, Any]:
+    status = backup.get("status") or {}
+    return {
+        "name": backup["metadata"]["name"],
+        "namespace": backup["metadata"].get("namespace"),
+        "cluster": ((backup.get("spec") or {}).get("clusterRef") or {}).get("name"),
+        "phase": status.get("phase"),
+        "lastSuccessfulTime": status.get("lastSuccessfulTime"),
+        "nextScheduleTime": status.get("nextScheduleTime"),
+        "snapshots": [e.as_dict() for e in catalogue(backup)],
+        "continuous": continuous_view(backup),
+        "conditions": [
+            {k: c.get(k) for k in ("type", "status", "reason", "message")} for c in status.get("conditions") or []
+        ],
+    }
+
+
+def backups_table(view: Mapping[str, Any], now: datetime.datetime) -> str:
+    header = (
+        f"EtcdBackup {view['namespace']}/{view['name']} of cluster {view['cluster'] or '-'}: "
+        f"phase {view['phase'] or '-'}, last success {human_age(view['lastSuccessfulTime'], now)} ago, "
+        f"next {view['nextScheduleTime'] or '-'}"
+    )
     rows = [["REVISION", "SIZE", "VERIFICATION", "AGE", "ETCD", "CLUSTER ID", "KEY"]]
-    for e in entries:
+    for e in view["snapshots"]:
         rows.append(
             [
-                _or_dash(e.revision),
-                human_bytes(e.size),
-                e.verification,
-                human_age(e.created_at, now),
-                e.etcd_version or "-",
-                e.cluster_id or "-",
-                e.key,
+                _or_dash(e["revision"]),
+                human_bytes(e["size"]),
+                e["verification"],
+                human_age(e["completionTime"], now),
+                e["etcdVersion"] or "-",
+                e["clusterID"] or "-",
+                e["key"],
             ]
         )
-    if len(rows) == 1:
-        return "No backups found."
-    return table(rows)
+    parts = [header, "", table(rows) if len(rows) > 1 else "No backups recorded in status yet."]
+    if (chain := view["continuous"]) is not None:
+        parts += ["", continuous_text(chain, now)]
+    conditions = [["CONDITION", "STATUS", "REASON", "MESSAGE"]] + [
+        [c["type"], c["status"], c["reason"] or "-", c["message"] or ""] for c in view["conditions"]
+    ]
+    return "\n".join(parts + ["", table(conditions)])
 
 
-def choose_backup(entries: list[CatalogueEntry], revision: int | None, key: str | None) -> CatalogueEntry:
-    """The entry a restore uses: by key, by revision, or the newest. Raises LookupError."""
-    ordered = catalogue(entries)
-    if key is not None:
-        matches = [e for e in ordered if e.key == key]
-    elif revision is not None:
-        matches = [e for e in ordered if e.revision == revision]
+def continuous_text(chain: Mapping[str, Any], now: datetime.datetime) -> str:
+    lines = []
+    if chain["chain"]:
+        lines.append(
+            f"Continuous: chain {chain['chain']} holds revisions {_or_dash(chain['baseRevision'])} "
+            f"(base {chain['baseKey']}) to {_or_dash(chain['lastRevision'])}; last segment "
+            f"{human_age(chain['lastSegmentTime'], now)} ago, lag {_or_dash(chain['lagRevisions'])} revisions"
+        )
+        if chain["caughtUp"]:
+            up = chain["caughtUp"]
+            lines.append(f"  held the whole cluster at revision {up['revision']} ({up['time']})")
     else:
-        matches = ordered[:1]
-    if not matches:
-        wanted = f"key {key}" if key is not None else f"revision {revision}" if revision is not None else "any"
-        raise LookupError(f"no backup with {wanted}")
-    return matches[0]
+        lines.append("Continuous: no chain is being written")
+    if chain["needsFullSnapshot"]:
+        lines.append("  a full snapshot is due before a new chain starts")
+    if brk := chain["lastBreak"]:
+        lines.append(
+            f"  last break: chain {brk.get('chain')} at revision {brk.get('lastRevision')} "
+            f"({brk.get('reason')}: {brk.get('message')}) {brk.get('time')}"
+        )
+    return "\n".join(lines)
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    """What a restore restores: a whole snapshot by `key` (`entry`: as status lists it, None
+    for an older one), or a point (`point`, the value of spec.source.pointInTime)."""
+
+    key: str | None
+    entry: CatalogueEntry | None
+    point: dict[str, Any] | None
+    what: str
+    slug: str  # for the restore's default name
+
+
+def choose(backup: Mapping[str, Any], key: str | None, revision: int | None, time: str | None, latest: bool) -> Choice:
+    """The restore's source from what the EtcdBackup's status lists: a snapshot by key, the
+    snapshot at exactly `revision`, a point (revision, time, latest) of its continuous
+    backup, or by default its newest snapshot not failed. Raises LookupError."""
+    entries = catalogue(backup)
+    if key is not None:
+        entry = next((e for e in entries if e.key == key), None)
+        return Choice(key, entry, None, f"snapshot {key}", str(entry.revision) if entry and entry.revision else "key")
+    exact = next((e for e in entries if revision is not None and e.revision == revision), None)
+    if exact is not None:
+        return Choice(exact.key, exact, None, f"snapshot {exact.key}", str(revision))
+    if revision is not None or time is not None or latest:
+        chain = continuous_view(backup)
+        if chain is None:
+            raise LookupError(
+                f"backup {backup['metadata']['name']} has no snapshot at that point and no continuous backup "
+                "to replay to it; `kubectl etcd backups` lists what it has"
+            )
+        if revision is not None:
+            return Choice(None, None, {"revision": revision}, f"revision {revision}", str(revision))
+        if time is not None:
+            try:
+                moment = parse_datetime(time)
+            except ValueError:
+                raise LookupError(f"--time {time!r} is not an RFC 3339 time") from None
+            return Choice(None, None, {"time": time}, f"time {time}", f"{moment:%Y%m%d%H%M%S}")
+        return Choice(None, None, {"latest": True}, "the newest revision the backup holds", "latest")
+    good = [e for e in entries if not e.verification.startswith("FAILED")]
+    if not good:
+        raise LookupError(f"backup {backup['metadata']['name']} lists no snapshot in its status yet")
+    return Choice(good[0].key, good[0], None, f"snapshot {good[0].key}", str(good[0].revision or "latest"))
 
 
 def restore_object(
     namespace: str,
     name: str,
     backup: str,
-    entry: CatalogueEntry,
+    choice: Choice,
     in_place: str | None,
     new_cluster: str | None,
     new_spec: Mapping[str, Any] | None,
@@ -289,22 +372,39 @@ def restore_object(
         if in_place
         else {"newCluster": {"name": new_cluster, **({"spec": dict(new_spec)} if new_spec else {})}}
     )
+    source: dict[str, Any] = {"backupRef": {"name": backup}}
+    if choice.point is not None:
+        source["pointInTime"] = dict(choice.point)  # the CRD: a point needs backupRef without key
+    elif choice.key is not None:
+        source["backupRef"]["key"] = choice.key
     return {
         "apiVersion": "etcd.operator.dev/v1alpha1",
         "kind": "EtcdRestore",
         "metadata": {"name": name, "namespace": namespace},
-        "spec": {"source": {"backupRef": {"name": backup, "key": entry.key}}, "target": target},
+        "spec": {"source": source, "target": target},
     }
 
 
-def restore_plan(restore: Mapping[str, Any], entry: CatalogueEntry, now: datetime.datetime) -> str:
+def restore_plan(restore: Mapping[str, Any], choice: Choice, now: datetime.datetime) -> str:
     target = restore["spec"]["target"]
-    lines = [
-        f"EtcdRestore {restore['metadata']['namespace']}/{restore['metadata']['name']} will restore",
-        f"  snapshot  {entry.key}",
-        f"  revision  {_or_dash(entry.revision)}, {human_bytes(entry.size)}, taken {human_age(entry.created_at, now)} "
-        f"ago, verification: {entry.verification}",
-    ]
+    lines = [f"EtcdRestore {restore['metadata']['namespace']}/{restore['metadata']['name']} will restore"]
+    if (entry := choice.entry) is not None:
+        lines += [
+            f"  snapshot  {entry.key}",
+            f"  revision  {_or_dash(entry.revision)}, {human_bytes(entry.size)}, taken "
+            f"{human_age(entry.completion_time, now)} ago, verification: {entry.verification}",
+        ]
+    elif choice.key is not None:
+        lines += [
+            f"  snapshot  {choice.key}",
+            "  (not among the newest snapshots the backup's status lists; the operator checks it before "
+            "touching anything)",
+        ]
+    else:
+        lines += [
+            f"  the backup as it was at {choice.what}: its newest full snapshot before that point, "
+            "then its continuous backup's segments replayed up to it"
+        ]
     if "inPlace" in target:
         lines += [
             f"  INTO the existing cluster {target['inPlace']['clusterName']}: it is stopped and its data "
@@ -314,6 +414,42 @@ def restore_plan(restore: Mapping[str, Any], entry: CatalogueEntry, now: datetim
     else:
         lines += [f"  into a NEW cluster {target['newCluster']['name']}; existing clusters are not touched."]
     return "\n".join(lines)
+
+
+# ---- hibernation, certificates, logs ------------------------------------------------
+
+
+def hibernation_patch(enabled: bool) -> dict[str, Any]:
+    """spec.hibernation.enabled, the field hibernation is (docs/operations/hibernation.md)."""
+    return {"spec": {"hibernation": {"enabled": enabled}}}
+
+
+def rotation_annotation(ca: bool) -> str:
+    return ROTATE_CA_ANNOTATION if ca else ROTATE_CERTIFICATES_ANNOTATION
+
+
+_RECORD_START = re.compile(r"^\d{4}-\d\d-\d\d[ T]")
+
+
+def lines_about(log: str, namespace: str, name: str) -> list[str]:
+    """The operator's log lines about one object (runtime/logs.py): plain lines carry
+    `[namespace/name]` after the level, with the lines of a traceback after them; JSON
+    lines carry it under `object`."""
+    tag = f" [{namespace}/{name}] "
+    kept: list[str] = []
+    keeping = False
+    for line in log.splitlines():
+        if line.startswith("{"):
+            try:
+                ref = (json.loads(line).get("object") or {}) if line.rstrip().endswith("}") else {}
+            except ValueError:
+                ref = {}
+            keeping = isinstance(ref, dict) and (ref.get("namespace"), ref.get("name")) == (namespace, name)
+        elif _RECORD_START.match(line):
+            keeping = tag in line
+        if keeping:
+            kept.append(line)
+    return kept
 
 
 # ---- shared -------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """`kubectl etcd` (the plugin pip installs beside the operator) against a 3-member TLS cluster
 on the real nodes, run by the chart's release as users run it: status, a snapshot and the
-backups it lists from the store's manifests, a restore that asks first, a defragmentation
+backups it lists from the EtcdBackup's status, a restore that asks first, a defragmentation
 request and an approval of quorum recovery that asks first. One cluster serves the module,
 in file order."""
 
@@ -75,7 +75,7 @@ def test_kubectl_etcd_status_shows_every_member_and_the_conditions(cluster_names
     assert missing.stderr.startswith('error: etcdclusters.etcd.operator.dev "nope" not found'), missing.stderr
 
 
-def test_kubectl_etcd_snapshot_then_backups_lists_it_from_the_manifest(real_nodes, cluster_namespace):
+def test_kubectl_etcd_snapshot_then_backups_lists_it_from_the_status(real_nodes, cluster_namespace):
     kubectl(
         "apply",
         "-f",
@@ -104,7 +104,7 @@ def test_kubectl_etcd_snapshot_then_backups_lists_it_from_the_manifest(real_node
         what="the snapshot taken",
     )
     assert done["status"]["phase"] == "Completed", done["status"]
-    entries = plugin_json("backups", "now", "-n", cluster_namespace)
+    entries = plugin_json("backups", "now", "-n", cluster_namespace)["snapshots"]
     assert [e["key"] for e in entries] == [done["status"]["lastBackup"]["key"]]
     assert entries[0]["revision"] == done["status"]["lastBackup"]["revision"]
     assert entries[0]["size"] == done["status"]["lastBackup"]["size"] and entries[0]["verification"]

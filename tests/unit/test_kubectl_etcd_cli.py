@@ -18,10 +18,27 @@ def test_kubectl_conventions_are_accepted_on_every_command():
         ["approve-recovery", "c"],
         ["defrag", "c"],
         ["snapshot", "c", "--storage-from", "b"],
+        ["hibernate", "c"],
+        ["wake", "c"],
+        ["rotate-certificates", "c", "--ca"],
+        ["logs", "c", "--operator-namespace", "ops"],
+        ["report", "c", "-f", "r.tar.gz"],
     ):
         args = cli.parser().parse_args(argv + ["-n", "ns", "-o", "yaml", "--kubeconfig", "/k", "--context", "x"])
         assert (args.namespace, args.output, args.kubeconfig, args.context) == ("ns", "yaml", "/k", "x")
-    assert set(cli.COMMANDS) == {"status", "backups", "restore", "approve-recovery", "defrag", "snapshot"}
+    assert set(cli.COMMANDS) == {
+        "status",
+        "backups",
+        "restore",
+        "approve-recovery",
+        "defrag",
+        "snapshot",
+        "hibernate",
+        "wake",
+        "rotate-certificates",
+        "logs",
+        "report",
+    }
 
 
 def test_restore_needs_exactly_one_target():
@@ -29,18 +46,28 @@ def test_restore_needs_exactly_one_target():
         cli.parser().parse_args(["restore", "b"])
     with pytest.raises(SystemExit):
         cli.parser().parse_args(["restore", "b", "--in-place", "c", "--new-cluster", "d"])
+    with pytest.raises(SystemExit):
+        cli.parser().parse_args(["restore", "b", "--in-place", "c", "--revision", "5", "--latest"])
 
 
 class RecordingKube:
-    def __init__(self, cluster):
-        self.cluster, self.patches = cluster, []
+    def __init__(self, cluster, backup=None):
+        self.cluster, self.backup, self.patches, self.created = cluster, backup, [], []
 
     async def get(self, namespace, plural, name):
-        return self.cluster
+        return self.backup if plural == "etcdbackups" else self.cluster
 
     async def annotate(self, namespace, plural, name, annotations):
         self.patches.append(annotations)
         return {"metadata": {"annotations": annotations}}
+
+    async def patch(self, namespace, plural, name, body):
+        self.patches.append(body)
+        return body
+
+    async def create(self, namespace, plural, body):
+        self.created.append((plural, body))
+        return body
 
 
 @pytest.mark.parametrize("answer, patched", [("", False), ("n\n", False), ("y\n", True)])
@@ -129,3 +156,50 @@ def test_unseal_copies_a_plain_snapshot_as_it_is(tmp_path):
     out = tmp_path / "out.db"
     assert main(["unseal", str(plain), str(out)]) == 0
     assert out.read_bytes() == plain.read_bytes()
+
+
+def test_restore_creates_the_etcdrestore_from_the_backups_status_once_confirmed(capsys):
+    from tests.unit.test_kubectl_etcd_views import BACKUP, backup_object, key, streaming, three_runs
+
+    kube = RecordingKube({"spec": {"size": 3}}, backup_object(streaming(three_runs())))
+    args = cli.parser().parse_args(["restore", BACKUP, "--in-place", "app", "--revision", "239"])
+    assert asyncio.run(cli.cmd_restore(args, kube, "ns")) == 1 and kube.created == []  # no terminal, no --yes
+    args = cli.parser().parse_args(["restore", BACKUP, "--in-place", "app", "--revision", "239", "--yes"])
+    assert asyncio.run(cli.cmd_restore(args, kube, "ns")) == 0
+    ((plural, body),) = kube.created
+    assert plural == "etcdrestores" and body["metadata"]["name"] == "app-from-239"
+    assert body["spec"]["source"] == {"backupRef": {"name": BACKUP}, "pointInTime": {"revision": 239}}
+    args = cli.parser().parse_args(["restore", BACKUP, "--new-cluster", "copy", "--size", "1", "--yes"])
+    assert asyncio.run(cli.cmd_restore(args, kube, "ns")) == 0
+    newest = kube.created[-1][1]["spec"]
+    assert newest["source"]["backupRef"]["key"] == key("20261121T110000Z")
+    assert newest["target"] == {"newCluster": {"name": "copy", "spec": {"size": 1}}}
+    assert "will restore" in capsys.readouterr().err
+
+
+def test_hibernate_asks_then_sets_the_spec_field_and_wake_clears_it():
+    kube = RecordingKube({})
+    assert asyncio.run(cli.cmd_hibernate(cli.parser().parse_args(["hibernate", "c"]), kube, "ns")) == 1
+    assert kube.patches == []
+    assert asyncio.run(cli.cmd_hibernate(cli.parser().parse_args(["hibernate", "c", "--yes"]), kube, "ns")) == 0
+    assert asyncio.run(cli.cmd_wake(cli.parser().parse_args(["wake", "c"]), kube, "ns")) == 0
+    assert kube.patches == [
+        {"spec": {"hibernation": {"enabled": True}}},
+        {"spec": {"hibernation": {"enabled": False}}},
+    ]
+
+
+def test_rotate_certificates_sets_the_annotations_the_operator_honours():
+    from etcd_operator.core.cluster import naming
+
+    kube = RecordingKube({})
+    assert (
+        asyncio.run(cli.cmd_rotate_certificates(cli.parser().parse_args(["rotate-certificates", "c"]), kube, "ns")) == 0
+    )
+    args = cli.parser().parse_args(["rotate-certificates", "c", "--ca"])
+    assert asyncio.run(cli.cmd_rotate_certificates(args, kube, "ns")) == 1  # the CA: only once confirmed
+    args = cli.parser().parse_args(["rotate-certificates", "c", "--ca", "--yes"])
+    assert asyncio.run(cli.cmd_rotate_certificates(args, kube, "ns")) == 0
+    assert [list(p) for p in kube.patches] == [[naming.ANNOTATION_ROTATE_CERTIFICATES], [naming.ANNOTATION_ROTATE_CA]]
+    tokens = [v for p in kube.patches for v in p.values()]
+    assert all(tokens) and len(set(tokens)) == 2  # a new value each time: each one is a new request

@@ -1,20 +1,27 @@
 """The kubectl-etcd plugin's pure views: member table, backup catalogue, restore choice.
-The status views read EtcdClusters whose status the operator's own pure builder wrote."""
+Every view reads objects whose status the operator's own pure builders wrote: EtcdClusters
+from the cluster's decision and status builder, EtcdBackups from the backup status builder
+over the steps and outcomes its planner and executor produce."""
 
 from __future__ import annotations
 
 import datetime
-import json
 
 import pytest
 
+from etcd_operator.core.backup import steps as s
+from etcd_operator.core.backup.continuous import ChainBreak, ChainStart, SegmentsWritten, StreamView
+from etcd_operator.core.backup.manifest import Manifest
+from etcd_operator.core.backup.status import build_status as backup_status
 from etcd_operator.core.cluster import quota
 from etcd_operator.core.cluster.decision import plan
 from etcd_operator.core.cluster.observed import Observed
 from etcd_operator.core.cluster.recorded import ClusterStatus
 from etcd_operator.core.cluster.spec import ClusterSpec
 from etcd_operator.core.cluster.status import build_status
+from etcd_operator.core.restore.spec import RestoreSpec
 from etcd_operator_kubectl import views
+from tests.sim.world import merge_patch
 from tests.unit.cluster_scenarios import CLUSTER, NAMESPACE, M, observed
 from tests.unit.cluster_scenarios import NOW as NOW_SECONDS
 
@@ -126,55 +133,239 @@ def test_member_rows_report_lag_against_the_most_advanced_member():
     assert "Available" in views.status_table(views.status_view(created))
 
 
-def manifest(revision, slot, **extra):
-    return json.dumps(
-        {
-            "format": "etcd-operator.snapshot/v1",
-            "writer": "etcd-operator",
-            "snapshotKey": f"p/ns/b/{slot}.db",
-            "revision": revision,
-            "size": 4096,
-            "sha256": "ab" * 32,
-            "createdAt": "2026-11-21T11:00:00Z",
-            "clusterId": "c1",
-            "etcdVersion": "3.6.16",
-            **extra,
-        }
-    ).encode()
+# ---- backups: status as core/backup/status.py writes it --------------------------------
+
+BACKUP = "nightly"
 
 
-def test_manifests_without_verification_fields_are_shown_as_unknown_and_newer_fields_kept():
-    plain = views.parse_manifest(manifest(5, "a"))
-    assert plain.verification == "unknown" and plain.extra == {}
-    richer = views.parse_manifest(
-        manifest(
-            6, "b", verification={"result": "Verified", "time": "2026-11-21T11:01:00Z"}, identity={"clusterUID": "u"}
-        )
+def snapshot(slot: str, revision: int, at: str) -> Manifest:
+    return Manifest(
+        snapshot_key=f"p/{NAMESPACE}/{BACKUP}/{slot}.db",
+        backup=BACKUP,
+        namespace=NAMESPACE,
+        cluster=CLUSTER,
+        cluster_id="c1",
+        etcd_version="3.6.16",
+        revision=revision,
+        size=4096,
+        sha256="ab" * 32,
+        created_at=at,
+        member=f"{CLUSTER}-0",
+        slot=slot,
     )
-    assert richer.verification == "Verified (2026-11-21T11:01:00Z)" and richer.extra == {
-        "identity": {"clusterUID": "u"}
+
+
+def backup_object(status: dict) -> dict:
+    return {
+        "apiVersion": "etcd.operator.dev/v1alpha1",
+        "kind": "EtcdBackup",
+        "metadata": {"name": BACKUP, "namespace": NAMESPACE},
+        "spec": {"clusterRef": {"name": CLUSTER}, "schedule": "0 * * * *"},
+        "status": status,
     }
-    assert views.parse_manifest(b'{"format": "other"}') is None
-    assert views.parse_manifest(b"not json") is None
 
 
-def test_catalogue_orders_by_revision_from_manifests_not_by_key():
-    entries = [views.parse_manifest(manifest(r, s)) for r, s in ((7, "z"), (9, "a"), (8, "m"))]
-    assert [e.revision for e in views.catalogue(entries)] == [9, 8, 7]
-    assert views.choose_backup(entries, None, None).revision == 9
-    assert views.choose_backup(entries, 7, None).key == "p/ns/b/z.db"
-    with pytest.raises(LookupError):
-        views.choose_backup(entries, 42, None)
-    assert "1h" in views.backups_table(entries, NOW)
+def passes(status: dict, *steps: tuple[s.Step, s.Outcome, str]) -> dict:
+    """The status after the operator's passes, each patch applied as the API server does."""
+    for step, outcome, now in steps:
+        status = merge_patch(status, backup_status(step, outcome, status, 1, now))
+    return status
 
 
-def test_restore_object_names_the_chosen_snapshot_and_needs_one_target():
-    entry = views.parse_manifest(manifest(7, "z"))
-    obj = views.restore_object("ns", "r", "b", entry, "app", None, None)
-    assert obj["spec"] == {
-        "source": {"backupRef": {"name": "b", "key": "p/ns/b/z.db"}},
+def scheduled_run(status: dict, slot: str, revision: int, at: str) -> dict:
+    made = snapshot(slot, revision, at)
+    return passes(
+        status,
+        (s.StartSlot(slot=slot, slot_time=None, next_slot=None, one_shot=False), s.NOTHING_DONE, at),
+        (
+            s.RunBackup(slot=slot, one_shot=False),
+            s.RunSucceeded(record=made.status_record(), completed_at=at),
+            at,
+        ),
+    )
+
+
+def verified(status: dict, key: str, verdict: bool | None, at: str) -> dict:
+    reason = {True: "Verified", False: "HashMismatch", None: "Inconclusive"}[verdict]
+    return passes(
+        status,
+        (s.StartVerification(key=key, attempt=1), s.NOTHING_DONE, at),
+        (
+            s.FinishVerification(key=key, pod_name="v", pod_uid="u", verified=verdict, reason=reason, complete=True),
+            s.VerificationDone(key=key, verified=verdict, reason=reason, message="compared", at=at),
+            at,
+        ),
+    )
+
+
+def three_runs() -> dict:
+    status: dict = {}
+    for slot, revision, at in (
+        ("20261121T090000Z", 100, "2026-11-21T09:00:10Z"),
+        ("20261121T100000Z", 150, "2026-11-21T10:00:10Z"),
+        ("20261121T110000Z", 180, "2026-11-21T11:00:10Z"),
+    ):
+        status = scheduled_run(status, slot, revision, at)
+    return status
+
+
+def key(slot: str) -> str:
+    return f"p/{NAMESPACE}/{BACKUP}/{slot}.db"
+
+
+def test_backups_lists_the_snapshots_the_operator_recorded_newest_first():
+    status = verified(three_runs(), key("20261121T100000Z"), True, "2026-11-21T10:05:00Z")
+    view = views.backups_view(backup_object(status))
+    assert [e["revision"] for e in view["snapshots"]] == [180, 150, 100]
+    by_revision = {e["revision"]: e for e in view["snapshots"]}
+    assert by_revision[150]["verification"] == "verified 2026-11-21T10:05:00Z"
+    assert by_revision[180]["verification"] == "not verified"
+    assert by_revision[180] | {"verification": ""} == {
+        "key": key("20261121T110000Z"),
+        "revision": 180,
+        "size": 4096,
+        "sha256": "ab" * 32,
+        "completionTime": "2026-11-21T11:00:10Z",
+        "clusterID": "c1",
+        "etcdVersion": "3.6.16",
+        "member": f"{CLUSTER}-0",
+        "verification": "",
+    }
+    text = views.backups_table(view, NOW)
+    assert f"EtcdBackup {NAMESPACE}/{BACKUP} of cluster {CLUSTER}: phase Scheduled, last success 59m ago" in text
+    assert text.index(key("20261121T110000Z")) < text.index(key("20261121T090000Z"))
+    assert "BackupAvailable" in text and "Continuous" not in text
+
+
+def test_a_verification_under_way_and_a_failed_one_are_shown():
+    status = verified(three_runs(), key("20261121T110000Z"), False, "2026-11-21T11:05:00Z")
+    status = passes(
+        status, (s.StartVerification(key=key("20261121T100000Z"), attempt=1), s.NOTHING_DONE, "2026-11-21T11:06:00Z")
+    )
+    by_revision = {e.revision: e.verification for e in views.catalogue(backup_object(status))}
+    assert by_revision == {180: "FAILED (HashMismatch)", 150: "verifying", 100: "not verified"}
+
+
+def test_before_the_first_backup_there_is_nothing_to_list_or_restore():
+    waiting = passes(
+        {},
+        (
+            s.WaitForSlot(next_slot=datetime.datetime(2026, 11, 21, 13, tzinfo=datetime.UTC)),
+            s.NOTHING_DONE,
+            "2026-11-21T12:00:00Z",
+        ),
+    )
+    backup = backup_object(waiting)
+    assert views.catalogue(backup) == []
+    assert "No backups recorded in status yet." in views.backups_table(views.backups_view(backup), NOW)
+    with pytest.raises(LookupError, match="lists no snapshot"):
+        views.choose(backup, None, None, None, False)
+
+
+def streaming(status: dict) -> dict:
+    """A continuous backup's writer started on a chain from the newest snapshot, then reporting."""
+    base = key("20261121T110000Z")
+    start = s.StartStream(start=ChainStart("chain-1", "c1", base, 180))
+    first = s.StreamReport(view=StreamView(chain="chain-1", last_revision=180, cluster_revision=180))
+    caught = 1_795_000_000.0
+    later = s.StreamReport(
+        view=StreamView(
+            chain="chain-1",
+            last_revision=240,
+            cluster_revision=245,
+            last_segment_at=caught,
+            caught_up=(238, caught),
+        ),
+        written=SegmentsWritten(segments=3, events=60, bytes=9000),
+    )
+    return passes(
+        status,
+        (start, first, "2026-11-21T11:01:00Z"),
+        (s.Stream(chain="chain-1"), later, "2026-11-21T11:30:00Z"),
+    )
+
+
+def test_the_continuous_chain_shows_the_revisions_it_holds_and_its_lag():
+    chain = views.continuous_view(backup_object(streaming(three_runs())))
+    assert chain is not None
+    assert (chain["chain"], chain["baseRevision"], chain["lastRevision"], chain["lagRevisions"]) == (
+        "chain-1",
+        180,
+        240,
+        5,
+    )
+    assert chain["caughtUp"]["revision"] == 238
+    text = views.continuous_text(chain, NOW)
+    assert f"chain chain-1 holds revisions 180 (base {key('20261121T110000Z')}) to 240" in text
+    assert "lag 5 revisions" in text and "held the whole cluster at revision 238" in text
+
+
+def test_a_broken_chain_is_shown_with_why_it_broke():
+    broken = s.MarkChainBroken(chain_break=ChainBreak("chain-1", "Compacted", "revision 241 was compacted", 240))
+    status = passes(streaming(three_runs()), (broken, s.NOTHING_DONE, "2026-11-21T11:40:00Z"))
+    chain = views.continuous_view(backup_object(status))
+    assert chain is not None and chain["chain"] is None and chain["needsFullSnapshot"]
+    text = views.continuous_text(chain, NOW)
+    assert "no chain is being written" in text and "a full snapshot is due" in text
+    assert "last break: chain chain-1 at revision 240 (Compacted: revision 241 was compacted)" in text
+
+
+def restore_spec(
+    backup: dict, key_: str | None = None, revision: int | None = None, time: str | None = None, latest: bool = False
+) -> tuple[views.Choice, dict]:
+    choice = views.choose(backup, key_, revision, time, latest)
+    obj = views.restore_object(NAMESPACE, "r", BACKUP, choice, "app", None, None)
+    return choice, obj["spec"]
+
+
+def test_a_restore_pins_a_snapshot_the_status_lists_and_skips_a_failed_one_by_default():
+    backup = backup_object(verified(three_runs(), key("20261121T110000Z"), False, "2026-11-21T11:05:00Z"))
+    choice, spec = restore_spec(backup)
+    assert spec == {
+        "source": {"backupRef": {"name": BACKUP, "key": key("20261121T100000Z")}},
         "target": {"inPlace": {"clusterName": "app", "confirm": True}},
     }
-    assert "INTO the existing cluster app" in views.restore_plan(obj, entry, NOW)
+    assert RestoreSpec.from_dict(spec).point is None  # the operator reads a whole-snapshot restore
+    plan = views.restore_plan(views.restore_object(NAMESPACE, "r", BACKUP, choice, "app", None, None), choice, NOW)
+    assert "revision  150" in plan and "INTO the existing cluster app" in plan
+    assert restore_spec(backup, revision=100)[1]["source"] == {
+        "backupRef": {"name": BACKUP, "key": key("20261121T090000Z")}
+    }
+    older = restore_spec(backup, key_="p/old.db")
+    assert older[1]["source"]["backupRef"]["key"] == "p/old.db" and older[0].entry is None
+
+
+def test_a_point_restore_names_the_point_and_no_key_as_the_crd_requires():
+    backup = backup_object(streaming(three_runs()))
+    for kwargs, point in (
+        ({"revision": 239}, {"revision": 239}),
+        ({"time": "2026-11-21T11:20:00Z"}, {"time": "2026-11-21T11:20:00Z"}),
+        ({"latest": True}, {"latest": True}),
+    ):
+        choice, spec = restore_spec(backup, **kwargs)
+        assert spec["source"] == {"backupRef": {"name": BACKUP}, "pointInTime": point}
+        parsed = RestoreSpec.from_dict(spec)
+        assert parsed.point is not None and parsed.backup == BACKUP
+    assert RestoreSpec.from_dict(restore_spec(backup, revision=239)[1]).point.revision == 239
+    with pytest.raises(LookupError, match="RFC 3339"):
+        restore_spec(backup, time="yesterday")
+
+
+def test_a_point_without_a_continuous_backup_is_refused_before_anything_is_created():
+    backup = backup_object(three_runs())
+    with pytest.raises(LookupError, match="no continuous backup"):
+        restore_spec(backup, revision=160)
+    with pytest.raises(LookupError):
+        restore_spec(backup, latest=True)
+
+
+def test_restore_object_needs_one_target():
+    choice = views.choose(backup_object(three_runs()), None, None, None, False)
     with pytest.raises(ValueError):
-        views.restore_object("ns", "r", "b", entry, "app", "new", None)
+        views.restore_object(NAMESPACE, "r", BACKUP, choice, "app", "new", None)
+
+
+def test_hibernation_is_the_spec_field_the_operator_reads():
+    for enabled in (True, False):
+        patched = merge_patch({"size": 3}, views.hibernation_patch(enabled)["spec"])
+        assert ClusterSpec.from_dict(patched).hibernation.enabled is enabled

@@ -1,0 +1,63 @@
+"""What kubectl-etcd may touch: the API server's view of the operator's objects, never the
+object store nor a Secret. Its users need no S3 credentials and no `get secrets`."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+import subprocess
+import sys
+
+import etcd_operator_kubectl
+
+PLUGIN = pathlib.Path(etcd_operator_kubectl.__file__).parent
+ROOT = PLUGIN.parent
+STORE_LIBRARIES = {"boto3", "botocore", "s3transfer", "aiobotocore"}
+
+
+def modules() -> list[pathlib.Path]:
+    found = sorted(PLUGIN.glob("*.py"))
+    assert {p.name for p in found} >= {"cli.py", "access.py", "views.py", "report.py"}
+    return found
+
+
+def imported(tree: ast.AST) -> set[str]:
+    names = set()
+    for node in ast.walk(tree):  # every import, also those inside functions
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return names
+
+
+def test_no_plugin_module_imports_an_object_store_client():
+    for path in modules():
+        roots = {name.split(".")[0] for name in imported(ast.parse(path.read_text()))}
+        assert not roots & STORE_LIBRARIES, f"{path.name} imports {roots & STORE_LIBRARIES}"
+        storage = {n for n in imported(ast.parse(path.read_text())) if n.startswith("etcd_operator.clients.storage.s3")}
+        assert not storage, f"{path.name} imports {storage}"
+
+
+def test_no_plugin_module_reads_a_secret():
+    for path in modules():
+        tree = ast.parse(path.read_text())
+        called = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+        assert not {name for name in called if "secret" in name.lower() and "namespaced" in name.lower()}, path.name
+        assert not {name for name in called if name.endswith("_secret") or "secret_for_all" in name}, path.name
+
+
+def test_every_command_runs_with_the_object_store_libraries_absent():
+    """Transitively too: the plugin's modules load, and its commands parse, where boto3 and
+    botocore cannot be imported (its own distribution ships without them)."""
+    code = (
+        "import sys\n"
+        "for name in ('boto3', 'botocore', 's3transfer'):\n"
+        "    sys.modules[name] = None\n"
+        "from etcd_operator_kubectl import access, cli, report, views\n"
+        "for command in cli.COMMANDS:\n"
+        "    assert command in cli.parser()._subparsers._group_actions[0].choices\n"
+        "assert not {'boto3', 'botocore'} & {m for m in sys.modules if sys.modules[m] is not None}\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
