@@ -49,7 +49,7 @@ app_version="$(awk -F'"' '/^appVersion:/{print $2; exit}' "$src/charts/etcd-oper
   echo "release: Chart.yaml version $chart_version / appVersion $app_version differ from pyproject's $version" >&2; exit 1; }
 "$helm" lint --strict "$src/charts/etcd-operator" >"$work/helm-lint.log" 2>&1 || { cat "$work/helm-lint.log" >&2; exit 1; }
 "$helm" package "$src/charts/etcd-operator" -d "$work/chart" >/dev/null
-mkdir "$work/chart/tree" && tar -xzf "$work/chart/etcd-operator-$version.tgz" -C "$work/chart/tree"
+mkdir "$work/chart/tree" && tar -xzmf "$work/chart/etcd-operator-$version.tgz" -C "$work/chart/tree"
 (cd "$work/chart/tree" && tar --sort=name --mtime="@$SOURCE_DATE_EPOCH" --owner=0 --group=0 --numeric-owner \
    --mode='u+rwX,go+rX,go-w' --format=gnu -cf - etcd-operator) | gzip -9 -n >"$out/etcd-operator-$version.tgz"
 
