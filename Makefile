@@ -91,6 +91,9 @@ e2e-kind: venv ## the e2e scenarios on a kind cluster, in external mode (needs D
 image: venv ## the operator's OCI image archive, without Docker (needs mmdebstrap and umoci)
 	@packaging/image/build.sh
 
+release: venv ## the release artifacts of HEAD into build/release (chart, kubectl-etcd wheel and krew archive, lock file, SHA256SUMS); docs/operations/releasing.md
+	@packaging/release.sh $(RELEASE_DIR)
+
 images: venv testbin ## the images real nodes run (pause, etcd, busybox, operator) as OCI archives
 	@PYTHONPATH=e2e $(PY) -m images build
 
@@ -104,4 +107,4 @@ docs: venv ## regenerate docs/reference/fields.md from crds/ (tests/unit/test_do
 demo: up crds ## the main job on the local default: real nodes, the operator installed by the chart, a cluster and its backups
 	@e2e/demo.sh
 
-.PHONY: help venv venv-prod testbin testbin-up host-packages up down status crds run test lint format test-unit bench e2e-kind image images chart-crds docs demo
+.PHONY: help venv venv-prod testbin testbin-up host-packages up down status crds run test lint format test-unit bench e2e-kind image images release chart-crds docs demo

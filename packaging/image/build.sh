@@ -17,12 +17,14 @@ packages=python3,python-is-python3,ca-certificates,tzdata
 version="$(awk -F'"' '/^version = /{print $2; exit}' "$root/pyproject.toml")"
 tag="$version"
 python="${PYTHON:-$root/.venv/bin/python}"
+# Wheels for Debian bookworm's glibc (2.36) on x86_64; packaging/image/lock.sh pins with the same.
+platforms="--platform manylinux_2_36_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform linux_x86_64"
 
 for tool in mmdebstrap umoci; do
   command -v "$tool" >/dev/null || { echo "image: $tool is missing (apt-get install mmdebstrap umoci)" >&2; exit 1; }
 done
 
-stamp="$( { cat "$0" "$root/pyproject.toml" "$root/README.md";
+stamp="$( { cat "$0" "$root/pyproject.toml" "$root/README.md" "$root/packaging/image/requirements.lock";
             (cd "$root" && git ls-files -co --exclude-standard etcd_operator etcd_operator_kubectl | LC_ALL=C sort | xargs cat);
             echo "$suite $packages"; } | sha256sum | cut -c1-12)"
 out="$cache/$stamp"
@@ -65,9 +67,14 @@ done_step
 
 t0=$SECONDS; step "etcd-operator $version and its dependencies (pip)"
 site="$work/rootfs/usr/local/lib/python3.11/dist-packages"  # on Debian's python3 sys.path
+# The dependencies exactly as packaging/image/requirements.lock pins them (hashes required, the
+# same platform tags as packaging/image/lock.sh), then the operator's own wheel without them.
 { "$python" -m pip wheel --quiet --no-deps --wheel-dir "$work/wheel" "$root" &&
   "$python" -m pip install --quiet --no-compile --no-warn-script-location --target "$site" \
-    --only-binary=:all: --python-version 3.11 --implementation cp "$work"/wheel/*.whl &&
+    --only-binary=:all: --python-version 3.11 --implementation cp $platforms \
+    --require-hashes --no-deps -r "$root/packaging/image/requirements.lock" &&
+  "$python" -m pip install --quiet --no-compile --no-warn-script-location --target "$site" \
+    --no-deps --only-binary=:all: --python-version 3.11 --implementation cp $platforms "$work"/wheel/*.whl &&
   rm -rf "$site/bin" && find "$site" -name '__pycache__' -prune -exec rm -rf {} + &&
   # Bytecode by the image's own interpreter: a process that compiles its imports at every
   # start (the root filesystem is read-only) keeps about 26 MiB more resident.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 import subprocess
 
 from localkube import layout as localkube_layout
@@ -25,7 +26,20 @@ def helm_environment() -> dict[str, str]:
     }
 
 
+def pinned_kube_version() -> str:
+    """The Kubernetes version of the testbin (e2e/testbin/kube/go.mod)."""
+    go_mod = (ROOT / "e2e" / "testbin" / "kube" / "go.mod").read_text()
+    found = re.search(r"^require k8s\.io/kubernetes v(\S+)$", go_mod, re.MULTILINE)
+    assert found, "e2e/testbin/kube/go.mod pins no k8s.io/kubernetes"
+    return found.group(1)
+
+
 def helm(*args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
+    # The testbin's helm is built without the Kubernetes version ldflags, so its offline
+    # render assumes v1.20, which the chart's kubeVersion (>=1.30) refuses: render for the
+    # pinned Kubernetes instead, unless the caller names a version.
+    if args[:1] == ("template",) and "--kube-version" not in args:
+        args = (*args, "--kube-version", pinned_kube_version())
     result = subprocess.run(
         [str(helm_binary()), *args],
         capture_output=True,

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# `make release`: the release artifacts of the commit HEAD, built from `git archive HEAD` (never
+# from uncommitted files), reproducibly: SOURCE_DATE_EPOCH is the commit's time, tar members are
+# sorted with zero owners and that mtime, gzip carries no name or time. Writes into OUT:
+#   etcd-operator-VERSION.tgz            the Helm chart (helm package, then normalized)
+#   kubectl_etcd-VERSION-py3-none-any.whl  the kubectl plugin alone (packaging/kubectl-etcd)
+#   kubectl-etcd-VERSION.tar.gz          the plugin for krew: a launcher and the wheel's modules
+#   krew.yaml                            the krew manifest, with that archive's sha256
+#   requirements.lock                    the image's Python dependencies with hashes
+#   SHA256SUMS
+# Not built here (docs/operations/releasing.md): the image, SBOM, signatures, OLM bundle.
+#
+#   packaging/release.sh [OUT]   (default build/release; ALLOW_DIRTY=1 builds HEAD from a dirty tree)
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+out="$(realpath -m "${1:-$root/build/release}")"
+python="${PYTHON:-$root/.venv/bin/python}"
+helm="${HELM:-$(e2e_dir="$("$root/e2e/testbin/build.sh" --dir 2>/dev/null)" && echo "$e2e_dir/helm/helm")}"
+[[ -x "$helm" ]] || helm="$(command -v helm || true)"
+[[ -x "$helm" ]] || { echo "release: helm is missing (make testbin builds it)" >&2; exit 1; }
+
+if [[ -n "$(git -C "$root" status --porcelain --untracked-files=no)" && "${ALLOW_DIRTY:-}" != 1 ]]; then
+  echo "release: the tree has uncommitted changes; commit them (the release is built from HEAD)" >&2
+  exit 1
+fi
+commit="$(git -C "$root" rev-parse HEAD)"
+export SOURCE_DATE_EPOCH="$(git -C "$root" log -1 --format=%ct "$commit")"
+export TZ=UTC LC_ALL=C
+umask 022
+
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+src="$work/src"
+mkdir "$src" && git -C "$root" archive "$commit" | tar -x -C "$src"
+version="$(awk -F'"' '/^version = /{print $2; exit}' "$src/pyproject.toml")"
+rm -rf "$out" && mkdir -p "$out"
+
+# repack ARCHIVE DIR: DIR's contents as a normalized tar.gz.
+repack() {
+  tar --sort=name --mtime="@$SOURCE_DATE_EPOCH" --owner=0 --group=0 --numeric-owner \
+      --mode='u+rwX,go+rX,go-w' --format=gnu -C "$2" -cf - . | gzip -9 -n >"$1"
+}
+
+# The chart: helm package, then unpacked and packed again without helm's timestamps.
+chart_version="$(awk '/^version:/{print $2; exit}' "$src/charts/etcd-operator/Chart.yaml")"
+app_version="$(awk -F'"' '/^appVersion:/{print $2; exit}' "$src/charts/etcd-operator/Chart.yaml")"
+[[ "$app_version" == "$version" && "$chart_version" == "$version" ]] || {
+  echo "release: Chart.yaml version $chart_version / appVersion $app_version differ from pyproject's $version" >&2; exit 1; }
+"$helm" lint --strict "$src/charts/etcd-operator" >"$work/helm-lint.log" 2>&1 || { cat "$work/helm-lint.log" >&2; exit 1; }
+"$helm" package "$src/charts/etcd-operator" -d "$work/chart" >/dev/null
+mkdir "$work/chart/tree" && tar -xzmf "$work/chart/etcd-operator-$version.tgz" -C "$work/chart/tree"
+(cd "$work/chart/tree" && tar --sort=name --mtime="@$SOURCE_DATE_EPOCH" --owner=0 --group=0 --numeric-owner \
+   --mode='u+rwX,go+rX,go-w' --format=gnu -cf - etcd-operator) | gzip -9 -n >"$out/etcd-operator-$version.tgz"
+
+# The plugin's wheel: its own pyproject, the plugin, and the operator modules it imports.
+stage="$work/kubectl-etcd"
+mkdir "$stage" && cp "$src/packaging/kubectl-etcd/pyproject.toml" "$src/LICENSE" "$stage/"
+"$python" "$src/packaging/kubectl-etcd/modules.py" "$src" >"$work/modules"
+(cd "$src" && xargs -a "$work/modules" cp --parents -t "$stage")
+"$python" -m pip wheel --quiet --no-deps --wheel-dir "$out" "$stage" >"$work/wheel.log" 2>&1 ||
+  { cat "$work/wheel.log" >&2; exit 1; }
+wheel="$(cd "$out" && ls kubectl_etcd-*.whl)"
+
+# The krew archive: a launcher beside the wheel's modules (pure Python; it runs on the user's
+# python3 >= 3.11 with the wheel's dependencies installed).
+bundle="$work/krew"
+mkdir -p "$bundle/lib" && cp "$src/LICENSE" "$bundle/"
+(cd "$src" && xargs -a "$work/modules" cp --parents -t "$bundle/lib")
+cat >"$bundle/kubectl-etcd" <<'LAUNCHER'
+#!/bin/sh
+# kubectl etcd from a krew install: the plugin's modules sit in lib/ beside this file.
+here="$(cd "$(dirname "$(readlink -f "$0")")" && pwd)"
+PYTHONPATH="$here/lib${PYTHONPATH:+:$PYTHONPATH}" exec "${KUBECTL_ETCD_PYTHON:-python3}" -m etcd_operator_kubectl.cli "$@"
+LAUNCHER
+chmod 755 "$bundle/kubectl-etcd"
+archive="kubectl-etcd-$version.tar.gz"
+repack "$out/$archive" "$bundle"
+archive_sha="$(sha256sum "$out/$archive" | cut -d' ' -f1)"
+cat >"$out/krew.yaml" <<MANIFEST
+apiVersion: krew.googlecontainertools.github.com/v1alpha2
+kind: Plugin
+metadata:
+  name: etcd
+spec:
+  version: v$version
+  homepage: https://github.com/etcd-operator/etcd-operator
+  shortDescription: Day-2 commands for etcd clusters run by the etcd operator
+  description: |
+    Status, backups, restores, defragmentation and snapshots of the EtcdClusters,
+    EtcdBackups and EtcdRestores of the etcd operator, through its own resources.
+    Needs python3 (3.11 or newer) with the dependencies of the kubectl-etcd wheel:
+    kubernetes_asyncio, aiohttp, boto3, cryptography, zstandard and pyyaml.
+  platforms:
+    - selector:
+        matchExpressions:
+          - {key: os, operator: In, values: [linux, darwin]}
+      uri: https://github.com/etcd-operator/etcd-operator/releases/download/v$version/$archive
+      sha256: $archive_sha
+      bin: kubectl-etcd
+MANIFEST
+
+cp "$src/packaging/image/requirements.lock" "$out/"
+
+(cd "$out" && sha256sum -- * | LC_ALL=C sort -k2 >"$work/SHA256SUMS" && mv "$work/SHA256SUMS" SHA256SUMS)
+echo "release: $version from $commit into $out:" >&2
+(cd "$out" && ls -l --time-style=+ -- * | awk '{printf "  %-44s %s\n", $NF, $5}') >&2

@@ -1,0 +1,209 @@
+"""`make release` (packaging/release.sh): run twice into two folders, a second apart, it writes
+the same bytes; the krew manifest names its archive's digest; the plugin's wheel holds the plugin
+and the operator modules it imports, and runs without the operator's own libraries; the packaged
+chart lints, renders with the release's image, and its schema refuses a mistyped value."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pathlib
+import subprocess
+import sys
+import tarfile
+import time
+import zipfile
+
+import pytest
+import yaml
+
+from tests.support.helm import helm, helm_binary, helm_environment
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+VERSION = "0.1.0"
+CHART = f"etcd-operator-{VERSION}.tgz"
+WHEEL = f"kubectl_etcd-{VERSION}-py3-none-any.whl"
+ARCHIVE = f"kubectl-etcd-{VERSION}.tar.gz"
+ARTIFACTS = {CHART, WHEEL, ARCHIVE, "krew.yaml", "requirements.lock", "SHA256SUMS"}
+# What the operator needs and the plugin must not: importing any of them fails in the wheel test.
+OPERATOR_ONLY = ["kopf", "aetcd", "grpc", "croniter", "prometheus_client"]
+
+
+def release(out: pathlib.Path) -> None:
+    result = subprocess.run(
+        [str(ROOT / "packaging" / "release.sh"), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        # HEAD is what is built; a test run from a tree with edits still checks HEAD's release.
+        env={**os.environ, **helm_environment(), "ALLOW_DIRTY": "1", "HELM": str(helm_binary())},
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def sha256(path: pathlib.Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def releases(tmp_path_factory) -> tuple[pathlib.Path, pathlib.Path]:
+    first, second = tmp_path_factory.mktemp("release-a"), tmp_path_factory.mktemp("release-b")
+    release(first)
+    time.sleep(1.1)  # a timestamp of the wall clock anywhere would now differ
+    release(second)
+    return first, second
+
+
+@pytest.fixture(scope="module")
+def out(releases) -> pathlib.Path:
+    return releases[0]
+
+
+def test_two_runs_write_the_same_artifacts_byte_for_byte(releases):
+    first, second = releases
+    assert {p.name for p in first.iterdir()} == ARTIFACTS
+    assert {p.name: sha256(p) for p in first.iterdir()} == {p.name: sha256(p) for p in second.iterdir()}
+
+
+def test_sha256sums_lists_every_other_artifact_with_its_digest(out):
+    listed = dict(reversed(line.split("  ", 1)) for line in (out / "SHA256SUMS").read_text().splitlines())
+    assert listed == {name: sha256(out / name) for name in ARTIFACTS - {"SHA256SUMS"}}
+
+
+def test_tar_members_carry_no_owner_and_the_commits_time(out):
+    commit_time = int(subprocess.check_output(["git", "-C", str(ROOT), "log", "-1", "--format=%ct"], text=True))
+    for name in (CHART, ARCHIVE):
+        with tarfile.open(out / name) as archive:
+            members = archive.getmembers()
+        assert {(m.uid, m.gid, m.uname, m.gname) for m in members} == {(0, 0, "", "")}  # --numeric-owner
+        assert {m.mtime for m in members} == {commit_time}
+        assert [m.name for m in members] == sorted(m.name for m in members)
+
+
+def test_the_krew_manifest_names_the_archive_by_its_digest(out):
+    manifest = yaml.safe_load((out / "krew.yaml").read_text())
+    assert manifest["apiVersion"] == "krew.googlecontainertools.github.com/v1alpha2"
+    assert manifest["kind"] == "Plugin"
+    assert manifest["spec"]["version"] == f"v{VERSION}"
+    (platform,) = manifest["spec"]["platforms"]
+    assert platform["sha256"] == sha256(out / ARCHIVE)
+    assert platform["uri"].endswith(f"/v{VERSION}/{ARCHIVE}")
+    with tarfile.open(out / ARCHIVE) as archive:
+        launcher = archive.getmember(f"./{platform['bin']}")
+    assert launcher.isfile() and launcher.mode & 0o111
+
+
+def wheel_files(out: pathlib.Path) -> list[str]:
+    with zipfile.ZipFile(out / WHEEL) as wheel:
+        return [n for n in wheel.namelist() if ".dist-info/" not in n]
+
+
+def test_the_wheel_holds_the_plugin_and_only_the_operator_modules_it_imports(out):
+    files = wheel_files(out)
+    assert {f.split("/")[0] for f in files} == {"etcd_operator_kubectl", "etcd_operator"}
+    imported = subprocess.check_output(
+        [sys.executable, str(ROOT / "packaging" / "kubectl-etcd" / "modules.py"), str(ROOT)], text=True
+    ).split()
+    assert sorted(files) == sorted(imported)
+    layers = {f.split("/")[1] for f in files if f.startswith("etcd_operator/") and f.count("/") > 1}
+    assert layers <= {"core", "clients"}, "the plugin pulls in the operator's handlers or controllers"
+    with zipfile.ZipFile(out / WHEEL) as wheel:
+        metadata = wheel.read(f"kubectl_etcd-{VERSION}.dist-info/METADATA").decode()
+    required = {
+        line.split(":", 1)[1].strip().split("<")[0].split(">")[0].lower()
+        for line in metadata.splitlines()
+        if line.startswith("Requires-Dist:")
+    }
+    assert required == {"kubernetes_asyncio", "aiohttp", "boto3", "cryptography", "zstandard", "pyyaml"}
+
+
+BLOCK_AND_RUN = """
+import importlib, pathlib, sys
+sys.path[:] = [sys.argv[1], *sys.path, *(p for p in sys.argv[2].split(":") if p)]
+class Refuse:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {blocked!r}:
+            raise ImportError("the plugin imported " + name)
+sys.meta_path.insert(0, Refuse())
+root = pathlib.Path(sys.argv[1])
+for f in sorted(root.rglob("*.py")):
+    module = ".".join(f.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+    assert importlib.import_module(module).__file__.startswith(sys.argv[1]), module
+from etcd_operator_kubectl import cli
+sys.exit(cli.main(["unseal", sys.argv[3], sys.argv[4]]))
+"""
+
+
+def test_the_wheel_runs_without_the_operator_and_its_libraries(out, tmp_path):
+    """Unpacked alone, beside the site-packages (no .pth files, so not the editable operator),
+    with kopf, aetcd, grpc, croniter and prometheus_client refused: every module imports and
+    `unseal` (its lazily imported part) copies a plain snapshot."""
+    unpacked = tmp_path / "wheel"
+    with zipfile.ZipFile(out / WHEEL) as wheel:
+        wheel.extractall(unpacked)
+    site = [p for p in sys.path if p.endswith("site-packages")]
+    plain, copy = tmp_path / "plain.db", tmp_path / "copy.db"
+    plain.write_bytes(b"\x00etcd snapshot bytes" * 100)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-S",
+            "-c",
+            BLOCK_AND_RUN.format(blocked=set(OPERATOR_ONLY)),
+            str(unpacked),
+            ":".join(site),
+            str(plain),
+            str(copy),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "not sealed, copied as is" in result.stdout
+    assert copy.read_bytes() == plain.read_bytes()
+
+
+def test_the_krew_launcher_starts_the_plugin_from_its_archive(out, tmp_path):
+    with tarfile.open(out / ARCHIVE) as archive:
+        archive.extractall(tmp_path, filter="tar")
+    result = subprocess.run(
+        [str(tmp_path / "kubectl-etcd"), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "KUBECTL_ETCD_PYTHON": sys.executable},
+    )
+    assert result.returncode == 0, result.stderr
+    assert "unseal" in result.stdout
+
+
+def test_the_packaged_chart_lints_and_renders_the_release_image(out):
+    helm("lint", "--strict", str(out / CHART))
+    objects = [d for d in yaml.safe_load_all(helm("template", "etcd-operator", str(out / CHART)).stdout) if d]
+    (deployment,) = [d for d in objects if d["kind"] == "Deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == f"ghcr.io/etcd-operator/etcd-operator:{VERSION}"
+
+
+def test_the_packaged_chart_refuses_kubernetes_older_than_1_30(out):
+    old = helm("template", "etcd-operator", str(out / CHART), "--kube-version", "1.29.9", check=False)
+    assert old.returncode != 0 and "kubeVersion" in old.stderr
+    helm("template", "etcd-operator", str(out / CHART), "--kube-version", "1.30.0")
+
+
+@pytest.mark.parametrize(
+    ("value", "complaint"),
+    [
+        ("replcias=3", "additional properties 'replcias' not allowed"),
+        ("image.tga=v1", "additional properties 'tga' not allowed"),
+        ("monitoring.serviceMonitor.enable=true", "additional properties 'enable' not allowed"),
+        ("replicas=three", "got string, want integer"),
+        ("rbac.scope=namespace", "rbac/scope"),
+    ],
+)
+def test_the_charts_schema_refuses_a_mistyped_value(out, value, complaint):
+    result = helm("template", "etcd-operator", str(out / CHART), "--set", value, check=False)
+    assert result.returncode != 0
+    assert complaint in result.stderr
