@@ -180,3 +180,36 @@ def test_no_entry_while_it_cannot_be_what_holds_the_learner():
 def test_a_learner_that_still_does_not_publish_is_removed_after_the_timeout():
     step = next_step(spec(5), held_learner(unhealthy_for=61))
     assert isinstance(step, a.RemoveMember) and step.learner_not_caught_up
+
+
+def test_a_learner_gets_the_next_entry_only_after_entry_every_on_this_processs_clock():
+    """Under load a held learner may stay unhealthy for a while: one entry per learner per
+    ENTRY_EVERY, timed by the memory of the process that sent it."""
+    o = held_learner()
+    learner = next(m for m in o.etcd.members if m.is_learner)
+    memory = learners.remember_entry({}, learner.id, 100.0)
+    soon, memory = learners.carry_entries(o, memory, 100.0 + learners.ENTRY_EVERY - 1)
+    assert isinstance(next_step(spec(5), soon), a.WaitForLearner)
+    later, memory = learners.carry_entries(o, memory, 100.0 + learners.ENTRY_EVERY)
+    assert isinstance(next_step(spec(5), later), a.AppendEntryForLearner)
+
+
+def test_a_restarted_operator_sends_one_more_entry_then_keeps_the_pace():
+    o = held_learner()
+    learner = next(m for m in o.etcd.members if m.is_learner)
+    fresh, memory = learners.carry_entries(o, {}, 5.0)  # a new process: no memory, whatever status says
+    assert isinstance(next_step(spec(5), fresh), a.AppendEntryForLearner)
+    memory = learners.remember_entry(memory, learner.id, 5.0)
+    sent_at = []
+    for second in range(6, 96):  # a pass a second, the learner still held
+        seen, memory = learners.carry_entries(o, memory, float(second))
+        step = next_step(spec(5), seen)
+        if isinstance(step, a.AppendEntryForLearner):
+            memory = learners.remember_entry(memory, learner.id, float(second))
+            sent_at.append(second)
+        else:
+            assert isinstance(step, a.WaitForLearner), step
+    assert sent_at == [35, 65, 95]
+    # a learner that left the member list is forgotten
+    _, memory = learners.carry_entries(held_learner(listed_by_name=True), {learner.id + 99: 95.0}, 96.0)
+    assert memory == {}
