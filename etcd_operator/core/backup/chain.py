@@ -264,8 +264,16 @@ def _why_unreachable(target: Target, snapshots: Sequence[Manifest], found: list[
         covering = [r for r in found if r.first <= target.revision <= r.last]
         if not covering:
             return f"revision {target.revision} is in no stored segment: the chain is broken there"
+        run = covering[0]
+        before = [r.last for r in found if r.chain == run.chain and r.last < run.first]
+        if before:
+            return (
+                f"revision {target.revision} is in chain {run.chain}, but the chain has a gap before it: no "
+                f"segment holds revisions {max(before) + 1}..{run.first - 1}, and no usable full snapshot "
+                "of that chain is after the gap and at or before the point"
+            )
         return (
-            f"revision {target.revision} is in chain {covering[0].chain}, "
+            f"revision {target.revision} is in chain {run.chain}, "
             "but no usable full snapshot of that chain is at or before it"
         )
     if target.time is not None:
