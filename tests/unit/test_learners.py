@@ -3,16 +3,22 @@ next member is added only after a backoff (cluster/learners.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 
-from etcd_operator.core.cluster import learners
+from etcd_operator.controllers.cluster.metrics_watcher import MemberMetricsWatcher
+from etcd_operator.controllers.cluster.observer import ClusterObserver
+from etcd_operator.controllers.cluster.reconciler import ClusterReconciler
+from etcd_operator.core.cluster import builders, learners
 from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.decision import plan
 from etcd_operator.core.cluster.observed import MemberStatus
 from etcd_operator.core.cluster.recorded import JoinRecord
+from etcd_operator.core.cluster.spec import ClusterSpec
 from etcd_operator.core.cluster.timers import Sightings, carry_timers
 from tests.unit.cluster_scenarios import NOW, RECORDED, M, health_of, observed, recorded, spec
 from tests.unit.test_cluster_planner import next_step
+from tests.unit.test_watch_reconcile import RecordingKube
 
 LEARNER = M(3, learner=True, started=False, healthy=False, unhealthy_for=10)
 
@@ -213,3 +219,50 @@ def test_a_restarted_operator_sends_one_more_entry_then_keeps_the_pace():
     # a learner that left the member list is forgotten
     _, memory = learners.carry_entries(held_learner(listed_by_name=True), {learner.id + 99: 95.0}, 96.0)
     assert memory == {}
+
+
+class HeldLearnerObserver(ClusterObserver):
+    """The observer's memory of entries sent, on a clock the test moves; what it sees is a
+    held learner, pass after pass."""
+
+    def __init__(self, seen):
+        self.clock_now, self.seen = 0.0, seen
+        self.clock = lambda: self.clock_now
+        self.learner_entries, self.admissions, self.collisions = {}, {}, {}
+
+    async def observe(self, body, status, children=None, live_secrets=True):
+        observed, self.learner_entries = learners.carry_entries(self.seen, self.learner_entries, self.clock())
+        return observed
+
+
+class LeaderClient:
+    def __init__(self):
+        self.updates: list[int] = []
+
+    def get(self, endpoint):
+        return self
+
+    async def update_peer_urls(self, member_id, peer_urls):
+        self.updates.append(member_id)
+
+
+def test_the_reconciler_remembers_each_entry_it_sends_and_the_next_waits():
+    cluster_spec = {"size": 5, "recovery": {"memberUnhealthyTimeout": "60s", "quorumLossTimeout": "30s"}}
+    desired = builders.pod_spec_hash(ClusterSpec.from_dict(cluster_spec))
+    seen = held_learner()
+    seen = dataclasses.replace(seen, pods={n: dataclasses.replace(p, spec_hash=desired) for n, p in seen.pods.items()})
+    body = {
+        "metadata": {"name": seen.cluster, "namespace": seen.namespace, "uid": "uid-c", "generation": 1},
+        "spec": cluster_spec,
+        "status": {"clusterID": "1"},
+    }
+    leader = LeaderClient()
+    reconciler = ClusterReconciler(RecordingKube(), leader, lambda *_: None)  # type: ignore[arg-type]
+    reconciler.observer = observer = HeldLearnerObserver(seen)
+    reconciler.member_metrics = MemberMetricsWatcher(fetch=lambda url, timeout: asyncio.sleep(0, ""))
+    for second in (0.0, 1.0, 2.0, 29.0, 30.0, 31.0):
+        observer.clock_now = second
+        reconciler.next_resync = float("inf")
+        asyncio.run(reconciler.reconcile(body))
+    learner_id = next(m.id for m in seen.etcd.members if m.is_learner)
+    assert leader.updates == [learner_id, learner_id]  # at 0 s and at 30 s
