@@ -45,7 +45,14 @@ from etcd_operator.clients.storage.s3 import S3Location, S3Storage, StorageError
 from etcd_operator.core.backup import sealed, segment_sealing
 from etcd_operator.core.backup.chain import ChainProblem
 from etcd_operator.core.backup.keyring import KeyringError
-from etcd_operator.core.backup.manifest import Manifest, ManifestUnauthenticated, manifest_key
+from etcd_operator.core.backup.manifest import (
+    Ignored,
+    Manifest,
+    ManifestUnauthenticated,
+    ignored_reason,
+    ignored_summary,
+    manifest_key,
+)
 from etcd_operator.core.backup.segments import (
     SEGMENT_MANIFEST_SUFFIX,
     RevisionRecord,
@@ -192,16 +199,20 @@ async def fetch_segments(
     storage: S3Storage, settings: Settings, keys: Mapping[str, bytes]
 ) -> tuple[list[pathlib.Path], list[SegmentManifest]]:
     """Every segment of the plan, checked against its manifest, unsealed and decoded, on
-    scratch space in order (their plain bodies); and their manifests. With keys, every
-    manifest of the chain's folder authenticates under one of them, else the replay is refused."""
-    listed = []
+    scratch space in order (their plain bodies); and their manifests. With keys, only
+    manifests that authenticate under one of them are read: one planted in the chain's
+    folder is ignored (logged), and refuses the replay only where the authentic ones leave
+    a gap (with the reason it did not authenticate, naming it)."""
+    listed, ignored = [], []
     for key in await storage.list_keys(settings.segments_folder):
         if not key.endswith(SEGMENT_MANIFEST_SUFFIX):
             continue
         try:
             manifest = SegmentManifest.read(await storage.get(key), key, keys)
         except ManifestUnauthenticated as e:
-            raise Refused(e.reason, e.message) from None
+            logger.warning("%s; ignored", e.message)
+            ignored.append(Ignored(key, e.reason))
+            continue
         except ValueError as e:
             logger.warning("%s is not a segment manifest (%s); ignored", key, e)
             continue
@@ -211,6 +222,8 @@ async def fetch_segments(
     try:
         chain = chain_to_replay(listed, settings.record)
     except ChainProblem as e:
+        if ignored:
+            raise Refused(ignored_reason(ignored), f"{e}; {ignored_summary(ignored)}") from None
         raise Refused("ChainBroken", str(e)) from None
     settings.work.mkdir(parents=True, exist_ok=True)
     files = []

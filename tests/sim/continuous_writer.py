@@ -30,9 +30,9 @@ Invariants (`check`):
   saw at that revision (keys, values, the leases they were put under);
 - a restore to a time never holds a revision seen after it: the revision a time target
   reaches (its base snapshot's, then the replay's) has no revision at or below it that a
-  segment manifest of any chain stamps after the time (the stamps chain.SeenOrder reads: a
-  segment's first and last revision); the replay stops at the first revision its segment
-  stamps after the time; and the store it gives is what the clients saw there;
+  segment of any chain stamps after the time (its manifest at its first and last revision,
+  its body at each); the replay stops at the first revision its segment stamps after the
+  time; and the store it gives is what the clients saw there;
 - once the cluster is hibernated, every revision acknowledged before its members stopped
   is in the chain."""
 
@@ -559,13 +559,16 @@ def every_uploaded_revision_is_reachable(world: World) -> int:
 
 
 def stamps(world: World) -> list[tuple[int, float]]:
-    """(revision, stamp): what the segment manifests in the store say of when the backup saw
-    revisions, as chain.py reads them: first_seen_at at a segment's first revision,
-    last_seen_at at its last. A revision counts as seen at the latest stamp of any revision
-    up to it, in any chain."""
+    """(revision, stamp): when the backup saw each revision, by every segment of any chain
+    stored: each revision's own stamp in the segment's body (its manifest carries those of
+    the first and last). The planner reads the manifests only; a revision inside another
+    chain's segment, stamped there after the time, must not be held either."""
     found = []
     for manifest in world.bucket.manifests():
         found += [(manifest.first_revision, manifest.first_seen_at), (manifest.last_revision, manifest.last_seen_at)]
+        stored = world.bucket.objects.get(manifest.segment_key)
+        if stored is not None:
+            found += [(record.revision, record.seen_at) for record in decode(stored).revisions]
     return found
 
 

@@ -10,7 +10,9 @@ segment` (issue 41, items 7 and 8).
 With skewed clocks, each writer started reads a wall clock up to five minutes off, either way:
 a writer resuming a chain after a restart, or starting the next chain, disagrees with the
 one before by minutes. A restore to a time then still holds no revision seen after it, by the
-stamps chain.SeenOrder reads, and every uploaded revision stays reachable by revision."""
+stamps of any segment (its manifest's and its body's, revision by revision: seed 2 found a base
+of the new chain holding a revision the old chain's segment stamped after the time inside it),
+and every uploaded revision stays reachable by revision."""
 
 from __future__ import annotations
 
@@ -161,7 +163,9 @@ def _seen_order_by_raw_stamps(self, segments):
     segment's stamp, so a writer whose clock ran slow makes a later revision look seen
     before an earlier one."""
     points: dict[str, list[tuple[int, float]]] = {}
+    self._segments = {}
     for m in segments:
+        self._segments.setdefault(m.cluster_id, []).append(m)
         points.setdefault(m.cluster_id, []).extend(
             [(m.first_revision, m.first_seen_at), (m.last_revision, m.last_seen_at)]
         )
@@ -172,14 +176,27 @@ def _seen_order_by_raw_stamps(self, segments):
         self._seen[cluster] = [stamp for _, stamp in found]
 
 
+def _other_segments_by_their_ends_only(self, cluster_id, moment, replayed):
+    """SeenOrder's rule for another chain's segment removed: its revisions count as seen by
+    the stamps of its ends only, so a base inside it may hold one it stamped after the time."""
+    return None
+
+
 @pytest.mark.parametrize(
     ("target", "attribute", "replacement", "faults", "caught"),
     [
         (SegmentCutter, "take", _take_leaving_gone_leases_out, None, "LeaseUnknown"),
         (backup_planner, "_wanted_chain", _hand_over_by_the_running_writer_only, None, "is in no stored segment"),
         (chain.SeenOrder, "__init__", _seen_order_by_raw_stamps, SKEWED, "after the time"),
+        (
+            chain.SeenOrder,
+            "first_maybe_seen_after_inside",
+            _other_segments_by_their_ends_only,
+            SKEWED,
+            "after the time",
+        ),
     ],
-    ids=["gone-leases-left-out", "hand-over-without-status", "seen-order-not-monotonic"],
+    ids=["gone-leases-left-out", "hand-over-without-status", "seen-order-not-monotonic", "other-segment-by-its-ends"],
 )
 def test_each_guard_removed_is_caught(monkeypatch, target, attribute, replacement, faults, caught):
     monkeypatch.setattr(target, attribute, replacement)

@@ -3,6 +3,8 @@ point-in-time restore replays (core/backup/segments.py, core/backup/chain.py).""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -216,6 +218,26 @@ def test_a_writer_whose_clock_ran_slow_never_brings_a_write_after_the_time_into_
     # to 2003.5: the base precedes segment 2, and the replay stops by revision 29 at the latest.
     assert plan.base.revision == 10 and [s.sequence for s in plan.segments] == [1, 2]
     assert plan.up_to_revision == 29 and plan.until_time == 2003.5
+
+
+def test_a_base_of_another_chain_never_holds_a_revision_stamped_after_the_time_inside_a_segment():
+    """Found by the skewed-clock simulator (seed 2): the old chain's writer stamps its segment
+    37..47 at 1000 (revision 37) to 1004.5 (47), and inside it 39 at 1001.5. The new chain,
+    from a full snapshot at revision 43, has a writer whose clock runs two minutes slow: its
+    stamps (of 44..46 at 878) are all before a restore to 1000. Its base at 43 holds revision
+    39, stamped after the time; the manifests show only the old segment's ends. Any revision
+    after 37 may be one of those, so no other chain's base after 37 is taken: the restore
+    replays the old segment from the base before, cut by its own per-revision stamps."""
+    old, new = chain_id("c1", 1), chain_id("c1", 43)
+    segments = [
+        dataclasses.replace(_segment(old, 7, 37, 47, seen=1000.0), last_seen_at=1004.5),
+        dataclasses.replace(_segment(new, 1, 44, 46, seen=878.0), last_seen_at=878.0),
+        _segment(new, 2, 47, 50, seen=883.0),
+        *[_segment(old, n, 1 + 6 * (n - 1), 6 * n, seen=900.0 + n) for n in range(1, 7)],
+    ]
+    plan = plan_replay(Target(time=1000.0), [_snapshot(1), _snapshot(43)], segments)
+    assert plan.base.revision == 1 and {s.chain for s in plan.segments} == {old} and plan.until_time == 1000.0
+    assert plan.up_to_revision == 46  # the bound by the ends; the replay stops at 39, stamped 1001.5
 
 
 def test_a_time_the_backup_did_not_see_past_is_not_reachable():

@@ -3,16 +3,22 @@ next member is added only after a backoff (cluster/learners.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 
-from etcd_operator.core.cluster import learners
+from etcd_operator.controllers.cluster.metrics_watcher import MemberMetricsWatcher
+from etcd_operator.controllers.cluster.observer import ClusterObserver
+from etcd_operator.controllers.cluster.reconciler import ClusterReconciler
+from etcd_operator.core.cluster import builders, learners
 from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.decision import plan
 from etcd_operator.core.cluster.observed import MemberStatus
 from etcd_operator.core.cluster.recorded import JoinRecord
+from etcd_operator.core.cluster.spec import ClusterSpec
 from etcd_operator.core.cluster.timers import Sightings, carry_timers
 from tests.unit.cluster_scenarios import NOW, RECORDED, M, health_of, observed, recorded, spec
 from tests.unit.test_cluster_planner import next_step
+from tests.unit.test_watch_reconcile import RecordingKube
 
 LEARNER = M(3, learner=True, started=False, healthy=False, unhealthy_for=10)
 
@@ -180,3 +186,83 @@ def test_no_entry_while_it_cannot_be_what_holds_the_learner():
 def test_a_learner_that_still_does_not_publish_is_removed_after_the_timeout():
     step = next_step(spec(5), held_learner(unhealthy_for=61))
     assert isinstance(step, a.RemoveMember) and step.learner_not_caught_up
+
+
+def test_a_learner_gets_the_next_entry_only_after_entry_every_on_this_processs_clock():
+    """Under load a held learner may stay unhealthy for a while: one entry per learner per
+    ENTRY_EVERY, timed by the memory of the process that sent it."""
+    o = held_learner()
+    learner = next(m for m in o.etcd.members if m.is_learner)
+    memory = learners.remember_entry({}, learner.id, 100.0)
+    soon, memory = learners.carry_entries(o, memory, 100.0 + learners.ENTRY_EVERY - 1)
+    assert isinstance(next_step(spec(5), soon), a.WaitForLearner)
+    later, memory = learners.carry_entries(o, memory, 100.0 + learners.ENTRY_EVERY)
+    assert isinstance(next_step(spec(5), later), a.AppendEntryForLearner)
+
+
+def test_a_restarted_operator_sends_one_more_entry_then_keeps_the_pace():
+    o = held_learner()
+    learner = next(m for m in o.etcd.members if m.is_learner)
+    fresh, memory = learners.carry_entries(o, {}, 5.0)  # a new process: no memory, whatever status says
+    assert isinstance(next_step(spec(5), fresh), a.AppendEntryForLearner)
+    memory = learners.remember_entry(memory, learner.id, 5.0)
+    sent_at = []
+    for second in range(6, 96):  # a pass a second, the learner still held
+        seen, memory = learners.carry_entries(o, memory, float(second))
+        step = next_step(spec(5), seen)
+        if isinstance(step, a.AppendEntryForLearner):
+            memory = learners.remember_entry(memory, learner.id, float(second))
+            sent_at.append(second)
+        else:
+            assert isinstance(step, a.WaitForLearner), step
+    assert sent_at == [35, 65, 95]
+    # a learner that left the member list is forgotten
+    _, memory = learners.carry_entries(held_learner(listed_by_name=True), {learner.id + 99: 95.0}, 96.0)
+    assert memory == {}
+
+
+class HeldLearnerObserver(ClusterObserver):
+    """The observer's memory of entries sent, on a clock the test moves; what it sees is a
+    held learner, pass after pass."""
+
+    def __init__(self, seen):
+        self.clock_now, self.seen = 0.0, seen
+        self.clock = lambda: self.clock_now
+        self.learner_entries, self.admissions, self.collisions = {}, {}, {}
+
+    async def observe(self, body, status, children=None, live_secrets=True):
+        observed, self.learner_entries = learners.carry_entries(self.seen, self.learner_entries, self.clock())
+        return observed
+
+
+class LeaderClient:
+    def __init__(self):
+        self.updates: list[int] = []
+
+    def get(self, endpoint):
+        return self
+
+    async def update_peer_urls(self, member_id, peer_urls):
+        self.updates.append(member_id)
+
+
+def test_the_reconciler_remembers_each_entry_it_sends_and_the_next_waits():
+    cluster_spec = {"size": 5, "recovery": {"memberUnhealthyTimeout": "60s", "quorumLossTimeout": "30s"}}
+    desired = builders.pod_spec_hash(ClusterSpec.from_dict(cluster_spec))
+    seen = held_learner()
+    seen = dataclasses.replace(seen, pods={n: dataclasses.replace(p, spec_hash=desired) for n, p in seen.pods.items()})
+    body = {
+        "metadata": {"name": seen.cluster, "namespace": seen.namespace, "uid": "uid-c", "generation": 1},
+        "spec": cluster_spec,
+        "status": {"clusterID": "1"},
+    }
+    leader = LeaderClient()
+    reconciler = ClusterReconciler(RecordingKube(), leader, lambda *_: None)  # type: ignore[arg-type]
+    reconciler.observer = observer = HeldLearnerObserver(seen)
+    reconciler.member_metrics = MemberMetricsWatcher(fetch=lambda url, timeout: asyncio.sleep(0, ""))
+    for second in (0.0, 1.0, 2.0, 29.0, 30.0, 31.0):
+        observer.clock_now = second
+        reconciler.next_resync = float("inf")
+        asyncio.run(reconciler.reconcile(body))
+    learner_id = next(m.id for m in seen.etcd.members if m.is_learner)
+    assert leader.updates == [learner_id, learner_id]  # at 0 s and at 30 s

@@ -17,6 +17,7 @@ import pytest
 from etcd_operator.clients.kube import client as kube
 from etcd_operator.controllers.backup import catalogue, continuous_writer, runner, segment_store
 from etcd_operator.controllers.backup.failure import BackupFailed
+from etcd_operator.controllers.restore import executor as restore_executor
 from etcd_operator.controllers.restore import point_in_time, snapshot_lookup
 from etcd_operator.core.backup import continuous as cb
 from etcd_operator.core.backup import steps as backup_steps
@@ -225,6 +226,49 @@ def test_the_restores_plan_names_the_manifests_it_left_out():
     observed = Observed("ns", "r1", "uid", 1, None, catalogue=listed)
     step = restore_plan(spec, RestoreStatus(phase="Verifying"), observed, NOW.timestamp())
     assert isinstance(step, restore_steps.PlanReplay) and planted.key in step.reason
+
+
+def test_a_planted_duplicate_never_replaces_the_genuine_segment_and_a_planted_gap_is_named():
+    """A planted segment 2 that would reach further is ignored and the genuine chain planned;
+    with the genuine segment 2 gone, the authentic ones leave a gap before the point: the
+    restore fails PointNotReachable, saying where and naming the planted manifest."""
+    store, base = point_in_time_store()
+    chain = chain_id("c1", 100)
+    planted_segment(store, segment_manifest(chain, 2, 121, 900, base_revision=100))
+    planted = segment_manifest(chain, 2, 121, 900, base_revision=100).key
+    step = restore_plan(RESTORE_TO_155, RestoreStatus(phase="Verifying"), observed_store(store), NOW.timestamp())
+    assert isinstance(step, restore_steps.PlanReplay) and step.record is not None
+    assert (step.record.base_key, step.record.last_sequence) == (base.snapshot_key, 3) and planted in step.ignored
+    del store.objects[segment_manifest(chain, 2, 121, 140, base_revision=100).key]
+    step = restore_plan(RESTORE_TO_155, RestoreStatus(phase="Verifying"), observed_store(store), NOW.timestamp())
+    assert isinstance(step, restore_steps.Fail) and step.code == "PointNotReachable", step
+    assert "no segment holds revisions 121..140" in step.reason and planted in step.reason
+
+
+def test_the_plans_ignored_manifests_are_a_warning_event():
+    store, _ = point_in_time_store()
+    planted_snapshot(store, 150)
+    step = restore_plan(RESTORE_TO_155, RestoreStatus(phase="Verifying"), observed_store(store), NOW.timestamp())
+    assert isinstance(step, restore_steps.PlanReplay)
+    events: list = []
+    executor = restore_executor.RestoreExecutor(
+        None, "op:1", {"metadata": {"name": "r1", "namespace": "ns"}}, lambda *e: events.append(e)
+    )  # type: ignore[arg-type]
+    asyncio.run(executor.run(step, RESTORE_TO_155, RestoreStatus(phase="Verifying"), observed_store(store)))
+    assert [(kind, reason) for kind, reason, _ in events] == [("Warning", "ManifestUnauthenticated")]
+
+
+RESTORE_TO_155 = RestoreSpec.from_dict(
+    {
+        "source": {"backupRef": {"name": "b"}, "pointInTime": {"revision": 155}},
+        "target": {"newCluster": {"name": "keep", "spec": {"size": 3, "version": "3.6.0"}}},
+    }
+)
+
+
+def observed_store(store: MemoryStore) -> Observed:
+    listed = asyncio.run(point_in_time.read_catalogue(store, "p", "ns", "b", KEYS))  # type: ignore[arg-type]
+    return Observed("ns", "r1", "uid", 1, None, catalogue=listed)
 
 
 # --- the run that reads the keys: a rerun of a slot, then retention --------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import hashlib
 import json
 import pathlib
@@ -19,14 +20,18 @@ from etcd_operator.clients.kube import client as kube
 from etcd_operator.controllers.backup.scratch_verifier import BackupVerifier, VerificationError
 from etcd_operator.controllers.restore import executor as restore_executor
 from etcd_operator.controllers.restore.executor import RestoreExecutor
+from etcd_operator.controllers.restore.replay_inputs import check_keys
 from etcd_operator.core.backup import sealed, segment_sealing
 from etcd_operator.core.backup.manifest import Manifest, ManifestUnauthenticated, manifest_key, snapshot_key
 from etcd_operator.core.backup.scratch_verdict import Verdict
 from etcd_operator.core.backup.segments import SegmentManifest, encode
+from etcd_operator.core.restore import replay_pod
 from etcd_operator.programs import replay as program
 from tests.unit.test_sealed_segments import (
     BASE_KEY,
+    CHAIN,
     ENCRYPTED,
+    FOLDER,
     KEY,
     OTHER_KEY,
     ObjectStore,
@@ -346,6 +351,63 @@ def test_the_trial_before_the_replay_pod_refuses_an_unauthenticated_segment_mani
     with pytest.raises(restore_executor.VerificationFailed) as failed:
         check(store, record, {"k1": KEY})
     assert failed.value.reason == "ManifestUnauthenticated" and key in failed.value.message
+
+
+def planted_manifest(store: ObjectStore, genuine: SegmentManifest, sequence: int, first: int, last: int) -> str:
+    """What someone who can write the bucket but lacks the key can store in the chain's folder:
+    a segment claiming `sequence` of the chain (revisions first..last), its manifest without a MAC."""
+    chosen = encode(body(first, last - first + 1))
+    planted = dataclasses.replace(
+        genuine,
+        sequence=sequence,
+        first_revision=first,
+        last_revision=last,
+        segment_key=genuine.segment_key.replace(
+            genuine.segment_key.rsplit("/", 1)[1], f"{sequence:010d}-{first:020d}-{last:020d}.segment"
+        ),
+        size=len(chosen),
+        sha256=hashlib.sha256(chosen).hexdigest(),
+        compression="none",
+        encryption=None,
+        key_id=None,
+    )
+    store.objects[planted.segment_key] = chosen
+    store.objects[planted.key] = planted.to_json()
+    return planted.key
+
+
+def test_a_planted_manifest_in_the_chain_is_ignored_by_the_replay_and_the_trial_before_it(tmp_path):
+    """A duplicate of segment 2 that would reach further, and a segment 3 beyond the plan: both
+    planted, neither authenticates. The replay and the trial before its pod go by the authentic
+    manifests, and the trial names the planted one in the range for a Warning event."""
+    store = ObjectStore()
+    record = stored_backup(store, ENCRYPTED)
+    genuine = [SegmentManifest.from_json(v) for k, v in sorted(store.objects.items()) if k.endswith(".segment.json")]
+    duplicate = planted_manifest(store, genuine[1], 2, 14, 20)
+    beyond = planted_manifest(store, genuine[1], 3, 17, 19)
+    assert fetched(store, tmp_path, {"k1": KEY}) == [body(11), body(14)]
+    folder = replay_pod.segments_folder(FOLDER, CHAIN)
+    sealing, ignored = asyncio.run(check_keys(store, record, folder, {"k1": KEY}, SECRET, {}))  # type: ignore[arg-type]
+    assert sealing.key_id == "k1" and [i.key for i in ignored] == [duplicate]
+    assert beyond not in {i.key for i in ignored}  # outside the recorded range: not read by the trial
+
+
+def test_a_gap_the_authentic_manifests_leave_refuses_the_replay_naming_it_and_the_ignored(tmp_path):
+    """Segment 2's genuine manifest gone and a planted one in its place: the authentic ones
+    stop at segment 1, so the replay and the trial refuse, saying the gap and the planted key."""
+    store = ObjectStore()
+    record = stored_backup(store, ENCRYPTED)
+    genuine = [SegmentManifest.from_json(v) for k, v in sorted(store.objects.items()) if k.endswith(".segment.json")]
+    del store.objects[genuine[1].key]
+    planted = planted_manifest(store, genuine[1], 2, 14, 16)
+    with pytest.raises(program.Refused) as refused:
+        fetched(store, tmp_path, {"k1": KEY})
+    assert refused.value.reason == "ManifestUnauthenticated"
+    assert "holds segments 1..1, the plan needs 1..2" in refused.value.message and planted in refused.value.message
+    with pytest.raises(restore_executor.VerificationFailed) as failed:
+        check(store, record, {"k1": KEY})
+    assert failed.value.reason == "ManifestUnauthenticated"
+    assert "the plan needs 1..2" in failed.value.message and planted in failed.value.message
 
 
 def test_an_earlier_replays_result_counts_only_with_an_authenticated_manifest(tmp_path):

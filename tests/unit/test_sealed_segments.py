@@ -316,7 +316,8 @@ def stored_backup(store: ObjectStore, base_encoding: sealed.Encoding) -> ReplayR
 
 def check(store: ObjectStore, record: ReplayRecord, keys: dict[str, bytes], backup_spec: dict | None = None):
     folder = replay_pod.segments_folder(FOLDER, CHAIN)
-    return asyncio.run(check_keys(store, record, folder, keys, "backup-keys", backup_spec or {}))  # type: ignore[arg-type]
+    sealing, _ = asyncio.run(check_keys(store, record, folder, keys, "backup-keys", backup_spec or {}))  # type: ignore[arg-type]
+    return sealing
 
 
 def test_the_restore_tries_the_keys_on_the_base_and_the_segments_before_the_replay_pod():

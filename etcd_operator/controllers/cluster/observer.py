@@ -18,7 +18,7 @@ from etcd_operator.clients.kube import client as kube
 from etcd_operator.controllers.cluster.auth_observer import observe_auth
 from etcd_operator.controllers.cluster.tls_observer import HTTPS, TLSSecrets, served_certificates
 from etcd_operator.core import versions
-from etcd_operator.core.cluster import admission, adoption, hibernation, naming, quota
+from etcd_operator.core.cluster import admission, adoption, hibernation, learners, naming, quota
 from etcd_operator.core.cluster.identity import member_list_sources, parse_hex_id, split_foreign
 from etcd_operator.core.cluster.metrics_sample import cluster_version_from_gauge
 from etcd_operator.core.cluster.observed import (
@@ -242,12 +242,17 @@ class ClusterObserver:
         self.sightings = Sightings()
         # The API server's answers for member pods (dry runs, refused creates), on `clock`.
         self.admissions: admission.Memory = {}
+        # When this process sent each learner an entry, on `clock` (cluster/learners.py).
+        self.learner_entries: learners.EntryMemory = {}
         # Children other than the certificate Secrets that the last write found held by an
         # object that is not the operator's ("Kind name" -> why; cluster/ownership.py).
         self.collisions: dict[str, str] = {}
 
     def remember(self, answer: PodAdmission) -> None:
         self.admissions = admission.remember(self.admissions, answer, self.clock())
+
+    def remember_learner_entry(self, member_id: int) -> None:
+        self.learner_entries = learners.remember_entry(self.learner_entries, member_id, self.clock())
 
     async def observe(
         self,
@@ -328,6 +333,7 @@ class ClusterObserver:
             observed = dataclasses.replace(observed, snapshot_backups=await self.snapshot_backups(namespace, cluster))
         monotonic_now = self.clock()
         observed, self.sightings = carry_timers(status, observed, self.sightings, monotonic_now)
+        observed, self.learner_entries = learners.carry_entries(observed, self.learner_entries, monotonic_now)
         return admission.carry(observed, self.admissions, monotonic_now)
 
     async def snapshot_backups(self, namespace: str, cluster: str) -> tuple[BackupSnapshot, ...] | None:

@@ -205,6 +205,8 @@ class ClusterReconciler:
                 self.observer.collisions = collisions  # reported from the next pass on (cluster/ownership.py)
         if not isinstance(action, (a.Steady, a.Wait)):
             logger.info("%s/%s: %s (%s)", meta["namespace"], meta["name"], action.kind, action.reason)
+        if isinstance(action, a.AppendEntryForLearner):
+            self.observer.remember_learner_entry(action.member_id)  # before sending: a failed one is paced too
         outcome = await executor.run(action, acting_spec, observed)
         if isinstance(outcome, MemberPodOutcome):
             self.observer.remember(outcome.admission)  # evidence for the next pass (cluster/admission.py)

@@ -116,6 +116,10 @@ class RestoreExecutor:
     async def _record_preserved(self, step, spec, status, observed) -> None:
         return None  # the status write of this pass records them
 
+    async def _plan_replay(self, step: s.PlanReplay, spec, status, observed) -> None:
+        if step.ignored:  # the status write of this pass records the plan
+            self.post_event("Warning", "ManifestUnauthenticated", step.ignored)
+
     async def _record_replay_result(self, step: s.RecordReplayResult, spec, status, observed) -> None:
         self.post_event("Normal", "Replayed", step.reason)  # the status write of this pass records it
 
@@ -213,6 +217,8 @@ class RestoreExecutor:
             return Outcome(failure=(e.reason, f"{e.message}; nothing was touched"))
         except StorageError as e:
             return self._storage_outcome("checking the replay's keys", e)
+        if inputs.ignored:
+            self.post_event("Warning", "ManifestUnauthenticated", ignored_summary(inputs.ignored))
         target_spec = (
             observed.target_spec if spec.in_place else ClusterSpec.from_dict(spec.new_cluster_spec)
         )  # the replay runs the target's etcd: what the members will run
@@ -451,7 +457,7 @@ HANDLERS: dict[type[s.Step], Handler] = {
     s.Complete: RestoreExecutor._complete,
     s.StartVerifying: RestoreExecutor._nothing,
     s.VerifySnapshot: RestoreExecutor._verify,
-    s.PlanReplay: RestoreExecutor._nothing,
+    s.PlanReplay: RestoreExecutor._plan_replay,
     s.StartReplayPod: RestoreExecutor._start_replay_pod,
     s.RecordReplayResult: RestoreExecutor._record_replay_result,
     s.RemoveReplayPod: RestoreExecutor._remove_replay_pod,

@@ -11,8 +11,10 @@ least, and is chosen. A snapshot whose verification failed is never a base.
 
 A time target goes by when the backup's watch saw each revision (SeenOrder): the stamps of
 one cluster's segments, every chain's, taken in revision order and made monotonic, so a
-writer whose clock ran slow never makes a revision look seen before one it follows. The
-restore holds the revisions seen by then and none after; it needs evidence that the
+writer whose clock ran slow never makes a revision look seen before one it follows. A
+segment not replayed, whose stamps straddle the time, may have stamped any revision after its
+first after the time: none of them is held. The replay cuts the segments it replays by each
+revision's own stamp. The restore holds the revisions seen by then and none after; it needs evidence that the
 backup saw past the time, else the point is not reachable: the chain may have missed writes
 made before the time (its writer stopped, the chain broke, the time is still to come). The
 evidence is a revision stamped after the time, the chain holding every revision before it,
@@ -158,7 +160,9 @@ class SeenOrder:
 
     def __init__(self, segments: Sequence[SegmentManifest]):
         points: dict[str, list[tuple[int, float]]] = {}
+        self._segments: dict[str, list[SegmentManifest]] = {}
         for m in segments:
+            self._segments.setdefault(m.cluster_id, []).append(m)
             found = points.setdefault(m.cluster_id, [])
             found += [(m.first_revision, m.first_seen_at), (m.last_revision, max(m.first_seen_at, m.last_seen_at))]
         self._revisions: dict[str, list[int]] = {}
@@ -181,19 +185,39 @@ class SeenOrder:
             return None
         return self._revisions[cluster_id][at], envelope[at]
 
+    def first_maybe_seen_after_inside(
+        self, cluster_id: str, moment: float, replayed: Sequence[SegmentManifest]
+    ) -> int | None:
+        """The lowest revision that a segment not in `replayed` may stamp after `moment` inside
+        it: its stamps are known at its ends only, so one stamped at or before the moment at
+        its first revision and after it at its last may stamp any revision after the first
+        after the moment (another chain's writer, on its own clock). The replay cuts the
+        `replayed` segments by each revision's own stamp."""
+        inside = [
+            m.first_revision + 1
+            for m in self._segments.get(cluster_id, [])
+            if m.first_seen_at <= moment < m.last_seen_at and m.last_revision > m.first_revision and m not in replayed
+        ]
+        return min(inside, default=None)
+
 
 def _time_cutoff(run: Run, moment: float, order: SeenOrder, caught_up: Sequence[CaughtUp]) -> int | None:
     """The last revision a restore to `moment` may hold from `run`, by the evidence that the
     backup saw past it; None without evidence within the run. A revision seen after the
-    moment bounds it (the one before is the last); so does a CaughtUp at or after the moment
-    (what came after its revision was committed after it)."""
+    moment bounds it (the one before is the last), and so does one another segment may have
+    stamped after it inside; so does a CaughtUp at or after the moment (what came after its
+    revision was committed after it)."""
     bounds = []
-    after = order.first_seen_after(run.cluster_id, moment)
-    if after is not None and run.first - 1 <= after[0] - 1 <= run.last:
-        bounds.append(after[0] - 1)
+    seen_after = order.first_seen_after(run.cluster_id, moment)
+    # A segment stamped after the moment at its last revision is a point of the order too:
+    # `inside` is only ever found with `seen_after`, and is the tighter bound.
+    inside = order.first_maybe_seen_after_inside(run.cluster_id, moment, run.segments)
+    after = None if seen_after is None else min(seen_after[0], inside or seen_after[0])
+    if after is not None and run.first - 1 <= after - 1 <= run.last:
+        bounds.append(after - 1)
     held = [c.revision for c in caught_up if c.chain == run.chain and c.time >= moment]
     bounds += [revision for revision in held if run.first - 1 <= revision <= run.last]
-    if after is not None and after[0] - 1 < run.first - 1:
+    if after is not None and after - 1 < run.first - 1:
         return None  # the run starts after a revision seen after the moment
     return min(bounds) if bounds else None
 
@@ -264,8 +288,16 @@ def _why_unreachable(target: Target, snapshots: Sequence[Manifest], found: list[
         covering = [r for r in found if r.first <= target.revision <= r.last]
         if not covering:
             return f"revision {target.revision} is in no stored segment: the chain is broken there"
+        run = covering[0]
+        before = [r.last for r in found if r.chain == run.chain and r.last < run.first]
+        if before:
+            return (
+                f"revision {target.revision} is in chain {run.chain}, but the chain has a gap before it: no "
+                f"segment holds revisions {max(before) + 1}..{run.first - 1}, and no usable full snapshot "
+                "of that chain is after the gap and at or before the point"
+            )
         return (
-            f"revision {target.revision} is in chain {covering[0].chain}, "
+            f"revision {target.revision} is in chain {run.chain}, "
             "but no usable full snapshot of that chain is at or before it"
         )
     if target.time is not None:

@@ -151,6 +151,13 @@ class Ignored:
 IGNORED_LISTED = 5  # keys a message names at most
 
 
+def ignored_reason(ignored: Sequence[Ignored]) -> str:
+    """The reason for a refusal the ignored manifests caused: theirs when they agree (a key
+    ID the keys lack), else ManifestUnauthenticated."""
+    reasons = {i.reason for i in ignored}
+    return reasons.pop() if len(reasons) == 1 else "ManifestUnauthenticated"
+
+
 def ignored_summary(ignored: Sequence[Ignored]) -> str:
     """For a condition or an event: how many manifests were left out, naming the first few."""
     keys = sorted({i.key for i in ignored})

@@ -14,7 +14,10 @@ snapshot's. From a snapshot taken above MAX_APPLY_GAP, its publish is refused un
 entry committed after the snapshot is applied, and its client port stays shut: the cluster
 grows only while clients write. A CA rotation showed it, because the clients still holding
 the old CA stopped writing. So a learner that does not answer a while after its pod runs
-gets one entry: the operator updates it to the peer URLs it has (ENTRY_AFTER).
+gets one entry: the operator updates it to the peer URLs it has (ENTRY_AFTER), at most
+once per ENTRY_EVERY per learner. The time of the last one is this process's memory on its
+monotonic clock (carry_entries), never read from status: a restarted or newly elected
+operator may send one more at once, then keeps the pace.
 
 A learner removed because it did not catch up is counted in status.learnerJoins. The next
 add waits JOIN_BACKOFF doubled for each failure in a row, up to JOIN_BACKOFF_MAX, so a
@@ -26,6 +29,7 @@ waits the full backoff again. A promoted learner clears the count."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 
 from etcd_operator.core import conditions as c
 from etcd_operator.core.cluster import steps as a
@@ -37,6 +41,8 @@ MAX_APPLY_GAP = 5000  # etcd's maxGapBetweenApplyAndCommitIndex
 # A learner that has not published this long after it was seen unhealthy gets one entry;
 # a learner that can publish does so within a second of applying the snapshot.
 ENTRY_AFTER = 5.0
+# One entry is enough once applied; a learner still catching up under load gets the next no sooner.
+ENTRY_EVERY = 30.0
 JOIN_BACKOFF = 30.0
 JOIN_BACKOFF_MAX = 600.0
 
@@ -120,6 +126,9 @@ def needs_an_entry(observed: Observed, learner: Member) -> bool:
 def entry_for(observed: Observed, learner: Member, name: str, how: str) -> a.AppendEntryForLearner | None:
     if not needs_an_entry(observed, learner):
         return None
+    since_last = observed.since_learner_entry.get(learner.id)
+    if since_last is not None and since_last < ENTRY_EVERY:
+        return None
     waited = observed.unhealthy_for.get(name) or 0.0
     return a.AppendEntryForLearner(
         f"learner {name} has not served in {waited:.0f}s: {how}; an entry after its snapshot "
@@ -128,6 +137,25 @@ def entry_for(observed: Observed, learner: Member, name: str, how: str) -> a.App
         learner.id,
         learner.peer_urls,
     )
+
+
+EntryMemory = Mapping[int, float]  # learner's member ID -> monotonic time this process sent it an entry
+
+
+def remember_entry(memory: EntryMemory, member_id: int, monotonic_now: float) -> dict[int, float]:
+    """The memory once an entry is sent to `member_id` (recorded as it is sent, so that one
+    that fails is paced too)."""
+    return {**memory, member_id: monotonic_now}
+
+
+def carry_entries(observed: Observed, memory: EntryMemory, monotonic_now: float) -> tuple[Observed, dict[int, float]]:
+    """`observed.since_learner_entry` (seconds, on this process's clock) for the learners
+    still in the member list, and the memory kept for them. A reading from before the memory
+    (a clock that went back) counts as no memory: one more entry, never a storm."""
+    learner_ids = {m.id for m in observed.etcd.members if m.is_learner}
+    kept = {i: at for i, at in memory.items() if i in learner_ids and 0.0 <= monotonic_now - at <= ENTRY_EVERY}
+    since = {i: monotonic_now - at for i, at in kept.items()}
+    return dataclasses.replace(observed, since_learner_entry=since), kept
 
 
 def failures_after_removing(record: JoinRecord, member_id: int) -> int:

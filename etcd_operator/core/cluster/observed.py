@@ -205,6 +205,8 @@ class Observed:
     # Seconds since this process first saw status.learnerJoins' last failure, on its monotonic
     # clock (cluster/timers.py); None: no failure recorded.
     since_join_failure: float | None = None
+    # Seconds since this process sent each learner (by member ID) an entry (cluster/learners.py).
+    since_learner_entry: Mapping[int, float] = dataclasses.field(default_factory=dict)
     # The API server's latest answers for member pods, by member (cluster/admission.py).
     pod_admissions: Mapping[str, PodAdmission] = dataclasses.field(default_factory=dict)
     cluster_domain: str = DEFAULT_CLUSTER_DOMAIN  # the operator's CLUSTER_DOMAIN (member certificate names)

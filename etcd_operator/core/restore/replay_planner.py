@@ -123,4 +123,5 @@ def _choose(spec: RestoreSpec, observed: Observed) -> s.Step:
             f"chain {record.chain} up to revision {plan.up_to_revision}"
             + (f", revisions seen by {describe(point).removeprefix('time ')}" if plan.until_time is not None else "")
         )
-    return s.PlanReplay(f"{record.target}: {why}{left_out}", record=record)
+    summary = ignored_summary(catalogue.ignored) if catalogue.ignored else ""
+    return s.PlanReplay(f"{record.target}: {why}{left_out}", record=record, ignored=summary)

@@ -81,6 +81,7 @@ class PlanReplay(Step):
     """Record the base snapshot and the segments to replay (status.pointInTime), once."""
 
     record: ReplayRecord | None = None
+    ignored: str = ""  # the manifests the plan left out (they did not authenticate), for a Warning event
 
 
 @dataclasses.dataclass(frozen=True)
