@@ -7,7 +7,9 @@ kept afterwards) and leave the member pod alone (same pod, no container restart)
 The previous chart is taken from git: the parent of the commit that deleted the chart's crds/.
 Its CRDs equal crds/ but for the chart's keep annotation, so `spec.pod.imagePullSecrets` is
 taken out of its EtcdCluster schema to stand for a field an older release did not know; that
-field rolls no member (builders.pod_spec_hash leaves it out), so only the upgrade itself could."""
+field rolls no member (builders.pod_spec_hash leaves it out), so only the upgrade itself could.
+The CRDs are shared with the other tests on the nodes: they get back the full schema and the
+Helm owner they had."""
 
 from __future__ import annotations
 
@@ -31,6 +33,10 @@ ROOT = Path(__file__).resolve().parents[2]
 RELEASE = "upgrade-test"
 CRD = "etcdclusters.etcd.operator.dev"
 LEGACY_CRD = "charts/etcd-operator/crds/etcdclusters.yaml"
+CRDS = [f"{plural}.etcd.operator.dev" for plural in ("etcdclusters", "etcdbackups", "etcdrestores")]
+# What ties a CRD to a Helm release, and the keep policy.
+HELM_ANNOTATIONS = ("meta.helm.sh/release-name", "meta.helm.sh/release-namespace", "helm.sh/resource-policy")
+HELM_LABEL = "app.kubernetes.io/managed-by"
 
 
 def previous_chart(into: Path) -> Path:
@@ -59,6 +65,27 @@ def pull_secrets(namespace: str, name: str) -> list | None:
     return (get_cluster(namespace, name)["spec"].get("pod") or {}).get("imagePullSecrets")
 
 
+def helm_metadata() -> dict[str, tuple[dict, str | None]]:
+    """Each CRD's Helm annotations and label: the release that holds the CRDs (the session's)
+    gets them back, so that its next install or upgrade finds them its own."""
+    found = {}
+    for name in CRDS:
+        metadata = kubectl_json("get", "crd", name)["metadata"]
+        crd_annotations = metadata.get("annotations") or {}
+        found[name] = (
+            {key: crd_annotations.get(key) for key in HELM_ANNOTATIONS},
+            (metadata.get("labels") or {}).get(HELM_LABEL),
+        )
+    return found
+
+
+def put_back(metadata: dict[str, tuple[dict, str | None]]) -> None:
+    for name, (crd_annotations, label) in metadata.items():
+        changes = [f"{key}={value}" if value is not None else f"{key}-" for key, value in crd_annotations.items()]
+        kubectl("annotate", "crd", name, "--overwrite", *changes)
+        kubectl("label", "crd", name, "--overwrite", f"{HELM_LABEL}={label}" if label is not None else f"{HELM_LABEL}-")
+
+
 def members(namespace: str, name: str) -> dict[str, list[int]]:
     return {
         pod["metadata"]["uid"]: [c["restartCount"] for c in pod["status"].get("containerStatuses", [])]
@@ -73,6 +100,9 @@ def test_helm_upgrade_from_the_previous_chart_updates_the_crds_and_restarts_no_m
         "watchNamespaces": [namespace],
         "shard": {"name": RELEASE, "selector": claims.shard_env(RELEASE)["SHARD_SELECTOR"]},
     }
+    kubectl("apply", "--server-side", "-k", str(ROOT / "crds"))  # as the session's release finds them
+    kubectl("wait", "--for=condition=Established", *(f"crd/{name}" for name in CRDS), "--timeout=60s")
+    found = helm_metadata()
     with tempfile.TemporaryDirectory() as tmp:
         old_chart = previous_chart(Path(tmp))
         values_file = Path(tmp) / "values.json"
@@ -104,9 +134,9 @@ def test_helm_upgrade_from_the_previous_chart_updates_the_crds_and_restarts_no_m
 
             patch_spec(namespace, "up", {"pod": {"imagePullSecrets": [{"name": "registry-after"}]}})
             assert pull_secrets(namespace, "up") == [{"name": "registry-after"}], "the upgrade left the old schema"
-            annotations = kubectl_json("get", "crd", CRD)["metadata"].get("annotations") or {}
-            assert annotations.get("helm.sh/resource-policy") == "keep", annotations
-            assert annotations.get("meta.helm.sh/release-name") == RELEASE, annotations
+            crd_annotations = kubectl_json("get", "crd", CRD)["metadata"].get("annotations") or {}
+            assert crd_annotations.get("helm.sh/resource-policy") == "keep", crd_annotations
+            assert crd_annotations.get("meta.helm.sh/release-name") == RELEASE, crd_annotations
             wait_healthy(namespace, "up", 1, timeout=120)
             assert members(namespace, "up") == before, "the upgrade restarted a member"
 
@@ -119,3 +149,4 @@ def test_helm_upgrade_from_the_previous_chart_updates_the_crds_and_restarts_no_m
             chart_release.delete_namespace(RELEASE)
             # The CRDs as every other test expects them, whatever happened above.
             kubectl("apply", "--server-side", "--force-conflicts", "-k", str(ROOT / "crds"))
+            put_back(found)
