@@ -97,8 +97,8 @@ release: venv ## the release artifacts of HEAD into build/release (chart, kubect
 images: venv testbin ## the images real nodes run (pause, etcd, busybox, operator) as OCI archives
 	@PYTHONPATH=e2e $(PY) -m images build
 
-chart-crds: ## copy crds/ and the alerting rules into the Helm chart (tests/nodes/host_operator/control_plane/test_helm_release.py, tests/unit/test_runbook_urls.py check they match)
-	@cp crds/etcd*.yaml charts/etcd-operator/crds/
+chart-crds: ## write the chart's CRD templates from crds/ and copy the alerting rules into it (tests/unit/test_chart_crds.py, tests/unit/test_runbook_urls.py check they match)
+	@$(PYTHON) hack/chart_crds.py
 	@cp deploy/monitoring/prometheusrules.yaml charts/etcd-operator/files/
 
 docs: venv ## regenerate docs/reference/fields.md from crds/ (tests/unit/test_docs_fields_reference.py checks it)

@@ -19,8 +19,9 @@ if ! helm status etcd-operator -n etcd-operator >/dev/null 2>&1; then
 {"apiVersion": "v1", "kind": "Namespace",
  "metadata": {"name": "etcd-operator", "labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}
 YAML
+  # --take-ownership: `make crds` applied the CRDs before; the release takes them over.
   helm install etcd-operator charts/etcd-operator -n etcd-operator --set "watchNamespaces={$NS}" \
-    --wait --timeout 180s >/dev/null
+    --take-ownership --wait --timeout 180s >/dev/null
   echo "operator installed by the chart: two pods in namespace etcd-operator, watching namespace $NS" \
     "(logs: kubectl logs -n etcd-operator deployment/etcd-operator)"
 fi

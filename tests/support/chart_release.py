@@ -124,6 +124,9 @@ def delete_namespace(name: str) -> None:
 
 
 def install(kubeconfig: os.PathLike | str) -> None:
+    """The CRDs applied from crds/ first, as tests/support/crds.py may have done already; the
+    release then takes them over (`--take-ownership`: they carry no Helm owner, or another
+    release's, such as a journey's), as docs/operations/upgrading-the-operator.md tells users."""
     with kubeconfig_env(kubeconfig):
         kubectl("apply", "--server-side", "-k", str(ROOT / "crds"))
         kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
@@ -136,6 +139,7 @@ def install(kubeconfig: os.PathLike | str) -> None:
             NAMESPACE,
             "--kubeconfig",
             str(kubeconfig),
+            "--take-ownership",
             "--wait",
             "--timeout",
             "180s",
@@ -200,13 +204,15 @@ def shard_release(
 ):
     """The chart installed once more, as release and namespace `name`: one replica, shard
     `name` selecting `claims.SHARD_LABEL=name`, watching `namespaces`, with `env` added to the
-    operator's and `values` over the chart's. On the way out the objects it holds there are
-    deleted (it removes its finalizers) before it is uninstalled."""
+    operator's and `values` over the chart's; the CRDs stay the session release's. On the way
+    out the objects it holds there are deleted (it removes its finalizers) before it is
+    uninstalled."""
     values = {
         "replicas": 1,
         "watchNamespaces": namespaces,
         "shard": {"name": name, "selector": claims.shard_env(name)["SHARD_SELECTOR"]},
         "extraEnv": [{"name": k, "value": v} for k, v in env.items()],
+        "crds": {"install": False},
         **(values or {}),
     }
     with kubeconfig_env(kubeconfig), tempfile.NamedTemporaryFile("w", suffix=".json") as file:

@@ -1,9 +1,10 @@
-"""The Helm chart ships the same CRDs as crds/ (`make chart-crds` copies them); caught here
-before any substrate starts. tests/nodes/host_operator/control_plane/test_helm_release.py
-compares the rendered chart."""
+"""The Helm chart ships the same CRDs as crds/ (`make chart-crds` writes them into
+templates/crds/ with the keep annotation); caught here before any substrate starts.
+tests/nodes/host_operator/control_plane/test_helm_release.py renders them with helm."""
 
 from __future__ import annotations
 
+import importlib.util
 import pathlib
 
 import pytest
@@ -11,13 +12,35 @@ import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CRDS = sorted(p.name for p in (ROOT / "crds").glob("*.yaml") if p.name != "kustomization.yaml")
+TEMPLATES = ROOT / "charts" / "etcd-operator" / "templates" / "crds"
+
+
+def generator():
+    spec = importlib.util.spec_from_file_location("chart_crds", ROOT / "hack" / "chart_crds.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_chart_has_a_crd_template_for_each_crd_and_no_other():
+    assert sorted(p.name for p in TEMPLATES.glob("*.yaml")) == CRDS
+    legacy = ROOT / "charts" / "etcd-operator" / "crds"
+    assert not legacy.exists(), "Helm installs a chart's crds/ once and never upgrades it"
 
 
 @pytest.mark.parametrize("name", CRDS)
-def test_the_chart_ships_the_crds_of_crds_folder(name):
+def test_the_committed_template_is_what_make_chart_crds_writes(name):
+    assert (TEMPLATES / name).read_text() == generator().template(ROOT / "crds" / name), "run `make chart-crds`"
+
+
+@pytest.mark.parametrize("name", CRDS)
+def test_the_chart_ships_the_crds_of_crds_folder_with_only_the_keep_annotation_added(name):
     ours = yaml.safe_load((ROOT / "crds" / name).read_text())
-    chart = yaml.safe_load((ROOT / "charts" / "etcd-operator" / "crds" / name).read_text())
-    assert chart == ours, f"charts/etcd-operator/crds/{name} differs from crds/{name}: run `make chart-crds`"
+    # The template's actions are whole lines: without them, the rest is the CRD itself.
+    text = "".join(line for line in (TEMPLATES / name).read_text().splitlines(True) if not line.startswith("{{"))
+    chart = yaml.safe_load(text)
+    assert chart["metadata"].pop("annotations") == {"helm.sh/resource-policy": "keep"}
+    assert chart == ours, f"templates/crds/{name} differs from crds/{name}: run `make chart-crds`"
 
 
 # Names other operators' kinds answer to in kubectl: etcd-druid's Etcd (etcds, short name etcd).

@@ -22,7 +22,7 @@ RELEASE = "etcd-operator-chart"  # not "etcd-operator": never adopts objects of 
 
 
 def render(*args: str) -> list[dict]:
-    out = helm("template", RELEASE, str(CHART), "--include-crds", *args).stdout
+    out = helm("template", RELEASE, str(CHART), *args).stdout
     return [d for d in yaml.safe_load_all(out) if d]
 
 
@@ -98,4 +98,24 @@ def test_chart_and_deploy_grant_and_run_the_same(variant):
     def crds(docs):
         return {d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "CustomResourceDefinition"}
 
-    assert crds(chart) == crds(deploy), "charts/etcd-operator/crds/ differs from crds/: run `make chart-crds`"
+    assert crds(chart) == crds(deploy), "charts/etcd-operator/templates/crds/ differs from crds/: run `make chart-crds`"
+
+
+def crd_documents(docs: list[dict]) -> dict[str, dict]:
+    return {d["metadata"]["name"]: d for d in docs if d["kind"] == "CustomResourceDefinition"}
+
+
+def test_the_chart_renders_the_crds_of_crds_folder_kept_on_uninstall():
+    """The CRDs are templates (so `helm upgrade` updates them), each as in crds/ with only the
+    keep policy added (so `helm uninstall` leaves them, and with them every cluster)."""
+    ours = crd_documents([yaml.safe_load(p.read_text()) for p in sorted((ROOT / "crds").glob("etcd*.yaml"))])
+    rendered_crds = crd_documents(render())
+    assert sorted(rendered_crds) == sorted(ours) and len(ours) == 3
+    for name, crd in rendered_crds.items():
+        assert crd["metadata"].pop("annotations") == {"helm.sh/resource-policy": "keep"}, name
+        assert crd == ours[name], f"{name}: the chart's copy differs from crds/: run `make chart-crds`"
+
+
+def test_the_crds_are_left_out_for_users_who_manage_them():
+    assert crd_documents(render("--set", "crds.install=false")) == {}
+    assert rendered.the(render("--set", "crds.install=false"), "Deployment")
