@@ -33,6 +33,7 @@ from etcd_operator.core.restore import builders, fence, replay_pod
 from etcd_operator.core.restore import steps as s
 from etcd_operator.core.restore.observed import Observed
 from etcd_operator.core.restore.planner import snapshot_etcd_version
+from etcd_operator.core.restore.point_in_time import auth_condition
 from etcd_operator.core.restore.spec import RestoreSpec, RestoreStatus
 
 logger = logging.getLogger(__name__)
@@ -115,6 +116,13 @@ class RestoreExecutor:
 
     async def _record_preserved(self, step, spec, status, observed) -> None:
         return None  # the status write of this pass records them
+
+    async def _plan_replay(self, step: s.PlanReplay, spec, status, observed) -> None:
+        """The status write of this pass records the plan and its AuthStateAtTarget; a base
+        whose auth state may not be the target's is also said in a Warning event."""
+        auth = auth_condition(step.record) if step.record is not None else None
+        if auth is not None and auth.status is not True:
+            self.post_event("Warning", auth.reason, auth.message)
 
     async def _record_replay_result(self, step: s.RecordReplayResult, spec, status, observed) -> None:
         self.post_event("Normal", "Replayed", step.reason)  # the status write of this pass records it
@@ -451,7 +459,7 @@ HANDLERS: dict[type[s.Step], Handler] = {
     s.Complete: RestoreExecutor._complete,
     s.StartVerifying: RestoreExecutor._nothing,
     s.VerifySnapshot: RestoreExecutor._verify,
-    s.PlanReplay: RestoreExecutor._nothing,
+    s.PlanReplay: RestoreExecutor._plan_replay,
     s.StartReplayPod: RestoreExecutor._start_replay_pod,
     s.RecordReplayResult: RestoreExecutor._record_replay_result,
     s.RemoveReplayPod: RestoreExecutor._remove_replay_pod,
