@@ -211,3 +211,23 @@ async def test_downgrade_validate_and_cancel_on_3_6(tmp_path):
             await client.downgrade("CANCEL", "3.5")
     finally:
         member.stop()
+
+
+async def test_auth_revision_moves_with_auth_changes_and_not_with_keys(first_member):
+    """What the continuous writer records per segment: the KV watch carries no auth change,
+    the auth revision does (and a put does not move it)."""
+    async with EtcdMemberClient(first_member.endpoint) as client:
+        start = await client.auth_revision()
+        await client.put(b"/k", b"v")
+        assert await client.auth_revision() == start
+        kv_revision = (await client.status()).revision
+
+        await client.user_add("alice", "first-password")
+        after_add = await client.auth_revision()
+        await client.role_add("reader")
+        await client.user_grant_role("alice", "reader")
+        await client.user_change_password("alice", "second-password")
+        after_changes = await client.auth_revision()
+
+        assert start < after_add < after_changes
+        assert (await client.status()).revision == kv_revision, "auth changes made no KV revision"

@@ -34,7 +34,11 @@ Invariants (`check`):
   its body at each); the replay stops at the first revision its segment stamps after the
   time; and the store it gives is what the clients saw there;
 - once the cluster is hibernated, every revision acknowledged before its members stopped
-  is in the chain."""
+  is in the chain;
+- with `Faults.auth_change` (user and role changes: no KV revision, only etcd's auth
+  revision moves), a restore to a revision that says its auth state is the target's
+  (restore.point_in_time.auth_condition True, from the auth revisions the snapshots and the
+  writers' segments record) has a base holding an auth state etcd had at that revision."""
 
 from __future__ import annotations
 
@@ -72,6 +76,7 @@ from etcd_operator.core.cluster import steps as cluster_steps
 from etcd_operator.core.cluster.health import diagnose
 from etcd_operator.core.cluster.spec import Hibernation
 from etcd_operator.core.prerequisites import ClusterReadiness
+from etcd_operator.core.restore.point_in_time import ReplayRecord, auth_condition
 from etcd_operator.programs import replay as program
 from tests.sim.world import merge_patch
 from tests.support.backup_manifests import snapshot_manifest
@@ -114,12 +119,20 @@ class ModelEtcd:
         self.leases: dict[int, Lease] = {}
         self.alive_at: dict[int, set[int]] = {1: set()}  # revision: leases alive then
         self._next_lease = 0x7000
+        # etcd's auth revision: moved by user and role changes, which make no KV revision
+        self.auth_revision = 1
+        self.auth_at: dict[int, int] = {1: 1}  # revision: the auth revision when it was committed
 
     def _commit(self, changes: tuple[KeyChange, ...]) -> None:
         self.revision += 1
         self.events[self.revision] = changes
         self.states[self.revision] = dict(self.data)
         self.alive_at[self.revision] = {i for i, lease in self.leases.items() if lease.alive}
+        self.auth_at[self.revision] = self.auth_revision
+
+    def change_auth(self) -> None:
+        """A user or role added, changed or deleted: no KV revision, nothing in the watch."""
+        self.auth_revision += 1
 
     def put(self, key: bytes, value: bytes, lease: int = 0) -> None:
         old = self.data.get(key)
@@ -214,9 +227,12 @@ class ModelWriter:
         self.written: list[SegmentManifest] = []
         self.broken: cb.ChainBreak | None = None
         self.resumed = False
+        self.auth_revision: int | None = None  # as last read for a segment
 
     def view(self) -> cb.StreamView:
-        return cb.StreamView(chain=self.chain, last_revision=self.last_revision, broken=self.broken)
+        return cb.StreamView(
+            chain=self.chain, last_revision=self.last_revision, broken=self.broken, auth_revision=self.auth_revision
+        )
 
     def drain(self) -> cb.SegmentsWritten:
         written, self.written = self.written, []
@@ -248,6 +264,7 @@ class ModelWriter:
                 self.broken = cb.ChainBreak(self.chain, cb.LEASE_UNKNOWN, f"lease {lease:x}", self.last_revision)
                 return
             self.known[lease] = self.etcd.lease_granted_ttl(lease)
+        auth_revision = self.etcd.auth_revision  # read after the watch gave every revision held
         cut = self.cutter.take(self.known, self.reported)
         records = cut.body.revisions
         first, last = records[0].revision, records[-1].revision
@@ -272,6 +289,7 @@ class ModelWriter:
             size=len(data),
             sha256=hashlib.sha256(data).hexdigest(),
             created_at="2026-01-01T00:00:00Z",
+            auth_revision=auth_revision,
         )
         if kill_between:  # the body lands, then the operator dies before the manifest
             self.bucket.objects.setdefault(manifest.segment_key, data)
@@ -286,6 +304,7 @@ class ModelWriter:
             raise AssertionError("the model store never answered")
         self.cut_next, self.sequence, self.last_revision = last + 1, self.sequence + 1, last
         self.written.append(manifest)
+        self.auth_revision = auth_revision
 
 
 # --- the world ----------------------------------------------------------------------------
@@ -300,6 +319,7 @@ class Faults:
     session: float = 0.3  # per client step: a lock session (grant, put, revoke) rather than a put
     clock_skew: float = 0.0  # seconds: each writer's wall clock is off by up to this, either way
     hibernate_at: int | None = None  # the step at which the cluster's members start stopping
+    auth_change: float = 0.0  # per client step: a user or role change rather than a write
 
 
 SLEEP_SPEC = cs.spec(hibernation=Hibernation(enabled=True, snapshot_timeout=150.0))
@@ -369,6 +389,8 @@ class World:
         self.cluster: Cluster | None = None  # going to sleep since faults.hibernate_at
         self.acknowledged = 1  # the cluster's revision after the last write a client was answered
         self.acknowledged_while_stopping = 0  # revisions written after the members started stopping
+        self.snapshot_auth: dict[str, int] = {}  # snapshot key: the auth state it holds
+        self.bases_for_auth = 0  # full snapshots the planner took because the auth revision moved
         self.steps = 0
 
     # the clients
@@ -383,7 +405,9 @@ class World:
 
     def _client_write(self) -> None:
         rng = self.rng
-        if self.sessions and rng.random() < 0.5:
+        if rng.random() < self.faults.auth_change:
+            self.etcd.change_auth()
+        elif self.sessions and rng.random() < 0.5:
             self.etcd.revoke(self.sessions.pop(rng.randrange(len(self.sessions))))
         elif rng.random() < self.faults.session:
             lease = self.etcd.grant(rng.choice((3, 10, 60)))
@@ -410,13 +434,22 @@ class World:
             case s.RunBackup():
                 revision = self.etcd.revision
                 snapshot = snapshot_manifest(revision, cluster_id=CLUSTER_ID, verified=None)
+                snapshot = dataclasses.replace(snapshot, auth_revision=self.etcd.auth_revision)
+                self.snapshot_auth[snapshot.snapshot_key] = self.etcd.auth_revision
                 self.snapshots.append(snapshot)
                 broken = (self.status.get("continuous") or {}).get("needsFullSnapshot")
                 last_break = (self.status.get("continuous") or {}).get("lastBreak")
                 if broken and last_break:
                     self.breaks.append((int(last_break["lastRevision"]), revision))
-                record = {"key": snapshot.snapshot_key, "revision": revision, "clusterID": CLUSTER_ID}
+                record = {
+                    "key": snapshot.snapshot_key,
+                    "revision": revision,
+                    "clusterID": CLUSTER_ID,
+                    "authRevision": snapshot.auth_revision,
+                }
                 outcome = s.RunSucceeded(record=record, completed_at="2026-01-01T01:00:00Z")
+            case s.StartSlot():
+                self.bases_for_auth += "auth revision" in step.message
             case s.StartStream():
                 newest = int((self.status.get("lastBackup") or {}).get("revision") or 0)
                 self.resumed_behind_newer_base += step.start.base_revision < newest
@@ -602,6 +635,34 @@ def no_time_target_holds_a_revision_seen_after_it(world: World) -> int:
     return reached
 
 
+def a_restore_says_when_its_auth_state_is_not_the_targets(world: World) -> int:
+    """Every revision a restore reaches: when the restore says the auth state is the
+    target's (AuthStateAtTarget True), the base snapshot holds an auth state etcd had while
+    that revision was its newest (auth changes make no revision: from its commit until the
+    next revision's). Returns how many such restores followed an auth change."""
+    manifests = world.bucket.manifests()
+    if not manifests or not world.snapshots:
+        return 0
+    etcd, after_a_change = world.etcd, 0
+    for revision in range(min(b.revision for b in world.snapshots), max(m.last_revision for m in manifests) + 1):
+        try:
+            plan = plan_replay(Target(revision=revision), world.snapshots, manifests)
+        except ChainProblem:
+            continue  # every_uploaded_revision_is_reachable says which must be reachable
+        condition = auth_condition(ReplayRecord.of_plan(Target(revision=revision), plan, ""))
+        if condition.status is not True:
+            continue
+        held = world.snapshot_auth[plan.base.snapshot_key]
+        earliest, latest = etcd.auth_at[revision], etcd.auth_at.get(revision + 1, etcd.auth_revision)
+        if not earliest <= held <= latest:
+            raise Violation(
+                f"revision {revision}: the restore says the auth state is the target's ({condition.reason}), yet its "
+                f"base {plan.base.snapshot_key} holds auth revision {held}; etcd had {earliest}..{latest} then"
+            )
+        after_a_change += held > 1
+    return after_a_change
+
+
 def every_acknowledged_revision_is_in_the_chain_once_hibernated(world: World) -> None:
     cluster = world.cluster
     if cluster is None or cluster.record.state != h.HIBERNATED:
@@ -622,4 +683,5 @@ def run(seed: int, steps: int = 400, faults: Faults | None = None) -> World:
         every_acknowledged_revision_is_in_the_chain_once_hibernated(world)
     every_uploaded_revision_is_reachable(world)
     no_time_target_holds_a_revision_seen_after_it(world)
+    a_restore_says_when_its_auth_state_is_not_the_targets(world)
     return world

@@ -36,6 +36,7 @@ from tests.sim import continuous_writer as sim
 SEEDS = range(10)
 SKEWED = sim.Faults(clock_skew=300.0)
 HIBERNATING = sim.Faults(hibernate_at=200)
+AUTH_CHANGES = sim.Faults(auth_change=0.05)
 
 
 @functools.cache
@@ -239,3 +240,23 @@ def test_each_hibernation_guard_removed_is_caught(monkeypatch, target, attribute
     with pytest.raises(sim.Violation, match="acknowledged before the members stopped, is in no segment"):
         for seed in SEEDS:
             sim.run(seed, steps=600, faults=HIBERNATING)
+
+
+@functools.cache
+def with_auth_changes(seed: int) -> sim.World:
+    return sim.run(seed, steps=300, faults=AUTH_CHANGES)
+
+
+def test_user_and_role_changes_get_a_new_base_and_a_restore_never_claims_an_auth_state_it_lacks():
+    """Auth changes make no KV revision. run() checked that a restore saying its auth state is
+    the target's (AuthStateAtTarget True) has a base holding what etcd had at that revision;
+    across the seeds, the planner took full snapshots because the auth revision moved, and
+    restores after an auth change found a base with it."""
+    bases = after_a_change = 0
+    for seed in SEEDS:
+        world = with_auth_changes(seed)
+        assert world.etcd.auth_revision > 1
+        assert sim.every_uploaded_revision_is_reachable(world) > 40
+        bases += world.bases_for_auth
+        after_a_change += sim.a_restore_says_when_its_auth_state_is_not_the_targets(world)
+    assert bases > 10 and after_a_change > 100, (bases, after_a_change)

@@ -494,3 +494,35 @@ def test_keys_never_appear_in_the_refusals():
         except ManifestUnauthenticated as e:
             messages.append(e.message)
     assert len(messages) == 2 and not any(v in m for v in values for m in messages)
+
+
+# --- the auth revision (optional, under the MAC) -------------------------------------------
+
+
+def test_a_snapshot_manifests_auth_revision_is_covered_by_its_mac_and_optional():
+    store = Storage()
+    genuine = put_snapshot(store, "slot1", DATA, ENCRYPTED)
+    with_auth = dataclasses.replace(genuine, auth_revision=7)
+    stored = with_auth.to_json(ENCRYPTED.signing_key)
+    assert Manifest.read(stored, with_auth.key, {"k1": KEY}).auth_revision == 7
+    for change in (lambda d: d.update(authRevision=8), lambda d: d.pop("authRevision")):
+        document = json.loads(stored)
+        change(document)
+        with pytest.raises(ManifestUnauthenticated):
+            Manifest.read(json.dumps(document).encode(), with_auth.key, {"k1": KEY})
+    assert "authRevision" not in json.loads(store.objects[genuine.key])  # as older versions wrote it
+    assert Manifest.read(store.objects[genuine.key], genuine.key, {"k1": KEY}).auth_revision is None
+
+
+def test_a_segment_manifests_auth_revision_is_covered_by_its_mac_and_optional():
+    store = ObjectStore()
+    (old,) = written(store, ENCRYPTED, [body(11)])
+    assert "authRevision" not in json.loads(store.objects[old.key])
+    assert SegmentManifest.read(store.objects[old.key], old.key, {"k1": KEY}).auth_revision is None
+    recorded = dataclasses.replace(old, auth_revision=3)
+    stored = recorded.to_json(ENCRYPTED.signing_key)
+    assert SegmentManifest.read(stored, recorded.key, {"k1": KEY}).auth_revision == 3
+    document = json.loads(stored)
+    document["authRevision"] = 2
+    with pytest.raises(ManifestUnauthenticated):
+        SegmentManifest.read(json.dumps(document).encode(), recorded.key, {"k1": KEY})

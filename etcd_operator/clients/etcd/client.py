@@ -392,6 +392,13 @@ class EtcdMemberClient:
         response = await self._call("AuthStatus", self._auth.AuthStatus, rpc.AuthStatusRequest())
         return bool(response.enabled)
 
+    async def auth_revision(self, timeout: float | None = None) -> int:
+        """etcd's auth revision: bumped by every change to users, roles, their grants and
+        passwords and the auth switch, none of which the KV watch carries. etcd answers
+        through raft: it needs a quorum."""
+        response = await self._call("AuthStatus", self._auth.AuthStatus, rpc.AuthStatusRequest(), timeout=timeout)
+        return int(response.authRevision)
+
     async def auth_enable(self) -> None:
         await self._call("AuthEnable", self._auth.AuthEnable, rpc.AuthEnableRequest(), mutating=True)
 

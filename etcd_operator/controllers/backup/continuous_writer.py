@@ -87,6 +87,7 @@ LEASE_ATTEMPTS = 3  # asks for one lease's TTL before the chain breaks for it
 # is left for another.
 HEARTBEAT_SECONDS = 2.0
 STALL_SECONDS = 10.0
+AUTH_READ_SECONDS = 2.0  # the auth revision read at each cut: a segment waits at most this for it
 CLOCK_BEHIND_REPORTED = 1.0  # seconds behind the chain's last stamp that are logged (once per writer)
 
 
@@ -142,6 +143,7 @@ class SegmentWriter:
         self.store_error: str | None = None
         self.waiting: str | None = "starting"
         self.broken: cb.ChainBreak | None = None
+        self.auth_revision: int | None = None  # the newest etcd auth revision read for a segment
         self.stopped_because: str | None = None  # it ended without a break
         self._sequence = 1
         self._cut_next = start.base_revision + 1  # the first revision of the next segment
@@ -176,6 +178,7 @@ class SegmentWriter:
             waiting=self.waiting,
             caught_up=self.caught_up,
             ignored=tuple(i.key for i in self.ignored),
+            auth_revision=self.auth_revision,
         )
 
     def drain(self) -> list[SegmentManifest]:
@@ -405,6 +408,7 @@ class SegmentWriter:
 
     async def _cut(self, client: EtcdMemberClient, storage: S3Storage, cutter: SegmentCutter) -> None:
         await self._learn_leases(client, cutter.leases_used())
+        auth_revision = await self._read_auth_revision(client)
         cut = cutter.take(self._known_leases, self._reported_leases)
         first, last = cut.body.revisions[0].revision, cut.body.revisions[-1].revision
         if first != self._cut_next:  # the grouper checks this too: a chain is never written with a gap
@@ -413,7 +417,22 @@ class SegmentWriter:
         if self._upload is not None:
             await self._upload  # one upload at a time, in order: while it waits, the watch is not read
         sequence, self._sequence = self._sequence, self._sequence + 1
-        self._upload = asyncio.create_task(self._upload_segment(storage, sequence, cut))
+        self._upload = asyncio.create_task(self._upload_segment(storage, sequence, cut, auth_revision))
+
+    async def _read_auth_revision(self, client: EtcdMemberClient) -> int | None:
+        """The member's auth revision, read after the watch gave it every revision of the
+        segment: at or after the auth state of each. None (recorded as unknown) when it
+        does not answer soon, or no quorum is left (etcd answers it through raft); the
+        segment is not held back for it."""
+        if self.fenced:
+            return None
+        try:
+            revision = await client.auth_revision(timeout=AUTH_READ_SECONDS)
+        except EtcdError as e:
+            logger.warning("continuous backup %s: auth revision not read: %s", self._name, e.detail)
+            return None
+        self.auth_revision = max(self.auth_revision or 0, revision)
+        return revision
 
     async def _learn_leases(self, client: EtcdMemberClient, used: set[int]) -> None:
         """The granted TTL of each lease not met before, asked once (a restore grants it
@@ -441,11 +460,14 @@ class SegmentWriter:
                     await asyncio.sleep(delay)
                     delay, tried = _backoff(delay), tried + 1
 
-    async def _upload_segment(self, storage: S3Storage, sequence: int, cut: Cut) -> None:
+    async def _upload_segment(
+        self, storage: S3Storage, sequence: int, cut: Cut, auth_revision: int | None = None
+    ) -> None:
         records = cut.body.revisions
         first, last = records[0].revision, records[-1].revision
         # Sealing a 2 MiB segment takes 20-30 ms of CPU (zstd, AES-GCM): never on the event loop.
         data, digest = await asyncio.to_thread(segment_sealing.stored_form, cut.body, self._encoding)
+        sealing = segment_sealing.recorded(self._encoding)
         manifest = SegmentManifest(
             segment_key=segment_key(
                 self.spec.prefix, self.identity.namespace, self.identity.backup, self.chain, sequence, first, last
@@ -467,7 +489,10 @@ class SegmentWriter:
             size=len(data),
             sha256=digest,
             created_at=now_text(),
-            **segment_sealing.recorded(self._encoding),
+            compression=sealing["compression"],
+            encryption=sealing["encryption"],
+            key_id=sealing["key_id"],
+            auth_revision=auth_revision,
         )
         delay = RETRY_FIRST
         while True:

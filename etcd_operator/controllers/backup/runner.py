@@ -161,6 +161,7 @@ class BackupRunner:
                     f"{member.cluster_id:x}; no snapshot is taken from another cluster",
                     reason=CLUSTER_ID_MISMATCH,
                 )
+            auth_revision = await _auth_revision(client)  # before: the snapshot's auth is at least this new
             self.on_progress(0, member.name)
             upload = {"key": key, "uploadId": await storage.start_multipart(key)}
             self.pending_uploads.append(upload)
@@ -207,6 +208,7 @@ class BackupRunner:
             encryption=encoding.algorithm if encoding.encrypted else None,
             key_id=encoding.key_id or None,
             plain_size=result.plain_size,
+            auth_revision=auth_revision,
         )
         await storage.put(manifest.key, manifest.to_json(encoding.signing_key), "application/json")
         self.duration = time.monotonic() - clock_start
@@ -232,6 +234,16 @@ async def _slot_manifest(storage: S3Storage, path: str, keys: dict[str, bytes]) 
         raise BackupFailed(
             e.reason, f"{e.message}; it is left untouched and this slot is not run", permanent=True
         ) from None
+
+
+async def _auth_revision(client: EtcdMemberClient) -> int | None:
+    """The source's auth revision, read before the snapshot; None when the member does not
+    answer: the backup stands, and a point-in-time restore from it says it cannot tell."""
+    try:
+        return await client.auth_revision()
+    except EtcdError as e:
+        logger.warning("no auth revision from %s: %s", client.endpoint, e.detail)
+        return None
 
 
 async def _source_digest(client: EtcdMemberClient, revision: int) -> tuple[int | None, int | None, int | None]:

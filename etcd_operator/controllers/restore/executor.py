@@ -33,6 +33,7 @@ from etcd_operator.core.restore import builders, fence, replay_pod
 from etcd_operator.core.restore import steps as s
 from etcd_operator.core.restore.observed import Observed
 from etcd_operator.core.restore.planner import snapshot_etcd_version
+from etcd_operator.core.restore.point_in_time import auth_condition
 from etcd_operator.core.restore.spec import RestoreSpec, RestoreStatus
 
 logger = logging.getLogger(__name__)
@@ -117,8 +118,14 @@ class RestoreExecutor:
         return None  # the status write of this pass records them
 
     async def _plan_replay(self, step: s.PlanReplay, spec, status, observed) -> None:
-        if step.ignored:  # the status write of this pass records the plan
+        """The status write of this pass records the plan and its AuthStateAtTarget; manifests
+        ignored as unauthenticated, and a base whose auth state may not be the target's, are
+        also said in Warning events."""
+        if step.ignored:
             self.post_event("Warning", "ManifestUnauthenticated", step.ignored)
+        auth = auth_condition(step.record) if step.record is not None else None
+        if auth is not None and auth.status is not True:
+            self.post_event("Warning", auth.reason, auth.message)
 
     async def _record_replay_result(self, step: s.RecordReplayResult, spec, status, observed) -> None:
         self.post_event("Normal", "Replayed", step.reason)  # the status write of this pass records it

@@ -142,6 +142,9 @@ class StreamView:
     # Keys of the chain's manifests it passed over on resuming: they do not authenticate under
     # the backup's keys (someone else wrote them), so nothing it resumed from is theirs.
     ignored: tuple[str, ...] = ()
+    # etcd's auth revision as last read for a segment of this chain; None: not read yet. Auth
+    # changes are not in the watch: one after the base asks for a new base (planner.py).
+    auth_revision: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -64,6 +64,9 @@ class Manifest:
     encryption: str | None = None  # aes-256-gcm, or None
     key_id: str | None = None  # the key ID in the encryption Secret
     plain_size: int | None = None  # bytes of the snapshot itself
+    # etcd's auth revision, read from the source member before the snapshot: the snapshot's
+    # auth store is at least this new. None: not read (older versions, or the member refused).
+    auth_revision: int | None = None
 
     def belongs_to(self, identity: Identity) -> bool:
         return (self.namespace, self.backup, self.backup_uid) == (
@@ -97,6 +100,8 @@ class Manifest:
         decides a restore or a verification reads through `read`."""
         fields = document_fields(cls, data, FORMAT, "snapshot manifest")
         fields["revision"], fields["size"] = int(fields["revision"]), int(fields["size"])
+        if fields.get("auth_revision") is not None:
+            fields["auth_revision"] = int(fields["auth_revision"])
         return cls(**fields)
 
     @classmethod
@@ -117,7 +122,7 @@ class Manifest:
             "clusterID": self.cluster_id,
             "member": self.member,
             "completionTime": self.created_at,
-        }
+        } | ({} if self.auth_revision is None else {"authRevision": self.auth_revision})
 
 
 @dataclasses.dataclass(frozen=True)

@@ -65,7 +65,12 @@ A continuous backup (spec.continuous; core/backup/continuous.py), in this order:
   after its last uploaded segment, or breaks it (RevisionCompacted) when etcd no longer has
   the revisions after it;
 - a full snapshot is taken when events or bytes since the last one reach
-  spec.continuous.fullSnapshotAfter, or when the schedule fires.
+  spec.continuous.fullSnapshotAfter, or when the schedule fires;
+- a full snapshot is taken when the writer of the newest snapshot's chain read an etcd auth
+  revision newer than the one recorded with that snapshot: auth changes are not in the
+  watch, so every later point then has a base with the auth state it had. Once a newer
+  snapshot is taken (the old chain still runs until it hands over), it is not asked again;
+  with either revision unknown nothing is asked (the restore says it cannot tell).
 """
 
 from __future__ import annotations
@@ -212,6 +217,9 @@ def _plan_continuous(
             observed,
         )
     if not state.retry:
+        auth_moved = _auth_moved_since(base, stream)
+        if auth_moved:
+            return _full_snapshot(observed, now, auth_moved)
         if record.events_since_full >= continuous.full_snapshot_after_events:
             return _full_snapshot(observed, now, f"{record.events_since_full} events since the last one")
         if record.bytes_since_full >= continuous.full_snapshot_after_bytes:
@@ -237,6 +245,20 @@ def _plan_continuous(
         return verify
     retrying = f"; slot {state.retry.slot} is tried again at {state.retry.at.isoformat()}" if state.retry else ""
     return s.Stream(chain=wanted.chain, next_slot=next_slot, message=f"writing chain {wanted.chain}{retrying}")
+
+
+def _auth_moved_since(base: LastBackup, stream: StreamView) -> str | None:
+    """Why the chain of `base` needs a new base for auth: its writer read a newer auth
+    revision than `base` recorded. None while either is unknown, or the writer runs an older
+    chain (a newer base is taken already)."""
+    if stream.auth_revision is None or base.auth_revision is None:
+        return None
+    if stream.chain != chain_id(base.cluster_id, base.revision) or stream.auth_revision <= base.auth_revision:
+        return None
+    return (
+        f"etcd's auth revision is {stream.auth_revision}, {base.key} holds {base.auth_revision}: users or roles "
+        f"changed, which segments do not record"
+    )
 
 
 def _write_to_the_end(state: RunState, observed: Observed, cluster: ClusterReadiness) -> s.Step:

@@ -186,6 +186,9 @@ class SegmentManifest:
     compression: str | None = None  # zstd or none
     encryption: str | None = None  # aes-256-gcm, or None
     key_id: str | None = None  # the key ID in the backup's encryption Secret
+    # etcd's auth revision, read from the watched member when the segment was cut: at or
+    # after every revision it holds (the KV watch carries no auth change). None: not read.
+    auth_revision: int | None = None
 
     @property
     def key(self) -> str:
@@ -208,6 +211,8 @@ class SegmentManifest:
             fields[name] = int(fields[name])
         for name in ("first_seen_at", "last_seen_at"):
             fields[name] = float(fields[name])
+        if fields.get("auth_revision") is not None:
+            fields["auth_revision"] = int(fields["auth_revision"])
         return cls(**fields)
 
     @classmethod

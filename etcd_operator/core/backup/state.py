@@ -119,12 +119,16 @@ class LastBackup:
     key: str
     revision: int
     cluster_id: str
+    auth_revision: int | None = None  # etcd's auth revision read before it; None: not recorded
 
     @classmethod
     def from_dict(cls, record: Mapping[str, Any] | None) -> LastBackup | None:
         if not record or not record.get("key") or record.get("revision") is None:
             return None
-        return cls(record["key"], int(record["revision"]), record.get("clusterID") or "")
+        auth = record.get("authRevision")
+        return cls(
+            record["key"], int(record["revision"]), record.get("clusterID") or "", None if auth is None else int(auth)
+        )
 
 
 @dataclasses.dataclass(frozen=True)

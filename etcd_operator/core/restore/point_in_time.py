@@ -15,6 +15,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from etcd_operator.core import conditions as c
 from etcd_operator.core.backup.chain import CaughtUp, ChainProblem, ReplayPlan, Target, runs
 from etcd_operator.core.backup.scratch_verdict import SHA256_REFUSED, UNSEALING_REFUSED
 from etcd_operator.core.backup.segments import SegmentManifest
@@ -129,6 +130,10 @@ class ReplayRecord:
     reached_revision: int | None = None
     reached_time: str | None = None  # RFC 3339 with milliseconds: when the backup's watch saw it
     applied: int | None = None
+    # etcd's auth revision recorded with the base snapshot, and with the last segment replayed
+    # (read when it was cut: at or after the point); None: not recorded.
+    base_auth_revision: int | None = None
+    target_auth_revision: int | None = None
 
     @property
     def replays(self) -> bool:
@@ -154,6 +159,8 @@ class ReplayRecord:
                 base.etcd_version,
                 base.sha256,
                 reached_revision=base.revision,
+                base_auth_revision=base.auth_revision,
+                target_auth_revision=base.auth_revision,
             )
         return cls(
             describe(target),
@@ -167,6 +174,8 @@ class ReplayRecord:
             segments=len(plan.segments),
             up_to_revision=plan.up_to_revision,
             replayed_key=replayed_key,
+            base_auth_revision=base.auth_revision,
+            target_auth_revision=plan.segments[-1].auth_revision,
         )
 
     def with_result(self, result: ReplayResult) -> ReplayRecord:
@@ -193,6 +202,8 @@ class ReplayRecord:
             "reachedRevision": self.reached_revision,
             "reachedTime": self.reached_time,
             "revisionsApplied": self.applied,
+            "baseAuthRevision": self.base_auth_revision,
+            "targetAuthRevision": self.target_auth_revision,
         }
         return {k: v for k, v in fields.items() if v not in (None, "")}
 
@@ -215,7 +226,47 @@ class ReplayRecord:
             reached_revision=data.get("reachedRevision"),
             reached_time=data.get("reachedTime"),
             applied=data.get("revisionsApplied"),
+            base_auth_revision=data.get("baseAuthRevision"),
+            target_auth_revision=data.get("targetAuthRevision"),
         )
+
+
+AUTH_CONDITION = "AuthStateAtTarget"
+AUTH_FROM_BASE = "AuthStateFromBase"
+_AUTH_REAPPLIED = (
+    "etcd's auth changes are not in the segments, so the restored cluster holds the base's users, roles and "
+    "auth switch; once it runs, the operator applies spec.auth again (declared users and roles as declared, "
+    "declared passwords set again from their Secrets), while users and roles not declared stay as in the base"
+)
+
+
+def auth_condition(record: ReplayRecord) -> c.Condition:
+    """Whether the restored auth state (users, roles, the auth switch: the base snapshot's)
+    is the target's, by the auth revisions recorded with the base and with the segment that
+    holds the point. True when they match or nothing is replayed; False when they differ;
+    Unknown when either was not recorded (the data is restored either way)."""
+    if not record.replays:
+        return c.Condition(AUTH_CONDITION, True, "BaseIsThePoint", f"{record.base_key} is the point itself")
+    base, target = record.base_auth_revision, record.target_auth_revision
+    if base is not None and base == target:
+        return c.Condition(
+            AUTH_CONDITION,
+            True,
+            "AuthUnchanged",
+            f"etcd's auth revision is {base} at the base snapshot and at {record.target}: users and roles are as at "
+            "the point",
+        )
+    named = (
+        f"auth revision {_auth_text(base)} recorded with base snapshot {record.base_key}, auth revision "
+        f"{_auth_text(target)} with the segment holding {record.target} (chain {record.chain}, segment "
+        f"{record.last_sequence}, read when it was cut: at or after the point)"
+    )
+    known = base is not None and target is not None
+    return c.Condition(AUTH_CONDITION, False if known else None, AUTH_FROM_BASE, f"{named}: {_AUTH_REAPPLIED}")
+
+
+def _auth_text(revision: int | None) -> str:
+    return "none (not recorded)" if revision is None else str(revision)
 
 
 # The replay container's exit code names why it refused; 0: replayed. SHA256_REFUSED is the

@@ -12,6 +12,11 @@ Invariants, each covered by tests/unit/test_restore_point_in_time.py:
 - with the restore's keys, only manifests that authenticate under them are planned with
   (the observer leaves the others out); those left out are named in the step's message;
 - a base snapshot that is the point itself replays nothing: it is verified and restored as is;
+- the plan records etcd's auth revision of its base and of the segment holding the point; a
+  base whose auth state may not be the point's (they differ, or either was not recorded) is
+  replayed and restored all the same, and said so: AuthStateAtTarget False or Unknown, reason
+  AuthStateFromBase, and a Warning event (point_in_time.auth_condition; tested in
+  tests/unit/test_auth_revision_chain.py);
 - only a replay pod this restore owns is read or removed; another pod of its name fails the
   restore (ReplayPodNameTaken) and is left alone;
 - the replayed snapshot is verified only after the replay's result is recorded and its pod

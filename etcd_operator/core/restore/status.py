@@ -8,7 +8,7 @@ from typing import Any
 from etcd_operator.core import conditions as c
 from etcd_operator.core.outcome import Outcome
 from etcd_operator.core.restore import steps as s
-from etcd_operator.core.restore.point_in_time import ReplayRecord
+from etcd_operator.core.restore.point_in_time import ReplayRecord, auth_condition
 
 VERIFYING_STEPS = (s.StartVerifying, s.VerifySnapshot)
 REPLAYING_STEPS = (s.PlanReplay, s.StartReplayPod, s.RecordReplayResult, s.RemoveReplayPod)
@@ -48,6 +48,12 @@ def _conditions(phase: str, code: str, message: str) -> list[c.Condition]:
         ),
         _ready(phase, code, message),
     ]
+
+
+def _auth(status: Mapping[str, Any]) -> list[c.Condition]:
+    """A point-in-time restore's AuthStateAtTarget, from its recorded plan."""
+    record = ReplayRecord.from_dict(status.get("pointInTime"))
+    return [] if record is None else [auth_condition(record)]
 
 
 def _ready(phase: str, code: str, message: str) -> c.Condition:
@@ -127,6 +133,8 @@ def build_status(
         phase=phase,
         progress=message,
         observedGeneration=generation,
-        conditions=c.merge(previous.get("conditions"), _conditions(phase, code, message), now, generation),
+        conditions=c.merge(
+            previous.get("conditions"), _conditions(phase, code, message) + _auth(status), now, generation
+        ),
     )
     return status

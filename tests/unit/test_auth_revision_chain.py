@@ -1,0 +1,175 @@
+"""etcd's auth revision through a continuous backup: the writer records it with each segment
+and asks for a new base when it moved past the newest snapshot's (core/backup/planner.py);
+a point-in-time restore says when its base's auth state is not the target's
+(core/restore/replay_planner.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import types
+
+import pytest
+
+from etcd_operator.clients.etcd.client import EtcdError
+from etcd_operator.controllers.restore.executor import RestoreExecutor
+from etcd_operator.core.backup import steps as s
+from etcd_operator.core.backup.planner import plan
+from etcd_operator.core.backup.segment_cutting import SegmentCutter
+from etcd_operator.core.backup.segments import KeyChange, RevisionRecord, chain_id
+from etcd_operator.core.outcome import Outcome
+from etcd_operator.core.restore import steps as restore_steps
+from etcd_operator.core.restore.point_in_time import AUTH_CONDITION, AUTH_FROM_BASE
+from etcd_operator.core.restore.status import build_status
+from tests.unit import test_restore_point_in_time as pitr
+from tests.unit.test_backup_continuous import CHAIN_100, CLUSTER, CONTINUOUS, NOW, lease_writer, observed, state, view
+from tests.unit.test_sealed_segments import ObjectStore
+
+# --- the writer ----------------------------------------------------------------------------
+
+
+class AuthAnswers:
+    """AuthStatus as a member answers it: an auth revision, or a failure."""
+
+    def __init__(self, answer: int | EtcdError):
+        self.answer = answer
+        self.asked = 0
+
+    async def auth_revision(self, timeout: float | None = None) -> int:
+        self.asked += 1
+        if isinstance(self.answer, EtcdError):
+            raise self.answer
+        return self.answer
+
+    async def lease_granted_ttl(self, lease: int) -> int | None:
+        raise AssertionError("no lease is used")
+
+
+def cut_one(writer, client) -> list:
+    """One segment of revisions 101..102 cut through the writer's own path, and uploaded."""
+    cutter = SegmentCutter(1.0, 1 << 20)
+    for revision in (101, 102):
+        cutter.add(RevisionRecord(revision, 1000.0 + revision, (KeyChange(b"/k", b"v"),)), 0.0)
+
+    async def go():
+        await writer._cut(client, ObjectStore(), cutter)
+        await writer._upload
+
+    asyncio.run(go())
+    return writer.drain()
+
+
+def test_each_segment_records_the_auth_revision_read_when_it_was_cut_and_the_view_reports_it():
+    writer = lease_writer()
+    (manifest,) = cut_one(writer, AuthAnswers(7))
+    assert manifest.auth_revision == 7 and (manifest.first_revision, manifest.last_revision) == (101, 102)
+    assert writer.view().auth_revision == 7
+
+
+def test_an_auth_revision_not_read_is_recorded_unknown_and_the_segment_still_goes():
+    writer = lease_writer()
+    refused = AuthAnswers(EtcdError("m1:2379", "AuthStatus", None, "etcdserver: request timed out"))
+    (manifest,) = cut_one(writer, refused)
+    assert manifest.auth_revision is None and writer.view().auth_revision is None
+    fenced = lease_writer()
+    fenced.fenced = True  # no quorum is left: etcd answers AuthStatus through raft
+    silent = AuthAnswers(9)
+    (manifest,) = cut_one(fenced, silent)
+    assert manifest.auth_revision is None and silent.asked == 0
+
+
+# --- the backup planner: a new base when the auth revision moved ---------------------------
+
+
+def with_auth(base_auth: int | None, **fields):
+    record = {"key": "p/ns/b/full.db", "revision": 100, "clusterID": CLUSTER}
+    if base_auth is not None:
+        record["authRevision"] = base_auth
+    return state(lastBackup=record, continuous=CHAIN_100, **fields)
+
+
+@pytest.mark.parametrize(
+    ("base_auth", "read", "new_base"),
+    [(5, 5, False), (5, 6, True), (5, None, False), (None, 6, False)],
+    ids=["unchanged", "moved", "writer-not-read-yet", "base-not-recorded"],
+)
+def test_a_full_snapshot_is_taken_once_the_writer_reads_a_newer_auth_revision_than_its_base(base_auth, read, new_base):
+    step = plan(CONTINUOUS, with_auth(base_auth), observed(view(auth_revision=read)), NOW)
+    assert isinstance(step, s.StartSlot if new_base else s.Stream), step
+    if new_base:
+        assert step.slot.startswith("full-") and step.base_for is None  # the chain goes on meanwhile
+        assert "auth revision is 6" in step.message and "holds 5" in step.message
+
+
+def test_once_a_newer_base_is_taken_the_old_chain_runs_to_it_without_asking_again():
+    newer = {"key": "p/ns/b/new.db", "revision": 200, "clusterID": CLUSTER, "authRevision": 6}
+    step = plan(CONTINUOUS, state(lastBackup=newer, continuous=CHAIN_100), observed(view(auth_revision=7)), NOW)
+    assert isinstance(step, s.Stream) and step.chain == CHAIN_100["chain"]
+    chain_200 = {"chain": chain_id(CLUSTER, 200), "clusterID": CLUSTER, "baseKey": newer["key"], "baseRevision": 200}
+    handed_over = state(lastBackup=newer, continuous=chain_200)
+    same = plan(CONTINUOUS, handed_over, observed(view(chain_200["chain"], 210, auth_revision=6)), NOW)
+    assert isinstance(same, s.Stream)
+    moved = plan(CONTINUOUS, handed_over, observed(view(chain_200["chain"], 210, auth_revision=7)), NOW)
+    assert isinstance(moved, s.StartSlot) and "holds 6" in moved.message
+
+
+# --- the point-in-time restore: says when the base's auth state is not the target's --------
+
+
+def auth_catalogue(base_25: int | None, segment_auths: tuple[int | None, ...]) -> pitr.Catalogue:
+    segments = tuple(
+        dataclasses.replace(seg, auth_revision=auth)
+        for seg, auth in zip(pitr.CATALOGUE.segments, segment_auths, strict=True)
+    )
+    base_10, base_25_manifest = pitr.CATALOGUE.snapshots
+    snapshots = (
+        dataclasses.replace(base_10, auth_revision=3),
+        dataclasses.replace(base_25_manifest, auth_revision=base_25),
+    )
+    return dataclasses.replace(pitr.CATALOGUE, snapshots=snapshots, segments=segments)
+
+
+def restore_conditions(step: restore_steps.Step, previous: dict | None = None) -> dict:
+    status = build_status(previous or {"phase": "Verifying"}, step, Outcome(), 1, "2026-11-27T00:00:00Z")
+    return {c["type"]: c for c in status["conditions"]}, status
+
+
+@pytest.mark.parametrize(
+    ("point", "base_25", "segment_auths", "expected", "reason"),
+    [
+        ({"revision": 22}, 3, (3, 3, 5), "True", "AuthUnchanged"),  # base 10 (auth 3), segment 2 (auth 3)
+        ({"revision": 35}, 3, (3, 3, 5), "False", AUTH_FROM_BASE),  # base 25 (auth 3), segment 3 (auth 5)
+        ({"revision": 35}, None, (3, 3, 5), "Unknown", AUTH_FROM_BASE),  # the base recorded none
+        ({"revision": 35}, 5, (3, 3, None), "Unknown", AUTH_FROM_BASE),  # the target's segment recorded none
+        ({"revision": 25}, None, (3, 3, 5), "True", "BaseIsThePoint"),  # nothing replayed
+    ],
+    ids=["same", "moved", "base-unknown", "target-unknown", "base-is-the-point"],
+)
+def test_a_restore_says_when_its_bases_auth_state_may_not_be_the_targets(
+    point, base_25, segment_auths, expected, reason
+):
+    step = pitr.planned(point, auth_catalogue(base_25, segment_auths))
+    conditions, status = restore_conditions(step)
+    auth = conditions[AUTH_CONDITION]
+    assert (auth["status"], auth["reason"]) == (expected, reason), auth
+    assert status["phase"] == "Replaying"  # the data is restored either way
+    if expected != "True":
+        record = step.record
+        for revision in (record.base_auth_revision, record.target_auth_revision):
+            assert f"auth revision {'none (not recorded)' if revision is None else revision} " in auth["message"]
+        assert "spec.auth" in auth["message"] and "declared passwords set again" in auth["message"]
+
+
+def test_the_auth_condition_stays_on_later_passes_and_the_plan_posts_one_warning_event():
+    step = pitr.planned({"revision": 35}, auth_catalogue(3, (3, 3, 5)))
+    _, status = restore_conditions(step)
+    later, _ = restore_conditions(restore_steps.StartReplayPod("replaying"), status)
+    assert later[AUTH_CONDITION]["status"] == "False"
+    assert "auth revision 3 recorded with base snapshot p/ns/nightly/s25.db" in later[AUTH_CONDITION]["message"]
+    events: list[tuple[str, str, str]] = []
+    poster = types.SimpleNamespace(post_event=lambda *event: events.append(event))
+    asyncio.run(RestoreExecutor._plan_replay(poster, step, None, None, None))  # type: ignore[arg-type]
+    assert [(kind, reason) for kind, reason, _ in events] == [("Warning", AUTH_FROM_BASE)]
+    unchanged = pitr.planned({"revision": 22}, auth_catalogue(3, (3, 3, 5)))
+    asyncio.run(RestoreExecutor._plan_replay(poster, unchanged, None, None, None))  # type: ignore[arg-type]
+    assert len(events) == 1
