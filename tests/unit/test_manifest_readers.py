@@ -255,7 +255,11 @@ def test_the_plans_ignored_manifests_are_a_warning_event():
         None, "op:1", {"metadata": {"name": "r1", "namespace": "ns"}}, lambda *e: events.append(e)
     )  # type: ignore[arg-type]
     asyncio.run(executor.run(step, RESTORE_TO_155, RestoreStatus(phase="Verifying"), observed_store(store)))
-    assert [(kind, reason) for kind, reason, _ in events] == [("Warning", "ManifestUnauthenticated")]
+    # The manifests here record no auth revision, so AuthStateAtTarget is Unknown and said too.
+    assert [(kind, reason) for kind, reason, _ in events] == [
+        ("Warning", "ManifestUnauthenticated"),
+        ("Warning", "AuthStateFromBase"),
+    ]
 
 
 RESTORE_TO_155 = RestoreSpec.from_dict(
