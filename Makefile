@@ -37,7 +37,7 @@ $(PROD_VENV)/.installed: pyproject.toml $(PROD_SOURCES)
 
 venv-prod: $(PROD_VENV)/.installed ## the production install (no test extras) that the scale bench measures
 
-testbin: ## build the pinned kube-apiserver, controller-manager, kubectl, kubelet, kube-proxy, kube-scheduler, etcd 3.5/3.6, MinIO, helm, Prometheus and promtool
+testbin: ## build the pinned kube-apiserver, controller-manager, kubectl, kubelet, kube-proxy, kube-scheduler, etcd 3.5/3.6, MinIO, helm, Prometheus and promtool, and the OLM bundle validator
 	@e2e/testbin/build.sh >/dev/null  # progress and the cache directory go to stderr
 
 # What `make up` and `make demo` run: no etcd 3.5, Prometheus or linearizability checker
@@ -104,7 +104,10 @@ chart-crds: ## write the chart's CRD templates from crds/ and copy the alerting 
 docs: venv ## regenerate docs/reference/fields.md from crds/ (tests/unit/test_docs_fields_reference.py checks it)
 	@$(PY) hack/crd_reference.py
 
+bundle: venv ## the OLM bundle (registry+v1) in build/bundle/, generated from crds/, deploy/ and examples/ (docs/install.md#olm)
+	@$(PY) hack/olm_bundle.py >/dev/null
+
 demo: up crds ## the main job on the local default: real nodes, the operator installed by the chart, a cluster and its backups
 	@e2e/demo.sh
 
-.PHONY: help venv venv-prod testbin testbin-up host-packages up down status crds run test lint format test-unit bench e2e-kind image images release chart-crds docs demo
+.PHONY: help venv venv-prod testbin testbin-up host-packages up down status crds run test lint format test-unit bench e2e-kind image images release chart-crds docs bundle demo
