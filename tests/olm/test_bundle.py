@@ -182,6 +182,8 @@ def test_the_csv_names_the_release_and_what_the_operator_supports(csv):
         csv["spec"]["install"]["spec"]["deployments"][0]["spec"]["template"]["spec"]["containers"][0]["image"] == image
     )
     assert csv["metadata"]["annotations"]["capabilities"] == "Deep Insights"
+    chart = yaml.safe_load((ROOT / "charts/etcd-operator/Chart.yaml").read_text())
+    assert chart["annotations"]["artifacthub.io/operatorCapabilities"] == "Deep Insights", "one level, chart and CSV"
     modes = {mode["type"]: mode["supported"] for mode in csv["spec"]["installModes"]}
     assert modes == {"OwnNamespace": True, "SingleNamespace": True, "MultiNamespace": True, "AllNamespaces": True}
     owned = {crd["kind"]: crd for crd in csv["spec"]["customresourcedefinitions"]["owned"]}
