@@ -70,7 +70,6 @@ STALLED_REASONS = PROBLEM_REASONS | {
     "CredentialsNotFound",
     "CredentialsRefused",
     "InsecureEndpoint",
-    "InvalidObjectLock",
     "EncryptionKeyMissing",
     "EncryptionKeyInvalid",
     "MemoryBudgetTooSmall",
