@@ -23,7 +23,8 @@ from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.decision import Decision, plan
 from etcd_operator.core.cluster.health import HealthState
 from etcd_operator.core.cluster.observed import MemberStatus, Observed, PodAdmission
-from etcd_operator.core.cluster.recorded import RollRecord
+from etcd_operator.core.cluster.planner import QUORUM_RECOVERY
+from etcd_operator.core.cluster.recorded import Operation, RollRecord
 from etcd_operator.core.cluster.spec import ClusterSpec
 from etcd_operator.core.cluster.status import build_status as cluster_status
 from etcd_operator.core.outcome import Outcome
@@ -166,6 +167,16 @@ def test_a_lost_quorum_waiting_for_approval_is_stalled_and_an_approved_recovery_
     approved = plan(spec(3), RECORDED, lost_quorum(approved=True), NOW)
     assert isinstance(approved.action, a.BeginQuorumRecovery)
     assert stalled(approved) == (False, "NotStalled")
+
+
+def test_a_quorum_recovery_under_way_that_waits_is_not_stalled():
+    o = lost_quorum(approved=True)
+    o = dataclasses.replace(o, pods={**o.pods, "c-0": dataclasses.replace(o.pods["c-0"], deleting=True)})
+    st = recorded(operation=Operation(QUORUM_RECOVERY, "c-1", M(1).id, NOW - 5))
+    waiting = plan(spec(3), st, o, NOW)
+    assert waiting.health.state == HealthState.QUORUM_LOST and isinstance(waiting.action, a.Wait)
+    assert "quorum recovery" in waiting.action.reason
+    assert stalled(waiting) == (False, "NotStalled")
 
 
 def test_stalled_moves_its_transition_time_only_when_its_status_changes():

@@ -177,7 +177,7 @@ def plan(
     if adopted is not None:
         conditions.append(adopted)
     conditions += auth.conditions(spec, status, observed, action, now)
-    conditions.append(stalled_condition(spec, action, conditions))
+    conditions.append(stalled_condition(spec, status, action, conditions))
     conditions.append(ready_condition(spec, observed, health, action, conditions))
     keeps_auth_record = spec.auth.declared or status.auth != AuthRecord()
     return Decision(

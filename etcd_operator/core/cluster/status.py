@@ -187,8 +187,9 @@ READY_BLOCKING_REASONS = {"AuthEnabled": frozenset({"Enabling", "Disabling", "Un
 
 
 # The conditions that mean the cluster cannot progress until a person acts: (type, status,
-# reasons, any reason when empty; only while the step is a Wait). The first that holds is
-# Stalled's reason (kstatus: Failed); everything else in the way passes by itself.
+# reasons, any reason when empty; only while the step is a Wait and no operation such as a
+# quorum recovery is under way). The first that holds is Stalled's reason (kstatus: Failed);
+# everything else in the way passes by itself.
 STALLED_WHEN: tuple[tuple[str, bool, frozenset[str], bool], ...] = (
     ("SpecAccepted", False, frozenset(), False),  # a refused spec: only an edit moves it
     ("PodSpecAccepted", False, frozenset(), False),  # the API server refuses member pods (dry run)
@@ -211,16 +212,18 @@ STALLED_WHEN: tuple[tuple[str, bool, frozenset[str], bool], ...] = (
 )
 
 
-def stalled_condition(spec: ClusterSpec, action: a.Step, conditions: list[c.Condition]) -> c.Condition:
+def stalled_condition(
+    spec: ClusterSpec, status: ClusterStatus, action: a.Step, conditions: list[c.Condition]
+) -> c.Condition:
     """Stalled, from the other conditions (STALLED_WHEN); never while paused on request."""
     if spec.paused:
         return c.stalled(None)
     by_type = {cond.type: cond for cond in conditions}
-    for type_, status, reasons, only_waiting in STALLED_WHEN:
+    for type_, wanted, reasons, only_waiting in STALLED_WHEN:
         found = by_type.get(type_)
-        if found is None or found.status is not status or (reasons and found.reason not in reasons):
+        if found is None or found.status is not wanted or (reasons and found.reason not in reasons):
             continue
-        if only_waiting and not isinstance(action, a.Wait):
+        if only_waiting and (not isinstance(action, a.Wait) or status.operation is not None):
             continue
         return c.stalled(found)
     return c.stalled(None)
