@@ -19,6 +19,18 @@ class Condition:
         return {True: "True", False: "False", None: "Unknown"}[self.status]
 
 
+STALLED = "Stalled"
+NOT_STALLED = "NotStalled"
+
+
+def stalled(blocker: Condition | None) -> Condition:
+    """kstatus' Stalled: True while the object cannot progress until a person acts, with the
+    reason and message of the condition that says what to do; False once nothing is."""
+    if blocker is None:
+        return Condition(STALLED, False, NOT_STALLED, "")
+    return Condition(STALLED, True, blocker.reason, blocker.message or f"{blocker.type} is {blocker.status_text}")
+
+
 def merge(
     previous: Iterable[Mapping[str, Any]] | None, current: Iterable[Condition], now: str, generation: int | None
 ) -> list[dict[str, Any]]:

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Literal, get_args
 
-Event = tuple[str, str, str]  # (type, reason, message)
-EventPoster = Callable[[str, str, str], None]
+# Kubernetes knows two event types; kopf's own exception() would post "Error".
+EventType = Literal["Normal", "Warning"]
+EVENT_TYPES: frozenset[str] = frozenset(get_args(EventType))
+Event = tuple[EventType, str, str]  # (type, reason, message)
+EventPoster = Callable[[EventType, str, str], None]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,6 +15,7 @@ import kopf
 
 from etcd_operator.controllers.reconciler import Reconciler
 from etcd_operator.core.leadership_fence import process_write_guard
+from etcd_operator.core.outcome import EVENT_TYPES, EventPoster, EventType
 
 POLL = 0.5
 # A finished object is looked at again when it changes, or after this long.
@@ -63,10 +64,13 @@ class ObjectOfTheHandler(logging.Filter):
         return True
 
 
-def event_poster(body: kopf.Body):
-    """A (type, reason, message) callable that posts a Kubernetes Event about `body`."""
+def event_poster(body: kopf.Body) -> EventPoster:
+    """A (type, reason, message) callable that posts a Kubernetes Event about `body`. Only
+    Kubernetes' two types pass: any other (kopf.exception's "Error") raises."""
 
-    def post(type_: str, reason: str, message: str) -> None:
+    def post(type_: EventType, reason: str, message: str) -> None:
+        if type_ not in EVENT_TYPES:
+            raise ValueError(f"event type {type_!r} is not one of {sorted(EVENT_TYPES)} (reason {reason})")
         if process_write_guard().time_left() > 0:  # a deposed replica tells nobody anything
             kopf.event(body, type=type_, reason=reason, message=message)
 

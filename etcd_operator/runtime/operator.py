@@ -26,6 +26,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> No
         prefix=API_GROUP, key="last-handled-configuration"
     )
     settings.posting.level = logging.WARNING
+    settings.posting.loggers = False  # kopf would post ERROR log lines as events of type "Error"
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.watching.connect_timeout = 10

@@ -55,6 +55,7 @@ def test_a_failure_ends_the_restore_with_its_reason():
         "Failed": ("True", "TargetDataExists"),
         "Completed": ("False", "NotYet"),
         "Ready": ("False", "Failed"),
+        "Stalled": ("True", "TargetDataExists"),
     }
 
 
@@ -66,6 +67,7 @@ def test_already_applied_is_its_own_terminal_phase_not_a_failure():
         "Failed": ("False", "NoFailure"),
         "Completed": ("False", "AlreadyApplied"),
         "Ready": ("True", "AlreadyApplied"),
+        "Stalled": ("False", "NotStalled"),
     }
 
 

@@ -28,6 +28,7 @@ from etcd_operator.core.backup.scratch_verdict import Verdict
 from etcd_operator.core.backup.segments import SegmentManifest
 from etcd_operator.core.backup.spec import BackupSpec
 from etcd_operator.core.backup.status import pending_upload_fields, progress_fields
+from etcd_operator.core.outcome import Event
 from etcd_operator.core.shard import Shard
 from etcd_operator.core.timefmt import now_text
 
@@ -133,7 +134,7 @@ class BackupExecutor:
         if runner.duration is not None:
             record["durationSeconds"] = round(runner.duration, 3)
             metrics.backup_duration.labels(self.namespace, self.name).observe(runner.duration)
-        events = [
+        events: list[Event] = [
             (
                 "Normal",
                 "BackupSucceeded",
@@ -211,6 +212,7 @@ class BackupExecutor:
 
     def _verdict(self, key: str, verdict: Verdict, at: str) -> s.VerificationDone:
         """A comparison's outcome (a verdict or an inconclusive one): never retried."""
+        event: Event
         if verdict.verified:
             event = ("Normal", "BackupVerified", f"{key}: {verdict.message}")
         elif verdict.verified is False:
@@ -246,7 +248,7 @@ class BackupExecutor:
         )
         before = await self.streams.start(self._key, writer)
         written = self._since_full_snapshot(before.drain()) if before is not None else SegmentsWritten()
-        event = ("Normal", "ContinuousBackupStarted", step.message)
+        event: Event = ("Normal", "ContinuousBackupStarted", step.message)
         return s.StreamReport(view=writer.view(), written=written, events=(event,))
 
     async def _stream(self, step: s.Stream) -> s.Outcome:

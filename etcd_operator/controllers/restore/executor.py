@@ -28,7 +28,7 @@ from etcd_operator.core.backup.sealed_reader import open_plain
 from etcd_operator.core.cluster import builders as cluster_builders
 from etcd_operator.core.cluster import naming
 from etcd_operator.core.cluster.spec import ClusterSpec
-from etcd_operator.core.outcome import Outcome
+from etcd_operator.core.outcome import EventPoster, Outcome
 from etcd_operator.core.restore import builders, fence, replay_pod
 from etcd_operator.core.restore import steps as s
 from etcd_operator.core.restore.observed import Observed
@@ -38,7 +38,6 @@ from etcd_operator.core.restore.spec import RestoreSpec, RestoreStatus
 
 logger = logging.getLogger(__name__)
 
-EventPoster = Callable[[str, str, str], None]  # (type, reason, message)
 TRANSIENT_RETRY = 10.0  # seconds before S3 is tried again after a transient error
 WHILE_NAMESPACE_TERMINATING = 10.0  # until the namespace's deletion takes the EtcdRestore too
 Handler = Callable[[Any, Any, RestoreSpec, RestoreStatus, Observed], Awaitable[Outcome | None]]

@@ -13,8 +13,9 @@ from typing import Any
 
 from etcd_operator.clients.kube import client as kube
 from etcd_operator.controllers import faults, metrics
-from etcd_operator.controllers.restore.executor import EventPoster, RestoreExecutor
+from etcd_operator.controllers.restore.executor import RestoreExecutor
 from etcd_operator.controllers.restore.observer import RestoreObserver
+from etcd_operator.core.outcome import EventPoster
 from etcd_operator.core.restore import steps as s
 from etcd_operator.core.restore.planner import plan, plan_deletion
 from etcd_operator.core.restore.spec import TERMINAL_PHASES, RestoreSpec, RestoreStatus

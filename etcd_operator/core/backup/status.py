@@ -24,6 +24,7 @@ from etcd_operator.core.backup.continuous_status import continuous_fields
 from etcd_operator.core.backup.planner import STREAM_DISABLED, STREAM_STOPPED
 from etcd_operator.core.backup.schedule import PROBLEM_REASONS
 from etcd_operator.core.backup.state import VerificationAttempts
+from etcd_operator.core.storage_policy import AMBIENT_NOT_ALLOWED
 from etcd_operator.core.timefmt import format_time, parse_datetime
 
 RECENT_BACKUPS = 10
@@ -50,10 +51,40 @@ def build_status(
     continuous = continuous or _carried(previous, CONTINUOUS_CONDITION)
     if continuous is not None:
         conditions.append(continuous)
+    conditions.append(stalled_condition({**merged, **fields}, conditions))
     conditions.append(ready_condition({**merged, **fields}, conditions))
     fields["conditions"] = c.merge(previous.get("conditions"), conditions, now, generation)
     fields["observedGeneration"] = generation
     return fields
+
+
+# The Degraded reasons a backup does not get past without a person: a refused schedule or
+# refused ambient credentials, and a run's failure whose cause does not pass by itself (the
+# permanent ones of controllers/backup/failure.py with a reason of their own; a bare
+# StorageError may be either, and is left out).
+STALLED_REASONS = PROBLEM_REASONS | {
+    AMBIENT_NOT_ALLOWED,
+    "BucketNotFound",
+    "InvalidCredentials",
+    "AccessDenied",
+    "CredentialsNotFound",
+    "CredentialsRefused",
+    "InsecureEndpoint",
+    "EncryptionKeyMissing",
+    "EncryptionKeyInvalid",
+    "MemoryBudgetTooSmall",
+    "ManifestUnauthenticated",
+    "SlotTakenByForeignBackup",
+}
+
+
+def stalled_condition(status: Mapping[str, Any], conditions: list[c.Condition]) -> c.Condition:
+    """Stalled: True while Degraded's reason needs a person (STALLED_REASONS), and for a
+    one-shot backup that failed, which never runs again; False once a run succeeds."""
+    degraded = next(cond for cond in conditions if cond.type == "Degraded")
+    if degraded.status and (degraded.reason in STALLED_REASONS or status.get("phase") == "Failed"):
+        return c.stalled(degraded)
+    return c.stalled(None)
 
 
 def ready_condition(status: Mapping[str, Any], conditions: list[c.Condition]) -> c.Condition:

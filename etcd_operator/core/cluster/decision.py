@@ -19,7 +19,7 @@ from etcd_operator.core.cluster.observed import Observed
 from etcd_operator.core.cluster.planner import next_step
 from etcd_operator.core.cluster.recorded import AuthRecord, ClusterStatus, JoinRecord, RollRecord, known_version
 from etcd_operator.core.cluster.spec import ClusterSpec, SpecProblem, spec_problems, version_change_problem
-from etcd_operator.core.cluster.status import cluster_conditions, ready_condition
+from etcd_operator.core.cluster.status import cluster_conditions, ready_condition, stalled_condition
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,6 +177,7 @@ def plan(
     if adopted is not None:
         conditions.append(adopted)
     conditions += auth.conditions(spec, status, observed, action, now)
+    conditions.append(stalled_condition(spec, status, action, conditions))
     conditions.append(ready_condition(spec, observed, health, action, conditions))
     keeps_auth_record = spec.auth.declared or status.auth != AuthRecord()
     return Decision(

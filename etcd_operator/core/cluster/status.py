@@ -186,6 +186,49 @@ READY_GATES: tuple[tuple[str, bool, frozenset[str]], ...] = (
 READY_BLOCKING_REASONS = {"AuthEnabled": frozenset({"Enabling", "Disabling", "Unknown"})}
 
 
+# The conditions that mean the cluster cannot progress until a person acts: (type, status,
+# reasons, any reason when empty; only while the step is a Wait and no operation such as a
+# quorum recovery is under way). The first that holds is Stalled's reason (kstatus: Failed);
+# everything else in the way passes by itself.
+STALLED_WHEN: tuple[tuple[str, bool, frozenset[str], bool], ...] = (
+    ("SpecAccepted", False, frozenset(), False),  # a refused spec: only an edit moves it
+    ("PodSpecAccepted", False, frozenset(), False),  # the API server refuses member pods (dry run)
+    (ownership.CONDITION, False, frozenset(), False),  # a child's name is a foreign object's, or a foreign Secret
+    ("RollPaused", True, frozenset(), False),  # a failed roll: revert or fix the spec
+    ("QuorumLost", True, frozenset(), True),  # waits for approval, or for a restore from a backup
+    ("Alarm", True, frozenset({"Corrupt"}), False),  # nothing changes automatically; a person decides
+    ("DatabaseFits", False, frozenset({"QuotaExceeded"}), False),  # delete keys or raise the quota
+    ("StorageResized", False, frozenset({"ExpansionNotAllowed"}), False),  # the StorageClass does not expand
+    ("Hibernated", False, frozenset({"HibernationRefused"}), False),
+    ("AuthInSync", False, frozenset({"PasswordSecretMissing"}), False),
+    (
+        adoption.CONDITION,
+        False,
+        frozenset(
+            {"ClusterIDMismatch", "ClusterIDRequired", "CrossNamespaceEndpoint", "ClusterIDChanged", "VersionMismatch"}
+        ),
+        False,
+    ),
+)
+
+
+def stalled_condition(
+    spec: ClusterSpec, status: ClusterStatus, action: a.Step, conditions: list[c.Condition]
+) -> c.Condition:
+    """Stalled, from the other conditions (STALLED_WHEN); never while paused on request."""
+    if spec.paused:
+        return c.stalled(None)
+    by_type = {cond.type: cond for cond in conditions}
+    for type_, wanted, reasons, only_waiting in STALLED_WHEN:
+        found = by_type.get(type_)
+        if found is None or found.status is not wanted or (reasons and found.reason not in reasons):
+            continue
+        if only_waiting and (not isinstance(action, a.Wait) or status.operation is not None):
+            continue
+        return c.stalled(found)
+    return c.stalled(None)
+
+
 def ready_condition(
     spec: ClusterSpec, observed: Observed, health: Health, action: a.Step, conditions: list[c.Condition]
 ) -> c.Condition:

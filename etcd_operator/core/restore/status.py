@@ -12,6 +12,8 @@ from etcd_operator.core.restore.point_in_time import ReplayRecord, auth_conditio
 
 VERIFYING_STEPS = (s.StartVerifying, s.VerifySnapshot)
 REPLAYING_STEPS = (s.PlanReplay, s.StartReplayPod, s.RecordReplayResult, s.RemoveReplayPod)
+# The phases a restore does not leave without a person: a failure is for good (kstatus: Failed).
+STALLED_PHASES = frozenset({"Failed"})
 
 
 def _phase(previous: str | None, step: s.Step, outcome: Outcome) -> str:
@@ -47,6 +49,7 @@ def _conditions(phase: str, code: str, message: str) -> list[c.Condition]:
             message if phase in ("Completed", "AlreadyApplied") else "",
         ),
         _ready(phase, code, message),
+        c.stalled(c.Condition("Failed", True, code, message) if phase in STALLED_PHASES else None),
     ]
 
 
