@@ -80,7 +80,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
   resources: [secrets]
   verbs: [get, create, patch, delete]
 # Events for people.
-- apiGroups: ["", events.k8s.io]
+- apiGroups: [""]
   resources: [events]
   verbs: [create, patch]
 {{- end -}}
