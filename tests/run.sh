@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make test`: ruff, mypy (hack/typecheck.py) and import-linter first, then three pytest runs side by side, so
+# `make test`: ruff, mypy (hack/typecheck.py) and import-linter first, then four pytest runs side by side, so
 # that the second core works while the others wait on clusters:
 #   - two host lanes (marked substrate), side by side: operator processes on the host against
 #     the real nodes (tests/nodes/host_operator), its modules split between the two by the list
