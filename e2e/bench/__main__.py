@@ -1,20 +1,25 @@
 """Runs every benchmark and prints one table.
-`python -m bench [cluster|backup|restore|verification|memory|race|sealing|continuous]`.
+`python -m bench [cluster|backup|restore|verification|memory|race|sealing|continuous|scrape]`.
 `python -m bench scale` (many small clusters, about 15 minutes) runs only when named: bench/scale.py."""
 
 from __future__ import annotations
 
 import sys
 
-from bench import continuous, race, scenarios, sealing
+from bench import continuous, race, scenarios, scrape, sealing
 
 
 def main(argv: list[str]) -> int:
-    everything = {"cluster", "backup", "restore", "verification", "memory", "race", "sealing", "continuous"}
+    everything = {"cluster", "backup", "restore", "verification", "memory", "race", "sealing", "continuous", "scrape"}
     wanted = set(argv[1:]) or everything
     if "sealing" in wanted:  # needs no cluster: the testbin's etcd and memory only
         sealing.run()
         wanted.discard("sealing")
+        if not wanted:
+            return 0
+    if "scrape" in wanted:  # needs no cluster: two etcd processes of the testbin
+        scrape.run()
+        wanted.discard("scrape")
         if not wanted:
             return 0
     if "continuous" in wanted:  # needs no cluster: etcd processes and a MinIO of its own

@@ -13,8 +13,16 @@ import pytest
 from etcd_operator.controllers import metrics
 from etcd_operator.controllers.cluster.metrics_watcher import MemberMetricsWatcher
 from etcd_operator.core.cluster import anomaly_detection as an
-from etcd_operator.core.cluster.metrics_sample import MetricsSample, bucket_increase, parse, quantile, sharing_unchanged
+from etcd_operator.core.cluster.metrics_sample import (
+    MetricsSample,
+    bucket_increase,
+    parse,
+    quantile,
+    read_lines,
+    sharing_unchanged,
+)
 from etcd_operator.core.cluster.observed import EtcdView, MemberStatus, Observed, PodView
+from tests.support.metrics_full_page import parse_full_page
 
 REAL_PAGE = (pathlib.Path(__file__).parent / "data" / "etcd-3.6-metrics.txt").read_text()
 BOUNDS = (0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, float("inf"))
@@ -299,3 +307,25 @@ async def test_a_page_that_arrives_in_pieces_is_read_whole(monkeypatch):
             await scrape.read_metrics(f"http://127.0.0.1:{port}/metrics", 10)
     finally:
         server.close()
+
+
+def test_parse_reads_the_checks_lines_from_the_first_line_to_a_last_without_line_break():
+    page = (
+        "etcd_mvcc_db_total_size_in_bytes 7\n"
+        "# TYPE etcd_mvcc_db_total_size_in_use_in_bytes gauge\n"
+        "etcd_mvcc_db_total_size_in_use_in_bytes 5\n"
+        'etcd_disk_wal_fsync_duration_seconds_bucket{le="+Inf"} 3\n'
+        "etcd_disk_wal_fsync_duration_seconds_count 3\n"
+        "etcd_server_quota_backend_bytes 100"
+    )
+    assert read_lines(page) == (
+        "etcd_mvcc_db_total_size_in_bytes 7\n"
+        'etcd_disk_wal_fsync_duration_seconds_bucket{le="+Inf"} 3\n'
+        "etcd_server_quota_backend_bytes 100\n"
+    )
+    sample = parse(page, at=1.0)
+    assert (sample.db_size, sample.quota, sample.wal_fsync) == (7, 100, ((float("inf"), 3.0),))
+
+
+def test_the_selective_parse_equals_the_full_page_parse_of_the_stored_page():
+    assert parse(REAL_PAGE, at=3.0) == parse_full_page(REAL_PAGE, at=3.0)
