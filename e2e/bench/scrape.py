@@ -1,17 +1,16 @@
 """`python -m bench scrape`: the operator's CPU for reading one member's /metrics, old
 against new, side by side in one run: the fetch (clients/etcd/scrape) plus the full-page
-parse it used (tests/support/metrics_full_page) against the fetch plus the parse of only the
-checks' lines (core/cluster/metrics_sample.parse). Over the real pages of an etcd 3.5 and a
-3.6 member of the testbin (processes on free local ports, in a temporary folder), after some
-load. No cluster needed; process CPU time of this process alone (etcd's is not counted)."""
+parse it used (core/cluster/metrics_sample.sample_of_lines over the whole page) against
+the fetch plus the parse of only the checks' lines (core/cluster/metrics_sample.parse).
+Over the real pages of an etcd 3.5 and a 3.6 member of the testbin (tests/support/etcd_process,
+in a temporary folder), after some load. No cluster needed; process CPU time of this process
+alone (etcd's is not counted)."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import pathlib
-import socket
-import subprocess
 import tempfile
 import time
 
@@ -20,9 +19,9 @@ from etcd_operator.clients.etcd.scrape import ScrapeError, read_metrics
 from etcd_operator.controllers.cluster.metrics_watcher import SCRAPE_EVERY
 from etcd_operator.controllers.cluster.observer import CLUSTER_VERSION_GAUGE
 from etcd_operator.controllers.cluster.reconciler import WHEN_STEADY
-from etcd_operator.core.cluster.metrics_sample import cluster_version_from_gauge, parse
+from etcd_operator.core.cluster.metrics_sample import cluster_version_from_gauge, parse, sample_of_lines
 from localkube import layout as localkube_layout
-from tests.support.metrics_full_page import parse_full_page
+from tests.support.etcd_process import EtcdProcess, free_port
 
 ITERATIONS = int(os.environ.get("BENCH_SCRAPE_ITERATIONS") or 1000)  # of each kind, per etcd version
 ROUNDS = 10  # old and new alternate in this many blocks, so both see the same machine load
@@ -30,38 +29,21 @@ PUTS = 2000
 GOAL_CORES_AT_1000 = 0.5  # the whole operator's budget at 1,000 clusters (issue 44)
 
 
-def free_ports(count: int) -> list[int]:
-    """Free local ports in 19600-19699, the range kept for such throwaway servers."""
-    found = []
-    for port in range(19600, 19700):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        found.append(port)
-        if len(found) == count:
-            return found
-    raise RuntimeError("not enough free ports in 19600-19699")
+def start_member(version: str, folder: pathlib.Path) -> tuple[EtcdProcess, str]:
+    """An etcd of the testbin, healthy, with its metrics URL."""
+    metrics_port = free_port()
+    member = EtcdProcess(
+        version,
+        localkube_layout.testbin_dir() / f"etcd-{version}",
+        folder / version,
+        extra_flags=(f"--listen-metrics-urls=http://127.0.0.1:{metrics_port}",),
+    ).start()
+    member.wait_healthy()
+    return member, f"http://127.0.0.1:{metrics_port}/metrics"
 
 
-def start_member(version: str, folder: pathlib.Path) -> tuple[subprocess.Popen, str, str]:
-    """An etcd of the testbin with its client URL and its metrics URL."""
-    client, peer, metrics = free_ports(3)
-    url = f"http://127.0.0.1:{client}"
-    etcd = subprocess.Popen(
-        [str(localkube_layout.testbin_dir() / f"etcd-{version}" / "etcd"), f"--data-dir={folder / version}",
-         f"--listen-client-urls={url}", f"--advertise-client-urls={url}",
-         f"--listen-peer-urls=http://127.0.0.1:{peer}", f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
-         f"--initial-cluster=default=http://127.0.0.1:{peer}", f"--listen-metrics-urls=http://127.0.0.1:{metrics}",
-         "--log-level=error"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    return etcd, url, f"http://127.0.0.1:{metrics}/metrics"
-
-
-async def load(url: str) -> None:
-    async with EtcdMemberClient(url.removeprefix("http://"), timeout=30) as client:
+async def load(endpoint: str) -> None:
+    async with EtcdMemberClient(endpoint, timeout=30) as client:
         for first in range(0, PUTS, 100):
             values = {f"/bench/{i % 500}".encode(): os.urandom(100 + i % 1900) for i in range(first, first + 100)}
             await asyncio.gather(*(client.put(key, value) for key, value in values.items()))
@@ -96,7 +78,7 @@ async def measure(metrics_url: str) -> dict[str, float]:
         pages.append(await read_metrics(metrics_url, 5.0))
 
     async def fetch_and_parse_full_page() -> None:
-        parse_full_page(await read_metrics(metrics_url, 5.0), 0.0)
+        sample_of_lines(await read_metrics(metrics_url, 5.0), 0.0)
 
     async def fetch_and_parse_checks_lines() -> None:
         parse(await read_metrics(metrics_url, 5.0), 0.0)
@@ -114,7 +96,7 @@ async def measure(metrics_url: str) -> dict[str, float]:
         },
         ITERATIONS,
     )
-    figures["identical"] = float(all(parse(p, 0.0) == parse_full_page(p, 0.0) for p in pages))
+    figures["identical"] = float(all(parse(p, 0.0) == sample_of_lines(p, 0.0) for p in pages))
     figures["page_bytes"] = float(len(pages[-1].encode()))
     walls = []
     for _ in range(200):
@@ -135,14 +117,13 @@ def run() -> None:
     results = {}
     with tempfile.TemporaryDirectory(prefix="bench-scrape-") as folder:
         for version in ("3.5", "3.6"):
-            etcd, url, metrics_url = start_member(version, pathlib.Path(folder))
+            member, metrics_url = start_member(version, pathlib.Path(folder))
             try:
                 asyncio.run(wait_ready(metrics_url))
-                asyncio.run(load(url))
+                asyncio.run(load(member.endpoint))
                 results[version] = asyncio.run(measure(metrics_url))
             finally:
-                etcd.terminate()
-                etcd.wait(10)
+                member.stop()
     print("\nscrape: CPU of one member's /metrics read, old (full-page parse) and new (the checks' lines only),")
     print(f"  {ITERATIONS} of each per etcd version, alternating in {ROUNDS} blocks, one process; ms of CPU per call")
     print(f"  {'etcd':<5} {'page KiB':>8} {'fetch':>7} {'old':>7} {'new':>7} {'old/new':>8} {'new parse wall':>15} "

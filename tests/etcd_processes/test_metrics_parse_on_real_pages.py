@@ -9,10 +9,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from etcd_operator.clients.etcd.client import EtcdMemberClient
 from etcd_operator.clients.etcd.scrape import read_metrics
-from etcd_operator.core.cluster.metrics_sample import READ_SAMPLES, parse, read_lines
+from etcd_operator.core.cluster.metrics_sample import READ_SAMPLES, parse, read_lines, sample_of_lines
 from localkube import layout as localkube_layout
 from tests.support.etcd_process import EtcdProcess, free_port
-from tests.support.metrics_full_page import parse_full_page
 
 pytestmark = pytest.mark.substrate
 
@@ -52,7 +51,7 @@ async def test_the_selective_parse_returns_what_the_full_page_parse_did(member_w
         await put_load(member.endpoint)
         page = await read_metrics(url, 5.0)
 
-        assert parse(page, at=round_) == parse_full_page(page, at=round_)
+        assert parse(page, at=round_) == sample_of_lines(page, at=round_)
         # Every sample the checks read, label for label and value for value.
         assert samples_read_by_the_checks(read_lines(page)) == samples_read_by_the_checks(page)
         sample = parse(page, at=round_)

@@ -19,10 +19,10 @@ from etcd_operator.core.cluster.metrics_sample import (
     parse,
     quantile,
     read_lines,
+    sample_of_lines,
     sharing_unchanged,
 )
 from etcd_operator.core.cluster.observed import EtcdView, MemberStatus, Observed, PodView
-from tests.support.metrics_full_page import parse_full_page
 
 REAL_PAGE = (pathlib.Path(__file__).parent / "data" / "etcd-3.6-metrics.txt").read_text()
 BOUNDS = (0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, float("inf"))
@@ -328,4 +328,4 @@ def test_parse_reads_the_checks_lines_from_the_first_line_to_a_last_without_line
 
 
 def test_the_selective_parse_equals_the_full_page_parse_of_the_stored_page():
-    assert parse(REAL_PAGE, at=3.0) == parse_full_page(REAL_PAGE, at=3.0)
+    assert parse(REAL_PAGE, at=3.0) == sample_of_lines(REAL_PAGE, at=3.0)

@@ -56,9 +56,15 @@ def read_lines(text: str) -> str:
 
 def parse(text: str, at: float) -> MetricsSample:
     """The sample of one member's page; only its read_lines are parsed."""
+    return sample_of_lines(read_lines(text), at)
+
+
+def sample_of_lines(text: str, at: float) -> MetricsSample:
+    """The sample of exposition lines, every one of them parsed (a whole page, as the
+    operator read it before read_lines, is what the tests and the bench compare with)."""
     histograms: dict[str, dict[float, float]] = {WAL_FSYNC: {}, BACKEND_COMMIT: {}}
     scalars: dict[str, float] = {}
-    for family in text_string_to_metric_families(read_lines(text)):
+    for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name.endswith("_bucket") and sample.name[: -len("_bucket")] in histograms:
                 le = float(sample.labels["le"])
