@@ -23,6 +23,11 @@ def now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
 
+def request_token() -> str:
+    """A value not used before for a request annotation (defragment, rotate), so it reads as a new request."""
+    return f"{now():%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
+
+
 def emit(args: argparse.Namespace, data: Any, text: str) -> None:
     if args.output == "json":
         print(json.dumps(data, indent=2, sort_keys=True))
@@ -118,7 +123,7 @@ async def cmd_approve_recovery(args, kube, namespace) -> int:
 
 
 async def cmd_defrag(args, kube, namespace) -> int:
-    token = f"{now():%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
+    token = request_token()
     patched = await kube.annotate(namespace, "etcdclusters", args.cluster, {views.DEFRAGMENT_ANNOTATION: token})
     emit(
         args,
@@ -185,7 +190,7 @@ async def cmd_rotate_certificates(args, kube, namespace) -> int:
         )
         if not confirm(args, "Rotate the CA?"):
             return 1
-    token = f"{now():%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
+    token = request_token()
     annotation = views.rotation_annotation(args.ca)
     patched = await kube.annotate(namespace, "etcdclusters", args.cluster, {annotation: token})
     what = "CA rotation" if args.ca else "certificate renewal"
