@@ -4,11 +4,12 @@ tests/nodes/host_operator/control_plane/test_helm_release.py renders them with h
 
 from __future__ import annotations
 
-import importlib.util
 import pathlib
 
 import pytest
 import yaml
+
+from tests.support import hack_scripts
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CRDS = sorted(p.name for p in (ROOT / "crds").glob("*.yaml") if p.name != "kustomization.yaml")
@@ -16,10 +17,7 @@ TEMPLATES = ROOT / "charts" / "etcd-operator" / "templates" / "crds"
 
 
 def generator():
-    spec = importlib.util.spec_from_file_location("chart_crds", ROOT / "hack" / "chart_crds.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return hack_scripts.load("chart_crds")
 
 
 def test_the_chart_has_a_crd_template_for_each_crd_and_no_other():

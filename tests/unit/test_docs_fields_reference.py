@@ -3,17 +3,11 @@ what the generator renders from the CRDs as they are now."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support import hack_scripts
 
 
 def _generator():
-    spec = importlib.util.spec_from_file_location("crd_reference", ROOT / "hack" / "crd_reference.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return hack_scripts.load("crd_reference")
 
 
 def test_the_committed_field_reference_is_current():
