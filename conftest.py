@@ -1,5 +1,6 @@
-"""Shared hooks and the one shared fixture: the order of the real-node tests, what they measured,
-each test's outcome for the fixtures that print diagnostics, and a fresh namespace per test.
+"""Shared hooks and the one shared fixture: the check of the tests' markers, the order of the
+real-node tests, what they measured, each test's outcome for the fixtures that print
+diagnostics, and a fresh namespace per test.
 
 Nothing here imports the test harness (e2e/localkube, e2e/bench, e2e/images), so the pure
 tiers (tests/unit, tests/sim) run without it (tests/unit/test_tiers_stand_alone.py).
@@ -16,6 +17,7 @@ import pathlib
 import pytest
 from hypothesis import settings
 
+from tests.support import needs
 from tests.support.diagnostics import fresh_namespace_name
 from tests.support.finalizers import release_finalizers
 
@@ -46,21 +48,45 @@ NODE_FAULT_FIXTURES = ("nodes_to_the_module", "nodes_to_the_test")  # tests/supp
 HOST_OPERATOR_TESTS = pathlib.Path(__file__).resolve().parent / "tests" / "nodes" / "host_operator"
 
 
+def check_needs(items) -> None:
+    """Every test carries the markers of what it uses (tests/support/needs.py), else it would
+    run in the wrong run of `make test`."""
+    problems: dict[str, list[str]] = {}
+    for item in items:
+        for problem in needs.missing(item.fixturenames, vars(item.module), [mark.name for mark in item.iter_markers()]):
+            problems.setdefault(f"{item.location[0]}: {problem}", []).append(item.name)
+    if problems:
+        raise pytest.UsageError(
+            "tests without the markers of what they need (tests/support/needs.py):\n"
+            + "\n".join(
+                f"{problem} ({names[0]}{', …' if len(names) > 1 else ''})" for problem, names in problems.items()
+            )
+        )
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Everything marked real_nodes runs together, where the first of it was collected (so the
-    session's real nodes are up only while needed): first the modules that fault nodes, and
-    what takes the nodes down, `real_nodes(takes_them_down=True)`, after all of it. The
+    """First, before `-m` selects, the check of the markers (check_needs). Then the order.
+    Everything on the session's real-node instance (marked needs_cluster or needs_nodes,
+    outside tests/nodes/host_operator) runs together, where the first of it was collected (so
+    the session's real nodes are up only while needed): first the modules that fault nodes,
+    and what takes the nodes down, `needs_nodes(takes_them_down=True)`, after all of it. The
     operator-process tests on the real nodes (tests/nodes/host_operator) run after the other
     tests of their run, those that need only the control plane (host_operator/control_plane,
-    which hold no node) first. So, in `make test`, the node faults run while the other run is on
-    its etcd processes, its containerd and the control plane, and the two wait for each other's
-    hold on the nodes as little as can be (shared_real_nodes)."""
+    which hold no node) first. So, in `make test`, the node faults run while the other run is
+    on its etcd processes, its containerd and the control plane, and the two wait for each
+    other's hold on the nodes as little as can be (shared_real_nodes)."""
+    check_needs(items)
     host_operator = [item for item in items if HOST_OPERATOR_TESTS in item.path.parents]
     items[:] = [item for item in items if item not in host_operator] + host_operator
-    marked = [item for item in items if item.get_closest_marker("real_nodes")]
+    marked = [item for item in items if item not in host_operator and on_the_instance(item)]
     if not marked:
         return
-    last = [item for item in marked if item.get_closest_marker("real_nodes").kwargs.get("takes_them_down")]
+    last = [
+        item
+        for item in marked
+        if (mark := item.get_closest_marker("needs_nodes")) and mark.kwargs.get("takes_them_down")
+    ]
     faulting = {item.path for item in marked if set(NODE_FAULT_FIXTURES) & set(item.fixturenames)}
     group = (
         [item for item in marked if item.path in faulting and item not in last]
@@ -68,8 +94,12 @@ def pytest_collection_modifyitems(config, items):
         + last
     )
     start = items.index(marked[0])
-    others = [item for item in items if not item.get_closest_marker("real_nodes")]
+    others = [item for item in items if item not in group]
     items[:] = others[:start] + group + others[start:]
+
+
+def on_the_instance(item) -> bool:
+    return any(item.get_closest_marker(name) for name in needs.ON_THE_INSTANCE)
 
 
 @pytest.fixture

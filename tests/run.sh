@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # `make test`: ruff, mypy (hack/typecheck.py) and import-linter first, then four pytest runs side by side, so
-# that the second core works while the others wait on clusters:
-#   - two host lanes (marked substrate), side by side: operator processes on the host against
-#     the real nodes (tests/nodes/host_operator), its modules split between the two by the list
-#     below; the first starts with the etcd processes on the host (tests/etcd_processes), the
-#     second with a containerd of its own (e2e/tests) and the tests that need only the control
-#     plane; the first is reported here as it runs, the second after;
-#   - the tests on the real nodes with the chart's release, reported after; the two runs share
-#     the one real-node instance (tests/support/shared_real_nodes.py), and no test starts another;
-#   - the pure tests (unit, simulator, image, checker and the harness's pure ones in e2e/tests;
-#     no substrate), niced, reported last.
+# that the second core works while the others wait on clusters. Each run is a marker expression
+# over what the tests need (pyproject.toml's markers; tests/support/needs.py checks that every
+# test carries what it uses), and the four expressions split the tests with none in two:
+#   - two host lanes: what needs processes on the host (operator processes against the real
+#     nodes, etcd processes, a containerd of its own), split by the marker `lane2`, set on
+#     modules to balance the two by their times (a new module goes to the first lane); the
+#     first starts with the etcd processes, the second with the containerd and the
+#     control-plane tests of tests/nodes/host_operator; the first is reported here as it runs;
+#   - the other tests on the real nodes (the chart's release among them), reported after; the
+#     runs share the one real-node instance (tests/support/shared_real_nodes.py), and no test
+#     starts another;
+#   - the pure tests, needing none of it (unit, simulator, image, checker, the harness's pure
+#     ones in e2e/tests), niced, reported last.
 # Each operator process watches only its test's namespace, so the lanes' tests share the real
 # nodes as the chart's run and the host's always did. With arguments, one pytest run of exactly those.
 #
@@ -42,46 +45,29 @@ timed() {
   return "$rc"
 }
 
-# The second host lane: these paths; the first: every other substrate test. Balanced by the
-# modules' times in a full run (a new module goes to the first lane).
-second_host_lane=(
-  e2e/tests/test_containerd_import.py
-  tests/nodes/host_operator/control_plane
-  tests/nodes/host_operator/test_linearizability.py
-  tests/nodes/host_operator/test_backup.py
-  tests/nodes/host_operator/test_hibernation.py
-  tests/nodes/host_operator/test_cluster_safety.py
-  tests/nodes/host_operator/test_restore_point_in_time.py
-  tests/nodes/host_operator/test_restore_encrypted.py
-  tests/nodes/host_operator/test_backup_object_lock.py
-  tests/nodes/host_operator/test_backup_continuous.py
-  tests/nodes/host_operator/test_slow_stops.py
-  tests/nodes/host_operator/test_restore_watch_clients.py
-  tests/nodes/host_operator/test_leader_handover.py
-  tests/nodes/host_operator/test_rbac.py
-  tests/nodes/host_operator/test_backup_memory.py
-  tests/nodes/host_operator/test_sharding.py
-  tests/nodes/host_operator/test_backup_storage.py
-)
-not_in_the_second=()
-for path in "${second_host_lane[@]}"; do not_in_the_second+=("--ignore=$path"); done
+# The four runs, by what their tests need; every test is in exactly one (lane2 first, then the
+# host, then the real-node instance, and the pure run takes what none of them does).
+on_host="needs_operator_process or needs_etcd or needs_containerd"
+on_the_instance="needs_cluster or needs_nodes"
+host1_lane="not lane2 and ($on_host)"
+host2_lane="lane2"
+real_lane="not lane2 and not ($on_host) and ($on_the_instance)"
+pure_lane="not lane2 and not ($on_host) and not ($on_the_instance)"
 
 real_log="$(mktemp -t real-node-tests.XXXXXX.log)"
 host2_log="$(mktemp -t host-tests-2.XXXXXX.log)"
 pure_log="$(mktemp -t pure-tests.XXXXXX.log)"
 echo "tests: the second host lane, the real-node tests and the pure tests (niced) run beside;" \
   "their reports follow (logs: $host2_log, $real_log, $pure_log)"
-timed "$real_log.seconds" "$python" -m pytest -p no:cacheprovider -m "real_nodes" >"$real_log" 2>&1 &
+timed "$real_log.seconds" "$python" -m pytest -p no:cacheprovider -m "$real_lane" >"$real_log" 2>&1 &
 real=$!
-timed "$host2_log.seconds" "$python" -m pytest -p no:cacheprovider -m "substrate and not real_nodes" \
-  "${second_host_lane[@]}" >"$host2_log" 2>&1 &
+timed "$host2_log.seconds" "$python" -m pytest -p no:cacheprovider -m "$host2_lane" >"$host2_log" 2>&1 &
 host2=$!
-timed "$pure_log.seconds" nice -n 10 "$python" -m pytest -p no:cacheprovider -m "not substrate and not real_nodes" \
-  >"$pure_log" 2>&1 &
+timed "$pure_log.seconds" nice -n 10 "$python" -m pytest -p no:cacheprovider -m "$pure_lane" >"$pure_log" 2>&1 &
 pure=$!
 trap 'kill "$host2" "$real" "$pure" 2>/dev/null; exit 130' INT TERM
 host_seconds_file="$(mktemp -t host-tests-seconds.XXXXXX)"
-timed "$host_seconds_file" "$python" -m pytest -m "substrate and not real_nodes" "${not_in_the_second[@]}"
+timed "$host_seconds_file" "$python" -m pytest -m "$host1_lane"
 host_rc="$(status $?)"
 wait "$host2"
 host2_rc="$(status $?)"

@@ -31,7 +31,12 @@ from tests.support.waiting import wait_for
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 GROUP = "etcd.operator.dev/v1alpha1"
-pytestmark = [pytest.mark.usefixtures("operator"), pytest.mark.real_nodes]
+pytestmark = [
+    pytest.mark.needs_nodes,
+    pytest.mark.needs_release,
+    pytest.mark.needs_store,
+    pytest.mark.usefixtures("operator"),
+]
 
 
 # --- what a user writes -------------------------------------------------------------------

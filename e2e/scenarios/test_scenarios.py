@@ -19,7 +19,12 @@ from tests.support.kubectl import kubectl, kubectl_json
 from tests.support.waiting import wait_for
 
 GROUP = "etcd.operator.dev/v1alpha1"
-pytestmark = [pytest.mark.usefixtures("operator_namespace"), pytest.mark.real_nodes]
+pytestmark = [
+    pytest.mark.needs_nodes,
+    pytest.mark.needs_release,
+    pytest.mark.needs_store,
+    pytest.mark.usefixtures("operator_namespace"),
+]
 
 
 def apply(namespace: str, kind: str, name: str, spec: dict) -> None:

@@ -16,7 +16,8 @@ import pytest
 from images import containerd, names, recipes
 
 pytestmark = [
-    pytest.mark.substrate,
+    pytest.mark.needs_containerd,
+    pytest.mark.lane2,
     pytest.mark.skipif(
         not (shutil.which("containerd") and shutil.which("ctr") and shutil.which("runc")),
         reason="needs containerd, ctr and runc (apt-get install containerd runc)",

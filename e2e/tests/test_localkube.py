@@ -12,7 +12,7 @@ import pytest
 from localkube import controlplane, processes
 from tests.support.kubectl import kubectl
 
-pytestmark = [pytest.mark.substrate, pytest.mark.real_nodes]
+pytestmark = [pytest.mark.needs_cluster]
 
 
 def test_readyz_is_ok(kubectl_on_real_nodes):

@@ -14,7 +14,7 @@ from images import names as image_names
 from localkube import controlplane, hoststate, nodefaults, realnodes
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.substrate, pytest.mark.real_nodes]
+pytestmark = [pytest.mark.needs_nodes]
 
 START_TIMEOUT = 90.0
 WEB_PORT = 8080
@@ -185,7 +185,7 @@ def _is_another_checkouts(item: str) -> bool:
     return item.startswith("lk") or " dev lk" in item or "/localkube-" in item
 
 
-@pytest.mark.real_nodes(takes_them_down=True)
+@pytest.mark.needs_nodes(takes_them_down=True)
 def test_down_gives_the_host_back_as_found(real_nodes_use, real_nodes, host_before):
     real_nodes_use.wait_until_only_user()
     during = hoststate.snapshot()

@@ -18,7 +18,7 @@ from etcd_operator.core.cluster import learners
 from localkube import layout as localkube_layout
 from tests.support.etcd_process import EtcdProcess
 
-pytestmark = pytest.mark.substrate
+pytestmark = pytest.mark.needs_etcd
 
 ETCD_MINORS = ["3.5", "3.6"]
 

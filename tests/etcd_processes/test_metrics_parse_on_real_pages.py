@@ -13,7 +13,7 @@ from etcd_operator.core.cluster.metrics_sample import READ_SAMPLES, parse, read_
 from localkube import layout as localkube_layout
 from tests.support.etcd_process import EtcdProcess, free_port
 
-pytestmark = pytest.mark.substrate
+pytestmark = pytest.mark.needs_etcd
 
 
 @pytest.fixture(params=["3.5", "3.6"])

@@ -38,7 +38,7 @@ from localkube import layout as localkube_layout
 from tests.support.etcd_process import EtcdProcess
 from tests.support.processes import stop_gracefully
 
-pytestmark = pytest.mark.substrate
+pytestmark = pytest.mark.needs_etcd
 
 ETCD_MINORS = ["3.5", "3.6"]
 PORTS = range(41000, 41100)  # this test's own ports, for the source member

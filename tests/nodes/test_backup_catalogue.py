@@ -20,7 +20,12 @@ from tests.support.kubectl import kubectl, kubectl_json
 from tests.support.s3 import create_credentials_secret, list_keys, read_json, s3_client, s3_storage_spec
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.substrate, pytest.mark.real_nodes, pytest.mark.usefixtures("kubectl_on_real_nodes")]
+pytestmark = [
+    pytest.mark.needs_nodes,
+    pytest.mark.needs_release,
+    pytest.mark.needs_store,
+    pytest.mark.usefixtures("kubectl_on_real_nodes"),
+]
 GROUP = "etcd.operator.dev/v1alpha1"
 EVERY_10S = "* * * * * */10"
 UNVERIFIED = {"enabled": False}

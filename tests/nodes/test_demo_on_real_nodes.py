@@ -19,7 +19,12 @@ from tests.support.clusters import member_pods
 from tests.support.helm import CHART, helm
 from tests.support.kubectl import kubectl, kubectl_json
 
-pytestmark = [pytest.mark.substrate, pytest.mark.real_nodes, pytest.mark.usefixtures("kubectl_on_real_nodes")]
+pytestmark = [
+    pytest.mark.needs_nodes,
+    pytest.mark.needs_release,
+    pytest.mark.needs_store,
+    pytest.mark.usefixtures("kubectl_on_real_nodes"),
+]
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 # Not `demo`, so that its names never meet those of a user's own demo on this host.
 DEMO_NAMESPACE = "demo-on-real-nodes"

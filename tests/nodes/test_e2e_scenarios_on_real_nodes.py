@@ -15,7 +15,7 @@ import pytest
 from localkube import controlplane
 from tests.support import chart_release, doc_commands
 
-pytestmark = [pytest.mark.substrate, pytest.mark.real_nodes]
+pytestmark = [pytest.mark.needs_nodes, pytest.mark.needs_release, pytest.mark.needs_store]
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 ONE_SCENARIO = "test_create_scale_kill_and_delete_leaving_nothing_behind"
 

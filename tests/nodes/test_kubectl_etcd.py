@@ -22,8 +22,9 @@ from tests.support.s3 import create_credentials_secret, s3_storage_spec
 from tests.support.waiting import wait_for
 
 pytestmark = [
-    pytest.mark.substrate,
-    pytest.mark.real_nodes,
+    pytest.mark.needs_nodes,
+    pytest.mark.needs_release,
+    pytest.mark.needs_store,
     pytest.mark.usefixtures("kubectl_on_real_nodes", "operator_release"),
 ]
 PLUGIN = pathlib.Path(sys.executable).parent / "kubectl-etcd"

@@ -31,8 +31,8 @@ from tests.support.members_from_host import put, read_locally, replacement_event
 from tests.support.waiting import holds_throughout, wait_for, wait_for_holding
 
 pytestmark = [
-    pytest.mark.substrate,
-    pytest.mark.real_nodes,
+    pytest.mark.needs_nodes,
+    pytest.mark.needs_release,
     pytest.mark.usefixtures("nodes_to_the_module", "kubectl_on_real_nodes"),
 ]
 

@@ -26,8 +26,8 @@ from tests.support.kubectl import kubectl, kubectl_json
 from tests.support.waiting import wait_for
 
 pytestmark = [
-    pytest.mark.substrate,
-    pytest.mark.real_nodes,
+    pytest.mark.needs_nodes,
+    pytest.mark.needs_release,
     pytest.mark.usefixtures("nodes_to_the_module", "kubectl_on_real_nodes"),
 ]
 

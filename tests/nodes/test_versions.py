@@ -28,8 +28,8 @@ from tests.support.load import BoundedLoad
 from tests.support.waiting import wait_for
 
 pytestmark = [
-    pytest.mark.substrate,
-    pytest.mark.real_nodes,
+    pytest.mark.needs_nodes,
+    pytest.mark.needs_release,
     pytest.mark.usefixtures("kubectl_on_real_nodes", "operator_release"),
 ]
 

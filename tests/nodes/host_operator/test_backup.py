@@ -31,7 +31,7 @@ from tests.support.s3 import (
 )
 from tests.support.waiting import wait_for, wait_for_holding
 
-pytestmark = pytest.mark.substrate
+pytestmark = [pytest.mark.needs_nodes, pytest.mark.needs_operator_process, pytest.mark.needs_store, pytest.mark.lane2]
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from tests.support.kubectl import kubectl, kubectl_json
 from tests.support.s3 import create_credentials_secret, list_keys, pending_uploads, s3_client, s3_storage_spec
 from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.substrate
+pytestmark = [pytest.mark.needs_nodes, pytest.mark.needs_operator_process, pytest.mark.needs_store, pytest.mark.lane2]
 GRACE_SECONDS = 2
 AMBIENT_NOT_ALLOWED = "AmbientCredentialsNotAllowed"
 

@@ -36,7 +36,7 @@ from tests.support.etcd_probes import AckedWriter, MembershipLog, MembershipReco
 from tests.support.kubectl import kubectl, kubectl_json
 from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.substrate
+pytestmark = [pytest.mark.needs_nodes, pytest.mark.needs_operator_process]
 
 
 def test_create_scale_and_heal(namespace, operator, container_faults):

@@ -15,7 +15,7 @@ from tests.support.clusters import apply_cluster, is_healthy, wait_healthy
 from tests.support.etcd_data import put_markers, read_keys
 from tests.support.waiting import wait_for_holding
 
-pytestmark = pytest.mark.substrate
+pytestmark = [pytest.mark.needs_nodes, pytest.mark.needs_operator_process]
 
 # Small, so that a modest flood passes it; etcd's own log stays far below it meanwhile.
 EPHEMERAL_LIMIT_MIB = 32

@@ -26,7 +26,7 @@ from tests.support.kubectl import kubectl, kubectl_json
 from tests.support.volume_resizer import expandable_class
 from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.substrate
+pytestmark = [pytest.mark.needs_nodes, pytest.mark.needs_operator_process]
 
 
 def quota_arg(namespace: str, cluster: str) -> set[int]:

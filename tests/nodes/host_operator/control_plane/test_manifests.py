@@ -9,7 +9,7 @@ import yaml
 
 from tests.support.kubectl import kubectl
 
-pytestmark = pytest.mark.substrate
+pytestmark = [pytest.mark.needs_cluster, pytest.mark.lane2]
 ROOT = pathlib.Path(__file__).resolve().parents[4]
 
 
