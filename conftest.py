@@ -53,7 +53,9 @@ def check_needs(items) -> None:
     run in the wrong run of `make test`."""
     problems: dict[str, list[str]] = {}
     for item in items:
-        for problem in needs.missing(item.fixturenames, vars(item.module), [mark.name for mark in item.iter_markers()]):
+        module = getattr(item, "module", None)  # None for an item of no Python module
+        fixtures, module_globals = getattr(item, "fixturenames", ()), vars(module) if module else {}
+        for problem in needs.missing(fixtures, module_globals, [mark.name for mark in item.iter_markers()]):
             problems.setdefault(f"{item.location[0]}: {problem}", []).append(item.name)
     if problems:
         raise pytest.UsageError(

@@ -25,9 +25,12 @@ def registered() -> set[str]:
 
 def lanes() -> dict[str, Expression]:
     """tests/run.sh's marker expressions, as it assigns them (one `name="…"` a line)."""
-    assigned = dict(re.findall(r'^(\w+)="([^"$]*(?:\$\w+[^"$]*)*)"$', (ROOT / "tests/run.sh").read_text(), re.M))
-    expand = lambda text: re.sub(r"\$(\w+)", lambda m: assigned[m.group(1)], text)  # noqa: E731
-    return {lane: Expression.compile(expand(assigned[lane])) for lane in LANES}
+    assigned = dict(re.findall(r'^(\w+)="([^"]*)"$', (ROOT / "tests/run.sh").read_text(), re.M))
+
+    def expanded(text: str) -> str:
+        return re.sub(r"\$(\w+)", lambda m: assigned[m.group(1)], text)
+
+    return {lane: Expression.compile(expanded(assigned[lane])) for lane in LANES}
 
 
 def test_every_marker_the_check_asks_for_is_registered():
