@@ -13,16 +13,31 @@ import pytest
 
 from etcd_operator.clients.etcd.client import EtcdError
 from etcd_operator.controllers.restore.executor import RestoreExecutor
+from etcd_operator.core.backup import continuous as cb
 from etcd_operator.core.backup import steps as s
 from etcd_operator.core.backup.planner import plan
 from etcd_operator.core.backup.segment_cutting import SegmentCutter
 from etcd_operator.core.backup.segments import KeyChange, RevisionRecord, chain_id
+from etcd_operator.core.backup.state import RunState
 from etcd_operator.core.outcome import Outcome
 from etcd_operator.core.restore import steps as restore_steps
 from etcd_operator.core.restore.point_in_time import AUTH_CONDITION, AUTH_FROM_BASE
 from etcd_operator.core.restore.status import build_status
 from tests.unit import test_restore_point_in_time as pitr
-from tests.unit.test_backup_continuous import CHAIN_100, CLUSTER, CONTINUOUS, NOW, lease_writer, observed, state, view
+from tests.support.backup_manifests import segment_manifest
+from tests.unit.test_backup_continuous import (
+    CHAIN_100,
+    CLUSTER,
+    CONTINUOUS,
+    NOW,
+    SegmentStore,
+    chain_writer,
+    lease_writer,
+    observed,
+    state,
+    status_after,
+    view,
+)
 from tests.unit.test_sealed_segments import ObjectStore
 
 # --- the writer ----------------------------------------------------------------------------
@@ -85,7 +100,7 @@ def with_auth(base_auth: int | None, **fields):
     record = {"key": "p/ns/b/full.db", "revision": 100, "clusterID": CLUSTER}
     if base_auth is not None:
         record["authRevision"] = base_auth
-    return state(lastBackup=record, continuous=CHAIN_100, **fields)
+    return state(lastBackup=record, **{"continuous": CHAIN_100, **fields})
 
 
 @pytest.mark.parametrize(
@@ -111,6 +126,80 @@ def test_once_a_newer_base_is_taken_the_old_chain_runs_to_it_without_asking_agai
     assert isinstance(same, s.Stream)
     moved = plan(CONTINUOUS, handed_over, observed(view(chain_200["chain"], 210, auth_revision=7)), NOW)
     assert isinstance(moved, s.StartSlot) and "holds 6" in moved.message
+
+
+# --- status.continuous.authRead: the newest reading outlives its writer ---------------------
+
+OTHER_CLUSTER = "c2"  # the same backup's cluster after a restore gave it a new ID
+
+
+def test_a_writer_resuming_its_chain_takes_the_auth_revision_its_last_segment_recorded():
+    last = dataclasses.replace(segment_manifest(chain_id(CLUSTER, 10), 1, 11, 20, base_revision=10), auth_revision=7)
+    writer = chain_writer(clock=1000.0)
+    asyncio.run(writer._resume(SegmentStore([last])))  # type: ignore[arg-type]
+    assert (writer.view().auth_revision, writer.view().cluster_id) == (7, CLUSTER)
+    unrecorded = dataclasses.replace(last, auth_revision=None)
+    fresh = chain_writer(clock=1000.0)
+    asyncio.run(fresh._resume(SegmentStore([unrecorded])))  # type: ignore[arg-type]
+    assert fresh.view().auth_revision is None
+
+
+def report(auth: int | None, cluster: str = CLUSTER, chain: str = CHAIN_100["chain"]) -> s.StreamReport:
+    return s.StreamReport(view=view(chain, 150, auth_revision=auth, cluster_id=cluster))
+
+
+def test_the_newest_auth_reading_is_kept_in_status_and_never_goes_back():
+    start = cb.ChainStart(CHAIN_100["chain"], CLUSTER, "p/ns/b/full.db", 100)
+    status = status_after(s.StartStream(start=start), report(None), {})
+    assert "authRead" not in status["continuous"]  # nothing read yet
+    status = status_after(s.Stream(chain=start.chain), report(7), status)
+    assert status["continuous"]["authRead"] == {"clusterID": CLUSTER, "authRevision": 7}
+    # The operator restarts (or a standby takes over): its writer has read nothing yet, then
+    # resumes after an older segment; what status recorded stays.
+    for step, reading in ((s.StartStream(start=start), None), (s.Stream(chain=start.chain), 6)):
+        status = status_after(step, report(reading), status)
+        assert status["continuous"]["authRead"] == {"clusterID": CLUSTER, "authRevision": 7}
+    status = status_after(s.Stream(chain=start.chain), report(9), status)
+    assert status["continuous"]["authRead"]["authRevision"] == 9
+    broken = cb.ChainBreak(start.chain, cb.COMPACTED, "compacted", 150)
+    status = status_after(s.MarkChainBroken(chain_break=broken), s.NOTHING_DONE, status)
+    assert status["continuous"]["authRead"]["authRevision"] == 9
+    # A restore gave the cluster a new ID: its auth revisions start anew, and replace the old one's.
+    restored = cb.ChainStart(chain_id(OTHER_CLUSTER, 5), OTHER_CLUSTER, "p/ns/b/r.db", 5)
+    status = status_after(s.StartStream(start=restored), report(2, OTHER_CLUSTER, restored.chain), status)
+    assert status["continuous"]["authRead"] == {"clusterID": OTHER_CLUSTER, "authRevision": 2}
+
+
+def recorded(auth: int, cluster: str = CLUSTER) -> dict:
+    return {**CHAIN_100, "authRead": {"clusterID": cluster, "authRevision": auth}}
+
+
+@pytest.mark.parametrize(
+    ("read", "cluster", "new_base"),
+    [(7, CLUSTER, True), (5, CLUSTER, False), (7, OTHER_CLUSTER, False)],
+    ids=["moved", "unchanged", "another-clusters"],
+)
+def test_after_a_restart_the_planner_compares_the_base_with_the_recorded_reading(read, cluster, new_base):
+    """The writer started after the restart has read nothing yet (auth_revision None)."""
+    step = plan(CONTINUOUS, with_auth(5, continuous=recorded(read, cluster)), observed(view()), NOW)
+    assert isinstance(step, s.StartSlot if new_base else s.Stream), step
+    if new_base:
+        assert "auth revision is 7" in step.message and "holds 5" in step.message
+
+
+def test_a_reading_of_the_old_chain_reported_before_a_restart_gets_a_new_base_once_handed_over():
+    """The old chain's writer reads auth revision 7 after the newer base (6) was taken; it is
+    not asked while the old chain runs to it. The operator restarts; the writer of the new
+    chain has read nothing: the status the old writer's report left asks for a new base."""
+    newer = {"key": "p/ns/b/new.db", "revision": 200, "clusterID": CLUSTER, "authRevision": 6}
+    previous = {"lastBackup": newer, "continuous": CHAIN_100}
+    running_old = plan(CONTINUOUS, RunState.from_dict(previous), observed(view(auth_revision=7)), NOW)
+    assert isinstance(running_old, s.Stream) and running_old.chain == CHAIN_100["chain"]
+    status = status_after(running_old, report(7), previous)
+    chain_200 = {"chain": chain_id(CLUSTER, 200), "clusterID": CLUSTER, "baseKey": newer["key"], "baseRevision": 200}
+    restarted = RunState.from_dict({**status, "continuous": {**status["continuous"], **chain_200}})
+    step = plan(CONTINUOUS, restarted, observed(view(chain_200["chain"], 210)), NOW)
+    assert isinstance(step, s.StartSlot) and "auth revision is 7" in step.message and "holds 6" in step.message
 
 
 # --- the point-in-time restore: says when the base's auth state is not the target's --------
