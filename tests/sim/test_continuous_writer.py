@@ -24,9 +24,8 @@ import pytest
 
 from etcd_operator.core import hibernation as h
 from etcd_operator.core import prerequisites
-from etcd_operator.core.backup import chain
+from etcd_operator.core.backup import chain, continuous_status
 from etcd_operator.core.backup import continuous as cb
-from etcd_operator.core.backup import continuous_status
 from etcd_operator.core.backup import planner as backup_planner
 from etcd_operator.core.backup import steps as s
 from etcd_operator.core.backup.segment_cutting import SeenClock, SegmentCutter
