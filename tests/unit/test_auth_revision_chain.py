@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import types
 
 import pytest
@@ -15,6 +16,7 @@ from etcd_operator.clients.etcd.client import EtcdError
 from etcd_operator.controllers.restore.executor import RestoreExecutor
 from etcd_operator.core.backup import continuous as cb
 from etcd_operator.core.backup import steps as s
+from etcd_operator.core.backup.manifest import Manifest, ManifestUnauthenticated, manifest_key
 from etcd_operator.core.backup.planner import plan
 from etcd_operator.core.backup.segment_cutting import SegmentCutter
 from etcd_operator.core.backup.segments import KeyChange, RevisionRecord, chain_id
@@ -23,8 +25,10 @@ from etcd_operator.core.outcome import Outcome
 from etcd_operator.core.restore import steps as restore_steps
 from etcd_operator.core.restore.point_in_time import AUTH_CONDITION, AUTH_FROM_BASE
 from etcd_operator.core.restore.status import build_status
-from tests.unit import test_restore_point_in_time as pitr
+from etcd_operator.programs import replay as program
 from tests.support.backup_manifests import segment_manifest
+from tests.unit import test_restore_point_in_time as pitr
+from tests.unit import test_sealed_segments as sealed_segments
 from tests.unit.test_backup_continuous import (
     CHAIN_100,
     CLUSTER,
@@ -262,3 +266,51 @@ def test_the_auth_condition_stays_on_later_passes_and_the_plan_posts_one_warning
     unchanged = pitr.planned({"revision": 22}, auth_catalogue(3, (3, 3, 5)))
     asyncio.run(RestoreExecutor._plan_replay(poster, unchanged, None, None, None))  # type: ignore[arg-type]
     assert len(events) == 1
+
+
+# --- the replayed snapshot's own manifest: the base's auth state, named as such ---------------
+
+
+def replayed_manifest(tmp_path, monkeypatch, member, base_auth: int | None) -> tuple[Manifest, bytes]:
+    """`store` run as the replay runs it, after a replay that read `base_auth` from the
+    scratch member before its first revision: the manifest it uploaded, and as stored."""
+    monkeypatch.setattr(program, "save_snapshot", lambda socket, tls, path: (path.write_bytes(b"db"), ("", 2))[1])
+    s = sealed_segments.settings(tmp_path, replayed_key_id="k1")
+    s.work.mkdir(exist_ok=True)
+    store = ObjectStore()
+    base = Manifest(sealed_segments.BASE_KEY, "nightly", "ns", "src", "c1", "3.6.0", 10, 1, "s", "t", "m", "s10")
+    base = dataclasses.replace(base, auth_revision=3)  # read before the base: it holds 3 or newer
+    progress = program.Progress(16, 116.0, 6, base_auth_revision=base_auth)
+    encoding = program.replayed_encoding(s, {"k1": sealed_segments.KEY})
+    asyncio.run(program.store(store, member, s, progress, base, encoding))  # type: ignore[arg-type]
+    stored = store.objects[manifest_key(s.output_key)]
+    return Manifest.read(stored, manifest_key(s.output_key), {"k1": sealed_segments.KEY}), stored
+
+
+def test_the_replayed_snapshots_manifest_records_the_bases_auth_revision_and_never_claims_the_points(
+    tmp_path, monkeypatch
+):
+    manifest, stored = replayed_manifest(tmp_path, monkeypatch, sealed_segments.ScratchMember(auth=4), base_auth=4)
+    assert manifest.revision == 16 and manifest.base_auth_revision == 4
+    # No reader can take it for the source's auth revision at revision 16: that field is absent.
+    assert manifest.auth_revision is None and "authRevision" not in json.loads(stored)
+    assert "authRevision" not in manifest.status_record()
+    # The MAC covers it, as every field.
+    document = json.loads(stored)
+    document["baseAuthRevision"] = 5
+    with pytest.raises(ManifestUnauthenticated):
+        Manifest.read(json.dumps(document).encode(), manifest.key, {"k1": sealed_segments.KEY})
+
+
+@pytest.mark.parametrize(
+    ("before_replay", "before_snapshot"),
+    [(4, 5), (None, 4), (4, EtcdError("unix:///s", "AuthStatus", None, "context deadline exceeded"))],
+    ids=["moved-during-the-replay", "not-read-before", "not-read-after"],
+)
+def test_the_replayed_snapshots_auth_revision_is_left_unknown_unless_both_reads_agree(
+    tmp_path, monkeypatch, before_replay, before_snapshot
+):
+    member = sealed_segments.ScratchMember(auth=before_snapshot)
+    manifest, stored = replayed_manifest(tmp_path, monkeypatch, member, base_auth=before_replay)
+    assert manifest.base_auth_revision is None and manifest.auth_revision is None
+    assert not {"authRevision", "baseAuthRevision"} & json.loads(stored).keys()  # unknown, and the snapshot went
