@@ -70,9 +70,10 @@ A continuous backup (spec.continuous; core/backup/continuous.py), in this order:
   auth revision read of its cluster (its writer's, or status.continuous.authRead, which
   keeps any writer's across restarts and takeovers) is newer than the one recorded with that
   snapshot: auth changes are not in the watch, so every later point then has a base with
-  the auth state it had. Once a newer
-  snapshot is taken (the old chain still runs until it hands over), it is not asked again;
-  with either revision unknown nothing is asked (the restore says it cannot tell).
+  the auth state it had. Once a newer snapshot is taken, nothing is asked while the old
+  chain runs to it; after the hand-over, a reading the old chain's writer took above the new
+  snapshot's (it may have been read after that snapshot's own reading) asks once more. With
+  either revision unknown nothing is asked (the restore says it cannot tell).
 """
 
 from __future__ import annotations
