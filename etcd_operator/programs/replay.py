@@ -20,7 +20,12 @@ snapshot taken with etcd authentication on is replayed into too, with no secret.
    the first revision the backup's watch saw after the time asked for.
 4. Snapshot the store over its socket, seal it (core/restore/replay_sealing.py: REPLAYED_COMPRESSION,
    and REPLAYED_KEY_ID's key from the mounted keys; never in clear what was read encrypted),
-   upload it with a snapshot manifest saying how it is sealed, then the result.
+   upload it with a snapshot manifest saying how it is sealed, then the result. The manifest
+   records no `authRevision`: the keys are the source's at the point, but the users, roles
+   and auth switch are the base's (segments hold key changes only), so the source's auth
+   revision at the point is not what it holds. It records `baseAuthRevision` instead: the
+   scratch member's auth revision, read after it was restored from the base and again before
+   the snapshot (left out when a read fails or the two differ).
 
 The exit code names a refusal (point_in_time.REPLAY_EXIT_CODES); the termination message
 carries the result (JSON) or why it refused."""
@@ -78,6 +83,7 @@ RETRY_SECONDS = 0.5
 PART_BYTES = 64 << 20  # the replayed snapshot is uploaded in parts of this size above it
 KEEP_ALIVE_MIN, KEEP_ALIVE_MAX = 0.5, 5.0  # seconds between renewals: a third of the shortest TTL, within these
 SEAL_READ_BYTES = 1 << 20  # the replayed snapshot is sealed from its file in reads of this size
+AUTH_READ_SECONDS = 10.0  # the scratch member's auth revision: not known rather than waited for longer
 
 
 class Refused(Exception):
@@ -295,6 +301,7 @@ class Progress:
     revision: int
     seen_at: float | None = None
     applied: int = 0
+    base_auth_revision: int | None = None  # the scratch member's, restored from the base, before the replay
 
 
 def wanted(record: RevisionRecord, up_to: int, until: float | None) -> bool:
@@ -369,6 +376,7 @@ async def replay_into(member: ReplayMember, files: list[pathlib.Path], settings:
             f"the scratch member restored from {record.base_key} is at revision {revision}, "
             f"the base snapshot's is {record.base_revision}",
         )
+    base_auth = await scratch_auth_revision(member)  # the base's: nothing is replayed yet
     held = await member.leases()
     leases = {lease for lease, _ in held}
     errors: list[BaseException] = []
@@ -390,7 +398,7 @@ async def replay_into(member: ReplayMember, files: list[pathlib.Path], settings:
         raise Refused(
             "ChainBroken", f"the segments ended at revision {progress.revision}, before {record.up_to_revision}"
         )
-    return progress
+    return dataclasses.replace(progress, base_auth_revision=base_auth)
 
 
 # --- 4. the snapshot -------------------------------------------------------------------
@@ -442,6 +450,31 @@ async def upload(storage: S3Storage, key: str, path: pathlib.Path, size: int) ->
         raise
 
 
+async def scratch_auth_revision(member: ReplayMember) -> int | None:
+    """The scratch member's auth revision (a single member: answered at once); None when it
+    does not answer, which leaves the replayed snapshot's auth state unrecorded, not failed."""
+    try:
+        return await member.auth_revision(timeout=AUTH_READ_SECONDS)
+    except EtcdError as e:
+        logger.warning("the scratch member's auth revision was not read: %s", e.detail)
+        return None
+
+
+def held_auth_revision(before_replay: int | None, before_snapshot: int | None) -> int | None:
+    """The auth revision the replayed snapshot holds, the base's: read once the base was
+    restored, and again before the snapshot. A replay applies key revisions only; were the
+    two to differ, the store's auth state would not be the base's, and none is recorded."""
+    if before_replay is None or before_replay != before_snapshot:
+        if before_replay is not None and before_snapshot is not None:
+            logger.warning(
+                "the scratch member's auth revision moved from %d to %d during the replay; none is recorded",
+                before_replay,
+                before_snapshot,
+            )
+        return None
+    return before_replay
+
+
 async def store(
     storage: S3Storage,
     member: ReplayMember,
@@ -451,6 +484,7 @@ async def store(
     encoding: sealed.Encoding,
 ) -> ReplayResult:
     status = await member.status()
+    held_auth = held_auth_revision(progress.base_auth_revision, await scratch_auth_revision(member))
     hash_kv, compact_revision = await member.hash_kv(progress.revision)
     key_count = await member.count_keys(progress.revision)
     path = settings.work / "replayed.db"
@@ -480,6 +514,7 @@ async def store(
         encryption=encoding.algorithm if encoding.encrypted else None,
         key_id=encoding.key_id or None,
         plain_size=plain_size,
+        base_auth_revision=held_auth,  # never auth_revision: that would claim the source's at `revision`
     )
     await storage.put(manifest.key, manifest.to_json(encoding.signing_key), "application/json")
     result = ReplayResult(progress.revision, progress.seen_at, progress.applied, sha256, size)

@@ -87,6 +87,7 @@ class Source:
     hash_kv: int
     compact_revision: int
     keys: list[tuple[bytes, bytes, int]]
+    auth_revision: int  # the source's when its snapshot was saved (etcdctl auth status)
 
 
 def etcdctl(binary_dir: pathlib.Path, endpoint: str, *args: str, user: str | None = None) -> str:
@@ -149,6 +150,8 @@ def source(request, binary_dir, tmp_path) -> Iterator[Source]:
             assert "user name is empty" in asyncio.run(refused_without_credentials())
         snapshot = tmp_path / "source.db"
         etcdctl(binary_dir, member.endpoint, "snapshot", "save", str(snapshot), user=user)
+        auth = json.loads(etcdctl(binary_dir, member.endpoint, "auth", "status", "-w", "json", user=user))
+        auth_revision = int(auth.get("authRevision") or 0)
     finally:
         member.stop()
     status = subprocess.run(
@@ -158,7 +161,7 @@ def source(request, binary_dir, tmp_path) -> Iterator[Source]:
         check=True,
     )
     assert json.loads(status.stdout)["revision"] == revision  # enabling auth made no revision
-    yield Source(snapshot, revision, key_count, hash_kv, compact_revision, keys)
+    yield Source(snapshot, revision, key_count, hash_kv, compact_revision, keys, auth_revision)
 
 
 @contextlib.contextmanager
@@ -265,10 +268,15 @@ def test_the_replay_writes_into_and_snapshots_the_restored_base_with_no_secret(s
                 progress = await replay_program.replay_into(member, [segment], settings)
                 snapshot = short_dir / "replayed.db"
                 await asyncio.to_thread(replay_program.save_snapshot, socket_path, member.tls, snapshot)
-                return progress, await member.key_values(), sorted(await member.leases()), snapshot
+                after = await replay_program.scratch_auth_revision(member)
+                return progress, await member.key_values(), sorted(await member.leases()), snapshot, after
 
-        progress, keys, leases, snapshot = asyncio.run(replayed())
+        progress, keys, leases, snapshot, auth_after = asyncio.run(replayed())
     assert (progress.revision, progress.applied) == (base + 3, 3)
+    # The restored base keeps the source's auth revision, and the replay does not move it: what
+    # the replayed snapshot's manifest records as baseAuthRevision (programs/replay.store).
+    assert progress.base_auth_revision == source.auth_revision == auth_after
+    assert replay_program.held_auth_revision(progress.base_auth_revision, auth_after) == source.auth_revision
     expected = {k: (v, lease) for k, v, lease in source.keys}
     del expected[b"/app/000"]
     expected |= {

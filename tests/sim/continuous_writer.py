@@ -38,7 +38,11 @@ Invariants (`check`):
 - with `Faults.auth_change` (user and role changes: no KV revision, only etcd's auth
   revision moves), a restore to a revision that says its auth state is the target's
   (restore.point_in_time.auth_condition True, from the auth revisions the snapshots and the
-  writers' segments record) has a base holding an auth state etcd had at that revision."""
+  writers' segments record) has a base holding an auth state etcd had at that revision;
+  and once a writer's report of an auth revision newer than the newest snapshot's went into
+  a status write, the planner never streams on in that snapshot's chain as if unread: not
+  after an operator restart between the auth change and the next cut, nor after a hand-over
+  (status.continuous.authRead keeps it; checked at every operator pass)."""
 
 from __future__ import annotations
 
@@ -63,6 +67,7 @@ from etcd_operator.core.backup.segments import (
     KeyChange,
     RevisionRecord,
     SegmentManifest,
+    chain_id,
     decode,
     encode,
     segment_key,
@@ -231,7 +236,11 @@ class ModelWriter:
 
     def view(self) -> cb.StreamView:
         return cb.StreamView(
-            chain=self.chain, last_revision=self.last_revision, broken=self.broken, auth_revision=self.auth_revision
+            chain=self.chain,
+            last_revision=self.last_revision,
+            broken=self.broken,
+            auth_revision=self.auth_revision,
+            cluster_id=CLUSTER_ID,
         )
 
     def drain(self) -> cb.SegmentsWritten:
@@ -245,6 +254,8 @@ class ModelWriter:
             self.sequence, self.last_revision = last.sequence + 1, last.last_revision
             self.next_grouped = self.cut_next = last.last_revision + 1
             self.seen = SeenClock(last.last_seen_at)
+            if last.auth_revision is not None:  # read by the writer before, at that cut
+                self.auth_revision = max(self.auth_revision or 0, last.auth_revision)
         self.resumed = True
 
     def watch(self, up_to: int) -> None:
@@ -391,6 +402,15 @@ class World:
         self.acknowledged_while_stopping = 0  # revisions written after the members started stopping
         self.snapshot_auth: dict[str, int] = {}  # snapshot key: the auth state it holds
         self.bases_for_auth = 0  # full snapshots the planner took because the auth revision moved
+        # The newest auth revision a writer's report handed to a status write, and the writers
+        # started since (after a restart, or for the next chain): none of them read it.
+        self.auth_reported: int | None = None
+        self.writers_since_auth_reported = 0
+        self.restarts_since_auth_reported = 0
+        # Full snapshots for auth that only status.continuous.authRead knew of (the running
+        # writer started after the report and had not read it): the operator restarts between
+        # the report and each.
+        self.bases_for_recorded_auth: list[int] = []
         self.steps = 0
 
     # the clients
@@ -421,6 +441,7 @@ class World:
     # the operator
     def restart(self) -> None:
         self.writer = None
+        self.restarts_since_auth_reported += 1
 
     def operator_pass(self) -> None:
         stream = self.writer.view() if self.writer is not None else None
@@ -428,7 +449,9 @@ class World:
         if self.cluster is not None:
             prerequisites = Prerequisites(NAMESPACE, cs.CLUSTER, self.cluster.readiness())
             observed = dataclasses.replace(observed, prerequisites=prerequisites)
-        step = backup_planner.plan(SPEC, RunState.from_dict(self.status), observed, self.now)
+        state = RunState.from_dict(self.status)
+        step = backup_planner.plan(SPEC, state, observed, self.now)
+        no_auth_reading_is_forgotten(self, state, stream, step)
         outcome: s.Outcome = s.NOTHING_DONE
         match step:
             case s.RunBackup():
@@ -449,7 +472,11 @@ class World:
                 }
                 outcome = s.RunSucceeded(record=record, completed_at="2026-01-01T01:00:00Z")
             case s.StartSlot():
-                self.bases_for_auth += "auth revision" in step.message
+                for_auth = "auth revision" in step.message
+                self.bases_for_auth += for_auth
+                unread = stream is not None and (stream.auth_revision or 0) < (self.auth_reported or 0)
+                if for_auth and unread and self.writers_since_auth_reported > 0:
+                    self.bases_for_recorded_auth.append(self.restarts_since_auth_reported)
             case s.StartStream():
                 newest = int((self.status.get("lastBackup") or {}).get("revision") or 0)
                 self.resumed_behind_newer_base += step.start.base_revision < newest
@@ -459,6 +486,7 @@ class World:
                 self.skews.append(skew)
                 self.writer = ModelWriter(step.start, self.etcd, self.bucket, lambda: self.now + skew)
                 self.writers.append(self.writer)
+                self.writers_since_auth_reported += 1
                 outcome = s.StreamReport(view=self.writer.view())
             case s.Stream():
                 writer = self.writer
@@ -468,6 +496,9 @@ class World:
                 self.writer = None
         patch = build_status(step, outcome, self.status, 1, "2026-01-01T01:00:00Z")
         self.status = merge_patch(self.status, patch)
+        reading = outcome.view.auth_revision if isinstance(outcome, s.StreamReport) and outcome.view else None
+        if reading is not None and reading > (self.auth_reported or 0):
+            self.auth_reported, self.writers_since_auth_reported, self.restarts_since_auth_reported = reading, 0, 0
 
     def writer_step(self) -> None:
         writer = self.writer
@@ -661,6 +692,25 @@ def a_restore_says_when_its_auth_state_is_not_the_targets(world: World) -> int:
             )
         after_a_change += held > 1
     return after_a_change
+
+
+def no_auth_reading_is_forgotten(world: World, state: RunState, stream: cb.StreamView | None, step: s.Step) -> None:
+    """Once a writer's report of an auth revision newer than the newest snapshot's was handed
+    to a status write, the planner never streams on in that snapshot's chain (with no retry
+    pending) as if it had not been read: not after the operator restarted between the auth
+    change and the next cut, nor after a hand-over, whose new writer has read nothing yet."""
+    base = state.last_backup
+    if not isinstance(step, s.Stream) or state.retry or base is None or base.auth_revision is None:
+        return
+    if stream is None or stream.chain != chain_id(base.cluster_id, base.revision):
+        return
+    if world.auth_reported is not None and world.auth_reported > base.auth_revision:
+        raise Violation(
+            f"the planner streams chain {stream.chain} on though a writer reported auth revision "
+            f"{world.auth_reported} and its base {base.key} holds {base.auth_revision}; "
+            f"{world.writers_since_auth_reported} writers started since, {world.restarts_since_auth_reported} operator "
+            f"restarts; none of those writers read it"
+        )
 
 
 def every_acknowledged_revision_is_in_the_chain_once_hibernated(world: World) -> None:

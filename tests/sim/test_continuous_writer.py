@@ -24,7 +24,7 @@ import pytest
 
 from etcd_operator.core import hibernation as h
 from etcd_operator.core import prerequisites
-from etcd_operator.core.backup import chain
+from etcd_operator.core.backup import chain, continuous_status
 from etcd_operator.core.backup import continuous as cb
 from etcd_operator.core.backup import planner as backup_planner
 from etcd_operator.core.backup import steps as s
@@ -260,3 +260,48 @@ def test_user_and_role_changes_get_a_new_base_and_a_restore_never_claims_an_auth
         bases += world.bases_for_auth
         after_a_change += sim.a_restore_says_when_its_auth_state_is_not_the_targets(world)
     assert bases > 10 and after_a_change > 100, (bases, after_a_change)
+
+
+AUTH_RESTARTS = sim.Faults(auth_change=0.1, restart=0.1)
+AUTH_RESTART_SEEDS = range(20)
+
+
+@functools.cache
+def with_auth_changes_and_restarts(seed: int) -> sim.World:
+    return sim.run(seed, steps=300, faults=AUTH_RESTARTS)
+
+
+def test_an_auth_change_read_before_a_restart_still_gets_a_new_base():
+    """run() checked at every pass that the planner never streams on in the newest snapshot's
+    chain while a writer's earlier report says the auth revision moved past it; across the
+    seeds, status.continuous.authRead alone (the writer running had not read it) made the
+    planner take a full snapshot, some of them after an operator restart."""
+    restarts = [n for seed in AUTH_RESTART_SEEDS for n in with_auth_changes_and_restarts(seed).bases_for_recorded_auth]
+    assert len(restarts) >= 5 and any(n > 0 for n in restarts), restarts
+
+
+def _reading_not_kept(before, view):
+    return None
+
+
+def _recorded_reading_not_compared(original):
+    return lambda base, stream, recorded: original(base, stream, None)
+
+
+@pytest.mark.parametrize(
+    ("target", "attribute", "replacement"),
+    [
+        (continuous_status, "_auth_read", lambda original: _reading_not_kept),
+        (backup_planner, "_auth_moved_since", _recorded_reading_not_compared),
+    ],
+    ids=["reading-not-kept-in-status", "recorded-reading-not-compared"],
+)
+def test_each_auth_reading_guard_removed_is_caught_after_a_restart(monkeypatch, target, attribute, replacement):
+    monkeypatch.setattr(target, attribute, replacement(getattr(target, attribute)))
+    found = []
+    for seed in AUTH_RESTART_SEEDS:
+        try:
+            sim.run(seed, steps=300, faults=AUTH_RESTARTS)
+        except sim.Violation as e:
+            found.append(str(e))
+    assert any("none of those writers read it" in v and " 0 operator restarts" not in v for v in found), found

@@ -7,22 +7,41 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import types
 
 import pytest
 
 from etcd_operator.clients.etcd.client import EtcdError
 from etcd_operator.controllers.restore.executor import RestoreExecutor
+from etcd_operator.core.backup import continuous as cb
 from etcd_operator.core.backup import steps as s
+from etcd_operator.core.backup.manifest import Manifest, ManifestUnauthenticated, manifest_key
 from etcd_operator.core.backup.planner import plan
 from etcd_operator.core.backup.segment_cutting import SegmentCutter
 from etcd_operator.core.backup.segments import KeyChange, RevisionRecord, chain_id
+from etcd_operator.core.backup.state import RunState
 from etcd_operator.core.outcome import Outcome
 from etcd_operator.core.restore import steps as restore_steps
 from etcd_operator.core.restore.point_in_time import AUTH_CONDITION, AUTH_FROM_BASE
 from etcd_operator.core.restore.status import build_status
+from etcd_operator.programs import replay as program
+from tests.support.backup_manifests import segment_manifest
 from tests.unit import test_restore_point_in_time as pitr
-from tests.unit.test_backup_continuous import CHAIN_100, CLUSTER, CONTINUOUS, NOW, lease_writer, observed, state, view
+from tests.unit import test_sealed_segments as sealed_segments
+from tests.unit.test_backup_continuous import (
+    CHAIN_100,
+    CLUSTER,
+    CONTINUOUS,
+    NOW,
+    SegmentStore,
+    chain_writer,
+    lease_writer,
+    observed,
+    state,
+    status_after,
+    view,
+)
 from tests.unit.test_sealed_segments import ObjectStore
 
 # --- the writer ----------------------------------------------------------------------------
@@ -85,7 +104,7 @@ def with_auth(base_auth: int | None, **fields):
     record = {"key": "p/ns/b/full.db", "revision": 100, "clusterID": CLUSTER}
     if base_auth is not None:
         record["authRevision"] = base_auth
-    return state(lastBackup=record, continuous=CHAIN_100, **fields)
+    return state(lastBackup=record, **{"continuous": CHAIN_100, **fields})
 
 
 @pytest.mark.parametrize(
@@ -111,6 +130,80 @@ def test_once_a_newer_base_is_taken_the_old_chain_runs_to_it_without_asking_agai
     assert isinstance(same, s.Stream)
     moved = plan(CONTINUOUS, handed_over, observed(view(chain_200["chain"], 210, auth_revision=7)), NOW)
     assert isinstance(moved, s.StartSlot) and "holds 6" in moved.message
+
+
+# --- status.continuous.authRead: the newest reading outlives its writer ---------------------
+
+OTHER_CLUSTER = "c2"  # the same backup's cluster after a restore gave it a new ID
+
+
+def test_a_writer_resuming_its_chain_takes_the_auth_revision_its_last_segment_recorded():
+    last = dataclasses.replace(segment_manifest(chain_id(CLUSTER, 10), 1, 11, 20, base_revision=10), auth_revision=7)
+    writer = chain_writer(clock=1000.0)
+    asyncio.run(writer._resume(SegmentStore([last])))  # type: ignore[arg-type]
+    assert (writer.view().auth_revision, writer.view().cluster_id) == (7, CLUSTER)
+    unrecorded = dataclasses.replace(last, auth_revision=None)
+    fresh = chain_writer(clock=1000.0)
+    asyncio.run(fresh._resume(SegmentStore([unrecorded])))  # type: ignore[arg-type]
+    assert fresh.view().auth_revision is None
+
+
+def report(auth: int | None, cluster: str = CLUSTER, chain: str = CHAIN_100["chain"]) -> s.StreamReport:
+    return s.StreamReport(view=view(chain, 150, auth_revision=auth, cluster_id=cluster))
+
+
+def test_the_newest_auth_reading_is_kept_in_status_and_never_goes_back():
+    start = cb.ChainStart(CHAIN_100["chain"], CLUSTER, "p/ns/b/full.db", 100)
+    status = status_after(s.StartStream(start=start), report(None), {})
+    assert "authRead" not in status["continuous"]  # nothing read yet
+    status = status_after(s.Stream(chain=start.chain), report(7), status)
+    assert status["continuous"]["authRead"] == {"clusterID": CLUSTER, "authRevision": 7}
+    # The operator restarts (or a standby takes over): its writer has read nothing yet, then
+    # resumes after an older segment; what status recorded stays.
+    for step, reading in ((s.StartStream(start=start), None), (s.Stream(chain=start.chain), 6)):
+        status = status_after(step, report(reading), status)
+        assert status["continuous"]["authRead"] == {"clusterID": CLUSTER, "authRevision": 7}
+    status = status_after(s.Stream(chain=start.chain), report(9), status)
+    assert status["continuous"]["authRead"]["authRevision"] == 9
+    broken = cb.ChainBreak(start.chain, cb.COMPACTED, "compacted", 150)
+    status = status_after(s.MarkChainBroken(chain_break=broken), s.NOTHING_DONE, status)
+    assert status["continuous"]["authRead"]["authRevision"] == 9
+    # A restore gave the cluster a new ID: its auth revisions start anew, and replace the old one's.
+    restored = cb.ChainStart(chain_id(OTHER_CLUSTER, 5), OTHER_CLUSTER, "p/ns/b/r.db", 5)
+    status = status_after(s.StartStream(start=restored), report(2, OTHER_CLUSTER, restored.chain), status)
+    assert status["continuous"]["authRead"] == {"clusterID": OTHER_CLUSTER, "authRevision": 2}
+
+
+def recorded(auth: int, cluster: str = CLUSTER) -> dict:
+    return {**CHAIN_100, "authRead": {"clusterID": cluster, "authRevision": auth}}
+
+
+@pytest.mark.parametrize(
+    ("read", "cluster", "new_base"),
+    [(7, CLUSTER, True), (5, CLUSTER, False), (7, OTHER_CLUSTER, False)],
+    ids=["moved", "unchanged", "another-clusters"],
+)
+def test_after_a_restart_the_planner_compares_the_base_with_the_recorded_reading(read, cluster, new_base):
+    """The writer started after the restart has read nothing yet (auth_revision None)."""
+    step = plan(CONTINUOUS, with_auth(5, continuous=recorded(read, cluster)), observed(view()), NOW)
+    assert isinstance(step, s.StartSlot if new_base else s.Stream), step
+    if new_base:
+        assert "auth revision is 7" in step.message and "holds 5" in step.message
+
+
+def test_a_reading_of_the_old_chain_reported_before_a_restart_gets_a_new_base_once_handed_over():
+    """The old chain's writer reads auth revision 7 after the newer base (6) was taken; it is
+    not asked while the old chain runs to it. The operator restarts; the writer of the new
+    chain has read nothing: the status the old writer's report left asks for a new base."""
+    newer = {"key": "p/ns/b/new.db", "revision": 200, "clusterID": CLUSTER, "authRevision": 6}
+    previous = {"lastBackup": newer, "continuous": CHAIN_100}
+    running_old = plan(CONTINUOUS, RunState.from_dict(previous), observed(view(auth_revision=7)), NOW)
+    assert isinstance(running_old, s.Stream) and running_old.chain == CHAIN_100["chain"]
+    status = status_after(running_old, report(7), previous)
+    chain_200 = {"chain": chain_id(CLUSTER, 200), "clusterID": CLUSTER, "baseKey": newer["key"], "baseRevision": 200}
+    restarted = RunState.from_dict({**status, "continuous": {**status["continuous"], **chain_200}})
+    step = plan(CONTINUOUS, restarted, observed(view(chain_200["chain"], 210)), NOW)
+    assert isinstance(step, s.StartSlot) and "auth revision is 7" in step.message and "holds 6" in step.message
 
 
 # --- the point-in-time restore: says when the base's auth state is not the target's --------
@@ -173,3 +266,51 @@ def test_the_auth_condition_stays_on_later_passes_and_the_plan_posts_one_warning
     unchanged = pitr.planned({"revision": 22}, auth_catalogue(3, (3, 3, 5)))
     asyncio.run(RestoreExecutor._plan_replay(poster, unchanged, None, None, None))  # type: ignore[arg-type]
     assert len(events) == 1
+
+
+# --- the replayed snapshot's own manifest: the base's auth state, named as such ---------------
+
+
+def replayed_manifest(tmp_path, monkeypatch, member, base_auth: int | None) -> tuple[Manifest, bytes]:
+    """`store` run as the replay runs it, after a replay that read `base_auth` from the
+    scratch member before its first revision: the manifest it uploaded, and as stored."""
+    monkeypatch.setattr(program, "save_snapshot", lambda socket, tls, path: (path.write_bytes(b"db"), ("", 2))[1])
+    s = sealed_segments.settings(tmp_path, replayed_key_id="k1")
+    s.work.mkdir(exist_ok=True)
+    store = ObjectStore()
+    base = Manifest(sealed_segments.BASE_KEY, "nightly", "ns", "src", "c1", "3.6.0", 10, 1, "s", "t", "m", "s10")
+    base = dataclasses.replace(base, auth_revision=3)  # read before the base: it holds 3 or newer
+    progress = program.Progress(16, 116.0, 6, base_auth_revision=base_auth)
+    encoding = program.replayed_encoding(s, {"k1": sealed_segments.KEY})
+    asyncio.run(program.store(store, member, s, progress, base, encoding))  # type: ignore[arg-type]
+    stored = store.objects[manifest_key(s.output_key)]
+    return Manifest.read(stored, manifest_key(s.output_key), {"k1": sealed_segments.KEY}), stored
+
+
+def test_the_replayed_snapshots_manifest_records_the_bases_auth_revision_and_never_claims_the_points(
+    tmp_path, monkeypatch
+):
+    manifest, stored = replayed_manifest(tmp_path, monkeypatch, sealed_segments.ScratchMember(auth=4), base_auth=4)
+    assert manifest.revision == 16 and manifest.base_auth_revision == 4
+    # No reader can take it for the source's auth revision at revision 16: that field is absent.
+    assert manifest.auth_revision is None and "authRevision" not in json.loads(stored)
+    assert "authRevision" not in manifest.status_record()
+    # The MAC covers it, as every field.
+    document = json.loads(stored)
+    document["baseAuthRevision"] = 5
+    with pytest.raises(ManifestUnauthenticated):
+        Manifest.read(json.dumps(document).encode(), manifest.key, {"k1": sealed_segments.KEY})
+
+
+@pytest.mark.parametrize(
+    ("before_replay", "before_snapshot"),
+    [(4, 5), (None, 4), (4, EtcdError("unix:///s", "AuthStatus", None, "context deadline exceeded"))],
+    ids=["moved-during-the-replay", "not-read-before", "not-read-after"],
+)
+def test_the_replayed_snapshots_auth_revision_is_left_unknown_unless_both_reads_agree(
+    tmp_path, monkeypatch, before_replay, before_snapshot
+):
+    member = sealed_segments.ScratchMember(auth=before_snapshot)
+    manifest, stored = replayed_manifest(tmp_path, monkeypatch, member, base_auth=before_replay)
+    assert manifest.base_auth_revision is None and manifest.auth_revision is None
+    assert not {"authRevision", "baseAuthRevision"} & json.loads(stored).keys()  # unknown, and the snapshot went

@@ -233,9 +233,17 @@ def test_the_replay_refuses_a_key_it_lacks_and_never_stores_in_clear_what_it_rea
 
 
 class ScratchMember:
-    """What `store` asks of the scratch member."""
+    """What `store` asks of the scratch member; `auth`: its auth revision, or the failure to read it."""
 
     tls = None
+
+    def __init__(self, auth: int | Exception = 4):
+        self.auth = auth
+
+    async def auth_revision(self, timeout: float | None = None) -> int:
+        if isinstance(self.auth, Exception):
+            raise self.auth
+        return self.auth
 
     async def status(self):
         return type("Status", (), {"version": "3.6.0"})()

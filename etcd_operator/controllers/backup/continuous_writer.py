@@ -143,7 +143,7 @@ class SegmentWriter:
         self.store_error: str | None = None
         self.waiting: str | None = "starting"
         self.broken: cb.ChainBreak | None = None
-        self.auth_revision: int | None = None  # the newest etcd auth revision read for a segment
+        self.auth_revision: int | None = None  # the newest auth revision read for a segment of the chain
         self.stopped_because: str | None = None  # it ended without a break
         self._sequence = 1
         self._cut_next = start.base_revision + 1  # the first revision of the next segment
@@ -179,6 +179,7 @@ class SegmentWriter:
             caught_up=self.caught_up,
             ignored=tuple(i.key for i in self.ignored),
             auth_revision=self.auth_revision,
+            cluster_id=self.start_point.cluster_id,
         )
 
     def drain(self) -> list[SegmentManifest]:
@@ -254,6 +255,8 @@ class SegmentWriter:
             self._cut_next = last.last_revision + 1
             self.last_revision = last.last_revision
             self._seen = SeenClock(last.last_seen_at)
+            if last.auth_revision is not None:  # the writer before read it at that cut
+                self.auth_revision = max(self.auth_revision or 0, last.auth_revision)
         logger.info("continuous backup %s: chain %s from revision %d", self._name, self.chain, self._cut_next)
 
     async def _stream(self, storage: S3Storage) -> None:

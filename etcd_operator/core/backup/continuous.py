@@ -87,6 +87,40 @@ class ChainBreak:
 
 
 @dataclasses.dataclass(frozen=True)
+class AuthRead:
+    """status.continuous.authRead: the newest etcd auth revision a writer of this backup read
+    from cluster `cluster_id` (at a segment cut). Auth changes are in no watch: kept in status
+    so that an operator restart (or a standby taking over) compares the next base with it
+    at once, not only after its writer's first cut. It never goes back for one cluster."""
+
+    cluster_id: str
+    auth_revision: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"clusterID": self.cluster_id, "authRevision": self.auth_revision}
+
+    @classmethod
+    def from_dict(cls, record: Mapping[str, Any] | None) -> AuthRead | None:
+        record = record or {}
+        if not record.get("clusterID") or record.get("authRevision") is None:
+            return None
+        return cls(str(record["clusterID"]), int(record["authRevision"]))
+
+    def newest(self, cluster_id: str, auth_revision: int | None) -> AuthRead | None:
+        """This reading, with a writer's `auth_revision` of `cluster_id` taken in (None: not
+        read). A reading of another cluster (a restore gave it a new ID) replaces it."""
+        if auth_revision is None or not cluster_id:
+            return self
+        if cluster_id != self.cluster_id:
+            return AuthRead(cluster_id, auth_revision)
+        return AuthRead(cluster_id, max(self.auth_revision, auth_revision))
+
+    def of(self, cluster_id: str) -> int | None:
+        """The reading, when it is of `cluster_id`; auth revisions of two clusters do not compare."""
+        return self.auth_revision if cluster_id == self.cluster_id else None
+
+
+@dataclasses.dataclass(frozen=True)
 class ContinuousRecord:
     """status.continuous as the last pass wrote it."""
 
@@ -96,6 +130,7 @@ class ContinuousRecord:
     segments_since_full: int = 0
     events_since_full: int = 0
     bytes_since_full: int = 0
+    auth_read: AuthRead | None = None
 
     @classmethod
     def from_dict(cls, record: Mapping[str, Any] | None) -> ContinuousRecord:
@@ -112,6 +147,7 @@ class ContinuousRecord:
             segments_since_full=int(record.get("segmentsSinceFullSnapshot") or 0),
             events_since_full=int(record.get("eventsSinceFullSnapshot") or 0),
             bytes_since_full=int(record.get("bytesSinceFullSnapshot") or 0),
+            auth_read=AuthRead.from_dict(record.get("authRead")),
         )
 
 
@@ -142,9 +178,12 @@ class StreamView:
     # Keys of the chain's manifests it passed over on resuming: they do not authenticate under
     # the backup's keys (someone else wrote them), so nothing it resumed from is theirs.
     ignored: tuple[str, ...] = ()
-    # etcd's auth revision as last read for a segment of this chain; None: not read yet. Auth
-    # changes are not in the watch: one after the base asks for a new base (planner.py).
+    # etcd's auth revision as last read for a segment of this chain (by this writer, or by the
+    # one that cut the last segment it resumed after); None: not read yet. Auth changes are not
+    # in the watch: one after the base asks for a new base (planner.py). status.continuous.authRead
+    # keeps the newest across writers.
     auth_revision: int | None = None
+    cluster_id: str = ""  # the chain's cluster: whose auth revision `auth_revision` is
 
 
 @dataclasses.dataclass(frozen=True)

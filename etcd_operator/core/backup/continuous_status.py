@@ -5,7 +5,10 @@ StoreUnavailable (uploads fail and are retried; the writer stops reading its wat
 than buffer more), WaitingForMember (no member of the cluster answers the watch),
 ChainBroken (the chain could not go on: a full snapshot is taken and a new chain starts),
 WaitingForBaseSnapshot (no full snapshot to start from yet), Stopped or Disabled. A step
-that says nothing of the writer leaves the condition as it was."""
+that says nothing of the writer leaves the condition as it was.
+
+status.continuous.authRead keeps the newest auth revision a writer read (continuous.AuthRead):
+the planner compares the base with it after a restart, before the new writer cut anything."""
 
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ from typing import Any
 
 from etcd_operator.core import conditions as c
 from etcd_operator.core.backup import steps as s
-from etcd_operator.core.backup.continuous import StreamView
+from etcd_operator.core.backup.continuous import AuthRead, StreamView
 from etcd_operator.core.backup.manifest import Ignored, ignored_summary
 from etcd_operator.core.backup.planner import CHAIN_BROKEN
 from etcd_operator.core.timefmt import format_precise_time, format_time
@@ -87,7 +90,22 @@ def _progress(before: Mapping[str, Any], report: s.StreamReport) -> dict[str, An
         if view.caught_up is not None:
             revision, moment = view.caught_up
             fields["caughtUp"] = {"chain": view.chain, "revision": revision, "time": format_precise_time(moment)}
+        auth_read = _auth_read(before.get("authRead"), view)
+        if auth_read is not None:
+            fields["authRead"] = auth_read.to_dict()
     return fields
+
+
+def _auth_read(before: Mapping[str, Any] | None, view: StreamView) -> AuthRead | None:
+    """The newest auth revision read of the writer's cluster: what status recorded, with the
+    writer's reading taken in. Never lower than recorded, whichever writer (of this process
+    or of a replica before it) reports: a writer started after a restart has read nothing yet."""
+    recorded = AuthRead.from_dict(before)
+    if recorded is not None:
+        return recorded.newest(view.cluster_id, view.auth_revision)
+    if view.auth_revision is None or not view.cluster_id:
+        return None
+    return AuthRead(view.cluster_id, view.auth_revision)
 
 
 def _streaming(view: StreamView | None, message: str) -> c.Condition:

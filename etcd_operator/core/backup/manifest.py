@@ -66,7 +66,14 @@ class Manifest:
     plain_size: int | None = None  # bytes of the snapshot itself
     # etcd's auth revision, read from the source member before the snapshot: the snapshot's
     # auth store is at least this new. None: not read (older versions, or the member refused).
+    # A replayed snapshot (programs/replay.py) never carries it: its keys are the source's at
+    # `revision`, its users, roles and auth switch are not (see base_auth_revision).
     auth_revision: int | None = None
+    # A replayed snapshot only: the auth revision of the users, roles and auth switch it
+    # holds, which are its base snapshot's (a replay applies key revisions only), as its
+    # scratch member answered before the replay and again before the snapshot. Never the
+    # source's auth revision at `revision`. None: not read, or the two reads differed.
+    base_auth_revision: int | None = None
 
     def belongs_to(self, identity: Identity) -> bool:
         return (self.namespace, self.backup, self.backup_uid) == (
@@ -100,8 +107,9 @@ class Manifest:
         decides a restore or a verification reads through `read`."""
         fields = document_fields(cls, data, FORMAT, "snapshot manifest")
         fields["revision"], fields["size"] = int(fields["revision"]), int(fields["size"])
-        if fields.get("auth_revision") is not None:
-            fields["auth_revision"] = int(fields["auth_revision"])
+        for name in ("auth_revision", "base_auth_revision"):
+            if fields.get(name) is not None:
+                fields[name] = int(fields[name])
         return cls(**fields)
 
     @classmethod

@@ -66,11 +66,14 @@ A continuous backup (spec.continuous; core/backup/continuous.py), in this order:
   the revisions after it;
 - a full snapshot is taken when events or bytes since the last one reach
   spec.continuous.fullSnapshotAfter, or when the schedule fires;
-- a full snapshot is taken when the writer of the newest snapshot's chain read an etcd auth
-  revision newer than the one recorded with that snapshot: auth changes are not in the
-  watch, so every later point then has a base with the auth state it had. Once a newer
-  snapshot is taken (the old chain still runs until it hands over), it is not asked again;
-  with either revision unknown nothing is asked (the restore says it cannot tell).
+- a full snapshot is taken when, with the newest snapshot's chain running, the newest etcd
+  auth revision read of its cluster (its writer's, or status.continuous.authRead, which
+  keeps any writer's across restarts and takeovers) is newer than the one recorded with that
+  snapshot: auth changes are not in the watch, so every later point then has a base with
+  the auth state it had. Once a newer snapshot is taken, nothing is asked while the old
+  chain runs to it; after the hand-over, a reading the old chain's writer took above the new
+  snapshot's (it may have been read after that snapshot's own reading) asks once more. With
+  either revision unknown nothing is asked (the restore says it cannot tell).
 """
 
 from __future__ import annotations
@@ -81,7 +84,7 @@ import datetime
 from etcd_operator.core import hibernation
 from etcd_operator.core.backup import retry, schedule
 from etcd_operator.core.backup import steps as s
-from etcd_operator.core.backup.continuous import ChainStart, ContinuousSpec, StreamView
+from etcd_operator.core.backup.continuous import AuthRead, ChainStart, ContinuousSpec, StreamView
 from etcd_operator.core.backup.scratch_verdict import Verdict, check_verdict, init_failure_verdict
 from etcd_operator.core.backup.segments import chain_id
 from etcd_operator.core.backup.state import (
@@ -217,7 +220,7 @@ def _plan_continuous(
             observed,
         )
     if not state.retry:
-        auth_moved = _auth_moved_since(base, stream)
+        auth_moved = _auth_moved_since(base, stream, record.auth_read)
         if auth_moved:
             return _full_snapshot(observed, now, auth_moved)
         if record.events_since_full >= continuous.full_snapshot_after_events:
@@ -247,16 +250,19 @@ def _plan_continuous(
     return s.Stream(chain=wanted.chain, next_slot=next_slot, message=f"writing chain {wanted.chain}{retrying}")
 
 
-def _auth_moved_since(base: LastBackup, stream: StreamView) -> str | None:
-    """Why the chain of `base` needs a new base for auth: its writer read a newer auth
-    revision than `base` recorded. None while either is unknown, or the writer runs an older
-    chain (a newer base is taken already)."""
-    if stream.auth_revision is None or base.auth_revision is None:
+def _auth_moved_since(base: LastBackup, stream: StreamView, recorded: AuthRead | None) -> str | None:
+    """Why the chain of `base` needs a new base for auth: the newest auth revision read of its
+    cluster, by its writer or as status recorded one (status.continuous.authRead, which an
+    operator restart keeps), is newer than `base` recorded. None while either is unknown, or
+    the writer runs an older chain (a newer base is taken already)."""
+    if base.auth_revision is None or stream.chain != chain_id(base.cluster_id, base.revision):
         return None
-    if stream.chain != chain_id(base.cluster_id, base.revision) or stream.auth_revision <= base.auth_revision:
+    readings = (stream.auth_revision, recorded.of(base.cluster_id) if recorded is not None else None)
+    newest = max((r for r in readings if r is not None), default=None)
+    if newest is None or newest <= base.auth_revision:
         return None
     return (
-        f"etcd's auth revision is {stream.auth_revision}, {base.key} holds {base.auth_revision}: users or roles "
+        f"etcd's auth revision is {newest}, {base.key} holds {base.auth_revision}: users or roles "
         f"changed, which segments do not record"
     )
 
