@@ -6,7 +6,8 @@ here run without hard eviction thresholds, so only a limit evicts there.
 
 The kubelet writes an `Evicted` event, but the pod's phase is a race (kubernetes/kubernetes#118310):
 Failed with reason Evicted, or Succeeded when etcd exits 0 on the kubelet's SIGTERM before the
-Failed status reached the API server (a 1.35 kubelet here wrote Succeeded in 1 run of 1). Either
+Failed status reached the API server (the 1.35 kubelets here wrote Succeeded each of the 4 times it
+was seen). Either
 way the kubelet never starts it again, and the operator must."""
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ def test_failed_member_pod_restarts_on_its_data(kube_api, namespace, operator, c
         None,
     )
     assert ended is not None, f"{victim} never ended"
+    print(f"\n{victim} ended: phase {ended.status.phase}, reason {ended.status.reason}")
     if ended.status.phase == "Failed":
         assert ended.status.reason == "Evicted", ended.status
 
