@@ -6,9 +6,8 @@ here run without hard eviction thresholds, so only a limit evicts there.
 
 The kubelet writes an `Evicted` event, but the pod's phase is a race (kubernetes/kubernetes#118310):
 Failed with reason Evicted, or Succeeded when etcd exits 0 on the kubelet's SIGTERM before the
-Failed status reached the API server (the 1.35 kubelets here wrote Succeeded each of the 4 times it
-was seen). Either
-way the kubelet never starts it again, and the operator must."""
+Failed status reached the API server (the 1.35 kubelets here wrote Succeeded each of the 4
+times it was seen). Either way the kubelet never starts it again, and the operator must."""
 
 from __future__ import annotations
 
