@@ -135,8 +135,11 @@ def test_the_quorum_loss_timeout_has_a_floor(configured, election_ms, floor):
 # --- failed and starting pods ----------------------------------------------------------
 
 
-def test_a_failed_pod_is_deleted_so_it_restarts_on_its_pvc():
-    o = observed([M(0), M(1, healthy=False, pod_phase="Failed", unhealthy_for=10_000), M(2)])
+# An evicted pod ends Failed (reason Evicted), or Succeeded when etcd exits 0 on the kubelet's
+# SIGTERM: a 1.35 kubelet wrote Succeeded for the member evicted in tests/nodes/host_operator/test_evicted_member.py.
+@pytest.mark.parametrize("phase", ["Failed", "Succeeded"])
+def test_an_ended_pod_is_deleted_so_it_restarts_on_its_pvc(phase):
+    o = observed([M(0), M(1, healthy=False, pod_phase=phase, unhealthy_for=10_000), M(2)])
     step = next_step(spec(3), o)
     assert step == a.RestartFailedPod(step.reason, "c-1")
 

@@ -268,4 +268,4 @@ BROKEN_WAITING_REASONS = frozenset(
 
 def pod_broken(pod: PodView) -> bool:
     """etcd does not run in this pod, and the kubelet cannot make it run as it is."""
-    return not pod.deleting and not pod.failed and pod.waiting_reason in BROKEN_WAITING_REASONS
+    return not pod.deleting and not pod.ended and pod.waiting_reason in BROKEN_WAITING_REASONS

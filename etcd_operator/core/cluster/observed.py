@@ -63,9 +63,11 @@ class PodView:
     quota_bytes: int | None = None  # its etcd's --quota-backend-bytes; None: unset (etcd's default)
 
     @property
-    def failed(self) -> bool:
-        """Evicted, or stopped by a graceful node shutdown: the kubelet never restarts it."""
-        return self.phase == "Failed"
+    def ended(self) -> bool:
+        """Evicted, or stopped by a graceful node shutdown: the kubelet never restarts it. The
+        phase is Failed (reason Evicted), or Succeeded when etcd exited 0 on the kubelet's
+        SIGTERM (kubelets since 1.27, kubernetes/kubernetes#118310)."""
+        return self.phase in ("Failed", "Succeeded")
 
     @property
     def starting(self) -> bool:

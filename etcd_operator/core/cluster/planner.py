@@ -313,13 +313,13 @@ def _cleanup_removed_members(observed: Observed, health: Health, names: dict[int
 
 
 def _restart_failed_pods(spec: ClusterSpec, observed: Observed) -> a.Step | None:
-    """A Failed pod (evicted, node shutdown) is never restarted by the kubelet: delete it so
-    that its member starts again on its PVC."""
+    """An ended pod (evicted, node shutdown: phase Failed or Succeeded) is never restarted by
+    the kubelet: delete it so that its member starts again on its PVC."""
     for pod in sorted(observed.pods.values(), key=lambda p: p.name):
-        if pod.failed and not pod.deleting:
+        if pod.ended and not pod.deleting:
             where = "an emptyDir: its member will be replaced" if spec.storage.empty_dir else "its PVC"
             return a.RestartFailedPod(
-                f"{pod.name} failed ({pod.waiting_reason or 'Failed'}); it restarts on {where}", pod.name
+                f"{pod.name} ended ({pod.waiting_reason or pod.phase}); it restarts on {where}", pod.name
             )
     return None
 
@@ -442,7 +442,7 @@ def _replace_or_shrink(
         if unhealthy_for is None or unhealthy_for < spec.recovery.member_unhealthy_timeout:
             continue
         pod = observed.pods.get(name)
-        if pod is not None and (pod.starting or pod.failed):
+        if pod is not None and (pod.starting or pod.ended):
             continue  # restarting on its data; the startup probe bounds how long that may take
         why = f"{name} was unhealthy for {unhealthy_for:.0f}s"
         if pod is not None and pod.phase == "Pending" and _data_kept(spec, observed, name):
@@ -610,7 +610,7 @@ def _plan_quorum_recovery(
         return a.Wait(f"quorum recovery: waiting for {op.member} to stop")
     if pod is None or not pod.force_new_cluster:
         return a.ForceNewCluster(f"restarting {op.member} with --force-new-cluster", op.member, op.member_id)
-    if pod.failed or (pod_broken(pod) and pod.spec_hash != desired_hash):
+    if pod.ended or (pod_broken(pod) and pod.spec_hash != desired_hash):
         return a.ForceNewCluster(
             f"{op.member}'s pod failed or has an outdated spec; starting it again with --force-new-cluster",
             op.member,

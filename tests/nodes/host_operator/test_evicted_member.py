@@ -1,8 +1,13 @@
-"""A member pod that ended (evicted by its node: phase Failed, reason Evicted, never restarted)
-is re-created on its data, never replaced. The eviction is the kubelet's own: the member's
-container has an ephemeral-storage limit and its log folder grows past it (`flood_log`), so
-the kubelet's eviction manager ends the pod, as it does a container that floods its log. The
-real kubelets here run without hard eviction thresholds, so only a limit evicts there."""
+"""A member pod that ended (evicted by its node, never restarted) is re-created on its data,
+never replaced. The eviction is the kubelet's own: the member's container has an
+ephemeral-storage limit and its log folder grows past it (`flood_log`), so the kubelet's
+eviction manager ends the pod, as it does a container that floods its log. The real kubelets
+here run without hard eviction thresholds, so only a limit evicts there.
+
+The kubelet writes an `Evicted` event, but the pod's phase is a race (kubernetes/kubernetes#118310):
+Failed with reason Evicted, or Succeeded when etcd exits 0 on the kubelet's SIGTERM before the
+Failed status reached the API server (the 1.35 kubelets here wrote Succeeded each of the 4
+times it was seen). Either way the kubelet never starts it again, and the operator must."""
 
 from __future__ import annotations
 
@@ -13,20 +18,17 @@ from etcd_operator.core.cluster import naming
 from tests.support.cluster_view import DESTRUCTIVE_EVENTS, ClusterView, hex_ids
 from tests.support.clusters import apply_cluster, is_healthy, wait_healthy
 from tests.support.etcd_data import put_markers, read_keys
-from tests.support.waiting import wait_for_holding
+from tests.support.waiting import wait_for, wait_for_holding
 
 pytestmark = [pytest.mark.needs_nodes, pytest.mark.needs_operator_process]
 
 # Small, so that a modest flood passes it; etcd's own log stays far below it meanwhile.
 EPHEMERAL_LIMIT_MIB = 32
 FLOOD_MIB = 48
+# What the kubelet writes for an evicted pod whose container exited 0 or not; it never restarts either.
+ENDED_PHASES = ("Failed", "Succeeded")
 
 
-@pytest.mark.xfail(
-    reason="open: the kubelet here did not evict the flooded member within 3 minutes in 2 of 3 runs (it did in 40 s "
-    "once); until the eviction is reliable, this claim is not proven on the real nodes",
-    strict=False,
-)
 def test_failed_member_pod_restarts_on_its_data(kube_api, namespace, operator, container_faults):
     name = "ev"
     victim = naming.member_name(name, 1)
@@ -53,9 +55,9 @@ def test_failed_member_pod_restarts_on_its_data(kube_api, namespace, operator, c
 
     since = view.core.read_namespaced_pod(victim, namespace).metadata.resource_version
     container_faults.flood_log(namespace, victim, "etcd", FLOOD_MIB << 20)
-    # Watched, not polled: the operator restarts a Failed pod within a moment of the event.
-    # The kubelet's eviction manager looks every 10 s, on container stats that lag under load.
-    evicted = next(
+    # Watched, not polled: the operator deletes an ended pod within a moment of the event.
+    # The kubelet's eviction manager looks every 10 s.
+    ended = next(
         (
             e["object"]
             for e in watch.Watch().stream(
@@ -63,15 +65,25 @@ def test_failed_member_pod_restarts_on_its_data(kube_api, namespace, operator, c
                 namespace,
                 field_selector=f"metadata.name={victim}",
                 resource_version=since,
-                timeout_seconds=180,
+                timeout_seconds=90,
             )
-            if e["object"].metadata.uid == before.pods[victim] and e["object"].status.phase == "Failed"
+            if e["object"].metadata.uid == before.pods[victim] and e["object"].status.phase in ENDED_PHASES
         ),
         None,
     )
-    assert evicted is not None, f"{victim} never went Failed"
-    assert evicted.status.reason == "Evicted" and evicted.metadata.uid == before.pods[victim], evicted.status
-    assert "ephemeral" in (evicted.status.message or ""), evicted.status.message
+    assert ended is not None, f"{victim} never ended"
+    print(f"\n{victim} ended: phase {ended.status.phase}, reason {ended.status.reason}")
+    if ended.status.phase == "Failed":
+        assert ended.status.reason == "Evicted", ended.status
+
+    def evicted_event():
+        events = view.core.list_namespaced_event(
+            namespace, field_selector=f"involvedObject.uid={before.pods[victim]},reason=Evicted"
+        ).items
+        return next((e for e in events if "kubelet" in (e.source.component, e.reporting_component)), None)
+
+    event = wait_for(evicted_event, 30, what=f"the kubelet's Evicted event for {victim}")
+    assert "ephemeral" in (event.message or ""), event.message
 
     def same_members_and_data() -> None:
         now = view.identity()
