@@ -53,12 +53,14 @@ def node_sockets(where: localkube_layout.Layout) -> list[pathlib.Path]:
     return [realnodes.containerd_socket(where, i) for i in range(1, localkube_layout.NODE_COUNT + 1)]
 
 
-def forget_on_nodes(where: localkube_layout.Layout, reference: str) -> None:
-    """The image removed from every node, as an earlier run may have left it: this run's pod must pull it."""
+def forget_on_nodes(where: localkube_layout.Layout, repository: str) -> None:
+    """The repository's images (by tag or digest) removed from every node, as an earlier run may
+    have left them: this run's pods must pull."""
     for socket in node_sockets(where):
-        if reference in containerd.image_names(socket):
-            containerd.ctr(socket, "images", "rm", "--sync", reference)
-        assert reference not in containerd.image_names(socket), socket
+        for name in containerd.image_names(socket):
+            if name.startswith((f"{repository}:", f"{repository}@")):
+                containerd.ctr(socket, "images", "rm", "--sync", name)
+        assert not [n for n in containerd.image_names(socket) if n.startswith(repository)], socket
 
 
 def quickstart(registry_chart: str, image: str) -> tuple[str, str]:
@@ -162,16 +164,22 @@ def publish(
     return prefix
 
 
-def pulled_events(namespace: str, image: str) -> list[str]:
+def pulls(namespace: str, image: str) -> list[str]:
+    """The namespace's events of the kubelet pulling `image` (not finding it already present)."""
     events = kubectl_json("get", "events", "-n", namespace)["items"]
-    return [e["message"] for e in events if e.get("reason") == "Pulled" and image in e.get("message", "")]
+    return [
+        e["message"]
+        for e in events
+        if e.get("reason") == "Pulled" and e.get("message", "").startswith(f'Successfully pulled image "{image}"')
+    ]
 
 
 def test_the_quickstart_runs_from_the_releases_artifacts_through_a_registry(real_nodes, release_dir, tmp_path):
     where = real_nodes
     printed = doc_commands.block("docs/operations/releasing.md", "REGISTRY=registry.example.com")
-    image_ref = f"{where.node_network.registry_host(where.ports)}/etcd-operator/etcd-operator:{VERSION}"
-    forget_on_nodes(where, image_ref)
+    image_repository = f"{where.node_network.registry_host(where.ports)}/etcd-operator/etcd-operator"
+    image_ref = f"{image_repository}:{VERSION}"
+    forget_on_nodes(where, image_repository)
     bin_dir = plugin_from_krew_archive(release_dir, tmp_path / "krew")
     workdir = tmp_path / "user"
     workdir.mkdir()
@@ -215,7 +223,7 @@ def test_the_quickstart_runs_from_the_releases_artifacts_through_a_registry(real
             assert len(re.findall(r"^demo-\d+\s", output, re.M)) == 3, output
 
             # The operator's pods ran the registry's image, pulled by the nodes from the registry.
-            assert pulled_events(RELEASE, image_ref), kubectl("get", "events", "-n", RELEASE).stdout
+            assert pulls(RELEASE, image_ref), kubectl("get", "events", "-n", RELEASE).stdout
             node_addresses = {where.node_network.node_address(i) for i in range(1, localkube_layout.NODE_COUNT + 1)}
             fetches = registry.manifest_fetches(f"{repository}/etcd-operator", VERSION)
             assert any(address in line for line in fetches for address in node_addresses), fetches
@@ -228,4 +236,4 @@ def test_the_quickstart_runs_from_the_releases_artifacts_through_a_registry(real
         finally:
             helm("uninstall", RELEASE, "-n", RELEASE, check=False)
             kubectl("delete", "namespace", WATCHED, RELEASE, "--ignore-not-found", "--wait=false", check=False)
-            forget_on_nodes(where, image_ref)
+            forget_on_nodes(where, image_repository)

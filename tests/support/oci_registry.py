@@ -72,7 +72,7 @@ def running(where: localkube_layout.Layout, folder: pathlib.Path):
     config.write_text(
         json.dumps(
             {
-                "version": 0.1,
+                "version": "0.1",
                 "log": {"level": "info", "formatter": "text", "accesslog": {"disabled": False}},
                 "storage": {"filesystem": {"rootdirectory": str(folder / "storage")}},
                 "http": {"addr": host},
