@@ -131,7 +131,9 @@ def plugin_from_krew_archive(release_dir: pathlib.Path, home: pathlib.Path) -> p
     )
     assert pip.returncode == 0, pip.stderr
     # The plugin's own modules come from the archive only.
-    alone = subprocess.run([str(venv / "bin" / "python"), "-c", "import etcd_operator_kubectl"], capture_output=True)
+    alone = subprocess.run(
+        [str(venv / "bin" / "python"), "-I", "-c", "import etcd_operator_kubectl"], cwd=home, capture_output=True
+    )
     assert alone.returncode != 0
     return bin_dir
 
