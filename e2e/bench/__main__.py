@@ -1,16 +1,27 @@
 """Runs every benchmark and prints one table.
-`python -m bench [cluster|backup|restore|verification|memory|race|sealing|continuous|scrape]`.
+`python -m bench [cluster|backup|restore|verification|memory|race|sealing|continuous|scrape|rotation]`.
 `python -m bench scale` (many small clusters, about 15 minutes) runs only when named: bench/scale.py."""
 
 from __future__ import annotations
 
 import sys
 
-from bench import continuous, race, scenarios, scrape, sealing
+from bench import continuous, race, rotation, scenarios, scrape, sealing
 
 
 def main(argv: list[str]) -> int:
-    everything = {"cluster", "backup", "restore", "verification", "memory", "race", "sealing", "continuous", "scrape"}
+    everything = {
+        "cluster",
+        "backup",
+        "restore",
+        "verification",
+        "memory",
+        "race",
+        "sealing",
+        "continuous",
+        "scrape",
+        "rotation",
+    }
     wanted = set(argv[1:]) or everything
     if "sealing" in wanted:  # needs no cluster: the testbin's etcd and memory only
         sealing.run()
@@ -45,6 +56,8 @@ def main(argv: list[str]) -> int:
             bench.verification_time()
         if "memory" in wanted:
             bench.concurrent_backup_memory()
+        if "rotation" in wanted:
+            rotation.run(bench)
         if "race" in wanted:
             race.run(bench)  # last: it installs a second EtcdCluster CRD (another group)
         bench.report()

@@ -53,6 +53,12 @@ class KeyValueWorkload(LoopThread):
     def successes(self) -> int:
         return sum(1 for o in self.operations if o.returned is not None)
 
+    def rate(self, start: int, end: int) -> float:
+        """Successful operations a second that returned within [start, end] (time.monotonic_ns):
+        the load the cluster actually served, not what the clients tried."""
+        served = sum(1 for o in self.operations if o.returned is not None and start <= o.returned <= end)
+        return served / max((end - start) / 1e9, 1e-9)
+
     async def _refresh(self) -> None:
         endpoints = await asyncio.to_thread(self._endpoints_source)
         self._credentials = await asyncio.to_thread(self._credentials_source)
