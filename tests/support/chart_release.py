@@ -82,7 +82,7 @@ def _fence(name: str, namespace: str) -> list[dict]:
     ]
 
 
-def _fence_in_force(namespace: str) -> bool:
+def _fence_in_force(namespace: str, answers: list[str]) -> bool:
     probe = {
         "apiVersion": "etcd.operator.dev/v1alpha1",
         "kind": "EtcdCluster",
@@ -99,6 +99,7 @@ def _fence_in_force(namespace: str) -> bool:
         input=json.dumps(probe),
         check=False,
     )
+    answers[:] = [f"exit {result.returncode}: {result.stderr.strip()}"]
     return result.returncode != 0 and FENCE_MESSAGE in result.stderr
 
 
@@ -112,7 +113,11 @@ def fenced_out(namespace: str):
         "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": _fence(name, namespace)})
     )
     try:
-        wait_for(lambda: _fence_in_force(namespace), 30, interval=0.5, what="the release fenced out")
+        answers: list[str] = []
+        try:
+            wait_for(lambda: _fence_in_force(namespace, answers), 30, interval=0.5, what="the release fenced out")
+        except TimeoutError as timed_out:
+            raise TimeoutError(f"{timed_out}; the probe's last answer: {answers}") from None
         yield
     finally:
         kubectl("delete", "validatingadmissionpolicybinding,validatingadmissionpolicy", name, "--ignore-not-found")
