@@ -28,10 +28,6 @@ RUN_BY = {
         "tests/nodes/host_operator/test_restore_encrypted.py::test_the_unseal_commands_of_the_restore_page_run_as_printed"
     ),
     ("README.md", "make demo"): CI,
-    ("docs/operations/releasing.md", "REGISTRY=registry.example.com"): (
-        "tests/nodes/test_install_from_registry.py::"
-        "test_the_quickstart_runs_from_the_releases_artifacts_through_a_registry"
-    ),
     ("README.md", "helm install etcd-operator"): f"{JOURNEYS}::test_the_readme_quickstart_runs_as_printed",
     ("docs/development.md", "make demo"): CI,
     ("docs/development.md", "E2E_TARGET=external"): (
