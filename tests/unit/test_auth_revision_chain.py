@@ -16,6 +16,7 @@ from etcd_operator.clients.etcd.client import EtcdError
 from etcd_operator.controllers.restore.executor import RestoreExecutor
 from etcd_operator.core.backup import continuous as cb
 from etcd_operator.core.backup import steps as s
+from etcd_operator.core.backup.chain import CaughtUp
 from etcd_operator.core.backup.manifest import Manifest, ManifestUnauthenticated, manifest_key
 from etcd_operator.core.backup.planner import plan
 from etcd_operator.core.backup.segment_cutting import SegmentCutter
@@ -23,7 +24,7 @@ from etcd_operator.core.backup.segments import KeyChange, RevisionRecord, chain_
 from etcd_operator.core.backup.state import RunState
 from etcd_operator.core.outcome import Outcome
 from etcd_operator.core.restore import steps as restore_steps
-from etcd_operator.core.restore.point_in_time import AUTH_CONDITION, AUTH_FROM_BASE
+from etcd_operator.core.restore.point_in_time import AUTH_CONDITION, AUTH_FROM_BASE, ReplayRecord
 from etcd_operator.core.restore.status import build_status
 from etcd_operator.programs import replay as program
 from tests.support.backup_manifests import segment_manifest
@@ -251,6 +252,42 @@ def test_a_restore_says_when_its_bases_auth_state_may_not_be_the_targets(
         for revision in (record.base_auth_revision, record.target_auth_revision):
             assert f"auth revision {'none (not recorded)' if revision is None else revision} " in auth["message"]
         assert "spec.auth" in auth["message"] and "declared passwords set again" in auth["message"]
+
+
+@pytest.mark.parametrize(
+    ("time", "caught_up", "expected", "reason", "witness"),
+    [
+        # Revision 31 was seen at 31 s, after the point: segment 3, cut after it, read auth 5.
+        # Segment 2 (auth 3) was cut before the point, so an auth change between could hide there.
+        ("1970-01-01T00:00:30.500Z", (), "False", AUTH_FROM_BASE, 3),
+        # Inside segment 2: its own reading, taken when it was cut after revision 30, is after the point.
+        ("1970-01-01T00:00:25.500Z", (), "True", "AuthUnchanged", 2),
+        # After the last segment, vouched for by the writer's heartbeat only: no auth reading
+        # was taken after the point, so an auth change while no key changed is not ruled out.
+        ("1970-01-01T00:00:42Z", (CaughtUp(pitr.CHAIN, 40, 45.0),), "Unknown", AUTH_FROM_BASE, None),
+    ],
+    ids=["after-a-cut", "inside-a-segment", "idle-after-the-last-cut"],
+)
+def test_a_time_target_takes_its_auth_reading_from_a_segment_cut_after_it(time, caught_up, expected, reason, witness):
+    catalogue = dataclasses.replace(auth_catalogue(3, (3, 3, 5 if witness == 3 else 3)), caught_up=caught_up)
+    step = pitr.planned({"time": time}, catalogue)
+    conditions, status = restore_conditions(step)
+    auth = conditions[AUTH_CONDITION]
+    assert (auth["status"], auth["reason"], step.record.target_auth_segment) == (expected, reason, witness), auth
+    if witness is None:
+        assert "no segment was cut after it" in auth["message"], auth["message"]
+    recorded = status["pointInTime"]
+    assert recorded.get("targetAuthSegment") == witness and recorded["baseIsThePoint"] is False
+    assert ReplayRecord.from_dict(recorded) == step.record
+
+
+def test_a_record_written_before_the_auth_segment_was_recorded_reads_as_it_meant():
+    """status.pointInTime of an earlier operator: the last segment replayed was the reading,
+    and nothing replayed meant the base was the point."""
+    replayed = ReplayRecord.from_dict({"baseKey": "k", "segments": 2, "lastSequence": 7, "targetAuthRevision": 4})
+    assert replayed is not None and (replayed.target_auth_segment, replayed.base_is_point) == (7, False)
+    alone = ReplayRecord.from_dict({"baseKey": "k", "baseAuthRevision": 4, "targetAuthRevision": 4})
+    assert alone is not None and (alone.target_auth_segment, alone.base_is_point) == (None, True)
 
 
 def test_the_auth_condition_stays_on_later_passes_and_the_plan_posts_one_warning_event():

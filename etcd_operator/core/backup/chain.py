@@ -53,6 +53,10 @@ class ReplayPlan:
     segments: tuple[SegmentManifest, ...]  # in order; replay applies revisions after base.revision
     up_to_revision: int  # the last revision the segments may give (the target, or the run's end)
     until_time: float | None = None  # for a time target: only revisions seen at or before it
+    # The segment whose auth revision (read when it was cut) was read at or after the point:
+    # the one holding a revision target, or for a time one holding a revision after it. None
+    # when no segment was cut after the point (a time the writer's heartbeat vouches for).
+    auth_witness: SegmentManifest | None = None
 
     @property
     def replays(self) -> bool:
@@ -247,7 +251,10 @@ def _plan_in_run(
         return None
     base = bases[0]
     needed = tuple(s for s in run.segments if s.last_revision > base.revision and s.first_revision <= up_to)
-    return ReplayPlan(base, needed, up_to, until)
+    # A segment holding a revision after a time was cut once that revision was seen, after the time.
+    past = up_to + 1 if target.time is not None else up_to
+    witness = next((s for s in run.segments if s.last_revision >= past), None)
+    return ReplayPlan(base, needed, up_to, until, witness)
 
 
 def plan_replay(

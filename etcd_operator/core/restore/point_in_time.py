@@ -130,10 +130,12 @@ class ReplayRecord:
     reached_revision: int | None = None
     reached_time: str | None = None  # RFC 3339 with milliseconds: when the backup's watch saw it
     applied: int | None = None
-    # etcd's auth revision recorded with the base snapshot, and with the last segment replayed
-    # (read when it was cut: at or after the point); None: not recorded.
+    # etcd's auth revision recorded with the base snapshot, and with the segment cut at or after
+    # the point (ReplayPlan.auth_witness, its sequence); None: not recorded, or no such segment.
     base_auth_revision: int | None = None
     target_auth_revision: int | None = None
+    target_auth_segment: int | None = None
+    base_is_point: bool = False  # a full snapshot is the point (a revision, or the latest): nothing after it counts
 
     @property
     def replays(self) -> bool:
@@ -150,8 +152,14 @@ class ReplayRecord:
 
     @classmethod
     def of_plan(cls, target: Target, plan: ReplayPlan, replayed_key: str) -> ReplayRecord:
-        base = plan.base
+        base, witness = plan.base, plan.auth_witness
+        at_point = {
+            "target_auth_revision": None if witness is None else witness.auth_revision,
+            "target_auth_segment": None if witness is None else witness.sequence,
+        }
         if not plan.replays:
+            if target.time is None:  # the snapshot is the point; a time may be after it
+                at_point = {"target_auth_revision": base.auth_revision, "target_auth_segment": None}
             return cls(
                 describe(target),
                 base.snapshot_key,
@@ -160,7 +168,8 @@ class ReplayRecord:
                 base.sha256,
                 reached_revision=base.revision,
                 base_auth_revision=base.auth_revision,
-                target_auth_revision=base.auth_revision,
+                base_is_point=target.time is None,
+                **at_point,
             )
         return cls(
             describe(target),
@@ -175,7 +184,7 @@ class ReplayRecord:
             up_to_revision=plan.up_to_revision,
             replayed_key=replayed_key,
             base_auth_revision=base.auth_revision,
-            target_auth_revision=plan.segments[-1].auth_revision,
+            **at_point,
         )
 
     def with_result(self, result: ReplayResult) -> ReplayRecord:
@@ -204,6 +213,8 @@ class ReplayRecord:
             "revisionsApplied": self.applied,
             "baseAuthRevision": self.base_auth_revision,
             "targetAuthRevision": self.target_auth_revision,
+            "targetAuthSegment": self.target_auth_segment,
+            "baseIsThePoint": self.base_is_point,
         }
         return {k: v for k, v in fields.items() if v not in (None, "")}
 
@@ -228,7 +239,17 @@ class ReplayRecord:
             applied=data.get("revisionsApplied"),
             base_auth_revision=data.get("baseAuthRevision"),
             target_auth_revision=data.get("targetAuthRevision"),
+            **_auth_witness_of(data),
         )
+
+
+def _auth_witness_of(data: Mapping[str, Any]) -> dict[str, Any]:
+    if "baseIsThePoint" in data:
+        return {"target_auth_segment": data.get("targetAuthSegment"), "base_is_point": bool(data["baseIsThePoint"])}
+    # Recorded by an operator before these: the last segment replayed was read, and nothing
+    # replayed meant the base was the point.
+    segments = int(data.get("segments") or 0)
+    return {"target_auth_segment": data.get("lastSequence") if segments else None, "base_is_point": not segments}
 
 
 AUTH_CONDITION = "AuthStateAtTarget"
@@ -242,10 +263,11 @@ _AUTH_REAPPLIED = (
 
 def auth_condition(record: ReplayRecord) -> c.Condition:
     """Whether the restored auth state (users, roles, the auth switch: the base snapshot's)
-    is the target's, by the auth revisions recorded with the base and with the segment that
-    holds the point. True when they match or nothing is replayed; False when they differ;
-    Unknown when either was not recorded (the data is restored either way)."""
-    if not record.replays:
+    is the target's, by the auth revisions recorded with the base and with the first segment
+    cut at or after the point. True when they match or the base is the point; False when they differ;
+    Unknown when either was not recorded, or no segment was cut after a time target (the data
+    is restored either way)."""
+    if record.base_is_point:
         return c.Condition(AUTH_CONDITION, True, "BaseIsThePoint", f"{record.base_key} is the point itself")
     base, target = record.base_auth_revision, record.target_auth_revision
     if base is not None and base == target:
@@ -256,10 +278,14 @@ def auth_condition(record: ReplayRecord) -> c.Condition:
             f"etcd's auth revision is {base} at the base snapshot and at {record.target}: users and roles are as at "
             "the point",
         )
+    if record.target_auth_segment is None:
+        read = "read at or after the point: no segment was cut after it"
+    else:
+        of_chain = f" of chain {record.chain}" if record.chain else ""
+        read = f"read when segment {record.target_auth_segment}{of_chain} was cut, at or after the point"
     named = (
         f"auth revision {_auth_text(base)} recorded with base snapshot {record.base_key}, auth revision "
-        f"{_auth_text(target)} with the segment holding {record.target} (chain {record.chain}, segment "
-        f"{record.last_sequence}, read when it was cut: at or after the point)"
+        f"{_auth_text(target)} {read} ({record.target})"
     )
     known = base is not None and target is not None
     return c.Condition(AUTH_CONDITION, False if known else None, AUTH_FROM_BASE, f"{named}: {_AUTH_REAPPLIED}")

@@ -12,7 +12,8 @@ Invariants, each covered by tests/unit/test_restore_point_in_time.py:
 - with the restore's keys, only manifests that authenticate under them are planned with
   (the observer leaves the others out); those left out are named in the step's message;
 - a base snapshot that is the point itself replays nothing: it is verified and restored as is;
-- the plan records etcd's auth revision of its base and of the segment holding the point; a
+- the plan records etcd's auth revision of its base and of the first segment cut at or after
+  the point (for a time, one holding a revision seen after it; none after the last cut); a
   base whose auth state may not be the point's (they differ, or either was not recorded) is
   replayed and restored all the same, and said so: AuthStateAtTarget False or Unknown, reason
   AuthStateFromBase, and a Warning event (point_in_time.auth_condition; tested in
