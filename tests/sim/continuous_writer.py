@@ -38,7 +38,8 @@ Invariants (`check`):
 - with `Faults.auth_change` (user and role changes: no KV revision, only etcd's auth
   revision moves), a restore to a revision that says its auth state is the target's
   (restore.point_in_time.auth_condition True, from the auth revisions the snapshots and the
-  writers' segments record) has a base holding an auth state etcd had at that revision;
+  writers' segments record) has a base holding an auth state etcd had at that revision, and
+  a restore to a time (clocks not skewed) one etcd had at that time;
   and once a writer's report of an auth revision newer than the newest snapshot's went into
   a status write, the planner never streams on in that snapshot's chain as if unread: not
   after an operator restart between the auth change and the next cut, nor after a hand-over
@@ -49,6 +50,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import hashlib
+import math
 import random
 from collections.abc import Callable
 from typing import Any
@@ -399,6 +401,8 @@ class World:
         self.writers: list[ModelWriter] = []  # every writer started, in order
         self.cluster: Cluster | None = None  # going to sleep since faults.hibernate_at
         self.acknowledged = 1  # the cluster's revision after the last write a client was answered
+        self.committed_at: dict[int, float] = {}  # revision: when a client's write committed it
+        self.auth_changed_at: list[float] = []  # when each auth change committed, in order
         self.acknowledged_while_stopping = 0  # revisions written after the members started stopping
         self.snapshot_auth: dict[str, int] = {}  # snapshot key: the auth state it holds
         self.bases_for_auth = 0  # full snapshots the planner took because the auth revision moved
@@ -419,6 +423,7 @@ class World:
             return  # no quorum: every write fails
         before = self.etcd.revision
         self._client_write()
+        self.committed_at.update(dict.fromkeys(range(before + 1, self.etcd.revision + 1), self.now))
         self.acknowledged = self.etcd.revision
         if self.cluster is not None:
             self.acknowledged_while_stopping += self.etcd.revision > before
@@ -427,6 +432,7 @@ class World:
         rng = self.rng
         if rng.random() < self.faults.auth_change:
             self.etcd.change_auth()
+            self.auth_changed_at.append(self.now)
         elif self.sessions and rng.random() < 0.5:
             self.etcd.revoke(self.sessions.pop(rng.randrange(len(self.sessions))))
         elif rng.random() < self.faults.session:
@@ -694,6 +700,45 @@ def a_restore_says_when_its_auth_state_is_not_the_targets(world: World) -> int:
     return after_a_change
 
 
+def a_time_restore_says_when_its_auth_state_is_not_the_times(world: World) -> int:
+    """Restores to times around every stamp: when one says the auth state is the point's
+    (AuthStateAtTarget True), its base holds the auth state etcd had at that time. Where the
+    restore stops before a revision committed by then but seen after it, any state from the
+    last revision it holds up to that commit is the point's too. Writers' clocks must be the
+    world's (no skew): a time is read on them. Returns how many such restores followed an auth
+    change."""
+    seen = stamps(world)
+    if world.faults.clock_skew or not seen or not world.snapshots:
+        return 0
+
+    def auth_in_effect(moment: float, including_it: bool) -> int:
+        return 1 + sum(1 for t in world.auth_changed_at if t < moment or (including_it and t == moment))
+
+    moments = sorted({t + d for _, t in seen for d in (-0.25, 0.0)})
+    after_a_change = 0
+    for moment in moments[:: max(1, len(moments) // TIME_TARGETS)]:
+        try:
+            plan = plan_replay(Target(time=moment), world.snapshots, world.bucket.manifests())
+        except ChainProblem:
+            continue
+        condition = auth_condition(ReplayRecord.of_plan(Target(time=moment), plan, ""))
+        if condition.status is not True:
+            continue
+        _, progress = replay(world, plan, moment, f"time {moment}")
+        next_commit = world.committed_at.get(progress.revision + 1, math.inf)
+        earliest = auth_in_effect(min(moment, next_commit), including_it=False)
+        latest = auth_in_effect(moment, including_it=True)
+        held = world.snapshot_auth[plan.base.snapshot_key]
+        if not earliest <= held <= latest:
+            raise Violation(
+                f"time {moment}: the restore says the auth state is the point's ({condition.reason}), yet its base "
+                f"{plan.base.snapshot_key} holds auth revision {held}; etcd had {earliest}..{latest} then (the "
+                f"restore reached revision {progress.revision})"
+            )
+        after_a_change += held > 1
+    return after_a_change
+
+
 def no_auth_reading_is_forgotten(world: World, state: RunState, stream: cb.StreamView | None, step: s.Step) -> None:
     """Once a writer's report of an auth revision newer than the newest snapshot's was handed
     to a status write, the planner never streams on in that snapshot's chain (with no retry
@@ -734,4 +779,5 @@ def run(seed: int, steps: int = 400, faults: Faults | None = None) -> World:
     every_uploaded_revision_is_reachable(world)
     no_time_target_holds_a_revision_seen_after_it(world)
     a_restore_says_when_its_auth_state_is_not_the_targets(world)
+    a_time_restore_says_when_its_auth_state_is_not_the_times(world)
     return world

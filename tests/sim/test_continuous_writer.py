@@ -262,6 +262,16 @@ def test_user_and_role_changes_get_a_new_base_and_a_restore_never_claims_an_auth
     assert bases > 10 and after_a_change > 100, (bases, after_a_change)
 
 
+def test_a_restore_to_a_time_never_claims_an_auth_state_the_time_lacked():
+    """run() restored to times around every stamp and checked that one saying its auth state
+    is the point's has a base holding what etcd had at that time: judged by a reading taken
+    after the time, never by a segment cut before it (an auth change can come between)."""
+    after_a_change = sum(
+        sim.a_time_restore_says_when_its_auth_state_is_not_the_times(with_auth_changes(seed)) for seed in SEEDS
+    )
+    assert after_a_change > 100, after_a_change
+
+
 AUTH_RESTARTS = sim.Faults(auth_change=0.1, restart=0.1)
 AUTH_RESTART_SEEDS = range(20)
 
