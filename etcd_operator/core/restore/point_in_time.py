@@ -153,38 +153,33 @@ class ReplayRecord:
     @classmethod
     def of_plan(cls, target: Target, plan: ReplayPlan, replayed_key: str) -> ReplayRecord:
         base, witness = plan.base, plan.auth_witness
-        at_point = {
-            "target_auth_revision": None if witness is None else witness.auth_revision,
-            "target_auth_segment": None if witness is None else witness.sequence,
-        }
-        if not plan.replays:
-            if target.time is None:  # the snapshot is the point; a time may be after it
-                at_point = {"target_auth_revision": base.auth_revision, "target_auth_segment": None}
-            return cls(
-                describe(target),
-                base.snapshot_key,
-                base.revision,
-                base.etcd_version,
-                base.sha256,
-                reached_revision=base.revision,
-                base_auth_revision=base.auth_revision,
-                base_is_point=target.time is None,
-                **at_point,
-            )
-        return cls(
+        # (etcd's auth revision at the point, the sequence of the segment it was read with)
+        read: tuple[int | None, int | None] = (base.auth_revision, None)
+        if plan.replays or target.time is not None:  # else the snapshot is the point; a time may be after it
+            read = (None, None) if witness is None else (witness.auth_revision, witness.sequence)
+        record = cls(
             describe(target),
             base.snapshot_key,
             base.revision,
             base.etcd_version,
             base.sha256,
+            reached_revision=base.revision,
+            base_auth_revision=base.auth_revision,
+            target_auth_revision=read[0],
+            target_auth_segment=read[1],
+            base_is_point=not plan.replays and target.time is None,
+        )
+        if not plan.replays:
+            return record
+        return dataclasses.replace(
+            record,
             chain=plan.segments[0].chain,
             first_sequence=plan.segments[0].sequence,
             last_sequence=plan.segments[-1].sequence,
             segments=len(plan.segments),
             up_to_revision=plan.up_to_revision,
             replayed_key=replayed_key,
-            base_auth_revision=base.auth_revision,
-            **at_point,
+            reached_revision=None,
         )
 
     def with_result(self, result: ReplayResult) -> ReplayRecord:
