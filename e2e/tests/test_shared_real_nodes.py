@@ -99,3 +99,8 @@ def test_a_node_fault_waits_for_the_running_test_and_goes_before_the_next(instan
     fault.join(10)
     following.join(10)
     assert order == ["test", "node fault", "next test"]
+    # Each run reports what the locks cost it: the fault waited for the test (at least the
+    # half second the test checked it was held off), and held the nodes to itself.
+    assert chart.waits_to_fault == 1 and chart.waited_to_fault >= 0.5, chart.lock_report()
+    assert chart.held_to_itself > 0 and "held the nodes to itself" in chart.lock_report()
+    assert operators.waits_to_fault == 0 and operators.held_to_itself == 0.0

@@ -54,6 +54,11 @@ class SharedUse:
         self._users = None
         self._down_check = None
         self._kept = 0
+        # Seconds this run waited on nodes.lock, and how often (over half a second): for a node
+        # fault of another run (shared), to fault a node itself (exclusive); and how long it held
+        # the nodes to itself. Reported when the run lets go.
+        self.waited_for_faults = self.waited_to_fault = self.held_to_itself = 0.0
+        self.waits_for_faults = self.waits_to_fault = 0
 
     def start(self) -> SharedUse:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -85,9 +90,14 @@ class SharedUse:
             finally:
                 self._kept -= 1
             return
+        asked = time.monotonic()
         with _locked(self.root / "nodes-turnstile.lock", fcntl.LOCK_SH):
             pass  # waits while a node fault waits or runs
         with _locked(self.root / "nodes.lock", fcntl.LOCK_SH):
+            waited = time.monotonic() - asked
+            if waited > 0.5:
+                self.waited_for_faults += waited
+                self.waits_for_faults += 1
             self._kept = 1
             try:
                 yield
@@ -97,9 +107,24 @@ class SharedUse:
     @contextlib.contextmanager
     def nodes_to_itself(self) -> Iterator[None]:
         """While the block runs, no other run's test works on the nodes."""
+        asked = time.monotonic()
         with _locked(self.root / "nodes-turnstile.lock", fcntl.LOCK_EX):
             with _locked(self.root / "nodes.lock", fcntl.LOCK_EX):
-                yield
+                got = time.monotonic()
+                if got - asked > 0.5:
+                    self.waited_to_fault += got - asked
+                    self.waits_to_fault += 1
+                try:
+                    yield
+                finally:
+                    self.held_to_itself += time.monotonic() - got
+
+    def lock_report(self) -> str:
+        return (
+            f"real nodes: this run waited {self.waited_for_faults:.0f}s ({self.waits_for_faults} times) while "
+            f"another run faulted a node, {self.waited_to_fault:.0f}s ({self.waits_to_fault} times) to fault one "
+            f"itself, and held the nodes to itself {self.held_to_itself:.0f}s"
+        )
 
     def wait_until_only_user(self) -> None:
         """Blocks until every other run let go of the instance, which is then this run's to
@@ -136,4 +161,5 @@ def used(root: pathlib.Path) -> Iterator[SharedUse]:
     try:
         yield use
     finally:
+        measured.report(use.lock_report())
         use.end()
