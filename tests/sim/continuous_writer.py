@@ -645,15 +645,19 @@ def stamps(world: World) -> list[tuple[int, float]]:
 TIME_TARGETS = 60  # the most times a schedule restores to
 
 
+def time_targets(seen: list[tuple[int, float]]) -> list[float]:
+    """At most TIME_TARGETS times, spread over those at and just before every stamp."""
+    moments = sorted({t + d for _, t in seen for d in (-0.25, 0.0)})
+    return moments[:: max(1, len(moments) // TIME_TARGETS)]
+
+
 def no_time_target_holds_a_revision_seen_after_it(world: World) -> int:
     """Restores to times around every stamp the store holds; returns how many were reachable."""
     seen = stamps(world)
     if not seen or not world.snapshots:
         return 0
-    moments = sorted({t + d for _, t in seen for d in (-0.25, 0.0)})
-    step = max(1, len(moments) // TIME_TARGETS)
     reached = 0
-    for moment in moments[::step]:
+    for moment in time_targets(seen):
         try:
             plan = plan_replay(Target(time=moment), world.snapshots, world.bucket.manifests())
         except ChainProblem:
@@ -714,9 +718,8 @@ def a_time_restore_says_when_its_auth_state_is_not_the_times(world: World) -> in
     def auth_in_effect(moment: float, including_it: bool) -> int:
         return 1 + sum(1 for t in world.auth_changed_at if t < moment or (including_it and t == moment))
 
-    moments = sorted({t + d for _, t in seen for d in (-0.25, 0.0)})
     after_a_change = 0
-    for moment in moments[:: max(1, len(moments) // TIME_TARGETS)]:
+    for moment in time_targets(seen):
         try:
             plan = plan_replay(Target(time=moment), world.snapshots, world.bucket.manifests())
         except ChainProblem:

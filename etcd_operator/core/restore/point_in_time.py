@@ -163,7 +163,7 @@ class ReplayRecord:
             base.revision,
             base.etcd_version,
             base.sha256,
-            reached_revision=base.revision,
+            reached_revision=None if plan.replays else base.revision,  # a replay records its own
             base_auth_revision=base.auth_revision,
             target_auth_revision=read[0],
             target_auth_segment=read[1],
@@ -179,7 +179,6 @@ class ReplayRecord:
             segments=len(plan.segments),
             up_to_revision=plan.up_to_revision,
             replayed_key=replayed_key,
-            reached_revision=None,
         )
 
     def with_result(self, result: ReplayResult) -> ReplayRecord:
