@@ -44,7 +44,6 @@ def pytest_terminal_summary(terminalreporter):
             terminalreporter.write_line(line)
 
 
-NODE_FAULT_FIXTURES = ("nodes_to_the_module", "nodes_to_the_test")  # tests/support/real_nodes_fixtures.py
 HOST_OPERATOR_TESTS = pathlib.Path(__file__).resolve().parent / "tests" / "nodes" / "host_operator"
 
 
@@ -71,8 +70,9 @@ def pytest_collection_modifyitems(config, items):
     """First, before `-m` selects, the check of the markers (check_needs). Then the order.
     Everything on the session's real-node instance (marked needs_cluster or needs_nodes,
     outside tests/nodes/host_operator) runs together, where the first of it was collected (so
-    the session's real nodes are up only while needed): first the modules that fault nodes,
-    and what takes the nodes down, `needs_nodes(takes_them_down=True)`, after all of it. The
+    the session's real nodes are up only while needed): first the tests that fault nodes, one
+    after the other so that one hold of the nodes covers them all (real_nodes_fixtures), and
+    what takes the nodes down, `needs_nodes(takes_them_down=True)`, after all of it. The
     operator-process tests on the real nodes (tests/nodes/host_operator) run after the other
     tests of their run, those that need only the control plane (host_operator/control_plane,
     which hold no node) first. So, in `make test`, the node faults run while the other run is
@@ -89,12 +89,8 @@ def pytest_collection_modifyitems(config, items):
         for item in marked
         if (mark := item.get_closest_marker("needs_nodes")) and mark.kwargs.get("takes_them_down")
     ]
-    faulting = {item.path for item in marked if set(NODE_FAULT_FIXTURES) & set(item.fixturenames)}
-    group = (
-        [item for item in marked if item.path in faulting and item not in last]
-        + [item for item in marked if item.path not in faulting and item not in last]
-        + last
-    )
+    faulting = [item for item in marked if needs.faults_nodes(item) and item not in last]
+    group = faulting + [item for item in marked if item not in faulting and item not in last] + last
     start = items.index(marked[0])
     others = [item for item in items if item not in group]
     items[:] = others[:start] + group + others[start:]

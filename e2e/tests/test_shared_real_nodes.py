@@ -5,6 +5,7 @@ while that check waits for it."""
 from __future__ import annotations
 
 import threading
+import types
 
 import pytest
 
@@ -104,3 +105,44 @@ def test_a_node_fault_waits_for_the_running_test_and_goes_before_the_next(instan
     assert chart.waits_to_fault == 1 and chart.waited_to_fault >= 0.5, chart.lock_report()
     assert chart.held_to_itself > 0 and "held the nodes to itself" in chart.lock_report()
     assert operators.waits_to_fault == 0 and operators.held_to_itself == 0.0
+
+
+def test_consecutive_node_faults_hold_the_nodes_once_and_give_them_back_before_the_next_test(instance, tmp_path):
+    from tests.support import real_nodes_fixtures
+
+    operators = shared_real_nodes.SharedUse(tmp_path, None).start()
+    chart = shared_real_nodes.SharedUse(tmp_path, None).start()
+    fault_1, fault_2 = (types.SimpleNamespace(fixturenames=["nodes_to_the_module"]) for _ in range(2))
+    fault_3 = types.SimpleNamespace(fixturenames=["real_nodes", "nodes_to_the_test"])
+    other = types.SimpleNamespace(fixturenames=["real_nodes"])
+    worked_on_the_nodes = threading.Event()
+
+    def other_runs_test():
+        with operators.nodes_kept():
+            worked_on_the_nodes.set()
+
+    def teardown(item, nextitem):
+        hook = real_nodes_fixtures.pytest_runtest_teardown(item, nextitem)
+        next(hook)
+        with pytest.raises(StopIteration):
+            hook.send(None)
+
+    real_nodes_fixtures._USE["use"] = chart
+    try:
+        chart.take_the_nodes()  # the first faulting module's setup
+        waiting = threading.Thread(target=other_runs_test)
+        waiting.start()
+        for item, nextitem in ((fault_1, fault_2), (fault_2, fault_3)):
+            teardown(item, nextitem)
+            chart.take_the_nodes()  # the next one's setup: it holds them already
+            with chart.nodes_to_itself():
+                pass  # a block inside the hold keeps it
+            assert not worked_on_the_nodes.wait(0.3), "another run's test worked on the nodes between two faults"
+        teardown(fault_3, other)
+        waiting.join(10)
+        assert worked_on_the_nodes.is_set(), "the nodes stayed held after the last node fault"
+        assert chart.waits_to_fault == 0 and chart.held_to_itself >= 0.6, chart.lock_report()
+        assert operators.waits_for_faults == 1, operators.lock_report()
+    finally:
+        real_nodes_fixtures._USE.pop("use", None)
+        chart.give_the_nodes_back()

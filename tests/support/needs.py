@@ -10,6 +10,16 @@ from collections.abc import Iterable, Mapping
 
 ON_THE_INSTANCE = ("needs_cluster", "needs_nodes")
 
+# The fixtures of a test that stops, partitions, drains or deletes a node, holding the nodes to
+# its run (tests/support/real_nodes_fixtures.py).
+NODE_FAULT_FIXTURES = ("nodes_to_the_module", "nodes_to_the_test")
+
+
+def faults_nodes(item: object) -> bool:
+    """Whether a pytest item (or None) uses one of NODE_FAULT_FIXTURES."""
+    return bool(set(NODE_FAULT_FIXTURES) & set(getattr(item, "fixturenames", ())))
+
+
 # A fixture (used directly or through another fixture) -> the markers a test using it carries
 # one of.
 BY_FIXTURE: dict[str, tuple[str, ...]] = {

@@ -13,8 +13,10 @@ import pytest
 from localkube import controlplane
 from localkube import layout as localkube_layout
 from tests.support import chart_release, shared_real_nodes
+from tests.support.needs import faults_nodes
 
 REAL_NODES_ROOT = localkube_layout.REAL_NODES_TEST_ROOT
+_USE: dict[str, shared_real_nodes.SharedUse] = {}  # the session's `real_nodes_use`, for the teardown hook
 
 
 def register(config: pytest.Config) -> None:
@@ -33,7 +35,11 @@ def real_nodes_use():
     stops it too. e2e/tests/test_real_nodes.py takes it down after everything else on it, to
     check the host."""
     with shared_real_nodes.used(REAL_NODES_ROOT) as use:
-        yield use
+        _USE["use"] = use
+        try:
+            yield use
+        finally:
+            _USE.pop("use", None)
 
 
 @pytest.fixture(scope="session")
@@ -49,17 +55,31 @@ def host_before(real_nodes_use):
 
 @pytest.fixture(scope="module")
 def nodes_to_the_module(real_nodes_use):
-    """For a module that stops, partitions, drains or deletes nodes: the other run's tests on
-    the nodes (tests/nodes/host_operator) wait until it is done (tests/support/shared_real_nodes.py)."""
-    with real_nodes_use.nodes_to_itself():
-        yield
+    """For a module that stops, partitions, drains or deletes nodes: the other runs' tests on
+    the nodes (tests/nodes/host_operator) wait until it is done (tests/support/shared_real_nodes.py).
+    The hold lasts until a test that faults no node comes next (`pytest_runtest_teardown`), so
+    that the faulting tests, run one after the other (conftest.py), wait for the other runs once."""
+    real_nodes_use.take_the_nodes()
+    yield
 
 
 @pytest.fixture
 def nodes_to_the_test(real_nodes_use):
     """As `nodes_to_the_module`, for one test."""
-    with real_nodes_use.nodes_to_itself():
-        yield
+    real_nodes_use.take_the_nodes()
+    yield
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """After a test that faulted nodes (its fixtures torn down): the nodes go back to the other
+    runs unless the next test faults nodes too."""
+    try:
+        return (yield)
+    finally:
+        use = _USE.get("use")
+        if use is not None and faults_nodes(item) and not faults_nodes(nextitem):
+            use.give_the_nodes_back()
 
 
 @pytest.fixture(scope="session")

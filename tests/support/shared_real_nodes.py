@@ -11,7 +11,8 @@ in its root:
   gives its shared lock up while it waits for the exclusive one, so the others look here
   first): while it is held, no other run takes the instance down;
 - `nodes.lock`, held shared while a test works on the nodes (`nodes_kept`) and exclusively by
-  a test that stops, partitions, drains or deletes a node (`nodes_to_itself`), so that a node
+  a test that stops, partitions, drains or deletes a node (`nodes_to_itself`, or
+  `take_the_nodes` to `give_the_nodes_back` over consecutive faulting tests), so that a node
   fault never hits another run's clusters; `nodes-turnstile.lock` lets a waiting node fault
   in before the next test takes its shared lock.
 """
@@ -54,6 +55,8 @@ class SharedUse:
         self._users = None
         self._down_check = None
         self._kept = 0
+        self._exclusive: tuple | None = None  # nodes-turnstile.lock and nodes.lock, held exclusively
+        self._exclusive_since = 0.0
         # Seconds this run waited on nodes.lock, and how often (over half a second): for a node
         # fault of another run (shared), to fault a node itself (exclusive); and how long it held
         # the nodes to itself. Reported when the run lets go.
@@ -104,20 +107,45 @@ class SharedUse:
             finally:
                 self._kept = 0
 
+    def take_the_nodes(self) -> None:
+        """From now until `give_the_nodes_back`, no other run's test works on the nodes; a no-op
+        while this run holds them already, so that consecutive node faults wait for the other
+        runs' tests once, not once each."""
+        if self._exclusive is not None:
+            return
+        asked = time.monotonic()
+        turnstile = open(self.root / "nodes-turnstile.lock", "a")
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        nodes = open(self.root / "nodes.lock", "a")
+        fcntl.flock(nodes, fcntl.LOCK_EX)
+        got = time.monotonic()
+        if got - asked > 0.5:
+            self.waited_to_fault += got - asked
+            self.waits_to_fault += 1
+        self._exclusive, self._exclusive_since = (turnstile, nodes), got
+
+    def give_the_nodes_back(self) -> None:
+        if self._exclusive is None:
+            return
+        turnstile, nodes = self._exclusive
+        self._exclusive = None
+        self.held_to_itself += time.monotonic() - self._exclusive_since
+        for file in (nodes, turnstile):
+            fcntl.flock(file, fcntl.LOCK_UN)
+            file.close()
+
     @contextlib.contextmanager
     def nodes_to_itself(self) -> Iterator[None]:
-        """While the block runs, no other run's test works on the nodes."""
-        asked = time.monotonic()
-        with _locked(self.root / "nodes-turnstile.lock", fcntl.LOCK_EX):
-            with _locked(self.root / "nodes.lock", fcntl.LOCK_EX):
-                got = time.monotonic()
-                if got - asked > 0.5:
-                    self.waited_to_fault += got - asked
-                    self.waits_to_fault += 1
-                try:
-                    yield
-                finally:
-                    self.held_to_itself += time.monotonic() - got
+        """While the block runs, no other run's test works on the nodes (inside a longer hold
+        of this run, the block keeps it)."""
+        if self._exclusive is not None:
+            yield
+            return
+        self.take_the_nodes()
+        try:
+            yield
+        finally:
+            self.give_the_nodes_back()
 
     def lock_report(self) -> str:
         return (
