@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import tarfile
+import tempfile
 import time
 
 NAMESPACE = "k8s.io"  # the namespace the CRI (and so the kubelet) looks in
@@ -165,9 +166,18 @@ class Throwaway:
     def run(
         self, image: str, name: str, *command: str, read_only: bool = False, timeout: float = 60.0
     ) -> subprocess.CompletedProcess:
-        """`ctr run --rm` of one container as the image's user; its output and exit code."""
-        args = ["ctr", "--address", str(self.socket), "--namespace", NAMESPACE, "run", "--rm"]
-        if read_only:
-            args += ["--read-only"]
-        args += [image, name, *command]
-        return subprocess.run(args, capture_output=True, text=True, timeout=timeout)
+        """`ctr run --rm` of one container as the image's user; its output (stdout and stderr
+        together) and exit code. The shim hands the container a file as its output
+        (`--log-uri file://`), so nothing goes through fifos: ctr can exit 0 before it has
+        copied a short-lived container's output (seen on a loaded machine: exit 0, nothing
+        printed)."""
+        with tempfile.TemporaryDirectory() as scratch:
+            output = pathlib.Path(scratch) / "output"
+            args = ["ctr", "--address", str(self.socket), "--namespace", NAMESPACE, "run", "--rm"]
+            args += ["--log-uri", f"file://{output}"]
+            if read_only:
+                args += ["--read-only"]
+            args += [image, name, *command]
+            done = subprocess.run(args, capture_output=True, text=True, timeout=timeout)
+            printed = output.read_text() if output.exists() else ""
+        return subprocess.CompletedProcess(done.args, done.returncode, printed, done.stderr)
