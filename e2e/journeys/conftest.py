@@ -49,13 +49,29 @@ class Operator:
 
     @contextlib.contextmanager
     def set_aside(self):
-        """No operator on the cluster for a while (the release and its namespace gone), then
-        the session's release installed again, whatever happened meanwhile."""
-        chart_release.uninstall(self.kubeconfig)
-        try:
-            yield
-        finally:
-            self.install()
+        """No operator on the cluster for a while (the release and its namespace gone). The
+        session's release is installed again after the journey, whatever happened meanwhile,
+        unless the next one sets it aside too (`pytest_runtest_teardown`): consecutive journeys
+        marked `sets_the_operator_aside` uninstall and install it once."""
+        if not _SET_ASIDE:
+            chart_release.uninstall(self.kubeconfig)
+            _SET_ASIDE.append(self)
+        yield
+
+
+# The session's Operator while its release is set aside (at most one).
+_SET_ASIDE: list[Operator] = []
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """After a journey: the release set aside is installed again, unless the next journey sets
+    it aside too."""
+    try:
+        return (yield)
+    finally:
+        if _SET_ASIDE and not (nextitem is not None and nextitem.get_closest_marker("sets_the_operator_aside")):
+            _SET_ASIDE.pop().install()
 
 
 @pytest.fixture(scope="session")

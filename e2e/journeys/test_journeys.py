@@ -333,6 +333,7 @@ def run_as_printed(block: doc_commands.Block, kubeconfig: str | None = None) -> 
     return result
 
 
+@pytest.mark.sets_the_operator_aside
 def test_the_readme_quickstart_runs_as_printed(operator):
     if operator.release is None:
         pytest.skip("the quickstart installs the chart itself (E2E_TARGET=external)")
@@ -354,6 +355,7 @@ def test_the_readme_quickstart_runs_as_printed(operator):
             )
 
 
+@pytest.mark.sets_the_operator_aside
 def test_the_install_page_commands_run_as_printed(operator):
     """docs/install.md's Helm install, then its restricted label: the operator's pods, made
     again under that label, are admitted."""
@@ -374,6 +376,7 @@ def test_the_install_page_commands_run_as_printed(operator):
             kubectl("delete", "namespace", "etcd-operator", "--ignore-not-found", "--timeout=120s", check=False)
 
 
+@pytest.mark.sets_the_operator_aside
 def test_the_sharding_page_commands_run_as_printed(operator, tmp_path):
     """docs/operations/sharding.md's two releases and its cluster of shard b: shard b claims
     the cluster and its backup with its own finalizer and runs it, shard a leaves them alone.
