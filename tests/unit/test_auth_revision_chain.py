@@ -13,13 +13,14 @@ import types
 import pytest
 
 from etcd_operator.clients.etcd.client import EtcdError
+from etcd_operator.controllers.backup import continuous_writer
 from etcd_operator.controllers.restore.executor import RestoreExecutor
 from etcd_operator.core.backup import continuous as cb
 from etcd_operator.core.backup import steps as s
 from etcd_operator.core.backup.chain import CaughtUp
 from etcd_operator.core.backup.manifest import Manifest, ManifestUnauthenticated, manifest_key
 from etcd_operator.core.backup.planner import plan
-from etcd_operator.core.backup.segment_cutting import SegmentCutter
+from etcd_operator.core.backup.segment_cutting import RevisionGrouper, SegmentCutter
 from etcd_operator.core.backup.segments import KeyChange, RevisionRecord, chain_id
 from etcd_operator.core.backup.state import RunState
 from etcd_operator.core.outcome import Outcome
@@ -35,6 +36,7 @@ from tests.unit.test_backup_continuous import (
     CLUSTER,
     CONTINUOUS,
     NOW,
+    QuietMember,
     SegmentStore,
     chain_writer,
     lease_writer,
@@ -147,6 +149,53 @@ def test_a_writer_resuming_its_chain_takes_the_auth_revision_its_last_segment_re
     fresh = chain_writer(clock=1000.0)
     asyncio.run(fresh._resume(SegmentStore([unrecorded])))  # type: ignore[arg-type]
     assert fresh.view().auth_revision is None
+
+
+def test_a_caught_up_writer_reads_auth_at_most_every_auth_heartbeat_and_status_keeps_when(monkeypatch):
+    """A cluster that writes nothing: no cut reads auth, so the heartbeat does, once caught up
+    and once its last reading is AUTH_HEARTBEAT_SECONDS old (one raft entry each)."""
+    monkeypatch.setattr(continuous_writer, "HEARTBEAT_SECONDS", 0.001)
+    store = SegmentStore([segment_manifest(chain_id(CLUSTER, 10), 1, 11, 20, seen=1000.0)])
+    now = [1500.0]
+    writer = chain_writer(clock=0.0)
+    writer.clock = lambda: now[0]
+    asyncio.run(writer._resume(store))  # type: ignore[arg-type]
+
+    def follow(revision: int) -> QuietMember:
+        member = QuietMember(revision, reads=4, auth=5)
+
+        async def go() -> None:
+            grouper, cutter = RevisionGrouper(writer._cut_next), SegmentCutter(60, 1 << 20)
+            task = asyncio.create_task(writer._follow(member, store, grouper, cutter))  # type: ignore[arg-type]
+            answered = asyncio.create_task(member.answered.wait())
+            await asyncio.wait([task, answered], return_when=asyncio.FIRST_COMPLETED)
+            assert not task.done(), task
+            task.cancel()
+            await asyncio.gather(task, answered, return_exceptions=True)
+
+        asyncio.run(go())
+        return member
+
+    assert follow(25).auth_asked == 0  # behind the cluster: not caught up, nothing read
+    assert follow(20).auth_asked == 1  # caught up: read once, then not again within 10 s
+    assert (writer.view().auth_revision, writer.view().auth_read_at) == (5, 1500.0)
+    now[0] = 1500.0 + continuous_writer.AUTH_HEARTBEAT_SECONDS
+    assert follow(20).auth_asked == 1 and writer.view().auth_read_at == 1510.0
+    written = status_after(s.Stream(chain=writer.chain), s.StreamReport(view=writer.view()), {})
+    assert written["continuous"]["authRead"] == {
+        "clusterID": CLUSTER,
+        "authRevision": 5,
+        "time": "1970-01-01T00:25:10.000Z",
+    }
+    assert cb.AuthRead.from_dict(written["continuous"]["authRead"]) == cb.AuthRead(CLUSTER, 5, 1510.0)
+
+
+def test_a_later_reading_of_the_same_auth_revision_moves_its_time_on_and_an_older_one_never_back():
+    read = cb.AuthRead(CLUSTER, 5, 100.0)
+    assert read.newest(CLUSTER, 5, 110.0) == cb.AuthRead(CLUSTER, 5, 110.0)
+    assert read.newest(CLUSTER, 5, 90.0) == read and read.newest(CLUSTER, 4, 120.0) == read
+    assert read.newest(CLUSTER, 6, 105.0) == cb.AuthRead(CLUSTER, 6, 105.0)
+    assert read.newest(CLUSTER, 5, None) == read and read.newest(CLUSTER, None, 130.0) == read
 
 
 def report(auth: int | None, cluster: str = CLUSTER, chain: str = CHAIN_100["chain"]) -> s.StreamReport:
@@ -278,6 +327,38 @@ def test_a_time_target_takes_its_auth_reading_from_a_segment_cut_after_it(time, 
         assert "no segment was cut after it" in auth["message"], auth["message"]
     recorded = status["pointInTime"]
     assert recorded.get("targetAuthSegment") == witness and recorded["baseIsThePoint"] is False
+    assert ReplayRecord.from_dict(recorded) == step.record
+
+
+@pytest.mark.parametrize(
+    ("auth_read", "expected", "reason"),
+    [
+        (cb.AuthRead("c1", 3, 44.0), "True", "AuthUnchanged"),  # read after the point: as the base
+        (cb.AuthRead("c1", 5, 44.0), "False", AUTH_FROM_BASE),  # moved by then: maybe before the point
+        (cb.AuthRead("c1", 3, 41.0), "Unknown", AUTH_FROM_BASE),  # read before the point
+        (cb.AuthRead("c1", 3, None), "Unknown", AUTH_FROM_BASE),  # recorded without its time
+        (cb.AuthRead(OTHER_CLUSTER, 3, 44.0), "Unknown", AUTH_FROM_BASE),  # another cluster's
+    ],
+    ids=["unchanged", "moved", "read-before", "no-time", "another-cluster"],
+)
+def test_a_time_after_the_last_cut_takes_its_auth_reading_from_the_writers_read_after_it(auth_read, expected, reason):
+    """Status.continuous.authRead: the writer reads auth while caught up (at most every 10 s),
+    so a cluster that writes nothing still has an auth reading after the point."""
+    catalogue = dataclasses.replace(
+        auth_catalogue(3, (3, 3, 3)), caught_up=(CaughtUp(pitr.CHAIN, 40, 45.0),), auth_read=auth_read
+    )
+    step = pitr.planned({"time": "1970-01-01T00:00:42Z"}, catalogue)
+    conditions, status = restore_conditions(step)
+    auth = conditions[AUTH_CONDITION]
+    assert (auth["status"], auth["reason"], step.record.target_auth_segment) == (expected, reason, None), auth
+    recorded = status["pointInTime"]
+    if expected == "Unknown":
+        assert "targetAuthReadTime" not in recorded and "no segment was cut after it" in auth["message"]
+    else:
+        assert recorded["targetAuthReadTime"] == "1970-01-01T00:00:44.000Z"
+        assert recorded["targetAuthRevision"] == auth_read.auth_revision
+    if expected == "False":
+        assert "read by the backup's writer at 1970-01-01T00:00:44.000Z, after the point" in auth["message"]
     assert ReplayRecord.from_dict(recorded) == step.record
 
 

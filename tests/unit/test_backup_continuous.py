@@ -673,11 +673,17 @@ def test_a_follower_catching_up_is_waited_for_and_never_breaks_the_chain():
 
 class QuietMember:
     """A member of a cluster that takes no write: its watch stays silent; a linearizable
-    read answers `revision`. `answered` is set after `reads` reads."""
+    read answers `revision`, AuthStatus `auth` (asked counts them). `answered` is set after
+    `reads` reads."""
 
-    def __init__(self, revision: int, reads: int):
+    def __init__(self, revision: int, reads: int, auth: int = 1):
         self.revision, self.reads_wanted = revision, reads
+        self.auth, self.auth_asked = auth, 0
         self.answered = asyncio.Event()
+
+    async def auth_revision(self, timeout: float | None = None) -> int:
+        self.auth_asked += 1
+        return self.auth
 
     async def watch_keyspace(self, start: int):
         await asyncio.Event().wait()  # never delivers

@@ -88,6 +88,10 @@ LEASE_ATTEMPTS = 3  # asks for one lease's TTL before the chain breaks for it
 HEARTBEAT_SECONDS = 2.0
 STALL_SECONDS = 10.0
 AUTH_READ_SECONDS = 2.0  # the auth revision read at each cut: a segment waits at most this for it
+# While caught up, the heartbeat reads the auth revision too when the last read is this old: an
+# auth change on a cluster that writes nothing is seen (and a restore to a time after the last
+# cut can tell the auth state), at one raft entry per this many seconds.
+AUTH_HEARTBEAT_SECONDS = 10.0
 CLOCK_BEHIND_REPORTED = 1.0  # seconds behind the chain's last stamp that are logged (once per writer)
 
 
@@ -143,7 +147,8 @@ class SegmentWriter:
         self.store_error: str | None = None
         self.waiting: str | None = "starting"
         self.broken: cb.ChainBreak | None = None
-        self.auth_revision: int | None = None  # the newest auth revision read for a segment of the chain
+        self.auth_revision: int | None = None  # the newest auth revision read for the chain
+        self.auth_read_at: float | None = None  # when the read that last gave it was sent (self.clock)
         self.stopped_because: str | None = None  # it ended without a break
         self._sequence = 1
         self._cut_next = start.base_revision + 1  # the first revision of the next segment
@@ -179,6 +184,7 @@ class SegmentWriter:
             caught_up=self.caught_up,
             ignored=tuple(i.key for i in self.ignored),
             auth_revision=self.auth_revision,
+            auth_read_at=self.auth_read_at,
             cluster_id=self.start_point.cluster_id,
         )
 
@@ -351,6 +357,8 @@ class SegmentWriter:
                     self.cluster_revision = max(self.cluster_revision or 0, revision)
                     if revision == self.last_revision:
                         self.caught_up = (revision, sent)
+                        if self.auth_read_at is None or sent - self.auth_read_at >= AUTH_HEARTBEAT_SECONDS:
+                            await self._read_auth_revision(client)
                     holding_back = self._upload is not None and not self._upload.done()
                     stalled = progress.observe(revision, grouper.next_revision - 1, self.monotonic(), holding_back)
                     if stalled:
@@ -429,12 +437,14 @@ class SegmentWriter:
         segment is not held back for it."""
         if self.fenced:
             return None
+        sent = self.clock()  # the answer is the auth state at or after this moment
         try:
             revision = await client.auth_revision(timeout=AUTH_READ_SECONDS)
         except EtcdError as e:
             logger.warning("continuous backup %s: auth revision not read: %s", self._name, e.detail)
             return None
-        self.auth_revision = max(self.auth_revision or 0, revision)
+        if self.auth_revision is None or revision >= self.auth_revision:
+            self.auth_revision, self.auth_read_at = revision, sent
         return revision
 
     async def _learn_leases(self, client: EtcdMemberClient, used: set[int]) -> None:

@@ -20,7 +20,7 @@ from etcd_operator.core.backup.keyring import KeyringError
 from etcd_operator.core.backup.manifest import Ignored, ManifestUnauthenticated, backup_prefix
 from etcd_operator.core.backup.segments import SEGMENT_MANIFEST_SUFFIX, SegmentManifest, segments_prefix
 from etcd_operator.core.restore.observed import Catalogue
-from etcd_operator.core.restore.point_in_time import caught_up_of
+from etcd_operator.core.restore.point_in_time import auth_read_of, caught_up_of
 
 logger = logging.getLogger(__name__)
 
@@ -78,7 +78,8 @@ async def list_catalogue(
             await asyncio.to_thread(storage.close)
     except StorageError as e:
         return Catalogue(folder=folder, error=str(e), permanent=e.permanent)
-    return dataclasses.replace(catalogue, caught_up=caught_up_of(backup.get("status")))
+    backup_status = backup.get("status")
+    return dataclasses.replace(catalogue, caught_up=caught_up_of(backup_status), auth_read=auth_read_of(backup_status))
 
 
 async def read_catalogue(

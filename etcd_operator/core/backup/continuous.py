@@ -15,6 +15,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from etcd_operator.core.timefmt import format_precise_time, parse_time
+
 DEFAULT_SEGMENT_SECONDS = 1
 DEFAULT_SEGMENT_BYTES = 2 << 20
 DEFAULT_FULL_SNAPSHOT_AFTER_EVENTS = 250_000  # a point-in-time replay of ~1,500 revisions/s (make bench): under 3 min
@@ -89,31 +91,45 @@ class ChainBreak:
 @dataclasses.dataclass(frozen=True)
 class AuthRead:
     """status.continuous.authRead: the newest etcd auth revision a writer of this backup read
-    from cluster `cluster_id` (at a segment cut). Auth changes are in no watch: kept in status
-    so that an operator restart (or a standby taking over) compares the next base with it
-    at once, not only after its writer's first cut. It never goes back for one cluster."""
+    from cluster `cluster_id` (at a segment cut, and while caught up at most every
+    AUTH_HEARTBEAT_SECONDS). Auth changes are in no watch: kept in status so that an operator
+    restart (or a standby taking over) compares the next base with it at once, not only after
+    its writer's first cut. It never goes back for one cluster. `time`: when the newest read
+    of that revision was sent (the writer's clock), so the auth state was that revision's at
+    that time too; None: recorded by an operator before this field."""
 
     cluster_id: str
     auth_revision: int
+    time: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"clusterID": self.cluster_id, "authRevision": self.auth_revision}
+        record: dict[str, Any] = {"clusterID": self.cluster_id, "authRevision": self.auth_revision}
+        if self.time is not None:
+            record["time"] = format_precise_time(self.time)
+        return record
 
     @classmethod
     def from_dict(cls, record: Mapping[str, Any] | None) -> AuthRead | None:
         record = record or {}
         if not record.get("clusterID") or record.get("authRevision") is None:
             return None
-        return cls(str(record["clusterID"]), int(record["authRevision"]))
+        try:
+            time = parse_time(record.get("time"))
+        except ValueError:
+            time = None
+        return cls(str(record["clusterID"]), int(record["authRevision"]), time)
 
-    def newest(self, cluster_id: str, auth_revision: int | None) -> AuthRead | None:
-        """This reading, with a writer's `auth_revision` of `cluster_id` taken in (None: not
-        read). A reading of another cluster (a restore gave it a new ID) replaces it."""
+    def newest(self, cluster_id: str, auth_revision: int | None, time: float | None = None) -> AuthRead | None:
+        """This reading, with a writer's `auth_revision` of `cluster_id` read at `time` taken in
+        (None: not read). A reading of another cluster (a restore gave it a new ID) replaces
+        it; a later read of the same revision moves its time on."""
         if auth_revision is None or not cluster_id:
             return self
-        if cluster_id != self.cluster_id:
-            return AuthRead(cluster_id, auth_revision)
-        return AuthRead(cluster_id, max(self.auth_revision, auth_revision))
+        if cluster_id != self.cluster_id or auth_revision > self.auth_revision:
+            return AuthRead(cluster_id, auth_revision, time)
+        if auth_revision == self.auth_revision and time is not None and (self.time is None or time > self.time):
+            return AuthRead(cluster_id, auth_revision, time)
+        return self
 
     def of(self, cluster_id: str) -> int | None:
         """The reading, when it is of `cluster_id`; auth revisions of two clusters do not compare."""
@@ -183,6 +199,7 @@ class StreamView:
     # in the watch: one after the base asks for a new base (planner.py). status.continuous.authRead
     # keeps the newest across writers.
     auth_revision: int | None = None
+    auth_read_at: float | None = None  # when the read that last gave `auth_revision` was sent
     cluster_id: str = ""  # the chain's cluster: whose auth revision `auth_revision` is
 
 

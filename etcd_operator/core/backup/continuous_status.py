@@ -102,10 +102,10 @@ def _auth_read(before: Mapping[str, Any] | None, view: StreamView) -> AuthRead |
     or of a replica before it) reports: a writer started after a restart has read nothing yet."""
     recorded = AuthRead.from_dict(before)
     if recorded is not None:
-        return recorded.newest(view.cluster_id, view.auth_revision)
+        return recorded.newest(view.cluster_id, view.auth_revision, view.auth_read_at)
     if view.auth_revision is None or not view.cluster_id:
         return None
-    return AuthRead(view.cluster_id, view.auth_revision)
+    return AuthRead(view.cluster_id, view.auth_revision, view.auth_read_at)
 
 
 def _streaming(view: StreamView | None, message: str) -> c.Condition:

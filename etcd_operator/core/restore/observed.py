@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from etcd_operator.core.backup.chain import CaughtUp
+from etcd_operator.core.backup.continuous import AuthRead
 from etcd_operator.core.backup.manifest import Ignored, Manifest
 from etcd_operator.core.backup.segments import SegmentManifest
 from etcd_operator.core.cluster.spec import ClusterSpec
@@ -154,6 +155,7 @@ class Catalogue:
     snapshots: tuple[Manifest, ...] = ()
     segments: tuple[SegmentManifest, ...] = ()
     caught_up: tuple[CaughtUp, ...] = ()  # the backup's status.continuous.caughtUp, when it records one
+    auth_read: AuthRead | None = None  # the backup's status.continuous.authRead, when it records one
     ignored: tuple[Ignored, ...] = ()  # manifests that did not authenticate under the restore's keys: not planned with
     error: str | None = None  # the store could not be listed
     permanent: bool = False  # ... and listing again cannot help (credentials, bucket)

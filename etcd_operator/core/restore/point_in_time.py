@@ -17,6 +17,7 @@ from typing import Any
 
 from etcd_operator.core import conditions as c
 from etcd_operator.core.backup.chain import CaughtUp, ChainProblem, ReplayPlan, Target, runs
+from etcd_operator.core.backup.continuous import AuthRead
 from etcd_operator.core.backup.scratch_verdict import SHA256_REFUSED, UNSEALING_REFUSED
 from etcd_operator.core.backup.segments import SegmentManifest
 from etcd_operator.core.timefmt import format_precise_time, parse_time
@@ -50,6 +51,12 @@ def caught_up_of(backup_status: Mapping[str, Any] | None) -> tuple[CaughtUp, ...
         return (CaughtUp(str(record["chain"]), int(record["revision"]), moment),)
     except (KeyError, TypeError, ValueError):
         return ()
+
+
+def auth_read_of(backup_status: Mapping[str, Any] | None) -> AuthRead | None:
+    """The writer's newest auth revision reading, from an EtcdBackup's status
+    (status.continuous.authRead); None when there is none."""
+    return AuthRead.from_dict(((backup_status or {}).get("continuous") or {}).get("authRead"))
 
 
 def describe(target: Target) -> str:
@@ -135,6 +142,9 @@ class ReplayRecord:
     base_auth_revision: int | None = None
     target_auth_revision: int | None = None
     target_auth_segment: int | None = None
+    # When no segment was cut after a time target: when the backup's writer read
+    # target_auth_revision (status.continuous.authRead, at or after the point).
+    target_auth_read_time: str | None = None
     base_is_point: bool = False  # a full snapshot is the point (a revision, or the latest): nothing after it counts
 
     @property
@@ -151,12 +161,20 @@ class ReplayRecord:
         return self.replayed_key if self.replays else self.base_key
 
     @classmethod
-    def of_plan(cls, target: Target, plan: ReplayPlan, replayed_key: str) -> ReplayRecord:
+    def of_plan(
+        cls, target: Target, plan: ReplayPlan, replayed_key: str, auth_read: AuthRead | None = None
+    ) -> ReplayRecord:
+        """`auth_read`: the backup's writer's newest auth reading, which stands for the point's
+        auth state when no segment was cut after a time target and it was read after the time."""
         base, witness = plan.base, plan.auth_witness
         # (etcd's auth revision at the point, the sequence of the segment it was read with)
         read: tuple[int | None, int | None] = (base.auth_revision, None)
+        read_time = None
         if plan.replays or target.time is not None:  # else the snapshot is the point; a time may be after it
             read = (None, None) if witness is None else (witness.auth_revision, witness.sequence)
+            after = _read_after(auth_read, base.cluster_id, target.time) if witness is None else None
+            if after is not None:
+                read, read_time = (after.auth_revision, None), after.time
         record = cls(
             describe(target),
             base.snapshot_key,
@@ -167,6 +185,7 @@ class ReplayRecord:
             base_auth_revision=base.auth_revision,
             target_auth_revision=read[0],
             target_auth_segment=read[1],
+            target_auth_read_time=None if read_time is None else format_precise_time(read_time),
             base_is_point=not plan.replays and target.time is None,
         )
         if not plan.replays:
@@ -208,6 +227,7 @@ class ReplayRecord:
             "baseAuthRevision": self.base_auth_revision,
             "targetAuthRevision": self.target_auth_revision,
             "targetAuthSegment": self.target_auth_segment,
+            "targetAuthReadTime": self.target_auth_read_time,
             "baseIsThePoint": self.base_is_point,
         }
         return {k: v for k, v in fields.items() if v not in (None, "")}
@@ -233,8 +253,17 @@ class ReplayRecord:
             applied=data.get("revisionsApplied"),
             base_auth_revision=data.get("baseAuthRevision"),
             target_auth_revision=data.get("targetAuthRevision"),
+            target_auth_read_time=data.get("targetAuthReadTime"),
             **_auth_witness_of(data),
         )
+
+
+def _read_after(auth_read: AuthRead | None, cluster_id: str, moment: float | None) -> AuthRead | None:
+    """The writer's auth reading when it is of `cluster_id` and was sent at or after `moment`:
+    the auth state at the moment is at or below its revision (auth revisions only grow)."""
+    if auth_read is None or moment is None or auth_read.time is None or auth_read.time < moment:
+        return None
+    return auth_read if auth_read.of(cluster_id) is not None else None
 
 
 def _auth_witness_of(data: Mapping[str, Any]) -> dict[str, Any]:
@@ -258,8 +287,9 @@ _AUTH_REAPPLIED = (
 def auth_condition(record: ReplayRecord) -> c.Condition:
     """Whether the restored auth state (users, roles, the auth switch: the base snapshot's)
     is the target's, by the auth revisions recorded with the base and with the first segment
-    cut at or after the point. True when they match or the base is the point; False when they differ;
-    Unknown when either was not recorded, or no segment was cut after a time target (the data
+    cut at or after the point (or, for a time after the last cut, with the writer's auth reading
+    sent after it). True when they match or the base is the point; False when they differ;
+    Unknown when either was not recorded, or nothing read auth after a time target (the data
     is restored either way)."""
     if record.base_is_point:
         return c.Condition(AUTH_CONDITION, True, "BaseIsThePoint", f"{record.base_key} is the point itself")
@@ -272,7 +302,12 @@ def auth_condition(record: ReplayRecord) -> c.Condition:
             f"etcd's auth revision is {base} at the base snapshot and at {record.target}: users and roles are as at "
             "the point",
         )
-    if record.target_auth_segment is None:
+    if record.target_auth_read_time is not None:
+        read = (
+            f"read by the backup's writer at {record.target_auth_read_time}, after the point "
+            "(no segment was cut after it)"
+        )
+    elif record.target_auth_segment is None:
         read = "read at or after the point: no segment was cut after it"
     else:
         of_chain = f" of chain {record.chain}" if record.chain else ""

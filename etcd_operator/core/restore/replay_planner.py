@@ -120,7 +120,7 @@ def _choose(spec: RestoreSpec, observed: Observed) -> s.Step:
             f"{describe(point)} cannot be reached from EtcdBackup {spec.backup}: {e}{left_out}",
             code="PointNotReachable",
         )
-    record = ReplayRecord.of_plan(point, plan, replay_key(catalogue.folder, observed.uid))
+    record = ReplayRecord.of_plan(point, plan, replay_key(catalogue.folder, observed.uid), catalogue.auth_read)
     if not record.replays:
         why = f"full snapshot {record.base_key} is at revision {record.base_revision}: nothing to replay"
     else:

@@ -6,9 +6,10 @@ source's keys and values at that revision, compared key by key with the source r
 (`get --rev`). The writes include short lease sessions as lock and election clients make them
 (`etcdctl lock`; a lease granted, a key put under it and revoked within a second; a lease left
 to expire), so the chain has to carry leases that were gone before the writer could ask for
-them. A restore to a time an hour ahead, which the backup has not seen past, fails
-(PointNotReachable). With an
-encrypted continuous backup, the segments and the replayed snapshot are stored sealed
+them. A restore to a time after the last write (after the chain's last cut, the cluster idle)
+is as exact, and says its auth state is the time's from the writer's auth reading after it.
+A restore to a time an hour ahead, which the backup has not seen past, fails
+(PointNotReachable). With an encrypted continuous backup, the segments and the replayed snapshot are stored sealed
 (no written value readable in the store), and the restore with the backup's key is exact."""
 
 from __future__ import annotations
@@ -189,6 +190,25 @@ def test_restores_to_a_chosen_revision_and_to_a_chosen_time_hold_exactly_the_sou
             "target": {"newCluster": {"name": "at-latest", "spec": {**new_cluster, "size": 1}}},
         },
     )
+    # A time after the last write, so after the chain's last cut: no segment read auth after it;
+    # the writer, caught up with a cluster that writes nothing, reads it every 10 s, and the
+    # restore takes that reading (status.continuous.authRead) once one was sent after the time.
+    idle_text = format_precise_time(written[-1][1] + WATCH_SETTLE)
+
+    def read_after_idle_time() -> bool:
+        continuous = get_backup(namespace, "pitr")["status"].get("continuous") or {}
+        times = [parse_time((continuous.get(field) or {}).get("time")) for field in ("caughtUp", "authRead")]
+        return all(t is not None and t >= parse_time(idle_text) for t in times)
+
+    wait_for(read_after_idle_time, 120, what="the writer caught up and read auth after the idle time")
+    apply_restore(
+        namespace,
+        "to-idle",
+        {
+            "source": {"backupRef": {"name": "pitr"}, "pointInTime": {"time": idle_text}},
+            "target": {"newCluster": {"name": "at-idle", "spec": {**new_cluster, "size": 1}}},
+        },
+    )
     refused = wait_phase(namespace, "to-future", "Failed", timeout=180)
     failed = condition(refused, "Failed")
     assert failed and failed["reason"] == "PointNotReachable", refused["status"]
@@ -198,9 +218,15 @@ def test_restores_to_a_chosen_revision_and_to_a_chosen_time_hold_exactly_the_sou
         ("to-rev", "at-rev", at_revision, 3),
         ("to-time", "at-time", at_time, 1),
         ("to-latest", "at-latest", last, 1),
+        ("to-idle", "at-idle", last, 1),
     ):
-        status = wait_phase(namespace, restore, "Completed", timeout=600)["status"]
+        completed = wait_phase(namespace, restore, "Completed", timeout=600)
+        status = completed["status"]
         point = status["pointInTime"]
+        if restore == "to-idle":  # no auth change: the writer's reading after the time says so
+            auth = condition(completed, "AuthStateAtTarget")
+            assert auth and (auth["status"], auth["reason"]) == ("True", "AuthUnchanged"), status
+            assert point["targetAuthReadTime"] >= idle_text and "targetAuthSegment" not in point, point
         assert status["restoredRevision"] == point["reachedRevision"] == revision, point
         assert status["sourceKey"] == point.get("replayedKey", point["baseKey"])
         wait_healthy(namespace, cluster, size)
@@ -209,7 +235,7 @@ def test_restores_to_a_chosen_revision_and_to_a_chosen_time_hold_exactly_the_sou
         assert len(restored) == len(expected) >= 100
         assert restored == expected  # every key and value, exactly as the source held them at that revision
     # The replay pods are gone once their results were read.
-    for pod in ("to-rev-pitr", "to-time-pitr", "to-latest-pitr"):
+    for pod in ("to-rev-pitr", "to-time-pitr", "to-latest-pitr", "to-idle-pitr"):
         assert kubectl("get", "pod", pod, "-n", namespace, check=False).returncode != 0, f"{pod} was left"
 
 
