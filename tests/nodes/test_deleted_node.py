@@ -53,7 +53,7 @@ def cluster(operator_release, kubectl_on_real_nodes):
         wait_healthy(NAMESPACE, CLUSTER, 3, timeout=300)
         yield CLUSTER
     finally:
-        delete_namespace(NAMESPACE)
+        delete_namespace(NAMESPACE, wait=False)  # not under the hold of the nodes: it takes 30 s
 
 
 def live_members() -> list[dict]:

@@ -67,7 +67,7 @@ def cluster(operator_release, kubectl_on_real_nodes):
     )
     wait_healthy(NAMESPACE, CLUSTER, 3, timeout=300)
     yield CLUSTER
-    delete_namespace(NAMESPACE)
+    delete_namespace(NAMESPACE, wait=False)  # not under the hold of the nodes: it takes 30 s
 
 
 @pytest.fixture

@@ -64,8 +64,8 @@ def cluster(operator_release, kubectl_on_real_nodes):
     kubectl("apply", "-f", "-", input=json.dumps(manifest))
     wait_healthy(NAMESPACE, CLUSTER, 3, timeout=300)
     yield CLUSTER
-    # The operator is still there to release the cluster's finalizer.
-    delete_namespace(NAMESPACE)
+    # The operator (the session's release) is still there to release the cluster's finalizer.
+    delete_namespace(NAMESPACE, wait=False)  # not under the hold of the nodes: it takes 30 s
 
 
 def operator_pods() -> list[dict]:

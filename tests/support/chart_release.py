@@ -39,6 +39,11 @@ def kubeconfig_env(kubeconfig: os.PathLike | str):
 
 
 def restricted_namespace(name: str) -> None:
+    """The namespace, labelled restricted; one of this name still terminating (deleted without
+    waiting, delete_namespace(wait=False)) goes first."""
+    phase = kubectl("get", "namespace", name, "-o", "jsonpath={.status.phase}", check=False).stdout
+    if phase == "Terminating":
+        kubectl("wait", "--for=delete", f"namespace/{name}", "--timeout=120s", check=False)
     namespace = {
         "apiVersion": "v1",
         "kind": "Namespace",
@@ -123,8 +128,13 @@ def fenced_out(namespace: str):
         kubectl("delete", "validatingadmissionpolicybinding,validatingadmissionpolicy", name, "--ignore-not-found")
 
 
-def delete_namespace(name: str) -> None:
-    """Waits until the namespace is gone (up to 120 s), so that it can be created again."""
+def delete_namespace(name: str, wait: bool = True) -> None:
+    """Waits until the namespace is gone (up to 120 s), so that it can be created again; with
+    `wait=False` it goes meanwhile (Kubernetes deletes the pods first, and everything else only
+    after their grace period, 30 s for members), and restricted_namespace waits for it."""
+    if not wait:
+        kubectl("delete", "namespace", name, "--ignore-not-found", "--wait=false", check=False)
+        return
     kubectl("delete", "namespace", name, "--ignore-not-found", "--timeout=120s", check=False)
 
 
