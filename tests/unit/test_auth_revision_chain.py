@@ -20,7 +20,7 @@ from etcd_operator.core.backup import steps as s
 from etcd_operator.core.backup.chain import CaughtUp
 from etcd_operator.core.backup.manifest import Manifest, ManifestUnauthenticated, manifest_key
 from etcd_operator.core.backup.planner import plan
-from etcd_operator.core.backup.segment_cutting import RevisionGrouper, SegmentCutter
+from etcd_operator.core.backup.segment_cutting import SegmentCutter
 from etcd_operator.core.backup.segments import KeyChange, RevisionRecord, chain_id
 from etcd_operator.core.backup.state import RunState
 from etcd_operator.core.outcome import Outcome
@@ -39,6 +39,7 @@ from tests.unit.test_backup_continuous import (
     QuietMember,
     SegmentStore,
     chain_writer,
+    follow_until_answered,
     lease_writer,
     observed,
     state,
@@ -163,17 +164,7 @@ def test_a_caught_up_writer_reads_auth_at_most_every_auth_heartbeat_and_status_k
 
     def follow(revision: int) -> QuietMember:
         member = QuietMember(revision, reads=4, auth=5)
-
-        async def go() -> None:
-            grouper, cutter = RevisionGrouper(writer._cut_next), SegmentCutter(60, 1 << 20)
-            task = asyncio.create_task(writer._follow(member, store, grouper, cutter))  # type: ignore[arg-type]
-            answered = asyncio.create_task(member.answered.wait())
-            await asyncio.wait([task, answered], return_when=asyncio.FIRST_COMPLETED)
-            assert not task.done(), task
-            task.cancel()
-            await asyncio.gather(task, answered, return_exceptions=True)
-
-        asyncio.run(go())
+        follow_until_answered(writer, store, member)
         return member
 
     assert follow(25).auth_asked == 0  # behind the cluster: not caught up, nothing read

@@ -696,25 +696,31 @@ class QuietMember:
         return self.revision
 
 
+def follow_until_answered(writer: SegmentWriter, store: SegmentStore, member) -> None:
+    """The writer's `_follow` against `member` until the member has answered what it was
+    asked for (`member.answered`); the writer must still be following then."""
+
+    async def go() -> None:
+        grouper, cutter = RevisionGrouper(writer._cut_next), SegmentCutter(60, 1 << 20)
+        task = asyncio.create_task(writer._follow(member, store, grouper, cutter))  # type: ignore[arg-type]
+        answered = asyncio.create_task(member.answered.wait())
+        await asyncio.wait([task, answered], return_when=asyncio.FIRST_COMPLETED)
+        assert not task.done(), task  # nothing it was answered (or refused) ended it
+        task.cancel()
+        await asyncio.gather(task, answered, return_exceptions=True)
+
+    asyncio.run(go())
+
+
 def test_a_writer_records_when_a_linearizable_read_found_the_whole_cluster_in_its_chain(monkeypatch):
     monkeypatch.setattr(continuous_writer, "HEARTBEAT_SECONDS", 0.001)
     store = SegmentStore([segment_manifest(chain_id(CLUSTER, 10), 1, 11, 20, seen=1000.0)])
     writer = chain_writer(clock=1500.0)
     asyncio.run(writer._resume(store))  # type: ignore[arg-type]
 
-    async def follow(revision: int) -> None:
-        member = QuietMember(revision, reads=3)
-        grouper, cutter = RevisionGrouper(writer._cut_next), SegmentCutter(60, 1 << 20)
-        task = asyncio.create_task(writer._follow(member, store, grouper, cutter))  # type: ignore[arg-type]
-        answered = asyncio.create_task(member.answered.wait())
-        await asyncio.wait([task, answered], return_when=asyncio.FIRST_COMPLETED)
-        assert not task.done(), task
-        task.cancel()
-        await asyncio.gather(task, answered, return_exceptions=True)
-
-    asyncio.run(follow(25))  # the cluster is ahead of the chain's 20
+    follow_until_answered(writer, store, QuietMember(25, reads=3))  # the cluster is ahead of the chain's 20
     assert writer.view().caught_up is None
-    asyncio.run(follow(20))
+    follow_until_answered(writer, store, QuietMember(20, reads=3))
     assert writer.view().caught_up == (20, 1500.0)
     written = status_after(s.Stream(chain=writer.chain), s.StreamReport(view=writer.view()), {})
     record = written["continuous"]["caughtUp"]
@@ -763,17 +769,7 @@ def test_a_fenced_writer_reads_the_members_own_revision_and_reports_the_chain_ca
     asyncio.run(writer._resume(store))  # type: ignore[arg-type]
     writer.fenced = True
 
-    async def follow() -> None:
-        member = FencedMember(20)
-        grouper, cutter = RevisionGrouper(writer._cut_next), SegmentCutter(60, 1 << 20)
-        task = asyncio.create_task(writer._follow(member, store, grouper, cutter))  # type: ignore[arg-type]
-        answered = asyncio.create_task(member.answered.wait())
-        await asyncio.wait([task, answered], return_when=asyncio.FIRST_COMPLETED)
-        assert not task.done(), task  # no failed linearizable read ended it
-        task.cancel()
-        await asyncio.gather(task, answered, return_exceptions=True)
-
-    asyncio.run(follow())
+    follow_until_answered(writer, store, FencedMember(20))  # no failed linearizable read ends it
     assert writer.view().caught_up == (20, 1500.0)
     with pytest.raises(MemberBehind, match="no quorum is left"):  # never a linearizable read, never a break
         asyncio.run(writer._check_member(FencedMember(15), next_revision=21))  # type: ignore[arg-type]

@@ -431,10 +431,11 @@ class SegmentWriter:
         self._upload = asyncio.create_task(self._upload_segment(storage, sequence, cut, auth_revision))
 
     async def _read_auth_revision(self, client: EtcdMemberClient) -> int | None:
-        """The member's auth revision, read after the watch gave it every revision of the
-        segment: at or after the auth state of each. None (recorded as unknown) when it
-        does not answer soon, or no quorum is left (etcd answers it through raft); the
-        segment is not held back for it."""
+        """The member's auth revision, read at a cut after the watch gave it every revision of
+        the segment (at or after the auth state of each), or by the heartbeat while caught up;
+        kept with the moment the read was sent. None (recorded as unknown) when it does not
+        answer soon, or no quorum is left (etcd answers it through raft); the segment is not
+        held back for it."""
         if self.fenced:
             return None
         sent = self.clock()  # the answer is the auth state at or after this moment
