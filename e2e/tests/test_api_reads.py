@@ -1,0 +1,78 @@
+"""tests.support's in-process `get` (tests/support/api_reads.py) answers as kubectl does: the
+same objects, lists with each item's apiVersion and kind, and the same refusal for a missing
+object. Each case runs kubectl itself beside it, on the session's real nodes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from localkube import layout as localkube_layout
+from tests.support import api_reads
+from tests.support.kubectl import kubectl, kubectl_json
+
+pytestmark = [pytest.mark.needs_cluster]
+
+
+def kubectl_itself(*args: str) -> subprocess.CompletedProcess:
+    binary = localkube_layout.testbin_dir() / "kube" / "kubectl"
+    return subprocess.run([str(binary), *args], capture_output=True, text=True, timeout=60)
+
+
+def without_volatile(listing: dict) -> dict:
+    """The objects by name, without what changes between two reads a moment apart."""
+    for item in listing.get("items", [listing]):
+        item["metadata"].pop("resourceVersion", None)
+        item["metadata"].pop("managedFields", None)
+        item.pop("status", None)
+    return listing
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("get", "pods", "-n", "kube-system"),
+        ("get", "po", "-n", "kube-system", "-l", "k8s-app=kube-dns"),
+        ("get", "nodes"),
+        ("get", "crd", "etcdclusters.etcd.operator.dev"),
+        ("get", "customresourcedefinitions.apiextensions.k8s.io"),
+        ("get", "deployments.apps", "-A"),
+        ("get", "serviceaccount", "default", "--namespace=default"),
+    ],
+)
+def test_a_plain_get_reads_in_process_what_kubectl_prints(kubectl_on_real_nodes, args):
+    query = api_reads.parse_get(args)
+    assert query is not None, f"{args} is read by kubectl, not in process"
+    reader = api_reads.reader()
+    assert reader is not None and reader.resource(query.resource) is not None, f"{query.resource} not resolved"
+    in_process = kubectl_json(*args)
+    printed = json.loads(kubectl_itself(*args, "-o", "json").stdout)
+    assert without_volatile(in_process) == without_volatile(printed)
+
+
+def test_a_missing_object_is_refused_as_kubectl_refuses_it(kubectl_on_real_nodes):
+    args = ("get", "etcdcluster", "never-made", "-n", "default")
+    printed = kubectl_itself(*args, "-o", "json")
+    with pytest.raises(subprocess.CalledProcessError) as refused:
+        kubectl_json(*args)
+    assert printed.returncode == refused.value.returncode == 1
+    assert refused.value.stderr == printed.stderr
+    unchecked = kubectl(*args, "-o", "json", check=False)
+    assert (unchecked.returncode, unchecked.stderr) == (1, printed.stderr)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("get", "pods,pvc", "-n", "default"),  # two resources
+        ("get", "pods", "-n", "default", "--sort-by=.metadata.name"),  # an option it does not know
+        ("get", "pods"),  # the kubeconfig's namespace
+        ("apply", "-f", "-"),
+    ],
+)
+def test_anything_else_is_left_to_kubectl(kubectl_on_real_nodes, args):
+    query = api_reads.parse_get(args)
+    reader = api_reads.reader()
+    assert query is None or reader is None or reader.get(query, ["kubectl", *args]) is None
