@@ -72,12 +72,13 @@ def pytest_collection_modifyitems(config, items):
     outside tests/nodes/host_operator) runs together, where the first of it was collected (so
     the session's real nodes are up only while needed): first the tests that fault nodes, one
     after the other so that one hold of the nodes covers them all (real_nodes_fixtures), and
-    what takes the nodes down, `needs_nodes(takes_them_down=True)`, after all of it. The
+    what takes the nodes down, `needs_nodes(takes_them_down=True)`, last of all. The
     operator-process tests on the real nodes (tests/nodes/host_operator) run after the other
-    tests of their run, those that need only the control plane (host_operator/control_plane,
-    which hold no node) first. So, in `make test`, the node faults run while the other run is
-    on its etcd processes, its containerd and the control plane, and the two wait for each
-    other's hold on the nodes as little as can be (shared_real_nodes)."""
+    tests of their run (in the real-node run, the modules marked lane3), those that need only
+    the control plane (host_operator/control_plane, which hold no node) first. So, in `make
+    test`, the node faults run while the other runs are on their etcd processes, their
+    containerd and the control plane, and the runs wait for each other's hold on the nodes as
+    little as can be (shared_real_nodes)."""
     check_needs(items)
     host_operator = [item for item in items if HOST_OPERATOR_TESTS in item.path.parents]
     items[:] = [item for item in items if item not in host_operator] + host_operator
@@ -90,10 +91,10 @@ def pytest_collection_modifyitems(config, items):
         if (mark := item.get_closest_marker("needs_nodes")) and mark.kwargs.get("takes_them_down")
     ]
     faulting = [item for item in marked if needs.faults_nodes(item) and item not in last]
-    group = faulting + [item for item in marked if item not in faulting and item not in last] + last
+    group = faulting + [item for item in marked if item not in faulting and item not in last]
     start = items.index(marked[0])
-    others = [item for item in items if item not in group]
-    items[:] = others[:start] + group + others[start:]
+    others = [item for item in items if item not in group and item not in last and item not in host_operator]
+    items[:] = others[:start] + group + others[start:] + host_operator + last
 
 
 def on_the_instance(item) -> bool:

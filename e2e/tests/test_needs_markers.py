@@ -90,6 +90,7 @@ def test_a_module_that_uses_a_helper_without_its_marker_is_named(module, removed
         (["tmp_path"], ["needs_release", "needs_nodes"], None),
         (["tmp_path"], ["needs_release"], "marker needs_release: mark one of needs_nodes"),
         (["tmp_path"], ["lane2"], "marker lane2"),
+        (["tmp_path"], ["lane3"], "marker lane3"),
         (["real_nodes_use"], [], "fixture real_nodes_use: mark one of needs_cluster, needs_nodes"),
     ],
 )
