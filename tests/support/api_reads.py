@@ -15,9 +15,7 @@ import os
 import subprocess
 import threading
 from dataclasses import dataclass
-from urllib.parse import quote, urlencode
-
-import urllib3
+from urllib.parse import quote
 
 _FLAGS_WITH_VALUE = {
     "-n": "namespace",
@@ -91,29 +89,26 @@ class ApiReader:
     def __init__(self, kubeconfig: str):
         from kubernetes import config  # the client library loads kubeconfig's credentials
 
-        configuration = config.kube_config.Configuration()
-        config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-        self.host = configuration.host.rstrip("/")
-        self.headers = {"Accept": "application/json"}
-        token = configuration.get_api_key_with_prefix("authorization")
-        if token:
-            self.headers["Authorization"] = token
-        self.pool = urllib3.PoolManager(
-            num_pools=2,
-            maxsize=8,
-            cert_reqs="CERT_REQUIRED" if configuration.verify_ssl else "CERT_NONE",
-            ca_certs=configuration.ssl_ca_cert,
-            cert_file=configuration.cert_file,
-            key_file=configuration.key_file,
-            timeout=urllib3.Timeout(connect=10, read=60),
-            retries=False,
-        )
+        self.api = config.new_client_from_config(config_file=kubeconfig)
         self._resources: list[Resource] | None = None
         self._lock = threading.Lock()
 
     def _get(self, path: str, params: dict[str, str] | None = None) -> tuple[int, dict]:
-        url = self.host + path + (f"?{urlencode(params)}" if params else "")
-        response = self.pool.request("GET", url, headers=self.headers)
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            response = self.api.call_api(
+                path,
+                "GET",
+                query_params=list((params or {}).items()),
+                header_params={"Accept": "application/json"},
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _return_http_data_only=True,
+                _request_timeout=(10, 60),
+            )
+        except ApiException as refused:
+            return refused.status, json.loads(refused.body or b"{}")
         return response.status, json.loads(response.data or b"{}")
 
     def _discover(self) -> list[Resource]:
@@ -134,22 +129,22 @@ class ApiReader:
     def resource(self, token: str) -> Resource | None:
         """The one resource kubectl would pick for `token` (pods, pod, po, etcdcluster,
         deployments.apps), the core group first; None when unknown or ambiguous."""
-        token = token.lower()
-        for attempt in range(2):
-            with self._lock:
-                if self._resources is None or attempt == 1:  # a CRD may have come since
-                    self._resources = self._discover()
-                resources = self._resources
-            name, _, group = token.partition(".")
-            matches = [r for r in resources if name in r.aliases and r.in_group(group)]
-            core = [r for r in matches if r.group_version == "v1"]
-            if core:
-                return core[0]
-            if len({r.group_version for r in matches}) == 1:
-                return matches[0]
-            if len(matches) > 1:
-                return None
-        return None
+        name, _, group = token.lower().partition(".")
+
+        def matching(resources: list[Resource]) -> list[Resource]:
+            return [r for r in resources if name in r.aliases and r.in_group(group)]
+
+        with self._lock:
+            known, fresh = (self._resources, False) if self._resources is not None else (self._discover(), True)
+            matches = matching(known)
+            if not matches and not fresh:  # a CRD may have come since
+                known = self._discover()
+                matches = matching(known)
+            self._resources = known
+        core = [r for r in matches if r.group_version == "v1"]
+        if core:
+            return core[0]
+        return matches[0] if len({r.group_version for r in matches}) == 1 else None
 
     def get(self, query: Query, command: list[str]) -> dict | None:
         resource = self.resource(query.resource)

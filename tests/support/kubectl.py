@@ -38,8 +38,7 @@ def kubectl(*args: str, input: str | None = None, check: bool = True) -> subproc
 
 
 def kubectl_json(*args: str) -> dict:
-    answer = _read_in_process(args)
-    return answer if answer is not None else json.loads(kubectl(*args, "-o", "json").stdout)
+    return json.loads(kubectl(*args, "-o", "json").stdout)
 
 
 def _read_in_process(args: tuple[str, ...]) -> dict | None:
