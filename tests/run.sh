@@ -68,8 +68,10 @@ timed "$pure_log.seconds" nice -n 10 "$python" -m pytest -p no:cacheprovider -m 
 pure=$!
 trap 'kill "$host2" "$real" "$pure" 2>/dev/null; exit 130' INT TERM
 host_seconds_file="$(mktemp -t host-tests-seconds.XXXXXX)"
-timed "$host_seconds_file" "$python" -m pytest -m "$host1_lane"
-host_rc="$(status $?)"
+host_log="$(mktemp -t host-tests-1.XXXXXX.log)"
+timed "$host_seconds_file" "$python" -m pytest -m "$host1_lane" 2>&1 | tee "$host_log"
+host_rc="${PIPESTATUS[0]}"
+host_rc="$(status "$host_rc")"
 wait "$host2"
 host2_rc="$(status $?)"
 wait "$real"
@@ -82,6 +84,10 @@ echo "=================== the tests on the real nodes ==================="
 cat "$real_log"
 echo "=================== the pure tests (unit, simulator, image, checker) ==================="
 cat "$pure_log"
+# Last, where a short tail of the output (CI's) still shows them: each lane's failed tests.
+for lane_log in "$host_log" "$host2_log" "$real_log" "$pure_log"; do
+  grep -E '^(FAILED|ERROR) ' "$lane_log" | sed "s|^|tests: in $(basename "$lane_log" | cut -d. -f1): |"
+done
 echo "tests: host lanes exit $host_rc and $host2_rc, real nodes exit $real_rc, pure exit $pure_rc"
 echo "tests: lint ${lint_seconds}s; lanes side by side: host operators $(cat "$host_seconds_file")s and" \
   "$(cat "$host2_log.seconds")s, real nodes and the chart $(cat "$real_log.seconds")s, pure $(cat "$pure_log.seconds")s"

@@ -30,19 +30,41 @@ def without_volatile(listing: dict) -> dict:
     return listing
 
 
+# The lists compared are of objects this module makes, or that nothing changes while the
+# other lanes run (nodes and CRDs): pods -A changed between the two reads whenever another
+# lane made or deleted a pod.
+NAMESPACES = ("api-reads-a", "api-reads-b")
+LABEL = "tests.etcd.operator.dev/api-reads=compared"
+
+
+@pytest.fixture(scope="module")
+def own_objects(kubectl_on_real_nodes):
+    manifests = []
+    for namespace in NAMESPACES:
+        manifests.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+        for name in ("first", "second"):
+            metadata = {"name": name, "namespace": namespace, "labels": {LABEL.split("=")[0]: "compared"}}
+            manifests.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": {"k": name}})
+    kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": manifests}))
+    yield
+    kubectl("delete", "namespace", *NAMESPACES, "--ignore-not-found")
+
+
 @pytest.mark.parametrize(
     "args",
     [
-        ("get", "pods", "-A"),
-        ("get", "sa", "-n", "default"),
+        ("get", "configmaps", "-A", "-l", LABEL),
+        ("get", "cm", "-n", NAMESPACES[0], "-l", LABEL),
+        ("get", "configmap", "-n", NAMESPACES[1], "--field-selector", "metadata.name=second"),
+        ("get", "namespaces", "-l", "kubernetes.io/metadata.name in (api-reads-a,api-reads-b)"),
         ("get", "nodes"),
         ("get", "no", "-l", "kubernetes.io/os=linux"),
         ("get", "crd", "etcdclusters.etcd.operator.dev"),
         ("get", "customresourcedefinitions.apiextensions.k8s.io"),
-        ("get", "serviceaccount", "default", "--namespace=default"),
+        ("get", "configmap", "first", f"--namespace={NAMESPACES[0]}"),
     ],
 )
-def test_a_plain_get_reads_in_process_what_kubectl_prints(kubectl_on_real_nodes, args):
+def test_a_plain_get_reads_in_process_what_kubectl_prints(own_objects, args):
     query = api_reads.parse_get(args)
     assert query is not None, f"{args} is read by kubectl, not in process"
     reader = api_reads.reader()
