@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# `make test`: ruff, mypy (hack/typecheck.py) and import-linter first, then four pytest runs side by side, so
-# that the second core works while the others wait on clusters. Each run is a marker expression
+# `make test`: ruff, mypy (hack/typecheck.py) and import-linter first, then five pytest runs side by side, so
+# that the cores work while the others wait on clusters. Each run is a marker expression
 # over what the tests need (pyproject.toml's markers; tests/support/needs.py checks that every
-# test carries what it uses), and the four expressions split the tests with none in two:
-#   - two host lanes: what needs processes on the host (operator processes against the real
-#     nodes, etcd processes, a containerd of its own), split by the marker `lane2`, set on
-#     modules to balance the two by their times (a new module goes to the first lane); the
-#     first starts with the etcd processes, the second with the containerd and the
-#     control-plane tests of tests/nodes/host_operator; the first is reported here as it runs;
+# test carries what it uses), and the five expressions split the tests with none in two:
+#   - three host lanes: what needs processes on the host (operator processes against the real
+#     nodes, etcd processes, a containerd of its own), split by the markers `lane2` and `lane4`,
+#     set on modules to balance the lanes by their times (a new module goes to the first lane);
+#     the first starts with the etcd processes, the second with the containerd, the third with
+#     the control-plane tests of tests/nodes/host_operator; the first is reported here as it runs;
 #   - the other tests on the real nodes (the chart's release among them), and the host modules
 #     marked `lane3` (moved there to balance it with the host lanes), reported after; the
 #     runs share the one real-node instance (tests/support/shared_real_nodes.py), and no test
@@ -46,27 +46,31 @@ timed() {
   return "$rc"
 }
 
-# The four runs, by what their tests need; every test is in exactly one (lane2 and lane3 first,
-# then the host, then the real-node instance, and the pure run takes what none of them does).
+# The five runs, by what their tests need; every test is in exactly one (lane3, lane2 and lane4
+# first, then the host, then the real-node instance, and the pure run takes what none of them does).
 on_host="needs_operator_process or needs_etcd or needs_containerd"
 on_the_instance="needs_cluster or needs_nodes"
-host1_lane="not lane2 and not lane3 and ($on_host)"
+host1_lane="not lane2 and not lane3 and not lane4 and ($on_host)"
 host2_lane="lane2 and not lane3"
-real_lane="lane3 or (not lane2 and not ($on_host) and ($on_the_instance))"
-pure_lane="not lane2 and not lane3 and not ($on_host) and not ($on_the_instance)"
+host3_lane="lane4 and not lane2 and not lane3"
+real_lane="lane3 or (not lane2 and not lane4 and not ($on_host) and ($on_the_instance))"
+pure_lane="not lane2 and not lane3 and not lane4 and not ($on_host) and not ($on_the_instance)"
 
 real_log="$(mktemp -t real-node-tests.XXXXXX.log)"
 host2_log="$(mktemp -t host-tests-2.XXXXXX.log)"
+host3_log="$(mktemp -t host-tests-3.XXXXXX.log)"
 pure_log="$(mktemp -t pure-tests.XXXXXX.log)"
-echo "tests: the second host lane, the real-node tests and the pure tests (niced) run beside;" \
-  "their reports follow (logs: $host2_log, $real_log, $pure_log)"
+echo "tests: the second and third host lanes, the real-node tests and the pure tests (niced) run beside;" \
+  "their reports follow (logs: $host2_log, $host3_log, $real_log, $pure_log)"
 timed "$real_log.seconds" "$python" -m pytest -p no:cacheprovider -m "$real_lane" >"$real_log" 2>&1 &
 real=$!
 timed "$host2_log.seconds" "$python" -m pytest -p no:cacheprovider -m "$host2_lane" >"$host2_log" 2>&1 &
 host2=$!
+timed "$host3_log.seconds" "$python" -m pytest -p no:cacheprovider -m "$host3_lane" >"$host3_log" 2>&1 &
+host3=$!
 timed "$pure_log.seconds" nice -n 10 "$python" -m pytest -p no:cacheprovider -m "$pure_lane" >"$pure_log" 2>&1 &
 pure=$!
-trap 'kill "$host2" "$real" "$pure" 2>/dev/null; exit 130' INT TERM
+trap 'kill "$host2" "$host3" "$real" "$pure" 2>/dev/null; exit 130' INT TERM
 host_seconds_file="$(mktemp -t host-tests-seconds.XXXXXX)"
 host_log="$(mktemp -t host-tests-1.XXXXXX.log)"
 timed "$host_seconds_file" "$python" -m pytest -m "$host1_lane" 2>&1 | tee "$host_log"
@@ -74,24 +78,28 @@ host_rc="${PIPESTATUS[0]}"
 host_rc="$(status "$host_rc")"
 wait "$host2"
 host2_rc="$(status $?)"
+wait "$host3"
+host3_rc="$(status $?)"
 wait "$real"
 real_rc="$(status $?)"
 wait "$pure"
 pure_rc="$(status $?)"
 echo "=================== the second host lane ==================="
 cat "$host2_log"
+echo "=================== the third host lane ==================="
+cat "$host3_log"
 echo "=================== the tests on the real nodes ==================="
 cat "$real_log"
 echo "=================== the pure tests (unit, simulator, image, checker) ==================="
 cat "$pure_log"
 # Last, where a short tail of the output (CI's) still shows them: each lane's failed tests.
-for lane_log in "$host_log" "$host2_log" "$real_log" "$pure_log"; do
+for lane_log in "$host_log" "$host2_log" "$host3_log" "$real_log" "$pure_log"; do
   grep -E '^(FAILED|ERROR) ' "$lane_log" | sed "s|^|tests: in $(basename "$lane_log" | cut -d. -f1): |"
 done
-echo "tests: host lanes exit $host_rc and $host2_rc, real nodes exit $real_rc, pure exit $pure_rc"
-echo "tests: lint ${lint_seconds}s; lanes side by side: host operators $(cat "$host_seconds_file")s and" \
-  "$(cat "$host2_log.seconds")s, real nodes and the chart $(cat "$real_log.seconds")s, pure $(cat "$pure_log.seconds")s"
-for rc in "$host_rc" "$host2_rc" "$real_rc" "$pure_rc"; do
+echo "tests: host lanes exit $host_rc, $host2_rc and $host3_rc, real nodes exit $real_rc, pure exit $pure_rc"
+echo "tests: lint ${lint_seconds}s; lanes side by side: host operators $(cat "$host_seconds_file")s," \
+  "$(cat "$host2_log.seconds")s and $(cat "$host3_log.seconds")s, real nodes and the chart $(cat "$real_log.seconds")s, pure $(cat "$pure_log.seconds")s"
+for rc in "$host_rc" "$host2_rc" "$host3_rc" "$real_rc" "$pure_rc"; do
   [[ $rc -eq 0 ]] || exit "$rc"
 done
 exit 0

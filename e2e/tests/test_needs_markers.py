@@ -1,5 +1,5 @@
 """The markers of what a test needs (tests/support/needs.py, checked by the root conftest at
-every collection) and the four runs tests/run.sh schedules from them."""
+every collection) and the five runs tests/run.sh schedules from them."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from _pytest.mark.expression import Expression  # what `pytest -m` compiles
 from tests.support import needs
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-LANES = ("host1_lane", "host2_lane", "real_lane", "pure_lane")
+LANES = ("host1_lane", "host2_lane", "host3_lane", "real_lane", "pure_lane")
 
 
 def registered() -> set[str]:
@@ -91,6 +91,7 @@ def test_a_module_that_uses_a_helper_without_its_marker_is_named(module, removed
         (["tmp_path"], ["needs_release"], "marker needs_release: mark one of needs_nodes"),
         (["tmp_path"], ["lane2"], "marker lane2"),
         (["tmp_path"], ["lane3"], "marker lane3"),
+        (["tmp_path"], ["lane4"], "marker lane4"),
         (["real_nodes_use"], [], "fixture real_nodes_use: mark one of needs_cluster, needs_nodes"),
     ],
 )

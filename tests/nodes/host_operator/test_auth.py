@@ -41,7 +41,7 @@ from tests.support.etcd_process import free_port
 from tests.support.kubectl import kubectl, secret_bytes
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.needs_nodes, pytest.mark.needs_operator_process, pytest.mark.lane3]
+pytestmark = [pytest.mark.needs_nodes, pytest.mark.needs_operator_process]
 
 CLUSTER = "secure"  # test_tls's helpers name members of this cluster
 TENANTS = ("tenant-a", "tenant-b")

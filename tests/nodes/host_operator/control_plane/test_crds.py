@@ -15,7 +15,7 @@ from etcd_operator.core.backup import schedule
 from tests.support import claims
 from tests.support.kubectl import kubectl, kubectl_json
 
-pytestmark = [pytest.mark.needs_cluster, pytest.mark.lane2]
+pytestmark = [pytest.mark.needs_cluster, pytest.mark.lane4]
 
 CRDS = pathlib.Path(__file__).resolve().parents[4] / "crds"
 GROUP = "etcd.operator.dev/v1alpha1"

@@ -24,7 +24,7 @@ from tests.support.clusters import GROUP
 from tests.support.kubectl import kubectl
 from tests.support.s3 import s3_storage_spec
 
-pytestmark = [pytest.mark.needs_cluster, pytest.mark.lane2]
+pytestmark = [pytest.mark.needs_cluster, pytest.mark.lane4]
 ROOT = pathlib.Path(__file__).resolve().parents[4]
 NAMESPACED = ROOT / "deploy-namespaced"
 OPERATOR_IMAGE = "ghcr.io/etcd-operator/etcd-operator:0.1.0"

@@ -15,7 +15,7 @@ from tests.support import rendered
 from tests.support.helm import CHART, helm
 from tests.support.kubectl import kubectl
 
-pytestmark = [pytest.mark.needs_cluster, pytest.mark.lane2]
+pytestmark = [pytest.mark.needs_cluster, pytest.mark.lane4]
 ROOT = pathlib.Path(__file__).resolve().parents[4]
 PRESETS = [None] + sorted(p.name for p in (CHART / "ci").glob("*-values.yaml"))
 RELEASE = "etcd-operator-chart"  # not "etcd-operator": never adopts objects of deploy/

@@ -9,7 +9,7 @@ import yaml
 
 from tests.support.kubectl import kubectl
 
-pytestmark = [pytest.mark.needs_cluster, pytest.mark.lane2]
+pytestmark = [pytest.mark.needs_cluster, pytest.mark.lane4]
 ROOT = pathlib.Path(__file__).resolve().parents[4]
 
 

@@ -15,7 +15,7 @@ import pytest
 from tests.support import claims
 from tests.support.operator_process import free_port
 
-pytestmark = [pytest.mark.needs_cluster, pytest.mark.needs_operator_process, pytest.mark.lane2]
+pytestmark = [pytest.mark.needs_cluster, pytest.mark.needs_operator_process, pytest.mark.lane4]
 
 
 def test_operator_starts_and_serves_liveness(real_nodes, namespace, tmp_path):
