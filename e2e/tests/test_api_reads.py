@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from localkube import layout as localkube_layout
-from tests.support import api_reads
+from tests.support import api_reads, crds
 from tests.support.kubectl import kubectl, kubectl_json
 
 pytestmark = [pytest.mark.needs_cluster]
@@ -38,7 +38,13 @@ LABEL = "tests.etcd.operator.dev/api-reads=compared"
 
 
 @pytest.fixture(scope="module")
-def own_objects(kubectl_on_real_nodes):
+def crds_installed(kubectl_on_real_nodes):
+    """The CRDs read below, whether or not the chart's tests installed them yet."""
+    crds.install()
+
+
+@pytest.fixture(scope="module")
+def own_objects(crds_installed):
     manifests = []
     for namespace in NAMESPACES:
         manifests.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
@@ -76,7 +82,7 @@ def test_a_plain_get_reads_in_process_what_kubectl_prints(own_objects, args):
     assert without_volatile(kubectl_json(*args)) == without_volatile(printed)
 
 
-def test_a_missing_object_is_refused_as_kubectl_refuses_it(kubectl_on_real_nodes):
+def test_a_missing_object_is_refused_as_kubectl_refuses_it(crds_installed):
     args = ("get", "etcdcluster", "never-made", "-n", "default")
     printed = kubectl_itself(*args, "-o", "json")
     query, reader = api_reads.parse_get(args), api_reads.reader()
