@@ -224,8 +224,14 @@ def test_a_refused_schedule_is_reported_and_runs_once_fixed_by_the_same_operator
         )
         assert condition(obj, "Degraded")["status"] == "True" and obj["status"]["phase"] == "Failed"
         assert "progress" not in obj["status"] and "lastScheduleTime" not in obj["status"]
-    warnings = {e["reason"] for e in kubectl_json("get", "events", "-n", namespace)["items"] if e["type"] == "Warning"}
-    assert set(refused.values()) <= warnings
+
+    def warnings() -> set[str]:
+        return {e["reason"] for e in kubectl_json("get", "events", "-n", namespace)["items"] if e["type"] == "Warning"}
+
+    # An event is posted after the status it explains, so it may land a moment later.
+    wait_for(
+        lambda: set(refused.values()) <= warnings(), 30, what=f"a Warning event of each of {sorted(refused.values())}"
+    )
     pid = operator.process.pid
 
     kubectl(
