@@ -146,3 +146,24 @@ def test_consecutive_node_faults_hold_the_nodes_once_and_give_them_back_before_t
     finally:
         real_nodes_fixtures._USE.pop("use", None)
         chart.give_the_nodes_back()
+
+
+def test_a_run_that_faults_first_takes_the_nodes_before_it_joins_and_the_others_wait_for_its_faults(instance, tmp_path):
+    operators = shared_real_nodes.SharedUse(tmp_path, None).start()  # joined first, its first test not yet begun
+    chart = shared_real_nodes.SharedUse(tmp_path, None).start(faults_first=True)
+    assert chart.waits_to_fault == 0, chart.lock_report()
+    worked_on_the_nodes = threading.Event()
+
+    def other_runs_test():
+        with operators.nodes_kept():
+            worked_on_the_nodes.set()
+
+    waiting = threading.Thread(target=other_runs_test)
+    waiting.start()
+    assert not worked_on_the_nodes.wait(0.5), "another run's test worked on the nodes before the faults ran"
+    chart.give_the_nodes_back()  # after the last faulting test (real_nodes_fixtures' teardown hook)
+    waiting.join(10)
+    assert worked_on_the_nodes.is_set()
+    assert operators.waits_for_faults == 1, operators.lock_report()
+    chart.end()
+    operators.end()

@@ -1,7 +1,8 @@
 """External mode, as `make e2e-kind` uses it on kind, proven on the real nodes: a separate
 pytest process that starts nothing runs one e2e scenario and finds KUBECONFIG, the operator
 the chart installed (operator_release) and S3 (the substrate's MinIO, which pods on the real
-nodes reach on the bridge's host address) in its environment. `make test` runs every scenario
+nodes reach on the bridge's host address) in its environment: the scenario that backs up to S3
+and restores from it, so that each of the three is used. `make test` runs every scenario
 directly (e2e/scenarios is in pytest's testpaths)."""
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from tests.support import chart_release, doc_commands
 
 pytestmark = [pytest.mark.needs_nodes, pytest.mark.needs_release, pytest.mark.needs_store]
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-ONE_SCENARIO = "test_create_scale_kill_and_delete_leaving_nothing_behind"
+ONE_SCENARIO = "test_scheduled_backup_then_restore_into_a_new_cluster_then_delete_everything"
 
 
 def test_e2e_scenarios_pass_in_external_mode(real_nodes, operator_release):

@@ -28,13 +28,15 @@ def register(config: pytest.Config) -> None:
 
 
 @pytest.fixture(scope="session")
-def real_nodes_use():
+def real_nodes_use(request):
     """Real nodes (`localkube up`), rooted in <checkout>/.localkube/realnodes-test, so that the
     checkout's own instance (`make up`) can run beside it; shared with the other pytest runs of
     `make test` that use it at the same time (tests/support/shared_real_nodes.py); `make down`
     stops it too. e2e/tests/test_real_nodes.py takes it down after everything else on it, to
-    check the host."""
-    with shared_real_nodes.used(REAL_NODES_ROOT) as use:
+    check the host. A session with node faults runs them first (conftest.py) and takes the
+    nodes before it joins."""
+    faults_first = any(faults_nodes(item) for item in request.session.items)
+    with shared_real_nodes.used(REAL_NODES_ROOT, faults_first) as use:
         _USE["use"] = use
         try:
             yield use

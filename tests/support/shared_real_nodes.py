@@ -14,7 +14,8 @@ in its root:
   a test that stops, partitions, drains or deletes a node (`nodes_to_itself`, or
   `take_the_nodes` to `give_the_nodes_back` over consecutive faulting tests), so that a node
   fault never hits another run's clusters; `nodes-turnstile.lock` lets a waiting node fault
-  in before the next test takes its shared lock.
+  in before the next test takes its shared lock. A run whose tests fault nodes takes the nodes
+  before it joins (its faults run first), so that it never waits for another run's test.
 """
 
 from __future__ import annotations
@@ -63,8 +64,13 @@ class SharedUse:
         self.waited_for_faults = self.waited_to_fault = self.held_to_itself = 0.0
         self.waits_for_faults = self.waits_to_fault = 0
 
-    def start(self) -> SharedUse:
+    def start(self, faults_first: bool = False) -> SharedUse:
+        """Joins the instance (bringing it up if it is down). A run whose first tests fault
+        nodes (`faults_first`) takes the nodes before that, so that the other runs' tests
+        wait for its faults from the start instead of it waiting for one of theirs in flight."""
         self.root.mkdir(parents=True, exist_ok=True)
+        if faults_first:
+            self.take_the_nodes()
         self._users = open(self.root / "users.lock", "a")
         fcntl.flock(self._users, fcntl.LOCK_SH)  # waits while a check of `down` runs
         with _locked(self.root / "up.lock", fcntl.LOCK_EX):
@@ -180,14 +186,15 @@ class SharedUse:
 
 
 @contextlib.contextmanager
-def used(root: pathlib.Path) -> Iterator[SharedUse]:
+def used(root: pathlib.Path, faults_first: bool = False) -> Iterator[SharedUse]:
     """The instance in `root`, up (brought up here, or joined) for as long as the block runs."""
     started = time.monotonic()
-    use = SharedUse(root, localkube_layout.current(root)).start()
+    use = SharedUse(root, localkube_layout.current(root)).start(faults_first)
     how = "up" if use.started_here else "joined"
     measured.report(f"real nodes: control plane and three Ready nodes {how} in {time.monotonic() - started:.1f}s")
     try:
         yield use
     finally:
+        use.give_the_nodes_back()
         measured.report(use.lock_report())
         use.end()
