@@ -93,11 +93,17 @@ def suspend(namespace: str, name: str) -> None:
 
 
 def reasons(namespace: str, name: str) -> list[str]:
+    """The reasons of the object's events. An event is posted after the status it explains:
+    a test that has just read that status waits for it (`event_posted`)."""
     return [
         e["reason"]
         for e in kubectl_json("get", "events", "-n", namespace)["items"]
         if e["involvedObject"]["name"] == name
     ]
+
+
+def event_posted(namespace: str, name: str, reason: str) -> None:
+    wait_for(lambda: reason in reasons(namespace, name), 30, what=f"a {reason} event of {name}")
 
 
 def test_a_scheduled_backup_is_verified_automatically(real_nodes, shared):
@@ -124,7 +130,7 @@ def test_a_scheduled_backup_is_verified_automatically(real_nodes, shared):
     assert manifest["backupUid"] == obj["metadata"]["uid"] and manifest["namespace"] == ns
     recent = {r["key"]: r for r in obj["status"]["recentBackups"]}
     assert recent[verification["key"]]["verification"]["verified"] is True
-    assert "BackupVerified" in reasons(ns, "nightly")
+    event_posted(ns, "nightly", "BackupVerified")
     assert kubectl_json("get", "pods", "-n", ns, "-l", "etcd.operator.dev/verifies-backup")["items"] == []
 
 
@@ -177,7 +183,7 @@ def test_a_backup_corrupted_in_s3_fails_its_next_verification(real_nodes, shared
     degraded = condition(obj, "Degraded")
     assert degraded["status"] == "True" and degraded["reason"] == "BackupVerificationFailed"
     assert verification["reason"] in degraded["message"]
-    assert "BackupVerificationFailed" in reasons(ns, "once")
+    event_posted(ns, "once", "BackupVerificationFailed")
     assert "lastVerifiedTime" not in obj["status"]
     assert sorted(list_keys(s3, bucket, prefix)) == sorted([key, manifest_key])  # marked, never deleted
     assert read_json(s3, bucket, manifest_key)["verified"] is False

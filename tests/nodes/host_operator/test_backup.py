@@ -92,7 +92,8 @@ def test_one_shot_backup_lands_verified_in_minio(own_minio, namespace, cluster, 
         [str(etcdutl), "snapshot", "status", str(snapshot), "-w", "json"], check=True, capture_output=True, text=True
     )
     assert json.loads(out.stdout)["revision"] == manifest["revision"]
-    assert "BackupSucceeded" in event_reasons(namespace, "once")
+    # An event is posted after the status it explains, so it may land a moment later.
+    wait_for(lambda: "BackupSucceeded" in event_reasons(namespace, "once"), 30, what="a BackupSucceeded event")
     secret_key = own_minio.s3_environment()["AWS_SECRET_ACCESS_KEY"]
     assert secret_key not in json.dumps(backup)
     assert secret_key not in operator.log_path.read_text()
@@ -124,7 +125,11 @@ def test_one_shot_backup_lands_verified_in_minio(own_minio, namespace, cluster, 
     assert tried["reason"] in ("ManifestUnreadable", "StorageError"), tried
     obj = get_backup(namespace, "once")
     assert "lastVerification" not in obj["status"] and condition(obj, "Degraded")["status"] == "False"
-    assert "VerificationRetryScheduled" in event_reasons(namespace, "once")
+    wait_for(
+        lambda: "VerificationRetryScheduled" in event_reasons(namespace, "once"),
+        30,
+        what="a VerificationRetryScheduled event",
+    )
 
     # The retry, after its backoff, records its scratch pod by uid; the operator dies in the
     # next pass (a fault point), while that pod runs.
@@ -458,12 +463,17 @@ def test_operator_killed_during_a_scheduled_run_does_not_run_it_twice(real_nodes
         assert [k for k in keys if slot in k] == sorted(
             [f"{prefix}/{namespace}/restart/{slot}.db", f"{prefix}/{namespace}/restart/{slot}.manifest.json"]
         )
-        successes = [
-            e
-            for e in kubectl_json("get", "events", "-n", namespace)["items"]
-            if e["reason"] == "BackupSucceeded" and slot in e["message"]
-        ]
-        assert len(successes) == 1 and successes[0].get("count", 1) == 1
+
+        def successes() -> list[dict]:
+            return [
+                e
+                for e in kubectl_json("get", "events", "-n", namespace)["items"]
+                if e["reason"] == "BackupSucceeded" and slot in e["message"]
+            ]
+
+        # Posted after the status that says the slot finished, so it may land a moment later.
+        found = wait_for(successes, 30, what=f"the BackupSucceeded event of slot {slot}")
+        assert len(found) == 1 and found[0].get("count", 1) == 1, found
     finally:
         operator.stop()
 

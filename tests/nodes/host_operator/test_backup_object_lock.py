@@ -129,12 +129,17 @@ def test_a_backup_the_buckets_default_retention_holds_survives_retention_and_is_
         assert status["retention"]["lockedCount"] == len(status["retention"]["locked"])
         available = condition(reported, "Available")
         assert "kept by S3 Object Lock; the earliest may be deleted after" in available["message"], available
-        events = [
-            e
-            for e in kubectl_json("get", "events", "-n", namespace)["items"]
-            if e["involvedObject"]["name"] == "locked" and e["reason"] == "RetentionKeptLocked"
-        ]
-        assert events and events[0]["type"] == "Normal", events
+
+        def kept_locked_events() -> list[dict]:
+            return [
+                e
+                for e in kubectl_json("get", "events", "-n", namespace)["items"]
+                if e["involvedObject"]["name"] == "locked" and e["reason"] == "RetentionKeptLocked"
+            ]
+
+        # Posted after the status it explains, so it may land a moment later.
+        events = wait_for(kept_locked_events, 30, what="a RetentionKeptLocked event")
+        assert events[0]["type"] == "Normal", events
         assert condition(reported, "Degraded")["status"] == "False"
     finally:
         kubectl("delete", "etcdbackup", "locked", "-n", namespace, "--wait=false", check=False)
