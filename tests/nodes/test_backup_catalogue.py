@@ -15,7 +15,7 @@ from etcd_operator.clients.etcd.client import EtcdMemberClient
 from localkube import controlplane
 from tests.support.backups import condition
 from tests.support.chart_release import restricted_namespace
-from tests.support.clusters import apply_cluster, member_endpoints, wait_healthy
+from tests.support.clusters import apply_cluster, event_posted, events, member_endpoints, wait_healthy
 from tests.support.kubectl import kubectl, kubectl_json
 from tests.support.s3 import create_credentials_secret, list_keys, read_json, s3_client, s3_storage_spec
 from tests.support.waiting import wait_for
@@ -93,17 +93,7 @@ def suspend(namespace: str, name: str) -> None:
 
 
 def reasons(namespace: str, name: str) -> list[str]:
-    """The reasons of the object's events. An event is posted after the status it explains:
-    a test that has just read that status waits for it (`event_posted`)."""
-    return [
-        e["reason"]
-        for e in kubectl_json("get", "events", "-n", namespace)["items"]
-        if e["involvedObject"]["name"] == name
-    ]
-
-
-def event_posted(namespace: str, name: str, reason: str) -> None:
-    wait_for(lambda: reason in reasons(namespace, name), 30, what=f"a {reason} event of {name}")
+    return [e["reason"] for e in events(namespace, name)]
 
 
 def test_a_scheduled_backup_is_verified_automatically(real_nodes, shared):

@@ -90,3 +90,13 @@ def member_endpoints(namespace: str, cluster: str) -> list[str]:
 def events(namespace: str, name: str) -> list[dict]:
     items = kubectl_json("get", "events", "-n", namespace)["items"]
     return [e for e in items if e["involvedObject"]["name"] == name]
+
+
+def event_posted(namespace: str, name: str, reason: str, timeout: float = 30) -> list[dict]:
+    """The object's events of `reason`, waited for: the operator posts an event after the
+    status it explains, so a test that has just read that status may find it a moment later."""
+    return wait_for(
+        lambda: [e for e in events(namespace, name) if e["reason"] == reason],
+        timeout,
+        what=f"a {reason} event of {name}",
+    )

@@ -17,7 +17,7 @@ from etcd_operator.core.backup import sealed
 from localkube import containerfaults, controlplane
 from localkube import layout as localkube_layout
 from tests.support.backups import apply_backup, condition, fill, get_backup
-from tests.support.clusters import FAST_RECOVERY, apply_cluster, member_endpoints, wait_healthy
+from tests.support.clusters import FAST_RECOVERY, apply_cluster, event_posted, events, member_endpoints, wait_healthy
 from tests.support.kubectl import kubectl, kubectl_json
 from tests.support.recording_proxy import RecordingProxy
 from tests.support.s3 import (
@@ -50,12 +50,8 @@ def own_minio(real_nodes, namespace):
     store.remove()
 
 
-def events_of(namespace: str, name: str) -> list[dict]:
-    return [e for e in kubectl_json("get", "events", "-n", namespace)["items"] if e["involvedObject"]["name"] == name]
-
-
 def event_reasons(namespace: str, name: str) -> set[str]:
-    return {e["reason"] for e in events_of(namespace, name)}
+    return {e["reason"] for e in events(namespace, name)}
 
 
 def test_one_shot_backup_lands_verified_in_minio(own_minio, namespace, cluster, operator, tmp_path):
@@ -92,8 +88,7 @@ def test_one_shot_backup_lands_verified_in_minio(own_minio, namespace, cluster, 
         [str(etcdutl), "snapshot", "status", str(snapshot), "-w", "json"], check=True, capture_output=True, text=True
     )
     assert json.loads(out.stdout)["revision"] == manifest["revision"]
-    # An event is posted after the status it explains, so it may land a moment later.
-    wait_for(lambda: "BackupSucceeded" in event_reasons(namespace, "once"), 30, what="a BackupSucceeded event")
+    event_posted(namespace, "once", "BackupSucceeded")
     secret_key = own_minio.s3_environment()["AWS_SECRET_ACCESS_KEY"]
     assert secret_key not in json.dumps(backup)
     assert secret_key not in operator.log_path.read_text()
@@ -125,11 +120,7 @@ def test_one_shot_backup_lands_verified_in_minio(own_minio, namespace, cluster, 
     assert tried["reason"] in ("ManifestUnreadable", "StorageError"), tried
     obj = get_backup(namespace, "once")
     assert "lastVerification" not in obj["status"] and condition(obj, "Degraded")["status"] == "False"
-    wait_for(
-        lambda: "VerificationRetryScheduled" in event_reasons(namespace, "once"),
-        30,
-        what="a VerificationRetryScheduled event",
-    )
+    event_posted(namespace, "once", "VerificationRetryScheduled")
 
     # The retry, after its backoff, records its scratch pod by uid; the operator dies in the
     # next pass (a fault point), while that pod runs.
@@ -154,7 +145,7 @@ def test_one_shot_backup_lands_verified_in_minio(own_minio, namespace, cluster, 
     verification = obj["status"]["lastVerification"]
     assert verification["verified"] is True and verification["key"] == last["key"], verification
     assert "verification" not in obj["status"] and condition(obj, "Degraded")["status"] == "False"
-    started = [e for e in events_of(namespace, "once") if e["reason"] == "VerificationStarted"]
+    started = [e for e in events(namespace, "once") if e["reason"] == "VerificationStarted"]
     assert len(started) == 1 and started[0].get("count", 1) == 1, started  # the same pod, resumed
     assert attempt["pod"]["uid"] in started[0]["message"]
     wait_for(
@@ -352,7 +343,7 @@ def test_a_backup_whose_secret_arrives_after_it_waits_then_completes(real_nodes,
     )
     assert done["metadata"]["generation"] == 1 and done["status"]["attempts"] == 1
     secret_key = controlplane.s3_environment(real_nodes)["AWS_SECRET_ACCESS_KEY"]
-    assert secret_key not in json.dumps(done) and secret_key not in json.dumps(events_of(namespace, "nosecret"))
+    assert secret_key not in json.dumps(done) and secret_key not in json.dumps(events(namespace, "nosecret"))
 
 
 def test_minio_killed_mid_upload_leaves_nothing_partial_and_the_next_run_succeeds(own_minio, namespace, cluster):

@@ -16,8 +16,7 @@ from etcd_operator.core.backup.segment_sealing import open_body
 from etcd_operator.core.backup.segments import SegmentManifest
 from localkube import controlplane
 from tests.support.backups import apply_backup, fill, get_backup
-from tests.support.clusters import FAST_RECOVERY, apply_cluster, member_endpoints, wait_healthy
-from tests.support.kubectl import kubectl_json
+from tests.support.clusters import FAST_RECOVERY, apply_cluster, events, member_endpoints, wait_healthy
 from tests.support.s3 import create_credentials_secret, list_keys, s3_client, s3_storage_spec
 from tests.support.waiting import wait_for
 
@@ -81,10 +80,6 @@ def write(endpoint: str, count: int, prefix: str) -> dict[int, tuple[bytes, byte
         return made
 
     return asyncio.run(run())
-
-
-def events_of(namespace: str, name: str) -> list[dict]:
-    return [e for e in kubectl_json("get", "events", "-n", namespace)["items"] if e["involvedObject"]["name"] == name]
 
 
 def test_segments_chain_from_the_base_snapshot_and_hold_exactly_the_writes(real_nodes, namespace, cluster):
@@ -151,7 +146,7 @@ def test_a_broken_chain_is_detected_and_followed_by_a_full_snapshot(real_nodes, 
     operator.start()
 
     broken = wait_for(
-        lambda: [e for e in events_of(namespace, "cont") if e["reason"] == "ContinuousChainBroken"],
+        lambda: [e for e in events(namespace, "cont") if e["reason"] == "ContinuousChainBroken"],
         120,
         what="the ContinuousChainBroken event",
     )

@@ -17,8 +17,8 @@ from etcd_operator.clients.storage.s3 import S3Location, S3Storage
 from etcd_operator.core.backup.object_lock import UploadLock
 from localkube import controlplane
 from tests.support.backups import apply_backup, condition, get_backup
-from tests.support.clusters import apply_cluster, wait_healthy
-from tests.support.kubectl import kubectl, kubectl_json
+from tests.support.clusters import apply_cluster, event_posted, wait_healthy
+from tests.support.kubectl import kubectl
 from tests.support.s3 import create_credentials_secret, list_keys, s3_client, s3_storage_spec
 from tests.support.waiting import wait_for
 
@@ -129,16 +129,7 @@ def test_a_backup_the_buckets_default_retention_holds_survives_retention_and_is_
         assert status["retention"]["lockedCount"] == len(status["retention"]["locked"])
         available = condition(reported, "Available")
         assert "kept by S3 Object Lock; the earliest may be deleted after" in available["message"], available
-
-        def kept_locked_events() -> list[dict]:
-            return [
-                e
-                for e in kubectl_json("get", "events", "-n", namespace)["items"]
-                if e["involvedObject"]["name"] == "locked" and e["reason"] == "RetentionKeptLocked"
-            ]
-
-        # Posted after the status it explains, so it may land a moment later.
-        events = wait_for(kept_locked_events, 30, what="a RetentionKeptLocked event")
+        events = event_posted(namespace, "locked", "RetentionKeptLocked")
         assert events[0]["type"] == "Normal", events
         assert condition(reported, "Degraded")["status"] == "False"
     finally:
