@@ -14,6 +14,7 @@ logger = logging.getLogger(__name__)
 
 AFTER_MEMBER_ADD = "after-member-add"
 AFTER_MEMBER_REMOVE = "after-member-remove"
+AFTER_BOOTSTRAP_PVCS = "after-bootstrap-pvcs"  # every PVC of a static bootstrap created, no pod yet
 DURING_BACKUP_UPLOAD = "during-backup-upload"
 DURING_RESTORE = "during-restore"
 # The first backup pass after the one that recorded its verification's scratch pod: the

@@ -124,6 +124,35 @@ def do_bootstrap(ctx: Context, action: a.BootstrapFirstMember) -> None:
     )
 
 
+def do_bootstrap_members(ctx: Context, action: a.BootstrapMembers) -> None:
+    for member in action.members:  # every PVC first, as the executor
+        name = naming.pvc_name(member)
+        found = ctx.world.pvcs.get(name)
+        if found is None:
+            ctx.world.pvcs[name] = PVC(name, ctx.world.uid("pvc"), None, action.initial_cluster)
+        elif found.initial_cluster != action.initial_cluster or found.member_id is not None:
+            raise Refused(f"PVC {name} exists and was not created by this bootstrap", not_yet=False)
+        ctx.kill_point()
+    for member in action.members:
+        _create_pod(ctx, member, None, action.initial_cluster, builders.STATE_NEW)
+        ctx.kill_point()
+
+
+def do_settle_started(ctx: Context, action: a.SettleStartedMembers) -> None:
+    for member, member_id in action.members:
+        pod = ctx.world.pods.get(member)
+        if member in ctx.observed.pods and pod is not None:
+            pod.member_id = member_id
+            pod.initial_cluster = self_only_cluster(ctx.status, ctx.observed, member)
+            pod.initial_state = builders.STATE_EXISTING
+            pod.force_new_cluster = False
+        pvc = ctx.world.pvcs.get(naming.pvc_name(member))
+        if pvc is None:
+            raise Refused(f"NotFound: pvc of {member}", not_yet=False)
+        pvc.member_id = member_id
+        ctx.kill_point()
+
+
 def do_start_restored(ctx: Context, action: a.StartRestoredMembers) -> None:
     # Restored PVCs come from the restore_race family's EtcdRestore (restore_model.py).
     for member in action.members:
@@ -323,6 +352,8 @@ HANDLERS: dict[type, Callable] = {
     a.Wait: do_nothing,
     a.WaitForLearner: do_nothing,
     a.BootstrapFirstMember: do_bootstrap,
+    a.BootstrapMembers: do_bootstrap_members,
+    a.SettleStartedMembers: do_settle_started,
     a.StartRestoredMembers: do_start_restored,
     a.AddLearner: do_add_learner,
     a.CheckPodSpec: do_check_pod_spec,

@@ -477,6 +477,13 @@ def single_dataset_served(world: World) -> None:
         _fail("single_dataset_served", f"pods of {len(served)} datasets (lineages {sorted(served)}) serve at once")
 
 
+def no_member_bootstrapped_twice(world: World) -> None:
+    """A member that ran once never bootstraps again over an empty data directory: it would
+    come back as itself, having forgotten its votes and its log."""
+    if world.rebootstraps:
+        _fail("no_member_bootstrapped_twice", f"bootstrapped again over lost data: {', '.join(world.rebootstraps)}")
+
+
 def at_most_one_learner(world: World) -> None:
     main = world.main
     if main is None:

@@ -294,7 +294,7 @@ MUTANTS = (
         "promote_learner_without_quorum",
         "promote only a healthy learner while quorum holds",
         ((planner, "_handle_learners", _learners_promote_without_quorum),),
-        "focus:crash_loop+resize",
+        "focus:resize+kill_member",  # learners join on scale-ups only: a new cluster starts all its members
     ),
     Mutant(
         "leader_eligible_as_scale_down_victim",

@@ -925,6 +925,7 @@ class Sim:
                 )
             inv.single_dataset_served(w)
             inv.at_most_one_learner(w)
+            inv.no_member_bootstrapped_twice(w)
             if (
                 self.step >= self.fault_steps
                 and self.bad_image_revert_at is None

@@ -55,10 +55,10 @@ def pod_view(world: World, pod) -> PodView:
 
 
 def pvc_view(pvc) -> PVCView:
-    key = (pvc.name, pvc.uid, pvc.member_id, pvc.deleting, None, pvc.restored)
+    key = (pvc.name, pvc.uid, pvc.member_id, pvc.deleting, None, pvc.restored, pvc.initial_cluster, pvc.bound)
     view = _views.get(key)
     if view is None:
-        view = _views[key] = PVCView(*key)
+        view = _views[key] = PVCView(*key[:6], initial_cluster=pvc.initial_cluster, bound=pvc.bound)
     return view
 
 

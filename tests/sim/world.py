@@ -60,9 +60,19 @@ class Data:
 
 
 class PVC:
-    __slots__ = ("name", "uid", "member_id", "deleting", "data", "deleted_by_operator", "restored")
+    __slots__ = (
+        "name",
+        "uid",
+        "member_id",
+        "deleting",
+        "data",
+        "deleted_by_operator",
+        "restored",
+        "initial_cluster",
+        "bound",
+    )
 
-    def __init__(self, name, uid, member_id):
+    def __init__(self, name, uid, member_id, initial_cluster=""):
         self.name = name
         self.uid = uid
         self.member_id = member_id
@@ -70,6 +80,8 @@ class PVC:
         self.data: Data | None = None
         self.deleted_by_operator = False
         self.restored = False  # an EtcdRestore's pod wrote its data directory (the restored-by annotation)
+        self.initial_cluster = initial_cluster  # a static bootstrap created it (the initial-cluster annotation)
+        self.bound = False  # a pod using it was placed (WaitForFirstConsumer binding)
 
 
 class Pod:
@@ -210,6 +222,11 @@ class World:
         self.lag = 0.3  # chance a follower misses a round of replication
         self.events: list[str] = []  # what the world did on its own (for replays)
         self.leader_moves = 0
+        # Static bootstraps: the lineage each --initial-cluster value formed (etcd derives the
+        # member and cluster IDs from it and the token, the same for every member and restart).
+        self.static_lineages: dict[str, int] = {}
+        self.started_ids: set[int] = set()  # members whose etcd ran on a data directory (and may have voted)
+        self.rebootstraps: list[str] = []  # members bootstrapped again over an emptied data directory
 
     # --- identities ---------------------------------------------------------------------
 
@@ -312,6 +329,7 @@ class World:
             return
         if pod.ip is None:
             pod.ip = self.allocate_ip()
+        pvc.bound = True
         if pod.bad_image:
             pod.phase, pod.waiting = "Pending", "ImagePullBackOff"
             return
@@ -353,7 +371,7 @@ class World:
             return "couldn't find local name in the initial cluster configuration"
         if pod.initial_state == "new":
             if len(entries) != 1:
-                return "multi-member bootstrap is not modelled"
+                return self._static_bootstrap(pod, pvc, entries)
             lineage = self._new_lineage()
             member_id = self.new_member_id()
             cluster_id = self.rng.randint(1, 2**63)
@@ -372,13 +390,44 @@ class World:
         member = next((m for m in group.members if own in m.peer_urls), None)
         if member is None:
             return "member not found in the cluster's member list"
-        if member.name:
+        if member.client_urls:  # published: it ran (etcd's isMemberBootstrapped)
             return "member has already been bootstrapped (empty data dir for a started member)"
         if {u for m in group.members for u in m.peer_urls} != set(entries.values()):
             return "member count is unequal (initial cluster differs from the member list)"
         started = Member(member.id, pod.name, member.peer_urls, (client_url(pod.name),), member.is_learner)
         group.members = tuple(started if m.id == member.id else m for m in group.members)
         pvc.data = Data(group.cluster_id, group.lineage, member.id, 0, 0, group.members)
+        return ""
+
+    def _static_bootstrap(self, pod: Pod, pvc: PVC, entries: dict[str, str]) -> str:
+        """etcd with --initial-cluster-state=new and an empty data directory: it becomes the
+        member the initial cluster names it, with the same ID every time."""
+        lineage = self.static_lineages.get(pod.initial_cluster)
+        group = self.groups.get(lineage) if lineage is not None else None
+        if group is None:
+            ids = random.Random(pod.initial_cluster)  # its own draws: a digest of the flags, as etcd's
+            members = tuple(
+                Member(0x1000 + ids.randrange(2**40), name, (url,), (), False) for name, url in sorted(entries.items())
+            )
+            lineage = self._new_lineage()
+            group = Group(ids.randint(1, 2**63), lineage, members, 1, 1, self.now)
+            self.groups[lineage] = group
+            self.static_lineages[pod.initial_cluster] = lineage
+            if self.main_lineage is None:  # the cluster's first dataset; any later one is a stray
+                self.main_lineage = lineage
+        member = next((m for m in group.members if m.peer_urls == (peer_url(pod.name),)), None)
+        if member is None:
+            return "the member was removed from the cluster"
+        if member.client_urls and any(m != member.id for m in self.up_members(group)):
+            # etcd asks its peers first (isMemberBootstrapped): a member they list as published
+            # refuses to bootstrap again.
+            return "member has already been bootstrapped"
+        if member.id in self.started_ids:
+            self.rebootstraps.append(f"{pod.name} (id {member.id:x}) at {self.now:.1f}")
+        started = Member(member.id, pod.name, member.peer_urls, (client_url(pod.name),), member.is_learner)
+        group.members = tuple(started if m.id == member.id else m for m in group.members)
+        pvc.data = Data(group.cluster_id, group.lineage, member.id, 0, 0, group.members)
+        self.started_ids.add(member.id)
         return ""
 
     def _new_lineage(self) -> int:

@@ -69,6 +69,7 @@ HEALING = (
     a.BeginQuorumRecovery,
     a.ForceNewCluster,
     a.BootstrapFirstMember,
+    a.BootstrapMembers,
     a.RestartFailedPod,
     a.Defragment,
 )
@@ -110,7 +111,7 @@ def test_no_identity_is_recorded_without_the_leaders_member_list_a_quorum_and_ev
 def test_a_cluster_created_asleep_is_created_first():
     o = observed([], leader=None)
     decision = decide_accepting(spec(hibernation=ASLEEP), o, st=recorded(bootstrapped=False))
-    assert isinstance(decision.action, a.BootstrapFirstMember)
+    assert isinstance(decision.action, a.BootstrapMembers)
 
 
 def test_without_an_etcd_backup_the_members_stop_at_once():

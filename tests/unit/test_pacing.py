@@ -16,6 +16,7 @@ from tests.unit.test_cluster_planner import next_step
     [
         (a.RecordTransport("", "plaintext"), True, pacing.CHAIN_STEP),
         (a.BootstrapFirstMember("", "c-0"), True, pacing.POD_STARTING),
+        (a.BootstrapMembers("", ("c-0", "c-1", "c-2"), ""), True, pacing.POD_STARTING),
         (a.AddLearner("", "c-1"), True, pacing.POD_STARTING),
         (a.AddLearner("", "c-1"), False, pacing.ADD_REFUSED),
         (a.CreateMemberPod("", "c-1", 1, "", joined_before=False), True, pacing.POD_STARTING),
@@ -75,3 +76,11 @@ def test_a_learner_catching_up_says_for_how_long():
     assert isinstance(old, a.WaitForLearner) and old.catching_up_for == pytest.approx(12)
     assert pacing.next_pass(new, True) == pacing.LEARNER_CATCHING_UP
     assert pacing.next_pass(old, True) is None
+
+
+def test_waits_right_after_a_bootstrap_come_sooner_for_a_bounded_time():
+    started = 100.0
+    assert pacing.members_starting(a.Wait("no member answered"), started, started + 1)
+    assert not pacing.members_starting(a.Wait(""), started, started + pacing.BOOTSTRAP_WINDOW)
+    assert not pacing.members_starting(a.Wait(""), None, started)  # this process started no bootstrap
+    assert not pacing.members_starting(a.Steady(""), started, started + 1)

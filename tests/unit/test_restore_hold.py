@@ -108,6 +108,7 @@ def test_the_acknowledgement_is_cleared_with_the_hold():
 
 MEMBER_STEPS = [
     a.BootstrapFirstMember("x", member="c-0"),
+    a.BootstrapMembers("x", members=("c-0", "c-1"), initial_cluster="c-0=http://c-0,c-1=http://c-1"),
     a.StartRestoredMembers("x", members=("c-3",), initial_cluster="c-3=http://c-3"),
     a.AddLearner("x", member="c-3"),
     a.CreateMemberPod("x", member="c-2", member_id=7),

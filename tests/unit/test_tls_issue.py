@@ -157,7 +157,7 @@ def assert_chained_to_the_ca(store: SecretStore) -> None:
 def test_a_new_cluster_gets_its_certificates_in_one_pass():
     store, events = SecretStore(), []
     steps = run_passes(store, events)
-    assert [s.kind for s in steps] == ["IssueCertificate", "BootstrapFirstMember"]
+    assert [s.kind for s in steps] == ["IssueCertificate", "BootstrapMembers"]
     assert steps[0].kinds == ("ca", "member", "operator", "client")
     assert_chained_to_the_ca(store)
     assert len(events) == 4 and not any("PRIVATE KEY" in e or "BEGIN" in e for e in events)
@@ -182,7 +182,7 @@ def test_killed_before_any_call_the_next_passes_converge_and_keep_what_was_writt
     written = {kind: store.fingerprint(kind) for kind in NAMES if store.data(kind) is not None}
     store.kill_at = None  # the operator restarts
     steps = run_passes(store, events)
-    assert isinstance(steps[-1], a.BootstrapFirstMember) and len(steps) == 2  # one more certificate step
+    assert isinstance(steps[-1], a.BootstrapMembers) and len(steps) == 2  # one more certificate step
     assert_chained_to_the_ca(store)
     assert {kind: store.fingerprint(kind) for kind in written} == written  # nothing written was replaced
 

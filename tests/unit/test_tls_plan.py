@@ -176,7 +176,8 @@ def test_the_first_member_starts_once_every_certificate_and_the_peer_identity_ar
     assert isinstance(step, a.RecordPeerIdentity) and step.common_name == certs.PEER_COMMON_NAME
     seen = dataclasses.replace(seen, tls=dataclasses.replace(seen.tls, peer_identity=certs.PEER_COMMON_NAME))
     decision = plan(TLS_SPEC, NEW, seen, NOW)
-    assert isinstance(decision.action, a.BootstrapFirstMember)
+    assert isinstance(decision.action, a.BootstrapMembers)
+    assert all(entry.split("=", 1)[1].startswith("https://") for entry in decision.action.initial_cluster.split(","))
     args = builders.etcd_args(decision.acting_spec, "c", "ns", "c-0", "t")
     assert f"--peer-cert-allowed-cn={certs.PEER_COMMON_NAME}" in args
 

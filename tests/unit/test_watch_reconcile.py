@@ -391,7 +391,7 @@ def test_no_first_member_is_created_while_a_child_name_is_someone_elses():
     from tests.unit.test_tls_plan import NEW, PLAIN_SPEC, new_cluster
 
     fresh = new_cluster("http")
-    assert isinstance(plan(PLAIN_SPEC, NEW, fresh, NOW).action, a.BootstrapFirstMember)
+    assert isinstance(plan(PLAIN_SPEC, NEW, fresh, NOW).action, a.BootstrapMembers)
     held = dataclasses.replace(fresh, collisions={"Service c-client": "it lacks the label"})
     decision = plan(PLAIN_SPEC, NEW, held, NOW)
     assert isinstance(decision.action, a.Wait) and "Service c-client" in decision.action.reason

@@ -7,7 +7,7 @@ import dataclasses
 import logging
 
 from etcd_operator.clients.kube import client as kube
-from etcd_operator.controllers.cluster.execute_context import PodRefused, StepContext
+from etcd_operator.controllers.cluster.execute_context import NameCollision, PodRefused, StepContext
 from etcd_operator.controllers.cluster.pod_dry_run import PodDryRun, is_refusal
 from etcd_operator.core.cluster import admission, builders, naming
 from etcd_operator.core.cluster import steps as a
@@ -25,6 +25,35 @@ async def ensure_pvc(ctx: StepContext, spec: ClusterSpec, member: str, member_id
     PVCs by their labels and applies reclaimPolicy."""
     if not spec.storage.empty_dir:
         await ctx.create(kube.PVCS, builders.member_pvc(spec, ctx.cluster, ctx.namespace, member, member_id))
+
+
+async def ensure_bootstrap_pvc(ctx: StepContext, spec: ClusterSpec, member: str, initial_cluster: str) -> None:
+    """Creates a bootstrap member's PVC carrying the bootstrap's initial cluster. One of that
+    name that exists already must be this bootstrap's own: a member never starts as new over a
+    volume the bootstrap did not create (it may hold another cluster's data)."""
+    manifest = builders.member_pvc(spec, ctx.cluster, ctx.namespace, member, None, initial_cluster)
+    ctx.fence()
+    ctx.hold_fence(f"{kube.PVCS.plural} {manifest['metadata']['name']}")
+    try:
+        await ctx.kube.create(kube.PVCS, ctx.namespace, manifest)
+        return
+    except kube.Conflict:
+        pass
+    current = await ctx.kube.get(kube.PVCS, ctx.namespace, manifest["metadata"]["name"])
+    meta = (current or {}).get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    ours = (
+        (meta.get("labels") or {}).get(naming.LABEL_CLUSTER) == ctx.cluster
+        and annotations.get(naming.ANNOTATION_INITIAL_CLUSTER) == initial_cluster
+        and not annotations.get(naming.ANNOTATION_MEMBER_ID)
+    )
+    if current is not None and not ours:
+        raise NameCollision(
+            "PersistentVolumeClaim",
+            manifest["metadata"]["name"],
+            "this cluster's bootstrap did not create it, and no member starts as new over a volume that may "
+            "hold other data",
+        )
 
 
 def member_pod(
@@ -115,28 +144,34 @@ async def create_member_pod(ctx: StepContext, action: a.CreateMemberPod, spec: C
 
 
 async def settle_member_pod(ctx: StepContext, action: a.SettleMemberPod, spec: ClusterSpec, observed: Observed) -> None:
-    member_id = builders.member_id_text(action.member_id)
-    await ctx.kube.merge_patch(
-        kube.PODS,
-        ctx.namespace,
-        action.member,
-        {
-            "metadata": {
-                "annotations": {
-                    naming.ANNOTATION_MEMBER_ID: member_id,
-                    naming.ANNOTATION_INITIAL_CLUSTER: self_only_cluster(ctx.status, observed, action.member),
-                    naming.ANNOTATION_INITIAL_STATE: builders.STATE_EXISTING,
-                    naming.ANNOTATION_FORCE_NEW_CLUSTER: "false",
+    await settle_member(ctx, observed, action.member, action.member_id)
+
+
+async def settle_member(ctx: StepContext, observed: Observed, member: str, member_id: int) -> None:
+    """Its ID on its pod and PVC, and its pod's flags those of a restart on its data."""
+    id_text = builders.member_id_text(member_id)
+    if member in observed.pods:
+        await ctx.kube.merge_patch(
+            kube.PODS,
+            ctx.namespace,
+            member,
+            {
+                "metadata": {
+                    "annotations": {
+                        naming.ANNOTATION_MEMBER_ID: id_text,
+                        naming.ANNOTATION_INITIAL_CLUSTER: self_only_cluster(ctx.status, observed, member),
+                        naming.ANNOTATION_INITIAL_STATE: builders.STATE_EXISTING,
+                        naming.ANNOTATION_FORCE_NEW_CLUSTER: "false",
+                    }
                 }
-            }
-        },
-    )
-    if naming.pvc_name(action.member) in observed.pvcs:
+            },
+        )
+    if naming.pvc_name(member) in observed.pvcs:
         await ctx.kube.merge_patch(
             kube.PVCS,
             ctx.namespace,
-            naming.pvc_name(action.member),
-            {"metadata": {"annotations": {naming.ANNOTATION_MEMBER_ID: member_id}}},
+            naming.pvc_name(member),
+            {"metadata": {"annotations": {naming.ANNOTATION_MEMBER_ID: id_text}}},
         )
 
 

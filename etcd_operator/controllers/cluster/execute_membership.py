@@ -8,7 +8,7 @@ import asyncio
 from etcd_operator.clients.etcd.client import EtcdError
 from etcd_operator.controllers import faults
 from etcd_operator.controllers.cluster.execute_context import NotYet, StepContext
-from etcd_operator.controllers.cluster.execute_member_pods import create_pod
+from etcd_operator.controllers.cluster.execute_member_pods import create_pod, ensure_bootstrap_pvc, settle_member
 from etcd_operator.core.cluster import builders, naming
 from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.observed import Member, Observed
@@ -31,6 +31,37 @@ async def bootstrap_first_member(
     ctx.post_event(
         "Normal", "ClusterBootstrapping", f"Started first member {action.member} with initial-cluster-state=new"
     )
+
+
+async def _all(calls) -> None:
+    """Runs `calls` side by side to their end, then raises the first error: none is left
+    running behind the step."""
+    for result in await asyncio.gather(*calls, return_exceptions=True):
+        if isinstance(result, BaseException):
+            raise result
+
+
+async def bootstrap_members(
+    ctx: StepContext, action: a.BootstrapMembers, spec: ClusterSpec, observed: Observed
+) -> None:
+    """Every PVC first, then every pod: a pod of the bootstrap exists only once all its PVCs do
+    (cluster/bootstrap.py relies on it)."""
+    await _all(ensure_bootstrap_pvc(ctx, spec, member, action.initial_cluster) for member in action.members)
+    faults.hit(faults.AFTER_BOOTSTRAP_PVCS)
+    await _all(
+        create_pod(ctx, spec, member, None, action.initial_cluster, builders.STATE_NEW) for member in action.members
+    )
+    ctx.post_event(
+        "Normal",
+        "ClusterBootstrapping",
+        f"Started {', '.join(action.members)} with initial-cluster-state=new, initial cluster {action.initial_cluster}",
+    )
+
+
+async def settle_started_members(
+    ctx: StepContext, action: a.SettleStartedMembers, spec: ClusterSpec, observed: Observed
+) -> None:
+    await _all(settle_member(ctx, observed, member, member_id) for member, member_id in action.members)
 
 
 async def start_restored_members(

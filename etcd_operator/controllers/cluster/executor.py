@@ -31,7 +31,7 @@ from etcd_operator.controllers.cluster.execute_context import Handler, NameColli
 from etcd_operator.core.cluster import pacing
 from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.health import Health
-from etcd_operator.core.cluster.member_pod_outcome import MemberPodOutcome
+from etcd_operator.core.cluster.member_pod_outcome import CollisionOutcome, MemberPodOutcome
 from etcd_operator.core.cluster.observed import Observed
 from etcd_operator.core.cluster.recorded import ClusterStatus
 from etcd_operator.core.cluster.spec import ClusterSpec
@@ -71,6 +71,8 @@ HANDLERS: dict[type[a.Step], Handler] = {
     a.Wait: nothing,
     a.WaitForLearner: nothing,
     a.BootstrapFirstMember: membership.bootstrap_first_member,
+    a.BootstrapMembers: membership.bootstrap_members,
+    a.SettleStartedMembers: membership.settle_started_members,
     a.StartRestoredMembers: membership.start_restored_members,
     a.AddLearner: membership.add_learner,
     a.PromoteLearner: membership.promote_learner,
@@ -191,8 +193,10 @@ class ClusterExecutor:
         outcome: Outcome
         try:
             outcome = await handler(self.context, action, spec, observed) or Outcome(True)
-        except (NotYet, NameCollision) as e:
-            outcome = Outcome(False, str(e))  # a collision: the next pass reads it (cluster/ownership.py)
+        except NotYet as e:
+            outcome = Outcome(False, str(e))
+        except NameCollision as e:
+            outcome = CollisionOutcome(False, str(e), collision=(e.ref, e.why))  # reported (cluster/ownership.py)
         except PodRefused as e:
             # Not an error of the pass: status says what is refused, and the planner waits.
             outcome = MemberPodOutcome(False, str(e), admission=e.answer)

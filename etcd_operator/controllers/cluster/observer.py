@@ -117,12 +117,17 @@ def pvc_view(
         capacity=quota.parse_quantity(((pvc.get("status") or {}).get("capacity") or {}).get("storage")),
         expandable=(expandable or {}).get(storage_class or "") if storage_class else False,
         restored=naming.ANNOTATION_RESTORED_BY in (meta.get("annotations") or {}),
+        initial_cluster=(meta.get("annotations") or {}).get(naming.ANNOTATION_INITIAL_CLUSTER, ""),
+        bound=(pvc.get("status") or {}).get("phase") == "Bound"
+        or SELECTED_NODE_ANNOTATION in (meta.get("annotations") or {}),
         owned_by_cluster=bool(cluster_uid)
         and any(o.get("uid") == cluster_uid for o in meta.get("ownerReferences") or []),
     )
 
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
+# Set by the scheduler on a PVC of a WaitForFirstConsumer class once a pod using it is placed.
+SELECTED_NODE_ANNOTATION = "volume.kubernetes.io/selected-node"
 # Answers that tell nothing of a node: refused (no rights), failed, or none in time.
 UNREADABLE = (kube.ApiError, aiohttp.ClientError, asyncio.TimeoutError)
 
@@ -247,6 +252,8 @@ class ClusterObserver:
         # Children other than the certificate Secrets that the last write found held by an
         # object that is not the operator's ("Kind name" -> why; cluster/ownership.py).
         self.collisions: dict[str, str] = {}
+        # ... and the one a step found (a member PVC a bootstrap did not create), until a step is taken.
+        self.step_collisions: dict[str, str] = {}
 
     def remember(self, answer: PodAdmission) -> None:
         self.admissions = admission.remember(self.admissions, answer, self.clock())
@@ -323,7 +330,7 @@ class ClusterObserver:
             cluster_domain=self.cluster_domain,
             adoption_cross_namespace=self.adoption_cross_namespace,
             auth=auth_view,
-            collisions=dict(self.collisions),
+            collisions={**self.collisions, **self.step_collisions},
         )
         if tls.rotation is not None or tls.awaits_peer_identity:
             observed = dataclasses.replace(

@@ -16,11 +16,11 @@ from etcd_operator.controllers.cluster.executor import BeingDeleted, ClusterExec
 from etcd_operator.controllers.cluster.metrics_watcher import SCRAPE_EVERY, MemberMetricsWatcher
 from etcd_operator.controllers.cluster.observer import ClusterObserver, StorageClassExpansion
 from etcd_operator.core import conditions as c
-from etcd_operator.core.cluster import anomaly_detection, auth, hibernation, ownership, tls_plan
+from etcd_operator.core.cluster import anomaly_detection, auth, hibernation, ownership, pacing, tls_plan
 from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.decision import plan
 from etcd_operator.core.cluster.health import HealthState
-from etcd_operator.core.cluster.member_pod_outcome import MemberPodOutcome
+from etcd_operator.core.cluster.member_pod_outcome import CollisionOutcome, MemberPodOutcome
 from etcd_operator.core.cluster.naming import DEFAULT_CLUSTER_DOMAIN
 from etcd_operator.core.cluster.recorded import ClusterStatus
 from etcd_operator.core.cluster.spec import ClusterSpec
@@ -85,6 +85,7 @@ class ClusterReconciler:
         self.clock = clock
         self.next_resync = 0.0  # the first pass is live
         self.last_action: a.Step | None = None  # what the previous pass decided; None: no pass yet
+        self.bootstrapped_at: float | None = None  # when this daemon last started bootstrap members, on `clock`
         self.services_applied: str | None = None  # hash of the child manifests last applied in full
         self.live_passes = 0  # counters for tests and logs
         self.cached_passes = 0
@@ -212,6 +213,10 @@ class ClusterReconciler:
             self.observer.remember(outcome.admission)  # evidence for the next pass (cluster/admission.py)
         if not outcome.done:
             logger.info("%s/%s: %s not taken yet: %s", meta["namespace"], meta["name"], action.kind, outcome.message)
+        if isinstance(outcome, CollisionOutcome):
+            self.observer.step_collisions = dict([outcome.collision])  # reported from the next pass on
+        elif outcome.done:
+            self.observer.step_collisions = {}
 
         conditions = [*decision.conditions, anomaly_detection.condition(warnings, scraped)]
         self._post_transition_events(previous, conditions)
@@ -259,8 +264,12 @@ class ClusterReconciler:
         self.last_action = action if outcome.done or isinstance(action, (a.Steady, a.Wait)) else None
         if resync:
             self._schedule_resync()
+        if isinstance(action, a.BootstrapMembers) and outcome.done:
+            self.bootstrapped_at = self.clock()
         if outcome.retry_after is not None:
             return outcome.retry_after  # a member being added or removed (cluster.pacing)
+        if pacing.members_starting(action, self.bootstrapped_at, self.clock()):
+            return pacing.MEMBERS_STARTING
         if isinstance(action, a.Steady):
             return self.steady_poll
         if isinstance(action, a.Wait):

@@ -108,7 +108,7 @@ def _taken_or_added(action: a.Step, observed: Observed) -> tuple[str, int] | Non
 def _created(action: a.Step) -> tuple[str, ...]:
     if isinstance(action, (a.CreateMemberPod, a.BootstrapFirstMember)):
         return (action.member,)
-    if isinstance(action, a.StartRestoredMembers):
+    if isinstance(action, (a.StartRestoredMembers, a.BootstrapMembers)):
         return action.members
     return ()
 

@@ -279,7 +279,13 @@ def member_id_text(member_id: int | None) -> str:
     return "" if member_id is None else f"{member_id:x}"
 
 
-def member_pvc(spec: ClusterSpec, cluster: str, namespace: str, member: str, member_id: int | None) -> dict[str, Any]:
+def member_pvc(
+    spec: ClusterSpec, cluster: str, namespace: str, member: str, member_id: int | None, initial_cluster: str = ""
+) -> dict[str, Any]:
+    """`initial_cluster`: the bootstrap's, on a PVC a static bootstrap creates (cluster/bootstrap.py)."""
+    annotations = {naming.ANNOTATION_MEMBER_ID: member_id_text(member_id)}
+    if initial_cluster:
+        annotations[naming.ANNOTATION_INITIAL_CLUSTER] = initial_cluster
     pvc_spec: dict[str, Any] = {
         "accessModes": ["ReadWriteOnce"],
         "resources": {"requests": {"storage": spec.storage.size}},
@@ -293,7 +299,7 @@ def member_pvc(spec: ClusterSpec, cluster: str, namespace: str, member: str, mem
             "name": naming.pvc_name(member),
             "namespace": namespace,
             "labels": naming.member_labels(cluster, member),
-            "annotations": {naming.ANNOTATION_MEMBER_ID: member_id_text(member_id)},
+            "annotations": annotations,
         },
         "spec": pvc_spec,
     }

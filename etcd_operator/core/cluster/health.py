@@ -193,7 +193,7 @@ def diagnose(spec: ClusterSpec, status: ClusterStatus, observed: Observed) -> He
                     HealthState.QUORUM_LOST,
                     "every member and its data is gone; restore from a backup with an EtcdRestore",
                 )
-            return health(HealthState.BOOTSTRAPPING, "creating the first member")
+            return health(HealthState.BOOTSTRAPPING, "creating the members")
         lasted = observed.no_quorum_for
         if lasted is not None and quorum_loss_evidence(status, observed):
             state = HealthState.QUORUM_LOST if lasted >= quorum_loss_timeout(spec) else HealthState.NO_QUORUM

@@ -94,6 +94,10 @@ class PVCView:
     deleting: bool
     storage_class: str | None
     restored: bool = False  # its data directory was restored from a snapshot (EtcdRestore)
+    initial_cluster: str = (
+        ""  # a bootstrap created it: the initial cluster its member starts with (cluster/bootstrap.py)
+    )
+    bound: bool = False  # bound to a volume, or a node chosen for one: a pod may have used it
     requested: int | None = None  # spec.resources.requests.storage, bytes
     capacity: int | None = None  # status.capacity.storage, bytes: what the volume has
     # Whether the PVC's StorageClass sets allowVolumeExpansion; None when unknown.

@@ -26,6 +26,11 @@ CHAIN_STEP = 0.2
 # A certificate Secret was written (issued, or given the CA's trust bundle): what follows
 # waits on nothing but the next pass.
 CERTIFICATE_WRITTEN = 0.2
+# A bootstrap's members were started: while they elect a leader (within about a second of
+# each other's start) the passes come this often, for BOOTSTRAP_WINDOW seconds, so that the
+# operator sees them serve without waiting for a pod event (its readiness probe runs every 5 s).
+MEMBERS_STARTING = 0.3
+BOOTSTRAP_WINDOW = 20.0
 # A new learner is catching up.
 LEARNER_CATCHING_UP = 0.3
 # A learner still catching up after this long is not just starting: the passes slow to
@@ -40,8 +45,10 @@ _AFTER_DONE: dict[type[a.Step], float] = {
     a.RecordPeerIdentity: CHAIN_STEP,
     a.CheckPodSpec: CHAIN_STEP,  # the step it was asked for follows
     a.BootstrapFirstMember: POD_STARTING,
+    a.BootstrapMembers: POD_STARTING,
     a.AddLearner: POD_STARTING,
     a.SettleMemberPod: CHAIN_STEP,
+    a.SettleStartedMembers: CHAIN_STEP,
     a.PromoteLearner: CHAIN_STEP,
     a.RemoveMember: CHAIN_STEP,
     a.DeleteMemberPod: CHAIN_STEP,
@@ -64,3 +71,9 @@ def next_pass(action: a.Step, done: bool) -> float | None:
     if isinstance(action, a.CreateMemberPod):
         return None if action.joined_before else POD_STARTING  # a restart waits as usual
     return (_AFTER_DONE if done else _AFTER_REFUSED).get(type(action))
+
+
+def members_starting(action: a.Step, bootstrapped_at: float | None, now: float) -> bool:
+    """Whether `action`, a wait, comes within BOOTSTRAP_WINDOW of this process starting a
+    bootstrap's members (`bootstrapped_at`, on the same clock as `now`)."""
+    return isinstance(action, a.Wait) and bootstrapped_at is not None and now - bootstrapped_at < BOOTSTRAP_WINDOW

@@ -17,6 +17,9 @@ Invariants, each covered by tests/unit/test_cluster_planner.py and the fault sim
   recent acceptance of its new pod (a dry run; cluster/admission.py);
 - while a foreign cluster is being adopted (spec.adoption, status.adoption), cluster/adoption.py
   plans every step: no foreign member is replaced or removed as if it were the operator's own;
+- a new cluster's members start together (static bootstrap) only when nothing of it exists and
+  its data lives on PVCs; a member seen running restarts as itself, never as bootstrapped, and
+  a lost bootstrap PVC is created again only when no member can have run (cluster/bootstrap.py);
 - no first member is created while an object of one of the cluster's child names is not the
   operator's (cluster/ownership.py): its Services would be someone else's;
 - while the cluster is asleep, going to sleep or waking (spec.hibernation, status.hibernation),
@@ -29,6 +32,7 @@ from __future__ import annotations
 from etcd_operator.core.cluster import (
     admission,
     auth,
+    bootstrap,
     downgrade,
     hibernation,
     learners,
@@ -157,9 +161,7 @@ def _next_step(
         held = ", ".join(sorted(ownership.collisions(observed)))
         return a.Wait(f"the first member is not created while objects of the cluster's names are not its own: {held}")
     if health.state == HealthState.BOOTSTRAPPING:
-        return a.BootstrapFirstMember(
-            "creating the first member", naming.member_name(observed.cluster, next_ordinal(observed))
-        )
+        return bootstrap.first_step(spec, status, observed)
     step = roll.roll_failure(status.rollout, observed, health, desired_hash)
     if step:
         return step
@@ -169,7 +171,9 @@ def _next_step(
     names = {m.id: member_name(observed, m) for m in health.members}
 
     holding = health.state in HOLD_STATES
-    step = space.finish_space_recovery(status.space_recovery, observed, health)
+    step = bootstrap.settle_started(observed, health, names) or space.finish_space_recovery(
+        status.space_recovery, observed, health
+    )
     if step:
         return step
     if not holding:
@@ -257,7 +261,7 @@ def _plan_without_member_list(
                     f"{pod.name} does not start with its old pod spec; restarting it with the current one on its data",
                     pod.name,
                 )
-    step = _start_restored_members(observed)
+    step = _start_restored_members(observed) or bootstrap.resume(observed)
     if step:
         return step
     for pvc in sorted(observed.pvcs.values(), key=lambda p: p.name):
@@ -354,6 +358,9 @@ def _start_missing_pods(
         name = names[member.id]
         if name is None or name in observed.pods:
             continue
+        step = bootstrap.unsettled_member_step(observed, name)
+        if step:
+            return step
         if not member.name:
             return a.CreateMemberPod(
                 f"starting the pod of added member {name}",

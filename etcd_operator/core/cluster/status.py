@@ -16,6 +16,8 @@ from etcd_operator.core.timefmt import format_time
 
 PROGRESS_REASONS = {
     "BootstrapFirstMember": "Bootstrapping",
+    "BootstrapMembers": "Bootstrapping",
+    "SettleStartedMembers": "MemberJoined",
     "StartRestoredMembers": "Bootstrapping",
     "AddLearner": "AddingMember",
     "CheckPodSpec": "CheckingPodSpec",

@@ -49,6 +49,25 @@ class BootstrapFirstMember(Step):
 
 
 @dataclasses.dataclass(frozen=True)
+class BootstrapMembers(Step):
+    """Members of a new cluster started at once with one initial cluster naming them all
+    (etcd's static bootstrap): their PVCs first, each carrying that initial cluster, then
+    their pods (cluster/bootstrap.py)."""
+
+    members: tuple[str, ...] = ()
+    initial_cluster: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class SettleStartedMembers(Step):
+    """Settle at once every bootstrap member seen running (name, ID): its ID on its PVC, the
+    evidence that it ran, and its pod's flags those of a restart. From then on it never
+    starts as bootstrapped again (cluster/bootstrap.py)."""
+
+    members: tuple[tuple[str, int], ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
 class StartRestoredMembers(Step):
     """Every member whose data an EtcdRestore seeded, started in one step (etcd's
     disaster-recovery procedure): each one's data holds the full initial cluster, and none

@@ -103,6 +103,71 @@ def test_create_scale_and_heal(namespace, operator, container_faults):
     assert {"MemberAdded", "MemberPromoted", "MemberRemoved", "MemberReplaced"} <= reasons, reasons
 
 
+def test_a_new_cluster_bootstraps_all_members_at_once_and_never_over_a_foreign_volume(operator_process, namespace):
+    """docs/concepts.md, "A new cluster starts all its members at once, and never over data":
+    a PVC of a member's name that the bootstrap did not create stops it (ChildrenOwned=False,
+    NameCollision) with no pod started and the PVC as it was; once it is gone, an operator
+    killed after the bootstrap's PVCs resumes, and every member starts at once as a voter,
+    none added through the member API, each then settled with its ID on its PVC."""
+    name = "boot"
+    foreign = f"data-{name}-1"
+    kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": {"name": foreign, "namespace": namespace, "labels": {"app": "another-application"}},
+                "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+            }
+        ),
+    )
+    before = kubectl_json("get", "pvc", foreign, "-n", namespace)["metadata"]
+    operator = operator_process(namespace).start()
+    try:
+        apply_cluster(namespace, name, {"size": 3, "storage": {"size": "1Gi"}})
+        refused = wait_condition(namespace, name, "ChildrenOwned", "False", timeout=120)
+        owned = condition(refused, "ChildrenOwned")
+        assert owned["reason"] == "NameCollision" and f"PersistentVolumeClaim {foreign} exists" in owned["message"]
+        assert member_pods(namespace, name) == []
+        after = kubectl_json("get", "pvc", foreign, "-n", namespace)["metadata"]
+        assert (after["labels"], after.get("annotations"), after["uid"]) == (
+            before["labels"],
+            before.get("annotations"),
+            before["uid"],
+        )
+
+        operator.stop()
+        operator.start(faults="after-bootstrap-pvcs")
+        kubectl("delete", "pvc", foreign, "-n", namespace, "--wait=true")
+        assert operator.wait_exit(240) == 86
+        assert member_pods(namespace, name) == []  # killed with the PVCs created and no pod
+        operator.start()
+        wait_healthy(namespace, name, 3, timeout=240)
+    finally:
+        operator.stop()
+    listed = json.loads(etcdctl(member_endpoints(namespace, name), "member", "list", "-w", "json"))["members"]
+    assert len(listed) == 3 and not any(m.get("isLearner") for m in listed), listed
+    reasons = [e["reason"] for e in events(namespace, name)]
+    assert "MemberAdded" not in reasons and "MemberPromoted" not in reasons, reasons
+
+    def claim_annotations() -> dict[str, dict]:
+        claims = kubectl_json("get", "pvc", "-n", namespace)["items"]
+        return {p["metadata"]["name"]: p["metadata"]["annotations"] for p in claims}
+
+    initial = {a[naming.ANNOTATION_INITIAL_CLUSTER] for a in claim_annotations().values()}
+    assert len(initial) == 1
+    assert [entry.split("=")[0] for entry in initial.pop().split(",")] == [f"{name}-{i}" for i in range(3)]
+    ids = {f"data-{m['name']}": f"{m['ID']:x}" for m in listed}
+    wait_for(
+        lambda: all(claim_annotations()[pvc].get(naming.ANNOTATION_MEMBER_ID) == i for pvc, i in ids.items()),
+        60,
+        what="every member's ID recorded on its PVC",
+    )
+
+
 def test_quorum_loss_waits_for_approval_then_recovers_from_the_best_survivor(namespace, operator, container_faults):
     apply_cluster(namespace, "q", {"size": 3, "storage": {"size": "1Gi"}, "recovery": FAST_RECOVERY})
     wait_healthy(namespace, "q", 3)
