@@ -1,6 +1,6 @@
 """`python -m etcd_operator.programs.peer_name`: the init container of a TLS member pod. Waits until the
-member's peer name (PEER_NAME) resolves to its own address (POD_IP), for at most
-PEER_NAME_WAIT_SECONDS, then exits 0 either way.
+member's peer name (PEER_NAME) resolves to its own address (POD_IP), then until each name of
+OTHER_PEER_NAMES resolves, for at most PEER_NAME_WAIT_SECONDS in all, then exits 0 either way.
 
 Why: a member checks a peer's client certificate by resolving the certificate's DNS names and
 comparing them with the peer's address. A member that starts before its own record exists
@@ -66,19 +66,49 @@ def main(environment: Mapping[str, str] | None = None) -> int:
     env = os.environ if environment is None else environment
     name, ip = env["PEER_NAME"], env["POD_IP"]
     seconds = float(env.get("PEER_NAME_WAIT_SECONDS") or DEFAULT_WAIT_SECONDS)
+    others = [n for n in (env.get("OTHER_PEER_NAMES") or "").split(",") if n]
     started = time.monotonic()
     resolved, last = wait(name, ip, seconds)
     took = time.monotonic() - started
-    if resolved:
-        print(f"{name} resolves to {ip} after {took:.1f}s", flush=True)
-    else:
+    if not resolved:
         print(
             f"{name} did not resolve to {ip} within {seconds:.0f}s (last answer: {last}); starting etcd "
             "anyway: the members it joins refuse its peer certificate until it does",
             file=sys.stderr,
             flush=True,
         )
+        return 0
+    print(f"{name} resolves to {ip} after {took:.1f}s", flush=True)
+    for other in others:
+        resolved, last = wait_for_any(other, max(0.0, seconds - (time.monotonic() - started)))
+        if not resolved:
+            print(f"{other} did not resolve (last answer: {last}); starting etcd anyway", file=sys.stderr, flush=True)
+            return 0
+    if others:
+        print(f"the other members' names resolve after {time.monotonic() - started:.1f}s", flush=True)
     return 0
+
+
+def wait_for_any(
+    name: str,
+    seconds: float,
+    resolve: Callable[[str], set[str]] = addresses,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> tuple[bool, str]:
+    """(`name` resolved to any address in time, the last answer)."""
+    deadline = clock() + seconds
+    while True:
+        try:
+            found = resolve(name)
+            if found:
+                return True, ", ".join(sorted(found))
+            last = "no address"
+        except OSError as e:
+            last = str(e) or type(e).__name__
+        if clock() >= deadline:
+            return False, last
+        sleep(INTERVAL_SECONDS)
 
 
 if __name__ == "__main__":

@@ -357,7 +357,9 @@ def nearly_full(path: pathlib.Path, headroom: int):
             ],
             check=True,
         )
-        subprocess.run(["cp", "-a", f"{stash}/.", str(path)], check=True)
+        # Not sparse: etcd preallocates its WAL segments (64 MiB each, read back as zeros); a
+        # sparse copy would leave it that much to allocate again, beyond the headroom, as it starts.
+        subprocess.run(["cp", "-a", "--sparse=never", f"{stash}/.", str(path)], check=True)
         used = int(
             subprocess.run(
                 ["df", "--output=used", "-B1", str(path)], capture_output=True, text=True, check=True

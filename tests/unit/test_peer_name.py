@@ -98,6 +98,34 @@ def answers(*results):
     return resolve
 
 
+def test_a_bootstrap_member_also_waits_for_the_other_members_of_its_initial_cluster():
+    env = {e["name"]: e for e in member_pod(tls=True)["spec"]["initContainers"][0]["env"]}
+    assert "OTHER_PEER_NAMES" not in env  # a learner's peers run already; one may be gone for good
+    bootstrap = builders.member_pod(
+        ClusterSpec.from_dict({"size": 3, "tls": {}}),
+        "c",
+        "ns",
+        "c-1",
+        None,
+        ",".join(f"c-{i}={naming.peer_url('c', 'ns', f'c-{i}', tls=True)}" for i in range(3)),
+        builders.STATE_NEW,
+        "token",
+        joining_image=IMAGE,
+    )
+    env = {e["name"]: e for e in bootstrap["spec"]["initContainers"][0]["env"]}
+    assert env["OTHER_PEER_NAMES"]["value"] == "c-0.c-peer.ns.svc,c-2.c-peer.ns.svc"
+
+
+def test_another_members_name_is_waited_for_until_it_resolves_to_any_address():
+    clock = Clock()
+    resolve = answers(OSError("Name or service not known"), set(), {"10.0.0.9"})
+    assert peer_name.wait_for_any("c-3.c-peer.ns.svc", 60, resolve, clock, clock.sleep) == (True, "10.0.0.9")
+    assert clock.now == 2 * peer_name.INTERVAL_SECONDS
+    clock = Clock()
+    resolved, last = peer_name.wait_for_any("c-3.c-peer.ns.svc", 3, answers(OSError("gone")), clock, clock.sleep)
+    assert not resolved and last == "gone" and clock.now <= 3 + peer_name.INTERVAL_SECONDS
+
+
 def test_the_wait_ends_once_the_name_resolves_to_the_pod_ip():
     clock = Clock()
     resolve = answers(OSError("Name or service not known"), {"10.0.0.9"}, {"10.0.0.9", "10.0.0.7"})

@@ -49,7 +49,8 @@ async def bootstrap_members(
     await _all(ensure_bootstrap_pvc(ctx, spec, member, action.initial_cluster) for member in action.members)
     faults.hit(faults.AFTER_BOOTSTRAP_PVCS)
     await _all(
-        create_pod(ctx, spec, member, None, action.initial_cluster, builders.STATE_NEW) for member in action.members
+        create_pod(ctx, spec, member, None, action.initial_cluster, builders.STATE_NEW, joining=True)
+        for member in action.members
     )
     ctx.post_event(
         "Normal",

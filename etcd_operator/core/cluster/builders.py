@@ -227,8 +227,14 @@ def member_pod(
         "affinity": pod_settings.get("affinity") or _default_affinity(cluster),
     }
     if spec.tls.enabled and joining_image:
+        bootstrapping = initial_state == STATE_NEW  # its peers start with it: their names too
+        others = tuple(
+            url.split("://", 1)[-1].rsplit(":", 1)[0]
+            for name, _, url in (entry.partition("=") for entry in initial_cluster.split(",") if "=" in entry)
+            if name != member and bootstrapping
+        )
         pod_spec["initContainers"] = [
-            peer_name_container(cluster, namespace, member, joining_image, container["resources"])
+            peer_name_container(cluster, namespace, member, joining_image, container["resources"], others)
         ]
     for key in ("nodeSelector", "tolerations", "priorityClassName"):
         if pod_settings.get(key):
@@ -253,23 +259,34 @@ def with_pull_secrets(pod_spec: dict[str, Any], secrets: list[dict[str, str]]) -
 
 
 def peer_name_container(
-    cluster: str, namespace: str, member: str, operator_image: str, resources: Mapping[str, Any]
+    cluster: str,
+    namespace: str,
+    member: str,
+    operator_image: str,
+    resources: Mapping[str, Any],
+    other_peers: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """The members a TLS member joins check its peer certificate's names against its address
     by DNS: before its record exists under the peer Service they refuse it, and a joining etcd
-    exits (one that restarts on its data retries instead: no wait for it). The etcd image has
-    no shell, the operator's has Python. The etcd container's resources, so that the pod's
-    requests are unchanged and a quota that needs them admits it."""
+    exits (one that restarts on its data retries instead: no wait for it). It also waits for
+    the names of `other_peers` (the rest of its initial cluster): members of a bootstrap start
+    together, and one that dialled a name before its record existed would refuse that peer's
+    certificate while the negative answer is cached. The etcd image has no shell, the
+    operator's has Python. The etcd container's resources, so that the pod's requests are
+    unchanged and a quota that needs them admits it."""
+    env = [
+        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        {"name": "PEER_NAME", "value": naming.member_host(cluster, namespace, member)},
+        {"name": "PEER_NAME_WAIT_SECONDS", "value": str(PEER_NAME_WAIT_SECONDS)},
+    ]
+    if other_peers:
+        env.append({"name": "OTHER_PEER_NAMES", "value": ",".join(other_peers)})
     return {
         "name": PEER_NAME_CONTAINER,
         "image": operator_image,
         "imagePullPolicy": "IfNotPresent",
         "command": ["python", "-m", "etcd_operator.programs.peer_name"],
-        "env": [
-            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-            {"name": "PEER_NAME", "value": naming.member_host(cluster, namespace, member)},
-            {"name": "PEER_NAME_WAIT_SECONDS", "value": str(PEER_NAME_WAIT_SECONDS)},
-        ],
+        "env": env,
         "resources": copy.deepcopy(dict(resources)),
     }
 

@@ -41,6 +41,16 @@ def backed_up(real_nodes, namespace, operator):
     """A 3-member cluster holding /a/*, a completed backup of it, then /b/* written after."""
     apply_cluster(namespace, "src", {"size": 3, "storage": {"size": "1Gi"}, "recovery": FAST_RECOVERY})
     wait_healthy(namespace, "src", 3)
+    # etcd 3.6 records its storage version in the data a few seconds after a new cluster
+    # elects its leader; a snapshot from before that is in 3.5's schema, and restores as one.
+    wait_for(
+        lambda: all(
+            (s.get("Status") or {}).get("storageVersion", "").startswith("3.6")
+            for s in json.loads(etcdctl(member_endpoints(namespace, "src"), "endpoint", "status", "-w", "json"))
+        ),
+        60,
+        what="the 3.6 storage version recorded by every member",
+    )
     create_credentials_secret(real_nodes, namespace)
     fill(member_endpoints(namespace, "src"), 200, 256, prefix="/a/")
     apply_backup(
