@@ -41,13 +41,13 @@ def same_address(a: str, b: str) -> bool:
 
 def wait(
     name: str,
-    ip: str,
+    ip: str | None,
     seconds: float,
     resolve: Callable[[str], set[str]] = addresses,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> tuple[bool, str]:
-    """(resolved to `ip` in time, the last answer)."""
+    """(resolved to `ip` in time, or to any address when `ip` is None; the last answer)."""
     deadline = clock() + seconds
     while True:
         try:
@@ -55,7 +55,7 @@ def wait(
             last = ", ".join(sorted(found)) or "no address"
         except OSError as e:
             found, last = set(), str(e) or type(e).__name__
-        if any(same_address(address, ip) for address in found):
+        if any(ip is None or same_address(address, ip) for address in found):
             return True, last
         if clock() >= deadline:
             return False, last
@@ -80,35 +80,13 @@ def main(environment: Mapping[str, str] | None = None) -> int:
         return 0
     print(f"{name} resolves to {ip} after {took:.1f}s", flush=True)
     for other in others:
-        resolved, last = wait_for_any(other, max(0.0, seconds - (time.monotonic() - started)))
+        resolved, last = wait(other, None, max(0.0, seconds - (time.monotonic() - started)))
         if not resolved:
             print(f"{other} did not resolve (last answer: {last}); starting etcd anyway", file=sys.stderr, flush=True)
             return 0
     if others:
         print(f"the other members' names resolve after {time.monotonic() - started:.1f}s", flush=True)
     return 0
-
-
-def wait_for_any(
-    name: str,
-    seconds: float,
-    resolve: Callable[[str], set[str]] = addresses,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
-) -> tuple[bool, str]:
-    """(`name` resolved to any address in time, the last answer)."""
-    deadline = clock() + seconds
-    while True:
-        try:
-            found = resolve(name)
-            if found:
-                return True, ", ".join(sorted(found))
-            last = "no address"
-        except OSError as e:
-            last = str(e) or type(e).__name__
-        if clock() >= deadline:
-            return False, last
-        sleep(INTERVAL_SECONDS)
 
 
 if __name__ == "__main__":

@@ -119,10 +119,10 @@ def test_a_bootstrap_member_also_waits_for_the_other_members_of_its_initial_clus
 def test_another_members_name_is_waited_for_until_it_resolves_to_any_address():
     clock = Clock()
     resolve = answers(OSError("Name or service not known"), set(), {"10.0.0.9"})
-    assert peer_name.wait_for_any("c-3.c-peer.ns.svc", 60, resolve, clock, clock.sleep) == (True, "10.0.0.9")
+    assert peer_name.wait("c-3.c-peer.ns.svc", None, 60, resolve, clock, clock.sleep) == (True, "10.0.0.9")
     assert clock.now == 2 * peer_name.INTERVAL_SECONDS
     clock = Clock()
-    resolved, last = peer_name.wait_for_any("c-3.c-peer.ns.svc", 3, answers(OSError("gone")), clock, clock.sleep)
+    resolved, last = peer_name.wait("c-3.c-peer.ns.svc", None, 3, answers(OSError("gone")), clock, clock.sleep)
     assert not resolved and last == "gone" and clock.now <= 3 + peer_name.INTERVAL_SECONDS
 
 
