@@ -1,12 +1,14 @@
 """Runs every benchmark and prints one table.
 `python -m bench [cluster|backup|restore|verification|memory|race|sealing|continuous|scrape|rotation]`.
-`python -m bench scale` (many small clusters, about 15 minutes) runs only when named: bench/scale.py."""
+`python -m bench scale` (many small clusters, about 15 minutes) and `python -m bench pitr` (a
+point-in-time restore of 250,000 revisions, a few minutes) run only when named: bench/scale.py,
+bench/pitr.py."""
 
 from __future__ import annotations
 
 import sys
 
-from bench import continuous, race, rotation, scenarios, scrape, sealing
+from bench import continuous, pitr, race, rotation, scenarios, scrape, sealing
 
 
 def main(argv: list[str]) -> int:
@@ -58,6 +60,8 @@ def main(argv: list[str]) -> int:
             bench.concurrent_backup_memory()
         if "rotation" in wanted:
             rotation.run(bench)
+        if "pitr" in wanted:
+            pitr.run(bench)
         if "race" in wanted:
             race.run(bench)  # last: it installs a second EtcdCluster CRD (another group)
         bench.report()

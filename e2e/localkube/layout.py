@@ -183,3 +183,15 @@ def current(root: pathlib.Path | None = None) -> Layout:
         testbin=testbin_dir(),
         node_network=NodeNetwork(int(os.environ.get("LOCALKUBE_NODE_OCTET", node_octet_for(identity)))),
     )
+
+
+def replay_apply_program() -> str:
+    """etcd-replay-apply (cmd/etcd-replay-apply, the replay pod's writer into a restored
+    backend), built with the local Go and cached by cmd/etcd-replay-apply/build.sh: for the
+    tests and the bench that run the replay's steps outside a pod."""
+    built = subprocess.run(
+        [str(REPO_ROOT / "cmd" / "etcd-replay-apply" / "build.sh")], capture_output=True, text=True, timeout=1200
+    )
+    if built.returncode != 0:
+        raise RuntimeError(f"cmd/etcd-replay-apply/build.sh failed: {built.stderr.strip()}")
+    return built.stdout.strip().splitlines()[-1]

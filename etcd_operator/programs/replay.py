@@ -1,47 +1,57 @@
-"""`python -m etcd_operator.programs.replay`: the point-in-time replay pod's replay container
-(core/restore/replay_pod.py). Beside it, a scratch etcd serves the restored base snapshot on
-a unix socket of the pod's own emptyDir, with TLS of a CA made in the pod: every call here
-authenticates with its client certificate (CN root, programs/scratch_tls.py), so a base
-snapshot taken with etcd authentication on is replayed into too, with no secret.
+"""`python -m etcd_operator.programs.replay [apply]`: the point-in-time replay pod's two
+program containers (core/restore/replay_pod.py). `apply` runs as an init container, once the
+base snapshot is restored on the pod's emptyDir and before any etcd serves it; without it,
+the replay container runs beside the scratch etcd started on the result. That etcd listens
+on a unix socket of the emptyDir, with TLS of a CA made in the pod: every call authenticates
+with its client certificate (CN root, programs/scratch_tls.py), so a base snapshot taken
+with etcd authentication on is served too, with no secret.
 
-1. If this restore's replayed snapshot is stored already (its result document, uploaded
-   last, names its sha256), report it again: a pod started after a restart does not replay twice.
-2. List the recorded chain's segment manifests, check the chain (core/restore/point_in_time.
-   chain_to_replay: every sequence number, no revision missing), then download every
-   segment, checking its size and sha256 against its manifest, unsealing it with the keys
-   mounted at SNAPSHOT_KEYS_DIR (core/backup/segment_sealing.py: a missing or wrong key is
-   refused) and decoding it whole, all before the first write.
-3. Replay: each original revision is one transaction, and the store's revision after it
-   must equal the original's; a lease is granted with its recorded ID and TTL before the
-   first put that uses it (one recorded as gone with segments.GONE_LEASE_TTL: its keys'
-   deletions are revisions of the chain), and every lease is kept alive while the replay
-   runs (an expiry would delete keys under a revision of its own); after it, each is left to
-   expire on its own in the restored cluster. Stops at the recorded revision, or at
-   the first revision the backup's watch saw after the time asked for.
-4. Snapshot the store over its socket, seal it (core/restore/replay_sealing.py: REPLAYED_COMPRESSION,
-   and REPLAYED_KEY_ID's key from the mounted keys; never in clear what was read encrypted),
-   upload it with a snapshot manifest saying how it is sealed, then the result. The manifest
-   records no `authRevision`: the keys are the source's at the point, but the users, roles
-   and auth switch are the base's (segments hold key changes only), so the source's auth
-   revision at the point is not what it holds. It records `baseAuthRevision` instead: the
-   scratch member's auth revision, read after it was restored from the base and again before
-   the snapshot (left out when a read fails or the two differ).
+1. Both: if this restore's replayed snapshot is stored already (its result document,
+   uploaded last, names its sha256), report it again: a pod started after a restart does
+   not replay twice.
+2. apply: list the recorded chain's segment manifests, check the chain (core/restore/
+   point_in_time.chain_to_replay: every sequence number, no revision missing), then
+   download every segment, checking its size and sha256 against its manifest, unsealing it
+   with the keys mounted at SNAPSHOT_KEYS_DIR (core/backup/segment_sealing.py: a missing or
+   wrong key is refused) and decoding it whole, all before the first write.
+3. apply: replay into the restored backend through etcd's own storage code
+   (clients/etcd/backend_apply.py, cmd/etcd-replay-apply): each original revision is one
+   write transaction, and the store's revision before and after it must be the original's
+   (the program refuses any other); a lease is granted with its recorded ID and TTL before
+   the first put that uses it (one recorded as gone with segments.GONE_LEASE_TTL: its keys'
+   deletions are revisions of the chain). No lease expires there: no etcd runs. Stops at
+   the recorded revision, or at the first revision the backup's watch saw after the time
+   asked for, and hands its progress to the replay container in WORK_DIR.
+4. replay: the scratch member must serve exactly the replayed revision; every lease it
+   holds is kept alive until its snapshot is taken (an expiry would add a revision the
+   source never had; after that, each expires on its own in the restored cluster). Snapshot
+   the store over its socket, seal it (core/restore/replay_sealing.py: REPLAYED_COMPRESSION,
+   and REPLAYED_KEY_ID's key from the mounted keys; never in clear what was read
+   encrypted), upload it with a snapshot manifest saying how it is sealed, then the result.
+   The manifest records no `authRevision`: the keys are the source's at the point, but the
+   users, roles and auth switch are the base's (segments hold key changes only), so the
+   source's auth revision at the point is not what it holds. It records `baseAuthRevision`
+   instead: the scratch member's auth revision, read once it serves and again before the
+   snapshot (left out when a read fails or the two differ).
 
-The exit code names a refusal (point_in_time.REPLAY_EXIT_CODES); the termination message
-carries the result (JSON) or why it refused."""
+Each container's exit code names a refusal (point_in_time.REPLAY_EXIT_CODES); the
+termination message carries the result (JSON) or why it refused."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
 import hashlib
+import json
 import logging
 import os
 import pathlib
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Protocol
 
+from etcd_operator.clients.etcd.backend_apply import APPLY_PROGRAM, ApplyFailed, BackendApplier
 from etcd_operator.clients.etcd.client import ClientTLS, EtcdError
 from etcd_operator.clients.etcd.replay import ReplayMember, leases_kept_alive
 from etcd_operator.clients.etcd.snapshot import SnapshotStream
@@ -60,6 +70,7 @@ from etcd_operator.core.backup.manifest import (
 )
 from etcd_operator.core.backup.segments import (
     SEGMENT_MANIFEST_SUFFIX,
+    KeyChange,
     RevisionRecord,
     SegmentBody,
     SegmentCorrupt,
@@ -109,6 +120,12 @@ class Settings:
     keys_dir: str = ""  # the restore's keys Secret, mounted: one file per key ID
     replayed_compression: str = "zstd"
     replayed_key_id: str = ""  # "": the replayed snapshot is not encrypted
+    backend_db: pathlib.Path = pathlib.Path()  # the restored base's member/snap/db (the apply container's)
+    apply_program: str = APPLY_PROGRAM
+
+    @property
+    def progress_file(self) -> pathlib.Path:
+        return self.work / "progress.json"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
@@ -136,6 +153,8 @@ class Settings:
             keys_dir=env.get("SNAPSHOT_KEYS_DIR", ""),
             replayed_compression=env.get("REPLAYED_COMPRESSION") or "zstd",
             replayed_key_id=env.get("REPLAYED_KEY_ID", ""),
+            backend_db=pathlib.Path(env.get("BACKEND_DB", "")),
+            apply_program=env.get("APPLY_PROGRAM") or APPLY_PROGRAM,
         )
 
 
@@ -308,8 +327,17 @@ def wanted(record: RevisionRecord, up_to: int, until: float | None) -> bool:
     return record.revision <= up_to and (until is None or record.seen_at <= until)
 
 
+class ReplayStore(Protocol):
+    """Where the revisions go: a restored backend (clients/etcd/backend_apply.py), or a
+    model of one in tests. `apply` lands `changes` on exactly `revision`, or refuses."""
+
+    async def grant_lease(self, lease: int, ttl: int) -> bool: ...
+
+    async def apply(self, revision: int, changes: Sequence[KeyChange]) -> None: ...
+
+
 async def replay(
-    member: ReplayMember,
+    store: ReplayStore,
     bodies: Iterator[SegmentBody],
     base_revision: int,
     up_to: int,
@@ -336,16 +364,14 @@ async def replay(
                         f"revision {record.revision} puts a key with lease {lease:x}, which neither the base "
                         f"snapshot holds nor a segment recorded",
                     )
-                await member.grant_lease(lease, granted_ttl[lease])
+                await store.grant_lease(lease, granted_ttl[lease])
                 leases.add(lease)
-            made = await member.apply(record.changes)
-            if made != record.revision:
-                raise Refused(
-                    "RevisionMismatch",
-                    f"revision {record.revision} of the source was applied as revision {made}; the replayed "
-                    f"store would not line up with the source",
-                )
-            progress.revision, progress.seen_at, progress.applied = made, record.seen_at, progress.applied + 1
+            await store.apply(record.revision, record.changes)
+            progress.revision, progress.seen_at, progress.applied = (
+                record.revision,
+                record.seen_at,
+                progress.applied + 1,
+            )
     return progress
 
 
@@ -367,38 +393,62 @@ def keep_alive_period(ttls: list[int]) -> float:
     return min(KEEP_ALIVE_MAX, max(KEEP_ALIVE_MIN, min(ttls, default=30) / 3))
 
 
-async def replay_into(member: ReplayMember, files: list[pathlib.Path], settings: Settings) -> Progress:
+async def apply_into_backend(db: pathlib.Path, files: list[pathlib.Path], settings: Settings) -> Progress:
+    """Replays the checked segments into the restored base's backend `db`, before any etcd
+    serves it: every revision on its original number (the program refuses any other)."""
     record = settings.record
-    revision = await member_ready(member)
-    if revision != record.base_revision:
+    try:
+        async with BackendApplier(db, settings.apply_program) as backend:
+            if backend.revision != record.base_revision:
+                raise Refused(
+                    "RevisionMismatch",
+                    f"the backend restored from {record.base_key} is at revision {backend.revision}, "
+                    f"the base snapshot's is {record.base_revision}",
+                )
+            leases = {lease for lease, _ in backend.leases}
+            progress = await replay(
+                backend, read_bodies(files), record.base_revision, record.up_to_revision, settings.until_time, leases
+            )
+            revision, applied = await backend.finish()
+    except ApplyFailed as e:
+        if e.reason:
+            raise Refused(e.reason, e.message) from None
+        raise
+    if (revision, applied) != (progress.revision, progress.applied):
         raise Refused(
             "RevisionMismatch",
-            f"the scratch member restored from {record.base_key} is at revision {revision}, "
-            f"the base snapshot's is {record.base_revision}",
-        )
-    base_auth = await scratch_auth_revision(member)  # the base's: nothing is replayed yet
-    held = await member.leases()
-    leases = {lease for lease, _ in held}
-    errors: list[BaseException] = []
-    ttls = [ttl for _, ttl in held] + [ttl for body in read_bodies(files) for ttl in body.lease_ttls.values()]
-    async with leases_kept_alive(member, leases, keep_alive_period(ttls), errors):
-        progress = await replay(
-            member, read_bodies(files), record.base_revision, record.up_to_revision, settings.until_time, leases
-        )
-    if errors:
-        raise Refused("ScratchMemberUnavailable", f"keeping the leases alive failed: {errors[0]}")
-    now = await member.revision()
-    if now != progress.revision:
-        raise Refused(
-            "RevisionMismatch",
-            f"the replayed store moved to revision {now} after revision {progress.revision} was replayed "
-            f"(a lease expired?); it is not used",
+            f"the backend is at revision {revision} after {applied} revisions were applied; the replay "
+            f"sent {progress.applied}, up to revision {progress.revision}",
         )
     if settings.until_time is None and progress.revision != record.up_to_revision:
         raise Refused(
             "ChainBroken", f"the segments ended at revision {progress.revision}, before {record.up_to_revision}"
         )
-    return dataclasses.replace(progress, base_auth_revision=base_auth)
+    return progress
+
+
+def write_progress(path: pathlib.Path, progress: Progress) -> None:
+    """The apply container's hand-over to the replay container, on the pod's emptyDir."""
+    path.write_text(json.dumps(dataclasses.asdict(progress)))
+
+
+def read_progress(path: pathlib.Path) -> Progress:
+    try:
+        return Progress(**json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError) as e:
+        raise ApplyFailed(None, f"no replay was applied before the scratch member started: {e}") from None
+
+
+async def serving_replayed(member: ReplayMember, progress: Progress) -> Progress:
+    """The scratch member, started on the replayed backend, serves exactly its revision;
+    the auth revision it holds is the base's (a replay writes keys only)."""
+    revision = await member_ready(member)
+    if revision != progress.revision:
+        raise Refused(
+            "RevisionMismatch",
+            f"the scratch member serves revision {revision}; the replay applied up to revision {progress.revision}",
+        )
+    return dataclasses.replace(progress, base_auth_revision=await scratch_auth_revision(member))
 
 
 # --- 4. the snapshot -------------------------------------------------------------------
@@ -489,6 +539,12 @@ async def store(
     key_count = await member.count_keys(progress.revision)
     path = settings.work / "replayed.db"
     _, plain_size = await asyncio.to_thread(save_snapshot, settings.socket, member.tls, path)
+    if (now := await member.revision()) != progress.revision:
+        raise Refused(
+            "RevisionMismatch",
+            f"the scratch member moved to revision {now} after revision {progress.revision} was replayed "
+            f"(a lease expired?); its snapshot is not used",
+        )
     stored_path = settings.work / "replayed.stored"
     sha256, size = await asyncio.to_thread(seal_file, path, stored_path, encoding)
     await asyncio.to_thread(path.unlink)
@@ -522,60 +578,124 @@ async def store(
     return result
 
 
-async def run(env: Mapping[str, str]) -> ReplayResult:
-    settings = Settings.from_env(env)
-    ca = await asyncio.to_thread(pathlib.Path(env["S3_CA_FILE"]).read_bytes) if env.get("S3_CA_FILE") else None
-    storage = S3Storage(S3Location.from_pod_env(env, ca))
+def storage_of(env: Mapping[str, str]) -> S3Storage:
+    ca = pathlib.Path(env["S3_CA_FILE"]).read_bytes() if env.get("S3_CA_FILE") else None
+    return S3Storage(S3Location.from_pod_env(env, ca))
+
+
+async def inputs(storage: S3Storage, settings: Settings, keys: Mapping[str, bytes]) -> tuple[sealed.Encoding, Manifest]:
+    """How the replayed snapshot will be sealed, and the base snapshot's manifest."""
+    encoding = replayed_encoding(settings, keys)
+    base_manifest = manifest_key(settings.record.base_key)
     try:
-        keys = await asyncio.to_thread(read_keys, settings)
-        earlier = await stored_result(storage, settings.output_key, keys)
+        return encoding, Manifest.read(await storage.get(base_manifest), base_manifest, keys)
+    except ManifestUnauthenticated as e:
+        raise Refused(e.reason, e.message) from None
+
+
+async def keys_and_earlier_result(
+    storage: S3Storage, settings: Settings
+) -> tuple[dict[str, bytes], ReplayResult | None]:
+    """The mounted keys, and the result of an earlier pod of this restore, when one is stored."""
+    keys = await asyncio.to_thread(read_keys, settings)
+    earlier = await stored_result(storage, settings.output_key, keys)
+    if earlier is not None:
+        logger.info("%s was replayed already, to revision %d", settings.output_key, earlier.revision)
+    return keys, earlier
+
+
+async def apply_phase(env: Mapping[str, str]) -> Progress | ReplayResult:
+    """The apply init container: the chain checked and replayed into the restored backend,
+    and the progress handed to the replay container (or an earlier pod's stored result)."""
+    settings = Settings.from_env(env)
+    storage = await asyncio.to_thread(storage_of, env)
+    try:
+        keys, earlier = await keys_and_earlier_result(storage, settings)
         if earlier is not None:
-            logger.info("%s was replayed already, to revision %d", settings.output_key, earlier.revision)
             return earlier
-        encoding = replayed_encoding(settings, keys)
-        base_manifest = manifest_key(settings.record.base_key)
-        try:
-            base = Manifest.read(await storage.get(base_manifest), base_manifest, keys)
-        except ManifestUnauthenticated as e:
-            raise Refused(e.reason, e.message) from None
+        encoding, base = await inputs(storage, settings, keys)
         files, segments = await fetch_segments(storage, settings, keys)
         refuse_clear_output(encoding, base, segments)
+        started = time.monotonic()
+        progress = await apply_into_backend(settings.backend_db, files, settings)
+        elapsed = time.monotonic() - started
+        logger.info(
+            "replayed %d revisions in %.1fs (%.0f/s): revision %d",
+            progress.applied,
+            elapsed,
+            progress.applied / elapsed if elapsed else 0,
+            progress.revision,
+        )
+        await asyncio.to_thread(write_progress, settings.progress_file, progress)
+        return progress
+    finally:
+        storage.close()
+
+
+async def run(env: Mapping[str, str]) -> ReplayResult:
+    """The replay container, beside the scratch member started on the replayed backend:
+    checks what it serves, snapshots, seals and uploads it."""
+    settings = Settings.from_env(env)
+    storage = await asyncio.to_thread(storage_of, env)
+    try:
+        keys, earlier = await keys_and_earlier_result(storage, settings)
+        if earlier is not None:
+            return earlier
+        encoding, base = await inputs(storage, settings, keys)
+        progress = await asyncio.to_thread(read_progress, settings.progress_file)
         try:
             tls = await asyncio.to_thread(read_client_tls, settings.tls_dir)
         except OSError as e:  # the scratch-tls init container's files
             raise Refused("ScratchMemberUnavailable", f"no client certificate for the scratch member: {e}") from None
         async with ReplayMember(f"unix://{settings.socket}", tls=tls) as member:
-            started = time.monotonic()
-            progress = await replay_into(member, files, settings)
-            logger.info(
-                "replayed %d revisions in %.1fs: revision %d",
-                progress.applied,
-                time.monotonic() - started,
-                progress.revision,
-            )
-            return await store(storage, member, settings, progress, base, encoding)
+            return await store_replayed(storage, member, settings, progress, base, encoding)
     finally:
         storage.close()
 
 
-def main(env: Mapping[str, str]) -> int:
+async def store_replayed(
+    storage: S3Storage,
+    member: ReplayMember,
+    settings: Settings,
+    progress: Progress,
+    base: Manifest,
+    encoding: sealed.Encoding,
+) -> ReplayResult:
+    """`store`, with every lease the member holds kept alive until its snapshot is taken:
+    an expiry would add a revision the source never had."""
+    progress = await serving_replayed(member, progress)
+    held = await member.leases()
+    leases = {lease for lease, _ in held}
+    errors: list[BaseException] = []
+    async with leases_kept_alive(member, leases, keep_alive_period([ttl for _, ttl in held]), errors):
+        result = await store(storage, member, settings, progress, base, encoding)
+    if errors:
+        raise Refused("ScratchMemberUnavailable", f"keeping the leases alive failed: {errors[0]}")
+    return result
+
+
+def main(env: Mapping[str, str], argv: Sequence[str] = ()) -> int:
+    """`replay apply`: the apply init container; `replay`: the replay container."""
     logging.basicConfig(level=logging.INFO, format="replay: %(message)s")
     result_file = pathlib.Path(env["RESULT_FILE"])
+    applying = list(argv) == ["apply"]
     try:
-        result = asyncio.run(run(env))
+        result = asyncio.run(apply_phase(env) if applying else run(env))
     except Refused as e:
         text, code = f"{e.reason}: {e.message}", REPLAY_EXIT_CODES[e.reason]
-    except (EtcdError, StorageError) as e:
+    except (EtcdError, StorageError, ApplyFailed) as e:
         text, code = f"ReplayFailed: {e}", 1
     else:
-        text, code = result.to_json(), 0
+        text = json.dumps(dataclasses.asdict(result)) if isinstance(result, Progress) else result.to_json()
+        code = 0
     print(text, file=sys.stderr if code else sys.stdout)
-    try:
-        result_file.write_text(text[:3000])
-    except OSError as e:  # the exit code alone still says whether it replayed
-        print(f"could not write {result_file}: {e}", file=sys.stderr)
+    if code or not applying:  # the apply container's success is no result yet
+        try:
+            result_file.write_text(text[:3000])
+        except OSError as e:  # the exit code alone still says whether it replayed
+            print(f"could not write {result_file}: {e}", file=sys.stderr)
     return code
 
 
 if __name__ == "__main__":
-    sys.exit(main(dict(os.environ)))
+    sys.exit(main(dict(os.environ), sys.argv[1:]))

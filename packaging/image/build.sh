@@ -3,7 +3,8 @@
 # A Debian root filesystem from Debian packages (mmdebstrap), the package and its
 # dependencies installed with pip, then an OCI layout written with umoci and packed as an
 # OCI archive (tar of the layout). It describes the same image as the Dockerfile: Python
-# 3.11, user 65532:65532, entrypoint `python -m etcd_operator`, port 8080.
+# 3.11, etcd-replay-apply built with the local Go, user 65532:65532, entrypoint
+# `python -m etcd_operator`, port 8080.
 # Cached by a hash of its inputs, like testbin: an unchanged tree is not rebuilt.
 #
 #   packaging/image/build.sh          build unless cached; print the archive's path
@@ -25,7 +26,7 @@ for tool in mmdebstrap umoci; do
 done
 
 stamp="$( { cat "$0" "$root/pyproject.toml" "$root/README.md" "$root/packaging/image/requirements.lock";
-            (cd "$root" && git ls-files -co --exclude-standard etcd_operator etcd_operator_kubectl | LC_ALL=C sort | xargs cat);
+            (cd "$root" && git ls-files -co --exclude-standard etcd_operator etcd_operator_kubectl cmd | LC_ALL=C sort | xargs cat);
             echo "$suite $packages"; } | sha256sum | cut -c1-12)"
 out="$cache/$stamp"
 archive="$out/etcd-operator-$tag.oci.tar"
@@ -81,6 +82,12 @@ site="$work/rootfs/usr/local/lib/python3.11/dist-packages"  # on Debian's python
   chroot "$work/rootfs" python3 -m compileall -q -j 0 /usr/local/lib/python3.11/dist-packages; } >>"$log" 2>&1 || fail
 [[ "$(chroot "$work/rootfs" python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')" == 3.11 ]] || {
   echo " the Debian python3 is not 3.11" >&2; exit 1; }
+done_step
+
+t0=$SECONDS; step "etcd-replay-apply (go build)"
+# The point-in-time replay's writer into a restored backend (cmd/etcd-replay-apply).
+apply_binary="$("$root/cmd/etcd-replay-apply/build.sh" 2>>"$log")" || fail
+install -m 0755 "$apply_binary" "$work/rootfs/usr/local/bin/etcd-replay-apply" >>"$log" 2>&1 || fail
 done_step
 
 t0=$SECONDS; step "OCI layout (umoci) and archive"

@@ -6,7 +6,8 @@ A private etcd gets data, a lease and (with auth) the users the operator makes (
 as the pods' restore container does it; the scratch member runs with the builder's own flags
 on the throwaway certificates the pods' init container writes (programs/scratch_tls.py).
 Then the real check program (programs/scratch_check.main) and the real replay steps
-(programs/replay.replay_into, save_snapshot) read and write it over its TLS unix socket."""
+(programs/replay.apply_into_backend before the member starts, then serving_replayed and
+save_snapshot over its TLS unix socket) write and read it."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -35,6 +36,7 @@ from etcd_operator.programs import replay as replay_program
 from etcd_operator.programs import scratch_check
 from etcd_operator.programs import scratch_tls as scratch_tls_program
 from localkube import layout as localkube_layout
+from localkube.layout import replay_apply_program
 from tests.support.etcd_process import EtcdProcess
 from tests.support.processes import stop_gracefully
 
@@ -116,8 +118,8 @@ async def fill(endpoint: str) -> None:
     async with ReplayMember(endpoint, timeout=10) as client:
         assert await client.grant_lease(SOURCE_LEASE, 3600)
         for i in range(40):
-            await client.apply([KeyChange(f"/app/{i:03}".encode(), f"value {i}".encode())])
-        await client.apply([KeyChange(b"/app/005", None), KeyChange(b"/leased", b"held", SOURCE_LEASE)])
+            await client.txn([KeyChange(f"/app/{i:03}".encode(), f"value {i}".encode())])
+        await client.txn([KeyChange(b"/app/005", None), KeyChange(b"/leased", b"held", SOURCE_LEASE)])
         await client.compact(20)
 
 
@@ -165,8 +167,16 @@ def source(request, binary_dir, tmp_path) -> Iterator[Source]:
 
 
 @contextlib.contextmanager
-def scratch_member(binary_dir: pathlib.Path, image: str, snapshot: pathlib.Path, workdir: pathlib.Path, *flags: str):
+def scratch_member(
+    binary_dir: pathlib.Path,
+    image: str,
+    snapshot: pathlib.Path,
+    workdir: pathlib.Path,
+    *flags: str,
+    before_start: Callable[[pathlib.Path], None] | None = None,
+):
     """What the pods run: etcdutl's restore, the scratch-tls init container's program, then
+    (`before_start`, given the restored data directory: the replay pod's apply container)
     the scratch member with the builders' own arguments, in `workdir` (the emptyDir)."""
     member, data_dir = "scratch", str(workdir / "data")
     peer = seed_containers.PLACEHOLDER_PEER_URL
@@ -176,6 +186,8 @@ def scratch_member(binary_dir: pathlib.Path, image: str, snapshot: pathlib.Path,
     subprocess.run([str(binary_dir / "etcdutl"), *restore["args"]], check=True, capture_output=True, timeout=60)
     tls_dir = seed_containers.scratch_tls_dir(str(workdir))
     assert scratch_tls_program.main({"SCRATCH_TLS_DIR": tls_dir}) == 0
+    if before_start is not None:
+        before_start(pathlib.Path(data_dir))
     etcd = seed_containers.scratch_member(image, str(workdir), member, data_dir, [], *flags)
     with open(workdir / "etcd.log", "ab") as log:
         process = subprocess.Popen(
@@ -256,16 +268,28 @@ def test_the_replay_writes_into_and_snapshots_the_restored_base_with_no_secret(s
                           segments=1, up_to_revision=base + 3, replayed_key="out.db")  # fmt: skip
     flags = replay_pod.REPLAY_MEMBER_FLAGS
     image = image_of(binary_dir)
-    with scratch_member(binary_dir, image, source.snapshot, short_dir / "pod", *flags) as (socket_path, tls_dir):
-        settings = replay_program.Settings(
-            socket=socket_path, tls_dir=tls_dir, result_file=short_dir / "result", work=short_dir / "work",
-            segments_folder="", output_key="out.db", restore="r", until_time=None, record=record,
-        )  # fmt: skip
+    workdir = short_dir / "pod"
+    settings = replay_program.Settings(
+        socket=str(workdir / seed_containers.SCRATCH_CLIENT_SOCKET),
+        tls_dir=seed_containers.scratch_tls_dir(str(workdir)),
+        result_file=short_dir / "result", work=short_dir / "work", segments_folder="", output_key="out.db",
+        restore="r", until_time=None, record=record, apply_program=replay_apply_program(),
+    )  # fmt: skip
+    applied = []
+
+    def apply(data_dir: pathlib.Path) -> None:  # the apply container, before etcd starts
+        db = data_dir / "member" / "snap" / "db"
+        applied.append(asyncio.run(replay_program.apply_into_backend(db, [segment], settings)))
+
+    with scratch_member(binary_dir, image, source.snapshot, workdir, *flags, before_start=apply) as (
+        socket_path,
+        tls_dir,
+    ):
 
         async def replayed():
             tls = await asyncio.to_thread(scratch_tls_program.read_client_tls, tls_dir)
             async with ReplayMember(f"unix://{socket_path}", tls=tls) as member:
-                progress = await replay_program.replay_into(member, [segment], settings)
+                progress = await replay_program.serving_replayed(member, applied[0])
                 snapshot = short_dir / "replayed.db"
                 await asyncio.to_thread(replay_program.save_snapshot, socket_path, member.tls, snapshot)
                 after = await replay_program.scratch_auth_revision(member)

@@ -104,6 +104,20 @@ def test_every_operator_module_imports_inside_the_image(image):
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
 
 
+def test_the_replays_writer_runs_inside_the_image_and_refuses_a_missing_backend(image):
+    """etcd-replay-apply (cmd/etcd-replay-apply), which the replay pod's apply container
+    runs from PATH (clients/etcd/backend_apply.APPLY_PROGRAM), is in the image, static."""
+    config, rootfs = image
+    uid, gid = config["config"]["User"].split(":")
+    command = ["chroot", f"--userspec={uid}:{gid}", str(rootfs), "etcd-replay-apply", "/nonexistent/db"]
+    if os.geteuid() != 0:
+        command = ["unshare", "--map-root-user", *command]
+    env = dict(e.split("=", 1) for e in config["config"]["Env"])
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60, env=env)
+    assert result.returncode == 2 and "/nonexistent/db" in result.stderr, (result.returncode, result.stderr)
+    assert "/out/etcd-replay-apply /usr/local/bin/etcd-replay-apply" in (ROOT / "Dockerfile").read_text()
+
+
 def test_the_image_ships_bytecode_its_interpreter_can_use(image):
     """The root filesystem is read-only and PYTHONDONTWRITEBYTECODE is set, so a module
     without current bytecode is compiled in memory at every start (about 26 MiB more RSS)."""

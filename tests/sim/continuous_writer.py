@@ -573,7 +573,9 @@ class ModelMember:
         self.leases.add(lease)
         return True
 
-    async def apply(self, changes) -> int:
+    async def apply(self, revision: int, changes) -> None:
+        if revision != self.revision + 1:
+            raise Violation(f"the replay sent revision {revision} after {self.revision}")
         for change in changes:
             if change.deleted:
                 self.data.pop(change.key, None)
@@ -581,8 +583,7 @@ class ModelMember:
                 if change.lease and change.lease not in self.leases:
                     raise Violation(f"a put under lease {change.lease:x}, which the replay did not grant")
                 self.data[change.key] = (change.value, change.lease)
-        self.revision += 1
-        return self.revision
+        self.revision = revision
 
 
 def replay(world: World, plan, until: float | None, target: str) -> tuple[ModelMember, Any]:

@@ -114,7 +114,7 @@ def replay() -> dict:
 )
 def test_the_scratch_member_serves_tls_of_the_pods_own_ca_to_client_certificates_only(pod, scratch, client):
     spec = pod()["spec"]
-    *_, tls = spec["initContainers"]  # the last: its files exist before etcd starts
+    tls = next(c for c in spec["initContainers"] if c["name"] == "scratch-tls")  # its files exist before etcd starts
     folder = f"{scratch}/tls"
     assert (tls["name"], tls["image"], tls["command"]) == (
         "scratch-tls",

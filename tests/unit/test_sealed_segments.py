@@ -233,12 +233,17 @@ def test_the_replay_refuses_a_key_it_lacks_and_never_stores_in_clear_what_it_rea
 
 
 class ScratchMember:
-    """What `store` asks of the scratch member; `auth`: its auth revision, or the failure to read it."""
+    """What `store` asks of the scratch member; `auth`: its auth revision, or the failure to read it;
+    `revision`: the one it serves (the replay's, 16, unless a lease expired under it)."""
 
     tls = None
 
-    def __init__(self, auth: int | Exception = 4):
+    def __init__(self, auth: int | Exception = 4, revision: int = 16):
         self.auth = auth
+        self.served = revision
+
+    async def revision(self) -> int:
+        return self.served
 
     async def auth_revision(self, timeout: float | None = None) -> int:
         if isinstance(self.auth, Exception):
@@ -281,6 +286,19 @@ def test_the_replayed_snapshot_is_uploaded_sealed_with_a_manifest_that_says_how(
     assert asyncio.run(program.stored_result(store, s.output_key, {"k1": KEY})) == result  # type: ignore[arg-type]
 
 
+def test_a_snapshot_taken_after_the_member_moved_past_the_replay_is_never_uploaded(tmp_path, monkeypatch):
+    """A lease that expired under the scratch member made a revision the source never had."""
+    monkeypatch.setattr(program, "save_snapshot", lambda socket, tls, path: (path.write_bytes(b"db"), ("", 2))[1])
+    store = ObjectStore()
+    base = Manifest(BASE_KEY, "nightly", "ns", "src", "c1", "3.6.0", 10, 1, "s", "t", "m", "s10")
+    s = settings(tmp_path)
+    s.work.mkdir()
+    encoding = program.replayed_encoding(s, {})
+    with pytest.raises(program.Refused, match="moved to revision 17 after revision 16") as refused:
+        asyncio.run(program.store(store, ScratchMember(revision=17), s, program.Progress(16, 116.0, 6), base, encoding))  # type: ignore[arg-type]
+    assert refused.value.reason == "RevisionMismatch" and store.objects == {}
+
+
 # --- the pod and the restore's checks before it ---------------------------------------
 
 
@@ -292,9 +310,9 @@ def test_the_replay_pod_mounts_the_keys_into_the_fetch_and_the_replay_only_and_n
     )  # fmt: skip
     spec = pod["spec"]
     assert {v["name"]: v for v in spec["volumes"]}["snapshot-keys"]["secret"]["secretName"] == "backup-keys"
-    fetch, restore, tls = spec["initContainers"]
+    fetch, restore, tls, apply = spec["initContainers"]
     etcd, replay = spec["containers"]
-    for container in (fetch, replay):
+    for container in (fetch, apply, replay):
         assert any(m["mountPath"] == KEYS_MOUNT and m["readOnly"] for m in container["volumeMounts"])
         assert {"name": "SNAPSHOT_KEYS_DIR", "value": KEYS_MOUNT} in container["env"]
     for container in (restore, tls, etcd):

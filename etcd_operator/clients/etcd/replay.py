@@ -1,6 +1,7 @@
-"""The calls a point-in-time replay makes on its scratch member (programs/replay.py): one
-transaction per original revision, leases granted under their recorded IDs and kept alive
-while the replay runs, and the store's revision and contents read back."""
+"""The calls a point-in-time replay makes on its scratch member (programs/replay.py) once it
+serves the replayed backend: its revision, leases and contents read back, its leases kept
+alive until its snapshot is taken. The writes (a transaction of key changes, a lease granted
+under a given ID or revoked) are what a source's clients make, in the tests and the bench."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ LEASE_EXISTS = "lease already exists"
 
 
 class ReplayMember(EtcdMemberClient):
-    """The scratch member a replay writes to; it has no other client."""
+    """The scratch member a replay snapshots (it has no other client), or a source written
+    as the backup's segments record it."""
 
     def __init__(self, endpoint: str, timeout: float = 60.0, tls: ClientTLS | None = None):
         super().__init__(endpoint, timeout, tls=tls)
@@ -28,8 +30,8 @@ class ReplayMember(EtcdMemberClient):
     async def __aenter__(self) -> ReplayMember:
         return self
 
-    async def apply(self, changes: Sequence[KeyChange]) -> int:
-        """All `changes` in one transaction; the revision it made."""
+    async def txn(self, changes: Sequence[KeyChange]) -> int:
+        """All `changes` in one transaction; the store's revision after it."""
         ops = [
             rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=c.key))
             if c.deleted
@@ -50,6 +52,13 @@ class ReplayMember(EtcdMemberClient):
                 return False
             raise
         return True
+
+    async def revoke_lease(self, lease: int) -> int:
+        """Revokes `lease` (etcd deletes its keys in one revision); the store's revision after it."""
+        response = await self._call(
+            "LeaseRevoke", self._lease.LeaseRevoke, rpc.LeaseRevokeRequest(ID=lease), mutating=True
+        )
+        return response.header.revision
 
     async def leases(self) -> list[tuple[int, int]]:
         """Every lease in the store: (ID, granted TTL)."""

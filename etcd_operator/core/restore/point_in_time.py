@@ -352,7 +352,10 @@ def replay_failure_reason(exit_code: int | None) -> str:
 
 
 def init_failure_reason(container: str, exit_code: int | None) -> str:
-    """The base snapshot could not be fetched or restored into the replay pod's scratch space."""
+    """The base snapshot could not be fetched or restored into the replay pod's scratch space,
+    or the replay into it (the apply container: core/restore/replay_pod.py) refused."""
+    if container == "apply":
+        return replay_failure_reason(exit_code)
     if container == "fetch" and exit_code == SHA256_REFUSED:
         return "ChecksumMismatch"
     if container == "fetch" and exit_code == UNSEALING_REFUSED:

@@ -2,19 +2,22 @@
 
 Like the backup verification pod (core/backup/scratch_pod.py): the base snapshot is fetched
 onto an emptyDir (its sha256 checked again) and restored there with the target's etcdutl,
-never bumped (the replayed revisions must line up with the source's); a scratch
-single-member etcd runs on it, listening only on unix sockets inside that emptyDir (no TCP
-port: nothing outside the pod reaches the data; the replay authenticates with a certificate
-of a CA made inside the pod, as etcd's root user when the base snapshot has authentication
-on: core/scratch_tls.py) and without fsync (`--unsafe-no-fsync`: the
-store lives only as long as the pod, and only its snapshot, uploaded and checked, is kept).
-Beside it, the replay container (programs/replay.py) checks every segment against its
-manifest, replays them, and uploads the store's snapshot, sealed as the operator chose
-(core/restore/replay_sealing.py: compression and key ID in its environment); its exit code
-and termination message are the result. The operator removes the pod once it has read them.
+never bumped (the replayed revisions must line up with the source's). The last init
+container, `apply` (programs/replay.py), checks every segment against its manifest and
+replays them into that backend with etcd's own storage code, before any etcd serves it.
+Then a scratch single-member etcd runs on it, listening only on unix sockets inside that
+emptyDir (no TCP port: nothing outside the pod reaches the data; the replay
+authenticates with a certificate of a CA made inside the pod, as etcd's root user when the
+base snapshot has authentication on: core/scratch_tls.py) and without fsync
+(`--unsafe-no-fsync`: the store lives only as long as the pod, and only its snapshot,
+uploaded and checked, is kept). Beside it, the replay container checks that it serves the
+replayed revision and uploads its snapshot, sealed as the operator chose
+(core/restore/replay_sealing.py: compression and key ID in its environment). The exit code
+and termination message of `apply` (when it refused) or of the replay container are the
+result. The operator removes the pod once it has read them.
 
-The restore's keys Secret, when there is one, is mounted into the two containers that read
-or write sealed objects (the fetch and the replay), never into etcd's or etcdutl's."""
+The restore's keys Secret, when there is one, is mounted into the containers that read or
+write sealed objects (the fetch, the apply and the replay), never into etcd's or etcdutl's."""
 
 from __future__ import annotations
 
@@ -35,22 +38,15 @@ WORK_DIR = f"{SCRATCH}/work"  # the segments and the replayed snapshot, on their
 RESULT_FILE = f"{SCRATCH}/result"
 MEMBER = "replay"
 REPLAY_CONTAINER = "replay"
+APPLY_CONTAINER = "apply"  # replays the segments into the restored backend, before etcd serves it
+BACKEND_DB = f"{DATA_DIR}/member/snap/db"  # where etcdutl restores a member's backend
 CLIENT_SOCKET = f"{SCRATCH}/{seed_containers.SCRATCH_CLIENT_SOCKET}"
 TLS_DIR = seed_containers.scratch_tls_dir(SCRATCH)  # the throwaway CA's certificates (core/scratch_tls.py)
 PLACEHOLDER_PEER_URL = seed_containers.PLACEHOLDER_PEER_URL
-# One original revision is one transaction, however many keys it changed (a deleted prefix
-# can be thousands) and however large: the scratch member takes what the source took.
-MAX_TXN_OPS = 1_000_000
-MAX_REQUEST_BYTES = 256 << 20
 QUOTA_BACKEND_BYTES = 8 << 30  # etcd's suggested maximum; the source's own quota held the data
-# The scratch member a replay writes to: no fsync (its data is thrown away, only its snapshot
-# is kept), and room for a source's largest transaction.
-REPLAY_MEMBER_FLAGS = (
-    "--unsafe-no-fsync",
-    f"--max-txn-ops={MAX_TXN_OPS}",
-    f"--max-request-bytes={MAX_REQUEST_BYTES}",
-    f"--quota-backend-bytes={QUOTA_BACKEND_BYTES}",
-)
+# The scratch member serving the replayed backend: no fsync (its data is thrown away, only its
+# snapshot is kept), and room for what the source held.
+REPLAY_MEMBER_FLAGS = ("--unsafe-no-fsync", f"--quota-backend-bytes={QUOTA_BACKEND_BYTES}")
 # fetch_env's variables the replay container does not use (they name the base snapshot's fetch)
 _FETCH_ONLY = ("S3_KEY", "EXPECTED_SHA256", "SNAPSHOT_FILE", "DATA_DIR")
 
@@ -141,6 +137,16 @@ def replay_pod(
                     revision_bump=0,
                 ),
                 seed_containers.scratch_tls_container(operator_image, SCRATCH, scratch),
+                {
+                    "name": APPLY_CONTAINER,
+                    "image": operator_image,
+                    "command": ["python", "-m", "etcd_operator.programs.replay", "apply"],
+                    "env": storage_env
+                    + [{"name": k, "value": v} for k, v in replay_env.items()]
+                    + [{"name": "BACKEND_DB", "value": BACKEND_DB}],
+                    "terminationMessagePath": RESULT_FILE,
+                    "volumeMounts": scratch + ca_mounts + keys_mounts,
+                },
             ],
             containers=[
                 seed_containers.scratch_member(etcd_image, SCRATCH, MEMBER, DATA_DIR, scratch, *REPLAY_MEMBER_FLAGS),

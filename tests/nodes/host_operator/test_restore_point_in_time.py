@@ -116,7 +116,7 @@ def write_history(endpoint: str) -> list[tuple[int, float]]:
                     changes = [KeyChange(f"/a/{i:06}".encode(), None), KeyChange(f"/b/{i:03}".encode(), b"new")]
                 else:
                     changes = [KeyChange(f"/a/{i % 17:06}".encode(), f"value {i}".encode())]
-                revision = await client.apply(changes)
+                revision = await client.txn(changes)
                 written.append((revision, time.time()))
                 if i == 40:
                     await asyncio.sleep(2 * WATCH_SETTLE)
