@@ -215,6 +215,10 @@ def replaying() -> RestoreStatus:
         (pod(replay=ContainerEnd("replay", 0, "not json")), "ReplayFailed"),
         (pod(init_failure=ContainerEnd("fetch", 3, "sha256 changed")), "ChecksumMismatch"),
         (pod(init_failure=ContainerEnd("restore", 1, "bad")), "SnapshotNotRestorable"),
+        # the apply init container replays into the backend: its refusals are the replay's
+        (pod(init_failure=ContainerEnd("apply", REPLAY_EXIT_CODES["RevisionMismatch"], "off")), "RevisionMismatch"),
+        (pod(init_failure=ContainerEnd("apply", REPLAY_EXIT_CODES["LeaseUnknown"], "77")), "LeaseUnknown"),
+        (pod(init_failure=ContainerEnd("apply", 1, "ReplayFailed: the program failed")), "ReplayFailed"),
         (pod(phase="Failed"), "ReplayFailed"),
     ],
 )
