@@ -31,9 +31,8 @@ def test_controller_manager_creates_default_service_account(kubectl_on_real_node
     name = f"localkube-sa-check-{uuid.uuid4().hex[:5]}"
     kubectl("create", "namespace", name)
     try:
-        kubectl(
-            "wait", "--for=jsonpath={.metadata.name}=default", "-n", name, "serviceaccount/default", "--timeout=30s"
-        )
+        # --for=create: a jsonpath or condition wait fails at once on an object not there yet
+        kubectl("wait", "--for=create", "-n", name, "serviceaccount/default", "--timeout=60s")
     finally:
         kubectl("delete", "namespace", name, "--wait=false", check=False)
 
