@@ -2,8 +2,8 @@
 and programs/replay.apply_into_backend) on real etcd 3.5 and 3.6 processes from testbin.
 
 A source member takes a realistic mix from a real client: puts of 100 B to 2 KiB values,
-deletes, transactions of several puts and deletes, leases granted and revoked (etcd deletes
-their keys in a revision of its own), keys moved from one lease to another. A watch from the
+deletes, transactions of several puts and deletes, leases granted and revoked or left to
+expire (etcd deletes their keys in a revision of its own), keys moved from one lease to another. A watch from the
 base snapshot's revision records every revision as the continuous backup's writer does. The
 base snapshot is restored with etcdutl, the records are replayed into its backend before any
 etcd serves it, and an etcd started on the result must be the source: the same HashKV at the
@@ -34,6 +34,10 @@ pytestmark = pytest.mark.needs_etcd
 
 REVISIONS = 3000  # of the mix, after the base snapshot
 FIRST_LEASE = 0x1000
+# A session its client stops renewing: etcd expires it and deletes its key in a revision of
+# its own. The mix's sessions outlive the test (a real client renews them) and end by revocation.
+EXPIRING_LEASE = 0x5E55
+EXPIRING_KEY = b"/sessions/expiring"
 
 
 @pytest.fixture(params=["3.5", "3.6"])
@@ -51,7 +55,7 @@ async def mix(member: ReplayMember, rng: random.Random, revisions: int) -> dict[
         roll = rng.random()
         if roll < 0.04 or not live:
             lease = FIRST_LEASE + len(leases)
-            leases[lease] = rng.choice([5, 30, 600])
+            leases[lease] = rng.choice([60, 600, 3600])
             assert await member.grant_lease(lease, leases[lease])
             live.append(lease)
         elif roll < 0.07 and len(live) > 1:  # a session ends: its keys go in one revision of etcd's
@@ -73,6 +77,14 @@ async def mix(member: ReplayMember, rng: random.Random, revisions: int) -> dict[
             await member.txn([KeyChange(rng.choice(keys), rng.randbytes(rng.randint(100, 2048)), lease)])
     assert now >= start + revisions
     return leases
+
+
+async def expired(member: ReplayMember, key: bytes, within: float = 60.0) -> None:
+    """Waits until etcd has expired the lease that `key` was put with (its key is gone)."""
+    deadline = time.monotonic() + within
+    while any(k == key for k, _, _ in await member.key_values()):
+        assert time.monotonic() < deadline, f"{key!r} outlived its lease by {within:.0f}s"
+        await asyncio.sleep(0.2)
 
 
 async def recorded(member: ReplayMember, start: int, end: int) -> list[RevisionRecord]:
@@ -132,7 +144,11 @@ def test_a_replayed_mix_is_the_source_revision_for_revision(binary_dir, tmp_path
                      str(tmp_path / "base.db")],
                     check=True, capture_output=True, timeout=60,
                 )  # fmt: skip
+                assert await member.grant_lease(EXPIRING_LEASE, 2)
+                await member.txn([KeyChange(EXPIRING_KEY, b"held", EXPIRING_LEASE)])
                 leases = await mix(member, rng, REVISIONS)
+                leases[EXPIRING_LEASE] = 2
+                await expired(member, EXPIRING_KEY)
                 end = await member.revision()
                 records = await recorded(member, base + 1, end)
                 samples = sorted(rng.sample(range(base, end + 1), 12))
@@ -143,6 +159,7 @@ def test_a_replayed_mix_is_the_source_revision_for_revision(binary_dir, tmp_path
         source.stop()
     assert any(len(r.changes) > 1 for r in records) and any(c.deleted for r in records for c in r.changes)
     assert any(c.lease for r in records for c in r.changes)
+    assert any(c.key == EXPIRING_KEY and c.deleted for r in records for c in r.changes)
     segment = tmp_path / "0000000001.segment"
     segment.write_bytes(encode(SegmentBody(tuple(records), tuple(sorted(leases.items())))))
 
