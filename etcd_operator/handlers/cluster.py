@@ -41,6 +41,7 @@ async def run_cluster(body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.M
         cluster_domain=memo.config.cluster_domain,
         adoption_cross_namespace=memo.config.adoption_cross_namespace,
         member_metrics_every=memo.config.member_metrics_interval_seconds,
+        child_changed=wake,
     )
 
     async def stall_unless_held(seen: Mapping[str, Any]) -> None:

@@ -6,8 +6,8 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
 
 import aiohttp
 
@@ -38,6 +38,23 @@ from etcd_operator.core.hibernation import SNAPSHOTTING, STOPPING
 
 STATUS_TIMEOUT = 2.0
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+async def answer_unless_changed(call: Awaitable[T], changed: asyncio.Event, timeout: float) -> T:
+    """`call`'s answer, or TimeoutError after `timeout` or as soon as `changed` is set. For a
+    member whose pod is being deleted: once its pod is gone (the change that sets the event),
+    its address may lead nowhere and the call would wait out its whole timeout."""
+    answer = asyncio.ensure_future(call)
+    change = asyncio.ensure_future(changed.wait())
+    try:
+        done, _ = await asyncio.wait({answer, change}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        if answer in done:
+            return answer.result()
+        raise TimeoutError("its pod is being deleted and changed before it answered" if done else "")
+    finally:
+        answer.cancel()
+        change.cancel()
 
 
 async def fetch_cluster_version(endpoint: str | None) -> str | None:
@@ -234,8 +251,13 @@ class ClusterObserver:
         clock: Callable[[], float] = time.monotonic,
         cluster_domain: str = naming.DEFAULT_CLUSTER_DOMAIN,
         adoption_cross_namespace: bool = False,
+        child_changed: asyncio.Event | None = None,
     ):
+        """`child_changed`: set when a pod or PVC of the cluster changes during a pass (the
+        daemon's wake-up, cleared as each pass starts); it cuts short the wait for a member
+        whose pod is being deleted."""
         self.kube = kube_client
+        self.child_changed = child_changed
         self.cluster_domain = cluster_domain
         self.adoption_cross_namespace = adoption_cross_namespace  # ADOPTION_ALLOW_CROSS_NAMESPACE
         self.etcd_clients = etcd_clients
@@ -359,9 +381,14 @@ class ClusterObserver:
         endpoints = {name: endpoint for name, p in pods.items() if (endpoint := member_endpoint(p))}
         endpoints.update({e: e for e in foreign_endpoints if e not in endpoints.values()})
 
+        leaving = {member_endpoint(p) for p in pods.values() if p.deleting}
+
         async def status_of(endpoint: str):
+            call = self.etcd_clients.get(endpoint).status()
             try:
-                return await asyncio.wait_for(self.etcd_clients.get(endpoint).status(), STATUS_TIMEOUT)
+                if endpoint in leaving and self.child_changed is not None:
+                    return await answer_unless_changed(call, self.child_changed, STATUS_TIMEOUT)
+                return await asyncio.wait_for(call, STATUS_TIMEOUT)
             except (TimeoutError, EtcdError) as e:
                 return e
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 import time
@@ -60,12 +61,14 @@ class ClusterReconciler:
         cluster_domain: str = DEFAULT_CLUSTER_DOMAIN,
         adoption_cross_namespace: bool = False,
         member_metrics_every: float = SCRAPE_EVERY,
+        child_changed: asyncio.Event | None = None,
     ):
         """`cached_children`: the operator's pod and PVC caches (None: every pass lists live).
         `being_deleted` reads the live object's deletionTimestamp: once it is set, no pass
         acts and nothing more is created (kopf stops the daemon, the deletion handler runs).
         `held_by` reads the live object's restore hold: a pass that decided on an older copy
-        takes no member step while it stands (executor.HeldByRestore)."""
+        takes no member step while it stands (executor.HeldByRestore). `child_changed`: the
+        daemon's wake-up (ClusterObserver)."""
         self.kube = kube_client
         self.operator_namespace = operator_namespace
         self.operator_image = operator_image
@@ -77,6 +80,7 @@ class ClusterReconciler:
             storage_classes,
             cluster_domain=cluster_domain,
             adoption_cross_namespace=adoption_cross_namespace,
+            child_changed=child_changed,
         )
         self.member_metrics = MemberMetricsWatcher(every=member_metrics_every)
         self.cached_children = cached_children
