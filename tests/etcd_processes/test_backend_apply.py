@@ -3,12 +3,13 @@ and programs/replay.apply_into_backend) on real etcd 3.5 and 3.6 processes from 
 
 A source member takes a realistic mix from a real client: puts of 100 B to 2 KiB values,
 deletes, transactions of several puts and deletes, leases granted and revoked or left to
-expire (etcd deletes their keys in a revision of its own), keys moved from one lease to another. A watch from the
-base snapshot's revision records every revision as the continuous backup's writer does. The
-base snapshot is restored with etcdutl, the records are replayed into its backend before any
-etcd serves it, and an etcd started on the result must be the source: the same HashKV at the
-last revision (every key's create, mod revision, version, value and lease, in revision
-order), the same keys at sampled earlier revisions, the same leases."""
+expire (etcd deletes their keys in a revision of its own), keys moved from one lease to
+another. A watch from the base snapshot's revision records every revision as the continuous
+backup's writer does. The base snapshot is restored with etcdutl, the records are replayed
+into its backend before any etcd serves it, and an etcd started on the result must be the
+source: the same HashKV at the last revision (every key's create, mod revision, version,
+value and lease, in revision order), the same keys at sampled earlier revisions, the same
+leases."""
 
 from __future__ import annotations
 

@@ -35,22 +35,13 @@ class LateMember(FakeMember):
 
 
 def pods(deleting: set[str]) -> dict[str, PodView]:
-    return {
-        f"c-{o}": PodView(
-            f"c-{o}",
-            f"uid-c-{o}",
-            member_id(o),
-            "Running",
-            True,
-            f"c-{o}" in deleting,
-            endpoint(o).rsplit(":", 1)[0],
-            None,
-            "existing",
-            "",
-            False,
-        )  # fmt: skip
-        for o in range(3)
-    }
+    """The fake cluster's member pods as the API server holds them, those in `deleting` with a
+    deletionTimestamp, read by the observer's own parser."""
+    raw, _ = FakeCluster().children()
+    for pod in raw:
+        if pod["metadata"]["name"] in deleting:
+            pod["metadata"]["deletionTimestamp"] = "2026-12-04T10:00:00Z"
+    return {pod["metadata"]["name"]: observer_module.pod_view(pod) for pod in raw}
 
 
 def observer(etcd: FakeCluster, changed: asyncio.Event, monkeypatch):
