@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import signal
 import sys
 
 import kopf
@@ -32,6 +33,7 @@ async def run(config: OperatorConfig) -> int:
 
     metrics.record_build_info()
     ready = asyncio.Event()
+    stopping = _stop_on_signals()
     clock = LeaseClock(config.lease_timing) if config.leader_election else None
     health = HealthServer(
         config.health_port, ready, leading=clock.may_act if clock else None, address=config.health_address
@@ -39,23 +41,36 @@ async def run(config: OperatorConfig) -> int:
     await health.start()
     try:
         if clock is None:
-            await _operate(config, ready)  # no process write guard: every write is allowed
+            await _operate(config, ready, stopping)  # no process write guard: every write is allowed
             return 0
-        return await _lead(config, ready, clock)
+        return await _lead(config, ready, clock, stopping)
     finally:
         await health.stop()
 
 
-async def _operate(config: OperatorConfig, ready: asyncio.Event) -> None:
+def _stop_on_signals() -> asyncio.Event:
+    """SIGTERM and SIGINT set the returned event from the start, also while a standby waits to
+    lead and kopf has installed no handlers yet. In a container this process is PID 1, for which
+    the kernel ignores a signal without a handler: a standby would run on until the kubelet's
+    SIGKILL at the end of the grace period, and could even win the Lease meanwhile."""
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stopping.set)
+    return stopping
+
+
+async def _operate(config: OperatorConfig, ready: asyncio.Event, stopping: asyncio.Event) -> None:
     await kopf.operator(
         clusterwide=config.clusterwide,
         namespaces=list(config.namespaces),
         standalone=True,
         ready_flag=ready,
+        stop_flag=stopping,  # a signal received before kopf installed its own handlers
     )
 
 
-async def _lead(config: OperatorConfig, ready: asyncio.Event, clock: LeaseClock) -> int:
+async def _lead(config: OperatorConfig, ready: asyncio.Event, clock: LeaseClock, stopping: asyncio.Event) -> int:
     from etcd_operator.clients.kube.client import KubeClient
     from etcd_operator.runtime.lease_elector import LeaseElector
 
@@ -74,9 +89,19 @@ async def _lead(config: OperatorConfig, ready: asyncio.Event, clock: LeaseClock)
         t.renew_every,
         t.stop_acting_seconds,
     )
-    if not await elector.acquire():
+    acquiring = asyncio.create_task(elector.acquire())
+    stop_requested = asyncio.create_task(stopping.wait())
+    await asyncio.wait({acquiring, stop_requested}, return_when=asyncio.FIRST_COMPLETED)
+    if stopping.is_set():
+        acquiring.cancel()
+        logger.info("stopping while waiting to lead (signal received)")
+        await elector.release()  # in case an attempt in flight won the Lease
+        await lease_client.close()
+        return 0
+    stop_requested.cancel()
+    if not acquiring.result():
         _exit_deposed(clock.ended or "acquired too late")
-    operator = asyncio.create_task(_operate(config, ready))
+    operator = asyncio.create_task(_operate(config, ready, stopping))
     keeper = asyncio.create_task(elector.hold())
     await asyncio.wait({operator, keeper}, return_when=asyncio.FIRST_COMPLETED)
     if keeper.done():

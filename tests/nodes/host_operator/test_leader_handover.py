@@ -7,6 +7,9 @@ set aside."""
 from __future__ import annotations
 
 import json
+import os
+import pathlib
+import signal
 import subprocess
 import time
 
@@ -35,6 +38,29 @@ def lease_holder(namespace: str) -> str:
 def replica(operator_process, namespace: str, identity: str) -> OperatorProcess:
     env = {"LEADER_ELECTION": "true", "POD_NAMESPACE": namespace, "LOG_WRITES": "true"}
     return operator_process(namespace, identity=identity, env=env)
+
+
+def as_pid_1(process: OperatorProcess) -> None:
+    """Runs the replica as PID 1 of a PID namespace of its own, as a container runs it."""
+    process.command = ["unshare", "--pid", "--kill-child", "--", *process.command]
+
+
+def pid_1_of(process: OperatorProcess) -> int:
+    """The host's PID of the operator that `as_pid_1` started (unshare's forked child)."""
+    pid = process.process.pid
+
+    def operator_child() -> int | None:
+        children = pathlib.Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        if children and b"etcd_operator" in pathlib.Path(f"/proc/{children[0]}/cmdline").read_bytes():
+            return int(children[0])
+        return None
+
+    child = wait_for(operator_child, 30, what="the operator as PID 1 of its namespace")
+    ns_pids = next(
+        line for line in pathlib.Path(f"/proc/{child}/status").read_text().splitlines() if line.startswith("NSpid:")
+    )
+    assert ns_pids.split()[-1] == "1", ns_pids
+    return child
 
 
 def print_logs(*replicas: OperatorProcess) -> None:
@@ -123,3 +149,31 @@ def test_a_frozen_leader_is_replaced_mid_scale_up_and_never_writes_again(operato
     assert max(sum(1 for _, learner in c if learner) for c in configurations) <= 1
     assert len({member_id for c in configurations for member_id, _ in c}) == 3
     assert {member_id for member_id, _ in configurations[-1]} == {int(m["ID"]) for m in members}
+
+
+def test_a_standby_waiting_to_lead_stops_on_sigterm_as_pid_1(operator_process, namespace):
+    """A rollout, a drain or `helm uninstall` sends SIGTERM to the standby too. In a container the
+    operator is PID 1, for which the kernel ignores a signal it has no handler for: before kopf
+    runs, a standby would go on waiting until the kubelet's SIGKILL at the end of the grace
+    period (30 s for each such pod) and could take the Lease meanwhile. It stops at once."""
+    a, b = replica(operator_process, namespace, "replica-a"), replica(operator_process, namespace, "replica-b")
+    as_pid_1(b)
+    try:
+        a.start()
+        wait_for(lambda: lease_holder(namespace).startswith("replica-a_"), 60, what="replica-a leads")
+        b.start()
+        wait_for(lambda: "waiting to lead" in b.log_text(), 30, what="replica-b waits to lead")
+        os.kill(pid_1_of(b), signal.SIGTERM)
+        try:
+            exit_code = b.wait_exit(60)
+        except subprocess.TimeoutExpired:
+            exit_code = None
+        assert exit_code == 0, f"the standby did not stop on SIGTERM:\n{b.log_text()[-3000:]}"
+        assert "stopping while waiting to lead" in b.log_text()
+        assert lease_holder(namespace).startswith("replica-a_") and a.exited() is None
+    except BaseException:
+        print_logs(a, b)
+        raise
+    finally:
+        a.stop()
+        b.stop()
