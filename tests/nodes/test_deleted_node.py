@@ -31,7 +31,7 @@ pytestmark = [
 OPERATOR_NAMESPACE = chart_release.NAMESPACE
 NAMESPACE = "deleted-node"
 CLUSTER = "decommission"
-UNHEALTHY_TIMEOUT_SECONDS = 45  # the CRD's minimum is 30 s
+UNHEALTHY_TIMEOUT_SECONDS = 30  # the CRD's minimum
 LEASE = "etcd-operator-leader"
 
 

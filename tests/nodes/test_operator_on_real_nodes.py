@@ -35,7 +35,7 @@ OPERATOR_NAMESPACE = chart_release.NAMESPACE
 OPERATOR_LEASE = "etcd-operator-leader"  # the chart's leader Lease: its holder is <pod name>_<random>
 NAMESPACE = "on-real-nodes"
 CLUSTER = "spread"
-UNHEALTHY_TIMEOUT_SECONDS = 45  # the CRD's minimum is 30 s
+UNHEALTHY_TIMEOUT_SECONDS = 30  # the CRD's minimum
 # What etcd logs when it refuses a peer whose certificate's names do not resolve to its address.
 NAME_REFUSAL = "does not match any of DNSNames"
 
