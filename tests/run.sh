@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make test`: ruff, mypy (hack/typecheck.py) and import-linter first, then five pytest runs side by side, so
+# `make test`: ruff, mypy (hack/typecheck.py) and import-linter first, then six pytest runs side by side, so
 # that the cores work while the others wait on clusters. Each run is a marker expression
 # over what the tests need (pyproject.toml's markers; tests/support/needs.py checks that every
 # test carries what it uses), and the five expressions split the tests with none in two:
@@ -13,7 +13,7 @@
 #     runs share the one real-node instance (tests/support/shared_real_nodes.py), and no test
 #     starts another;
 #   - the pure tests, needing none of it (unit, simulator, image, checker, the harness's pure
-#     ones in e2e/tests), niced, reported last.
+#     ones in e2e/tests), niced, as two runs (the simulator apart), reported last.
 # Each operator process watches only its test's namespace, so the lanes' tests share the real
 # nodes as the chart's run and the host's always did. With arguments, one pytest run of exactly those.
 #
@@ -46,8 +46,9 @@ timed() {
   return "$rc"
 }
 
-# The five runs, by what their tests need; every test is in exactly one (lane3, lane2 and lane4
-# first, then the host, then the real-node instance, and the pure run takes what none of them does).
+# The five marker expressions, by what their tests need; every test is in exactly one (lane3, lane2
+# and lane4 first, then the host, then the real-node instance, and the pure runs take what none of
+# them does).
 on_host="needs_operator_process or needs_etcd or needs_containerd"
 on_the_instance="needs_cluster or needs_nodes"
 host1_lane="not lane2 and not lane3 and not lane4 and ($on_host)"
@@ -60,17 +61,23 @@ real_log="$(mktemp -t real-node-tests.XXXXXX.log)"
 host2_log="$(mktemp -t host-tests-2.XXXXXX.log)"
 host3_log="$(mktemp -t host-tests-3.XXXXXX.log)"
 pure_log="$(mktemp -t pure-tests.XXXXXX.log)"
-echo "tests: the second and third host lanes, the real-node tests and the pure tests (niced) run beside;" \
-  "their reports follow (logs: $host2_log, $host3_log, $real_log, $pure_log)"
+sim_log="$(mktemp -t pure-sim-tests.XXXXXX.log)"
+echo "tests: the second and third host lanes, the real-node tests and the pure tests (niced, the simulator apart) run beside;" \
+  "their reports follow (logs: $host2_log, $host3_log, $real_log, $pure_log, $sim_log)"
 timed "$real_log.seconds" "$python" -m pytest -p no:cacheprovider -m "$real_lane" >"$real_log" 2>&1 &
 real=$!
 timed "$host2_log.seconds" "$python" -m pytest -p no:cacheprovider -m "$host2_lane" >"$host2_log" 2>&1 &
 host2=$!
 timed "$host3_log.seconds" "$python" -m pytest -p no:cacheprovider -m "$host3_lane" >"$host3_log" 2>&1 &
 host3=$!
-timed "$pure_log.seconds" nice -n 10 "$python" -m pytest -p no:cacheprovider -m "$pure_lane" >"$pure_log" 2>&1 &
+# The pure tests as two processes, the simulator apart: while the real-node run has the nodes to
+# itself, the host lanes wait and a single pure process cannot use the idle core.
+timed "$pure_log.seconds" nice -n 10 "$python" -m pytest -p no:cacheprovider -m "$pure_lane" --ignore=tests/sim \
+  >"$pure_log" 2>&1 &
 pure=$!
-trap 'kill "$host2" "$host3" "$real" "$pure" 2>/dev/null; exit 130' INT TERM
+timed "$sim_log.seconds" nice -n 10 "$python" -m pytest -p no:cacheprovider -m "$pure_lane" tests/sim >"$sim_log" 2>&1 &
+sim=$!
+trap 'kill "$host2" "$host3" "$real" "$pure" "$sim" 2>/dev/null; exit 130' INT TERM
 host_seconds_file="$(mktemp -t host-tests-seconds.XXXXXX)"
 host_log="$(mktemp -t host-tests-1.XXXXXX.log)"
 timed "$host_seconds_file" "$python" -m pytest -m "$host1_lane" 2>&1 | tee "$host_log"
@@ -84,22 +91,27 @@ wait "$real"
 real_rc="$(status $?)"
 wait "$pure"
 pure_rc="$(status $?)"
+wait "$sim"
+sim_rc="$(status $?)"
 echo "=================== the second host lane ==================="
 cat "$host2_log"
 echo "=================== the third host lane ==================="
 cat "$host3_log"
 echo "=================== the tests on the real nodes ==================="
 cat "$real_log"
-echo "=================== the pure tests (unit, simulator, image, checker) ==================="
+echo "=================== the pure tests (unit, image, checker) ==================="
 cat "$pure_log"
+echo "=================== the simulator ==================="
+cat "$sim_log"
 # Last, where a short tail of the output (CI's) still shows them: each lane's failed tests.
-for lane_log in "$host_log" "$host2_log" "$host3_log" "$real_log" "$pure_log"; do
+for lane_log in "$host_log" "$host2_log" "$host3_log" "$real_log" "$pure_log" "$sim_log"; do
   grep -E '^(FAILED|ERROR) ' "$lane_log" | sed "s|^|tests: in $(basename "$lane_log" | cut -d. -f1): |"
 done
-echo "tests: host lanes exit $host_rc, $host2_rc and $host3_rc, real nodes exit $real_rc, pure exit $pure_rc"
+echo "tests: host lanes exit $host_rc, $host2_rc and $host3_rc, real nodes exit $real_rc, pure exit $pure_rc and $sim_rc"
 echo "tests: lint ${lint_seconds}s; lanes side by side: host operators $(cat "$host_seconds_file")s," \
-  "$(cat "$host2_log.seconds")s and $(cat "$host3_log.seconds")s, real nodes and the chart $(cat "$real_log.seconds")s, pure $(cat "$pure_log.seconds")s"
-for rc in "$host_rc" "$host2_rc" "$host3_rc" "$real_rc" "$pure_rc"; do
+  "$(cat "$host2_log.seconds")s and $(cat "$host3_log.seconds")s, real nodes and the chart $(cat "$real_log.seconds")s," \
+  "pure $(cat "$pure_log.seconds")s and simulator $(cat "$sim_log.seconds")s"
+for rc in "$host_rc" "$host2_rc" "$host3_rc" "$real_rc" "$pure_rc" "$sim_rc"; do
   [[ $rc -eq 0 ]] || exit "$rc"
 done
 exit 0
