@@ -19,9 +19,8 @@ import pytest
 from etcd_operator.core.cluster import builders, naming
 from localkube import containerfaults, realnodes
 from tests.support import chart_release, measured
-from tests.support.chart_release import delete_namespace, restricted_namespace
-from tests.support.cluster_members import ClusterMembers, newcomer
-from tests.support.clusters import apply_cluster, condition, get_cluster, patch_spec, wait_healthy
+from tests.support.cluster_members import ClusterMembers, newcomer, plaintext_cluster
+from tests.support.clusters import condition, get_cluster, patch_spec, wait_healthy
 from tests.support.diagnostics import print_operator_pod_logs
 from tests.support.kubectl import kubectl
 from tests.support.members_from_host import put, read_locally, replacement_event, url
@@ -38,23 +37,8 @@ MEMBERS = ClusterMembers(NAMESPACE, CLUSTER)
 
 @pytest.fixture(scope="module")
 def cluster(operator_release, kubectl_on_real_nodes):
-    """Plaintext, so that the host reaches each member by its pod IP whoever owns /etc/resolv.conf."""
-    restricted_namespace(NAMESPACE)
-    apply_cluster(
-        NAMESPACE,
-        CLUSTER,
-        {
-            "size": 3,
-            "version": "3.6.16",
-            "storage": {"size": "1Gi"},
-            "recovery": {"memberUnhealthyTimeout": f"{UNHEALTHY_TIMEOUT_SECONDS}s"},
-        },
-    )
-    try:
-        wait_healthy(NAMESPACE, CLUSTER, 3, timeout=300)
-        yield CLUSTER
-    finally:
-        delete_namespace(NAMESPACE, wait=False)
+    with plaintext_cluster(NAMESPACE, CLUSTER, UNHEALTHY_TIMEOUT_SECONDS) as name:
+        yield name
 
 
 @pytest.fixture

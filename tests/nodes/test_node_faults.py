@@ -18,9 +18,8 @@ import pytest
 from etcd_operator.core.cluster import naming
 from localkube import nodefaults, realnodes
 from tests.support import measured
-from tests.support.chart_release import delete_namespace, restricted_namespace
-from tests.support.cluster_members import ClusterMembers, unchanged
-from tests.support.clusters import apply_cluster, condition, get_cluster, wait_healthy
+from tests.support.cluster_members import ClusterMembers, plaintext_cluster, unchanged
+from tests.support.clusters import condition, get_cluster, wait_healthy
 from tests.support.kubectl import kubectl, kubectl_json
 from tests.support.members_from_host import put, read_locally, url
 from tests.support.waiting import holds_throughout, wait_for, wait_for_holding
@@ -46,21 +45,8 @@ def core(nodes_api):
 
 @pytest.fixture(scope="module")
 def cluster(operator_release, kubectl_on_real_nodes):
-    """Plaintext, so that the host reaches each member by its pod IP whoever owns /etc/resolv.conf."""
-    restricted_namespace(NAMESPACE)
-    apply_cluster(
-        NAMESPACE,
-        CLUSTER,
-        {
-            "size": 3,
-            "version": "3.6.16",
-            "storage": {"size": "1Gi"},
-            "recovery": {"memberUnhealthyTimeout": f"{UNHEALTHY_TIMEOUT_SECONDS}s"},
-        },
-    )
-    wait_healthy(NAMESPACE, CLUSTER, 3, timeout=300)
-    yield CLUSTER
-    delete_namespace(NAMESPACE, wait=False)  # not under the hold of the nodes: it takes 30 s
+    with plaintext_cluster(NAMESPACE, CLUSTER, UNHEALTHY_TIMEOUT_SECONDS) as name:
+        yield name
 
 
 @pytest.fixture

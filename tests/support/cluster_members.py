@@ -4,14 +4,40 @@ from the acting replica of the chart's operator (so that a fault hits etcd only)
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 
 from etcd_operator.core.cluster import naming
 from tests.support import chart_release
-from tests.support.clusters import condition, events, get_cluster, member_pods
+from tests.support.chart_release import delete_namespace, restricted_namespace
+from tests.support.clusters import apply_cluster, condition, events, get_cluster, member_pods, wait_healthy
 from tests.support.kubectl import kubectl_json
 
 OPERATOR_LEASE = "etcd-operator-leader"  # the chart's; its holder is <pod name>_<random>
+
+
+@contextlib.contextmanager
+def plaintext_cluster(namespace: str, cluster: str, unhealthy_timeout_seconds: int) -> Iterator[str]:
+    """A 3-member plaintext cluster in a restricted namespace of its own, healthy, for a module's
+    faults: plaintext, so that the host reaches each member by its pod IP whoever owns
+    /etc/resolv.conf. The namespace goes afterwards without waiting (outside any hold of the
+    nodes: it takes 30 s)."""
+    restricted_namespace(namespace)
+    apply_cluster(
+        namespace,
+        cluster,
+        {
+            "size": 3,
+            "version": "3.6.16",
+            "storage": {"size": "1Gi"},
+            "recovery": {"memberUnhealthyTimeout": f"{unhealthy_timeout_seconds}s"},
+        },
+    )
+    try:
+        wait_healthy(namespace, cluster, 3, timeout=300)
+        yield cluster
+    finally:
+        delete_namespace(namespace, wait=False)
 
 
 class ClusterMembers:
