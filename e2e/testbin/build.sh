@@ -73,6 +73,24 @@ recipe_stamp() {
 mkdir -p "$cache/logs"
 started=$SECONDS
 built=0
+
+# While one recipe compiles (CPU), the modules of the recipes after it download (network):
+# `go list -deps` fetches what their packages import and compiles nothing. Best effort; a
+# failure shows in the build itself.
+missing=()
+for recipe in "${selected[@]}"; do
+  [[ -f "$cache/$recipe-$(recipe_stamp "$recipe")/.complete" ]] || missing+=("$recipe")
+done
+if [[ ${#missing[@]} -gt 1 ]]; then
+  (
+    for recipe in "${missing[@]:1}"; do
+      (cd "$here/$recipe" && CGO_ENABLED=0 GOFLAGS=-mod=mod \
+        go list -deps -f '' $(table "$recipe" | cut -d'|' -f3 | sort -u)) >"$cache/logs/$recipe.prefetch.log" 2>&1 || true
+    done
+  ) &
+  prefetch=$!
+  trap 'pkill -P "$prefetch" 2>/dev/null; kill "$prefetch" 2>/dev/null || true' EXIT
+fi
 for recipe in "${selected[@]}"; do
   out="$cache/$recipe-$(recipe_stamp "$recipe")"
   if [[ ! -f "$out/.complete" ]]; then
