@@ -110,7 +110,7 @@ async def keys(endpoints: list[str], revision: int = 0) -> list[tuple[bytes, byt
 def run(bench: Bench) -> None:
     namespace = bench.namespace
     print(f"\npoint-in-time restore of {REVISIONS:,} revisions on the real nodes (make bench BENCH=pitr)", flush=True)
-    apply_cluster(namespace, SOURCE, {**PLAINTEXT, "size": 3, "storage": {"size": "4Gi"}})
+    apply_cluster(namespace, SOURCE, {**PLAINTEXT, "size": 3, "storage": {"size": "4Gi"}}, raft=None)
     wait_healthy(namespace, SOURCE, 3)
     storage = s3_storage_spec(bench.layout, bench.s3_prefix)
     # No new full snapshot (and chain) while the load runs: the restore replays all of it.

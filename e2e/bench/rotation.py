@@ -152,7 +152,7 @@ def run(bench) -> None:
     for run_index in range(1, RUNS + 1):
         plain, rotated = f"plain-{run_index}", f"rotated-{run_index}"
         for name in (plain, rotated):
-            apply_cluster(bench.namespace, name, spec)
+            apply_cluster(bench.namespace, name, spec, raft=None)
         for name in (plain, rotated):
             wait_for(lambda name=name: _healthy(bench.namespace, name, 3), TIMEOUT, interval=1.0, what=name)
         order = [(rotated, True), (plain, False)]

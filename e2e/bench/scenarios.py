@@ -224,13 +224,23 @@ class Bench:
         timings: dict[str, list[float]] = {"create 3": [], "create 3 TLS": [], "create 5": [], "scale 3 -> 5": []}
         for run in range(1, CLUSTER_RUNS + 1):
             creations = [
-                (f"c3-{run}", "create 3", 3, lambda name: apply_cluster(self.namespace, name, {"size": 3, **storage})),
+                (
+                    f"c3-{run}",
+                    "create 3",
+                    3,
+                    lambda name: apply_cluster(self.namespace, name, {"size": 3, **storage}, raft=None),
+                ),
                 (f"t3-{run}", "create 3 TLS", 3, lambda name: self._apply_default(name, {"size": 3, **storage})),
             ]
             if run % 2 == 0:
                 creations.reverse()  # neither goes first every time
             creations.append(
-                (f"c5-{run}", "create 5", 5, lambda name: apply_cluster(self.namespace, name, {"size": 5, **storage}))
+                (
+                    f"c5-{run}",
+                    "create 5",
+                    5,
+                    lambda name: apply_cluster(self.namespace, name, {"size": 5, **storage}, raft=None),
+                )
             )
             for name, key, size, apply in creations:
                 wall = time.time()
@@ -411,6 +421,7 @@ class Bench:
             self.namespace,
             "big",
             {"size": 1, "storage": {"size": "4Gi"}, "etcd": {"quotaBackendBytes": BIG_QUOTA_BYTES}},
+            raft=None,
         )
         wait_healthy(self.namespace, "big", 1, timeout=300)
         endpoint = member_endpoints(self.namespace, "big")[0]
@@ -697,6 +708,7 @@ class Bench:
                 self.namespace,
                 "big",
                 {"size": 1, "storage": {"size": "4Gi"}, "etcd": {"quotaBackendBytes": BIG_QUOTA_BYTES}},
+                raft=None,
             )
             wait_healthy(self.namespace, "big", 1, timeout=300)
             _fill_to(member_endpoints(self.namespace, "big")[0], LARGE_DB_MIB, 0)
@@ -741,7 +753,7 @@ class Bench:
         clusters = ["big"] + [f"big{i}" for i in range(1, CONCURRENT_BACKUPS)]
         spec = {"size": 1, "storage": {"size": "4Gi"}, "etcd": {"quotaBackendBytes": BIG_QUOTA_BYTES}}
         for name in clusters[1:]:
-            apply_cluster(self.namespace, name, spec)
+            apply_cluster(self.namespace, name, spec, raft=None)
         for name in clusters[1:]:
             wait_healthy(self.namespace, name, 1, timeout=300)
         with concurrent.futures.ThreadPoolExecutor(CONCURRENT_BACKUPS) as pool:
