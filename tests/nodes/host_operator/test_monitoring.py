@@ -31,7 +31,7 @@ from tests.support.operator_process import OperatorProcess
 from tests.support.processes import stop_gracefully
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.needs_nodes, pytest.mark.needs_operator_process, pytest.mark.needs_store, pytest.mark.lane4]
+pytestmark = [pytest.mark.needs_nodes, pytest.mark.needs_operator_process, pytest.mark.needs_store]
 
 CLUSTER = "mon"
 QUOTA = 16 * 1024 * 1024  # the smallest the CRD allows
