@@ -8,7 +8,7 @@ import asyncio
 import json
 import os
 
-from etcd_operator.clients.etcd.client import EtcdMemberClient
+from etcd_operator.clients.etcd.client import ClientTLS, EtcdMemberClient
 from tests.support.claims import claimed
 from tests.support.clusters import GROUP
 from tests.support.kubectl import kubectl, kubectl_json
@@ -16,21 +16,31 @@ from tests.support.waiting import wait_for
 
 
 def fill(
-    endpoints: list[str], count: int, value_size: int, prefix: str = "/data/", incompressible: bool = False
+    endpoints: list[str],
+    count: int,
+    value_size: int,
+    prefix: str = "/data/",
+    incompressible: bool = False,
+    tls: ClientTLS | None = None,
+    in_flight: int = 1,
 ) -> None:
-    """`count` keys of `value_size` bytes. The values repeat their key's number, which zstd
-    shrinks to almost nothing: `incompressible` values are random, for a test that needs the
-    stored snapshot as large as the data (an upload that lasts, a memory budget filled)."""
+    """`count` keys of `value_size` bytes, `in_flight` puts at a time (each is one raft entry:
+    a test that needs a long log gets it in seconds). The values repeat their key's number,
+    which zstd shrinks to almost nothing: `incompressible` values are random, for a test that
+    needs the stored snapshot as large as the data (an upload that lasts, a memory budget filled)."""
+
+    def value(i: int) -> bytes:
+        return os.urandom(value_size) if incompressible else (f"{i:06}" * (value_size // 6 + 1))[:value_size].encode()
 
     async def write():
-        async with EtcdMemberClient(endpoints[0], timeout=10) as client:
-            for i in range(count):
-                value = (
-                    os.urandom(value_size)
-                    if incompressible
-                    else (f"{i:06}" * (value_size // 6 + 1))[:value_size].encode()
-                )
-                await client.put(f"{prefix}{i:06}".encode(), value)
+        async with EtcdMemberClient(endpoints[0], timeout=10, tls=tls) as client:
+            numbers = iter(range(count))
+
+            async def writer() -> None:
+                for i in numbers:
+                    await client.put(f"{prefix}{i:06}".encode(), value(i))
+
+            await asyncio.gather(*(writer() for _ in range(in_flight)))
 
     asyncio.run(write())
 

@@ -26,7 +26,7 @@ from etcd_operator.core.cluster.spec import ClusterSpec
 from localkube import controlplane
 from localkube import layout as localkube_layout
 from tests.support import nodes_resolver
-from tests.support.backups import apply_backup, apply_restore, get_backup, wait_phase
+from tests.support.backups import apply_backup, apply_restore, fill, get_backup, wait_phase
 from tests.support.clusters import (
     FAST_RECOVERY,
     apply_cluster,
@@ -575,29 +575,6 @@ def leader_applied_index(namespace: str) -> int:
     return asyncio.run(call())
 
 
-def entries_appended(namespace: str, tls: ClientTLS, count: int) -> None:
-    """`count` puts of keys of their own (outside the workload's), 32 in flight over every
-    member: each is one raft entry, so the log passes etcd's apply gap in seconds rather than
-    the minutes the workload's four clients take."""
-    endpoints = member_endpoints(namespace, CLUSTER)
-
-    async def call():
-        clients = [EtcdMemberClient(endpoint, timeout=10, tls=tls) for endpoint in endpoints]
-        numbers = iter(range(count))
-
-        async def writer(client: EtcdMemberClient) -> None:
-            for n in numbers:
-                await client.put(f"/entries/{n:06}".encode(), b"x" * 64)
-
-        try:
-            await asyncio.gather(*(writer(clients[i % len(clients)]) for i in range(32)))
-        finally:
-            for client in clients:
-                await client.close()
-
-    asyncio.run(call())
-
-
 def timed_grow(namespace: str) -> float:
     started = time.monotonic()
     patch_spec(namespace, CLUSTER, {"size": 5})
@@ -620,12 +597,13 @@ def test_a_grow_after_a_ca_rotation_settles_while_clients_that_kept_the_old_ca_s
     try:
         wait_for(lambda: workload.successes() >= 50, 60, what="the workload to get going")
         # A snapshot above the gap is what can hold a learner: write the log past it.
-        entries_appended(namespace, pinned, learners.MAX_APPLY_GAP + 1000)
+        past_the_gap = learners.MAX_APPLY_GAP + 1000
+        fill(member_endpoints(namespace, CLUSTER), past_the_gap, 64, prefix="/entries/", tls=pinned, in_flight=32)
         wait_for(
-            lambda: leader_applied_index(namespace) > learners.MAX_APPLY_GAP + 1000,
+            lambda: leader_applied_index(namespace) > past_the_gap,
             60,
             interval=2.0,
-            what=f"the leader to apply {learners.MAX_APPLY_GAP + 1000} entries",
+            what=f"the leader to apply {past_the_gap} entries",
         )
         plain_grow = timed_grow(namespace)
         patch_spec(namespace, CLUSTER, {"size": 3})
