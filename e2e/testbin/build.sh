@@ -77,9 +77,11 @@ built=0
 # While one recipe compiles (CPU), the modules of the recipes after it download (network):
 # `go list -deps` fetches what their packages import and compiles nothing. Best effort; a
 # failure shows in the build itself.
+declare -A out_of  # recipe -> its cache directory, named by its stamp
 missing=()
 for recipe in "${selected[@]}"; do
-  [[ -f "$cache/$recipe-$(recipe_stamp "$recipe")/.complete" ]] || missing+=("$recipe")
+  out_of[$recipe]="$cache/$recipe-$(recipe_stamp "$recipe")"
+  [[ -f "${out_of[$recipe]}/.complete" ]] || missing+=("$recipe")
 done
 if [[ ${#missing[@]} -gt 1 ]]; then
   (
@@ -92,7 +94,7 @@ if [[ ${#missing[@]} -gt 1 ]]; then
   trap 'pkill -P "$prefetch" 2>/dev/null; kill "$prefetch" 2>/dev/null || true' EXIT
 fi
 for recipe in "${selected[@]}"; do
-  out="$cache/$recipe-$(recipe_stamp "$recipe")"
+  out="${out_of[$recipe]}"
   if [[ ! -f "$out/.complete" ]]; then
     rm -rf "$out" && mkdir -p "$out"
     log="$cache/logs/$recipe.log"
