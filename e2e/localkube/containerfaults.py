@@ -6,6 +6,7 @@
     read_log(...)                              its output across restarts, from the kubelet's files
     flood_log(..., size)                       its log folder grown by `size` bytes, as a flooding log
     lose_disk(layout, "ns", "data-etcd-0")     empties the local-path folder behind a claim
+    lose_member_disk(layout, "ns", "etcd-0", "data-etcd-0", "etcd")   both: the disk emptied, the process killed
 
 Each reads the pod (its node and container ID) or the claim's volume from the API server.
 """
@@ -170,3 +171,13 @@ def lose_disk(layout: Layout, namespace: str, claim: str) -> str:
         else:
             entry.unlink()
     return str(folder)
+
+
+def lose_member_disk(layout: Layout, namespace: str, pod: str, claim: str, container: str) -> None:
+    """A failed disk under a running member: the claim's folder emptied, then the container's
+    process killed so it restarts on the empty folder. A process that touched the emptied
+    folder may have exited on its own before the kill; that is the same outcome."""
+    lose_disk(layout, namespace, claim)
+    socket, container_id = _task(layout, namespace, pod, container)
+    if _task_pid(socket, container_id) is not None:
+        containerd.ctr(socket, "tasks", "kill", "--signal", "SIGKILL", container_id, timeout=30)

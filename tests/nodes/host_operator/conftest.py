@@ -150,6 +150,6 @@ def container_faults(real_nodes):
         thaw_container=bind(containerfaults.thaw, real_nodes),
         container_pid=bind(containerfaults.pid, real_nodes),
         read_log=bind(containerfaults.read_log, real_nodes),
-        lose_disk=bind(containerfaults.lose_disk, real_nodes),
+        lose_member_disk=bind(containerfaults.lose_member_disk, real_nodes),
         flood_log=bind(containerfaults.flood_log, real_nodes),
     )
