@@ -134,6 +134,7 @@ Settings come from the environment:
                      works on (needs SHARD_NAME), e.g. "tenant in (a,b),tier!=test"
   WATCH_CHILDREN     false: every pass lists pods and PVCs instead of reading the watches
   STEADY_POLL_SECONDS  how often a steady cluster's members are polled (default 15)
+  STEADY_POLL_MAX_SECONDS  ... backing off to this while its status stays unchanged (default 60)
   RESYNC_SECONDS     a full live pass per cluster about this often (default 600, jittered)
   HEALTH_PORT        /healthz, /readyz and /metrics (default 8080); HEALTH_ADDRESS binds it
   OPERATOR_IMAGE     the image restore pods run to fetch snapshots

@@ -34,6 +34,7 @@ async def run_cluster(body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.M
         cached_children=children.children if children else None,
         storage_classes=memo.storage_classes,
         steady_poll=memo.config.steady_poll_seconds,
+        steady_poll_max=memo.config.steady_poll_max_seconds,
         resync=memo.config.resync_seconds,
         being_deleted=lambda: bool(body.get("metadata", {}).get("deletionTimestamp")),
         held_by=lambda: restore_hold(body),

@@ -147,6 +147,9 @@ async def run_until_deleted(
                 if on_error is not None:
                     on_error()
                 delay = error_backoff
+            # Only what the sleep compares is kept while it lasts, not the pass's whole copy.
+            looked_at = {"metadata": {key: seen["metadata"].get(key) for key in ("generation", "annotations")}}
+            del seen
             await sleep_unless_changed(
-                stopped, body, IDLE_UNTIL_CHANGED if delay is None else delay, seen, wake if wakeable() else None
+                stopped, body, IDLE_UNTIL_CHANGED if delay is None else delay, looked_at, wake if wakeable() else None
             )

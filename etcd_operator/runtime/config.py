@@ -40,6 +40,7 @@ class OperatorConfig:
     # Watch-driven reconciliation (docs/concepts.md, "Watch-driven reconciliation").
     watch_children: bool = True  # pods and PVCs through operator-wide watches; false: every pass lists them
     steady_poll_seconds: float = 15.0  # a steady cluster's members are asked for their status this often
+    steady_poll_max_seconds: float = 60.0  # ... backing off to this while its status stays unchanged
     resync_seconds: float = 600.0  # a full live pass per cluster about this often (jittered per cluster)
     member_metrics_interval_seconds: float = 30.0  # each cluster's members' /metrics, for anomaly detection
     # AMBIENT_CREDENTIALS_NAMESPACES, ORPHANED_UPLOAD_GRACE_SECONDS (storage_policy.py)
@@ -87,6 +88,7 @@ class OperatorConfig:
             shard=shard_from_settings(env.get("SHARD_NAME", ""), env.get("SHARD_SELECTOR", "")),
             watch_children=env.get("WATCH_CHILDREN", "true").lower() != "false",
             steady_poll_seconds=float(env.get("STEADY_POLL_SECONDS") or 15.0),
+            steady_poll_max_seconds=float(env.get("STEADY_POLL_MAX_SECONDS") or 60.0),
             resync_seconds=float(env.get("RESYNC_SECONDS") or 600.0),
             member_metrics_interval_seconds=float(env.get("MEMBER_METRICS_INTERVAL_SECONDS") or 30.0),
             storage_policy=StoragePolicy.from_settings(

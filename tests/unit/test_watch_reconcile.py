@@ -10,11 +10,12 @@ import json
 
 import pytest
 
+from etcd_operator.clients.etcd.pool import EtcdClientPool
 from etcd_operator.clients.kube import client as kube
 from etcd_operator.clients.kube.informer import Informer, ScopeCache, Wakeups
 from etcd_operator.controllers.cluster.metrics_watcher import MemberMetricsWatcher
 from etcd_operator.controllers.cluster.reconciler import ClusterReconciler
-from etcd_operator.core.cluster import builders, naming
+from etcd_operator.core.cluster import builders, naming, pacing
 from etcd_operator.core.cluster import steps as a
 from tests.unit.cluster_scenarios import CLUSTER, NAMESPACE, M
 from tests.unit.cluster_scenarios import observed as scenario
@@ -397,3 +398,55 @@ def test_no_first_member_is_created_while_a_child_name_is_someone_elses():
     assert isinstance(decision.action, a.Wait) and "Service c-client" in decision.action.reason
     owned = next(c for c in decision.conditions if c.type == "ChildrenOwned")
     assert (owned.status, owned.reason) == (False, "NameCollision")
+
+
+class StatusKeepingKube(RecordingKube):
+    """Writes the status patches into `body`, as the API server and kopf's live body would."""
+
+    def __init__(self, body: dict):
+        super().__init__()
+        self.body = body
+
+    async def merge_patch(self, resource, namespace, name, patch, subresource=None):
+        await super().merge_patch(resource, namespace, name, patch, subresource)
+        self.body["status"] = json.loads(json.dumps(patch["status"]))
+
+
+def test_a_quiet_steady_cluster_is_polled_less_and_a_status_change_brings_the_poll_back():
+    body = json.loads(json.dumps(BODY))
+    kube_client = StatusKeepingKube(body)
+    db_size = {"bytes": 1000}
+
+    class Steady:
+        collisions: dict[str, str] = {}
+
+        async def observe(self, *args, **kw):
+            return current(scenario([M(0, db_size=db_size["bytes"]), M(1), M(2)]))
+
+    class CountingPool(EtcdClientPool):
+        closed = 0
+
+        async def close(self) -> None:
+            self.closed += 1
+            await super().close()
+
+    pool = CountingPool()
+    reconciler = ClusterReconciler(kube_client, pool, lambda *_: None, steady_poll=15.0, steady_poll_max=60.0)
+    reconciler.observer = Steady()
+    reconciler.member_metrics = MemberMetricsWatcher(fetch=lambda url, timeout: asyncio.sleep(0, ""))
+
+    def delays(passes: int) -> list[float]:
+        return [asyncio.run(reconciler.reconcile(json.loads(json.dumps(body)))) for _ in range(passes)]
+
+    assert delays(5) == [15.0, 30.0, 60.0, 60.0, 60.0]  # the first steady pass wrote status
+    assert [w[0] for w in kube_client.writes].count("patch") == 1
+    assert pool.closed == 4  # the members' channels close after each quiet pass
+    db_size["bytes"] = 2000  # a member's figures moved: status changes
+    assert delays(3) == [15.0, 30.0, 60.0]
+    assert [w[0] for w in kube_client.writes].count("patch") == 2
+
+
+def test_the_steady_interval_doubles_from_the_poll_up_to_its_ceiling():
+    assert [pacing.steady_interval(15.0, 60.0, quiet) for quiet in range(5)] == [15.0, 30.0, 60.0, 60.0, 60.0]
+    assert pacing.steady_interval(15.0, 60.0, 10_000) == 60.0
+    assert pacing.steady_interval(600.0, 60.0, 3) == 600.0  # a ceiling below the poll leaves the poll

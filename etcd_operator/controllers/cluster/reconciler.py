@@ -37,6 +37,7 @@ NOT_YET = 1.0  # etcd refused a step for now (e.g. a new voter not connected for
 WHILE_WAITING = 3.0
 WHILE_DELETED = 10.0  # until kopf stops the daemon of an object being deleted
 WHEN_STEADY = 15.0  # the default of OperatorConfig.steady_poll_seconds
+WHEN_STEADY_AND_QUIET = 60.0  # the default of OperatorConfig.steady_poll_max_seconds
 RESYNC = 600.0  # the default of OperatorConfig.resync_seconds
 RESYNC_JITTER = 0.25  # each cluster's resync interval varies by this fraction, so clusters drift apart
 
@@ -53,6 +54,7 @@ class ClusterReconciler:
         cached_children: ChildSource | None = None,
         storage_classes: StorageClassExpansion | None = None,
         steady_poll: float = WHEN_STEADY,
+        steady_poll_max: float = WHEN_STEADY_AND_QUIET,
         resync: float = RESYNC,
         clock: Callable[[], float] = time.monotonic,
         being_deleted: Callable[[], bool] = lambda: False,
@@ -85,6 +87,8 @@ class ClusterReconciler:
         self.member_metrics = MemberMetricsWatcher(every=member_metrics_every)
         self.cached_children = cached_children
         self.steady_poll = steady_poll
+        self.steady_poll_max = steady_poll_max
+        self.quiet_passes = 0  # Steady passes in a row that changed nothing in status (pacing.steady_interval)
         self.resync = resync
         self.clock = clock
         self.next_resync = 0.0  # the first pass is live
@@ -254,16 +258,22 @@ class ClusterReconciler:
         )
         metrics.record_member_warnings(meta["namespace"], meta["name"], warnings)
         metrics.record_alarms(meta["namespace"], meta["name"], tuple(health.alarm_names))
-        if changed_fields(previous, status):  # the whole status is written
+        status_changed = bool(changed_fields(previous, status))
+        if status_changed:  # the whole status is written
             await self.kube.merge_patch(
                 kube.ETCDCLUSTERS, meta["namespace"], meta["name"], {"status": status}, subresource="status"
             )
+        quiet = isinstance(action, a.Steady) and isinstance(last, a.Steady) and not status_changed
+        self.quiet_passes = self.quiet_passes + 1 if quiet else 0
         if isinstance(action, a.Steady) and not isinstance(last, a.Steady):
             logger.info(
-                "%s/%s: steady; members polled every %gs, a child's change wakes the next pass at once",
+                "%s/%s: steady; members polled every %gs%s, a child's change wakes the next pass at once",
                 meta["namespace"],
                 meta["name"],
                 self.steady_poll,
+                f", up to every {self.steady_poll_max:g}s while nothing changes"
+                if self.steady_poll_max > self.steady_poll
+                else "",
             )
         self.last_action = action if outcome.done or isinstance(action, (a.Steady, a.Wait)) else None
         if resync:
@@ -275,7 +285,11 @@ class ClusterReconciler:
         if pacing.members_starting(action, self.bootstrapped_at, self.clock()):
             return pacing.MEMBERS_STARTING
         if isinstance(action, a.Steady):
-            return self.steady_poll
+            delay = pacing.steady_interval(self.steady_poll, self.steady_poll_max, self.quiet_passes)
+            if delay > self.steady_poll:
+                # Quiet: the members' gRPC channels (about 60 KiB each) close until the next pass.
+                await self.etcd_clients.close()
+            return delay
         if isinstance(action, a.Wait):
             return WHILE_WAITING
         return AFTER_STEP if outcome.done else NOT_YET

@@ -11,7 +11,12 @@ not safe yet (a refusal is "not yet", never an error).
 
 A new TLS cluster records its transport, issues its certificates and starts its first
 member: after a certificate step the next pass, which reads the Secrets live, comes at once
-too."""
+too.
+
+A steady cluster is polled less the longer it stays quiet (steady_interval): its members'
+status is what a steady pass reads that no watch reports, and an idle cluster's does not
+change. A change to a child or to the object still wakes a pass at once, whatever the
+interval."""
 
 from __future__ import annotations
 
@@ -77,3 +82,10 @@ def members_starting(action: a.Step, bootstrapped_at: float | None, now: float) 
     """Whether `action`, a wait, comes within BOOTSTRAP_WINDOW of this process starting a
     bootstrap's members (`bootstrapped_at`, on the same clock as `now`)."""
     return isinstance(action, a.Wait) and bootstrapped_at is not None and now - bootstrapped_at < BOOTSTRAP_WINDOW
+
+
+def steady_interval(poll: float, ceiling: float, quiet_passes: int) -> float:
+    """Seconds until the next pass after a Steady one: `poll` after a pass that wrote status,
+    took or waited on a step (`quiet_passes` 0), then doubled with each further quiet pass
+    (one that changed nothing in status) up to `ceiling`."""
+    return min(max(poll, ceiling), poll * float(1 << min(quiet_passes, 16)))

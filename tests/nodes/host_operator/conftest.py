@@ -101,12 +101,19 @@ def namespace(request, real_nodes, nodes_api, kubectl_on_real_nodes):
 @pytest.fixture(scope="package")
 def operator_process(real_nodes):
     """Makes operator processes of the host's shard for a namespace (not started): the host's
-    network, which routes pod IPs, and the nodes' DNS for the members' names."""
-    shard = claims.shard_env(claims.HOST_OPERATOR_SHARD)
+    network, which routes pod IPs, and the nodes' DNS for the members' names. They poll a
+    steady cluster every 15 s without backing off (STEADY_POLL_MAX_SECONDS): these tests change
+    etcd behind the operator's back (alarms, users, metrics) right after it went quiet. The
+    chart's release, which the other real-node tests use, runs the default backoff."""
+    settings = {**claims.shard_env(claims.HOST_OPERATOR_SHARD), "STEADY_POLL_MAX_SECONDS": "15"}
 
     def make(namespace: str, env: dict[str, str] | None = None, **kwargs) -> OperatorProcess:
         return OperatorProcess(
-            real_nodes, namespace, env={**shard, **(env or {})}, resolver=real_nodes.node_network.dns_address, **kwargs
+            real_nodes,
+            namespace,
+            env={**settings, **(env or {})},
+            resolver=real_nodes.node_network.dns_address,
+            **kwargs,
         )
 
     return make
