@@ -204,12 +204,51 @@ def _remove_series(
             pass
 
 
+# The label values each pass last set, per metric and owner (namespace, cluster or backup),
+# for the series a pass replaces: _remove_series walks every series of every owner, which
+# every pass of every cluster would make quadratic in the number of clusters.
+_last_set: dict[tuple[int, str, str], AbstractSet[tuple[str, ...]]] = {}
+
+
+def _replace_series(
+    metric: Any,
+    namespace: str,
+    owner: str,
+    keep: AbstractSet[tuple[str, ...]],
+    setting: AbstractSet[tuple[str, ...]] | None = None,
+) -> None:
+    """Removes the owner's series that earlier calls set and `keep` does not hold; the caller
+    then sets `setting` (default: `keep`)."""
+    key = (id(metric), namespace, owner)
+    kept = set()
+    for values in _last_set.get(key, frozenset()):
+        if values in keep:
+            kept.add(values)
+        else:
+            _remove(metric, values)
+    _last_set[key] = frozenset(kept | set(keep if setting is None else setting))
+
+
+def _remove(metric: Any, values: tuple[str, ...]) -> None:
+    try:
+        metric.remove(*values)
+    except KeyError:
+        pass
+
+
+def _forget_owner(namespace: str, owner: str) -> None:
+    for key in [k for k in _last_set if k[1:] == (namespace, owner)]:
+        del _last_set[key]
+
+
 def forget_cluster(namespace: str, cluster: str) -> None:
+    _forget_owner(namespace, cluster)
     for metric, labelnames in PER_CLUSTER:
         _remove_series(metric, labelnames, {"namespace": namespace, "cluster": cluster})
 
 
 def forget_backup(namespace: str, backup: str) -> None:
+    _forget_owner(namespace, backup)
     for metric, labelnames in PER_BACKUP:
         _remove_series(metric, labelnames, {"namespace": namespace, "backup": backup})
 
@@ -217,16 +256,14 @@ def forget_backup(namespace: str, backup: str) -> None:
 def record_member_warnings(namespace: str, cluster: str, warnings: dict[str, tuple]) -> None:
     """`warnings`: member name -> its warnings (each with a `kind`); others are removed."""
     current = {(namespace, cluster, member, w.kind) for member, ws in warnings.items() for w in ws}
-    _remove_series(
-        member_warning, LABELS + ("member", "kind"), {"namespace": namespace, "cluster": cluster}, keep=current
-    )
+    _replace_series(member_warning, namespace, cluster, current)
     for labels in current:
         member_warning.labels(*labels).set(1)
 
 
 def record_alarms(namespace: str, cluster: str, alarms: tuple[str, ...]) -> None:
     current = {(namespace, cluster, alarm) for alarm in alarms}
-    _remove_series(cluster_alarm, LABELS + ("alarm",), {"namespace": namespace, "cluster": cluster}, keep=current)
+    _replace_series(cluster_alarm, namespace, cluster, current)
     for labels in current:
         cluster_alarm.labels(*labels).set(1)
 
@@ -244,13 +281,11 @@ def record_backup_spec(
     if mode not in BACKUP_MODES:
         raise ValueError(f"unknown backup mode {mode!r}")
     current = (namespace, backup, cluster, mode)
-    _remove_series(
-        backup_info, ("namespace", "backup", "cluster", "mode"), {"namespace": namespace, "backup": backup}, {current}
-    )
+    _replace_series(backup_info, namespace, backup, {current})
     backup_info.labels(*current).set(1)
     backup_suspended.labels(namespace, backup).set(1 if suspended else 0)
     if interval is None:
-        _remove_series(backup_schedule_interval, ("namespace", "backup"), {"namespace": namespace, "backup": backup})
+        _remove(backup_schedule_interval, (namespace, backup))
     else:
         backup_schedule_interval.labels(namespace, backup).set(interval)
 
@@ -259,7 +294,7 @@ def record_continuous_lag(namespace: str, backup: str, lag: StreamLag | None) ->
     """`lag`: None while no writer runs here or it has not heard the cluster's revision."""
     if lag is None:
         for gauge in (continuous_lag_revisions, continuous_lag_seconds):
-            _remove_series(gauge, ("namespace", "backup"), {"namespace": namespace, "backup": backup})
+            _remove(gauge, (namespace, backup))
         return
     continuous_lag_revisions.labels(namespace, backup).set(lag.revisions)
     continuous_lag_seconds.labels(namespace, backup).set(lag.seconds)
@@ -317,8 +352,9 @@ def record_cluster(
     cluster_quorum_lost.labels(namespace, cluster).set(1 if quorum_lost else 0)
     counts: dict[tuple[str, str], int] = {}
     present = {(namespace, cluster, m[0]) for m in members}
+    sized = {(namespace, cluster, m[0]) for m in members if m[3]}
     for gauge in (member_db_size, member_db_in_use):  # members removed since
-        _remove_series(gauge, LABELS + ("member",), {"namespace": namespace, "cluster": cluster}, keep=present)
+        _replace_series(gauge, namespace, cluster, present, sized)
     for name, role, healthy, db_size, in_use in members:
         key = (role, "true" if healthy else "false")
         counts[key] = counts.get(key, 0) + 1

@@ -103,7 +103,8 @@ async def sleep_unless_changed(
             await stopped.wait(min(POLL, left))
         else:
             try:
-                await asyncio.wait_for(wake.wait(), min(POLL, left))
+                async with asyncio.timeout(min(POLL, left)):  # no task per wait, as wait_for makes
+                    await wake.wait()
             except TimeoutError:
                 pass
             if wake.is_set():

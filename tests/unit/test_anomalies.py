@@ -286,8 +286,10 @@ async def test_a_page_that_arrives_in_pieces_is_read_whole(monkeypatch):
     lines = [f'etcd_disk_wal_fsync_duration_seconds_bucket{{le="{2**i / 1000}"}} {i}\n' for i in range(14)]
     page = ("".join(lines) * 300).encode()  # about 250 KiB, like etcd's own page
 
+    requests: list[bytes] = []
+
     async def in_pieces(reader, writer):
-        await reader.readuntil(b"\r\n\r\n")
+        requests.append(await reader.readuntil(b"\r\n\r\n"))
         writer.write(
             b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n"
             + f"Content-Length: {len(page)}\r\n\r\n".encode()
@@ -302,6 +304,7 @@ async def test_a_page_that_arrives_in_pieces_is_read_whole(monkeypatch):
     port = server.sockets[0].getsockname()[1]
     try:
         assert await scrape.read_metrics(f"http://127.0.0.1:{port}/metrics", 10) == page.decode()
+        assert b"\r\naccept-encoding: identity\r\n" in requests[0].lower()  # no gzip to make and inflate
         monkeypatch.setattr(scrape, "MAX_BYTES", len(page) - 1)
         with pytest.raises(scrape.ScrapeError, match="more than"):
             await scrape.read_metrics(f"http://127.0.0.1:{port}/metrics", 10)

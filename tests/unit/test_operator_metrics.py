@@ -186,3 +186,48 @@ def test_every_operator_series_the_rules_and_dashboard_use_is_registered():
     used = {name for name in monitoring.used_metric_names() if name.startswith("etcd_operator_")}
     assert used - exposed == set()
     assert {"etcd_operator_backup_schedule_interval_seconds", "etcd_operator_restores_total"} <= used
+
+
+def test_a_clusters_member_series_follow_its_members_and_go_with_it():
+    member = ("leader", True, 1000, 800)
+    metrics.record_cluster("ns-c", "c", 3, [("c-0", *member), ("c-1", *member), ("c-2", *member)], True, False)
+    metrics.record_member_warnings("ns-c", "c", {"c-1": (type("W", (), {"kind": "SlowDisk"})(),)})
+    metrics.record_alarms("ns-c", "c", ("NOSPACE",))
+    # c-1 stops answering (no size: its last one stays) and c-2 is removed.
+    metrics.record_cluster("ns-c", "c", 3, [("c-0", *member), ("c-1", "follower", False, 0, 0)], True, False)
+    assert {
+        dict(k)["member"]: v for k, v in samples("etcd_operator_member_db_size_bytes", namespace="ns-c").items()
+    } == {
+        "c-0": 1000.0,
+        "c-1": 1000.0,
+    }
+    metrics.record_member_warnings("ns-c", "c", {})
+    metrics.record_alarms("ns-c", "c", ())
+    assert samples("etcd_operator_member_warning", namespace="ns-c") == {}
+    assert samples("etcd_operator_cluster_alarm", namespace="ns-c") == {}
+    metrics.record_cluster("ns-c", "c", 3, [("c-0", *member)], True, False)
+    assert [dict(k)["member"] for k in samples("etcd_operator_member_db_size_bytes", namespace="ns-c")] == ["c-0"]
+    metrics.forget_cluster("ns-c", "c")
+    assert samples("etcd_operator_member_db_size_bytes", namespace="ns-c") == {}
+    assert samples("etcd_operator_cluster_desired_members", namespace="ns-c") == {}
+
+
+def test_a_pass_touches_only_its_own_clusters_series(monkeypatch):
+    """Each cluster's pass records its series; walking every cluster's series (collect) on
+    every pass would make the operator's CPU quadratic in the number of clusters."""
+    member = ("leader", True, 1000, 800)
+    for cluster in ("a", "b"):
+        metrics.record_cluster("ns-q", cluster, 1, [(f"{cluster}-0", *member)], True, False)
+
+    def walked(*_):
+        raise AssertionError("a pass walked every series of a metric")
+
+    for metric in (metrics.member_db_size, metrics.member_db_in_use, metrics.member_warning, metrics.cluster_alarm):
+        monkeypatch.setattr(metric, "collect", walked)
+    metrics.record_cluster("ns-q", "a", 1, [], True, False)
+    metrics.record_member_warnings("ns-q", "a", {})
+    metrics.record_alarms("ns-q", "a", ())
+    monkeypatch.undo()
+    assert [dict(k)["cluster"] for k in samples("etcd_operator_member_db_size_bytes", namespace="ns-q")] == ["b"]
+    for cluster in ("a", "b"):
+        metrics.forget_cluster("ns-q", cluster)

@@ -18,7 +18,9 @@ async def read_metrics(url: str, timeout: float, series: bytes | None = None) ->
     lines are adjacent)."""
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as session:
-            async with session.get(url) as response:
+            # Uncompressed: gzip costs the member about a quarter more CPU per page, and this
+            # process as much again to inflate it, to save bytes on the pod network.
+            async with session.get(url, headers={"Accept-Encoding": "identity"}) as response:
                 if response.status != 200:
                     raise ScrapeError(f"{url}: HTTP {response.status}")
                 if series is not None:

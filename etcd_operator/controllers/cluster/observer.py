@@ -345,9 +345,13 @@ class ClusterObserver:
             min_ordinal=min_ordinal,
             annotation_problems=(min_ordinal_problem,) if min_ordinal_problem else (),
             tls=tls,
+            # Read only while a downgrade is recorded: no other decision reads it, and each read
+            # has the leader render its whole metrics page.
             cluster_version=await fetch_cluster_version(
                 etcd.endpoints.get(etcd.leader_id) if etcd.leader_id is not None else None
-            ),
+            )
+            if status.downgrade_target is not None
+            else None,
             defrag_requested=(meta.get("annotations") or {}).get(naming.ANNOTATION_DEFRAGMENT) or None,
             cluster_domain=self.cluster_domain,
             adoption_cross_namespace=self.adoption_cross_namespace,

@@ -206,7 +206,9 @@ class Observed:
     annotation_problems: tuple[str, ...] = ()  # annotations ignored as malformed, and why
     # The transport and rotation recorded in status.tls, read with the certificate Secrets they select.
     tls: TLSView = dataclasses.field(default_factory=TLSView)
-    cluster_version: str | None = None  # etcd's cluster version (x.y.0), as the leader reports it
+    # etcd's cluster version (x.y.0), as the leader reports it; read only while status records
+    # a downgrade (cluster/downgrade.py, its one reader), else None.
+    cluster_version: str | None = None
     defrag_requested: str | None = None  # the etcd.operator.dev/defragment annotation's token
     # Seconds since this process first saw status.learnerJoins' last failure, on its monotonic
     # clock (cluster/timers.py); None: no failure recorded.
