@@ -87,5 +87,6 @@ def members_starting(action: a.Step, bootstrapped_at: float | None, now: float) 
 def steady_interval(poll: float, ceiling: float, quiet_passes: int) -> float:
     """Seconds until the next pass after a Steady one: `poll` after a pass that wrote status,
     took or waited on a step (`quiet_passes` 0), then doubled with each further quiet pass
-    (one that changed nothing in status) up to `ceiling`."""
+    (Steady again, nothing changed in status) up to `ceiling`. A member that is not healthy
+    makes the plan Wait, never Steady."""
     return min(max(poll, ceiling), poll * float(1 << min(quiet_passes, 16)))
