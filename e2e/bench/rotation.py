@@ -122,7 +122,7 @@ def _turn(bench, cluster: str, rotate: bool) -> Turn:
         victim_ids = {m["id"] for m in get_cluster(namespace, cluster)["status"]["members"] if m["name"] == victim}
 
         def lose_member() -> None:
-            containerfaults.lose_member_disk(bench.layout, namespace, victim, naming.pvc_name(victim), "etcd")
+            containerfaults.lose_member_disk(bench.layout, namespace, victim, "etcd")
 
         turn.replace = _timed(namespace, cluster, lose_member, 5, frozenset(victim_ids))
         replaced_ns = time.monotonic_ns()

@@ -6,7 +6,7 @@
     read_log(...)                              its output across restarts, from the kubelet's files
     flood_log(..., size)                       its log folder grown by `size` bytes, as a flooding log
     lose_disk(layout, "ns", "data-etcd-0")     empties the local-path folder behind a claim
-    lose_member_disk(layout, "ns", "etcd-0", "data-etcd-0", "etcd")   both: the disk emptied, the process killed
+    lose_member_disk(layout, "ns", "etcd-0", "etcd")   both: its claim's folder emptied, its process killed
 
 Each reads the pod (its node and container ID) or the claim's volume from the API server.
 """
@@ -82,8 +82,12 @@ def crash(layout: Layout, namespace: str, pod: str, container: str | None = None
     killed = _task_pid(socket, container_id)
     if killed is None:
         raise ContainerFaultFailed(f"{namespace}/{pod} {container}: no running process to kill")
-    containerd.ctr(socket, "tasks", "kill", "--signal", "SIGKILL", container_id, timeout=30)
+    _sigkill(socket, container_id)
     return killed
+
+
+def _sigkill(socket: pathlib.Path, container_id: str) -> None:
+    containerd.ctr(socket, "tasks", "kill", "--signal", "SIGKILL", container_id, timeout=30)
 
 
 def freeze(layout: Layout, namespace: str, pod: str, container: str | None = None) -> None:
@@ -173,11 +177,18 @@ def lose_disk(layout: Layout, namespace: str, claim: str) -> str:
     return str(folder)
 
 
-def lose_member_disk(layout: Layout, namespace: str, pod: str, claim: str, container: str) -> None:
-    """A failed disk under a running member: the claim's folder emptied, then the container's
-    process killed so it restarts on the empty folder. A process that touched the emptied
-    folder may have exited on its own before the kill; that is the same outcome."""
-    lose_disk(layout, namespace, claim)
+def lose_member_disk(layout: Layout, namespace: str, pod: str, container: str) -> None:
+    """A failed disk under a running member: the folder of the pod's one claim emptied, then
+    the container's process killed so it restarts on the empty folder. A process that touched
+    the emptied folder may have exited on its own before the kill; that is the same outcome."""
+    claims = [
+        v["persistentVolumeClaim"]["claimName"]
+        for v in _pod(layout, namespace, pod)["spec"].get("volumes") or []
+        if v.get("persistentVolumeClaim")
+    ]
+    if len(claims) != 1:
+        raise ContainerFaultFailed(f"{namespace}/{pod} has {len(claims)} claims, not one disk: {claims}")
+    lose_disk(layout, namespace, claims[0])
     socket, container_id = _task(layout, namespace, pod, container)
     if _task_pid(socket, container_id) is not None:
-        containerd.ctr(socket, "tasks", "kill", "--signal", "SIGKILL", container_id, timeout=30)
+        _sigkill(socket, container_id)

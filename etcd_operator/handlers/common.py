@@ -82,18 +82,22 @@ def snapshot(body: kopf.Body) -> dict:
     return copy.deepcopy(dict(body))
 
 
+def looked_at(obj: Mapping[str, Any]) -> tuple[Any, dict[str, str]]:
+    """What a pass's sleep compares: the object's generation (its spec) and its annotations."""
+    meta = obj.get("metadata", {})
+    return meta.get("generation"), dict(meta.get("annotations") or {})
+
+
 async def sleep_unless_changed(
     stopped: kopf.DaemonStopped,
     body: kopf.Body,
     seconds: float,
-    seen: Mapping[str, Any],
+    seen: tuple[Any, dict[str, str]],
     wake: asyncio.Event | None = None,
 ) -> None:
-    """Sleeps, but wakes at once when the spec or the annotations differ from `seen`, the
+    """Sleeps, but wakes at once when the live `body`'s looked_at differs from `seen`, the
     copy the last pass worked on (an edit made during that pass wakes it at once too), or
     when `wake` is set (a child of the object changed; the caller clears it as a pass starts)."""
-    generation = seen.get("metadata", {}).get("generation")
-    annotations = dict(seen.get("metadata", {}).get("annotations") or {})
     deadline = time.monotonic() + seconds
     while not stopped:
         left = deadline - time.monotonic()
@@ -110,8 +114,7 @@ async def sleep_unless_changed(
             if wake.is_set():
                 await asyncio.sleep(WAKE_COALESCE)  # the events of one change come in a burst
                 return
-        meta = body.get("metadata", {})
-        if meta.get("generation") != generation or dict(meta.get("annotations") or {}) != annotations:
+        if looked_at(body) != seen:
             return
 
 
@@ -149,8 +152,8 @@ async def run_until_deleted(
                     on_error()
                 delay = error_backoff
             # Only what the sleep compares is kept while it lasts, not the pass's whole copy.
-            looked_at = {"metadata": {key: seen["metadata"].get(key) for key in ("generation", "annotations")}}
+            compared = looked_at(seen)
             del seen
             await sleep_unless_changed(
-                stopped, body, IDLE_UNTIL_CHANGED if delay is None else delay, looked_at, wake if wakeable() else None
+                stopped, body, IDLE_UNTIL_CHANGED if delay is None else delay, compared, wake if wakeable() else None
             )

@@ -83,7 +83,7 @@ def test_create_scale_and_heal(namespace, operator, container_faults):
     assert victim in {m["name"] for m in obj["status"]["members"]}
 
     # A member's data is wiped: it is replaced by a new member with a new identity.
-    container_faults.lose_member_disk(namespace, victim, naming.pvc_name(victim), "etcd")
+    container_faults.lose_member_disk(namespace, victim, "etcd")
     obj = wait_for(
         lambda: (
             (o := wait_healthy(namespace, "demo", 3))
@@ -177,7 +177,7 @@ def test_quorum_loss_waits_for_approval_then_recovers_from_the_best_survivor(nam
     pods = sorted(p["metadata"]["name"] for p in member_pods(namespace, "q"))
     lost = pods[1:]
     for name in lost:
-        container_faults.lose_member_disk(namespace, name, naming.pvc_name(name), "etcd")
+        container_faults.lose_member_disk(namespace, name, "etcd")
 
     obj = wait_condition(namespace, "q", "QuorumLost", "True", timeout=180)
     assert condition(obj, "Available")["status"] == "False"

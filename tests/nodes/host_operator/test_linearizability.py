@@ -125,7 +125,7 @@ def test_client_history_stays_linearizable_through_every_operator_action(
 
         with log.action("member replaced after losing its data"):
             victim = sorted(members_named(namespace))[0]
-            container_faults.lose_member_disk(namespace, victim, naming.pvc_name(victim), "etcd")
+            container_faults.lose_member_disk(namespace, victim, "etcd")
             wait_for(lambda: replaced(namespace, victim), 300, interval=1.0, what=f"{victim} replaced")
 
         with log.action(f"rolling upgrade {FROM_VERSION} -> {TO_VERSION}, operator SIGKILLed mid-roll"):
@@ -164,7 +164,7 @@ def test_client_history_stays_linearizable_through_every_operator_action(
         with log.action("member replaced after losing its data, after the CA rotation"):
             victim = sorted(members_named(namespace))[-1]
             victim_ids = member_ids(namespace, victim)
-            container_faults.lose_member_disk(namespace, victim, naming.pvc_name(victim), "etcd")
+            container_faults.lose_member_disk(namespace, victim, "etcd")
             wait_for(lambda: replaced_by_id(namespace, 5, victim_ids), 300, interval=1.0, what=f"{victim} replaced")
 
         settled = workload.successes()

@@ -175,9 +175,7 @@ def test_in_place_restore_keeps_the_old_data_while_it_runs(namespace, backed_up)
 
 def test_total_loss_is_recovered_by_one_restore_from_the_latest_backup(namespace, backed_up, container_faults):
     for pod in member_pods(namespace, "src"):
-        container_faults.lose_member_disk(
-            namespace, pod["metadata"]["name"], naming.pvc_name(pod["metadata"]["name"]), "etcd"
-        )
+        container_faults.lose_member_disk(namespace, pod["metadata"]["name"], "etcd")
     wait_for(
         lambda: (
             (

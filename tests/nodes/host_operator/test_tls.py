@@ -534,7 +534,7 @@ def test_after_a_ca_rotation_the_cluster_grows_and_replaces_a_member_under_load(
             for p in member_pods(namespace, CLUSTER)
             if p["metadata"]["name"] == victim
         }
-        container_faults.lose_member_disk(namespace, victim, naming.pvc_name(victim), "etcd")
+        container_faults.lose_member_disk(namespace, victim, "etcd")
         # The replacement may take the freed name: it is a new member by its id.
         wait_for(
             lambda: (
