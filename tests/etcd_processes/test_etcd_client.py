@@ -234,3 +234,33 @@ async def test_auth_revision_moves_with_auth_changes_and_not_with_keys(first_mem
 
         assert start < after_add < after_changes
         assert (await client.status()).revision == kv_revision, "auth changes made no KV revision"
+
+
+async def test_a_member_that_serves_again_is_reached_within_seconds(tmp_path):
+    """A member refused connections for a while (its process restarting, a bootstrap's pods
+    starting): once it serves, the next call reaches it. gRPC's own reconnect backoff grows
+    to about 10 s after 16 s of refusals, and a member that came back stayed out of reach
+    until then."""
+    member = EtcdProcess("m0", localkube_layout.testbin_dir() / "etcd-3.6", tmp_path / "m0")
+    client = EtcdMemberClient(member.endpoint, timeout=0.5)
+    loop = asyncio.get_running_loop()
+    refused_until = loop.time() + 16
+    try:
+        while loop.time() < refused_until:
+            with pytest.raises(EtcdError):
+                await client.status()
+            await asyncio.sleep(0.3)
+        member.start()
+        member.wait_healthy()
+
+        async def answers():
+            try:
+                return await client.status()
+            except EtcdError:
+                return None
+
+        await wait_until(answers, timeout=3.0, interval=0.3)
+    finally:
+        await client.close()
+        if member.process is not None:
+            member.stop()

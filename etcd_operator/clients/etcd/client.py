@@ -7,7 +7,9 @@ its stubs directly; the channel is ours so that TLS can be added without forking
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator, Sequence
+import functools
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import TypeVar
 
 import grpc
 from aetcd import rpc
@@ -19,6 +21,10 @@ from etcd_operator.core.leadership_fence import WriteGuard, permit_write
 DEFAULT_TIMEOUT = 5.0
 # Snapshots of large databases stream for a long time; only the idle gap is bounded.
 SNAPSHOT_MESSAGE_BYTES = 64 * 1024 * 1024
+_Stub = TypeVar("_Stub")
+# A refused connection is tried again after 0.2 s, then at most every second.
+RECONNECT_BACKOFF_MS = 200
+RECONNECT_BACKOFF_MAX_MS = 1000
 
 
 class EtcdError(Exception):
@@ -119,6 +125,11 @@ def _member(m) -> Member:
     )
 
 
+def _stub(make: Callable[[grpc.aio.Channel], _Stub]) -> functools.cached_property[_Stub]:
+    """A service's stub on the client's channel, made when first used."""
+    return functools.cached_property(lambda client: make(client._channel))
+
+
 class EtcdMemberClient:
     """Talks to exactly one member, at `endpoint` ("host:port")."""
 
@@ -138,6 +149,10 @@ class EtcdMemberClient:
         options: list[tuple[str, object]] = [
             ("grpc.max_receive_message_length", SNAPSHOT_MESSAGE_BYTES),
             ("grpc.enable_retries", 0),
+            # The callers pace their own retries. gRPC's reconnect backoff (1 s, growing to
+            # 120 s) would keep a member that serves again unreachable until its next try.
+            ("grpc.initial_reconnect_backoff_ms", RECONNECT_BACKOFF_MS),
+            ("grpc.max_reconnect_backoff_ms", RECONNECT_BACKOFF_MAX_MS),
         ]
         if keepalive:
             options += [
@@ -146,12 +161,15 @@ class EtcdMemberClient:
                 ("grpc.keepalive_permit_without_calls", 1),
             ]
         self._channel = tls.channel(endpoint, options) if tls else grpc.aio.insecure_channel(endpoint, options=options)
-        self._cluster = rpc.ClusterStub(self._channel)
-        self._maintenance = rpc.MaintenanceStub(self._channel)
-        self._kv = rpc.KVStub(self._channel)
-        self._watch = rpc.WatchStub(self._channel)
-        self._lease = rpc.LeaseStub(self._channel)
-        self._auth = rpc.AuthStub(self._channel)
+
+    # Each service's stub is made on first use: a steady pass asks two of the six, on a
+    # channel that is opened again after each quiet sleep.
+    _cluster = _stub(rpc.ClusterStub)
+    _maintenance = _stub(rpc.MaintenanceStub)
+    _kv = _stub(rpc.KVStub)
+    _watch = _stub(rpc.WatchStub)
+    _lease = _stub(rpc.LeaseStub)
+    _auth = _stub(rpc.AuthStub)
 
     async def close(self) -> None:
         await self._channel.close()

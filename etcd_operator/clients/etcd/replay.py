@@ -25,7 +25,6 @@ class ReplayMember(EtcdMemberClient):
     def __init__(self, endpoint: str, timeout: float = 60.0, tls: ClientTLS | None = None):
         super().__init__(endpoint, timeout, tls=tls)
         self.tls = tls  # for the snapshot stream, on a channel of its own (clients/etcd/snapshot.py)
-        self._lease = rpc.LeaseStub(self._channel)
 
     async def __aenter__(self) -> ReplayMember:
         return self
