@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Mapping
 
 DEFAULT_WAIT_SECONDS = 60.0
-INTERVAL_SECONDS = 0.5
+INTERVAL_SECONDS = 0.1  # a name resolves within about a second of its pod getting an address
 
 
 def addresses(name: str) -> set[str]:
