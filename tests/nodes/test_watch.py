@@ -1,6 +1,7 @@
 """Watch-driven reconciliation on real nodes: an operator whose steady poll and resync are far
 longer than the test (a shard release of the chart with those settings) recreates a deleted
-member pod within seconds, so it acted on the watch event and not on a poll."""
+member pod within seconds, and observes an edited spec within seconds, so it acted on the
+watch events and not on a poll."""
 
 from __future__ import annotations
 
@@ -70,6 +71,27 @@ def test_a_deleted_member_pod_is_recreated_on_the_watch_event_not_at_the_next_po
         # The waking pass read the caches, and the step was decided again on a live listing.
         assert REDECIDED_LINE in after[len(before) :], after[-3000:]
         wait_healthy(namespace, "demo", 3, timeout=300)
+
+        # An edit of the spec ends the sleeping daemon's sleep too (it looks at its live copy
+        # of the object, which kopf's watch keeps current), not the poll.
+        wait_for(lambda: operator.logs().count(STEADY_LINE) >= 2, 60, what="the daemon asleep again")
+        generation = kubectl_json("get", "etcdcluster", "demo", "-n", namespace)["metadata"]["generation"]
+        kubectl("patch", "etcdcluster", "demo", "-n", namespace, "--type=merge", "-p", '{"spec":{"paused":true}}')
+        edited = time.monotonic()
+        wait_for(
+            lambda: (
+                kubectl_json("get", "etcdcluster", "demo", "-n", namespace).get("status", {}).get("observedGeneration")
+                == generation + 1
+            ),
+            60,
+            interval=0.2,
+            what="the paused spec observed",
+        )
+        noticed = time.monotonic() - edited
+        print(f"the edited spec was observed {noticed:.2f}s after the edit (steady poll: {POLL_SECONDS}s)")
+        record_property("spec_edit_seconds", round(noticed, 2))
+        assert noticed < POLL_SECONDS, "the edit was seen only at a poll: the sleep did not notice it"
+        kubectl("patch", "etcdcluster", "demo", "-n", namespace, "--type=merge", "-p", '{"spec":{"paused":false}}')
         # The session's unsharded operator left the claimed cluster alone throughout.
         shared = chart_release.release_logs()
         assert (
