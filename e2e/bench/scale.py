@@ -52,6 +52,12 @@ REACTION_SLACK_SECONDS = 1.0
 REACTION_SLACK_RATIO = 1.25
 REACTION_TARGET_SECONDS = 2.0  # issue 17's watch-driven target, shown beside "unchanged"
 OPERATOR_PYTHON = os.environ.get("BENCH_OPERATOR_PYTHON") or None
+# Opt-in: at the largest N, after its window, py-spy (BENCH_SCALE_PYSPY, a path) samples the
+# operator for this many seconds; the stacks are kept beside the figures and the busiest
+# functions printed.
+PROFILE_SECONDS = float(os.environ.get("BENCH_SCALE_PROFILE_SECONDS", "0"))
+PYSPY = os.environ.get("BENCH_SCALE_PYSPY", "py-spy")
+PROFILE_TOP = 20
 
 
 # --- pure helpers (e2e/tests/test_bench_scale.py) --------------------------------------
@@ -267,6 +273,12 @@ def operator_environment(python: str | None) -> str:
     )
 
 
+def _frame_name(frame: str) -> str:
+    """py-spy's "function (path/file.py:line)" as "function file.py"."""
+    function, _, where = frame.partition(" (")
+    return f"{function} {where.rstrip(')').rsplit('/', 1)[-1].split(':', 1)[0]}".strip()
+
+
 def cluster_name(index: int) -> str:
     return f"s{index:04}"
 
@@ -450,6 +462,37 @@ class ScaleBench:
         )
         return results
 
+    def profile(self, seconds: float) -> None:
+        """py-spy's stacks of the operator for `seconds` at steady state (it does not pause
+        the operator: --nonblocking), kept as collapsed stacks; prints the functions with the
+        most samples on top of the stack (self) and anywhere on it (total)."""
+        import subprocess
+
+        out = self.layout.logs_dir / f"bench-scale-profile-{self.created}-{time.strftime('%Y%m%dT%H%M%S')}.txt"
+        subprocess.run(
+            [PYSPY, "record", "-p", str(self.operator.process.pid), "-d", str(int(seconds)), "-r", "100"]
+            + ["--nonblocking", "--format", "raw", "-o", str(out)],
+            check=True,
+            capture_output=True,
+        )
+        own: collections.Counter[str] = collections.Counter()
+        total: collections.Counter[str] = collections.Counter()
+        samples = 0
+        for line in out.read_text().splitlines():
+            stack, _, count = line.rpartition(" ")
+            if not stack:
+                continue
+            frames = [_frame_name(f) for f in stack.split(";")]
+            samples += int(count)
+            own[frames[-1]] += int(count)
+            for frame in set(frames):
+                total[frame] += int(count)
+        print(f"  profile at N={self.created}: {samples} samples in {seconds:.0f} s ({out})", flush=True)
+        for title, counter in (("self", own), ("total", total)):
+            print(f"    by {title}:", flush=True)
+            for frame, count in counter.most_common(PROFILE_TOP):
+                print(f"      {100 * count / max(samples, 1):5.1f} %  {frame}", flush=True)
+
     def run(self) -> None:
         self.grow_to(1)
         time.sleep(SETTLE_SECONDS)
@@ -457,6 +500,8 @@ class ScaleBench:
         for n in SIZES:
             self.grow_to(n)
             self.samples.append(self.measure())
+        if PROFILE_SECONDS > 0:
+            self.profile(PROFILE_SECONDS)
         self.reactions[self.created] = self.reaction()
 
     # --- the table ---

@@ -183,3 +183,11 @@ def test_the_audit_log_is_read_from_an_offset_and_a_partial_last_line_waits(tmp_
     path.write_text("")
     with pytest.raises(RuntimeError, match="rotated"):
         log.events(offset)
+
+
+def test_a_profile_frame_is_named_by_function_and_file_without_its_line():
+    assert scale._frame_name("ClusterReconciler._pass (etcd_operator/controllers/cluster/reconciler.py:231)") == (
+        "ClusterReconciler._pass reconciler.py"
+    )
+    assert scale._frame_name("_run_code (<frozen runpy>:88)") == "_run_code <frozen runpy>"
+    assert scale._frame_name('process 12:"python -m etcd_operator"') == 'process 12:"python -m etcd_operator"'
