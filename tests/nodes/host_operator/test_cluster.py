@@ -140,7 +140,18 @@ def test_a_new_cluster_bootstraps_all_members_at_once_and_never_over_a_foreign_v
 
         operator.stop()
         operator.start(faults="after-bootstrap-pvcs")
-        kubectl("delete", "pvc", foreign, "-n", namespace, "--wait=true")
+        # Waited for by its UID, not its name: the operator, starting meanwhile, may create its
+        # own claim of that name within milliseconds of the foreign one going (CI, once: kubectl's
+        # --wait listed the new claim after the old one's deletion and waited on it).
+        kubectl("delete", "pvc", foreign, "-n", namespace, "--wait=false")
+        wait_for(
+            lambda: (
+                before["uid"]
+                not in {c["metadata"]["uid"] for c in kubectl_json("get", "pvc", "-n", namespace)["items"]}
+            ),
+            120,
+            what=f"the foreign {foreign} gone",
+        )
         assert operator.wait_exit(240) == 86
         assert member_pods(namespace, name) == []  # killed with the PVCs created and no pod
         operator.start()
