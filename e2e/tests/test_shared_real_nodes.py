@@ -14,9 +14,10 @@ from tests.support import shared_real_nodes
 
 class Instance:
     def __init__(self):
-        self.running, self.ups, self.downs = False, 0, 0
+        self.running, self.ups, self.downs, self.up_calls = False, 0, 0, 0
 
     def up(self, where):
+        self.up_calls += 1
         if not self.running:
             self.running, self.ups = True, self.ups + 1
 
@@ -40,6 +41,13 @@ def test_the_instance_comes_up_once_and_the_first_run_records_the_host(instance,
     second = shared_real_nodes.SharedUse(tmp_path, None).start()
     assert (first.started_here, second.started_here, instance.ups) == (True, False, 1)
     assert second.host_before() == {"links": ["as found"]}
+
+
+def test_a_run_that_joins_during_another_runs_node_fault_leaves_the_nodes_as_they_are(instance, tmp_path):
+    chart = shared_real_nodes.SharedUse(tmp_path, None).start(faults_first=True)  # a node stopped meanwhile
+    operators = shared_real_nodes.SharedUse(tmp_path, None).start()
+    assert (operators.started_here, instance.up_calls) == (False, 1), "the joining run ran `up`, which heals nodes"
+    chart.give_the_nodes_back()
 
 
 def test_a_run_ending_while_the_down_check_waits_leaves_the_instance_to_it(instance, tmp_path):

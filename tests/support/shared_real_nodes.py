@@ -4,7 +4,7 @@ in its root:
 
 - `up.lock`, held while one run brings the instance up; the run that finds it down records the
   host first (`host-before.json`), so that the check of `down` compares with the host as found
-  whichever run came first;
+  whichever run came first; a run that finds it up joins it as it is, faulted nodes and all;
 - `users.lock`, held shared by every run while it uses the instance. A run takes the instance
   down when it is done only if no other run holds it;
 - `down-check.lock`, held by the run whose check of `down` waits to be the only user (flock
@@ -77,7 +77,9 @@ class SharedUse:
             if not controlplane.apiserver_ready(self.where):
                 self.started_here = True
                 _host_before_file(self.root).write_text(json.dumps(hoststate.snapshot()))
-            controlplane.up(self.where)
+                controlplane.up(self.where)
+            # Else it joins as it is: `up` would start a node that another run's test stopped on
+            # purpose (CI, once: a deleted node came back and took the replacement member).
         return self
 
     def up_again(self) -> None:
