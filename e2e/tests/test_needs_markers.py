@@ -1,5 +1,5 @@
 """The markers of what a test needs (tests/support/needs.py, checked by the root conftest at
-every collection) and the five runs tests/run.sh schedules from them."""
+every collection) and the runs tests/run.sh schedules from them."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from _pytest.mark.expression import Expression  # what `pytest -m` compiles
 from tests.support import needs
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-LANES = ("host1_lane", "host2_lane", "host3_lane", "real_lane", "pure_lane")
+LANES = ("host1_lane", "host2_lane", "host3_lane", "host4_lane", "real_lane", "pure_lane")
 
 
 def registered() -> set[str]:

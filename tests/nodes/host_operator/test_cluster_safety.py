@@ -25,7 +25,7 @@ from tests.support.etcd_data import (
 from tests.support.kubectl import kubectl
 from tests.support.waiting import holds_throughout, wait_for, wait_for_holding
 
-pytestmark = [pytest.mark.needs_nodes, pytest.mark.needs_operator_process, pytest.mark.lane2]
+pytestmark = [pytest.mark.needs_nodes, pytest.mark.needs_operator_process, pytest.mark.lane5]
 
 QUOTA = 16 * 1024 * 1024
 QUORUM_LOSS_TIMEOUT = 30

@@ -33,7 +33,7 @@ from tests.support.s3 import create_credentials_secret, s3_client, s3_storage_sp
 from tests.support.waiting import wait_for
 from tests.support.watch_events import WatchEvents
 
-pytestmark = [pytest.mark.needs_nodes, pytest.mark.needs_operator_process, pytest.mark.needs_store]
+pytestmark = [pytest.mark.needs_nodes, pytest.mark.needs_operator_process, pytest.mark.needs_store, pytest.mark.lane5]
 
 
 @pytest.fixture

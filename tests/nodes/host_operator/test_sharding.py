@@ -21,7 +21,7 @@ from tests.support.kubectl import kubectl, kubectl_json
 from tests.support.operator_process import OperatorProcess
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.needs_nodes, pytest.mark.needs_operator_process, pytest.mark.lane2]
+pytestmark = [pytest.mark.needs_nodes, pytest.mark.needs_operator_process]
 
 WRITE_TRACE = "etcd_operator.writes sending"  # LOG_WRITES=true: one line per write let through
 SHARDS = {"a": "shard=a", "b": "shard in (b),tier!=test"}

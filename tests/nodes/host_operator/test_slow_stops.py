@@ -12,7 +12,7 @@ from tests.support.etcd_probes import AckedWriter, MembershipRecorder
 from tests.support.slow_stops import pre_stop_seconds, slow_stops
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.needs_nodes, pytest.mark.needs_operator_process, pytest.mark.lane2]
+pytestmark = [pytest.mark.needs_nodes, pytest.mark.needs_operator_process]
 
 STOP_SECONDS = 3
 
