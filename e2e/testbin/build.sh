@@ -91,7 +91,9 @@ if [[ ${#missing[@]} -gt 1 ]]; then
     done
   ) &
   prefetch=$!
-  trap 'pkill -P "$prefetch" 2>/dev/null; kill "$prefetch" 2>/dev/null || true' EXIT
+  # Under errexit a failing command in the trap sets the script's status: a prefetch that
+  # already finished (nothing for pkill to find) made a successful build exit 1.
+  trap 'pkill -P "$prefetch" 2>/dev/null || true; kill "$prefetch" 2>/dev/null || true' EXIT
 fi
 for recipe in "${selected[@]}"; do
   out="${out_of[$recipe]}"
