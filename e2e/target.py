@@ -20,7 +20,7 @@ from tests.support import chart_release, real_nodes_fixtures
 from tests.support.diagnostics import print_events
 from tests.support.kubectl import kubectl
 
-EXTERNAL = os.environ.get("E2E_TARGET") in ("external", "kind")
+EXTERNAL = real_nodes_fixtures.EXTERNAL
 
 
 def pytest_configure(config):
