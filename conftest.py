@@ -73,18 +73,16 @@ def pytest_collection_modifyitems(config, items):
     the session's real nodes are up only while needed): first the tests that fault nodes, one
     after the other so that one hold of the nodes covers them all (real_nodes_fixtures), and
     what takes the nodes down, `needs_nodes(takes_them_down=True)`, last of all. The
-    operator-process tests on the real nodes (tests/nodes/host_operator) come next (in a
-    real-node run, the modules marked lane3 or lane6), those that need only the control plane
-    (host_operator/control_plane, which hold no node) first; then the tests that disturb the
-    chart's release, then the rest. So, in `make test`, the node faults run while the other
-    runs are on their etcd processes, their containerd and the control plane; the second
-    real-node run is on its operator-process tests while the first disturbs the release; and
-    the runs wait for each other's hold on the nodes and the release as little as can be
-    (shared_real_nodes, shared_release)."""
+    operator-process tests on the real nodes (tests/nodes/host_operator) run after the other
+    tests of their run (in the real-node run, the modules marked lane3), those that need only
+    the control plane (host_operator/control_plane, which hold no node) first. So, in `make
+    test`, the node faults run while the other runs are on their etcd processes, their
+    containerd and the control plane, and the runs wait for each other's hold on the nodes as
+    little as can be (shared_real_nodes)."""
     check_needs(items)
     host_operator = [item for item in items if HOST_OPERATOR_TESTS in item.path.parents]
     items[:] = [item for item in items if item not in host_operator] + host_operator
-    marked = [item for item in items if item not in host_operator and needs.on_the_instance(item)]
+    marked = [item for item in items if item not in host_operator and on_the_instance(item)]
     if not marked:
         return
     last = [
@@ -93,11 +91,14 @@ def pytest_collection_modifyitems(config, items):
         if (mark := item.get_closest_marker("needs_nodes")) and mark.kwargs.get("takes_them_down")
     ]
     faulting = [item for item in marked if needs.faults_nodes(item) and item not in last]
-    disturbing = [item for item in marked if needs.disturbs_the_release(item) and item not in faulting + last]
-    rest = [item for item in marked if item not in faulting + disturbing + last]
+    group = faulting + [item for item in marked if item not in faulting and item not in last]
     start = items.index(marked[0])
-    others = [item for item in items if item not in marked and item not in host_operator]
-    items[:] = others[:start] + faulting + host_operator + disturbing + rest + others[start:] + last
+    others = [item for item in items if item not in group and item not in last and item not in host_operator]
+    items[:] = others[:start] + group + others[start:] + host_operator + last
+
+
+def on_the_instance(item) -> bool:
+    return any(item.get_closest_marker(name) for name in needs.ON_THE_INSTANCE)
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from tests.support import chart_release, real_nodes_fixtures
 from tests.support.diagnostics import print_events
 from tests.support.kubectl import kubectl
 
-EXTERNAL = real_nodes_fixtures.EXTERNAL
+EXTERNAL = os.environ.get("E2E_TARGET") in ("external", "kind")
 
 
 def pytest_configure(config):

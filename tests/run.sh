@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# `make test`: ruff, mypy (hack/typecheck.py) and import-linter first, then eight pytest runs side by side, so
+# `make test`: ruff, mypy (hack/typecheck.py) and import-linter first, then seven pytest runs side by side, so
 # that the cores work while the others wait on clusters. Each run is a marker expression
 # over what the tests need (pyproject.toml's markers; tests/support/needs.py checks that every
-# test carries what it uses), and the seven expressions split the tests with none in two:
+# test carries what it uses), and the six expressions split the tests with none in two:
 #   - four host lanes: what needs processes on the host (operator processes against the real
 #     nodes, etcd processes, a containerd of its own), split by the markers `lane2`, `lane4` and
 #     `lane5`, set on modules to balance the lanes by their times (hack/lane_times.py prints them
@@ -10,13 +10,10 @@
 #     the second with the containerd, the third with the control-plane tests of
 #     tests/nodes/host_operator; the first is reported here as it runs. Most of a host lane's
 #     time is waiting on clusters, so four share the two cores;
-#   - the other tests on the real nodes (the chart's release among them), in two runs: the
-#     modules marked `lane6` in the second, the rest in the first, with the host modules marked
-#     `lane3` or `lane6` (moved there to balance the runs by their times); reported after. The
-#     first run faults the nodes first, then disturbs the release while the second is on its host
-#     modules (tests/support/shared_release.py: a test relying on the release waits while another
-#     run's test uninstalls, scales or upgrades it). All the runs share the one real-node
-#     instance (tests/support/shared_real_nodes.py), and no test starts another;
+#   - the other tests on the real nodes (the chart's release among them), and the host modules
+#     marked `lane3` (moved there to balance it with the host lanes), reported after; the
+#     runs share the one real-node instance (tests/support/shared_real_nodes.py), and no test
+#     starts another;
 #   - the pure tests, needing none of it (unit, simulator, image, checker, the harness's pure
 #     ones in e2e/tests), niced, as two runs (the simulator apart), reported last.
 # Each operator process watches only its test's namespace, so the lanes' tests share the real
@@ -51,34 +48,29 @@ timed() {
   return "$rc"
 }
 
-# The seven marker expressions, by what their tests need; every test is in exactly one (lane6, lane3,
-# lane2, lane4 and lane5 first, then the host, then the real-node instance, and the pure runs take
-# what none of them does).
+# The six marker expressions, by what their tests need; every test is in exactly one (lane3, lane2,
+# lane4 and lane5 first, then the host, then the real-node instance, and the pure runs take what
+# none of them does).
 on_host="needs_operator_process or needs_etcd or needs_containerd"
 on_the_instance="needs_cluster or needs_nodes"
-balanced="lane2 or lane3 or lane4 or lane5 or lane6"
+balanced="lane2 or lane3 or lane4 or lane5"
 host1_lane="not ($balanced) and ($on_host)"
-host2_lane="lane2 and not lane3 and not lane6"
-host3_lane="lane4 and not lane2 and not lane3 and not lane6"
-host4_lane="lane5 and not lane2 and not lane3 and not lane4 and not lane6"
-real_lane="(lane3 and not lane6) or (not ($balanced) and not ($on_host) and ($on_the_instance))"
-real2_lane="lane6"
+host2_lane="lane2 and not lane3"
+host3_lane="lane4 and not lane2 and not lane3"
+host4_lane="lane5 and not lane2 and not lane3 and not lane4"
+real_lane="lane3 or (not ($balanced) and not ($on_host) and ($on_the_instance))"
 pure_lane="not ($balanced) and not ($on_host) and not ($on_the_instance)"
 
 real_log="$(mktemp -t real-node-tests.XXXXXX.log)"
-real2_log="$(mktemp -t real-node-tests-2.XXXXXX.log)"
 host2_log="$(mktemp -t host-tests-2.XXXXXX.log)"
 host3_log="$(mktemp -t host-tests-3.XXXXXX.log)"
 host4_log="$(mktemp -t host-tests-4.XXXXXX.log)"
 pure_log="$(mktemp -t pure-tests.XXXXXX.log)"
 sim_log="$(mktemp -t pure-sim-tests.XXXXXX.log)"
-echo "tests: the second, third and fourth host lanes, the two real-node runs and the pure tests (niced, the simulator" \
-  "apart) run beside; their reports follow (logs: $host2_log, $host3_log, $host4_log, $real_log, $real2_log, $pure_log," \
-  "$sim_log)"
+echo "tests: the second, third and fourth host lanes, the real-node tests and the pure tests (niced, the simulator" \
+  "apart) run beside; their reports follow (logs: $host2_log, $host3_log, $host4_log, $real_log, $pure_log, $sim_log)"
 timed "$real_log.seconds" "$python" -m pytest -p no:cacheprovider -m "$real_lane" --junitxml="$real_log.xml" >"$real_log" 2>&1 &
 real=$!
-timed "$real2_log.seconds" "$python" -m pytest -p no:cacheprovider -m "$real2_lane" --junitxml="$real2_log.xml" >"$real2_log" 2>&1 &
-real2=$!
 timed "$host2_log.seconds" "$python" -m pytest -p no:cacheprovider -m "$host2_lane" --junitxml="$host2_log.xml" >"$host2_log" 2>&1 &
 host2=$!
 timed "$host3_log.seconds" "$python" -m pytest -p no:cacheprovider -m "$host3_lane" --junitxml="$host3_log.xml" >"$host3_log" 2>&1 &
@@ -92,7 +84,7 @@ timed "$pure_log.seconds" nice -n 10 "$python" -m pytest -p no:cacheprovider -m 
 pure=$!
 timed "$sim_log.seconds" nice -n 10 "$python" -m pytest -p no:cacheprovider -m "$pure_lane" tests/sim >"$sim_log" 2>&1 &
 sim=$!
-trap 'kill "$host2" "$host3" "$host4" "$real" "$real2" "$pure" "$sim" 2>/dev/null; exit 130' INT TERM
+trap 'kill "$host2" "$host3" "$host4" "$real" "$pure" "$sim" 2>/dev/null; exit 130' INT TERM
 host_seconds_file="$(mktemp -t host-tests-seconds.XXXXXX)"
 host_log="$(mktemp -t host-tests-1.XXXXXX.log)"
 timed "$host_seconds_file" "$python" -m pytest -m "$host1_lane" --junitxml="$host_log.xml" 2>&1 | tee "$host_log"
@@ -106,8 +98,6 @@ wait "$host4"
 host4_rc="$(status $?)"
 wait "$real"
 real_rc="$(status $?)"
-wait "$real2"
-real2_rc="$(status $?)"
 wait "$pure"
 pure_rc="$(status $?)"
 wait "$sim"
@@ -120,24 +110,22 @@ echo "=================== the fourth host lane ==================="
 cat "$host4_log"
 echo "=================== the tests on the real nodes ==================="
 cat "$real_log"
-echo "=================== the second run on the real nodes ==================="
-cat "$real2_log"
 echo "=================== the pure tests (unit, image, checker) ==================="
 cat "$pure_log"
 echo "=================== the simulator ==================="
 cat "$sim_log"
 # Last, where a short tail of the output (CI's) still shows them: each lane's failed tests.
-for lane_log in "$host_log" "$host2_log" "$host3_log" "$host4_log" "$real_log" "$real2_log" "$pure_log" "$sim_log"; do
+for lane_log in "$host_log" "$host2_log" "$host3_log" "$host4_log" "$real_log" "$pure_log" "$sim_log"; do
   grep -E '^(FAILED|ERROR) ' "$lane_log" | sed "s|^|tests: in $(basename "$lane_log" | cut -d. -f1): |"
 done
-echo "tests: host lanes exit $host_rc, $host2_rc, $host3_rc and $host4_rc, real nodes exit $real_rc and $real2_rc, pure exit $pure_rc and $sim_rc"
+echo "tests: host lanes exit $host_rc, $host2_rc, $host3_rc and $host4_rc, real nodes exit $real_rc, pure exit $pure_rc and $sim_rc"
 echo "tests: lint ${lint_seconds}s; lanes side by side: host operators $(cat "$host_seconds_file")s," \
-  "$(cat "$host2_log.seconds")s, $(cat "$host3_log.seconds")s and $(cat "$host4_log.seconds")s, real nodes and the chart $(cat "$real_log.seconds")s and $(cat "$real2_log.seconds")s," \
+  "$(cat "$host2_log.seconds")s, $(cat "$host3_log.seconds")s and $(cat "$host4_log.seconds")s, real nodes and the chart $(cat "$real_log.seconds")s," \
   "pure $(cat "$pure_log.seconds")s and simulator $(cat "$sim_log.seconds")s"
 # Where each lane's time went, by module: what the lane markers are balanced by.
 "$python" hack/lane_times.py "host1=$host_log.xml" "host2=$host2_log.xml" "host3=$host3_log.xml" \
-  "host4=$host4_log.xml" "real=$real_log.xml" "real2=$real2_log.xml" | sed 's/^/tests: by module, /'
-for rc in "$host_rc" "$host2_rc" "$host3_rc" "$host4_rc" "$real_rc" "$real2_rc" "$pure_rc" "$sim_rc"; do
+  "host4=$host4_log.xml" "real=$real_log.xml" | sed 's/^/tests: by module, /'
+for rc in "$host_rc" "$host2_rc" "$host3_rc" "$host4_rc" "$real_rc" "$pure_rc" "$sim_rc"; do
   [[ $rc -eq 0 ]] || exit "$rc"
 done
 exit 0

@@ -274,7 +274,6 @@ def test_each_propagation_policy_keeps_or_deletes_the_pvcs_as_reclaim_policy_say
     delete_namespace(namespace)
 
 
-@pytest.mark.disturbs_the_release  # scales the release to none
 def test_deleting_with_the_operator_down_or_the_finalizer_removed_keeps_retained_data(operator):
     namespace = journey_namespace("operator-down")
     clusters = {"kept": "Retain", "dropped": "Delete", "forced": "Retain"}
@@ -418,7 +417,6 @@ def test_the_sharding_page_commands_run_as_printed(operator, tmp_path):
             kubectl("delete", "namespace", "etcd-operator", "--ignore-not-found", "--timeout=120s", check=False)
 
 
-@pytest.mark.disturbs_the_release  # upgrades and uninstalls the release
 def test_helm_upgrade_and_uninstall_leave_a_running_cluster_alone(operator):
     if operator.release is None:
         pytest.skip("the operator was installed by someone else (E2E_TARGET=external)")

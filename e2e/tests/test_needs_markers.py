@@ -15,7 +15,7 @@ from _pytest.mark.expression import Expression  # what `pytest -m` compiles
 from tests.support import needs
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-LANES = ("host1_lane", "host2_lane", "host3_lane", "host4_lane", "real_lane", "real2_lane", "pure_lane")
+LANES = ("host1_lane", "host2_lane", "host3_lane", "host4_lane", "real_lane", "pure_lane")
 
 
 def registered() -> set[str]:
@@ -92,8 +92,6 @@ def test_a_module_that_uses_a_helper_without_its_marker_is_named(module, removed
         (["tmp_path"], ["lane2"], "marker lane2"),
         (["tmp_path"], ["lane3"], "marker lane3"),
         (["tmp_path"], ["lane4"], "marker lane4"),
-        (["tmp_path"], ["lane6"], "marker lane6"),
-        (["tmp_path"], ["needs_nodes", "disturbs_the_release"], "disturbs_the_release: mark one of needs_release"),
         (["real_nodes_use"], [], "fixture real_nodes_use: mark one of needs_cluster, needs_nodes"),
     ],
 )

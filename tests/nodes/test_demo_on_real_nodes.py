@@ -22,7 +22,6 @@ from tests.support.kubectl import kubectl, kubectl_json
 pytestmark = [
     pytest.mark.needs_nodes,
     pytest.mark.needs_release,
-    pytest.mark.disturbs_the_release,  # uninstalls it for e2e/demo.sh's own
     pytest.mark.needs_store,
     pytest.mark.usefixtures("kubectl_on_real_nodes"),
 ]
@@ -44,9 +43,9 @@ def test_the_demo_installs_the_operator_with_the_chart_and_passes(real_nodes):
             "/etc/resolv.conf belongs to another checkout's real nodes: the demo's etcdctl cannot "
             "resolve the client Service from the host"
         )
-    # The demo installs the release `etcd-operator` itself, watching only its namespace: the
-    # session's release is set aside and put back, held to this run meanwhile (the module is
-    # marked disturbs_the_release).
+    # The demo installs the release `etcd-operator` itself, watching only its namespace. It
+    # runs first on the nodes, before `operator_release` installs the session's release; if
+    # that release is there already, it is set aside and put back.
     found = chart_release.installed(real_nodes.kubeconfig)
     chart_release.uninstall(real_nodes.kubeconfig)
     try:

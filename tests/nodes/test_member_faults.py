@@ -26,12 +26,7 @@ from tests.support.kubectl import kubectl
 from tests.support.members_from_host import put, read_locally, replacement_event, url
 from tests.support.waiting import wait_for, wait_for_holding
 
-pytestmark = [
-    pytest.mark.needs_nodes,
-    pytest.mark.needs_release,
-    pytest.mark.lane6,
-    pytest.mark.usefixtures("kubectl_on_real_nodes"),
-]
+pytestmark = [pytest.mark.needs_nodes, pytest.mark.needs_release, pytest.mark.usefixtures("kubectl_on_real_nodes")]
 
 OPERATOR_NAMESPACE = chart_release.NAMESPACE
 NAMESPACE = "member-faults"

@@ -27,12 +27,7 @@ from tests.support.clusters import PLAINTEXT, get_cluster, member_pods, patch_sp
 from tests.support.helm import CHART, helm
 from tests.support.kubectl import kubectl, kubectl_json
 
-pytestmark = [
-    pytest.mark.needs_nodes,
-    pytest.mark.needs_release,
-    pytest.mark.disturbs_the_release,  # the CRDs the release holds go to an older chart's and back
-    pytest.mark.usefixtures("kubectl_on_real_nodes"),
-]
+pytestmark = [pytest.mark.needs_nodes, pytest.mark.needs_release, pytest.mark.usefixtures("kubectl_on_real_nodes")]
 
 ROOT = Path(__file__).resolve().parents[2]
 RELEASE = "upgrade-test"

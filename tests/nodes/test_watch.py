@@ -17,7 +17,6 @@ from tests.support.waiting import wait_for
 
 pytestmark = [
     pytest.mark.needs_nodes,
-    pytest.mark.lane6,
     pytest.mark.needs_release,
     pytest.mark.usefixtures("kubectl_on_real_nodes", "operator_release"),
 ]

@@ -15,26 +15,9 @@ ON_THE_INSTANCE = ("needs_cluster", "needs_nodes")
 NODE_FAULT_FIXTURES = ("nodes_to_the_module", "nodes_to_the_test")
 
 
-def on_the_instance(item: object) -> bool:
-    """Whether a pytest item carries one of ON_THE_INSTANCE."""
-    closest = getattr(item, "get_closest_marker", None)
-    return closest is not None and any(closest(name) for name in ON_THE_INSTANCE)
-
-
 def faults_nodes(item: object) -> bool:
     """Whether a pytest item (or None) uses one of NODE_FAULT_FIXTURES."""
     return bool(set(NODE_FAULT_FIXTURES) & set(getattr(item, "fixturenames", ())))
-
-
-# The markers of a test that uninstalls, scales, upgrades or replaces the session's chart
-# release (or the CRDs it holds), holding the release to its run (tests/support/shared_release.py).
-RELEASE_DISTURBING_MARKERS = ("sets_the_operator_aside", "disturbs_the_release")
-
-
-def disturbs_the_release(item: object) -> bool:
-    """Whether a pytest item (or None) carries one of RELEASE_DISTURBING_MARKERS."""
-    closest = getattr(item, "get_closest_marker", None)
-    return closest is not None and any(closest(name) for name in RELEASE_DISTURBING_MARKERS)
 
 
 # A fixture (used directly or through another fixture) -> the markers a test using it carries
@@ -70,8 +53,6 @@ BY_MARKER: dict[str, tuple[str, ...]] = {
     "lane4": (*ON_THE_INSTANCE, "needs_etcd", "needs_containerd"),  # the same, for the third host lane
     "lane5": (*ON_THE_INSTANCE, "needs_etcd", "needs_containerd"),  # the same, for the fourth host lane
     "lane3": ON_THE_INSTANCE,  # a host module in the real-node run, never a pure test
-    "lane6": ON_THE_INSTANCE,  # the second real-node run's, never a pure test
-    "disturbs_the_release": ("needs_release",),
 }
 
 

@@ -6,26 +6,17 @@ many tiers ask (`register`), so that the tiers of one session share one instance
 
 from __future__ import annotations
 
-import contextlib
-import os
-import pathlib
 import sys
 
 import pytest
 
 from localkube import controlplane
 from localkube import layout as localkube_layout
-from tests.support import chart_release, measured, needs, shared_real_nodes
-from tests.support.needs import disturbs_the_release, faults_nodes
-from tests.support.shared_release import SharedRelease
+from tests.support import chart_release, shared_real_nodes
+from tests.support.needs import faults_nodes
 
 REAL_NODES_ROOT = localkube_layout.REAL_NODES_TEST_ROOT
 _USE: dict[str, shared_real_nodes.SharedUse] = {}  # the session's `real_nodes_use`, for the teardown hook
-_RELEASE: dict[str, SharedRelease] = {}  # the session's `shared_release`, for the teardown hook
-HOST_OPERATOR_TESTS = pathlib.Path(__file__).resolve().parents[1] / "nodes" / "host_operator"
-# The e2e tiers against the cluster and operator KUBECONFIG names (`make e2e-kind`, or
-# E2E_TARGET=external): nothing of the real nodes is used, nor shared.
-EXTERNAL = os.environ.get("E2E_TARGET") in ("external", "kind")
 
 
 def register(config: pytest.Config) -> None:
@@ -81,71 +72,16 @@ def nodes_to_the_test(real_nodes_use):
     yield
 
 
-@pytest.hookimpl(wrapper=True, tryfirst=True)
+@pytest.hookimpl(wrapper=True)
 def pytest_runtest_teardown(item, nextitem):
     """After a test that faulted nodes (its fixtures torn down): the nodes go back to the other
-    runs unless the next test faults nodes too. The same for a test that disturbed the release,
-    after everything else (tryfirst: the outermost wrapper), so after the journeys' hook has
-    installed a release set aside again."""
+    runs unless the next test faults nodes too."""
     try:
         return (yield)
     finally:
         use = _USE.get("use")
         if use is not None and faults_nodes(item) and not faults_nodes(nextitem):
             use.give_the_nodes_back()
-        release = _RELEASE.get("release")
-        if release is not None and disturbs_the_release(item) and not disturbs_the_release(nextitem):
-            release.give_the_release_back()
-
-
-def _module_items(request) -> list:
-    return [item for item in request.session.items if item.module is request.module]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def kept_for_the_module(request):
-    """For a module of the real-node runs (not tests/nodes/host_operator, whose conftest holds
-    its own): from its first fixture to its last teardown, no other run faults a node unless the
-    module faults them itself, and no other run disturbs the release its tests rely on unless
-    one of them disturbs it (those take it test by test: `release_for_the_test`)."""
-    if EXTERNAL or HOST_OPERATOR_TESTS in request.path.parents:
-        yield
-        return
-    items = _module_items(request)
-    if not any(needs.on_the_instance(item) for item in items):
-        yield
-        return
-    with contextlib.ExitStack() as kept:
-        if not any(faults_nodes(item) for item in items):
-            kept.enter_context(request.getfixturevalue("real_nodes_use").nodes_kept())
-        relies = any(item.get_closest_marker("needs_release") for item in items)
-        if relies and not any(disturbs_the_release(item) for item in items):
-            request.getfixturevalue("operator_release")  # this run joins the release's users first
-            kept.enter_context(request.getfixturevalue("shared_release").release_kept())
-        yield
-
-
-@pytest.fixture(autouse=True)
-def release_for_the_test(request):
-    """In a module with a test that disturbs the release: that test holds it to its run
-    (until a test that does not disturb it comes next, `pytest_runtest_teardown`), and the
-    module's other tests that rely on it keep it for themselves."""
-    item = request.node
-    if (
-        EXTERNAL
-        or not item.get_closest_marker("needs_release")
-        or not any(disturbs_the_release(other) for other in _module_items(request))
-    ):
-        yield
-        return
-    request.getfixturevalue("operator_release")  # this run joins the release's users first
-    release = request.getfixturevalue("shared_release")
-    if disturbs_the_release(item):
-        release.take_the_release()
-        yield
-        return
-    with release.release_kept():
-        yield
 
 
 @pytest.fixture(scope="session")
@@ -163,35 +99,13 @@ def kubectl_on_real_nodes(real_nodes):
 
 
 @pytest.fixture(scope="session")
-def shared_release(real_nodes_use):
-    """This run's use of the session's release, which the other real-node run of `make test`
-    may share (tests/support/shared_release.py)."""
-    release = SharedRelease(REAL_NODES_ROOT)
-    _RELEASE["release"] = release
-    try:
-        yield release
-    finally:
-        release.give_the_release_back()
-        _RELEASE.pop("release", None)
-        measured.report(f"chart release: this run's tests waited {release.waited:.0f}s for the other run's use of it")
-
-
-@pytest.fixture(scope="session")
-def operator_release(real_nodes, shared_release):
+def operator_release(real_nodes):
     """The operator on the real nodes as users install it: the chart from this checkout, the
-    image built here, restricted Pod Security (tests/support/chart_release.py). Installed by
-    the first run that uses it, uninstalled by the last."""
-
-    def afresh() -> None:
-        # The instance keeps its data between sessions: a release an earlier session left
-        # (e2e/tests/test_real_nodes.py takes the nodes down before this teardown) goes first.
-        chart_release.uninstall(real_nodes.kubeconfig)
-        chart_release.install(real_nodes.kubeconfig)
-
-    def uninstall() -> None:
-        if controlplane.apiserver_ready(real_nodes):  # else test_real_nodes.py took the nodes down
-            chart_release.uninstall(real_nodes.kubeconfig)
-
-    shared_release.join(afresh)
+    image built here, restricted Pod Security (tests/support/chart_release.py)."""
+    # The instance keeps its data between sessions: a release an earlier session left
+    # (e2e/tests/test_real_nodes.py takes the nodes down before this teardown) goes first.
+    chart_release.uninstall(real_nodes.kubeconfig)
+    chart_release.install(real_nodes.kubeconfig)
     yield chart_release.RELEASE
-    shared_release.leave(uninstall)
+    if controlplane.apiserver_ready(real_nodes):  # else test_real_nodes.py took the nodes down
+        chart_release.uninstall(real_nodes.kubeconfig)

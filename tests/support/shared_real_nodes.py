@@ -38,7 +38,7 @@ def _host_before_file(root: pathlib.Path) -> pathlib.Path:
 
 
 @contextlib.contextmanager
-def locked(path: pathlib.Path, mode: int) -> Iterator[None]:
+def _locked(path: pathlib.Path, mode: int) -> Iterator[None]:
     with open(path, "a") as file:
         fcntl.flock(file, mode)
         try:
@@ -73,7 +73,7 @@ class SharedUse:
             self.take_the_nodes()
         self._users = open(self.root / "users.lock", "a")
         fcntl.flock(self._users, fcntl.LOCK_SH)  # waits while a check of `down` runs
-        with locked(self.root / "up.lock", fcntl.LOCK_EX):
+        with _locked(self.root / "up.lock", fcntl.LOCK_EX):
             if not controlplane.apiserver_ready(self.where):
                 self.started_here = True
                 _host_before_file(self.root).write_text(json.dumps(hoststate.snapshot()))
@@ -84,7 +84,7 @@ class SharedUse:
 
     def up_again(self) -> None:
         """`up` once more, under the lock a run that joins takes for it."""
-        with locked(self.root / "up.lock", fcntl.LOCK_EX):
+        with _locked(self.root / "up.lock", fcntl.LOCK_EX):
             controlplane.up(self.where)
 
     def host_before(self) -> dict:
@@ -93,9 +93,8 @@ class SharedUse:
 
     @contextlib.contextmanager
     def nodes_kept(self) -> Iterator[None]:
-        """While the block runs, no other run faults a node (re-entrant within this run; a
-        no-op while this run holds the nodes to itself)."""
-        if self._kept or self._exclusive is not None:
+        """While the block runs, no other run faults a node (re-entrant within this run)."""
+        if self._kept:
             self._kept += 1
             try:
                 yield
@@ -103,9 +102,9 @@ class SharedUse:
                 self._kept -= 1
             return
         asked = time.monotonic()
-        with locked(self.root / "nodes-turnstile.lock", fcntl.LOCK_SH):
+        with _locked(self.root / "nodes-turnstile.lock", fcntl.LOCK_SH):
             pass  # waits while a node fault waits or runs
-        with locked(self.root / "nodes.lock", fcntl.LOCK_SH):
+        with _locked(self.root / "nodes.lock", fcntl.LOCK_SH):
             waited = time.monotonic() - asked
             if waited > 0.5:
                 self.waited_for_faults += waited

@@ -24,7 +24,7 @@ from tests.support.kubectl import kubectl_json
 from tests.support.operator_process import OperatorProcess
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.needs_nodes, pytest.mark.needs_operator_process, pytest.mark.lane6]
+pytestmark = [pytest.mark.needs_nodes, pytest.mark.needs_operator_process, pytest.mark.lane5]
 
 LEASE = claims.shard(claims.HOST_OPERATOR_SHARD).lease_name
 RESUMED = "===== test: SIGCONT sent to this replica ====="

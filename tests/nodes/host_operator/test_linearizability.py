@@ -33,7 +33,7 @@ from tests.support.kubectl import kubectl, secret_bytes
 from tests.support.kv_workload import KeyValueWorkload
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.needs_nodes, pytest.mark.needs_operator_process, pytest.mark.lane6]
+pytestmark = [pytest.mark.needs_nodes, pytest.mark.needs_operator_process, pytest.mark.lane4]
 
 CLUSTER = "lin"
 FROM_VERSION, TO_VERSION = "3.5.35", "3.6.16"  # the testbin's two etcd builds, imported into every node

@@ -15,7 +15,7 @@ from tests.support.kube_apiserver import KubeAPIServer
 from tests.support.s3 import create_credentials_secret, s3_storage_spec
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.needs_nodes, pytest.mark.needs_operator_process, pytest.mark.needs_store, pytest.mark.lane4]
+pytestmark = [pytest.mark.needs_nodes, pytest.mark.needs_operator_process, pytest.mark.needs_store, pytest.mark.lane5]
 
 CONFIGMAPS = "/api/v1/namespaces/default/configmaps"
 KEPT, LATER, DELETED = 20, 30, 5
