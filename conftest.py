@@ -71,8 +71,10 @@ def pytest_collection_modifyitems(config, items):
     Everything on the session's real-node instance (marked needs_cluster or needs_nodes,
     outside tests/nodes/host_operator) runs together, where the first of it was collected (so
     the session's real nodes are up only while needed): first the tests that fault nodes, one
-    after the other so that one hold of the nodes covers them all (real_nodes_fixtures), and
-    what takes the nodes down, `needs_nodes(takes_them_down=True)`, last of all. The
+    after the other so that one hold of the nodes covers them all (real_nodes_fixtures), the
+    tests that set the session's release aside (`sets_the_operator_aside`) after the others, so
+    that it is uninstalled once and never installed again, and what takes the nodes down,
+    `needs_nodes(takes_them_down=True)`, last of all. The
     operator-process tests on the real nodes (tests/nodes/host_operator) run after the other
     tests of their run (in the real-node run, the modules marked lane3), those that need only
     the control plane (host_operator/control_plane, which hold no node) first. So, in `make
@@ -91,7 +93,9 @@ def pytest_collection_modifyitems(config, items):
         if (mark := item.get_closest_marker("needs_nodes")) and mark.kwargs.get("takes_them_down")
     ]
     faulting = [item for item in marked if needs.faults_nodes(item) and item not in last]
-    group = faulting + [item for item in marked if item not in faulting and item not in last]
+    rest = [item for item in marked if item not in faulting and item not in last]
+    aside = [item for item in rest if item.get_closest_marker("sets_the_operator_aside")]
+    group = faulting + [item for item in rest if item not in aside] + aside
     start = items.index(marked[0])
     others = [item for item in items if item not in group and item not in last and item not in host_operator]
     items[:] = others[:start] + group + others[start:] + host_operator + last

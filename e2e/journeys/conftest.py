@@ -21,7 +21,7 @@ from target import (  # noqa: F401  (fixtures and the hook that registers the re
     s3_settings,
 )
 
-from tests.support import chart_release
+from tests.support import chart_release, real_nodes_fixtures
 from tests.support.finalizers import release_finalizers
 from tests.support.journeys import JOURNEYS, journey_namespace
 from tests.support.kubectl import kubectl
@@ -49,29 +49,12 @@ class Operator:
 
     @contextlib.contextmanager
     def set_aside(self):
-        """No operator on the cluster for a while (the release and its namespace gone). The
-        session's release is installed again after the journey, whatever happened meanwhile,
-        unless the next one sets it aside too (`pytest_runtest_teardown`): consecutive journeys
-        marked `sets_the_operator_aside` uninstall and install it once."""
-        if not _SET_ASIDE:
-            chart_release.uninstall(self.kubeconfig)
-            _SET_ASIDE.append(self)
+        """No operator on the cluster for a while (the release and its namespace gone); the
+        session's release comes back before the next test that needs it
+        (tests/support/real_nodes_fixtures.py), so consecutive journeys marked
+        `sets_the_operator_aside` uninstall it once."""
+        real_nodes_fixtures.set_the_release_aside(self.kubeconfig)
         yield
-
-
-# The session's Operator while its release is set aside (at most one).
-_SET_ASIDE: list[Operator] = []
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_teardown(item, nextitem):
-    """After a journey: the release set aside is installed again, unless the next journey sets
-    it aside too."""
-    try:
-        return (yield)
-    finally:
-        if _SET_ASIDE and not (nextitem is not None and nextitem.get_closest_marker("sets_the_operator_aside")):
-            _SET_ASIDE.pop().install()
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from localkube import hoststate
-from tests.support import chart_release, measured
+from tests.support import chart_release, measured, real_nodes_fixtures
 from tests.support.clusters import member_pods
 from tests.support.helm import CHART, helm
 from tests.support.kubectl import kubectl, kubectl_json
@@ -23,6 +23,7 @@ pytestmark = [
     pytest.mark.needs_nodes,
     pytest.mark.needs_release,
     pytest.mark.needs_store,
+    pytest.mark.sets_the_operator_aside,
     pytest.mark.usefixtures("kubectl_on_real_nodes"),
 ]
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -43,11 +44,9 @@ def test_the_demo_installs_the_operator_with_the_chart_and_passes(real_nodes):
             "/etc/resolv.conf belongs to another checkout's real nodes: the demo's etcdctl cannot "
             "resolve the client Service from the host"
         )
-    # The demo installs the release `etcd-operator` itself, watching only its namespace. It
-    # runs first on the nodes, before `operator_release` installs the session's release; if
-    # that release is there already, it is set aside and put back.
-    found = chart_release.installed(real_nodes.kubeconfig)
-    chart_release.uninstall(real_nodes.kubeconfig)
+    # The demo installs the release `etcd-operator` itself, watching only its namespace: the
+    # session's release, if there, is set aside until a later test needs it.
+    real_nodes_fixtures.set_the_release_aside(real_nodes.kubeconfig)
     try:
         started = time.monotonic()
         first = run_demo(real_nodes)
@@ -75,5 +74,3 @@ def test_the_demo_installs_the_operator_with_the_chart_and_passes(real_nodes):
         kubectl("delete", "namespace", DEMO_NAMESPACE, "--ignore-not-found", "--timeout=180s", check=False)
         helm("uninstall", chart_release.RELEASE, "-n", chart_release.NAMESPACE, "--wait", check=False)
         chart_release.delete_namespace(chart_release.NAMESPACE)
-        if found:
-            chart_release.install(real_nodes.kubeconfig)

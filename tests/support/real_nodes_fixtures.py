@@ -84,6 +84,37 @@ def pytest_runtest_teardown(item, nextitem):
             use.give_the_nodes_back()
 
 
+# While a test marked `sets_the_operator_aside` has the session's release uninstalled: the
+# kubeconfig to install it again with, before the next test that needs it.
+_ASIDE: dict[str, object] = {}
+
+
+def set_the_release_aside(kubeconfig) -> None:
+    """For a test marked `sets_the_operator_aside`: the session's release uninstalled, once for
+    any number of such tests in a row (conftest.py runs them last of the real-node tests). It
+    is installed again before the next test that needs it as installed (`pytest_runtest_setup`),
+    and not at all when none comes."""
+    if "kubeconfig" not in _ASIDE:
+        chart_release.uninstall(kubeconfig)
+        _ASIDE["kubeconfig"] = kubeconfig
+
+
+def release_set_aside() -> bool:
+    return "kubeconfig" in _ASIDE
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """Before a test that needs the session's release (`needs_release`) and does not set it
+    aside itself, and before its fixtures: the release set aside is installed again."""
+    if (
+        release_set_aside()
+        and item.get_closest_marker("needs_release")
+        and not item.get_closest_marker("sets_the_operator_aside")
+    ):
+        chart_release.install(_ASIDE.pop("kubeconfig"))
+
+
 @pytest.fixture(scope="session")
 def nodes_api(real_nodes):
     from kubernetes import config
