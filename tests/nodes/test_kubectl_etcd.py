@@ -7,17 +7,15 @@ in file order."""
 from __future__ import annotations
 
 import json
-import os
-import pathlib
-import subprocess
-import sys
 
 import pytest
 
+from etcd_operator_kubectl.views import human_bytes
 from tests.support import chart_release
 from tests.support.clusters import GROUP, apply_cluster, get_cluster, wait_healthy
 from tests.support.diagnostics import fresh_namespace_name
 from tests.support.kubectl import kubectl, kubectl_json
+from tests.support.kubectl_etcd import member_table, plugin, plugin_json
 from tests.support.s3 import create_credentials_secret, s3_storage_spec
 from tests.support.waiting import wait_for
 
@@ -27,24 +25,6 @@ pytestmark = [
     pytest.mark.needs_store,
     pytest.mark.usefixtures("kubectl_on_real_nodes", "operator_release"),
 ]
-PLUGIN = pathlib.Path(sys.executable).parent / "kubectl-etcd"
-
-
-def plugin(*args: str, input: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [str(PLUGIN), *args],
-        capture_output=True,
-        text=True,
-        input=input,
-        timeout=120,
-        env={**os.environ, "KUBECONFIG": os.environ["KUBECONFIG"]},
-    )
-
-
-def plugin_json(*args: str):
-    result = plugin(*args, "-o", "json")
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
 
 
 @pytest.fixture(scope="module")
@@ -67,9 +47,18 @@ def test_kubectl_etcd_status_shows_every_member_and_the_conditions(cluster_names
     names = [m["name"] for m in view["members"]]
     assert len(names) == 3 and all(n in table.stdout for n in names)
     assert {m["role"] for m in view["members"]} == {"leader", "follower"}
-    assert all(
-        m["healthy"] and m["revisionLag"] >= 0 and m["dbSize"] > 0 and m["quotaBytes"] > 0 for m in view["members"]
-    )
+    assert all(m["healthy"] and m["revisionLag"] >= 0 and m["dbSize"] > 0 for m in view["members"])
+    # The quota and the alarms are the operator's, as it wrote them in the object's status.
+    recorded = get_cluster(cluster_namespace, "app")["status"]
+    quota = recorded["quota"]["backendBytes"]  # no spec.etcd.quotaBackendBytes: derived from the volume
+    assert isinstance(quota, int) and quota > 0, recorded["quota"]
+    assert view["quotaBytes"] == quota and [m["quotaBytes"] for m in view["members"]] == [quota] * 3, (quota, view)
+    assert f"quota {human_bytes(quota)}" in table.stdout
+    assert recorded["alarms"] == [] and view["alarms"] == [], (recorded["alarms"], view["alarms"])
+    rows = member_table(table.stdout)
+    assert sorted(rows) == sorted(names) and {r["ALARMS"] for r in rows.values()} == {"-"}, rows
+    assert all(f" / {human_bytes(quota)}" in r["DB SIZE / QUOTA"] for r in rows.values()), rows
+    assert all(m["alarms"] == [] for m in view["members"]) and "ALARMS RAISED" not in table.stdout
     assert {"Available"} <= {c["type"] for c in view["conditions"]} and "Available" in table.stdout
     missing = plugin("status", "nope", "-n", cluster_namespace)
     assert missing.returncode == 1 and "Traceback" not in missing.stderr, missing.stderr
