@@ -6,13 +6,15 @@ nodes, with the operator as a process on the host."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from etcd_operator.core.cluster import naming
 from tests.support.cluster_view import DESTRUCTIVE_EVENTS, ClusterView, hex_ids
-from tests.support.clusters import apply_cluster, condition, is_healthy, patch_spec, wait_healthy
+from tests.support.clusters import apply_cluster, condition, get_cluster, is_healthy, patch_spec, wait_healthy
 from tests.support.etcd_data import (
     ALARM_NOSPACE,
     alarms,
@@ -23,6 +25,7 @@ from tests.support.etcd_data import (
     read_keys,
 )
 from tests.support.kubectl import kubectl
+from tests.support.kubectl_etcd import member_table, plugin
 from tests.support.waiting import holds_throughout, wait_for, wait_for_holding
 
 pytestmark = [pytest.mark.needs_nodes, pytest.mark.needs_operator_process, pytest.mark.lane5]
@@ -36,7 +39,8 @@ SPACE_RECOVERY_EVENTS = ["NoSpaceAlarmDetected", "RevisionsCompacted", "MemberDe
 def test_nospace_alarm_is_remediated_in_place(kube_api, namespace, operator):
     """A full database is neither quorum loss nor a reason to replace anyone: the operator
     compacts, defragments one member at a time, disarms the alarm, and every member, pod,
-    PVC and key stays."""
+    PVC and key stays. While the alarm is recorded in status, `kubectl etcd status` shows it
+    on the member it is raised on, and the quota the operator recorded."""
     name = "full"
     apply_cluster(
         namespace,
@@ -75,6 +79,54 @@ def test_nospace_alarm_is_remediated_in_place(kube_api, namespace, operator):
 
     # Watched until the quorum-loss timeout and a margin have passed since the alarm.
     window_end = alarm_raised + QUORUM_LOSS_TIMEOUT + OBSERVATION_MARGIN
+
+    def plugin_while_recorded():
+        """`kubectl etcd status` (-o json and the table, run side by side) once the operator has
+        recorded in status the NOSPACE alarms etcd holds, with the Alarm condition; None (look
+        again) until it has, or when status.alarms changed while the plugin ran, so that both
+        outputs were read from the status read before and after them."""
+        raised = {f"{member:x}" for member, kind in alarms(view.serving_endpoints()) if kind == ALARM_NOSPACE}
+        status = get_cluster(namespace, name).get("status") or {}
+        recorded = status.get("alarms") or []
+        alarm = condition({"status": status}, "Alarm") or {}
+        if not raised or {a["memberID"] for a in recorded} != raised or alarm.get("status") != "True":
+            return None
+        with ThreadPoolExecutor(2) as pool:
+            as_json, as_table = pool.map(
+                lambda output: plugin("status", name, "-n", namespace, *output), [("-o", "json"), ()]
+            )
+        if (get_cluster(namespace, name).get("status") or {}).get("alarms") != recorded:
+            return None
+        return status, as_json, as_table
+
+    # The plugin while the alarm is raised, before remediation disarms it: the operator records
+    # etcd's alarms in status on the pass that sees them and on each pass until the one that
+    # disarms (compaction and three defragmentations in between).
+    status, as_json, as_table = wait_for_holding(
+        plugin_while_recorded,
+        nothing_destroyed,
+        max(60.0, window_end - time.monotonic()),
+        interval=0.5,
+        what="NOSPACE recorded in status.alarms with the Alarm condition True",
+    )
+    assert as_json.returncode == 0 and as_table.returncode == 0, (as_json.stderr, as_table.stderr)
+    recorded = status["alarms"]
+    assert {a["alarm"] for a in recorded} == {"NOSPACE"}, recorded
+    id_of = {m["name"]: m["id"] for m in status["members"]}
+    assert all(id_of.get(a["member"]) == a["memberID"] for a in recorded), (recorded, id_of)
+    alarmed = {a["member"] for a in recorded}
+    shown = json.loads(as_json.stdout)
+    assert shown["alarms"] == recorded, (shown["alarms"], recorded)
+    assert {m["name"]: m["alarms"] for m in shown["members"]} == {
+        member: ["NOSPACE"] if member in alarmed else [] for member in id_of
+    }, shown["members"]
+    assert shown["quotaBytes"] == status["quota"]["backendBytes"] == QUOTA, (shown["quotaBytes"], status["quota"])
+    assert {m["quotaBytes"] for m in shown["members"]} == {QUOTA}, shown["members"]
+    rows = member_table(as_table.stdout)
+    assert {member: row["ALARMS"] for member, row in rows.items()} == {
+        member: "NOSPACE" if member in alarmed else "-" for member in id_of
+    }, as_table.stdout
+    assert all(f"NOSPACE on {member}" in as_table.stdout for member in alarmed), as_table.stdout
 
     def remediated():
         reasons = view.event_reasons("Normal")
