@@ -77,6 +77,16 @@ chmod 755 "$bundle/kubectl-etcd"
 archive="kubectl-etcd-$version.tar.gz"
 repack "$out/$archive" "$bundle"
 archive_sha="$(sha256sum "$out/$archive" | cut -d' ' -f1)"
+# What the launcher's python3 needs: the wheel's Requires-Dist, read from the wheel just built.
+requires="$("$python" - "$out/$wheel" <<'REQUIRES'
+import re, sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as wheel:
+    metadata = next(n for n in wheel.namelist() if n.endswith(".dist-info/METADATA"))
+    lines = wheel.read(metadata).decode().splitlines()
+names = [re.split(r"[ ;<>=!~\[(]", line.split(":", 1)[1].strip())[0] for line in lines if line.startswith("Requires-Dist:")]
+print(", ".join(names[:-1]) + " and " + names[-1])
+REQUIRES
+)"
 cat >"$out/krew.yaml" <<MANIFEST
 apiVersion: krew.googlecontainertools.github.com/v1alpha2
 kind: Plugin
@@ -90,7 +100,7 @@ spec:
     Status, backups, restores, defragmentation and snapshots of the EtcdClusters,
     EtcdBackups and EtcdRestores of the etcd operator, through its own resources.
     Needs python3 (3.11 or newer) with the dependencies of the kubectl-etcd wheel:
-    kubernetes_asyncio, aiohttp, boto3, cryptography, zstandard and pyyaml.
+    $requires.
   platforms:
     - selector:
         matchExpressions:

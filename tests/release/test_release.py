@@ -1,7 +1,8 @@
 """`make release` (packaging/release.sh): run twice into two folders, a second apart, it writes
-the same bytes; the krew manifest names its archive's digest; the plugin's wheel holds the plugin
-and the operator modules it imports, and runs without the operator's own libraries; the packaged
-chart lints, renders with the release's image, and its schema refuses a mistyped value."""
+the same bytes; the krew manifest names its archive's digest and the wheel's dependencies; the
+plugin's wheel holds the plugin and the operator modules it imports, and runs without the
+operator's own libraries; the packaged chart lints, renders with the release's image, and its
+schema refuses a mistyped value."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import ast
 import hashlib
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import tarfile
@@ -108,15 +110,26 @@ def test_the_wheel_holds_the_plugin_and_only_the_operator_modules_it_imports(out
     assert sorted(files) == sorted(imported)
     layers = {f.split("/")[1] for f in files if f.startswith("etcd_operator/") and f.count("/") > 1}
     assert layers <= {"core", "clients"}, "the plugin pulls in the operator's handlers or controllers"
+    # Exactly the distributions its files import: none more (boto3 left with the S3 reads).
+    assert required_distributions(out) == third_party_distributions(ROOT, imported)
+
+
+def required_distributions(out: pathlib.Path) -> set[str]:
+    """The wheel's Requires-Dist names, lower-case."""
     with zipfile.ZipFile(out / WHEEL) as wheel:
         metadata = wheel.read(f"kubectl_etcd-{VERSION}.dist-info/METADATA").decode()
-    required = {
+    return {
         line.split(":", 1)[1].strip().split("<")[0].split(">")[0].lower()
         for line in metadata.splitlines()
         if line.startswith("Requires-Dist:")
     }
-    # Exactly the distributions its files import: none more (boto3 left with the S3 reads).
-    assert required == third_party_distributions(ROOT, imported)
+
+
+def test_the_krew_manifest_names_exactly_the_wheels_dependencies(out):
+    description = yaml.safe_load((out / "krew.yaml").read_text())["spec"]["description"]
+    named = description.split("dependencies of the kubectl-etcd wheel:", 1)[1].strip().removesuffix(".")
+    assert {n.lower() for n in re.split(r",\s*|\s+and\s+", named)} == required_distributions(out), description
+    assert "boto3" not in description
 
 
 DISTRIBUTION_OF = {"yaml": "pyyaml"}
