@@ -99,16 +99,12 @@ def set_the_release_aside(kubeconfig) -> None:
         _ASIDE["kubeconfig"] = kubeconfig
 
 
-def release_set_aside() -> bool:
-    return "kubeconfig" in _ASIDE
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     """Before a test that needs the session's release (`needs_release`) and does not set it
     aside itself, and before its fixtures: the release set aside is installed again."""
     if (
-        release_set_aside()
+        "kubeconfig" in _ASIDE
         and item.get_closest_marker("needs_release")
         and not item.get_closest_marker("sets_the_operator_aside")
     ):
