@@ -133,6 +133,37 @@ async def cmd_defrag(args, kube, namespace) -> int:
     return 0
 
 
+async def cmd_move_leader(args, kube, namespace) -> int:
+    cluster = await kube.get(namespace, "etcdclusters", args.cluster)
+    target = args.to or views.most_advanced_follower(cluster)
+    if target is None:
+        print(
+            f"EtcdCluster {namespace}/{args.cluster}: status lists no healthy follower to lead; name one with --to",
+            file=sys.stderr,
+        )
+        return 1
+    request = views.leader_move_request(request_token(), target)
+    patched = await kube.annotate(namespace, "etcdclusters", args.cluster, {views.MOVE_LEADER_ANNOTATION: request})
+    if not args.wait:
+        emit(
+            args,
+            patched["metadata"]["annotations"],
+            f"etcdcluster.etcd.operator.dev/{args.cluster} leader move to {target} requested ({request}); "
+            "status.leaderMove says how it ended",
+        )
+        return 0
+    deadline = asyncio.get_running_loop().time() + args.timeout
+    while (
+        outcome := views.leader_move_outcome(await kube.get(namespace, "etcdclusters", args.cluster), request)
+    ) is None:
+        if asyncio.get_running_loop().time() >= deadline:
+            print(f"no outcome of {request!r} in status.leaderMove after {args.timeout:.0f}s", file=sys.stderr)
+            return 1
+        await asyncio.sleep(0.5)
+    emit(args, {"request": request, "outcome": outcome}, f"etcdcluster.etcd.operator.dev/{args.cluster}: {outcome}")
+    return 1 if outcome.startswith("refused") else 0
+
+
 async def cmd_snapshot(args, kube, namespace) -> int:
     template = await kube.get(namespace, "etcdbackups", args.storage_from)
     name = args.name or f"{args.cluster}-snapshot-{now():%Y%m%d%H%M%S}"
@@ -245,6 +276,7 @@ COMMANDS: dict[str, Command] = {
     "restore": cmd_restore,
     "approve-recovery": cmd_approve_recovery,
     "defrag": cmd_defrag,
+    "move-leader": cmd_move_leader,
     "snapshot": cmd_snapshot,
     "hibernate": cmd_hibernate,
     "wake": cmd_wake,
@@ -287,6 +319,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--yes", action="store_true", help="do not ask")
     p = sub.add_parser("defrag", parents=[common], help="ask the operator to defragment every member once")
     p.add_argument("cluster")
+    p = sub.add_parser("move-leader", parents=[common], help="ask the operator to move etcd's leadership once")
+    p.add_argument("cluster")
+    p.add_argument("--to", metavar="MEMBER", help="the member to lead (default: the most advanced healthy follower)")
+    p.add_argument("--wait", action="store_true", help="wait until status.leaderMove says how the request ended")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds --wait waits at most (default: 60)")
     p = sub.add_parser("snapshot", parents=[common], help="a one-shot EtcdBackup now")
     p.add_argument("cluster")
     p.add_argument(

@@ -18,6 +18,7 @@ DEFRAGMENT_ANNOTATION = naming.ANNOTATION_DEFRAGMENT
 APPROVE_RECOVERY_ANNOTATION = naming.ANNOTATION_APPROVE_QUORUM_RECOVERY
 ROTATE_CERTIFICATES_ANNOTATION = naming.ANNOTATION_ROTATE_CERTIFICATES
 ROTATE_CA_ANNOTATION = naming.ANNOTATION_ROTATE_CA
+MOVE_LEADER_ANNOTATION = naming.ANNOTATION_MOVE_LEADER
 
 
 def human_bytes(n: int | None) -> str:
@@ -93,6 +94,32 @@ def member_rows(cluster: Mapping[str, Any]) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def most_advanced_follower(cluster: Mapping[str, Any]) -> str | None:
+    """The healthy follower of status.members with the highest revision (the lowest name
+    among equals): the member a leader move without --to goes to. None when there is none."""
+    followers = [
+        m
+        for m in (cluster.get("status") or {}).get("members") or []
+        if m.get("role") == "follower" and m.get("healthy") is True and m.get("name")
+    ]
+    if not followers:
+        return None
+    revision = {m["name"]: m["revision"] if isinstance(m.get("revision"), int) else -1 for m in followers}
+    return min(revision, key=lambda name: (-revision[name], name))
+
+
+def leader_move_request(token: str, member: str) -> str:
+    """The etcd.operator.dev/move-leader value asking to move leadership to `member`
+    (etcd_operator/core/cluster/leader_move.py reads it)."""
+    return f"{token}{naming.MOVE_LEADER_TARGET_SEPARATOR}{member}"
+
+
+def leader_move_outcome(cluster: Mapping[str, Any], request: str) -> str | None:
+    """What status.leaderMove says came of `request`; None while it is not handled."""
+    record = (cluster.get("status") or {}).get("leaderMove") or {}
+    return (record.get("outcome") or "done") if record.get("lastToken") == request else None
 
 
 def status_view(cluster: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,18 +1,22 @@
-"""`kubectl etcd` (the plugin pip installs beside the operator) against a 3-member TLS cluster
-on the real nodes, run by the chart's release as users run it: status, a snapshot and the
-backups it lists from the EtcdBackup's status, a restore that asks first, a defragmentation
-request and an approval of quorum recovery that asks first. One cluster serves the module,
-in file order."""
+"""`kubectl etcd` (the plugin pip installs beside the operator) against a 3-member cluster
+(plaintext, as tests/support/clusters.py makes them) on the real nodes, run by the chart's
+release as users run it: status, a snapshot and the backups it lists from the EtcdBackup's
+status, a restore that asks first, a defragmentation request, a leader move under clients,
+and an approval of quorum recovery that asks first. One cluster serves the module, in file
+order."""
 
 from __future__ import annotations
 
+import base64
 import json
+import subprocess
+import threading
 
 import pytest
 
 from etcd_operator_kubectl.views import human_bytes
-from tests.support import chart_release
-from tests.support.clusters import GROUP, apply_cluster, get_cluster, wait_healthy
+from tests.support import chart_release, doc_commands, members_from_host
+from tests.support.clusters import GROUP, apply_cluster, events, get_cluster, member_pods, wait_healthy
 from tests.support.diagnostics import fresh_namespace_name
 from tests.support.kubectl import kubectl, kubectl_json
 from tests.support.kubectl_etcd import member_table, plugin, plugin_json
@@ -29,8 +33,8 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def cluster_namespace(real_nodes, operator_release, kubectl_on_real_nodes):
-    """A restricted namespace with a 3-member cluster `app` (TLS, as the CRD defaults it) and
-    S3 credentials; deleted afterwards, its data with it."""
+    """A restricted namespace with a 3-member cluster `app` (plaintext: the host's etcdctl
+    reaches its members by pod IP) and S3 credentials; deleted afterwards, its data with it."""
     name = fresh_namespace_name("n", "kubectl-etcd")
     chart_release.restricted_namespace(name)
     apply_cluster(name, "app", {"size": 3, "storage": {"size": "1Gi"}, "reclaimPolicy": "Delete"})
@@ -131,6 +135,79 @@ def test_kubectl_etcd_defrag_sets_a_new_token(cluster_namespace):
     token = plugin_json("defrag", "app", "-n", cluster_namespace)[annotation]
     assert token not in ("an-earlier-request", "")
     assert get_cluster(cluster_namespace, "app")["metadata"]["annotations"][annotation] == token
+
+
+def leader_of(namespace: str) -> str:
+    return get_cluster(namespace, "app")["status"]["leader"]
+
+
+def test_kubectl_etcd_move_leader_hands_over_while_clients_keep_their_lease_lock_and_watch(cluster_namespace):
+    """The move page's command, with a watch, a lease kept alive, a lock held and transactions
+    of etcdctl clients open across it: none of them notices more than a new leader."""
+    namespace = cluster_namespace
+    wait_healthy(namespace, "app", 3)
+    urls = sorted(members_from_host.url(p) for p in member_pods(namespace, "app"))
+
+    def etcd(*args: str, stdin: str | None = None) -> str:
+        done = members_from_host.etcdctl(urls, *args, stdin=stdin)
+        assert done.returncode == 0, (args, done.stderr)
+        return done.stdout
+
+    def client(*args: str) -> tuple[subprocess.Popen, list[str]]:
+        """A long-running etcdctl, and the lines it printed so far (read by a thread of its own)."""
+        argv = members_from_host.etcdctl_argv(urls, *args)
+        process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        lines: list[str] = []
+        threading.Thread(target=lambda: lines.extend(line.rstrip("\n") for line in process.stdout), daemon=True).start()
+        return process, lines
+
+    first = json.loads(etcd("put", "/moving/before", "1", "-w", "json"))["header"]["revision"]
+    watch, watched = client("watch", "--prefix", "/moving/", f"--rev={first}")
+    lease = etcd("lease", "grant", "20").split()[1]  # "lease <hex id> granted with TTL(20s)"
+    keepalive, _ = client("lease", "keep-alive", lease)
+    etcd("put", "--lease", lease, "/moving/leased", "held")
+    lock, locked = client("lock", "moving-lock")
+    clients = [watch, keepalive, lock]
+    try:
+        held = wait_for(
+            lambda: next((line for line in locked if line.startswith("moving-lock/")), None), 30, what="the lock"
+        )
+        before = leader_of(namespace)
+        to = sorted(m["name"] for m in get_cluster(namespace, "app")["status"]["members"] if m["name"] != before)[0]
+
+        _, argv = doc_commands.command(
+            "docs/operations/kubectl-plugin.md", "kubectl etcd move-leader", CLUSTER="app", MEMBER=to
+        )
+        moved = plugin(*argv[2:], "-n", namespace)
+        assert moved.returncode == 0, moved.stdout + moved.stderr
+        assert f"etcdcluster.etcd.operator.dev/app: moved from {before} to {to}" in moved.stdout, moved.stdout
+        wait_for(lambda: leader_of(namespace) == to, 60, what=f"status naming {to} the leader")
+        assert plugin_json("status", "app", "-n", namespace)["leader"] == to
+        assert any(e["reason"] == "LeaderMoved" and to in e["message"] for e in events(namespace, "app"))
+
+        # The clients, after the move: the lock is still the one it was, held by the same session;
+        # the lease lives, kept alive; a transaction commits; the watch saw every put, in order.
+        locks = json.loads(etcd("get", "--prefix", "moving-lock/", "-w", "json")).get("kvs") or []
+        assert [base64.b64decode(kv["key"]).decode() for kv in locks] == [held], locks
+        assert all(c.poll() is None for c in clients), [c.args for c in clients if c.poll() is not None]
+        alive = etcd("lease", "timetolive", lease)
+        assert "remaining(" in alive and "remaining(-1s)" not in alive, alive
+        txn = etcd("txn", stdin='value("/moving/leased") = "held"\n\nput /moving/after 2\n\nput /moving/after 0\n\n')
+        assert txn.startswith("SUCCESS"), txn
+        # etcdctl watch prints each event as three lines: its type, the key, the value.
+        wait_for(lambda: "/moving/after" in watched, 30, what="the watch seeing the put after the move")
+        seen = [(watched[n], watched[n + 1]) for n, line in enumerate(watched) if line in ("PUT", "DELETE")]
+        assert seen == [("PUT", "/moving/before"), ("PUT", "/moving/leased"), ("PUT", "/moving/after")], watched
+
+        refused = plugin("move-leader", "app", "--to", "nope", "--wait", "-n", namespace)
+        assert refused.returncode == 1, refused.stdout + refused.stderr
+        assert "refused: nope is not a voting member of the cluster" in refused.stdout, refused.stdout
+        assert leader_of(namespace) == to
+        assert any(e["reason"] == "LeaderMoveRefused" and "nope" in e["message"] for e in events(namespace, "app"))
+    finally:
+        for c in clients:
+            c.kill()
+            c.wait()
 
 
 def test_kubectl_etcd_approve_recovery_asks_first_then_annotates(cluster_namespace):

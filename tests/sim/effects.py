@@ -13,7 +13,13 @@ from etcd_operator.core.cluster import builders, naming
 from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.observed import Observed, PodAdmission
 from etcd_operator.core.cluster.planner import QUORUM_RECOVERY, self_only_cluster
-from etcd_operator.core.cluster.recorded import ClusterStatus, DefragmentationRecord, Operation, SpaceRecoveryRecord
+from etcd_operator.core.cluster.recorded import (
+    ClusterStatus,
+    DefragmentationRecord,
+    LeaderMoveRecord,
+    Operation,
+    SpaceRecoveryRecord,
+)
 from etcd_operator.core.cluster.spec import ClusterSpec
 from tests.sim.world import POD_REFUSAL, PVC, Pod, Refused, World, api_refuses_pod, peer_url
 
@@ -231,6 +237,16 @@ def do_move_leader(ctx: Context, action: a.MoveLeader) -> None:
     ctx.world.move_leader(endpoint, action.to_id)
 
 
+def do_move_leader_on_request(ctx: Context, action: a.MoveLeaderOnRequest) -> Outcome:
+    do_move_leader(ctx, a.MoveLeader(action.reason, action.from_id, action.to_id, action.to_member))
+    outcome = f"moved from {action.from_member} to {action.to_member}"
+    return Outcome(True, status_fields={"leaderMove": LeaderMoveRecord(action.token, outcome).to_dict()})
+
+
+def do_finish_leader_move_request(ctx: Context, action: a.FinishLeaderMoveRequest) -> Outcome:
+    return Outcome(True, status_fields={"leaderMove": LeaderMoveRecord(action.token, action.outcome).to_dict()})
+
+
 def do_defragment(ctx: Context, action: a.Defragment) -> None:
     endpoint = ctx.observed.etcd.endpoints.get(action.member_id)
     if not endpoint:
@@ -368,6 +384,8 @@ HANDLERS: dict[type, Callable] = {
     a.SetAsideMemberData: do_set_aside,
     a.DeleteMemberPVC: do_delete_pvc,
     a.MoveLeader: do_move_leader,
+    a.MoveLeaderOnRequest: do_move_leader_on_request,
+    a.FinishLeaderMoveRequest: do_finish_leader_move_request,
     a.RollMember: do_delete_pod,
     a.RollFailed: do_nothing,  # status.rollout is written from the decision
     # Downgrades are not simulated (the simulator's versions are 3.6 patches only).

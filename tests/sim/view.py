@@ -187,6 +187,7 @@ def observe(
         restoring=annotations.get(naming.ANNOTATION_RESTORE_IN_PROGRESS),
         restore_hold=annotations.get(naming.ANNOTATION_RESTORE_HOLD),
         defrag_requested=annotations.get(naming.ANNOTATION_DEFRAGMENT) or None,
+        leader_move_requested=annotations.get(naming.ANNOTATION_MOVE_LEADER) or None,
     )
     observed, sightings = carry_timers(recorded, observed, sightings, monotonic_now)
     return recorded, observed, world.now + skew, sightings

@@ -141,9 +141,11 @@ def delete_namespace(name: str, wait: bool = True) -> None:
 def install(kubeconfig: os.PathLike | str) -> None:
     """The CRDs applied from crds/ first, as tests/support/crds.py may have done already; the
     release then takes them over (`--take-ownership`: they carry no Helm owner, or another
-    release's, such as a journey's), as docs/operations/upgrading-the-operator.md tells users."""
+    release's, such as a journey's), as docs/operations/upgrading-the-operator.md tells users.
+    On nodes kept from an earlier run whose release installed older CRDs, Helm owns their
+    fields: the apply takes them over (--force-conflicts), and the release takes them back."""
     with kubeconfig_env(kubeconfig):
-        kubectl("apply", "--server-side", "-k", str(ROOT / "crds"))
+        kubectl("apply", "--server-side", "--force-conflicts", "-k", str(ROOT / "crds"))
         kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
         restricted_namespace(NAMESPACE)
         helm(

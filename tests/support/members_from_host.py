@@ -14,10 +14,14 @@ def url(pod: dict) -> str:
     return f"http://{pod['status']['podIP']}:{naming.CLIENT_PORT}"
 
 
-def etcdctl(urls: list[str], *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+def etcdctl_argv(urls: list[str], *args: str) -> list[str]:
     binary = localkube_layout.testbin_dir() / "etcd-3.6" / "etcdctl"
+    return [str(binary), f"--endpoints={','.join(urls)}", "--command-timeout=5s", "--dial-timeout=3s", *args]
+
+
+def etcdctl(urls: list[str], *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [str(binary), f"--endpoints={','.join(urls)}", "--command-timeout=5s", "--dial-timeout=3s", *args],
+        etcdctl_argv(urls, *args),
         input=stdin,
         capture_output=True,
         text=True,

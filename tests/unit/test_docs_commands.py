@@ -46,6 +46,10 @@ RUN_BY = {
         "docs/operations/hibernation.md",
         WAKE,
     ): f"{HIBERNATION}::test_hibernate_and_wake_keeps_every_key_and_the_identity",
+    ("docs/operations/kubectl-plugin.md", "kubectl etcd move-leader"): (
+        "tests/nodes/test_kubectl_etcd.py::"
+        "test_kubectl_etcd_move_leader_hands_over_while_clients_keep_their_lease_lock_and_watch"
+    ),
     ("docs/operations/sharding.md", "helm install etcd-shard-a"): (
         f"{JOURNEYS}::test_the_sharding_page_commands_run_as_printed"
     ),

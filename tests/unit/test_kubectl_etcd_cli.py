@@ -17,6 +17,7 @@ def test_kubectl_conventions_are_accepted_on_every_command():
         ["restore", "b", "--in-place", "c"],
         ["approve-recovery", "c"],
         ["defrag", "c"],
+        ["move-leader", "c", "--to", "c-1", "--wait"],
         ["snapshot", "c", "--storage-from", "b"],
         ["hibernate", "c"],
         ["wake", "c"],
@@ -32,6 +33,7 @@ def test_kubectl_conventions_are_accepted_on_every_command():
         "restore",
         "approve-recovery",
         "defrag",
+        "move-leader",
         "snapshot",
         "hibernate",
         "wake",
@@ -203,3 +205,55 @@ def test_rotate_certificates_sets_the_annotations_the_operator_honours():
     assert [list(p) for p in kube.patches] == [[naming.ANNOTATION_ROTATE_CERTIFICATES], [naming.ANNOTATION_ROTATE_CA]]
     tokens = [v for p in kube.patches for v in p.values()]
     assert all(tokens) and len(set(tokens)) == 2  # a new value each time: each one is a new request
+
+
+class LeaderMoveKube(RecordingKube):
+    """Answers with status.leaderMove holding `outcome` for the request last annotated."""
+
+    def __init__(self, cluster, outcome):
+        super().__init__(cluster)
+        self.outcome = outcome
+
+    async def get(self, namespace, plural, name):
+        request = self.patches[-1]["etcd.operator.dev/move-leader"] if self.patches else None
+        return {
+            **self.cluster,
+            "status": {**self.cluster["status"], "leaderMove": {"lastToken": request, "outcome": self.outcome}},
+        }
+
+
+CLUSTER_OF_THREE = {
+    "metadata": {"name": "c"},
+    "status": {
+        "members": [
+            {"name": "c-0", "role": "leader", "healthy": True, "revision": 9},
+            {"name": "c-1", "role": "follower", "healthy": True, "revision": 8},
+            {"name": "c-2", "role": "follower", "healthy": True, "revision": 9},
+        ]
+    },
+}
+
+
+def test_move_leader_asks_for_the_most_advanced_follower_unless_told_one():
+    kube = RecordingKube(CLUSTER_OF_THREE)
+    assert asyncio.run(cli.cmd_move_leader(cli.parser().parse_args(["move-leader", "c"]), kube, "ns")) == 0
+    assert (
+        asyncio.run(cli.cmd_move_leader(cli.parser().parse_args(["move-leader", "c", "--to", "c-1"]), kube, "ns")) == 0
+    )
+    first, second = (patch["etcd.operator.dev/move-leader"] for patch in kube.patches)
+    assert first.endswith(" to c-2") and second.endswith(" to c-1") and first.split()[0] != second.split()[0]
+
+
+@pytest.mark.parametrize("outcome, code", [("moved from c-0 to c-2", 0), ("refused: c-2 is not a voting member", 1)])
+def test_move_leader_waits_for_the_outcome_and_fails_on_a_refusal(capsys, outcome, code):
+    kube = LeaderMoveKube(CLUSTER_OF_THREE, outcome)
+    args = cli.parser().parse_args(["move-leader", "c", "--wait"])
+    assert asyncio.run(cli.cmd_move_leader(args, kube, "ns")) == code
+    assert outcome in capsys.readouterr().out
+
+
+def test_move_leader_without_a_healthy_follower_asks_nothing():
+    alone = {"metadata": {"name": "c"}, "status": {"members": [{"name": "c-0", "role": "leader", "healthy": True}]}}
+    kube = RecordingKube(alone)
+    assert asyncio.run(cli.cmd_move_leader(cli.parser().parse_args(["move-leader", "c"]), kube, "ns")) == 1
+    assert kube.patches == []

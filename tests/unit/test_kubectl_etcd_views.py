@@ -5,10 +5,12 @@ over the steps and outcomes its planner and executor produce."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 
 import pytest
 
+from etcd_operator.controllers.cluster import execute_membership
 from etcd_operator.core.backup import steps as s
 from etcd_operator.core.backup.continuous import ChainBreak, ChainStart, SegmentsWritten, StreamView
 from etcd_operator.core.backup.manifest import Manifest
@@ -16,13 +18,14 @@ from etcd_operator.core.backup.status import build_status as backup_status
 from etcd_operator.core.cluster import quota
 from etcd_operator.core.cluster.decision import plan
 from etcd_operator.core.cluster.observed import Observed
+from etcd_operator.core.cluster.planner import next_step
 from etcd_operator.core.cluster.recorded import ClusterStatus
 from etcd_operator.core.cluster.spec import ClusterSpec
 from etcd_operator.core.cluster.status import build_status
 from etcd_operator.core.restore.spec import RestoreSpec
 from etcd_operator_kubectl import views
 from tests.sim.world import merge_patch
-from tests.unit.cluster_scenarios import CLUSTER, NAMESPACE, M, observed
+from tests.unit.cluster_scenarios import CLUSTER, HASH, NAMESPACE, M, health_of, observed
 from tests.unit.cluster_scenarios import NOW as NOW_SECONDS
 
 NOW = datetime.datetime(2026, 11, 21, 12, 0, tzinfo=datetime.UTC)
@@ -369,3 +372,64 @@ def test_hibernation_is_the_spec_field_the_operator_reads():
     for enabled in (True, False):
         patched = merge_patch({"size": 3}, views.hibernation_patch(enabled)["spec"])
         assert ClusterSpec.from_dict(patched).hibernation.enabled is enabled
+
+
+# ---- move-leader: status.members as the status builder writes them, status.leaderMove as the executor does
+
+
+class LeaderMoveContext:
+    """What the executor's leader-move steps use of their context: the leader's client and events."""
+
+    def __init__(self):
+        self.moved_to, self.events = [], []
+
+    def leader_client(self, seen):
+        context = self
+
+        class Leader:
+            async def move_leader(self, member_id):
+                context.moved_to.append(member_id)
+
+        return Leader()
+
+    def post_event(self, kind, reason, message):
+        self.events.append((kind, reason, message))
+
+
+def after_the_step(cluster: dict, seen: Observed, context: LeaderMoveContext) -> dict:
+    """`cluster` after one pass over `seen` whose step the real executor carries out."""
+    spec, recorded = ClusterSpec.from_dict(cluster["spec"]), ClusterStatus.from_dict(cluster["status"])
+    step = next_step(spec, recorded, seen, health_of(spec, seen, recorded), NOW_SECONDS, desired_hash=HASH)
+    executors = {
+        "MoveLeaderOnRequest": execute_membership.move_leader_on_request,
+        "FinishLeaderMoveRequest": execute_membership.finish_leader_move_request,
+    }
+    outcome = asyncio.run(executors[step.kind](context, step, spec, seen))
+    status = merge_patch(dict(cluster["status"]), outcome.status_fields)
+    return {**cluster, "status": status}
+
+
+def test_move_leader_goes_to_the_most_advanced_healthy_follower_by_default():
+    lagging = members(M(0, applied=120), M(1, applied=100), M(2, applied=110))
+    assert views.most_advanced_follower(cluster_after({"size": 3}, observed([]), observed(lagging))) == M(2).name
+    down = members(M(0, applied=120), M(1, applied=100), M(2, applied=110, healthy=False))
+    assert views.most_advanced_follower(cluster_after({"size": 3}, observed([]), observed(down))) == M(1).name
+    alone = cluster_after({"size": 1}, observed([]), observed(members(M(0))))
+    assert views.most_advanced_follower(alone) is None
+
+
+def test_move_leader_reads_the_outcome_the_operator_records():
+    import dataclasses as dc
+
+    created = cluster_after({"size": 3}, observed([]), observed(RUNNING))
+    request = views.leader_move_request("t1", M(2).name)
+    assert views.leader_move_outcome(created, request) is None
+    context = LeaderMoveContext()
+    moved = after_the_step(created, dc.replace(observed(RUNNING), leader_move_requested=request), context)
+    assert views.leader_move_outcome(moved, request) == f"moved from {M(0).name} to {M(2).name}"
+    assert context.moved_to == [M(2).id] and [e[1] for e in context.events] == ["LeaderMoved"]
+    typo = views.leader_move_request("t2", "nope")
+    refused = after_the_step(moved, dc.replace(observed(RUNNING), leader_move_requested=typo), context)
+    assert views.leader_move_outcome(refused, typo) == "refused: nope is not a voting member of the cluster"
+    assert views.leader_move_outcome(refused, request) is None  # the record holds the newest request only
+    assert context.moved_to == [M(2).id] and context.events[-1][:2] == ("Warning", "LeaderMoveRefused")

@@ -13,8 +13,10 @@ from etcd_operator.core.cluster import builders, naming
 from etcd_operator.core.cluster import steps as a
 from etcd_operator.core.cluster.observed import Member, Observed
 from etcd_operator.core.cluster.planner import member_add_receivers
+from etcd_operator.core.cluster.recorded import LeaderMoveRecord
 from etcd_operator.core.cluster.rejoin import self_only_cluster
 from etcd_operator.core.cluster.spec import ClusterSpec
+from etcd_operator.core.outcome import Outcome
 
 
 async def bootstrap_first_member(
@@ -132,3 +134,26 @@ async def remove_member(ctx: StepContext, action: a.RemoveMember, spec: ClusterS
 async def move_leader(ctx: StepContext, action: a.MoveLeader, spec: ClusterSpec, observed: Observed) -> None:
     await ctx.leader_client(observed).move_leader(action.to_id)
     ctx.post_event("Normal", "LeaderMoved", f"Moved leadership to {action.to_member}: {action.reason}")
+
+
+async def move_leader_on_request(
+    ctx: StepContext, action: a.MoveLeaderOnRequest, spec: ClusterSpec, observed: Observed
+) -> Outcome:
+    """etcd answers MoveLeader once the new leader leads; a call that fails is asked again by
+    a later pass, which finds the request done if the move happened anyway."""
+    await ctx.leader_client(observed).move_leader(action.to_id)
+    outcome = f"moved from {action.from_member} to {action.to_member}"
+    ctx.post_event(
+        "Normal", "LeaderMoved", f"Moved leadership from {action.from_member} to {action.to_member}: {action.reason}"
+    )
+    return Outcome(True, status_fields={"leaderMove": LeaderMoveRecord(action.token, outcome).to_dict()})
+
+
+async def finish_leader_move_request(
+    ctx: StepContext, action: a.FinishLeaderMoveRequest, spec: ClusterSpec, observed: Observed
+) -> Outcome:
+    if action.refused:
+        ctx.post_event("Warning", "LeaderMoveRefused", f"Leader move not made: {action.reason}")
+    else:
+        ctx.post_event("Normal", "LeaderMoveDone", f"No leader move needed: {action.reason}")
+    return Outcome(True, status_fields={"leaderMove": LeaderMoveRecord(action.token, action.outcome).to_dict()})

@@ -79,6 +79,8 @@ HANDLERS: dict[type[a.Step], Handler] = {
     a.AppendEntryForLearner: membership.append_entry_for_learner,
     a.RemoveMember: membership.remove_member,
     a.MoveLeader: membership.move_leader,
+    a.MoveLeaderOnRequest: membership.move_leader_on_request,
+    a.FinishLeaderMoveRequest: membership.finish_leader_move_request,
     a.CheckPodSpec: member_pods.check_pod_spec,
     a.CreateMemberPod: member_pods.create_member_pod,
     a.SettleMemberPod: member_pods.settle_member_pod,

@@ -353,6 +353,7 @@ class ClusterObserver:
             if status.downgrade_target is not None
             else None,
             defrag_requested=(meta.get("annotations") or {}).get(naming.ANNOTATION_DEFRAGMENT) or None,
+            leader_move_requested=(meta.get("annotations") or {}).get(naming.ANNOTATION_MOVE_LEADER) or None,
             cluster_domain=self.cluster_domain,
             adoption_cross_namespace=self.adoption_cross_namespace,
             auth=auth_view,

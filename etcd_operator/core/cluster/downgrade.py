@@ -33,6 +33,8 @@ CANCEL_GOES_BEFORE = (
     a.Wait,
     a.RollMember,
     a.MoveLeader,
+    a.MoveLeaderOnRequest,
+    a.FinishLeaderMoveRequest,
     a.AddLearner,
     a.PromoteLearner,
     a.Defragment,

@@ -29,6 +29,9 @@ ANNOTATION_ROTATE_CA = f"{API_GROUP}/rotate-ca"
 # On a member's PVC: its data directory was restored from a snapshot by this EtcdRestore (uid).
 ANNOTATION_RESTORED_BY = f"{API_GROUP}/restored-by"
 ANNOTATION_DEFRAGMENT = f"{API_GROUP}/defragment"  # a new token asks for one defragmentation of every member
+# A new value asks for one leader move: "<token> to <member>" (cluster/leader_move.py).
+ANNOTATION_MOVE_LEADER = f"{API_GROUP}/move-leader"
+MOVE_LEADER_TARGET_SEPARATOR = " to "
 # Data of members left behind by a quorum recovery: kept, out of the cluster's selector.
 LABEL_SET_ASIDE_FROM = f"{API_GROUP}/set-aside-from-cluster"
 LABEL_SET_ASIDE_BY = f"{API_GROUP}/set-aside-by"

@@ -210,6 +210,7 @@ class Observed:
     # a downgrade (cluster/downgrade.py, its one reader), else None.
     cluster_version: str | None = None
     defrag_requested: str | None = None  # the etcd.operator.dev/defragment annotation's token
+    leader_move_requested: str | None = None  # the etcd.operator.dev/move-leader annotation's value
     # Seconds since this process first saw status.learnerJoins' last failure, on its monotonic
     # clock (cluster/timers.py); None: no failure recorded.
     since_join_failure: float | None = None

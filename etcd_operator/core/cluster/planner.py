@@ -35,6 +35,7 @@ from etcd_operator.core.cluster import (
     bootstrap,
     downgrade,
     hibernation,
+    leader_move,
     learners,
     naming,
     ownership,
@@ -232,6 +233,9 @@ def _next_step(
     if health.stopping_ids:
         return a.Wait(health.message)  # a roll or defragmentation now could leave too few voters
     step = _roll_outdated_member(observed, health, names, desired_hash)
+    if step:
+        return step
+    step = leader_move.plan_requested_leader_move(status.leader_move, observed, health, names)
     if step:
         return step
     step = space.plan_requested_defragmentation(spec, status.defragmentation, observed, health, names)

@@ -127,6 +127,23 @@ class DefragmentationRecord:
 
 
 @dataclasses.dataclass(frozen=True)
+class LeaderMoveRecord:
+    """status.leaderMove: the last etcd.operator.dev/move-leader request handled, and how it
+    ended (moved, led already, or refused and why)."""
+
+    last_token: str | None = None
+    outcome: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"lastToken": self.last_token, "outcome": self.outcome}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> LeaderMoveRecord:
+        data = data or {}
+        return cls(data.get("lastToken"), data.get("outcome"))
+
+
+@dataclasses.dataclass(frozen=True)
 class JoinRecord:
     """status.learnerJoins: learners removed in a row because they did not catch up."""
 
@@ -233,6 +250,7 @@ class ClusterStatus:
     quota_recorded: bool = False
     space_recovery: SpaceRecoveryRecord | None = None  # status.spaceRecovery
     defragmentation: DefragmentationRecord = DefragmentationRecord()  # status.defragmentation
+    leader_move: LeaderMoveRecord = LeaderMoveRecord()  # status.leaderMove
     learner_joins: JoinRecord = JoinRecord()  # status.learnerJoins: learners that did not catch up (learners.py)
     hibernation: HibernationRecord | None = None  # status.hibernation: asleep, or going to sleep or waking
     adoption: AdoptionRecord | None = None  # status.adoption: a foreign cluster being adopted (cluster/adoption.py)
@@ -251,6 +269,7 @@ class ClusterStatus:
             quota_recorded=isinstance(status.get("quota"), dict),
             space_recovery=SpaceRecoveryRecord.from_dict(status.get("spaceRecovery")),
             defragmentation=DefragmentationRecord.from_dict(status.get("defragmentation")),
+            leader_move=LeaderMoveRecord.from_dict(status.get("leaderMove")),
             learner_joins=JoinRecord.from_dict(status.get("learnerJoins")),
             hibernation=HibernationRecord.from_dict(status.get("hibernation")),
             adoption=AdoptionRecord.from_dict(status.get("adoption")),

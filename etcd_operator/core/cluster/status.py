@@ -30,6 +30,8 @@ PROGRESS_REASONS = {
     "DeleteMemberPVC": "CleaningUp",
     "RestartFailedPod": "RestartingFailedPod",
     "MoveLeader": "MovingLeader",
+    "MoveLeaderOnRequest": "MovingLeader",
+    "FinishLeaderMoveRequest": "MovingLeader",
     "RollMember": "RollingUpdate",
     "RollFailed": "RollFailed",
     "EnableDowngrade": "Downgrading",

@@ -181,6 +181,28 @@ class MoveLeader(Step):
 
 
 @dataclasses.dataclass(frozen=True)
+class MoveLeaderOnRequest(Step):
+    """A leader move asked for by the etcd.operator.dev/move-leader annotation: move it, then
+    record the request as done in status.leaderMove."""
+
+    from_id: int = 0
+    to_id: int = 0
+    from_member: str = ""
+    to_member: str = ""
+    token: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class FinishLeaderMoveRequest(Step):
+    """A leader move request that needs no move (its member leads already) or that is
+    refused (`refused`: `outcome` says why): record it as done."""
+
+    token: str = ""
+    outcome: str = ""
+    refused: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
 class RollMember(Step):
     """Recreate a member's pod to follow the spec (image, pod settings); data stays."""
 
