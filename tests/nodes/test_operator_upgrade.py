@@ -211,6 +211,7 @@ def test_helm_upgrade_from_the_previous_chart_updates_the_crds_keeps_backups_and
             record = taken["lastBackup"]
             assert {"key", "revision", "sha256", "clusterID", "authRevision", "completionTime"} <= record.keys(), record
             previous_operator = [f"pod/{pod}" for pod in operator_pods()]
+            assert previous_operator, f"no operator pod in {RELEASE}"
 
             helm("upgrade", RELEASE, str(CHART), "--take-ownership", "-f", str(next_values_file), *release)
 
@@ -221,7 +222,8 @@ def test_helm_upgrade_from_the_previous_chart_updates_the_crds_keeps_backups_and
             assert crd_annotations.get("meta.helm.sh/release-name") == RELEASE, crd_annotations
             # The schedule carries on in the new operator: a backup of a write made once the
             # previous operator's pod was gone can only be the new one's.
-            kubectl("wait", "--for=delete", "-n", RELEASE, *previous_operator, "--timeout=90s")
+            replaced = kubectl("wait", "--for=delete", "-n", RELEASE, *previous_operator, "--timeout=90s", check=False)
+            assert replaced.returncode == 0, f"the upgrade kept the operator's pod: {replaced.stderr}"
             new = put(namespace, "/after-upgrade")
             after = wait_for(lambda: backed_up(namespace, new), 120, what="a backup by the upgraded operator")
             assert after["lastBackup"]["key"] != record["key"], after["lastBackup"]
