@@ -28,7 +28,7 @@ def test_member_pod_identity_urls_and_annotations():
     args = container(manifest)["args"]
     assert "--name=c-1" in args
     assert f"--initial-advertise-peer-urls={naming.peer_url('c', 'ns', 'c-1')}" in args
-    assert "--listen-client-urls=http://$(POD_IP):2379" in args
+    assert "--listen-client-urls=http://$(POD_IP):2379,http://127.0.0.1:2379" in args
     assert "--initial-cluster=$(INITIAL_CLUSTER)" in args and "--initial-cluster-state=$(INITIAL_CLUSTER_STATE)" in args
     annotations = manifest["metadata"]["annotations"]
     assert annotations[naming.ANNOTATION_MEMBER_ID] == "1234"

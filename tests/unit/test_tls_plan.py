@@ -291,7 +291,7 @@ def test_tls_members_get_https_urls_and_client_certificate_auth():
     pod = builders.member_pod(TLS_SPEC, "c", "ns", "c-0", None, "c-0=https://x", "new", "tok")
     args = pod["spec"]["containers"][0]["args"]
     assert "--client-cert-auth=true" in args and "--peer-client-cert-auth=true" in args
-    assert "--listen-client-urls=https://$(POD_IP):2379" in args
+    assert "--listen-client-urls=https://$(POD_IP):2379,https://127.0.0.1:2379" in args
     assert "--initial-advertise-peer-urls=https://c-0.c-peer.ns.svc:2380" in args
     assert any(v.get("secret", {}).get("secretName") == "c-member-tls" for v in pod["spec"]["volumes"])
     plain = builders.member_pod(PLAIN_SPEC, "c", "ns", "c-0", None, "c-0=http://x", "new", "tok")

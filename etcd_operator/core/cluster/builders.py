@@ -38,7 +38,11 @@ def etcd_args(spec: ClusterSpec, cluster: str, namespace: str, member: str, toke
     args = [
         f"--name={member}",
         f"--data-dir={DATA_DIR}",
-        f"--listen-client-urls={scheme}://$(POD_IP):{naming.CLIENT_PORT}",
+        # Also on the pod's loopback address: `kubectl port-forward` (kubectl etcd etcdctl)
+        # dials localhost inside the pod. Only the pod's own network namespace reaches it, and
+        # a TLS member asks for a client certificate there as on the pod IP; the member
+        # certificate names 127.0.0.1 (certs.MEMBER_IP_ADDRESSES).
+        f"--listen-client-urls={scheme}://$(POD_IP):{naming.CLIENT_PORT},{scheme}://127.0.0.1:{naming.CLIENT_PORT}",
         f"--advertise-client-urls={naming.client_url(cluster, namespace, member, tls)}",
         f"--listen-peer-urls={scheme}://$(POD_IP):{naming.PEER_PORT}",
         f"--initial-advertise-peer-urls={naming.peer_url(cluster, namespace, member, tls)}",
