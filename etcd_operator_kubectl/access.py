@@ -1,7 +1,8 @@
 """What the plugin reads and writes, all through the API server (kubeconfig rules as
 kubectl's): the operator's custom resources, their events, and the operator's pod logs.
-It reads no Secret and no object store: what it shows of backups is what the operator
-wrote in their status."""
+It reads no object store: what it shows of backups is what the operator wrote in their
+status. One Secret is read, by `kubectl etcd etcdctl` only: the client identity it runs as
+(client_secret), checked in etcdctl.py before any of it is used."""
 
 from __future__ import annotations
 
@@ -57,6 +58,10 @@ class Kube:
         return await self.custom.patch_namespaced_custom_object(
             GROUP, VERSION, namespace, plural, name, body, _content_type="application/merge-patch+json"
         )  # type: ignore[call-arg]  # the stubs omit it
+
+    async def client_secret(self, namespace: str, name: str) -> dict[str, Any]:
+        """One Secret by name, as the API server returns it (data in base64)."""
+        return self.api.sanitize_for_serialization(await self.core.read_namespaced_secret(name, namespace))
 
     async def list_objects(self, namespace: str, plural: str) -> list[dict[str, Any]]:
         return (await self.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, plural))["items"]

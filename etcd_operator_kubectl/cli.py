@@ -1,5 +1,6 @@
 """`kubectl etcd` (the console script kubectl-etcd): day-2 commands for etcd clusters run by
-the operator. Every change goes through the operator's own resources and annotations."""
+the operator. Every change goes through the operator's own resources and annotations, but
+for what the user asks etcdctl to do in `kubectl etcd etcdctl` (etcdctl.py)."""
 
 from __future__ import annotations
 
@@ -264,6 +265,35 @@ async def cmd_report(args, kube, namespace) -> int:
     return 0
 
 
+async def cmd_etcdctl(args, kube, namespace) -> int:
+    """etcdctl through a port-forward as a client identity (etcdctl.py): the one command that
+    reads a Secret, the identity's own, and only for a TLS cluster."""
+    from etcd_operator.core.cluster.spec import ClusterSpec
+    from etcd_operator_kubectl import etcdctl
+
+    try:
+        binary = etcdctl.find_binary(args.etcdctl, "etcdctl")
+        forward = etcdctl.port_forward_argv(
+            etcdctl.find_binary(None, "kubectl"),
+            args.kubeconfig,
+            args.context,
+            namespace,
+            args.cluster,
+            args.local_port,
+        )
+        cluster = await kube.get(namespace, "etcdclusters", args.cluster)
+        data = None
+        if etcdctl.serves_tls(cluster):
+            who = etcdctl.identity(ClusterSpec.from_dict(cluster.get("spec") or {}), args.cluster, args.user)
+            data = etcdctl.credentials(who, await kube.client_secret(namespace, who.secret))
+        elif args.user:
+            raise etcdctl.Refused(f"EtcdCluster {args.cluster} serves plaintext: no user has a certificate there")
+        return await etcdctl.run_session(etcdctl.Session(forward, binary, args.etcdctl_args, data))
+    except etcdctl.Refused as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+
+
 def _write_private(path: pathlib.Path, data: bytes) -> None:
     """Readable by its owner only: a bundle is about the cluster's inner workings."""
     with open(path, "wb", opener=lambda p, flags: os.open(p, flags, 0o600)) as out:
@@ -283,16 +313,18 @@ COMMANDS: dict[str, Command] = {
     "rotate-certificates": cmd_rotate_certificates,
     "logs": cmd_logs,
     "report": cmd_report,
+    "etcdctl": cmd_etcdctl,
 }
 OPERATOR_SELECTOR = "app.kubernetes.io/name=etcd-operator"
 
 
 def parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("-n", "--namespace", help="namespace (default: the context's)")
+    connection = argparse.ArgumentParser(add_help=False)
+    connection.add_argument("-n", "--namespace", help="namespace (default: the context's)")
+    connection.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")
+    connection.add_argument("--context", help="kubeconfig context")
+    common = argparse.ArgumentParser(add_help=False, parents=[connection])
     common.add_argument("-o", "--output", choices=("json", "yaml"), help="machine-readable output")
-    common.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")
-    common.add_argument("--context", help="kubeconfig context")
     top = argparse.ArgumentParser(prog="kubectl etcd", description=__doc__)
     sub = top.add_subparsers(dest="command", required=True)
     p = sub.add_parser("status", parents=[common], help="members: role, health, lag, db size, alarms; conditions")
@@ -356,6 +388,16 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("cluster")
     p.add_argument("-f", "--file", help="where to write it (default: etcd-report-NS-CLUSTER-TIME.tar.gz)")
+    p = sub.add_parser(
+        "etcdctl",
+        parents=[connection],
+        help="the local etcdctl through a port-forward, as the cluster's client certificate or a user's: "
+        "kubectl etcd etcdctl CLUSTER -- ETCDCTL_ARGS...",
+    )
+    p.add_argument("cluster")
+    p.add_argument("--user", help="as this spec.auth user (certificate: true), from Secret CLUSTER-user-USER")
+    p.add_argument("--local-port", type=int, help="the local port to forward (default: a free one)")
+    p.add_argument("--etcdctl", help="the etcdctl binary (default: etcdctl on PATH)")
     p = sub.add_parser(
         "unseal",
         help="decode a snapshot downloaded from a backup's bucket into etcd's own snapshot file (no cluster needed)",
@@ -432,10 +474,24 @@ async def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    passed: list[str] = []
+    if argv[:1] == ["etcdctl"] and "--" in argv:  # etcdctl's own arguments, passed as they are
+        argv, passed = argv[: argv.index("--")], argv[argv.index("--") + 1 :]
+    top = parser()
+    args = top.parse_args(argv)
     if args.command == "unseal":
         return unseal(args)
-    return asyncio.run(run(args))
+    if args.command == "etcdctl":
+        if not passed:
+            top.error("kubectl etcd etcdctl: give etcdctl's arguments after --, e.g. -- endpoint status")
+        args.etcdctl_args = passed
+    try:
+        return asyncio.run(run(args))
+    except KeyboardInterrupt:
+        return 130
+    except asyncio.CancelledError:  # SIGTERM during kubectl etcd etcdctl, cleaned up
+        return 143
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """What kubectl-etcd may touch: the API server's view of the operator's objects, never the
-object store nor a Secret. Its users need no S3 credentials and no `get secrets`."""
+object store, and one Secret: the client certificate `kubectl etcd etcdctl` connects with. Its
+users need no S3 credentials, and no `get secrets` but on that Secret."""
 
 from __future__ import annotations
 
@@ -39,12 +40,33 @@ def test_no_plugin_module_imports_an_object_store_client():
         assert not storage, f"{path.name} imports {storage}"
 
 
-def test_no_plugin_module_reads_a_secret():
+def secret_reads(tree: ast.AST) -> set[str]:
+    """The Kubernetes client's Secret calls a module makes (read_namespaced_secret, ...)."""
+    called = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+    return {name for name in called if "secret" in name.lower() and ("namespaced" in name or "for_all" in name)}
+
+
+def test_exactly_one_secret_is_read_by_name_and_only_by_the_etcdctl_command():
+    """Kube.client_secret (access.py) reads one Secret by name; cli.cmd_etcdctl is its one
+    caller, with the name etcdctl.identity chose; no module lists Secrets or calls another."""
     for path in modules():
         tree = ast.parse(path.read_text())
-        called = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
-        assert not {name for name in called if "secret" in name.lower() and "namespaced" in name.lower()}, path.name
-        assert not {name for name in called if name.endswith("_secret") or "secret_for_all" in name}, path.name
+        assert secret_reads(tree) == ({"read_namespaced_secret"} if path.name == "access.py" else set()), path.name
+        callers = {
+            function.name
+            for function in ast.walk(tree)
+            if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef)
+            and any(isinstance(n, ast.Attribute) and n.attr == "client_secret" for n in ast.walk(function))
+        }
+        if path.name == "cli.py":
+            assert callers == {"cmd_etcdctl"}
+            body = ast.get_source_segment(
+                path.read_text(),
+                next(f for f in ast.walk(tree) if isinstance(f, ast.AsyncFunctionDef) and f.name == "cmd_etcdctl"),
+            )
+            assert "kube.client_secret(namespace, who.secret)" in body and "etcdctl.identity(" in body
+        elif path.name != "access.py":
+            assert callers == set(), path.name
 
 
 def test_every_command_runs_with_the_object_store_libraries_absent():

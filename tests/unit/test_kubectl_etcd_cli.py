@@ -27,6 +27,9 @@ def test_kubectl_conventions_are_accepted_on_every_command():
     ):
         args = cli.parser().parse_args(argv + ["-n", "ns", "-o", "yaml", "--kubeconfig", "/k", "--context", "x"])
         assert (args.namespace, args.output, args.kubeconfig, args.context) == ("ns", "yaml", "/k", "x")
+    # etcdctl prints what etcdctl prints: its own -w, no -o.
+    args = cli.parser().parse_args(["etcdctl", "c", "-n", "ns", "--kubeconfig", "/k", "--context", "x"])
+    assert (args.namespace, args.kubeconfig, args.context) == ("ns", "/k", "x")
     assert set(cli.COMMANDS) == {
         "status",
         "backups",
@@ -40,6 +43,7 @@ def test_kubectl_conventions_are_accepted_on_every_command():
         "rotate-certificates",
         "logs",
         "report",
+        "etcdctl",
     }
 
 
