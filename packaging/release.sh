@@ -7,8 +7,9 @@
 #   kubectl-etcd-VERSION.tar.gz          the plugin for krew: a launcher and the wheel's modules
 #   krew.yaml                            the krew manifest, with that archive's sha256
 #   requirements.lock                    the image's Python dependencies with hashes
+#   etcd-operator-olm-bundle-VERSION.tar.gz  the OLM bundle (registry+v1) of hack/olm_bundle.py
 #   SHA256SUMS
-# Not built here (docs/operations/releasing.md): the image, SBOM, signatures, OLM bundle.
+# Not built here (docs/operations/releasing.md): the image, SBOM, signatures, the bundle's image.
 #
 #   packaging/release.sh [OUT]   (default build/release; ALLOW_DIRTY=1 builds HEAD from a dirty tree)
 set -euo pipefail
@@ -111,6 +112,11 @@ spec:
 MANIFEST
 
 cp "$src/packaging/image/requirements.lock" "$out/"
+
+# The OLM bundle, as `make bundle` writes it from the same tree (manifests/, metadata/).
+"$python" "$src/hack/olm_bundle.py" --out "$work/olm-bundle" >"$work/olm-bundle.log" 2>&1 ||
+  { cat "$work/olm-bundle.log" >&2; exit 1; }
+repack "$out/etcd-operator-olm-bundle-$version.tar.gz" "$work/olm-bundle"
 
 (cd "$out" && sha256sum -- * | LC_ALL=C sort -k2 >"$work/SHA256SUMS" && mv "$work/SHA256SUMS" SHA256SUMS)
 echo "release: $version from $commit into $out:" >&2

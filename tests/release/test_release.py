@@ -27,7 +27,8 @@ VERSION = "0.1.0"
 CHART = f"etcd-operator-{VERSION}.tgz"
 WHEEL = f"kubectl_etcd-{VERSION}-py3-none-any.whl"
 ARCHIVE = f"kubectl-etcd-{VERSION}.tar.gz"
-ARTIFACTS = {CHART, WHEEL, ARCHIVE, "krew.yaml", "requirements.lock", "SHA256SUMS"}
+OLM_BUNDLE = f"etcd-operator-olm-bundle-{VERSION}.tar.gz"
+ARTIFACTS = {CHART, WHEEL, ARCHIVE, OLM_BUNDLE, "krew.yaml", "requirements.lock", "SHA256SUMS"}
 # What the operator needs and the plugin must not: importing any of them fails in the wheel test.
 OPERATOR_ONLY = ["kopf", "aetcd", "grpc", "croniter", "prometheus_client"]
 
@@ -75,7 +76,7 @@ def test_sha256sums_lists_every_other_artifact_with_its_digest(out):
 
 def test_tar_members_carry_no_owner_and_the_commits_time(out):
     commit_time = int(subprocess.check_output(["git", "-C", str(ROOT), "log", "-1", "--format=%ct"], text=True))
-    for name in (CHART, ARCHIVE):
+    for name in (CHART, ARCHIVE, OLM_BUNDLE):
         with tarfile.open(out / name) as archive:
             members = archive.getmembers()
         assert {(m.uid, m.gid, m.uname, m.gname) for m in members} == {(0, 0, "", "")}  # --numeric-owner
@@ -237,3 +238,29 @@ def test_the_charts_schema_refuses_a_mistyped_value(out, value, complaint):
     result = helm("template", "etcd-operator", str(out / CHART), "--set", value, check=False)
     assert result.returncode != 0
     assert complaint in result.stderr
+
+
+def test_the_olm_bundle_is_make_bundles_and_the_validators_accept_it(out, tmp_path):
+    """The same files as `make bundle` writes from this tree (HEAD, unless edited), and the
+    operator-framework validators that tests/olm runs accept the released copy."""
+    from tests.olm.test_bundle import ACCEPTED_WARNINGS, validate
+
+    with tarfile.open(out / OLM_BUNDLE) as archive:
+        archive.extractall(tmp_path / "released", filter="data")
+    subprocess.run(
+        [sys.executable, str(ROOT / "hack" / "olm_bundle.py"), "--out", str(tmp_path / "made")],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+
+    def files(folder: pathlib.Path) -> dict[str, str]:
+        return {str(p.relative_to(folder)): sha256(p) for p in sorted(folder.rglob("*")) if p.is_file()}
+
+    released = files(tmp_path / "released")
+    assert {name.split("/", 1)[0] for name in released} == {"bundle.Dockerfile", "manifests", "metadata"}, released
+    assert released == files(tmp_path / "made")
+    result = validate(tmp_path / "released")
+    assert result.returncode == 0 and f"bundle etcd-operator.v{VERSION} valid" in result.stdout, result.stdout
+    findings = [line for line in result.stdout.splitlines() if line.startswith(("Error", "Warning"))]
+    assert [line for line in findings if not any(reason in line for reason in ACCEPTED_WARNINGS)] == []
