@@ -1,22 +1,26 @@
-"""`kubectl etcd` (the plugin pip installs beside the operator) against a 3-member cluster
-(plaintext, as tests/support/clusters.py makes them) on the real nodes, run by the chart's
-release as users run it: status, a snapshot and the backups it lists from the EtcdBackup's
-status, a restore that asks first, a defragmentation request, a leader move under clients,
-and an approval of quorum recovery that asks first. One cluster serves the module, in file
-order."""
+"""`kubectl etcd` (the plugin pip installs beside the operator) against a 3-member TLS cluster
+on the real nodes, run by the chart's release as users run it: status, a snapshot and the
+backups it lists from the EtcdBackup's status, a restore that asks first, a defragmentation
+request, a leader move under etcdctl clients, an approval of quorum recovery that asks first,
+and etcdctl through a port-forward as the cluster's client certificate, then (with spec.auth
+turned on last) as a user's. One cluster serves the module, in file order."""
 
 from __future__ import annotations
 
 import base64
 import json
+import os
+import pathlib
 import subprocess
+import sys
 import threading
 
 import pytest
 
 from etcd_operator_kubectl.views import human_bytes
-from tests.support import chart_release, doc_commands, members_from_host
-from tests.support.clusters import GROUP, apply_cluster, events, get_cluster, member_pods, wait_healthy
+from localkube import layout as localkube_layout
+from tests.support import chart_release, doc_commands
+from tests.support.clusters import GROUP, apply_cluster, events, get_cluster, wait_condition, wait_healthy
 from tests.support.diagnostics import fresh_namespace_name
 from tests.support.kubectl import kubectl, kubectl_json
 from tests.support.kubectl_etcd import member_table, plugin, plugin_json
@@ -33,11 +37,14 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def cluster_namespace(real_nodes, operator_release, kubectl_on_real_nodes):
-    """A restricted namespace with a 3-member cluster `app` (plaintext: the host's etcdctl
-    reaches its members by pod IP) and S3 credentials; deleted afterwards, its data with it."""
+    """A restricted namespace with a 3-member TLS cluster `app` (as the CRD defaults it; the
+    tests' apply_cluster defaults to plaintext) and S3 credentials; deleted afterwards, its
+    data with it."""
     name = fresh_namespace_name("n", "kubectl-etcd")
     chart_release.restricted_namespace(name)
-    apply_cluster(name, "app", {"size": 3, "storage": {"size": "1Gi"}, "reclaimPolicy": "Delete"})
+    apply_cluster(
+        name, "app", {"size": 3, "storage": {"size": "1Gi"}, "reclaimPolicy": "Delete", "tls": {"enabled": True}}
+    )
     create_credentials_secret(real_nodes, name)
     wait_healthy(name, "app", 3)
     yield name
@@ -141,36 +148,39 @@ def leader_of(namespace: str) -> str:
     return get_cluster(namespace, "app")["status"]["leader"]
 
 
-def test_kubectl_etcd_move_leader_hands_over_while_clients_keep_their_lease_lock_and_watch(cluster_namespace):
-    """The move page's command, with a watch, a lease kept alive, a lock held and transactions
-    of etcdctl clients open across it: none of them notices more than a new leader."""
+def test_kubectl_etcd_move_leader_hands_over_while_clients_keep_their_lease_lock_and_watch(cluster_namespace, tmp_path):
+    """The page's command, with a watch, a lease kept alive, a lock held and a transaction of
+    etcdctl clients (each a `kubectl etcd etcdctl` session) open across it: none of them
+    notices more than a new leader."""
     namespace = cluster_namespace
     wait_healthy(namespace, "app", 3)
-    urls = sorted(members_from_host.url(p) for p in member_pods(namespace, "app"))
+    env = as_users_run_it(tmp_path, namespace)
+    session = ["kubectl", "etcd", "etcdctl", "app", "--"]
 
     def etcd(*args: str, stdin: str | None = None) -> str:
-        done = members_from_host.etcdctl(urls, *args, stdin=stdin)
+        done = subprocess.run([*session, *args], env=env, input=stdin, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, (args, done.stderr)
         return done.stdout
 
     def client(*args: str) -> tuple[subprocess.Popen, list[str]]:
-        """A long-running etcdctl, and the lines it printed so far (read by a thread of its own)."""
-        argv = members_from_host.etcdctl_argv(urls, *args)
-        process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        """A long-running session, and the lines it printed so far (read by a thread of its own)."""
+        process = subprocess.Popen(
+            [*session, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
         lines: list[str] = []
         threading.Thread(target=lambda: lines.extend(line.rstrip("\n") for line in process.stdout), daemon=True).start()
         return process, lines
 
     first = json.loads(etcd("put", "/moving/before", "1", "-w", "json"))["header"]["revision"]
     watch, watched = client("watch", "--prefix", "/moving/", f"--rev={first}")
-    lease = etcd("lease", "grant", "20").split()[1]  # "lease <hex id> granted with TTL(20s)"
+    lease = etcd("lease", "grant", "30").split()[1]  # "lease <hex id> granted with TTL(30s)"
     keepalive, _ = client("lease", "keep-alive", lease)
     etcd("put", "--lease", lease, "/moving/leased", "held")
     lock, locked = client("lock", "moving-lock")
     clients = [watch, keepalive, lock]
     try:
         held = wait_for(
-            lambda: next((line for line in locked if line.startswith("moving-lock/")), None), 30, what="the lock"
+            lambda: next((line for line in locked if line.startswith("moving-lock/")), None), 60, what="the lock"
         )
         before = leader_of(namespace)
         to = sorted(m["name"] for m in get_cluster(namespace, "app")["status"]["members"] if m["name"] != before)[0]
@@ -206,8 +216,9 @@ def test_kubectl_etcd_move_leader_hands_over_while_clients_keep_their_lease_lock
         assert any(e["reason"] == "LeaderMoveRefused" and "nope" in e["message"] for e in events(namespace, "app"))
     finally:
         for c in clients:
-            c.kill()
-            c.wait()
+            c.terminate()  # the plugin stops its port-forward and removes its files on SIGTERM
+        for c in clients:
+            c.wait(timeout=30)
 
 
 def test_kubectl_etcd_approve_recovery_asks_first_then_annotates(cluster_namespace):
@@ -217,3 +228,117 @@ def test_kubectl_etcd_approve_recovery_asks_first_then_annotates(cluster_namespa
     assert annotation not in (get_cluster(cluster_namespace, "app")["metadata"].get("annotations") or {})
     assert plugin_json("approve-recovery", "app", "--yes", "-n", cluster_namespace)[annotation] == "true"
     kubectl("annotate", "etcdcluster", "app", "-n", cluster_namespace, f"{annotation}-")
+
+
+def as_users_run_it(tmp_path: pathlib.Path, namespace: str) -> dict[str, str]:
+    """The environment of `kubectl etcd ...` typed in a shell: kubectl finds the plugin on PATH,
+    etcdctl is on PATH too, and the kubeconfig's context names the cluster's namespace. TMPDIR
+    is the test's own, so that what the plugin leaves there can be seen."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(pathlib.Path(os.environ["KUBECONFIG"]).read_text())
+    kubectl("config", "set-context", "--current", f"--namespace={namespace}", "--kubeconfig", str(kubeconfig))
+    (tmp_path / "tmp").mkdir()
+    testbin = localkube_layout.testbin_dir()
+    path = f"{os.path.dirname(sys.executable)}:{testbin / 'kube'}:{testbin / 'etcd-3.6'}:{os.environ['PATH']}"
+    return {**os.environ, "KUBECONFIG": str(kubeconfig), "PATH": path, "TMPDIR": str(tmp_path / "tmp")}
+
+
+def port_forwards(namespace: str) -> list[str]:
+    """The command lines of the kubectl port-forwards into `namespace` still running."""
+    found = []
+    for proc in pathlib.Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue  # gone, or not a process
+        words = [w.decode(errors="replace") for w in argv]
+        if "port-forward" in words and namespace in words:
+            found.append(" ".join(words))
+    return found
+
+
+def test_kubectl_etcd_etcdctl_writes_and_reads_as_the_clusters_client_certificate(cluster_namespace, tmp_path):
+    """The page's two commands, as printed, through kubectl's plugin lookup: the value written
+    is read back; nothing of the identity is printed nor left behind, no port-forward stays."""
+    env = as_users_run_it(tmp_path, cluster_namespace)
+    _, put = doc_commands.command(
+        "docs/operations/kubectl-plugin.md", "kubectl etcd etcdctl CLUSTER -- put", CLUSTER="app"
+    )
+    _, get = doc_commands.command(
+        "docs/operations/kubectl-plugin.md", "kubectl etcd etcdctl CLUSTER -- get", CLUSTER="app"
+    )
+    written = subprocess.run(put, env=env, capture_output=True, text=True, timeout=120)
+    assert (written.returncode, written.stdout) == (0, "OK\n"), written.stderr
+    read = subprocess.run(get, env=env, capture_output=True, text=True, timeout=120)
+    assert (read.returncode, read.stdout) == (0, "/greeting\nhello\n"), read.stderr
+    for output in (written.stdout, written.stderr, read.stdout, read.stderr):
+        assert "-----BEGIN" not in output
+    assert list((tmp_path / "tmp").iterdir()) == [] and port_forwards(cluster_namespace) == []
+    # etcd answers to the client Secret's identity: its CN is etcd-client (auth is off, so
+    # the name is all there is to see); the member count proves the session reached etcd.
+    members = subprocess.run(
+        ["kubectl", "etcd", "etcdctl", "app", "--", "member", "list", "-w", "json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert members.returncode == 0, members.stderr
+    assert len(json.loads(members.stdout)["members"]) == 3
+    refused = subprocess.run(
+        ["kubectl", "etcd", "etcdctl", "app", "--user", "etcd-operator", "--", "get", "/greeting"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert refused.returncode == 1 and refused.stdout == "", refused
+    assert refused.stderr == (
+        "error: --user etcd-operator is the operator's own identity: kubectl etcd etcdctl uses client identities only\n"
+    )
+
+
+def test_kubectl_etcd_etcdctl_as_a_spec_auth_user_reads_its_prefix_only(cluster_namespace, tmp_path):
+    """Last in the module: auth turned on for `app`, with a user whose certificate the operator
+    issues; through its Secret the session may use /tenant-a/ and etcd refuses the rest."""
+    patched = kubectl(
+        "patch",
+        "etcdcluster",
+        "app",
+        "-n",
+        cluster_namespace,
+        "--type=merge",
+        "-p",
+        json.dumps(
+            {
+                "spec": {
+                    "auth": {
+                        "enabled": True,
+                        "roles": [
+                            {
+                                "name": "tenant-a",
+                                "permissions": [{"key": "/tenant-a/", "prefix": True, "access": "ReadWrite"}],
+                            }
+                        ],
+                        "users": [{"name": "tenant-a", "roles": ["tenant-a"], "certificate": True}],
+                    }
+                }
+            }
+        ),
+        check=False,
+    )
+    assert patched.returncode == 0, patched.stderr
+    wait_condition(cluster_namespace, "app", "AuthEnabled", "True", timeout=360)
+    env = as_users_run_it(tmp_path, cluster_namespace)
+
+    def as_tenant(*args: str) -> subprocess.CompletedProcess:
+        argv = ["kubectl", "etcd", "etcdctl", "app", "--user", "tenant-a", "--", *args]
+        return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+
+    written = as_tenant("put", "/tenant-a/k", "v")
+    assert (written.returncode, written.stdout) == (0, "OK\n"), written.stderr
+    read = as_tenant("get", "/tenant-a/k")
+    assert (read.returncode, read.stdout) == (0, "/tenant-a/k\nv\n"), read.stderr
+    outside = as_tenant("get", "/greeting")
+    assert outside.returncode != 0 and "permission denied" in outside.stderr, outside
+    assert list((tmp_path / "tmp").iterdir()) == [] and port_forwards(cluster_namespace) == []

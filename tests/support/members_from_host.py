@@ -14,14 +14,10 @@ def url(pod: dict) -> str:
     return f"http://{pod['status']['podIP']}:{naming.CLIENT_PORT}"
 
 
-def etcdctl_argv(urls: list[str], *args: str) -> list[str]:
-    binary = localkube_layout.testbin_dir() / "etcd-3.6" / "etcdctl"
-    return [str(binary), f"--endpoints={','.join(urls)}", "--command-timeout=5s", "--dial-timeout=3s", *args]
-
-
 def etcdctl(urls: list[str], *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    binary = localkube_layout.testbin_dir() / "etcd-3.6" / "etcdctl"
     return subprocess.run(
-        etcdctl_argv(urls, *args),
+        [str(binary), f"--endpoints={','.join(urls)}", "--command-timeout=5s", "--dial-timeout=3s", *args],
         input=stdin,
         capture_output=True,
         text=True,

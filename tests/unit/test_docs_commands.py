@@ -15,6 +15,9 @@ JOURNEYS = "e2e/journeys/test_journeys.py"
 
 HIBERNATION = "tests/nodes/host_operator/test_hibernation.py"
 HIBERNATE_AND_WAKE = "test_hibernate_and_wake_keeps_every_key_and_the_identity"
+ETCDCTL = (
+    "tests/nodes/test_kubectl_etcd.py::test_kubectl_etcd_etcdctl_writes_and_reads_as_the_clusters_client_certificate"
+)
 SLEEP = """kubectl patch etcdcluster NAME --type=merge -p '{"spec":{"hibernation":{"enabled":true"""
 WAKE = """kubectl patch etcdcluster NAME --type=merge -p '{"spec":{"hibernation":{"enabled":false"""
 
@@ -50,6 +53,8 @@ RUN_BY = {
         "tests/nodes/test_kubectl_etcd.py::"
         "test_kubectl_etcd_move_leader_hands_over_while_clients_keep_their_lease_lock_and_watch"
     ),
+    ("docs/operations/kubectl-plugin.md", "kubectl etcd etcdctl CLUSTER -- put"): ETCDCTL,
+    ("docs/operations/kubectl-plugin.md", "kubectl etcd etcdctl CLUSTER -- get"): ETCDCTL,
     ("docs/operations/sharding.md", "helm install etcd-shard-a"): (
         f"{JOURNEYS}::test_the_sharding_page_commands_run_as_printed"
     ),
