@@ -11,13 +11,16 @@ import base64
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import threading
 
 import pytest
+import yaml
 
 from etcd_operator_kubectl.views import human_bytes
+from localkube import controlplane
 from localkube import layout as localkube_layout
 from tests.support import chart_release, doc_commands
 from tests.support.clusters import GROUP, apply_cluster, events, get_cluster, wait_condition, wait_healthy
@@ -296,6 +299,68 @@ def test_kubectl_etcd_etcdctl_writes_and_reads_as_the_clusters_client_certificat
     assert refused.stderr == (
         "error: --user etcd-operator is the operator's own identity: kubectl etcd etcdctl uses client identities only\n"
     )
+
+
+def documented_etcdctl_role(namespace: str) -> dict:
+    """The plugin page's Role for kubectl etcd etcdctl, for the cluster `app` in `namespace`."""
+    page = (doc_commands.ROOT / "docs/operations/kubectl-plugin.md").read_text()
+    found = re.findall(r"^```yaml\n(apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\n.*?)^```", page, re.S | re.M)
+    assert len(found) == 1, "the plugin page shows one Role"
+    role = yaml.safe_load(found[0].replace("demo", "app"))
+    role["metadata"]["namespace"] = namespace
+    return role
+
+
+def test_kubectl_etcd_etcdctl_runs_with_the_documented_role_and_it_opens_no_other_secret(
+    real_nodes, cluster_namespace, tmp_path
+):
+    """A ServiceAccount with only the page's Role runs the session; the operator's Secret stays closed to it."""
+    role = documented_etcdctl_role(cluster_namespace)
+    account = "etcdctl-user"
+    objects = [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": account, "namespace": cluster_namespace}},
+        role,
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": account, "namespace": cluster_namespace},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role["metadata"]["name"]},
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": cluster_namespace}],
+        },
+    ]
+    kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+    token = kubectl("create", "token", account, "-n", cluster_namespace, "--duration=1h").stdout.strip()
+    env = as_users_run_it(tmp_path, cluster_namespace)
+    kubeconfig = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "sa",
+        "clusters": [
+            {
+                "name": "local",
+                "cluster": {
+                    "server": controlplane.apiserver_url(real_nodes),
+                    "certificate-authority": str(real_nodes.pki_dir / "ca.crt"),
+                },
+            }
+        ],
+        "users": [{"name": account, "user": {"token": token}}],
+        "contexts": [{"name": "sa", "context": {"cluster": "local", "user": account, "namespace": cluster_namespace}}],
+    }
+    (tmp_path / "sa.kubeconfig").write_text(json.dumps(kubeconfig))
+    env["KUBECONFIG"] = str(tmp_path / "sa.kubeconfig")
+    read = subprocess.run(
+        ["kubectl", "etcd", "etcdctl", "app", "--", "get", "/greeting", "--print-value-only"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (read.returncode, read.stdout) == (0, "hello\n"), read.stderr
+    closed = subprocess.run(
+        ["kubectl", "get", "secret", "app-operator-tls", "-o", "name"], env=env, capture_output=True, text=True
+    )
+    assert closed.returncode == 1 and "forbidden" in closed.stderr, closed
 
 
 def test_kubectl_etcd_etcdctl_as_a_spec_auth_user_reads_its_prefix_only(cluster_namespace, tmp_path):
