@@ -1,5 +1,6 @@
 """What the plugin reads and writes, all through the API server (kubeconfig rules as
-kubectl's): the operator's custom resources, their events, and the operator's pod logs.
+kubectl's): the operator's custom resources, their events, the operator's pod logs, and the
+Jobs `kubectl etcd benchmark` creates.
 It reads no object store: what it shows of backups is what the operator wrote in their
 status. One Secret is read, by `kubectl etcd etcdctl` only: the client identity it runs as
 (client_secret), checked in etcdctl.py before any of it is used."""
@@ -20,6 +21,7 @@ class Kube:
         self.api = api
         self.custom = client.CustomObjectsApi(api)
         self.core = client.CoreV1Api(api)
+        self.batch = client.BatchV1Api(api)
 
     @classmethod
     async def connect(cls, kubeconfig: str | None, context: str | None) -> tuple[Kube, str]:
@@ -62,6 +64,13 @@ class Kube:
     async def client_secret(self, namespace: str, name: str) -> dict[str, Any]:
         """One Secret by name, as the API server returns it (data in base64)."""
         return self.api.sanitize_for_serialization(await self.core.read_namespaced_secret(name, namespace))
+
+    async def create_job(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        created = await self.batch.create_namespaced_job(namespace, body)  # type: ignore[arg-type]  # a dict serializes as the model would
+        return self.api.sanitize_for_serialization(created)
+
+    async def job(self, namespace: str, name: str) -> dict[str, Any]:
+        return self.api.sanitize_for_serialization(await self.batch.read_namespaced_job(name, namespace))
 
     async def list_objects(self, namespace: str, plural: str) -> list[dict[str, Any]]:
         return (await self.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, plural))["items"]

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from etcd_operator_kubectl import report, views
+from etcd_operator_kubectl import benchmark, report, views
 
 Command = Callable[[argparse.Namespace, Any, str], Awaitable[int]]
 
@@ -294,6 +294,45 @@ async def cmd_etcdctl(args, kube, namespace) -> int:
         return 1
 
 
+async def cmd_benchmark(args, kube, namespace) -> int:
+    """etcd's performance check as a Job in the cluster's namespace (benchmark.py); with --wait
+    its verdict lines and etcdctl's exit, else the Job's name."""
+    from etcd_operator.core.cluster.spec import ClusterSpec
+    from etcd_operator_kubectl import etcdctl
+
+    cluster = await kube.get(namespace, "etcdclusters", args.cluster)
+    spec = ClusterSpec.from_dict(cluster.get("spec") or {})
+    tls, secret = etcdctl.serves_tls(cluster), None
+    try:
+        if tls:
+            secret = etcdctl.identity(spec, args.cluster, args.user).secret  # refuses reserved names first
+            if args.user:
+                benchmark.declared_certificate_user(spec, args.cluster, args.user)
+        elif args.user:
+            raise benchmark.Refused(f"EtcdCluster {args.cluster} serves plaintext: no user has a certificate there")
+        name = benchmark.job_name(args.cluster, f"{now():%Y%m%d%H%M%S}")
+        job = benchmark.benchmark_job(name, namespace, args.cluster, spec, tls, secret, args.load)
+    except (benchmark.Refused, etcdctl.Refused) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    await kube.create_job(namespace, job)
+    print(f"job.batch/{name} created: etcdctl check perf --load={args.load} against {args.cluster}", file=sys.stderr)
+    if not args.wait:
+        emit(args, {"job": name}, f"follow it with `kubectl logs -f job/{name} -n {namespace}`")
+        return 0
+    deadline = asyncio.get_running_loop().time() + args.timeout
+    while (passed := benchmark.finished(await kube.job(namespace, name))) is None:
+        if asyncio.get_running_loop().time() >= deadline:
+            print(f"job.batch/{name} has not finished after {args.timeout:.0f}s", file=sys.stderr)
+            return 1
+        await asyncio.sleep(1.0)
+    logs = await kube.pod_logs(namespace, f"job-name={name}", None)
+    verdicts = benchmark.verdicts("\n".join(logs.values()))
+    report = "\n".join(verdicts or [f"no verdict in the log: read it with `kubectl logs job/{name} -n {namespace}`"])
+    emit(args, {"job": name, "passed": passed, "verdicts": verdicts}, report)
+    return 0 if passed else 1
+
+
 def _write_private(path: pathlib.Path, data: bytes) -> None:
     """Readable by its owner only: a bundle is about the cluster's inner workings."""
     with open(path, "wb", opener=lambda p, flags: os.open(p, flags, 0o600)) as out:
@@ -307,6 +346,7 @@ COMMANDS: dict[str, Command] = {
     "approve-recovery": cmd_approve_recovery,
     "defrag": cmd_defrag,
     "move-leader": cmd_move_leader,
+    "benchmark": cmd_benchmark,
     "snapshot": cmd_snapshot,
     "hibernate": cmd_hibernate,
     "wake": cmd_wake,
@@ -356,6 +396,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--to", metavar="MEMBER", help="the member to lead (default: the most advanced healthy follower)")
     p.add_argument("--wait", action="store_true", help="wait until status.leaderMove says how the request ended")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds --wait waits at most (default: 60)")
+    p = sub.add_parser(
+        "benchmark", parents=[common], help="etcd's performance check (etcdctl check perf) as a Job in the namespace"
+    )
+    p.add_argument("cluster")
+    p.add_argument("--load", default="s", choices=benchmark.LOADS, help="etcdctl's workload model (default: s)")
+    p.add_argument("--user", metavar="NAME", help="run as this spec.auth user (default: the cluster's client identity)")
+    p.add_argument("--wait", action="store_true", help="wait for the verdict and print the check's report")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds --wait waits at most (default: 300)")
     p = sub.add_parser("snapshot", parents=[common], help="a one-shot EtcdBackup now")
     p.add_argument("cluster")
     p.add_argument(

@@ -98,9 +98,10 @@ spec:
   homepage: https://github.com/etcd-operator/etcd-operator
   shortDescription: Day-2 commands for etcd clusters run by the etcd operator
   description: |
-    Status, backups, restores, defragmentation and snapshots of the EtcdClusters,
-    EtcdBackups and EtcdRestores of the etcd operator, through its own resources;
-    etcdctl sessions through a port-forward (with etcdctl on PATH).
+    Status, backups, restores, defragmentation, leader moves and snapshots of the
+    EtcdClusters, EtcdBackups and EtcdRestores of the etcd operator, through its own
+    resources; etcd's performance check as a Job; etcdctl sessions through a
+    port-forward (with etcdctl on PATH).
     Needs python3 (3.11 or newer) with the dependencies of the kubectl-etcd wheel:
     $requires.
   platforms:

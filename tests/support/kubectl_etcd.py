@@ -1,6 +1,6 @@
 """`kubectl etcd` as users run it: the plugin this checkout installs in its venv
-(.venv/bin/kubectl-etcd), against the cluster KUBECONFIG names; and its status table read back
-by column."""
+(.venv/bin/kubectl-etcd), against the cluster KUBECONFIG names, with the testbin's kubectl and
+etcdctl on PATH (what `kubectl etcd etcdctl` runs); and its status table read back by column."""
 
 from __future__ import annotations
 
@@ -11,17 +11,21 @@ import re
 import subprocess
 import sys
 
+from localkube import layout as localkube_layout
+
 PLUGIN = pathlib.Path(sys.executable).parent / "kubectl-etcd"
 
 
-def plugin(*args: str, input: str | None = None) -> subprocess.CompletedProcess:
+def plugin(*args: str, input: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    testbin = localkube_layout.testbin_dir()
+    path = os.pathsep.join([str(testbin / "kube"), str(testbin / "etcd-3.6"), os.environ["PATH"]])
     return subprocess.run(
         [str(PLUGIN), *args],
         capture_output=True,
         text=True,
         input=input,
-        timeout=120,
-        env={**os.environ, "KUBECONFIG": os.environ["KUBECONFIG"]},
+        timeout=timeout,
+        env={**os.environ, "KUBECONFIG": os.environ["KUBECONFIG"], "PATH": path},
     )
 
 

@@ -49,6 +49,9 @@ RUN_BY = {
         "docs/operations/hibernation.md",
         WAKE,
     ): f"{HIBERNATION}::test_hibernate_and_wake_keeps_every_key_and_the_identity",
+    ("docs/operations/kubectl-plugin.md", "kubectl etcd benchmark"): (
+        "tests/nodes/host_operator/test_benchmark.py::test_the_benchmark_job_reports_etcds_verdicts_and_leaves_no_key"
+    ),
     ("docs/operations/kubectl-plugin.md", "kubectl etcd move-leader"): (
         "tests/nodes/test_kubectl_etcd.py::"
         "test_kubectl_etcd_move_leader_hands_over_while_clients_keep_their_lease_lock_and_watch"
