@@ -20,9 +20,8 @@ import pytest
 import yaml
 
 from etcd_operator_kubectl.views import human_bytes
-from localkube import controlplane
 from localkube import layout as localkube_layout
-from tests.support import chart_release, doc_commands
+from tests.support import chart_release, doc_commands, service_accounts
 from tests.support.clusters import GROUP, apply_cluster, events, get_cluster, wait_condition, wait_healthy
 from tests.support.diagnostics import fresh_namespace_name
 from tests.support.kubectl import kubectl, kubectl_json
@@ -161,7 +160,7 @@ def test_kubectl_etcd_move_leader_hands_over_while_clients_keep_their_lease_lock
     session = ["kubectl", "etcd", "etcdctl", "app", "--"]
 
     def etcd(*args: str, stdin: str | None = None) -> str:
-        done = subprocess.run([*session, *args], env=env, input=stdin, capture_output=True, text=True, timeout=120)
+        done = typed(env, [*session, *args], stdin)
         assert done.returncode == 0, (args, done.stderr)
         return done.stdout
 
@@ -246,6 +245,11 @@ def as_users_run_it(tmp_path: pathlib.Path, namespace: str) -> dict[str, str]:
     return {**os.environ, "KUBECONFIG": str(kubeconfig), "PATH": path, "TMPDIR": str(tmp_path / "tmp")}
 
 
+def typed(env: dict[str, str], argv: list[str], stdin: str | None = None) -> subprocess.CompletedProcess:
+    """`argv` as typed in a shell with `env` (as_users_run_it): its exit code and output."""
+    return subprocess.run(argv, env=env, input=stdin, capture_output=True, text=True, timeout=120)
+
+
 def port_forwards(namespace: str) -> list[str]:
     """The command lines of the kubectl port-forwards into `namespace` still running."""
     found = []
@@ -270,31 +274,19 @@ def test_kubectl_etcd_etcdctl_writes_and_reads_as_the_clusters_client_certificat
     _, get = doc_commands.command(
         "docs/operations/kubectl-plugin.md", "kubectl etcd etcdctl CLUSTER -- get", CLUSTER="app"
     )
-    written = subprocess.run(put, env=env, capture_output=True, text=True, timeout=120)
+    written = typed(env, put)
     assert (written.returncode, written.stdout) == (0, "OK\n"), written.stderr
-    read = subprocess.run(get, env=env, capture_output=True, text=True, timeout=120)
+    read = typed(env, get)
     assert (read.returncode, read.stdout) == (0, "/greeting\nhello\n"), read.stderr
     for output in (written.stdout, written.stderr, read.stdout, read.stderr):
         assert "-----BEGIN" not in output
     assert list((tmp_path / "tmp").iterdir()) == [] and port_forwards(cluster_namespace) == []
     # etcd answers to the client Secret's identity: its CN is etcd-client (auth is off, so
     # the name is all there is to see); the member count proves the session reached etcd.
-    members = subprocess.run(
-        ["kubectl", "etcd", "etcdctl", "app", "--", "member", "list", "-w", "json"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    members = typed(env, ["kubectl", "etcd", "etcdctl", "app", "--", "member", "list", "-w", "json"])
     assert members.returncode == 0, members.stderr
     assert len(json.loads(members.stdout)["members"]) == 3
-    refused = subprocess.run(
-        ["kubectl", "etcd", "etcdctl", "app", "--user", "etcd-operator", "--", "get", "/greeting"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    refused = typed(env, ["kubectl", "etcd", "etcdctl", "app", "--user", "etcd-operator", "--", "get", "/greeting"])
     assert refused.returncode == 1 and refused.stdout == "", refused
     assert refused.stderr == (
         "error: --user etcd-operator is the operator's own identity: kubectl etcd etcdctl uses client identities only\n"
@@ -329,33 +321,12 @@ def test_kubectl_etcd_etcdctl_runs_with_the_documented_role_and_it_opens_no_othe
         },
     ]
     kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
-    token = kubectl("create", "token", account, "-n", cluster_namespace, "--duration=1h").stdout.strip()
     env = as_users_run_it(tmp_path, cluster_namespace)
-    kubeconfig = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "current-context": "sa",
-        "clusters": [
-            {
-                "name": "local",
-                "cluster": {
-                    "server": controlplane.apiserver_url(real_nodes),
-                    "certificate-authority": str(real_nodes.pki_dir / "ca.crt"),
-                },
-            }
-        ],
-        "users": [{"name": account, "user": {"token": token}}],
-        "contexts": [{"name": "sa", "context": {"cluster": "local", "user": account, "namespace": cluster_namespace}}],
-    }
-    (tmp_path / "sa.kubeconfig").write_text(json.dumps(kubeconfig))
-    env["KUBECONFIG"] = str(tmp_path / "sa.kubeconfig")
-    read = subprocess.run(
-        ["kubectl", "etcd", "etcdctl", "app", "--", "get", "/greeting", "--print-value-only"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    kubeconfig = service_accounts.token_kubeconfig(
+        real_nodes, cluster_namespace, account, tmp_path / "sa.kubeconfig", context_namespace=cluster_namespace
     )
+    env["KUBECONFIG"] = str(kubeconfig)
+    read = typed(env, ["kubectl", "etcd", "etcdctl", "app", "--", "get", "/greeting", "--print-value-only"])
     assert (read.returncode, read.stdout) == (0, "hello\n"), read.stderr
     closed = subprocess.run(
         ["kubectl", "get", "secret", "app-operator-tls", "-o", "name"], env=env, capture_output=True, text=True
@@ -398,7 +369,7 @@ def test_kubectl_etcd_etcdctl_as_a_spec_auth_user_reads_its_prefix_only(cluster_
 
     def as_tenant(*args: str) -> subprocess.CompletedProcess:
         argv = ["kubectl", "etcd", "etcdctl", "app", "--user", "tenant-a", "--", *args]
-        return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+        return typed(env, argv)
 
     written = as_tenant("put", "/tenant-a/k", "v")
     assert (written.returncode, written.stdout) == (0, "OK\n"), written.stderr

@@ -12,8 +12,8 @@ import pathlib
 import pytest
 import yaml
 
-from localkube import controlplane
 from localkube.layout import REPO_ROOT
+from tests.support import service_accounts
 from tests.support.backups import apply_backup, apply_restore, get_backup, get_restore
 from tests.support.clusters import apply_cluster, get_cluster, patch_spec, wait_healthy
 from tests.support.kubectl import kubectl
@@ -55,31 +55,7 @@ def service_account_kubeconfig(real_nodes, namespace: str, rules: list[dict], tm
         },
     ]
     kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
-    return token_kubeconfig(real_nodes, namespace, tmp_path)
-
-
-def token_kubeconfig(real_nodes, namespace: str, tmp_path: pathlib.Path) -> pathlib.Path:
-    """A kubeconfig that authenticates as the ServiceAccount `operator` of `namespace`."""
-    token = kubectl("create", "token", "operator", "-n", namespace, "--duration=1h").stdout.strip()
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "current-context": "sa",
-        "clusters": [
-            {
-                "name": "local",
-                "cluster": {
-                    "server": controlplane.apiserver_url(real_nodes),
-                    "certificate-authority": str(real_nodes.pki_dir / "ca.crt"),
-                },
-            }
-        ],
-        "users": [{"name": "operator", "user": {"token": token}}],
-        "contexts": [{"name": "sa", "context": {"cluster": "local", "user": "operator"}}],
-    }
-    path = tmp_path / "operator.kubeconfig"
-    path.write_text(json.dumps(config))
-    return path
+    return service_accounts.token_kubeconfig(real_nodes, namespace, "operator", tmp_path / "operator.kubeconfig")
 
 
 @pytest.fixture
