@@ -82,7 +82,7 @@ class Identity:
 def identity(spec: ClusterSpec, cluster: str, user: str | None) -> Identity:
     """Which Secret to read, decided from names alone, before anything is read."""
     if user in RESERVED:
-        raise Refused(f"--user {user} is {RESERVED[user]}: kubectl etcd etcdctl uses client identities only")
+        raise Refused(f"--user {user} is {RESERVED[user]}: kubectl etcd runs only as client identities")
     if user is not None and not USER_NAME.match(user):
         raise Refused(f"--user {user!r} is no spec.auth user name (lower-case letters, digits and dashes)")
     if spec.tls.issuer != ISSUER_MANAGED:

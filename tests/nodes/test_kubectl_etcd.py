@@ -289,7 +289,7 @@ def test_kubectl_etcd_etcdctl_writes_and_reads_as_the_clusters_client_certificat
     refused = typed(env, ["kubectl", "etcd", "etcdctl", "app", "--user", "etcd-operator", "--", "get", "/greeting"])
     assert refused.returncode == 1 and refused.stdout == "", refused
     assert refused.stderr == (
-        "error: --user etcd-operator is the operator's own identity: kubectl etcd etcdctl uses client identities only\n"
+        "error: --user etcd-operator is the operator's own identity: kubectl etcd runs only as client identities\n"
     )
 
 
