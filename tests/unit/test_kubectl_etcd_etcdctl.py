@@ -282,7 +282,11 @@ if args[-1] == "block":
     signal.pause()
 sys.exit(int(args[-1]))
 """
+# The plugin as a terminal runs it: Ctrl-C interrupts it. (A background job of a
+# non-interactive shell, such as make test's lanes, starts with SIGINT ignored, and so would
+# this process without the first line.)
 RUNNER = """
+import signal; signal.signal(signal.SIGINT, signal.default_int_handler)
 import asyncio, base64, json, sys
 from etcd_operator_kubectl import etcdctl
 kubectl, etcd, pid_file, data_file, last = sys.argv[1:6]
