@@ -28,10 +28,13 @@ DEADLINE_SECONDS = 600  # the check runs about a minute; a Job that cannot start
 KEEP_SECONDS = 3600  # a finished Job and its log stay an hour for `kubectl logs`
 MANAGED_BY = "kubectl-etcd"
 LABEL_BENCHMARK_OF = f"{naming.API_GROUP}/benchmark-of"
-# etcdctl's verdicts: "PASS: Throughput is 150 writes/s", "FAIL: Stddev too high ...", and the
-# last one alone, "PASS" or "FAIL". Its progress bar redraws without a newline, so the first
-# verdict follows the bar's last frame on the same line.
-VERDICT = re.compile(r"(?:^|[\]_>%s ])((?:PASS|FAIL)(?:: .*)?)$")
+# etcdctl's report (etcdctl/ctlv3/command/check.go): a line per check, "PASS: Throughput is
+# 150 writes/s" or "FAIL: Throughput too low: ...", "PASS: Slowest request took ..." or
+# "Slowest request took too long: ...", "PASS: Stddev is ..." or "Stddev too high: ..." (those
+# two failures carry no FAIL prefix), "FAIL: too many errors" and "FAIL: ERROR(...) -> n" when
+# requests failed, then the verdict alone, "PASS" or "FAIL". Its progress bar redraws without a
+# newline, so the first of these follows the bar's last frame on the same line.
+REPORT = re.compile(r"((?:PASS|FAIL)(?:: .*)?|Slowest request took too long: .*|Stddev too high: .*)$")
 
 
 class Refused(Exception):
@@ -126,5 +129,5 @@ def finished(job: Mapping[str, Any]) -> bool | None:
 
 
 def verdicts(log: str) -> list[str]:
-    """etcdctl's PASS and FAIL verdicts, in order, without its progress bar."""
-    return [found.group(1) for line in log.splitlines() if (found := VERDICT.search(line.strip()))]
+    """etcdctl's report lines, as it printed them, in order, without its progress bar."""
+    return [found.group(1) for line in log.splitlines() if (found := REPORT.search(line.strip()))]

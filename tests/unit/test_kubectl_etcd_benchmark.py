@@ -22,12 +22,22 @@ REAL_LOG = (
     "PASS: Stddev is 0.000653s\n"
     "PASS\n"
 )
-# The same checks failed, as etcdctl words them.
+# A run whose slowest request took too long, as make test's CI run printed it (its slowest-request
+# line comes from etcdctl/ctlv3/command/check.go: that failure has no FAIL prefix).
 FAILED_LOG = (
     "59 / 60 [--------------------------------------------------------------------------->_] 98.33% 1 p/s"
+    "PASS: Throughput is 144 writes/s\n"
+    "Slowest request took too long: 0.612000s\n"
+    "PASS: Stddev is 0.034510s\n"
+    "FAIL\n"
+)
+# Every check failed, and requests with them (each line as check.go prints it).
+ERRORS_LOG = (
+    "FAIL: too many errors\n"
+    "FAIL: ERROR(context deadline exceeded) -> 3\n"
     "FAIL: Throughput too low: 89 writes/s\n"
-    "PASS: Slowest request took 0.412001s\n"
-    "FAIL: Stddev too high: 0.121003s\n"
+    "Slowest request took too long: 1.210000s\n"
+    "Stddev too high: 0.121003s\n"
     "FAIL\n"
 )
 
@@ -103,14 +113,20 @@ def test_the_job_name_is_a_dns_label():
     assert len(benchmark.job_name("c" * 80, "20261205131407")) == 63
 
 
-def test_etcdctls_verdicts_are_read_past_its_progress_bar():
+def test_etcdctls_report_is_read_past_its_progress_bar_failures_included():
     assert benchmark.verdicts(REAL_LOG) == [
         "PASS: Throughput is 151 writes/s",
         "PASS: Slowest request took 0.033682s",
         "PASS: Stddev is 0.000653s",
         "PASS",
     ]
-    assert benchmark.verdicts(FAILED_LOG)[-1] == "FAIL" and len(benchmark.verdicts(FAILED_LOG)) == 4
+    assert benchmark.verdicts(FAILED_LOG) == [
+        "PASS: Throughput is 144 writes/s",
+        "Slowest request took too long: 0.612000s",
+        "PASS: Stddev is 0.034510s",
+        "FAIL",
+    ]
+    assert benchmark.verdicts(ERRORS_LOG) == ERRORS_LOG.splitlines()
 
 
 @pytest.mark.parametrize(
