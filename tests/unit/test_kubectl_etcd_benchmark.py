@@ -22,8 +22,9 @@ REAL_LOG = (
     "PASS: Stddev is 0.000653s\n"
     "PASS\n"
 )
-# A run whose slowest request took too long, as make test's CI run printed it (its slowest-request
-# line comes from etcdctl/ctlv3/command/check.go: that failure has no FAIL prefix).
+# A run whose slowest request took too long: the throughput and spread lines and the verdict of a
+# CI run's check; its slowest-request line (which an earlier parser dropped, so its figure was not
+# seen) in the words of etcdctl/ctlv3/command/check.go, where that failure has no FAIL prefix.
 FAILED_LOG = (
     "59 / 60 [--------------------------------------------------------------------------->_] 98.33% 1 p/s"
     "PASS: Throughput is 144 writes/s\n"
