@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from etcd_operator.core import pod_security
-from etcd_operator.core.cluster import naming
+from etcd_operator.core.cluster import builders, naming
 from etcd_operator.core.cluster.certs import CA_KEY, CERT_KEY, PRIVATE_KEY_KEY
 from etcd_operator.core.cluster.spec import ClusterSpec
 
@@ -69,7 +69,7 @@ def benchmark_job(
     scheme = "https" if tls else "http"
     endpoint = f"{scheme}://{naming.client_service_host(cluster, namespace)}:{naming.CLIENT_PORT}"
     command = ["etcdctl", f"--endpoints={endpoint}", "--dial-timeout=10s", "check", "perf", f"--load={load}"]
-    command.append(f"--prefix={PREFIX}")
+    command += [f"--prefix={PREFIX}"]
     container: dict[str, Any] = {
         "name": "check-perf",
         "image": spec.image,
@@ -86,8 +86,11 @@ def benchmark_job(
     if tls:
         if not secret:
             raise Refused(f"EtcdCluster {cluster} serves TLS: the benchmark needs a client identity")
-        files = {CA_KEY: "ca.crt", CERT_KEY: "tls.crt", PRIVATE_KEY_KEY: "tls.key"}
-        command += [f"--cacert={TLS_DIR}/ca.crt", f"--cert={TLS_DIR}/tls.crt", f"--key={TLS_DIR}/tls.key"]
+        command += [
+            f"--cacert={TLS_DIR}/{CA_KEY}",
+            f"--cert={TLS_DIR}/{CERT_KEY}",
+            f"--key={TLS_DIR}/{PRIVATE_KEY_KEY}",
+        ]
         container["volumeMounts"] = [{"name": "client-tls", "mountPath": TLS_DIR, "readOnly": True}]
         pod_spec["volumes"] = [
             {
@@ -95,13 +98,11 @@ def benchmark_job(
                 "secret": {
                     "secretName": secret,
                     "defaultMode": 0o440,
-                    "items": [{"key": key, "path": path} for key, path in files.items()],
+                    "items": [{"key": key, "path": key} for key in (CA_KEY, CERT_KEY, PRIVATE_KEY_KEY)],
                 },
             }
         ]
-    pull_secrets = [{"name": e["name"]} for e in spec.pod.get("imagePullSecrets") or [] if e.get("name")]
-    if pull_secrets:
-        pod_spec["imagePullSecrets"] = pull_secrets
+    pod_spec = builders.with_pull_secrets(pod_spec, builders.image_pull_secrets(spec))
     labels = {
         "app.kubernetes.io/name": "etcd-benchmark",
         "app.kubernetes.io/managed-by": MANAGED_BY,

@@ -134,6 +134,19 @@ async def cmd_defrag(args, kube, namespace) -> int:
     return 0
 
 
+async def first_answer(
+    read: Callable[[], Awaitable[Any]], answer: Callable[[Any], Any], timeout: float, interval: float = 0.5
+) -> Any:
+    """`answer` of the object `read` returns, read again every `interval` until it is not None;
+    None once `timeout` seconds have passed (--wait of move-leader and benchmark)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while (found := answer(await read())) is None:
+        if asyncio.get_running_loop().time() >= deadline:
+            return None
+        await asyncio.sleep(interval)
+    return found
+
+
 async def cmd_move_leader(args, kube, namespace) -> int:
     cluster = await kube.get(namespace, "etcdclusters", args.cluster)
     target = args.to or views.most_advanced_follower(cluster)
@@ -153,14 +166,14 @@ async def cmd_move_leader(args, kube, namespace) -> int:
             "status.leaderMove says how it ended",
         )
         return 0
-    deadline = asyncio.get_running_loop().time() + args.timeout
-    while (
-        outcome := views.leader_move_outcome(await kube.get(namespace, "etcdclusters", args.cluster), request)
-    ) is None:
-        if asyncio.get_running_loop().time() >= deadline:
-            print(f"no outcome of {request!r} in status.leaderMove after {args.timeout:.0f}s", file=sys.stderr)
-            return 1
-        await asyncio.sleep(0.5)
+    outcome = await first_answer(
+        lambda: kube.get(namespace, "etcdclusters", args.cluster),
+        lambda cluster: views.leader_move_outcome(cluster, request),
+        args.timeout,
+    )
+    if outcome is None:
+        print(f"no outcome of {request!r} in status.leaderMove after {args.timeout:.0f}s", file=sys.stderr)
+        return 1
     emit(args, {"request": request, "outcome": outcome}, f"etcdcluster.etcd.operator.dev/{args.cluster}: {outcome}")
     return 1 if outcome.startswith("refused") else 0
 
@@ -320,12 +333,10 @@ async def cmd_benchmark(args, kube, namespace) -> int:
     if not args.wait:
         emit(args, {"job": name}, f"follow it with `kubectl logs -f job/{name} -n {namespace}`")
         return 0
-    deadline = asyncio.get_running_loop().time() + args.timeout
-    while (passed := benchmark.finished(await kube.job(namespace, name))) is None:
-        if asyncio.get_running_loop().time() >= deadline:
-            print(f"job.batch/{name} has not finished after {args.timeout:.0f}s", file=sys.stderr)
-            return 1
-        await asyncio.sleep(1.0)
+    passed = await first_answer(lambda: kube.job(namespace, name), benchmark.finished, args.timeout, interval=1.0)
+    if passed is None:
+        print(f"job.batch/{name} has not finished after {args.timeout:.0f}s", file=sys.stderr)
+        return 1
     logs = await kube.pod_logs(namespace, f"job-name={name}", None)
     verdicts = benchmark.verdicts("\n".join(logs.values()))
     report = "\n".join(verdicts or [f"no verdict in the log: read it with `kubectl logs job/{name} -n {namespace}`"])
