@@ -20,12 +20,11 @@ import pytest
 import yaml
 
 from etcd_operator_kubectl.views import human_bytes
-from localkube import layout as localkube_layout
 from tests.support import chart_release, doc_commands, service_accounts
 from tests.support.clusters import GROUP, apply_cluster, events, get_cluster, wait_condition, wait_healthy
 from tests.support.diagnostics import fresh_namespace_name
 from tests.support.kubectl import kubectl, kubectl_json
-from tests.support.kubectl_etcd import member_table, plugin, plugin_json
+from tests.support.kubectl_etcd import member_table, plugin, plugin_json, tools_path
 from tests.support.s3 import create_credentials_secret, s3_storage_spec
 from tests.support.waiting import wait_for
 
@@ -240,8 +239,7 @@ def as_users_run_it(tmp_path: pathlib.Path, namespace: str) -> dict[str, str]:
     kubeconfig.write_text(pathlib.Path(os.environ["KUBECONFIG"]).read_text())
     kubectl("config", "set-context", "--current", f"--namespace={namespace}", "--kubeconfig", str(kubeconfig))
     (tmp_path / "tmp").mkdir()
-    testbin = localkube_layout.testbin_dir()
-    path = f"{os.path.dirname(sys.executable)}:{testbin / 'kube'}:{testbin / 'etcd-3.6'}:{os.environ['PATH']}"
+    path = os.pathsep.join([os.path.dirname(sys.executable), tools_path()])
     return {**os.environ, "KUBECONFIG": str(kubeconfig), "PATH": path, "TMPDIR": str(tmp_path / "tmp")}
 
 

@@ -4,6 +4,7 @@ etcdctl on PATH (what `kubectl etcd etcdctl` runs); and its status table read ba
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import pathlib
@@ -16,16 +17,21 @@ from localkube import layout as localkube_layout
 PLUGIN = pathlib.Path(sys.executable).parent / "kubectl-etcd"
 
 
-def plugin(*args: str, input: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+@functools.cache
+def tools_path() -> str:
+    """PATH with the testbin's kubectl and etcdctl first (found once: testbin_dir runs a script)."""
     testbin = localkube_layout.testbin_dir()
-    path = os.pathsep.join([str(testbin / "kube"), str(testbin / "etcd-3.6"), os.environ["PATH"]])
+    return os.pathsep.join([str(testbin / "kube"), str(testbin / "etcd-3.6"), os.environ["PATH"]])
+
+
+def plugin(*args: str, input: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run(
         [str(PLUGIN), *args],
         capture_output=True,
         text=True,
         input=input,
         timeout=timeout,
-        env={**os.environ, "KUBECONFIG": os.environ["KUBECONFIG"], "PATH": path},
+        env={**os.environ, "KUBECONFIG": os.environ["KUBECONFIG"], "PATH": tools_path()},
     )
 
 
