@@ -305,14 +305,21 @@ def test_backup_freshness_comes_from_status_and_deleted_objects_lose_their_serie
         60,
         what="backup freshness exported by the new process",
     ) == [expected]
+    # The cluster's series come back with the new process's first pass over it.
+    desired = "etcd_operator_cluster_desired_members"
+    wait_for(
+        lambda: series_of(operator, desired, namespace=ns, cluster=CLUSTER),
+        60,
+        what="the cluster's series exported by the new process",
+    )
 
     kubectl("delete", "etcdbackup", "once", "-n", ns)
     wait_for(lambda: not series_of(operator, metric, namespace=ns), 60, what="the deleted backup's series gone")
-    assert series_of(operator, "etcd_operator_cluster_desired_members", namespace=ns, cluster=CLUSTER) == [3]
+    assert series_of(operator, desired, namespace=ns, cluster=CLUSTER) == [3], "the backup took the cluster's series"
     kubectl("delete", "etcdcluster", CLUSTER, "-n", ns)
     wait_for(
         lambda: (
-            not series_of(operator, "etcd_operator_cluster_desired_members", namespace=ns)
+            not series_of(operator, desired, namespace=ns)
             and not series_of(operator, "etcd_operator_cluster_members", namespace=ns)
         ),
         60,
