@@ -88,7 +88,7 @@ bench: host-packages venv venv-prod testbin ## benchmarks: cluster timings, back
 e2e-kind: venv ## the e2e scenarios on a kind cluster, in external mode (needs Docker and kind)
 	@e2e/kind.sh
 
-image: venv ## the operator's OCI image archive, without Docker (needs mmdebstrap and umoci)
+image: venv ## the operator's OCI image archive, without Docker (needs mmdebstrap)
 	@packaging/image/build.sh
 
 release: venv ## the release artifacts of HEAD into build/release (chart, kubectl-etcd wheel and krew archive, lock file, SHA256SUMS); docs/operations/releasing.md

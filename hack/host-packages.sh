@@ -13,7 +13,7 @@ packages=(
   # real nodes: the runtime, the CNI plugins, what kubelet and kube-proxy call
   containerd runc containernetworking-plugins iptables conntrack ethtool socat
   # images for real nodes: pause (gcc -static), busybox's image, the operator's image
-  gcc libc6-dev busybox-static mmdebstrap umoci
+  gcc libc6-dev busybox-static mmdebstrap
 )
 
 if [[ "${1:-}" == "--list" ]]; then

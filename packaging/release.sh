@@ -9,7 +9,9 @@
 #   requirements.lock                    the image's Python dependencies with hashes
 #   etcd-operator-olm-bundle-VERSION.tar.gz  the OLM bundle (registry+v1) of hack/olm_bundle.py
 #   SHA256SUMS
-# Not built here (docs/operations/releasing.md): the image, SBOM, signatures, the bundle's image.
+#   etcd-operator-VERSION.oci.tar        the image for linux/amd64 and linux/arm64 (an OCI archive)
+#   etcd-operator-VERSION.provenance.json  its provenance (in-toto, SLSA v1), also attached to it
+# Not built here (docs/operations/releasing.md): the bundle's image.
 #
 #   packaging/release.sh [OUT]   (default build/release; ALLOW_DIRTY=1 builds HEAD from a dirty tree)
 set -euo pipefail
@@ -114,6 +116,19 @@ spec:
 MANIFEST
 
 cp "$src/packaging/image/requirements.lock" "$out/"
+
+# The image: linux/amd64 and linux/arm64 under one OCI index (packaging/image/build-release.sh),
+# with its provenance attached as an OCI artifact, packed as an OCI archive.
+image="$work/image"
+PYTHON="$python" DEBS_OUT="$work" "$src/packaging/image/build-release.sh" "$src" "$image" "$commit" \
+  >"$work/index.digest" 2>"$work/image.log" || { cat "$work/image.log" >&2; exit 1; }
+index_digest="$(cat "$work/index.digest")"
+"$python" "$src/packaging/image/provenance.py" "$image" "$commit" "$src/packaging/image/requirements.lock" "$work" \
+  >"$out/etcd-operator-$version.provenance.json"
+"$python" "$src/packaging/image/oci_layout.py" attach "$image" "$index_digest" \
+  application/vnd.in-toto+json "$out/etcd-operator-$version.provenance.json"
+tar --sort=name --mtime="@$SOURCE_DATE_EPOCH" --owner=0 --group=0 --numeric-owner -C "$image" \
+  -cf "$out/etcd-operator-$version.oci.tar" .
 
 # The OLM bundle, as `make bundle` writes it from the same tree (manifests/, metadata/).
 "$python" "$src/hack/olm_bundle.py" --out "$work/olm-bundle" >"$work/olm-bundle.log" 2>&1 ||

@@ -35,7 +35,7 @@ def ctr(address: str | pathlib.Path, *args: str, timeout: float = 300.0) -> str:
 
 def import_archive(address: str | pathlib.Path, archive: pathlib.Path, base_name: str | None = None) -> str:
     """Imports an OCI archive; `base_name` names images whose index gives only a tag
-    (umoci's `org.opencontainers.image.ref.name`) as `<base_name>:<tag>`."""
+    (`org.opencontainers.image.ref.name`) as `<base_name>:<tag>`."""
     args = ["images", "import"]
     if base_name:
         args += ["--base-name", base_name]

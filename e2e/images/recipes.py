@@ -299,7 +299,7 @@ BUSYBOX = Recipe(
 
 
 def operator_archive() -> pathlib.Path:
-    """`make image`'s archive (built unless cached). umoci names the image by tag only."""
+    """`make image`'s archive (built unless cached). Its layout names the image by tag only."""
     script = HERE.parent.parent / "packaging" / "image" / "build.sh"
     built = subprocess.run([str(script)], capture_output=True, text=True)
     if built.returncode != 0:

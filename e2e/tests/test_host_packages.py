@@ -37,7 +37,7 @@ def owning_package(command: str) -> str:
 
 # The host commands the real nodes and the image builds call (e2e/localkube/realnodes.py,
 # e2e/images, packaging/image/build.sh); each must come from a listed package.
-HOST_COMMANDS = ["ctr", "containerd", "runc", "iptables", "conntrack", "ethtool", "socat", "gcc", "mmdebstrap", "umoci"]
+HOST_COMMANDS = ["ctr", "containerd", "runc", "iptables", "conntrack", "ethtool", "socat", "gcc", "mmdebstrap"]
 
 
 @pytest.mark.parametrize("command", HOST_COMMANDS)

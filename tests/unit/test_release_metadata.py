@@ -75,7 +75,9 @@ def test_the_crd_examples_are_the_examples_folders():
     ]
 
 
-LOCKED = re.compile(r"^(?P<name>[a-z0-9._-]+)==(?P<version>\S+) \\\n    --hash=sha256:[0-9a-f]{64}$", re.MULTILINE)
+LOCKED = re.compile(
+    r"^(?P<name>[a-z0-9._-]+)==(?P<version>\S+)(?P<hashes>( \\\n    --hash=sha256:[0-9a-f]{64})+)$", re.MULTILINE
+)
 
 
 def locked() -> dict[str, str]:
