@@ -7,20 +7,19 @@ schema refuses a mistyped value."""
 from __future__ import annotations
 
 import ast
-import hashlib
 import os
 import pathlib
 import re
 import subprocess
 import sys
 import tarfile
-import time
 import zipfile
 
 import pytest
 import yaml
 
-from tests.support.helm import helm, helm_binary, helm_environment
+from tests.release.conftest import sha256
+from tests.support.helm import helm
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 VERSION = "0.1.0"
@@ -28,39 +27,11 @@ CHART = f"etcd-operator-{VERSION}.tgz"
 WHEEL = f"kubectl_etcd-{VERSION}-py3-none-any.whl"
 ARCHIVE = f"kubectl-etcd-{VERSION}.tar.gz"
 OLM_BUNDLE = f"etcd-operator-olm-bundle-{VERSION}.tar.gz"
-ARTIFACTS = {CHART, WHEEL, ARCHIVE, OLM_BUNDLE, "krew.yaml", "requirements.lock", "SHA256SUMS"}
+IMAGE = f"etcd-operator-{VERSION}.oci.tar"
+PROVENANCE = f"etcd-operator-{VERSION}.provenance.json"
+ARTIFACTS = {CHART, WHEEL, ARCHIVE, OLM_BUNDLE, IMAGE, PROVENANCE, "krew.yaml", "requirements.lock", "SHA256SUMS"}
 # What the operator needs and the plugin must not: importing any of them fails in the wheel test.
 OPERATOR_ONLY = ["kopf", "aetcd", "grpc", "croniter", "prometheus_client"]
-
-
-def release(out: pathlib.Path) -> None:
-    result = subprocess.run(
-        [str(ROOT / "packaging" / "release.sh"), str(out)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        # HEAD is what is built; a test run from a tree with edits still checks HEAD's release.
-        env={**os.environ, **helm_environment(), "ALLOW_DIRTY": "1", "HELM": str(helm_binary())},
-    )
-    assert result.returncode == 0, result.stderr
-
-
-def sha256(path: pathlib.Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-@pytest.fixture(scope="module")
-def releases(tmp_path_factory) -> tuple[pathlib.Path, pathlib.Path]:
-    first, second = tmp_path_factory.mktemp("release-a"), tmp_path_factory.mktemp("release-b")
-    release(first)
-    time.sleep(1.1)  # a timestamp of the wall clock anywhere would now differ
-    release(second)
-    return first, second
-
-
-@pytest.fixture(scope="module")
-def out(releases) -> pathlib.Path:
-    return releases[0]
 
 
 def test_two_runs_write_the_same_artifacts_byte_for_byte(releases):
