@@ -11,6 +11,10 @@
 #   SHA256SUMS
 #   etcd-operator-VERSION.oci.tar        the image for linux/amd64 and linux/arm64 (an OCI archive)
 #   etcd-operator-VERSION.provenance.json  its provenance (in-toto, SLSA v1), also attached to it
+#   etcd-operator-VERSION-linux-ARCH.spdx.json  each platform's SBOM (syft), also attached to it
+# RELEASE_REGISTRY=HOST[/PATH] with COSIGN_KEY (and COSIGN_PASSWORD) also pushes the image and the
+# chart there, signs the image and attests its SBOMs and provenance (RELEASE_PLAIN_HTTP=1 for a
+# registry without TLS, which helm must be told).
 # Not built here (docs/operations/releasing.md): the bundle's image.
 #
 #   packaging/release.sh [OUT]   (default build/release; ALLOW_DIRTY=1 builds HEAD from a dirty tree)
@@ -22,6 +26,11 @@ python="${PYTHON:-$root/.venv/bin/python}"
 helm="${HELM:-$(e2e_dir="$("$root/e2e/testbin/build.sh" --dir 2>/dev/null)" && echo "$e2e_dir/helm/helm")}"
 [[ -x "$helm" ]] || helm="$(command -v helm || true)"
 [[ -x "$helm" ]] || { echo "release: helm is missing (make testbin builds it)" >&2; exit 1; }
+testbin="$("$root/e2e/testbin/build.sh" --dir)"
+syft="${SYFT:-$testbin/syft/syft}" crane="${CRANE:-$testbin/crane/crane}" cosign="${COSIGN:-$testbin/cosign/cosign}"
+for tool in "$syft" "$crane" "$cosign"; do
+  [[ -x "$tool" ]] || { echo "release: $tool is missing (make testbin builds it)" >&2; exit 1; }
+done
 
 if [[ -n "$(git -C "$root" status --porcelain --untracked-files=no)" && "${ALLOW_DIRTY:-}" != 1 ]]; then
   echo "release: the tree has uncommitted changes; commit them (the release is built from HEAD)" >&2
@@ -118,17 +127,50 @@ MANIFEST
 cp "$src/packaging/image/requirements.lock" "$out/"
 
 # The image: linux/amd64 and linux/arm64 under one OCI index (packaging/image/build-release.sh),
-# with its provenance attached as an OCI artifact, packed as an OCI archive.
+# each platform's SBOM (syft) and the index's provenance attached to it as OCI artifacts, packed
+# as an OCI archive.
 image="$work/image"
-PYTHON="$python" DEBS_OUT="$work" "$src/packaging/image/build-release.sh" "$src" "$image" "$commit" \
-  >"$work/index.digest" 2>"$work/image.log" || { cat "$work/image.log" >&2; exit 1; }
-index_digest="$(cat "$work/index.digest")"
+layout_tool=("$python" "$src/packaging/image/oci_layout.py")
+PYTHON="$python" DEBS_OUT="$work" SBOM_OUT="$out" SYFT="$syft" \
+  "$src/packaging/image/build-release.sh" "$src" "$image" "$commit" >/dev/null 2>"$work/image.log" ||
+  { cat "$work/image.log" >&2; exit 1; }
+provenance="$out/etcd-operator-$version.provenance.json"
 "$python" "$src/packaging/image/provenance.py" "$image" "$commit" "$src/packaging/image/requirements.lock" "$work" \
-  >"$out/etcd-operator-$version.provenance.json"
-"$python" "$src/packaging/image/oci_layout.py" attach "$image" "$index_digest" \
-  application/vnd.in-toto+json "$out/etcd-operator-$version.provenance.json"
+  >"$provenance"
+"${layout_tool[@]}" attach "$image" index application/vnd.in-toto+json "$provenance"
+for arch in amd64 arm64; do
+  "${layout_tool[@]}" attach "$image" "linux/$arch" application/spdx+json "$out/etcd-operator-$version-linux-$arch.spdx.json"
+done
 tar --sort=name --mtime="@$SOURCE_DATE_EPOCH" --owner=0 --group=0 --numeric-owner -C "$image" \
   -cf "$out/etcd-operator-$version.oci.tar" .
+
+# Publishing (RELEASE_REGISTRY): the image index pushed, signed by cosign with the release's
+# key, its SBOMs and provenance attached as signed attestations; the chart pushed beside it.
+if [[ -n "${RELEASE_REGISTRY:-}" ]]; then
+  [[ -n "${COSIGN_KEY:-}" ]] || { echo "release: RELEASE_REGISTRY needs COSIGN_KEY (and COSIGN_PASSWORD) to sign" >&2; exit 1; }
+  export TUF_ROOT="$work/tuf"  # cosign's trust root cache, never the user's ~/.sigstore
+  plain=(); [[ "${RELEASE_PLAIN_HTTP:-}" == 1 ]] && plain=(--plain-http)
+  repository="$RELEASE_REGISTRY/etcd-operator"
+  sign=(--key "$COSIGN_KEY" --tlog-upload="${COSIGN_TLOG_UPLOAD:-false}" --yes)
+  publish() {
+    local arch index
+    index="$repository@$("${layout_tool[@]}" digest "$image" index)" || return 1
+    "${layout_tool[@]}" image-only "$image" "$work/push" || return 1
+    "$crane" push "$work/push" "$repository:$version" --index || return 1
+    "$cosign" sign "${sign[@]}" "$index" || return 1
+    "$python" -c 'import json, sys; print(json.dumps(json.load(open(sys.argv[1]))["predicate"]))' "$provenance" \
+      >"$work/provenance-predicate.json" || return 1
+    "$cosign" attest "${sign[@]}" --type slsaprovenance1 --predicate "$work/provenance-predicate.json" "$index" ||
+      return 1
+    for arch in amd64 arm64; do
+      "$cosign" attest "${sign[@]}" --type spdxjson --predicate "$out/etcd-operator-$version-linux-$arch.spdx.json" \
+        "$repository@$("${layout_tool[@]}" digest "$image" "linux/$arch")" || return 1
+    done
+    "$helm" push "${plain[@]}" "$out/etcd-operator-$version.tgz" "oci://$RELEASE_REGISTRY/charts"
+  }
+  publish >"$work/publish.log" 2>&1 || { cat "$work/publish.log" >&2; exit 1; }
+  echo "release: pushed and signed $repository:$version and oci://$RELEASE_REGISTRY/charts/etcd-operator:$version" >&2
+fi
 
 # The OLM bundle, as `make bundle` writes it from the same tree (manifests/, metadata/).
 "$python" "$src/hack/olm_bundle.py" --out "$work/olm-bundle" >"$work/olm-bundle.log" 2>&1 ||

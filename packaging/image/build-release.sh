@@ -9,6 +9,7 @@
 #   packaging/image/build-release.sh SRC LAYOUT REVISION
 #   IMAGE_ARCHES=amd64 packaging/image/build-release.sh ...   (make image: this machine's only)
 #   DEBS_OUT=DIR ...    also writes DIR/debian-ARCH.debs: each Debian package's version and .deb sha256
+#   SBOM_OUT=DIR SYFT=PATH ...   also writes DIR/etcd-operator-VERSION-linux-ARCH.spdx.json (sbom.py)
 # SRC is the release's source tree, REVISION its commit; prints the index's digest.
 set -euo pipefail
 
@@ -20,7 +21,7 @@ python="${PYTHON:-$here/../../.venv/bin/python}"
 cache="${ETCD_OPERATOR_IMAGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/etcd-operator/image}"
 suite=bookworm
 mirror="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
-packages=(python3.11-minimal libpython3.11-stdlib libstdc++6)
+packages=(base-files netbase python3.11-minimal libpython3.11-stdlib libstdc++6)
 read -r -a arches <<<"${IMAGE_ARCHES:-amd64 arm64}"
 declare -A wheel_arch=([amd64]=x86_64 [arm64]=aarch64)
 version="$(awk -F'"' '/^version = /{print $2; exit}' "$src/pyproject.toml")"
@@ -81,6 +82,11 @@ for arch in "${arches[@]}"; do
   # hash-based and never checked against the source, so the build time is not in it.
   "$python" -m compileall -q -j 0 --invalidation-mode unchecked-hash -s "$root" -p / \
     "$root/usr/lib/python3.11" "$site" >>"$log" 2>&1 || fail "compileall ($arch)"
+
+  if [[ -n "${SBOM_OUT:-}" ]]; then
+    "$python" "$here/sbom.py" "$SYFT" "$root" "$version" "$arch" "$SBOM_OUT/etcd-operator-$version-linux-$arch.spdx.json" \
+      >>"$log" 2>&1 || fail "the SBOM ($arch)"
+  fi
 
   tar --sort=name --mtime="@$SOURCE_DATE_EPOCH" --clamp-mtime --owner=0 --group=0 --numeric-owner \
       --pax-option=exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime \

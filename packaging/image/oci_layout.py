@@ -2,7 +2,9 @@
 under one image index tagged with the version; then attaches files to it as OCI artifacts.
 
     oci_layout.py image LAYOUT VERSION REVISION ARCH=ROOTFS_TAR...   (prints the index's digest)
-    oci_layout.py attach LAYOUT SUBJECT_DIGEST ARTIFACT_TYPE FILE
+    oci_layout.py attach LAYOUT SUBJECT ARTIFACT_TYPE FILE     (SUBJECT: index or linux/ARCH)
+    oci_layout.py digest LAYOUT SUBJECT
+    oci_layout.py image-only LAYOUT OUT   (OUT: a layout of the image index alone, for pushing)
 
 An attached file is an artifact manifest (OCI 1.1: `artifactType`, an empty config, the file as
 its one layer) whose `subject` is the image index or one platform's manifest, so a registry
@@ -109,22 +111,21 @@ def write_image(root: pathlib.Path, version: str, revision: str, trees: list[str
     print(descriptor["digest"])
 
 
-def find(layout: Layout, digest: str) -> dict:
-    """The descriptor of the index or platform manifest with this digest."""
-    for top in json.loads((layout.root / "index.json").read_text())["manifests"]:
-        if top["digest"] == digest:
-            return {k: top[k] for k in ("mediaType", "digest", "size")}
-        if top["mediaType"] == MEDIA_INDEX:
-            index = json.loads((layout.blobs / top["digest"].removeprefix("sha256:")).read_text())
-            for entry in index["manifests"]:
-                if entry["digest"] == digest:
-                    return {k: entry[k] for k in ("mediaType", "digest", "size")}
-    raise SystemExit(f"oci_layout: no image {digest} in {layout.root}")
+def find(layout: Layout, subject: str) -> dict:
+    """The descriptor of the image index (`index`) or of one platform's manifest (`linux/ARCH`)."""
+    (top,) = [m for m in json.loads((layout.root / "index.json").read_text())["manifests"] if m["mediaType"] == MEDIA_INDEX]
+    if subject == "index":
+        return {k: top[k] for k in ("mediaType", "digest", "size")}
+    index = json.loads((layout.blobs / top["digest"].removeprefix("sha256:")).read_text())
+    for entry in index["manifests"]:
+        if f"{entry['platform']['os']}/{entry['platform']['architecture']}" == subject:
+            return {k: entry[k] for k in ("mediaType", "digest", "size")}
+    raise SystemExit(f"oci_layout: no {subject} image in {layout.root}")
 
 
-def attach(root: pathlib.Path, subject_digest: str, artifact_type: str, path: pathlib.Path) -> None:
+def attach(root: pathlib.Path, subject_name: str, artifact_type: str, path: pathlib.Path) -> None:
     layout = Layout(root)
-    subject = find(layout, subject_digest)
+    subject = find(layout, subject_name)
     file = layout.put(path.read_bytes(), artifact_type) | {"annotations": {"org.opencontainers.image.title": path.name}}
     manifest = {
         "schemaVersion": 2,
@@ -140,11 +141,27 @@ def attach(root: pathlib.Path, subject_digest: str, artifact_type: str, path: pa
     (root / "index.json").write_bytes(canonical(top))
 
 
+def image_only(root: pathlib.Path, out: pathlib.Path) -> None:
+    """The image index alone (the blobs hard-linked): what is pushed before the attachments,
+    which the release signs and attaches in the registry instead."""
+    top = json.loads((root / "index.json").read_text())
+    (image,) = [m for m in top["manifests"] if m["mediaType"] == MEDIA_INDEX]
+    (out / "blobs" / "sha256").mkdir(parents=True)
+    for blob in (root / "blobs" / "sha256").iterdir():
+        os.link(blob, out / "blobs" / "sha256" / blob.name)
+    (out / "oci-layout").write_text((root / "oci-layout").read_text())
+    (out / "index.json").write_bytes(canonical(top | {"manifests": [image]}))
+
+
 if __name__ == "__main__":
     command, args = sys.argv[1], sys.argv[2:]
     if command == "image":
         write_image(pathlib.Path(args[0]), args[1], args[2], args[3:])
     elif command == "attach":
         attach(pathlib.Path(args[0]), args[1], args[2], pathlib.Path(args[3]))
+    elif command == "digest":
+        print(find(Layout(pathlib.Path(args[0])), args[1])["digest"])
+    elif command == "image-only":
+        image_only(pathlib.Path(args[0]), pathlib.Path(args[1]))
     else:
         raise SystemExit(__doc__)

@@ -12,8 +12,8 @@ SBOM scanners read), and removes apt's state, manuals and translations.
 RECORD gets one line per kept package, `name version architecture sha256-of-the-.deb`, for
 the release's provenance.
 
-A dependency on a package in NEVER is left unmet: readline-common names dpkg for install-info,
-which runs at install time, and nothing here runs dpkg.
+A dependency on a package in NEVER is left unmet: readline-common names dpkg for install-info
+and base-files pre-depends on awk, both for their install scripts, which never run here.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import sys
 import tarfile
 
 DROPPED_DIRS = ("usr/share/man", "usr/share/info", "usr/share/locale", "usr/share/lintian", "usr/share/bug")
-NEVER = ("dpkg", "tar", "bash", "dash", "coreutils", "perl-base", "apt", "debconf")
+NEVER = ("dpkg", "tar", "bash", "dash", "coreutils", "perl-base", "apt", "debconf", "mawk")
 MADE_BY_MMDEBSTRAP = ("etc/hostname", "etc/resolv.conf", "etc/fstab")
 STATE_DIRS = (
     "dev",
@@ -79,9 +79,9 @@ def closure(wanted: list[str], controls: dict[str, str]) -> set[str]:
             raise SystemExit(f"rootfs: {name} was wanted but apt did not download it")
         kept.add(name)
         for group in dependencies(controls[name]):
-            present = [alt if alt in controls else provides.get(alt) for alt in group]
-            present = [alt for alt in present if alt and alt not in NEVER]
-            if not present and any(alt in NEVER for alt in group):
+            resolved = [alt if alt in controls else provides.get(alt, alt) for alt in group]
+            present = [alt for alt in resolved if alt in controls and alt not in NEVER]
+            if not present and any(alt in NEVER for alt in resolved):
                 continue
             chosen = next((alt for alt in present if alt in kept), None) or next(filter(None, present), None)
             if chosen is None:

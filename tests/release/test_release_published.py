@@ -1,0 +1,143 @@
+"""`make release` with RELEASE_REGISTRY: the image index and the chart pushed, the index signed
+with the release's key, and each platform's SBOM and the provenance attested; what a user pulls
+verifies with the public key alone, and nothing else does."""
+
+from __future__ import annotations
+
+import base64
+import json
+import pathlib
+import subprocess
+import tarfile
+import tempfile
+
+from tests.release.conftest import sha256
+from tests.release.test_release_image import IMAGE, Layout
+from tests.support import oci_registry
+from tests.support.helm import helm
+
+VERSION = "0.1.0"
+REPOSITORY = "etcd-operator"
+
+
+def cosign(published, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in published.cosign_env.items() if k != "COSIGN_KEY"}
+    return subprocess.run(
+        [str(oci_registry.testbin("cosign")), *args], capture_output=True, text=True, timeout=120, env=env, check=check
+    )
+
+
+def image_ref(published, digest: str) -> str:
+    return f"{published.registry.host}/{REPOSITORY}@{digest}"
+
+
+def released_index(out) -> tuple[str, dict]:
+
+    with tempfile.TemporaryDirectory() as folder, tarfile.open(out / IMAGE) as archive:
+        archive.extractall(folder, filter="data")
+        layout = Layout(pathlib.Path(folder))
+        digest = layout.index_descriptor()["digest"]
+        return digest, layout.json(digest)
+
+
+def test_the_tag_names_the_released_index_with_both_platforms(published, out):
+    digest, index = released_index(out)
+    pushed_digest, pushed = published.registry.manifest(REPOSITORY, VERSION)
+    assert pushed_digest == digest and pushed == index
+
+
+def test_the_index_verifies_with_the_release_key_only(published, out, tmp_path):
+    digest, _ = released_index(out)
+    verified = cosign(
+        published,
+        "verify",
+        "--key",
+        str(published.public_key),
+        "--insecure-ignore-tlog=true",
+        image_ref(published, digest),
+    )
+    (payload,) = [json.loads(line) for line in verified.stdout.splitlines() if line.startswith("[")][0]
+    assert payload["critical"]["image"]["docker-manifest-digest"] == digest
+
+    other = subprocess.run(
+        [str(oci_registry.testbin("cosign")), "generate-key-pair", "--output-key-prefix", "other"],
+        cwd=tmp_path,
+        env=published.cosign_env,
+        capture_output=True,
+        check=True,
+    )
+    assert other.returncode == 0
+    refused = cosign(
+        published,
+        "verify",
+        "--key",
+        str(tmp_path / "other.pub"),
+        "--insecure-ignore-tlog=true",
+        image_ref(published, digest),
+        check=False,
+    )
+    assert refused.returncode != 0, refused.stdout
+
+
+def test_a_tag_moved_to_another_image_no_longer_verifies(published, out):
+    """Whoever can write the registry can move the tag; the signature stays with the digest."""
+    _, index = released_index(out)
+    amd64 = index["manifests"][0]["digest"]
+    crane = str(oci_registry.testbin("crane"))
+    moved = f"{published.registry.host}/{REPOSITORY}:moved"
+    subprocess.run([crane, "copy", image_ref(published, amd64), moved], check=True, capture_output=True, timeout=120)
+    refused = cosign(
+        published, "verify", "--key", str(published.public_key), "--insecure-ignore-tlog=true", moved, check=False
+    )
+    assert refused.returncode != 0 and "no signatures found" in refused.stderr, refused.stderr
+
+
+def test_each_platform_carries_its_sbom_and_the_index_its_provenance_as_signed_attestations(published, out):
+    digest, index = released_index(out)
+    provenance = cosign(
+        published,
+        "verify-attestation",
+        "--key",
+        str(published.public_key),
+        "--insecure-ignore-tlog=true",
+        "--type",
+        "slsaprovenance1",
+        image_ref(published, digest),
+    )
+    (envelope,) = [json.loads(line) for line in provenance.stdout.splitlines() if line.startswith("{")]
+    statement = json.loads(base64.b64decode(envelope["payload"]))
+    assert statement["subject"][0]["digest"] == {"sha256": digest.removeprefix("sha256:")}
+    assert (
+        statement["predicate"]
+        == json.loads((out / f"etcd-operator-{VERSION}.provenance.json").read_text())["predicate"]
+    )
+    for entry in index["manifests"]:
+        arch = entry["platform"]["architecture"]
+        sbom = cosign(
+            published,
+            "verify-attestation",
+            "--key",
+            str(published.public_key),
+            "--insecure-ignore-tlog=true",
+            "--type",
+            "spdxjson",
+            image_ref(published, entry["digest"]),
+        )
+        (envelope,) = [json.loads(line) for line in sbom.stdout.splitlines() if line.startswith("{")]
+        statement = json.loads(base64.b64decode(envelope["payload"]))
+        expected = json.loads((out / f"etcd-operator-{VERSION}-linux-{arch}.spdx.json").read_text())
+        assert statement["predicate"]["documentNamespace"] == expected["documentNamespace"]
+        assert len(statement["predicate"]["packages"]) == len(expected["packages"])
+
+
+def test_the_chart_pulled_from_the_registry_is_the_released_one(published, out, tmp_path):
+    helm(
+        "pull",
+        f"oci://{published.registry.host}/charts/etcd-operator",
+        "--version",
+        VERSION,
+        "--plain-http",
+        "--destination",
+        str(tmp_path),
+    )
+    assert sha256(tmp_path / f"etcd-operator-{VERSION}.tgz") == sha256(out / f"etcd-operator-{VERSION}.tgz")
