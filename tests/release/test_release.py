@@ -29,7 +29,19 @@ ARCHIVE = f"kubectl-etcd-{VERSION}.tar.gz"
 OLM_BUNDLE = f"etcd-operator-olm-bundle-{VERSION}.tar.gz"
 IMAGE = f"etcd-operator-{VERSION}.oci.tar"
 PROVENANCE = f"etcd-operator-{VERSION}.provenance.json"
-ARTIFACTS = {CHART, WHEEL, ARCHIVE, OLM_BUNDLE, IMAGE, PROVENANCE, "krew.yaml", "requirements.lock", "SHA256SUMS"}
+SBOMS = {f"etcd-operator-{VERSION}-linux-{arch}.spdx.json" for arch in ("amd64", "arm64")}
+ARTIFACTS = {
+    CHART,
+    WHEEL,
+    ARCHIVE,
+    OLM_BUNDLE,
+    IMAGE,
+    PROVENANCE,
+    *SBOMS,
+    "krew.yaml",
+    "requirements.lock",
+    "SHA256SUMS",
+}
 # What the operator needs and the plugin must not: importing any of them fails in the wheel test.
 OPERATOR_ONLY = ["kopf", "aetcd", "grpc", "croniter", "prometheus_client"]
 
