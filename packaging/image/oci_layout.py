@@ -113,7 +113,9 @@ def write_image(root: pathlib.Path, version: str, revision: str, trees: list[str
 
 def find(layout: Layout, subject: str) -> dict:
     """The descriptor of the image index (`index`) or of one platform's manifest (`linux/ARCH`)."""
-    (top,) = [m for m in json.loads((layout.root / "index.json").read_text())["manifests"] if m["mediaType"] == MEDIA_INDEX]
+    (top,) = [
+        m for m in json.loads((layout.root / "index.json").read_text())["manifests"] if m["mediaType"] == MEDIA_INDEX
+    ]
     if subject == "index":
         return {k: top[k] for k in ("mediaType", "digest", "size")}
     index = json.loads((layout.blobs / top["digest"].removeprefix("sha256:")).read_text())
@@ -142,15 +144,16 @@ def attach(root: pathlib.Path, subject_name: str, artifact_type: str, path: path
 
 
 def image_only(root: pathlib.Path, out: pathlib.Path) -> None:
-    """The image index alone (the blobs hard-linked): what is pushed before the attachments,
-    which the release signs and attaches in the registry instead."""
+    """The image index alone as a layout (the blobs hard-linked): what is pushed; the release
+    signs and attests in the registry instead of pushing the layout's attachments."""
     top = json.loads((root / "index.json").read_text())
     (image,) = [m for m in top["manifests"] if m["mediaType"] == MEDIA_INDEX]
     (out / "blobs" / "sha256").mkdir(parents=True)
     for blob in (root / "blobs" / "sha256").iterdir():
         os.link(blob, out / "blobs" / "sha256" / blob.name)
     (out / "oci-layout").write_text((root / "oci-layout").read_text())
-    (out / "index.json").write_bytes(canonical(top | {"manifests": [image]}))
+    # crane pushes a layout's index.json itself as the index: here, the image index's own bytes.
+    (out / "index.json").write_bytes((root / "blobs" / "sha256" / image["digest"].removeprefix("sha256:")).read_bytes())
 
 
 if __name__ == "__main__":
