@@ -78,7 +78,7 @@ def main(layout: pathlib.Path, commit: str, lock: pathlib.Path, debs: pathlib.Pa
             },
             "runDetails": {
                 "builder": {"id": f"{REPOSITORY}/blob/main/packaging/release.sh"},
-                "metadata": {"invocationId": commit, "startedOn": when, "finishedOn": when},
+                "metadata": {"invocationID": commit, "startedOn": when, "finishedOn": when},
             },
         },
     }
