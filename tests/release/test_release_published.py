@@ -13,7 +13,7 @@ import tempfile
 
 from tests.release.conftest import sha256
 from tests.release.test_release_image import IMAGE, Layout
-from tests.support import oci_registry
+from tests.support import doc_commands, oci_registry
 from tests.support.helm import helm
 
 VERSION = "0.1.0"
@@ -139,3 +139,19 @@ def test_the_chart_pulled_from_the_registry_is_the_released_one(published, out, 
         str(tmp_path),
     )
     assert sha256(tmp_path / f"etcd-operator-{VERSION}.tgz") == sha256(out / f"etcd-operator-{VERSION}.tgz")
+
+
+def test_the_verify_commands_of_the_releasing_page_run_as_printed(published):
+    """The page's image is the public one; here the same release is in the local registry."""
+    for starts_with in ("cosign verify --key", "cosign verify-attestation --key"):
+        env, command = doc_commands.command(
+            "docs/operations/releasing.md",
+            starts_with,
+            cosign=str(oci_registry.testbin("cosign")),
+            **{
+                "cosign.pub": str(published.public_key),
+                f"ghcr.io/etcd-operator/etcd-operator:{VERSION}": f"{published.registry.host}/{REPOSITORY}:{VERSION}",
+            },
+        )
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120, env=published.cosign_env | env)
+        assert done.returncode == 0, (starts_with, done.stderr)

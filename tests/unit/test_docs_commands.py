@@ -14,6 +14,7 @@ CI = ".ci/run"
 JOURNEYS = "e2e/journeys/test_journeys.py"
 
 HIBERNATION = "tests/nodes/host_operator/test_hibernation.py"
+RELEASE_PUBLISHED = "tests/release/test_release_published.py"
 HIBERNATE_AND_WAKE = "test_hibernate_and_wake_keeps_every_key_and_the_identity"
 ETCDCTL = (
     "tests/nodes/test_kubectl_etcd.py::test_kubectl_etcd_etcdctl_writes_and_reads_as_the_clusters_client_certificate"
@@ -58,6 +59,12 @@ RUN_BY = {
     ),
     ("docs/operations/kubectl-plugin.md", "kubectl etcd etcdctl CLUSTER -- put"): ETCDCTL,
     ("docs/operations/kubectl-plugin.md", "kubectl etcd etcdctl CLUSTER -- get"): ETCDCTL,
+    ("docs/operations/releasing.md", "cosign verify --key"): (
+        f"{RELEASE_PUBLISHED}::test_the_verify_commands_of_the_releasing_page_run_as_printed"
+    ),
+    ("docs/operations/releasing.md", "cosign verify-attestation --key"): (
+        f"{RELEASE_PUBLISHED}::test_the_verify_commands_of_the_releasing_page_run_as_printed"
+    ),
     ("docs/operations/sharding.md", "helm install etcd-shard-a"): (
         f"{JOURNEYS}::test_the_sharding_page_commands_run_as_printed"
     ),
