@@ -42,6 +42,7 @@ for arch in "${arches[@]}"; do
   stamp="$(cat "$here/rootfs.py" <(echo "$suite $mirror ${packages[*]} $arch") | sha256sum | cut -c1-12)"
   debian="$cache/distroless-$suite-$arch-$stamp.tar"
   mkdir -p "$cache"
+  exec 8>"$debian.lock" && flock 8  # make test builds it from two runs at once
   if [[ ! -f "$debian" || ! -f "${debian%.tar}.debs" ]]; then
     rm -rf "$work/debian" && mkdir "$work/debian"
     mmdebstrap --variant=extract --architectures="$arch" --include="$(IFS=,; echo "${packages[*]}")" \
@@ -51,6 +52,7 @@ for arch in "${arches[@]}"; do
     tar --numeric-owner -C "$work/debian" -cf "$debian.partial" . && mv "$debian.partial" "$debian"
     rm -rf "$work/debian"
   fi
+  exec 8>&-
   root="$work/rootfs-$arch"
   mkdir "$root" && tar --numeric-owner -xpf "$debian" -C "$root"
 
