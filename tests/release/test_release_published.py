@@ -46,36 +46,40 @@ def test_the_tag_names_the_released_index_with_both_platforms(published, out):
     assert pushed_digest == digest and pushed == index
 
 
-def test_the_index_verifies_with_the_release_key_only(published, out, tmp_path):
-    digest, _ = released_index(out)
-    verified = cosign(
+def verify(published, key: pathlib.Path, reference: str, check: bool = True) -> subprocess.CompletedProcess:
+    return cosign(published, "verify", "--key", str(key), "--insecure-ignore-tlog=true", reference, check=check)
+
+
+def attested(published, predicate_type: str, reference: str) -> dict:
+    """The in-toto statement of the one attestation of that type, its signature verified."""
+    found = cosign(
         published,
-        "verify",
+        "verify-attestation",
         "--key",
         str(published.public_key),
         "--insecure-ignore-tlog=true",
-        image_ref(published, digest),
+        "--type",
+        predicate_type,
+        reference,
     )
-    (payload,) = [json.loads(line) for line in verified.stdout.splitlines() if line.startswith("[")][0]
+    (envelope,) = [json.loads(line) for line in found.stdout.splitlines() if line.startswith("{")]
+    return json.loads(base64.b64decode(envelope["payload"]))
+
+
+def test_the_index_verifies_with_the_release_key_only(published, out, tmp_path):
+    digest, _ = released_index(out)
+    verified = verify(published, published.public_key, image_ref(published, digest))
+    (payload,) = json.loads(next(line for line in verified.stdout.splitlines() if line.startswith("[")))
     assert payload["critical"]["image"]["docker-manifest-digest"] == digest
 
-    other = subprocess.run(
+    subprocess.run(
         [str(oci_registry.testbin("cosign")), "generate-key-pair", "--output-key-prefix", "other"],
         cwd=tmp_path,
         env=published.cosign_env,
         capture_output=True,
         check=True,
     )
-    assert other.returncode == 0
-    refused = cosign(
-        published,
-        "verify",
-        "--key",
-        str(tmp_path / "other.pub"),
-        "--insecure-ignore-tlog=true",
-        image_ref(published, digest),
-        check=False,
-    )
+    refused = verify(published, tmp_path / "other.pub", image_ref(published, digest), check=False)
     assert refused.returncode != 0, refused.stdout
 
 
@@ -86,44 +90,21 @@ def test_a_tag_moved_to_another_image_no_longer_verifies(published, out):
     crane = str(oci_registry.testbin("crane"))
     moved = f"{published.registry.host}/{REPOSITORY}:moved"
     subprocess.run([crane, "copy", image_ref(published, amd64), moved], check=True, capture_output=True, timeout=120)
-    refused = cosign(
-        published, "verify", "--key", str(published.public_key), "--insecure-ignore-tlog=true", moved, check=False
-    )
+    refused = verify(published, published.public_key, moved, check=False)
     assert refused.returncode != 0 and "no signatures found" in refused.stderr, refused.stderr
 
 
 def test_each_platform_carries_its_sbom_and_the_index_its_provenance_as_signed_attestations(published, out):
     digest, index = released_index(out)
-    provenance = cosign(
-        published,
-        "verify-attestation",
-        "--key",
-        str(published.public_key),
-        "--insecure-ignore-tlog=true",
-        "--type",
-        "slsaprovenance1",
-        image_ref(published, digest),
-    )
-    (envelope,) = [json.loads(line) for line in provenance.stdout.splitlines() if line.startswith("{")]
-    statement = json.loads(base64.b64decode(envelope["payload"]))
+    statement = attested(published, "slsaprovenance1", image_ref(published, digest))
     assert statement["subject"][0]["digest"] == {"sha256": digest.removeprefix("sha256:")}
     released = json.loads((out / f"etcd-operator-{VERSION}.provenance.json").read_text())["predicate"]
     assert json.dumps(statement["predicate"], sort_keys=True) == json.dumps(released, sort_keys=True)
     for entry in index["manifests"]:
         arch = entry["platform"]["architecture"]
-        sbom = cosign(
-            published,
-            "verify-attestation",
-            "--key",
-            str(published.public_key),
-            "--insecure-ignore-tlog=true",
-            "--type",
-            "spdxjson",
-            image_ref(published, entry["digest"]),
-        )
-        (envelope,) = [json.loads(line) for line in sbom.stdout.splitlines() if line.startswith("{")]
-        statement = json.loads(base64.b64decode(envelope["payload"]))
+        statement = attested(published, "spdxjson", image_ref(published, entry["digest"]))
         expected = json.loads((out / f"etcd-operator-{VERSION}-linux-{arch}.spdx.json").read_text())
+        assert statement["subject"][0]["digest"] == {"sha256": entry["digest"].removeprefix("sha256:")}
         assert statement["predicate"]["documentNamespace"] == expected["documentNamespace"]
         assert len(statement["predicate"]["packages"]) == len(expected["packages"])
 
