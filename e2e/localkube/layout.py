@@ -36,6 +36,7 @@ class Ports:
     operator_health: int
     operator_metrics: int
     kube_scheduler: int
+    registry: int  # a local OCI registry on the bridge, when a test starts one (tests/support/oci_registry.py)
 
     @classmethod
     def from_base(cls, base: int) -> Ports:
@@ -91,6 +92,10 @@ class NodeNetwork:
     @property
     def kubernetes_service_ip(self) -> str:
         return f"10.{self.octet}.96.1"
+
+    def registry_host(self, ports: Ports) -> str:
+        """host:port of the local OCI registry, on the bridge where the nodes reach it."""
+        return f"{self.bridge_address}:{ports.registry}"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -234,6 +234,19 @@ def _write_if_changed(path: pathlib.Path, text: str) -> None:
     partial.replace(path)
 
 
+def _write_registry_hosts(layout: Layout, index: int) -> pathlib.Path:
+    """containerd's registry hosts directory: the local OCI registry's address, served over
+    plain HTTP (no certificate), is the one registry configured; images under any other name
+    are imported (`_import_images`), never pulled. Nothing listens there unless a test starts
+    the registry (tests/support/oci_registry.py)."""
+    hosts_dir = node_dir(layout, index) / "containerd" / "certs.d"
+    registry = layout.node_network.registry_host(layout.ports)
+    (hosts_dir / registry).mkdir(parents=True, exist_ok=True)
+    hosts = f'server = "http://{registry}"\n\n[host."http://{registry}"]\n  capabilities = ["pull", "resolve"]\n'
+    _write_if_changed(hosts_dir / registry / "hosts.toml", hosts)
+    return hosts_dir
+
+
 def _write_containerd_config(layout: Layout, index: int) -> pathlib.Path:
     d = node_dir(layout, index)
     cri = 'plugins."io.containerd.grpc.v1.cri"'
@@ -269,6 +282,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 [{cri}.cni]
   bin_dir = "{CNI_BIN_DIR}"
   conf_dir = "{d / "cni"}"
+
+[{cri}.registry]
+  config_path = "{_write_registry_hosts(layout, index)}"
 """
     path = d / "containerd.toml"
     _write_if_changed(path, text)

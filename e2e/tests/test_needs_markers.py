@@ -63,7 +63,7 @@ def test_each_combination_of_markers_runs_in_exactly_one_lane():
         (
             "test_containerd_import",  # in e2e/tests, which is no package
             "needs_containerd",
-            "uses images.containerd: mark one of needs_containerd",
+            "uses images.containerd: mark one of needs_containerd, needs_nodes",
         ),
         (
             "tests.nodes.host_operator.test_sharding",

@@ -50,13 +50,9 @@ def published(tmp_path_factory):
     """A registry on loopback and the release's cosign key pair (made here, as a release
     manager makes one with `cosign generate-key-pair`)."""
     folder = tmp_path_factory.mktemp("registry")
-    keys = tmp_path_factory.mktemp("keys")
-    env = {**os.environ, "COSIGN_PASSWORD": PASSWORD, "TUF_ROOT": str(keys / "tuf")}
-    subprocess.run(
-        [str(oci_registry.testbin("cosign")), "generate-key-pair"], cwd=keys, env=env, check=True, capture_output=True
-    )
+    env, public_key = oci_registry.cosign_key_pair(tmp_path_factory.mktemp("keys"), PASSWORD)
     with oci_registry.running(folder) as registry:
-        yield Published(registry, keys / "cosign.pub", env | {"COSIGN_KEY": str(keys / "cosign.key")})
+        yield Published(registry, public_key, env)
 
 
 @pytest.fixture(scope="session")

@@ -41,7 +41,7 @@ BY_HELPER: dict[str, tuple[str, ...]] = {
     "tests.support.s3.s3_client": ("needs_store",),
     "tests.support.s3.create_credentials_secret": ("needs_store",),
     "tests.support.s3.PrivateMinio": ("needs_store",),
-    "images.containerd": ("needs_containerd",),
+    "images.containerd": ("needs_containerd", "needs_nodes"),  # its own containerd, or the nodes'
 }
 
 # A marker -> the markers a test carrying it also carries one of (what it stands on).
