@@ -14,7 +14,7 @@
 #   etcd-operator-VERSION-linux-ARCH.spdx.json  each platform's SBOM (syft), also attached to it
 # RELEASE_REGISTRY=HOST[/PATH] with COSIGN_KEY (and COSIGN_PASSWORD) also pushes the image and the
 # chart there, signs the image and attests its SBOMs and provenance (RELEASE_PLAIN_HTTP=1 for a
-# registry without TLS, which helm must be told).
+# registry without TLS).
 # Not built here (docs/operations/releasing.md): the bundle's image.
 #
 #   packaging/release.sh [OUT]   (default build/release; ALLOW_DIRTY=1 builds HEAD from a dirty tree)
@@ -149,14 +149,17 @@ tar --sort=name --mtime="@$SOURCE_DATE_EPOCH" --owner=0 --group=0 --numeric-owne
 if [[ -n "${RELEASE_REGISTRY:-}" ]]; then
   [[ -n "${COSIGN_KEY:-}" ]] || { echo "release: RELEASE_REGISTRY needs COSIGN_KEY (and COSIGN_PASSWORD) to sign" >&2; exit 1; }
   export TUF_ROOT="$work/tuf"  # cosign's trust root cache, never the user's ~/.sigstore
-  plain=(); [[ "${RELEASE_PLAIN_HTTP:-}" == 1 ]] && plain=(--plain-http)
+  helm_http=() crane_http=() cosign_http=()
+  if [[ "${RELEASE_PLAIN_HTTP:-}" == 1 ]]; then
+    helm_http=(--plain-http) crane_http=(--insecure) cosign_http=(--allow-http-registry --allow-insecure-registry)
+  fi
   repository="$RELEASE_REGISTRY/etcd-operator"
-  sign=(--key "$COSIGN_KEY" --tlog-upload="${COSIGN_TLOG_UPLOAD:-false}" --yes)
+  sign=(--key "$COSIGN_KEY" --tlog-upload="${COSIGN_TLOG_UPLOAD:-false}" --yes "${cosign_http[@]}")
   publish() {
     local arch index
     index="$repository@$("${layout_tool[@]}" digest "$image" index)" || return 1
     "${layout_tool[@]}" image-only "$image" "$work/push" || return 1
-    "$crane" push "$work/push" "$repository:$version" --index || return 1
+    "$crane" push "${crane_http[@]}" "$work/push" "$repository:$version" --index || return 1
     "$cosign" sign "${sign[@]}" "$index" || return 1
     "$python" -c 'import json, sys; print(json.dumps(json.load(open(sys.argv[1]))["predicate"]))' "$provenance" \
       >"$work/provenance-predicate.json" || return 1
@@ -166,7 +169,7 @@ if [[ -n "${RELEASE_REGISTRY:-}" ]]; then
       "$cosign" attest "${sign[@]}" --type spdxjson --predicate "$out/etcd-operator-$version-linux-$arch.spdx.json" \
         "$repository@$("${layout_tool[@]}" digest "$image" "linux/$arch")" || return 1
     done
-    "$helm" push "${plain[@]}" "$out/etcd-operator-$version.tgz" "oci://$RELEASE_REGISTRY/charts"
+    "$helm" push "${helm_http[@]}" "$out/etcd-operator-$version.tgz" "oci://$RELEASE_REGISTRY/charts"
   }
   publish >"$work/publish.log" 2>&1 || { cat "$work/publish.log" >&2; exit 1; }
   echo "release: pushed and signed $repository:$version and oci://$RELEASE_REGISTRY/charts/etcd-operator:$version" >&2
