@@ -28,6 +28,10 @@ helm="${HELM:-$(e2e_dir="$("$root/e2e/testbin/build.sh" --dir 2>/dev/null)" && e
 [[ -x "$helm" ]] || { echo "release: helm is missing (make testbin builds it)" >&2; exit 1; }
 testbin="$("$root/e2e/testbin/build.sh" --dir)"
 syft="${SYFT:-$testbin/syft/syft}" crane="${CRANE:-$testbin/crane/crane}" cosign="${COSIGN:-$testbin/cosign/cosign}"
+if [[ -n "${RELEASE_REGISTRY:-}" && -z "${COSIGN_KEY:-}" ]]; then
+  echo "release: RELEASE_REGISTRY needs COSIGN_KEY (and COSIGN_PASSWORD) to sign what it pushes" >&2
+  exit 1
+fi
 for tool in "$syft" "$crane" "$cosign"; do
   [[ -x "$tool" ]] || { echo "release: $tool is missing (make testbin builds it)" >&2; exit 1; }
 done
@@ -144,10 +148,17 @@ done
 tar --sort=name --mtime="@$SOURCE_DATE_EPOCH" --owner=0 --group=0 --numeric-owner -C "$image" \
   -cf "$out/etcd-operator-$version.oci.tar" .
 
-# Publishing (RELEASE_REGISTRY): the image index pushed, signed by cosign with the release's
-# key, its SBOMs and provenance attached as signed attestations; the chart pushed beside it.
+# The OLM bundle, as `make bundle` writes it from the same tree (manifests/, metadata/).
+"$python" "$src/hack/olm_bundle.py" --out "$work/olm-bundle" >"$work/olm-bundle.log" 2>&1 ||
+  { cat "$work/olm-bundle.log" >&2; exit 1; }
+repack "$out/etcd-operator-olm-bundle-$version.tar.gz" "$work/olm-bundle"
+
+(cd "$out" && sha256sum -- * | LC_ALL=C sort -k2 >"$work/SHA256SUMS" && mv "$work/SHA256SUMS" SHA256SUMS)
+
+# Publishing (RELEASE_REGISTRY), once every file is written: the image index pushed, signed by
+# cosign with the release's key, its SBOMs and provenance attached as signed attestations; the
+# chart pushed beside it.
 if [[ -n "${RELEASE_REGISTRY:-}" ]]; then
-  [[ -n "${COSIGN_KEY:-}" ]] || { echo "release: RELEASE_REGISTRY needs COSIGN_KEY (and COSIGN_PASSWORD) to sign" >&2; exit 1; }
   export TUF_ROOT="$work/tuf"  # cosign's trust root cache, never the user's ~/.sigstore
   helm_http=() crane_http=() cosign_http=()
   if [[ "${RELEASE_PLAIN_HTTP:-}" == 1 ]]; then
@@ -175,11 +186,5 @@ if [[ -n "${RELEASE_REGISTRY:-}" ]]; then
   echo "release: pushed and signed $repository:$version and oci://$RELEASE_REGISTRY/charts/etcd-operator:$version" >&2
 fi
 
-# The OLM bundle, as `make bundle` writes it from the same tree (manifests/, metadata/).
-"$python" "$src/hack/olm_bundle.py" --out "$work/olm-bundle" >"$work/olm-bundle.log" 2>&1 ||
-  { cat "$work/olm-bundle.log" >&2; exit 1; }
-repack "$out/etcd-operator-olm-bundle-$version.tar.gz" "$work/olm-bundle"
-
-(cd "$out" && sha256sum -- * | LC_ALL=C sort -k2 >"$work/SHA256SUMS" && mv "$work/SHA256SUMS" SHA256SUMS)
 echo "release: $version from $commit into $out:" >&2
 (cd "$out" && ls -l --time-style=+ -- * | awk '{printf "  %-44s %s\n", $NF, $5}') >&2
