@@ -36,6 +36,12 @@ ENTRYPOINT = ["python", "-m", "etcd_operator"]
 VARIANTS = {"arm64": "v8"}
 
 
+def source_date() -> str:
+    """SOURCE_DATE_EPOCH (the commit's time) as an RFC 3339 UTC time, the one time a release holds."""
+    epoch = int(os.environ["SOURCE_DATE_EPOCH"])
+    return datetime.datetime.fromtimestamp(epoch, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def canonical(value: dict) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
 
@@ -87,8 +93,7 @@ def image(layout: Layout, arch: str, rootfs_tar: pathlib.Path, labels: dict, cre
 
 
 def write_image(root: pathlib.Path, version: str, revision: str, trees: list[str]) -> None:
-    epoch = int(os.environ["SOURCE_DATE_EPOCH"])
-    created = datetime.datetime.fromtimestamp(epoch, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    created = source_date()
     labels = {
         "org.opencontainers.image.title": "etcd-operator",
         "org.opencontainers.image.version": version,

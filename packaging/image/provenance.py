@@ -9,7 +9,6 @@ It holds no time but SOURCE_DATE_EPOCH's, so the same release gives the same sta
 
 from __future__ import annotations
 
-import datetime
 import hashlib
 import json
 import os
@@ -17,6 +16,8 @@ import pathlib
 import platform
 import subprocess
 import sys
+
+from oci_layout import source_date  # this script's folder is on sys.path
 
 REPOSITORY = "https://github.com/etcd-operator/etcd-operator"
 IMAGE = "ghcr.io/etcd-operator/etcd-operator"
@@ -48,7 +49,7 @@ def debian_dependencies(debs: pathlib.Path) -> list[dict]:
 
 def main(layout: pathlib.Path, commit: str, lock: pathlib.Path, debs: pathlib.Path) -> None:
     epoch = int(os.environ["SOURCE_DATE_EPOCH"])
-    when = datetime.datetime.fromtimestamp(epoch, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    when = source_date()
     go = subprocess.run(["go", "env", "GOVERSION"], capture_output=True, text=True, check=True).stdout.strip()
     statement = {
         "_type": "https://in-toto.io/Statement/v1",

@@ -9,12 +9,13 @@ the same release gives the same SBOM.
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
 import pathlib
 import subprocess
 import sys
+
+from oci_layout import source_date  # this script's folder is on sys.path
 
 NAMESPACE = "https://github.com/etcd-operator/etcd-operator/releases/download"
 
@@ -26,9 +27,7 @@ def main(syft: str, rootfs: pathlib.Path, version: str, arch: str, out: pathlib.
     if scanned.returncode != 0:
         raise SystemExit(f"sbom: syft failed: {scanned.stderr[-2000:]}")
     document = json.loads(scanned.stdout)
-    epoch = int(os.environ["SOURCE_DATE_EPOCH"])
-    created = datetime.datetime.fromtimestamp(epoch, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    document["creationInfo"]["created"] = created
+    document["creationInfo"]["created"] = source_date()
     document["documentNamespace"] = f"{NAMESPACE}/v{version}/etcd-operator-{version}-linux-{arch}.spdx.json"
     document["name"] = f"etcd-operator {version} linux/{arch}"
     out.write_text(json.dumps(document, indent=1, sort_keys=True) + "\n")
