@@ -1,5 +1,5 @@
 """Each lane's seconds by test module, from the JUnit XML files of `make test`'s pytest runs
-(tests/run.sh), to balance the lanes by their markers (lane2, lane3, lane4, lane5) with
+(tests/run.sh), to balance the lanes by their markers (lane2, lane3, lane4, lane5, lane6) with
 figures instead of guesses. A module's time is the sum of its tests' setup, call and teardown,
 so a hold on the nodes that a test waited for counts where it was waited.
 

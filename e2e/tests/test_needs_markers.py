@@ -15,7 +15,7 @@ from _pytest.mark.expression import Expression  # what `pytest -m` compiles
 from tests.support import needs
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-LANES = ("host1_lane", "host2_lane", "host3_lane", "host4_lane", "real_lane", "pure_lane")
+LANES = ("host1_lane", "host2_lane", "host3_lane", "host4_lane", "host5_lane", "real_lane", "pure_lane")
 
 
 def registered() -> set[str]:

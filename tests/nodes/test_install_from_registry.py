@@ -29,7 +29,12 @@ from tests.support import chart_release, doc_commands, oci_registry
 from tests.support.helm import helm, helm_binary, helm_environment
 from tests.support.kubectl import kubectl, kubectl_json
 
-pytestmark = [pytest.mark.needs_nodes, pytest.mark.needs_release, pytest.mark.usefixtures("kubectl_on_real_nodes")]
+pytestmark = [
+    pytest.mark.needs_nodes,
+    pytest.mark.needs_release,
+    pytest.mark.lane6,
+    pytest.mark.usefixtures("kubectl_on_real_nodes"),
+]
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 VERSION = "0.1.0"

@@ -52,6 +52,7 @@ BY_MARKER: dict[str, tuple[str, ...]] = {
     "lane2": (*ON_THE_INSTANCE, "needs_etcd", "needs_containerd"),  # a host lane's, never a pure test
     "lane4": (*ON_THE_INSTANCE, "needs_etcd", "needs_containerd"),  # the same, for the third host lane
     "lane5": (*ON_THE_INSTANCE, "needs_etcd", "needs_containerd"),  # the same, for the fourth host lane
+    "lane6": (*ON_THE_INSTANCE, "needs_etcd", "needs_containerd"),  # the same, for the fifth host lane
     "lane3": ON_THE_INSTANCE,  # a host module in the real-node run, never a pure test
 }
 

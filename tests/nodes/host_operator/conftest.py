@@ -2,7 +2,7 @@
 fault points, freeze it, run several replicas or shards of it, or crash, freeze and wipe its
 members' containers; and, in control_plane/, the tests that need only the control plane. They
 are marked needs_operator_process (control_plane/: needs_cluster), so `make test` runs them in its
-four host lanes (split by the markers lane2, lane4 and lane5, tests/run.sh; one marked lane3 would run
+five host lanes (split by the markers lane2, lane4, lane5 and lane6, tests/run.sh; one marked lane3 would run
 after the chart's tests, in their run), while the chart's tests use the same real nodes in the other run. The
 instance is shared (tests/support/shared_real_nodes.py), from this package's first test to its
 last, and the other run's node faults wait for the tests that run here.

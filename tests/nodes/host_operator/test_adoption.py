@@ -36,7 +36,7 @@ from tests.support.clusters import (
 from tests.support.etcd_probes import LoopThread
 from tests.support.waiting import holds_throughout, wait_for
 
-pytestmark = [pytest.mark.needs_nodes, pytest.mark.needs_operator_process]
+pytestmark = [pytest.mark.needs_nodes, pytest.mark.needs_operator_process, pytest.mark.lane6]
 
 CLUSTER = "adopt"
 VERSION = "3.6.16"  # the testbin's etcd 3.6, the same minor spec.version names

@@ -22,7 +22,7 @@ from tests.support.kubectl import kubectl
 from tests.support.s3 import create_credentials_secret, list_keys, s3_client, s3_storage_spec
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.needs_nodes, pytest.mark.needs_operator_process, pytest.mark.needs_store, pytest.mark.lane2]
+pytestmark = [pytest.mark.needs_nodes, pytest.mark.needs_operator_process, pytest.mark.needs_store, pytest.mark.lane6]
 
 
 def locked_bucket(s3, default_days: int | None) -> str:

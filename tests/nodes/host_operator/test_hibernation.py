@@ -29,7 +29,7 @@ from tests.support.kubectl import kubectl, kubectl_json
 from tests.support.s3 import create_credentials_secret, s3_storage_spec
 from tests.support.waiting import holds_throughout, wait_for
 
-pytestmark = [pytest.mark.needs_nodes, pytest.mark.needs_operator_process, pytest.mark.needs_store, pytest.mark.lane5]
+pytestmark = [pytest.mark.needs_nodes, pytest.mark.needs_operator_process, pytest.mark.needs_store, pytest.mark.lane6]
 
 
 def identity(endpoints: list[str]) -> tuple[int, frozenset[int]]:

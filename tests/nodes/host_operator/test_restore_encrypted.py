@@ -26,7 +26,7 @@ from tests.support.kubectl import kubectl, kubectl_json
 from tests.support.s3 import create_credentials_secret, s3_client, s3_storage_spec
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.needs_nodes, pytest.mark.needs_operator_process, pytest.mark.needs_store, pytest.mark.lane2]
+pytestmark = [pytest.mark.needs_nodes, pytest.mark.needs_operator_process, pytest.mark.needs_store, pytest.mark.lane6]
 
 
 KEYS = {"old": os.urandom(32), "k1": os.urandom(32)}

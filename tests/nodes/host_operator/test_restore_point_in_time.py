@@ -48,7 +48,7 @@ from tests.support.kubectl import kubectl
 from tests.support.s3 import create_credentials_secret, s3_client, s3_storage_spec
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.needs_nodes, pytest.mark.needs_operator_process, pytest.mark.needs_store, pytest.mark.lane4]
+pytestmark = [pytest.mark.needs_nodes, pytest.mark.needs_operator_process, pytest.mark.needs_store, pytest.mark.lane6]
 
 # The continuous backup's stanza on EtcdBackup (the segment writer's; the one line to change
 # if its name changes). Everything else here reads what it writes through segment manifests.
