@@ -37,7 +37,7 @@ $(PROD_VENV)/.installed: pyproject.toml $(PROD_SOURCES)
 
 venv-prod: $(PROD_VENV)/.installed ## the production install (no test extras) that the scale bench measures
 
-testbin: ## build the pinned kube-apiserver, controller-manager, kubectl, kubelet, kube-proxy, kube-scheduler, etcd 3.5/3.6, MinIO, helm, Prometheus and promtool, the OLM bundle validator, kustomize 5.5, and the release's OCI registry, crane, syft and cosign
+testbin: ## build the pinned kube-apiserver, controller-manager, kubectl, kubelet, kube-proxy, kube-scheduler, etcd 3.5/3.6, MinIO, helm, Prometheus and promtool, the OLM bundle validator, kustomize 5.0, 5.4 and 5.5, and the release's OCI registry, crane, syft and cosign
 	@e2e/testbin/build.sh >/dev/null  # progress and the cache directory go to stderr
 
 # What `make up` and `make demo` run: no etcd 3.5, Prometheus or linearizability checker

@@ -1,8 +1,9 @@
-"""Every kustomization in the repository renders with an old kustomize and with the current
-kubectl's, to the same objects. The old one is v5.5 (testbin's e2e/testbin/kustomize), the
-kustomize of kubectl 1.32 and of the Flux and Argo CD releases of that time; it panics on
-shapes later ones accept, such as two `$patch: delete` documents in one patch file (issue 43).
-Rendering needs no cluster."""
+"""Every kustomization in the repository renders with each old kustomize and with the current
+kubectl's, to the same objects. The old ones are those of the kubectl releases the docs support
+(Kubernetes 1.30 on): 5.0 (kubectl 1.30; testbin's e2e/testbin/kustomize-5.0), 5.4 (kubectl
+1.31; kustomize-5.4) and 5.5 (kubectl 1.32 and the Flux and Argo CD releases of that time;
+kustomize). 5.5 panics on shapes later ones accept, such as two `$patch: delete` documents in
+one patch file (issue 43). Rendering needs no cluster."""
 
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ from localkube import layout as localkube_layout
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
-OLD_LINE = "v5.5."
+# An old kustomize's line -> its testbin recipe.
+OLD_KUSTOMIZES = {"5.0": "kustomize-5.0", "5.4": "kustomize-5.4", "5.5": "kustomize"}
+PANICS = "5.5"  # the line issue 43 found panicking on two deletes in one patch file
 # Folders users apply by hand; if discovery misses them, it is discovery that is broken.
 SHIPPED = ("deploy", "deploy-namespaced")
 
@@ -43,8 +46,8 @@ def kustomizations() -> list[str]:
     return sorted(d for d in found if (ROOT / d).is_dir())
 
 
-def old_kustomize() -> pathlib.Path:
-    return localkube_layout.testbin_dir() / "kustomize" / "kustomize"
+def old_kustomize(line: str) -> pathlib.Path:
+    return localkube_layout.testbin_dir() / OLD_KUSTOMIZES[line] / "kustomize"
 
 
 def kubectl() -> pathlib.Path:
@@ -55,8 +58,8 @@ def run(*args: str | pathlib.Path) -> subprocess.CompletedProcess:
     return subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=120)
 
 
-def render_old(folder: pathlib.Path) -> subprocess.CompletedProcess:
-    return run(old_kustomize(), "build", folder)
+def render_old(folder: pathlib.Path, line: str) -> subprocess.CompletedProcess:
+    return run(old_kustomize(line), "build", folder)
 
 
 def render_current(folder: pathlib.Path) -> subprocess.CompletedProcess:
@@ -75,36 +78,38 @@ def named(documents: Counter[str]) -> list[str]:
     )
 
 
-def test_the_two_kustomizes_are_the_old_line_and_a_newer_one():
-    old = run(old_kustomize(), "version")
+@pytest.mark.parametrize("line", OLD_KUSTOMIZES)
+def test_each_old_kustomize_is_of_its_line_and_kubectls_is_newer(line):
+    old = run(old_kustomize(line), "version")
     assert old.returncode == 0, old.stderr
-    assert old.stdout.strip().startswith(OLD_LINE), old.stdout
+    assert old.stdout.strip().startswith(f"v{line}."), old.stdout
     current = run(kubectl(), "version", "--client", "-o", "json")
     assert current.returncode == 0, current.stderr
     current_version = json.loads(current.stdout)["kustomizeVersion"]
-    assert not current_version.startswith(OLD_LINE), current_version
+    assert not current_version.startswith(tuple(f"v{old}." for old in OLD_KUSTOMIZES)), current_version
 
 
 def test_discovery_finds_the_shipped_kustomizations():
     assert set(SHIPPED) <= set(kustomizations())
 
 
+@pytest.mark.parametrize("line", OLD_KUSTOMIZES)
 @pytest.mark.parametrize("folder", kustomizations())
-def test_renders_the_same_objects_with_the_old_kustomize_and_kubectls(folder):
+def test_renders_the_same_objects_with_each_old_kustomize_and_kubectls(folder, line):
     current = render_current(ROOT / folder)
     assert current.returncode == 0, current.stderr
-    old = render_old(ROOT / folder)
+    old = render_old(ROOT / folder, line)
     # A panic's first line, not its goroutine dump.
-    assert old.returncode == 0, f"kustomize {OLD_LINE}x fails on {folder}/: {old.stderr.strip().splitlines()[:3]}"
+    assert old.returncode == 0, f"kustomize {line} fails on {folder}/: {old.stderr.strip().splitlines()[:3]}"
     old_objects, current_objects = objects(old.stdout), objects(current.stdout)
     assert current_objects, f"{folder}/ renders nothing"
     assert named(old_objects - current_objects) == named(current_objects - old_objects) == [], (
-        f"only with kustomize {OLD_LINE}x: {named(old_objects - current_objects)}; "
+        f"only with kustomize {line}: {named(old_objects - current_objects)}; "
         f"only with kubectl's: {named(current_objects - old_objects)}"
     )
 
 
-def test_the_old_kustomize_still_fails_on_the_shape_issue_43_reported(tmp_path):
+def test_kustomize_5_5_still_fails_on_the_shape_issue_43_reported(tmp_path):
     """Two `$patch: delete` documents in one patch file: kubectl's kustomize drops both
     objects, the old one panics. Were it fixed in the pinned version, the tests above could
     no longer catch an overlay of that shape."""
@@ -124,12 +129,12 @@ def test_the_old_kustomize_still_fails_on_the_shape_issue_43_reported(tmp_path):
     current = render_current(tmp_path)
     assert current.returncode == 0, current.stderr
     assert named(objects(current.stdout)) == ["ConfigMap -/kept"]
-    old = render_old(tmp_path)
+    old = render_old(tmp_path, PANICS)
     assert old.returncode != 0
     assert "panic" in old.stderr
 
 
-def test_deploy_namespaced_with_its_deletes_in_one_file_fails_with_the_old_kustomize(tmp_path):
+def test_deploy_namespaced_with_its_deletes_in_one_file_fails_with_kustomize_5_5(tmp_path):
     """The overlay as it was before it split its deletes (one patch file per deleted object):
     the old kustomize refuses it, so the parametrized test would have caught it."""
     for folder in ("crds", "deploy", "deploy-namespaced"):
@@ -147,6 +152,6 @@ def test_deploy_namespaced_with_its_deletes_in_one_file_fails_with_the_old_kusto
     current = render_current(overlay)
     assert current.returncode == 0, current.stderr
     assert objects(current.stdout) == objects(render_current(ROOT / "deploy-namespaced").stdout)
-    old = render_old(overlay)
+    old = render_old(overlay, PANICS)
     assert old.returncode != 0
     assert "panic" in old.stderr

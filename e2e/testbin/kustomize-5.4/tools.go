@@ -1,0 +1,6 @@
+//go:build tools
+
+// Package tools pins the kustomize 5.4 command that testbin builds.
+package tools
+
+import _ "sigs.k8s.io/kustomize/kustomize/v5"
