@@ -50,6 +50,19 @@ def test_a_run_that_joins_during_another_runs_node_fault_leaves_the_nodes_as_the
     chart.give_the_nodes_back()
 
 
+def test_a_run_holding_the_nodes_keeps_them_without_waiting_on_itself(instance, tmp_path):
+    chart = shared_real_nodes.SharedUse(tmp_path, None).start(faults_first=True)
+    kept = threading.Event()
+
+    def test_after_the_faults_in_the_same_run():
+        with chart.nodes_kept():
+            kept.set()
+
+    threading.Thread(target=test_after_the_faults_in_the_same_run, daemon=True).start()
+    assert kept.wait(5), "the run waited for its own hold on the nodes"
+    chart.give_the_nodes_back()
+
+
 def test_a_run_ending_while_the_down_check_waits_leaves_the_instance_to_it(instance, tmp_path):
     operators = shared_real_nodes.SharedUse(tmp_path, None).start()  # brought it up
     chart = shared_real_nodes.SharedUse(tmp_path, None).start()

@@ -65,6 +65,15 @@ def nodes_to_the_module(real_nodes_use):
     yield
 
 
+@pytest.fixture(scope="module")
+def nodes_kept_for_the_module(real_nodes_use):
+    """For a module of tests/nodes that `make test` runs in a host lane, beside the run whose
+    tests fault nodes: no node is stopped, partitioned, drained or deleted while it runs (in
+    the run that faults them, its faults are over before it starts)."""
+    with real_nodes_use.nodes_kept():
+        yield
+
+
 @pytest.fixture
 def nodes_to_the_test(real_nodes_use):
     """As `nodes_to_the_module`, for one test."""

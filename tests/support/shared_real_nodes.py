@@ -93,7 +93,11 @@ class SharedUse:
 
     @contextlib.contextmanager
     def nodes_kept(self) -> Iterator[None]:
-        """While the block runs, no other run faults a node (re-entrant within this run)."""
+        """While the block runs, no other run faults a node (re-entrant within this run, and
+        kept already while this run holds the nodes to itself)."""
+        if self._exclusive is not None:
+            yield
+            return
         if self._kept:
             self._kept += 1
             try:
