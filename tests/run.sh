@@ -90,7 +90,7 @@ echo "tests: the second to fifth host lanes, the real-node tests and the pure te
 trap 'kill "${PID[@]}" 2>/dev/null; exit 130' INT TERM
 host_seconds_file="$(mktemp -t host-tests-seconds.XXXXXX)"
 host_log="$(mktemp -t host-tests-1.XXXXXX.log)"
-XML[host1]="$host_log.xml"
+LOG[host1]="$host_log" XML[host1]="$host_log.xml"
 timed "$host_seconds_file" "$python" -m pytest -m "$host1_lane" --junitxml="${XML[host1]}" 2>&1 | tee "$host_log"
 host_rc="${PIPESTATUS[0]}"
 declare -A RC=([host1]="$(status "$host_rc")")
@@ -106,9 +106,8 @@ for run in "${reported[@]}"; do
   cat "${LOG[$run]}"
 done
 # Last, where a short tail of the output (CI's) still shows them: each run's failed tests.
-for lane_log in "$host_log" "${LOG[host2]}" "${LOG[host3]}" "${LOG[host4]}" "${LOG[host5]}" "${LOG[real]}" \
-  "${LOG[pure]}" "${LOG[sim]}"; do
-  grep -E '^(FAILED|ERROR) ' "$lane_log" | sed "s|^|tests: in $(basename "$lane_log" | cut -d. -f1): |"
+for run in host1 "${reported[@]}"; do
+  grep -E '^(FAILED|ERROR) ' "${LOG[$run]}" | sed "s|^|tests: in $(basename "${LOG[$run]}" | cut -d. -f1): |"
 done
 seconds() { cat "${LOG[$1]}.seconds"; }
 echo "tests: host lanes exit ${RC[host1]}, ${RC[host2]}, ${RC[host3]}, ${RC[host4]} and ${RC[host5]}, real nodes exit" \

@@ -7,6 +7,7 @@ one patch file (issue 43). Rendering needs no cluster."""
 
 from __future__ import annotations
 
+import functools
 import json
 import pathlib
 import shutil
@@ -62,6 +63,7 @@ def render_old(folder: pathlib.Path, line: str) -> subprocess.CompletedProcess:
     return run(old_kustomize(line), "build", folder)
 
 
+@functools.cache  # each folder is compared with every old kustomize
 def render_current(folder: pathlib.Path) -> subprocess.CompletedProcess:
     return run(kubectl(), "kustomize", folder)
 

@@ -18,7 +18,6 @@ import re
 import subprocess
 import sys
 import tarfile
-import zipfile
 
 import pytest
 import yaml
@@ -29,6 +28,7 @@ from localkube import realnodes
 from tests.support import chart_release, crds, doc_commands, oci_registry
 from tests.support.helm import helm, helm_binary, helm_environment
 from tests.support.kubectl import kubectl, kubectl_json
+from tests.support.wheels import requires_dist
 
 pytestmark = [
     pytest.mark.needs_nodes,
@@ -148,12 +148,8 @@ def plugin_from_krew_archive(release_dir: pathlib.Path, home: pathlib.Path) -> p
 
     venv = home / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    with zipfile.ZipFile(release_dir / f"kubectl_etcd-{VERSION}-py3-none-any.whl") as wheel:
-        metadata = wheel.read(f"kubectl_etcd-{VERSION}.dist-info/METADATA").decode()
-    requirements = [
-        line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Requires-Dist:")
-    ]
-    assert requirements, metadata
+    requirements = requires_dist(release_dir / f"kubectl_etcd-{VERSION}-py3-none-any.whl")
+    assert requirements, "the wheel names no Requires-Dist"
     pip = subprocess.run(
         [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", *requirements],
         capture_output=True,

@@ -20,6 +20,7 @@ import yaml
 
 from tests.release.conftest import sha256
 from tests.support.helm import helm
+from tests.support.wheels import requires_dist
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 VERSION = "0.1.0"
@@ -100,13 +101,7 @@ def test_the_wheel_holds_the_plugin_and_only_the_operator_modules_it_imports(out
 
 def required_distributions(out: pathlib.Path) -> set[str]:
     """The wheel's Requires-Dist names, lower-case."""
-    with zipfile.ZipFile(out / WHEEL) as wheel:
-        metadata = wheel.read(f"kubectl_etcd-{VERSION}.dist-info/METADATA").decode()
-    return {
-        line.split(":", 1)[1].strip().split("<")[0].split(">")[0].lower()
-        for line in metadata.splitlines()
-        if line.startswith("Requires-Dist:")
-    }
+    return {requirement.split("<")[0].split(">")[0].lower() for requirement in requires_dist(out / WHEEL)}
 
 
 def test_the_krew_manifest_names_exactly_the_wheels_dependencies(out):

@@ -72,14 +72,8 @@ def test_the_index_verifies_with_the_release_key_only(published, out, tmp_path):
     (payload,) = json.loads(next(line for line in verified.stdout.splitlines() if line.startswith("[")))
     assert payload["critical"]["image"]["docker-manifest-digest"] == digest
 
-    subprocess.run(
-        [str(oci_registry.testbin("cosign")), "generate-key-pair", "--output-key-prefix", "other"],
-        cwd=tmp_path,
-        env=published.cosign_env,
-        capture_output=True,
-        check=True,
-    )
-    refused = verify(published, tmp_path / "other.pub", image_ref(published, digest), check=False)
+    _, other_public_key = oci_registry.cosign_key_pair(tmp_path, "another-key")
+    refused = verify(published, other_public_key, image_ref(published, digest), check=False)
     assert refused.returncode != 0, refused.stdout
 
 
